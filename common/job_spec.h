@@ -1,0 +1,80 @@
+// A training job, as typed structs parsed once at the edge (REST body or spec file).
+//
+// parse_job_spec() is strict: unknown fields, wrong types, out-of-range numbers and specs that
+// cannot run (shapes that do not fit, an unknown dataset) are all rejected with a SpecError whose
+// path names the field. Defaults follow TensorFlow/Keras where there is one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/model_spec.h"
+
+namespace pstrain {
+
+enum class ShardPolicy { kData, kFile, kOff };
+enum class TrainingMode { kSync, kAsync };
+enum class OptimizerType { kSgd, kAdam, kAdagrad };
+
+const char* shard_policy_name(ShardPolicy policy);
+const char* training_mode_name(TrainingMode mode);
+const char* optimizer_type_name(OptimizerType type);
+
+struct DatasetSpec {
+  std::string name;                          // a known dataset: mnist10k, fashion
+  ShardPolicy shard_policy = ShardPolicy::kData;
+  uint64_t shuffle_seed = 0;
+};
+
+struct OptimizerSpec {
+  OptimizerType type = OptimizerType::kAdam;
+  float learning_rate = 0.001f;  // Keras defaults: sgd 0.01, adam 0.001, adagrad 0.001
+  float beta_1 = 0.9f;           // adam
+  float beta_2 = 0.999f;         // adam
+  float epsilon = 1e-7f;         // adam, adagrad
+  float momentum = 0.0f;         // sgd
+  bool nesterov = false;         // sgd
+  float initial_accumulator_value = 0.1f;  // adagrad
+};
+
+struct TrainingSpec {
+  TrainingMode mode = TrainingMode::kSync;
+  int64_t global_batch_size = 0;  // examples per step over all workers
+  int64_t epochs = 1;
+  int64_t workers = 1;
+  int64_t servers = 1;
+  int64_t max_staleness = -1;     // async: -1 means unbounded
+  int64_t backup_workers = 0;     // sync: apply after workers - backup_workers pushes
+  int64_t metrics_every_steps = 10;
+};
+
+struct BackupSpec {
+  enum class Frequency { kNone, kEpoch, kSteps };
+  Frequency frequency = Frequency::kNone;
+  int64_t steps = 0;  // for kSteps
+};
+
+struct JobSpec {
+  std::string name;
+  DatasetSpec dataset;
+  ModelSpec model;
+  std::string loss = "sparse_softmax_cross_entropy";
+  OptimizerSpec optimizer;
+  TrainingSpec training;
+  BackupSpec backup;
+};
+
+// Parses and validates a job spec. Throws SpecError (kMalformed for text that is not JSON,
+// kInvalid for everything else) naming the field.
+JobSpec parse_job_spec(std::string_view json_text);
+
+// Checks that need the dataset's properties: the input shape matches the images and the last
+// layer emits one logit per class. Called by parse_job_spec; exposed for specs built in code.
+void validate_job_spec(const JobSpec& spec);
+
+// The spec as canonical JSON (every field, defaults filled in): what the coordinator stores and
+// what a worker receives, so every process runs exactly the same job.
+std::string job_spec_to_json(const JobSpec& spec);
+
+}  // namespace pstrain

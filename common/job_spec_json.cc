@@ -1,0 +1,514 @@
+// JSON <-> JobSpec. Boost.JSON stays inside this file: the rest of the project sees typed structs.
+#include <boost/json.hpp>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "common/dataset.h"
+#include "common/error.h"
+#include "common/job_spec.h"
+
+namespace pstrain {
+namespace json = boost::json;
+namespace {
+
+// JSON pointer escaping of one key (RFC 6901).
+std::string escape_key(std::string_view key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+std::string kind_of(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "a boolean";
+    case json::kind::int64:
+    case json::kind::uint64: return "an integer";
+    case json::kind::double_: return "a number";
+    case json::kind::string: return "a string";
+    case json::kind::array: return "an array";
+    case json::kind::object: return "an object";
+  }
+  return "a value";
+}
+
+std::optional<int64_t> as_integer(const json::value& v) {
+  if (v.is_int64()) return v.as_int64();
+  if (v.is_uint64()) {
+    if (v.as_uint64() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(v.as_uint64());
+  }
+  return std::nullopt;
+}
+
+std::string int_range_text(int64_t min, int64_t max) {
+  if (min == 1 && max == std::numeric_limits<int64_t>::max()) return "must be a positive integer";
+  if (min == 0 && max == std::numeric_limits<int64_t>::max()) return "must be a non-negative integer";
+  if (min == 1) return "must be a positive integer (at most " + std::to_string(max) + ")";
+  return "must be an integer from " + std::to_string(min) + " to " + std::to_string(max);
+}
+
+int64_t read_int(const json::value& v, const std::string& path, int64_t min, int64_t max) {
+  const auto n = as_integer(v);
+  if (!n || *n < min || *n > max) {
+    std::string text = int_range_text(min, max);
+    if (!n) text += ", not " + kind_of(v);
+    throw SpecError(path, text);
+  }
+  return *n;
+}
+
+double read_number(const json::value& v, const std::string& path, double min, double max, bool min_open) {
+  double x;
+  if (v.is_double()) x = v.as_double();
+  else if (v.is_int64()) x = static_cast<double>(v.as_int64());
+  else if (v.is_uint64()) x = static_cast<double>(v.as_uint64());
+  else throw SpecError(path, "must be a number, not " + kind_of(v));
+  const bool below = min_open ? x <= min : x < min;
+  if (!std::isfinite(x) || below || x > max) {
+    std::string range = (min_open ? "greater than " : "at least ") + json::serialize(json::value(min));
+    if (max < std::numeric_limits<double>::max()) range += " and at most " + json::serialize(json::value(max));
+    throw SpecError(path, "must be a number " + range);
+  }
+  return x;
+}
+
+std::string read_string(const json::value& v, const std::string& path) {
+  if (!v.is_string()) throw SpecError(path, "must be a string, not " + kind_of(v));
+  return std::string(v.as_string());
+}
+
+template <typename Enum>
+Enum read_enum(const json::value& v, const std::string& path,
+               std::initializer_list<std::pair<const char*, Enum>> choices) {
+  const std::string s = v.is_string() ? std::string(v.as_string()) : std::string();
+  std::string names;
+  for (const auto& [name, value] : choices) {
+    if (s == name) return value;
+    names += names.empty() ? "" : ", ";
+    names += std::string("\"") + name + "\"";
+  }
+  if (!v.is_string()) throw SpecError(path, "must be one of " + names + ", not " + kind_of(v));
+  throw SpecError(path, "must be one of " + names + ", not \"" + s + "\"");
+}
+
+// Walks one JSON object: hands out fields by name and, at the end, rejects every field nobody
+// asked for, so a typo ("learning_rat") is an error instead of a silently ignored setting.
+class ObjectReader {
+ public:
+  ObjectReader(const json::value& v, std::string path) : path_(std::move(path)) {
+    if (!v.is_object()) throw SpecError(path_.empty() ? "/" : path_, "must be an object, not " + kind_of(v));
+    object_ = &v.as_object();
+  }
+
+  std::string field_path(std::string_view key) const { return path_ + "/" + escape_key(key); }
+
+  const json::value* optional(std::string_view key) {
+    known_.insert(std::string(key));
+    const auto it = object_->find(key);
+    if (it == object_->end()) return nullptr;
+    return &it->value();
+  }
+
+  const json::value& required(std::string_view key) {
+    const json::value* v = optional(key);
+    if (v == nullptr) throw SpecError(field_path(key), "is required");
+    return *v;
+  }
+
+  int64_t integer(std::string_view key, int64_t min, int64_t max, int64_t fallback) {
+    const json::value* v = optional(key);
+    return v ? read_int(*v, field_path(key), min, max) : fallback;
+  }
+
+  float number(std::string_view key, double min, double max, bool min_open, float fallback) {
+    const json::value* v = optional(key);
+    return v ? static_cast<float>(read_number(*v, field_path(key), min, max, min_open)) : fallback;
+  }
+
+  void finish() const {
+    for (const auto& field : *object_) {
+      if (known_.count(std::string(field.key())) == 0) {
+        std::string names;
+        for (const auto& k : known_) names += (names.empty() ? "" : ", ") + k;
+        throw SpecError(field_path(field.key()), "is not a known field (known here: " + names + ")");
+      }
+    }
+  }
+
+ private:
+  std::string path_;
+  const json::object* object_;
+  std::set<std::string> known_;
+};
+
+constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
+constexpr size_t kMaxLayers = 256;
+constexpr size_t kMaxRank = 8;
+
+Shape read_shape(const json::value& v, const std::string& path, bool allow_wildcard) {
+  if (!v.is_array()) throw SpecError(path, "must be an array of positive integers, not " + kind_of(v));
+  const auto& a = v.as_array();
+  if (a.empty() || a.size() > kMaxRank) throw SpecError(path, "must have 1 to 8 dimensions");
+  Shape shape;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string p = path + "/" + std::to_string(i);
+    const auto n = as_integer(a[i]);
+    if (allow_wildcard && n && *n == -1) {
+      shape.push_back(-1);
+      continue;
+    }
+    shape.push_back(read_int(a[i], p, 1, int64_t{1} << 24));
+  }
+  return shape;
+}
+
+// A size given as one integer (square) or as [height, width].
+std::array<int64_t, 2> read_pair(const json::value& v, const std::string& path) {
+  if (as_integer(v)) {
+    const int64_t n = read_int(v, path, 1, 4096);
+    return {n, n};
+  }
+  if (v.is_array() && v.as_array().size() == 2) {
+    return {read_int(v.as_array()[0], path + "/0", 1, 4096), read_int(v.as_array()[1], path + "/1", 1, 4096)};
+  }
+  throw SpecError(path, "must be a positive integer or an array [height, width]");
+}
+
+Activation read_activation(ObjectReader& r) {
+  const json::value* v = r.optional("activation");
+  if (v == nullptr || v->is_null()) return Activation::kLinear;
+  return read_enum<Activation>(*v, r.field_path("activation"),
+                               {{"relu", Activation::kReLU}, {"linear", Activation::kLinear}});
+}
+
+float read_l2(ObjectReader& r) {
+  // Keras spells it kernel_regularizer: {"l2": 0.01}; the short form "l2": 0.01 is also accepted.
+  float l2 = r.number("l2", 0.0, 1e6, false, 0.0f);
+  if (const json::value* reg = r.optional("kernel_regularizer")) {
+    ObjectReader rr(*reg, r.field_path("kernel_regularizer"));
+    l2 = rr.number("l2", 0.0, 1e6, false, 0.0f);
+    rr.finish();
+  }
+  return l2;
+}
+
+LayerSpec read_layer(const json::value& v, const std::string& path) {
+  ObjectReader r(v, path);
+  LayerSpec layer;
+  layer.type = read_enum<LayerType>(r.required("type"), r.field_path("type"),
+                                    {{"dense", LayerType::kDense},
+                                     {"conv2d", LayerType::kConv2D},
+                                     {"maxpool2d", LayerType::kMaxPool2D},
+                                     {"flatten", LayerType::kFlatten},
+                                     {"reshape", LayerType::kReshape},
+                                     {"relu", LayerType::kReLU}});
+  switch (layer.type) {
+    case LayerType::kDense:
+      layer.units = read_int(r.required("units"), r.field_path("units"), 1, int64_t{1} << 24);
+      layer.activation = read_activation(r);
+      layer.l2 = read_l2(r);
+      break;
+    case LayerType::kConv2D: {
+      layer.filters = read_int(r.required("filters"), r.field_path("filters"), 1, 65536);
+      layer.kernel_size = read_pair(r.required("kernel_size"), r.field_path("kernel_size"));
+      layer.activation = read_activation(r);
+      layer.l2 = read_l2(r);
+      if (const json::value* s = r.optional("strides")) {
+        if (read_pair(*s, r.field_path("strides")) != std::array<int64_t, 2>{1, 1}) {
+          throw SpecError(r.field_path("strides"), "must be 1: only stride 1 is supported");
+        }
+      }
+      if (const json::value* p = r.optional("padding")) {
+        read_enum<int>(*p, r.field_path("padding"), {{"valid", 0}});
+      }
+      break;
+    }
+    case LayerType::kMaxPool2D:
+      if (const json::value* p = r.optional("pool_size")) {
+        if (read_pair(*p, r.field_path("pool_size")) != std::array<int64_t, 2>{2, 2}) {
+          throw SpecError(r.field_path("pool_size"), "must be 2: only 2x2 pooling is supported");
+        }
+      }
+      if (const json::value* s = r.optional("strides")) {
+        if (read_pair(*s, r.field_path("strides")) != std::array<int64_t, 2>{2, 2}) {
+          throw SpecError(r.field_path("strides"), "must be 2: only stride 2 is supported");
+        }
+      }
+      break;
+    case LayerType::kReshape:
+      layer.target_shape = read_shape(r.required("target_shape"), r.field_path("target_shape"), true);
+      break;
+    case LayerType::kFlatten:
+    case LayerType::kReLU:
+      break;
+  }
+  r.finish();
+  return layer;
+}
+
+ModelSpec read_model(const json::value& v) {
+  ObjectReader r(v, "/model");
+  ModelSpec model;
+  model.input_shape = read_shape(r.required("input_shape"), "/model/input_shape", false);
+  model.seed = static_cast<uint64_t>(r.integer("seed", 0, kIntMax, 0));
+  const json::value& layers = r.required("layers");
+  if (!layers.is_array()) throw SpecError("/model/layers", "must be an array, not " + kind_of(layers));
+  if (layers.as_array().size() > kMaxLayers) throw SpecError("/model/layers", "has more than 256 layers");
+  for (size_t i = 0; i < layers.as_array().size(); ++i) {
+    model.layers.push_back(read_layer(layers.as_array()[i], "/model/layers/" + std::to_string(i)));
+  }
+  r.finish();
+  return model;
+}
+
+OptimizerSpec read_optimizer(const json::value& v) {
+  ObjectReader r(v, "/optimizer");
+  OptimizerSpec o;
+  o.type = read_enum<OptimizerType>(r.required("type"), "/optimizer/type",
+                                    {{"sgd", OptimizerType::kSgd},
+                                     {"adam", OptimizerType::kAdam},
+                                     {"adagrad", OptimizerType::kAdagrad}});
+  const float default_lr = o.type == OptimizerType::kSgd ? 0.01f : 0.001f;
+  o.learning_rate = r.number("learning_rate", 0.0, 1e3, true, default_lr);
+  switch (o.type) {
+    case OptimizerType::kSgd:
+      o.momentum = r.number("momentum", 0.0, 1.0, false, 0.0f);
+      if (o.momentum >= 1.0f) throw SpecError("/optimizer/momentum", "must be below 1");
+      if (const json::value* n = r.optional("nesterov")) {
+        if (!n->is_bool()) throw SpecError("/optimizer/nesterov", "must be a boolean, not " + kind_of(*n));
+        o.nesterov = n->as_bool();
+      }
+      break;
+    case OptimizerType::kAdam:
+      o.beta_1 = r.number("beta_1", 0.0, 1.0, false, 0.9f);
+      o.beta_2 = r.number("beta_2", 0.0, 1.0, false, 0.999f);
+      if (o.beta_1 >= 1.0f) throw SpecError("/optimizer/beta_1", "must be below 1");
+      if (o.beta_2 >= 1.0f) throw SpecError("/optimizer/beta_2", "must be below 1");
+      o.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-7f);
+      break;
+    case OptimizerType::kAdagrad:
+      o.initial_accumulator_value = r.number("initial_accumulator_value", 0.0, 1e6, false, 0.1f);
+      o.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-7f);
+      break;
+  }
+  r.finish();
+  return o;
+}
+
+TrainingSpec read_training(const json::value& v) {
+  ObjectReader r(v, "/training");
+  TrainingSpec t;
+  if (const json::value* m = r.optional("mode")) {
+    t.mode = read_enum<TrainingMode>(*m, "/training/mode", {{"sync", TrainingMode::kSync}, {"async", TrainingMode::kAsync}});
+  }
+  t.global_batch_size = read_int(r.required("global_batch_size"), "/training/global_batch_size", 1, 65536);
+  t.epochs = r.integer("epochs", 1, 100000, 1);
+  t.workers = r.integer("workers", 1, 256, 1);
+  t.servers = r.integer("servers", 1, 64, 1);
+  t.max_staleness = r.integer("max_staleness", 0, 1000000, -1);
+  t.backup_workers = r.integer("backup_workers", 0, 255, 0);
+  t.metrics_every_steps = r.integer("metrics_every_steps", 1, 1000000, 10);
+  r.finish();
+  if (t.global_batch_size < t.workers) {
+    throw SpecError("/training/global_batch_size", "must be at least /training/workers (" +
+                                                       std::to_string(t.workers) + ") so every worker gets examples");
+  }
+  if (t.backup_workers >= t.workers) {
+    throw SpecError("/training/backup_workers", "must be smaller than /training/workers");
+  }
+  if (t.mode == TrainingMode::kSync && t.max_staleness >= 0) {
+    throw SpecError("/training/max_staleness", "only applies to async mode");
+  }
+  if (t.mode == TrainingMode::kAsync && t.backup_workers > 0) {
+    throw SpecError("/training/backup_workers", "only applies to sync mode");
+  }
+  return t;
+}
+
+BackupSpec read_backup(const json::value& v) {
+  ObjectReader r(v, "/backup");
+  BackupSpec b;
+  if (const json::value* f = r.optional("save_freq")) {
+    if (f->is_string() && f->as_string() == "epoch") {
+      b.frequency = BackupSpec::Frequency::kEpoch;
+    } else if (as_integer(*f)) {
+      b.frequency = BackupSpec::Frequency::kSteps;
+      b.steps = read_int(*f, "/backup/save_freq", 1, kIntMax);
+    } else {
+      throw SpecError("/backup/save_freq", "must be \"epoch\" or a positive integer (steps)");
+    }
+  }
+  r.finish();
+  return b;
+}
+
+DatasetSpec read_dataset(const json::value& v) {
+  ObjectReader r(v, "/dataset");
+  DatasetSpec d;
+  d.name = read_string(r.required("name"), "/dataset/name");
+  if (const json::value* p = r.optional("shard_policy")) {
+    d.shard_policy = read_enum<ShardPolicy>(*p, "/dataset/shard_policy",
+                                            {{"DATA", ShardPolicy::kData}, {"FILE", ShardPolicy::kFile}, {"OFF", ShardPolicy::kOff}});
+  }
+  d.shuffle_seed = static_cast<uint64_t>(r.integer("shuffle_seed", 0, kIntMax, 0));
+  r.finish();
+  return d;
+}
+
+}  // namespace
+
+const char* shard_policy_name(ShardPolicy policy) {
+  switch (policy) {
+    case ShardPolicy::kData: return "DATA";
+    case ShardPolicy::kFile: return "FILE";
+    case ShardPolicy::kOff: return "OFF";
+  }
+  return "?";
+}
+
+const char* training_mode_name(TrainingMode mode) { return mode == TrainingMode::kSync ? "sync" : "async"; }
+
+const char* optimizer_type_name(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kSgd: return "sgd";
+    case OptimizerType::kAdam: return "adam";
+    case OptimizerType::kAdagrad: return "adagrad";
+  }
+  return "?";
+}
+
+JobSpec parse_job_spec(std::string_view json_text) {
+  json::parse_options options;
+  options.max_depth = 32;
+  boost::system::error_code ec;
+  const json::value root = json::parse(json_text, ec, {}, options);
+  if (ec) throw SpecError("", "body is not valid JSON: " + ec.message(), SpecError::Kind::kMalformed);
+
+  ObjectReader r(root, "");
+  JobSpec spec;
+  if (const json::value* n = r.optional("name")) {
+    spec.name = read_string(*n, "/name");
+    if (spec.name.size() > 200) throw SpecError("/name", "must be at most 200 characters");
+  }
+  spec.dataset = read_dataset(r.required("dataset"));
+  spec.model = read_model(r.required("model"));
+  if (const json::value* l = r.optional("loss")) {
+    spec.loss = read_enum<std::string>(*l, "/loss", {{"sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy"}});
+  }
+  spec.optimizer = read_optimizer(r.required("optimizer"));
+  spec.training = read_training(r.required("training"));
+  if (const json::value* b = r.optional("backup")) spec.backup = read_backup(*b);
+  r.finish();
+  validate_job_spec(spec);
+  return spec;
+}
+
+void validate_job_spec(const JobSpec& spec) {
+  const DatasetInfo* info = nullptr;
+  for (const auto& d : known_datasets()) {
+    if (d.name == spec.dataset.name) info = &d;
+  }
+  if (info == nullptr) {
+    std::string names;
+    for (const auto& d : known_datasets()) names += (names.empty() ? "" : ", ") + d.name;
+    throw SpecError("/dataset/name", "\"" + spec.dataset.name + "\" is not a known dataset (known: " + names + ")");
+  }
+  const std::vector<Shape> shapes = infer_shapes(spec.model);
+  // Every known dataset has 28x28 single-channel images.
+  if (num_elements(spec.model.input_shape) != 28 * 28) {
+    throw SpecError("/model/input_shape", shape_string(spec.model.input_shape) + " does not match " +
+                                              spec.dataset.name + "'s 28x28x1 images");
+  }
+  const Shape& out = shapes.back();
+  const std::string last = "/model/layers/" + std::to_string(spec.model.layers.size() - 1);
+  if (out.size() != 1 || out[0] != info->num_classes) {
+    throw SpecError(last, "must output " + std::to_string(info->num_classes) + " logits (the classes of " +
+                              spec.dataset.name + ") but outputs " + shape_string(out));
+  }
+}
+
+std::string job_spec_to_json(const JobSpec& spec) {
+  json::array layers;
+  for (const auto& l : spec.model.layers) {
+    json::object o;
+    o["type"] = layer_type_name(l.type);
+    switch (l.type) {
+      case LayerType::kDense:
+        o["units"] = l.units;
+        break;
+      case LayerType::kConv2D:
+        o["filters"] = l.filters;
+        o["kernel_size"] = json::array{l.kernel_size[0], l.kernel_size[1]};
+        break;
+      case LayerType::kReshape: {
+        json::array shape;
+        for (auto d : l.target_shape) shape.push_back(d);
+        o["target_shape"] = std::move(shape);
+        break;
+      }
+      default:
+        break;
+    }
+    if (l.type == LayerType::kDense || l.type == LayerType::kConv2D) {
+      o["activation"] = l.activation == Activation::kReLU ? "relu" : "linear";
+      o["l2"] = l.l2;
+    }
+    layers.push_back(std::move(o));
+  }
+  json::array input_shape;
+  for (auto d : spec.model.input_shape) input_shape.push_back(d);
+
+  json::object optimizer{{"type", optimizer_type_name(spec.optimizer.type)},
+                         {"learning_rate", spec.optimizer.learning_rate}};
+  switch (spec.optimizer.type) {
+    case OptimizerType::kSgd:
+      optimizer["momentum"] = spec.optimizer.momentum;
+      optimizer["nesterov"] = spec.optimizer.nesterov;
+      break;
+    case OptimizerType::kAdam:
+      optimizer["beta_1"] = spec.optimizer.beta_1;
+      optimizer["beta_2"] = spec.optimizer.beta_2;
+      optimizer["epsilon"] = spec.optimizer.epsilon;
+      break;
+    case OptimizerType::kAdagrad:
+      optimizer["initial_accumulator_value"] = spec.optimizer.initial_accumulator_value;
+      optimizer["epsilon"] = spec.optimizer.epsilon;
+      break;
+  }
+  const auto& t = spec.training;
+  json::object training{{"mode", training_mode_name(t.mode)},
+                        {"global_batch_size", t.global_batch_size},
+                        {"epochs", t.epochs},
+                        {"workers", t.workers},
+                        {"servers", t.servers},
+                        {"metrics_every_steps", t.metrics_every_steps}};
+  if (t.max_staleness >= 0) training["max_staleness"] = t.max_staleness;
+  if (t.backup_workers > 0) training["backup_workers"] = t.backup_workers;
+  json::object backup;
+  if (spec.backup.frequency == BackupSpec::Frequency::kEpoch) backup["save_freq"] = "epoch";
+  if (spec.backup.frequency == BackupSpec::Frequency::kSteps) backup["save_freq"] = spec.backup.steps;
+
+  json::object root{
+      {"name", spec.name},
+      {"dataset", json::object{{"name", spec.dataset.name},
+                               {"shard_policy", shard_policy_name(spec.dataset.shard_policy)},
+                               {"shuffle_seed", spec.dataset.shuffle_seed}}},
+      {"model", json::object{{"input_shape", std::move(input_shape)},
+                             {"seed", spec.model.seed},
+                             {"layers", std::move(layers)}}},
+      {"loss", spec.loss},
+      {"optimizer", std::move(optimizer)},
+      {"training", std::move(training)},
+      {"backup", std::move(backup)},
+  };
+  return json::serialize(root);
+}
+
+}  // namespace pstrain

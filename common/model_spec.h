@@ -1,0 +1,49 @@
+// The model part of a job spec, as typed structs, and the checks that need no math:
+// shape inference and the parameter layout.
+//
+// Errors are SpecError with a JSON pointer into the job spec ("/model/layers/2/units").
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/param_layout.h"
+
+namespace pstrain {
+
+enum class LayerType { kDense, kConv2D, kMaxPool2D, kFlatten, kReshape, kReLU };
+enum class Activation { kLinear, kReLU };
+
+const char* layer_type_name(LayerType type);
+
+struct LayerSpec {
+  LayerType type = LayerType::kDense;
+  int64_t units = 0;                    // dense
+  int64_t filters = 0;                  // conv2d
+  std::array<int64_t, 2> kernel_size{}; // conv2d: height, width
+  Shape target_shape;                   // reshape (one entry may be -1)
+  Activation activation = Activation::kLinear;  // dense, conv2d
+  float l2 = 0.0f;                      // dense, conv2d: kernel L2 factor
+};
+
+struct ModelSpec {
+  Shape input_shape;  // without the batch dimension, e.g. [28, 28, 1]
+  uint64_t seed = 0;  // initialisation seed
+  std::vector<LayerSpec> layers;
+};
+
+// Upper bounds that keep a spec from asking for absurd memory.
+inline constexpr int64_t kMaxParameters = int64_t{1} << 28;        // 1 GiB of float32
+inline constexpr int64_t kMaxActivationsPerExample = int64_t{1} << 24;
+
+// Output shape of every layer (index i: output of layers[i]); throws SpecError naming the layer
+// index and field when a layer does not fit its input.
+std::vector<Shape> infer_shapes(const ModelSpec& spec);
+
+// Tensors of the model in a fixed order: for each layer with parameters, its kernel then bias,
+// named "layers.<index>.kernel" / "layers.<index>.bias".
+ParamLayout make_param_layout(const ModelSpec& spec);
+
+}  // namespace pstrain

@@ -1,0 +1,75 @@
+// The layers of the engine: dense, conv2d, maxpool2d and relu. Flatten and reshape need no code:
+// in the column-per-example layout they only rename the shape (see matrix.h).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "common/nn/layer.h"
+
+namespace pstrain::nn {
+
+// y = W^T x + b, optionally followed by ReLU (fused: the mask is applied in place).
+template <typename T>
+class Dense final : public Layer<T> {
+ public:
+  Dense(int64_t in, int64_t out, bool relu, size_t kernel_offset, size_t bias_offset)
+      : in_(in), out_(out), relu_(relu), kernel_(kernel_offset), bias_(bias_offset) {}
+  void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
+  void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
+                T* din) override;
+
+ private:
+  int64_t in_, out_;
+  bool relu_;
+  size_t kernel_, bias_;
+};
+
+// 2-D convolution, valid padding, stride 1, over [height, width, channels] examples, by im2col:
+// the patches of the whole batch form one matrix and the convolution is one matrix product.
+template <typename T>
+class Conv2D final : public Layer<T> {
+ public:
+  struct Geometry {
+    int64_t height, width, channels;  // input
+    int64_t kernel_h, kernel_w, filters;
+    int64_t out_h() const { return height - kernel_h + 1; }
+    int64_t out_w() const { return width - kernel_w + 1; }
+    int64_t patch_size() const { return kernel_h * kernel_w * channels; }
+  };
+  Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch);
+  void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
+  void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
+                T* din) override;
+
+ private:
+  Geometry g_;
+  bool relu_;
+  size_t kernel_, bias_;
+  Mat<T> patches_;   // patch_size x (out_h * out_w * batch), kept from forward for backward
+  Mat<T> dpatches_;  // same shape, scratch of backward
+};
+
+// 2x2 max pooling with stride 2 (odd edges dropped, as in Keras' valid pooling).
+template <typename T>
+class MaxPool2D final : public Layer<T> {
+ public:
+  MaxPool2D(int64_t height, int64_t width, int64_t channels, int64_t max_batch);
+  void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
+  void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
+                T* din) override;
+
+ private:
+  int64_t h_, w_, c_;
+  std::vector<int32_t> argmax_;  // per output value: the input row it came from
+};
+
+template <typename T>
+class ReLU final : public Layer<T> {
+ public:
+  void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
+  void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
+                T* din) override;
+};
+
+}  // namespace pstrain::nn

@@ -1,0 +1,97 @@
+#include "common/nn/model.h"
+
+#include "common/error.h"
+#include "common/nn/layers.h"
+
+namespace pstrain::nn {
+
+template <typename T>
+Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch) {
+  const std::vector<Shape> shapes = infer_shapes(spec);
+  layout_ = make_param_layout(spec);
+  input_size_ = num_elements(spec.input_shape);
+  output_size_ = num_elements(shapes.back());
+
+  Shape in = spec.input_shape;
+  int current_buffer = -1;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& l = spec.layers[i];
+    const Shape& out = shapes[i];
+    std::unique_ptr<Layer<T>> layer;
+    const std::string prefix = "layers." + std::to_string(i) + ".";
+    const ParamInfo* kernel = layout_.find(prefix + "kernel");
+    const ParamInfo* bias = layout_.find(prefix + "bias");
+    const bool relu = l.activation == Activation::kReLU;
+    switch (l.type) {
+      case LayerType::kDense:
+        layer = std::make_unique<Dense<T>>(in[0], l.units, relu, kernel->offset, bias->offset);
+        break;
+      case LayerType::kConv2D:
+        layer = std::make_unique<Conv2D<T>>(
+            typename Conv2D<T>::Geometry{in[0], in[1], in[2], l.kernel_size[0], l.kernel_size[1], l.filters},
+            relu, kernel->offset, bias->offset, max_batch);
+        break;
+      case LayerType::kMaxPool2D:
+        layer = std::make_unique<MaxPool2D<T>>(in[0], in[1], in[2], max_batch);
+        break;
+      case LayerType::kReLU:
+        layer = std::make_unique<ReLU<T>>();
+        break;
+      case LayerType::kFlatten:
+      case LayerType::kReshape:
+        break;  // the column layout makes these free: only the shape changes
+    }
+    if (layer) {
+      const int output_buffer = static_cast<int>(activations_.size());
+      activations_.emplace_back(num_elements(out), max_batch);
+      deltas_.emplace_back(num_elements(out), max_batch);
+      stages_.push_back({std::move(layer), num_elements(in), num_elements(out), current_buffer, output_buffer});
+      current_buffer = output_buffer;
+    }
+    in = out;
+  }
+  if (stages_.empty()) throw SpecError("/model/layers", "must contain at least one dense or conv2d layer");
+}
+
+template <typename T>
+Model<T>::~Model() = default;
+
+template <typename T>
+ConstMatMap<T> Model<T>::forward(const T* params, const T* inputs, int64_t batch) {
+  if (batch <= 0 || batch > max_batch_) {
+    throw Error("batch of " + std::to_string(batch) + " examples outside 1.." + std::to_string(max_batch_));
+  }
+  last_input_ = inputs;
+  for (Stage& s : stages_) {
+    const T* in = s.input_buffer < 0 ? inputs : activations_[s.input_buffer].data();
+    s.layer->forward(params, ConstMatMap<T>(in, s.in_size, batch),
+                     MatMap<T>(activations_[s.output_buffer].data(), s.out_size, batch));
+  }
+  return ConstMatMap<T>(activations_[stages_.back().output_buffer].data(), output_size_, batch);
+}
+
+template <typename T>
+LossResult Model<T>::evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch) {
+  return softmax_cross_entropy<T>(forward(params, inputs, batch), labels, nullptr);
+}
+
+template <typename T>
+LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+                                       T* grads) {
+  ConstMatMap<T> logits = forward(params, inputs, batch);
+  LossResult result = softmax_cross_entropy<T>(logits, labels, deltas_[stages_.back().output_buffer].data());
+  for (size_t k = stages_.size(); k-- > 0;) {
+    Stage& s = stages_[k];
+    const T* in = s.input_buffer < 0 ? inputs : activations_[s.input_buffer].data();
+    T* din = s.input_buffer < 0 ? nullptr : deltas_[s.input_buffer].data();
+    s.layer->backward(params, ConstMatMap<T>(in, s.in_size, batch),
+                      ConstMatMap<T>(activations_[s.output_buffer].data(), s.out_size, batch),
+                      MatMap<T>(deltas_[s.output_buffer].data(), s.out_size, batch), grads, din);
+  }
+  return result;
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace pstrain::nn

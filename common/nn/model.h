@@ -1,0 +1,64 @@
+// A model built from a ModelSpec: the layer stack, its parameter layout and the scratch buffers
+// for a maximum batch size.
+//
+// The model owns no parameters: callers pass the flat parameter buffer (a worker's pulled copy,
+// the trainer's own) and a flat gradient buffer, both laid out by layout(). A step allocates
+// nothing. Gradients are those of the loss summed over the batch; scaling by the batch size and
+// L2 regularisation happen once per step elsewhere (gradient_scaling.h), because in distributed
+// training they belong to the server.
+//
+// Thread rules: one thread at a time (the buffers are the model's own).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/model_spec.h"
+#include "common/nn/layer.h"
+#include "common/nn/loss.h"
+
+namespace pstrain::nn {
+
+template <typename T>
+class Model {
+ public:
+  // Throws SpecError if the spec does not describe a valid model.
+  Model(const ModelSpec& spec, int64_t max_batch);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ParamLayout& layout() const { return layout_; }
+  int64_t input_size() const { return input_size_; }
+  int64_t output_size() const { return output_size_; }
+  int64_t max_batch() const { return max_batch_; }
+
+  // inputs: input_size x batch, column-major. Returns the logits (output_size x batch), valid
+  // until the next call.
+  ConstMatMap<T> forward(const T* params, const T* inputs, int64_t batch);
+
+  // Loss and accuracy only (evaluation).
+  LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);
+
+  // Forward and backward: overwrites all of `grads` with d(summed loss)/d(params).
+  LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+                               T* grads);
+
+ private:
+  struct Stage {
+    std::unique_ptr<Layer<T>> layer;
+    int64_t in_size, out_size;
+    int input_buffer;   // index into activations_, or -1 for the model input
+    int output_buffer;  // index into activations_
+  };
+
+  ParamLayout layout_;
+  int64_t max_batch_;
+  int64_t input_size_ = 0, output_size_ = 0;
+  std::vector<Stage> stages_;
+  std::vector<Mat<T>> activations_;  // one per stage output
+  std::vector<Mat<T>> deltas_;       // dLoss/d(activation), same shapes
+  const T* last_input_ = nullptr;
+};
+
+}  // namespace pstrain::nn

@@ -1,0 +1,118 @@
+#include "common/optim/optimizer.h"
+
+#include <Eigen/Core>
+#include <cmath>
+
+namespace pstrain::optim {
+namespace {
+
+using Vec = Eigen::Map<Eigen::ArrayXf>;
+using ConstVec = Eigen::Map<const Eigen::ArrayXf>;
+
+Vec view(std::span<float> s) { return Vec(s.data(), static_cast<Eigen::Index>(s.size())); }
+Vec view(std::vector<float>& s) { return Vec(s.data(), static_cast<Eigen::Index>(s.size())); }
+ConstVec view(std::span<const float> s) { return ConstVec(s.data(), static_cast<Eigen::Index>(s.size())); }
+
+class Sgd final : public Optimizer {
+ public:
+  explicit Sgd(const OptimizerSpec& s) : lr_(s.learning_rate), momentum_(s.momentum), nesterov_(s.nesterov) {}
+
+  OptimizerState make_state(size_t n) const override {
+    OptimizerState state;
+    if (momentum_ > 0.0f) state.slots.push_back({"momentum", std::vector<float>(n, 0.0f)});
+    return state;
+  }
+
+  void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const override {
+    Vec w = view(params);
+    ConstVec g = view(grads);
+    if (momentum_ == 0.0f) {
+      w -= lr_ * g;
+    } else {
+      Vec m = view(state.slots[0].values);
+      m = momentum_ * m - lr_ * g;
+      if (nesterov_) {
+        w += momentum_ * m - lr_ * g;
+      } else {
+        w += m;
+      }
+    }
+    ++state.iterations;
+  }
+
+ private:
+  float lr_, momentum_;
+  bool nesterov_;
+};
+
+class Adam final : public Optimizer {
+ public:
+  explicit Adam(const OptimizerSpec& s) : lr_(s.learning_rate), b1_(s.beta_1), b2_(s.beta_2), eps_(s.epsilon) {}
+
+  OptimizerState make_state(size_t n) const override {
+    OptimizerState state;
+    state.slots.push_back({"m", std::vector<float>(n, 0.0f)});
+    state.slots.push_back({"v", std::vector<float>(n, 0.0f)});
+    return state;
+  }
+
+  void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const override {
+    const double t = static_cast<double>(++state.iterations);
+    const auto alpha = static_cast<float>(lr_ * std::sqrt(1.0 - std::pow(double{b2_}, t)) /
+                                          (1.0 - std::pow(double{b1_}, t)));
+    Vec w = view(params);
+    ConstVec g = view(grads);
+    Vec m = view(state.slots[0].values);
+    Vec v = view(state.slots[1].values);
+    m += (g - m) * (1.0f - b1_);
+    v += (g.square() - v) * (1.0f - b2_);
+    w -= alpha * m / (v.sqrt() + eps_);
+  }
+
+ private:
+  float lr_, b1_, b2_, eps_;
+};
+
+class Adagrad final : public Optimizer {
+ public:
+  explicit Adagrad(const OptimizerSpec& s)
+      : lr_(s.learning_rate), initial_(s.initial_accumulator_value), eps_(s.epsilon) {}
+
+  OptimizerState make_state(size_t n) const override {
+    OptimizerState state;
+    state.slots.push_back({"accumulator", std::vector<float>(n, initial_)});
+    return state;
+  }
+
+  void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const override {
+    Vec w = view(params);
+    ConstVec g = view(grads);
+    Vec acc = view(state.slots[0].values);
+    acc += g.square();
+    w -= lr_ * g / (acc.sqrt() + eps_);
+    ++state.iterations;
+  }
+
+ private:
+  float lr_, initial_, eps_;
+};
+
+}  // namespace
+
+Slot* OptimizerState::find(const std::string& name) {
+  for (auto& s : slots) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec) {
+  switch (spec.type) {
+    case OptimizerType::kSgd: return std::make_unique<Sgd>(spec);
+    case OptimizerType::kAdam: return std::make_unique<Adam>(spec);
+    case OptimizerType::kAdagrad: return std::make_unique<Adagrad>(spec);
+  }
+  return nullptr;
+}
+
+}  // namespace pstrain::optim

@@ -1,0 +1,52 @@
+// Optimizers that update a flat range of parameters from its (already scaled) gradient.
+//
+// Formulas are Keras' (tf.keras.optimizers, TF 2.11+):
+//   sgd      w -= lr * g
+//   momentum m = momentum * m - lr * g;  w += m            (nesterov: w += momentum * m - lr * g)
+//   adam     t += 1; a = lr * sqrt(1 - b2^t) / (1 - b1^t)
+//            m += (g - m) * (1 - b1); v += (g^2 - v) * (1 - b2); w -= a * m / (sqrt(v) + eps)
+//   adagrad  acc += g^2; w -= lr * g / (sqrt(acc) + eps)    (acc starts at initial_accumulator_value)
+//
+// The optimizer object holds only hyperparameters; the slots live in an OptimizerState that the
+// caller owns, one per parameter range (a whole model in the trainer, one shard on a server), so
+// state can be backed up and restored as plain float vectors.
+//
+// Thread rules: an Optimizer is immutable and may be shared; an OptimizerState is used by one
+// thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+
+namespace pstrain::optim {
+
+struct Slot {
+  std::string name;           // "m", "v", "momentum", "accumulator"
+  std::vector<float> values;  // one per parameter of the range
+};
+
+struct OptimizerState {
+  int64_t iterations = 0;  // updates applied so far (Adam's t)
+  std::vector<Slot> slots;
+
+  // nullptr if there is no such slot.
+  Slot* find(const std::string& name);
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Fresh state for a range of n parameters.
+  virtual OptimizerState make_state(size_t n) const = 0;
+  // One update: params and grads have the same length as the state's slots.
+  virtual void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const = 0;
+};
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);
+
+}  // namespace pstrain::optim

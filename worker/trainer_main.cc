@@ -1,0 +1,100 @@
+// pstrain-train: trains a job spec in one process and prints per-epoch metrics.
+#include <Eigen/Core>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/flags.h"
+#include "common/job_spec.h"
+#include "common/log.h"
+#include "worker/local_trainer.h"
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw pstrain::Error(path + ": cannot open the job spec");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_params(const std::string& path, const std::vector<float>& params) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
+  if (!out) throw pstrain::Error(path + ": cannot write the parameters");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace pstrain;
+  FlagSet flags("pstrain-train",
+                "Trains the job described by a JSON job spec in this one process (no cluster) and prints\n"
+                "train/test loss and accuracy per epoch, then a RESULT line with a JSON summary.");
+  flags.add("spec", "PSTRAIN_SPEC", "", "Path of the job spec (JSON, the body of POST /v1/jobs).");
+  flags.add("data-dir", "PSTRAIN_DATA_DIR", "data", "Directory holding the datasets' IDX files.");
+  flags.add("threads", "PSTRAIN_THREADS", "0", "Compute threads; 0 means one per core.");
+  flags.add("max-steps", "", "-1", "Stop after this many steps (-1: train every epoch).");
+  flags.add("save-params", "", "", "Write the final parameters here (raw little-endian float32).");
+  flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
+
+  switch (flags.parse(argc, argv)) {
+    case FlagSet::Outcome::kHelpShown:
+      std::cout << flags.help();
+      return 0;
+    case FlagSet::Outcome::kError:
+      std::cerr << "pstrain-train: " << flags.error() << "\n";
+      return 2;
+    case FlagSet::Outcome::kRun:
+      break;
+  }
+  try {
+    LogLevel level;
+    if (!parse_log_level(flags.get("log-level"), &level)) throw Error("--log-level must be debug, info, warning or error");
+    set_log_level(level);
+    if (flags.get("spec").empty()) throw Error("--spec is required (see --help)");
+    const JobSpec spec = parse_job_spec(read_file(flags.get("spec")));
+    int64_t threads = flags.get_int("threads", 0, 256);
+    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    Eigen::setNbThreads(static_cast<int>(threads));
+
+    LocalTrainerOptions options;
+    options.data_dir = flags.get("data-dir");
+    options.max_steps = flags.get_int("max-steps", -1, int64_t{1} << 40);
+    options.on_progress = [](const ProgressReport& p) {
+      PSLOG(kInfo) << "epoch " << p.epoch << " step " << p.step_in_epoch << "/" << p.steps_per_epoch << " loss "
+                   << p.running_loss << " accuracy " << p.running_accuracy << " " << static_cast<int64_t>(p.samples_per_second)
+                   << " samples/s";
+    };
+    options.on_epoch = [](const EpochReport& e) {
+      std::printf("epoch %lld: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s (%.2f s)\n",
+                  static_cast<long long>(e.epoch), e.train_loss, e.train_accuracy, e.test_loss, e.test_accuracy,
+                  e.samples_per_second, e.seconds);
+      std::fflush(stdout);
+    };
+    PSLOG(kInfo) << "training '" << spec.name << "' on " << spec.dataset.name << " with " << threads << " thread(s)";
+    const TrainingResult result = train_locally(spec, options);
+    if (!flags.get("save-params").empty()) write_params(flags.get("save-params"), result.params);
+
+    double total_seconds = 0, total_samples = 0;
+    std::ostringstream accuracies;
+    for (size_t i = 0; i < result.epochs.size(); ++i) {
+      total_seconds += result.epochs[i].seconds;
+      total_samples += result.epochs[i].samples_per_second * result.epochs[i].seconds;
+      accuracies << (i ? "," : "") << result.epochs[i].test_accuracy;
+    }
+    const double final_accuracy = result.epochs.empty() ? 0.0 : result.epochs.back().test_accuracy;
+    std::printf("RESULT {\"steps\": %lld, \"threads\": %lld, \"samples_per_second\": %.1f, \"test_accuracy\": [%s], "
+                "\"final_test_accuracy\": %.4f}\n",
+                static_cast<long long>(result.steps), static_cast<long long>(threads),
+                total_seconds > 0 ? total_samples / total_seconds : 0.0, accuracies.str().c_str(), final_accuracy);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "pstrain-train: " << e.what() << "\n";
+    return 1;
+  }
+}
