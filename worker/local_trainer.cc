@@ -7,7 +7,7 @@
 #include "common/dataset.h"
 #include "common/error.h"
 #include "common/nn/gradient_scaling.h"
-#include "common/nn/model.h"
+#include "common/nn/data_parallel_model.h"
 #include "common/optim/optimizer.h"
 #include "common/rng.h"
 
@@ -24,7 +24,7 @@ struct Evaluation {
   double loss = 0, accuracy = 0;
 };
 
-Evaluation evaluate(nn::Model<float>& model, const Split& split, const float* params, std::vector<float>& inputs,
+Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, const float* params, std::vector<float>& inputs,
                     std::vector<int32_t>& labels) {
   const int64_t batch = model.max_batch();
   std::vector<uint32_t> indices(static_cast<size_t>(batch));
@@ -48,7 +48,7 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
   const Split test = load_split(options.data_dir, spec.dataset.name, SplitKind::kTest);
 
   const int64_t batch = spec.training.global_batch_size;
-  nn::Model<float> model(spec.model, batch);
+  nn::DataParallelModel<float> model(spec.model, batch, options.replicas);
   const ParamLayout& layout = model.layout();
   TrainingResult result;
   result.params.resize(layout.total_size());

@@ -33,6 +33,9 @@ struct ProgressReport {
 
 struct LocalTrainerOptions {
   std::string data_dir;
+  // Threads that each compute the gradient of a slice of the batch (DataParallelModel); 1 leaves
+  // the parallelism to the BLAS products.
+  int replicas = 1;
   int64_t max_steps = -1;  // stop after this many steps in total (-1: run every epoch)
   std::function<void(const ProgressReport&)> on_progress;  // called about once a second
   std::function<void(const EpochReport&)> on_epoch;

@@ -1,11 +1,10 @@
 // pstrain-train: trains a job spec in one process and prints per-epoch metrics.
-#include <Eigen/Core>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
-#include <thread>
 
+#include "common/compute_threads.h"
 #include "common/error.h"
 #include "common/flags.h"
 #include "common/job_spec.h"
@@ -38,6 +37,9 @@ int main(int argc, char** argv) {
   flags.add("spec", "PSTRAIN_SPEC", "", "Path of the job spec (JSON, the body of POST /v1/jobs).");
   flags.add("data-dir", "PSTRAIN_DATA_DIR", "data", "Directory holding the datasets' IDX files.");
   flags.add("threads", "PSTRAIN_THREADS", "0", "Compute threads; 0 means one per core.");
+  flags.add("parallelism", "PSTRAIN_PARALLELISM", "batch",
+            "How threads share a step: 'batch' (each thread takes a slice of the batch) or 'blas' (threads\n"
+            "      inside each matrix product).");
   flags.add("max-steps", "", "-1", "Stop after this many steps (-1: train every epoch).");
   flags.add("save-params", "", "", "Write the final parameters here (raw little-endian float32).");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
@@ -58,12 +60,13 @@ int main(int argc, char** argv) {
     set_log_level(level);
     if (flags.get("spec").empty()) throw Error("--spec is required (see --help)");
     const JobSpec spec = parse_job_spec(read_file(flags.get("spec")));
-    int64_t threads = flags.get_int("threads", 0, 256);
-    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-    Eigen::setNbThreads(static_cast<int>(threads));
+    const int64_t threads = set_compute_threads(static_cast<int>(flags.get_int("threads", 0, 256)));
 
     LocalTrainerOptions options;
     options.data_dir = flags.get("data-dir");
+    const std::string parallelism = flags.get("parallelism");
+    if (parallelism != "batch" && parallelism != "blas") throw Error("--parallelism must be 'batch' or 'blas'");
+    options.replicas = parallelism == "batch" ? static_cast<int>(threads) : 1;
     options.max_steps = flags.get_int("max-steps", -1, int64_t{1} << 40);
     options.on_progress = [](const ProgressReport& p) {
       PSLOG(kInfo) << "epoch " << p.epoch << " step " << p.step_in_epoch << "/" << p.steps_per_epoch << " loss "

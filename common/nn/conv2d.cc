@@ -1,8 +1,25 @@
 #include <algorithm>
 
+#include "common/nn/gemm.h"
 #include "common/nn/layers.h"
 
 namespace pstrain::nn {
+namespace {
+
+// Runs of a patch are short (kernel_w * channels values: 3 for the first layer of the reference
+// CNN), so a call to memmove per run costs more than the copy. GCC would turn these loops back
+// into library calls; the attribute keeps them inline.
+template <typename T>
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void copy_run(const T* src, int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+template <typename T>
+inline void add_run(const T* src, int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
 
 template <typename T>
 Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch)
@@ -26,21 +43,17 @@ void Conv2D<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
         T* column = patches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
         for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
           const T* src = image + ((y + ky) * g_.width + x) * g_.channels;
-          std::copy(src, src + run, column + ky * run);
+          copy_run(src, run, column + ky * run);
         }
       }
     }
   }
-  auto patches = patches_.leftCols(columns);
-  ConstMatMap<T> w(params + kernel_, g_.filters, g_.patch_size());
   ConstVecMap<T> bias(params + bias_, g_.filters);
   MatMap<T> y(out.data(), g_.filters, columns);  // [filters x (b, y, x)] == HWC columns per example
-  y.noalias() = w * patches;
-  if (relu_) {
-    y = (y.colwise() + bias).cwiseMax(T(0));
-  } else {
-    y.colwise() += bias;
-  }
+  y.colwise() = bias;
+  gemm<T>(Op::kNone, Op::kNone, g_.filters, columns, g_.patch_size(), params + kernel_, g_.filters, patches_.data(),
+          g_.patch_size(), T(1), y.data(), g_.filters);
+  if (relu_) y = y.cwiseMax(T(0));
 }
 
 template <typename T>
@@ -54,15 +67,13 @@ void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out,
     ConstMatMap<T> y(out.data(), g_.filters, columns);
     dy = (y.array() > T(0)).select(dy, T(0));
   }
-  MatMap<T> dw(grads + kernel_, g_.filters, g_.patch_size());
-  VecMap<T> db(grads + bias_, g_.filters);
-  dw.noalias() = dy * patches_.leftCols(columns).transpose();
-  db.noalias() = dy.rowwise().sum();
+  gemm<T>(Op::kNone, Op::kTranspose, g_.filters, g_.patch_size(), columns, dy.data(), g_.filters, patches_.data(),
+          g_.patch_size(), T(0), grads + kernel_, g_.filters);
+  VecMap<T>(grads + bias_, g_.filters).noalias() = dy.rowwise().sum();
   if (din == nullptr) return;
 
-  ConstMatMap<T> w(params + kernel_, g_.filters, g_.patch_size());
-  auto dpatches = dpatches_.leftCols(columns);
-  dpatches.noalias() = w.transpose() * dy;
+  gemm<T>(Op::kTranspose, Op::kNone, g_.patch_size(), columns, g_.filters, params + kernel_, g_.filters, dy.data(),
+          g_.filters, T(0), dpatches_.data(), g_.patch_size());
   // col2im: scatter-add every patch column back onto the input positions it was read from.
   const int64_t run = g_.kernel_w * g_.channels;
   std::fill(din, din + in.rows() * batch, T(0));
@@ -74,7 +85,7 @@ void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out,
         for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
           T* dst = image + ((y + ky) * g_.width + x) * g_.channels;
           const T* src = column + ky * run;
-          for (int64_t i = 0; i < run; ++i) dst[i] += src[i];
+          add_run(src, run, dst);
         }
       }
     }

@@ -1,31 +1,28 @@
+#include "common/nn/gemm.h"
 #include "common/nn/layers.h"
 
 namespace pstrain::nn {
 
 template <typename T>
 void Dense<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
-  ConstMatMap<T> w(params + kernel_, out_, in_);  // [in, out] row-major == [out x in] column-major
+  // The kernel, [in, out] row-major, is the [out x in] column-major matrix W^T.
+  const T* w = params + kernel_;
   ConstVecMap<T> b(params + bias_, out_);
-  out.noalias() = w * in;
-  if (relu_) {
-    out = (out.colwise() + b).cwiseMax(T(0));
-  } else {
-    out.colwise() += b;
-  }
+  const int64_t batch = in.cols();
+  out.colwise() = b;  // then accumulate the product onto the bias (beta = 1): one pass fewer
+  gemm<T>(Op::kNone, Op::kNone, out_, batch, in_, w, out_, in.data(), in_, T(1), out.data(), out_);
+  if (relu_) out = out.cwiseMax(T(0));
 }
 
 template <typename T>
 void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                         T* din) {
+  const int64_t batch = in.cols();
   if (relu_) dout = (out.array() > T(0)).select(dout, T(0));
-  MatMap<T> dw(grads + kernel_, out_, in_);
-  VecMap<T> db(grads + bias_, out_);
-  dw.noalias() = dout * in.transpose();
-  db.noalias() = dout.rowwise().sum();
+  gemm<T>(Op::kNone, Op::kTranspose, out_, in_, batch, dout.data(), out_, in.data(), in_, T(0), grads + kernel_, out_);
+  VecMap<T>(grads + bias_, out_).noalias() = dout.rowwise().sum();
   if (din != nullptr) {
-    ConstMatMap<T> w(params + kernel_, out_, in_);
-    MatMap<T> dx(din, in_, dout.cols());
-    dx.noalias() = w.transpose() * dout;
+    gemm<T>(Op::kTranspose, Op::kNone, in_, batch, out_, params + kernel_, out_, dout.data(), out_, T(0), din, in_);
   }
 }
 

@@ -6,6 +6,9 @@
 namespace pstrain::optim {
 namespace {
 
+// Below this many parameters an update is not worth waking other threads for.
+constexpr int64_t kParallelThreshold = 1 << 16;
+
 using Vec = Eigen::Map<Eigen::ArrayXf>;
 using ConstVec = Eigen::Map<const Eigen::ArrayXf>;
 
@@ -60,13 +63,21 @@ class Adam final : public Optimizer {
     const double t = static_cast<double>(++state.iterations);
     const auto alpha = static_cast<float>(lr_ * std::sqrt(1.0 - std::pow(double{b2_}, t)) /
                                           (1.0 - std::pow(double{b1_}, t)));
-    Vec w = view(params);
-    ConstVec g = view(grads);
-    Vec m = view(state.slots[0].values);
-    Vec v = view(state.slots[1].values);
-    m += (g - m) * (1.0f - b1_);
-    v += (g.square() - v) * (1.0f - b2_);
-    w -= alpha * m / (v.sqrt() + eps_);
+    // One fused pass over w, g, m, v: the update is memory-bound, so every extra pass costs.
+    float* w = params.data();
+    const float* g = grads.data();
+    float* m = state.slots[0].values.data();
+    float* v = state.slots[1].values.data();
+    const float one_minus_b1 = 1.0f - b1_, one_minus_b2 = 1.0f - b2_, eps = eps_;
+    const auto n = static_cast<int64_t>(params.size());
+#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) {
+      const float mi = m[i] + (g[i] - m[i]) * one_minus_b1;
+      const float vi = v[i] + (g[i] * g[i] - v[i]) * one_minus_b2;
+      m[i] = mi;
+      v[i] = vi;
+      w[i] -= alpha * mi / (std::sqrt(vi) + eps);
+    }
   }
 
  private:

@@ -1,0 +1,23 @@
+#include "common/compute_threads.h"
+
+#include <Eigen/Core>
+#include <omp.h>
+#include <thread>
+
+#ifdef PSTRAIN_WITH_OPENBLAS
+extern "C" void openblas_set_num_threads(int num_threads);
+#endif
+
+namespace pstrain {
+
+int set_compute_threads(int n) {
+  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  Eigen::setNbThreads(n);
+  omp_set_num_threads(n);
+#ifdef PSTRAIN_WITH_OPENBLAS
+  openblas_set_num_threads(n);
+#endif
+  return n;
+}
+
+}  // namespace pstrain
