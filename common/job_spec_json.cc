@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "common/dataset.h"
 #include "common/error.h"
@@ -72,9 +73,10 @@ double read_number(const json::value& v, const std::string& path, double min, do
   else throw SpecError(path, "must be a number, not " + kind_of(v));
   const bool below = min_open ? x <= min : x < min;
   if (!std::isfinite(x) || below || x > max) {
-    std::string range = (min_open ? "greater than " : "at least ") + json::serialize(json::value(min));
-    if (max < std::numeric_limits<double>::max()) range += " and at most " + json::serialize(json::value(max));
-    throw SpecError(path, "must be a number " + range);
+    std::ostringstream range;
+    range << (min_open ? "greater than " : "at least ") << min;
+    if (max < std::numeric_limits<double>::max()) range << " and at most " << max;
+    throw SpecError(path, "must be a number " + range.str());
   }
   return x;
 }

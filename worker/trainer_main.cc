@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
       accuracies << (i ? "," : "") << result.epochs[i].test_accuracy;
     }
     const double final_accuracy = result.epochs.empty() ? 0.0 : result.epochs.back().test_accuracy;
+    std::printf("final test accuracy: %.4f\n", final_accuracy);
     std::printf("RESULT {\"steps\": %lld, \"threads\": %lld, \"samples_per_second\": %.1f, \"test_accuracy\": [%s], "
                 "\"final_test_accuracy\": %.4f}\n",
                 static_cast<long long>(result.steps), static_cast<long long>(threads),

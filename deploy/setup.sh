@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building and testing pstrain needs, on Debian bookworm, as root.
+# Idempotent: when everything is already installed it says so and changes nothing; otherwise it
+# runs `apt-get update` and installs what is missing.
+#
+# Usage: deploy/setup.sh            (sudo deploy/setup.sh when not root)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates curl
+  libboost1.81-dev          # Asio, Beast, JSON (header-only)
+  libcapnp-dev capnproto    # Cap'n Proto RPC and its schema compiler
+  librocksdb-dev            # durable state of coordinator and servers
+  libeigen3-dev             # tensors and element-wise math
+  libopenblas-openmp-dev    # matrix products (OpenMP build: shares one thread pool with our loops)
+  zlib1g-dev                # gzip'd IDX datasets
+  doctest-dev               # unit and integration tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: missing packages: ${missing[*]}; run as root (sudo $0)" >&2
+  exit 1
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${missing[@]}"
+echo "setup: done"

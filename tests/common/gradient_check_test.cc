@@ -1,0 +1,211 @@
+// Finite-difference gradient checks, in double precision, of every layer and of the loss.
+//
+// Each model places every layer type after another layer, so the gradient of the first layer's
+// parameters flows through (and checks) each later layer's input gradient.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "common/model_spec.h"
+#include "common/nn/data_parallel_model.h"
+#include "common/nn/gradient_scaling.h"
+#include "common/nn/loss.h"
+#include "common/nn/model.h"
+#include "common/rng.h"
+
+using namespace pstrain;
+using nn::Model;
+
+namespace {
+
+LayerSpec dense(int64_t units, bool relu, float l2 = 0) {
+  LayerSpec l;
+  l.type = LayerType::kDense;
+  l.units = units;
+  l.activation = relu ? Activation::kReLU : Activation::kLinear;
+  l.l2 = l2;
+  return l;
+}
+
+LayerSpec conv(int64_t filters, int64_t kh, int64_t kw, bool relu, float l2 = 0) {
+  LayerSpec l;
+  l.type = LayerType::kConv2D;
+  l.filters = filters;
+  l.kernel_size = {kh, kw};
+  l.activation = relu ? Activation::kReLU : Activation::kLinear;
+  l.l2 = l2;
+  return l;
+}
+
+LayerSpec simple(LayerType type) {
+  LayerSpec l;
+  l.type = type;
+  return l;
+}
+
+LayerSpec reshape(Shape target) {
+  LayerSpec l;
+  l.type = LayerType::kReshape;
+  l.target_shape = std::move(target);
+  return l;
+}
+
+struct Problem {
+  std::vector<double> params, inputs;
+  std::vector<int32_t> labels;
+};
+
+Problem random_problem(Model<double>& model, int64_t batch, uint64_t seed) {
+  Rng rng(seed);
+  Problem p;
+  p.params.resize(model.layout().total_size());
+  for (auto& v : p.params) v = rng.uniform_float(-0.5f, 0.5f);
+  p.inputs.resize(static_cast<size_t>(model.input_size() * batch));
+  for (auto& v : p.inputs) v = rng.uniform_float(-1.0f, 1.0f);
+  for (int64_t b = 0; b < batch; ++b) p.labels.push_back(static_cast<int32_t>(rng.uniform_index(model.output_size())));
+  return p;
+}
+
+// Objective: summed loss / batch + L2, exactly what scale_and_regularize's gradient is of.
+double objective(Model<double>& model, const Problem& p, const std::vector<double>& params, int64_t batch) {
+  return model.evaluate(params.data(), p.inputs.data(), p.labels.data(), batch).loss_sum / static_cast<double>(batch) +
+         nn::regularization_loss(model.layout(), params.data());
+}
+
+void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed) {
+  Model<double> model(spec, batch);
+  Problem p = random_problem(model, batch, seed);
+  std::vector<double> grads(model.layout().total_size(), 1e9);  // garbage: every entry must be overwritten
+  model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, grads.data());
+  nn::scale_and_regularize(model.layout(), grads.data(), p.params.data(), batch);
+
+  const double h = 1e-6;
+  const size_t n = grads.size();
+  const size_t stride = n > 1500 ? n / 1500 : 1;
+  double worst = 0;
+  for (const ParamInfo& info : model.layout().params()) {
+    for (size_t k = 0; k < info.size; k += std::max<size_t>(1, std::min(stride, info.size / 8 + 1))) {
+      const size_t i = info.offset + k;
+      std::vector<double> plus = p.params, minus = p.params;
+      plus[i] += h;
+      minus[i] -= h;
+      const double fd = (objective(model, p, plus, batch) - objective(model, p, minus, batch)) / (2 * h);
+      const double error = std::abs(fd - grads[i]) / std::max(1e-3, std::abs(fd) + std::abs(grads[i]));
+      worst = std::max(worst, error);
+      INFO(info.name << "[" << k << "]: finite difference " << fd << ", backprop " << grads[i]);
+      REQUIRE(error < 1e-5);
+    }
+  }
+  MESSAGE("worst relative error " << worst);
+}
+
+}  // namespace
+
+TEST_CASE("dense layers relu and linear and the loss") {
+  ModelSpec spec;
+  spec.input_shape = {6};
+  spec.layers = {dense(5, true), dense(4, false), dense(3, false)};
+  check_gradients(spec, 4, 1);
+}
+
+TEST_CASE("standalone relu flatten and reshape between dense layers") {
+  ModelSpec spec;
+  spec.input_shape = {2, 3};
+  spec.layers = {simple(LayerType::kFlatten), dense(8, false), simple(LayerType::kReLU), reshape({2, -1}),
+                 simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 5, 2);
+}
+
+TEST_CASE("conv2d and maxpool2d with odd sizes - the tutorial CNN in small") {
+  ModelSpec spec;
+  spec.input_shape = {9, 8, 2};
+  spec.layers = {conv(3, 3, 2, true),  // -> 7x7x3
+                 simple(LayerType::kMaxPool2D),  // -> 3x3x3 (odd edge dropped)
+                 conv(4, 2, 2, false),  // -> 2x2x4, gradient flows through maxpool
+                 simple(LayerType::kReLU),
+                 simple(LayerType::kMaxPool2D),  // -> 1x1x4
+                 simple(LayerType::kFlatten),
+                 dense(5, true),
+                 dense(3, false)};
+  check_gradients(spec, 3, 3);
+}
+
+TEST_CASE("L2 regularisation adds 2 * l2 * w to kernels only") {
+  ModelSpec spec;
+  spec.input_shape = {5, 5, 1};
+  spec.layers = {conv(2, 3, 3, true, 0.05f), simple(LayerType::kFlatten), dense(4, true, 0.1f), dense(3, false)};
+  check_gradients(spec, 2, 4);
+}
+
+TEST_CASE("softmax cross-entropy is stable for huge logits and matches the closed form") {
+  std::vector<double> logits = {1000.0, 0.0, -1000.0, 2.0, 1.0, 0.0};
+  std::vector<int32_t> labels = {0, 2};
+  std::vector<double> d(6);
+  const auto r = nn::softmax_cross_entropy<double>(nn::ConstMatMap<double>(logits.data(), 3, 2), labels.data(), d.data());
+  const double second = std::log(std::exp(2.0) + std::exp(1.0) + 1.0) - 0.0;
+  CHECK(std::isfinite(r.loss_sum));
+  CHECK(r.loss_sum == doctest::Approx(second));
+  CHECK(r.correct == 1);
+  CHECK(d[0] == doctest::Approx(0.0));  // softmax 1 minus onehot 1
+  CHECK(d[5] == doctest::Approx(1.0 / (std::exp(2.0) + std::exp(1.0) + 1.0) - 1.0));
+}
+
+TEST_CASE("float engine agrees with the double engine") {
+  ModelSpec spec;
+  spec.input_shape = {8, 8, 1};
+  spec.layers = {conv(4, 3, 3, true), simple(LayerType::kMaxPool2D), simple(LayerType::kFlatten), dense(6, true),
+                 dense(3, false)};
+  Model<double> md(spec, 4);
+  Model<float> mf(spec, 4);
+  Problem p = random_problem(md, 4, 9);
+  std::vector<float> pf(p.params.begin(), p.params.end()), xf(p.inputs.begin(), p.inputs.end());
+  std::vector<double> gd(md.layout().total_size());
+  std::vector<float> gf(gd.size());
+  const auto rd = md.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), 4, gd.data());
+  const auto rf = mf.compute_gradients(pf.data(), xf.data(), p.labels.data(), 4, gf.data());
+  CHECK(rf.loss_sum == doctest::Approx(rd.loss_sum).epsilon(1e-5));
+  for (size_t i = 0; i < gd.size(); ++i) REQUIRE(gf[i] == doctest::Approx(gd[i]).epsilon(1e-3).scale(1e-4));
+}
+
+TEST_CASE("data-parallel replicas give the gradient of the whole batch") {
+  ModelSpec spec;
+  spec.input_shape = {6, 6, 1};
+  spec.layers = {conv(3, 3, 3, true), simple(LayerType::kFlatten), dense(5, true), dense(4, false)};
+  const int64_t batch = 7;
+  Model<double> single(spec, batch);
+  nn::DataParallelModel<double> parallel(spec, batch, 3);
+  Problem p = random_problem(single, batch, 5);
+  std::vector<double> g1(single.layout().total_size()), g3(g1.size());
+  const auto r1 = single.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, g1.data());
+  const auto r3 = parallel.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, g3.data());
+  CHECK(r3.loss_sum == doctest::Approx(r1.loss_sum).epsilon(1e-12));
+  CHECK(r3.correct == r1.correct);
+  for (size_t i = 0; i < g1.size(); ++i) REQUIRE(g3[i] == doctest::Approx(g1[i]).epsilon(1e-10));
+}
+
+TEST_CASE("glorot-uniform kernels within the limit zero biases reproducible") {
+  ModelSpec spec;
+  spec.input_shape = {784};
+  spec.seed = 22;
+  spec.layers = {dense(700, true), dense(10, false)};
+  const ParamLayout layout = make_param_layout(spec);
+  std::vector<float> a(layout.total_size()), b(layout.total_size());
+  glorot_uniform_init(layout, 22, a.data());
+  glorot_uniform_init(layout, 22, b.data());
+  CHECK(a == b);
+  const ParamInfo& kernel = layout.params()[0];
+  const float limit = std::sqrt(6.0f / (784 + 700));
+  float lo = 0, hi = 0;
+  double mean = 0;
+  for (size_t i = 0; i < kernel.size; ++i) {
+    lo = std::min(lo, a[i]);
+    hi = std::max(hi, a[i]);
+    mean += a[i];
+  }
+  CHECK(lo >= -limit);
+  CHECK(hi <= limit);
+  CHECK(lo < -0.99f * limit);
+  CHECK(std::abs(mean / kernel.size) < 0.01 * limit);
+  const ParamInfo& bias = layout.params()[1];
+  for (size_t i = 0; i < bias.size; ++i) REQUIRE(a[bias.offset + i] == 0.0f);
+}

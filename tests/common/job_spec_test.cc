@@ -1,0 +1,139 @@
+#include <doctest/doctest.h>
+
+#include "common/error.h"
+#include "common/job_spec.h"
+#include "tests/test_support.h"
+
+using namespace pstrain;
+
+namespace {
+
+const char* kMlp = R"({
+  "name": "mnist-mlp",
+  "dataset": {"name": "mnist10k", "shard_policy": "DATA", "shuffle_seed": 22},
+  "model": {"input_shape": [28, 28, 1], "seed": 22, "layers": [
+    {"type": "flatten"},
+    {"type": "dense", "units": 700, "activation": "relu"},
+    {"type": "dense", "units": 500, "activation": "relu"},
+    {"type": "dense", "units": 10}
+  ]},
+  "loss": "sparse_softmax_cross_entropy",
+  "optimizer": {"type": "adam", "learning_rate": 0.001, "epsilon": 1e-7},
+  "training": {"mode": "sync", "global_batch_size": 128, "epochs": 3, "workers": 2},
+  "backup": {"save_freq": "epoch"}
+})";
+
+// Replaces the first occurrence of `from` in the MLP spec.
+std::string mlp_with(const std::string& from, const std::string& to) {
+  std::string s = kMlp;
+  const auto at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+// The error a spec produces: "path detail".
+std::string error_of(const std::string& json) {
+  try {
+    parse_job_spec(json);
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("the DESIGN example parses into typed fields") {
+  const JobSpec spec = parse_job_spec(kMlp);
+  CHECK(spec.name == "mnist-mlp");
+  CHECK(spec.dataset.name == "mnist10k");
+  CHECK(spec.dataset.shuffle_seed == 22);
+  CHECK(spec.model.layers.size() == 4);
+  CHECK(spec.model.layers[1].units == 700);
+  CHECK(spec.model.layers[1].activation == Activation::kReLU);
+  CHECK(spec.optimizer.type == OptimizerType::kAdam);
+  CHECK(spec.optimizer.beta_2 == doctest::Approx(0.999));
+  CHECK(spec.training.global_batch_size == 128);
+  CHECK(spec.training.workers == 2);
+  CHECK(spec.backup.frequency == BackupSpec::Frequency::kEpoch);
+
+  const ParamLayout layout = make_param_layout(spec.model);
+  REQUIRE(layout.params().size() == 6);
+  CHECK(layout.params()[0].name == "layers.1.kernel");
+  CHECK(layout.params()[0].shape == Shape{784, 700});
+  CHECK(layout.params()[5].name == "layers.3.bias");
+  CHECK(layout.total_size() == 784 * 700 + 700 + 700 * 500 + 500 + 500 * 10 + 10);
+}
+
+TEST_CASE("canonical JSON round-trips") {
+  const JobSpec spec = parse_job_spec(kMlp);
+  const JobSpec again = parse_job_spec(job_spec_to_json(spec));
+  CHECK(job_spec_to_json(again) == job_spec_to_json(spec));
+  CHECK(again.model.layers[2].units == 500);
+  CHECK(again.backup.frequency == BackupSpec::Frequency::kEpoch);
+}
+
+TEST_CASE("bad specs are rejected naming the field") {
+  CHECK(error_of(mlp_with("\"global_batch_size\": 128", "\"global_batch_size\": -1")) ==
+        "/training/global_batch_size must be a positive integer (at most 65536)");
+  CHECK(error_of(mlp_with("\"global_batch_size\": 128", "\"global_batch_size\": \"128\"")) ==
+        "/training/global_batch_size must be a positive integer (at most 65536), not a string");
+  CHECK(error_of(mlp_with("\"global_batch_size\": 128", "\"global_batch_size\": 1.5")) ==
+        "/training/global_batch_size must be a positive integer (at most 65536), not a number");
+  CHECK(error_of(mlp_with("\"units\": 700", "\"units\": 0")) == "/model/layers/1/units must be a positive integer (at most 16777216)");
+  CHECK(error_of(mlp_with(", \"units\": 700", "")) == "/model/layers/1/units is required");
+  CHECK(error_of(mlp_with("\"type\": \"flatten\"", "\"type\": \"lstm\"")).find("/model/layers/0/type must be one of") == 0);
+  CHECK(error_of(mlp_with("\"learning_rate\": 0.001", "\"learning_rat\": 0.001")).find("/optimizer/learning_rat is not a known field") == 0);
+  CHECK(error_of(mlp_with("\"name\": \"mnist-mlp\"", "\"nmae\": 1")).find("/nmae is not a known field") == 0);
+  CHECK(error_of(mlp_with("\"mnist10k\"", "\"cifar10\"")) ==
+        "/dataset/name \"cifar10\" is not a known dataset (known: mnist10k, fashion)");
+  CHECK(error_of(mlp_with("\"type\": \"adam\"", "\"type\": \"rmsprop\"")) ==
+        "/optimizer/type must be one of \"sgd\", \"adam\", \"adagrad\", not \"rmsprop\"");
+  CHECK(error_of(mlp_with("\"workers\": 2", "\"workers\": 0")) == "/training/workers must be a positive integer (at most 256)");
+  CHECK(error_of(mlp_with("\"save_freq\": \"epoch\"", "\"save_freq\": \"hourly\"")) ==
+        "/backup/save_freq must be \"epoch\" or a positive integer (steps)");
+  CHECK(error_of(mlp_with("\"learning_rate\": 0.001", "\"learning_rate\": -1")) ==
+        "/optimizer/learning_rate must be a number greater than 0 and at most 1000");
+}
+
+TEST_CASE("shapes that do not fit are rejected at the layer that breaks") {
+  // dense straight on an image
+  CHECK(error_of(mlp_with("{\"type\": \"flatten\"},", "")).find("/model/layers/0/type dense needs a flat input") == 0);
+  // last layer must emit one logit per class
+  CHECK(error_of(mlp_with("{\"type\": \"dense\", \"units\": 10}", "{\"type\": \"dense\", \"units\": 7}")) ==
+        "/model/layers/3 must output 10 logits (the classes of mnist10k) but outputs [7]");
+  // a conv kernel larger than its input
+  const std::string conv = R"({"dataset": {"name": "fashion"}, "model": {"input_shape": [28, 28, 1], "layers": [
+      {"type": "conv2d", "filters": 4, "kernel_size": 3}, {"type": "maxpool2d"}, {"type": "maxpool2d"},
+      {"type": "maxpool2d"}, {"type": "conv2d", "filters": 4, "kernel_size": 5}, {"type": "flatten"},
+      {"type": "dense", "units": 10}]}, "optimizer": {"type": "sgd"}, "training": {"global_batch_size": 8}})";
+  CHECK(error_of(conv) == "/model/layers/4/kernel_size [5, 5] does not fit the input [3, 3, 4]");
+  CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [32, 32, 3]")) ==
+        "/model/input_shape [32, 32, 3] does not match mnist10k's 28x28x1 images");
+  CHECK(error_of(mlp_with("{\"type\": \"flatten\"}", "{\"type\": \"reshape\", \"target_shape\": [700, 2]}")) ==
+        "/model/layers/0/target_shape has 1400 elements but the input [28, 28, 1] has 784");
+  CHECK(error_of(mlp_with("\"units\": 700", "\"units\": 16000000")).find("/model/layers/1 brings the model over 2^28 parameters") == 0);
+}
+
+TEST_CASE("text that is not JSON is a malformed-kind error") {
+  for (const std::string text : {"", "{", "{\"dataset\": }", "[1, 2", "\xff\xfe{}", "{\"a\": \"\xc3\x28\"}"}) {
+    try {
+      parse_job_spec(text);
+      FAIL("accepted: " << text);
+    } catch (const SpecError& e) {
+      CHECK(e.kind() == SpecError::Kind::kMalformed);
+    }
+  }
+  try {
+    parse_job_spec("[1, 2]");
+    FAIL("accepted an array");
+  } catch (const SpecError& e) {
+    CHECK(e.kind() == SpecError::Kind::kInvalid);
+    CHECK(std::string(e.what()) == "/ must be an object, not an array");
+  }
+}
+
+TEST_CASE("the reference jobs parse") {
+  CHECK(testing::mlp_job(700, 10, 3).model.layers[2].units == 10);
+  CHECK(testing::fashion_cnn_job(1).model.layers.size() == 7);
+}

@@ -1,0 +1,34 @@
+// Helpers shared by the tests: temporary directories, the data directory, reference specs.
+#pragma once
+
+#include <string>
+
+#include "common/job_spec.h"
+
+namespace pstrain::testing {
+
+// A fresh directory under the system temp dir, removed (with its contents) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// $PSTRAIN_DATA_DIR if set, else the directory CMake found (../shared/data or ./data).
+std::string data_dir();
+
+// The MLP job of DESIGN section 5 with the given hidden sizes (784-h1-h2-10), Adam 1e-3,
+// batch 128, seeds fixed.
+JobSpec mlp_job(int hidden1, int hidden2, int epochs);
+
+// The Fashion-MNIST CNN of the custom-training tutorial, Adam, batch 64.
+JobSpec fashion_cnn_job(int epochs);
+
+}  // namespace pstrain::testing
