@@ -1,0 +1,36 @@
+// How a job's parameters are cut into chunks and placed on servers.
+//
+// Every tensor is split into near-equal chunks of at most max_chunk_floats (a chunk never spans
+// two tensors, so it has one L2 factor and one name). Chunks go to servers largest first, each to
+// the server holding the fewest bytes so far (ties: lowest server index), so S servers carry
+// about equal bytes. The plan depends only on its inputs: the coordinator computes it and hands
+// the same table to servers and workers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/param_layout.h"
+
+namespace pstrain {
+
+// About 1 MB of float32: small enough to pipeline several transfers per server (measured faster
+// than one large message), large enough that per-message overhead stays small.
+inline constexpr size_t kDefaultMaxChunkFloats = 256 * 1024;
+
+struct ChunkInfo {
+  uint32_t key = 0;     // position in the table
+  uint32_t param = 0;   // tensor index in the layout
+  size_t offset = 0;    // first element inside the tensor
+  size_t size = 0;      // elements
+  uint32_t server = 0;
+};
+
+std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers,
+                                   size_t max_chunk_floats = kDefaultMaxChunkFloats);
+
+// Floats held by each server under a plan.
+std::vector<size_t> server_loads(const std::vector<ChunkInfo>& chunks, uint32_t servers);
+
+}  // namespace pstrain

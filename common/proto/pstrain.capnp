@@ -1,0 +1,144 @@
+# The wire protocol between pstrain's processes (Cap'n Proto RPC over TCP).
+#
+# Tensors travel as Data (raw little-endian float32), not List(Float32): a Data reader is a view
+# into the received message, so a receiver maps it with Eigen without copying.
+@0xf3f1b12f6af56f3b;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("pstrain::proto");
+
+enum Role {
+  server @0;
+  worker @1;
+}
+
+enum DType {
+  float32 @0;
+}
+
+struct Tensor {
+  dtype @0 :DType;
+  shape @1 :List(UInt64);
+  data @2 :Data;  # product(shape) values, little-endian
+}
+
+# One slice of one parameter tensor: the unit of placement on servers and of transfer.
+struct Chunk {
+  key @0 :UInt32;     # index in the job's chunk table
+  param @1 :UInt32;   # index of the tensor in the model's parameter layout
+  offset @2 :UInt64;  # first element of the slice inside the tensor
+  size @3 :UInt64;    # elements
+  server @4 :UInt32;  # index into the job's server list
+}
+
+# What a server needs to hold its part of a job.
+struct JobConfig {
+  jobId @0 :Text;
+  specJson @1 :Text;         # canonical job spec (optimizer, mode, model for the layout)
+  chunks @2 :List(Chunk);    # the whole table; a server keeps the chunks with its index
+  serverIndex @3 :UInt32;
+  workers @4 :UInt32;        # workers of the job (async: for max_staleness)
+}
+
+struct ServerStats {
+  version @0 :UInt64;          # updates applied to the first chunk this server holds
+  pushesApplied @1 :UInt64;
+  pushesDropped @2 :UInt64;    # late pushes of sync backup-worker steps
+  maxStaleness @3 :UInt64;     # async: versions between a push's base and the current one
+  meanStaleness @4 :Float64;
+  bytesIn @5 :UInt64;
+  bytesOut @6 :UInt64;
+}
+
+interface ParameterServer {
+  # Creates (or replaces) the job's shard: parameters initialised from the spec's seed,
+  # fresh optimizer slots.
+  configure @0 (config :JobConfig) -> ();
+
+  # The chunk's values once its version is at least minVersion.
+  pull @1 (jobId :Text, key :UInt32, minVersion :UInt64) -> (version :UInt64, values :Tensor);
+
+  # A worker's gradient of the summed loss for one chunk.
+  # sync: `step` is the global step (= the version the gradient was computed on); the update is
+  #   applied once the step's pushes are in (sliceCount of them, or sliceCount - backup_workers),
+  #   summed in slice order and divided by their total examples. The call completes after that
+  #   update, returning the new values: the next step's pull rides on the push's reply.
+  # async: applied at once (divided by this push's examples); baseVersion is the version the
+  #   gradient was computed on, and the reply carries the latest values.
+  # applied is false for a late push that a backup-worker step dropped.
+  push @2 (jobId :Text, key :UInt32, step :UInt64, slice :UInt32, sliceCount :UInt32,
+           worker :UInt32, examples :UInt32, baseVersion :UInt64, gradient :Tensor)
+       -> (version :UInt64, applied :Bool, values :Tensor);
+
+  # Async: the worker will push no more (it no longer holds back others under max_staleness).
+  workerFinished @3 (jobId :Text, worker :UInt32) -> ();
+
+  dropJob @4 (jobId :Text) -> ();
+  stats @5 (jobId :Text) -> (stats :ServerStats);
+}
+
+enum Split {
+  train @0;
+  test @1;
+}
+
+# A worker's share of the job.
+struct Assignment {
+  jobId @0 :Text;
+  specJson @1 :Text;
+  workerIndex @2 :UInt32;     # slice index among the job's workers
+  workerCount @3 :UInt32;
+  chunks @4 :List(Chunk);
+  servers @5 :List(Text);     # "host:port" of server i
+  stepsPerEpoch @6 :UInt64;   # this worker's steps per epoch
+  startEpoch @7 :UInt32;
+  startStep @8 :UInt64;       # within startEpoch
+}
+
+struct Batch {
+  epoch @0 :UInt32;
+  step @1 :UInt64;            # within the epoch
+  size @2 :UInt32;            # examples (may be 0: a sync step where this worker's slice is empty)
+  exampleSize @3 :UInt32;     # bytes per example
+  pixels @4 :Data;            # size * exampleSize bytes
+  labels @5 :Data;            # size bytes
+  indices @6 :List(UInt32);   # the examples' positions in the split (for auditing)
+}
+
+# A worker's data shard, read in order. Flow control is the reader's: each call asks for at
+# most maxBatches, and a reader keeps a bounded number of calls in flight.
+interface DataStream {
+  next @0 (maxBatches :UInt32) -> (batches :List(Batch), end :Bool);
+}
+
+struct Progress {
+  jobId @0 :Text;
+  kind @1 :Kind;
+  enum Kind {
+    steps @0;        # periodic: training loss/accuracy since the last report
+    evaluation @1;   # end of epoch: this worker's slice of the test split
+    finished @2;     # the worker has done every step
+    failed @3;       # the worker cannot go on (message says why)
+  }
+  epoch @2 :UInt32;           # 0-based
+  step @3 :UInt64;            # steps this worker has done in the job
+  examples @4 :UInt64;
+  lossSum @5 :Float64;
+  correct @6 :UInt64;
+  samplesPerSecond @7 :Float64;
+  message @8 :Text;
+}
+
+interface Coordinator {
+  # Nodes join the cluster. Servers give the address workers reach them on; workers get their
+  # identity here (no static configuration).
+  register @0 (role :Role, address :Text, name :Text) -> (nodeId :UInt32, heartbeatMs :UInt32);
+  # known is false when the coordinator has forgotten the node (it must register again).
+  heartbeat @1 (nodeId :UInt32) -> (known :Bool);
+  # Waits up to waitMs for work; has is false if none came.
+  getAssignment @2 (nodeId :UInt32, waitMs :UInt32) -> (has :Bool, assignment :Assignment);
+  openShard @3 (jobId :Text, nodeId :UInt32, split :Split, epoch :UInt32, fromStep :UInt64)
+      -> (stream :DataStream);
+  # keepGoing is false when the job was cancelled or failed.
+  reportProgress @4 (nodeId :UInt32, report :Progress) -> (keepGoing :Bool);
+}

@@ -1,0 +1,108 @@
+#include "common/rpc/rpc_util.h"
+
+#include <kj/async-unix.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace pstrain::rpc {
+
+HostPort parse_host_port(const std::string& text, uint32_t default_port, const std::string& what) {
+  HostPort hp;
+  const auto colon = text.rfind(':');
+  hp.host = colon == std::string::npos ? text : text.substr(0, colon);
+  if (hp.host.empty()) hp.host = "0.0.0.0";
+  hp.port = default_port;
+  if (colon != std::string::npos) {
+    const std::string port = text.substr(colon + 1);
+    char* end = nullptr;
+    const long value = std::strtol(port.c_str(), &end, 10);
+    if (port.empty() || *end != '\0' || value < 0 || value > 65535) {
+      throw Error(what + " must look like host:port with a port from 0 to 65535, not '" + text + "'");
+    }
+    hp.port = static_cast<uint32_t>(value);
+  }
+  return hp;
+}
+
+Connection::Connection(kj::Own<kj::AsyncIoStream> stream) : stream_(kj::mv(stream)), client_(*stream_) {}
+
+kj::Promise<kj::Own<Connection>> connect(kj::Network& network, const HostPort& address) {
+  return network.parseAddress(address.host, address.port)
+      .then([](kj::Own<kj::NetworkAddress> addr) { return addr->connect().attach(kj::mv(addr)); })
+      .then([](kj::Own<kj::AsyncIoStream> stream) {
+        const int one = 1;
+        stream->setsockopt(IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        return kj::heap<Connection>(kj::mv(stream));
+      });
+}
+
+void capture_shutdown_signals() {
+  kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  // A peer that vanishes must not kill us with SIGPIPE: writes fail with EPIPE instead.
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+kj::Promise<int> shutdown_signal(kj::UnixEventPort& port) {
+  return port.onSignal(SIGINT)
+      .then([](siginfo_t) { return SIGINT; })
+      .exclusiveJoin(port.onSignal(SIGTERM).then([](siginfo_t) { return SIGTERM; }));
+}
+
+void print_ready(const std::string& role, uint32_t port) {
+  std::printf("PSTRAIN_READY role=%s port=%u\n", role.c_str(), port);
+  std::fflush(stdout);
+}
+
+std::span<const float> tensor_view(proto::Tensor::Reader tensor, size_t expected, const char* what) {
+  KJ_REQUIRE(tensor.getDtype() == proto::DType::FLOAT32, "only float32 tensors are supported", what);
+  const auto data = tensor.getData();
+  KJ_REQUIRE(data.size() % sizeof(float) == 0, "tensor data is not a whole number of float32 values", what,
+             data.size());
+  const size_t n = data.size() / sizeof(float);
+  uint64_t product = 1;
+  for (uint64_t d : tensor.getShape()) product *= d;
+  KJ_REQUIRE(product == n, "tensor shape does not match its data", what, product, n);
+  KJ_REQUIRE(n == expected, "wrong tensor size", what, n, expected);
+  KJ_REQUIRE(reinterpret_cast<uintptr_t>(data.begin()) % alignof(float) == 0, "misaligned tensor data", what);
+  return {reinterpret_cast<const float*>(data.begin()), n};
+}
+
+std::span<float> init_tensor(proto::Tensor::Builder tensor, size_t n) {
+  tensor.setDtype(proto::DType::FLOAT32);
+  tensor.initShape(1).set(0, n);
+  auto data = tensor.initData(n * sizeof(float));
+  return {reinterpret_cast<float*>(data.begin()), n};
+}
+
+void set_tensor(proto::Tensor::Builder tensor, std::span<const float> values) {
+  const std::span<float> out = init_tensor(tensor, values.size());
+  std::memcpy(out.data(), values.data(), values.size_bytes());
+}
+
+void set_chunks(capnp::List<proto::Chunk>::Builder list, const std::vector<ChunkInfo>& chunks) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    auto c = list[static_cast<unsigned>(i)];
+    c.setKey(chunks[i].key);
+    c.setParam(chunks[i].param);
+    c.setOffset(chunks[i].offset);
+    c.setSize(chunks[i].size);
+    c.setServer(chunks[i].server);
+  }
+}
+
+std::vector<ChunkInfo> get_chunks(capnp::List<proto::Chunk>::Reader list) {
+  std::vector<ChunkInfo> chunks;
+  for (auto c : list) chunks.push_back({c.getKey(), c.getParam(), c.getOffset(), c.getSize(), c.getServer()});
+  return chunks;
+}
+
+std::string to_string(capnp::Text::Reader text) { return std::string(text.cStr(), text.size()); }
+
+}  // namespace pstrain::rpc

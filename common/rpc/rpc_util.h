@@ -1,0 +1,68 @@
+// Small pieces every RPC process shares: addresses, connections, signals, the ready line, and
+// the conversions between protocol structs and engine types.
+//
+// Thread rules: everything here runs on the calling thread's KJ event loop.
+#pragma once
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/chunk_plan.h"
+#include "common/proto/pstrain.capnp.h"
+
+namespace pstrain::rpc {
+
+struct HostPort {
+  std::string host;
+  uint32_t port = 0;
+  std::string str() const { return host + ":" + std::to_string(port); }
+};
+
+// "host:port", "host" (default port) or ":port" (all interfaces). Throws pstrain::Error naming
+// `what` (the flag) for anything else.
+HostPort parse_host_port(const std::string& text, uint32_t default_port, const std::string& what);
+
+// A connection to a peer and the bootstrap capability it serves. Keep it alive while the client
+// capability is in use.
+class Connection {
+ public:
+  Connection(kj::Own<kj::AsyncIoStream> stream);
+  capnp::Capability::Client bootstrap() { return client_.bootstrap(); }
+  kj::Promise<void> on_disconnect() { return client_.onDisconnect(); }
+
+ private:
+  kj::Own<kj::AsyncIoStream> stream_;
+  capnp::TwoPartyClient client_;
+};
+
+// Connects once; the promise fails if the peer cannot be reached.
+kj::Promise<kj::Own<Connection>> connect(kj::Network& network, const HostPort& address);
+
+// Resolves on the first SIGINT or SIGTERM. Call capture_shutdown_signals() first, in main,
+// before any thread starts.
+void capture_shutdown_signals();
+kj::Promise<int> shutdown_signal(kj::UnixEventPort& port);
+
+// Prints "PSTRAIN_READY role=<role> port=<port>" on stdout and flushes: what scripts and tests
+// wait for.
+void print_ready(const std::string& role, uint32_t port);
+
+// A validated float32 view of a Tensor, without copying. KJ_REQUIREs (fails the RPC call, not the
+// process) a float32 dtype, a shape matching the data size, and `expected` elements.
+std::span<const float> tensor_view(proto::Tensor::Reader tensor, size_t expected, const char* what);
+// Writes values into a tensor (one copy, into the message being built).
+void set_tensor(proto::Tensor::Builder tensor, std::span<const float> values);
+// Allocates a tensor of n floats in the message and returns its buffer to compute into.
+std::span<float> init_tensor(proto::Tensor::Builder tensor, size_t n);
+
+void set_chunks(capnp::List<proto::Chunk>::Builder list, const std::vector<ChunkInfo>& chunks);
+std::vector<ChunkInfo> get_chunks(capnp::List<proto::Chunk>::Reader list);
+
+std::string to_string(capnp::Text::Reader text);
+
+}  // namespace pstrain::rpc

@@ -1,0 +1,47 @@
+// Cluster membership: the nodes that registered, their role and address, their heartbeats, and
+// which job each one is working for.
+//
+// Thread rules: event-loop thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/proto/pstrain.capnp.h"
+
+namespace pstrain {
+
+struct NodeInfo {
+  uint32_t id = 0;
+  proto::Role role = proto::Role::WORKER;
+  std::string address;  // servers: where workers reach them
+  std::string name;
+  std::chrono::steady_clock::time_point registered_at, last_heartbeat;
+  bool alive = true;
+  std::string job;  // empty: free
+};
+
+class Cluster {
+ public:
+  explicit Cluster(std::chrono::milliseconds dead_after) : dead_after_(dead_after) {}
+
+  uint32_t register_node(proto::Role role, std::string address, std::string name);
+  // false if the node is unknown (or was declared dead): it must register again.
+  bool heartbeat(uint32_t id);
+  // Declares nodes dead whose last heartbeat is older than the timeout; returns their ids.
+  std::vector<uint32_t> expire();
+
+  NodeInfo* find(uint32_t id);
+  std::vector<uint32_t> free_nodes(proto::Role role) const;
+  const std::map<uint32_t, NodeInfo>& nodes() const { return nodes_; }
+
+ private:
+  std::chrono::milliseconds dead_after_;
+  std::map<uint32_t, NodeInfo> nodes_;
+  uint32_t next_id_ = 1;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,43 @@
+// The Coordinator RPC interface: registration and heartbeats, assignments (long-polled by
+// workers), data shards and progress reports, over the Cluster and the JobManager.
+//
+// Thread rules: event-loop thread only.
+#pragma once
+
+#include <kj/timer.h>
+
+#include <map>
+#include <vector>
+
+#include "common/proto/pstrain.capnp.h"
+#include "coordinator/cluster.h"
+#include "coordinator/job_manager.h"
+
+namespace pstrain {
+
+class CoordinatorService final : public proto::Coordinator::Server {
+ public:
+  CoordinatorService(Cluster& cluster, JobManager& jobs, kj::Timer& timer, uint32_t heartbeat_ms);
+
+  // Wakes every worker waiting in getAssignment so it looks again (after a job started or its
+  // servers became ready).
+  void wake_waiting_workers();
+
+ protected:
+  kj::Promise<void> register_(RegisterContext context) override;
+  kj::Promise<void> heartbeat(HeartbeatContext context) override;
+  kj::Promise<void> getAssignment(GetAssignmentContext context) override;
+  kj::Promise<void> openShard(OpenShardContext context) override;
+  kj::Promise<void> reportProgress(ReportProgressContext context) override;
+
+ private:
+  kj::Promise<void> wait_for_assignment(GetAssignmentContext context, uint32_t node, kj::TimePoint deadline);
+
+  Cluster& cluster_;
+  JobManager& jobs_;
+  kj::Timer& timer_;
+  uint32_t heartbeat_ms_;
+  std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiting_;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,86 @@
+#include "coordinator/data_service.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+namespace pstrain {
+namespace {
+
+// Serves batches from a function that produces the indices of batch `step`.
+class BatchStream final : public proto::DataStream::Server {
+ public:
+  BatchStream(std::shared_ptr<const Split> split, uint32_t epoch, int64_t from_step, int64_t steps,
+              std::function<std::vector<uint32_t>(int64_t)> batch_at)
+      : split_(std::move(split)), epoch_(epoch), step_(from_step), steps_(steps), batch_at_(std::move(batch_at)) {}
+
+ protected:
+  kj::Promise<void> next(NextContext context) override {
+    const uint32_t wanted = std::clamp<uint32_t>(context.getParams().getMaxBatches(), 1, DataService::kMaxBatchesPerCall);
+    const auto count = static_cast<uint32_t>(std::clamp<int64_t>(steps_ - step_, 0, wanted));
+    auto results = context.getResults();
+    auto batches = results.initBatches(count);
+    const uint32_t example_size = split_->example_size();
+    for (uint32_t b = 0; b < count; ++b, ++step_) {
+      const std::vector<uint32_t> indices = batch_at_(step_);
+      auto batch = batches[b];
+      batch.setEpoch(epoch_);
+      batch.setStep(static_cast<uint64_t>(step_));
+      batch.setSize(static_cast<uint32_t>(indices.size()));
+      batch.setExampleSize(example_size);
+      auto pixels = batch.initPixels(indices.size() * example_size);
+      auto labels = batch.initLabels(indices.size());
+      auto list = batch.initIndices(static_cast<unsigned>(indices.size()));
+      for (size_t i = 0; i < indices.size(); ++i) {
+        std::memcpy(pixels.begin() + i * example_size, split_->pixels.data() + size_t{indices[i]} * example_size,
+                    example_size);
+        labels[i] = split_->labels[indices[i]];
+        list.set(static_cast<unsigned>(i), indices[i]);
+      }
+    }
+    results.setEnd(step_ >= steps_);
+    return kj::READY_NOW;
+  }
+
+ private:
+  std::shared_ptr<const Split> split_;
+  uint32_t epoch_;
+  int64_t step_, steps_;
+  std::function<std::vector<uint32_t>(int64_t)> batch_at_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Split> DataService::split(const std::string& dataset, SplitKind kind) {
+  const auto key = std::make_pair(dataset, static_cast<int>(kind));
+  auto it = splits_.find(key);
+  if (it == splits_.end()) {
+    it = splits_.emplace(key, std::make_shared<const Split>(load_split(data_dir_, dataset, kind))).first;
+  }
+  return it->second;
+}
+
+proto::DataStream::Client DataService::open_train(std::shared_ptr<const Split> split, const DataPlan& plan,
+                                                  uint32_t epoch, uint32_t worker, int64_t from_step) {
+  auto shard = std::make_shared<DataPlan::EpochShard>(plan.shard(epoch, worker));
+  const int64_t steps = shard->steps();
+  return kj::heap<BatchStream>(std::move(split), epoch, from_step, steps,
+                               [shard](int64_t step) { return shard->batch(step); });
+}
+
+proto::DataStream::Client DataService::open_test(std::shared_ptr<const Split> split, uint32_t worker, uint32_t workers,
+                                                 int64_t batch) {
+  const uint64_t n = split->size;
+  const auto begin = static_cast<uint32_t>(n * worker / workers);
+  const auto end = static_cast<uint32_t>(n * (worker + 1) / workers);
+  const int64_t steps = (end - begin + batch - 1) / batch;
+  return kj::heap<BatchStream>(std::move(split), 0, 0, steps, [begin, end, batch](int64_t step) {
+    std::vector<uint32_t> indices;
+    for (int64_t i = begin + step * batch; i < std::min<int64_t>(end, begin + (step + 1) * batch); ++i) {
+      indices.push_back(static_cast<uint32_t>(i));
+    }
+    return indices;
+  });
+}
+
+}  // namespace pstrain

@@ -1,0 +1,37 @@
+#include "coordinator/job_manager.h"
+
+namespace pstrain {
+
+JobManager::JobManager(Cluster& cluster, DataService& data, kj::AsyncIoProvider& io)
+    : cluster_(cluster), data_(data), io_(io) {}
+
+std::string JobManager::submit(JobSpec spec) {
+  const std::string id = "job-" + std::to_string(next_id_++);
+  jobs_.push_back(std::make_unique<JobRunner>(id, std::move(spec), cluster_, data_, io_, [this](JobRunner& job) {
+    if (on_finished_) on_finished_(job);
+  }));
+  return id;
+}
+
+bool JobManager::schedule() {
+  bool started = false;
+  for (auto& job : jobs_) {
+    if (job->state() == JobState::kPending && job->try_start()) started = true;
+  }
+  return started;
+}
+
+JobRunner* JobManager::find(const std::string& id) {
+  for (auto& job : jobs_) {
+    if (job->id() == id) return job.get();
+  }
+  return nullptr;
+}
+
+JobRunner* JobManager::job_of_worker(uint32_t node) {
+  NodeInfo* info = cluster_.find(node);
+  if (info == nullptr || info->job.empty()) return nullptr;
+  return find(info->job);
+}
+
+}  // namespace pstrain

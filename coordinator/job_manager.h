@@ -1,0 +1,39 @@
+// The coordinator's jobs: submitted specs, queued until the cluster can run them, in order.
+//
+// Thread rules: event-loop thread only.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/job_runner.h"
+
+namespace pstrain {
+
+class JobManager {
+ public:
+  JobManager(Cluster& cluster, DataService& data, kj::AsyncIoProvider& io);
+
+  // Queues a job; returns its id. The spec must be valid (parse_job_spec checked it).
+  std::string submit(JobSpec spec);
+  // Starts every queued job the cluster has room for (in submission order); true if any started.
+  bool schedule();
+  JobRunner* find(const std::string& id);
+  JobRunner* job_of_worker(uint32_t node);
+  const std::vector<std::unique_ptr<JobRunner>>& jobs() const { return jobs_; }
+
+  // Called whenever a job ends (SUCCEEDED, FAILED, CANCELLED).
+  void on_job_finished(std::function<void(JobRunner&)> callback) { on_finished_ = std::move(callback); }
+
+ private:
+  Cluster& cluster_;
+  DataService& data_;
+  kj::AsyncIoProvider& io_;
+  std::vector<std::unique_ptr<JobRunner>> jobs_;
+  std::function<void(JobRunner&)> on_finished_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace pstrain

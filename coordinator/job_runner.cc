@@ -1,0 +1,238 @@
+#include "coordinator/job_runner.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace pstrain {
+
+const char* job_state_name(JobState state) {
+  switch (state) {
+    case JobState::kPending: return "PENDING";
+    case JobState::kRunning: return "RUNNING";
+    case JobState::kRecovering: return "RECOVERING";
+    case JobState::kSucceeded: return "SUCCEEDED";
+    case JobState::kFailed: return "FAILED";
+    case JobState::kCancelled: return "CANCELLED";
+  }
+  return "?";
+}
+
+JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, kj::AsyncIoProvider& io,
+                     Finished on_finished)
+    : id_(std::move(id)),
+      spec_(std::move(spec)),
+      spec_json_(job_spec_to_json(spec_)),
+      cluster_(cluster),
+      data_(data),
+      io_(io),
+      on_finished_(std::move(on_finished)),
+      layout_(make_param_layout(spec_.model)),
+      epochs_(static_cast<size_t>(spec_.training.epochs)) {}
+
+bool JobRunner::try_start() {
+  if (state_ != JobState::kPending) return false;
+  const auto servers = cluster_.free_nodes(proto::Role::SERVER);
+  const auto workers = cluster_.free_nodes(proto::Role::WORKER);
+  if (servers.size() < static_cast<size_t>(spec_.training.servers) ||
+      workers.size() < static_cast<size_t>(spec_.training.workers)) {
+    return false;
+  }
+  try {
+    train_ = data_.split(spec_.dataset.name, SplitKind::kTrain);
+    test_ = data_.split(spec_.dataset.name, SplitKind::kTest);
+  } catch (const Error& e) {
+    fail(e.what());
+    return false;
+  }
+  servers_.assign(servers.begin(), servers.begin() + spec_.training.servers);
+  workers_.assign(workers.begin(), workers.begin() + spec_.training.workers);
+  for (uint32_t id : servers_) {
+    NodeInfo* node = cluster_.find(id);
+    node->job = id_;
+    server_addresses_.push_back(node->address);
+  }
+  for (uint32_t id : workers_) cluster_.find(id)->job = id_;
+  worker_finished_.assign(workers_.size(), false);
+  chunks_ = plan_chunks(layout_, static_cast<uint32_t>(servers_.size()));
+  plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
+  state_ = JobState::kRunning;
+  started_at_ = std::chrono::steady_clock::now();
+  PSLOG(kInfo) << "job " << id_ << " ('" << spec_.name << "'): starting on " << servers_.size() << " server(s) and "
+               << workers_.size() << " worker(s), " << layout_.total_size() << " parameters in " << chunks_.size()
+               << " chunks, " << plan_->steps_per_epoch(0) << " steps per epoch";
+  background_ = configure_servers().eagerlyEvaluate([this](kj::Exception&& e) {
+    fail(std::string("could not configure the parameter servers: ") + e.getDescription().cStr());
+  });
+  return true;
+}
+
+kj::Promise<void> JobRunner::configure_servers() {
+  kj::Vector<kj::Promise<void>> connected;
+  server_connections_.resize(servers_.size());
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    const rpc::HostPort address = rpc::parse_host_port(server_addresses_[i], 7100, "server address");
+    connected.add(rpc::connect(io_.getNetwork(), address).then([this, i](kj::Own<rpc::Connection> c) {
+      server_connections_[i] = kj::mv(c);
+    }));
+  }
+  return kj::joinPromises(connected.releaseAsArray()).then([this] {
+    kj::Vector<kj::Promise<void>> configured;
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      server_clients_.push_back(server_connections_[i]->bootstrap().castAs<proto::ParameterServer>());
+      auto request = server_clients_.back().configureRequest();
+      auto config = request.initConfig();
+      config.setJobId(id_);
+      config.setSpecJson(spec_json_);
+      rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks_.size())), chunks_);
+      config.setServerIndex(static_cast<uint32_t>(i));
+      config.setWorkers(static_cast<uint32_t>(workers_.size()));
+      configured.add(request.send().ignoreResult());
+    }
+    return kj::joinPromises(configured.releaseAsArray());
+  }).then([this] {
+    configured_ = true;
+    PSLOG(kInfo) << "job " << id_ << ": servers configured; workers may start";
+  });
+}
+
+int JobRunner::worker_index(uint32_t node) const {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i] == node) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool JobRunner::fill_assignment(uint32_t node, proto::Assignment::Builder out) const {
+  const int index = worker_index(node);
+  if (index < 0 || !configured_ || state_ != JobState::kRunning) return false;
+  out.setJobId(id_);
+  out.setSpecJson(spec_json_);
+  out.setWorkerIndex(static_cast<uint32_t>(index));
+  out.setWorkerCount(static_cast<uint32_t>(workers_.size()));
+  rpc::set_chunks(out.initChunks(static_cast<unsigned>(chunks_.size())), chunks_);
+  auto servers = out.initServers(static_cast<unsigned>(server_addresses_.size()));
+  for (size_t i = 0; i < server_addresses_.size(); ++i) servers.set(static_cast<unsigned>(i), server_addresses_[i]);
+  out.setStepsPerEpoch(static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(index))));
+  out.setStartEpoch(0);
+  out.setStartStep(0);
+  return true;
+}
+
+proto::DataStream::Client JobRunner::open_shard(uint32_t node, proto::Split split, uint32_t epoch, uint64_t from_step) {
+  const int index = worker_index(node);
+  KJ_REQUIRE(index >= 0, "this node is not a worker of the job", node, id_);
+  KJ_REQUIRE(epoch < spec_.training.epochs, "epoch out of range", epoch);
+  const auto worker = static_cast<uint32_t>(index);
+  if (split == proto::Split::TEST) {
+    const int64_t batch = (spec_.training.global_batch_size + workers_.size() - 1) / workers_.size();
+    return data_.open_test(test_, worker, static_cast<uint32_t>(workers_.size()), batch);
+  }
+  KJ_REQUIRE(static_cast<int64_t>(from_step) <= plan_->steps_per_epoch(worker), "step out of range", from_step);
+  return data_.open_train(train_, *plan_, epoch, worker, static_cast<int64_t>(from_step));
+}
+
+bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
+  const int index = worker_index(node);
+  KJ_REQUIRE(index >= 0, "this node is not a worker of the job", node, id_);
+  if (state_ != JobState::kRunning) return false;
+  const uint32_t epoch = report.getEpoch();
+  KJ_REQUIRE(epoch < epochs_.size(), "epoch out of range", epoch);
+  EpochMetrics& m = epochs_[epoch];
+  switch (report.getKind()) {
+    case proto::Progress::Kind::STEPS:
+      m.train_loss_sum += report.getLossSum();
+      m.train_correct += report.getCorrect();
+      m.train_examples += report.getExamples();
+      PSLOG(kInfo) << "job " << id_ << " worker " << index << ": epoch " << epoch + 1 << " step " << report.getStep()
+                   << " loss " << report.getLossSum() / std::max<uint64_t>(1, report.getExamples()) << " "
+                   << static_cast<int64_t>(report.getSamplesPerSecond()) << " samples/s";
+      break;
+    case proto::Progress::Kind::EVALUATION:
+      m.test_loss_sum += report.getLossSum();
+      m.test_correct += report.getCorrect();
+      m.test_examples += report.getExamples();
+      m.samples_per_second += report.getSamplesPerSecond();
+      if (++m.evaluations == workers_.size()) {
+        const double train_n = std::max<uint64_t>(1, m.train_examples), test_n = std::max<uint64_t>(1, m.test_examples);
+        std::printf("epoch %u: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s\n",
+                    epoch + 1, m.train_loss_sum / train_n, m.train_correct / train_n, m.test_loss_sum / test_n,
+                    m.test_correct / test_n, m.samples_per_second);
+        std::fflush(stdout);
+      }
+      break;
+    case proto::Progress::Kind::FINISHED:
+      worker_finished_[static_cast<size_t>(index)] = true;
+      finish_if_done();
+      break;
+    case proto::Progress::Kind::FAILED:
+      fail("worker " + std::to_string(index) + ": " + rpc::to_string(report.getMessage()));
+      return false;
+  }
+  return true;
+}
+
+void JobRunner::finish_if_done() {
+  for (bool done : worker_finished_) {
+    if (!done) return;
+  }
+  background_ = collect_parameters().eagerlyEvaluate([this](kj::Exception&& e) {
+    fail(std::string("could not collect the trained parameters: ") + e.getDescription().cStr());
+  });
+}
+
+kj::Promise<void> JobRunner::collect_parameters() {
+  final_params_.assign(layout_.total_size(), 0.0f);
+  kj::Vector<kj::Promise<void>> pulls;
+  for (const ChunkInfo& chunk : chunks_) {
+    auto request = server_clients_[chunk.server].pullRequest();
+    request.setJobId(id_);
+    request.setKey(chunk.key);
+    request.setMinVersion(0);
+    pulls.add(request.send().then([this, chunk](capnp::Response<proto::ParameterServer::PullResults>&& r) {
+      const auto values = rpc::tensor_view(r.getValues(), chunk.size, "final parameters");
+      std::copy(values.begin(), values.end(), final_params_.begin() + static_cast<long>(layout_.params()[chunk.param].offset + chunk.offset));
+    }));
+  }
+  return kj::joinPromises(pulls.releaseAsArray()).then([this] {
+    state_ = JobState::kSucceeded;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
+    const EpochMetrics& last = epochs_.back();
+    const double accuracy = last.test_examples ? static_cast<double>(last.test_correct) / last.test_examples : 0.0;
+    PSLOG(kInfo) << "job " << id_ << ": SUCCEEDED in " << seconds << " s";
+    std::printf("final test accuracy: %.4f\n", accuracy);
+    std::fflush(stdout);
+    kj::Vector<kj::Promise<void>> drops;
+    for (auto& client : server_clients_) {
+      auto request = client.dropJobRequest();
+      request.setJobId(id_);
+      drops.add(request.send().ignoreResult().catch_([](kj::Exception&&) {}));
+    }
+    return kj::joinPromises(drops.releaseAsArray());
+  }).then([this] {
+    release_nodes();
+    if (on_finished_) on_finished_(*this);
+  });
+}
+
+void JobRunner::fail(const std::string& reason) {
+  if (state_ == JobState::kSucceeded || state_ == JobState::kFailed || state_ == JobState::kCancelled) return;
+  state_ = JobState::kFailed;
+  failure_ = reason;
+  PSLOG(kError) << "job " << id_ << ": FAILED: " << reason;
+  release_nodes();
+  if (on_finished_) on_finished_(*this);
+}
+
+void JobRunner::release_nodes() {
+  for (uint32_t id : servers_) {
+    if (NodeInfo* n = cluster_.find(id); n != nullptr && n->job == id_) n->job.clear();
+  }
+  for (uint32_t id : workers_) {
+    if (NodeInfo* n = cluster_.find(id); n != nullptr && n->job == id_) n->job.clear();
+  }
+}
+
+}  // namespace pstrain

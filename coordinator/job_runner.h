@@ -1,0 +1,98 @@
+// Runs one job on the cluster: claims servers and workers, places the parameters, configures the
+// servers, hands out assignments, serves data, gathers progress and per-epoch evaluation, and at
+// the end collects the trained parameters.
+//
+// Thread rules: event-loop thread only.
+#pragma once
+
+#include <kj/async-io.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/chunk_plan.h"
+#include "common/data_plan.h"
+#include "common/job_spec.h"
+#include "common/param_layout.h"
+#include "common/rpc/rpc_util.h"
+#include "coordinator/cluster.h"
+#include "coordinator/data_service.h"
+
+namespace pstrain {
+
+enum class JobState { kPending, kRunning, kRecovering, kSucceeded, kFailed, kCancelled };
+const char* job_state_name(JobState state);
+
+struct EpochMetrics {
+  double train_loss_sum = 0;
+  uint64_t train_correct = 0, train_examples = 0;
+  double test_loss_sum = 0;
+  uint64_t test_correct = 0, test_examples = 0;
+  double samples_per_second = 0;  // sum of the workers' training rates
+  uint32_t evaluations = 0;       // workers that reported their test slice
+};
+
+class JobRunner {
+ public:
+  using Finished = std::function<void(JobRunner&)>;
+
+  JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, kj::AsyncIoProvider& io,
+            Finished on_finished);
+
+  const std::string& id() const { return id_; }
+  const JobSpec& spec() const { return spec_; }
+  JobState state() const { return state_; }
+  const std::string& failure() const { return failure_; }
+  const std::vector<EpochMetrics>& epochs() const { return epochs_; }
+  const std::vector<float>& final_params() const { return final_params_; }
+  const ParamLayout& layout() const { return layout_; }
+
+  // Starts the job if the cluster has the servers and workers it needs; true if it started.
+  bool try_start();
+  // Fills an assignment for a worker of this job; false if the node is not one of its workers
+  // or the servers are not configured yet.
+  bool fill_assignment(uint32_t node, proto::Assignment::Builder out) const;
+  proto::DataStream::Client open_shard(uint32_t node, proto::Split split, uint32_t epoch, uint64_t from_step);
+  // Returns whether the worker should keep going.
+  bool on_progress(uint32_t node, proto::Progress::Reader report);
+  void fail(const std::string& reason);
+  bool ready_for_workers() const { return configured_; }
+
+ private:
+  kj::Promise<void> configure_servers();
+  kj::Promise<void> collect_parameters();
+  int worker_index(uint32_t node) const;
+  void finish_if_done();
+  void release_nodes();
+
+  std::string id_;
+  JobSpec spec_;
+  std::string spec_json_;
+  Cluster& cluster_;
+  DataService& data_;
+  kj::AsyncIoProvider& io_;
+  Finished on_finished_;
+
+  JobState state_ = JobState::kPending;
+  std::string failure_;
+  ParamLayout layout_;
+  std::vector<ChunkInfo> chunks_;
+  std::vector<uint32_t> servers_, workers_;  // node ids, by index
+  std::vector<std::string> server_addresses_;
+  std::vector<kj::Own<rpc::Connection>> server_connections_;
+  std::vector<proto::ParameterServer::Client> server_clients_;
+  bool configured_ = false;
+  std::shared_ptr<const Split> train_, test_;
+  std::optional<DataPlan> plan_;
+  std::vector<EpochMetrics> epochs_;
+  std::vector<bool> worker_finished_;
+  std::vector<float> final_params_;
+  std::chrono::steady_clock::time_point started_at_;
+  kj::Promise<void> background_ = nullptr;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,143 @@
+#include "server/parameter_server.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rpc/rpc_util.h"
+
+namespace pstrain {
+namespace {
+
+// Shares a KJ fulfiller with the std::function callbacks of ParameterShard (which must be
+// copyable); the callbacks only ever run on this thread.
+template <typename T>
+struct SharedFulfiller {
+  std::shared_ptr<kj::Own<kj::PromiseFulfiller<T>>> fulfiller;
+  void fulfill(T value) const { (*fulfiller)->fulfill(kj::mv(value)); }
+  bool waiting() const { return (*fulfiller)->isWaiting(); }
+};
+
+template <typename T>
+SharedFulfiller<T> share(kj::Own<kj::PromiseFulfiller<T>> f) {
+  return {std::make_shared<kj::Own<kj::PromiseFulfiller<T>>>(kj::mv(f))};
+}
+
+}  // namespace
+
+ParameterServerImpl::Job& ParameterServerImpl::find(capnp::Text::Reader job_id) {
+  const auto it = jobs_.find(rpc::to_string(job_id));
+  KJ_REQUIRE(it != jobs_.end(), "unknown job (not configured on this server)", job_id);
+  return *it->second;
+}
+
+ParameterShard& ParameterServerImpl::shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key) {
+  KJ_REQUIRE(job.shard->holds(key), "unknown parameter key: this server does not hold it", job_id, key);
+  return *job.shard;
+}
+
+kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
+  const auto config = context.getParams().getConfig();
+  const std::string job_id = rpc::to_string(config.getJobId());
+  KJ_REQUIRE(!job_id.empty(), "job id must not be empty");
+  JobSpec spec;
+  try {
+    spec = parse_job_spec(rpc::to_string(config.getSpecJson()));
+  } catch (const SpecError& e) {
+    KJ_FAIL_REQUIRE("invalid job spec", e.what());
+  }
+  const std::vector<ChunkInfo> chunks = rpc::get_chunks(config.getChunks());
+  const ParamLayout layout = make_param_layout(spec.model);
+  for (const ChunkInfo& c : chunks) {
+    KJ_REQUIRE(c.param < layout.params().size() && c.offset + c.size <= layout.params()[c.param].size,
+               "chunk does not fit the model's parameters", c.key);
+  }
+  auto job = std::make_shared<Job>();
+  job->shard = std::make_unique<ParameterShard>(spec, chunks, config.getServerIndex(), config.getWorkers());
+  PSLOG(kInfo) << "job " << job_id << ": holding " << job->shard->keys().size() << " chunks as server "
+               << config.getServerIndex() << " (" << training_mode_name(spec.training.mode) << ", "
+               << config.getWorkers() << " workers)";
+  jobs_[job_id] = std::move(job);
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
+  const auto params = context.getParams();
+  const std::string job_id = rpc::to_string(params.getJobId());
+  Job& job = find(params.getJobId());
+  const uint32_t key = params.getKey();
+  ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
+  auto paf = kj::newPromiseAndFulfiller<uint64_t>();
+  auto shared = share(kj::mv(paf.fulfiller));
+  shard.pull(key, params.getMinVersion(), [shared](uint64_t version) { shared.fulfill(version); });
+  std::weak_ptr<Job> weak = jobs_.at(job_id);
+  return paf.promise.then([context, weak, key](uint64_t) mutable {
+    auto job = weak.lock();
+    KJ_REQUIRE(job != nullptr, "job was dropped");
+    auto results = context.getResults();
+    results.setVersion(job->shard->version(key));
+    rpc::set_tensor(results.initValues(), job->shard->values(key));
+    job->bytes_out += job->shard->chunk_size(key) * sizeof(float);
+  });
+}
+
+kj::Promise<void> ParameterServerImpl::push(PushContext context) {
+  const auto params = context.getParams();
+  const std::string job_id = rpc::to_string(params.getJobId());
+  Job& job = find(params.getJobId());
+  const uint32_t key = params.getKey();
+  ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
+  KJ_REQUIRE(params.getSliceCount() > 0 && params.getSlice() < params.getSliceCount(),
+             "slice must be below sliceCount", params.getSlice(), params.getSliceCount());
+  PushRequest request;
+  request.key = key;
+  request.step = params.getStep();
+  request.slice = params.getSlice();
+  request.slice_count = params.getSliceCount();
+  request.worker = params.getWorker();
+  request.examples = params.getExamples();
+  request.base_version = params.getBaseVersion();
+  request.gradient = rpc::tensor_view(params.getGradient(), shard.chunk_size(key), "gradient");
+  job.bytes_in += request.gradient.size_bytes();
+
+  auto paf = kj::newPromiseAndFulfiller<PushOutcome>();
+  auto shared = share(kj::mv(paf.fulfiller));
+  shard.push(request, [shared](PushOutcome outcome) { shared.fulfill(outcome); },
+             [shared] { return shared.waiting(); });
+  std::weak_ptr<Job> weak = jobs_.at(job_id);
+  return paf.promise.then([context, weak, key](PushOutcome outcome) mutable {
+    auto job = weak.lock();
+    KJ_REQUIRE(job != nullptr, "job was dropped");
+    auto results = context.getResults();
+    results.setVersion(job->shard->version(key));
+    results.setApplied(outcome.applied);
+    rpc::set_tensor(results.initValues(), job->shard->values(key));
+    job->bytes_out += job->shard->chunk_size(key) * sizeof(float);
+  });
+}
+
+kj::Promise<void> ParameterServerImpl::workerFinished(WorkerFinishedContext context) {
+  find(context.getParams().getJobId()).shard->worker_finished(context.getParams().getWorker());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ParameterServerImpl::dropJob(DropJobContext context) {
+  const std::string job_id = rpc::to_string(context.getParams().getJobId());
+  if (jobs_.erase(job_id) > 0) PSLOG(kInfo) << "job " << job_id << ": dropped";
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ParameterServerImpl::stats(StatsContext context) {
+  Job& job = find(context.getParams().getJobId());
+  const ShardStats& s = job.shard->stats();
+  auto out = context.getResults().initStats();
+  const auto keys = job.shard->keys();
+  out.setVersion(keys.empty() ? 0 : job.shard->version(keys.front()));
+  out.setPushesApplied(s.pushes_applied);
+  out.setPushesDropped(s.pushes_dropped);
+  out.setMaxStaleness(s.max_staleness);
+  out.setMeanStaleness(s.async_pushes ? s.staleness_sum / static_cast<double>(s.async_pushes) : 0.0);
+  out.setBytesIn(job.bytes_in);
+  out.setBytesOut(job.bytes_out);
+  return kj::READY_NOW;
+}
+
+}  // namespace pstrain

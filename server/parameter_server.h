@@ -1,0 +1,43 @@
+// The ParameterServer RPC interface over ParameterShards, one per job.
+//
+// Every request is validated here (unknown job or key, wrong dtype or size, bad slice) and a bad
+// one fails only its own call, with a message naming what is wrong: the server keeps serving.
+//
+// Thread rules: event-loop thread only.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/proto/pstrain.capnp.h"
+#include "server/parameter_shard.h"
+
+namespace pstrain {
+
+class ParameterServerImpl final : public proto::ParameterServer::Server {
+ public:
+  ParameterServerImpl() = default;
+
+  size_t job_count() const { return jobs_.size(); }
+
+ protected:
+  kj::Promise<void> configure(ConfigureContext context) override;
+  kj::Promise<void> pull(PullContext context) override;
+  kj::Promise<void> push(PushContext context) override;
+  kj::Promise<void> workerFinished(WorkerFinishedContext context) override;
+  kj::Promise<void> dropJob(DropJobContext context) override;
+  kj::Promise<void> stats(StatsContext context) override;
+
+ private:
+  struct Job {
+    std::unique_ptr<ParameterShard> shard;
+    uint64_t bytes_in = 0, bytes_out = 0;
+  };
+  Job& find(capnp::Text::Reader job_id);
+  ParameterShard& shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key);
+
+  std::map<std::string, std::shared_ptr<Job>> jobs_;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,178 @@
+#include "server/parameter_shard.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/model_spec.h"
+#include "common/nn/gradient_scaling.h"
+
+namespace pstrain {
+
+ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table, uint32_t server_index,
+                               uint32_t workers)
+    : mode_(spec.training.mode),
+      backup_workers_(spec.training.backup_workers),
+      max_staleness_(spec.training.max_staleness),
+      optimizer_(optim::make_optimizer(spec.optimizer)),
+      finished_(workers, false) {
+  const ParamLayout layout = make_param_layout(spec.model);
+  // The same initial values as the standalone trainer: initialise the whole model, keep our part.
+  std::vector<float> initial(layout.total_size());
+  glorot_uniform_init(layout, spec.model.seed, initial.data());
+  for (const ChunkInfo& info : table) {
+    if (info.server != server_index) continue;
+    const ParamInfo& param = layout.params()[info.param];
+    Chunk chunk;
+    chunk.info = info;
+    chunk.l2 = param.l2;
+    const float* begin = initial.data() + param.offset + info.offset;
+    chunk.values.assign(begin, begin + info.size);
+    chunk.scratch.resize(info.size);
+    chunk.optimizer_state = optimizer_->make_state(info.size);
+    chunks_.emplace(info.key, std::move(chunk));
+  }
+  for (uint32_t w = 0; w < workers; ++w) worker_clocks_[w] = 0;
+}
+
+ParameterShard::~ParameterShard() = default;
+
+size_t ParameterShard::chunk_size(uint32_t key) const { return chunks_.at(key).info.size; }
+uint64_t ParameterShard::version(uint32_t key) const { return chunks_.at(key).version; }
+std::span<const float> ParameterShard::values(uint32_t key) const { return chunks_.at(key).values; }
+
+std::vector<uint32_t> ParameterShard::keys() const {
+  std::vector<uint32_t> keys;
+  for (const auto& [key, chunk] : chunks_) keys.push_back(key);
+  return keys;
+}
+
+void ParameterShard::apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples) {
+  if (examples > 0) {
+    float* grad = chunk.scratch.data();
+    if (summed_gradient.data() != grad) std::copy(summed_gradient.begin(), summed_gradient.end(), grad);
+    nn::scale_and_regularize(grad, chunk.values.data(), chunk.info.size, examples, chunk.l2);
+    optimizer_->apply(chunk.values, std::span<const float>(grad, chunk.info.size), chunk.optimizer_state);
+  }
+  ++chunk.version;
+}
+
+void ParameterShard::push(const PushRequest& request, PushDone done, std::function<bool()> alive) {
+  Chunk& chunk = chunks_.at(request.key);
+  if (mode_ == TrainingMode::kAsync) {
+    const uint64_t staleness = chunk.version - std::min(chunk.version, request.base_version);
+    stats_.max_staleness = std::max(stats_.max_staleness, staleness);
+    stats_.staleness_sum += static_cast<double>(staleness);
+    ++stats_.async_pushes;
+    apply_update(chunk, request.gradient, request.examples);
+    ++stats_.pushes_applied;
+    release_pulls(chunk);
+    if (request.key == chunks_.begin()->first) {
+      uint64_t& clock = worker_clocks_[request.worker];
+      clock = std::max(clock, request.step + 1);
+    }
+    const uint64_t next_step = request.step + 1;
+    auto release = [this, &chunk, done = std::move(done)] { done({chunk.version, true}); };
+    if (max_staleness_ < 0 || next_step <= slowest_clock() + static_cast<uint64_t>(max_staleness_)) {
+      release();
+    } else {
+      chunk.held_replies.emplace_back(next_step, std::move(release));
+    }
+    // A clock moved: replies held on any chunk may now go.
+    for (auto& [key, other] : chunks_) release_held_replies(other);
+    return;
+  }
+
+  if (request.step < chunk.version) {  // the step was applied without this (late) push
+    ++stats_.pushes_dropped;
+    done({chunk.version, false});
+    return;
+  }
+  chunk.pending[request.step].push_back({request, std::move(done), std::move(alive)});
+  apply_ready_sync_steps(chunk);
+}
+
+void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
+  while (true) {
+    auto it = chunk.pending.find(chunk.version);
+    if (it == chunk.pending.end() || it->second.empty()) return;
+    std::vector<PendingPush>& pushes = it->second;
+    std::erase_if(pushes, [](const PendingPush& p) { return p.alive && !p.alive(); });
+    if (pushes.empty()) return;
+    const int64_t slices = pushes.front().request.slice_count;
+    const int64_t needed = std::max<int64_t>(1, slices - backup_workers_);
+    if (static_cast<int64_t>(pushes.size()) < needed) return;
+
+    // Deterministic reduction: add in slice order, whatever the arrival order was.
+    std::sort(pushes.begin(), pushes.end(),
+              [](const PendingPush& a, const PendingPush& b) { return a.request.slice < b.request.slice; });
+    float* sum = chunk.scratch.data();
+    const size_t n = chunk.info.size;
+    std::copy(pushes[0].request.gradient.begin(), pushes[0].request.gradient.end(), sum);
+    int64_t examples = pushes[0].request.examples;
+    for (size_t p = 1; p < pushes.size(); ++p) {
+      const float* g = pushes[p].request.gradient.data();
+      for (size_t i = 0; i < n; ++i) sum[i] += g[i];
+      examples += pushes[p].request.examples;
+    }
+    apply_update(chunk, std::span<const float>(sum, n), examples);
+    stats_.pushes_applied += pushes.size();
+    std::vector<PendingPush> released = std::move(pushes);
+    chunk.pending.erase(it);
+    for (auto& p : released) p.done({chunk.version, true});
+    release_pulls(chunk);
+  }
+}
+
+void ParameterShard::pull(uint32_t key, uint64_t min_version, PullDone done) {
+  Chunk& chunk = chunks_.at(key);
+  if (chunk.version >= min_version) {
+    done(chunk.version);
+  } else {
+    chunk.waiting_pulls.emplace_back(min_version, std::move(done));
+  }
+}
+
+void ParameterShard::release_pulls(Chunk& chunk) {
+  auto& waiting = chunk.waiting_pulls;
+  for (size_t i = 0; i < waiting.size();) {
+    if (waiting[i].first <= chunk.version) {
+      auto done = std::move(waiting[i].second);
+      waiting.erase(waiting.begin() + static_cast<long>(i));
+      done(chunk.version);
+    } else {
+      ++i;
+    }
+  }
+}
+
+uint64_t ParameterShard::slowest_clock() const {
+  uint64_t slowest = std::numeric_limits<uint64_t>::max();
+  for (const auto& [worker, clock] : worker_clocks_) {
+    if (worker < finished_.size() && finished_[worker]) continue;
+    slowest = std::min(slowest, clock);
+  }
+  return slowest;
+}
+
+void ParameterShard::release_held_replies(Chunk& chunk) {
+  if (max_staleness_ < 0) return;
+  const uint64_t slowest = slowest_clock();
+  auto& held = chunk.held_replies;
+  for (size_t i = 0; i < held.size();) {
+    if (slowest == std::numeric_limits<uint64_t>::max() ||
+        held[i].first <= slowest + static_cast<uint64_t>(max_staleness_)) {
+      auto release = std::move(held[i].second);
+      held.erase(held.begin() + static_cast<long>(i));
+      release();
+    } else {
+      ++i;
+    }
+  }
+}
+
+void ParameterShard::worker_finished(uint32_t worker) {
+  if (worker < finished_.size()) finished_[worker] = true;
+  for (auto& [key, chunk] : chunks_) release_held_replies(chunk);
+}
+
+}  // namespace pstrain

@@ -1,0 +1,120 @@
+// The part of one job's parameters that one server holds, and the update rules (DESIGN section 3).
+//
+// Pure logic, no RPC: the Cap'n Proto layer (parameter_server.h) turns calls into push()/pull()
+// and completes its replies from the callbacks, which is also how the unit tests drive it.
+//
+// Sync mode: pushes for step s are held (zero-copy: the gradient view must stay valid until the
+// push's callback runs, which the RPC layer guarantees by keeping the call open) until the step
+// has all its pushes (slice_count, or slice_count - backup_workers), then summed in slice order,
+// divided by the step's examples, regularised once, and applied: version becomes s + 1. Pushes for
+// a step that was already applied (stragglers under backup_workers) are dropped.
+// Async mode: every push is applied at once, divided by its own examples; its staleness (the
+// versions applied since the one it was computed on) is recorded. With max_staleness k, the
+// reply to a worker's push for its step c waits until every unfinished worker has pushed step
+// c + 1 - k, so no worker runs more than k steps ahead of the slowest.
+//
+// Thread rules: event-loop thread only (the server's KJ thread). Callbacks run inside push(),
+// pull() or worker_finished() calls, synchronously.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/chunk_plan.h"
+#include "common/job_spec.h"
+#include "common/optim/optimizer.h"
+
+namespace pstrain {
+
+struct PushRequest {
+  uint32_t key = 0;
+  uint64_t step = 0;         // sync: global step; async: the worker's own step count
+  uint32_t slice = 0;        // sync: slice index within the step
+  uint32_t slice_count = 1;  // sync: slices (workers) in the step
+  uint32_t worker = 0;
+  uint32_t examples = 0;
+  uint64_t base_version = 0;  // async: the version the gradient was computed on
+  std::span<const float> gradient;
+};
+
+struct PushOutcome {
+  uint64_t version = 0;  // the chunk's version when the reply is released
+  bool applied = true;   // false: a late sync push that was dropped
+};
+
+struct ShardStats {
+  uint64_t pushes_applied = 0, pushes_dropped = 0;
+  uint64_t max_staleness = 0;
+  double staleness_sum = 0;
+  uint64_t async_pushes = 0;
+};
+
+class ParameterShard {
+ public:
+  using PushDone = std::function<void(PushOutcome)>;
+  using PullDone = std::function<void(uint64_t version)>;
+
+  // Keeps the chunks of `table` placed on `server_index`, initialised from the spec's seed
+  // exactly as the standalone trainer initialises the whole model.
+  ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table, uint32_t server_index, uint32_t workers);
+  ~ParameterShard();
+
+  bool holds(uint32_t key) const { return chunks_.count(key) != 0; }
+  size_t chunk_size(uint32_t key) const;
+  uint64_t version(uint32_t key) const;
+  std::span<const float> values(uint32_t key) const;
+  std::vector<uint32_t> keys() const;
+
+  // Preconditions (checked by the RPC layer): holds(key), gradient.size() == chunk_size(key),
+  // slice < slice_count. `done` is called exactly once, possibly later, unless `alive` (when
+  // given) turns false first: then the push is forgotten without touching its gradient (the RPC
+  // layer passes "the caller is still waiting", because a cancelled call frees its gradient).
+  void push(const PushRequest& request, PushDone done, std::function<bool()> alive = {});
+  // `done` is called once the chunk's version is at least min_version.
+  void pull(uint32_t key, uint64_t min_version, PullDone done);
+  // Async: this worker pushes no more; it no longer holds others back.
+  void worker_finished(uint32_t worker);
+
+  const ShardStats& stats() const { return stats_; }
+  TrainingMode mode() const { return mode_; }
+
+ private:
+  struct PendingPush {
+    PushRequest request;
+    PushDone done;
+    std::function<bool()> alive;
+  };
+  struct Chunk {
+    ChunkInfo info;
+    float l2 = 0;
+    std::vector<float> values;
+    std::vector<float> scratch;  // summed gradient
+    optim::OptimizerState optimizer_state;
+    uint64_t version = 0;
+    std::map<uint64_t, std::vector<PendingPush>> pending;  // sync: by step
+    std::vector<std::pair<uint64_t, PullDone>> waiting_pulls;
+    std::vector<std::pair<uint64_t, std::function<void()>>> held_replies;  // async SSP: (step, release)
+  };
+
+  void apply_ready_sync_steps(Chunk& chunk);
+  void apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples);
+  void release_pulls(Chunk& chunk);
+  void release_held_replies(Chunk& chunk);
+  uint64_t slowest_clock() const;
+
+  TrainingMode mode_;
+  int64_t backup_workers_ = 0;
+  int64_t max_staleness_ = -1;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::map<uint32_t, Chunk> chunks_;
+  std::map<uint32_t, uint64_t> worker_clocks_;  // async: steps pushed (of the first chunk) per worker
+  std::vector<bool> finished_;
+  ShardStats stats_;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,92 @@
+// pstrain-server: a parameter server. Listens for Cap'n Proto RPC, registers with the
+// coordinator and holds the parameter shards the coordinator places on it.
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "common/error.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/rpc/coordinator_link.h"
+#include "common/rpc/rpc_util.h"
+#include "server/parameter_server.h"
+
+namespace {
+
+struct ServerConfig {
+  pstrain::rpc::HostPort listen;
+  std::string advertise_host;
+  pstrain::rpc::HostPort coordinator;
+  std::string name;
+};
+
+std::string default_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return std::string(host) + "-" + std::to_string(getpid());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace pstrain;
+  FlagSet flags("pstrain-server",
+                "A parameter server: holds parameter shards of training jobs, applies the optimizer,\n"
+                "and enforces the sync/async update rules. Registers with the coordinator.");
+  flags.add("listen", "PSTRAIN_SERVER_LISTEN", "0.0.0.0:7100", "Address to serve RPC on (port 0: any free port).");
+  flags.add("advertise-host", "PSTRAIN_ADVERTISE_HOST", "127.0.0.1",
+            "Host name workers use to reach this server (the port is the listening one).");
+  flags.add("coordinator", "PSTRAIN_COORDINATOR", "127.0.0.1:7000", "The coordinator's RPC address.");
+  flags.add("name", "PSTRAIN_NODE_NAME", "", "Name shown in the cluster view (default: host-pid).");
+  flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
+  flags.add_switch("check-config", "", "Validate the configuration and exit.");
+  switch (flags.parse(argc, argv)) {
+    case FlagSet::Outcome::kHelpShown:
+      std::cout << flags.help();
+      return 0;
+    case FlagSet::Outcome::kError:
+      std::cerr << "pstrain-server: " << flags.error() << "\n";
+      return 2;
+    case FlagSet::Outcome::kRun:
+      break;
+  }
+  ServerConfig config;
+  try {
+    LogLevel level;
+    if (!parse_log_level(flags.get("log-level"), &level)) throw Error("--log-level must be debug, info, warning or error");
+    set_log_level(level);
+    config.listen = rpc::parse_host_port(flags.get("listen"), 7100, "--listen");
+    config.advertise_host = flags.get("advertise-host");
+    config.coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
+    config.name = flags.get("name").empty() ? default_name() : flags.get("name");
+  } catch (const std::exception& e) {
+    std::cerr << "pstrain-server: " << e.what() << "\n";
+    return 2;
+  }
+  if (flags.get_switch("check-config")) {
+    std::cout << "pstrain-server: configuration ok\n";
+    return 0;
+  }
+
+  rpc::capture_shutdown_signals();
+  auto io = kj::setupAsyncIo();
+  capnp::TwoPartyServer rpc_server(kj::heap<ParameterServerImpl>());
+  auto address = io.provider->getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);
+  auto listener = address->listen();
+  const uint32_t port = listener->getPort();
+  auto serving = rpc_server.listen(*listener).eagerlyEvaluate(
+      [](kj::Exception&& e) { PSLOG(kError) << "listener failed: " << e.getDescription().cStr(); });
+  PSLOG(kInfo) << "serving parameter-server RPC on " << config.listen.host << ":" << port;
+
+  rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::SERVER,
+                            config.advertise_host + ":" + std::to_string(port), config.name);
+  auto registered = link.start().eagerlyEvaluate(nullptr);
+  rpc::print_ready("server", port);
+
+  const int signal = rpc::shutdown_signal(io.unixEventPort).wait(io.waitScope);
+  PSLOG(kInfo) << "signal " << signal << ": shutting down";
+  return 0;
+}

@@ -1,0 +1,222 @@
+#include "worker/training_session.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "worker/shard_reader.h"
+
+namespace pstrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Converts a batch's bytes to [0, 1] floats, one column per example.
+void decode_batch(proto::Batch::Reader batch, float* inputs, int32_t* labels) {
+  const auto pixels = batch.getPixels();
+  const auto label_bytes = batch.getLabels();
+  constexpr float kScale = 1.0f / 255.0f;
+  for (size_t i = 0; i < pixels.size(); ++i) inputs[i] = static_cast<float>(pixels[i]) * kScale;
+  for (size_t i = 0; i < label_bytes.size(); ++i) labels[i] = label_bytes[i];
+}
+
+}  // namespace
+
+TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_scope,
+                                 proto::Coordinator::Client coordinator, uint32_t node_id,
+                                 proto::Assignment::Reader a, SessionOptions options)
+    : io_(io),
+      wait_scope_(wait_scope),
+      coordinator_(kj::mv(coordinator)),
+      node_id_(node_id),
+      job_id_(rpc::to_string(a.getJobId())),
+      spec_(parse_job_spec(rpc::to_string(a.getSpecJson()))),
+      worker_index_(a.getWorkerIndex()),
+      worker_count_(a.getWorkerCount()),
+      steps_per_epoch_(a.getStepsPerEpoch()),
+      start_epoch_(a.getStartEpoch()),
+      start_step_(a.getStartStep()),
+      chunks_(rpc::get_chunks(a.getChunks())) {
+  for (auto s : a.getServers()) server_addresses_.push_back(rpc::to_string(s));
+  const int64_t batch = (spec_.training.global_batch_size + worker_count_ - 1) / worker_count_;
+  model_ = std::make_unique<nn::DataParallelModel<float>>(spec_.model, batch, options.replicas);
+  const ParamLayout& layout = model_->layout();
+  for (const ChunkInfo& c : chunks_) {
+    KJ_REQUIRE(c.param < layout.params().size() && c.offset + c.size <= layout.params()[c.param].size &&
+                   c.server < server_addresses_.size(),
+               "assignment has a chunk that does not fit the model", c.key);
+    chunk_offsets_.push_back(layout.params()[c.param].offset + c.offset);
+  }
+  versions_.assign(chunks_.size(), 0);
+  params_.resize(layout.total_size());
+  grads_.resize(layout.total_size());
+  inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
+  labels_.resize(static_cast<size_t>(batch));
+  PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " of " << worker_count_ << ", "
+               << steps_per_epoch_ << " steps per epoch, batch " << batch << ", " << chunks_.size() << " chunks on "
+               << server_addresses_.size() << " server(s)";
+}
+
+TrainingSession::~TrainingSession() = default;
+
+void TrainingSession::connect_servers() {
+  for (const std::string& address : server_addresses_) {
+    auto connection = rpc::connect(io_.getNetwork(), rpc::parse_host_port(address, 7100, "server address")).wait(wait_scope_);
+    servers_.push_back(connection->bootstrap().castAs<proto::ParameterServer>());
+    connections_.push_back(kj::mv(connection));
+  }
+}
+
+void TrainingSession::pull_all() {
+  const uint64_t min_version =
+      spec_.training.mode == TrainingMode::kSync ? start_epoch_ * steps_per_epoch_ + start_step_ : 0;
+  kj::Vector<kj::Promise<void>> replies;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    auto request = servers_[chunks_[k].server].pullRequest();
+    request.setJobId(job_id_);
+    request.setKey(chunks_[k].key);
+    request.setMinVersion(min_version);
+    replies.add(request.send().then([this, k](capnp::Response<proto::ParameterServer::PullResults>&& r) {
+      const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "pulled values");
+      std::memcpy(params_.data() + chunk_offsets_[k], values.data(), values.size_bytes());
+      versions_[k] = r.getVersion();
+    }));
+  }
+  kj::joinPromises(replies.releaseAsArray()).wait(wait_scope_);
+}
+
+void TrainingSession::push_all(uint64_t step, uint32_t examples) {
+  kj::Vector<kj::Promise<void>> replies;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    auto request = servers_[chunks_[k].server].pushRequest();
+    request.setJobId(job_id_);
+    request.setKey(chunks_[k].key);
+    request.setStep(step);
+    request.setSlice(worker_index_);
+    request.setSliceCount(worker_count_);
+    request.setWorker(worker_index_);
+    request.setExamples(examples);
+    request.setBaseVersion(versions_[k]);
+    const std::span<float> gradient = rpc::init_tensor(request.initGradient(), chunks_[k].size);
+    std::memcpy(gradient.data(), grads_.data() + chunk_offsets_[k], gradient.size_bytes());
+    replies.add(request.send().then([this, k](capnp::Response<proto::ParameterServer::PushResults>&& r) {
+      const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
+      std::memcpy(params_.data() + chunk_offsets_[k], values.data(), values.size_bytes());
+      versions_[k] = r.getVersion();
+    }));
+  }
+  kj::joinPromises(replies.releaseAsArray()).wait(wait_scope_);
+}
+
+bool TrainingSession::report(proto::Progress::Kind kind, uint32_t epoch, uint64_t examples, double loss_sum,
+                             uint64_t correct, double samples_per_second, const std::string& message) {
+  auto request = coordinator_.reportProgressRequest();
+  request.setNodeId(node_id_);
+  auto r = request.initReport();
+  r.setJobId(job_id_);
+  r.setKind(kind);
+  r.setEpoch(epoch);
+  r.setStep(steps_done_);
+  r.setExamples(examples);
+  r.setLossSum(loss_sum);
+  r.setCorrect(correct);
+  r.setSamplesPerSecond(samples_per_second);
+  r.setMessage(message);
+  return request.send().wait(wait_scope_).getKeepGoing();
+}
+
+void TrainingSession::evaluate(uint32_t epoch, double train_rate) {
+  auto request = coordinator_.openShardRequest();
+  request.setJobId(job_id_);
+  request.setNodeId(node_id_);
+  request.setSplit(proto::Split::TEST);
+  request.setEpoch(epoch);
+  ShardReader reader(request.send().getStream(), wait_scope_);
+  double loss = 0;
+  uint64_t correct = 0, examples = 0;
+  proto::Batch::Reader batch;
+  while (reader.next(&batch)) {
+    if (batch.getSize() == 0) continue;
+    KJ_REQUIRE(batch.getSize() <= labels_.size(), "test batch larger than the model's batch", batch.getSize());
+    decode_batch(batch, inputs_.data(), labels_.data());
+    const nn::LossResult r = model_->evaluate(params_.data(), inputs_.data(), labels_.data(), batch.getSize());
+    loss += r.loss_sum;
+    correct += static_cast<uint64_t>(r.correct);
+    examples += batch.getSize();
+  }
+  report(proto::Progress::Kind::EVALUATION, epoch, examples, loss, correct, train_rate);
+}
+
+bool TrainingSession::run(const std::function<bool()>& should_stop) {
+  connect_servers();
+  pull_all();
+  const bool sync = spec_.training.mode == TrainingMode::kSync;
+  const int64_t report_every = spec_.training.metrics_every_steps;
+  for (uint32_t epoch = start_epoch_; epoch < spec_.training.epochs; ++epoch) {
+    const uint64_t first_step = epoch == start_epoch_ ? start_step_ : 0;
+    auto request = coordinator_.openShardRequest();
+    request.setJobId(job_id_);
+    request.setNodeId(node_id_);
+    request.setSplit(proto::Split::TRAIN);
+    request.setEpoch(epoch);
+    request.setFromStep(first_step);
+    ShardReader reader(request.send().getStream(), wait_scope_);
+
+    double loss = 0, epoch_seconds = 0;
+    uint64_t correct = 0, examples = 0, epoch_examples = 0;
+    auto window_start = Clock::now();
+    proto::Batch::Reader batch;
+    for (uint64_t step = first_step; step < steps_per_epoch_; ++step) {
+      if (should_stop()) return false;
+      const auto step_start = Clock::now();
+      KJ_REQUIRE(reader.next(&batch), "the data stream ended early", epoch, step);
+      KJ_REQUIRE(batch.getStep() == step && batch.getEpoch() == epoch, "data stream out of order", batch.getStep(), step);
+      const uint32_t n = batch.getSize();
+      KJ_REQUIRE(n <= labels_.size(), "batch larger than the model's batch", n);
+      if (n > 0) {
+        decode_batch(batch, inputs_.data(), labels_.data());
+        const nn::LossResult r = model_->compute_gradients(params_.data(), inputs_.data(), labels_.data(), n, grads_.data());
+        if (!std::isfinite(r.loss_sum)) {
+          throw Error("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
+                      " step " + std::to_string(step + 1));
+        }
+        loss += r.loss_sum;
+        correct += static_cast<uint64_t>(r.correct);
+      } else {
+        std::fill(grads_.begin(), grads_.end(), 0.0f);
+      }
+      examples += n;
+      epoch_examples += n;
+      const uint64_t push_step = sync ? epoch * steps_per_epoch_ + step : steps_done_;
+      push_all(push_step, n);
+      ++steps_done_;
+      epoch_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+      if (static_cast<int64_t>(steps_done_) % report_every == 0 || step + 1 == steps_per_epoch_) {
+        const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+        if (!report(proto::Progress::Kind::STEPS, epoch, examples, loss, correct, examples / std::max(seconds, 1e-9))) {
+          PSLOG(kInfo) << "job " << job_id_ << ": the coordinator says stop";
+          return false;
+        }
+        loss = 0;
+        correct = examples = 0;
+        window_start = Clock::now();
+      }
+    }
+    evaluate(epoch, epoch_examples / std::max(epoch_seconds, 1e-9));
+  }
+  if (!sync) {
+    for (auto& server : servers_) {
+      auto request = server.workerFinishedRequest();
+      request.setJobId(job_id_);
+      request.setWorker(worker_index_);
+      request.send().wait(wait_scope_);
+    }
+  }
+  report(proto::Progress::Kind::FINISHED, static_cast<uint32_t>(spec_.training.epochs - 1), 0, 0, 0, 0);
+  PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " finished " << steps_done_ << " steps";
+  return true;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,71 @@
+// A worker's run of one assignment: pull the parameters, then for every step stream its batch,
+// compute the gradient of the summed loss, push it chunk by chunk to the servers (all chunks in
+// flight at once) and take the updated values from the replies. After each epoch it evaluates
+// its slice of the test split and reports.
+//
+// The compute runs on this (the event loop's) thread between waits: pushes and the next data
+// batches are in flight while nothing else needs the loop.
+//
+// Thread rules: one thread, the one whose event loop `wait_scope` belongs to.
+#pragma once
+
+#include <kj/async-io.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/chunk_plan.h"
+#include "common/job_spec.h"
+#include "common/nn/data_parallel_model.h"
+#include "common/proto/pstrain.capnp.h"
+#include "common/rpc/rpc_util.h"
+
+namespace pstrain {
+
+struct SessionOptions {
+  int replicas = 1;  // compute threads, each on a slice of the batch
+};
+
+class TrainingSession {
+ public:
+  TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_scope, proto::Coordinator::Client coordinator,
+                  uint32_t node_id, proto::Assignment::Reader assignment, SessionOptions options);
+  ~TrainingSession();
+
+  // Runs every remaining step. Returns true when the job is done, false when stopped (the
+  // coordinator said stop, or should_stop() turned true). Throws on errors (the caller reports).
+  bool run(const std::function<bool()>& should_stop);
+
+ private:
+  void connect_servers();
+  void pull_all();
+  void push_all(uint64_t step, uint32_t examples);
+  bool report(proto::Progress::Kind kind, uint32_t epoch, uint64_t examples, double loss_sum, uint64_t correct,
+              double samples_per_second, const std::string& message = "");
+  void evaluate(uint32_t epoch, double train_rate);
+
+  kj::AsyncIoProvider& io_;
+  kj::WaitScope& wait_scope_;
+  proto::Coordinator::Client coordinator_;
+  uint32_t node_id_;
+  std::string job_id_;
+  JobSpec spec_;
+  uint32_t worker_index_, worker_count_;
+  uint64_t steps_per_epoch_;
+  uint32_t start_epoch_;
+  uint64_t start_step_;
+  std::vector<ChunkInfo> chunks_;
+  std::vector<size_t> chunk_offsets_;  // where each chunk lives in the flat buffers
+  std::vector<uint64_t> versions_;     // per chunk
+  std::vector<std::string> server_addresses_;
+  std::vector<kj::Own<rpc::Connection>> connections_;
+  std::vector<proto::ParameterServer::Client> servers_;
+  std::unique_ptr<nn::DataParallelModel<float>> model_;
+  std::vector<float> params_, grads_, inputs_;
+  std::vector<int32_t> labels_;
+  uint64_t steps_done_ = 0;  // this worker's steps in the job
+};
+
+}  // namespace pstrain
