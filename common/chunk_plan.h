@@ -1,7 +1,7 @@
 // How a job's parameters are cut into chunks and placed on servers.
 //
-// Every tensor is split into near-equal chunks of at most max_chunk_floats (a chunk never spans
-// two tensors, so it has one L2 factor and one name). Chunks go to servers largest first, each to
+// Every tensor is split into near-equal chunks (a chunk never spans two tensors, so it has one L2
+// factor and one name) of about a quarter of a server's share, and at most max_chunk_floats. Chunks go to servers largest first, each to
 // the server holding the fewest bytes so far (ties: lowest server index), so S servers carry
 // about equal bytes. The plan depends only on its inputs: the coordinator computes it and hands
 // the same table to servers and workers.

@@ -1,6 +1,7 @@
 #include "common/compute_threads.h"
 
 #include <Eigen/Core>
+#include <malloc.h>
 #include <omp.h>
 #include <thread>
 
@@ -18,6 +19,11 @@ int set_compute_threads(int n) {
   openblas_set_num_threads(n);
 #endif
   return n;
+}
+
+void keep_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 }  // namespace pstrain

@@ -7,4 +7,9 @@ namespace pstrain {
 // n <= 0 means one per core. Returns the number chosen. Call from main before training.
 int set_compute_threads(int n);
 
+// Keeps freed message buffers in the heap instead of returning them to the kernel: every training
+// step receives megabytes of messages, and glibc's defaults (mmap above 128 KiB, trimming the heap
+// top) turned that into page faults on every step. Call once from main.
+void keep_freed_memory();
+
 }  // namespace pstrain

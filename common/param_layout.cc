@@ -23,8 +23,8 @@ std::string shape_string(const Shape& shape) {
 
 void ParamLayout::add(ParamInfo info) {
   info.size = static_cast<size_t>(num_elements(info.shape));
-  info.offset = total_size_;
-  total_size_ += info.size;
+  info.offset = (total_size_ + kAlignment - 1) / kAlignment * kAlignment;
+  total_size_ = info.offset + info.size;
   params_.push_back(std::move(info));
 }
 

@@ -35,6 +35,11 @@ struct ParamInfo {
 
 class ParamLayout {
  public:
+  // Every tensor starts on a multiple of this many floats (64 bytes): tensors and the chunks cut
+  // from them are word-aligned, which Cap'n Proto needs to send a slice of a buffer without
+  // copying it, and cache-line aligned for the math. The padding between tensors stays zero.
+  static constexpr size_t kAlignment = 16;
+
   // Appends a tensor after the existing ones.
   void add(ParamInfo info);
 

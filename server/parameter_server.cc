@@ -109,7 +109,12 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     auto results = context.getResults();
     results.setVersion(job->shard->version(key));
     results.setApplied(outcome.applied);
-    rpc::set_tensor(results.initValues(), job->shard->values(key));
+    if (job->shard->values_stable_until_next_push()) {
+      // Zero-copy reply (see ParameterShard::values_stable_until_next_push).
+      rpc::reference_tensor(results.initValues(), job->shard->values(key));
+    } else {
+      rpc::set_tensor(results.initValues(), job->shard->values(key));
+    }
     job->bytes_out += job->shard->chunk_size(key) * sizeof(float);
   });
 }

@@ -80,6 +80,12 @@ class ParameterShard {
   // Async: this worker pushes no more; it no longer holds others back.
   void worker_finished(uint32_t worker);
 
+  // True when a chunk's values cannot change until every worker of the step has received its
+  // push reply and pushed again: plain sync mode (no backup workers). Then a reply may send the
+  // values without copying them. In async mode, or when late pushes are dropped, another push can
+  // update the chunk while a reply is still being written, so replies must copy.
+  bool values_stable_until_next_push() const { return mode_ == TrainingMode::kSync && backup_workers_ == 0; }
+
   const ShardStats& stats() const { return stats_; }
   TrainingMode mode() const { return mode_; }
 

@@ -99,8 +99,9 @@ void TrainingSession::push_all(uint64_t step, uint32_t examples) {
     request.setWorker(worker_index_);
     request.setExamples(examples);
     request.setBaseVersion(versions_[k]);
-    const std::span<float> gradient = rpc::init_tensor(request.initGradient(), chunks_[k].size);
-    std::memcpy(gradient.data(), grads_.data() + chunk_offsets_[k], gradient.size_bytes());
+    // Zero-copy: the message points into grads_, which stays untouched until every reply is in
+    // (a reply implies its request was fully sent).
+    rpc::reference_tensor(request.initGradient(), {grads_.data() + chunk_offsets_[k], chunks_[k].size});
     replies.add(request.send().then([this, k](capnp::Response<proto::ParameterServer::PushResults>&& r) {
       const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
       std::memcpy(params_.data() + chunk_offsets_[k], values.data(), values.size_bytes());
@@ -189,8 +190,11 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
       }
       examples += n;
       epoch_examples += n;
+      const auto compute_end = Clock::now();
+      compute_seconds_ += std::chrono::duration<double>(compute_end - step_start).count();
       const uint64_t push_step = sync ? epoch * steps_per_epoch_ + step : steps_done_;
       push_all(push_step, n);
+      exchange_seconds_ += std::chrono::duration<double>(Clock::now() - compute_end).count();
       ++steps_done_;
       epoch_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
       if (static_cast<int64_t>(steps_done_) % report_every == 0 || step + 1 == steps_per_epoch_) {
@@ -199,6 +203,9 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
           PSLOG(kInfo) << "job " << job_id_ << ": the coordinator says stop";
           return false;
         }
+        PSLOG(kDebug) << "job " << job_id_ << ": per step " << 1e3 * compute_seconds_ / report_every << " ms compute, "
+                      << 1e3 * exchange_seconds_ / report_every << " ms push/pull";
+        compute_seconds_ = exchange_seconds_ = 0;
         loss = 0;
         correct = examples = 0;
         window_start = Clock::now();

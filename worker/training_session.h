@@ -66,6 +66,7 @@ class TrainingSession {
   std::vector<float> params_, grads_, inputs_;
   std::vector<int32_t> labels_;
   uint64_t steps_done_ = 0;  // this worker's steps in the job
+  double compute_seconds_ = 0, exchange_seconds_ = 0;  // since the last report (debug log)
 };
 
 }  // namespace pstrain

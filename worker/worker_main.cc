@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
 
   rpc::capture_shutdown_signals();
   threads = set_compute_threads(threads);
+  keep_freed_memory();
   auto io = kj::setupAsyncIo();
   auto& ws = io.waitScope;
   bool stopping = false;
@@ -68,7 +69,6 @@ int main(int argc, char** argv) {
     stopping = true;
   }).eagerlyEvaluate(nullptr);
   auto should_stop = [&] {
-    io.provider->getTimer();  // keep the loop turning: poll lets the signal handler run
     signal.poll(ws);
     return stopping;
   };

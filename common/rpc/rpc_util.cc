@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <capnp/orphan.h>
+
 #include "common/error.h"
 
 namespace pstrain::rpc {
@@ -30,16 +32,31 @@ HostPort parse_host_port(const std::string& text, uint32_t default_port, const s
   return hp;
 }
 
+namespace {
+void set_no_delay(kj::AsyncIoStream& stream) {
+  const int one = 1;
+  stream.setsockopt(IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+}  // namespace
+
 Connection::Connection(kj::Own<kj::AsyncIoStream> stream) : stream_(kj::mv(stream)), client_(*stream_) {}
 
 kj::Promise<kj::Own<Connection>> connect(kj::Network& network, const HostPort& address) {
   return network.parseAddress(address.host, address.port)
       .then([](kj::Own<kj::NetworkAddress> addr) { return addr->connect().attach(kj::mv(addr)); })
       .then([](kj::Own<kj::AsyncIoStream> stream) {
-        const int one = 1;
-        stream->setsockopt(IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        set_no_delay(*stream);
         return kj::heap<Connection>(kj::mv(stream));
       });
+}
+
+
+kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener) {
+  return listener.accept().then([&server, &listener](kj::Own<kj::AsyncIoStream> stream) {
+    set_no_delay(*stream);
+    server.accept(kj::mv(stream));
+    return serve(server, listener);
+  });
 }
 
 void capture_shutdown_signals() {
@@ -79,6 +96,14 @@ std::span<float> init_tensor(proto::Tensor::Builder tensor, size_t n) {
   tensor.initShape(1).set(0, n);
   auto data = tensor.initData(n * sizeof(float));
   return {reinterpret_cast<float*>(data.begin()), n};
+}
+
+void reference_tensor(proto::Tensor::Builder tensor, std::span<const float> values) {
+  KJ_REQUIRE(reinterpret_cast<uintptr_t>(values.data()) % sizeof(capnp::word) == 0, "external tensor data must be word-aligned");
+  tensor.setDtype(proto::DType::FLOAT32);
+  tensor.initShape(1).set(0, values.size());
+  const capnp::Data::Reader bytes(reinterpret_cast<const kj::byte*>(values.data()), values.size_bytes());
+  tensor.adoptData(capnp::Orphanage::getForMessageContaining(tensor).referenceExternalData(bytes));
 }
 
 void set_tensor(proto::Tensor::Builder tensor, std::span<const float> values) {

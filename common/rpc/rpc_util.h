@@ -43,6 +43,10 @@ class Connection {
 // Connects once; the promise fails if the peer cannot be reached.
 kj::Promise<kj::Own<Connection>> connect(kj::Network& network, const HostPort& address);
 
+// Accepts connections forever and hands them to `server`, with TCP_NODELAY set: replies are
+// small and latency-bound, and Nagle's algorithm with delayed ACKs would stall each for ~40 ms.
+kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener);
+
 // Resolves on the first SIGINT or SIGTERM. Call capture_shutdown_signals() first, in main,
 // before any thread starts.
 void capture_shutdown_signals();
@@ -57,6 +61,10 @@ void print_ready(const std::string& role, uint32_t port);
 std::span<const float> tensor_view(proto::Tensor::Reader tensor, size_t expected, const char* what);
 // Writes values into a tensor (one copy, into the message being built).
 void set_tensor(proto::Tensor::Builder tensor, std::span<const float> values);
+// Makes `tensor` refer to `values` without copying them into the message: the bytes go straight
+// from `values` to the socket. `values` must be word-aligned and must neither change nor go away
+// until the message has been sent and destroyed (the caller's protocol must guarantee it).
+void reference_tensor(proto::Tensor::Builder tensor, std::span<const float> values);
 // Allocates a tensor of n floats in the message and returns its buffer to compute into.
 std::span<float> init_tensor(proto::Tensor::Builder tensor, size_t n);
 

@@ -62,7 +62,14 @@ TEST_CASE("the DESIGN example parses into typed fields") {
   CHECK(layout.params()[0].name == "layers.1.kernel");
   CHECK(layout.params()[0].shape == Shape{784, 700});
   CHECK(layout.params()[5].name == "layers.3.bias");
-  CHECK(layout.total_size() == 784 * 700 + 700 + 700 * 500 + 500 + 500 * 10 + 10);
+  size_t elements = 0;
+  for (const auto& p : layout.params()) {
+    CHECK(p.offset % ParamLayout::kAlignment == 0);
+    CHECK(p.offset >= elements);
+    elements = p.offset + p.size;
+  }
+  CHECK(elements == layout.total_size());
+  CHECK(layout.total_size() < 784 * 700 + 700 + 700 * 500 + 500 + 500 * 10 + 10 + 6 * ParamLayout::kAlignment);
 }
 
 TEST_CASE("canonical JSON round-trips") {

@@ -1,0 +1,183 @@
+// The update rules of a parameter shard, driven in-process (no RPC): the sync barrier and its
+// deterministic reduction, backup workers, async staleness and max_staleness.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <optional>
+
+#include "server/parameter_shard.h"
+
+using namespace pstrain;
+
+namespace {
+
+JobSpec tiny_job(const std::string& training) {
+  return parse_job_spec(R"({"dataset": {"name": "mnist10k"},
+    "model": {"input_shape": [784], "seed": 3, "layers": [{"type": "dense", "units": 10}]},
+    "optimizer": {"type": "sgd", "learning_rate": 0.5},
+    "training": )" + training + "}");
+}
+
+struct Fixture {
+  JobSpec spec;
+  std::vector<ChunkInfo> table;
+  ParameterShard shard;
+  uint32_t key;
+  size_t n;
+
+  Fixture(const std::string& training, uint32_t workers)
+      : spec(tiny_job(training)),
+        table(plan_chunks(make_param_layout(spec.model), 1, 1000)),
+        shard(spec, table, 0, workers),
+        key(0),
+        n(shard.chunk_size(0)) {}
+
+  std::vector<float> initial() const { return {shard.values(key).begin(), shard.values(key).end()}; }
+};
+
+struct Reply {
+  std::optional<PushOutcome> outcome;
+};
+
+PushRequest push(uint32_t key, uint64_t step, uint32_t slice, uint32_t count, uint32_t examples,
+                 const std::vector<float>& grad) {
+  PushRequest r;
+  r.key = key;
+  r.step = step;
+  r.slice = slice;
+  r.slice_count = count;
+  r.worker = slice;
+  r.examples = examples;
+  r.base_version = step;
+  r.gradient = grad;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("sync - the update waits for every slice and divides by the step's examples") {
+  Fixture f(R"({"mode": "sync", "global_batch_size": 8, "workers": 2})", 2);
+  const auto w0 = f.initial();
+  std::vector<float> g0(f.n, 3.0f), g1(f.n, 1.0f);
+  Reply r0, r1;
+  f.shard.push(push(f.key, 0, 0, 2, 6, g0), [&](PushOutcome o) { r0.outcome = o; });
+  CHECK_FALSE(r0.outcome.has_value());  // the barrier holds the first push
+  CHECK(f.shard.version(f.key) == 0);
+  CHECK(f.shard.values(f.key)[0] == w0[0]);
+  f.shard.push(push(f.key, 0, 1, 2, 2, g1), [&](PushOutcome o) { r1.outcome = o; });
+  REQUIRE(r0.outcome.has_value());
+  REQUIRE(r1.outcome.has_value());
+  CHECK(r0.outcome->version == 1);
+  CHECK(r0.outcome->applied);
+  // w -= lr * (3 + 1) / (6 + 2)
+  for (size_t i = 0; i < f.n; i += 97) CHECK(f.shard.values(f.key)[i] == doctest::Approx(w0[i] - 0.5f * 0.5f));
+}
+
+TEST_CASE("sync - the reduction order is the slice order whatever the arrival order") {
+  // Values chosen so that float addition order changes the result.
+  std::vector<float> a(1), b(1), c(1);
+  a[0] = 1e8f;
+  b[0] = 1.0f;
+  c[0] = -1e8f;
+  auto run = [&](std::vector<int> arrival) {
+    Fixture f(R"({"mode": "sync", "global_batch_size": 9, "workers": 3})", 3);
+    std::vector<std::vector<float>> grads = {std::vector<float>(f.n, a[0]), std::vector<float>(f.n, b[0]),
+                                             std::vector<float>(f.n, c[0])};
+    for (int slice : arrival) f.shard.push(push(f.key, 0, static_cast<uint32_t>(slice), 3, 1, grads[slice]), [](PushOutcome) {});
+    REQUIRE(f.shard.version(f.key) == 1);
+    return f.shard.values(f.key)[5];
+  };
+  const float in_order = run({0, 1, 2});
+  CHECK(run({2, 1, 0}) == in_order);
+  CHECK(run({1, 2, 0}) == in_order);
+}
+
+TEST_CASE("sync - a pull for the next version waits for the update") {
+  Fixture f(R"({"mode": "sync", "global_batch_size": 4, "workers": 2})", 2);
+  std::optional<uint64_t> pulled;
+  f.shard.pull(f.key, 1, [&](uint64_t v) { pulled = v; });
+  CHECK_FALSE(pulled.has_value());
+  std::vector<float> g(f.n, 1.0f);
+  f.shard.push(push(f.key, 0, 0, 2, 2, g), [](PushOutcome) {});
+  CHECK_FALSE(pulled.has_value());
+  f.shard.push(push(f.key, 0, 1, 2, 2, g), [](PushOutcome) {});
+  REQUIRE(pulled.has_value());
+  CHECK(*pulled == 1);
+}
+
+TEST_CASE("sync - a push whose caller went away is never read") {
+  Fixture f(R"({"mode": "sync", "global_batch_size": 4, "workers": 2})", 2);
+  const auto w0 = f.initial();
+  std::vector<float> gone(f.n, 1000.0f), g(f.n, 1.0f);
+  bool alive = true;
+  f.shard.push(push(f.key, 0, 0, 2, 2, gone), [](PushOutcome) { FAIL("a cancelled push was answered"); },
+               [&] { return alive; });
+  alive = false;  // the RPC was cancelled: its gradient buffer is gone
+  gone.assign(f.n, std::nanf(""));
+  f.shard.push(push(f.key, 0, 1, 2, 2, g), [](PushOutcome) {});
+  CHECK(f.shard.version(f.key) == 0);  // still waiting for slice 0
+  std::vector<float> again(f.n, 1.0f);
+  f.shard.push(push(f.key, 0, 0, 2, 2, again), [](PushOutcome) {});
+  CHECK(f.shard.version(f.key) == 1);
+  CHECK(f.shard.values(f.key)[0] == doctest::Approx(w0[0] - 0.5f * 2.0f / 4.0f));
+}
+
+TEST_CASE("sync - backup workers apply after N-k pushes and drop the late ones") {
+  Fixture f(R"({"mode": "sync", "global_batch_size": 9, "workers": 3, "backup_workers": 1})", 3);
+  const auto w0 = f.initial();
+  std::vector<float> g(f.n, 2.0f);
+  Reply late;
+  f.shard.push(push(f.key, 0, 2, 3, 3, g), [](PushOutcome) {});
+  f.shard.push(push(f.key, 0, 0, 3, 3, g), [](PushOutcome) {});
+  CHECK(f.shard.version(f.key) == 1);  // 2 of 3 were enough
+  CHECK(f.shard.values(f.key)[0] == doctest::Approx(w0[0] - 0.5f * 4.0f / 6.0f));
+  f.shard.push(push(f.key, 0, 1, 3, 3, g), [&](PushOutcome o) { late.outcome = o; });
+  REQUIRE(late.outcome.has_value());
+  CHECK_FALSE(late.outcome->applied);
+  CHECK(f.shard.version(f.key) == 1);
+  CHECK(f.shard.stats().pushes_dropped == 1);
+}
+
+TEST_CASE("async - every push applies at once and its staleness is recorded") {
+  Fixture f(R"({"mode": "async", "global_batch_size": 4, "workers": 2})", 2);
+  const auto w0 = f.initial();
+  std::vector<float> g(f.n, 1.0f);
+  Reply r;
+  PushRequest a = push(f.key, 0, 0, 1, 2, g);
+  a.base_version = 0;
+  f.shard.push(a, [&](PushOutcome o) { r.outcome = o; });
+  REQUIRE(r.outcome.has_value());
+  CHECK(r.outcome->version == 1);
+  CHECK(f.shard.values(f.key)[0] == doctest::Approx(w0[0] - 0.5f * 0.5f));
+  PushRequest b = push(f.key, 0, 1, 1, 1, g);  // worker 1, computed on version 0: stale by 1
+  b.worker = 1;
+  b.base_version = 0;
+  f.shard.push(b, [](PushOutcome) {});
+  CHECK(f.shard.version(f.key) == 2);
+  CHECK(f.shard.values(f.key)[0] == doctest::Approx(w0[0] - 0.25f - 0.5f));
+  CHECK(f.shard.stats().max_staleness == 1);
+  CHECK(f.shard.stats().staleness_sum == doctest::Approx(1.0));
+}
+
+TEST_CASE("async - max_staleness holds a worker that runs too far ahead") {
+  Fixture f(R"({"mode": "async", "global_batch_size": 4, "workers": 2, "max_staleness": 1})", 2);
+  std::vector<float> g(f.n, 0.1f);
+  auto worker_push = [&](uint32_t worker, uint64_t step, Reply& reply) {
+    PushRequest r = push(f.key, step, 0, 1, 2, g);
+    r.worker = worker;
+    f.shard.push(r, [&reply](PushOutcome o) { reply.outcome = o; });
+  };
+  Reply w0s0, w0s1, w1s0;
+  worker_push(0, 0, w0s0);
+  CHECK(w0s0.outcome.has_value());  // next step 1 <= slowest (0) + 1
+  worker_push(0, 1, w0s1);
+  CHECK_FALSE(w0s1.outcome.has_value());  // next step 2 would be 2 ahead of worker 1
+  worker_push(1, 0, w1s0);
+  CHECK(w1s0.outcome.has_value());
+  CHECK(w0s1.outcome.has_value());  // worker 1 caught up: released
+  Reply w0s2;
+  worker_push(0, 2, w0s2);
+  CHECK_FALSE(w0s2.outcome.has_value());
+  f.shard.worker_finished(1);  // a finished worker holds nobody back
+  CHECK(w0s2.outcome.has_value());
+}
