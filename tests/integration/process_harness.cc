@@ -31,6 +31,22 @@ constexpr auto kPollInterval = 5ms;
   throw std::runtime_error(what + ": " + std::strerror(errno));
 }
 
+// Blocks every signal in this thread while alive. Held around fork(), so that a child never runs
+// the test's handlers (doctest reports SIGTERM as a crash, from a copy of the test) before it has
+// reset them; a signal sent meanwhile stays pending until then.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t all;
+    ::sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &saved_);
+  }
+  ~SignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+
+ private:
+  sigset_t saved_;
+};
+
 struct Fd {  // closes on every exit path of the constructor below
   int fd;
   ~Fd() { if (fd >= 0) ::close(fd); }
@@ -80,11 +96,11 @@ std::optional<std::vector<std::string>> match_line(const std::string& line, cons
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) die(0);
   if (::getppid() != parent) ::_exit(127);  // the test died before prctl took effect
   if (::setpgid(0, pgid) != 0) die(1);
-  // Ignored signals and the signal mask survive exec; the test process may have changed them.
+  // Handlers, ignored signals and the mask (all blocked by SignalsBlocked) survive until exec.
+  for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD}) ::signal(sig, SIG_DFL);
   if (::dup2(stdin_fd, 0) < 0 || ::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0) die(2);
   // Don't leak the test's descriptors: an inherited listening socket would keep its port busy.
   ::close_range(3, report_fd - 1, 0);
@@ -97,7 +113,8 @@ std::optional<std::vector<std::string>> match_line(const std::string& line, cons
 
 std::string ExitStatus::describe() const {
   if (code < 0) return "exit status unknown";
-  if (signal != 0) return "killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+  if (signal != 0)
+    return "killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
   return "exit code " + std::to_string(code);
 }
 
@@ -126,8 +143,8 @@ Process::Process(std::string name, std::vector<std::string> argv, Env extra_env,
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view kv(*e);
     auto key = kv.substr(0, kv.find('='));
-    if (std::none_of(extra_env.begin(), extra_env.end(), [&](auto& kv2) { return kv2.first == key; }))
-      env_strings.emplace_back(kv);
+    auto overridden = [&](const auto& extra) { return extra.first == key; };
+    if (std::none_of(extra_env.begin(), extra_env.end(), overridden)) env_strings.emplace_back(kv);
   }
   for (const auto& [key, value] : extra_env) env_strings.push_back(key + "=" + value);
   std::vector<char*> c_argv, c_envp;
@@ -137,11 +154,14 @@ Process::Process(std::string name, std::vector<std::string> argv, Env extra_env,
   c_envp.push_back(nullptr);
 
   const pid_t parent = ::getpid();
-  pid_ = ::fork();
+  {
+    SignalsBlocked blocked;
+    pid_ = ::fork();
+    if (pid_ == 0)
+      exec_child(parent, process_group, devnull.fd, log.fd, report_write.fd, path.c_str(),
+                 c_argv.data(), c_envp.data());
+  }
   if (pid_ < 0) throw_errno("fork for " + name_);
-  if (pid_ == 0)
-    exec_child(parent, process_group, devnull.fd, log.fd, report_write.fd, path.c_str(),
-               c_argv.data(), c_envp.data());
   leads_group_ = (process_group == 0);
   ::close(report_write.fd);
   report_write.fd = -1;
@@ -175,7 +195,7 @@ bool Process::running() {
   if (status_) return false;
   int st = 0;
   const pid_t r = ::waitpid(pid_, &st, WNOHANG);
-  if (r == 0) return true;
+  if (r == 0 || (r < 0 && errno == EINTR)) return true;
   if (r == pid_) reap(st);
   else status_ = ExitStatus{-1, 0};  // reaped by someone else: never signal that pid again
   return false;
@@ -268,7 +288,8 @@ std::vector<std::string> Process::wait_for_line(const std::string& pattern,
 
 int wait_ready(Process& process, std::chrono::milliseconds timeout) {
   static const std::regex kReady(R"(PSTRAIN_READY\b.*\bport=(\d{1,5})\b)");
-  const auto groups = process.wait_for_line(kReady, timeout, "the line 'PSTRAIN_READY ... port=N'");
+  const auto groups =
+      process.wait_for_line(kReady, timeout, "the line 'PSTRAIN_READY ... port=N'");
   const int port = std::stoi(groups[1]);
   if (port <= 0 || port > 65535)
     throw std::runtime_error("process '" + process.name() + "' reported bad port: " + groups[0]);
@@ -299,24 +320,22 @@ ProcessGroup::ProcessGroup(ProcessGroupOptions options) : options_(options) {
   if (::mkdtemp(dir) == nullptr) throw_errno("mkdtemp /tmp/pstrain-it-XXXXXX");
   log_dir_ = dir;
   const pid_t parent = ::getpid();
-  pgid_ = ::fork();
+  {
+    SignalsBlocked blocked;  // and the anchor keeps them blocked: only SIGKILL ends it
+    pgid_ = ::fork();
+    if (pgid_ == 0) {  // the anchor: holds the group id, idle until SIGKILL
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(0);
+      ::setpgid(0, 0);
+      ::close_range(3, ~0U, 0);  // hold no socket or pipe of the test
+      for (;;) ::pause();
+    }
+  }
   if (pgid_ < 0) {
     const int err = errno;
     std::filesystem::remove_all(log_dir_);
     errno = err;
     throw_errno("fork for the process group anchor");
-  }
-  if (pgid_ == 0) {
-    // The anchor: idles until SIGKILL. Blocking every other signal also keeps the test's own
-    // handlers (doctest reports SIGTERM as a crash) from ever running in this copy of it.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(0);
-    ::setpgid(0, 0);
-    sigset_t all;
-    ::sigfillset(&all);
-    ::sigprocmask(SIG_SETMASK, &all, nullptr);
-    ::close_range(3, ~0U, 0);  // hold no socket or pipe of the test
-    for (;;) ::pause();
   }
   ::setpgid(pgid_, pgid_);  // also here, so the group exists before start() whatever the timing
 }

@@ -10,6 +10,8 @@
 // Threads: not thread-safe. Use from the single test thread, and let that thread outlive the
 // children: PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process.
 // Children are reaped only by these classes; do not waitpid() on their pids yourself.
+// If the test process itself is killed, PR_SET_PDEATHSIG kills the direct children; their own
+// descendants (e.g. what a shell started) are reached only by the group kill of a destructor.
 //
 // Child output: stdout and stderr are appended to <log_dir>/<name>.log, so C stdio in the child
 // is fully buffered. A binary must flush the lines tests wait for (std::endl, fflush).
@@ -60,7 +62,8 @@ class Process {
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);  // ExitStatus::code, or none
   std::optional<ExitStatus> exit_status() const { return status_; }  // set once reaped
 
-  // The whole log file: after a restart under the same name it includes the earlier runs.
+  // The whole log file: a "[process_harness] start NAME: ARGV" line before each run's output,
+  // and after a restart under the same name, the earlier runs too.
   std::string log_text() const;
   std::string log_tail(int n_lines) const;
 

@@ -60,10 +60,9 @@ bool dies_within(pid_t pid, std::chrono::milliseconds timeout) {
   return true;
 }
 
-ProcessGroupOptions quick_group() {
+ProcessGroupOptions quick_group() {  // keep_logs from PSTRAIN_KEEP_LOGS
   ProcessGroupOptions options;
   options.term_grace = 300ms;
-  options.keep_logs = false;
   return options;
 }
 
@@ -91,7 +90,8 @@ TEST_CASE("wait_for_line returns the regex groups and passes extra_env") {
 
 TEST_CASE("wait_for_line times out with the log tail in its message") {
   ProcessGroup group(quick_group());
-  Process& p = group.start("talker", sh("echo first-marker-line; echo second-marker-line; sleep 30"));
+  Process& p =
+      group.start("talker", sh("echo first-marker-line; echo second-marker-line; sleep 30"));
   p.wait_for_line("second-marker-line", 10s);  // the output exists before the wait that fails
   const auto t0 = Clock::now();
   const std::string message = error_of([&] { p.wait_for_line("never-printed", 300ms); });
@@ -130,7 +130,9 @@ TEST_CASE("ProcessGroup destructor leaves no process behind") {
   std::string dir;
   const auto t0 = Clock::now();
   {
-    ProcessGroup group(quick_group());
+    ProcessGroupOptions options = quick_group();
+    options.keep_logs = false;
+    ProcessGroup group(options);
     dir = group.log_dir();
     plain = group.start("plain", {"sleep", "30"}).pid();
     Process& s = group.start("stubborn", sh("trap '' TERM; sleep 30 & echo bg=$!; wait"));
