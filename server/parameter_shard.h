@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/chunk_plan.h"
 #include "common/job_spec.h"
 #include "common/optim/optimizer.h"
@@ -98,8 +99,8 @@ class ParameterShard {
   struct Chunk {
     ChunkInfo info;
     float l2 = 0;
-    std::vector<float> values;
-    std::vector<float> scratch;  // summed gradient
+    AlignedFloats values;
+    AlignedFloats scratch;  // summed gradient
     optim::OptimizerState optimizer_state;
     uint64_t version = 0;
     std::map<uint64_t, std::vector<PendingPush>> pending;  // sync: by step

@@ -24,7 +24,7 @@ struct Evaluation {
   double loss = 0, accuracy = 0;
 };
 
-Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, const float* params, std::vector<float>& inputs,
+Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, const float* params, AlignedFloats& inputs,
                     std::vector<int32_t>& labels) {
   const int64_t batch = model.max_batch();
   std::vector<uint32_t> indices(static_cast<size_t>(batch));
@@ -53,11 +53,11 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
   TrainingResult result;
   result.params.resize(layout.total_size());
   glorot_uniform_init(layout, spec.model.seed, result.params.data());
-  std::vector<float> grads(layout.total_size());
+  AlignedFloats grads(layout.total_size());
   const auto optimizer = optim::make_optimizer(spec.optimizer);
   optim::OptimizerState state = optimizer->make_state(layout.total_size());
 
-  std::vector<float> inputs(static_cast<size_t>(model.input_size() * batch));
+  AlignedFloats inputs(static_cast<size_t>(model.input_size() * batch));
   std::vector<int32_t> labels(static_cast<size_t>(batch));
   const int64_t steps_per_epoch = (train.size + batch - 1) / batch;
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/job_spec.h"
 
 namespace pstrain {
@@ -44,7 +45,7 @@ struct LocalTrainerOptions {
 struct TrainingResult {
   std::vector<EpochReport> epochs;
   int64_t steps = 0;
-  std::vector<float> params;  // final parameters, laid out by make_param_layout(spec.model)
+  AlignedFloats params;  // final parameters, laid out by make_param_layout(spec.model)
 };
 
 // Loads the datasets and trains. Throws DataError / SpecError for missing data or a bad spec.

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <span>
 #include <sstream>
 
 #include "common/compute_threads.h"
@@ -21,7 +22,7 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-void write_params(const std::string& path, const std::vector<float>& params) {
+void write_params(const std::string& path, std::span<const float> params) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
   if (!out) throw pstrain::Error(path + ": cannot write the parameters");

@@ -1,5 +1,6 @@
 #include "worker/training_session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -50,6 +51,10 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
     chunk_offsets_.push_back(layout.params()[c.param].offset + c.offset);
   }
   versions_.assign(chunks_.size(), 0);
+  push_order_.resize(chunks_.size());
+  for (size_t k = 0; k < chunks_.size(); ++k) push_order_[k] = k;
+  std::sort(push_order_.begin(), push_order_.end(),
+            [this](size_t a, size_t b) { return chunk_offsets_[a] > chunk_offsets_[b]; });
   params_.resize(layout.total_size());
   grads_.resize(layout.total_size());
   inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
@@ -87,28 +92,31 @@ void TrainingSession::pull_all() {
   kj::joinPromises(replies.releaseAsArray()).wait(wait_scope_);
 }
 
-void TrainingSession::push_all(uint64_t step, uint32_t examples) {
-  kj::Vector<kj::Promise<void>> replies;
-  for (size_t k = 0; k < chunks_.size(); ++k) {
-    auto request = servers_[chunks_[k].server].pushRequest();
-    request.setJobId(job_id_);
-    request.setKey(chunks_[k].key);
-    request.setStep(step);
-    request.setSlice(worker_index_);
-    request.setSliceCount(worker_count_);
-    request.setWorker(worker_index_);
-    request.setExamples(examples);
-    request.setBaseVersion(versions_[k]);
-    // Zero-copy: the message points into grads_, which stays untouched until every reply is in
-    // (a reply implies its request was fully sent).
-    rpc::reference_tensor(request.initGradient(), {grads_.data() + chunk_offsets_[k], chunks_[k].size});
-    replies.add(request.send().then([this, k](capnp::Response<proto::ParameterServer::PushResults>&& r) {
-      const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
-      std::memcpy(params_.data() + chunk_offsets_[k], values.data(), values.size_bytes());
-      versions_[k] = r.getVersion();
-    }));
-  }
-  kj::joinPromises(replies.releaseAsArray()).wait(wait_scope_);
+void TrainingSession::push_chunk(size_t k, uint64_t step, uint32_t examples) {
+  auto request = servers_[chunks_[k].server].pushRequest();
+  request.setJobId(job_id_);
+  request.setKey(chunks_[k].key);
+  request.setStep(step);
+  request.setSlice(worker_index_);
+  request.setSliceCount(worker_count_);
+  request.setWorker(worker_index_);
+  request.setExamples(examples);
+  request.setBaseVersion(versions_[k]);
+  // Zero-copy: the message points into grads_, which stays untouched until every reply is in
+  // (a reply implies its request was fully sent).
+  rpc::reference_tensor(request.initGradient(), {grads_.data() + chunk_offsets_[k], chunks_[k].size});
+  replies_.add(request.send().then([this, k](capnp::Response<proto::ParameterServer::PushResults>&& r) {
+    const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
+    std::memcpy(params_.data() + chunk_offsets_[k], values.data(), values.size_bytes());
+    versions_[k] = r.getVersion();
+  }));
+}
+
+void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
+  for (; pushed_ < push_order_.size(); ++pushed_) push_chunk(push_order_[pushed_], step, examples);
+  kj::joinPromises(replies_.releaseAsArray()).wait(wait_scope_);
+  replies_ = kj::Vector<kj::Promise<void>>();
+  pushed_ = 0;
 }
 
 bool TrainingSession::report(proto::Progress::Kind kind, uint32_t epoch, uint64_t examples, double loss_sum,
@@ -176,9 +184,20 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
       KJ_REQUIRE(batch.getStep() == step && batch.getEpoch() == epoch, "data stream out of order", batch.getStep(), step);
       const uint32_t n = batch.getSize();
       KJ_REQUIRE(n <= labels_.size(), "batch larger than the model's batch", n);
+      const uint64_t push_step = sync ? epoch * steps_per_epoch_ + step : steps_done_;
       if (n > 0) {
         decode_batch(batch, inputs_.data(), labels_.data());
-        const nn::LossResult r = model_->compute_gradients(params_.data(), inputs_.data(), labels_.data(), n, grads_.data());
+        // Overlap: ship the later layers' gradients while the earlier layers run backward, and
+        // let the event loop write them out.
+        auto ready = [&](size_t final_from) {
+          const size_t before = pushed_;
+          while (pushed_ < push_order_.size() && chunk_offsets_[push_order_[pushed_]] >= final_from) {
+            push_chunk(push_order_[pushed_++], push_step, n);
+          }
+          if (pushed_ != before) wait_scope_.poll();
+        };
+        const nn::LossResult r =
+            model_->compute_gradients(params_.data(), inputs_.data(), labels_.data(), n, grads_.data(), ready);
         if (!std::isfinite(r.loss_sum)) {
           throw Error("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
                       " step " + std::to_string(step + 1));
@@ -192,8 +211,7 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
       epoch_examples += n;
       const auto compute_end = Clock::now();
       compute_seconds_ += std::chrono::duration<double>(compute_end - step_start).count();
-      const uint64_t push_step = sync ? epoch * steps_per_epoch_ + step : steps_done_;
-      push_all(push_step, n);
+      finish_push(push_step, n);
       exchange_seconds_ += std::chrono::duration<double>(Clock::now() - compute_end).count();
       ++steps_done_;
       epoch_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/chunk_plan.h"
 #include "common/job_spec.h"
 #include "common/nn/data_parallel_model.h"
@@ -41,7 +42,10 @@ class TrainingSession {
  private:
   void connect_servers();
   void pull_all();
-  void push_all(uint64_t step, uint32_t examples);
+  // Sends the push of chunk k (its gradient must be final); the reply is collected by finish_push.
+  void push_chunk(size_t k, uint64_t step, uint32_t examples);
+  // Pushes every chunk not pushed yet, then waits for all replies and takes the new values.
+  void finish_push(uint64_t step, uint32_t examples);
   bool report(proto::Progress::Kind kind, uint32_t epoch, uint64_t examples, double loss_sum, uint64_t correct,
               double samples_per_second, const std::string& message = "");
   void evaluate(uint32_t epoch, double train_rate);
@@ -63,7 +67,10 @@ class TrainingSession {
   std::vector<kj::Own<rpc::Connection>> connections_;
   std::vector<proto::ParameterServer::Client> servers_;
   std::unique_ptr<nn::DataParallelModel<float>> model_;
-  std::vector<float> params_, grads_, inputs_;
+  AlignedFloats params_, grads_, inputs_;
+  std::vector<size_t> push_order_;         // chunks by descending offset: the order backward completes them
+  size_t pushed_ = 0;                      // chunks of the current step already sent
+  kj::Vector<kj::Promise<void>> replies_;  // of the current step
   std::vector<int32_t> labels_;
   uint64_t steps_done_ = 0;  // this worker's steps in the job
   double compute_seconds_ = 0, exchange_seconds_ = 0;  // since the last report (debug log)

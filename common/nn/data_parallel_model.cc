@@ -23,9 +23,10 @@ std::pair<int64_t, int64_t> DataParallelModel<T>::slice(int r, int64_t batch) co
 
 template <typename T>
 LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels,
-                                                   int64_t batch, T* grads) {
+                                                   int64_t batch, T* grads,
+                                                   const typename Model<T>::GradientsReady& ready) {
   const int n = replicas();
-  if (n == 1 || batch < n) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads);
+  if (n == 1 || batch < n) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready);
 
   std::vector<LossResult> results(static_cast<size_t>(n));
   const int64_t in = input_size();
@@ -44,6 +45,7 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
     for (const auto& g : replica_grads_) sum += g[static_cast<size_t>(i)];
     grads[i] = sum;
   }
+  if (ready) ready(0);
   LossResult total_result;
   for (const auto& r : results) {
     total_result.loss_sum += r.loss_sum;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/nn/model.h"
 
 namespace pstrain::nn {
@@ -26,8 +27,11 @@ class DataParallelModel {
   int64_t max_batch() const { return max_batch_; }
   int replicas() const { return static_cast<int>(replicas_.size()); }
 
-  // Same contracts as Model: grads is overwritten with d(summed loss)/d(params).
-  LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch, T* grads);
+  // Same contracts as Model: grads is overwritten with d(summed loss)/d(params). `ready` is
+  // called during backward only with a single replica (with several, gradients are final only
+  // after the final sum).
+  LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch, T* grads,
+                               const typename Model<T>::GradientsReady& ready = {});
   LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);
 
  private:
@@ -36,7 +40,7 @@ class DataParallelModel {
 
   int64_t max_batch_;
   std::vector<std::unique_ptr<Model<T>>> replicas_;
-  std::vector<std::vector<T>> replica_grads_;  // for replicas 1..R-1 (replica 0 writes the caller's buffer)
+  std::vector<std::vector<T, CacheAlignedAllocator<T>>> replica_grads_;  // for replicas 1..R-1 (replica 0 writes the caller's buffer)
 };
 
 }  // namespace pstrain::nn

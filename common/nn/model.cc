@@ -45,7 +45,9 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
       const int output_buffer = static_cast<int>(activations_.size());
       activations_.emplace_back(num_elements(out), max_batch);
       deltas_.emplace_back(num_elements(out), max_batch);
-      stages_.push_back({std::move(layer), num_elements(in), num_elements(out), current_buffer, output_buffer});
+      const size_t first_param = kernel != nullptr ? kernel->offset : layout_.total_size();
+      stages_.push_back(
+          {std::move(layer), num_elements(in), num_elements(out), current_buffer, output_buffer, first_param});
       current_buffer = output_buffer;
     }
     in = out;
@@ -77,7 +79,7 @@ LossResult Model<T>::evaluate(const T* params, const T* inputs, const int32_t* l
 
 template <typename T>
 LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
-                                       T* grads) {
+                                       T* grads, const GradientsReady& ready) {
   ConstMatMap<T> logits = forward(params, inputs, batch);
   LossResult result = softmax_cross_entropy<T>(logits, labels, deltas_[stages_.back().output_buffer].data());
   for (size_t k = stages_.size(); k-- > 0;) {
@@ -87,6 +89,7 @@ LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const i
     s.layer->backward(params, ConstMatMap<T>(in, s.in_size, batch),
                       ConstMatMap<T>(activations_[s.output_buffer].data(), s.out_size, batch),
                       MatMap<T>(deltas_[s.output_buffer].data(), s.out_size, batch), grads, din);
+    if (ready && s.first_param_offset < layout_.total_size()) ready(s.first_param_offset);
   }
   return result;
 }

@@ -10,6 +10,7 @@
 // Thread rules: one thread at a time (the buffers are the model's own).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,9 +41,14 @@ class Model {
   // Loss and accuracy only (evaluation).
   LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);
 
+  // Called during backward each time the gradient from some flat offset to the end of the buffer
+  // is final (backward runs from the last layer to the first, and tensors are laid out in layer
+  // order), so a caller can ship those gradients while the earlier layers are still computing.
+  using GradientsReady = std::function<void(size_t final_from_offset)>;
+
   // Forward and backward: overwrites all of `grads` with d(summed loss)/d(params).
   LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
-                               T* grads);
+                               T* grads, const GradientsReady& ready = {});
 
  private:
   struct Stage {
@@ -50,6 +56,7 @@ class Model {
     int64_t in_size, out_size;
     int input_buffer;   // index into activations_, or -1 for the model input
     int output_buffer;  // index into activations_
+    size_t first_param_offset;  // offset of this stage's first tensor (or of the next one's)
   };
 
   ParamLayout layout_;
