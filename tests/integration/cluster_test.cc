@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <kj/async-io.h>
 
+#include <csignal>
 #include <cmath>
 
 #include "common/chunk_plan.h"
@@ -165,4 +166,13 @@ TEST_CASE("bad pushes fail with a clear error and the server keeps serving the j
   REQUIRE(cluster.wait_job(180s) == 0);
   CHECK(cluster.final_accuracy() >= 0.92);
   CHECK(cluster.servers()[0]->running());
+}
+
+TEST_CASE("every process exits cleanly on SIGTERM and SIGINT") {
+  testing::Cluster cluster({.servers = 1, .workers = 1});
+  cluster.workers()[0]->wait_for_line("PSTRAIN_READY", 20s);
+  CHECK(cluster.workers()[0]->terminate(5s).code == 0);
+  CHECK(cluster.servers()[0]->terminate(5s).code == 0);
+  cluster.coordinator().signal(SIGINT);
+  CHECK(cluster.coordinator().wait_exit(5s) == std::optional<int>(0));
 }

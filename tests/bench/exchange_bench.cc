@@ -1,0 +1,285 @@
+// pstrain-exchange-bench: gradient-exchange throughput against one running pstrain-server.
+//
+// It starts nothing itself. Given --server host:port of a running server (for a bench, start one
+// by hand: `pstrain-server --listen 127.0.0.1:0 --coordinator 127.0.0.1:1`; it keeps retrying the
+// coordinator in the background but serves RPC anyway), it configures a job of its own on that
+// server — the job spec (--spec, the MNIST MLP by default) forced to async mode, one server and
+// --clients workers, so every push is applied at once and answered immediately — and then, on
+// each of --clients connections (one thread and event loop each), runs steps the way a worker
+// does: push every chunk at once (a zero gradient, sent zero-copy with reference_tensor), wait
+// for every reply and copy its values out. After --warmup-steps untimed steps per client, it runs
+// for --seconds and reports the bytes pushed + pulled per second (GB/s = 1e9 bytes/s), steps/s and
+// the mean step time, then the server's own counters, and a `RESULT {json}` line for scripts.
+// Finally it drops its job from the server.
+//
+// The figure includes the server's update (Adam on every parameter, single-threaded) and the
+// client's copy of the values: it is the exchange a worker's step waits for, without compute.
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <kj/debug.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/chunk_plan.h"
+#include "common/error.h"
+#include "common/flags.h"
+#include "common/job_spec.h"
+#include "common/model_spec.h"
+#include "common/param_layout.h"
+#include "common/rpc/rpc_util.h"
+
+#ifndef PSTRAIN_EXCHANGE_BENCH_DEFAULT_SPEC
+#define PSTRAIN_EXCHANGE_BENCH_DEFAULT_SPEC "deploy/jobs/mnist-mlp.json"
+#endif
+
+namespace pstrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  rpc::HostPort server;
+  std::string spec_path;
+  double seconds = 5;
+  int clients = 1;
+  int warmup_steps = 5;
+};
+
+struct ClientResult {
+  uint64_t steps = 0;
+  double seconds = 0;
+  uint64_t bytes_pushed = 0;
+  uint64_t bytes_pulled = 0;
+  std::string error;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read the job spec " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// One client: its own event loop and connection; `start` lines the clients up after warm-up so
+// that their timed windows overlap.
+void run_client(const Options& options, const std::string& job_id, const std::vector<ChunkInfo>& chunks,
+                const std::vector<size_t>& chunk_offsets, size_t total_floats, uint32_t index,
+                std::barrier<>& start, ClientResult& out) {
+  bool arrived = false;
+  try {
+    auto io = kj::setupAsyncIo();
+    auto& ws = io.waitScope;
+    auto connection = rpc::connect(io.provider->getNetwork(), options.server).wait(ws);
+    auto server = connection->bootstrap().castAs<proto::ParameterServer>();
+    // The layout keeps every tensor (and so every chunk) word-aligned inside the flat buffer;
+    // std::vector's allocation is at least 16-byte aligned.
+    std::vector<float> grads(total_floats, 0.0f), params(total_floats, 0.0f);
+    std::vector<uint64_t> versions(chunks.size(), 0);
+    const uint32_t clients = static_cast<uint32_t>(options.clients);
+    uint64_t step_bytes = 0;
+    for (const ChunkInfo& c : chunks) step_bytes += c.size * sizeof(float);
+
+    uint64_t step = 0;
+    auto one_step = [&] {
+      kj::Vector<kj::Promise<void>> replies;
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        auto request = server.pushRequest();
+        request.setJobId(job_id);
+        request.setKey(chunks[k].key);
+        request.setStep(step);
+        request.setSlice(index);
+        request.setSliceCount(clients);
+        request.setWorker(index);
+        request.setExamples(64);
+        request.setBaseVersion(versions[k]);
+        rpc::reference_tensor(request.initGradient(), {grads.data() + chunk_offsets[k], chunks[k].size});
+        replies.add(request.send().then([&, k](capnp::Response<proto::ParameterServer::PushResults>&& r) {
+          const auto values = rpc::tensor_view(r.getValues(), chunks[k].size, "updated values");
+          std::memcpy(params.data() + chunk_offsets[k], values.data(), values.size_bytes());
+          versions[k] = r.getVersion();
+        }));
+      }
+      kj::joinPromises(replies.releaseAsArray()).wait(ws);
+      ++step;
+    };
+
+    for (int i = 0; i < options.warmup_steps; ++i) one_step();
+    arrived = true;
+    start.arrive_and_wait();
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + std::chrono::duration<double>(options.seconds);
+    uint64_t timed = 0;
+    while (Clock::now() < deadline) {
+      one_step();
+      ++timed;
+    }
+    out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    out.steps = timed;
+    out.bytes_pushed = timed * step_bytes;
+    out.bytes_pulled = timed * step_bytes;
+  } catch (const kj::Exception& e) {
+    out.error = e.getDescription().cStr();
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  if (!arrived) start.arrive_and_drop();
+}
+
+int run(const Options& options) {
+  // The job: the given spec in async mode on one server, so each push is applied and answered at
+  // once (no waiting for other workers' slices).
+  JobSpec spec = parse_job_spec(read_file(options.spec_path));
+  spec.training.mode = TrainingMode::kAsync;
+  spec.training.servers = 1;
+  spec.training.workers = options.clients;
+  spec.training.max_staleness = -1;
+  spec.training.backup_workers = 0;
+  const std::string spec_json = job_spec_to_json(spec);
+  const ParamLayout layout = make_param_layout(spec.model);
+  const std::vector<ChunkInfo> chunks = plan_chunks(layout, 1);
+  std::vector<size_t> chunk_offsets;
+  uint64_t step_bytes = 0;
+  for (const ChunkInfo& c : chunks) {
+    chunk_offsets.push_back(layout.params()[c.param].offset + c.offset);
+    step_bytes += c.size * sizeof(float);
+  }
+  const std::string job_id = "exchange-bench-" + std::to_string(getpid());
+
+  auto io = kj::setupAsyncIo();
+  auto& ws = io.waitScope;
+  auto connection = rpc::connect(io.provider->getNetwork(), options.server).wait(ws);
+  auto server = connection->bootstrap().castAs<proto::ParameterServer>();
+  {
+    auto request = server.configureRequest();
+    auto config = request.initConfig();
+    config.setJobId(job_id);
+    config.setSpecJson(spec_json);
+    rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks.size())), chunks);
+    config.setServerIndex(0);
+    config.setWorkers(static_cast<uint32_t>(options.clients));
+    request.send().wait(ws);
+  }
+  std::printf("exchange-bench: server %s, job %s: %zu parameters in %zu chunks (%.3f MB per direction per step), "
+              "%d client(s), %d warm-up steps, %.1f s\n",
+              options.server.str().c_str(), job_id.c_str(), layout.total_size(), chunks.size(), step_bytes / 1e6,
+              options.clients, options.warmup_steps, options.seconds);
+  std::fflush(stdout);
+
+  std::vector<ClientResult> results(static_cast<size_t>(options.clients));
+  {
+    std::barrier<> start(options.clients);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < options.clients; ++i) {
+      threads.emplace_back(run_client, std::cref(options), std::cref(job_id), std::cref(chunks),
+                           std::cref(chunk_offsets), layout.total_size(), static_cast<uint32_t>(i), std::ref(start),
+                           std::ref(results[static_cast<size_t>(i)]));
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  // The server's view, then clean up.
+  uint64_t applied = 0, bytes_in = 0, bytes_out = 0;
+  {
+    auto request = server.statsRequest();
+    request.setJobId(job_id);
+    auto stats = request.send().wait(ws).getStats();
+    applied = stats.getPushesApplied();
+    bytes_in = stats.getBytesIn();
+    bytes_out = stats.getBytesOut();
+  }
+  {
+    auto request = server.dropJobRequest();
+    request.setJobId(job_id);
+    request.send().wait(ws);
+  }
+
+  int status = 0;
+  uint64_t steps = 0, pushed = 0, pulled = 0;
+  double seconds = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const ClientResult& r = results[i];
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "exchange-bench: client %zu failed: %s\n", i, r.error.c_str());
+      status = 1;
+      continue;
+    }
+    std::printf("client %zu: %llu steps in %.2f s: %.1f steps/s, %.3f ms/step, %.3f GB/s pushed+pulled\n", i,
+                static_cast<unsigned long long>(r.steps), r.seconds, r.steps / r.seconds, 1e3 * r.seconds / r.steps,
+                (r.bytes_pushed + r.bytes_pulled) / r.seconds / 1e9);
+    steps += r.steps;
+    pushed += r.bytes_pushed;
+    pulled += r.bytes_pulled;
+    seconds = std::max(seconds, r.seconds);
+  }
+  if (status != 0 || steps == 0) return 1;
+  const double gbps = (pushed + pulled) / seconds / 1e9;
+  std::printf("total: %.1f steps/s, %.3f GB/s pushed+pulled (%.3f GB/s each way); server counted %llu pushes applied, "
+              "%.1f MB in, %.1f MB out (incl. warm-up)\n",
+              steps / seconds, gbps, pushed / seconds / 1e9, static_cast<unsigned long long>(applied), bytes_in / 1e6,
+              bytes_out / 1e6);
+  std::printf("RESULT {\"clients\": %d, \"seconds\": %.3f, \"steps\": %llu, \"steps_per_second\": %.2f, "
+              "\"ms_per_step\": %.4f, \"bytes_per_step_each_way\": %llu, \"chunks\": %zu, \"gb_per_second\": %.4f, "
+              "\"server_pushes_applied\": %llu}\n",
+              options.clients, seconds, static_cast<unsigned long long>(steps), steps / seconds,
+              1e3 * seconds * options.clients / steps, static_cast<unsigned long long>(step_bytes), chunks.size(), gbps,
+              static_cast<unsigned long long>(applied));
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  using namespace pstrain;
+  FlagSet flags("pstrain-exchange-bench",
+                "Gradient-exchange throughput against a running pstrain-server: pushes every chunk of the\n"
+                "job's parameters (zero gradients, async job) and waits for the values, for --seconds.");
+  flags.add("server", "", "", "host:port of a running pstrain-server (required).");
+  flags.add("spec", "", PSTRAIN_EXCHANGE_BENCH_DEFAULT_SPEC, "Job spec whose model sets the parameters exchanged.");
+  flags.add("seconds", "", "5", "Timed duration.");
+  flags.add("clients", "", "1", "Concurrent connections (one thread each), as that many workers.");
+  flags.add("warmup-steps", "", "5", "Untimed steps per client first.");
+  switch (flags.parse(argc, argv)) {
+    case FlagSet::Outcome::kHelpShown:
+      std::cout << flags.help();
+      return 0;
+    case FlagSet::Outcome::kError:
+      std::cerr << "pstrain-exchange-bench: " << flags.error() << "\n";
+      return 2;
+    case FlagSet::Outcome::kRun:
+      break;
+  }
+  Options options;
+  try {
+    if (flags.get("server").empty()) throw Error("--server host:port is required");
+    options.server = rpc::parse_host_port(flags.get("server"), 7100, "--server");
+    options.spec_path = flags.get("spec");
+    options.seconds = flags.get_double("seconds", 0.1, 3600);
+    options.clients = static_cast<int>(flags.get_int("clients", 1, 64));
+    options.warmup_steps = static_cast<int>(flags.get_int("warmup-steps", 0, 1000000));
+  } catch (const std::exception& e) {
+    std::cerr << "pstrain-exchange-bench: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    return run(options);
+  } catch (const kj::Exception& e) {
+    std::cerr << "pstrain-exchange-bench: " << e.getDescription().cStr() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "pstrain-exchange-bench: " << e.what() << "\n";
+  }
+  return 1;
+}
