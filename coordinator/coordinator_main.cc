@@ -11,15 +11,20 @@
 #include "common/compute_threads.h"
 #include "common/error.h"
 #include "common/flags.h"
+#include "common/kv_store.h"
 #include "common/log.h"
 #include "common/rpc/rpc_util.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/http/http_server.h"
+#include "coordinator/job_store.h"
+#include "coordinator/kj_commands.h"
+#include "coordinator/openapi_document.h"
 
 namespace {
 
 struct CoordinatorConfig {
-  pstrain::rpc::HostPort listen;
-  std::string data_dir, job_file, save_params;
+  pstrain::rpc::HostPort listen, http;
+  std::string data_dir, state_dir, job_file, save_params;
   bool exit_when_done = false;
   uint32_t heartbeat_ms = 1000, dead_after_ms = 5000;
 };
@@ -38,6 +43,21 @@ void write_params(const std::string& path, const std::vector<float>& params) {
   if (!out) throw pstrain::Error(path + ": cannot write the parameters");
 }
 
+std::vector<pstrain::NodeView> node_views(const pstrain::Cluster& cluster) {
+  using namespace std::chrono;
+  const auto steady_now = steady_clock::now();
+  const int64_t wall_now = pstrain::now_ms();
+  auto wall = [&](steady_clock::time_point t) {
+    return wall_now - duration_cast<milliseconds>(steady_now - t).count();
+  };
+  std::vector<pstrain::NodeView> views;
+  for (const auto& [id, node] : cluster.nodes()) {
+    views.push_back({id, node.role == pstrain::proto::Role::SERVER ? "server" : "worker", node.name, node.address,
+                     node.job, wall(node.registered_at), wall(node.last_heartbeat), node.alive});
+  }
+  return views;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,7 +66,10 @@ int main(int argc, char** argv) {
                 "The coordinator of a pstrain cluster: nodes register with it; it places parameters on\n"
                 "servers, assigns data shards to workers, streams the data, and tracks progress.");
   flags.add("listen", "PSTRAIN_COORDINATOR_LISTEN", "0.0.0.0:7000", "Address to serve RPC on (port 0: any free port).");
+  flags.add("http", "PSTRAIN_HTTP_LISTEN", "0.0.0.0:8080", "Address of the REST API (port 0: any free port).");
   flags.add("data-dir", "PSTRAIN_DATA_DIR", "data", "Directory holding the datasets' IDX files.");
+  flags.add("state-dir", "PSTRAIN_STATE_DIR", "coordinator-state",
+            "RocksDB directory for the coordinator's jobs, metrics and models (created if missing).");
   flags.add("job", "PSTRAIN_JOB", "", "A job spec file to run at start-up.");
   flags.add("save-params", "", "", "Write the trained parameters of --job here (raw little-endian float32).");
   flags.add_switch("exit-when-done", "PSTRAIN_EXIT_WHEN_DONE", "Exit once the --job job has ended (status 0 if it succeeded).");
@@ -71,7 +94,9 @@ int main(int argc, char** argv) {
     if (!parse_log_level(flags.get("log-level"), &level)) throw Error("--log-level must be debug, info, warning or error");
     set_log_level(level);
     config.listen = rpc::parse_host_port(flags.get("listen"), 7000, "--listen");
+    config.http = rpc::parse_host_port(flags.get("http"), 8080, "--http");
     config.data_dir = flags.get("data-dir");
+    config.state_dir = flags.get("state-dir");
     config.job_file = flags.get("job");
     config.save_params = flags.get("save-params");
     config.exit_when_done = flags.get_switch("exit-when-done");
@@ -93,9 +118,29 @@ int main(int argc, char** argv) {
   set_compute_threads(1);
   keep_freed_memory();
   auto io = kj::setupAsyncIo();
+  std::string error;
+  std::unique_ptr<KvStore> kv = KvStore::open(config.state_dir, &error);
+  if (!kv) {
+    std::cerr << "pstrain-coordinator: " << error << "\n";
+    return 1;
+  }
+  JobStore store(kv.get());
   Cluster cluster(std::chrono::milliseconds(config.dead_after_ms));
   DataService data(config.data_dir);
-  JobManager jobs(cluster, data, *io.provider);
+  JobManager jobs(cluster, data, store, *io.provider);
+  // Jobs from before a restart: finished ones stay listed; unfinished ones run again.
+  for (const JobRecord& record : store.load()) {
+    if (record.finished()) continue;
+    try {
+      jobs.submit(parse_job_spec(record.spec_json), record.id);
+      PSLOG(kInfo) << "job " << record.id << " re-queued after a restart";
+    } catch (const SpecError& e) {
+      store.update(record.id, [&](JobRecord& r) {
+        r.state = "FAILED";
+        r.reason = std::string("stored spec no longer valid: ") + e.what();
+      });
+    }
+  }
   auto service_owner = kj::heap<CoordinatorService>(cluster, jobs, io.provider->getTimer(), config.heartbeat_ms);
   CoordinatorService& service = *service_owner;
   capnp::TwoPartyServer rpc_server(kj::mv(service_owner));
@@ -133,6 +178,7 @@ int main(int argc, char** argv) {
   kj::Function<kj::Promise<void>()> tick = [&]() -> kj::Promise<void> {
     return io.provider->getTimer().afterDelay(200 * kj::MILLISECONDS).then([&]() {
       cluster.expire();
+      store.set_nodes(node_views(cluster));
       if (jobs.schedule()) service.wake_waiting_workers();
       for (const auto& job : jobs.jobs()) {
         if (job->ready_for_workers()) service.wake_waiting_workers();
@@ -141,7 +187,23 @@ int main(int argc, char** argv) {
     });
   };
   auto housekeeping = tick().eagerlyEvaluate([](kj::Exception&& e) { PSLOG(kError) << e.getDescription().cStr(); });
-  rpc::print_ready("coordinator", port);
+  KjJobCommands commands(kj::getCurrentThreadExecutor(), jobs, [&] {
+    if (jobs.schedule()) service.wake_waiting_workers();
+  });
+  RestApi api(store, commands, openapi_document());
+  HttpServerOptions http_options;
+  http_options.host = config.http.host;
+  http_options.port = static_cast<uint16_t>(config.http.port);
+  HttpServer http(api, http_options);
+  uint16_t http_port = 0;
+  try {
+    http_port = http.start();
+  } catch (const Error& e) {
+    std::cerr << "pstrain-coordinator: " << e.what() << "\n";
+    return 1;
+  }
+  std::printf("PSTRAIN_READY role=coordinator port=%u http_port=%u\n", port, http_port);
+  std::fflush(stdout);
 
   const int status = done.promise
                          .exclusiveJoin(rpc::shutdown_signal(io.unixEventPort).then([](int signal) {
@@ -149,5 +211,6 @@ int main(int argc, char** argv) {
                            return 0;
                          }))
                          .wait(io.waitScope);
+  http.stop();
   return status;
 }

@@ -2,12 +2,17 @@
 
 namespace pstrain {
 
-JobManager::JobManager(Cluster& cluster, DataService& data, kj::AsyncIoProvider& io)
-    : cluster_(cluster), data_(data), io_(io) {}
+JobManager::JobManager(Cluster& cluster, DataService& data, JobStore& store, kj::AsyncIoProvider& io)
+    : cluster_(cluster), data_(data), store_(store), io_(io) {}
 
-std::string JobManager::submit(JobSpec spec) {
-  const std::string id = "job-" + std::to_string(next_id_++);
-  jobs_.push_back(std::make_unique<JobRunner>(id, std::move(spec), cluster_, data_, io_, [this](JobRunner& job) {
+std::string JobManager::submit(JobSpec spec, std::string id) {
+  if (id.empty()) {
+    // Ids never repeat, also across restarts: skip any the store already knows.
+    do {
+      id = "job-" + std::to_string(next_id_++);
+    } while (store_.get(id).has_value());
+  }
+  jobs_.push_back(std::make_unique<JobRunner>(id, std::move(spec), cluster_, data_, store_, io_, [this](JobRunner& job) {
     if (on_finished_) on_finished_(job);
   }));
   return id;

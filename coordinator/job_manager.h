@@ -14,10 +14,11 @@ namespace pstrain {
 
 class JobManager {
  public:
-  JobManager(Cluster& cluster, DataService& data, kj::AsyncIoProvider& io);
+  JobManager(Cluster& cluster, DataService& data, JobStore& store, kj::AsyncIoProvider& io);
 
-  // Queues a job; returns its id. The spec must be valid (parse_job_spec checked it).
-  std::string submit(JobSpec spec);
+  // Queues a job; returns its id. The spec must be valid (parse_job_spec checked it). `id` is
+  // given when a restarted coordinator re-queues a job it had.
+  std::string submit(JobSpec spec, std::string id = "");
   // Starts every queued job the cluster has room for (in submission order); true if any started.
   bool schedule();
   JobRunner* find(const std::string& id);
@@ -30,6 +31,7 @@ class JobManager {
  private:
   Cluster& cluster_;
   DataService& data_;
+  JobStore& store_;
   kj::AsyncIoProvider& io_;
   std::vector<std::unique_ptr<JobRunner>> jobs_;
   std::function<void(JobRunner&)> on_finished_;

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "coordinator/safetensors.h"
 
 namespace pstrain {
 
@@ -20,17 +21,35 @@ const char* job_state_name(JobState state) {
   return "?";
 }
 
-JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, kj::AsyncIoProvider& io,
-                     Finished on_finished)
+JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
+                     kj::AsyncIoProvider& io, Finished on_finished)
     : id_(std::move(id)),
       spec_(std::move(spec)),
       spec_json_(job_spec_to_json(spec_)),
       cluster_(cluster),
       data_(data),
+      store_(store),
       io_(io),
       on_finished_(std::move(on_finished)),
       layout_(make_param_layout(spec_.model)),
-      epochs_(static_cast<size_t>(spec_.training.epochs)) {}
+      epochs_(static_cast<size_t>(spec_.training.epochs)) {
+  const bool known = store_.update(id_, [](JobRecord& r) {
+    // A job a restarted coordinator had and re-queues: it starts again from the beginning.
+    r.state = "PENDING";
+    r.reason = "re-queued after a coordinator restart";
+    r.steps_done = 0;
+  });
+  if (!known) {
+    JobRecord record;
+    record.id = id_;
+    record.name = spec_.name;
+    record.spec_json = spec_json_;
+    record.mode = training_mode_name(spec_.training.mode);
+    record.epochs = spec_.training.epochs;
+    record.submitted_ms = now_ms();
+    store_.add(std::move(record));
+  }
+}
 
 bool JobRunner::try_start() {
   if (state_ != JobState::kPending) return false;
@@ -60,6 +79,19 @@ bool JobRunner::try_start() {
   plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
   state_ = JobState::kRunning;
   started_at_ = std::chrono::steady_clock::now();
+  worker_steps_.assign(workers_.size(), 0);
+  worker_rates_.assign(workers_.size(), 0.0);
+  int64_t total_steps = 0;
+  for (uint32_t w = 0; w < workers_.size(); ++w) total_steps += plan_->steps_per_epoch(w) * spec_.training.epochs;
+  if (spec_.training.mode == TrainingMode::kSync) total_steps = plan_->steps_per_epoch(0) * spec_.training.epochs;
+  store_.update(id_, [&](JobRecord& r) {
+    r.state = "RUNNING";
+    r.started_ms = now_ms();
+    r.workers = workers_;
+    r.servers = servers_;
+    r.steps_per_epoch = plan_->steps_per_epoch(0);
+    r.total_steps = total_steps;
+  });
   PSLOG(kInfo) << "job " << id_ << " ('" << spec_.name << "'): starting on " << servers_.size() << " server(s) and "
                << workers_.size() << " worker(s), " << layout_.total_size() << " parameters in " << chunks_.size()
                << " chunks, " << plan_->steps_per_epoch(0) << " steps per epoch";
@@ -142,14 +174,32 @@ bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
   KJ_REQUIRE(epoch < epochs_.size(), "epoch out of range", epoch);
   EpochMetrics& m = epochs_[epoch];
   switch (report.getKind()) {
-    case proto::Progress::Kind::STEPS:
+    case proto::Progress::Kind::STEPS: {
       m.train_loss_sum += report.getLossSum();
       m.train_correct += report.getCorrect();
       m.train_examples += report.getExamples();
+      const double n = std::max<uint64_t>(1, report.getExamples());
+      const double loss = report.getLossSum() / n, accuracy = report.getCorrect() / n;
+      worker_steps_[static_cast<size_t>(index)] = report.getStep();
+      worker_rates_[static_cast<size_t>(index)] = report.getSamplesPerSecond();
+      store_.append_step(id_, {static_cast<uint32_t>(index), epoch + 1, report.getStep(), loss, accuracy,
+                               report.getSamplesPerSecond(), now_ms()});
+      store_.update(id_, [&](JobRecord& r) {
+        uint64_t done = 0;
+        for (uint64_t steps : worker_steps_) done = sync() ? std::max(done, steps) : done + steps;
+        r.steps_done = static_cast<int64_t>(done);
+        r.current_epoch = epoch + 1;
+        double rate = 0;
+        for (double x : worker_rates_) rate += x;
+        r.samples_per_second = rate;
+        r.train_loss = loss;
+        r.train_accuracy = accuracy;
+      });
       PSLOG(kInfo) << "job " << id_ << " worker " << index << ": epoch " << epoch + 1 << " step " << report.getStep()
                    << " loss " << report.getLossSum() / std::max<uint64_t>(1, report.getExamples()) << " "
                    << static_cast<int64_t>(report.getSamplesPerSecond()) << " samples/s";
       break;
+    }
     case proto::Progress::Kind::EVALUATION:
       m.test_loss_sum += report.getLossSum();
       m.test_correct += report.getCorrect();
@@ -157,10 +207,20 @@ bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
       m.samples_per_second += report.getSamplesPerSecond();
       if (++m.evaluations == workers_.size()) {
         const double train_n = std::max<uint64_t>(1, m.train_examples), test_n = std::max<uint64_t>(1, m.test_examples);
+        const EpochMetric metric{epoch + 1,         m.train_loss_sum / train_n, m.train_correct / train_n,
+                                 m.test_loss_sum / test_n, m.test_correct / test_n, m.samples_per_second,
+                                 now_ms()};
         std::printf("epoch %u: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s\n",
-                    epoch + 1, m.train_loss_sum / train_n, m.train_correct / train_n, m.test_loss_sum / test_n,
-                    m.test_correct / test_n, m.samples_per_second);
+                    epoch + 1, metric.train_loss, metric.train_accuracy, metric.test_loss, metric.test_accuracy,
+                    metric.samples_per_second);
         std::fflush(stdout);
+        store_.append_epoch(id_, metric);
+        store_.update(id_, [&](JobRecord& r) {
+          r.test_loss = metric.test_loss;
+          r.test_accuracy = metric.test_accuracy;
+          r.train_loss = metric.train_loss;
+          r.train_accuracy = metric.train_accuracy;
+        });
       }
       break;
     case proto::Progress::Kind::FINISHED:
@@ -197,6 +257,7 @@ kj::Promise<void> JobRunner::collect_parameters() {
     }));
   }
   return kj::joinPromises(pulls.releaseAsArray()).then([this] {
+    if (state_ != JobState::kRunning) return;  // cancelled or failed meanwhile
     state_ = JobState::kSucceeded;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
     const EpochMetrics& last = epochs_.back();
@@ -204,26 +265,52 @@ kj::Promise<void> JobRunner::collect_parameters() {
     PSLOG(kInfo) << "job " << id_ << ": SUCCEEDED in " << seconds << " s";
     std::printf("final test accuracy: %.4f\n", accuracy);
     std::fflush(stdout);
-    kj::Vector<kj::Promise<void>> drops;
-    for (auto& client : server_clients_) {
-      auto request = client.dropJobRequest();
-      request.setJobId(id_);
-      drops.add(request.send().ignoreResult().catch_([](kj::Exception&&) {}));
-    }
-    return kj::joinPromises(drops.releaseAsArray());
-  }).then([this] {
+    store_.set_model(id_, encode_safetensors(layout_, final_params_, {{"job", id_}, {"name", spec_.name}}));
+    store_.update(id_, [&](JobRecord& r) {
+      r.state = "SUCCEEDED";
+      r.finished_ms = now_ms();
+      r.steps_done = r.total_steps;
+    });
+    drop_on_servers();
     release_nodes();
     if (on_finished_) on_finished_(*this);
   });
 }
 
-void JobRunner::fail(const std::string& reason) {
-  if (state_ == JobState::kSucceeded || state_ == JobState::kFailed || state_ == JobState::kCancelled) return;
-  state_ = JobState::kFailed;
+void JobRunner::drop_on_servers() {
+  for (auto& client : server_clients_) {
+    auto request = client.dropJobRequest();
+    request.setJobId(id_);
+    request.send().detach([](kj::Exception&&) {});
+  }
+}
+
+JobRunner::CancelOutcome JobRunner::cancel() {
+  if (state_ == JobState::kSucceeded || state_ == JobState::kFailed || state_ == JobState::kCancelled) {
+    return CancelOutcome::kAlreadyFinished;
+  }
+  end(JobState::kCancelled, "cancelled by request");
+  return CancelOutcome::kCancelled;
+}
+
+void JobRunner::end(JobState state, const std::string& reason) {
+  const bool was_running = state_ == JobState::kRunning;
+  state_ = state;
   failure_ = reason;
-  PSLOG(kError) << "job " << id_ << ": FAILED: " << reason;
+  store_.update(id_, [&](JobRecord& r) {
+    r.state = job_state_name(state);
+    r.reason = reason;
+    r.finished_ms = now_ms();
+  });
+  if (was_running) drop_on_servers();
   release_nodes();
   if (on_finished_) on_finished_(*this);
+}
+
+void JobRunner::fail(const std::string& reason) {
+  if (state_ == JobState::kSucceeded || state_ == JobState::kFailed || state_ == JobState::kCancelled) return;
+  PSLOG(kError) << "job " << id_ << ": FAILED: " << reason;
+  end(JobState::kFailed, reason);
 }
 
 void JobRunner::release_nodes() {

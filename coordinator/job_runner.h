@@ -21,6 +21,7 @@
 #include "common/rpc/rpc_util.h"
 #include "coordinator/cluster.h"
 #include "coordinator/data_service.h"
+#include "coordinator/job_store.h"
 
 namespace pstrain {
 
@@ -40,8 +41,9 @@ class JobRunner {
  public:
   using Finished = std::function<void(JobRunner&)>;
 
-  JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, kj::AsyncIoProvider& io,
-            Finished on_finished);
+  // Adds the job's record to `store` (PENDING) and keeps it current from then on.
+  JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
+            kj::AsyncIoProvider& io, Finished on_finished);
 
   const std::string& id() const { return id_; }
   const JobSpec& spec() const { return spec_; }
@@ -60,20 +62,27 @@ class JobRunner {
   // Returns whether the worker should keep going.
   bool on_progress(uint32_t node, proto::Progress::Reader report);
   void fail(const std::string& reason);
+  enum class CancelOutcome { kCancelled, kAlreadyFinished };
+  // Stops the job (its workers stop at their next report) and frees its nodes.
+  CancelOutcome cancel();
   bool ready_for_workers() const { return configured_; }
 
  private:
   kj::Promise<void> configure_servers();
   kj::Promise<void> collect_parameters();
   int worker_index(uint32_t node) const;
+  bool sync() const { return spec_.training.mode == TrainingMode::kSync; }
   void finish_if_done();
   void release_nodes();
+  void drop_on_servers();
+  void end(JobState state, const std::string& reason);
 
   std::string id_;
   JobSpec spec_;
   std::string spec_json_;
   Cluster& cluster_;
   DataService& data_;
+  JobStore& store_;
   kj::AsyncIoProvider& io_;
   Finished on_finished_;
 
@@ -90,6 +99,8 @@ class JobRunner {
   std::optional<DataPlan> plan_;
   std::vector<EpochMetrics> epochs_;
   std::vector<bool> worker_finished_;
+  std::vector<uint64_t> worker_steps_;   // latest step count reported by each worker
+  std::vector<double> worker_rates_;     // latest samples/s reported by each worker
   std::vector<float> final_params_;
   std::chrono::steady_clock::time_point started_at_;
   kj::Promise<void> background_ = nullptr;

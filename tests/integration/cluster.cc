@@ -29,15 +29,24 @@ std::vector<float> read_floats(const std::string& path) {
 
 Cluster::Cluster(ClusterOptions options) {
   using namespace std::chrono_literals;
-  std::vector<std::string> argv = {binary("coordinator/pstrain-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
-                                   data_dir(), "--heartbeat-ms", "200"};
+  state_dir_ = options.state_dir.empty() ? group_.log_dir() + "/coordinator-state" : options.state_dir;
+  // Fixed ports (picked free now) so that a restarted coordinator is found at the same address.
+  const int rpc_port = free_port(), http_port = free_port();
+  std::vector<std::string> argv = {binary("coordinator/pstrain-coordinator"),
+                                   "--listen", "127.0.0.1:" + std::to_string(rpc_port),
+                                   "--http", "127.0.0.1:" + std::to_string(http_port),
+                                   "--state-dir", state_dir_,
+                                   "--data-dir", data_dir(),
+                                   "--heartbeat-ms", "200"};
   if (!options.job_file.empty()) {
     argv.insert(argv.end(), {"--job", options.job_file, "--exit-when-done"});
   }
   if (!options.save_params.empty()) argv.insert(argv.end(), {"--save-params", options.save_params});
   argv.insert(argv.end(), options.coordinator_flags.begin(), options.coordinator_flags.end());
+  coordinator_argv_ = argv;
   coordinator_ = &group_.start("coordinator", argv);
   coordinator_port_ = wait_ready(*coordinator_, 20s);
+  http_port_ = std::stoi(coordinator_->wait_for_line(std::regex("http_port=([0-9]+)"), 20s, "the HTTP port")[1]);
   const std::string address = "127.0.0.1:" + std::to_string(coordinator_port_);
   for (int i = 0; i < options.servers; ++i) {
     std::vector<std::string> a = {binary("server/pstrain-server"), "--listen", "127.0.0.1:0", "--coordinator", address,
@@ -52,6 +61,17 @@ Cluster::Cluster(ClusterOptions options) {
     a.insert(a.end(), options.worker_flags.begin(), options.worker_flags.end());
     workers_.push_back(&group_.start("worker-" + std::to_string(i), a));
   }
+}
+
+void Cluster::restart_coordinator(bool hard) {
+  using namespace std::chrono_literals;
+  if (hard) {
+    coordinator_->kill_hard();
+  } else {
+    coordinator_->terminate(5s);
+  }
+  coordinator_ = &group_.start("coordinator", coordinator_argv_);
+  wait_ready(*coordinator_, 20s);
 }
 
 int Cluster::wait_job(std::chrono::seconds timeout) {

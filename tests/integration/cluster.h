@@ -13,6 +13,7 @@ namespace pstrain::testing {
 struct ClusterOptions {
   std::string job_file;          // run this job (--job) and exit when it ends
   std::string save_params;       // --save-params for the job
+  std::string state_dir;          // --state-dir (default: a directory in the group's log dir)
   int servers = 2;
   int workers = 2;
   std::vector<std::string> coordinator_flags, server_flags, worker_flags;
@@ -34,6 +35,11 @@ class Cluster {
   std::vector<Process*>& workers() { return workers_; }
   std::vector<int>& server_ports() { return server_ports_; }
   int coordinator_port() const { return coordinator_port_; }
+  int http_port() const { return http_port_; }
+  const std::string& state_dir() const { return state_dir_; }
+  // Stops the coordinator (SIGKILL if `hard`, else SIGTERM) and starts it again with the same
+  // flags, state directory and ports; waits until it is ready.
+  void restart_coordinator(bool hard);
 
  private:
   ProcessGroup group_;
@@ -41,6 +47,9 @@ class Cluster {
   std::vector<Process*> servers_, workers_;
   std::vector<int> server_ports_;
   int coordinator_port_ = 0;
+  int http_port_ = 0;
+  std::string state_dir_;
+  std::vector<std::string> coordinator_argv_;
 };
 
 // Path of a built binary, e.g. binary("server/pstrain-server").

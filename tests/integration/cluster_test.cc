@@ -102,6 +102,7 @@ TEST_CASE("the MLP in async mode reaches 0.90 after 3 epochs") {
       {.job_file = testing::write_spec(dir.path(), "job.json", mlp_spec(TrainingMode::kAsync, 128, 3, 2, 2))});
   REQUIRE(cluster.wait_job(180s) == 0);
   MESSAGE("test accuracy " << cluster.final_accuracy());
+  INFO(cluster.group().dump_logs(40));
   CHECK(cluster.final_accuracy() >= 0.90);
 }
 

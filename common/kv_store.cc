@@ -1,0 +1,126 @@
+#include "common/kv_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+namespace pstrain {
+namespace {
+
+constexpr size_t kChecksumBytes = 4;
+
+std::string with_checksum(std::string_view value) {
+  std::string stored(kChecksumBytes + value.size(), '\0');
+  const uint32_t crc = checksum(value);
+  std::memcpy(stored.data(), &crc, kChecksumBytes);
+  std::memcpy(stored.data() + kChecksumBytes, value.data(), value.size());
+  return stored;
+}
+
+bool strip_checksum(const std::string& stored, std::string* value) {
+  if (stored.size() < kChecksumBytes) return false;
+  uint32_t crc;
+  std::memcpy(&crc, stored.data(), kChecksumBytes);
+  const std::string_view payload(stored.data() + kChecksumBytes, stored.size() - kChecksumBytes);
+  if (checksum(payload) != crc) return false;
+  value->assign(payload);
+  return true;
+}
+
+KvStatus from_rocks(const rocksdb::Status& s) {
+  if (s.ok()) return KvStatus::Ok();
+  if (s.IsNotFound()) return {KvStatus::Code::kNotFound, s.ToString()};
+  if (s.IsCorruption()) return {KvStatus::Code::kCorrupt, s.ToString()};
+  return {KvStatus::Code::kIoError, s.ToString()};
+}
+
+}  // namespace
+
+uint32_t checksum(std::string_view bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes lengths as uInt: feed large values in pieces.
+  for (size_t done = 0; done < bytes.size();) {
+    const auto n = static_cast<uInt>(std::min<size_t>(bytes.size() - done, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), n);
+    done += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+KvStore::KvStore(std::unique_ptr<rocksdb::DB> db, std::string directory)
+    : db_(std::move(db)), directory_(std::move(directory)) {}
+
+KvStore::~KvStore() = default;
+
+std::unique_ptr<KvStore> KvStore::open(const std::string& directory, std::string* error) {
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) {
+    *error = directory + ": cannot create the data directory: " + ec.message();
+    return nullptr;
+  }
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  options.max_open_files = 256;
+  options.keep_log_file_num = 2;
+  rocksdb::DB* raw = nullptr;
+  const rocksdb::Status s = rocksdb::DB::Open(options, directory, &raw);
+  if (!s.ok()) {
+    *error = directory + ": cannot open the RocksDB store: " + s.ToString();
+    return nullptr;
+  }
+  return std::unique_ptr<KvStore>(new KvStore(std::unique_ptr<rocksdb::DB>(raw), directory));
+}
+
+KvStatus KvStore::write(const std::vector<Write>& writes, bool sync) {
+  rocksdb::WriteBatch batch;
+  for (const Write& w : writes) {
+    if (w.value) {
+      batch.Put(w.key, with_checksum(*w.value));
+    } else {
+      batch.Delete(w.key);
+    }
+  }
+  rocksdb::WriteOptions options;
+  options.sync = sync;
+  return from_rocks(db_->Write(options, &batch));
+}
+
+KvStatus KvStore::put(const std::string& key, std::string_view value, bool sync) {
+  return write({{key, std::string(value)}}, sync);
+}
+
+KvStatus KvStore::get(const std::string& key, std::string* value) const {
+  std::string stored;
+  const KvStatus status = from_rocks(db_->Get(rocksdb::ReadOptions(), key, &stored));
+  if (!status.ok()) return status;
+  if (!strip_checksum(stored, value)) return {KvStatus::Code::kCorrupt, key + ": checksum mismatch"};
+  return KvStatus::Ok();
+}
+
+std::vector<KvStore::Entry> KvStore::scan(const std::string& prefix) const {
+  std::vector<Entry> entries;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    Entry e;
+    e.key = it->key().ToString();
+    e.corrupt = !strip_checksum(it->value().ToString(), &e.value);
+    if (e.corrupt) e.value.clear();
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
+KvStatus KvStore::erase_prefix(const std::string& prefix, bool sync) {
+  std::vector<Write> writes;
+  for (const Entry& e : scan(prefix)) writes.push_back({e.key, std::nullopt});
+  return write(writes, sync);
+}
+
+}  // namespace pstrain

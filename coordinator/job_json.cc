@@ -1,0 +1,221 @@
+#include "coordinator/job_json.h"
+
+#include <boost/json.hpp>
+
+#include <map>
+
+#include "common/json_text.h"
+
+namespace pstrain {
+namespace json = boost::json;
+namespace {
+
+json::value optional_number(const std::optional<double>& v) { return v ? json::value(*v) : json::value(nullptr); }
+
+json::object node_object(const NodeView& n, int64_t now) {
+  return {{"id", n.id},
+          {"role", n.role},
+          {"name", n.name},
+          {"address", n.address.empty() ? json::value(nullptr) : json::value(n.address)},
+          {"alive", n.alive},
+          {"job", n.job.empty() ? json::value(nullptr) : json::value(n.job)},
+          {"last_heartbeat_ms_ago", now - n.last_heartbeat_ms},
+          {"registered_at_ms", n.registered_ms}};
+}
+
+json::object summary_object(const JobRecord& j) {
+  const double percent = j.total_steps > 0 ? 100.0 * static_cast<double>(j.steps_done) / j.total_steps : 0.0;
+  return {{"id", j.id},
+          {"name", j.name},
+          {"state", j.state},
+          {"mode", j.mode},
+          {"epoch", j.current_epoch},
+          {"epochs", j.epochs},
+          {"step", j.steps_done},
+          {"total_steps", j.total_steps},
+          {"percent", round_to(std::min(100.0, percent), 2)},
+          {"samples_per_second", round_to(j.samples_per_second, 1)},
+          {"test_accuracy", optional_number(j.test_accuracy)},
+          {"submitted_at_ms", j.submitted_ms}};
+}
+
+json::array node_list(const std::vector<uint32_t>& ids, const std::map<uint32_t, const NodeView*>& by_id, int64_t now) {
+  json::array out;
+  for (uint32_t id : ids) {
+    const auto it = by_id.find(id);
+    if (it != by_id.end()) {
+      out.push_back(node_object(*it->second, now));
+    } else {
+      out.push_back(json::object{{"id", id}, {"alive", false}});
+    }
+  }
+  return out;
+}
+
+template <typename T>
+T get_or(const json::object& o, const char* key, T fallback) {
+  const auto it = o.find(key);
+  if (it == o.end() || it->value().is_null()) return fallback;
+  return json::value_to<T>(it->value());
+}
+
+std::optional<double> get_optional(const json::object& o, const char* key) {
+  const auto it = o.find(key);
+  if (it == o.end() || it->value().is_null()) return std::nullopt;
+  return it->value().to_number<double>();
+}
+
+std::optional<json::object> parse_object(const std::string& text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec || !v.is_object()) return std::nullopt;
+  return v.as_object();
+}
+
+}  // namespace
+
+std::string job_status_json(const JobRecord& j, const std::vector<NodeView>& nodes) {
+  const int64_t now = now_ms();
+  std::map<uint32_t, const NodeView*> by_id;
+  for (const auto& n : nodes) by_id[n.id] = &n;
+  json::object o = summary_object(j);
+  o["reason"] = j.reason.empty() ? json::value(nullptr) : json::value(j.reason);
+  o["steps_per_epoch"] = j.steps_per_epoch;
+  std::optional<double> eta;
+  if (j.state == "RUNNING" && j.steps_done > 0 && j.started_ms > 0 && j.total_steps > j.steps_done) {
+    eta = round_to(static_cast<double>(now - j.started_ms) / 1000.0 / j.steps_done * (j.total_steps - j.steps_done), 1);
+  }
+  o["eta_seconds"] = optional_number(eta);
+  o["train_loss"] = optional_number(j.train_loss);
+  o["train_accuracy"] = optional_number(j.train_accuracy);
+  o["test_loss"] = optional_number(j.test_loss);
+  o["workers"] = node_list(j.workers, by_id, now);
+  o["servers"] = node_list(j.servers, by_id, now);
+  o["last_backup_step"] = j.last_backup_step ? json::value(*j.last_backup_step) : json::value(nullptr);
+  o["started_at_ms"] = j.started_ms ? json::value(j.started_ms) : json::value(nullptr);
+  o["finished_at_ms"] = j.finished_ms ? json::value(j.finished_ms) : json::value(nullptr);
+  o["model"] = j.has_model ? json::value(json::object{{"href", "/v1/jobs/" + j.id + "/model"},
+                                                      {"format", "safetensors"},
+                                                      {"bytes", j.model_bytes}})
+                           : json::value(nullptr);
+  boost::system::error_code ec;
+  json::value spec = json::parse(j.spec_json, ec);
+  o["spec"] = ec ? json::value(nullptr) : spec;
+  return to_json_text(o);
+}
+
+std::string job_list_json(const std::vector<JobRecord>& jobs) {
+  json::array list;
+  for (const auto& j : jobs) list.push_back(summary_object(j));
+  return to_json_text(json::object{{"jobs", std::move(list)}});
+}
+
+std::string job_metrics_json(const JobRecord& j) {
+  json::array steps, epochs;
+  for (const auto& m : j.steps) steps.push_back(json::parse(step_to_json(m)));
+  for (const auto& m : j.epoch_history) epochs.push_back(json::parse(epoch_to_json(m)));
+  return to_json_text(json::object{{"id", j.id}, {"steps", std::move(steps)}, {"epochs", std::move(epochs)}});
+}
+
+std::string cluster_json(const std::vector<NodeView>& nodes) {
+  const int64_t now = now_ms();
+  json::array list;
+  for (const auto& n : nodes) list.push_back(node_object(n, now));
+  return to_json_text(json::object{{"nodes", std::move(list)}});
+}
+
+std::string record_to_json(const JobRecord& j) {
+  json::array workers, servers;
+  for (auto w : j.workers) workers.push_back(w);
+  for (auto s : j.servers) servers.push_back(s);
+  return to_json_text(json::object{
+      {"id", j.id}, {"name", j.name}, {"spec", j.spec_json}, {"state", j.state}, {"reason", j.reason},
+      {"mode", j.mode}, {"submitted_ms", j.submitted_ms}, {"started_ms", j.started_ms},
+      {"finished_ms", j.finished_ms}, {"epochs", j.epochs}, {"steps_per_epoch", j.steps_per_epoch},
+      {"total_steps", j.total_steps}, {"steps_done", j.steps_done}, {"current_epoch", j.current_epoch},
+      {"samples_per_second", j.samples_per_second}, {"train_loss", optional_number(j.train_loss)},
+      {"train_accuracy", optional_number(j.train_accuracy)}, {"test_loss", optional_number(j.test_loss)},
+      {"test_accuracy", optional_number(j.test_accuracy)}, {"workers", std::move(workers)},
+      {"servers", std::move(servers)},
+      {"last_backup_step", j.last_backup_step ? json::value(*j.last_backup_step) : json::value(nullptr)},
+      {"has_model", j.has_model}, {"model_bytes", j.model_bytes}});
+}
+
+std::optional<JobRecord> record_from_json(const std::string& text) {
+  const auto parsed = parse_object(text);
+  if (!parsed) return std::nullopt;
+  const json::object& o = *parsed;
+  try {
+    JobRecord j;
+    j.id = get_or<std::string>(o, "id", "");
+    j.name = get_or<std::string>(o, "name", "");
+    j.spec_json = get_or<std::string>(o, "spec", "");
+    j.state = get_or<std::string>(o, "state", "PENDING");
+    j.reason = get_or<std::string>(o, "reason", "");
+    j.mode = get_or<std::string>(o, "mode", "");
+    j.submitted_ms = get_or<int64_t>(o, "submitted_ms", 0);
+    j.started_ms = get_or<int64_t>(o, "started_ms", 0);
+    j.finished_ms = get_or<int64_t>(o, "finished_ms", 0);
+    j.epochs = get_or<int64_t>(o, "epochs", 0);
+    j.steps_per_epoch = get_or<int64_t>(o, "steps_per_epoch", 0);
+    j.total_steps = get_or<int64_t>(o, "total_steps", 0);
+    j.steps_done = get_or<int64_t>(o, "steps_done", 0);
+    j.current_epoch = get_or<uint32_t>(o, "current_epoch", 0);
+    j.samples_per_second = get_optional(o, "samples_per_second").value_or(0.0);
+    j.train_loss = get_optional(o, "train_loss");
+    j.train_accuracy = get_optional(o, "train_accuracy");
+    j.test_loss = get_optional(o, "test_loss");
+    j.test_accuracy = get_optional(o, "test_accuracy");
+    j.workers = get_or<std::vector<uint32_t>>(o, "workers", {});
+    j.servers = get_or<std::vector<uint32_t>>(o, "servers", {});
+    if (const auto it = o.find("last_backup_step"); it != o.end() && !it->value().is_null()) {
+      j.last_backup_step = json::value_to<int64_t>(it->value());
+    }
+    j.has_model = get_or<bool>(o, "has_model", false);
+    j.model_bytes = get_or<int64_t>(o, "model_bytes", 0);
+    return j;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string step_to_json(const StepMetric& m) {
+  return to_json_text(json::object{{"worker", m.worker}, {"epoch", m.epoch}, {"step", m.step}, {"loss", m.loss},
+                                      {"accuracy", m.accuracy}, {"samples_per_second", m.samples_per_second},
+                                      {"time_ms", m.time_ms}});
+}
+
+std::optional<StepMetric> step_from_json(const std::string& text) {
+  const auto o = parse_object(text);
+  if (!o) return std::nullopt;
+  try {
+    return StepMetric{get_or<uint32_t>(*o, "worker", 0), get_or<uint32_t>(*o, "epoch", 0),
+                      get_or<uint64_t>(*o, "step", 0), get_optional(*o, "loss").value_or(0),
+                      get_optional(*o, "accuracy").value_or(0), get_optional(*o, "samples_per_second").value_or(0),
+                      get_or<int64_t>(*o, "time_ms", 0)};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string epoch_to_json(const EpochMetric& m) {
+  return to_json_text(json::object{{"epoch", m.epoch}, {"train_loss", m.train_loss},
+                                      {"train_accuracy", m.train_accuracy}, {"test_loss", m.test_loss},
+                                      {"test_accuracy", m.test_accuracy},
+                                      {"samples_per_second", m.samples_per_second}, {"time_ms", m.time_ms}});
+}
+
+std::optional<EpochMetric> epoch_from_json(const std::string& text) {
+  const auto o = parse_object(text);
+  if (!o) return std::nullopt;
+  try {
+    return EpochMetric{get_or<uint32_t>(*o, "epoch", 0), get_optional(*o, "train_loss").value_or(0),
+                       get_optional(*o, "train_accuracy").value_or(0), get_optional(*o, "test_loss").value_or(0),
+                       get_optional(*o, "test_accuracy").value_or(0),
+                       get_optional(*o, "samples_per_second").value_or(0), get_or<int64_t>(*o, "time_ms", 0)};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace pstrain

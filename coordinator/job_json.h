@@ -1,0 +1,31 @@
+// JSON forms of the job records and node views: what the REST API returns and what JobStore
+// persists. Boost.JSON stays inside job_json.cc.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/job_store.h"
+
+namespace pstrain {
+
+// Full status of one job (GET /v1/jobs/{id}); `nodes` supplies worker/server addresses and
+// heartbeats.
+std::string job_status_json(const JobRecord& job, const std::vector<NodeView>& nodes);
+// One line per job (GET /v1/jobs).
+std::string job_list_json(const std::vector<JobRecord>& jobs);
+// Metric history (GET /v1/jobs/{id}/metrics).
+std::string job_metrics_json(const JobRecord& job);
+// The cluster view (GET /v1/cluster).
+std::string cluster_json(const std::vector<NodeView>& nodes);
+
+// Storage forms (everything but the metric history, which is stored entry by entry).
+std::string record_to_json(const JobRecord& job);
+std::optional<JobRecord> record_from_json(const std::string& text);
+std::string step_to_json(const StepMetric& m);
+std::optional<StepMetric> step_from_json(const std::string& text);
+std::string epoch_to_json(const EpochMetric& m);
+std::optional<EpochMetric> epoch_from_json(const std::string& text);
+
+}  // namespace pstrain

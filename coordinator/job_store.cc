@@ -1,0 +1,174 @@
+#include "coordinator/job_store.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "common/log.h"
+#include "coordinator/job_json.h"
+
+namespace pstrain {
+namespace {
+
+// Keys: job/<id>/record, job/<id>/step/<seq>, job/<id>/epoch/<n>, job/<id>/model.
+// Sequence numbers are zero-padded so key order is numeric order.
+std::string padded(uint64_t n) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof buffer, "%012llu", static_cast<unsigned long long>(n));
+  return buffer;
+}
+
+void log_failure(const KvStatus& status, const std::string& what) {
+  if (!status.ok()) PSLOG(kError) << "job store: " << what << ": " << status.message;
+}
+
+}  // namespace
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<JobRecord> JobStore::load() {
+  std::vector<JobRecord> loaded;
+  if (kv_ == nullptr) return loaded;
+  std::map<std::string, JobRecord> by_id;
+  for (const auto& entry : kv_->scan("job/")) {
+    const std::string rest = entry.key.substr(4);
+    const auto slash = rest.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string id = rest.substr(0, slash), kind = rest.substr(slash + 1);
+    if (entry.corrupt) {
+      PSLOG(kError) << "job store: " << entry.key << " failed its checksum; skipped";
+      continue;
+    }
+    if (kind == "record") {
+      if (auto record = record_from_json(entry.value)) {
+        auto steps = std::move(by_id[id].steps);
+        auto epochs = std::move(by_id[id].epoch_history);
+        by_id[id] = std::move(*record);
+        by_id[id].steps = std::move(steps);
+        by_id[id].epoch_history = std::move(epochs);
+      }
+    } else if (kind.rfind("step/", 0) == 0) {
+      if (auto m = step_from_json(entry.value)) by_id[id].steps.push_back(*m);
+    } else if (kind.rfind("epoch/", 0) == 0) {
+      if (auto m = epoch_from_json(entry.value)) by_id[id].epoch_history.push_back(*m);
+    }
+  }
+  std::lock_guard lock(mutex_);
+  for (auto& [id, record] : by_id) {
+    if (record.id.empty()) continue;  // metrics without a record: ignore
+    loaded.push_back(record);
+    order_.push_back(id);
+    jobs_[id] = std::move(record);
+  }
+  std::sort(order_.begin(), order_.end(), [this](const std::string& a, const std::string& b) {
+    return jobs_[a].submitted_ms != jobs_[b].submitted_ms ? jobs_[a].submitted_ms < jobs_[b].submitted_ms : a < b;
+  });
+  std::sort(loaded.begin(), loaded.end(), [](const JobRecord& a, const JobRecord& b) {
+    return a.submitted_ms != b.submitted_ms ? a.submitted_ms < b.submitted_ms : a.id < b.id;
+  });
+  return loaded;
+}
+
+void JobStore::persist_record(const JobRecord& record, bool sync) {
+  if (kv_ == nullptr) return;
+  log_failure(kv_->put("job/" + record.id + "/record", record_to_json(record), sync), "saving " + record.id);
+}
+
+void JobStore::add(JobRecord record) {
+  std::lock_guard lock(mutex_);
+  persist_record(record, true);
+  if (jobs_.count(record.id) == 0) order_.push_back(record.id);
+  jobs_[record.id] = std::move(record);
+}
+
+bool JobStore::update(const std::string& id, const std::function<void(JobRecord&)>& change) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return false;
+  const std::string before = it->second.state;
+  change(it->second);
+  // State changes are made durable at once; progress can lose its last moments in a crash.
+  persist_record(it->second, it->second.state != before);
+  return true;
+}
+
+void JobStore::append_step(const std::string& id, const StepMetric& metric) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  if (kv_ != nullptr) {
+    log_failure(kv_->put("job/" + id + "/step/" + padded(it->second.steps.size()), step_to_json(metric), false),
+                "saving a step metric of " + id);
+  }
+  it->second.steps.push_back(metric);
+}
+
+void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  if (kv_ != nullptr) {
+    log_failure(kv_->put("job/" + id + "/epoch/" + padded(metric.epoch), epoch_to_json(metric), false),
+                "saving an epoch metric of " + id);
+  }
+  it->second.epoch_history.push_back(metric);
+}
+
+void JobStore::set_model(const std::string& id, std::string safetensors) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  it->second.has_model = true;
+  it->second.model_bytes = static_cast<int64_t>(safetensors.size());
+  if (kv_ != nullptr) {
+    log_failure(kv_->write({{"job/" + id + "/model", safetensors}, {"job/" + id + "/record", record_to_json(it->second)}},
+                           true),
+                "saving the model of " + id);
+  }
+  models_[id] = std::move(safetensors);
+}
+
+std::optional<JobRecord> JobStore::get(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<JobRecord> JobStore::list() const {
+  std::lock_guard lock(mutex_);
+  std::vector<JobRecord> out;
+  for (const auto& id : order_) {
+    JobRecord r = jobs_.at(id);
+    r.steps.clear();
+    r.epoch_history.clear();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::optional<std::string> JobStore::model(const std::string& id) const {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = models_.find(id);
+    if (it != models_.end()) return it->second;
+  }
+  if (kv_ == nullptr) return std::nullopt;
+  std::string value;
+  if (!kv_->get("job/" + id + "/model", &value).ok()) return std::nullopt;
+  return value;
+}
+
+void JobStore::set_nodes(std::vector<NodeView> nodes) {
+  std::lock_guard lock(mutex_);
+  nodes_ = std::move(nodes);
+}
+
+std::vector<NodeView> JobStore::nodes() const {
+  std::lock_guard lock(mutex_);
+  return nodes_;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,100 @@
+// What the outside world sees of the coordinator: job records (spec, state, progress, metric
+// history, trained model) and a snapshot of the cluster, persisted in RocksDB so a restarted
+// coordinator lists every job it had.
+//
+// The event-loop thread writes (JobRunner, on every event); the HTTP thread reads. Reads never
+// wait for the event loop: they copy what is here under the mutex.
+//
+// Thread rules: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/kv_store.h"
+
+namespace pstrain {
+
+struct StepMetric {
+  uint32_t worker = 0;
+  uint32_t epoch = 0;        // 1-based
+  uint64_t step = 0;         // steps this worker has done in the job
+  double loss = 0, accuracy = 0, samples_per_second = 0;
+  int64_t time_ms = 0;       // wall clock, Unix milliseconds
+};
+
+struct EpochMetric {
+  uint32_t epoch = 0;  // 1-based
+  double train_loss = 0, train_accuracy = 0, test_loss = 0, test_accuracy = 0, samples_per_second = 0;
+  int64_t time_ms = 0;
+};
+
+struct JobRecord {
+  std::string id, name, spec_json;
+  std::string state = "PENDING";  // PENDING RUNNING RECOVERING SUCCEEDED FAILED CANCELLED
+  std::string reason;             // why it FAILED or was CANCELLED
+  std::string mode;               // sync | async
+  int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
+  int64_t epochs = 0, steps_per_epoch = 0, total_steps = 0, steps_done = 0;
+  uint32_t current_epoch = 0;  // 1-based, 0 before the first step
+  double samples_per_second = 0;
+  std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
+  std::vector<uint32_t> workers, servers;  // node ids
+  std::optional<int64_t> last_backup_step;
+  std::vector<StepMetric> steps;
+  std::vector<EpochMetric> epoch_history;
+  bool has_model = false;
+  int64_t model_bytes = 0;
+
+  bool finished() const { return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED"; }
+};
+
+struct NodeView {
+  uint32_t id = 0;
+  std::string role, name, address, job;
+  int64_t registered_ms = 0, last_heartbeat_ms = 0;  // wall clock
+  bool alive = true;
+};
+
+int64_t now_ms();
+
+class JobStore {
+ public:
+  // kv may be null: nothing is persisted.
+  explicit JobStore(KvStore* kv) : kv_(kv) {}
+
+  // Loads every persisted record (at start-up, before anything else touches the store).
+  std::vector<JobRecord> load();
+
+  // Adds a record, or changes one under the lock and persists it. Returns false for an unknown id.
+  void add(JobRecord record);
+  bool update(const std::string& id, const std::function<void(JobRecord&)>& change);
+  void append_step(const std::string& id, const StepMetric& metric);
+  void append_epoch(const std::string& id, const EpochMetric& metric);
+  void set_model(const std::string& id, std::string safetensors);
+
+  std::optional<JobRecord> get(const std::string& id) const;
+  std::vector<JobRecord> list() const;  // in submission order, without the step history
+  std::optional<std::string> model(const std::string& id) const;
+
+  void set_nodes(std::vector<NodeView> nodes);
+  std::vector<NodeView> nodes() const;
+
+ private:
+  void persist_record(const JobRecord& record, bool sync);
+
+  KvStore* kv_;
+  mutable std::mutex mutex_;
+  std::map<std::string, JobRecord> jobs_;  // guarded by mutex_
+  std::vector<std::string> order_;          // guarded by mutex_
+  std::vector<NodeView> nodes_;             // guarded by mutex_
+  std::map<std::string, std::string> models_;  // guarded by mutex_: models of this run (older ones load from kv_)
+};
+
+}  // namespace pstrain

@@ -1,0 +1,28 @@
+#include "coordinator/kj_commands.h"
+
+#include "common/log.h"
+
+namespace pstrain {
+
+std::string KjJobCommands::submit(JobSpec spec) {
+  return executor_.executeSync([this, &spec] {
+    const std::string id = jobs_.submit(std::move(spec));
+    PSLOG(kInfo) << "job " << id << " submitted over HTTP";
+    after_change_();
+    return id;
+  });
+}
+
+JobCommands::CancelResult KjJobCommands::cancel(const std::string& id) {
+  return executor_.executeSync([this, &id] {
+    JobRunner* job = jobs_.find(id);
+    if (job == nullptr) return CancelResult::kNotFound;
+    const auto outcome = job->cancel();
+    after_change_();
+    if (outcome == JobRunner::CancelOutcome::kAlreadyFinished) return CancelResult::kAlreadyFinished;
+    PSLOG(kInfo) << "job " << id << " cancelled over HTTP";
+    return CancelResult::kCancelled;
+  });
+}
+
+}  // namespace pstrain
