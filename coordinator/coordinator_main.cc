@@ -27,6 +27,7 @@ struct CoordinatorConfig {
   std::string data_dir, state_dir, job_file, save_params;
   bool exit_when_done = false;
   uint32_t heartbeat_ms = 1000, dead_after_ms = 5000;
+  int64_t http_read_timeout_s = 10, http_max_connections = 512;
 };
 
 std::string read_file(const std::string& path) {
@@ -67,6 +68,9 @@ int main(int argc, char** argv) {
                 "servers, assigns data shards to workers, streams the data, and tracks progress.");
   flags.add("listen", "PSTRAIN_COORDINATOR_LISTEN", "0.0.0.0:7000", "Address to serve RPC on (port 0: any free port).");
   flags.add("http", "PSTRAIN_HTTP_LISTEN", "0.0.0.0:8080", "Address of the REST API (port 0: any free port).");
+  flags.add("http-read-timeout-s", "PSTRAIN_HTTP_READ_TIMEOUT_S", "10",
+            "Seconds a client has to send a complete request before it gets 408.");
+  flags.add("http-max-connections", "PSTRAIN_HTTP_MAX_CONNECTIONS", "512", "Open HTTP connections beyond this get 503.");
   flags.add("data-dir", "PSTRAIN_DATA_DIR", "data", "Directory holding the datasets' IDX files.");
   flags.add("state-dir", "PSTRAIN_STATE_DIR", "coordinator-state",
             "RocksDB directory for the coordinator's jobs, metrics and models (created if missing).");
@@ -95,6 +99,8 @@ int main(int argc, char** argv) {
     set_log_level(level);
     config.listen = rpc::parse_host_port(flags.get("listen"), 7000, "--listen");
     config.http = rpc::parse_host_port(flags.get("http"), 8080, "--http");
+    config.http_read_timeout_s = flags.get_int("http-read-timeout-s", 1, 3600);
+    config.http_max_connections = flags.get_int("http-max-connections", 1, 100000);
     config.data_dir = flags.get("data-dir");
     config.state_dir = flags.get("state-dir");
     config.job_file = flags.get("job");
@@ -194,6 +200,8 @@ int main(int argc, char** argv) {
   HttpServerOptions http_options;
   http_options.host = config.http.host;
   http_options.port = static_cast<uint16_t>(config.http.port);
+  http_options.read_timeout = std::chrono::seconds(config.http_read_timeout_s);
+  http_options.max_connections = static_cast<size_t>(config.http_max_connections);
   HttpServer http(api, http_options);
   uint16_t http_port = 0;
   try {
