@@ -8,13 +8,16 @@
 #   deploy/local-cluster.sh status             list the processes and whether they run
 #   deploy/local-cluster.sh run SPEC.json      start a cluster that runs SPEC, wait for the job, stop
 #
-# Environment (defaults): LOCAL_CLUSTER_DIR (./.cluster), RPC_PORT (7000), SERVERS (2), WORKERS (2),
-# WORKER_THREADS (1), PSTRAIN_DATA_DIR (../shared/data or ./data), BUILD_DIR (build).
+# Environment (defaults): LOCAL_CLUSTER_DIR (./.cluster), HTTP_PORT (8080), RPC_PORT (7000),
+# SERVERS (2), WORKERS (2), WORKER_THREADS (1), PSTRAIN_DATA_DIR (../shared/data or ./data),
+# BUILD_DIR (build). The coordinator keeps its jobs in LOCAL_CLUSTER_DIR/coordinator-state, so a
+# second `up` lists the jobs of the first.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster_dir=$(mkdir -p "${LOCAL_CLUSTER_DIR:-$repo/.cluster}" && cd "${LOCAL_CLUSTER_DIR:-$repo/.cluster}" && pwd)
 bin="$repo/${BUILD_DIR:-build}"
 rpc_port=${RPC_PORT:-7000}
+http_port=${HTTP_PORT:-8080}
 servers=${SERVERS:-2}
 workers=${WORKERS:-2}
 
@@ -68,10 +71,11 @@ source "$repo/deploy/data-dir.sh"
 case "${1:-}" in
   up)
     [ -x "$bin/coordinator/pstrain-coordinator" ] || "$repo/deploy/build.sh"
-    start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --data-dir "$PSTRAIN_DATA_DIR"
+    start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
+      --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR"
     wait_ready coordinator 30
     start_nodes
-    echo "local-cluster: up (coordinator RPC on 127.0.0.1:$rpc_port, logs in $cluster_dir)"
+    echo "local-cluster: up; REST API at http://127.0.0.1:$http_port (logs in $cluster_dir)"
     ;;
   down)
     down
@@ -88,7 +92,8 @@ case "${1:-}" in
     spec=${2:?usage: local-cluster.sh run SPEC.json}
     [ -x "$bin/coordinator/pstrain-coordinator" ] || "$repo/deploy/build.sh"
     trap down EXIT
-    start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --data-dir "$PSTRAIN_DATA_DIR" \
+    start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
+      --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" \
       --job "$spec" --exit-when-done ${SAVE_PARAMS:+--save-params "$SAVE_PARAMS"}
     wait_ready coordinator 30
     start_nodes

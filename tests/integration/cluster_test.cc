@@ -177,3 +177,18 @@ TEST_CASE("every process exits cleanly on SIGTERM and SIGINT") {
   cluster.coordinator().signal(SIGINT);
   CHECK(cluster.coordinator().wait_exit(5s) == std::optional<int>(0));
 }
+
+TEST_CASE("a job whose loss becomes NaN or infinite ends FAILED with that reason") {
+  testing::TempDir dir;
+  JobSpec spec = parse_job_spec(mlp_spec(TrainingMode::kSync, 128, 2, 1, 1));
+  spec.optimizer = OptimizerSpec{};
+  spec.optimizer.type = OptimizerType::kSgd;
+  spec.optimizer.learning_rate = 1000.0f;  // diverges within a few steps
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_spec_to_json(spec)),
+                            .servers = 1,
+                            .workers = 1});
+  CHECK(cluster.wait_job(120s) == 1);
+  const std::string log = cluster.coordinator().log_text();
+  CHECK(log.find("FAILED") != std::string::npos);
+  CHECK(log.find("loss became") != std::string::npos);
+}
