@@ -122,8 +122,8 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
       auto not_found = [&] { return problem(404, "job-not-found", "No such job", "there is no job '" + id + "'"); };
       if (p.size() == 3) {
         return only("GET", "/v1/jobs/{id}", [&] {
-          const auto job = store_.get(id);
-          return job ? json_response(200, job_status_json(*job, store_.nodes())) : not_found();
+          const auto body = cached_status(id);
+          return body ? json_response(200, *body) : not_found();
         });
       }
       if (p.size() == 4 && p[3] == "metrics") {
@@ -134,7 +134,9 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
       }
       if (p.size() == 4 && p[3] == "cancel") {
         return only("POST", "/v1/jobs/{id}/cancel", [&] {
-          switch (commands_.cancel(id)) {
+          const auto result = commands_.cancel(id);
+          invalidate_status(id);
+          switch (result) {
             case JobCommands::CancelResult::kNotFound:
               return not_found();
             case JobCommands::CancelResult::kAlreadyFinished: {
@@ -170,6 +172,26 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
     }
   }
   return problem(404, "not-found", "Not found", "no route for " + path);
+}
+
+std::optional<std::string> RestApi::cached_status(const std::string& id) {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(cache_mutex_);
+    const auto it = status_cache_.find(id);
+    if (it != status_cache_.end() && now - it->second.first < kStatusCacheAge) return it->second.second;
+  }
+  const auto job = store_.get(id);
+  if (!job) return std::nullopt;
+  std::string body = job_status_json(*job, store_.nodes());
+  std::lock_guard lock(cache_mutex_);
+  status_cache_[id] = {now, body};
+  return body;
+}
+
+void RestApi::invalidate_status(const std::string& id) {
+  std::lock_guard lock(cache_mutex_);
+  status_cache_.erase(id);
 }
 
 HttpResponse RestApi::submit(const HttpRequest& request) {

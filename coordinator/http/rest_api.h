@@ -9,6 +9,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -63,12 +65,19 @@ class RestApi {
   HttpResponse route(const HttpRequest& request, std::string* route_label);
   HttpResponse submit(const HttpRequest& request);
   HttpResponse prometheus() const;
+  // GET /v1/jobs/{id} is what dashboards and scripts poll: its body is built at most every
+  // kStatusCacheAge per job (and again after any command), so polling costs a map lookup.
+  std::optional<std::string> cached_status(const std::string& id);
+  void invalidate_status(const std::string& id);
+  static constexpr std::chrono::milliseconds kStatusCacheAge{100};
 
   JobStore& store_;
   JobCommands& commands_;
   std::string openapi_json_;
   mutable std::mutex counters_mutex_;
   std::map<std::pair<std::string, unsigned>, uint64_t> counters_;  // guarded by counters_mutex_
+  std::mutex cache_mutex_;
+  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, std::string>> status_cache_;  // guarded by cache_mutex_
 };
 
 }  // namespace pstrain
