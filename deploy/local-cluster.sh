@@ -1,30 +1,61 @@
 #!/usr/bin/env bash
 # Runs a pstrain cluster as plain processes on this machine: one coordinator, SERVERS parameter
-# servers and WORKERS workers, with logs and pid files under LOCAL_CLUSTER_DIR.
+# servers and WORKERS workers, with logs, pid files and state under LOCAL_CLUSTER_DIR.
 #
 # Usage:
-#   deploy/local-cluster.sh up                 start the cluster (builds first if needed)
-#   deploy/local-cluster.sh down               stop everything it started (SIGTERM, then SIGKILL)
-#   deploy/local-cluster.sh status             list the processes and whether they run
+#   deploy/local-cluster.sh up                 start the cluster (builds first if needed), wait until
+#                                              every process is ready and /healthz answers, print the URL
+#   deploy/local-cluster.sh down               stop everything it started (SIGTERM, SIGKILL after DOWN_TIMEOUT s)
+#   deploy/local-cluster.sh status             list the processes, whether they run, and the REST health
+#   deploy/local-cluster.sh demo [SPEC.json]   `up` if needed, submit SPEC (deploy/jobs/mnist-mlp.json)
+#                                              over REST, follow it, print the test accuracy, download the
+#                                              model to LOCAL_CLUSTER_DIR/models/ID.safetensors; the cluster
+#                                              stays up afterwards (stop it with `down`)
 #   deploy/local-cluster.sh run SPEC.json      start a cluster that runs SPEC, wait for the job, stop
 #
 # Environment (defaults): LOCAL_CLUSTER_DIR (./.cluster), HTTP_PORT (8080), RPC_PORT (7000),
-# SERVERS (2), WORKERS (2), WORKER_THREADS (1), PSTRAIN_DATA_DIR (../shared/data or ./data),
-# BUILD_DIR (build). The coordinator keeps its jobs in LOCAL_CLUSTER_DIR/coordinator-state, so a
-# second `up` lists the jobs of the first.
+# SERVERS (2), WORKERS (2), WORKER_THREADS (1), WORKER_FLAGS (), PSTRAIN_DATA_DIR (../shared/data or
+# ./data), BUILD_DIR (build; relative to the repository or absolute), BUILD (1: run deploy/build.sh
+# even when the binaries exist), DOWN_TIMEOUT (30), DEMO_TIMEOUT (1800).
+# State survives `down`: the coordinator keeps its jobs in LOCAL_CLUSTER_DIR/coordinator-state and
+# server N its backups in LOCAL_CLUSTER_DIR/server-N-data, so a second `up` lists the jobs of the
+# first. Delete LOCAL_CLUSTER_DIR (after `down`) to start afresh.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster_dir=$(mkdir -p "${LOCAL_CLUSTER_DIR:-$repo/.cluster}" && cd "${LOCAL_CLUSTER_DIR:-$repo/.cluster}" && pwd)
-bin="$repo/${BUILD_DIR:-build}"
+case ${BUILD_DIR:-build} in
+  /*) bin=$BUILD_DIR ;;
+  *) bin="$repo/${BUILD_DIR:-build}" ;;
+esac
 rpc_port=${RPC_PORT:-7000}
 http_port=${HTTP_PORT:-8080}
 servers=${SERVERS:-2}
 workers=${WORKERS:-2}
+url="http://127.0.0.1:$http_port"
 
+say() { echo "local-cluster: $*"; }
+die() { echo "local-cluster: $*" >&2; exit 1; }
+
+# Processes start in the cluster directory, so a relative default of a binary (e.g. a data
+# directory) lands there and not in the caller's directory; paths handed to them are absolute.
+# The previous log of a name is kept as NAME.log.prev.
 start() {  # name, command...
   local name=$1; shift
-  "$@" >"$cluster_dir/$name.log" 2>&1 &
+  [ -f "$cluster_dir/$name.log" ] && mv -f "$cluster_dir/$name.log" "$cluster_dir/$name.log.prev"
+  (cd "$cluster_dir" && exec "$@") >"$cluster_dir/$name.log" 2>&1 &
   echo $! >"$cluster_dir/$name.pid"
+}
+
+# A pid file names one of our processes only while that pid runs a pstrain binary: a stale file
+# (after a reboot, or a process that died) must not make us signal an unrelated process.
+ours() {  # pid
+  kill -0 "$1" 2>/dev/null || return 1
+  [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ] || return 1
+  tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q pstrain-
+}
+
+running() {  # name
+  [ -f "$cluster_dir/$1.pid" ] && ours "$(cat "$cluster_dir/$1.pid")"
 }
 
 wait_ready() {  # name, seconds
@@ -38,9 +69,27 @@ wait_ready() {  # name, seconds
   done
 }
 
+wait_healthy() {  # seconds: GET /healthz answers 200
+  local deadline=$((SECONDS + $1))
+  until curl -fsS -m 2 -o /dev/null "$url/healthz" 2>/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then echo "local-cluster: $url/healthz does not answer after $1 s" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+
+build_if_needed() {
+  if [ "${BUILD:-0}" = 1 ] || [ ! -x "$bin/coordinator/pstrain-coordinator" ] || [ ! -x "$bin/server/pstrain-server" ] ||
+    [ ! -x "$bin/worker/pstrain-worker" ]; then
+    BUILD_DIR=$bin "$repo/deploy/build.sh"
+  fi
+}
+
 start_nodes() {
   for i in $(seq 0 $((servers - 1))); do
-    start "server-$i" "$bin/server/pstrain-server" --listen 127.0.0.1:0 --coordinator "127.0.0.1:$rpc_port" --name "server-$i"
+    # Each server has its own backup directory (env, so binaries without --data-dir ignore it) and a
+    # fixed name: a restarted server is recognised by its name.
+    PSTRAIN_SERVER_DATA_DIR="$cluster_dir/server-$i-data" \
+      start "server-$i" "$bin/server/pstrain-server" --listen 127.0.0.1:0 --coordinator "127.0.0.1:$rpc_port" --name "server-$i"
   done
   for i in $(seq 0 $((workers - 1))); do
     start "worker-$i" "$bin/worker/pstrain-worker" --coordinator "127.0.0.1:$rpc_port" --name "worker-$i" \
@@ -50,51 +99,135 @@ start_nodes() {
   for i in $(seq 0 $((workers - 1))); do wait_ready "worker-$i" 30; done
 }
 
+# Stops every process with a pid file: SIGTERM to all (workers, servers, then the coordinator, so
+# the coordinator sees the nodes leave), wait up to DOWN_TIMEOUT s for a clean exit (servers may
+# write a backup), then SIGKILL what is left.
 down() {
-  local pids=()
-  for f in "$cluster_dir"/*.pid; do
+  local pids=() names=() f pid
+  for f in "$cluster_dir"/worker-*.pid "$cluster_dir"/server-*.pid "$cluster_dir"/coordinator.pid; do
     [ -e "$f" ] || continue
     pid=$(cat "$f")
-    kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+    if ours "$pid"; then
+      kill -TERM "$pid" 2>/dev/null && { pids+=("$pid"); names+=("$(basename "$f" .pid)"); }
+    fi
     rm -f "$f"
   done
-  for _ in $(seq 50); do
+  local deadline=$((SECONDS + ${DOWN_TIMEOUT:-30})) alive
+  while :; do
     alive=0
-    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    for pid in "${pids[@]}"; do ours "$pid" && alive=1; done
     [ $alive -eq 0 ] && break
+    [ $SECONDS -ge $deadline ] && break
     sleep 0.1
   done
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for i in "${!pids[@]}"; do
+    if ours "${pids[$i]}"; then
+      echo "local-cluster: ${names[$i]} (pid ${pids[$i]}) ignored SIGTERM for ${DOWN_TIMEOUT:-30} s: SIGKILL" >&2
+      kill -KILL "${pids[$i]}" 2>/dev/null || true
+    fi
+  done
+  # `run` started them as children of this shell: reap them.
+  wait 2>/dev/null || true
+}
+
+# First value of a top-level key of the job JSON on stdin (the status object lists its scalar
+# fields before the nested ones). Strings without quotes; empty for null or a missing key.
+json_get() {  # key
+  grep -o "\"$1\": *\(\"[^\"]*\"\|[^,}\"]*\)" | head -n1 | sed "s/^\"$1\": *//; s/^\"//; s/\"$//; s/^null$//"
+}
+
+up() {
+  if running coordinator; then
+    say "already up; REST API at $url (logs in $cluster_dir)"
+    return 0
+  fi
+  down  # leftovers of a cluster whose coordinator died
+  build_if_needed
+  if curl -s -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then
+    die "something already answers on $url: set HTTP_PORT (and RPC_PORT) to free ports"
+  fi
+  start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
+    --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR"
+  wait_ready coordinator 30 || { down; return 1; }
+  wait_healthy 30 || { down; return 1; }
+  start_nodes || { down; return 1; }
+  say "up: coordinator, $servers servers, $workers workers; REST API at $url (logs in $cluster_dir)"
+}
+
+demo() {
+  local spec=${1:-$repo/deploy/jobs/mnist-mlp.json}
+  [ -f "$spec" ] || die "no job spec $spec"
+  up
+  say "submitting $spec to $url/v1/jobs"
+  local reply id
+  reply=$(curl -sS -m 10 -H 'Content-Type: application/json' --data-binary "@$spec" -w '\n%{http_code}' "$url/v1/jobs")
+  if [ "$(tail -n1 <<<"$reply")" != 201 ]; then
+    die "the job was refused: $(sed '$d' <<<"$reply")"
+  fi
+  id=$(sed '$d' <<<"$reply" | json_get id)
+  say "job $id submitted; following it at $url/v1/jobs/$id"
+  local deadline=$((SECONDS + ${DEMO_TIMEOUT:-1800})) status state line last=""
+  while :; do
+    status=$(curl -fsS -m 10 "$url/v1/jobs/$id") || die "cannot read $url/v1/jobs/$id"
+    state=$(json_get state <<<"$status")
+    local epoch epochs step total percent loss
+    epoch=$(json_get epoch <<<"$status") epochs=$(json_get epochs <<<"$status")
+    step=$(json_get step <<<"$status") total=$(json_get total_steps <<<"$status")
+    percent=$(json_get percent <<<"$status") loss=$(json_get train_loss <<<"$status")
+    line=$(printf '%-10s epoch %s/%s  step %s/%s  %5.1f%%  loss %s' "$state" "${epoch:-0}" "${epochs:-?}" \
+      "${step:-0}" "${total:-?}" "${percent:-0}" "$( [ -n "$loss" ] && printf '%.4f' "$loss" || echo -)")
+    [ "$line" != "$last" ] && echo "  $line"
+    last=$line
+    case $state in SUCCEEDED | FAILED | CANCELLED) break ;; esac
+    [ $SECONDS -ge $deadline ] && die "job $id still $state after ${DEMO_TIMEOUT:-1800} s (cluster left up)"
+    sleep 1
+  done
+  if [ "$state" != SUCCEEDED ]; then
+    say "job $id $state: $(json_get reason <<<"$status")"
+    say "the cluster is still up (REST API at $url); stop it with: LOCAL_CLUSTER_DIR=$cluster_dir $0 down"
+    return 1
+  fi
+  say "job $id SUCCEEDED: final test accuracy $(printf '%.4f' "$(json_get test_accuracy <<<"$status")")"
+  mkdir -p "$cluster_dir/models"
+  local model="$cluster_dir/models/$id.safetensors"
+  curl -fsS -m 60 -o "$model" "$url/v1/jobs/$id/model" || die "cannot download the model of $id"
+  say "model written to $model ($(stat -c %s "$model") bytes, safetensors; also at $url/v1/jobs/$id/model)"
+  say "the cluster is still up (REST API at $url); stop it with: LOCAL_CLUSTER_DIR=$cluster_dir $0 down"
 }
 
 source "$repo/deploy/data-dir.sh"
+PSTRAIN_DATA_DIR=$(cd "$PSTRAIN_DATA_DIR" && pwd)
 case "${1:-}" in
   up)
-    [ -x "$bin/coordinator/pstrain-coordinator" ] || "$repo/deploy/build.sh"
-    start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
-      --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR"
-    wait_ready coordinator 30
-    start_nodes
-    echo "local-cluster: up; REST API at http://127.0.0.1:$http_port (logs in $cluster_dir)"
+    up
     ;;
   down)
     down
-    echo "local-cluster: down"
+    say "down"
     ;;
   status)
-    for f in "$cluster_dir"/*.pid; do
-      [ -e "$f" ] || { echo "local-cluster: nothing running"; exit 0; }
+    any=0
+    for f in "$cluster_dir"/coordinator.pid "$cluster_dir"/server-*.pid "$cluster_dir"/worker-*.pid; do
+      [ -e "$f" ] || continue
+      any=1
       name=$(basename "$f" .pid)
-      if kill -0 "$(cat "$f")" 2>/dev/null; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: stopped"; fi
+      if ours "$(cat "$f")"; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: stopped"; fi
     done
+    [ $any = 1 ] || { say "nothing running"; exit 0; }
+    if curl -fsS -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then echo "REST API: $url (healthy)"; else echo "REST API: $url (not answering)"; fi
+    ;;
+  demo)
+    demo "${2:-}"
     ;;
   run)
     spec=${2:?usage: local-cluster.sh run SPEC.json}
-    [ -x "$bin/coordinator/pstrain-coordinator" ] || "$repo/deploy/build.sh"
+    spec=$(cd "$(dirname "$spec")" && pwd)/$(basename "$spec")
+    save_params=${SAVE_PARAMS:+$(cd "$(dirname "$SAVE_PARAMS")" && pwd)/$(basename "$SAVE_PARAMS")}
+    build_if_needed
     trap down EXIT
     start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
       --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" \
-      --job "$spec" --exit-when-done ${SAVE_PARAMS:+--save-params "$SAVE_PARAMS"}
+      --job "$spec" --exit-when-done ${save_params:+--save-params "$save_params"}
     wait_ready coordinator 30
     start_nodes
     status=0
@@ -103,5 +236,5 @@ case "${1:-}" in
     exit $status
     ;;
   *)
-    sed -n '2,14p' "$0"; exit 2 ;;
+    sed -n '2,23p' "$0"; exit 2 ;;
 esac

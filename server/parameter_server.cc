@@ -52,6 +52,27 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   }
   auto job = std::make_shared<Job>();
   job->shard = std::make_unique<ParameterShard>(spec, chunks, config.getServerIndex(), config.getWorkers());
+  if (writer_ != nullptr && spec.training.mode == TrainingMode::kSync) {
+    // Backups at the spec's save_freq (sync mode: every chunk passes every version), plus any
+    // version a preemption asks for.
+    const uint64_t steps_per_epoch = std::max<uint64_t>(1, config.getStepsPerEpoch());
+    const BackupSpec backup = spec.backup;
+    Job* raw = job.get();
+    job->shard->enable_backups(
+        [backup, steps_per_epoch, raw](uint64_t v) {
+          if (v == 0) return false;
+          if (raw->extra_backup_points.count(v) != 0) return true;
+          switch (backup.frequency) {
+            case BackupSpec::Frequency::kNone: return false;
+            case BackupSpec::Frequency::kEpoch: return v % steps_per_epoch == 0;
+            case BackupSpec::Frequency::kSteps: return v % static_cast<uint64_t>(backup.steps) == 0;
+          }
+          return false;
+        },
+        [this, job_id](uint64_t version, std::vector<ChunkSnapshot> snapshots) {
+          writer_->submit(job_id, version, std::move(snapshots));
+        });
+  }
   PSLOG(kInfo) << "job " << job_id << ": holding " << job->shard->keys().size() << " chunks as server "
                << config.getServerIndex() << " (" << training_mode_name(spec.training.mode) << ", "
                << config.getWorkers() << " workers)";
@@ -108,6 +129,7 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     KJ_REQUIRE(job != nullptr, "job was dropped");
     auto results = context.getResults();
     results.setVersion(job->shard->version(key));
+    KJ_REQUIRE(!outcome.aborted, "the job was rolled back for recovery: get a new assignment");
     results.setApplied(outcome.applied);
     if (job->shard->values_stable_until_next_push()) {
       // Zero-copy reply (see ParameterShard::values_stable_until_next_push).
@@ -122,6 +144,65 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
 kj::Promise<void> ParameterServerImpl::workerFinished(WorkerFinishedContext context) {
   find(context.getParams().getJobId()).shard->worker_finished(context.getParams().getWorker());
   return kj::READY_NOW;
+}
+
+kj::Promise<void> ParameterServerImpl::restore(RestoreContext context) {
+  const auto params = context.getParams();
+  const std::string job_id = rpc::to_string(params.getJobId());
+  Job& job = find(params.getJobId());
+  if (params.getFromScratch()) {
+    job.shard->reset();
+    PSLOG(kInfo) << "job " << job_id << ": rolled back to the initial parameters";
+    return kj::READY_NOW;
+  }
+  KJ_REQUIRE(backups_ != nullptr, "this server keeps no backups (no data directory)");
+  std::string error;
+  auto snapshots = backups_->load(job_id, params.getVersion(), &error);
+  if (!snapshots) {
+    PSLOG(kWarning) << "job " << job_id << ": cannot restore: " << error;
+    KJ_FAIL_REQUIRE("backup unusable", error);
+  }
+  for (uint32_t key : job.shard->keys()) {
+    KJ_REQUIRE(snapshots->count(key) != 0 && (*snapshots)[key].values.size() == job.shard->chunk_size(key),
+               "backup does not match the job's chunks", key);
+  }
+  job.shard->restore(*snapshots);
+  PSLOG(kInfo) << "job " << job_id << ": restored the backup at step " << params.getVersion();
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ParameterServerImpl::backups(BackupsContext context) {
+  const std::string job_id = rpc::to_string(context.getParams().getJobId());
+  const std::vector<uint64_t> versions = backups_ != nullptr ? backups_->versions(job_id) : std::vector<uint64_t>{};
+  auto list = context.getResults().initVersions(static_cast<unsigned>(versions.size()));
+  for (size_t i = 0; i < versions.size(); ++i) list.set(static_cast<unsigned>(i), versions[i]);
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ParameterServerImpl::backupAt(BackupAtContext context) {
+  Job& job = find(context.getParams().getJobId());
+  job.extra_backup_points.insert(context.getParams().getVersion());
+  uint64_t highest = 0;
+  for (uint32_t key : job.shard->keys()) highest = std::max(highest, job.shard->version(key));
+  context.getResults().setCurrentVersion(highest);
+  return kj::READY_NOW;
+}
+
+std::vector<std::string> ParameterServerImpl::backup_all_now() {
+  std::vector<std::string> lines;
+  for (const auto& [job_id, job] : jobs_) {
+    if (backups_ == nullptr) break;
+    const auto snapshots = job->shard->snapshot_now();
+    if (!snapshots || snapshots->empty()) {
+      lines.push_back("job " + job_id + ": chunks are mid-step; not backed up");
+      continue;
+    }
+    const uint64_t version = snapshots->front().version;
+    const KvStatus status = backups_->write(job_id, version, *snapshots);
+    lines.push_back("job " + job_id + ": backup at step " + std::to_string(version) +
+                    (status.ok() ? " written" : " failed: " + status.message));
+  }
+  return lines;
 }
 
 kj::Promise<void> ParameterServerImpl::dropJob(DropJobContext context) {

@@ -8,18 +8,25 @@
 
 #include <map>
 #include <memory>
+#include <set>
+#include <vector>
 #include <string>
 
 #include "common/proto/pstrain.capnp.h"
+#include "server/backup_writer.h"
 #include "server/parameter_shard.h"
 
 namespace pstrain {
 
 class ParameterServerImpl final : public proto::ParameterServer::Server {
  public:
-  ParameterServerImpl() = default;
+  // `backups` and `writer` may be null (no backups: a server without a data directory, or tests).
+  ParameterServerImpl(BackupStore* backups, BackupWriter* writer) : backups_(backups), writer_(writer) {}
 
   size_t job_count() const { return jobs_.size(); }
+  // Preemption: backs every job up now where its chunks agree on a version, synchronously.
+  // Returns a line per job for the log.
+  std::vector<std::string> backup_all_now();
 
  protected:
   kj::Promise<void> configure(ConfigureContext context) override;
@@ -28,15 +35,21 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> workerFinished(WorkerFinishedContext context) override;
   kj::Promise<void> dropJob(DropJobContext context) override;
   kj::Promise<void> stats(StatsContext context) override;
+  kj::Promise<void> restore(RestoreContext context) override;
+  kj::Promise<void> backups(BackupsContext context) override;
+  kj::Promise<void> backupAt(BackupAtContext context) override;
 
  private:
   struct Job {
     std::unique_ptr<ParameterShard> shard;
     uint64_t bytes_in = 0, bytes_out = 0;
+    std::set<uint64_t> extra_backup_points;  // asked for by backupAt
   };
   Job& find(capnp::Text::Reader job_id);
   ParameterShard& shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key);
 
+  BackupStore* backups_;
+  BackupWriter* writer_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
 };
 

@@ -27,6 +27,7 @@ ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table
     chunk.l2 = param.l2;
     const float* begin = initial.data() + param.offset + info.offset;
     chunk.values.assign(begin, begin + info.size);
+    chunk.initial = chunk.values;
     chunk.scratch.resize(info.size);
     chunk.optimizer_state = optimizer_->make_state(info.size);
     chunks_.emplace(info.key, std::move(chunk));
@@ -66,6 +67,7 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
     apply_update(chunk, request.gradient, request.examples);
     ++stats_.pushes_applied;
     release_pulls(chunk);
+    take_snapshot_if_due(chunk);
     if (request.key == chunks_.begin()->first) {
       uint64_t& clock = worker_clocks_[request.worker];
       clock = std::max(clock, request.step + 1);
@@ -118,6 +120,7 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
     stats_.pushes_applied += pushes.size();
     std::vector<PendingPush> released = std::move(pushes);
     chunk.pending.erase(it);
+    take_snapshot_if_due(chunk);
     for (auto& p : released) p.done({chunk.version, true});
     release_pulls(chunk);
   }
@@ -173,6 +176,74 @@ void ParameterShard::release_held_replies(Chunk& chunk) {
 void ParameterShard::worker_finished(uint32_t worker) {
   if (worker < finished_.size()) finished_[worker] = true;
   for (auto& [key, chunk] : chunks_) release_held_replies(chunk);
+}
+
+}  // namespace pstrain
+
+namespace pstrain {
+
+void ParameterShard::enable_backups(std::function<bool(uint64_t)> is_backup_point, BackupReady ready) {
+  is_backup_point_ = std::move(is_backup_point);
+  backup_ready_ = std::move(ready);
+}
+
+void ParameterShard::take_snapshot_if_due(Chunk& chunk) {
+  if (!is_backup_point_ || !is_backup_point_(chunk.version)) return;
+  auto& taken = snapshots_[chunk.version];
+  taken.push_back({chunk.info.key, chunk.version, chunk.values, chunk.optimizer_state});
+  if (taken.size() < chunks_.size()) return;
+  std::vector<ChunkSnapshot> complete = std::move(taken);
+  const uint64_t version = chunk.version;
+  snapshots_.erase(snapshots_.begin(), snapshots_.upper_bound(version));
+  backup_ready_(version, std::move(complete));
+}
+
+std::optional<std::vector<ChunkSnapshot>> ParameterShard::snapshot_now() const {
+  std::vector<ChunkSnapshot> out;
+  for (const auto& [key, chunk] : chunks_) {
+    if (!out.empty() && out.front().version != chunk.version) return std::nullopt;
+    out.push_back({key, chunk.version, chunk.values, chunk.optimizer_state});
+  }
+  return out;
+}
+
+void ParameterShard::abort_waiting(Chunk& chunk) {
+  auto pending = std::move(chunk.pending);
+  chunk.pending.clear();
+  for (auto& [step, pushes] : pending) {
+    for (auto& p : pushes) {
+      if (!p.alive || p.alive()) p.done({chunk.version, false, true});
+    }
+  }
+  auto held = std::move(chunk.held_replies);
+  chunk.held_replies.clear();
+  for (auto& [step, release] : held) release();
+}
+
+void ParameterShard::restore(const std::map<uint32_t, ChunkSnapshot>& snapshots) {
+  for (auto& [key, chunk] : chunks_) {
+    const ChunkSnapshot& s = snapshots.at(key);
+    chunk.values = s.values;
+    chunk.optimizer_state = s.optimizer_state;
+    chunk.version = s.version;
+  }
+  snapshots_.clear();
+  for (auto& [key, chunk] : chunks_) {
+    abort_waiting(chunk);
+    release_pulls(chunk);
+  }
+  for (auto& [worker, clock] : worker_clocks_) clock = 0;
+}
+
+void ParameterShard::reset() {
+  for (auto& [key, chunk] : chunks_) {
+    chunk.values = chunk.initial;
+    chunk.optimizer_state = optimizer_->make_state(chunk.info.size);
+    chunk.version = 0;
+  }
+  snapshots_.clear();
+  for (auto& [key, chunk] : chunks_) abort_waiting(chunk);
+  for (auto& [worker, clock] : worker_clocks_) clock = 0;
 }
 
 }  // namespace pstrain

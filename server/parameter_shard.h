@@ -21,12 +21,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/aligned.h"
 #include "common/chunk_plan.h"
+#include "server/backup_store.h"
 #include "common/job_spec.h"
 #include "common/optim/optimizer.h"
 
@@ -46,6 +48,7 @@ struct PushRequest {
 struct PushOutcome {
   uint64_t version = 0;  // the chunk's version when the reply is released
   bool applied = true;   // false: a late sync push that was dropped
+  bool aborted = false;  // the shard was rolled back (recovery) before the push could apply
 };
 
 struct ShardStats {
@@ -81,6 +84,19 @@ class ParameterShard {
   // Async: this worker pushes no more; it no longer holds others back.
   void worker_finished(uint32_t worker);
 
+  // Backups: every version v with is_backup_point(v) is snapshotted chunk by chunk as each chunk
+  // reaches it (a copy of values and optimizer slots); once every chunk of this shard has its
+  // snapshot, `ready` receives them all (on this thread, inside push()).
+  using BackupReady = std::function<void(uint64_t version, std::vector<ChunkSnapshot> chunks)>;
+  void enable_backups(std::function<bool(uint64_t)> is_backup_point, BackupReady ready);
+  // Snapshots of every chunk as it is now, if all chunks are at the same version.
+  std::optional<std::vector<ChunkSnapshot>> snapshot_now() const;
+  // Replaces every chunk's state with the snapshots (which must cover this shard's chunks) and
+  // answers all waiting pushes and pulls with aborted = true.
+  void restore(const std::map<uint32_t, ChunkSnapshot>& snapshots);
+  // Back to the initial values and fresh optimizer state (a rollback to step 0).
+  void reset();
+
   // True when a chunk's values cannot change until every worker of the step has received its
   // push reply and pushed again: plain sync mode (no backup workers). Then a reply may send the
   // values without copying them. In async mode, or when late pushes are dropped, another push can
@@ -106,7 +122,10 @@ class ParameterShard {
     std::map<uint64_t, std::vector<PendingPush>> pending;  // sync: by step
     std::vector<std::pair<uint64_t, PullDone>> waiting_pulls;
     std::vector<std::pair<uint64_t, std::function<void()>>> held_replies;  // async SSP: (step, release)
+    AlignedFloats initial;  // for reset()
   };
+  void take_snapshot_if_due(Chunk& chunk);
+  void abort_waiting(Chunk& chunk);
 
   void apply_ready_sync_steps(Chunk& chunk);
   void apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples);
@@ -122,6 +141,9 @@ class ParameterShard {
   std::map<uint32_t, uint64_t> worker_clocks_;  // async: steps pushed (of the first chunk) per worker
   std::vector<bool> finished_;
   ShardStats stats_;
+  std::function<bool(uint64_t)> is_backup_point_;
+  BackupReady backup_ready_;
+  std::map<uint64_t, std::vector<ChunkSnapshot>> snapshots_;  // by version, until complete
 };
 
 }  // namespace pstrain

@@ -13,6 +13,9 @@
 #include "common/log.h"
 #include "common/rpc/coordinator_link.h"
 #include "common/rpc/rpc_util.h"
+#include "common/kv_store.h"
+#include "server/backup_store.h"
+#include "server/backup_writer.h"
 #include "server/parameter_server.h"
 
 namespace {
@@ -21,7 +24,7 @@ struct ServerConfig {
   pstrain::rpc::HostPort listen;
   std::string advertise_host;
   pstrain::rpc::HostPort coordinator;
-  std::string name;
+  std::string name, data_dir;
 };
 
 std::string default_name() {
@@ -41,7 +44,11 @@ int main(int argc, char** argv) {
   flags.add("advertise-host", "PSTRAIN_ADVERTISE_HOST", "127.0.0.1",
             "Host name workers use to reach this server (the port is the listening one).");
   flags.add("coordinator", "PSTRAIN_COORDINATOR", "127.0.0.1:7000", "The coordinator's RPC address.");
-  flags.add("name", "PSTRAIN_NODE_NAME", "", "Name shown in the cluster view (default: host-pid).");
+  flags.add("name", "PSTRAIN_NODE_NAME", "",
+            "Name shown in the cluster view (default: host-pid). A restarted server keeps its name: that\n"
+            "      is how the coordinator knows it is the same server with the same backups.");
+  flags.add("data-dir", "PSTRAIN_SERVER_DATA_DIR", "server-data",
+            "RocksDB directory for backups of this server's shards (created if missing).");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
   switch (flags.parse(argc, argv)) {
@@ -63,6 +70,7 @@ int main(int argc, char** argv) {
     config.advertise_host = flags.get("advertise-host");
     config.coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
     config.name = flags.get("name").empty() ? default_name() : flags.get("name");
+    config.data_dir = flags.get("data-dir");
   } catch (const std::exception& e) {
     std::cerr << "pstrain-server: " << e.what() << "\n";
     return 2;
@@ -78,7 +86,36 @@ int main(int argc, char** argv) {
   set_compute_threads(1);
   keep_freed_memory();
   auto io = kj::setupAsyncIo();
-  capnp::TwoPartyServer rpc_server(kj::heap<ParameterServerImpl>());
+  std::string error;
+  std::unique_ptr<KvStore> kv = KvStore::open(config.data_dir, &error);
+  if (!kv) {
+    std::cerr << "pstrain-server: " << error << "\n";
+    return 1;
+  }
+  BackupStore backups(*kv);
+  // The link to the coordinator is set up below; backups done before that are reported as soon
+  // as it exists (the writer calls back on this thread).
+  rpc::CoordinatorLink* link_ptr = nullptr;
+  BackupWriter writer(backups, kj::getCurrentThreadExecutor(),
+                      [&](const std::string& job, uint64_t version, const KvStatus& status, double seconds) {
+                        if (!status.ok()) {
+                          PSLOG(kError) << "job " << job << ": backup at step " << version << " failed: " << status.message;
+                          return;
+                        }
+                        PSLOG(kInfo) << "job " << job << ": backup at step " << version << " written in "
+                                     << static_cast<int>(seconds * 1000) << " ms";
+                        if (link_ptr == nullptr || !link_ptr->connected()) return;
+                        auto request = link_ptr->client().backupDoneRequest();
+                        request.setNodeId(link_ptr->node_id());
+                        request.setJobId(job);
+                        request.setVersion(version);
+                        request.send().detach([](kj::Exception&& e) {
+                          PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr();
+                        });
+                      });
+  auto impl = kj::heap<ParameterServerImpl>(&backups, &writer);
+  ParameterServerImpl& server = *impl;
+  capnp::TwoPartyServer rpc_server(kj::mv(impl));
   auto address = io.provider->getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);
   auto listener = address->listen();
   const uint32_t port = listener->getPort();
@@ -88,10 +125,21 @@ int main(int argc, char** argv) {
 
   rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::SERVER,
                             config.advertise_host + ":" + std::to_string(port), config.name);
+  link_ptr = &link;
   auto registered = link.start().eagerlyEvaluate(nullptr);
   rpc::print_ready("server", port);
 
   const int signal = rpc::shutdown_signal(io.unixEventPort).wait(io.waitScope);
   PSLOG(kInfo) << "signal " << signal << ": shutting down";
+  if (signal == SIGTERM && link.connected()) {
+    // Preemption notice: the coordinator has every server of our jobs back up at the next step;
+    // we wait for our own part of it (the writer thread reports it) before leaving.
+    auto request = link.client().preemptedRequest();
+    request.setNodeId(link.node_id());
+    auto arranged = request.send().ignoreResult().catch_([](kj::Exception&& e) {
+      PSLOG(kWarning) << "preemption notice failed: " << e.getDescription().cStr();
+    });
+    io.provider->getTimer().timeoutAfter(20 * kj::SECONDS, kj::mv(arranged)).wait(io.waitScope);
+  }
   return 0;
 }

@@ -38,6 +38,7 @@ struct JobConfig {
   chunks @2 :List(Chunk);    # the whole table; a server keeps the chunks with its index
   serverIndex @3 :UInt32;
   workers @4 :UInt32;        # workers of the job (async: for max_staleness)
+  stepsPerEpoch @5 :UInt64;  # for `save_freq: "epoch"` backups
 }
 
 struct ServerStats {
@@ -75,6 +76,16 @@ interface ParameterServer {
 
   dropJob @4 (jobId :Text) -> ();
   stats @5 (jobId :Text) -> (stats :ServerStats);
+
+  # Recovery: every chunk back to this server's backup at `version` (or, with fromScratch, to the
+  # initial values and version 0). Waiting pushes and pulls fail ("rolled back"). Fails if the
+  # backup is missing or corrupt, saying which.
+  restore @6 (jobId :Text, version :UInt64, fromScratch :Bool) -> ();
+  # Complete backups this server holds for the job, oldest first.
+  backups @7 (jobId :Text) -> (versions :List(UInt64));
+  # Preemption: also back up at `version` (when every chunk reaches it). Returns the highest
+  # version any chunk of the job has now.
+  backupAt @8 (jobId :Text, version :UInt64) -> (currentVersion :UInt64);
 }
 
 enum Split {
@@ -93,6 +104,7 @@ struct Assignment {
   stepsPerEpoch @6 :UInt64;   # this worker's steps per epoch
   startEpoch @7 :UInt32;
   startStep @8 :UInt64;       # within startEpoch
+  generation @9 :UInt64;      # increases with every re-plan (recovery); stale sessions end
 }
 
 struct Batch {
@@ -136,9 +148,15 @@ interface Coordinator {
   # known is false when the coordinator has forgotten the node (it must register again).
   heartbeat @1 (nodeId :UInt32) -> (known :Bool);
   # Waits up to waitMs for work; has is false if none came.
-  getAssignment @2 (nodeId :UInt32, waitMs :UInt32) -> (has :Bool, assignment :Assignment);
+  getAssignment @2 (nodeId :UInt32, waitMs :UInt32, minGeneration :UInt64)
+      -> (has :Bool, assignment :Assignment);
   openShard @3 (jobId :Text, nodeId :UInt32, split :Split, epoch :UInt32, fromStep :UInt64)
       -> (stream :DataStream);
   # keepGoing is false when the job was cancelled or failed.
   reportProgress @4 (nodeId :UInt32, report :Progress) -> (keepGoing :Bool);
+  # A server has durably written its backup of the job at `version`.
+  backupDone @5 (nodeId :UInt32, jobId :Text, version :UInt64) -> ();
+  # A node got SIGTERM: the coordinator makes every server of its jobs back up at the next step
+  # (servers) or takes the worker out of its job (workers). Returns once that is arranged.
+  preempted @6 (nodeId :UInt32) -> ();
 }

@@ -186,7 +186,7 @@ IPERF_BIDIR_GBPS=$(iperf_gbps <"$WORK/iperf3-client-bidir.json")
 stop_bg "$IPERF_PID"
 echo "  iperf3: $IPERF_GBPS GB/s one way, $IPERF_BIDIR_GBPS GB/s both ways (--bidir)" >&2
 
-"$SERVER" --listen 127.0.0.1:0 --coordinator 127.0.0.1:1 --name exchange-bench --log-level warning >"$WORK/exchange-server.log" 2>&1 &
+"$SERVER" --listen 127.0.0.1:0 --coordinator 127.0.0.1:1 --name exchange-bench --data-dir "$WORK/exchange-server-data" --log-level warning >"$WORK/exchange-server.log" 2>&1 &
 SERVER_PID=$!; BG_PIDS+=("$SERVER_PID")
 for _ in $(seq 100); do grep -q PSTRAIN_READY "$WORK/exchange-server.log" && break; sleep 0.1; done
 SERVER_PORT=$(sed -n 's/.*PSTRAIN_READY role=server port=\([0-9]*\).*/\1/p' "$WORK/exchange-server.log")

@@ -50,7 +50,8 @@ Cluster::Cluster(ClusterOptions options) {
   const std::string address = "127.0.0.1:" + std::to_string(coordinator_port_);
   for (int i = 0; i < options.servers; ++i) {
     std::vector<std::string> a = {binary("server/pstrain-server"), "--listen", "127.0.0.1:0", "--coordinator", address,
-                                  "--name", "server-" + std::to_string(i)};
+                                  "--name", "server-" + std::to_string(i),
+                                  "--data-dir", group_.log_dir() + "/server-" + std::to_string(i) + "-data"};
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
     servers_.push_back(&group_.start("server-" + std::to_string(i), a));
   }

@@ -1,0 +1,776 @@
+// The coordinator's REST API end to end: a real cluster (coordinator, servers and workers as
+// processes on loopback) driven over HTTP only, as a user with curl would. A small Beast client
+// for well-formed requests, raw POSIX sockets for the malformed and stalled ones.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <latch>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "tests/integration/cluster.h"
+#include "tests/test_support.h"
+
+using namespace pstrain;
+using namespace std::chrono_literals;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+namespace json = boost::json;
+using tcp = net::ip::tcp;
+
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// One HTTP response, however it was obtained.
+struct Reply {
+  unsigned status = 0;                         // 0: no response (see error)
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  bool keep_alive = false;
+  std::string error;  // what went wrong on the way, if anything
+
+  std::string header(const std::string& name) const {
+    const auto it = headers.find(lower(name));
+    return it == headers.end() ? std::string() : it->second;
+  }
+  std::string describe() const {
+    std::string text = "HTTP " + std::to_string(status) + " [" + header("content-type") + "] ";
+    text += body.size() > 600 ? body.substr(0, 600) + "... (" + std::to_string(body.size()) + " bytes)" : body;
+    if (!error.empty()) text += " (error: " + error + ")";
+    return text;
+  }
+};
+
+// A blocking HTTP/1.1 client on one keep-alive connection: Beast's async operations run to
+// completion on a private io_context, so that every step has a deadline (tcp_stream's timeouts
+// apply to async operations only).
+class HttpClient {
+ public:
+  explicit HttpClient(int port, std::chrono::seconds timeout = 30s) : port_(port), timeout_(timeout), stream_(ioc_) {}
+
+  bool connect(std::string* error) {
+    stream_.expires_after(timeout_);
+    const tcp::endpoint endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_));
+    const beast::error_code ec = run([&](auto handler) { stream_.async_connect(endpoint, handler); });
+    if (ec && error != nullptr) *error = "connect: " + ec.message();
+    return !ec;
+  }
+
+  Reply send(http::verb verb, const std::string& target, std::string body = {}, const std::string& content_type = {},
+             const std::vector<std::pair<std::string, std::string>>& extra_headers = {}) {
+    http::request<http::string_body> request{verb, target, 11};
+    request.set(http::field::host, "127.0.0.1:" + std::to_string(port_));
+    request.set(http::field::user_agent, "pstrain-rest-test");
+    if (!content_type.empty()) request.set(http::field::content_type, content_type);
+    for (const auto& [name, value] : extra_headers) request.set(name, value);
+    request.body() = std::move(body);
+    request.prepare_payload();
+    Reply reply;
+    stream_.expires_after(timeout_);
+    const beast::error_code write_ec = run([&](auto handler) { http::async_write(stream_, request, handler); });
+    // A server may answer before it has read the whole request (413) and close: read its answer
+    // even when the write failed.
+    if (write_ec) reply.error = "write: " + write_ec.message();
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    if (verb == http::verb::head) parser.skip(true);
+    stream_.expires_after(timeout_);
+    const beast::error_code read_ec = run([&](auto handler) { http::async_read(stream_, buffer_, parser, handler); });
+    if (read_ec) {
+      reply.error += (reply.error.empty() ? "" : "; ") + std::string("read: ") + read_ec.message();
+      return reply;
+    }
+    const auto& response = parser.get();
+    reply.status = response.result_int();
+    for (const auto& field : response) reply.headers[lower(std::string(field.name_string()))] = std::string(field.value());
+    reply.body = response.body();
+    reply.keep_alive = response.keep_alive();
+    return reply;
+  }
+
+ private:
+  template <typename Start>
+  beast::error_code run(Start&& start) {
+    beast::error_code result;
+    start([&result](beast::error_code ec, auto&&...) { result = ec; });
+    ioc_.restart();
+    ioc_.run();
+    return result;
+  }
+
+  int port_;
+  std::chrono::seconds timeout_;
+  net::io_context ioc_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+};
+
+// One request on a fresh connection.
+Reply call(int port, http::verb verb, const std::string& target, std::string body = {},
+           const std::string& content_type = {}, const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  HttpClient client(port);
+  Reply reply;
+  if (!client.connect(&reply.error)) return reply;
+  return client.send(verb, target, std::move(body), content_type, headers);
+}
+
+Reply get(int port, const std::string& target) { return call(port, http::verb::get, target); }
+
+Reply post_json(int port, const std::string& target, std::string body) {
+  return call(port, http::verb::post, target, std::move(body), "application/json");
+}
+
+// A plain TCP connection, for what a well-behaved client would never send.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+      const std::string what = std::strerror(errno);
+      ::close(fd_);
+      throw std::runtime_error("connect to port " + std::to_string(port) + ": " + what);
+    }
+  }
+  ~RawConnection() { ::close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  // False if the peer refused the bytes (reset, closed).
+  bool send_all(std::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+
+  struct Received {
+    std::string bytes;
+    bool closed = false;  // the peer closed (or reset) the connection
+    std::string error;
+  };
+  // Reads until the peer closes the connection or `timeout` passes.
+  Received read_until_close(std::chrono::milliseconds timeout) {
+    Received out;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    char buffer[65536];
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return out;
+      pollfd p{fd_, POLLIN, 0};
+      const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) return out;
+      const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
+      if (n > 0) {
+        out.bytes.append(buffer, static_cast<size_t>(n));
+      } else if (n == 0) {
+        out.closed = true;
+        return out;
+      } else if (errno != EINTR) {
+        out.closed = true;
+        out.error = std::strerror(errno);
+        return out;
+      }
+    }
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Parses the first HTTP response in `bytes` (what a RawConnection received).
+Reply parse_reply(const RawConnection::Received& received) {
+  Reply r;
+  r.error = received.error;
+  const std::string& bytes = received.bytes;
+  const size_t end = bytes.find("\r\n\r\n");
+  if (bytes.rfind("HTTP/1.", 0) != 0 || end == std::string::npos || bytes.size() < 12) {
+    r.error += " no HTTP response in " + std::to_string(bytes.size()) + " bytes: '" + bytes.substr(0, 200) + "'";
+    r.error += received.closed ? " (connection closed)" : " (connection still open)";
+    return r;
+  }
+  r.status = static_cast<unsigned>(std::atoi(bytes.substr(9, 3).c_str()));
+  size_t line_start = bytes.find("\r\n") + 2;
+  while (line_start < end) {
+    const size_t line_end = bytes.find("\r\n", line_start);
+    const std::string line = bytes.substr(line_start, line_end - line_start);
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) {
+      std::string value = line.substr(colon + 1);
+      value.erase(0, value.find_first_not_of(" \t"));
+      r.headers[lower(line.substr(0, colon))] = value;
+    }
+    line_start = line_end + 2;
+  }
+  r.body = bytes.substr(end + 4);
+  if (const std::string length = r.header("content-length"); !length.empty()) {
+    const size_t n = std::stoul(length);
+    if (r.body.size() < n) r.error += " body shorter than Content-Length";
+    r.body.resize(std::min(n, r.body.size()));
+  }
+  r.keep_alive = lower(r.header("connection")) != "close";
+  return r;
+}
+
+// ---- JSON helpers: lenient accessors, so that a wrong body fails a CHECK instead of throwing.
+
+json::object object_of(const Reply& r) {
+  boost::system::error_code ec;
+  json::value v = json::parse(r.body, ec);
+  if (ec || !v.is_object()) {
+    FAIL_CHECK("the body is not a JSON object: " << r.describe());
+    return {};
+  }
+  return std::move(v.as_object());
+}
+
+std::string str(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+double num(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  return v != nullptr && v->is_number() ? v->to_number<double>() : std::nan("");
+}
+
+json::array arr(const json::object& o, std::string_view key) {  // a copy: `o` may be a temporary
+  const auto* v = o.if_contains(key);
+  return v != nullptr && v->is_array() ? v->as_array() : json::array();
+}
+
+const json::object& obj(const json::value& v) {
+  static const json::object empty;
+  return v.is_object() ? v.as_object() : empty;
+}
+
+// A problem+json answer (RFC 9457) with `status`, naming `field` if given.
+void check_problem(const Reply& r, unsigned status, const std::string& what, const std::string& field = {}) {
+  INFO(what << " -> " << r.describe());
+  CHECK(r.status == status);
+  CHECK(r.header("content-type") == "application/problem+json");
+  const json::object o = object_of(r);
+  CHECK(!str(o, "type").empty());
+  CHECK(!str(o, "title").empty());
+  CHECK(num(o, "status") == static_cast<double>(status));
+  CHECK(!str(o, "detail").empty());
+  if (!field.empty()) CHECK(str(o, "field") == field);
+}
+
+// ---- Jobs.
+
+// The MLP 784-h1-h2-10 on mnist10k, on 2 servers and 2 workers.
+std::string mlp_json(int hidden1, int hidden2, int epochs) {
+  JobSpec spec = testing::mlp_job(hidden1, hidden2, epochs);
+  spec.training.servers = 2;
+  spec.training.workers = 2;
+  return job_spec_to_json(spec);
+}
+
+// Submits a job; returns its id.
+std::string submit(testing::Cluster& cluster, const std::string& spec_json) {
+  const Reply r = post_json(cluster.http_port(), "/v1/jobs", spec_json);
+  INFO("POST /v1/jobs -> " << r.describe());
+  REQUIRE(r.status == 201);
+  CHECK(r.header("content-type") == "application/json");
+  const json::object o = object_of(r);
+  const std::string id = str(o, "id");
+  REQUIRE(!id.empty());
+  CHECK(r.header("location") == "/v1/jobs/" + id);
+  const std::string state = str(o, "state");
+  CHECK((state == "PENDING" || state == "RUNNING"));
+  return id;
+}
+
+bool finished(const std::string& state) { return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED"; }
+
+// Polls GET /v1/jobs/{id} until `done` holds for its status; fails with every process's log if the
+// job ends otherwise or the deadline passes.
+json::object wait_for_job(testing::Cluster& cluster, const std::string& id, const std::string& what,
+                          const std::function<bool(const json::object&)>& done, std::chrono::seconds timeout = 120s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const Reply r = get(cluster.http_port(), "/v1/jobs/" + id);
+    if (r.status == 200) {
+      json::object o = object_of(r);
+      if (done(o)) return o;
+      if (finished(str(o, "state"))) {
+        FAIL("job " << id << " ended " << str(o, "state") << " (" << str(o, "reason") << ") while waiting for "
+                    << what << "\n" << cluster.group().dump_logs(40));
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      FAIL("no " << what << " for " << id << " within " << timeout.count() << " s; last answer " << r.describe()
+                 << "\n" << cluster.group().dump_logs(40));
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
+json::object wait_for_state(testing::Cluster& cluster, const std::string& id, const std::string& state,
+                            std::chrono::seconds timeout = 120s) {
+  return wait_for_job(cluster, id, "state " + state, [&](const json::object& o) { return str(o, "state") == state; },
+                      timeout);
+}
+
+// The job with `id` in GET /v1/jobs (an empty object if it is not listed).
+json::object listed_job(int port, const std::string& id) {
+  const Reply r = get(port, "/v1/jobs");
+  INFO("GET /v1/jobs -> " << r.describe());
+  CHECK(r.status == 200);
+  for (const auto& job : arr(object_of(r), "jobs")) {
+    if (str(obj(job), "id") == id) return obj(job);
+  }
+  FAIL_CHECK("job " << id << " is not listed");
+  return {};
+}
+
+// ---- safetensors.
+
+struct Tensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// Parses the header of a safetensors file: 8-byte little-endian length, then that much JSON.
+std::map<std::string, Tensor> safetensors_header(const std::string& file, uint64_t* header_length) {
+  REQUIRE(file.size() >= 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(file[static_cast<size_t>(i)]);
+  *header_length = n;
+  REQUIRE(n <= file.size() - 8);
+  boost::system::error_code ec;
+  const json::value header = json::parse(std::string_view(file).substr(8, n), ec);
+  INFO("header: " << std::string_view(file).substr(8, std::min<uint64_t>(n, 2000)));
+  REQUIRE(!ec);
+  REQUIRE(header.is_object());
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, value] : header.as_object()) {
+    if (name == "__metadata__") continue;
+    const json::object& o = obj(value);
+    Tensor t;
+    t.dtype = str(o, "dtype");
+    for (const auto& d : arr(o, "shape")) t.shape.push_back(d.to_number<int64_t>());
+    const json::array& offsets = arr(o, "data_offsets");
+    REQUIRE(offsets.size() == 2);
+    t.begin = offsets[0].to_number<uint64_t>();
+    t.end = offsets[1].to_number<uint64_t>();
+    tensors[std::string(name)] = t;
+  }
+  return tensors;
+}
+
+}  // namespace
+
+TEST_CASE("a job submitted over REST trains to 0.92 and its status and metrics and model are served") {
+  testing::Cluster cluster({});
+  const int port = cluster.http_port();
+  const std::string id = submit(cluster, mlp_json(700, 500, 3));
+  const json::object status = wait_for_state(cluster, id, "SUCCEEDED");
+  INFO("job status: " << json::serialize(status));
+
+  MESSAGE("test accuracy " << num(status, "test_accuracy"));
+  CHECK(num(status, "test_accuracy") >= 0.92);
+  CHECK(num(status, "percent") == 100.0);
+  CHECK(num(status, "epoch") == 3.0);
+  CHECK(num(status, "step") == num(status, "total_steps"));
+  const json::array& workers = arr(status, "workers");
+  const json::array& servers = arr(status, "servers");
+  CHECK(workers.size() == 2);
+  REQUIRE(servers.size() == 2);
+  for (const auto& s : servers) {
+    CHECK(str(obj(s), "role") == "server");
+    CHECK(str(obj(s), "address").find("127.0.0.1:") == 0);
+  }
+  for (const auto& w : workers) CHECK(str(obj(w), "role") == "worker");
+
+  // Metrics: one entry per epoch, in order, and the step history.
+  {
+    const Reply r = get(port, "/v1/jobs/" + id + "/metrics");
+    INFO("metrics: " << r.describe());
+    REQUIRE(r.status == 200);
+    const json::object m = object_of(r);
+    CHECK(str(m, "id") == id);
+    const json::array& epochs = arr(m, "epochs");
+    REQUIRE(epochs.size() == 3);
+    for (size_t i = 0; i < epochs.size(); ++i) CHECK(num(obj(epochs[i]), "epoch") == static_cast<double>(i + 1));
+    CHECK(num(obj(epochs[2]), "test_accuracy") == doctest::Approx(num(status, "test_accuracy")).epsilon(1e-9));
+    CHECK(!arr(m, "steps").empty());
+  }
+
+  // The job list.
+  CHECK(str(listed_job(port, id), "state") == "SUCCEEDED");
+
+  // The model, as safetensors: 784-700-500-10 dense layers, 905,010 float32 parameters.
+  {
+    const Reply r = get(port, "/v1/jobs/" + id + "/model");
+    INFO("model: " << r.status << " " << r.header("content-type") << " " << r.body.size() << " bytes " << r.error);
+    REQUIRE(r.status == 200);
+    CHECK(r.header("content-type") == "application/octet-stream");
+    CHECK(num(obj(*status.if_contains("model")), "bytes") == static_cast<double>(r.body.size()));
+    uint64_t header_length = 0;
+    const auto tensors = safetensors_header(r.body, &header_length);
+    const std::map<std::string, std::vector<int64_t>> expected = {
+        {"layers.1.kernel", {784, 700}}, {"layers.1.bias", {700}}, {"layers.2.kernel", {700, 500}},
+        {"layers.2.bias", {500}},        {"layers.3.kernel", {500, 10}}, {"layers.3.bias", {10}}};
+    CHECK(tensors.size() == expected.size());
+    std::vector<Tensor> by_offset;
+    for (const auto& [name, shape] : expected) {
+      CAPTURE(name);
+      const auto it = tensors.find(name);
+      REQUIRE(it != tensors.end());
+      CHECK(it->second.dtype == "F32");
+      CHECK(it->second.shape == shape);
+      int64_t elements = 1;
+      for (int64_t d : shape) elements *= d;
+      CHECK(it->second.end - it->second.begin == static_cast<uint64_t>(elements) * 4);
+      by_offset.push_back(it->second);
+    }
+    std::sort(by_offset.begin(), by_offset.end(), [](const Tensor& a, const Tensor& b) { return a.begin < b.begin; });
+    uint64_t offset = 0;
+    for (const Tensor& t : by_offset) {
+      CHECK(t.begin == offset);  // contiguous, no gaps or overlaps
+      offset = t.end;
+    }
+    CHECK(offset == 4u * 905010u);
+    CHECK(r.body.size() == 8 + header_length + 4u * 905010u);
+    // The trained weights: finite, and not the zeros a missing copy would leave.
+    const auto& kernel = tensors.at("layers.1.kernel");
+    size_t non_zero = 0, non_finite = 0;
+    for (uint64_t i = kernel.begin; i < kernel.end; i += 4) {
+      float x;
+      std::memcpy(&x, r.body.data() + 8 + header_length + i, 4);
+      non_zero += x != 0.0f;
+      non_finite += !std::isfinite(x);
+    }
+    CHECK(non_finite == 0);
+    CHECK(non_zero > 784u * 700u / 2);
+  }
+
+  // The cluster: the two servers and two workers (the coordinator is not a node).
+  {
+    const Reply r = get(port, "/v1/cluster");
+    INFO("cluster: " << r.describe());
+    REQUIRE(r.status == 200);
+    const json::array& nodes = arr(object_of(r), "nodes");
+    CHECK(nodes.size() == 4);
+    std::map<std::string, int> roles;
+    for (const auto& n : nodes) {
+      ++roles[str(obj(n), "role")];
+      CHECK(obj(n).if_contains("alive") != nullptr);
+      CHECK(obj(n).at("alive") == json::value(true));
+    }
+    CHECK(roles["server"] == 2);
+    CHECK(roles["worker"] == 2);
+  }
+
+  // Prometheus metrics.
+  {
+    const Reply r = get(port, "/metrics");
+    INFO("metrics: " << r.describe());
+    REQUIRE(r.status == 200);
+    CHECK(r.header("content-type").find("text/plain") == 0);
+    CHECK(r.body.find("\npstrain_jobs{state=\"SUCCEEDED\"} 1\n") != std::string::npos);
+    CHECK(r.body.find("\npstrain_jobs{state=\"RUNNING\"} 0\n") != std::string::npos);
+    CHECK(r.body.find("\npstrain_http_requests_total{route=\"/v1/jobs\",status=\"201\"} 1\n") != std::string::npos);
+    CHECK(r.body.find("\npstrain_nodes_alive{role=\"server\"} 2\n") != std::string::npos);
+  }
+}
+
+TEST_CASE("cancelling a running job over REST frees its workers for the next job") {
+  testing::Cluster cluster({});
+  const int port = cluster.http_port();
+  const std::string id = submit(cluster, mlp_json(700, 500, 50));
+  wait_for_job(cluster, id, "a step while RUNNING",
+               [](const json::object& o) { return str(o, "state") == "RUNNING" && num(o, "step") > 0; });
+  check_problem(get(port, "/v1/jobs/" + id + "/model"), 409, "the model of a running job");
+
+  const Reply cancel = call(port, http::verb::post, "/v1/jobs/" + id + "/cancel");
+  {
+    INFO("first cancel -> " << cancel.describe());
+    REQUIRE(cancel.status == 200);
+    const json::object o = object_of(cancel);
+    CHECK(str(o, "id") == id);
+    CHECK(str(o, "state") == "CANCELLED");
+  }
+  check_problem(call(port, http::verb::post, "/v1/jobs/" + id + "/cancel"), 409, "second cancel");
+  check_problem(call(port, http::verb::post, "/v1/jobs/job-999/cancel"), 404, "cancel of an unknown job");
+  check_problem(get(port, "/v1/jobs/" + id + "/model"), 409, "the model of a cancelled job");
+
+  // The cluster has exactly the two workers the cancelled job held: the next job runs only if they
+  // were released.
+  const std::string next = submit(cluster, mlp_json(128, 64, 1));
+  CHECK(next != id);
+  const json::object done = wait_for_state(cluster, next, "SUCCEEDED");
+  CHECK(num(done, "percent") == 100.0);
+  CHECK(str(listed_job(port, id), "state") == "CANCELLED");
+  const Reply r = get(port, "/v1/jobs/" + id);
+  INFO(r.describe());
+  CHECK(str(object_of(r), "state") == "CANCELLED");
+}
+
+TEST_CASE("finished jobs and their models survive a hard coordinator restart") {
+  testing::Cluster cluster({});
+  const int port = cluster.http_port();
+  const std::string id = submit(cluster, mlp_json(128, 64, 1));
+  const json::object before = wait_for_state(cluster, id, "SUCCEEDED");
+  const double accuracy = num(before, "test_accuracy");
+  CHECK(accuracy > 0.5);
+  const Reply model_before = get(port, "/v1/jobs/" + id + "/model");
+  REQUIRE(model_before.status == 200);
+
+  cluster.restart_coordinator(/*hard=*/true);
+
+  const json::object listed = listed_job(port, id);
+  CHECK(str(listed, "state") == "SUCCEEDED");
+  CHECK(num(listed, "test_accuracy") == accuracy);
+  const Reply status = get(port, "/v1/jobs/" + id);
+  INFO("after the restart: " << status.describe());
+  REQUIRE(status.status == 200);
+  CHECK(str(object_of(status), "state") == "SUCCEEDED");
+  CHECK(num(object_of(status), "test_accuracy") == accuracy);
+  const Reply metrics = get(port, "/v1/jobs/" + id + "/metrics");
+  CHECK(arr(object_of(metrics), "epochs").size() == 1);
+  const Reply model_after = get(port, "/v1/jobs/" + id + "/model");
+  CHECK(model_after.status == 200);
+  CHECK(model_after.header("content-type") == "application/octet-stream");
+  CHECK(model_after.body.size() == model_before.body.size());
+  CHECK((model_after.body == model_before.body));
+  // A job submitted now gets a new id, not the stored job's.
+  const std::string next = submit(cluster, mlp_json(128, 64, 1));
+  CHECK(next != id);
+  CHECK(str(listed_job(port, id), "state") == "SUCCEEDED");
+}
+
+TEST_CASE("bad requests get problem+json with the right status and the server keeps serving") {
+  testing::ClusterOptions options;
+  options.servers = 0;
+  options.workers = 0;
+  testing::Cluster cluster(options);
+  const int port = cluster.http_port();
+
+  // A valid spec, and variations of it with one thing wrong.
+  const json::value valid = json::parse(mlp_json(128, 64, 1));
+  auto with = [&](const std::function<void(json::object&)>& change) {
+    json::value v = valid;
+    change(v.as_object());
+    return json::serialize(v);
+  };
+  auto layer = [](json::object& spec, size_t i) -> json::object& {
+    return spec["model"].as_object()["layers"].as_array()[i].as_object();
+  };
+
+  {  // malformed bodies and media types
+    check_problem(post_json(port, "/v1/jobs", R"({"dataset": )"), 400, "truncated JSON");
+    check_problem(post_json(port, "/v1/jobs", "{\"name\": \"\xff\xfe\x80\", \"dataset\": {}}"), 400, "invalid UTF-8");
+    check_problem(post_json(port, "/v1/jobs", ""), 400, "empty body");
+    check_problem(post_json(port, "/v1/jobs", std::string(5000, '[') + std::string(5000, ']')), 400,
+                  "arrays nested 5000 deep");
+    check_problem(post_json(port, "/v1/jobs", "[1, 2]"), 422, "an array instead of an object");
+    check_problem(call(port, http::verb::post, "/v1/jobs", json::serialize(valid), "text/plain"), 415, "text/plain");
+    check_problem(call(port, http::verb::post, "/v1/jobs", json::serialize(valid)), 415, "no content type");
+    // Parameters and case in the media type are fine.
+    const Reply ok = call(port, http::verb::post, "/v1/jobs", json::serialize(valid), "Application/JSON; charset=utf-8");
+    INFO("media type with parameters -> " << ok.describe());
+    CHECK(ok.status == 201);
+  }
+
+  {  // bodies over 1 MiB
+    // Content-Length over the limit: refused from the headers.
+    std::string big = "{\"name\": \"" + std::string(2 << 20, 'x') + "\"}";
+    check_problem(post_json(port, "/v1/jobs", big), 413, "2 MiB body");
+    // Chunked: the limit is found while reading the body.
+    RawConnection raw(port);
+    std::string request = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n";
+    const std::string chunk(64 * 1024, 'x');
+    char size_line[32];
+    std::snprintf(size_line, sizeof size_line, "%zx\r\n", chunk.size());
+    for (int i = 0; i < 32; ++i) request += size_line + chunk + "\r\n";
+    request += "0\r\n\r\n";
+    raw.send_all(request);  // may fail part-way once the server has answered and closed
+    check_problem(parse_reply(raw.read_until_close(10s)), 413, "2 MiB chunked body");
+  }
+
+  {  // invalid specs name the field
+    check_problem(post_json(port, "/v1/jobs", with([](json::object& s) {
+                    s["training"].as_object()["global_batch_size"] = "128";
+                  })),
+                  422, "a string batch size", "/training/global_batch_size");
+    check_problem(post_json(port, "/v1/jobs", with([&](json::object& s) { layer(s, 1)["units"] = -5; })), 422,
+                  "negative units", "/model/layers/1/units");
+    check_problem(post_json(port, "/v1/jobs", with([](json::object& s) { s["learning_rat"] = 0.1; })), 422,
+                  "an unknown field", "/learning_rat");
+    check_problem(post_json(port, "/v1/jobs", with([](json::object& s) { s["dataset"].as_object()["name"] = "imagenet"; })),
+                  422, "an unknown dataset", "/dataset/name");
+    check_problem(post_json(port, "/v1/jobs", with([&](json::object& s) { layer(s, 1)["type"] = "lstm"; })), 422,
+                  "an unknown layer type", "/model/layers/1/type");
+    check_problem(post_json(port, "/v1/jobs", with([](json::object& s) { s.erase("training"); })), 422,
+                  "no training section", "/training");
+    // 100,000 input dimensions (about 300 KB, under the body limit).
+    check_problem(post_json(port, "/v1/jobs", with([](json::object& s) {
+                    json::array shape(100000, json::value(1));
+                    s["model"].as_object()["input_shape"] = std::move(shape);
+                  })),
+                  422, "100000 input dimensions", "/model/input_shape");
+    // A layer so large its parameters would not fit in memory.
+    check_problem(post_json(port, "/v1/jobs", with([&](json::object& s) { layer(s, 1)["units"] = 1 << 24; })), 422,
+                  "a dense layer of 2^24 units");
+  }
+
+  {  // routes and methods
+    check_problem(get(port, "/v2/x"), 404, "an unknown route");
+    const Reply del = call(port, http::verb::delete_, "/v1/jobs");
+    check_problem(del, 405, "DELETE /v1/jobs");
+    CHECK(del.header("allow").find("GET") != std::string::npos);
+    CHECK(del.header("allow").find("POST") != std::string::npos);
+    check_problem(call(port, http::verb::put, "/v1/jobs/job-1"), 405, "PUT /v1/jobs/job-1");
+    check_problem(get(port, "/v1/jobs/job-999"), 404, "an unknown job");
+    check_problem(get(port, "/v1/jobs/job-999/model"), 404, "the model of an unknown job");
+    check_problem(get(port, "/v1/jobs/job-999/metrics"), 404, "the metrics of an unknown job");
+    const Reply list = get(port, "/v1/jobs");
+    CHECK(list.status == 200);
+    CHECK(arr(object_of(list), "jobs").size() == 1);  // the one accepted above, waiting for nodes
+    const Reply openapi = get(port, "/v1/openapi.json");
+    CHECK(openapi.status == 200);
+    CHECK(object_of(openapi).contains("paths"));
+  }
+
+  {  // malformed HTTP
+    {
+      // Content-Length 100, 10 bytes sent, then the client half-closes.
+      RawConnection raw(port);
+      raw.send_all("POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                   "{\"dataset\"");
+      raw.shutdown_write();
+      const RawConnection::Received received = raw.read_until_close(5s);
+      CHECK(received.closed);
+      if (!received.bytes.empty()) check_problem(parse_reply(received), 400, "a truncated body");
+    }
+    {
+      RawConnection raw(port);
+      raw.send_all("HELLO WORLD\r\n\r\n");
+      check_problem(parse_reply(raw.read_until_close(5s)), 400, "a request line that is not HTTP");
+    }
+    {
+      RawConnection raw(port);
+      raw.send_all("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20 * 1024, 'a') + "\r\n\r\n");
+      check_problem(parse_reply(raw.read_until_close(5s)), 431, "20 KiB of headers");
+    }
+  }
+
+  {  // 20 concurrent keep-alive connections
+    constexpr int kClients = 20, kRequests = 3;
+    std::vector<std::string> failures(kClients);
+    std::latch connected(kClients);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < kClients; ++c) {
+      threads.emplace_back([&, c] {
+        HttpClient client(port);
+        std::string error;
+        const bool ok = client.connect(&error);
+        connected.arrive_and_wait();  // every connection is open before the first request
+        if (!ok) {
+          failures[static_cast<size_t>(c)] = error;
+          return;
+        }
+        const char* targets[kRequests] = {"/healthz", "/v1/jobs", "/v1/cluster"};
+        for (const char* target : targets) {
+          const Reply r = client.send(http::verb::get, target);
+          if (r.status != 200 || !r.keep_alive) {
+            failures[static_cast<size_t>(c)] += std::string(target) + ": " + r.describe() +
+                                                (r.keep_alive ? "" : " (not keep-alive)") + "; ";
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int c = 0; c < kClients; ++c) {
+      CAPTURE(c);
+      CHECK(failures[static_cast<size_t>(c)] == "");
+    }
+  }
+
+  // Whatever came before, the server is up and answering.
+  const Reply health = get(port, "/healthz");
+  INFO(health.describe() << "\n" << cluster.group().dump_logs(20));
+  CHECK(health.status == 200);
+  CHECK(cluster.coordinator().running());
+}
+
+TEST_CASE("stalled clients get 408 problem+json after the read timeout and hold connection slots until then" *
+          doctest::timeout(15)) {
+  constexpr int kTimeoutS = 2;
+  testing::ClusterOptions options;
+  options.servers = 0;
+  options.workers = 0;
+  options.coordinator_flags = {"--http-read-timeout-s", std::to_string(kTimeoutS), "--http-max-connections", "2"};
+  testing::Cluster cluster(options);
+  const int port = cluster.http_port();
+
+  // Two connections stall at the same time: one sends nothing, one stops inside a header line.
+  const auto start = std::chrono::steady_clock::now();
+  RawConnection silent(port);
+  RawConnection partial(port);
+  partial.send_all("GET /healthz HTTP/1.1\r\nHo");
+  // They take both connection slots: a third connection (accepted after them, the backlog is
+  // FIFO) is turned away at once.
+  check_problem(get(port, "/healthz"), 503, "a third connection while two are open");
+
+  const auto silent_received = silent.read_until_close(std::chrono::seconds(kTimeoutS + 5));
+  const double silent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto partial_received = partial.read_until_close(5s);
+  const double partial_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  MESSAGE("read timeout " << kTimeoutS << " s; answers after " << silent_s << " s and " << partial_s << " s");
+  check_problem(parse_reply(silent_received), 408, "a connection that sends nothing");
+  CHECK(silent_received.closed);
+  CHECK(silent_s >= kTimeoutS - 0.2);
+  CHECK(silent_s <= kTimeoutS + 3);
+  check_problem(parse_reply(partial_received), 408, "a partial header line");
+  CHECK(partial_received.closed);
+  CHECK(partial_s >= kTimeoutS - 0.2);
+
+  // The slots are free again.
+  const Reply health = get(port, "/healthz");
+  INFO(health.describe());
+  CHECK(health.status == 200);
+  CHECK(cluster.coordinator().running());
+}
