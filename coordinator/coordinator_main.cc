@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   // Housekeeping: declare silent nodes dead and start queued jobs.
   kj::Function<kj::Promise<void>()> tick = [&]() -> kj::Promise<void> {
     return io.provider->getTimer().afterDelay(200 * kj::MILLISECONDS).then([&]() {
-      cluster.expire();
+      jobs.on_nodes_lost(cluster.expire(), "missed its heartbeats");
       store.set_nodes(node_views(cluster));
       if (jobs.schedule()) service.wake_waiting_workers();
       for (const auto& job : jobs.jobs()) {
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
     });
   };
   auto housekeeping = tick().eagerlyEvaluate([](kj::Exception&& e) { PSLOG(kError) << e.getDescription().cStr(); });
-  KjJobCommands commands(kj::getCurrentThreadExecutor(), jobs, [&] {
+  KjJobCommands commands(kj::getCurrentThreadExecutor(), jobs, store, [&] {
     if (jobs.schedule()) service.wake_waiting_workers();
   });
   RestApi api(store, commands, openapi_document());

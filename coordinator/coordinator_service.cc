@@ -23,7 +23,17 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
     rpc::parse_host_port(address, 7100, "server address");  // throws on garbage
     KJ_REQUIRE(!address.empty(), "a server must give the address workers reach it on");
   }
+  // A server registering under the name of a server that jobs use is that server restarted: the
+  // old registration is dead (even if its heartbeats have not timed out yet).
+  std::vector<uint32_t> replaced;
+  if (params.getRole() == proto::Role::SERVER) {
+    for (const auto& [id, node] : cluster_.nodes()) {
+      if (node.role == proto::Role::SERVER && node.alive && node.name == name) replaced.push_back(id);
+    }
+    for (uint32_t id : replaced) cluster_.find(id)->alive = false;
+  }
   const uint32_t id = cluster_.register_node(params.getRole(), address, name);
+  jobs_.on_nodes_lost(replaced, "restarted (registered again)");
   context.getResults().setNodeId(id);
   context.getResults().setHeartbeatMs(heartbeat_ms_);
   if (jobs_.schedule()) wake_waiting_workers();
@@ -41,12 +51,18 @@ kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context
   KJ_REQUIRE(info != nullptr && info->alive, "unknown node: register first", node);
   KJ_REQUIRE(info->role == proto::Role::WORKER, "only workers get assignments", node);
   const uint32_t wait_ms = std::min<uint32_t>(context.getParams().getWaitMs(), 60000);
-  return wait_for_assignment(context, node, timer_.now() + wait_ms * kj::MILLISECONDS);
+  const uint64_t min_generation = context.getParams().getMinGeneration();
+  if (JobRunner* job = jobs_.job_of_worker(node); job != nullptr && job->generation() < min_generation &&
+                                                  job->state() == JobState::kRunning) {
+    // The worker's session broke (a server vanished, a push failed) before we noticed: re-plan.
+    job->recover("worker node " + std::to_string(node) + " lost its session");
+  }
+  return wait_for_assignment(context, node, min_generation, timer_.now() + wait_ms * kj::MILLISECONDS);
 }
 
 kj::Promise<void> CoordinatorService::wait_for_assignment(GetAssignmentContext context, uint32_t node,
-                                                          kj::TimePoint deadline) {
-  if (JobRunner* job = jobs_.job_of_worker(node)) {
+                                                          uint64_t min_generation, kj::TimePoint deadline) {
+  if (JobRunner* job = jobs_.job_of_worker(node); job != nullptr && job->generation() >= min_generation) {
     auto results = context.getResults();
     if (job->fill_assignment(node, results.initAssignment())) {
       results.setHas(true);
@@ -59,8 +75,8 @@ kj::Promise<void> CoordinatorService::wait_for_assignment(GetAssignmentContext c
   }
   auto paf = kj::newPromiseAndFulfiller<void>();
   waiting_.push_back(kj::mv(paf.fulfiller));
-  return paf.promise.exclusiveJoin(timer_.atTime(deadline)).then([this, context, node, deadline]() mutable {
-    return wait_for_assignment(context, node, deadline);
+  return paf.promise.exclusiveJoin(timer_.atTime(deadline)).then([this, context, node, min_generation, deadline]() mutable {
+    return wait_for_assignment(context, node, min_generation, deadline);
   });
 }
 
@@ -80,6 +96,30 @@ kj::Promise<void> CoordinatorService::reportProgress(ReportProgressContext conte
   KJ_REQUIRE(job != nullptr, "unknown job", report.getJobId());
   context.getResults().setKeepGoing(job->on_progress(params.getNodeId(), report));
   return kj::READY_NOW;
+}
+
+}  // namespace pstrain
+
+namespace pstrain {
+
+kj::Promise<void> CoordinatorService::backupDone(BackupDoneContext context) {
+  const auto params = context.getParams();
+  JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
+  KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
+  job->on_backup_done(params.getNodeId(), params.getVersion());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> CoordinatorService::preempted(PreemptedContext context) {
+  const uint32_t node = context.getParams().getNodeId();
+  PSLOG(kInfo) << "node " << node << " announced it is going away (SIGTERM)";
+  kj::Vector<kj::Promise<void>> backups;
+  for (JobRunner* job : jobs_.jobs_using(node)) {
+    backups.add(job->preempt(node).catch_([job](kj::Exception&& e) {
+      PSLOG(kWarning) << "job " << job->id() << ": preemption backup failed: " << e.getDescription().cStr();
+    }));
+  }
+  return kj::joinPromises(backups.releaseAsArray());
 }
 
 }  // namespace pstrain

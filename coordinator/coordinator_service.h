@@ -29,9 +29,12 @@ class CoordinatorService final : public proto::Coordinator::Server {
   kj::Promise<void> getAssignment(GetAssignmentContext context) override;
   kj::Promise<void> openShard(OpenShardContext context) override;
   kj::Promise<void> reportProgress(ReportProgressContext context) override;
+  kj::Promise<void> backupDone(BackupDoneContext context) override;
+  kj::Promise<void> preempted(PreemptedContext context) override;
 
  private:
-  kj::Promise<void> wait_for_assignment(GetAssignmentContext context, uint32_t node, kj::TimePoint deadline);
+  kj::Promise<void> wait_for_assignment(GetAssignmentContext context, uint32_t node, uint64_t min_generation,
+                                        kj::TimePoint deadline);
 
   Cluster& cluster_;
   JobManager& jobs_;

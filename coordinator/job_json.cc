@@ -92,6 +92,9 @@ std::string job_status_json(const JobRecord& j, const std::vector<NodeView>& nod
   o["workers"] = node_list(j.workers, by_id, now);
   o["servers"] = node_list(j.servers, by_id, now);
   o["last_backup_step"] = j.last_backup_step ? json::value(*j.last_backup_step) : json::value(nullptr);
+  json::array replayed;
+  for (auto r : j.replayed_steps) replayed.push_back(r);
+  o["recoveries"] = json::object{{"count", j.recoveries}, {"replayed_steps", std::move(replayed)}};
   o["started_at_ms"] = j.started_ms ? json::value(j.started_ms) : json::value(nullptr);
   o["finished_at_ms"] = j.finished_ms ? json::value(j.finished_ms) : json::value(nullptr);
   o["model"] = j.has_model ? json::value(json::object{{"href", "/v1/jobs/" + j.id + "/model"},
@@ -138,7 +141,12 @@ std::string record_to_json(const JobRecord& j) {
       {"test_accuracy", optional_number(j.test_accuracy)}, {"workers", std::move(workers)},
       {"servers", std::move(servers)},
       {"last_backup_step", j.last_backup_step ? json::value(*j.last_backup_step) : json::value(nullptr)},
-      {"has_model", j.has_model}, {"model_bytes", j.model_bytes}});
+      {"has_model", j.has_model}, {"model_bytes", j.model_bytes}, {"recoveries", j.recoveries},
+      {"replayed_steps", [&] {
+         json::array a;
+         for (auto r : j.replayed_steps) a.push_back(r);
+         return a;
+       }()}});
 }
 
 std::optional<JobRecord> record_from_json(const std::string& text) {
@@ -173,6 +181,8 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     }
     j.has_model = get_or<bool>(o, "has_model", false);
     j.model_bytes = get_or<int64_t>(o, "model_bytes", 0);
+    j.recoveries = get_or<uint32_t>(o, "recoveries", 0);
+    j.replayed_steps = get_or<std::vector<int64_t>>(o, "replayed_steps", {});
     return j;
   } catch (const std::exception&) {
     return std::nullopt;

@@ -40,3 +40,22 @@ JobRunner* JobManager::job_of_worker(uint32_t node) {
 }
 
 }  // namespace pstrain
+
+namespace pstrain {
+
+std::vector<JobRunner*> JobManager::jobs_using(uint32_t node) {
+  std::vector<JobRunner*> out;
+  for (auto& job : jobs_) {
+    const JobState s = job->state();
+    if ((s == JobState::kRunning || s == JobState::kRecovering) && job->uses_node(node)) out.push_back(job.get());
+  }
+  return out;
+}
+
+void JobManager::on_nodes_lost(const std::vector<uint32_t>& nodes, const std::string& why) {
+  for (uint32_t node : nodes) {
+    for (JobRunner* job : jobs_using(node)) job->on_node_lost(node, "node " + std::to_string(node) + " " + why);
+  }
+}
+
+}  // namespace pstrain

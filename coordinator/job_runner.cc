@@ -72,6 +72,7 @@ bool JobRunner::try_start() {
     NodeInfo* node = cluster_.find(id);
     node->job = id_;
     server_addresses_.push_back(node->address);
+    server_names_.push_back(node->name);
   }
   for (uint32_t id : workers_) cluster_.find(id)->job = id_;
   worker_finished_.assign(workers_.size(), false);
@@ -101,30 +102,35 @@ bool JobRunner::try_start() {
   return true;
 }
 
+kj::Promise<void> JobRunner::connect_server(size_t i) {
+  const rpc::HostPort address = rpc::parse_host_port(server_addresses_[i], 7100, "server address");
+  return rpc::connect(io_.getNetwork(), address).then([this, i](kj::Own<rpc::Connection> c) {
+    server_connections_[i] = kj::mv(c);
+    server_clients_[i] = server_connections_[i]->bootstrap().castAs<proto::ParameterServer>();
+  });
+}
+
+kj::Promise<void> JobRunner::configure_server(size_t i) {
+  auto request = server_clients_[i].configureRequest();
+  auto config = request.initConfig();
+  config.setJobId(id_);
+  config.setSpecJson(spec_json_);
+  rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks_.size())), chunks_);
+  config.setServerIndex(static_cast<uint32_t>(i));
+  config.setWorkers(static_cast<uint32_t>(workers_.size()));
+  config.setStepsPerEpoch(static_cast<uint64_t>(plan_->steps_per_epoch(0)));
+  return request.send().ignoreResult();
+}
+
 kj::Promise<void> JobRunner::configure_servers() {
-  kj::Vector<kj::Promise<void>> connected;
   server_connections_.resize(servers_.size());
+  server_clients_.clear();
+  for (size_t i = 0; i < servers_.size(); ++i) server_clients_.push_back(nullptr);
+  kj::Vector<kj::Promise<void>> ready;
   for (size_t i = 0; i < servers_.size(); ++i) {
-    const rpc::HostPort address = rpc::parse_host_port(server_addresses_[i], 7100, "server address");
-    connected.add(rpc::connect(io_.getNetwork(), address).then([this, i](kj::Own<rpc::Connection> c) {
-      server_connections_[i] = kj::mv(c);
-    }));
+    ready.add(connect_server(i).then([this, i] { return configure_server(i); }));
   }
-  return kj::joinPromises(connected.releaseAsArray()).then([this] {
-    kj::Vector<kj::Promise<void>> configured;
-    for (size_t i = 0; i < servers_.size(); ++i) {
-      server_clients_.push_back(server_connections_[i]->bootstrap().castAs<proto::ParameterServer>());
-      auto request = server_clients_.back().configureRequest();
-      auto config = request.initConfig();
-      config.setJobId(id_);
-      config.setSpecJson(spec_json_);
-      rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks_.size())), chunks_);
-      config.setServerIndex(static_cast<uint32_t>(i));
-      config.setWorkers(static_cast<uint32_t>(workers_.size()));
-      configured.add(request.send().ignoreResult());
-    }
-    return kj::joinPromises(configured.releaseAsArray());
-  }).then([this] {
+  return kj::joinPromises(ready.releaseAsArray()).then([this] {
     configured_ = true;
     PSLOG(kInfo) << "job " << id_ << ": servers configured; workers may start";
   });
@@ -140,6 +146,7 @@ int JobRunner::worker_index(uint32_t node) const {
 bool JobRunner::fill_assignment(uint32_t node, proto::Assignment::Builder out) const {
   const int index = worker_index(node);
   if (index < 0 || !configured_ || state_ != JobState::kRunning) return false;
+  if (worker_finished_[static_cast<size_t>(index)]) return false;  // done; the job is wrapping up
   out.setJobId(id_);
   out.setSpecJson(spec_json_);
   out.setWorkerIndex(static_cast<uint32_t>(index));
@@ -148,8 +155,10 @@ bool JobRunner::fill_assignment(uint32_t node, proto::Assignment::Builder out) c
   auto servers = out.initServers(static_cast<unsigned>(server_addresses_.size()));
   for (size_t i = 0; i < server_addresses_.size(); ++i) servers.set(static_cast<unsigned>(i), server_addresses_[i]);
   out.setStepsPerEpoch(static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(index))));
-  out.setStartEpoch(0);
-  out.setStartStep(0);
+  const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(index)));
+  out.setStartEpoch(static_cast<uint32_t>(resume_version_ / steps_per_epoch));
+  out.setStartStep(resume_version_ % steps_per_epoch);
+  out.setGeneration(generation_);
   return true;
 }
 

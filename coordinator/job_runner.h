@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,10 +66,32 @@ class JobRunner {
   enum class CancelOutcome { kCancelled, kAlreadyFinished };
   // Stops the job (its workers stop at their next report) and frees its nodes.
   CancelOutcome cancel();
-  bool ready_for_workers() const { return configured_; }
+  bool ready_for_workers() const { return configured_ && state_ == JobState::kRunning; }
+
+  // --- Backups and recovery (job_recovery.cc) ---
+  uint64_t generation() const { return generation_; }
+  bool uses_node(uint32_t node) const;
+  // A server wrote its backup at `version`; the step is a complete backup once every server has.
+  void on_backup_done(uint32_t node, uint64_t version);
+  // A node of this job got SIGTERM: every server backs up at a step just ahead and holds there;
+  // resolves when that backup is complete (or at once if there is nothing to do).
+  kj::Promise<void> preempt(uint32_t node);
+  // A node of this job died (missed heartbeats, or a server registered again under its name).
+  void on_node_lost(uint32_t node, const std::string& why);
+  // Re-plans the job: waits for its servers, rolls every server back to the latest usable
+  // backup, and hands the workers new assignments from there.
+  void recover(const std::string& why);
 
  private:
   kj::Promise<void> configure_servers();
+  kj::Promise<void> connect_server(size_t index);
+  kj::Promise<void> configure_server(size_t index);
+  kj::Promise<void> run_recovery(std::string why);
+  kj::Promise<void> wait_for_servers(kj::TimePoint deadline);
+  kj::Promise<void> probe_servers();
+  kj::Promise<uint64_t> restore_servers(std::vector<uint64_t> candidates);
+  kj::Promise<void> wait_for_backup(uint64_t version);
+  void resolve_backup_waiters();
   kj::Promise<void> collect_parameters();
   int worker_index(uint32_t node) const;
   bool sync() const { return spec_.training.mode == TrainingMode::kSync; }
@@ -103,6 +126,16 @@ class JobRunner {
   std::vector<double> worker_rates_;     // latest samples/s reported by each worker
   std::vector<float> final_params_;
   std::chrono::steady_clock::time_point started_at_;
+  // Recovery state.
+  uint64_t generation_ = 0;
+  uint64_t resume_version_ = 0;  // the global step workers start from (sync)
+  bool recovering_ = false;
+  std::vector<std::string> server_names_;               // by index: how a restarted server is known
+  std::map<uint64_t, std::set<size_t>> backup_acks_;    // version -> server indexes that wrote it
+  std::vector<uint64_t> complete_backups_;              // ascending; the last two are kept
+  std::vector<std::pair<uint64_t, kj::Own<kj::PromiseFulfiller<void>>>> backup_waiters_;
+  uint32_t recoveries_ = 0;
+  kj::Promise<void> recovery_ = nullptr;
   kj::Promise<void> background_ = nullptr;
 };
 

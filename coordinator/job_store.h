@@ -47,6 +47,8 @@ struct JobRecord {
   std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
   std::vector<uint32_t> workers, servers;  // node ids
   std::optional<int64_t> last_backup_step;
+  uint32_t recoveries = 0;
+  std::vector<int64_t> replayed_steps;  // per recovery
   std::vector<StepMetric> steps;
   std::vector<EpochMetric> epoch_history;
   bool has_model = false;

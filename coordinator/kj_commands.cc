@@ -16,7 +16,12 @@ std::string KjJobCommands::submit(JobSpec spec) {
 JobCommands::CancelResult KjJobCommands::cancel(const std::string& id) {
   return executor_.executeSync([this, &id] {
     JobRunner* job = jobs_.find(id);
-    if (job == nullptr) return CancelResult::kNotFound;
+    if (job == nullptr) {
+      // Jobs that ended before a coordinator restart have a record but no runner.
+      const auto record = store_.get(id);
+      if (!record) return CancelResult::kNotFound;
+      return record->finished() ? CancelResult::kAlreadyFinished : CancelResult::kNotFound;
+    }
     const auto outcome = job->cancel();
     after_change_();
     if (outcome == JobRunner::CancelOutcome::kAlreadyFinished) return CancelResult::kAlreadyFinished;

@@ -18,8 +18,8 @@ namespace pstrain {
 class KjJobCommands final : public JobCommands {
  public:
   // `after_change` runs on the event loop after each command (start what can start, wake workers).
-  KjJobCommands(const kj::Executor& executor, JobManager& jobs, std::function<void()> after_change)
-      : executor_(executor), jobs_(jobs), after_change_(std::move(after_change)) {}
+  KjJobCommands(const kj::Executor& executor, JobManager& jobs, JobStore& store, std::function<void()> after_change)
+      : executor_(executor), jobs_(jobs), store_(store), after_change_(std::move(after_change)) {}
 
   std::string submit(JobSpec spec) override;
   CancelResult cancel(const std::string& id) override;
@@ -27,6 +27,7 @@ class KjJobCommands final : public JobCommands {
  private:
   const kj::Executor& executor_;
   JobManager& jobs_;
+  JobStore& store_;
   std::function<void()> after_change_;
 };
 

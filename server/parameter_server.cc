@@ -181,7 +181,11 @@ kj::Promise<void> ParameterServerImpl::backups(BackupsContext context) {
 
 kj::Promise<void> ParameterServerImpl::backupAt(BackupAtContext context) {
   Job& job = find(context.getParams().getJobId());
-  job.extra_backup_points.insert(context.getParams().getVersion());
+  const uint64_t version = context.getParams().getVersion();
+  if (version != UINT64_MAX) {
+    job.extra_backup_points.insert(version);
+    job.shard->hold_from(version);
+  }
   uint64_t highest = 0;
   for (uint32_t key : job.shard->keys()) highest = std::max(highest, job.shard->version(key));
   context.getResults().setCurrentVersion(highest);

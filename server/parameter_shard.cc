@@ -94,7 +94,7 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
 }
 
 void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
-  while (true) {
+  while (chunk.version < hold_from_) {
     auto it = chunk.pending.find(chunk.version);
     if (it == chunk.pending.end() || it->second.empty()) return;
     std::vector<PendingPush>& pushes = it->second;
@@ -228,6 +228,7 @@ void ParameterShard::restore(const std::map<uint32_t, ChunkSnapshot>& snapshots)
     chunk.version = s.version;
   }
   snapshots_.clear();
+  hold_from_ = UINT64_MAX;
   for (auto& [key, chunk] : chunks_) {
     abort_waiting(chunk);
     release_pulls(chunk);
@@ -242,6 +243,7 @@ void ParameterShard::reset() {
     chunk.version = 0;
   }
   snapshots_.clear();
+  hold_from_ = UINT64_MAX;
   for (auto& [key, chunk] : chunks_) abort_waiting(chunk);
   for (auto& [worker, clock] : worker_clocks_) clock = 0;
 }

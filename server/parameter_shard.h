@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -96,6 +97,9 @@ class ParameterShard {
   void restore(const std::map<uint32_t, ChunkSnapshot>& snapshots);
   // Back to the initial values and fresh optimizer state (a rollback to step 0).
   void reset();
+  // Sync: apply no step at or after `version` (pushes for it wait) until restore() or reset().
+  // A preemption uses it to stop every chunk exactly at the backup it asked for.
+  void hold_from(uint64_t version) { hold_from_ = std::min(hold_from_, version); }
 
   // True when a chunk's values cannot change until every worker of the step has received its
   // push reply and pushed again: plain sync mode (no backup workers). Then a reply may send the
@@ -144,6 +148,7 @@ class ParameterShard {
   std::function<bool(uint64_t)> is_backup_point_;
   BackupReady backup_ready_;
   std::map<uint64_t, std::vector<ChunkSnapshot>> snapshots_;  // by version, until complete
+  uint64_t hold_from_ = UINT64_MAX;
 };
 
 }  // namespace pstrain

@@ -27,9 +27,10 @@ void decode_batch(proto::Batch::Reader batch, float* inputs, int32_t* labels) {
 
 TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_scope,
                                  proto::Coordinator::Client coordinator, uint32_t node_id,
-                                 proto::Assignment::Reader a, SessionOptions options)
+                                 proto::Assignment::Reader a, SessionOptions options, kj::ForkedPromise<void>& stop)
     : io_(io),
       wait_scope_(wait_scope),
+      stop_(stop),
       coordinator_(kj::mv(coordinator)),
       node_id_(node_id),
       job_id_(rpc::to_string(a.getJobId())),
@@ -66,9 +67,18 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
 
 TrainingSession::~TrainingSession() = default;
 
+template <typename T>
+T TrainingSession::wait(kj::Promise<T>&& promise) {
+  return promise
+      .exclusiveJoin(stop_.addBranch().then([]() -> kj::Promise<T> {
+        return KJ_EXCEPTION(DISCONNECTED, "the worker is stopping");
+      }))
+      .wait(wait_scope_);
+}
+
 void TrainingSession::connect_servers() {
   for (const std::string& address : server_addresses_) {
-    auto connection = rpc::connect(io_.getNetwork(), rpc::parse_host_port(address, 7100, "server address")).wait(wait_scope_);
+    auto connection = wait(rpc::connect(io_.getNetwork(), rpc::parse_host_port(address, 7100, "server address")));
     servers_.push_back(connection->bootstrap().castAs<proto::ParameterServer>());
     connections_.push_back(kj::mv(connection));
   }
@@ -89,7 +99,7 @@ void TrainingSession::pull_all() {
       versions_[k] = r.getVersion();
     }));
   }
-  kj::joinPromises(replies.releaseAsArray()).wait(wait_scope_);
+  wait(kj::joinPromises(replies.releaseAsArray()));
 }
 
 void TrainingSession::push_chunk(size_t k, uint64_t step, uint32_t examples) {
@@ -114,9 +124,10 @@ void TrainingSession::push_chunk(size_t k, uint64_t step, uint32_t examples) {
 
 void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
   for (; pushed_ < push_order_.size(); ++pushed_) push_chunk(push_order_[pushed_], step, examples);
-  kj::joinPromises(replies_.releaseAsArray()).wait(wait_scope_);
+  auto all = kj::joinPromises(replies_.releaseAsArray());
   replies_ = kj::Vector<kj::Promise<void>>();
   pushed_ = 0;
+  wait(kj::mv(all));
 }
 
 bool TrainingSession::report(proto::Progress::Kind kind, uint32_t epoch, uint64_t examples, double loss_sum,
@@ -133,7 +144,7 @@ bool TrainingSession::report(proto::Progress::Kind kind, uint32_t epoch, uint64_
   r.setCorrect(correct);
   r.setSamplesPerSecond(samples_per_second);
   r.setMessage(message);
-  return request.send().wait(wait_scope_).getKeepGoing();
+  return wait(request.send().then([](auto&& r) { return r.getKeepGoing(); }));
 }
 
 void TrainingSession::evaluate(uint32_t epoch, double train_rate) {

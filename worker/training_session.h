@@ -31,8 +31,11 @@ struct SessionOptions {
 
 class TrainingSession {
  public:
+  // `stop` resolves when the worker must drop everything (preemption done, SIGINT): waits on
+  // servers end then, even if a server holds the step.
   TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_scope, proto::Coordinator::Client coordinator,
-                  uint32_t node_id, proto::Assignment::Reader assignment, SessionOptions options);
+                  uint32_t node_id, proto::Assignment::Reader assignment, SessionOptions options,
+                  kj::ForkedPromise<void>& stop);
   ~TrainingSession();
 
   // Runs every remaining step. Returns true when the job is done, false when stopped (the
@@ -50,8 +53,12 @@ class TrainingSession {
               double samples_per_second, const std::string& message = "");
   void evaluate(uint32_t epoch, double train_rate);
 
+  template <typename T>
+  T wait(kj::Promise<T>&& promise);
+
   kj::AsyncIoProvider& io_;
   kj::WaitScope& wait_scope_;
+  kj::ForkedPromise<void>& stop_;
   proto::Coordinator::Client coordinator_;
   uint32_t node_id_;
   std::string job_id_;

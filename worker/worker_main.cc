@@ -63,17 +63,35 @@ int main(int argc, char** argv) {
   keep_freed_memory();
   auto io = kj::setupAsyncIo();
   auto& ws = io.waitScope;
-  bool stopping = false;
-  auto signal = rpc::shutdown_signal(io.unixEventPort).then([&stopping](int s) {
-    PSLOG(kInfo) << "signal " << s << ": stopping";
-    stopping = true;
-  }).eagerlyEvaluate(nullptr);
-  auto should_stop = [&] {
-    signal.poll(ws);
-    return stopping;
-  };
 
+  // Stopping: SIGINT stops at once. SIGTERM (preemption) first tells the coordinator, which has
+  // the servers back up at the next step and hold there; the worker trains on until that backup
+  // is complete, so the job loses no step, then stops.
+  auto stop_paf = kj::newPromiseAndFulfiller<void>();
+  auto stop = stop_paf.promise.fork();
+  bool stopping = false;
   rpc::CoordinatorLink link(*io.provider, coordinator, proto::Role::WORKER, "", name);
+  auto on_signal = rpc::shutdown_signal(io.unixEventPort)
+                       .then([&](int s) -> kj::Promise<void> {
+                         stopping = true;
+                         if (s != SIGTERM || !link.connected()) {
+                           PSLOG(kInfo) << "signal " << s << ": stopping";
+                           return kj::READY_NOW;
+                         }
+                         PSLOG(kInfo) << "SIGTERM: handing back this worker's work, then stopping";
+                         auto request = link.client().preemptedRequest();
+                         request.setNodeId(link.node_id());
+                         return io.provider->getTimer()
+                             .timeoutAfter(30 * kj::SECONDS, request.send().ignoreResult())
+                             .catch_([](kj::Exception&& e) {
+                               PSLOG(kWarning) << "preemption notice: " << e.getDescription().cStr();
+                             });
+                       })
+                       .then([&] { stop_paf.fulfiller->fulfill(); })
+                       .eagerlyEvaluate(nullptr);
+  auto stopped = stop.addBranch();
+  auto should_stop = [&] { return stopped.poll(ws); };
+
   auto registered = link.start();
   while (!registered.poll(ws)) {
     if (should_stop()) return 0;
@@ -82,37 +100,48 @@ int main(int argc, char** argv) {
   registered.wait(ws);
   rpc::print_ready("worker", 0);
 
+  uint64_t min_generation = 0;  // after a broken session: wait for a newer plan of the job
+  int transient_failures = 0;
   while (!should_stop()) {
     try {
       auto request = link.client().getAssignmentRequest();
       request.setNodeId(link.node_id());
       request.setWaitMs(1000);
+      request.setMinGeneration(min_generation);
       auto response = request.send().wait(ws);
       if (!response.getHas()) continue;
       const uint32_t node_id = link.node_id();
-      const std::string job_id = rpc::to_string(response.getAssignment().getJobId());
+      const auto assignment = response.getAssignment();
+      const std::string job_id = rpc::to_string(assignment.getJobId());
+      std::string fatal;
       try {
-        TrainingSession session(*io.provider, ws, link.client(), node_id, response.getAssignment(),
-                                SessionOptions{threads});
+        TrainingSession session(*io.provider, ws, link.client(), node_id, assignment, SessionOptions{threads}, stop);
         session.run(should_stop);
-      } catch (const std::exception& e) {
-        PSLOG(kError) << "job " << job_id << ": " << e.what();
-        auto report = link.client().reportProgressRequest();
-        report.setNodeId(node_id);
-        report.initReport().setJobId(job_id);
-        report.getReport().setKind(proto::Progress::Kind::FAILED);
-        report.getReport().setMessage(e.what());
-        report.send().ignoreResult().catch_([](kj::Exception&&) {}).wait(ws);
+        min_generation = 0;
+        transient_failures = 0;
       } catch (const kj::Exception& e) {
-        PSLOG(kError) << "job " << job_id << ": " << e.getDescription().cStr();
+        // A server or the plan went away under us: not this job's fault. Ask for the next plan.
+        if (should_stop()) break;
+        PSLOG(kWarning) << "job " << job_id << ": session ended (" << e.getDescription().cStr()
+                        << "); waiting for a new plan";
+        min_generation = assignment.getGeneration() + 1;
+        if (++transient_failures >= 20) fatal = std::string("20 sessions in a row failed; last: ") + e.getDescription().cStr();
+      } catch (const std::exception& e) {
+        fatal = e.what();  // the job itself is broken (loss became NaN, bad spec)
+      }
+      if (!fatal.empty()) {
+        PSLOG(kError) << "job " << job_id << ": " << fatal;
         auto report = link.client().reportProgressRequest();
         report.setNodeId(node_id);
         report.initReport().setJobId(job_id);
         report.getReport().setKind(proto::Progress::Kind::FAILED);
-        report.getReport().setMessage(e.getDescription().cStr());
+        report.getReport().setMessage(fatal);
         report.send().ignoreResult().catch_([](kj::Exception&&) {}).wait(ws);
+        min_generation = 0;
+        transient_failures = 0;
       }
     } catch (const kj::Exception& e) {
+      if (should_stop()) break;
       PSLOG(kWarning) << "waiting for work: " << e.getDescription().cStr();
       io.provider->getTimer().afterDelay(500 * kj::MILLISECONDS).wait(ws);
     }

@@ -66,6 +66,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (timed_out_) ec = beast::error::timeout;
     if (ec == http::error::end_of_stream || ec == net::error::connection_reset) return close();
     if (ec == beast::error::timeout) {
+      if (buffer_.size() == 0 && !parser_->got_some() && requests_ > 0) {
+        return close();  // an idle keep-alive connection: close it quietly
+      }
       if (buffer_.size() == 0 && !parser_->got_some()) {
         HttpResponse r = problem(408, "request-timeout", "Request timeout",
                                  "no request arrived within " + std::to_string(options_.read_timeout.count()) + " s");
@@ -83,7 +86,7 @@ class Session : public std::enable_shared_from_this<Session> {
       HttpResponse r = problem(413, "body-too-large", "Body too large",
                                "the body is over the limit of " + std::to_string(options_.body_limit) + " bytes");
       r.close = true;
-      api_.count("/v1/jobs", 413);
+      api_.count("unparsed", 413);
       return send(std::move(r), 11);
     }
     if (ec == http::error::header_limit) {
@@ -98,6 +101,7 @@ class Session : public std::enable_shared_from_this<Session> {
       api_.count("unparsed", 400);
       return send(std::move(r), 11);
     }
+    ++requests_;
     auto request = parser_->release();
     HttpRequest in;
     in.method = std::string(request.method_string());
@@ -106,18 +110,21 @@ class Session : public std::enable_shared_from_this<Session> {
     in.body = std::move(request.body());
     HttpResponse out = api_.handle(in);
     if (!request.keep_alive()) out.close = true;
-    if (in.method == "HEAD") out.body.clear();
-    send(std::move(out), request.version());
+    send(std::move(out), request.version(), in.method == "HEAD");
   }
 
-  void send(HttpResponse out, unsigned version) {
+  void send(HttpResponse out, unsigned version, bool head = false) {
     auto response = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(out.status), version);
     response->set(http::field::server, "pstrain");
     response->set(http::field::content_type, out.content_type);
     for (const auto& [name, value] : out.headers) response->set(name, value);
     response->keep_alive(!out.close);
-    response->body() = std::move(out.body);
-    response->prepare_payload();
+    if (head) {
+      response->content_length(out.body.size());  // what a GET would send, without the body
+    } else {
+      response->body() = std::move(out.body);
+      response->prepare_payload();
+    }
     stream_.expires_after(options_.read_timeout);
     http::async_write(stream_, *response, [self = shared_from_this(), response, close = out.close](beast::error_code ec, size_t) {
       if (ec || close) return self->close();
@@ -134,6 +141,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   net::steady_timer timer_;
   bool timed_out_ = false;
+  uint64_t requests_ = 0;  // answered on this connection
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   RestApi& api_;

@@ -94,7 +94,8 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
   const std::string path = request.target.substr(0, request.target.find('?'));
   auto only = [&](const char* method, const char* route_label, auto&& handler) -> HttpResponse {
     *label = route_label;
-    if (m != method && !(std::string(method) == "GET" && m == "HEAD")) return method_not_allowed(m, path, method);
+    const std::string allow = std::string(method) == "GET" ? "GET, HEAD" : method;
+    if (m != method && !(std::string(method) == "GET" && m == "HEAD")) return method_not_allowed(m, path, allow);
     return handler();
   };
 
@@ -115,7 +116,7 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
       *label = "/v1/jobs";
       if (m == "GET" || m == "HEAD") return json_response(200, job_list_json(store_.list()));
       if (m == "POST") return submit(request);
-      return method_not_allowed(m, path, "GET, POST");
+      return method_not_allowed(m, path, "GET, HEAD, POST");
     }
     if (p.size() >= 3 && p[1] == "jobs") {
       const std::string& id = p[2];

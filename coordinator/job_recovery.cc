@@ -1,0 +1,276 @@
+// JobRunner's backups and recovery (DESIGN section 4): which steps are complete backups, the
+// preemption notice, and the re-plan after a node is lost.
+//
+// Recovery in sync mode is a rollback: every server goes back to the latest backup that all of
+// them hold intact (or to the initial parameters), the workers that are alive get new
+// assignments starting at that step, and training goes on. Because a sync run is deterministic
+// (fixed data order, slice-ordered sums), the result equals an uninterrupted run when the worker
+// count is unchanged.
+#include <algorithm>
+#include <limits>
+
+#include "common/log.h"
+#include "coordinator/job_runner.h"
+
+namespace pstrain {
+namespace {
+
+// How long a lost server has to come back (same name) before the job fails.
+constexpr auto kServerReturnTimeout = 120 * kj::SECONDS;
+
+}  // namespace
+
+bool JobRunner::uses_node(uint32_t node) const {
+  return std::find(servers_.begin(), servers_.end(), node) != servers_.end() ||
+         std::find(workers_.begin(), workers_.end(), node) != workers_.end();
+}
+
+void JobRunner::on_backup_done(uint32_t node, uint64_t version) {
+  const auto it = std::find(servers_.begin(), servers_.end(), node);
+  if (it == servers_.end() || state_ == JobState::kSucceeded) return;
+  auto& acks = backup_acks_[version];
+  acks.insert(static_cast<size_t>(it - servers_.begin()));
+  if (acks.size() < servers_.size()) return;
+  backup_acks_.erase(backup_acks_.begin(), backup_acks_.upper_bound(version));
+  if (complete_backups_.empty() || complete_backups_.back() < version) complete_backups_.push_back(version);
+  while (complete_backups_.size() > 2) complete_backups_.erase(complete_backups_.begin());
+  PSLOG(kInfo) << "job " << id_ << ": backup at step " << version << " complete on all " << servers_.size()
+               << " server(s)";
+  store_.update(id_, [&](JobRecord& r) { r.last_backup_step = static_cast<int64_t>(version); });
+  resolve_backup_waiters();
+}
+
+void JobRunner::resolve_backup_waiters() {
+  for (auto& [version, fulfiller] : backup_waiters_) {
+    if (!complete_backups_.empty() && complete_backups_.back() >= version) fulfiller->fulfill();
+  }
+  std::erase_if(backup_waiters_, [](auto& w) { return !w.second->isWaiting(); });
+}
+
+kj::Promise<void> JobRunner::wait_for_backup(uint64_t version) {
+  if (!complete_backups_.empty() && complete_backups_.back() >= version) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  backup_waiters_.emplace_back(version, kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+kj::Promise<void> JobRunner::preempt(uint32_t node) {
+  if (state_ != JobState::kRunning || !sync() || !uses_node(node) || !configured_) return kj::READY_NOW;
+  // Phase 1: where are the servers? Phase 2: back up (and hold) two steps ahead of the furthest
+  // chunk, so no chunk can pass the point before it is marked.
+  kj::Vector<kj::Promise<uint64_t>> probes;
+  for (auto& client : server_clients_) {
+    auto request = client.backupAtRequest();
+    request.setJobId(id_);
+    request.setVersion(std::numeric_limits<uint64_t>::max());
+    probes.add(request.send().then([](auto&& r) { return r.getCurrentVersion(); }));
+  }
+  return kj::joinPromises(probes.releaseAsArray()).then([this, node](kj::Array<uint64_t> versions) {
+    const uint64_t target = *std::max_element(versions.begin(), versions.end()) + 2;
+    PSLOG(kInfo) << "job " << id_ << ": node " << node << " is being preempted; backing up at step " << target;
+    kj::Vector<kj::Promise<void>> marks;
+    for (auto& client : server_clients_) {
+      auto request = client.backupAtRequest();
+      request.setJobId(id_);
+      request.setVersion(target);
+      marks.add(request.send().ignoreResult());
+    }
+    return kj::joinPromises(marks.releaseAsArray()).then([this, target] {
+      return io_.getTimer().timeoutAfter(30 * kj::SECONDS, wait_for_backup(target));
+    });
+  });
+}
+
+void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
+  if (state_ != JobState::kRunning && state_ != JobState::kRecovering) return;
+  const bool is_worker = std::find(workers_.begin(), workers_.end(), node) != workers_.end();
+  if (!sync()) {
+    if (is_worker) {
+      // Async: the others simply go on; the lost worker's shard of the epoch is not redone.
+      const auto index = static_cast<size_t>(std::find(workers_.begin(), workers_.end(), node) - workers_.begin());
+      worker_finished_[index] = true;
+      PSLOG(kWarning) << "job " << id_ << ": worker " << index << " lost (" << why << "); the others go on";
+      for (auto& client : server_clients_) {
+        auto request = client.workerFinishedRequest();
+        request.setJobId(id_);
+        request.setWorker(static_cast<uint32_t>(index));
+        request.send().detach([](kj::Exception&&) {});
+      }
+      finish_if_done();
+      return;
+    }
+    fail("server lost (" + why + "); recovery from backups is supported in sync mode only");
+    return;
+  }
+  recover(why);
+}
+
+void JobRunner::recover(const std::string& why) {
+  if (state_ != JobState::kRunning && state_ != JobState::kRecovering) return;
+  ++generation_;  // every session of the old plan is stale from now on
+  if (recovering_) return;  // the running recovery picks up the new losses
+  recovering_ = true;
+  state_ = JobState::kRecovering;
+  configured_ = false;
+  store_.update(id_, [&](JobRecord& r) {
+    r.state = "RECOVERING";
+    r.reason = why;
+  });
+  PSLOG(kWarning) << "job " << id_ << ": RECOVERING (" << why << ")";
+  recovery_ = run_recovery(why).eagerlyEvaluate([this](kj::Exception&& e) {
+    recovering_ = false;
+    fail(std::string("recovery failed: ") + e.getDescription().cStr());
+  });
+}
+
+kj::Promise<void> JobRunner::wait_for_servers(kj::TimePoint deadline) {
+  // A server is back when a live node carries its name: the same process, or a restart of it
+  // (same name, same data directory, so the same backups).
+  std::vector<size_t> replaced;
+  bool missing = false;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    const NodeInfo* current = cluster_.find(servers_[i]);
+    if (current != nullptr && current->alive) continue;
+    bool found = false;
+    for (uint32_t candidate : cluster_.free_nodes(proto::Role::SERVER)) {
+      NodeInfo* n = cluster_.find(candidate);
+      if (n->name == server_names_[i]) {
+        n->job = id_;
+        servers_[i] = candidate;
+        server_addresses_[i] = n->address;
+        replaced.push_back(i);
+        found = true;
+        break;
+      }
+    }
+    missing = missing || !found;
+  }
+  kj::Vector<kj::Promise<void>> reconnects;
+  for (size_t i : replaced) {
+    PSLOG(kInfo) << "job " << id_ << ": server '" << server_names_[i] << "' is back at " << server_addresses_[i];
+    reconnects.add(connect_server(i).then([this, i] { return configure_server(i); }));
+  }
+  auto reconnected = kj::joinPromises(reconnects.releaseAsArray());
+  if (!missing) return reconnected;
+  return reconnected.then([this, deadline]() -> kj::Promise<void> {
+    if (io_.getTimer().now() >= deadline) {
+      std::string names;
+      for (size_t i = 0; i < servers_.size(); ++i) {
+        const NodeInfo* n = cluster_.find(servers_[i]);
+        if (n == nullptr || !n->alive) names += (names.empty() ? "" : ", ") + server_names_[i];
+      }
+      return KJ_EXCEPTION(FAILED, "server(s) did not come back in time", names);
+    }
+    return io_.getTimer().afterDelay(200 * kj::MILLISECONDS).then([this, deadline] { return wait_for_servers(deadline); });
+  });
+}
+
+kj::Promise<uint64_t> JobRunner::restore_servers(std::vector<uint64_t> candidates) {
+  // candidates: newest first; an empty list means back to the start.
+  const bool from_scratch = candidates.empty();
+  const uint64_t version = from_scratch ? 0 : candidates.front();
+  kj::Vector<kj::Promise<void>> restores;
+  for (auto& client : server_clients_) {
+    auto request = client.restoreRequest();
+    request.setJobId(id_);
+    request.setVersion(version);
+    request.setFromScratch(from_scratch);
+    restores.add(request.send().ignoreResult());
+  }
+  return kj::joinPromises(restores.releaseAsArray())
+      .then([version]() { return version; })
+      .catch_([this, candidates = kj::mv(candidates), version](kj::Exception&& e) mutable -> kj::Promise<uint64_t> {
+        if (candidates.empty()) return kj::mv(e);
+        const std::string note = "backup at step " + std::to_string(version) + " unusable (" +
+                                 e.getDescription().cStr() + "); falling back to the one before";
+        PSLOG(kWarning) << "job " << id_ << ": " << note;
+        store_.update(id_, [&](JobRecord& r) { r.reason = note; });
+        candidates.erase(candidates.begin());
+        complete_backups_.erase(std::remove(complete_backups_.begin(), complete_backups_.end(), version),
+                                complete_backups_.end());
+        return restore_servers(kj::mv(candidates));
+      });
+}
+
+kj::Promise<void> JobRunner::probe_servers() {
+  // A server can be gone before its heartbeats say so (a worker saw the connection drop first):
+  // ask each one something cheap, and treat one that does not answer as lost.
+  kj::Vector<kj::Promise<bool>> probes;
+  for (auto& client : server_clients_) {
+    auto request = client.backupsRequest();
+    request.setJobId(id_);
+    probes.add(io_.getTimer()
+                   .timeoutAfter(3 * kj::SECONDS, request.send().then([](auto&&) { return true; }))
+                   .catch_([](kj::Exception&&) { return false; }));
+  }
+  return kj::joinPromises(probes.releaseAsArray()).then([this](kj::Array<bool> answered) -> kj::Promise<void> {
+    bool lost = false;
+    for (size_t i = 0; i < answered.size(); ++i) {
+      if (answered[i]) continue;
+      if (NodeInfo* n = cluster_.find(servers_[i]); n != nullptr && n->alive) {
+        PSLOG(kWarning) << "job " << id_ << ": server '" << server_names_[i] << "' does not answer; treating it as lost";
+        n->alive = false;
+      }
+      lost = true;
+    }
+    if (!lost) return kj::READY_NOW;
+    return wait_for_servers(io_.getTimer().now() + kServerReturnTimeout).then([this] { return probe_servers(); });
+  });
+}
+
+kj::Promise<void> JobRunner::run_recovery(std::string why) {
+  const uint64_t generation_at_start = generation_;
+  return wait_for_servers(io_.getTimer().now() + kServerReturnTimeout)
+      .then([this] { return probe_servers(); })
+      .then([this] {
+        std::vector<uint64_t> candidates(complete_backups_.rbegin(), complete_backups_.rend());
+        return restore_servers(kj::mv(candidates));
+      })
+      .then([this, why, generation_at_start](uint64_t version) -> kj::Promise<void> {
+        // Workers: those still alive carry on; with none left, wait for any free one.
+        std::vector<uint32_t> alive;
+        for (uint32_t w : workers_) {
+          const NodeInfo* n = cluster_.find(w);
+          if (n != nullptr && n->alive) alive.push_back(w);
+        }
+        for (uint32_t w : cluster_.free_nodes(proto::Role::WORKER)) {
+          if (alive.size() >= static_cast<size_t>(spec_.training.workers)) break;
+          cluster_.find(w)->job = id_;
+          alive.push_back(w);
+        }
+        if (alive.empty()) {
+          return io_.getTimer().afterDelay(500 * kj::MILLISECONDS).then([this, why] { return run_recovery(why); });
+        }
+        uint64_t done = 0;
+        for (uint64_t steps : worker_steps_) done = std::max(done, steps);
+        const uint64_t replayed = done > version ? done - version : 0;
+        workers_ = alive;
+        worker_finished_.assign(workers_.size(), false);
+        worker_steps_.assign(workers_.size(), version);
+        worker_rates_.assign(workers_.size(), 0.0);
+        plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
+        resume_version_ = version;
+        // Metrics of the epochs being redone start over.
+        const auto first_epoch = static_cast<size_t>(version / plan_->steps_per_epoch(0));
+        for (size_t e = first_epoch; e < epochs_.size(); ++e) epochs_[e] = EpochMetrics{};
+        ++recoveries_;
+        if (generation_ != generation_at_start) PSLOG(kInfo) << "job " << id_ << ": more losses during recovery";
+        generation_++;
+        recovering_ = false;
+        state_ = JobState::kRunning;
+        configured_ = true;
+        PSLOG(kInfo) << "job " << id_ << ": RUNNING again from step " << version << " with " << workers_.size()
+                     << " worker(s); " << replayed << " step(s) to replay";
+        store_.update(id_, [&](JobRecord& r) {
+          r.state = "RUNNING";
+          r.workers = workers_;
+          r.servers = servers_;
+          r.steps_done = static_cast<int64_t>(version);
+          r.recoveries = recoveries_;
+          r.replayed_steps.push_back(static_cast<int64_t>(replayed));
+        });
+        return kj::READY_NOW;
+      });
+}
+
+}  // namespace pstrain
