@@ -197,10 +197,14 @@ kj::Promise<void> JobRunner::probe_servers() {
   // ask each one something cheap, and treat one that does not answer as lost.
   kj::Vector<kj::Promise<bool>> probes;
   for (auto& client : server_clients_) {
-    auto request = client.backupsRequest();
+    auto request = client.backupAtRequest();  // with no version: just "where are you?"
     request.setJobId(id_);
+    request.setVersion(std::numeric_limits<uint64_t>::max());
     probes.add(io_.getTimer()
-                   .timeoutAfter(3 * kj::SECONDS, request.send().then([](auto&&) { return true; }))
+                   .timeoutAfter(3 * kj::SECONDS, request.send().then([this](auto&& r) {
+                     reached_version_ = std::max(reached_version_, r.getCurrentVersion());
+                     return true;
+                   }))
                    .catch_([](kj::Exception&&) { return false; }));
   }
   return kj::joinPromises(probes.releaseAsArray()).then([this](kj::Array<bool> answered) -> kj::Promise<void> {
@@ -241,9 +245,10 @@ kj::Promise<void> JobRunner::run_recovery(std::string why) {
         if (alive.empty()) {
           return io_.getTimer().afterDelay(500 * kj::MILLISECONDS).then([this, why] { return run_recovery(why); });
         }
-        uint64_t done = 0;
+        uint64_t done = reached_version_;
         for (uint64_t steps : worker_steps_) done = std::max(done, steps);
         const uint64_t replayed = done > version ? done - version : 0;
+        reached_version_ = 0;
         workers_ = alive;
         worker_finished_.assign(workers_.size(), false);
         worker_steps_.assign(workers_.size(), version);

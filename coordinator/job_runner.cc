@@ -1,5 +1,6 @@
 #include "coordinator/job_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -33,11 +34,12 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
       on_finished_(std::move(on_finished)),
       layout_(make_param_layout(spec_.model)),
       epochs_(static_cast<size_t>(spec_.training.epochs)) {
-  const bool known = store_.update(id_, [](JobRecord& r) {
-    // A job a restarted coordinator had and re-queues: it starts again from the beginning.
+  const bool known = store_.update(id_, [this](JobRecord& r) {
+    // A job a restarted coordinator had and re-queues: it resumes from its last complete backup
+    // when its servers still hold it, else it starts over.
     r.state = "PENDING";
     r.reason = "re-queued after a coordinator restart";
-    r.steps_done = 0;
+    if (r.last_backup_step) complete_backups_.push_back(static_cast<uint64_t>(*r.last_backup_step));
   });
   if (!known) {
     JobRecord record;
@@ -66,7 +68,12 @@ bool JobRunner::try_start() {
     fail(e.what());
     return false;
   }
-  servers_.assign(servers.begin(), servers.begin() + spec_.training.servers);
+  // Servers in name order: a job re-queued after a coordinator restart then gets each server at
+  // the index whose backups it holds (for servers that keep their names, as they should).
+  std::vector<uint32_t> by_name = servers;
+  std::sort(by_name.begin(), by_name.end(),
+            [this](uint32_t a, uint32_t b) { return cluster_.find(a)->name < cluster_.find(b)->name; });
+  servers_.assign(by_name.begin(), by_name.begin() + spec_.training.servers);
   workers_.assign(workers.begin(), workers.begin() + spec_.training.workers);
   for (uint32_t id : servers_) {
     NodeInfo* node = cluster_.find(id);
@@ -130,7 +137,14 @@ kj::Promise<void> JobRunner::configure_servers() {
   for (size_t i = 0; i < servers_.size(); ++i) {
     ready.add(connect_server(i).then([this, i] { return configure_server(i); }));
   }
-  return kj::joinPromises(ready.releaseAsArray()).then([this] {
+  return kj::joinPromises(ready.releaseAsArray()).then([this]() -> kj::Promise<void> {
+    if (complete_backups_.empty()) return kj::READY_NOW;
+    // Resuming after a coordinator restart: from the last backup, if the servers have it.
+    return restore_servers({complete_backups_.back()}).then([this](uint64_t version) {
+      resume_version_ = version;
+      PSLOG(kInfo) << "job " << id_ << ": resuming from the backup at step " << version;
+    });
+  }).then([this] {
     configured_ = true;
     PSLOG(kInfo) << "job " << id_ << ": servers configured; workers may start";
   });

@@ -135,6 +135,7 @@ class JobRunner {
   std::vector<uint64_t> complete_backups_;              // ascending; the last two are kept
   std::vector<std::pair<uint64_t, kj::Own<kj::PromiseFulfiller<void>>>> backup_waiters_;
   uint32_t recoveries_ = 0;
+  uint64_t reached_version_ = 0;  // furthest version a live server had when recovery probed
   kj::Promise<void> recovery_ = nullptr;
   kj::Promise<void> background_ = nullptr;
 };

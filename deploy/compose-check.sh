@@ -60,7 +60,7 @@ cleanup() {
   exit $status
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'echo "compose-check: interrupted (signal)" >&2; exit 130' INT TERM HUP
 
 # ---- The image ------------------------------------------------------------------------------------
 if ! podman image exists "$image"; then
