@@ -176,8 +176,17 @@ int main(int argc, char** argv) {
   PSLOG(kInfo) << "serving coordinator RPC on " << config.listen.host << ":" << port << ", datasets from " << config.data_dir;
 
   if (job_spec) {
-    cli_job = jobs.submit(*job_spec);
-    PSLOG(kInfo) << "job " << cli_job << " ('" << job_spec->name << "') queued from " << config.job_file;
+    // The --job job has a fixed id, so a restarted coordinator (same flags, same state) takes
+    // up the job it had instead of starting a second one.
+    cli_job = "cli-job";
+    const auto existing = store.get(cli_job);
+    if (!existing) {
+      jobs.submit(*job_spec, cli_job);
+      PSLOG(kInfo) << "job " << cli_job << " ('" << job_spec->name << "') queued from " << config.job_file;
+    } else if (existing->finished()) {
+      PSLOG(kInfo) << "job " << cli_job << " already " << existing->state << " (from " << config.state_dir << ")";
+      if (config.exit_when_done) return existing->state == "SUCCEEDED" ? 0 : 1;
+    }
   }
 
   // Housekeeping: declare silent nodes dead and start queued jobs.

@@ -53,6 +53,7 @@ Cluster::Cluster(ClusterOptions options) {
                                   "--name", "server-" + std::to_string(i),
                                   "--data-dir", group_.log_dir() + "/server-" + std::to_string(i) + "-data"};
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
+    server_argv_.push_back(a);
     servers_.push_back(&group_.start("server-" + std::to_string(i), a));
   }
   for (int i = 0; i < options.servers; ++i) server_ports_.push_back(wait_ready(*servers_[static_cast<size_t>(i)], 20s));
@@ -73,6 +74,21 @@ void Cluster::restart_coordinator(bool hard) {
   }
   coordinator_ = &group_.start("coordinator", coordinator_argv_);
   wait_ready(*coordinator_, 20s);
+}
+
+void Cluster::stop_server(size_t i, bool hard) {
+  using namespace std::chrono_literals;
+  if (hard) {
+    servers_[i]->kill_hard();
+  } else {
+    servers_[i]->terminate(40s);
+  }
+}
+
+void Cluster::start_server(size_t i) {
+  using namespace std::chrono_literals;
+  servers_[i] = &group_.start("server-" + std::to_string(i), server_argv_[i]);
+  server_ports_[i] = wait_ready(*servers_[i], 20s);
 }
 
 int Cluster::wait_job(std::chrono::seconds timeout) {

@@ -40,6 +40,10 @@ class Cluster {
   // Stops the coordinator (SIGKILL if `hard`, else SIGTERM) and starts it again with the same
   // flags, state directory and ports; waits until it is ready.
   void restart_coordinator(bool hard);
+  // Stops server i (SIGKILL if `hard`, else SIGTERM and wait for it to exit) and, if `restart`,
+  // starts it again with the same name and data directory.
+  void stop_server(size_t i, bool hard);
+  void start_server(size_t i);
 
  private:
   ProcessGroup group_;
@@ -50,6 +54,7 @@ class Cluster {
   int http_port_ = 0;
   std::string state_dir_;
   std::vector<std::string> coordinator_argv_;
+  std::vector<std::vector<std::string>> server_argv_;
 };
 
 // Path of a built binary, e.g. binary("server/pstrain-server").

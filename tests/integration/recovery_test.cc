@@ -1,0 +1,149 @@
+// Preemption and recovery with real processes (DESIGN section 4): kill -9 or SIGTERM a server,
+// a worker or the coordinator mid-run, corrupt a backup, and check what was lost.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "common/job_spec.h"
+#include "tests/integration/cluster.h"
+#include "tests/test_support.h"
+#include "worker/local_trainer.h"
+
+using namespace pstrain;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The MLP in sync mode on 2 servers and 2 workers, backed up every `save_freq` steps.
+std::string job_json(int64_t epochs, int64_t save_freq) {
+  JobSpec spec = testing::mlp_job(700, 500, static_cast<int>(epochs));
+  spec.training.servers = 2;
+  spec.training.workers = 2;
+  spec.backup.frequency = BackupSpec::Frequency::kSteps;
+  spec.backup.steps = save_freq;
+  return job_spec_to_json(spec);
+}
+
+// What an uninterrupted run gives: the standalone trainer with the step cut into two slices,
+// which equals the 2-worker cluster bit for bit (cluster_test.cc checks that).
+std::vector<float> uninterrupted(const std::string& json) {
+  LocalTrainerOptions options;
+  options.data_dir = testing::data_dir();
+  options.replicas = 2;
+  const TrainingResult r = train_locally(parse_job_spec(json), options);
+  return {r.params.begin(), r.params.end()};
+}
+
+double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+  return worst;
+}
+
+// The replayed step counts the coordinator logged ("... N step(s) to replay"), in order.
+std::vector<int> replayed_steps(const std::string& log) {
+  std::vector<int> out;
+  static const std::regex re("RUNNING again from step [0-9]+ with [0-9]+ worker\\(s\\); ([0-9]+) step");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it) {
+    out.push_back(std::stoi((*it)[1]));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("kill -9 of a server then a restart recovers and ends with the uninterrupted parameters") {
+  testing::TempDir dir;
+  const std::string json = job_json(3, 10);
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
+                            .save_params = dir.file("final.bin")});
+  cluster.coordinator().wait_for_line("backup at step 20 complete", 60s);
+  cluster.stop_server(1, /*hard=*/true);
+  cluster.start_server(1);
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  const auto replayed = replayed_steps(log);
+  REQUIRE(replayed.size() >= 1);
+  for (int r : replayed) CHECK(r <= 10);  // at most save_freq steps
+  const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
+  MESSAGE("replayed " << replayed[0] << " steps; max abs difference to an uninterrupted run " << diff);
+  CHECK(diff <= 1e-5);
+}
+
+TEST_CASE("SIGTERM to a server backs up first so no step is replayed") {
+  testing::TempDir dir;
+  const std::string json = job_json(3, 1000);  // no regular backup would help here
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
+                            .save_params = dir.file("final.bin")});
+  cluster.coordinator().wait_for_line("epoch 1 step 20", 60s);
+  cluster.stop_server(0, /*hard=*/false);  // SIGTERM, and wait for it to leave
+  CHECK(cluster.servers()[0]->exit_status()->code == 0);
+  cluster.start_server(0);
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const auto replayed = replayed_steps(cluster.coordinator().log_text());
+  REQUIRE(replayed.size() >= 1);
+  CHECK(replayed[0] == 0);
+  CHECK(max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json)) <= 1e-5);
+}
+
+TEST_CASE("kill -9 of a worker mid-epoch - the job finishes on the other worker") {
+  testing::TempDir dir;
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_json(3, 10)),
+                            .coordinator_flags = {"--dead-after-ms", "1500"}});
+  cluster.coordinator().wait_for_line("backup at step 20 complete", 60s);
+  cluster.workers()[1]->kill_hard();
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  CHECK(log.find("with 1 worker(s)") != std::string::npos);
+  CHECK(cluster.final_accuracy() >= 0.92);
+}
+
+TEST_CASE("kill -9 of the coordinator then a restart ends with the uninterrupted parameters") {
+  testing::TempDir dir;
+  const std::string json = job_json(3, 10);
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
+                            .save_params = dir.file("final.bin")});
+  cluster.coordinator().wait_for_line("backup at step 30 complete", 60s);
+  cluster.restart_coordinator(/*hard=*/true);
+  REQUIRE(cluster.wait_job(180s) == 0);
+  CHECK(cluster.coordinator().log_text().find("resuming from the backup at step") != std::string::npos);
+  CHECK(max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json)) <= 1e-5);
+}
+
+TEST_CASE("a corrupted latest backup falls back to the one before and says so") {
+  testing::TempDir dir;
+  const std::string json = job_json(3, 10);
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
+                            .save_params = dir.file("final.bin")});
+  cluster.coordinator().wait_for_line("backup at step 30 complete", 60s);
+  cluster.stop_server(1, /*hard=*/true);
+  // Flip bytes inside the newest write-ahead log record (the latest backup) of server 1.
+  const std::string data = cluster.group().log_dir() + "/server-1-data";
+  std::filesystem::path newest;
+  for (const auto& e : std::filesystem::directory_iterator(data)) {
+    if (e.path().extension() == ".log" && (newest.empty() || e.path().filename() > newest.filename())) newest = e.path();
+  }
+  REQUIRE(!newest.empty());
+  const auto size = std::filesystem::file_size(newest);
+  REQUIRE(size > 4096);
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    for (uint64_t at = size - 2048; at < size - 1024; at += 97) {
+      f.seekp(static_cast<std::streamoff>(at));
+      f.put('\x5a');
+    }
+  }
+  cluster.start_server(1);
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  CHECK(log.find("unusable") != std::string::npos);
+  CHECK(log.find("falling back to the one before") != std::string::npos);
+  CHECK(max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json)) <= 1e-5);
+}
