@@ -61,11 +61,14 @@ std::shared_ptr<const Split> DataService::split(const std::string& dataset, Spli
 }
 
 proto::DataStream::Client DataService::open_train(std::shared_ptr<const Split> split, const DataPlan& plan,
-                                                  uint32_t epoch, uint32_t worker, int64_t from_step) {
+                                                  uint32_t epoch, uint32_t worker, int64_t from_step, Served served) {
   auto shard = std::make_shared<DataPlan::EpochShard>(plan.shard(epoch, worker));
   const int64_t steps = shard->steps();
-  return kj::heap<BatchStream>(std::move(split), epoch, from_step, steps,
-                               [shard](int64_t step) { return shard->batch(step); });
+  return kj::heap<BatchStream>(std::move(split), epoch, from_step, steps, [shard, served](int64_t step) {
+    std::vector<uint32_t> indices = shard->batch(step);
+    if (served) served(step, indices);
+    return indices;
+  });
 }
 
 proto::DataStream::Client DataService::open_test(std::shared_ptr<const Split> split, uint32_t worker, uint32_t workers,

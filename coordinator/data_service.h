@@ -8,6 +8,7 @@
 // Thread rules: event-loop thread only.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,9 +26,12 @@ class DataService {
   // Loads (once) and returns a split; throws DataError naming the file.
   std::shared_ptr<const Split> split(const std::string& dataset, SplitKind kind);
 
+  // Called for every training batch served: (step within the epoch, example indices).
+  using Served = std::function<void(int64_t step, const std::vector<uint32_t>& indices)>;
+
   // A stream over worker `worker`'s batches of `epoch`, from `from_step`.
   proto::DataStream::Client open_train(std::shared_ptr<const Split> split, const DataPlan& plan, uint32_t epoch,
-                                       uint32_t worker, int64_t from_step);
+                                       uint32_t worker, int64_t from_step, Served served = {});
   // Worker `worker`'s contiguous block of the test split, in batches of `batch`.
   proto::DataStream::Client open_test(std::shared_ptr<const Split> split, uint32_t worker, uint32_t workers,
                                       int64_t batch);

@@ -255,6 +255,7 @@ kj::Promise<void> JobRunner::run_recovery(std::string why) {
         worker_rates_.assign(workers_.size(), 0.0);
         plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
         resume_version_ = version;
+        ledger_.erase(ledger_.lower_bound(version), ledger_.end());
         // Metrics of the epochs being redone start over.
         const auto first_epoch = static_cast<size_t>(version / plan_->steps_per_epoch(0));
         for (size_t e = first_epoch; e < epochs_.size(); ++e) epochs_[e] = EpochMetrics{};

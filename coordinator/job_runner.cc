@@ -186,7 +186,14 @@ proto::DataStream::Client JobRunner::open_shard(uint32_t node, proto::Split spli
     return data_.open_test(test_, worker, static_cast<uint32_t>(workers_.size()), batch);
   }
   KJ_REQUIRE(static_cast<int64_t>(from_step) <= plan_->steps_per_epoch(worker), "step out of range", from_step);
-  return data_.open_train(train_, *plan_, epoch, worker, static_cast<int64_t>(from_step));
+  if (!sync()) return data_.open_train(train_, *plan_, epoch, worker, static_cast<int64_t>(from_step));
+  const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(0));
+  return data_.open_train(train_, *plan_, epoch, worker, static_cast<int64_t>(from_step),
+                          [this, epoch, worker, steps_per_epoch, generation = generation_](
+                              int64_t step, const std::vector<uint32_t>& indices) {
+                            if (generation != generation_) return;  // a stream of an abandoned plan
+                            ledger_[epoch * steps_per_epoch + static_cast<uint64_t>(step)][worker] = indices;
+                          });
 }
 
 bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
@@ -286,6 +293,7 @@ kj::Promise<void> JobRunner::collect_parameters() {
     const EpochMetrics& last = epochs_.back();
     const double accuracy = last.test_examples ? static_cast<double>(last.test_correct) / last.test_examples : 0.0;
     PSLOG(kInfo) << "job " << id_ << ": SUCCEEDED in " << seconds << " s";
+    if (sync()) check_ledger();
     std::printf("final test accuracy: %.4f\n", accuracy);
     std::fflush(stdout);
     store_.set_model(id_, encode_safetensors(layout_, final_params_, {{"job", id_}, {"name", spec_.name}}));
@@ -343,6 +351,39 @@ void JobRunner::release_nodes() {
   for (uint32_t id : workers_) {
     if (NodeInfo* n = cluster_.find(id); n != nullptr && n->job == id_) n->job.clear();
   }
+}
+
+}  // namespace pstrain
+
+namespace pstrain {
+
+void JobRunner::check_ledger() {
+  const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(0));
+  std::vector<std::vector<uint32_t>> uses(static_cast<size_t>(spec_.training.epochs), std::vector<uint32_t>(train_->size, 0));
+  for (const auto& [step, by_worker] : ledger_) {
+    const uint64_t epoch = step / steps_per_epoch;
+    if (epoch >= uses.size()) continue;
+    for (const auto& [worker, indices] : by_worker) {
+      for (uint32_t i : indices) ++uses[epoch][i];
+    }
+  }
+  const uint64_t audited_from = ledger_.empty() ? 0 : ledger_.begin()->first;
+  for (size_t e = 0; e < uses.size(); ++e) {
+    if (e * steps_per_epoch < audited_from) {
+      std::printf("examples of epoch %zu: not audited (trained before a coordinator restart)\n", e + 1);
+      continue;
+    }
+    uint64_t once = 0, missing = 0, repeated = 0;
+    for (uint32_t n : uses[e]) {
+      once += n == 1;
+      missing += n == 0;
+      repeated += n > 1;
+    }
+    std::printf("examples of epoch %zu: %llu used once, %llu missing, %llu used more than once\n", e + 1,
+                static_cast<unsigned long long>(once), static_cast<unsigned long long>(missing),
+                static_cast<unsigned long long>(repeated));
+  }
+  std::fflush(stdout);
 }
 
 }  // namespace pstrain

@@ -136,6 +136,12 @@ class JobRunner {
   std::vector<std::pair<uint64_t, kj::Own<kj::PromiseFulfiller<void>>>> backup_waiters_;
   uint32_t recoveries_ = 0;
   uint64_t reached_version_ = 0;  // furthest version a live server had when recovery probed
+  // Example ledger (sync): for each global step of the current timeline, the examples each
+  // worker was served. A rollback to step b forgets steps >= b, so at the end the ledger holds
+  // exactly the examples of the applied updates, and each epoch is checked to use every example
+  // once (logged and kept in the job record).
+  std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;
+  void check_ledger();
   kj::Promise<void> recovery_ = nullptr;
   kj::Promise<void> background_ = nullptr;
 };
