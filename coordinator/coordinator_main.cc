@@ -11,6 +11,7 @@
 #include "common/compute_threads.h"
 #include "common/error.h"
 #include "common/flags.h"
+#include "common/process_main.h"
 #include "common/kv_store.h"
 #include "common/log.h"
 #include "common/rpc/rpc_util.h"
@@ -29,20 +30,6 @@ struct CoordinatorConfig {
   uint32_t heartbeat_ms = 1000, dead_after_ms = 5000;
   int64_t http_read_timeout_s = 10, http_max_connections = 512;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw pstrain::Error(path + ": cannot open the job spec");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void write_params(const std::string& path, const std::vector<float>& params) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
-  if (!out) throw pstrain::Error(path + ": cannot write the parameters");
-}
 
 std::vector<pstrain::NodeView> node_views(const pstrain::Cluster& cluster) {
   using namespace std::chrono;
@@ -81,22 +68,11 @@ int main(int argc, char** argv) {
   flags.add("dead-after-ms", "PSTRAIN_DEAD_AFTER_MS", "5000", "A node silent this long is declared dead.");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
   flags.add_switch("check-config", "", "Validate the configuration (and the --job spec) and exit.");
-  switch (flags.parse(argc, argv)) {
-    case FlagSet::Outcome::kHelpShown:
-      std::cout << flags.help();
-      return 0;
-    case FlagSet::Outcome::kError:
-      std::cerr << "pstrain-coordinator: " << flags.error() << "\n";
-      return 2;
-    case FlagSet::Outcome::kRun:
-      break;
-  }
+  if (const auto status = parse_flags(flags, argc, argv, "pstrain-coordinator")) return *status;
   CoordinatorConfig config;
   std::optional<JobSpec> job_spec;
   try {
-    LogLevel level;
-    if (!parse_log_level(flags.get("log-level"), &level)) throw Error("--log-level must be debug, info, warning or error");
-    set_log_level(level);
+    apply_log_level(flags);
     config.listen = rpc::parse_host_port(flags.get("listen"), 7000, "--listen");
     config.http = rpc::parse_host_port(flags.get("http"), 8080, "--http");
     config.http_read_timeout_s = flags.get_int("http-read-timeout-s", 1, 3600);
@@ -108,7 +84,7 @@ int main(int argc, char** argv) {
     config.exit_when_done = flags.get_switch("exit-when-done");
     config.heartbeat_ms = static_cast<uint32_t>(flags.get_int("heartbeat-ms", 50, 60000));
     config.dead_after_ms = static_cast<uint32_t>(flags.get_int("dead-after-ms", 100, 600000));
-    if (!config.job_file.empty()) job_spec = parse_job_spec(read_file(config.job_file));
+    if (!config.job_file.empty()) job_spec = parse_job_spec(read_text_file(config.job_file, "the job spec"));
   } catch (const std::exception& e) {
     std::cerr << "pstrain-coordinator: " << e.what() << "\n";
     return 2;
@@ -158,7 +134,7 @@ int main(int argc, char** argv) {
     int status = job.state() == JobState::kSucceeded ? 0 : 1;
     if (job.state() == JobState::kSucceeded && !config.save_params.empty()) {
       try {
-        write_params(config.save_params, job.final_params());
+        write_floats(config.save_params, job.final_params());
       } catch (const Error& e) {
         PSLOG(kError) << e.what();
         status = 1;

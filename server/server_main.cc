@@ -10,6 +10,7 @@
 #include "common/compute_threads.h"
 #include "common/error.h"
 #include "common/flags.h"
+#include "common/process_main.h"
 #include "common/log.h"
 #include "common/rpc/coordinator_link.h"
 #include "common/rpc/rpc_util.h"
@@ -51,21 +52,10 @@ int main(int argc, char** argv) {
             "RocksDB directory for backups of this server's shards (created if missing).");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
-  switch (flags.parse(argc, argv)) {
-    case FlagSet::Outcome::kHelpShown:
-      std::cout << flags.help();
-      return 0;
-    case FlagSet::Outcome::kError:
-      std::cerr << "pstrain-server: " << flags.error() << "\n";
-      return 2;
-    case FlagSet::Outcome::kRun:
-      break;
-  }
+  if (const auto status = parse_flags(flags, argc, argv, "pstrain-server")) return *status;
   ServerConfig config;
   try {
-    LogLevel level;
-    if (!parse_log_level(flags.get("log-level"), &level)) throw Error("--log-level must be debug, info, warning or error");
-    set_log_level(level);
+    apply_log_level(flags);
     config.listen = rpc::parse_host_port(flags.get("listen"), 7100, "--listen");
     config.advertise_host = flags.get("advertise-host");
     config.coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");

@@ -8,27 +8,10 @@
 #include "common/compute_threads.h"
 #include "common/error.h"
 #include "common/flags.h"
+#include "common/process_main.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "worker/local_trainer.h"
-
-namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw pstrain::Error(path + ": cannot open the job spec");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void write_params(const std::string& path, std::span<const float> params) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
-  if (!out) throw pstrain::Error(path + ": cannot write the parameters");
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace pstrain;
@@ -45,22 +28,11 @@ int main(int argc, char** argv) {
   flags.add("save-params", "", "", "Write the final parameters here (raw little-endian float32).");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
 
-  switch (flags.parse(argc, argv)) {
-    case FlagSet::Outcome::kHelpShown:
-      std::cout << flags.help();
-      return 0;
-    case FlagSet::Outcome::kError:
-      std::cerr << "pstrain-train: " << flags.error() << "\n";
-      return 2;
-    case FlagSet::Outcome::kRun:
-      break;
-  }
+  if (const auto status = parse_flags(flags, argc, argv, "pstrain-train")) return *status;
   try {
-    LogLevel level;
-    if (!parse_log_level(flags.get("log-level"), &level)) throw Error("--log-level must be debug, info, warning or error");
-    set_log_level(level);
+    apply_log_level(flags);
     if (flags.get("spec").empty()) throw Error("--spec is required (see --help)");
-    const JobSpec spec = parse_job_spec(read_file(flags.get("spec")));
+    const JobSpec spec = parse_job_spec(read_text_file(flags.get("spec"), "the job spec"));
     const int64_t threads = set_compute_threads(static_cast<int>(flags.get_int("threads", 0, 256)));
 
     LocalTrainerOptions options;
@@ -82,7 +54,7 @@ int main(int argc, char** argv) {
     };
     PSLOG(kInfo) << "training '" << spec.name << "' on " << spec.dataset.name << " with " << threads << " thread(s)";
     const TrainingResult result = train_locally(spec, options);
-    if (!flags.get("save-params").empty()) write_params(flags.get("save-params"), result.params);
+    if (!flags.get("save-params").empty()) write_floats(flags.get("save-params"), result.params);
 
     double total_seconds = 0, total_samples = 0;
     std::ostringstream accuracies;

@@ -9,6 +9,7 @@
 #include "common/compute_threads.h"
 #include "common/error.h"
 #include "common/flags.h"
+#include "common/process_main.h"
 #include "common/log.h"
 #include "common/rpc/coordinator_link.h"
 #include "common/rpc/rpc_util.h"
@@ -24,23 +25,12 @@ int main(int argc, char** argv) {
   flags.add("name", "PSTRAIN_NODE_NAME", "", "Name shown in the cluster view (default: host-pid).");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
-  switch (flags.parse(argc, argv)) {
-    case FlagSet::Outcome::kHelpShown:
-      std::cout << flags.help();
-      return 0;
-    case FlagSet::Outcome::kError:
-      std::cerr << "pstrain-worker: " << flags.error() << "\n";
-      return 2;
-    case FlagSet::Outcome::kRun:
-      break;
-  }
+  if (const auto status = parse_flags(flags, argc, argv, "pstrain-worker")) return *status;
   rpc::HostPort coordinator;
   std::string name;
   int threads = 1;
   try {
-    LogLevel level;
-    if (!parse_log_level(flags.get("log-level"), &level)) throw Error("--log-level must be debug, info, warning or error");
-    set_log_level(level);
+    apply_log_level(flags);
     coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
     threads = static_cast<int>(flags.get_int("threads", 0, 256));
     name = flags.get("name");

@@ -34,6 +34,7 @@
 #include "common/chunk_plan.h"
 #include "common/error.h"
 #include "common/flags.h"
+#include "common/process_main.h"
 #include "common/job_spec.h"
 #include "common/model_spec.h"
 #include "common/param_layout.h"
@@ -252,16 +253,7 @@ int main(int argc, char** argv) {
   flags.add("seconds", "", "5", "Timed duration.");
   flags.add("clients", "", "1", "Concurrent connections (one thread each), as that many workers.");
   flags.add("warmup-steps", "", "5", "Untimed steps per client first.");
-  switch (flags.parse(argc, argv)) {
-    case FlagSet::Outcome::kHelpShown:
-      std::cout << flags.help();
-      return 0;
-    case FlagSet::Outcome::kError:
-      std::cerr << "pstrain-exchange-bench: " << flags.error() << "\n";
-      return 2;
-    case FlagSet::Outcome::kRun:
-      break;
-  }
+  if (const auto status = parse_flags(flags, argc, argv, "pstrain-exchange-bench")) return *status;
   Options options;
   try {
     if (flags.get("server").empty()) throw Error("--server host:port is required");
