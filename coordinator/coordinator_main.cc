@@ -4,7 +4,9 @@
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 #include <iostream>
 #include <sstream>
 
@@ -204,6 +206,14 @@ int main(int argc, char** argv) {
                            return 0;
                          }))
                          .wait(io.waitScope);
-  http.stop();
+  // Stop the HTTP thread while this loop keeps turning: a request in the middle of a command is
+  // waiting for this loop to run it.
+  std::atomic<bool> http_stopped{false};
+  std::thread stopper([&] {
+    http.stop();
+    http_stopped = true;
+  });
+  while (!http_stopped) io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
+  stopper.join();
   return status;
 }

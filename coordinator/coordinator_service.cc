@@ -51,9 +51,11 @@ kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context
   KJ_REQUIRE(info != nullptr && info->alive, "unknown node: register first", node);
   KJ_REQUIRE(info->role == proto::Role::WORKER, "only workers get assignments", node);
   const uint32_t wait_ms = std::min<uint32_t>(context.getParams().getWaitMs(), 60000);
-  const uint64_t min_generation = context.getParams().getMinGeneration();
-  if (JobRunner* job = jobs_.job_of_worker(node); job != nullptr && job->generation() < min_generation &&
-                                                  job->state() == JobState::kRunning) {
+  // A minimum generation only means something for the job whose session broke.
+  JobRunner* current = jobs_.job_of_worker(node);
+  const bool same_job = current != nullptr && current->id() == rpc::to_string(context.getParams().getBrokenJobId());
+  const uint64_t min_generation = same_job ? context.getParams().getMinGeneration() : 0;
+  if (JobRunner* job = current; same_job && job->generation() < min_generation && job->state() == JobState::kRunning) {
     // The worker's session broke (a server vanished, a push failed) before we noticed: re-plan.
     job->recover("worker node " + std::to_string(node) + " lost its session");
   }

@@ -80,6 +80,9 @@ std::string job_status_json(const JobRecord& j, const std::vector<NodeView>& nod
   for (const auto& n : nodes) by_id[n.id] = &n;
   json::object o = summary_object(j);
   o["reason"] = j.reason.empty() ? json::value(nullptr) : json::value(j.reason);
+  json::array notes;
+  for (const auto& n : j.notes) notes.push_back(json::value(n));
+  o["notes"] = std::move(notes);
   o["steps_per_epoch"] = j.steps_per_epoch;
   std::optional<double> eta;
   if (j.state == "RUNNING" && j.steps_done > 0 && j.started_ms > 0 && j.total_steps > j.steps_done) {
@@ -142,6 +145,11 @@ std::string record_to_json(const JobRecord& j) {
       {"servers", std::move(servers)},
       {"last_backup_step", j.last_backup_step ? json::value(*j.last_backup_step) : json::value(nullptr)},
       {"has_model", j.has_model}, {"model_bytes", j.model_bytes}, {"recoveries", j.recoveries},
+      {"notes", [&] {
+         json::array a;
+         for (const auto& n : j.notes) a.push_back(json::value(n));
+         return a;
+       }()},
       {"replayed_steps", [&] {
          json::array a;
          for (auto r : j.replayed_steps) a.push_back(r);
@@ -182,6 +190,7 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.has_model = get_or<bool>(o, "has_model", false);
     j.model_bytes = get_or<int64_t>(o, "model_bytes", 0);
     j.recoveries = get_or<uint32_t>(o, "recoveries", 0);
+    j.notes = get_or<std::vector<std::string>>(o, "notes", {});
     j.replayed_steps = get_or<std::vector<int64_t>>(o, "replayed_steps", {});
     return j;
   } catch (const std::exception&) {

@@ -184,7 +184,7 @@ kj::Promise<uint64_t> JobRunner::restore_servers(std::vector<uint64_t> candidate
         const std::string note = "backup at step " + std::to_string(version) + " unusable (" +
                                  e.getDescription().cStr() + "); falling back to the one before";
         PSLOG(kWarning) << "job " << id_ << ": " << note;
-        store_.update(id_, [&](JobRecord& r) { r.reason = note; });
+        store_.update(id_, [&](JobRecord& r) { r.notes.push_back(note); });
         candidates.erase(candidates.begin());
         complete_backups_.erase(std::remove(complete_backups_.begin(), complete_backups_.end(), version),
                                 complete_backups_.end());
@@ -269,6 +269,9 @@ kj::Promise<void> JobRunner::run_recovery(std::string why) {
                      << " worker(s); " << replayed << " step(s) to replay";
         store_.update(id_, [&](JobRecord& r) {
           r.state = "RUNNING";
+          r.notes.push_back("recovered (" + r.reason + "): rolled back to step " + std::to_string(version) + ", " +
+                            std::to_string(replayed) + " step(s) replayed");
+          r.reason.clear();
           r.workers = workers_;
           r.servers = servers_;
           r.steps_done = static_cast<int64_t>(version);

@@ -38,7 +38,7 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
     // A job a restarted coordinator had and re-queues: it resumes from its last complete backup
     // when its servers still hold it, else it starts over.
     r.state = "PENDING";
-    r.reason = "re-queued after a coordinator restart";
+    r.notes.push_back("re-queued after a coordinator restart");
     if (r.last_backup_step) complete_backups_.push_back(static_cast<uint64_t>(*r.last_backup_step));
   });
   if (!known) {
@@ -299,6 +299,7 @@ kj::Promise<void> JobRunner::collect_parameters() {
     store_.set_model(id_, encode_safetensors(layout_, final_params_, {{"job", id_}, {"name", spec_.name}}));
     store_.update(id_, [&](JobRecord& r) {
       r.state = "SUCCEEDED";
+      r.reason.clear();
       r.finished_ms = now_ms();
       r.steps_done = r.total_steps;
     });

@@ -38,7 +38,8 @@ struct EpochMetric {
 struct JobRecord {
   std::string id, name, spec_json;
   std::string state = "PENDING";  // PENDING RUNNING RECOVERING SUCCEEDED FAILED CANCELLED
-  std::string reason;             // why it FAILED or was CANCELLED
+  std::string reason;             // why it FAILED, was CANCELLED or is RECOVERING
+  std::vector<std::string> notes; // things worth knowing that happened (recoveries, skipped backups)
   std::string mode;               // sync | async
   int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
   int64_t epochs = 0, steps_per_epoch = 0, total_steps = 0, steps_done = 0;

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
   registered.wait(ws);
   rpc::print_ready("worker", 0);
 
-  uint64_t min_generation = 0;  // after a broken session: wait for a newer plan of the job
+  uint64_t min_generation = 0;  // after a broken session: wait for a newer plan of that job
+  std::string broken_job;
   int transient_failures = 0;
   while (!should_stop()) {
     try {
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
       request.setNodeId(link.node_id());
       request.setWaitMs(1000);
       request.setMinGeneration(min_generation);
+      request.setBrokenJobId(broken_job);
       auto response = request.send().wait(ws);
       if (!response.getHas()) continue;
       const uint32_t node_id = link.node_id();
@@ -115,6 +117,7 @@ int main(int argc, char** argv) {
         PSLOG(kWarning) << "job " << job_id << ": session ended (" << e.getDescription().cStr()
                         << "); waiting for a new plan";
         min_generation = assignment.getGeneration() + 1;
+        broken_job = job_id;
         if (++transient_failures >= 20) fatal = std::string("20 sessions in a row failed; last: ") + e.getDescription().cStr();
       } catch (const std::exception& e) {
         fatal = e.what();  // the job itself is broken (loss became NaN, bad spec)

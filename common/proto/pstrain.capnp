@@ -148,7 +148,9 @@ interface Coordinator {
   # known is false when the coordinator has forgotten the node (it must register again).
   heartbeat @1 (nodeId :UInt32) -> (known :Bool);
   # Waits up to waitMs for work; has is false if none came.
-  getAssignment @2 (nodeId :UInt32, waitMs :UInt32, minGeneration :UInt64)
+  # minGeneration (with the job it refers to): the worker's session of that job broke; it wants
+  # a newer plan of it.
+  getAssignment @2 (nodeId :UInt32, waitMs :UInt32, minGeneration :UInt64, brokenJobId :Text)
       -> (has :Bool, assignment :Assignment);
   openShard @3 (jobId :Text, nodeId :UInt32, split :Split, epoch :UInt32, fromStep :UInt64)
       -> (stream :DataStream);

@@ -15,6 +15,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -412,6 +413,8 @@ TEST_CASE("REST API runs a submitted MLP job to 0.92 and serves its status and m
   CHECK(num(status, "percent") == 100.0);
   CHECK(num(status, "epoch") == 3.0);
   CHECK(num(status, "step") == num(status, "total_steps"));
+  CHECK(status.contains("reason"));
+  CHECK(str(status, "reason").empty());  // null: nothing went wrong
   const json::array& workers = arr(status, "workers");
   const json::array& servers = arr(status, "servers");
   CHECK(workers.size() == 2);
@@ -539,11 +542,19 @@ TEST_CASE("REST API cancels a running job and its workers take the next job") {
   check_problem(get(port, "/v1/jobs/" + id + "/model"), 409, "the model of a cancelled job");
 
   // The cluster has exactly the two workers the cancelled job held: the next job runs only if they
-  // were released.
+  // were released. It is submitted at once, while the workers are still leaving the cancelled
+  // job: the hand-over must be clean, not a recovery of the new job from "lost" workers.
   const std::string next = submit(cluster, mlp_json(128, 64, 1));
   CHECK(next != id);
-  const json::object done = wait_for_state(cluster, next, "SUCCEEDED");
+  std::set<std::string> states;
+  const json::object done = wait_for_job(cluster, next, "state SUCCEEDED", [&](const json::object& o) {
+    states.insert(str(o, "state"));
+    return str(o, "state") == "SUCCEEDED";
+  });
   CHECK(num(done, "percent") == 100.0);
+  INFO("states of the next job: " << json::serialize(json::value_from(states)) << "; final status "
+                                  << json::serialize(done));
+  CHECK(states.count("RECOVERING") == 0);
   CHECK(str(listed_job(port, id), "state") == "CANCELLED");
   const Reply r = get(port, "/v1/jobs/" + id);
   INFO(r.describe());
