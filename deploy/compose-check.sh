@@ -8,7 +8,8 @@
 #   1. submits deploy/jobs/mnist-mlp.json (curl inside the coordinator container), waits for
 #      SUCCEEDED and checks the test accuracy (>= MIN_ACCURACY) and the model download;
 #   2. submits a longer MLP job, `podman kill`s a worker container that trains it mid-run, and
-#      waits (at most KILL_JOB_TIMEOUT s) for the job to finish anyway;
+#      waits for the job to finish anyway (at most KILL_JOB_TIMEOUT s, or STALL_TIMEOUT s without
+#      progress);
 #   3. removes everything it made: pod, containers, volumes, hosts file (KEEP=1 keeps them).
 #
 # Usage: deploy/compose-check.sh            (as root; run /work/shared/tools/containers-setup.sh,
@@ -18,7 +19,9 @@
 # Environment (defaults): IMAGE (pstrain:latest; built with podman from deploy/Dockerfile when
 # missing), WORKERS (the compose file's deploy.replicas; like --scale worker=N), PSTRAIN_DATA_DIR
 # (../shared/data or ./data: mounted read-only as the dataset volume), MIN_ACCURACY (0.9),
-# JOB_TIMEOUT (600), KILL_JOB_TIMEOUT (300), LOG_DIR (a temporary directory: container logs), KEEP (0).
+# JOB_TIMEOUT (600), KILL_JOB_TIMEOUT (300), STALL_TIMEOUT (120), LOG_DIR (a temporary directory:
+# container logs), KEEP (0), READ_ONLY (0; 1: every container with a read-only root filesystem and no
+# tmpfs, as deploy/k8s/ runs them).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 py=/usr/bin/python3  # Debian's: has python3-yaml (a dependency of docker-compose)
@@ -26,13 +29,13 @@ image=${IMAGE:-pstrain:latest}
 pod=pstrain-check-$$
 min_accuracy=${MIN_ACCURACY:-0.9}
 log_dir=${LOG_DIR:-$(mktemp -d /tmp/pstrain-compose-check.XXXXXX)}
+[ -n "${LOG_DIR:-}" ] && own_log_dir=0 || own_log_dir=1
 mkdir -p "$log_dir"
 hosts=$log_dir/hosts
 
 say() { echo "compose-check: $*"; }
 fail() {
   echo "compose-check: FAIL: $*" >&2
-  dump_logs
   exit 1
 }
 for c in podman docker-compose curl; do command -v "$c" >/dev/null || { echo "compose-check: $c is missing" >&2; exit 1; }; done
@@ -44,19 +47,24 @@ dump_logs() {
   for c in "${containers[@]}"; do
     podman logs "$c" >"$log_dir/$c.log" 2>&1 || true
   done
-  [ ${#containers[@]} -eq 0 ] || say "container logs in $log_dir"
 }
 cleanup() {
   local status=$?
-  dump_logs >/dev/null
+  dump_logs
   if [ "${KEEP:-0}" = 1 ]; then
     say "KEEP=1: pod $pod, its containers and volumes (${volumes[*]}) are left; remove with: podman pod rm -f $pod; podman volume rm ${volumes[*]}"
-    exit $status
+  else
+    podman pod rm -f -t 5 "$pod" >/dev/null 2>&1 || true
+    for v in "${volumes[@]}"; do podman volume rm -f "$v" >/dev/null 2>&1 || true; done
+    rm -f "$hosts"
+    say "removed pod $pod, ${#containers[@]} containers, ${#volumes[@]} volumes"
   fi
-  podman pod rm -f -t 5 "$pod" >/dev/null 2>&1 || true
-  for v in "${volumes[@]}"; do podman volume rm -f "$v" >/dev/null 2>&1 || true; done
-  rm -f "$hosts"
-  say "removed pod $pod, ${#containers[@]} containers, ${#volumes[@]} volumes"
+  # Logs are kept when something failed, when LOG_DIR was given, or with KEEP=1.
+  if [ $status -eq 0 ] && [ $own_log_dir = 1 ] && [ "${KEEP:-0}" != 1 ]; then
+    rm -rf "$log_dir"
+  else
+    say "container logs in $log_dir"
+  fi
   exit $status
 }
 trap cleanup EXIT
@@ -78,7 +86,7 @@ normalised=$log_dir/compose.yml
 # One line per container: NAME SERVICE HEALTHY? then the shell-quoted `podman run` arguments. The
 # image of every service is replaced by $image (the compose file names pstrain:latest).
 plan=$("$py" - "$normalised" "$pod" "$image" "${WORKERS:-}" <<'EOF'
-import shlex, sys, yaml
+import os, shlex, sys, yaml
 cfg = yaml.safe_load(open(sys.argv[1]))
 pod, image, workers = sys.argv[2], sys.argv[3], sys.argv[4]
 services = cfg["services"]
@@ -151,6 +159,8 @@ for name in order:
             args += ["--entrypoint", __import__("json").dumps(ep)]
         cmd = svc.get("command") or []
         cmd = cmd if isinstance(cmd, list) else shlex.split(cmd)
+        if os.environ.get("READ_ONLY") == "1":
+            args += ["--read-only", "--read-only-tmpfs=false"]
         args += ["IMAGE"] + cmd
         print(cname, name, "1" if has_hc else "0", " ".join(shlex.quote(a) for a in args))
 EOF
@@ -223,14 +233,21 @@ until [ "$(rest GET /v1/cluster | field 'sum(1 for n in j["nodes"] if n["alive"]
 done
 say "cluster: $(rest GET /v1/cluster | field '", ".join(n["role"] + " " + n["name"] + ("@" + n["address"] if n["address"] else "") for n in j["nodes"] if n["alive"])')"
 
-follow() {  # job id, timeout s -> prints progress; returns 0 when the job ended (any state), 1 on timeout
-  local id=$1 deadline=$((SECONDS + $2)) status last="" line
+follow() {  # job id, timeout s[, stall s] -> prints progress; 0 when the job ended (any state),
+            # 1 on timeout or when its step count has not moved for `stall` seconds
+  local id=$1 deadline=$((SECONDS + $2)) stall=${3:-0} status last="" line step last_step="" moved=$SECONDS
   while [ $SECONDS -lt $deadline ]; do
     status=$(rest GET "/v1/jobs/$id")
     line=$(field '"%s epoch %s/%s step %s/%s (%.0f%%)" % (j["state"], j["epoch"], j["epochs"], j["step"], j["total_steps"], j["percent"])' <<<"$status")
     [ "$line" != "$last" ] && say "  $id: $line"
     last=$line
     case $(field 'j["state"]' <<<"$status") in SUCCEEDED | FAILED | CANCELLED) return 0 ;; esac
+    step=$(field 'j["step"]' <<<"$status")
+    [ "$step" != "$last_step" ] && { last_step=$step; moved=$SECONDS; }
+    if [ "$stall" -gt 0 ] && [ $((SECONDS - moved)) -ge "$stall" ]; then
+      say "  $id: no progress for $stall s"
+      return 1
+    fi
     sleep 2
   done
   return 1
@@ -277,14 +294,14 @@ for name in $(field '" ".join(w.get("name", "") for w in j["workers"] if w.get("
 done
 [ -n "$victim" ] || fail "no worker container of job $job2 found (job workers: $(field 'j["workers"]' <<<"$status"))"
 podman kill "$victim" >/dev/null
-say "killed $victim (SIGKILL) at step $step of job $job2 (last backup at step $(field 'j["last_backup_step"]' <<<"$status"))"
+say "killed $victim (SIGKILL) at step $step of job $job2 (last backup at step $(field 'j["last_backup_step"] if j["last_backup_step"] is not None else "none"' <<<"$status"))"
 sleep 3
 say "$victim after the kill: $(podman inspect "$victim" --format '{{.State.Status}}, restarts {{.RestartCount}}')"
 known_failure=0
-if ! follow "$job2" "${KILL_JOB_TIMEOUT:-300}"; then
+if ! follow "$job2" "${KILL_JOB_TIMEOUT:-300}" "${STALL_TIMEOUT:-120}"; then
   known_failure=1
   status=$(rest GET "/v1/jobs/$job2")
-  say "KNOWN FAILURE: job $job2 still $(field 'j["state"]' <<<"$status") ${KILL_JOB_TIMEOUT:-300} s after a worker was killed (step $(field 'j["step"]' <<<"$status")): worker-loss recovery is not implemented yet"
+  say "KNOWN FAILURE: job $job2 still $(field 'j["state"]' <<<"$status") at step $(field 'j["step"]' <<<"$status") after a worker was killed (no progress for ${STALL_TIMEOUT:-120} s, or not done in ${KILL_JOB_TIMEOUT:-300} s): worker-loss recovery is not implemented yet"
   rest POST "/v1/jobs/$job2/cancel" >/dev/null || true
 else
   status=$(rest GET "/v1/jobs/$job2")
@@ -298,7 +315,6 @@ else
 fi
 say "$victim at the end: $(podman inspect "$victim" --format '{{.State.Status}}, restarts {{.RestartCount}}')"
 
-dump_logs
 if [ $known_failure = 1 ]; then
   say "result: job 1 passed; job 2 (worker killed) did not finish: known failure (exit 3)"
   exit 3

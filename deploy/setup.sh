@@ -15,6 +15,8 @@ packages=(
   libopenblas-openmp-dev    # matrix products (OpenMP build: shares one thread pool with our loops)
   zlib1g-dev                # gzip'd IDX datasets
   doctest-dev               # unit and integration tests
+  docker-compose yamllint   # deploy checks: the compose file normalises, manifests lint clean
+  python3-yaml              # (the deploy check reads the compose file with it)
 )
 
 missing=()

@@ -80,7 +80,9 @@ check_config() {
   need docker-compose docker-compose
   need yamllint yamllint
   [ -x "$py" ] && "$py" -c 'import yaml' 2>/dev/null || fail "$py with the yaml module is missing: apt-get install python3-yaml"
-  local tmp; tmp=$(mktemp -d); trap "rm -rf '$tmp'" EXIT
+  local tmp; tmp=$(mktemp -d)
+  # shellcheck disable=SC2064  # $tmp is expanded now on purpose
+  trap "rm -rf '$tmp'" EXIT
 
   # 1. docker-compose accepts the file (the dataset directory must exist for the bind mount to make sense).
   source "$repo/deploy/data-dir.sh"
@@ -146,8 +148,10 @@ procs_in() {
 check_local_cluster() {
   need curl curl
   local dir; dir=$(mktemp -d /tmp/pstrain-deploy-check.XXXXXX)
-  export LOCAL_CLUSTER_DIR=$dir HTTP_PORT=$(free_port) RPC_PORT=$(free_port) SERVERS=2 WORKERS=2 BUILD_DIR=$build
-  local lc=$repo/deploy/local-cluster.sh url=http://127.0.0.1:$HTTP_PORT
+  local http_port rpc_port; http_port=$(free_port); rpc_port=$(free_port)
+  export LOCAL_CLUSTER_DIR=$dir HTTP_PORT=$http_port RPC_PORT=$rpc_port SERVERS=2 WORKERS=2 BUILD_DIR=$build
+  lc=$repo/deploy/local-cluster.sh  # global: the EXIT trap uses it
+  local url=http://127.0.0.1:$HTTP_PORT
   trap '"$lc" down >/dev/null 2>&1 || true; rm -rf "$LOCAL_CLUSTER_DIR"' EXIT
 
   "$lc" up
