@@ -260,7 +260,9 @@ kj::Promise<void> JobRunner::run_recovery(std::string why) {
         const auto first_epoch = static_cast<size_t>(version / plan_->steps_per_epoch(0));
         for (size_t e = first_epoch; e < epochs_.size(); ++e) epochs_[e] = EpochMetrics{};
         ++recoveries_;
-        if (generation_ != generation_at_start) PSLOG(kInfo) << "job " << id_ << ": more losses during recovery";
+        if (generation_ != generation_at_start) {
+          PSLOG(kInfo) << "job " << id_ << ": more losses during recovery";
+        }
         generation_++;
         recovering_ = false;
         state_ = JobState::kRunning;

@@ -18,7 +18,9 @@ std::string padded(uint64_t n) {
 }
 
 void log_failure(const KvStatus& status, const std::string& what) {
-  if (!status.ok()) PSLOG(kError) << "job store: " << what << ": " << status.message;
+  if (!status.ok()) {
+    PSLOG(kError) << "job store: " << what << ": " << status.message;
+  }
 }
 
 }  // namespace

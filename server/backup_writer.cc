@@ -2,10 +2,16 @@
 
 #include <chrono>
 
+#include "common/log.h"
+
 namespace pstrain {
 
-BackupWriter::BackupWriter(BackupStore& store, const kj::Executor& loop, Done done)
-    : store_(store), loop_(loop), done_(std::move(done)), thread_([this] { run(); }) {}
+void BackupWriter::LogErrors::taskFailed(kj::Exception&& e) {
+  PSLOG(kWarning) << "backup report: " << e.getDescription().cStr();
+}
+
+BackupWriter::BackupWriter(BackupStore& store, Done done)
+    : store_(store), done_(std::move(done)), reports_(errors_), thread_([this] { run(); }) {}
 
 BackupWriter::~BackupWriter() {
   {
@@ -17,9 +23,13 @@ BackupWriter::~BackupWriter() {
 }
 
 void BackupWriter::submit(std::string job, uint64_t version, std::vector<ChunkSnapshot> chunks) {
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<Outcome>();
+  reports_.add(paf.promise.then([this, job, version](Outcome outcome) {
+    done_(job, version, outcome.status, outcome.seconds);
+  }));
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back({std::move(job), version, std::move(chunks)});
+    queue_.push_back({std::move(job), version, std::move(chunks), kj::mv(paf.fulfiller)});
   }
   wake_.notify_one();
 }
@@ -35,13 +45,10 @@ void BackupWriter::run() {
       queue_.pop_front();
     }
     const auto start = std::chrono::steady_clock::now();
-    const KvStatus status = store_.write(task.job, task.version, task.chunks);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // Report on the event loop. If the loop is gone (shutting down), there is nobody to tell.
-    try {
-      loop_.executeSync([&] { done_(task.job, task.version, status, seconds); });
-    } catch (const kj::Exception&) {
-    }
+    Outcome outcome;
+    outcome.status = store_.write(task.job, task.version, task.chunks);
+    outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    task.fulfiller->fulfill(kj::mv(outcome));  // never blocks: the loop picks it up when it runs
   }
 }
 

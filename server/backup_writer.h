@@ -1,8 +1,12 @@
 // Writes backups on a thread of its own, so the event loop never waits for RocksDB's fsync, and
 // reports each finished write back on the event loop.
 //
-// Thread rules: submit() from the event-loop thread; `done` runs on the event-loop thread (via its
-// kj::Executor). The destructor finishes every queued write.
+// The writer thread never waits for the event loop: each write completes a cross-thread promise
+// that the loop awaits (kj::newPromiseAndCrossThreadFulfiller), so shutting down while a write is
+// in flight cannot deadlock.
+//
+// Thread rules: construct, submit() and destroy on the event-loop thread; `done` runs there. The
+// destructor finishes every queued write.
 #pragma once
 
 #include <kj/async.h>
@@ -23,22 +27,30 @@ class BackupWriter {
  public:
   using Done = std::function<void(const std::string& job, uint64_t version, const KvStatus& status, double seconds)>;
 
-  BackupWriter(BackupStore& store, const kj::Executor& loop, Done done);
+  BackupWriter(BackupStore& store, Done done);
   ~BackupWriter();
 
   void submit(std::string job, uint64_t version, std::vector<ChunkSnapshot> chunks);
 
  private:
+  struct Outcome {
+    KvStatus status;
+    double seconds = 0;
+  };
   struct Task {
     std::string job;
     uint64_t version;
     std::vector<ChunkSnapshot> chunks;
+    kj::Own<kj::CrossThreadPromiseFulfiller<Outcome>> fulfiller;
   };
   void run();
 
+  struct LogErrors : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override;
+  } errors_;
   BackupStore& store_;
-  const kj::Executor& loop_;
   Done done_;
+  kj::TaskSet reports_;  // the loop side: one promise per write in flight
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Task> queue_;  // guarded by mutex_

@@ -192,26 +192,11 @@ kj::Promise<void> ParameterServerImpl::backupAt(BackupAtContext context) {
   return kj::READY_NOW;
 }
 
-std::vector<std::string> ParameterServerImpl::backup_all_now() {
-  std::vector<std::string> lines;
-  for (const auto& [job_id, job] : jobs_) {
-    if (backups_ == nullptr) break;
-    const auto snapshots = job->shard->snapshot_now();
-    if (!snapshots || snapshots->empty()) {
-      lines.push_back("job " + job_id + ": chunks are mid-step; not backed up");
-      continue;
-    }
-    const uint64_t version = snapshots->front().version;
-    const KvStatus status = backups_->write(job_id, version, *snapshots);
-    lines.push_back("job " + job_id + ": backup at step " + std::to_string(version) +
-                    (status.ok() ? " written" : " failed: " + status.message));
-  }
-  return lines;
-}
-
 kj::Promise<void> ParameterServerImpl::dropJob(DropJobContext context) {
   const std::string job_id = rpc::to_string(context.getParams().getJobId());
-  if (jobs_.erase(job_id) > 0) PSLOG(kInfo) << "job " << job_id << ": dropped";
+  if (jobs_.erase(job_id) > 0) {
+    PSLOG(kInfo) << "job " << job_id << ": dropped";
+  }
   return kj::READY_NOW;
 }
 

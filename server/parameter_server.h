@@ -24,9 +24,6 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   ParameterServerImpl(BackupStore* backups, BackupWriter* writer) : backups_(backups), writer_(writer) {}
 
   size_t job_count() const { return jobs_.size(); }
-  // Preemption: backs every job up now where its chunks agree on a version, synchronously.
-  // Returns a line per job for the log.
-  std::vector<std::string> backup_all_now();
 
  protected:
   kj::Promise<void> configure(ConfigureContext context) override;
