@@ -173,6 +173,8 @@ int main(int argc, char** argv) {
       jobs.on_nodes_lost(cluster.expire(), "missed its heartbeats");
       store.set_nodes(node_views(cluster));
       if (jobs.schedule()) service.wake_waiting_workers();
+      // Queued jobs first; then running jobs short of workers take the free ones.
+      for (const auto& job : jobs.jobs()) job->grow();
       for (const auto& job : jobs.jobs()) {
         if (job->ready_for_workers()) service.wake_waiting_workers();
       }

@@ -55,7 +55,35 @@ kj::Promise<void> JobRunner::wait_for_backup(uint64_t version) {
 }
 
 kj::Promise<void> JobRunner::preempt(uint32_t node) {
-  if (state_ != JobState::kRunning || !sync() || !uses_node(node) || !configured_) return kj::READY_NOW;
+  if (!uses_node(node)) return kj::READY_NOW;
+  PSLOG(kInfo) << "job " << id_ << ": node " << node << " is being preempted";
+  return cut();
+}
+
+void JobRunner::grow() {
+  if (state_ != JobState::kRunning || !sync() || !configured_ || growing_ ||
+      workers_.size() >= static_cast<size_t>(spec_.training.workers) ||
+      cluster_.free_nodes(proto::Role::WORKER).empty()) {
+    return;
+  }
+  // A worker is free and the job runs short of workers: cut at the next step (backup and hold,
+  // as for a preemption) and re-plan from that very step with one more worker. Nothing is
+  // replayed.
+  growing_ = true;
+  PSLOG(kInfo) << "job " << id_ << ": a free worker can join; re-planning at the next step";
+  grow_ = cut()
+              .then([this] {
+                growing_ = false;
+                recover("a worker joins");
+              })
+              .eagerlyEvaluate([this](kj::Exception&& e) {
+                growing_ = false;
+                PSLOG(kWarning) << "job " << id_ << ": could not add a worker: " << e.getDescription().cStr();
+              });
+}
+
+kj::Promise<void> JobRunner::cut() {
+  if (state_ != JobState::kRunning || !sync() || !configured_) return kj::READY_NOW;
   // Phase 1: where are the servers? Phase 2: back up (and hold) two steps ahead of the furthest
   // chunk, so no chunk can pass the point before it is marked.
   kj::Vector<kj::Promise<uint64_t>> probes;
@@ -65,9 +93,9 @@ kj::Promise<void> JobRunner::preempt(uint32_t node) {
     request.setVersion(std::numeric_limits<uint64_t>::max());
     probes.add(request.send().then([](auto&& r) { return r.getCurrentVersion(); }));
   }
-  return kj::joinPromises(probes.releaseAsArray()).then([this, node](kj::Array<uint64_t> versions) {
+  return kj::joinPromises(probes.releaseAsArray()).then([this](kj::Array<uint64_t> versions) {
     const uint64_t target = *std::max_element(versions.begin(), versions.end()) + 2;
-    PSLOG(kInfo) << "job " << id_ << ": node " << node << " is being preempted; backing up at step " << target;
+    PSLOG(kInfo) << "job " << id_ << ": backing up at step " << target << " and holding there";
     kj::Vector<kj::Promise<void>> marks;
     for (auto& client : server_clients_) {
       auto request = client.backupAtRequest();

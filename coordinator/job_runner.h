@@ -78,6 +78,9 @@ class JobRunner {
   kj::Promise<void> preempt(uint32_t node);
   // A node of this job died (missed heartbeats, or a server registered again under its name).
   void on_node_lost(uint32_t node, const std::string& why);
+  // Sync: if the job runs with fewer workers than it asked for and a worker is free, takes it in
+  // at the next step (a cut, then a re-plan from the cut: nothing replayed).
+  void grow();
   // Re-plans the job: waits for its servers, rolls every server back to the latest usable
   // backup, and hands the workers new assignments from there.
   void recover(const std::string& why);
@@ -91,6 +94,9 @@ class JobRunner {
   kj::Promise<void> probe_servers();
   kj::Promise<uint64_t> restore_servers(std::vector<uint64_t> candidates);
   kj::Promise<void> wait_for_backup(uint64_t version);
+  // Every server backs up two steps ahead of the furthest chunk and holds there; resolves when
+  // that backup is complete.
+  kj::Promise<void> cut();
   void resolve_backup_waiters();
   kj::Promise<void> collect_parameters();
   int worker_index(uint32_t node) const;
@@ -143,6 +149,8 @@ class JobRunner {
   std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;
   void check_ledger();
   kj::Promise<void> recovery_ = nullptr;
+  bool growing_ = false;
+  kj::Promise<void> grow_ = nullptr;
   kj::Promise<void> background_ = nullptr;
 };
 

@@ -112,6 +112,28 @@ TEST_CASE("kill -9 of a worker mid-epoch - the job finishes on the other worker"
   }
 }
 
+TEST_CASE("a new worker joins a job that lost one at the next step") {
+  testing::TempDir dir;
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_json(4, 10)),
+                            .coordinator_flags = {"--dead-after-ms", "1500"}});
+  cluster.coordinator().wait_for_line("backup at step 20 complete", 60s);
+  cluster.workers()[1]->kill_hard();
+  cluster.coordinator().wait_for_line("with 1 worker\\(s\\)", 60s);
+  // A replacement worker registers: the job takes it in without replaying anything.
+  cluster.group().start("worker-2", {testing::binary("worker/pstrain-worker"), "--coordinator",
+                                     "127.0.0.1:" + std::to_string(cluster.coordinator_port()), "--name", "worker-2"});
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  CHECK(log.find("a free worker can join") != std::string::npos);
+  CHECK(log.find("with 2 worker(s); 0 step(s) to replay") != std::string::npos);
+  for (int epoch = 1; epoch <= 4; ++epoch) {
+    INFO("epoch " << epoch);
+    CHECK(log.find("examples of epoch " + std::to_string(epoch) + ": 5002 used once, 0 missing, 0 used more than once") !=
+          std::string::npos);
+  }
+  CHECK(cluster.final_accuracy() >= 0.92);
+}
+
 TEST_CASE("kill -9 of the coordinator then a restart ends with the uninterrupted parameters") {
   testing::TempDir dir;
   const std::string json = job_json(3, 10);
