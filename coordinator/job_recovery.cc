@@ -8,6 +8,7 @@
 // count is unchanged.
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "common/log.h"
 #include "coordinator/job_runner.h"
@@ -250,14 +251,39 @@ kj::Promise<void> JobRunner::probe_servers() {
   });
 }
 
+kj::Promise<std::vector<uint64_t>> JobRunner::common_backups() {
+  // The backups every server holds, newest first: what we recorded as complete, and what the
+  // servers report (a backup can be durable everywhere before its last report reached us).
+  kj::Vector<kj::Promise<std::vector<uint64_t>>> lists;
+  for (auto& client : server_clients_) {
+    auto request = client.backupsRequest();
+    request.setJobId(id_);
+    lists.add(request.send().then([](auto&& r) {
+      std::vector<uint64_t> v;
+      for (uint64_t x : r.getVersions()) v.push_back(x);
+      return v;
+    }));
+  }
+  return kj::joinPromises(lists.releaseAsArray()).then([this](kj::Array<std::vector<uint64_t>> all) {
+    std::set<uint64_t> common(all[0].begin(), all[0].end());
+    for (size_t i = 1; i < all.size(); ++i) {
+      std::set<uint64_t> next;
+      for (uint64_t v : all[i]) {
+        if (common.count(v) != 0) next.insert(v);
+      }
+      common = std::move(next);
+    }
+    for (uint64_t v : complete_backups_) common.insert(v);
+    return std::vector<uint64_t>(common.rbegin(), common.rend());
+  });
+}
+
 kj::Promise<void> JobRunner::run_recovery(std::string why) {
   const uint64_t generation_at_start = generation_;
   return wait_for_servers(io_.getTimer().now() + kServerReturnTimeout)
       .then([this] { return probe_servers(); })
-      .then([this] {
-        std::vector<uint64_t> candidates(complete_backups_.rbegin(), complete_backups_.rend());
-        return restore_servers(kj::mv(candidates));
-      })
+      .then([this] { return common_backups(); })
+      .then([this](std::vector<uint64_t> candidates) { return restore_servers(kj::mv(candidates)); })
       .then([this, why, generation_at_start](uint64_t version) -> kj::Promise<void> {
         // Workers: those still alive carry on; with none left, wait for any free one.
         std::vector<uint32_t> alive;

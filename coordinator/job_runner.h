@@ -92,6 +92,7 @@ class JobRunner {
   kj::Promise<void> run_recovery(std::string why);
   kj::Promise<void> wait_for_servers(kj::TimePoint deadline);
   kj::Promise<void> probe_servers();
+  kj::Promise<std::vector<uint64_t>> common_backups();
   kj::Promise<uint64_t> restore_servers(std::vector<uint64_t> candidates);
   kj::Promise<void> wait_for_backup(uint64_t version);
   // Every server backs up two steps ahead of the furthest chunk and holds there; resolves when

@@ -69,8 +69,13 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
           }
           return false;
         },
-        [this, job_id](uint64_t version, std::vector<ChunkSnapshot> snapshots) {
+        [this, job_id, raw, backup, steps_per_epoch](uint64_t version, std::vector<ChunkSnapshot> snapshots) {
           writer_->submit(job_id, version, std::move(snapshots));
+          // Do not get a whole interval ahead of the last durable backup.
+          const uint64_t interval = backup.frequency == BackupSpec::Frequency::kSteps ? static_cast<uint64_t>(backup.steps)
+                                    : backup.frequency == BackupSpec::Frequency::kEpoch ? steps_per_epoch
+                                                                                          : 0;
+          if (interval > 0) raw->shard->hold_until_durable(version + interval);
         });
   }
   PSLOG(kInfo) << "job " << job_id << ": holding " << job->shard->keys().size() << " chunks as server "
@@ -144,6 +149,11 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
 kj::Promise<void> ParameterServerImpl::workerFinished(WorkerFinishedContext context) {
   find(context.getParams().getJobId()).shard->worker_finished(context.getParams().getWorker());
   return kj::READY_NOW;
+}
+
+void ParameterServerImpl::backup_written(const std::string& job_id, uint64_t) {
+  const auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) it->second->shard->release_durability_hold();
 }
 
 kj::Promise<void> ParameterServerImpl::restore(RestoreContext context) {

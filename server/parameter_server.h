@@ -24,6 +24,9 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   ParameterServerImpl(BackupStore* backups, BackupWriter* writer) : backups_(backups), writer_(writer) {}
 
   size_t job_count() const { return jobs_.size(); }
+  // The writer has made the job's backup at `version` durable (or failed to): training may go on
+  // past the next backup point.
+  void backup_written(const std::string& job_id, uint64_t version);
 
  protected:
   kj::Promise<void> configure(ConfigureContext context) override;

@@ -94,7 +94,7 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
 }
 
 void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
-  while (chunk.version < hold_from_) {
+  while (chunk.version < std::min(hold_from_, durability_hold_)) {
     auto it = chunk.pending.find(chunk.version);
     if (it == chunk.pending.end() || it->second.empty()) return;
     std::vector<PendingPush>& pushes = it->second;
@@ -228,7 +228,7 @@ void ParameterShard::restore(const std::map<uint32_t, ChunkSnapshot>& snapshots)
     chunk.version = s.version;
   }
   snapshots_.clear();
-  hold_from_ = UINT64_MAX;
+  hold_from_ = durability_hold_ = UINT64_MAX;
   for (auto& [key, chunk] : chunks_) {
     abort_waiting(chunk);
     release_pulls(chunk);
@@ -243,9 +243,18 @@ void ParameterShard::reset() {
     chunk.version = 0;
   }
   snapshots_.clear();
-  hold_from_ = UINT64_MAX;
+  hold_from_ = durability_hold_ = UINT64_MAX;
   for (auto& [key, chunk] : chunks_) abort_waiting(chunk);
   for (auto& [worker, clock] : worker_clocks_) clock = 0;
+}
+
+}  // namespace pstrain
+
+namespace pstrain {
+
+void ParameterShard::release_durability_hold() {
+  durability_hold_ = UINT64_MAX;
+  for (auto& [key, chunk] : chunks_) apply_ready_sync_steps(chunk);
 }
 
 }  // namespace pstrain

@@ -100,6 +100,11 @@ class ParameterShard {
   // Sync: apply no step at or after `version` (pushes for it wait) until restore() or reset().
   // A preemption uses it to stop every chunk exactly at the backup it asked for.
   void hold_from(uint64_t version) { hold_from_ = std::min(hold_from_, version); }
+  // Backpressure for durability: apply no step at or after `version` until release_durability_hold()
+  // (called when the backup before it is written), so training never gets more than one backup
+  // interval past the last durable backup, and a crash replays at most save_freq steps.
+  void hold_until_durable(uint64_t version) { durability_hold_ = std::min(durability_hold_, version); }
+  void release_durability_hold();
 
   // True when a chunk's values cannot change until every worker of the step has received its
   // push reply and pushed again: plain sync mode (no backup workers). Then a reply may send the
@@ -149,6 +154,7 @@ class ParameterShard {
   BackupReady backup_ready_;
   std::map<uint64_t, std::vector<ChunkSnapshot>> snapshots_;  // by version, until complete
   uint64_t hold_from_ = UINT64_MAX;
+  uint64_t durability_hold_ = UINT64_MAX;
 };
 
 }  // namespace pstrain

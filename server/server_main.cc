@@ -86,8 +86,10 @@ int main(int argc, char** argv) {
   // The link to the coordinator is set up below; backups done before that are reported as soon
   // as it exists (the writer calls back on this thread).
   rpc::CoordinatorLink* link_ptr = nullptr;
+  ParameterServerImpl* server_ptr = nullptr;
   BackupWriter writer(backups,
                       [&](const std::string& job, uint64_t version, const KvStatus& status, double seconds) {
+                        if (server_ptr != nullptr) server_ptr->backup_written(job, version);
                         if (!status.ok()) {
                           PSLOG(kError) << "job " << job << ": backup at step " << version << " failed: " << status.message;
                           return;
@@ -103,7 +105,9 @@ int main(int argc, char** argv) {
                           PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr();
                         });
                       });
-  capnp::TwoPartyServer rpc_server(kj::heap<ParameterServerImpl>(&backups, &writer));
+  auto impl = kj::heap<ParameterServerImpl>(&backups, &writer);
+  server_ptr = impl.get();
+  capnp::TwoPartyServer rpc_server(kj::mv(impl));
   auto address = io.provider->getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);
   auto listener = address->listen();
   const uint32_t port = listener->getPort();
