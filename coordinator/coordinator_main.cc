@@ -96,11 +96,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  rpc::capture_shutdown_signals();
-  // Update math runs on the event-loop thread; idle OpenMP threads would spin on cores the
-  // workers need (measured: 4x slower steps with 5 processes on 2 cores).
-  set_compute_threads(1);
-  keep_freed_memory();
+  rpc::prepare_node_process(1);  // update math runs on the event-loop thread
   auto io = kj::setupAsyncIo();
   std::string error;
   std::unique_ptr<KvStore> kv = KvStore::open(config.state_dir, &error);

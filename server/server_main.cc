@@ -28,12 +28,6 @@ struct ServerConfig {
   std::string name, data_dir;
 };
 
-std::string default_name() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return std::string(host) + "-" + std::to_string(getpid());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,7 +53,7 @@ int main(int argc, char** argv) {
     config.listen = rpc::parse_host_port(flags.get("listen"), 7100, "--listen");
     config.advertise_host = flags.get("advertise-host");
     config.coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
-    config.name = flags.get("name").empty() ? default_name() : flags.get("name");
+    config.name = flags.get("name").empty() ? rpc::default_node_name() : flags.get("name");
     config.data_dir = flags.get("data-dir");
   } catch (const std::exception& e) {
     std::cerr << "pstrain-server: " << e.what() << "\n";
@@ -70,11 +64,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  rpc::capture_shutdown_signals();
-  // Update math runs on the event-loop thread; idle OpenMP threads would spin on cores the
-  // workers need (measured: 4x slower steps with 5 processes on 2 cores).
-  set_compute_threads(1);
-  keep_freed_memory();
+  rpc::prepare_node_process(1);  // update math runs on the event-loop thread
   auto io = kj::setupAsyncIo();
   std::string error;
   std::unique_ptr<KvStore> kv = KvStore::open(config.data_dir, &error);

@@ -34,11 +34,7 @@ int main(int argc, char** argv) {
     coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
     threads = static_cast<int>(flags.get_int("threads", 0, 256));
     name = flags.get("name");
-    if (name.empty()) {
-      char host[256] = {};
-      gethostname(host, sizeof host - 1);
-      name = std::string(host) + "-" + std::to_string(getpid());
-    }
+    if (name.empty()) name = rpc::default_node_name();
   } catch (const std::exception& e) {
     std::cerr << "pstrain-worker: " << e.what() << "\n";
     return 2;
@@ -48,9 +44,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  rpc::capture_shutdown_signals();
-  threads = set_compute_threads(threads);
-  keep_freed_memory();
+  threads = rpc::prepare_node_process(threads);
   auto io = kj::setupAsyncIo();
   auto& ws = io.waitScope;
 

@@ -4,12 +4,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 
 #include <capnp/orphan.h>
 
+#include "common/compute_threads.h"
 #include "common/error.h"
 
 namespace pstrain::rpc {
@@ -57,6 +59,19 @@ kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& l
     server.accept(kj::mv(stream));
     return serve(server, listener);
   });
+}
+
+int prepare_node_process(int compute_threads) {
+  capture_shutdown_signals();
+  const int threads = set_compute_threads(compute_threads);
+  keep_freed_memory();
+  return threads;
+}
+
+std::string default_node_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return std::string(host) + "-" + std::to_string(getpid());
 }
 
 void capture_shutdown_signals() {

@@ -47,6 +47,16 @@ kj::Promise<kj::Own<Connection>> connect(kj::Network& network, const HostPort& a
 // small and latency-bound, and Nagle's algorithm with delayed ACKs would stall each for ~40 ms.
 kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener);
 
+// Start-up of a long-running node (coordinator, server, worker): SIGINT/SIGTERM captured for its
+// event loop, `compute_threads` math threads (1 for processes whose math runs on the event loop:
+// idle OpenMP threads would spin on cores the workers need — measured 4x slower steps with five
+// processes on two cores), and freed message buffers kept in the heap. Returns the thread count.
+// Call first thing after the flags, before any thread starts.
+int prepare_node_process(int compute_threads);
+
+// "<host>-<pid>": a node's name when none is given.
+std::string default_node_name();
+
 // Resolves on the first SIGINT or SIGTERM. Call capture_shutdown_signals() first, in main,
 // before any thread starts.
 void capture_shutdown_signals();
