@@ -1,5 +1,6 @@
-// pstrain-coordinator: cluster membership, job scheduling, parameter placement and the data
-// service. Takes a job from a spec file (--job) until the REST API takes submissions.
+// pstrain-coordinator: cluster membership, job scheduling and recovery, parameter placement, the
+// data service (Cap'n Proto RPC on the event-loop thread) and the REST API (Beast, on its own
+// thread). main() wires them: the only cross-thread path is KjJobCommands.
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
@@ -54,7 +55,8 @@ int main(int argc, char** argv) {
   using namespace pstrain;
   FlagSet flags("pstrain-coordinator",
                 "The coordinator of a pstrain cluster: nodes register with it; it places parameters on\n"
-                "servers, assigns data shards to workers, streams the data, and tracks progress.");
+                "servers, assigns data shards to workers, streams the data, tracks progress, recovers jobs\n"
+                "from lost nodes, and serves the REST API (submit, status, cancel, model download).");
   flags.add("listen", "PSTRAIN_COORDINATOR_LISTEN", "0.0.0.0:7000", "Address to serve RPC on (port 0: any free port).");
   flags.add("http", "PSTRAIN_HTTP_LISTEN", "0.0.0.0:8080", "Address of the REST API (port 0: any free port).");
   flags.add("http-read-timeout-s", "PSTRAIN_HTTP_READ_TIMEOUT_S", "10",
@@ -63,7 +65,8 @@ int main(int argc, char** argv) {
   flags.add("data-dir", "PSTRAIN_DATA_DIR", "data", "Directory holding the datasets' IDX files.");
   flags.add("state-dir", "PSTRAIN_STATE_DIR", "coordinator-state",
             "RocksDB directory for the coordinator's jobs, metrics and models (created if missing).");
-  flags.add("job", "PSTRAIN_JOB", "", "A job spec file to run at start-up.");
+  flags.add("job", "PSTRAIN_JOB", "",
+            "A job spec file to run at start-up, as job 'cli-job' (taken up again after a restart).");
   flags.add("save-params", "", "", "Write the trained parameters of --job here (raw little-endian float32).");
   flags.add_switch("exit-when-done", "PSTRAIN_EXIT_WHEN_DONE", "Exit once the --job job has ended (status 0 if it succeeded).");
   flags.add("heartbeat-ms", "PSTRAIN_HEARTBEAT_MS", "1000", "How often nodes heartbeat.");
