@@ -55,7 +55,9 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   if (writer_ != nullptr && spec.training.mode == TrainingMode::kSync) {
     // Backups at the spec's save_freq (sync mode: every chunk passes every version), plus any
     // version a preemption asks for.
-    const uint64_t steps_per_epoch = std::max<uint64_t>(1, config.getStepsPerEpoch());
+    // Without a step count per epoch (a configure from an older coordinator), "epoch" backups
+    // cannot be placed: none rather than one every step.
+    const uint64_t steps_per_epoch = config.getStepsPerEpoch() > 0 ? config.getStepsPerEpoch() : UINT64_MAX;
     const BackupSpec backup = spec.backup;
     Job* raw = job.get();
     job->shard->enable_backups(

@@ -55,6 +55,7 @@ struct Options {
   double seconds = 5;
   int clients = 1;
   int warmup_steps = 5;
+  std::string mode = "sync";
 };
 
 struct ClientResult {
@@ -139,14 +140,16 @@ void run_client(const Options& options, const std::string& job_id, const std::ve
 }
 
 int run(const Options& options) {
-  // The job: the given spec in async mode on one server, so each push is applied and answered at
-  // once (no waiting for other workers' slices).
+  // The job: the given spec on one server. In sync mode (the default, the product's main path) the
+  // clients are the step's slices and the replies carry the values without copying them; in
+  // async mode each push is applied and answered at once, with the values copied into the reply.
   JobSpec spec = parse_job_spec(read_file(options.spec_path));
-  spec.training.mode = TrainingMode::kAsync;
+  spec.training.mode = options.mode == "async" ? TrainingMode::kAsync : TrainingMode::kSync;
   spec.training.servers = 1;
   spec.training.workers = options.clients;
   spec.training.max_staleness = -1;
   spec.training.backup_workers = 0;
+  spec.backup = BackupSpec{};  // exchange only: no backups
   const std::string spec_json = job_spec_to_json(spec);
   const ParamLayout layout = make_param_layout(spec.model);
   const std::vector<ChunkInfo> chunks = plan_chunks(layout, 1);
@@ -253,6 +256,7 @@ int main(int argc, char** argv) {
   flags.add("seconds", "", "5", "Timed duration.");
   flags.add("clients", "", "1", "Concurrent connections (one thread each), as that many workers.");
   flags.add("warmup-steps", "", "5", "Untimed steps per client first.");
+  flags.add("mode", "", "sync", "sync (clients are one step's slices; zero-copy replies) or async.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-exchange-bench")) return *status;
   Options options;
   try {
@@ -261,6 +265,8 @@ int main(int argc, char** argv) {
     options.spec_path = flags.get("spec");
     options.seconds = flags.get_double("seconds", 0.1, 3600);
     options.clients = static_cast<int>(flags.get_int("clients", 1, 64));
+    options.mode = flags.get("mode");
+    if (options.mode != "sync" && options.mode != "async") throw pstrain::Error("--mode must be sync or async");
     options.warmup_steps = static_cast<int>(flags.get_int("warmup-steps", 0, 1000000));
   } catch (const std::exception& e) {
     std::cerr << "pstrain-exchange-bench: " << e.what() << "\n";
