@@ -78,7 +78,7 @@ std::string read_file(const std::string& path) {
 // that their timed windows overlap.
 void run_client(const Options& options, const std::string& job_id, const std::vector<ChunkInfo>& chunks,
                 const std::vector<size_t>& chunk_offsets, size_t total_floats, uint32_t index,
-                std::barrier<>& start, ClientResult& out) {
+                std::barrier<>& start, std::atomic<uint64_t>& stop_at, ClientResult& out) {
   bool arrived = false;
   try {
     auto io = kj::setupAsyncIo();
@@ -122,10 +122,18 @@ void run_client(const Options& options, const std::string& job_id, const std::ve
     start.arrive_and_wait();
     const auto t0 = Clock::now();
     const auto deadline = t0 + std::chrono::duration<double>(options.seconds);
+    // In sync mode every client must run the same steps (a step needs all of them): the first to
+    // see the deadline fixes the last step for all. Clients are never more than one step apart,
+    // so each can reach the step count the first one had completed.
     uint64_t timed = 0;
-    while (Clock::now() < deadline) {
+    while (timed < stop_at.load()) {
       one_step();
       ++timed;
+      if (Clock::now() >= deadline) {
+        uint64_t current = stop_at.load();
+        while (timed < current && !stop_at.compare_exchange_weak(current, timed)) {
+        }
+      }
     }
     out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     out.steps = timed;
@@ -184,11 +192,12 @@ int run(const Options& options) {
   std::vector<ClientResult> results(static_cast<size_t>(options.clients));
   {
     std::barrier<> start(options.clients);
+    std::atomic<uint64_t> stop_at{UINT64_MAX};
     std::vector<std::thread> threads;
     for (int i = 0; i < options.clients; ++i) {
       threads.emplace_back(run_client, std::cref(options), std::cref(job_id), std::cref(chunks),
                            std::cref(chunk_offsets), layout.total_size(), static_cast<uint32_t>(i), std::ref(start),
-                           std::ref(results[static_cast<size_t>(i)]));
+                           std::ref(stop_at), std::ref(results[static_cast<size_t>(i)]));
     }
     for (auto& t : threads) t.join();
   }
