@@ -52,6 +52,9 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
     chunk_offsets_.push_back(layout.params()[c.param].offset + c.offset);
   }
   versions_.assign(chunks_.size(), 0);
+  // A session that resumes (after a recovery) counts the job's steps from where it starts, so
+  // progress reports do not go backwards.
+  if (spec_.training.mode == TrainingMode::kSync) steps_done_ = start_epoch_ * steps_per_epoch_ + start_step_;
   push_order_.resize(chunks_.size());
   for (size_t k = 0; k < chunks_.size(); ++k) push_order_[k] = k;
   std::sort(push_order_.begin(), push_order_.end(),
