@@ -55,7 +55,8 @@ kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context
   JobRunner* current = jobs_.job_of_worker(node);
   const bool same_job = current != nullptr && current->id() == rpc::to_string(context.getParams().getBrokenJobId());
   const uint64_t min_generation = same_job ? context.getParams().getMinGeneration() : 0;
-  if (JobRunner* job = current; same_job && job->generation() < min_generation && job->state() == JobState::kRunning) {
+  if (JobRunner* job = current; same_job && job->generation() < min_generation && job->state() == JobState::kRunning &&
+                                 !job->taking_over()) {
     // The worker's session broke (a server vanished, a push failed) before we noticed: re-plan.
     job->recover("worker node " + std::to_string(node) + " lost its session");
   }
@@ -110,6 +111,19 @@ kj::Promise<void> CoordinatorService::backupDone(BackupDoneContext context) {
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
   job->on_backup_done(params.getNodeId(), params.getVersion());
   return kj::READY_NOW;
+}
+
+kj::Promise<void> CoordinatorService::watch(WatchContext context) {
+  const auto params = context.getParams();
+  JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
+  KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
+  return job->watch(params.getNodeId(), params.getGeneration()).then([context](TakeoverOrder order) mutable {
+    auto out = context.getResults().initTakeover();
+    out.setStep(order.step);
+    out.setSlice(order.slice);
+    out.setSliceCount(order.slice_count);
+    DataService::fill_batch(*order.split, order.epoch, order.step_in_epoch, order.indices, out.initBatch());
+  });
 }
 
 kj::Promise<void> CoordinatorService::preempted(PreemptedContext context) {

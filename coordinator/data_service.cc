@@ -20,23 +20,8 @@ class BatchStream final : public proto::DataStream::Server {
     const auto count = static_cast<uint32_t>(std::clamp<int64_t>(steps_ - step_, 0, wanted));
     auto results = context.getResults();
     auto batches = results.initBatches(count);
-    const uint32_t example_size = split_->example_size();
     for (uint32_t b = 0; b < count; ++b, ++step_) {
-      const std::vector<uint32_t> indices = batch_at_(step_);
-      auto batch = batches[b];
-      batch.setEpoch(epoch_);
-      batch.setStep(static_cast<uint64_t>(step_));
-      batch.setSize(static_cast<uint32_t>(indices.size()));
-      batch.setExampleSize(example_size);
-      auto pixels = batch.initPixels(indices.size() * example_size);
-      auto labels = batch.initLabels(indices.size());
-      auto list = batch.initIndices(static_cast<unsigned>(indices.size()));
-      for (size_t i = 0; i < indices.size(); ++i) {
-        std::memcpy(pixels.begin() + i * example_size, split_->pixels.data() + size_t{indices[i]} * example_size,
-                    example_size);
-        labels[i] = split_->labels[indices[i]];
-        list.set(static_cast<unsigned>(i), indices[i]);
-      }
+      DataService::fill_batch(*split_, epoch_, step_, batch_at_(step_), batches[b]);
     }
     results.setEnd(step_ >= steps_);
     return kj::READY_NOW;
@@ -50,6 +35,24 @@ class BatchStream final : public proto::DataStream::Server {
 };
 
 }  // namespace
+
+void DataService::fill_batch(const Split& split, uint32_t epoch, int64_t step, const std::vector<uint32_t>& indices,
+                             proto::Batch::Builder batch) {
+  const uint32_t example_size = split.example_size();
+  batch.setEpoch(epoch);
+  batch.setStep(static_cast<uint64_t>(step));
+  batch.setSize(static_cast<uint32_t>(indices.size()));
+  batch.setExampleSize(example_size);
+  auto pixels = batch.initPixels(indices.size() * example_size);
+  auto labels = batch.initLabels(indices.size());
+  auto list = batch.initIndices(static_cast<unsigned>(indices.size()));
+  for (size_t i = 0; i < indices.size(); ++i) {
+    std::memcpy(pixels.begin() + i * example_size, split.pixels.data() + size_t{indices[i]} * example_size,
+                example_size);
+    labels[i] = split.labels[indices[i]];
+    list.set(static_cast<unsigned>(i), indices[i]);
+  }
+}
 
 std::shared_ptr<const Split> DataService::split(const std::string& dataset, SplitKind kind) {
   const auto key = std::make_pair(dataset, static_cast<int>(kind));

@@ -36,6 +36,10 @@ class DataService {
   proto::DataStream::Client open_test(std::shared_ptr<const Split> split, uint32_t worker, uint32_t workers,
                                       int64_t batch);
 
+  // Writes the examples `indices` of `split` into `batch`.
+  static void fill_batch(const Split& split, uint32_t epoch, int64_t step, const std::vector<uint32_t>& indices,
+                         proto::Batch::Builder batch);
+
   // Most batches a single next() call returns.
   static constexpr uint32_t kMaxBatchesPerCall = 8;
 

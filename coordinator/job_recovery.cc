@@ -131,11 +131,17 @@ void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
     fail("server lost (" + why + "); recovery from backups is supported in sync mode only");
     return;
   }
+  if (is_worker) {
+    const auto index = static_cast<size_t>(std::find(workers_.begin(), workers_.end(), node) - workers_.begin());
+    if (try_take_over(index, why)) return;
+  }
   recover(why);
 }
 
 void JobRunner::recover(const std::string& why) {
   if (state_ != JobState::kRunning && state_ != JobState::kRecovering) return;
+  takeover_ = nullptr;  // a rollback supersedes a takeover in progress
+  taking_over_ = false;
   ++generation_;  // every session of the old plan is stale from now on
   if (recovering_) return;  // the running recovery picks up the new losses
   recovering_ = true;
@@ -303,39 +309,47 @@ kj::Promise<void> JobRunner::run_recovery(std::string why) {
         for (uint64_t steps : worker_steps_) done = std::max(done, steps);
         const uint64_t replayed = done > version ? done - version : 0;
         reached_version_ = 0;
-        workers_ = alive;
-        worker_finished_.assign(workers_.size(), false);
-        worker_steps_.assign(workers_.size(), version);
-        worker_rates_.assign(workers_.size(), 0.0);
-        plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
-        resume_version_ = version;
-        ledger_.erase(ledger_.lower_bound(version), ledger_.end());
-        // Metrics of the epochs being redone start over.
-        const auto first_epoch = static_cast<size_t>(version / plan_->steps_per_epoch(0));
-        for (size_t e = first_epoch; e < epochs_.size(); ++e) epochs_[e] = EpochMetrics{};
-        ++recoveries_;
         if (generation_ != generation_at_start) {
           PSLOG(kInfo) << "job " << id_ << ": more losses during recovery";
         }
-        generation_++;
-        recovering_ = false;
-        state_ = JobState::kRunning;
-        configured_ = true;
-        PSLOG(kInfo) << "job " << id_ << ": RUNNING again from step " << version << " with " << workers_.size()
-                     << " worker(s); " << replayed << " step(s) to replay";
-        store_.update(id_, [&](JobRecord& r) {
-          r.state = "RUNNING";
-          r.notes.push_back("recovered (" + r.reason + "): rolled back to step " + std::to_string(version) + ", " +
-                            std::to_string(replayed) + " step(s) replayed");
-          r.reason.clear();
-          r.workers = workers_;
-          r.servers = servers_;
-          r.steps_done = static_cast<int64_t>(version);
-          r.recoveries = recoveries_;
-          r.replayed_steps.push_back(static_cast<int64_t>(replayed));
-        });
+        // Metrics of the epochs being redone start over.
+        const auto first_epoch = static_cast<size_t>(version / plan_->steps_per_epoch(0));
+        for (size_t e = first_epoch; e < epochs_.size(); ++e) epochs_[e] = EpochMetrics{};
+        replan(alive, version, replayed, "rolled back to step " + std::to_string(version));
         return kj::READY_NOW;
       });
+}
+
+}  // namespace pstrain
+
+namespace pstrain {
+
+void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t replayed, const std::string& how) {
+  workers_ = std::move(workers);
+  worker_finished_.assign(workers_.size(), false);
+  worker_steps_.assign(workers_.size(), version);
+  worker_rates_.assign(workers_.size(), 0.0);
+  plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
+  resume_version_ = version;
+  ledger_.erase(ledger_.lower_bound(version), ledger_.end());
+  watchers_.clear();
+  ++recoveries_;
+  generation_++;
+  recovering_ = false;
+  state_ = JobState::kRunning;
+  configured_ = true;
+  PSLOG(kInfo) << "job " << id_ << ": RUNNING again from step " << version << " with " << workers_.size()
+               << " worker(s); " << replayed << " step(s) to replay";
+  store_.update(id_, [&](JobRecord& r) {
+    r.state = "RUNNING";
+    r.notes.push_back("recovered (" + r.reason + "): " + how + ", " + std::to_string(replayed) + " step(s) replayed");
+    r.reason.clear();
+    r.workers = workers_;
+    r.servers = servers_;
+    r.steps_done = static_cast<int64_t>(version);
+    r.recoveries = recoveries_;
+    r.replayed_steps.push_back(static_cast<int64_t>(replayed));
+  });
 }
 
 }  // namespace pstrain

@@ -38,6 +38,17 @@ struct EpochMetrics {
   uint32_t evaluations = 0;       // workers that reported their test slice
 };
 
+// A lost worker's slice of a sync step, for a surviving worker to compute and push in its place
+// (job_takeover.cc).
+struct TakeoverOrder {
+  uint64_t step = 0;  // global step
+  uint32_t slice = 0, slice_count = 1;
+  uint32_t epoch = 0;
+  int64_t step_in_epoch = 0;
+  std::vector<uint32_t> indices;
+  std::shared_ptr<const Split> split;
+};
+
 class JobRunner {
  public:
   using Finished = std::function<void(JobRunner&)>;
@@ -84,12 +95,22 @@ class JobRunner {
   // Re-plans the job: waits for its servers, rolls every server back to the latest usable
   // backup, and hands the workers new assignments from there.
   void recover(const std::string& why);
+  // Sync: resolves when the worker must take over a lost worker's slice (never for a session of
+  // an older plan).
+  kj::Promise<TakeoverOrder> watch(uint32_t node, uint64_t generation);
+  // A lost worker's step is being completed by a survivor; the re-plan follows.
+  bool taking_over() const { return taking_over_; }
 
  private:
   kj::Promise<void> configure_servers();
   kj::Promise<void> connect_server(size_t index);
   kj::Promise<void> configure_server(size_t index);
   kj::Promise<void> run_recovery(std::string why);
+  // Sync worker loss without a rollback: false if the job cannot do it now (then it rolls back).
+  bool try_take_over(size_t lost, const std::string& why);
+  kj::Promise<void> run_takeover(size_t lost, std::string why);
+  // The new plan from `version` with `workers` (after a rollback or a takeover).
+  void replan(std::vector<uint32_t> workers, uint64_t version, uint64_t replayed, const std::string& how);
   kj::Promise<void> wait_for_servers(kj::TimePoint deadline);
   kj::Promise<void> probe_servers();
   kj::Promise<std::vector<uint64_t>> common_backups();
@@ -150,6 +171,9 @@ class JobRunner {
   std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;
   void check_ledger();
   kj::Promise<void> recovery_ = nullptr;
+  std::map<uint32_t, kj::Own<kj::PromiseFulfiller<TakeoverOrder>>> watchers_;  // by worker node, this generation
+  bool taking_over_ = false;
+  kj::Promise<void> takeover_ = nullptr;
   bool growing_ = false;
   kj::Promise<void> grow_ = nullptr;
   kj::Promise<void> background_ = nullptr;

@@ -123,6 +123,7 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
   request.worker = params.getWorker();
   request.examples = params.getExamples();
   request.base_version = params.getBaseVersion();
+  request.generation = params.getGeneration();
   request.gradient = rpc::tensor_view(params.getGradient(), shard.chunk_size(key), "gradient");
   job.bytes_in += request.gradient.size_bytes();
 
@@ -136,7 +137,7 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     KJ_REQUIRE(job != nullptr, "job was dropped");
     auto results = context.getResults();
     results.setVersion(job->shard->version(key));
-    KJ_REQUIRE(!outcome.aborted, "the job was rolled back for recovery: get a new assignment");
+    KJ_REQUIRE(!outcome.aborted, "the job was re-planned (recovery): get a new assignment");
     results.setApplied(outcome.applied);
     if (job->shard->values_stable_until_next_push()) {
       // Zero-copy reply (see ParameterShard::values_stable_until_next_push).
@@ -198,10 +199,41 @@ kj::Promise<void> ParameterServerImpl::backupAt(BackupAtContext context) {
     job.extra_backup_points.insert(version);
     job.shard->hold_from(version);
   }
-  uint64_t highest = 0;
-  for (uint32_t key : job.shard->keys()) highest = std::max(highest, job.shard->version(key));
+  uint64_t highest = 0, lowest = UINT64_MAX;
+  for (uint32_t key : job.shard->keys()) {
+    highest = std::max(highest, job.shard->version(key));
+    lowest = std::min(lowest, job.shard->version(key));
+  }
   context.getResults().setCurrentVersion(highest);
+  context.getResults().setLowestVersion(lowest == UINT64_MAX ? 0 : lowest);
   return kj::READY_NOW;
+}
+
+kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
+  const std::string job_id = rpc::to_string(context.getParams().getJobId());
+  Job& job = find(context.getParams().getJobId());
+  const uint64_t version = context.getParams().getVersion();
+  KJ_REQUIRE(job.shard->mode() == TrainingMode::kSync, "settle is for sync jobs");
+  for (uint32_t key : job.shard->keys()) {
+    KJ_REQUIRE(job.shard->version(key) <= version, "a chunk is already past the step to settle at", key,
+               job.shard->version(key), version);
+  }
+  job.shard->hold_from(version);
+  kj::Vector<kj::Promise<void>> reached;
+  for (uint32_t key : job.shard->keys()) {
+    auto paf = kj::newPromiseAndFulfiller<uint64_t>();
+    auto shared = share(kj::mv(paf.fulfiller));
+    job.shard->pull(key, version, [shared](uint64_t v) { shared.fulfill(v); });
+    reached.add(paf.promise.ignoreResult());
+  }
+  std::weak_ptr<Job> weak = jobs_.at(job_id);
+  const uint64_t generation = context.getParams().getGeneration();
+  return kj::joinPromises(reached.releaseAsArray()).then([weak, job_id, version, generation] {
+    auto job = weak.lock();
+    KJ_REQUIRE(job != nullptr, "job was dropped");
+    job->shard->abort_waiting_and_release_hold(generation);
+    PSLOG(kInfo) << "job " << job_id << ": settled at step " << version << " for a re-plan";
+  });
 }
 
 kj::Promise<void> ParameterServerImpl::dropJob(DropJobContext context) {

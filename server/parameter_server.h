@@ -38,6 +38,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> restore(RestoreContext context) override;
   kj::Promise<void> backups(BackupsContext context) override;
   kj::Promise<void> backupAt(BackupAtContext context) override;
+  kj::Promise<void> settle(SettleContext context) override;
 
  private:
   struct Job {

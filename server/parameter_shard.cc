@@ -59,6 +59,10 @@ void ParameterShard::apply_update(Chunk& chunk, std::span<const float> summed_gr
 
 void ParameterShard::push(const PushRequest& request, PushDone done, std::function<bool()> alive) {
   Chunk& chunk = chunks_.at(request.key);
+  if (request.generation < min_generation_) {  // a push of a plan that ended
+    done({chunk.version, false, true});
+    return;
+  }
   if (mode_ == TrainingMode::kAsync) {
     const uint64_t staleness = chunk.version - std::min(chunk.version, request.base_version);
     stats_.max_staleness = std::max(stats_.max_staleness, staleness);
@@ -102,16 +106,21 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
     if (pushes.empty()) return;
     const int64_t slices = pushes.front().request.slice_count;
     const int64_t needed = std::max<int64_t>(1, slices - backup_workers_);
-    if (static_cast<int64_t>(pushes.size()) < needed) return;
+    // Deterministic reduction: add in slice order, whatever the arrival order was. A slice can be
+    // here twice when a survivor pushed a lost worker's slice for it (a takeover) while the lost
+    // worker's own push was still open: same examples, same version, so one of them counts.
+    std::stable_sort(pushes.begin(), pushes.end(),
+                     [](const PendingPush& a, const PendingPush& b) { return a.request.slice < b.request.slice; });
+    int64_t distinct = 0;
+    for (size_t p = 0; p < pushes.size(); ++p) distinct += p == 0 || pushes[p].request.slice != pushes[p - 1].request.slice;
+    if (distinct < needed) return;
 
-    // Deterministic reduction: add in slice order, whatever the arrival order was.
-    std::sort(pushes.begin(), pushes.end(),
-              [](const PendingPush& a, const PendingPush& b) { return a.request.slice < b.request.slice; });
     float* sum = chunk.scratch.data();
     const size_t n = chunk.info.size;
     std::copy(pushes[0].request.gradient.begin(), pushes[0].request.gradient.end(), sum);
     int64_t examples = pushes[0].request.examples;
     for (size_t p = 1; p < pushes.size(); ++p) {
+      if (pushes[p].request.slice == pushes[p - 1].request.slice) continue;
       const float* g = pushes[p].request.gradient.data();
       for (size_t i = 0; i < n; ++i) sum[i] += g[i];
       examples += pushes[p].request.examples;
@@ -251,6 +260,12 @@ void ParameterShard::reset() {
 }  // namespace pstrain
 
 namespace pstrain {
+
+void ParameterShard::abort_waiting_and_release_hold(uint64_t min_generation) {
+  hold_from_ = UINT64_MAX;
+  min_generation_ = std::max(min_generation_, min_generation);
+  for (auto& [key, chunk] : chunks_) abort_waiting(chunk);
+}
 
 void ParameterShard::release_durability_hold() {
   durability_hold_ = UINT64_MAX;

@@ -43,6 +43,7 @@ struct PushRequest {
   uint32_t worker = 0;
   uint32_t examples = 0;
   uint64_t base_version = 0;  // async: the version the gradient was computed on
+  uint64_t generation = 0;    // of the worker's plan (see abort_waiting_and_release_hold)
   std::span<const float> gradient;
 };
 
@@ -100,6 +101,10 @@ class ParameterShard {
   // Sync: apply no step at or after `version` (pushes for it wait) until restore() or reset().
   // A preemption uses it to stop every chunk exactly at the backup it asked for.
   void hold_from(uint64_t version) { hold_from_ = std::min(hold_from_, version); }
+  // Ends a hold without a rollback (a re-plan at the held step): lifts hold_from() and answers
+  // every waiting push, and from now on every push of a generation below `min_generation`, with
+  // aborted = true, so the workers of the old plan ask for the new one.
+  void abort_waiting_and_release_hold(uint64_t min_generation);
   // Backpressure for durability: apply no step at or after `version` until release_durability_hold()
   // (called when the backup before it is written), so training never gets more than one backup
   // interval past the last durable backup, and a crash replays at most save_freq steps.
@@ -154,6 +159,7 @@ class ParameterShard {
   BackupReady backup_ready_;
   std::map<uint64_t, std::vector<ChunkSnapshot>> snapshots_;  // by version, until complete
   uint64_t hold_from_ = UINT64_MAX;
+  uint64_t min_generation_ = 0;
   uint64_t durability_hold_ = UINT64_MAX;
 };
 

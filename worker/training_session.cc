@@ -40,7 +40,8 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
       steps_per_epoch_(a.getStepsPerEpoch()),
       start_epoch_(a.getStartEpoch()),
       start_step_(a.getStartStep()),
-      chunks_(rpc::get_chunks(a.getChunks())) {
+      chunks_(rpc::get_chunks(a.getChunks())),
+      generation_(a.getGeneration()) {
   for (auto s : a.getServers()) server_addresses_.push_back(rpc::to_string(s));
   const int64_t batch = (spec_.training.global_batch_size + worker_count_ - 1) / worker_count_;
   model_ = std::make_unique<nn::DataParallelModel<float>>(spec_.model, batch, options.replicas);
@@ -60,6 +61,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
   std::sort(push_order_.begin(), push_order_.end(),
             [this](size_t a, size_t b) { return chunk_offsets_[a] > chunk_offsets_[b]; });
   params_.resize(layout.total_size());
+  next_params_.resize(layout.total_size());
   grads_.resize(layout.total_size());
   inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
   labels_.resize(static_cast<size_t>(batch));
@@ -106,31 +108,100 @@ void TrainingSession::pull_all() {
 }
 
 void TrainingSession::push_chunk(size_t k, uint64_t step, uint32_t examples) {
+  replies_.add(send_push(k, step, worker_index_, worker_count_, examples, grads_.data() + chunk_offsets_[k], true));
+}
+
+kj::Promise<void> TrainingSession::send_push(size_t k, uint64_t step, uint32_t slice, uint32_t slice_count,
+                                             uint32_t examples, const float* gradient, bool take_values) {
   auto request = servers_[chunks_[k].server].pushRequest();
   request.setJobId(job_id_);
   request.setKey(chunks_[k].key);
   request.setStep(step);
-  request.setSlice(worker_index_);
-  request.setSliceCount(worker_count_);
-  request.setWorker(worker_index_);
+  request.setSlice(slice);
+  request.setSliceCount(slice_count);
+  request.setWorker(slice);
   request.setExamples(examples);
   request.setBaseVersion(versions_[k]);
-  // Zero-copy: the message points into grads_, which stays untouched until every reply is in
-  // (a reply implies its request was fully sent).
-  rpc::reference_tensor(request.initGradient(), {grads_.data() + chunk_offsets_[k], chunks_[k].size});
-  replies_.add(request.send().then([this, k](capnp::Response<proto::ParameterServer::PushResults>&& r) {
+  request.setGeneration(generation_);
+  // Zero-copy: the message points into the gradient buffer, which stays untouched until every
+  // reply is in (a reply implies its request was fully sent).
+  rpc::reference_tensor(request.initGradient(), {gradient, chunks_[k].size});
+  return request.send().then([this, k, take_values](capnp::Response<proto::ParameterServer::PushResults>&& r) {
+    if (!take_values) return;
     const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
-    std::memcpy(params_.data() + chunk_offsets_[k], values.data(), values.size_bytes());
+    std::memcpy(next_params_.data() + chunk_offsets_[k], values.data(), values.size_bytes());
     versions_[k] = r.getVersion();
-  }));
+  });
 }
 
 void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
   for (; pushed_ < push_order_.size(); ++pushed_) push_chunk(push_order_[pushed_], step, examples);
-  auto all = kj::joinPromises(replies_.releaseAsArray());
+  auto all = kj::joinPromises(replies_.releaseAsArray()).fork();
   replies_ = kj::Vector<kj::Promise<void>>();
   pushed_ = 0;
-  wait(kj::mv(all));
+  KJ_IF_MAYBE(arrived, takeover_arrived_) {
+    // The step cannot complete without a lost worker's slice: wait for whichever comes first.
+    if (!takeover_) wait(all.addBranch().exclusiveJoin(arrived->addBranch()));
+  }
+  kj::Promise<void> taken_over = kj::READY_NOW;
+  if (takeover_ && takeover_->step < step) takeover_.reset();  // a step that completed anyway
+  if (takeover_ && takeover_->step == step) {
+    taken_over = take_over();
+    takeover_.reset();
+    takeover_arrived_ = nullptr;
+  }
+  wait(all.addBranch());
+  wait(kj::mv(taken_over));
+  std::swap(params_, next_params_);
+}
+
+void TrainingSession::watch_for_takeover() {
+  auto request = coordinator_.watchRequest();
+  request.setNodeId(node_id_);
+  request.setJobId(job_id_);
+  request.setGeneration(generation_);
+  takeover_arrived_ =
+      request.send()
+          .then(
+              [this](capnp::Response<proto::Coordinator::WatchResults>&& r) {
+                const auto t = r.getTakeover();
+                const auto batch = t.getBatch();
+                KJ_REQUIRE(batch.getSize() <= labels_.size(), "takeover batch larger than the model's batch",
+                           batch.getSize());
+                Takeover order;
+                order.step = t.getStep();
+                order.slice = t.getSlice();
+                order.slice_count = t.getSliceCount();
+                order.examples = batch.getSize();
+                order.inputs.resize(inputs_.size());
+                order.labels.resize(labels_.size());
+                decode_batch(batch, order.inputs.data(), order.labels.data());
+                PSLOG(kInfo) << "job " << job_id_ << ": taking over slice " << order.slice << " of step " << order.step
+                             << " from a lost worker";
+                takeover_ = std::move(order);
+              },
+              [this](kj::Exception&& e) {
+                // No takeovers for this session (a coordinator restart, say): a loss then rolls back.
+                PSLOG(kDebug) << "job " << job_id_ << ": takeover watch ended: " << e.getDescription().cStr();
+              })
+          .fork();
+}
+
+kj::Promise<void> TrainingSession::take_over() {
+  Takeover& order = *takeover_;
+  takeover_grads_.resize(grads_.size());
+  if (order.examples > 0) {
+    model_->compute_gradients(params_.data(), order.inputs.data(), order.labels.data(), order.examples,
+                              takeover_grads_.data());
+  } else {
+    std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);
+  }
+  kj::Vector<kj::Promise<void>> replies;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    replies.add(send_push(k, order.step, order.slice, order.slice_count, order.examples,
+                          takeover_grads_.data() + chunk_offsets_[k], false));
+  }
+  return kj::joinPromises(replies.releaseAsArray());
 }
 
 bool TrainingSession::report(proto::Progress::Kind kind, uint32_t epoch, uint64_t examples, double loss_sum,
@@ -176,6 +247,7 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
   connect_servers();
   pull_all();
   const bool sync = spec_.training.mode == TrainingMode::kSync;
+  if (sync) watch_for_takeover();
   const int64_t report_every = spec_.training.metrics_every_steps;
   for (uint32_t epoch = start_epoch_; epoch < spec_.training.epochs; ++epoch) {
     const uint64_t first_step = epoch == start_epoch_ ? start_step_ : 0;

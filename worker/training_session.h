@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,19 @@ class TrainingSession {
   void pull_all();
   // Sends the push of chunk k (its gradient must be final); the reply is collected by finish_push.
   void push_chunk(size_t k, uint64_t step, uint32_t examples);
-  // Pushes every chunk not pushed yet, then waits for all replies and takes the new values.
+  // One chunk's push of `gradient` as slice `slice` of `slice_count`; the reply's values go to
+  // next_params_ when `take_values`.
+  kj::Promise<void> send_push(size_t k, uint64_t step, uint32_t slice, uint32_t slice_count, uint32_t examples,
+                              const float* gradient, bool take_values);
+  // Pushes every chunk not pushed yet, then waits for all replies and takes the new values. If the
+  // coordinator asks, first computes and pushes a lost worker's slice of this step (a takeover).
   void finish_push(uint64_t step, uint32_t examples);
+
+  // Sync: keeps a watch call open at the coordinator for takeover orders.
+  void watch_for_takeover();
+  // Computes the lost worker's gradient on params_ (still the step's version) and pushes it in
+  // its name; returns the replies.
+  kj::Promise<void> take_over();
   bool report(proto::Progress::Kind kind, uint32_t epoch, uint64_t examples, double loss_sum, uint64_t correct,
               double samples_per_second, const std::string& message = "");
   void evaluate(uint32_t epoch, double train_rate);
@@ -74,12 +86,27 @@ class TrainingSession {
   std::vector<kj::Own<rpc::Connection>> connections_;
   std::vector<proto::ParameterServer::Client> servers_;
   std::unique_ptr<nn::DataParallelModel<float>> model_;
-  AlignedFloats params_, grads_, inputs_;
+  // params_ holds the version the current step computes on; replies fill next_params_, and the
+  // two swap when the step's last reply is in (every step pushes, and so refreshes, every chunk).
+  // Keeping the step's version intact until then is what lets this worker take over a lost
+  // worker's slice of the step.
+  AlignedFloats params_, next_params_, grads_, inputs_;
   std::vector<size_t> push_order_;         // chunks by descending offset: the order backward completes them
   size_t pushed_ = 0;                      // chunks of the current step already sent
   kj::Vector<kj::Promise<void>> replies_;  // of the current step
   std::vector<int32_t> labels_;
   uint64_t steps_done_ = 0;  // this worker's steps in the job
+  uint64_t generation_;
+  // A takeover order from the coordinator (see watch_for_takeover), decoded.
+  struct Takeover {
+    uint64_t step = 0;
+    uint32_t slice = 0, slice_count = 1, examples = 0;
+    AlignedFloats inputs;
+    std::vector<int32_t> labels;
+  };
+  std::optional<Takeover> takeover_;
+  kj::Maybe<kj::ForkedPromise<void>> takeover_arrived_;  // while the watch call is open
+  AlignedFloats takeover_grads_;
   double compute_seconds_ = 0, exchange_seconds_ = 0;  // since the last report (debug log)
 };
 

@@ -67,8 +67,9 @@ interface ParameterServer {
   # async: applied at once (divided by this push's examples); baseVersion is the version the
   #   gradient was computed on, and the reply carries the latest values.
   # applied is false for a late push that a backup-worker step dropped.
+  # generation: of the worker's assignment; pushes of a plan that `settle` ended fail.
   push @2 (jobId :Text, key :UInt32, step :UInt64, slice :UInt32, sliceCount :UInt32,
-           worker :UInt32, examples :UInt32, baseVersion :UInt64, gradient :Tensor)
+           worker :UInt32, examples :UInt32, baseVersion :UInt64, gradient :Tensor, generation :UInt64)
        -> (version :UInt64, applied :Bool, values :Tensor);
 
   # Async: the worker will push no more (it no longer holds back others under max_staleness).
@@ -83,9 +84,15 @@ interface ParameterServer {
   restore @6 (jobId :Text, version :UInt64, fromScratch :Bool) -> ();
   # Complete backups this server holds for the job, oldest first.
   backups @7 (jobId :Text) -> (versions :List(UInt64));
-  # Preemption: also back up at `version` (when every chunk reaches it). Returns the highest
-  # version any chunk of the job has now.
-  backupAt @8 (jobId :Text, version :UInt64) -> (currentVersion :UInt64);
+  # Preemption: also back up at `version` (when every chunk reaches it) and hold there. Returns
+  # the highest and the lowest version of the job's chunks now (with version = 2^64-1: only asks).
+  backupAt @8 (jobId :Text, version :UInt64) -> (currentVersion :UInt64, lowestVersion :UInt64);
+
+  # Sync re-plan without a rollback (a lost worker's slice was taken over): hold every chunk at
+  # `version`, wait until all have reached it, then fail the pushes waiting beyond it and every
+  # later push of a generation below `generation` ("re-planned: get a new assignment"), and lift
+  # the hold. Fails if a chunk is already past `version`.
+  settle @9 (jobId :Text, version :UInt64, generation :UInt64) -> ();
 }
 
 enum Split {
@@ -121,6 +128,14 @@ struct Batch {
 # most maxBatches, and a reader keeps a bounded number of calls in flight.
 interface DataStream {
   next @0 (maxBatches :UInt32) -> (batches :List(Batch), end :Bool);
+}
+
+# A lost worker's part of one sync step, for a survivor to compute and push in its place.
+struct Takeover {
+  step @0 :UInt64;        # global step (the version the gradient is computed on)
+  slice @1 :UInt32;       # the lost worker's slice index ...
+  sliceCount @2 :UInt32;  # ... among this many
+  batch @3 :Batch;        # its examples
 }
 
 struct Progress {
@@ -161,4 +176,9 @@ interface Coordinator {
   # A node got SIGTERM: the coordinator makes every server of its jobs back up at the next step
   # (servers) or takes the worker out of its job (workers). Returns once that is arranged.
   preempted @6 (nodeId :UInt32) -> ();
+
+  # Sync: returns when this worker must take over a lost worker's slice of a step (so the step
+  # completes without rolling back); never returns otherwise. A worker keeps one call open per
+  # session (generation of its assignment).
+  watch @7 (nodeId :UInt32, jobId :Text, generation :UInt64) -> (takeover :Takeover);
 }

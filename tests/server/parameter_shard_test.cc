@@ -181,3 +181,49 @@ TEST_CASE("async - max_staleness holds a worker that runs too far ahead") {
   f.shard.worker_finished(1);  // a finished worker holds nobody back
   CHECK(w0s2.outcome.has_value());
 }
+
+TEST_CASE("sync - a slice pushed twice (a takeover) counts once") {
+  Fixture f(R"({"mode": "sync", "global_batch_size": 8, "workers": 2})", 2);
+  const auto w0 = f.initial();
+  std::vector<float> g0(f.n, 3.0f), g1(f.n, 1.0f);
+  Reply lost, substitute, survivor;
+  // The lost worker's push is still open when a survivor pushes the same slice in its name.
+  f.shard.push(push(f.key, 0, 1, 2, 2, g1), [&](PushOutcome o) { lost.outcome = o; });
+  f.shard.push(push(f.key, 0, 1, 2, 2, g1), [&](PushOutcome o) { substitute.outcome = o; });
+  CHECK_FALSE(lost.outcome.has_value());  // two pushes, one slice: the step still waits
+  f.shard.push(push(f.key, 0, 0, 2, 6, g0), [&](PushOutcome o) { survivor.outcome = o; });
+  REQUIRE(survivor.outcome.has_value());
+  CHECK(substitute.outcome.has_value());
+  CHECK(f.shard.version(f.key) == 1);
+  // w -= lr * (3 + 1) / (6 + 2): slice 1 summed once, its examples counted once.
+  for (size_t i = 0; i < f.n; i += 97) CHECK(f.shard.values(f.key)[i] == doctest::Approx(w0[i] - 0.5f * 0.5f));
+}
+
+TEST_CASE("sync - a hold released without a rollback fails the pushes waiting beyond it") {
+  Fixture f(R"({"mode": "sync", "global_batch_size": 8, "workers": 1})", 1);
+  std::vector<float> g(f.n, 1.0f);
+  Reply step0, step1;
+  f.shard.hold_from(1);
+  f.shard.push(push(f.key, 0, 0, 1, 8, g), [&](PushOutcome o) { step0.outcome = o; });
+  REQUIRE(step0.outcome.has_value());  // step 0 is before the hold
+  const auto at_hold = f.initial();
+  f.shard.push(push(f.key, 1, 0, 1, 8, g), [&](PushOutcome o) { step1.outcome = o; });
+  CHECK_FALSE(step1.outcome.has_value());  // held
+  f.shard.abort_waiting_and_release_hold(/*min_generation=*/1);
+  REQUIRE(step1.outcome.has_value());
+  CHECK(step1.outcome->aborted);
+  // A push of the old plan (generation 0) that comes late fails too.
+  Reply late;
+  f.shard.push(push(f.key, 1, 0, 1, 8, g), [&](PushOutcome o) { late.outcome = o; });
+  REQUIRE(late.outcome.has_value());
+  CHECK(late.outcome->aborted);
+  CHECK(f.shard.version(f.key) == 1);  // nothing rolled back, nothing applied
+  CHECK(f.initial() == at_hold);
+  // The hold is gone: the next plan's push for step 1 applies at once.
+  Reply again;
+  PushRequest next_plan = push(f.key, 1, 0, 1, 8, g);
+  next_plan.generation = 1;
+  f.shard.push(next_plan, [&](PushOutcome o) { again.outcome = o; });
+  REQUIRE(again.outcome.has_value());
+  CHECK(f.shard.version(f.key) == 2);
+}
