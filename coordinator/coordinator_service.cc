@@ -117,13 +117,24 @@ kj::Promise<void> CoordinatorService::watch(WatchContext context) {
   const auto params = context.getParams();
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
-  return job->watch(params.getNodeId(), params.getGeneration()).then([context](TakeoverOrder order) mutable {
+  return job->watch(params.getNodeId(), params.getGeneration()).then([context](WorkerOrder order) mutable {
+    if (order.pause_cut > 0) {
+      context.getResults().setPauseCut(order.pause_cut);
+      return;
+    }
     auto out = context.getResults().initTakeover();
     out.setStep(order.step);
     out.setSlice(order.slice);
     out.setSliceCount(order.slice_count);
     DataService::fill_batch(*order.split, order.epoch, order.step_in_epoch, order.indices, out.initBatch());
   });
+}
+
+kj::Promise<void> CoordinatorService::paused(PausedContext context) {
+  const auto params = context.getParams();
+  JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
+  KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
+  return job->paused(params.getNodeId(), params.getCut(), {params.getEpoch(), params.getStep(), params.getStepsDone()});
 }
 
 kj::Promise<void> CoordinatorService::preempted(PreemptedContext context) {

@@ -118,6 +118,7 @@ void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
       // Async: the others simply go on; the lost worker's shard of the epoch is not redone.
       const auto index = static_cast<size_t>(std::find(workers_.begin(), workers_.end(), node) - workers_.begin());
       worker_finished_[index] = true;
+      cut_expects_no_more(node);
       PSLOG(kWarning) << "job " << id_ << ": worker " << index << " lost (" << why << "); the others go on";
       for (auto& client : server_clients_) {
         auto request = client.workerFinishedRequest();
@@ -128,8 +129,6 @@ void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
       finish_if_done();
       return;
     }
-    fail("server lost (" + why + "); recovery from backups is supported in sync mode only");
-    return;
   }
   if (is_worker) {
     const auto index = static_cast<size_t>(std::find(workers_.begin(), workers_.end(), node) - workers_.begin());
@@ -140,8 +139,10 @@ void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
 
 void JobRunner::recover(const std::string& why) {
   if (state_ != JobState::kRunning && state_ != JobState::kRecovering) return;
-  takeover_ = nullptr;  // a rollback supersedes a takeover in progress
+  takeover_ = nullptr;  // a rollback supersedes a takeover or a cut in progress
   taking_over_ = false;
+  end_async_cut();
+  cut_task_ = nullptr;
   ++generation_;  // every session of the old plan is stale from now on
   if (recovering_) return;  // the running recovery picks up the new losses
   recovering_ = true;
@@ -210,6 +211,7 @@ kj::Promise<uint64_t> JobRunner::restore_servers(std::vector<uint64_t> candidate
     request.setJobId(id_);
     request.setVersion(version);
     request.setFromScratch(from_scratch);
+    request.setGeneration(generation_ + 1);  // pushes of older plans fail from now on
     restores.add(request.send().ignoreResult());
   }
   return kj::joinPromises(restores.releaseAsArray())
@@ -305,15 +307,17 @@ kj::Promise<void> JobRunner::run_recovery(std::string why) {
         if (alive.empty()) {
           return io_.getTimer().afterDelay(500 * kj::MILLISECONDS).then([this, why] { return run_recovery(why); });
         }
-        uint64_t done = reached_version_;
-        for (uint64_t steps : worker_steps_) done = std::max(done, steps);
+        uint64_t done = reached_version_;  // async: the pushes applied, like `version`
+        if (sync()) {
+          for (uint64_t steps : worker_steps_) done = std::max(done, steps);
+        }
         const uint64_t replayed = done > version ? done - version : 0;
         reached_version_ = 0;
         if (generation_ != generation_at_start) {
           PSLOG(kInfo) << "job " << id_ << ": more losses during recovery";
         }
         // Metrics of the epochs being redone start over.
-        const auto first_epoch = static_cast<size_t>(version / plan_->steps_per_epoch(0));
+        const auto first_epoch = sync() ? static_cast<size_t>(version / plan_->steps_per_epoch(0)) : async_resume(alive, version);
         for (size_t e = first_epoch; e < epochs_.size(); ++e) epochs_[e] = EpochMetrics{};
         replan(alive, version, replayed, "rolled back to step " + std::to_string(version));
         return kj::READY_NOW;
@@ -328,6 +332,12 @@ void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t
   workers_ = std::move(workers);
   worker_finished_.assign(workers_.size(), false);
   worker_steps_.assign(workers_.size(), version);
+  if (!sync()) {
+    for (size_t i = 0; i < workers_.size() && i < resume_positions_.size(); ++i) {
+      worker_steps_[i] = resume_positions_[i].steps_done;
+    }
+  }
+  next_cut_at_ = 0;
   worker_rates_.assign(workers_.size(), 0.0);
   plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
   resume_version_ = version;
@@ -350,6 +360,32 @@ void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t
     r.recoveries = recoveries_;
     r.replayed_steps.push_back(static_cast<int64_t>(replayed));
   });
+}
+
+}  // namespace pstrain
+
+namespace pstrain {
+
+size_t JobRunner::async_resume(const std::vector<uint32_t>& workers, uint64_t version) {
+  // Each worker goes back to where it stood at the cut whose backup was restored. With another
+  // worker count the shards are cut differently, so all start at the earliest epoch among them.
+  resume_positions_.assign(workers.size(), Position{});
+  if (version == 0) return 0;
+  const auto it = cut_positions_.find(version);
+  KJ_REQUIRE(it != cut_positions_.end(), "no worker positions recorded for the backup", version);
+  if (it->second.size() == workers.size()) {
+    resume_positions_ = it->second;
+  } else {
+    uint32_t earliest = UINT32_MAX;
+    for (const Position& p : it->second) earliest = std::min(earliest, p.epoch);
+    for (Position& p : resume_positions_) {
+      p.epoch = earliest;
+      p.steps_done = 0;
+    }
+  }
+  uint32_t earliest = UINT32_MAX;
+  for (const Position& p : resume_positions_) earliest = std::min(earliest, p.epoch);
+  return earliest;
 }
 
 }  // namespace pstrain

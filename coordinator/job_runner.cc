@@ -138,7 +138,8 @@ kj::Promise<void> JobRunner::configure_servers() {
     ready.add(connect_server(i).then([this, i] { return configure_server(i); }));
   }
   return kj::joinPromises(ready.releaseAsArray()).then([this]() -> kj::Promise<void> {
-    if (complete_backups_.empty()) return kj::READY_NOW;
+    // (Async positions are not kept across a coordinator restart: an async job starts over.)
+    if (complete_backups_.empty() || !sync()) return kj::READY_NOW;
     // Resuming after a coordinator restart: from the last backup, if the servers have it.
     return restore_servers({complete_backups_.back()}).then([this](uint64_t version) {
       resume_version_ = version;
@@ -170,8 +171,13 @@ bool JobRunner::fill_assignment(uint32_t node, proto::Assignment::Builder out) c
   for (size_t i = 0; i < server_addresses_.size(); ++i) servers.set(static_cast<unsigned>(i), server_addresses_[i]);
   out.setStepsPerEpoch(static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(index))));
   const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(index)));
-  out.setStartEpoch(static_cast<uint32_t>(resume_version_ / steps_per_epoch));
-  out.setStartStep(resume_version_ % steps_per_epoch);
+  if (!sync() && static_cast<size_t>(index) < resume_positions_.size()) {
+    out.setStartEpoch(resume_positions_[static_cast<size_t>(index)].epoch);
+    out.setStartStep(resume_positions_[static_cast<size_t>(index)].step);
+  } else {
+    out.setStartEpoch(static_cast<uint32_t>(resume_version_ / steps_per_epoch));
+    out.setStartStep(resume_version_ % steps_per_epoch);
+  }
   out.setGeneration(generation_);
   return true;
 }
@@ -228,6 +234,7 @@ bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
       PSLOG(kInfo) << "job " << id_ << " worker " << index << ": epoch " << epoch + 1 << " step " << report.getStep()
                    << " loss " << report.getLossSum() / std::max<uint64_t>(1, report.getExamples()) << " "
                    << static_cast<int64_t>(report.getSamplesPerSecond()) << " samples/s";
+      maybe_cut_async();
       break;
     }
     case proto::Progress::Kind::EVALUATION:
@@ -255,6 +262,7 @@ bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
       break;
     case proto::Progress::Kind::FINISHED:
       worker_finished_[static_cast<size_t>(index)] = true;
+      cut_expects_no_more(node);
       finish_if_done();
       break;
     case proto::Progress::Kind::FAILED:

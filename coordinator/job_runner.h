@@ -38,9 +38,11 @@ struct EpochMetrics {
   uint32_t evaluations = 0;       // workers that reported their test slice
 };
 
-// A lost worker's slice of a sync step, for a surviving worker to compute and push in its place
-// (job_takeover.cc).
-struct TakeoverOrder {
+// What a worker's watch call returns: a lost worker's slice of a sync step, for a surviving
+// worker to compute and push in its place (job_takeover.cc), or (pause_cut > 0) an async cut to
+// pause for (job_async_cut.cc).
+struct WorkerOrder {
+  uint64_t pause_cut = 0;
   uint64_t step = 0;  // global step
   uint32_t slice = 0, slice_count = 1;
   uint32_t epoch = 0;
@@ -95,9 +97,15 @@ class JobRunner {
   // Re-plans the job: waits for its servers, rolls every server back to the latest usable
   // backup, and hands the workers new assignments from there.
   void recover(const std::string& why);
-  // Sync: resolves when the worker must take over a lost worker's slice (never for a session of
-  // an older plan).
-  kj::Promise<TakeoverOrder> watch(uint32_t node, uint64_t generation);
+  // Resolves when the worker has an order (never for a session of an older plan).
+  kj::Promise<WorkerOrder> watch(uint32_t node, uint64_t generation);
+  // Async cut: the worker stands between steps at `position`; resolves when it may go on.
+  struct Position {
+    uint32_t epoch = 0;
+    uint64_t step = 0;        // within the epoch
+    uint64_t steps_done = 0;  // the worker's steps in the job
+  };
+  kj::Promise<void> paused(uint32_t node, uint64_t cut, Position position);
   // A lost worker's step is being completed by a survivor; the re-plan follows.
   bool taking_over() const { return taking_over_; }
 
@@ -109,6 +117,15 @@ class JobRunner {
   // Sync worker loss without a rollback: false if the job cannot do it now (then it rolls back).
   bool try_take_over(size_t lost, const std::string& why);
   kj::Promise<void> run_takeover(size_t lost, std::string why);
+  // Async: starts a consistent cut when the job's steps passed the next backup point.
+  void maybe_cut_async();
+  kj::Promise<void> run_async_cut();
+  // A worker of a running async cut will not pause (finished or lost).
+  void cut_expects_no_more(uint32_t node);
+  void end_async_cut();
+  // Async rollback to `version`: sets resume_positions_ for `workers`; returns the first epoch
+  // whose metrics start over.
+  size_t async_resume(const std::vector<uint32_t>& workers, uint64_t version);
   // The new plan from `version` with `workers` (after a rollback or a takeover).
   void replan(std::vector<uint32_t> workers, uint64_t version, uint64_t replayed, const std::string& how);
   kj::Promise<void> wait_for_servers(kj::TimePoint deadline);
@@ -171,9 +188,23 @@ class JobRunner {
   std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;
   void check_ledger();
   kj::Promise<void> recovery_ = nullptr;
-  std::map<uint32_t, kj::Own<kj::PromiseFulfiller<TakeoverOrder>>> watchers_;  // by worker node, this generation
+  std::map<uint32_t, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers_;  // by worker node, this generation
   bool taking_over_ = false;
   kj::Promise<void> takeover_ = nullptr;
+  // Async cuts: workers pause between steps, every server backs up, workers go on.
+  struct AsyncCut {
+    uint64_t id = 0;
+    std::set<uint32_t> expected;              // worker nodes still to pause
+    std::map<uint32_t, Position> positions;   // by worker node
+    std::vector<kj::Own<kj::PromiseFulfiller<void>>> resumes;
+    kj::Own<kj::PromiseFulfiller<void>> all_paused;
+  };
+  std::optional<AsyncCut> cut_;
+  uint64_t cuts_started_ = 0;
+  uint64_t next_cut_at_ = 0;  // job steps (sum over workers)
+  kj::Promise<void> cut_task_ = nullptr;
+  std::map<uint64_t, std::vector<Position>> cut_positions_;  // backup version -> by worker index
+  std::vector<Position> resume_positions_;                   // async: where each worker starts
   bool growing_ = false;
   kj::Promise<void> grow_ = nullptr;
   kj::Promise<void> background_ = nullptr;

@@ -27,11 +27,10 @@ constexpr auto kTakeoverTimeout = 30 * kj::SECONDS;
 
 }  // namespace
 
-kj::Promise<TakeoverOrder> JobRunner::watch(uint32_t node, uint64_t generation) {
+kj::Promise<WorkerOrder> JobRunner::watch(uint32_t node, uint64_t generation) {
   KJ_REQUIRE(worker_index(node) >= 0, "this node is not a worker of the job", node, id_);
-  KJ_REQUIRE(sync(), "takeovers are for sync jobs");
   if (generation != generation_ || state_ != JobState::kRunning) return kj::NEVER_DONE;
-  auto paf = kj::newPromiseAndFulfiller<TakeoverOrder>();
+  auto paf = kj::newPromiseAndFulfiller<WorkerOrder>();
   watchers_[node] = kj::mv(paf.fulfiller);
   return kj::mv(paf.promise);
 }
@@ -78,7 +77,7 @@ kj::Promise<void> JobRunner::run_takeover(size_t lost, std::string why) {
         const uint64_t total = steps_per_epoch * static_cast<uint64_t>(spec_.training.epochs);
         KJ_REQUIRE(lowest < total, "the lost worker had finished its steps");
         KJ_REQUIRE(highest <= lowest + 1, "chunks are more than one step apart", lowest, highest);
-        TakeoverOrder order;
+        WorkerOrder order;
         order.step = lowest;
         order.slice = static_cast<uint32_t>(lost);
         order.slice_count = static_cast<uint32_t>(workers_.size());

@@ -163,6 +163,7 @@ kj::Promise<void> ParameterServerImpl::restore(RestoreContext context) {
   const auto params = context.getParams();
   const std::string job_id = rpc::to_string(params.getJobId());
   Job& job = find(params.getJobId());
+  job.shard->reject_generations_below(params.getGeneration());
   if (params.getFromScratch()) {
     job.shard->reset();
     PSLOG(kInfo) << "job " << job_id << ": rolled back to the initial parameters";
@@ -206,6 +207,19 @@ kj::Promise<void> ParameterServerImpl::backupAt(BackupAtContext context) {
   }
   context.getResults().setCurrentVersion(highest);
   context.getResults().setLowestVersion(lowest == UINT64_MAX ? 0 : lowest);
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ParameterServerImpl::backupNow(BackupNowContext context) {
+  const std::string job_id = rpc::to_string(context.getParams().getJobId());
+  Job& job = find(context.getParams().getJobId());
+  KJ_REQUIRE(writer_ != nullptr, "this server keeps no backups (no data directory)");
+  auto snapshots = job.shard->snapshot_now();
+  KJ_REQUIRE(snapshots.has_value() && !snapshots->empty(),
+             "the job's chunks are not at one version (a push is in flight): cannot back up now");
+  const uint64_t version = snapshots->front().version;
+  writer_->submit(job_id, version, std::move(*snapshots));
+  context.getResults().setVersion(version);
   return kj::READY_NOW;
 }
 

@@ -39,6 +39,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> backups(BackupsContext context) override;
   kj::Promise<void> backupAt(BackupAtContext context) override;
   kj::Promise<void> settle(SettleContext context) override;
+  kj::Promise<void> backupNow(BackupNowContext context) override;
 
  private:
   struct Job {

@@ -263,7 +263,7 @@ namespace pstrain {
 
 void ParameterShard::abort_waiting_and_release_hold(uint64_t min_generation) {
   hold_from_ = UINT64_MAX;
-  min_generation_ = std::max(min_generation_, min_generation);
+  reject_generations_below(min_generation);
   for (auto& [key, chunk] : chunks_) abort_waiting(chunk);
 }
 

@@ -17,10 +17,10 @@
 // pull() or worker_finished() calls, synchronously.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -105,6 +105,9 @@ class ParameterShard {
   // every waiting push, and from now on every push of a generation below `min_generation`, with
   // aborted = true, so the workers of the old plan ask for the new one.
   void abort_waiting_and_release_hold(uint64_t min_generation);
+  // From now on, pushes of a generation below `min_generation` fail (aborted = true): a rollback
+  // calls it before restore(), so workers of the old plan cannot push into the restored state.
+  void reject_generations_below(uint64_t min_generation) { min_generation_ = std::max(min_generation_, min_generation); }
   // Backpressure for durability: apply no step at or after `version` until release_durability_hold()
   // (called when the backup before it is written), so training never gets more than one backup
   // interval past the last durable backup, and a crash replays at most save_freq steps.

@@ -55,7 +55,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
   versions_.assign(chunks_.size(), 0);
   // A session that resumes (after a recovery) counts the job's steps from where it starts, so
   // progress reports do not go backwards.
-  if (spec_.training.mode == TrainingMode::kSync) steps_done_ = start_epoch_ * steps_per_epoch_ + start_step_;
+  steps_done_ = start_epoch_ * steps_per_epoch_ + start_step_;
   push_order_.resize(chunks_.size());
   for (size_t k = 0; k < chunks_.size(); ++k) push_order_[k] = k;
   std::sort(push_order_.begin(), push_order_.end(),
@@ -140,8 +140,10 @@ void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
   replies_ = kj::Vector<kj::Promise<void>>();
   pushed_ = 0;
   KJ_IF_MAYBE(arrived, takeover_arrived_) {
-    // The step cannot complete without a lost worker's slice: wait for whichever comes first.
-    if (!takeover_) wait(all.addBranch().exclusiveJoin(arrived->addBranch()));
+    // Sync: the step may not complete without a lost worker's slice: wait for whichever comes first.
+    if (!takeover_ && spec_.training.mode == TrainingMode::kSync) {
+      wait(all.addBranch().exclusiveJoin(arrived->addBranch()));
+    }
   }
   kj::Promise<void> taken_over = kj::READY_NOW;
   if (takeover_ && takeover_->step < step) takeover_.reset();  // a step that completed anyway
@@ -155,7 +157,7 @@ void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
   std::swap(params_, next_params_);
 }
 
-void TrainingSession::watch_for_takeover() {
+void TrainingSession::watch_for_orders() {
   auto request = coordinator_.watchRequest();
   request.setNodeId(node_id_);
   request.setJobId(job_id_);
@@ -164,6 +166,10 @@ void TrainingSession::watch_for_takeover() {
       request.send()
           .then(
               [this](capnp::Response<proto::Coordinator::WatchResults>&& r) {
+                if (r.getPauseCut() > 0) {
+                  pause_cut_ = r.getPauseCut();
+                  return;
+                }
                 const auto t = r.getTakeover();
                 const auto batch = t.getBatch();
                 KJ_REQUIRE(batch.getSize() <= labels_.size(), "takeover batch larger than the model's batch",
@@ -185,6 +191,21 @@ void TrainingSession::watch_for_takeover() {
                 PSLOG(kDebug) << "job " << job_id_ << ": takeover watch ended: " << e.getDescription().cStr();
               })
           .fork();
+}
+
+void TrainingSession::pause_for_cut(uint32_t epoch, uint64_t step) {
+  auto request = coordinator_.pausedRequest();
+  request.setNodeId(node_id_);
+  request.setJobId(job_id_);
+  request.setCut(pause_cut_);
+  request.setEpoch(epoch);
+  request.setStep(step);
+  request.setStepsDone(steps_done_);
+  PSLOG(kDebug) << "job " << job_id_ << ": paused for cut " << pause_cut_ << " at epoch " << epoch + 1 << " step "
+                << step;
+  pause_cut_ = 0;
+  wait(request.send().ignoreResult());
+  watch_for_orders();
 }
 
 kj::Promise<void> TrainingSession::take_over() {
@@ -247,7 +268,7 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
   connect_servers();
   pull_all();
   const bool sync = spec_.training.mode == TrainingMode::kSync;
-  if (sync) watch_for_takeover();
+  watch_for_orders();
   const int64_t report_every = spec_.training.metrics_every_steps;
   for (uint32_t epoch = start_epoch_; epoch < spec_.training.epochs; ++epoch) {
     const uint64_t first_step = epoch == start_epoch_ ? start_step_ : 0;
@@ -265,6 +286,7 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
     proto::Batch::Reader batch;
     for (uint64_t step = first_step; step < steps_per_epoch_; ++step) {
       if (should_stop()) return false;
+      if (pause_cut_ != 0) pause_for_cut(epoch, step);
       const auto step_start = Clock::now();
       KJ_REQUIRE(reader.next(&batch), "the data stream ended early", epoch, step);
       KJ_REQUIRE(batch.getStep() == step && batch.getEpoch() == epoch, "data stream out of order", batch.getStep(), step);

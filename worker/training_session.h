@@ -56,8 +56,10 @@ class TrainingSession {
   // coordinator asks, first computes and pushes a lost worker's slice of this step (a takeover).
   void finish_push(uint64_t step, uint32_t examples);
 
-  // Sync: keeps a watch call open at the coordinator for takeover orders.
-  void watch_for_takeover();
+  // Keeps a watch call open at the coordinator for its orders (takeover, pause for a cut).
+  void watch_for_orders();
+  // Async cut: tells the coordinator where this worker stands and waits until it may go on.
+  void pause_for_cut(uint32_t epoch, uint64_t step);
   // Computes the lost worker's gradient on params_ (still the step's version) and pushes it in
   // its name; returns the replies.
   kj::Promise<void> take_over();
@@ -105,7 +107,8 @@ class TrainingSession {
     std::vector<int32_t> labels;
   };
   std::optional<Takeover> takeover_;
-  kj::Maybe<kj::ForkedPromise<void>> takeover_arrived_;  // while the watch call is open
+  uint64_t pause_cut_ = 0;                              // async: a cut to pause for, 0 if none
+  kj::Maybe<kj::ForkedPromise<void>> takeover_arrived_;  // the open watch call (resolves with an order)
   AlignedFloats takeover_grads_;
   double compute_seconds_ = 0, exchange_seconds_ = 0;  // since the last report (debug log)
 };

@@ -81,7 +81,8 @@ interface ParameterServer {
   # Recovery: every chunk back to this server's backup at `version` (or, with fromScratch, to the
   # initial values and version 0). Waiting pushes and pulls fail ("rolled back"). Fails if the
   # backup is missing or corrupt, saying which.
-  restore @6 (jobId :Text, version :UInt64, fromScratch :Bool) -> ();
+  # Pushes of a generation below `generation` fail from then on (workers of the old plan).
+  restore @6 (jobId :Text, version :UInt64, fromScratch :Bool, generation :UInt64) -> ();
   # Complete backups this server holds for the job, oldest first.
   backups @7 (jobId :Text) -> (versions :List(UInt64));
   # Preemption: also back up at `version` (when every chunk reaches it) and hold there. Returns
@@ -93,6 +94,11 @@ interface ParameterServer {
   # later push of a generation below `generation` ("re-planned: get a new assignment"), and lift
   # the hold. Fails if a chunk is already past `version`.
   settle @9 (jobId :Text, version :UInt64, generation :UInt64) -> ();
+
+  # Async cut (every worker paused, no push in flight, so every chunk is at one version): back
+  # up the shard as it is now; the version is the pushes applied so far. backupDone follows once
+  # it is durable.
+  backupNow @10 (jobId :Text) -> (version :UInt64);
 }
 
 enum Split {
@@ -177,8 +183,14 @@ interface Coordinator {
   # (servers) or takes the worker out of its job (workers). Returns once that is arranged.
   preempted @6 (nodeId :UInt32) -> ();
 
-  # Sync: returns when this worker must take over a lost worker's slice of a step (so the step
-  # completes without rolling back); never returns otherwise. A worker keeps one call open per
-  # session (generation of its assignment).
-  watch @7 (nodeId :UInt32, jobId :Text, generation :UInt64) -> (takeover :Takeover);
+  # Orders for a running worker; a worker keeps one call open per session (generation of its
+  # assignment) and opens the next after each order. The call returns when
+  # - sync: this worker must take over a lost worker's slice of a step (`takeover`), so the step
+  #   completes without rolling back;
+  # - async: the coordinator takes a consistent cut (`pauseCut` > 0): the worker finishes its
+  #   step, then calls `paused`.
+  watch @7 (nodeId :UInt32, jobId :Text, generation :UInt64) -> (takeover :Takeover, pauseCut :UInt64);
+  # Async cut: this worker is between steps at (epoch, step within it; stepsDone in the job) and
+  # pushes nothing until the call returns (when every server has snapshotted).
+  paused @8 (nodeId :UInt32, jobId :Text, cut :UInt64, epoch :UInt32, step :UInt64, stepsDone :UInt64) -> ();
 }

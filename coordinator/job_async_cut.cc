@@ -1,0 +1,135 @@
+// JobRunner's backups in async mode: a consistent cut (DESIGN section 4).
+//
+// In async mode every push is applied at once, so a chunk's version is the number of pushes it
+// has taken, and a worker's step touches every chunk. A backup is consistent when no step is half
+// applied: the coordinator asks every worker (through its watch call) to pause between two steps;
+// each says where it stands (epoch, step, steps done) and waits. With every worker paused and no
+// push in flight, every chunk is at the same version (the job's steps so far), and each server
+// backs up its shard as it is (`backupNow`). Then the workers go on. The positions are kept with
+// the backup's version, so a recovery restores the servers to it and restarts each worker at its
+// recorded position: the steps after the cut are redone, none is skipped or done twice.
+//
+// Cuts happen when the job's steps (summed over workers, as reported) pass the next multiple of
+// `save_freq` (or of the steps of one epoch of all workers, for "epoch"). A cut that does not
+// gather every worker within its timeout is abandoned (the workers go on) and tried again at the
+// next point; with `max_staleness`, a worker held back by a paused one cannot reach its step
+// boundary, so such cuts time out.
+#include <algorithm>
+
+#include "common/log.h"
+#include "coordinator/job_runner.h"
+
+namespace pstrain {
+namespace {
+
+constexpr auto kCutTimeout = 10 * kj::SECONDS;
+
+}  // namespace
+
+void JobRunner::maybe_cut_async() {
+  if (sync() || cut_ || !configured_ || state_ != JobState::kRunning || recovering_ ||
+      spec_.backup.frequency == BackupSpec::Frequency::kNone) {
+    return;
+  }
+  uint64_t interval = 0;
+  if (spec_.backup.frequency == BackupSpec::Frequency::kSteps) {
+    interval = static_cast<uint64_t>(spec_.backup.steps);
+  } else {
+    for (uint32_t w = 0; w < workers_.size(); ++w) interval += static_cast<uint64_t>(plan_->steps_per_epoch(w));
+  }
+  uint64_t total = 0;
+  for (uint64_t steps : worker_steps_) total += steps;
+  if (next_cut_at_ == 0) next_cut_at_ = (total / interval + 1) * interval;
+  if (total < next_cut_at_) return;
+  next_cut_at_ = (total / interval + 1) * interval;
+
+  AsyncCut cut;
+  cut.id = ++cuts_started_;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const NodeInfo* n = cluster_.find(workers_[i]);
+    if (worker_finished_[i] || n == nullptr || !n->alive) continue;
+    const auto it = watchers_.find(workers_[i]);
+    if (it == watchers_.end() || !it->second->isWaiting()) {
+      PSLOG(kDebug) << "job " << id_ << ": worker " << i << " has no open watch; no cut now";
+      return;
+    }
+    cut.expected.insert(workers_[i]);
+  }
+  if (cut.expected.empty()) return;
+  for (uint32_t node : cut.expected) {
+    WorkerOrder order;
+    order.pause_cut = cut.id;
+    watchers_[node]->fulfill(kj::mv(order));
+    watchers_.erase(node);
+  }
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  cut.all_paused = kj::mv(paf.fulfiller);
+  cut_ = kj::mv(cut);
+  PSLOG(kDebug) << "job " << id_ << ": cut " << cut_->id << " at about " << total << " steps: pausing "
+                << cut_->expected.size() << " worker(s)";
+  cut_task_ = io_.getTimer()
+                  .timeoutAfter(kCutTimeout, kj::mv(paf.promise))
+                  .then([this] { return run_async_cut(); })
+                  .then([this] { end_async_cut(); },
+                        [this](kj::Exception&& e) {
+                          PSLOG(kWarning) << "job " << id_ << ": backup cut abandoned: " << e.getDescription().cStr();
+                          end_async_cut();
+                        })
+                  .eagerlyEvaluate(nullptr);
+}
+
+kj::Promise<void> JobRunner::paused(uint32_t node, uint64_t cut, Position position) {
+  const int index = worker_index(node);
+  KJ_REQUIRE(index >= 0, "this node is not a worker of the job", node, id_);
+  if (!cut_ || cut_->id != cut || cut_->expected.count(node) == 0) return kj::READY_NOW;  // a cut that ended
+  cut_->expected.erase(node);
+  cut_->positions[node] = position;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  cut_->resumes.push_back(kj::mv(paf.fulfiller));
+  if (cut_->expected.empty()) cut_->all_paused->fulfill();
+  return kj::mv(paf.promise);
+}
+
+void JobRunner::cut_expects_no_more(uint32_t node) {
+  if (!cut_ || cut_->expected.erase(node) == 0) return;
+  if (cut_->expected.empty()) cut_->all_paused->fulfill();
+}
+
+kj::Promise<void> JobRunner::run_async_cut() {
+  // Every worker finished meanwhile: nothing left to protect.
+  if (state_ != JobState::kRunning || cut_->positions.empty()) return kj::READY_NOW;
+  kj::Vector<kj::Promise<uint64_t>> backups;
+  for (auto& client : server_clients_) {
+    auto request = client.backupNowRequest();
+    request.setJobId(id_);
+    backups.add(request.send().then([](auto&& r) { return r.getVersion(); }));
+  }
+  return kj::joinPromises(backups.releaseAsArray()).then([this](kj::Array<uint64_t> versions) {
+    const uint64_t version = versions[0];
+    for (uint64_t v : versions) KJ_REQUIRE(v == version, "servers are at different versions", v, version);
+    // Positions by worker index; a worker that has finished (or was lost) stands at its end.
+    std::vector<Position> positions(workers_.size());
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      const auto it = cut_->positions.find(workers_[i]);
+      if (it != cut_->positions.end()) {
+        positions[i] = it->second;
+      } else {
+        positions[i].epoch = static_cast<uint32_t>(spec_.training.epochs);
+        positions[i].steps_done = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(i)) *
+                                                        spec_.training.epochs);
+      }
+    }
+    cut_positions_[version] = kj::mv(positions);
+    while (cut_positions_.size() > 4) cut_positions_.erase(cut_positions_.begin());
+    PSLOG(kInfo) << "job " << id_ << ": consistent cut at step " << version << " (" << cut_->positions.size()
+                 << " worker(s) paused); backing up";
+  });
+}
+
+void JobRunner::end_async_cut() {
+  if (!cut_) return;
+  for (auto& resume : cut_->resumes) resume->fulfill();
+  cut_.reset();
+}
+
+}  // namespace pstrain
