@@ -58,6 +58,7 @@ kj::Promise<void> JobRunner::wait_for_backup(uint64_t version) {
 kj::Promise<void> JobRunner::preempt(uint32_t node) {
   if (!uses_node(node)) return kj::READY_NOW;
   PSLOG(kInfo) << "job " << id_ << ": node " << node << " is being preempted";
+  preempted_.insert(node);
   return cut();
 }
 
@@ -132,7 +133,9 @@ void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
   }
   if (is_worker) {
     const auto index = static_cast<size_t>(std::find(workers_.begin(), workers_.end(), node) - workers_.begin());
-    if (try_take_over(index, why)) return;
+    // A preempted worker left after a cut (servers hold at a backup): rolling back to it loses
+    // nothing, and a takeover could not pass the hold.
+    if (preempted_.count(node) == 0 && try_take_over(index, why)) return;
   }
   recover(why);
 }

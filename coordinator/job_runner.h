@@ -190,6 +190,7 @@ class JobRunner {
   kj::Promise<void> recovery_ = nullptr;
   std::map<uint32_t, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers_;  // by worker node, this generation
   bool taking_over_ = false;
+  std::set<uint32_t> preempted_;  // nodes that announced SIGTERM
   kj::Promise<void> takeover_ = nullptr;
   // Async cuts: workers pause between steps, every server backs up, workers go on.
   struct AsyncCut {

@@ -114,6 +114,24 @@ TEST_CASE("kill -9 of a worker mid-epoch - the job finishes on the other worker"
   }
 }
 
+TEST_CASE("SIGTERM to a worker hands its work back so no step is replayed") {
+  testing::TempDir dir;
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_json(3, 1000))});
+  cluster.coordinator().wait_for_line("epoch 1 step 20", 60s);
+  CHECK(cluster.workers()[1]->terminate(30s).code == 0);
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  const auto replayed = replayed_steps(log);
+  REQUIRE(replayed.size() >= 1);
+  CHECK(replayed[0] == 0);
+  CHECK(log.find("with 1 worker(s)") != std::string::npos);
+  for (int epoch = 1; epoch <= 3; ++epoch) {
+    INFO("epoch " << epoch);
+    CHECK(log.find("examples of epoch " + std::to_string(epoch) + ": 5002 used once, 0 missing, 0 used more than once") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("a new worker joins a job that lost one at the next step") {
   testing::TempDir dir;
   testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_json(4, 10)),
