@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Backup cost: the MLP (sync, 2 servers, 2 workers) trained with no backups, save_freq 100, 10
-# and "epoch", in one run, interleaved over repeats; reports training samples/s (median of the
-# epochs after the first), the slowdown against no backups, and the servers' time per backup.
+# Backup cost: the MLP (sync or async, 2 servers, 2 workers) trained with no backups, save_freq
+# 100, 10 and "epoch", in one run, interleaved over repeats; reports training samples/s (median
+# of the epochs after the first), the slowdown against no backups, and the servers' time per
+# backup. In async mode every backup is a consistent cut (workers pause between steps) and
+# save_freq counts the steps of all workers together.
 #
-# Usage: tests/bench/backup_bench.sh [--repeats N] [--epochs E]
+# Usage: tests/bench/backup_bench.sh [--repeats N] [--epochs E] [--mode sync|async]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-repeats=3 epochs=6
+repeats=3 epochs=6 mode=sync
 while [ $# -gt 0 ]; do
   case $1 in
     --repeats) repeats=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
-    *) echo "usage: $0 [--repeats N] [--epochs E]" >&2; exit 2 ;;
+    --mode) mode=$2; shift 2 ;;
+    *) echo "usage: $0 [--repeats N] [--epochs E] [--mode sync|async]" >&2; exit 2 ;;
   esac
 done
 work=$(mktemp -d /tmp/pstrain-backup-bench.XXXXXX)
@@ -20,9 +23,9 @@ configs=(none 100 10 epoch)
 for r in $(seq "$repeats"); do
   for c in "${configs[@]}"; do
     spec="$work/$c.json"
-    python3 - "$repo/deploy/jobs/mnist-mlp.json" "$spec" "$c" "$epochs" <<'PY'
+    python3 - "$repo/deploy/jobs/mnist-mlp.json" "$spec" "$c" "$epochs" "$mode" <<'PY'
 import json, sys
-s = json.load(open(sys.argv[1])); s["training"]["epochs"] = int(sys.argv[4])
+s = json.load(open(sys.argv[1])); s["training"]["epochs"] = int(sys.argv[4]); s["training"]["mode"] = sys.argv[5]
 s["backup"] = {} if sys.argv[3] == "none" else {"save_freq": sys.argv[3] if sys.argv[3] == "epoch" else int(sys.argv[3])}
 json.dump(s, open(sys.argv[2], "w"))
 PY
@@ -37,7 +40,7 @@ PY
   done
 done
 echo
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); command: $0 --repeats $repeats --epochs $epochs"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); command: $0 --repeats $repeats --epochs $epochs --mode $mode"
 echo
 echo "| save_freq | samples/s (median) | vs no backups | backup write, median ms per server | backups written |"
 echo "|---|---|---|---|---|"
