@@ -30,7 +30,7 @@ struct CoordinatorConfig {
   pstrain::rpc::HostPort listen, http;
   std::string data_dir, state_dir, job_file, save_params;
   bool exit_when_done = false;
-  uint32_t heartbeat_ms = 1000, dead_after_ms = 5000;
+  uint32_t heartbeat_ms = 1000, dead_after_ms = 5000, move_server_after_ms = 10000;
   int64_t http_read_timeout_s = 10, http_max_connections = 512;
 };
 
@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   flags.add_switch("exit-when-done", "PSTRAIN_EXIT_WHEN_DONE", "Exit once the --job job has ended (status 0 if it succeeded).");
   flags.add("heartbeat-ms", "PSTRAIN_HEARTBEAT_MS", "1000", "How often nodes heartbeat.");
   flags.add("dead-after-ms", "PSTRAIN_DEAD_AFTER_MS", "5000", "A node silent this long is declared dead.");
+  flags.add("move-server-after-ms", "PSTRAIN_MOVE_SERVER_AFTER_MS", "10000",
+            "A lost server not back this long after its loss is replaced by a free server, from its latest backup.");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
   flags.add_switch("check-config", "", "Validate the configuration (and the --job spec) and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-coordinator")) return *status;
@@ -89,6 +91,7 @@ int main(int argc, char** argv) {
     config.exit_when_done = flags.get_switch("exit-when-done");
     config.heartbeat_ms = static_cast<uint32_t>(flags.get_int("heartbeat-ms", 50, 60000));
     config.dead_after_ms = static_cast<uint32_t>(flags.get_int("dead-after-ms", 100, 600000));
+    config.move_server_after_ms = static_cast<uint32_t>(flags.get_int("move-server-after-ms", 0, 3600000));
     if (!config.job_file.empty()) job_spec = parse_job_spec(read_text_file(config.job_file, "the job spec"));
   } catch (const std::exception& e) {
     std::cerr << "pstrain-coordinator: " << e.what() << "\n";
@@ -110,7 +113,8 @@ int main(int argc, char** argv) {
   JobStore store(kv.get());
   Cluster cluster(std::chrono::milliseconds(config.dead_after_ms));
   DataService data(config.data_dir);
-  JobManager jobs(cluster, data, store, *io.provider);
+  JobManager jobs(cluster, data, store, *io.provider,
+                  RecoveryOptions{.move_lost_server_after = config.move_server_after_ms * kj::MILLISECONDS});
   // Jobs from before a restart: finished ones stay listed; unfinished ones run again.
   for (const JobRecord& record : store.load()) {
     if (record.finished()) continue;

@@ -130,6 +130,16 @@ kj::Promise<void> CoordinatorService::watch(WatchContext context) {
   });
 }
 
+kj::Promise<void> CoordinatorService::storeReplica(StoreReplicaContext context) {
+  const auto params = context.getParams();
+  JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
+  KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
+  std::vector<std::string> chunks;
+  for (capnp::Data::Reader blob : params.getChunks()) chunks.emplace_back(reinterpret_cast<const char*>(blob.begin()), blob.size());
+  job->on_replica(params.getNodeId(), params.getVersion(), std::move(chunks));
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> CoordinatorService::paused(PausedContext context) {
   const auto params = context.getParams();
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));

@@ -33,6 +33,7 @@ class CoordinatorService final : public proto::Coordinator::Server {
   kj::Promise<void> preempted(PreemptedContext context) override;
   kj::Promise<void> watch(WatchContext context) override;
   kj::Promise<void> paused(PausedContext context) override;
+  kj::Promise<void> storeReplica(StoreReplicaContext context) override;
 
  private:
   kj::Promise<void> wait_for_assignment(GetAssignmentContext context, uint32_t node, uint64_t min_generation,

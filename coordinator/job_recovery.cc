@@ -162,7 +162,7 @@ void JobRunner::recover(const std::string& why) {
   });
 }
 
-kj::Promise<void> JobRunner::wait_for_servers(kj::TimePoint deadline) {
+kj::Promise<void> JobRunner::wait_for_servers(kj::TimePoint since, kj::TimePoint deadline) {
   // A server is back when a live node carries its name: the same process, or a restart of it
   // (same name, same data directory, so the same backups).
   std::vector<size_t> replaced;
@@ -191,7 +191,7 @@ kj::Promise<void> JobRunner::wait_for_servers(kj::TimePoint deadline) {
   }
   auto reconnected = kj::joinPromises(reconnects.releaseAsArray());
   if (!missing) return reconnected;
-  return reconnected.then([this, deadline]() -> kj::Promise<void> {
+  return reconnected.then([this, since, deadline]() -> kj::Promise<void> {
     if (io_.getTimer().now() >= deadline) {
       std::string names;
       for (size_t i = 0; i < servers_.size(); ++i) {
@@ -200,7 +200,15 @@ kj::Promise<void> JobRunner::wait_for_servers(kj::TimePoint deadline) {
       }
       return KJ_EXCEPTION(FAILED, "server(s) did not come back in time", names);
     }
-    return io_.getTimer().afterDelay(200 * kj::MILLISECONDS).then([this, deadline] { return wait_for_servers(deadline); });
+    // Past the move delay, a free server can take a missing server's place from its replica.
+    if (io_.getTimer().now() >= since + recovery_options_.move_lost_server_after) {
+      KJ_IF_MAYBE(moving, move_lost_servers()) {
+        return moving->then([this, since, deadline] { return wait_for_servers(since, deadline); });
+      }
+    }
+    return io_.getTimer().afterDelay(200 * kj::MILLISECONDS).then([this, since, deadline] {
+      return wait_for_servers(since, deadline);
+    });
   });
 }
 
@@ -258,7 +266,7 @@ kj::Promise<void> JobRunner::probe_servers() {
       lost = true;
     }
     if (!lost) return kj::READY_NOW;
-    return wait_for_servers(io_.getTimer().now() + kServerReturnTimeout).then([this] { return probe_servers(); });
+    return wait_for_servers(io_.getTimer().now(), io_.getTimer().now() + kServerReturnTimeout).then([this] { return probe_servers(); });
   });
 }
 
@@ -291,7 +299,7 @@ kj::Promise<std::vector<uint64_t>> JobRunner::common_backups() {
 
 kj::Promise<void> JobRunner::run_recovery(std::string why) {
   const uint64_t generation_at_start = generation_;
-  return wait_for_servers(io_.getTimer().now() + kServerReturnTimeout)
+  return wait_for_servers(io_.getTimer().now(), io_.getTimer().now() + kServerReturnTimeout)
       .then([this] { return probe_servers(); })
       .then([this] { return common_backups(); })
       .then([this](std::vector<uint64_t> candidates) { return restore_servers(kj::mv(candidates)); })

@@ -23,7 +23,7 @@ const char* job_state_name(JobState state) {
 }
 
 JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
-                     kj::AsyncIoProvider& io, Finished on_finished)
+                     kj::AsyncIoProvider& io, RecoveryOptions recovery_options, Finished on_finished)
     : id_(std::move(id)),
       spec_(std::move(spec)),
       spec_json_(job_spec_to_json(spec_)),
@@ -31,6 +31,7 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
       data_(data),
       store_(store),
       io_(io),
+      recovery_options_(recovery_options),
       on_finished_(std::move(on_finished)),
       layout_(make_param_layout(spec_.model)),
       epochs_(static_cast<size_t>(spec_.training.epochs)) {

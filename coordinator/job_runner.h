@@ -51,13 +51,20 @@ struct WorkerOrder {
   std::shared_ptr<const Split> split;
 };
 
+// How the coordinator recovers jobs (flags of pstrain-coordinator).
+struct RecoveryOptions {
+  // A lost server that has not come back after this long is replaced by a free server, which
+  // takes over its shard from the replica of its latest complete backup.
+  kj::Duration move_lost_server_after = 10 * kj::SECONDS;
+};
+
 class JobRunner {
  public:
   using Finished = std::function<void(JobRunner&)>;
 
   // Adds the job's record to `store` (PENDING) and keeps it current from then on.
   JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
-            kj::AsyncIoProvider& io, Finished on_finished);
+            kj::AsyncIoProvider& io, RecoveryOptions recovery_options, Finished on_finished);
 
   const std::string& id() const { return id_; }
   const JobSpec& spec() const { return spec_; }
@@ -97,6 +104,8 @@ class JobRunner {
   // Re-plans the job: waits for its servers, rolls every server back to the latest usable
   // backup, and hands the workers new assignments from there.
   void recover(const std::string& why);
+  // A server sent its replica of the backup at `version` (encoded chunk snapshots).
+  void on_replica(uint32_t node, uint64_t version, std::vector<std::string> chunks);
   // Resolves when the worker has an order (never for a session of an older plan).
   kj::Promise<WorkerOrder> watch(uint32_t node, uint64_t generation);
   // Async cut: the worker stands between steps at `position`; resolves when it may go on.
@@ -128,7 +137,14 @@ class JobRunner {
   size_t async_resume(const std::vector<uint32_t>& workers, uint64_t version);
   // The new plan from `version` with `workers` (after a rollback or a takeover).
   void replan(std::vector<uint32_t> workers, uint64_t version, uint64_t replayed, const std::string& how);
-  kj::Promise<void> wait_for_servers(kj::TimePoint deadline);
+  // Resolves when every server of the job is alive again (a restart under its name, or after
+  // RecoveryOptions::move_lost_server_after a free server that took over its replica); fails at
+  // `deadline`.
+  kj::Promise<void> wait_for_servers(kj::TimePoint since, kj::TimePoint deadline);
+  // For each lost server: a free server takes its index and adopts its replica of the newest
+  // complete backup (job_server_move.cc). Resolves when those moves are done; nullptr if no
+  // lost server can move now (no free server, or no replica yet).
+  kj::Maybe<kj::Promise<void>> move_lost_servers();
   kj::Promise<void> probe_servers();
   kj::Promise<std::vector<uint64_t>> common_backups();
   kj::Promise<uint64_t> restore_servers(std::vector<uint64_t> candidates);
@@ -152,6 +168,7 @@ class JobRunner {
   DataService& data_;
   JobStore& store_;
   kj::AsyncIoProvider& io_;
+  RecoveryOptions recovery_options_;
   Finished on_finished_;
 
   JobState state_ = JobState::kPending;
@@ -191,6 +208,8 @@ class JobRunner {
   std::map<uint32_t, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers_;  // by worker node, this generation
   bool taking_over_ = false;
   std::set<uint32_t> preempted_;  // nodes that announced SIGTERM
+  // Replicas of the servers' backups: version -> server index -> encoded chunk snapshots.
+  std::map<uint64_t, std::map<size_t, std::vector<std::string>>> replicas_;
   kj::Promise<void> takeover_ = nullptr;
   // Async cuts: workers pause between steps, every server backs up, workers go on.
   struct AsyncCut {

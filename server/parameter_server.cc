@@ -223,6 +223,28 @@ kj::Promise<void> ParameterServerImpl::backupNow(BackupNowContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> ParameterServerImpl::adoptBackup(AdoptBackupContext context) {
+  const auto params = context.getParams();
+  const std::string job_id = rpc::to_string(params.getJobId());
+  Job& job = find(params.getJobId());
+  KJ_REQUIRE(backups_ != nullptr, "this server keeps no backups (no data directory)");
+  std::vector<ChunkSnapshot> chunks;
+  for (capnp::Data::Reader blob : params.getChunks()) {
+    auto chunk = decode_snapshot(std::string(reinterpret_cast<const char*>(blob.begin()), blob.size()));
+    KJ_REQUIRE(chunk.has_value(), "a chunk of the backup does not decode");
+    KJ_REQUIRE(job.shard->holds(chunk->key) && chunk->values.size() == job.shard->chunk_size(chunk->key),
+               "the backup does not match this server's chunks", chunk->key);
+    chunks.push_back(std::move(*chunk));
+  }
+  KJ_REQUIRE(chunks.size() == job.shard->keys().size(), "the backup does not cover this server's chunks",
+             chunks.size(), job.shard->keys().size());
+  const KvStatus status = backups_->write(job_id, params.getVersion(), chunks);
+  KJ_REQUIRE(status.ok(), "could not write the adopted backup", status.message);
+  PSLOG(kInfo) << "job " << job_id << ": adopted a backup at step " << params.getVersion() << " ("
+               << chunks.size() << " chunks)";
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
   const std::string job_id = rpc::to_string(context.getParams().getJobId());
   Job& job = find(context.getParams().getJobId());

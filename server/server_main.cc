@@ -15,6 +15,7 @@
 #include "common/rpc/coordinator_link.h"
 #include "common/rpc/rpc_util.h"
 #include "common/kv_store.h"
+#include "server/backup_report.h"
 #include "server/backup_store.h"
 #include "server/backup_writer.h"
 #include "server/parameter_server.h"
@@ -87,13 +88,7 @@ int main(int argc, char** argv) {
                         PSLOG(kInfo) << "job " << job << ": backup at step " << version << " written in "
                                      << static_cast<int>(seconds * 1000) << " ms";
                         if (link_ptr == nullptr || !link_ptr->connected()) return;
-                        auto request = link_ptr->client().backupDoneRequest();
-                        request.setNodeId(link_ptr->node_id());
-                        request.setJobId(job);
-                        request.setVersion(version);
-                        request.send().detach([](kj::Exception&& e) {
-                          PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr();
-                        });
+                        report_backup(*link_ptr, backups, job, version);
                       });
   auto impl = kj::heap<ParameterServerImpl>(&backups, &writer);
   server_ptr = impl.get();

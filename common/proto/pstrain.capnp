@@ -99,6 +99,11 @@ interface ParameterServer {
   # up the shard as it is now; the version is the pushes applied so far. backupDone follows once
   # it is durable.
   backupNow @10 (jobId :Text) -> (version :UInt64);
+
+  # Moving a lost server's shard here: writes another server's backup of the job (the chunks of
+  # the server index this server was configured with, each an encoded snapshot) into this
+  # server's store, after which `restore` loads it like one of its own.
+  adoptBackup @11 (jobId :Text, version :UInt64, chunks :List(Data)) -> ();
 }
 
 enum Split {
@@ -193,4 +198,8 @@ interface Coordinator {
   # Async cut: this worker is between steps at (epoch, step within it; stepsDone in the job) and
   # pushes nothing until the call returns (when every server has snapshotted).
   paused @8 (nodeId :UInt32, jobId :Text, cut :UInt64, epoch :UInt32, step :UInt64, stepsDone :UInt64) -> ();
+  # A server's copy of a backup it has written durably (each chunk an encoded snapshot): the
+  # coordinator keeps the latest complete ones, so a lost server's shard can be restored onto
+  # another server if the lost one never returns.
+  storeReplica @9 (nodeId :UInt32, jobId :Text, version :UInt64, chunks :List(Data)) -> ();
 }

@@ -77,6 +77,28 @@ TEST_CASE("kill -9 of a server then a restart recovers and ends with the uninter
   CHECK(diff <= 1e-5);
 }
 
+TEST_CASE("a server that never comes back is replaced by a free one from its backup replica") {
+  testing::TempDir dir;
+  const std::string json = job_json(3, 10);
+  // Three servers; the job takes two (server-0, server-1), server-2 stays free.
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
+                            .save_params = dir.file("final.bin"),
+                            .servers = 3,
+                            .coordinator_flags = {"--dead-after-ms", "1500", "--move-server-after-ms", "1000"}});
+  cluster.coordinator().wait_for_line("backup at step 20 complete", 60s);
+  cluster.servers()[1]->kill_hard();  // and never restarted
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  CHECK(std::regex_search(log, std::regex("server 'server-1' did not come back; moving its shard to 'server-2'")));
+  const auto replayed = replayed_steps(log);
+  REQUIRE(replayed.size() >= 1);
+  for (int r : replayed) CHECK(r <= 10);
+  // The new server restored the lost one's backup: the run is still deterministic.
+  const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
+  MESSAGE("max abs difference to an uninterrupted run " << diff);
+  CHECK(diff <= 1e-5);
+}
+
 TEST_CASE("SIGTERM to a server backs up first so no step is replayed") {
   testing::TempDir dir;
   const std::string json = job_json(3, 1000);  // no regular backup would help here
