@@ -7,6 +7,34 @@
 #include "common/nn/gradient_scaling.h"
 
 namespace pstrain {
+namespace {
+
+// out = (s0 + s1 + ...) / examples (+ 2 * l2 * w) in one pass: the same arithmetic, in the same
+// order, as summing the slices into `out` and then calling nn::scale_and_regularize (so a sync
+// run stays bit-identical to the standalone trainer), without the copy and the second pass.
+void sum_scale_and_regularize(const std::vector<const float*>& slices, const float* w, size_t n, int64_t examples,
+                              float l2, float* out) {
+  const float inv = 1.0f / static_cast<float>(examples);
+  if (slices.size() == 2 && l2 == 0.0f) {
+    const float* a = slices[0];
+    const float* b = slices[1];
+    for (size_t i = 0; i < n; ++i) out[i] = (a[i] + b[i]) * inv;
+    return;
+  }
+  if (slices.size() == 1 && l2 == 0.0f) {
+    const float* a = slices[0];
+    for (size_t i = 0; i < n; ++i) out[i] = a[i] * inv;
+    return;
+  }
+  std::copy(slices[0], slices[0] + n, out);
+  for (size_t p = 1; p < slices.size(); ++p) {
+    const float* g = slices[p];
+    for (size_t i = 0; i < n; ++i) out[i] += g[i];
+  }
+  nn::scale_and_regularize(out, w, n, examples, l2);
+}
+
+}  // namespace
 
 ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table, uint32_t server_index,
                                uint32_t workers)
@@ -115,17 +143,19 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
     for (size_t p = 0; p < pushes.size(); ++p) distinct += p == 0 || pushes[p].request.slice != pushes[p - 1].request.slice;
     if (distinct < needed) return;
 
-    float* sum = chunk.scratch.data();
-    const size_t n = chunk.info.size;
-    std::copy(pushes[0].request.gradient.begin(), pushes[0].request.gradient.end(), sum);
-    int64_t examples = pushes[0].request.examples;
-    for (size_t p = 1; p < pushes.size(); ++p) {
-      if (pushes[p].request.slice == pushes[p - 1].request.slice) continue;
-      const float* g = pushes[p].request.gradient.data();
-      for (size_t i = 0; i < n; ++i) sum[i] += g[i];
+    std::vector<const float*> gradients;  // one per slice, in slice order
+    int64_t examples = 0;
+    for (size_t p = 0; p < pushes.size(); ++p) {
+      if (p > 0 && pushes[p].request.slice == pushes[p - 1].request.slice) continue;
+      gradients.push_back(pushes[p].request.gradient.data());
       examples += pushes[p].request.examples;
     }
-    apply_update(chunk, std::span<const float>(sum, n), examples);
+    if (examples > 0) {
+      sum_scale_and_regularize(gradients, chunk.values.data(), chunk.info.size, examples, chunk.l2, chunk.scratch.data());
+      optimizer_->apply(chunk.values, std::span<const float>(chunk.scratch.data(), chunk.info.size),
+                        chunk.optimizer_state);
+    }
+    ++chunk.version;
     stats_.pushes_applied += pushes.size();
     std::vector<PendingPush> released = std::move(pushes);
     chunk.pending.erase(it);
