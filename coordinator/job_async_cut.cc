@@ -96,34 +96,35 @@ void JobRunner::cut_expects_no_more(uint32_t node) {
 }
 
 kj::Promise<void> JobRunner::run_async_cut() {
-  // Every worker finished meanwhile: nothing left to protect.
-  if (state_ != JobState::kRunning || cut_->positions.empty()) return kj::READY_NOW;
-  kj::Vector<kj::Promise<uint64_t>> backups;
+  // Every worker finished meanwhile (or a rollback ended the cut): nothing left to protect.
+  if (!cut_ || state_ != JobState::kRunning || cut_->positions.empty()) return kj::READY_NOW;
+  // Positions by worker index: a paused worker where it stands; one that finished (or was lost)
+  // at the end of its shard, so a recovery does not restart it.
+  std::vector<Position> positions(workers_.size());
+  uint64_t version = 0;  // the job's steps at the cut: the backup's name
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const auto it = cut_->positions.find(workers_[i]);
+    if (it != cut_->positions.end()) {
+      positions[i] = it->second;
+      version += it->second.steps_done;
+    } else {
+      positions[i].epoch = static_cast<uint32_t>(spec_.training.epochs);
+      positions[i].steps_done = worker_steps_[i];
+      version += worker_steps_[i];
+    }
+  }
+  kj::Vector<kj::Promise<void>> backups;
   for (auto& client : server_clients_) {
     auto request = client.backupNowRequest();
     request.setJobId(id_);
-    backups.add(request.send().then([](auto&& r) { return r.getVersion(); }));
+    request.setVersion(version);
+    backups.add(request.send().ignoreResult());
   }
-  return kj::joinPromises(backups.releaseAsArray()).then([this](kj::Array<uint64_t> versions) {
-    const uint64_t version = versions[0];
-    for (uint64_t v : versions) KJ_REQUIRE(v == version, "servers are at different versions", v, version);
-    // Positions by worker index; a worker that has finished (or was lost) stands at its end.
-    std::vector<Position> positions(workers_.size());
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      const auto it = cut_->positions.find(workers_[i]);
-      if (it != cut_->positions.end()) {
-        positions[i] = it->second;
-      } else {
-        positions[i].epoch = static_cast<uint32_t>(spec_.training.epochs);
-        positions[i].steps_done = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(i)) *
-                                                        spec_.training.epochs);
-      }
-    }
-    cut_positions_[version] = kj::mv(positions);
-    while (cut_positions_.size() > 4) cut_positions_.erase(cut_positions_.begin());
-    PSLOG(kInfo) << "job " << id_ << ": consistent cut at step " << version << " (" << cut_->positions.size()
-                 << " worker(s) paused); backing up";
-  });
+  PSLOG(kInfo) << "job " << id_ << ": consistent cut at step " << version << " (" << cut_->positions.size()
+               << " worker(s) paused); backing up";
+  cut_positions_[version] = kj::mv(positions);
+  while (cut_positions_.size() > 4) cut_positions_.erase(cut_positions_.begin());
+  return kj::joinPromises(backups.releaseAsArray());
 }
 
 void JobRunner::end_async_cut() {

@@ -86,8 +86,26 @@ void JobRunner::grow() {
 
 kj::Promise<void> JobRunner::cut() {
   if (state_ != JobState::kRunning || !sync() || !configured_) return kj::READY_NOW;
+  cutting_ = true;
+  return mark_cut(0)
+      .then([this](uint64_t target) { return io_.getTimer().timeoutAfter(30 * kj::SECONDS, wait_for_backup(target)); })
+      .then([this] { cutting_ = false; },
+            [this](kj::Exception&& e) {
+              cutting_ = false;
+              // An abandoned cut must not leave the servers holding.
+              for (auto& client : server_clients_) {
+                auto request = client.releaseHoldRequest();
+                request.setJobId(id_);
+                request.send().detach([](kj::Exception&&) {});
+              }
+              kj::throwFatalException(kj::mv(e));
+            });
+}
+
+kj::Promise<uint64_t> JobRunner::mark_cut(int attempt) {
   // Phase 1: where are the servers? Phase 2: back up (and hold) two steps ahead of the furthest
-  // chunk, so no chunk can pass the point before it is marked.
+  // chunk. A server whose chunks passed the mark before it arrived refuses it (and says how far
+  // it got); then the cut is marked again further ahead, which replaces the holds already set.
   kj::Vector<kj::Promise<uint64_t>> probes;
   for (auto& client : server_clients_) {
     auto request = client.backupAtRequest();
@@ -95,19 +113,23 @@ kj::Promise<void> JobRunner::cut() {
     request.setVersion(std::numeric_limits<uint64_t>::max());
     probes.add(request.send().then([](auto&& r) { return r.getCurrentVersion(); }));
   }
-  return kj::joinPromises(probes.releaseAsArray()).then([this](kj::Array<uint64_t> versions) {
-    const uint64_t target = *std::max_element(versions.begin(), versions.end()) + 2;
+  return kj::joinPromises(probes.releaseAsArray()).then([this, attempt](kj::Array<uint64_t> versions) {
+    const uint64_t target = *std::max_element(versions.begin(), versions.end()) + 2 + static_cast<uint64_t>(attempt);
     PSLOG(kInfo) << "job " << id_ << ": backing up at step " << target << " and holding there";
-    kj::Vector<kj::Promise<void>> marks;
+    kj::Vector<kj::Promise<uint64_t>> marks;
     for (auto& client : server_clients_) {
       auto request = client.backupAtRequest();
       request.setJobId(id_);
       request.setVersion(target);
-      marks.add(request.send().ignoreResult());
+      marks.add(request.send().then([](auto&& r) { return r.getCurrentVersion(); }));
     }
-    return kj::joinPromises(marks.releaseAsArray()).then([this, target] {
-      return io_.getTimer().timeoutAfter(30 * kj::SECONDS, wait_for_backup(target));
-    });
+    return kj::joinPromises(marks.releaseAsArray())
+        .then([this, attempt, target](kj::Array<uint64_t> reached) -> kj::Promise<uint64_t> {
+          if (*std::max_element(reached.begin(), reached.end()) <= target) return target;
+          KJ_REQUIRE(attempt < 5, "the servers kept running past the cut", target);
+          PSLOG(kInfo) << "job " << id_ << ": a server was already past step " << target << "; marking again";
+          return mark_cut(attempt + 1);
+        });
   });
 }
 
@@ -142,10 +164,10 @@ void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
 
 void JobRunner::recover(const std::string& why) {
   if (state_ != JobState::kRunning && state_ != JobState::kRecovering) return;
-  takeover_ = nullptr;  // a rollback supersedes a takeover or a cut in progress
+  // A rollback supersedes a takeover or a cut in progress. Their promises stay (this may run
+  // inside one of their callbacks); the generation bump below makes a takeover stand down.
   taking_over_ = false;
   end_async_cut();
-  cut_task_ = nullptr;
   ++generation_;  // every session of the old plan is stale from now on
   if (recovering_) return;  // the running recovery picks up the new losses
   recovering_ = true;
@@ -302,7 +324,11 @@ kj::Promise<void> JobRunner::run_recovery(std::string why) {
   return wait_for_servers(io_.getTimer().now(), io_.getTimer().now() + kServerReturnTimeout)
       .then([this] { return probe_servers(); })
       .then([this] { return common_backups(); })
-      .then([this](std::vector<uint64_t> candidates) { return restore_servers(kj::mv(candidates)); })
+      .then([this](std::vector<uint64_t> candidates) {
+        // Async: only cuts whose worker positions we know (not backups from before a restart).
+        if (!sync()) std::erase_if(candidates, [this](uint64_t v) { return cut_positions_.count(v) == 0; });
+        return restore_servers(kj::mv(candidates));
+      })
       .then([this, why, generation_at_start](uint64_t version) -> kj::Promise<void> {
         // Workers: those still alive carry on; with none left, wait for any free one.
         std::vector<uint32_t> alive;

@@ -152,6 +152,8 @@ class JobRunner {
   // Every server backs up two steps ahead of the furthest chunk and holds there; resolves when
   // that backup is complete.
   kj::Promise<void> cut();
+  // Marks a cut on every server; resolves with its step once no server is past it.
+  kj::Promise<uint64_t> mark_cut(int attempt);
   void resolve_backup_waiters();
   kj::Promise<void> collect_parameters();
   int worker_index(uint32_t node) const;
@@ -207,6 +209,7 @@ class JobRunner {
   kj::Promise<void> recovery_ = nullptr;
   std::map<uint32_t, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers_;  // by worker node, this generation
   bool taking_over_ = false;
+  bool cutting_ = false;  // a cut() (preemption, new worker) is under way: servers hold
   std::set<uint32_t> preempted_;  // nodes that announced SIGTERM
   // Replicas of the servers' backups: version -> server index -> encoded chunk snapshots.
   std::map<uint64_t, std::map<size_t, std::vector<std::string>>> replicas_;

@@ -37,7 +37,7 @@ kj::Promise<WorkerOrder> JobRunner::watch(uint32_t node, uint64_t generation) {
 
 bool JobRunner::try_take_over(size_t lost, const std::string& why) {
   if (state_ != JobState::kRunning || !configured_ || recovering_ || growing_ || taking_over_ ||
-      spec_.training.backup_workers > 0 || workers_.size() < 2) {
+      cutting_ || spec_.training.backup_workers > 0 || workers_.size() < 2) {
     return false;
   }
   bool survivor = false;
@@ -49,7 +49,11 @@ bool JobRunner::try_take_over(size_t lost, const std::string& why) {
   if (!survivor) return false;
   taking_over_ = true;
   store_.update(id_, [&](JobRecord& r) { r.reason = why; });
-  takeover_ = run_takeover(lost, why).eagerlyEvaluate([this, why](kj::Exception&& e) {
+  // recover() does not destroy this promise (it may be running this very callback); a rollback
+  // that starts meanwhile bumps the generation, and the takeover's later steps then stand down.
+  const uint64_t generation = generation_;
+  takeover_ = run_takeover(lost, why).eagerlyEvaluate([this, why, generation](kj::Exception&& e) {
+    if (generation != generation_) return;  // superseded by a rollback
     taking_over_ = false;
     PSLOG(kWarning) << "job " << id_ << ": takeover failed (" << e.getDescription().cStr() << "); rolling back";
     recover(why);
@@ -66,8 +70,10 @@ kj::Promise<void> JobRunner::run_takeover(size_t lost, std::string why) {
     request.setVersion(std::numeric_limits<uint64_t>::max());
     probes.add(request.send().then([](auto&& r) { return std::make_pair(r.getLowestVersion(), r.getCurrentVersion()); }));
   }
+  const uint64_t generation = generation_;
   return kj::joinPromises(probes.releaseAsArray())
-      .then([this, lost](kj::Array<std::pair<uint64_t, uint64_t>> versions) {
+      .then([this, lost, generation](kj::Array<std::pair<uint64_t, uint64_t>> versions) {
+        KJ_REQUIRE(generation == generation_, "superseded by a rollback");
         uint64_t lowest = std::numeric_limits<uint64_t>::max(), highest = 0;
         for (const auto& [low, high] : versions) {
           lowest = std::min(lowest, low);
@@ -87,6 +93,7 @@ kj::Promise<void> JobRunner::run_takeover(size_t lost, std::string why) {
         order.split = train_;
         ledger_[lowest][order.slice] = order.indices;
         // The first live survivor with an open watch computes the slice.
+        bool ordered = false;
         for (size_t i = 0; i < workers_.size(); ++i) {
           const auto it = watchers_.find(workers_[i]);
           const NodeInfo* n = cluster_.find(workers_[i]);
@@ -95,8 +102,10 @@ kj::Promise<void> JobRunner::run_takeover(size_t lost, std::string why) {
                        << lowest;
           it->second->fulfill(kj::mv(order));
           watchers_.erase(it);
+          ordered = true;
           break;
         }
+        KJ_REQUIRE(ordered, "no surviving worker to take the slice over");
         // Every server holds at the next step; when all chunks are there, the job re-plans from it.
         kj::Vector<kj::Promise<void>> settled;
         for (auto& client : server_clients_) {
@@ -110,7 +119,8 @@ kj::Promise<void> JobRunner::run_takeover(size_t lost, std::string why) {
             .timeoutAfter(kTakeoverTimeout, kj::joinPromises(settled.releaseAsArray()))
             .then([next = lowest + 1] { return next; });
       })
-      .then([this, lost, why](uint64_t version) {
+      .then([this, lost, why, generation](uint64_t version) {
+        if (generation != generation_) return;  // superseded by a rollback
         taking_over_ = false;
         if (state_ != JobState::kRunning) return;
         std::vector<uint32_t> alive;

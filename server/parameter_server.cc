@@ -198,7 +198,7 @@ kj::Promise<void> ParameterServerImpl::backupAt(BackupAtContext context) {
   const uint64_t version = context.getParams().getVersion();
   if (version != UINT64_MAX) {
     job.extra_backup_points.insert(version);
-    job.shard->hold_from(version);
+    if (!job.shard->backup_and_hold_at(version)) job.extra_backup_points.erase(version);  // too late
   }
   uint64_t highest = 0, lowest = UINT64_MAX;
   for (uint32_t key : job.shard->keys()) {
@@ -210,16 +210,16 @@ kj::Promise<void> ParameterServerImpl::backupAt(BackupAtContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> ParameterServerImpl::releaseHold(ReleaseHoldContext context) {
+  find(context.getParams().getJobId()).shard->release_hold();
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> ParameterServerImpl::backupNow(BackupNowContext context) {
   const std::string job_id = rpc::to_string(context.getParams().getJobId());
   Job& job = find(context.getParams().getJobId());
   KJ_REQUIRE(writer_ != nullptr, "this server keeps no backups (no data directory)");
-  auto snapshots = job.shard->snapshot_now();
-  KJ_REQUIRE(snapshots.has_value() && !snapshots->empty(),
-             "the job's chunks are not at one version (a push is in flight): cannot back up now");
-  const uint64_t version = snapshots->front().version;
-  writer_->submit(job_id, version, std::move(*snapshots));
-  context.getResults().setVersion(version);
+  writer_->submit(job_id, context.getParams().getVersion(), job.shard->snapshot_each());
   return kj::READY_NOW;
 }
 
@@ -254,7 +254,8 @@ kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
     KJ_REQUIRE(job.shard->version(key) <= version, "a chunk is already past the step to settle at", key,
                job.shard->version(key), version);
   }
-  job.shard->hold_from(version);
+  job.shard->settle_hold_from(version);
+  const uint64_t rollbacks = job.shard->rollbacks();
   kj::Vector<kj::Promise<void>> reached;
   for (uint32_t key : job.shard->keys()) {
     auto paf = kj::newPromiseAndFulfiller<uint64_t>();
@@ -264,9 +265,12 @@ kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
   }
   std::weak_ptr<Job> weak = jobs_.at(job_id);
   const uint64_t generation = context.getParams().getGeneration();
-  return kj::joinPromises(reached.releaseAsArray()).then([weak, job_id, version, generation] {
+  return kj::joinPromises(reached.releaseAsArray()).then([weak, job_id, version, generation, rollbacks] {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr, "job was dropped");
+    // A rollback since (a second loss during the takeover) made this settle moot; the pulls it
+    // waited on only fired because the new plan trained past `version`.
+    KJ_REQUIRE(job->shard->rollbacks() == rollbacks, "the job was rolled back meanwhile; not settling");
     job->shard->abort_waiting_and_release_hold(generation);
     PSLOG(kInfo) << "job " << job_id << ": settled at step " << version << " for a re-plan";
   });

@@ -40,6 +40,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> backupAt(BackupAtContext context) override;
   kj::Promise<void> settle(SettleContext context) override;
   kj::Promise<void> backupNow(BackupNowContext context) override;
+  kj::Promise<void> releaseHold(ReleaseHoldContext context) override;
   kj::Promise<void> adoptBackup(AdoptBackupContext context) override;
 
  private:

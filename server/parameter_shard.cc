@@ -126,7 +126,7 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
 }
 
 void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
-  while (chunk.version < std::min(hold_from_, durability_hold_)) {
+  while (chunk.version < std::min({hold_from_, durability_hold_, settle_hold_})) {
     auto it = chunk.pending.find(chunk.version);
     if (it == chunk.pending.end() || it->second.empty()) return;
     std::vector<PendingPush>& pushes = it->second;
@@ -227,22 +227,41 @@ void ParameterShard::enable_backups(std::function<bool(uint64_t)> is_backup_poin
 }
 
 void ParameterShard::take_snapshot_if_due(Chunk& chunk) {
-  if (!is_backup_point_ || !is_backup_point_(chunk.version)) return;
+  if (!is_backup_point_ || !is_backup_point_(chunk.version) || chunk.version <= last_backup_ready_) return;
   auto& taken = snapshots_[chunk.version];
+  for (const ChunkSnapshot& s : taken) {
+    if (s.key == chunk.info.key) return;  // this chunk's snapshot at this version is in already
+  }
   taken.push_back({chunk.info.key, chunk.version, chunk.values, chunk.optimizer_state});
   if (taken.size() < chunks_.size()) return;
   std::vector<ChunkSnapshot> complete = std::move(taken);
   const uint64_t version = chunk.version;
   snapshots_.erase(snapshots_.begin(), snapshots_.upper_bound(version));
+  last_backup_ready_ = version;
   backup_ready_(version, std::move(complete));
 }
 
-std::optional<std::vector<ChunkSnapshot>> ParameterShard::snapshot_now() const {
-  std::vector<ChunkSnapshot> out;
+bool ParameterShard::backup_and_hold_at(uint64_t version) {
   for (const auto& [key, chunk] : chunks_) {
-    if (!out.empty() && out.front().version != chunk.version) return std::nullopt;
-    out.push_back({key, chunk.version, chunk.values, chunk.optimizer_state});
+    if (chunk.version > version) return false;
   }
+  hold_from_ = version;
+  // Chunks already at `version` got there before it was a backup point: snapshot them now.
+  for (auto& [key, chunk] : chunks_) {
+    if (chunk.version == version) take_snapshot_if_due(chunk);
+  }
+  for (auto& [key, chunk] : chunks_) apply_ready_sync_steps(chunk);  // a hold moved up may free steps
+  return true;
+}
+
+void ParameterShard::release_hold() {
+  hold_from_ = UINT64_MAX;
+  for (auto& [key, chunk] : chunks_) apply_ready_sync_steps(chunk);
+}
+
+std::vector<ChunkSnapshot> ParameterShard::snapshot_each() const {
+  std::vector<ChunkSnapshot> out;
+  for (const auto& [key, chunk] : chunks_) out.push_back({key, chunk.version, chunk.values, chunk.optimizer_state});
   return out;
 }
 
@@ -267,7 +286,9 @@ void ParameterShard::restore(const std::map<uint32_t, ChunkSnapshot>& snapshots)
     chunk.version = s.version;
   }
   snapshots_.clear();
-  hold_from_ = durability_hold_ = UINT64_MAX;
+  last_backup_ready_ = 0;
+  hold_from_ = durability_hold_ = settle_hold_ = UINT64_MAX;
+  ++rollbacks_;
   for (auto& [key, chunk] : chunks_) {
     abort_waiting(chunk);
     release_pulls(chunk);
@@ -282,7 +303,9 @@ void ParameterShard::reset() {
     chunk.version = 0;
   }
   snapshots_.clear();
-  hold_from_ = durability_hold_ = UINT64_MAX;
+  last_backup_ready_ = 0;
+  hold_from_ = durability_hold_ = settle_hold_ = UINT64_MAX;
+  ++rollbacks_;
   for (auto& [key, chunk] : chunks_) abort_waiting(chunk);
   for (auto& [worker, clock] : worker_clocks_) clock = 0;
 }
@@ -292,7 +315,7 @@ void ParameterShard::reset() {
 namespace pstrain {
 
 void ParameterShard::abort_waiting_and_release_hold(uint64_t min_generation) {
-  hold_from_ = UINT64_MAX;
+  settle_hold_ = UINT64_MAX;
   reject_generations_below(min_generation);
   for (auto& [key, chunk] : chunks_) abort_waiting(chunk);
 }

@@ -91,20 +91,30 @@ class ParameterShard {
   // snapshot, `ready` receives them all (on this thread, inside push()).
   using BackupReady = std::function<void(uint64_t version, std::vector<ChunkSnapshot> chunks)>;
   void enable_backups(std::function<bool(uint64_t)> is_backup_point, BackupReady ready);
-  // Snapshots of every chunk as it is now, if all chunks are at the same version.
-  std::optional<std::vector<ChunkSnapshot>> snapshot_now() const;
+  // Snapshots of every chunk as it is now, each with its own version.
+  std::vector<ChunkSnapshot> snapshot_each() const;
   // Replaces every chunk's state with the snapshots (which must cover this shard's chunks) and
   // answers all waiting pushes and pulls with aborted = true.
   void restore(const std::map<uint32_t, ChunkSnapshot>& snapshots);
   // Back to the initial values and fresh optimizer state (a rollback to step 0).
   void reset();
   // Sync: apply no step at or after `version` (pushes for it wait) until restore() or reset().
-  // A preemption uses it to stop every chunk exactly at the backup it asked for.
   void hold_from(uint64_t version) { hold_from_ = std::min(hold_from_, version); }
-  // Ends a hold without a rollback (a re-plan at the held step): lifts hold_from() and answers
-  // every waiting push, and from now on every push of a generation below `min_generation`, with
-  // aborted = true, so the workers of the old plan ask for the new one.
+  // A cut (preemption, a worker joining): back up every chunk at `version` (the caller has made it
+  // a backup point) and hold there, replacing an earlier cut's hold. False, and nothing changes,
+  // if a chunk is already past `version` (the caller tries again further ahead).
+  bool backup_and_hold_at(uint64_t version);
+  // Lifts a cut's hold (the cut was abandoned).
+  void release_hold();
+  // A re-plan without a rollback (a takeover): apply no step at or after `version` until
+  // abort_waiting_and_release_hold(), which ends this hold only (not hold_from's).
+  void settle_hold_from(uint64_t version) { settle_hold_ = std::min(settle_hold_, version); }
+  // Ends the settle hold: answers every waiting push, and from now on every push of a generation
+  // below `min_generation`, with aborted = true, so the workers of the old plan ask for the new one.
   void abort_waiting_and_release_hold(uint64_t min_generation);
+  // How many times restore() or reset() ran: a settle that started before a rollback must not
+  // act after it.
+  uint64_t rollbacks() const { return rollbacks_; }
   // From now on, pushes of a generation below `min_generation` fail (aborted = true): a rollback
   // calls it before restore(), so workers of the old plan cannot push into the restored state.
   void reject_generations_below(uint64_t min_generation) { min_generation_ = std::max(min_generation_, min_generation); }
@@ -163,6 +173,9 @@ class ParameterShard {
   std::map<uint64_t, std::vector<ChunkSnapshot>> snapshots_;  // by version, until complete
   uint64_t hold_from_ = UINT64_MAX;
   uint64_t min_generation_ = 0;
+  uint64_t settle_hold_ = UINT64_MAX;
+  uint64_t last_backup_ready_ = 0;  // newest version handed to backup_ready_
+  uint64_t rollbacks_ = 0;
   uint64_t durability_hold_ = UINT64_MAX;
 };
 

@@ -85,9 +85,13 @@ interface ParameterServer {
   restore @6 (jobId :Text, version :UInt64, fromScratch :Bool, generation :UInt64) -> ();
   # Complete backups this server holds for the job, oldest first.
   backups @7 (jobId :Text) -> (versions :List(UInt64));
-  # Preemption: also back up at `version` (when every chunk reaches it) and hold there. Returns
-  # the highest and the lowest version of the job's chunks now (with version = 2^64-1: only asks).
+  # A cut (preemption, a worker joining): also back up at `version` (when every chunk reaches it)
+  # and hold there, replacing an earlier cut's hold. Returns the highest and the lowest version
+  # of the job's chunks now; a highest above `version` means the mark came too late and was not
+  # set (with version = 2^64-1: only asks).
   backupAt @8 (jobId :Text, version :UInt64) -> (currentVersion :UInt64, lowestVersion :UInt64);
+  # Lifts a cut's hold (the cut was abandoned).
+  releaseHold @12 (jobId :Text) -> ();
 
   # Sync re-plan without a rollback (a lost worker's slice was taken over): hold every chunk at
   # `version`, wait until all have reached it, then fail the pushes waiting beyond it and every
@@ -95,10 +99,10 @@ interface ParameterServer {
   # the hold. Fails if a chunk is already past `version`.
   settle @9 (jobId :Text, version :UInt64, generation :UInt64) -> ();
 
-  # Async cut (every worker paused, no push in flight, so every chunk is at one version): back
-  # up the shard as it is now; the version is the pushes applied so far. backupDone follows once
-  # it is durable.
-  backupNow @10 (jobId :Text) -> (version :UInt64);
+  # Async cut (every worker paused, no push in flight): back up the shard as it is now, under
+  # `version` (the job's steps at the cut; each chunk keeps its own version, which differ if a
+  # lost worker pushed part of a step). backupDone follows once it is durable.
+  backupNow @10 (jobId :Text, version :UInt64) -> ();
 
   # Moving a lost server's shard here: writes another server's backup of the job (the chunks of
   # the server index this server was configured with, each an encoded snapshot) into this

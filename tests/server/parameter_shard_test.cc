@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <optional>
+#include <set>
 
 #include "server/parameter_shard.h"
 
@@ -203,7 +204,7 @@ TEST_CASE("sync - a hold released without a rollback fails the pushes waiting be
   Fixture f(R"({"mode": "sync", "global_batch_size": 8, "workers": 1})", 1);
   std::vector<float> g(f.n, 1.0f);
   Reply step0, step1;
-  f.shard.hold_from(1);
+  f.shard.settle_hold_from(1);
   f.shard.push(push(f.key, 0, 0, 1, 8, g), [&](PushOutcome o) { step0.outcome = o; });
   REQUIRE(step0.outcome.has_value());  // step 0 is before the hold
   const auto at_hold = f.initial();
@@ -226,4 +227,48 @@ TEST_CASE("sync - a hold released without a rollback fails the pushes waiting be
   f.shard.push(next_plan, [&](PushOutcome o) { again.outcome = o; });
   REQUIRE(again.outcome.has_value());
   CHECK(f.shard.version(f.key) == 2);
+}
+
+TEST_CASE("sync - a cut mark backs up chunks already at its step and refuses one that came too late") {
+  Fixture f(R"({"mode": "sync", "global_batch_size": 8, "workers": 1})", 1);
+  std::set<uint64_t> points;
+  std::vector<uint64_t> ready;
+  f.shard.enable_backups([&](uint64_t v) { return points.count(v) != 0; },
+                         [&](uint64_t v, std::vector<ChunkSnapshot> chunks) {
+                           CHECK(chunks.size() == f.shard.keys().size());
+                           ready.push_back(v);
+                         });
+  std::vector<std::vector<float>> grads;
+  for (uint32_t key : f.shard.keys()) grads.emplace_back(f.shard.chunk_size(key), 1.0f);
+  // One step of every chunk; returns how many pushes were answered.
+  auto step = [&](uint64_t s) {
+    auto answered = std::make_shared<int>(0);
+    size_t k = 0;
+    for (uint32_t key : f.shard.keys()) {
+      f.shard.push(push(key, s, 0, 1, 8, grads[k++]), [answered](PushOutcome) { ++*answered; });
+    }
+    return answered;
+  };
+  const int chunks = static_cast<int>(f.shard.keys().size());
+  CHECK(*step(0) == chunks);
+  // Marked at 0: the chunks are already past it.
+  points.insert(0);
+  CHECK_FALSE(f.shard.backup_and_hold_at(0));
+  // Marked at 1, where the chunks stand: backed up at once, and held there.
+  points.insert(1);
+  CHECK(f.shard.backup_and_hold_at(1));
+  CHECK(ready == std::vector<uint64_t>{1});
+  auto held = step(1);
+  CHECK(*held == 0);
+  // A mark further ahead replaces the hold: the waiting step applies, up to the new mark.
+  points.insert(2);
+  CHECK(f.shard.backup_and_hold_at(2));
+  CHECK(*held == chunks);
+  CHECK(ready == std::vector<uint64_t>{1, 2});
+  auto held_again = step(2);
+  CHECK(*held_again == 0);
+  // Released: nothing holds any more.
+  f.shard.release_hold();
+  CHECK(*held_again == chunks);
+  CHECK(f.shard.version(f.key) == 3);
 }
