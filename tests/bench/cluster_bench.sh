@@ -264,7 +264,7 @@ cat <<EOF
 
 exchange GB/s vs iperf3 GB/s (ratio): $EX1_GBPS vs $IPERF_GBPS ($("$PY" -c "print(f'{$EX1_GBPS / $IPERF_GBPS:.2f}')"))
 GB = 1e9 bytes. Exchange: pstrain-exchange-bench, $NET_SECONDS s after 5 warm-up steps: every step pushes every chunk of
-the MLP (3.62 MB of zero gradients, async job so each push is applied at once) and copies the 3.62 MB of values
+the MLP (3.62 MB of zero gradients; sync job, the clients are one step's slices) and copies the 3.62 MB of values
 from the replies; GB/s counts bytes pushed + pulled; steps/s summed over clients, ms/step per client. iperf3: one
 TCP stream over 127.0.0.1 for $NET_SECONDS s, receiver's rate.
 EOF

@@ -3,8 +3,9 @@
 // It starts nothing itself. Given --server host:port of a running server (for a bench, start one
 // by hand: `pstrain-server --listen 127.0.0.1:0 --coordinator 127.0.0.1:1`; it keeps retrying the
 // coordinator in the background but serves RPC anyway), it configures a job of its own on that
-// server — the job spec (--spec, the MNIST MLP by default) forced to async mode, one server and
-// --clients workers, so every push is applied at once and answered immediately — and then, on
+// server — the job spec (--spec, the MNIST MLP by default) with one server and --clients workers,
+// in --mode sync (the default and the product's main path: the clients are the slices of each
+// step, replies zero-copy) or async (every push applied and answered at once) — and then, on
 // each of --clients connections (one thread and event loop each), runs steps the way a worker
 // does: push every chunk at once (a zero gradient, sent zero-copy with reference_tensor), wait
 // for every reply and copy its values out. After --warmup-steps untimed steps per client, it runs
