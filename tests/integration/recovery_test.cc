@@ -154,6 +154,27 @@ TEST_CASE("SIGTERM to a worker hands its work back so no step is replayed") {
   }
 }
 
+TEST_CASE("two workers killed at once - the job finishes on the third and uses every example once") {
+  testing::TempDir dir;
+  JobSpec spec = parse_job_spec(job_json(3, 10));
+  spec.training.workers = 3;
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_spec_to_json(spec)),
+                            .workers = 3,
+                            .coordinator_flags = {"--dead-after-ms", "1500"}});
+  cluster.coordinator().wait_for_line("backup at step 20 complete", 60s);
+  cluster.workers()[1]->kill_hard();
+  cluster.workers()[2]->kill_hard();
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  CHECK(log.find("with 1 worker(s)") != std::string::npos);
+  CHECK(cluster.final_accuracy() >= 0.92);
+  for (int epoch = 1; epoch <= 3; ++epoch) {
+    INFO("epoch " << epoch);
+    CHECK(log.find("examples of epoch " + std::to_string(epoch) + ": 5002 used once, 0 missing, 0 used more than once") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("a new worker joins a job that lost one at the next step") {
   testing::TempDir dir;
   testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_json(4, 10)),
