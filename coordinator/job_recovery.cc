@@ -63,7 +63,11 @@ kj::Promise<void> JobRunner::preempt(uint32_t node) {
 }
 
 void JobRunner::grow() {
-  if (state_ != JobState::kRunning || !sync() || !configured_ || growing_ ||
+  if (!sync()) {
+    replace_lost_async_worker();
+    return;
+  }
+  if (state_ != JobState::kRunning || !configured_ || growing_ ||
       workers_.size() >= static_cast<size_t>(spec_.training.workers) ||
       cluster_.free_nodes(proto::Role::WORKER).empty()) {
     return;
@@ -141,8 +145,10 @@ void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
       // Async: the others simply go on; the lost worker's shard of the epoch is not redone.
       const auto index = static_cast<size_t>(std::find(workers_.begin(), workers_.end(), node) - workers_.begin());
       worker_finished_[index] = true;
+      worker_lost_[index] = true;
       cut_expects_no_more(node);
-      PSLOG(kWarning) << "job " << id_ << ": worker " << index << " lost (" << why << "); the others go on";
+      PSLOG(kWarning) << "job " << id_ << ": worker " << index << " lost (" << why
+                      << "); the others go on, and a free worker takes its place";
       for (auto& client : server_clients_) {
         auto request = client.workerFinishedRequest();
         request.setJobId(id_);
@@ -368,6 +374,7 @@ namespace pstrain {
 void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t replayed, const std::string& how) {
   workers_ = std::move(workers);
   worker_finished_.assign(workers_.size(), false);
+  worker_lost_.assign(workers_.size(), false);
   worker_steps_.assign(workers_.size(), version);
   if (!sync()) {
     for (size_t i = 0; i < workers_.size() && i < resume_positions_.size(); ++i) {
@@ -423,6 +430,44 @@ size_t JobRunner::async_resume(const std::vector<uint32_t>& workers, uint64_t ve
   uint32_t earliest = UINT32_MAX;
   for (const Position& p : resume_positions_) earliest = std::min(earliest, p.epoch);
   return earliest;
+}
+
+}  // namespace pstrain
+
+namespace pstrain {
+
+void JobRunner::replace_lost_async_worker() {
+  if (state_ != JobState::kRunning || !configured_ || cut_) return;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!worker_lost_[i]) continue;
+    const std::vector<uint32_t> free = cluster_.free_nodes(proto::Role::WORKER);
+    if (free.empty()) return;
+    // The new worker goes on with the lost one's shard from its last reported step: at most the
+    // steps since that report are done twice, none is skipped. The other workers' sessions are
+    // untouched (same plan, same generation).
+    const uint32_t node = free.front();
+    cluster_.find(node)->job = id_;
+    workers_[i] = node;
+    worker_lost_[i] = false;
+    worker_finished_[i] = false;
+    const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(i)));
+    if (resume_positions_.size() != workers_.size()) {
+      resume_positions_.resize(workers_.size());
+      for (size_t w = 0; w < workers_.size(); ++w) {
+        const auto spe = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(w)));
+        resume_positions_[w] = {static_cast<uint32_t>(worker_steps_[w] / spe), worker_steps_[w] % spe, worker_steps_[w]};
+      }
+    }
+    resume_positions_[i] = {static_cast<uint32_t>(worker_steps_[i] / steps_per_epoch), worker_steps_[i] % steps_per_epoch,
+                            worker_steps_[i]};
+    PSLOG(kInfo) << "job " << id_ << ": worker node " << node << " takes the place of lost worker " << i
+                 << " from its step " << worker_steps_[i];
+    store_.update(id_, [&](JobRecord& r) {
+      r.workers = workers_;
+      r.notes.push_back("a new worker took the place of lost worker " + std::to_string(i) + " from its step " +
+                        std::to_string(worker_steps_[i]));
+    });
+  }
 }
 
 }  // namespace pstrain

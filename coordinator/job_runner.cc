@@ -84,6 +84,7 @@ bool JobRunner::try_start() {
   }
   for (uint32_t id : workers_) cluster_.find(id)->job = id_;
   worker_finished_.assign(workers_.size(), false);
+  worker_lost_.assign(workers_.size(), false);
   chunks_ = plan_chunks(layout_, static_cast<uint32_t>(servers_.size()));
   plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
   state_ = JobState::kRunning;

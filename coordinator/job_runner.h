@@ -99,7 +99,8 @@ class JobRunner {
   // A node of this job died (missed heartbeats, or a server registered again under its name).
   void on_node_lost(uint32_t node, const std::string& why);
   // Sync: if the job runs with fewer workers than it asked for and a worker is free, takes it in
-  // at the next step (a cut, then a re-plan from the cut: nothing replayed).
+  // at the next step (a cut, then a re-plan from the cut: nothing replayed). Async: a free worker
+  // takes the place of a lost one, from the lost one's last reported step.
   void grow();
   // Re-plans the job: waits for its servers, rolls every server back to the latest usable
   // backup, and hands the workers new assignments from there.
@@ -129,6 +130,7 @@ class JobRunner {
   // Async: starts a consistent cut when the job's steps passed the next backup point.
   void maybe_cut_async();
   kj::Promise<void> run_async_cut();
+  void replace_lost_async_worker();
   // A worker of a running async cut will not pause (finished or lost).
   void cut_expects_no_more(uint32_t node);
   void end_async_cut();
@@ -186,6 +188,7 @@ class JobRunner {
   std::optional<DataPlan> plan_;
   std::vector<EpochMetrics> epochs_;
   std::vector<bool> worker_finished_;
+  std::vector<bool> worker_lost_;        // async: lost, its place open for a free worker
   std::vector<uint64_t> worker_steps_;   // latest step count reported by each worker
   std::vector<double> worker_rates_;     // latest samples/s reported by each worker
   std::vector<float> final_params_;

@@ -263,3 +263,26 @@ TEST_CASE("async - kill -9 of a server then a restart recovers from a consistent
   for (int r : replayed) CHECK(r <= 60);
   CHECK(cluster.final_accuracy() >= 0.90);
 }
+
+TEST_CASE("async - a new worker takes the place of a killed one and the job finishes") {
+  testing::TempDir dir;
+  // Long enough (12 epochs, ~5 s) that the other worker is still training when the replacement
+  // arrives: once every live worker has finished, an async job ends without the lost shard.
+  JobSpec spec = testing::mlp_job(700, 500, 12);
+  spec.training.mode = TrainingMode::kAsync;
+  spec.training.servers = 2;
+  spec.training.workers = 2;
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_spec_to_json(spec)),
+                            .coordinator_flags = {"--dead-after-ms", "1000"}});
+  cluster.coordinator().wait_for_line("epoch 1 step 20", 60s);
+  cluster.workers()[1]->kill_hard();
+  cluster.coordinator().wait_for_line("lost .*the others go on", 60s);
+  cluster.group().start("worker-2", {testing::binary("worker/pstrain-worker"), "--coordinator",
+                                     "127.0.0.1:" + std::to_string(cluster.coordinator_port()), "--name", "worker-2"});
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  CHECK(std::regex_search(log, std::regex("takes the place of lost worker [01] from its step [0-9]+")));
+  // The lost worker's shard was finished by its replacement, so the job trained on (almost)
+  // everything: the accuracy of a run without faults.
+  CHECK(cluster.final_accuracy() >= 0.92);
+}
