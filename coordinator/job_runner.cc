@@ -244,23 +244,7 @@ bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
       m.test_correct += report.getCorrect();
       m.test_examples += report.getExamples();
       m.samples_per_second += report.getSamplesPerSecond();
-      if (++m.evaluations == workers_.size()) {
-        const double train_n = std::max<uint64_t>(1, m.train_examples), test_n = std::max<uint64_t>(1, m.test_examples);
-        const EpochMetric metric{epoch + 1,         m.train_loss_sum / train_n, m.train_correct / train_n,
-                                 m.test_loss_sum / test_n, m.test_correct / test_n, m.samples_per_second,
-                                 now_ms()};
-        std::printf("epoch %u: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s\n",
-                    epoch + 1, metric.train_loss, metric.train_accuracy, metric.test_loss, metric.test_accuracy,
-                    metric.samples_per_second);
-        std::fflush(stdout);
-        store_.append_epoch(id_, metric);
-        store_.update(id_, [&](JobRecord& r) {
-          r.test_loss = metric.test_loss;
-          r.test_accuracy = metric.test_accuracy;
-          r.train_loss = metric.train_loss;
-          r.train_accuracy = metric.train_accuracy;
-        });
-      }
+      if (++m.evaluations == workers_.size()) record_epoch(epoch, false);
       break;
     case proto::Progress::Kind::FINISHED:
       worker_finished_[static_cast<size_t>(index)] = true;
@@ -274,10 +258,42 @@ bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
   return true;
 }
 
+void JobRunner::record_epoch(uint32_t epoch, bool partial) {
+  EpochMetrics& m = epochs_[epoch];
+  if (m.recorded) return;
+  m.recorded = true;
+  const double train_n = std::max<uint64_t>(1, m.train_examples), test_n = std::max<uint64_t>(1, m.test_examples);
+  const EpochMetric metric{epoch + 1,         m.train_loss_sum / train_n, m.train_correct / train_n,
+                           m.test_loss_sum / test_n, m.test_correct / test_n, m.samples_per_second,
+                           now_ms()};
+  std::printf("epoch %u: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s%s\n", epoch + 1,
+              metric.train_loss, metric.train_accuracy, metric.test_loss, metric.test_accuracy,
+              metric.samples_per_second, partial ? " (test: part of the split, a worker was lost)" : "");
+  std::fflush(stdout);
+  store_.append_epoch(id_, metric);
+  store_.update(id_, [&](JobRecord& r) {
+    r.test_loss = metric.test_loss;
+    r.test_accuracy = metric.test_accuracy;
+    r.train_loss = metric.train_loss;
+    r.train_accuracy = metric.train_accuracy;
+    if (partial) {
+      r.notes.push_back("epoch " + std::to_string(epoch + 1) + ": test metrics on " + std::to_string(m.test_examples) +
+                        " examples (a worker was lost before evaluating its part)");
+    }
+  });
+}
+
+void JobRunner::record_partial_epochs(uint32_t before) {
+  for (uint32_t e = 0; e < before && e < epochs_.size(); ++e) {
+    if (!epochs_[e].recorded && epochs_[e].evaluations > 0) record_epoch(e, true);
+  }
+}
+
 void JobRunner::finish_if_done() {
   for (bool done : worker_finished_) {
     if (!done) return;
   }
+  record_partial_epochs(static_cast<uint32_t>(epochs_.size()));
   background_ = collect_parameters().eagerlyEvaluate([this](kj::Exception&& e) {
     fail(std::string("could not collect the trained parameters: ") + e.getDescription().cStr());
   });

@@ -36,6 +36,7 @@ struct EpochMetrics {
   uint64_t test_correct = 0, test_examples = 0;
   double samples_per_second = 0;  // sum of the workers' training rates
   uint32_t evaluations = 0;       // workers that reported their test slice
+  bool recorded = false;          // written to the store (once every worker has reported)
 };
 
 // What a worker's watch call returns: a lost worker's slice of a sync step, for a surviving
@@ -161,6 +162,11 @@ class JobRunner {
   int worker_index(uint32_t node) const;
   bool sync() const { return spec_.training.mode == TrainingMode::kSync; }
   void finish_if_done();
+  // Writes epoch e's metrics (printed line, history, record). `partial`: some workers' test
+  // slices are missing (a worker was lost before it evaluated).
+  void record_epoch(uint32_t epoch, bool partial);
+  // Records every epoch before `before` that has evaluations but was not recorded.
+  void record_partial_epochs(uint32_t before);
   void release_nodes();
   void drop_on_servers();
   void end(JobState state, const std::string& reason);
