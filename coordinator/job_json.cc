@@ -143,6 +143,11 @@ std::string record_to_json(const JobRecord& j) {
       {"train_accuracy", optional_number(j.train_accuracy)}, {"test_loss", optional_number(j.test_loss)},
       {"test_accuracy", optional_number(j.test_accuracy)}, {"workers", std::move(workers)},
       {"servers", std::move(servers)},
+      {"server_names", [&] {
+         json::array a;
+         for (const auto& n : j.server_names) a.push_back(json::value(n));
+         return a;
+       }()},
       {"last_backup_step", j.last_backup_step ? json::value(*j.last_backup_step) : json::value(nullptr)},
       {"has_model", j.has_model}, {"model_bytes", j.model_bytes}, {"recoveries", j.recoveries},
       {"notes", [&] {
@@ -184,6 +189,7 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.test_accuracy = get_optional(o, "test_accuracy");
     j.workers = get_or<std::vector<uint32_t>>(o, "workers", {});
     j.servers = get_or<std::vector<uint32_t>>(o, "servers", {});
+    j.server_names = get_or<std::vector<std::string>>(o, "server_names", {});
     if (const auto it = o.find("last_backup_step"); it != o.end() && !it->value().is_null()) {
       j.last_backup_step = json::value_to<int64_t>(it->value());
     }

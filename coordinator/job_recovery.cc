@@ -386,7 +386,12 @@ void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t
   plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
   resume_version_ = version;
   ledger_.erase(ledger_.lower_bound(version), ledger_.end());
+  // Acks and replicas of backups past `version` are of the abandoned timeline (the servers
+  // deleted those backups when they restored).
+  backup_acks_.erase(backup_acks_.upper_bound(version), backup_acks_.end());
+  replicas_.erase(replicas_.upper_bound(version), replicas_.end());
   watchers_.clear();
+  cutting_ = false;
   ++recoveries_;
   generation_++;
   recovering_ = false;

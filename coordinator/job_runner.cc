@@ -41,6 +41,7 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
     r.state = "PENDING";
     r.notes.push_back("re-queued after a coordinator restart");
     if (r.last_backup_step) complete_backups_.push_back(static_cast<uint64_t>(*r.last_backup_step));
+    recorded_server_names_ = r.server_names;
   });
   if (!known) {
     JobRecord record;
@@ -69,12 +70,29 @@ bool JobRunner::try_start() {
     fail(e.what());
     return false;
   }
-  // Servers in name order: a job re-queued after a coordinator restart then gets each server at
-  // the index whose backups it holds (for servers that keep their names, as they should).
+  // A job re-queued after a coordinator restart gets each server at the index whose backups it
+  // holds: the name recorded for that index (a shard may have moved to a server of another
+  // name), else name order (for servers that keep their names, as they should).
   std::vector<uint32_t> by_name = servers;
   std::sort(by_name.begin(), by_name.end(),
             [this](uint32_t a, uint32_t b) { return cluster_.find(a)->name < cluster_.find(b)->name; });
-  servers_.assign(by_name.begin(), by_name.begin() + spec_.training.servers);
+  std::vector<uint32_t> chosen(static_cast<size_t>(spec_.training.servers), 0);
+  for (size_t i = 0; i < chosen.size() && i < recorded_server_names_.size(); ++i) {
+    for (auto it = by_name.begin(); it != by_name.end(); ++it) {
+      if (cluster_.find(*it)->name == recorded_server_names_[i]) {
+        chosen[i] = *it;
+        by_name.erase(it);
+        break;
+      }
+    }
+  }
+  for (uint32_t& slot : chosen) {
+    if (slot == 0) {
+      slot = by_name.front();
+      by_name.erase(by_name.begin());
+    }
+  }
+  servers_ = chosen;
   workers_.assign(workers.begin(), workers.begin() + spec_.training.workers);
   for (uint32_t id : servers_) {
     NodeInfo* node = cluster_.find(id);
@@ -99,6 +117,7 @@ bool JobRunner::try_start() {
     r.started_ms = now_ms();
     r.workers = workers_;
     r.servers = servers_;
+    r.server_names = server_names_;
     r.steps_per_epoch = plan_->steps_per_epoch(0);
     r.total_steps = total_steps;
   });

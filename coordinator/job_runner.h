@@ -222,6 +222,8 @@ class JobRunner {
   std::set<uint32_t> preempted_;  // nodes that announced SIGTERM
   // Replicas of the servers' backups: version -> server index -> encoded chunk snapshots.
   std::map<uint64_t, std::map<size_t, std::vector<std::string>>> replicas_;
+  std::set<uint32_t> failed_spares_;  // servers a move to failed: not tried again
+  std::vector<std::string> recorded_server_names_;  // by index, from the record of a re-queued job
   kj::Promise<void> takeover_ = nullptr;
   // Async cuts: workers pause between steps, every server backs up, workers go on.
   struct AsyncCut {

@@ -39,34 +39,58 @@ kj::Maybe<kj::Promise<void>> JobRunner::move_lost_servers() {
       version = *v;
     }
     if (replica == nullptr) continue;
-    const std::vector<uint32_t> free = cluster_.free_nodes(proto::Role::SERVER);
-    if (free.empty()) break;
-    NodeInfo* spare = cluster_.find(free.front());
+    uint32_t spare_id = 0;
+    for (uint32_t candidate : cluster_.free_nodes(proto::Role::SERVER)) {
+      if (failed_spares_.count(candidate) == 0) {
+        spare_id = candidate;
+        break;
+      }
+    }
+    if (spare_id == 0) break;
+    NodeInfo* spare = cluster_.find(spare_id);
     spare->job = id_;
-    const std::string lost_name = server_names_[i];
-    servers_[i] = free.front();
+    const uint32_t lost_node = servers_[i];
+    const std::string lost_name = server_names_[i], lost_address = server_addresses_[i];
+    servers_[i] = spare_id;
     server_addresses_[i] = spare->address;
     server_names_[i] = spare->name;
     PSLOG(kWarning) << "job " << id_ << ": server '" << lost_name << "' did not come back; moving its shard to '"
                     << spare->name << "' (" << spare->address << ") from the backup at step " << version;
-    store_.update(id_, [&](JobRecord& r) {
-      r.notes.push_back("server '" + lost_name + "' did not come back: its shard moved to '" + spare->name +
-                        "' from the backup at step " + std::to_string(version));
-      r.servers = servers_;
-    });
-    moves.add(connect_server(i)
-                  .then([this, i] { return configure_server(i); })
-                  .then([this, i, version, chunks = *replica] {
-                    auto request = server_clients_[i].adoptBackupRequest();
-                    request.setJobId(id_);
-                    request.setVersion(version);
-                    auto list = request.initChunks(static_cast<unsigned>(chunks.size()));
-                    for (size_t c = 0; c < chunks.size(); ++c) {
-                      list.set(static_cast<unsigned>(c),
-                               capnp::Data::Reader(reinterpret_cast<const kj::byte*>(chunks[c].data()), chunks[c].size()));
-                    }
-                    return request.send().ignoreResult();
-                  }));
+    auto move = connect_server(i)
+                    .then([this, i] { return configure_server(i); })
+                    .then([this, i, version, chunks = *replica] {
+                      auto request = server_clients_[i].adoptBackupRequest();
+                      request.setJobId(id_);
+                      request.setVersion(version);
+                      auto list = request.initChunks(static_cast<unsigned>(chunks.size()));
+                      for (size_t c = 0; c < chunks.size(); ++c) {
+                        list.set(static_cast<unsigned>(c), capnp::Data::Reader(reinterpret_cast<const kj::byte*>(chunks[c].data()),
+                                                                                chunks[c].size()));
+                      }
+                      return request.send().ignoreResult();
+                    });
+    moves.add(io_.getTimer()
+                  .timeoutAfter(30 * kj::SECONDS, kj::mv(move))
+                  .then(
+                      [this, i, lost_name, version] {
+                        store_.update(id_, [&](JobRecord& r) {
+                          r.notes.push_back("server '" + lost_name + "' did not come back: its shard moved to '" +
+                                            server_names_[i] + "' from the backup at step " + std::to_string(version));
+                          r.servers = servers_;
+                          r.server_names = server_names_;
+                        });
+                      },
+                      [this, i, spare_id, lost_node, lost_name, lost_address](kj::Exception&& e) {
+                        // The spare failed (or vanished) during the move: the place is the lost
+                        // server's again, and recovery goes on waiting (or tries another spare).
+                        PSLOG(kWarning) << "job " << id_ << ": moving '" << lost_name << "' to node " << spare_id
+                                        << " failed: " << e.getDescription().cStr();
+                        failed_spares_.insert(spare_id);
+                        if (NodeInfo* n = cluster_.find(spare_id); n != nullptr && n->job == id_) n->job.clear();
+                        servers_[i] = lost_node;
+                        server_addresses_[i] = lost_address;
+                        server_names_[i] = lost_name;
+                      }));
   }
   if (moves.empty()) return nullptr;
   return kj::joinPromises(moves.releaseAsArray());

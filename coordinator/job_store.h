@@ -47,6 +47,7 @@ struct JobRecord {
   double samples_per_second = 0;
   std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
   std::vector<uint32_t> workers, servers;  // node ids
+  std::vector<std::string> server_names;   // by server index (a restarted coordinator matches them)
   std::optional<int64_t> last_backup_step;
   uint32_t recoveries = 0;
   std::vector<int64_t> replayed_steps;  // per recovery

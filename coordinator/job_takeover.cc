@@ -133,7 +133,9 @@ kj::Promise<void> JobRunner::run_takeover(size_t lost, std::string why) {
           return;
         }
         // An epoch whose evaluation the lost worker did not report: record what the others did.
-        record_partial_epochs(static_cast<uint32_t>(version / static_cast<uint64_t>(plan_->steps_per_epoch(0))));
+        // (Epochs before the one of the taken-over step: the survivors evaluated those before
+        // they pushed that step.)
+        record_partial_epochs(static_cast<uint32_t>((version - 1) / static_cast<uint64_t>(plan_->steps_per_epoch(0))));
         replan(alive, version, 0,
                "worker " + std::to_string(lost) + "'s slice of step " + std::to_string(version - 1) +
                    " taken over, going on from step " + std::to_string(version));

@@ -8,7 +8,7 @@ void report_backup(rpc::CoordinatorLink& link, const BackupStore& store, const s
   // The replica goes first: calls on one connection arrive in order, so by the time the
   // coordinator counts this backup as complete it also holds its replica.
   std::string error;
-  if (const auto chunks = store.load(job, version, &error)) {
+  if (const auto chunks = store.load(job, version, &error, /*exact_versions=*/false)) {
     auto replica = link.client().storeReplicaRequest();
     replica.setNodeId(link.node_id());
     replica.setJobId(job);

@@ -103,8 +103,18 @@ std::vector<uint64_t> BackupStore::versions(const std::string& job) const {
   return out;
 }
 
+KvStatus BackupStore::erase_after(const std::string& job, uint64_t version) {
+  KvStatus status;
+  for (uint64_t v : versions(job)) {
+    if (v <= version) continue;
+    status = kv_.erase_prefix(version_prefix(job, v), true);
+    if (!status.ok()) return status;
+  }
+  return status;
+}
+
 std::optional<std::map<uint32_t, ChunkSnapshot>> BackupStore::load(const std::string& job, uint64_t version,
-                                                                    std::string* error) const {
+                                                                    std::string* error, bool exact_versions) const {
   const std::string base = version_prefix(job, version);
   std::string complete;
   if (!kv_.get(base + "complete", &complete).ok()) {
@@ -118,7 +128,7 @@ std::optional<std::map<uint32_t, ChunkSnapshot>> BackupStore::load(const std::st
       return std::nullopt;
     }
     auto snapshot = decode_snapshot(e.value);
-    if (!snapshot || snapshot->version != version) {
+    if (!snapshot || (exact_versions && snapshot->version != version)) {
       *error = "backup " + std::to_string(version) + " of " + job + ": " + e.key + " is malformed";
       return std::nullopt;
     }

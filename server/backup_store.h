@@ -36,8 +36,12 @@ class BackupStore {
   // Complete backups of the job, oldest first.
   std::vector<uint64_t> versions(const std::string& job) const;
   // The chunks of one backup; nullopt (and *error) if it is incomplete or a blob is corrupt.
-  std::optional<std::map<uint32_t, ChunkSnapshot>> load(const std::string& job, uint64_t version,
-                                                        std::string* error) const;
+  // With `exact_versions` (sync backups), every chunk must be at `version` itself; an async cut
+  // is named by the job's steps and its chunks keep their own versions.
+  std::optional<std::map<uint32_t, ChunkSnapshot>> load(const std::string& job, uint64_t version, std::string* error,
+                                                        bool exact_versions = true) const;
+  // Deletes the job's backups after `version` (a rollback to it makes them another timeline's).
+  [[nodiscard]] KvStatus erase_after(const std::string& job, uint64_t version);
   [[nodiscard]] KvStatus erase_job(const std::string& job);
 
  private:

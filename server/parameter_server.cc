@@ -166,12 +166,14 @@ kj::Promise<void> ParameterServerImpl::restore(RestoreContext context) {
   job.shard->reject_generations_below(params.getGeneration());
   if (params.getFromScratch()) {
     job.shard->reset();
+    forget_backups_after(job_id, 0);
     PSLOG(kInfo) << "job " << job_id << ": rolled back to the initial parameters";
     return kj::READY_NOW;
   }
   KJ_REQUIRE(backups_ != nullptr, "this server keeps no backups (no data directory)");
   std::string error;
-  auto snapshots = backups_->load(job_id, params.getVersion(), &error);
+  auto snapshots =
+      backups_->load(job_id, params.getVersion(), &error, /*exact_versions=*/job.shard->mode() == TrainingMode::kSync);
   if (!snapshots) {
     PSLOG(kWarning) << "job " << job_id << ": cannot restore: " << error;
     KJ_FAIL_REQUIRE("backup unusable", error);
@@ -181,8 +183,17 @@ kj::Promise<void> ParameterServerImpl::restore(RestoreContext context) {
                "backup does not match the job's chunks", key);
   }
   job.shard->restore(*snapshots);
+  forget_backups_after(job_id, params.getVersion());
   PSLOG(kInfo) << "job " << job_id << ": restored the backup at step " << params.getVersion();
   return kj::READY_NOW;
+}
+
+void ParameterServerImpl::forget_backups_after(const std::string& job_id, uint64_t version) {
+  // Backups past the restored step belong to the timeline the rollback abandoned: a later
+  // recovery must not pick one of them.
+  if (backups_ == nullptr) return;
+  const KvStatus status = backups_->erase_after(job_id, version);
+  if (!status.ok()) PSLOG(kWarning) << "job " << job_id << ": could not delete backups after step " << version << ": " << status.message;
 }
 
 kj::Promise<void> ParameterServerImpl::backups(BackupsContext context) {

@@ -50,6 +50,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
     std::set<uint64_t> extra_backup_points;  // asked for by backupAt
   };
   Job& find(capnp::Text::Reader job_id);
+  void forget_backups_after(const std::string& job_id, uint64_t version);
   ParameterShard& shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key);
 
   BackupStore* backups_;
