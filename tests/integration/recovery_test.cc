@@ -99,6 +99,28 @@ TEST_CASE("a server that never comes back is replaced by a free one from its bac
   CHECK(diff <= 1e-5);
 }
 
+TEST_CASE("after a server's shard moved, a coordinator restart still resumes from the backups") {
+  testing::TempDir dir;
+  const std::string json = job_json(4, 10);
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
+                            .save_params = dir.file("final.bin"),
+                            .servers = 3,
+                            .coordinator_flags = {"--dead-after-ms", "1500", "--move-server-after-ms", "1000"}});
+  cluster.coordinator().wait_for_line("backup at step 20 complete", 60s);
+  cluster.servers()[1]->kill_hard();
+  cluster.coordinator().wait_for_line("RUNNING again from step", 60s);
+  cluster.coordinator().wait_for_line("backup at step [0-9]+ complete", 60s);
+  // The job now runs on server-0 and server-2; the restarted coordinator must put server-2 (not
+  // server-1, which is gone) at index 1, where its backups belong.
+  cluster.restart_coordinator(/*hard=*/true);
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  CHECK(log.find("resuming from the backup at step") != std::string::npos);
+  const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
+  MESSAGE("max abs difference to an uninterrupted run " << diff);
+  CHECK(diff <= 1e-5);
+}
+
 TEST_CASE("SIGTERM to a server backs up first so no step is replayed") {
   testing::TempDir dir;
   const std::string json = job_json(3, 1000);  // no regular backup would help here
