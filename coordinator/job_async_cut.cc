@@ -98,8 +98,9 @@ void JobRunner::cut_expects_no_more(uint32_t node) {
 kj::Promise<void> JobRunner::run_async_cut() {
   // Every worker finished meanwhile (or a rollback ended the cut): nothing left to protect.
   if (!cut_ || state_ != JobState::kRunning || cut_->positions.empty()) return kj::READY_NOW;
-  // Positions by worker index: a paused worker where it stands; one that finished (or was lost)
-  // at the end of its shard, so a recovery does not restart it.
+  // Positions by worker index: a paused worker where it stands; one that finished at the end of
+  // its shard, so a recovery does not restart it; a lost one at its last reported step, where a
+  // replacement would go on.
   std::vector<Position> positions(workers_.size());
   uint64_t version = 0;  // the job's steps at the cut: the backup's name
   for (size_t i = 0; i < workers_.size(); ++i) {
@@ -107,6 +108,10 @@ kj::Promise<void> JobRunner::run_async_cut() {
     if (it != cut_->positions.end()) {
       positions[i] = it->second;
       version += it->second.steps_done;
+    } else if (worker_lost_[i]) {
+      const auto spe = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(i)));
+      positions[i] = {static_cast<uint32_t>(worker_steps_[i] / spe), worker_steps_[i] % spe, worker_steps_[i]};
+      version += worker_steps_[i];
     } else {
       positions[i].epoch = static_cast<uint32_t>(spec_.training.epochs);
       positions[i].steps_done = worker_steps_[i];
