@@ -1,4 +1,5 @@
-// JobRunner's backups in async mode: a consistent cut (DESIGN section 4).
+// JobRunner in async mode (DESIGN section 4): backups by consistent cut, where workers resume
+// after a rollback to one, and a free worker taking a lost worker's place.
 //
 // In async mode every push is applied at once, so a chunk's version is the number of pushes it
 // has taken, and a worker's step touches every chunk. A backup is consistent when no step is half
@@ -136,6 +137,62 @@ void JobRunner::end_async_cut() {
   if (!cut_) return;
   for (auto& resume : cut_->resumes) resume->fulfill();
   cut_.reset();
+}
+
+size_t JobRunner::async_resume(const std::vector<uint32_t>& workers, uint64_t version) {
+  // Each worker goes back to where it stood at the cut whose backup was restored. With another
+  // worker count the shards are cut differently, so all start at the earliest epoch among them.
+  resume_positions_.assign(workers.size(), Position{});
+  if (version == 0) return 0;
+  const auto it = cut_positions_.find(version);
+  KJ_REQUIRE(it != cut_positions_.end(), "no worker positions recorded for the backup", version);
+  if (it->second.size() == workers.size()) {
+    resume_positions_ = it->second;
+  } else {
+    uint32_t earliest = UINT32_MAX;
+    for (const Position& p : it->second) earliest = std::min(earliest, p.epoch);
+    for (Position& p : resume_positions_) {
+      p.epoch = earliest;
+      p.steps_done = 0;
+    }
+  }
+  uint32_t earliest = UINT32_MAX;
+  for (const Position& p : resume_positions_) earliest = std::min(earliest, p.epoch);
+  return earliest;
+}
+
+void JobRunner::replace_lost_async_worker() {
+  if (state_ != JobState::kRunning || !configured_ || cut_) return;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!worker_lost_[i]) continue;
+    const std::vector<uint32_t> free = cluster_.free_nodes(proto::Role::WORKER);
+    if (free.empty()) return;
+    // The new worker goes on with the lost one's shard from its last reported step: at most the
+    // steps since that report are done twice, none is skipped. The other workers' sessions are
+    // untouched (same plan, same generation).
+    const uint32_t node = free.front();
+    cluster_.find(node)->job = id_;
+    workers_[i] = node;
+    worker_lost_[i] = false;
+    worker_finished_[i] = false;
+    const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(i)));
+    if (resume_positions_.size() != workers_.size()) {
+      resume_positions_.resize(workers_.size());
+      for (size_t w = 0; w < workers_.size(); ++w) {
+        const auto spe = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(w)));
+        resume_positions_[w] = {static_cast<uint32_t>(worker_steps_[w] / spe), worker_steps_[w] % spe, worker_steps_[w]};
+      }
+    }
+    resume_positions_[i] = {static_cast<uint32_t>(worker_steps_[i] / steps_per_epoch), worker_steps_[i] % steps_per_epoch,
+                            worker_steps_[i]};
+    PSLOG(kInfo) << "job " << id_ << ": worker node " << node << " takes the place of lost worker " << i
+                 << " from its step " << worker_steps_[i];
+    store_.update(id_, [&](JobRecord& r) {
+      r.workers = workers_;
+      r.notes.push_back("a new worker took the place of lost worker " + std::to_string(i) + " from its step " +
+                        std::to_string(worker_steps_[i]));
+    });
+  }
 }
 
 }  // namespace pstrain

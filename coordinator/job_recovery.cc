@@ -1,7 +1,9 @@
-// JobRunner's backups and recovery (DESIGN section 4): which steps are complete backups, the
-// preemption notice, and the re-plan after a node is lost.
+// JobRunner's backups and recovery (DESIGN section 4): which steps are complete backups, what a
+// lost node means for the job, and the rollback and re-plan. (Cuts: job_cut.cc; a lost sync
+// worker's takeover: job_takeover.cc; async mode: job_async_cut.cc; moving a lost server's shard:
+// job_server_move.cc.)
 //
-// Recovery in sync mode is a rollback: every server goes back to the latest backup that all of
+// A rollback: every server goes back to the latest backup that all of
 // them hold intact (or to the initial parameters), the workers that are alive get new
 // assignments starting at that step, and training goes on. Because a sync run is deterministic
 // (fixed data order, slice-ordered sums), the result equals an uninterrupted run when the worker
@@ -53,88 +55,6 @@ kj::Promise<void> JobRunner::wait_for_backup(uint64_t version) {
   auto paf = kj::newPromiseAndFulfiller<void>();
   backup_waiters_.emplace_back(version, kj::mv(paf.fulfiller));
   return kj::mv(paf.promise);
-}
-
-kj::Promise<void> JobRunner::preempt(uint32_t node) {
-  if (!uses_node(node)) return kj::READY_NOW;
-  PSLOG(kInfo) << "job " << id_ << ": node " << node << " is being preempted";
-  preempted_.insert(node);
-  return cut();
-}
-
-void JobRunner::grow() {
-  if (!sync()) {
-    replace_lost_async_worker();
-    return;
-  }
-  if (state_ != JobState::kRunning || !configured_ || growing_ ||
-      workers_.size() >= static_cast<size_t>(spec_.training.workers) ||
-      cluster_.free_nodes(proto::Role::WORKER).empty()) {
-    return;
-  }
-  // A worker is free and the job runs short of workers: cut at the next step (backup and hold,
-  // as for a preemption) and re-plan from that very step with one more worker. Nothing is
-  // replayed.
-  growing_ = true;
-  PSLOG(kInfo) << "job " << id_ << ": a free worker can join; re-planning at the next step";
-  grow_ = cut()
-              .then([this] {
-                growing_ = false;
-                recover("a worker joins");
-              })
-              .eagerlyEvaluate([this](kj::Exception&& e) {
-                growing_ = false;
-                PSLOG(kWarning) << "job " << id_ << ": could not add a worker: " << e.getDescription().cStr();
-              });
-}
-
-kj::Promise<void> JobRunner::cut() {
-  if (state_ != JobState::kRunning || !sync() || !configured_) return kj::READY_NOW;
-  cutting_ = true;
-  return mark_cut(0)
-      .then([this](uint64_t target) { return io_.getTimer().timeoutAfter(30 * kj::SECONDS, wait_for_backup(target)); })
-      .then([this] { cutting_ = false; },
-            [this](kj::Exception&& e) {
-              cutting_ = false;
-              // An abandoned cut must not leave the servers holding.
-              for (auto& client : server_clients_) {
-                auto request = client.releaseHoldRequest();
-                request.setJobId(id_);
-                request.send().detach([](kj::Exception&&) {});
-              }
-              kj::throwFatalException(kj::mv(e));
-            });
-}
-
-kj::Promise<uint64_t> JobRunner::mark_cut(int attempt) {
-  // Phase 1: where are the servers? Phase 2: back up (and hold) two steps ahead of the furthest
-  // chunk. A server whose chunks passed the mark before it arrived refuses it (and says how far
-  // it got); then the cut is marked again further ahead, which replaces the holds already set.
-  kj::Vector<kj::Promise<uint64_t>> probes;
-  for (auto& client : server_clients_) {
-    auto request = client.backupAtRequest();
-    request.setJobId(id_);
-    request.setVersion(std::numeric_limits<uint64_t>::max());
-    probes.add(request.send().then([](auto&& r) { return r.getCurrentVersion(); }));
-  }
-  return kj::joinPromises(probes.releaseAsArray()).then([this, attempt](kj::Array<uint64_t> versions) {
-    const uint64_t target = *std::max_element(versions.begin(), versions.end()) + 2 + static_cast<uint64_t>(attempt);
-    PSLOG(kInfo) << "job " << id_ << ": backing up at step " << target << " and holding there";
-    kj::Vector<kj::Promise<uint64_t>> marks;
-    for (auto& client : server_clients_) {
-      auto request = client.backupAtRequest();
-      request.setJobId(id_);
-      request.setVersion(target);
-      marks.add(request.send().then([](auto&& r) { return r.getCurrentVersion(); }));
-    }
-    return kj::joinPromises(marks.releaseAsArray())
-        .then([this, attempt, target](kj::Array<uint64_t> reached) -> kj::Promise<uint64_t> {
-          if (*std::max_element(reached.begin(), reached.end()) <= target) return target;
-          KJ_REQUIRE(attempt < 5, "the servers kept running past the cut", target);
-          PSLOG(kInfo) << "job " << id_ << ": a server was already past step " << target << "; marking again";
-          return mark_cut(attempt + 1);
-        });
-  });
 }
 
 void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
@@ -409,70 +329,6 @@ void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t
     r.recoveries = recoveries_;
     r.replayed_steps.push_back(static_cast<int64_t>(replayed));
   });
-}
-
-}  // namespace pstrain
-
-namespace pstrain {
-
-size_t JobRunner::async_resume(const std::vector<uint32_t>& workers, uint64_t version) {
-  // Each worker goes back to where it stood at the cut whose backup was restored. With another
-  // worker count the shards are cut differently, so all start at the earliest epoch among them.
-  resume_positions_.assign(workers.size(), Position{});
-  if (version == 0) return 0;
-  const auto it = cut_positions_.find(version);
-  KJ_REQUIRE(it != cut_positions_.end(), "no worker positions recorded for the backup", version);
-  if (it->second.size() == workers.size()) {
-    resume_positions_ = it->second;
-  } else {
-    uint32_t earliest = UINT32_MAX;
-    for (const Position& p : it->second) earliest = std::min(earliest, p.epoch);
-    for (Position& p : resume_positions_) {
-      p.epoch = earliest;
-      p.steps_done = 0;
-    }
-  }
-  uint32_t earliest = UINT32_MAX;
-  for (const Position& p : resume_positions_) earliest = std::min(earliest, p.epoch);
-  return earliest;
-}
-
-}  // namespace pstrain
-
-namespace pstrain {
-
-void JobRunner::replace_lost_async_worker() {
-  if (state_ != JobState::kRunning || !configured_ || cut_) return;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (!worker_lost_[i]) continue;
-    const std::vector<uint32_t> free = cluster_.free_nodes(proto::Role::WORKER);
-    if (free.empty()) return;
-    // The new worker goes on with the lost one's shard from its last reported step: at most the
-    // steps since that report are done twice, none is skipped. The other workers' sessions are
-    // untouched (same plan, same generation).
-    const uint32_t node = free.front();
-    cluster_.find(node)->job = id_;
-    workers_[i] = node;
-    worker_lost_[i] = false;
-    worker_finished_[i] = false;
-    const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(i)));
-    if (resume_positions_.size() != workers_.size()) {
-      resume_positions_.resize(workers_.size());
-      for (size_t w = 0; w < workers_.size(); ++w) {
-        const auto spe = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(w)));
-        resume_positions_[w] = {static_cast<uint32_t>(worker_steps_[w] / spe), worker_steps_[w] % spe, worker_steps_[w]};
-      }
-    }
-    resume_positions_[i] = {static_cast<uint32_t>(worker_steps_[i] / steps_per_epoch), worker_steps_[i] % steps_per_epoch,
-                            worker_steps_[i]};
-    PSLOG(kInfo) << "job " << id_ << ": worker node " << node << " takes the place of lost worker " << i
-                 << " from its step " << worker_steps_[i];
-    store_.update(id_, [&](JobRecord& r) {
-      r.workers = workers_;
-      r.notes.push_back("a new worker took the place of lost worker " + std::to_string(i) + " from its step " +
-                        std::to_string(worker_steps_[i]));
-    });
-  }
 }
 
 }  // namespace pstrain
