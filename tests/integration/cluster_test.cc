@@ -120,7 +120,7 @@ TEST_CASE("the MLP in async mode reaches 0.90 after 3 epochs") {
   CHECK(cluster.final_accuracy() >= 0.90);
 }
 
-TEST_CASE("bad pushes fail with a clear error and the server keeps serving the job") {
+TEST_CASE("bad pushes and recovery calls fail with a clear error and the server keeps serving the job") {
   testing::TempDir dir;
   const std::string json = mlp_spec(TrainingMode::kSync, 128, 3, 1, 2);
   testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json)});
@@ -170,6 +170,34 @@ TEST_CASE("bad pushes fail with a clear error and the server keeps serving the j
     tensor.initShape(1).set(0, 5);
     tensor.initData(8);
     CHECK(failure_of(request.send(), ws).find("tensor shape does not match its data") != std::string::npos);
+  }
+  // Recovery calls with bad arguments fail the same way and change nothing.
+  {
+    auto request = server.adoptBackupRequest();  // blobs that are not chunk snapshots
+    request.setJobId("probe");
+    request.setVersion(10);
+    auto list = request.initChunks(1);
+    const kj::byte garbage[] = {1, 2, 3};
+    list.set(0, capnp::Data::Reader(garbage, sizeof garbage));
+    CHECK(failure_of(request.send(), ws).find("does not decode") != std::string::npos);
+  }
+  {
+    auto request = server.adoptBackupRequest();  // no chunks at all
+    request.setJobId("probe");
+    request.setVersion(10);
+    CHECK(failure_of(request.send(), ws).find("does not cover this server's chunks") != std::string::npos);
+  }
+  {
+    auto request = server.restoreRequest();  // a backup that does not exist
+    request.setJobId("probe");
+    request.setVersion(12345);
+    CHECK(failure_of(request.send(), ws).find("not complete") != std::string::npos);
+  }
+  {
+    auto request = server.settleRequest();  // a job this server does not hold
+    request.setJobId("no-such-job");
+    request.setVersion(0);
+    CHECK(failure_of(request.send(), ws).find("unknown job") != std::string::npos);
   }
   // Good calls still work on the probe job: two slices complete step 0.
   auto first = push("probe", 0, chunks[0].size, 0);
