@@ -148,6 +148,7 @@ std::string record_to_json(const JobRecord& j) {
          for (const auto& n : j.server_names) a.push_back(json::value(n));
          return a;
        }()},
+      {"generation", j.generation},
       {"last_backup_step", j.last_backup_step ? json::value(*j.last_backup_step) : json::value(nullptr)},
       {"has_model", j.has_model}, {"model_bytes", j.model_bytes}, {"recoveries", j.recoveries},
       {"notes", [&] {
@@ -190,6 +191,7 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.workers = get_or<std::vector<uint32_t>>(o, "workers", {});
     j.servers = get_or<std::vector<uint32_t>>(o, "servers", {});
     j.server_names = get_or<std::vector<std::string>>(o, "server_names", {});
+    j.generation = get_or<uint64_t>(o, "generation", 0);
     if (const auto it = o.find("last_backup_step"); it != o.end() && !it->value().is_null()) {
       j.last_backup_step = json::value_to<int64_t>(it->value());
     }

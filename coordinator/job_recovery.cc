@@ -324,6 +324,7 @@ void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t
     r.notes.push_back("recovered (" + r.reason + "): " + how + ", " + std::to_string(replayed) + " step(s) replayed");
     r.reason.clear();
     r.workers = workers_;
+    r.generation = generation_;
     r.servers = servers_;
     r.steps_done = static_cast<int64_t>(version);
     r.recoveries = recoveries_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -38,10 +39,14 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
   const bool known = store_.update(id_, [this](JobRecord& r) {
     // A job a restarted coordinator had and re-queues: it resumes from its last complete backup
     // when its servers still hold it, else it starts over.
+    // Its servers may still be training it: then it goes on from where they are (adopt).
+    adopt_ = r.state == "RUNNING" || r.state == "RECOVERING";
     r.state = "PENDING";
     r.notes.push_back("re-queued after a coordinator restart");
     if (r.last_backup_step) complete_backups_.push_back(static_cast<uint64_t>(*r.last_backup_step));
     recorded_server_names_ = r.server_names;
+    // Every plan from now on is newer than any the servers saw (pushes of older ones are fenced).
+    generation_ = r.generation + 1;
   });
   if (!known) {
     JobRecord record;
@@ -118,6 +123,7 @@ bool JobRunner::try_start() {
     r.workers = workers_;
     r.servers = servers_;
     r.server_names = server_names_;
+    r.generation = generation_;
     r.steps_per_epoch = plan_->steps_per_epoch(0);
     r.total_steps = total_steps;
   });
@@ -155,10 +161,25 @@ kj::Promise<void> JobRunner::configure_servers() {
   server_clients_.clear();
   for (size_t i = 0; i < servers_.size(); ++i) server_clients_.push_back(nullptr);
   kj::Vector<kj::Promise<void>> ready;
-  for (size_t i = 0; i < servers_.size(); ++i) {
-    ready.add(connect_server(i).then([this, i] { return configure_server(i); }));
-  }
+  for (size_t i = 0; i < servers_.size(); ++i) ready.add(connect_server(i));
   return kj::joinPromises(ready.releaseAsArray()).then([this]() -> kj::Promise<void> {
+    if (!adopt_ || !sync()) return configure_and_resume();
+    // After a coordinator restart, the servers may hold the job still: go on from their state.
+    return adopt_running_servers().catch_([this](kj::Exception&& e) {
+      PSLOG(kInfo) << "job " << id_ << ": cannot take over the servers' state (" << e.getDescription().cStr()
+                   << "); configuring them afresh";
+      return configure_and_resume();
+    });
+  }).then([this] {
+    configured_ = true;
+    PSLOG(kInfo) << "job " << id_ << ": servers configured; workers may start";
+  });
+}
+
+kj::Promise<void> JobRunner::configure_and_resume() {
+  kj::Vector<kj::Promise<void>> configured;
+  for (size_t i = 0; i < servers_.size(); ++i) configured.add(configure_server(i));
+  return kj::joinPromises(configured.releaseAsArray()).then([this]() -> kj::Promise<void> {
     // (Async positions are not kept across a coordinator restart: an async job starts over.)
     if (complete_backups_.empty() || !sync()) return kj::READY_NOW;
     // Resuming after a coordinator restart: from the last backup, if the servers have it.
@@ -166,9 +187,51 @@ kj::Promise<void> JobRunner::configure_servers() {
       resume_version_ = version;
       PSLOG(kInfo) << "job " << id_ << ": resuming from the backup at step " << version;
     });
-  }).then([this] {
-    configured_ = true;
-    PSLOG(kInfo) << "job " << id_ << ": servers configured; workers may start";
+  });
+}
+
+kj::Promise<void> JobRunner::adopt_running_servers() {
+  // Workers' sessions end at step boundaries when the coordinator goes (their data stream or
+  // report fails between steps), so a sync job's chunks all stand at one step v: the workers'
+  // new plan starts there and nothing is replayed. Pushes of the old plan still waiting at the
+  // servers are failed and fenced off by a settle at v.
+  kj::Vector<kj::Promise<std::pair<uint64_t, uint64_t>>> probes;
+  for (auto& client : server_clients_) {
+    auto request = client.backupAtRequest();
+    request.setJobId(id_);
+    request.setVersion(std::numeric_limits<uint64_t>::max());
+    probes.add(request.send().then([](auto&& r) { return std::make_pair(r.getLowestVersion(), r.getCurrentVersion()); }));
+  }
+  return kj::joinPromises(probes.releaseAsArray()).then([this](kj::Array<std::pair<uint64_t, uint64_t>> versions) {
+    const uint64_t version = versions[0].first;
+    for (const auto& [low, high] : versions) {
+      KJ_REQUIRE(low == version && high == version, "the servers' chunks are not at one step", low, high, version);
+    }
+    kj::Vector<kj::Promise<void>> settled;
+    for (auto& client : server_clients_) {
+      auto release = client.releaseHoldRequest();  // a cut the old coordinator left behind
+      release.setJobId(id_);
+      auto settle = client.settleRequest();
+      settle.setJobId(id_);
+      settle.setVersion(version);
+      settle.setGeneration(generation_);
+      settled.add(release.send().ignoreResult().then([settle = kj::mv(settle)]() mutable {
+        return settle.send().ignoreResult();
+      }));
+    }
+    return kj::joinPromises(settled.releaseAsArray()).then([this, version] {
+      resume_version_ = version;
+      ledger_.clear();
+      PSLOG(kInfo) << "job " << id_ << ": took over the servers' state at step " << version
+                   << " after a coordinator restart; 0 step(s) to replay";
+      store_.update(id_, [&](JobRecord& r) {
+        r.notes.push_back("coordinator restarted: went on from the servers' state at step " + std::to_string(version) +
+                          ", 0 step(s) replayed");
+        r.steps_done = static_cast<int64_t>(version);
+        r.recoveries = ++recoveries_;
+        r.replayed_steps.push_back(0);
+      });
+    });
   });
 }
 

@@ -122,6 +122,12 @@ class JobRunner {
 
  private:
   kj::Promise<void> configure_servers();
+  // Configures every server afresh (fresh shards), then resumes from the last complete backup if
+  // a restarted coordinator recorded one.
+  kj::Promise<void> configure_and_resume();
+  // After a coordinator restart: goes on from the servers' current state (sync, all chunks at one
+  // step); fails if they do not hold the job or are not at one step.
+  kj::Promise<void> adopt_running_servers();
   kj::Promise<void> connect_server(size_t index);
   kj::Promise<void> configure_server(size_t index);
   kj::Promise<void> run_recovery(std::string why);
@@ -224,6 +230,7 @@ class JobRunner {
   std::map<uint64_t, std::map<size_t, std::vector<std::string>>> replicas_;
   std::set<uint32_t> failed_spares_;  // servers a move to failed: not tried again
   std::vector<std::string> recorded_server_names_;  // by index, from the record of a re-queued job
+  bool adopt_ = false;  // re-queued while it was running: try to go on from the servers' state
   kj::Promise<void> takeover_ = nullptr;
   // Async cuts: workers pause between steps, every server backs up, workers go on.
   struct AsyncCut {

@@ -48,6 +48,7 @@ struct JobRecord {
   std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
   std::vector<uint32_t> workers, servers;  // node ids
   std::vector<std::string> server_names;   // by server index (a restarted coordinator matches them)
+  uint64_t generation = 0;                 // of the current plan (a restarted coordinator goes past it)
   std::optional<int64_t> last_backup_step;
   uint32_t recoveries = 0;
   std::vector<int64_t> replayed_steps;  // per recovery
