@@ -2,37 +2,55 @@
 
 namespace pstrain {
 
-ShardReader::ShardReader(proto::DataStream::Client stream, kj::WaitScope& wait_scope, uint32_t batches_per_call)
-    : stream_(kj::mv(stream)), wait_scope_(wait_scope), batches_per_call_(batches_per_call) {
-  request_more();
+ShardReader::ShardReader(proto::DataStream::Client stream, kj::WaitScope& wait_scope, uint32_t batches_per_call,
+                         size_t prefetch_batches)
+    : stream_(kj::mv(stream)),
+      wait_scope_(wait_scope),
+      batches_per_call_(batches_per_call),
+      prefetch_batches_(prefetch_batches) {
+  pump_ = pump().eagerlyEvaluate([this](kj::Exception&& e) {
+    failed_ = kj::mv(e);
+    wake(data_waiter_);
+  });
 }
 
-void ShardReader::request_more() {
+void ShardReader::wake(kj::Own<kj::PromiseFulfiller<void>>& waiter) {
+  if (waiter.get() != nullptr && waiter->isWaiting()) waiter->fulfill();
+  waiter = nullptr;
+}
+
+kj::Promise<void> ShardReader::pump() {
+  if (ended_) return kj::READY_NOW;
+  if (ready_.size() >= prefetch_batches_) {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    space_waiter_ = kj::mv(paf.fulfiller);
+    return paf.promise.then([this] { return pump(); });
+  }
   auto request = stream_.nextRequest();
   request.setMaxBatches(batches_per_call_);
-  in_flight_ = request.send().then([](Response&& r) { return kj::mv(r); });
+  return request.send().then([this](Response&& r) {
+    auto response = std::make_shared<Response>(kj::mv(r));
+    ended_ = response->getEnd();
+    const unsigned count = response->getBatches().size();
+    for (unsigned i = 0; i < count; ++i) ready_.emplace_back(response, i);
+    wake(data_waiter_);
+    return pump();
+  });
 }
 
 bool ShardReader::next(proto::Batch::Reader* batch) {
   while (ready_.empty()) {
     if (ended_) return false;
-    KJ_IF_MAYBE(pending, in_flight_) {
-      auto response = std::make_shared<Response>(pending->wait(wait_scope_));
-      in_flight_ = nullptr;
-      ended_ = response->getEnd();
-      const unsigned count = response->getBatches().size();
-      for (unsigned i = 0; i < count; ++i) ready_.emplace_back(response, i);
-      if (!ended_) request_more();
-    } else {
-      return false;
-    }
+    KJ_IF_MAYBE(e, failed_) { kj::throwFatalException(kj::cp(*e)); }
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    data_waiter_ = kj::mv(paf.fulfiller);
+    paf.promise.wait(wait_scope_);
   }
   auto [response, index] = ready_.front();
   ready_.pop_front();
   current_ = response;
   *batch = current_->getBatches()[index];
-  // Keep the pipeline full: ask for more as soon as the buffered batches run low.
-  if (ready_.empty() && !ended_ && in_flight_ == nullptr) request_more();
+  wake(space_waiter_);  // room for more
   return true;
 }
 

@@ -1,5 +1,7 @@
-// Reads a data shard from the coordinator's data service, keeping one request in flight ahead
-// of the consumer, so the next batches arrive while the current step computes.
+// Reads a data shard from the coordinator's data service ahead of the consumer: calls go out one
+// after the other (the next as soon as a reply is in) until `prefetch_batches` are buffered, so
+// the next batches arrive while the current step computes, and training can go on for a while
+// if the coordinator goes away (DESIGN section 4: not every step needs the coordinator).
 //
 // Thread rules: event-loop thread only (it waits on the loop).
 #pragma once
@@ -16,7 +18,8 @@ namespace pstrain {
 
 class ShardReader {
  public:
-  ShardReader(proto::DataStream::Client stream, kj::WaitScope& wait_scope, uint32_t batches_per_call = 4);
+  ShardReader(proto::DataStream::Client stream, kj::WaitScope& wait_scope, uint32_t batches_per_call = 8,
+              size_t prefetch_batches = 256);
 
   // The next batch, or false when the shard is exhausted. The reader stays valid until the next
   // call of next().
@@ -24,15 +27,21 @@ class ShardReader {
 
  private:
   using Response = capnp::Response<proto::DataStream::NextResults>;
-  void request_more();
+  // Fetches calls one after the other while the buffer has room; ends with the shard.
+  kj::Promise<void> pump();
+  static void wake(kj::Own<kj::PromiseFulfiller<void>>& waiter);
 
   proto::DataStream::Client stream_;
   kj::WaitScope& wait_scope_;
   uint32_t batches_per_call_;
-  kj::Maybe<kj::Promise<Response>> in_flight_;
+  size_t prefetch_batches_;
   std::deque<std::pair<std::shared_ptr<Response>, unsigned>> ready_;
   std::shared_ptr<Response> current_;
   bool ended_ = false;
+  kj::Maybe<kj::Exception> failed_;                   // the stream broke; buffered batches are still served
+  kj::Own<kj::PromiseFulfiller<void>> data_waiter_;   // next() waiting for a reply
+  kj::Own<kj::PromiseFulfiller<void>> space_waiter_;  // pump() waiting for room in the buffer
+  kj::Promise<void> pump_ = nullptr;                   // last: destroyed first
 };
 
 }  // namespace pstrain

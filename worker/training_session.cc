@@ -242,6 +242,30 @@ bool TrainingSession::report(proto::Progress::Kind kind, uint32_t epoch, uint64_
   return wait(request.send().then([](auto&& r) { return r.getKeepGoing(); }));
 }
 
+void TrainingSession::report_steps(uint32_t epoch, uint64_t examples, double loss_sum, uint64_t correct,
+                                   double samples_per_second) {
+  auto request = coordinator_.reportProgressRequest();
+  request.setNodeId(node_id_);
+  auto r = request.initReport();
+  r.setJobId(job_id_);
+  r.setKind(proto::Progress::Kind::STEPS);
+  r.setEpoch(epoch);
+  r.setStep(steps_done_);
+  r.setExamples(examples);
+  r.setLossSum(loss_sum);
+  r.setCorrect(correct);
+  r.setSamplesPerSecond(samples_per_second);
+  // Not waited for: training does not stop for the coordinator. A "stop" answer (the job was
+  // cancelled or failed) ends the session at the next step; no answer (the coordinator is gone)
+  // changes nothing, and the session goes on as long as it has data.
+  report_in_flight_ = request.send()
+                          .then([this](auto&& reply) { coordinator_says_stop_ = coordinator_says_stop_ || !reply.getKeepGoing(); },
+                                [this](kj::Exception&& e) {
+                                  PSLOG(kDebug) << "job " << job_id_ << ": progress report lost: " << e.getDescription().cStr();
+                                })
+                          .eagerlyEvaluate(nullptr);
+}
+
 void TrainingSession::evaluate(uint32_t epoch, double train_rate) {
   auto request = coordinator_.openShardRequest();
   request.setJobId(job_id_);
@@ -286,6 +310,10 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
     proto::Batch::Reader batch;
     for (uint64_t step = first_step; step < steps_per_epoch_; ++step) {
       if (should_stop()) return false;
+      if (coordinator_says_stop_) {
+        PSLOG(kInfo) << "job " << job_id_ << ": the coordinator says stop";
+        return false;
+      }
       if (pause_cut_ != 0) pause_for_cut(epoch, step);
       const auto step_start = Clock::now();
       KJ_REQUIRE(reader.next(&batch), "the data stream ended early", epoch, step);
@@ -325,10 +353,7 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
       epoch_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
       if (static_cast<int64_t>(steps_done_) % report_every == 0 || step + 1 == steps_per_epoch_) {
         const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
-        if (!report(proto::Progress::Kind::STEPS, epoch, examples, loss, correct, examples / std::max(seconds, 1e-9))) {
-          PSLOG(kInfo) << "job " << job_id_ << ": the coordinator says stop";
-          return false;
-        }
+        report_steps(epoch, examples, loss, correct, examples / std::max(seconds, 1e-9));
         PSLOG(kDebug) << "job " << job_id_ << ": per step " << 1e3 * compute_seconds_ / report_every << " ms compute, "
                       << 1e3 * exchange_seconds_ / report_every << " ms push/pull";
         compute_seconds_ = exchange_seconds_ = 0;

@@ -65,6 +65,8 @@ class TrainingSession {
   kj::Promise<void> take_over();
   bool report(proto::Progress::Kind kind, uint32_t epoch, uint64_t examples, double loss_sum, uint64_t correct,
               double samples_per_second, const std::string& message = "");
+  // A periodic progress report, sent without waiting for its answer.
+  void report_steps(uint32_t epoch, uint64_t examples, double loss_sum, uint64_t correct, double samples_per_second);
   void evaluate(uint32_t epoch, double train_rate);
 
   template <typename T>
@@ -110,6 +112,8 @@ class TrainingSession {
   uint64_t pause_cut_ = 0;                              // async: a cut to pause for, 0 if none
   kj::Maybe<kj::ForkedPromise<void>> takeover_arrived_;  // the open watch call (resolves with an order)
   AlignedFloats takeover_grads_;
+  bool coordinator_says_stop_ = false;            // a report's answer: the job was cancelled or failed
+  kj::Promise<void> report_in_flight_ = nullptr;  // the latest periodic report
   double compute_seconds_ = 0, exchange_seconds_ = 0;  // since the last report (debug log)
 };
 

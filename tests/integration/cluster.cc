@@ -6,6 +6,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "tests/test_support.h"
 
@@ -65,13 +66,14 @@ Cluster::Cluster(ClusterOptions options) {
   }
 }
 
-void Cluster::restart_coordinator(bool hard) {
+void Cluster::restart_coordinator(bool hard, std::chrono::milliseconds down_for) {
   using namespace std::chrono_literals;
   if (hard) {
     coordinator_->kill_hard();
   } else {
     coordinator_->terminate(5s);
   }
+  std::this_thread::sleep_for(down_for);
   coordinator_ = &group_.start("coordinator", coordinator_argv_);
   wait_ready(*coordinator_, 20s);
 }

@@ -37,9 +37,9 @@ class Cluster {
   int coordinator_port() const { return coordinator_port_; }
   int http_port() const { return http_port_; }
   const std::string& state_dir() const { return state_dir_; }
-  // Stops the coordinator (SIGKILL if `hard`, else SIGTERM) and starts it again with the same
-  // flags, state directory and ports; waits until it is ready.
-  void restart_coordinator(bool hard);
+  // Stops the coordinator (SIGKILL if `hard`, else SIGTERM) and, after `down_for`, starts it again
+  // with the same flags, state directory and ports; waits until it is ready.
+  void restart_coordinator(bool hard, std::chrono::milliseconds down_for = std::chrono::milliseconds(0));
   // Stops server i (SIGKILL if `hard`, else SIGTERM and wait for it to exit) and, if `restart`,
   // starts it again with the same name and data directory.
   void stop_server(size_t i, bool hard);

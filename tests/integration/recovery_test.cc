@@ -234,6 +234,26 @@ TEST_CASE("kill -9 of the coordinator then a restart ends with the uninterrupted
   CHECK(max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json)) <= 1e-5);
 }
 
+TEST_CASE("workers keep training while the coordinator is down and nothing is lost") {
+  testing::TempDir dir;
+  const std::string json = job_json(4, 1000);
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
+                            .save_params = dir.file("final.bin")});
+  // Early in epoch 2 (steps 40-79): the workers hold the rest of the epoch's data already.
+  const auto m = cluster.coordinator().wait_for_line("epoch 2 step ([0-9]+)", 60s);
+  const int step_at_kill = std::stoi(m[1]);
+  cluster.restart_coordinator(/*hard=*/true, std::chrono::milliseconds(1500));
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string log = cluster.coordinator().log_text();
+  std::smatch taken;
+  REQUIRE(std::regex_search(log, taken, std::regex("took over the servers' state at step ([0-9]+)")));
+  MESSAGE("coordinator killed at step " << step_at_kill << "; the servers were at step " << taken[1]
+                                        << " when it came back");
+  // The workers trained on while the coordinator was down (to the end of the epoch's data).
+  CHECK(std::stoi(taken[1]) > step_at_kill);
+  CHECK(max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json)) <= 1e-5);
+}
+
 TEST_CASE("a corrupted latest backup falls back to the one before and says so") {
   testing::TempDir dir;
   const std::string json = job_json(3, 10);
