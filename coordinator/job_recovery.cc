@@ -161,6 +161,8 @@ kj::Promise<void> JobRunner::wait_for_servers(kj::TimePoint since, kj::TimePoint
 }
 
 kj::Promise<uint64_t> JobRunner::restore_servers(std::vector<uint64_t> candidates) {
+  // Recorded before any server sees it: a coordinator restarted later starts past it.
+  store_.update(id_, [&](JobRecord& r) { r.generation = std::max(r.generation, generation_ + 1); });
   // candidates: newest first; an empty list means back to the start.
   const bool from_scratch = candidates.empty();
   const uint64_t version = from_scratch ? 0 : candidates.front();
@@ -324,7 +326,7 @@ void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t
     r.notes.push_back("recovered (" + r.reason + "): " + how + ", " + std::to_string(replayed) + " step(s) replayed");
     r.reason.clear();
     r.workers = workers_;
-    r.generation = generation_;
+    r.generation = std::max(r.generation, generation_);
     r.servers = servers_;
     r.steps_done = static_cast<int64_t>(version);
     r.recoveries = recoveries_;

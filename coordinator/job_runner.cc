@@ -123,7 +123,7 @@ bool JobRunner::try_start() {
     r.workers = workers_;
     r.servers = servers_;
     r.server_names = server_names_;
-    r.generation = generation_;
+    r.generation = std::max(r.generation, generation_);
     r.steps_per_epoch = plan_->steps_per_epoch(0);
     r.total_steps = total_steps;
   });
@@ -153,6 +153,7 @@ kj::Promise<void> JobRunner::configure_server(size_t i) {
   config.setServerIndex(static_cast<uint32_t>(i));
   config.setWorkers(static_cast<uint32_t>(workers_.size()));
   config.setStepsPerEpoch(static_cast<uint64_t>(plan_->steps_per_epoch(0)));
+  config.setMinGeneration(generation_);
   return request.send().ignoreResult();
 }
 
@@ -185,6 +186,8 @@ kj::Promise<void> JobRunner::configure_and_resume() {
     // Resuming after a coordinator restart: from the last backup, if the servers have it.
     return restore_servers({complete_backups_.back()}).then([this](uint64_t version) {
       resume_version_ = version;
+      ++generation_;  // past the restore's fence (restore_servers fences below generation_ + 1)
+      store_.update(id_, [&](JobRecord& r) { r.generation = std::max(r.generation, generation_); });
       PSLOG(kInfo) << "job " << id_ << ": resuming from the backup at step " << version;
     });
   });
@@ -209,14 +212,16 @@ kj::Promise<void> JobRunner::adopt_running_servers() {
     }
     kj::Vector<kj::Promise<void>> settled;
     for (auto& client : server_clients_) {
-      auto release = client.releaseHoldRequest();  // a cut the old coordinator left behind
-      release.setJobId(id_);
+      // Settle first (it fails the old plan's waiting pushes), then lift any cut hold the old
+      // coordinator left: lifted first, the hold could let an old step apply.
       auto settle = client.settleRequest();
       settle.setJobId(id_);
       settle.setVersion(version);
       settle.setGeneration(generation_);
-      settled.add(release.send().ignoreResult().then([settle = kj::mv(settle)]() mutable {
-        return settle.send().ignoreResult();
+      auto release = client.releaseHoldRequest();
+      release.setJobId(id_);
+      settled.add(settle.send().ignoreResult().then([release = kj::mv(release)]() mutable {
+        return release.send().ignoreResult();
       }));
     }
     return kj::joinPromises(settled.releaseAsArray()).then([this, version] {

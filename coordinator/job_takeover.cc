@@ -107,6 +107,7 @@ kj::Promise<void> JobRunner::run_takeover(size_t lost, std::string why) {
         }
         KJ_REQUIRE(ordered, "no surviving worker to take the slice over");
         // Every server holds at the next step; when all chunks are there, the job re-plans from it.
+        store_.update(id_, [&](JobRecord& r) { r.generation = std::max(r.generation, generation_ + 1); });
         kj::Vector<kj::Promise<void>> settled;
         for (auto& client : server_clients_) {
           auto request = client.settleRequest();

@@ -52,6 +52,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   }
   auto job = std::make_shared<Job>();
   job->shard = std::make_unique<ParameterShard>(spec, chunks, config.getServerIndex(), config.getWorkers());
+  job->shard->reject_generations_below(config.getMinGeneration());
   if (writer_ != nullptr && spec.training.mode == TrainingMode::kSync) {
     // Backups at the spec's save_freq (sync mode: every chunk passes every version), plus any
     // version a preemption asks for.
@@ -265,7 +266,7 @@ kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
     KJ_REQUIRE(job.shard->version(key) <= version, "a chunk is already past the step to settle at", key,
                job.shard->version(key), version);
   }
-  job.shard->settle_hold_from(version);
+  const uint64_t settle = job.shard->settle_hold_from(version);
   const uint64_t rollbacks = job.shard->rollbacks();
   kj::Vector<kj::Promise<void>> reached;
   for (uint32_t key : job.shard->keys()) {
@@ -276,12 +277,14 @@ kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
   }
   std::weak_ptr<Job> weak = jobs_.at(job_id);
   const uint64_t generation = context.getParams().getGeneration();
-  return kj::joinPromises(reached.releaseAsArray()).then([weak, job_id, version, generation, rollbacks] {
+  return kj::joinPromises(reached.releaseAsArray()).then([weak, job_id, version, generation, rollbacks, settle] {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr, "job was dropped");
     // A rollback since (a second loss during the takeover) made this settle moot; the pulls it
     // waited on only fired because the new plan trained past `version`.
     KJ_REQUIRE(job->shard->rollbacks() == rollbacks, "the job was rolled back meanwhile; not settling");
+    // A settle of a coordinator that has died (its call lives on here) must not act on a newer plan.
+    KJ_REQUIRE(job->shard->settles() == settle, "a newer settle replaced this one");
     job->shard->abort_waiting_and_release_hold(generation);
     PSLOG(kInfo) << "job " << job_id << ": settled at step " << version << " for a re-plan";
   });

@@ -108,7 +108,12 @@ class ParameterShard {
   void release_hold();
   // A re-plan without a rollback (a takeover): apply no step at or after `version` until
   // abort_waiting_and_release_hold(), which ends this hold only (not hold_from's).
-  void settle_hold_from(uint64_t version) { settle_hold_ = std::min(settle_hold_, version); }
+  // Returns the settle's number: a newer settle (or a rollback) makes an older one moot.
+  uint64_t settle_hold_from(uint64_t version) {
+    settle_hold_ = version;
+    return ++settles_;
+  }
+  uint64_t settles() const { return settles_; }
   // Ends the settle hold: answers every waiting push, and from now on every push of a generation
   // below `min_generation`, with aborted = true, so the workers of the old plan ask for the new one.
   void abort_waiting_and_release_hold(uint64_t min_generation);
@@ -176,6 +181,7 @@ class ParameterShard {
   uint64_t settle_hold_ = UINT64_MAX;
   uint64_t last_backup_ready_ = 0;  // newest version handed to backup_ready_
   uint64_t rollbacks_ = 0;
+  uint64_t settles_ = 0;
   uint64_t durability_hold_ = UINT64_MAX;
 };
 

@@ -258,12 +258,11 @@ void TrainingSession::report_steps(uint32_t epoch, uint64_t examples, double los
   // Not waited for: training does not stop for the coordinator. A "stop" answer (the job was
   // cancelled or failed) ends the session at the next step; no answer (the coordinator is gone)
   // changes nothing, and the session goes on as long as it has data.
-  report_in_flight_ = request.send()
-                          .then([this](auto&& reply) { coordinator_says_stop_ = coordinator_says_stop_ || !reply.getKeepGoing(); },
-                                [this](kj::Exception&& e) {
-                                  PSLOG(kDebug) << "job " << job_id_ << ": progress report lost: " << e.getDescription().cStr();
-                                })
-                          .eagerlyEvaluate(nullptr);
+  reports_.add(request.send().then(
+      [this](auto&& reply) { coordinator_says_stop_ = coordinator_says_stop_ || !reply.getKeepGoing(); },
+      [this](kj::Exception&& e) {
+        PSLOG(kDebug) << "job " << job_id_ << ": progress report lost: " << e.getDescription().cStr();
+      }));
 }
 
 void TrainingSession::evaluate(uint32_t epoch, double train_rate) {

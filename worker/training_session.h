@@ -112,8 +112,11 @@ class TrainingSession {
   uint64_t pause_cut_ = 0;                              // async: a cut to pause for, 0 if none
   kj::Maybe<kj::ForkedPromise<void>> takeover_arrived_;  // the open watch call (resolves with an order)
   AlignedFloats takeover_grads_;
-  bool coordinator_says_stop_ = false;            // a report's answer: the job was cancelled or failed
-  kj::Promise<void> report_in_flight_ = nullptr;  // the latest periodic report
+  bool coordinator_says_stop_ = false;  // a report's answer: the job was cancelled or failed
+  struct IgnoreErrors final : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&&) override {}  // (report_steps handles its errors itself)
+  } ignore_errors_;
+  kj::TaskSet reports_{ignore_errors_};  // periodic reports in flight (each kept until answered)
   double compute_seconds_ = 0, exchange_seconds_ = 0;  // since the last report (debug log)
 };
 

@@ -39,6 +39,7 @@ struct JobConfig {
   serverIndex @3 :UInt32;
   workers @4 :UInt32;        # workers of the job (async: for max_staleness)
   stepsPerEpoch @5 :UInt64;  # for `save_freq: "epoch"` backups
+  minGeneration @6 :UInt64;  # pushes of older plans fail (a restarted coordinator's fresh shard)
 }
 
 struct ServerStats {
