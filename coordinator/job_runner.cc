@@ -382,6 +382,12 @@ void JobRunner::finish_if_done() {
   }
   record_partial_epochs(static_cast<uint32_t>(epochs_.size()));
   background_ = collect_parameters().eagerlyEvaluate([this](kj::Exception&& e) {
+    if (e.getType() == kj::Exception::Type::DISCONNECTED && state_ == JobState::kRunning) {
+      // A server died after the last step: like any server loss, recover (from its last backup;
+      // the workers redo the steps after it) and collect again at the end.
+      recover("a server was lost while the trained parameters were collected");
+      return;
+    }
     fail(std::string("could not collect the trained parameters: ") + e.getDescription().cStr());
   });
 }
