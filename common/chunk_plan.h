@@ -27,6 +27,13 @@ struct ChunkInfo {
   uint32_t server = 0;
 };
 
+// Elements [offset, offset + size) of one chunk (a row-sparse push or reply covers a few).
+struct ChunkRange {
+  size_t offset = 0;
+  size_t size = 0;
+  bool operator==(const ChunkRange&) const = default;
+};
+
 std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers,
                                    size_t max_chunk_floats = kDefaultMaxChunkFloats);
 

@@ -98,10 +98,21 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
   auto shared = share(kj::mv(paf.fulfiller));
   shard.pull(key, params.getMinVersion(), [shared](uint64_t version) { shared.fulfill(version); });
   std::weak_ptr<Job> weak = jobs_.at(job_id);
-  return paf.promise.then([context, weak, key](uint64_t) mutable {
+  const bool exact = params.getExact();
+  const uint64_t wanted = params.getMinVersion();
+  return paf.promise.then([context, weak, key, exact, wanted](uint64_t) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr, "job was dropped");
     auto results = context.getResults();
+    if (exact) {
+      const auto values = job->shard->values_at(key, wanted);
+      KJ_REQUIRE(values.has_value(), "this server no longer holds that version of the chunk", key, wanted,
+                 job->shard->version(key));
+      results.setVersion(wanted);
+      rpc::set_tensor(results.initValues(), *values);
+      job->bytes_out += values->size_bytes();
+      return;
+    }
     results.setVersion(job->shard->version(key));
     rpc::set_tensor(results.initValues(), job->shard->values(key));
     job->bytes_out += job->shard->chunk_size(key) * sizeof(float);
@@ -125,28 +136,54 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
   request.examples = params.getExamples();
   request.base_version = params.getBaseVersion();
   request.generation = params.getGeneration();
-  request.gradient = rpc::tensor_view(params.getGradient(), shard.chunk_size(key), "gradient");
-  job.bytes_in += request.gradient.size_bytes();
+  const size_t chunk_size = shard.chunk_size(key);
+  if (params.getSparseGradient()) {
+    const std::vector<ChunkRange> ranges = rpc::read_ranges(params.getGradientRanges(), chunk_size, "gradientRanges");
+    const auto parts = params.getGradientParts();
+    KJ_REQUIRE(parts.size() == ranges.size(), "gradientParts must match gradientRanges", parts.size(), ranges.size());
+    request.sparse = true;
+    for (unsigned i = 0; i < parts.size(); ++i) {
+      request.parts.push_back({ranges[i].offset, rpc::part_view(parts[i], ranges[i].size, "gradientParts")});
+      job.bytes_in += request.parts.back().values.size_bytes();
+    }
+  } else {
+    request.gradient = rpc::tensor_view(params.getGradient(), chunk_size, "gradient");
+    job.bytes_in += request.gradient.size_bytes();
+  }
+  std::vector<ChunkRange> reply_ranges;
+  if (params.getSparseReply()) reply_ranges = rpc::read_ranges(params.getReplyRanges(), chunk_size, "replyRanges");
+  const bool sparse_reply = params.getSparseReply();
 
   auto paf = kj::newPromiseAndFulfiller<PushOutcome>();
   auto shared = share(kj::mv(paf.fulfiller));
   shard.push(request, [shared](PushOutcome outcome) { shared.fulfill(outcome); },
              [shared] { return shared.waiting(); });
   std::weak_ptr<Job> weak = jobs_.at(job_id);
-  return paf.promise.then([context, weak, key](PushOutcome outcome) mutable {
+  return paf.promise.then([context, weak, key, sparse_reply, reply_ranges = std::move(reply_ranges)](
+                              PushOutcome outcome) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr, "job was dropped");
     auto results = context.getResults();
     results.setVersion(job->shard->version(key));
     KJ_REQUIRE(!outcome.aborted, "the job was re-planned (recovery): get a new assignment");
     results.setApplied(outcome.applied);
-    if (job->shard->values_stable_until_next_push()) {
-      // Zero-copy reply (see ParameterShard::values_stable_until_next_push).
-      rpc::reference_tensor(results.initValues(), job->shard->values(key));
+    // Zero-copy reply when the values stay put until it is sent (see
+    // ParameterShard::values_stable_until_next_push).
+    const bool zero_copy = job->shard->values_stable_until_next_push();
+    const std::span<const float> values = job->shard->values(key);
+    if (sparse_reply) {
+      auto parts = results.initValueParts(static_cast<unsigned>(reply_ranges.size()));
+      for (unsigned i = 0; i < reply_ranges.size(); ++i) {
+        const auto part = values.subspan(reply_ranges[i].offset, reply_ranges[i].size);
+        // (A range starting on an odd element cannot be referenced: Cap'n Proto needs words.)
+        const bool aligned = reinterpret_cast<uintptr_t>(part.data()) % sizeof(capnp::word) == 0;
+        zero_copy && aligned ? rpc::reference_part(parts, i, part) : rpc::set_part(parts, i, part);
+        job->bytes_out += part.size_bytes();
+      }
     } else {
-      rpc::set_tensor(results.initValues(), job->shard->values(key));
+      zero_copy ? rpc::reference_tensor(results.initValues(), values) : rpc::set_tensor(results.initValues(), values);
+      job->bytes_out += values.size_bytes();
     }
-    job->bytes_out += job->shard->chunk_size(key) * sizeof(float);
   });
 }
 

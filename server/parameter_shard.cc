@@ -34,6 +34,19 @@ void sum_scale_and_regularize(const std::vector<const float*>& slices, const flo
   nn::scale_and_regularize(out, w, n, examples, l2);
 }
 
+// Adds one push's gradient into `out`. Adding a sparse push's absent elements (exact zeros) would
+// change nothing, so skipping them keeps the sum bit-identical to the dense one (0 + a == a).
+void add_gradient(const PushRequest& push, float* out, size_t n) {
+  if (!push.sparse) {
+    for (size_t i = 0; i < n; ++i) out[i] += push.gradient[i];
+    return;
+  }
+  for (const GradientPart& part : push.parts) {
+    float* o = out + part.offset;
+    for (size_t i = 0; i < part.values.size(); ++i) o[i] += part.values[i];
+  }
+}
+
 }  // namespace
 
 ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table, uint32_t server_index,
@@ -57,6 +70,7 @@ ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table
     chunk.values.assign(begin, begin + info.size);
     chunk.initial = chunk.values;
     chunk.scratch.resize(info.size);
+    chunk.previous.resize(info.size);
     chunk.optimizer_state = optimizer_->make_state(info.size);
     chunks_.emplace(info.key, std::move(chunk));
   }
@@ -69,6 +83,25 @@ size_t ParameterShard::chunk_size(uint32_t key) const { return chunks_.at(key).i
 uint64_t ParameterShard::version(uint32_t key) const { return chunks_.at(key).version; }
 std::span<const float> ParameterShard::values(uint32_t key) const { return chunks_.at(key).values; }
 
+std::optional<std::span<const float>> ParameterShard::values_at(uint32_t key, uint64_t version) const {
+  const Chunk& chunk = chunks_.at(key);
+  if (version >= chunk.values_since && version <= chunk.version) return std::span<const float>(chunk.values);
+  if (version == chunk.previous_version) return std::span<const float>(chunk.previous);
+  return std::nullopt;
+}
+
+void ParameterShard::step_values(Chunk& chunk, std::span<const float> gradient) {
+  optimizer_->apply(chunk.values, gradient, chunk.optimizer_state, chunk.previous);
+  std::swap(chunk.values, chunk.previous);
+  chunk.previous_version = chunk.version;
+  chunk.values_since = chunk.version + 1;
+}
+
+void ParameterShard::values_replaced(Chunk& chunk) {
+  chunk.previous_version = UINT64_MAX;
+  chunk.values_since = chunk.version;
+}
+
 std::vector<uint32_t> ParameterShard::keys() const {
   std::vector<uint32_t> keys;
   for (const auto& [key, chunk] : chunks_) keys.push_back(key);
@@ -80,7 +113,7 @@ void ParameterShard::apply_update(Chunk& chunk, std::span<const float> summed_gr
     float* grad = chunk.scratch.data();
     if (summed_gradient.data() != grad) std::copy(summed_gradient.begin(), summed_gradient.end(), grad);
     nn::scale_and_regularize(grad, chunk.values.data(), chunk.info.size, examples, chunk.l2);
-    optimizer_->apply(chunk.values, std::span<const float>(grad, chunk.info.size), chunk.optimizer_state);
+    step_values(chunk, std::span<const float>(grad, chunk.info.size));
   }
   ++chunk.version;
 }
@@ -96,7 +129,13 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
     stats_.max_staleness = std::max(stats_.max_staleness, staleness);
     stats_.staleness_sum += static_cast<double>(staleness);
     ++stats_.async_pushes;
-    apply_update(chunk, request.gradient, request.examples);
+    if (request.sparse) {
+      std::fill(chunk.scratch.begin(), chunk.scratch.end(), 0.0f);
+      add_gradient(request, chunk.scratch.data(), chunk.info.size);
+      apply_update(chunk, chunk.scratch, request.examples);
+    } else {
+      apply_update(chunk, request.gradient, request.examples);
+    }
     ++stats_.pushes_applied;
     release_pulls(chunk);
     take_snapshot_if_due(chunk);
@@ -143,17 +182,28 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
     for (size_t p = 0; p < pushes.size(); ++p) distinct += p == 0 || pushes[p].request.slice != pushes[p - 1].request.slice;
     if (distinct < needed) return;
 
-    std::vector<const float*> gradients;  // one per slice, in slice order
+    std::vector<const PushRequest*> counted;  // one per slice, in slice order
     int64_t examples = 0;
+    bool any_sparse = false;
     for (size_t p = 0; p < pushes.size(); ++p) {
       if (p > 0 && pushes[p].request.slice == pushes[p - 1].request.slice) continue;
-      gradients.push_back(pushes[p].request.gradient.data());
+      counted.push_back(&pushes[p].request);
       examples += pushes[p].request.examples;
+      any_sparse = any_sparse || pushes[p].request.sparse;
     }
     if (examples > 0) {
-      sum_scale_and_regularize(gradients, chunk.values.data(), chunk.info.size, examples, chunk.l2, chunk.scratch.data());
-      optimizer_->apply(chunk.values, std::span<const float>(chunk.scratch.data(), chunk.info.size),
-                        chunk.optimizer_state);
+      float* out = chunk.scratch.data();
+      const size_t n = chunk.info.size;
+      if (any_sparse) {
+        std::fill(out, out + n, 0.0f);
+        for (const PushRequest* push : counted) add_gradient(*push, out, n);
+        nn::scale_and_regularize(out, chunk.values.data(), n, examples, chunk.l2);
+      } else {
+        std::vector<const float*> gradients;
+        for (const PushRequest* push : counted) gradients.push_back(push->gradient.data());
+        sum_scale_and_regularize(gradients, chunk.values.data(), n, examples, chunk.l2, out);
+      }
+      step_values(chunk, std::span<const float>(chunk.scratch.data(), chunk.info.size));
     }
     ++chunk.version;
     stats_.pushes_applied += pushes.size();
@@ -284,6 +334,7 @@ void ParameterShard::restore(const std::map<uint32_t, ChunkSnapshot>& snapshots)
     chunk.values = s.values;
     chunk.optimizer_state = s.optimizer_state;
     chunk.version = s.version;
+    values_replaced(chunk);
   }
   snapshots_.clear();
   last_backup_ready_ = 0;
@@ -301,6 +352,7 @@ void ParameterShard::reset() {
     chunk.values = chunk.initial;
     chunk.optimizer_state = optimizer_->make_state(chunk.info.size);
     chunk.version = 0;
+    values_replaced(chunk);
   }
   snapshots_.clear();
   last_backup_ready_ = 0;

@@ -35,6 +35,12 @@
 
 namespace pstrain {
 
+// Elements [offset, offset + values.size()) of a chunk's gradient.
+struct GradientPart {
+  size_t offset = 0;
+  std::span<const float> values;
+};
+
 struct PushRequest {
   uint32_t key = 0;
   uint64_t step = 0;         // sync: global step; async: the worker's own step count
@@ -44,7 +50,11 @@ struct PushRequest {
   uint32_t examples = 0;
   uint64_t base_version = 0;  // async: the version the gradient was computed on
   uint64_t generation = 0;    // of the worker's plan (see abort_waiting_and_release_hold)
-  std::span<const float> gradient;
+  std::span<const float> gradient;  // the whole chunk, unless `sparse`
+  // Row-sparse push: the gradient is `parts` (sorted, disjoint, inside the chunk) and exactly zero
+  // elsewhere. The sum is the same as for the dense gradient, bit for bit.
+  bool sparse = false;
+  std::vector<GradientPart> parts;
 };
 
 struct PushOutcome {
@@ -74,10 +84,14 @@ class ParameterShard {
   size_t chunk_size(uint32_t key) const;
   uint64_t version(uint32_t key) const;
   std::span<const float> values(uint32_t key) const;
+  // The chunk's values at exactly `version`: the current ones, or those before the last update
+  // (a takeover computes on the step's version after some of its chunks moved on); nullopt when
+  // this shard no longer has them.
+  std::optional<std::span<const float>> values_at(uint32_t key, uint64_t version) const;
   std::vector<uint32_t> keys() const;
 
-  // Preconditions (checked by the RPC layer): holds(key), gradient.size() == chunk_size(key),
-  // slice < slice_count. `done` is called exactly once, possibly later, unless `alive` (when
+  // Preconditions (checked by the RPC layer): holds(key), gradient.size() == chunk_size(key) (or,
+  // when sparse, parts sorted, disjoint and inside the chunk), slice < slice_count. `done` is called exactly once, possibly later, unless `alive` (when
   // given) turns false first: then the push is forgotten without touching its gradient (the RPC
   // layer passes "the caller is still waiting", because a cancelled call frees its gradient).
   void push(const PushRequest& request, PushDone done, std::function<bool()> alive = {});
@@ -148,6 +162,12 @@ class ParameterShard {
     ChunkInfo info;
     float l2 = 0;
     AlignedFloats values;
+    // The values before the last update (the optimizer writes the new ones here, then the two
+    // swap: no copy), valid for version previous_version; the current values are valid from
+    // values_since (steps without examples do not change them) to `version`.
+    AlignedFloats previous;
+    uint64_t previous_version = UINT64_MAX;
+    uint64_t values_since = 0;
     AlignedFloats scratch;  // summed gradient
     optim::OptimizerState optimizer_state;
     uint64_t version = 0;
@@ -161,6 +181,10 @@ class ParameterShard {
 
   void apply_ready_sync_steps(Chunk& chunk);
   void apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples);
+  // The optimizer step on a finished gradient (scaled and regularised), keeping the old values.
+  void step_values(Chunk& chunk, std::span<const float> gradient);
+  // The chunk's values were replaced (restore, reset): no older version is held.
+  static void values_replaced(Chunk& chunk);
   void release_pulls(Chunk& chunk);
   void release_held_replies(Chunk& chunk);
   uint64_t slowest_clock() const;

@@ -54,4 +54,11 @@ bool ShardReader::next(proto::Batch::Reader* batch) {
   return true;
 }
 
+bool ShardReader::peek(proto::Batch::Reader* batch) const {
+  if (ready_.empty()) return false;
+  const auto& [response, index] = ready_.front();
+  *batch = response->getBatches()[index];
+  return true;
+}
+
 }  // namespace pstrain

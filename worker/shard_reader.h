@@ -24,6 +24,9 @@ class ShardReader {
   // The next batch, or false when the shard is exhausted. The reader stays valid until the next
   // call of next().
   bool next(proto::Batch::Reader* batch);
+  // The batch after the current one if it has arrived (without waiting), or false. The reader
+  // stays valid until the next call of next().
+  bool peek(proto::Batch::Reader* batch) const;
 
  private:
   using Response = capnp::Response<proto::DataStream::NextResults>;

@@ -41,6 +41,8 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
       start_epoch_(a.getStartEpoch()),
       start_step_(a.getStartStep()),
       chunks_(rpc::get_chunks(a.getChunks())),
+      sparsity_(spec_.model, make_param_layout(spec_.model), chunks_),
+      sparse_exchange_(options.sparse_exchange && sparsity_.active()),
       generation_(a.getGeneration()) {
   for (auto s : a.getServers()) server_addresses_.push_back(rpc::to_string(s));
   const int64_t batch = (spec_.training.global_batch_size + worker_count_ - 1) / worker_count_;
@@ -65,9 +67,12 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
   grads_.resize(layout.total_size());
   inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
   labels_.resize(static_cast<size_t>(batch));
+  push_ranges_.assign(chunks_.size(), std::nullopt);
+  reply_ranges_.assign(chunks_.size(), std::nullopt);
   PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " of " << worker_count_ << ", "
                << steps_per_epoch_ << " steps per epoch, batch " << batch << ", " << chunks_.size() << " chunks on "
-               << server_addresses_.size() << " server(s)";
+               << server_addresses_.size() << " server(s)"
+               << (sparse_exchange_ ? ", row-sparse exchange of the first layer" : "");
 }
 
 TrainingSession::~TrainingSession() = default;
@@ -89,30 +94,34 @@ void TrainingSession::connect_servers() {
   }
 }
 
-void TrainingSession::pull_all() {
-  const uint64_t min_version =
-      spec_.training.mode == TrainingMode::kSync ? start_epoch_ * steps_per_epoch_ + start_step_ : 0;
+void TrainingSession::pull_all(uint64_t min_version, AlignedFloats& into, std::vector<uint64_t>& versions,
+                               bool exact) {
+  into.resize(params_.size());
+  versions.resize(chunks_.size());
   kj::Vector<kj::Promise<void>> replies;
   for (size_t k = 0; k < chunks_.size(); ++k) {
     auto request = servers_[chunks_[k].server].pullRequest();
     request.setJobId(job_id_);
     request.setKey(chunks_[k].key);
     request.setMinVersion(min_version);
-    replies.add(request.send().then([this, k](capnp::Response<proto::ParameterServer::PullResults>&& r) {
+    request.setExact(exact);
+    replies.add(request.send().then([this, k, &into, &versions](capnp::Response<proto::ParameterServer::PullResults>&& r) {
       const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "pulled values");
-      std::memcpy(params_.data() + chunk_offsets_[k], values.data(), values.size_bytes());
-      versions_[k] = r.getVersion();
+      std::memcpy(into.data() + chunk_offsets_[k], values.data(), values.size_bytes());
+      versions[k] = r.getVersion();
     }));
   }
   wait(kj::joinPromises(replies.releaseAsArray()));
 }
 
 void TrainingSession::push_chunk(size_t k, uint64_t step, uint32_t examples) {
-  replies_.add(send_push(k, step, worker_index_, worker_count_, examples, grads_.data() + chunk_offsets_[k], true));
+  replies_.add(send_push(k, step, worker_index_, worker_count_, examples, grads_.data() + chunk_offsets_[k], true,
+                         push_ranges_[k], reply_ranges_[k]));
 }
 
 kj::Promise<void> TrainingSession::send_push(size_t k, uint64_t step, uint32_t slice, uint32_t slice_count,
-                                             uint32_t examples, const float* gradient, bool take_values) {
+                                             uint32_t examples, const float* gradient, bool take_values,
+                                             const InputSparsity::Ranges& ranges, const InputSparsity::Ranges& want) {
   auto request = servers_[chunks_[k].server].pushRequest();
   request.setJobId(job_id_);
   request.setKey(chunks_[k].key);
@@ -125,11 +134,41 @@ kj::Promise<void> TrainingSession::send_push(size_t k, uint64_t step, uint32_t s
   request.setGeneration(generation_);
   // Zero-copy: the message points into the gradient buffer, which stays untouched until every
   // reply is in (a reply implies its request was fully sent).
-  rpc::reference_tensor(request.initGradient(), {gradient, chunks_[k].size});
-  return request.send().then([this, k, take_values](capnp::Response<proto::ParameterServer::PushResults>&& r) {
+  if (ranges) {
+    // Rows outside the ranges are exactly zero: they stay home.
+    request.setSparseGradient(true);
+    rpc::set_ranges(request.initGradientRanges(static_cast<unsigned>(ranges->size())), *ranges);
+    auto parts = request.initGradientParts(static_cast<unsigned>(ranges->size()));
+    for (unsigned i = 0; i < ranges->size(); ++i) {
+      rpc::reference_part(parts, i, {gradient + (*ranges)[i].offset, (*ranges)[i].size});
+      exchanged_bytes_ += (*ranges)[i].size * sizeof(float);
+    }
+  } else {
+    rpc::reference_tensor(request.initGradient(), {gradient, chunks_[k].size});
+    exchanged_bytes_ += chunks_[k].size * sizeof(float);
+  }
+  if (take_values && want) {
+    request.setSparseReply(true);
+    rpc::set_ranges(request.initReplyRanges(static_cast<unsigned>(want->size())), *want);
+  }
+  std::optional<std::vector<ChunkRange>> wanted = take_values ? want : std::nullopt;
+  return request.send().then([this, k, take_values, wanted = std::move(wanted)](
+                                 capnp::Response<proto::ParameterServer::PushResults>&& r) {
     if (!take_values) return;
-    const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
-    std::memcpy(next_params_.data() + chunk_offsets_[k], values.data(), values.size_bytes());
+    float* into = next_params_.data() + chunk_offsets_[k];
+    if (wanted) {
+      const auto parts = r.getValueParts();
+      KJ_REQUIRE(parts.size() == wanted->size(), "reply has the wrong number of parts", parts.size(), wanted->size());
+      for (unsigned i = 0; i < parts.size(); ++i) {
+        const auto values = rpc::part_view(parts[i], (*wanted)[i].size, "updated values");
+        std::memcpy(into + (*wanted)[i].offset, values.data(), values.size_bytes());
+        exchanged_bytes_ += values.size_bytes();
+      }
+    } else {
+      const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
+      std::memcpy(into, values.data(), values.size_bytes());
+      exchanged_bytes_ += values.size_bytes();
+    }
     versions_[k] = r.getVersion();
   });
 }
@@ -211,8 +250,25 @@ void TrainingSession::pause_for_cut(uint32_t epoch, uint64_t step) {
 kj::Promise<void> TrainingSession::take_over() {
   Takeover& order = *takeover_;
   takeover_grads_.resize(grads_.size());
+  const float* params = params_.data();
+  if (sparse_exchange_ && order.examples > 0) {
+    // params_ is current only in the rows this worker's batch touches: fetch the whole step's
+    // version (a chunk the lost worker pushed has moved one update on; its server still holds
+    // the step's version).
+    std::vector<uint64_t> versions;
+    try {
+      pull_all(order.step, takeover_params_, versions, /*exact=*/true);
+    } catch (const kj::Exception& e) {
+      // Cannot happen while the step waits for the lost slice; if it does, the coordinator's
+      // takeover times out and the job rolls back.
+      PSLOG(kWarning) << "job " << job_id_ << ": cannot take over step " << order.step << ": "
+                      << e.getDescription().cStr();
+      return kj::READY_NOW;
+    }
+    params = takeover_params_.data();
+  }
   if (order.examples > 0) {
-    model_->compute_gradients(params_.data(), order.inputs.data(), order.labels.data(), order.examples,
+    model_->compute_gradients(params, order.inputs.data(), order.labels.data(), order.examples,
                               takeover_grads_.data());
   } else {
     std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);
@@ -220,9 +276,28 @@ kj::Promise<void> TrainingSession::take_over() {
   kj::Vector<kj::Promise<void>> replies;
   for (size_t k = 0; k < chunks_.size(); ++k) {
     replies.add(send_push(k, order.step, order.slice, order.slice_count, order.examples,
-                          takeover_grads_.data() + chunk_offsets_[k], false));
+                          takeover_grads_.data() + chunk_offsets_[k], false, std::nullopt, std::nullopt));
   }
   return kj::joinPromises(replies.releaseAsArray());
+}
+
+void TrainingSession::plan_sparse_exchange(proto::Batch::Reader batch, ShardReader& reader, bool last_step_of_epoch) {
+  const auto marked = [this](proto::Batch::Reader b) {
+    const auto pixels = b.getPixels();
+    KJ_REQUIRE(b.getExampleSize() == sparsity_.features() &&
+                   pixels.size() == static_cast<size_t>(b.getSize()) * b.getExampleSize(),
+               "batch does not match the model's input", b.getExampleSize(), pixels.size());
+    sparsity_.mark_features(pixels.begin(), b.getSize(), b.getExampleSize(), &feature_mask_);
+    return sparsity_.chunk_ranges(feature_mask_);
+  };
+  push_ranges_ = marked(batch);
+  proto::Batch::Reader next;
+  // Dense before an evaluation (it reads every row), and when the next batch is not here yet.
+  if (!last_step_of_epoch && reader.peek(&next) && next.getSize() > 0) {
+    reply_ranges_ = marked(next);
+  } else {
+    reply_ranges_.assign(chunks_.size(), std::nullopt);
+  }
 }
 
 bool TrainingSession::report(proto::Progress::Kind kind, uint32_t epoch, uint64_t examples, double loss_sum,
@@ -288,9 +363,9 @@ void TrainingSession::evaluate(uint32_t epoch, double train_rate) {
 }
 
 bool TrainingSession::run(const std::function<bool()>& should_stop) {
-  connect_servers();
-  pull_all();
   const bool sync = spec_.training.mode == TrainingMode::kSync;
+  connect_servers();
+  pull_all(sync ? start_epoch_ * steps_per_epoch_ + start_step_ : 0, params_, versions_);
   watch_for_orders();
   const int64_t report_every = spec_.training.metrics_every_steps;
   for (uint32_t epoch = start_epoch_; epoch < spec_.training.epochs; ++epoch) {
@@ -320,6 +395,7 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
       const uint32_t n = batch.getSize();
       KJ_REQUIRE(n <= labels_.size(), "batch larger than the model's batch", n);
       const uint64_t push_step = sync ? epoch * steps_per_epoch_ + step : steps_done_;
+      if (sparse_exchange_) plan_sparse_exchange(batch, reader, step + 1 == steps_per_epoch_);
       if (n > 0) {
         decode_batch(batch, inputs_.data(), labels_.data());
         // Overlap: ship the later layers' gradients while the earlier layers run backward, and
@@ -354,8 +430,11 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
         const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
         report_steps(epoch, examples, loss, correct, examples / std::max(seconds, 1e-9));
         PSLOG(kDebug) << "job " << job_id_ << ": per step " << 1e3 * compute_seconds_ / report_every << " ms compute, "
-                      << 1e3 * exchange_seconds_ / report_every << " ms push/pull";
+                      << 1e3 * exchange_seconds_ / report_every << " ms push/pull, "
+                      << 1e-6 * static_cast<double>(exchanged_bytes_) / static_cast<double>(report_every)
+                      << " MB pushed and received";
         compute_seconds_ = exchange_seconds_ = 0;
+        exchanged_bytes_ = 0;
         loss = 0;
         correct = examples = 0;
         window_start = Clock::now();

@@ -23,11 +23,13 @@
 #include "common/nn/data_parallel_model.h"
 #include "common/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
+#include "worker/input_sparsity.h"
 
 namespace pstrain {
 
 struct SessionOptions {
-  int replicas = 1;  // compute threads, each on a slice of the batch
+  int replicas = 1;            // compute threads, each on a slice of the batch
+  bool sparse_exchange = true;  // row-sparse pushes and replies where the model allows (input_sparsity.h)
 };
 
 class TrainingSession {
@@ -45,13 +47,19 @@ class TrainingSession {
 
  private:
   void connect_servers();
-  void pull_all();
+  // Every chunk's values at a version >= min_version (exactly min_version when `exact`) into
+  // `into`; their versions into `versions`.
+  void pull_all(uint64_t min_version, AlignedFloats& into, std::vector<uint64_t>& versions, bool exact = false);
   // Sends the push of chunk k (its gradient must be final); the reply is collected by finish_push.
   void push_chunk(size_t k, uint64_t step, uint32_t examples);
   // One chunk's push of `gradient` as slice `slice` of `slice_count`; the reply's values go to
-  // next_params_ when `take_values`.
+  // next_params_ when `take_values`. Row-sparse when `ranges` (push) / `want` (reply) say so.
   kj::Promise<void> send_push(size_t k, uint64_t step, uint32_t slice, uint32_t slice_count, uint32_t examples,
-                              const float* gradient, bool take_values);
+                              const float* gradient, bool take_values, const InputSparsity::Ranges& ranges,
+                              const InputSparsity::Ranges& want);
+  // Sets push_ranges_ (the rows `batch` touches) and reply_ranges_ (the rows the next step
+  // touches: the next batch of this epoch if it is here already; all before an evaluation).
+  void plan_sparse_exchange(proto::Batch::Reader batch, class ShardReader& reader, bool last_step_of_epoch);
   // Pushes every chunk not pushed yet, then waits for all replies and takes the new values. If the
   // coordinator asks, first computes and pushes a lost worker's slice of this step (a takeover).
   void finish_push(uint64_t step, uint32_t examples);
@@ -95,6 +103,14 @@ class TrainingSession {
   // Keeping the step's version intact until then is what lets this worker take over a lost
   // worker's slice of the step.
   AlignedFloats params_, next_params_, grads_, inputs_;
+  // Row-sparse exchange (input_sparsity.h). With it, params_ is only guaranteed to be current in
+  // the rows the step's batch touches: anything else that computes (the end-of-epoch
+  // evaluation, a takeover) gets dense values first.
+  InputSparsity sparsity_;
+  bool sparse_exchange_;
+  std::vector<uint8_t> feature_mask_;
+  std::vector<InputSparsity::Ranges> push_ranges_, reply_ranges_;  // per chunk, for the current step
+  AlignedFloats takeover_params_;
   std::vector<size_t> push_order_;         // chunks by descending offset: the order backward completes them
   size_t pushed_ = 0;                      // chunks of the current step already sent
   kj::Vector<kj::Promise<void>> replies_;  // of the current step
@@ -118,6 +134,7 @@ class TrainingSession {
   } ignore_errors_;
   kj::TaskSet reports_{ignore_errors_};  // periodic reports in flight (each kept until answered)
   double compute_seconds_ = 0, exchange_seconds_ = 0;  // since the last report (debug log)
+  uint64_t exchanged_bytes_ = 0;                       // gradient and values, likewise
 };
 
 }  // namespace pstrain

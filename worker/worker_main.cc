@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
   flags.add("threads", "PSTRAIN_THREADS", "1", "Compute threads (each takes a slice of the batch); 0: one per core.");
   flags.add("name", "PSTRAIN_NODE_NAME", "", "Name shown in the cluster view (default: host-pid).");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
+  flags.add_switch("dense-exchange", "PSTRAIN_DENSE_EXCHANGE",
+                   "Push and receive every parameter row, even those the batch does not touch (the\n"
+                   "row-sparse exchange of a dense first layer is on by default; this is for comparisons).");
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-worker")) return *status;
   rpc::HostPort coordinator;
@@ -101,7 +104,7 @@ int main(int argc, char** argv) {
       const std::string job_id = rpc::to_string(assignment.getJobId());
       std::string fatal;
       try {
-        TrainingSession session(*io.provider, ws, link.client(), node_id, assignment, SessionOptions{threads}, stop);
+        TrainingSession session(*io.provider, ws, link.client(), node_id, assignment, SessionOptions{threads, !flags.get_switch("dense-exchange")}, stop);
         session.run(should_stop);
         min_generation = 0;
         transient_failures = 0;

@@ -26,18 +26,20 @@ class Sgd final : public Optimizer {
     return state;
   }
 
-  void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const override {
-    Vec w = view(params);
+  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+             std::span<float> out) const override {
+    ConstVec w = view(params);
     ConstVec g = view(grads);
+    Vec o = view(out);
     if (momentum_ == 0.0f) {
-      w -= lr_ * g;
+      o = w - lr_ * g;
     } else {
       Vec m = view(state.slots[0].values);
       m = momentum_ * m - lr_ * g;
       if (nesterov_) {
-        w += momentum_ * m - lr_ * g;
+        o = w + (momentum_ * m - lr_ * g);
       } else {
-        w += m;
+        o = w + m;
       }
     }
     ++state.iterations;
@@ -59,12 +61,14 @@ class Adam final : public Optimizer {
     return state;
   }
 
-  void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const override {
+  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+             std::span<float> out) const override {
     const double t = static_cast<double>(++state.iterations);
     const auto alpha = static_cast<float>(lr_ * std::sqrt(1.0 - std::pow(double{b2_}, t)) /
                                           (1.0 - std::pow(double{b1_}, t)));
     // One fused pass over w, g, m, v: the update is memory-bound, so every extra pass costs.
-    float* w = params.data();
+    const float* w = params.data();
+    float* o = out.data();
     const float* g = grads.data();
     float* m = state.slots[0].values.data();
     float* v = state.slots[1].values.data();
@@ -76,7 +80,7 @@ class Adam final : public Optimizer {
       const float vi = v[i] + (g[i] * g[i] - v[i]) * one_minus_b2;
       m[i] = mi;
       v[i] = vi;
-      w[i] -= alpha * mi / (std::sqrt(vi) + eps);
+      o[i] = w[i] - alpha * mi / (std::sqrt(vi) + eps);
     }
   }
 
@@ -95,12 +99,13 @@ class Adagrad final : public Optimizer {
     return state;
   }
 
-  void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const override {
-    Vec w = view(params);
+  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+             std::span<float> out) const override {
+    ConstVec w = view(params);
     ConstVec g = view(grads);
     Vec acc = view(state.slots[0].values);
     acc += g.square();
-    w -= lr_ * g / (acc.sqrt() + eps_);
+    view(out) = w - lr_ * g / (acc.sqrt() + eps_);
     ++state.iterations;
   }
 

@@ -44,7 +44,14 @@ class Optimizer {
   // Fresh state for a range of n parameters.
   virtual OptimizerState make_state(size_t n) const = 0;
   // One update: params and grads have the same length as the state's slots.
-  virtual void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const = 0;
+  void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const {
+    apply(params, grads, state, params);
+  }
+  // The same update written to `out` (same length; may be `params` itself), leaving `params`
+  // as they were when they are distinct: a server keeps the version before the last update
+  // this way without copying it. The arithmetic is the same either way.
+  virtual void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+                     std::span<float> out) const = 0;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);

@@ -31,6 +31,12 @@ struct Chunk {
   server @4 :UInt32;  # index into the job's server list
 }
 
+# Elements [offset, offset + size) of a chunk: float32 values, little-endian.
+struct Range {
+  offset @0 :UInt64;
+  size @1 :UInt64;
+}
+
 # What a server needs to hold its part of a job.
 struct JobConfig {
   jobId @0 :Text;
@@ -57,8 +63,10 @@ interface ParameterServer {
   # fresh optimizer slots.
   configure @0 (config :JobConfig) -> ();
 
-  # The chunk's values once its version is at least minVersion.
-  pull @1 (jobId :Text, key :UInt32, minVersion :UInt64) -> (version :UInt64, values :Tensor);
+  # The chunk's values once its version is at least minVersion. exact: the values of version
+  # minVersion itself, also when the chunk is one update past it (sync: a takeover computes on
+  # the step's version after some chunks moved on); fails if the server no longer has them.
+  pull @1 (jobId :Text, key :UInt32, minVersion :UInt64, exact :Bool) -> (version :UInt64, values :Tensor);
 
   # A worker's gradient of the summed loss for one chunk.
   # sync: `step` is the global step (= the version the gradient was computed on); the update is
@@ -69,9 +77,15 @@ interface ParameterServer {
   #   gradient was computed on, and the reply carries the latest values.
   # applied is false for a late push that a backup-worker step dropped.
   # generation: of the worker's assignment; pushes of a plan that `settle` ended fail.
+  # Row-sparse exchange (a dense first layer on sparse inputs, DESIGN-NOTES "Sparse exchange"):
+  #   sparseGradient: the gradient is gradientParts[i] over gradientRanges[i] and zero elsewhere
+  #     (`gradient` is then unset). Ranges are sorted, disjoint and inside the chunk.
+  #   sparseReply: the reply carries only replyRanges' values, in valueParts (`values` unset).
   push @2 (jobId :Text, key :UInt32, step :UInt64, slice :UInt32, sliceCount :UInt32,
-           worker :UInt32, examples :UInt32, baseVersion :UInt64, gradient :Tensor, generation :UInt64)
-       -> (version :UInt64, applied :Bool, values :Tensor);
+           worker :UInt32, examples :UInt32, baseVersion :UInt64, gradient :Tensor, generation :UInt64,
+           sparseGradient :Bool, gradientRanges :List(Range), gradientParts :List(Data),
+           sparseReply :Bool, replyRanges :List(Range))
+       -> (version :UInt64, applied :Bool, values :Tensor, valueParts :List(Data));
 
   # Async: the worker will push no more (it no longer holds back others under max_staleness).
   workerFinished @3 (jobId :Text, worker :UInt32) -> ();

@@ -126,6 +126,46 @@ void set_tensor(proto::Tensor::Builder tensor, std::span<const float> values) {
   std::memcpy(out.data(), values.data(), values.size_bytes());
 }
 
+std::vector<ChunkRange> read_ranges(capnp::List<proto::Range>::Reader list, size_t chunk_size, const char* what) {
+  KJ_REQUIRE(list.size() <= kMaxRangesPerPart, "too many ranges", what, list.size(), kMaxRangesPerPart);
+  std::vector<ChunkRange> ranges;
+  ranges.reserve(list.size());
+  size_t end = 0;
+  for (auto r : list) {
+    KJ_REQUIRE(r.getSize() > 0, "empty range", what, r.getOffset());
+    KJ_REQUIRE(r.getOffset() >= end, "ranges must be sorted and disjoint", what, r.getOffset(), end);
+    KJ_REQUIRE(r.getOffset() < chunk_size && r.getSize() <= chunk_size - r.getOffset(), "range outside the chunk",
+               what, r.getOffset(), r.getSize(), chunk_size);
+    ranges.push_back({static_cast<size_t>(r.getOffset()), static_cast<size_t>(r.getSize())});
+    end = r.getOffset() + r.getSize();
+  }
+  return ranges;
+}
+
+void set_ranges(capnp::List<proto::Range>::Builder list, const std::vector<ChunkRange>& ranges) {
+  for (unsigned i = 0; i < ranges.size(); ++i) {
+    list[i].setOffset(ranges[i].offset);
+    list[i].setSize(ranges[i].size);
+  }
+}
+
+std::span<const float> part_view(capnp::Data::Reader data, size_t expected, const char* what) {
+  KJ_REQUIRE(data.size() == expected * sizeof(float), "part size does not match its range", what, data.size(),
+             expected * sizeof(float));
+  KJ_REQUIRE(reinterpret_cast<uintptr_t>(data.begin()) % alignof(float) == 0, "misaligned part data", what);
+  return {reinterpret_cast<const float*>(data.begin()), expected};
+}
+
+void reference_part(capnp::List<capnp::Data>::Builder list, unsigned i, std::span<const float> values) {
+  KJ_REQUIRE(reinterpret_cast<uintptr_t>(values.data()) % sizeof(capnp::word) == 0, "external part data must be word-aligned");
+  const capnp::Data::Reader bytes(reinterpret_cast<const kj::byte*>(values.data()), values.size_bytes());
+  list.adopt(i, capnp::Orphanage::getForMessageContaining(list).referenceExternalData(bytes));
+}
+
+void set_part(capnp::List<capnp::Data>::Builder list, unsigned i, std::span<const float> values) {
+  list.set(i, capnp::Data::Reader(reinterpret_cast<const kj::byte*>(values.data()), values.size_bytes()));
+}
+
 void set_chunks(capnp::List<proto::Chunk>::Builder list, const std::vector<ChunkInfo>& chunks) {
   for (size_t i = 0; i < chunks.size(); ++i) {
     auto c = list[static_cast<unsigned>(i)];

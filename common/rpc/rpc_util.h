@@ -78,6 +78,20 @@ void reference_tensor(proto::Tensor::Builder tensor, std::span<const float> valu
 // Allocates a tensor of n floats in the message and returns its buffer to compute into.
 std::span<float> init_tensor(proto::Tensor::Builder tensor, size_t n);
 
+// Row-sparse pushes and replies (see ParameterServer.push): a chunk's values as a few ranges,
+// each its own Data part. Every part is a separate message segment when sent without copying, and
+// Cap'n Proto refuses messages of 512 segments or more: hence the cap.
+inline constexpr size_t kMaxRangesPerPart = 256;
+// The ranges, checked: at most kMaxRangesPerPart, sorted, disjoint, non-empty and inside a chunk
+// of `chunk_size` elements. KJ_REQUIREs (fails the call) naming `what` otherwise.
+std::vector<ChunkRange> read_ranges(capnp::List<proto::Range>::Reader list, size_t chunk_size, const char* what);
+void set_ranges(capnp::List<proto::Range>::Builder list, const std::vector<ChunkRange>& ranges);
+// A validated float32 view of one part holding `expected` values.
+std::span<const float> part_view(capnp::Data::Reader data, size_t expected, const char* what);
+// list[i] refers to `values` without copying (same rules as reference_tensor), or holds a copy.
+void reference_part(capnp::List<capnp::Data>::Builder list, unsigned i, std::span<const float> values);
+void set_part(capnp::List<capnp::Data>::Builder list, unsigned i, std::span<const float> values);
+
 void set_chunks(capnp::List<proto::Chunk>::Builder list, const std::vector<ChunkInfo>& chunks);
 std::vector<ChunkInfo> get_chunks(capnp::List<proto::Chunk>::Reader list);
 

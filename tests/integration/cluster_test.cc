@@ -171,6 +171,36 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     tensor.initData(8);
     CHECK(failure_of(request.send(), ws).find("tensor shape does not match its data") != std::string::npos);
   }
+  // Row-sparse pushes: ranges out of order, outside the chunk, or not matching their parts.
+  auto sparse_push = [&](std::vector<ChunkRange> ranges, std::vector<size_t> part_floats) {
+    auto request = server.pushRequest();
+    request.setJobId("probe");
+    request.setSliceCount(2);
+    request.setExamples(1);
+    request.setSparseGradient(true);
+    auto list = request.initGradientRanges(static_cast<unsigned>(ranges.size()));
+    for (unsigned i = 0; i < ranges.size(); ++i) {
+      list[i].setOffset(ranges[i].offset);
+      list[i].setSize(ranges[i].size);
+    }
+    auto parts = request.initGradientParts(static_cast<unsigned>(part_floats.size()));
+    for (unsigned i = 0; i < part_floats.size(); ++i) parts.init(i, part_floats[i] * sizeof(float));
+    return request.send();
+  };
+  CHECK(failure_of(sparse_push({{8, 4}, {0, 4}}, {4, 4}), ws).find("ranges must be sorted and disjoint") != std::string::npos);
+  CHECK(failure_of(sparse_push({{chunks[0].size - 2, 4}}, {4}), ws).find("range outside the chunk") != std::string::npos);
+  CHECK(failure_of(sparse_push({{0, 4}}, {4, 4}), ws).find("gradientParts must match gradientRanges") != std::string::npos);
+  CHECK(failure_of(sparse_push({{0, 4}}, {3}), ws).find("part size does not match its range") != std::string::npos);
+  CHECK(failure_of(sparse_push(std::vector<ChunkRange>(300, ChunkRange{0, 1}), {}), ws).find("too many ranges") != std::string::npos);
+  {
+    auto request = server.pullRequest();  // a version the shard never had
+    request.setJobId("probe");
+    request.setKey(0);
+    request.setExact(true);
+    request.setMinVersion(0);
+    auto ok = request.send().wait(ws);  // version 0 is the current one: fine
+    CHECK(ok.getVersion() == 0);
+  }
   // Recovery calls with bad arguments fail the same way and change nothing.
   {
     auto request = server.adoptBackupRequest();  // blobs that are not chunk snapshots
