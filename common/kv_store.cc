@@ -3,7 +3,6 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -42,14 +41,28 @@ KvStatus from_rocks(const rocksdb::Status& s) {
 }  // namespace
 
 uint32_t checksum(std::string_view bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  // zlib takes lengths as uInt: feed large values in pieces.
-  for (size_t done = 0; done < bytes.size();) {
-    const auto n = static_cast<uInt>(std::min<size_t>(bytes.size() - done, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), n);
-    done += n;
+  // CRC-32C (Castagnoli), reflected, initial and final value ~0. With SSE 4.2 the CPU's crc32
+  // instruction takes 8 bytes at a time: ~10x zlib's CRC-32 here, which took 2% of both cores
+  // while backups were written.
+  uint32_t crc = ~0u;
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t n = bytes.size();
+#if defined(__SSE4_2__)
+  uint64_t crc64 = crc;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    crc64 = __builtin_ia32_crc32di(crc64, word);
   }
-  return static_cast<uint32_t>(crc);
+  crc = static_cast<uint32_t>(crc64);
+  for (; n > 0; ++p, --n) crc = __builtin_ia32_crc32qi(crc, *p);
+#else
+  for (; n > 0; ++p, --n) {
+    crc ^= *p;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+#endif
+  return ~crc;
 }
 
 KvStore::KvStore(std::unique_ptr<rocksdb::DB> db, std::string directory)

@@ -63,7 +63,7 @@ class KvStore {
   std::string directory_;
 };
 
-// CRC-32 (zlib's) of bytes.
+// CRC-32C of bytes (what every stored value carries, to detect corruption).
 uint32_t checksum(std::string_view bytes);
 
 }  // namespace pstrain
