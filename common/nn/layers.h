@@ -10,6 +10,11 @@
 namespace pstrain::nn {
 
 // y = W^T x + b, optionally followed by ReLU (fused: the mask is applied in place).
+//
+// Sparse inputs: when no input gradient is wanted (the model's first layer) and some features
+// are zero in every example of the batch (MNIST: about a third of the pixels in a batch of 64),
+// the kernel gradient is computed for the other features only and the rows of the zero ones are
+// set to zero: a smaller product for the same values.
 template <typename T>
 class Dense final : public Layer<T> {
  public:
@@ -20,9 +25,15 @@ class Dense final : public Layer<T> {
                 T* din) override;
 
  private:
+  // The kernel gradient from the batch's nonzero features only; false (nothing written) when
+  // too few features are zero for it to pay.
+  bool sparse_kernel_gradient(ConstMatMap<T> in, const T* dout, T* kernel_grads);
+
   int64_t in_, out_;
   bool relu_;
   size_t kernel_, bias_;
+  std::vector<int64_t> active_;     // scratch of sparse_kernel_gradient: nonzero features
+  std::vector<T> active_in_, active_grads_;  // their inputs, and their kernel rows' gradient
 };
 
 // 2-D convolution, valid padding, stride 1, over [height, width, channels] examples, by im2col:
