@@ -82,6 +82,8 @@ std::unique_ptr<KvStore> KvStore::open(const std::string& directory, std::string
   options.paranoid_checks = true;
   options.max_open_files = 256;
   options.keep_log_file_num = 2;
+  // Values are mostly float32 parameters, which do not compress: compressing them only cost CPU.
+  options.compression = rocksdb::kNoCompression;
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(options, directory, &raw);
   if (!s.ok()) {
@@ -130,9 +132,16 @@ std::vector<KvStore::Entry> KvStore::scan(const std::string& prefix) const {
   return entries;
 }
 
+std::vector<std::string> KvStore::keys(const std::string& prefix) const {
+  std::vector<std::string> keys;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) keys.push_back(it->key().ToString());
+  return keys;
+}
+
 KvStatus KvStore::erase_prefix(const std::string& prefix, bool sync) {
   std::vector<Write> writes;
-  for (const Entry& e : scan(prefix)) writes.push_back({e.key, std::nullopt});
+  for (std::string& key : keys(prefix)) writes.push_back({std::move(key), std::nullopt});
   return write(writes, sync);
 }
 

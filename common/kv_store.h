@@ -52,6 +52,9 @@ class KvStore {
     bool corrupt = false;
   };
   std::vector<Entry> scan(const std::string& prefix) const;
+  // Every key with the prefix, in key order, without reading the values (listing backups must
+  // not copy and verify megabytes of parameters).
+  std::vector<std::string> keys(const std::string& prefix) const;
   // Deletes every key with the prefix (atomically).
   [[nodiscard]] KvStatus erase_prefix(const std::string& prefix, bool sync);
 

@@ -88,7 +88,7 @@ KvStatus BackupStore::write(const std::string& job, uint64_t version, const std:
   std::vector<uint64_t> existing = versions(job);
   existing.push_back(version);
   while (existing.size() > kKeep) {
-    for (const auto& e : kv_.scan(version_prefix(job, existing.front()))) writes.push_back({e.key, std::nullopt});
+    for (std::string& key : kv_.keys(version_prefix(job, existing.front()))) writes.push_back({std::move(key), std::nullopt});
     existing.erase(existing.begin());
   }
   return kv_.write(writes, /*sync=*/true);
@@ -96,8 +96,8 @@ KvStatus BackupStore::write(const std::string& job, uint64_t version, const std:
 
 std::vector<uint64_t> BackupStore::versions(const std::string& job) const {
   std::vector<uint64_t> out;
-  for (const auto& e : kv_.scan(prefix(job))) {
-    const std::string rest = e.key.substr(prefix(job).size());
+  for (const std::string& key : kv_.keys(prefix(job))) {
+    const std::string rest = key.substr(prefix(job).size());
     if (rest.size() > 17 && rest.substr(17) == "complete") out.push_back(std::stoull(rest.substr(0, 16)));
   }
   return out;
