@@ -12,7 +12,11 @@ void Dense<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   ConstVecMap<T> b(params + bias_, out_);
   const int64_t batch = in.cols();
   out.colwise() = b;  // then accumulate the product onto the bias (beta = 1): one pass fewer
-  gemm<T>(Op::kNone, Op::kNone, out_, batch, in_, w, out_, in.data(), in_, T(1), out.data(), out_);
+  if (data_input_ && gather_active_features(in)) {
+    sparse_product(w, batch, out.data());
+  } else {
+    gemm<T>(Op::kNone, Op::kNone, out_, batch, in_, w, out_, in.data(), in_, T(1), out.data(), out_);
+  }
   if (relu_) out = out.cwiseMax(T(0));
 }
 
@@ -21,7 +25,9 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
                         T* din) {
   const int64_t batch = in.cols();
   if (relu_) dout = (out.array() > T(0)).select(dout, T(0));
-  if (din != nullptr || !sparse_kernel_gradient(in, dout.data(), grads + kernel_)) {
+  if (data_input_ && din == nullptr && gather_active_features(in)) {
+    sparse_kernel_gradient(dout.data(), batch, grads + kernel_);
+  } else {
     gemm<T>(Op::kNone, Op::kTranspose, out_, in_, batch, dout.data(), out_, in.data(), in_, T(0), grads + kernel_, out_);
   }
   VecMap<T>(grads + bias_, out_).noalias() = dout.rowwise().sum();
@@ -31,18 +37,17 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
 }
 
 template <typename T>
-bool Dense<T>::sparse_kernel_gradient(ConstMatMap<T> in, const T* dout, T* kernel_grads) {
+bool Dense<T>::gather_active_features(ConstMatMap<T> in) {
   const int64_t batch = in.cols();
-  // A feature is active if it is nonzero in some example.
-  active_grads_.resize(static_cast<size_t>(in_));  // (as flags first: reused below)
-  std::fill(active_grads_.begin(), active_grads_.begin() + in_, T(0));
+  std::vector<T>& seen = active_rows_;  // (borrowed as flags)
+  seen.assign(static_cast<size_t>(in_), T(0));
   for (int64_t b = 0; b < batch; ++b) {
     const T* x = in.data() + b * in_;
-    for (int64_t j = 0; j < in_; ++j) active_grads_[j] = x[j] != T(0) ? T(1) : active_grads_[j];
+    for (int64_t j = 0; j < in_; ++j) seen[j] = x[j] != T(0) ? T(1) : seen[j];
   }
   active_.clear();
   for (int64_t j = 0; j < in_; ++j) {
-    if (active_grads_[j] != T(0)) active_.push_back(j);
+    if (seen[j] != T(0)) active_.push_back(j);
   }
   const auto k = static_cast<int64_t>(active_.size());
   // Gathering and scattering cost about what a sixth of the product does.
@@ -53,22 +58,35 @@ bool Dense<T>::sparse_kernel_gradient(ConstMatMap<T> in, const T* dout, T* kerne
     T* xs = active_in_.data() + b * k;
     for (int64_t i = 0; i < k; ++i) xs[i] = x[active_[i]];
   }
-  // The kernel rows of the active features, [out x k] column-major: row i is feature active_[i]'s.
-  active_grads_.resize(static_cast<size_t>(out_ * k));
+  return true;
+}
+
+template <typename T>
+void Dense<T>::sparse_product(const T* kernel, int64_t batch, T* out) {
+  const auto k = static_cast<int64_t>(active_.size());
+  if (k == 0) return;
+  active_rows_.resize(static_cast<size_t>(out_ * k));
+  for (int64_t i = 0; i < k; ++i) std::copy_n(kernel + active_[i] * out_, out_, active_rows_.data() + i * out_);
+  gemm<T>(Op::kNone, Op::kNone, out_, batch, k, active_rows_.data(), out_, active_in_.data(), k, T(1), out, out_);
+}
+
+template <typename T>
+void Dense<T>::sparse_kernel_gradient(const T* dout, int64_t batch, T* kernel_grads) {
+  const auto k = static_cast<int64_t>(active_.size());
+  active_rows_.resize(static_cast<size_t>(out_ * k));
   if (k > 0) {
-    gemm<T>(Op::kNone, Op::kTranspose, out_, k, batch, dout, out_, active_in_.data(), k, T(0), active_grads_.data(), out_);
+    gemm<T>(Op::kNone, Op::kTranspose, out_, k, batch, dout, out_, active_in_.data(), k, T(0), active_rows_.data(), out_);
   }
   int64_t next = 0;  // into active_
   for (int64_t j = 0; j < in_; ++j) {
     T* row = kernel_grads + j * out_;
     if (next < k && active_[next] == j) {
-      std::copy_n(active_grads_.data() + next * out_, out_, row);
+      std::copy_n(active_rows_.data() + next * out_, out_, row);
       ++next;
     } else {
       std::fill_n(row, out_, T(0));
     }
   }
-  return true;
 }
 
 template class Dense<float>;

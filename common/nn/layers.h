@@ -11,29 +11,36 @@ namespace pstrain::nn {
 
 // y = W^T x + b, optionally followed by ReLU (fused: the mask is applied in place).
 //
-// Sparse inputs: when no input gradient is wanted (the model's first layer) and some features
-// are zero in every example of the batch (MNIST: about a third of the pixels in a batch of 64),
-// the kernel gradient is computed for the other features only and the rows of the zero ones are
-// set to zero: a smaller product for the same values.
+// Sparse inputs: a dense layer that reads the model's input (`data_input`) skips the features
+// that are zero in every example of the batch (MNIST: about a third of the pixels in a batch of
+// 64). Forward multiplies by the other features' kernel rows only; backward computes only their
+// rows of the kernel gradient and sets the others to zero. Smaller products, the same values
+// (up to the order of additions).
 template <typename T>
 class Dense final : public Layer<T> {
  public:
-  Dense(int64_t in, int64_t out, bool relu, size_t kernel_offset, size_t bias_offset)
-      : in_(in), out_(out), relu_(relu), kernel_(kernel_offset), bias_(bias_offset) {}
+  Dense(int64_t in, int64_t out, bool relu, size_t kernel_offset, size_t bias_offset, bool data_input = false)
+      : in_(in), out_(out), relu_(relu), data_input_(data_input), kernel_(kernel_offset), bias_(bias_offset) {}
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                 T* din) override;
 
  private:
-  // The kernel gradient from the batch's nonzero features only; false (nothing written) when
-  // too few features are zero for it to pay.
-  bool sparse_kernel_gradient(ConstMatMap<T> in, const T* dout, T* kernel_grads);
+  // Finds the batch's nonzero features (active_) and gathers their inputs (active_in_, k x batch);
+  // false when too few features are zero for skipping them to pay.
+  bool gather_active_features(ConstMatMap<T> in);
+  // out += W^T x over the active features only.
+  void sparse_product(const T* kernel, int64_t batch, T* out);
+  // The kernel gradient of the active features' rows, zero in the others.
+  void sparse_kernel_gradient(const T* dout, int64_t batch, T* kernel_grads);
 
   int64_t in_, out_;
-  bool relu_;
+  bool relu_, data_input_;
   size_t kernel_, bias_;
-  std::vector<int64_t> active_;     // scratch of sparse_kernel_gradient: nonzero features
-  std::vector<T> active_in_, active_grads_;  // their inputs, and their kernel rows' gradient
+  // Scratch of the sparse paths: the active features, their inputs, and a [out x k] matrix (the
+  // gathered kernel rows in forward, their gradient in backward).
+  std::vector<int64_t> active_;
+  std::vector<T> active_in_, active_rows_;
 };
 
 // 2-D convolution, valid padding, stride 1, over [height, width, channels] examples, by im2col:

@@ -24,7 +24,9 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
     const bool relu = l.activation == Activation::kReLU;
     switch (l.type) {
       case LayerType::kDense:
-        layer = std::make_unique<Dense<T>>(in[0], l.units, relu, kernel->offset, bias->offset);
+        // A dense layer that reads the model's input (data) may find whole features zero.
+        layer = std::make_unique<Dense<T>>(in[0], l.units, relu, kernel->offset, bias->offset,
+                                           /*data_input=*/current_buffer < 0);
         break;
       case LayerType::kConv2D:
         layer = std::make_unique<Conv2D<T>>(

@@ -72,9 +72,13 @@ double objective(Model<double>& model, const Problem& p, const std::vector<doubl
          nn::regularization_loss(model.layout(), params.data());
 }
 
-void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed) {
+// zero_features: input features set to zero in every example (the first dense layer then skips them).
+void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const std::vector<int64_t>& zero_features = {}) {
   Model<double> model(spec, batch);
   Problem p = random_problem(model, batch, seed);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j : zero_features) p.inputs[static_cast<size_t>(b * model.input_size() + j)] = 0.0;
+  }
   std::vector<double> grads(model.layout().total_size(), 1e9);  // garbage: every entry must be overwritten
   model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, grads.data());
   nn::scale_and_regularize(model.layout(), grads.data(), p.params.data(), batch);
@@ -106,6 +110,17 @@ TEST_CASE("dense layers relu and linear and the loss") {
   spec.input_shape = {6};
   spec.layers = {dense(5, true), dense(4, false), dense(3, false)};
   check_gradients(spec, 4, 1);
+}
+
+TEST_CASE("a dense first layer on inputs with features zero in the whole batch (the sparse path)") {
+  ModelSpec spec;
+  spec.input_shape = {3, 4};
+  spec.layers = {simple(LayerType::kFlatten), dense(5, true), dense(3, false)};
+  // 6 of 12 features zero everywhere: forward and backward take only the other 6. Their kernel
+  // rows' gradient must be exactly zero (the finite difference is), the garbage overwritten.
+  check_gradients(spec, 4, 7, {0, 1, 5, 6, 10, 11});
+  // All of them zero: the product is empty, the output is the bias.
+  check_gradients(spec, 3, 8, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
 }
 
 TEST_CASE("standalone relu flatten and reshape between dense layers") {
