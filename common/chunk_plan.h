@@ -1,10 +1,11 @@
 // How a job's parameters are cut into chunks and placed on servers.
 //
-// Every tensor is split into near-equal chunks (a chunk never spans two tensors, so it has one L2
-// factor and one name) of about a quarter of a server's share, and at most max_chunk_floats. Chunks go to servers largest first, each to
-// the server holding the fewest bytes so far (ties: lowest server index), so S servers carry
-// about equal bytes. The plan depends only on its inputs: the coordinator computes it and hands
-// the same table to servers and workers.
+// A chunk never spans two tensors (so it has one L2 factor and one name). Every large tensor is
+// striped over all servers in near-equal chunks of about a quarter of a server's share (at most
+// max_chunk_floats), so each server holds about 1/S of it and all servers share the update when
+// its gradient arrives; small tensors go whole to the least loaded server. S servers carry about
+// equal bytes. The plan depends only on its inputs: the coordinator computes it and hands the
+// same table to servers and workers.
 #pragma once
 
 #include <cstddef>
