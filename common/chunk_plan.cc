@@ -38,6 +38,25 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
       load[server] += b - a;
     }
   }
+  // A model without a tensor worth striping can leave servers empty (say one 784 x 10 layer on 8
+  // servers). An empty server would never complete a backup: give each the second half of the
+  // largest chunk that can still be split on the alignment. (Only a model under 16 S floats
+  // leaves a server empty.)
+  for (uint32_t server = 0; server < servers; ++server) {
+    if (load[server] != 0) continue;
+    auto largest = std::max_element(chunks.begin(), chunks.end(),
+                                     [](const ChunkInfo& x, const ChunkInfo& y) { return x.size < y.size; });
+    if (largest == chunks.end() || largest->size < 2 * ParamLayout::kAlignment) break;
+    const size_t half = aligned(largest->size / 2);
+    ChunkInfo second = *largest;
+    second.offset += half;
+    second.size -= half;
+    second.server = server;
+    load[largest->server] -= second.size;
+    largest->size = half;
+    load[server] += second.size;
+    chunks.push_back(second);
+  }
   // Keys by server, then by position: a server's chunks are one run of keys.
   std::stable_sort(chunks.begin(), chunks.end(),
                    [](const ChunkInfo& x, const ChunkInfo& y) { return x.server < y.server; });

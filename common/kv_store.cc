@@ -3,8 +3,10 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 
@@ -12,6 +14,30 @@ namespace pstrain {
 namespace {
 
 constexpr size_t kChecksumBytes = 4;
+
+uint32_t legacy_checksum(std::string_view bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes lengths as uInt: feed large values in pieces.
+  for (size_t done = 0; done < bytes.size();) {
+    const auto n = static_cast<uInt>(std::min<size_t>(bytes.size() - done, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), n);
+    done += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+#if !defined(__SSE4_2__)
+// CRC-32C one byte at a time through a table, for builds without SSE 4.2.
+constexpr std::array<uint32_t, 256> kCrc32cTable = [] {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int bit = 0; bit < 8; ++bit) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+    table[i] = c;
+  }
+  return table;
+}();
+#endif
 
 std::string with_checksum(std::string_view value) {
   std::string stored(kChecksumBytes + value.size(), '\0');
@@ -26,7 +52,8 @@ bool strip_checksum(const std::string& stored, std::string* value) {
   uint32_t crc;
   std::memcpy(&crc, stored.data(), kChecksumBytes);
   const std::string_view payload(stored.data() + kChecksumBytes, stored.size() - kChecksumBytes);
-  if (checksum(payload) != crc) return false;
+  // Values written before the switch to CRC-32C carry zlib's CRC-32: still accepted.
+  if (checksum(payload) != crc && legacy_checksum(payload) != crc) return false;
   value->assign(payload);
   return true;
 }
@@ -57,10 +84,7 @@ uint32_t checksum(std::string_view bytes) {
   crc = static_cast<uint32_t>(crc64);
   for (; n > 0; ++p, --n) crc = __builtin_ia32_crc32qi(crc, *p);
 #else
-  for (; n > 0; ++p, --n) {
-    crc ^= *p;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-  }
+  for (; n > 0; ++p, --n) crc = (crc >> 8) ^ kCrc32cTable[(crc ^ *p) & 0xFFu];
 #endif
   return ~crc;
 }

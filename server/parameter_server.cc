@@ -84,6 +84,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   PSLOG(kInfo) << "job " << job_id << ": holding " << job->shard->keys().size() << " chunks as server "
                << config.getServerIndex() << " (" << training_mode_name(spec.training.mode) << ", "
                << config.getWorkers() << " workers)";
+  if (const auto old = jobs_.find(job_id); old != jobs_.end()) retire(old->second);
   jobs_[job_id] = std::move(job);
   return kj::READY_NOW;
 }
@@ -102,7 +103,7 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
   const uint64_t wanted = params.getMinVersion();
   return paf.promise.then([context, weak, key, exact, wanted](uint64_t) mutable {
     auto job = weak.lock();
-    KJ_REQUIRE(job != nullptr, "job was dropped");
+    KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();
     if (exact) {
       const auto values = job->shard->values_at(key, wanted);
@@ -162,7 +163,7 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
   return paf.promise.then([context, weak, key, sparse_reply, reply_ranges = std::move(reply_ranges)](
                               PushOutcome outcome) mutable {
     auto job = weak.lock();
-    KJ_REQUIRE(job != nullptr, "job was dropped");
+    KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();
     results.setVersion(job->shard->version(key));
     KJ_REQUIRE(!outcome.aborted, "the job was re-planned (recovery): get a new assignment");
@@ -316,7 +317,7 @@ kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
   const uint64_t generation = context.getParams().getGeneration();
   return kj::joinPromises(reached.releaseAsArray()).then([weak, job_id, version, generation, rollbacks, settle] {
     auto job = weak.lock();
-    KJ_REQUIRE(job != nullptr, "job was dropped");
+    KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     // A rollback since (a second loss during the takeover) made this settle moot; the pulls it
     // waited on only fired because the new plan trained past `version`.
     KJ_REQUIRE(job->shard->rollbacks() == rollbacks, "the job was rolled back meanwhile; not settling");
@@ -329,10 +330,21 @@ kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
 
 kj::Promise<void> ParameterServerImpl::dropJob(DropJobContext context) {
   const std::string job_id = rpc::to_string(context.getParams().getJobId());
-  if (jobs_.erase(job_id) > 0) {
+  if (const auto it = jobs_.find(job_id); it != jobs_.end()) {
+    retire(it->second);
+    jobs_.erase(it);
     PSLOG(kInfo) << "job " << job_id << ": dropped";
   }
   return kj::READY_NOW;
+}
+
+void ParameterServerImpl::retire(std::shared_ptr<Job> job) {
+  // Calls waiting on the shard fail now ("job was dropped"), as they did when the shard was freed.
+  job->dropped = true;
+  job->shard->abandon();
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(retired_, [&](const auto& r) { return now - r.first > std::chrono::minutes(1); });
+  retired_.emplace_back(now, std::move(job));
 }
 
 kj::Promise<void> ParameterServerImpl::stats(StatsContext context) {

@@ -6,6 +6,7 @@
 // Thread rules: event-loop thread only.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <set>
@@ -48,14 +49,20 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
     std::unique_ptr<ParameterShard> shard;
     uint64_t bytes_in = 0, bytes_out = 0;
     std::set<uint64_t> extra_backup_points;  // asked for by backupAt
+    bool dropped = false;                     // retired: calls still waiting on it fail
   };
   Job& find(capnp::Text::Reader job_id);
   void forget_backups_after(const std::string& job_id, uint64_t version);
   ParameterShard& shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key);
 
+  // A dropped or replaced job's shard is freed only a minute later: replies still being written
+  // may point into its buffers (zero-copy).
+  void retire(std::shared_ptr<Job> job);
+
   BackupStore* backups_;
   BackupWriter* writer_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<Job>>> retired_;
 };
 
 }  // namespace pstrain

@@ -366,6 +366,16 @@ void ParameterShard::reset() {
 
 namespace pstrain {
 
+void ParameterShard::abandon() {
+  min_generation_ = UINT64_MAX;
+  for (auto& [key, chunk] : chunks_) {
+    abort_waiting(chunk);
+    auto pulls = std::move(chunk.waiting_pulls);
+    chunk.waiting_pulls.clear();
+    for (auto& [version, done] : pulls) done(chunk.version);
+  }
+}
+
 void ParameterShard::abort_waiting_and_release_hold(uint64_t min_generation) {
   settle_hold_ = UINT64_MAX;
   reject_generations_below(min_generation);

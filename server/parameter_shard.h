@@ -112,6 +112,9 @@ class ParameterShard {
   void restore(const std::map<uint32_t, ChunkSnapshot>& snapshots);
   // Back to the initial values and fresh optimizer state (a rollback to step 0).
   void reset();
+  // The job is being dropped: answers every waiting push (aborted = true), held reply and
+  // waiting pull now, and fails every later push.
+  void abandon();
   // Sync: apply no step at or after `version` (pushes for it wait) until restore() or reset().
   void hold_from(uint64_t version) { hold_from_ = std::min(hold_from_, version); }
   // A cut (preemption, a worker joining): back up every chunk at `version` (the caller has made it

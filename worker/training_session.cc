@@ -105,10 +105,12 @@ void TrainingSession::pull_all(uint64_t min_version, AlignedFloats& into, std::v
     request.setKey(chunks_[k].key);
     request.setMinVersion(min_version);
     request.setExact(exact);
-    replies.add(request.send().then([this, k, &into, &versions](capnp::Response<proto::ParameterServer::PullResults>&& r) {
+    replies.add(request.send().then([this, k, &into, &versions, exact, min_version](capnp::Response<proto::ParameterServer::PullResults>&& r) {
       const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "pulled values");
       std::memcpy(into.data() + chunk_offsets_[k], values.data(), values.size_bytes());
       versions[k] = r.getVersion();
+      KJ_REQUIRE(!exact || versions[k] == min_version, "server sent another version than the one asked for",
+                 versions[k], min_version);
     }));
   }
   wait(kj::joinPromises(replies.releaseAsArray()));
@@ -147,7 +149,9 @@ kj::Promise<void> TrainingSession::send_push(size_t k, uint64_t step, uint32_t s
     rpc::reference_tensor(request.initGradient(), {gradient, chunks_[k].size});
     exchanged_bytes_ += chunks_[k].size * sizeof(float);
   }
-  if (take_values && want) {
+  if (!take_values) {
+    request.setSparseReply(true);  // with no ranges: an empty reply
+  } else if (want) {
     request.setSparseReply(true);
     rpc::set_ranges(request.initReplyRanges(static_cast<unsigned>(want->size())), *want);
   }

@@ -99,7 +99,8 @@ class TrainingSession {
   std::vector<proto::ParameterServer::Client> servers_;
   std::unique_ptr<nn::DataParallelModel<float>> model_;
   // params_ holds the version the current step computes on; replies fill next_params_, and the
-  // two swap when the step's last reply is in (every step pushes, and so refreshes, every chunk).
+  // two swap when the step's last reply is in (every step pushes, and so refreshes, every chunk:
+  // all of it, or with the sparse exchange the rows the next step reads).
   // Keeping the step's version intact until then is what lets this worker take over a lost
   // worker's slice of the step.
   AlignedFloats params_, next_params_, grads_, inputs_;

@@ -39,7 +39,7 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
 template <typename T>
 bool Dense<T>::gather_active_features(ConstMatMap<T> in) {
   const int64_t batch = in.cols();
-  std::vector<T>& seen = active_rows_;  // (borrowed as flags)
+  auto& seen = active_rows_;  // (borrowed as flags)
   seen.assign(static_cast<size_t>(in_), T(0));
   for (int64_t b = 0; b < batch; ++b) {
     const T* x = in.data() + b * in_;

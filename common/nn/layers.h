@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/nn/layer.h"
 
 namespace pstrain::nn {
@@ -40,7 +41,7 @@ class Dense final : public Layer<T> {
   // Scratch of the sparse paths: the active features, their inputs, and a [out x k] matrix (the
   // gathered kernel rows in forward, their gradient in backward).
   std::vector<int64_t> active_;
-  std::vector<T> active_in_, active_rows_;
+  std::vector<T, CacheAlignedAllocator<T>> active_in_, active_rows_;  // aligned: see aligned.h
 };
 
 // 2-D convolution, valid padding, stride 1, over [height, width, channels] examples, by im2col:

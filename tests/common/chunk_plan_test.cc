@@ -64,3 +64,27 @@ TEST_CASE("servers carry about equal bytes and the plan is deterministic") {
     CHECK(chunks.size() >= 4 * servers);  // several transfers per server to pipeline
   }
 }
+
+TEST_CASE("every server gets a chunk even when no tensor is worth striping") {
+  // One 784 x 10 layer (7,840 + 10 floats) on up to 8 servers: the kernel is below 1024 S floats.
+  ModelSpec model;
+  model.input_shape = {784};
+  model.seed = 1;
+  LayerSpec dense;
+  dense.type = LayerType::kDense;
+  dense.units = 10;
+  model.layers = {dense};
+  const ParamLayout layout = make_param_layout(model);
+  for (uint32_t servers = 1; servers <= 8; ++servers) {
+    const auto chunks = plan_chunks(layout, servers);
+    const auto loads = server_loads(chunks, servers);
+    INFO(servers << " servers");
+    for (size_t load : loads) CHECK(load > 0);
+    size_t total = 0;
+    for (const ChunkInfo& c : chunks) {
+      CHECK((layout.params()[c.param].offset + c.offset) % ParamLayout::kAlignment == 0);
+      total += c.size;
+    }
+    CHECK(total == layout.params()[0].size + layout.params()[1].size);
+  }
+}
