@@ -1,9 +1,16 @@
-// The checksum every stored value carries (common/kv_store.h).
+// The checksum every stored value carries (common/kv_store.h), and reading values written by
+// earlier versions.
 #include <doctest/doctest.h>
 
+#include <rocksdb/db.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <memory>
 #include <string>
 
 #include "common/kv_store.h"
+#include "tests/test_support.h"
 
 using namespace pstrain;
 
@@ -28,4 +35,34 @@ TEST_CASE("the checksum is CRC-32C") {
     flipped[bit / 8] = static_cast<char>(flipped[bit / 8] ^ (1 << (bit % 8)));
     CHECK(checksum(flipped) != checksum(bytes));
   }
+}
+
+TEST_CASE("values written with the CRC-32 of earlier versions are still read, corrupted ones are not") {
+  testing::TempDir dir;
+  const std::string value = "parameters of an old backup";
+  {
+    // Written the way earlier versions did: zlib's CRC-32, little-endian, before the value.
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(options, dir.path(), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    const auto crc = static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(value.data()), static_cast<uInt>(value.size())));
+    std::string stored(4, '\0');
+    std::memcpy(stored.data(), &crc, 4);
+    REQUIRE(db->Put(rocksdb::WriteOptions(), "old", stored + value).ok());
+    stored[0] = static_cast<char>(stored[0] ^ 1);
+    REQUIRE(db->Put(rocksdb::WriteOptions(), "broken", stored + value).ok());
+  }
+  std::string error;
+  const auto store = KvStore::open(dir.path(), &error);
+  REQUIRE(store != nullptr);
+  std::string read;
+  CHECK(store->get("old", &read).ok());
+  CHECK(read == value);
+  CHECK(store->get("broken", &read).code == KvStatus::Code::kCorrupt);
+  // And what this version writes reads back.
+  REQUIRE(store->put("new", value, /*sync=*/false).ok());
+  CHECK(store->get("new", &read).ok());
+  CHECK(read == value);
 }
