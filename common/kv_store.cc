@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/log.h"
+
 namespace pstrain {
 namespace {
 
@@ -56,6 +58,11 @@ bool strip_checksum(const std::string& stored, std::string* value) {
   if (checksum(payload) != crc && legacy_checksum(payload) != crc) return false;
   value->assign(payload);
   return true;
+}
+
+// An iteration that stopped on an I/O error or corruption returned only part of the keys: say so.
+void warn_if_failed(const rocksdb::Iterator& it, const std::string& prefix) {
+  if (!it.status().ok()) PSLOG(kWarning) << "reading keys under '" << prefix << "' stopped early: " << it.status().ToString();
 }
 
 KvStatus from_rocks(const rocksdb::Status& s) {
@@ -153,6 +160,7 @@ std::vector<KvStore::Entry> KvStore::scan(const std::string& prefix) const {
     if (e.corrupt) e.value.clear();
     entries.push_back(std::move(e));
   }
+  warn_if_failed(*it, prefix);
   return entries;
 }
 
@@ -160,6 +168,7 @@ std::vector<std::string> KvStore::keys(const std::string& prefix) const {
   std::vector<std::string> keys;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) keys.push_back(it->key().ToString());
+  warn_if_failed(*it, prefix);
   return keys;
 }
 
