@@ -5,7 +5,8 @@
 #
 # Training (each config once per repeat, repeats interleaved: r1 of every config, then r2, ...):
 #   pstrain distributed  1 worker x 1 server and 2 workers x 2 servers, each in sync and async mode
-#                        (deploy/local-cluster.sh run, 1 compute thread per worker)
+#                        (deploy/local-cluster.sh run, 1 compute thread per worker), and sync 2 x 2
+#                        with --dense-exchange (without the row-sparse exchange of the first layer)
 #   pstrain standalone   pstrain-train --threads 1 and --threads 2 (--parallelism batch)
 #   PyTorch              ddp_mlp.py (2 x 1 thread), rpc_ps_mlp.py --mode sync / --mode async (1 PS + 2 trainers)
 # Every implementation runs --epochs epochs. samples/s of a run = median of its per-epoch figures
@@ -38,7 +39,7 @@ while (($#)); do
     --epochs) EPOCHS=${2:?--epochs needs a value}; shift 2 ;;
     --net-seconds) NET_SECONDS=${2:?--net-seconds needs a value}; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -145,9 +146,9 @@ run() {
     "$(cut -d' ' -f1 /proc/loadavg)" >&2
 }
 
-cluster() {  # MODE WORKERS SERVERS REP
-  local dir=$WORK/cluster-$1-$2x$3-r$4
-  LOCAL_CLUSTER_DIR=$dir RPC_PORT=$(free_port) SERVERS=$3 WORKERS=$2 WORKER_THREADS=1 \
+cluster() {  # MODE WORKERS SERVERS REP [WORKER_FLAGS]
+  local dir=$WORK/cluster-$1-$2x$3-r$4${5:+-flags}
+  LOCAL_CLUSTER_DIR=$dir RPC_PORT=$(free_port) SERVERS=$3 WORKERS=$2 WORKER_THREADS=1 WORKER_FLAGS=${5:-} \
     BUILD_DIR=${BUILD#"$ROOT"/} PSTRAIN_DATA_DIR=$DATA \
     timeout -k 10 600 "$ROOT/deploy/local-cluster.sh" run "$WORK/mlp-$1-$2x$3.json"
 }
@@ -211,6 +212,8 @@ for ((rep = 1; rep <= REPEATS; rep++)); do
     run "pstrain-$mode-1w1s" $rep cluster cluster $mode 1 1 $rep
     run "pstrain-$mode-2w2s" $rep cluster cluster $mode 2 2 $rep
   done
+  # The same without the row-sparse exchange of the first layer: what it is worth, in this run.
+  run pstrain-sync-2w2s-dense $rep cluster cluster sync 2 2 $rep --dense-exchange
   run standalone-t1 $rep train "$TRAIN" --spec "$WORK/mlp-standalone.json" --data-dir "$DATA" --threads 1 --parallelism batch
   run standalone-t2 $rep train "$TRAIN" --spec "$WORK/mlp-standalone.json" --data-dir "$DATA" --threads 2 --parallelism batch
   run torch-ddp $rep ddp pt ddp_mlp.py --epochs "$EPOCHS" --repeats 1 --port "$(free_port)"
@@ -232,6 +235,7 @@ names = {
     "pstrain-sync-2w2s": ("pstrain sync, 2 workers x 2 servers", "sync"),
     "pstrain-async-1w1s": ("pstrain async, 1 worker x 1 server", "async"),
     "pstrain-async-2w2s": ("pstrain async, 2 workers x 2 servers", "async"),
+    "pstrain-sync-2w2s-dense": ("pstrain sync, 2 x 2, --dense-exchange", "sync"),
     "standalone-t1": ("pstrain-train, 1 thread", None),
     "standalone-t2": ("pstrain-train, 2 threads", None),
     "torch-ddp": ("PyTorch DDP gloo, 2 x 1 thread", None),
