@@ -6,6 +6,10 @@
 // The compute runs on this (the event loop's) thread between waits: pushes and the next data
 // batches are in flight while nothing else needs the loop.
 //
+// The class lives in three files: training_session.cc (the step loop, reports, evaluation),
+// session_exchange.cc (pulls, pushes and replies) and session_orders.cc (the coordinator's
+// orders: takeovers and pauses for async cuts).
+//
 // Thread rules: one thread, the one whose event loop `wait_scope` belongs to.
 #pragma once
 
@@ -137,5 +141,14 @@ class TrainingSession {
   double compute_seconds_ = 0, exchange_seconds_ = 0;  // since the last report (debug log)
   uint64_t exchanged_bytes_ = 0;                       // gradient and values, likewise
 };
+
+template <typename T>
+T TrainingSession::wait(kj::Promise<T>&& promise) {
+  return promise
+      .exclusiveJoin(stop_.addBranch().then([]() -> kj::Promise<T> {
+        return KJ_EXCEPTION(DISCONNECTED, "the worker is stopping");
+      }))
+      .wait(wait_scope_);
+}
 
 }  // namespace pstrain

@@ -1,0 +1,136 @@
+// TrainingSession's exchange with the parameter servers: pulls, pushes (dense or row-sparse,
+// see input_sparsity.h) and the step's replies. Thread rules: those of training_session.h.
+#include <cstring>
+
+#include "common/log.h"
+#include "worker/shard_reader.h"
+#include "worker/training_session.h"
+
+namespace pstrain {
+
+void TrainingSession::pull_all(uint64_t min_version, AlignedFloats& into, std::vector<uint64_t>& versions,
+                               bool exact) {
+  into.resize(params_.size());
+  versions.resize(chunks_.size());
+  kj::Vector<kj::Promise<void>> replies;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    auto request = servers_[chunks_[k].server].pullRequest();
+    request.setJobId(job_id_);
+    request.setKey(chunks_[k].key);
+    request.setMinVersion(min_version);
+    request.setExact(exact);
+    replies.add(request.send().then([this, k, &into, &versions, exact, min_version](capnp::Response<proto::ParameterServer::PullResults>&& r) {
+      const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "pulled values");
+      std::memcpy(into.data() + chunk_offsets_[k], values.data(), values.size_bytes());
+      versions[k] = r.getVersion();
+      KJ_REQUIRE(!exact || versions[k] == min_version, "server sent another version than the one asked for",
+                 versions[k], min_version);
+    }));
+  }
+  wait(kj::joinPromises(replies.releaseAsArray()));
+}
+
+void TrainingSession::push_chunk(size_t k, uint64_t step, uint32_t examples) {
+  replies_.add(send_push(k, step, worker_index_, worker_count_, examples, grads_.data() + chunk_offsets_[k], true,
+                         push_ranges_[k], reply_ranges_[k]));
+}
+
+kj::Promise<void> TrainingSession::send_push(size_t k, uint64_t step, uint32_t slice, uint32_t slice_count,
+                                             uint32_t examples, const float* gradient, bool take_values,
+                                             const InputSparsity::Ranges& ranges, const InputSparsity::Ranges& want) {
+  auto request = servers_[chunks_[k].server].pushRequest();
+  request.setJobId(job_id_);
+  request.setKey(chunks_[k].key);
+  request.setStep(step);
+  request.setSlice(slice);
+  request.setSliceCount(slice_count);
+  request.setWorker(slice);
+  request.setExamples(examples);
+  request.setBaseVersion(versions_[k]);
+  request.setGeneration(generation_);
+  // Zero-copy: the message points into the gradient buffer, which stays untouched until every
+  // reply is in (a reply implies its request was fully sent).
+  if (ranges) {
+    // Rows outside the ranges are exactly zero: they stay home.
+    request.setSparseGradient(true);
+    rpc::set_ranges(request.initGradientRanges(static_cast<unsigned>(ranges->size())), *ranges);
+    auto parts = request.initGradientParts(static_cast<unsigned>(ranges->size()));
+    for (unsigned i = 0; i < ranges->size(); ++i) {
+      rpc::reference_part(parts, i, {gradient + (*ranges)[i].offset, (*ranges)[i].size});
+      exchanged_bytes_ += (*ranges)[i].size * sizeof(float);
+    }
+  } else {
+    rpc::reference_tensor(request.initGradient(), {gradient, chunks_[k].size});
+    exchanged_bytes_ += chunks_[k].size * sizeof(float);
+  }
+  if (!take_values) {
+    request.setSparseReply(true);  // with no ranges: an empty reply
+  } else if (want) {
+    request.setSparseReply(true);
+    rpc::set_ranges(request.initReplyRanges(static_cast<unsigned>(want->size())), *want);
+  }
+  std::optional<std::vector<ChunkRange>> wanted = take_values ? want : std::nullopt;
+  return request.send().then([this, k, take_values, wanted = std::move(wanted)](
+                                 capnp::Response<proto::ParameterServer::PushResults>&& r) {
+    if (!take_values) return;
+    float* into = next_params_.data() + chunk_offsets_[k];
+    if (wanted) {
+      const auto parts = r.getValueParts();
+      KJ_REQUIRE(parts.size() == wanted->size(), "reply has the wrong number of parts", parts.size(), wanted->size());
+      for (unsigned i = 0; i < parts.size(); ++i) {
+        const auto values = rpc::part_view(parts[i], (*wanted)[i].size, "updated values");
+        std::memcpy(into + (*wanted)[i].offset, values.data(), values.size_bytes());
+        exchanged_bytes_ += values.size_bytes();
+      }
+    } else {
+      const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
+      std::memcpy(into, values.data(), values.size_bytes());
+      exchanged_bytes_ += values.size_bytes();
+    }
+    versions_[k] = r.getVersion();
+  });
+}
+
+void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
+  for (; pushed_ < push_order_.size(); ++pushed_) push_chunk(push_order_[pushed_], step, examples);
+  auto all = kj::joinPromises(replies_.releaseAsArray()).fork();
+  replies_ = kj::Vector<kj::Promise<void>>();
+  pushed_ = 0;
+  KJ_IF_MAYBE(arrived, takeover_arrived_) {
+    // Sync: the step may not complete without a lost worker's slice: wait for whichever comes first.
+    if (!takeover_ && spec_.training.mode == TrainingMode::kSync) {
+      wait(all.addBranch().exclusiveJoin(arrived->addBranch()));
+    }
+  }
+  kj::Promise<void> taken_over = kj::READY_NOW;
+  if (takeover_ && takeover_->step < step) takeover_.reset();  // a step that completed anyway
+  if (takeover_ && takeover_->step == step) {
+    taken_over = take_over();
+    takeover_.reset();
+    takeover_arrived_ = nullptr;
+  }
+  wait(all.addBranch());
+  wait(kj::mv(taken_over));
+  std::swap(params_, next_params_);
+}
+
+void TrainingSession::plan_sparse_exchange(proto::Batch::Reader batch, ShardReader& reader, bool last_step_of_epoch) {
+  const auto marked = [this](proto::Batch::Reader b) {
+    const auto pixels = b.getPixels();
+    KJ_REQUIRE(b.getExampleSize() == sparsity_.features() &&
+                   pixels.size() == static_cast<size_t>(b.getSize()) * b.getExampleSize(),
+               "batch does not match the model's input", b.getExampleSize(), pixels.size());
+    sparsity_.mark_features(pixels.begin(), b.getSize(), b.getExampleSize(), &feature_mask_);
+    return sparsity_.chunk_ranges(feature_mask_);
+  };
+  push_ranges_ = marked(batch);
+  proto::Batch::Reader next;
+  // Dense before an evaluation (it reads every row), and when the next batch is not here yet.
+  if (!last_step_of_epoch && reader.peek(&next) && next.getSize() > 0) {
+    reply_ranges_ = marked(next);
+  } else {
+    reply_ranges_.assign(chunks_.size(), std::nullopt);
+  }
+}
+
+}  // namespace pstrain

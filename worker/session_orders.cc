@@ -1,0 +1,96 @@
+// TrainingSession's orders from the coordinator: the watch call, a takeover of a lost worker's
+// slice, and the pause for an async cut. Thread rules: those of training_session.h.
+#include <algorithm>
+
+#include "common/log.h"
+#include "worker/batch_decode.h"
+#include "worker/training_session.h"
+
+namespace pstrain {
+
+void TrainingSession::watch_for_orders() {
+  auto request = coordinator_.watchRequest();
+  request.setNodeId(node_id_);
+  request.setJobId(job_id_);
+  request.setGeneration(generation_);
+  takeover_arrived_ =
+      request.send()
+          .then(
+              [this](capnp::Response<proto::Coordinator::WatchResults>&& r) {
+                if (r.getPauseCut() > 0) {
+                  pause_cut_ = r.getPauseCut();
+                  return;
+                }
+                const auto t = r.getTakeover();
+                const auto batch = t.getBatch();
+                KJ_REQUIRE(batch.getSize() <= labels_.size(), "takeover batch larger than the model's batch",
+                           batch.getSize());
+                Takeover order;
+                order.step = t.getStep();
+                order.slice = t.getSlice();
+                order.slice_count = t.getSliceCount();
+                order.examples = batch.getSize();
+                order.inputs.resize(inputs_.size());
+                order.labels.resize(labels_.size());
+                decode_batch(batch, static_cast<size_t>(model_->input_size()), order.inputs.data(), order.labels.data());
+                PSLOG(kInfo) << "job " << job_id_ << ": taking over slice " << order.slice << " of step " << order.step
+                             << " from a lost worker";
+                takeover_ = std::move(order);
+              },
+              [this](kj::Exception&& e) {
+                // No takeovers for this session (a coordinator restart, say): a loss then rolls back.
+                PSLOG(kDebug) << "job " << job_id_ << ": takeover watch ended: " << e.getDescription().cStr();
+              })
+          .fork();
+}
+
+void TrainingSession::pause_for_cut(uint32_t epoch, uint64_t step) {
+  auto request = coordinator_.pausedRequest();
+  request.setNodeId(node_id_);
+  request.setJobId(job_id_);
+  request.setCut(pause_cut_);
+  request.setEpoch(epoch);
+  request.setStep(step);
+  request.setStepsDone(steps_done_);
+  PSLOG(kDebug) << "job " << job_id_ << ": paused for cut " << pause_cut_ << " at epoch " << epoch + 1 << " step "
+                << step;
+  pause_cut_ = 0;
+  wait(request.send().ignoreResult());
+  watch_for_orders();
+}
+
+kj::Promise<void> TrainingSession::take_over() {
+  Takeover& order = *takeover_;
+  takeover_grads_.resize(grads_.size());
+  const float* params = params_.data();
+  if (sparse_exchange_ && order.examples > 0) {
+    // params_ is current only in the rows this worker's batch touches: fetch the whole step's
+    // version (a chunk the lost worker pushed has moved one update on; its server still holds
+    // the step's version).
+    std::vector<uint64_t> versions;
+    try {
+      pull_all(order.step, takeover_params_, versions, /*exact=*/true);
+    } catch (const kj::Exception& e) {
+      // Cannot happen while the step waits for the lost slice; if it does, the coordinator's
+      // takeover times out and the job rolls back.
+      PSLOG(kWarning) << "job " << job_id_ << ": cannot take over step " << order.step << ": "
+                      << e.getDescription().cStr();
+      return kj::READY_NOW;
+    }
+    params = takeover_params_.data();
+  }
+  if (order.examples > 0) {
+    model_->compute_gradients(params, order.inputs.data(), order.labels.data(), order.examples,
+                              takeover_grads_.data());
+  } else {
+    std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);
+  }
+  kj::Vector<kj::Promise<void>> replies;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    replies.add(send_push(k, order.step, order.slice, order.slice_count, order.examples,
+                          takeover_grads_.data() + chunk_offsets_[k], false, std::nullopt, std::nullopt));
+  }
+  return kj::joinPromises(replies.releaseAsArray());
+}
+
+}  // namespace pstrain
