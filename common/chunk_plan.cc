@@ -38,10 +38,10 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
       load[server] += b - a;
     }
   }
-  // A model without a tensor worth striping can leave servers empty (say one 784 x 10 layer on 8
-  // servers). An empty server would never complete a backup: give each the second half of the
-  // largest chunk that can still be split on the alignment. (Only a model under 16 S floats
-  // leaves a server empty.)
+  // A model without a tensor worth striping (none of 1024 S floats) can leave servers empty, say
+  // one 784 x 10 layer on 8 servers. An empty server would never complete a backup: give each the
+  // second half of the largest chunk that can still be split on the alignment. Only a model too
+  // small for that (under about 16 S floats) still leaves a server empty.
   for (uint32_t server = 0; server < servers; ++server) {
     if (load[server] != 0) continue;
     auto largest = std::max_element(chunks.begin(), chunks.end(),

@@ -121,6 +121,7 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
 }
 
 kj::Promise<void> ParameterServerImpl::push(PushContext context) {
+  if (!retired_.empty()) prune_retired();
   const auto params = context.getParams();
   const std::string job_id = rpc::to_string(params.getJobId());
   Job& job = find(params.getJobId());
@@ -342,9 +343,13 @@ void ParameterServerImpl::retire(std::shared_ptr<Job> job) {
   // Calls waiting on the shard fail now ("job was dropped"), as they did when the shard was freed.
   job->dropped = true;
   job->shard->abandon();
+  prune_retired();
+  retired_.emplace_back(std::chrono::steady_clock::now(), std::move(job));
+}
+
+void ParameterServerImpl::prune_retired() {
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(retired_, [&](const auto& r) { return now - r.first > std::chrono::minutes(1); });
-  retired_.emplace_back(now, std::move(job));
 }
 
 kj::Promise<void> ParameterServerImpl::stats(StatsContext context) {

@@ -55,9 +55,10 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   void forget_backups_after(const std::string& job_id, uint64_t version);
   ParameterShard& shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key);
 
-  // A dropped or replaced job's shard is freed only a minute later: replies still being written
-  // may point into its buffers (zero-copy).
+  // A dropped or replaced job's shard is freed only after a minute, at the next push, drop or
+  // configure: replies still being written may point into its buffers (zero-copy).
   void retire(std::shared_ptr<Job> job);
+  void prune_retired();
 
   BackupStore* backups_;
   BackupWriter* writer_;
