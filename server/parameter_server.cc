@@ -84,6 +84,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   PSLOG(kInfo) << "job " << job_id << ": holding " << job->shard->keys().size() << " chunks as server "
                << config.getServerIndex() << " (" << training_mode_name(spec.training.mode) << ", "
                << config.getWorkers() << " workers)";
+  prune_retired();
   if (const auto old = jobs_.find(job_id); old != jobs_.end()) retire(old->second);
   jobs_[job_id] = std::move(job);
   return kj::READY_NOW;
