@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include "common/error.h"
+
 namespace pstrain::nn {
 
 template <typename T>
@@ -24,9 +26,12 @@ std::pair<int64_t, int64_t> DataParallelModel<T>::slice(int r, int64_t batch) co
 template <typename T>
 LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels,
                                                    int64_t batch, T* grads,
-                                                   const typename Model<T>::GradientsReady& ready) {
+                                                   const typename Model<T>::GradientsReady& ready,
+                                                   const typename Model<T>::FactoredKernels* factored) {
   const int n = replicas();
-  if (n == 1 || batch < n) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready);
+  if (n == 1) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready, factored);
+  if (factored != nullptr) throw Error("factored kernel gradients need a single replica");
+  if (batch < n) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready);
 
   std::vector<LossResult> results(static_cast<size_t>(n));
   const int64_t in = input_size();

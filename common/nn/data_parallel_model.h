@@ -30,8 +30,12 @@ class DataParallelModel {
   // Same contracts as Model: grads is overwritten with d(summed loss)/d(params). `ready` is
   // called during backward only with a single replica (with several, gradients are final only
   // after the final sum).
+  // `factored` (Model::compute_gradients) needs a single replica: with several it must be null.
   LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch, T* grads,
-                               const typename Model<T>::GradientsReady& ready = {});
+                               const typename Model<T>::GradientsReady& ready = {},
+                               const typename Model<T>::FactoredKernels* factored = nullptr);
+  // The first replica (with one replica, the whole model: its kernel_factors).
+  const Model<T>& first_replica() const { return *replicas_.front(); }
   LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);
 
  private:

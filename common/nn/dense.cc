@@ -25,7 +25,9 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
                         T* din) {
   const int64_t batch = in.cols();
   if (relu_) dout = (out.array() > T(0)).select(dout, T(0));
-  if (data_input_ && din == nullptr && gather_active_features(in)) {
+  if (!kernel_gradient_) {
+    // The caller multiplies the factors (in, dout) out elsewhere.
+  } else if (data_input_ && din == nullptr && gather_active_features(in)) {
     sparse_kernel_gradient(dout.data(), batch, grads + kernel_);
   } else {
     gemm<T>(Op::kNone, Op::kTranspose, out_, in_, batch, dout.data(), out_, in.data(), in_, T(0), grads + kernel_, out_);

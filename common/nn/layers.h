@@ -17,6 +17,11 @@ namespace pstrain::nn {
 // 64). Forward multiplies by the other features' kernel rows only; backward computes only their
 // rows of the kernel gradient and sets the others to zero. Smaller products, the same values
 // (up to the order of additions).
+//
+// Factored kernel gradient: with compute_kernel_gradient(false), backward leaves the kernel's
+// gradient unwritten. The caller takes it as the product of two factors instead, the layer's
+// input and its masked output gradient (Model::kernel_factors): a worker ships those, which are
+// smaller than the kernel, and the parameter server multiplies them out.
 template <typename T>
 class Dense final : public Layer<T> {
  public:
@@ -25,6 +30,7 @@ class Dense final : public Layer<T> {
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                 T* din) override;
+  void compute_kernel_gradient(bool on) { kernel_gradient_ = on; }
 
  private:
   // Finds the batch's nonzero features (active_) and gathers their inputs (active_in_, k x batch);
@@ -37,6 +43,7 @@ class Dense final : public Layer<T> {
 
   int64_t in_, out_;
   bool relu_, data_input_;
+  bool kernel_gradient_ = true;
   size_t kernel_, bias_;
   // Scratch of the sparse paths: the active features, their inputs, and a [out x k] matrix (the
   // gathered kernel rows in forward, their gradient in backward).

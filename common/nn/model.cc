@@ -1,5 +1,7 @@
 #include "common/nn/model.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/nn/layers.h"
 
@@ -18,6 +20,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
     const LayerSpec& l = spec.layers[i];
     const Shape& out = shapes[i];
     std::unique_ptr<Layer<T>> layer;
+    Dense<T>* dense = nullptr;
     const std::string prefix = "layers." + std::to_string(i) + ".";
     const ParamInfo* kernel = layout_.find(prefix + "kernel");
     const ParamInfo* bias = layout_.find(prefix + "bias");
@@ -27,6 +30,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
         // A dense layer that reads the model's input (data) may find whole features zero.
         layer = std::make_unique<Dense<T>>(in[0], l.units, relu, kernel->offset, bias->offset,
                                            /*data_input=*/current_buffer < 0);
+        dense = static_cast<Dense<T>*>(layer.get());
         break;
       case LayerType::kConv2D:
         layer = std::make_unique<Conv2D<T>>(
@@ -48,8 +52,9 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
       activations_.emplace_back(num_elements(out), max_batch);
       deltas_.emplace_back(num_elements(out), max_batch);
       const size_t first_param = kernel != nullptr ? kernel->offset : layout_.total_size();
-      stages_.push_back(
-          {std::move(layer), num_elements(in), num_elements(out), current_buffer, output_buffer, first_param});
+      const int kernel_param = kernel != nullptr ? static_cast<int>(kernel - layout_.params().data()) : -1;
+      stages_.push_back({std::move(layer), num_elements(in), num_elements(out), current_buffer, output_buffer,
+                         first_param, kernel_param, dense});
       current_buffer = output_buffer;
     }
     in = out;
@@ -66,6 +71,7 @@ ConstMatMap<T> Model<T>::forward(const T* params, const T* inputs, int64_t batch
     throw Error("batch of " + std::to_string(batch) + " examples outside 1.." + std::to_string(max_batch_));
   }
   last_input_ = inputs;
+  last_batch_ = batch;
   for (Stage& s : stages_) {
     const T* in = s.input_buffer < 0 ? inputs : activations_[s.input_buffer].data();
     s.layer->forward(params, ConstMatMap<T>(in, s.in_size, batch),
@@ -81,7 +87,12 @@ LossResult Model<T>::evaluate(const T* params, const T* inputs, const int32_t* l
 
 template <typename T>
 LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
-                                       T* grads, const GradientsReady& ready) {
+                                       T* grads, const GradientsReady& ready, const FactoredKernels* factored) {
+  for (Stage& s : stages_) {
+    if (s.dense == nullptr) continue;
+    const auto p = static_cast<size_t>(s.kernel_param);
+    s.dense->compute_kernel_gradient(factored == nullptr || p >= factored->size() || !(*factored)[p]);
+  }
   ConstMatMap<T> logits = forward(params, inputs, batch);
   LossResult result = softmax_cross_entropy<T>(logits, labels, deltas_[stages_.back().output_buffer].data());
   for (size_t k = stages_.size(); k-- > 0;) {
@@ -94,6 +105,28 @@ LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const i
     if (ready && s.first_param_offset < layout_.total_size()) ready(s.first_param_offset);
   }
   return result;
+}
+
+template <typename T>
+const typename Model<T>::Stage& Model<T>::dense_stage(size_t param) const {
+  for (const Stage& s : stages_) {
+    if (s.dense != nullptr && s.kernel_param == static_cast<int>(param)) return s;
+  }
+  throw Error("parameter " + std::to_string(param) + " is not a dense kernel");
+}
+
+template <typename T>
+bool Model<T>::is_dense_kernel(size_t param) const {
+  return std::any_of(stages_.begin(), stages_.end(),
+                     [&](const Stage& s) { return s.dense != nullptr && s.kernel_param == static_cast<int>(param); });
+}
+
+template <typename T>
+typename Model<T>::KernelFactors Model<T>::kernel_factors(size_t param) const {
+  const Stage& s = dense_stage(param);
+  const T* in = s.input_buffer < 0 ? last_input_ : activations_[s.input_buffer].data();
+  return {ConstMatMap<T>(in, s.in_size, last_batch_),
+          ConstMatMap<T>(deltas_[s.output_buffer].data(), s.out_size, last_batch_)};
 }
 
 template class Model<float>;

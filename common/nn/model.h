@@ -21,6 +21,9 @@
 namespace pstrain::nn {
 
 template <typename T>
+class Dense;
+
+template <typename T>
 class Model {
  public:
   // Throws SpecError if the spec does not describe a valid model.
@@ -46,9 +49,25 @@ class Model {
   // order), so a caller can ship those gradients while the earlier layers are still computing.
   using GradientsReady = std::function<void(size_t final_from_offset)>;
 
-  // Forward and backward: overwrites all of `grads` with d(summed loss)/d(params).
+  // Dense kernels whose gradient the caller takes as factors (kernel_factors) instead of in
+  // `grads`: indexed by parameter (layout().params()); true only for dense kernels.
+  using FactoredKernels = std::vector<bool>;
+
+  // Forward and backward: overwrites all of `grads` with d(summed loss)/d(params), except the
+  // slices of the kernels `factored` marks, which it leaves as they are.
   LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
-                               T* grads, const GradientsReady& ready = {});
+                               T* grads, const GradientsReady& ready = {}, const FactoredKernels* factored = nullptr);
+
+  // True if parameter `param` is the kernel of a dense layer (one that can be factored).
+  bool is_dense_kernel(size_t param) const;
+  // A dense kernel's gradient of the last compute_gradients as two factors: the layer's input
+  // (in x batch) and the gradient of its output before the activation (out x batch). The kernel's
+  // gradient, read column-major as [out x in] (the row-major [in, out] kernel), is
+  // deltas * inputs^T. Views into the model's buffers: valid until the next forward pass.
+  struct KernelFactors {
+    ConstMatMap<T> inputs, deltas;
+  };
+  KernelFactors kernel_factors(size_t param) const;
 
  private:
   struct Stage {
@@ -57,7 +76,10 @@ class Model {
     int input_buffer;   // index into activations_, or -1 for the model input
     int output_buffer;  // index into activations_
     size_t first_param_offset;  // offset of this stage's first tensor (or of the next one's)
+    int kernel_param;           // index of its kernel in the layout, -1 if none
+    Dense<T>* dense;            // the layer, if it is dense (else nullptr)
   };
+  const Stage& dense_stage(size_t param) const;
 
   ParamLayout layout_;
   int64_t max_batch_;
@@ -66,6 +88,7 @@ class Model {
   std::vector<Mat<T>> activations_;  // one per stage output
   std::vector<Mat<T>> deltas_;       // dLoss/d(activation), same shapes
   const T* last_input_ = nullptr;
+  int64_t last_batch_ = 0;
 };
 
 }  // namespace pstrain::nn

@@ -224,3 +224,46 @@ TEST_CASE("glorot-uniform kernels within the limit zero biases reproducible") {
   const ParamInfo& bias = layout.params()[1];
   for (size_t i = 0; i < bias.size; ++i) REQUIRE(a[bias.offset + i] == 0.0f);
 }
+
+TEST_CASE("factored dense kernels: deltas * inputs^T is the kernel gradient, and the rest is unchanged") {
+  ModelSpec spec;
+  spec.input_shape = {4, 4, 1};
+  spec.layers = {simple(LayerType::kFlatten), dense(6, true), dense(5, true), dense(3, false)};
+  const int64_t batch = 5;
+  Model<double> model(spec, batch);
+  Problem p = random_problem(model, batch, 17);
+  // Zero some features in every example so the first layer's sparse path would be taken.
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j : {3, 7, 8, 12}) p.inputs[static_cast<size_t>(b * 16 + j)] = 0.0;
+  }
+  const ParamLayout& layout = model.layout();
+  std::vector<double> full(layout.total_size()), partial(layout.total_size(), 42.0);
+  model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, full.data());
+
+  Model<double>::FactoredKernels factored(layout.params().size(), false);
+  const ParamInfo* first = layout.find("layers.1.kernel");
+  const ParamInfo* second = layout.find("layers.2.kernel");
+  REQUIRE(first != nullptr);
+  REQUIRE(second != nullptr);
+  const auto index = [&](const ParamInfo* info) { return static_cast<size_t>(info - layout.params().data()); };
+  factored[index(first)] = factored[index(second)] = true;
+  CHECK(model.is_dense_kernel(index(first)));
+  CHECK_FALSE(model.is_dense_kernel(index(layout.find("layers.1.bias"))));
+  model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, partial.data(), {}, &factored);
+
+  for (const ParamInfo* kernel : {first, second}) {
+    const auto f = model.kernel_factors(index(kernel));
+    REQUIRE(f.inputs.cols() == batch);
+    REQUIRE(f.inputs.rows() == kernel->shape[0]);
+    REQUIRE(f.deltas.rows() == kernel->shape[1]);
+    const nn::Mat<double> product = f.deltas * f.inputs.transpose();  // [out x in] column-major
+    for (size_t i = 0; i < kernel->size; ++i) {
+      REQUIRE(product.data()[i] == doctest::Approx(full[kernel->offset + i]).epsilon(1e-12));
+      REQUIRE(partial[kernel->offset + i] == 42.0);  // left as it was
+    }
+  }
+  for (const ParamInfo& info : layout.params()) {
+    if (&info == first || &info == second) continue;
+    for (size_t i = 0; i < info.size; ++i) REQUIRE(partial[info.offset + i] == doctest::Approx(full[info.offset + i]));
+  }
+}
