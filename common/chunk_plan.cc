@@ -1,6 +1,7 @@
 #include "common/chunk_plan.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace pstrain {
 
@@ -30,9 +31,18 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
     }
     const size_t per_server = (n / servers + target - 1) / target;
     const size_t pieces = per_server * servers;
+    // A matrix ([rows, columns]: a dense kernel) is cut between rows where it has rows enough,
+    // so a chunk is whole kernel rows: a worker can then push its gradient as factors (one
+    // input row per kernel row; see ParameterServer.pushFactors).
+    const Shape& shape = layout.params()[p].shape;
+    size_t unit = ParamLayout::kAlignment;
+    if (shape.size() == 2) {
+      const size_t row_unit = std::lcm(static_cast<size_t>(shape[1]), ParamLayout::kAlignment);
+      if (n / row_unit >= pieces) unit = row_unit;
+    }
+    const auto cut = [&](size_t i) { return i == 0 ? 0 : i == pieces ? n : n * i / pieces / unit * unit; };
     for (size_t i = 0; i < pieces; ++i) {
-      const size_t a = i == 0 ? 0 : aligned(n * i / pieces);
-      const size_t b = i + 1 == pieces ? n : aligned(n * (i + 1) / pieces);
+      const size_t a = cut(i), b = cut(i + 1);
       const auto server = static_cast<uint32_t>(i % servers);
       chunks.push_back({0, static_cast<uint32_t>(p), a, b - a, server});
       load[server] += b - a;

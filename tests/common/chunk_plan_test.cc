@@ -44,7 +44,8 @@ TEST_CASE("every large tensor is spread evenly over the servers") {
         if (c.param == p) held[c.server] += c.size;
       }
       INFO(layout.params()[p].name << " on " << servers << " servers");
-      for (size_t h : held) CHECK(static_cast<double>(h) == doctest::Approx(static_cast<double>(n) / servers).epsilon(0.01));
+      // (within a few kernel rows: kernels are cut between rows)
+      for (size_t h : held) CHECK(static_cast<double>(h) == doctest::Approx(static_cast<double>(n) / servers).epsilon(0.05));
     }
   }
 }
@@ -60,8 +61,23 @@ TEST_CASE("servers carry about equal bytes and the plan is deterministic") {
     const size_t lightest = *std::min_element(loads.begin(), loads.end());
     INFO(servers << " servers: " << lightest << " to " << heaviest << " floats");
     CHECK(lightest > 0);
-    CHECK(heaviest - lightest <= 2048);  // at most a small tensor (< 1024 S floats) apart, here 1,200
+    // At most a small tensor (< 1024 S floats, here 1,200) and a few kernel rows apart.
+    CHECK(heaviest - lightest <= 2048 + heaviest / 50);
     CHECK(chunks.size() >= 4 * servers);  // several transfers per server to pipeline
+  }
+}
+
+TEST_CASE("a dense kernel is cut between rows, so its chunks can take factored gradients") {
+  const ParamLayout layout = make_param_layout(testing::mlp_job(700, 500, 1).model);
+  for (uint32_t servers : {1u, 2u, 3u}) {
+    for (const ChunkInfo& c : plan_chunks(layout, servers)) {
+      const ParamInfo& p = layout.params()[c.param];
+      if (p.shape.size() != 2 || p.size < servers * 1024) continue;
+      INFO(p.name << " on " << servers << " servers, chunk at " << c.offset);
+      const auto columns = static_cast<size_t>(p.shape[1]);
+      CHECK(c.offset % columns == 0);
+      CHECK(c.size % columns == 0);
+    }
   }
 }
 
