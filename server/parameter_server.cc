@@ -4,6 +4,9 @@
 #include "common/log.h"
 #include "common/rpc/rpc_util.h"
 
+#include <algorithm>
+#include <optional>
+
 namespace pstrain {
 namespace {
 
@@ -128,17 +131,10 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
   Job& job = find(params.getJobId());
   const uint32_t key = params.getKey();
   ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
-  KJ_REQUIRE(params.getSliceCount() > 0 && params.getSlice() < params.getSliceCount(),
-             "slice must be below sliceCount", params.getSlice(), params.getSliceCount());
   PushRequest request;
+  read_push_header(params, request);
   request.key = key;
-  request.step = params.getStep();
-  request.slice = params.getSlice();
-  request.slice_count = params.getSliceCount();
-  request.worker = params.getWorker();
-  request.examples = params.getExamples();
   request.base_version = params.getBaseVersion();
-  request.generation = params.getGeneration();
   const size_t chunk_size = shard.chunk_size(key);
   if (params.getSparseGradient()) {
     const std::vector<ChunkRange> ranges = rpc::read_ranges(params.getGradientRanges(), chunk_size, "gradientRanges");
@@ -186,6 +182,128 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     } else {
       zero_copy ? rpc::reference_tensor(results.initValues(), values) : rpc::set_tensor(results.initValues(), values);
       job->bytes_out += values.size_bytes();
+    }
+  });
+}
+
+template <typename Params>
+void ParameterServerImpl::read_push_header(const Params& params, PushRequest& request) {
+  KJ_REQUIRE(params.getSliceCount() > 0 && params.getSlice() < params.getSliceCount(),
+             "slice must be below sliceCount", params.getSlice(), params.getSliceCount());
+  request.step = params.getStep();
+  request.slice = params.getSlice();
+  request.slice_count = params.getSliceCount();
+  request.worker = params.getWorker();
+  request.examples = params.getExamples();
+  request.generation = params.getGeneration();
+}
+
+kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
+  if (!retired_.empty()) prune_retired();
+  const auto params = context.getParams();
+  const std::string job_id = rpc::to_string(params.getJobId());
+  Job& job = find(params.getJobId());
+  const auto key_list = params.getKeys();
+  KJ_REQUIRE(key_list.size() > 0, "pushFactors needs at least one key");
+  KJ_REQUIRE(params.getBaseVersions().size() == key_list.size(), "baseVersions must have one entry per key",
+             params.getBaseVersions().size(), key_list.size());
+  PushRequest header;
+  read_push_header(params, header);
+
+  // The factors, checked against the kernel whose whole rows the keys' chunks hold.
+  std::vector<uint32_t> keys;
+  size_t columns = 0;
+  for (uint32_t key : key_list) {
+    ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
+    const size_t c = shard.row_columns(key);
+    KJ_REQUIRE(c > 0, "chunk does not hold whole rows of a dense kernel: push its gradient instead", key);
+    KJ_REQUIRE(columns == 0 || c == columns, "keys of one pushFactors must be chunks of one kernel", key);
+    KJ_REQUIRE(std::find(keys.begin(), keys.end(), key) == keys.end(), "key listed twice", key);
+    columns = c;
+    keys.push_back(key);
+  }
+  ParameterShard& shard = *job.shard;
+  auto factors = std::make_shared<GradientFactors>();
+  factors->columns = columns;
+  factors->examples = header.examples;
+  factors->deltas = rpc::part_view(params.getDelta(), header.examples * columns, "delta");
+  const auto row_list = params.getRows();
+  factors->rows.reserve(row_list.size());
+  for (uint32_t r : row_list) {
+    KJ_REQUIRE(factors->rows.empty() || r > factors->rows.back(), "rows must be ascending and distinct", r);
+    const bool inside = std::any_of(keys.begin(), keys.end(), [&](uint32_t key) {
+      return r >= shard.first_row(key) && r < shard.first_row(key) + shard.chunk_size(key) / columns;
+    });
+    KJ_REQUIRE(inside, "row is in none of the keys' chunks", r);
+    factors->rows.push_back(r);
+  }
+  factors->inputs = rpc::part_view(params.getInputs(), header.examples * factors->rows.size(), "inputs");
+  job.bytes_in += factors->deltas.size_bytes() + factors->inputs.size_bytes();
+
+  // What each key's reply carries: all of it, or ranges.
+  const auto wanted = params.getReplyRanges();
+  KJ_REQUIRE(wanted.size() == 0 || wanted.size() == keys.size(), "replyRanges must be empty or one per key",
+             wanted.size(), keys.size());
+  std::vector<std::optional<std::vector<ChunkRange>>> reply_ranges(keys.size());
+  size_t parts = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (wanted.size() != 0 && !wanted[static_cast<unsigned>(i)].getWhole()) {
+      reply_ranges[i] = rpc::read_ranges(wanted[static_cast<unsigned>(i)].getRanges(), shard.chunk_size(keys[i]),
+                                         "replyRanges");
+    }
+    parts += reply_ranges[i] ? reply_ranges[i]->size() : 1;
+  }
+  KJ_REQUIRE(parts <= rpc::kMaxRangesPerPart, "the reply would have too many parts", parts, rpc::kMaxRangesPerPart);
+
+  // Each key goes through the shard as its own push; the call completes when all have.
+  struct Outcomes {
+    std::vector<PushOutcome> outcomes;
+    size_t pending;
+  };
+  auto paf = kj::newPromiseAndFulfiller<std::vector<PushOutcome>>();
+  auto shared = share(kj::mv(paf.fulfiller));
+  auto state = std::make_shared<Outcomes>(Outcomes{std::vector<PushOutcome>(keys.size()), keys.size()});
+  for (size_t i = 0; i < keys.size(); ++i) {
+    PushRequest request = header;
+    request.key = keys[i];
+    request.base_version = params.getBaseVersions()[static_cast<unsigned>(i)];
+    request.factors = factors;
+    shard.push(
+        request,
+        [shared, state, i](PushOutcome outcome) {
+          state->outcomes[i] = outcome;
+          if (--state->pending == 0) shared.fulfill(kj::mv(state->outcomes));
+        },
+        [shared] { return shared.waiting(); });
+  }
+  std::weak_ptr<Job> weak = jobs_.at(job_id);
+  return paf.promise.then([context, weak, keys = std::move(keys), reply_ranges = std::move(reply_ranges), parts](
+                              std::vector<PushOutcome> outcomes) mutable {
+    auto job = weak.lock();
+    KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
+    auto results = context.getResults();
+    auto versions = results.initVersions(static_cast<unsigned>(keys.size()));
+    bool applied = true;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      versions.set(static_cast<unsigned>(i), job->shard->version(keys[i]));
+      KJ_REQUIRE(!outcomes[i].aborted, "the job was re-planned (recovery): get a new assignment");
+      applied = applied && outcomes[i].applied;
+    }
+    results.setApplied(applied);
+    const bool zero_copy = job->shard->values_stable_until_next_push();
+    auto list = results.initValueParts(static_cast<unsigned>(parts));
+    unsigned part = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const std::span<const float> values = job->shard->values(keys[i]);
+      const std::vector<ChunkRange> whole{{0, values.size()}};
+      for (const ChunkRange& r : reply_ranges[i] ? *reply_ranges[i] : whole) {
+        const auto piece = values.subspan(r.offset, r.size);
+        // (A range starting on an odd element cannot be referenced: Cap'n Proto needs words.)
+        const bool aligned = reinterpret_cast<uintptr_t>(piece.data()) % sizeof(capnp::word) == 0;
+        zero_copy && aligned ? rpc::reference_part(list, part, piece) : rpc::set_part(list, part, piece);
+        job->bytes_out += piece.size_bytes();
+        ++part;
+      }
     }
   });
 }

@@ -33,6 +33,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> configure(ConfigureContext context) override;
   kj::Promise<void> pull(PullContext context) override;
   kj::Promise<void> push(PushContext context) override;
+  kj::Promise<void> pushFactors(PushFactorsContext context) override;
   kj::Promise<void> workerFinished(WorkerFinishedContext context) override;
   kj::Promise<void> dropJob(DropJobContext context) override;
   kj::Promise<void> stats(StatsContext context) override;
@@ -54,6 +55,9 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   Job& find(capnp::Text::Reader job_id);
   void forget_backups_after(const std::string& job_id, uint64_t version);
   ParameterShard& shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key);
+  // Reads a push's common fields (step, slice, worker, ...) into `request`, checked.
+  template <typename Params>
+  static void read_push_header(const Params& params, PushRequest& request);
 
   // A dropped or replaced job's shard is freed only after a minute, at the next push, drop or
   // configure: replies still being written may point into its buffers (zero-copy).

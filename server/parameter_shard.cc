@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/model_spec.h"
+#include "common/nn/gemm.h"
 #include "common/nn/gradient_scaling.h"
 
 namespace pstrain {
@@ -34,20 +35,73 @@ void sum_scale_and_regularize(const std::vector<const float*>& slices, const flo
   nn::scale_and_regularize(out, w, n, examples, l2);
 }
 
-// Adds one push's gradient into `out`. Adding a sparse push's absent elements (exact zeros) would
-// change nothing, so skipping them keeps the sum bit-identical to the dense one (0 + a == a).
-void add_gradient(const PushRequest& push, float* out, size_t n) {
-  if (!push.sparse) {
-    for (size_t i = 0; i < n; ++i) out[i] += push.gradient[i];
+// Writes (first) or adds a factored gradient into rows [first_row, first_row + rows) of a kernel,
+// `out` being those rows. The product is the one the worker's engine would have computed (BLAS,
+// deltas * inputs^T over the listed rows), so sums stay what a dense push gives: unlisted rows
+// are exact zeros, written or skipped.
+void accumulate_factors(const GradientFactors& f, size_t first_row, size_t rows, bool first, float* out) {
+  const size_t columns = f.columns;
+  const auto begin = std::lower_bound(f.rows.begin(), f.rows.end(), static_cast<uint32_t>(first_row));
+  const auto end = std::lower_bound(begin, f.rows.end(), static_cast<uint32_t>(first_row + rows));
+  const size_t listed = static_cast<size_t>(end - begin);
+  if (listed == 0 || f.examples == 0) {
+    if (first) std::fill(out, out + rows * columns, 0.0f);
     return;
   }
-  for (const GradientPart& part : push.parts) {
-    float* o = out + part.offset;
-    for (size_t i = 0; i < part.values.size(); ++i) o[i] += part.values[i];
+  if (!f.multiplied) {
+    const auto m = static_cast<int64_t>(columns), n = static_cast<int64_t>(f.rows.size());
+    f.product.resize(f.rows.size() * columns);
+    nn::gemm<float>(nn::Op::kNone, nn::Op::kTranspose, m, n, static_cast<int64_t>(f.examples), f.deltas.data(), m,
+                    f.inputs.data(), n, 0.0f, f.product.data(), m);
+    f.multiplied = true;
+  }
+  const float* product = f.product.data() + static_cast<size_t>(begin - f.rows.begin()) * columns;
+  if (listed == rows) {  // every row: one contiguous block
+    if (first) {
+      std::copy_n(product, rows * columns, out);
+    } else {
+      for (size_t i = 0; i < rows * columns; ++i) out[i] += product[i];
+    }
+    return;
+  }
+  size_t next = 0;  // among the listed rows
+  for (size_t r = 0; r < rows; ++r) {
+    float* row = out + r * columns;
+    if (next < listed && begin[static_cast<long>(next)] == first_row + r) {
+      const float* p = product + next * columns;
+      if (first) {
+        std::copy_n(p, columns, row);
+      } else {
+        for (size_t c = 0; c < columns; ++c) row[c] += p[c];
+      }
+      ++next;
+    } else if (first) {
+      std::fill_n(row, columns, 0.0f);
+    }
   }
 }
 
 }  // namespace
+
+// Adding a sparse push's absent elements (exact zeros) would change nothing, so skipping them
+// keeps the sum bit-identical to the dense one (0 + a == a).
+void ParameterShard::accumulate(const PushRequest& push, const Chunk& chunk, bool first, float* out) {
+  const size_t n = chunk.info.size;
+  if (push.factors) {
+    const size_t columns = push.factors->columns;
+    accumulate_factors(*push.factors, chunk.info.offset / columns, n / columns, first, out);
+  } else if (push.sparse) {
+    if (first) std::fill(out, out + n, 0.0f);
+    for (const GradientPart& part : push.parts) {
+      float* o = out + part.offset;
+      for (size_t i = 0; i < part.values.size(); ++i) o[i] += part.values[i];
+    }
+  } else if (first) {
+    std::copy_n(push.gradient.data(), n, out);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] += push.gradient[i];
+  }
+}
 
 ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table, uint32_t server_index,
                                uint32_t workers)
@@ -66,6 +120,10 @@ ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table
     Chunk chunk;
     chunk.info = info;
     chunk.l2 = param.l2;
+    if (param.role == ParamRole::kKernel && param.shape.size() == 2 && param.shape[1] > 0) {
+      const auto columns = static_cast<size_t>(param.shape[1]);
+      if (info.offset % columns == 0 && info.size % columns == 0) chunk.row_columns = columns;
+    }
     const float* begin = initial.data() + param.offset + info.offset;
     chunk.values.assign(begin, begin + info.size);
     chunk.initial = chunk.values;
@@ -80,6 +138,11 @@ ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table
 ParameterShard::~ParameterShard() = default;
 
 size_t ParameterShard::chunk_size(uint32_t key) const { return chunks_.at(key).info.size; }
+size_t ParameterShard::row_columns(uint32_t key) const { return chunks_.at(key).row_columns; }
+size_t ParameterShard::first_row(uint32_t key) const {
+  const Chunk& chunk = chunks_.at(key);
+  return chunk.row_columns > 0 ? chunk.info.offset / chunk.row_columns : 0;
+}
 uint64_t ParameterShard::version(uint32_t key) const { return chunks_.at(key).version; }
 std::span<const float> ParameterShard::values(uint32_t key) const { return chunks_.at(key).values; }
 
@@ -129,9 +192,8 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
     stats_.max_staleness = std::max(stats_.max_staleness, staleness);
     stats_.staleness_sum += static_cast<double>(staleness);
     ++stats_.async_pushes;
-    if (request.sparse) {
-      std::fill(chunk.scratch.begin(), chunk.scratch.end(), 0.0f);
-      add_gradient(request, chunk.scratch.data(), chunk.info.size);
+    if (request.sparse || request.factors) {
+      accumulate(request, chunk, /*first=*/true, chunk.scratch.data());
       apply_update(chunk, chunk.scratch, request.examples);
     } else {
       apply_update(chunk, request.gradient, request.examples);
@@ -160,7 +222,21 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
     done({chunk.version, false});
     return;
   }
-  chunk.pending[request.step].push_back({request, std::move(done), std::move(alive)});
+  PendingPush pending{request, std::move(done), std::move(alive), {}};
+  if (request.factors) {
+    // Multiply the factors out now, while the step's other workers are still computing, rather
+    // than when the last push is in: the product is most of a factored push's cost, and the end
+    // of the step is where everybody waits. The push then sums like a dense one.
+    if (!chunk.spare_products.empty()) {
+      pending.product = std::move(chunk.spare_products.back());
+      chunk.spare_products.pop_back();
+    }
+    pending.product.resize(chunk.info.size);
+    accumulate(request, chunk, /*first=*/true, pending.product.data());
+    pending.request.factors.reset();
+    pending.request.gradient = std::span<const float>(pending.product);
+  }
+  chunk.pending[request.step].push_back(std::move(pending));
   apply_ready_sync_steps(chunk);
 }
 
@@ -184,19 +260,18 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
 
     std::vector<const PushRequest*> counted;  // one per slice, in slice order
     int64_t examples = 0;
-    bool any_sparse = false;
+    bool all_dense = true;
     for (size_t p = 0; p < pushes.size(); ++p) {
       if (p > 0 && pushes[p].request.slice == pushes[p - 1].request.slice) continue;
       counted.push_back(&pushes[p].request);
       examples += pushes[p].request.examples;
-      any_sparse = any_sparse || pushes[p].request.sparse;
+      all_dense = all_dense && !pushes[p].request.sparse && !pushes[p].request.factors;
     }
     if (examples > 0) {
       float* out = chunk.scratch.data();
       const size_t n = chunk.info.size;
-      if (any_sparse) {
-        std::fill(out, out + n, 0.0f);
-        for (const PushRequest* push : counted) add_gradient(*push, out, n);
+      if (!all_dense) {
+        for (size_t i = 0; i < counted.size(); ++i) accumulate(*counted[i], chunk, i == 0, out);
         nn::scale_and_regularize(out, chunk.values.data(), n, examples, chunk.l2);
       } else {
         std::vector<const float*> gradients;
@@ -210,7 +285,10 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
     std::vector<PendingPush> released = std::move(pushes);
     chunk.pending.erase(it);
     take_snapshot_if_due(chunk);
-    for (auto& p : released) p.done({chunk.version, true});
+    for (auto& p : released) {
+      p.done({chunk.version, true});
+      if (!p.product.empty()) chunk.spare_products.push_back(std::move(p.product));
+    }
     release_pulls(chunk);
   }
 }

@@ -41,6 +41,22 @@ struct GradientPart {
   std::span<const float> values;
 };
 
+// A dense kernel's gradient as two factors (ParameterServer.pushFactors): for kernel row r (a
+// chunk holds whole rows), sum over examples b of inputs[r, b] * deltas[b]. Shared by the
+// requests of every chunk a factored push covers.
+struct GradientFactors {
+  size_t columns = 0;   // the kernel's second dimension (out)
+  size_t examples = 0;
+  std::span<const float> deltas;  // examples x columns, example after example
+  std::vector<uint32_t> rows;     // kernel rows with inputs, ascending; the others' inputs are zero
+  std::span<const float> inputs;  // examples x rows.size(), example after example
+  // deltas * inputs^T over every listed row (columns x rows.size()): multiplied out once, by the
+  // first chunk that needs it, for all the chunks of the push (one product rather than one per
+  // chunk). Event-loop thread only, like the shard.
+  mutable AlignedFloats product;
+  mutable bool multiplied = false;
+};
+
 struct PushRequest {
   uint32_t key = 0;
   uint64_t step = 0;         // sync: global step; async: the worker's own step count
@@ -55,6 +71,8 @@ struct PushRequest {
   // elsewhere. The sum is the same as for the dense gradient, bit for bit.
   bool sparse = false;
   std::vector<GradientPart> parts;
+  // Factored push (the chunk must hold whole rows of a kernel with factors->columns columns).
+  std::shared_ptr<const GradientFactors> factors;
 };
 
 struct PushOutcome {
@@ -82,6 +100,11 @@ class ParameterShard {
 
   bool holds(uint32_t key) const { return chunks_.count(key) != 0; }
   size_t chunk_size(uint32_t key) const;
+  // The columns of the kernel whose whole rows the chunk holds, or 0 if it is not such a chunk
+  // (a bias, a conv kernel, a cut inside a row): only such chunks take factored pushes.
+  size_t row_columns(uint32_t key) const;
+  // The chunk's first kernel row (when row_columns(key) > 0).
+  size_t first_row(uint32_t key) const;
   uint64_t version(uint32_t key) const;
   std::span<const float> values(uint32_t key) const;
   // The chunk's values at exactly `version`: the current ones, or those before the last update
@@ -91,7 +114,9 @@ class ParameterShard {
   std::vector<uint32_t> keys() const;
 
   // Preconditions (checked by the RPC layer): holds(key), gradient.size() == chunk_size(key) (or,
-  // when sparse, parts sorted, disjoint and inside the chunk), slice < slice_count. `done` is called exactly once, possibly later, unless `alive` (when
+  // when sparse, parts sorted, disjoint and inside the chunk; when factored, row_columns(key) ==
+  // factors->columns and the factors' sizes match), slice < slice_count. `done` is called exactly
+  // once, possibly later, unless `alive` (when
   // given) turns false first: then the push is forgotten without touching its gradient (the RPC
   // layer passes "the caller is still waiting", because a cancelled call frees its gradient).
   void push(const PushRequest& request, PushDone done, std::function<bool()> alive = {});
@@ -160,9 +185,11 @@ class ParameterShard {
     PushRequest request;
     PushDone done;
     std::function<bool()> alive;
+    AlignedFloats product;  // a factored push's gradient, multiplied out on arrival (request.gradient views it)
   };
   struct Chunk {
     ChunkInfo info;
+    size_t row_columns = 0;  // see row_columns()
     float l2 = 0;
     AlignedFloats values;
     // The values before the last update (the optimizer writes the new ones here, then the two
@@ -178,11 +205,14 @@ class ParameterShard {
     std::vector<std::pair<uint64_t, PullDone>> waiting_pulls;
     std::vector<std::pair<uint64_t, std::function<void()>>> held_replies;  // async SSP: (step, release)
     AlignedFloats initial;  // for reset()
+    std::vector<AlignedFloats> spare_products;  // PendingPush::product buffers to reuse
   };
   void take_snapshot_if_due(Chunk& chunk);
   void abort_waiting(Chunk& chunk);
 
   void apply_ready_sync_steps(Chunk& chunk);
+  // Writes (first) or adds one push's gradient into `out` (the chunk's size).
+  void accumulate(const PushRequest& push, const Chunk& chunk, bool first, float* out);
   void apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples);
   // The optimizer step on a finished gradient (scaled and regularised), keeping the old values.
   void step_values(Chunk& chunk, std::span<const float> gradient);

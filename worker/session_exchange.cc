@@ -91,11 +91,102 @@ kj::Promise<void> TrainingSession::send_push(size_t k, uint64_t step, uint32_t s
   });
 }
 
+void TrainingSession::push_final(size_t final_from, uint64_t step, uint32_t examples) {
+  const size_t before = pushed_ + groups_pushed_;
+  while (pushed_ < push_order_.size() && chunk_offsets_[push_order_[pushed_]] >= final_from) {
+    push_chunk(push_order_[pushed_++], step, examples);
+  }
+  const auto& groups = factor_plan_.groups();
+  while (groups_pushed_ < group_order_.size() && groups[group_order_[groups_pushed_]].param_offset >= final_from) {
+    push_factors(group_order_[groups_pushed_++], step, examples);
+  }
+  if (pushed_ + groups_pushed_ != before) wait_scope_.poll();  // let the event loop write them out
+}
+
+void TrainingSession::push_factors(size_t g, uint64_t step, uint32_t examples) {
+  const FactorPlan::Group& group = factor_plan_.groups()[g];
+  GroupBuffers& buffers = group_buffers_[g];
+  AlignedFloats& deltas = factor_deltas_[group.param];
+  // Copies, not views of the model's buffers: a takeover computes on the model while this push
+  // may still be on its way out.
+  if (examples > 0) {
+    const auto factors = model_->first_replica().kernel_factors(group.param);
+    factor_plan_.gather_inputs(group, factors.inputs.data(), examples, buffers.rows, buffers.inputs);
+    // Once per kernel and step: the kernel's other groups (other servers) send the same deltas,
+    // and an earlier group's message may still be reading them.
+    if (deltas_round_[group.param] != exchange_round_) {
+      deltas.assign(factors.deltas.data(), factors.deltas.data() + group.columns * examples);
+      deltas_round_[group.param] = exchange_round_;
+    }
+  } else {
+    buffers.rows.clear();
+    buffers.inputs.clear();
+    deltas.clear();
+  }
+  auto request = servers_[group.server].pushFactorsRequest();
+  request.setJobId(job_id_);
+  auto keys = request.initKeys(static_cast<unsigned>(group.chunks.size()));
+  auto base_versions = request.initBaseVersions(static_cast<unsigned>(group.chunks.size()));
+  for (unsigned i = 0; i < group.chunks.size(); ++i) {
+    keys.set(i, chunks_[group.chunks[i]].key);
+    base_versions.set(i, versions_[group.chunks[i]]);
+  }
+  request.setStep(step);
+  request.setSlice(worker_index_);
+  request.setSliceCount(worker_count_);
+  request.setWorker(worker_index_);
+  request.setExamples(examples);
+  request.setGeneration(generation_);
+  // Zero-copy, as in send_push: the buffers stay untouched until the reply is in.
+  request.setDelta(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(deltas.data()), deltas.size() * sizeof(float)));
+  auto rows = request.initRows(static_cast<unsigned>(buffers.rows.size()));
+  for (unsigned i = 0; i < buffers.rows.size(); ++i) rows.set(i, buffers.rows[i]);
+  request.setInputs(
+      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(buffers.inputs.data()), buffers.inputs.size() * sizeof(float)));
+  exchanged_bytes_ += (deltas.size() + buffers.inputs.size()) * sizeof(float);
+  // The reply: the rows the next step reads where the sparse exchange knows them, else whole.
+  bool any_ranges = false;
+  for (size_t k : group.chunks) any_ranges = any_ranges || reply_ranges_[k].has_value();
+  if (any_ranges) {
+    auto wanted = request.initReplyRanges(static_cast<unsigned>(group.chunks.size()));
+    for (unsigned i = 0; i < group.chunks.size(); ++i) {
+      const auto& ranges = reply_ranges_[group.chunks[i]];
+      wanted[i].setWhole(!ranges.has_value());
+      if (ranges) rpc::set_ranges(wanted[i].initRanges(static_cast<unsigned>(ranges->size())), *ranges);
+    }
+  }
+  std::vector<InputSparsity::Ranges> want;
+  for (size_t k : group.chunks) want.push_back(reply_ranges_[k]);
+  replies_.add(request.send().then([this, g, want = std::move(want)](
+                                       capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
+    const FactorPlan::Group& group = factor_plan_.groups()[g];
+    const auto parts = r.getValueParts();
+    const auto versions = r.getVersions();
+    KJ_REQUIRE(versions.size() == group.chunks.size(), "reply has the wrong number of versions", versions.size());
+    unsigned part = 0;
+    for (size_t i = 0; i < group.chunks.size(); ++i) {
+      const size_t k = group.chunks[i];
+      float* into = next_params_.data() + chunk_offsets_[k];
+      const std::vector<ChunkRange> whole{{0, chunks_[k].size}};
+      for (const ChunkRange& range : want[i] ? *want[i] : whole) {
+        KJ_REQUIRE(part < parts.size(), "reply has too few parts", parts.size());
+        const auto values = rpc::part_view(parts[part++], range.size, "updated values");
+        std::memcpy(into + range.offset, values.data(), values.size_bytes());
+        exchanged_bytes_ += values.size_bytes();
+      }
+      versions_[k] = versions[static_cast<unsigned>(i)];
+    }
+    KJ_REQUIRE(part == parts.size(), "reply has too many parts", parts.size());
+  }));
+}
+
 void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
   for (; pushed_ < push_order_.size(); ++pushed_) push_chunk(push_order_[pushed_], step, examples);
+  for (; groups_pushed_ < group_order_.size(); ++groups_pushed_) push_factors(group_order_[groups_pushed_], step, examples);
   auto all = kj::joinPromises(replies_.releaseAsArray()).fork();
   replies_ = kj::Vector<kj::Promise<void>>();
-  pushed_ = 0;
+  pushed_ = groups_pushed_ = 0;
+  ++exchange_round_;
   KJ_IF_MAYBE(arrived, takeover_arrived_) {
     // Sync: the step may not complete without a lost worker's slice: wait for whichever comes first.
     if (!takeover_ && spec_.training.mode == TrainingMode::kSync) {

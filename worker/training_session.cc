@@ -34,11 +34,15 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
       start_step_(a.getStartStep()),
       chunks_(rpc::get_chunks(a.getChunks())),
       sparsity_(spec_.model, make_param_layout(spec_.model), chunks_),
-      sparse_exchange_(options.sparse_exchange && sparsity_.active()),
+      sparse_exchange_(options.exchange != Exchange::kDense && sparsity_.active()),
+      factor_plan_(make_param_layout(spec_.model), chunks_,
+                   (spec_.training.global_batch_size + worker_count_ - 1) / worker_count_,
+                   options.exchange == Exchange::kFactored && options.replicas == 1),
       generation_(a.getGeneration()) {
   for (auto s : a.getServers()) server_addresses_.push_back(rpc::to_string(s));
   const int64_t batch = (spec_.training.global_batch_size + worker_count_ - 1) / worker_count_;
   model_ = std::make_unique<nn::DataParallelModel<float>>(spec_.model, batch, options.replicas);
+  KJ_REQUIRE(factor_plan_.groups().empty() || model_->replicas() == 1, "factored pushes need one compute replica");
   const ParamLayout& layout = model_->layout();
   for (const ChunkInfo& c : chunks_) {
     KJ_REQUIRE(c.param < layout.params().size() && c.offset + c.size <= layout.params()[c.param].size &&
@@ -50,10 +54,18 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
   // A session that resumes (after a recovery) counts the job's steps from where it starts, so
   // progress reports do not go backwards.
   steps_done_ = start_epoch_ * steps_per_epoch_ + start_step_;
-  push_order_.resize(chunks_.size());
-  for (size_t k = 0; k < chunks_.size(); ++k) push_order_[k] = k;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    if (!factor_plan_.is_factored_chunk(k)) push_order_.push_back(k);
+  }
   std::sort(push_order_.begin(), push_order_.end(),
             [this](size_t a, size_t b) { return chunk_offsets_[a] > chunk_offsets_[b]; });
+  const auto& groups = factor_plan_.groups();
+  for (size_t g = 0; g < groups.size(); ++g) group_order_.push_back(g);
+  std::stable_sort(group_order_.begin(), group_order_.end(),
+                   [&](size_t a, size_t b) { return groups[a].param_offset > groups[b].param_offset; });
+  group_buffers_.resize(groups.size());
+  factor_deltas_.resize(layout.params().size());
+  deltas_round_.assign(layout.params().size(), 0);
   params_.resize(layout.total_size());
   next_params_.resize(layout.total_size());
   grads_.resize(layout.total_size());
@@ -64,7 +76,8 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
   PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " of " << worker_count_ << ", "
                << steps_per_epoch_ << " steps per epoch, batch " << batch << ", " << chunks_.size() << " chunks on "
                << server_addresses_.size() << " server(s)"
-               << (sparse_exchange_ ? ", row-sparse exchange of the first layer" : "");
+               << (sparse_exchange_ ? ", row-sparse exchange of the first layer" : "")
+               << (groups.empty() ? "" : ", " + std::to_string(groups.size()) + " factored kernel pushes per step");
 }
 
 TrainingSession::~TrainingSession() = default;
@@ -177,15 +190,10 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
         decode_batch(batch, static_cast<size_t>(model_->input_size()), inputs_.data(), labels_.data());
         // Overlap: ship the later layers' gradients while the earlier layers run backward, and
         // let the event loop write them out.
-        auto ready = [&](size_t final_from) {
-          const size_t before = pushed_;
-          while (pushed_ < push_order_.size() && chunk_offsets_[push_order_[pushed_]] >= final_from) {
-            push_chunk(push_order_[pushed_++], push_step, n);
-          }
-          if (pushed_ != before) wait_scope_.poll();
-        };
-        const nn::LossResult r =
-            model_->compute_gradients(params_.data(), inputs_.data(), labels_.data(), n, grads_.data(), ready);
+        auto ready = [&](size_t final_from) { push_final(final_from, push_step, n); };
+        const auto* factored = factor_plan_.groups().empty() ? nullptr : &factor_plan_.factored_kernels();
+        const nn::LossResult r = model_->compute_gradients(params_.data(), inputs_.data(), labels_.data(), n,
+                                                           grads_.data(), ready, factored);
         if (!std::isfinite(r.loss_sum)) {
           throw Error("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
                       " step " + std::to_string(step + 1));

@@ -27,13 +27,21 @@
 #include "common/nn/data_parallel_model.h"
 #include "common/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
+#include "worker/factor_plan.h"
 #include "worker/input_sparsity.h"
 
 namespace pstrain {
 
+// How a worker exchanges parameters and gradients with the servers (docs/DESIGN-NOTES.md).
+enum class Exchange {
+  kDense,     // whole chunks both ways
+  kSparse,    // row-sparse pushes and replies of a dense first layer on sparse inputs (input_sparsity.h)
+  kFactored,  // kSparse, and dense kernels pushed as factors where they are smaller (factor_plan.h)
+};
+
 struct SessionOptions {
-  int replicas = 1;            // compute threads, each on a slice of the batch
-  bool sparse_exchange = true;  // row-sparse pushes and replies where the model allows (input_sparsity.h)
+  int replicas = 1;  // compute threads, each on a slice of the batch (factored pushes need one)
+  Exchange exchange = Exchange::kFactored;
 };
 
 class TrainingSession {
@@ -56,6 +64,10 @@ class TrainingSession {
   void pull_all(uint64_t min_version, AlignedFloats& into, std::vector<uint64_t>& versions, bool exact = false);
   // Sends the push of chunk k (its gradient must be final); the reply is collected by finish_push.
   void push_chunk(size_t k, uint64_t step, uint32_t examples);
+  // Sends factor group g's pushFactors (its layer's backward must be done); likewise.
+  void push_factors(size_t g, uint64_t step, uint32_t examples);
+  // Pushes what backward has finished: the chunks and factor groups at or after `final_from`.
+  void push_final(size_t final_from, uint64_t step, uint32_t examples);
   // One chunk's push of `gradient` as slice `slice` of `slice_count`; the reply's values go to
   // next_params_ when `take_values`. Row-sparse when `ranges` (push) / `want` (reply) say so.
   kj::Promise<void> send_push(size_t k, uint64_t step, uint32_t slice, uint32_t slice_count, uint32_t examples,
@@ -116,8 +128,21 @@ class TrainingSession {
   std::vector<uint8_t> feature_mask_;
   std::vector<InputSparsity::Ranges> push_ranges_, reply_ranges_;  // per chunk, for the current step
   AlignedFloats takeover_params_;
-  std::vector<size_t> push_order_;         // chunks by descending offset: the order backward completes them
+  std::vector<size_t> push_order_;         // unfactored chunks by descending offset: the order backward completes them
   size_t pushed_ = 0;                      // chunks of the current step already sent
+  // Factored exchange (factor_plan.h): the groups by descending offset, the step's sent ones, and
+  // what each sends (kept until its reply: the messages point into them).
+  FactorPlan factor_plan_;
+  std::vector<size_t> group_order_;
+  size_t groups_pushed_ = 0;
+  struct GroupBuffers {
+    std::vector<uint32_t> rows;
+    AlignedFloats inputs;
+  };
+  std::vector<GroupBuffers> group_buffers_;
+  std::vector<AlignedFloats> factor_deltas_;  // by layout parameter (factored kernels only)
+  std::vector<uint64_t> deltas_round_;        // the exchange round factor_deltas_[p] was copied in
+  uint64_t exchange_round_ = 1;               // steps' exchanges (and takeovers') in this session
   kj::Vector<kj::Promise<void>> replies_;  // of the current step
   std::vector<int32_t> labels_;
   uint64_t steps_done_ = 0;  // this worker's steps in the job

@@ -37,6 +37,12 @@ struct Range {
   size @1 :UInt64;
 }
 
+# The part of one chunk a reply carries: all of it, or the ranges.
+struct KeyRanges {
+  whole @0 :Bool;
+  ranges @1 :List(Range);
+}
+
 # What a server needs to hold its part of a job.
 struct JobConfig {
   jobId @0 :Text;
@@ -86,6 +92,26 @@ interface ParameterServer {
            sparseGradient :Bool, gradientRanges :List(Range), gradientParts :List(Data),
            sparseReply :Bool, replyRanges :List(Range))
        -> (version :UInt64, applied :Bool, values :Tensor, valueParts :List(Data));
+
+  # A worker's gradient of one dense kernel for all of the kernel's chunks on this server, as two
+  # factors instead of the gradient itself (DESIGN-NOTES "Factored exchange"). The kernel is
+  # [in, out] and every key's chunk holds whole rows of it; the gradient of row r is
+  #   sum over examples b of inputs[r, b] * delta[b]   (delta[b]: example b's `out` values),
+  # so the push carries examples * (rows + out) floats instead of rows * out.
+  #   keys: chunks of one kernel, all on this server (each applied as if pushed alone, with the
+  #     fields of `push`); baseVersions: one per key.
+  #   delta: examples x out float32, example after example: d(summed loss)/d(the layer's output
+  #     before its activation).
+  #   rows: the kernel rows whose inputs are sent, ascending, each inside one of the keys' chunks;
+  #     a row of those chunks that is not listed has a zero input in every example (zero gradient).
+  #   inputs: examples x rows.size() float32, example after example: the layer's input at `rows`.
+  #   replyRanges: empty for whole values of every key, else one entry per key.
+  # The reply's valueParts hold the keys' values in key order: one part for a key replied whole,
+  # else one per range; versions: one per key.
+  pushFactors @13 (jobId :Text, keys :List(UInt32), step :UInt64, slice :UInt32, sliceCount :UInt32,
+                   worker :UInt32, examples :UInt32, baseVersions :List(UInt64), generation :UInt64,
+                   delta :Data, rows :List(UInt32), inputs :Data, replyRanges :List(KeyRanges))
+       -> (versions :List(UInt64), applied :Bool, valueParts :List(Data));
 
   # Async: the worker will push no more (it no longer holds back others under max_staleness).
   workerFinished @3 (jobId :Text, worker :UInt32) -> ();

@@ -150,7 +150,7 @@ void set_ranges(capnp::List<proto::Range>::Builder list, const std::vector<Chunk
 }
 
 std::span<const float> part_view(capnp::Data::Reader data, size_t expected, const char* what) {
-  KJ_REQUIRE(data.size() == expected * sizeof(float), "part size does not match its range", what, data.size(),
+  KJ_REQUIRE(data.size() == expected * sizeof(float), "data size does not match", what, data.size(),
              expected * sizeof(float));
   KJ_REQUIRE(reinterpret_cast<uintptr_t>(data.begin()) % alignof(float) == 0, "misaligned part data", what);
   return {reinterpret_cast<const float*>(data.begin()), expected};

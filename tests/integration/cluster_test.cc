@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cmath>
+#include <functional>
 
 #include "common/chunk_plan.h"
 #include "common/job_spec.h"
@@ -43,11 +44,18 @@ namespace {
 
 // Runs `json` on a cluster of 2 servers and 2 workers and in the standalone trainer with
 // `replicas` batch slices; returns the largest parameter difference.
-double distributed_vs_standalone(const std::string& json, int replicas, int64_t expected_steps) {
+// `check_workers` (when given) is called with each worker's log.
+double distributed_vs_standalone(const std::string& json, int replicas, int64_t expected_steps,
+                                 std::vector<std::string> worker_flags = {},
+                                 const std::function<void(const std::string&)>& check_workers = {}) {
   testing::TempDir dir;
   testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
-                            .save_params = dir.file("cluster.bin")});
+                            .save_params = dir.file("cluster.bin"),
+                            .worker_flags = std::move(worker_flags)});
   REQUIRE(cluster.wait_job(120s) == 0);
+  if (check_workers) {
+    for (testing::Process* w : cluster.workers()) check_workers(w->log_text());
+  }
   const std::vector<float> distributed = testing::read_floats(dir.file("cluster.bin"));
 
   LocalTrainerOptions options;
@@ -85,6 +93,22 @@ TEST_CASE("sync Adam MLP on 2 servers and 2 workers equals the standalone traine
   const double diff = distributed_vs_standalone(mlp_spec(TrainingMode::kSync, 256, 1, 2, 2), 2, 20);
   MESSAGE("max abs difference " << diff);
   CHECK(diff <= 1e-4);
+}
+
+TEST_CASE("sync Adam MLP with factored pushes (64 examples per worker) equals the standalone trainer") {
+  // With 64 examples per worker both large kernels travel as factors (worker/factor_plan.h) and
+  // the servers multiply them out; with 128 (above) they do not. 5002 examples in batches of 128:
+  // 40 steps. Every exchange must give the trainer's parameters.
+  for (const char* exchange : {"factored", "sparse", "dense"}) {
+    CAPTURE(exchange);
+    const double diff = distributed_vs_standalone(
+        mlp_spec(TrainingMode::kSync, 128, 1, 2, 2), 2, 40, {std::string("--exchange=") + exchange},
+        [&](const std::string& log) {
+          CHECK((log.find("factored kernel pushes") != std::string::npos) == (std::string(exchange) == "factored"));
+        });
+    MESSAGE(std::string(exchange) << ": max abs difference " << diff);
+    CHECK(diff <= 1e-4);
+  }
 }
 
 TEST_CASE("sync CNN on 2 servers and 2 workers equals the standalone trainer after 20 steps") {
@@ -190,8 +214,64 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
   CHECK(failure_of(sparse_push({{8, 4}, {0, 4}}, {4, 4}), ws).find("ranges must be sorted and disjoint") != std::string::npos);
   CHECK(failure_of(sparse_push({{chunks[0].size - 2, 4}}, {4}), ws).find("range outside the chunk") != std::string::npos);
   CHECK(failure_of(sparse_push({{0, 4}}, {4, 4}), ws).find("gradientParts must match gradientRanges") != std::string::npos);
-  CHECK(failure_of(sparse_push({{0, 4}}, {3}), ws).find("part size does not match its range") != std::string::npos);
+  CHECK(failure_of(sparse_push({{0, 4}}, {3}), ws).find("data size does not match") != std::string::npos);
   CHECK(failure_of(sparse_push(std::vector<ChunkRange>(300, ChunkRange{0, 1}), {}), ws).find("too many ranges") != std::string::npos);
+  // Factored pushes: keys that are not whole kernel rows or span two kernels, factors whose sizes
+  // do not match, rows out of order or outside the keys' chunks.
+  const auto layout = make_param_layout(spec.model);
+  std::vector<uint32_t> first_kernel, second_kernel, biases;
+  for (const ChunkInfo& c : chunks) {
+    (c.param == 0 ? first_kernel : c.param == 2 ? second_kernel : biases).push_back(c.key);
+  }
+  REQUIRE(first_kernel.size() >= 2);
+  const size_t units = static_cast<size_t>(layout.params()[0].shape[1]);
+  const uint32_t row_of_second_chunk = static_cast<uint32_t>(chunks[first_kernel[1]].offset / units);
+  auto factor_push = [&](std::vector<uint32_t> keys, uint32_t slice, std::vector<uint32_t> rows,
+                         size_t delta_floats, size_t input_floats, size_t versions) {
+    auto request = server.pushFactorsRequest();
+    request.setJobId("probe");
+    auto key_list = request.initKeys(static_cast<unsigned>(keys.size()));
+    for (unsigned i = 0; i < keys.size(); ++i) key_list.set(i, keys[i]);
+    request.initBaseVersions(static_cast<unsigned>(versions));
+    request.setSlice(slice);
+    request.setSliceCount(2);
+    request.setExamples(2);
+    auto row_list = request.initRows(static_cast<unsigned>(rows.size()));
+    for (unsigned i = 0; i < rows.size(); ++i) row_list.set(i, rows[i]);
+    const std::vector<float> delta(delta_floats, 0.5f), inputs(input_floats, 1.0f);
+    request.setDelta(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(delta.data()), delta.size() * sizeof(float)));
+    request.setInputs(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(inputs.data()), inputs.size() * sizeof(float)));
+    return request.send();
+  };
+  const auto error_of = [&](auto promise) { return failure_of(kj::mv(promise), ws); };
+  CHECK(error_of(factor_push({biases[0]}, 0, {}, 2 * units, 0, 1)).find("does not hold whole rows") != std::string::npos);
+  CHECK(error_of(factor_push({first_kernel[0], second_kernel[0]}, 0, {}, 2 * units, 0, 2)).find("chunks of one kernel") !=
+        std::string::npos);
+  CHECK(error_of(factor_push({first_kernel[0]}, 0, {0}, 2 * units - 1, 2, 1)).find("data size does not match") !=
+        std::string::npos);
+  CHECK(error_of(factor_push({first_kernel[0]}, 0, {0}, 2 * units, 3, 1)).find("data size does not match") !=
+        std::string::npos);
+  CHECK(error_of(factor_push({first_kernel[0]}, 0, {5, 2}, 2 * units, 4, 1)).find("ascending") != std::string::npos);
+  CHECK(error_of(factor_push({first_kernel[0]}, 0, {row_of_second_chunk}, 2 * units, 2, 1)).find("none of the keys") !=
+        std::string::npos);
+  CHECK(error_of(factor_push({first_kernel[0]}, 0, {0}, 2 * units, 2, 3)).find("baseVersions") != std::string::npos);
+  {
+    // Two slices of good factors complete step 0 of two chunks (not chunk 0: the dense pushes
+    // below use it).
+    REQUIRE(first_kernel.size() >= 3);
+    const std::vector<uint32_t> keys{first_kernel[1], first_kernel[2]};
+    const std::vector<uint32_t> rows{row_of_second_chunk, static_cast<uint32_t>(chunks[first_kernel[2]].offset / units)};
+    auto a = factor_push(keys, 0, rows, 2 * units, 4, 2);
+    auto b = factor_push(keys, 1, rows, 2 * units, 4, 2);
+    auto reply = b.wait(ws);
+    CHECK(reply.getApplied());
+    REQUIRE(reply.getVersions().size() == 2);
+    CHECK(reply.getVersions()[0] == 1);
+    CHECK(reply.getVersions()[1] == 1);
+    REQUIRE(reply.getValueParts().size() == 2);  // each key whole
+    CHECK(reply.getValueParts()[0].size() == chunks[first_kernel[1]].size * sizeof(float));
+    CHECK(a.wait(ws).getApplied());
+  }
   {
     auto request = server.pullRequest();  // a version the shard never had
     request.setJobId("probe");

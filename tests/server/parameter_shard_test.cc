@@ -319,3 +319,67 @@ TEST_CASE("sync - the values before the last update stay readable for a takeover
   CHECK_FALSE(f.shard.values_at(f.key, 1).has_value());  // a rollback forgets the old timeline
   CHECK(f.shard.values_at(f.key, 0).has_value());
 }
+
+namespace {
+
+// Factors of a 3-example push over kernel rows {1, 5, 6, 50, 200} of the tiny job's 784 x 10
+// kernel, and the dense gradient of the chunk holding rows [first, first + rows) they stand for.
+struct Factors {
+  std::shared_ptr<GradientFactors> factors = std::make_shared<GradientFactors>();
+  std::vector<float> deltas, inputs;
+
+  Factors() {
+    factors->columns = 10;
+    factors->examples = 3;
+    factors->rows = {1, 5, 6, 50, 200};
+    for (size_t i = 0; i < 30; ++i) deltas.push_back(std::sin(static_cast<float>(i)) * 0.1f);
+    for (size_t i = 0; i < 15; ++i) inputs.push_back(std::cos(static_cast<float>(i)));
+    factors->deltas = deltas;
+    factors->inputs = inputs;
+  }
+  std::vector<float> dense(size_t first, size_t rows) const {
+    std::vector<float> g(rows * 10, 0.0f);
+    for (size_t i = 0; i < factors->rows.size(); ++i) {
+      const size_t r = factors->rows[i];
+      if (r < first || r >= first + rows) continue;
+      for (size_t c = 0; c < 10; ++c) {
+        for (size_t b = 0; b < 3; ++b) g[(r - first) * 10 + c] += inputs[b * 5 + i] * deltas[b * 10 + c];
+      }
+    }
+    return g;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a factored push applies like its dense form, in sync and in async mode") {
+  const Factors f;
+  for (const char* training : {R"({"mode": "sync", "global_batch_size": 8, "workers": 2})",
+                               R"({"mode": "async", "global_batch_size": 8, "workers": 2})"}) {
+    CAPTURE(training);
+    Fixture dense(training, 2), factored(training, 2);
+    REQUIRE(factored.shard.row_columns(factored.key) == 10);
+    const size_t first = factored.shard.first_row(factored.key), rows = factored.n / 10;
+    REQUIRE(first == 0);
+    REQUIRE(rows > 50);
+    REQUIRE(rows <= 200);  // row 200 lies in another chunk: ignored here
+    const std::vector<float> g0 = f.dense(first, rows);
+    std::vector<float> g1(dense.n);
+    for (size_t i = 0; i < dense.n; ++i) g1[i] = std::cos(static_cast<float>(i)) * 1e-2f;
+    for (uint64_t step = 0; step < 2; ++step) {
+      Reply d0, d1, f0, f1;
+      dense.shard.push(push(dense.key, step, 0, 2, 3, g0), [&](PushOutcome o) { d0.outcome = o; });
+      dense.shard.push(push(dense.key, step, 1, 2, 5, g1), [&](PushOutcome o) { d1.outcome = o; });
+      PushRequest p = push(factored.key, step, 0, 2, 3, {});
+      p.factors = f.factors;
+      factored.shard.push(p, [&](PushOutcome o) { f0.outcome = o; });
+      factored.shard.push(push(factored.key, step, 1, 2, 5, g1), [&](PushOutcome o) { f1.outcome = o; });
+      REQUIRE(f0.outcome.has_value());
+      REQUIRE(f1.outcome.has_value());
+      CHECK(f0.outcome->applied);
+      CHECK(factored.shard.version(factored.key) == dense.shard.version(dense.key));
+      const auto a = dense.shard.values(dense.key), b = factored.shard.values(factored.key);
+      for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-6));
+    }
+  }
+}
