@@ -24,7 +24,7 @@ FactorPlan::FactorPlan(const ParamLayout& layout, const std::vector<ChunkInfo>& 
     }
     if (mine.empty() || !whole_rows) continue;
     const size_t factor_floats = static_cast<size_t>(batch) * (rows + servers.size() * columns);
-    if (2 * factor_floats > rows * columns) continue;  // not worth it: push the gradient
+    if (3 * factor_floats > rows * columns) continue;  // not worth it: push the gradient
     factored_[p] = true;
     std::sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return chunks[a].offset < chunks[b].offset; });
     for (uint32_t server : servers) {

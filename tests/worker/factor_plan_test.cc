@@ -15,7 +15,7 @@ TEST_CASE("the large kernels of the MLP are factored at 64 examples per worker, 
   const auto kernel = [&](const char* name) { return static_cast<size_t>(layout.find(name) - layout.params().data()); };
 
   const FactorPlan plan(layout, chunks, 64, true);
-  // 784 x 700 and 700 x 500: 64 (in + 2 out) is under half of in x out. 500 x 10 is not; biases never.
+  // 784 x 700 and 700 x 500: 64 (in + 2 out) is under a third of in x out. 500 x 10 is not; biases never.
   CHECK(plan.factored_kernels()[kernel("layers.1.kernel")]);
   CHECK(plan.factored_kernels()[kernel("layers.2.kernel")]);
   CHECK_FALSE(plan.factored_kernels()[kernel("layers.3.kernel")]);
