@@ -35,40 +35,43 @@ void sum_scale_and_regularize(const std::vector<const float*>& slices, const flo
   nn::scale_and_regularize(out, w, n, examples, l2);
 }
 
-// Writes (first) or adds a factored gradient into rows [first_row, first_row + rows) of a kernel,
-// `out` being those rows. The product is the one the worker's engine would have computed (BLAS,
-// deltas * inputs^T over the listed rows), so sums stay what a dense push gives: unlisted rows
-// are exact zeros, written or skipped.
-void accumulate_factors(const GradientFactors& f, size_t first_row, size_t rows, bool first, float* out) {
-  const size_t columns = f.columns;
+// The part of a factored push's product that falls in rows [first_row, first_row + rows) of its
+// kernel: `listed` rows (ascending, kernel row numbers in `rows`), each `columns` values in
+// `values`. The product (deltas * inputs^T over every listed row of the push, as the worker's
+// engine would have computed it) is multiplied out once, by the first chunk that asks.
+struct FactorRows {
+  const uint32_t* rows;
+  size_t listed;
+  const float* values;
+};
+
+FactorRows factor_rows(const GradientFactors& f, size_t first_row, size_t rows) {
   const auto begin = std::lower_bound(f.rows.begin(), f.rows.end(), static_cast<uint32_t>(first_row));
   const auto end = std::lower_bound(begin, f.rows.end(), static_cast<uint32_t>(first_row + rows));
-  const size_t listed = static_cast<size_t>(end - begin);
-  if (listed == 0 || f.examples == 0) {
-    if (first) std::fill(out, out + rows * columns, 0.0f);
-    return;
-  }
+  const auto listed = static_cast<size_t>(end - begin);
+  if (listed == 0 || f.examples == 0) return {nullptr, 0, nullptr};
   if (!f.multiplied) {
-    const auto m = static_cast<int64_t>(columns), n = static_cast<int64_t>(f.rows.size());
-    f.product.resize(f.rows.size() * columns);
+    const auto m = static_cast<int64_t>(f.columns), n = static_cast<int64_t>(f.rows.size());
+    f.product.resize(f.rows.size() * f.columns);
     nn::gemm<float>(nn::Op::kNone, nn::Op::kTranspose, m, n, static_cast<int64_t>(f.examples), f.deltas.data(), m,
                     f.inputs.data(), n, 0.0f, f.product.data(), m);
     f.multiplied = true;
   }
-  const float* product = f.product.data() + static_cast<size_t>(begin - f.rows.begin()) * columns;
-  if (listed == rows) {  // every row: one contiguous block
-    if (first) {
-      std::copy_n(product, rows * columns, out);
-    } else {
-      for (size_t i = 0; i < rows * columns; ++i) out[i] += product[i];
-    }
-    return;
-  }
+  const auto position = static_cast<size_t>(begin - f.rows.begin());
+  return {f.rows.data() + position, listed, f.product.data() + position * f.columns};
+}
+
+// Writes (first) or adds a factored gradient into rows [first_row, first_row + rows) of a kernel,
+// `out` being those rows. Unlisted rows are exact zeros, written or skipped, so sums stay what a
+// dense push gives.
+void accumulate_factors(const GradientFactors& f, size_t first_row, size_t rows, bool first, float* out) {
+  const size_t columns = f.columns;
+  const FactorRows part = factor_rows(f, first_row, rows);
   size_t next = 0;  // among the listed rows
   for (size_t r = 0; r < rows; ++r) {
     float* row = out + r * columns;
-    if (next < listed && begin[static_cast<long>(next)] == first_row + r) {
-      const float* p = product + next * columns;
+    if (next < part.listed && part.rows[next] == first_row + r) {
+      const float* p = part.values + next * columns;
       if (first) {
         std::copy_n(p, columns, row);
       } else {
@@ -77,6 +80,56 @@ void accumulate_factors(const GradientFactors& f, size_t first_row, size_t rows,
       ++next;
     } else if (first) {
       std::fill_n(row, columns, 0.0f);
+    }
+  }
+}
+
+// One slice of a step, row by row: every row (`dense`) or the listed ones (possibly none),
+// `values` holding them back to back.
+struct SliceRows {
+  bool dense = false;
+  const uint32_t* rows = nullptr;  // kernel row numbers, ascending
+  size_t listed = 0;
+  const float* values = nullptr;
+  size_t next = 0;  // cursor into rows
+};
+
+// out = (the slices' sum, in slice order) / examples (+ 2 * l2 * w), row by row, where a slice
+// without a row adds nothing: the arithmetic of sum_scale_and_regularize on the dense forms
+// (adding an absent row's zeros changes nothing), without building them.
+void sum_rows_scale_and_regularize(std::vector<SliceRows>& slices, size_t first_row, size_t rows, size_t columns,
+                                   const float* w, int64_t examples, float l2, float* out) {
+  const float inv = 1.0f / static_cast<float>(examples);
+  const float two_l2 = 2.0f * l2;
+  std::vector<const float*> present(slices.size());
+  for (SliceRows& s : slices) s.next = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    size_t k = 0;
+    for (SliceRows& s : slices) {
+      if (s.dense) {
+        present[k++] = s.values + r * columns;
+      } else if (s.next < s.listed && s.rows[s.next] == first_row + r) {
+        present[k++] = s.values + s.next++ * columns;
+      }
+    }
+    float* o = out + r * columns;
+    const float* wr = w + r * columns;
+    if (k == 0) {
+      for (size_t c = 0; c < columns; ++c) o[c] = l2 == 0.0f ? 0.0f : 0.0f * inv + two_l2 * wr[c];
+    } else if (k == 1 && l2 == 0.0f) {
+      const float* a = present[0];
+      for (size_t c = 0; c < columns; ++c) o[c] = a[c] * inv;
+    } else if (k == 2 && l2 == 0.0f) {
+      const float* a = present[0];
+      const float* b = present[1];
+      for (size_t c = 0; c < columns; ++c) o[c] = (a[c] + b[c]) * inv;
+    } else {
+      std::copy_n(present[0], columns, o);
+      for (size_t j = 1; j < k; ++j) {
+        const float* g = present[j];
+        for (size_t c = 0; c < columns; ++c) o[c] += g[c];
+      }
+      nn::scale_and_regularize(o, wr, columns, examples, l2);
     }
   }
 }
@@ -222,19 +275,17 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
     done({chunk.version, false});
     return;
   }
-  PendingPush pending{request, std::move(done), std::move(alive), {}};
+  PendingPush pending{request, std::move(done), std::move(alive)};
   if (request.factors) {
     // Multiply the factors out now, while the step's other workers are still computing, rather
     // than when the last push is in: the product is most of a factored push's cost, and the end
-    // of the step is where everybody waits. The push then sums like a dense one.
-    if (!chunk.spare_products.empty()) {
-      pending.product = std::move(chunk.spare_products.back());
-      chunk.spare_products.pop_back();
-    }
-    pending.product.resize(chunk.info.size);
-    accumulate(request, chunk, /*first=*/true, pending.product.data());
-    pending.request.factors.reset();
-    pending.request.gradient = std::span<const float>(pending.product);
+    // of the step is where everybody waits. The push then keeps a view of its rows of the
+    // product (which the factors own), and its gradient views are never read again.
+    const size_t columns = chunk.row_columns;
+    const FactorRows part = factor_rows(*request.factors, chunk.info.offset / columns, chunk.info.size / columns);
+    pending.factor_rows = part.rows;
+    pending.factor_listed = part.listed;
+    pending.factor_values = part.values;
   }
   chunk.pending[request.step].push_back(std::move(pending));
   apply_ready_sync_steps(chunk);
@@ -258,25 +309,40 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
     for (size_t p = 0; p < pushes.size(); ++p) distinct += p == 0 || pushes[p].request.slice != pushes[p - 1].request.slice;
     if (distinct < needed) return;
 
-    std::vector<const PushRequest*> counted;  // one per slice, in slice order
+    std::vector<const PendingPush*> counted;  // one per slice, in slice order
     int64_t examples = 0;
-    bool all_dense = true;
+    bool all_dense = true, any_sparse = false;
     for (size_t p = 0; p < pushes.size(); ++p) {
       if (p > 0 && pushes[p].request.slice == pushes[p - 1].request.slice) continue;
-      counted.push_back(&pushes[p].request);
+      counted.push_back(&pushes[p]);
       examples += pushes[p].request.examples;
       all_dense = all_dense && !pushes[p].request.sparse && !pushes[p].request.factors;
+      any_sparse = any_sparse || pushes[p].request.sparse;
     }
     if (examples > 0) {
       float* out = chunk.scratch.data();
       const size_t n = chunk.info.size;
-      if (!all_dense) {
-        for (size_t i = 0; i < counted.size(); ++i) accumulate(*counted[i], chunk, i == 0, out);
-        nn::scale_and_regularize(out, chunk.values.data(), n, examples, chunk.l2);
-      } else {
+      if (all_dense) {
         std::vector<const float*> gradients;
-        for (const PushRequest* push : counted) gradients.push_back(push->gradient.data());
+        for (const PendingPush* push : counted) gradients.push_back(push->request.gradient.data());
         sum_scale_and_regularize(gradients, chunk.values.data(), n, examples, chunk.l2, out);
+      } else if (!any_sparse) {
+        // Dense and factored pushes: summed row by row from the products, none multiplied out
+        // into a dense buffer.
+        const size_t columns = chunk.row_columns;
+        std::vector<SliceRows> slices;
+        for (const PendingPush* push : counted) {
+          if (push->request.factors) {
+            slices.push_back({false, push->factor_rows, push->factor_listed, push->factor_values});
+          } else {
+            slices.push_back({true, nullptr, 0, push->request.gradient.data()});
+          }
+        }
+        sum_rows_scale_and_regularize(slices, chunk.info.offset / columns, n / columns, columns, chunk.values.data(),
+                                      examples, chunk.l2, out);
+      } else {
+        for (size_t i = 0; i < counted.size(); ++i) accumulate(counted[i]->request, chunk, i == 0, out);
+        nn::scale_and_regularize(out, chunk.values.data(), n, examples, chunk.l2);
       }
       step_values(chunk, std::span<const float>(chunk.scratch.data(), chunk.info.size));
     }
@@ -285,10 +351,7 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
     std::vector<PendingPush> released = std::move(pushes);
     chunk.pending.erase(it);
     take_snapshot_if_due(chunk);
-    for (auto& p : released) {
-      p.done({chunk.version, true});
-      if (!p.product.empty()) chunk.spare_products.push_back(std::move(p.product));
-    }
+    for (auto& p : released) p.done({chunk.version, true});
     release_pulls(chunk);
   }
 }

@@ -185,7 +185,11 @@ class ParameterShard {
     PushRequest request;
     PushDone done;
     std::function<bool()> alive;
-    AlignedFloats product;  // a factored push's gradient, multiplied out on arrival (request.gradient views it)
+    // A factored sync push's rows of its product, multiplied out on arrival (they live in
+    // request.factors): `factor_listed` rows, numbered in factor_rows, values back to back.
+    const uint32_t* factor_rows = nullptr;
+    size_t factor_listed = 0;
+    const float* factor_values = nullptr;
   };
   struct Chunk {
     ChunkInfo info;
@@ -205,7 +209,6 @@ class ParameterShard {
     std::vector<std::pair<uint64_t, PullDone>> waiting_pulls;
     std::vector<std::pair<uint64_t, std::function<void()>>> held_replies;  // async SSP: (step, release)
     AlignedFloats initial;  // for reset()
-    std::vector<AlignedFloats> spare_products;  // PendingPush::product buffers to reuse
   };
   void take_snapshot_if_due(Chunk& chunk);
   void abort_waiting(Chunk& chunk);

@@ -383,3 +383,34 @@ TEST_CASE("a factored push applies like its dense form, in sync and in async mod
     }
   }
 }
+
+TEST_CASE("sync - a factored push with no rows in the chunk, or no examples, adds nothing") {
+  // Row 200 lies in another chunk; the other push has no examples at all (an empty slice).
+  for (const bool no_examples : {false, true}) {
+    CAPTURE(no_examples);
+    Fixture dense(R"({"mode": "sync", "global_batch_size": 8, "workers": 2})", 2);
+    Fixture factored(R"({"mode": "sync", "global_batch_size": 8, "workers": 2})", 2);
+    const std::vector<float> zero(dense.n, 0.0f), deltas(30, 0.25f), inputs(3, 1.0f);
+    auto f = std::make_shared<GradientFactors>();
+    f->columns = 10;
+    f->examples = no_examples ? 0 : 3;
+    if (!no_examples) {
+      f->rows = {200};
+      f->deltas = deltas;
+      f->inputs = inputs;
+    }
+    std::vector<float> g1(dense.n);
+    for (size_t i = 0; i < dense.n; ++i) g1[i] = std::cos(static_cast<float>(i)) * 1e-2f;
+    Reply d0, d1, f0, f1;
+    dense.shard.push(push(dense.key, 0, 0, 2, f->examples, zero), [&](PushOutcome o) { d0.outcome = o; });
+    dense.shard.push(push(dense.key, 0, 1, 2, 5, g1), [&](PushOutcome o) { d1.outcome = o; });
+    PushRequest p = push(factored.key, 0, 0, 2, static_cast<uint32_t>(f->examples), {});
+    p.factors = f;
+    factored.shard.push(p, [&](PushOutcome o) { f0.outcome = o; });
+    factored.shard.push(push(factored.key, 0, 1, 2, 5, g1), [&](PushOutcome o) { f1.outcome = o; });
+    REQUIRE(f0.outcome.has_value());
+    REQUIRE(f1.outcome.has_value());
+    const auto a = dense.shard.values(dense.key), b = factored.shard.values(factored.key);
+    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  }
+}
