@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <new>
+#include <utility>
 #include <vector>
 
 namespace pstrain {
@@ -29,5 +30,28 @@ struct CacheAlignedAllocator {
 };
 
 using AlignedFloats = std::vector<float, CacheAlignedAllocator<float>>;
+
+// The same alignment, but resize() leaves new elements uninitialized: for buffers that are
+// written in full before they are read (a product), where zero-filling first is a wasted pass.
+template <typename T>
+struct UninitializedAllocator : CacheAlignedAllocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialization: no value for trivial types
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+using ScratchFloats = std::vector<float, UninitializedAllocator<float>>;
 
 }  // namespace pstrain

@@ -53,7 +53,7 @@ struct GradientFactors {
   // deltas * inputs^T over every listed row (columns x rows.size()): multiplied out once, by the
   // first chunk that needs it, for all the chunks of the push (one product rather than one per
   // chunk). Event-loop thread only, like the shard.
-  mutable AlignedFloats product;
+  mutable ScratchFloats product;
   mutable bool multiplied = false;
 };
 

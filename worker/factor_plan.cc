@@ -53,7 +53,8 @@ void FactorPlan::gather_inputs(const Group& group, const float* inputs, size_t e
   for (size_t r = 0; r < group.rows; ++r) {
     if (nonzero[r]) rows.push_back(static_cast<uint32_t>(r));
   }
-  values.resize(rows.size() * examples);
+  // (Rounded up to whole 8-byte words, zero-padded: the message refers to it without copying.)
+  values.assign((rows.size() * examples + 1) / 2 * 2, 0.0f);
   for (size_t b = 0; b < examples; ++b) {
     const float* x = inputs + b * group.rows;
     float* out = values.data() + b * rows.size();

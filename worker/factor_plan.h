@@ -45,8 +45,8 @@ class FactorPlan {
   bool is_factored_chunk(size_t k) const { return factored_chunk_[k]; }
 
   // The group's input rows that are nonzero in some example (ascending), and their values,
-  // examples x rows.size(), example after example. `inputs` is the layer's input, column-major
-  // (group.rows x examples).
+  // examples x rows.size(), example after example (then a zero float when that count is odd).
+  // `inputs` is the layer's input, column-major (group.rows x examples).
   void gather_inputs(const Group& group, const float* inputs, size_t examples, std::vector<uint32_t>& rows,
                      AlignedFloats& values) const;
 

@@ -1,5 +1,6 @@
 // TrainingSession's exchange with the parameter servers: pulls, pushes (dense or row-sparse,
 // see input_sparsity.h) and the step's replies. Thread rules: those of training_session.h.
+#include <algorithm>
 #include <cstring>
 
 #include "common/log.h"
@@ -115,7 +116,9 @@ void TrainingSession::push_factors(size_t g, uint64_t step, uint32_t examples) {
     // Once per kernel and step: the kernel's other groups (other servers) send the same deltas,
     // and an earlier group's message may still be reading them.
     if (deltas_round_[group.param] != exchange_round_) {
-      deltas.assign(factors.deltas.data(), factors.deltas.data() + group.columns * examples);
+      deltas.resize(rpc::padded_to_words(group.columns * examples));
+      deltas.back() = 0.0f;  // (the pad, if any)
+      std::copy_n(factors.deltas.data(), group.columns * examples, deltas.data());
       deltas_round_[group.param] = exchange_round_;
     }
   } else {
@@ -138,12 +141,14 @@ void TrainingSession::push_factors(size_t g, uint64_t step, uint32_t examples) {
   request.setExamples(examples);
   request.setGeneration(generation_);
   // Zero-copy, as in send_push: the buffers stay untouched until the reply is in.
-  request.setDelta(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(deltas.data()), deltas.size() * sizeof(float)));
+  const size_t delta_floats = group.columns * examples, input_floats = buffers.rows.size() * examples;
+  const auto orphanage =
+      capnp::Orphanage::getForMessageContaining(proto::ParameterServer::PushFactorsParams::Builder(request));
+  if (delta_floats > 0) request.adoptDelta(rpc::reference_floats(orphanage, {deltas.data(), delta_floats}));
   auto rows = request.initRows(static_cast<unsigned>(buffers.rows.size()));
   for (unsigned i = 0; i < buffers.rows.size(); ++i) rows.set(i, buffers.rows[i]);
-  request.setInputs(
-      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(buffers.inputs.data()), buffers.inputs.size() * sizeof(float)));
-  exchanged_bytes_ += (deltas.size() + buffers.inputs.size()) * sizeof(float);
+  if (input_floats > 0) request.adoptInputs(rpc::reference_floats(orphanage, {buffers.inputs.data(), input_floats}));
+  exchanged_bytes_ += (delta_floats + input_floats) * sizeof(float);
   // The reply: the rows the next step reads where the sparse exchange knows them, else whole.
   bool any_ranges = false;
   for (size_t k : group.chunks) any_ranges = any_ranges || reply_ranges_[k].has_value();

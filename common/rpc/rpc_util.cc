@@ -162,6 +162,12 @@ void reference_part(capnp::List<capnp::Data>::Builder list, unsigned i, std::spa
   list.adopt(i, capnp::Orphanage::getForMessageContaining(list).referenceExternalData(bytes));
 }
 
+capnp::Orphan<capnp::Data> reference_floats(capnp::Orphanage orphanage, std::span<const float> values) {
+  KJ_REQUIRE(reinterpret_cast<uintptr_t>(values.data()) % sizeof(capnp::word) == 0, "external data must be word-aligned");
+  const capnp::Data::Reader bytes(reinterpret_cast<const kj::byte*>(values.data()), values.size_bytes());
+  return orphanage.referenceExternalData(bytes);
+}
+
 void set_part(capnp::List<capnp::Data>::Builder list, unsigned i, std::span<const float> values) {
   list.set(i, capnp::Data::Reader(reinterpret_cast<const kj::byte*>(values.data()), values.size_bytes()));
 }

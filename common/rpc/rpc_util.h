@@ -92,6 +92,12 @@ std::span<const float> part_view(capnp::Data::Reader data, size_t expected, cons
 void reference_part(capnp::List<capnp::Data>::Builder list, unsigned i, std::span<const float> values);
 void set_part(capnp::List<capnp::Data>::Builder list, unsigned i, std::span<const float> values);
 
+// A Data field's value that refers to `values` without copying them, to adopt into the message
+// of `orphanage`. Same rules as reference_tensor, and the buffer must extend to the next 8-byte
+// word (Cap'n Proto sends whole words): size it padded_to_words().
+capnp::Orphan<capnp::Data> reference_floats(capnp::Orphanage orphanage, std::span<const float> values);
+inline size_t padded_to_words(size_t floats) { return (floats + 1) / 2 * 2; }
+
 void set_chunks(capnp::List<proto::Chunk>::Builder list, const std::vector<ChunkInfo>& chunks);
 std::vector<ChunkInfo> get_chunks(capnp::List<proto::Chunk>::Reader list);
 
