@@ -124,15 +124,17 @@ void run_client(const Options& options, const std::string& job_id, const std::ve
     const auto t0 = Clock::now();
     const auto deadline = t0 + std::chrono::duration<double>(options.seconds);
     // In sync mode every client must run the same steps (a step needs all of them): the first to
-    // see the deadline fixes the last step for all. Clients are never more than one step apart,
-    // so each can reach the step count the first one had completed.
+    // see the deadline fixes the last step for all, one past its own. Clients are never more than
+    // one step apart, and another client may already have started the step after the one this
+    // client completed (it read stop_at before it was lowered): stopping right here would leave
+    // that client waiting for this one's push forever.
     uint64_t timed = 0;
     while (timed < stop_at.load()) {
       one_step();
       ++timed;
       if (Clock::now() >= deadline) {
         uint64_t current = stop_at.load();
-        while (timed < current && !stop_at.compare_exchange_weak(current, timed)) {
+        while (timed + 1 < current && !stop_at.compare_exchange_weak(current, timed + 1)) {
         }
       }
     }
