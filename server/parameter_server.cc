@@ -217,7 +217,8 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
     ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
     const size_t c = shard.row_columns(key);
     KJ_REQUIRE(c > 0, "chunk does not hold whole rows of a dense kernel: push its gradient instead", key);
-    KJ_REQUIRE(columns == 0 || c == columns, "keys of one pushFactors must be chunks of one kernel", key);
+    KJ_REQUIRE(keys.empty() || shard.param_of(key) == shard.param_of(keys.front()),
+               "keys of one pushFactors must be chunks of one kernel", key);
     KJ_REQUIRE(std::find(keys.begin(), keys.end(), key) == keys.end(), "key listed twice", key);
     columns = c;
     keys.push_back(key);

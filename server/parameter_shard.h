@@ -105,6 +105,8 @@ class ParameterShard {
   size_t row_columns(uint32_t key) const;
   // The chunk's first kernel row (when row_columns(key) > 0).
   size_t first_row(uint32_t key) const;
+  // The tensor (index in the layout) the chunk is part of.
+  uint32_t param_of(uint32_t key) const { return chunks_.at(key).info.param; }
   uint64_t version(uint32_t key) const;
   std::span<const float> values(uint32_t key) const;
   // The chunk's values at exactly `version`: the current ones, or those before the last update

@@ -149,9 +149,18 @@ void TrainingSession::push_factors(size_t g, uint64_t step, uint32_t examples) {
   for (unsigned i = 0; i < buffers.rows.size(); ++i) rows.set(i, buffers.rows[i]);
   if (input_floats > 0) request.adoptInputs(rpc::reference_floats(orphanage, {buffers.inputs.data(), input_floats}));
   exchanged_bytes_ += (delta_floats + input_floats) * sizeof(float);
-  // The reply: the rows the next step reads where the sparse exchange knows them, else whole.
+  // The reply: the rows the next step reads where the sparse exchange knows them, else whole;
+  // whole altogether if the ranges would make more parts than one message may carry.
   bool any_ranges = false;
-  for (size_t k : group.chunks) any_ranges = any_ranges || reply_ranges_[k].has_value();
+  size_t parts = 0;
+  for (size_t k : group.chunks) {
+    any_ranges = any_ranges || reply_ranges_[k].has_value();
+    parts += reply_ranges_[k] ? reply_ranges_[k]->size() : 1;
+  }
+  if (parts > rpc::kMaxRangesPerPart) {
+    any_ranges = false;
+    for (size_t k : group.chunks) reply_ranges_[k].reset();
+  }
   if (any_ranges) {
     auto wanted = request.initReplyRanges(static_cast<unsigned>(group.chunks.size()));
     for (unsigned i = 0; i < group.chunks.size(); ++i) {
