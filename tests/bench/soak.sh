@@ -24,7 +24,8 @@ work=$(mktemp -d /tmp/pstrain-soak.XXXXXX)
 RANDOM=$seed
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 spec="$work/job.json"
-python3 -c "import json; s=json.load(open('$repo/deploy/jobs/mnist-mlp.json')); s['backup']={'save_freq':10}; s['training']['mode']='$mode'; json.dump(s,open('$spec','w'))"
+# 8 epochs (320 steps): several seconds of training, so a random moment in it falls mid-run.
+python3 -c "import json; s=json.load(open('$repo/deploy/jobs/mnist-mlp.json')); s['backup']={'save_freq':10}; s['training']['mode']='$mode'; s['training']['epochs']=8; json.dump(s,open('$spec','w'))"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
@@ -52,10 +53,16 @@ run_trial() {  # trial-number victim(or "none") -> prints "finished replayed acc
       --name "server-$i" --data-dir "$dir/server-$i-data"
     start "worker-$i" "$dir" "$bin/worker/pstrain-worker" --coordinator "127.0.0.1:$rpc" --name "worker-$i"
   done
-  local url="http://127.0.0.1:$http/v1/jobs/cli-job" state="" deadline=$((SECONDS + 180))
+  local url="http://127.0.0.1:$http/v1/jobs/cli-job" state="" steps=0 deadline=$((SECONDS + 180))
   if [ "$victim" != none ]; then
-    # A random moment in the first ~2.5 s of training (the job takes about 4 s here).
-    local delay_ms=$((300 + RANDOM % 2500))
+    # A random moment in the first ~2 s of training, counted from its first steps (the job
+    # trains for about 3 s here; before, counting from the start, a fast run could be over first).
+    while [ $SECONDS -lt $deadline ]; do
+      steps=$(curl -sf "$url" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])' 2>/dev/null || echo 0)
+      [ "${steps:-0}" -gt 0 ] && break
+      sleep 0.05
+    done
+    local delay_ms=$((RANDOM % 2000))
     sleep "$(python3 -c "print($delay_ms/1000)")"
     kill -9 "$(cat "$dir/$victim.pid")" 2>/dev/null || true
     sleep 0.3
