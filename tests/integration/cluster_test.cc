@@ -256,6 +256,34 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
         std::string::npos);
   CHECK(error_of(factor_push({first_kernel[0]}, 0, {0}, 2 * units, 2, 3)).find("baseVersions") != std::string::npos);
   {
+    // Two kernels with the same column count (784 x 256 and 256 x 256) are still two kernels.
+    JobSpec same_columns = testing::mlp_job(256, 256, 1);
+    const auto chunks2 = plan_chunks(make_param_layout(same_columns.model), 1);
+    auto request = server.configureRequest();
+    auto config = request.initConfig();
+    config.setJobId("probe2");
+    config.setSpecJson(job_spec_to_json(same_columns));
+    rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks2.size())), chunks2);
+    config.setServerIndex(0);
+    config.setWorkers(2);
+    request.send().wait(ws);
+    uint32_t in_first = UINT32_MAX, in_second = UINT32_MAX;
+    for (const ChunkInfo& c : chunks2) {
+      if (c.param == 0 && in_first == UINT32_MAX) in_first = c.key;
+      if (c.param == 2 && in_second == UINT32_MAX) in_second = c.key;
+    }
+    REQUIRE(in_first != UINT32_MAX);
+    REQUIRE(in_second != UINT32_MAX);
+    auto push2 = server.pushFactorsRequest();
+    push2.setJobId("probe2");
+    auto keys = push2.initKeys(2);
+    keys.set(0, in_first);
+    keys.set(1, in_second);
+    push2.initBaseVersions(2);
+    push2.setSliceCount(1);  // (accepted by mistake, it would apply at once, not wait)
+    CHECK(error_of(push2.send()).find("chunks of one kernel") != std::string::npos);
+  }
+  {
     // Two slices of good factors complete step 0 of two chunks (not chunk 0: the dense pushes
     // below use it).
     REQUIRE(first_kernel.size() >= 3);
