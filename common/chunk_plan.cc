@@ -80,4 +80,19 @@ std::vector<size_t> server_loads(const std::vector<ChunkInfo>& chunks, uint32_t 
   return load;
 }
 
+std::vector<uint32_t> row_servers(const std::vector<ChunkInfo>& chunks, uint32_t param, size_t rows, size_t columns) {
+  std::vector<uint32_t> servers(rows, 0);
+  size_t covered = 0;
+  for (const ChunkInfo& c : chunks) {
+    if (c.param != param) continue;
+    if (columns == 0 || c.offset % columns != 0 || c.size % columns != 0 || c.offset + c.size > rows * columns) {
+      return {};
+    }
+    std::fill_n(servers.begin() + static_cast<std::ptrdiff_t>(c.offset / columns), c.size / columns, c.server);
+    covered += c.size;
+  }
+  if (covered != rows * columns) return {};
+  return servers;
+}
+
 }  // namespace pstrain

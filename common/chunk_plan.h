@@ -38,6 +38,10 @@ struct ChunkRange {
 std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers,
                                    size_t max_chunk_floats = kDefaultMaxChunkFloats);
 
+// For the kernel `param` of `rows` x `columns` floats: the server holding each row, or empty
+// when a chunk of it starts or ends inside a row (then no row belongs to one server).
+std::vector<uint32_t> row_servers(const std::vector<ChunkInfo>& chunks, uint32_t param, size_t rows, size_t columns);
+
 // Floats held by each server under a plan.
 std::vector<size_t> server_loads(const std::vector<ChunkInfo>& chunks, uint32_t servers);
 

@@ -228,16 +228,21 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
   factors->columns = columns;
   factors->examples = header.examples;
   factors->deltas = rpc::part_view(params.getDelta(), header.examples * columns, "delta");
-  const auto row_list = params.getRows();
-  factors->rows.reserve(row_list.size());
-  for (uint32_t r : row_list) {
-    KJ_REQUIRE(factors->rows.empty() || r > factors->rows.back(), "rows must be ascending and distinct", r);
-    const bool inside = std::any_of(keys.begin(), keys.end(), [&](uint32_t key) {
-      return r >= shard.first_row(key) && r < shard.first_row(key) + shard.chunk_size(key) / columns;
-    });
-    KJ_REQUIRE(inside, "row is in none of the keys' chunks", r);
-    factors->rows.push_back(r);
-  }
+  // Kernel rows listed by the caller: ascending, each in one of the keys' chunks.
+  const auto read_rows = [&](capnp::List<uint32_t>::Reader list, const char* what) {
+    std::vector<uint32_t> rows;
+    rows.reserve(list.size());
+    for (uint32_t r : list) {
+      KJ_REQUIRE(rows.empty() || r > rows.back(), "rows must be ascending and distinct", what, r);
+      const bool inside = std::any_of(keys.begin(), keys.end(), [&](uint32_t key) {
+        return r >= shard.first_row(key) && r < shard.first_row(key) + shard.chunk_size(key) / columns;
+      });
+      KJ_REQUIRE(inside, "row is in none of the keys' chunks", what, r);
+      rows.push_back(r);
+    }
+    return rows;
+  };
+  factors->rows = read_rows(params.getRows(), "rows");
   factors->inputs = rpc::part_view(params.getInputs(), header.examples * factors->rows.size(), "inputs");
   job.bytes_in += factors->deltas.size_bytes() + factors->inputs.size_bytes();
 
@@ -255,6 +260,21 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
     parts += reply_ranges[i] ? reply_ranges[i]->size() : 1;
   }
   KJ_REQUIRE(parts <= rpc::kMaxRangesPerPart, "the reply would have too many parts", parts, rpc::kMaxRangesPerPart);
+
+  // Forward on the servers: the reply carries the next batch's partial product instead of values.
+  const uint32_t next_examples = params.getNextExamples();
+  std::vector<uint32_t> next_rows;
+  if (next_examples > 0) {
+    KJ_REQUIRE(wanted.size() == 0, "replyRanges and nextExamples exclude each other (values or a partial product)");
+    KJ_REQUIRE(next_examples <= kMaxNextExamples, "nextExamples is too large", next_examples, kMaxNextExamples);
+    next_rows = read_rows(params.getNextRows(), "nextRows");
+    rpc::part_view(params.getNextInputs(), size_t{next_examples} * next_rows.size(), "nextInputs");
+    job.bytes_in += size_t{next_examples} * next_rows.size() * sizeof(float);
+    parts = 0;
+  } else {
+    KJ_REQUIRE(params.getNextRows().size() == 0 && params.getNextInputs().size() == 0,
+               "nextRows and nextInputs need nextExamples > 0");
+  }
 
   // Each key goes through the shard as its own push; the call completes when all have.
   struct Outcomes {
@@ -278,8 +298,8 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
         [shared] { return shared.waiting(); });
   }
   std::weak_ptr<Job> weak = jobs_.at(job_id);
-  return paf.promise.then([context, weak, keys = std::move(keys), reply_ranges = std::move(reply_ranges), parts](
-                              std::vector<PushOutcome> outcomes) mutable {
+  return paf.promise.then([context, weak, keys = std::move(keys), reply_ranges = std::move(reply_ranges), parts,
+                           next_examples, next_rows = std::move(next_rows)](std::vector<PushOutcome> outcomes) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();
@@ -291,6 +311,10 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
       applied = applied && outcomes[i].applied;
     }
     results.setApplied(applied);
+    if (next_examples > 0) {
+      if (!next_rows.empty()) reply_partial_product(*job, keys, next_rows, next_examples, context);
+      return;
+    }
     const bool zero_copy = job->shard->values_stable_until_next_push();
     auto list = results.initValueParts(static_cast<unsigned>(parts));
     unsigned part = 0;
@@ -307,6 +331,26 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
       }
     }
   });
+}
+
+void ParameterServerImpl::reply_partial_product(Job& job, const std::vector<uint32_t>& keys,
+                                                const std::vector<uint32_t>& rows, uint32_t examples,
+                                                PushFactorsContext& context) {
+  const auto inputs = rpc::part_view(context.getParams().getNextInputs(), size_t{examples} * rows.size(), "nextInputs");
+  // 64-byte aligned operands, as in the worker's own computation of the same product
+  // (common/nn/row_groups.h): message memory is only 8-byte aligned.
+  ScratchFloats inputs_copy, partial;
+  const float* aligned_inputs = inputs.data();
+  if (reinterpret_cast<uintptr_t>(aligned_inputs) % 64 != 0) {
+    inputs_copy.assign(inputs.begin(), inputs.end());
+    aligned_inputs = inputs_copy.data();
+  }
+  const size_t columns = job.shard->row_columns(keys.front());
+  partial.resize(columns * examples);
+  job.shard->partial_product(keys, rows, aligned_inputs, examples, partial.data());
+  context.getResults().setPartial(
+      capnp::Data::Reader(reinterpret_cast<const kj::byte*>(partial.data()), partial.size() * sizeof(float)));
+  job.bytes_out += partial.size() * sizeof(float);
 }
 
 kj::Promise<void> ParameterServerImpl::workerFinished(WorkerFinishedContext context) {

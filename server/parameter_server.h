@@ -59,11 +59,18 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   template <typename Params>
   static void read_push_header(const Params& params, PushRequest& request);
 
+  // Forward on the servers: puts the partial product of `rows` (the call's nextRows) for the
+  // call's nextInputs into its reply.
+  static void reply_partial_product(Job& job, const std::vector<uint32_t>& keys, const std::vector<uint32_t>& rows,
+                             uint32_t examples, PushFactorsContext& context);
+
   // A dropped or replaced job's shard is freed only after a minute, at the next push, drop or
   // configure: replies still being written may point into its buffers (zero-copy).
   void retire(std::shared_ptr<Job> job);
   void prune_retired();
 
+  // The most examples a pushFactors' next batch may have (bounds the reply it asks for).
+  static constexpr uint32_t kMaxNextExamples = 1 << 16;
   BackupStore* backups_;
   BackupWriter* writer_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;

@@ -6,6 +6,7 @@
 #include "common/model_spec.h"
 #include "common/nn/gemm.h"
 #include "common/nn/gradient_scaling.h"
+#include "common/nn/row_groups.h"
 
 namespace pstrain {
 namespace {
@@ -208,6 +209,24 @@ size_t ParameterShard::first_row(uint32_t key) const {
 }
 uint64_t ParameterShard::version(uint32_t key) const { return chunks_.at(key).version; }
 std::span<const float> ParameterShard::values(uint32_t key) const { return chunks_.at(key).values; }
+
+void ParameterShard::partial_product(const std::vector<uint32_t>& keys, const std::vector<uint32_t>& rows,
+                                     const float* inputs, size_t examples, float* result) const {
+  const size_t columns = row_columns(keys.front());
+  row_pointers_.clear();
+  for (uint32_t r : rows) {
+    for (uint32_t key : keys) {
+      const Chunk& chunk = chunks_.at(key);
+      const size_t first = first_row(key);
+      if (r >= first && r < first + chunk.info.size / columns) {
+        row_pointers_.push_back(chunk.values.data() + (r - first) * columns);
+        break;
+      }
+    }
+  }
+  nn::row_group_product<float>(row_pointers_, static_cast<int64_t>(columns), inputs, static_cast<int64_t>(examples),
+                               gathered_rows_, result);
+}
 
 std::optional<std::span<const float>> ParameterShard::values_at(uint32_t key, uint64_t version) const {
   const Chunk& chunk = chunks_.at(key);

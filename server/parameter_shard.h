@@ -114,6 +114,13 @@ class ParameterShard {
   // this shard no longer has them.
   std::optional<std::span<const float>> values_at(uint32_t key, uint64_t version) const;
   std::vector<uint32_t> keys() const;
+  // Forward on the servers (ParameterServer.pushFactors' next* fields, common/nn/row_groups.h):
+  // result (columns x examples, 64-byte aligned) = the sum over `rows` of each row's current
+  // values times its inputs (examples x rows.size(), example after example, 64-byte aligned).
+  // Preconditions (checked by the RPC layer): the keys hold whole rows of one kernel, and every
+  // row, ascending, lies in one of their chunks.
+  void partial_product(const std::vector<uint32_t>& keys, const std::vector<uint32_t>& rows, const float* inputs,
+                       size_t examples, float* result) const;
 
   // Preconditions (checked by the RPC layer): holds(key), gradient.size() == chunk_size(key) (or,
   // when sparse, parts sorted, disjoint and inside the chunk; when factored, row_columns(key) ==
@@ -245,6 +252,9 @@ class ParameterShard {
   uint64_t rollbacks_ = 0;
   uint64_t settles_ = 0;
   uint64_t durability_hold_ = UINT64_MAX;
+  // Scratch of partial_product.
+  mutable std::vector<const float*> row_pointers_;
+  mutable AlignedFloats gathered_rows_;
 };
 
 }  // namespace pstrain

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/chunk_plan.h"
 #include "common/dataset.h"
 #include "common/error.h"
 #include "common/nn/gradient_scaling.h"
 #include "common/nn/data_parallel_model.h"
 #include "common/optim/optimizer.h"
 #include "common/rng.h"
+#include "worker/first_layer_groups.h"
 
 namespace pstrain {
 namespace {
@@ -50,6 +52,7 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
   const int64_t batch = spec.training.global_batch_size;
   nn::DataParallelModel<float> model(spec.model, batch, options.replicas);
   const ParamLayout& layout = model.layout();
+  if (options.servers > 0) group_first_layer_by_server(model, plan_chunks(layout, options.servers), options.servers);
   TrainingResult result;
   result.params.resize(layout.total_size());
   glorot_uniform_init(layout, spec.model.seed, result.params.data());

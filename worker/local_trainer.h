@@ -37,6 +37,10 @@ struct LocalTrainerOptions {
   // Threads that each compute the gradient of a slice of the batch (DataParallelModel); 1 leaves
   // the parallelism to the BLAS products.
   int replicas = 1;
+  // When > 0: compute the first dense layer as the workers of a cluster with this many parameter
+  // servers do (its kernel rows grouped by server, worker/first_layer_groups.h), so that results
+  // equal such a sync cluster's bit for bit. 0: one product (slightly faster).
+  uint32_t servers = 0;
   int64_t max_steps = -1;  // stop after this many steps in total (-1: run every epoch)
   std::function<void(const ProgressReport&)> on_progress;  // called about once a second
   std::function<void(const EpochReport&)> on_epoch;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "worker/batch_decode.h"
 #include "worker/shard_reader.h"
 #include "worker/training_session.h"
 
@@ -149,6 +150,10 @@ void TrainingSession::push_factors(size_t g, uint64_t step, uint32_t examples) {
   for (unsigned i = 0; i < buffers.rows.size(); ++i) rows.set(i, buffers.rows[i]);
   if (input_floats > 0) request.adoptInputs(rpc::reference_floats(orphanage, {buffers.inputs.data(), input_floats}));
   exchanged_bytes_ += (delta_floats + input_floats) * sizeof(float);
+  if (forward_on_servers_ && next_examples_ > 0 && static_cast<int>(group.param) == first_kernel_) {
+    push_factors_forward(g, request, orphanage);
+    return;
+  }
   // The reply: the rows the next step reads where the sparse exchange knows them, else whole;
   // whole altogether if the ranges would make more parts than one message may carry.
   bool any_ranges = false;
@@ -194,6 +199,47 @@ void TrainingSession::push_factors(size_t g, uint64_t step, uint32_t examples) {
   }));
 }
 
+void TrainingSession::push_factors_forward(size_t g, PushFactorsRequest& request,
+                                           const capnp::Orphanage& orphanage) {
+  const FactorPlan::Group& group = factor_plan_.groups()[g];
+  GroupBuffers& next = next_group_buffers_[g];
+  factor_plan_.gather_inputs(group, next_inputs_.data(), next_examples_, next.rows, next.inputs);
+  request.setNextExamples(next_examples_);
+  auto rows = request.initNextRows(static_cast<unsigned>(next.rows.size()));
+  for (unsigned i = 0; i < next.rows.size(); ++i) rows.set(i, next.rows[i]);
+  const size_t input_floats = next.rows.size() * next_examples_;
+  if (input_floats > 0) request.adoptNextInputs(rpc::reference_floats(orphanage, {next.inputs.data(), input_floats}));
+  exchanged_bytes_ += input_floats * sizeof(float);
+  const size_t partial_floats = next.rows.empty() ? 0 : group.columns * next_examples_;
+  replies_.add(request.send().then([this, g, partial_floats](
+                                       capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
+    const FactorPlan::Group& group = factor_plan_.groups()[g];
+    const auto versions = r.getVersions();
+    KJ_REQUIRE(versions.size() == group.chunks.size(), "reply has the wrong number of versions", versions.size());
+    for (size_t i = 0; i < group.chunks.size(); ++i) versions_[group.chunks[i]] = versions[static_cast<unsigned>(i)];
+    // No rows of the next batch on this server: it adds nothing (and sends nothing).
+    AlignedFloats& partial = partials_.by_server[group.server];
+    partial.clear();
+    if (partial_floats > 0) {
+      const auto values = rpc::part_view(r.getPartial(), partial_floats, "partial product");
+      partial.assign(values.begin(), values.end());
+      exchanged_bytes_ += values.size_bytes();
+    }
+  }));
+}
+
+void TrainingSession::use_partials_for(uint64_t epoch, uint64_t step) {
+  const bool usable = partials_.ready && partials_.epoch == epoch && partials_.step == step;
+  KJ_REQUIRE(usable || !first_layer_stale_, "the first layer's values are stale and no partial products are here",
+             epoch, step);
+  if (usable) {
+    std::vector<const float*> by_server;
+    for (const AlignedFloats& p : partials_.by_server) by_server.push_back(p.empty() ? nullptr : p.data());
+    model_->use_first_layer_partials(std::move(by_server));
+  }
+  partials_.ready = false;
+}
+
 void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
   for (; pushed_ < push_order_.size(); ++pushed_) push_chunk(push_order_[pushed_], step, examples);
   for (; groups_pushed_ < group_order_.size(); ++groups_pushed_) push_factors(group_order_[groups_pushed_], step, examples);
@@ -217,6 +263,14 @@ void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
   wait(all.addBranch());
   wait(kj::mv(taken_over));
   std::swap(params_, next_params_);
+  if (forward_on_servers_) {
+    // The first layer's replies carried partial products for the next batch, or values.
+    const bool forwarded = next_examples_ > 0;
+    partials_.ready = forwarded;
+    partials_.epoch = next_epoch_;
+    partials_.step = next_step_;
+    first_layer_stale_ = forwarded;
+  }
 }
 
 void TrainingSession::plan_sparse_exchange(proto::Batch::Reader batch, ShardReader& reader, bool last_step_of_epoch) {
@@ -231,8 +285,16 @@ void TrainingSession::plan_sparse_exchange(proto::Batch::Reader batch, ShardRead
   push_ranges_ = marked(batch);
   proto::Batch::Reader next;
   // Dense before an evaluation (it reads every row), and when the next batch is not here yet.
+  next_examples_ = 0;
   if (!last_step_of_epoch && reader.peek(&next) && next.getSize() > 0) {
     reply_ranges_ = marked(next);
+    if (forward_on_servers_) {
+      KJ_REQUIRE(next.getSize() <= next_labels_.size(), "batch larger than the model's batch", next.getSize());
+      decode_batch(next, static_cast<size_t>(model_->input_size()), next_inputs_.data(), next_labels_.data());
+      next_examples_ = next.getSize();
+      next_epoch_ = next.getEpoch();
+      next_step_ = next.getStep();
+    }
   } else {
     reply_ranges_.assign(chunks_.size(), std::nullopt);
   }

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
   flags.add("parallelism", "PSTRAIN_PARALLELISM", "batch",
             "How threads share a step: 'batch' (each thread takes a slice of the batch) or 'blas' (threads\n"
             "      inside each matrix product).");
+  flags.add("servers", "", "0",
+            "Compute the first dense layer as the workers of a cluster with this many parameter servers do (summed "
+            "per server's kernel rows), to compare with a sync cluster bit for bit; 0: one product.");
   flags.add("max-steps", "", "-1", "Stop after this many steps (-1: train every epoch).");
   flags.add("save-params", "", "", "Write the final parameters here (raw little-endian float32).");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
     const std::string parallelism = flags.get("parallelism");
     if (parallelism != "batch" && parallelism != "blas") throw Error("--parallelism must be 'batch' or 'blas'");
     options.replicas = parallelism == "batch" ? static_cast<int>(threads) : 1;
+    options.servers = static_cast<uint32_t>(flags.get_int("servers", 0, 1024));
     options.max_steps = flags.get_int("max-steps", -1, int64_t{1} << 40);
     options.on_progress = [](const ProgressReport& p) {
       PSLOG(kInfo) << "epoch " << p.epoch << " step " << p.step_in_epoch << "/" << p.steps_per_epoch << " loss "

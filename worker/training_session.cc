@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "worker/batch_decode.h"
+#include "worker/first_layer_groups.h"
 #include "worker/shard_reader.h"
 
 namespace pstrain {
@@ -37,12 +38,21 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
       sparse_exchange_(options.exchange != Exchange::kDense && sparsity_.active()),
       factor_plan_(make_param_layout(spec_.model), chunks_,
                    (spec_.training.global_batch_size + worker_count_ - 1) / worker_count_,
-                   options.exchange == Exchange::kFactored && options.replicas == 1),
+                   options.exchange >= Exchange::kFactored && options.replicas == 1),
       generation_(a.getGeneration()) {
   for (auto s : a.getServers()) server_addresses_.push_back(rpc::to_string(s));
   const int64_t batch = (spec_.training.global_batch_size + worker_count_ - 1) / worker_count_;
   model_ = std::make_unique<nn::DataParallelModel<float>>(spec_.model, batch, options.replicas);
   KJ_REQUIRE(factor_plan_.groups().empty() || model_->replicas() == 1, "factored pushes need one compute replica");
+  // Every worker computes the first layer per server's rows, whether or not the servers do it
+  // (the same sums either way, and what the trainer's `servers` option reproduces).
+  if (group_first_layer_by_server(*model_, chunks_, static_cast<uint32_t>(server_addresses_.size()))) {
+    first_kernel_ = model_->first_replica().first_layer_kernel();
+  }
+  forward_on_servers_ =
+      options.exchange == Exchange::kForward && sparse_exchange_ && first_kernel_ >= 0 &&
+      std::any_of(factor_plan_.groups().begin(), factor_plan_.groups().end(),
+                  [&](const FactorPlan::Group& g) { return static_cast<int>(g.param) == first_kernel_; });
   const ParamLayout& layout = model_->layout();
   for (const ChunkInfo& c : chunks_) {
     KJ_REQUIRE(c.param < layout.params().size() && c.offset + c.size <= layout.params()[c.param].size &&
@@ -71,13 +81,20 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
   grads_.resize(layout.total_size());
   inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
   labels_.resize(static_cast<size_t>(batch));
+  if (forward_on_servers_) {
+    next_inputs_.resize(inputs_.size());
+    next_labels_.resize(labels_.size());
+    next_group_buffers_.resize(groups.size());
+    partials_.by_server.resize(server_addresses_.size());
+  }
   push_ranges_.assign(chunks_.size(), std::nullopt);
   reply_ranges_.assign(chunks_.size(), std::nullopt);
   PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " of " << worker_count_ << ", "
                << steps_per_epoch_ << " steps per epoch, batch " << batch << ", " << chunks_.size() << " chunks on "
                << server_addresses_.size() << " server(s)"
                << (sparse_exchange_ ? ", row-sparse exchange of the first layer" : "")
-               << (groups.empty() ? "" : ", " + std::to_string(groups.size()) + " factored kernel pushes per step");
+               << (groups.empty() ? "" : ", " + std::to_string(groups.size()) + " factored kernel pushes per step")
+               << (forward_on_servers_ ? ", the first layer's forward on the servers" : "");
 }
 
 TrainingSession::~TrainingSession() = default;
@@ -139,6 +156,7 @@ void TrainingSession::evaluate(uint32_t epoch, double train_rate) {
   ShardReader reader(request.send().getStream(), wait_scope_);
   double loss = 0;
   uint64_t correct = 0, examples = 0;
+  KJ_REQUIRE(!first_layer_stale_, "evaluation on a stale first layer");
   proto::Batch::Reader batch;
   while (reader.next(&batch)) {
     if (batch.getSize() == 0) continue;
@@ -192,6 +210,7 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
         // let the event loop write them out.
         auto ready = [&](size_t final_from) { push_final(final_from, push_step, n); };
         const auto* factored = factor_plan_.groups().empty() ? nullptr : &factor_plan_.factored_kernels();
+        if (forward_on_servers_) use_partials_for(epoch, step);
         const nn::LossResult r = model_->compute_gradients(params_.data(), inputs_.data(), labels_.data(), n,
                                                            grads_.data(), ready, factored);
         if (!std::isfinite(r.loss_sum)) {

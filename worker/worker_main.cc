@@ -24,29 +24,33 @@ int main(int argc, char** argv) {
   flags.add("threads", "PSTRAIN_THREADS", "1", "Compute threads (each takes a slice of the batch); 0: one per core.");
   flags.add("name", "PSTRAIN_NODE_NAME", "", "Name shown in the cluster view (default: host-pid).");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
-  flags.add("exchange", "PSTRAIN_EXCHANGE", "factored",
-            "How gradients and parameters travel: 'factored' (dense kernels pushed as factors where\n"
-            "that is smaller, and 'sparse' besides), 'sparse' (only the first layer's rows the batch\n"
-            "touches), or 'dense' (every chunk whole). The last two are for comparisons.");
+  flags.add("exchange", "PSTRAIN_EXCHANGE", "forward",
+            "How gradients and parameters travel: 'forward' (the servers compute the first layer's\n"
+            "product for the next batch and reply with it instead of its values; and 'factored'\n"
+            "besides), 'factored' (dense kernels pushed as factors where that is smaller, and 'sparse'\n"
+            "besides), 'sparse' (only the first layer's rows the batch touches), or 'dense' (every\n"
+            "chunk whole). The last three are for comparisons.");
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-worker")) return *status;
   rpc::HostPort coordinator;
   std::string name;
   int threads = 1;
-  Exchange exchange = Exchange::kFactored;
+  Exchange exchange = Exchange::kForward;
   try {
     apply_log_level(flags);
     coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
     threads = static_cast<int>(flags.get_int("threads", 0, 256));
     const std::string mode = flags.get("exchange");
-    if (mode == "factored") {
+    if (mode == "forward") {
+      exchange = Exchange::kForward;
+    } else if (mode == "factored") {
       exchange = Exchange::kFactored;
     } else if (mode == "sparse") {
       exchange = Exchange::kSparse;
     } else if (mode == "dense") {
       exchange = Exchange::kDense;
     } else {
-      throw Error("--exchange must be factored, sparse or dense (got '" + mode + "')");
+      throw Error("--exchange must be forward, factored, sparse or dense (got '" + mode + "')");
     }
     name = flags.get("name");
     if (name.empty()) name = rpc::default_node_name();

@@ -80,6 +80,17 @@ LossResult DataParallelModel<T>::evaluate(const T* params, const T* inputs, cons
 }
 
 template class DataParallelModel<float>;
+template <typename T>
+void DataParallelModel<T>::set_first_layer_row_groups(const std::vector<uint32_t>& group_of_row, uint32_t groups) {
+  for (auto& replica : replicas_) replica->set_first_layer_row_groups(group_of_row, groups);
+}
+
+template <typename T>
+void DataParallelModel<T>::use_first_layer_partials(std::vector<const T*> partials) {
+  if (replicas_.size() != 1) throw Error("ready-made partial products need a single replica");
+  replicas_.front()->use_first_layer_partials(std::move(partials));
+}
+
 template class DataParallelModel<double>;
 
 }  // namespace pstrain::nn

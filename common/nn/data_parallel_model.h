@@ -37,6 +37,10 @@ class DataParallelModel {
   // The first replica (with one replica, the whole model: its kernel_factors).
   const Model<T>& first_replica() const { return *replicas_.front(); }
   LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);
+  // Model::set_first_layer_row_groups on every replica.
+  void set_first_layer_row_groups(const std::vector<uint32_t>& group_of_row, uint32_t groups);
+  // Model::use_first_layer_partials; needs a single replica (the partials are of the whole batch).
+  void use_first_layer_partials(std::vector<const T*> partials);
 
  private:
   // Columns [begin, end) of the batch for replica r.

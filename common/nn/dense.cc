@@ -1,13 +1,20 @@
 #include <algorithm>
 
+#include "common/error.h"
 #include "common/nn/gemm.h"
 #include "common/nn/layers.h"
+#include "common/nn/row_groups.h"
 
 namespace pstrain::nn {
 
 template <typename T>
 void Dense<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   // The kernel, [in, out] row-major, is the [out x in] column-major matrix W^T.
+  if (groups_ > 0) {
+    grouped_forward(params, in, out);
+    if (relu_) out = out.cwiseMax(T(0));
+    return;
+  }
   const T* w = params + kernel_;
   ConstVecMap<T> b(params + bias_, out_);
   const int64_t batch = in.cols();
@@ -39,7 +46,52 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
 }
 
 template <typename T>
-bool Dense<T>::gather_active_features(ConstMatMap<T> in) {
+void Dense<T>::set_row_groups(std::vector<uint32_t> group_of_row, uint32_t groups) {
+  if (!group_of_row.empty()) {
+    if (!data_input_ || static_cast<int64_t>(group_of_row.size()) != in_ ||
+        std::any_of(group_of_row.begin(), group_of_row.end(), [&](uint32_t g) { return g >= groups; })) {
+      throw Error("row groups need a dense layer on the input and one group below " + std::to_string(groups) +
+                  " per kernel row");
+    }
+  }
+  groups_ = group_of_row.empty() ? 0 : groups;
+  group_of_row_ = std::move(group_of_row);
+  partials_.clear();
+}
+
+template <typename T>
+void Dense<T>::grouped_forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
+  const int64_t batch = in.cols();
+  mark_active_features(in);
+  out.colwise() = ConstVecMap<T>(params + bias_, out_);
+  for (uint32_t g = 0; g < groups_; ++g) {
+    const T* partial = g < partials_.size() ? partials_[g] : nullptr;
+    if (partial == nullptr) {
+      group_active_.clear();
+      for (int64_t j : active_) {
+        if (group_of_row_[j] == g) group_active_.push_back(j);
+      }
+      if (group_active_.empty()) continue;  // adds nothing (the servers send no partial then)
+      const auto k = static_cast<int64_t>(group_active_.size());
+      group_in_.resize(static_cast<size_t>(k * batch));
+      for (int64_t b = 0; b < batch; ++b) {
+        const T* x = in.data() + b * in_;
+        T* xs = group_in_.data() + b * k;
+        for (int64_t i = 0; i < k; ++i) xs[i] = x[group_active_[i]];
+      }
+      group_rows_.clear();
+      for (int64_t j : group_active_) group_rows_.push_back(params + kernel_ + j * out_);
+      partial_.resize(static_cast<size_t>(out_ * batch));
+      row_group_product<T>(group_rows_, out_, group_in_.data(), batch, active_rows_, partial_.data());
+      partial = partial_.data();
+    }
+    out += ConstMatMap<T>(partial, out_, batch);
+  }
+  partials_.clear();
+}
+
+template <typename T>
+void Dense<T>::mark_active_features(ConstMatMap<T> in) {
   const int64_t batch = in.cols();
   auto& seen = active_rows_;  // (borrowed as flags)
   seen.assign(static_cast<size_t>(in_), T(0));
@@ -51,6 +103,12 @@ bool Dense<T>::gather_active_features(ConstMatMap<T> in) {
   for (int64_t j = 0; j < in_; ++j) {
     if (seen[j] != T(0)) active_.push_back(j);
   }
+}
+
+template <typename T>
+bool Dense<T>::gather_active_features(ConstMatMap<T> in) {
+  const int64_t batch = in.cols();
+  mark_active_features(in);
   const auto k = static_cast<int64_t>(active_.size());
   // Gathering and scattering cost about what a sixth of the product does.
   if (k * 6 > in_ * 5) return false;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "common/aligned.h"
@@ -18,6 +19,10 @@ namespace pstrain::nn {
 // rows of the kernel gradient and sets the others to zero. Smaller products, the same values
 // (up to the order of additions).
 //
+// Row groups (row_groups.h): a data-input layer can compute its pre-activation as one partial
+// product per group of kernel rows (the rows each parameter server holds), added in group order,
+// and take some of those partials ready-made (computed by the servers) for one forward.
+//
 // Factored kernel gradient: with compute_kernel_gradient(false), backward leaves the kernel's
 // gradient unwritten. The caller takes it as the product of two factors instead, the layer's
 // input and its masked output gradient (Model::kernel_factors): a worker ships those, which are
@@ -31,8 +36,18 @@ class Dense final : public Layer<T> {
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                 T* din) override;
   void compute_kernel_gradient(bool on) { kernel_gradient_ = on; }
+  // group_of_row: the group (< groups) of each kernel row; empty: one plain product.
+  void set_row_groups(std::vector<uint32_t> group_of_row, uint32_t groups);
+  bool has_row_groups() const { return groups_ > 0; }
+  // The next forward (only) takes group g's partial product from partials[g] (out x batch,
+  // 64-byte aligned) where it is not null, and computes the others.
+  void use_partials(std::vector<const T*> partials) { partials_ = std::move(partials); }
 
  private:
+  // The batch's nonzero features, ascending, into active_.
+  void mark_active_features(ConstMatMap<T> in);
+  // out = b + P_0 + P_1 + ... (row_groups.h).
+  void grouped_forward(const T* params, ConstMatMap<T> in, MatMap<T> out);
   // Finds the batch's nonzero features (active_) and gathers their inputs (active_in_, k x batch);
   // false when too few features are zero for skipping them to pay.
   bool gather_active_features(ConstMatMap<T> in);
@@ -49,6 +64,12 @@ class Dense final : public Layer<T> {
   // gathered kernel rows in forward, their gradient in backward).
   std::vector<int64_t> active_;
   std::vector<T, CacheAlignedAllocator<T>> active_in_, active_rows_;  // aligned: see aligned.h
+  std::vector<uint32_t> group_of_row_;
+  uint32_t groups_ = 0;
+  std::vector<const T*> partials_;
+  std::vector<int64_t> group_active_;      // scratch of grouped_forward: one group's active rows
+  std::vector<const T*> group_rows_;       // their kernel rows
+  std::vector<T, CacheAlignedAllocator<T>> group_in_, partial_;  // their inputs, the group's product
 };
 
 // 2-D convolution, valid padding, stride 1, over [height, width, channels] examples, by im2col:

@@ -129,6 +129,24 @@ typename Model<T>::KernelFactors Model<T>::kernel_factors(size_t param) const {
           ConstMatMap<T>(deltas_[s.output_buffer].data(), s.out_size, last_batch_)};
 }
 
+template <typename T>
+int Model<T>::first_layer_kernel() const {
+  const Stage& s = stages_.front();
+  return s.dense != nullptr && s.input_buffer < 0 ? s.kernel_param : -1;
+}
+
+template <typename T>
+void Model<T>::set_first_layer_row_groups(std::vector<uint32_t> group_of_row, uint32_t groups) {
+  if (first_layer_kernel() < 0) throw Error("row groups need a first layer that is dense");
+  stages_.front().dense->set_row_groups(std::move(group_of_row), groups);
+}
+
+template <typename T>
+void Model<T>::use_first_layer_partials(std::vector<const T*> partials) {
+  if (first_layer_kernel() < 0) throw Error("row groups need a first layer that is dense");
+  stages_.front().dense->use_partials(std::move(partials));
+}
+
 template class Model<float>;
 template class Model<double>;
 

@@ -69,6 +69,14 @@ class Model {
   };
   KernelFactors kernel_factors(size_t param) const;
 
+  // The layout index of the first layer's kernel when that layer is dense and reads the input
+  // (the one row groups apply to), else -1.
+  int first_layer_kernel() const;
+  // Row groups of that layer (Dense::set_row_groups, row_groups.h). Throws if there is none.
+  void set_first_layer_row_groups(std::vector<uint32_t> group_of_row, uint32_t groups);
+  // Ready-made partial products for the next forward only (Dense::use_partials).
+  void use_first_layer_partials(std::vector<const T*> partials);
+
  private:
   struct Stage {
     std::unique_ptr<Layer<T>> layer;

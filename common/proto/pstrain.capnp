@@ -108,10 +108,20 @@ interface ParameterServer {
   #   replyRanges: empty for whole values of every key, else one entry per key.
   # The reply's valueParts hold the keys' values in key order: one part for a key replied whole,
   # else one per range; versions: one per key.
+  #
+  # Forward on the servers (DESIGN-NOTES), for the first layer of a model (a dense layer on the
+  # input): with nextExamples > 0 the reply carries no values but the worker's next batch's
+  # partial product over the keys' rows, computed on the updated values:
+  #   nextRows: kernel rows, ascending, each inside one of the keys' chunks: the rows whose input
+  #     is nonzero in some example of the next batch (the others add nothing);
+  #   nextInputs: nextExamples x nextRows.size() float32, example after example;
+  #   partial (reply): out x nextExamples float32, example after example: for each example b,
+  #     sum over the listed rows r of values[r] * nextInputs[r, b]; empty when nextRows is.
   pushFactors @13 (jobId :Text, keys :List(UInt32), step :UInt64, slice :UInt32, sliceCount :UInt32,
                    worker :UInt32, examples :UInt32, baseVersions :List(UInt64), generation :UInt64,
-                   delta :Data, rows :List(UInt32), inputs :Data, replyRanges :List(KeyRanges))
-       -> (versions :List(UInt64), applied :Bool, valueParts :List(Data));
+                   delta :Data, rows :List(UInt32), inputs :Data, replyRanges :List(KeyRanges),
+                   nextExamples :UInt32, nextRows :List(UInt32), nextInputs :Data)
+       -> (versions :List(UInt64), applied :Bool, valueParts :List(Data), partial :Data);
 
   # Async: the worker will push no more (it no longer holds back others under max_staleness).
   workerFinished @3 (jobId :Text, worker :UInt32) -> ();

@@ -61,6 +61,7 @@ double distributed_vs_standalone(const std::string& json, int replicas, int64_t 
   LocalTrainerOptions options;
   options.data_dir = testing::data_dir();
   options.replicas = replicas;
+  options.servers = 2;  // the cluster's first layer is summed per server's rows
   const TrainingResult local = train_locally(parse_job_spec(json), options);
   REQUIRE(local.steps == expected_steps);
   REQUIRE(distributed.size() == local.params.size());
@@ -97,14 +98,17 @@ TEST_CASE("sync Adam MLP on 2 servers and 2 workers equals the standalone traine
 
 TEST_CASE("sync Adam MLP with factored pushes (64 examples per worker) equals the standalone trainer") {
   // With 64 examples per worker both large kernels travel as factors (worker/factor_plan.h) and
-  // the servers multiply them out; with 128 (above) they do not. 5002 examples in batches of 128:
-  // 40 steps. Every exchange must give the trainer's parameters.
-  for (const char* exchange : {"factored", "sparse", "dense"}) {
+  // the servers multiply them out; with 128 (above) they do not. With "forward" the servers also
+  // compute the first layer's product for each worker's next batch. 5002 examples in batches of
+  // 128: 40 steps. Every exchange must give the trainer's parameters.
+  for (const char* exchange : {"forward", "factored", "sparse", "dense"}) {
     CAPTURE(exchange);
     const double diff = distributed_vs_standalone(
         mlp_spec(TrainingMode::kSync, 128, 1, 2, 2), 2, 40, {std::string("--exchange=") + exchange},
         [&](const std::string& log) {
-          CHECK((log.find("factored kernel pushes") != std::string::npos) == (std::string(exchange) == "factored"));
+          const std::string e = exchange;
+          CHECK((log.find("factored kernel pushes") != std::string::npos) == (e == "factored" || e == "forward"));
+          CHECK((log.find("forward on the servers") != std::string::npos) == (e == "forward"));
         });
     MESSAGE(std::string(exchange) << ": max abs difference " << diff);
     CHECK(diff <= 1e-4);
