@@ -6,7 +6,7 @@
 # Training (each config once per repeat, repeats interleaved: r1 of every config, then r2, ...):
 #   pstrain distributed  1 worker x 1 server and 2 workers x 2 servers, each in sync and async mode
 #                        (deploy/local-cluster.sh run, 1 compute thread per worker), and sync 2 x 2
-#                        with --exchange=sparse (without the factored pushes: what they are worth)
+#                        with --exchange=factored (without the forward on the servers: what it is worth)
 #   pstrain standalone   pstrain-train --threads 1 and --threads 2 (--parallelism batch)
 #   PyTorch              ddp_mlp.py (2 x 1 thread), rpc_ps_mlp.py --mode sync / --mode async (1 PS + 2 trainers)
 # Every implementation runs --epochs epochs. samples/s of a run = median of its per-epoch figures
@@ -213,7 +213,7 @@ for ((rep = 1; rep <= REPEATS; rep++)); do
     run "pstrain-$mode-2w2s" $rep cluster cluster $mode 2 2 $rep
   done
   # The same without factored pushes (session 3's exchange): what they are worth, in this run.
-  run pstrain-sync-2w2s-sparse $rep cluster cluster sync 2 2 $rep --exchange=sparse
+  run pstrain-sync-2w2s-factored $rep cluster cluster sync 2 2 $rep --exchange=factored
   run standalone-t1 $rep train "$TRAIN" --spec "$WORK/mlp-standalone.json" --data-dir "$DATA" --threads 1 --parallelism batch
   run standalone-t2 $rep train "$TRAIN" --spec "$WORK/mlp-standalone.json" --data-dir "$DATA" --threads 2 --parallelism batch
   run torch-ddp $rep ddp pt ddp_mlp.py --epochs "$EPOCHS" --repeats 1 --port "$(free_port)"
@@ -235,7 +235,7 @@ names = {
     "pstrain-sync-2w2s": ("pstrain sync, 2 workers x 2 servers", "sync"),
     "pstrain-async-1w1s": ("pstrain async, 1 worker x 1 server", "async"),
     "pstrain-async-2w2s": ("pstrain async, 2 workers x 2 servers", "async"),
-    "pstrain-sync-2w2s-sparse": ("pstrain sync, 2 x 2, --exchange=sparse", "sync"),
+    "pstrain-sync-2w2s-factored": ("pstrain sync, 2 x 2, --exchange=factored", "sync"),
     "standalone-t1": ("pstrain-train, 1 thread", None),
     "standalone-t2": ("pstrain-train, 2 threads", None),
     "torch-ddp": ("PyTorch DDP gloo, 2 x 1 thread", None),

@@ -104,3 +104,25 @@ TEST_CASE("every server gets a chunk even when no tensor is worth striping") {
     CHECK(total == layout.params()[0].size + layout.params()[1].size);
   }
 }
+
+TEST_CASE("row_servers: the server of each kernel row, or none when a chunk cuts a row") {
+  const ParamLayout layout = make_param_layout(testing::mlp_job(700, 500, 1).model);
+  const ParamInfo& kernel = layout.params()[0];
+  const auto rows = static_cast<size_t>(kernel.shape[0]), columns = static_cast<size_t>(kernel.shape[1]);
+  const auto chunks = plan_chunks(layout, 2);
+  const std::vector<uint32_t> servers = row_servers(chunks, 0, rows, columns);
+  REQUIRE(servers.size() == rows);
+  size_t on_second = 0;
+  for (const ChunkInfo& c : chunks) {
+    if (c.param != 0) continue;
+    for (size_t r = c.offset / columns; r < (c.offset + c.size) / columns; ++r) CHECK(servers[r] == c.server);
+  }
+  for (uint32_t s : servers) on_second += s == 1;
+  CHECK(on_second > rows / 3);  // striped: both servers hold rows
+  CHECK(on_second < 2 * rows / 3);
+  // Cut inside a row: no row belongs to one server.
+  std::vector<ChunkInfo> cut{{0, 0, 0, columns + 1, 0}, {1, 0, columns + 1, rows * columns - columns - 1, 1}};
+  CHECK(row_servers(cut, 0, rows, columns).empty());
+  // Not covering the whole kernel: likewise.
+  CHECK(row_servers({{0, 0, 0, columns, 0}}, 0, rows, columns).empty());
+}

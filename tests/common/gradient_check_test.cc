@@ -6,11 +6,14 @@
 
 #include <cmath>
 
+#include "common/aligned.h"
+#include "common/error.h"
 #include "common/model_spec.h"
 #include "common/nn/data_parallel_model.h"
 #include "common/nn/gradient_scaling.h"
 #include "common/nn/loss.h"
 #include "common/nn/model.h"
+#include "common/nn/row_groups.h"
 #include "common/rng.h"
 
 using namespace pstrain;
@@ -266,4 +269,65 @@ TEST_CASE("factored dense kernels: deltas * inputs^T is the kernel gradient, and
     if (&info == first || &info == second) continue;
     for (size_t i = 0; i < info.size; ++i) REQUIRE(partial[info.offset + i] == doctest::Approx(full[info.offset + i]));
   }
+}
+
+TEST_CASE("row groups: the first layer summed per group of kernel rows, computed here or handed in ready-made") {
+  ModelSpec spec;
+  spec.input_shape = {4, 4, 1};
+  spec.layers = {simple(LayerType::kFlatten), dense(6, true), dense(3, false)};
+  const int64_t batch = 5;
+  Model<float> model(spec, batch);
+  Model<double> reference(spec, batch);
+  Problem p = random_problem(reference, batch, 23);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j : {0, 5, 9, 15}) p.inputs[static_cast<size_t>(b * 16 + j)] = 0.0;  // zero in every example
+  }
+  const std::vector<float> params(p.params.begin(), p.params.end());
+  AlignedFloats inputs(p.inputs.begin(), p.inputs.end());
+  const auto logits = [&] {
+    const auto out = model.forward(params.data(), inputs.data(), batch);
+    return std::vector<float>(out.data(), out.data() + out.size());
+  };
+  const std::vector<float> plain = logits();
+  // Rows 0-5 and 12-15 in group 0, rows 6-11 in group 1 (as two servers' striped chunks would be).
+  std::vector<uint32_t> group_of_row(16, 0);
+  for (int r = 6; r < 12; ++r) group_of_row[r] = 1;
+  model.set_first_layer_row_groups(group_of_row, 2);
+  const std::vector<float> grouped = logits();
+  for (size_t i = 0; i < plain.size(); ++i) CHECK(grouped[i] == doctest::Approx(plain[i]).epsilon(1e-5));
+
+  // Group 1's partial, computed the way a server does (its active rows only), handed in: the same
+  // logits bit for bit. Garbage handed in for a group shows (the model really uses it).
+  const ParamInfo& kernel = model.layout().params()[static_cast<size_t>(model.first_layer_kernel())];
+  std::vector<const float*> rows;
+  AlignedFloats group_inputs;
+  for (int r = 6; r < 12; ++r) {
+    if (r == 9) continue;  // zero in every example: not sent
+    rows.push_back(params.data() + kernel.offset + static_cast<size_t>(r) * 6);
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int r = 6; r < 12; ++r) {
+      if (r != 9) group_inputs.push_back(inputs[static_cast<size_t>(b * 16 + r)]);
+    }
+  }
+  AlignedFloats gathered, partial(6 * batch);
+  nn::row_group_product<float>(rows, 6, group_inputs.data(), batch, gathered, partial.data());
+  model.use_first_layer_partials({nullptr, partial.data()});
+  CHECK(logits() == grouped);
+  AlignedFloats garbage(6 * batch, 100.0f);
+  model.use_first_layer_partials({nullptr, garbage.data()});
+  CHECK(logits() != grouped);
+  CHECK(logits() == grouped);  // for one forward only
+
+  CHECK_THROWS_WITH_AS(model.set_first_layer_row_groups(std::vector<uint32_t>(15, 0), 2), doctest::Contains("row groups"),
+                       Error);
+  CHECK_THROWS_WITH_AS(model.set_first_layer_row_groups(std::vector<uint32_t>(16, 2), 2), doctest::Contains("row groups"),
+                       Error);
+  ModelSpec cnn;
+  cnn.input_shape = {4, 4, 1};
+  cnn.layers = {conv(2, 3, 3, true), simple(LayerType::kFlatten), dense(3, false)};
+  Model<float> conv_first(cnn, batch);
+  CHECK(conv_first.first_layer_kernel() == -1);
+  CHECK_THROWS_WITH_AS(conv_first.set_first_layer_row_groups(std::vector<uint32_t>(16, 0), 1),
+                       doctest::Contains("dense"), Error);
 }

@@ -304,6 +304,67 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     CHECK(reply.getValueParts()[0].size() == chunks[first_kernel[1]].size * sizeof(float));
     CHECK(a.wait(ws).getApplied());
   }
+  // Forward on the servers: the next batch's rows and inputs, checked like rows and inputs; a
+  // reply carries either values or the partial product.
+  auto forward_push = [&](uint32_t slice, uint64_t step, uint32_t next_examples, std::vector<uint32_t> next_rows,
+                          size_t next_floats, bool reply_ranges) {
+    const std::vector<uint32_t> keys{first_kernel[1], first_kernel[2]};
+    auto request = server.pushFactorsRequest();
+    request.setJobId("probe");
+    auto key_list = request.initKeys(2);
+    key_list.set(0, keys[0]);
+    key_list.set(1, keys[1]);
+    auto versions = request.initBaseVersions(2);
+    versions.set(0, step);
+    versions.set(1, step);
+    request.setStep(step);
+    request.setSlice(slice);
+    request.setSliceCount(2);
+    request.setExamples(0);
+    if (reply_ranges) request.initReplyRanges(2)[0].setWhole(true);
+    request.setNextExamples(next_examples);
+    auto rows = request.initNextRows(static_cast<unsigned>(next_rows.size()));
+    for (unsigned i = 0; i < next_rows.size(); ++i) rows.set(i, next_rows[i]);
+    const std::vector<float> inputs(next_floats, 1.0f);
+    request.setNextInputs(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(inputs.data()), inputs.size() * sizeof(float)));
+    return request.send();
+  };
+  const uint32_t second_row = row_of_second_chunk + 1;
+  CHECK(error_of(forward_push(0, 1, 2, {second_row, row_of_second_chunk}, 4, false)).find("ascending") !=
+        std::string::npos);
+  CHECK(error_of(forward_push(0, 1, 2, {0}, 2, false)).find("none of the keys") != std::string::npos);
+  CHECK(error_of(forward_push(0, 1, 2, {row_of_second_chunk}, 3, false)).find("data size does not match") !=
+        std::string::npos);
+  CHECK(error_of(forward_push(0, 1, 2, {row_of_second_chunk}, 2, true)).find("exclude each other") !=
+        std::string::npos);
+  CHECK(error_of(forward_push(0, 1, 0, {row_of_second_chunk}, 2, false)).find("need nextExamples") !=
+        std::string::npos);
+  CHECK(error_of(forward_push(0, 1, 1u << 20, {}, 0, false)).find("nextExamples is too large") != std::string::npos);
+  {
+    // Step 1 of the same two chunks, both slices asking for the partial product of two rows
+    // (inputs all 1: each example's partial is the sum of the two rows' updated values).
+    auto a = forward_push(0, 1, 2, {row_of_second_chunk, second_row}, 4, false);
+    auto b = forward_push(1, 1, 2, {row_of_second_chunk, second_row}, 4, false);
+    auto reply = b.wait(ws);
+    CHECK(reply.getValueParts().size() == 0);
+    REQUIRE(reply.getPartial().size() == 2 * units * sizeof(float));
+    auto pull = server.pullRequest();
+    pull.setJobId("probe");
+    pull.setKey(first_kernel[1]);
+    pull.setMinVersion(2);
+    auto pulled = pull.send().wait(ws);
+    CHECK(pulled.getVersion() == 2);
+    const auto values = rpc::tensor_view(pulled.getValues(), chunks[first_kernel[1]].size, "values");
+    const auto partial = rpc::part_view(reply.getPartial(), 2 * units, "partial");
+    size_t mismatches = 0;
+    for (size_t example = 0; example < 2; ++example) {
+      for (size_t c = 0; c < units; ++c) {
+        mismatches += partial[example * units + c] != values[c] + values[units + c];
+      }
+    }
+    CHECK(mismatches == 0);
+    CHECK(a.wait(ws).getPartial().size() == 2 * units * sizeof(float));
+  }
   {
     auto request = server.pullRequest();  // a version the shard never had
     request.setJobId("probe");

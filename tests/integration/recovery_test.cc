@@ -30,12 +30,14 @@ std::string job_json(int64_t epochs, int64_t save_freq) {
   return job_spec_to_json(spec);
 }
 
-// What an uninterrupted run gives: the standalone trainer with the step cut into two slices,
-// which equals the 2-worker cluster bit for bit (cluster_test.cc checks that).
+// What an uninterrupted run gives: the standalone trainer with the step cut into two slices and
+// the first layer summed per server, which equals the 2-worker cluster bit for bit
+// (cluster_test.cc checks that).
 std::vector<float> uninterrupted(const std::string& json) {
   LocalTrainerOptions options;
   options.data_dir = testing::data_dir();
   options.replicas = 2;
+  options.servers = static_cast<uint32_t>(parse_job_spec(json).training.servers);
   const TrainingResult r = train_locally(parse_job_spec(json), options);
   return {r.params.begin(), r.params.end()};
 }
