@@ -213,16 +213,21 @@ std::span<const float> ParameterShard::values(uint32_t key) const { return chunk
 void ParameterShard::partial_product(const std::vector<uint32_t>& keys, const std::vector<uint32_t>& rows,
                                      const float* inputs, size_t examples, float* result) const {
   const size_t columns = row_columns(keys.front());
+  struct Span {
+    size_t first, end;
+    const float* values;
+  };
+  std::vector<Span> spans;  // the keys' rows, in row order
+  for (uint32_t key : keys) {
+    const Chunk& chunk = chunks_.at(key);
+    spans.push_back({first_row(key), first_row(key) + chunk.info.size / columns, chunk.values.data()});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.first < b.first; });
   row_pointers_.clear();
-  for (uint32_t r : rows) {
-    for (uint32_t key : keys) {
-      const Chunk& chunk = chunks_.at(key);
-      const size_t first = first_row(key);
-      if (r >= first && r < first + chunk.info.size / columns) {
-        row_pointers_.push_back(chunk.values.data() + (r - first) * columns);
-        break;
-      }
-    }
+  size_t span = 0;
+  for (uint32_t r : rows) {  // ascending, each inside a span (checked by the caller)
+    while (r >= spans[span].end) ++span;
+    row_pointers_.push_back(spans[span].values + (r - spans[span].first) * columns);
   }
   nn::row_group_product<float>(row_pointers_, static_cast<int64_t>(columns), inputs, static_cast<int64_t>(examples),
                                gathered_rows_, result);
