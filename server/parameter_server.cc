@@ -266,7 +266,11 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
   std::vector<uint32_t> next_rows;
   if (next_examples > 0) {
     KJ_REQUIRE(wanted.size() == 0, "replyRanges and nextExamples exclude each other (values or a partial product)");
-    KJ_REQUIRE(next_examples <= kMaxNextExamples, "nextExamples is too large", next_examples, kMaxNextExamples);
+    // No worker's batch exceeds the job's global batch; and the reply must stay readable.
+    KJ_REQUIRE(next_examples <= shard.global_batch(), "nextExamples is larger than the job's global batch",
+               next_examples, shard.global_batch());
+    KJ_REQUIRE(size_t{next_examples} * columns * sizeof(float) <= kMaxPartialBytes,
+               "the partial product would be too large a reply", next_examples, columns);
     next_rows = read_rows(params.getNextRows(), "nextRows");
     rpc::part_view(params.getNextInputs(), size_t{next_examples} * next_rows.size(), "nextInputs");
     job.bytes_in += size_t{next_examples} * next_rows.size() * sizeof(float);

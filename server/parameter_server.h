@@ -69,8 +69,9 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   void retire(std::shared_ptr<Job> job);
   void prune_retired();
 
-  // The most examples a pushFactors' next batch may have (bounds the reply it asks for).
-  static constexpr uint32_t kMaxNextExamples = 1 << 16;
+  // The largest partial product a pushFactors may ask for (well under Cap'n Proto's 64 MiB
+  // message limit).
+  static constexpr size_t kMaxPartialBytes = size_t{32} << 20;
   BackupStore* backups_;
   BackupWriter* writer_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;

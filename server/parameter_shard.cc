@@ -170,6 +170,7 @@ void ParameterShard::accumulate(const PushRequest& push, const Chunk& chunk, boo
 ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table, uint32_t server_index,
                                uint32_t workers)
     : mode_(spec.training.mode),
+      global_batch_(spec.training.global_batch_size),
       backup_workers_(spec.training.backup_workers),
       max_staleness_(spec.training.max_staleness),
       optimizer_(optim::make_optimizer(spec.optimizer)),

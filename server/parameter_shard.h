@@ -187,6 +187,8 @@ class ParameterShard {
   bool values_stable_until_next_push() const { return mode_ == TrainingMode::kSync && backup_workers_ == 0; }
 
   const ShardStats& stats() const { return stats_; }
+  // The job's global batch: no worker's batch is larger.
+  int64_t global_batch() const { return global_batch_; }
   TrainingMode mode() const { return mode_; }
 
  private:
@@ -235,6 +237,7 @@ class ParameterShard {
   uint64_t slowest_clock() const;
 
   TrainingMode mode_;
+  int64_t global_batch_ = 0;
   int64_t backup_workers_ = 0;
   int64_t max_staleness_ = -1;
   std::unique_ptr<optim::Optimizer> optimizer_;

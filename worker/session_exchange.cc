@@ -216,6 +216,9 @@ void TrainingSession::push_factors_forward(size_t g, PushFactorsRequest& request
     const FactorPlan::Group& group = factor_plan_.groups()[g];
     const auto versions = r.getVersions();
     KJ_REQUIRE(versions.size() == group.chunks.size(), "reply has the wrong number of versions", versions.size());
+    KJ_REQUIRE(r.getValueParts().size() == 0 && (partial_floats == 0 || r.hasPartial()),
+               "the server replied with values, not the partial product asked for (a server without the forward "
+               "on the servers?)");
     for (size_t i = 0; i < group.chunks.size(); ++i) versions_[group.chunks[i]] = versions[static_cast<unsigned>(i)];
     // No rows of the next batch on this server: it adds nothing (and sends nothing).
     AlignedFloats& partial = partials_.by_server[group.server];
@@ -270,6 +273,7 @@ void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
     partials_.epoch = next_epoch_;
     partials_.step = next_step_;
     first_layer_stale_ = forwarded;
+    forwarded_steps_ += forwarded ? 1 : 0;
   }
 }
 

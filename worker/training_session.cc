@@ -44,6 +44,14 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
   const int64_t batch = (spec_.training.global_batch_size + worker_count_ - 1) / worker_count_;
   model_ = std::make_unique<nn::DataParallelModel<float>>(spec_.model, batch, options.replicas);
   KJ_REQUIRE(factor_plan_.groups().empty() || model_->replicas() == 1, "factored pushes need one compute replica");
+  const ParamLayout& layout = model_->layout();
+  for (const ChunkInfo& c : chunks_) {
+    KJ_REQUIRE(c.param < layout.params().size() && c.offset + c.size <= layout.params()[c.param].size &&
+                   c.server < server_addresses_.size(),
+               "assignment has a chunk that does not fit the model", c.key);
+    chunk_offsets_.push_back(layout.params()[c.param].offset + c.offset);
+  }
+  versions_.assign(chunks_.size(), 0);
   // Every worker computes the first layer per server's rows, whether or not the servers do it
   // (the same sums either way, and what the trainer's `servers` option reproduces).
   if (group_first_layer_by_server(*model_, chunks_, static_cast<uint32_t>(server_addresses_.size()))) {
@@ -53,14 +61,6 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
       options.exchange == Exchange::kForward && sparse_exchange_ && first_kernel_ >= 0 &&
       std::any_of(factor_plan_.groups().begin(), factor_plan_.groups().end(),
                   [&](const FactorPlan::Group& g) { return static_cast<int>(g.param) == first_kernel_; });
-  const ParamLayout& layout = model_->layout();
-  for (const ChunkInfo& c : chunks_) {
-    KJ_REQUIRE(c.param < layout.params().size() && c.offset + c.size <= layout.params()[c.param].size &&
-                   c.server < server_addresses_.size(),
-               "assignment has a chunk that does not fit the model", c.key);
-    chunk_offsets_.push_back(layout.params()[c.param].offset + c.offset);
-  }
-  versions_.assign(chunks_.size(), 0);
   // A session that resumes (after a recovery) counts the job's steps from where it starts, so
   // progress reports do not go backwards.
   steps_done_ = start_epoch_ * steps_per_epoch_ + start_step_;
@@ -255,7 +255,10 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
     }
   }
   report(proto::Progress::Kind::FINISHED, static_cast<uint32_t>(spec_.training.epochs - 1), 0, 0, 0, 0);
-  PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " finished " << steps_done_ << " steps";
+  PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " finished " << steps_done_ << " steps"
+               << (forward_on_servers_ ? " (" + std::to_string(forwarded_steps_) +
+                                             " in this session with the first layer's forward on the servers)"
+                                       : "");
   return true;
 }
 

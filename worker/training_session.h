@@ -166,6 +166,7 @@ class TrainingSession {
     bool ready = false;
   } partials_;
   bool first_layer_stale_ = false;  // params_' first-layer rows are behind the servers'
+  uint64_t forwarded_steps_ = 0;     // steps whose replies carried partial products (logged)
   // Hands the partials to the model if they are for this batch; throws if the first layer is
   // stale and they are not (a bug: the step would compute on old values).
   void use_partials_for(uint64_t epoch, uint64_t step);

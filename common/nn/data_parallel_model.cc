@@ -79,7 +79,6 @@ LossResult DataParallelModel<T>::evaluate(const T* params, const T* inputs, cons
   return total;
 }
 
-template class DataParallelModel<float>;
 template <typename T>
 void DataParallelModel<T>::set_first_layer_row_groups(const std::vector<uint32_t>& group_of_row, uint32_t groups) {
   for (auto& replica : replicas_) replica->set_first_layer_row_groups(group_of_row, groups);
@@ -91,6 +90,7 @@ void DataParallelModel<T>::use_first_layer_partials(std::vector<const T*> partia
   replicas_.front()->use_first_layer_partials(std::move(partials));
 }
 
+template class DataParallelModel<float>;
 template class DataParallelModel<double>;
 
 }  // namespace pstrain::nn
