@@ -90,6 +90,7 @@ kj::Promise<void> TrainingSession::send_push(size_t k, uint64_t step, uint32_t s
       exchanged_bytes_ += values.size_bytes();
     }
     versions_[k] = r.getVersion();
+    late_pushes_ += r.getApplied() ? 0 : 1;
   });
 }
 
@@ -195,6 +196,7 @@ void TrainingSession::push_factors(size_t g, uint64_t step, uint32_t examples) {
       }
       versions_[k] = versions[static_cast<unsigned>(i)];
     }
+    late_pushes_ += r.getApplied() ? 0 : 1;
     KJ_REQUIRE(part == parts.size(), "reply has too many parts", parts.size());
   }));
 }
@@ -220,6 +222,7 @@ void TrainingSession::push_factors_forward(size_t g, PushFactorsRequest& request
                "the server replied with values, not the partial product asked for (a server without the forward "
                "on the servers?)");
     for (size_t i = 0; i < group.chunks.size(); ++i) versions_[group.chunks[i]] = versions[static_cast<unsigned>(i)];
+    late_pushes_ += r.getApplied() ? 0 : 1;
     // No rows of the next batch on this server: it adds nothing (and sends nothing).
     AlignedFloats& partial = partials_.by_server[group.server];
     partial.clear();

@@ -258,7 +258,9 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
   PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " finished " << steps_done_ << " steps"
                << (forward_on_servers_ ? " (" + std::to_string(forwarded_steps_) +
                                              " in this session with the first layer's forward on the servers)"
-                                       : "");
+                                       : "")
+               << (late_pushes_ > 0 ? "; " + std::to_string(late_pushes_) + " of its pushes came late and were dropped"
+                                    : "");
   return true;
 }
 

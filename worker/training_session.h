@@ -167,6 +167,7 @@ class TrainingSession {
   } partials_;
   bool first_layer_stale_ = false;  // params_' first-layer rows are behind the servers'
   uint64_t forwarded_steps_ = 0;     // steps whose replies carried partial products (logged)
+  uint64_t late_pushes_ = 0;         // pushes a sync step with backup workers dropped (logged)
   // Hands the partials to the model if they are for this batch; throws if the first layer is
   // stale and they are not (a bug: the step would compute on old values).
   void use_partials_for(uint64_t epoch, uint64_t step);
