@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "common/log.h"
-#include "worker/batch_decode.h"
 #include "worker/shard_reader.h"
 #include "worker/training_session.h"
 
@@ -151,7 +150,7 @@ void TrainingSession::push_factors(size_t g, uint64_t step, uint32_t examples) {
   for (unsigned i = 0; i < buffers.rows.size(); ++i) rows.set(i, buffers.rows[i]);
   if (input_floats > 0) request.adoptInputs(rpc::reference_floats(orphanage, {buffers.inputs.data(), input_floats}));
   exchanged_bytes_ += (delta_floats + input_floats) * sizeof(float);
-  if (forward_on_servers_ && next_examples_ > 0 && static_cast<int>(group.param) == first_kernel_) {
+  if (forward_ && forward_->planned() && static_cast<int>(group.param) == first_kernel_) {
     push_factors_forward(g, request, orphanage);
     return;
   }
@@ -201,49 +200,19 @@ void TrainingSession::push_factors(size_t g, uint64_t step, uint32_t examples) {
   }));
 }
 
-void TrainingSession::push_factors_forward(size_t g, PushFactorsRequest& request,
-                                           const capnp::Orphanage& orphanage) {
-  const FactorPlan::Group& group = factor_plan_.groups()[g];
-  GroupBuffers& next = next_group_buffers_[g];
-  factor_plan_.gather_inputs(group, next_inputs_.data(), next_examples_, next.rows, next.inputs);
-  request.setNextExamples(next_examples_);
-  auto rows = request.initNextRows(static_cast<unsigned>(next.rows.size()));
-  for (unsigned i = 0; i < next.rows.size(); ++i) rows.set(i, next.rows[i]);
-  const size_t input_floats = next.rows.size() * next_examples_;
-  if (input_floats > 0) request.adoptNextInputs(rpc::reference_floats(orphanage, {next.inputs.data(), input_floats}));
-  exchanged_bytes_ += input_floats * sizeof(float);
-  const size_t partial_floats = next.rows.empty() ? 0 : group.columns * next_examples_;
+void TrainingSession::push_factors_forward(size_t g, PushFactorsRequest& request, const capnp::Orphanage& orphanage) {
+  const size_t partial_floats = forward_->add_to_request(factor_plan_, g, request, orphanage);
+  exchanged_bytes_ += request.asReader().getNextInputs().size();
   replies_.add(request.send().then([this, g, partial_floats](
                                        capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
     const FactorPlan::Group& group = factor_plan_.groups()[g];
     const auto versions = r.getVersions();
     KJ_REQUIRE(versions.size() == group.chunks.size(), "reply has the wrong number of versions", versions.size());
-    KJ_REQUIRE(r.getValueParts().size() == 0 && (partial_floats == 0 || r.hasPartial()),
-               "the server replied with values, not the partial product asked for (a server without the forward "
-               "on the servers?)");
+    forward_->take_partial(group.server, r, partial_floats);
     for (size_t i = 0; i < group.chunks.size(); ++i) versions_[group.chunks[i]] = versions[static_cast<unsigned>(i)];
     late_pushes_ += r.getApplied() ? 0 : 1;
-    // No rows of the next batch on this server: it adds nothing (and sends nothing).
-    AlignedFloats& partial = partials_.by_server[group.server];
-    partial.clear();
-    if (partial_floats > 0) {
-      const auto values = rpc::part_view(r.getPartial(), partial_floats, "partial product");
-      partial.assign(values.begin(), values.end());
-      exchanged_bytes_ += values.size_bytes();
-    }
+    exchanged_bytes_ += r.getPartial().size();
   }));
-}
-
-void TrainingSession::use_partials_for(uint64_t epoch, uint64_t step) {
-  const bool usable = partials_.ready && partials_.epoch == epoch && partials_.step == step;
-  KJ_REQUIRE(usable || !first_layer_stale_, "the first layer's values are stale and no partial products are here",
-             epoch, step);
-  if (usable) {
-    std::vector<const float*> by_server;
-    for (const AlignedFloats& p : partials_.by_server) by_server.push_back(p.empty() ? nullptr : p.data());
-    model_->use_first_layer_partials(std::move(by_server));
-  }
-  partials_.ready = false;
 }
 
 void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
@@ -269,15 +238,7 @@ void TrainingSession::finish_push(uint64_t step, uint32_t examples) {
   wait(all.addBranch());
   wait(kj::mv(taken_over));
   std::swap(params_, next_params_);
-  if (forward_on_servers_) {
-    // The first layer's replies carried partial products for the next batch, or values.
-    const bool forwarded = next_examples_ > 0;
-    partials_.ready = forwarded;
-    partials_.epoch = next_epoch_;
-    partials_.step = next_step_;
-    first_layer_stale_ = forwarded;
-    forwarded_steps_ += forwarded ? 1 : 0;
-  }
+  if (forward_) forward_->step_done();
 }
 
 void TrainingSession::plan_sparse_exchange(proto::Batch::Reader batch, ShardReader& reader, bool last_step_of_epoch) {
@@ -292,16 +253,10 @@ void TrainingSession::plan_sparse_exchange(proto::Batch::Reader batch, ShardRead
   push_ranges_ = marked(batch);
   proto::Batch::Reader next;
   // Dense before an evaluation (it reads every row), and when the next batch is not here yet.
-  next_examples_ = 0;
+  if (forward_) forward_->plan_none();
   if (!last_step_of_epoch && reader.peek(&next) && next.getSize() > 0) {
     reply_ranges_ = marked(next);
-    if (forward_on_servers_) {
-      KJ_REQUIRE(next.getSize() <= next_labels_.size(), "batch larger than the model's batch", next.getSize());
-      decode_batch(next, static_cast<size_t>(model_->input_size()), next_inputs_.data(), next_labels_.data());
-      next_examples_ = next.getSize();
-      next_epoch_ = next.getEpoch();
-      next_step_ = next.getStep();
-    }
+    if (forward_) forward_->plan(next);
   } else {
     reply_ranges_.assign(chunks_.size(), std::nullopt);
   }

@@ -57,10 +57,12 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
   if (group_first_layer_by_server(*model_, chunks_, static_cast<uint32_t>(server_addresses_.size()))) {
     first_kernel_ = model_->first_replica().first_layer_kernel();
   }
-  forward_on_servers_ =
-      options.exchange == Exchange::kForward && sparse_exchange_ && first_kernel_ >= 0 &&
+  if (options.exchange == Exchange::kForward && sparse_exchange_ && first_kernel_ >= 0 &&
       std::any_of(factor_plan_.groups().begin(), factor_plan_.groups().end(),
-                  [&](const FactorPlan::Group& g) { return static_cast<int>(g.param) == first_kernel_; });
+                  [&](const FactorPlan::Group& g) { return static_cast<int>(g.param) == first_kernel_; })) {
+    forward_.emplace(server_addresses_.size(), factor_plan_.groups().size(),
+                     static_cast<size_t>(model_->input_size()), static_cast<size_t>(batch));
+  }
   // A session that resumes (after a recovery) counts the job's steps from where it starts, so
   // progress reports do not go backwards.
   steps_done_ = start_epoch_ * steps_per_epoch_ + start_step_;
@@ -81,12 +83,6 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
   grads_.resize(layout.total_size());
   inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
   labels_.resize(static_cast<size_t>(batch));
-  if (forward_on_servers_) {
-    next_inputs_.resize(inputs_.size());
-    next_labels_.resize(labels_.size());
-    next_group_buffers_.resize(groups.size());
-    partials_.by_server.resize(server_addresses_.size());
-  }
   push_ranges_.assign(chunks_.size(), std::nullopt);
   reply_ranges_.assign(chunks_.size(), std::nullopt);
   PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " of " << worker_count_ << ", "
@@ -94,7 +90,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, kj::WaitScope& wait_sc
                << server_addresses_.size() << " server(s)"
                << (sparse_exchange_ ? ", row-sparse exchange of the first layer" : "")
                << (groups.empty() ? "" : ", " + std::to_string(groups.size()) + " factored kernel pushes per step")
-               << (forward_on_servers_ ? ", the first layer's forward on the servers" : "");
+               << (forward_ ? ", the first layer's forward on the servers" : "");
 }
 
 TrainingSession::~TrainingSession() = default;
@@ -156,7 +152,7 @@ void TrainingSession::evaluate(uint32_t epoch, double train_rate) {
   ShardReader reader(request.send().getStream(), wait_scope_);
   double loss = 0;
   uint64_t correct = 0, examples = 0;
-  KJ_REQUIRE(!first_layer_stale_, "evaluation on a stale first layer");
+  KJ_REQUIRE(!forward_ || !forward_->stale(), "evaluation on a stale first layer");
   proto::Batch::Reader batch;
   while (reader.next(&batch)) {
     if (batch.getSize() == 0) continue;
@@ -210,7 +206,7 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
         // let the event loop write them out.
         auto ready = [&](size_t final_from) { push_final(final_from, push_step, n); };
         const auto* factored = factor_plan_.groups().empty() ? nullptr : &factor_plan_.factored_kernels();
-        if (forward_on_servers_) use_partials_for(epoch, step);
+        if (forward_) forward_->use_for(epoch, step, *model_);
         const nn::LossResult r = model_->compute_gradients(params_.data(), inputs_.data(), labels_.data(), n,
                                                            grads_.data(), ready, factored);
         if (!std::isfinite(r.loss_sum)) {
@@ -256,9 +252,9 @@ bool TrainingSession::run(const std::function<bool()>& should_stop) {
   }
   report(proto::Progress::Kind::FINISHED, static_cast<uint32_t>(spec_.training.epochs - 1), 0, 0, 0, 0);
   PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " finished " << steps_done_ << " steps"
-               << (forward_on_servers_ ? " (" + std::to_string(forwarded_steps_) +
-                                             " in this session with the first layer's forward on the servers)"
-                                       : "")
+               << (forward_ ? " (" + std::to_string(forward_->forwarded_steps()) +
+                                   " in this session with the first layer's forward on the servers)"
+                             : "")
                << (late_pushes_ > 0 ? "; " + std::to_string(late_pushes_) + " of its pushes came late and were dropped"
                                     : "");
   return true;

@@ -28,6 +28,7 @@
 #include "common/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
 #include "worker/factor_plan.h"
+#include "worker/first_layer_forward.h"
 #include "worker/input_sparsity.h"
 
 namespace pstrain {
@@ -72,8 +73,7 @@ class TrainingSession {
       capnp::Request<proto::ParameterServer::PushFactorsParams, proto::ParameterServer::PushFactorsResults>;
   // The rest of push_factors for the first layer's group g under forward on the servers: sends
   // the next batch's rows and inputs, and takes the reply's partial product.
-  void push_factors_forward(size_t g, PushFactorsRequest& request,
-                            const capnp::Orphanage& orphanage);
+  void push_factors_forward(size_t g, PushFactorsRequest& request, const capnp::Orphanage& orphanage);
   // Pushes what backward has finished: the chunks and factor groups at or after `final_from`.
   void push_final(size_t final_from, uint64_t step, uint32_t examples);
   // One chunk's push of `gradient` as slice `slice` of `slice_count`; the reply's values go to
@@ -149,28 +149,11 @@ class TrainingSession {
   };
   std::vector<GroupBuffers> group_buffers_;
   std::vector<AlignedFloats> factor_deltas_;  // by layout parameter (factored kernels only)
-  // Forward on the servers (Exchange::kForward). With it, the first layer's rows in params_ are
-  // current only after steps whose replies carried values (the last of each epoch, or when the
-  // next batch was not here yet); in between, each step's first layer runs on the partial
-  // products the servers sent with the previous step's replies.
-  bool forward_on_servers_ = false;
-  int first_kernel_ = -1;           // the first layer's kernel (layout index) when grouped by server
-  AlignedFloats next_inputs_;       // the next batch, decoded (when the servers get it)
-  std::vector<int32_t> next_labels_;
-  uint32_t next_examples_ = 0;      // of the next batch; 0: this step's replies carry values
-  uint64_t next_epoch_ = 0, next_step_ = 0;  // the next batch's place
-  std::vector<GroupBuffers> next_group_buffers_;  // by group: the next batch's rows and inputs
-  struct Partials {
-    std::vector<AlignedFloats> by_server;  // out x examples each; empty: that server adds nothing
-    uint64_t epoch = 0, step = 0;          // the batch they are for
-    bool ready = false;
-  } partials_;
-  bool first_layer_stale_ = false;  // params_' first-layer rows are behind the servers'
-  uint64_t forwarded_steps_ = 0;     // steps whose replies carried partial products (logged)
-  uint64_t late_pushes_ = 0;         // pushes a sync step with backup workers dropped (logged)
-  // Hands the partials to the model if they are for this batch; throws if the first layer is
-  // stale and they are not (a bug: the step would compute on old values).
-  void use_partials_for(uint64_t epoch, uint64_t step);
+  // Forward on the servers (Exchange::kForward, first_layer_forward.h): set when the first
+  // kernel (layout index first_kernel_, grouped by server) is pushed as factors.
+  int first_kernel_ = -1;
+  std::optional<FirstLayerForward> forward_;
+  uint64_t late_pushes_ = 0;  // pushes a sync step with backup workers dropped (logged)
   std::vector<uint64_t> deltas_round_;        // the exchange round factor_deltas_[p] was copied in
   uint64_t exchange_round_ = 1;               // steps' exchanges (and takeovers') in this session
   kj::Vector<kj::Promise<void>> replies_;  // of the current step
