@@ -30,7 +30,8 @@ struct CoordinatorConfig {
   pstrain::rpc::HostPort listen, http;
   std::string data_dir, state_dir, job_file, save_params;
   bool exit_when_done = false;
-  uint32_t heartbeat_ms = 1000, dead_after_ms = 5000, move_server_after_ms = 10000;
+  uint32_t heartbeat_ms = 1000, dead_after_ms = 5000;
+  pstrain::JobOptions job;
   int64_t http_read_timeout_s = 10, http_max_connections = 512;
 };
 
@@ -73,6 +74,22 @@ int main(int argc, char** argv) {
   flags.add("dead-after-ms", "PSTRAIN_DEAD_AFTER_MS", "5000", "A node silent this long is declared dead.");
   flags.add("move-server-after-ms", "PSTRAIN_MOVE_SERVER_AFTER_MS", "10000",
             "A lost server not back this long after its loss is replaced by a free server, from its latest backup.");
+  flags.add("server-call-timeout-ms", "PSTRAIN_SERVER_CALL_TIMEOUT_MS", "60000",
+            "Each call to a parameter server (configure, restore, settle, ...) fails after this long.");
+  flags.add("server-probe-timeout-ms", "PSTRAIN_SERVER_PROBE_TIMEOUT_MS", "3000",
+            "A recovery treats a server that does not answer its probe in this long as lost.");
+  flags.add("server-return-timeout-ms", "PSTRAIN_SERVER_RETURN_TIMEOUT_MS", "120000",
+            "A lost server must be back (restarted under its name, or moved) within this, or its job fails.");
+  flags.add("server-move-timeout-ms", "PSTRAIN_SERVER_MOVE_TIMEOUT_MS", "30000",
+            "Moving a lost server's shard to a free server (connect, configure, adopt the backup) fails after this long.");
+  flags.add("takeover-timeout-ms", "PSTRAIN_TAKEOVER_TIMEOUT_MS", "30000",
+            "A survivor completing a lost sync worker's step gives way to a rollback after this long.");
+  flags.add("sync-cut-timeout-ms", "PSTRAIN_SYNC_CUT_TIMEOUT_MS", "30000",
+            "A sync cut (preemption, a worker joining) is abandoned and its holds released after this long.");
+  flags.add("async-cut-timeout-ms", "PSTRAIN_ASYNC_CUT_TIMEOUT_MS", "10000",
+            "An async backup cut is abandoned if the workers have not all paused within this.");
+  flags.add("recovery-poll-ms", "PSTRAIN_RECOVERY_POLL_MS", "200",
+            "How often a recovery looks again for servers or workers coming back.");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
   flags.add_switch("check-config", "", "Validate the configuration (and the --job spec) and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-coordinator")) return *status;
@@ -91,7 +108,18 @@ int main(int argc, char** argv) {
     config.exit_when_done = flags.get_switch("exit-when-done");
     config.heartbeat_ms = static_cast<uint32_t>(flags.get_int("heartbeat-ms", 50, 60000));
     config.dead_after_ms = static_cast<uint32_t>(flags.get_int("dead-after-ms", 100, 600000));
-    config.move_server_after_ms = static_cast<uint32_t>(flags.get_int("move-server-after-ms", 0, 3600000));
+    auto duration_ms = [&](const char* name, int64_t min) {
+      return flags.get_int(name, min, 86400000) * kj::MILLISECONDS;
+    };
+    config.job.move_lost_server_after = duration_ms("move-server-after-ms", 0);
+    config.job.server_call_timeout = duration_ms("server-call-timeout-ms", 100);
+    config.job.server_probe_timeout = duration_ms("server-probe-timeout-ms", 10);
+    config.job.server_return_timeout = duration_ms("server-return-timeout-ms", 100);
+    config.job.server_move_timeout = duration_ms("server-move-timeout-ms", 100);
+    config.job.takeover_timeout = duration_ms("takeover-timeout-ms", 100);
+    config.job.sync_cut_timeout = duration_ms("sync-cut-timeout-ms", 100);
+    config.job.async_cut_timeout = duration_ms("async-cut-timeout-ms", 100);
+    config.job.recovery_poll = duration_ms("recovery-poll-ms", 1);
     if (!config.job_file.empty()) job_spec = parse_job_spec(read_text_file(config.job_file, "the job spec"));
   } catch (const std::exception& e) {
     std::cerr << "pstrain-coordinator: " << e.what() << "\n";
@@ -113,8 +141,7 @@ int main(int argc, char** argv) {
   JobStore store(kv.get());
   Cluster cluster(std::chrono::milliseconds(config.dead_after_ms));
   DataService data(config.data_dir);
-  JobManager jobs(cluster, data, store, *io.provider,
-                  RecoveryOptions{.move_lost_server_after = config.move_server_after_ms * kj::MILLISECONDS});
+  JobManager jobs(cluster, data, store, *io.provider, config.job);
   // Jobs from before a restart: finished ones stay listed; unfinished ones run again.
   for (const JobRecord& record : store.load()) {
     if (record.finished()) continue;
@@ -123,7 +150,7 @@ int main(int argc, char** argv) {
       PSLOG(kInfo) << "job " << record.id << " re-queued after a restart";
     } catch (const SpecError& e) {
       store.update(record.id, [&](JobRecord& r) {
-        r.state = "FAILED";
+        r.state = JobState::kFailed;
         r.reason = std::string("stored spec no longer valid: ") + e.what();
       });
     }
@@ -165,8 +192,8 @@ int main(int argc, char** argv) {
       jobs.submit(*job_spec, cli_job);
       PSLOG(kInfo) << "job " << cli_job << " ('" << job_spec->name << "') queued from " << config.job_file;
     } else if (existing->finished()) {
-      PSLOG(kInfo) << "job " << cli_job << " already " << existing->state << " (from " << config.state_dir << ")";
-      if (config.exit_when_done) return existing->state == "SUCCEEDED" ? 0 : 1;
+      PSLOG(kInfo) << "job " << cli_job << " already " << job_state_name(existing->state) << " (from " << config.state_dir << ")";
+      if (config.exit_when_done) return existing->state == JobState::kSucceeded ? 0 : 1;
     }
   }
 

@@ -54,13 +54,30 @@ void DataService::fill_batch(const Split& split, uint32_t epoch, int64_t step, c
   }
 }
 
-std::shared_ptr<const Split> DataService::split(const std::string& dataset, SplitKind kind) {
+kj::Promise<std::shared_ptr<const Split>> DataService::load(const std::string& dataset, SplitKind kind) {
   const auto key = std::make_pair(dataset, static_cast<int>(kind));
   auto it = splits_.find(key);
-  if (it == splits_.end()) {
-    it = splits_.emplace(key, std::make_shared<const Split>(load_split(data_dir_, dataset, kind))).first;
+  if (it == splits_.end() || it->second->failed) {
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<std::shared_ptr<const Split>>();
+    loader_.post([fulfiller = kj::mv(paf.fulfiller), dir = data_dir_, dataset, kind]() mutable {
+      try {
+        fulfiller->fulfill(std::make_shared<const Split>(load_split(dir, dataset, kind)));
+      } catch (const std::exception& e) {
+        fulfiller->reject(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(e.what())));
+      }
+    });
+    auto loading = std::make_unique<Loading>(Loading{nullptr});
+    Loading* entry = loading.get();
+    loading->split = paf.promise
+                         .catch_([entry](kj::Exception&& e) -> std::shared_ptr<const Split> {
+                           entry->failed = true;
+                           kj::throwFatalException(kj::mv(e));
+                         })
+                         .fork();
+    splits_[key] = std::move(loading);
+    it = splits_.find(key);
   }
-  return it->second;
+  return it->second->split.addBranch();
 }
 
 proto::DataStream::Client DataService::open_train(std::shared_ptr<const Split> split, const DataPlan& plan,

@@ -27,7 +27,7 @@ json::object summary_object(const JobRecord& j) {
   const double percent = j.total_steps > 0 ? 100.0 * static_cast<double>(j.steps_done) / j.total_steps : 0.0;
   return {{"id", j.id},
           {"name", j.name},
-          {"state", j.state},
+          {"state", job_state_name(j.state)},
           {"mode", j.mode},
           {"epoch", j.current_epoch},
           {"epochs", j.epochs},
@@ -85,7 +85,7 @@ std::string job_status_json(const JobRecord& j, const std::vector<NodeView>& nod
   o["notes"] = std::move(notes);
   o["steps_per_epoch"] = j.steps_per_epoch;
   std::optional<double> eta;
-  if (j.state == "RUNNING" && j.steps_done > 0 && j.started_ms > 0 && j.total_steps > j.steps_done) {
+  if (j.state == JobState::kRunning && j.steps_done > 0 && j.started_ms > 0 && j.total_steps > j.steps_done) {
     eta = round_to(static_cast<double>(now - j.started_ms) / 1000.0 / j.steps_done * (j.total_steps - j.steps_done), 1);
   }
   o["eta_seconds"] = optional_number(eta);
@@ -135,7 +135,7 @@ std::string record_to_json(const JobRecord& j) {
   for (auto w : j.workers) workers.push_back(w);
   for (auto s : j.servers) servers.push_back(s);
   return to_json_text(json::object{
-      {"id", j.id}, {"name", j.name}, {"spec", j.spec_json}, {"state", j.state}, {"reason", j.reason},
+      {"id", j.id}, {"name", j.name}, {"spec", j.spec_json}, {"state", job_state_name(j.state)}, {"reason", j.reason},
       {"mode", j.mode}, {"submitted_ms", j.submitted_ms}, {"started_ms", j.started_ms},
       {"finished_ms", j.finished_ms}, {"epochs", j.epochs}, {"steps_per_epoch", j.steps_per_epoch},
       {"total_steps", j.total_steps}, {"steps_done", j.steps_done}, {"current_epoch", j.current_epoch},
@@ -172,7 +172,7 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.id = get_or<std::string>(o, "id", "");
     j.name = get_or<std::string>(o, "name", "");
     j.spec_json = get_or<std::string>(o, "spec", "");
-    j.state = get_or<std::string>(o, "state", "PENDING");
+    j.state = parse_job_state(get_or<std::string>(o, "state", "PENDING")).value_or(JobState::kPending);
     j.reason = get_or<std::string>(o, "reason", "");
     j.mode = get_or<std::string>(o, "mode", "");
     j.submitted_ms = get_or<int64_t>(o, "submitted_ms", 0);

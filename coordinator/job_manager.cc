@@ -3,8 +3,8 @@
 namespace pstrain {
 
 JobManager::JobManager(Cluster& cluster, DataService& data, JobStore& store, kj::AsyncIoProvider& io,
-                       RecoveryOptions recovery_options)
-    : cluster_(cluster), data_(data), store_(store), io_(io), recovery_options_(recovery_options) {}
+                       JobOptions options)
+    : cluster_(cluster), data_(data), store_(store), io_(io), options_(options) {}
 
 std::string JobManager::submit(JobSpec spec, std::string id) {
   if (id.empty()) {
@@ -13,7 +13,7 @@ std::string JobManager::submit(JobSpec spec, std::string id) {
       id = "job-" + std::to_string(next_id_++);
     } while (store_.get(id).has_value());
   }
-  jobs_.push_back(std::make_unique<JobRunner>(id, std::move(spec), cluster_, data_, store_, io_, recovery_options_,
+  jobs_.push_back(std::make_unique<JobRunner>(id, std::move(spec), cluster_, data_, store_, io_, options_,
                                                  [this](JobRunner& job) {
     if (on_finished_) on_finished_(job);
   }));

@@ -8,14 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/job_runner.h"
+#include "coordinator/job/job_runner.h"
 
 namespace pstrain {
 
 class JobManager {
  public:
   JobManager(Cluster& cluster, DataService& data, JobStore& store, kj::AsyncIoProvider& io,
-             RecoveryOptions recovery_options = {});
+             JobOptions options = {});
 
   // Queues a job; returns its id. The spec must be valid (parse_job_spec checked it). `id` is
   // given when a restarted coordinator re-queues a job it had.
@@ -38,7 +38,7 @@ class JobManager {
   DataService& data_;
   JobStore& store_;
   kj::AsyncIoProvider& io_;
-  RecoveryOptions recovery_options_;
+  JobOptions options_;
   std::vector<std::unique_ptr<JobRunner>> jobs_;
   std::function<void(JobRunner&)> on_finished_;
   uint64_t next_id_ = 1;

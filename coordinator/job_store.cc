@@ -17,12 +17,6 @@ std::string padded(uint64_t n) {
   return buffer;
 }
 
-void log_failure(const KvStatus& status, const std::string& what) {
-  if (!status.ok()) {
-    PSLOG(kError) << "job store: " << what << ": " << status.message;
-  }
-}
-
 }  // namespace
 
 int64_t now_ms() {
@@ -62,6 +56,7 @@ std::vector<JobRecord> JobStore::load() {
     if (record.id.empty()) continue;  // metrics without a record: ignore
     loaded.push_back(record);
     order_.push_back(id);
+    durable_state_[id] = record.state;
     jobs_[id] = std::move(record);
   }
   std::sort(order_.begin(), order_.end(), [this](const std::string& a, const std::string& b) {
@@ -73,9 +68,23 @@ std::vector<JobRecord> JobStore::load() {
   return loaded;
 }
 
-void JobStore::persist_record(const JobRecord& record, bool sync) {
-  if (kv_ == nullptr) return;
-  log_failure(kv_->put("job/" + record.id + "/record", record_to_json(record), sync), "saving " + record.id);
+void JobStore::persist_record(const JobRecord& record, bool state_changed) {
+  if (kv_ == nullptr) {
+    durable_state_[record.id] = record.state;
+    return;
+  }
+  std::function<void()> applied;
+  if (state_changed) {
+    applied = [this, id = record.id, state = record.state] {
+      std::lock_guard lock(mutex_);
+      durable_state_[id] = state;
+    };
+  }
+  writer_.enqueue({{"job/" + record.id + "/record", record_to_json(record)}}, state_changed, std::move(applied));
+}
+
+void JobStore::show_durable_state(JobRecord& record) const {
+  if (const auto it = durable_state_.find(record.id); it != durable_state_.end()) record.state = it->second;
 }
 
 void JobStore::add(JobRecord record) {
@@ -89,7 +98,7 @@ bool JobStore::update(const std::string& id, const std::function<void(JobRecord&
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return false;
-  const std::string before = it->second.state;
+  const JobState before = it->second.state;
   change(it->second);
   // State changes are made durable at once; progress can lose its last moments in a crash.
   persist_record(it->second, it->second.state != before);
@@ -100,10 +109,7 @@ void JobStore::append_step(const std::string& id, const StepMetric& metric) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
-  if (kv_ != nullptr) {
-    log_failure(kv_->put("job/" + id + "/step/" + padded(it->second.steps.size()), step_to_json(metric), false),
-                "saving a step metric of " + id);
-  }
+  if (kv_ != nullptr) writer_.enqueue({{"job/" + id + "/step/" + padded(it->second.steps.size()), step_to_json(metric)}}, false);
   it->second.steps.push_back(metric);
 }
 
@@ -111,10 +117,7 @@ void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
-  if (kv_ != nullptr) {
-    log_failure(kv_->put("job/" + id + "/epoch/" + padded(metric.epoch), epoch_to_json(metric), false),
-                "saving an epoch metric of " + id);
-  }
+  if (kv_ != nullptr) writer_.enqueue({{"job/" + id + "/epoch/" + padded(metric.epoch), epoch_to_json(metric)}}, false);
   it->second.epoch_history.push_back(metric);
 }
 
@@ -124,10 +127,9 @@ void JobStore::set_model(const std::string& id, std::string safetensors) {
   if (it == jobs_.end()) return;
   it->second.has_model = true;
   it->second.model_bytes = static_cast<int64_t>(safetensors.size());
+  // The model and the record that says it exists, in one synced batch.
   if (kv_ != nullptr) {
-    log_failure(kv_->write({{"job/" + id + "/model", safetensors}, {"job/" + id + "/record", record_to_json(it->second)}},
-                           true),
-                "saving the model of " + id);
+    writer_.enqueue({{"job/" + id + "/model", safetensors}, {"job/" + id + "/record", record_to_json(it->second)}}, true);
   }
   models_[id] = std::move(safetensors);
 }
@@ -136,7 +138,9 @@ std::optional<JobRecord> JobStore::get(const std::string& id) const {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return std::nullopt;
-  return it->second;
+  JobRecord record = it->second;
+  show_durable_state(record);
+  return record;
 }
 
 std::vector<JobRecord> JobStore::list() const {
@@ -146,6 +150,7 @@ std::vector<JobRecord> JobStore::list() const {
     JobRecord r = jobs_.at(id);
     r.steps.clear();
     r.epoch_history.clear();
+    show_durable_state(r);
     out.push_back(std::move(r));
   }
   return out;

@@ -3,9 +3,13 @@
 // coordinator lists every job it had.
 //
 // The event-loop thread writes (JobRunner, on every event); the HTTP thread reads. Reads never
-// wait for the event loop: they copy what is here under the mutex.
+// wait for the event loop: they copy what is here under the mutex. Writes change the in-memory
+// copy at once and reach RocksDB through a KvWriter thread, so no caller waits for the disk:
+// state changes and models are queued as synced writes, progress as plain ones. A reader sees a
+// job's new state only once it is durable (so a client never sees SUCCEEDED, or a model, that a
+// crash could take back); everything else at once.
 //
-// Thread rules: thread-safe.
+// Thread rules: thread-safe. Owns its KvWriter (flushed when the store is destroyed).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,8 @@
 #include <vector>
 
 #include "common/kv_store.h"
+#include "coordinator/job_state.h"
+#include "coordinator/kv_writer.h"
 
 namespace pstrain {
 
@@ -37,7 +43,7 @@ struct EpochMetric {
 
 struct JobRecord {
   std::string id, name, spec_json;
-  std::string state = "PENDING";  // PENDING RUNNING RECOVERING SUCCEEDED FAILED CANCELLED
+  JobState state = JobState::kPending;
   std::string reason;             // why it FAILED, was CANCELLED or is RECOVERING
   std::vector<std::string> notes; // things worth knowing that happened (recoveries, skipped backups)
   std::string mode;               // sync | async
@@ -57,7 +63,7 @@ struct JobRecord {
   bool has_model = false;
   int64_t model_bytes = 0;
 
-  bool finished() const { return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED"; }
+  bool finished() const { return is_finished(state); }
 };
 
 struct NodeView {
@@ -72,7 +78,7 @@ int64_t now_ms();
 class JobStore {
  public:
   // kv may be null: nothing is persisted.
-  explicit JobStore(KvStore* kv) : kv_(kv) {}
+  explicit JobStore(KvStore* kv) : kv_(kv), writer_(kv) {}
 
   // Loads every persisted record (at start-up, before anything else touches the store).
   std::vector<JobRecord> load();
@@ -88,18 +94,26 @@ class JobStore {
   std::vector<JobRecord> list() const;  // in submission order, without the step history
   std::optional<std::string> model(const std::string& id) const;
 
+  // Returns once every change made before the call is on disk (tests, shutdown).
+  void flush() { writer_.flush(); }
+
   void set_nodes(std::vector<NodeView> nodes);
   std::vector<NodeView> nodes() const;
 
  private:
-  void persist_record(const JobRecord& record, bool sync);
+  // Queues the record's write; `state_changed`: synced, and its state becomes visible once durable.
+  void persist_record(const JobRecord& record, bool state_changed);
+  void show_durable_state(JobRecord& record) const;  // the state readers may see (under mutex_)
 
-  KvStore* kv_;
+  KvStore* kv_;  // read directly only by load() and model() (models of an earlier run)
   mutable std::mutex mutex_;
   std::map<std::string, JobRecord> jobs_;  // guarded by mutex_
   std::vector<std::string> order_;          // guarded by mutex_
+  std::map<std::string, JobState> durable_state_;  // guarded by mutex_: each job's last durable state
   std::vector<NodeView> nodes_;             // guarded by mutex_
   std::map<std::string, std::string> models_;  // guarded by mutex_: models of this run (older ones load from kv_)
+  // Last member: destroyed first, so its final writes' callbacks still find the members above.
+  KvWriter writer_;
 };
 
 }  // namespace pstrain

@@ -5,16 +5,18 @@
 namespace pstrain {
 
 std::string KjJobCommands::submit(JobSpec spec) {
-  return executor_.executeSync([this, &spec] {
+  std::string id = executor_.executeSync([this, &spec] {
     const std::string id = jobs_.submit(std::move(spec));
     PSLOG(kInfo) << "job " << id << " submitted over HTTP";
     after_change_();
     return id;
   });
+  store_.flush();  // answered once the job is durable (off the event loop)
+  return id;
 }
 
 JobCommands::CancelResult KjJobCommands::cancel(const std::string& id) {
-  return executor_.executeSync([this, &id] {
+  const CancelResult result = executor_.executeSync([this, &id] {
     JobRunner* job = jobs_.find(id);
     if (job == nullptr) {
       // Jobs that ended before a coordinator restart have a record but no runner.
@@ -28,6 +30,8 @@ JobCommands::CancelResult KjJobCommands::cancel(const std::string& id) {
     PSLOG(kInfo) << "job " << id << " cancelled over HTTP";
     return CancelResult::kCancelled;
   });
+  store_.flush();  // answered once the cancellation is durable (off the event loop)
+  return result;
 }
 
 }  // namespace pstrain

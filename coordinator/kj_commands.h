@@ -3,7 +3,8 @@
 // touches Cap'n Proto objects or the job runners.
 //
 // Thread rules: submit() and cancel() are called on the HTTP thread and block it until the event
-// loop has run the command (a short, non-blocking piece of work there).
+// loop has run the command (a short, non-blocking piece of work there), and then until the
+// JobStore's writer has made the change durable, so a 201 or 200 is never taken back by a crash.
 #pragma once
 
 #include <kj/async.h>

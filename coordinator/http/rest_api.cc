@@ -143,7 +143,7 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
             case JobCommands::CancelResult::kAlreadyFinished: {
               const auto job = store_.get(id);
               return problem(409, "job-finished", "Job already finished",
-                             "job '" + id + "' is " + (job ? job->state : std::string("finished")) +
+                             "job '" + id + "' is " + (job ? std::string(job_state_name(job->state)) : std::string("finished")) +
                                  " and cannot be cancelled");
             }
             case JobCommands::CancelResult::kCancelled:
@@ -159,7 +159,7 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
           if (!job) return not_found();
           if (!job->has_model) {
             return problem(409, "model-not-ready", "No trained model yet",
-                           "job '" + id + "' is " + job->state + "; the model is available once it has SUCCEEDED");
+                           "job '" + id + "' is " + job_state_name(job->state) + "; the model is available once it has SUCCEEDED");
           }
           const auto bytes = store_.model(id);
           if (!bytes) return problem(500, "model-missing", "Model missing", "the stored model of '" + id + "' is unreadable");
@@ -229,9 +229,9 @@ HttpResponse RestApi::submit(const HttpRequest& request) {
 HttpResponse RestApi::prometheus() const {
   std::ostringstream out;
   const auto jobs = store_.list();
-  std::map<std::string, int> by_state = {{"PENDING", 0}, {"RUNNING", 0}, {"RECOVERING", 0},
-                                         {"SUCCEEDED", 0}, {"FAILED", 0},  {"CANCELLED", 0}};
-  for (const auto& j : jobs) ++by_state[j.state];
+  std::map<std::string, int> by_state;
+  for (JobState state : kAllJobStates) by_state[job_state_name(state)] = 0;
+  for (const auto& j : jobs) ++by_state[job_state_name(j.state)];
   out << "# HELP pstrain_jobs Jobs by state.\n# TYPE pstrain_jobs gauge\n";
   for (const auto& [state, n] : by_state) out << "pstrain_jobs{state=\"" << state << "\"} " << n << "\n";
   out << "# HELP pstrain_job_steps Steps done by a job.\n# TYPE pstrain_job_steps gauge\n";

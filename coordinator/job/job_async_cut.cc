@@ -18,18 +18,11 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "coordinator/job_runner.h"
+#include "coordinator/job/job_runner.h"
 
 namespace pstrain {
-namespace {
-
-constexpr auto kCutTimeout = 10 * kj::SECONDS;
-
-}  // namespace
-
 void JobRunner::maybe_cut_async() {
-  if (sync() || cut_ || !configured_ || state_ != JobState::kRunning || recovering_ ||
-      spec_.backup.frequency == BackupSpec::Frequency::kNone) {
+  if (sync() || cut_ || phase_ != Phase::kRunning || spec_.backup.frequency == BackupSpec::Frequency::kNone) {
     return;
   }
   uint64_t interval = 0;
@@ -38,8 +31,7 @@ void JobRunner::maybe_cut_async() {
   } else {
     for (uint32_t w = 0; w < workers_.size(); ++w) interval += static_cast<uint64_t>(plan_->steps_per_epoch(w));
   }
-  uint64_t total = 0;
-  for (uint64_t steps : worker_steps_) total += steps;
+  const uint64_t total = progress_.steps_done(false);
   if (next_cut_at_ == 0) next_cut_at_ = (total / interval + 1) * interval;
   if (total < next_cut_at_) return;
   next_cut_at_ = (total / interval + 1) * interval;
@@ -48,7 +40,7 @@ void JobRunner::maybe_cut_async() {
   cut.id = ++cuts_started_;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const NodeInfo* n = cluster_.find(workers_[i]);
-    if (worker_finished_[i] || n == nullptr || !n->alive) continue;
+    if (progress_.workers()[i].finished || n == nullptr || !n->alive) continue;
     const auto it = watchers_.find(workers_[i]);
     if (it == watchers_.end() || !it->second->isWaiting()) {
       PSLOG(kDebug) << "job " << id_ << ": worker " << i << " has no open watch; no cut now";
@@ -69,7 +61,7 @@ void JobRunner::maybe_cut_async() {
   PSLOG(kDebug) << "job " << id_ << ": cut " << cut_->id << " at about " << total << " steps: pausing "
                 << cut_->expected.size() << " worker(s)";
   cut_task_ = io_.getTimer()
-                  .timeoutAfter(kCutTimeout, kj::mv(paf.promise))
+                  .timeoutAfter(options_.async_cut_timeout, kj::mv(paf.promise))
                   .then([this] { return run_async_cut(); })
                   .then([this] { end_async_cut(); },
                         [this](kj::Exception&& e) {
@@ -80,8 +72,7 @@ void JobRunner::maybe_cut_async() {
 }
 
 kj::Promise<void> JobRunner::paused(uint32_t node, uint64_t cut, Position position) {
-  const int index = worker_index(node);
-  KJ_REQUIRE(index >= 0, "this node is not a worker of the job", node, id_);
+  KJ_REQUIRE(worker_index(node).has_value(), "this node is not a worker of the job", node, id_);
   if (!cut_ || cut_->id != cut || cut_->expected.count(node) == 0) return kj::READY_NOW;  // a cut that ended
   cut_->expected.erase(node);
   cut_->positions[node] = position;
@@ -98,7 +89,7 @@ void JobRunner::cut_expects_no_more(uint32_t node) {
 
 kj::Promise<void> JobRunner::run_async_cut() {
   // Every worker finished meanwhile (or a rollback ended the cut): nothing left to protect.
-  if (!cut_ || state_ != JobState::kRunning || cut_->positions.empty()) return kj::READY_NOW;
+  if (!cut_ || phase_ != Phase::kRunning || cut_->positions.empty()) return kj::READY_NOW;
   // Positions by worker index: a paused worker where it stands; one that finished at the end of
   // its shard, so a recovery does not restart it; a lost one at its last reported step, where a
   // replacement would go on.
@@ -109,28 +100,21 @@ kj::Promise<void> JobRunner::run_async_cut() {
     if (it != cut_->positions.end()) {
       positions[i] = it->second;
       version += it->second.steps_done;
-    } else if (worker_lost_[i]) {
+    } else if (const WorkerProgress& w = progress_.workers()[i]; w.lost) {
       const auto spe = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(i)));
-      positions[i] = {static_cast<uint32_t>(worker_steps_[i] / spe), worker_steps_[i] % spe, worker_steps_[i]};
-      version += worker_steps_[i];
+      positions[i] = {static_cast<uint32_t>(w.steps / spe), w.steps % spe, w.steps};
+      version += w.steps;
     } else {
       positions[i].epoch = static_cast<uint32_t>(spec_.training.epochs);
-      positions[i].steps_done = worker_steps_[i];
-      version += worker_steps_[i];
+      positions[i].steps_done = w.steps;
+      version += w.steps;
     }
-  }
-  kj::Vector<kj::Promise<void>> backups;
-  for (auto& client : server_clients_) {
-    auto request = client.backupNowRequest();
-    request.setJobId(id_);
-    request.setVersion(version);
-    backups.add(request.send().ignoreResult());
   }
   PSLOG(kInfo) << "job " << id_ << ": consistent cut at step " << version << " (" << cut_->positions.size()
                << " worker(s) paused); backing up";
   cut_positions_[version] = kj::mv(positions);
   while (cut_positions_.size() > 4) cut_positions_.erase(cut_positions_.begin());
-  return kj::joinPromises(backups.releaseAsArray());
+  return servers_.backup_now(version);
 }
 
 void JobRunner::end_async_cut() {
@@ -162,9 +146,10 @@ size_t JobRunner::async_resume(const std::vector<uint32_t>& workers, uint64_t ve
 }
 
 void JobRunner::replace_lost_async_worker() {
-  if (state_ != JobState::kRunning || !configured_ || cut_) return;
+  if (phase_ != Phase::kRunning || cut_) return;
+  auto& progress = progress_.workers();
   for (size_t i = 0; i < workers_.size(); ++i) {
-    if (!worker_lost_[i]) continue;
+    if (!progress[i].lost) continue;
     const std::vector<uint32_t> free = cluster_.free_nodes(proto::Role::WORKER);
     if (free.empty()) return;
     // The new worker goes on with the lost one's shard from its last reported step: at most the
@@ -173,24 +158,24 @@ void JobRunner::replace_lost_async_worker() {
     const uint32_t node = free.front();
     cluster_.find(node)->job = id_;
     workers_[i] = node;
-    worker_lost_[i] = false;
-    worker_finished_[i] = false;
+    progress[i].lost = false;
+    progress[i].finished = false;
     const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(i)));
     if (resume_positions_.size() != workers_.size()) {
       resume_positions_.resize(workers_.size());
       for (size_t w = 0; w < workers_.size(); ++w) {
         const auto spe = static_cast<uint64_t>(plan_->steps_per_epoch(static_cast<uint32_t>(w)));
-        resume_positions_[w] = {static_cast<uint32_t>(worker_steps_[w] / spe), worker_steps_[w] % spe, worker_steps_[w]};
+        resume_positions_[w] = {static_cast<uint32_t>(progress[w].steps / spe), progress[w].steps % spe, progress[w].steps};
       }
     }
-    resume_positions_[i] = {static_cast<uint32_t>(worker_steps_[i] / steps_per_epoch), worker_steps_[i] % steps_per_epoch,
-                            worker_steps_[i]};
+    resume_positions_[i] = {static_cast<uint32_t>(progress[i].steps / steps_per_epoch),
+                            progress[i].steps % steps_per_epoch, progress[i].steps};
     PSLOG(kInfo) << "job " << id_ << ": worker node " << node << " takes the place of lost worker " << i
-                 << " from its step " << worker_steps_[i];
+                 << " from its step " << progress[i].steps;
     store_.update(id_, [&](JobRecord& r) {
       r.workers = workers_;
       r.notes.push_back("a new worker took the place of lost worker " + std::to_string(i) + " from its step " +
-                        std::to_string(worker_steps_[i]));
+                        std::to_string(progress[i].steps));
     });
   }
 }

@@ -1,0 +1,63 @@
+// A thread of its own that runs posted closures one at a time, in the order they were posted:
+// for blocking work (file loads, disk writes) that must not run on an event loop. A closure
+// reports back to a loop by fulfilling a kj::newPromiseAndCrossThreadFulfiller; it never waits
+// for the loop, so destroying the TaskThread while work is queued cannot deadlock.
+//
+// Thread rules: post() from any thread. The destructor runs every closure already posted, then
+// joins the thread.
+#pragma once
+
+#include <kj/function.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace pstrain {
+
+class TaskThread {
+ public:
+  TaskThread() : thread_([this] { run(); }) {}
+  ~TaskThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  TaskThread(const TaskThread&) = delete;
+  TaskThread& operator=(const TaskThread&) = delete;
+
+  // `task` may be move-only (it can own a cross-thread fulfiller).
+  void post(kj::Function<void()> task) {
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<kj::Function<void()>> tasks_;  // guarded by mutex_
+  bool stopping_ = false;                    // guarded by mutex_
+  std::thread thread_;                       // last: starts once the rest is initialised
+};
+
+}  // namespace pstrain

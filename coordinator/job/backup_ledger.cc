@@ -1,0 +1,63 @@
+#include "coordinator/job/backup_ledger.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace pstrain {
+
+bool BackupLedger::on_ack(size_t index, uint64_t version, size_t servers) {
+  auto& acks = acks_[version];
+  acks.insert(index);
+  if (acks.size() < servers) return false;
+  acks_.erase(acks_.begin(), acks_.upper_bound(version));
+  add_complete(version);
+  return true;
+}
+
+void BackupLedger::add_complete(uint64_t version) {
+  if (complete_.empty() || complete_.back() < version) complete_.push_back(version);
+  while (complete_.size() > 2) complete_.erase(complete_.begin());
+  for (auto& [wanted, fulfiller] : waiters_) {
+    if (complete_.back() >= wanted) fulfiller->fulfill();
+  }
+  std::erase_if(waiters_, [](auto& w) { return !w.second->isWaiting(); });
+}
+
+void BackupLedger::remove_complete(uint64_t version) {
+  complete_.erase(std::remove(complete_.begin(), complete_.end(), version), complete_.end());
+}
+
+std::optional<uint64_t> BackupLedger::latest() const {
+  if (complete_.empty()) return std::nullopt;
+  return complete_.back();
+}
+
+kj::Promise<void> BackupLedger::wait_for(uint64_t version) {
+  if (!complete_.empty() && complete_.back() >= version) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waiters_.emplace_back(version, kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+void BackupLedger::add_replica(uint64_t version, size_t index, std::vector<std::string> chunks) {
+  replicas_[version][index] = std::move(chunks);
+  while (replicas_.size() > 3) replicas_.erase(replicas_.begin());
+}
+
+std::optional<std::pair<uint64_t, const std::vector<std::string>*>> BackupLedger::newest_replica(size_t index) const {
+  for (auto v = complete_.rbegin(); v != complete_.rend(); ++v) {
+    const auto at = replicas_.find(*v);
+    if (at == replicas_.end()) continue;
+    const auto of = at->second.find(index);
+    if (of == at->second.end()) continue;
+    return std::make_pair(*v, &of->second);
+  }
+  return std::nullopt;
+}
+
+void BackupLedger::forget_after(uint64_t version) {
+  acks_.erase(acks_.upper_bound(version), acks_.end());
+  replicas_.erase(replicas_.upper_bound(version), replicas_.end());
+}
+
+}  // namespace pstrain

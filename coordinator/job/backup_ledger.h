@@ -1,0 +1,51 @@
+// A job's backups as the coordinator knows them: which servers acknowledged which step, the steps
+// that are complete backups (every server has written them; the last two are kept), waiters for
+// a step to become complete, and the replicas of the servers' backups that let a free server take
+// a lost one's shard over (job_server_move.cc).
+//
+// Thread rules: event-loop thread only.
+#pragma once
+
+#include <kj/async.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pstrain {
+
+class BackupLedger {
+ public:
+  // Server `index` (of `servers`) wrote its backup at `version`. Returns true when that made the
+  // step a complete backup (the newest one); waiters for it are resolved.
+  bool on_ack(size_t index, uint64_t version, size_t servers);
+  // A complete backup known from elsewhere (a restarted coordinator's record).
+  void add_complete(uint64_t version);
+  // A complete backup turned out unusable (a server could not restore it).
+  void remove_complete(uint64_t version);
+  const std::vector<uint64_t>& complete() const { return complete_; }  // ascending
+  std::optional<uint64_t> latest() const;
+  // Resolves once a complete backup at `version` or later exists.
+  kj::Promise<void> wait_for(uint64_t version);
+
+  // A server sent its replica of the backup at `version` (encoded chunk snapshots).
+  void add_replica(uint64_t version, size_t index, std::vector<std::string> chunks);
+  // The newest complete backup with a replica of server `index`'s shard: its version and chunks
+  // (pointing into the ledger: valid until the next change), or nullopt.
+  std::optional<std::pair<uint64_t, const std::vector<std::string>*>> newest_replica(size_t index) const;
+
+  // A rollback to `version`: acks and replicas of later backups belong to the abandoned timeline.
+  void forget_after(uint64_t version);
+
+ private:
+  std::map<uint64_t, std::set<size_t>> acks_;  // version -> server indexes that wrote it
+  std::vector<uint64_t> complete_;             // ascending; the last two are kept
+  std::vector<std::pair<uint64_t, kj::Own<kj::PromiseFulfiller<void>>>> waiters_;
+  std::map<uint64_t, std::map<size_t, std::vector<std::string>>> replicas_;  // the last three versions
+};
+
+}  // namespace pstrain

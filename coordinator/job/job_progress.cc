@@ -1,0 +1,110 @@
+#include "coordinator/job/job_progress.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace pstrain {
+
+JobProgress::JobProgress(std::string job_id, uint32_t epochs, JobStore& store)
+    : job_id_(std::move(job_id)), store_(store), epochs_(epochs) {}
+
+void JobProgress::reset_workers(size_t count, uint64_t steps) {
+  workers_.assign(count, WorkerProgress{});
+  for (auto& w : workers_) w.steps = steps;
+}
+
+bool JobProgress::all_finished() const {
+  return std::all_of(workers_.begin(), workers_.end(), [](const WorkerProgress& w) { return w.finished; });
+}
+
+uint64_t JobProgress::steps_done(bool sync) const {
+  uint64_t done = 0;
+  for (const auto& w : workers_) done = sync ? std::max(done, w.steps) : done + w.steps;
+  return done;
+}
+
+double JobProgress::total_rate() const {
+  double rate = 0;
+  for (const auto& w : workers_) rate += w.rate;
+  return rate;
+}
+
+void JobProgress::restart_epochs_from(size_t first) {
+  for (size_t e = first; e < epochs_.size(); ++e) epochs_[e] = EpochMetrics{};
+}
+
+void JobProgress::add_evaluation(uint32_t epoch, double loss_sum, uint64_t correct, uint64_t examples, double rate,
+                                 size_t workers) {
+  EpochMetrics& m = epochs_[epoch];
+  m.test_loss_sum += loss_sum;
+  m.test_correct += correct;
+  m.test_examples += examples;
+  m.samples_per_second += rate;
+  if (++m.evaluations == workers) record_epoch(epoch, false);
+}
+
+void JobProgress::record_epoch(uint32_t epoch, bool partial) {
+  EpochMetrics& m = epochs_[epoch];
+  if (m.recorded) return;
+  m.recorded = true;
+  const double train_n = std::max<uint64_t>(1, m.train_examples), test_n = std::max<uint64_t>(1, m.test_examples);
+  const EpochMetric metric{epoch + 1,         m.train_loss_sum / train_n, m.train_correct / train_n,
+                           m.test_loss_sum / test_n, m.test_correct / test_n, m.samples_per_second,
+                           now_ms()};
+  std::printf("epoch %u: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s%s\n", epoch + 1,
+              metric.train_loss, metric.train_accuracy, metric.test_loss, metric.test_accuracy,
+              metric.samples_per_second, partial ? " (test: part of the split, a worker was lost)" : "");
+  std::fflush(stdout);
+  store_.append_epoch(job_id_, metric);
+  store_.update(job_id_, [&](JobRecord& r) {
+    r.test_loss = metric.test_loss;
+    r.test_accuracy = metric.test_accuracy;
+    r.train_loss = metric.train_loss;
+    r.train_accuracy = metric.train_accuracy;
+    if (partial) {
+      r.notes.push_back("epoch " + std::to_string(epoch + 1) + ": test metrics on " + std::to_string(m.test_examples) +
+                        " examples (a worker was lost before evaluating its part)");
+    }
+  });
+}
+
+void JobProgress::record_partial_epochs(uint32_t before) {
+  for (uint32_t e = 0; e < before && e < epochs_.size(); ++e) {
+    if (!epochs_[e].recorded && epochs_[e].evaluations > 0) record_epoch(e, true);
+  }
+}
+
+double JobProgress::final_accuracy() const {
+  const EpochMetrics& last = epochs_.back();
+  return last.test_examples ? static_cast<double>(last.test_correct) / last.test_examples : 0.0;
+}
+
+void JobProgress::check_ledger(uint64_t steps_per_epoch, uint32_t examples) const {
+  std::vector<std::vector<uint32_t>> uses(epochs_.size(), std::vector<uint32_t>(examples, 0));
+  for (const auto& [step, by_worker] : ledger_) {
+    const uint64_t epoch = step / steps_per_epoch;
+    if (epoch >= uses.size()) continue;
+    for (const auto& [worker, indices] : by_worker) {
+      for (uint32_t i : indices) ++uses[epoch][i];
+    }
+  }
+  const uint64_t audited_from = ledger_.empty() ? 0 : ledger_.begin()->first;
+  for (size_t e = 0; e < uses.size(); ++e) {
+    if (e * steps_per_epoch < audited_from) {
+      std::printf("examples of epoch %zu: not audited (trained before a coordinator restart)\n", e + 1);
+      continue;
+    }
+    uint64_t once = 0, missing = 0, repeated = 0;
+    for (uint32_t n : uses[e]) {
+      once += n == 1;
+      missing += n == 0;
+      repeated += n > 1;
+    }
+    std::printf("examples of epoch %zu: %llu used once, %llu missing, %llu used more than once\n", e + 1,
+                static_cast<unsigned long long>(once), static_cast<unsigned long long>(missing),
+                static_cast<unsigned long long>(repeated));
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace pstrain

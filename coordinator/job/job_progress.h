@@ -1,0 +1,81 @@
+// What a job's workers have done: each worker's steps, rate and whether it finished or was lost;
+// the per-epoch metrics gathered from their reports (recorded in the JobStore once every worker
+// evaluated); and, in sync mode, the example ledger.
+//
+// The example ledger: for each global step of the current timeline, the examples each worker
+// was served. A rollback to step b forgets steps >= b, so at the end the ledger holds exactly the
+// examples of the applied updates, and each epoch is checked to use every example once (printed).
+//
+// Thread rules: event-loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "coordinator/job_store.h"
+
+namespace pstrain {
+
+struct EpochMetrics {
+  double train_loss_sum = 0;
+  uint64_t train_correct = 0, train_examples = 0;
+  double test_loss_sum = 0;
+  uint64_t test_correct = 0, test_examples = 0;
+  double samples_per_second = 0;  // sum of the workers' training rates
+  uint32_t evaluations = 0;       // workers that reported their test slice
+  bool recorded = false;          // written to the store (once every worker has reported)
+};
+
+struct WorkerProgress {
+  uint64_t steps = 0;  // latest step count reported (the worker's steps in the job)
+  double rate = 0;     // latest samples/s reported
+  bool finished = false;
+  bool lost = false;   // async: lost, its place open for a free worker
+};
+
+class JobProgress {
+ public:
+  JobProgress(std::string job_id, uint32_t epochs, JobStore& store);
+
+  // A new plan with `count` workers, each at `steps` (replan() sets async positions after).
+  void reset_workers(size_t count, uint64_t steps);
+  std::vector<WorkerProgress>& workers() { return workers_; }
+  const std::vector<WorkerProgress>& workers() const { return workers_; }
+  bool all_finished() const;
+  // Sync: the furthest worker's steps; async: the sum over workers.
+  uint64_t steps_done(bool sync) const;
+  double total_rate() const;
+
+  std::vector<EpochMetrics>& epochs() { return epochs_; }
+  const std::vector<EpochMetrics>& epochs() const { return epochs_; }
+  // Metrics of epochs from `first` on start over (their steps are redone).
+  void restart_epochs_from(size_t first);
+  // Adds a worker's evaluation of its test slice; records the epoch once `workers` have.
+  void add_evaluation(uint32_t epoch, double loss_sum, uint64_t correct, uint64_t examples, double rate,
+                      size_t workers);
+  // Writes epoch e's metrics (printed line, history, record). `partial`: some workers' test
+  // slices are missing (a worker was lost before it evaluated).
+  void record_epoch(uint32_t epoch, bool partial);
+  // Records every epoch before `before` that has evaluations but was not recorded.
+  void record_partial_epochs(uint32_t before);
+  // Test accuracy of the last epoch (0 if nothing was evaluated).
+  double final_accuracy() const;
+
+  // Example ledger (sync).
+  void served(uint64_t step, uint32_t worker, std::vector<uint32_t> indices) { ledger_[step][worker] = std::move(indices); }
+  void forget_from(uint64_t step) { ledger_.erase(ledger_.lower_bound(step), ledger_.end()); }
+  void clear_ledger() { ledger_.clear(); }
+  // Prints, per epoch, how many examples were used once, not at all, and more than once.
+  void check_ledger(uint64_t steps_per_epoch, uint32_t examples) const;
+
+ private:
+  std::string job_id_;
+  JobStore& store_;
+  std::vector<WorkerProgress> workers_;
+  std::vector<EpochMetrics> epochs_;
+  std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;  // step -> worker -> examples
+};
+
+}  // namespace pstrain

@@ -1,0 +1,248 @@
+#include "coordinator/job/server_group.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+namespace pstrain {
+
+ServerGroup::ServerGroup(std::string job_id, kj::AsyncIoProvider& io, const JobOptions& options)
+    : job_id_(std::move(job_id)), io_(io), options_(options) {}
+
+void ServerGroup::assign(std::vector<ServerMember> members) {
+  members_ = std::move(members);
+  connections_.clear();
+  connections_.resize(members_.size());
+  clients_.clear();
+  for (size_t i = 0; i < members_.size(); ++i) clients_.push_back(nullptr);
+}
+
+void ServerGroup::replace(size_t index, ServerMember member) { members_[index] = std::move(member); }
+
+std::optional<size_t> ServerGroup::index_of(uint32_t node) const {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].node == node) return i;
+  }
+  return std::nullopt;
+}
+
+std::vector<uint32_t> ServerGroup::nodes() const {
+  std::vector<uint32_t> out;
+  for (const auto& m : members_) out.push_back(m.node);
+  return out;
+}
+
+std::vector<std::string> ServerGroup::names() const {
+  std::vector<std::string> out;
+  for (const auto& m : members_) out.push_back(m.name);
+  return out;
+}
+
+std::vector<std::string> ServerGroup::addresses() const {
+  std::vector<std::string> out;
+  for (const auto& m : members_) out.push_back(m.address);
+  return out;
+}
+
+kj::Promise<void> ServerGroup::timed(kj::Promise<void> promise) {
+  return io_.getTimer().timeoutAfter(options_.server_call_timeout, kj::mv(promise));
+}
+
+template <typename T, typename Call>
+kj::Promise<kj::Array<T>> ServerGroup::each(Call&& call) {
+  kj::Vector<kj::Promise<T>> calls;
+  for (size_t i = 0; i < clients_.size(); ++i) calls.add(call(clients_[i], i));
+  return io_.getTimer().timeoutAfter(options_.server_call_timeout, kj::joinPromises(calls.releaseAsArray()));
+}
+
+template <typename Call>
+kj::Promise<void> ServerGroup::each_void(Call&& call) {
+  kj::Vector<kj::Promise<void>> calls;
+  for (size_t i = 0; i < clients_.size(); ++i) calls.add(call(clients_[i], i));
+  return timed(kj::joinPromises(calls.releaseAsArray()));
+}
+
+kj::Promise<void> ServerGroup::connect(size_t index) {
+  const rpc::HostPort address = rpc::parse_host_port(members_[index].address, 7100, "server address");
+  return timed(rpc::connect(io_.getNetwork(), address).then([this, index](kj::Own<rpc::Connection> c) {
+    connections_[index] = kj::mv(c);
+    clients_[index] = connections_[index]->bootstrap().castAs<proto::ParameterServer>();
+  }));
+}
+
+kj::Promise<void> ServerGroup::connect_all() {
+  kj::Vector<kj::Promise<void>> ready;
+  for (size_t i = 0; i < members_.size(); ++i) ready.add(connect(i));
+  return kj::joinPromises(ready.releaseAsArray());
+}
+
+kj::Promise<void> ServerGroup::configure(size_t index, const ConfigFiller& fill) {
+  auto request = clients_[index].configureRequest();
+  auto config = request.initConfig();
+  fill(config);
+  config.setServerIndex(static_cast<uint32_t>(index));
+  return timed(request.send().ignoreResult());
+}
+
+kj::Promise<void> ServerGroup::configure_all(const ConfigFiller& fill) {
+  kj::Vector<kj::Promise<void>> configured;
+  for (size_t i = 0; i < members_.size(); ++i) configured.add(configure(i, fill));
+  return kj::joinPromises(configured.releaseAsArray());
+}
+
+kj::Promise<kj::Array<ServerVersions>> ServerGroup::versions() {
+  return each<ServerVersions>([this](proto::ParameterServer::Client& client, size_t) {
+    auto request = client.backupAtRequest();  // the maximum version only asks
+    request.setJobId(job_id_);
+    request.setVersion(std::numeric_limits<uint64_t>::max());
+    return request.send().then([](auto&& r) { return ServerVersions{r.getLowestVersion(), r.getCurrentVersion()}; });
+  });
+}
+
+kj::Promise<kj::Array<bool>> ServerGroup::probe(uint64_t* reached) {
+  kj::Vector<kj::Promise<bool>> probes;
+  for (auto& client : clients_) {
+    auto request = client.backupAtRequest();
+    request.setJobId(job_id_);
+    request.setVersion(std::numeric_limits<uint64_t>::max());
+    probes.add(io_.getTimer()
+                   .timeoutAfter(options_.server_probe_timeout, request.send().then([reached](auto&& r) {
+                     *reached = std::max(*reached, r.getCurrentVersion());
+                     return true;
+                   }))
+                   .catch_([](kj::Exception&&) { return false; }));
+  }
+  return kj::joinPromises(probes.releaseAsArray());
+}
+
+kj::Promise<std::vector<uint64_t>> ServerGroup::common_backups() {
+  return each<std::vector<uint64_t>>([this](proto::ParameterServer::Client& client, size_t) {
+           auto request = client.backupsRequest();
+           request.setJobId(job_id_);
+           return request.send().then([](auto&& r) {
+             std::vector<uint64_t> v;
+             for (uint64_t x : r.getVersions()) v.push_back(x);
+             return v;
+           });
+         })
+      .then([](kj::Array<std::vector<uint64_t>> all) {
+        std::set<uint64_t> common(all[0].begin(), all[0].end());
+        for (size_t i = 1; i < all.size(); ++i) {
+          std::set<uint64_t> next;
+          for (uint64_t v : all[i]) {
+            if (common.count(v) != 0) next.insert(v);
+          }
+          common = std::move(next);
+        }
+        return std::vector<uint64_t>(common.begin(), common.end());
+      });
+}
+
+kj::Promise<void> ServerGroup::restore(uint64_t version, bool from_scratch, uint64_t generation) {
+  return each_void([&](proto::ParameterServer::Client& client, size_t) {
+    auto request = client.restoreRequest();
+    request.setJobId(job_id_);
+    request.setVersion(version);
+    request.setFromScratch(from_scratch);
+    request.setGeneration(generation);
+    return request.send().ignoreResult();
+  });
+}
+
+kj::Promise<void> ServerGroup::settle(uint64_t version, uint64_t generation) {
+  return each_void([&](proto::ParameterServer::Client& client, size_t) {
+    auto request = client.settleRequest();
+    request.setJobId(job_id_);
+    request.setVersion(version);
+    request.setGeneration(generation);
+    return request.send().ignoreResult();
+  });
+}
+
+kj::Promise<void> ServerGroup::settle_and_release(uint64_t version, uint64_t generation) {
+  return each_void([&](proto::ParameterServer::Client& client, size_t) {
+    auto settle = client.settleRequest();
+    settle.setJobId(job_id_);
+    settle.setVersion(version);
+    settle.setGeneration(generation);
+    auto release = client.releaseHoldRequest();
+    release.setJobId(job_id_);
+    return settle.send().ignoreResult().then([release = kj::mv(release)]() mutable {
+      return release.send().ignoreResult();
+    });
+  });
+}
+
+kj::Promise<kj::Array<uint64_t>> ServerGroup::mark_backup(uint64_t version) {
+  return each<uint64_t>([&](proto::ParameterServer::Client& client, size_t) {
+    auto request = client.backupAtRequest();
+    request.setJobId(job_id_);
+    request.setVersion(version);
+    return request.send().then([](auto&& r) { return r.getCurrentVersion(); });
+  });
+}
+
+kj::Promise<void> ServerGroup::backup_now(uint64_t version) {
+  return each_void([&](proto::ParameterServer::Client& client, size_t) {
+    auto request = client.backupNowRequest();
+    request.setJobId(job_id_);
+    request.setVersion(version);
+    return request.send().ignoreResult();
+  });
+}
+
+void ServerGroup::release_holds() {
+  for (auto& client : clients_) {
+    auto request = client.releaseHoldRequest();
+    request.setJobId(job_id_);
+    request.send().detach([](kj::Exception&&) {});
+  }
+}
+
+void ServerGroup::drop_job() {
+  for (auto& client : clients_) {
+    auto request = client.dropJobRequest();
+    request.setJobId(job_id_);
+    request.send().detach([](kj::Exception&&) {});
+  }
+}
+
+void ServerGroup::worker_finished(uint32_t worker) {
+  for (auto& client : clients_) {
+    auto request = client.workerFinishedRequest();
+    request.setJobId(job_id_);
+    request.setWorker(worker);
+    request.send().detach([](kj::Exception&&) {});
+  }
+}
+
+kj::Promise<void> ServerGroup::adopt_backup(size_t index, uint64_t version, const std::vector<std::string>& chunks) {
+  auto request = clients_[index].adoptBackupRequest();
+  request.setJobId(job_id_);
+  request.setVersion(version);
+  auto list = request.initChunks(static_cast<unsigned>(chunks.size()));
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    list.set(static_cast<unsigned>(c),
+             capnp::Data::Reader(reinterpret_cast<const kj::byte*>(chunks[c].data()), chunks[c].size()));
+  }
+  return timed(request.send().ignoreResult());
+}
+
+kj::Promise<void> ServerGroup::pull_all(const std::vector<ChunkInfo>& chunks, const ParamLayout& layout,
+                                        std::vector<float>& into) {
+  kj::Vector<kj::Promise<void>> pulls;
+  for (const ChunkInfo& chunk : chunks) {
+    auto request = clients_[chunk.server].pullRequest();
+    request.setJobId(job_id_);
+    request.setKey(chunk.key);
+    request.setMinVersion(0);
+    const size_t at = layout.params()[chunk.param].offset + chunk.offset;
+    pulls.add(request.send().then([&into, chunk, at](capnp::Response<proto::ParameterServer::PullResults>&& r) {
+      const auto values = rpc::tensor_view(r.getValues(), chunk.size, "final parameters");
+      std::copy(values.begin(), values.end(), into.begin() + static_cast<long>(at));
+    }));
+  }
+  return timed(kj::joinPromises(pulls.releaseAsArray()));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,78 @@
+#include "coordinator/kv_writer.h"
+
+#include <string_view>
+#include <unordered_map>
+
+#include "common/log.h"
+
+namespace pstrain {
+
+KvWriter::KvWriter(KvStore* kv) : kv_(kv), thread_([this] { run(); }) {}
+
+KvWriter::~KvWriter() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void KvWriter::enqueue(std::vector<KvStore::Write> writes, bool sync, std::function<void()> applied) {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& w : writes) pending_.push_back(std::move(w));
+    if (applied) pending_applied_.push_back(std::move(applied));
+    pending_sync_ = pending_sync_ || sync;
+    ++queued_;
+  }
+  wake_.notify_one();
+}
+
+void KvWriter::flush() {
+  std::unique_lock lock(mutex_);
+  const uint64_t target = queued_;
+  drained_.wait(lock, [&] { return applied_ >= target; });
+}
+
+uint64_t KvWriter::failures() const {
+  std::lock_guard lock(mutex_);
+  return failures_;
+}
+
+void KvWriter::run() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || applied_ < queued_; });
+    if (applied_ == queued_) return;  // stopping, and nothing left
+    std::vector<KvStore::Write> batch;
+    batch.swap(pending_);
+    const bool sync = pending_sync_;
+    pending_sync_ = false;
+    std::vector<std::function<void()>> callbacks;
+    callbacks.swap(pending_applied_);
+    const uint64_t upto = queued_;
+    lock.unlock();
+    // One value per key: the last one queued.
+    std::vector<bool> keep(batch.size(), false);
+    {
+      std::unordered_map<std::string_view, size_t> last;
+      for (size_t i = 0; i < batch.size(); ++i) last[batch[i].key] = i;
+      for (const auto& [key, i] : last) keep[i] = true;
+    }
+    std::vector<KvStore::Write> writes;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (keep[i]) writes.push_back(std::move(batch[i]));
+    }
+    KvStatus status;
+    if (kv_ != nullptr && !writes.empty()) status = kv_->write(writes, sync);
+    for (auto& callback : callbacks) callback();
+    if (!status.ok()) PSLOG(kError) << "kv writer: writing " << writes.size() << " key(s) to " << kv_->directory() << " failed: " << status.message;
+    lock.lock();
+    failures_ += status.ok() ? 0 : 1;
+    applied_ = upto;
+    drained_.notify_all();
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,59 @@
+// Persists key-value writes on a thread of its own, so that the threads which change state (the
+// coordinator's event loop above all) never wait for RocksDB.
+//
+// Writes are applied in the order they were queued. Writes queued while the thread is busy are
+// applied together as one atomic batch, synced if any of them asked for it; a key written several
+// times in one batch is written once, with its last value (so a slow disk costs at most one
+// pending value per key, not a growing queue of every progress report).
+//
+// Durability: enqueue() returns before anything is on disk. A write queued with `sync` is durable
+// once the batch that carries it has been applied; flush() waits for that. A crash loses what was
+// still queued: at most the last few milliseconds of changes.
+//
+// Thread rules: thread-safe. Owns its thread; the destructor applies everything queued before it
+// and joins the thread. The KvStore must outlive the writer.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/kv_store.h"
+
+namespace pstrain {
+
+class KvWriter {
+ public:
+  // `kv` may be null: writes are dropped (a store without persistence).
+  explicit KvWriter(KvStore* kv);
+  ~KvWriter();
+  KvWriter(const KvWriter&) = delete;
+  KvWriter& operator=(const KvWriter&) = delete;
+
+  // `applied`, if given, runs on the writer thread once the batch that carries `writes` has been
+  // applied (durably when `sync`), in queue order, with no lock of the writer held.
+  void enqueue(std::vector<KvStore::Write> writes, bool sync, std::function<void()> applied = {});
+  // Returns once everything queued before the call has been applied (durably, where asked).
+  void flush();
+  // Batches RocksDB refused (each also logged with its message).
+  uint64_t failures() const;
+
+ private:
+  void run();
+
+  KvStore* kv_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_, drained_;
+  std::vector<KvStore::Write> pending_;  // guarded by mutex_
+  bool pending_sync_ = false;            // guarded by mutex_
+  std::vector<std::function<void()>> pending_applied_;  // guarded by mutex_
+  uint64_t queued_ = 0, applied_ = 0;    // guarded by mutex_: enqueue() calls, and those applied
+  uint64_t failures_ = 0;                // guarded by mutex_
+  bool stopping_ = false;                // guarded by mutex_
+  std::thread thread_;                   // last member: starts once the rest is initialised
+};
+
+}  // namespace pstrain
