@@ -120,8 +120,9 @@ int main(int argc, char** argv) {
       const std::string job_id = rpc::to_string(assignment.getJobId());
       std::string fatal;
       try {
-        TrainingSession session(*io.provider, ws, link.client(), node_id, assignment, SessionOptions{threads, exchange}, stop);
-        session.run(should_stop);
+        TrainingSession session(*io.provider, link.client(), node_id, assignment, SessionOptions{threads, exchange},
+                                stop);
+        session.run(ws, should_stop);
         min_generation = 0;
         transient_failures = 0;
       } catch (const kj::Exception& e) {
