@@ -1,5 +1,6 @@
 // TrainingSession's orders from the coordinator: the watch call, a takeover of a lost worker's
-// slice, and the pause for an async cut. Thread rules: those of training_session.h.
+// slice (and the end of a step, where it fits in), and the pause for an async cut. Thread rules:
+// those of training_session.h.
 #include <algorithm>
 
 #include "common/log.h"
@@ -44,7 +45,7 @@ void TrainingSession::watch_for_orders() {
           .fork();
 }
 
-void TrainingSession::pause_for_cut(uint32_t epoch, uint64_t step) {
+void TrainingSession::pause_for_cut(kj::WaitScope& wait_scope, uint32_t epoch, uint64_t step) {
   auto request = coordinator_.pausedRequest();
   request.setNodeId(node_id_);
   request.setJobId(job_id_);
@@ -55,21 +56,40 @@ void TrainingSession::pause_for_cut(uint32_t epoch, uint64_t step) {
   PSLOG(kDebug) << "job " << job_id_ << ": paused for cut " << pause_cut_ << " at epoch " << epoch + 1 << " step "
                 << step;
   pause_cut_ = 0;
-  wait(request.send().ignoreResult());
+  wait(wait_scope, request.send().ignoreResult());
   watch_for_orders();
 }
 
-kj::Promise<void> TrainingSession::take_over() {
+void TrainingSession::finish_step(kj::WaitScope& wait_scope, const GradientSlice& mine) {
+  auto all = exchange_->push_rest(mine).fork();
+  KJ_IF_MAYBE(arrived, takeover_arrived_) {
+    // Sync: the step may not complete without a lost worker's slice: wait for whichever comes first.
+    if (!takeover_ && spec_.training.mode == TrainingMode::kSync) {
+      wait(wait_scope, all.addBranch().exclusiveJoin(arrived->addBranch()));
+    }
+  }
+  kj::Promise<void> taken_over = kj::READY_NOW;
+  if (takeover_ && takeover_->step < mine.step) takeover_.reset();  // a step that completed anyway
+  if (takeover_ && takeover_->step == mine.step) {
+    taken_over = take_over(wait_scope);
+    takeover_.reset();
+    takeover_arrived_ = nullptr;
+  }
+  wait(wait_scope, all.addBranch());
+  wait(wait_scope, kj::mv(taken_over));
+  exchange_->take_values();
+}
+
+kj::Promise<void> TrainingSession::take_over(kj::WaitScope& wait_scope) {
   Takeover& order = *takeover_;
   takeover_grads_.resize(grads_.size());
-  const float* params = params_.data();
-  if (sparse_exchange_ && order.examples > 0) {
-    // params_ is current only in the rows this worker's batch touches: fetch the whole step's
-    // version (a chunk the lost worker pushed has moved one update on; its server still holds
-    // the step's version).
-    std::vector<uint64_t> versions;
+  if (order.examples > 0) {
+    // The step's version, dense: with a row-sparse exchange values() is current only in the rows
+    // this worker's batch touches, so the exchange fetches it (a chunk the lost worker pushed has
+    // moved one update on; its server still holds the step's version).
+    const float* params = nullptr;
     try {
-      pull_all(order.step, takeover_params_, versions, /*exact=*/true);
+      params = exchange_->step_values(wait_scope, order.step);
     } catch (const kj::Exception& e) {
       // Cannot happen while the step waits for the lost slice; if it does, the coordinator's
       // takeover times out and the job rolls back.
@@ -77,20 +97,13 @@ kj::Promise<void> TrainingSession::take_over() {
                       << e.getDescription().cStr();
       return kj::READY_NOW;
     }
-    params = takeover_params_.data();
-  }
-  if (order.examples > 0) {
     model_->compute_gradients(params, order.inputs.data(), order.labels.data(), order.examples,
                               takeover_grads_.data());
   } else {
     std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);
   }
-  kj::Vector<kj::Promise<void>> replies;
-  for (size_t k = 0; k < chunks_.size(); ++k) {
-    replies.add(send_push(k, order.step, order.slice, order.slice_count, order.examples,
-                          takeover_grads_.data() + chunk_offsets_[k], false, std::nullopt, std::nullopt));
-  }
-  return kj::joinPromises(replies.releaseAsArray());
+  return servers_.push_without_values(
+      GradientSlice{order.step, order.slice, order.slice_count, order.examples, takeover_grads_.data()});
 }
 
 }  // namespace pstrain

@@ -2,10 +2,8 @@
 
 namespace pstrain {
 
-ShardReader::ShardReader(proto::DataStream::Client stream, kj::WaitScope& wait_scope, uint32_t batches_per_call,
-                         size_t prefetch_batches)
+ShardReader::ShardReader(proto::DataStream::Client stream, uint32_t batches_per_call, size_t prefetch_batches)
     : stream_(kj::mv(stream)),
-      wait_scope_(wait_scope),
       batches_per_call_(batches_per_call),
       prefetch_batches_(prefetch_batches) {
   pump_ = pump().eagerlyEvaluate([this](kj::Exception&& e) {
@@ -38,13 +36,13 @@ kj::Promise<void> ShardReader::pump() {
   });
 }
 
-bool ShardReader::next(proto::Batch::Reader* batch) {
+bool ShardReader::next(kj::WaitScope& wait_scope, proto::Batch::Reader* batch) {
   while (ready_.empty()) {
     if (ended_) return false;
     KJ_IF_MAYBE(e, failed_) { kj::throwFatalException(kj::cp(*e)); }
     auto paf = kj::newPromiseAndFulfiller<void>();
     data_waiter_ = kj::mv(paf.fulfiller);
-    paf.promise.wait(wait_scope_);
+    paf.promise.wait(wait_scope);
   }
   auto [response, index] = ready_.front();
   ready_.pop_front();

@@ -3,7 +3,7 @@
 // the next batches arrive while the current step computes, and training can go on for a while
 // if the coordinator goes away (DESIGN section 4: not every step needs the coordinator).
 //
-// Thread rules: event-loop thread only (it waits on the loop).
+// Thread rules: event-loop thread only (next() waits on the loop).
 #pragma once
 
 #include <capnp/capability.h>
@@ -18,12 +18,12 @@ namespace pstrain {
 
 class ShardReader {
  public:
-  ShardReader(proto::DataStream::Client stream, kj::WaitScope& wait_scope, uint32_t batches_per_call = 8,
-              size_t prefetch_batches = 256);
+  explicit ShardReader(proto::DataStream::Client stream, uint32_t batches_per_call = 8,
+                       size_t prefetch_batches = 256);
 
-  // The next batch, or false when the shard is exhausted. The reader stays valid until the next
-  // call of next().
-  bool next(proto::Batch::Reader* batch);
+  // The next batch, or false when the shard is exhausted; waits on `wait_scope` for it if it has
+  // not arrived yet. The reader stays valid until the next call of next().
+  bool next(kj::WaitScope& wait_scope, proto::Batch::Reader* batch);
   // The batch after the current one if it has arrived (without waiting), or false. The reader
   // stays valid until the next call of next().
   bool peek(proto::Batch::Reader* batch) const;
@@ -35,7 +35,6 @@ class ShardReader {
   static void wake(kj::Own<kj::PromiseFulfiller<void>>& waiter);
 
   proto::DataStream::Client stream_;
-  kj::WaitScope& wait_scope_;
   uint32_t batches_per_call_;
   size_t prefetch_batches_;
   std::deque<std::pair<std::shared_ptr<Response>, unsigned>> ready_;

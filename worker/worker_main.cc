@@ -15,6 +15,26 @@
 #include "common/rpc/rpc_util.h"
 #include "worker/training_session.h"
 
+namespace {
+
+struct WorkerConfig {
+  pstrain::rpc::HostPort coordinator;
+  std::string name;
+  int threads = 1;  // compute threads; 0: one per core
+  pstrain::Exchange exchange = pstrain::Exchange::kForward;
+};
+
+pstrain::Exchange parse_exchange(const std::string& mode) {
+  using pstrain::Exchange;
+  if (mode == "forward") return Exchange::kForward;
+  if (mode == "factored") return Exchange::kFactored;
+  if (mode == "sparse") return Exchange::kSparse;
+  if (mode == "dense") return Exchange::kDense;
+  throw pstrain::Error("--exchange must be forward, factored, sparse or dense (got '" + mode + "')");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace pstrain;
   FlagSet flags("pstrain-worker",
@@ -32,28 +52,13 @@ int main(int argc, char** argv) {
             "chunk whole). The last three are for comparisons.");
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-worker")) return *status;
-  rpc::HostPort coordinator;
-  std::string name;
-  int threads = 1;
-  Exchange exchange = Exchange::kForward;
+  WorkerConfig config;
   try {
     apply_log_level(flags);
-    coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
-    threads = static_cast<int>(flags.get_int("threads", 0, 256));
-    const std::string mode = flags.get("exchange");
-    if (mode == "forward") {
-      exchange = Exchange::kForward;
-    } else if (mode == "factored") {
-      exchange = Exchange::kFactored;
-    } else if (mode == "sparse") {
-      exchange = Exchange::kSparse;
-    } else if (mode == "dense") {
-      exchange = Exchange::kDense;
-    } else {
-      throw Error("--exchange must be forward, factored, sparse or dense (got '" + mode + "')");
-    }
-    name = flags.get("name");
-    if (name.empty()) name = rpc::default_node_name();
+    config.coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
+    config.threads = static_cast<int>(flags.get_int("threads", 0, 256));
+    config.exchange = parse_exchange(flags.get("exchange"));
+    config.name = flags.get("name").empty() ? rpc::default_node_name() : flags.get("name");
   } catch (const std::exception& e) {
     std::cerr << "pstrain-worker: " << e.what() << "\n";
     return 2;
@@ -63,7 +68,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  threads = rpc::prepare_node_process(threads);
+  const int threads = rpc::prepare_node_process(config.threads);
   auto io = kj::setupAsyncIo();
   auto& ws = io.waitScope;
 
@@ -73,7 +78,7 @@ int main(int argc, char** argv) {
   auto stop_paf = kj::newPromiseAndFulfiller<void>();
   auto stop = stop_paf.promise.fork();
   bool stopping = false;
-  rpc::CoordinatorLink link(*io.provider, coordinator, proto::Role::WORKER, "", name);
+  rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::WORKER, "", config.name);
   auto on_signal = rpc::shutdown_signal(io.unixEventPort)
                        .then([&](int s) -> kj::Promise<void> {
                          stopping = true;
@@ -120,8 +125,9 @@ int main(int argc, char** argv) {
       const std::string job_id = rpc::to_string(assignment.getJobId());
       std::string fatal;
       try {
-        TrainingSession session(*io.provider, ws, link.client(), node_id, assignment, SessionOptions{threads, exchange}, stop);
-        session.run(should_stop);
+        TrainingSession session(*io.provider, link.client(), node_id, assignment,
+                                SessionOptions{threads, config.exchange}, stop);
+        session.run(ws, should_stop);
         min_generation = 0;
         transient_failures = 0;
       } catch (const kj::Exception& e) {

@@ -1,0 +1,169 @@
+#include "worker/factored_exchange.h"
+
+#include <kj/debug.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace pstrain {
+namespace {
+
+std::vector<size_t> unfactored_chunks(const FactorPlan& plan, size_t chunks) {
+  std::vector<size_t> unfactored;
+  for (size_t k = 0; k < chunks; ++k) {
+    if (!plan.is_factored_chunk(k)) unfactored.push_back(k);
+  }
+  return unfactored;
+}
+
+std::vector<size_t> group_offsets(const FactorPlan& plan) {
+  std::vector<size_t> offsets;
+  for (const FactorPlan::Group& g : plan.groups()) offsets.push_back(g.param_offset);
+  return offsets;
+}
+
+}  // namespace
+
+FactoredExchange::FactoredExchange(ServerChunks& servers, const nn::DataParallelModel<float>& model,
+                                   InputSparsity sparsity, FactorPlan plan)
+    : servers_(servers),
+      model_(model),
+      rows_(std::move(sparsity), servers.chunks().size()),
+      plan_(std::move(plan)),
+      chunk_pushes_(servers, unfactored_chunks(plan_, servers.chunks().size()), &rows_),
+      group_order_(group_offsets(plan_)),
+      group_buffers_(plan_.groups().size()),
+      deltas_(model.layout().params().size()),
+      deltas_round_(model.layout().params().size(), 0) {
+  KJ_REQUIRE(plan_.groups().empty() || model_.replicas() == 1, "factored pushes need one compute replica");
+}
+
+std::string FactoredExchange::describe() const {
+  const size_t groups = plan_.groups().size();
+  return rows_.describe() + (groups == 0 ? "" : ", " + std::to_string(groups) + " factored kernel pushes per step");
+}
+
+const std::vector<bool>* FactoredExchange::factored_kernels() const {
+  return plan_.groups().empty() ? nullptr : &plan_.factored_kernels();
+}
+
+void FactoredExchange::gradients_ready(kj::WaitScope& wait_scope, const GradientSlice& slice, size_t final_from) {
+  size_t sent = chunk_pushes_.push_from(final_from, slice);
+  sent += group_order_.send_from(final_from, [&](size_t g) { push_group(g, slice); });
+  if (sent > 0) wait_scope.poll();  // let the event loop write them out
+}
+
+kj::Promise<void> FactoredExchange::push_rest(const GradientSlice& slice) {
+  auto replies = chunk_pushes_.end_step(slice);
+  group_order_.send_from(0, [&](size_t g) { push_group(g, slice); });
+  group_order_.restart();
+  for (auto& reply : group_replies_) replies.add(kj::mv(reply));
+  group_replies_ = kj::Vector<kj::Promise<void>>();
+  ++round_;
+  return kj::joinPromises(replies.releaseAsArray());
+}
+
+const float* FactoredExchange::step_values(kj::WaitScope& wait_scope, uint64_t step) {
+  return rows_.active() ? servers_.pull_exact(wait_scope, step) : servers_.values();
+}
+
+void FactoredExchange::push_group(size_t g, const GradientSlice& slice) {
+  const FactorPlan::Group& group = plan_.groups()[g];
+  GroupBuffers& buffers = group_buffers_[g];
+  AlignedFloats& deltas = deltas_[group.param];
+  const uint32_t examples = slice.examples;
+  // Copies, not views of the model's buffers: a takeover computes on the model while this push
+  // may still be on its way out.
+  if (examples > 0) {
+    const auto factors = model_.first_replica().kernel_factors(group.param);
+    plan_.gather_inputs(group, factors.inputs.data(), examples, buffers.rows, buffers.inputs);
+    // Once per kernel and step: the kernel's other groups (other servers) send the same deltas,
+    // and an earlier group's message may still be reading them.
+    if (deltas_round_[group.param] != round_) {
+      deltas.resize(rpc::padded_to_words(group.columns * examples));
+      deltas.back() = 0.0f;  // (the pad, if any)
+      std::copy_n(factors.deltas.data(), group.columns * examples, deltas.data());
+      deltas_round_[group.param] = round_;
+    }
+  } else {
+    buffers.rows.clear();
+    buffers.inputs.clear();
+    deltas.clear();
+  }
+  auto request = servers_.factors_request(group.server, group.chunks, slice);
+  // Zero-copy, as in ServerChunks::push: the buffers stay untouched until the reply is in.
+  const size_t delta_floats = group.columns * examples, input_floats = buffers.rows.size() * examples;
+  const auto orphanage =
+      capnp::Orphanage::getForMessageContaining(proto::ParameterServer::PushFactorsParams::Builder(request));
+  if (delta_floats > 0) request.adoptDelta(rpc::reference_floats(orphanage, {deltas.data(), delta_floats}));
+  auto rows = request.initRows(static_cast<unsigned>(buffers.rows.size()));
+  for (unsigned i = 0; i < buffers.rows.size(); ++i) rows.set(i, buffers.rows[i]);
+  if (input_floats > 0) request.adoptInputs(rpc::reference_floats(orphanage, {buffers.inputs.data(), input_floats}));
+  servers_.count_bytes((delta_floats + input_floats) * sizeof(float));
+  if (partials_ != nullptr) {
+    KJ_IF_MAYBE(floats, partials_->ask(g, request, orphanage)) {
+      group_replies_.add(send_for_partial(g, request, *floats));
+      return;
+    }
+  }
+  group_replies_.add(send_for_values(g, request));
+}
+
+kj::Promise<void> FactoredExchange::send_for_values(size_t g, PushFactorsRequest& request) {
+  const FactorPlan::Group& group = plan_.groups()[g];
+  // Whole altogether if the ranges would make more parts than one message may carry.
+  std::vector<InputSparsity::Ranges> want;
+  size_t parts = 0;
+  for (size_t k : group.chunks) {
+    want.push_back(rows_.reply(k));
+    parts += want.back() ? want.back()->size() : 1;
+  }
+  if (parts > rpc::kMaxRangesPerPart) want.assign(want.size(), std::nullopt);
+  if (std::any_of(want.begin(), want.end(), [](const InputSparsity::Ranges& r) { return r.has_value(); })) {
+    auto wanted = request.initReplyRanges(static_cast<unsigned>(want.size()));
+    for (unsigned i = 0; i < want.size(); ++i) {
+      wanted[i].setWhole(!want[i].has_value());
+      if (want[i]) rpc::set_ranges(wanted[i].initRanges(static_cast<unsigned>(want[i]->size())), *want[i]);
+    }
+  }
+  return request.send().then([this, g, want = std::move(want)](
+                                 capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
+    const FactorPlan::Group& group = plan_.groups()[g];
+    const auto parts = r.getValueParts();
+    const auto versions = r.getVersions();
+    KJ_REQUIRE(versions.size() == group.chunks.size(), "reply has the wrong number of versions", versions.size());
+    unsigned part = 0;
+    for (size_t i = 0; i < group.chunks.size(); ++i) {
+      const size_t k = group.chunks[i];
+      float* into = servers_.next_values(k);
+      const std::vector<ChunkRange> whole{{0, servers_.chunks()[k].size}};
+      for (const ChunkRange& range : want[i] ? *want[i] : whole) {
+        KJ_REQUIRE(part < parts.size(), "reply has too few parts", parts.size());
+        const auto values = rpc::part_view(parts[part++], range.size, "updated values");
+        std::memcpy(into + range.offset, values.data(), values.size_bytes());
+        servers_.count_bytes(values.size_bytes());
+      }
+      servers_.set_version(k, versions[static_cast<unsigned>(i)]);
+    }
+    servers_.count_reply(r.getApplied());
+    KJ_REQUIRE(part == parts.size(), "reply has too many parts", parts.size());
+  });
+}
+
+kj::Promise<void> FactoredExchange::send_for_partial(size_t g, PushFactorsRequest& request, size_t partial_floats) {
+  servers_.count_bytes(request.asReader().getNextInputs().size());
+  return request.send().then(
+      [this, g, partial_floats](capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
+        const FactorPlan::Group& group = plan_.groups()[g];
+        const auto versions = r.getVersions();
+        KJ_REQUIRE(versions.size() == group.chunks.size(), "reply has the wrong number of versions", versions.size());
+        partials_->take(g, r, partial_floats);
+        for (size_t i = 0; i < group.chunks.size(); ++i) {
+          servers_.set_version(group.chunks[i], versions[static_cast<unsigned>(i)]);
+        }
+        servers_.count_reply(r.getApplied());
+        servers_.count_bytes(r.getPartial().size());
+      });
+}
+
+}  // namespace pstrain

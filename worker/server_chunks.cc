@@ -1,0 +1,169 @@
+#include "worker/server_chunks.h"
+
+#include <cstring>
+#include <optional>
+
+#include "worker/stoppable_wait.h"
+
+namespace pstrain {
+
+ServerChunks::ServerChunks(std::string job_id, uint64_t generation, std::vector<ChunkInfo> chunks,
+                           std::vector<std::string> server_addresses, const ParamLayout& layout,
+                           kj::ForkedPromise<void>& stop)
+    : job_id_(std::move(job_id)),
+      generation_(generation),
+      chunks_(std::move(chunks)),
+      addresses_(std::move(server_addresses)),
+      stop_(stop) {
+  for (const ChunkInfo& c : chunks_) {
+    KJ_REQUIRE(c.param < layout.params().size() && c.offset + c.size <= layout.params()[c.param].size &&
+                   c.server < addresses_.size(),
+               "assignment has a chunk that does not fit the model", c.key);
+    offsets_.push_back(layout.params()[c.param].offset + c.offset);
+  }
+  versions_.assign(chunks_.size(), 0);
+  values_.resize(layout.total_size());
+  next_values_.resize(layout.total_size());
+}
+
+void ServerChunks::connect(kj::WaitScope& wait_scope, kj::Network& network) {
+  for (const std::string& address : addresses_) {
+    auto connection = wait_unless_stopped(
+        rpc::connect(network, rpc::parse_host_port(address, 7100, "server address")), stop_, wait_scope);
+    servers_.push_back(connection->bootstrap().castAs<proto::ParameterServer>());
+    connections_.push_back(kj::mv(connection));
+  }
+}
+
+void ServerChunks::pull(kj::WaitScope& wait_scope, uint64_t min_version) {
+  pull_into(wait_scope, min_version, /*exact=*/false, values_, versions_);
+}
+
+const float* ServerChunks::pull_exact(kj::WaitScope& wait_scope, uint64_t version) {
+  std::vector<uint64_t> versions;
+  pull_into(wait_scope, version, /*exact=*/true, exact_values_, versions);
+  return exact_values_.data();
+}
+
+void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bool exact, AlignedFloats& into,
+                             std::vector<uint64_t>& versions) {
+  into.resize(values_.size());
+  versions.resize(chunks_.size());
+  kj::Vector<kj::Promise<void>> replies;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    auto request = servers_[chunks_[k].server].pullRequest();
+    request.setJobId(job_id_);
+    request.setKey(chunks_[k].key);
+    request.setMinVersion(min_version);
+    request.setExact(exact);
+    replies.add(request.send().then([this, k, &into, &versions, exact, min_version](
+                                        capnp::Response<proto::ParameterServer::PullResults>&& r) {
+      const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "pulled values");
+      std::memcpy(into.data() + offsets_[k], values.data(), values.size_bytes());
+      versions[k] = r.getVersion();
+      KJ_REQUIRE(!exact || versions[k] == min_version, "server sent another version than the one asked for",
+                 versions[k], min_version);
+    }));
+  }
+  wait_unless_stopped(kj::joinPromises(replies.releaseAsArray()), stop_, wait_scope);
+}
+
+kj::Promise<void> ServerChunks::push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
+                                     const InputSparsity::Ranges& want) {
+  return send_push(k, slice, ranges, /*take_values=*/true, want);
+}
+
+kj::Promise<void> ServerChunks::push_without_values(const GradientSlice& slice) {
+  kj::Vector<kj::Promise<void>> replies;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    replies.add(send_push(k, slice, std::nullopt, /*take_values=*/false, std::nullopt));
+  }
+  return kj::joinPromises(replies.releaseAsArray());
+}
+
+kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
+                                          bool take_values, const InputSparsity::Ranges& want) {
+  const float* gradient = slice.gradient + offsets_[k];
+  auto request = servers_[chunks_[k].server].pushRequest();
+  request.setJobId(job_id_);
+  request.setKey(chunks_[k].key);
+  request.setStep(slice.step);
+  request.setSlice(slice.slice);
+  request.setSliceCount(slice.slice_count);
+  request.setWorker(slice.slice);
+  request.setExamples(slice.examples);
+  request.setBaseVersion(versions_[k]);
+  request.setGeneration(generation_);
+  // Zero-copy: the message points into the gradient buffer, which stays untouched until every
+  // reply is in (a reply implies its request was fully sent).
+  if (ranges) {
+    // Rows outside the ranges are exactly zero: they stay home.
+    request.setSparseGradient(true);
+    rpc::set_ranges(request.initGradientRanges(static_cast<unsigned>(ranges->size())), *ranges);
+    auto parts = request.initGradientParts(static_cast<unsigned>(ranges->size()));
+    for (unsigned i = 0; i < ranges->size(); ++i) {
+      rpc::reference_part(parts, i, {gradient + (*ranges)[i].offset, (*ranges)[i].size});
+      exchanged_bytes_ += (*ranges)[i].size * sizeof(float);
+    }
+  } else {
+    rpc::reference_tensor(request.initGradient(), {gradient, chunks_[k].size});
+    exchanged_bytes_ += chunks_[k].size * sizeof(float);
+  }
+  if (!take_values) {
+    request.setSparseReply(true);  // with no ranges: an empty reply
+  } else if (want) {
+    request.setSparseReply(true);
+    rpc::set_ranges(request.initReplyRanges(static_cast<unsigned>(want->size())), *want);
+  }
+  std::optional<std::vector<ChunkRange>> wanted = take_values ? want : std::nullopt;
+  return request.send().then([this, k, take_values, wanted = std::move(wanted)](
+                                 capnp::Response<proto::ParameterServer::PushResults>&& r) {
+    if (!take_values) return;
+    float* into = next_values(k);
+    if (wanted) {
+      const auto parts = r.getValueParts();
+      KJ_REQUIRE(parts.size() == wanted->size(), "reply has the wrong number of parts", parts.size(), wanted->size());
+      for (unsigned i = 0; i < parts.size(); ++i) {
+        const auto values = rpc::part_view(parts[i], (*wanted)[i].size, "updated values");
+        std::memcpy(into + (*wanted)[i].offset, values.data(), values.size_bytes());
+        exchanged_bytes_ += values.size_bytes();
+      }
+    } else {
+      const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
+      std::memcpy(into, values.data(), values.size_bytes());
+      exchanged_bytes_ += values.size_bytes();
+    }
+    versions_[k] = r.getVersion();
+    count_reply(r.getApplied());
+  });
+}
+
+ServerChunks::PushFactorsRequest ServerChunks::factors_request(uint32_t server, const std::vector<size_t>& chunks,
+                                                               const GradientSlice& slice) {
+  auto request = servers_[server].pushFactorsRequest();
+  request.setJobId(job_id_);
+  auto keys = request.initKeys(static_cast<unsigned>(chunks.size()));
+  auto base_versions = request.initBaseVersions(static_cast<unsigned>(chunks.size()));
+  for (unsigned i = 0; i < chunks.size(); ++i) {
+    keys.set(i, chunks_[chunks[i]].key);
+    base_versions.set(i, versions_[chunks[i]]);
+  }
+  request.setStep(slice.step);
+  request.setSlice(slice.slice);
+  request.setSliceCount(slice.slice_count);
+  request.setWorker(slice.slice);
+  request.setExamples(slice.examples);
+  request.setGeneration(generation_);
+  return request;
+}
+
+void ServerChunks::finish(kj::WaitScope& wait_scope, uint32_t worker) {
+  for (auto& server : servers_) {
+    auto request = server.workerFinishedRequest();
+    request.setJobId(job_id_);
+    request.setWorker(worker);
+    request.send().wait(wait_scope);
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,113 @@
+// The job's parameters on the servers, as one worker sees them: the connections, the chunk table
+// (each chunk's server and key, and its place in the flat parameter buffer), the version of each
+// chunk this worker last received, this worker's copy of the values, and the calls every
+// exchange (parameter_exchange.h) makes: pulls, one chunk's push, a factored push's header.
+//
+// Values: values() holds the version the current step computes on; replies fill next_values(),
+// and swap_values() makes those current once the step's last reply is in. Keeping the step's
+// version intact until then is what lets this worker take over a lost worker's slice of the step.
+//
+// Thread rules: the event loop's thread only. Ownership: owns the connections and the value
+// buffers. A push points into the caller's gradient (zero-copy), which must stay untouched until
+// the push's reply is in (a reply implies its request was fully sent).
+#pragma once
+
+#include <kj/async-io.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/aligned.h"
+#include "common/chunk_plan.h"
+#include "common/param_layout.h"
+#include "common/proto/pstrain.capnp.h"
+#include "common/rpc/rpc_util.h"
+#include "worker/input_sparsity.h"
+
+namespace pstrain {
+
+// A gradient to push: this worker's slice of a step, or a lost worker's in a takeover.
+struct GradientSlice {
+  uint64_t step = 0;                    // sync: the job's step; async: the pushing worker's count
+  uint32_t slice = 0, slice_count = 1;  // whose slice of the step (the push's `worker` too)
+  uint32_t examples = 0;
+  const float* gradient = nullptr;      // the flat gradient, in the parameter layout
+};
+
+class ServerChunks {
+ public:
+  using PushFactorsRequest =
+      capnp::Request<proto::ParameterServer::PushFactorsParams, proto::ParameterServer::PushFactorsResults>;
+
+  // Throws (KJ_REQUIRE) if a chunk does not fit `layout` or names no server of `server_addresses`.
+  // Waits end when `stop` resolves (stoppable_wait.h); it must outlive this.
+  ServerChunks(std::string job_id, uint64_t generation, std::vector<ChunkInfo> chunks,
+               std::vector<std::string> server_addresses, const ParamLayout& layout, kj::ForkedPromise<void>& stop);
+
+  // Connects to every server, one after the other.
+  void connect(kj::WaitScope& wait_scope, kj::Network& network);
+
+  const std::vector<ChunkInfo>& chunks() const { return chunks_; }
+  // Where each chunk lives in the flat buffers (values, gradients), by chunk index.
+  const std::vector<size_t>& offsets() const { return offsets_; }
+  size_t server_count() const { return addresses_.size(); }
+
+  const float* values() const { return values_.data(); }
+  // Chunk k's place in the buffer the step's replies fill.
+  float* next_values(size_t k) { return next_values_.data() + offsets_[k]; }
+  // The step's last reply is in: its values become current.
+  void swap_values() { std::swap(values_, next_values_); }
+  // A reply brought chunk k's values at `version`.
+  void set_version(size_t k, uint64_t version) { versions_[k] = version; }
+
+  // Every chunk's values at a version >= min_version into values() (a session's first step).
+  void pull(kj::WaitScope& wait_scope, uint64_t min_version);
+  // Every chunk's values at exactly `version`, into a buffer of this class (valid until the next
+  // call): what a takeover computes on when values() is current only in some rows.
+  const float* pull_exact(kj::WaitScope& wait_scope, uint64_t version);
+
+  // Chunk k's push of `slice`: only the rows of `ranges` when set (the others are exactly zero),
+  // else whole. Its reply's values go to next_values(): only the rows of `want` when set.
+  kj::Promise<void> push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
+                         const InputSparsity::Ranges& want);
+  // Every chunk's push of `slice`, whole, asking for no values (a takeover, in a lost worker's
+  // name): the promise of their replies.
+  kj::Promise<void> push_without_values(const GradientSlice& slice);
+  // A pushFactors request to `server` for `chunks` (indices) with the header of `slice` filled in
+  // (job, keys, base versions, step, slice, generation); the caller adds the factors.
+  PushFactorsRequest factors_request(uint32_t server, const std::vector<size_t>& chunks, const GradientSlice& slice);
+
+  // Async: tells every server this worker has finished the job.
+  void finish(kj::WaitScope& wait_scope, uint32_t worker);
+
+  // Counters for the log: bytes of gradients, factors and values sent and received, and the
+  // pushes a sync step with backup workers dropped (applied = false in the reply).
+  void count_bytes(size_t bytes) { exchanged_bytes_ += bytes; }
+  void count_reply(bool applied) { late_pushes_ += applied ? 0 : 1; }
+  uint64_t exchanged_bytes() const { return exchanged_bytes_; }
+  uint64_t late_pushes() const { return late_pushes_; }
+
+ private:
+  // Every chunk's values at a version >= min_version (exactly min_version when `exact`) into
+  // `into`; their versions into `versions`.
+  void pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bool exact, AlignedFloats& into,
+                 std::vector<uint64_t>& versions);
+  kj::Promise<void> send_push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
+                              bool take_values, const InputSparsity::Ranges& want);
+
+  std::string job_id_;
+  uint64_t generation_;
+  std::vector<ChunkInfo> chunks_;
+  std::vector<size_t> offsets_;
+  std::vector<uint64_t> versions_;  // per chunk
+  std::vector<std::string> addresses_;
+  kj::ForkedPromise<void>& stop_;
+  std::vector<kj::Own<rpc::Connection>> connections_;
+  std::vector<proto::ParameterServer::Client> servers_;
+  AlignedFloats values_, next_values_;
+  AlignedFloats exact_values_;  // pull_exact's
+  uint64_t exchanged_bytes_ = 0, late_pushes_ = 0;
+};
+
+}  // namespace pstrain
