@@ -78,6 +78,7 @@ class RestApi {
   std::map<std::pair<std::string, unsigned>, uint64_t> counters_;  // guarded by counters_mutex_
   std::mutex cache_mutex_;
   std::map<std::string, std::pair<std::chrono::steady_clock::time_point, std::string>> status_cache_;  // guarded by cache_mutex_
+  uint64_t invalidations_ = 0;  // guarded by cache_mutex_: invalidate_status() calls so far
 };
 
 }  // namespace pstrain
