@@ -3,7 +3,9 @@
 // together with a `complete` marker. The KvStore checksums every blob; a backup with a missing or
 // corrupt blob is unusable and load() says so.
 //
-// Thread rules: thread-safe (KvStore is); the backup writer thread writes, the event loop reads.
+// Thread rules: thread-safe (KvStore is), but in the server only its StoreThread calls it, so
+// that reads and writes happen in the order they were asked for and never on the event loop.
+// Ownership: borrows the KvStore, which must outlive this.
 #pragma once
 
 #include <cstdint>

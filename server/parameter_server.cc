@@ -5,6 +5,7 @@
 #include "common/rpc/rpc_util.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 namespace pstrain {
@@ -22,6 +23,24 @@ struct SharedFulfiller {
 template <typename T>
 SharedFulfiller<T> share(kj::Own<kj::PromiseFulfiller<T>> f) {
   return {std::make_shared<kj::Own<kj::PromiseFulfiller<T>>>(kj::mv(f))};
+}
+
+// A backup as the store thread read it: its chunks, or why it is unusable.
+struct LoadedBackup {
+  std::optional<std::map<uint32_t, ChunkSnapshot>> chunks;
+  std::string error;
+};
+
+// The highest and the lowest version of the shard's chunks (the results of backupAt and versions).
+template <typename Results>
+void set_version_range(const ParameterShard& shard, Results results) {
+  uint64_t highest = 0, lowest = UINT64_MAX;
+  for (uint32_t key : shard.keys()) {
+    highest = std::max(highest, shard.version(key));
+    lowest = std::min(lowest, shard.version(key));
+  }
+  results.setCurrentVersion(highest);
+  results.setLowestVersion(lowest == UINT64_MAX ? 0 : lowest);
 }
 
 }  // namespace
@@ -56,7 +75,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   auto job = std::make_shared<Job>();
   job->shard = std::make_unique<ParameterShard>(spec, chunks, config.getServerIndex(), config.getWorkers());
   job->shard->reject_generations_below(config.getMinGeneration());
-  if (writer_ != nullptr && spec.training.mode == TrainingMode::kSync) {
+  if (store_ != nullptr && spec.training.mode == TrainingMode::kSync) {
     // Backups at the spec's save_freq (sync mode: every chunk passes every version), plus any
     // version a preemption asks for.
     // Without a step count per epoch (a configure from an older coordinator), "epoch" backups
@@ -76,7 +95,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
           return false;
         },
         [this, job_id, raw, backup, steps_per_epoch](uint64_t version, std::vector<ChunkSnapshot> snapshots) {
-          writer_->submit(job_id, version, std::move(snapshots));
+          store_->write_backup(job_id, version, std::move(snapshots));
           // Do not get a whole interval ahead of the last durable backup.
           const uint64_t interval = backup.frequency == BackupSpec::Frequency::kSteps ? static_cast<uint64_t>(backup.steps)
                                     : backup.frequency == BackupSpec::Frequency::kEpoch ? steps_per_epoch
@@ -372,60 +391,84 @@ kj::Promise<void> ParameterServerImpl::restore(RestoreContext context) {
   const std::string job_id = rpc::to_string(params.getJobId());
   Job& job = find(params.getJobId());
   job.shard->reject_generations_below(params.getGeneration());
+  const uint64_t ticket = ++job.restores;
   if (params.getFromScratch()) {
     job.shard->reset();
-    forget_backups_after(job_id, 0);
     PSLOG(kInfo) << "job " << job_id << ": rolled back to the initial parameters";
-    return kj::READY_NOW;
+    return forget_backups_after(job_id, 0);
   }
-  KJ_REQUIRE(backups_ != nullptr, "this server keeps no backups (no data directory)");
-  std::string error;
-  auto snapshots =
-      backups_->load(job_id, params.getVersion(), &error, /*exact_versions=*/job.shard->mode() == TrainingMode::kSync);
-  if (!snapshots) {
-    PSLOG(kWarning) << "job " << job_id << ": cannot restore: " << error;
-    KJ_FAIL_REQUIRE("backup unusable", error);
-  }
-  for (uint32_t key : job.shard->keys()) {
-    KJ_REQUIRE(snapshots->count(key) != 0 && (*snapshots)[key].values.size() == job.shard->chunk_size(key),
-               "backup does not match the job's chunks", key);
-  }
-  job.shard->restore(*snapshots);
-  forget_backups_after(job_id, params.getVersion());
-  PSLOG(kInfo) << "job " << job_id << ": restored the backup at step " << params.getVersion();
-  return kj::READY_NOW;
+  KJ_REQUIRE(store_ != nullptr, "this server keeps no backups (no data directory)");
+  const uint64_t version = params.getVersion();
+  const bool exact_versions = job.shard->mode() == TrainingMode::kSync;
+  auto loaded = store_->run([job_id, version, exact_versions](BackupStore& backups) {
+    LoadedBackup out;
+    out.chunks = backups.load(job_id, version, &out.error, exact_versions);
+    return out;
+  });
+  // The shard may have moved on while the backup was read (pushes of the new plan cannot have
+  // come yet, but the coordinator's next word can): apply only if this restore is still the
+  // newest word on the job.
+  std::weak_ptr<Job> weak = jobs_.at(job_id);
+  const uint64_t fence = job.shard->min_generation();
+  return loaded.then([this, weak, job_id, version, ticket, fence](LoadedBackup loaded) {
+    auto job = weak.lock();
+    KJ_REQUIRE(job != nullptr && !job->dropped, "the job was dropped or reconfigured while its backup was read",
+               job_id, version);
+    KJ_REQUIRE(job->restores == ticket, "a newer restore of the job came in while its backup was read", job_id,
+               version);
+    KJ_REQUIRE(job->shard->min_generation() == fence, "a newer plan of the job came in while its backup was read",
+               job_id, version, fence, job->shard->min_generation());
+    if (!loaded.chunks) {
+      PSLOG(kWarning) << "job " << job_id << ": cannot restore: " << loaded.error;
+      KJ_FAIL_REQUIRE("backup unusable", loaded.error);
+    }
+    for (uint32_t key : job->shard->keys()) {
+      KJ_REQUIRE(loaded.chunks->count(key) != 0 && (*loaded.chunks)[key].values.size() == job->shard->chunk_size(key),
+                 "backup does not match the job's chunks", key);
+    }
+    job->shard->restore(*loaded.chunks);
+    PSLOG(kInfo) << "job " << job_id << ": restored the backup at step " << version;
+    return forget_backups_after(job_id, version);
+  });
 }
 
-void ParameterServerImpl::forget_backups_after(const std::string& job_id, uint64_t version) {
+kj::Promise<void> ParameterServerImpl::forget_backups_after(const std::string& job_id, uint64_t version) {
   // Backups past the restored step belong to the timeline the rollback abandoned: a later
-  // recovery must not pick one of them.
-  if (backups_ == nullptr) return;
-  const KvStatus status = backups_->erase_after(job_id, version);
-  if (!status.ok()) PSLOG(kWarning) << "job " << job_id << ": could not delete backups after step " << version << ": " << status.message;
+  // recovery must not pick one of them. (Queued after the restore's read and before any backup
+  // of the new timeline, so it deletes exactly the abandoned ones.)
+  if (store_ == nullptr) return kj::READY_NOW;
+  return store_->run([job_id, version](BackupStore& backups) { return backups.erase_after(job_id, version); })
+      .then([job_id, version](KvStatus status) {
+        if (!status.ok()) {
+          PSLOG(kWarning) << "job " << job_id << ": could not delete backups after step " << version << ": "
+                          << status.message;
+        }
+      });
 }
 
 kj::Promise<void> ParameterServerImpl::backups(BackupsContext context) {
+  if (store_ == nullptr) return kj::READY_NOW;  // an empty list
   const std::string job_id = rpc::to_string(context.getParams().getJobId());
-  const std::vector<uint64_t> versions = backups_ != nullptr ? backups_->versions(job_id) : std::vector<uint64_t>{};
-  auto list = context.getResults().initVersions(static_cast<unsigned>(versions.size()));
-  for (size_t i = 0; i < versions.size(); ++i) list.set(static_cast<unsigned>(i), versions[i]);
-  return kj::READY_NOW;
+  return store_->run([job_id](BackupStore& backups) { return backups.versions(job_id); })
+      .then([context](std::vector<uint64_t> versions) mutable {
+        auto list = context.getResults().initVersions(static_cast<unsigned>(versions.size()));
+        for (size_t i = 0; i < versions.size(); ++i) list.set(static_cast<unsigned>(i), versions[i]);
+      });
 }
 
 kj::Promise<void> ParameterServerImpl::backupAt(BackupAtContext context) {
   Job& job = find(context.getParams().getJobId());
   const uint64_t version = context.getParams().getVersion();
-  if (version != UINT64_MAX) {
+  if (version != UINT64_MAX) {  // 2^64-1: only asks, like `versions` (coordinators from before it)
     job.extra_backup_points.insert(version);
     if (!job.shard->backup_and_hold_at(version)) job.extra_backup_points.erase(version);  // too late
   }
-  uint64_t highest = 0, lowest = UINT64_MAX;
-  for (uint32_t key : job.shard->keys()) {
-    highest = std::max(highest, job.shard->version(key));
-    lowest = std::min(lowest, job.shard->version(key));
-  }
-  context.getResults().setCurrentVersion(highest);
-  context.getResults().setLowestVersion(lowest == UINT64_MAX ? 0 : lowest);
+  set_version_range(*job.shard, context.getResults());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ParameterServerImpl::versions(VersionsContext context) {
+  set_version_range(*find(context.getParams().getJobId()).shard, context.getResults());
   return kj::READY_NOW;
 }
 
@@ -437,8 +480,8 @@ kj::Promise<void> ParameterServerImpl::releaseHold(ReleaseHoldContext context) {
 kj::Promise<void> ParameterServerImpl::backupNow(BackupNowContext context) {
   const std::string job_id = rpc::to_string(context.getParams().getJobId());
   Job& job = find(context.getParams().getJobId());
-  KJ_REQUIRE(writer_ != nullptr, "this server keeps no backups (no data directory)");
-  writer_->submit(job_id, context.getParams().getVersion(), job.shard->snapshot_each());
+  KJ_REQUIRE(store_ != nullptr, "this server keeps no backups (no data directory)");
+  store_->write_backup(job_id, context.getParams().getVersion(), job.shard->snapshot_each());
   return kj::READY_NOW;
 }
 
@@ -446,7 +489,7 @@ kj::Promise<void> ParameterServerImpl::adoptBackup(AdoptBackupContext context) {
   const auto params = context.getParams();
   const std::string job_id = rpc::to_string(params.getJobId());
   Job& job = find(params.getJobId());
-  KJ_REQUIRE(backups_ != nullptr, "this server keeps no backups (no data directory)");
+  KJ_REQUIRE(store_ != nullptr, "this server keeps no backups (no data directory)");
   std::vector<ChunkSnapshot> chunks;
   for (capnp::Data::Reader blob : params.getChunks()) {
     auto chunk = decode_snapshot(std::string(reinterpret_cast<const char*>(blob.begin()), blob.size()));
@@ -457,11 +500,16 @@ kj::Promise<void> ParameterServerImpl::adoptBackup(AdoptBackupContext context) {
   }
   KJ_REQUIRE(chunks.size() == job.shard->keys().size(), "the backup does not cover this server's chunks",
              chunks.size(), job.shard->keys().size());
-  const KvStatus status = backups_->write(job_id, params.getVersion(), chunks);
-  KJ_REQUIRE(status.ok(), "could not write the adopted backup", status.message);
-  PSLOG(kInfo) << "job " << job_id << ": adopted a backup at step " << params.getVersion() << " ("
-               << chunks.size() << " chunks)";
-  return kj::READY_NOW;
+  const uint64_t version = params.getVersion();
+  const size_t count = chunks.size();
+  return store_
+      ->run([job_id, version, chunks = std::move(chunks)](BackupStore& backups) {
+        return backups.write(job_id, version, chunks);
+      })
+      .then([job_id, version, count](KvStatus status) {
+        KJ_REQUIRE(status.ok(), "could not write the adopted backup", status.message);
+        PSLOG(kInfo) << "job " << job_id << ": adopted a backup at step " << version << " (" << count << " chunks)";
+      });
 }
 
 kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {

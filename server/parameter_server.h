@@ -3,7 +3,14 @@
 // Every request is validated here (unknown job or key, wrong dtype or size, bad slice) and a bad
 // one fails only its own call, with a message naming what is wrong: the server keeps serving.
 //
+// Storage: every RocksDB access (backup writes, restore's read, adoptBackup's write, the listing
+// of backups, the deletion of an abandoned timeline's backups) is a task on the StoreThread, in
+// call order; the call completes when its task has. The shards change only on this thread, after
+// the read they depend on: a restore whose job was dropped, replaced, restored again or fenced
+// off by a newer plan while its backup was being read fails instead of applying.
+//
 // Thread rules: event-loop thread only.
+// Ownership: owns the jobs' shards; borrows the StoreThread, which must outlive this.
 #pragma once
 
 #include <chrono>
@@ -14,18 +21,18 @@
 #include <string>
 
 #include "common/proto/pstrain.capnp.h"
-#include "server/backup_writer.h"
+#include "server/store_thread.h"
 #include "server/parameter_shard.h"
 
 namespace pstrain {
 
 class ParameterServerImpl final : public proto::ParameterServer::Server {
  public:
-  // `backups` and `writer` may be null (no backups: a server without a data directory, or tests).
-  ParameterServerImpl(BackupStore* backups, BackupWriter* writer) : backups_(backups), writer_(writer) {}
+  // `store` may be null (no backups: a server without a data directory, or tests).
+  explicit ParameterServerImpl(StoreThread* store) : store_(store) {}
 
   size_t job_count() const { return jobs_.size(); }
-  // The writer has made the job's backup at `version` durable (or failed to): training may go on
+  // The store thread has made the job's backup at `version` durable (or failed to): training may go on
   // past the next backup point.
   void backup_written(const std::string& job_id, uint64_t version);
 
@@ -40,6 +47,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> restore(RestoreContext context) override;
   kj::Promise<void> backups(BackupsContext context) override;
   kj::Promise<void> backupAt(BackupAtContext context) override;
+  kj::Promise<void> versions(VersionsContext context) override;
   kj::Promise<void> settle(SettleContext context) override;
   kj::Promise<void> backupNow(BackupNowContext context) override;
   kj::Promise<void> releaseHold(ReleaseHoldContext context) override;
@@ -51,9 +59,11 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
     uint64_t bytes_in = 0, bytes_out = 0;
     std::set<uint64_t> extra_backup_points;  // asked for by backupAt
     bool dropped = false;                     // retired: calls still waiting on it fail
+    uint64_t restores = 0;                    // restore calls so far (the newest one wins)
   };
   Job& find(capnp::Text::Reader job_id);
-  void forget_backups_after(const std::string& job_id, uint64_t version);
+  // Deletes the job's backups after `version` (on the store thread); resolves when that is done.
+  kj::Promise<void> forget_backups_after(const std::string& job_id, uint64_t version);
   ParameterShard& shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key);
   // Reads a push's common fields (step, slice, worker, ...) into `request`, checked.
   template <typename Params>
@@ -72,8 +82,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   // The largest partial product a pushFactors may ask for (well under Cap'n Proto's 64 MiB
   // message limit).
   static constexpr size_t kMaxPartialBytes = size_t{32} << 20;
-  BackupStore* backups_;
-  BackupWriter* writer_;
+  StoreThread* store_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
   std::vector<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<Job>>> retired_;
 };

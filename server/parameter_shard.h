@@ -174,6 +174,9 @@ class ParameterShard {
   // From now on, pushes of a generation below `min_generation` fail (aborted = true): a rollback
   // calls it before restore(), so workers of the old plan cannot push into the restored state.
   void reject_generations_below(uint64_t min_generation) { min_generation_ = std::max(min_generation_, min_generation); }
+  // The push fence: pushes of a generation below it fail. It only ever rises (a restore, the end
+  // of a settle, abandon()), so a caller can tell whether a newer plan came in since it looked.
+  uint64_t min_generation() const { return min_generation_; }
   // Backpressure for durability: apply no step at or after `version` until release_durability_hold()
   // (called when the backup before it is written), so training never gets more than one backup
   // interval past the last durable backup, and a crash replays at most save_freq steps.

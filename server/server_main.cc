@@ -17,8 +17,8 @@
 #include "common/kv_store.h"
 #include "server/backup_report.h"
 #include "server/backup_store.h"
-#include "server/backup_writer.h"
 #include "server/parameter_server.h"
+#include "server/store_thread.h"
 
 namespace {
 
@@ -75,22 +75,23 @@ int main(int argc, char** argv) {
   }
   BackupStore backups(*kv);
   // The link to the coordinator is set up below; backups done before that are reported as soon
-  // as it exists (the writer calls back on this thread).
+  // as it exists (the store thread calls back on this thread).
   rpc::CoordinatorLink* link_ptr = nullptr;
   ParameterServerImpl* server_ptr = nullptr;
-  BackupWriter writer(backups,
-                      [&](const std::string& job, uint64_t version, const KvStatus& status, double seconds) {
-                        if (server_ptr != nullptr) server_ptr->backup_written(job, version);
-                        if (!status.ok()) {
-                          PSLOG(kError) << "job " << job << ": backup at step " << version << " failed: " << status.message;
-                          return;
-                        }
-                        PSLOG(kInfo) << "job " << job << ": backup at step " << version << " written in "
-                                     << static_cast<int>(seconds * 1000) << " ms";
-                        if (link_ptr == nullptr || !link_ptr->connected()) return;
-                        report_backup(*link_ptr, backups, job, version);
-                      });
-  auto impl = kj::heap<ParameterServerImpl>(&backups, &writer);
+  StoreThread store(backups,
+                    [&](const std::string& job, uint64_t version, const KvStatus& status,
+                        double seconds) -> kj::Promise<void> {
+                      if (server_ptr != nullptr) server_ptr->backup_written(job, version);
+                      if (!status.ok()) {
+                        PSLOG(kError) << "job " << job << ": backup at step " << version << " failed: " << status.message;
+                        return kj::READY_NOW;
+                      }
+                      PSLOG(kInfo) << "job " << job << ": backup at step " << version << " written in "
+                                   << static_cast<int>(seconds * 1000) << " ms";
+                      if (link_ptr == nullptr || !link_ptr->connected()) return kj::READY_NOW;
+                      return report_backup(*link_ptr, store, job, version);
+                    });
+  auto impl = kj::heap<ParameterServerImpl>(&store);
   server_ptr = impl.get();
   capnp::TwoPartyServer rpc_server(kj::mv(impl));
   auto address = io.provider->getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
   PSLOG(kInfo) << "signal " << signal << ": shutting down";
   if (signal == SIGTERM && link.connected()) {
     // Preemption notice: the coordinator has every server of our jobs back up at the next step;
-    // we wait for our own part of it (the writer thread reports it) before leaving.
+    // we wait for our own part of it (the store thread reports it) before leaving.
     auto request = link.client().preemptedRequest();
     request.setNodeId(link.node_id());
     auto arranged = request.send().ignoreResult().catch_([](kj::Exception&& e) {

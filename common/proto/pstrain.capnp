@@ -139,8 +139,12 @@ interface ParameterServer {
   # A cut (preemption, a worker joining): also back up at `version` (when every chunk reaches it)
   # and hold there, replacing an earlier cut's hold. Returns the highest and the lowest version
   # of the job's chunks now; a highest above `version` means the mark came too late and was not
-  # set (with version = 2^64-1: only asks).
+  # set. version = 2^64-1 sets nothing and only asks, exactly like `versions`: still accepted for
+  # coordinators from before `versions`, which new callers use instead.
   backupAt @8 (jobId :Text, version :UInt64) -> (currentVersion :UInt64, lowestVersion :UInt64);
+  # Where the job's chunks are: the highest and the lowest version among them. Changes nothing
+  # and reads no storage, so it also serves to probe whether the server answers at all.
+  versions @14 (jobId :Text) -> (currentVersion :UInt64, lowestVersion :UInt64);
   # Lifts a cut's hold (the cut was abandoned).
   releaseHold @12 (jobId :Text) -> ();
 

@@ -1,0 +1,177 @@
+// The ParameterServer RPC layer in-process (a local capability, no sockets), over a real store
+// thread and RocksDB: a restore's read happens off the event loop, the server answers other
+// calls meanwhile, and a restore that the job outran while it read fails instead of applying.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/chunk_plan.h"
+#include "common/rpc/rpc_util.h"
+#include "server/parameter_server.h"
+#include "tests/server/store_fixture.h"
+
+using namespace pstrain;
+
+namespace {
+
+struct ServerFixture : testing::StoreFixture {
+  JobSpec spec = testing::mlp_job(32, 16, 1);
+  std::vector<ChunkInfo> chunks = plan_chunks(make_param_layout(spec.model), 1);
+  proto::ParameterServer::Client server{kj::heap<ParameterServerImpl>(&store)};
+
+  void configure() {
+    auto request = server.configureRequest();
+    auto config = request.initConfig();
+    config.setJobId("job");
+    config.setSpecJson(job_spec_to_json(spec));
+    rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks.size())), chunks);
+    config.setServerIndex(0);
+    config.setWorkers(1);
+    request.send().wait(ws);
+  }
+  // Sync step `step` of the only worker on every chunk, with a gradient of `g` everywhere.
+  void train_step(uint64_t step, float g) {
+    kj::Vector<kj::Promise<void>> pushes;
+    for (const ChunkInfo& c : chunks) {
+      auto request = server.pushRequest();
+      request.setJobId("job");
+      request.setKey(c.key);
+      request.setStep(step);
+      request.setSliceCount(1);
+      request.setExamples(1);
+      const std::vector<float> gradient(c.size, g);
+      rpc::set_tensor(request.initGradient(), gradient);
+      pushes.add(request.send().ignoreResult());
+    }
+    kj::joinPromises(pushes.releaseAsArray()).wait(ws);
+  }
+  std::vector<float> values(uint32_t key) {
+    auto request = server.pullRequest();
+    request.setJobId("job");
+    request.setKey(key);
+    auto reply = request.send().wait(ws);
+    const auto view = rpc::tensor_view(reply.getValues(), chunks[key].size, "values");
+    return {view.begin(), view.end()};
+  }
+  // (highest, lowest) version of the job's chunks.
+  std::pair<uint64_t, uint64_t> versions() {
+    auto request = server.versionsRequest();
+    request.setJobId("job");
+    auto reply = request.send().wait(ws);
+    return {reply.getCurrentVersion(), reply.getLowestVersion()};
+  }
+  void backup_now(uint64_t version) {
+    auto request = server.backupNowRequest();
+    request.setJobId("job");
+    request.setVersion(version);
+    request.send().wait(ws);  // queued on the store thread, not yet written
+  }
+  kj::Promise<void> restore(uint64_t version, uint64_t generation, bool from_scratch = false) {
+    auto request = server.restoreRequest();
+    request.setJobId("job");
+    request.setVersion(version);
+    request.setGeneration(generation);
+    request.setFromScratch(from_scratch);
+    return request.send().ignoreResult();
+  }
+  std::string failure_of(kj::Promise<void> promise) {
+    try {
+      promise.wait(ws);
+    } catch (const kj::Exception& e) {
+      return e.getDescription().cStr();
+    }
+    return "(no failure)";
+  }
+};
+
+}  // namespace
+
+TEST_CASE("parameter server - a restore reads its backup off the event loop; the server answers meanwhile") {
+  ServerFixture f;
+  f.configure();
+  const std::vector<float> initial = f.values(0);
+  f.train_step(0, 0.5f);
+  const std::vector<float> at_1 = f.values(0);
+  f.backup_now(1);
+  f.train_step(1, 0.5f);
+  CHECK(f.values(0) != at_1);
+  CHECK(f.versions() == std::make_pair(uint64_t{2}, uint64_t{2}));
+  {
+    auto request = f.server.backupAtRequest();  // the old way of asking: still the same answer
+    request.setJobId("job");
+    request.setVersion(UINT64_MAX);
+    auto reply = request.send().wait(f.ws);
+    CHECK(reply.getCurrentVersion() == 2);
+    CHECK(reply.getLowestVersion() == 2);
+  }
+
+  auto blocked = f.gate.blocked(f.store);
+  auto restoring = f.restore(1, 1);
+  auto listing = f.server.backupsRequest();
+  listing.setJobId("job");
+  auto listed = listing.send();
+  // While the store thread is busy, the loop serves other calls, and the shard is untouched.
+  CHECK(f.versions() == std::make_pair(uint64_t{2}, uint64_t{2}));
+  CHECK(f.values(0) != at_1);
+  CHECK_FALSE(restoring.poll(f.ws));
+  CHECK_FALSE(listed.poll(f.ws));
+
+  f.gate.open();
+  CHECK(blocked.wait(f.ws));
+  restoring.wait(f.ws);  // saw the backup queued before it
+  CHECK(f.versions() == std::make_pair(uint64_t{1}, uint64_t{1}));
+  CHECK(f.values(0) == at_1);
+  CHECK(f.values(0) != initial);
+  const auto list = listed.wait(f.ws).getVersions();
+  REQUIRE(list.size() == 1);
+  CHECK(list[0] == 1);
+}
+
+TEST_CASE("parameter server - a restore the job outran while its backup was read fails and changes nothing") {
+  ServerFixture f;
+  f.configure();
+  const std::vector<float> initial = f.values(0);
+  f.train_step(0, 0.5f);
+  f.backup_now(1);
+  f.train_step(1, 0.5f);
+  const std::vector<float> at_2 = f.values(0);
+  auto blocked = f.gate.blocked(f.store);
+  auto restoring = f.restore(1, 1);
+
+  SUBCASE("the job was dropped") {
+    auto drop = f.server.dropJobRequest();
+    drop.setJobId("job");
+    drop.send().wait(f.ws);
+    f.gate.open();
+    CHECK(f.failure_of(kj::mv(restoring)).find("the job was dropped or reconfigured") != std::string::npos);
+  }
+  SUBCASE("the job was configured afresh") {
+    f.configure();
+    f.gate.open();
+    CHECK(f.failure_of(kj::mv(restoring)).find("the job was dropped or reconfigured") != std::string::npos);
+    CHECK(f.versions() == std::make_pair(uint64_t{0}, uint64_t{0}));
+    CHECK(f.values(0) == initial);
+  }
+  SUBCASE("a newer restore came in") {
+    auto from_scratch = f.restore(0, 1, /*from_scratch=*/true);
+    f.gate.open();
+    CHECK(f.failure_of(kj::mv(restoring)).find("a newer restore") != std::string::npos);
+    from_scratch.wait(f.ws);
+    CHECK(f.versions() == std::make_pair(uint64_t{0}, uint64_t{0}));
+    CHECK(f.values(0) == initial);
+  }
+  SUBCASE("a newer plan settled the job") {
+    auto settle = f.server.settleRequest();
+    settle.setJobId("job");
+    settle.setVersion(2);
+    settle.setGeneration(5);
+    settle.send().wait(f.ws);
+    f.gate.open();
+    CHECK(f.failure_of(kj::mv(restoring)).find("a newer plan") != std::string::npos);
+    CHECK(f.versions() == std::make_pair(uint64_t{2}, uint64_t{2}));
+    CHECK(f.values(0) == at_2);
+  }
+  CHECK(blocked.wait(f.ws));
+}
