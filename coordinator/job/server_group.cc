@@ -1,7 +1,6 @@
 #include "coordinator/job/server_group.h"
 
 #include <algorithm>
-#include <limits>
 #include <set>
 
 namespace pstrain {
@@ -92,9 +91,8 @@ kj::Promise<void> ServerGroup::configure_all(const ConfigFiller& fill) {
 
 kj::Promise<kj::Array<ServerVersions>> ServerGroup::versions() {
   return each<ServerVersions>([this](proto::ParameterServer::Client& client, size_t) {
-    auto request = client.backupAtRequest();  // the maximum version only asks
+    auto request = client.versionsRequest();
     request.setJobId(job_id_);
-    request.setVersion(std::numeric_limits<uint64_t>::max());
     return request.send().then([](auto&& r) { return ServerVersions{r.getLowestVersion(), r.getCurrentVersion()}; });
   });
 }
@@ -102,9 +100,8 @@ kj::Promise<kj::Array<ServerVersions>> ServerGroup::versions() {
 kj::Promise<kj::Array<bool>> ServerGroup::probe(uint64_t* reached) {
   kj::Vector<kj::Promise<bool>> probes;
   for (auto& client : clients_) {
-    auto request = client.backupAtRequest();
+    auto request = client.versionsRequest();  // reads no storage: a cheap "are you there?"
     request.setJobId(job_id_);
-    request.setVersion(std::numeric_limits<uint64_t>::max());
     probes.add(io_.getTimer()
                    .timeoutAfter(options_.server_probe_timeout, request.send().then([reached](auto&& r) {
                      *reached = std::max(*reached, r.getCurrentVersion());
