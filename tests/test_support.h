@@ -1,6 +1,8 @@
 // Helpers shared by the tests: temporary directories, the data directory, reference specs.
 #pragma once
 
+#include <kj/async.h>
+
 #include <string>
 
 #include "common/job_spec.h"
@@ -20,6 +22,17 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The description of the exception a call (any KJ promise) failed with ("" if it succeeded).
+template <typename Promise>
+std::string failure_of(Promise&& promise, kj::WaitScope& ws) {
+  try {
+    promise.wait(ws);
+  } catch (const kj::Exception& e) {
+    return e.getDescription().cStr();
+  }
+  return "";
+}
 
 // $PSTRAIN_DATA_DIR if set, else the directory CMake found (../shared/data or ./data).
 std::string data_dir();

@@ -40,6 +40,7 @@
 #include "common/model_spec.h"
 #include "common/param_layout.h"
 #include "common/rpc/rpc_util.h"
+#include "tests/rpc_support.h"
 
 #ifndef PSTRAIN_EXCHANGE_BENCH_DEFAULT_SPEC
 #define PSTRAIN_EXCHANGE_BENCH_DEFAULT_SPEC "deploy/jobs/mnist-mlp.json"
@@ -176,16 +177,7 @@ int run(const Options& options) {
   auto& ws = io.waitScope;
   auto connection = rpc::connect(io.provider->getNetwork(), options.server).wait(ws);
   auto server = connection->bootstrap().castAs<proto::ParameterServer>();
-  {
-    auto request = server.configureRequest();
-    auto config = request.initConfig();
-    config.setJobId(job_id);
-    config.setSpecJson(spec_json);
-    rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks.size())), chunks);
-    config.setServerIndex(0);
-    config.setWorkers(static_cast<uint32_t>(options.clients));
-    request.send().wait(ws);
-  }
+  testing::configure_job(server, ws, job_id, spec_json, chunks, static_cast<uint32_t>(options.clients));
   std::printf("exchange-bench: server %s, job %s: %zu parameters in %zu chunks (%.3f MB per direction per step), "
               "%d client(s), %d warm-up steps, %.1f s\n",
               options.server.str().c_str(), job_id.c_str(), layout.total_size(), chunks.size(), step_bytes / 1e6,

@@ -11,6 +11,7 @@
 #include "common/job_spec.h"
 #include "common/rpc/rpc_util.h"
 #include "tests/integration/cluster.h"
+#include "tests/rpc_support.h"
 #include "tests/test_support.h"
 #include "worker/local_trainer.h"
 
@@ -28,16 +29,7 @@ std::string mlp_spec(TrainingMode mode, int64_t batch, int64_t epochs, int64_t s
   return job_spec_to_json(spec);
 }
 
-// The description of the exception a call failed with ("" if it succeeded).
-template <typename Promise>
-std::string failure_of(Promise&& promise, kj::WaitScope& ws) {
-  try {
-    promise.wait(ws);
-  } catch (const kj::Exception& e) {
-    return e.getDescription().cStr();
-  }
-  return "";
-}
+using testing::failure_of;
 
 }  // namespace
 
@@ -199,16 +191,7 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
   auto server = connection->bootstrap().castAs<proto::ParameterServer>();
   const JobSpec spec = parse_job_spec(json);
   const auto chunks = plan_chunks(make_param_layout(spec.model), 1);
-  {
-    auto request = server.configureRequest();
-    auto config = request.initConfig();
-    config.setJobId("probe");
-    config.setSpecJson(json);
-    rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks.size())), chunks);
-    config.setServerIndex(0);
-    config.setWorkers(2);
-    request.send().wait(ws);
-  }
+  testing::configure_job(server, ws, "probe", json, chunks, 2);
   auto push = [&](const char* job, uint32_t key, size_t floats, uint32_t slice) {
     auto request = server.pushRequest();
     request.setJobId(job);
@@ -298,14 +281,7 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     // Two kernels with the same column count (784 x 256 and 256 x 256) are still two kernels.
     JobSpec same_columns = testing::mlp_job(256, 256, 1);
     const auto chunks2 = plan_chunks(make_param_layout(same_columns.model), 1);
-    auto request = server.configureRequest();
-    auto config = request.initConfig();
-    config.setJobId("probe2");
-    config.setSpecJson(job_spec_to_json(same_columns));
-    rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks2.size())), chunks2);
-    config.setServerIndex(0);
-    config.setWorkers(2);
-    request.send().wait(ws);
+    testing::configure_job(server, ws, "probe2", job_spec_to_json(same_columns), chunks2, 2);
     uint32_t in_first = UINT32_MAX, in_second = UINT32_MAX;
     for (const ChunkInfo& c : chunks2) {
       if (c.param == 0 && in_first == UINT32_MAX) in_first = c.key;

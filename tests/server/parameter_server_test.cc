@@ -10,6 +10,7 @@
 #include "common/chunk_plan.h"
 #include "common/rpc/rpc_util.h"
 #include "server/parameter_server.h"
+#include "tests/rpc_support.h"
 #include "tests/server/store_fixture.h"
 
 using namespace pstrain;
@@ -21,16 +22,7 @@ struct ServerFixture : testing::StoreFixture {
   std::vector<ChunkInfo> chunks = plan_chunks(make_param_layout(spec.model), 1);
   proto::ParameterServer::Client server{kj::heap<ParameterServerImpl>(&store)};
 
-  void configure() {
-    auto request = server.configureRequest();
-    auto config = request.initConfig();
-    config.setJobId("job");
-    config.setSpecJson(job_spec_to_json(spec));
-    rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks.size())), chunks);
-    config.setServerIndex(0);
-    config.setWorkers(1);
-    request.send().wait(ws);
-  }
+  void configure() { testing::configure_job(server, ws, "job", job_spec_to_json(spec), chunks, 1); }
   // Sync step `step` of the only worker on every chunk, with a gradient of `g` everywhere.
   void train_step(uint64_t step, float g) {
     kj::Vector<kj::Promise<void>> pushes;
@@ -76,19 +68,11 @@ struct ServerFixture : testing::StoreFixture {
     request.setFromScratch(from_scratch);
     return request.send().ignoreResult();
   }
-  std::string failure_of(kj::Promise<void> promise) {
-    try {
-      promise.wait(ws);
-    } catch (const kj::Exception& e) {
-      return e.getDescription().cStr();
-    }
-    return "(no failure)";
-  }
 };
 
 }  // namespace
 
-TEST_CASE("parameter server - a restore reads its backup off the event loop; the server answers meanwhile") {
+TEST_CASE("parameter server - a restore reads its backup off the event loop while the server answers other calls") {
   ServerFixture f;
   f.configure();
   const std::vector<float> initial = f.values(0);
@@ -145,19 +129,19 @@ TEST_CASE("parameter server - a restore the job outran while its backup was read
     drop.setJobId("job");
     drop.send().wait(f.ws);
     f.gate.open();
-    CHECK(f.failure_of(kj::mv(restoring)).find("the job was dropped or reconfigured") != std::string::npos);
+    CHECK(testing::failure_of(kj::mv(restoring), f.ws).find("the job was dropped or reconfigured") != std::string::npos);
   }
   SUBCASE("the job was configured afresh") {
     f.configure();
     f.gate.open();
-    CHECK(f.failure_of(kj::mv(restoring)).find("the job was dropped or reconfigured") != std::string::npos);
+    CHECK(testing::failure_of(kj::mv(restoring), f.ws).find("the job was dropped or reconfigured") != std::string::npos);
     CHECK(f.versions() == std::make_pair(uint64_t{0}, uint64_t{0}));
     CHECK(f.values(0) == initial);
   }
   SUBCASE("a newer restore came in") {
     auto from_scratch = f.restore(0, 1, /*from_scratch=*/true);
     f.gate.open();
-    CHECK(f.failure_of(kj::mv(restoring)).find("a newer restore") != std::string::npos);
+    CHECK(testing::failure_of(kj::mv(restoring), f.ws).find("a newer restore") != std::string::npos);
     from_scratch.wait(f.ws);
     CHECK(f.versions() == std::make_pair(uint64_t{0}, uint64_t{0}));
     CHECK(f.values(0) == initial);
@@ -169,7 +153,7 @@ TEST_CASE("parameter server - a restore the job outran while its backup was read
     settle.setGeneration(5);
     settle.send().wait(f.ws);
     f.gate.open();
-    CHECK(f.failure_of(kj::mv(restoring)).find("a newer plan") != std::string::npos);
+    CHECK(testing::failure_of(kj::mv(restoring), f.ws).find("a newer plan") != std::string::npos);
     CHECK(f.versions() == std::make_pair(uint64_t{2}, uint64_t{2}));
     CHECK(f.values(0) == at_2);
   }
