@@ -64,10 +64,11 @@ class FakeCommands final : public JobCommands {
     calls.push_back("cancel " + id);
     if (cancel_result == CancelResult::kCancelled) {
       store_.update(id, [](JobRecord& r) {
-        r.state = "CANCELLED";
+        r.state = JobState::kCancelled;
         r.reason = "cancelled by request";
         r.finished_ms = now_ms();
       });
+      store_.flush();  // as KjJobCommands does: the answer waits until the change is durable
     }
     return cancel_result;
   }
@@ -100,7 +101,7 @@ JobRecord job(const std::string& id, const std::string& state) {
   JobRecord r;
   r.id = id;
   r.name = "mnist-mlp";
-  r.state = state;
+  r.state = parse_job_state(state).value();
   r.mode = "sync";
   r.spec_json = job_spec_to_json(testing::mlp_job(16, 8, 3));
   r.submitted_ms = 1700000000000;
@@ -638,8 +639,9 @@ TEST_CASE("RestApi: GET /v1/jobs/{id}/model: 409 before there is one, the safete
         "job 'job-1' is RUNNING; the model is available once it has SUCCEEDED");
 
   const std::string model("\x10\0\0\0\0\0\0\0{\"a\":1}    \xff\x80\0\x01", 24);
-  a.store.update("job-1", [](JobRecord& r) { r.state = "SUCCEEDED"; });
+  a.store.update("job-1", [](JobRecord& r) { r.state = JobState::kSucceeded; });
   a.store.set_model("job-1", model);
+  a.store.flush();
   auto check_model = [&](RestApi& api) {
     const HttpResponse r = api.handle({"GET", "/v1/jobs/job-1/model", "", ""});
     CHECK(r.status == 200);
