@@ -6,84 +6,47 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "coordinator/job/adoption.h"
 #include "coordinator/safetensors.h"
 
 namespace pstrain {
 
-const char* JobRunner::phase_name(Phase phase) {
-  switch (phase) {
-    case Phase::kPending: return "pending";
-    case Phase::kConfiguring: return "configuring";
-    case Phase::kRunning: return "running";
-    case Phase::kCutting: return "cutting";
-    case Phase::kTakingOver: return "taking over";
-    case Phase::kRecovering: return "recovering";
-    case Phase::kSucceeded: return "succeeded";
-    case Phase::kFailed: return "failed";
-    case Phase::kCancelled: return "cancelled";
-  }
-  return "?";
-}
-
-JobState JobRunner::state() const {
-  switch (phase_) {
-    case Phase::kPending: return JobState::kPending;
-    case Phase::kConfiguring:
-    case Phase::kRunning:
-    case Phase::kCutting:
-    case Phase::kTakingOver: return JobState::kRunning;
-    case Phase::kRecovering: return JobState::kRecovering;
-    case Phase::kSucceeded: return JobState::kSucceeded;
-    case Phase::kFailed: return JobState::kFailed;
-    case Phase::kCancelled: return JobState::kCancelled;
-  }
-  return JobState::kFailed;
-}
-
 JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
                      kj::AsyncIoProvider& io, JobOptions options, Finished on_finished)
-    : id_(std::move(id)),
-      spec_(std::move(spec)),
-      spec_json_(job_spec_to_json(spec_)),
-      cluster_(cluster),
-      data_(data),
-      store_(store),
-      io_(io),
-      options_(options),
-      on_finished_(std::move(on_finished)),
-      layout_(make_param_layout(spec_.model)),
-      servers_(id_, io, options_),
-      progress_(id_, static_cast<uint32_t>(spec_.training.epochs), store) {
-  const bool known = store_.update(id_, [this](JobRecord& r) {
+    : job_(std::move(id), std::move(spec), cluster, data, store, io, options), on_finished_(std::move(on_finished)) {
+  const bool known = store.update(job_.id, [this](JobRecord& r) {
     // A job a restarted coordinator had and re-queues: it resumes from its last complete backup
     // when its servers still hold it, else it starts over.
     // Its servers may still be training it: then it goes on from where they are (adopt).
     requeued_while_running_ = r.state == JobState::kRunning || r.state == JobState::kRecovering;
     r.state = JobState::kPending;
     r.notes.push_back("re-queued after a coordinator restart");
-    if (r.last_backup_step) backups_.add_complete(static_cast<uint64_t>(*r.last_backup_step));
+    if (r.last_backup_step) job_.backups.add_complete(static_cast<uint64_t>(*r.last_backup_step));
     recorded_server_names_ = r.server_names;
     // Every plan from now on is newer than any the servers saw (pushes of older ones are fenced).
-    generation_ = r.generation + 1;
+    job_.generation = r.generation + 1;
   });
   if (!known) {
     JobRecord record;
-    record.id = id_;
-    record.name = spec_.name;
-    record.spec_json = spec_json_;
-    record.mode = training_mode_name(spec_.training.mode);
-    record.epochs = spec_.training.epochs;
+    record.id = job_.id;
+    record.name = job_.spec.name;
+    record.spec_json = job_.spec_json;
+    record.mode = training_mode_name(job_.spec.training.mode);
+    record.epochs = job_.spec.training.epochs;
     record.submitted_ms = now_ms();
-    store_.add(std::move(record));
+    store.add(std::move(record));
   }
 }
 
+// --- Starting ---
+
 bool JobRunner::try_start() {
-  if (phase_ != Phase::kPending) return false;
-  const auto free_servers = cluster_.free_nodes(proto::Role::SERVER);
-  const auto free_workers = cluster_.free_nodes(proto::Role::WORKER);
-  if (free_servers.size() < static_cast<size_t>(spec_.training.servers) ||
-      free_workers.size() < static_cast<size_t>(spec_.training.workers)) {
+  if (job_.phase != Phase::kPending) return false;
+  Cluster& cluster = job_.cluster;
+  const auto free_servers = cluster.free_nodes(proto::Role::SERVER);
+  const auto free_workers = cluster.free_nodes(proto::Role::WORKER);
+  if (free_servers.size() < static_cast<size_t>(job_.spec.training.servers) ||
+      free_workers.size() < static_cast<size_t>(job_.spec.training.workers)) {
     return false;
   }
   // A job re-queued after a coordinator restart gets each server at the index whose backups it
@@ -91,11 +54,11 @@ bool JobRunner::try_start() {
   // name), else name order (for servers that keep their names, as they should).
   std::vector<uint32_t> by_name = free_servers;
   std::sort(by_name.begin(), by_name.end(),
-            [this](uint32_t a, uint32_t b) { return cluster_.find(a)->name < cluster_.find(b)->name; });
-  std::vector<uint32_t> chosen(static_cast<size_t>(spec_.training.servers), 0);
+            [&cluster](uint32_t a, uint32_t b) { return cluster.find(a)->name < cluster.find(b)->name; });
+  std::vector<uint32_t> chosen(static_cast<size_t>(job_.spec.training.servers), 0);
   for (size_t i = 0; i < chosen.size() && i < recorded_server_names_.size(); ++i) {
     for (auto it = by_name.begin(); it != by_name.end(); ++it) {
-      if (cluster_.find(*it)->name == recorded_server_names_[i]) {
+      if (cluster.find(*it)->name == recorded_server_names_[i]) {
         chosen[i] = *it;
         by_name.erase(it);
         break;
@@ -108,22 +71,22 @@ bool JobRunner::try_start() {
       slot = by_name.front();
       by_name.erase(by_name.begin());
     }
-    NodeInfo* node = cluster_.find(slot);
-    node->job = id_;
+    NodeInfo* node = cluster.find(slot);
+    node->job = job_.id;
     members.push_back({slot, node->name, node->address});
   }
-  workers_.assign(free_workers.begin(), free_workers.begin() + spec_.training.workers);
-  for (uint32_t id : workers_) cluster_.find(id)->job = id_;
-  progress_.reset_workers(workers_.size(), 0);
-  chunks_ = plan_chunks(layout_, static_cast<uint32_t>(members.size()));
-  phase_ = Phase::kConfiguring;
+  job_.workers.assign(free_workers.begin(), free_workers.begin() + job_.spec.training.workers);
+  for (uint32_t id : job_.workers) cluster.find(id)->job = job_.id;
+  job_.progress.reset_workers(job_.workers.size(), 0);
+  job_.chunks = plan_chunks(job_.layout, static_cast<uint32_t>(members.size()));
+  job_.phase = Phase::kConfiguring;
   started_at_ = std::chrono::steady_clock::now();
-  store_.update(id_, [&](JobRecord& r) {
-    r.state = state();
+  job_.store.update(job_.id, [&](JobRecord& r) {
+    r.state = job_.state();
     r.started_ms = now_ms();
-    r.workers = workers_;
+    r.workers = job_.workers;
     r.servers = chosen;
-    r.generation = std::max(r.generation, generation_);
+    r.generation = std::max(r.generation, job_.generation);
   });
   background_ = start(std::move(members)).eagerlyEvaluate([this](kj::Exception&& e) {
     fail(std::string("could not start: ") + e.getDescription().cStr());
@@ -132,193 +95,174 @@ bool JobRunner::try_start() {
 }
 
 kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
-  servers_.assign(std::move(members));
-  store_.update(id_, [&](JobRecord& r) { r.server_names = servers_.names(); });
+  job_.servers.assign(std::move(members));
+  job_.store.update(job_.id, [&](JobRecord& r) { r.server_names = job_.servers.names(); });
   // The dataset loads off the event loop (once per coordinator, shared by the jobs that use it).
-  auto train = data_.load(spec_.dataset.name, SplitKind::kTrain);
-  auto test = data_.load(spec_.dataset.name, SplitKind::kTest);
-  return train.then([this, test = kj::mv(test)](std::shared_ptr<const Split> train) mutable {
-    train_ = std::move(train);
-    return kj::mv(test);
-  }).then([this](std::shared_ptr<const Split> test) {
-    test_ = std::move(test);
-    plan_.emplace(spec_, train_->size, static_cast<uint32_t>(workers_.size()));
-    int64_t total_steps = 0;
-    for (uint32_t w = 0; w < workers_.size(); ++w) total_steps += plan_->steps_per_epoch(w) * spec_.training.epochs;
-    if (sync()) total_steps = plan_->steps_per_epoch(0) * spec_.training.epochs;
-    store_.update(id_, [&](JobRecord& r) {
-      r.steps_per_epoch = plan_->steps_per_epoch(0);
-      r.total_steps = total_steps;
-    });
-    PSLOG(kInfo) << "job " << id_ << " ('" << spec_.name << "'): starting on " << servers_.size() << " server(s) and "
-                 << workers_.size() << " worker(s), " << layout_.total_size() << " parameters in " << chunks_.size()
-                 << " chunks, " << plan_->steps_per_epoch(0) << " steps per epoch";
-    return configure_servers();
-  });
-}
-
-void JobRunner::fill_server_config(proto::JobConfig::Builder config) const {
-  config.setJobId(id_);
-  config.setSpecJson(spec_json_);
-  rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks_.size())), chunks_);
-  config.setWorkers(static_cast<uint32_t>(workers_.size()));
-  config.setStepsPerEpoch(static_cast<uint64_t>(plan_->steps_per_epoch(0)));
-  config.setMinGeneration(generation_);
+  auto train = job_.data.load(job_.spec.dataset.name, SplitKind::kTrain);
+  auto test = job_.data.load(job_.spec.dataset.name, SplitKind::kTest);
+  return train
+      .then([this, test = kj::mv(test)](std::shared_ptr<const Split> train) mutable {
+        job_.train = std::move(train);
+        return kj::mv(test);
+      })
+      .then([this](std::shared_ptr<const Split> test) {
+        job_.test = std::move(test);
+        job_.plan.emplace(job_.spec, job_.train->size, static_cast<uint32_t>(job_.workers.size()));
+        int64_t total_steps = 0;
+        for (uint32_t w = 0; w < job_.workers.size(); ++w) total_steps += job_.plan->steps_per_epoch(w);
+        if (job_.sync()) total_steps = job_.plan->steps_per_epoch(0);
+        total_steps *= job_.spec.training.epochs;
+        job_.store.update(job_.id, [&](JobRecord& r) {
+          r.steps_per_epoch = job_.plan->steps_per_epoch(0);
+          r.total_steps = total_steps;
+        });
+        PSLOG(kInfo) << "job " << job_.id << " ('" << job_.spec.name << "'): starting on " << job_.servers.size()
+                     << " server(s) and " << job_.workers.size() << " worker(s), " << job_.layout.total_size()
+                     << " parameters in " << job_.chunks.size() << " chunks, " << job_.plan->steps_per_epoch(0)
+                     << " steps per epoch";
+        return configure_servers();
+      });
 }
 
 kj::Promise<void> JobRunner::configure_servers() {
-  return servers_.connect_all()
+  return job_.servers.connect_all()
       .then([this]() -> kj::Promise<void> {
-        if (!requeued_while_running_ || !sync()) return configure_and_resume();
+        if (!requeued_while_running_ || !job_.sync()) return configure_and_resume();
         // After a coordinator restart, the servers may hold the job still: go on from their state.
-        return adopt_running_servers().catch_([this](kj::Exception&& e) {
-          PSLOG(kInfo) << "job " << id_ << ": cannot take over the servers' state (" << e.getDescription().cStr()
+        return adopt().catch_([this](kj::Exception&& e) {
+          PSLOG(kInfo) << "job " << job_.id << ": cannot take over the servers' state (" << e.getDescription().cStr()
                        << "); configuring them afresh";
           return configure_and_resume();
         });
       })
       .then([this] {
-        if (phase_ != Phase::kConfiguring) return;  // a loss during configuration started a recovery
-        phase_ = Phase::kRunning;
-        PSLOG(kInfo) << "job " << id_ << ": servers configured; workers may start";
+        if (job_.phase != Phase::kConfiguring) return;  // a loss during configuration started a recovery
+        job_.phase = Phase::kRunning;
+        PSLOG(kInfo) << "job " << job_.id << ": servers configured; workers may start";
       });
 }
 
 kj::Promise<void> JobRunner::configure_and_resume() {
-  return servers_.configure_all([this](proto::JobConfig::Builder c) { fill_server_config(c); })
-      .then([this]() -> kj::Promise<void> {
-        // (Async positions are not kept across a coordinator restart: an async job starts over.)
-        const auto latest = backups_.latest();
-        if (!latest || !sync()) return kj::READY_NOW;
-        // Resuming after a coordinator restart: from the last backup, if the servers have it.
-        return restore_servers({*latest}).then([this](uint64_t version) {
-          resume_version_ = version;
-          ++generation_;  // past the restore's fence (restore_servers fences below generation_ + 1)
-          store_.update(id_, [&](JobRecord& r) { r.generation = std::max(r.generation, generation_); });
-          PSLOG(kInfo) << "job " << id_ << ": resuming from the backup at step " << version;
-        });
-      });
-}
-
-kj::Promise<void> JobRunner::adopt_running_servers() {
-  // Workers' sessions end at step boundaries when the coordinator goes (their data stream or
-  // report fails between steps), so a sync job's chunks all stand at one step v: the workers'
-  // new plan starts there and nothing is replayed. Pushes of the old plan still waiting at the
-  // servers are failed and fenced off by a settle at v, and any cut hold the old coordinator
-  // left is lifted after it.
-  return servers_.versions().then([this](kj::Array<ServerVersions> versions) {
-    const uint64_t version = versions[0].lowest;
-    for (const auto& v : versions) {
-      KJ_REQUIRE(v.lowest == version && v.highest == version, "the servers' chunks are not at one step", v.lowest,
-                 v.highest, version);
-    }
-    return servers_.settle_and_release(version, generation_).then([this, version] {
-      resume_version_ = version;
-      progress_.clear_ledger();
-      PSLOG(kInfo) << "job " << id_ << ": took over the servers' state at step " << version
-                   << " after a coordinator restart; 0 step(s) to replay";
-      store_.update(id_, [&](JobRecord& r) {
-        r.notes.push_back("coordinator restarted: went on from the servers' state at step " + std::to_string(version) +
-                          ", 0 step(s) replayed");
-        r.steps_done = static_cast<int64_t>(version);
-        r.recoveries = ++recoveries_;
-        r.replayed_steps.push_back(0);
-      });
+  return job_.servers.configure_all(job_.server_config()).then([this]() -> kj::Promise<void> {
+    // (Async positions are not kept across a coordinator restart: an async job starts over.)
+    const auto latest = job_.backups.latest();
+    if (!latest || !job_.sync()) return kj::READY_NOW;
+    // Resuming after a coordinator restart: from the last backup, if the servers have it.
+    return rollback_.restore({*latest}).then([this](uint64_t version) {
+      job_.resume_version = version;
+      ++job_.generation;  // past the restore's fence (it fences below generation + 1)
+      job_.store.update(job_.id, [&](JobRecord& r) { r.generation = std::max(r.generation, job_.generation); });
+      PSLOG(kInfo) << "job " << job_.id << ": resuming from the backup at step " << version;
     });
   });
 }
 
-std::optional<size_t> JobRunner::worker_index(uint32_t node) const {
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (workers_[i] == node) return i;
-  }
-  return std::nullopt;
+kj::Promise<void> JobRunner::adopt() {
+  return adopt_servers_state(job_).then([this](uint64_t version) {
+    job_.resume_version = version;
+    job_.progress.clear_ledger();
+    PSLOG(kInfo) << "job " << job_.id << ": took over the servers' state at step " << version
+                 << " after a coordinator restart; 0 step(s) to replay";
+    job_.store.update(job_.id, [&](JobRecord& r) {
+      r.notes.push_back("coordinator restarted: went on from the servers' state at step " + std::to_string(version) +
+                        ", 0 step(s) replayed");
+      r.steps_done = static_cast<int64_t>(version);
+      r.recoveries = ++job_.recoveries;
+      r.replayed_steps.push_back(0);
+    });
+  });
 }
 
+// --- Workers ---
+
 bool JobRunner::fill_assignment(uint32_t node, proto::Assignment::Builder out) const {
-  const auto index = worker_index(node);
-  if (!index || !workers_may_run()) return false;
-  if (progress_.workers()[*index].finished) return false;  // done; the job is wrapping up
+  const auto index = job_.worker_index(node);
+  if (!index || !job_.workers_may_run()) return false;
+  if (job_.progress.workers()[*index].finished) return false;  // done; the job is wrapping up
   const auto worker = static_cast<uint32_t>(*index);
-  out.setJobId(id_);
-  out.setSpecJson(spec_json_);
+  out.setJobId(job_.id);
+  out.setSpecJson(job_.spec_json);
   out.setWorkerIndex(worker);
-  out.setWorkerCount(static_cast<uint32_t>(workers_.size()));
-  rpc::set_chunks(out.initChunks(static_cast<unsigned>(chunks_.size())), chunks_);
-  auto servers = out.initServers(static_cast<unsigned>(servers_.size()));
-  for (size_t i = 0; i < servers_.size(); ++i) servers.set(static_cast<unsigned>(i), servers_[i].address);
-  const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(worker));
+  out.setWorkerCount(static_cast<uint32_t>(job_.workers.size()));
+  rpc::set_chunks(out.initChunks(static_cast<unsigned>(job_.chunks.size())), job_.chunks);
+  auto servers = out.initServers(static_cast<unsigned>(job_.servers.size()));
+  for (size_t i = 0; i < job_.servers.size(); ++i) servers.set(static_cast<unsigned>(i), job_.servers[i].address);
+  const auto steps_per_epoch = static_cast<uint64_t>(job_.plan->steps_per_epoch(worker));
   out.setStepsPerEpoch(steps_per_epoch);
-  if (!sync() && *index < resume_positions_.size()) {
-    out.setStartEpoch(resume_positions_[*index].epoch);
-    out.setStartStep(resume_positions_[*index].step);
+  if (!job_.sync() && *index < job_.resume_positions.size()) {
+    out.setStartEpoch(job_.resume_positions[*index].epoch);
+    out.setStartStep(job_.resume_positions[*index].step);
   } else {
-    out.setStartEpoch(static_cast<uint32_t>(resume_version_ / steps_per_epoch));
-    out.setStartStep(resume_version_ % steps_per_epoch);
+    out.setStartEpoch(static_cast<uint32_t>(job_.resume_version / steps_per_epoch));
+    out.setStartStep(job_.resume_version % steps_per_epoch);
   }
-  out.setGeneration(generation_);
+  out.setGeneration(job_.generation);
   return true;
 }
 
 proto::DataStream::Client JobRunner::open_shard(uint32_t node, proto::Split split, uint32_t epoch, uint64_t from_step) {
-  const auto index = worker_index(node);
-  KJ_REQUIRE(index.has_value(), "this node is not a worker of the job", node, id_);
-  KJ_REQUIRE(plan_.has_value(), "the job's data is not loaded yet", id_);
-  KJ_REQUIRE(epoch < spec_.training.epochs, "epoch out of range", epoch);
+  const auto index = job_.worker_index(node);
+  KJ_REQUIRE(index.has_value(), "this node is not a worker of the job", node, job_.id);
+  KJ_REQUIRE(job_.plan.has_value(), "the job's data is not loaded yet", job_.id);
+  KJ_REQUIRE(epoch < job_.spec.training.epochs, "epoch out of range", epoch);
   const auto worker = static_cast<uint32_t>(*index);
+  const auto workers = static_cast<uint32_t>(job_.workers.size());
   if (split == proto::Split::TEST) {
-    const int64_t batch = (spec_.training.global_batch_size + workers_.size() - 1) / workers_.size();
-    return data_.open_test(test_, worker, static_cast<uint32_t>(workers_.size()), batch);
+    const int64_t batch = (job_.spec.training.global_batch_size + workers - 1) / workers;
+    return job_.data.open_test(job_.test, worker, workers, batch);
   }
-  KJ_REQUIRE(static_cast<int64_t>(from_step) <= plan_->steps_per_epoch(worker), "step out of range", from_step);
-  if (!sync()) return data_.open_train(train_, *plan_, epoch, worker, static_cast<int64_t>(from_step));
-  const auto steps_per_epoch = static_cast<uint64_t>(plan_->steps_per_epoch(0));
-  return data_.open_train(train_, *plan_, epoch, worker, static_cast<int64_t>(from_step),
-                          [this, epoch, worker, steps_per_epoch, generation = generation_](
-                              int64_t step, const std::vector<uint32_t>& indices) {
-                            if (generation != generation_) return;  // a stream of an abandoned plan
-                            progress_.served(epoch * steps_per_epoch + static_cast<uint64_t>(step), worker, indices);
-                          });
+  KJ_REQUIRE(static_cast<int64_t>(from_step) <= job_.plan->steps_per_epoch(worker), "step out of range", from_step);
+  if (!job_.sync()) return job_.data.open_train(job_.train, *job_.plan, epoch, worker, static_cast<int64_t>(from_step));
+  const uint64_t steps_per_epoch = job_.steps_per_epoch();
+  return job_.data.open_train(job_.train, *job_.plan, epoch, worker, static_cast<int64_t>(from_step),
+                              [this, epoch, worker, steps_per_epoch, generation = job_.generation](
+                                  int64_t step, const std::vector<uint32_t>& indices) {
+                                if (generation != job_.generation) return;  // a stream of an abandoned plan
+                                job_.progress.served(epoch * steps_per_epoch + static_cast<uint64_t>(step), worker,
+                                                     indices);
+                              });
 }
 
 bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
-  const auto index = worker_index(node);
-  KJ_REQUIRE(index.has_value(), "this node is not a worker of the job", node, id_);
-  if (state() != JobState::kRunning) return false;
+  const auto index = job_.worker_index(node);
+  KJ_REQUIRE(index.has_value(), "this node is not a worker of the job", node, job_.id);
+  if (job_.state() != JobState::kRunning) return false;
   const uint32_t epoch = report.getEpoch();
-  KJ_REQUIRE(epoch < progress_.epochs().size(), "epoch out of range", epoch);
+  JobProgress& progress = job_.progress;
+  KJ_REQUIRE(epoch < progress.epochs().size(), "epoch out of range", epoch);
   switch (report.getKind()) {
     case proto::Progress::Kind::STEPS: {
-      EpochMetrics& m = progress_.epochs()[epoch];
+      EpochMetrics& m = progress.epochs()[epoch];
       m.train_loss_sum += report.getLossSum();
       m.train_correct += report.getCorrect();
       m.train_examples += report.getExamples();
       const double n = std::max<uint64_t>(1, report.getExamples());
       const double loss = report.getLossSum() / n, accuracy = report.getCorrect() / n;
-      WorkerProgress& w = progress_.workers()[*index];
+      WorkerProgress& w = progress.workers()[*index];
       w.steps = report.getStep();
       w.rate = report.getSamplesPerSecond();
-      store_.append_step(id_, {static_cast<uint32_t>(*index), epoch + 1, report.getStep(), loss, accuracy,
-                               report.getSamplesPerSecond(), now_ms()});
-      store_.update(id_, [&](JobRecord& r) {
-        r.steps_done = static_cast<int64_t>(progress_.steps_done(sync()));
+      job_.store.append_step(job_.id, {static_cast<uint32_t>(*index), epoch + 1, report.getStep(), loss, accuracy,
+                                       report.getSamplesPerSecond(), now_ms()});
+      job_.store.update(job_.id, [&](JobRecord& r) {
+        r.steps_done = static_cast<int64_t>(progress.steps_done(job_.sync()));
         r.current_epoch = epoch + 1;
-        r.samples_per_second = progress_.total_rate();
+        r.samples_per_second = progress.total_rate();
         r.train_loss = loss;
         r.train_accuracy = accuracy;
       });
-      PSLOG(kInfo) << "job " << id_ << " worker " << *index << ": epoch " << epoch + 1 << " step " << report.getStep()
-                   << " loss " << loss << " " << static_cast<int64_t>(report.getSamplesPerSecond()) << " samples/s";
-      maybe_cut_async();
+      PSLOG(kInfo) << "job " << job_.id << " worker " << *index << ": epoch " << epoch + 1 << " step "
+                   << report.getStep() << " loss " << loss << " " << static_cast<int64_t>(report.getSamplesPerSecond())
+                   << " samples/s";
+      async_cuts_.maybe_start();
       break;
     }
     case proto::Progress::Kind::EVALUATION:
-      progress_.add_evaluation(epoch, report.getLossSum(), report.getCorrect(), report.getExamples(),
-                               report.getSamplesPerSecond(), workers_.size());
+      progress.add_evaluation(epoch, report.getLossSum(), report.getCorrect(), report.getExamples(),
+                              report.getSamplesPerSecond(), job_.workers.size());
       break;
     case proto::Progress::Kind::FINISHED:
-      progress_.workers()[*index].finished = true;
-      cut_expects_no_more(node);
+      progress.workers()[*index].finished = true;
+      async_cuts_.expects_no_more(node);
       finish_if_done();
       break;
     case proto::Progress::Kind::FAILED:
@@ -328,11 +272,26 @@ bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
   return true;
 }
 
+kj::Promise<WorkerOrder> JobRunner::watch(uint32_t node, uint64_t generation) {
+  KJ_REQUIRE(job_.worker_index(node).has_value(), "this node is not a worker of the job", node, job_.id);
+  if (generation != job_.generation || job_.state() != JobState::kRunning) return kj::NEVER_DONE;
+  auto paf = kj::newPromiseAndFulfiller<WorkerOrder>();
+  job_.watchers[node] = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
+kj::Promise<void> JobRunner::paused(uint32_t node, uint64_t cut, Position position) {
+  KJ_REQUIRE(job_.worker_index(node).has_value(), "this node is not a worker of the job", node, job_.id);
+  return async_cuts_.paused(node, cut, position);
+}
+
+// --- The end ---
+
 void JobRunner::finish_if_done() {
-  if (!progress_.all_finished()) return;
-  progress_.record_partial_epochs(static_cast<uint32_t>(progress_.epochs().size()));
+  if (!job_.progress.all_finished()) return;
+  job_.progress.record_partial_epochs(static_cast<uint32_t>(job_.progress.epochs().size()));
   background_ = collect_parameters().eagerlyEvaluate([this](kj::Exception&& e) {
-    if (e.getType() == kj::Exception::Type::DISCONNECTED && state() == JobState::kRunning) {
+    if (e.getType() == kj::Exception::Type::DISCONNECTED && job_.state() == JobState::kRunning) {
       // A server died after the last step: like any server loss, recover (from its last backup;
       // the workers redo the steps after it) and collect again at the end.
       recover("a server was lost while the trained parameters were collected");
@@ -343,61 +302,225 @@ void JobRunner::finish_if_done() {
 }
 
 kj::Promise<void> JobRunner::collect_parameters() {
-  final_params_.assign(layout_.total_size(), 0.0f);
-  return servers_.pull_all(chunks_, layout_, final_params_).then([this] {
-    if (state() != JobState::kRunning) return;  // cancelled or failed meanwhile
-    phase_ = Phase::kSucceeded;
+  final_params_.assign(job_.layout.total_size(), 0.0f);
+  return job_.servers.pull_all(job_.chunks, job_.layout, final_params_).then([this] {
+    if (job_.state() != JobState::kRunning) return;  // cancelled or failed meanwhile
+    job_.phase = Phase::kSucceeded;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
-    PSLOG(kInfo) << "job " << id_ << ": SUCCEEDED in " << seconds << " s";
-    if (sync()) progress_.check_ledger(static_cast<uint64_t>(plan_->steps_per_epoch(0)), train_->size);
-    std::printf("final test accuracy: %.4f\n", progress_.final_accuracy());
+    PSLOG(kInfo) << "job " << job_.id << ": SUCCEEDED in " << seconds << " s";
+    if (job_.sync()) job_.progress.check_ledger(job_.steps_per_epoch(), job_.train->size);
+    std::printf("final test accuracy: %.4f\n", job_.progress.final_accuracy());
     std::fflush(stdout);
-    store_.set_model(id_, encode_safetensors(layout_, final_params_, {{"job", id_}, {"name", spec_.name}}));
-    store_.update(id_, [&](JobRecord& r) {
-      r.state = state();
+    job_.store.set_model(job_.id,
+                         encode_safetensors(job_.layout, final_params_, {{"job", job_.id}, {"name", job_.spec.name}}));
+    job_.store.update(job_.id, [&](JobRecord& r) {
+      r.state = job_.state();
       r.reason.clear();
       r.finished_ms = now_ms();
       r.steps_done = r.total_steps;
     });
-    servers_.drop_job();
+    job_.servers.drop_job();
     release_nodes();
     if (on_finished_) on_finished_(*this);
   });
 }
 
 JobRunner::CancelOutcome JobRunner::cancel() {
-  if (is_finished(state())) return CancelOutcome::kAlreadyFinished;
+  if (is_finished(job_.state())) return CancelOutcome::kAlreadyFinished;
   end(Phase::kCancelled, "cancelled by request");
   return CancelOutcome::kCancelled;
 }
 
+void JobRunner::fail(const std::string& reason) {
+  if (is_finished(job_.state())) return;
+  PSLOG(kError) << "job " << job_.id << ": FAILED: " << reason;
+  end(Phase::kFailed, reason);
+}
+
 void JobRunner::end(Phase phase, const std::string& reason) {
-  const bool was_running = state() == JobState::kRunning;
-  phase_ = phase;
+  const bool was_running = job_.state() == JobState::kRunning;
+  job_.phase = phase;
   failure_ = reason;
-  store_.update(id_, [&](JobRecord& r) {
-    r.state = state();
+  job_.store.update(job_.id, [&](JobRecord& r) {
+    r.state = job_.state();
     r.reason = reason;
     r.finished_ms = now_ms();
   });
-  if (was_running) servers_.drop_job();
+  if (was_running) job_.servers.drop_job();
   release_nodes();
   if (on_finished_) on_finished_(*this);
 }
 
-void JobRunner::fail(const std::string& reason) {
-  if (is_finished(state())) return;
-  PSLOG(kError) << "job " << id_ << ": FAILED: " << reason;
-  end(Phase::kFailed, reason);
+void JobRunner::release_nodes() {
+  std::vector<uint32_t> nodes = job_.servers.nodes();
+  nodes.insert(nodes.end(), job_.workers.begin(), job_.workers.end());
+  for (uint32_t id : nodes) {
+    if (NodeInfo* n = job_.cluster.find(id); n != nullptr && n->job == job_.id) n->job.clear();
+  }
 }
 
-void JobRunner::release_nodes() {
-  for (uint32_t id : servers_.nodes()) {
-    if (NodeInfo* n = cluster_.find(id); n != nullptr && n->job == id_) n->job.clear();
+// --- Backups and recovery: which procedure runs when ---
+
+bool JobRunner::uses_node(uint32_t node) const {
+  return job_.servers.index_of(node).has_value() || job_.worker_index(node).has_value();
+}
+
+void JobRunner::on_backup_done(uint32_t node, uint64_t version) {
+  const auto index = job_.servers.index_of(node);
+  if (!index || job_.state() == JobState::kSucceeded) return;
+  if (!job_.backups.on_ack(*index, version, job_.servers.size())) return;
+  PSLOG(kInfo) << "job " << job_.id << ": backup at step " << version << " complete on all " << job_.servers.size()
+               << " server(s)";
+  job_.store.update(job_.id, [&](JobRecord& r) { r.last_backup_step = static_cast<int64_t>(version); });
+}
+
+void JobRunner::on_replica(uint32_t node, uint64_t version, std::vector<std::string> chunks) {
+  const auto index = job_.servers.index_of(node);
+  if (!index || job_.state() == JobState::kSucceeded) return;
+  job_.backups.add_replica(version, *index, std::move(chunks));
+}
+
+kj::Promise<void> JobRunner::preempt(uint32_t node) {
+  if (!uses_node(node)) return kj::READY_NOW;
+  PSLOG(kInfo) << "job " << job_.id << ": node " << node << " is being preempted";
+  job_.preempted.insert(node);
+  return sync_cut_.cut();
+}
+
+void JobRunner::grow() {
+  if (!job_.sync()) {
+    async_cuts_.replace_lost_workers();
+    return;
   }
-  for (uint32_t id : workers_) {
-    if (NodeInfo* n = cluster_.find(id); n != nullptr && n->job == id_) n->job.clear();
+  if (job_.phase != Phase::kRunning || job_.workers.size() >= static_cast<size_t>(job_.spec.training.workers) ||
+      job_.cluster.free_nodes(proto::Role::WORKER).empty()) {
+    return;
   }
+  // A worker is free and the job runs short of workers: cut at the next step (backup and hold,
+  // as for a preemption) and re-plan from that very step with one more worker. Nothing is
+  // replayed.
+  PSLOG(kInfo) << "job " << job_.id << ": a free worker can join; re-planning at the next step";
+  grow_ = sync_cut_.cut()
+              .then([this] { recover("a worker joins"); })
+              .eagerlyEvaluate([this](kj::Exception&& e) {
+                PSLOG(kWarning) << "job " << job_.id << ": could not add a worker: " << e.getDescription().cStr();
+              });
+}
+
+void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
+  if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;
+  const auto worker = job_.worker_index(node);
+  if (worker && !job_.sync()) {
+    // Async: the others simply go on; the lost worker's shard of the epoch is not redone.
+    WorkerProgress& w = job_.progress.workers()[*worker];
+    w.finished = true;
+    w.lost = true;
+    async_cuts_.expects_no_more(node);
+    PSLOG(kWarning) << "job " << job_.id << ": worker " << *worker << " lost (" << why
+                    << "); the others go on, and a free worker takes its place";
+    job_.servers.worker_finished(static_cast<uint32_t>(*worker));
+    finish_if_done();
+    return;
+  }
+  // A preempted worker left after a cut (servers hold at a backup): rolling back to it loses
+  // nothing, and a takeover could not pass the hold.
+  if (worker && job_.preempted.count(node) == 0 && try_take_over(*worker, why)) return;
+  recover(why);
+}
+
+bool JobRunner::try_take_over(size_t lost, const std::string& why) {
+  if (!takeover_.possible(lost)) return false;
+  job_.phase = Phase::kTakingOver;
+  job_.store.update(job_.id, [&](JobRecord& r) { r.reason = why; });
+  // recover() does not destroy this promise (it may be running this very callback); a rollback
+  // that starts meanwhile bumps the generation, and the takeover's later steps then stand down.
+  const uint64_t generation = job_.generation;
+  takeover_task_ = takeover_.run(lost)
+                       .then([this, lost, why, generation](uint64_t version) {
+                         if (generation != job_.generation || job_.phase != Phase::kTakingOver) return;
+                         std::vector<uint32_t> alive;
+                         for (size_t i = 0; i < job_.workers.size(); ++i) {
+                           if (i != lost && job_.alive(job_.workers[i])) alive.push_back(job_.workers[i]);
+                         }
+                         if (alive.empty()) {
+                           recover(why);
+                           return;
+                         }
+                         // An epoch whose evaluation the lost worker did not report: record what
+                         // the others did. (Epochs before the one of the taken-over step: the
+                         // survivors evaluated those before they pushed that step.)
+                         job_.progress.record_partial_epochs(static_cast<uint32_t>((version - 1) / job_.steps_per_epoch()));
+                         replan(alive, version, 0,
+                                "worker " + std::to_string(lost) + "'s slice of step " + std::to_string(version - 1) +
+                                    " taken over, going on from step " + std::to_string(version));
+                       })
+                       .eagerlyEvaluate([this, why, generation](kj::Exception&& e) {
+                         if (generation != job_.generation) return;  // superseded by a rollback
+                         PSLOG(kWarning) << "job " << job_.id << ": takeover failed (" << e.getDescription().cStr()
+                                         << "); rolling back";
+                         recover(why);
+                       });
+  return true;
+}
+
+void JobRunner::recover(const std::string& why) {
+  if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;
+  // A rollback supersedes a takeover or a cut in progress. Their promises stay (this may run
+  // inside one of their callbacks); the generation bump below makes a takeover stand down.
+  async_cuts_.end();
+  ++job_.generation;  // every session of the old plan is stale from now on
+  if (job_.phase == Phase::kRecovering) return;  // the running recovery picks up the new losses
+  job_.phase = Phase::kRecovering;
+  job_.store.update(job_.id, [&](JobRecord& r) {
+    r.state = job_.state();
+    r.reason = why;
+  });
+  PSLOG(kWarning) << "job " << job_.id << ": RECOVERING (" << why << ")";
+  recovery_ = rollback_.run()
+                  .then([this](Rollback::Outcome outcome) {
+                    // Metrics of the epochs being redone start over.
+                    const size_t first_epoch = job_.sync() ? static_cast<size_t>(outcome.version / job_.steps_per_epoch())
+                                                           : async_cuts_.resume(outcome.workers, outcome.version);
+                    job_.progress.restart_epochs_from(first_epoch);
+                    replan(std::move(outcome.workers), outcome.version, outcome.replayed,
+                           "rolled back to step " + std::to_string(outcome.version));
+                  })
+                  .eagerlyEvaluate([this](kj::Exception&& e) {
+                    fail(std::string("recovery failed: ") + e.getDescription().cStr());
+                  });
+}
+
+void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t replayed, const std::string& how) {
+  job_.workers = std::move(workers);
+  job_.progress.reset_workers(job_.workers.size(), version);
+  if (!job_.sync()) {
+    for (size_t i = 0; i < job_.workers.size() && i < job_.resume_positions.size(); ++i) {
+      job_.progress.workers()[i].steps = job_.resume_positions[i].steps_done;
+    }
+  }
+  job_.plan.emplace(job_.spec, job_.train->size, static_cast<uint32_t>(job_.workers.size()));
+  job_.resume_version = version;
+  job_.progress.forget_from(version);
+  // Acks and replicas of backups past `version` are of the abandoned timeline (the servers
+  // deleted those backups when they restored).
+  job_.backups.forget_after(version);
+  job_.watchers.clear();
+  ++job_.recoveries;
+  ++job_.generation;
+  job_.phase = Phase::kRunning;
+  PSLOG(kInfo) << "job " << job_.id << ": RUNNING again from step " << version << " with " << job_.workers.size()
+               << " worker(s); " << replayed << " step(s) to replay";
+  job_.store.update(job_.id, [&](JobRecord& r) {
+    r.state = job_.state();
+    r.notes.push_back("recovered (" + r.reason + "): " + how + ", " + std::to_string(replayed) + " step(s) replayed");
+    r.reason.clear();
+    r.workers = job_.workers;
+    r.generation = std::max(r.generation, job_.generation);
+    r.servers = job_.servers.nodes();
+    r.steps_done = static_cast<int64_t>(version);
+    r.recoveries = job_.recoveries;
+    r.replayed_steps.push_back(static_cast<int64_t>(replayed));
+  });
 }
 
 }  // namespace pstrain

@@ -1,0 +1,75 @@
+#include "coordinator/job/job_context.h"
+
+namespace pstrain {
+
+const char* job_phase_name(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kPending: return "pending";
+    case JobPhase::kConfiguring: return "configuring";
+    case JobPhase::kRunning: return "running";
+    case JobPhase::kCutting: return "cutting";
+    case JobPhase::kTakingOver: return "taking over";
+    case JobPhase::kRecovering: return "recovering";
+    case JobPhase::kSucceeded: return "succeeded";
+    case JobPhase::kFailed: return "failed";
+    case JobPhase::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+JobState job_state(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kPending: return JobState::kPending;
+    case JobPhase::kConfiguring:
+    case JobPhase::kRunning:
+    case JobPhase::kCutting:
+    case JobPhase::kTakingOver: return JobState::kRunning;
+    case JobPhase::kRecovering: return JobState::kRecovering;
+    case JobPhase::kSucceeded: return JobState::kSucceeded;
+    case JobPhase::kFailed: return JobState::kFailed;
+    case JobPhase::kCancelled: return JobState::kCancelled;
+  }
+  return JobState::kFailed;
+}
+
+JobContext::JobContext(std::string id_, JobSpec spec_, Cluster& cluster_, DataService& data_, JobStore& store_,
+                       kj::AsyncIoProvider& io_, JobOptions options_)
+    : id(std::move(id_)),
+      spec(std::move(spec_)),
+      spec_json(job_spec_to_json(spec)),
+      layout(make_param_layout(spec.model)),
+      cluster(cluster_),
+      data(data_),
+      store(store_),
+      io(io_),
+      options(options_),
+      servers(id, io_, options),
+      progress(id, static_cast<uint32_t>(spec.training.epochs), store_) {}
+
+std::optional<size_t> JobContext::worker_index(uint32_t node) const {
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i] == node) return i;
+  }
+  return std::nullopt;
+}
+
+bool JobContext::alive(uint32_t node) const {
+  const NodeInfo* n = cluster.find(node);
+  return n != nullptr && n->alive;
+}
+
+bool JobContext::can_order(uint32_t node) {
+  const auto it = watchers.find(node);
+  return it != watchers.end() && it->second->isWaiting() && alive(node);
+}
+
+void JobContext::fill_server_config(proto::JobConfig::Builder config) const {
+  config.setJobId(id);
+  config.setSpecJson(spec_json);
+  rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks.size())), chunks);
+  config.setWorkers(static_cast<uint32_t>(workers.size()));
+  config.setStepsPerEpoch(steps_per_epoch());
+  config.setMinGeneration(generation);
+}
+
+}  // namespace pstrain

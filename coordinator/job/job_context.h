@@ -1,0 +1,123 @@
+// What one job's parts share: the job's inputs, its current plan and what has happened, owned by
+// its JobRunner and handed by reference to the recovery procedures (rollback.h, takeover.h,
+// sync_cut.h, async_cuts.h, server_move.h, adoption.h), so each procedure is an object of its
+// own over the same state instead of one more set of methods on the runner.
+//
+// Thread rules: event-loop thread only. Ownership: JobRunner owns the context and every
+// procedure; the references inside (cluster, data, store, io) outlive the runner.
+#pragma once
+
+#include <kj/async-io.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/chunk_plan.h"
+#include "common/data_plan.h"
+#include "common/job_spec.h"
+#include "common/param_layout.h"
+#include "coordinator/cluster.h"
+#include "coordinator/data_service.h"
+#include "coordinator/job/backup_ledger.h"
+#include "coordinator/job/job_options.h"
+#include "coordinator/job/job_progress.h"
+#include "coordinator/job/server_group.h"
+#include "coordinator/job_state.h"
+#include "coordinator/job_store.h"
+
+namespace pstrain {
+
+// What a job's runner is doing. Workers may run (assignments, data, reports) in kRunning,
+// kCutting and kTakingOver. The public JobState derives from it (job_state()).
+enum class JobPhase {
+  kPending,      // queued until the cluster has the servers and workers it needs
+  kConfiguring,  // nodes claimed: loading the dataset, configuring the servers
+  kRunning,      // workers train
+  kCutting,      // sync: a cut is under way (servers back up just ahead and hold there)
+  kTakingOver,   // sync: a survivor completes a lost worker's step; a re-plan follows
+  kRecovering,   // rolling back: waiting for servers, restoring a backup, re-planning
+  kSucceeded,
+  kFailed,
+  kCancelled,
+};
+const char* job_phase_name(JobPhase phase);
+JobState job_state(JobPhase phase);
+
+// What a worker's watch call returns: a lost worker's slice of a sync step, for a surviving
+// worker to compute and push in its place (takeover.h), or (pause_cut > 0) an async cut to
+// pause for (async_cuts.h).
+struct WorkerOrder {
+  uint64_t pause_cut = 0;
+  uint64_t step = 0;  // global step
+  uint32_t slice = 0, slice_count = 1;
+  uint32_t epoch = 0;
+  int64_t step_in_epoch = 0;
+  std::vector<uint32_t> indices;
+  std::shared_ptr<const Split> split;
+};
+
+// Where an async worker stands between two steps.
+struct WorkerPosition {
+  uint32_t epoch = 0;
+  uint64_t step = 0;        // within the epoch
+  uint64_t steps_done = 0;  // the worker's steps in the job
+};
+
+struct JobContext {
+  JobContext(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
+             kj::AsyncIoProvider& io, JobOptions options);
+
+  bool sync() const { return spec.training.mode == TrainingMode::kSync; }
+  JobState state() const { return job_state(phase); }
+  bool workers_may_run() const {
+    return phase == JobPhase::kRunning || phase == JobPhase::kCutting || phase == JobPhase::kTakingOver;
+  }
+  std::optional<size_t> worker_index(uint32_t node) const;
+  // Whether node `id` is registered and alive.
+  bool alive(uint32_t node) const;
+  // A server's JobConfig (all but its index): the chunk table, the workers, the current generation.
+  void fill_server_config(proto::JobConfig::Builder config) const;
+  ServerGroup::ConfigFiller server_config() const {
+    return [this](proto::JobConfig::Builder c) { fill_server_config(c); };
+  }
+  uint64_t steps_per_epoch() const { return static_cast<uint64_t>(plan->steps_per_epoch(0)); }
+
+  // Inputs.
+  const std::string id;
+  const JobSpec spec;
+  const std::string spec_json;
+  const ParamLayout layout;
+  Cluster& cluster;
+  DataService& data;
+  JobStore& store;
+  kj::AsyncIoProvider& io;
+  const JobOptions options;
+
+  // The plan.
+  JobPhase phase = JobPhase::kPending;
+  std::vector<ChunkInfo> chunks;
+  ServerGroup servers;
+  std::vector<uint32_t> workers;  // node ids, by worker index
+  std::shared_ptr<const Split> train, test;
+  std::optional<DataPlan> plan;
+  uint64_t generation = 0;      // of the current plan: sessions of older ones are stale
+  uint64_t resume_version = 0;  // the global step workers start from (sync)
+  std::vector<WorkerPosition> resume_positions;  // async: where each worker starts
+
+  // What happened.
+  JobProgress progress;
+  BackupLedger backups;
+  uint32_t recoveries = 0;
+  std::set<uint32_t> preempted;  // nodes that announced SIGTERM
+
+  // Orders to workers: each worker's open watch call (this generation), by node.
+  std::map<uint32_t, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers;
+  // Whether worker node `node` has an open watch and is alive.
+  bool can_order(uint32_t node);  // (not const: a fulfiller's isWaiting() is not)
+};
+
+}  // namespace pstrain

@@ -1,0 +1,29 @@
+// A free server taking a lost server's shard over from the replica of its newest complete
+// backup (the essay is in server_move.cc).
+//
+// Thread rules: event-loop thread only. Refers to the job's JobContext, which outlives it.
+#pragma once
+
+#include <kj/async.h>
+
+#include <set>
+
+#include "coordinator/job/job_context.h"
+
+namespace pstrain {
+
+class ServerMover {
+ public:
+  explicit ServerMover(JobContext& job);
+
+  // For each lost server: a free server takes its index and adopts its replica. Resolves when
+  // those moves are done (a failed move gives the place back to the lost server); nullptr if no
+  // lost server can move now (no free server, or no replica yet).
+  kj::Maybe<kj::Promise<void>> move_lost();
+
+ private:
+  JobContext& job_;
+  std::set<uint32_t> failed_spares_;  // servers a move to failed: not tried again
+};
+
+}  // namespace pstrain

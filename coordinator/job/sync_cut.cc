@@ -1,0 +1,71 @@
+// SyncCut (DESIGN section 4): every server backs up at one step just ahead and holds
+// there, so the job can be re-planned from that step with nothing replayed. A preemption notice
+// (SIGTERM on a node) and a worker joining a job that runs short of workers both use one.
+//
+// The mark must reach every server before its chunks pass the step: the coordinator asks where
+// the servers are and marks two steps ahead of the furthest chunk; a server already past the
+// mark refuses it, and the cut is marked again further ahead (which replaces the holds already
+// set). A cut that does not complete within 30 s is abandoned and its holds released.
+#include "coordinator/job/sync_cut.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace pstrain {
+
+SyncCut::SyncCut(JobContext& job) : job_(job) {}
+
+kj::Promise<void> SyncCut::cut() {
+  // One cut at a time: a preemption during a cut waits for that cut's backup, which is just as
+  // good. A cut is for a running sync job only; during a takeover, a recovery or the
+  // configuration there is nothing to hold (the node's loss is handled as a loss).
+  KJ_IF_MAYBE(running, running_) {
+    if (job_.phase == JobPhase::kCutting) return running->addBranch();
+  }
+  if (job_.phase != JobPhase::kRunning || !job_.sync()) return kj::READY_NOW;
+  job_.phase = JobPhase::kCutting;
+  auto forked = run().fork();
+  auto branch = forked.addBranch();
+  running_ = kj::mv(forked);
+  return branch;
+}
+
+kj::Promise<void> SyncCut::run() {
+  // A rollback during the cut bumps the generation: the phase is the recovery's from then on.
+  const uint64_t generation = job_.generation;
+  auto done = [this, generation] {
+    if (generation == job_.generation && job_.phase == JobPhase::kCutting) job_.phase = JobPhase::kRunning;
+  };
+  return mark(0)
+      .then([this](uint64_t target) {
+        return job_.io.getTimer().timeoutAfter(job_.options.sync_cut_timeout, job_.backups.wait_for(target));
+      })
+      .then(kj::cp(done),  // (then() keeps an lvalue functor by reference: copy it)
+            [this, done](kj::Exception&& e) {
+              done();
+              // An abandoned cut must not leave the servers holding.
+              job_.servers.release_holds();
+              kj::throwFatalException(kj::mv(e));
+            });
+}
+
+kj::Promise<uint64_t> SyncCut::mark(int attempt) {
+  // Phase 1: where are the servers? Phase 2: back up (and hold) two steps ahead of the furthest
+  // chunk. A server whose chunks passed the mark before it arrived refuses it (and says how far
+  // it got); then the cut is marked again further ahead, which replaces the holds already set.
+  return job_.servers.versions().then([this, attempt](kj::Array<ServerVersions> versions) {
+    uint64_t furthest = 0;
+    for (const auto& v : versions) furthest = std::max(furthest, v.highest);
+    const uint64_t target = furthest + 2 + static_cast<uint64_t>(attempt);
+    PSLOG(kInfo) << "job " << job_.id << ": backing up at step " << target << " and holding there";
+    return job_.servers.mark_backup(target).then([this, attempt, target](kj::Array<uint64_t> reached) -> kj::Promise<uint64_t> {
+      if (*std::max_element(reached.begin(), reached.end()) <= target) return target;
+      KJ_REQUIRE(attempt < 5, "the servers kept running past the cut", target);
+      PSLOG(kInfo) << "job " << job_.id << ": a server was already past step " << target << "; marking again";
+      return mark(attempt + 1);
+    });
+  });
+}
+
+}  // namespace pstrain
