@@ -4,8 +4,8 @@
 
 namespace pstrain {
 
-uint32_t Cluster::register_node(proto::Role role, std::string address, std::string name) {
-  const uint32_t id = next_id_++;
+NodeId Cluster::register_node(proto::Role role, std::string address, std::string name) {
+  const NodeId id{next_id_++};
   NodeInfo& node = nodes_[id];
   node.id = id;
   node.role = role;
@@ -17,15 +17,15 @@ uint32_t Cluster::register_node(proto::Role role, std::string address, std::stri
   return id;
 }
 
-bool Cluster::heartbeat(uint32_t id) {
+bool Cluster::heartbeat(NodeId id) {
   NodeInfo* node = find(id);
   if (node == nullptr || !node->alive) return false;
   node->last_heartbeat = std::chrono::steady_clock::now();
   return true;
 }
 
-std::vector<uint32_t> Cluster::expire() {
-  std::vector<uint32_t> dead;
+std::vector<NodeId> Cluster::expire() {
+  std::vector<NodeId> dead;
   const auto now = std::chrono::steady_clock::now();
   for (auto& [id, node] : nodes_) {
     if (node.alive && now - node.last_heartbeat > dead_after_) {
@@ -37,13 +37,13 @@ std::vector<uint32_t> Cluster::expire() {
   return dead;
 }
 
-NodeInfo* Cluster::find(uint32_t id) {
+NodeInfo* Cluster::find(NodeId id) {
   const auto it = nodes_.find(id);
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
-std::vector<uint32_t> Cluster::free_nodes(proto::Role role) const {
-  std::vector<uint32_t> ids;
+std::vector<NodeId> Cluster::free_nodes(proto::Role role) const {
+  std::vector<NodeId> ids;
   for (const auto& [id, node] : nodes_) {
     if (node.alive && node.role == role && node.job.empty()) ids.push_back(id);
   }

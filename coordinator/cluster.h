@@ -10,12 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "common/ids.h"
 #include "common/proto/pstrain.capnp.h"
 
 namespace pstrain {
 
 struct NodeInfo {
-  uint32_t id = 0;
+  NodeId id;
   proto::Role role = proto::Role::WORKER;
   std::string address;  // servers: where workers reach them
   std::string name;
@@ -28,19 +29,19 @@ class Cluster {
  public:
   explicit Cluster(std::chrono::milliseconds dead_after) : dead_after_(dead_after) {}
 
-  uint32_t register_node(proto::Role role, std::string address, std::string name);
+  NodeId register_node(proto::Role role, std::string address, std::string name);
   // false if the node is unknown (or was declared dead): it must register again.
-  bool heartbeat(uint32_t id);
+  bool heartbeat(NodeId id);
   // Declares nodes dead whose last heartbeat is older than the timeout; returns their ids.
-  std::vector<uint32_t> expire();
+  std::vector<NodeId> expire();
 
-  NodeInfo* find(uint32_t id);
-  std::vector<uint32_t> free_nodes(proto::Role role) const;
-  const std::map<uint32_t, NodeInfo>& nodes() const { return nodes_; }
+  NodeInfo* find(NodeId id);
+  std::vector<NodeId> free_nodes(proto::Role role) const;
+  const std::map<NodeId, NodeInfo>& nodes() const { return nodes_; }
 
  private:
   std::chrono::milliseconds dead_after_;
-  std::map<uint32_t, NodeInfo> nodes_;
+  std::map<NodeId, NodeInfo> nodes_;
   uint32_t next_id_ = 1;
 };
 

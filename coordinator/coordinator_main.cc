@@ -44,7 +44,7 @@ std::vector<pstrain::NodeView> node_views(const pstrain::Cluster& cluster) {
   };
   std::vector<pstrain::NodeView> views;
   for (const auto& [id, node] : cluster.nodes()) {
-    views.push_back({id, node.role == pstrain::proto::Role::SERVER ? "server" : "worker", node.name, node.address,
+    views.push_back({id.value(), node.role == pstrain::proto::Role::SERVER ? "server" : "worker", node.name, node.address,
                      node.job, wall(node.registered_at), wall(node.last_heartbeat), node.alive});
   }
   return views;

@@ -25,28 +25,28 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
   }
   // A server registering under the name of a server that jobs use is that server restarted: the
   // old registration is dead (even if its heartbeats have not timed out yet).
-  std::vector<uint32_t> replaced;
+  std::vector<NodeId> replaced;
   if (params.getRole() == proto::Role::SERVER) {
     for (const auto& [id, node] : cluster_.nodes()) {
       if (node.role == proto::Role::SERVER && node.alive && node.name == name) replaced.push_back(id);
     }
-    for (uint32_t id : replaced) cluster_.find(id)->alive = false;
+    for (NodeId id : replaced) cluster_.find(id)->alive = false;
   }
-  const uint32_t id = cluster_.register_node(params.getRole(), address, name);
+  const NodeId id = cluster_.register_node(params.getRole(), address, name);
   jobs_.on_nodes_lost(replaced, "restarted (registered again)");
-  context.getResults().setNodeId(id);
+  context.getResults().setNodeId(id.value());
   context.getResults().setHeartbeatMs(heartbeat_ms_);
   if (jobs_.schedule()) wake_waiting_workers();
   return kj::READY_NOW;
 }
 
 kj::Promise<void> CoordinatorService::heartbeat(HeartbeatContext context) {
-  context.getResults().setKnown(cluster_.heartbeat(context.getParams().getNodeId()));
+  context.getResults().setKnown(cluster_.heartbeat(NodeId{context.getParams().getNodeId()}));
   return kj::READY_NOW;
 }
 
 kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context) {
-  const uint32_t node = context.getParams().getNodeId();
+  const NodeId node{context.getParams().getNodeId()};
   const NodeInfo* info = cluster_.find(node);
   KJ_REQUIRE(info != nullptr && info->alive, "unknown node: register first", node);
   KJ_REQUIRE(info->role == proto::Role::WORKER, "only workers get assignments", node);
@@ -58,12 +58,12 @@ kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context
   if (JobRunner* job = current; same_job && job->generation() < min_generation && job->state() == JobState::kRunning &&
                                  job->phase() != JobRunner::Phase::kTakingOver) {
     // The worker's session broke (a server vanished, a push failed) before we noticed: re-plan.
-    job->recover("worker node " + std::to_string(node) + " lost its session");
+    job->recover("worker node " + std::to_string(node.value()) + " lost its session");
   }
   return wait_for_assignment(context, node, min_generation, timer_.now() + wait_ms * kj::MILLISECONDS);
 }
 
-kj::Promise<void> CoordinatorService::wait_for_assignment(GetAssignmentContext context, uint32_t node,
+kj::Promise<void> CoordinatorService::wait_for_assignment(GetAssignmentContext context, NodeId node,
                                                           uint64_t min_generation, kj::TimePoint deadline) {
   if (JobRunner* job = jobs_.job_of_worker(node); job != nullptr && job->generation() >= min_generation) {
     auto results = context.getResults();
@@ -88,7 +88,7 @@ kj::Promise<void> CoordinatorService::openShard(OpenShardContext context) {
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
   context.getResults().setStream(
-      job->open_shard(params.getNodeId(), params.getSplit(), params.getEpoch(), params.getFromStep()));
+      job->open_shard(NodeId{params.getNodeId()}, params.getSplit(), params.getEpoch(), params.getFromStep()));
   return kj::READY_NOW;
 }
 
@@ -97,7 +97,7 @@ kj::Promise<void> CoordinatorService::reportProgress(ReportProgressContext conte
   const auto report = params.getReport();
   JobRunner* job = jobs_.find(rpc::to_string(report.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", report.getJobId());
-  context.getResults().setKeepGoing(job->on_progress(params.getNodeId(), report));
+  context.getResults().setKeepGoing(job->on_progress(NodeId{params.getNodeId()}, report));
   return kj::READY_NOW;
 }
 
@@ -109,7 +109,7 @@ kj::Promise<void> CoordinatorService::backupDone(BackupDoneContext context) {
   const auto params = context.getParams();
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
-  job->on_backup_done(params.getNodeId(), params.getVersion());
+  job->on_backup_done(NodeId{params.getNodeId()}, params.getVersion());
   return kj::READY_NOW;
 }
 
@@ -117,7 +117,7 @@ kj::Promise<void> CoordinatorService::watch(WatchContext context) {
   const auto params = context.getParams();
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
-  return job->watch(params.getNodeId(), params.getGeneration()).then([context](WorkerOrder order) mutable {
+  return job->watch(NodeId{params.getNodeId()}, params.getGeneration()).then([context](WorkerOrder order) mutable {
     if (order.pause_cut > 0) {
       context.getResults().setPauseCut(order.pause_cut);
       return;
@@ -136,7 +136,7 @@ kj::Promise<void> CoordinatorService::storeReplica(StoreReplicaContext context) 
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
   std::vector<std::string> chunks;
   for (capnp::Data::Reader blob : params.getChunks()) chunks.emplace_back(reinterpret_cast<const char*>(blob.begin()), blob.size());
-  job->on_replica(params.getNodeId(), params.getVersion(), std::move(chunks));
+  job->on_replica(NodeId{params.getNodeId()}, params.getVersion(), std::move(chunks));
   return kj::READY_NOW;
 }
 
@@ -144,11 +144,11 @@ kj::Promise<void> CoordinatorService::paused(PausedContext context) {
   const auto params = context.getParams();
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
-  return job->paused(params.getNodeId(), params.getCut(), {params.getEpoch(), params.getStep(), params.getStepsDone()});
+  return job->paused(NodeId{params.getNodeId()}, params.getCut(), {params.getEpoch(), params.getStep(), params.getStepsDone()});
 }
 
 kj::Promise<void> CoordinatorService::preempted(PreemptedContext context) {
-  const uint32_t node = context.getParams().getNodeId();
+  const NodeId node{context.getParams().getNodeId()};
   PSLOG(kInfo) << "node " << node << " announced it is going away (SIGTERM)";
   kj::Vector<kj::Promise<void>> backups;
   for (JobRunner* job : jobs_.jobs_using(node)) {

@@ -36,7 +36,7 @@ class CoordinatorService final : public proto::Coordinator::Server {
   kj::Promise<void> storeReplica(StoreReplicaContext context) override;
 
  private:
-  kj::Promise<void> wait_for_assignment(GetAssignmentContext context, uint32_t node, uint64_t min_generation,
+  kj::Promise<void> wait_for_assignment(GetAssignmentContext context, NodeId node, uint64_t min_generation,
                                         kj::TimePoint deadline);
 
   Cluster& cluster_;

@@ -35,7 +35,7 @@ JobRunner* JobManager::find(const std::string& id) {
   return nullptr;
 }
 
-JobRunner* JobManager::job_of_worker(uint32_t node) {
+JobRunner* JobManager::job_of_worker(NodeId node) {
   NodeInfo* info = cluster_.find(node);
   if (info == nullptr || info->job.empty()) return nullptr;
   return find(info->job);
@@ -45,7 +45,7 @@ JobRunner* JobManager::job_of_worker(uint32_t node) {
 
 namespace pstrain {
 
-std::vector<JobRunner*> JobManager::jobs_using(uint32_t node) {
+std::vector<JobRunner*> JobManager::jobs_using(NodeId node) {
   std::vector<JobRunner*> out;
   for (auto& job : jobs_) {
     const JobState s = job->state();
@@ -54,9 +54,9 @@ std::vector<JobRunner*> JobManager::jobs_using(uint32_t node) {
   return out;
 }
 
-void JobManager::on_nodes_lost(const std::vector<uint32_t>& nodes, const std::string& why) {
-  for (uint32_t node : nodes) {
-    for (JobRunner* job : jobs_using(node)) job->on_node_lost(node, "node " + std::to_string(node) + " " + why);
+void JobManager::on_nodes_lost(const std::vector<NodeId>& nodes, const std::string& why) {
+  for (NodeId node : nodes) {
+    for (JobRunner* job : jobs_using(node)) job->on_node_lost(node, "node " + std::to_string(node.value()) + " " + why);
   }
 }
 

@@ -23,11 +23,11 @@ class JobManager {
   // Starts every queued job the cluster has room for (in submission order); true if any started.
   bool schedule();
   JobRunner* find(const std::string& id);
-  JobRunner* job_of_worker(uint32_t node);
+  JobRunner* job_of_worker(NodeId node);
   // Every unfinished job that uses the node (as server or worker).
-  std::vector<JobRunner*> jobs_using(uint32_t node);
+  std::vector<JobRunner*> jobs_using(NodeId node);
   // Nodes declared dead: their jobs recover (or fail, saying why).
-  void on_nodes_lost(const std::vector<uint32_t>& nodes, const std::string& why);
+  void on_nodes_lost(const std::vector<NodeId>& nodes, const std::string& why);
   const std::vector<std::unique_ptr<JobRunner>>& jobs() const { return jobs_; }
 
   // Called whenever a job ends (SUCCEEDED, FAILED, CANCELLED).

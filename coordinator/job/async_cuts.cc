@@ -44,7 +44,7 @@ void AsyncCuts::maybe_start() {
   Cut cut;
   cut.id = ++cuts_started_;
   for (size_t i = 0; i < job_.workers.size(); ++i) {
-    const uint32_t node = job_.workers[i];
+    const NodeId node = job_.workers[i];
     if (job_.progress.workers()[i].finished || !job_.alive(node)) continue;
     if (!job_.can_order(node)) {
       PSLOG(kDebug) << "job " << job_.id << ": worker " << i << " has no open watch; no cut now";
@@ -53,7 +53,7 @@ void AsyncCuts::maybe_start() {
     cut.expected.insert(node);
   }
   if (cut.expected.empty()) return;
-  for (uint32_t node : cut.expected) {
+  for (NodeId node : cut.expected) {
     WorkerOrder order;
     order.pause_cut = cut.id;
     job_.watchers[node]->fulfill(kj::mv(order));
@@ -75,7 +75,7 @@ void AsyncCuts::maybe_start() {
               .eagerlyEvaluate(nullptr);
 }
 
-kj::Promise<void> AsyncCuts::paused(uint32_t node, uint64_t cut, WorkerPosition position) {
+kj::Promise<void> AsyncCuts::paused(NodeId node, uint64_t cut, WorkerPosition position) {
   if (!cut_ || cut_->id != cut || cut_->expected.count(node) == 0) return kj::READY_NOW;  // a cut that ended
   cut_->expected.erase(node);
   cut_->positions[node] = position;
@@ -85,7 +85,7 @@ kj::Promise<void> AsyncCuts::paused(uint32_t node, uint64_t cut, WorkerPosition 
   return kj::mv(paf.promise);
 }
 
-void AsyncCuts::expects_no_more(uint32_t node) {
+void AsyncCuts::expects_no_more(NodeId node) {
   if (!cut_ || cut_->expected.erase(node) == 0) return;
   if (cut_->expected.empty()) cut_->all_paused->fulfill();
 }
@@ -129,7 +129,7 @@ WorkerPosition AsyncCuts::position_of(size_t worker) const {
   return {static_cast<uint32_t>(steps / spe), steps % spe, steps};
 }
 
-size_t AsyncCuts::resume(const std::vector<uint32_t>& workers, uint64_t version) {
+size_t AsyncCuts::resume(const std::vector<NodeId>& workers, uint64_t version) {
   // Each worker goes back to where it stood at the cut whose backup was restored. With another
   // worker count the shards are cut differently, so all start at the earliest epoch among them.
   auto& resume = job_.resume_positions;
@@ -158,12 +158,12 @@ void AsyncCuts::replace_lost_workers() {
   auto& progress = job_.progress.workers();
   for (size_t i = 0; i < job_.workers.size(); ++i) {
     if (!progress[i].lost) continue;
-    const std::vector<uint32_t> free = job_.cluster.free_nodes(proto::Role::WORKER);
+    const std::vector<NodeId> free = job_.cluster.free_nodes(proto::Role::WORKER);
     if (free.empty()) return;
     // The new worker goes on with the lost one's shard from its last reported step: at most the
     // steps since that report are done twice, none is skipped. The other workers' sessions are
     // untouched (same plan, same generation).
-    const uint32_t node = free.front();
+    const NodeId node = free.front();
     job_.cluster.find(node)->job = job_.id;
     job_.workers[i] = node;
     progress[i].lost = false;
@@ -176,7 +176,7 @@ void AsyncCuts::replace_lost_workers() {
     PSLOG(kInfo) << "job " << job_.id << ": worker node " << node << " takes the place of lost worker " << i
                  << " from its step " << progress[i].steps;
     job_.store.update(job_.id, [&](JobRecord& r) {
-      r.workers = job_.workers;
+      r.workers = node_numbers(job_.workers);
       r.notes.push_back("a new worker took the place of lost worker " + std::to_string(i) + " from its step " +
                         std::to_string(progress[i].steps));
     });

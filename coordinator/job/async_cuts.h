@@ -24,14 +24,14 @@ class AsyncCuts {
   // After a progress report: starts a cut when the job's steps passed the next backup point.
   void maybe_start();
   // A worker stands between steps at `position` for cut `cut`; resolves when it may go on.
-  kj::Promise<void> paused(uint32_t node, uint64_t cut, WorkerPosition position);
+  kj::Promise<void> paused(NodeId node, uint64_t cut, WorkerPosition position);
   // A worker of a running cut will not pause (finished or lost).
-  void expects_no_more(uint32_t node);
+  void expects_no_more(NodeId node);
   // Ends the running cut, if any: paused workers go on.
   void end();
   // A rollback restored the backup of the cut at `version`, to run with `workers`: sets the
   // job's resume_positions and returns the first epoch whose metrics start over.
-  size_t resume(const std::vector<uint32_t>& workers, uint64_t version);
+  size_t resume(const std::vector<NodeId>& workers, uint64_t version);
   // Whether a rollback can go back to the backup at `version` (its workers' positions are known).
   bool has_positions(uint64_t version) const { return positions_.count(version) != 0; }
   // A free worker takes the place of each lost one, from the lost one's last reported step.
@@ -44,8 +44,8 @@ class AsyncCuts {
   JobContext& job_;
   struct Cut {
     uint64_t id = 0;
-    std::set<uint32_t> expected;                  // worker nodes still to pause
-    std::map<uint32_t, WorkerPosition> positions;  // by worker node
+    std::set<NodeId> expected;                  // worker nodes still to pause
+    std::map<NodeId, WorkerPosition> positions;  // by worker node
     std::vector<kj::Own<kj::PromiseFulfiller<void>>> resumes;
     kj::Own<kj::PromiseFulfiller<void>> all_paused;
   };

@@ -17,6 +17,12 @@ const char* job_phase_name(JobPhase phase) {
   return "?";
 }
 
+std::vector<uint32_t> node_numbers(const std::vector<NodeId>& nodes) {
+  std::vector<uint32_t> out;
+  for (NodeId n : nodes) out.push_back(n.value());
+  return out;
+}
+
 JobState job_state(JobPhase phase) {
   switch (phase) {
     case JobPhase::kPending: return JobState::kPending;
@@ -46,19 +52,19 @@ JobContext::JobContext(std::string id_, JobSpec spec_, Cluster& cluster_, DataSe
       servers(id, io_, options),
       progress(id, static_cast<uint32_t>(spec.training.epochs), store_) {}
 
-std::optional<size_t> JobContext::worker_index(uint32_t node) const {
+std::optional<size_t> JobContext::worker_index(NodeId node) const {
   for (size_t i = 0; i < workers.size(); ++i) {
     if (workers[i] == node) return i;
   }
   return std::nullopt;
 }
 
-bool JobContext::alive(uint32_t node) const {
+bool JobContext::alive(NodeId node) const {
   const NodeInfo* n = cluster.find(node);
   return n != nullptr && n->alive;
 }
 
-bool JobContext::can_order(uint32_t node) {
+bool JobContext::can_order(NodeId node) {
   const auto it = watchers.find(node);
   return it != watchers.end() && it->second->isWaiting() && alive(node);
 }

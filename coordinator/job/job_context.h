@@ -45,6 +45,8 @@ enum class JobPhase {
   kCancelled,
 };
 const char* job_phase_name(JobPhase phase);
+// Node ids as the job record (JSON) keeps them.
+std::vector<uint32_t> node_numbers(const std::vector<NodeId>& nodes);
 JobState job_state(JobPhase phase);
 
 // What a worker's watch call returns: a lost worker's slice of a sync step, for a surviving
@@ -76,9 +78,9 @@ struct JobContext {
   bool workers_may_run() const {
     return phase == JobPhase::kRunning || phase == JobPhase::kCutting || phase == JobPhase::kTakingOver;
   }
-  std::optional<size_t> worker_index(uint32_t node) const;
+  std::optional<size_t> worker_index(NodeId node) const;
   // Whether node `id` is registered and alive.
-  bool alive(uint32_t node) const;
+  bool alive(NodeId node) const;
   // A server's JobConfig (all but its index): the chunk table, the workers, the current generation.
   void fill_server_config(proto::JobConfig::Builder config) const;
   ServerGroup::ConfigFiller server_config() const {
@@ -101,7 +103,7 @@ struct JobContext {
   JobPhase phase = JobPhase::kPending;
   std::vector<ChunkInfo> chunks;
   ServerGroup servers;
-  std::vector<uint32_t> workers;  // node ids, by worker index
+  std::vector<NodeId> workers;  // node ids, by worker index
   std::shared_ptr<const Split> train, test;
   std::optional<DataPlan> plan;
   uint64_t generation = 0;      // of the current plan: sessions of older ones are stale
@@ -112,12 +114,12 @@ struct JobContext {
   JobProgress progress;
   BackupLedger backups;
   uint32_t recoveries = 0;
-  std::set<uint32_t> preempted;  // nodes that announced SIGTERM
+  std::set<NodeId> preempted;  // nodes that announced SIGTERM
 
   // Orders to workers: each worker's open watch call (this generation), by node.
-  std::map<uint32_t, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers;
+  std::map<NodeId, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers;
   // Whether worker node `node` has an open watch and is alive.
-  bool can_order(uint32_t node);  // (not const: a fulfiller's isWaiting() is not)
+  bool can_order(NodeId node);  // (not const: a fulfiller's isWaiting() is not)
 };
 
 }  // namespace pstrain

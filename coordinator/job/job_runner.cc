@@ -52,10 +52,10 @@ bool JobRunner::try_start() {
   // A job re-queued after a coordinator restart gets each server at the index whose backups it
   // holds: the name recorded for that index (a shard may have moved to a server of another
   // name), else name order (for servers that keep their names, as they should).
-  std::vector<uint32_t> by_name = free_servers;
+  std::vector<NodeId> by_name = free_servers;
   std::sort(by_name.begin(), by_name.end(),
-            [&cluster](uint32_t a, uint32_t b) { return cluster.find(a)->name < cluster.find(b)->name; });
-  std::vector<uint32_t> chosen(static_cast<size_t>(job_.spec.training.servers), 0);
+            [&cluster](NodeId a, NodeId b) { return cluster.find(a)->name < cluster.find(b)->name; });
+  std::vector<NodeId> chosen(static_cast<size_t>(job_.spec.training.servers));
   for (size_t i = 0; i < chosen.size() && i < recorded_server_names_.size(); ++i) {
     for (auto it = by_name.begin(); it != by_name.end(); ++it) {
       if (cluster.find(*it)->name == recorded_server_names_[i]) {
@@ -66,8 +66,8 @@ bool JobRunner::try_start() {
     }
   }
   std::vector<ServerMember> members;
-  for (uint32_t& slot : chosen) {
-    if (slot == 0) {
+  for (NodeId& slot : chosen) {
+    if (slot == NodeId{}) {
       slot = by_name.front();
       by_name.erase(by_name.begin());
     }
@@ -76,7 +76,7 @@ bool JobRunner::try_start() {
     members.push_back({slot, node->name, node->address});
   }
   job_.workers.assign(free_workers.begin(), free_workers.begin() + job_.spec.training.workers);
-  for (uint32_t id : job_.workers) cluster.find(id)->job = job_.id;
+  for (NodeId id : job_.workers) cluster.find(id)->job = job_.id;
   job_.progress.reset_workers(job_.workers.size(), 0);
   job_.chunks = plan_chunks(job_.layout, static_cast<uint32_t>(members.size()));
   job_.phase = Phase::kConfiguring;
@@ -84,8 +84,8 @@ bool JobRunner::try_start() {
   job_.store.update(job_.id, [&](JobRecord& r) {
     r.state = job_.state();
     r.started_ms = now_ms();
-    r.workers = job_.workers;
-    r.servers = chosen;
+    r.workers = node_numbers(job_.workers);
+    r.servers = node_numbers(chosen);
     r.generation = std::max(r.generation, job_.generation);
   });
   background_ = start(std::move(members)).eagerlyEvaluate([this](kj::Exception&& e) {
@@ -175,7 +175,7 @@ kj::Promise<void> JobRunner::adopt() {
 
 // --- Workers ---
 
-bool JobRunner::fill_assignment(uint32_t node, proto::Assignment::Builder out) const {
+bool JobRunner::fill_assignment(NodeId node, proto::Assignment::Builder out) const {
   const auto index = job_.worker_index(node);
   if (!index || !job_.workers_may_run()) return false;
   if (job_.progress.workers()[*index].finished) return false;  // done; the job is wrapping up
@@ -200,7 +200,7 @@ bool JobRunner::fill_assignment(uint32_t node, proto::Assignment::Builder out) c
   return true;
 }
 
-proto::DataStream::Client JobRunner::open_shard(uint32_t node, proto::Split split, uint32_t epoch, uint64_t from_step) {
+proto::DataStream::Client JobRunner::open_shard(NodeId node, proto::Split split, uint32_t epoch, uint64_t from_step) {
   const auto index = job_.worker_index(node);
   KJ_REQUIRE(index.has_value(), "this node is not a worker of the job", node, job_.id);
   KJ_REQUIRE(job_.plan.has_value(), "the job's data is not loaded yet", job_.id);
@@ -223,7 +223,7 @@ proto::DataStream::Client JobRunner::open_shard(uint32_t node, proto::Split spli
                               });
 }
 
-bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
+bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
   const auto index = job_.worker_index(node);
   KJ_REQUIRE(index.has_value(), "this node is not a worker of the job", node, job_.id);
   if (job_.state() != JobState::kRunning) return false;
@@ -272,7 +272,7 @@ bool JobRunner::on_progress(uint32_t node, proto::Progress::Reader report) {
   return true;
 }
 
-kj::Promise<WorkerOrder> JobRunner::watch(uint32_t node, uint64_t generation) {
+kj::Promise<WorkerOrder> JobRunner::watch(NodeId node, uint64_t generation) {
   KJ_REQUIRE(job_.worker_index(node).has_value(), "this node is not a worker of the job", node, job_.id);
   if (generation != job_.generation || job_.state() != JobState::kRunning) return kj::NEVER_DONE;
   auto paf = kj::newPromiseAndFulfiller<WorkerOrder>();
@@ -280,7 +280,7 @@ kj::Promise<WorkerOrder> JobRunner::watch(uint32_t node, uint64_t generation) {
   return kj::mv(paf.promise);
 }
 
-kj::Promise<void> JobRunner::paused(uint32_t node, uint64_t cut, Position position) {
+kj::Promise<void> JobRunner::paused(NodeId node, uint64_t cut, Position position) {
   KJ_REQUIRE(job_.worker_index(node).has_value(), "this node is not a worker of the job", node, job_.id);
   return async_cuts_.paused(node, cut, position);
 }
@@ -352,20 +352,20 @@ void JobRunner::end(Phase phase, const std::string& reason) {
 }
 
 void JobRunner::release_nodes() {
-  std::vector<uint32_t> nodes = job_.servers.nodes();
+  std::vector<NodeId> nodes = job_.servers.nodes();
   nodes.insert(nodes.end(), job_.workers.begin(), job_.workers.end());
-  for (uint32_t id : nodes) {
+  for (NodeId id : nodes) {
     if (NodeInfo* n = job_.cluster.find(id); n != nullptr && n->job == job_.id) n->job.clear();
   }
 }
 
 // --- Backups and recovery: which procedure runs when ---
 
-bool JobRunner::uses_node(uint32_t node) const {
+bool JobRunner::uses_node(NodeId node) const {
   return job_.servers.index_of(node).has_value() || job_.worker_index(node).has_value();
 }
 
-void JobRunner::on_backup_done(uint32_t node, uint64_t version) {
+void JobRunner::on_backup_done(NodeId node, uint64_t version) {
   const auto index = job_.servers.index_of(node);
   if (!index || job_.state() == JobState::kSucceeded) return;
   if (!job_.backups.on_ack(*index, version, job_.servers.size())) return;
@@ -374,13 +374,13 @@ void JobRunner::on_backup_done(uint32_t node, uint64_t version) {
   job_.store.update(job_.id, [&](JobRecord& r) { r.last_backup_step = static_cast<int64_t>(version); });
 }
 
-void JobRunner::on_replica(uint32_t node, uint64_t version, std::vector<std::string> chunks) {
+void JobRunner::on_replica(NodeId node, uint64_t version, std::vector<std::string> chunks) {
   const auto index = job_.servers.index_of(node);
   if (!index || job_.state() == JobState::kSucceeded) return;
   job_.backups.add_replica(version, *index, std::move(chunks));
 }
 
-kj::Promise<void> JobRunner::preempt(uint32_t node) {
+kj::Promise<void> JobRunner::preempt(NodeId node) {
   if (!uses_node(node)) return kj::READY_NOW;
   PSLOG(kInfo) << "job " << job_.id << ": node " << node << " is being preempted";
   job_.preempted.insert(node);
@@ -407,7 +407,7 @@ void JobRunner::grow() {
               });
 }
 
-void JobRunner::on_node_lost(uint32_t node, const std::string& why) {
+void JobRunner::on_node_lost(NodeId node, const std::string& why) {
   if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;
   const auto worker = job_.worker_index(node);
   if (worker && !job_.sync()) {
@@ -438,7 +438,7 @@ bool JobRunner::try_take_over(size_t lost, const std::string& why) {
   takeover_task_ = takeover_.run(lost)
                        .then([this, lost, why, generation](uint64_t version) {
                          if (generation != job_.generation || job_.phase != Phase::kTakingOver) return;
-                         std::vector<uint32_t> alive;
+                         std::vector<NodeId> alive;
                          for (size_t i = 0; i < job_.workers.size(); ++i) {
                            if (i != lost && job_.alive(job_.workers[i])) alive.push_back(job_.workers[i]);
                          }
@@ -490,7 +490,7 @@ void JobRunner::recover(const std::string& why) {
                   });
 }
 
-void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t replayed, const std::string& how) {
+void JobRunner::replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how) {
   job_.workers = std::move(workers);
   job_.progress.reset_workers(job_.workers.size(), version);
   if (!job_.sync()) {
@@ -514,9 +514,9 @@ void JobRunner::replan(std::vector<uint32_t> workers, uint64_t version, uint64_t
     r.state = job_.state();
     r.notes.push_back("recovered (" + r.reason + "): " + how + ", " + std::to_string(replayed) + " step(s) replayed");
     r.reason.clear();
-    r.workers = job_.workers;
+    r.workers = node_numbers(job_.workers);
     r.generation = std::max(r.generation, job_.generation);
-    r.servers = job_.servers.nodes();
+    r.servers = node_numbers(job_.servers.nodes());
     r.steps_done = static_cast<int64_t>(version);
     r.recoveries = job_.recoveries;
     r.replayed_steps.push_back(static_cast<int64_t>(replayed));

@@ -62,10 +62,10 @@ class JobRunner {
   bool try_start();
   // Fills an assignment for a worker of this job; false if the node is not one of its workers
   // or the servers are not configured yet.
-  bool fill_assignment(uint32_t node, proto::Assignment::Builder out) const;
-  proto::DataStream::Client open_shard(uint32_t node, proto::Split split, uint32_t epoch, uint64_t from_step);
+  bool fill_assignment(NodeId node, proto::Assignment::Builder out) const;
+  proto::DataStream::Client open_shard(NodeId node, proto::Split split, uint32_t epoch, uint64_t from_step);
   // Returns whether the worker should keep going.
-  bool on_progress(uint32_t node, proto::Progress::Reader report);
+  bool on_progress(NodeId node, proto::Progress::Reader report);
   void fail(const std::string& reason);
   enum class CancelOutcome { kCancelled, kAlreadyFinished };
   // Stops the job (its workers stop at their next report) and frees its nodes.
@@ -74,15 +74,15 @@ class JobRunner {
 
   // --- Backups and recovery ---
   uint64_t generation() const { return job_.generation; }
-  bool uses_node(uint32_t node) const;
+  bool uses_node(NodeId node) const;
   // A server wrote its backup at `version`; the step is a complete backup once every server has.
-  void on_backup_done(uint32_t node, uint64_t version);
+  void on_backup_done(NodeId node, uint64_t version);
   // A node of this job got SIGTERM: every server backs up at a step just ahead and holds there;
   // resolves when that backup is complete (at once if there is nothing to do; with the running
   // cut's backup if one is under way).
-  kj::Promise<void> preempt(uint32_t node);
+  kj::Promise<void> preempt(NodeId node);
   // A node of this job died (missed heartbeats, or a server registered again under its name).
-  void on_node_lost(uint32_t node, const std::string& why);
+  void on_node_lost(NodeId node, const std::string& why);
   // Sync: if the job runs with fewer workers than it asked for and a worker is free, takes it in
   // at the next step (a cut, then a re-plan from the cut: nothing replayed). Async: a free worker
   // takes the place of a lost one, from the lost one's last reported step.
@@ -91,11 +91,11 @@ class JobRunner {
   // backup, and hands the workers new assignments from there.
   void recover(const std::string& why);
   // A server sent its replica of the backup at `version` (encoded chunk snapshots).
-  void on_replica(uint32_t node, uint64_t version, std::vector<std::string> chunks);
+  void on_replica(NodeId node, uint64_t version, std::vector<std::string> chunks);
   // Resolves when the worker has an order (never for a session of an older plan).
-  kj::Promise<WorkerOrder> watch(uint32_t node, uint64_t generation);
+  kj::Promise<WorkerOrder> watch(NodeId node, uint64_t generation);
   // Async cut: the worker stands between steps at `position`; resolves when it may go on.
-  kj::Promise<void> paused(uint32_t node, uint64_t cut, Position position);
+  kj::Promise<void> paused(NodeId node, uint64_t cut, Position position);
 
  private:
   // Starting: load the data, then configure the servers (or adopt their state).
@@ -108,7 +108,7 @@ class JobRunner {
   // Sync worker loss without a rollback: false if the job cannot do it now (then it rolls back).
   bool try_take_over(size_t lost, const std::string& why);
   // The new plan from `version` with `workers` (after a rollback or a takeover).
-  void replan(std::vector<uint32_t> workers, uint64_t version, uint64_t replayed, const std::string& how);
+  void replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how);
   kj::Promise<void> collect_parameters();
   void finish_if_done();
   void release_nodes();

@@ -28,7 +28,7 @@ kj::Promise<void> Rollback::wait_for_servers(kj::TimePoint since, kj::TimePoint 
   for (size_t i = 0; i < servers.size(); ++i) {
     if (job_.alive(servers[i].node)) continue;
     bool found = false;
-    for (uint32_t candidate : job_.cluster.free_nodes(proto::Role::SERVER)) {
+    for (NodeId candidate : job_.cluster.free_nodes(proto::Role::SERVER)) {
       NodeInfo* n = job_.cluster.find(candidate);
       if (n->name == servers[i].name) {
         n->job = job_.id;
@@ -132,11 +132,11 @@ kj::Promise<Rollback::Outcome> Rollback::run() {
       })
       .then([this, generation_at_start](uint64_t version) -> kj::Promise<Outcome> {
         // Workers: those still alive carry on; with none left, wait for any free one.
-        std::vector<uint32_t> alive;
-        for (uint32_t w : job_.workers) {
+        std::vector<NodeId> alive;
+        for (NodeId w : job_.workers) {
           if (job_.alive(w)) alive.push_back(w);
         }
-        for (uint32_t w : job_.cluster.free_nodes(proto::Role::WORKER)) {
+        for (NodeId w : job_.cluster.free_nodes(proto::Role::WORKER)) {
           if (alive.size() >= static_cast<size_t>(job_.spec.training.workers)) break;
           job_.cluster.find(w)->job = job_.id;
           alive.push_back(w);

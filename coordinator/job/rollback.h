@@ -23,7 +23,7 @@ class Rollback {
 
   struct Outcome {
     uint64_t version = 0;            // the step every server is back at
-    std::vector<uint32_t> workers;   // the new plan's worker nodes
+    std::vector<NodeId> workers;     // the new plan's worker nodes
     uint64_t replayed = 0;           // steps done before the loss that are redone
   };
   // The whole rollback. Fails when a server does not come back within

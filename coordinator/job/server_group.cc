@@ -18,15 +18,15 @@ void ServerGroup::assign(std::vector<ServerMember> members) {
 
 void ServerGroup::replace(size_t index, ServerMember member) { members_[index] = std::move(member); }
 
-std::optional<size_t> ServerGroup::index_of(uint32_t node) const {
+std::optional<size_t> ServerGroup::index_of(NodeId node) const {
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].node == node) return i;
   }
   return std::nullopt;
 }
 
-std::vector<uint32_t> ServerGroup::nodes() const {
-  std::vector<uint32_t> out;
+std::vector<NodeId> ServerGroup::nodes() const {
+  std::vector<NodeId> out;
   for (const auto& m : members_) out.push_back(m.node);
   return out;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/chunk_plan.h"
+#include "common/ids.h"
 #include "common/param_layout.h"
 #include "common/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
@@ -26,7 +27,7 @@
 namespace pstrain {
 
 struct ServerMember {
-  uint32_t node = 0;
+  NodeId node;
   std::string name, address;
 };
 
@@ -44,8 +45,8 @@ class ServerGroup {
   void replace(size_t index, ServerMember member);
   size_t size() const { return members_.size(); }
   const ServerMember& operator[](size_t index) const { return members_[index]; }
-  std::optional<size_t> index_of(uint32_t node) const;
-  std::vector<uint32_t> nodes() const;
+  std::optional<size_t> index_of(NodeId node) const;
+  std::vector<NodeId> nodes() const;
   std::vector<std::string> names() const;
   std::vector<std::string> addresses() const;
 

@@ -25,14 +25,14 @@ kj::Maybe<kj::Promise<void>> ServerMover::move_lost() {
     const auto replica = job_.backups.newest_replica(i);
     if (!replica) continue;
     const uint64_t version = replica->first;
-    uint32_t spare_id = 0;
-    for (uint32_t candidate : job_.cluster.free_nodes(proto::Role::SERVER)) {
+    NodeId spare_id;
+    for (NodeId candidate : job_.cluster.free_nodes(proto::Role::SERVER)) {
       if (failed_spares_.count(candidate) == 0) {
         spare_id = candidate;
         break;
       }
     }
-    if (spare_id == 0) break;
+    if (spare_id == NodeId{}) break;
     NodeInfo* spare = job_.cluster.find(spare_id);
     spare->job = job_.id;
     const ServerMember lost = servers[i];
@@ -52,7 +52,7 @@ kj::Maybe<kj::Promise<void>> ServerMover::move_lost() {
                           r.notes.push_back("server '" + lost.name + "' did not come back: its shard moved to '" +
                                             job_.servers[i].name + "' from the backup at step " +
                                             std::to_string(version));
-                          r.servers = job_.servers.nodes();
+                          r.servers = node_numbers(job_.servers.nodes());
                           r.server_names = job_.servers.names();
                         });
                       },

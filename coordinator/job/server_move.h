@@ -23,7 +23,7 @@ class ServerMover {
 
  private:
   JobContext& job_;
-  std::set<uint32_t> failed_spares_;  // servers a move to failed: not tried again
+  std::set<NodeId> failed_spares_;  // servers a move to failed: not tried again
 };
 
 }  // namespace pstrain

@@ -58,7 +58,7 @@ kj::Promise<uint64_t> Takeover::run(size_t lost) {
     // The first live survivor with an open watch computes the slice.
     bool ordered = false;
     for (size_t i = 0; i < job_.workers.size() && !ordered; ++i) {
-      const uint32_t node = job_.workers[i];
+      const NodeId node = job_.workers[i];
       if (i == lost || !job_.can_order(node)) continue;
       PSLOG(kInfo) << "job " << job_.id << ": worker " << i << " takes over worker " << lost << "'s slice of step "
                    << lowest;
