@@ -20,6 +20,7 @@
 #include "common/rpc/rpc_util.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/http/http_server.h"
+#include "coordinator/job/job_options.h"
 #include "coordinator/job_store.h"
 #include "coordinator/kj_commands.h"
 #include "coordinator/openapi_document.h"
@@ -72,24 +73,9 @@ int main(int argc, char** argv) {
   flags.add_switch("exit-when-done", "PSTRAIN_EXIT_WHEN_DONE", "Exit once the --job job has ended (status 0 if it succeeded).");
   flags.add("heartbeat-ms", "PSTRAIN_HEARTBEAT_MS", "1000", "How often nodes heartbeat.");
   flags.add("dead-after-ms", "PSTRAIN_DEAD_AFTER_MS", "5000", "A node silent this long is declared dead.");
-  flags.add("move-server-after-ms", "PSTRAIN_MOVE_SERVER_AFTER_MS", "10000",
-            "A lost server not back this long after its loss is replaced by a free server, from its latest backup.");
-  flags.add("server-call-timeout-ms", "PSTRAIN_SERVER_CALL_TIMEOUT_MS", "60000",
-            "Each call to a parameter server (configure, restore, settle, ...) fails after this long.");
-  flags.add("server-probe-timeout-ms", "PSTRAIN_SERVER_PROBE_TIMEOUT_MS", "3000",
-            "A recovery treats a server that does not answer its probe in this long as lost.");
-  flags.add("server-return-timeout-ms", "PSTRAIN_SERVER_RETURN_TIMEOUT_MS", "120000",
-            "A lost server must be back (restarted under its name, or moved) within this, or its job fails.");
-  flags.add("server-move-timeout-ms", "PSTRAIN_SERVER_MOVE_TIMEOUT_MS", "30000",
-            "Moving a lost server's shard to a free server (connect, configure, adopt the backup) fails after this long.");
-  flags.add("takeover-timeout-ms", "PSTRAIN_TAKEOVER_TIMEOUT_MS", "30000",
-            "A survivor completing a lost sync worker's step gives way to a rollback after this long.");
-  flags.add("sync-cut-timeout-ms", "PSTRAIN_SYNC_CUT_TIMEOUT_MS", "30000",
-            "A sync cut (preemption, a worker joining) is abandoned and its holds released after this long.");
-  flags.add("async-cut-timeout-ms", "PSTRAIN_ASYNC_CUT_TIMEOUT_MS", "10000",
-            "An async backup cut is abandoned if the workers have not all paused within this.");
-  flags.add("recovery-poll-ms", "PSTRAIN_RECOVERY_POLL_MS", "200",
-            "How often a recovery looks again for servers or workers coming back.");
+  for (const JobOptionFlag& option : kJobOptionFlags) {
+    flags.add(option.name, option.env, std::to_string((JobOptions{}.*option.member) / kj::MILLISECONDS), option.help);
+  }
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
   flags.add_switch("check-config", "", "Validate the configuration (and the --job spec) and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-coordinator")) return *status;
@@ -108,18 +94,9 @@ int main(int argc, char** argv) {
     config.exit_when_done = flags.get_switch("exit-when-done");
     config.heartbeat_ms = static_cast<uint32_t>(flags.get_int("heartbeat-ms", 50, 60000));
     config.dead_after_ms = static_cast<uint32_t>(flags.get_int("dead-after-ms", 100, 600000));
-    auto duration_ms = [&](const char* name, int64_t min) {
-      return flags.get_int(name, min, 86400000) * kj::MILLISECONDS;
-    };
-    config.job.move_lost_server_after = duration_ms("move-server-after-ms", 0);
-    config.job.server_call_timeout = duration_ms("server-call-timeout-ms", 100);
-    config.job.server_probe_timeout = duration_ms("server-probe-timeout-ms", 10);
-    config.job.server_return_timeout = duration_ms("server-return-timeout-ms", 100);
-    config.job.server_move_timeout = duration_ms("server-move-timeout-ms", 100);
-    config.job.takeover_timeout = duration_ms("takeover-timeout-ms", 100);
-    config.job.sync_cut_timeout = duration_ms("sync-cut-timeout-ms", 100);
-    config.job.async_cut_timeout = duration_ms("async-cut-timeout-ms", 100);
-    config.job.recovery_poll = duration_ms("recovery-poll-ms", 1);
+    for (const JobOptionFlag& option : kJobOptionFlags) {
+      config.job.*option.member = flags.get_int(option.name, option.min_ms, 86400000) * kj::MILLISECONDS;
+    }
     if (!config.job_file.empty()) job_spec = parse_job_spec(read_text_file(config.job_file, "the job spec"));
   } catch (const std::exception& e) {
     std::cerr << "pstrain-coordinator: " << e.what() << "\n";

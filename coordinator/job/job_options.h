@@ -32,4 +32,34 @@ struct JobOptions {
   kj::Duration recovery_poll = 200 * kj::MILLISECONDS;
 };
 
+// Each option as a flag of pstrain-coordinator, in milliseconds (--NAME-ms, env PSTRAIN_...;
+// the default is JobOptions{}'s).
+struct JobOptionFlag {
+  const char* name;  // without "--"
+  const char* env;
+  kj::Duration JobOptions::*member;
+  int64_t min_ms;
+  const char* help;
+};
+inline constexpr JobOptionFlag kJobOptionFlags[] = {
+    {"move-server-after-ms", "PSTRAIN_MOVE_SERVER_AFTER_MS", &JobOptions::move_lost_server_after, 0,
+     "A lost server not back this long after its loss is replaced by a free server, from its latest backup."},
+    {"server-call-timeout-ms", "PSTRAIN_SERVER_CALL_TIMEOUT_MS", &JobOptions::server_call_timeout, 100,
+     "Each call to a parameter server (configure, restore, settle, ...) fails after this long."},
+    {"server-probe-timeout-ms", "PSTRAIN_SERVER_PROBE_TIMEOUT_MS", &JobOptions::server_probe_timeout, 10,
+     "A recovery treats a server that does not answer its probe in this long as lost."},
+    {"server-return-timeout-ms", "PSTRAIN_SERVER_RETURN_TIMEOUT_MS", &JobOptions::server_return_timeout, 100,
+     "A lost server must be back (restarted under its name, or moved) within this, or its job fails."},
+    {"server-move-timeout-ms", "PSTRAIN_SERVER_MOVE_TIMEOUT_MS", &JobOptions::server_move_timeout, 100,
+     "Moving a lost server's shard to a free server (connect, configure, adopt the backup) fails after this long."},
+    {"takeover-timeout-ms", "PSTRAIN_TAKEOVER_TIMEOUT_MS", &JobOptions::takeover_timeout, 100,
+     "A survivor completing a lost sync worker's step gives way to a rollback after this long."},
+    {"sync-cut-timeout-ms", "PSTRAIN_SYNC_CUT_TIMEOUT_MS", &JobOptions::sync_cut_timeout, 100,
+     "A sync cut (preemption, a worker joining) is abandoned and its holds released after this long."},
+    {"async-cut-timeout-ms", "PSTRAIN_ASYNC_CUT_TIMEOUT_MS", &JobOptions::async_cut_timeout, 100,
+     "An async backup cut is abandoned if the workers have not all paused within this."},
+    {"recovery-poll-ms", "PSTRAIN_RECOVERY_POLL_MS", &JobOptions::recovery_poll, 1,
+     "How often a recovery looks again for servers or workers coming back."},
+};
+
 }  // namespace pstrain
