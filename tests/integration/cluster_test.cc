@@ -233,11 +233,26 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     for (unsigned i = 0; i < part_floats.size(); ++i) parts.init(i, part_floats[i] * sizeof(float));
     return request.send();
   };
-  CHECK(failure_of(sparse_push({{8, 4}, {0, 4}}, {4, 4}), ws).find("ranges must be sorted and disjoint") != std::string::npos);
+  const std::string unsorted = failure_of(sparse_push({{8, 4}, {0, 4}}, {4, 4}), ws);
+  CHECK(unsorted.find("ranges must be sorted and disjoint") != std::string::npos);
+  CHECK(unsorted.find("gradient.sparse.ranges") != std::string::npos);  // the field, named
   CHECK(failure_of(sparse_push({{chunks[0].size - 2, 4}}, {4}), ws).find("range outside the chunk") != std::string::npos);
   CHECK(failure_of(sparse_push({{0, 4}}, {4, 4}), ws).find("gradient.sparse.parts must match gradient.sparse.ranges") != std::string::npos);
   CHECK(failure_of(sparse_push({{0, 4}}, {3}), ws).find("data size does not match") != std::string::npos);
   CHECK(failure_of(sparse_push(std::vector<ChunkRange>(300, ChunkRange{0, 1}), {}), ws).find("too many ranges") != std::string::npos);
+  {
+    auto request = server.pushRequest();  // a whole gradient, asking for values outside the chunk
+    request.setJobId("probe");
+    request.setSliceCount(2);
+    request.setExamples(1);
+    rpc::set_tensor(request.getGradient().initDense(), std::vector<float>(chunks[0].size, 0.0f));
+    auto range = request.getReply().initRanges(1)[0];
+    range.setOffset(chunks[0].size);
+    range.setSize(1);
+    const std::string error = failure_of(request.send(), ws);
+    CHECK(error.find("range outside the chunk") != std::string::npos);
+    CHECK(error.find("reply.ranges") != std::string::npos);
+  }
   // Factored pushes: keys that are not whole kernel rows or span two kernels, factors whose sizes
   // do not match, rows out of order or outside the keys' chunks.
   const auto layout = make_param_layout(spec.model);
