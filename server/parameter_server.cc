@@ -155,30 +155,37 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
   request.key = key;
   request.base_version = params.getBaseVersion();
   const size_t chunk_size = shard.chunk_size(key);
-  if (params.getSparseGradient()) {
-    const std::vector<ChunkRange> ranges = rpc::read_ranges(params.getGradientRanges(), chunk_size, "gradientRanges");
-    const auto parts = params.getGradientParts();
-    KJ_REQUIRE(parts.size() == ranges.size(), "gradientParts must match gradientRanges", parts.size(), ranges.size());
+  const auto gradient = params.getGradient();
+  if (gradient.isSparse()) {
+    const auto sparse = gradient.getSparse();
+    const std::vector<ChunkRange> ranges = rpc::read_ranges(sparse.getRanges(), chunk_size, "gradient.sparse.ranges");
+    const auto parts = sparse.getParts();
+    KJ_REQUIRE(parts.size() == ranges.size(), "gradient.sparse.parts must match gradient.sparse.ranges", parts.size(),
+               ranges.size());
     request.sparse = true;
     for (unsigned i = 0; i < parts.size(); ++i) {
-      request.parts.push_back({ranges[i].offset, rpc::part_view(parts[i], ranges[i].size, "gradientParts")});
+      request.parts.push_back({ranges[i].offset, rpc::part_view(parts[i], ranges[i].size, "gradient.sparse.parts")});
       job.bytes_in += request.parts.back().values.size_bytes();
     }
   } else {
-    request.gradient = rpc::tensor_view(params.getGradient(), chunk_size, "gradient");
+    KJ_REQUIRE(gradient.isDense(), "gradient: unknown kind", static_cast<unsigned>(gradient.which()));
+    request.gradient = rpc::tensor_view(gradient.getDense(), chunk_size, "gradient.dense");
     job.bytes_in += request.gradient.size_bytes();
   }
-  std::vector<ChunkRange> reply_ranges;
-  if (params.getSparseReply()) reply_ranges = rpc::read_ranges(params.getReplyRanges(), chunk_size, "replyRanges");
-  const bool sparse_reply = params.getSparseReply();
+  // The ranges the reply carries; none: the whole chunk.
+  std::optional<std::vector<ChunkRange>> reply_ranges;
+  if (const auto reply = params.getReply(); reply.isRanges()) {
+    reply_ranges = rpc::read_ranges(reply.getRanges(), chunk_size, "reply.ranges");
+  } else {
+    KJ_REQUIRE(reply.isWhole(), "reply: unknown kind", static_cast<unsigned>(reply.which()));
+  }
 
   auto paf = kj::newPromiseAndFulfiller<PushOutcome>();
   auto shared = share(kj::mv(paf.fulfiller));
   shard.push(request, [shared](PushOutcome outcome) { shared.fulfill(outcome); },
              [shared] { return shared.waiting(); });
   std::weak_ptr<Job> weak = jobs_.at(job_id);
-  return paf.promise.then([context, weak, key, sparse_reply, reply_ranges = std::move(reply_ranges)](
-                              PushOutcome outcome) mutable {
+  return paf.promise.then([context, weak, key, reply_ranges = std::move(reply_ranges)](PushOutcome outcome) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();
@@ -189,17 +196,18 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     // ParameterShard::values_stable_until_next_push).
     const bool zero_copy = job->shard->values_stable_until_next_push();
     const std::span<const float> values = job->shard->values(key);
-    if (sparse_reply) {
-      auto parts = results.initValueParts(static_cast<unsigned>(reply_ranges.size()));
-      for (unsigned i = 0; i < reply_ranges.size(); ++i) {
-        const auto part = values.subspan(reply_ranges[i].offset, reply_ranges[i].size);
+    if (reply_ranges) {
+      auto parts = results.getValues().initParts(static_cast<unsigned>(reply_ranges->size()));
+      for (unsigned i = 0; i < reply_ranges->size(); ++i) {
+        const auto part = values.subspan((*reply_ranges)[i].offset, (*reply_ranges)[i].size);
         // (A range starting on an odd element cannot be referenced: Cap'n Proto needs words.)
         const bool aligned = reinterpret_cast<uintptr_t>(part.data()) % sizeof(capnp::word) == 0;
         zero_copy && aligned ? rpc::reference_part(parts, i, part) : rpc::set_part(parts, i, part);
         job->bytes_out += part.size_bytes();
       }
     } else {
-      zero_copy ? rpc::reference_tensor(results.initValues(), values) : rpc::set_tensor(results.initValues(), values);
+      const auto whole = results.getValues().initWhole();
+      zero_copy ? rpc::reference_tensor(whole, values) : rpc::set_tensor(whole, values);
       job->bytes_out += values.size_bytes();
     }
   });
@@ -272,31 +280,39 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
   std::vector<std::optional<std::vector<ChunkRange>>> reply_ranges(keys.size());
   size_t parts = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (wanted.size() != 0 && !wanted[static_cast<unsigned>(i)].getWhole()) {
-      reply_ranges[i] = rpc::read_ranges(wanted[static_cast<unsigned>(i)].getRanges(), shard.chunk_size(keys[i]),
-                                         "replyRanges");
+    if (wanted.size() != 0) {
+      const auto entry = wanted[static_cast<unsigned>(i)];
+      if (entry.isRanges()) {
+        reply_ranges[i] = rpc::read_ranges(entry.getRanges(), shard.chunk_size(keys[i]), "replyRanges");
+      } else {
+        KJ_REQUIRE(entry.isWhole(), "replyRanges: unknown kind", i, static_cast<unsigned>(entry.which()));
+      }
     }
     parts += reply_ranges[i] ? reply_ranges[i]->size() : 1;
   }
   KJ_REQUIRE(parts <= rpc::kMaxRangesPerPart, "the reply would have too many parts", parts, rpc::kMaxRangesPerPart);
 
   // Forward on the servers: the reply carries the next batch's partial product instead of values.
-  const uint32_t next_examples = params.getNextExamples();
+  const auto next = params.getNext();
+  const bool forward = next.isForward();
+  uint32_t next_examples = 0;
   std::vector<uint32_t> next_rows;
-  if (next_examples > 0) {
-    KJ_REQUIRE(wanted.size() == 0, "replyRanges and nextExamples exclude each other (values or a partial product)");
+  if (forward) {
+    const auto batch = next.getForward();
+    next_examples = batch.getExamples();
+    KJ_REQUIRE(wanted.size() == 0, "replyRanges and next.forward exclude each other (values or a partial product)");
+    KJ_REQUIRE(next_examples > 0, "next.forward needs next.forward.examples > 0 (else ask for values: next.none)");
     // No worker's batch exceeds the job's global batch; and the reply must stay readable.
-    KJ_REQUIRE(next_examples <= shard.global_batch(), "nextExamples is larger than the job's global batch",
+    KJ_REQUIRE(next_examples <= shard.global_batch(), "next.forward.examples is larger than the job's global batch",
                next_examples, shard.global_batch());
     KJ_REQUIRE(size_t{next_examples} * columns * sizeof(float) <= kMaxPartialBytes,
                "the partial product would be too large a reply", next_examples, columns);
-    next_rows = read_rows(params.getNextRows(), "nextRows");
-    rpc::part_view(params.getNextInputs(), size_t{next_examples} * next_rows.size(), "nextInputs");
+    next_rows = read_rows(batch.getRows(), "next.forward.rows");
+    rpc::part_view(batch.getInputs(), size_t{next_examples} * next_rows.size(), "next.forward.inputs");
     job.bytes_in += size_t{next_examples} * next_rows.size() * sizeof(float);
     parts = 0;
   } else {
-    KJ_REQUIRE(params.getNextRows().size() == 0 && params.getNextInputs().size() == 0,
-               "nextRows and nextInputs need nextExamples > 0");
+    KJ_REQUIRE(next.isNone(), "next: unknown kind", static_cast<unsigned>(next.which()));
   }
 
   // Each key goes through the shard as its own push; the call completes when all have.
@@ -321,7 +337,7 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
         [shared] { return shared.waiting(); });
   }
   std::weak_ptr<Job> weak = jobs_.at(job_id);
-  return paf.promise.then([context, weak, keys = std::move(keys), reply_ranges = std::move(reply_ranges), parts,
+  return paf.promise.then([context, weak, keys = std::move(keys), reply_ranges = std::move(reply_ranges), parts, forward,
                            next_examples, next_rows = std::move(next_rows)](std::vector<PushOutcome> outcomes) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
@@ -334,12 +350,12 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
       applied = applied && outcomes[i].applied;
     }
     results.setApplied(applied);
-    if (next_examples > 0) {
-      if (!next_rows.empty()) reply_partial_product(*job, keys, next_rows, next_examples, context);
+    if (forward) {
+      reply_partial_product(*job, keys, next_rows, next_examples, context);
       return;
     }
     const bool zero_copy = job->shard->values_stable_until_next_push();
-    auto list = results.initValueParts(static_cast<unsigned>(parts));
+    auto list = results.getReply().initValues(static_cast<unsigned>(parts));
     unsigned part = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       const std::span<const float> values = job->shard->values(keys[i]);
@@ -359,7 +375,13 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
 void ParameterServerImpl::reply_partial_product(Job& job, const std::vector<uint32_t>& keys,
                                                 const std::vector<uint32_t>& rows, uint32_t examples,
                                                 PushFactorsContext& context) {
-  const auto inputs = rpc::part_view(context.getParams().getNextInputs(), size_t{examples} * rows.size(), "nextInputs");
+  auto reply = context.getResults().getReply();
+  if (rows.empty()) {
+    reply.setPartial(capnp::Data::Reader());  // this server's rows add nothing to the next batch
+    return;
+  }
+  const auto inputs = rpc::part_view(context.getParams().getNext().getForward().getInputs(),
+                                     size_t{examples} * rows.size(), "next.forward.inputs");
   // 64-byte aligned operands, as in the worker's own computation of the same product
   // (common/nn/row_groups.h): message memory is only 8-byte aligned.
   ScratchFloats inputs_copy, partial;
@@ -371,7 +393,7 @@ void ParameterServerImpl::reply_partial_product(Job& job, const std::vector<uint
   const size_t columns = job.shard->row_columns(keys.front());
   partial.resize(columns * examples);
   job.shard->partial_product(keys, rows, aligned_inputs, examples, partial.data());
-  context.getResults().setPartial(
+  reply.setPartial(
       capnp::Data::Reader(reinterpret_cast<const kj::byte*>(partial.data()), partial.size() * sizeof(float)));
   job.bytes_out += partial.size() * sizeof(float);
 }

@@ -69,8 +69,8 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   template <typename Params>
   static void read_push_header(const Params& params, PushRequest& request);
 
-  // Forward on the servers: puts the partial product of `rows` (the call's nextRows) for the
-  // call's nextInputs into its reply.
+  // Forward on the servers: puts the partial product of `rows` (the call's next.forward.rows) for
+  // the call's next.forward.inputs into its reply (an empty one without rows).
   static void reply_partial_product(Job& job, const std::vector<uint32_t>& keys, const std::vector<uint32_t>& rows,
                              uint32_t examples, PushFactorsContext& context);
 

@@ -122,14 +122,18 @@ kj::Promise<void> FactoredExchange::send_for_values(size_t g, PushFactorsRequest
   if (std::any_of(want.begin(), want.end(), [](const InputSparsity::Ranges& r) { return r.has_value(); })) {
     auto wanted = request.initReplyRanges(static_cast<unsigned>(want.size()));
     for (unsigned i = 0; i < want.size(); ++i) {
-      wanted[i].setWhole(!want[i].has_value());
-      if (want[i]) rpc::set_ranges(wanted[i].initRanges(static_cast<unsigned>(want[i]->size())), *want[i]);
+      if (want[i]) {
+        rpc::set_ranges(wanted[i].initRanges(static_cast<unsigned>(want[i]->size())), *want[i]);
+      } else {
+        wanted[i].setWhole();
+      }
     }
   }
   return request.send().then([this, g, want = std::move(want)](
                                  capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
     const FactorPlan::Group& group = plan_.groups()[g];
-    const auto parts = r.getValueParts();
+    KJ_REQUIRE(r.getReply().isValues(), "the server replied with a partial product, not the values asked for");
+    const auto parts = r.getReply().getValues();
     const auto versions = r.getVersions();
     KJ_REQUIRE(versions.size() == group.chunks.size(), "reply has the wrong number of versions", versions.size());
     unsigned part = 0;
@@ -151,7 +155,7 @@ kj::Promise<void> FactoredExchange::send_for_values(size_t g, PushFactorsRequest
 }
 
 kj::Promise<void> FactoredExchange::send_for_partial(size_t g, PushFactorsRequest& request, size_t partial_floats) {
-  servers_.count_bytes(request.asReader().getNextInputs().size());
+  servers_.count_bytes(request.asReader().getNext().getForward().getInputs().size());
   return request.send().then(
       [this, g, partial_floats](capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
         const FactorPlan::Group& group = plan_.groups()[g];
@@ -162,7 +166,7 @@ kj::Promise<void> FactoredExchange::send_for_partial(size_t g, PushFactorsReques
           servers_.set_version(group.chunks[i], versions[static_cast<unsigned>(i)]);
         }
         servers_.count_reply(r.getApplied());
-        servers_.count_bytes(r.getPartial().size());
+        servers_.count_bytes(r.getReply().getPartial().size());
       });
 }
 

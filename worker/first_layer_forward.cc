@@ -28,25 +28,26 @@ size_t FirstLayerForward::add_to_request(const FactorPlan& plan, size_t g,
   const FactorPlan::Group& group = plan.groups()[g];
   GroupInputs& next = group_inputs_[g];
   plan.gather_inputs(group, next_inputs_.data(), next_examples_, next.rows, next.inputs);
-  request.setNextExamples(next_examples_);
-  auto rows = request.initNextRows(static_cast<unsigned>(next.rows.size()));
+  auto forward = request.getNext().initForward();
+  forward.setExamples(next_examples_);
+  auto rows = forward.initRows(static_cast<unsigned>(next.rows.size()));
   for (unsigned i = 0; i < next.rows.size(); ++i) rows.set(i, next.rows[i]);
   const size_t input_floats = next.rows.size() * next_examples_;
   // Zero-copy: `next` stays untouched until the step's replies are in.
-  if (input_floats > 0) request.adoptNextInputs(rpc::reference_floats(orphanage, {next.inputs.data(), input_floats}));
+  if (input_floats > 0) forward.adoptInputs(rpc::reference_floats(orphanage, {next.inputs.data(), input_floats}));
   return next.rows.empty() ? 0 : group.columns * next_examples_;
 }
 
 void FirstLayerForward::take_partial(uint32_t server, proto::ParameterServer::PushFactorsResults::Reader reply,
                                      size_t floats) {
-  KJ_REQUIRE(reply.getValueParts().size() == 0 && (floats == 0 || reply.hasPartial()),
+  KJ_REQUIRE(reply.getReply().isPartial(),
              "the server replied with values, not the partial product asked for (a server without the forward on "
              "the servers?)");
   // No rows of the next batch on this server: it adds nothing (and sends nothing).
   AlignedFloats& partial = partials_.at(server);
   partial.clear();
   if (floats > 0) {
-    const auto values = rpc::part_view(reply.getPartial(), floats, "partial product");
+    const auto values = rpc::part_view(reply.getReply().getPartial(), floats, "partial product");
     partial.assign(values.begin(), values.end());
   }
 }

@@ -98,30 +98,31 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
   // reply is in (a reply implies its request was fully sent).
   if (ranges) {
     // Rows outside the ranges are exactly zero: they stay home.
-    request.setSparseGradient(true);
-    rpc::set_ranges(request.initGradientRanges(static_cast<unsigned>(ranges->size())), *ranges);
-    auto parts = request.initGradientParts(static_cast<unsigned>(ranges->size()));
+    auto sparse = request.getGradient().initSparse();
+    rpc::set_ranges(sparse.initRanges(static_cast<unsigned>(ranges->size())), *ranges);
+    auto parts = sparse.initParts(static_cast<unsigned>(ranges->size()));
     for (unsigned i = 0; i < ranges->size(); ++i) {
       rpc::reference_part(parts, i, {gradient + (*ranges)[i].offset, (*ranges)[i].size});
       exchanged_bytes_ += (*ranges)[i].size * sizeof(float);
     }
   } else {
-    rpc::reference_tensor(request.initGradient(), {gradient, chunks_[k].size});
+    rpc::reference_tensor(request.getGradient().initDense(), {gradient, chunks_[k].size});
     exchanged_bytes_ += chunks_[k].size * sizeof(float);
   }
   if (!take_values) {
-    request.setSparseReply(true);  // with no ranges: an empty reply
+    request.getReply().initRanges(0);  // no ranges: an empty reply
   } else if (want) {
-    request.setSparseReply(true);
-    rpc::set_ranges(request.initReplyRanges(static_cast<unsigned>(want->size())), *want);
+    rpc::set_ranges(request.getReply().initRanges(static_cast<unsigned>(want->size())), *want);
   }
   std::optional<std::vector<ChunkRange>> wanted = take_values ? want : std::nullopt;
   return request.send().then([this, k, take_values, wanted = std::move(wanted)](
                                  capnp::Response<proto::ParameterServer::PushResults>&& r) {
     if (!take_values) return;
     float* into = next_values(k);
+    const auto reply = r.getValues();
+    KJ_REQUIRE(reply.isParts() == wanted.has_value(), "reply carries other values than asked for (whole or ranges)");
     if (wanted) {
-      const auto parts = r.getValueParts();
+      const auto parts = reply.getParts();
       KJ_REQUIRE(parts.size() == wanted->size(), "reply has the wrong number of parts", parts.size(), wanted->size());
       for (unsigned i = 0; i < parts.size(); ++i) {
         const auto values = rpc::part_view(parts[i], (*wanted)[i].size, "updated values");
@@ -129,7 +130,7 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
         exchanged_bytes_ += values.size_bytes();
       }
     } else {
-      const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "updated values");
+      const auto values = rpc::tensor_view(reply.getWhole(), chunks_[k].size, "updated values");
       std::memcpy(into, values.data(), values.size_bytes());
       exchanged_bytes_ += values.size_bytes();
     }

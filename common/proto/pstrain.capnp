@@ -39,8 +39,10 @@ struct Range {
 
 # The part of one chunk a reply carries: all of it, or the ranges.
 struct KeyRanges {
-  whole @0 :Bool;
-  ranges @1 :List(Range);
+  union {
+    whole @0 :Void;
+    ranges @1 :List(Range);
+  }
 }
 
 # What a server needs to hold its part of a job.
@@ -83,45 +85,97 @@ interface ParameterServer {
   #   gradient was computed on, and the reply carries the latest values.
   # applied is false for a late push that a backup-worker step dropped.
   # generation: of the worker's assignment; pushes of a plan that `settle` ended fail.
-  # Row-sparse exchange (a dense first layer on sparse inputs, DESIGN-NOTES "Sparse exchange"):
-  #   sparseGradient: the gradient is gradientParts[i] over gradientRanges[i] and zero elsewhere
-  #     (`gradient` is then unset). Ranges are sorted, disjoint and inside the chunk.
-  #   sparseReply: the reply carries only replyRanges' values, in valueParts (`values` unset).
-  push @2 (jobId :Text, key :UInt32, step :UInt64, slice :UInt32, sliceCount :UInt32,
-           worker :UInt32, examples :UInt32, baseVersion :UInt64, gradient :Tensor, generation :UInt64,
-           sparseGradient :Bool, gradientRanges :List(Range), gradientParts :List(Data),
-           sparseReply :Bool, replyRanges :List(Range))
-       -> (version :UInt64, applied :Bool, values :Tensor, valueParts :List(Data));
+  struct PushParams {
+    jobId @0 :Text;
+    key @1 :UInt32;
+    step @2 :UInt64;
+    slice @3 :UInt32;
+    sliceCount @4 :UInt32;
+    worker @5 :UInt32;
+    examples @6 :UInt32;
+    baseVersion @7 :UInt64;
+    generation @8 :UInt64;
+    gradient :union {
+      dense @9 :Tensor;  # the whole chunk
+      # Row-sparse exchange (a dense first layer on sparse inputs, DESIGN-NOTES "Sparse
+      # exchange"): parts[i] over ranges[i], zero elsewhere. Ranges are sorted, disjoint and
+      # inside the chunk.
+      sparse :group {
+        ranges @10 :List(Range);
+        parts @11 :List(Data);
+      }
+    }
+    # What the reply's `values` carry: the whole chunk, or only these ranges' values (none: an
+    # empty reply).
+    reply :union {
+      whole @12 :Void;
+      ranges @13 :List(Range);
+    }
+  }
+  struct PushResults {
+    version @0 :UInt64;
+    applied @1 :Bool;
+    values :union {
+      whole @2 :Tensor;       # for reply.whole
+      parts @3 :List(Data);   # for reply.ranges: one part per range
+    }
+  }
+  push @2 PushParams -> PushResults;
 
   # A worker's gradient of one dense kernel for all of the kernel's chunks on this server, as two
   # factors instead of the gradient itself (DESIGN-NOTES "Factored exchange"). The kernel is
   # [in, out] and every key's chunk holds whole rows of it; the gradient of row r is
   #   sum over examples b of inputs[r, b] * delta[b]   (delta[b]: example b's `out` values),
   # so the push carries examples * (rows + out) floats instead of rows * out.
-  #   keys: chunks of one kernel, all on this server (each applied as if pushed alone, with the
-  #     fields of `push`); baseVersions: one per key.
-  #   delta: examples x out float32, example after example: d(summed loss)/d(the layer's output
-  #     before its activation).
-  #   rows: the kernel rows whose inputs are sent, ascending, each inside one of the keys' chunks;
-  #     a row of those chunks that is not listed has a zero input in every example (zero gradient).
-  #   inputs: examples x rows.size() float32, example after example: the layer's input at `rows`.
-  #   replyRanges: empty for whole values of every key, else one entry per key.
-  # The reply's valueParts hold the keys' values in key order: one part for a key replied whole,
-  # else one per range; versions: one per key.
-  #
-  # Forward on the servers (DESIGN-NOTES), for the first layer of a model (a dense layer on the
-  # input): with nextExamples > 0 the reply carries no values but the worker's next batch's
-  # partial product over the keys' rows, computed on the updated values:
-  #   nextRows: kernel rows, ascending, each inside one of the keys' chunks: the rows whose input
-  #     is nonzero in some example of the next batch (the others add nothing);
-  #   nextInputs: nextExamples x nextRows.size() float32, example after example;
-  #   partial (reply): out x nextExamples float32, example after example: for each example b,
-  #     sum over the listed rows r of values[r] * nextInputs[r, b]; empty when nextRows is.
-  pushFactors @13 (jobId :Text, keys :List(UInt32), step :UInt64, slice :UInt32, sliceCount :UInt32,
-                   worker :UInt32, examples :UInt32, baseVersions :List(UInt64), generation :UInt64,
-                   delta :Data, rows :List(UInt32), inputs :Data, replyRanges :List(KeyRanges),
-                   nextExamples :UInt32, nextRows :List(UInt32), nextInputs :Data)
-       -> (versions :List(UInt64), applied :Bool, valueParts :List(Data), partial :Data);
+  struct PushFactorsParams {
+    jobId @0 :Text;
+    # Chunks of one kernel, all on this server (each applied as if pushed alone, with the fields
+    # of `push`).
+    keys @1 :List(UInt32);
+    step @2 :UInt64;
+    slice @3 :UInt32;
+    sliceCount @4 :UInt32;
+    worker @5 :UInt32;
+    examples @6 :UInt32;
+    baseVersions @7 :List(UInt64);  # one per key
+    generation @8 :UInt64;
+    # examples x out float32, example after example: d(summed loss)/d(the layer's output before
+    # its activation).
+    delta @9 :Data;
+    # The kernel rows whose inputs are sent, ascending, each inside one of the keys' chunks; a row
+    # of those chunks that is not listed has a zero input in every example (zero gradient).
+    rows @10 :List(UInt32);
+    inputs @11 :Data;  # examples x rows.size() float32, example after example: the layer's input at `rows`
+    # With next.none, what the reply's values carry: empty for whole values of every key, else one
+    # entry per key. Must be empty with next.forward.
+    replyRanges @12 :List(KeyRanges);
+    # Forward on the servers (DESIGN-NOTES), for the first layer of a model (a dense layer on the
+    # input): with `forward` the reply carries no values but the worker's next batch's partial
+    # product over the keys' rows, computed on the updated values.
+    next :union {
+      none @13 :Void;  # the reply carries values
+      forward :group {
+        examples @14 :UInt32;  # of the next batch, at least 1
+        # Kernel rows, ascending, each inside one of the keys' chunks: the rows whose input is
+        # nonzero in some example of the next batch (the others add nothing).
+        rows @15 :List(UInt32);
+        inputs @16 :Data;  # examples x rows.size() float32, example after example
+      }
+    }
+  }
+  struct PushFactorsResults {
+    versions @0 :List(UInt64);  # one per key
+    applied @1 :Bool;
+    reply :union {
+      # For next.none: the keys' values in key order, one part for a key replied whole, else one
+      # per range.
+      values @2 :List(Data);
+      # For next.forward: out x examples float32, example after example: for each example b, sum
+      # over the listed rows r of values[r] * inputs[r, b]; empty when next.forward.rows is.
+      partial @3 :Data;
+    }
+  }
+  pushFactors @13 PushFactorsParams -> PushFactorsResults;
 
   # Async: the worker will push no more (it no longer holds back others under max_staleness).
   workerFinished @3 (jobId :Text, worker :UInt32) -> ();

@@ -108,9 +108,9 @@ void run_client(const Options& options, const std::string& job_id, const std::ve
         request.setWorker(index);
         request.setExamples(64);
         request.setBaseVersion(versions[k]);
-        rpc::reference_tensor(request.initGradient(), {grads.data() + chunk_offsets[k], chunks[k].size});
+        rpc::reference_tensor(request.getGradient().initDense(), {grads.data() + chunk_offsets[k], chunks[k].size});
         replies.add(request.send().then([&, k](capnp::Response<proto::ParameterServer::PushResults>&& r) {
-          const auto values = rpc::tensor_view(r.getValues(), chunks[k].size, "updated values");
+          const auto values = rpc::tensor_view(r.getValues().getWhole(), chunks[k].size, "updated values");
           std::memcpy(params.data() + chunk_offsets[k], values.data(), values.size_bytes());
           versions[k] = r.getVersion();
         }));

@@ -201,7 +201,7 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     request.setSliceCount(2);
     request.setExamples(1);
     std::vector<float> zeros(floats, 0.0f);
-    rpc::set_tensor(request.initGradient(), zeros);
+    rpc::set_tensor(request.getGradient().initDense(), zeros);
     return request.send();
   };
   CHECK(failure_of(push("probe", 9999, 16, 0), ws).find("unknown parameter key") != std::string::npos);
@@ -212,7 +212,7 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     auto request = server.pushRequest();  // a tensor whose shape disagrees with its data
     request.setJobId("probe");
     request.setSliceCount(1);
-    auto tensor = request.initGradient();
+    auto tensor = request.getGradient().initDense();
     tensor.initShape(1).set(0, 5);
     tensor.initData(8);
     CHECK(failure_of(request.send(), ws).find("tensor shape does not match its data") != std::string::npos);
@@ -223,21 +223,36 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     request.setJobId("probe");
     request.setSliceCount(2);
     request.setExamples(1);
-    request.setSparseGradient(true);
-    auto list = request.initGradientRanges(static_cast<unsigned>(ranges.size()));
+    auto sparse = request.getGradient().initSparse();
+    auto list = sparse.initRanges(static_cast<unsigned>(ranges.size()));
     for (unsigned i = 0; i < ranges.size(); ++i) {
       list[i].setOffset(ranges[i].offset);
       list[i].setSize(ranges[i].size);
     }
-    auto parts = request.initGradientParts(static_cast<unsigned>(part_floats.size()));
+    auto parts = sparse.initParts(static_cast<unsigned>(part_floats.size()));
     for (unsigned i = 0; i < part_floats.size(); ++i) parts.init(i, part_floats[i] * sizeof(float));
     return request.send();
   };
-  CHECK(failure_of(sparse_push({{8, 4}, {0, 4}}, {4, 4}), ws).find("ranges must be sorted and disjoint") != std::string::npos);
+  const std::string unsorted = failure_of(sparse_push({{8, 4}, {0, 4}}, {4, 4}), ws);
+  CHECK(unsorted.find("ranges must be sorted and disjoint") != std::string::npos);
+  CHECK(unsorted.find("gradient.sparse.ranges") != std::string::npos);  // the field, named
   CHECK(failure_of(sparse_push({{chunks[0].size - 2, 4}}, {4}), ws).find("range outside the chunk") != std::string::npos);
-  CHECK(failure_of(sparse_push({{0, 4}}, {4, 4}), ws).find("gradientParts must match gradientRanges") != std::string::npos);
+  CHECK(failure_of(sparse_push({{0, 4}}, {4, 4}), ws).find("gradient.sparse.parts must match gradient.sparse.ranges") != std::string::npos);
   CHECK(failure_of(sparse_push({{0, 4}}, {3}), ws).find("data size does not match") != std::string::npos);
   CHECK(failure_of(sparse_push(std::vector<ChunkRange>(300, ChunkRange{0, 1}), {}), ws).find("too many ranges") != std::string::npos);
+  {
+    auto request = server.pushRequest();  // a whole gradient, asking for values outside the chunk
+    request.setJobId("probe");
+    request.setSliceCount(2);
+    request.setExamples(1);
+    rpc::set_tensor(request.getGradient().initDense(), std::vector<float>(chunks[0].size, 0.0f));
+    auto range = request.getReply().initRanges(1)[0];
+    range.setOffset(chunks[0].size);
+    range.setSize(1);
+    const std::string error = failure_of(request.send(), ws);
+    CHECK(error.find("range outside the chunk") != std::string::npos);
+    CHECK(error.find("reply.ranges") != std::string::npos);
+  }
   // Factored pushes: keys that are not whole kernel rows or span two kernels, factors whose sizes
   // do not match, rows out of order or outside the keys' chunks.
   const auto layout = make_param_layout(spec.model);
@@ -311,8 +326,9 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     REQUIRE(reply.getVersions().size() == 2);
     CHECK(reply.getVersions()[0] == 1);
     CHECK(reply.getVersions()[1] == 1);
-    REQUIRE(reply.getValueParts().size() == 2);  // each key whole
-    CHECK(reply.getValueParts()[0].size() == chunks[first_kernel[1]].size * sizeof(float));
+    REQUIRE(reply.getReply().isValues());
+    REQUIRE(reply.getReply().getValues().size() == 2);  // each key whole
+    CHECK(reply.getReply().getValues()[0].size() == chunks[first_kernel[1]].size * sizeof(float));
     CHECK(a.wait(ws).getApplied());
   }
   // Forward on the servers: the next batch's rows and inputs, checked like rows and inputs; a
@@ -332,12 +348,13 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     request.setSlice(slice);
     request.setSliceCount(2);
     request.setExamples(0);
-    if (reply_ranges) request.initReplyRanges(2)[0].setWhole(true);
-    request.setNextExamples(next_examples);
-    auto rows = request.initNextRows(static_cast<unsigned>(next_rows.size()));
+    if (reply_ranges) request.initReplyRanges(2)[0].setWhole();
+    auto forward = request.getNext().initForward();
+    forward.setExamples(next_examples);
+    auto rows = forward.initRows(static_cast<unsigned>(next_rows.size()));
     for (unsigned i = 0; i < next_rows.size(); ++i) rows.set(i, next_rows[i]);
     const std::vector<float> inputs(next_floats, 1.0f);
-    request.setNextInputs(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(inputs.data()), inputs.size() * sizeof(float)));
+    forward.setInputs(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(inputs.data()), inputs.size() * sizeof(float)));
     return request.send();
   };
   const uint32_t second_row = row_of_second_chunk + 1;
@@ -348,7 +365,7 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
         std::string::npos);
   CHECK(error_of(forward_push(0, 1, 2, {row_of_second_chunk}, 2, true)).find("exclude each other") !=
         std::string::npos);
-  CHECK(error_of(forward_push(0, 1, 0, {row_of_second_chunk}, 2, false)).find("need nextExamples") !=
+  CHECK(error_of(forward_push(0, 1, 0, {row_of_second_chunk}, 2, false)).find("needs next.forward.examples > 0") !=
         std::string::npos);
   CHECK(error_of(forward_push(0, 1, 129, {}, 0, false)).find("larger than the job's global batch") != std::string::npos);
   {
@@ -357,8 +374,8 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     auto a = forward_push(0, 1, 2, {row_of_second_chunk, second_row}, 4, false);
     auto b = forward_push(1, 1, 2, {row_of_second_chunk, second_row}, 4, false);
     auto reply = b.wait(ws);
-    CHECK(reply.getValueParts().size() == 0);
-    REQUIRE(reply.getPartial().size() == 2 * units * sizeof(float));
+    REQUIRE(reply.getReply().isPartial());
+    REQUIRE(reply.getReply().getPartial().size() == 2 * units * sizeof(float));
     auto pull = server.pullRequest();
     pull.setJobId("probe");
     pull.setKey(first_kernel[1]);
@@ -366,7 +383,7 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     auto pulled = pull.send().wait(ws);
     CHECK(pulled.getVersion() == 2);
     const auto values = rpc::tensor_view(pulled.getValues(), chunks[first_kernel[1]].size, "values");
-    const auto partial = rpc::part_view(reply.getPartial(), 2 * units, "partial");
+    const auto partial = rpc::part_view(reply.getReply().getPartial(), 2 * units, "partial");
     size_t mismatches = 0;
     for (size_t example = 0; example < 2; ++example) {
       for (size_t c = 0; c < units; ++c) {
@@ -374,7 +391,7 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
       }
     }
     CHECK(mismatches == 0);
-    CHECK(a.wait(ws).getPartial().size() == 2 * units * sizeof(float));
+    CHECK(a.wait(ws).getReply().getPartial().size() == 2 * units * sizeof(float));
   }
   {
     auto request = server.pullRequest();  // a version the shard never had

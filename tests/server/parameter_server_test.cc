@@ -34,7 +34,7 @@ struct ServerFixture : testing::StoreFixture {
       request.setSliceCount(1);
       request.setExamples(1);
       const std::vector<float> gradient(c.size, g);
-      rpc::set_tensor(request.initGradient(), gradient);
+      rpc::set_tensor(request.getGradient().initDense(), gradient);
       pushes.add(request.send().ignoreResult());
     }
     kj::joinPromises(pushes.releaseAsArray()).wait(ws);
