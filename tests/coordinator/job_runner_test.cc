@@ -63,6 +63,19 @@ void check_same_params(const std::vector<float>& got, const std::vector<float>& 
                                     << worst << ")");
 }
 
+// |got - want| / |want| (Euclidean norms).
+double relative_distance(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  const double distance = std::sqrt(diff / norm);
+  MESSAGE("relative distance to an uninterrupted run: " << distance);
+  return distance;
+}
+
 bool reached_backup(const JobRecord& r, int64_t step) { return r.last_backup_step.value_or(0) >= step; }
 
 // The rollbacks the job's notes record (JobRunner::replan): the step each went back to and the
@@ -128,5 +141,138 @@ TEST_CASE("rollback - a server killed and restarted under its name restores the 
     CHECK(b.replayed <= 10);
   }
   check_every_example_once(cluster.printed(), 3);
+  check_same_params(cluster.final_params(id), reference);
+}
+
+TEST_CASE("takeover - a sync worker killed mid-run: a survivor completes its step and nothing is replayed") {
+  const JobSpec spec = small_job(3, 10);
+  const std::vector<float> reference = uninterrupted(spec);
+  testing::InProcessCluster cluster;
+  const std::string id = cluster.submit(spec);
+  cluster.wait_for(id, "step 20", [](const JobRecord& r) { return r.steps_done >= 20; }, kStepTimeout);
+  cluster.stop_worker(1, NodeStop::kNow);
+  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  INFO("notes:" << notes_of(r));
+  // No rollback: the survivor computed the lost worker's slice of the unfinished step s, and the
+  // job went on from s + 1 with one worker.
+  CHECK(rollbacks(r).empty());
+  CHECK(r.recoveries == 1);
+  CHECK(r.replayed_steps == std::vector<int64_t>{0});
+  CHECK(r.workers.size() == 1);
+  static const std::regex taken(
+      "worker [01]'s slice of step ([0-9]+) taken over, going on from step ([0-9]+), 0 step\\(s\\) replayed");
+  std::smatch m;
+  const auto note = std::find_if(r.notes.begin(), r.notes.end(), [&](const std::string& n) { return std::regex_search(n, m, taken); });
+  REQUIRE(note != r.notes.end());
+  CHECK(std::stoll(m[2]) == std::stoll(m[1]) + 1);
+  CHECK(std::stoll(m[1]) >= 20);
+  check_every_example_once(cluster.printed(), 3);
+  // From s + 1 one worker sums the whole batch where two summed a half each: the same examples
+  // rounded in another order, so close to the uninterrupted run but not equal. (This catches a
+  // takeover that corrupts training, such as a slice computed on the wrong values or data.)
+  CHECK(relative_distance(cluster.final_params(id), reference) <= 1e-3);
+}
+
+TEST_CASE("cut - a preempted worker hands its work back: the job goes on without it from the cut") {
+  const JobSpec spec = small_job(3, 1000);  // no regular backup: only the cut's
+  testing::InProcessCluster cluster;
+  const std::string id = cluster.submit(spec);
+  cluster.wait_for(id, "step 20", [](const JobRecord& r) { return r.steps_done >= 20; }, kStepTimeout);
+  // The worker trains on until the cut's backup is complete, then leaves.
+  cluster.stop_worker(1, NodeStop::kPreempted);
+  const JobRecord at_leave = cluster.record(id);
+  INFO("notes at the worker's leaving:" << notes_of(at_leave));
+  REQUIRE(at_leave.last_backup_step.has_value());
+  const int64_t cut = *at_leave.last_backup_step;
+  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  INFO("notes:" << notes_of(r));
+  // Not a takeover (the servers hold at the cut, which a takeover could not pass): a rollback to
+  // the cut, where the preempted worker's last step is, so nothing is replayed.
+  const auto back = rollbacks(r);
+  REQUIRE(back.size() == 1);
+  CHECK(back[0].step == cut);
+  CHECK(back[0].replayed == 0);
+  CHECK(r.workers.size() == 1);
+  check_every_example_once(cluster.printed(), 3);
+}
+
+TEST_CASE("cut - a preempted server backs up just ahead and leaves, and nothing is replayed") {
+  const JobSpec spec = small_job(3, 1000);  // no regular backup: only the cut's
+  const std::vector<float> reference = uninterrupted(spec);
+  testing::InProcessCluster cluster;
+  const std::string id = cluster.submit(spec);
+  cluster.wait_for(id, "step 20", [](const JobRecord& r) { return r.steps_done >= 20; }, kStepTimeout);
+  // The server's preemption notice (CoordinatorService::preempted, JobRunner::preempt) is
+  // answered once every server has backed up at a step just ahead: only then does it leave.
+  cluster.stop_server(0, NodeStop::kPreempted);
+  const JobRecord at_leave = cluster.record(id);
+  INFO("notes at the server's leaving:" << notes_of(at_leave));
+  REQUIRE(at_leave.last_backup_step.has_value());
+  const int64_t cut = *at_leave.last_backup_step;
+  CHECK(cut > 20);
+  cluster.start_server(0);
+  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  INFO("notes:" << notes_of(r));
+  // The servers held at the cut: the rollback goes back to it and replays nothing.
+  const auto back = rollbacks(r);
+  REQUIRE(back.size() >= 1);
+  CHECK(back[0].step == cut);
+  CHECK(back[0].replayed == 0);
+  CHECK(r.replayed_steps.at(0) == 0);
+  check_every_example_once(cluster.printed(), 3);
+  check_same_params(cluster.final_params(id), reference);
+}
+
+TEST_CASE("server move - a server that never comes back is replaced by a free one from its replica") {
+  const JobSpec spec = small_job(3, 10);
+  const std::vector<float> reference = uninterrupted(spec);
+  // Three servers; the job takes server-0 and server-1 (name order), server-2 stays free.
+  testing::InProcessCluster cluster({.servers = 3});
+  const std::string id = cluster.submit(spec);
+  cluster.wait_for(id, "a complete backup at step 20", [](const JobRecord& r) { return reached_backup(r, 20); }, kStepTimeout);
+  cluster.stop_server(1, NodeStop::kNow);  // and never started again
+  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  INFO("notes:" << notes_of(r));
+  static const std::regex moved("server 'server-1' did not come back: its shard moved to 'server-2' from the backup at step ([0-9]+)");
+  std::smatch m;
+  const auto note = std::find_if(r.notes.begin(), r.notes.end(), [&](const std::string& n) { return std::regex_search(n, m, moved); });
+  REQUIRE(note != r.notes.end());
+  CHECK(std::stoll(m[1]) >= 20);
+  CHECK(r.server_names == std::vector<std::string>{"server-0", "server-2"});
+  // The rollback restored the moved shard's backup on server-2 and the others' on theirs.
+  const auto back = rollbacks(r);
+  REQUIRE(back.size() >= 1);
+  CHECK(back.back().step == std::stoll(m[1]));
+  for (const auto& b : back) CHECK(b.replayed <= 10);
+  check_every_example_once(cluster.printed(), 3);
+  check_same_params(cluster.final_params(id), reference);
+}
+
+TEST_CASE("coordinator adoption - a restarted coordinator goes on from the servers' state") {
+  const JobSpec spec = small_job(3, 10);
+  const std::vector<float> reference = uninterrupted(spec);
+  testing::InProcessCluster cluster;
+  const std::string id = cluster.submit(spec);
+  const JobRecord at_stop =
+      cluster.wait_for(id, "step 30", [](const JobRecord& r) { return r.steps_done >= 30; }, kStepTimeout);
+  // A new coordinator thread on the same state directory and port; the servers and workers ran
+  // on and register with it again.
+  cluster.restart_coordinator();
+  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  INFO("notes:" << notes_of(r));
+  CHECK(std::find(r.notes.begin(), r.notes.end(), "re-queued after a coordinator restart") != r.notes.end());
+  static const std::regex adopted("coordinator restarted: went on from the servers' state at step ([0-9]+), 0 step\\(s\\) replayed");
+  std::smatch m;
+  const auto note = std::find_if(r.notes.begin(), r.notes.end(), [&](const std::string& n) { return std::regex_search(n, m, adopted); });
+  REQUIRE(note != r.notes.end());
+  CHECK(std::stoll(m[1]) >= at_stop.steps_done);
+  CHECK(rollbacks(r).empty());
+  CHECK(r.recoveries == 1);
+  CHECK(r.replayed_steps == std::vector<int64_t>{0});
   check_same_params(cluster.final_params(id), reference);
 }
