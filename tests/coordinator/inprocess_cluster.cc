@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "common/compute_threads.h"
+#include "common/log.h"
 #include "server/server_node.h"
 #include "worker/worker_node.h"
 
@@ -28,6 +29,12 @@ NodeThread::NodeThread(std::string name, Body body) : name_(std::move(name)) {
 
 NodeThread::~NodeThread() {
   ask_to_stop(rpc::NodeStop::kNow);
+  // A destructor cannot fail the test: it says what it waits for, and waits on.
+  std::unique_lock lock(mutex_);
+  if (!changed_.wait_for(lock, 30s, [this] { return ended_; })) {
+    PSLOG(kError) << "node " << name_ << " has not stopped 30 s after it was asked to; still waiting";
+  }
+  lock.unlock();
   thread_.join();
 }
 
