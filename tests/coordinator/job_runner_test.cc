@@ -39,14 +39,20 @@ JobSpec small_job(int epochs, int64_t backup_every) {
   return spec;
 }
 
-// The trained parameters of the same job on a cluster of threads without faults.
-std::vector<float> uninterrupted(const JobSpec& spec) {
-  testing::InProcessCluster cluster;
-  const std::string id = cluster.submit(spec);
-  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
-  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
-  REQUIRE(r.recoveries == 0);
-  return cluster.final_params(id);
+// The coordinator's example ledger printed at the end of a sync job: every example of every
+// audited epoch used exactly once by the updates applied. Epochs trained before a coordinator
+// restart are not audited (the ledger starts over): `audited` of the job's epochs are.
+void check_every_example_once(const std::string& printed, int audited) {
+  static const std::regex re("examples of epoch ([0-9]+): ([0-9]+) used once, ([0-9]+) missing, ([0-9]+) used more than once");
+  int seen = 0;
+  for (auto it = std::sregex_iterator(printed.begin(), printed.end(), re); it != std::sregex_iterator(); ++it) {
+    INFO((*it)[0].str());
+    ++seen;
+    CHECK(std::stoll((*it)[2]) > 0);
+    CHECK((*it)[3] == "0");
+    CHECK((*it)[4] == "0");
+  }
+  CHECK_MESSAGE(seen == audited, "the ledger of " << seen << " epoch(s) printed, not " << audited << ":\n" << printed);
 }
 
 // Bit for bit; the message says how far apart they are if not.
@@ -76,7 +82,74 @@ double relative_distance(const std::vector<float>& got, const std::vector<float>
   return distance;
 }
 
-bool reached_backup(const JobRecord& r, int64_t step) { return r.last_backup_step.value_or(0) >= step; }
+JobRecord wait_for_step(testing::InProcessCluster& cluster, const std::string& id, int64_t step) {
+  return cluster.wait_for(id, "step " + std::to_string(step), [step](const JobRecord& r) { return r.steps_done >= step; },
+                          kStepTimeout);
+}
+
+JobRecord wait_for_backup(testing::InProcessCluster& cluster, const std::string& id, int64_t step) {
+  return cluster.wait_for(id, "a complete backup at step " + std::to_string(step),
+                          [step](const JobRecord& r) { return r.last_backup_step.value_or(0) >= step; }, kStepTimeout);
+}
+
+JobRecord wait_succeeded(testing::InProcessCluster& cluster, const std::string& id) {
+  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  return r;
+}
+
+// The trained parameters of the same job on a cluster of threads without faults.
+std::vector<float> uninterrupted(const JobSpec& spec) {
+  testing::InProcessCluster cluster;
+  const std::string id = cluster.submit(spec);
+  REQUIRE(wait_succeeded(cluster, id).recoveries == 0);
+  return cluster.final_params(id);
+}
+
+// A job on a fresh cluster of threads, and the parameters the same job ends with without faults.
+struct Scenario {
+  explicit Scenario(const JobSpec& spec, testing::InProcessOptions options = {})
+      : reference(uninterrupted(spec)), cluster(std::move(options)), id(cluster.submit(spec)) {}
+
+  // Ended as if nothing happened: the parameters of the run without faults, bit for bit, and
+  // every example used once in each of the `audited` epochs of the ledger.
+  void check_as_uninterrupted(int audited) {
+    check_every_example_once(cluster.printed(), audited);
+    check_same_params(cluster.final_params(id), reference);
+  }
+
+  std::vector<float> reference;
+  testing::InProcessCluster cluster;
+  std::string id;
+};
+
+// A preempted node has left: the job's complete backup is the cut's (its spec asks for no
+// other before it), made before the node was let go.
+int64_t cut_backup(testing::InProcessCluster& cluster, const std::string& id) {
+  const JobRecord r = cluster.record(id);
+  REQUIRE_MESSAGE(r.last_backup_step.has_value(), "no complete backup when the preempted node left\n" << cluster.describe(id));
+  return *r.last_backup_step;
+}
+
+// For each of the job's notes that `pattern` matches, the numbers it captures.
+std::vector<std::vector<int64_t>> notes_matching(const JobRecord& r, const std::string& pattern) {
+  const std::regex re(pattern);
+  std::vector<std::vector<int64_t>> out;
+  std::smatch m;
+  for (const auto& note : r.notes) {
+    if (!std::regex_search(note, m, re)) continue;
+    out.emplace_back();
+    for (size_t i = 1; i < m.size(); ++i) out.back().push_back(std::stoll(m[i]));
+  }
+  return out;
+}
+
+// The numbers `pattern` captures in the first note it matches; fails the test if none does.
+std::vector<int64_t> note_numbers(const JobRecord& r, const std::string& pattern) {
+  const auto found = notes_matching(r, pattern);
+  REQUIRE_MESSAGE(!found.empty(), "no note matches '" << pattern << "'");
+  return found.front();
+}
 
 // The rollbacks the job's notes record (JobRunner::replan): the step each went back to and the
 // steps it replayed.
@@ -84,11 +157,9 @@ struct Rollback {
   int64_t step = 0, replayed = 0;
 };
 std::vector<Rollback> rollbacks(const JobRecord& r) {
-  static const std::regex re("rolled back to step ([0-9]+), ([0-9]+) step\\(s\\) replayed");
   std::vector<Rollback> out;
-  std::smatch m;
-  for (const auto& note : r.notes) {
-    if (std::regex_search(note, m, re)) out.push_back({std::stoll(m[1]), std::stoll(m[2])});
+  for (const auto& n : notes_matching(r, "rolled back to step ([0-9]+), ([0-9]+) step\\(s\\) replayed")) {
+    out.push_back({n[0], n[1]});
   }
   return out;
 }
@@ -99,35 +170,14 @@ std::string notes_of(const JobRecord& r) {
   return text;
 }
 
-// The coordinator's example ledger printed at the end of a sync job: every example of every
-// audited epoch used exactly once by the updates applied. Epochs trained before a coordinator
-// restart are not audited (the ledger starts over): `audited` of the job's epochs are.
-void check_every_example_once(const std::string& printed, int audited) {
-  static const std::regex re("examples of epoch ([0-9]+): ([0-9]+) used once, ([0-9]+) missing, ([0-9]+) used more than once");
-  int seen = 0;
-  for (auto it = std::sregex_iterator(printed.begin(), printed.end(), re); it != std::sregex_iterator(); ++it) {
-    INFO((*it)[0].str());
-    ++seen;
-    CHECK(std::stoll((*it)[2]) > 0);
-    CHECK((*it)[3] == "0");
-    CHECK((*it)[4] == "0");
-  }
-  CHECK_MESSAGE(seen == audited, "the ledger of " << seen << " epoch(s) printed, not " << audited << ":\n" << printed);
-}
-
 }  // namespace
 
 TEST_CASE("rollback - a server killed and restarted under its name restores the latest complete backup") {
-  const JobSpec spec = small_job(3, 10);
-  const std::vector<float> reference = uninterrupted(spec);
-  testing::InProcessCluster cluster;
-  const std::string id = cluster.submit(spec);
-  const JobRecord at_kill =
-      cluster.wait_for(id, "a complete backup at step 20", [](const JobRecord& r) { return reached_backup(r, 20); }, kStepTimeout);
-  cluster.stop_server(1, NodeStop::kNow);
-  cluster.start_server(1);
-  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
-  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  Scenario run(small_job(3, 10));
+  const JobRecord at_kill = wait_for_backup(run.cluster, run.id, 20);
+  run.cluster.stop_server(1, NodeStop::kNow);
+  run.cluster.start_server(1);
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
   INFO("notes:" << notes_of(r));
   // Each recovery went back to the latest complete backup: never before the one complete when
   // the server died, and never more than one backup interval of steps replayed.
@@ -140,19 +190,14 @@ TEST_CASE("rollback - a server killed and restarted under its name restores the 
     CHECK(b.step % 10 == 0);
     CHECK(b.replayed <= 10);
   }
-  check_every_example_once(cluster.printed(), 3);
-  check_same_params(cluster.final_params(id), reference);
+  run.check_as_uninterrupted(3);
 }
 
 TEST_CASE("takeover - a sync worker killed mid-run: a survivor completes its step and nothing is replayed") {
-  const JobSpec spec = small_job(3, 10);
-  const std::vector<float> reference = uninterrupted(spec);
-  testing::InProcessCluster cluster;
-  const std::string id = cluster.submit(spec);
-  cluster.wait_for(id, "step 20", [](const JobRecord& r) { return r.steps_done >= 20; }, kStepTimeout);
-  cluster.stop_worker(1, NodeStop::kNow);
-  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
-  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  Scenario run(small_job(3, 10));
+  wait_for_step(run.cluster, run.id, 20);
+  run.cluster.stop_worker(1, NodeStop::kNow);
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
   INFO("notes:" << notes_of(r));
   // No rollback: the survivor computed the lost worker's slice of the unfinished step s, and the
   // job went on from s + 1 with one worker.
@@ -160,33 +205,25 @@ TEST_CASE("takeover - a sync worker killed mid-run: a survivor completes its ste
   CHECK(r.recoveries == 1);
   CHECK(r.replayed_steps == std::vector<int64_t>{0});
   CHECK(r.workers.size() == 1);
-  static const std::regex taken(
-      "worker [01]'s slice of step ([0-9]+) taken over, going on from step ([0-9]+), 0 step\\(s\\) replayed");
-  std::smatch m;
-  const auto note = std::find_if(r.notes.begin(), r.notes.end(), [&](const std::string& n) { return std::regex_search(n, m, taken); });
-  REQUIRE(note != r.notes.end());
-  CHECK(std::stoll(m[2]) == std::stoll(m[1]) + 1);
-  CHECK(std::stoll(m[1]) >= 20);
-  check_every_example_once(cluster.printed(), 3);
+  const auto taken = note_numbers(r, "worker [01]'s slice of step ([0-9]+) taken over, going on from step ([0-9]+), 0 step\\(s\\) replayed");
+  CHECK(taken[0] >= 20);
+  CHECK(taken[1] == taken[0] + 1);
+  check_every_example_once(run.cluster.printed(), 3);
   // From s + 1 one worker sums the whole batch where two summed a half each: the same examples
   // rounded in another order, so close to the uninterrupted run but not equal. (This catches a
   // takeover that corrupts training, such as a slice computed on the wrong values or data.)
-  CHECK(relative_distance(cluster.final_params(id), reference) <= 1e-3);
+  CHECK(relative_distance(run.cluster.final_params(run.id), run.reference) <= 1e-3);
 }
 
 TEST_CASE("cut - a preempted worker hands its work back: the job goes on without it from the cut") {
   const JobSpec spec = small_job(3, 1000);  // no regular backup: only the cut's
   testing::InProcessCluster cluster;
   const std::string id = cluster.submit(spec);
-  cluster.wait_for(id, "step 20", [](const JobRecord& r) { return r.steps_done >= 20; }, kStepTimeout);
+  wait_for_step(cluster, id, 20);
   // The worker trains on until the cut's backup is complete, then leaves.
   cluster.stop_worker(1, NodeStop::kPreempted);
-  const JobRecord at_leave = cluster.record(id);
-  INFO("notes at the worker's leaving:" << notes_of(at_leave));
-  REQUIRE(at_leave.last_backup_step.has_value());
-  const int64_t cut = *at_leave.last_backup_step;
-  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
-  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  const int64_t cut = cut_backup(cluster, id);
+  const JobRecord r = wait_succeeded(cluster, id);
   INFO("notes:" << notes_of(r));
   // Not a takeover (the servers hold at the cut, which a takeover could not pass): a rollback to
   // the cut, where the preempted worker's last step is, so nothing is replayed.
@@ -199,22 +236,15 @@ TEST_CASE("cut - a preempted worker hands its work back: the job goes on without
 }
 
 TEST_CASE("cut - a preempted server backs up just ahead and leaves, and nothing is replayed") {
-  const JobSpec spec = small_job(3, 1000);  // no regular backup: only the cut's
-  const std::vector<float> reference = uninterrupted(spec);
-  testing::InProcessCluster cluster;
-  const std::string id = cluster.submit(spec);
-  cluster.wait_for(id, "step 20", [](const JobRecord& r) { return r.steps_done >= 20; }, kStepTimeout);
+  Scenario run(small_job(3, 1000));  // no regular backup: only the cut's
+  wait_for_step(run.cluster, run.id, 20);
   // The server's preemption notice (CoordinatorService::preempted, JobRunner::preempt) is
   // answered once every server has backed up at a step just ahead: only then does it leave.
-  cluster.stop_server(0, NodeStop::kPreempted);
-  const JobRecord at_leave = cluster.record(id);
-  INFO("notes at the server's leaving:" << notes_of(at_leave));
-  REQUIRE(at_leave.last_backup_step.has_value());
-  const int64_t cut = *at_leave.last_backup_step;
+  run.cluster.stop_server(0, NodeStop::kPreempted);
+  const int64_t cut = cut_backup(run.cluster, run.id);
   CHECK(cut > 20);
-  cluster.start_server(0);
-  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
-  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  run.cluster.start_server(0);
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
   INFO("notes:" << notes_of(r));
   // The servers held at the cut: the rollback goes back to it and replays nothing.
   const auto back = rollbacks(r);
@@ -222,63 +252,46 @@ TEST_CASE("cut - a preempted server backs up just ahead and leaves, and nothing 
   CHECK(back[0].step == cut);
   CHECK(back[0].replayed == 0);
   CHECK(r.replayed_steps.at(0) == 0);
-  check_every_example_once(cluster.printed(), 3);
-  check_same_params(cluster.final_params(id), reference);
+  run.check_as_uninterrupted(3);
 }
 
 TEST_CASE("server move - a server that never comes back is replaced by a free one from its replica") {
-  const JobSpec spec = small_job(3, 10);
-  const std::vector<float> reference = uninterrupted(spec);
   // Three servers; the job takes server-0 and server-1 (name order), server-2 stays free.
-  testing::InProcessCluster cluster({.servers = 3});
-  const std::string id = cluster.submit(spec);
-  cluster.wait_for(id, "a complete backup at step 20", [](const JobRecord& r) { return reached_backup(r, 20); }, kStepTimeout);
-  cluster.stop_server(1, NodeStop::kNow);  // and never started again
-  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
-  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  Scenario run(small_job(3, 10), {.servers = 3});
+  wait_for_backup(run.cluster, run.id, 20);
+  run.cluster.stop_server(1, NodeStop::kNow);  // and never started again
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
   INFO("notes:" << notes_of(r));
-  static const std::regex moved("server 'server-1' did not come back: its shard moved to 'server-2' from the backup at step ([0-9]+)");
-  std::smatch m;
-  const auto note = std::find_if(r.notes.begin(), r.notes.end(), [&](const std::string& n) { return std::regex_search(n, m, moved); });
-  REQUIRE(note != r.notes.end());
-  CHECK(std::stoll(m[1]) >= 20);
+  const int64_t moved_from =
+      note_numbers(r, "server 'server-1' did not come back: its shard moved to 'server-2' from the backup at step ([0-9]+)")[0];
+  CHECK(moved_from >= 20);
   CHECK(r.server_names == std::vector<std::string>{"server-0", "server-2"});
   // The rollback restored the moved shard's backup on server-2 and the others' on theirs.
   const auto back = rollbacks(r);
   REQUIRE(back.size() >= 1);
-  CHECK(back.back().step == std::stoll(m[1]));
+  CHECK(back.back().step == moved_from);
   for (const auto& b : back) CHECK(b.replayed <= 10);
-  check_every_example_once(cluster.printed(), 3);
-  check_same_params(cluster.final_params(id), reference);
+  run.check_as_uninterrupted(3);
 }
 
 TEST_CASE("coordinator adoption - a restarted coordinator goes on from the servers' state") {
-  const JobSpec spec = small_job(3, 10);
-  const std::vector<float> reference = uninterrupted(spec);
-  testing::InProcessCluster cluster;
-  const std::string id = cluster.submit(spec);
-  const JobRecord at_stop =
-      cluster.wait_for(id, "step 30", [](const JobRecord& r) { return r.steps_done >= 30; }, kStepTimeout);
+  Scenario run(small_job(3, 10));
+  const JobRecord at_stop = wait_for_step(run.cluster, run.id, 30);
   // A new coordinator thread on the same state directory and port; the servers and workers ran
   // on and register with it again.
-  cluster.restart_coordinator();
-  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
-  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  run.cluster.restart_coordinator();
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
   INFO("notes:" << notes_of(r));
   CHECK(std::find(r.notes.begin(), r.notes.end(), "re-queued after a coordinator restart") != r.notes.end());
-  static const std::regex adopted("coordinator restarted: went on from the servers' state at step ([0-9]+), 0 step\\(s\\) replayed");
-  std::smatch m;
-  const auto note = std::find_if(r.notes.begin(), r.notes.end(), [&](const std::string& n) { return std::regex_search(n, m, adopted); });
-  REQUIRE(note != r.notes.end());
-  CHECK(std::stoll(m[1]) >= at_stop.steps_done);  // the servers' state, not a backup before it
+  const int64_t adopted_at =
+      note_numbers(r, "coordinator restarted: went on from the servers' state at step ([0-9]+), 0 step\\(s\\) replayed")[0];
+  CHECK(adopted_at >= at_stop.steps_done);  // the servers' state, not a backup before it
   CHECK(rollbacks(r).empty());
   CHECK(r.recoveries == 1);
   CHECK(r.replayed_steps == std::vector<int64_t>{0});
   // The new coordinator's ledger starts at the adopted step: the epochs from there on are
   // audited, so workers that resumed anywhere but where the servers stood would show here.
-  const int64_t adopted_at = std::stoll(m[1]);
   const auto unaudited = static_cast<int>((adopted_at + r.steps_per_epoch - 1) / r.steps_per_epoch);
   REQUIRE(unaudited < 3);
-  check_every_example_once(cluster.printed(), 3 - unaudited);
-  check_same_params(cluster.final_params(id), reference);
+  run.check_as_uninterrupted(3 - unaudited);
 }
