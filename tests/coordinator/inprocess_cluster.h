@@ -39,7 +39,8 @@ class NodeThread {
   using Body = std::function<void(kj::AsyncIoContext& io, kj::Promise<rpc::NodeStop> stop, const Ready& ready)>;
 
   NodeThread(std::string name, Body body);
-  // Asks the node to stop at once if it runs, and joins its thread.
+  // Asks the node to stop at once if it runs, and joins its thread (logging an error if that
+  // takes more than 30 s: a destructor cannot fail the test).
   ~NodeThread();
   NodeThread(const NodeThread&) = delete;
   NodeThread& operator=(const NodeThread&) = delete;
@@ -73,8 +74,9 @@ class NodeThread {
   std::thread thread_;                   // last: starts once the members above exist
 };
 
-// Copies what the process writes on stdout (file descriptor 1) into a file while it lives, and
-// writes it out on stdout when destroyed. The coordinator prints each epoch's example ledger there.
+// Sends what the process writes on stdout (file descriptor 1) to a file while it lives, where
+// text() reads it, and writes it all out on stdout when destroyed. The coordinator prints each
+// epoch's example ledger on stdout.
 class StdoutCapture {
  public:
   explicit StdoutCapture(std::string path);
@@ -94,8 +96,8 @@ JobOptions short_job_options();
 struct InProcessOptions {
   int servers = 2;
   int workers = 2;
-  uint32_t heartbeat_ms = 100;
-  uint32_t dead_after_ms = 1500;
+  uint32_t heartbeat_ms = 100;    // how often nodes heartbeat (CoordinatorService)
+  uint32_t dead_after_ms = 1500;  // a node silent this long is declared dead (Cluster)
   JobOptions job = short_job_options();
 };
 
