@@ -1,55 +1,37 @@
 // pstrain-coordinator: cluster membership, job scheduling and recovery, parameter placement, the
 // data service (Cap'n Proto RPC on the event-loop thread) and the REST API (Beast, on its own
-// thread). main() wires them: the only cross-thread path is KjJobCommands.
-#include <capnp/rpc-twoparty.h>
+// thread). main() wires the CoordinatorNode (coordinator_node.h: everything but the REST API and
+// the --job job) to the HTTP server: the only cross-thread path is KjJobCommands.
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 
 #include <atomic>
-#include <fstream>
-#include <thread>
+#include <cstdio>
 #include <iostream>
-#include <sstream>
+#include <memory>
+#include <optional>
+#include <thread>
 
-#include "common/compute_threads.h"
 #include "common/error.h"
 #include "common/flags.h"
-#include "common/process_main.h"
-#include "common/kv_store.h"
 #include "common/log.h"
+#include "common/process_main.h"
 #include "common/rpc/rpc_util.h"
-#include "coordinator/coordinator_service.h"
+#include "coordinator/coordinator_node.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/job/job_options.h"
-#include "coordinator/job_store.h"
 #include "coordinator/kj_commands.h"
 #include "coordinator/openapi_document.h"
 
 namespace {
 
 struct CoordinatorConfig {
-  pstrain::rpc::HostPort listen, http;
-  std::string data_dir, state_dir, job_file, save_params;
+  pstrain::CoordinatorNodeConfig node;
+  pstrain::rpc::HostPort http;
+  std::string job_file, save_params;
   bool exit_when_done = false;
-  uint32_t heartbeat_ms = 1000, dead_after_ms = 5000;
-  pstrain::JobOptions job;
   int64_t http_read_timeout_s = 10, http_max_connections = 512;
 };
-
-std::vector<pstrain::NodeView> node_views(const pstrain::Cluster& cluster) {
-  using namespace std::chrono;
-  const auto steady_now = steady_clock::now();
-  const int64_t wall_now = pstrain::now_ms();
-  auto wall = [&](steady_clock::time_point t) {
-    return wall_now - duration_cast<milliseconds>(steady_now - t).count();
-  };
-  std::vector<pstrain::NodeView> views;
-  for (const auto& [id, node] : cluster.nodes()) {
-    views.push_back({id.value(), node.role == pstrain::proto::Role::SERVER ? "server" : "worker", node.name, node.address,
-                     node.job, wall(node.registered_at), wall(node.last_heartbeat), node.alive});
-  }
-  return views;
-}
 
 }  // namespace
 
@@ -83,19 +65,19 @@ int main(int argc, char** argv) {
   std::optional<JobSpec> job_spec;
   try {
     apply_log_level(flags);
-    config.listen = rpc::parse_host_port(flags.get("listen"), 7000, "--listen");
+    config.node.listen = rpc::parse_host_port(flags.get("listen"), 7000, "--listen");
     config.http = rpc::parse_host_port(flags.get("http"), 8080, "--http");
     config.http_read_timeout_s = flags.get_int("http-read-timeout-s", 1, 3600);
     config.http_max_connections = flags.get_int("http-max-connections", 1, 100000);
-    config.data_dir = flags.get("data-dir");
-    config.state_dir = flags.get("state-dir");
+    config.node.data_dir = flags.get("data-dir");
+    config.node.state_dir = flags.get("state-dir");
     config.job_file = flags.get("job");
     config.save_params = flags.get("save-params");
     config.exit_when_done = flags.get_switch("exit-when-done");
-    config.heartbeat_ms = static_cast<uint32_t>(flags.get_int("heartbeat-ms", 50, 60000));
-    config.dead_after_ms = static_cast<uint32_t>(flags.get_int("dead-after-ms", 100, 600000));
+    config.node.heartbeat_ms = static_cast<uint32_t>(flags.get_int("heartbeat-ms", 50, 60000));
+    config.node.dead_after_ms = static_cast<uint32_t>(flags.get_int("dead-after-ms", 100, 600000));
     for (const JobOptionFlag& option : kJobOptionFlags) {
-      config.job.*option.member = flags.get_int(option.name, option.min_ms, 86400000) * kj::MILLISECONDS;
+      config.node.job.*option.member = flags.get_int(option.name, option.min_ms, 86400000) * kj::MILLISECONDS;
     }
     if (!config.job_file.empty()) job_spec = parse_job_spec(read_text_file(config.job_file, "the job spec"));
   } catch (const std::exception& e) {
@@ -109,32 +91,15 @@ int main(int argc, char** argv) {
 
   rpc::prepare_node_process(1);  // update math runs on the event-loop thread
   auto io = kj::setupAsyncIo();
-  std::string error;
-  std::unique_ptr<KvStore> kv = KvStore::open(config.state_dir, &error);
-  if (!kv) {
-    std::cerr << "pstrain-coordinator: " << error << "\n";
+  std::unique_ptr<CoordinatorNode> node;
+  try {
+    node = std::make_unique<CoordinatorNode>(io, config.node);
+  } catch (const Error& e) {
+    std::cerr << "pstrain-coordinator: " << e.what() << "\n";
     return 1;
   }
-  JobStore store(kv.get());
-  Cluster cluster(std::chrono::milliseconds(config.dead_after_ms));
-  DataService data(config.data_dir);
-  JobManager jobs(cluster, data, store, *io.provider, config.job);
-  // Jobs from before a restart: finished ones stay listed; unfinished ones run again.
-  for (const JobRecord& record : store.load()) {
-    if (record.finished()) continue;
-    try {
-      jobs.submit(parse_job_spec(record.spec_json), record.id);
-      PSLOG(kInfo) << "job " << record.id << " re-queued after a restart";
-    } catch (const SpecError& e) {
-      store.update(record.id, [&](JobRecord& r) {
-        r.state = JobState::kFailed;
-        r.reason = std::string("stored spec no longer valid: ") + e.what();
-      });
-    }
-  }
-  auto service_owner = kj::heap<CoordinatorService>(cluster, jobs, io.provider->getTimer(), config.heartbeat_ms);
-  CoordinatorService& service = *service_owner;
-  capnp::TwoPartyServer rpc_server(kj::mv(service_owner));
+  JobManager& jobs = node->jobs();
+  JobStore& store = node->store();
 
   auto done = kj::newPromiseAndFulfiller<int>();
   std::string cli_job;
@@ -153,13 +118,6 @@ int main(int argc, char** argv) {
     if (config.exit_when_done && done.fulfiller->isWaiting()) done.fulfiller->fulfill(kj::cp(status));
   });
 
-  auto address = io.provider->getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);
-  auto listener = address->listen();
-  const uint32_t port = listener->getPort();
-  auto serving = rpc::serve(rpc_server, *listener).eagerlyEvaluate(
-      [](kj::Exception&& e) { PSLOG(kError) << "listener failed: " << e.getDescription().cStr(); });
-  PSLOG(kInfo) << "serving coordinator RPC on " << config.listen.host << ":" << port << ", datasets from " << config.data_dir;
-
   if (job_spec) {
     // The --job job has a fixed id, so a restarted coordinator (same flags, same state) takes
     // up the job it had instead of starting a second one.
@@ -169,29 +127,12 @@ int main(int argc, char** argv) {
       jobs.submit(*job_spec, cli_job);
       PSLOG(kInfo) << "job " << cli_job << " ('" << job_spec->name << "') queued from " << config.job_file;
     } else if (existing->finished()) {
-      PSLOG(kInfo) << "job " << cli_job << " already " << job_state_name(existing->state) << " (from " << config.state_dir << ")";
+      PSLOG(kInfo) << "job " << cli_job << " already " << job_state_name(existing->state) << " (from " << config.node.state_dir << ")";
       if (config.exit_when_done) return existing->state == JobState::kSucceeded ? 0 : 1;
     }
   }
 
-  // Housekeeping: declare silent nodes dead and start queued jobs.
-  kj::Function<kj::Promise<void>()> tick = [&]() -> kj::Promise<void> {
-    return io.provider->getTimer().afterDelay(200 * kj::MILLISECONDS).then([&]() {
-      jobs.on_nodes_lost(cluster.expire(), "missed its heartbeats");
-      store.set_nodes(node_views(cluster));
-      if (jobs.schedule()) service.wake_waiting_workers();
-      // Queued jobs first; then running jobs short of workers take the free ones.
-      for (const auto& job : jobs.jobs()) job->grow();
-      for (const auto& job : jobs.jobs()) {
-        if (job->ready_for_workers()) service.wake_waiting_workers();
-      }
-      return tick();
-    });
-  };
-  auto housekeeping = tick().eagerlyEvaluate([](kj::Exception&& e) { PSLOG(kError) << e.getDescription().cStr(); });
-  KjJobCommands commands(kj::getCurrentThreadExecutor(), jobs, store, [&] {
-    if (jobs.schedule()) service.wake_waiting_workers();
-  });
+  KjJobCommands commands(kj::getCurrentThreadExecutor(), jobs, store, [&] { node->schedule(); });
   RestApi api(store, commands, openapi_document());
   HttpServerOptions http_options;
   http_options.host = config.http.host;
@@ -206,7 +147,7 @@ int main(int argc, char** argv) {
     std::cerr << "pstrain-coordinator: " << e.what() << "\n";
     return 1;
   }
-  std::printf("PSTRAIN_READY role=coordinator port=%u http_port=%u\n", port, http_port);
+  std::printf("PSTRAIN_READY role=coordinator port=%u http_port=%u\n", node->port(), http_port);
   std::fflush(stdout);
 
   const int status = done.promise

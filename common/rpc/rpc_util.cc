@@ -13,6 +13,7 @@
 
 #include "common/compute_threads.h"
 #include "common/error.h"
+#include "common/log.h"
 
 namespace pstrain::rpc {
 
@@ -85,6 +86,13 @@ kj::Promise<int> shutdown_signal(kj::UnixEventPort& port) {
   return port.onSignal(SIGINT)
       .then([](siginfo_t) { return SIGINT; })
       .exclusiveJoin(port.onSignal(SIGTERM).then([](siginfo_t) { return SIGTERM; }));
+}
+
+kj::Promise<NodeStop> stop_on_signal(kj::UnixEventPort& port) {
+  return shutdown_signal(port).then([](int signal) {
+    PSLOG(kInfo) << "signal " << signal << ": stopping";
+    return signal == SIGTERM ? NodeStop::kPreempted : NodeStop::kNow;
+  });
 }
 
 void print_ready(const std::string& role, uint32_t port) {

@@ -62,6 +62,13 @@ std::string default_node_name();
 void capture_shutdown_signals();
 kj::Promise<int> shutdown_signal(kj::UnixEventPort& port);
 
+// How a node (server, worker) is asked to stop: kNow leaves at once (SIGINT; a test stopping the
+// node's thread, as a kill would), kPreempted first hands its work back (SIGTERM: the coordinator
+// has the node's jobs back up at the next step).
+enum class NodeStop { kNow, kPreempted };
+// shutdown_signal() as a NodeStop (SIGTERM: kPreempted), logged as "signal N: stopping".
+kj::Promise<NodeStop> stop_on_signal(kj::UnixEventPort& port);
+
 // Prints "PSTRAIN_READY role=<role> port=<port>" on stdout and flushes: what scripts and tests
 // wait for.
 void print_ready(const std::string& role, uint32_t port);

@@ -1,0 +1,91 @@
+#include "coordinator/coordinator_node.h"
+
+#include <chrono>
+
+#include "common/error.h"
+#include "common/job_spec.h"
+#include "common/log.h"
+
+namespace pstrain {
+namespace {
+
+std::unique_ptr<KvStore> open_state(const std::string& dir) {
+  std::string error;
+  std::unique_ptr<KvStore> kv = KvStore::open(dir, &error);
+  if (!kv) throw Error(error);
+  return kv;
+}
+
+std::vector<NodeView> node_views(const Cluster& cluster) {
+  using namespace std::chrono;
+  const auto steady_now = steady_clock::now();
+  const int64_t wall_now = now_ms();
+  auto wall = [&](steady_clock::time_point t) {
+    return wall_now - duration_cast<milliseconds>(steady_now - t).count();
+  };
+  std::vector<NodeView> views;
+  for (const auto& [id, node] : cluster.nodes()) {
+    views.push_back({id.value(), node.role == proto::Role::SERVER ? "server" : "worker", node.name, node.address, node.job,
+                     wall(node.registered_at), wall(node.last_heartbeat), node.alive});
+  }
+  return views;
+}
+
+}  // namespace
+
+CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeConfig& config)
+    : io_(*io.provider),
+      config_(config),
+      kv_(open_state(config.state_dir)),
+      store_(kv_.get()),
+      cluster_(std::chrono::milliseconds(config.dead_after_ms)),
+      data_(config.data_dir),
+      jobs_(cluster_, data_, store_, io_, config.job) {
+  // Jobs from before a restart: finished ones stay listed; unfinished ones run again.
+  for (const JobRecord& record : store_.load()) {
+    if (record.finished()) continue;
+    try {
+      jobs_.submit(parse_job_spec(record.spec_json), record.id);
+      PSLOG(kInfo) << "job " << record.id << " re-queued after a restart";
+    } catch (const SpecError& e) {
+      store_.update(record.id, [&](JobRecord& r) {
+        r.state = JobState::kFailed;
+        r.reason = std::string("stored spec no longer valid: ") + e.what();
+      });
+    }
+  }
+  auto service = kj::heap<CoordinatorService>(cluster_, jobs_, io_.getTimer(), config.heartbeat_ms);
+  service_ = service.get();
+  rpc_server_ = kj::heap<capnp::TwoPartyServer>(kj::mv(service));
+  auto address = io_.getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);
+  listener_ = address->listen();
+  port_ = listener_->getPort();
+  serving_ = rpc::serve(*rpc_server_, *listener_).eagerlyEvaluate([](kj::Exception&& e) {
+    PSLOG(kError) << "listener failed: " << e.getDescription().cStr();
+  });
+  PSLOG(kInfo) << "serving coordinator RPC on " << config.listen.host << ":" << port_ << ", datasets from "
+               << config.data_dir;
+  housekeeping_ = housekeeping().eagerlyEvaluate([](kj::Exception&& e) { PSLOG(kError) << e.getDescription().cStr(); });
+}
+
+CoordinatorNode::~CoordinatorNode() = default;
+
+void CoordinatorNode::schedule() {
+  if (jobs_.schedule()) service_->wake_waiting_workers();
+}
+
+kj::Promise<void> CoordinatorNode::housekeeping() {
+  return io_.getTimer().afterDelay(config_.housekeeping_every).then([this] {
+    jobs_.on_nodes_lost(cluster_.expire(), "missed its heartbeats");
+    store_.set_nodes(node_views(cluster_));
+    schedule();
+    // Queued jobs first; then running jobs short of workers take the free ones.
+    for (const auto& job : jobs_.jobs()) job->grow();
+    for (const auto& job : jobs_.jobs()) {
+      if (job->ready_for_workers()) service_->wake_waiting_workers();
+    }
+    return housekeeping();
+  });
+}
+
+}  // namespace pstrain

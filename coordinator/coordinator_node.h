@@ -1,0 +1,76 @@
+// The coordinator as pstrain-coordinator runs it, less the REST API and the --job job: the job
+// store on its RocksDB directory, cluster membership, the data service, the jobs (unfinished ones
+// re-queued from the store after a restart), the Coordinator RPC service on a listening socket,
+// and the housekeeping that declares silent nodes dead, starts queued jobs and lets running ones
+// take free workers. coordinator_main.cc adds the HTTP server and the --job job; tests run it on
+// a thread of its own (tests/coordinator/inprocess_cluster.h).
+//
+// Thread rules: event-loop thread only: construct, use and destroy it on the thread whose event
+// loop `io` is. store() may be read from any thread (JobStore is thread-safe).
+// Ownership: owns every part above; borrows `io`, which must outlive it.
+#pragma once
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/kv_store.h"
+#include "common/rpc/rpc_util.h"
+#include "coordinator/cluster.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/data_service.h"
+#include "coordinator/job/job_options.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_store.h"
+
+namespace pstrain {
+
+struct CoordinatorNodeConfig {
+  rpc::HostPort listen;   // port 0: any free port
+  std::string data_dir;   // the datasets' IDX files
+  std::string state_dir;  // RocksDB: jobs, metrics, models (created if missing)
+  uint32_t heartbeat_ms = 1000;   // how often nodes heartbeat
+  uint32_t dead_after_ms = 5000;  // a node silent this long is declared dead
+  JobOptions job;                 // every timeout of the jobs
+  kj::Duration housekeeping_every = 200 * kj::MILLISECONDS;
+};
+
+class CoordinatorNode {
+ public:
+  // Opens the state directory (throws pstrain::Error saying why if it cannot), re-queues every
+  // unfinished job it holds, listens, and starts the housekeeping.
+  CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeConfig& config);
+  ~CoordinatorNode();
+  CoordinatorNode(const CoordinatorNode&) = delete;
+  CoordinatorNode& operator=(const CoordinatorNode&) = delete;
+
+  uint32_t port() const { return port_; }
+  JobStore& store() { return store_; }
+  JobManager& jobs() { return jobs_; }
+  const Cluster& cluster() const { return cluster_; }
+  // Starts the queued jobs the cluster has room for, and wakes the workers waiting for an
+  // assignment if any did.
+  void schedule();
+
+ private:
+  kj::Promise<void> housekeeping();
+
+  kj::AsyncIoProvider& io_;
+  CoordinatorNodeConfig config_;
+  std::unique_ptr<KvStore> kv_;
+  JobStore store_;
+  Cluster cluster_;
+  DataService data_;
+  JobManager jobs_;
+  CoordinatorService* service_ = nullptr;  // owned by rpc_server_
+  kj::Own<capnp::TwoPartyServer> rpc_server_;
+  kj::Own<kj::ConnectionReceiver> listener_;
+  uint32_t port_ = 0;
+  kj::Promise<void> serving_ = nullptr;
+  kj::Promise<void> housekeeping_ = nullptr;
+};
+
+}  // namespace pstrain

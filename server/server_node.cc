@@ -1,0 +1,69 @@
+#include "server/server_node.h"
+
+#include <capnp/rpc-twoparty.h>
+
+#include <memory>
+
+#include "common/error.h"
+#include "common/kv_store.h"
+#include "common/log.h"
+#include "common/rpc/coordinator_link.h"
+#include "server/backup_report.h"
+#include "server/backup_store.h"
+#include "server/parameter_server.h"
+#include "server/store_thread.h"
+
+namespace pstrain {
+
+void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj::Promise<rpc::NodeStop> stop,
+                     const std::function<void(uint32_t port)>& ready) {
+  std::string error;
+  std::unique_ptr<KvStore> kv = KvStore::open(config.data_dir, &error);
+  if (!kv) throw Error(error);
+  BackupStore backups(*kv);
+  // The link to the coordinator is set up below; backups done before that are reported as soon
+  // as it exists (the store thread calls back on this thread).
+  rpc::CoordinatorLink* link_ptr = nullptr;
+  ParameterServerImpl* server_ptr = nullptr;
+  StoreThread store(backups,
+                    [&](const std::string& job, uint64_t version, const KvStatus& status,
+                        double seconds) -> kj::Promise<void> {
+                      if (server_ptr != nullptr) server_ptr->backup_written(job, version);
+                      if (!status.ok()) {
+                        PSLOG(kError) << "job " << job << ": backup at step " << version << " failed: " << status.message;
+                        return kj::READY_NOW;
+                      }
+                      PSLOG(kInfo) << "job " << job << ": backup at step " << version << " written in "
+                                   << static_cast<int>(seconds * 1000) << " ms";
+                      if (link_ptr == nullptr || !link_ptr->connected()) return kj::READY_NOW;
+                      return report_backup(*link_ptr, store, job, version);
+                    });
+  auto impl = kj::heap<ParameterServerImpl>(&store);
+  server_ptr = impl.get();
+  capnp::TwoPartyServer rpc_server(kj::mv(impl));
+  auto address = io.provider->getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);
+  auto listener = address->listen();
+  const uint32_t port = listener->getPort();
+  auto serving = rpc::serve(rpc_server, *listener).eagerlyEvaluate(
+      [](kj::Exception&& e) { PSLOG(kError) << "listener failed: " << e.getDescription().cStr(); });
+  PSLOG(kInfo) << "serving parameter-server RPC on " << config.listen.host << ":" << port;
+
+  rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::SERVER,
+                            config.advertise_host + ":" + std::to_string(port), config.name);
+  link_ptr = &link;
+  auto registered = link.start().eagerlyEvaluate(nullptr);
+  ready(port);
+
+  if (stop.wait(io.waitScope) == rpc::NodeStop::kPreempted && link.connected()) {
+    // Preemption notice: the coordinator has every server of our jobs back up at the next step;
+    // we wait for our own part of it (the store thread reports it) before leaving.
+    auto request = link.client().preemptedRequest();
+    request.setNodeId(link.node_id());
+    auto arranged = request.send().ignoreResult().catch_([](kj::Exception&& e) {
+      PSLOG(kWarning) << "preemption notice failed: " << e.getDescription().cStr();
+    });
+    io.provider->getTimer().timeoutAfter(config.preemption_timeout, kj::mv(arranged)).wait(io.waitScope);
+  }
+}
+
+}  // namespace pstrain

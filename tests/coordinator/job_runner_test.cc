@@ -1,0 +1,297 @@
+// JobRunner's recovery paths (coordinator/job/) against a cluster of threads in this process
+// (inprocess_cluster.h): the coordinator, the servers and the workers each on a thread with its
+// own event loop, over loopback TCP, with short heartbeats and timeouts. A node is killed by
+// stopping its thread. tests/integration/recovery_test.cc runs the same faults with processes.
+//
+// The job is a small MLP in sync mode (40 steps per epoch, a few milliseconds each), so a run
+// takes about a second. What each test checks is what a wrong recovery would break: the final
+// parameters against a run without faults, bit for bit (a sync run is deterministic when the
+// worker count stays the same); the job record's notes, recoveries and replayed steps; and, where
+// the coordinator's example ledger covers the whole run, every example used once per epoch.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "tests/coordinator/inprocess_cluster.h"
+#include "tests/test_support.h"
+
+using namespace pstrain;
+using namespace std::chrono_literals;
+using rpc::NodeStop;
+
+namespace {
+
+constexpr auto kJobTimeout = 60s;     // a whole job, faults and recoveries included
+constexpr auto kStepTimeout = 30s;    // reaching a step or a backup
+
+// The small MLP in sync mode on 2 servers and 2 workers, backed up every `backup_every` steps.
+JobSpec small_job(int epochs, int64_t backup_every) {
+  JobSpec spec = testing::mlp_job(64, 32, epochs);
+  spec.training.servers = 2;
+  spec.training.workers = 2;
+  spec.backup.frequency = BackupSpec::Frequency::kSteps;
+  spec.backup.steps = backup_every;
+  return spec;
+}
+
+// The coordinator's example ledger printed at the end of a sync job: every example of every
+// audited epoch used exactly once by the updates applied. Epochs trained before a coordinator
+// restart are not audited (the ledger starts over): `audited` of the job's epochs are.
+void check_every_example_once(const std::string& printed, int audited) {
+  static const std::regex re("examples of epoch ([0-9]+): ([0-9]+) used once, ([0-9]+) missing, ([0-9]+) used more than once");
+  int seen = 0;
+  for (auto it = std::sregex_iterator(printed.begin(), printed.end(), re); it != std::sregex_iterator(); ++it) {
+    INFO((*it)[0].str());
+    ++seen;
+    CHECK(std::stoll((*it)[2]) > 0);
+    CHECK((*it)[3] == "0");
+    CHECK((*it)[4] == "0");
+  }
+  CHECK_MESSAGE(seen == audited, "the ledger of " << seen << " epoch(s) printed, not " << audited << ":\n" << printed);
+}
+
+// Bit for bit; the message says how far apart they are if not.
+void check_same_params(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  size_t differ = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    ++differ;
+    worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+  }
+  CHECK_MESSAGE(differ == 0, differ << " of " << got.size() << " parameters differ from an uninterrupted run (max abs "
+                                    << worst << ")");
+}
+
+// |got - want| / |want| (Euclidean norms).
+double relative_distance(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  const double distance = std::sqrt(diff / norm);
+  MESSAGE("relative distance to an uninterrupted run: " << distance);
+  return distance;
+}
+
+JobRecord wait_for_step(testing::InProcessCluster& cluster, const std::string& id, int64_t step) {
+  return cluster.wait_for(id, "step " + std::to_string(step), [step](const JobRecord& r) { return r.steps_done >= step; },
+                          kStepTimeout);
+}
+
+JobRecord wait_for_backup(testing::InProcessCluster& cluster, const std::string& id, int64_t step) {
+  return cluster.wait_for(id, "a complete backup at step " + std::to_string(step),
+                          [step](const JobRecord& r) { return r.last_backup_step.value_or(0) >= step; }, kStepTimeout);
+}
+
+JobRecord wait_succeeded(testing::InProcessCluster& cluster, const std::string& id) {
+  const JobRecord r = cluster.wait_finished(id, kJobTimeout);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  return r;
+}
+
+// The trained parameters of the same job on a cluster of threads without faults.
+std::vector<float> uninterrupted(const JobSpec& spec) {
+  testing::InProcessCluster cluster;
+  const std::string id = cluster.submit(spec);
+  REQUIRE(wait_succeeded(cluster, id).recoveries == 0);
+  return cluster.final_params(id);
+}
+
+// A job on a fresh cluster of threads, and the parameters the same job ends with without faults.
+struct Scenario {
+  explicit Scenario(const JobSpec& spec, testing::InProcessOptions options = {})
+      : reference(uninterrupted(spec)), cluster(std::move(options)), id(cluster.submit(spec)) {}
+
+  // Ended as if nothing happened: the parameters of the run without faults, bit for bit, and
+  // every example used once in each of the `audited` epochs of the ledger.
+  void check_as_uninterrupted(int audited) {
+    check_every_example_once(cluster.printed(), audited);
+    check_same_params(cluster.final_params(id), reference);
+  }
+
+  std::vector<float> reference;
+  testing::InProcessCluster cluster;
+  std::string id;
+};
+
+// A preempted node has left: the job's complete backup is the cut's (its spec asks for no
+// other before it), made before the node was let go.
+int64_t cut_backup(testing::InProcessCluster& cluster, const std::string& id) {
+  const JobRecord r = cluster.record(id);
+  REQUIRE_MESSAGE(r.last_backup_step.has_value(), "no complete backup when the preempted node left\n" << cluster.describe(id));
+  return *r.last_backup_step;
+}
+
+// For each of the job's notes that `pattern` matches, the numbers it captures.
+std::vector<std::vector<int64_t>> notes_matching(const JobRecord& r, const std::string& pattern) {
+  const std::regex re(pattern);
+  std::vector<std::vector<int64_t>> out;
+  std::smatch m;
+  for (const auto& note : r.notes) {
+    if (!std::regex_search(note, m, re)) continue;
+    out.emplace_back();
+    for (size_t i = 1; i < m.size(); ++i) out.back().push_back(std::stoll(m[i]));
+  }
+  return out;
+}
+
+// The numbers `pattern` captures in the first note it matches; fails the test if none does.
+std::vector<int64_t> note_numbers(const JobRecord& r, const std::string& pattern) {
+  const auto found = notes_matching(r, pattern);
+  REQUIRE_MESSAGE(!found.empty(), "no note matches '" << pattern << "'");
+  return found.front();
+}
+
+// The rollbacks the job's notes record (JobRunner::replan): the step each went back to and the
+// steps it replayed.
+struct Rollback {
+  int64_t step = 0, replayed = 0;
+};
+std::vector<Rollback> rollbacks(const JobRecord& r) {
+  std::vector<Rollback> out;
+  for (const auto& n : notes_matching(r, "rolled back to step ([0-9]+), ([0-9]+) step\\(s\\) replayed")) {
+    out.push_back({n[0], n[1]});
+  }
+  return out;
+}
+
+std::string notes_of(const JobRecord& r) {
+  std::string text;
+  for (const auto& note : r.notes) text += "\n  " + note;
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("rollback - a server killed and restarted under its name restores the latest complete backup") {
+  Scenario run(small_job(3, 10));
+  const JobRecord at_kill = wait_for_backup(run.cluster, run.id, 20);
+  run.cluster.stop_server(1, NodeStop::kNow);
+  run.cluster.start_server(1);
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
+  INFO("notes:" << notes_of(r));
+  // Each recovery went back to the latest complete backup: never before the one complete when
+  // the server died, and never more than one backup interval of steps replayed.
+  const auto back = rollbacks(r);
+  REQUIRE(back.size() >= 1);
+  CHECK(r.recoveries == back.size());
+  CHECK(r.replayed_steps.size() == back.size());
+  CHECK(back[0].step >= *at_kill.last_backup_step);
+  for (const auto& b : back) {
+    CHECK(b.step % 10 == 0);
+    CHECK(b.replayed <= 10);
+  }
+  run.check_as_uninterrupted(3);
+}
+
+TEST_CASE("takeover - a sync worker killed mid-run: a survivor completes its step and nothing is replayed") {
+  Scenario run(small_job(3, 10));
+  wait_for_step(run.cluster, run.id, 20);
+  run.cluster.stop_worker(1, NodeStop::kNow);
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
+  INFO("notes:" << notes_of(r));
+  // No rollback: the survivor computed the lost worker's slice of the unfinished step s, and the
+  // job went on from s + 1 with one worker.
+  CHECK(rollbacks(r).empty());
+  CHECK(r.recoveries == 1);
+  CHECK(r.replayed_steps == std::vector<int64_t>{0});
+  CHECK(r.workers.size() == 1);
+  const auto taken = note_numbers(r, "worker [01]'s slice of step ([0-9]+) taken over, going on from step ([0-9]+), 0 step\\(s\\) replayed");
+  CHECK(taken[0] >= 20);
+  CHECK(taken[1] == taken[0] + 1);
+  check_every_example_once(run.cluster.printed(), 3);
+  // From s + 1 one worker sums the whole batch where two summed a half each: the same examples
+  // rounded in another order, so close to the uninterrupted run but not equal. (This catches a
+  // takeover that corrupts training, such as a slice computed on the wrong values or data.)
+  CHECK(relative_distance(run.cluster.final_params(run.id), run.reference) <= 1e-3);
+}
+
+TEST_CASE("cut - a preempted worker hands its work back: the job goes on without it from the cut") {
+  const JobSpec spec = small_job(3, 1000);  // no regular backup: only the cut's
+  testing::InProcessCluster cluster;
+  const std::string id = cluster.submit(spec);
+  wait_for_step(cluster, id, 20);
+  // The worker trains on until the cut's backup is complete, then leaves.
+  cluster.stop_worker(1, NodeStop::kPreempted);
+  const int64_t cut = cut_backup(cluster, id);
+  const JobRecord r = wait_succeeded(cluster, id);
+  INFO("notes:" << notes_of(r));
+  // Not a takeover (the servers hold at the cut, which a takeover could not pass): a rollback to
+  // the cut, where the preempted worker's last step is, so nothing is replayed.
+  const auto back = rollbacks(r);
+  REQUIRE(back.size() == 1);
+  CHECK(back[0].step == cut);
+  CHECK(back[0].replayed == 0);
+  CHECK(r.workers.size() == 1);
+  check_every_example_once(cluster.printed(), 3);
+}
+
+TEST_CASE("cut - a preempted server backs up just ahead and leaves, and nothing is replayed") {
+  Scenario run(small_job(3, 1000));  // no regular backup: only the cut's
+  wait_for_step(run.cluster, run.id, 20);
+  // The server's preemption notice (CoordinatorService::preempted, JobRunner::preempt) is
+  // answered once every server has backed up at a step just ahead: only then does it leave.
+  run.cluster.stop_server(0, NodeStop::kPreempted);
+  const int64_t cut = cut_backup(run.cluster, run.id);
+  CHECK(cut > 20);
+  run.cluster.start_server(0);
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
+  INFO("notes:" << notes_of(r));
+  // The servers held at the cut: the rollback goes back to it and replays nothing.
+  const auto back = rollbacks(r);
+  REQUIRE(back.size() >= 1);
+  CHECK(back[0].step == cut);
+  CHECK(back[0].replayed == 0);
+  CHECK(r.replayed_steps.at(0) == 0);
+  run.check_as_uninterrupted(3);
+}
+
+TEST_CASE("server move - a server that never comes back is replaced by a free one from its replica") {
+  // Three servers; the job takes server-0 and server-1 (name order), server-2 stays free.
+  Scenario run(small_job(3, 10), {.servers = 3});
+  wait_for_backup(run.cluster, run.id, 20);
+  run.cluster.stop_server(1, NodeStop::kNow);  // and never started again
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
+  INFO("notes:" << notes_of(r));
+  const int64_t moved_from =
+      note_numbers(r, "server 'server-1' did not come back: its shard moved to 'server-2' from the backup at step ([0-9]+)")[0];
+  CHECK(moved_from >= 20);
+  CHECK(r.server_names == std::vector<std::string>{"server-0", "server-2"});
+  // The rollback restored the moved shard's backup on server-2 and the others' on theirs.
+  const auto back = rollbacks(r);
+  REQUIRE(back.size() >= 1);
+  CHECK(back.back().step == moved_from);
+  for (const auto& b : back) CHECK(b.replayed <= 10);
+  run.check_as_uninterrupted(3);
+}
+
+TEST_CASE("coordinator adoption - a restarted coordinator goes on from the servers' state") {
+  Scenario run(small_job(3, 10));
+  const JobRecord at_stop = wait_for_step(run.cluster, run.id, 30);
+  // A new coordinator thread on the same state directory and port; the servers and workers ran
+  // on and register with it again.
+  run.cluster.restart_coordinator();
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
+  INFO("notes:" << notes_of(r));
+  CHECK(std::find(r.notes.begin(), r.notes.end(), "re-queued after a coordinator restart") != r.notes.end());
+  const int64_t adopted_at =
+      note_numbers(r, "coordinator restarted: went on from the servers' state at step ([0-9]+), 0 step\\(s\\) replayed")[0];
+  CHECK(adopted_at >= at_stop.steps_done);  // the servers' state, not a backup before it
+  CHECK(rollbacks(r).empty());
+  CHECK(r.recoveries == 1);
+  CHECK(r.replayed_steps == std::vector<int64_t>{0});
+  // The new coordinator's ledger starts at the adopted step: the epochs from there on are
+  // audited, so workers that resumed anywhere but where the servers stood would show here.
+  const auto unaudited = static_cast<int>((adopted_at + r.steps_per_epoch - 1) / r.steps_per_epoch);
+  REQUIRE(unaudited < 3);
+  run.check_as_uninterrupted(3 - unaudited);
+}
