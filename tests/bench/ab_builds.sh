@@ -7,12 +7,13 @@
 #   rest    a local cluster (2 x 2) runs 1-epoch MLP jobs back to back (each one ends by writing its
 #           model) while wrk reads GET /v1/jobs/{id} for --rest-seconds at 25 connections, unpaced:
 #           requests/s and p99 latency of the REST API while jobs train and write their models
-# Usage: tests/bench/ab_builds.sh --a DIR --b DIR [--repeats N] [--epochs E] [--rest-seconds S]
+# Usage: tests/bench/ab_builds.sh --a DIR --b DIR [--repeats N] [--epochs E] [--rest-seconds S] [--only LIST]
+#   LIST: comma-separated subset of sync,async,rest (default: all three)
 #   DIR: a build directory (absolute) holding coordinator/, server/ and worker/ binaries.
 # Needs wrk (apt-get install wrk). Env: PSTRAIN_DATA_DIR (default: deploy/data-dir.sh's choice).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-A= B= repeats=3 epochs=4 rest_seconds=10
+A= B= repeats=3 epochs=4 rest_seconds=10 only=sync,async,rest
 while [ $# -gt 0 ]; do
   case $1 in
     --a) A=$2; shift 2 ;;
@@ -20,7 +21,8 @@ while [ $# -gt 0 ]; do
     --repeats) repeats=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --rest-seconds) rest_seconds=$2; shift 2 ;;
-    *) echo "usage: $0 --a DIR --b DIR [--repeats N] [--epochs E] [--rest-seconds S]" >&2; exit 2 ;;
+    --only) only=$2; shift 2 ;;
+    *) echo "usage: $0 --a DIR --b DIR [--repeats N] [--epochs E] [--rest-seconds S] [--only LIST]" >&2; exit 2 ;;
   esac
 done
 [ -x "$A/coordinator/pstrain-coordinator" ] && [ -x "$B/coordinator/pstrain-coordinator" ] ||
@@ -89,9 +91,9 @@ for rep in $(seq 1 "$repeats"); do
   if [ $((rep % 2)) -eq 1 ]; then order="A B"; else order="B A"; fi
   for label in $order; do
     dir=$A; [ "$label" = B ] && dir=$B
-    train "$label" "$dir" sync "$rep"
-    train "$label" "$dir" async "$rep"
-    rest "$label" "$dir" "$rep"
+    [[ ,$only, == *,sync,* ]] && train "$label" "$dir" sync "$rep"
+    [[ ,$only, == *,async,* ]] && train "$label" "$dir" async "$rep"
+    [[ ,$only, == *,rest,* ]] && rest "$label" "$dir" "$rep"
   done
 done
 python3 - "$results" <<'PY'
