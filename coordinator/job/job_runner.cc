@@ -105,7 +105,9 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
         job_.train = std::move(train);
         return kj::mv(test);
       })
-      .then([this](std::shared_ptr<const Split> test) {
+      .then([this](std::shared_ptr<const Split> test) -> kj::Promise<void> {
+        // Cancelled (or failed) while the data loaded: its nodes are free again, leave them be.
+        if (job_.phase != Phase::kConfiguring) return kj::READY_NOW;
         job_.test = std::move(test);
         job_.plan.emplace(job_.spec, job_.train->size, static_cast<uint32_t>(job_.workers.size()));
         int64_t total_steps = 0;
