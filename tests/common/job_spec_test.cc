@@ -93,7 +93,7 @@ TEST_CASE("bad specs are rejected naming the field") {
   CHECK(error_of(mlp_with("\"learning_rate\": 0.001", "\"learning_rat\": 0.001")).find("/optimizer/learning_rat is not a known field") == 0);
   CHECK(error_of(mlp_with("\"name\": \"mnist-mlp\"", "\"nmae\": 1")).find("/nmae is not a known field") == 0);
   CHECK(error_of(mlp_with("\"mnist10k\"", "\"cifar10\"")) ==
-        "/dataset/name \"cifar10\" is not a known dataset (known: mnist10k, fashion)");
+        "/dataset/name \"cifar10\" is not a known dataset (known: mnist10k, fashion, fashion-mnist)");
   CHECK(error_of(mlp_with("\"type\": \"adam\"", "\"type\": \"rmsprop\"")) ==
         "/optimizer/type must be one of \"sgd\", \"adam\", \"adagrad\", not \"rmsprop\"");
   CHECK(error_of(mlp_with("\"workers\": 2", "\"workers\": 0")) == "/training/workers must be a positive integer (at most 256)");
