@@ -8,15 +8,39 @@
 namespace pstrain {
 namespace {
 
-std::string find_file(const std::string& data_dir, const std::string& base) {
+// `<dir>/<base>.gz`, else `<dir>/<base>`, else "".
+std::string file_in(const std::filesystem::path& dir, const std::string& base) {
   namespace fs = std::filesystem;
-  const fs::path gz = fs::path(data_dir) / (base + ".gz");
+  const fs::path gz = dir / (base + ".gz");
   if (fs::exists(gz)) return gz.string();
-  const fs::path plain = fs::path(data_dir) / base;
+  const fs::path plain = dir / base;
   if (fs::exists(plain)) return plain.string();
-  throw DataError(gz.string() + ": missing (neither it nor " + plain.string() +
-                  " exists; run deploy/fetch-data.sh " + data_dir + ")");
+  return "";
 }
+
+// The directory holding the split's files: the data directory's copy first, then the dataset's
+// system directory. Both files of a split come from one directory, so that a partial copy in the
+// data directory fails loudly instead of mixing with the system's files.
+std::filesystem::path split_dir(const std::string& data_dir, const DatasetInfo& info, const std::string& images_base) {
+  namespace fs = std::filesystem;
+  const fs::path local = fs::path(data_dir) / info.subdir;
+  if (!file_in(local, images_base).empty() || info.system_dir.empty()) return local;
+  if (!file_in(info.system_dir, images_base).empty()) return info.system_dir;
+  return local;
+}
+
+std::string find_file(const std::filesystem::path& dir, const std::string& base, const DatasetInfo& info) {
+  std::string found = file_in(dir, base);
+  if (!found.empty()) return found;
+  const std::string gz = (dir / (base + ".gz")).string();
+  std::string message = gz + ": missing (neither it nor " + (dir / base).string();
+  if (!info.system_dir.empty() && dir != std::filesystem::path(info.system_dir)) {
+    message += " nor " + (std::filesystem::path(info.system_dir) / base).string() + "[.gz]";
+  }
+  throw DataError(message + " exists; " + info.install_hint + ")");
+}
+
+constexpr const char* kFetchHint = "run deploy/fetch-data.sh to make them";
 
 }  // namespace
 
@@ -33,8 +57,11 @@ void Split::gather(std::span<const uint32_t> indices, float* columns, int32_t* o
 
 const std::vector<DatasetInfo>& known_datasets() {
   static const std::vector<DatasetInfo> kDatasets = {
-      {"mnist10k", "mnist10k", 10},
-      {"fashion", "fashion", 10},
+      {"mnist10k", "", "mnist10k-train", "mnist10k-test", 10, "", kFetchHint},
+      {"fashion", "", "fashion-train", "fashion-test", 10, "", kFetchHint},
+      // The official split, as Zalando publishes it and Debian packages it (t10k = test).
+      {"fashion-mnist", "fashion-mnist", "train", "t10k", 10, std::string(kDebianFashionMnistDir),
+       "install Debian's dataset-fashion-mnist: run deploy/setup.sh"},
   };
   return kDatasets;
 }
@@ -46,18 +73,25 @@ bool is_known_dataset(const std::string& name) {
   return false;
 }
 
-Split load_split(const std::string& data_dir, const std::string& dataset, SplitKind kind) {
-  const DatasetInfo* info = nullptr;
-  for (const auto& d : known_datasets()) {
-    if (d.name == dataset) info = &d;
-  }
-  if (info == nullptr) throw DataError("unknown dataset '" + dataset + "' (known: mnist10k, fashion)");
+std::string known_dataset_names() {
+  std::string names;
+  for (const auto& d : known_datasets()) names += (names.empty() ? "" : ", ") + d.name;
+  return names;
+}
 
-  const std::string split_name = kind == SplitKind::kTrain ? "train" : "test";
-  const std::string images_path =
-      find_file(data_dir, info->file_prefix + "-" + split_name + "-images-idx3-ubyte");
-  const std::string labels_path =
-      find_file(data_dir, info->file_prefix + "-" + split_name + "-labels-idx1-ubyte");
+Split load_split(const std::string& data_dir, const std::string& dataset, SplitKind kind) {
+  for (const auto& d : known_datasets()) {
+    if (d.name == dataset) return load_split(data_dir, d, kind);
+  }
+  throw DataError("unknown dataset '" + dataset + "' (known: " + known_dataset_names() + ")");
+}
+
+Split load_split(const std::string& data_dir, const DatasetInfo& info, SplitKind kind) {
+  const std::string& prefix = kind == SplitKind::kTrain ? info.train_prefix : info.test_prefix;
+  const std::string images_base = prefix + "-images-idx3-ubyte";
+  const std::filesystem::path dir = split_dir(data_dir, info, images_base);
+  const std::string images_path = find_file(dir, images_base, info);
+  const std::string labels_path = find_file(dir, prefix + "-labels-idx1-ubyte", info);
   IdxArray images = read_idx(images_path, 3);
   IdxArray labels = read_idx(labels_path, 1);
   if (images.dims[0] != labels.dims[0]) {
@@ -65,19 +99,19 @@ Split load_split(const std::string& data_dir, const std::string& dataset, SplitK
                     images_path + " has " + std::to_string(images.dims[0]) + " images");
   }
   for (size_t i = 0; i < labels.values.size(); ++i) {
-    if (labels.values[i] >= info->num_classes) {
+    if (labels.values[i] >= info.num_classes) {
       throw DataError(labels_path + ": label " + std::to_string(labels.values[i]) + " at index " +
-                      std::to_string(i) + " is outside [0, " + std::to_string(info->num_classes) + ")");
+                      std::to_string(i) + " is outside [0, " + std::to_string(info.num_classes) + ")");
     }
   }
 
   Split split;
-  split.dataset = dataset;
+  split.dataset = info.name;
   split.kind = kind;
   split.size = images.dims[0];
   split.height = images.dims[1];
   split.width = images.dims[2];
-  split.num_classes = info->num_classes;
+  split.num_classes = info.num_classes;
   split.pixels = std::move(images.values);
   split.labels = std::move(labels.values);
   return split;

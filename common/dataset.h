@@ -1,7 +1,12 @@
-// Named datasets (mnist10k, fashion) loaded from IDX files in a data directory.
+// Named datasets (mnist10k, fashion, fashion-mnist) loaded from IDX files.
 //
 // A split keeps its images as bytes (as stored) and converts to floats in [0, 1] only when a
 // batch is gathered: a quarter of the memory, and the conversion is free next to the math.
+//
+// Where the files are: in the data directory (flag --data-dir), or in `<data dir>/<subdir>` for a
+// dataset that names a subdirectory. A dataset that a Debian package ships (fashion-mnist, from
+// `dataset-fashion-mnist`) also names the package's directory, read when the data directory
+// holds no copy: deploy/setup.sh installs the package, so it needs no download.
 //
 // Thread rules: a loaded Split is immutable; any number of threads may gather from it.
 #pragma once
@@ -9,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pstrain {
@@ -31,18 +37,34 @@ struct Split {
   void gather(std::span<const uint32_t> indices, float* columns, int32_t* out_labels) const;
 };
 
-// The datasets the project knows, and the files behind them.
+// Where Debian's `dataset-fashion-mnist` package puts the official Fashion-MNIST files
+// (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz,
+// t10k-labels-idx1-ubyte.gz): the fallback of the `fashion-mnist` dataset.
+inline constexpr std::string_view kDebianFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// The datasets the project knows, and the files behind them. A split's files are
+// `<prefix>-images-idx3-ubyte` and `<prefix>-labels-idx1-ubyte`, each gzip'd (`.gz`) or plain.
 struct DatasetInfo {
-  std::string name;         // "mnist10k"
-  std::string file_prefix;  // "mnist10k" -> mnist10k-train-images-idx3-ubyte.gz
+  std::string name;          // "mnist10k"
+  std::string subdir;        // directory under the data directory holding the files ("": none)
+  std::string train_prefix;  // "mnist10k-train" -> mnist10k-train-images-idx3-ubyte.gz
+  std::string test_prefix;   // "mnist10k-test"
   uint32_t num_classes;
+  std::string system_dir;    // read when the data directory has no copy ("": no fallback)
+  std::string install_hint;  // what to run when the files are missing everywhere
 };
 const std::vector<DatasetInfo>& known_datasets();
 bool is_known_dataset(const std::string& name);
+// The known names, comma-separated ("mnist10k, fashion, fashion-mnist"), for error messages.
+std::string known_dataset_names();
 
-// Loads one split of a named dataset from `data_dir`, accepting `<file>.gz` or the plain
-// `<file>`. Throws DataError naming the file for any defect, including an unknown dataset name,
-// label/image count mismatches and labels out of range.
+// Loads one split of a named dataset from `data_dir` (or its fallback directory, see DatasetInfo),
+// accepting `<file>.gz` or the plain `<file>`. Throws DataError naming the file for any defect,
+// including an unknown dataset name (the message lists the known ones), label/image count
+// mismatches and labels out of range.
 Split load_split(const std::string& data_dir, const std::string& dataset, SplitKind kind);
+
+// The same for a dataset described by `info` (known or not): what load_split does after the lookup.
+Split load_split(const std::string& data_dir, const DatasetInfo& info, SplitKind kind);
 
 }  // namespace pstrain

@@ -22,7 +22,7 @@ const char* training_mode_name(TrainingMode mode);
 const char* optimizer_type_name(OptimizerType type);
 
 struct DatasetSpec {
-  std::string name;                          // a known dataset: mnist10k, fashion
+  std::string name;                          // a known dataset: mnist10k, fashion, fashion-mnist
   ShardPolicy shard_policy = ShardPolicy::kData;
   uint64_t shuffle_seed = 0;
 };

@@ -418,9 +418,8 @@ void validate_job_spec(const JobSpec& spec) {
     if (d.name == spec.dataset.name) info = &d;
   }
   if (info == nullptr) {
-    std::string names;
-    for (const auto& d : known_datasets()) names += (names.empty() ? "" : ", ") + d.name;
-    throw SpecError("/dataset/name", "\"" + spec.dataset.name + "\" is not a known dataset (known: " + names + ")");
+    throw SpecError("/dataset/name",
+                    "\"" + spec.dataset.name + "\" is not a known dataset (known: " + known_dataset_names() + ")");
   }
   const std::vector<Shape> shapes = infer_shapes(spec.model);
   // Every known dataset has 28x28 single-channel images.

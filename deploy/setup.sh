@@ -14,6 +14,8 @@ packages=(
   libeigen3-dev             # tensors and element-wise math
   libopenblas-openmp-dev    # matrix products (OpenMP build: shares one thread pool with our loops)
   zlib1g-dev                # gzip'd IDX datasets
+  dataset-fashion-mnist     # the official Fashion-MNIST split (dataset fashion-mnist), read from
+                            # /usr/share/datasets/fashion-mnist when the data directory has no copy
   doctest-dev               # unit and integration tests
   docker-compose yamllint   # deploy checks: the compose file normalises, manifests lint clean
   python3-yaml              # (the deploy check reads the compose file with it)

@@ -1,12 +1,47 @@
 #include <doctest/doctest.h>
 
+#include <array>
 #include <filesystem>
+#include <fstream>
 
 #include "common/dataset.h"
 #include "common/error.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;
+
+namespace {
+
+// Writes a plain (uncompressed) IDX file of unsigned bytes.
+void write_idx(const std::filesystem::path& path, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& values) {
+  std::vector<uint8_t> bytes = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
+  for (uint32_t d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(d >> shift));
+  }
+  bytes.insert(bytes.end(), values.begin(), values.end());
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<long>(bytes.size()));
+}
+
+// A split of `n` 2x2 images with labels 0, 1, 0, 1, ... under `dir`/`prefix`-*.
+void write_toy_split(const std::filesystem::path& dir, const std::string& prefix, uint32_t n) {
+  std::vector<uint8_t> labels(n);
+  for (uint32_t i = 0; i < n; ++i) labels[i] = static_cast<uint8_t>(i % 2);
+  write_idx(dir / (prefix + "-images-idx3-ubyte"), {n, 2, 2}, std::vector<uint8_t>(n * 4, 7));
+  write_idx(dir / (prefix + "-labels-idx1-ubyte"), {n}, labels);
+}
+
+// Loads a split of the official Fashion-MNIST, failing the test with what to do when it is absent.
+Split load_fashion_mnist(SplitKind kind) {
+  try {
+    return load_split(testing::data_dir(), "fashion-mnist", kind);
+  } catch (const DataError& e) {
+    FAIL("Fashion-MNIST (Debian's dataset-fashion-mnist) is not installed: run deploy/setup.sh. " << e.what());
+  }
+  return {};
+}
+
+}  // namespace
 
 TEST_CASE("mnist10k and fashion load with the sizes of the data README") {
   const auto dir = testing::data_dir();
@@ -43,4 +78,87 @@ TEST_CASE("unknown datasets and missing files are named in the error") {
                        DataError);
   CHECK_THROWS_WITH_AS(load_split(empty.path(), "mnist10k", SplitKind::kTrain),
                        doctest::Contains("mnist10k-train-images-idx3-ubyte.gz: missing"), DataError);
+}
+
+TEST_CASE("unknown datasets are rejected listing the known names") {
+  testing::TempDir empty;
+  CHECK_THROWS_WITH_AS(load_split(empty.path(), "fashion_mnist", SplitKind::kTrain),
+                       "unknown dataset 'fashion_mnist' (known: mnist10k, fashion, fashion-mnist)", DataError);
+  CHECK(known_dataset_names() == "mnist10k, fashion, fashion-mnist");
+}
+
+TEST_CASE("fashion-mnist falls back to Debian's package directory, and only it does") {
+  for (const auto& d : known_datasets()) {
+    CAPTURE(d.name);
+    CHECK(d.system_dir == (d.name == "fashion-mnist" ? std::string(kDebianFashionMnistDir) : ""));
+  }
+}
+
+TEST_CASE("a dataset with a system directory prefers the data directory's copy") {
+  testing::TempDir data, system;
+  const DatasetInfo toy{"toy", "toy", "train", "t10k", 2, system.path(), "install the toy package"};
+  const std::filesystem::path local = std::filesystem::path(data.path()) / "toy";
+
+  write_toy_split(system.path(), "train", 3);
+  CHECK(load_split(data.path(), toy, SplitKind::kTrain).size == 3);  // the fallback
+
+  write_toy_split(local, "train", 5);
+  const Split train = load_split(data.path(), toy, SplitKind::kTrain);  // the copy wins
+  CHECK(train.size == 5);
+  CHECK(train.dataset == "toy");
+  CHECK(train.height == 2);
+
+  // Missing everywhere: the message names both places and what to install.
+  CHECK_THROWS_WITH_AS(load_split(data.path(), toy, SplitKind::kTest),
+                       (local.string() + "/t10k-images-idx3-ubyte.gz: missing (neither it nor " + local.string() +
+                        "/t10k-images-idx3-ubyte nor " + system.path() +
+                        "/t10k-images-idx3-ubyte[.gz] exists; install the toy package)")
+                           .c_str(),
+                       DataError);
+
+  // A copy missing its labels fails rather than taking the labels from the system directory.
+  write_toy_split(system.path(), "t10k", 2);
+  write_idx(local / "t10k-images-idx3-ubyte", {2, 2, 2}, std::vector<uint8_t>(8, 1));
+  CHECK_THROWS_WITH_AS(load_split(data.path(), toy, SplitKind::kTest),
+                       doctest::Contains("toy/t10k-labels-idx1-ubyte.gz: missing"), DataError);
+}
+
+TEST_CASE("fashion-mnist is the official split: 60,000 / 10,000 images, 6,000 / 1,000 per class") {
+  const Split train = load_fashion_mnist(SplitKind::kTrain);
+  const Split test = load_fashion_mnist(SplitKind::kTest);
+  for (const Split* split : {&train, &test}) {
+    CHECK(split->dataset == "fashion-mnist");
+    CHECK(split->height == 28);
+    CHECK(split->width == 28);
+    CHECK(split->num_classes == 10);
+    CHECK(split->pixels.size() == size_t{split->size} * 784);
+  }
+  REQUIRE(train.size == 60000);
+  REQUIRE(test.size == 10000);
+
+  std::array<int, 10> train_count{}, test_count{};
+  for (uint8_t l : train.labels) ++train_count.at(l);
+  for (uint8_t l : test.labels) ++test_count.at(l);
+  for (int c = 0; c < 10; ++c) {
+    CAPTURE(c);
+    CHECK(train_count[c] == 6000);
+    CHECK(test_count[c] == 1000);
+  }
+
+  // The official files' first labels (Ankle boot, T-shirt, T-shirt, Dress, ...), and pixel sums
+  // of the first image and of each split, taken from the package's files: the order is the
+  // official one, not a re-split like `fashion`'s.
+  const std::vector<uint8_t> train_head(train.labels.begin(), train.labels.begin() + 10);
+  const std::vector<uint8_t> test_head(test.labels.begin(), test.labels.begin() + 10);
+  CHECK(train_head == std::vector<uint8_t>{9, 0, 0, 3, 0, 2, 7, 2, 5, 5});
+  CHECK(test_head == std::vector<uint8_t>{9, 2, 1, 1, 6, 1, 4, 6, 5, 7});
+  const auto sum = [](const std::vector<uint8_t>& v, size_t n) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < n; ++i) s += v[i];
+    return s;
+  };
+  CHECK(sum(train.pixels, 784) == 76247);
+  CHECK(sum(test.pixels, 784) == 33456);
+  CHECK(sum(train.pixels, train.pixels.size()) == 3431114169ULL);
+  CHECK(sum(test.pixels, test.pixels.size()) == 573469082ULL);
 }

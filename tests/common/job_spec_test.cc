@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "common/error.h"
 #include "common/job_spec.h"
 #include "tests/test_support.h"
@@ -39,6 +42,16 @@ std::string error_of(const std::string& json) {
     return e.what();
   }
   return "(accepted)";
+}
+
+// A reference job of deploy/jobs/, parsed.
+JobSpec reference_job(const std::string& file) {
+  const std::string path = std::string(PSTRAIN_JOBS_DIR) + "/" + file;
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in, path << ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_job_spec(text.str());
 }
 
 }  // namespace
@@ -93,7 +106,7 @@ TEST_CASE("bad specs are rejected naming the field") {
   CHECK(error_of(mlp_with("\"learning_rate\": 0.001", "\"learning_rat\": 0.001")).find("/optimizer/learning_rat is not a known field") == 0);
   CHECK(error_of(mlp_with("\"name\": \"mnist-mlp\"", "\"nmae\": 1")).find("/nmae is not a known field") == 0);
   CHECK(error_of(mlp_with("\"mnist10k\"", "\"cifar10\"")) ==
-        "/dataset/name \"cifar10\" is not a known dataset (known: mnist10k, fashion)");
+        "/dataset/name \"cifar10\" is not a known dataset (known: mnist10k, fashion, fashion-mnist)");
   CHECK(error_of(mlp_with("\"type\": \"adam\"", "\"type\": \"rmsprop\"")) ==
         "/optimizer/type must be one of \"sgd\", \"adam\", \"adagrad\", not \"rmsprop\"");
   CHECK(error_of(mlp_with("\"workers\": 2", "\"workers\": 0")) == "/training/workers must be a positive integer (at most 256)");
@@ -143,4 +156,22 @@ TEST_CASE("text that is not JSON is a malformed-kind error") {
 TEST_CASE("the reference jobs parse") {
   CHECK(testing::mlp_job(700, 10, 3).model.layers[2].units == 10);
   CHECK(testing::fashion_cnn_job(1).model.layers.size() == 7);
+}
+
+TEST_CASE("every known dataset name is accepted, fashion-mnist included") {
+  CHECK(error_of(mlp_with("\"mnist10k\"", "\"fashion\"")) == "(accepted)");
+  CHECK(parse_job_spec(mlp_with("\"mnist10k\"", "\"fashion-mnist\"")).dataset.name == "fashion-mnist");
+}
+
+TEST_CASE("the fashion-mnist reference job is the Fashion CNN on the official split") {
+  const JobSpec official = reference_job("fashion-mnist-cnn.json");
+  const JobSpec resplit = reference_job("fashion-cnn.json");
+  CHECK(official.name == "fashion-mnist-cnn");
+  CHECK(official.dataset.name == "fashion-mnist");
+  CHECK(resplit.dataset.name == "fashion");
+  // Only the name and the dataset differ.
+  JobSpec renamed = official;
+  renamed.name = resplit.name;
+  renamed.dataset.name = resplit.dataset.name;
+  CHECK(job_spec_to_json(renamed) == job_spec_to_json(resplit));
 }
