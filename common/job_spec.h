@@ -73,7 +73,9 @@ JobSpec parse_job_spec(std::string_view json_text);
 // layer emits one logit per class. Called by parse_job_spec; exposed for specs built in code.
 void validate_job_spec(const JobSpec& spec);
 
-// The spec as canonical JSON (every field, defaults filled in): what the coordinator stores and
+// The spec as canonical JSON (every field, defaults filled in, except the window options of conv2d
+// and maxpool2d: strides, padding and pool_size appear only where they differ from their defaults,
+// so a spec written before they existed keeps its canonical text): what the coordinator stores and
 // what a worker receives, so every process runs exactly the same job.
 std::string job_spec_to_json(const JobSpec& spec);
 

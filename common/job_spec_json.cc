@@ -201,6 +201,12 @@ float read_l2(ObjectReader& r) {
   return l2;
 }
 
+std::optional<std::array<int64_t, 2>> read_strides(ObjectReader& r) {
+  const json::value* v = r.optional("strides");
+  if (v == nullptr) return std::nullopt;
+  return read_pair(*v, r.field_path("strides"));
+}
+
 LayerSpec read_layer(const json::value& v, const std::string& path) {
   ObjectReader r(v, path);
   LayerSpec layer;
@@ -222,27 +228,16 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.kernel_size = read_pair(r.required("kernel_size"), r.field_path("kernel_size"));
       layer.activation = read_activation(r);
       layer.l2 = read_l2(r);
-      if (const json::value* s = r.optional("strides")) {
-        if (read_pair(*s, r.field_path("strides")) != std::array<int64_t, 2>{1, 1}) {
-          throw SpecError(r.field_path("strides"), "must be 1: only stride 1 is supported");
-        }
-      }
+      layer.strides = read_strides(r);
       if (const json::value* p = r.optional("padding")) {
-        read_enum<int>(*p, r.field_path("padding"), {{"valid", 0}});
+        layer.padding = read_enum<Padding>(*p, r.field_path("padding"),
+                                           {{"valid", Padding::kValid}, {"same", Padding::kSame}});
       }
       break;
     }
     case LayerType::kMaxPool2D:
-      if (const json::value* p = r.optional("pool_size")) {
-        if (read_pair(*p, r.field_path("pool_size")) != std::array<int64_t, 2>{2, 2}) {
-          throw SpecError(r.field_path("pool_size"), "must be 2: only 2x2 pooling is supported");
-        }
-      }
-      if (const json::value* s = r.optional("strides")) {
-        if (read_pair(*s, r.field_path("strides")) != std::array<int64_t, 2>{2, 2}) {
-          throw SpecError(r.field_path("strides"), "must be 2: only stride 2 is supported");
-        }
-      }
+      if (const json::value* p = r.optional("pool_size")) layer.pool_size = read_pair(*p, r.field_path("pool_size"));
+      layer.strides = read_strides(r);
       break;
     case LayerType::kReshape:
       layer.target_shape = read_shape(r.required("target_shape"), r.field_path("target_shape"), true);
@@ -447,6 +442,10 @@ std::string job_spec_to_json(const JobSpec& spec) {
       case LayerType::kConv2D:
         o["filters"] = l.filters;
         o["kernel_size"] = json::array{l.kernel_size[0], l.kernel_size[1]};
+        if (l.padding != Padding::kValid) o["padding"] = padding_name(l.padding);
+        break;
+      case LayerType::kMaxPool2D:
+        if (l.pool_size != LayerSpec{}.pool_size) o["pool_size"] = json::array{l.pool_size[0], l.pool_size[1]};
         break;
       case LayerType::kReshape: {
         json::array shape;
@@ -456,6 +455,9 @@ std::string job_spec_to_json(const JobSpec& spec) {
       }
       default:
         break;
+    }
+    if (l.strides && *l.strides != default_strides(l)) {
+      o["strides"] = json::array{(*l.strides)[0], (*l.strides)[1]};
     }
     if (l.type == LayerType::kDense || l.type == LayerType::kConv2D) {
       o["activation"] = l.activation == Activation::kReLU ? "relu" : "linear";

@@ -1,11 +1,21 @@
 #include "common/model_spec.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace pstrain {
 namespace {
 
 std::string layer_path(size_t i) { return "/model/layers/" + std::to_string(i); }
+
+std::string pair_string(const std::array<int64_t, 2>& p) {
+  return "[" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + "]";
+}
+
+void check_positive_pair(const std::array<int64_t, 2>& p, const std::string& path) {
+  if (p[0] <= 0 || p[1] <= 0) throw SpecError(path, "must be positive integers");
+}
 
 }  // namespace
 
@@ -19,6 +29,21 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kReLU: return "relu";
   }
   return "?";
+}
+
+const char* padding_name(Padding padding) { return padding == Padding::kSame ? "same" : "valid"; }
+
+std::array<int64_t, 2> default_strides(const LayerSpec& layer) {
+  return layer.type == LayerType::kMaxPool2D ? layer.pool_size : std::array<int64_t, 2>{1, 1};
+}
+
+std::array<int64_t, 2> layer_strides(const LayerSpec& layer) { return layer.strides.value_or(default_strides(layer)); }
+
+WindowAxis window_axis(int64_t in, int64_t window, int64_t stride, Padding padding) {
+  if (padding == Padding::kValid) return {(in - window) / stride + 1, 0};
+  const int64_t out = (in + stride - 1) / stride;
+  const int64_t pad = std::max<int64_t>((out - 1) * stride + window - in, 0);
+  return {out, pad / 2};
 }
 
 std::vector<Shape> infer_shapes(const ModelSpec& spec) {
@@ -58,13 +83,17 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         }
         if (layer.filters <= 0) throw SpecError(path + "/filters", "must be a positive integer");
         const auto [kh, kw] = layer.kernel_size;
-        if (kh <= 0 || kw <= 0) throw SpecError(path + "/kernel_size", "must be positive integers");
-        if (kh > in[0] || kw > in[1]) {
-          throw SpecError(path + "/kernel_size", "[" + std::to_string(kh) + ", " + std::to_string(kw) +
-                                                     "] does not fit the input " + shape_string(in));
+        check_positive_pair(layer.kernel_size, path + "/kernel_size");
+        const auto [sh, sw] = layer_strides(layer);
+        check_positive_pair({sh, sw}, path + "/strides");
+        // "same" pads the input, so a kernel larger than it still has outputs (as in TensorFlow).
+        if (layer.padding == Padding::kValid && (kh > in[0] || kw > in[1])) {
+          throw SpecError(path + "/kernel_size", pair_string(layer.kernel_size) + " does not fit the input " +
+                                                     shape_string(in));
         }
         parameters += kh * kw * in[2] * layer.filters + layer.filters;
-        out = {in[0] - kh + 1, in[1] - kw + 1, layer.filters};
+        out = {window_axis(in[0], kh, sh, layer.padding).out, window_axis(in[1], kw, sw, layer.padding).out,
+               layer.filters};
         break;
       }
       case LayerType::kMaxPool2D: {
@@ -72,10 +101,16 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
           throw SpecError(path + "/type", "maxpool2d needs a [height, width, channels] input but gets " +
                                               shape_string(in));
         }
-        if (in[0] < 2 || in[1] < 2) {
-          throw SpecError(path + "/type", "maxpool2d's 2x2 window does not fit the input " + shape_string(in));
+        const auto [ph, pw] = layer.pool_size;
+        check_positive_pair(layer.pool_size, path + "/pool_size");
+        const auto [sh, sw] = layer_strides(layer);
+        check_positive_pair({sh, sw}, path + "/strides");
+        if (ph > in[0] || pw > in[1]) {
+          throw SpecError(path + "/pool_size", "maxpool2d's " + pair_string(layer.pool_size) +
+                                                   " window does not fit the input " + shape_string(in));
         }
-        out = {in[0] / 2, in[1] / 2, in[2]};
+        out = {window_axis(in[0], ph, sh, Padding::kValid).out, window_axis(in[1], pw, sw, Padding::kValid).out,
+               in[2]};
         break;
       }
       case LayerType::kFlatten:

@@ -15,6 +15,11 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void copy_r
 }
 
 template <typename T>
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void zero_run(int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = T(0);
+}
+
+template <typename T>
 inline void add_run(const T* src, int64_t n, T* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
@@ -24,26 +29,58 @@ inline void add_run(const T* src, int64_t n, T* dst) {
 template <typename T>
 Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch)
     : g_(g), relu_(relu), kernel_(kernel_offset), bias_(bias_offset) {
-  patches_.resize(g_.patch_size(), g_.out_h() * g_.out_w() * max_batch);
-  dpatches_.resize(g_.patch_size(), g_.out_h() * g_.out_w() * max_batch);
+  patches_.resize(g_.patch_size(), g_.out_h * g_.out_w * max_batch);
+  dpatches_.resize(g_.patch_size(), g_.out_h * g_.out_w * max_batch);
+}
+
+template <typename T>
+void Conv2D<T>::inside_columns(int64_t x, int64_t& first, int64_t& last) const {
+  const int64_t x0 = x * g_.stride_w - g_.pad_left;  // input column under kernel column 0
+  first = std::clamp<int64_t>(-x0, 0, g_.kernel_w);
+  last = std::clamp<int64_t>(g_.width - x0, first, g_.kernel_w);
 }
 
 template <typename T>
 void Conv2D<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   const int64_t batch = in.cols();
-  const int64_t oh = g_.out_h(), ow = g_.out_w();
+  const int64_t oh = g_.out_h, ow = g_.out_w;
   const int64_t run = g_.kernel_w * g_.channels;  // one kernel row of a patch is contiguous input
   const int64_t columns = oh * ow * batch;
+  const int64_t c = g_.channels;
   // im2col: patch column (b, y, x) holds the kernel_h runs of `run` values under the kernel, in
   // the kernel's [kh, kw, cin] order.
   for (int64_t b = 0; b < batch; ++b) {
     const T* image = in.data() + b * in.rows();
+    if (g_.dense_windows()) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          T* column = patches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+          for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+            const T* src = image + ((y + ky) * g_.width + x) * g_.channels;
+            copy_run(src, run, column + ky * run);
+          }
+        }
+      }
+      continue;
+    }
+    // Strided or padded: a kernel row is still contiguous input, except the kernel columns
+    // [first, last) that fall outside it (padding), which read zero.
     for (int64_t y = 0; y < oh; ++y) {
       for (int64_t x = 0; x < ow; ++x) {
         T* column = patches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+        int64_t first, last;
+        inside_columns(x, first, last);
+        const int64_t x0 = x * g_.stride_w - g_.pad_left;
         for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
-          const T* src = image + ((y + ky) * g_.width + x) * g_.channels;
-          copy_run(src, run, column + ky * run);
+          const int64_t iy = y * g_.stride_h - g_.pad_top + ky;
+          T* dst = column + ky * run;
+          if (iy < 0 || iy >= g_.height) {
+            zero_run(run, dst);
+            continue;
+          }
+          zero_run(first * c, dst);
+          copy_run(image + (iy * g_.width + x0 + first) * c, (last - first) * c, dst + first * c);
+          zero_run((g_.kernel_w - last) * c, dst + last * c);
         }
       }
     }
@@ -60,7 +97,7 @@ template <typename T>
 void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                          T* din) {
   const int64_t batch = in.cols();
-  const int64_t oh = g_.out_h(), ow = g_.out_w();
+  const int64_t oh = g_.out_h, ow = g_.out_w;
   const int64_t columns = oh * ow * batch;
   MatMap<T> dy(dout.data(), g_.filters, columns);
   if (relu_) {
@@ -77,15 +114,33 @@ void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out,
   // col2im: scatter-add every patch column back onto the input positions it was read from.
   const int64_t run = g_.kernel_w * g_.channels;
   std::fill(din, din + in.rows() * batch, T(0));
+  const int64_t c = g_.channels;
   for (int64_t b = 0; b < batch; ++b) {
     T* image = din + b * in.rows();
+    if (g_.dense_windows()) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          const T* column = dpatches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+          for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+            T* dst = image + ((y + ky) * g_.width + x) * g_.channels;
+            const T* src = column + ky * run;
+            add_run(src, run, dst);
+          }
+        }
+      }
+      continue;
+    }
+    // Strided or padded: the entries that read padding have no input to go back to.
     for (int64_t y = 0; y < oh; ++y) {
       for (int64_t x = 0; x < ow; ++x) {
         const T* column = dpatches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+        int64_t first, last;
+        inside_columns(x, first, last);
+        const int64_t x0 = x * g_.stride_w - g_.pad_left;
         for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
-          T* dst = image + ((y + ky) * g_.width + x) * g_.channels;
-          const T* src = column + ky * run;
-          add_run(src, run, dst);
+          const int64_t iy = y * g_.stride_h - g_.pad_top + ky;
+          if (iy < 0 || iy >= g_.height) continue;
+          add_run(column + ky * run + first * c, (last - first) * c, image + (iy * g_.width + x0 + first) * c);
         }
       }
     }

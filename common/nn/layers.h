@@ -72,17 +72,25 @@ class Dense final : public Layer<T> {
   std::vector<T, CacheAlignedAllocator<T>> group_in_, partial_;  // their inputs, the group's product
 };
 
-// 2-D convolution, valid padding, stride 1, over [height, width, channels] examples, by im2col:
-// the patches of the whole batch form one matrix and the convolution is one matrix product.
+// 2-D convolution over [height, width, channels] examples, by im2col: the patches of the whole
+// batch form one matrix and the convolution is one matrix product. Strides and padding follow
+// TensorFlow (model_spec.h's window_axis gives the output size and the padding before); padded
+// positions read as zero and take no gradient. Stride 1 without padding (the reference CNN) keeps
+// a copy loop of its own, with no bounds to check.
 template <typename T>
 class Conv2D final : public Layer<T> {
  public:
   struct Geometry {
     int64_t height, width, channels;  // input
     int64_t kernel_h, kernel_w, filters;
-    int64_t out_h() const { return height - kernel_h + 1; }
-    int64_t out_w() const { return width - kernel_w + 1; }
+    int64_t stride_h = 1, stride_w = 1;
+    int64_t pad_top = 0, pad_left = 0;  // padding before; the padding after is implied by out_h/out_w
+    int64_t out_h = 0, out_w = 0;
     int64_t patch_size() const { return kernel_h * kernel_w * channels; }
+    bool dense_windows() const {  // stride 1, no padding
+      return stride_h == 1 && stride_w == 1 && pad_top == 0 && pad_left == 0 && out_h == height - kernel_h + 1 &&
+             out_w == width - kernel_w + 1;
+    }
   };
   Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch);
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
@@ -90,6 +98,9 @@ class Conv2D final : public Layer<T> {
                 T* din) override;
 
  private:
+  // The kernel columns [first, last) of output column x that fall inside the input.
+  void inside_columns(int64_t x, int64_t& first, int64_t& last) const;
+
   Geometry g_;
   bool relu_;
   size_t kernel_, bias_;
@@ -97,17 +108,26 @@ class Conv2D final : public Layer<T> {
   Mat<T> dpatches_;  // same shape, scratch of backward
 };
 
-// 2x2 max pooling with stride 2 (odd edges dropped, as in Keras' valid pooling).
+// Max pooling with valid padding, as in Keras: windows of pool_h x pool_w every stride_h/stride_w
+// positions, out = floor((in - pool) / stride) + 1, edges that fit no window dropped. Ties go to
+// the first position in the window (row-major), as in TensorFlow. Windows may overlap (stride
+// below the pool size): backward adds each output's gradient to its argmax.
 template <typename T>
 class MaxPool2D final : public Layer<T> {
  public:
-  MaxPool2D(int64_t height, int64_t width, int64_t channels, int64_t max_batch);
+  struct Geometry {
+    int64_t height, width, channels;  // input
+    int64_t pool_h = 2, pool_w = 2;
+    int64_t stride_h = 2, stride_w = 2;
+    int64_t out_h = 0, out_w = 0;
+  };
+  MaxPool2D(Geometry g, int64_t max_batch);
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                 T* din) override;
 
  private:
-  int64_t h_, w_, c_;
+  Geometry g_;
   std::vector<int32_t> argmax_;  // per output value: the input row it came from
 };
 

@@ -32,14 +32,23 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
                                            /*data_input=*/current_buffer < 0);
         dense = static_cast<Dense<T>*>(layer.get());
         break;
-      case LayerType::kConv2D:
+      case LayerType::kConv2D: {
+        const auto [sh, sw] = layer_strides(l);
+        const WindowAxis rows = window_axis(in[0], l.kernel_size[0], sh, l.padding);
+        const WindowAxis cols = window_axis(in[1], l.kernel_size[1], sw, l.padding);
         layer = std::make_unique<Conv2D<T>>(
-            typename Conv2D<T>::Geometry{in[0], in[1], in[2], l.kernel_size[0], l.kernel_size[1], l.filters},
+            typename Conv2D<T>::Geometry{in[0], in[1], in[2], l.kernel_size[0], l.kernel_size[1], l.filters, sh, sw,
+                                         rows.pad_before, cols.pad_before, out[0], out[1]},
             relu, kernel->offset, bias->offset, max_batch);
         break;
-      case LayerType::kMaxPool2D:
-        layer = std::make_unique<MaxPool2D<T>>(in[0], in[1], in[2], max_batch);
+      }
+      case LayerType::kMaxPool2D: {
+        const auto [sh, sw] = layer_strides(l);
+        layer = std::make_unique<MaxPool2D<T>>(
+            typename MaxPool2D<T>::Geometry{in[0], in[1], in[2], l.pool_size[0], l.pool_size[1], sh, sw, out[0], out[1]},
+            max_batch);
         break;
+      }
       case LayerType::kReLU:
         layer = std::make_unique<ReLU<T>>();
         break;

@@ -5,30 +5,44 @@
 namespace pstrain::nn {
 
 template <typename T>
-MaxPool2D<T>::MaxPool2D(int64_t height, int64_t width, int64_t channels, int64_t max_batch)
-    : h_(height), w_(width), c_(channels) {
-  argmax_.resize(static_cast<size_t>((h_ / 2) * (w_ / 2) * c_ * max_batch));
+MaxPool2D<T>::MaxPool2D(Geometry g, int64_t max_batch) : g_(g) {
+  argmax_.resize(static_cast<size_t>(g_.out_h * g_.out_w * g_.channels * max_batch));
 }
 
 template <typename T>
 void MaxPool2D<T>::forward(const T*, ConstMatMap<T> in, MatMap<T> out) {
-  const int64_t oh = h_ / 2, ow = w_ / 2;
-  const int64_t out_size = oh * ow * c_;
+  const int64_t oh = g_.out_h, ow = g_.out_w, w = g_.width, c = g_.channels;
+  const int64_t out_size = oh * ow * c;
+  const bool two_by_two = g_.pool_h == 2 && g_.pool_w == 2 && g_.stride_h == 2 && g_.stride_w == 2;
   for (int64_t b = 0; b < in.cols(); ++b) {
     const T* image = in.data() + b * in.rows();
     T* pooled = out.data() + b * out_size;
     int32_t* arg = argmax_.data() + b * out_size;
     for (int64_t y = 0; y < oh; ++y) {
       for (int64_t x = 0; x < ow; ++x) {
-        const int64_t base = ((2 * y) * w_ + 2 * x) * c_;
-        const int64_t offsets[4] = {base, base + c_, base + w_ * c_, base + (w_ + 1) * c_};
-        T* dst = pooled + (y * ow + x) * c_;
-        int32_t* dst_arg = arg + (y * ow + x) * c_;
-        for (int64_t ch = 0; ch < c_; ++ch) {
-          int64_t best = offsets[0] + ch;
-          for (int k = 1; k < 4; ++k) {
-            // Strictly greater: ties keep the first position, as TensorFlow does.
-            if (image[offsets[k] + ch] > image[best]) best = offsets[k] + ch;
+        const int64_t base = ((y * g_.stride_h) * w + x * g_.stride_w) * c;
+        T* dst = pooled + (y * ow + x) * c;
+        int32_t* dst_arg = arg + (y * ow + x) * c;
+        if (two_by_two) {  // the reference CNN's pooling, unrolled
+          const int64_t offsets[4] = {base, base + c, base + w * c, base + (w + 1) * c};
+          for (int64_t ch = 0; ch < c; ++ch) {
+            int64_t best = offsets[0] + ch;
+            for (int k = 1; k < 4; ++k) {
+              // Strictly greater: ties keep the first position, as TensorFlow does.
+              if (image[offsets[k] + ch] > image[best]) best = offsets[k] + ch;
+            }
+            dst[ch] = image[best];
+            dst_arg[ch] = static_cast<int32_t>(best);
+          }
+          continue;
+        }
+        for (int64_t ch = 0; ch < c; ++ch) {
+          int64_t best = base + ch;
+          for (int64_t ky = 0; ky < g_.pool_h; ++ky) {
+            for (int64_t kx = 0; kx < g_.pool_w; ++kx) {
+              const int64_t at = base + (ky * w + kx) * c + ch;
+              if (image[at] > image[best]) best = at;  // strictly greater, as above
+            }
           }
           dst[ch] = image[best];
           dst_arg[ch] = static_cast<int32_t>(best);

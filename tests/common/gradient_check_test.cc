@@ -40,6 +40,22 @@ LayerSpec conv(int64_t filters, int64_t kh, int64_t kw, bool relu, float l2 = 0)
   return l;
 }
 
+// conv2d with strides and padding.
+LayerSpec conv(int64_t filters, int64_t kh, int64_t kw, bool relu, std::array<int64_t, 2> strides, Padding padding) {
+  LayerSpec l = conv(filters, kh, kw, relu);
+  l.strides = strides;
+  l.padding = padding;
+  return l;
+}
+
+LayerSpec maxpool(int64_t ph, int64_t pw, int64_t sh, int64_t sw) {
+  LayerSpec l;
+  l.type = LayerType::kMaxPool2D;
+  l.pool_size = {ph, pw};
+  l.strides = std::array<int64_t, 2>{sh, sw};
+  return l;
+}
+
 LayerSpec simple(LayerType type) {
   LayerSpec l;
   l.type = type;
@@ -146,6 +162,135 @@ TEST_CASE("conv2d and maxpool2d with odd sizes - the tutorial CNN in small") {
                  dense(5, true),
                  dense(3, false)};
   check_gradients(spec, 3, 3);
+}
+
+TEST_CASE("conv2d with strides and same padding - shapes") {
+  ModelSpec spec;
+  spec.input_shape = {8, 8, 1};
+  spec.layers = {conv(2, 3, 3, true, {2, 2}, Padding::kSame)};
+  CHECK(infer_shapes(spec).back() == Shape{4, 4, 2});
+  spec.layers = {conv(2, 3, 3, true, {2, 2}, Padding::kValid)};  // floor((8 - 3) / 2) + 1
+  CHECK(infer_shapes(spec).back() == Shape{3, 3, 2});
+  spec.input_shape = {7, 9, 1};
+  spec.layers = {conv(2, 3, 2, true, {2, 3}, Padding::kSame)};  // ceil(7 / 2), ceil(9 / 3)
+  CHECK(infer_shapes(spec).back() == Shape{4, 3, 2});
+  spec.layers = {conv(2, 9, 9, true, {1, 1}, Padding::kSame)};  // a kernel larger than the input, padded
+  CHECK(infer_shapes(spec).back() == Shape{7, 9, 2});
+  spec.layers = {conv(2, 9, 9, true, {1, 1}, Padding::kValid)};
+  CHECK_THROWS_WITH_AS(infer_shapes(spec), "/model/layers/0/kernel_size [9, 9] does not fit the input [7, 9, 1]",
+                       SpecError);
+  spec.layers = {conv(2, 3, 3, true, {0, 1}, Padding::kValid)};
+  CHECK_THROWS_WITH_AS(infer_shapes(spec), "/model/layers/0/strides must be positive integers", SpecError);
+  // TensorFlow's split: padding max((out - 1) * stride + kernel - in, 0), the extra after.
+  CHECK(window_axis(8, 3, 2, Padding::kSame).out == 4);
+  CHECK(window_axis(8, 3, 2, Padding::kSame).pad_before == 0);  // total 1: all of it after
+  CHECK(window_axis(7, 3, 2, Padding::kSame).pad_before == 1);  // total 2
+  CHECK(window_axis(5, 4, 1, Padding::kSame).pad_before == 1);  // total 3: 1 before, 2 after
+  CHECK(window_axis(9, 3, 2, Padding::kValid).out == 4);
+}
+
+TEST_CASE("maxpool2d with pool sizes and strides - shapes") {
+  ModelSpec spec;
+  spec.input_shape = {7, 7, 2};
+  spec.layers = {maxpool(3, 3, 2, 2)};
+  CHECK(infer_shapes(spec).back() == Shape{3, 3, 2});
+  spec.layers = {maxpool(2, 2, 1, 1)};
+  CHECK(infer_shapes(spec).back() == Shape{6, 6, 2});
+  spec.layers = {simple(LayerType::kMaxPool2D)};  // defaults: 2x2, strides = pool size
+  CHECK(infer_shapes(spec).back() == Shape{3, 3, 2});
+  LayerSpec pool3 = simple(LayerType::kMaxPool2D);
+  pool3.pool_size = {3, 2};  // strides default to the pool size
+  spec.layers = {pool3};
+  CHECK(infer_shapes(spec).back() == Shape{2, 3, 2});
+  spec.layers = {maxpool(8, 2, 1, 1)};
+  CHECK_THROWS_WITH_AS(infer_shapes(spec),
+                       "/model/layers/0/pool_size maxpool2d's [8, 2] window does not fit the input [7, 7, 2]", SpecError);
+}
+
+TEST_CASE("conv2d same padding by hand - the padding split and the kernel layout") {
+  ModelSpec spec;
+  spec.input_shape = {3, 3, 1};
+  const std::vector<double> image = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  SUBCASE("2x2 kernel, stride 1: padding 1, all of it after (bottom and right)") {
+    spec.layers = {conv(1, 2, 2, false, {1, 1}, Padding::kSame)};
+    Model<double> model(spec, 1);
+    std::vector<double> params(model.layout().total_size(), 0.0);
+    const ParamInfo* kernel = model.layout().find("layers.0.kernel");
+    const ParamInfo* bias = model.layout().find("layers.0.bias");
+    // [kh, kw, in, out]: w(0,0) = 1, w(0,1) = 2, w(1,0) = 3, w(1,1) = 4.
+    for (size_t i = 0; i < 4; ++i) params[kernel->offset + i] = static_cast<double>(i + 1);
+    params[bias->offset] = 0.5;
+    const auto out = model.forward(params.data(), image.data(), 1);
+    // out(y, x) = in(y, x) + 2 in(y, x+1) + 3 in(y+1, x) + 4 in(y+1, x+1), zero outside.
+    const std::vector<double> expected = {37.5, 47.5, 21.5, 67.5, 77.5, 33.5, 23.5, 26.5, 9.5};
+    REQUIRE(out.size() == 9);
+    for (size_t i = 0; i < 9; ++i) CHECK(out.data()[i] == expected[i]);
+  }
+  SUBCASE("3x3 kernel of ones, stride 2: output 2x2, padding 1 on each side") {
+    spec.layers = {conv(1, 3, 3, false, {2, 2}, Padding::kSame)};
+    Model<double> model(spec, 1);
+    std::vector<double> params(model.layout().total_size(), 0.0);
+    const ParamInfo* kernel = model.layout().find("layers.0.kernel");
+    for (size_t i = 0; i < 9; ++i) params[kernel->offset + i] = 1.0;
+    const auto out = model.forward(params.data(), image.data(), 1);
+    // Windows centred on (0, 0), (0, 2), (2, 0), (2, 2).
+    const std::vector<double> expected = {12, 16, 24, 28};
+    REQUIRE(out.size() == 4);
+    for (size_t i = 0; i < 4; ++i) CHECK(out.data()[i] == expected[i]);
+  }
+}
+
+TEST_CASE("conv2d stride 2 valid") {
+  ModelSpec spec;
+  spec.input_shape = {10, 9, 2};
+  spec.layers = {conv(2, 2, 2, true),                             // -> 9x8x2
+                 conv(3, 3, 3, true, {2, 2}, Padding::kValid),   // -> 4x3x3
+                 simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 3, 31);
+}
+
+TEST_CASE("conv2d stride 1 same") {
+  ModelSpec spec;
+  spec.input_shape = {6, 5, 2};
+  spec.layers = {conv(2, 3, 3, true, {1, 1}, Padding::kSame),     // -> 6x5x2
+                 conv(3, 4, 4, false, {1, 1}, Padding::kSame),    // -> 6x5x3, even kernel: 1 before, 2 after
+                 simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 2, 32);
+}
+
+TEST_CASE("conv2d stride 2 same on odd sizes") {
+  ModelSpec spec;
+  spec.input_shape = {7, 9, 1};
+  spec.layers = {conv(2, 2, 2, true, {1, 1}, Padding::kSame),     // -> 7x9x2
+                 conv(3, 3, 3, true, {2, 2}, Padding::kSame),     // -> 4x5x3
+                 conv(2, 3, 3, false, {2, 2}, Padding::kSame),    // -> 2x3x2
+                 simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 2, 33);
+}
+
+TEST_CASE("conv2d non-square kernels and strides") {
+  ModelSpec spec;
+  spec.input_shape = {8, 7, 2};
+  spec.layers = {conv(2, 1, 3, true, {1, 1}, Padding::kValid),    // -> 8x5x2
+                 conv(3, 3, 2, true, {2, 1}, Padding::kSame),     // -> 4x5x3
+                 conv(2, 2, 4, false, {1, 3}, Padding::kValid),   // -> 3x1x2
+                 conv(2, 5, 1, false, {1, 1}, Padding::kSame),    // kernel taller than its input: 3x1x2
+                 simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 2, 34);
+}
+
+TEST_CASE("maxpool2d pool 3 stride 2 and pool 2 stride 1 - overlapping windows") {
+  ModelSpec spec;
+  spec.input_shape = {9, 8, 2};
+  spec.layers = {conv(3, 2, 2, true),       // -> 8x7x3
+                 maxpool(3, 3, 2, 2),       // -> 3x3x3
+                 conv(2, 1, 1, false),      // -> 3x3x2
+                 maxpool(2, 2, 1, 1),       // -> 2x2x2
+                 simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 3, 35);
+  spec.layers = {conv(2, 2, 2, true), maxpool(3, 2, 1, 2), simple(LayerType::kFlatten), dense(3, false)};
+  CHECK(infer_shapes(spec)[1] == Shape{6, 3, 2});
+  check_gradients(spec, 2, 36);
 }
 
 TEST_CASE("L2 regularisation adds 2 * l2 * w to kernels only") {

@@ -135,6 +135,90 @@ TEST_CASE("shapes that do not fit are rejected at the layer that breaks") {
   CHECK(error_of(mlp_with("\"units\": 700", "\"units\": 16000000")).find("/model/layers/1 brings the model over 2^28 parameters") == 0);
 }
 
+namespace {
+
+// A CNN on fashion's 28x28x1 images whose first layers are given.
+std::string cnn_with(const std::string& first_layers) {
+  return R"({"dataset": {"name": "fashion"}, "model": {"input_shape": [28, 28, 1], "layers": [)" + first_layers +
+         R"(, {"type": "flatten"}, {"type": "dense", "units": 10}]}, "optimizer": {"type": "sgd"},
+         "training": {"global_batch_size": 8}})";
+}
+
+}  // namespace
+
+TEST_CASE("conv2d strides and padding, maxpool2d pool_size and strides") {
+  const JobSpec spec = parse_job_spec(cnn_with(R"(
+      {"type": "conv2d", "filters": 4, "kernel_size": [3, 5], "strides": [2, 1], "padding": "same"},
+      {"type": "maxpool2d", "pool_size": 3, "strides": 2},
+      {"type": "maxpool2d", "pool_size": [2, 1], "strides": 1},
+      {"type": "conv2d", "filters": 2, "kernel_size": 2, "strides": 2})"));
+  const LayerSpec& conv = spec.model.layers[0];
+  CHECK(conv.padding == Padding::kSame);
+  CHECK(layer_strides(conv) == std::array<int64_t, 2>{2, 1});
+  CHECK(spec.model.layers[1].pool_size == std::array<int64_t, 2>{3, 3});
+  CHECK(layer_strides(spec.model.layers[1]) == std::array<int64_t, 2>{2, 2});
+  CHECK(spec.model.layers[2].pool_size == std::array<int64_t, 2>{2, 1});
+  CHECK(layer_strides(spec.model.layers[2]) == std::array<int64_t, 2>{1, 1});
+  CHECK(spec.model.layers[3].padding == Padding::kValid);
+  const std::vector<Shape> shapes = infer_shapes(spec.model);
+  CHECK(shapes[0] == Shape{14, 28, 4});  // ceil(28 / 2), ceil(28 / 1)
+  CHECK(shapes[1] == Shape{6, 13, 4});   // floor((14 - 3) / 2) + 1, floor((28 - 3) / 2) + 1
+  CHECK(shapes[2] == Shape{5, 13, 4});
+  CHECK(shapes[3] == Shape{2, 6, 2});
+
+  // The canonical form keeps the options that differ from their defaults and round-trips.
+  const std::string canonical = job_spec_to_json(spec);
+  CHECK(canonical.find(R"("strides":[2,1],)") != std::string::npos);
+  CHECK(canonical.find(R"("padding":"same")") != std::string::npos);
+  CHECK(canonical.find(R"("pool_size":[3,3])") != std::string::npos);
+  CHECK(canonical.find(R"("pool_size":[2,1],"strides":[1,1])") != std::string::npos);
+  const JobSpec again = parse_job_spec(canonical);
+  CHECK(job_spec_to_json(again) == canonical);
+  CHECK(layer_strides(again.model.layers[1]) == std::array<int64_t, 2>{2, 2});
+  CHECK(infer_shapes(again.model) == shapes);
+}
+
+TEST_CASE("window options at their defaults leave the canonical form as it was") {
+  const std::string plain = job_spec_to_json(parse_job_spec(cnn_with(
+      R"({"type": "conv2d", "filters": 4, "kernel_size": 3}, {"type": "maxpool2d"}, {"type": "maxpool2d", "pool_size": 3})")));
+  const std::string spelled = job_spec_to_json(parse_job_spec(cnn_with(
+      R"({"type": "conv2d", "filters": 4, "kernel_size": 3, "strides": [1, 1], "padding": "valid"},
+         {"type": "maxpool2d", "pool_size": [2, 2], "strides": 2}, {"type": "maxpool2d", "pool_size": 3, "strides": 3})")));
+  CHECK(spelled == plain);
+  CHECK(plain.find("strides") == std::string::npos);
+  CHECK(plain.find("padding") == std::string::npos);
+}
+
+TEST_CASE("bad window options are rejected naming the field") {
+  const std::string conv = R"({"type": "conv2d", "filters": 4, "kernel_size": 3, )";
+  CHECK(error_of(cnn_with(conv + R"("padding": "full"})")) ==
+        "/model/layers/0/padding must be one of \"valid\", \"same\", not \"full\"");
+  CHECK(error_of(cnn_with(conv + R"("padding": 1})")) ==
+        "/model/layers/0/padding must be one of \"valid\", \"same\", not an integer");
+  CHECK(error_of(cnn_with(conv + R"("strides": 0})")) ==
+        "/model/layers/0/strides must be a positive integer (at most 4096)");
+  CHECK(error_of(cnn_with(conv + R"("strides": [2, 0]})")) ==
+        "/model/layers/0/strides/1 must be a positive integer (at most 4096)");
+  CHECK(error_of(cnn_with(conv + R"("strides": [2, 2, 2]})")) ==
+        "/model/layers/0/strides must be a positive integer or an array [height, width]");
+  CHECK(error_of(cnn_with(conv + R"("strides": "2"})")) ==
+        "/model/layers/0/strides must be a positive integer or an array [height, width]");
+  CHECK(error_of(cnn_with(R"({"type": "maxpool2d", "pool_size": 0})")) ==
+        "/model/layers/0/pool_size must be a positive integer (at most 4096)");
+  CHECK(error_of(cnn_with(R"({"type": "maxpool2d", "strides": [1, -1]})")) ==
+        "/model/layers/0/strides/1 must be a positive integer (at most 4096)");
+  CHECK(error_of(cnn_with(R"({"type": "maxpool2d", "pool_size": [29, 2]})")) ==
+        "/model/layers/0/pool_size maxpool2d's [29, 2] window does not fit the input [28, 28, 1]");
+  CHECK(error_of(cnn_with(R"({"type": "maxpool2d", "padding": "valid"})")).find(
+            "/model/layers/0/padding is not a known field") == 0);
+  CHECK(error_of(cnn_with(R"({"type": "dense", "units": 3, "strides": 1})")).find(
+            "/model/layers/0/strides is not a known field") == 0);
+  // valid padding needs the kernel to fit; same padding pads the input for it
+  CHECK(error_of(cnn_with(R"({"type": "conv2d", "filters": 2, "kernel_size": 29})")) ==
+        "/model/layers/0/kernel_size [29, 29] does not fit the input [28, 28, 1]");
+  CHECK(error_of(cnn_with(R"({"type": "conv2d", "filters": 2, "kernel_size": 29, "padding": "same"})")) == "(accepted)");
+}
+
 TEST_CASE("text that is not JSON is a malformed-kind error") {
   for (const std::string text : {"", "{", "{\"dataset\": }", "[1, 2", "\xff\xfe{}", "{\"a\": \"\xc3\x28\"}"}) {
     try {
