@@ -57,21 +57,23 @@ void Split::gather(std::span<const uint32_t> indices, float* columns, int32_t* o
 
 const std::vector<DatasetInfo>& known_datasets() {
   static const std::vector<DatasetInfo> kDatasets = {
-      {"mnist10k", "", "mnist10k-train", "mnist10k-test", 10, "", kFetchHint},
-      {"fashion", "", "fashion-train", "fashion-test", 10, "", kFetchHint},
+      {"mnist10k", "", "mnist10k-train", "mnist10k-test", 10, "", kFetchHint, {28, 28, 1}},
+      {"fashion", "", "fashion-train", "fashion-test", 10, "", kFetchHint, {28, 28, 1}},
       // The official split, as Zalando publishes it and Debian packages it (t10k = test).
       {"fashion-mnist", "fashion-mnist", "train", "t10k", 10, std::string(kDebianFashionMnistDir),
-       "install Debian's dataset-fashion-mnist: run deploy/setup.sh"},
+       "install Debian's dataset-fashion-mnist: run deploy/setup.sh", {28, 28, 1}},
   };
   return kDatasets;
 }
 
-bool is_known_dataset(const std::string& name) {
+const DatasetInfo* find_dataset(const std::string& name) {
   for (const auto& d : known_datasets()) {
-    if (d.name == name) return true;
+    if (d.name == name) return &d;
   }
-  return false;
+  return nullptr;
 }
+
+bool is_known_dataset(const std::string& name) { return find_dataset(name) != nullptr; }
 
 std::string known_dataset_names() {
   std::string names;
@@ -80,9 +82,7 @@ std::string known_dataset_names() {
 }
 
 Split load_split(const std::string& data_dir, const std::string& dataset, SplitKind kind) {
-  for (const auto& d : known_datasets()) {
-    if (d.name == dataset) return load_split(data_dir, d, kind);
-  }
+  if (const DatasetInfo* d = find_dataset(dataset)) return load_split(data_dir, *d, kind);
   throw DataError("unknown dataset '" + dataset + "' (known: " + known_dataset_names() + ")");
 }
 

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/param_layout.h"
+
 namespace pstrain {
 
 enum class SplitKind { kTrain, kTest };
@@ -25,12 +27,15 @@ struct Split {
   std::string dataset;
   SplitKind kind = SplitKind::kTrain;
   uint32_t size = 0;                // number of examples
-  uint32_t height = 0, width = 0;   // image size; channels are always 1 for IDX images
-  uint32_t num_classes = 0;         // labels are in [0, num_classes)
-  std::vector<uint8_t> pixels;      // size * height * width, example-major
+  uint32_t height = 0, width = 0;   // image size, from the files
+  uint32_t channels = 1;            // IDX images are single-channel
+  uint32_t num_classes = 0;         // labels are in [0, num_classes): the dataset table's count
+  std::vector<uint8_t> pixels;      // size * height * width * channels, example-major
   std::vector<uint8_t> labels;      // size
 
-  uint32_t example_size() const { return height * width; }
+  uint32_t example_size() const { return height * width * channels; }
+  // [height, width, channels]: the shape of one example as loaded.
+  Shape example_shape() const { return {height, width, channels}; }
 
   // Writes the examples `indices` as columns of a column-major float matrix (example_size() rows,
   // indices.size() columns, values in [0, 1]) and their labels.
@@ -44,17 +49,29 @@ inline constexpr std::string_view kDebianFashionMnistDir = "/usr/share/datasets/
 
 // The datasets the project knows, and the files behind them. A split's files are
 // `<prefix>-images-idx3-ubyte` and `<prefix>-labels-idx1-ubyte`, each gzip'd (`.gz`) or plain.
+//
+// A dataset describes itself: the shape of one example and the number of classes. For the known
+// datasets both come from this table, so a job spec is checked against them at submit without
+// loading anything; loading then takes the image size from the files (an IDX image is
+// [rows, cols, 1]) and the class count from the table, rejecting labels outside it. The class
+// count is fixed rather than computed from the labels (max + 1) so that it does not depend on
+// which labels a split happens to contain, and so that submit and job start agree.
 struct DatasetInfo {
   std::string name;          // "mnist10k"
   std::string subdir;        // directory under the data directory holding the files ("": none)
   std::string train_prefix;  // "mnist10k-train" -> mnist10k-train-images-idx3-ubyte.gz
   std::string test_prefix;   // "mnist10k-test"
-  uint32_t num_classes;
+  uint32_t num_classes;      // labels are in [0, num_classes)
   std::string system_dir;    // read when the data directory has no copy ("": no fallback)
   std::string install_hint;  // what to run when the files are missing everywhere
+  // One example: [height, width, channels] for images. Empty: known only once the files are
+  // loaded (the submit-time check of the input shape is then skipped; job start still checks).
+  Shape example_shape = {};
 };
 const std::vector<DatasetInfo>& known_datasets();
 bool is_known_dataset(const std::string& name);
+// The known dataset called `name`, or nullptr.
+const DatasetInfo* find_dataset(const std::string& name);
 // The known names, comma-separated ("mnist10k, fashion, fashion-mnist"), for error messages.
 std::string known_dataset_names();
 
