@@ -8,10 +8,14 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/model_spec.h"
 
 namespace pstrain {
+
+struct DatasetInfo;
+struct Split;
 
 enum class ShardPolicy { kData, kFile, kOff };
 enum class TrainingMode { kSync, kAsync };
@@ -68,10 +72,25 @@ struct JobSpec {
 // Parses and validates a job spec. Throws SpecError (kMalformed for text that is not JSON,
 // kInvalid for everything else) naming the field.
 JobSpec parse_job_spec(std::string_view json_text);
+// The same with the datasets a spec may name given (the dataset table by default).
+JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets);
 
-// Checks that need the dataset's properties: the input shape matches the images and the last
-// layer emits one logit per class. Called by parse_job_spec; exposed for specs built in code.
+// Checks that need the dataset's properties: the dataset is a known one and the spec fits it
+// (check_spec_against_dataset with the dataset table's entry). Called by parse_job_spec, which
+// REST (POST /v1/jobs), pstrain-train and every process receiving a job share; exposed for specs
+// built in code.
 void validate_job_spec(const JobSpec& spec);
+void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& datasets);
+
+// The spec fits the dataset, else SpecError naming the field:
+// - /model/input_shape equals the dataset's example shape ([h, w, c] for images), or is its flat
+//   form [h * w * c] (a dense layer can take the image's values directly); skipped when the
+//   DatasetInfo does not know its example shape;
+// - the last layer (/model/layers/<last>) outputs [num_classes] logits.
+// The DatasetInfo form is the submit-time check (the dataset table, nothing loaded); the Split
+// form is the job-start check against the files as loaded.
+void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info);
+void check_spec_against_dataset(const JobSpec& spec, const Split& split);
 
 // The spec as canonical JSON (every field, defaults filled in, except the window options of conv2d
 // and maxpool2d: strides, padding and pool_size appear only where they differ from their defaults,

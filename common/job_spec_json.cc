@@ -153,8 +153,9 @@ class ObjectReader {
 constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
 constexpr size_t kMaxLayers = 256;
 constexpr size_t kMaxRank = 8;
+constexpr int64_t kMaxInputDim = 65536;
 
-Shape read_shape(const json::value& v, const std::string& path, bool allow_wildcard) {
+Shape read_shape(const json::value& v, const std::string& path, bool allow_wildcard, int64_t max_dim) {
   if (!v.is_array()) throw SpecError(path, "must be an array of positive integers, not " + kind_of(v));
   const auto& a = v.as_array();
   if (a.empty() || a.size() > kMaxRank) throw SpecError(path, "must have 1 to 8 dimensions");
@@ -166,7 +167,7 @@ Shape read_shape(const json::value& v, const std::string& path, bool allow_wildc
       shape.push_back(-1);
       continue;
     }
-    shape.push_back(read_int(a[i], p, 1, int64_t{1} << 24));
+    shape.push_back(read_int(a[i], p, 1, max_dim));
   }
   return shape;
 }
@@ -240,7 +241,7 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.strides = read_strides(r);
       break;
     case LayerType::kReshape:
-      layer.target_shape = read_shape(r.required("target_shape"), r.field_path("target_shape"), true);
+      layer.target_shape = read_shape(r.required("target_shape"), r.field_path("target_shape"), true, int64_t{1} << 24);
       break;
     case LayerType::kFlatten:
     case LayerType::kReLU:
@@ -253,7 +254,12 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
 ModelSpec read_model(const json::value& v) {
   ObjectReader r(v, "/model");
   ModelSpec model;
-  model.input_shape = read_shape(r.required("input_shape"), "/model/input_shape", false);
+  // [features] or [height, width, channels]; the total is capped by infer_shapes (2^24 values).
+  model.input_shape = read_shape(r.required("input_shape"), "/model/input_shape", false, kMaxInputDim);
+  if (model.input_shape.size() != 1 && model.input_shape.size() != 3) {
+    throw SpecError("/model/input_shape", "must be [features] or [height, width, channels], not " +
+                                              shape_string(model.input_shape));
+  }
   model.seed = static_cast<uint64_t>(r.integer("seed", 0, kIntMax, 0));
   const json::value& layers = r.required("layers");
   if (!layers.is_array()) throw SpecError("/model/layers", "must be an array, not " + kind_of(layers));
@@ -381,7 +387,9 @@ const char* optimizer_type_name(OptimizerType type) {
   return "?";
 }
 
-JobSpec parse_job_spec(std::string_view json_text) {
+JobSpec parse_job_spec(std::string_view json_text) { return parse_job_spec(json_text, known_datasets()); }
+
+JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets) {
   json::parse_options options;
   options.max_depth = 32;
   boost::system::error_code ec;
@@ -403,31 +411,54 @@ JobSpec parse_job_spec(std::string_view json_text) {
   spec.training = read_training(r.required("training"));
   if (const json::value* b = r.optional("backup")) spec.backup = read_backup(*b);
   r.finish();
-  validate_job_spec(spec);
+  validate_job_spec(spec, datasets);
   return spec;
 }
 
-void validate_job_spec(const JobSpec& spec) {
-  const DatasetInfo* info = nullptr;
-  for (const auto& d : known_datasets()) {
-    if (d.name == spec.dataset.name) info = &d;
+void validate_job_spec(const JobSpec& spec) { validate_job_spec(spec, known_datasets()); }
+
+void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& datasets) {
+  std::string names;
+  for (const auto& d : datasets) {
+    if (d.name == spec.dataset.name) return check_spec_against_dataset(spec, d);
+    names += (names.empty() ? "" : ", ") + d.name;
   }
-  if (info == nullptr) {
-    throw SpecError("/dataset/name",
-                    "\"" + spec.dataset.name + "\" is not a known dataset (known: " + known_dataset_names() + ")");
-  }
+  throw SpecError("/dataset/name", "\"" + spec.dataset.name + "\" is not a known dataset (known: " + names + ")");
+}
+
+namespace {
+
+// "28x28x1 images" for an image dataset, "[30] features" for a flat one.
+std::string describe_examples(const Shape& shape) {
+  if (shape.size() != 3) return shape_string(shape) + " features";
+  return std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + "x" + std::to_string(shape[2]) + " images";
+}
+
+// The checks of check_spec_against_dataset; `example_shape` empty skips the input shape's.
+void check_against(const JobSpec& spec, const std::string& dataset, const Shape& example_shape, uint32_t num_classes) {
   const std::vector<Shape> shapes = infer_shapes(spec.model);
-  // Every known dataset has 28x28 single-channel images.
-  if (num_elements(spec.model.input_shape) != 28 * 28) {
-    throw SpecError("/model/input_shape", shape_string(spec.model.input_shape) + " does not match " +
-                                              spec.dataset.name + "'s 28x28x1 images");
+  const Shape& input = spec.model.input_shape;
+  const bool flat_of_images = input.size() == 1 && input[0] == num_elements(example_shape);
+  if (!example_shape.empty() && input != example_shape && !flat_of_images) {
+    throw SpecError("/model/input_shape", shape_string(input) + " does not match " + dataset + "'s " +
+                                              describe_examples(example_shape));
   }
   const Shape& out = shapes.back();
   const std::string last = "/model/layers/" + std::to_string(spec.model.layers.size() - 1);
-  if (out.size() != 1 || out[0] != info->num_classes) {
-    throw SpecError(last, "must output " + std::to_string(info->num_classes) + " logits (the classes of " +
-                              spec.dataset.name + ") but outputs " + shape_string(out));
+  if (out.size() != 1 || out[0] != num_classes) {
+    throw SpecError(last, "must output " + std::to_string(num_classes) + " logits (the classes of " + dataset +
+                              ") but outputs " + shape_string(out));
   }
+}
+
+}  // namespace
+
+void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info) {
+  check_against(spec, info.name, info.example_shape, info.num_classes);
+}
+
+void check_spec_against_dataset(const JobSpec& spec, const Split& split) {
+  check_against(spec, split.dataset, split.example_shape(), split.num_classes);
 }
 
 std::string job_spec_to_json(const JobSpec& spec) {
