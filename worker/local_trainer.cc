@@ -48,6 +48,8 @@ Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, con
 TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& options) {
   const Split train = load_split(options.data_dir, spec.dataset.name, SplitKind::kTrain);
   const Split test = load_split(options.data_dir, spec.dataset.name, SplitKind::kTest);
+  check_spec_against_dataset(spec, train);  // the files may disagree with the dataset table
+  check_spec_against_dataset(spec, test);
 
   const int64_t batch = spec.training.global_batch_size;
   nn::DataParallelModel<float> model(spec.model, batch, options.replicas);

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/dataset.h"
 #include "common/error.h"
+#include "common/job_spec.h"
 #include "common/log.h"
 #include "coordinator/job/adoption.h"
 #include "coordinator/safetensors.h"
@@ -109,6 +111,17 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
         // Cancelled (or failed) while the data loaded: its nodes are free again, leave them be.
         if (job_.phase != Phase::kConfiguring) return kj::READY_NOW;
         job_.test = std::move(test);
+        // The spec was checked against the dataset table at submit; the files may still disagree.
+        for (const Split* split : {job_.train.get(), job_.test.get()}) {
+          try {
+            check_spec_against_dataset(job_.spec, *split);
+          } catch (const SpecError& e) {
+            kj::throwFatalException(kj::Exception(
+                kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                kj::str("dataset '", split->dataset, "' as loaded (", split->kind == SplitKind::kTrain ? "train" : "test",
+                        " split) does not fit the job: ", e.what())));
+          }
+        }
         job_.plan.emplace(job_.spec, job_.train->size, static_cast<uint32_t>(job_.workers.size()));
         int64_t total_steps = 0;
         for (uint32_t w = 0; w < job_.workers.size(); ++w) total_steps += job_.plan->steps_per_epoch(w);
