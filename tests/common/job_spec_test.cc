@@ -2,7 +2,10 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
+#include "common/dataset.h"
 #include "common/error.h"
 #include "common/job_spec.h"
 #include "tests/test_support.h"
@@ -258,4 +261,122 @@ TEST_CASE("the fashion-mnist reference job is the Fashion CNN on the official sp
   renamed.name = resplit.name;
   renamed.dataset.name = resplit.dataset.name;
   CHECK(job_spec_to_json(renamed) == job_spec_to_json(resplit));
+}
+
+namespace {
+
+// Datasets of other shapes: 8x8 RGB-less images in 4 classes, and 30 flat features in 3 classes.
+const std::vector<DatasetInfo> kOtherDatasets = {
+    {"tiles", "", "tiles-train", "tiles-test", 4, "", "", {8, 8, 1}},
+    {"features", "", "features-train", "features-test", 3, "", "", {30}},
+};
+
+std::string spec_on(const std::string& dataset, const std::string& input_shape, const std::string& layers) {
+  return R"({"dataset": {"name": ")" + dataset + R"("}, "model": {"input_shape": )" + input_shape +
+         R"(, "layers": [)" + layers + R"(]}, "optimizer": {"type": "sgd"}, "training": {"global_batch_size": 8}})";
+}
+
+// The tensors of a model with their shapes, and its parameter count (without alignment padding).
+std::vector<std::pair<std::string, Shape>> tensors(const ModelSpec& model) {
+  std::vector<std::pair<std::string, Shape>> out;
+  const ParamLayout layout = make_param_layout(model);
+  for (const ParamInfo& p : layout.params()) out.emplace_back(p.name, p.shape);
+  return out;
+}
+
+int64_t parameter_count(const ModelSpec& model) {
+  int64_t n = 0;
+  const ParamLayout layout = make_param_layout(model);
+  for (const ParamInfo& p : layout.params()) n += num_elements(p.shape);
+  return n;
+}
+
+std::string error_on(const std::string& json, const std::vector<DatasetInfo>& datasets) {
+  try {
+    parse_job_spec(json, datasets);
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("input shapes other than 28x28x1 and class counts other than 10 parse with their shapes") {
+  SUBCASE("an 8x8x1 image dataset with 4 classes") {
+    const JobSpec spec = parse_job_spec(
+        spec_on("tiles", "[8, 8, 1]",
+                R"({"type": "conv2d", "filters": 3, "kernel_size": 3}, {"type": "flatten"}, {"type": "dense", "units": 4})"),
+        kOtherDatasets);
+    CHECK(spec.model.input_shape == Shape{8, 8, 1});
+    const std::vector<Shape> shapes = infer_shapes(spec.model);
+    CHECK(shapes == std::vector<Shape>{{6, 6, 3}, {108}, {4}});
+    CHECK(tensors(spec.model) == std::vector<std::pair<std::string, Shape>>{{"layers.0.kernel", {3, 3, 1, 3}},
+                                                                              {"layers.0.bias", {3}},
+                                                                              {"layers.2.kernel", {108, 4}},
+                                                                              {"layers.2.bias", {4}}});
+    CHECK(parameter_count(spec.model) == (3 * 3 * 1 * 3 + 3) + (108 * 4 + 4));
+    // Its flat form [64] is accepted too.
+    CHECK(error_on(spec_on("tiles", "[64]", R"({"type": "dense", "units": 4})"), kOtherDatasets) == "(accepted)");
+  }
+  SUBCASE("30 flat features with 3 classes") {
+    const JobSpec spec = parse_job_spec(
+        spec_on("features", "[30]", R"({"type": "dense", "units": 16, "activation": "relu"}, {"type": "dense", "units": 3})"),
+        kOtherDatasets);
+    CHECK(spec.model.input_shape == Shape{30});
+    CHECK(infer_shapes(spec.model) == std::vector<Shape>{{16}, {3}});
+    CHECK(parameter_count(spec.model) == 30 * 16 + 16 + 16 * 3 + 3);
+    // The canonical text names the shape and parses again against the same datasets.
+    CHECK(parse_job_spec(job_spec_to_json(spec), kOtherDatasets).model.input_shape == Shape{30});
+  }
+  SUBCASE("a known image dataset accepts its images flat") {
+    CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1], \"seed\": 22, \"layers\": [\n    {\"type\": \"flatten\"},",
+                            "\"input_shape\": [784], \"seed\": 22, \"layers\": [")) == "(accepted)");
+  }
+}
+
+TEST_CASE("a spec that does not fit its dataset is rejected naming the field and both sides") {
+  CHECK(error_on(spec_on("features", "[31]", R"({"type": "dense", "units": 3})"), kOtherDatasets) ==
+        "/model/input_shape [31] does not match features's [30] features");
+  CHECK(error_on(spec_on("tiles", "[8, 8, 2]", R"({"type": "flatten"}, {"type": "dense", "units": 4})"),
+                 kOtherDatasets) == "/model/input_shape [8, 8, 2] does not match tiles's 8x8x1 images");
+  CHECK(error_on(spec_on("features", "[30]", R"({"type": "dense", "units": 8}, {"type": "dense", "units": 5})"),
+                 kOtherDatasets) == "/model/layers/1 must output 3 logits (the classes of features) but outputs [5]");
+  CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [30]")) ==
+        "/model/input_shape [30] does not match mnist10k's 28x28x1 images");
+  CHECK(error_on(spec_on("mnist10k", "[784]", R"({"type": "dense", "units": 3})"), kOtherDatasets) ==
+        "/dataset/name \"mnist10k\" is not a known dataset (known: tiles, features)");
+}
+
+TEST_CASE("input_shape is [features] or [height, width, channels] with each dimension at most 65536") {
+  CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [28, 28]")) ==
+        "/model/input_shape must be [features] or [height, width, channels], not [28, 28]");
+  CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [28, 28, 1, 1]")) ==
+        "/model/input_shape must be [features] or [height, width, channels], not [28, 28, 1, 1]");
+  CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [70000, 1, 1]")) ==
+        "/model/input_shape/0 must be a positive integer (at most 65536)");
+  CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [28, 0, 1]")) ==
+        "/model/input_shape/1 must be a positive integer (at most 65536)");
+  CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [65536, 65536, 1]")) ==
+        "/model/input_shape describes more than 2^24 values per example");
+}
+
+TEST_CASE("check_spec_against_dataset: the files as loaded must fit the job too") {
+  const JobSpec spec = parse_job_spec(kMlp);
+  Split split;
+  split.dataset = "mnist10k";
+  split.height = 28;
+  split.width = 28;
+  split.num_classes = 10;
+  CHECK_NOTHROW(check_spec_against_dataset(spec, split));
+  split.width = 32;
+  CHECK_THROWS_WITH_AS(check_spec_against_dataset(spec, split),
+                       "/model/input_shape [28, 28, 1] does not match mnist10k's 28x32x1 images", SpecError);
+  split.width = 28;
+  split.num_classes = 12;
+  CHECK_THROWS_WITH_AS(check_spec_against_dataset(spec, split),
+                       "/model/layers/3 must output 12 logits (the classes of mnist10k) but outputs [10]", SpecError);
+  // A dataset whose table entry does not know its example shape checks only the classes at submit.
+  DatasetInfo unknown_shape{"mnist10k", "", "a", "b", 10, "", ""};
+  CHECK_NOTHROW(check_spec_against_dataset(spec, unknown_shape));
 }

@@ -547,6 +547,24 @@ TEST_CASE("RestApi: POST /v1/jobs refuses what is not a JSON job spec, before it
       check_problem(a.post_json("/v1/jobs", c.body), 422, "invalid-spec", c.field);
     }
   }
+  SUBCASE("422 for a model that does not fit its dataset, naming the field and both sides") {
+    const std::string units = check_problem(
+        a.post_json("/v1/jobs", spec_with([](json::object& s) { layer(s, 3)["units"] = 5; })), 422, "invalid-spec",
+        "/model/layers/3");
+    CHECK(units == "/model/layers/3 must output 10 logits (the classes of mnist10k) but outputs [5]");
+    const std::string shape = check_problem(a.post_json("/v1/jobs", spec_with([](json::object& s) {
+                                                          s["model"].as_object()["input_shape"] = json::array{8, 8, 1};
+                                                        })),
+                                            422, "invalid-spec", "/model/input_shape");
+    CHECK(shape == "/model/input_shape [8, 8, 1] does not match mnist10k's 28x28x1 images");
+    // The flat form of the dataset's images is accepted (the dense layers then need no flatten).
+    CHECK(a.post_json("/v1/jobs", spec_with([](json::object& s) {
+                        s["model"].as_object()["input_shape"] = json::array{784};
+                        s["model"].as_object()["layers"].as_array().erase(s["model"].as_object()["layers"].as_array().begin());
+                      })).status == 201);
+    CHECK(a.commands.calls == Calls{"submit mnist-mlp"});
+    a.commands.calls.clear();
+  }
   SUBCASE("413 for a body over kMaxBodyBytes, which is itself accepted") {
     std::string body = valid_spec();
     body.resize(RestApi::kMaxBodyBytes, ' ');  // JSON with trailing white space
