@@ -37,10 +37,10 @@ std::string mlp_with(const std::string& from, const std::string& to) {
   return s.replace(at, from.size(), to);
 }
 
-// The error a spec produces: "path detail".
-std::string error_of(const std::string& json) {
+// The error a spec produces against a dataset table: "path detail".
+std::string error_of(const std::string& json, const std::vector<DatasetInfo>& datasets = known_datasets()) {
   try {
-    parse_job_spec(json);
+    parse_job_spec(json, datasets);
   } catch (const SpecError& e) {
     return e.what();
   }
@@ -265,7 +265,7 @@ TEST_CASE("the fashion-mnist reference job is the Fashion CNN on the official sp
 
 namespace {
 
-// Datasets of other shapes: 8x8 RGB-less images in 4 classes, and 30 flat features in 3 classes.
+// Datasets of other shapes: 8x8 single-channel images in 4 classes, and 30 flat features in 3 classes.
 const std::vector<DatasetInfo> kOtherDatasets = {
     {"tiles", "", "tiles-train", "tiles-test", 4, "", "", {8, 8, 1}},
     {"features", "", "features-train", "features-test", 3, "", "", {30}},
@@ -291,15 +291,6 @@ int64_t parameter_count(const ModelSpec& model) {
   return n;
 }
 
-std::string error_on(const std::string& json, const std::vector<DatasetInfo>& datasets) {
-  try {
-    parse_job_spec(json, datasets);
-  } catch (const SpecError& e) {
-    return e.what();
-  }
-  return "(accepted)";
-}
-
 }  // namespace
 
 TEST_CASE("input shapes other than 28x28x1 and class counts other than 10 parse with their shapes") {
@@ -317,7 +308,7 @@ TEST_CASE("input shapes other than 28x28x1 and class counts other than 10 parse 
                                                                               {"layers.2.bias", {4}}});
     CHECK(parameter_count(spec.model) == (3 * 3 * 1 * 3 + 3) + (108 * 4 + 4));
     // Its flat form [64] is accepted too.
-    CHECK(error_on(spec_on("tiles", "[64]", R"({"type": "dense", "units": 4})"), kOtherDatasets) == "(accepted)");
+    CHECK(error_of(spec_on("tiles", "[64]", R"({"type": "dense", "units": 4})"), kOtherDatasets) == "(accepted)");
   }
   SUBCASE("30 flat features with 3 classes") {
     const JobSpec spec = parse_job_spec(
@@ -336,15 +327,15 @@ TEST_CASE("input shapes other than 28x28x1 and class counts other than 10 parse 
 }
 
 TEST_CASE("a spec that does not fit its dataset is rejected naming the field and both sides") {
-  CHECK(error_on(spec_on("features", "[31]", R"({"type": "dense", "units": 3})"), kOtherDatasets) ==
+  CHECK(error_of(spec_on("features", "[31]", R"({"type": "dense", "units": 3})"), kOtherDatasets) ==
         "/model/input_shape [31] does not match features's [30] features");
-  CHECK(error_on(spec_on("tiles", "[8, 8, 2]", R"({"type": "flatten"}, {"type": "dense", "units": 4})"),
+  CHECK(error_of(spec_on("tiles", "[8, 8, 2]", R"({"type": "flatten"}, {"type": "dense", "units": 4})"),
                  kOtherDatasets) == "/model/input_shape [8, 8, 2] does not match tiles's 8x8x1 images");
-  CHECK(error_on(spec_on("features", "[30]", R"({"type": "dense", "units": 8}, {"type": "dense", "units": 5})"),
+  CHECK(error_of(spec_on("features", "[30]", R"({"type": "dense", "units": 8}, {"type": "dense", "units": 5})"),
                  kOtherDatasets) == "/model/layers/1 must output 3 logits (the classes of features) but outputs [5]");
   CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [30]")) ==
         "/model/input_shape [30] does not match mnist10k's 28x28x1 images");
-  CHECK(error_on(spec_on("mnist10k", "[784]", R"({"type": "dense", "units": 3})"), kOtherDatasets) ==
+  CHECK(error_of(spec_on("mnist10k", "[784]", R"({"type": "dense", "units": 3})"), kOtherDatasets) ==
         "/dataset/name \"mnist10k\" is not a known dataset (known: tiles, features)");
 }
 
