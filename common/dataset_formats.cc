@@ -380,13 +380,7 @@ class HeaderParser {
       } else {
         bad("unexpected key '" + key + "'");
       }
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (peek() == '}') break;
-      bad("expected ',' or '}'");
+      if (!more('}')) break;
     }
     if (!have_descr || !have_fortran || !have_shape) bad("missing 'descr', 'fortran_order' or 'shape'");
   }
@@ -396,6 +390,17 @@ class HeaderParser {
     fail(Kind::kBadNpyHeader, source_ + ": malformed .npy header at offset " + std::to_string(pos_) + ": " + what);
   }
   char peek() { return pos_ < s_.size() ? s_[pos_] : '\0'; }
+  // After an item: true at ',' (consumed; another item or `close` follows), false at `close`
+  // (left for the caller).
+  bool more(char close) {
+    skip_space();
+    if (peek() == ',') {
+      ++pos_;
+      return true;
+    }
+    if (peek() == close) return false;
+    bad(std::string("expected ',' or '") + close + "'");
+  }
   void skip_space() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n')) ++pos_;
   }
@@ -439,13 +444,7 @@ class HeaderParser {
       if (peek() == 'L') ++pos_;
       dims.push_back(d);
       if (dims.size() > 32) bad("more than 32 dimensions");
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (peek() == ')') break;
-      bad("expected ',' or ')'");
+      if (!more(')')) break;
     }
     ++pos_;
     return dims;
