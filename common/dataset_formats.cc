@@ -1,0 +1,658 @@
+#include "common/dataset_formats.h"
+
+#include <zip.h>
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <unordered_map>
+
+namespace pstrain {
+
+static_assert(std::endian::native == std::endian::little,
+              "ParsedExamples and .npy data are little-endian; a big-endian host needs byte swaps");
+
+namespace {
+
+using Kind = DatasetFormatError::Kind;
+
+[[noreturn]] void fail(Kind kind, const std::string& message, uint64_t line = 0, std::string column = "") {
+  throw DatasetFormatError(kind, message, line, std::move(column));
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// A cell as shown in a message: quoted, cut to a readable length.
+std::string shown(std::string_view cell) {
+  constexpr size_t kMax = 40;
+  std::string out(1, '\'');
+  out.append(cell.substr(0, kMax));
+  if (cell.size() > kMax) out.append("...");
+  out.push_back('\'');
+  return out;
+}
+
+// Reads one line into `line` without its terminator ("\n" or "\r\n"). Returns false at the end
+// of input with nothing read. A line longer than `max_bytes` is an error, detected before more
+// than max_bytes + 1 characters are buffered.
+bool read_line(std::istream& in, std::string& line, uint64_t max_bytes, const std::string& source,
+               uint64_t line_number) {
+  line.clear();
+  std::streambuf* buf = in.rdbuf();
+  bool any = false;
+  for (;;) {
+    int c = buf->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      in.setstate(std::ios::eofbit);
+      break;
+    }
+    any = true;
+    if (c == '\n') break;
+    line.push_back(static_cast<char>(c));
+    if (line.size() > max_bytes + 1) {  // +1: room for the '\r' of a "\r\n" ending
+      fail(Kind::kTooLarge,
+           source + ": line " + std::to_string(line_number) + " is longer than the cap of " +
+               std::to_string(max_bytes) + " bytes",
+           line_number);
+    }
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.size() > max_bytes) {
+    fail(Kind::kTooLarge,
+         source + ": line " + std::to_string(line_number) + " is longer than the cap of " +
+             std::to_string(max_bytes) + " bytes",
+         line_number);
+  }
+  return any;
+}
+
+// Splits `line` at commas into `fields` (views into `line`), trimmed.
+void split_fields(std::string_view line, std::vector<std::string_view>& fields) {
+  fields.clear();
+  size_t start = 0;
+  for (;;) {
+    size_t comma = line.find(',', start);
+    if (comma == std::string_view::npos) {
+      fields.push_back(trim(line.substr(start)));
+      return;
+    }
+    fields.push_back(trim(line.substr(start, comma - start)));
+    start = comma + 1;
+  }
+}
+
+std::string where(const std::string& source, uint64_t line, const std::string& column, size_t index) {
+  return source + ": line " + std::to_string(line) + ", column '" + column + "' (" +
+         std::to_string(index + 1) + ")";
+}
+
+// The class count of checked labels (each in [0, max_classes)): max label + 1, at least 2.
+uint32_t count_classes(const std::vector<int32_t>& labels, const std::string& source) {
+  int32_t max_label = 0;
+  for (int32_t label : labels) max_label = std::max(max_label, label);
+  if (max_label < 1) {
+    fail(Kind::kTooFewClasses, source + ": every label is 0; a dataset needs at least 2 classes");
+  }
+  return static_cast<uint32_t>(max_label) + 1;
+}
+
+// Checks one label value (already known to be an integer) against the cap.
+void check_label(int64_t value, const ExampleLimits& limits, const std::string& place, uint64_t line = 0,
+                 const std::string& column = "") {
+  // Labels are stored as int32: no cap lets them past that.
+  const int64_t cap = std::min<int64_t>(limits.max_classes, std::numeric_limits<int32_t>::max());
+  if (value < 0 || value >= cap) {
+    fail(Kind::kBadLabel,
+         place + ": label " + std::to_string(value) + " is not in [0, " +
+             std::to_string(limits.max_classes) + ")",
+         line, column);
+  }
+}
+
+}  // namespace
+
+uint64_t ParsedExamples::example_values() const {
+  uint64_t n = 1;
+  for (uint32_t d : shape) n *= d;
+  return n;
+}
+
+std::string_view format_error_kind_name(DatasetFormatError::Kind kind) {
+  switch (kind) {
+    case Kind::kUnreadable: return "unreadable";
+    case Kind::kEmpty: return "empty";
+    case Kind::kBadHeader: return "bad_header";
+    case Kind::kDuplicateColumn: return "duplicate_column";
+    case Kind::kMissingLabelColumn: return "missing_label_column";
+    case Kind::kQuotedField: return "quoted_field";
+    case Kind::kRaggedRow: return "ragged_row";
+    case Kind::kNotNumeric: return "not_numeric";
+    case Kind::kNonFinite: return "non_finite";
+    case Kind::kBadLabel: return "bad_label";
+    case Kind::kTooFewClasses: return "too_few_classes";
+    case Kind::kTooLarge: return "too_large";
+    case Kind::kBadNpyHeader: return "bad_npy_header";
+    case Kind::kFortranOrder: return "fortran_order";
+    case Kind::kBadDtype: return "bad_dtype";
+    case Kind::kBadRank: return "bad_rank";
+    case Kind::kMissingArray: return "missing_array";
+    case Kind::kLengthMismatch: return "length_mismatch";
+    case Kind::kTruncated: return "truncated";
+    case Kind::kTrailingData: return "trailing_data";
+  }
+  return "unknown";
+}
+
+// ---------------------------------------------------------------------------------------------
+// CSV
+
+ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvOptions& options) {
+  const ExampleLimits& limits = options.limits;
+  std::string line;
+  std::vector<std::string_view> fields;
+  uint64_t line_number = 0;
+
+  // Header: the first non-blank line.
+  bool have_header = false;
+  while (read_line(in, line, options.max_line_bytes, source, line_number + 1)) {
+    ++line_number;
+    if (!trim(line).empty()) {
+      have_header = true;
+      break;
+    }
+  }
+  if (!have_header) fail(Kind::kEmpty, source + ": the file is empty (no header row)");
+  // Spreadsheets often save UTF-8 with a byte order mark; it is not part of the first name.
+  if (line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
+  if (line.find('"') != std::string::npos) {
+    fail(Kind::kQuotedField,
+         source + ": line " + std::to_string(line_number) +
+             ": quoted fields are not supported; write column names and values without '\"'",
+         line_number);
+  }
+  split_fields(line, fields);
+  if (fields.size() > options.max_columns) {
+    fail(Kind::kTooLarge,
+         source + ": the header has " + std::to_string(fields.size()) + " columns, more than the cap of " +
+             std::to_string(options.max_columns),
+         line_number);
+  }
+  std::vector<std::string> names;
+  names.reserve(fields.size());
+  std::unordered_map<std::string_view, size_t> seen;  // name -> index
+  size_t label_index = fields.size();
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (fields[i].empty()) {
+      fail(Kind::kBadHeader,
+           source + ": line " + std::to_string(line_number) + ": column " + std::to_string(i + 1) +
+               " has an empty name",
+           line_number);
+    }
+    auto [it, added] = seen.emplace(fields[i], i);
+    if (!added) {
+      fail(Kind::kDuplicateColumn,
+           source + ": line " + std::to_string(line_number) + ": columns " + std::to_string(it->second + 1) +
+               " and " + std::to_string(i + 1) + " are both named '" + std::string(fields[i]) + "'",
+           line_number, std::string(fields[i]));
+    }
+    if (fields[i] == options.label_column) label_index = i;
+    names.emplace_back(fields[i]);
+  }
+  if (label_index == fields.size()) {
+    fail(Kind::kMissingLabelColumn,
+         source + ": the header has no label column '" + options.label_column + "'", line_number);
+  }
+  if (names.size() < 2) {
+    fail(Kind::kBadHeader, source + ": the header has no feature column besides '" + options.label_column + "'",
+         line_number);
+  }
+  const size_t columns = names.size();
+  const uint64_t features = columns - 1;
+  const uint64_t row_bytes = features * sizeof(float);
+
+  ParsedExamples out;
+  out.shape = {static_cast<uint32_t>(features)};
+  out.dtype = ParsedExamples::Dtype::kFloat32;
+  std::vector<float> row(features);
+
+  while (read_line(in, line, options.max_line_bytes, source, line_number + 1)) {
+    ++line_number;
+    if (trim(line).empty()) continue;
+    if (out.labels.size() >= limits.max_examples) {
+      fail(Kind::kTooLarge,
+           source + ": line " + std::to_string(line_number) + ": more than the cap of " +
+               std::to_string(limits.max_examples) + " rows",
+           line_number);
+    }
+    if (out.bytes.size() + row_bytes > limits.max_bytes) {
+      fail(Kind::kTooLarge,
+           source + ": line " + std::to_string(line_number) + ": the features exceed the cap of " +
+               std::to_string(limits.max_bytes) + " bytes",
+           line_number);
+    }
+    split_fields(line, fields);
+    if (fields.size() != columns) {
+      fail(Kind::kRaggedRow,
+           source + ": line " + std::to_string(line_number) + " has " + std::to_string(fields.size()) +
+               " fields, the header has " + std::to_string(columns),
+           line_number);
+    }
+    size_t f = 0;
+    for (size_t i = 0; i < columns; ++i) {
+      std::string_view cell = fields[i];
+      if (cell.find('"') != std::string_view::npos) {
+        fail(Kind::kQuotedField,
+             where(source, line_number, names[i], i) + ": quoted fields are not supported: " + shown(cell),
+             line_number, names[i]);
+      }
+      if (i == label_index) {
+        int64_t value = 0;
+        auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), value);
+        if (cell.empty() || ec != std::errc() || end != cell.data() + cell.size()) {
+          fail(Kind::kBadLabel,
+               where(source, line_number, names[i], i) + ": label " + shown(cell) +
+                   " is not a non-negative integer",
+               line_number, names[i]);
+        }
+        check_label(value, limits, where(source, line_number, names[i], i), line_number, names[i]);
+        out.labels.push_back(static_cast<int32_t>(value));
+        continue;
+      }
+      std::string_view number = cell;
+      if (!number.empty() && number.front() == '+') number.remove_prefix(1);
+      double value = 0;
+      auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+      if (number.empty() || end != number.data() + number.size() ||
+          (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+        fail(Kind::kNotNumeric,
+             where(source, line_number, names[i], i) + ": " +
+                 (cell.empty() ? std::string("empty cell") : shown(cell) + " is not a number"),
+             line_number, names[i]);
+      }
+      // Parsed as double so that tiny values round to float's zero or subnormals rather than
+      // failing; what float cannot hold (or NaN/inf spelled out) is rejected.
+      float narrowed = static_cast<float>(value);
+      if (ec == std::errc::result_out_of_range || !std::isfinite(narrowed)) {
+        fail(Kind::kNonFinite,
+             where(source, line_number, names[i], i) + ": " + shown(cell) + " is not a finite float32",
+             line_number, names[i]);
+      }
+      row[f++] = narrowed;
+    }
+    const auto* p = reinterpret_cast<const uint8_t*>(row.data());
+    out.bytes.insert(out.bytes.end(), p, p + row_bytes);
+  }
+  if (in.bad()) fail(Kind::kUnreadable, source + ": read error after line " + std::to_string(line_number));
+  if (out.labels.empty()) fail(Kind::kEmpty, source + ": the file has a header and no data rows", line_number);
+  out.classes = count_classes(out.labels, source);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// NPY
+
+namespace {
+
+// Where array bytes come from: an istream or a zip entry.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Reads up to n bytes; returns how many (0 at the end). Throws on a read error.
+  virtual size_t read(void* data, size_t n) = 0;
+};
+
+class StreamSource : public ByteSource {
+ public:
+  StreamSource(std::istream& in, const std::string& source) : in_(in), source_(source) {}
+  size_t read(void* data, size_t n) override {
+    in_.read(static_cast<char*>(data), static_cast<std::streamsize>(n));
+    if (in_.bad()) fail(Kind::kUnreadable, source_ + ": read error");
+    return static_cast<size_t>(in_.gcount());
+  }
+
+ private:
+  std::istream& in_;
+  const std::string& source_;
+};
+
+class ZipEntrySource : public ByteSource {
+ public:
+  ZipEntrySource(zip_file_t* file, const std::string& source) : file_(file), source_(source) {}
+  size_t read(void* data, size_t n) override {
+    zip_int64_t got = zip_fread(file_, data, n);
+    if (got < 0) {
+      fail(Kind::kUnreadable, source_ + ": cannot read: " + zip_error_strerror(zip_file_get_error(file_)));
+    }
+    return static_cast<size_t>(got);
+  }
+
+ private:
+  zip_file_t* file_;
+  const std::string& source_;
+};
+
+// Reads exactly n bytes; fewer is kTruncated with `what` in the message.
+void read_exactly(ByteSource& src, void* data, size_t n, const std::string& source, const std::string& what) {
+  auto* p = static_cast<uint8_t*>(data);
+  size_t done = 0;
+  while (done < n) {
+    size_t got = src.read(p + done, n - done);
+    if (got == 0) {
+      fail(Kind::kTruncated, source + ": truncated " + what + ": " + std::to_string(done) + " of " +
+                                 std::to_string(n) + " bytes present");
+    }
+    done += got;
+  }
+}
+
+// A tiny reader for the Python dict literal of an .npy header:
+//   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+class HeaderParser {
+ public:
+  HeaderParser(std::string_view text, const std::string& source) : s_(text), source_(source) {}
+
+  void parse(std::string& descr, bool& fortran, std::vector<uint64_t>& shape) {
+    bool have_descr = false, have_fortran = false, have_shape = false;
+    expect('{');
+    for (;;) {
+      skip_space();
+      if (peek() == '}') break;
+      std::string key = string_literal();
+      expect(':');
+      skip_space();
+      if (key == "descr") {
+        descr = string_literal();
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        fortran = boolean();
+        have_fortran = true;
+      } else if (key == "shape") {
+        shape = tuple();
+        have_shape = true;
+      } else {
+        bad("unexpected key '" + key + "'");
+      }
+      if (!more('}')) break;
+    }
+    if (!have_descr || !have_fortran || !have_shape) bad("missing 'descr', 'fortran_order' or 'shape'");
+  }
+
+ private:
+  [[noreturn]] void bad(const std::string& what) {
+    fail(Kind::kBadNpyHeader, source_ + ": malformed .npy header at offset " + std::to_string(pos_) + ": " + what);
+  }
+  char peek() { return pos_ < s_.size() ? s_[pos_] : '\0'; }
+  // After an item: true at ',' (consumed; another item or `close` follows), false at `close`
+  // (left for the caller).
+  bool more(char close) {
+    skip_space();
+    if (peek() == ',') {
+      ++pos_;
+      return true;
+    }
+    if (peek() == close) return false;
+    bad(std::string("expected ',' or '") + close + "'");
+  }
+  void skip_space() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n')) ++pos_;
+  }
+  void expect(char c) {
+    skip_space();
+    if (peek() != c) bad(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+  std::string string_literal() {
+    skip_space();
+    char quote = peek();
+    if (quote != '\'' && quote != '"') bad("expected a string");
+    size_t end = s_.find(quote, pos_ + 1);
+    if (end == std::string_view::npos) bad("unterminated string");
+    std::string value(s_.substr(pos_ + 1, end - pos_ - 1));
+    pos_ = end + 1;
+    return value;
+  }
+  bool boolean() {
+    if (s_.substr(pos_, 4) == "True") {
+      pos_ += 4;
+      return true;
+    }
+    if (s_.substr(pos_, 5) == "False") {
+      pos_ += 5;
+      return false;
+    }
+    bad("expected True or False");
+  }
+  std::vector<uint64_t> tuple() {
+    std::vector<uint64_t> dims;
+    expect('(');
+    for (;;) {
+      skip_space();
+      if (peek() == ')') break;
+      uint64_t d = 0;
+      auto [end, ec] = std::from_chars(s_.data() + pos_, s_.data() + s_.size(), d);
+      if (ec != std::errc()) bad("expected a dimension");
+      pos_ = static_cast<size_t>(end - s_.data());
+      // numpy writes 2L on Python 2; tolerate the suffix.
+      if (peek() == 'L') ++pos_;
+      dims.push_back(d);
+      if (dims.size() > 32) bad("more than 32 dimensions");
+      if (!more(')')) break;
+    }
+    ++pos_;
+    return dims;
+  }
+
+  std::string_view s_;
+  const std::string& source_;
+  size_t pos_ = 0;
+};
+
+uint32_t npy_dtype_size(NpyArray::Dtype dtype) {
+  switch (dtype) {
+    case NpyArray::Dtype::kUint8: return 1;
+    case NpyArray::Dtype::kInt32: return 4;
+    case NpyArray::Dtype::kFloat32: return 4;
+    case NpyArray::Dtype::kInt64: return 8;
+  }
+  return 1;
+}
+
+NpyArray read_npy_from(ByteSource& src, const std::string& source, const ExampleLimits& limits) {
+  uint8_t preamble[8];
+  read_exactly(src, preamble, sizeof preamble, source, ".npy preamble");
+  if (std::memcmp(preamble, "\x93NUMPY", 6) != 0) {
+    fail(Kind::kBadNpyHeader, source + ": not an .npy file (bad magic)");
+  }
+  const uint8_t major = preamble[6];
+  uint32_t header_len = 0;
+  if (major == 1) {
+    uint8_t b[2];
+    read_exactly(src, b, 2, source, ".npy header length");
+    header_len = b[0] | (uint32_t{b[1]} << 8);
+  } else if (major == 2 || major == 3) {
+    uint8_t b[4];
+    read_exactly(src, b, 4, source, ".npy header length");
+    header_len = b[0] | (uint32_t{b[1]} << 8) | (uint32_t{b[2]} << 16) | (uint32_t{b[3]} << 24);
+  } else {
+    fail(Kind::kBadNpyHeader, source + ": unsupported .npy format version " + std::to_string(major));
+  }
+  constexpr uint32_t kMaxHeader = 64 << 10;
+  if (header_len > kMaxHeader) {
+    fail(Kind::kTooLarge, source + ": .npy header of " + std::to_string(header_len) + " bytes exceeds the cap of " +
+                              std::to_string(kMaxHeader));
+  }
+  std::string header(header_len, '\0');
+  read_exactly(src, header.data(), header_len, source, ".npy header");
+
+  std::string descr;
+  bool fortran = false;
+  NpyArray array;
+  HeaderParser(header, source).parse(descr, fortran, array.shape);
+  if (descr == "|u1" || descr == "<u1" || descr == ">u1") {
+    array.dtype = NpyArray::Dtype::kUint8;
+  } else if (descr == "<i4") {
+    array.dtype = NpyArray::Dtype::kInt32;
+  } else if (descr == "<i8") {
+    array.dtype = NpyArray::Dtype::kInt64;
+  } else if (descr == "<f4") {
+    array.dtype = NpyArray::Dtype::kFloat32;
+  } else {
+    fail(Kind::kBadDtype, source + ": unsupported dtype '" + descr + "' (accepted: |u1, <i4, <i8, <f4)");
+  }
+  if (fortran) {
+    fail(Kind::kFortranOrder, source + ": fortran_order is True; save the array in C order (numpy.ascontiguousarray)");
+  }
+  // Size, with overflow checks, before allocating anything.
+  const uint64_t elem = npy_dtype_size(array.dtype);
+  uint64_t bytes = elem;
+  for (uint64_t d : array.shape) {
+    if (d != 0 && bytes > limits.max_bytes / d) {
+      fail(Kind::kTooLarge, source + ": the array's size exceeds the cap of " + std::to_string(limits.max_bytes) +
+                                " bytes");
+    }
+    bytes *= d;
+  }
+  if (bytes > limits.max_bytes) {
+    fail(Kind::kTooLarge, source + ": the array's " + std::to_string(bytes) + " bytes exceed the cap of " +
+                              std::to_string(limits.max_bytes));
+  }
+  array.bytes.resize(bytes);
+  read_exactly(src, array.bytes.data(), bytes, source, "array data");
+  uint8_t extra;
+  if (src.read(&extra, 1) != 0) {
+    fail(Kind::kTrailingData, source + ": data continues past the " + std::to_string(bytes) +
+                                  " bytes the shape describes");
+  }
+  return array;
+}
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+// Closes what libzip opened.
+struct ZipCloser {
+  void operator()(zip_t* z) const { zip_discard(z); }
+  void operator()(zip_file_t* f) const { zip_fclose(f); }
+};
+
+NpyArray read_zip_entry(zip_t* archive, const std::string& path, const char* name, const ExampleLimits& limits) {
+  const std::string source = path + ":" + name;
+  zip_int64_t index = zip_name_locate(archive, name, 0);
+  if (index < 0) {
+    fail(Kind::kMissingArray, path + ": the archive has no '" + name + "' (save with numpy.savez(path, x=..., y=...))");
+  }
+  std::unique_ptr<zip_file_t, ZipCloser> file(zip_fopen_index(archive, static_cast<zip_uint64_t>(index), 0));
+  if (!file) fail(Kind::kUnreadable, source + ": cannot open: " + zip_strerror(archive));
+  ZipEntrySource src(file.get(), source);
+  return read_npy_from(src, source, limits);
+}
+
+}  // namespace
+
+NpyArray read_npy(std::istream& in, const std::string& source, const ExampleLimits& limits) {
+  StreamSource src(in, source);
+  return read_npy_from(src, source, limits);
+}
+
+ParsedExamples read_npz(const std::string& path, const ExampleLimits& limits) {
+  int error = 0;
+  std::unique_ptr<zip_t, ZipCloser> archive(zip_open(path.c_str(), ZIP_RDONLY, &error));
+  if (!archive) {
+    zip_error_t ze;
+    zip_error_init_with_code(&ze, error);
+    std::string why = zip_error_strerror(&ze);
+    zip_error_fini(&ze);
+    fail(Kind::kUnreadable, path + ": cannot open as an .npz (zip) archive: " + why);
+  }
+  // Both entries must exist before either is read: a missing y should not cost reading x.
+  for (const char* name : {"x.npy", "y.npy"}) {
+    if (zip_name_locate(archive.get(), name, 0) < 0) {
+      fail(Kind::kMissingArray,
+           path + ": the archive has no '" + name + "' (save with numpy.savez(path, x=..., y=...))");
+    }
+  }
+  NpyArray y = read_zip_entry(archive.get(), path, "y.npy", limits);
+  const std::string ysource = path + ":y.npy";
+  if (y.dtype == NpyArray::Dtype::kFloat32) {
+    fail(Kind::kBadDtype, ysource + ": labels must be integers (|u1, <i4 or <i8), not <f4");
+  }
+  if (y.shape.size() != 1) {
+    fail(Kind::kBadRank, ysource + ": labels must have rank 1, not shape " + shape_text(y.shape));
+  }
+  const uint64_t n = y.shape[0];
+  if (n == 0) fail(Kind::kEmpty, ysource + ": no examples");
+  if (n > limits.max_examples) {
+    fail(Kind::kTooLarge, ysource + ": " + std::to_string(n) + " examples exceed the cap of " +
+                              std::to_string(limits.max_examples));
+  }
+
+  NpyArray x = read_zip_entry(archive.get(), path, "x.npy", limits);
+  const std::string xsource = path + ":x.npy";
+  if (x.dtype != NpyArray::Dtype::kUint8 && x.dtype != NpyArray::Dtype::kFloat32) {
+    fail(Kind::kBadDtype, xsource + ": examples must be |u1 or <f4");
+  }
+  if (x.shape.size() < 2 || x.shape.size() > 4) {
+    fail(Kind::kBadRank, xsource + ": examples must have shape (n, d), (n, h, w) or (n, h, w, c), not " +
+                             shape_text(x.shape));
+  }
+  if (x.shape[0] != n) {
+    fail(Kind::kLengthMismatch, path + ": x holds " + std::to_string(x.shape[0]) + " examples, y holds " +
+                                    std::to_string(n) + " labels");
+  }
+  ParsedExamples out;
+  for (size_t i = 1; i < x.shape.size(); ++i) {
+    if (x.shape[i] == 0 || x.shape[i] > std::numeric_limits<uint32_t>::max()) {
+      fail(Kind::kBadRank, xsource + ": example dimension " + std::to_string(i) + " of shape " +
+                               shape_text(x.shape) + " is out of range");
+    }
+    out.shape.push_back(static_cast<uint32_t>(x.shape[i]));
+  }
+  if (out.shape.size() == 2) out.shape.push_back(1);  // (n, h, w) is (n, h, w, 1)
+  out.dtype = x.dtype == NpyArray::Dtype::kUint8 ? ParsedExamples::Dtype::kUint8 : ParsedExamples::Dtype::kFloat32;
+  if (out.dtype == ParsedExamples::Dtype::kFloat32) {
+    const uint64_t per_example = out.example_values();
+    const uint64_t count = x.bytes.size() / sizeof(float);
+    for (uint64_t i = 0; i < count; ++i) {
+      float v;
+      std::memcpy(&v, x.bytes.data() + i * sizeof(float), sizeof v);
+      if (!std::isfinite(v)) {
+        fail(Kind::kNonFinite, xsource + ": example " + std::to_string(i / per_example) + ", value " +
+                                   std::to_string(i % per_example) + " is " + (std::isnan(v) ? "NaN" : "infinite"));
+      }
+    }
+  }
+  out.bytes = std::move(x.bytes);
+
+  out.labels.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    int64_t v = 0;
+    switch (y.dtype) {
+      case NpyArray::Dtype::kUint8: v = y.bytes[i]; break;
+      case NpyArray::Dtype::kInt32: {
+        int32_t w;
+        std::memcpy(&w, y.bytes.data() + i * 4, 4);
+        v = w;
+        break;
+      }
+      case NpyArray::Dtype::kInt64: std::memcpy(&v, y.bytes.data() + i * 8, 8); break;
+      case NpyArray::Dtype::kFloat32: break;  // rejected above
+    }
+    check_label(v, limits, ysource + ": example " + std::to_string(i));
+    out.labels[i] = static_cast<int32_t>(v);
+  }
+  out.classes = count_classes(out.labels, path);
+  return out;
+}
+
+}  // namespace pstrain
