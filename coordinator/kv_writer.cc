@@ -66,8 +66,13 @@ void KvWriter::run() {
     }
     KvStatus status;
     if (kv_ != nullptr && !writes.empty()) status = kv_->write(writes, sync);
+    if (!status.ok()) {
+      PSLOG(kError) << "kv writer: writing " << writes.size() << " key(s) to " << kv_->directory()
+                    << " failed: " << status.message;
+    }
+    // Callbacks run after a failed write too (it is logged and counted): what they publish is
+    // the running coordinator's truth, which no retry here would make durable either.
     for (auto& callback : callbacks) callback();
-    if (!status.ok()) PSLOG(kError) << "kv writer: writing " << writes.size() << " key(s) to " << kv_->directory() << " failed: " << status.message;
     lock.lock();
     failures_ += status.ok() ? 0 : 1;
     applied_ = upto;
