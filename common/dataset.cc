@@ -86,6 +86,13 @@ Split load_split(const std::string& data_dir, const std::string& dataset, SplitK
   throw DataError("unknown dataset '" + dataset + "' (known: " + known_dataset_names() + ")");
 }
 
+std::pair<std::string, std::string> split_files(const std::string& data_dir, const DatasetInfo& info, SplitKind kind) {
+  const std::string& prefix = kind == SplitKind::kTrain ? info.train_prefix : info.test_prefix;
+  const std::string images_base = prefix + "-images-idx3-ubyte";
+  const std::filesystem::path dir = split_dir(data_dir, info, images_base);
+  return {find_file(dir, images_base, info), find_file(dir, prefix + "-labels-idx1-ubyte", info)};
+}
+
 Split load_split(const std::string& data_dir, const DatasetInfo& info, SplitKind kind) {
   const std::string& prefix = kind == SplitKind::kTrain ? info.train_prefix : info.test_prefix;
   const std::string images_base = prefix + "-images-idx3-ubyte";

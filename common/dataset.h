@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/param_layout.h"
@@ -80,6 +81,10 @@ std::string known_dataset_names();
 // including an unknown dataset name (the message lists the known ones), label/image count
 // mismatches and labels out of range.
 Split load_split(const std::string& data_dir, const std::string& dataset, SplitKind kind);
+
+// The files a split of `info` is read from: {images, labels}, each `.gz` or plain, from the data
+// directory or the fallback (as load_split picks them). Throws DataError if either is missing.
+std::pair<std::string, std::string> split_files(const std::string& data_dir, const DatasetInfo& info, SplitKind kind);
 
 // The same for a dataset described by `info` (known or not): what load_split does after the lookup.
 Split load_split(const std::string& data_dir, const DatasetInfo& info, SplitKind kind);

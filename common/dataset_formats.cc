@@ -1,12 +1,15 @@
 #include "common/dataset_formats.h"
 
 #include <zip.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <unordered_map>
@@ -94,15 +97,45 @@ std::string where(const std::string& source, uint64_t line, const std::string& c
          std::to_string(index + 1) + ")";
 }
 
-// The class count of checked labels (each in [0, max_classes)): max label + 1, at least 2.
-uint32_t count_classes(const std::vector<int32_t>& labels, const std::string& source) {
-  int32_t max_label = 0;
-  for (int32_t label : labels) max_label = std::max(max_label, label);
-  if (max_label < 1) {
-    fail(Kind::kTooFewClasses, source + ": every label is 0; a dataset needs at least 2 classes");
+// Counts checked labels (each in [0, max_classes)) per class; the class count is max label + 1,
+// at least 2.
+class ClassCounter {
+ public:
+  explicit ClassCounter(std::string source) : source_(std::move(source)) {}
+  void add(int32_t label) {
+    const auto l = static_cast<size_t>(label);
+    if (l >= counts_.size()) counts_.resize(l + 1, 0);
+    ++counts_[l];
   }
-  return static_cast<uint32_t>(max_label) + 1;
-}
+  void finish(ExampleSummary& summary) {
+    if (counts_.size() < 2) {
+      fail(Kind::kTooFewClasses, source_ + ": every label is 0; a dataset needs at least 2 classes");
+    }
+    summary.classes = static_cast<uint32_t>(counts_.size());
+    summary.class_counts = std::move(counts_);
+  }
+
+ private:
+  std::string source_;
+  std::vector<uint64_t> counts_;
+};
+
+// Collects what a stream_* function parses into a ParsedExamples.
+class MemorySink final : public ExampleSink {
+ public:
+  void begin(const std::vector<uint32_t>&, ParsedExamples::Dtype) override {}
+  void examples(const uint8_t* bytes, size_t n) override { out_.bytes.insert(out_.bytes.end(), bytes, bytes + n); }
+  void labels(const int32_t* labels, size_t n) override { out_.labels.insert(out_.labels.end(), labels, labels + n); }
+  ParsedExamples take(const ExampleSummary& summary) {
+    out_.shape = summary.shape;
+    out_.dtype = summary.dtype;
+    out_.classes = summary.classes;
+    return std::move(out_);
+  }
+
+ private:
+  ParsedExamples out_;
+};
 
 // Checks one label value (already known to be an integer) against the cap.
 void check_label(int64_t value, const ExampleLimits& limits, const std::string& place, uint64_t line = 0,
@@ -154,7 +187,7 @@ std::string_view format_error_kind_name(DatasetFormatError::Kind kind) {
 // ---------------------------------------------------------------------------------------------
 // CSV
 
-ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvOptions& options) {
+ExampleSummary stream_csv(std::istream& in, const std::string& source, const CsvOptions& options, ExampleSink& sink) {
   const ExampleLimits& limits = options.limits;
   std::string line;
   std::vector<std::string_view> fields;
@@ -218,21 +251,23 @@ ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvO
   const uint64_t features = columns - 1;
   const uint64_t row_bytes = features * sizeof(float);
 
-  ParsedExamples out;
+  ExampleSummary out;
   out.shape = {static_cast<uint32_t>(features)};
   out.dtype = ParsedExamples::Dtype::kFloat32;
+  sink.begin(out.shape, out.dtype);
   std::vector<float> row(features);
+  ClassCounter classes(source);
 
   while (read_line(in, line, options.max_line_bytes, source, line_number + 1)) {
     ++line_number;
     if (trim(line).empty()) continue;
-    if (out.labels.size() >= limits.max_examples) {
+    if (out.examples >= limits.max_examples) {
       fail(Kind::kTooLarge,
            source + ": line " + std::to_string(line_number) + ": more than the cap of " +
                std::to_string(limits.max_examples) + " rows",
            line_number);
     }
-    if (out.bytes.size() + row_bytes > limits.max_bytes) {
+    if ((out.examples + 1) * row_bytes > limits.max_bytes) {
       fail(Kind::kTooLarge,
            source + ": line " + std::to_string(line_number) + ": the features exceed the cap of " +
                std::to_string(limits.max_bytes) + " bytes",
@@ -246,6 +281,7 @@ ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvO
            line_number);
     }
     size_t f = 0;
+    int32_t label = 0;
     for (size_t i = 0; i < columns; ++i) {
       std::string_view cell = fields[i];
       if (cell.find('"') != std::string_view::npos) {
@@ -263,7 +299,7 @@ ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvO
                line_number, names[i]);
         }
         check_label(value, limits, where(source, line_number, names[i], i), line_number, names[i]);
-        out.labels.push_back(static_cast<int32_t>(value));
+        label = static_cast<int32_t>(value);
         continue;
       }
       std::string_view number = cell;
@@ -287,13 +323,20 @@ ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvO
       }
       row[f++] = narrowed;
     }
-    const auto* p = reinterpret_cast<const uint8_t*>(row.data());
-    out.bytes.insert(out.bytes.end(), p, p + row_bytes);
+    sink.examples(reinterpret_cast<const uint8_t*>(row.data()), row_bytes);
+    sink.labels(&label, 1);
+    classes.add(label);
+    ++out.examples;
   }
   if (in.bad()) fail(Kind::kUnreadable, source + ": read error after line " + std::to_string(line_number));
-  if (out.labels.empty()) fail(Kind::kEmpty, source + ": the file has a header and no data rows", line_number);
-  out.classes = count_classes(out.labels, source);
+  if (out.examples == 0) fail(Kind::kEmpty, source + ": the file has a header and no data rows", line_number);
+  classes.finish(out);
   return out;
+}
+
+ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvOptions& options) {
+  MemorySink sink;
+  return sink.take(stream_csv(in, source, options, sink));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -465,7 +508,14 @@ uint32_t npy_dtype_size(NpyArray::Dtype dtype) {
   return 1;
 }
 
-NpyArray read_npy_from(ByteSource& src, const std::string& source, const ExampleLimits& limits) {
+struct NpyHeader {
+  NpyArray::Dtype dtype = NpyArray::Dtype::kUint8;
+  std::vector<uint64_t> shape;
+  uint64_t bytes = 0;  // of the data that follows, checked against limits.max_bytes
+};
+
+// Reads an .npy preamble and header, leaving `src` at the first data byte.
+NpyHeader read_npy_header(ByteSource& src, const std::string& source, const ExampleLimits& limits) {
   uint8_t preamble[8];
   read_exactly(src, preamble, sizeof preamble, source, ".npy preamble");
   if (std::memcmp(preamble, "\x93NUMPY", 6) != 0) {
@@ -494,26 +544,25 @@ NpyArray read_npy_from(ByteSource& src, const std::string& source, const Example
 
   std::string descr;
   bool fortran = false;
-  NpyArray array;
-  HeaderParser(header, source).parse(descr, fortran, array.shape);
+  NpyHeader h;
+  HeaderParser(header, source).parse(descr, fortran, h.shape);
   if (descr == "|u1" || descr == "<u1" || descr == ">u1") {
-    array.dtype = NpyArray::Dtype::kUint8;
+    h.dtype = NpyArray::Dtype::kUint8;
   } else if (descr == "<i4") {
-    array.dtype = NpyArray::Dtype::kInt32;
+    h.dtype = NpyArray::Dtype::kInt32;
   } else if (descr == "<i8") {
-    array.dtype = NpyArray::Dtype::kInt64;
+    h.dtype = NpyArray::Dtype::kInt64;
   } else if (descr == "<f4") {
-    array.dtype = NpyArray::Dtype::kFloat32;
+    h.dtype = NpyArray::Dtype::kFloat32;
   } else {
     fail(Kind::kBadDtype, source + ": unsupported dtype '" + descr + "' (accepted: |u1, <i4, <i8, <f4)");
   }
   if (fortran) {
     fail(Kind::kFortranOrder, source + ": fortran_order is True; save the array in C order (numpy.ascontiguousarray)");
   }
-  // Size, with overflow checks, before allocating anything.
-  const uint64_t elem = npy_dtype_size(array.dtype);
-  uint64_t bytes = elem;
-  for (uint64_t d : array.shape) {
+  // Size, with overflow checks, before anything is allocated or read.
+  uint64_t bytes = npy_dtype_size(h.dtype);
+  for (uint64_t d : h.shape) {
     if (d != 0 && bytes > limits.max_bytes / d) {
       fail(Kind::kTooLarge, source + ": the array's size exceeds the cap of " + std::to_string(limits.max_bytes) +
                                 " bytes");
@@ -524,13 +573,27 @@ NpyArray read_npy_from(ByteSource& src, const std::string& source, const Example
     fail(Kind::kTooLarge, source + ": the array's " + std::to_string(bytes) + " bytes exceed the cap of " +
                               std::to_string(limits.max_bytes));
   }
-  array.bytes.resize(bytes);
-  read_exactly(src, array.bytes.data(), bytes, source, "array data");
+  h.bytes = bytes;
+  return h;
+}
+
+// After the last data byte: nothing may follow.
+void expect_end(ByteSource& src, const std::string& source, uint64_t bytes) {
   uint8_t extra;
   if (src.read(&extra, 1) != 0) {
     fail(Kind::kTrailingData, source + ": data continues past the " + std::to_string(bytes) +
                                   " bytes the shape describes");
   }
+}
+
+NpyArray read_npy_from(ByteSource& src, const std::string& source, const ExampleLimits& limits) {
+  NpyHeader h = read_npy_header(src, source, limits);
+  NpyArray array;
+  array.dtype = h.dtype;
+  array.shape = std::move(h.shape);
+  array.bytes.resize(h.bytes);
+  read_exactly(src, array.bytes.data(), h.bytes, source, "array data");
+  expect_end(src, source, h.bytes);
   return array;
 }
 
@@ -546,16 +609,14 @@ struct ZipCloser {
   void operator()(zip_file_t* f) const { zip_fclose(f); }
 };
 
-NpyArray read_zip_entry(zip_t* archive, const std::string& path, const char* name, const ExampleLimits& limits) {
-  const std::string source = path + ":" + name;
+std::unique_ptr<zip_file_t, ZipCloser> open_zip_entry(zip_t* archive, const std::string& path, const char* name) {
   zip_int64_t index = zip_name_locate(archive, name, 0);
   if (index < 0) {
     fail(Kind::kMissingArray, path + ": the archive has no '" + name + "' (save with numpy.savez(path, x=..., y=...))");
   }
   std::unique_ptr<zip_file_t, ZipCloser> file(zip_fopen_index(archive, static_cast<zip_uint64_t>(index), 0));
-  if (!file) fail(Kind::kUnreadable, source + ": cannot open: " + zip_strerror(archive));
-  ZipEntrySource src(file.get(), source);
-  return read_npy_from(src, source, limits);
+  if (!file) fail(Kind::kUnreadable, path + ":" + name + ": cannot open: " + zip_strerror(archive));
+  return file;
 }
 
 }  // namespace
@@ -565,7 +626,99 @@ NpyArray read_npy(std::istream& in, const std::string& source, const ExampleLimi
   return read_npy_from(src, source, limits);
 }
 
-ParsedExamples read_npz(const std::string& path, const ExampleLimits& limits) {
+namespace {
+
+// The labels array y: integers of rank 1, each checked; returns them as int32.
+std::vector<int32_t> read_labels(ByteSource& src, const std::string& ysource, const ExampleLimits& limits,
+                                 ClassCounter& classes) {
+  NpyArray y = read_npy_from(src, ysource, limits);
+  if (y.dtype == NpyArray::Dtype::kFloat32) {
+    fail(Kind::kBadDtype, ysource + ": labels must be integers (|u1, <i4 or <i8), not <f4");
+  }
+  if (y.shape.size() != 1) {
+    fail(Kind::kBadRank, ysource + ": labels must have rank 1, not shape " + shape_text(y.shape));
+  }
+  const uint64_t n = y.shape[0];
+  if (n == 0) fail(Kind::kEmpty, ysource + ": no examples");
+  if (n > limits.max_examples) {
+    fail(Kind::kTooLarge, ysource + ": " + std::to_string(n) + " examples exceed the cap of " +
+                              std::to_string(limits.max_examples));
+  }
+  std::vector<int32_t> labels(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    int64_t v = 0;
+    switch (y.dtype) {
+      case NpyArray::Dtype::kUint8: v = y.bytes[i]; break;
+      case NpyArray::Dtype::kInt32: {
+        int32_t w;
+        std::memcpy(&w, y.bytes.data() + i * 4, 4);
+        v = w;
+        break;
+      }
+      case NpyArray::Dtype::kInt64: std::memcpy(&v, y.bytes.data() + i * 8, 8); break;
+      case NpyArray::Dtype::kFloat32: break;  // rejected above
+    }
+    check_label(v, limits, ysource + ": example " + std::to_string(i));
+    labels[i] = static_cast<int32_t>(v);
+    classes.add(labels[i]);
+  }
+  return labels;
+}
+
+// The examples array x, checked against y's length and streamed to the sink in bounded pieces
+// (float values checked finite on the way).
+void stream_examples(ByteSource& src, const std::string& xsource, const std::string& pair, uint64_t n,
+                     const ExampleLimits& limits, ExampleSink& sink, ExampleSummary& out) {
+  NpyHeader x = read_npy_header(src, xsource, limits);
+  if (x.dtype != NpyArray::Dtype::kUint8 && x.dtype != NpyArray::Dtype::kFloat32) {
+    fail(Kind::kBadDtype, xsource + ": examples must be |u1 or <f4");
+  }
+  if (x.shape.size() < 2 || x.shape.size() > 4) {
+    fail(Kind::kBadRank, xsource + ": examples must have shape (n, d), (n, h, w) or (n, h, w, c), not " +
+                             shape_text(x.shape));
+  }
+  if (x.shape[0] != n) {
+    fail(Kind::kLengthMismatch, pair + ": x holds " + std::to_string(x.shape[0]) + " examples, y holds " +
+                                    std::to_string(n) + " labels");
+  }
+  for (size_t i = 1; i < x.shape.size(); ++i) {
+    if (x.shape[i] == 0 || x.shape[i] > std::numeric_limits<uint32_t>::max()) {
+      fail(Kind::kBadRank, xsource + ": example dimension " + std::to_string(i) + " of shape " +
+                               shape_text(x.shape) + " is out of range");
+    }
+    out.shape.push_back(static_cast<uint32_t>(x.shape[i]));
+  }
+  if (out.shape.size() == 2) out.shape.push_back(1);  // (n, h, w) is (n, h, w, 1)
+  out.dtype = x.dtype == NpyArray::Dtype::kUint8 ? ParsedExamples::Dtype::kUint8 : ParsedExamples::Dtype::kFloat32;
+  out.examples = n;
+  sink.begin(out.shape, out.dtype);
+  uint64_t per_example = 1;
+  for (uint32_t d : out.shape) per_example *= d;
+  constexpr size_t kPiece = 1 << 20;  // a multiple of 4: float values never straddle pieces
+  std::vector<uint8_t> piece(std::min<uint64_t>(kPiece, x.bytes));
+  for (uint64_t done = 0; done < x.bytes;) {
+    const size_t n_bytes = static_cast<size_t>(std::min<uint64_t>(kPiece, x.bytes - done));
+    read_exactly(src, piece.data(), n_bytes, xsource, "array data");
+    if (out.dtype == ParsedExamples::Dtype::kFloat32) {
+      for (size_t i = 0; i < n_bytes / sizeof(float); ++i) {
+        float v;
+        std::memcpy(&v, piece.data() + i * sizeof(float), sizeof v);
+        if (!std::isfinite(v)) {
+          const uint64_t at = done / sizeof(float) + i;
+          fail(Kind::kNonFinite, xsource + ": example " + std::to_string(at / per_example) + ", value " +
+                                     std::to_string(at % per_example) + " is " + (std::isnan(v) ? "NaN" : "infinite"));
+        }
+      }
+    }
+    sink.examples(piece.data(), n_bytes);
+    done += n_bytes;
+  }
+  expect_end(src, xsource, x.bytes);
+}
+
+}  // namespace
+
+ExampleSummary stream_npz(const std::string& path, const ExampleLimits& limits, ExampleSink& sink) {
   int error = 0;
   std::unique_ptr<zip_t, ZipCloser> archive(zip_open(path.c_str(), ZIP_RDONLY, &error));
   if (!archive) {
@@ -582,77 +735,215 @@ ParsedExamples read_npz(const std::string& path, const ExampleLimits& limits) {
            path + ": the archive has no '" + name + "' (save with numpy.savez(path, x=..., y=...))");
     }
   }
-  NpyArray y = read_zip_entry(archive.get(), path, "y.npy", limits);
-  const std::string ysource = path + ":y.npy";
-  if (y.dtype == NpyArray::Dtype::kFloat32) {
-    fail(Kind::kBadDtype, ysource + ": labels must be integers (|u1, <i4 or <i8), not <f4");
+  ExampleSummary out;
+  ClassCounter classes(path);
+  std::vector<int32_t> labels;
+  {
+    auto y = open_zip_entry(archive.get(), path, "y.npy");
+    ZipEntrySource src(y.get(), path + ":y.npy");
+    labels = read_labels(src, path + ":y.npy", limits, classes);
   }
-  if (y.shape.size() != 1) {
-    fail(Kind::kBadRank, ysource + ": labels must have rank 1, not shape " + shape_text(y.shape));
+  {
+    auto x = open_zip_entry(archive.get(), path, "x.npy");
+    ZipEntrySource src(x.get(), path + ":x.npy");
+    stream_examples(src, path + ":x.npy", path, labels.size(), limits, sink, out);
   }
-  const uint64_t n = y.shape[0];
-  if (n == 0) fail(Kind::kEmpty, ysource + ": no examples");
-  if (n > limits.max_examples) {
-    fail(Kind::kTooLarge, ysource + ": " + std::to_string(n) + " examples exceed the cap of " +
-                              std::to_string(limits.max_examples));
-  }
-
-  NpyArray x = read_zip_entry(archive.get(), path, "x.npy", limits);
-  const std::string xsource = path + ":x.npy";
-  if (x.dtype != NpyArray::Dtype::kUint8 && x.dtype != NpyArray::Dtype::kFloat32) {
-    fail(Kind::kBadDtype, xsource + ": examples must be |u1 or <f4");
-  }
-  if (x.shape.size() < 2 || x.shape.size() > 4) {
-    fail(Kind::kBadRank, xsource + ": examples must have shape (n, d), (n, h, w) or (n, h, w, c), not " +
-                             shape_text(x.shape));
-  }
-  if (x.shape[0] != n) {
-    fail(Kind::kLengthMismatch, path + ": x holds " + std::to_string(x.shape[0]) + " examples, y holds " +
-                                    std::to_string(n) + " labels");
-  }
-  ParsedExamples out;
-  for (size_t i = 1; i < x.shape.size(); ++i) {
-    if (x.shape[i] == 0 || x.shape[i] > std::numeric_limits<uint32_t>::max()) {
-      fail(Kind::kBadRank, xsource + ": example dimension " + std::to_string(i) + " of shape " +
-                               shape_text(x.shape) + " is out of range");
-    }
-    out.shape.push_back(static_cast<uint32_t>(x.shape[i]));
-  }
-  if (out.shape.size() == 2) out.shape.push_back(1);  // (n, h, w) is (n, h, w, 1)
-  out.dtype = x.dtype == NpyArray::Dtype::kUint8 ? ParsedExamples::Dtype::kUint8 : ParsedExamples::Dtype::kFloat32;
-  if (out.dtype == ParsedExamples::Dtype::kFloat32) {
-    const uint64_t per_example = out.example_values();
-    const uint64_t count = x.bytes.size() / sizeof(float);
-    for (uint64_t i = 0; i < count; ++i) {
-      float v;
-      std::memcpy(&v, x.bytes.data() + i * sizeof(float), sizeof v);
-      if (!std::isfinite(v)) {
-        fail(Kind::kNonFinite, xsource + ": example " + std::to_string(i / per_example) + ", value " +
-                                   std::to_string(i % per_example) + " is " + (std::isnan(v) ? "NaN" : "infinite"));
-      }
-    }
-  }
-  out.bytes = std::move(x.bytes);
-
-  out.labels.resize(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    int64_t v = 0;
-    switch (y.dtype) {
-      case NpyArray::Dtype::kUint8: v = y.bytes[i]; break;
-      case NpyArray::Dtype::kInt32: {
-        int32_t w;
-        std::memcpy(&w, y.bytes.data() + i * 4, 4);
-        v = w;
-        break;
-      }
-      case NpyArray::Dtype::kInt64: std::memcpy(&v, y.bytes.data() + i * 8, 8); break;
-      case NpyArray::Dtype::kFloat32: break;  // rejected above
-    }
-    check_label(v, limits, ysource + ": example " + std::to_string(i));
-    out.labels[i] = static_cast<int32_t>(v);
-  }
-  out.classes = count_classes(out.labels, path);
+  sink.labels(labels.data(), labels.size());
+  classes.finish(out);
   return out;
+}
+
+ParsedExamples read_npz(const std::string& path, const ExampleLimits& limits) {
+  MemorySink sink;
+  return sink.take(stream_npz(path, limits, sink));
+}
+
+ExampleSummary stream_npy_pair(const std::string& x_path, const std::string& y_path, const ExampleLimits& limits,
+                               ExampleSink& sink) {
+  auto open = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(Kind::kUnreadable, path + ": cannot open: " + std::strerror(errno));
+    return in;
+  };
+  ExampleSummary out;
+  ClassCounter classes(y_path);
+  std::vector<int32_t> labels;
+  {
+    std::ifstream in = open(y_path);
+    StreamSource src(in, y_path);
+    labels = read_labels(src, y_path, limits, classes);
+  }
+  {
+    std::ifstream in = open(x_path);
+    StreamSource src(in, x_path);
+    stream_examples(src, x_path, x_path + " and " + y_path, labels.size(), limits, sink, out);
+  }
+  sink.labels(labels.data(), labels.size());
+  classes.finish(out);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// IDX pairs
+
+namespace {
+
+// A gzip'd or plain file (zlib reads plain files transparently).
+class GzSource : public ByteSource {
+ public:
+  explicit GzSource(const std::string& path) : path_(path), file_(gzopen(path.c_str(), "rb")) {
+    if (file_ == nullptr) fail(Kind::kUnreadable, path + ": cannot open: " + std::strerror(errno));
+    gzbuffer(file_, 1 << 20);
+  }
+  ~GzSource() override { gzclose(file_); }
+  GzSource(const GzSource&) = delete;
+  GzSource& operator=(const GzSource&) = delete;
+  size_t read(void* data, size_t n) override {
+    const int got = gzread(file_, data, static_cast<unsigned>(std::min<size_t>(n, 1u << 30)));
+    if (got < 0) {
+      int code = 0;
+      fail(Kind::kUnreadable, path_ + ": not a readable gzip or IDX file: " + gzerror(file_, &code));
+    }
+    return static_cast<size_t>(got);
+  }
+
+ private:
+  std::string path_;
+  gzFile file_;
+};
+
+// An IDX header of unsigned bytes (type 0x08) with `rank` dimensions.
+std::vector<uint64_t> read_idx_header(ByteSource& src, const std::string& source, int rank, const char* role) {
+  uint8_t magic[4];
+  read_exactly(src, magic, 4, source, "IDX header");
+  if (magic[0] != 0 || magic[1] != 0) fail(Kind::kBadNpyHeader, source + ": not an IDX file (bad magic)");
+  if (magic[2] != 0x08) {
+    fail(Kind::kBadDtype, source + ": IDX type 0x" + std::to_string(magic[2]) + " is not unsigned bytes (0x08)");
+  }
+  if (magic[3] != rank) {
+    fail(Kind::kBadRank, source + ": " + role + " must have " + std::to_string(rank) + " dimensions, not " +
+                             std::to_string(magic[3]));
+  }
+  std::vector<uint64_t> dims(static_cast<size_t>(rank));
+  for (auto& d : dims) {
+    uint8_t b[4];
+    read_exactly(src, b, 4, source, "IDX dimensions");
+    d = (uint64_t{b[0]} << 24) | (uint64_t{b[1]} << 16) | (uint64_t{b[2]} << 8) | b[3];
+  }
+  return dims;
+}
+
+}  // namespace
+
+ExampleSummary stream_idx(const std::string& images_path, const std::string& labels_path, const ExampleLimits& limits,
+                          ExampleSink& sink) {
+  ExampleSummary out;
+  ClassCounter classes(labels_path);
+  std::vector<int32_t> labels;
+  {
+    GzSource src(labels_path);
+    const uint64_t n = read_idx_header(src, labels_path, 1, "labels")[0];
+    if (n == 0) fail(Kind::kEmpty, labels_path + ": no labels");
+    if (n > limits.max_examples) {
+      fail(Kind::kTooLarge, labels_path + ": " + std::to_string(n) + " labels exceed the cap of " +
+                                std::to_string(limits.max_examples));
+    }
+    std::vector<uint8_t> bytes(n);
+    read_exactly(src, bytes.data(), n, labels_path, "labels");
+    expect_end(src, labels_path, n);
+    labels.resize(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      check_label(bytes[i], limits, labels_path + ": example " + std::to_string(i));
+      labels[i] = bytes[i];
+      classes.add(labels[i]);
+    }
+  }
+  {
+    GzSource src(images_path);
+    const std::vector<uint64_t> dims = read_idx_header(src, images_path, 3, "images");
+    if (dims[0] != labels.size()) {
+      fail(Kind::kLengthMismatch, images_path + ": holds " + std::to_string(dims[0]) + " images, " + labels_path +
+                                      " holds " + std::to_string(labels.size()) + " labels");
+    }
+    if (dims[1] == 0 || dims[2] == 0) fail(Kind::kBadRank, images_path + ": an image dimension is 0");
+    const uint64_t per_example = dims[1] * dims[2];
+    if (per_example > limits.max_bytes / dims[0]) {
+      fail(Kind::kTooLarge, images_path + ": the images exceed the cap of " + std::to_string(limits.max_bytes) + " bytes");
+    }
+    out.shape = {static_cast<uint32_t>(dims[1]), static_cast<uint32_t>(dims[2]), 1};
+    out.dtype = ParsedExamples::Dtype::kUint8;
+    out.examples = dims[0];
+    sink.begin(out.shape, out.dtype);
+    const uint64_t total = dims[0] * per_example;
+    std::vector<uint8_t> piece(std::min<uint64_t>(total, 1 << 20));
+    for (uint64_t done = 0; done < total;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(piece.size(), total - done));
+      read_exactly(src, piece.data(), n, images_path, "images");
+      sink.examples(piece.data(), n);
+      done += n;
+    }
+    expect_end(src, images_path, total);
+  }
+  sink.labels(labels.data(), labels.size());
+  classes.finish(out);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing .npy
+
+namespace {
+
+// Version 1.0 header padded to kNpyHeaderBytes in all, so a writer can put it first and fill in
+// the example count at the end. 128 bytes hold any shape of up to 4 dimensions of 2^32.
+constexpr size_t kNpyHeaderBytes = 128;
+
+std::string npy_header(const char* descr, const std::vector<uint64_t>& shape) {
+  std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
+  std::string header = std::string("\x93NUMPY\x01\x00", 8) + "  " + dict;
+  if (header.size() + 1 > kNpyHeaderBytes) throw Error("an .npy header of shape " + shape_text(shape) + " is too long");
+  header.resize(kNpyHeaderBytes - 1, ' ');
+  header.push_back('\n');
+  const size_t len = kNpyHeaderBytes - 10;
+  header[8] = static_cast<char>(len & 0xff);
+  header[9] = static_cast<char>(len >> 8);
+  return header;
+}
+
+const char* npy_descr(ParsedExamples::Dtype dtype) { return dtype == ParsedExamples::Dtype::kUint8 ? "|u1" : "<f4"; }
+
+}  // namespace
+
+NpyFileWriter::NpyFileWriter(std::string x_path, std::string y_path) : x_path_(std::move(x_path)), y_path_(std::move(y_path)) {
+  x_.open(x_path_, std::ios::binary | std::ios::trunc);
+  if (!x_) throw Error(x_path_ + ": cannot create: " + std::strerror(errno));
+  x_.write(std::string(kNpyHeaderBytes, ' ').data(), kNpyHeaderBytes);  // the header comes at the end
+}
+
+void NpyFileWriter::begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype dtype) {
+  shape_ = shape;
+  dtype_ = dtype;
+}
+
+void NpyFileWriter::examples(const uint8_t* bytes, size_t n) {
+  x_.write(reinterpret_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+  if (!x_) throw Error(x_path_ + ": write failed: " + std::strerror(errno));
+}
+
+void NpyFileWriter::labels(const int32_t* labels, size_t n) { labels_.insert(labels_.end(), labels, labels + n); }
+
+void NpyFileWriter::finish() {
+  std::vector<uint64_t> x_shape = {labels_.size()};
+  x_shape.insert(x_shape.end(), shape_.begin(), shape_.end());
+  x_.seekp(0);
+  x_.write(npy_header(npy_descr(dtype_), x_shape).data(), kNpyHeaderBytes);
+  x_.close();
+  if (!x_) throw Error(x_path_ + ": write failed: " + std::strerror(errno));
+  std::ofstream y(y_path_, std::ios::binary | std::ios::trunc);
+  y.write(npy_header("<i4", {labels_.size()}).data(), kNpyHeaderBytes);
+  y.write(reinterpret_cast<const char*>(labels_.data()), static_cast<std::streamsize>(labels_.size() * sizeof(int32_t)));
+  y.close();
+  if (!y) throw Error(y_path_ + ": write failed: " + std::strerror(errno));
 }
 
 }  // namespace pstrain

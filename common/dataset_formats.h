@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <istream>
 #include <string>
 #include <string_view>
@@ -83,6 +84,28 @@ class DatasetFormatError : public DataError {
 // The kind's stable name ("ragged_row", "not_numeric", ...), for logs and problem types.
 std::string_view format_error_kind_name(DatasetFormatError::Kind kind);
 
+// What a stream_* function found: the examples' shape and dtype, their count, and the classes.
+struct ExampleSummary {
+  std::vector<uint32_t> shape;  // per example: {d} or {h, w, c}
+  ParsedExamples::Dtype dtype = ParsedExamples::Dtype::kFloat32;
+  uint64_t examples = 0;
+  uint32_t classes = 0;               // max label + 1, at least 2
+  std::vector<uint64_t> class_counts;  // examples per label, `classes` entries
+};
+
+// Where the streaming parsers put what they read, in bounded pieces, so that a file of any size
+// is checked and converted without being held in memory. Calls: begin() once (before any
+// examples), then examples() with whole or partial examples' bytes in order, and labels() in
+// order (the parsers may give every label before or after the examples). A sink may throw to
+// stop the parse (e.g. a full disk); the exception propagates.
+class ExampleSink {
+ public:
+  virtual ~ExampleSink() = default;
+  virtual void begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype dtype) = 0;
+  virtual void examples(const uint8_t* bytes, size_t n) = 0;
+  virtual void labels(const int32_t* labels, size_t n) = 0;
+};
+
 // Caps shared by both formats. Defaults in comments.
 struct ExampleLimits {
   uint64_t max_examples = 10'000'000;         // rows of a CSV, length of x and y
@@ -112,6 +135,8 @@ struct CsvOptions {
 // Classes: classes = max label + 1, which must be at least 2 and at most limits.max_classes.
 // Not every class in [0, classes) needs to appear: a small upload may lack a rare class.
 ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvOptions& options = {});
+// The same, streamed to `sink` row by row.
+ExampleSummary stream_csv(std::istream& in, const std::string& source, const CsvOptions& options, ExampleSink& sink);
 
 // One array of an .npy file.
 struct NpyArray {
@@ -132,5 +157,36 @@ NpyArray read_npy(std::istream& in, const std::string& source, const ExampleLimi
 //   y: '|u1', '<i4' or '<i8', shape (n,), each a non-negative integer (classes as for parse_csv).
 // Other entries are ignored. Float x must be finite. The result's dtype follows x.
 ParsedExamples read_npz(const std::string& path, const ExampleLimits& limits = {});
+// The same, streamed: y is read whole (labels are small), x in pieces of 1 MiB.
+ExampleSummary stream_npz(const std::string& path, const ExampleLimits& limits, ExampleSink& sink);
+// The same rules for a pair of .npy files (what the dataset catalog stores, or a directory holds).
+ExampleSummary stream_npy_pair(const std::string& x_path, const std::string& y_path, const ExampleLimits& limits,
+                               ExampleSink& sink);
+
+// An MNIST-style IDX pair, each gzip'd or plain: images (n, h, w) of unsigned bytes, read as
+// uint8 examples of shape {h, w, 1}, and labels (n) of unsigned bytes. Defects are
+// DatasetFormatErrors as above (a bad magic is kBadNpyHeader, a count mismatch kLengthMismatch).
+ExampleSummary stream_idx(const std::string& images_path, const std::string& labels_path, const ExampleLimits& limits,
+                          ExampleSink& sink);
+
+// A sink writing the form the dataset catalog stores: `x_path` an .npy of the examples
+// ((n, ...shape), |u1 or <f4) and `y_path` an .npy of int32 labels ((n,)). The examples go to disk
+// as they come; the labels are kept (4 bytes each) and written by finish(). Throws pstrain::Error
+// for an I/O failure. The files are complete only after finish().
+class NpyFileWriter final : public ExampleSink {
+ public:
+  NpyFileWriter(std::string x_path, std::string y_path);
+  void begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype dtype) override;
+  void examples(const uint8_t* bytes, size_t n) override;
+  void labels(const int32_t* labels, size_t n) override;
+  void finish();
+
+ private:
+  std::string x_path_, y_path_;
+  std::ofstream x_;
+  std::vector<uint32_t> shape_;
+  ParsedExamples::Dtype dtype_ = ParsedExamples::Dtype::kFloat32;
+  std::vector<int32_t> labels_;
+};
 
 }  // namespace pstrain

@@ -26,7 +26,7 @@ const char* training_mode_name(TrainingMode mode);
 const char* optimizer_type_name(OptimizerType type);
 
 struct DatasetSpec {
-  std::string name;                          // a known dataset: mnist10k, fashion, fashion-mnist
+  std::string name;                          // a built-in (mnist10k, fashion, fashion-mnist) or catalog dataset
   ShardPolicy shard_policy = ShardPolicy::kData;
   uint64_t shuffle_seed = 0;
 };
@@ -70,15 +70,16 @@ struct JobSpec {
 };
 
 // Parses and validates a job spec. Throws SpecError (kMalformed for text that is not JSON,
-// kInvalid for everything else) naming the field.
+// kInvalid for everything else) naming the field. The dataset is checked as validate_job_spec(spec)
+// does: what every process receiving a job needs (a server or worker does not know the catalog).
 JobSpec parse_job_spec(std::string_view json_text);
-// The same with the datasets a spec may name given (the dataset table by default).
+// The same, strict about the dataset: it must be one of `datasets` and the spec must fit it.
 JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets);
 
-// Checks that need the dataset's properties: the dataset is a known one and the spec fits it
-// (check_spec_against_dataset with the dataset table's entry). Called by parse_job_spec, which
-// REST (POST /v1/jobs), pstrain-train and every process receiving a job share; exposed for specs
-// built in code.
+// The dataset checks. Without a list: the name follows the dataset name rule, and a built-in
+// dataset (the dataset table) must fit the spec; any other name is left to whoever knows the
+// datasets (the coordinator's catalog at submit, the loaded files at job start). With a list: the
+// dataset must be in it and fit the spec (check_spec_against_dataset).
 void validate_job_spec(const JobSpec& spec);
 void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& datasets);
 

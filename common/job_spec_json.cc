@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/dataset.h"
+#include "common/dataset_manifest.h"
 #include "common/error.h"
 #include "common/job_spec.h"
 
@@ -387,9 +388,9 @@ const char* optimizer_type_name(OptimizerType type) {
   return "?";
 }
 
-JobSpec parse_job_spec(std::string_view json_text) { return parse_job_spec(json_text, known_datasets()); }
+namespace {
 
-JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets) {
+JobSpec parse_unchecked(std::string_view json_text) {
   json::parse_options options;
   options.max_depth = 32;
   boost::system::error_code ec;
@@ -411,11 +412,31 @@ JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo
   spec.training = read_training(r.required("training"));
   if (const json::value* b = r.optional("backup")) spec.backup = read_backup(*b);
   r.finish();
+  return spec;
+}
+
+}  // namespace
+
+JobSpec parse_job_spec(std::string_view json_text) {
+  JobSpec spec = parse_unchecked(json_text);
+  validate_job_spec(spec);
+  return spec;
+}
+
+JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets) {
+  JobSpec spec = parse_unchecked(json_text);
   validate_job_spec(spec, datasets);
   return spec;
 }
 
-void validate_job_spec(const JobSpec& spec) { validate_job_spec(spec, known_datasets()); }
+void validate_job_spec(const JobSpec& spec) {
+  if (!is_valid_dataset_name(spec.dataset.name)) {
+    throw SpecError("/dataset/name", "\"" + spec.dataset.name +
+                                         "\" is not a dataset name (1 to 64 of a-z, 0-9, '.', '_', '-', starting with a "
+                                         "letter or digit)");
+  }
+  if (const DatasetInfo* d = find_dataset(spec.dataset.name)) check_spec_against_dataset(spec, *d);
+}
 
 void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& datasets) {
   std::string names;

@@ -46,7 +46,11 @@ int main(int argc, char** argv) {
   flags.add("http-read-timeout-s", "PSTRAIN_HTTP_READ_TIMEOUT_S", "10",
             "Seconds a client has to send a complete request before it gets 408.");
   flags.add("http-max-connections", "PSTRAIN_HTTP_MAX_CONNECTIONS", "512", "Open HTTP connections beyond this get 503.");
-  flags.add("data-dir", "PSTRAIN_DATA_DIR", "data", "Directory holding the datasets' IDX files.");
+  flags.add("data-dir", "PSTRAIN_DATA_DIR", "data",
+            "Directory of the datasets: the built-in ones' IDX files, and a directory per uploaded or\n"
+            "dropped-in dataset (<name>/dataset.json); uploads are written here.");
+  flags.add("max-upload-bytes", "PSTRAIN_MAX_UPLOAD_BYTES", std::to_string(uint64_t{4} << 30),
+            "Largest dataset file accepted by PUT /v1/datasets/... (413 beyond).");
   flags.add("state-dir", "PSTRAIN_STATE_DIR", "coordinator-state",
             "RocksDB directory for the coordinator's jobs, metrics and models (created if missing).");
   flags.add("job", "PSTRAIN_JOB", "",
@@ -70,6 +74,7 @@ int main(int argc, char** argv) {
     config.http_read_timeout_s = flags.get_int("http-read-timeout-s", 1, 3600);
     config.http_max_connections = flags.get_int("http-max-connections", 1, 100000);
     config.node.data_dir = flags.get("data-dir");
+    config.node.max_upload_bytes = static_cast<uint64_t>(flags.get_int("max-upload-bytes", 1, int64_t{1} << 50));
     config.node.state_dir = flags.get("state-dir");
     config.job_file = flags.get("job");
     config.save_params = flags.get("save-params");
@@ -133,7 +138,7 @@ int main(int argc, char** argv) {
   }
 
   KjJobCommands commands(kj::getCurrentThreadExecutor(), jobs, store, [&] { node->schedule(); });
-  RestApi api(store, commands, openapi_document());
+  RestApi api(store, commands, openapi_document(), &node->catalog());
   HttpServerOptions http_options;
   http_options.host = config.http.host;
   http_options.port = static_cast<uint16_t>(config.http.port);

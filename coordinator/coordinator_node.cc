@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "coordinator/job_json.h"
 
 namespace pstrain {
 namespace {
@@ -38,6 +39,8 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       config_(config),
       kv_(open_state(config.state_dir)),
       store_(kv_.get()),
+      catalog_(DatasetCatalog::Options{config.data_dir, config.max_upload_bytes, {}}, kv_.get(),
+               [this](const std::string& dataset) { return jobs_using_dataset(store_, dataset); }),
       cluster_(std::chrono::milliseconds(config.dead_after_ms)),
       data_(config.data_dir),
       jobs_(cluster_, data_, store_, io_, config.job) {

@@ -1,5 +1,5 @@
 // The coordinator as pstrain-coordinator runs it, less the REST API and the --job job: the job
-// store on its RocksDB directory, cluster membership, the data service, the jobs (unfinished ones
+// store on its RocksDB directory, the dataset catalog, cluster membership, the data service, the jobs (unfinished ones
 // re-queued from the store after a restart), the Coordinator RPC service on a listening socket,
 // and the housekeeping that declares silent nodes dead, starts queued jobs and lets running ones
 // take free workers. coordinator_main.cc adds the HTTP server and the --job job; tests run it on
@@ -22,6 +22,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/data_service.h"
+#include "coordinator/dataset_catalog.h"
 #include "coordinator/job/job_options.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_store.h"
@@ -30,7 +31,8 @@ namespace pstrain {
 
 struct CoordinatorNodeConfig {
   rpc::HostPort listen;   // port 0: any free port
-  std::string data_dir;   // the datasets' IDX files
+  std::string data_dir;   // the datasets: built-in IDX files and dataset directories (uploads)
+  uint64_t max_upload_bytes = uint64_t{4} << 30;  // one dataset upload
   std::string state_dir;  // RocksDB: jobs, metrics, models (created if missing)
   uint32_t heartbeat_ms = 1000;   // how often nodes heartbeat
   uint32_t dead_after_ms = 5000;  // a node silent this long is declared dead
@@ -50,6 +52,8 @@ class CoordinatorNode {
   uint32_t port() const { return port_; }
   JobStore& store() { return store_; }
   JobManager& jobs() { return jobs_; }
+  // Thread-safe (the REST API uses it from the HTTP thread).
+  DatasetCatalog& catalog() { return catalog_; }
   const Cluster& cluster() const { return cluster_; }
   // Starts the queued jobs the cluster has room for, and wakes the workers waiting for an
   // assignment if any did.
@@ -62,6 +66,7 @@ class CoordinatorNode {
   CoordinatorNodeConfig config_;
   std::unique_ptr<KvStore> kv_;
   JobStore store_;
+  DatasetCatalog catalog_;
   Cluster cluster_;
   DataService data_;
   JobManager jobs_;

@@ -245,4 +245,18 @@ std::optional<EpochMetric> epoch_from_json(const std::string& text) {
   }
 }
 
+std::vector<std::string> jobs_using_dataset(const JobStore& store, const std::string& dataset) {
+  std::vector<std::string> ids;
+  for (const JobRecord& job : store.list()) {
+    if (job.finished()) continue;
+    boost::system::error_code ec;
+    const json::value spec = json::parse(job.spec_json, ec);
+    if (ec || !spec.is_object()) continue;
+    const auto* d = spec.as_object().if_contains("dataset");
+    const auto* name = d != nullptr && d->is_object() ? d->as_object().if_contains("name") : nullptr;
+    if (name != nullptr && name->is_string() && name->as_string() == dataset) ids.push_back(job.id);
+  }
+  return ids;
+}
+
 }  // namespace pstrain

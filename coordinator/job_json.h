@@ -20,6 +20,9 @@ std::string job_metrics_json(const JobRecord& job);
 // The cluster view (GET /v1/cluster).
 std::string cluster_json(const std::vector<NodeView>& nodes);
 
+// The ids of unfinished jobs whose spec names `dataset` (a dataset in use cannot be deleted).
+std::vector<std::string> jobs_using_dataset(const JobStore& store, const std::string& dataset);
+
 // Storage forms (everything but the metric history, which is stored entry by entry).
 std::string record_to_json(const JobRecord& job);
 std::optional<JobRecord> record_from_json(const std::string& text);

@@ -15,6 +15,7 @@ packages=(
   libopenblas-openmp-dev    # matrix products (OpenMP build: shares one thread pool with our loops)
   zlib1g-dev                # gzip'd IDX datasets
   libzip-dev                # uploaded NumPy .npz datasets (zip archives of .npy arrays)
+  libssl-dev                # SHA-256 of dataset files (libcrypto)
   python3-numpy             # (dataset_formats_test writes a reference .npz with NumPy itself)
   dataset-fashion-mnist     # the official Fashion-MNIST split (dataset fashion-mnist), read from
                             # /usr/share/datasets/fashion-mnist when the data directory has no copy

@@ -7,11 +7,19 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/version.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
 #include <optional>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/sha256.h"
 
 namespace pstrain {
 namespace beast = boost::beast;
@@ -21,12 +29,55 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-// One connection: read a request, answer, repeat while keep-alive; every read has a deadline.
+}  // namespace
+
+// Lets work on other threads (the catalog's) answer a session only while the server runs: once
+// stop() closes it, an answer that comes late is dropped instead of touching a stopped server.
+struct HttpServer::Gate {
+  std::mutex mutex;
+  bool open = true;  // guarded by mutex
+};
+
+namespace {
+
+// A request body being streamed to a file: written and hashed on the upload thread only.
+struct BodyFile {
+  std::string path;
+  int fd = -1;
+  Sha256 hash;
+  uint64_t bytes = 0;
+  std::string error;  // the first write failure
+  ~BodyFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// One connection: read a request's headers, decide where its body goes (memory, or a file for a
+// dataset upload), read the body, answer (at once, or when the catalog's work is done), repeat
+// while keep-alive. Every read has a deadline: the whole request for bodies held in memory, each
+// piece for streamed bodies (an upload of gigabytes may take minutes, a stalled one may not).
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket&& socket, RestApi& api, const HttpServerOptions& options, std::atomic<size_t>& open)
-      : stream_(std::move(socket)), timer_(stream_.get_executor()), api_(api), options_(options), open_(open) {}
-  ~Session() { --open_; }
+  Session(tcp::socket&& socket, RestApi& api, const HttpServerOptions& options, std::atomic<size_t>& open,
+          TaskThread& files, std::shared_ptr<HttpServer::Gate> gate)
+      : stream_(std::move(socket)),
+        timer_(stream_.get_executor()),
+        api_(api),
+        options_(options),
+        open_(open),
+        files_(files),
+        gate_(std::move(gate)) {}
+  ~Session() {
+    --open_;
+    // No upload-thread task refers to this session any more (each holds it alive): the file is
+    // ours to remove.
+    if (body_file_) {
+      if (body_file_->fd >= 0) ::close(body_file_->fd);
+      body_file_->fd = -1;
+      std::error_code ignored;
+      std::filesystem::remove(body_file_->path, ignored);
+    }
+  }
 
   void run() { net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); }); }
 
@@ -39,10 +90,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  void read() {
-    parser_.emplace();
-    parser_->body_limit(options_.body_limit);
-    parser_->header_limit(16 * 1024);
+  void arm_timer() {
     // Our own deadline rather than the stream's: the stream's closes the socket, and a client
     // that never completes its request should still be told so (408).
     stream_.expires_never();
@@ -56,61 +104,185 @@ class Session : public std::enable_shared_from_this<Session> {
         self->stream_.socket().cancel(ignored);
       }
     });
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+  }
+
+  void read() {
+    header_parser_.emplace();
+    header_parser_->header_limit(16 * 1024);
+    header_parser_->body_limit(options_.body_limit);
+    arm_timer();
+    http::async_read_header(stream_, buffer_, *header_parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->timer_.cancel();
-      self->on_read(ec);
+      self->on_header(ec);
     });
   }
 
-  void on_read(beast::error_code ec) {
-    if (timed_out_) ec = beast::error::timeout;
-    if (ec == http::error::end_of_stream || ec == net::error::connection_reset) return close();
+  // A read failed: answer what can be answered (408, 413, 431, 400) and close.
+  void on_read_error(beast::error_code ec, bool got_some) {
+    if (ec == http::error::end_of_stream || ec == net::error::connection_reset || ec == net::error::eof) return close();
     if (ec == beast::error::timeout) {
-      if (buffer_.size() == 0 && !parser_->got_some() && requests_ > 0) {
-        return close();  // an idle keep-alive connection: close it quietly
-      }
-      if (buffer_.size() == 0 && !parser_->got_some()) {
-        HttpResponse r = problem(408, "request-timeout", "Request timeout",
-                                 "no request arrived within " + std::to_string(options_.read_timeout.count()) + " s");
-        r.close = true;
-        api_.count("unparsed", 408);
-        return send(std::move(r), 11);
-      }
-      HttpResponse r = problem(408, "request-timeout", "Request timeout",
-                               "the request was not complete within " + std::to_string(options_.read_timeout.count()) + " s");
-      r.close = true;
-      api_.count("unparsed", 408);
-      return send(std::move(r), 11);
+      if (buffer_.size() == 0 && !got_some && requests_ > 0) return close();  // an idle keep-alive connection
+      return fail(problem(408, "request-timeout", "Request timeout",
+                          std::string(got_some ? "the request was not complete" : "no request arrived") + " within " +
+                              std::to_string(options_.read_timeout.count()) + " s"));
     }
     if (ec == http::error::body_limit) {
-      HttpResponse r = problem(413, "body-too-large", "Body too large",
-                               "the body is over the limit of " + std::to_string(options_.body_limit) + " bytes");
-      r.close = true;
-      api_.count("unparsed", 413);
-      return send(std::move(r), 11);
+      return fail(problem(413, "body-too-large", "Body too large",
+                          "the body is over the limit of " + std::to_string(body_limit_) + " bytes"));
     }
     if (ec == http::error::header_limit) {
-      HttpResponse r = problem(431, "headers-too-large", "Request headers too large", "headers are over 16 KiB");
-      r.close = true;
-      api_.count("unparsed", 431);
-      return send(std::move(r), 11);
+      return fail(problem(431, "headers-too-large", "Request headers too large", "headers are over 16 KiB"));
     }
-    if (ec) {
-      HttpResponse r = problem(400, "bad-request", "Bad request", "malformed HTTP: " + ec.message());
-      r.close = true;
-      api_.count("unparsed", 400);
-      return send(std::move(r), 11);
+    fail(problem(400, "bad-request", "Bad request", "malformed HTTP: " + ec.message()));
+  }
+
+  void fail(HttpResponse r) {
+    r.close = true;
+    api_.count("unparsed", r.status);
+    send(std::move(r), 11);
+  }
+
+  void on_header(beast::error_code ec) {
+    if (timed_out_) ec = beast::error::timeout;
+    if (ec) return on_read_error(ec, header_parser_->got_some());
+    const auto& header = header_parser_->get();
+    request_ = HttpRequest{};
+    request_.method = std::string(header.method_string());
+    request_.target = std::string(header.target());
+    if (const auto it = header.find(http::field::content_type); it != header.end()) request_.content_type = std::string(it->value());
+    if (const auto length = header_parser_->content_length()) request_.content_length = *length;
+    version_ = header.version();
+    keep_alive_ = header.keep_alive();
+    const bool expects_continue = beast::iequals(header[http::field::expect], "100-continue");
+
+    BodyPlan plan = api_.plan_body(request_);
+    if (plan.kind == BodyPlan::Kind::kReject) {
+      ++requests_;
+      return send(std::move(*plan.reject), version_, request_.method == "HEAD");
     }
+    auto then = [self = shared_from_this(), plan = std::move(plan)]() mutable {
+      if (plan.kind == BodyPlan::Kind::kFile) return self->start_body_file(std::move(plan));
+      self->read_body_to_memory();
+    };
+    if (!expects_continue) return then();
+    // curl and others wait for this before sending a large body.
+    auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, version_);
+    http::async_write(stream_, *cont, [self = shared_from_this(), cont, then = std::move(then)](beast::error_code ec, size_t) mutable {
+      if (ec) return self->close();
+      then();
+    });
+  }
+
+  void read_body_to_memory() {
+    body_limit_ = options_.body_limit;
+    memory_parser_.emplace(std::move(*header_parser_));
+    memory_parser_->body_limit(body_limit_);
+    arm_timer();
+    http::async_read(stream_, buffer_, *memory_parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->timer_.cancel();
+      if (self->timed_out_) ec = beast::error::timeout;
+      if (ec) return self->on_read_error(ec, true);
+      self->request_.body = std::move(self->memory_parser_->get().body());
+      self->dispatch_request();
+    });
+  }
+
+  void start_body_file(BodyPlan plan) {
+    body_limit_ = plan.max_bytes;
+    file_parser_.emplace(std::move(*header_parser_));
+    file_parser_->body_limit(plan.max_bytes);
+    body_file_ = std::make_shared<BodyFile>();
+    body_file_->path = plan.path;
+    chunk_.resize(kChunkBytes);
+    files_.post([self = shared_from_this(), file = body_file_] {
+      file->fd = ::open(file->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (file->fd < 0) file->error = file->path + ": " + std::strerror(errno);
+      net::post(self->stream_.get_executor(), [self] { self->read_body_piece(); });
+    });
+  }
+
+  void read_body_piece() {
+    if (!body_file_->error.empty()) {
+      const std::string error = body_file_->error;
+      abandon_body_file();
+      return fail(problem(500, "upload-failed", "Upload failed", "cannot store the upload: " + error));
+    }
+    if (file_parser_->is_done()) return finish_body_file();
+    auto& body = file_parser_->get().body();
+    body.data = chunk_.data();
+    body.size = chunk_.size();
+    arm_timer();
+    http::async_read_some(stream_, buffer_, *file_parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->timer_.cancel();
+      if (self->timed_out_) ec = beast::error::timeout;
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        self->abandon_body_file();
+        return self->on_read_error(ec, true);
+      }
+      const size_t got = self->chunk_.size() - self->file_parser_->get().body().size;
+      self->files_.post([self, got, file = self->body_file_] {
+        if (file->error.empty() && got > 0) {
+          for (size_t done = 0; done < got;) {
+            const ssize_t n = ::write(file->fd, self->chunk_.data() + done, got - done);
+            if (n < 0) {
+              if (errno == EINTR) continue;
+              file->error = std::strerror(errno);
+              break;
+            }
+            done += static_cast<size_t>(n);
+          }
+          file->hash.update(self->chunk_.data(), got);
+          file->bytes += got;
+        }
+        net::post(self->stream_.get_executor(), [self] { self->read_body_piece(); });
+      });
+    });
+  }
+
+  void finish_body_file() {
+    files_.post([self = shared_from_this(), file = body_file_] {
+      if (file->fd >= 0 && ::close(file->fd) != 0 && file->error.empty()) file->error = std::strerror(errno);
+      file->fd = -1;
+      net::post(self->stream_.get_executor(), [self, file] {
+        self->body_file_.reset();
+        if (!file->error.empty()) {
+          std::error_code ignored;
+          std::filesystem::remove(file->path, ignored);
+          return self->fail(problem(500, "upload-failed", "Upload failed", "cannot store the upload: " + file->error));
+        }
+        self->request_.body_file = file->path;
+        self->request_.body_bytes = file->bytes;
+        self->request_.body_sha256 = file->hash.hex();
+        self->dispatch_request();
+      });
+    });
+  }
+
+  // A body file that will not be used (a disconnect, a timeout, a failed write): removed, after
+  // any write still queued for it.
+  void abandon_body_file() {
+    if (!body_file_) return;
+    files_.post([file = std::move(body_file_)] {
+      if (file->fd >= 0) ::close(file->fd);
+      file->fd = -1;
+      std::error_code ignored;
+      std::filesystem::remove(file->path, ignored);
+    });
+    body_file_.reset();
+  }
+
+  void dispatch_request() {
     ++requests_;
-    auto request = parser_->release();
-    HttpRequest in;
-    in.method = std::string(request.method_string());
-    in.target = std::string(request.target());
-    if (const auto it = request.find(http::field::content_type); it != request.end()) in.content_type = std::string(it->value());
-    in.body = std::move(request.body());
-    HttpResponse out = api_.handle(in);
-    if (!request.keep_alive()) out.close = true;
-    send(std::move(out), request.version(), in.method == "HEAD");
+    const bool head = request_.method == "HEAD";
+    api_.handle_async(std::move(request_), [self = shared_from_this(), head](HttpResponse out) {
+      std::lock_guard lock(self->gate_->mutex);
+      if (!self->gate_->open) return;
+      net::post(self->stream_.get_executor(), [self, head, out = std::move(out)]() mutable {
+        if (!self->keep_alive_) out.close = true;
+        self->send(std::move(out), self->version_, head);
+      });
+    });
   }
 
   void send(HttpResponse out, unsigned version, bool head = false) {
@@ -138,23 +310,36 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.close();
   }
 
+  static constexpr size_t kChunkBytes = 1 << 20;
+
   beast::tcp_stream stream_;
   net::steady_timer timer_;
   bool timed_out_ = false;
   uint64_t requests_ = 0;  // answered on this connection
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request_parser<http::empty_body>> header_parser_;
+  std::optional<http::request_parser<http::string_body>> memory_parser_;
+  std::optional<http::request_parser<http::buffer_body>> file_parser_;
+  HttpRequest request_;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  uint64_t body_limit_ = 0;
+  std::vector<char> chunk_;              // a streamed body's piece; the upload thread writes it out
+  std::shared_ptr<BodyFile> body_file_;  // touched by the upload thread only (the pointer: here)
   RestApi& api_;
   const HttpServerOptions& options_;
   std::atomic<size_t>& open_;
+  TaskThread& files_;
+  std::shared_ptr<HttpServer::Gate> gate_;
 };
 
 }  // namespace
 
 class HttpServer::Listener : public std::enable_shared_from_this<Listener> {
  public:
-  Listener(net::io_context& io, RestApi& api, const HttpServerOptions& options)
-      : io_(io), acceptor_(net::make_strand(io)), api_(api), options_(options) {}
+  Listener(net::io_context& io, RestApi& api, const HttpServerOptions& options, TaskThread& files,
+           std::shared_ptr<Gate> gate)
+      : io_(io), acceptor_(net::make_strand(io)), api_(api), options_(options), files_(files), gate_(std::move(gate)) {}
 
   uint16_t bind() {
     beast::error_code ec;
@@ -175,7 +360,7 @@ class HttpServer::Listener : public std::enable_shared_from_this<Listener> {
       if (!ec) {
         socket.set_option(tcp::no_delay(true), ec);
         const size_t open = ++self->open_;
-        auto session = std::make_shared<Session>(std::move(socket), self->api_, self->options_, self->open_);
+        auto session = std::make_shared<Session>(std::move(socket), self->api_, self->options_, self->open_, self->files_, self->gate_);
         if (open > self->options_.max_connections) {
           self->api_.count("unparsed", 503);
           session->reject(problem(503, "too-many-connections", "Too many connections",
@@ -201,15 +386,18 @@ class HttpServer::Listener : public std::enable_shared_from_this<Listener> {
   tcp::acceptor acceptor_;
   RestApi& api_;
   const HttpServerOptions& options_;
+  TaskThread& files_;
+  std::shared_ptr<Gate> gate_;
   std::atomic<size_t> open_{0};
 };
 
-HttpServer::HttpServer(RestApi& api, HttpServerOptions options) : api_(api), options_(std::move(options)) {}
+HttpServer::HttpServer(RestApi& api, HttpServerOptions options)
+    : api_(api), options_(std::move(options)), gate_(std::make_shared<Gate>()) {}
 
 HttpServer::~HttpServer() { stop(); }
 
 uint16_t HttpServer::start() {
-  listener_ = std::make_shared<Listener>(io_, api_, options_);
+  listener_ = std::make_shared<Listener>(io_, api_, options_, files_, gate_);
   const uint16_t port = listener_->bind();
   listener_->accept();
   thread_ = std::thread([this] { io_.run(); });
@@ -218,6 +406,10 @@ uint16_t HttpServer::start() {
 }
 
 void HttpServer::stop() {
+  {
+    std::lock_guard lock(gate_->mutex);
+    gate_->open = false;
+  }
   if (!thread_.joinable()) return;
   io_.stop();
   thread_.join();

@@ -1,10 +1,16 @@
 // The coordinator's HTTP/1.1 server (Boost.Beast): keep-alive, a deadline on every read, a body
-// limit, and a bound on concurrent connections. Every request goes to RestApi::handle; the few
-// responses the server makes itself (a body over the limit, a request that never completes, too
-// many connections, unparsable HTTP) are problem+json too.
+// limit, and a bound on concurrent connections. Every request goes to RestApi::handle_async; the
+// few responses the server makes itself (a body over the limit, a request that never completes,
+// too many connections, unparsable HTTP) are problem+json too.
 //
-// Thread rules: the server runs its own io_context on its own thread; start() and stop() are
-// called from the owner's thread.
+// Bodies: RestApi::plan_body decides from the headers. Most go to memory (at most body_limit).
+// A dataset upload streams to a file in pieces of 1 MiB, written and SHA-256-hashed on the
+// server's upload thread, so neither the event loop nor memory grows with the upload; each piece
+// must arrive within read_timeout, and a client that disconnects or stalls leaves no file behind.
+// "Expect: 100-continue" is answered once the headers are accepted (a refused upload is not sent).
+//
+// Thread rules: the server runs its own io_context on its own thread, plus a TaskThread for body
+// files; start() and stop() are called from the owner's thread.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -15,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "common/task_thread.h"
 #include "coordinator/http/rest_api.h"
 
 namespace pstrain {
@@ -36,11 +43,17 @@ class HttpServer {
   uint16_t start();
   void stop();
 
+  struct Gate;  // lets late answers through only while the server runs (http_server.cc)
+
  private:
   class Listener;
   RestApi& api_;
   HttpServerOptions options_;
   boost::asio::io_context io_;
+  // After io_: destroyed first, running what is queued (which may post to io_); sessions that io_
+  // destroys afterwards clean up their files themselves.
+  TaskThread files_;
+  std::shared_ptr<Gate> gate_;
   std::shared_ptr<Listener> listener_;
   std::thread thread_;
 };

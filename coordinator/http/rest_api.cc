@@ -2,10 +2,13 @@
 
 #include <boost/json.hpp>
 
+#include <map>
 #include <sstream>
+#include <variant>
 
 #include "common/error.h"
 #include "common/json_text.h"
+#include "coordinator/dataset_catalog.h"
 #include "coordinator/job_json.h"
 
 namespace pstrain {
@@ -54,6 +57,103 @@ std::string escape_label(const std::string& s) {
   return out;
 }
 
+// The query of a target, percent-decoded ("?a=1&b=x%20y"). A key without '=' maps to "".
+std::map<std::string, std::string> query_params(const std::string& target) {
+  std::map<std::string, std::string> out;
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return out;
+  auto decode = [](std::string_view in) {
+    std::string s;
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i] == '%' && i + 2 < in.size() && std::isxdigit(static_cast<unsigned char>(in[i + 1])) &&
+          std::isxdigit(static_cast<unsigned char>(in[i + 2]))) {
+        s += static_cast<char>(std::stoi(std::string(in.substr(i + 1, 2)), nullptr, 16));
+        i += 2;
+      } else {
+        s += in[i] == '+' ? ' ' : in[i];
+      }
+    }
+    return s;
+  };
+  std::string_view rest(target);
+  rest.remove_prefix(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const size_t eq = pair.find('=');
+    if (!pair.empty()) out[decode(pair.substr(0, eq))] = eq == std::string_view::npos ? "" : decode(pair.substr(eq + 1));
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return out;
+}
+
+// The media type of a Content-Type header, lowercased, without parameters or spaces.
+std::string media_type(const std::string& content_type) {
+  std::string out;
+  for (char c : content_type.substr(0, content_type.find(';'))) {
+    if (c != ' ') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+HttpResponse catalog_problem(const CatalogError& e) {
+  static const std::map<unsigned, const char*> kTitles = {
+      {400, "Bad request"}, {404, "Not found"}, {409, "Conflict"}, {413, "Too large"},
+      {415, "Unsupported media type"}, {422, "Invalid dataset"}, {500, "Internal error"}};
+  const auto title = kTitles.find(e.status);
+  HttpResponse r = problem(e.status, e.type, title == kTitles.end() ? "Error" : title->second, e.detail, e.field);
+  if (e.line != 0 || !e.column.empty()) {
+    boost::json::object body = boost::json::parse(r.body).as_object();
+    if (e.line != 0) body["line"] = e.line;
+    if (!e.column.empty()) body["column"] = e.column;
+    r.body = to_json_text(body);
+  }
+  return r;
+}
+
+// A dataset upload's route: PUT /v1/datasets/{name}/{split}[/images|/labels].
+struct UploadRoute {
+  std::string name, split;
+  DatasetCatalog::UploadPart part = DatasetCatalog::UploadPart::kWhole;
+};
+std::optional<UploadRoute> upload_route(const std::string& method, const std::vector<std::string>& p) {
+  if (method != "PUT" || p.size() < 4 || p.size() > 5 || p[0] != "v1" || p[1] != "datasets") return std::nullopt;
+  UploadRoute r{p[2], p[3]};
+  if (p.size() == 5) {
+    if (p[4] == "images") {
+      r.part = DatasetCatalog::UploadPart::kImages;
+    } else if (p[4] == "labels") {
+      r.part = DatasetCatalog::UploadPart::kLabels;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return r;
+}
+
+// The upload's format from its media type and part; else a 415 naming what is accepted.
+std::variant<DatasetCatalog::UploadFormat, HttpResponse> upload_format(const HttpRequest& request,
+                                                                       DatasetCatalog::UploadPart part) {
+  const std::string type = media_type(request.content_type);
+  if (part != DatasetCatalog::UploadPart::kWhole) {
+    if (type == "application/octet-stream" || type == "application/gzip" || type == "application/x-gzip" ||
+        type == "application/x-idx") {
+      return DatasetCatalog::UploadFormat::kIdx;
+    }
+    return problem(415, "unsupported-media-type", "Unsupported media type",
+                   "an IDX file (gzip'd or plain) must be sent as application/octet-stream, application/gzip or "
+                   "application/x-idx, not '" + request.content_type + "'",
+                   "Content-Type");
+  }
+  if (type == "text/csv") return DatasetCatalog::UploadFormat::kCsv;
+  if (type == "application/x-npz" || type == "application/zip") return DatasetCatalog::UploadFormat::kNpz;
+  return problem(415, "unsupported-media-type", "Unsupported media type",
+                 "a split must be sent as text/csv (CSV with a header row) or application/x-npz (NumPy .npz with "
+                 "arrays x and y), not '" + request.content_type + "'; IDX pairs go to .../images and .../labels",
+                 "Content-Type");
+}
+
 }  // namespace
 
 HttpResponse problem(unsigned status, const std::string& type, const std::string& title, const std::string& detail,
@@ -68,8 +168,8 @@ HttpResponse problem(unsigned status, const std::string& type, const std::string
   return r;
 }
 
-RestApi::RestApi(JobStore& store, JobCommands& commands, std::string openapi_json)
-    : store_(store), commands_(commands), openapi_json_(std::move(openapi_json)) {}
+RestApi::RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog)
+    : store_(store), commands_(commands), openapi_json_(std::move(openapi_json)), catalog_(catalog) {}
 
 void RestApi::count(const std::string& route, unsigned status) {
   std::lock_guard lock(counters_mutex_);
@@ -112,6 +212,7 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
     if (p.size() == 2 && p[1] == "cluster") {
       return only("GET", "/v1/cluster", [&] { return json_response(200, cluster_json(store_.nodes())); });
     }
+    if (p.size() >= 2 && p[1] == "datasets" && catalog_ != nullptr) return datasets_route(request, p, label);
     if (p.size() == 2 && p[1] == "jobs") {
       *label = "/v1/jobs";
       if (m == "GET" || m == "HEAD") return json_response(200, job_list_json(store_.list()));
@@ -224,7 +325,24 @@ HttpResponse RestApi::submit(const HttpRequest& request) {
     }
     return problem(422, "invalid-spec", "Invalid job spec", e.what(), e.path());
   }
-  const std::string id = commands_.submit(std::move(spec));
+  std::string id;
+  if (catalog_ != nullptr) {
+    std::string why;
+    std::optional<HttpResponse> invalid;
+    const bool found = catalog_->with_dataset(spec.dataset.name, &why, [&](const DatasetInfo& dataset) {
+      try {
+        check_spec_against_dataset(spec, dataset);
+      } catch (const SpecError& e) {
+        invalid = problem(422, "invalid-spec", "Invalid job spec", e.what(), e.path());
+        return;
+      }
+      id = commands_.submit(std::move(spec));
+    });
+    if (!found) return problem(422, "invalid-spec", "Invalid job spec", "/dataset/name: " + why, "/dataset/name");
+    if (invalid) return *invalid;
+  } else {
+    id = commands_.submit(std::move(spec));
+  }
   const auto job = store_.get(id);
   HttpResponse r = json_response(201, job ? job_status_json(*job, store_.nodes()) : "{\"id\":\"" + id + "\"}");
   r.headers.emplace_back("Location", "/v1/jobs/" + id);
@@ -269,6 +387,194 @@ HttpResponse RestApi::prometheus() const {
   r.content_type = "text/plain; version=0.0.4";
   r.body = out.str();
   return r;
+}
+
+// --- Datasets ------------------------------------------------------------------------------
+
+std::vector<std::string> RestApi::jobs_using(const std::string& dataset) const { return jobs_using_dataset(store_, dataset); }
+
+HttpResponse RestApi::datasets_route(const HttpRequest& request, const std::vector<std::string>& p, std::string* label) {
+  const std::string& m = request.method;
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  if (p.size() == 2) {
+    *label = "/v1/datasets";
+    if (m != "GET" && m != "HEAD") return method_not_allowed(m, path, "GET, HEAD");
+    boost::json::array list;
+    for (const DatasetRecord& r : catalog_->list()) list.push_back(boost::json::parse(dataset_json(r, jobs_using(r.name))));
+    return json_response(200, to_json_text(boost::json::object{{"datasets", list}}));
+  }
+  const std::string& name = p[2];
+  if (p.size() == 3) {
+    *label = "/v1/datasets/{name}";
+    if (m == "GET" || m == "HEAD") {
+      const auto r = catalog_->get(name);
+      if (!r) return problem(404, "dataset-not-found", "No such dataset", "there is no dataset '" + name + "'");
+      return json_response(200, dataset_json(*r, jobs_using(name)));
+    }
+    if (m == "DELETE") {
+      if (const auto e = catalog_->erase(name)) return catalog_problem(*e);
+      HttpResponse r;
+      r.status = 204;
+      return r;
+    }
+    return method_not_allowed(m, path, "GET, HEAD, DELETE");
+  }
+  if (p.size() == 4 && p[3] == "split") {
+    *label = "/v1/datasets/{name}/split";
+    return method_not_allowed(m, path, "POST");  // a POST was answered by async_route
+  }
+  if (upload_route("PUT", p)) {
+    *label = "/v1/datasets/{name}/{split}";
+    return method_not_allowed(m, path, "PUT");  // a PUT was answered by async_route
+  }
+  return problem(404, "not-found", "Not found", "no route for " + path);
+}
+
+BodyPlan RestApi::plan_body(const HttpRequest& head) {
+  BodyPlan plan;
+  if (catalog_ == nullptr) return plan;
+  const auto route = upload_route(head.method, split_path(head.target));
+  if (!route) return plan;
+  auto reject = [&](HttpResponse r) {
+    count("/v1/datasets/{name}/{split}", r.status);
+    plan.kind = BodyPlan::Kind::kReject;
+    r.close = true;  // the body is never read: the connection cannot carry another request
+    plan.reject = std::move(r);
+    return plan;
+  };
+  const auto params = query_params(head.target);
+  for (const auto& [key, value] : params) {
+    if (key != "replace" && !(key == "label" && route->part == DatasetCatalog::UploadPart::kWhole)) {
+      return reject(problem(400, "unknown-parameter", "Unknown query parameter",
+                            "'" + key + "' is not a parameter of this upload (known: replace" +
+                                (route->part == DatasetCatalog::UploadPart::kWhole ? ", label" : "") + ")",
+                            key));
+    }
+  }
+  bool replace = false;
+  if (const auto it = params.find("replace"); it != params.end()) {
+    if (it->second != "true" && it->second != "false") {
+      return reject(problem(400, "invalid-parameter", "Invalid query parameter",
+                            "replace must be true or false, not '" + it->second + "'", "replace"));
+    }
+    replace = it->second == "true";
+  }
+  if (const auto e = catalog_->precheck(route->name, route->split, replace)) return reject(catalog_problem(*e));
+  const auto format = upload_format(head, route->part);
+  if (const auto* r = std::get_if<HttpResponse>(&format)) return reject(*r);
+  const uint64_t max = catalog_->options().max_upload_bytes;
+  if (head.content_length && *head.content_length > max) {
+    return reject(problem(413, "body-too-large", "Body too large",
+                          "the upload has " + std::to_string(*head.content_length) + " bytes; the limit is " +
+                              std::to_string(max) + " (coordinator flag --max-upload-bytes)"));
+  }
+  plan.kind = BodyPlan::Kind::kFile;
+  plan.path = catalog_->new_staging_path();
+  plan.max_bytes = max;
+  return plan;
+}
+
+bool RestApi::async_route(const HttpRequest& request, const Responder& respond) {
+  if (catalog_ == nullptr) return false;
+  const std::vector<std::string> p = split_path(request.target);
+  const std::string route_label = "/v1/datasets/{name}/{split}";
+  auto answer = [this, respond](const std::string& label, HttpResponse r) {
+    count(label, r.status);
+    respond(std::move(r));
+  };
+  if (const auto route = upload_route(request.method, p)) {
+    if (request.body_file.empty()) {
+      // Not streamed (the plan said otherwise): only a rejected plan gets here, or a test.
+      answer(route_label, problem(400, "bad-request", "Bad request", "the upload's body was not received"));
+      return true;
+    }
+    const auto format = upload_format(request, route->part);
+    DatasetCatalog::Upload upload;
+    upload.name = route->name;
+    upload.split = route->split;
+    upload.part = route->part;
+    upload.format = std::get<DatasetCatalog::UploadFormat>(format);  // plan_body checked it
+    const auto params = query_params(request.target);
+    if (const auto it = params.find("label"); it != params.end()) upload.label_column = it->second;
+    if (const auto it = params.find("replace"); it != params.end()) upload.replace = it->second == "true";
+    upload.body_path = request.body_file;
+    upload.body_bytes = request.body_bytes;
+    upload.body_sha256 = request.body_sha256;
+    const std::string name = route->name;
+    catalog_->ingest(std::move(upload), [this, answer, route_label, name, bytes = request.body_bytes,
+                                         sha = request.body_sha256](DatasetCatalog::UploadResult result) {
+      if (result.error) return answer(route_label, catalog_problem(*result.error));
+      if (result.status == 202) {
+        return answer(route_label,
+                      json_response(202, to_json_text(boost::json::object{{"name", name},
+                                                                          {"waiting_for", result.waiting_for},
+                                                                          {"received_bytes", bytes},
+                                                                          {"sha256", sha}})));
+      }
+      boost::json::object body = boost::json::parse(dataset_json(*result.record, jobs_using(name))).as_object();
+      body["upload"] = boost::json::object{{"bytes", bytes}, {"sha256", sha}};
+      HttpResponse r = json_response(result.status, to_json_text(body));
+      r.headers.emplace_back("Location", "/v1/datasets/" + name);
+      answer(route_label, std::move(r));
+    });
+    return true;
+  }
+  if (request.method == "POST" && p.size() == 4 && p[0] == "v1" && p[1] == "datasets" && p[3] == "split") {
+    const std::string label = "/v1/datasets/{name}/split";
+    const std::string name = p[2];
+    if (media_type(request.content_type) != "application/json") {
+      answer(label, problem(415, "unsupported-media-type", "Unsupported media type",
+                            "send the split's options as application/json, not '" + request.content_type + "'"));
+      return true;
+    }
+    boost::system::error_code ec;
+    const boost::json::value body = boost::json::parse(request.body, ec);
+    if (ec || !body.is_object()) {
+      answer(label, problem(400, "malformed-json", "Malformed JSON", "the body must be a JSON object"));
+      return true;
+    }
+    double fraction = 0.1;
+    uint64_t seed = 1;
+    for (const auto& field : body.as_object()) {
+      if (field.key() == "test_fraction") {
+        const auto& v = field.value();
+        const double f = v.is_double() ? v.as_double() : v.is_int64() ? static_cast<double>(v.as_int64()) : -1;
+        if (!(f > 0 && f < 1)) {
+          answer(label, problem(422, "invalid-split", "Invalid split", "/test_fraction must be a number in (0, 1)", "/test_fraction"));
+          return true;
+        }
+        fraction = f;
+      } else if (field.key() == "seed") {
+        if (!field.value().is_int64() || field.value().as_int64() < 0) {
+          answer(label, problem(422, "invalid-split", "Invalid split", "/seed must be a non-negative integer", "/seed"));
+          return true;
+        }
+        seed = static_cast<uint64_t>(field.value().as_int64());
+      } else {
+        answer(label, problem(422, "invalid-split", "Invalid split",
+                              "/" + std::string(field.key()) + " is not a known field (known: test_fraction, seed)",
+                              "/" + std::string(field.key())));
+        return true;
+      }
+    }
+    catalog_->split(name, fraction, seed, [this, answer, label, name](DatasetCatalog::SplitResult result) {
+      if (result.error) return answer(label, catalog_problem(*result.error));
+      answer(label, json_response(200, dataset_json(*result.record, jobs_using(name))));
+    });
+    return true;
+  }
+  return false;
+}
+
+void RestApi::handle_async(HttpRequest request, Responder respond) {
+  try {
+    if (async_route(request, respond)) return;
+  } catch (const std::exception& e) {
+    HttpResponse r = problem(500, "internal", "Internal error", e.what());
+    count("unknown", r.status);
+    return respond(std::move(r));
+  }
+  respond(handle(request));
 }
 
 }  // namespace pstrain

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <map>
 #include <mutex>
@@ -26,7 +27,13 @@ struct HttpRequest {
   std::string method;        // "GET"
   std::string target;        // "/v1/jobs/job-1?x=y"
   std::string content_type;  // the Content-Type header, or empty
-  std::string body;
+  std::string body;          // the body, when it was read into memory
+  std::optional<uint64_t> content_length;  // the Content-Length header (none: chunked or no body)
+  // The body, when it was streamed to a file (BodyPlan::kFile): where, how many bytes, and their
+  // SHA-256 (hex), computed as it was written.
+  std::string body_file;
+  uint64_t body_bytes = 0;
+  std::string body_sha256;
 };
 
 struct HttpResponse {
@@ -37,6 +44,16 @@ struct HttpResponse {
   bool close = false;  // close the connection after sending
 };
 
+// Where the HTTP server puts a request's body, decided from its headers before any of the body
+// is read.
+struct BodyPlan {
+  enum class Kind { kMemory, kFile, kReject };
+  Kind kind = Kind::kMemory;
+  std::string path;      // kFile: the file to create
+  uint64_t max_bytes = 0;  // kFile: more is 413
+  std::optional<HttpResponse> reject;  // kReject: the answer (the body is never read)
+};
+
 class JobCommands {
  public:
   virtual ~JobCommands() = default;
@@ -45,17 +62,31 @@ class JobCommands {
   virtual CancelResult cancel(const std::string& id) = 0;
 };
 
+// Answers a request; may be called on any thread, exactly once.
+using Responder = std::function<void(HttpResponse)>;
+
 // A problem+json response.
 HttpResponse problem(unsigned status, const std::string& type, const std::string& title, const std::string& detail,
                      const std::string& field = "");
+
+class DatasetCatalog;
 
 class RestApi {
  public:
   static constexpr size_t kMaxBodyBytes = 1 << 20;
 
-  RestApi(JobStore& store, JobCommands& commands, std::string openapi_json);
+  // `catalog` may be null: no dataset routes, and jobs are checked against the built-in table.
+  RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog = nullptr);
 
+  // Requests whose answer is at hand (everything but dataset uploads and splits).
   HttpResponse handle(const HttpRequest& request);
+  // Any request: answers at once through `respond` (handle()), or later for work that runs on
+  // the catalog's thread. The HTTP server calls this.
+  void handle_async(HttpRequest request, Responder respond);
+  // Called with a request's headers (body empty): where its body goes. Dataset uploads stream to
+  // a file in the catalog's staging directory, after the checks that need no body (name, split,
+  // media type, Content-Length over the limit, an existing split) so a refused upload is not sent.
+  BodyPlan plan_body(const HttpRequest& head);
 
   // Counts a response for /metrics (the HTTP server calls this for responses it makes itself,
   // such as 413 or 408, too).
@@ -64,6 +95,9 @@ class RestApi {
  private:
   HttpResponse route(const HttpRequest& request, std::string* route_label);
   HttpResponse submit(const HttpRequest& request);
+  HttpResponse datasets_route(const HttpRequest& request, const std::vector<std::string>& path, std::string* label);
+  bool async_route(const HttpRequest& request, const Responder& respond);
+  std::vector<std::string> jobs_using(const std::string& dataset) const;
   HttpResponse prometheus() const;
   // GET /v1/jobs/{id} is what dashboards and scripts poll: its body is built at most every
   // kStatusCacheAge per job (and again after any command), so polling costs a map lookup.
@@ -74,6 +108,7 @@ class RestApi {
   JobStore& store_;
   JobCommands& commands_;
   std::string openapi_json_;
+  DatasetCatalog* catalog_;
   mutable std::mutex counters_mutex_;
   std::map<std::pair<std::string, unsigned>, uint64_t> counters_;  // guarded by counters_mutex_
   std::mutex cache_mutex_;
