@@ -109,7 +109,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void read() {
     header_parser_.emplace();
     header_parser_->header_limit(16 * 1024);
-    header_parser_->body_limit(options_.body_limit);
+    // The body's limit depends on where it goes (plan_body): checked by the body's parser.
+    header_parser_->body_limit(boost::none);
     arm_timer();
     http::async_read_header(stream_, buffer_, *header_parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->timer_.cancel();
@@ -175,6 +176,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void read_body_to_memory() {
     body_limit_ = options_.body_limit;
+    // A parser given its limit after the headers checks only the bytes it reads: a declared
+    // length over the limit is answered now, without reading any of it.
+    if (request_.content_length && *request_.content_length > body_limit_) {
+      return on_read_error(http::error::body_limit, true);
+    }
     memory_parser_.emplace(std::move(*header_parser_));
     memory_parser_->body_limit(body_limit_);
     arm_timer();
@@ -189,6 +195,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start_body_file(BodyPlan plan) {
     body_limit_ = plan.max_bytes;
+    streamed_ = 0;
     file_parser_.emplace(std::move(*header_parser_));
     file_parser_->body_limit(plan.max_bytes);
     body_file_ = std::make_shared<BodyFile>();
@@ -221,6 +228,11 @@ class Session : public std::enable_shared_from_this<Session> {
         return self->on_read_error(ec, true);
       }
       const size_t got = self->chunk_.size() - self->file_parser_->get().body().size;
+      self->streamed_ += got;
+      if (self->streamed_ > self->body_limit_) {  // a chunked body has no length to check up front
+        self->abandon_body_file();
+        return self->on_read_error(http::error::body_limit, true);
+      }
       self->files_.post([self, got, file = self->body_file_] {
         if (file->error.empty() && got > 0) {
           for (size_t done = 0; done < got;) {
@@ -324,6 +336,7 @@ class Session : public std::enable_shared_from_this<Session> {
   unsigned version_ = 11;
   bool keep_alive_ = true;
   uint64_t body_limit_ = 0;
+  uint64_t streamed_ = 0;  // bytes of the current streamed body
   std::vector<char> chunk_;              // a streamed body's piece; the upload thread writes it out
   std::shared_ptr<BodyFile> body_file_;  // touched by the upload thread only (the pointer: here)
   RestApi& api_;
