@@ -57,52 +57,6 @@ std::string mlp_json(int hidden1, int hidden2, int epochs) {
   return job_spec_to_json(spec);
 }
 
-// Submits a job; returns its id.
-std::string submit(testing::Cluster& cluster, const std::string& spec_json) {
-  const Reply r = post_json(cluster.http_port(), "/v1/jobs", spec_json);
-  INFO("POST /v1/jobs -> " << r.describe());
-  REQUIRE(r.status == 201);
-  CHECK(r.header("content-type") == "application/json");
-  const json::object o = object_of(r);
-  const std::string id = str(o, "id");
-  REQUIRE(!id.empty());
-  CHECK(r.header("location") == "/v1/jobs/" + id);
-  const std::string state = str(o, "state");
-  CHECK((state == "PENDING" || state == "RUNNING"));
-  return id;
-}
-
-bool finished(const std::string& state) { return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED"; }
-
-// Polls GET /v1/jobs/{id} until `done` holds for its status; fails with every process's log if the
-// job ends otherwise or the deadline passes.
-json::object wait_for_job(testing::Cluster& cluster, const std::string& id, const std::string& what,
-                          const std::function<bool(const json::object&)>& done, std::chrono::seconds timeout = 120s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    const Reply r = get(cluster.http_port(), "/v1/jobs/" + id);
-    if (r.status == 200) {
-      json::object o = object_of(r);
-      if (done(o)) return o;
-      if (finished(str(o, "state"))) {
-        FAIL("job " << id << " ended " << str(o, "state") << " (" << str(o, "reason") << ") while waiting for "
-                    << what << "\n" << cluster.group().dump_logs(40));
-      }
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      FAIL("no " << what << " for " << id << " within " << timeout.count() << " s; last answer " << r.describe()
-                 << "\n" << cluster.group().dump_logs(40));
-    }
-    std::this_thread::sleep_for(100ms);
-  }
-}
-
-json::object wait_for_state(testing::Cluster& cluster, const std::string& id, const std::string& state,
-                            std::chrono::seconds timeout = 120s) {
-  return wait_for_job(cluster, id, "state " + state, [&](const json::object& o) { return str(o, "state") == state; },
-                      timeout);
-}
-
 // The job with `id` in GET /v1/jobs (an empty object if it is not listed).
 json::object listed_job(int port, const std::string& id) {
   const Reply r = get(port, "/v1/jobs");
