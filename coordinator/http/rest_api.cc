@@ -341,6 +341,11 @@ HttpResponse RestApi::submit(const HttpRequest& request) {
     if (!found) return problem(422, "invalid-spec", "Invalid job spec", "/dataset/name: " + why, "/dataset/name");
     if (invalid) return *invalid;
   } else {
+    try {
+      validate_job_spec(spec, known_datasets());
+    } catch (const SpecError& e) {
+      return problem(422, "invalid-spec", "Invalid job spec", e.what(), e.path());
+    }
     id = commands_.submit(std::move(spec));
   }
   const auto job = store_.get(id);
