@@ -270,6 +270,7 @@ uint64_t DatasetCatalog::generation(const std::string& name) const {
 std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::string* why) const {
   std::lock_guard lock(mutex_);
   const auto it = records_.find(name);
+  if (it == records_.end() && is_known_dataset(name)) return *find_dataset(name);  // still being indexed
   if (it == records_.end()) {
     std::string names;
     for (const auto& [n, r] : records_) {

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include <future>
 #include <map>
 #include <sstream>
 #include <variant>
@@ -119,6 +120,7 @@ struct UploadRoute {
 };
 std::optional<UploadRoute> upload_route(const std::string& method, const std::vector<std::string>& p) {
   if (method != "PUT" || p.size() < 4 || p.size() > 5 || p[0] != "v1" || p[1] != "datasets") return std::nullopt;
+  if (p.size() == 4 && p[3] == "split") return std::nullopt;  // POST /v1/datasets/{name}/split
   UploadRoute r{p[2], p[3]};
   if (p.size() == 5) {
     if (p[4] == "images") {
@@ -177,6 +179,12 @@ void RestApi::count(const std::string& route, unsigned status) {
 }
 
 HttpResponse RestApi::handle(const HttpRequest& request) {
+  std::promise<HttpResponse> answer;
+  handle_async(request, [&answer](HttpResponse r) { answer.set_value(std::move(r)); });
+  return answer.get_future().get();
+}
+
+HttpResponse RestApi::handle_now(const HttpRequest& request) {
   std::string label = "unknown";
   HttpResponse response;
   try {
@@ -338,7 +346,7 @@ HttpResponse RestApi::submit(const HttpRequest& request) {
       }
       id = commands_.submit(std::move(spec));
     });
-    if (!found) return problem(422, "invalid-spec", "Invalid job spec", "/dataset/name: " + why, "/dataset/name");
+    if (!found) return problem(422, "invalid-spec", "Invalid job spec", "/dataset/name " + why, "/dataset/name");
     if (invalid) return *invalid;
   } else {
     try {
@@ -429,7 +437,7 @@ HttpResponse RestApi::datasets_route(const HttpRequest& request, const std::vect
     return method_not_allowed(m, path, "POST");  // a POST was answered by async_route
   }
   if (upload_route("PUT", p)) {
-    *label = "/v1/datasets/{name}/{split}";
+    *label = p.size() == 5 ? "/v1/datasets/{name}/{split}/{part}" : "/v1/datasets/{name}/{split}";
     return method_not_allowed(m, path, "PUT");  // a PUT was answered by async_route
   }
   return problem(404, "not-found", "Not found", "no route for " + path);
@@ -441,7 +449,8 @@ BodyPlan RestApi::plan_body(const HttpRequest& head) {
   const auto route = upload_route(head.method, split_path(head.target));
   if (!route) return plan;
   auto reject = [&](HttpResponse r) {
-    count("/v1/datasets/{name}/{split}", r.status);
+    count(route->part == DatasetCatalog::UploadPart::kWhole ? "/v1/datasets/{name}/{split}" : "/v1/datasets/{name}/{split}/{part}",
+          r.status);
     plan.kind = BodyPlan::Kind::kReject;
     r.close = true;  // the body is never read: the connection cannot carry another request
     plan.reject = std::move(r);
@@ -482,12 +491,12 @@ BodyPlan RestApi::plan_body(const HttpRequest& head) {
 bool RestApi::async_route(const HttpRequest& request, const Responder& respond) {
   if (catalog_ == nullptr) return false;
   const std::vector<std::string> p = split_path(request.target);
-  const std::string route_label = "/v1/datasets/{name}/{split}";
   auto answer = [this, respond](const std::string& label, HttpResponse r) {
     count(label, r.status);
     respond(std::move(r));
   };
   if (const auto route = upload_route(request.method, p)) {
+    const std::string route_label = p.size() == 5 ? "/v1/datasets/{name}/{split}/{part}" : "/v1/datasets/{name}/{split}";
     if (request.body_file.empty()) {
       // Not streamed (the plan said otherwise): only a rejected plan gets here, or a test.
       answer(route_label, problem(400, "bad-request", "Bad request", "the upload's body was not received"));
@@ -579,7 +588,7 @@ void RestApi::handle_async(HttpRequest request, Responder respond) {
     count("unknown", r.status);
     return respond(std::move(r));
   }
-  respond(handle(request));
+  respond(handle_now(request));
 }
 
 }  // namespace pstrain

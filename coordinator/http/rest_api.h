@@ -78,7 +78,8 @@ class RestApi {
   // `catalog` may be null: no dataset routes, and jobs are checked against the built-in table.
   RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog = nullptr);
 
-  // Requests whose answer is at hand (everything but dataset uploads and splits).
+  // Any request, waiting for the answer (for dataset uploads and splits, until the catalog's
+  // thread is done): for tests and callers that may block.
   HttpResponse handle(const HttpRequest& request);
   // Any request: answers at once through `respond` (handle()), or later for work that runs on
   // the catalog's thread. The HTTP server calls this.
@@ -93,6 +94,7 @@ class RestApi {
   void count(const std::string& route, unsigned status);
 
  private:
+  HttpResponse handle_now(const HttpRequest& request);  // the routes answered at once
   HttpResponse route(const HttpRequest& request, std::string* route_label);
   HttpResponse submit(const HttpRequest& request);
   HttpResponse datasets_route(const HttpRequest& request, const std::vector<std::string>& path, std::string* label);

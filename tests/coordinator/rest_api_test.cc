@@ -26,6 +26,7 @@
 #include "common/kv_store.h"
 #include "coordinator/http/rest_api.h"
 #include "coordinator/job_store.h"
+#include "coordinator/dataset_catalog.h"
 #include "coordinator/openapi_document.h"
 #include "tests/test_support.h"
 
@@ -114,7 +115,8 @@ struct Api {
   std::unique_ptr<KvStore> kv = open_kv(dir);
   JobStore store{kv.get()};
   FakeCommands commands{store};
-  RestApi api{store, commands, openapi_document()};
+  DatasetCatalog catalog{DatasetCatalog::Options{testing::data_dir(), 1 << 20, {}}, nullptr, nullptr};
+  RestApi api{store, commands, openapi_document(), &catalog};
 
   HttpResponse call(const std::string& method, const std::string& target, std::string body = {},
                     std::string content_type = {}) {
@@ -326,10 +328,19 @@ const std::vector<Route> kRoutes = {
     {"/v1/jobs/{id}/metrics", "GET, HEAD"},
     {"/v1/jobs/{id}/cancel", "POST"},
     {"/v1/jobs/{id}/model", "GET, HEAD"},
+    {"/v1/datasets", "GET, HEAD"},
+    {"/v1/datasets/{name}", "GET, HEAD, DELETE"},
+    {"/v1/datasets/{name}/split", "POST"},
+    {"/v1/datasets/{name}/{split}", "PUT"},
+    {"/v1/datasets/{name}/{split}/{part}", "PUT"},
 };
 
+// A route's path with its parameters filled in: the job id, dataset "ds", split "train", part "images".
 std::string with_id(std::string path, const std::string& id) {
-  if (const size_t at = path.find("{id}"); at != std::string::npos) path.replace(at, 4, id);
+  for (const auto& [param, value] : std::vector<std::pair<std::string, std::string>>{
+           {"{id}", id}, {"{name}", "ds"}, {"{split}", "train"}, {"{part}", "images"}}) {
+    if (const size_t at = path.find(param); at != std::string::npos) path.replace(at, param.size(), value);
+  }
   return path;
 }
 
