@@ -222,7 +222,9 @@ class Session : public std::enable_shared_from_this<Session> {
     body.data = chunks_[filling_].data() + fill_;
     body.size = kChunkBytes - fill_;
     arm_timer();
+    reading_ = true;
     http::async_read_some(stream_, buffer_, *file_parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->reading_ = false;
       self->timer_.cancel();
       if (self->timed_out_) ec = beast::error::timeout;
       if (ec == http::error::need_buffer) ec = {};
@@ -286,7 +288,8 @@ class Session : public std::enable_shared_from_this<Session> {
       full_waiting_ = false;
       return hand_over();
     }
-    if (file_parser_->is_done() && fill_ == 0) finish_body_file();
+    // (The parser may be done while its read's handler is still queued: that handler has bytes.)
+    if (file_parser_->is_done() && fill_ == 0 && !reading_) finish_body_file();
   }
 
   void finish_body_file() {
@@ -375,11 +378,12 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t body_limit_ = 0;
   uint64_t streamed_ = 0;  // bytes of the current streamed body
   // A streamed body's two chunks: chunks_[filling_] fills here (fill_ bytes so far) while the
-  // upload thread writes the other (writing_); full_waiting_: the filling one is full and waits.
+  // upload thread writes the other (writing_); full_waiting_: the filling one is full and waits;
+  // reading_: a read into it is in flight.
   std::array<std::vector<char>, 2> chunks_;
   int filling_ = 0;
   size_t fill_ = 0;
-  bool writing_ = false, full_waiting_ = false;
+  bool writing_ = false, full_waiting_ = false, reading_ = false;
   std::shared_ptr<BodyFile> body_file_;  // touched by the upload thread only (the pointer: here)
   RestApi& api_;
   const HttpServerOptions& options_;
