@@ -1,0 +1,135 @@
+// DatasetCatalog without HTTP: dropped-in dataset directories, records kept across restarts in
+// RocksDB, loading for training, and an upload converted to the stored .npy pair that NumPy's
+// format (and our own reader) accept.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "common/dataset_manifest.h"
+#include "common/kv_store.h"
+#include "coordinator/dataset_catalog.h"
+#include "tests/test_support.h"
+
+using namespace pstrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+std::unique_ptr<KvStore> open_kv(const std::string& dir) {
+  std::string error;
+  auto kv = KvStore::open(dir, &error);
+  REQUIRE_MESSAGE(kv != nullptr, error);
+  return kv;
+}
+
+DatasetCatalog::UploadResult ingest(DatasetCatalog& catalog, DatasetCatalog::Upload upload) {
+  std::promise<DatasetCatalog::UploadResult> done;
+  catalog.ingest(std::move(upload), [&](DatasetCatalog::UploadResult r) { done.set_value(std::move(r)); });
+  return done.get_future().get();
+}
+
+}  // namespace
+
+TEST_CASE("DatasetCatalog picks up a dropped-in directory, lists a broken one with its error, and keeps records") {
+  testing::TempDir dir;
+  const std::string data = dir.file("data");
+  write(data + "/iris3/train.csv", "a,b,y\n1,2,0\n2,3,1\n3,4,2\n4,5,1\n");
+  write(data + "/iris3/test.csv", "a,b,y\n1,2,0\n2,3,1\n");
+  write(data + "/iris3/dataset.json", R"({"train": {"csv": "train.csv", "label": "y"}, "test": {"csv": "test.csv", "label": "y"}})");
+  write(data + "/broken/dataset.json", R"({"train": {"csv": "missing.csv"}})");
+  write(data + "/NotAName/dataset.json", R"({"train": {"csv": "x.csv"}})");  // ignored (logged)
+  write(data + "/plain-dir/readme.txt", "no manifest: not a dataset");
+
+  const auto kv = open_kv(dir.file("state"));
+  {
+    DatasetCatalog catalog({data, 1 << 20, {}}, kv.get(), nullptr);
+    catalog.wait_idle();
+    const auto iris = catalog.get("iris3");
+    REQUIRE(iris.has_value());
+    CHECK(iris->source == "directory");
+    CHECK(iris->usable());
+    CHECK(iris->shape == std::vector<uint32_t>{2});
+    CHECK(iris->dtype == ParsedExamples::Dtype::kFloat32);
+    CHECK(iris->num_classes == 3);
+    CHECK(iris->splits.at("train").examples == 4);
+    CHECK(iris->splits.at("train").class_counts == std::vector<uint64_t>{1, 2, 1});
+    CHECK(iris->splits.at("test").class_counts == std::vector<uint64_t>{1, 1, 0});  // padded to 3 classes
+    REQUIRE(iris->splits.at("train").files.size() == 1);
+    CHECK(iris->splits.at("train").files[0].sha256.size() == 64);
+
+    const auto broken = catalog.get("broken");
+    REQUIRE(broken.has_value());
+    CHECK(!broken->usable());
+    CHECK(broken->error.find("missing.csv") != std::string::npos);
+    std::string why;
+    CHECK(!catalog.info("broken", &why).has_value());
+    CHECK(why.find("cannot be used") != std::string::npos);
+    CHECK(!catalog.get("NotAName").has_value());
+    CHECK(!catalog.get("plain-dir").has_value());
+
+    // Loaded for training: what the files hold.
+    const Split train = catalog.load("iris3", SplitKind::kTrain);
+    CHECK(train.size == 4);
+    CHECK(train.num_classes == 3);
+  }
+  // A restart keeps the records (the same checksums) without re-reading unchanged files.
+  DatasetCatalog again({data, 1 << 20, {}}, kv.get(), nullptr);
+  again.wait_idle();
+  REQUIRE(again.get("iris3").has_value());
+  CHECK(again.get("iris3")->splits.at("train").files[0].sha256.size() == 64);
+}
+
+TEST_CASE("DatasetCatalog stores an upload as an .npy pair, refuses a second train split, and deletes") {
+  testing::TempDir dir;
+  const std::string data = dir.file("data");
+  fs::create_directories(data);
+  DatasetCatalog catalog({data, 1 << 20, {}}, nullptr, [](const std::string&) { return std::vector<std::string>{}; });
+  catalog.wait_idle();
+
+  const std::string body = catalog.new_staging_path();
+  write(body, "f1,f2,f3,label\n0.5,1,2,0\n1.5,1,2,1\n2.5,1,2,1\n");
+  DatasetCatalog::Upload upload;
+  upload.name = "tiny";
+  upload.split = "train";
+  upload.body_path = body;
+  const auto result = ingest(catalog, upload);
+  REQUIRE_MESSAGE(!result.error, result.error->detail);
+  CHECK(result.status == 201);
+  CHECK(!fs::exists(body));  // the staged body is gone
+  const DatasetManifest m = read_manifest(data + "/tiny");
+  REQUIRE(m.splits.count("train") == 1);
+  CHECK(m.splits.at("train").format == ManifestSplit::Format::kNpy);
+  CHECK(m.source == "upload");
+
+  // The .npy files as NumPy writes them: magic, version 1.0, a 16-aligned header, then the data.
+  std::ifstream x(data + "/tiny/" + m.splits.at("train").x, std::ios::binary);
+  const std::string bytes(std::istreambuf_iterator<char>(x), {});
+  CHECK(bytes.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
+  CHECK(bytes.find("'descr': '<f4'") != std::string::npos);
+  CHECK(bytes.find("'shape': (3, 3)") != std::string::npos);
+  CHECK(bytes.size() == 128 + 9 * 4);
+  float first = 0;
+  std::memcpy(&first, bytes.data() + 128, 4);
+  CHECK(first == 0.5f);
+
+  DatasetCatalog::Upload again = upload;
+  again.body_path = catalog.new_staging_path();
+  write(again.body_path, "f1,label\n1,0\n");
+  const auto refused = ingest(catalog, again);
+  REQUIRE(refused.error.has_value());
+  CHECK(refused.error->status == 409);
+  CHECK(!fs::exists(again.body_path));
+
+  CHECK(!catalog.erase("tiny").has_value());
+  CHECK(!catalog.get("tiny").has_value());
+  CHECK(!fs::exists(data + "/tiny"));
+  CHECK(catalog.erase("tiny")->status == 404);
+}
