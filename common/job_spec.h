@@ -74,6 +74,10 @@ struct JobSpec {
 JobSpec parse_job_spec(std::string_view json_text);
 // The same with the datasets a spec may name given (the dataset table by default).
 JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets);
+// A spec the coordinator accepted (a worker's assignment, a server's job configuration): parsed
+// and checked like parse_job_spec except against the dataset, which the coordinator checked
+// against the datasets it knows (built in or from its catalog; the receiver may know none).
+JobSpec parse_accepted_job_spec(std::string_view json_text);
 
 // Checks that need the dataset's properties: the dataset is a known one and the spec fits it
 // (check_spec_against_dataset with the dataset table's entry). Called by parse_job_spec, which

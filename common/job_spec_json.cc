@@ -390,6 +390,12 @@ const char* optimizer_type_name(OptimizerType type) {
 JobSpec parse_job_spec(std::string_view json_text) { return parse_job_spec(json_text, known_datasets()); }
 
 JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets) {
+  JobSpec spec = parse_accepted_job_spec(json_text);
+  validate_job_spec(spec, datasets);
+  return spec;
+}
+
+JobSpec parse_accepted_job_spec(std::string_view json_text) {
   json::parse_options options;
   options.max_depth = 32;
   boost::system::error_code ec;
@@ -411,7 +417,6 @@ JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo
   spec.training = read_training(r.required("training"));
   if (const json::value* b = r.optional("backup")) spec.backup = read_backup(*b);
   r.finish();
-  validate_job_spec(spec, datasets);
   return spec;
 }
 

@@ -39,7 +39,7 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       kv_(open_state(config.state_dir)),
       store_(kv_.get()),
       cluster_(std::chrono::milliseconds(config.dead_after_ms)),
-      data_(config.data_dir),
+      data_(config.load_split ? config.load_split : idx_split_loader(config.data_dir)),
       jobs_(cluster_, data_, store_, io_, config.job) {
   // Jobs from before a restart: finished ones stay listed; unfinished ones run again.
   for (const JobRecord& record : store_.load()) {

@@ -7,7 +7,8 @@
 //
 // Thread rules: event-loop thread only: construct, use and destroy it on the thread whose event
 // loop `io` is. store() may be read from any thread (JobStore is thread-safe).
-// Ownership: owns every part above; borrows `io`, which must outlive it.
+// Ownership: owns every part above (and a copy of the config, the split loader included);
+// borrows `io`, which must outlive it.
 #pragma once
 
 #include <capnp/rpc-twoparty.h>
@@ -31,6 +32,9 @@ namespace pstrain {
 struct CoordinatorNodeConfig {
   rpc::HostPort listen;   // port 0: any free port
   std::string data_dir;   // the datasets' IDX files
+  // Where the DataService gets splits (called on its loading thread). Empty: load_split on
+  // data_dir (idx_split_loader), the built-in datasets.
+  SplitLoader load_split;
   std::string state_dir;  // RocksDB: jobs, metrics, models (created if missing)
   uint32_t heartbeat_ms = 1000;   // how often nodes heartbeat
   uint32_t dead_after_ms = 5000;  // a node silent this long is declared dead

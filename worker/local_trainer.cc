@@ -46,8 +46,9 @@ Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, con
 }  // namespace
 
 TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& options) {
-  const Split train = load_split(options.data_dir, spec.dataset.name, SplitKind::kTrain);
-  const Split test = load_split(options.data_dir, spec.dataset.name, SplitKind::kTest);
+  const SplitLoader load = options.load_split ? options.load_split : idx_split_loader(options.data_dir);
+  const Split train = load(spec.dataset.name, SplitKind::kTrain);
+  const Split test = load(spec.dataset.name, SplitKind::kTest);
   check_spec_against_dataset(spec, train);  // the files may disagree with the dataset table
   check_spec_against_dataset(spec, test);
 

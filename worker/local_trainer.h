@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/aligned.h"
+#include "common/dataset.h"
 #include "common/job_spec.h"
 
 namespace pstrain {
@@ -34,6 +35,8 @@ struct ProgressReport {
 
 struct LocalTrainerOptions {
   std::string data_dir;
+  // Where the splits come from. Empty: load_split on data_dir (the built-in datasets).
+  SplitLoader load_split;
   // Threads that each compute the gradient of a slice of the batch (DataParallelModel); 1 leaves
   // the parallelism to the BLAS products.
   int replicas = 1;

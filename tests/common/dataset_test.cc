@@ -49,8 +49,8 @@ TEST_CASE("mnist10k and fashion load with the sizes of the data README") {
   const Split test = load_split(dir, "mnist10k", SplitKind::kTest);
   CHECK(train.size == 5002);
   CHECK(test.size == 4998);
-  CHECK(train.height == 28);
-  CHECK(train.width == 28);
+  CHECK(train.example_shape() == Shape{28, 28, 1});
+  CHECK(train.dtype == Dtype::kUint8);
   // Round-robin over classes: the first ten training labels are 0..9.
   for (uint8_t k = 0; k < 10; ++k) CHECK(train.labels[k] == k);
 
@@ -67,8 +67,8 @@ TEST_CASE("gather converts bytes to unit-range columns with their labels") {
   CHECK(labels[0] == 3);
   CHECK(labels[1] == 0);
   for (int i = 0; i < 784; ++i) {
-    REQUIRE(columns[i] == doctest::Approx(train.pixels[3 * 784 + i] / 255.0f));
-    REQUIRE(columns[784 + i] == doctest::Approx(train.pixels[i] / 255.0f));
+    REQUIRE(columns[i] == doctest::Approx(train.examples[3 * 784 + i] / 255.0f));
+    REQUIRE(columns[784 + i] == doctest::Approx(train.examples[i] / 255.0f));
   }
 }
 
@@ -106,7 +106,7 @@ TEST_CASE("a dataset with a system directory prefers the data directory's copy")
   const Split train = load_split(data.path(), toy, SplitKind::kTrain);  // the copy wins
   CHECK(train.size == 5);
   CHECK(train.dataset == "toy");
-  CHECK(train.height == 2);
+  CHECK(train.example_shape() == Shape{2, 2, 1});
 
   // Missing everywhere: the message names both places and what to install.
   CHECK_THROWS_WITH_AS(load_split(data.path(), toy, SplitKind::kTest),
@@ -128,17 +128,16 @@ TEST_CASE("fashion-mnist is the official split: 60,000 / 10,000 images, 6,000 / 
   const Split test = load_fashion_mnist(SplitKind::kTest);
   for (const Split* split : {&train, &test}) {
     CHECK(split->dataset == "fashion-mnist");
-    CHECK(split->height == 28);
-    CHECK(split->width == 28);
+    CHECK(split->example_shape() == Shape{28, 28, 1});
     CHECK(split->num_classes == 10);
-    CHECK(split->pixels.size() == size_t{split->size} * 784);
+    CHECK(split->examples.size() == size_t{split->size} * 784);
   }
   REQUIRE(train.size == 60000);
   REQUIRE(test.size == 10000);
 
   std::array<int, 10> train_count{}, test_count{};
-  for (uint8_t l : train.labels) ++train_count.at(l);
-  for (uint8_t l : test.labels) ++test_count.at(l);
+  for (int32_t l : train.labels) ++train_count.at(l);
+  for (int32_t l : test.labels) ++test_count.at(l);
   for (int c = 0; c < 10; ++c) {
     CAPTURE(c);
     CHECK(train_count[c] == 6000);
@@ -148,17 +147,17 @@ TEST_CASE("fashion-mnist is the official split: 60,000 / 10,000 images, 6,000 / 
   // The official files' first labels (Ankle boot, T-shirt, T-shirt, Dress, ...), and pixel sums
   // of the first image and of each split, taken from the package's files: the order is the
   // official one, not a re-split like `fashion`'s.
-  const std::vector<uint8_t> train_head(train.labels.begin(), train.labels.begin() + 10);
-  const std::vector<uint8_t> test_head(test.labels.begin(), test.labels.begin() + 10);
-  CHECK(train_head == std::vector<uint8_t>{9, 0, 0, 3, 0, 2, 7, 2, 5, 5});
-  CHECK(test_head == std::vector<uint8_t>{9, 2, 1, 1, 6, 1, 4, 6, 5, 7});
+  const std::vector<int32_t> train_head(train.labels.begin(), train.labels.begin() + 10);
+  const std::vector<int32_t> test_head(test.labels.begin(), test.labels.begin() + 10);
+  CHECK(train_head == std::vector<int32_t>{9, 0, 0, 3, 0, 2, 7, 2, 5, 5});
+  CHECK(test_head == std::vector<int32_t>{9, 2, 1, 1, 6, 1, 4, 6, 5, 7});
   const auto sum = [](const std::vector<uint8_t>& v, size_t n) {
     uint64_t s = 0;
     for (size_t i = 0; i < n; ++i) s += v[i];
     return s;
   };
-  CHECK(sum(train.pixels, 784) == 76247);
-  CHECK(sum(test.pixels, 784) == 33456);
-  CHECK(sum(train.pixels, train.pixels.size()) == 3431114169ULL);
-  CHECK(sum(test.pixels, test.pixels.size()) == 573469082ULL);
+  CHECK(sum(train.examples, 784) == 76247);
+  CHECK(sum(test.examples, 784) == 33456);
+  CHECK(sum(train.examples, train.examples.size()) == 3431114169ULL);
+  CHECK(sum(test.examples, test.examples.size()) == 573469082ULL);
 }

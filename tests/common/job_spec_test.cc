@@ -356,14 +356,13 @@ TEST_CASE("check_spec_against_dataset: the files as loaded must fit the job too"
   const JobSpec spec = parse_job_spec(kMlp);
   Split split;
   split.dataset = "mnist10k";
-  split.height = 28;
-  split.width = 28;
+  split.shape = {28, 28, 1};
   split.num_classes = 10;
   CHECK_NOTHROW(check_spec_against_dataset(spec, split));
-  split.width = 32;
+  split.shape = {28, 32, 1};
   CHECK_THROWS_WITH_AS(check_spec_against_dataset(spec, split),
                        "/model/input_shape [28, 28, 1] does not match mnist10k's 28x32x1 images", SpecError);
-  split.width = 28;
+  split.shape = {28, 28, 1};
   split.num_classes = 12;
   CHECK_THROWS_WITH_AS(check_spec_against_dataset(spec, split),
                        "/model/layers/3 must output 12 logits (the classes of mnist10k) but outputs [10]", SpecError);
