@@ -26,7 +26,7 @@ const char* training_mode_name(TrainingMode mode);
 const char* optimizer_type_name(OptimizerType type);
 
 struct DatasetSpec {
-  std::string name;                          // a known dataset: mnist10k, fashion, fashion-mnist
+  std::string name;                          // a dataset the coordinator knows (built in: mnist10k, fashion, fashion-mnist)
   ShardPolicy shard_policy = ShardPolicy::kData;
   uint64_t shuffle_seed = 0;
 };
