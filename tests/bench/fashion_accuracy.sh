@@ -25,7 +25,8 @@ source "$repo/deploy/data-dir.sh"
 build=${BUILD_DIR:-build}
 case $build in /*) ;; *) build="$repo/$build" ;; esac
 work=$(mktemp -d /tmp/pstrain-fashion.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# The logs stay when the run fails (the cluster's are in $work/cluster).
+trap 'status=$?; if [ $status = 0 ]; then rm -rf "$work"; else echo "fashion_accuracy: logs in $work" >&2; fi' EXIT
 spec=$repo/deploy/jobs/fashion-mnist-cnn-10.json
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
