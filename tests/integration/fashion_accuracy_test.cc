@@ -25,6 +25,7 @@ TEST_CASE("the tutorial's Fashion-MNIST CNN reaches 0.85 after 1 epoch on 2 serv
   const auto start = std::chrono::steady_clock::now();
   testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_spec_to_json(spec))});
   REQUIRE(cluster.wait_job(300s) == 0);
+  INFO(cluster.group().dump_logs(20));
   MESSAGE("test accuracy " << cluster.final_accuracy() << " after "
                            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s");
   CHECK(cluster.final_accuracy() >= 0.85);
