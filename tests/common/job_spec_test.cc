@@ -245,6 +245,14 @@ TEST_CASE("the reference jobs parse") {
   CHECK(testing::fashion_cnn_job(1).model.layers.size() == 7);
 }
 
+TEST_CASE("a spec the coordinator accepted parses without the dataset table; everything else is still checked") {
+  const std::string catalog = mlp_with("\"mnist10k\"", "\"from-the-catalog\"");
+  CHECK(error_of(catalog).find("is not a known dataset") != std::string::npos);
+  CHECK(parse_accepted_job_spec(catalog).dataset.name == "from-the-catalog");
+  CHECK_THROWS_AS(parse_accepted_job_spec(mlp_with("\"global_batch_size\": 128", "\"global_batch_size\": -1")),
+                  SpecError);
+}
+
 TEST_CASE("every known dataset name is accepted, fashion-mnist included") {
   CHECK(error_of(mlp_with("\"mnist10k\"", "\"fashion\"")) == "(accepted)");
   CHECK(parse_job_spec(mlp_with("\"mnist10k\"", "\"fashion-mnist\"")).dataset.name == "fashion-mnist");
