@@ -1,7 +1,10 @@
 #include "common/dataset.h"
 
+#include <cstring>
 #include <filesystem>
+#include <limits>
 
+#include "common/dataset_formats.h"
 #include "common/error.h"
 #include "common/idx.h"
 
@@ -46,13 +49,57 @@ constexpr const char* kFetchHint = "run deploy/fetch-data.sh to make them";
 
 void Split::gather(std::span<const uint32_t> indices, float* columns, int32_t* out_labels) const {
   const uint32_t dim = example_size();
-  constexpr float kScale = 1.0f / 255.0f;
+  const size_t bytes = example_bytes();
   for (size_t c = 0; c < indices.size(); ++c) {
-    const uint8_t* src = pixels.data() + size_t{indices[c]} * dim;
+    const uint8_t* src = examples.data() + size_t{indices[c]} * bytes;
     float* dst = columns + c * dim;
-    for (uint32_t i = 0; i < dim; ++i) dst[i] = static_cast<float>(src[i]) * kScale;
+    if (dtype == Dtype::kFloat32) {
+      std::memcpy(dst, src, bytes);
+    } else {
+      constexpr float kScale = 1.0f / 255.0f;
+      for (uint32_t i = 0; i < dim; ++i) dst[i] = static_cast<float>(src[i]) * kScale;
+    }
     out_labels[c] = labels[indices[c]];
   }
+}
+
+Split make_split(const std::string& dataset, SplitKind kind, ParsedExamples&& parsed) {
+  const std::string where = "dataset '" + dataset + "' (" + (kind == SplitKind::kTrain ? "train" : "test") + " split)";
+  const auto fail = [&](const std::string& what) { throw DataError(where + ": " + what); };
+  if (parsed.shape.size() != 1 && parsed.shape.size() != 3) {
+    fail("an example has " + std::to_string(parsed.shape.size()) + " dimensions; {d} or {h, w, c} expected");
+  }
+  uint64_t values = 1;
+  for (uint32_t d : parsed.shape) {
+    if (d == 0) fail("an example's shape has a zero dimension");
+    values *= d;
+    if (values > std::numeric_limits<uint32_t>::max()) fail("an example has more than 2^32 - 1 values");
+  }
+  if (parsed.size() > std::numeric_limits<uint32_t>::max()) fail("more than 2^32 - 1 examples");
+  if (parsed.bytes.size() != parsed.size() * values * dtype_size(parsed.dtype)) {
+    fail(std::to_string(parsed.bytes.size()) + " bytes do not hold " + std::to_string(parsed.size()) + " examples of " +
+         std::to_string(values) + " " + std::string(dtype_name(parsed.dtype)) + " values");
+  }
+  if (parsed.classes == 0 || parsed.classes > kMaxClasses) {
+    fail(std::to_string(parsed.classes) + " classes (at most " + std::to_string(kMaxClasses) + ")");
+  }
+  for (size_t i = 0; i < parsed.labels.size(); ++i) {
+    const int32_t l = parsed.labels[i];
+    if (l < 0 || static_cast<uint32_t>(l) >= parsed.classes) {
+      fail("label " + std::to_string(l) + " at index " + std::to_string(i) + " is outside [0, " +
+           std::to_string(parsed.classes) + ")");
+    }
+  }
+  Split split;
+  split.dataset = dataset;
+  split.kind = kind;
+  split.size = static_cast<uint32_t>(parsed.size());
+  split.shape.assign(parsed.shape.begin(), parsed.shape.end());
+  split.dtype = parsed.dtype;
+  split.num_classes = parsed.classes;
+  split.examples = std::move(parsed.bytes);
+  split.labels = std::move(parsed.labels);
+  return split;
 }
 
 const std::vector<DatasetInfo>& known_datasets() {
@@ -116,12 +163,18 @@ Split load_split(const std::string& data_dir, const DatasetInfo& info, SplitKind
   split.dataset = info.name;
   split.kind = kind;
   split.size = images.dims[0];
-  split.height = images.dims[1];
-  split.width = images.dims[2];
+  split.shape = {images.dims[1], images.dims[2], 1};
+  split.dtype = Dtype::kUint8;
   split.num_classes = info.num_classes;
-  split.pixels = std::move(images.values);
-  split.labels = std::move(labels.values);
+  split.examples = std::move(images.values);
+  split.labels.assign(labels.values.begin(), labels.values.end());
   return split;
+}
+
+SplitLoader idx_split_loader(std::string data_dir) {
+  return [data_dir = std::move(data_dir)](const std::string& dataset, SplitKind kind) {
+    return load_split(data_dir, dataset, kind);
+  };
 }
 
 }  // namespace pstrain

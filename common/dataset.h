@@ -1,47 +1,70 @@
-// Named datasets (mnist10k, fashion, fashion-mnist) loaded from IDX files.
+// Datasets as the engine sees them: a Split (one split of a dataset, in memory), made from the
+// named IDX datasets (mnist10k, fashion, fashion-mnist) by load_split, or from any parsed upload
+// (dataset_formats.h) by make_split.
 //
-// A split keeps its images as bytes (as stored) and converts to floats in [0, 1] only when a
-// batch is gathered: a quarter of the memory, and the conversion is free next to the math.
+// A split keeps its examples as stored (uint8 images as bytes, or float32 values) and converts to
+// the engine's floats only when a batch is gathered: uint8 scaled by 1/255 into [0, 1] (a quarter
+// of the memory, and the conversion is free next to the math), float32 as is.
 //
-// Where the files are: in the data directory (flag --data-dir), or in `<data dir>/<subdir>` for a
-// dataset that names a subdirectory. A dataset that a Debian package ships (fashion-mnist, from
-// `dataset-fashion-mnist`) also names the package's directory, read when the data directory
+// Where the IDX files are: in the data directory (flag --data-dir), or in `<data dir>/<subdir>`
+// for a dataset that names a subdirectory. A dataset that a Debian package ships (fashion-mnist,
+// from `dataset-fashion-mnist`) also names the package's directory, read when the data directory
 // holds no copy: deploy/setup.sh installs the package, so it needs no download.
 //
-// Thread rules: a loaded Split is immutable; any number of threads may gather from it.
+// Thread rules: a loaded Split is immutable; any number of threads may gather from it. The free
+// functions keep no state: any thread may call them.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/example_types.h"
 #include "common/param_layout.h"
 
 namespace pstrain {
+
+struct ParsedExamples;
 
 enum class SplitKind { kTrain, kTest };
 
 struct Split {
   std::string dataset;
   SplitKind kind = SplitKind::kTrain;
-  uint32_t size = 0;                // number of examples
-  uint32_t height = 0, width = 0;   // image size, from the files
-  uint32_t channels = 1;            // IDX images are single-channel
-  uint32_t num_classes = 0;         // labels are in [0, num_classes): the dataset table's count
-  std::vector<uint8_t> pixels;      // size * height * width * channels, example-major
-  std::vector<uint8_t> labels;      // size
+  uint32_t size = 0;              // number of examples
+  Shape shape;                    // one example: {d} features or {h, w, c} (IDX images: {h, w, 1})
+  Dtype dtype = Dtype::kUint8;    // of `examples`
+  uint32_t num_classes = 0;       // labels are in [0, num_classes), num_classes <= kMaxClasses
+  // size * example_size() values of `dtype`, little-endian, example-major. From operator new, so
+  // aligned for float.
+  std::vector<uint8_t> examples;
+  std::vector<int32_t> labels;    // size
 
-  uint32_t example_size() const { return height * width * channels; }
-  // [height, width, channels]: the shape of one example as loaded.
-  Shape example_shape() const { return {height, width, channels}; }
+  // Values per example (the product of `shape`).
+  uint32_t example_size() const { return static_cast<uint32_t>(num_elements(shape)); }
+  size_t example_bytes() const { return size_t{example_size()} * dtype_size(dtype); }
+  // The shape of one example as loaded.
+  const Shape& example_shape() const { return shape; }
 
   // Writes the examples `indices` as columns of a column-major float matrix (example_size() rows,
-  // indices.size() columns, values in [0, 1]) and their labels.
+  // indices.size() columns; uint8 values scaled by 1/255, float32 ones copied) and their labels.
   void gather(std::span<const uint32_t> indices, float* columns, int32_t* out_labels) const;
 };
+
+// Where a split comes from, given the dataset's name: load_split on a data directory
+// (idx_split_loader), or a dataset catalog. Owners call it off their event loop; it may be called
+// from any thread and throws DataError naming the dataset or file for any defect.
+using SplitLoader = std::function<Split(const std::string& dataset, SplitKind kind)>;
+
+// Makes a split of `dataset` from parsed examples, taking their storage. Throws DataError naming
+// the dataset if they are inconsistent: a shape other than {d} or {h, w, c} with positive sizes,
+// bytes that do not hold size() examples of that shape, more than 2^32 - 1 examples, classes
+// outside [1, kMaxClasses], or a label outside [0, classes).
+Split make_split(const std::string& dataset, SplitKind kind, ParsedExamples&& parsed);
 
 // Where Debian's `dataset-fashion-mnist` package puts the official Fashion-MNIST files
 // (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz,
@@ -88,5 +111,8 @@ std::pair<std::string, std::string> split_files(const std::string& data_dir, con
 
 // The same for a dataset described by `info` (known or not): what load_split does after the lookup.
 Split load_split(const std::string& data_dir, const DatasetInfo& info, SplitKind kind);
+
+// load_split on `data_dir`, as a SplitLoader: what the coordinator and the trainer use by default.
+SplitLoader idx_split_loader(std::string data_dir);
 
 }  // namespace pstrain

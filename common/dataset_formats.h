@@ -20,12 +20,13 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/example_types.h"
 
 namespace pstrain {
 
 // A set of labelled examples, example-major.
 struct ParsedExamples {
-  enum class Dtype { kUint8, kFloat32 };
+  using Dtype = pstrain::Dtype;  // the one dtype enum (example_types.h)
 
   std::vector<uint32_t> shape;  // per example: {d} or {h, w, c}
   Dtype dtype = Dtype::kFloat32;
@@ -38,7 +39,7 @@ struct ParsedExamples {
 
   uint64_t size() const { return labels.size(); }
   uint64_t example_values() const;  // product of `shape`
-  static uint32_t dtype_size(Dtype dtype) { return dtype == Dtype::kUint8 ? 1 : 4; }
+  static uint32_t dtype_size(Dtype dtype) { return pstrain::dtype_size(dtype); }
 };
 
 // What is wrong with an uploaded dataset. kind() is stable (a REST layer may map it to a problem
@@ -110,7 +111,7 @@ class ExampleSink {
 struct ExampleLimits {
   uint64_t max_examples = 10'000'000;         // rows of a CSV, length of x and y
   uint64_t max_bytes = uint64_t{2} << 30;     // size of ParsedExamples::bytes (2 GiB)
-  uint32_t max_classes = 10'000;              // labels must be below this (and below 2^31)
+  uint32_t max_classes = kMaxClasses;         // labels must be below this (10,000; and below 2^31)
 };
 
 struct CsvOptions {

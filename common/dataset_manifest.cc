@@ -194,24 +194,6 @@ class ExamplesSink final : public ExampleSink {
   ParsedExamples out;
 };
 
-// TEMPORARY until the data path carries float32 and int32 labels.
-Split to_split(ParsedExamples&& e, const std::string& name, SplitKind kind, uint32_t num_classes) {
-  if (e.dtype != ParsedExamples::Dtype::kUint8 || num_classes > 256 || e.shape.size() != 3) {
-    throw DataError(name + ": only uint8 image datasets can be trained on yet");
-  }
-  Split s;
-  s.dataset = name;
-  s.kind = kind;
-  s.size = static_cast<uint32_t>(e.labels.size());
-  s.height = e.shape[0];
-  s.width = e.shape[1];
-  s.channels = e.shape[2];
-  s.num_classes = num_classes;
-  s.pixels = std::move(e.bytes);
-  s.labels.assign(e.labels.begin(), e.labels.end());
-  return s;
-}
-
 }  // namespace
 
 Split load_directory_split(const std::string& dir, const std::string& name, SplitKind kind, uint32_t num_classes) {
@@ -232,7 +214,8 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
     throw DataError("dataset '" + name + "': the " + split_name + " split has label " + std::to_string(summary.classes - 1) +
                     ", outside its " + std::to_string(num_classes) + " classes");
   }
-  return to_split(std::move(sink.out), name, kind, num_classes);
+  sink.out.classes = num_classes;
+  return make_split(name, kind, std::move(sink.out));
 }
 
 Split load_any_split(const std::string& data_dir, const std::string& name, SplitKind kind) {

@@ -75,6 +75,10 @@ struct JobSpec {
 JobSpec parse_job_spec(std::string_view json_text);
 // The same, strict about the dataset: it must be one of `datasets` and the spec must fit it.
 JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets);
+// A spec the coordinator accepted (a worker's assignment, a server's job configuration): parsed
+// and checked like parse_job_spec except against the dataset, which the coordinator checked
+// against the datasets it knows (built in or from its catalog; the receiver may know none).
+JobSpec parse_accepted_job_spec(std::string_view json_text);
 
 // The dataset checks. Without a list: the name follows the dataset name rule, and a built-in
 // dataset (the dataset table) must fit the spec; any other name is left to whoever knows the

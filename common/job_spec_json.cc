@@ -388,9 +388,7 @@ const char* optimizer_type_name(OptimizerType type) {
   return "?";
 }
 
-namespace {
-
-JobSpec parse_unchecked(std::string_view json_text) {
+JobSpec parse_accepted_job_spec(std::string_view json_text) {
   json::parse_options options;
   options.max_depth = 32;
   boost::system::error_code ec;
@@ -415,16 +413,14 @@ JobSpec parse_unchecked(std::string_view json_text) {
   return spec;
 }
 
-}  // namespace
-
 JobSpec parse_job_spec(std::string_view json_text) {
-  JobSpec spec = parse_unchecked(json_text);
+  JobSpec spec = parse_accepted_job_spec(json_text);
   validate_job_spec(spec);
   return spec;
 }
 
 JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets) {
-  JobSpec spec = parse_unchecked(json_text);
+  JobSpec spec = parse_accepted_job_spec(json_text);
   validate_job_spec(spec, datasets);
   return spec;
 }

@@ -42,7 +42,9 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       catalog_(DatasetCatalog::Options{config.data_dir, config.max_upload_bytes, {}}, kv_.get(),
                [this](const std::string& dataset) { return jobs_using_dataset(store_, dataset); }),
       cluster_(std::chrono::milliseconds(config.dead_after_ms)),
-      data_(config.data_dir),
+      data_(config.load_split ? config.load_split
+                              : SplitLoader([this](const std::string& name, SplitKind kind) { return catalog_.load(name, kind); }),
+            [this](const std::string& name) { return catalog_.generation(name); }),
       jobs_(cluster_, data_, store_, io_, config.job) {
   // Jobs from before a restart: finished ones stay listed; unfinished ones run again.
   for (const JobRecord& record : store_.load()) {

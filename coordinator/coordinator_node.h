@@ -7,7 +7,8 @@
 //
 // Thread rules: event-loop thread only: construct, use and destroy it on the thread whose event
 // loop `io` is. store() may be read from any thread (JobStore is thread-safe).
-// Ownership: owns every part above; borrows `io`, which must outlive it.
+// Ownership: owns every part above (and a copy of the config, the split loader included);
+// borrows `io`, which must outlive it.
 #pragma once
 
 #include <capnp/rpc-twoparty.h>
@@ -33,6 +34,9 @@ struct CoordinatorNodeConfig {
   rpc::HostPort listen;   // port 0: any free port
   std::string data_dir;   // the datasets: built-in IDX files and dataset directories (uploads)
   uint64_t max_upload_bytes = uint64_t{4} << 30;  // one dataset upload
+  // Where the DataService gets splits (called on its loading thread). Empty: the dataset
+  // catalog's (tests give their own, e.g. synthetic data).
+  SplitLoader load_split;
   std::string state_dir;  // RocksDB: jobs, metrics, models (created if missing)
   uint32_t heartbeat_ms = 1000;   // how often nodes heartbeat
   uint32_t dead_after_ms = 5000;  // a node silent this long is declared dead

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <functional>
 
+#include "common/rpc/rpc_util.h"
+
 namespace pstrain {
 namespace {
 
@@ -38,46 +40,53 @@ class BatchStream final : public proto::DataStream::Server {
 
 void DataService::fill_batch(const Split& split, uint32_t epoch, int64_t step, const std::vector<uint32_t>& indices,
                              proto::Batch::Builder batch) {
-  const uint32_t example_size = split.example_size();
+  const size_t example_bytes = split.example_bytes();
   batch.setEpoch(epoch);
   batch.setStep(static_cast<uint64_t>(step));
   batch.setSize(static_cast<uint32_t>(indices.size()));
-  batch.setExampleSize(example_size);
-  auto pixels = batch.initPixels(indices.size() * example_size);
-  auto labels = batch.initLabels(indices.size());
+  batch.setExampleSize(split.example_size());
+  batch.setDtype(rpc::to_wire(split.dtype));
+  auto examples = batch.initExamples(indices.size() * example_bytes);
+  auto labels = batch.initLabels(static_cast<unsigned>(indices.size()));
   auto list = batch.initIndices(static_cast<unsigned>(indices.size()));
   for (size_t i = 0; i < indices.size(); ++i) {
-    std::memcpy(pixels.begin() + i * example_size, split.pixels.data() + size_t{indices[i]} * example_size,
-                example_size);
-    labels[i] = split.labels[indices[i]];
+    std::memcpy(examples.begin() + i * example_bytes, split.examples.data() + size_t{indices[i]} * example_bytes,
+                example_bytes);
+    labels.set(static_cast<unsigned>(i), split.labels[indices[i]]);
     list.set(static_cast<unsigned>(i), indices[i]);
   }
 }
 
 kj::Promise<std::shared_ptr<const Split>> DataService::load(const std::string& dataset, SplitKind kind) {
-  const auto key = std::make_pair(dataset, static_cast<int>(kind));
+  const Key key(dataset, static_cast<int>(kind));
+  const uint64_t generation = generation_ ? generation_(dataset) : 0;
   auto it = splits_.find(key);
-  if (it == splits_.end() || it->second->failed) {
+  if (it == splits_.end() || it->second->failed || it->second->generation != generation) {
     auto paf = kj::newPromiseAndCrossThreadFulfiller<std::shared_ptr<const Split>>();
-    loader_.post([fulfiller = kj::mv(paf.fulfiller), dir = data_dir_, dataset, kind]() mutable {
+    loading_.post([this, fulfiller = kj::mv(paf.fulfiller), dataset, kind]() mutable {
       try {
-        fulfiller->fulfill(std::make_shared<const Split>(load_split(dir, dataset, kind)));
+        fulfiller->fulfill(std::make_shared<const Split>(loader_(dataset, kind)));
       } catch (const std::exception& e) {
         fulfiller->reject(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(e.what())));
       }
     });
-    auto loading = std::make_unique<Loading>(Loading{nullptr});
-    Loading* entry = loading.get();
+    const uint64_t id = next_id_++;
+    auto loading = std::make_unique<Loading>(Loading{nullptr, id, generation});
+    // The entry may be gone (forget()) or replaced when the load fails: look it up again.
     loading->split = paf.promise
-                         .catch_([entry](kj::Exception&& e) -> std::shared_ptr<const Split> {
-                           entry->failed = true;
+                         .catch_([this, key, id](kj::Exception&& e) -> std::shared_ptr<const Split> {
+                           auto found = splits_.find(key);
+                           if (found != splits_.end() && found->second->id == id) found->second->failed = true;
                            kj::throwFatalException(kj::mv(e));
                          })
                          .fork();
-    splits_[key] = std::move(loading);
-    it = splits_.find(key);
+    it = splits_.insert_or_assign(key, std::move(loading)).first;
   }
   return it->second->split.addBranch();
+}
+
+void DataService::forget(const std::string& dataset) {
+  for (SplitKind kind : {SplitKind::kTrain, SplitKind::kTest}) splits_.erase(Key(dataset, static_cast<int>(kind)));
 }
 
 proto::DataStream::Client DataService::open_train(std::shared_ptr<const Split> split, const DataPlan& plan,

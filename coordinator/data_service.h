@@ -5,12 +5,18 @@
 // block of the test split for evaluation). Flow control is the reader's: it asks for at most a
 // few batches per call and keeps a bounded number of calls in flight.
 //
+// Where splits come from is the owner's choice: a SplitLoader (dataset.h) given at construction,
+// such as idx_split_loader(data dir) for the built-in IDX datasets, or a dataset catalog.
 // Datasets load on a thread of the service's own (TaskThread), never on the event loop: a job
 // asks with load() and goes on when the split is there. Each split is loaded once and shared by
-// every job that uses it; a load that failed is tried again by the next job that asks.
+// every job that uses it (as an immutable shared_ptr); a load that failed is tried again by the
+// next job that asks, and forget() drops a dataset's splits so that the next load() reads it again.
 //
-// Thread rules: event-loop thread only (the loading thread touches nothing but the files and the
-// promise it fulfils).
+// Thread rules: event-loop thread only, except the loader, which runs on the loading thread (it
+// must be thread-safe, and touch nothing of the service: it returns the split or throws). The
+// loading thread otherwise touches only the promise it fulfils.
+// Ownership: owns the loader, the cached splits (shared with the jobs that hold them) and the
+// loading thread.
 #pragma once
 
 #include <kj/async.h>
@@ -29,10 +35,21 @@ namespace pstrain {
 
 class DataService {
  public:
-  explicit DataService(std::string data_dir) : data_dir_(std::move(data_dir)) {}
+  // The files' version of a dataset (thread-safe; called on the event loop): a cached split of an
+  // older version is loaded again, so a replaced dataset is never served from its old files.
+  using Generation = std::function<uint64_t(const std::string& dataset)>;
 
-  // The split, loaded once off the event loop; fails with the DataError's message naming the file.
+  explicit DataService(SplitLoader loader, Generation generation = {})
+      : loader_(std::move(loader)), generation_(std::move(generation)) {}
+
+  // The split, loaded once off the event loop; fails with the loader's exception message (a
+  // DataError names the dataset or file).
   kj::Promise<std::shared_ptr<const Split>> load(const std::string& dataset, SplitKind kind);
+
+  // Drops the cached splits of `dataset` (replaced or deleted): the next load() calls the loader
+  // again. Jobs holding a split keep theirs; a load in flight still answers its callers but is
+  // not cached.
+  void forget(const std::string& dataset);
 
   // Called for every training batch served: (step within the epoch, example indices).
   using Served = std::function<void(int64_t step, const std::vector<uint32_t>& indices)>;
@@ -44,7 +61,8 @@ class DataService {
   proto::DataStream::Client open_test(std::shared_ptr<const Split> split, uint32_t worker, uint32_t workers,
                                       int64_t batch);
 
-  // Writes the examples `indices` of `split` into `batch`.
+  // Writes the examples `indices` of `split` into `batch`, as stored (dtype and bytes) with their
+  // int32 labels.
   static void fill_batch(const Split& split, uint32_t epoch, int64_t step, const std::vector<uint32_t>& indices,
                          proto::Batch::Builder batch);
 
@@ -52,13 +70,18 @@ class DataService {
   static constexpr uint32_t kMaxBatchesPerCall = 8;
 
  private:
+  using Key = std::pair<std::string, int>;  // dataset, SplitKind
   struct Loading {
     kj::ForkedPromise<std::shared_ptr<const Split>> split;
+    uint64_t id = 0;      // tells this load from a later one of the same key
+    uint64_t generation = 0;  // of the dataset's files when it started
     bool failed = false;  // set when the load failed: the next load() tries again
   };
-  std::string data_dir_;
-  std::map<std::pair<std::string, int>, std::unique_ptr<Loading>> splits_;
-  TaskThread loader_;  // after splits_: destroyed first, so no load outlives what it reports to
+  const SplitLoader loader_;  // called on loading_ only
+  const Generation generation_;
+  std::map<Key, std::unique_ptr<Loading>> splits_;
+  uint64_t next_id_ = 0;
+  TaskThread loading_;  // after splits_: destroyed first, so no load outlives what it reports to
 };
 
 }  // namespace pstrain

@@ -129,8 +129,6 @@ std::string strip_dir(std::string message, const std::string& dir) {
   return message;
 }
 
-const char* dtype_name(ParsedExamples::Dtype d) { return d == ParsedExamples::Dtype::kUint8 ? "uint8" : "float32"; }
-
 // Names, sizes and mtimes of the files (and the manifest): equal fingerprints mean the files did
 // not change, so a stored record still describes them.
 std::string fingerprint(const std::vector<std::string>& paths) {
@@ -598,9 +596,9 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
         std::string theirs;
         for (uint32_t d : record.shape) theirs += (theirs.empty() ? "" : ", ") + std::to_string(d);
         CatalogError e = catalog_error(422, "dataset-shape-mismatch",
-                                       "the uploaded " + upload.split + " split has " + dtype_name(summary.dtype) +
+                                       "the uploaded " + upload.split + " split has " + std::string(dtype_name(summary.dtype)) +
                                            " examples of shape [" + shape + "] but the dataset's " + split + " split has " +
-                                           dtype_name(record.dtype) + " examples of shape [" + theirs + "]");
+                                           std::string(dtype_name(record.dtype)) + " examples of shape [" + theirs + "]");
         result.error = e;
         return result;
       }

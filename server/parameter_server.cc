@@ -62,7 +62,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   KJ_REQUIRE(!job_id.empty(), "job id must not be empty");
   JobSpec spec;
   try {
-    spec = parse_job_spec(rpc::to_string(config.getSpecJson()));
+    spec = parse_accepted_job_spec(rpc::to_string(config.getSpecJson()));
   } catch (const SpecError& e) {
     KJ_FAIL_REQUIRE("invalid job spec", e.what());
   }

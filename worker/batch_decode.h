@@ -1,25 +1,39 @@
-// Turns a data-service batch into the engine's input: [0, 1] floats, one column per example.
+// Turns a data-service batch into the engine's input: floats, one column per example (uint8
+// examples scaled by 1/255 into [0, 1], float32 ones as they are), and int32 labels.
+//
+// A batch comes from the coordinator (DataService::fill_batch): its dtype, sizes and labels are
+// checked against what the model takes, and a batch that does not fit fails the call
+// (KJ_REQUIRE) instead of writing past the buffers or letting a label index outside the logits.
+//
+// Thread rules: pure functions; any thread.
 #pragma once
-
-#include <kj/debug.h>
 
 #include <cstddef>
 #include <cstdint>
 
+#include "common/example_types.h"
 #include "common/proto/pstrain.capnp.h"
 
 namespace pstrain {
 
-// `inputs` holds input_size floats per example, `labels` one int per example; the batch must have
-// exactly that shape (a malformed batch fails the call instead of writing past the buffers).
-inline void decode_batch(proto::Batch::Reader batch, size_t input_size, float* inputs, int32_t* labels) {
-  const auto pixels = batch.getPixels();
-  const auto label_bytes = batch.getLabels();
-  KJ_REQUIRE(pixels.size() == size_t{batch.getSize()} * input_size && label_bytes.size() == batch.getSize(),
-             "batch does not match the model's input", pixels.size(), label_bytes.size(), batch.getSize());
-  constexpr float kScale = 1.0f / 255.0f;
-  for (size_t i = 0; i < pixels.size(); ++i) inputs[i] = static_cast<float>(pixels[i]) * kScale;
-  for (size_t i = 0; i < label_bytes.size(); ++i) labels[i] = label_bytes[i];
-}
+// What a batch must hold for the model.
+struct BatchShape {
+  size_t example_size = 0;  // values per example: the model's input size
+  uint32_t classes = 0;     // labels are in [0, classes): the model's outputs
+};
+
+// A batch's examples, checked: known dtype, exampleSize == example_size and exactly
+// size * example_size values of the dtype. `bytes` points into the batch's message.
+struct BatchExamples {
+  Dtype dtype = Dtype::kUint8;
+  const uint8_t* bytes = nullptr;
+  size_t count = 0;  // examples
+};
+BatchExamples checked_examples(proto::Batch::Reader batch, size_t example_size);
+
+// Writes the batch into `inputs` (shape.example_size floats per example) and `labels` (one per
+// example); both must have room for batch.getSize() examples. Also checks that there is one
+// label per example, each in [0, shape.classes).
+void decode_batch(proto::Batch::Reader batch, const BatchShape& shape, float* inputs, int32_t* labels);
 
 }  // namespace pstrain

@@ -7,16 +7,16 @@
 
 namespace pstrain {
 
-FirstLayerForward::FirstLayerForward(size_t servers, size_t groups, size_t input_size, size_t max_batch)
-    : input_size_(input_size),
-      next_inputs_(input_size * max_batch),
+FirstLayerForward::FirstLayerForward(size_t servers, size_t groups, BatchShape shape, size_t max_batch)
+    : shape_(shape),
+      next_inputs_(shape.example_size * max_batch),
       next_labels_(max_batch),
       group_inputs_(groups),
       partials_(servers) {}
 
 void FirstLayerForward::plan(proto::Batch::Reader next) {
   KJ_REQUIRE(next.getSize() <= next_labels_.size(), "batch larger than the model's batch", next.getSize());
-  decode_batch(next, input_size_, next_inputs_.data(), next_labels_.data());
+  decode_batch(next, shape_, next_inputs_.data(), next_labels_.data());
   next_examples_ = next.getSize();
   next_epoch_ = next.getEpoch();
   next_step_ = next.getStep();

@@ -21,14 +21,16 @@
 #include "common/aligned.h"
 #include "common/nn/data_parallel_model.h"
 #include "common/proto/pstrain.capnp.h"
+#include "worker/batch_decode.h"
 #include "worker/factor_plan.h"
 
 namespace pstrain {
 
 class FirstLayerForward {
  public:
-  // `servers`: of the job; `groups`: of the factor plan; the model's input size and batch.
-  FirstLayerForward(size_t servers, size_t groups, size_t input_size, size_t max_batch);
+  // `servers`: of the job; `groups`: of the factor plan; what a batch holds for the model (its
+  // input size and classes) and the model's batch.
+  FirstLayerForward(size_t servers, size_t groups, BatchShape shape, size_t max_batch);
 
   // The next batch is `next` (decoded here): the step's first-layer pushes ask for partials.
   void plan(proto::Batch::Reader next);
@@ -56,7 +58,7 @@ class FirstLayerForward {
     std::vector<uint32_t> rows;
     AlignedFloats inputs;
   };
-  size_t input_size_;
+  BatchShape shape_;
   AlignedFloats next_inputs_;  // the next batch, decoded
   std::vector<int32_t> next_labels_;
   uint32_t next_examples_ = 0;

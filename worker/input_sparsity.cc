@@ -1,6 +1,7 @@
 #include "worker/input_sparsity.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace pstrain {
@@ -34,14 +35,24 @@ InputSparsity::InputSparsity(const ModelSpec& spec, const ParamLayout& layout, c
   }
 }
 
-void InputSparsity::mark_features(const uint8_t* pixels, size_t examples, size_t example_size,
+void InputSparsity::mark_features(const uint8_t* data, Dtype dtype, size_t examples, size_t example_size,
                                   std::vector<uint8_t>* mask) const {
   mask->assign(features_, 0);
   const size_t n = std::min(example_size, features_);
   uint8_t* m = mask->data();
   for (size_t e = 0; e < examples; ++e) {
-    const uint8_t* x = pixels + e * example_size;
-    for (size_t j = 0; j < n; ++j) m[j] |= x[j];  // nonzero stays nonzero
+    if (dtype == Dtype::kUint8) {
+      const uint8_t* x = data + e * example_size;
+      for (size_t j = 0; j < n; ++j) m[j] |= x[j];  // nonzero stays nonzero
+    } else {
+      // On the bits (the data may not be float-aligned): zero unless something but the sign is set.
+      const uint8_t* x = data + e * example_size * sizeof(float);
+      for (size_t j = 0; j < n; ++j) {
+        uint32_t bits;
+        std::memcpy(&bits, x + j * sizeof(float), sizeof bits);
+        m[j] |= static_cast<uint8_t>((bits & 0x7fffffffu) != 0);
+      }
+    }
   }
   for (size_t j = 0; j < n; ++j) m[j] = m[j] != 0;
 }

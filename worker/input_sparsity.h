@@ -8,7 +8,8 @@
 // multiplied by zero), so the reply before the step may leave them out too. This is the
 // parameter server's classic "pull only the keys the minibatch touches", applied to dense inputs:
 // in MNIST batches of 64 about 37% of the pixels are zero in every example, and the first
-// kernel is 61% of the MLP, so a worker's push and reply shrink by about a fifth each.
+// kernel is 61% of the MLP, so a worker's push and reply shrink by about a fifth each. Float
+// inputs work the same way: a feature counts as zero when it is exactly 0 in every example.
 //
 // Thread rules: immutable after construction; safe to share.
 #pragma once
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "common/chunk_plan.h"
+#include "common/example_types.h"
 #include "common/model_spec.h"
 
 namespace pstrain {
@@ -33,8 +35,10 @@ class InputSparsity {
   bool active() const { return kernel_param_ >= 0; }
   size_t features() const { return features_; }
 
-  // mask[j] = 1 if feature j is nonzero in some of `examples` examples of `example_size` bytes.
-  void mark_features(const uint8_t* pixels, size_t examples, size_t example_size, std::vector<uint8_t>* mask) const;
+  // mask[j] = 1 if feature j is nonzero in some of `examples` examples of `example_size` values
+  // of `dtype` (float32: 0 and -0 are zero; anything else, NaN included, is not).
+  void mark_features(const uint8_t* data, Dtype dtype, size_t examples, size_t example_size,
+                     std::vector<uint8_t>* mask) const;
 
   // For every chunk of the table: the ranges holding the kernel rows of the marked features. A
   // chunk outside the kernel, or one where ranges would not pay (they cover nearly all of it, or

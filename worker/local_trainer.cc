@@ -6,6 +6,7 @@
 
 #include "common/chunk_plan.h"
 #include "common/dataset.h"
+#include "common/dataset_manifest.h"
 #include "common/error.h"
 #include "common/nn/gradient_scaling.h"
 #include "common/nn/data_parallel_model.h"
@@ -46,8 +47,11 @@ Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, con
 }  // namespace
 
 TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& options) {
-  const Split train = load_split(options.data_dir, spec.dataset.name, SplitKind::kTrain);
-  const Split test = load_split(options.data_dir, spec.dataset.name, SplitKind::kTest);
+  const SplitLoader load = options.load_split ? options.load_split : [&](const std::string& name, SplitKind kind) {
+    return load_any_split(options.data_dir, name, kind);
+  };
+  const Split train = load(spec.dataset.name, SplitKind::kTrain);
+  const Split test = load(spec.dataset.name, SplitKind::kTest);
   check_spec_against_dataset(spec, train);  // the files may disagree with the dataset table
   check_spec_against_dataset(spec, test);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/aligned.h"
+#include "common/dataset.h"
 #include "common/job_spec.h"
 
 namespace pstrain {
@@ -34,6 +35,9 @@ struct ProgressReport {
 
 struct LocalTrainerOptions {
   std::string data_dir;
+  // Where the splits come from. Empty: data_dir's built-in datasets and dataset directories
+  // (load_any_split).
+  SplitLoader load_split;
   // Threads that each compute the gradient of a slice of the batch (DataParallelModel); 1 leaves
   // the parallelism to the BLAS products.
   int replicas = 1;

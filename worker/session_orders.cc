@@ -33,7 +33,7 @@ void TrainingSession::watch_for_orders() {
                 order.examples = batch.getSize();
                 order.inputs.resize(inputs_.size());
                 order.labels.resize(labels_.size());
-                decode_batch(batch, static_cast<size_t>(model_->input_size()), order.inputs.data(), order.labels.data());
+                decode_batch(batch, batch_shape(), order.inputs.data(), order.labels.data());
                 PSLOG(kInfo) << "job " << job_id_ << ": taking over slice " << order.slice << " of step " << order.step
                              << " from a lost worker";
                 takeover_ = std::move(order);

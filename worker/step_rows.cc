@@ -1,6 +1,6 @@
 #include "worker/step_rows.h"
 
-#include <kj/debug.h>
+#include "worker/batch_decode.h"
 
 namespace pstrain {
 
@@ -10,11 +10,8 @@ StepRows::StepRows(InputSparsity sparsity, size_t chunks)
 std::string StepRows::describe() const { return active() ? ", row-sparse exchange of the first layer" : ""; }
 
 std::vector<InputSparsity::Ranges> StepRows::marked(proto::Batch::Reader batch) {
-  const auto pixels = batch.getPixels();
-  KJ_REQUIRE(batch.getExampleSize() == sparsity_.features() &&
-                 pixels.size() == static_cast<size_t>(batch.getSize()) * batch.getExampleSize(),
-             "batch does not match the model's input", batch.getExampleSize(), pixels.size());
-  sparsity_.mark_features(pixels.begin(), batch.getSize(), batch.getExampleSize(), &feature_mask_);
+  const BatchExamples examples = checked_examples(batch, sparsity_.features());
+  sparsity_.mark_features(examples.bytes, examples.dtype, examples.count, sparsity_.features(), &feature_mask_);
   return sparsity_.chunk_ranges(feature_mask_);
 }
 

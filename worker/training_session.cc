@@ -35,7 +35,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
       coordinator_(kj::mv(coordinator)),
       node_id_(node_id),
       job_id_(rpc::to_string(a.getJobId())),
-      spec_(parse_job_spec(rpc::to_string(a.getSpecJson()))),
+      spec_(parse_accepted_job_spec(rpc::to_string(a.getSpecJson()))),
       worker_index_(a.getWorkerIndex()),
       worker_count_(a.getWorkerCount()),
       steps_per_epoch_(a.getStepsPerEpoch()),
@@ -117,7 +117,7 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
   while (reader.next(wait_scope, &batch)) {
     if (batch.getSize() == 0) continue;
     KJ_REQUIRE(batch.getSize() <= labels_.size(), "test batch larger than the model's batch", batch.getSize());
-    decode_batch(batch, static_cast<size_t>(model_->input_size()), inputs_.data(), labels_.data());
+    decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
     const nn::LossResult r = model_->evaluate(params, inputs_.data(), labels_.data(), batch.getSize());
     loss += r.loss_sum;
     correct += static_cast<uint64_t>(r.correct);
@@ -166,7 +166,7 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       if (step + 1 != steps_per_epoch_ && reader.peek(&next) && next.getSize() > 0) known_next = next;
       exchange_->begin_step(batch, known_next);
       if (n > 0) {
-        decode_batch(batch, static_cast<size_t>(model_->input_size()), inputs_.data(), labels_.data());
+        decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
         // Overlap: ship the later layers' gradients while the earlier layers run backward, and
         // let the event loop write them out.
         auto ready = [&](size_t final_from) { exchange_->gradients_ready(wait_scope, mine, final_from); };

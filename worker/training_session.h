@@ -27,6 +27,7 @@
 #include "common/job_spec.h"
 #include "common/nn/data_parallel_model.h"
 #include "common/proto/pstrain.capnp.h"
+#include "worker/batch_decode.h"
 #include "worker/parameter_exchange.h"
 #include "worker/server_chunks.h"
 #include "worker/stoppable_wait.h"
@@ -76,6 +77,11 @@ class TrainingSession {
 
   template <typename T>
   T wait(kj::WaitScope& wait_scope, kj::Promise<T>&& promise);
+
+  // What every batch must hold for the model (decode_batch checks it).
+  BatchShape batch_shape() const {
+    return {static_cast<size_t>(model_->input_size()), static_cast<uint32_t>(model_->output_size())};
+  }
 
   kj::AsyncIoProvider& io_;
   kj::ForkedPromise<void>& stop_;

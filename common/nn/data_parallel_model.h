@@ -24,6 +24,7 @@ class DataParallelModel {
 
   const ParamLayout& layout() const { return replicas_.front()->layout(); }
   int64_t input_size() const { return replicas_.front()->input_size(); }
+  int64_t output_size() const { return replicas_.front()->output_size(); }
   int64_t max_batch() const { return max_batch_; }
   int replicas() const { return static_cast<int>(replicas_.size()); }
 

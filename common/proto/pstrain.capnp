@@ -12,8 +12,11 @@ enum Role {
   worker @1;
 }
 
+# Element types. Tensors are float32 only; a Batch's examples are float32 (used as is) or uint8
+# (the worker reads value / 255): pstrain::Dtype (common/example_types.h).
 enum DType {
   float32 @0;
+  uint8 @1;
 }
 
 struct Tensor {
@@ -242,10 +245,11 @@ struct Batch {
   epoch @0 :UInt32;
   step @1 :UInt64;            # within the epoch
   size @2 :UInt32;            # examples (may be 0: a sync step where this worker's slice is empty)
-  exampleSize @3 :UInt32;     # bytes per example
-  pixels @4 :Data;            # size * exampleSize bytes
-  labels @5 :Data;            # size bytes
+  exampleSize @3 :UInt32;     # values per example (the model's input size)
+  examples @4 :Data;          # size * exampleSize values of dtype, example after example
+  labels @5 :List(Int32);     # size, each in [0, the model's classes)
   indices @6 :List(UInt32);   # the examples' positions in the split (for auditing)
+  dtype @7 :DType;            # of examples
 }
 
 # A worker's data shard, read in order. Flow control is the reader's: each call asks for at

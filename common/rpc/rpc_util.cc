@@ -114,6 +114,16 @@ std::span<const float> tensor_view(proto::Tensor::Reader tensor, size_t expected
   return {reinterpret_cast<const float*>(data.begin()), n};
 }
 
+proto::DType to_wire(Dtype dtype) {
+  return dtype == Dtype::kUint8 ? proto::DType::UINT8 : proto::DType::FLOAT32;
+}
+
+Dtype to_dtype(proto::DType dtype, const char* what) {
+  KJ_REQUIRE(dtype == proto::DType::UINT8 || dtype == proto::DType::FLOAT32, "unknown dtype", what,
+             static_cast<uint16_t>(dtype));
+  return dtype == proto::DType::UINT8 ? Dtype::kUint8 : Dtype::kFloat32;
+}
+
 std::span<float> init_tensor(proto::Tensor::Builder tensor, size_t n) {
   tensor.setDtype(proto::DType::FLOAT32);
   tensor.initShape(1).set(0, n);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/chunk_plan.h"
+#include "common/example_types.h"
 #include "common/proto/pstrain.capnp.h"
 
 namespace pstrain::rpc {
@@ -109,5 +110,10 @@ void set_chunks(capnp::List<proto::Chunk>::Builder list, const std::vector<Chunk
 std::vector<ChunkInfo> get_chunks(capnp::List<proto::Chunk>::Reader list);
 
 std::string to_string(capnp::Text::Reader text);
+
+// A batch's example dtype on the wire (Batch.dtype) and back. to_dtype fails the call
+// (KJ_REQUIRE, naming `what`) for a value this build does not know.
+proto::DType to_wire(Dtype dtype);
+Dtype to_dtype(proto::DType dtype, const char* what);
 
 }  // namespace pstrain::rpc

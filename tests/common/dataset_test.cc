@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/dataset.h"
+#include "common/dataset_formats.h"
 #include "common/error.h"
 #include "tests/test_support.h"
 
@@ -49,8 +50,8 @@ TEST_CASE("mnist10k and fashion load with the sizes of the data README") {
   const Split test = load_split(dir, "mnist10k", SplitKind::kTest);
   CHECK(train.size == 5002);
   CHECK(test.size == 4998);
-  CHECK(train.height == 28);
-  CHECK(train.width == 28);
+  CHECK(train.example_shape() == Shape{28, 28, 1});
+  CHECK(train.dtype == Dtype::kUint8);
   // Round-robin over classes: the first ten training labels are 0..9.
   for (uint8_t k = 0; k < 10; ++k) CHECK(train.labels[k] == k);
 
@@ -67,8 +68,8 @@ TEST_CASE("gather converts bytes to unit-range columns with their labels") {
   CHECK(labels[0] == 3);
   CHECK(labels[1] == 0);
   for (int i = 0; i < 784; ++i) {
-    REQUIRE(columns[i] == doctest::Approx(train.pixels[3 * 784 + i] / 255.0f));
-    REQUIRE(columns[784 + i] == doctest::Approx(train.pixels[i] / 255.0f));
+    REQUIRE(columns[i] == doctest::Approx(train.examples[3 * 784 + i] / 255.0f));
+    REQUIRE(columns[784 + i] == doctest::Approx(train.examples[i] / 255.0f));
   }
 }
 
@@ -106,7 +107,7 @@ TEST_CASE("a dataset with a system directory prefers the data directory's copy")
   const Split train = load_split(data.path(), toy, SplitKind::kTrain);  // the copy wins
   CHECK(train.size == 5);
   CHECK(train.dataset == "toy");
-  CHECK(train.height == 2);
+  CHECK(train.example_shape() == Shape{2, 2, 1});
 
   // Missing everywhere: the message names both places and what to install.
   CHECK_THROWS_WITH_AS(load_split(data.path(), toy, SplitKind::kTest),
@@ -128,17 +129,16 @@ TEST_CASE("fashion-mnist is the official split: 60,000 / 10,000 images, 6,000 / 
   const Split test = load_fashion_mnist(SplitKind::kTest);
   for (const Split* split : {&train, &test}) {
     CHECK(split->dataset == "fashion-mnist");
-    CHECK(split->height == 28);
-    CHECK(split->width == 28);
+    CHECK(split->example_shape() == Shape{28, 28, 1});
     CHECK(split->num_classes == 10);
-    CHECK(split->pixels.size() == size_t{split->size} * 784);
+    CHECK(split->examples.size() == size_t{split->size} * 784);
   }
   REQUIRE(train.size == 60000);
   REQUIRE(test.size == 10000);
 
   std::array<int, 10> train_count{}, test_count{};
-  for (uint8_t l : train.labels) ++train_count.at(l);
-  for (uint8_t l : test.labels) ++test_count.at(l);
+  for (int32_t l : train.labels) ++train_count.at(l);
+  for (int32_t l : test.labels) ++test_count.at(l);
   for (int c = 0; c < 10; ++c) {
     CAPTURE(c);
     CHECK(train_count[c] == 6000);
@@ -148,17 +148,104 @@ TEST_CASE("fashion-mnist is the official split: 60,000 / 10,000 images, 6,000 / 
   // The official files' first labels (Ankle boot, T-shirt, T-shirt, Dress, ...), and pixel sums
   // of the first image and of each split, taken from the package's files: the order is the
   // official one, not a re-split like `fashion`'s.
-  const std::vector<uint8_t> train_head(train.labels.begin(), train.labels.begin() + 10);
-  const std::vector<uint8_t> test_head(test.labels.begin(), test.labels.begin() + 10);
-  CHECK(train_head == std::vector<uint8_t>{9, 0, 0, 3, 0, 2, 7, 2, 5, 5});
-  CHECK(test_head == std::vector<uint8_t>{9, 2, 1, 1, 6, 1, 4, 6, 5, 7});
+  const std::vector<int32_t> train_head(train.labels.begin(), train.labels.begin() + 10);
+  const std::vector<int32_t> test_head(test.labels.begin(), test.labels.begin() + 10);
+  CHECK(train_head == std::vector<int32_t>{9, 0, 0, 3, 0, 2, 7, 2, 5, 5});
+  CHECK(test_head == std::vector<int32_t>{9, 2, 1, 1, 6, 1, 4, 6, 5, 7});
   const auto sum = [](const std::vector<uint8_t>& v, size_t n) {
     uint64_t s = 0;
     for (size_t i = 0; i < n; ++i) s += v[i];
     return s;
   };
-  CHECK(sum(train.pixels, 784) == 76247);
-  CHECK(sum(test.pixels, 784) == 33456);
-  CHECK(sum(train.pixels, train.pixels.size()) == 3431114169ULL);
-  CHECK(sum(test.pixels, test.pixels.size()) == 573469082ULL);
+  CHECK(sum(train.examples, 784) == 76247);
+  CHECK(sum(test.examples, 784) == 33456);
+  CHECK(sum(train.examples, train.examples.size()) == 3431114169ULL);
+  CHECK(sum(test.examples, test.examples.size()) == 573469082ULL);
+}
+
+// ---- Splits of any shape and dtype (make_split, gather) ----------------------------------------
+
+namespace {
+
+// 4 examples of 3 float32 features, values i * 3 + j - 5.5 (some negative, none zero), 3 classes.
+ParsedExamples three_floats() {
+  ParsedExamples p;
+  p.shape = {3};
+  p.dtype = Dtype::kFloat32;
+  p.classes = 3;
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      const float v = static_cast<float>(i * 3 + j) - 5.5f;
+      const auto* b = reinterpret_cast<const uint8_t*>(&v);
+      p.bytes.insert(p.bytes.end(), b, b + 4);
+    }
+    p.labels.push_back(i % 3);
+  }
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("make_split takes a float32 upload's storage; gather copies its values as they are") {
+  ParsedExamples parsed = three_floats();
+  const uint8_t* storage = parsed.bytes.data();
+  const Split split = make_split("upload", SplitKind::kTest, std::move(parsed));
+  CHECK(split.dataset == "upload");
+  CHECK(split.kind == SplitKind::kTest);
+  CHECK(split.size == 4);
+  CHECK(split.example_shape() == Shape{3});
+  CHECK(split.example_size() == 3);
+  CHECK(split.example_bytes() == 12);
+  CHECK(split.dtype == Dtype::kFloat32);
+  CHECK(split.num_classes == 3);
+  CHECK(split.examples.data() == storage);  // moved, not copied
+  std::array<float, 6> columns{};
+  std::array<int32_t, 2> labels{};
+  const std::array<uint32_t, 2> indices = {3, 1};
+  split.gather(indices, columns.data(), labels.data());
+  CHECK(columns == std::array<float, 6>{3.5f, 4.5f, 5.5f, -2.5f, -1.5f, -0.5f});
+  CHECK(labels == std::array<int32_t, 2>{0, 1});
+}
+
+TEST_CASE("make_split of uint8 images: gather scales by 1/255 exactly as for IDX files; labels past 255 kept") {
+  ParsedExamples p;
+  p.shape = {2, 2, 1};
+  p.dtype = Dtype::kUint8;
+  p.bytes = {0, 1, 128, 255, 7, 0, 0, 9};
+  p.labels = {300, 1999};
+  p.classes = 2000;
+  const Split split = make_split("images", SplitKind::kTrain, std::move(p));
+  CHECK(split.example_shape() == Shape{2, 2, 1});
+  std::array<float, 8> columns{};
+  std::array<int32_t, 2> labels{};
+  const std::array<uint32_t, 2> indices = {0, 1};
+  split.gather(indices, columns.data(), labels.data());
+  for (size_t i = 0; i < columns.size(); ++i) CHECK(columns[i] == static_cast<float>(split.examples[i]) * (1.0f / 255.0f));
+  CHECK(labels == std::array<int32_t, 2>{300, 1999});
+}
+
+TEST_CASE("make_split rejects inconsistent examples, naming the dataset") {
+  const auto error_of = [](ParsedExamples p) {
+    try {
+      make_split("bad-set", SplitKind::kTrain, std::move(p));
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ParsedExamples p = three_floats();
+  p.labels[2] = 3;
+  CHECK(error_of(p) == "dataset 'bad-set' (train split): label 3 at index 2 is outside [0, 3)");
+  p = three_floats();
+  p.labels[0] = -1;
+  CHECK(error_of(p).find("label -1 at index 0") != std::string::npos);
+  p = three_floats();
+  p.bytes.pop_back();
+  CHECK(error_of(p) == "dataset 'bad-set' (train split): 47 bytes do not hold 4 examples of 3 float32 values");
+  p = three_floats();
+  p.shape = {3, 1};
+  CHECK(error_of(p).find("2 dimensions") != std::string::npos);
+  p = three_floats();
+  p.classes = kMaxClasses + 1;
+  CHECK(error_of(p).find("10001 classes") != std::string::npos);
 }

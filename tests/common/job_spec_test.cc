@@ -245,6 +245,14 @@ TEST_CASE("the reference jobs parse") {
   CHECK(testing::fashion_cnn_job(1).model.layers.size() == 7);
 }
 
+TEST_CASE("a spec the coordinator accepted parses without the dataset table; everything else is still checked") {
+  const std::string catalog = mlp_with("\"mnist10k\"", "\"from-the-catalog\"");
+  CHECK(error_of(catalog).find("is not a known dataset") != std::string::npos);
+  CHECK(parse_accepted_job_spec(catalog).dataset.name == "from-the-catalog");
+  CHECK_THROWS_AS(parse_accepted_job_spec(mlp_with("\"global_batch_size\": 128", "\"global_batch_size\": -1")),
+                  SpecError);
+}
+
 TEST_CASE("every known dataset name is accepted, fashion-mnist included") {
   CHECK(error_of(mlp_with("\"mnist10k\"", "\"fashion\"")) == "(accepted)");
   CHECK(parse_job_spec(mlp_with("\"mnist10k\"", "\"fashion-mnist\"")).dataset.name == "fashion-mnist");
@@ -356,14 +364,13 @@ TEST_CASE("check_spec_against_dataset: the files as loaded must fit the job too"
   const JobSpec spec = parse_job_spec(kMlp);
   Split split;
   split.dataset = "mnist10k";
-  split.height = 28;
-  split.width = 28;
+  split.shape = {28, 28, 1};
   split.num_classes = 10;
   CHECK_NOTHROW(check_spec_against_dataset(spec, split));
-  split.width = 32;
+  split.shape = {28, 32, 1};
   CHECK_THROWS_WITH_AS(check_spec_against_dataset(spec, split),
                        "/model/input_shape [28, 28, 1] does not match mnist10k's 28x32x1 images", SpecError);
-  split.width = 28;
+  split.shape = {28, 28, 1};
   split.num_classes = 12;
   CHECK_THROWS_WITH_AS(check_spec_against_dataset(spec, split),
                        "/model/layers/3 must output 12 logits (the classes of mnist10k) but outputs [10]", SpecError);

@@ -1,5 +1,5 @@
 // The engine (nn::Model + optimizer, what the standalone trainer and the workers run) on data of
-// other shapes and class counts than the built-in 28x28x1, 10-class datasets, generated here.
+// other shapes and class counts than the built-in 28x28x1, 10-class datasets (tests/synthetic_data.h).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,15 +11,15 @@
 #include "common/nn/model.h"
 #include "common/optim/optimizer.h"
 #include "common/rng.h"
+#include "tests/synthetic_data.h"
 
 using namespace pstrain;
 
 namespace {
 
-struct Examples {
-  std::vector<float> inputs;  // column-major: one column of `features` values per example
-  std::vector<int32_t> labels;
-};
+using testing::Examples;
+using testing::quadrant_images;
+using testing::separable_features;
 
 // Trains `spec` with Adam (batch 32, `epochs` passes in order) and returns the accuracy on `test`.
 double train_and_test(const ModelSpec& spec, const Examples& train, const Examples& test, int epochs) {
@@ -50,38 +50,6 @@ double train_and_test(const ModelSpec& spec, const Examples& train, const Exampl
     correct += model.evaluate(params.data(), test.inputs.data() + first * d, test.labels.data() + first, n).correct;
   }
   return static_cast<double>(correct) / static_cast<double>(test_size);
-}
-
-// 30 features uniform in [-1, 1), labelled by the largest of 3 fixed random linear scores:
-// linearly separable into 3 classes.
-Examples separable_features(Rng& rng, const std::vector<float>& w, int count) {
-  Examples e;
-  for (int i = 0; i < count; ++i) {
-    float score[3] = {0, 0, 0};
-    for (int f = 0; f < 30; ++f) {
-      const float x = rng.uniform_float(-1.0f, 1.0f);
-      e.inputs.push_back(x);
-      for (int k = 0; k < 3; ++k) score[k] += w[static_cast<size_t>(k * 30 + f)] * x;
-    }
-    e.labels.push_back(static_cast<int32_t>(std::max_element(score, score + 3) - score));
-  }
-  return e;
-}
-
-// 8x8x1 images of noise in [0, 0.5) with a bright 4x4 quadrant: the class (4 classes).
-Examples quadrant_images(Rng& rng, int count) {
-  Examples e;
-  for (int i = 0; i < count; ++i) {
-    const auto label = static_cast<int32_t>(rng.uniform_index(4));
-    for (int y = 0; y < 8; ++y) {
-      for (int x = 0; x < 8; ++x) {
-        const bool bright = (y / 4) * 2 + (x / 4) == label;
-        e.inputs.push_back(rng.uniform_float(0.0f, 0.5f) + (bright ? 0.5f : 0.0f));
-      }
-    }
-    e.labels.push_back(label);
-  }
-  return e;
 }
 
 }  // namespace

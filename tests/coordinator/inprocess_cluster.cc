@@ -181,6 +181,7 @@ void InProcessCluster::start_coordinator(uint32_t port) {
   CoordinatorNodeConfig config;
   config.listen = {"127.0.0.1", port};
   config.data_dir = data_dir();
+  config.load_split = options_.load_split;
   config.state_dir = dir_.file("coordinator-state");
   config.heartbeat_ms = options_.heartbeat_ms;
   config.dead_after_ms = options_.dead_after_ms;

@@ -99,6 +99,7 @@ struct InProcessOptions {
   uint32_t heartbeat_ms = 100;    // how often nodes heartbeat (CoordinatorService)
   uint32_t dead_after_ms = 1500;  // a node silent this long is declared dead (Cluster)
   JobOptions job = short_job_options();
+  SplitLoader load_split;  // the coordinator's (CoordinatorNodeConfig); empty: the data directory's
 };
 
 class InProcessCluster {

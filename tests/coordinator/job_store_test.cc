@@ -112,7 +112,7 @@ TEST_CASE("JobStore: state changes, metrics and the model survive a reopen; read
 TEST_CASE("DataService::load: off the event loop, once per split, and a failed load is tried again") {
   testing::TempDir dir;
   auto io = kj::setupAsyncIo();
-  DataService data(dir.path());
+  DataService data(idx_split_loader(dir.path()));
   // Missing files: the load fails on the loader thread and names the file; the loop keeps turning.
   auto missing = data.load("mnist10k", SplitKind::kTrain);
   bool loop_turned = false;

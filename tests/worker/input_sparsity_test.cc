@@ -32,7 +32,7 @@ TEST_CASE("the features of a batch are those nonzero in some example") {
   const std::vector<uint8_t> pixels = {0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9,   // example 0
                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0};  // example 1
   std::vector<uint8_t> mask;
-  s.mark_features(pixels.data(), 2, 16, &mask);
+  s.mark_features(pixels.data(), Dtype::kUint8, 2, 16, &mask);
   std::vector<uint8_t> expected(16, 0);
   expected[1] = expected[14] = expected[15] = 1;
   CHECK(mask == expected);
