@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   flags.add("data-dir", "PSTRAIN_DATA_DIR", "data",
             "Directory of the datasets: the built-in ones' IDX files, and a directory per uploaded or\n"
             "dropped-in dataset (<name>/dataset.json); uploads are written here.");
+  flags.add("datasets-dir", "PSTRAIN_DATASETS_DIR", "",
+            "Where uploaded datasets are stored, one directory each (dropped-in ones are read here\n"
+            "too); empty: the data directory. Give a writable one when the data directory is read-only.");
   flags.add("max-upload-bytes", "PSTRAIN_MAX_UPLOAD_BYTES", std::to_string(uint64_t{4} << 30),
             "Largest dataset file accepted by PUT /v1/datasets/... (413 beyond).");
   flags.add("state-dir", "PSTRAIN_STATE_DIR", "coordinator-state",
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
     config.http_read_timeout_s = flags.get_int("http-read-timeout-s", 1, 3600);
     config.http_max_connections = flags.get_int("http-max-connections", 1, 100000);
     config.node.data_dir = flags.get("data-dir");
+    config.node.datasets_dir = flags.get("datasets-dir");
     config.node.max_upload_bytes = static_cast<uint64_t>(flags.get_int("max-upload-bytes", 1, int64_t{1} << 50));
     config.node.state_dir = flags.get("state-dir");
     config.job_file = flags.get("job");

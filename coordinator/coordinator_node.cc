@@ -39,7 +39,7 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       config_(config),
       kv_(open_state(config.state_dir)),
       store_(kv_.get()),
-      catalog_(DatasetCatalog::Options{config.data_dir, config.max_upload_bytes, {}}, kv_.get(),
+      catalog_(DatasetCatalog::Options{config.data_dir, config.datasets_dir, config.max_upload_bytes, {}}, kv_.get(),
                [this](const std::string& dataset) { return jobs_using_dataset(store_, dataset); }),
       cluster_(std::chrono::milliseconds(config.dead_after_ms)),
       data_(config.load_split ? config.load_split

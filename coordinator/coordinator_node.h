@@ -33,6 +33,7 @@ namespace pstrain {
 struct CoordinatorNodeConfig {
   rpc::HostPort listen;   // port 0: any free port
   std::string data_dir;   // the datasets: built-in IDX files and dataset directories (uploads)
+  std::string datasets_dir;  // where uploaded datasets are stored ("": data_dir)
   uint64_t max_upload_bytes = uint64_t{4} << 30;  // one dataset upload
   // Where the DataService gets splits (called on its loading thread). Empty: the dataset
   // catalog's (tests give their own, e.g. synthetic data).

@@ -237,7 +237,14 @@ DatasetCatalog::DatasetCatalog(Options options, KvStore* kv, JobsUsing jobs_usin
 
 DatasetCatalog::~DatasetCatalog() = default;
 
-std::string DatasetCatalog::dataset_dir(const std::string& name) const { return (fs::path(options_.data_dir) / name).string(); }
+std::string DatasetCatalog::dataset_dir(const std::string& name) const {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = records_.find(name);
+    if (it != records_.end() && !it->second.dir.empty()) return it->second.dir;
+  }
+  return (fs::path(uploads_dir()) / name).string();
+}
 
 void DatasetCatalog::wait_idle() {
   std::promise<void> done;
@@ -303,7 +310,7 @@ Split DatasetCatalog::load(const std::string& name, SplitKind kind) const {
   const std::optional<DatasetRecord> r = get(name);
   if (!r) throw DataError("dataset '" + name + "' is not in the catalog");
   if (r->source == "builtin") return load_split(options_.data_dir, name, kind);
-  return load_directory_split(dataset_dir(name), name, kind, r->num_classes);
+  return load_directory_split(r->dir, name, kind, r->num_classes);
 }
 
 // --- Indexing --------------------------------------------------------------------------------
@@ -311,7 +318,7 @@ Split DatasetCatalog::load(const std::string& name, SplitKind kind) const {
 void DatasetCatalog::index_all() {
   // Leftovers of uploads that were cut off by a crash.
   std::error_code ec;
-  fs::remove_all(fs::path(options_.data_dir) / kStagingDir, ec);
+  fs::remove_all(fs::path(uploads_dir()) / kStagingDir, ec);
 
   std::map<std::string, DatasetRecord> stored;
   if (kv_ != nullptr) {
@@ -320,11 +327,13 @@ void DatasetCatalog::index_all() {
       if (auto r = dataset_from_json(e.value)) stored[r->name] = std::move(*r);
     }
   }
-  auto reuse_or_index = [&](const std::string& name, const std::string& fp, const std::function<DatasetRecord()>& index) {
+  auto reuse_or_index = [&](const std::string& name, const std::string& fp, const std::string& dir,
+                            const std::function<DatasetRecord()>& index) {
     const auto it = stored.find(name);
     DatasetRecord r;
     if (it != stored.end() && it->second.fingerprint == fp && it->second.error.empty()) {
       r = it->second;
+      r.dir = dir;
     } else {
       r = index();
       r.fingerprint = fp;
@@ -351,7 +360,7 @@ void DatasetCatalog::index_all() {
         missing = e.what();
       }
     }
-    reuse_or_index(info.name, fingerprint(paths), [&] {
+    reuse_or_index(info.name, fingerprint(paths), "", [&] {
       DatasetRecord r;
       r.name = info.name;
       r.source = "builtin";
@@ -382,13 +391,17 @@ void DatasetCatalog::index_all() {
     });
   }
 
-  if (!fs::is_directory(options_.data_dir, ec)) return;
-  for (const auto& entry : fs::directory_iterator(options_.data_dir, ec)) {
+  std::vector<fs::path> roots = {uploads_dir()};
+  if (fs::path(options_.data_dir) != fs::path(uploads_dir())) roots.push_back(options_.data_dir);
+  std::set<std::string> seen;
+  for (const fs::path& root : roots) {
+  if (!fs::is_directory(root, ec)) continue;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_directory() || !fs::exists(entry.path() / kManifestFile)) continue;
-    if (!is_valid_dataset_name(name) || is_known_dataset(name)) {
+    if (!is_valid_dataset_name(name) || is_known_dataset(name) || !seen.insert(name).second) {
       PSLOG(kWarning) << "dataset directory " << entry.path().string() << " ignored: '" << name
-                      << "' is not a valid dataset name or is a built-in's";
+                      << "' is not a valid dataset name, is a built-in's, or is taken by an uploaded dataset";
       continue;
     }
     std::vector<std::string> paths = {(entry.path() / kManifestFile).string()};
@@ -398,19 +411,28 @@ void DatasetCatalog::index_all() {
       }
     } catch (const DataError&) {
     }
-    reuse_or_index(name, fingerprint(paths), [&] {
-      std::optional<DatasetRecord> r = index_directory(name, "directory");
+    reuse_or_index(name, fingerprint(paths), entry.path().string(), [&] {
+      std::optional<DatasetRecord> r = index_directory_at(name, entry.path().string());
       return std::move(*r);
     });
   }
-  PSLOG(kInfo) << "dataset catalog: " << records_.size() << " datasets in " << options_.data_dir;
+  }
+  PSLOG(kInfo) << "dataset catalog: " << records_.size() << " datasets (" << options_.data_dir << ", uploads in "
+               << uploads_dir() << ")";
 }
 
 std::optional<DatasetRecord> DatasetCatalog::index_directory(const std::string& name, const std::string& source) {
+  std::optional<DatasetRecord> r = index_directory_at(name, dataset_dir(name));
+  if (r && r->source.empty()) r->source = source;
+  return r;
+}
+
+std::optional<DatasetRecord> DatasetCatalog::index_directory_at(const std::string& name, const std::string& at) {
   DatasetRecord r;
   r.name = name;
-  r.source = source;
-  const fs::path dir = dataset_dir(name);
+  r.source = "directory";
+  r.dir = at;
+  const fs::path dir = at;
   try {
     const DatasetManifest m = read_manifest(dir.string());
     r.source = m.source;
@@ -437,7 +459,7 @@ std::optional<DatasetRecord> DatasetCatalog::index_directory(const std::string& 
     r.num_classes = classes;
     pad_counts(r);
   } catch (const std::exception& e) {
-    r.error = strip_dir(e.what(), options_.data_dir);
+    r.error = strip_dir(e.what(), fs::path(at).parent_path().string());
     r.splits.clear();
   }
   return r;
@@ -486,7 +508,7 @@ std::optional<CatalogError> DatasetCatalog::precheck(const std::string& name, co
 }
 
 std::string DatasetCatalog::new_staging_path() {
-  const fs::path dir = fs::path(options_.data_dir) / kStagingDir;
+  const fs::path dir = fs::path(uploads_dir()) / kStagingDir;
   std::error_code ec;
   fs::create_directories(dir, ec);
   std::lock_guard lock(mutex_);
@@ -510,7 +532,7 @@ void DatasetCatalog::ingest(Upload upload, std::function<void(UploadResult)> don
         result.error = format_error(e);
         // Name the upload as the user knows it, not by the staging file's path.
         result.error->detail = replace_all(result.error->detail, upload.body_path, upload_name(upload));
-        result.error->detail = strip_dir(result.error->detail, (fs::path(options_.data_dir) / kStagingDir).string());
+        result.error->detail = strip_dir(result.error->detail, (fs::path(uploads_dir()) / kStagingDir).string());
       } catch (const std::exception& e) {
         result.error = catalog_error(500, "dataset-store-failed", e.what());
       }
@@ -528,7 +550,7 @@ void DatasetCatalog::ingest(Upload upload, std::function<void(UploadResult)> don
 
 DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   UploadResult result;
-  const fs::path staging = fs::path(options_.data_dir) / kStagingDir;
+  const fs::path staging = fs::path(uploads_dir()) / kStagingDir;
   const std::string uploaded_as = upload_name(upload);
   // The two halves of an IDX pair: the first waits (not visible) in the staging directory.
   std::string images_path, labels_path;
@@ -621,10 +643,11 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   }
   record.shape = summary.shape;
   record.dtype = summary.dtype;
+  const fs::path dir = dataset_dir(upload.name);
+  record.dir = dir.string();
 
   // Move in: a new dataset is its staging directory renamed; an existing one gets the files
   // renamed in, then its manifest replaced (the old files go after that).
-  const fs::path dir = dataset_dir(upload.name);
   DatasetManifest manifest;
   std::vector<std::string> old_files;
   if (existing) {
@@ -742,7 +765,7 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   }
 
   // Pass 2: every example to its side.
-  const fs::path work = fs::path(options_.data_dir) / kStagingDir / ("split-" + name + "-" + std::to_string(now_ms()));
+  const fs::path work = fs::path(uploads_dir()) / kStagingDir / ("split-" + name + "-" + std::to_string(now_ms()));
   fs::create_directories(work);
   struct Cleanup {
     fs::path dir;
@@ -811,11 +834,15 @@ std::optional<CatalogError> DatasetCatalog::erase(const std::string& name) {
     return catalog_error(409, "dataset-in-use", "dataset '" + name + "' is used by unfinished jobs (" + ids + ")");
   }
   // Out of sight at once (rename), then removed.
-  const fs::path staging = fs::path(options_.data_dir) / kStagingDir;
+  const fs::path staging = fs::path(uploads_dir()) / kStagingDir;
   std::error_code ec;
   fs::create_directories(staging, ec);
   const fs::path trash = staging / ("deleted-" + name + "-" + std::to_string(now_ms()));
   fs::rename(dataset_dir(name), trash, ec);
+  if (ec) {  // another filesystem (a dataset dropped into the data directory): removed in place
+    ec.clear();
+    fs::remove_all(dataset_dir(name), ec);
+  }
   if (ec) return catalog_error(500, "dataset-delete-failed", "cannot remove dataset '" + name + "': " + ec.message());
   if (kv_ != nullptr) (void)kv_->write({{kKeyPrefix + name, std::nullopt}}, true);
   {

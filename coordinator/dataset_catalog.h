@@ -6,14 +6,16 @@
 // - builtin: the dataset table of common/dataset.h (mnist10k, fashion, fashion-mnist), IDX files
 //   in the data directory or a Debian package's directory;
 // - upload: made by PUT /v1/datasets/{name}/{split}; stored as a dataset directory (below);
-// - directory: a dataset directory a user dropped into the data directory.
+// - directory: a dataset directory a user dropped into the data directory or the uploads directory.
+// The data directory may be read-only (a container's volume); uploads go to the uploads directory
+// (the coordinator's --datasets-dir, by default the data directory).
 //
-// A dataset directory is `<data dir>/<name>/` holding `dataset.json` (common/dataset_manifest.h)
+// A dataset directory is `<dir>/<name>/` holding `dataset.json` (common/dataset_manifest.h)
 // and the files it names. Uploads are converted to the catalog's stored form, an .npy pair per
 // split (x: the examples as uploaded, uint8 or float32; y: int32 labels), which NumPy reads too.
 //
 // Durability and visibility: an upload is parsed and converted into a staging directory
-// (`<data dir>/.uploads/`), then moved in by rename and the manifest replaced by rename, so a
+// (`<uploads dir>/.uploads/`), then moved in by rename and the manifest replaced by rename, so a
 // dataset or split is visible only once complete and valid, and a crash leaves either the old or
 // the new dataset (the staging directory is emptied at start-up). The statistics (counts, hashes)
 // are kept in RocksDB under `dataset/<name>` with a fingerprint of the files (names, sizes, mtimes),
@@ -65,6 +67,7 @@ struct DatasetRecord {
   int64_t created_ms = 0;
   std::map<std::string, DatasetSplitInfo> splits;  // "train", "test"
   std::string error;        // why the dataset cannot be used ("" when it can), e.g. missing files
+  std::string dir;          // its dataset directory ("" for a built-in one); not shown to users
   std::string fingerprint;  // of the files the record describes (sizes and mtimes)
   uint64_t generation = 0;  // changes whenever the dataset's files do (replaced, split)
 
@@ -87,7 +90,8 @@ std::string dataset_json(const DatasetRecord& record, const std::vector<std::str
 class DatasetCatalog {
  public:
   struct Options {
-    std::string data_dir;
+    std::string data_dir;     // built-in datasets' files and dropped-in dataset directories (may be read-only)
+    std::string uploads_dir;  // where uploads are stored (and dropped-in directories read too); "": data_dir
     uint64_t max_upload_bytes = uint64_t{4} << 30;  // one uploaded file
     ExampleLimits limits;                           // what one split may hold
   };
@@ -170,7 +174,9 @@ class DatasetCatalog {
   UploadResult ingest_now(Upload& upload);
   SplitResult split_now(const std::string& name, double test_fraction, uint64_t seed);
   void commit(DatasetRecord record);  // stores and publishes a record (catalog thread)
-  std::string dataset_dir(const std::string& name) const;
+  std::string dataset_dir(const std::string& name) const;  // an existing dataset's, else a new upload's
+  const std::string& uploads_dir() const { return options_.uploads_dir.empty() ? options_.data_dir : options_.uploads_dir; }
+  std::optional<DatasetRecord> index_directory_at(const std::string& name, const std::string& dir);
 
   Options options_;
   KvStore* kv_;

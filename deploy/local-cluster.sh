@@ -147,7 +147,7 @@ up() {
     die "something already answers on $url: set HTTP_PORT (and RPC_PORT) to free ports"
   fi
   start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
-    --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR"
+    --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets"
   wait_ready coordinator 30 || { down; return 1; }
   wait_healthy 30 || { down; return 1; }
   start_nodes || { down; return 1; }
@@ -226,7 +226,7 @@ case "${1:-}" in
     build_if_needed
     trap down EXIT
     start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
-      --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" \
+      --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets" \
       --job "$spec" --exit-when-done ${save_params:+--save-params "$save_params"}
     wait_ready coordinator 30
     start_nodes

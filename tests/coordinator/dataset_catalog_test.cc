@@ -50,7 +50,7 @@ TEST_CASE("DatasetCatalog picks up a dropped-in directory, lists a broken one wi
 
   const auto kv = open_kv(dir.file("state"));
   {
-    DatasetCatalog catalog({data, 1 << 20, {}}, kv.get(), nullptr);
+    DatasetCatalog catalog({data, "", 1 << 20, {}}, kv.get(), nullptr);
     catalog.wait_idle();
     const auto iris = catalog.get("iris3");
     REQUIRE(iris.has_value());
@@ -81,17 +81,19 @@ TEST_CASE("DatasetCatalog picks up a dropped-in directory, lists a broken one wi
     CHECK(train.num_classes == 3);
   }
   // A restart keeps the records (the same checksums) without re-reading unchanged files.
-  DatasetCatalog again({data, 1 << 20, {}}, kv.get(), nullptr);
+  DatasetCatalog again({data, "", 1 << 20, {}}, kv.get(), nullptr);
   again.wait_idle();
   REQUIRE(again.get("iris3").has_value());
   CHECK(again.get("iris3")->splits.at("train").files[0].sha256.size() == 64);
 }
 
-TEST_CASE("DatasetCatalog stores an upload as an .npy pair, refuses a second train split, and deletes") {
+TEST_CASE("DatasetCatalog stores an upload as an .npy pair in the uploads directory, refuses a second train split, and deletes") {
   testing::TempDir dir;
-  const std::string data = dir.file("data");
+  const std::string data = dir.file("uploads");  // where uploads go; the data directory is another
   fs::create_directories(data);
-  DatasetCatalog catalog({data, 1 << 20, {}}, nullptr, [](const std::string&) { return std::vector<std::string>{}; });
+  fs::create_directories(dir.file("data"));
+  DatasetCatalog catalog({dir.file("data"), data, 1 << 20, {}}, nullptr,
+                         [](const std::string&) { return std::vector<std::string>{}; });
   catalog.wait_idle();
 
   const std::string body = catalog.new_staging_path();

@@ -115,7 +115,7 @@ struct Api {
   std::unique_ptr<KvStore> kv = open_kv(dir);
   JobStore store{kv.get()};
   FakeCommands commands{store};
-  DatasetCatalog catalog{DatasetCatalog::Options{testing::data_dir(), 1 << 20, {}}, nullptr, nullptr};
+  DatasetCatalog catalog{DatasetCatalog::Options{testing::data_dir(), "", 1 << 20, {}}, nullptr, nullptr};
   RestApi api{store, commands, openapi_document(), &catalog};
 
   HttpResponse call(const std::string& method, const std::string& target, std::string body = {},
