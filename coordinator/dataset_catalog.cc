@@ -550,6 +550,8 @@ void DatasetCatalog::ingest(Upload upload, std::function<void(UploadResult)> don
 
 DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   UploadResult result;
+  PSLOG(kInfo) << "dataset " << upload.name << ": checking and converting " << upload_name(upload) << " ("
+               << upload.body_bytes << " bytes received)";
   const fs::path staging = fs::path(uploads_dir()) / kStagingDir;
   const std::string uploaded_as = upload_name(upload);
   // The two halves of an IDX pair: the first waits (not visible) in the staging directory.
@@ -674,6 +676,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
     if (ec) throw Error("cannot create " + dir.string() + ": " + ec.message());
   }
 
+  PSLOG(kInfo) << "dataset " << upload.name << ": " << upload.split << " converted; hashing the stored files";
   DatasetSplitInfo s = split_info(summary, dir, {x_name, y_name});
   record.splits[upload.split] = std::move(s);
   record.num_classes = 0;

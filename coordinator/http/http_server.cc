@@ -205,6 +205,9 @@ class Session : public std::enable_shared_from_this<Session> {
     body_file_ = std::make_shared<BodyFile>();
     body_file_->path = plan.path;
     for (auto& chunk : chunks_) chunk.resize(kChunkBytes);
+    // Beast reads as much as the buffer's free capacity (at least 512, at most 64 KiB): the
+    // header's small buffer would make every read of a gigabyte body 512 bytes.
+    buffer_.reserve(64 << 10);
     filling_ = 0;
     fill_ = 0;
     writing_ = true;  // the open below counts as a write in flight

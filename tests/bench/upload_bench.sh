@@ -47,8 +47,8 @@ rss() { awk "/^$1:/ {print int(\$2 / 1024)}" "/proc/$coordinator/status"; }
 before=$(rss VmRSS)
 
 start=$(date +%s.%N)
-status=$(curl -s -o "$dir/answer.json" -w '%{http_code}' -X PUT -H 'Content-Type: application/x-npz' \
-  --data-binary "@$dir/big.npz" "http://127.0.0.1:$port/v1/datasets/big/train")
+status=$(curl -s -o "$dir/answer.json" -w "%{http_code}" -H "Content-Type: application/x-npz" \
+  -T "$dir/big.npz" "http://127.0.0.1:$port/v1/datasets/big/train")
 end=$(date +%s.%N)
 [ "$status" = 201 ] || { echo "upload failed: HTTP $status: $(head -c 400 "$dir/answer.json")" >&2; exit 1; }
 peak=$(rss VmHWM)
@@ -56,3 +56,5 @@ seconds=$("$python" -c "print(round($end - $start, 2))")
 echo "upload: $bytes bytes in $seconds s = $("$python" -c "print(round($bytes / 1e6 / ($end - $start), 1))") MB/s (receive, hash, check, convert)"
 echo "coordinator RSS: $before MiB before, peak $peak MiB (file: $((bytes >> 20)) MiB)"
 "$python" -c "import json; d=json.load(open('$dir/answer.json')); print('stored:', d['splits']['train']['examples'], 'examples of', d['input_shape'], d['dtype'])"
+echo "the coordinator's account (received, converted, stored):"
+grep -E "dataset big: |dataset big " "$dir/coordinator.log" | sed 's/^/  /'
