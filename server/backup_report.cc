@@ -20,7 +20,7 @@ struct ReplicaPart {
 kj::Promise<ReplicaPart> read_part(StoreThread& store, const std::string& job, uint64_t version, size_t first) {
   return store.run([job, version, first](BackupStore& backups) {
     ReplicaPart out;
-    out.blobs = backups.read_part(job, version, first, rpc::kMaxReplicaPartBytes, &out.total, &out.error);
+    out.blobs = backups.read_part(job, version, first, rpc::kMaxPartBytes, &out.total, &out.error);
     return out;
   });
 }

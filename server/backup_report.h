@@ -1,7 +1,7 @@
 // Telling the coordinator about a durable backup: `storeReplica` (a copy of the backup, so that
 // the shard can be restored onto another server should this one never come back), then
 // `backupDone` (the step may now count as a complete backup). The replica is the backup as the
-// store holds it, read back on the store thread in parts of at most rpc::kMaxReplicaPartBytes,
+// store holds it, read back on the store thread in parts of at most rpc::kMaxPartBytes,
 // one part read and in flight at a time (the next is read once the coordinator has stored the
 // last): a shard of any size, never more than one part in memory.
 //

@@ -216,7 +216,7 @@ interface ParameterServer {
   # Moving a lost server's shard here: writes another server's backup of the job (the chunks of
   # the server index this server was configured with, each an encoded snapshot) into this
   # server's store, after which `restore` loads it like one of its own. In parts of at most
-  # kMaxReplicaPartBytes, one call at a time, like storeReplica: `chunks` are chunks first ..
+  # kMaxPartBytes, one call at a time, like storeReplica: `chunks` are chunks first ..
   # first + chunks.size() - 1 of `total`; the backup counts as written (complete) once the part
   # that ends at `total` is.
   adoptBackup @11 (jobId :Text, version :UInt64, chunks :List(Data), first :UInt32, total :UInt32) -> ();
@@ -317,7 +317,7 @@ interface Coordinator {
   # A server's copy of a backup it has written durably (each chunk an encoded snapshot): the
   # coordinator keeps the latest complete ones (on disk), so a lost server's shard can be restored
   # onto another server if the lost one never returns. A replica travels in parts of at most
-  # kMaxReplicaPartBytes (a shard can be far over Cap'n Proto's 64 MiB message limit), one call at
+  # kMaxPartBytes (a shard can be far over Cap'n Proto's 64 MiB message limit), one call at
   # a time: `chunks` are the replica's chunks first .. first + chunks.size() - 1 of `total`. The
   # call returns once the part is stored (flow control).
   storeReplica @9 (nodeId :UInt32, jobId :Text, version :UInt64, chunks :List(Data), first :UInt32,

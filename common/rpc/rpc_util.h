@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/chunk_plan.h"
+#include "common/message_limits.h"
 #include "common/proto/pstrain.capnp.h"
 
 namespace pstrain::rpc {
@@ -85,12 +86,6 @@ void reference_tensor(proto::Tensor::Builder tensor, std::span<const float> valu
 // Allocates a tensor of n floats in the message and returns its buffer to compute into.
 std::span<float> init_tensor(proto::Tensor::Builder tensor, size_t n);
 
-// Backup replicas (storeReplica, adoptBackup) travel in parts of at most this many bytes of
-// chunk blobs (a part holds at least one chunk; chunks are at most kDefaultMaxChunkFloats floats
-// and their optimizer slots, a few MB), one part in flight at a time: a server's shard of a big
-// model is hundreds of MB, far over Cap'n Proto's traversal limit of 64 MiB per message (8 Mi
-// words), which every receiver keeps at its default. No message of the protocol is unbounded.
-inline constexpr size_t kMaxReplicaPartBytes = size_t{16} << 20;
 
 // Row-sparse pushes and replies (see ParameterServer.push): a chunk's values as a few ranges,
 // each its own Data part. Every part is a separate message segment when sent without copying, and

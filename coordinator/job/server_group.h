@@ -82,7 +82,7 @@ class ServerGroup {
   void worker_finished(uint32_t worker);
 
   // One server takes part of another's backup (its replica) into its store: chunks first ..
-  // first + chunks.size() - 1 of `total` (at most rpc::kMaxReplicaPartBytes of them).
+  // first + chunks.size() - 1 of `total` (at most rpc::kMaxPartBytes of them).
   kj::Promise<void> adopt_backup(size_t index, uint64_t version, const std::vector<std::string>& chunks, size_t first,
                                  size_t total);
   // Every chunk's values (any version) into `into`, laid out by `layout`. `into` must stay alive

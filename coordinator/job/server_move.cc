@@ -72,7 +72,7 @@ kj::Maybe<kj::Promise<void>> ServerMover::move_lost() {
 
 kj::Promise<void> ServerMover::adopt(size_t index, uint64_t version, size_t total, size_t first) {
   return job_.store.replicas()
-      .read({job_.id, version, index}, first, rpc::kMaxReplicaPartBytes)
+      .read({job_.id, version, index}, first, rpc::kMaxPartBytes)
       .then([this, index, version, total, first](std::vector<std::string> chunks) -> kj::Promise<void> {
         KJ_REQUIRE(!chunks.empty() && first + chunks.size() <= total, "the replica is incomplete on disk", version,
                    index, first, total);

@@ -23,7 +23,7 @@ class ServerMover {
 
  private:
   // Server `index` adopts the replica of the backup at `version` (`total` chunks) from chunk
-  // `first` on, one part (at most rpc::kMaxReplicaPartBytes) read from disk and sent at a time.
+  // `first` on, one part (at most rpc::kMaxPartBytes) read from disk and sent at a time.
   kj::Promise<void> adopt(size_t index, uint64_t version, size_t total, size_t first);
 
   JobContext& job_;
