@@ -11,11 +11,7 @@ namespace {
 
 // Keys: job/<id>/record, job/<id>/step/<seq>, job/<id>/epoch/<n>, job/<id>/model.
 // Sequence numbers are zero-padded so key order is numeric order.
-std::string padded(uint64_t n) {
-  char buffer[24];
-  std::snprintf(buffer, sizeof buffer, "%012llu", static_cast<unsigned long long>(n));
-  return buffer;
-}
+std::string padded(uint64_t n) { return key_number(n, 12); }
 
 }  // namespace
 

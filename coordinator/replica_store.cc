@@ -9,11 +9,7 @@
 namespace pstrain {
 namespace {
 
-std::string padded(uint64_t n) {
-  char buffer[24];
-  std::snprintf(buffer, sizeof buffer, "%016llu", static_cast<unsigned long long>(n));
-  return buffer;
-}
+std::string padded(uint64_t n) { return key_number(n, 16); }
 
 std::string job_prefix(const std::string& job) { return "replica/" + job + "/"; }
 std::string version_prefix(const std::string& job, uint64_t version) { return job_prefix(job) + padded(version) + "/"; }

@@ -7,11 +7,7 @@
 namespace pstrain {
 namespace {
 
-std::string padded(uint64_t n) {
-  char buffer[24];
-  std::snprintf(buffer, sizeof buffer, "%016llu", static_cast<unsigned long long>(n));
-  return buffer;
-}
+std::string padded(uint64_t n) { return key_number(n, 16); }
 
 std::string prefix(const std::string& job) { return "backup/" + job + "/"; }
 std::string version_prefix(const std::string& job, uint64_t v) { return prefix(job) + padded(v) + "/"; }

@@ -48,6 +48,7 @@ s = json.load(open(sys.argv[1]))
 s["dataset"]["name"] = "mnist10k"
 s["training"]["epochs"] = int(sys.argv[3])
 s["backup"] = {"save_freq": int(sys.argv[4])}
+s["training"]["metrics_every_steps"] = 1  # progress (and the rates below) step by step
 json.dump(s, open(sys.argv[2], "w"))
 PY
 
@@ -127,6 +128,7 @@ for name in coordinator server-0 server-1 server-2 worker-0 worker-1; do
   awk '/^VmHWM/ {print $2}' "/proc/$pid/status" > "$work/$name.hwm" 2>/dev/null || true
 done
 
+echo "$t_submit $t_kill $t_end $t_downloaded $step_at_kill $victim" > "$work/times"
 python3 - "$work" "$t_submit" "$t_kill" "$t_end" "$t_downloaded" "$step_at_kill" "$victim" "$0 --epochs $epochs --save-freq $save_freq --kill-after $kill_after" <<'PY'
 import json, os, re, struct, sys
 from datetime import datetime
@@ -150,7 +152,9 @@ running_again = log_time("RUNNING again from step")
 m = re.search(r"RUNNING again from step (\d+) .*?(\d+) step\(s\) to replay", log)
 rolled_to, replayed = (int(m[1]), int(m[2])) if m else (None, None)
 moved = re.search(r"server '([^']+)' did not come back; moving its shard to '([^']+)'", log)
-back = next((p for p in progress if p[0] > t_kill and p[1] >= step_at_kill and p[2] == "RUNNING"), None)
+# Back where it was: the first step past the last one seen before the kill, after the recovery.
+last_before = max((p[1] for p in progress if p[0] <= t_kill), default=0)
+back = next((p for p in progress if running_again and p[0] >= running_again and p[1] > last_before), None)
 after = [p for p in progress if running_again and p[0] >= running_again and p[2] == "RUNNING"]
 # after: from the first sample past the replayed steps, so the rate is of new steps.
 after = [p for p in after if back and p[0] >= back[0]] or after
@@ -173,7 +177,7 @@ print(f"steps/s after the recovery: {rate(after):.3f} (steps {after[0][1] if aft
 print(f"kill of {victim} at step {step_at_kill}: " + (f"shard moved '{moved[1]}' -> '{moved[2]}', " if moved else "no move logged, ") +
       f"rolled back to step {rolled_to}, {replayed} step(s) replayed")
 if running_again: print(f"recovery: RUNNING again {running_again - t_kill:.1f} s after the kill")
-if back: print(f"recovery: back at step {step_at_kill} {back[0] - t_kill:.1f} s after the kill (1 s polling)")
+if back: print(f"recovery: past step {last_before} again {back[0] - t_kill:.1f} s after the kill (1 s polling)")
 print(f"model: {size} bytes ({size / 1e6:.1f} MB), {len(tensors)} tensors, {params} float32 parameters, header {n} bytes; "
       f"downloaded in {t_dl - t_end:.1f} s (incl. polling)")
 print("peak RSS (VmHWM):")
