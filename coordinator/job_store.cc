@@ -128,14 +128,17 @@ void JobStore::set_model(const std::string& id, std::vector<std::string> pieces)
     models_[id] = std::move(pieces);
     return;
   }
-  // The model and the record that says it exists, in one synced batch. Pieces move into the
-  // writer's queue: once written, no copy of the model is left in memory. model() reads pieces
-  // until one is missing, and checks the total against the record's model_bytes.
-  std::vector<KvStore::Write> writes;
-  for (size_t i = 0; i < pieces.size(); ++i) writes.push_back({"model/" + id + "/" + padded(i), std::move(pieces[i])});
-  writes.push_back({"model/" + id + "/" + padded(pieces.size()), std::nullopt});  // the end, whatever was there
-  writes.push_back({"job/" + id + "/record", record_to_json(it->second)});
-  writer_.enqueue(std::move(writes), true);
+  // The pieces, one call each (the writer then batches a few at a time: no batch the size of the
+  // model), moved into its queue: once written, no copy of the model is left in memory. Then the
+  // record that says the model exists, synced: after a crash in between, the pieces are there
+  // but no record claims them. model() reads pieces until one is missing (the one after the
+  // last is deleted, whatever was there) and checks the total against the record's model_bytes.
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    writer_.enqueue({{"model/" + id + "/" + padded(i), std::move(pieces[i])}}, false);
+  }
+  writer_.enqueue({{"model/" + id + "/" + padded(pieces.size()), std::nullopt},
+                   {"job/" + id + "/record", record_to_json(it->second)}},
+                  true);
 }
 
 std::optional<JobRecord> JobStore::get(const std::string& id) const {

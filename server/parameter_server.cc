@@ -512,11 +512,6 @@ kj::Promise<void> ParameterServerImpl::adoptBackup(AdoptBackupContext context) {
   const std::string job_id = rpc::to_string(params.getJobId());
   Job& job = find(params.getJobId());
   KJ_REQUIRE(store_ != nullptr, "this server keeps no backups (no data directory)");
-  const size_t first = params.getFirst(), total = params.getTotal();
-  KJ_REQUIRE(total == job.shard->keys().size(), "the backup does not cover this server's chunks", total,
-             job.shard->keys().size());
-  KJ_REQUIRE(params.getChunks().size() > 0 && first + params.getChunks().size() <= total,
-             "a part of the backup outside its chunks", first, params.getChunks().size(), total);
   // Each blob is checked (it decodes into one of this server's chunks) and written as it came.
   std::vector<uint32_t> keys;
   std::vector<std::string> blobs;
@@ -529,6 +524,11 @@ kj::Promise<void> ParameterServerImpl::adoptBackup(AdoptBackupContext context) {
     keys.push_back(chunk->key);
     blobs.push_back(std::move(blob));
   }
+  const size_t first = params.getFirst(), total = params.getTotal();
+  KJ_REQUIRE(total == job.shard->keys().size(), "the backup does not cover this server's chunks", total,
+             job.shard->keys().size());
+  KJ_REQUIRE(!blobs.empty() && first + blobs.size() <= total, "a part of the backup outside its chunks", first,
+             blobs.size(), total);
   const uint64_t version = params.getVersion();
   // The part that ends the backup also writes its `complete` marker: only then can `restore` use
   // it (restore checks that every chunk is there).
