@@ -26,7 +26,8 @@ kj::Promise<ReplicaPart> read_part(StoreThread& store, const std::string& job, u
 }
 
 // Sends the replica from chunk `first` on: read a part on the store thread, send it, and only
-// once the coordinator has stored it read the next, so neither side holds more than one part.
+// once the coordinator has stored it read the next, so neither side holds more than one part
+// (the last part's reply is not waited for).
 // Resolves with false (logged) if a part could not be read or sent.
 kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version,
                                size_t first) {
@@ -49,9 +50,17 @@ kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, s
       list.set(i, capnp::Data::Reader(reinterpret_cast<const kj::byte*>(blob.data()), blob.size()));
     }
     const size_t next = first + part.blobs->size();
+    if (next >= part.total) {
+      // The last part: not waited for. backupDone follows on the same connection, so the
+      // coordinator has counted every part before it counts the backup, and a one-part replica
+      // (most models) delays backupDone no more than before replicas came in parts.
+      request.send().detach([job](kj::Exception&& e) {
+        PSLOG(kWarning) << "job " << job << ": could not send a backup replica: " << e.getDescription().cStr();
+      });
+      return true;
+    }
     return request.send().then(
-        [&link, &store, job, version, next, total = part.total](auto&&) mutable -> kj::Promise<bool> {
-          if (next >= total) return true;
+        [&link, &store, job, version, next](auto&&) mutable -> kj::Promise<bool> {
           return send_replica(link, store, kj::mv(job), version, next);
         },
         [job](kj::Exception&& e) {

@@ -3,7 +3,8 @@
 // `backupDone` (the step may now count as a complete backup). The replica is the backup as the
 // store holds it, read back on the store thread in parts of at most rpc::kMaxPartBytes,
 // one part read and in flight at a time (the next is read once the coordinator has stored the
-// last): a shard of any size, never more than one part in memory.
+// last): a shard of any size, never more than one part in memory. backupDone goes right after
+// the last part (the same connection delivers it after the parts).
 //
 // Thread rules: the server's event-loop thread (StoreThread's `written` callback); the promise
 // resolves there once the replica is sent (or given up, logged) and backupDone is sent.

@@ -594,6 +594,7 @@ TEST_CASE("REST API: a model whose server shard is over 64 MiB survives its serv
     }
   }
   MESSAGE("model " << r.body.size() << " bytes; max abs difference to an uninterrupted run " << worst);
+  if (worst > 1e-5) MESSAGE(cluster.group().dump_logs(60));
   CHECK(worst <= 1e-5);
 }
 
