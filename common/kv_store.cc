@@ -1,5 +1,7 @@
 #include "common/kv_store.h"
 
+#include <cstdio>
+
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
@@ -62,7 +64,9 @@ bool strip_checksum(const std::string& stored, std::string* value) {
 
 // An iteration that stopped on an I/O error or corruption returned only part of the keys: say so.
 void warn_if_failed(const rocksdb::Iterator& it, const std::string& prefix) {
-  if (!it.status().ok()) PSLOG(kWarning) << "reading keys under '" << prefix << "' stopped early: " << it.status().ToString();
+  if (!it.status().ok()) {
+    PSLOG(kWarning) << "reading keys under '" << prefix << "' stopped early: " << it.status().ToString();
+  }
 }
 
 KvStatus from_rocks(const rocksdb::Status& s) {
@@ -176,6 +180,12 @@ KvStatus KvStore::erase_prefix(const std::string& prefix, bool sync) {
   std::vector<Write> writes;
   for (std::string& key : keys(prefix)) writes.push_back({std::move(key), std::nullopt});
   return write(writes, sync);
+}
+
+std::string key_number(uint64_t n, int width) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%0*llu", width, static_cast<unsigned long long>(n));
+  return buffer;
 }
 
 }  // namespace pstrain

@@ -66,6 +66,9 @@ class KvStore {
   std::string directory_;
 };
 
+// `n` zero-padded to `width` digits: numbers in keys, so that key order is numeric order.
+std::string key_number(uint64_t n, int width);
+
 // CRC-32C of bytes (what every stored value carries, to detect corruption).
 uint32_t checksum(std::string_view bytes);
 

@@ -136,8 +136,8 @@ kj::Promise<void> CoordinatorService::storeReplica(StoreReplicaContext context) 
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
   std::vector<std::string> chunks;
   for (capnp::Data::Reader blob : params.getChunks()) chunks.emplace_back(reinterpret_cast<const char*>(blob.begin()), blob.size());
-  job->on_replica(NodeId{params.getNodeId()}, params.getVersion(), std::move(chunks));
-  return kj::READY_NOW;
+  return job->on_replica(NodeId{params.getNodeId()}, params.getVersion(), params.getFirst(), params.getTotal(),
+                         std::move(chunks));
 }
 
 kj::Promise<void> CoordinatorService::paused(PausedContext context) {

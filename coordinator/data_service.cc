@@ -71,16 +71,15 @@ kj::Promise<std::shared_ptr<const Split>> DataService::load(const std::string& d
       }
     });
     const uint64_t id = next_id_++;
-    auto loading = std::make_unique<Loading>(Loading{nullptr, id, generation});
     // The entry may be gone (forget()) or replaced when the load fails: look it up again.
-    loading->split = paf.promise
-                         .catch_([this, key, id](kj::Exception&& e) -> std::shared_ptr<const Split> {
-                           auto found = splits_.find(key);
-                           if (found != splits_.end() && found->second->id == id) found->second->failed = true;
-                           kj::throwFatalException(kj::mv(e));
-                         })
-                         .fork();
-    it = splits_.insert_or_assign(key, std::move(loading)).first;
+    auto forked = paf.promise
+                      .catch_([this, key, id](kj::Exception&& e) -> std::shared_ptr<const Split> {
+                        auto found = splits_.find(key);
+                        if (found != splits_.end() && found->second->id == id) found->second->failed = true;
+                        kj::throwFatalException(kj::mv(e));
+                      })
+                      .fork();
+    it = splits_.insert_or_assign(key, std::make_unique<Loading>(Loading{kj::mv(forked), id, generation})).first;
   }
   return it->second->split.addBranch();
 }

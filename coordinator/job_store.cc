@@ -11,11 +11,7 @@ namespace {
 
 // Keys: job/<id>/record, job/<id>/step/<seq>, job/<id>/epoch/<n>, job/<id>/model.
 // Sequence numbers are zero-padded so key order is numeric order.
-std::string padded(uint64_t n) {
-  char buffer[24];
-  std::snprintf(buffer, sizeof buffer, "%012llu", static_cast<unsigned long long>(n));
-  return buffer;
-}
+std::string padded(uint64_t n) { return key_number(n, 12); }
 
 }  // namespace
 
@@ -121,17 +117,28 @@ void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
   it->second.epoch_history.push_back(metric);
 }
 
-void JobStore::set_model(const std::string& id, std::string safetensors) {
+void JobStore::set_model(const std::string& id, std::vector<std::string> pieces) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   it->second.has_model = true;
-  it->second.model_bytes = static_cast<int64_t>(safetensors.size());
-  // The model and the record that says it exists, in one synced batch.
-  if (kv_ != nullptr) {
-    writer_.enqueue({{"job/" + id + "/model", safetensors}, {"job/" + id + "/record", record_to_json(it->second)}}, true);
+  it->second.model_bytes = 0;
+  for (const std::string& piece : pieces) it->second.model_bytes += static_cast<int64_t>(piece.size());
+  if (kv_ == nullptr) {
+    models_[id] = std::move(pieces);
+    return;
   }
-  models_[id] = std::move(safetensors);
+  // The pieces, one call each (the writer then batches a few at a time: no batch the size of the
+  // model), moved into its queue: once written, no copy of the model is left in memory. Then the
+  // record that says the model exists, synced: after a crash in between, the pieces are there
+  // but no record claims them. model() reads pieces until one is missing (the one after the
+  // last is deleted, whatever was there) and checks the total against the record's model_bytes.
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    writer_.enqueue({{"model/" + id + "/" + padded(i), std::move(pieces[i])}}, false);
+  }
+  writer_.enqueue({{"model/" + id + "/" + padded(pieces.size()), std::nullopt},
+                   {"job/" + id + "/record", record_to_json(it->second)}},
+                  true);
 }
 
 std::optional<JobRecord> JobStore::get(const std::string& id) const {
@@ -157,15 +164,27 @@ std::vector<JobRecord> JobStore::list() const {
 }
 
 std::optional<std::string> JobStore::model(const std::string& id) const {
+  int64_t bytes = 0;
   {
     std::lock_guard lock(mutex_);
-    const auto it = models_.find(id);
-    if (it != models_.end()) return it->second;
+    const auto job = jobs_.find(id);
+    if (job == jobs_.end() || !job->second.has_model) return std::nullopt;
+    bytes = job->second.model_bytes;
+    if (const auto it = models_.find(id); it != models_.end()) {
+      std::string out;
+      for (const std::string& piece : it->second) out += piece;
+      return out;
+    }
   }
   if (kv_ == nullptr) return std::nullopt;
-  std::string value;
-  if (!kv_->get("job/" + id + "/model", &value).ok()) return std::nullopt;
-  return value;
+  writer_.flush();  // a model of this run may still be on its way to the disk
+  std::string out, piece;
+  out.reserve(static_cast<size_t>(bytes));
+  for (size_t i = 0; kv_->get("model/" + id + "/" + padded(i), &piece).ok(); ++i) out += piece;
+  // Models stored before they were cut into pieces: one value.
+  if (out.empty() && !kv_->get("job/" + id + "/model", &out).ok()) return std::nullopt;
+  if (static_cast<int64_t>(out.size()) != bytes) return std::nullopt;
+  return out;
 }
 
 void JobStore::set_nodes(std::vector<NodeView> nodes) {

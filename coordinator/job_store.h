@@ -24,6 +24,7 @@
 #include "common/kv_store.h"
 #include "coordinator/job_state.h"
 #include "coordinator/kv_writer.h"
+#include "coordinator/replica_store.h"
 
 namespace pstrain {
 
@@ -75,10 +76,13 @@ struct NodeView {
 
 int64_t now_ms();
 
+// A model is stored in pieces of at most this many bytes (one RocksDB value each).
+inline constexpr size_t kMaxModelPieceBytes = size_t{16} << 20;
+
 class JobStore {
  public:
   // kv may be null: nothing is persisted.
-  explicit JobStore(KvStore* kv) : kv_(kv), writer_(kv) {}
+  explicit JobStore(KvStore* kv) : kv_(kv), replicas_(kv), writer_(kv) {}
 
   // Loads every persisted record (at start-up, before anything else touches the store).
   std::vector<JobRecord> load();
@@ -88,14 +92,21 @@ class JobStore {
   bool update(const std::string& id, const std::function<void(JobRecord&)>& change);
   void append_step(const std::string& id, const StepMetric& metric);
   void append_epoch(const std::string& id, const EpochMetric& metric);
-  void set_model(const std::string& id, std::string safetensors);
+  // The trained model (a safetensors file) in consecutive pieces: each piece one RocksDB value
+  // (encode_safetensors_pieces keeps them at most kMaxModelPieceBytes), no copy kept in memory.
+  void set_model(const std::string& id, std::vector<std::string> pieces);
 
   std::optional<JobRecord> get(const std::string& id) const;
   std::vector<JobRecord> list() const;  // in submission order, without the step history
+  // The whole file, read from disk (one copy, the caller's), once every write queued before is
+  // durable.
   std::optional<std::string> model(const std::string& id) const;
 
   // Returns once every change made before the call is on disk (tests, shutdown).
   void flush() { writer_.flush(); }
+
+  // The servers' backup replicas (on disk: replica_store.h).
+  ReplicaStore& replicas() { return replicas_; }
 
   void set_nodes(std::vector<NodeView> nodes);
   std::vector<NodeView> nodes() const;
@@ -106,14 +117,15 @@ class JobStore {
   void show_durable_state(JobRecord& record) const;  // the state readers may see (under mutex_)
 
   KvStore* kv_;  // read directly only by load() and model() (models of an earlier run)
+  ReplicaStore replicas_;
   mutable std::mutex mutex_;
   std::map<std::string, JobRecord> jobs_;  // guarded by mutex_
   std::vector<std::string> order_;          // guarded by mutex_
   std::map<std::string, JobState> durable_state_;  // guarded by mutex_: each job's last durable state
   std::vector<NodeView> nodes_;             // guarded by mutex_
-  std::map<std::string, std::string> models_;  // guarded by mutex_: models of this run (older ones load from kv_)
+  std::map<std::string, std::vector<std::string>> models_;  // guarded by mutex_: only without kv_ (no disk)
   // Last member: destroyed first, so its final writes' callbacks still find the members above.
-  KvWriter writer_;
+  mutable KvWriter writer_;  // mutable: model() flushes it
 };
 
 }  // namespace pstrain

@@ -19,11 +19,11 @@ KvWriter::~KvWriter() {
 }
 
 void KvWriter::enqueue(std::vector<KvStore::Write> writes, bool sync, std::function<void()> applied) {
+  size_t bytes = 0;
+  for (const auto& w : writes) bytes += w.key.size() + (w.value ? w.value->size() : 0);
   {
     std::lock_guard lock(mutex_);
-    for (auto& w : writes) pending_.push_back(std::move(w));
-    if (applied) pending_applied_.push_back(std::move(applied));
-    pending_sync_ = pending_sync_ || sync;
+    pending_.push_back({std::move(writes), sync, std::move(applied), bytes});
     ++queued_;
   }
   wake_.notify_one();
@@ -46,12 +46,19 @@ void KvWriter::run() {
     wake_.wait(lock, [&] { return stopping_ || applied_ < queued_; });
     if (applied_ == queued_) return;  // stopping, and nothing left
     std::vector<KvStore::Write> batch;
-    batch.swap(pending_);
-    const bool sync = pending_sync_;
-    pending_sync_ = false;
+    bool sync = false;
     std::vector<std::function<void()>> callbacks;
-    callbacks.swap(pending_applied_);
-    const uint64_t upto = queued_;
+    uint64_t calls = 0;
+    for (size_t bytes = 0; !pending_.empty() && (calls == 0 || bytes + pending_.front().bytes <= kMaxBatchBytes);
+         ++calls) {
+      Call& call = pending_.front();
+      bytes += call.bytes;
+      for (auto& w : call.writes) batch.push_back(std::move(w));
+      sync = sync || call.sync;
+      if (call.applied) callbacks.push_back(std::move(call.applied));
+      pending_.pop_front();
+    }
+    const uint64_t upto = applied_ + calls;
     lock.unlock();
     // One value per key: the last one queued.
     std::vector<bool> keep(batch.size(), false);

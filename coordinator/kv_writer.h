@@ -4,7 +4,10 @@
 // Writes are applied in the order they were queued. Writes queued while the thread is busy are
 // applied together as one atomic batch, synced if any of them asked for it; a key written several
 // times in one batch is written once, with its last value (so a slow disk costs at most one
-// pending value per key, not a growing queue of every progress report).
+// pending value per key, not a growing queue of every progress report). A batch takes queued
+// calls while their values stay within kMaxBatchBytes (at least one call; one call's writes are
+// never split): a model queued as one call per 16 MiB piece is written a few pieces at a time,
+// not copied whole into one RocksDB batch.
 //
 // Durability: enqueue() returns before anything is on disk. A write queued with `sync` is durable
 // once the batch that carries it has been applied; flush() waits for that. A crash loses what was
@@ -15,6 +18,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -27,6 +31,8 @@ namespace pstrain {
 
 class KvWriter {
  public:
+  static constexpr size_t kMaxBatchBytes = size_t{32} << 20;
+
   // `kv` may be null: writes are dropped (a store without persistence).
   explicit KvWriter(KvStore* kv);
   ~KvWriter();
@@ -47,9 +53,13 @@ class KvWriter {
   KvStore* kv_;
   mutable std::mutex mutex_;
   std::condition_variable wake_, drained_;
-  std::vector<KvStore::Write> pending_;  // guarded by mutex_
-  bool pending_sync_ = false;            // guarded by mutex_
-  std::vector<std::function<void()>> pending_applied_;  // guarded by mutex_
+  struct Call {  // one enqueue()
+    std::vector<KvStore::Write> writes;
+    bool sync = false;
+    std::function<void()> applied;
+    size_t bytes = 0;  // of the values
+  };
+  std::deque<Call> pending_;             // guarded by mutex_
   uint64_t queued_ = 0, applied_ = 0;    // guarded by mutex_: enqueue() calls, and those applied
   uint64_t failures_ = 0;                // guarded by mutex_
   bool stopping_ = false;                // guarded by mutex_

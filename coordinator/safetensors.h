@@ -3,7 +3,10 @@
 // byte range, then the raw little-endian data.
 #pragma once
 
+#include <optional>
 #include <span>
+#include <string_view>
+#include <vector>
 #include <string>
 
 #include "common/param_layout.h"
@@ -14,5 +17,14 @@ namespace pstrain {
 // TensorFlow's shapes. `metadata` entries go under "__metadata__" (string values).
 std::string encode_safetensors(const ParamLayout& layout, std::span<const float> params,
                                const std::vector<std::pair<std::string, std::string>>& metadata);
+// The same file cut into consecutive pieces of at most max_piece_bytes (the header alone may be a
+// piece): what the JobStore keeps, one RocksDB value each, so that no value, and no buffer but
+// the parameters themselves, is the size of the model.
+std::vector<std::string> encode_safetensors_pieces(const ParamLayout& layout, std::span<const float> params,
+                                                   const std::vector<std::pair<std::string, std::string>>& metadata,
+                                                   size_t max_piece_bytes);
+// The parameters of a file encode_safetensors made for `layout` (laid out by it, zeros in its
+// padding), or nullopt if the file does not fit the layout.
+std::optional<std::vector<float>> decode_safetensors(const ParamLayout& layout, std::string_view file);
 
 }  // namespace pstrain

@@ -4,49 +4,79 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/rpc/rpc_util.h"
 
 namespace pstrain {
 namespace {
 
-// A backup read back from the store, encoded for the wire: its chunks' blobs, or why it cannot
-// be read.
-struct Replica {
+// Part of a backup read back from the store, as stored (encoded chunk snapshots): its chunks'
+// blobs and the backup's chunk count, or why it cannot be read.
+struct ReplicaPart {
   std::optional<std::vector<std::string>> blobs;
+  size_t total = 0;
   std::string error;
 };
+
+kj::Promise<ReplicaPart> read_part(StoreThread& store, const std::string& job, uint64_t version, size_t first) {
+  return store.run([job, version, first](BackupStore& backups) {
+    ReplicaPart out;
+    out.blobs = backups.read_part(job, version, first, rpc::kMaxPartBytes, &out.total, &out.error);
+    return out;
+  });
+}
+
+// Sends the replica from chunk `first` on: read a part on the store thread, send it, and only
+// once the coordinator has stored it read the next, so neither side holds more than one part
+// (the last part's reply is not waited for).
+// Resolves with false (logged) if a part could not be read or sent.
+kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version,
+                               size_t first) {
+  return read_part(store, job, version, first).then([&link, &store, job, version, first](ReplicaPart part) mutable
+                                                        -> kj::Promise<bool> {
+    if (!part.blobs) {
+      PSLOG(kWarning) << "job " << job << ": no replica of the backup at step " << version << ": " << part.error;
+      return false;
+    }
+    if (!link.connected()) return false;
+    auto request = link.client().storeReplicaRequest();
+    request.setNodeId(link.node_id());
+    request.setJobId(job);
+    request.setVersion(version);
+    request.setFirst(static_cast<uint32_t>(first));
+    request.setTotal(static_cast<uint32_t>(part.total));
+    auto list = request.initChunks(static_cast<unsigned>(part.blobs->size()));
+    for (unsigned i = 0; i < part.blobs->size(); ++i) {
+      const std::string& blob = (*part.blobs)[i];
+      list.set(i, capnp::Data::Reader(reinterpret_cast<const kj::byte*>(blob.data()), blob.size()));
+    }
+    const size_t next = first + part.blobs->size();
+    if (next >= part.total) {
+      // The last part: not waited for. backupDone follows on the same connection, so the
+      // coordinator has counted every part before it counts the backup, and a one-part replica
+      // (most models) delays backupDone no more than before replicas came in parts.
+      request.send().detach([job](kj::Exception&& e) {
+        PSLOG(kWarning) << "job " << job << ": could not send a backup replica: " << e.getDescription().cStr();
+      });
+      return true;
+    }
+    return request.send().then(
+        [&link, &store, job, version, next](auto&&) mutable -> kj::Promise<bool> {
+          return send_replica(link, store, kj::mv(job), version, next);
+        },
+        [job](kj::Exception&& e) {
+          PSLOG(kWarning) << "job " << job << ": could not send a backup replica: " << e.getDescription().cStr();
+          return false;
+        });
+  });
+}
 
 }  // namespace
 
 kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version) {
-  auto replica = store.run([job, version](BackupStore& backups) {
-    Replica out;
-    if (const auto chunks = backups.load(job, version, &out.error, /*exact_versions=*/false)) {
-      out.blobs.emplace();
-      for (const auto& [key, chunk] : *chunks) out.blobs->push_back(encode_snapshot(chunk));
-    }
-    return out;
-  });
-  return replica.then([&link, job = std::move(job), version](Replica replica) {
+  // The replica goes first: by the time the coordinator counts this backup as complete it also
+  // holds this server's replica of it (or this server gave up sending it).
+  return send_replica(link, store, job, version, 0).then([&link, job, version](bool) {
     if (!link.connected()) return;  // as if the backup had been written while disconnected
-    // The replica goes first: calls on one connection arrive in order, so by the time the
-    // coordinator counts this backup as complete it also holds its replica.
-    if (replica.blobs) {
-      auto request = link.client().storeReplicaRequest();
-      request.setNodeId(link.node_id());
-      request.setJobId(job);
-      request.setVersion(version);
-      auto list = request.initChunks(static_cast<unsigned>(replica.blobs->size()));
-      for (unsigned i = 0; i < replica.blobs->size(); ++i) {
-        const std::string& blob = (*replica.blobs)[i];
-        list.set(i, capnp::Data::Reader(reinterpret_cast<const kj::byte*>(blob.data()), blob.size()));
-      }
-      request.send().detach([job](kj::Exception&& e) {
-        PSLOG(kWarning) << "job " << job << ": could not send a backup replica: " << e.getDescription().cStr();
-      });
-    } else {
-      PSLOG(kWarning) << "job " << job << ": no replica of the backup at step " << version << ": " << replica.error;
-    }
-
     auto done = link.client().backupDoneRequest();
     done.setNodeId(link.node_id());
     done.setJobId(job);

@@ -1,11 +1,14 @@
 // Telling the coordinator about a durable backup: `storeReplica` (a copy of the backup, so that
 // the shard can be restored onto another server should this one never come back), then
 // `backupDone` (the step may now count as a complete backup). The replica is the backup as the
-// store holds it, read back and encoded on the store thread.
+// store holds it, read back on the store thread in parts of at most rpc::kMaxPartBytes,
+// one part read and in flight at a time (the next is read once the coordinator has stored the
+// last): a shard of any size, never more than one part in memory. backupDone goes right after
+// the last part (the same connection delivers it after the parts).
 //
 // Thread rules: the server's event-loop thread (StoreThread's `written` callback); the promise
-// resolves there once both calls are sent. Ownership: borrows the link and the store thread,
-// which must outlive the promise.
+// resolves there once the replica is sent (or given up, logged) and backupDone is sent.
+// Ownership: borrows the link and the store thread, which must outlive the promise.
 #pragma once
 
 #include <kj/async.h>

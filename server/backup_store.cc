@@ -2,15 +2,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 
 namespace pstrain {
 namespace {
 
-std::string padded(uint64_t n) {
-  char buffer[24];
-  std::snprintf(buffer, sizeof buffer, "%016llu", static_cast<unsigned long long>(n));
-  return buffer;
-}
+std::string padded(uint64_t n) { return key_number(n, 16); }
 
 std::string prefix(const std::string& job) { return "backup/" + job + "/"; }
 std::string version_prefix(const std::string& job, uint64_t v) { return prefix(job) + padded(v) + "/"; }
@@ -83,15 +80,61 @@ KvStatus BackupStore::write(const std::string& job, uint64_t version, const std:
   std::vector<KvStore::Write> writes;
   const std::string base = version_prefix(job, version);
   for (const auto& c : chunks) writes.push_back({base + "chunk/" + padded(c.key), encode_snapshot(c)});
-  writes.push_back({base + "complete", std::to_string(chunks.size())});
+  complete_backup(job, version, chunks.size(), writes);
+  return kv_.write(writes, /*sync=*/true);
+}
+
+void BackupStore::complete_backup(const std::string& job, uint64_t version, size_t chunks,
+                                  std::vector<KvStore::Write>& writes) const {
+  writes.push_back({version_prefix(job, version) + "complete", std::to_string(chunks)});
   // Drop the oldest backups beyond kKeep, in the same batch.
   std::vector<uint64_t> existing = versions(job);
-  existing.push_back(version);
-  while (existing.size() > kKeep) {
+  if (std::find(existing.begin(), existing.end(), version) == existing.end()) existing.push_back(version);
+  std::sort(existing.begin(), existing.end());
+  while (existing.size() > kKeep && existing.front() != version) {
     for (std::string& key : kv_.keys(version_prefix(job, existing.front()))) writes.push_back({std::move(key), std::nullopt});
     existing.erase(existing.begin());
   }
-  return kv_.write(writes, /*sync=*/true);
+}
+
+KvStatus BackupStore::write_part(const std::string& job, uint64_t version, const std::vector<uint32_t>& keys,
+                                 const std::vector<std::string>& blobs, std::optional<size_t> complete) {
+  std::vector<KvStore::Write> writes;
+  const std::string base = version_prefix(job, version);
+  for (size_t i = 0; i < blobs.size(); ++i) writes.push_back({base + "chunk/" + padded(keys[i]), blobs[i]});
+  if (complete) complete_backup(job, version, *complete, writes);
+  return kv_.write(writes, /*sync=*/complete.has_value());
+}
+
+std::optional<std::vector<std::string>> BackupStore::read_part(const std::string& job, uint64_t version, size_t first,
+                                                               size_t max_bytes, size_t* total,
+                                                               std::string* error) const {
+  const std::string base = version_prefix(job, version);
+  const std::string name = "backup " + std::to_string(version) + " of " + job;
+  std::string complete;
+  if (!kv_.get(base + "complete", &complete).ok()) {
+    *error = name + " is not complete";
+    return std::nullopt;
+  }
+  const std::vector<std::string> keys = kv_.keys(base + "chunk/");
+  if (std::to_string(keys.size()) != complete) {
+    *error = name + " has " + std::to_string(keys.size()) + " chunks, expected " + complete;
+    return std::nullopt;
+  }
+  *total = keys.size();
+  std::vector<std::string> blobs;
+  size_t bytes = 0;
+  for (size_t i = first; i < keys.size(); ++i) {
+    std::string blob;
+    if (!kv_.get(keys[i], &blob).ok()) {
+      *error = name + ": " + keys[i] + " is unreadable or failed its checksum";
+      return std::nullopt;
+    }
+    if (!blobs.empty() && bytes + blob.size() > max_bytes) break;
+    bytes += blob.size();
+    blobs.push_back(std::move(blob));
+  }
+  return blobs;
 }
 
 std::vector<uint64_t> BackupStore::versions(const std::string& job) const {

@@ -42,11 +42,26 @@ class BackupStore {
   // is named by the job's steps and its chunks keep their own versions.
   std::optional<std::map<uint32_t, ChunkSnapshot>> load(const std::string& job, uint64_t version, std::string* error,
                                                         bool exact_versions = true) const;
+  // Part of a complete backup as stored (encoded snapshots, checksums verified, not decoded), for
+  // a replica sent in bounded parts: the chunks from the `first`-th (in key order) while their
+  // bytes stay within `max_bytes` (at least one). *total is the backup's chunk count. nullopt (and
+  // *error) if the backup is incomplete (or was deleted meanwhile) or a blob is corrupt.
+  std::optional<std::vector<std::string>> read_part(const std::string& job, uint64_t version, size_t first,
+                                                    size_t max_bytes, size_t* total, std::string* error) const;
+  // Writes part of a backup that arrives in parts (an adopted replica): `blobs` are encoded
+  // snapshots of chunks `keys`. With `complete` set, also writes the `complete` marker for that
+  // many chunks, in the same batch (the backup exists from then on; older ones beyond kKeep go).
+  [[nodiscard]] KvStatus write_part(const std::string& job, uint64_t version, const std::vector<uint32_t>& keys,
+                                    const std::vector<std::string>& blobs, std::optional<size_t> complete);
   // Deletes the job's backups after `version` (a rollback to it makes them another timeline's).
   [[nodiscard]] KvStatus erase_after(const std::string& job, uint64_t version);
   [[nodiscard]] KvStatus erase_job(const std::string& job);
 
  private:
+  // Adds to `writes` the `complete` marker of a backup of `chunks` chunks and the deletion of the
+  // job's oldest backups beyond kKeep.
+  void complete_backup(const std::string& job, uint64_t version, size_t chunks, std::vector<KvStore::Write>& writes) const;
+
   KvStore& kv_;
 };
 

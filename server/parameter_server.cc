@@ -512,25 +512,36 @@ kj::Promise<void> ParameterServerImpl::adoptBackup(AdoptBackupContext context) {
   const std::string job_id = rpc::to_string(params.getJobId());
   Job& job = find(params.getJobId());
   KJ_REQUIRE(store_ != nullptr, "this server keeps no backups (no data directory)");
-  std::vector<ChunkSnapshot> chunks;
-  for (capnp::Data::Reader blob : params.getChunks()) {
-    auto chunk = decode_snapshot(std::string(reinterpret_cast<const char*>(blob.begin()), blob.size()));
+  // Each blob is checked (it decodes into one of this server's chunks) and written as it came.
+  std::vector<uint32_t> keys;
+  std::vector<std::string> blobs;
+  for (capnp::Data::Reader data : params.getChunks()) {
+    std::string blob(reinterpret_cast<const char*>(data.begin()), data.size());
+    const auto chunk = decode_snapshot(blob);
     KJ_REQUIRE(chunk.has_value(), "a chunk of the backup does not decode");
     KJ_REQUIRE(job.shard->holds(chunk->key) && chunk->values.size() == job.shard->chunk_size(chunk->key),
                "the backup does not match this server's chunks", chunk->key);
-    chunks.push_back(std::move(*chunk));
+    keys.push_back(chunk->key);
+    blobs.push_back(std::move(blob));
   }
-  KJ_REQUIRE(chunks.size() == job.shard->keys().size(), "the backup does not cover this server's chunks",
-             chunks.size(), job.shard->keys().size());
+  const size_t first = params.getFirst(), total = params.getTotal();
+  KJ_REQUIRE(total == job.shard->keys().size(), "the backup does not cover this server's chunks", total,
+             job.shard->keys().size());
+  KJ_REQUIRE(!blobs.empty() && first + blobs.size() <= total, "a part of the backup outside its chunks", first,
+             blobs.size(), total);
   const uint64_t version = params.getVersion();
-  const size_t count = chunks.size();
+  // The part that ends the backup also writes its `complete` marker: only then can `restore` use
+  // it (restore checks that every chunk is there).
+  const std::optional<size_t> complete = first + blobs.size() == total ? std::optional<size_t>(total) : std::nullopt;
   return store_
-      ->run([job_id, version, chunks = std::move(chunks)](BackupStore& backups) {
-        return backups.write(job_id, version, chunks);
+      ->run([job_id, version, keys = std::move(keys), blobs = std::move(blobs), complete](BackupStore& backups) {
+        return backups.write_part(job_id, version, keys, blobs, complete);
       })
-      .then([job_id, version, count](KvStatus status) {
+      .then([job_id, version, complete](KvStatus status) {
         KJ_REQUIRE(status.ok(), "could not write the adopted backup", status.message);
-        PSLOG(kInfo) << "job " << job_id << ": adopted a backup at step " << version << " (" << count << " chunks)";
+        if (complete) {
+          PSLOG(kInfo) << "job " << job_id << ": adopted a backup at step " << version << " (" << *complete << " chunks)";
+        }
       });
 }
 

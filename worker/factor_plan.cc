@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "common/message_limits.h"
+
 namespace pstrain {
 
 FactorPlan::FactorPlan(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks, int64_t batch, bool enabled)
@@ -27,10 +29,20 @@ FactorPlan::FactorPlan(const ParamLayout& layout, const std::vector<ChunkInfo>& 
     if (3 * factor_floats > rows * columns) continue;  // not worth it: push the gradient
     factored_[p] = true;
     std::sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return chunks[a].offset < chunks[b].offset; });
+    // One group per server, cut where its values would pass rpc::kMaxPartBytes: the reply
+    // carries them (a wide kernel on one server is hundreds of MB).
     for (uint32_t server : servers) {
       Group g{p, info.offset, server, rows, columns, {}};
+      size_t floats = 0;
       for (size_t k : mine) {
-        if (chunks[k].server == server) g.chunks.push_back(k);
+        if (chunks[k].server != server) continue;
+        if (!g.chunks.empty() && (floats + chunks[k].size) * sizeof(float) > rpc::kMaxPartBytes) {
+          groups_.push_back(g);
+          g.chunks.clear();
+          floats = 0;
+        }
+        g.chunks.push_back(k);
+        floats += chunks[k].size;
       }
       groups_.push_back(std::move(g));
     }

@@ -1,6 +1,7 @@
 // Factored exchange (docs/DESIGN-NOTES.md, "Factored exchange"): which dense kernels a worker
 // pushes as factors instead of gradients, grouped into one ParameterServer.pushFactors call per
-// kernel and server, and the gathering of one call's input rows.
+// kernel and server (several where that server's part of the kernel is over rpc::kMaxPartBytes:
+// the reply carries its values), and the gathering of one call's input rows.
 //
 // A dense kernel's gradient over a batch is deltas * inputs^T: out x batch times batch x in, of
 // rank at most the batch. For a kernel of in x out floats the factors are batch x (in + out), and
@@ -26,7 +27,8 @@ namespace pstrain {
 
 class FactorPlan {
  public:
-  // The chunks of one factored kernel on one server: one pushFactors call per step.
+  // Chunks of one factored kernel on one server (at most rpc::kMaxPartBytes of values): one
+  // pushFactors call per step.
   struct Group {
     size_t param = 0;          // the kernel's index in the layout
     size_t param_offset = 0;   // its offset in the flat buffer (backward finishes it there)

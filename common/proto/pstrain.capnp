@@ -218,8 +218,11 @@ interface ParameterServer {
 
   # Moving a lost server's shard here: writes another server's backup of the job (the chunks of
   # the server index this server was configured with, each an encoded snapshot) into this
-  # server's store, after which `restore` loads it like one of its own.
-  adoptBackup @11 (jobId :Text, version :UInt64, chunks :List(Data)) -> ();
+  # server's store, after which `restore` loads it like one of its own. In parts of at most
+  # kMaxPartBytes, one call at a time, like storeReplica: `chunks` are chunks first ..
+  # first + chunks.size() - 1 of `total`; the backup counts as written (complete) once the part
+  # that ends at `total` is.
+  adoptBackup @11 (jobId :Text, version :UInt64, chunks :List(Data), first :UInt32, total :UInt32) -> ();
 }
 
 enum Split {
@@ -316,7 +319,11 @@ interface Coordinator {
   # pushes nothing until the call returns (when every server has snapshotted).
   paused @8 (nodeId :UInt32, jobId :Text, cut :UInt64, epoch :UInt32, step :UInt64, stepsDone :UInt64) -> ();
   # A server's copy of a backup it has written durably (each chunk an encoded snapshot): the
-  # coordinator keeps the latest complete ones, so a lost server's shard can be restored onto
-  # another server if the lost one never returns.
-  storeReplica @9 (nodeId :UInt32, jobId :Text, version :UInt64, chunks :List(Data)) -> ();
+  # coordinator keeps the latest complete ones (on disk), so a lost server's shard can be restored
+  # onto another server if the lost one never returns. A replica travels in parts of at most
+  # kMaxPartBytes (a shard can be far over Cap'n Proto's 64 MiB message limit), one call at
+  # a time: `chunks` are the replica's chunks first .. first + chunks.size() - 1 of `total`. The
+  # call returns once the part is stored (flow control).
+  storeReplica @9 (nodeId :UInt32, jobId :Text, version :UInt64, chunks :List(Data), first :UInt32,
+                   total :UInt32) -> ();
 }

@@ -14,6 +14,7 @@
 
 #include "common/chunk_plan.h"
 #include "common/example_types.h"
+#include "common/message_limits.h"
 #include "common/proto/pstrain.capnp.h"
 
 namespace pstrain::rpc {
@@ -85,6 +86,7 @@ void set_tensor(proto::Tensor::Builder tensor, std::span<const float> values);
 void reference_tensor(proto::Tensor::Builder tensor, std::span<const float> values);
 // Allocates a tensor of n floats in the message and returns its buffer to compute into.
 std::span<float> init_tensor(proto::Tensor::Builder tensor, size_t n);
+
 
 // Row-sparse pushes and replies (see ParameterServer.push): a chunk's values as a few ranges,
 // each its own Data part. Every part is a separate message segment when sent without copying, and

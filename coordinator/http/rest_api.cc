@@ -270,11 +270,11 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
             return problem(409, "model-not-ready", "No trained model yet",
                            "job '" + id + "' is " + job_state_name(job->state) + "; the model is available once it has SUCCEEDED");
           }
-          const auto bytes = store_.model(id);
+          auto bytes = store_.model(id);
           if (!bytes) return problem(500, "model-missing", "Model missing", "the stored model of '" + id + "' is unreadable");
           HttpResponse r;
           r.content_type = "application/octet-stream";
-          r.body = *bytes;
+          r.body = std::move(*bytes);  // the one copy of the file this download holds
           r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + id + ".safetensors\"");
           return r;
         });

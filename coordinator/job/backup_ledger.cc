@@ -39,25 +39,36 @@ kj::Promise<void> BackupLedger::wait_for(uint64_t version) {
   return kj::mv(paf.promise);
 }
 
-void BackupLedger::add_replica(uint64_t version, size_t index, std::vector<std::string> chunks) {
-  replicas_[version][index] = std::move(chunks);
-  while (replicas_.size() > 3) replicas_.erase(replicas_.begin());
+std::vector<uint64_t> BackupLedger::add_replica_part(uint64_t version, size_t index, size_t first, size_t count,
+                                                    size_t total) {
+  ReplicaParts& parts = replicas_[version][index];
+  // A part out of order (a server that started sending again) restarts the count.
+  parts.received = first == parts.received && total == parts.total ? first + count : first == 0 ? count : 0;
+  parts.total = total;
+  std::vector<uint64_t> dropped;
+  while (replicas_.size() > 3) {
+    dropped.push_back(replicas_.begin()->first);
+    replicas_.erase(replicas_.begin());
+  }
+  return dropped;
 }
 
-std::optional<std::pair<uint64_t, const std::vector<std::string>*>> BackupLedger::newest_replica(size_t index) const {
+std::optional<std::pair<uint64_t, size_t>> BackupLedger::newest_replica(size_t index) const {
   for (auto v = complete_.rbegin(); v != complete_.rend(); ++v) {
     const auto at = replicas_.find(*v);
     if (at == replicas_.end()) continue;
     const auto of = at->second.find(index);
-    if (of == at->second.end()) continue;
-    return std::make_pair(*v, &of->second);
+    if (of == at->second.end() || of->second.total == 0 || of->second.received != of->second.total) continue;
+    return std::make_pair(*v, of->second.total);
   }
   return std::nullopt;
 }
 
-void BackupLedger::forget_after(uint64_t version) {
+std::vector<uint64_t> BackupLedger::forget_after(uint64_t version) {
   acks_.erase(acks_.upper_bound(version), acks_.end());
-  replicas_.erase(replicas_.upper_bound(version), replicas_.end());
+  std::vector<uint64_t> dropped;
+  for (auto it = replicas_.upper_bound(version); it != replicas_.end(); it = replicas_.erase(it)) dropped.push_back(it->first);
+  return dropped;
 }
 
 }  // namespace pstrain

@@ -32,20 +32,27 @@ class BackupLedger {
   // Resolves once a complete backup at `version` or later exists.
   kj::Promise<void> wait_for(uint64_t version);
 
-  // A server sent its replica of the backup at `version` (encoded chunk snapshots).
-  void add_replica(uint64_t version, size_t index, std::vector<std::string> chunks);
-  // The newest complete backup with a replica of server `index`'s shard: its version and chunks
-  // (pointing into the ledger: valid until the next change), or nullopt.
-  std::optional<std::pair<uint64_t, const std::vector<std::string>*>> newest_replica(size_t index) const;
+  // Replicas (the bytes are in the JobStore's ReplicaStore, on disk; the ledger knows which are
+  // whole). A server sent chunks first .. first + count - 1 of its replica of the backup at
+  // `version`, of `total` chunks (parts arrive in order). Returns the versions whose replicas
+  // are no longer kept (the last three versions are): delete their bytes.
+  std::vector<uint64_t> add_replica_part(uint64_t version, size_t index, size_t first, size_t count, size_t total);
+  // The newest complete backup with a whole replica of server `index`'s shard: its version and
+  // chunk count, or nullopt.
+  std::optional<std::pair<uint64_t, size_t>> newest_replica(size_t index) const;
 
   // A rollback to `version`: acks and replicas of later backups belong to the abandoned timeline.
-  void forget_after(uint64_t version);
+  // Returns the versions of the replicas forgotten: delete their bytes.
+  std::vector<uint64_t> forget_after(uint64_t version);
 
  private:
   std::map<uint64_t, std::set<size_t>> acks_;  // version -> server indexes that wrote it
   std::vector<uint64_t> complete_;             // ascending; the last two are kept
   std::vector<std::pair<uint64_t, kj::Own<kj::PromiseFulfiller<void>>>> waiters_;
-  std::map<uint64_t, std::map<size_t, std::vector<std::string>>> replicas_;  // the last three versions
+  struct ReplicaParts {
+    size_t received = 0, total = 0;  // chunks
+  };
+  std::map<uint64_t, std::map<size_t, ReplicaParts>> replicas_;  // the last three versions
 };
 
 }  // namespace pstrain

@@ -316,6 +316,13 @@ void JobRunner::finish_if_done() {
   });
 }
 
+std::vector<float> JobRunner::final_params() const {
+  if (job_.state() != JobState::kSucceeded) return {};
+  const auto file = job_.store.model(job_.id);
+  if (!file) return {};
+  return decode_safetensors(job_.layout, *file).value_or(std::vector<float>{});
+}
+
 kj::Promise<void> JobRunner::collect_parameters() {
   final_params_.assign(job_.layout.total_size(), 0.0f);
   return job_.servers.pull_all(job_.chunks, job_.layout, final_params_).then([this] {
@@ -326,8 +333,12 @@ kj::Promise<void> JobRunner::collect_parameters() {
     if (job_.sync()) job_.progress.check_ledger(job_.steps_per_epoch(), job_.train->size);
     std::printf("final test accuracy: %.4f\n", job_.progress.final_accuracy());
     std::fflush(stdout);
-    job_.store.set_model(job_.id,
-                         encode_safetensors(job_.layout, final_params_, {{"job", job_.id}, {"name", job_.spec.name}}));
+    // The model goes to the store in pieces (moved into its writer), and the parameters are
+    // freed: a finished job keeps no copy of its model in memory (final_params() reads it back).
+    job_.store.set_model(job_.id, encode_safetensors_pieces(job_.layout, final_params_,
+                                                            {{"job", job_.id}, {"name", job_.spec.name}},
+                                                            kMaxModelPieceBytes));
+    final_params_ = {};
     job_.store.update(job_.id, [&](JobRecord& r) {
       r.state = job_.state();
       r.reason.clear();
@@ -335,6 +346,7 @@ kj::Promise<void> JobRunner::collect_parameters() {
       r.steps_done = r.total_steps;
     });
     job_.servers.drop_job();
+    job_.store.replicas().erase_job(job_.id);
     release_nodes();
     if (on_finished_) on_finished_(*this);
   });
@@ -362,6 +374,7 @@ void JobRunner::end(Phase phase, const std::string& reason) {
     r.finished_ms = now_ms();
   });
   if (was_running) job_.servers.drop_job();
+  job_.store.replicas().erase_job(job_.id);
   release_nodes();
   if (on_finished_) on_finished_(*this);
 }
@@ -389,10 +402,20 @@ void JobRunner::on_backup_done(NodeId node, uint64_t version) {
   job_.store.update(job_.id, [&](JobRecord& r) { r.last_backup_step = static_cast<int64_t>(version); });
 }
 
-void JobRunner::on_replica(NodeId node, uint64_t version, std::vector<std::string> chunks) {
+kj::Promise<void> JobRunner::on_replica(NodeId node, uint64_t version, size_t first, size_t total,
+                                        std::vector<std::string> chunks) {
   const auto index = job_.servers.index_of(node);
-  if (!index || job_.state() == JobState::kSucceeded) return;
-  job_.backups.add_replica(version, *index, std::move(chunks));
+  if (!index || is_finished(job_.state())) return kj::READY_NOW;
+  KJ_REQUIRE(!chunks.empty() && first + chunks.size() <= total, "a replica part outside its chunks", first,
+             chunks.size(), total);
+  // The ledger counts the part at once: a read of the replica (a server move) queues behind its
+  // write in the ReplicaStore, so it finds it.
+  for (uint64_t dropped : job_.backups.add_replica_part(version, *index, first, chunks.size(), total)) {
+    job_.store.replicas().erase(job_.id, dropped);
+  }
+  // The reply waits for the disk: a server sends its next part only then, so the coordinator
+  // holds at most one part per server.
+  return job_.store.replicas().put({job_.id, version, *index}, first, std::move(chunks));
 }
 
 kj::Promise<void> JobRunner::preempt(NodeId node) {
@@ -518,7 +541,7 @@ void JobRunner::replan(std::vector<NodeId> workers, uint64_t version, uint64_t r
   job_.progress.forget_from(version);
   // Acks and replicas of backups past `version` are of the abandoned timeline (the servers
   // deleted those backups when they restored).
-  job_.backups.forget_after(version);
+  for (uint64_t dropped : job_.backups.forget_after(version)) job_.store.replicas().erase(job_.id, dropped);
   job_.watchers.clear();
   ++job_.recoveries;
   ++job_.generation;

@@ -54,7 +54,9 @@ class JobRunner {
   Phase phase() const { return job_.phase; }
   JobState state() const { return job_.state(); }
   const std::string& failure() const { return failure_; }
-  const std::vector<float>& final_params() const { return final_params_; }
+  // The trained parameters (laid out by the job's layout), read back from the stored model: empty
+  // before the job has SUCCEEDED.
+  std::vector<float> final_params() const;
   const ParamLayout& layout() const { return job_.layout; }
 
   // Claims servers and workers if the cluster has the ones it needs, then loads the dataset and
@@ -90,8 +92,10 @@ class JobRunner {
   // Re-plans the job: waits for its servers, rolls every server back to the latest usable
   // backup, and hands the workers new assignments from there.
   void recover(const std::string& why);
-  // A server sent its replica of the backup at `version` (encoded chunk snapshots).
-  void on_replica(NodeId node, uint64_t version, std::vector<std::string> chunks);
+  // A server sent part of its replica of the backup at `version`: chunks first .. first +
+  // chunks.size() - 1 (encoded chunk snapshots) of `total`. Resolves once they are stored.
+  kj::Promise<void> on_replica(NodeId node, uint64_t version, size_t first, size_t total,
+                               std::vector<std::string> chunks);
   // Resolves when the worker has an order (never for a session of an older plan).
   kj::Promise<WorkerOrder> watch(NodeId node, uint64_t generation);
   // Async cut: the worker stands between steps at `position`; resolves when it may go on.

@@ -213,10 +213,13 @@ void ServerGroup::worker_finished(uint32_t worker) {
   }
 }
 
-kj::Promise<void> ServerGroup::adopt_backup(size_t index, uint64_t version, const std::vector<std::string>& chunks) {
+kj::Promise<void> ServerGroup::adopt_backup(size_t index, uint64_t version, const std::vector<std::string>& chunks,
+                                            size_t first, size_t total) {
   auto request = clients_[index].adoptBackupRequest();
   request.setJobId(job_id_);
   request.setVersion(version);
+  request.setFirst(static_cast<uint32_t>(first));
+  request.setTotal(static_cast<uint32_t>(total));
   auto list = request.initChunks(static_cast<unsigned>(chunks.size()));
   for (size_t c = 0; c < chunks.size(); ++c) {
     list.set(static_cast<unsigned>(c),

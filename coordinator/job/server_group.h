@@ -81,8 +81,10 @@ class ServerGroup {
   void drop_job();
   void worker_finished(uint32_t worker);
 
-  // One server takes another's backup (its replica) into its store.
-  kj::Promise<void> adopt_backup(size_t index, uint64_t version, const std::vector<std::string>& chunks);
+  // One server takes part of another's backup (its replica) into its store: chunks first ..
+  // first + chunks.size() - 1 of `total` (at most rpc::kMaxPartBytes of them).
+  kj::Promise<void> adopt_backup(size_t index, uint64_t version, const std::vector<std::string>& chunks, size_t first,
+                                 size_t total);
   // Every chunk's values (any version) into `into`, laid out by `layout`. `into` must stay alive
   // until the promise resolves.
   kj::Promise<void> pull_all(const std::vector<ChunkInfo>& chunks, const ParamLayout& layout, std::vector<float>& into);

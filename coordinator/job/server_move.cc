@@ -1,16 +1,18 @@
 // ServerMover: the answer to a server that does not come back: its shard moves to a free server.
 //
 // Every server sends the coordinator a replica of each backup it has made durable
-// (`storeReplica`; the coordinator keeps the last three versions in memory). When a lost server
+// (`storeReplica`, in parts; the coordinator keeps the last three versions on disk: ReplicaStore,
+// and DESIGN-NOTES "Message sizes" on why not in memory). When a lost server
 // has not returned (under its name) within JobOptions::move_lost_server_after and a server
 // without a job is registered, that server takes the lost one's index: it is configured with the
 // job's chunk table for that index, adopts the replica of the newest complete backup into its own
-// store (`adoptBackup`), and from there the recovery is the usual rollback: every server restores
+// store (`adoptBackup`, in parts, each read from disk only when the last is written), and from there the recovery is the usual rollback: every server restores
 // that backup and the workers get a plan with the new server's address. A sync run then still
 // ends with exactly the parameters of an uninterrupted one.
 #include "coordinator/job/server_move.h"
 
 #include "common/log.h"
+#include "common/rpc/rpc_util.h"
 
 namespace pstrain {
 
@@ -41,9 +43,7 @@ kj::Maybe<kj::Promise<void>> ServerMover::move_lost() {
                     << spare->name << "' (" << spare->address << ") from the backup at step " << version;
     auto move = servers.connect(i)
                     .then([this, i] { return job_.servers.configure(i, job_.server_config()); })
-                    .then([this, i, version, chunks = *replica->second] {
-                      return job_.servers.adopt_backup(i, version, chunks);
-                    });
+                    .then([this, i, version, total = replica->second] { return adopt(i, version, total, 0); });
     moves.add(job_.io.getTimer()
                   .timeoutAfter(job_.options.server_move_timeout, kj::mv(move))
                   .then(
@@ -68,6 +68,21 @@ kj::Maybe<kj::Promise<void>> ServerMover::move_lost() {
   }
   if (moves.empty()) return nullptr;
   return kj::joinPromises(moves.releaseAsArray());
+}
+
+kj::Promise<void> ServerMover::adopt(size_t index, uint64_t version, size_t total, size_t first) {
+  return job_.store.replicas()
+      .read({job_.id, version, index}, first, rpc::kMaxPartBytes)
+      .then([this, index, version, total, first](std::vector<std::string> chunks) -> kj::Promise<void> {
+        KJ_REQUIRE(!chunks.empty() && first + chunks.size() <= total, "the replica is incomplete on disk", version,
+                   index, first, total);
+        const size_t next = first + chunks.size();
+        return job_.servers.adopt_backup(index, version, chunks, first, total)
+            .then([this, index, version, total, next]() -> kj::Promise<void> {
+              if (next == total) return kj::READY_NOW;
+              return adopt(index, version, total, next);
+            });
+      });
 }
 
 }  // namespace pstrain

@@ -22,6 +22,10 @@ class ServerMover {
   kj::Maybe<kj::Promise<void>> move_lost();
 
  private:
+  // Server `index` adopts the replica of the backup at `version` (`total` chunks) from chunk
+  // `first` on, one part (at most rpc::kMaxPartBytes) read from disk and sent at a time.
+  kj::Promise<void> adopt(size_t index, uint64_t version, size_t total, size_t first);
+
   JobContext& job_;
   std::set<NodeId> failed_spares_;  // servers a move to failed: not tried again
 };

@@ -8,6 +8,7 @@
 #include "common/dataset.h"
 #include "common/error.h"
 #include "common/job_spec.h"
+#include "common/model_spec.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;
@@ -377,4 +378,34 @@ TEST_CASE("check_spec_against_dataset: the files as loaded must fit the job too"
   // A dataset whose table entry does not know its example shape checks only the classes at submit.
   DatasetInfo unknown_shape{"mnist10k", "", "a", "b", 10, "", ""};
   CHECK_NOTHROW(check_spec_against_dataset(spec, unknown_shape));
+}
+
+TEST_CASE("the TPU guide's CNN and the Keras multi-worker tutorial's CNN are reference jobs") {
+  const JobSpec tpu = reference_job("tpu-cnn.json");
+  CHECK(tpu.dataset.name == "fashion-mnist");
+  REQUIRE(tpu.model.layers.size() == 6);
+  CHECK(tpu.model.layers[0].filters == 256);
+  CHECK(tpu.model.layers[1].filters == 256);
+  CHECK(tpu.model.layers[3].units == 256);
+  CHECK(tpu.model.layers[4].units == 128);
+  for (const LayerSpec& layer : tpu.model.layers) {
+    if (layer.type != LayerType::kFlatten) CHECK(layer.l2 == doctest::Approx(1e-5));
+  }
+  CHECK(tpu.optimizer.type == OptimizerType::kAdam);
+  CHECK(tpu.training.global_batch_size == 200);
+  // 28x28x1 -> 26x26x256 -> 24x24x256 -> 256 -> 128 -> 10: 38.4M float32 parameters (154 MB).
+  size_t floats = 0;
+  const ParamLayout layout = make_param_layout(tpu.model);
+  for (const ParamInfo& p : layout.params()) floats += p.size;
+  CHECK(floats == 38375818);
+
+  const JobSpec keras = reference_job("keras-multiworker-cnn.json");
+  CHECK(keras.dataset.name == "fashion-mnist");
+  REQUIRE(keras.model.layers.size() == 4);
+  CHECK(keras.model.layers[0].filters == 32);
+  CHECK(keras.model.layers[2].units == 128);
+  CHECK(keras.optimizer.type == OptimizerType::kSgd);
+  CHECK(keras.optimizer.learning_rate == doctest::Approx(0.001));
+  // 64 examples per worker, as the tutorial.
+  CHECK(keras.training.global_batch_size == 64 * keras.training.workers);
 }

@@ -88,7 +88,7 @@ TEST_CASE("JobStore: state changes, metrics and the model survive a reopen; read
       store.update("job-1", [s](JobRecord& r) { r.steps_done = static_cast<int64_t>(s); });
     }
     store.append_epoch("job-1", {1, 0.5, 0.8, 0.6, 0.79, 1000, 0});
-    store.set_model("job-1", model);
+    store.set_model("job-1", {model.substr(0, 5), model.substr(5)});  // in two pieces
     store.update("job-1", [](JobRecord& r) { r.state = JobState::kSucceeded; });
     store.flush();
     const auto seen = store.get("job-1");

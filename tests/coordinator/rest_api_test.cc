@@ -669,7 +669,7 @@ TEST_CASE("RestApi: GET /v1/jobs/{id}/model: 409 before there is one, the safete
 
   const std::string model("\x10\0\0\0\0\0\0\0{\"a\":1}    \xff\x80\0\x01", 24);
   a.store.update("job-1", [](JobRecord& r) { r.state = JobState::kSucceeded; });
-  a.store.set_model("job-1", model);
+  a.store.set_model("job-1", {model.substr(0, 10), model.substr(10)});  // in two pieces
   a.store.flush();
   auto check_model = [&](RestApi& api) {
     const HttpResponse r = api.handle({"GET", "/v1/jobs/job-1/model", "", ""});

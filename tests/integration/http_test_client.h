@@ -97,7 +97,7 @@ class HttpClient {
     // even when the write failed.
     if (write_ec) reply.error = "write: " + write_ec.message();
     http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
+    parser.body_limit(uint64_t{1} << 30);  // models of hundreds of MB
     if (verb == http::verb::head) parser.skip(true);
     stream_.expires_after(timeout_);
     const beast::error_code read_ec = run([&](auto handler) { http::async_read(stream_, buffer_, parser, handler); });

@@ -31,9 +31,12 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/model_spec.h"
+#include "common/param_layout.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
 #include "tests/test_support.h"
+#include "worker/local_trainer.h"
 
 using namespace pstrain;
 using namespace std::chrono_literals;
@@ -225,6 +228,80 @@ TEST_CASE("REST API runs a submitted MLP job to 0.92 and serves its status and m
     CHECK(r.body.find("\npstrain_http_requests_total{route=\"/v1/jobs\",status=\"201\"} 1\n") != std::string::npos);
     CHECK(r.body.find("\npstrain_nodes_alive{role=\"server\"} 2\n") != std::string::npos);
   }
+}
+
+TEST_CASE("REST API: a model whose server shard is over 64 MiB survives its server's loss onto a spare and downloads whole") {
+  // mnist10k, flatten, dense 24,000 relu, dense 10: 19.1M float32 parameters (76 MB), all on the
+  // job's one server: its backup replica to the coordinator, the spare's adoption of it and the
+  // model file are each over Cap'n Proto's 64 MiB message limit, so they must travel in parts.
+  // Plain SGD keeps the step cheap; 11 sync steps of 500 examples, a backup every 2. Dense
+  // exchange: the factored one (the default here) multiplies this kernel's factors out on the
+  // server in another order than the standalone trainer (cluster_test compares it within 1e-4),
+  // and this test wants the uninterrupted parameters bit for bit (factor_plan_test checks that
+  // factored pushes of such a kernel stay within the message bound).
+  const std::string json = R"({
+    "name": "wide", "dataset": {"name": "mnist10k", "shuffle_seed": 3},
+    "model": {"input_shape": [28, 28, 1], "seed": 3, "layers": [
+      {"type": "flatten"}, {"type": "dense", "units": 24000, "activation": "relu"}, {"type": "dense", "units": 10}]},
+    "optimizer": {"type": "sgd", "learning_rate": 0.001},
+    "training": {"mode": "sync", "global_batch_size": 500, "epochs": 1, "servers": 1, "workers": 2},
+    "backup": {"save_freq": 2}
+  })";
+  const JobSpec spec = parse_job_spec(json);
+  const ParamLayout layout = make_param_layout(spec.model);
+  size_t floats = 0;
+  for (const ParamInfo& p : layout.params()) floats += p.size;
+  REQUIRE(floats * 4 > (size_t{64} << 20));
+  // Two servers: the job takes one, the other stays free to take its place.
+  testing::Cluster cluster({.servers = 2,
+                            .coordinator_flags = {"--dead-after-ms", "1500", "--move-server-after-ms", "1000"},
+                            .worker_flags = {"--exchange=dense"}});
+  const std::string id = submit(cluster, json);
+  cluster.coordinator().wait_for_line("backup at step 4 complete", 120s);
+  // Kill the job's server (and never restart it).
+  const json::object running = wait_for_state(cluster, id, "RUNNING");
+  const json::array servers = arr(running, "servers");
+  REQUIRE(servers.size() == 1);
+  const std::string address = str(obj(servers[0]), "address");
+  int killed = -1;
+  for (size_t i = 0; i < cluster.server_ports().size(); ++i) {
+    if (address == "127.0.0.1:" + std::to_string(cluster.server_ports()[i])) killed = static_cast<int>(i);
+  }
+  REQUIRE(killed >= 0);
+  cluster.servers()[static_cast<size_t>(killed)]->kill_hard();
+  const json::object status = wait_for_state(cluster, id, "SUCCEEDED", 180s);
+  const std::string log = cluster.coordinator().log_text();
+  CHECK(log.find("did not come back; moving its shard to") != std::string::npos);
+
+  // The model, whole: its size, its header, and the parameters of an uninterrupted run (sync is
+  // deterministic: the standalone trainer cut like the cluster gives them bit for bit).
+  const Reply r = get(cluster.http_port(), "/v1/jobs/" + id + "/model");
+  INFO("model: " << r.status << " " << r.body.size() << " bytes " << r.error);
+  REQUIRE(r.status == 200);
+  CHECK(num(obj(*status.if_contains("model")), "bytes") == static_cast<double>(r.body.size()));
+  uint64_t header_length = 0;
+  const auto tensors = safetensors_header(r.body, &header_length);
+  REQUIRE(r.body.size() == 8 + header_length + 4 * floats);
+  CHECK(tensors.at("layers.1.kernel").shape == std::vector<int64_t>{784, 24000});
+  CHECK(tensors.at("layers.2.kernel").shape == std::vector<int64_t>{24000, 10});
+  LocalTrainerOptions options;
+  options.data_dir = testing::data_dir();
+  options.replicas = 2;
+  options.servers = 1;
+  const TrainingResult uninterrupted = train_locally(spec, options);
+  double worst = 0;
+  for (const ParamInfo& p : layout.params()) {
+    const auto& t = tensors.at(p.name);
+    REQUIRE(t.end - t.begin == p.size * 4);
+    for (size_t i = 0; i < p.size; ++i) {
+      float x;
+      std::memcpy(&x, r.body.data() + 8 + header_length + t.begin + 4 * i, 4);
+      worst = std::max(worst, static_cast<double>(std::abs(x - uninterrupted.params[p.offset + i])));
+    }
+  }
+  MESSAGE("model " << r.body.size() << " bytes; max abs difference to an uninterrupted run " << worst);
+  if (worst > 1e-5) MESSAGE(cluster.group().dump_logs(60));
+  CHECK(worst <= 1e-5);
 }
 
 TEST_CASE("REST API cancels a running job and its workers take the next job") {

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "common/message_limits.h"
 #include "tests/test_support.h"
 #include "worker/factor_plan.h"
 
@@ -80,4 +81,31 @@ TEST_CASE("a group sends the input rows of its chunks that are nonzero in some e
     }
   }
   CHECK(all_rows == std::set<uint32_t>{1, 6, 40});
+}
+
+TEST_CASE("a kernel part over rpc::kMaxPartBytes on one server is pushed in several groups, each within it") {
+  // 784 x 24000 on one server: 75 MB of values, which one pushFactors reply could not carry
+  // (Cap'n Proto's 64 MiB message limit).
+  JobSpec spec = testing::mlp_job(24000, 10, 1);
+  const ParamLayout layout = make_param_layout(spec.model);
+  const auto chunks = plan_chunks(layout, 1);
+  const FactorPlan plan(layout, chunks, 64, true);
+  const size_t kernel = static_cast<size_t>(layout.find("layers.1.kernel") - layout.params().data());
+  REQUIRE(plan.factored_kernels()[kernel]);
+  size_t groups = 0, floats = 0;
+  std::set<size_t> grouped;
+  for (const FactorPlan::Group& g : plan.groups()) {
+    if (g.param != kernel) continue;
+    ++groups;
+    size_t group_floats = 0;
+    for (size_t k : g.chunks) {
+      group_floats += chunks[k].size;
+      grouped.insert(k);
+    }
+    CHECK(group_floats * sizeof(float) <= rpc::kMaxPartBytes);
+    floats += group_floats;
+  }
+  CHECK(groups >= 5);
+  CHECK(floats == size_t{784} * 24000);  // every chunk of the kernel, once
+  for (size_t k = 0; k < chunks.size(); ++k) CHECK((grouped.count(k) == 1) == (chunks[k].param == kernel));
 }

@@ -1,0 +1,65 @@
+// The coordinator's copies of the servers' backups (replicas), so that a lost server's shard can
+// be restored onto another server (job/server_move.cc). They live on disk, in the coordinator's
+// RocksDB under replica/<job>/<version>/<server index>/<chunk>, one value per chunk (an encoded
+// snapshot, a few MB): a replica is as big as the servers' shards with their optimizer slots
+// (Adam: three times the model), and the coordinator keeps a few versions of every server's, so
+// in memory it would hold several copies of the model (DESIGN-NOTES "Message sizes"). Parts come
+// in and go out through the store's own KvWriter thread, so the event loop never waits for the
+// disk, and a read queued after a write sees it.
+//
+// Which replicas are whole, and which versions to keep, is the BackupLedger's business; this
+// only stores bytes. Replicas do not survive a coordinator restart in any useful way (the ledger
+// is in memory): the constructor deletes what an earlier run left.
+//
+// Thread rules: thread-safe; put() and read() are called on a thread with a KJ event loop (the
+// coordinator's), and their promises resolve there. Ownership: borrows the KvStore (may be null:
+// nothing is kept, and reads find nothing), owns its writer thread.
+#pragma once
+
+#include <kj/async.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/kv_store.h"
+#include "coordinator/kv_writer.h"
+
+namespace pstrain {
+
+// One server's replica of one backup of a job.
+struct ReplicaId {
+  std::string job;
+  uint64_t version = 0;
+  size_t server = 0;  // index in the job's server list
+};
+
+class ReplicaStore {
+ public:
+  explicit ReplicaStore(KvStore* kv);
+
+  // Queues the write of chunks first .. first + blobs.size() - 1 of a replica; resolves once
+  // they are on disk (not synced: a crash loses the ledger too).
+  kj::Promise<void> put(const ReplicaId& id, size_t first, std::vector<std::string> blobs);
+  // Reads the replica's chunks from `first` while their bytes stay within max_bytes (at least
+  // one), after every write queued before: resolves with them (empty if there are none).
+  kj::Promise<std::vector<std::string>> read(const ReplicaId& id, size_t first, size_t max_bytes);
+  // Deletes every server's replica of the job's backup at `version`.
+  void erase(const std::string& job, uint64_t version);
+  // Deletes every replica of the job.
+  void erase_job(const std::string& job);
+
+ private:
+  // Queues the deletion of the stored replicas whose key prefix starts with `prefix`.
+  void erase_matching(const std::string& prefix);
+
+  KvStore* kv_;
+  std::mutex mutex_;
+  std::map<std::string, size_t> chunks_;  // guarded by mutex_: key prefix of a replica -> chunks written
+  KvWriter writer_;                       // last: its thread stops before the members above go
+};
+
+}  // namespace pstrain

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# A model of hundreds of MB, distributed, through a server's loss: the TPU guide's CNN
+# (deploy/jobs/tpu-cnn.json: 38.4M float32 parameters, 154 MB; with Adam's two slots a server's
+# backup of its half is 230 MB) on 2 servers and 2 workers, plus a spare server, all real
+# processes on this machine. Backups every --save-freq steps; once the backup at --kill-after is
+# complete, one of the job's servers gets SIGKILL and never comes back: the coordinator moves its
+# shard to the spare from its replica and the job rolls back to that backup. Then the model is
+# downloaded over REST and checked (size, safetensors header).
+#
+# The spec has no field capping the steps, and one epoch of Fashion-MNIST at batch 200 is 300
+# steps of several seconds each on 2 cores: the run trains on mnist10k instead (the same 28x28x1
+# shape, a 5,002-example slice of MNIST), --epochs of 26 steps each (default 2: 51 steps).
+#
+# Reports: steps/s before the kill and after the recovery, the recovery time (kill -> RUNNING
+# again, and kill -> back at the step the job had reached), each process's peak RSS (VmHWM,
+# sampled every second while it runs), and the model's size.
+#
+# Usage: tests/bench/big_model.sh [--epochs N] [--save-freq S] [--kill-after STEP] [--keep]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${BUILD_DIR:-$repo/build}
+epochs=2 save_freq=5 kill_after=20 keep=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --epochs) epochs=$2; shift 2 ;;
+    --save-freq) save_freq=$2; shift 2 ;;
+    --kill-after) kill_after=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    *) echo "usage: $0 [--epochs N] [--save-freq S] [--kill-after STEP] [--keep]" >&2; exit 2 ;;
+  esac
+done
+source "$repo/deploy/data-dir.sh"
+work=$(mktemp -d /tmp/pstrain-big-model.XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "$keep" = 1 ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+now() { date +%s.%N; }
+fail() { echo "big_model: $*" >&2; tail -n 20 "$work"/*.log >&2; exit 1; }
+
+python3 - "$repo/deploy/jobs/tpu-cnn.json" "$work/job.json" "$epochs" "$save_freq" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["dataset"]["name"] = "mnist10k"
+s["training"]["epochs"] = int(sys.argv[3])
+s["backup"] = {"save_freq": int(sys.argv[4])}
+s["training"]["metrics_every_steps"] = 1  # progress (and the rates below) step by step
+json.dump(s, open(sys.argv[2], "w"))
+PY
+
+# Every process: its log, and a sampler writing its VmHWM (kB) to <name>.hwm every second.
+start() {
+  local name=$1; shift
+  "$@" > "$work/$name.log" 2>&1 &
+  local pid=$!
+  pids+=("$pid")
+  echo "$pid" > "$work/$name.pid"
+  ( while [ -r "/proc/$pid/status" ]; do
+      awk '/^VmHWM/ {print $2}' "/proc/$pid/status" > "$work/$name.hwm.tmp" 2>/dev/null && mv "$work/$name.hwm.tmp" "$work/$name.hwm"
+      sleep 1
+    done ) &
+}
+wait_line() {  # file regex seconds
+  local deadline=$((SECONDS + $3))
+  until grep -qE "$2" "$1" 2>/dev/null; do
+    [ $SECONDS -lt $deadline ] || fail "no '$2' in $1 within $3 s"
+    sleep 0.2
+  done
+}
+
+# A worker computes its step on its event loop, so it does not heartbeat during a step (10-30 s
+# here with five processes on two cores), and a node takes a heartbeat unanswered for 10 periods
+# as a lost coordinator: heartbeats every 4 s, a node silent for 45 s is dead. A node is lost
+# only by its heartbeats, so the recovery time below includes those 45 s.
+rpc_port=$(free_port) http_port=$(free_port)
+start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
+  --state-dir "$work/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --heartbeat-ms 4000 --dead-after-ms 45000 --move-server-after-ms 2000
+wait_line "$work/coordinator.log" "PSTRAIN_READY" 30
+# server-0 and server-1 take the job; server-2 starts once the job runs: the spare.
+for i in 0 1; do
+  start "server-$i" "$bin/server/pstrain-server" --listen 127.0.0.1:0 --coordinator "127.0.0.1:$rpc_port" \
+    --name "server-$i" --data-dir "$work/server-$i-data"
+  wait_line "$work/server-$i.log" "PSTRAIN_READY" 30
+done
+for i in 0 1; do
+  start "worker-$i" "$bin/worker/pstrain-worker" --coordinator "127.0.0.1:$rpc_port" --name "worker-$i" --threads 1
+done
+api="http://127.0.0.1:$http_port/v1"
+id=$(curl -sf -X POST -H 'Content-Type: application/json' --data-binary "@$work/job.json" "$api/jobs" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+t_submit=$(now)
+
+# Progress: (time, steps done, state) every second, until the job ends.
+( while :; do
+    line=$(curl -sf "$api/jobs/$id" | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j.get("step", 0), j["state"])' 2>/dev/null) || line=""
+    [ -n "$line" ] && echo "$(now) $line" >> "$work/progress"
+    case $line in *SUCCEEDED*|*FAILED*|*CANCELLED*) break ;; esac
+    sleep 1
+  done ) &
+poller=$!
+
+wait_line "$work/progress" "RUNNING" 600
+start server-2 "$bin/server/pstrain-server" --listen 127.0.0.1:0 --coordinator "127.0.0.1:$rpc_port" \
+  --name server-2 --data-dir "$work/server-2-data"
+wait_line "$work/coordinator.log" "backup at step $kill_after complete" 1800
+# The victim: the job's second server.
+port=$(curl -sf "$api/jobs/$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["servers"][-1]["address"].split(":")[1])')
+victim=$(grep -l "PSTRAIN_READY role=server port=$port\$" "$work"/server-*.log | xargs -n1 basename | sed 's/\.log$//')
+[ -n "$victim" ] || fail "no server listens on port $port"
+kill -9 "$(cat "$work/$victim.pid")"
+t_kill=$(now)
+step_at_kill=$(tail -n 1 "$work/progress" | awk '{print $2}')
+echo "killed $victim (SIGKILL) at step $step_at_kill, $(python3 -c "print(round($t_kill - $t_submit))") s after the submission" >&2
+wait "$poller"
+state=$(tail -n 1 "$work/progress" | awk '{print $3}')
+[ "$state" = SUCCEEDED ] || fail "job ended $state"
+t_end=$(now)
+
+curl -sf -o "$work/model.safetensors" "$api/jobs/$id/model" || fail "model download failed"
+t_downloaded=$(now)
+for name in coordinator server-0 server-1 server-2 worker-0 worker-1; do
+  [ "$name" = "$victim" ] && continue
+  pid=$(cat "$work/$name.pid")
+  awk '/^VmHWM/ {print $2}' "/proc/$pid/status" > "$work/$name.hwm" 2>/dev/null || true
+done
+
+echo "$t_submit $t_kill $t_end $t_downloaded $step_at_kill $victim" > "$work/times"
+python3 - "$work" "$t_submit" "$t_kill" "$t_end" "$t_downloaded" "$step_at_kill" "$victim" "$0 --epochs $epochs --save-freq $save_freq --kill-after $kill_after" <<'PY'
+import json, os, re, struct, sys
+from datetime import datetime
+work, t_submit, t_kill, t_end, t_dl = sys.argv[1], *map(float, sys.argv[2:6])
+step_at_kill, victim, command = int(sys.argv[6]), sys.argv[7], sys.argv[8]
+progress = [(float(t), int(s), st) for t, s, st in (l.split() for l in open(f"{work}/progress"))]
+log = open(f"{work}/coordinator.log").read()
+
+def rate(points):
+    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]) if len(points) > 1 and points[-1][0] > points[0][0] else float("nan")
+
+# Coordinator log times are wall-clock HH:MM:SS.mmm of today.
+def log_time(pattern):
+    m = re.search(r"^\w (\d\d):(\d\d):(\d\d\.\d+) .*" + pattern, log, re.M)
+    if not m: return None
+    day = datetime.fromtimestamp(t_kill).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    return day + int(m[1]) * 3600 + int(m[2]) * 60 + float(m[3])
+
+before = [p for p in progress if p[0] <= t_kill and p[1] > 0]
+running_again = log_time("RUNNING again from step")
+m = re.search(r"RUNNING again from step (\d+) .*?(\d+) step\(s\) to replay", log)
+rolled_to, replayed = (int(m[1]), int(m[2])) if m else (None, None)
+moved = re.search(r"server '([^']+)' did not come back; moving its shard to '([^']+)'", log)
+# Back where it was: the first step past the last one seen before the kill, after the recovery.
+last_before = max((p[1] for p in progress if p[0] <= t_kill), default=0)
+back = next((p for p in progress if running_again and p[0] >= running_again and p[1] > last_before), None)
+after = [p for p in progress if running_again and p[0] >= running_again and p[2] == "RUNNING"]
+# after: from the first sample past the replayed steps, so the rate is of new steps.
+after = [p for p in after if back and p[0] >= back[0]] or after
+
+with open(f"{work}/model.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+size = os.path.getsize(f"{work}/model.safetensors")
+tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+data_bytes = max(v["data_offsets"][1] for v in tensors.values())
+assert size == 8 + n + data_bytes, (size, n, data_bytes)
+assert all(v["dtype"] == "F32" for v in tensors.values())
+params = data_bytes // 4
+
+print(f"command: {command}")
+print(f"machine: {os.cpu_count()} cores, " + open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].split('\n')[0].strip())
+print(f"job: {progress[-1][1]} steps, SUCCEEDED in {t_end - t_submit:.0f} s (submit to SUCCEEDED)")
+print(f"steps/s before the kill: {rate(before):.3f} (steps 1..{before[-1][1] if before else 0})")
+print(f"steps/s after the recovery: {rate(after):.3f} (steps {after[0][1] if after else '-'}..{after[-1][1] if after else '-'})")
+print(f"kill of {victim} at step {step_at_kill}: " + (f"shard moved '{moved[1]}' -> '{moved[2]}', " if moved else "no move logged, ") +
+      f"rolled back to step {rolled_to}, {replayed} step(s) replayed")
+if running_again: print(f"recovery: RUNNING again {running_again - t_kill:.1f} s after the kill")
+if back: print(f"recovery: past step {last_before} again {back[0] - t_kill:.1f} s after the kill (1 s polling)")
+print(f"model: {size} bytes ({size / 1e6:.1f} MB), {len(tensors)} tensors, {params} float32 parameters, header {n} bytes; "
+      f"downloaded in {t_dl - t_end:.1f} s (incl. polling)")
+print("peak RSS (VmHWM):")
+for name in ["coordinator", "server-0", "server-1", "server-2", "worker-0", "worker-1"]:
+    try:
+        kb = int(open(f"{work}/{name}.hwm").read())
+        note = " (killed; last sample)" if name == victim else " (the spare)" if name == "server-2" else ""
+        print(f"  {name}: {kb / 1024:.0f} MiB{note}")
+    except (OSError, ValueError):
+        print(f"  {name}: -")
+PY
