@@ -232,7 +232,18 @@ std::string dataset_json(const DatasetRecord& record, const std::vector<std::str
 
 DatasetCatalog::DatasetCatalog(Options options, KvStore* kv, JobsUsing jobs_using)
     : options_(std::move(options)), kv_(kv), jobs_using_(std::move(jobs_using)) {
-  thread_.post([this] { index_all(); });
+  thread_.post([this] {
+    try {
+      index_all();
+    } catch (const std::exception& e) {
+      PSLOG(kError) << "dataset catalog: reading " << options_.data_dir << " failed: " << e.what();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      indexed_ = true;
+    }
+    indexed_changed_.notify_all();
+  });
 }
 
 DatasetCatalog::~DatasetCatalog() = default;
@@ -307,6 +318,11 @@ bool DatasetCatalog::with_dataset(const std::string& name, std::string* why,
 }
 
 Split DatasetCatalog::load(const std::string& name, SplitKind kind) const {
+  {
+    // A job re-queued at start-up may ask before the data directory has been read.
+    std::unique_lock lock(mutex_);
+    indexed_changed_.wait(lock, [&] { return indexed_; });
+  }
   const std::optional<DatasetRecord> r = get(name);
   if (!r) throw DataError("dataset '" + name + "' is not in the catalog");
   if (r->source == "builtin") return load_split(options_.data_dir, name, kind);
@@ -395,7 +411,7 @@ void DatasetCatalog::index_all() {
   if (fs::path(options_.data_dir) != fs::path(uploads_dir())) roots.push_back(options_.data_dir);
   std::set<std::string> seen;
   for (const fs::path& root : roots) {
-  if (!fs::is_directory(root, ec)) continue;
+  if (!fs::is_directory(root, ec)) continue;  // (indexed_ is still set below)
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_directory() || !fs::exists(entry.path() / kManifestFile)) continue;

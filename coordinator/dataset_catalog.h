@@ -29,6 +29,7 @@
 // persisted), which must outlive it.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -119,8 +120,8 @@ class DatasetCatalog {
   // deletion cannot cross.
   bool with_dataset(const std::string& name, std::string* why, const std::function<void(const DatasetInfo&)>& submit);
 
-  // Loads one split for training (any thread; blocking: call it off the event loop). Throws
-  // DataError naming the dataset and file.
+  // Loads one split for training (any thread; blocking: call it off the event loop; waits for the
+  // start-up indexing). Throws DataError naming the dataset and file.
   Split load(const std::string& name, SplitKind kind) const;
   // The dataset's generation now (0 if unknown): a DataService cache keyed by it never serves
   // the files of a replaced dataset.
@@ -186,6 +187,8 @@ class DatasetCatalog {
   std::set<std::string> busy_;                    // guarded by mutex_: "name/split" being uploaded
   uint64_t next_generation_ = 1;                  // guarded by mutex_
   uint64_t next_staging_ = 0;                     // guarded by mutex_
+  bool indexed_ = false;                          // guarded by mutex_: the start-up indexing is done
+  mutable std::condition_variable indexed_changed_;
   std::mutex use_mutex_;  // held while a job is submitted on a dataset, and while one is deleted or replaced
   TaskThread thread_;     // last: destroyed (joined) first
 };
