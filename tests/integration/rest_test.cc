@@ -252,9 +252,11 @@ TEST_CASE("REST API: a model whose server shard is over 64 MiB survives its serv
   size_t floats = 0;
   for (const ParamInfo& p : layout.params()) floats += p.size;
   REQUIRE(floats * 4 > (size_t{64} << 20));
-  // Two servers: the job takes one, the other stays free to take its place.
+  // Two servers: the job takes one, the other stays free to take its place. A worker computes a
+  // step of this width on its event loop without heartbeating: a short dead timeout would declare
+  // the workers dead under load; the killed server is found by its failed calls anyway.
   testing::Cluster cluster({.servers = 2,
-                            .coordinator_flags = {"--dead-after-ms", "1500", "--move-server-after-ms", "1000"},
+                            .coordinator_flags = {"--dead-after-ms", "6000", "--move-server-after-ms", "1000"},
                             .worker_flags = {"--exchange=dense"}});
   const std::string id = submit(cluster, json);
   cluster.coordinator().wait_for_line("backup at step 4 complete", 120s);
