@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
             "Seconds a client has to send a complete request before it gets 408.");
   flags.add("http-max-connections", "PSTRAIN_HTTP_MAX_CONNECTIONS", "512", "Open HTTP connections beyond this get 503.");
   flags.add("data-dir", "PSTRAIN_DATA_DIR", "data",
-            "Directory of the datasets: the built-in ones' IDX files, and a directory per uploaded or\n"
-            "dropped-in dataset (<name>/dataset.json); uploads are written here.");
+            "Directory of the datasets: the built-in ones' IDX files, and a directory per dropped-in\n"
+            "dataset (<name>/dataset.json). May be read-only (uploads go to --datasets-dir).");
   flags.add("datasets-dir", "PSTRAIN_DATASETS_DIR", "",
             "Where uploaded datasets are stored, one directory each (dropped-in ones are read here\n"
             "too); empty: the data directory. Give a writable one when the data directory is read-only.");

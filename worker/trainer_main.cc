@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
                 "Trains the job described by a JSON job spec in this one process (no cluster) and prints\n"
                 "train/test loss and accuracy per epoch, then a RESULT line with a JSON summary.");
   flags.add("spec", "PSTRAIN_SPEC", "", "Path of the job spec (JSON, the body of POST /v1/jobs).");
-  flags.add("data-dir", "PSTRAIN_DATA_DIR", "data", "Directory holding the datasets' IDX files.");
+  flags.add("data-dir", "PSTRAIN_DATA_DIR", "data",
+            "Directory of the built-in datasets' IDX files and of dataset directories (<name>/dataset.json).");
   flags.add("threads", "PSTRAIN_THREADS", "0", "Compute threads; 0 means one per core.");
   flags.add("parallelism", "PSTRAIN_PARALLELISM", "batch",
             "How threads share a step: 'batch' (each thread takes a slice of the batch) or 'blas' (threads\n"
