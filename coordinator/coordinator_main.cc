@@ -21,6 +21,7 @@
 #include "coordinator/http/http_server.h"
 #include "coordinator/job/job_options.h"
 #include "coordinator/kj_commands.h"
+#include "coordinator/model_service.h"
 #include "coordinator/openapi_document.h"
 
 namespace {
@@ -142,7 +143,8 @@ int main(int argc, char** argv) {
   }
 
   KjJobCommands commands(kj::getCurrentThreadExecutor(), jobs, store, [&] { node->schedule(); });
-  RestApi api(store, commands, openapi_document(), &node->catalog());
+  ModelService models(store, node->catalog());
+  RestApi api(store, commands, openapi_document(), &node->catalog(), &models);
   HttpServerOptions http_options;
   http_options.host = config.http.host;
   http_options.port = static_cast<uint16_t>(config.http.port);

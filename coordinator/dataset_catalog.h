@@ -44,6 +44,7 @@
 #include "common/dataset_manifest.h"
 #include "common/kv_store.h"
 #include "common/task_thread.h"
+#include "coordinator/service_error.h"
 
 namespace pstrain {
 
@@ -76,14 +77,7 @@ struct DatasetRecord {
 };
 
 // What went wrong with a catalog operation, as the REST layer answers it.
-struct CatalogError {
-  unsigned status = 422;  // 400, 404, 409, 413, 415, 422, 500
-  std::string type;       // problem type suffix: "dataset-ragged-row", "dataset-exists", ...
-  std::string detail;
-  std::string field;      // the query parameter or JSON field at fault, if any
-  uint64_t line = 0;      // a CSV defect's line (0: none)
-  std::string column;     // a CSV defect's column ("": none)
-};
+using CatalogError = ServiceError;
 
 // A dataset's JSON form (GET /v1/datasets/{name}): its record and the jobs that use it.
 std::string dataset_json(const DatasetRecord& record, const std::vector<std::string>& used_by);

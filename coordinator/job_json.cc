@@ -4,7 +4,9 @@
 
 #include <map>
 
+#include "common/job_spec.h"
 #include "common/json_text.h"
+#include "common/model_spec.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -257,6 +259,36 @@ std::vector<std::string> jobs_using_dataset(const JobStore& store, const std::st
     if (name != nullptr && name->is_string() && name->as_string() == dataset) ids.push_back(job.id);
   }
   return ids;
+}
+
+namespace {
+
+json::object model_object(const JobRecord& job) {
+  json::object o{{"id", job.id}, {"name", job.name}, {"bytes", job.model_bytes}, {"created_ms", job.finished_ms},
+                 {"test_accuracy", job.test_accuracy ? json::value(*job.test_accuracy) : json::value(nullptr)}};
+  try {
+    const JobSpec spec = parse_accepted_job_spec(job.spec_json);
+    json::array shape;
+    for (int64_t d : spec.model.input_shape) shape.push_back(d);
+    o["dataset"] = spec.dataset.name;
+    o["input_shape"] = shape;
+    o["classes"] = infer_shapes(spec.model).back().back();
+  } catch (const std::exception&) {
+  }
+  o["predict"] = "/v1/models/" + job.id + ":predict";
+  return o;
+}
+
+}  // namespace
+
+std::string model_json(const JobRecord& job) { return to_json_text(model_object(job)); }
+
+std::string model_list_json(const std::vector<JobRecord>& jobs) {
+  json::array models;
+  for (const JobRecord& job : jobs) {
+    if (job.has_model) models.push_back(model_object(job));
+  }
+  return to_json_text(json::object{{"models", models}});
 }
 
 }  // namespace pstrain

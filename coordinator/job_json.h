@@ -20,6 +20,11 @@ std::string job_metrics_json(const JobRecord& job);
 // The cluster view (GET /v1/cluster).
 std::string cluster_json(const std::vector<NodeView>& nodes);
 
+// A trained model (GET /v1/models/{id}): its job's id, name, dataset, input shape, classes, bytes,
+// when it was made and its final test accuracy. The list (GET /v1/models): every job with a model.
+std::string model_json(const JobRecord& job);
+std::string model_list_json(const std::vector<JobRecord>& jobs);
+
 // The ids of unfinished jobs whose spec names `dataset` (a dataset in use cannot be deleted).
 std::vector<std::string> jobs_using_dataset(const JobStore& store, const std::string& dataset);
 

@@ -164,7 +164,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     auto then = [self = shared_from_this(), plan = std::move(plan)]() mutable {
       if (plan.kind == BodyPlan::Kind::kFile) return self->start_body_file(std::move(plan));
-      self->read_body_to_memory();
+      self->read_body_to_memory(plan.max_bytes);
     };
     if (!expects_continue) return then();
     // curl and others wait for this before sending a large body.
@@ -175,8 +175,8 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  void read_body_to_memory() {
-    body_limit_ = options_.body_limit;
+  void read_body_to_memory(uint64_t max_bytes) {
+    body_limit_ = max_bytes != 0 ? max_bytes : options_.body_limit;
     // A parser given its limit after the headers checks only the bytes it reads: a declared
     // length over the limit is answered now, without reading any of it.
     if (request_.content_length && *request_.content_length > body_limit_) {

@@ -11,6 +11,7 @@
 #include "common/json_text.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_json.h"
+#include "coordinator/model_service.h"
 
 namespace pstrain {
 namespace {
@@ -98,12 +99,16 @@ std::string media_type(const std::string& content_type) {
   return out;
 }
 
-HttpResponse catalog_problem(const CatalogError& e) {
+// A service's error (dataset catalog, model service) as problem+json.
+HttpResponse service_problem(const ServiceError& e) {
   static const std::map<unsigned, const char*> kTitles = {
       {400, "Bad request"}, {404, "Not found"}, {409, "Conflict"}, {413, "Too large"},
-      {415, "Unsupported media type"}, {422, "Invalid dataset"}, {500, "Internal error"}};
+      {415, "Unsupported media type"}, {422, "Unprocessable request"}, {500, "Internal error"}};
   const auto title = kTitles.find(e.status);
-  HttpResponse r = problem(e.status, e.type, title == kTitles.end() ? "Error" : title->second, e.detail, e.field);
+  const std::string text = e.status == 422 && e.type.rfind("dataset-", 0) == 0 ? "Invalid dataset"
+                           : title == kTitles.end()                           ? "Error"
+                                                                              : title->second;
+  HttpResponse r = problem(e.status, e.type, text, e.detail, e.field);
   if (e.line != 0 || !e.column.empty()) {
     boost::json::object body = boost::json::parse(r.body).as_object();
     if (e.line != 0) body["line"] = e.line;
@@ -170,8 +175,9 @@ HttpResponse problem(unsigned status, const std::string& type, const std::string
   return r;
 }
 
-RestApi::RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog)
-    : store_(store), commands_(commands), openapi_json_(std::move(openapi_json)), catalog_(catalog) {}
+RestApi::RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog,
+                 ModelService* models)
+    : store_(store), commands_(commands), openapi_json_(std::move(openapi_json)), catalog_(catalog), models_(models) {}
 
 void RestApi::count(const std::string& route, unsigned status) {
   std::lock_guard lock(counters_mutex_);
@@ -221,6 +227,24 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
       return only("GET", "/v1/cluster", [&] { return json_response(200, cluster_json(store_.nodes())); });
     }
     if (p.size() >= 2 && p[1] == "datasets" && catalog_ != nullptr) return datasets_route(request, p, label);
+    if (p.size() == 2 && p[1] == "models" && models_ != nullptr) {
+      return only("GET", "/v1/models", [&] { return json_response(200, model_list_json(store_.list())); });
+    }
+    if (p.size() == 3 && p[1] == "models" && models_ != nullptr) {
+      if (p[2].ends_with(":predict")) {
+        return only("POST", "/v1/models/{id}:predict", [&] {  // a POST was answered by async_route
+          return problem(400, "bad-request", "Bad request", "the request did not reach the model service");
+        });
+      }
+      return only("GET", "/v1/models/{id}", [&] {
+        const auto job = store_.get(p[2]);
+        if (!job || !job->has_model) {
+          return problem(404, "model-not-found", "No such model",
+                         "there is no model '" + p[2] + "' (a model's id is its job's id, once the job has SUCCEEDED)");
+        }
+        return json_response(200, model_json(*job));
+      });
+    }
     if (p.size() == 2 && p[1] == "jobs") {
       *label = "/v1/jobs";
       if (m == "GET" || m == "HEAD") return json_response(200, job_list_json(store_.list()));
@@ -260,6 +284,11 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
           }
           const auto job = store_.get(id);
           return json_response(200, job ? job_status_json(*job, store_.nodes()) : "{}");
+        });
+      }
+      if (p.size() == 4 && p[3] == "evaluate" && models_ != nullptr) {
+        return only("POST", "/v1/jobs/{id}/evaluate", [&] {  // a POST was answered by async_route
+          return problem(400, "bad-request", "Bad request", "the request did not reach the model service");
         });
       }
       if (p.size() == 4 && p[3] == "model") {
@@ -425,7 +454,7 @@ HttpResponse RestApi::datasets_route(const HttpRequest& request, const std::vect
       return json_response(200, dataset_json(*r, jobs_using(name)));
     }
     if (m == "DELETE") {
-      if (const auto e = catalog_->erase(name)) return catalog_problem(*e);
+      if (const auto e = catalog_->erase(name)) return service_problem(*e);
       HttpResponse r;
       r.status = 204;
       return r;
@@ -445,6 +474,13 @@ HttpResponse RestApi::datasets_route(const HttpRequest& request, const std::vect
 
 BodyPlan RestApi::plan_body(const HttpRequest& head) {
   BodyPlan plan;
+  if (models_ != nullptr && head.method == "POST") {
+    const auto p = split_path(head.target);
+    if (p.size() == 3 && p[0] == "v1" && p[1] == "models" && p[2].ends_with(":predict")) {
+      plan.max_bytes = kMaxPredictBodyBytes;
+      return plan;
+    }
+  }
   if (catalog_ == nullptr) return plan;
   const auto route = upload_route(head.method, split_path(head.target));
   if (!route) return plan;
@@ -473,7 +509,7 @@ BodyPlan RestApi::plan_body(const HttpRequest& head) {
     }
     replace = it->second == "true";
   }
-  if (const auto e = catalog_->precheck(route->name, route->split, replace)) return reject(catalog_problem(*e));
+  if (const auto e = catalog_->precheck(route->name, route->split, replace)) return reject(service_problem(*e));
   const auto format = upload_format(head, route->part);
   if (const auto* r = std::get_if<HttpResponse>(&format)) return reject(*r);
   const uint64_t max = catalog_->options().max_upload_bytes;
@@ -489,12 +525,35 @@ BodyPlan RestApi::plan_body(const HttpRequest& head) {
 }
 
 bool RestApi::async_route(const HttpRequest& request, const Responder& respond) {
-  if (catalog_ == nullptr) return false;
   const std::vector<std::string> p = split_path(request.target);
   auto answer = [this, respond](const std::string& label, HttpResponse r) {
     count(label, r.status);
     respond(std::move(r));
   };
+  if (models_ != nullptr && request.method == "POST" && p.size() >= 3 && p[0] == "v1") {
+    const bool predict = p.size() == 3 && p[1] == "models" && p[2].ends_with(":predict");
+    const bool evaluate = p.size() == 4 && p[1] == "jobs" && p[3] == "evaluate";
+    if (predict || evaluate) {
+      const std::string label = predict ? "/v1/models/{id}:predict" : "/v1/jobs/{id}/evaluate";
+      const std::string type = media_type(request.content_type);
+      if (type != "application/json" && !(evaluate && request.body.empty())) {
+        answer(label, problem(415, "unsupported-media-type", "Unsupported media type",
+                              "send application/json, not '" + request.content_type + "'", "Content-Type"));
+        return true;
+      }
+      auto done = [this, answer, label](ModelService::Result result) {
+        if (result.error) return answer(label, service_problem(*result.error));
+        answer(label, json_response(200, std::move(result.json)));
+      };
+      if (predict) {
+        models_->predict(p[2].substr(0, p[2].size() - std::string(":predict").size()), request.body, done);
+      } else {
+        models_->evaluate(p[2], request.body, done);
+      }
+      return true;
+    }
+  }
+  if (catalog_ == nullptr) return false;
   if (const auto route = upload_route(request.method, p)) {
     const std::string route_label = p.size() == 5 ? "/v1/datasets/{name}/{split}/{part}" : "/v1/datasets/{name}/{split}";
     if (request.body_file.empty()) {
@@ -517,7 +576,7 @@ bool RestApi::async_route(const HttpRequest& request, const Responder& respond) 
     const std::string name = route->name;
     catalog_->ingest(std::move(upload), [this, answer, route_label, name, bytes = request.body_bytes,
                                          sha = request.body_sha256](DatasetCatalog::UploadResult result) {
-      if (result.error) return answer(route_label, catalog_problem(*result.error));
+      if (result.error) return answer(route_label, service_problem(*result.error));
       if (result.status == 202) {
         return answer(route_label,
                       json_response(202, to_json_text(boost::json::object{{"name", name},
@@ -572,7 +631,7 @@ bool RestApi::async_route(const HttpRequest& request, const Responder& respond) 
       }
     }
     catalog_->split(name, fraction, seed, [this, answer, label, name](DatasetCatalog::SplitResult result) {
-      if (result.error) return answer(label, catalog_problem(*result.error));
+      if (result.error) return answer(label, service_problem(*result.error));
       answer(label, json_response(200, dataset_json(*result.record, jobs_using(name))));
     });
     return true;

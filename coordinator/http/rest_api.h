@@ -50,7 +50,7 @@ struct BodyPlan {
   enum class Kind { kMemory, kFile, kReject };
   Kind kind = Kind::kMemory;
   std::string path;      // kFile: the file to create
-  uint64_t max_bytes = 0;  // kFile: more is 413
+  uint64_t max_bytes = 0;  // more is 413 (kMemory: 0 is the server's default limit)
   std::optional<HttpResponse> reject;  // kReject: the answer (the body is never read)
 };
 
@@ -70,13 +70,18 @@ HttpResponse problem(unsigned status, const std::string& type, const std::string
                      const std::string& field = "");
 
 class DatasetCatalog;
+class ModelService;
 
 class RestApi {
  public:
   static constexpr size_t kMaxBodyBytes = 1 << 20;
 
   // `catalog` may be null: no dataset routes, and jobs are checked against the built-in table.
-  RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog = nullptr);
+  // `models` may be null: no predictions or evaluations.
+  RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog = nullptr,
+          ModelService* models = nullptr);
+  // Largest body of a predict request (instances as JSON text).
+  static constexpr size_t kMaxPredictBodyBytes = size_t{64} << 20;
 
   // Any request, waiting for the answer (for dataset uploads and splits, until the catalog's
   // thread is done): for tests and callers that may block.
@@ -111,6 +116,7 @@ class RestApi {
   JobCommands& commands_;
   std::string openapi_json_;
   DatasetCatalog* catalog_;
+  ModelService* models_;
   mutable std::mutex counters_mutex_;
   std::map<std::pair<std::string, unsigned>, uint64_t> counters_;  // guarded by counters_mutex_
   std::mutex cache_mutex_;

@@ -1,0 +1,365 @@
+#include "coordinator/model_service.h"
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <future>
+#include <numeric>
+
+#include "common/job_spec.h"
+#include "common/json_text.h"
+#include "common/log.h"
+#include "common/nn/loss.h"
+#include "common/nn/model.h"
+#include "coordinator/safetensors.h"
+
+namespace pstrain {
+namespace json = boost::json;
+
+struct ModelService::Loaded {
+  std::string id;
+  JobSpec spec;
+  std::unique_ptr<nn::Model<float>> model;
+  std::vector<float> params;
+};
+
+namespace {
+
+ServiceError error(unsigned status, std::string type, std::string detail, std::string field = "") {
+  ServiceError e;
+  e.status = status;
+  e.type = std::move(type);
+  e.detail = std::move(detail);
+  e.field = std::move(field);
+  return e;
+}
+
+ModelService::Result failed(ServiceError e) {
+  ModelService::Result r;
+  r.error = std::move(e);
+  return r;
+}
+
+// Standard base64 (RFC 4648, with padding; whitespace not allowed). nullopt if malformed.
+std::optional<std::string> base64_decode(std::string_view in) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (in.size() % 4 != 0) return std::nullopt;
+  std::string out;
+  out.reserve(in.size() / 4 * 3);
+  for (size_t i = 0; i < in.size(); i += 4) {
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = in[i + static_cast<size_t>(k)];
+      if (c == '=' && i + 4 == in.size() && k >= 2) {
+        v[k] = 0;
+        ++pad;
+        continue;
+      }
+      if (pad > 0 || (v[k] = value(c)) < 0) return std::nullopt;
+    }
+    const uint32_t n = (static_cast<uint32_t>(v[0]) << 18) | (static_cast<uint32_t>(v[1]) << 12) |
+                       (static_cast<uint32_t>(v[2]) << 6) | static_cast<uint32_t>(v[3]);
+    out += static_cast<char>(n >> 16);
+    if (pad < 2) out += static_cast<char>((n >> 8) & 0xff);
+    if (pad < 1) out += static_cast<char>(n & 0xff);
+  }
+  return out;
+}
+
+// Appends the values of a nested-array instance in row-major order, checking each level's length
+// against `shape` from `dim` on. Returns an error text ("" when fine).
+std::string flatten(const json::value& v, const Shape& shape, size_t dim, std::vector<float>& out) {
+  if (dim == shape.size()) {
+    if (!v.is_number()) return "a value is not a number";
+    const float x = static_cast<float>(v.to_number<double>());
+    if (!std::isfinite(x)) return "a value is not a finite float32";
+    out.push_back(x);
+    return "";
+  }
+  if (!v.is_array()) return "expected an array at depth " + std::to_string(dim);
+  const auto& a = v.as_array();
+  if (static_cast<int64_t>(a.size()) != shape[dim]) {
+    return "dimension " + std::to_string(dim) + " has " + std::to_string(a.size()) + " entries, the model's input " +
+           shape_string(shape) + " needs " + std::to_string(shape[dim]);
+  }
+  for (const auto& e : a) {
+    if (std::string why = flatten(e, shape, dim + 1, out); !why.empty()) return why;
+  }
+  return "";
+}
+
+std::string float_text(float x) {
+  char buffer[32];
+  const auto r = std::to_chars(buffer, buffer + sizeof buffer, x);
+  return std::string(buffer, r.ptr);
+}
+
+}  // namespace
+
+ModelService::~ModelService() = default;
+
+void ModelService::wait_idle() {
+  std::promise<void> done;
+  thread_.post([&] { done.set_value(); });
+  done.get_future().wait();
+}
+
+void ModelService::predict(const std::string& id, std::string body, Done done) {
+  thread_.post([this, id, body = std::move(body), done = std::move(done)] {
+    Result r;
+    try {
+      r = predict_now(id, body);
+    } catch (const std::exception& e) {
+      r = failed(error(500, "internal", e.what()));
+    }
+    done(std::move(r));
+  });
+}
+
+void ModelService::evaluate(const std::string& id, std::string body, Done done) {
+  thread_.post([this, id, body = std::move(body), done = std::move(done)] {
+    Result r;
+    try {
+      r = evaluate_now(id, body);
+    } catch (const std::exception& e) {
+      r = failed(error(500, "internal", e.what()));
+    }
+    done(std::move(r));
+  });
+}
+
+std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& id, std::optional<ServiceError>* err) {
+  for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+    if ((*it)->id == id) {
+      cache_.splice(cache_.begin(), cache_, it);
+      return cache_.front();
+    }
+  }
+  const std::optional<JobRecord> job = store_.get(id);
+  if (!job) {
+    *err = error(404, "model-not-found", "there is no model '" + id + "' (a model's id is its job's id)");
+    return nullptr;
+  }
+  if (!job->has_model) {
+    *err = error(409, "model-not-ready", "job '" + id + "' is " + job_state_name(job->state) +
+                                             "; its model is available once it has SUCCEEDED");
+    return nullptr;
+  }
+  const std::optional<std::string> file = store_.model(id);
+  if (!file) {
+    *err = error(500, "model-missing", "the stored model of '" + id + "' is unreadable");
+    return nullptr;
+  }
+  auto loaded = std::make_shared<Loaded>();
+  loaded->id = id;
+  loaded->spec = parse_accepted_job_spec(job->spec_json);
+  loaded->model = std::make_unique<nn::Model<float>>(loaded->spec.model, kBatch);
+  std::optional<std::vector<float>> params = decode_safetensors(loaded->model->layout(), *file);
+  if (!params) {
+    *err = error(500, "model-missing", "the stored model of '" + id + "' does not fit its spec");
+    return nullptr;
+  }
+  loaded->params = std::move(*params);
+  cache_.push_front(loaded);
+  if (cache_.size() > kMaxModels) cache_.pop_back();
+  PSLOG(kInfo) << "model " << id << " loaded for serving (" << loaded->params.size() << " parameters)";
+  return loaded;
+}
+
+ModelService::Result ModelService::predict_now(const std::string& id, const std::string& body) {
+  boost::system::error_code ec;
+  json::parse_options options;
+  options.max_depth = 16;
+  const json::value root = json::parse(body, ec, {}, options);
+  if (ec || !root.is_object()) {
+    return failed(error(400, "malformed-json", "the body must be a JSON object {\"instances\": [...]}" +
+                                                   (ec ? ": " + ec.message() : std::string())));
+  }
+  for (const auto& field : root.as_object()) {
+    if (field.key() != "instances") {
+      return failed(error(422, "invalid-instances", "/" + std::string(field.key()) + " is not a known field (known: instances)",
+                          "/" + std::string(field.key())));
+    }
+  }
+  const json::value* instances = root.as_object().if_contains("instances");
+  if (instances == nullptr || !instances->is_array() || instances->as_array().empty()) {
+    return failed(error(422, "invalid-instances", "/instances must be a non-empty array of the model's inputs", "/instances"));
+  }
+  const auto& list = instances->as_array();
+  if (list.size() > kMaxInstances) {
+    return failed(error(413, "too-many-instances",
+                        "/instances has " + std::to_string(list.size()) + " instances; at most " +
+                            std::to_string(kMaxInstances) + " per request",
+                        "/instances"));
+  }
+  std::optional<ServiceError> err;
+  const std::shared_ptr<Loaded> m = load(id, &err);
+  if (!m) return failed(*err);
+  const Shape& shape = m->spec.model.input_shape;
+  const auto input_size = static_cast<size_t>(m->model->input_size());
+  const auto classes = static_cast<size_t>(m->model->output_size());
+
+  // One column per instance, in the order the engine reads an example.
+  std::vector<float> inputs;
+  inputs.reserve(list.size() * input_size);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json::value& v = list[i];
+    const std::string where = "/instances/" + std::to_string(i);
+    const size_t before = inputs.size();
+    std::string why;
+    if (v.is_object()) {
+      const json::value* b64 = v.as_object().if_contains("b64");
+      if (b64 == nullptr || !b64->is_string() || v.as_object().size() != 1) {
+        why = "an object instance must be {\"b64\": \"<base64 of the raw uint8 values>\"}";
+      } else if (const auto bytes = base64_decode(std::string_view(b64->as_string())); !bytes) {
+        why = "b64 is not valid base64";
+      } else if (bytes->size() != input_size) {
+        why = "b64 holds " + std::to_string(bytes->size()) + " bytes; the model's input " + shape_string(shape) + " has " +
+              std::to_string(input_size) + " values";
+      } else {
+        for (unsigned char c : *bytes) inputs.push_back(static_cast<float>(c) * (1.0f / 255.0f));
+      }
+    } else if (v.is_array() && v.as_array().size() == input_size && shape.size() > 1 &&
+               (v.as_array().empty() || v.as_array()[0].is_number())) {
+      why = flatten(v, Shape{static_cast<int64_t>(input_size)}, 0, inputs);  // the flat form
+    } else {
+      why = flatten(v, shape, 0, inputs);
+    }
+    if (!why.empty()) return failed(error(422, "invalid-instance", where + ": " + why, where));
+    if (inputs.size() - before != input_size) {
+      return failed(error(422, "invalid-instance", where + ": has " + std::to_string(inputs.size() - before) +
+                                                       " values, the model's input needs " + std::to_string(input_size),
+                          where));
+    }
+  }
+
+  std::string out = "{\"predictions\":[";
+  std::vector<float> probabilities(classes);
+  for (size_t start = 0; start < list.size(); start += static_cast<size_t>(kBatch)) {
+    const auto batch = static_cast<int64_t>(std::min(list.size() - start, static_cast<size_t>(kBatch)));
+    const auto logits = m->model->forward(m->params.data(), inputs.data() + start * input_size, batch);
+    for (int64_t c = 0; c < batch; ++c) {
+      const float top = logits.col(c).maxCoeff();
+      double sum = 0;
+      for (size_t k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(logits(static_cast<Eigen::Index>(k), c) - top));
+      size_t best = 0;
+      for (size_t k = 0; k < classes; ++k) {
+        probabilities[k] = static_cast<float>(std::exp(static_cast<double>(logits(static_cast<Eigen::Index>(k), c) - top)) / sum);
+        if (logits(static_cast<Eigen::Index>(k), c) > logits(static_cast<Eigen::Index>(best), c)) best = k;
+      }
+      if (start + static_cast<size_t>(c) > 0) out += ',';
+      out += "{\"class\":" + std::to_string(best) + ",\"probabilities\":[";
+      for (size_t k = 0; k < classes; ++k) out += (k ? "," : "") + float_text(probabilities[k]);
+      out += "]}";
+    }
+  }
+  out += "]}";
+  Result r;
+  r.json = std::move(out);
+  return r;
+}
+
+ModelService::Result ModelService::evaluate_now(const std::string& id, const std::string& body) {
+  std::optional<ServiceError> err;
+  const std::shared_ptr<Loaded> m = load(id, &err);
+  if (!m) return failed(*err);
+  std::string dataset = m->spec.dataset.name;
+  SplitKind kind = SplitKind::kTest;
+  if (!body.empty()) {
+    boost::system::error_code ec;
+    const json::value root = json::parse(body, ec);
+    if (ec || !root.is_object()) return failed(error(400, "malformed-json", "the body must be a JSON object"));
+    for (const auto& field : root.as_object()) {
+      const std::string key(field.key());
+      const json::value& v = field.value();
+      if (key == "dataset") {
+        if (!v.is_string()) return failed(error(422, "invalid-evaluation", "/dataset must be a dataset name", "/dataset"));
+        dataset = std::string(v.as_string());
+      } else if (key == "split") {
+        if (v != "test" && v != "train") return failed(error(422, "invalid-evaluation", "/split must be \"test\" or \"train\"", "/split"));
+        kind = v == "train" ? SplitKind::kTrain : SplitKind::kTest;
+      } else if (key == "checkpoint") {
+        if (v != "latest") {
+          return failed(error(422, "invalid-evaluation",
+                              "/checkpoint: only \"latest\" (the final model) can be evaluated; earlier checkpoints are not kept",
+                              "/checkpoint"));
+        }
+      } else {
+        return failed(error(422, "invalid-evaluation", "/" + key + " is not a known field (known: dataset, split, checkpoint)",
+                            "/" + key));
+      }
+    }
+  }
+  std::string why;
+  const std::optional<DatasetInfo> info = catalog_.info(dataset, &why);
+  if (!info) return failed(error(422, "invalid-evaluation", "/dataset " + why, "/dataset"));
+  JobSpec on_it = m->spec;
+  on_it.dataset.name = dataset;
+  try {
+    check_spec_against_dataset(on_it, *info);
+  } catch (const SpecError& e) {
+    return failed(error(422, "invalid-evaluation", std::string("/dataset: the model does not fit it: ") + e.what(), "/dataset"));
+  }
+  const Split split = catalog_.load(dataset, kind);
+  check_spec_against_dataset(on_it, split);
+
+  const auto classes = static_cast<size_t>(m->model->output_size());
+  const auto input_size = static_cast<size_t>(m->model->input_size());
+  std::vector<std::vector<uint64_t>> confusion(classes, std::vector<uint64_t>(classes, 0));
+  double loss_sum = 0;
+  int64_t correct = 0;
+  std::vector<float> columns(input_size * static_cast<size_t>(kBatch));
+  std::vector<int32_t> labels(static_cast<size_t>(kBatch));
+  std::vector<uint32_t> indices;
+  for (uint32_t start = 0; start < split.size; start += static_cast<uint32_t>(kBatch)) {
+    const uint32_t batch = std::min<uint32_t>(split.size - start, static_cast<uint32_t>(kBatch));
+    indices.resize(batch);
+    std::iota(indices.begin(), indices.end(), start);
+    split.gather(indices, columns.data(), labels.data());
+    const auto logits = m->model->forward(m->params.data(), columns.data(), batch);
+    const nn::LossResult lr = nn::softmax_cross_entropy<float>(logits, labels.data(), nullptr);
+    loss_sum += lr.loss_sum;
+    correct += lr.correct;
+    for (uint32_t c = 0; c < batch; ++c) {
+      Eigen::Index best = 0;
+      logits.col(c).maxCoeff(&best);
+      ++confusion[static_cast<size_t>(labels[c])][static_cast<size_t>(best)];
+    }
+  }
+  json::array matrix, per_class;
+  for (size_t t = 0; t < classes; ++t) {
+    json::array row;
+    uint64_t total = 0;
+    for (size_t p = 0; p < classes; ++p) {
+      row.push_back(confusion[t][p]);
+      total += confusion[t][p];
+    }
+    matrix.push_back(std::move(row));
+    per_class.push_back(total == 0 ? json::value(nullptr) : json::value(static_cast<double>(confusion[t][t]) / static_cast<double>(total)));
+  }
+  const double n = split.size;
+  json::object o{{"model", id},
+                 {"dataset", dataset},
+                 {"split", kind == SplitKind::kTest ? "test" : "train"},
+                 {"checkpoint", "latest"},
+                 {"examples", split.size},
+                 {"loss", n > 0 ? loss_sum / n : 0.0},
+                 {"accuracy", n > 0 ? static_cast<double>(correct) / n : 0.0},
+                 {"per_class_accuracy", per_class},
+                 {"confusion_matrix", matrix}};
+  Result r;
+  r.json = to_json_text(o);
+  return r;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,77 @@
+// Trained models put to use: predictions (TensorFlow Serving's REST form) and evaluation on a
+// dataset, computed in the coordinator on a thread of the service's own.
+//
+// A model is a finished job's (its id is the model id): the spec from the job's record, the
+// parameters from its stored safetensors file. Loaded models are kept in a small LRU cache
+// (kMaxModels), so a stream of requests decodes the file once.
+//
+// Inputs. An instance is the model's input as it was trained on: nested arrays of the input shape
+// ([h][w][c], or [d]) or a flat array of all its values, numbers as the engine sees them (for a
+// dataset stored as uint8, that is pixel / 255); or {"b64": "..."}, the raw uint8 values of one
+// example (base64), scaled by 1/255 as the data service does. Every instance is checked (count,
+// shape, finite numbers, base64 length) and a defect names the instance's index.
+//
+// Thread rules: thread-safe; predict() and evaluate() return at once and call `done` on the
+// service's thread. Ownership: owns its thread and cache; borrows the store and the catalog,
+// which must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/task_thread.h"
+#include "coordinator/dataset_catalog.h"
+#include "coordinator/job_store.h"
+#include "coordinator/service_error.h"
+
+namespace pstrain {
+
+class ModelService {
+ public:
+  static constexpr size_t kMaxModels = 4;           // decoded models kept
+  static constexpr size_t kMaxInstances = 4096;     // per predict request
+  static constexpr int64_t kBatch = 256;            // examples per forward pass
+
+  ModelService(JobStore& store, DatasetCatalog& catalog) : store_(store), catalog_(catalog) {}
+  ~ModelService();
+  ModelService(const ModelService&) = delete;
+  ModelService& operator=(const ModelService&) = delete;
+
+  struct Result {
+    std::optional<ServiceError> error;
+    std::string json;  // the answer's body when there is no error
+  };
+  using Done = std::function<void(Result)>;
+
+  // POST /v1/models/{id}:predict with `body` ({"instances": [...]}): {"predictions": [{"class": k,
+  // "probabilities": [...]}, ...]}, in the instances' order.
+  void predict(const std::string& id, std::string body, Done done);
+
+  // POST /v1/jobs/{id}/evaluate with `body` ({"dataset": NAME, "split": "test"|"train",
+  // "checkpoint": "latest"}, each optional: the job's dataset, its test split, the final model):
+  // {"examples", "loss" (mean), "accuracy", "per_class_accuracy", "confusion_matrix" (rows: true
+  // class, columns: predicted)}.
+  void evaluate(const std::string& id, std::string body, Done done);
+
+  // Returns once everything posted before the call has run (tests).
+  void wait_idle();
+
+ private:
+  struct Loaded;
+  // The model of job `id`, from the cache or the store (service thread only).
+  std::shared_ptr<Loaded> load(const std::string& id, std::optional<ServiceError>* error);
+  Result predict_now(const std::string& id, const std::string& body);
+  Result evaluate_now(const std::string& id, const std::string& body);
+
+  JobStore& store_;
+  DatasetCatalog& catalog_;
+  std::list<std::shared_ptr<Loaded>> cache_;  // service thread only; most recent first
+  TaskThread thread_;                         // last: joined first
+};
+
+}  // namespace pstrain

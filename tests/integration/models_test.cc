@@ -1,0 +1,240 @@
+// Trained models put to use, end to end over HTTP on a real cluster: evaluation of a finished
+// job's model equals the job's own last evaluation, predictions equal a NumPy forward pass of the
+// downloaded file (tests/integration/numpy_forward.py, Debian's python3-numpy) for an MLP and a
+// CNN, and every bad request is answered with its status, naming the instance at fault.
+#include <doctest/doctest.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/dataset.h"
+#include "common/dataset_formats.h"
+#include "common/job_spec.h"
+#include "tests/integration/cluster.h"
+#include "tests/integration/http_test_client.h"
+#include "tests/test_support.h"
+
+using namespace pstrain;
+using namespace pstrain::testing::http_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string post(int port, const std::string& target, const std::string& body, Reply* reply = nullptr) {
+  Reply r = call(port, http::verb::post, target, body, "application/json");
+  if (reply != nullptr) *reply = r;
+  INFO("POST " << target << " -> " << r.describe());
+  return r.body;
+}
+
+// The first n test images of mnist10k as the model sees them (pixel / 255), example-major.
+std::vector<float> test_images(size_t n, std::vector<uint8_t>* raw) {
+  const Split split = load_split(testing::data_dir(), "mnist10k", SplitKind::kTest);
+  std::vector<uint32_t> indices(n);
+  for (size_t i = 0; i < n; ++i) indices[i] = static_cast<uint32_t>(i);
+  std::vector<float> x(n * 784);
+  std::vector<int32_t> labels(n);
+  split.gather(indices, x.data(), labels.data());
+  raw->assign(split.examples.begin(), split.examples.begin() + static_cast<ptrdiff_t>(n * 784));
+  return x;
+}
+
+std::string instances_json(const std::vector<float>& x, size_t n) {
+  std::string out = "{\"instances\": [";
+  for (size_t i = 0; i < n; ++i) {
+    out += i ? ",[" : "[";
+    for (size_t r = 0; r < 28; ++r) {
+      out += r ? ",[" : "[";
+      for (size_t c = 0; c < 28; ++c) {
+        char text[32];
+        const auto end = std::to_chars(text, text + sizeof text, x[i * 784 + r * 28 + c]).ptr;  // exact
+        out += (c ? ",[" : "[") + std::string(text, end) + "]";
+      }
+      out += "]";
+    }
+    out += "]";
+  }
+  return out + "]}";
+}
+
+std::string base64(const uint8_t* data, size_t n) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t v = (uint32_t{data[i]} << 16) | (i + 1 < n ? uint32_t{data[i + 1]} << 8 : 0) | (i + 2 < n ? data[i + 2] : 0);
+    out += k[(v >> 18) & 63];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < n ? k[(v >> 6) & 63] : '=';
+    out += i + 2 < n ? k[v & 63] : '=';
+  }
+  return out;
+}
+
+// Trains `spec` on the cluster, then checks evaluate and predict against the job and NumPy.
+void check_model(testing::Cluster& cluster, const std::string& spec) {
+  const int port = cluster.http_port();
+  const std::string id = submit(cluster, spec);
+  const json::object done = wait_for_state(cluster, id, "SUCCEEDED", 240s);
+
+  // Evaluate the final model: the job's own last test evaluation, the same examples and model.
+  Reply r;
+  json::object e = json::parse(post(port, "/v1/jobs/" + id + "/evaluate", R"({"split": "test", "checkpoint": "latest"})", &r)).as_object();
+  REQUIRE(r.status == 200);
+  CHECK(num(e, "accuracy") == num(done, "test_accuracy"));
+  CHECK(num(e, "loss") == doctest::Approx(num(done, "test_loss")).epsilon(1e-6));
+  CHECK(num(e, "examples") == 4998);
+  const json::array matrix = arr(e, "confusion_matrix");
+  REQUIRE(matrix.size() == 10);
+  double diagonal = 0, total = 0;
+  for (size_t t = 0; t < 10; ++t) {
+    for (size_t p = 0; p < 10; ++p) {
+      total += matrix[t].as_array()[p].to_number<double>();
+      if (p == t) diagonal += matrix[t].as_array()[p].to_number<double>();
+    }
+  }
+  CHECK(total == 4998);
+  CHECK(diagonal / total == num(e, "accuracy"));
+
+  // Predict 300 test images (nested arrays) and two more as raw bytes (b64).
+  constexpr size_t kN = 300;
+  std::vector<uint8_t> raw;
+  const std::vector<float> x = test_images(kN, &raw);
+  const json::object predicted = json::parse(post(port, "/v1/models/" + id + ":predict", instances_json(x, kN), &r)).as_object();
+  REQUIRE(r.status == 200);
+  const json::array predictions = arr(predicted, "predictions");
+  REQUIRE(predictions.size() == kN);
+  const std::string b64 = R"({"instances": [{"b64": ")" + base64(raw.data(), 784) + R"("}, {"b64": ")" +
+                          base64(raw.data() + 784, 784) + R"("}]})";
+  const json::object by_bytes = json::parse(post(port, "/v1/models/" + id + ":predict", b64, &r)).as_object();
+  REQUIRE(r.status == 200);
+  for (size_t i = 0; i < 2; ++i) {  // the same inputs (a batch of 2 rather than 256)
+    const json::array a = arr(obj(arr(by_bytes, "predictions")[i]), "probabilities");
+    const json::array b = arr(obj(predictions[i]), "probabilities");
+    REQUIRE(a.size() == b.size());
+    for (size_t k = 0; k < a.size(); ++k) CHECK(a[k].to_number<double>() == doctest::Approx(b[k].to_number<double>()).epsilon(1e-5));
+  }
+
+  // NumPy's forward pass of the downloaded file.
+  testing::TempDir dir;
+  const Reply model = get(port, "/v1/jobs/" + id + "/model");
+  REQUIRE(model.status == 200);
+  std::ofstream(dir.file("model.safetensors"), std::ios::binary) << model.body;
+  std::ofstream(dir.file("spec.json")) << json::serialize(obj(done.at("spec")));
+  {
+    NpyFileWriter inputs(dir.file("x.npy"), dir.file("unused.npy"));
+    inputs.begin({28, 28, 1}, Dtype::kFloat32);
+    inputs.examples(reinterpret_cast<const uint8_t*>(x.data()), x.size() * sizeof(float));
+    const std::vector<int32_t> labels(kN, 0);
+    inputs.labels(labels.data(), kN);
+    inputs.finish();
+  }
+  const std::string command = "/usr/bin/python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/tests/integration/numpy_forward.py " +
+                              dir.file("model.safetensors") + " " + dir.file("spec.json") + " " + dir.file("x.npy") + " " +
+                              dir.file("p.npy");
+  REQUIRE_MESSAGE(std::system(command.c_str()) == 0, command);
+  std::ifstream in(dir.file("p.npy"), std::ios::binary);
+  const std::string bytes(std::istreambuf_iterator<char>(in), {});
+  const size_t header = 10 + (static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8));
+  REQUIRE(bytes.size() == header + kN * 10 * sizeof(float));
+  double worst = 0;
+  size_t same_class = 0;
+  for (size_t i = 0; i < kN; ++i) {
+    const json::array probabilities = arr(obj(predictions[i]), "probabilities");
+    REQUIRE(probabilities.size() == 10);
+    size_t best = 0;
+    float best_p = -1;
+    for (size_t k = 0; k < 10; ++k) {
+      float reference;
+      std::memcpy(&reference, bytes.data() + header + (i * 10 + k) * sizeof(float), sizeof reference);
+      worst = std::max(worst, std::abs(probabilities[k].to_number<double>() - reference));
+      if (reference > best_p) {
+        best_p = reference;
+        best = k;
+      }
+    }
+    same_class += num(obj(predictions[i]), "class") == static_cast<double>(best) ? 1 : 0;
+  }
+  INFO("largest probability difference against NumPy: " << worst);
+  CHECK(worst < 1e-5);
+  CHECK(same_class == kN);
+}
+
+std::string job(const std::string& layers, int epochs = 1) {
+  return R"({"name": "m", "dataset": {"name": "mnist10k", "shuffle_seed": 2},
+    "model": {"input_shape": [28, 28, 1], "seed": 2, "layers": )" + layers + R"(},
+    "optimizer": {"type": "adam"},
+    "training": {"global_batch_size": 128, "epochs": )" + std::to_string(epochs) + R"(, "workers": 2, "servers": 2}})";
+}
+
+}  // namespace
+
+TEST_CASE("models: evaluate equals the job's evaluation and predict equals NumPy, for an MLP and a CNN") {
+  testing::Cluster cluster({});
+  check_model(cluster, job(R"([{"type": "flatten"}, {"type": "dense", "units": 64, "activation": "relu"},
+      {"type": "dense", "units": 10}])"));
+  check_model(cluster, job(R"([{"type": "conv2d", "filters": 6, "kernel_size": 3, "strides": 2, "padding": "same",
+      "activation": "relu"}, {"type": "maxpool2d"}, {"type": "flatten"}, {"type": "dense", "units": 10}])"));
+}
+
+TEST_CASE("models: bad requests get their status and name the instance at fault") {
+  testing::Cluster cluster({});
+  const int port = cluster.http_port();
+  const std::string id = submit(cluster, job(R"([{"type": "flatten"}, {"type": "dense", "units": 10}])"));
+  wait_for_state(cluster, id, "SUCCEEDED");
+  const std::string target = "/v1/models/" + id + ":predict";
+  auto expect = [&](const Reply& reply, unsigned status, const std::string& type, const std::string& needle,
+                    const std::string& field = "") {
+    check_problem(reply, status, type, field);
+    INFO(reply.describe());
+    CHECK(str(object_of(reply), "type") == "urn:pstrain:problem:" + type);
+    CHECK(str(object_of(reply), "detail").find(needle) != std::string::npos);
+  };
+  const std::string one(784, '0');
+  std::string flat = "[";
+  for (int i = 0; i < 784; ++i) flat += i ? ",0" : "0";
+  flat += "]";
+  Reply r;
+  post(port, target, R"({"instances": [)" + flat + "]}", &r);
+  CHECK(r.status == 200);  // the flat form of the input
+  post(port, target, R"({"instances": [)" + flat + "," + flat + ",[[1,2]]]}", &r);
+  expect(r, 422, "invalid-instance", "dimension 0 has 1 entries", "/instances/2");
+  post(port, target, R"({"instances": [)" + flat + ",[" + flat.substr(1, flat.size() - 3) + "1e39]]}", &r);
+  expect(r, 422, "invalid-instance", "not a finite float32", "/instances/1");
+  post(port, target, R"({"instances": [{"b64": "AAAA"}]})", &r);
+  expect(r, 422, "invalid-instance", "holds 3 bytes", "/instances/0");
+  post(port, target, R"({"instances": [{"b64": "not base64!"}]})", &r);
+  expect(r, 422, "invalid-instance", "not valid base64", "/instances/0");
+  post(port, target, R"({"instances": []})", &r);
+  expect(r, 422, "invalid-instances", "non-empty", "/instances");
+  post(port, target, R"({"instances": [1], "signature": "x"})", &r);
+  expect(r, 422, "invalid-instances", "/signature", "/signature");
+  std::string many = R"({"instances": [)";
+  for (int i = 0; i < 4097; ++i) many += i ? ",[0]" : "[0]";
+  post(port, target, many + "]}", &r);
+  expect(r, 413, "too-many-instances", "at most 4096");
+  post(port, target, "{not json", &r);
+  expect(r, 400, "malformed-json", "JSON");
+  r = call(port, http::verb::post, target, R"({"instances": [1]})", "text/plain");
+  expect(r, 415, "unsupported-media-type", "application/json");
+  post(port, "/v1/models/job-99:predict", R"({"instances": [1]})", &r);
+  expect(r, 404, "model-not-found", "job-99");
+  post(port, "/v1/jobs/" + id + "/evaluate", R"({"checkpoint": 3})", &r);
+  expect(r, 422, "invalid-evaluation", "latest", "/checkpoint");
+  post(port, "/v1/jobs/" + id + "/evaluate", R"({"dataset": "nothere"})", &r);
+  expect(r, 422, "invalid-evaluation", "not a dataset", "/dataset");
+  // A job still running has no model yet.
+  const std::string running = submit(cluster, job(R"([{"type": "flatten"}, {"type": "dense", "units": 10}])", 500));
+  wait_for_state(cluster, running, "RUNNING");
+  post(port, "/v1/models/" + running + ":predict", R"({"instances": [1]})", &r);
+  expect(r, 409, "model-not-ready", "RUNNING");
+  CHECK(call(port, http::verb::post, "/v1/jobs/" + running + "/cancel").status == 200);
+  // The models list holds the finished job only.
+  const json::array models = arr(object_of(get(port, "/v1/models")), "models");
+  REQUIRE(models.size() == 1);
+  CHECK(str(obj(models[0]), "id") == id);
+  CHECK(get(port, "/healthz").status == 200);
+}
