@@ -138,7 +138,8 @@ void ModelService::evaluate(const std::string& id, std::string body, Done done) 
   });
 }
 
-std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& id, std::optional<ServiceError>* err) {
+std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& id, std::optional<ServiceError>* err,
+                                                         bool as_job) {
   for (auto it = cache_.begin(); it != cache_.end(); ++it) {
     if ((*it)->id == id) {
       cache_.splice(cache_.begin(), cache_, it);
@@ -147,7 +148,8 @@ std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& id, 
   }
   const std::optional<JobRecord> job = store_.get(id);
   if (!job) {
-    *err = error(404, "model-not-found", "there is no model '" + id + "' (a model's id is its job's id)");
+    *err = as_job ? error(404, "job-not-found", "there is no job '" + id + "'")
+                  : error(404, "model-not-found", "there is no model '" + id + "' (a model's id is its job's id)");
     return nullptr;
   }
   if (!job->has_model) {
@@ -177,6 +179,9 @@ std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& id, 
 }
 
 ModelService::Result ModelService::predict_now(const std::string& id, const std::string& body) {
+  std::optional<ServiceError> err;
+  const std::shared_ptr<Loaded> m = load(id, &err);  // an unknown model is 404 whatever the body
+  if (!m) return failed(*err);
   boost::system::error_code ec;
   json::parse_options options;
   options.max_depth = 16;
@@ -202,9 +207,6 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
                             std::to_string(kMaxInstances) + " per request",
                         "/instances"));
   }
-  std::optional<ServiceError> err;
-  const std::shared_ptr<Loaded> m = load(id, &err);
-  if (!m) return failed(*err);
   const Shape& shape = m->spec.model.input_shape;
   const auto input_size = static_cast<size_t>(m->model->input_size());
   const auto classes = static_cast<size_t>(m->model->output_size());
@@ -271,7 +273,7 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
 
 ModelService::Result ModelService::evaluate_now(const std::string& id, const std::string& body) {
   std::optional<ServiceError> err;
-  const std::shared_ptr<Loaded> m = load(id, &err);
+  const std::shared_ptr<Loaded> m = load(id, &err, true);
   if (!m) return failed(*err);
   std::string dataset = m->spec.dataset.name;
   SplitKind kind = SplitKind::kTest;

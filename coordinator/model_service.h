@@ -64,7 +64,8 @@ class ModelService {
  private:
   struct Loaded;
   // The model of job `id`, from the cache or the store (service thread only).
-  std::shared_ptr<Loaded> load(const std::string& id, std::optional<ServiceError>* error);
+  // `as_job`: name a missing one as a job (job-not-found) rather than a model.
+  std::shared_ptr<Loaded> load(const std::string& id, std::optional<ServiceError>* error, bool as_job = false);
   Result predict_now(const std::string& id, const std::string& body);
   Result evaluate_now(const std::string& id, const std::string& body);
 

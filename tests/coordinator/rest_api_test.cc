@@ -27,6 +27,7 @@
 #include "coordinator/http/rest_api.h"
 #include "coordinator/job_store.h"
 #include "coordinator/dataset_catalog.h"
+#include "coordinator/model_service.h"
 #include "coordinator/openapi_document.h"
 #include "tests/test_support.h"
 
@@ -116,7 +117,8 @@ struct Api {
   JobStore store{kv.get()};
   FakeCommands commands{store};
   DatasetCatalog catalog{DatasetCatalog::Options{testing::data_dir(), "", 1 << 20, {}}, nullptr, nullptr};
-  RestApi api{store, commands, openapi_document(), &catalog};
+  ModelService models{store, catalog};
+  RestApi api{store, commands, openapi_document(), &catalog, &models};
 
   HttpResponse call(const std::string& method, const std::string& target, std::string body = {},
                     std::string content_type = {}) {
@@ -328,6 +330,10 @@ const std::vector<Route> kRoutes = {
     {"/v1/jobs/{id}/metrics", "GET, HEAD"},
     {"/v1/jobs/{id}/cancel", "POST"},
     {"/v1/jobs/{id}/model", "GET, HEAD"},
+    {"/v1/jobs/{id}/evaluate", "POST"},
+    {"/v1/models", "GET, HEAD"},
+    {"/v1/models/{id}", "GET, HEAD"},
+    {"/v1/models/{id}:predict", "POST"},
     {"/v1/datasets", "GET, HEAD"},
     {"/v1/datasets/{name}", "GET, HEAD, DELETE"},
     {"/v1/datasets/{name}/split", "POST"},
@@ -596,7 +602,13 @@ TEST_CASE("RestApi: an unknown job is 404 job-not-found on every job route") {
     if (route.path.find("{id}") == std::string::npos) continue;
     CAPTURE(route.path);
     const std::string method = route.allow == "POST" ? "POST" : "GET";
-    const std::string detail = check_problem(a.call(method, with_id(route.path, "job-99")), 404, "job-not-found");
+    const HttpResponse r = a.call(method, with_id(route.path, "job-99"), "{}", "application/json");
+    if (route.path.rfind("/v1/models/", 0) == 0) {  // a model's id is its job's
+      const std::string detail = check_problem(r, 404, "model-not-found");
+      CHECK(detail.find("there is no model 'job-99'") == 0);
+      continue;
+    }
+    const std::string detail = check_problem(r, 404, "job-not-found");
     CHECK(detail == "there is no job 'job-99'");
   }
   CHECK(a.commands.calls == Calls{"cancel job-99"});  // only cancel asks the commands
