@@ -335,8 +335,18 @@ kj::Promise<void> JobRunner::collect_parameters() {
     std::fflush(stdout);
     // The model goes to the store in pieces (moved into its writer), and the parameters are
     // freed: a finished job keeps no copy of its model in memory (final_params() reads it back).
+    // Self-describing: the spec (model, optimizer, dataset), where it stopped, and which files it
+    // was trained on, so the file can be used without the job (DESIGN-NOTES "Models").
+    const uint64_t steps = job_.progress.steps_done(job_.sync());
     job_.store.set_model(job_.id, encode_safetensors_pieces(job_.layout, final_params_,
-                                                            {{"job", job_.id}, {"name", job_.spec.name}},
+                                                            {{"format", "pstrain"},
+                                                             {"job", job_.id},
+                                                             {"name", job_.spec.name},
+                                                             {"spec", job_spec_to_json(job_.spec)},
+                                                             {"dataset", job_.spec.dataset.name},
+                                                             {"dataset_examples", std::to_string(job_.train->size)},
+                                                             {"epoch", std::to_string(job_.spec.training.epochs)},
+                                                             {"step", std::to_string(steps)}},
                                                             kMaxModelPieceBytes));
     final_params_ = {};
     job_.store.update(job_.id, [&](JobRecord& r) {

@@ -123,6 +123,17 @@ void check_model(testing::Cluster& cluster, const std::string& spec) {
   const Reply model = get(port, "/v1/jobs/" + id + "/model");
   REQUIRE(model.status == 200);
   std::ofstream(dir.file("model.safetensors"), std::ios::binary) << model.body;
+  {  // The file describes itself: the job's spec, its dataset, where training stopped.
+    uint64_t n = 0;
+    std::memcpy(&n, model.body.data(), 8);
+    const json::object header = json::parse(model.body.substr(8, n)).as_object();
+    const json::object meta = obj(header.at("__metadata__"));
+    CHECK(str(meta, "format") == "pstrain");
+    CHECK(str(meta, "dataset") == "mnist10k");
+    CHECK(str(meta, "step") == std::to_string(static_cast<int64_t>(num(done, "total_steps"))));
+    CHECK(job_spec_to_json(parse_accepted_job_spec(str(meta, "spec"))) ==
+          job_spec_to_json(parse_accepted_job_spec(json::serialize(done.at("spec")))));
+  }
   std::ofstream(dir.file("spec.json")) << json::serialize(obj(done.at("spec")));
   {
     NpyFileWriter inputs(dir.file("x.npy"), dir.file("unused.npy"));
