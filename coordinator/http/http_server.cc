@@ -182,6 +182,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (request_.content_length && *request_.content_length > body_limit_) {
       return on_read_error(http::error::body_limit, true);
     }
+    if (request_.content_length && *request_.content_length > 4096) buffer_.reserve(64 << 10);  // (see start_body_file)
     memory_parser_.emplace(std::move(*header_parser_));
     memory_parser_->body_limit(body_limit_);
     arm_timer();
