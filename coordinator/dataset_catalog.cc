@@ -82,19 +82,10 @@ class RoutingSink final : public ExampleSink {
   size_t example_ = 0, label_ = 0;
 };
 
-CatalogError catalog_error(unsigned status, std::string type, std::string detail, std::string field = "") {
-  CatalogError e;
-  e.status = status;
-  e.type = std::move(type);
-  e.detail = std::move(detail);
-  e.field = std::move(field);
-  return e;
-}
-
 CatalogError format_error(const DatasetFormatError& e) {
   std::string kind(format_error_kind_name(e.kind()));
   std::replace(kind.begin(), kind.end(), '_', '-');
-  CatalogError out = catalog_error(e.kind() == DatasetFormatError::Kind::kTooLarge ? 413 : 422, "dataset-" + kind, e.what());
+  CatalogError out = service_error(e.kind() == DatasetFormatError::Kind::kTooLarge ? 413 : 422, "dataset-" + kind, e.what());
   out.line = e.line();
   out.column = e.column();
   return out;
@@ -499,25 +490,25 @@ void DatasetCatalog::commit(DatasetRecord record) {
 
 std::optional<CatalogError> DatasetCatalog::precheck(const std::string& name, const std::string& split, bool replace) const {
   if (!is_valid_dataset_name(name)) {
-    return catalog_error(400, "invalid-dataset-name",
+    return service_error(400, "invalid-dataset-name",
                          "'" + name + "' is not a valid dataset name: use 1 to 64 of a-z, 0-9, '.', '_', '-', starting "
                          "with a letter or digit",
                          "name");
   }
   if (split != "train" && split != "test") {
-    return catalog_error(400, "invalid-split", "the split must be 'train' or 'test', not '" + split + "'", "split");
+    return service_error(400, "invalid-split", "the split must be 'train' or 'test', not '" + split + "'", "split");
   }
   std::lock_guard lock(mutex_);
   if (busy_.count(name + "/" + split) != 0 || busy_.count(name + "/*") != 0) {
-    return catalog_error(409, "dataset-busy", "dataset '" + name + "' is being changed by another request; retry when it is done");
+    return service_error(409, "dataset-busy", "dataset '" + name + "' is being changed by another request; retry when it is done");
   }
   const auto it = records_.find(name);
   if (it == records_.end()) return std::nullopt;
   if (it->second.source == "builtin") {
-    return catalog_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and cannot be changed");
+    return service_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and cannot be changed");
   }
   if (it->second.splits.count(split) != 0 && !replace) {
-    return catalog_error(409, "dataset-exists",
+    return service_error(409, "dataset-exists",
                          "dataset '" + name + "' already has a " + split + " split; add ?replace=true to replace it", "replace");
   }
   return std::nullopt;
@@ -550,7 +541,7 @@ void DatasetCatalog::ingest(Upload upload, std::function<void(UploadResult)> don
         result.error->detail = replace_all(result.error->detail, upload.body_path, upload_name(upload));
         result.error->detail = strip_dir(result.error->detail, (fs::path(uploads_dir()) / kStagingDir).string());
       } catch (const std::exception& e) {
-        result.error = catalog_error(500, "dataset-store-failed", e.what());
+        result.error = service_error(500, "dataset-store-failed", e.what());
       }
       std::lock_guard lock(mutex_);
       busy_.erase(key);
@@ -635,7 +626,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
         for (uint32_t d : summary.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
         std::string theirs;
         for (uint32_t d : record.shape) theirs += (theirs.empty() ? "" : ", ") + std::to_string(d);
-        CatalogError e = catalog_error(422, "dataset-shape-mismatch",
+        CatalogError e = service_error(422, "dataset-shape-mismatch",
                                        "the uploaded " + upload.split + " split has " + std::string(dtype_name(summary.dtype)) +
                                            " examples of shape [" + shape + "] but the dataset's " + split + " split has " +
                                            std::string(dtype_name(record.dtype)) + " examples of shape [" + theirs + "]");
@@ -648,7 +639,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
       if (!jobs.empty()) {
         std::string ids;
         for (const auto& j : jobs) ids += (ids.empty() ? "" : ", ") + j;
-        result.error = catalog_error(409, "dataset-in-use",
+        result.error = service_error(409, "dataset-in-use",
                                      "dataset '" + upload.name + "' is used by unfinished jobs (" + ids + "); it cannot be replaced");
         return result;
       }
@@ -719,7 +710,7 @@ void DatasetCatalog::split(const std::string& name, double test_fraction, uint64
     {
       std::lock_guard lock(mutex_);
       if (busy_.count(name + "/train") != 0 || busy_.count(name + "/test") != 0) {
-        result.error = catalog_error(409, "dataset-busy", "dataset '" + name + "' is being uploaded; retry when it is done");
+        result.error = service_error(409, "dataset-busy", "dataset '" + name + "' is being uploaded; retry when it is done");
       } else {
         busy_.insert(name + "/*");
       }
@@ -728,7 +719,7 @@ void DatasetCatalog::split(const std::string& name, double test_fraction, uint64
       try {
         result = split_now(name, test_fraction, seed);
       } catch (const std::exception& e) {
-        result.error = catalog_error(500, "dataset-split-failed", e.what());
+        result.error = service_error(500, "dataset-split-failed", e.what());
       }
       std::lock_guard lock(mutex_);
       busy_.erase(name + "/*");
@@ -741,19 +732,19 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   SplitResult result;
   const std::optional<DatasetRecord> r = get(name);
   if (!r) {
-    result.error = catalog_error(404, "dataset-not-found", "there is no dataset '" + name + "'");
+    result.error = service_error(404, "dataset-not-found", "there is no dataset '" + name + "'");
     return result;
   }
   if (r->source == "builtin") {
-    result.error = catalog_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and already has its test split");
+    result.error = service_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and already has its test split");
     return result;
   }
   if (!r->usable()) {
-    result.error = catalog_error(409, "dataset-unusable", "dataset '" + name + "' cannot be used: " + r->error);
+    result.error = service_error(409, "dataset-unusable", "dataset '" + name + "' cannot be used: " + r->error);
     return result;
   }
   if (r->splits.count("test") != 0) {
-    result.error = catalog_error(409, "dataset-has-test-split",
+    result.error = service_error(409, "dataset-has-test-split",
                                  "dataset '" + name + "' already has a test split; delete the dataset or replace its test split");
     return result;
   }
@@ -776,7 +767,7 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
     test_count += std::min(take, indices.size());
   }
   if (test_count == 0 || test_count == to_test.size()) {
-    result.error = catalog_error(422, "split-empty",
+    result.error = service_error(422, "split-empty",
                                  "a test_fraction of " + std::to_string(test_fraction) + " of " + std::to_string(to_test.size()) +
                                      " examples leaves one side empty",
                                  "test_fraction");
@@ -808,7 +799,7 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   if (!jobs.empty()) {
     std::string ids;
     for (const auto& j : jobs) ids += (ids.empty() ? "" : ", ") + j;
-    result.error = catalog_error(409, "dataset-in-use", "dataset '" + name + "' is used by unfinished jobs (" + ids + ")");
+    result.error = service_error(409, "dataset-in-use", "dataset '" + name + "' is used by unfinished jobs (" + ids + ")");
     return result;
   }
   for (const auto& n : names) fs::rename(work / n, dir / n);
@@ -836,13 +827,13 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
 std::optional<CatalogError> DatasetCatalog::erase(const std::string& name) {
   std::lock_guard use(use_mutex_);
   const std::optional<DatasetRecord> r = get(name);
-  if (!r) return catalog_error(404, "dataset-not-found", "there is no dataset '" + name + "'");
-  if (r->source == "builtin") return catalog_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and cannot be deleted");
+  if (!r) return service_error(404, "dataset-not-found", "there is no dataset '" + name + "'");
+  if (r->source == "builtin") return service_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and cannot be deleted");
   {
     std::lock_guard lock(mutex_);
     for (const auto& key : busy_) {
       if (key.rfind(name + "/", 0) == 0) {
-        return catalog_error(409, "dataset-busy", "dataset '" + name + "' is being changed by another request");
+        return service_error(409, "dataset-busy", "dataset '" + name + "' is being changed by another request");
       }
     }
   }
@@ -850,7 +841,7 @@ std::optional<CatalogError> DatasetCatalog::erase(const std::string& name) {
   if (!jobs.empty()) {
     std::string ids;
     for (const auto& j : jobs) ids += (ids.empty() ? "" : ", ") + j;
-    return catalog_error(409, "dataset-in-use", "dataset '" + name + "' is used by unfinished jobs (" + ids + ")");
+    return service_error(409, "dataset-in-use", "dataset '" + name + "' is used by unfinished jobs (" + ids + ")");
   }
   // Out of sight at once (rename), then removed.
   const fs::path staging = fs::path(uploads_dir()) / kStagingDir;
@@ -862,7 +853,7 @@ std::optional<CatalogError> DatasetCatalog::erase(const std::string& name) {
     ec.clear();
     fs::remove_all(dataset_dir(name), ec);
   }
-  if (ec) return catalog_error(500, "dataset-delete-failed", "cannot remove dataset '" + name + "': " + ec.message());
+  if (ec) return service_error(500, "dataset-delete-failed", "cannot remove dataset '" + name + "': " + ec.message());
   if (kv_ != nullptr) (void)kv_->write({{kKeyPrefix + name, std::nullopt}}, true);
   {
     std::lock_guard lock(mutex_);

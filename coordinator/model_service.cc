@@ -27,15 +27,6 @@ struct ModelService::Loaded {
 
 namespace {
 
-ServiceError error(unsigned status, std::string type, std::string detail, std::string field = "") {
-  ServiceError e;
-  e.status = status;
-  e.type = std::move(type);
-  e.detail = std::move(detail);
-  e.field = std::move(field);
-  return e;
-}
-
 ModelService::Result failed(ServiceError e) {
   ModelService::Result r;
   r.error = std::move(e);
@@ -120,7 +111,7 @@ void ModelService::predict(const std::string& id, std::string body, Done done) {
     try {
       r = predict_now(id, body);
     } catch (const std::exception& e) {
-      r = failed(error(500, "internal", e.what()));
+      r = failed(service_error(500, "internal", e.what()));
     }
     done(std::move(r));
   });
@@ -132,7 +123,7 @@ void ModelService::evaluate(const std::string& id, std::string body, Done done) 
     try {
       r = evaluate_now(id, body);
     } catch (const std::exception& e) {
-      r = failed(error(500, "internal", e.what()));
+      r = failed(service_error(500, "internal", e.what()));
     }
     done(std::move(r));
   });
@@ -148,18 +139,18 @@ std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& id, 
   }
   const std::optional<JobRecord> job = store_.get(id);
   if (!job) {
-    *err = as_job ? error(404, "job-not-found", "there is no job '" + id + "'")
-                  : error(404, "model-not-found", "there is no model '" + id + "' (a model's id is its job's id)");
+    *err = as_job ? service_error(404, "job-not-found", "there is no job '" + id + "'")
+                  : service_error(404, "model-not-found", "there is no model '" + id + "' (a model's id is its job's id)");
     return nullptr;
   }
   if (!job->has_model) {
-    *err = error(409, "model-not-ready", "job '" + id + "' is " + job_state_name(job->state) +
+    *err = service_error(409, "model-not-ready", "job '" + id + "' is " + job_state_name(job->state) +
                                              "; its model is available once it has SUCCEEDED");
     return nullptr;
   }
   const std::optional<std::string> file = store_.model(id);
   if (!file) {
-    *err = error(500, "model-missing", "the stored model of '" + id + "' is unreadable");
+    *err = service_error(500, "model-missing", "the stored model of '" + id + "' is unreadable");
     return nullptr;
   }
   auto loaded = std::make_shared<Loaded>();
@@ -168,7 +159,7 @@ std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& id, 
   loaded->model = std::make_unique<nn::Model<float>>(loaded->spec.model, kBatch);
   std::optional<std::vector<float>> params = decode_safetensors(loaded->model->layout(), *file);
   if (!params) {
-    *err = error(500, "model-missing", "the stored model of '" + id + "' does not fit its spec");
+    *err = service_error(500, "model-missing", "the stored model of '" + id + "' does not fit its spec");
     return nullptr;
   }
   loaded->params = std::move(*params);
@@ -187,22 +178,22 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
   options.max_depth = 16;
   const json::value root = json::parse(body, ec, {}, options);
   if (ec || !root.is_object()) {
-    return failed(error(400, "malformed-json", "the body must be a JSON object {\"instances\": [...]}" +
+    return failed(service_error(400, "malformed-json", "the body must be a JSON object {\"instances\": [...]}" +
                                                    (ec ? ": " + ec.message() : std::string())));
   }
   for (const auto& field : root.as_object()) {
     if (field.key() != "instances") {
-      return failed(error(422, "invalid-instances", "/" + std::string(field.key()) + " is not a known field (known: instances)",
+      return failed(service_error(422, "invalid-instances", "/" + std::string(field.key()) + " is not a known field (known: instances)",
                           "/" + std::string(field.key())));
     }
   }
   const json::value* instances = root.as_object().if_contains("instances");
   if (instances == nullptr || !instances->is_array() || instances->as_array().empty()) {
-    return failed(error(422, "invalid-instances", "/instances must be a non-empty array of the model's inputs", "/instances"));
+    return failed(service_error(422, "invalid-instances", "/instances must be a non-empty array of the model's inputs", "/instances"));
   }
   const auto& list = instances->as_array();
   if (list.size() > kMaxInstances) {
-    return failed(error(413, "too-many-instances",
+    return failed(service_error(413, "too-many-instances",
                         "/instances has " + std::to_string(list.size()) + " instances; at most " +
                             std::to_string(kMaxInstances) + " per request",
                         "/instances"));
@@ -237,9 +228,9 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
     } else {
       why = flatten(v, shape, 0, inputs);
     }
-    if (!why.empty()) return failed(error(422, "invalid-instance", where + ": " + why, where));
+    if (!why.empty()) return failed(service_error(422, "invalid-instance", where + ": " + why, where));
     if (inputs.size() - before != input_size) {
-      return failed(error(422, "invalid-instance", where + ": has " + std::to_string(inputs.size() - before) +
+      return failed(service_error(422, "invalid-instance", where + ": has " + std::to_string(inputs.size() - before) +
                                                        " values, the model's input needs " + std::to_string(input_size),
                           where));
     }
@@ -280,37 +271,37 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
   if (!body.empty()) {
     boost::system::error_code ec;
     const json::value root = json::parse(body, ec);
-    if (ec || !root.is_object()) return failed(error(400, "malformed-json", "the body must be a JSON object"));
+    if (ec || !root.is_object()) return failed(service_error(400, "malformed-json", "the body must be a JSON object"));
     for (const auto& field : root.as_object()) {
       const std::string key(field.key());
       const json::value& v = field.value();
       if (key == "dataset") {
-        if (!v.is_string()) return failed(error(422, "invalid-evaluation", "/dataset must be a dataset name", "/dataset"));
+        if (!v.is_string()) return failed(service_error(422, "invalid-evaluation", "/dataset must be a dataset name", "/dataset"));
         dataset = std::string(v.as_string());
       } else if (key == "split") {
-        if (v != "test" && v != "train") return failed(error(422, "invalid-evaluation", "/split must be \"test\" or \"train\"", "/split"));
+        if (v != "test" && v != "train") return failed(service_error(422, "invalid-evaluation", "/split must be \"test\" or \"train\"", "/split"));
         kind = v == "train" ? SplitKind::kTrain : SplitKind::kTest;
       } else if (key == "checkpoint") {
         if (v != "latest") {
-          return failed(error(422, "invalid-evaluation",
+          return failed(service_error(422, "invalid-evaluation",
                               "/checkpoint: only \"latest\" (the final model) can be evaluated; earlier checkpoints are not kept",
                               "/checkpoint"));
         }
       } else {
-        return failed(error(422, "invalid-evaluation", "/" + key + " is not a known field (known: dataset, split, checkpoint)",
+        return failed(service_error(422, "invalid-evaluation", "/" + key + " is not a known field (known: dataset, split, checkpoint)",
                             "/" + key));
       }
     }
   }
   std::string why;
   const std::optional<DatasetInfo> info = catalog_.info(dataset, &why);
-  if (!info) return failed(error(422, "invalid-evaluation", "/dataset " + why, "/dataset"));
+  if (!info) return failed(service_error(422, "invalid-evaluation", "/dataset " + why, "/dataset"));
   JobSpec on_it = m->spec;
   on_it.dataset.name = dataset;
   try {
     check_spec_against_dataset(on_it, *info);
   } catch (const SpecError& e) {
-    return failed(error(422, "invalid-evaluation", std::string("/dataset: the model does not fit it: ") + e.what(), "/dataset"));
+    return failed(service_error(422, "invalid-evaluation", std::string("/dataset: the model does not fit it: ") + e.what(), "/dataset"));
   }
   const Split split = catalog_.load(dataset, kind);
   check_spec_against_dataset(on_it, split);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace pstrain {
 
@@ -16,5 +17,14 @@ struct ServiceError {
   uint64_t line = 0;      // a CSV defect's line (0: none)
   std::string column;     // a CSV defect's column ("": none)
 };
+
+inline ServiceError service_error(unsigned status, std::string type, std::string detail, std::string field = "") {
+  ServiceError e;
+  e.status = status;
+  e.type = std::move(type);
+  e.detail = std::move(detail);
+  e.field = std::move(field);
+  return e;
+}
 
 }  // namespace pstrain
