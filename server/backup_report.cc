@@ -75,7 +75,12 @@ kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, s
 kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version) {
   // The replica goes first: by the time the coordinator counts this backup as complete it also
   // holds this server's replica of it (or this server gave up sending it).
-  return send_replica(link, store, job, version, 0).then([&link, job, version](bool) {
+  return send_replica(link, store, job, version, 0).then([&link, &store, job, version](bool) {
+    // Unpinned on the store thread, before any later write's pruning that it must not precede.
+    store.run([job, version](BackupStore& backups) {
+      backups.reported(job, version);
+      return true;
+    }).detach([](kj::Exception&&) {});
     if (!link.connected()) return;  // as if the backup had been written while disconnected
     auto done = link.client().backupDoneRequest();
     done.setNodeId(link.node_id());

@@ -80,6 +80,7 @@ KvStatus BackupStore::write(const std::string& job, uint64_t version, const std:
   std::vector<KvStore::Write> writes;
   const std::string base = version_prefix(job, version);
   for (const auto& c : chunks) writes.push_back({base + "chunk/" + padded(c.key), encode_snapshot(c)});
+  unreported_.insert({job, version});  // until reported(): its replica is read after later writes
   complete_backup(job, version, chunks.size(), writes);
   return kv_.write(writes, /*sync=*/true);
 }
@@ -91,11 +92,17 @@ void BackupStore::complete_backup(const std::string& job, uint64_t version, size
   std::vector<uint64_t> existing = versions(job);
   if (std::find(existing.begin(), existing.end(), version) == existing.end()) existing.push_back(version);
   std::sort(existing.begin(), existing.end());
-  while (existing.size() > kKeep && existing.front() != version) {
-    for (std::string& key : kv_.keys(version_prefix(job, existing.front()))) writes.push_back({std::move(key), std::nullopt});
-    existing.erase(existing.begin());
+  // Oldest first, but never the one being written nor one whose replica is still to be read.
+  size_t kept = existing.size();
+  for (uint64_t v : existing) {
+    if (kept <= kKeep) break;
+    if (v == version || unreported_.count({job, v}) != 0) continue;
+    for (std::string& key : kv_.keys(version_prefix(job, v))) writes.push_back({std::move(key), std::nullopt});
+    --kept;
   }
 }
+
+void BackupStore::reported(const std::string& job, uint64_t version) { unreported_.erase({job, version}); }
 
 KvStatus BackupStore::write_part(const std::string& job, uint64_t version, const std::vector<uint32_t>& keys,
                                  const std::vector<std::string>& blobs, std::optional<size_t> complete) {
@@ -185,6 +192,9 @@ std::optional<std::map<uint32_t, ChunkSnapshot>> BackupStore::load(const std::st
   return chunks;
 }
 
-KvStatus BackupStore::erase_job(const std::string& job) { return kv_.erase_prefix(prefix(job), true); }
+KvStatus BackupStore::erase_job(const std::string& job) {
+  std::erase_if(unreported_, [&](const auto& pinned) { return pinned.first == job; });
+  return kv_.erase_prefix(prefix(job), true);
+}
 
 }  // namespace pstrain

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,12 @@ class BackupStore {
 
   explicit BackupStore(KvStore& kv) : kv_(kv) {}
 
+  // A backup written here stays (beyond kKeep if need be) until reported(): its replica is read
+  // from the store after the write, and later backups may be written before that read runs
+  // (storage slower than the steps), which must not delete it first.
   [[nodiscard]] KvStatus write(const std::string& job, uint64_t version, const std::vector<ChunkSnapshot>& chunks);
+  // The backup's replica has been sent (or given up on): it may go with the next write's pruning.
+  void reported(const std::string& job, uint64_t version);
   // Complete backups of the job, oldest first.
   std::vector<uint64_t> versions(const std::string& job) const;
   // The chunks of one backup; nullopt (and *error) if it is incomplete or a blob is corrupt.
@@ -63,6 +69,7 @@ class BackupStore {
   void complete_backup(const std::string& job, uint64_t version, size_t chunks, std::vector<KvStore::Write>& writes) const;
 
   KvStore& kv_;
+  std::set<std::pair<std::string, uint64_t>> unreported_;  // (job, version) written, replica not yet read
 };
 
 std::string encode_snapshot(const ChunkSnapshot& chunk);

@@ -234,7 +234,8 @@ TEST_CASE("REST API: a model whose server shard is over 64 MiB survives its serv
   // mnist10k, flatten, dense 24,000 relu, dense 10: 19.1M float32 parameters (76 MB), all on the
   // job's one server: its backup replica to the coordinator, the spare's adoption of it and the
   // model file are each over Cap'n Proto's 64 MiB message limit, so they must travel in parts.
-  // Plain SGD keeps the step cheap; 11 sync steps of 500 examples, a backup every 2. Dense
+  // Plain SGD keeps the step cheap; 2 epochs of 21 sync steps of 250 examples, a backup every 4
+  // (a 76 MB backup and its replica take longer than a step: the job must outlast the first). Dense
   // exchange: the factored one (the default here) multiplies this kernel's factors out on the
   // server in another order than the standalone trainer (cluster_test compares it within 1e-4),
   // and this test wants the uninterrupted parameters bit for bit (factor_plan_test checks that
@@ -244,22 +245,24 @@ TEST_CASE("REST API: a model whose server shard is over 64 MiB survives its serv
     "model": {"input_shape": [28, 28, 1], "seed": 3, "layers": [
       {"type": "flatten"}, {"type": "dense", "units": 24000, "activation": "relu"}, {"type": "dense", "units": 10}]},
     "optimizer": {"type": "sgd", "learning_rate": 0.001},
-    "training": {"mode": "sync", "global_batch_size": 500, "epochs": 1, "servers": 1, "workers": 2},
-    "backup": {"save_freq": 2}
+    "training": {"mode": "sync", "global_batch_size": 250, "epochs": 2, "servers": 1, "workers": 2},
+    "backup": {"save_freq": 4}
   })";
   const JobSpec spec = parse_job_spec(json);
   const ParamLayout layout = make_param_layout(spec.model);
   size_t floats = 0;
   for (const ParamInfo& p : layout.params()) floats += p.size;
   REQUIRE(floats * 4 > (size_t{64} << 20));
-  // Two servers: the job takes one, the other stays free to take its place. A worker computes a
-  // step of this width on its event loop without heartbeating: a short dead timeout would declare
-  // the workers dead under load; the killed server is found by its failed calls anyway.
+  // Two servers: the job takes one, the other stays free to take its place once the lost one is
+  // declared dead (the dead timeout). A worker computes a step on its event loop without
+  // heartbeating: steps of 125 examples per worker stay well under 2 s even under load.
   testing::Cluster cluster({.servers = 2,
-                            .coordinator_flags = {"--dead-after-ms", "6000", "--move-server-after-ms", "1000"},
+                            .coordinator_flags = {"--dead-after-ms", "2000", "--move-server-after-ms", "1000"},
                             .worker_flags = {"--exchange=dense"}});
   const std::string id = submit(cluster, json);
-  cluster.coordinator().wait_for_line("backup at step 4 complete", 120s);
+  // The second backup: by then the first one's replica has surely been stored (its last part is
+  // sent without waiting; a kill right after backupDone can race it).
+  cluster.coordinator().wait_for_line("backup at step 8 complete", 120s);
   // Kill the job's server (and never restart it).
   const json::object running = wait_for_state(cluster, id, "RUNNING");
   const json::array servers = arr(running, "servers");
