@@ -11,9 +11,10 @@
 #include "common/job_spec.h"
 #include "common/json_text.h"
 #include "common/log.h"
+#include "common/model_eval.h"
 #include "common/nn/loss.h"
 #include "common/nn/model.h"
-#include "coordinator/safetensors.h"
+#include "common/safetensors.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -306,52 +307,12 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
   const Split split = catalog_.load(dataset, kind);
   check_spec_against_dataset(on_it, split);
 
-  const auto classes = static_cast<size_t>(m->model->output_size());
-  const auto input_size = static_cast<size_t>(m->model->input_size());
-  std::vector<std::vector<uint64_t>> confusion(classes, std::vector<uint64_t>(classes, 0));
-  double loss_sum = 0;
-  int64_t correct = 0;
-  std::vector<float> columns(input_size * static_cast<size_t>(kBatch));
-  std::vector<int32_t> labels(static_cast<size_t>(kBatch));
-  std::vector<uint32_t> indices;
-  for (uint32_t start = 0; start < split.size; start += static_cast<uint32_t>(kBatch)) {
-    const uint32_t batch = std::min<uint32_t>(split.size - start, static_cast<uint32_t>(kBatch));
-    indices.resize(batch);
-    std::iota(indices.begin(), indices.end(), start);
-    split.gather(indices, columns.data(), labels.data());
-    const auto logits = m->model->forward(m->params.data(), columns.data(), batch);
-    const nn::LossResult lr = nn::softmax_cross_entropy<float>(logits, labels.data(), nullptr);
-    loss_sum += lr.loss_sum;
-    correct += lr.correct;
-    for (uint32_t c = 0; c < batch; ++c) {
-      Eigen::Index best = 0;
-      logits.col(c).maxCoeff(&best);
-      ++confusion[static_cast<size_t>(labels[c])][static_cast<size_t>(best)];
-    }
-  }
-  json::array matrix, per_class;
-  for (size_t t = 0; t < classes; ++t) {
-    json::array row;
-    uint64_t total = 0;
-    for (size_t p = 0; p < classes; ++p) {
-      row.push_back(confusion[t][p]);
-      total += confusion[t][p];
-    }
-    matrix.push_back(std::move(row));
-    per_class.push_back(total == 0 ? json::value(nullptr) : json::value(static_cast<double>(confusion[t][t]) / static_cast<double>(total)));
-  }
-  const double n = split.size;
-  json::object o{{"model", id},
-                 {"dataset", dataset},
-                 {"split", kind == SplitKind::kTest ? "test" : "train"},
-                 {"checkpoint", "latest"},
-                 {"examples", split.size},
-                 {"loss", n > 0 ? loss_sum / n : 0.0},
-                 {"accuracy", n > 0 ? static_cast<double>(correct) / n : 0.0},
-                 {"per_class_accuracy", per_class},
-                 {"confusion_matrix", matrix}};
+  const Evaluation evaluation = evaluate_model(*m->model, m->params.data(), split);
+  const std::string extra = "\"model\":" + to_json_text(json::value(id)) + ",\"dataset\":" +
+                            to_json_text(json::value(dataset)) + ",\"split\":\"" +
+                            (kind == SplitKind::kTest ? "test" : "train") + "\",\"checkpoint\":\"latest\",";
   Result r;
-  r.json = to_json_text(o);
+  r.json = evaluation_json(evaluation, extra);
   return r;
 }
 

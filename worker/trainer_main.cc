@@ -6,12 +6,47 @@
 #include <sstream>
 
 #include "common/compute_threads.h"
+#include "common/dataset_manifest.h"
 #include "common/error.h"
 #include "common/flags.h"
 #include "common/process_main.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "common/model_eval.h"
+#include "common/safetensors.h"
 #include "worker/local_trainer.h"
+
+namespace {
+
+// --evaluate FILE: the model and its spec from the file alone, the dataset from --data-dir.
+int evaluate_file(const pstrain::FlagSet& flags) {
+  using namespace pstrain;
+  set_compute_threads(static_cast<int>(flags.get_int("threads", 0, 256)));
+  const std::string path = flags.get("evaluate");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  const std::string file((std::istreambuf_iterator<char>(in)), {});
+  const auto metadata = safetensors_metadata(file);
+  if (!metadata || metadata->count("spec") == 0) {
+    throw Error(path + ": not a pstrain model file (no spec in its __metadata__)");
+  }
+  JobSpec spec = parse_accepted_job_spec(metadata->at("spec"));
+  if (!flags.get("dataset").empty()) spec.dataset.name = flags.get("dataset");
+  const std::string split_name = flags.get("split");
+  if (split_name != "test" && split_name != "train") throw Error("--split must be test or train");
+  const Split split = load_any_split(flags.get("data-dir"), spec.dataset.name,
+                                     split_name == "test" ? SplitKind::kTest : SplitKind::kTrain);
+  check_spec_against_dataset(spec, split);
+  nn::Model<float> model(spec.model, 256);
+  const auto params = decode_safetensors(model.layout(), file);
+  if (!params) throw Error(path + ": its tensors do not fit its spec");
+  const Evaluation e = evaluate_model(model, params->data(), split);
+  std::printf("test accuracy: %.4f\n", e.accuracy);
+  std::printf("EVALUATION %s\n", evaluation_json(e, "\"dataset\":\"" + spec.dataset.name + "\",\"split\":\"" + split_name + "\",").c_str());
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace pstrain;
@@ -30,11 +65,17 @@ int main(int argc, char** argv) {
             "per server's kernel rows), to compare with a sync cluster bit for bit; 0: one product.");
   flags.add("max-steps", "", "-1", "Stop after this many steps (-1: train every epoch).");
   flags.add("save-params", "", "", "Write the final parameters here (raw little-endian float32).");
+  flags.add("evaluate", "", "",
+            "Instead of training: evaluate this model file (a job's safetensors, which carries its spec) on\n"
+            "      --dataset's --split and print EVALUATION {json} (the figures of POST /v1/jobs/{id}/evaluate).");
+  flags.add("dataset", "", "", "--evaluate: the dataset (default: the one the model was trained on).");
+  flags.add("split", "", "test", "--evaluate: test or train.");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
 
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-train")) return *status;
   try {
     apply_log_level(flags);
+    if (!flags.get("evaluate").empty()) return evaluate_file(flags);
     if (flags.get("spec").empty()) throw Error("--spec is required (see --help)");
     const JobSpec spec = parse_job_spec(read_text_file(flags.get("spec"), "the job spec"));
     const int64_t threads = set_compute_threads(static_cast<int>(flags.get_int("threads", 0, 256)));

@@ -9,7 +9,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "coordinator/job/adoption.h"
-#include "coordinator/safetensors.h"
+#include "common/safetensors.h"
 
 namespace pstrain {
 

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -147,6 +148,24 @@ void check_model(testing::Cluster& cluster, const std::string& spec) {
                               dir.file("model.safetensors") + " " + dir.file("spec.json") + " " + dir.file("x.npy") + " " +
                               dir.file("p.npy");
   REQUIRE_MESSAGE(std::system(command.c_str()) == 0, command);
+
+  // The standalone trainer evaluates the downloaded file alone (its spec is in it) to the same figures.
+  {
+    const std::string trainer = testing::binary("worker/pstrain-train") + " --evaluate " + dir.file("model.safetensors") +
+                                " --data-dir " + testing::data_dir() + " --threads 1 2>/dev/null";
+    FILE* out = ::popen(trainer.c_str(), "r");
+    REQUIRE(out != nullptr);
+    std::string text;
+    char buffer[4096];
+    while (size_t n = std::fread(buffer, 1, sizeof buffer, out)) text.append(buffer, n);
+    CHECK(::pclose(out) == 0);
+    const size_t at = text.find("EVALUATION ");
+    REQUIRE_MESSAGE(at != std::string::npos, text);
+    const json::object offline = json::parse(text.substr(at + 11)).as_object();
+    CHECK(num(offline, "accuracy") == num(e, "accuracy"));
+    CHECK(num(offline, "loss") == doctest::Approx(num(e, "loss")).epsilon(1e-6));  // (float sums in another order)
+    CHECK(json::serialize(offline.at("confusion_matrix")) == json::serialize(e.at("confusion_matrix")));
+  }
   std::ifstream in(dir.file("p.npy"), std::ios::binary);
   const std::string bytes(std::istreambuf_iterator<char>(in), {});
   const size_t header = 10 + (static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8));

@@ -1,4 +1,4 @@
-#include "coordinator/safetensors.h"
+#include "common/safetensors.h"
 
 #include <boost/json.hpp>
 
@@ -83,6 +83,23 @@ std::optional<std::vector<float>> decode_safetensors(const ParamLayout& layout, 
     data += p.size * sizeof(float);
   }
   return params;
+}
+
+std::optional<std::map<std::string, std::string>> safetensors_metadata(std::string_view file) {
+  uint64_t n = 0;
+  if (file.size() < 8) return std::nullopt;
+  std::memcpy(&n, file.data(), 8);
+  if (n > file.size() - 8 || n > (uint64_t{100} << 20)) return std::nullopt;
+  boost::system::error_code ec;
+  const boost::json::value header = boost::json::parse(file.substr(8, n), ec);
+  if (ec || !header.is_object()) return std::nullopt;
+  std::map<std::string, std::string> out;
+  if (const auto* meta = header.as_object().if_contains("__metadata__"); meta != nullptr && meta->is_object()) {
+    for (const auto& [key, value] : meta->as_object()) {
+      if (value.is_string()) out[std::string(key)] = std::string(value.as_string());
+    }
+  }
+  return out;
 }
 
 }  // namespace pstrain

@@ -3,6 +3,7 @@
 // byte range, then the raw little-endian data.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -26,5 +27,8 @@ std::vector<std::string> encode_safetensors_pieces(const ParamLayout& layout, st
 // The parameters of a file encode_safetensors made for `layout` (laid out by it, zeros in its
 // padding), or nullopt if the file does not fit the layout.
 std::optional<std::vector<float>> decode_safetensors(const ParamLayout& layout, std::string_view file);
+// The string entries of a file's "__metadata__" (empty if it has none); nullopt if the header is
+// not a safetensors header.
+std::optional<std::map<std::string, std::string>> safetensors_metadata(std::string_view file);
 
 }  // namespace pstrain
