@@ -3,6 +3,8 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <numeric>
 
 #include "common/json_text.h"
@@ -63,6 +65,36 @@ std::string evaluation_json(const Evaluation& e, const std::string& extra) {
                                                      {"per_class_accuracy", per_class},
                                                      {"confusion_matrix", matrix}});
   return "{" + extra + body.substr(1);
+}
+
+std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n) {
+  const auto classes = static_cast<Eigen::Index>(model.output_size());
+  const auto input_size = static_cast<size_t>(model.input_size());
+  const auto max_batch = static_cast<size_t>(model.max_batch());
+  auto text = [](float x) {
+    char buffer[32];
+    return std::string(buffer, std::to_chars(buffer, buffer + sizeof buffer, x).ptr);  // shortest exact form
+  };
+  std::string out = "{\"predictions\":[";
+  for (size_t start = 0; start < n; start += max_batch) {
+    const auto batch = static_cast<int64_t>(std::min(n - start, max_batch));
+    const auto logits = model.forward(params, inputs + start * input_size, batch);
+    for (int64_t c = 0; c < batch; ++c) {
+      const float top = logits.col(c).maxCoeff();
+      double sum = 0;
+      for (Eigen::Index k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(logits(k, c) - top));
+      Eigen::Index best = 0;
+      logits.col(c).maxCoeff(&best);
+      if (start + static_cast<size_t>(c) > 0) out += ',';
+      out += "{\"class\":" + std::to_string(best) + ",\"probabilities\":[";
+      for (Eigen::Index k = 0; k < classes; ++k) {
+        if (k > 0) out += ',';
+        out += text(static_cast<float>(std::exp(static_cast<double>(logits(k, c) - top)) / sum));
+      }
+      out += "]}";
+    }
+  }
+  return out + "]}";
 }
 
 }  // namespace pstrain

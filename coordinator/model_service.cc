@@ -90,12 +90,6 @@ std::string flatten(const json::value& v, const Shape& shape, size_t dim, std::v
   return "";
 }
 
-std::string float_text(float x) {
-  char buffer[32];
-  const auto r = std::to_chars(buffer, buffer + sizeof buffer, x);
-  return std::string(buffer, r.ptr);
-}
-
 }  // namespace
 
 ModelService::~ModelService() = default;
@@ -201,7 +195,6 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
   }
   const Shape& shape = m->spec.model.input_shape;
   const auto input_size = static_cast<size_t>(m->model->input_size());
-  const auto classes = static_cast<size_t>(m->model->output_size());
 
   // One column per instance, in the order the engine reads an example.
   std::vector<float> inputs;
@@ -237,27 +230,7 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
     }
   }
 
-  std::string out = "{\"predictions\":[";
-  std::vector<float> probabilities(classes);
-  for (size_t start = 0; start < list.size(); start += static_cast<size_t>(kBatch)) {
-    const auto batch = static_cast<int64_t>(std::min(list.size() - start, static_cast<size_t>(kBatch)));
-    const auto logits = m->model->forward(m->params.data(), inputs.data() + start * input_size, batch);
-    for (int64_t c = 0; c < batch; ++c) {
-      const float top = logits.col(c).maxCoeff();
-      double sum = 0;
-      for (size_t k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(logits(static_cast<Eigen::Index>(k), c) - top));
-      size_t best = 0;
-      for (size_t k = 0; k < classes; ++k) {
-        probabilities[k] = static_cast<float>(std::exp(static_cast<double>(logits(static_cast<Eigen::Index>(k), c) - top)) / sum);
-        if (logits(static_cast<Eigen::Index>(k), c) > logits(static_cast<Eigen::Index>(best), c)) best = k;
-      }
-      if (start + static_cast<size_t>(c) > 0) out += ',';
-      out += "{\"class\":" + std::to_string(best) + ",\"probabilities\":[";
-      for (size_t k = 0; k < classes; ++k) out += (k ? "," : "") + float_text(probabilities[k]);
-      out += "]}";
-    }
-  }
-  out += "]}";
+  std::string out = predictions_json(*m->model, m->params.data(), inputs.data(), list.size());
   Result r;
   r.json = std::move(out);
   return r;

@@ -1,11 +1,13 @@
 // pstrain-train: trains a job spec in one process and prints per-epoch metrics.
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <span>
 #include <sstream>
 
 #include "common/compute_threads.h"
+#include "common/dataset_formats.h"
 #include "common/dataset_manifest.h"
 #include "common/error.h"
 #include "common/flags.h"
@@ -18,19 +20,61 @@
 
 namespace {
 
-// --evaluate FILE: the model and its spec from the file alone, the dataset from --data-dir.
-int evaluate_file(const pstrain::FlagSet& flags) {
+// A model file: its bytes and the job spec in its metadata.
+std::pair<std::string, pstrain::JobSpec> read_model_file(const std::string& path) {
   using namespace pstrain;
-  set_compute_threads(static_cast<int>(flags.get_int("threads", 0, 256)));
-  const std::string path = flags.get("evaluate");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open");
-  const std::string file((std::istreambuf_iterator<char>(in)), {});
+  std::string file((std::istreambuf_iterator<char>(in)), {});
   const auto metadata = safetensors_metadata(file);
   if (!metadata || metadata->count("spec") == 0) {
     throw Error(path + ": not a pstrain model file (no spec in its __metadata__)");
   }
   JobSpec spec = parse_accepted_job_spec(metadata->at("spec"));
+  return {std::move(file), std::move(spec)};
+}
+
+// --predict FILE --inputs X.npy: the REST predict answer, offline.
+int predict_file(const pstrain::FlagSet& flags) {
+  using namespace pstrain;
+  set_compute_threads(static_cast<int>(flags.get_int("threads", 0, 256)));
+  const std::string path = flags.get("predict");
+  auto [file, spec] = read_model_file(path);
+  nn::Model<float> model(spec.model, 256);
+  const auto params = decode_safetensors(model.layout(), file);
+  if (!params) throw Error(path + ": its tensors do not fit its spec");
+  const std::string inputs_path = flags.get("inputs");
+  if (inputs_path.empty()) throw Error("--predict needs --inputs X.npy");
+  std::ifstream in(inputs_path, std::ios::binary);
+  if (!in) throw Error(inputs_path + ": cannot open");
+  const NpyArray x = read_npy(in, inputs_path);
+  const auto input_size = static_cast<uint64_t>(model.input_size());
+  uint64_t per_example = 1;
+  for (size_t i = 1; i < x.shape.size(); ++i) per_example *= x.shape[i];
+  if (x.shape.size() < 2 || per_example != input_size ||
+      (x.dtype != NpyArray::Dtype::kFloat32 && x.dtype != NpyArray::Dtype::kUint8)) {
+    throw Error(inputs_path + ": must be float32 or uint8 of shape (n, ...) with " + std::to_string(input_size) +
+                " values per example (the model's input " + shape_string(spec.model.input_shape) + ")");
+  }
+  const uint64_t n = x.shape[0];
+  std::vector<float> values(n * input_size);
+  for (uint64_t i = 0; i < values.size(); ++i) {
+    if (x.dtype == NpyArray::Dtype::kUint8) {
+      values[i] = static_cast<float>(x.bytes[i]) * (1.0f / 255.0f);
+    } else {
+      std::memcpy(&values[i], x.bytes.data() + i * sizeof(float), sizeof(float));
+    }
+  }
+  std::printf("PREDICTIONS %s\n", predictions_json(model, params->data(), values.data(), n).c_str());
+  return 0;
+}
+
+// --evaluate FILE: the model and its spec from the file alone, the dataset from --data-dir.
+int evaluate_file(const pstrain::FlagSet& flags) {
+  using namespace pstrain;
+  set_compute_threads(static_cast<int>(flags.get_int("threads", 0, 256)));
+  const std::string path = flags.get("evaluate");
+  auto [file, spec] = read_model_file(path);
   if (!flags.get("dataset").empty()) spec.dataset.name = flags.get("dataset");
   const std::string split_name = flags.get("split");
   if (split_name != "test" && split_name != "train") throw Error("--split must be test or train");
@@ -68,6 +112,10 @@ int main(int argc, char** argv) {
   flags.add("evaluate", "", "",
             "Instead of training: evaluate this model file (a job's safetensors, which carries its spec) on\n"
             "      --dataset's --split and print EVALUATION {json} (the figures of POST /v1/jobs/{id}/evaluate).");
+  flags.add("predict", "", "",
+            "Instead of training: run this model file on --inputs and print PREDICTIONS {json} (the answer\n"
+            "      of POST /v1/models/{id}:predict).");
+  flags.add("inputs", "", "", "--predict: an .npy of examples, (n, *input_shape), float32 as the model sees them or uint8 (/ 255).");
   flags.add("dataset", "", "", "--evaluate: the dataset (default: the one the model was trained on).");
   flags.add("split", "", "test", "--evaluate: test or train.");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
@@ -76,6 +124,7 @@ int main(int argc, char** argv) {
   try {
     apply_log_level(flags);
     if (!flags.get("evaluate").empty()) return evaluate_file(flags);
+    if (!flags.get("predict").empty()) return predict_file(flags);
     if (flags.get("spec").empty()) throw Error("--spec is required (see --help)");
     const JobSpec spec = parse_job_spec(read_text_file(flags.get("spec"), "the job spec"));
     const int64_t threads = set_compute_threads(static_cast<int>(flags.get_int("threads", 0, 256)));

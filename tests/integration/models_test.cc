@@ -166,6 +166,25 @@ void check_model(testing::Cluster& cluster, const std::string& spec) {
     CHECK(num(offline, "loss") == doctest::Approx(num(e, "loss")).epsilon(1e-6));  // (float sums in another order)
     CHECK(json::serialize(offline.at("confusion_matrix")) == json::serialize(e.at("confusion_matrix")));
   }
+  {  // ... and predicts the same instances to the same answers.
+    const std::string trainer = testing::binary("worker/pstrain-train") + " --predict " + dir.file("model.safetensors") +
+                                " --inputs " + dir.file("x.npy") + " --threads 1 2>/dev/null";
+    FILE* out = ::popen(trainer.c_str(), "r");
+    REQUIRE(out != nullptr);
+    std::string text;
+    char buffer[1 << 16];
+    while (size_t n = std::fread(buffer, 1, sizeof buffer, out)) text.append(buffer, n);
+    CHECK(::pclose(out) == 0);
+    const size_t at = text.find("PREDICTIONS ");
+    REQUIRE_MESSAGE(at != std::string::npos, text.substr(0, 400));
+    const json::array offline = arr(json::parse(text.substr(at + 12)).as_object(), "predictions");
+    REQUIRE(offline.size() == kN);
+    for (size_t i = 0; i < kN; ++i) {
+      CHECK(num(obj(offline[i]), "class") == num(obj(predictions[i]), "class"));
+      const json::array a = arr(obj(offline[i]), "probabilities"), b = arr(obj(predictions[i]), "probabilities");
+      for (size_t k = 0; k < a.size(); ++k) CHECK(a[k].to_number<double>() == doctest::Approx(b[k].to_number<double>()).epsilon(1e-5));
+    }
+  }
   std::ifstream in(dir.file("p.npy"), std::ios::binary);
   const std::string bytes(std::istreambuf_iterator<char>(in), {});
   const size_t header = 10 + (static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8));
