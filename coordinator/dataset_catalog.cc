@@ -324,8 +324,14 @@ Split DatasetCatalog::load(const std::string& name, SplitKind kind) const {
 
 void DatasetCatalog::index_all() {
   // Leftovers of uploads that were cut off by a crash.
+  // Leftovers of uploads that a crash cut off; not this process's own (an upload may already be
+  // streaming: the HTTP server starts while this runs).
   std::error_code ec;
-  fs::remove_all(fs::path(uploads_dir()) / kStagingDir, ec);
+  const std::string mine = "-" + std::to_string(::getpid()) + "-";
+  for (const auto& entry : fs::directory_iterator(fs::path(uploads_dir()) / kStagingDir, ec)) {
+    if (entry.path().filename().string().find(mine) == std::string::npos) fs::remove_all(entry.path(), ec);
+  }
+  ec.clear();
 
   std::map<std::string, DatasetRecord> stored;
   if (kv_ != nullptr) {
@@ -515,9 +521,8 @@ std::optional<CatalogError> DatasetCatalog::precheck(const std::string& name, co
 }
 
 std::string DatasetCatalog::new_staging_path() {
+  // (The HTTP server's upload thread creates the directory: no file work on the caller's thread.)
   const fs::path dir = fs::path(uploads_dir()) / kStagingDir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
   std::lock_guard lock(mutex_);
   return (dir / ("body-" + std::to_string(::getpid()) + "-" + std::to_string(next_staging_++))).string();
 }
@@ -823,6 +828,10 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
 }
 
 // --- Delete ----------------------------------------------------------------------------------
+
+void DatasetCatalog::erase(const std::string& name, std::function<void(std::optional<CatalogError>)> done) {
+  thread_.post([this, name, done = std::move(done)] { done(erase(name)); });
+}
 
 std::optional<CatalogError> DatasetCatalog::erase(const std::string& name) {
   std::lock_guard use(use_mutex_);

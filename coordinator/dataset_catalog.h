@@ -158,7 +158,10 @@ class DatasetCatalog {
 
   // Deletes an uploaded or dropped-in dataset and its directory. Errors: 404 unknown, 409
   // built-in or in use by a job (named).
+  // Blocking (renames, a synced RocksDB write): call it off any event loop, or use the form below.
   std::optional<CatalogError> erase(const std::string& name);
+  // The same on the catalog's thread; `done` is called there.
+  void erase(const std::string& name, std::function<void(std::optional<CatalogError>)> done);
 
   // Returns once everything posted to the catalog's thread before the call has run (tests).
   void wait_idle();

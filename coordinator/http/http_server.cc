@@ -214,6 +214,8 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_ = true;  // the open below counts as a write in flight
     full_waiting_ = false;
     files_.post([self = shared_from_this(), file = body_file_] {
+      std::error_code ignored;
+      std::filesystem::create_directories(std::filesystem::path(file->path).parent_path(), ignored);
       file->fd = ::open(file->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (file->fd < 0) file->error = file->path + ": " + std::strerror(errno);
       net::post(self->stream_.get_executor(), [self] { self->on_written(); });
