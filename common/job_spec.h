@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,28 @@ struct BackupSpec {
   int64_t steps = 0;  // for kSteps
 };
 
+// What the coordinator keeps of a job's backups as checkpoints a user can list, download, evaluate
+// and start other jobs from (like Keras' ModelCheckpoint max_to_keep): the newest `keep` complete
+// backups, and always the final state (parameters, optimizer slots and step) of a job that
+// succeeds. Spec: `checkpoint: {"keep": K}`.
+struct CheckpointSpec {
+  int64_t keep = 1;
+};
+
+// Where a job's starting parameters come from (spec `init_from`): a checkpoint of another job
+// (`{"job": ID, "checkpoint": STEP | "latest"}`) or a model (`{"model": ID}`, uploaded or a
+// finished job's). With optimizer_state (resume), the optimizer's slots and update count come
+// too and the job goes on from the checkpoint's step (training.epochs is the total, as Keras'
+// fit(epochs, initial_epoch)); without (fine-tune), a fresh optimizer and step 0. Names and
+// shapes must match the model's (checked when the job is submitted).
+struct InitFromSpec {
+  enum class Source { kNone, kJob, kModel };
+  Source source = Source::kNone;
+  std::string id;                      // the job's or the model's
+  std::optional<int64_t> checkpoint;   // kJob: the step; nullopt: the latest
+  bool optimizer_state = false;
+};
+
 struct JobSpec {
   std::string name;
   DatasetSpec dataset;
@@ -67,6 +90,8 @@ struct JobSpec {
   OptimizerSpec optimizer;
   TrainingSpec training;
   BackupSpec backup;
+  CheckpointSpec checkpoint;
+  InitFromSpec init_from;
 };
 
 // Parses and validates a job spec. Throws SpecError (kMalformed for text that is not JSON,

@@ -353,6 +353,42 @@ BackupSpec read_backup(const json::value& v) {
   return b;
 }
 
+CheckpointSpec read_checkpoint(const json::value& v) {
+  ObjectReader r(v, "/checkpoint");
+  CheckpointSpec c;
+  c.keep = r.integer("keep", 0, 1000, c.keep);
+  r.finish();
+  return c;
+}
+
+InitFromSpec read_init_from(const json::value& v) {
+  ObjectReader r(v, "/init_from");
+  InitFromSpec i;
+  const json::value* job = r.optional("job");
+  const json::value* model = r.optional("model");
+  if ((job == nullptr) == (model == nullptr)) throw SpecError("/init_from", "must name either a \"job\" or a \"model\"");
+  i.source = job != nullptr ? InitFromSpec::Source::kJob : InitFromSpec::Source::kModel;
+  const std::string path = job != nullptr ? "/init_from/job" : "/init_from/model";
+  i.id = read_string(job != nullptr ? *job : *model, path);
+  if (i.id.empty() || i.id.size() > 200) throw SpecError(path, "must be a job or model id");
+  if (const json::value* c = r.optional("checkpoint")) {
+    if (model != nullptr) throw SpecError("/init_from/checkpoint", "applies to a job; a model has one state");
+    if (c->is_string() && c->as_string() == "latest") {
+      i.checkpoint.reset();
+    } else if (as_integer(*c)) {
+      i.checkpoint = read_int(*c, "/init_from/checkpoint", 0, kIntMax);
+    } else {
+      throw SpecError("/init_from/checkpoint", "must be a step (a non-negative integer) or \"latest\"");
+    }
+  }
+  if (const json::value* o = r.optional("optimizer_state")) {
+    if (!o->is_bool()) throw SpecError("/init_from/optimizer_state", "must be a boolean, not " + kind_of(*o));
+    i.optimizer_state = o->as_bool();
+  }
+  r.finish();
+  return i;
+}
+
 DatasetSpec read_dataset(const json::value& v) {
   ObjectReader r(v, "/dataset");
   DatasetSpec d;
@@ -409,6 +445,8 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   spec.optimizer = read_optimizer(r.required("optimizer"));
   spec.training = read_training(r.required("training"));
   if (const json::value* b = r.optional("backup")) spec.backup = read_backup(*b);
+  if (const json::value* c = r.optional("checkpoint")) spec.checkpoint = read_checkpoint(*c);
+  if (const json::value* i = r.optional("init_from")) spec.init_from = read_init_from(*i);
   r.finish();
   return spec;
 }
@@ -559,6 +597,18 @@ std::string job_spec_to_json(const JobSpec& spec) {
       {"training", std::move(training)},
       {"backup", std::move(backup)},
   };
+  // Only where they differ from their defaults: a spec written before they existed keeps its
+  // canonical text.
+  if (spec.checkpoint.keep != CheckpointSpec{}.keep) root["checkpoint"] = json::object{{"keep", spec.checkpoint.keep}};
+  if (spec.init_from.source != InitFromSpec::Source::kNone) {
+    json::object init{{spec.init_from.source == InitFromSpec::Source::kJob ? "job" : "model", spec.init_from.id}};
+    if (spec.init_from.source == InitFromSpec::Source::kJob) {
+      if (spec.init_from.checkpoint) init["checkpoint"] = *spec.init_from.checkpoint;
+      else init["checkpoint"] = "latest";
+    }
+    init["optimizer_state"] = spec.init_from.optimizer_state;
+    root["init_from"] = std::move(init);
+  }
   return json::serialize(root);
 }
 
