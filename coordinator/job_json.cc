@@ -132,6 +132,32 @@ std::string cluster_json(const std::vector<NodeView>& nodes) {
   return to_json_text(json::object{{"nodes", std::move(list)}});
 }
 
+namespace {
+
+json::object checkpoint_object(const CheckpointInfo& c) {
+  return json::object{{"step", c.step},
+                      {"epoch", c.epoch},
+                      {"time_ms", c.time_ms},
+                      {"bytes", c.bytes},
+                      {"final", c.final},
+                      {"train_loss", optional_number(c.train_loss)},
+                      {"train_accuracy", optional_number(c.train_accuracy)},
+                      {"test_loss", optional_number(c.test_loss)},
+                      {"test_accuracy", optional_number(c.test_accuracy)}};
+}
+
+}  // namespace
+
+std::string checkpoint_list_json(const JobRecord& job) {
+  json::array list;
+  for (const CheckpointInfo& c : job.checkpoints) {
+    json::object o = checkpoint_object(c);
+    o["href"] = "/v1/jobs/" + job.id + "/checkpoints/" + std::to_string(c.step);
+    list.push_back(std::move(o));
+  }
+  return to_json_text(json::object{{"job", job.id}, {"checkpoints", std::move(list)}});
+}
+
 std::string record_to_json(const JobRecord& j) {
   json::array workers, servers;
   for (auto w : j.workers) workers.push_back(w);
@@ -161,6 +187,11 @@ std::string record_to_json(const JobRecord& j) {
       {"replayed_steps", [&] {
          json::array a;
          for (auto r : j.replayed_steps) a.push_back(r);
+         return a;
+       }()},
+      {"checkpoints", [&] {
+         json::array a;
+         for (const CheckpointInfo& c : j.checkpoints) a.push_back(checkpoint_object(c));
          return a;
        }()}});
 }
@@ -202,6 +233,23 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.recoveries = get_or<uint32_t>(o, "recoveries", 0);
     j.notes = get_or<std::vector<std::string>>(o, "notes", {});
     j.replayed_steps = get_or<std::vector<int64_t>>(o, "replayed_steps", {});
+    if (const auto it = o.find("checkpoints"); it != o.end() && it->value().is_array()) {
+      for (const json::value& v : it->value().as_array()) {
+        if (!v.is_object()) continue;
+        const json::object& c = v.as_object();
+        CheckpointInfo info;
+        info.step = get_or<int64_t>(c, "step", 0);
+        info.epoch = get_or<int64_t>(c, "epoch", 0);
+        info.time_ms = get_or<int64_t>(c, "time_ms", 0);
+        info.bytes = get_or<int64_t>(c, "bytes", 0);
+        info.final = get_or<bool>(c, "final", false);
+        info.train_loss = get_optional(c, "train_loss");
+        info.train_accuracy = get_optional(c, "train_accuracy");
+        info.test_loss = get_optional(c, "test_loss");
+        info.test_accuracy = get_optional(c, "test_accuracy");
+        j.checkpoints.push_back(info);
+      }
+    }
     return j;
   } catch (const std::exception&) {
     return std::nullopt;

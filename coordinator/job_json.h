@@ -25,6 +25,10 @@ std::string cluster_json(const std::vector<NodeView>& nodes);
 std::string model_json(const JobRecord& job);
 std::string model_list_json(const std::vector<JobRecord>& jobs);
 
+// A job's checkpoints (GET /v1/jobs/{id}/checkpoints): step, epoch, time, bytes, whether final,
+// the metrics at that point, and each one's href.
+std::string checkpoint_list_json(const JobRecord& job);
+
 // The ids of unfinished jobs whose spec names `dataset` (a dataset in use cannot be deleted).
 std::vector<std::string> jobs_using_dataset(const JobStore& store, const std::string& dataset);
 

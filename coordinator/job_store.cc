@@ -141,6 +141,85 @@ void JobStore::set_model(const std::string& id, std::vector<std::string> pieces)
                   true);
 }
 
+namespace {
+std::string checkpoint_prefix(const std::string& id, int64_t step) {
+  return "checkpoint/" + id + "/" + key_number(static_cast<uint64_t>(step), 16) + "/";
+}
+}  // namespace
+
+void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given, std::vector<std::string> pieces,
+                              size_t keep) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  CheckpointInfo info = given;
+  info.bytes = 0;
+  for (const std::string& piece : pieces) info.bytes += static_cast<int64_t>(piece.size());
+  std::vector<CheckpointInfo>& list = it->second.checkpoints;
+  std::erase_if(list, [&](const CheckpointInfo& c) { return c.step == info.step; });
+  list.insert(std::upper_bound(list.begin(), list.end(), info,
+                               [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step < b.step; }),
+              info);
+  // The oldest non-final checkpoints beyond `keep` go.
+  std::vector<int64_t> dropped;
+  size_t intermediate = 0;
+  for (const CheckpointInfo& c : list) intermediate += c.final ? 0 : 1;
+  for (auto c = list.begin(); c != list.end() && intermediate > keep;) {
+    if (c->final) {
+      ++c;
+      continue;
+    }
+    dropped.push_back(c->step);
+    c = list.erase(c);
+    --intermediate;
+  }
+  if (kv_ == nullptr) {
+    checkpoint_files_[{id, info.step}] = std::move(pieces);
+    for (int64_t step : dropped) checkpoint_files_.erase({id, step});
+    return;
+  }
+  // As in set_model: the pieces one by one, then the record that lists the checkpoint (synced).
+  const std::string prefix = checkpoint_prefix(id, info.step);
+  const size_t count = pieces.size();
+  for (size_t i = 0; i < count; ++i) writer_.enqueue({{prefix + padded(i), std::move(pieces[i])}}, false);
+  writer_.enqueue({{prefix + padded(count), std::nullopt}, {"job/" + id + "/record", record_to_json(it->second)}},
+                  true);
+  for (int64_t step : dropped) {
+    std::vector<KvStore::Write> deletes;
+    for (std::string& key : kv_->keys(checkpoint_prefix(id, step))) deletes.push_back({std::move(key), std::nullopt});
+    if (!deletes.empty()) writer_.enqueue(std::move(deletes), false);
+  }
+}
+
+std::optional<std::string> JobStore::read_pieces(const std::string& prefix, int64_t bytes) const {
+  std::string out, piece;
+  out.reserve(static_cast<size_t>(std::max<int64_t>(bytes, 0)));
+  for (size_t i = 0; kv_->get(prefix + padded(i), &piece).ok(); ++i) out += piece;
+  if (static_cast<int64_t>(out.size()) != bytes) return std::nullopt;
+  return out;
+}
+
+std::optional<std::string> JobStore::checkpoint_file(const std::string& id, int64_t step) const {
+  int64_t bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    const auto job = jobs_.find(id);
+    if (job == jobs_.end()) return std::nullopt;
+    const auto& list = job->second.checkpoints;
+    const auto c = std::find_if(list.begin(), list.end(), [&](const CheckpointInfo& i) { return i.step == step; });
+    if (c == list.end()) return std::nullopt;
+    bytes = c->bytes;
+    if (const auto it = checkpoint_files_.find({id, step}); it != checkpoint_files_.end()) {
+      std::string out;
+      for (const std::string& piece : it->second) out += piece;
+      return out;
+    }
+  }
+  if (kv_ == nullptr) return std::nullopt;
+  writer_.flush();
+  return read_pieces(checkpoint_prefix(id, step), bytes);
+}
+
 std::optional<JobRecord> JobStore::get(const std::string& id) const {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);

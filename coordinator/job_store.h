@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/kv_store.h"
+#include "coordinator/checkpoint_files.h"
 #include "coordinator/job_state.h"
 #include "coordinator/kv_writer.h"
 #include "coordinator/replica_store.h"
@@ -40,6 +41,18 @@ struct EpochMetric {
   uint32_t epoch = 0;  // 1-based
   double train_loss = 0, train_accuracy = 0, test_loss = 0, test_accuracy = 0, samples_per_second = 0;
   int64_t time_ms = 0;
+};
+
+// A checkpoint a user can list, download and start jobs from: a complete backup of the job's
+// parameters with the optimizer's slots, as a safetensors file in the store (checkpoints.h).
+struct CheckpointInfo {
+  int64_t step = 0;        // sync steps done (async: pushes applied by the job's workers)
+  int64_t epoch = 0;       // epochs completed at that step
+  int64_t time_ms = 0;     // when the backup was complete
+  int64_t bytes = 0;       // of the file, with the optimizer state
+  bool final = false;      // the state at the end of a job that succeeded
+  // The newest figures at that point (a step's training loss and accuracy; the last epoch's test).
+  std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
 };
 
 struct JobRecord {
@@ -63,6 +76,7 @@ struct JobRecord {
   std::vector<EpochMetric> epoch_history;
   bool has_model = false;
   int64_t model_bytes = 0;
+  std::vector<CheckpointInfo> checkpoints;  // ascending step
 
   bool finished() const { return is_finished(state); }
 };
@@ -96,6 +110,13 @@ class JobStore {
   // (encode_safetensors_pieces keeps them at most kMaxModelPieceBytes), no copy kept in memory.
   void set_model(const std::string& id, std::vector<std::string> pieces);
 
+  // A checkpoint's file (pieces as for set_model), then its entry in the record (synced), then the
+  // deletion of the oldest non-final checkpoints beyond `keep` (their entries and files). A
+  // checkpoint at a step the record has already is replaced.
+  void add_checkpoint(const std::string& id, const CheckpointInfo& info, std::vector<std::string> pieces, size_t keep);
+  // The file of the job's checkpoint at `step`, read from disk like model().
+  std::optional<std::string> checkpoint_file(const std::string& id, int64_t step) const;
+
   std::optional<JobRecord> get(const std::string& id) const;
   std::vector<JobRecord> list() const;  // in submission order, without the step history
   // The whole file, read from disk (one copy, the caller's), once every write queued before is
@@ -107,6 +128,8 @@ class JobStore {
 
   // The servers' backup replicas (on disk: replica_store.h).
   ReplicaStore& replicas() { return replicas_; }
+  // Checkpoints made from replicas, and the starting shards of jobs that start from a file.
+  CheckpointFiles& files() { return files_; }
 
   void set_nodes(std::vector<NodeView> nodes);
   std::vector<NodeView> nodes() const;
@@ -124,8 +147,14 @@ class JobStore {
   std::map<std::string, JobState> durable_state_;  // guarded by mutex_: each job's last durable state
   std::vector<NodeView> nodes_;             // guarded by mutex_
   std::map<std::string, std::vector<std::string>> models_;  // guarded by mutex_: only without kv_ (no disk)
-  // Last member: destroyed first, so its final writes' callbacks still find the members above.
+  std::map<std::pair<std::string, int64_t>, std::vector<std::string>> checkpoint_files_;  // likewise
+  // Reads the pieces under `prefix` (0, 1, ...) until one is missing; nullopt unless they add up
+  // to `bytes`.
+  std::optional<std::string> read_pieces(const std::string& prefix, int64_t bytes) const;
+  // Destroyed before the members above (after files_), so its final writes' callbacks still find them.
   mutable KvWriter writer_;  // mutable: model() flushes it
+  // After the writer: its thread (which reads files through this store) stops first.
+  CheckpointFiles files_;
 };
 
 }  // namespace pstrain

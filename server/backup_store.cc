@@ -12,69 +12,7 @@ std::string padded(uint64_t n) { return key_number(n, 16); }
 std::string prefix(const std::string& job) { return "backup/" + job + "/"; }
 std::string version_prefix(const std::string& job, uint64_t v) { return prefix(job) + padded(v) + "/"; }
 
-template <typename T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-
-template <typename T>
-bool take(const std::string& in, size_t& at, T* value) {
-  if (at + sizeof(T) > in.size()) return false;
-  std::memcpy(value, in.data() + at, sizeof(T));
-  at += sizeof(T);
-  return true;
-}
-
-bool take_floats(const std::string& in, size_t& at, uint64_t n, float* out) {
-  if (n > (in.size() - at) / sizeof(float)) return false;
-  std::memcpy(out, in.data() + at, n * sizeof(float));
-  at += n * sizeof(float);
-  return true;
-}
-
 }  // namespace
-
-// Layout: key u32, version u64, iterations i64, size u64, values, slot count u32, then per slot:
-// name length u32, name, values (size floats).
-std::string encode_snapshot(const ChunkSnapshot& c) {
-  std::string out;
-  put(out, c.key);
-  put(out, c.version);
-  put(out, c.optimizer_state.iterations);
-  put(out, static_cast<uint64_t>(c.values.size()));
-  out.append(reinterpret_cast<const char*>(c.values.data()), c.values.size() * sizeof(float));
-  put(out, static_cast<uint32_t>(c.optimizer_state.slots.size()));
-  for (const auto& slot : c.optimizer_state.slots) {
-    put(out, static_cast<uint32_t>(slot.name.size()));
-    out += slot.name;
-    out.append(reinterpret_cast<const char*>(slot.values.data()), slot.values.size() * sizeof(float));
-  }
-  return out;
-}
-
-std::optional<ChunkSnapshot> decode_snapshot(const std::string& blob) {
-  ChunkSnapshot c;
-  size_t at = 0;
-  uint64_t size = 0;
-  uint32_t slots = 0;
-  if (!take(blob, at, &c.key) || !take(blob, at, &c.version) || !take(blob, at, &c.optimizer_state.iterations) ||
-      !take(blob, at, &size)) {
-    return std::nullopt;
-  }
-  if (size > blob.size() / sizeof(float)) return std::nullopt;
-  c.values.resize(size);
-  if (!take_floats(blob, at, size, c.values.data()) || !take(blob, at, &slots) || slots > 8) return std::nullopt;
-  for (uint32_t s = 0; s < slots; ++s) {
-    uint32_t name_size = 0;
-    if (!take(blob, at, &name_size) || name_size > 64 || at + name_size > blob.size()) return std::nullopt;
-    optim::Slot slot{blob.substr(at, name_size), std::vector<float>(size)};
-    at += name_size;
-    if (!take_floats(blob, at, size, slot.values.data())) return std::nullopt;
-    c.optimizer_state.slots.push_back(std::move(slot));
-  }
-  if (at != blob.size()) return std::nullopt;
-  return c;
-}
 
 KvStatus BackupStore::write(const std::string& job, uint64_t version, const std::vector<ChunkSnapshot>& chunks) {
   std::vector<KvStore::Write> writes;

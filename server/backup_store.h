@@ -16,17 +16,12 @@
 #include <vector>
 
 #include "common/aligned.h"
+#include "common/chunk_snapshot.h"
 #include "common/kv_store.h"
 #include "common/optim/optimizer.h"
 
 namespace pstrain {
 
-struct ChunkSnapshot {
-  uint32_t key = 0;
-  uint64_t version = 0;
-  AlignedFloats values;
-  optim::OptimizerState optimizer_state;
-};
 
 class BackupStore {
  public:
@@ -72,7 +67,5 @@ class BackupStore {
   std::set<std::pair<std::string, uint64_t>> unreported_;  // (job, version) written, replica not yet read
 };
 
-std::string encode_snapshot(const ChunkSnapshot& chunk);
-std::optional<ChunkSnapshot> decode_snapshot(const std::string& blob);
 
 }  // namespace pstrain

@@ -585,7 +585,16 @@ kj::Promise<void> ParameterServerImpl::dropJob(DropJobContext context) {
     jobs_.erase(it);
     PSLOG(kInfo) << "job " << job_id << ": dropped";
   }
-  return kj::READY_NOW;
+  // The job is over (its checkpoints, if any, are the coordinator's): its backups go too, like
+  // the directory of Keras' BackupAndRestore when training ends. Queued after every backup
+  // write of the job, so none is left behind.
+  if (store_ == nullptr) return kj::READY_NOW;
+  return store_->run([job_id](BackupStore& backups) { return backups.erase_job(job_id); })
+      .then([job_id](KvStatus status) {
+        if (!status.ok()) {
+          PSLOG(kWarning) << "job " << job_id << ": could not delete its backups: " << status.message;
+        }
+      });
 }
 
 void ParameterServerImpl::retire(std::shared_ptr<Job> job) {

@@ -183,6 +183,7 @@ interface ParameterServer {
   # Async: the worker will push no more (it no longer holds back others under max_staleness).
   workerFinished @3 (jobId :Text, worker :UInt32) -> ();
 
+  # The job is over: its shard goes, and its backups (from the server's store).
   dropJob @4 (jobId :Text) -> ();
   stats @5 (jobId :Text) -> (stats :ServerStats);
 

@@ -64,6 +64,16 @@ std::optional<std::pair<uint64_t, size_t>> BackupLedger::newest_replica(size_t i
   return std::nullopt;
 }
 
+bool BackupLedger::replicas_whole(uint64_t version, size_t servers) const {
+  const auto at = replicas_.find(version);
+  if (at == replicas_.end() || servers == 0) return false;
+  for (size_t i = 0; i < servers; ++i) {
+    const auto of = at->second.find(i);
+    if (of == at->second.end() || of->second.total == 0 || of->second.received != of->second.total) return false;
+  }
+  return true;
+}
+
 std::vector<uint64_t> BackupLedger::forget_after(uint64_t version) {
   acks_.erase(acks_.upper_bound(version), acks_.end());
   std::vector<uint64_t> dropped;

@@ -41,6 +41,9 @@ class BackupLedger {
   // chunk count, or nullopt.
   std::optional<std::pair<uint64_t, size_t>> newest_replica(size_t index) const;
 
+  // Whether the replicas of the backup at `version` are whole for servers 0 .. servers - 1.
+  bool replicas_whole(uint64_t version, size_t servers) const;
+
   // A rollback to `version`: acks and replicas of later backups belong to the abandoned timeline.
   // Returns the versions of the replicas forgotten: delete their bytes.
   std::vector<uint64_t> forget_after(uint64_t version);

@@ -159,6 +159,9 @@ kj::Promise<void> JobRunner::configure_servers() {
 
 kj::Promise<void> JobRunner::configure_and_resume() {
   return job_.servers.configure_all(job_.server_config()).then([this]() -> kj::Promise<void> {
+    if (checkpointer_.starts_from_file()) {
+      return checkpointer_.start_from_file().then([this](uint64_t version) { job_.resume_version = version; });
+    }
     // (Async positions are not kept across a coordinator restart: an async job starts over.)
     const auto latest = job_.backups.latest();
     if (!latest || !job_.sync()) return kj::READY_NOW;
@@ -305,7 +308,10 @@ kj::Promise<void> JobRunner::paused(NodeId node, uint64_t cut, Position position
 void JobRunner::finish_if_done() {
   if (!job_.progress.all_finished()) return;
   job_.progress.record_partial_epochs(static_cast<uint32_t>(job_.progress.epochs().size()));
-  background_ = collect_parameters().eagerlyEvaluate([this](kj::Exception&& e) {
+  // The final checkpoint (parameters and optimizer state) first, while the servers hold the job.
+  background_ = checkpointer_.final_checkpoint(job_.progress.steps_done(job_.sync()))
+                    .then([this] { return collect_parameters(); })
+                    .eagerlyEvaluate([this](kj::Exception&& e) {
     if (e.getType() == kj::Exception::Type::DISCONNECTED && job_.state() == JobState::kRunning) {
       // A server died after the last step: like any server loss, recover (from its last backup;
       // the workers redo the steps after it) and collect again at the end.
@@ -425,7 +431,9 @@ kj::Promise<void> JobRunner::on_replica(NodeId node, uint64_t version, size_t fi
   }
   // The reply waits for the disk: a server sends its next part only then, so the coordinator
   // holds at most one part per server.
-  return job_.store.replicas().put({job_.id, version, *index}, first, std::move(chunks));
+  return job_.store.replicas().put({job_.id, version, *index}, first, std::move(chunks)).then([this, version] {
+    checkpointer_.on_replica(version);
+  });
 }
 
 kj::Promise<void> JobRunner::preempt(NodeId node) {

@@ -16,6 +16,7 @@
 //   AsyncCuts     (async_cuts.h)     async consistent cuts; a free worker replacing a lost one
 //   ServerMover   (server_move.h)    a free server takes a lost one's shard from its replica
 //   adoption      (adoption.h)       a restarted coordinator goes on from the servers' state
+//   Checkpointer  (checkpointer.h)   backups kept as checkpoints; a job started from a file
 //
 // The runner decides which procedure runs when (on_node_lost, recover, grow, preempt) and
 // applies their outcome (replan). One JobPhase says what it is doing; JobState derives from it.
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "coordinator/job/async_cuts.h"
+#include "coordinator/job/checkpointer.h"
 #include "coordinator/job/job_context.h"
 #include "coordinator/job/rollback.h"
 #include "coordinator/job/server_move.h"
@@ -134,6 +136,7 @@ class JobRunner {
   Takeover takeover_{job_};
   ServerMover mover_{job_};
   Rollback rollback_{job_, mover_, async_cuts_};
+  Checkpointer checkpointer_{job_};
 
   // Work in flight (each promise belongs to one procedure; destroyed with the runner).
   kj::Promise<void> recovery_ = nullptr;

@@ -1,0 +1,27 @@
+// One chunk of a job's parameters as a backup holds it: values, optimizer slots and update count,
+// and its binary encoding (a server's backup blob, a replica's part, a checkpoint's source).
+//
+// Thread rules: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/aligned.h"
+#include "common/optim/optimizer.h"
+
+namespace pstrain {
+
+struct ChunkSnapshot {
+  uint32_t key = 0;
+  uint64_t version = 0;
+  AlignedFloats values;
+  optim::OptimizerState optimizer_state;
+};
+
+std::string encode_snapshot(const ChunkSnapshot& chunk);
+// nullopt if the blob is not an encoded snapshot (truncated, trailing bytes, absurd sizes).
+std::optional<ChunkSnapshot> decode_snapshot(const std::string& blob);
+
+}  // namespace pstrain

@@ -1,0 +1,223 @@
+#include "coordinator/job/checkpointer.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/message_limits.h"
+#include "common/rpc/rpc_util.h"
+
+namespace pstrain {
+
+Checkpointer::Checkpointer(JobContext& job) : job_(job) {}
+
+Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
+  const uint64_t per_epoch = job_.plan ? std::max<uint64_t>(1, job_.steps_per_epoch()) : 1;
+  return {{"format", "pstrain"},
+          {"job", job_.id},
+          {"name", job_.spec.name},
+          {"spec", job_.spec_json},
+          {"dataset", job_.spec.dataset.name},
+          {"dataset_examples", job_.train ? std::to_string(job_.train->size) : ""},
+          {"epoch", std::to_string(version / per_epoch)},
+          {"step", std::to_string(version)},
+          {"final", final ? "true" : "false"}};
+}
+
+void Checkpointer::on_replica(uint64_t version) {
+  if (!job_.backups.replicas_whole(version, job_.servers.size())) return;
+  if (final_version_ && version == *final_version_) {
+    // The final one goes ahead of (and instead of) any waiting intermediate one.
+    waiting_.reset();
+    task_ = capture(version, true).then(
+        [this] {
+          capturing_ = false;
+          if (final_done_) final_done_->fulfill();
+        },
+        [this](kj::Exception&& e) {
+          capturing_ = false;
+          const std::string note = std::string("no final checkpoint: ") + e.getDescription().cStr();
+          PSLOG(kWarning) << "job " << job_.id << ": " << note;
+          job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
+          if (final_done_) final_done_->fulfill();
+        });
+    capturing_ = true;
+    return;
+  }
+  if (job_.spec.checkpoint.keep == 0) return;
+  if (!waiting_ || *waiting_ < version) waiting_ = version;
+  if (!capturing_) capture_next();
+}
+
+void Checkpointer::capture_next() {
+  if (!waiting_ || final_version_) return;
+  const uint64_t version = *waiting_;
+  waiting_.reset();
+  capturing_ = true;
+  task_ = capture(version, false)
+              .catch_([this, version](kj::Exception&& e) {
+                PSLOG(kWarning) << "job " << job_.id << ": no checkpoint at step " << version << ": "
+                                << e.getDescription().cStr();
+              })
+              .then([this] {
+                capturing_ = false;
+                capture_next();
+              })
+              .eagerlyEvaluate(nullptr);
+}
+
+kj::Promise<void> Checkpointer::capture(uint64_t version, bool final) {
+  // The metrics at this point, and the replicas, read now: their reads queue ahead of any later
+  // deletion of this version's replicas.
+  CheckpointInfo info;
+  info.step = static_cast<int64_t>(version);
+  info.epoch = job_.plan ? static_cast<int64_t>(version / std::max<uint64_t>(1, job_.steps_per_epoch())) : 0;
+  info.time_ms = now_ms();
+  info.final = final;
+  if (const auto record = job_.store.get(job_.id)) {
+    info.train_loss = record->train_loss;
+    info.train_accuracy = record->train_accuracy;
+    info.test_loss = record->test_loss;
+    info.test_accuracy = record->test_accuracy;
+  }
+  kj::Vector<kj::Promise<std::vector<std::string>>> reads;
+  for (size_t i = 0; i < job_.servers.size(); ++i) {
+    reads.add(job_.store.replicas().read({job_.id, version, i}, 0, SIZE_MAX));
+  }
+  return kj::joinPromises(reads.releaseAsArray())
+      .then([this, version, final](kj::Array<std::vector<std::string>> parts) {
+        std::vector<std::string> blobs;
+        for (auto& part : parts) {
+          for (std::string& blob : part) blobs.push_back(std::move(blob));
+        }
+        return job_.store.files().assemble(job_.layout, job_.chunks, std::move(blobs), file_metadata(version, final),
+                                           kMaxModelPieceBytes);
+      })
+      .then([this, info](std::vector<std::string> pieces) {
+        job_.store.add_checkpoint(job_.id, info, std::move(pieces), static_cast<size_t>(job_.spec.checkpoint.keep));
+        PSLOG(kInfo) << "job " << job_.id << ": " << (info.final ? "final checkpoint" : "checkpoint") << " at step "
+                     << info.step << " stored";
+      });
+}
+
+kj::Promise<void> Checkpointer::final_checkpoint(uint64_t version) {
+  final_version_ = version;
+  waiting_.reset();
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  final_done_ = kj::mv(paf.fulfiller);
+  if (job_.backups.replicas_whole(version, job_.servers.size())) {
+    on_replica(version);
+  } else {
+    // backupDone and the replica follow; on_replica() then makes the checkpoint.
+    task_ = job_.servers.backup_now(version).catch_([this](kj::Exception&& e) {
+      const std::string note = std::string("no final checkpoint: the servers' final backup failed: ") +
+                               e.getDescription().cStr();
+      PSLOG(kWarning) << "job " << job_.id << ": " << note;
+      job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
+      if (final_done_) final_done_->fulfill();
+    });
+  }
+  return job_.io.getTimer()
+      .timeoutAfter(job_.options.server_move_timeout, kj::mv(paf.promise))
+      .catch_([this](kj::Exception&& e) {
+        const std::string note = std::string("no final checkpoint: ") + e.getDescription().cStr();
+        PSLOG(kWarning) << "job " << job_.id << ": " << note;
+        job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
+      });
+}
+
+bool Checkpointer::starts_from_file() const {
+  return job_.spec.init_from.source != InitFromSpec::Source::kNone && !job_.backups.latest();
+}
+
+kj::Promise<uint64_t> Checkpointer::start_from_file() {
+  const InitFromSpec& from = job_.spec.init_from;
+  JobStore& store = job_.store;
+  std::function<std::optional<std::string>()> read;
+  std::string what;
+  if (from.source == InitFromSpec::Source::kModel) {
+    read = [&store, id = from.id] { return store.model(id); };
+    what = "model " + from.id;
+  } else {
+    const auto source = store.get(from.id);
+    KJ_REQUIRE(source.has_value(), "the job to start from does not exist", from.id);
+    std::optional<int64_t> step = from.checkpoint;
+    if (!step && !source->checkpoints.empty()) step = source->checkpoints.back().step;
+    if (step) {
+      const bool known = std::any_of(source->checkpoints.begin(), source->checkpoints.end(),
+                                     [&](const CheckpointInfo& c) { return c.step == *step; });
+      KJ_REQUIRE(known, "the job to start from has no checkpoint at that step", from.id, *step);
+      read = [&store, id = from.id, s = *step] { return store.checkpoint_file(id, s); };
+      what = "the checkpoint at step " + std::to_string(*step) + " of job " + from.id;
+    } else {
+      // No checkpoint (a job from before checkpoints): its model, parameters only.
+      KJ_REQUIRE(source->has_model, "the job to start from has neither a checkpoint nor a model", from.id);
+      read = [&store, id = from.id] { return store.model(id); };
+      what = "the model of job " + from.id;
+    }
+  }
+  const uint64_t per_epoch = job_.sync() ? job_.steps_per_epoch() : [this] {
+    uint64_t n = 0;
+    for (uint32_t w = 0; w < job_.workers.size(); ++w) n += static_cast<uint64_t>(job_.plan->steps_per_epoch(w));
+    return n;
+  }();
+  return store.files()
+      .starting_shards(std::move(read), job_.spec, job_.chunks, static_cast<uint32_t>(job_.servers.size()), per_epoch)
+      .then([this, what](StartingShards shards) {
+        const uint64_t version = shards.version;
+        kj::Vector<kj::Promise<void>> adopted;
+        for (size_t i = 0; i < shards.servers.size(); ++i) {
+          // Also a replica, as if server i had sent it: a server lost before the job's first
+          // own backup can still move to a spare.
+          std::vector<std::string>& blobs = shards.servers[i];
+          job_.backups.add_replica_part(version, i, 0, blobs.size(), blobs.size());
+          adopted.add(job_.store.replicas().put({job_.id, version, i}, 0, blobs));
+          adopted.add(adopt(i, version, std::move(blobs), 0));
+        }
+        return kj::joinPromises(adopted.releaseAsArray())
+            .then([this, version] {
+              job_.store.update(job_.id, [&](JobRecord& r) { r.generation = std::max(r.generation, job_.generation + 1); });
+              return job_.servers.restore(version, /*from_scratch=*/false, job_.generation + 1);
+            })
+            .then([this, version, what, epoch = shards.epoch] {
+              ++job_.generation;
+              job_.backups.add_complete(version);
+              const bool resume = job_.spec.init_from.optimizer_state;
+              const std::string note = "started from " + what +
+                                       (resume ? ": parameters, optimizer state and step " + std::to_string(version)
+                                               : ": parameters (fine-tune: a fresh optimizer, from step 0)");
+              PSLOG(kInfo) << "job " << job_.id << ": " << note;
+              job_.store.update(job_.id, [&](JobRecord& r) {
+                r.notes.push_back(note);
+                r.generation = std::max(r.generation, job_.generation);
+                if (job_.sync()) r.steps_done = static_cast<int64_t>(version);
+              });
+              if (!job_.sync() && resume) {
+                // Async positions are per worker: each goes on from the epoch after the last one
+                // the checkpoint completed.
+                job_.resume_positions.assign(job_.workers.size(), WorkerPosition{static_cast<uint32_t>(epoch), 0, 0});
+                return uint64_t{0};
+              }
+              return version;
+            });
+      });
+}
+
+kj::Promise<void> Checkpointer::adopt(size_t index, uint64_t version, std::vector<std::string> blobs, size_t first) {
+  // Parts of at most kMaxPartBytes, one call at a time (as a server move sends a replica).
+  const size_t total = blobs.size();
+  std::vector<std::string> part;
+  size_t bytes = 0, next = first;
+  while (next < total && (part.empty() || bytes + blobs[next].size() <= rpc::kMaxPartBytes)) {
+    bytes += blobs[next].size();
+    part.push_back(std::move(blobs[next]));
+    ++next;
+  }
+  if (part.empty()) return kj::READY_NOW;
+  auto sent = job_.servers.adopt_backup(index, version, part, first, total);
+  return sent.then([this, index, version, blobs = std::move(blobs), next, total]() mutable -> kj::Promise<void> {
+    if (next == total) return kj::READY_NOW;
+    return adopt(index, version, std::move(blobs), next);
+  });
+}
+
+}  // namespace pstrain

@@ -1,0 +1,58 @@
+// Checkpoints (DESIGN-NOTES "Checkpoints"): the job's backups turned into files a user can list,
+// download, evaluate and start other jobs from, and the start of a job from such a file.
+//
+// - A backup whose replicas are whole on every server (the coordinator then holds the job's whole
+//   state at that step: parameters, optimizer slots, update count) becomes a checkpoint when the
+//   spec keeps any (`checkpoint.keep`); the JobStore keeps the newest `keep` of them. One is made
+//   at a time; a backup completed meanwhile waits, and only the newest waiting one is made.
+// - At the end of a job, every server backs up its final state (unless the last backup is at the
+//   last step already) and that becomes the final checkpoint, kept whatever `keep` says.
+// - A job with `init_from` starts from a file (a checkpoint of another job, or a model): the file
+//   is cut into the new job's shards (CheckpointFiles), each server adopts its own as a backup at
+//   the starting step (0 for a fine-tune, the checkpoint's step to resume), all restore it, and
+//   the ledger and the replica store hold it like any backup, so a recovery before the job's
+//   first own backup goes back to it rather than to freshly initialised parameters.
+//
+// Thread rules: event-loop thread only. Refers to the job's JobContext, which outlives it.
+#pragma once
+
+#include <kj/async.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "coordinator/job/job_context.h"
+
+namespace pstrain {
+
+class Checkpointer {
+ public:
+  explicit Checkpointer(JobContext& job);
+
+  // The replicas of the backup at `version` may have become whole (called after each part).
+  void on_replica(uint64_t version);
+  // The final checkpoint at `version` (the job's last step): resolves once it is stored, or once
+  // it could not be made (a note on the job says why; the job still succeeds).
+  kj::Promise<void> final_checkpoint(uint64_t version);
+  // Whether the job starts from a file and has not started yet (no backup of its own).
+  bool starts_from_file() const;
+  // Cuts the file into the servers' shards, has each server adopt its own and every server
+  // restore it; resolves with the starting version. Fails with the reason (the job fails).
+  kj::Promise<uint64_t> start_from_file();
+
+ private:
+  // Reads every server's replica of `version` and stores it as a checkpoint.
+  kj::Promise<void> capture(uint64_t version, bool final);
+  void capture_next();
+  kj::Promise<void> adopt(size_t index, uint64_t version, std::vector<std::string> blobs, size_t first);
+  Metadata file_metadata(uint64_t version, bool final) const;
+
+  JobContext& job_;
+  bool capturing_ = false;
+  std::optional<uint64_t> waiting_;  // the newest backup to capture next
+  std::optional<uint64_t> final_version_;
+  kj::Own<kj::PromiseFulfiller<void>> final_done_;
+  kj::Promise<void> task_ = nullptr;
+};
+
+}  // namespace pstrain
