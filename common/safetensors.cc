@@ -169,12 +169,16 @@ ParsedFile parse(std::string_view file) {
       elements *= static_cast<uint64_t>(d.as_int64());
       if (elements > (uint64_t{1} << 40)) throw ModelFileError(name, "tensor '" + name + "' is absurdly large");
     }
+    // Offsets are whole numbers of bytes: a fraction or a negative number is malformed (and
+    // to_number would throw something else than a ModelFileError for them).
     const json::array& o = offsets->as_array();
-    if (!o[0].is_number() || !o[1].is_number() || o[0].to_number<double>() < 0 || o[1].to_number<double>() < 0) {
+    const auto offset = [&](const json::value& v) -> size_t {
+      if (v.is_uint64()) return v.as_uint64();
+      if (v.is_int64() && v.as_int64() >= 0) return static_cast<size_t>(v.as_int64());
       throw ModelFileError(name, "tensor '" + name + "' has malformed data_offsets");
-    }
-    s.begin = o[0].to_number<size_t>();
-    s.end = o[1].to_number<size_t>();
+    };
+    s.begin = offset(o[0]);
+    s.end = offset(o[1]);
     if (s.begin > s.end || s.end > out.data.size() || s.end - s.begin != elements * element) {
       throw ModelFileError(name, "tensor '" + name + "': data_offsets [" + std::to_string(s.begin) + ", " +
                                      std::to_string(s.end) + "] do not hold its " + std::to_string(elements) + " " +

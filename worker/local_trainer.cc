@@ -44,6 +44,42 @@ Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, con
   return {loss / split.size, static_cast<double>(correct) / split.size};
 }
 
+// Throws Error unless `initial` fits: its parameters the layout's size, its optimizer slots those
+// of `fresh` (the spec's optimizer's), its step inside the run.
+void check_initial_state(const InitialState& initial, const optim::OptimizerState& fresh, size_t params,
+                         uint32_t examples, int64_t total_steps, int64_t steps_per_epoch) {
+  if (initial.params.size() != params) {
+    throw Error("the initial parameters are " + std::to_string(initial.params.size()) + " floats; the model has " +
+                std::to_string(params));
+  }
+  if (initial.optimizer) {
+    const auto& slots = initial.optimizer->slots;
+    bool fits = slots.size() == fresh.slots.size();
+    for (size_t i = 0; fits && i < slots.size(); ++i) {
+      fits = slots[i].name == fresh.slots[i].name && slots[i].values.size() == params;
+    }
+    if (!fits) {
+      std::string want, have;
+      for (const optim::Slot& s : fresh.slots) want += (want.empty() ? "" : ", ") + s.name;
+      for (const optim::Slot& s : slots) have += (have.empty() ? "" : ", ") + s.name;
+      throw Error("the initial optimizer state has slots [" + have + "]; the spec's optimizer has [" + want +
+                  "] over " + std::to_string(params) + " parameters");
+    }
+  }
+  if (initial.dataset_examples >= 0 && initial.dataset_examples != examples) {
+    throw Error("the initial state was trained on " + std::to_string(initial.dataset_examples) +
+                " training examples; this dataset has " + std::to_string(examples) +
+                " (another data order: it cannot be resumed on)");
+  }
+  if (initial.step < 0) throw Error("the initial step is negative");
+  if (initial.step >= total_steps) {
+    throw Error("nothing to train: the initial state is at step " + std::to_string(initial.step) + " (epoch " +
+                std::to_string(initial.step / steps_per_epoch) + ") and the spec's training ends at step " +
+                std::to_string(total_steps) + " (" + std::to_string(total_steps / steps_per_epoch) +
+                " epochs of " + std::to_string(steps_per_epoch) + " steps); training.epochs is the total");
+  }
+}
+
 }  // namespace
 
 TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& options) {
@@ -61,24 +97,40 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
   if (options.servers > 0) group_first_layer_by_server(model, plan_chunks(layout, options.servers), options.servers);
   TrainingResult result;
   result.params.resize(layout.total_size());
-  glorot_uniform_init(layout, spec.model.seed, result.params.data());
   AlignedFloats grads(layout.total_size());
   const auto optimizer = optim::make_optimizer(spec.optimizer);
-  optim::OptimizerState state = optimizer->make_state(layout.total_size());
+  optim::OptimizerState& state = result.optimizer;
+  state = optimizer->make_state(layout.total_size());
 
   AlignedFloats inputs(static_cast<size_t>(model.input_size() * batch));
   std::vector<int32_t> labels(static_cast<size_t>(batch));
   const int64_t steps_per_epoch = (train.size + batch - 1) / batch;
+  const int64_t total_steps = steps_per_epoch * spec.training.epochs;
 
-  for (int64_t epoch = 0; epoch < spec.training.epochs; ++epoch) {
+  int64_t global_step = 0;
+  if (options.initial == nullptr) {
+    glorot_uniform_init(layout, spec.model.seed, result.params.data());
+  } else {
+    check_initial_state(*options.initial, state, layout.total_size(), train.size, total_steps, steps_per_epoch);
+    std::copy(options.initial->params.begin(), options.initial->params.end(), result.params.begin());
+    if (options.initial->optimizer) state = *options.initial->optimizer;
+    global_step = options.initial->step;
+  }
+  const int64_t end_step =
+      options.max_steps >= 0 ? std::min(total_steps, global_step + options.max_steps) : total_steps;
+  const auto checkpoint = [&](bool final) {
+    options.on_checkpoint({global_step, steps_per_epoch, static_cast<int64_t>(train.size), final,
+                           std::span<const float>(result.params.data(), result.params.size()), &state});
+  };
+
+  for (int64_t epoch = global_step / steps_per_epoch; epoch < spec.training.epochs && global_step < end_step; ++epoch) {
     const std::vector<uint32_t> order = epoch_order(train.size, spec.dataset.shuffle_seed, static_cast<uint32_t>(epoch));
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     double train_seconds = 0;
     auto last_progress = Clock::now();
-    int64_t step = 0;
-    for (; step < steps_per_epoch; ++step) {
-      if (options.max_steps >= 0 && result.steps >= options.max_steps) break;
+    int64_t step = global_step - epoch * steps_per_epoch;
+    for (; step < steps_per_epoch && global_step < end_step; ++step) {
       const auto step_start = Clock::now();
       const int64_t first = step * batch;
       const int64_t n = std::min<int64_t>(batch, train.size - first);
@@ -95,10 +147,15 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
       correct += r.correct;
       seen += n;
       ++result.steps;
+      ++global_step;
       if (options.on_progress && seconds_since(last_progress) >= 1.0) {
         last_progress = Clock::now();
-        options.on_progress({epoch + 1, step + 1, steps_per_epoch, result.steps, loss_sum / seen,
+        options.on_progress({epoch + 1, step + 1, steps_per_epoch, global_step, loss_sum / seen,
                              static_cast<double>(correct) / seen, seen / train_seconds});
+      }
+      if (options.on_checkpoint && options.checkpoint_every > 0 && global_step % options.checkpoint_every == 0 &&
+          global_step < end_step) {
+        checkpoint(false);
       }
     }
     if (seen == 0) break;
@@ -113,8 +170,9 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
     report.test_accuracy = eval.accuracy;
     result.epochs.push_back(report);
     if (options.on_epoch) options.on_epoch(report);
-    if (step < steps_per_epoch) break;  // max_steps reached inside the epoch
   }
+  result.final_step = global_step;
+  if (options.on_checkpoint && result.steps > 0) checkpoint(true);
   return result;
 }
 

@@ -5,18 +5,29 @@
 // global_batch_size examples of the epoch's seeded order, computes the gradient of the summed
 // loss, scales it by the step's example count, adds the L2 term and applies the optimizer.
 //
+// Resume and fine-tune (the same semantics as a job's init_from, common/job_spec.h): training may
+// start from given parameters, with the optimizer's slots and update count and a global step S
+// (resume: training.epochs is the total, as Keras' fit(epochs, initial_epoch); the run goes on at
+// epoch S / steps_per_epoch, step S % steps_per_epoch, with the data order an uninterrupted run
+// has there, so that it ends bit for bit where the uninterrupted run does), or with a fresh
+// optimizer at step 0 (fine-tune). Checkpoints hand the state out every N global steps and at the
+// end, by reference: the step loop copies nothing for them.
+//
 // Thread rules: one thread drives a LocalTrainer; Eigen may use more threads inside products
 // (set with Eigen::setNbThreads by the caller).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/aligned.h"
 #include "common/dataset.h"
 #include "common/job_spec.h"
+#include "common/optim/optimizer.h"
 
 namespace pstrain {
 
@@ -33,6 +44,30 @@ struct ProgressReport {
   double running_loss = 0, running_accuracy = 0, samples_per_second = 0;
 };
 
+// Where training starts when not from the spec's seeded initialisation.
+struct InitialState {
+  std::vector<float> params;  // laid out by make_param_layout(spec.model)
+  // Resume: the optimizer's slots (the spec's optimizer's make_state names, in order, each over
+  // the whole layout) and update count. nullopt: a fresh optimizer (fine-tune).
+  std::optional<optim::OptimizerState> optimizer;
+  // Global steps (global batches) already applied; training goes on from here. Must be below the
+  // spec's total steps (epochs x steps per epoch): otherwise train_locally throws "nothing to train".
+  int64_t step = 0;
+  // When >= 0: the training split's size the state was trained on; another size (and so another
+  // data order) is an error.
+  int64_t dataset_examples = -1;
+};
+
+// The state handed to on_checkpoint, valid during the call only.
+struct TrainerCheckpoint {
+  int64_t step = 0;             // global steps applied
+  int64_t steps_per_epoch = 0;  // step / steps_per_epoch: epochs completed
+  int64_t dataset_examples = 0; // the training split's size
+  bool final = false;           // the end of this run (every epoch, or max_steps)
+  std::span<const float> params;
+  const optim::OptimizerState* optimizer = nullptr;
+};
+
 struct LocalTrainerOptions {
   std::string data_dir;
   // Where the splits come from. Empty: data_dir's built-in datasets and dataset directories
@@ -45,18 +80,28 @@ struct LocalTrainerOptions {
   // servers do (its kernel rows grouped by server, worker/first_layer_groups.h), so that results
   // equal such a sync cluster's bit for bit. 0: one product (slightly faster).
   uint32_t servers = 0;
-  int64_t max_steps = -1;  // stop after this many steps in total (-1: run every epoch)
+  int64_t max_steps = -1;  // stop after this many steps of this run (-1: run every epoch)
+  // nullptr: the spec's initialisation, a fresh optimizer, step 0.
+  const InitialState* initial = nullptr;
+  // Called every checkpoint_every global steps (when > 0; counted from step 0, not from this
+  // run's start) and once at the end of the run with final = true (also when the end falls on a
+  // multiple: one call). Exceptions it throws stop training.
+  int64_t checkpoint_every = 0;
+  std::function<void(const TrainerCheckpoint&)> on_checkpoint;
   std::function<void(const ProgressReport&)> on_progress;  // called about once a second
   std::function<void(const EpochReport&)> on_epoch;
 };
 
 struct TrainingResult {
-  std::vector<EpochReport> epochs;
-  int64_t steps = 0;
+  std::vector<EpochReport> epochs;  // the epochs this run trained in (a resumed epoch: its steps here)
+  int64_t steps = 0;                // steps of this run
+  int64_t final_step = 0;           // global steps applied at the end (start step + steps)
   AlignedFloats params;  // final parameters, laid out by make_param_layout(spec.model)
+  optim::OptimizerState optimizer;  // final optimizer state
 };
 
-// Loads the datasets and trains. Throws DataError / SpecError for missing data or a bad spec.
+// Loads the datasets and trains. Throws DataError / SpecError for missing data or a bad spec,
+// Error for an initial state that does not fit (size, optimizer slots, step past the end).
 TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& options);
 
 }  // namespace pstrain

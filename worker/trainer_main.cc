@@ -1,6 +1,8 @@
 // pstrain-train: trains a job spec in one process and prints per-epoch metrics.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <span>
@@ -15,6 +17,8 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/model_eval.h"
+#include "common/model_spec.h"
+#include "common/optim/optimizer.h"
 #include "common/safetensors.h"
 #include "worker/local_trainer.h"
 
@@ -32,6 +36,96 @@ std::pair<std::string, pstrain::JobSpec> read_model_file(const std::string& path
   }
   JobSpec spec = parse_accepted_job_spec(metadata->at("spec"));
   return {std::move(file), std::move(spec)};
+}
+
+std::string read_binary_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw pstrain::Error(path + ": is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw pstrain::Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+int64_t metadata_int(const std::map<std::string, std::string>& metadata, const std::string& key,
+                     const std::string& path) {
+  const auto it = metadata.find(key);
+  if (it == metadata.end()) throw pstrain::Error(path + ": no '" + key + "' in its __metadata__: not a pstrain checkpoint");
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(it->second, &used);
+    if (used == it->second.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw pstrain::Error(path + ": __metadata__." + key + " is not a count: '" + it->second + "'");
+}
+
+// --init-from FILE (fine-tune: its parameters, a fresh optimizer, step 0) or --resume-from FILE
+// (its parameters, the spec's optimizer's slots and update count, and its step), read against the
+// spec's model. Errors name the file and the tensor at fault.
+pstrain::InitialState read_initial_state(const std::string& path, const pstrain::JobSpec& spec, bool resume) {
+  using namespace pstrain;
+  const std::string file = read_binary_file(path);
+  const ParamLayout layout = make_param_layout(spec.model);
+  const optim::OptimizerState fresh = optim::make_optimizer(spec.optimizer)->make_state(0);
+  std::vector<std::string> slots;
+  for (const optim::Slot& slot : fresh.slots) slots.push_back(slot.name);
+  ModelState model;
+  try {
+    model = decode_model_state(layout, file, resume ? slots : std::vector<std::string>{});
+  } catch (const ModelFileError& e) {
+    throw Error(path + ": " + e.what());
+  }
+  InitialState initial;
+  initial.params = std::move(model.params);
+  if (!resume) return initial;
+  initial.step = metadata_int(model.metadata, "step", path);
+  if (model.metadata.count("dataset_examples") != 0) {
+    initial.dataset_examples = metadata_int(model.metadata, "dataset_examples", path);
+  }
+  if (!slots.empty() && !model.optimizer) {
+    std::string names;
+    for (const std::string& slot : slots) names += (names.empty() ? "" : ", ") + optimizer_tensor_name(slot, "*");
+    throw Error(path + ": no optimizer state for the spec's optimizer (" + names +
+                "): it cannot be resumed from; --init-from fine-tunes from its parameters");
+  }
+  if (model.optimizer) {
+    initial.optimizer = std::move(model.optimizer);
+  } else {  // an optimizer without slots (plain SGD): only the update count
+    initial.optimizer = fresh;
+    initial.optimizer->iterations = model.metadata.count("optimizer_iterations") != 0
+                                        ? metadata_int(model.metadata, "optimizer_iterations", path)
+                                        : initial.step;
+  }
+  return initial;
+}
+
+// Writes `bytes` to `path` whole or not at all (a temporary file renamed over it).
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw pstrain::Error(temporary + ": cannot write (" + std::strerror(errno) + ")");
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) throw pstrain::Error(path + ": cannot rename " + temporary + " to it: " + ec.message());
+}
+
+// A checkpoint file: parameters, optimizer slots and the metadata a cluster's model carries.
+std::string checkpoint_file(const pstrain::JobSpec& spec, const pstrain::ParamLayout& layout,
+                            const pstrain::TrainerCheckpoint& c) {
+  using namespace pstrain;
+  return encode_safetensors(layout, c.params,
+                            {{"format", "pstrain"},
+                             {"name", spec.name},
+                             {"spec", job_spec_to_json(spec)},
+                             {"dataset", spec.dataset.name},
+                             {"dataset_examples", std::to_string(c.dataset_examples)},
+                             {"epoch", std::to_string(c.step / c.steps_per_epoch)},
+                             {"step", std::to_string(c.step)}},
+                            c.optimizer);
 }
 
 // --predict FILE --inputs X.npy: the REST predict answer, offline.
@@ -109,6 +203,18 @@ int main(int argc, char** argv) {
             "per server's kernel rows), to compare with a sync cluster bit for bit; 0: one product.");
   flags.add("max-steps", "", "-1", "Stop after this many steps (-1: train every epoch).");
   flags.add("save-params", "", "", "Write the final parameters here (raw little-endian float32).");
+  flags.add("init-from", "", "",
+            "Fine-tune: start from this model or checkpoint file's parameters (safetensors, matched to the spec's\n"
+            "      model by name and shape), with a fresh optimizer, at step 0.");
+  flags.add("resume-from", "", "",
+            "Resume: go on from this checkpoint (parameters, the spec's optimizer's slots and update count, and its\n"
+            "      'step'): training.epochs is the total, so a run of 2 epochs resumed with epochs 3 trains one more\n"
+            "      and ends bit for bit where an uninterrupted 3-epoch run does.");
+  flags.add("checkpoint-every", "", "0",
+            "Every N global steps (counted from step 0), write --checkpoint-dir/step-<S>.safetensors (parameters,\n"
+            "      optimizer slots as optimizer.<slot>.<param>, metadata: spec, dataset, epoch, step), and at the end\n"
+            "      of the run final.safetensors; 0: no checkpoints.");
+  flags.add("checkpoint-dir", "", "checkpoints", "Where --checkpoint-every writes (created if missing).");
   flags.add("evaluate", "", "",
             "Instead of training: evaluate this model file (a job's safetensors, which carries its spec) on\n"
             "      --dataset's --split and print EVALUATION {json} (the figures of POST /v1/jobs/{id}/evaluate).");
@@ -136,6 +242,32 @@ int main(int argc, char** argv) {
     options.replicas = parallelism == "batch" ? static_cast<int>(threads) : 1;
     options.servers = static_cast<uint32_t>(flags.get_int("servers", 0, 1024));
     options.max_steps = flags.get_int("max-steps", -1, int64_t{1} << 40);
+    const std::string init_from = flags.get("init-from"), resume_from = flags.get("resume-from");
+    if (!init_from.empty() && !resume_from.empty()) throw Error("--init-from and --resume-from exclude each other");
+    InitialState initial;
+    if (!init_from.empty() || !resume_from.empty()) {
+      const bool resume = !resume_from.empty();
+      initial = read_initial_state(resume ? resume_from : init_from, spec, resume);
+      options.initial = &initial;
+      PSLOG(kInfo) << (resume ? "resuming from " + resume_from + " at step " + std::to_string(initial.step)
+                              : "fine-tuning from " + init_from);
+    }
+    options.checkpoint_every = flags.get_int("checkpoint-every", 0, int64_t{1} << 40);
+    const std::string checkpoint_dir = flags.get("checkpoint-dir");
+    const ParamLayout layout = make_param_layout(spec.model);
+    if (options.checkpoint_every > 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(checkpoint_dir, ec);
+      if (ec) throw Error(checkpoint_dir + ": cannot create the checkpoint directory: " + ec.message());
+      options.on_checkpoint = [&](const TrainerCheckpoint& c) {
+        const std::string bytes = checkpoint_file(spec, layout, c);
+        if (c.step % options.checkpoint_every == 0) {
+          write_file_atomically(checkpoint_dir + "/step-" + std::to_string(c.step) + ".safetensors", bytes);
+        }
+        if (c.final) write_file_atomically(checkpoint_dir + "/final.safetensors", bytes);
+        PSLOG(kInfo) << "checkpoint at step " << c.step << (c.final ? " (final)" : "") << " in " << checkpoint_dir;
+      };
+    }
     options.on_progress = [](const ProgressReport& p) {
       PSLOG(kInfo) << "epoch " << p.epoch << " step " << p.step_in_epoch << "/" << p.steps_per_epoch << " loss "
                    << p.running_loss << " accuracy " << p.running_accuracy << " " << static_cast<int64_t>(p.samples_per_second)
@@ -160,9 +292,10 @@ int main(int argc, char** argv) {
     }
     const double final_accuracy = result.epochs.empty() ? 0.0 : result.epochs.back().test_accuracy;
     std::printf("final test accuracy: %.4f\n", final_accuracy);
-    std::printf("RESULT {\"steps\": %lld, \"threads\": %lld, \"samples_per_second\": %.1f, \"test_accuracy\": [%s], "
+    std::printf("RESULT {\"steps\": %lld, \"final_step\": %lld, \"threads\": %lld, \"samples_per_second\": %.1f, \"test_accuracy\": [%s], "
                 "\"final_test_accuracy\": %.4f}\n",
-                static_cast<long long>(result.steps), static_cast<long long>(threads),
+                static_cast<long long>(result.steps), static_cast<long long>(result.final_step),
+                static_cast<long long>(threads),
                 total_seconds > 0 ? total_samples / total_seconds : 0.0, accuracies.str().c_str(), final_accuracy);
     return 0;
   } catch (const std::exception& e) {
