@@ -124,10 +124,79 @@ void ModelService::evaluate(const std::string& id, std::string body, Done done) 
   });
 }
 
-std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& id, std::optional<ServiceError>* err,
-                                                         bool as_job) {
+void ModelService::checkpoint(const std::string& id, const std::string& step, bool optimizer, Done done) {
+  thread_.post([this, id, step, optimizer, done = std::move(done)] {
+    Result r;
+    try {
+      r = checkpoint_now(id, step, optimizer);
+    } catch (const std::exception& e) {
+      r = failed(service_error(500, "internal", e.what()));
+    }
+    done(std::move(r));
+  });
+}
+
+std::optional<int64_t> ModelService::checkpoint_step(const JobRecord& job, const std::string& text,
+                                                     const std::string& field, std::optional<ServiceError>* err) const {
+  std::string steps;
+  for (const CheckpointInfo& c : job.checkpoints) steps += (steps.empty() ? "" : ", ") + std::to_string(c.step);
+  if (text == "latest") {
+    if (job.checkpoints.empty()) {
+      *err = service_error(404, "checkpoint-not-found", "job '" + job.id + "' has no checkpoint (it is " +
+                                                            job_state_name(job.state) + ")", field);
+      return std::nullopt;
+    }
+    return job.checkpoints.back().step;
+  }
+  int64_t step = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  if (ec != std::errc() || end != text.data() + text.size() || step < 0) {
+    *err = service_error(422, "invalid-checkpoint", field + " must be a step (a non-negative integer) or \"latest\", not '" + text + "'", field);
+    return std::nullopt;
+  }
+  for (const CheckpointInfo& c : job.checkpoints) {
+    if (c.step == step) return step;
+  }
+  *err = service_error(404, "checkpoint-not-found", "job '" + job.id + "' has no checkpoint at step " + text +
+                                                        " (it has: " + (steps.empty() ? "none" : steps) + ")", field);
+  return std::nullopt;
+}
+
+ModelService::Result ModelService::checkpoint_now(const std::string& id, const std::string& step_text, bool optimizer) {
+  const std::optional<JobRecord> job = store_.get(id);
+  if (!job) return failed(service_error(404, "job-not-found", "there is no job '" + id + "'"));
+  std::optional<ServiceError> err;
+  const auto step = checkpoint_step(*job, step_text, "step", &err);
+  if (!step) return failed(*err);
+  std::optional<std::string> file = store_.checkpoint_file(id, *step);
+  if (!file) return failed(service_error(500, "checkpoint-missing", "the stored checkpoint of '" + id + "' at step " +
+                                                                      std::to_string(*step) + " is unreadable"));
+  Result r;
+  r.content_type = "application/octet-stream";
+  r.filename = id + "-step-" + std::to_string(*step) + (optimizer ? "-with-optimizer" : "") + ".safetensors";
+  if (optimizer) {
+    r.json = std::move(*file);
+    return r;
+  }
+  // Parameters only: the same file without the optimizer's tensors.
+  const JobSpec spec = parse_accepted_job_spec(job->spec_json);
+  const ParamLayout layout = make_param_layout(spec.model);
+  ModelState state = decode_model_state(layout, *file);
+  file.reset();
+  Metadata metadata;
+  for (const auto& [k, v] : state.metadata) {
+    if (k != "optimizer_iterations") metadata.emplace_back(k, v);
+  }
+  r.json = encode_safetensors(layout, state.params, metadata);
+  return r;
+}
+
+std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& given_id, std::optional<ServiceError>* err,
+                                                         bool as_job, std::optional<int64_t> step) {
+  // A checkpoint is cached under "<job>@<step>".
+  const std::string id = given_id, key = step ? given_id + "@" + std::to_string(*step) : given_id;
   for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-    if ((*it)->id == id) {
+    if ((*it)->id == key) {
       cache_.splice(cache_.begin(), cache_, it);
       return cache_.front();
     }
@@ -138,18 +207,18 @@ std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& id, 
                   : service_error(404, "model-not-found", "there is no model '" + id + "' (a model's id is its job's id)");
     return nullptr;
   }
-  if (!job->has_model) {
+  if (!job->has_model && !step) {
     *err = service_error(409, "model-not-ready", "job '" + id + "' is " + job_state_name(job->state) +
                                              "; its model is available once it has SUCCEEDED");
     return nullptr;
   }
-  const std::optional<std::string> file = store_.model(id);
+  const std::optional<std::string> file = step ? store_.checkpoint_file(id, *step) : store_.model(id);
   if (!file) {
     *err = service_error(500, "model-missing", "the stored model of '" + id + "' is unreadable");
     return nullptr;
   }
   auto loaded = std::make_shared<Loaded>();
-  loaded->id = id;
+  loaded->id = key;
   loaded->spec = parse_accepted_job_spec(job->spec_json);
   loaded->model = std::make_unique<nn::Model<float>>(loaded->spec.model, kBatch);
   std::optional<std::vector<float>> params = decode_safetensors(loaded->model->layout(), *file);
@@ -238,10 +307,10 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
 
 ModelService::Result ModelService::evaluate_now(const std::string& id, const std::string& body) {
   std::optional<ServiceError> err;
-  const std::shared_ptr<Loaded> m = load(id, &err, true);
-  if (!m) return failed(*err);
-  std::string dataset = m->spec.dataset.name;
+  std::string dataset;
   SplitKind kind = SplitKind::kTest;
+  std::string checkpoint = "latest";
+  bool checkpoint_given = false;
   if (!body.empty()) {
     boost::system::error_code ec;
     const json::value root = json::parse(body, ec);
@@ -256,17 +325,34 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
         if (v != "test" && v != "train") return failed(service_error(422, "invalid-evaluation", "/split must be \"test\" or \"train\"", "/split"));
         kind = v == "train" ? SplitKind::kTrain : SplitKind::kTest;
       } else if (key == "checkpoint") {
-        if (v != "latest") {
-          return failed(service_error(422, "invalid-evaluation",
-                              "/checkpoint: only \"latest\" (the final model) can be evaluated; earlier checkpoints are not kept",
-                              "/checkpoint"));
+        if (v.is_string()) {
+          checkpoint = std::string(v.as_string());
+        } else if (v.is_int64() && v.as_int64() >= 0) {
+          checkpoint = std::to_string(v.as_int64());
+        } else {
+          return failed(service_error(422, "invalid-evaluation", "/checkpoint must be a step or \"latest\"", "/checkpoint"));
         }
+        checkpoint_given = true;
       } else {
         return failed(service_error(422, "invalid-evaluation", "/" + key + " is not a known field (known: dataset, split, checkpoint)",
                             "/" + key));
       }
     }
   }
+  // "latest" without a body field: the final model; a step (or "latest" asked for): the job's
+  // checkpoint (for a job that succeeded, "latest" is its final checkpoint: the same parameters).
+  std::optional<int64_t> step;
+  if (checkpoint_given) {
+    const std::optional<JobRecord> job = store_.get(id);
+    if (!job) return failed(service_error(404, "job-not-found", "there is no job '" + id + "'"));
+    if (checkpoint != "latest" || !job->has_model) {
+      step = checkpoint_step(*job, checkpoint, "/checkpoint", &err);
+      if (!step) return failed(*err);
+    }
+  }
+  const std::shared_ptr<Loaded> m = load(id, &err, true, step);
+  if (!m) return failed(*err);
+  if (dataset.empty()) dataset = m->spec.dataset.name;
   std::string why;
   const std::optional<DatasetInfo> info = catalog_.info(dataset, &why);
   if (!info) return failed(service_error(422, "invalid-evaluation", "/dataset " + why, "/dataset"));
@@ -283,7 +369,8 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
   const Evaluation evaluation = evaluate_model(*m->model, m->params.data(), split);
   const std::string extra = "\"model\":" + to_json_text(json::value(id)) + ",\"dataset\":" +
                             to_json_text(json::value(dataset)) + ",\"split\":\"" +
-                            (kind == SplitKind::kTest ? "test" : "train") + "\",\"checkpoint\":\"latest\",";
+                            (kind == SplitKind::kTest ? "test" : "train") + "\",\"checkpoint\":" +
+                            (step ? std::to_string(*step) : std::string("\"latest\"")) + ",";
   Result r;
   r.json = evaluation_json(evaluation, extra);
   return r;

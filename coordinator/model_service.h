@@ -45,6 +45,8 @@ class ModelService {
   struct Result {
     std::optional<ServiceError> error;
     std::string json;  // the answer's body when there is no error
+    std::string content_type = "application/json";
+    std::string filename;  // set for a file to download (Content-Disposition)
   };
   using Done = std::function<void(Result)>;
 
@@ -58,6 +60,11 @@ class ModelService {
   // class, columns: predicted)}.
   void evaluate(const std::string& id, std::string body, Done done);
 
+  // GET /v1/jobs/{id}/checkpoints/{step}: the checkpoint's safetensors file, with the optimizer's
+  // slots and update count (`optimizer`) or parameters only (re-encoded without them). `step`
+  // is the path segment as sent (a number, or "latest").
+  void checkpoint(const std::string& id, const std::string& step, bool optimizer, Done done);
+
   // Returns once everything posted before the call has run (tests).
   void wait_idle();
 
@@ -65,7 +72,13 @@ class ModelService {
   struct Loaded;
   // The model of job `id`, from the cache or the store (service thread only).
   // `as_job`: name a missing one as a job (job-not-found) rather than a model.
-  std::shared_ptr<Loaded> load(const std::string& id, std::optional<ServiceError>* error, bool as_job = false);
+  // With `step`: the parameters of the job's checkpoint at that step instead of its model.
+  std::shared_ptr<Loaded> load(const std::string& id, std::optional<ServiceError>* error, bool as_job = false,
+                               std::optional<int64_t> step = std::nullopt);
+  // The step of the job's checkpoint named `text` ("latest" or a number), or an error.
+  std::optional<int64_t> checkpoint_step(const JobRecord& job, const std::string& text, const std::string& field,
+                                         std::optional<ServiceError>* error) const;
+  Result checkpoint_now(const std::string& id, const std::string& step, bool optimizer);
   Result predict_now(const std::string& id, const std::string& body);
   Result evaluate_now(const std::string& id, const std::string& body);
 

@@ -11,6 +11,7 @@
 #include "common/json_text.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_json.h"
+#include "coordinator/init_from_check.h"
 #include "coordinator/model_service.h"
 
 namespace pstrain {
@@ -291,6 +292,17 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
           return problem(400, "bad-request", "Bad request", "the request did not reach the model service");
         });
       }
+      if (p.size() == 4 && p[3] == "checkpoints") {
+        return only("GET", "/v1/jobs/{id}/checkpoints", [&] {
+          const auto job = store_.get(id);
+          return job ? json_response(200, checkpoint_list_json(*job)) : not_found();
+        });
+      }
+      if (p.size() == 5 && p[3] == "checkpoints" && models_ != nullptr) {
+        return only("GET", "/v1/jobs/{id}/checkpoints/{step}", [&] {  // a GET was answered by async_route
+          return problem(400, "bad-request", "Bad request", "the request did not reach the model service");
+        });
+      }
       if (p.size() == 4 && p[3] == "model") {
         return only("GET", "/v1/jobs/{id}/model", [&] {
           const auto job = store_.get(id);
@@ -356,6 +368,7 @@ HttpResponse RestApi::submit(const HttpRequest& request) {
   JobSpec spec;
   try {
     spec = parse_job_spec(request.body);
+    check_init_from(spec, store_);
   } catch (const SpecError& e) {
     if (e.kind() == SpecError::Kind::kMalformed) {
       return problem(400, "malformed-json", "Malformed JSON", e.detail());
@@ -527,6 +540,33 @@ bool RestApi::async_route(const HttpRequest& request, const Responder& respond) 
     count(label, r.status);
     respond(std::move(r));
   };
+  if (models_ != nullptr && (request.method == "GET" || request.method == "HEAD") && p.size() == 5 && p[0] == "v1" &&
+      p[1] == "jobs" && p[3] == "checkpoints") {
+    const std::string label = "/v1/jobs/{id}/checkpoints/{step}";
+    bool optimizer = false;
+    for (const auto& [key, value] : query_params(request.target)) {
+      if (key != "optimizer") {
+        answer(label, problem(400, "unknown-parameter", "Unknown query parameter",
+                              "'" + key + "' is not a parameter of a checkpoint download (known: optimizer)", key));
+        return true;
+      }
+      if (value != "true" && value != "false") {
+        answer(label, problem(400, "invalid-parameter", "Invalid query parameter",
+                              "optimizer must be true or false, not '" + value + "'", "optimizer"));
+        return true;
+      }
+      optimizer = value == "true";
+    }
+    models_->checkpoint(p[2], p[4], optimizer, [this, answer, label](ModelService::Result result) {
+      if (result.error) return answer(label, service_problem(*result.error));
+      HttpResponse r;
+      r.content_type = result.content_type;
+      r.body = std::move(result.json);
+      r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + result.filename + "\"");
+      answer(label, std::move(r));
+    });
+    return true;
+  }
   if (models_ != nullptr && request.method == "POST" && p.size() >= 3 && p[0] == "v1") {
     const bool predict = p.size() == 3 && p[1] == "models" && p[2].ends_with(":predict");
     const bool evaluate = p.size() == 4 && p[1] == "jobs" && p[3] == "evaluate";

@@ -78,4 +78,14 @@ void JobContext::fill_server_config(proto::JobConfig::Builder config) const {
   config.setMinGeneration(generation);
 }
 
+uint64_t JobContext::total_steps() const {
+  uint64_t per_epoch = 0;
+  if (sync()) {
+    per_epoch = steps_per_epoch();
+  } else {
+    for (uint32_t w = 0; w < workers.size(); ++w) per_epoch += static_cast<uint64_t>(plan->steps_per_epoch(w));
+  }
+  return per_epoch * static_cast<uint64_t>(spec.training.epochs);
+}
+
 }  // namespace pstrain

@@ -87,6 +87,9 @@ struct JobContext {
     return [this](proto::JobConfig::Builder c) { fill_server_config(c); };
   }
   uint64_t steps_per_epoch() const { return static_cast<uint64_t>(plan->steps_per_epoch(0)); }
+  // The job's steps in all (sync: global steps; async: every worker's, summed): where a job that
+  // has run to the end stands.
+  uint64_t total_steps() const;
 
   // Inputs.
   const std::string id;

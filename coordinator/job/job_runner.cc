@@ -309,7 +309,7 @@ void JobRunner::finish_if_done() {
   if (!job_.progress.all_finished()) return;
   job_.progress.record_partial_epochs(static_cast<uint32_t>(job_.progress.epochs().size()));
   // The final checkpoint (parameters and optimizer state) first, while the servers hold the job.
-  background_ = checkpointer_.final_checkpoint(job_.progress.steps_done(job_.sync()))
+  background_ = checkpointer_.final_checkpoint(job_.total_steps())
                     .then([this] { return collect_parameters(); })
                     .eagerlyEvaluate([this](kj::Exception&& e) {
     if (e.getType() == kj::Exception::Type::DISCONNECTED && job_.state() == JobState::kRunning) {
@@ -343,7 +343,7 @@ kj::Promise<void> JobRunner::collect_parameters() {
     // freed: a finished job keeps no copy of its model in memory (final_params() reads it back).
     // Self-describing: the spec (model, optimizer, dataset), where it stopped, and which files it
     // was trained on, so the file can be used without the job (DESIGN-NOTES "Models").
-    const uint64_t steps = job_.progress.steps_done(job_.sync());
+    const uint64_t steps = job_.total_steps();
     job_.store.set_model(job_.id, encode_safetensors_pieces(job_.layout, final_params_,
                                                             {{"format", "pstrain"},
                                                              {"job", job_.id},
