@@ -25,7 +25,13 @@ kj::Maybe<kj::Promise<void>> ServerMover::move_lost() {
     if (job_.alive(servers[i].node)) continue;
     // The newest complete backup with a replica of this server's shard.
     const auto replica = job_.backups.newest_replica(i);
-    if (!replica) continue;
+    if (!replica) {
+      if (no_replica_logged_.insert(servers[i].node).second) {
+        PSLOG(kWarning) << "job " << job_.id << ": server '" << servers[i].name
+                        << "' is lost and no complete backup has a whole replica of its shard: it cannot move";
+      }
+      continue;
+    }
     const uint64_t version = replica->first;
     NodeId spare_id;
     for (NodeId candidate : job_.cluster.free_nodes(proto::Role::SERVER)) {
