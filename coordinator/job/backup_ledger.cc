@@ -48,8 +48,8 @@ kj::Promise<void> BackupLedger::wait_for(uint64_t version) {
 std::vector<uint64_t> BackupLedger::add_replica_part(uint64_t version, size_t index, size_t first, size_t count,
                                                     size_t total) {
   auto [at, added] = replicas_.try_emplace(version);
-  // Parts come before their server's backupDone, but a restarted coordinator's record (or a
-  // resent replica) can make the backup complete first.
+  // Parts come before their server's backupDone, but a restarted coordinator's record can make
+  // the backup complete first.
   if (added) at->second.complete = is_complete(version);
   ReplicaParts& parts = at->second.servers[index];
   // A part out of order (a server that started sending again) restarts the count.
@@ -70,9 +70,15 @@ std::vector<uint64_t> BackupLedger::drop_superseded_replicas() {
   std::vector<uint64_t> dropped;
   for (auto it = replicas_.begin(); it != replicas_.end();) {
     const uint64_t version = it->first;
+    // A server's part of this version is still needed if it is that server's usable replica,
+    // or newer and may become it (its backup not complete yet: still arriving). A complete
+    // backup's partial replica never becomes whole: its server sent backupDone after the last
+    // part, or after giving up.
+    const bool complete = it->second.complete;
     const bool superseded = std::all_of(it->second.servers.begin(), it->second.servers.end(), [&](const auto& s) {
       const auto newer = usable.find(s.first);
-      return newer != usable.end() && newer->second > version;
+      if (newer != usable.end() && newer->second > version) return true;
+      return complete && !s.second.whole();
     });
     if (!superseded) {
       ++it;

@@ -7,9 +7,10 @@
 // several at once when backups are written faster than their replicas travel (76 MB shards:
 // replicas of four or five backups arrive interleaved). So the newest replica versions are often
 // partial, of backups not complete yet. A version's replicas are dropped only once, for every
-// server that sent a part of it, a newer complete backup has that server's whole replica: the
-// replica a move would use now (newest_replica) is never dropped, nor one still arriving that
-// may become it. (Keeping "the last three versions" used to drop the only whole replica of a
+// server that sent a part of it, a newer complete backup has that server's whole replica, or its
+// part can never be whole (the backup is complete: its server gave the replica up): the replica
+// a move would use now (newest_replica) is never dropped, nor one still arriving that may
+// become it. (Keeping "the last three versions" used to drop the only whole replica of a
 // complete backup as soon as a third newer one began to arrive: a lost server then never moved.)
 //
 // Thread rules: event-loop thread only.
@@ -48,8 +49,8 @@ class BackupLedger {
   // are no longer kept (drop_superseded_replicas()): delete their bytes. If `version` is among
   // them, this part is not needed either: do not store it.
   std::vector<uint64_t> add_replica_part(uint64_t version, size_t index, size_t first, size_t count, size_t total);
-  // Forgets the replica versions that every server they hold a part of has a whole replica of
-  // a newer complete backup for (see the top of this file); returns them: delete their bytes.
+  // Forgets the replica versions no server needs any more (see the top of this file); returns
+  // them: delete their bytes.
   // Call it when a backup becomes complete (on_ack() returned true); add_replica_part() calls it.
   std::vector<uint64_t> drop_superseded_replicas();
   // The newest complete backup with a whole replica of server `index`'s shard: its version and

@@ -91,27 +91,29 @@ TEST_CASE("BackupLedger: a complete backup whose replica is partial falls back t
   // The replica of 8 is given up half-way (the server could not read it); backupDone still came.
   part(ledger, 8, 0, 0, dropped);
   part(ledger, 8, 0, 1, dropped);
+  CHECK(dropped.empty());  // still arriving, as far as the coordinator knows
   complete(ledger, 8, 1, dropped);
   CHECK(ledger.newest_replica(0) == Replica({4, kTotal}));
+  CHECK(has(dropped, 8));  // complete and partial: it can never be used
+  CHECK_FALSE(has(dropped, 4));
   // The replica of 12 is given up too, and 16's and 20's are under way: the ledger's last two
   // complete backups (8, 12) have no whole replica, but 4 is still the one to move from, and kept.
+  dropped.clear();
   part(ledger, 12, 0, 0, dropped);
   complete(ledger, 12, 1, dropped);
   part(ledger, 16, 0, 0, dropped);
   part(ledger, 20, 0, 0, dropped);
   CHECK(ledger.complete() == std::vector<uint64_t>{8, 12});
   CHECK(ledger.newest_replica(0) == Replica({4, kTotal}));
-  CHECK(dropped.empty());
-  // 16 becomes whole, then complete: 4 and the partial 8 and 12 are superseded; 16 is used.
+  CHECK(dropped == std::vector<uint64_t>{12});
+  // 16 becomes whole, then complete: 4 is superseded; 16 is used; 20 is still arriving.
+  dropped.clear();
   for (size_t n = 1; n < kParts; ++n) part(ledger, 16, 0, n, dropped);
   CHECK(ledger.newest_replica(0) == Replica({4, kTotal}));
   CHECK(dropped.empty());
   complete(ledger, 16, 1, dropped);
   CHECK(ledger.newest_replica(0) == Replica({16, kTotal}));
-  CHECK(has(dropped, 12));
-  CHECK_FALSE(has(dropped, 20));
-  CHECK(has(dropped, 4));
-  CHECK(has(dropped, 8));
+  CHECK(dropped == std::vector<uint64_t>{4});
   // A late part of a superseded replica is dropped at once (the caller does not store it).
   dropped.clear();
   part(ledger, 8, 0, 2, dropped);
@@ -125,17 +127,26 @@ TEST_CASE("BackupLedger: a replica is kept until every server it holds a part of
   whole(ledger, 4, 0, dropped);
   whole(ledger, 4, 1, dropped);
   complete(ledger, 4, 2, dropped);
-  // At 8, server 0's replica is whole, server 1's is not (yet).
+  // At 8, server 0's replica is whole and acked; server 1's is still arriving.
   whole(ledger, 8, 0, dropped);
   part(ledger, 8, 1, 0, dropped);
-  complete(ledger, 8, 2, dropped);
-  CHECK(ledger.newest_replica(0) == Replica({8, kTotal}));
-  CHECK(ledger.newest_replica(1) == Replica({4, kTotal}));
-  CHECK_FALSE(has(dropped, 4));  // server 1 still needs it
-  for (size_t n = 1; n < kParts; ++n) part(ledger, 8, 1, n, dropped);
-  CHECK(ledger.newest_replica(1) == Replica({8, kTotal}));
-  CHECK(has(dropped, 4));
-  CHECK_FALSE(has(dropped, 8));
+  CHECK_FALSE(ledger.on_ack(0, 8, 2));
+  CHECK(ledger.newest_replica(0) == Replica({4, kTotal}));  // 8 is not complete
+  SUBCASE("server 1's replica of 8 arrives whole") {
+    for (size_t n = 1; n < kParts; ++n) part(ledger, 8, 1, n, dropped);
+    CHECK(ledger.on_ack(1, 8, 2));
+    for (uint64_t v : ledger.drop_superseded_replicas()) dropped.push_back(v);
+    CHECK(ledger.newest_replica(0) == Replica({8, kTotal}));
+    CHECK(ledger.newest_replica(1) == Replica({8, kTotal}));
+    CHECK(dropped == std::vector<uint64_t>{4});
+  }
+  SUBCASE("server 1 gives its replica of 8 up") {
+    CHECK(ledger.on_ack(1, 8, 2));
+    for (uint64_t v : ledger.drop_superseded_replicas()) dropped.push_back(v);
+    CHECK(ledger.newest_replica(0) == Replica({8, kTotal}));
+    CHECK(ledger.newest_replica(1) == Replica({4, kTotal}));
+    CHECK(dropped.empty());  // 4: server 1's to move from; 8: server 0's
+  }
 }
 
 TEST_CASE("BackupLedger: an incomplete backup's replica is never used; an unusable or undone one is forgotten") {
