@@ -413,6 +413,8 @@ void JobRunner::on_backup_done(NodeId node, uint64_t version) {
   const auto index = job_.servers.index_of(node);
   if (!index || job_.state() == JobState::kSucceeded) return;
   if (!job_.backups.on_ack(*index, version, job_.servers.size())) return;
+  // The new complete backup's whole replicas make older ones useless for a move.
+  for (uint64_t dropped : job_.backups.drop_superseded_replicas()) job_.store.replicas().erase(job_.id, dropped);
   PSLOG(kInfo) << "job " << job_.id << ": backup at step " << version << " complete on all " << job_.servers.size()
                << " server(s)";
   job_.store.update(job_.id, [&](JobRecord& r) { r.last_backup_step = static_cast<int64_t>(version); });
@@ -426,9 +428,13 @@ kj::Promise<void> JobRunner::on_replica(NodeId node, uint64_t version, size_t fi
              chunks.size(), total);
   // The ledger counts the part at once: a read of the replica (a server move) queues behind its
   // write in the ReplicaStore, so it finds it.
+  bool keep = true;
   for (uint64_t dropped : job_.backups.add_replica_part(version, *index, first, chunks.size(), total)) {
     job_.store.replicas().erase(job_.id, dropped);
+    keep = keep && dropped != version;
   }
+  // A late part of a replica that a newer whole one already replaces: not worth the disk.
+  if (!keep) return kj::READY_NOW;
   // The reply waits for the disk: a server sends its next part only then, so the coordinator
   // holds at most one part per server.
   return job_.store.replicas().put({job_.id, version, *index}, first, std::move(chunks)).then([this, version] {

@@ -1,8 +1,8 @@
 // ServerMover: the answer to a server that does not come back: its shard moves to a free server.
 //
 // Every server sends the coordinator a replica of each backup it has made durable
-// (`storeReplica`, in parts; the coordinator keeps the last three versions on disk: ReplicaStore,
-// and DESIGN-NOTES "Message sizes" on why not in memory). When a lost server
+// (`storeReplica`, in parts; the coordinator keeps them on disk until a newer whole one replaces
+// them: ReplicaStore, BackupLedger, and DESIGN-NOTES "Message sizes" on why not in memory). When a lost server
 // has not returned (under its name) within JobOptions::move_lost_server_after and a server
 // without a job is registered, that server takes the lost one's index: it is configured with the
 // job's chunk table for that index, adopts the replica of the newest complete backup into its own
@@ -25,7 +25,13 @@ kj::Maybe<kj::Promise<void>> ServerMover::move_lost() {
     if (job_.alive(servers[i].node)) continue;
     // The newest complete backup with a replica of this server's shard.
     const auto replica = job_.backups.newest_replica(i);
-    if (!replica) continue;
+    if (!replica) {
+      if (no_replica_logged_.insert(servers[i].node).second) {
+        PSLOG(kWarning) << "job " << job_.id << ": server '" << servers[i].name
+                        << "' is lost and no complete backup has a whole replica of its shard: it cannot move";
+      }
+      continue;
+    }
     const uint64_t version = replica->first;
     NodeId spare_id;
     for (NodeId candidate : job_.cluster.free_nodes(proto::Role::SERVER)) {

@@ -27,7 +27,8 @@ class ServerMover {
   kj::Promise<void> adopt(size_t index, uint64_t version, size_t total, size_t first);
 
   JobContext& job_;
-  std::set<NodeId> failed_spares_;  // servers a move to failed: not tried again
+  std::set<NodeId> failed_spares_;      // servers a move to failed: not tried again
+  std::set<NodeId> no_replica_logged_;  // lost servers already logged as having no replica
 };
 
 }  // namespace pstrain
