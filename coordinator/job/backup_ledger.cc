@@ -104,8 +104,8 @@ bool BackupLedger::replicas_whole(uint64_t version, size_t servers) const {
   const auto at = replicas_.find(version);
   if (at == replicas_.end() || servers == 0) return false;
   for (size_t i = 0; i < servers; ++i) {
-    const auto of = at->second.find(i);
-    if (of == at->second.end() || of->second.total == 0 || of->second.received != of->second.total) return false;
+    const auto of = at->second.servers.find(i);
+    if (of == at->second.servers.end() || !of->second.whole()) return false;
   }
   return true;
 }

@@ -39,7 +39,8 @@ void Checkpointer::on_replica(uint64_t version) {
           PSLOG(kWarning) << "job " << job_.id << ": " << note;
           job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
           if (final_done_) final_done_->fulfill();
-        });
+        })
+        .eagerlyEvaluate(nullptr);
     capturing_ = true;
     return;
   }
@@ -114,7 +115,7 @@ kj::Promise<void> Checkpointer::final_checkpoint(uint64_t version) {
       PSLOG(kWarning) << "job " << job_.id << ": " << note;
       job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
       if (final_done_) final_done_->fulfill();
-    });
+    }).eagerlyEvaluate(nullptr);
   }
   return job_.io.getTimer()
       .timeoutAfter(job_.options.server_move_timeout, kj::mv(paf.promise))

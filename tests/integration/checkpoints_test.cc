@@ -166,7 +166,8 @@ TEST_CASE("checkpoints: listed, downloaded, evaluated; a resumed job equals an u
 }
 
 TEST_CASE("checkpoints: a model fine-tuned on another dataset beats the same job from scratch") {
-  testing::Cluster cluster({});
+  testing::TempDir uploads;
+  testing::Cluster cluster({.coordinator_flags = {"--datasets-dir", uploads.path()}});
   const int port = cluster.http_port();
   // "fashion-b": 1,000 Fashion-MNIST images the pre-training never saw (the head of the test
   // split) to train on, the next 2,000 to test on.
