@@ -588,13 +588,18 @@ kj::Promise<void> ParameterServerImpl::dropJob(DropJobContext context) {
   // The job is over (its checkpoints, if any, are the coordinator's): its backups go too, like
   // the directory of Keras' BackupAndRestore when training ends. Queued after every backup
   // write of the job, so none is left behind.
+  // The reply does not wait for it (the store thread may be busy with a long write).
   if (store_ == nullptr) return kj::READY_NOW;
-  return store_->run([job_id](BackupStore& backups) { return backups.erase_job(job_id); })
+  store_->run([job_id](BackupStore& backups) { return backups.erase_job(job_id); })
       .then([job_id](KvStatus status) {
         if (!status.ok()) {
           PSLOG(kWarning) << "job " << job_id << ": could not delete its backups: " << status.message;
         }
+      })
+      .detach([job_id](kj::Exception&& e) {
+        PSLOG(kWarning) << "job " << job_id << ": could not delete its backups: " << e.getDescription().cStr();
       });
+  return kj::READY_NOW;
 }
 
 void ParameterServerImpl::retire(std::shared_ptr<Job> job) {

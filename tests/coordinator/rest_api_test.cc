@@ -331,6 +331,8 @@ const std::vector<Route> kRoutes = {
     {"/v1/jobs/{id}/cancel", "POST"},
     {"/v1/jobs/{id}/model", "GET, HEAD"},
     {"/v1/jobs/{id}/evaluate", "POST"},
+    {"/v1/jobs/{id}/checkpoints", "GET, HEAD"},
+    {"/v1/jobs/{id}/checkpoints/{step}", "GET, HEAD"},
     {"/v1/models", "GET, HEAD"},
     {"/v1/models/{id}", "GET, HEAD"},
     {"/v1/models/{id}:predict", "POST"},
@@ -341,10 +343,11 @@ const std::vector<Route> kRoutes = {
     {"/v1/datasets/{name}/{split}/{part}", "PUT"},
 };
 
-// A route's path with its parameters filled in: the job id, dataset "ds", split "train", part "images".
+// A route's path with its parameters filled in: the job id, dataset "ds", split "train", part
+// "images", step "latest".
 std::string with_id(std::string path, const std::string& id) {
   for (const auto& [param, value] : std::vector<std::pair<std::string, std::string>>{
-           {"{id}", id}, {"{name}", "ds"}, {"{split}", "train"}, {"{part}", "images"}}) {
+           {"{id}", id}, {"{name}", "ds"}, {"{split}", "train"}, {"{part}", "images"}, {"{step}", "latest"}}) {
     if (const size_t at = path.find(param); at != std::string::npos) path.replace(at, param.size(), value);
   }
   return path;

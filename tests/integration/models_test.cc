@@ -272,7 +272,7 @@ TEST_CASE("models: bad requests get their status and name the instance at fault"
   post(port, "/v1/models/job-99:predict", R"({"instances": [1]})", &r);
   expect(r, 404, "model-not-found", "job-99");
   post(port, "/v1/jobs/" + id + "/evaluate", R"({"checkpoint": 3})", &r);
-  expect(r, 422, "invalid-evaluation", "latest", "/checkpoint");
+  expect(r, 404, "checkpoint-not-found", "no checkpoint at step 3", "/checkpoint");
   post(port, "/v1/jobs/" + id + "/evaluate", R"({"dataset": "nothere"})", &r);
   expect(r, 422, "invalid-evaluation", "not a dataset", "/dataset");
   // A job still running has no model yet.
