@@ -21,7 +21,7 @@ free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 export LOCAL_CLUSTER_DIR=$(mktemp -d /tmp/pstrain-predict.XXXXXX)
 export HTTP_PORT=$(free_port) RPC_PORT=$(free_port) SERVERS=2 WORKERS=2
 url="http://127.0.0.1:$HTTP_PORT"
-trap '"$repo/deploy/local-cluster.sh" down >/dev/null' EXIT
+trap '"$repo/deploy/local-cluster.sh" down >/dev/null; rm -rf "$LOCAL_CLUSTER_DIR"' EXIT
 "$repo/deploy/local-cluster.sh" up
 
 submit() { curl -sf -X POST -H 'Content-Type: application/json' --data "$1" "$url/v1/jobs" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
