@@ -43,6 +43,9 @@ struct Split {
   // aligned for float.
   std::vector<uint8_t> examples;
   std::vector<int32_t> labels;    // size
+  // The SHA-256 (hex) of the files it was loaded from, as "file=hex" entries separated by spaces
+  // (the dataset catalog's record of them; empty when the loader does not know them).
+  std::string sha256;
 
   // Values per example (the product of `shape`).
   uint32_t example_size() const { return static_cast<uint32_t>(num_elements(shape)); }

@@ -122,6 +122,13 @@ void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& data
 void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info);
 void check_spec_against_dataset(const JobSpec& spec, const Split& split);
 
+// A model alone ({"input_shape", "seed", "layers"}, the "model" field of a job spec): parsed and
+// checked as in a job spec (infer_shapes), throwing SpecError naming the field ("/model/...").
+// Uploaded model files carry their architecture this way.
+ModelSpec parse_model_spec(std::string_view json_text);
+// A model as canonical JSON (as job_spec_to_json writes its "model" field).
+std::string model_spec_to_json(const ModelSpec& model);
+
 // The spec as canonical JSON (every field, defaults filled in, except the window options of conv2d
 // and maxpool2d: strides, padding and pool_size appear only where they differ from their defaults,
 // so a spec written before they existed keeps its canonical text): what the coordinator stores and

@@ -516,9 +516,11 @@ void check_spec_against_dataset(const JobSpec& spec, const Split& split) {
   check_against(spec, split.dataset, split.example_shape(), split.num_classes);
 }
 
-std::string job_spec_to_json(const JobSpec& spec) {
+namespace {
+
+json::object model_to_object(const ModelSpec& model) {
   json::array layers;
-  for (const auto& l : spec.model.layers) {
+  for (const auto& l : model.layers) {
     json::object o;
     o["type"] = layer_type_name(l.type);
     switch (l.type) {
@@ -552,8 +554,26 @@ std::string job_spec_to_json(const JobSpec& spec) {
     layers.push_back(std::move(o));
   }
   json::array input_shape;
-  for (auto d : spec.model.input_shape) input_shape.push_back(d);
+  for (auto d : model.input_shape) input_shape.push_back(d);
+  return json::object{{"input_shape", std::move(input_shape)}, {"seed", model.seed}, {"layers", std::move(layers)}};
+}
 
+}  // namespace
+
+ModelSpec parse_model_spec(std::string_view json_text) {
+  json::parse_options options;
+  options.max_depth = 32;
+  boost::system::error_code ec;
+  const json::value root = json::parse(json_text, ec, {}, options);
+  if (ec) throw SpecError("", "the model is not valid JSON: " + ec.message(), SpecError::Kind::kMalformed);
+  ModelSpec model = read_model(root);
+  infer_shapes(model);  // throws SpecError naming the layer that does not fit
+  return model;
+}
+
+std::string model_spec_to_json(const ModelSpec& model) { return json::serialize(model_to_object(model)); }
+
+std::string job_spec_to_json(const JobSpec& spec) {
   json::object optimizer{{"type", optimizer_type_name(spec.optimizer.type)},
                          {"learning_rate", spec.optimizer.learning_rate}};
   switch (spec.optimizer.type) {
@@ -589,9 +609,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
       {"dataset", json::object{{"name", spec.dataset.name},
                                {"shard_policy", shard_policy_name(spec.dataset.shard_policy)},
                                {"shuffle_seed", spec.dataset.shuffle_seed}}},
-      {"model", json::object{{"input_shape", std::move(input_shape)},
-                             {"seed", spec.model.seed},
-                             {"layers", std::move(layers)}}},
+      {"model", model_to_object(spec.model)},
       {"loss", spec.loss},
       {"optimizer", std::move(optimizer)},
       {"training", std::move(training)},

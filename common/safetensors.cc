@@ -324,3 +324,27 @@ std::optional<std::map<std::string, std::string>> safetensors_metadata(std::stri
 }
 
 }  // namespace pstrain
+
+namespace pstrain {
+
+SafetensorsContents inspect_safetensors(std::string_view file) {
+  const ParsedFile parsed = parse(file);
+  SafetensorsContents out;
+  out.metadata = parsed.metadata;
+  std::vector<float> values;
+  for (const auto& [name, s] : parsed.tensors) {
+    const size_t n = (s.end - s.begin) / dtype_bytes(s.dtype);
+    values.resize(n);
+    convert(s.dtype, parsed.data.data() + s.begin, n, values.data());
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(values[i])) {
+        throw ModelFileError(name, "tensor '" + name + "' holds a value that is not a finite float32 (at flat index " +
+                                       std::to_string(i) + ")");
+      }
+    }
+    out.tensors.push_back({name, s.dtype, s.shape});
+  }
+  return out;
+}
+
+}  // namespace pstrain

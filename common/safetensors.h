@@ -70,6 +70,20 @@ std::optional<std::vector<float>> decode_safetensors(const ParamLayout& layout, 
 // not a safetensors header.
 std::optional<std::map<std::string, std::string>> safetensors_metadata(std::string_view file);
 
+// What a file holds, whatever model it is for: each tensor's name, dtype and shape (in name
+// order) and the metadata. Reads every value: throws ModelFileError naming the tensor for any
+// defect decode_model_state would find in it (dtype, shape, bounds) and for a value that is not a
+// finite float32 once converted (NaN, infinity, an F64 beyond float32's range).
+struct SafetensorsTensor {
+  std::string name, dtype;
+  Shape shape;
+};
+struct SafetensorsContents {
+  std::vector<SafetensorsTensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+SafetensorsContents inspect_safetensors(std::string_view file);
+
 // The name of slot `slot` of parameter `param` in a checkpoint file.
 std::string optimizer_tensor_name(const std::string& slot, const std::string& param);
 

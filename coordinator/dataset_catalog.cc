@@ -316,8 +316,14 @@ Split DatasetCatalog::load(const std::string& name, SplitKind kind) const {
   }
   const std::optional<DatasetRecord> r = get(name);
   if (!r) throw DataError("dataset '" + name + "' is not in the catalog");
-  if (r->source == "builtin") return load_split(options_.data_dir, name, kind);
-  return load_directory_split(r->dir, name, kind, r->num_classes);
+  Split split = r->source == "builtin" ? load_split(options_.data_dir, name, kind)
+                                       : load_directory_split(r->dir, name, kind, r->num_classes);
+  if (const auto it = r->splits.find(kind == SplitKind::kTrain ? "train" : "test"); it != r->splits.end()) {
+    for (const DatasetFileInfo& f : it->second.files) {
+      split.sha256 += (split.sha256.empty() ? "" : " ") + f.name + "=" + f.sha256;
+    }
+  }
+  return split;
 }
 
 // --- Indexing --------------------------------------------------------------------------------

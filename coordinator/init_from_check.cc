@@ -1,6 +1,7 @@
 #include "coordinator/init_from_check.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/model_spec.h"
 
@@ -11,10 +12,42 @@ void check_init_from(const JobSpec& spec, const JobStore& store) {
   if (from.source == InitFromSpec::Source::kNone) return;
   const bool job_source = from.source == InitFromSpec::Source::kJob;
   const std::string field = job_source ? "/init_from/job" : "/init_from/model";
+  if (!job_source) {
+    if (const std::optional<UploadedModel> upload = store.uploads().get(from.id)) {
+      if (from.optimizer_state) {
+        throw SpecError("/init_from/optimizer_state",
+                        "an uploaded model holds parameters only; fine-tune from it (\"optimizer_state\": false)");
+      }
+      // Its tensors, by name and shape (an optimizer's slots in the file are not read).
+      const ParamLayout ours = make_param_layout(spec.model);
+      std::map<std::string, Shape> theirs;
+      for (const SafetensorsTensor& t : upload->tensors) {
+        if (!t.name.starts_with("optimizer.")) theirs[t.name] = t.shape;
+      }
+      for (const ParamInfo& p : ours.params()) {
+        const auto it = theirs.find(p.name);
+        if (it == theirs.end()) {
+          throw SpecError("/init_from", "tensor '" + p.name + "' of this model is not in uploaded model '" + from.id + "'");
+        }
+        if (it->second != p.shape) {
+          throw SpecError("/init_from", "tensor '" + p.name + "' has shape " + shape_string(it->second) +
+                                            " in uploaded model '" + from.id + "' and " + shape_string(p.shape) +
+                                            " in this model");
+        }
+      }
+      for (const auto& [name, shape] : theirs) {
+        if (ours.find(name) == nullptr) {
+          throw SpecError("/init_from", "tensor '" + name + "' of uploaded model '" + from.id + "' is not in this model");
+        }
+      }
+      return;
+    }
+  }
   const std::optional<JobRecord> source = store.get(from.id);
   if (!source) {
     throw SpecError(field, job_source ? "there is no job '" + from.id + "'"
-                                      : "there is no model '" + from.id + "' (a model's id is its job's id)");
+                                      : "there is no model '" + from.id +
+                                            "' (a model is an uploaded one, model-N, or a job that SUCCEEDED)");
   }
   if (job_source) {
     if (from.checkpoint) {

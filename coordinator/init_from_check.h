@@ -1,6 +1,7 @@
 // The submit-time check of a job spec's `init_from` against what the coordinator has: the source
-// exists (a job with a checkpoint or a model, at the step asked for), and its model has exactly
-// the new model's tensors, names and shapes (from the source job's spec: no file is read), and
+// exists (a job with a checkpoint or a model, at the step asked for, or an uploaded model), and
+// its model has exactly the new model's tensors, names and shapes (from the source job's spec or
+// the uploaded model's record: no file is read), and
 // to resume, the same optimizer. The job checks the file itself again when it starts.
 //
 // Thread rules: reads the store (thread-safe); any thread.

@@ -323,7 +323,34 @@ json::object model_object(const JobRecord& job) {
     o["classes"] = infer_shapes(spec.model).back().back();
   } catch (const std::exception&) {
   }
+  o["source"] = "job";
   o["predict"] = "/v1/models/" + job.id + ":predict";
+  o["file"] = "/v1/models/" + job.id + "/file";
+  return o;
+}
+
+json::object uploaded_model_object(const UploadedModel& m) {
+  json::array tensors;
+  for (const SafetensorsTensor& t : m.tensors) {
+    json::array shape;
+    for (int64_t d : t.shape) shape.push_back(d);
+    tensors.push_back(json::object{{"name", t.name}, {"dtype", t.dtype}, {"shape", std::move(shape)}});
+  }
+  json::object o{{"id", m.id},         {"name", m.name},     {"source", "upload"},
+                 {"bytes", m.bytes},   {"sha256", m.sha256}, {"created_ms", m.created_ms},
+                 {"tensors", tensors}, {"model", nullptr},   {"file", "/v1/models/" + m.id + "/file"}};
+  if (!m.model_json.empty()) {
+    try {
+      const ModelSpec model = parse_model_spec(m.model_json);
+      json::array shape;
+      for (int64_t d : model.input_shape) shape.push_back(d);
+      o["model"] = json::parse(m.model_json);
+      o["input_shape"] = shape;
+      o["classes"] = infer_shapes(model).back().back();
+      o["predict"] = "/v1/models/" + m.id + ":predict";
+    } catch (const std::exception&) {
+    }
+  }
   return o;
 }
 
@@ -331,11 +358,14 @@ json::object model_object(const JobRecord& job) {
 
 std::string model_json(const JobRecord& job) { return to_json_text(model_object(job)); }
 
-std::string model_list_json(const std::vector<JobRecord>& jobs) {
+std::string uploaded_model_json(const UploadedModel& model) { return to_json_text(uploaded_model_object(model)); }
+
+std::string model_list_json(const std::vector<JobRecord>& jobs, const std::vector<UploadedModel>& uploads) {
   json::array models;
   for (const JobRecord& job : jobs) {
     if (job.has_model) models.push_back(model_object(job));
   }
+  for (const UploadedModel& m : uploads) models.push_back(uploaded_model_object(m));
   return to_json_text(json::object{{"models", models}});
 }
 

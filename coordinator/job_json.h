@@ -22,8 +22,11 @@ std::string cluster_json(const std::vector<NodeView>& nodes);
 
 // A trained model (GET /v1/models/{id}): its job's id, name, dataset, input shape, classes, bytes,
 // when it was made and its final test accuracy. The list (GET /v1/models): every job with a model.
+// A model: a trained one (a job that SUCCEEDED, "source": "job") or an uploaded one ("upload").
 std::string model_json(const JobRecord& job);
-std::string model_list_json(const std::vector<JobRecord>& jobs);
+std::string uploaded_model_json(const UploadedModel& model);
+// Trained models (the jobs with one) then uploaded ones.
+std::string model_list_json(const std::vector<JobRecord>& jobs, const std::vector<UploadedModel>& uploads);
 
 // A job's checkpoints (GET /v1/jobs/{id}/checkpoints): step, epoch, time, bytes, whether final,
 // the metrics at that point, and each one's href.

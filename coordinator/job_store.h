@@ -25,6 +25,7 @@
 #include "coordinator/checkpoint_files.h"
 #include "coordinator/job_state.h"
 #include "coordinator/kv_writer.h"
+#include "coordinator/model_catalog.h"
 #include "coordinator/replica_store.h"
 
 namespace pstrain {
@@ -96,7 +97,7 @@ inline constexpr size_t kMaxModelPieceBytes = size_t{16} << 20;
 class JobStore {
  public:
   // kv may be null: nothing is persisted.
-  explicit JobStore(KvStore* kv) : kv_(kv), replicas_(kv), writer_(kv) {}
+  explicit JobStore(KvStore* kv) : kv_(kv), replicas_(kv), uploads_(kv), writer_(kv) {}
 
   // Loads every persisted record (at start-up, before anything else touches the store).
   std::vector<JobRecord> load();
@@ -130,6 +131,9 @@ class JobStore {
   ReplicaStore& replicas() { return replicas_; }
   // Checkpoints made from replicas, and the starting shards of jobs that start from a file.
   CheckpointFiles& files() { return files_; }
+  // Models users uploaded (model_catalog.h).
+  ModelCatalog& uploads() { return uploads_; }
+  const ModelCatalog& uploads() const { return uploads_; }
 
   void set_nodes(std::vector<NodeView> nodes);
   std::vector<NodeView> nodes() const;
@@ -141,6 +145,7 @@ class JobStore {
 
   KvStore* kv_;  // read directly only by load() and model() (models of an earlier run)
   ReplicaStore replicas_;
+  ModelCatalog uploads_;
   mutable std::mutex mutex_;
   std::map<std::string, JobRecord> jobs_;  // guarded by mutex_
   std::vector<std::string> order_;          // guarded by mutex_

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <numeric>
 
@@ -15,6 +17,8 @@
 #include "common/nn/loss.h"
 #include "common/nn/model.h"
 #include "common/safetensors.h"
+#include "common/sha256.h"
+#include "coordinator/job_json.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -100,11 +104,11 @@ void ModelService::wait_idle() {
   done.get_future().wait();
 }
 
-void ModelService::predict(const std::string& id, std::string body, Done done) {
-  thread_.post([this, id, body = std::move(body), done = std::move(done)] {
+void ModelService::run(std::function<Result()> work, Done done) {
+  thread_.post([work = std::move(work), done = std::move(done)] {
     Result r;
     try {
-      r = predict_now(id, body);
+      r = work();
     } catch (const std::exception& e) {
       r = failed(service_error(500, "internal", e.what()));
     }
@@ -112,28 +116,145 @@ void ModelService::predict(const std::string& id, std::string body, Done done) {
   });
 }
 
-void ModelService::evaluate(const std::string& id, std::string body, Done done) {
-  thread_.post([this, id, body = std::move(body), done = std::move(done)] {
-    Result r;
-    try {
-      r = evaluate_now(id, body);
-    } catch (const std::exception& e) {
-      r = failed(service_error(500, "internal", e.what()));
-    }
-    done(std::move(r));
-  });
+void ModelService::predict(const std::string& id, std::string body, Done done) {
+  run([this, id, body = std::move(body)] { return predict_now(id, body); }, std::move(done));
+}
+
+void ModelService::evaluate(const std::string& id, std::string body, Done done, bool model_route) {
+  run([this, id, body = std::move(body), model_route] { return evaluate_now(id, body, model_route); }, std::move(done));
 }
 
 void ModelService::checkpoint(const std::string& id, const std::string& step, bool optimizer, Done done) {
-  thread_.post([this, id, step, optimizer, done = std::move(done)] {
-    Result r;
-    try {
-      r = checkpoint_now(id, step, optimizer);
-    } catch (const std::exception& e) {
-      r = failed(service_error(500, "internal", e.what()));
+  run([this, id, step, optimizer] { return checkpoint_now(id, step, optimizer); }, std::move(done));
+}
+
+void ModelService::upload(Upload upload, Done done) {
+  auto shared = std::make_shared<Upload>(std::move(upload));
+  run(
+      [this, shared] {
+        // The staging file goes whatever happens (an exception included).
+        struct Remove {
+          const std::string& path;
+          ~Remove() {
+            std::error_code ec;
+            if (!path.empty()) std::filesystem::remove(path, ec);
+          }
+        } remove{shared->path};
+        return upload_now(*shared);
+      },
+      std::move(done));
+}
+
+void ModelService::file(const std::string& id, Done done) {
+  run([this, id] { return file_now(id); }, std::move(done));
+}
+
+void ModelService::erase(const std::string& id, Done done) {
+  run(
+      [this, id] {
+        if (store_.uploads().erase(id)) {
+          cache_.remove_if([&](const std::shared_ptr<Loaded>& m) { return m->id == id; });
+          Result r;
+          r.content_type.clear();  // 204: no body
+          return r;
+        }
+        if (const auto job = store_.get(id); job && job->has_model) {
+          return failed(service_error(409, "model-of-a-job", "model '" + id +
+                                                                  "' is the trained model of job '" + id +
+                                                                  "'; it goes with its job"));
+        }
+        return failed(service_error(404, "model-not-found", "there is no model '" + id + "'"));
+      },
+      std::move(done));
+}
+
+ModelService::Result ModelService::upload_now(Upload& upload) {
+  std::string file;
+  if (!upload.path.empty()) {
+    std::ifstream in(upload.path, std::ios::binary);
+    if (!in) return failed(service_error(500, "internal", "the uploaded file could not be read back"));
+    file.resize(upload.bytes);
+    in.read(file.data(), static_cast<std::streamsize>(file.size()));
+    if (static_cast<uint64_t>(in.gcount()) != upload.bytes) {
+      return failed(service_error(500, "internal", "the uploaded file is shorter than what was received"));
     }
-    done(std::move(r));
-  });
+  } else {
+    file = std::move(upload.body);
+    Sha256 hash;
+    hash.update(file.data(), file.size());
+    upload.sha256 = hash.hex();
+  }
+  UploadedModel record;
+  SafetensorsContents contents;
+  try {
+    contents = inspect_safetensors(file);
+  } catch (const ModelFileError& e) {
+    return failed(service_error(422, "invalid-model-file", e.what(), e.tensor()));
+  }
+  if (contents.tensors.empty()) {
+    return failed(service_error(422, "invalid-model-file", "the file holds no tensors"));
+  }
+  // The architecture, when the file names one.
+  std::optional<ModelSpec> model;
+  const auto meta_model = contents.metadata.find("model");
+  const auto meta_spec = contents.metadata.find("spec");
+  try {
+    if (meta_model != contents.metadata.end()) {
+      model = parse_model_spec(meta_model->second);
+    } else if (meta_spec != contents.metadata.end()) {
+      model = parse_accepted_job_spec(meta_spec->second).model;
+    }
+  } catch (const SpecError& e) {
+    const std::string key = meta_model != contents.metadata.end() ? "model" : "spec";
+    return failed(service_error(422, "invalid-model-file", "__metadata__." + key + " is not a valid " +
+                                                               (key == "model" ? "model spec" : "job spec") + ": " + e.what(),
+                                "__metadata__." + key));
+  }
+  if (model) {
+    try {
+      decode_model_state(make_param_layout(*model), file);
+    } catch (const ModelFileError& e) {
+      return failed(service_error(422, "model-mismatch",
+                                  std::string(e.what()) + " (the architecture is the file's __metadata__." +
+                                      (meta_model != contents.metadata.end() ? "model" : "spec") + ")",
+                                  e.tensor()));
+    }
+    record.model_json = model_spec_to_json(*model);
+  }
+  record.name = upload.name;
+  if (record.name.empty()) {
+    if (const auto it = contents.metadata.find("name"); it != contents.metadata.end()) record.name = it->second.substr(0, 200);
+  }
+  record.created_ms = now_ms();
+  record.sha256 = upload.sha256;
+  record.tensors = std::move(contents.tensors);
+  const UploadedModel stored = store_.uploads().add(std::move(record), file);
+  PSLOG(kInfo) << "model " << stored.id << " uploaded (" << stored.bytes << " bytes, " << stored.tensors.size()
+               << " tensors" << (stored.model_json.empty() ? ", no architecture" : "") << ")";
+  Result r;
+  r.json = uploaded_model_json(stored);
+  return r;
+}
+
+ModelService::Result ModelService::file_now(const std::string& id) {
+  std::optional<std::string> file;
+  if (store_.uploads().get(id)) {
+    file = store_.uploads().file(id);
+  } else {
+    const auto job = store_.get(id);
+    if (!job || !job->has_model) {
+      return failed(service_error(404, "model-not-found", "there is no model '" + id +
+                                                              "' (a model is an uploaded one, model-N, or a job that "
+                                                              "SUCCEEDED)"));
+    }
+    file = store_.model(id);
+  }
+  if (!file) return failed(service_error(500, "model-missing", "the stored file of model '" + id + "' is unreadable"));
+  Result r;
+  r.content_type = "application/octet-stream";
+  r.filename = id + ".safetensors";
+  r.json = std::move(*file);
+  return r;
 }
 
 std::optional<int64_t> ModelService::checkpoint_step(const JobRecord& job, const std::string& text,
@@ -201,10 +322,42 @@ std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& give
       return cache_.front();
     }
   }
+  if (!as_job && !step) {
+    if (const std::optional<UploadedModel> upload = store_.uploads().get(id)) {
+      if (upload->model_json.empty()) {
+        *err = service_error(409, "model-without-architecture",
+                             "uploaded model '" + id + "' has no architecture: its file's __metadata__ names no "
+                             "\"model\" (a model spec as JSON); jobs can start from it (init_from), but it cannot "
+                             "run by itself");
+        return nullptr;
+      }
+      const std::optional<std::string> file = store_.uploads().file(id);
+      if (!file) {
+        *err = service_error(500, "model-missing", "the stored file of uploaded model '" + id + "' is unreadable");
+        return nullptr;
+      }
+      auto loaded = std::make_shared<Loaded>();
+      loaded->id = key;
+      loaded->spec.model = parse_model_spec(upload->model_json);
+      loaded->model = std::make_unique<nn::Model<float>>(loaded->spec.model, kBatch);
+      std::optional<std::vector<float>> params = decode_safetensors(loaded->model->layout(), *file);
+      if (!params) {
+        *err = service_error(500, "model-missing", "the stored file of uploaded model '" + id + "' does not fit its architecture");
+        return nullptr;
+      }
+      loaded->params = std::move(*params);
+      cache_.push_front(loaded);
+      if (cache_.size() > kMaxModels) cache_.pop_back();
+      PSLOG(kInfo) << "uploaded model " << id << " loaded for serving (" << loaded->params.size() << " parameters)";
+      return loaded;
+    }
+  }
   const std::optional<JobRecord> job = store_.get(id);
   if (!job) {
     *err = as_job ? service_error(404, "job-not-found", "there is no job '" + id + "'")
-                  : service_error(404, "model-not-found", "there is no model '" + id + "' (a model's id is its job's id)");
+                  : service_error(404, "model-not-found", "there is no model '" + id +
+                                                              "' (a model is an uploaded one, model-N, or a job that "
+                                                              "SUCCEEDED)");
     return nullptr;
   }
   if (!job->has_model && !step) {
@@ -305,7 +458,7 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
   return r;
 }
 
-ModelService::Result ModelService::evaluate_now(const std::string& id, const std::string& body) {
+ModelService::Result ModelService::evaluate_now(const std::string& id, const std::string& body, bool model_route) {
   std::optional<ServiceError> err;
   std::string dataset;
   SplitKind kind = SplitKind::kTest;
@@ -324,7 +477,7 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
       } else if (key == "split") {
         if (v != "test" && v != "train") return failed(service_error(422, "invalid-evaluation", "/split must be \"test\" or \"train\"", "/split"));
         kind = v == "train" ? SplitKind::kTrain : SplitKind::kTest;
-      } else if (key == "checkpoint") {
+      } else if (key == "checkpoint" && !model_route) {
         if (v.is_string()) {
           checkpoint = std::string(v.as_string());
         } else if (v.is_int64() && v.as_int64() >= 0) {
@@ -334,8 +487,11 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
         }
         checkpoint_given = true;
       } else {
-        return failed(service_error(422, "invalid-evaluation", "/" + key + " is not a known field (known: dataset, split, checkpoint)",
-                            "/" + key));
+        return failed(service_error(422, "invalid-evaluation",
+                                    "/" + key + " is not a known field (known: dataset, split" +
+                                        (model_route ? "; a job's checkpoint is evaluated with POST /v1/jobs/{id}/evaluate)"
+                                                     : ", checkpoint)"),
+                                    "/" + key));
       }
     }
   }
@@ -350,9 +506,14 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
       if (!step) return failed(*err);
     }
   }
-  const std::shared_ptr<Loaded> m = load(id, &err, true, step);
+  const std::shared_ptr<Loaded> m = load(id, &err, !model_route, step);
   if (!m) return failed(*err);
   if (dataset.empty()) dataset = m->spec.dataset.name;
+  if (dataset.empty()) {
+    return failed(service_error(422, "invalid-evaluation", "/dataset is required: model '" + id +
+                                                               "' was uploaded and has no dataset of its own",
+                                "/dataset"));
+  }
   std::string why;
   const std::optional<DatasetInfo> info = catalog_.info(dataset, &why);
   if (!info) return failed(service_error(422, "invalid-evaluation", "/dataset " + why, "/dataset"));

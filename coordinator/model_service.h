@@ -1,9 +1,17 @@
 // Trained models put to use: predictions (TensorFlow Serving's REST form) and evaluation on a
 // dataset, computed in the coordinator on a thread of the service's own.
 //
-// A model is a finished job's (its id is the model id): the spec from the job's record, the
-// parameters from its stored safetensors file. Loaded models are kept in a small LRU cache
+// A model is a finished job's (its id is the model id: the spec from the job's record, the
+// parameters from its stored safetensors file) or an uploaded one (model_catalog.h: "model-<n>",
+// the architecture from the file's metadata). Loaded models are kept in a small LRU cache
 // (kMaxModels), so a stream of requests decodes the file once.
+//
+// Uploads. upload() checks a file before it is stored: a safetensors file whose every tensor is
+// readable (F32, F64, F16 or BF16, within the file) and finite; when its "__metadata__" names an
+// architecture ("model": a model spec as JSON, or "spec": a job spec, as pstrain's files have),
+// the spec must be valid and the file must hold exactly its tensors, by name and shape (an
+// optimizer's "optimizer.*" tensors may be there too; they are not read). A file without an
+// architecture is accepted: jobs can start from it (init_from), predictions need one.
 //
 // Inputs. An instance is the model's input as it was trained on: nested arrays of the input shape
 // ([h][w][c], or [d]) or a flat array of all its values, numbers as the engine sees them (for a
@@ -58,12 +66,27 @@ class ModelService {
   // "checkpoint": "latest"}, each optional: the job's dataset, its test split, the final model):
   // {"examples", "loss" (mean), "accuracy", "per_class_accuracy", "confusion_matrix" (rows: true
   // class, columns: predicted)}.
-  void evaluate(const std::string& id, std::string body, Done done);
+  // `model_route`: asked as POST /v1/models/{id}:evaluate (the id may be an uploaded model's; a
+  // model without a dataset of its own needs "dataset"; "checkpoint" is not a field).
+  void evaluate(const std::string& id, std::string body, Done done, bool model_route = false);
 
   // GET /v1/jobs/{id}/checkpoints/{step}: the checkpoint's safetensors file, with the optimizer's
   // slots and update count (`optimizer`) or parameters only (re-encoded without them). `step`
   // is the path segment as sent (a number, or "latest").
   void checkpoint(const std::string& id, const std::string& step, bool optimizer, Done done);
+
+  // POST /v1/models: an uploaded file, streamed to `path` (removed here, whatever happens) or in
+  // `body` when path is empty, with its size and SHA-256; `name` from the query (may be empty).
+  // Answers 201 with the model's JSON (job_json.h), or 400/422 naming the tensor or field.
+  struct Upload {
+    std::string path, body, sha256, name;
+    uint64_t bytes = 0;
+  };
+  void upload(Upload upload, Done done);
+  // GET /v1/models/{id}/file: the model's safetensors file (a trained or an uploaded model).
+  void file(const std::string& id, Done done);
+  // DELETE /v1/models/{id}: an uploaded model (204); a trained model is its job's (409).
+  void erase(const std::string& id, Done done);
 
   // Returns once everything posted before the call has run (tests).
   void wait_idle();
@@ -80,7 +103,11 @@ class ModelService {
                                          std::optional<ServiceError>* error) const;
   Result checkpoint_now(const std::string& id, const std::string& step, bool optimizer);
   Result predict_now(const std::string& id, const std::string& body);
-  Result evaluate_now(const std::string& id, const std::string& body);
+  Result evaluate_now(const std::string& id, const std::string& body, bool model_route);
+  Result upload_now(Upload& upload);
+  Result file_now(const std::string& id);
+  // Runs `work` on the service's thread and answers `done` with its result (or a 500).
+  void run(std::function<Result()> work, Done done);
 
   JobStore& store_;
   DatasetCatalog& catalog_;

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <sstream>
@@ -229,22 +230,32 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
     }
     if (p.size() >= 2 && p[1] == "datasets" && catalog_ != nullptr) return datasets_route(request, p, label);
     if (p.size() == 2 && p[1] == "models" && models_ != nullptr) {
-      return only("GET", "/v1/models", [&] { return json_response(200, model_list_json(store_.list())); });
+      *label = "/v1/models";
+      if (m == "GET" || m == "HEAD") return json_response(200, model_list_json(store_.list(), store_.uploads().list()));
+      return method_not_allowed(m, path, "GET, HEAD, POST");  // a POST was answered by async_route
     }
     if (p.size() == 3 && p[1] == "models" && models_ != nullptr) {
-      if (p[2].ends_with(":predict")) {
-        return only("POST", "/v1/models/{id}:predict", [&] {  // a POST was answered by async_route
-          return problem(400, "bad-request", "Bad request", "the request did not reach the model service");
-        });
+      for (const char* verb : {":predict", ":evaluate"}) {
+        if (p[2].ends_with(verb)) {
+          *label = std::string("/v1/models/{id}") + verb;
+          return method_not_allowed(m, path, "POST");  // a POST was answered by async_route
+        }
       }
-      return only("GET", "/v1/models/{id}", [&] {
+      *label = "/v1/models/{id}";
+      if (m == "GET" || m == "HEAD") {
+        if (const auto upload = store_.uploads().get(p[2])) return json_response(200, uploaded_model_json(*upload));
         const auto job = store_.get(p[2]);
         if (!job || !job->has_model) {
           return problem(404, "model-not-found", "No such model",
-                         "there is no model '" + p[2] + "' (a model's id is its job's id, once the job has SUCCEEDED)");
+                         "there is no model '" + p[2] + "' (a model is an uploaded one, model-N, or a job that SUCCEEDED)");
         }
         return json_response(200, model_json(*job));
-      });
+      }
+      return method_not_allowed(m, path, "GET, HEAD, DELETE");  // a DELETE was answered by async_route
+    }
+    if (p.size() == 4 && p[1] == "models" && p[3] == "file" && models_ != nullptr) {
+      *label = "/v1/models/{id}/file";
+      return method_not_allowed(m, path, "GET, HEAD");  // a GET was answered by async_route
     }
     if (p.size() == 2 && p[1] == "jobs") {
       *label = "/v1/jobs";
@@ -490,6 +501,7 @@ BodyPlan RestApi::plan_body(const HttpRequest& head) {
       plan.max_bytes = kMaxPredictBodyBytes;
       return plan;
     }
+    if (p.size() == 2 && p[0] == "v1" && p[1] == "models") return plan_model_upload(head);
   }
   if (catalog_ == nullptr) return plan;
   const auto route = upload_route(head.method, split_path(head.target));
@@ -534,12 +546,100 @@ BodyPlan RestApi::plan_body(const HttpRequest& head) {
   return plan;
 }
 
+BodyPlan RestApi::plan_model_upload(const HttpRequest& head) {
+  BodyPlan plan;
+  auto reject = [&](HttpResponse r) {
+    count("/v1/models", r.status);
+    plan.kind = BodyPlan::Kind::kReject;
+    r.close = true;  // the body is never read: the connection cannot carry another request
+    plan.reject = std::move(r);
+    return plan;
+  };
+  for (const auto& [key, value] : query_params(head.target)) {
+    if (key != "name") {
+      return reject(problem(400, "unknown-parameter", "Unknown query parameter",
+                            "'" + key + "' is not a parameter of a model upload (known: name)", key));
+    }
+    if (value.empty() || value.size() > 200 ||
+        std::any_of(value.begin(), value.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+      return reject(problem(400, "invalid-parameter", "Invalid query parameter",
+                            "name must be 1 to 200 printable characters", "name"));
+    }
+  }
+  const std::string type = media_type(head.content_type);
+  if (type != "application/octet-stream") {
+    return reject(problem(415, "unsupported-media-type", "Unsupported media type",
+                          "send the safetensors file as application/octet-stream, not '" + head.content_type + "'",
+                          "Content-Type"));
+  }
+  // Streamed to the dataset catalog's staging directory (same disk, same size limit as dataset
+  // uploads); in memory, up to the predict limit, for an API without a catalog (tests).
+  const uint64_t max = catalog_ != nullptr ? catalog_->options().max_upload_bytes : kMaxPredictBodyBytes;
+  if (head.content_length && *head.content_length > max) {
+    return reject(problem(413, "body-too-large", "Body too large",
+                          "the upload has " + std::to_string(*head.content_length) + " bytes; the limit is " +
+                              std::to_string(max) + " (coordinator flag --max-upload-bytes)"));
+  }
+  plan.max_bytes = max;
+  if (catalog_ != nullptr) {
+    plan.kind = BodyPlan::Kind::kFile;
+    plan.path = catalog_->new_staging_path();
+  }
+  return plan;
+}
+
 bool RestApi::async_route(const HttpRequest& request, const Responder& respond) {
   const std::vector<std::string> p = split_path(request.target);
   auto answer = [this, respond](const std::string& label, HttpResponse r) {
     count(label, r.status);
     respond(std::move(r));
   };
+  auto download = [answer](const std::string& label) {
+    return [answer, label](ModelService::Result result) {
+      if (result.error) return answer(label, service_problem(*result.error));
+      HttpResponse r;
+      r.content_type = result.content_type;
+      r.body = std::move(result.json);
+      r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + result.filename + "\"");
+      answer(label, std::move(r));
+    };
+  };
+  if (models_ != nullptr && p.size() >= 2 && p[0] == "v1" && p[1] == "models") {
+    if (request.method == "POST" && p.size() == 2) {
+      ModelService::Upload upload;
+      upload.path = request.body_file;
+      upload.bytes = request.body_file.empty() ? request.body.size() : request.body_bytes;
+      upload.sha256 = request.body_sha256;
+      upload.body = request.body;
+      if (const auto params = query_params(request.target); params.count("name") != 0) upload.name = params.at("name");
+      if (media_type(request.content_type) != "application/octet-stream") {  // only a test gets here (plan_body)
+        answer("/v1/models", problem(415, "unsupported-media-type", "Unsupported media type",
+                                     "send the safetensors file as application/octet-stream", "Content-Type"));
+        return true;
+      }
+      models_->upload(std::move(upload), [answer](ModelService::Result result) {
+        if (result.error) return answer("/v1/models", service_problem(*result.error));
+        HttpResponse r = json_response(201, std::move(result.json));
+        const auto id = boost::json::parse(r.body).as_object().at("id").as_string();
+        r.headers.emplace_back("Location", "/v1/models/" + std::string(id));
+        answer("/v1/models", std::move(r));
+      });
+      return true;
+    }
+    if ((request.method == "GET" || request.method == "HEAD") && p.size() == 4 && p[3] == "file") {
+      models_->file(p[2], download("/v1/models/{id}/file"));
+      return true;
+    }
+    if (request.method == "DELETE" && p.size() == 3 && !p[2].ends_with(":predict") && !p[2].ends_with(":evaluate")) {
+      models_->erase(p[2], [answer](ModelService::Result result) {
+        if (result.error) return answer("/v1/models/{id}", service_problem(*result.error));
+        HttpResponse r;
+        r.status = 204;
+        answer("/v1/models/{id}", std::move(r));
+      });
+      return true;
+    }
+  }
   if (models_ != nullptr && (request.method == "GET" || request.method == "HEAD") && p.size() == 5 && p[0] == "v1" &&
       p[1] == "jobs" && p[3] == "checkpoints") {
     const std::string label = "/v1/jobs/{id}/checkpoints/{step}";
@@ -557,21 +657,17 @@ bool RestApi::async_route(const HttpRequest& request, const Responder& respond) 
       }
       optimizer = value == "true";
     }
-    models_->checkpoint(p[2], p[4], optimizer, [this, answer, label](ModelService::Result result) {
-      if (result.error) return answer(label, service_problem(*result.error));
-      HttpResponse r;
-      r.content_type = result.content_type;
-      r.body = std::move(result.json);
-      r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + result.filename + "\"");
-      answer(label, std::move(r));
-    });
+    models_->checkpoint(p[2], p[4], optimizer, download(label));
     return true;
   }
   if (models_ != nullptr && request.method == "POST" && p.size() >= 3 && p[0] == "v1") {
     const bool predict = p.size() == 3 && p[1] == "models" && p[2].ends_with(":predict");
-    const bool evaluate = p.size() == 4 && p[1] == "jobs" && p[3] == "evaluate";
+    const bool model_evaluate = p.size() == 3 && p[1] == "models" && p[2].ends_with(":evaluate");
+    const bool evaluate = model_evaluate || (p.size() == 4 && p[1] == "jobs" && p[3] == "evaluate");
     if (predict || evaluate) {
-      const std::string label = predict ? "/v1/models/{id}:predict" : "/v1/jobs/{id}/evaluate";
+      const std::string label = predict ? "/v1/models/{id}:predict"
+                                : model_evaluate ? "/v1/models/{id}:evaluate"
+                                                 : "/v1/jobs/{id}/evaluate";
       const std::string type = media_type(request.content_type);
       if (type != "application/json" && !(evaluate && request.body.empty())) {
         answer(label, problem(415, "unsupported-media-type", "Unsupported media type",
@@ -584,6 +680,8 @@ bool RestApi::async_route(const HttpRequest& request, const Responder& respond) 
       };
       if (predict) {
         models_->predict(p[2].substr(0, p[2].size() - std::string(":predict").size()), request.body, done);
+      } else if (model_evaluate) {
+        models_->evaluate(p[2].substr(0, p[2].size() - std::string(":evaluate").size()), request.body, done, true);
       } else {
         models_->evaluate(p[2], request.body, done);
       }

@@ -104,6 +104,7 @@ class RestApi {
   HttpResponse submit(const HttpRequest& request);
   HttpResponse datasets_route(const HttpRequest& request, const std::vector<std::string>& path, std::string* label);
   bool async_route(const HttpRequest& request, const Responder& respond);
+  BodyPlan plan_model_upload(const HttpRequest& head);  // POST /v1/models
   std::vector<std::string> jobs_using(const std::string& dataset) const;
   HttpResponse prometheus() const;
   // GET /v1/jobs/{id} is what dashboards and scripts poll: its body is built at most every

@@ -17,6 +17,7 @@ Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
           {"name", job_.spec.name},
           {"spec", job_.spec_json},
           {"dataset", job_.spec.dataset.name},
+          {"dataset_sha256", job_.train ? job_.train->sha256 : ""},
           {"dataset_examples", job_.train ? std::to_string(job_.train->size) : ""},
           {"epoch", std::to_string(version / per_epoch)},
           {"step", std::to_string(version)},
@@ -135,7 +136,10 @@ kj::Promise<uint64_t> Checkpointer::start_from_file() {
   JobStore& store = job_.store;
   std::function<std::optional<std::string>()> read;
   std::string what;
-  if (from.source == InitFromSpec::Source::kModel) {
+  if (from.source == InitFromSpec::Source::kModel && store.uploads().get(from.id)) {
+    read = [&store, id = from.id] { return store.uploads().file(id); };
+    what = "uploaded model " + from.id;
+  } else if (from.source == InitFromSpec::Source::kModel) {
     read = [&store, id = from.id] { return store.model(id); };
     what = "model " + from.id;
   } else {

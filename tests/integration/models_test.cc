@@ -287,3 +287,150 @@ TEST_CASE("models: bad requests get their status and name the instance at fault"
   CHECK(str(obj(models[0]), "id") == id);
   CHECK(get(port, "/healthz").status == 200);
 }
+
+namespace {
+
+// The "predictions" of `instances` by model `id`.
+std::string predictions_of(int port, const std::string& id, const std::string& instances) {
+  Reply r;
+  const std::string body = post(port, "/v1/models/" + id + ":predict", instances, &r);
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  return json::serialize(json::parse(body).as_object().at("predictions"));
+}
+
+Reply upload(int port, const std::string& file, const std::string& query = "",
+             const std::string& type = "application/octet-stream") {
+  Reply r = call(port, http::verb::post, "/v1/models" + query, file, type);
+  INFO("POST /v1/models" << query << " -> " << r.describe());
+  return r;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("models: uploaded files (ours and NumPy's) predict, evaluate and start jobs; bad uploads are refused") {
+  testing::TempDir datasets;  // uploads stream to its staging directory
+  testing::Cluster cluster({.coordinator_flags = {"--datasets-dir", datasets.path()}});
+  const int port = cluster.http_port();
+  testing::TempDir dir;
+  const std::string mlp64 = R"([{"type": "flatten"}, {"type": "dense", "units": 64, "activation": "relu"},
+      {"type": "dense", "units": 10}])";
+  const std::string trained = submit(cluster, job(mlp64));
+  const json::object done = wait_for_state(cluster, trained, "SUCCEEDED", 240s);
+  const Reply file = get(port, "/v1/models/" + trained + "/file");
+  REQUIRE(file.status == 200);
+  CHECK(file.body == get(port, "/v1/jobs/" + trained + "/model").body);
+  std::ofstream(dir.file("ours.safetensors"), std::ios::binary) << file.body;
+  std::ofstream(dir.file("model.json")) << json::serialize(obj(done.at("spec")).at("model"));
+  std::vector<uint8_t> raw;
+  const std::string instances = instances_json(test_images(50, &raw), 50);
+  const std::string expected = predictions_of(port, trained, instances);
+  auto refused = [](const Reply& reply, unsigned status, const std::string& needle, const std::string& field = "") {
+    check_problem(reply, status, needle, field);
+    INFO(reply.describe());
+    CHECK(str(object_of(reply), "detail").find(needle) != std::string::npos);
+  };
+
+  // Our own file: its architecture from its metadata; the same predictions and evaluation.
+  Reply r = upload(port, file.body, "?name=mine");
+  REQUIRE(r.status == 201);
+  const json::object ours = object_of(r);
+  const std::string ours_id = str(ours, "id");
+  CHECK(ours_id.rfind("model-", 0) == 0);
+  CHECK(r.header("location") == "/v1/models/" + ours_id);
+  CHECK(str(ours, "name") == "mine");
+  CHECK(str(ours, "source") == "upload");
+  CHECK(num(ours, "bytes") == static_cast<double>(file.body.size()));
+  CHECK(str(ours, "sha256").size() == 64);
+  CHECK(num(ours, "classes") == 10);
+  CHECK(arr(ours, "tensors").size() == 4);
+  CHECK(predictions_of(port, ours_id, instances) == expected);
+  CHECK(get(port, "/v1/models/" + ours_id + "/file").body == file.body);
+  json::object e = json::parse(post(port, "/v1/models/" + ours_id + ":evaluate", R"({"dataset": "mnist10k"})", &r)).as_object();
+  REQUIRE(r.status == 200);
+  CHECK(num(e, "accuracy") == num(done, "test_accuracy"));
+
+  // NumPy's file: float64, other tensor order, the architecture as metadata "model".
+  const std::string script = "/usr/bin/python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/tests/integration/rewrite_safetensors.py ";
+  const std::string with_model = script + dir.file("ours.safetensors") + " " + dir.file("f64.safetensors") + " F64 --model " + dir.file("model.json");
+  REQUIRE_MESSAGE(std::system(with_model.c_str()) == 0, with_model);
+  r = upload(port, read_file(dir.file("f64.safetensors")));
+  REQUIRE(r.status == 201);
+  const std::string f64_id = str(object_of(r), "id");
+  CHECK(str(obj(arr(object_of(r), "tensors")[0]), "dtype") == "F64");
+  CHECK(predictions_of(port, f64_id, instances) == expected);  // float32 values through float64: exact
+
+  // NumPy's file without an architecture: jobs can start from it, it cannot predict alone.
+  const std::string bare = script + dir.file("ours.safetensors") + " " + dir.file("bare.safetensors") + " F32";
+  REQUIRE_MESSAGE(std::system(bare.c_str()) == 0, bare);
+  r = upload(port, read_file(dir.file("bare.safetensors")));
+  REQUIRE(r.status == 201);
+  const std::string bare_id = str(object_of(r), "id");
+  CHECK(object_of(r).at("model").is_null());
+  post(port, "/v1/models/" + bare_id + ":predict", instances, &r);
+  refused(r, 409, "no architecture");
+  // A job from it with a learning rate too small to move anything starts where the model is: its
+  // accuracy after one epoch is the trained model's (from scratch it would be near chance).
+  std::string tuned_spec = job(mlp64);
+  tuned_spec.replace(tuned_spec.find(R"({"type": "adam"})"), 16, R"({"type": "sgd", "learning_rate": 1e-9})");
+  tuned_spec.insert(tuned_spec.rfind('}'), R"(, "init_from": {"model": ")" + bare_id + R"("})");
+  const std::string tuned = submit(cluster, tuned_spec);
+  const json::object tuned_done = wait_for_state(cluster, tuned, "SUCCEEDED", 240s);
+  MESSAGE("trained " << num(done, "test_accuracy") << ", started from its upload " << num(tuned_done, "test_accuracy"));
+  CHECK(num(done, "test_accuracy") > 0.8);
+  CHECK(std::abs(num(tuned_done, "test_accuracy") - num(done, "test_accuracy")) < 0.01);
+  bool noted = false;
+  for (const auto& n : arr(tuned_done, "notes")) noted = noted || std::string(n.as_string()).find("uploaded model " + bare_id) != std::string::npos;
+  CHECK(noted);
+
+  // The list: the trained model, then the uploads in order.
+  const json::array models = arr(object_of(get(port, "/v1/models")), "models");
+  std::vector<std::string> ids;
+  for (const auto& m : models) ids.push_back(str(obj(m), "id"));
+  CHECK(ids == std::vector<std::string>{trained, tuned, ours_id, f64_id, bare_id});
+
+  // Bad uploads and uses, each with its status, naming the tensor or field.
+  refused(upload(port, "not a model at all"), 422, "not a safetensors file");
+  const std::string nan = script + dir.file("ours.safetensors") + " " + dir.file("nan.safetensors") +
+                          " F32 --model " + dir.file("model.json") + " --nan layers.2.bias";
+  REQUIRE_MESSAGE(std::system(nan.c_str()) == 0, nan);
+  refused(upload(port, read_file(dir.file("nan.safetensors"))), 422, "not a finite float32", "layers.2.bias");
+  std::ofstream(dir.file("model32.json")) << R"({"input_shape": [28, 28, 1], "layers": [{"type": "flatten"},
+      {"type": "dense", "units": 32, "activation": "relu"}, {"type": "dense", "units": 10}]})";
+  const std::string wrong = script + dir.file("ours.safetensors") + " " + dir.file("wrong.safetensors") +
+                            " F16 --model " + dir.file("model32.json");
+  REQUIRE_MESSAGE(std::system(wrong.c_str()) == 0, wrong);
+  r = upload(port, read_file(dir.file("wrong.safetensors")));
+  refused(r, 422, "has shape [784, 64]; the model's is [784, 32]", "layers.1.kernel");
+  CHECK(str(object_of(r), "type") == "urn:pstrain:problem:model-mismatch");
+  refused(upload(port, file.body, "", "application/json"), 415, "application/octet-stream");
+  refused(upload(port, file.body, "?colour=red"), 400, "'colour'", "colour");
+  std::string other = job(R"([{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"},
+      {"type": "dense", "units": 10}])");
+  other.insert(other.rfind('}'), R"(, "init_from": {"model": ")" + bare_id + R"("})");
+  refused(post_json(port, "/v1/jobs", other), 422, "tensor 'layers.1.kernel' has shape [784, 64] in uploaded model", "/init_from");
+  std::string resume = job(mlp64);
+  resume.insert(resume.rfind('}'), R"(, "init_from": {"model": ")" + bare_id + R"(", "optimizer_state": true})");
+  refused(post_json(port, "/v1/jobs", resume), 422, "parameters only", "/init_from/optimizer_state");
+  post(port, "/v1/models/" + ours_id + ":evaluate", "{}", &r);
+  refused(r, 422, "/dataset is required", "/dataset");
+  post(port, "/v1/models/" + ours_id + ":evaluate", R"({"checkpoint": 1})", &r);
+  refused(r, 422, "/checkpoint is not a known field", "/checkpoint");
+  refused(call(port, http::verb::delete_, "/v1/models/" + trained), 409, "goes with its job");
+  CHECK(call(port, http::verb::delete_, "/v1/models/" + bare_id).status == 204);
+  refused(get(port, "/v1/models/" + bare_id), 404, "no model");
+  refused(call(port, http::verb::delete_, "/v1/models/" + bare_id), 404, "no model");
+  refused(post_json(port, "/v1/jobs", resume), 422, "no model '" + bare_id + "'", "/init_from/model");
+
+  // A restarted coordinator still has the uploads (and numbers new ones after them).
+  cluster.restart_coordinator(false);
+  CHECK(predictions_of(port, f64_id, instances) == expected);
+  r = upload(port, file.body);
+  REQUIRE(r.status == 201);
+  CHECK(str(object_of(r), "id") == "model-4");
+  CHECK(get(port, "/healthz").status == 200);
+}
