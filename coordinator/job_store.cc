@@ -260,6 +260,9 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given
   info.bytes = 0;
   for (const std::string& piece : pieces) info.bytes += static_cast<int64_t>(piece.size());
   std::vector<CheckpointInfo>& list = it->second.checkpoints;
+  // A checkpoint made again (the same step, final or not) is no news: no event.
+  const bool known = std::any_of(list.begin(), list.end(),
+                                 [&](const CheckpointInfo& c) { return c.step == info.step && c.final == info.final; });
   std::erase_if(list, [&](const CheckpointInfo& c) { return c.step == info.step; });
   list.insert(std::upper_bound(list.begin(), list.end(), info,
                                [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step < b.step; }),
@@ -278,7 +281,9 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given
     --intermediate;
   }
   std::vector<KvStore::Write> event_writes;
-  const auto upto = record_events(id, {checkpoint_event(id, info, info.time_ms != 0 ? info.time_ms : now_ms())}, event_writes);
+  std::vector<JobEventData> events;
+  if (!known) events.push_back(checkpoint_event(id, info, info.time_ms != 0 ? info.time_ms : now_ms()));
+  const auto upto = record_events(id, events, event_writes);
   if (kv_ == nullptr) {
     checkpoint_files_[{id, info.step}] = std::move(pieces);
     for (int64_t step : dropped) checkpoint_files_.erase({id, step});
