@@ -423,7 +423,7 @@ HttpResponse RestApi::event_stream(const HttpRequest& request, const std::string
   for (const auto& [key, value] : query_params(request.target)) {
     if (key != "after") {
       return problem(400, "unknown-parameter", "Unknown query parameter",
-                     "'" + key + "' is not a parameter of an event stream (known: after)", key);
+                     key + " is not a parameter of an event stream (known: after)", key);
     }
     const auto n = number(value);
     if (!n) return problem(400, "invalid-parameter", "Invalid query parameter",
