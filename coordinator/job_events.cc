@@ -58,14 +58,16 @@ std::vector<JobEventData> change_events(const RecordDigest& before, const JobRec
   }
   const size_t new_notes = after.notes.size() > before.notes ? after.notes.size() - before.notes : 0;
   if (after.recoveries > before.recoveries) {
-    // What happened: the note the recovery left, else why the job was recovering.
+    // What happened: the note the recovery left (then not a note event too), else why the job
+    // was recovering.
     std::string detail = new_notes > 0 ? after.notes.back() : before.reason;
     out.push_back(make("recovery", after.id, time_ms,
                        {{"recoveries", after.recoveries},
                         {"replayed_steps", after.replayed_steps.empty() ? int64_t{0} : after.replayed_steps.back()},
                         {"detail", detail}}));
   }
-  for (size_t i = after.notes.size() - new_notes; i < after.notes.size(); ++i) {
+  const size_t notes_end = after.recoveries > before.recoveries && new_notes > 0 ? after.notes.size() - 1 : after.notes.size();
+  for (size_t i = after.notes.size() - new_notes; i < notes_end; ++i) {
     out.push_back(make("note", after.id, time_ms, {{"text", after.notes[i]}}));
   }
   if (after.state != before.state) out.push_back(state_event(after, time_ms));

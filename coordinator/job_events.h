@@ -37,7 +37,8 @@ struct RecordDigest {
 RecordDigest digest(const JobRecord& record);
 
 // The events a change from `before` to `after` makes, in this order: nodes that left the job
-// (lost) and joined it, a complete backup, a recovery, new notes, the new state.
+// (lost) and joined it, a complete backup, a recovery, new notes (but the one a recovery has as
+// its detail), the new state.
 std::vector<JobEventData> change_events(const RecordDigest& before, const JobRecord& after, int64_t time_ms,
                                         const NodeLookup& lookup);
 JobEventData state_event(const JobRecord& record, int64_t time_ms);

@@ -476,6 +476,14 @@ void JobRunner::grow() {
 
 void JobRunner::on_node_lost(NodeId node, const std::string& why) {
   if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;
+  if (uses_node(node)) {
+    // The record lists the nodes working for the job: a lost one leaves it now (an event says
+    // so at once, while the procedure below runs); a re-plan records the new set.
+    job_.store.update(job_.id, [&](JobRecord& r) {
+      std::erase(r.workers, node.value());
+      std::erase(r.servers, node.value());
+    });
+  }
   const auto worker = job_.worker_index(node);
   if (worker && !job_.sync()) {
     // Async: the others simply go on; the lost worker's shard of the epoch is not redone.

@@ -398,3 +398,35 @@ TEST_CASE("Event stream: events survive a hard coordinator restart and their num
   CHECK(global.events.front().id == global_before.events.back().id + 1);
   for (size_t i = 1; i < global.events.size(); ++i) CHECK(global.events[i].id == global.events[i - 1].id + 1);
 }
+
+TEST_CASE("Event stream: a lost worker is a node event at once, then a recovery with the steps replayed") {
+  testing::Cluster cluster({.workers = 3, .coordinator_flags = {"--dead-after-ms", "1500"}});
+  const int port = cluster.http_port();
+  JobSpec spec = testing::mlp_job(256, 128, 3);
+  spec.training.servers = 2;
+  spec.training.workers = 3;
+  spec.training.metrics_every_steps = 2;
+  const std::string id = submit(cluster, job_spec_to_json(spec));
+  SseClient client(port, "/v1/jobs/" + id + "/events");
+  REQUIRE(client.read_until([&] { return client.has_event("epoch"); }, 60s));
+  cluster.workers()[2]->kill_hard();  // mid-run: the others wait for its slices until it is declared dead
+  REQUIRE(client.read_to_close(120s));
+  check_numbered_from_one(client.events, "with a lost worker");
+  check_ends_with(client.events, "SUCCEEDED");
+  size_t lost = 0, recovery = 0;
+  for (size_t i = 0; i < client.events.size(); ++i) {
+    const SseEvent& e = client.events[i];
+    if (e.type == "node" && e.data.find(R"("role":"worker")") != std::string::npos &&
+        e.data.find(R"("change":"lost")") != std::string::npos) {
+      lost = lost == 0 ? i : lost;
+    }
+    if (e.type == "recovery" && recovery == 0) recovery = i;
+  }
+  INFO(raw_of(client.events).substr(0, 20000));
+  REQUIRE(lost > 0);
+  REQUIRE(recovery > lost);  // the loss first, then what was done about it
+  const json::object o = client.events[recovery].object();
+  CHECK(num(o, "recoveries") == 1);
+  CHECK(num(o, "replayed_steps") >= 0);
+  CHECK(!str(o, "detail").empty());
+}
