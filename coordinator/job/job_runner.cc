@@ -23,6 +23,10 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
     requeued_while_running_ = r.state == JobState::kRunning || r.state == JobState::kRecovering;
     r.state = JobState::kPending;
     r.notes.push_back("re-queued after a coordinator restart");
+    // Node ids are this coordinator's: the ones recorded were given by the one before (the same
+    // numbers may now name other nodes). The job's nodes are recorded again when it starts.
+    r.workers.clear();
+    r.servers.clear();
     if (r.last_backup_step) job_.backups.add_complete(static_cast<uint64_t>(*r.last_backup_step));
     recorded_server_names_ = r.server_names;
     // Every plan from now on is newer than any the servers saw (pushes of older ones are fenced).
@@ -259,8 +263,6 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
       WorkerProgress& w = progress.workers()[*index];
       w.steps = report.getStep();
       w.rate = report.getSamplesPerSecond();
-      job_.store.append_step(job_.id, {static_cast<uint32_t>(*index), epoch + 1, report.getStep(), loss, accuracy,
-                                       report.getSamplesPerSecond(), now_ms()});
       job_.store.update(job_.id, [&](JobRecord& r) {
         r.steps_done = static_cast<int64_t>(progress.steps_done(job_.sync()));
         r.current_epoch = epoch + 1;
@@ -268,6 +270,9 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
         r.train_loss = loss;
         r.train_accuracy = accuracy;
       });
+      // After the update: its progress event carries the job's steps done with this report.
+      job_.store.append_step(job_.id, {static_cast<uint32_t>(*index), epoch + 1, report.getStep(), loss, accuracy,
+                                       report.getSamplesPerSecond(), now_ms()});
       PSLOG(kInfo) << "job " << job_.id << " worker " << *index << ": epoch " << epoch + 1 << " step "
                    << report.getStep() << " loss " << loss << " " << static_cast<int64_t>(report.getSamplesPerSecond())
                    << " samples/s";
@@ -471,6 +476,14 @@ void JobRunner::grow() {
 
 void JobRunner::on_node_lost(NodeId node, const std::string& why) {
   if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;
+  if (uses_node(node)) {
+    // The record lists the nodes working for the job: a lost one leaves it now (an event says
+    // so at once, while the procedure below runs); a re-plan records the new set.
+    job_.store.update(job_.id, [&](JobRecord& r) {
+      std::erase(r.workers, node.value());
+      std::erase(r.servers, node.value());
+    });
+  }
   const auto worker = job_.worker_index(node);
   if (worker && !job_.sync()) {
     // Async: the others simply go on; the lost worker's shard of the epoch is not redone.

@@ -1,6 +1,7 @@
 // The coordinator's storage and loading off the event loop: KvWriter (ordered, coalesced, durable
 // on flush, callbacks after the write), JobStore on top of it (a state change survives a reopen,
-// the step history too), and DataService::load (off the loop, once, a failure retried).
+// the step history too; a job's changes as numbered events, published once written, kept across a
+// reopen), and DataService::load (off the loop, once, a failure retried).
 #include <doctest/doctest.h>
 #include <kj/async-io.h>
 
@@ -10,6 +11,7 @@
 
 #include "common/kv_store.h"
 #include "coordinator/data_service.h"
+#include "coordinator/event_stream.h"
 #include "coordinator/job_store.h"
 #include "coordinator/kv_writer.h"
 #include "tests/test_support.h"
@@ -30,7 +32,137 @@ std::string read(KvStore& kv, const std::string& key) {
   return status.ok() ? value : "<" + status.message + ">";
 }
 
+// The frames' "event:" types, in order.
+std::vector<std::string> types(const std::vector<EventFrame>& frames) {
+  std::vector<std::string> out;
+  for (const EventFrame& f : frames) {
+    const size_t at = f->find("\nevent: ") + 8;
+    out.push_back(f->substr(at, f->find('\n', at) - at));
+  }
+  return out;
+}
+
+std::vector<EventFrame> take_all(EventSubscriber& s, bool* end = nullptr) {
+  std::vector<EventFrame> out;
+  for (int i = 0; i < 100; ++i) {
+    auto batch = s.take(3);  // in small batches: take() goes on where it stopped
+    out.insert(out.end(), batch.frames.begin(), batch.frames.end());
+    if (end != nullptr) *end = batch.end;
+    if (batch.frames.empty()) break;
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("JobStore events: a job's changes become numbered events, published in order once written, kept across a "
+          "reopen; a subscriber that falls behind is dropped without holding up the writer") {
+  testing::TempDir dir;
+  std::vector<EventFrame> first_run;
+  {
+    auto kv = open_kv(dir);
+    JobStore store(kv.get());
+    store.set_node_lookup([](uint32_t id) -> std::optional<NodeView> {
+      NodeView v;
+      v.name = "node-" + std::to_string(id);
+      return v;
+    });
+    JobRecord record;
+    record.id = "job-1";
+    record.submitted_ms = 5;
+    store.add(record);
+    auto live = std::make_shared<EventSubscriber>(EventQueueLimits{}, &store.event_stats());
+    auto slow = std::make_shared<EventSubscriber>(EventQueueLimits{3, 1 << 20}, &store.event_stats());
+    REQUIRE(store.subscribe("job-1", 0, live));
+    REQUIRE(store.subscribe("job-1", 0, slow));
+    CHECK_FALSE(store.subscribe("job-9", 0, live));
+    CHECK(store.event_stats().open.load() == 2);
+    int wakeups = 0;
+    live->set_wakeup([&] { ++wakeups; });
+    store.update("job-1", [](JobRecord& r) {
+      r.state = JobState::kRunning;
+      r.workers = {1, 2};
+      r.servers = {3};
+      r.total_steps = 100;
+    });
+    store.update("job-1", [](JobRecord& r) { r.steps_done = 10; });  // no event: progress comes with its step
+    store.append_step("job-1", {1, 1, 10, 0.5, 0.75, 900, 7});
+    store.append_epoch("job-1", {1, 0.5, 0.8, 0.6, 0.79, 1000, 8});
+    store.update("job-1", [](JobRecord& r) { r.last_backup_step = 20; });
+    store.update("job-1", [](JobRecord& r) {
+      r.state = JobState::kRecovering;
+      r.reason = "worker 1 lost";
+    });
+    store.update("job-1", [](JobRecord& r) {
+      r.state = JobState::kRunning;
+      r.notes.push_back("recovered: rolled back");  // the recovery's detail, not a note of its own
+      r.reason.clear();
+      r.workers = {2, 4};
+      r.recoveries = 1;
+      r.replayed_steps = {1};
+    });
+    store.update("job-1", [](JobRecord& r) { r.notes.push_back("a note"); });
+    CheckpointInfo c;
+    c.step = 20;
+    store.add_checkpoint("job-1", c, {"abc"}, 3);
+    store.add_checkpoint("job-1", c, {"abc"}, 3);  // the same again: no news
+    store.update("job-1", [](JobRecord& r) { r.state = JobState::kSucceeded; });
+    store.flush();
+    CHECK(wakeups == 1);  // one until the subscriber takes
+    bool end = false;
+    first_run = take_all(*live, &end);
+    CHECK(end);
+    CHECK(types(first_run) == std::vector<std::string>{"state", "node", "node", "node", "state", "progress", "epoch",
+                                                         "backup", "state", "node", "node", "recovery", "state", "note",
+                                                         "checkpoint", "state"});
+    for (size_t i = 0; i < first_run.size(); ++i) CHECK(first_run[i]->rfind("id: " + std::to_string(i + 1) + "\n", 0) == 0);
+    CHECK(first_run[1]->find(R"("node":1,"role":"worker","name":"node-1","change":"joined")") != std::string::npos);
+    CHECK(first_run[5]->find(R"("steps_done":10,"total_steps":100)") != std::string::npos);
+    CHECK(first_run[8]->find(R"("state":"RECOVERING","reason":"worker 1 lost")") != std::string::npos);
+    CHECK(first_run[9]->find(R"("node":1,"role":"worker","name":"node-1","change":"lost")") != std::string::npos);
+    CHECK(first_run[11]->find(R"("recoveries":1,"replayed_steps":1,"detail":"recovered: rolled back")") != std::string::npos);
+    CHECK(first_run[13]->find(R"("text":"a note")") != std::string::npos);
+    CHECK(first_run.back()->find(R"("state":"SUCCEEDED")") != std::string::npos);
+    CHECK(store.event_count("job-1") == first_run.size());
+    CHECK(store.event_stats().events.load() == first_run.size());
+    // The slow one never took anything: dropped at its 4th live event, and told so.
+    CHECK(store.event_stats().dropped.load() == 1);
+    const auto batch = slow->take();
+    CHECK(batch.dropped);
+    CHECK(batch.frames.empty());
+    // The global sequence: the state changes only.
+    auto global = std::make_shared<EventSubscriber>(EventQueueLimits{}, &store.event_stats());
+    REQUIRE(store.subscribe("", 2, global));
+    const auto states = take_all(*global);
+    REQUIRE(states.size() == 3);  // of PENDING, RUNNING, RECOVERING, RUNNING, SUCCEEDED: after 2
+    CHECK(states[0]->rfind("id: 3\nevent: state\n", 0) == 0);
+  }
+  auto kv = open_kv(dir);
+  JobStore store(kv.get());
+  REQUIRE(store.load().size() == 1);
+  // The history as it was, and the stream ends with it (the job is finished).
+  auto replay = std::make_shared<EventSubscriber>(EventQueueLimits{}, &store.event_stats());
+  REQUIRE(store.subscribe("job-1", 0, replay));
+  bool end = false;
+  const auto again = take_all(*replay, &end);
+  CHECK(end);
+  REQUIRE(again.size() == first_run.size());
+  for (size_t i = 0; i < again.size(); ++i) CHECK(*again[i] == *first_run[i]);
+  auto resumed = std::make_shared<EventSubscriber>(EventQueueLimits{}, &store.event_stats());
+  REQUIRE(store.subscribe("job-1", 13, resumed));
+  CHECK(take_all(*resumed).size() == first_run.size() - 13);
+  // Numbering goes on: a new job's submission is global event 6.
+  JobRecord next;
+  next.id = "job-2";
+  store.add(next);
+  store.flush();
+  auto global = std::make_shared<EventSubscriber>(EventQueueLimits{}, &store.event_stats());
+  REQUIRE(store.subscribe("", 5, global));
+  const auto states = take_all(*global);
+  REQUIRE(states.size() == 1);
+  CHECK(states[0]->rfind("id: 6\nevent: state\n", 0) == 0);
+  CHECK(states[0]->find(R"("job":"job-2")") != std::string::npos);
+}
 
 TEST_CASE("KvWriter: writes land in order, the last value of a key wins, callbacks follow their write") {
   testing::TempDir dir;
