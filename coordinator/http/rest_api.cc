@@ -12,6 +12,7 @@
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_json.h"
 #include "coordinator/init_from_check.h"
+#include "coordinator/http/web_ui.h"
 #include "coordinator/model_service.h"
 
 namespace pstrain {
@@ -177,8 +178,13 @@ HttpResponse problem(unsigned status, const std::string& type, const std::string
 }
 
 RestApi::RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog,
-                 ModelService* models)
-    : store_(store), commands_(commands), openapi_json_(std::move(openapi_json)), catalog_(catalog), models_(models) {}
+                 ModelService* models, const WebUi* web)
+    : store_(store),
+      commands_(commands),
+      openapi_json_(std::move(openapi_json)),
+      catalog_(catalog),
+      models_(models),
+      web_(web) {}
 
 void RestApi::count(const std::string& route, unsigned status) {
   std::lock_guard lock(counters_mutex_);
@@ -214,6 +220,9 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
     return handler();
   };
 
+  if (web_ != nullptr && WebUi::is_web_path(path)) {
+    return only("GET", path == "/" ? "/" : "/ui/{file}", [&] { return web_->get(path, request.if_none_match); });
+  }
   if (p.size() == 1 && p[0] == "healthz") {
     return only("GET", "/healthz", [] { return json_response(200, R"({"status":"ok"})"); });
   }

@@ -27,6 +27,7 @@ struct HttpRequest {
   std::string method;        // "GET"
   std::string target;        // "/v1/jobs/job-1?x=y"
   std::string content_type;  // the Content-Type header, or empty
+  std::string if_none_match;  // the If-None-Match header, or empty (the dashboard's files)
   std::string body;          // the body, when it was read into memory
   std::optional<uint64_t> content_length;  // the Content-Length header (none: chunked or no body)
   // The body, when it was streamed to a file (BodyPlan::kFile): where, how many bytes, and their
@@ -71,15 +72,16 @@ HttpResponse problem(unsigned status, const std::string& type, const std::string
 
 class DatasetCatalog;
 class ModelService;
+class WebUi;
 
 class RestApi {
  public:
   static constexpr size_t kMaxBodyBytes = 1 << 20;
 
   // `catalog` may be null: no dataset routes, and jobs are checked against the built-in table.
-  // `models` may be null: no predictions or evaluations.
+  // `models` may be null: no predictions or evaluations. `web` may be null: no dashboard at `/`.
   RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog = nullptr,
-          ModelService* models = nullptr);
+          ModelService* models = nullptr, const WebUi* web = nullptr);
   // Largest body of a predict request (instances as JSON text).
   static constexpr size_t kMaxPredictBodyBytes = size_t{64} << 20;
 
@@ -117,6 +119,7 @@ class RestApi {
   std::string openapi_json_;
   DatasetCatalog* catalog_;
   ModelService* models_;
+  const WebUi* web_;
   mutable std::mutex counters_mutex_;
   std::map<std::pair<std::string, unsigned>, uint64_t> counters_;  // guarded by counters_mutex_
   std::mutex cache_mutex_;
