@@ -305,6 +305,7 @@ function jobView(view, id) {
       performance.mark('pstrain-first-curve-point');  // read by the browser test (time to first curve)
     }
     drawTimeline();
+    renderNodes();
   }
 
   function drawTimeline() {
@@ -386,6 +387,23 @@ function jobView(view, id) {
     if (TERMINAL.has(state)) finished = true;
   }
 
+  // Workers (with their step rates from the events) and servers (from the last status).
+  let lastStatus = null;
+  function renderNodes() {
+    const j = lastStatus;
+    if (!j) return;
+    const r = new Map(rates().map((w) => [w.worker, w]));
+    workerRows.replaceChildren(...j.workers.map((n, i) => {
+      const w = r.get(i) || r.get(n.id);
+      return h('tr', {}, h('td', {}, i), h('td', {}, n.name || n.id), h('td', { class: 'mono' }, n.address || '–'),
+        h('td', {}, n.alive ? 'yes' : h('span', { class: 'error' }, 'no')), h('td', {}, n.last_heartbeat_ms_ago !== undefined ? `${n.last_heartbeat_ms_ago} ms` : '–'),
+        h('td', {}, w ? w.step : '–'), h('td', {}, w ? num(w.rate, 2) : '–'), h('td', {}, w && w.straggler ? h('span', { class: 'badge straggler' }, 'straggler') : ''));
+    }));
+    serverRows.replaceChildren(...j.servers.map((n, i) => h('tr', {}, h('td', {}, i), h('td', {}, n.name || n.id),
+      h('td', { class: 'mono' }, n.address || '–'), h('td', {}, n.alive ? 'yes' : h('span', { class: 'error' }, 'no')),
+      h('td', {}, n.last_heartbeat_ms_ago !== undefined ? `${n.last_heartbeat_ms_ago} ms` : '–'))));
+  }
+
   // Facts, workers and servers: polled (they are a snapshot, not a history).
   async function poll() {
     const j = await api(path);
@@ -400,16 +418,8 @@ function jobView(view, id) {
     el['job-rate'].textContent = num(j.samples_per_second, 0);
     el['model-link'].replaceChildren(j.model ? h('a', { href: j.model.href, download: `${j.id}.safetensors`, id: 'download-model' },
       `Download model (${(j.model.bytes / 1e6).toFixed(1)} MB, safetensors)`) : '');
-    const r = new Map(rates().map((w) => [w.worker, w]));
-    workerRows.replaceChildren(...j.workers.map((n, i) => {
-      const w = r.get(i) || r.get(n.id);
-      return h('tr', {}, h('td', {}, i), h('td', {}, n.name || n.id), h('td', { class: 'mono' }, n.address || '–'),
-        h('td', {}, n.alive ? 'yes' : h('span', { class: 'error' }, 'no')), h('td', {}, n.last_heartbeat_ms_ago !== undefined ? `${n.last_heartbeat_ms_ago} ms` : '–'),
-        h('td', {}, w ? w.step : '–'), h('td', {}, w ? num(w.rate, 2) : '–'), h('td', {}, w && w.straggler ? h('span', { class: 'badge straggler' }, 'straggler') : ''));
-    }));
-    serverRows.replaceChildren(...j.servers.map((n, i) => h('tr', {}, h('td', {}, i), h('td', {}, n.name || n.id),
-      h('td', { class: 'mono' }, n.address || '–'), h('td', {}, n.alive ? 'yes' : h('span', { class: 'error' }, 'no')),
-      h('td', {}, n.last_heartbeat_ms_ago !== undefined ? `${n.last_heartbeat_ms_ago} ms` : '–'))));
+    lastStatus = j;
+    renderNodes();
     if (finished && TERMINAL.has(j.state) && stopPoll) { stopPoll(); stopPoll = null; }
   }
 
@@ -455,6 +465,9 @@ function jobView(view, id) {
     });
   }
 
+  // For the browser test's rendering benchmark: feed events and redraw at once.
+  window.pstrainJobPage = { handle, draw: () => { clearTimeout(drawTimer); draw(); } };
+
   let stopPoll = null;
   (async () => {
     try {
@@ -473,6 +486,7 @@ function jobView(view, id) {
     if (source) source.close();
     clearTimeout(drawTimer);
     for (const c of Object.values(charts)) if (c) c.destroy();
+    delete window.pstrainJobPage;
   };
 }
 
