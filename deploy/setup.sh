@@ -30,8 +30,6 @@ packages=(
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
 fi
-packages+=(
-)
 
 missing=()
 for p in "${packages[@]}"; do
