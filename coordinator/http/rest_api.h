@@ -27,7 +27,6 @@ struct HttpRequest {
   std::string method;        // "GET"
   std::string target;        // "/v1/jobs/job-1?x=y"
   std::string content_type;  // the Content-Type header, or empty
-  std::string if_none_match;  // the If-None-Match header, or empty (the dashboard's files)
   std::string body;          // the body, when it was read into memory
   std::optional<uint64_t> content_length;  // the Content-Length header (none: chunked or no body)
   // The body, when it was streamed to a file (BodyPlan::kFile): where, how many bytes, and their
@@ -35,6 +34,7 @@ struct HttpRequest {
   std::string body_file;
   uint64_t body_bytes = 0;
   std::string body_sha256;
+  std::string if_none_match;  // the If-None-Match header, or empty (the dashboard's files)
 };
 
 struct HttpResponse {
