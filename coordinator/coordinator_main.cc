@@ -33,6 +33,7 @@ struct CoordinatorConfig {
   std::string job_file, save_params;
   bool exit_when_done = false;
   int64_t http_read_timeout_s = 10, http_max_connections = 512;
+  int64_t events_heartbeat_ms = 15000, events_queue = 1024, events_queue_bytes = int64_t{4} << 20, events_send_buffer = 0;
 };
 
 }  // namespace
@@ -48,6 +49,14 @@ int main(int argc, char** argv) {
   flags.add("http-read-timeout-s", "PSTRAIN_HTTP_READ_TIMEOUT_S", "10",
             "Seconds a client has to send a complete request before it gets 408.");
   flags.add("http-max-connections", "PSTRAIN_HTTP_MAX_CONNECTIONS", "512", "Open HTTP connections beyond this get 503.");
+  flags.add("events-heartbeat-ms", "PSTRAIN_EVENTS_HEARTBEAT_MS", "15000",
+            "How often an idle event stream (GET .../events) gets a ': keep-alive' comment line.");
+  flags.add("events-queue", "PSTRAIN_EVENTS_QUEUE", "1024",
+            "Events an event stream's client may fall behind by before it is dropped (disconnected).");
+  flags.add("events-queue-bytes", "PSTRAIN_EVENTS_QUEUE_BYTES", std::to_string(4 << 20),
+            "Bytes of events an event stream's client may fall behind by before it is dropped.");
+  flags.add("events-send-buffer", "PSTRAIN_EVENTS_SEND_BUFFER", "0",
+            "Socket send buffer of an event stream in bytes (0: the kernel's default, which grows).");
   flags.add("data-dir", "PSTRAIN_DATA_DIR", "data",
             "Directory of the datasets: the built-in ones' IDX files, and a directory per dropped-in\n"
             "dataset (<name>/dataset.json). May be read-only (uploads go to --datasets-dir).");
@@ -78,6 +87,10 @@ int main(int argc, char** argv) {
     config.http = rpc::parse_host_port(flags.get("http"), 8080, "--http");
     config.http_read_timeout_s = flags.get_int("http-read-timeout-s", 1, 3600);
     config.http_max_connections = flags.get_int("http-max-connections", 1, 100000);
+    config.events_heartbeat_ms = flags.get_int("events-heartbeat-ms", 10, 3600000);
+    config.events_queue = flags.get_int("events-queue", 1, 1 << 20);
+    config.events_queue_bytes = flags.get_int("events-queue-bytes", 1024, int64_t{1} << 32);
+    config.events_send_buffer = flags.get_int("events-send-buffer", 0, 1 << 30);
     config.node.data_dir = flags.get("data-dir");
     config.node.datasets_dir = flags.get("datasets-dir");
     config.node.max_upload_bytes = static_cast<uint64_t>(flags.get_int("max-upload-bytes", 1, int64_t{1} << 50));
@@ -147,11 +160,14 @@ int main(int argc, char** argv) {
   ModelService models(store, node->catalog());
   const WebUi web = WebUi::embedded();  // the dashboard at `/`
   RestApi api(store, commands, openapi_document(), &node->catalog(), &models, &web);
+  api.set_event_limits({static_cast<size_t>(config.events_queue), static_cast<size_t>(config.events_queue_bytes)});
   HttpServerOptions http_options;
   http_options.host = config.http.host;
   http_options.port = static_cast<uint16_t>(config.http.port);
   http_options.read_timeout = std::chrono::seconds(config.http_read_timeout_s);
   http_options.max_connections = static_cast<size_t>(config.http_max_connections);
+  http_options.event_heartbeat = std::chrono::milliseconds(config.events_heartbeat_ms);
+  http_options.event_send_buffer = static_cast<int>(config.events_send_buffer);
   HttpServer http(api, http_options);
   uint16_t http_port = 0;
   try {

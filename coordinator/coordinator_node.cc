@@ -46,6 +46,16 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
                               : SplitLoader([this](const std::string& name, SplitKind kind) { return catalog_.load(name, kind); }),
             [this](const std::string& name) { return catalog_.generation(name); }),
       jobs_(cluster_, data_, store_, io_, config.job) {
+  // Node events name the node (the store calls this on this thread, from its writes).
+  store_.set_node_lookup([this](uint32_t id) -> std::optional<NodeView> {
+    const NodeInfo* node = cluster_.find(NodeId{id});
+    if (node == nullptr) return std::nullopt;
+    NodeView view;
+    view.id = id;
+    view.role = node->role == proto::Role::SERVER ? "server" : "worker";
+    view.name = node->name;
+    return view;
+  });
   // Jobs from before a restart: finished ones stay listed; unfinished ones run again.
   for (const JobRecord& record : store_.load()) {
     if (record.finished()) continue;

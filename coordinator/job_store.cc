@@ -4,14 +4,22 @@
 #include <cstdio>
 
 #include "common/log.h"
+#include "coordinator/job_events.h"
 #include "coordinator/job_json.h"
 
 namespace pstrain {
 namespace {
 
-// Keys: job/<id>/record, job/<id>/step/<seq>, job/<id>/epoch/<n>, job/<id>/model.
+// Keys: job/<id>/record, job/<id>/step/<seq>, job/<id>/epoch/<n>, job/<id>/event/<seq>,
+// job/<id>/model, events/<seq> (the global sequence of state events).
 // Sequence numbers are zero-padded so key order is numeric order.
 std::string padded(uint64_t n) { return key_number(n, 12); }
+
+// Appends a loaded event at its number; a missing number (an entry that failed its checksum) is
+// filled with a note so later numbers stay what clients saw.
+void place_event(std::vector<std::pair<uint64_t, JobEventData>>& list, uint64_t seq, JobEventData e) {
+  list.emplace_back(seq, std::move(e));
+}
 
 }  // namespace
 
@@ -24,6 +32,7 @@ std::vector<JobRecord> JobStore::load() {
   std::vector<JobRecord> loaded;
   if (kv_ == nullptr) return loaded;
   std::map<std::string, JobRecord> by_id;
+  std::map<std::string, std::vector<std::pair<uint64_t, JobEventData>>> events;
   for (const auto& entry : kv_->scan("job/")) {
     const std::string rest = entry.key.substr(4);
     const auto slash = rest.find('/');
@@ -45,13 +54,41 @@ std::vector<JobRecord> JobStore::load() {
       if (auto m = step_from_json(entry.value)) by_id[id].steps.push_back(*m);
     } else if (kind.rfind("epoch/", 0) == 0) {
       if (auto m = epoch_from_json(entry.value)) by_id[id].epoch_history.push_back(*m);
+    } else if (kind.rfind("event/", 0) == 0) {
+      if (auto e = event_from_stored(entry.value)) place_event(events[id], std::stoull(kind.substr(6)), std::move(*e));
     }
   }
+  std::vector<std::pair<uint64_t, JobEventData>> global;
+  for (const auto& entry : kv_->scan("events/")) {
+    if (entry.corrupt) continue;
+    if (auto e = event_from_stored(entry.value)) place_event(global, std::stoull(entry.key.substr(7)), std::move(*e));
+  }
+  // Numbered as stored; a gap (an entry that failed its checksum) becomes a note.
+  auto fill = [this](EventLog& log, const std::string& job, std::vector<std::pair<uint64_t, JobEventData>>& list) {
+    for (auto& [seq, e] : list) {
+      while (log.frames.size() + 1 < seq) {
+        const JobEventData lost{"note", "{\"job\":\"" + job + "\",\"time_ms\":0,\"text\":\"(an event lost in storage)\"}"};
+        log.frames.push_back(std::make_shared<const std::string>(event_frame(log.frames.size() + 1, lost)));
+        log.terminal.push_back(false);
+      }
+      if (log.frames.size() + 1 != seq) continue;  // (a duplicate: cannot happen with ordered keys)
+      log.frames.push_back(std::make_shared<const std::string>(event_frame(seq, e)));
+      log.terminal.push_back(e.terminal);
+      if (e.terminal) log.ended = true;
+    }
+    log.visible = log.frames.size();
+  };
   std::lock_guard lock(mutex_);
+  fill(global_, "", global);
+  global_.ended = false;
+  for (auto& [id, list] : events) {
+    if (by_id.count(id) != 0 && !by_id[id].id.empty()) fill(logs_[id], id, list);
+  }
   for (auto& [id, record] : by_id) {
     if (record.id.empty()) continue;  // metrics without a record: ignore
     loaded.push_back(record);
     order_.push_back(id);
+    if (record.finished()) logs_[id].ended = true;  // (also a job stored before events were)
     durable_state_[id] = record.state;
     jobs_[id] = std::move(record);
   }
@@ -64,19 +101,78 @@ std::vector<JobRecord> JobStore::load() {
   return loaded;
 }
 
-void JobStore::persist_record(const JobRecord& record, bool state_changed) {
+std::pair<uint64_t, uint64_t> JobStore::record_events(const std::string& id, const std::vector<JobEventData>& events,
+                                                     std::vector<KvStore::Write>& writes) {
+  EventLog& log = logs_[id];
+  uint64_t global_upto = 0;
+  for (const JobEventData& e : events) {
+    const uint64_t seq = log.frames.size() + 1;
+    log.frames.push_back(std::make_shared<const std::string>(event_frame(seq, e)));
+    log.terminal.push_back(e.terminal);
+    ++event_stats_.events;
+    if (kv_ != nullptr) writes.push_back({"job/" + id + "/event/" + padded(seq), event_to_stored(e)});
+    if (e.type == "state") {
+      global_upto = global_.frames.size() + 1;
+      global_.frames.push_back(std::make_shared<const std::string>(event_frame(global_upto, e)));
+      global_.terminal.push_back(false);  // the global stream never ends
+      if (kv_ != nullptr) writes.push_back({"events/" + padded(global_upto), event_to_stored(e)});
+    }
+  }
+  return {events.empty() ? 0 : log.frames.size(), global_upto};
+}
+
+void JobStore::publish_upto(EventLog& log, uint64_t upto) {
+  upto = std::min<uint64_t>(upto, log.frames.size());
+  while (log.visible < upto) {
+    const size_t i = log.visible++;
+    const bool last = log.terminal[i];
+    auto& subs = log.subscribers;
+    for (auto it = subs.begin(); it != subs.end();) {
+      const auto subscriber = it->lock();
+      if (subscriber && subscriber->push(log.frames[i], last)) {
+        ++it;
+      } else {
+        it = subs.erase(it);
+      }
+    }
+    if (last) {
+      log.ended = true;
+      subs.clear();
+    }
+  }
+}
+
+void JobStore::show_events(const std::string& id, uint64_t job_upto, uint64_t global_upto) {
+  if (job_upto != 0) {
+    if (const auto it = logs_.find(id); it != logs_.end()) publish_upto(it->second, job_upto);
+  }
+  if (global_upto != 0) publish_upto(global_, global_upto);
+}
+
+void JobStore::enqueue(const std::string& id, std::vector<KvStore::Write> writes, bool sync,
+                       std::pair<uint64_t, uint64_t> upto, std::optional<JobState> state) {
   if (kv_ == nullptr) {
-    durable_state_[record.id] = record.state;
+    if (state) durable_state_[id] = *state;
+    show_events(id, upto.first, upto.second);
     return;
   }
   std::function<void()> applied;
-  if (state_changed) {
-    applied = [this, id = record.id, state = record.state] {
+  if (state || upto.first != 0 || upto.second != 0) {
+    applied = [this, id, state, upto] {
       std::lock_guard lock(mutex_);
-      durable_state_[id] = state;
+      if (state) durable_state_[id] = *state;
+      show_events(id, upto.first, upto.second);
     };
   }
-  writer_.enqueue({{"job/" + record.id + "/record", record_to_json(record)}}, state_changed, std::move(applied));
+  writer_.enqueue(std::move(writes), sync, std::move(applied));
+}
+
+void JobStore::persist_record(const JobRecord& record, bool state_changed, const std::vector<JobEventData>& events) {
+  std::vector<KvStore::Write> writes;
+  if (kv_ != nullptr) writes.push_back({"job/" + record.id + "/record", record_to_json(record)});
+  const auto upto = record_events(record.id, events, writes);
+  enqueue(record.id, std::move(writes), state_changed, upto,
+          state_changed ? std::optional<JobState>(record.state) : std::nullopt);
 }
 
 void JobStore::show_durable_state(JobRecord& record) const {
@@ -85,7 +181,7 @@ void JobStore::show_durable_state(JobRecord& record) const {
 
 void JobStore::add(JobRecord record) {
   std::lock_guard lock(mutex_);
-  persist_record(record, true);
+  persist_record(record, true, {state_event(record, record.submitted_ms != 0 ? record.submitted_ms : now_ms())});
   if (jobs_.count(record.id) == 0) order_.push_back(record.id);
   jobs_[record.id] = std::move(record);
 }
@@ -94,10 +190,11 @@ bool JobStore::update(const std::string& id, const std::function<void(JobRecord&
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return false;
-  const JobState before = it->second.state;
+  const RecordDigest before = digest(it->second);
   change(it->second);
   // State changes are made durable at once; progress can lose its last moments in a crash.
-  persist_record(it->second, it->second.state != before);
+  persist_record(it->second, it->second.state != before.state,
+                 change_events(before, it->second, now_ms(), node_lookup_));
   return true;
 }
 
@@ -105,7 +202,11 @@ void JobStore::append_step(const std::string& id, const StepMetric& metric) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
-  if (kv_ != nullptr) writer_.enqueue({{"job/" + id + "/step/" + padded(it->second.steps.size()), step_to_json(metric)}}, false);
+  std::vector<KvStore::Write> writes;
+  if (kv_ != nullptr) writes.push_back({"job/" + id + "/step/" + padded(it->second.steps.size()), step_to_json(metric)});
+  const auto upto =
+      record_events(id, {progress_event(id, metric, it->second.steps_done, it->second.total_steps)}, writes);
+  enqueue(id, std::move(writes), false, upto, std::nullopt);
   it->second.steps.push_back(metric);
 }
 
@@ -113,7 +214,10 @@ void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
-  if (kv_ != nullptr) writer_.enqueue({{"job/" + id + "/epoch/" + padded(metric.epoch), epoch_to_json(metric)}}, false);
+  std::vector<KvStore::Write> writes;
+  if (kv_ != nullptr) writes.push_back({"job/" + id + "/epoch/" + padded(metric.epoch), epoch_to_json(metric)});
+  const auto upto = record_events(id, {epoch_event(id, metric)}, writes);
+  enqueue(id, std::move(writes), false, upto, std::nullopt);
   it->second.epoch_history.push_back(metric);
 }
 
@@ -156,6 +260,9 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given
   info.bytes = 0;
   for (const std::string& piece : pieces) info.bytes += static_cast<int64_t>(piece.size());
   std::vector<CheckpointInfo>& list = it->second.checkpoints;
+  // A checkpoint made again (the same step, final or not) is no news: no event.
+  const bool known = std::any_of(list.begin(), list.end(),
+                                 [&](const CheckpointInfo& c) { return c.step == info.step && c.final == info.final; });
   std::erase_if(list, [&](const CheckpointInfo& c) { return c.step == info.step; });
   list.insert(std::upper_bound(list.begin(), list.end(), info,
                                [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step < b.step; }),
@@ -173,17 +280,24 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given
     c = list.erase(c);
     --intermediate;
   }
+  std::vector<KvStore::Write> event_writes;
+  std::vector<JobEventData> events;
+  if (!known) events.push_back(checkpoint_event(id, info, info.time_ms != 0 ? info.time_ms : now_ms()));
+  const auto upto = record_events(id, events, event_writes);
   if (kv_ == nullptr) {
     checkpoint_files_[{id, info.step}] = std::move(pieces);
     for (int64_t step : dropped) checkpoint_files_.erase({id, step});
+    show_events(id, upto.first, upto.second);
     return;
   }
   // As in set_model: the pieces one by one, then the record that lists the checkpoint (synced).
   const std::string prefix = checkpoint_prefix(id, info.step);
   const size_t count = pieces.size();
   for (size_t i = 0; i < count; ++i) writer_.enqueue({{prefix + padded(i), std::move(pieces[i])}}, false);
-  writer_.enqueue({{prefix + padded(count), std::nullopt}, {"job/" + id + "/record", record_to_json(it->second)}},
-                  true);
+  std::vector<KvStore::Write> writes = {{prefix + padded(count), std::nullopt},
+                                        {"job/" + id + "/record", record_to_json(it->second)}};
+  for (auto& w : event_writes) writes.push_back(std::move(w));
+  enqueue(id, std::move(writes), true, upto, std::nullopt);
   for (int64_t step : dropped) {
     std::vector<KvStore::Write> deletes;
     for (std::string& key : kv_->keys(checkpoint_prefix(id, step))) deletes.push_back({std::move(key), std::nullopt});
@@ -264,6 +378,34 @@ std::optional<std::string> JobStore::model(const std::string& id) const {
   if (out.empty() && !kv_->get("job/" + id + "/model", &out).ok()) return std::nullopt;
   if (static_cast<int64_t>(out.size()) != bytes) return std::nullopt;
   return out;
+}
+
+void JobStore::set_node_lookup(NodeLookup lookup) {
+  std::lock_guard lock(mutex_);
+  node_lookup_ = std::move(lookup);
+}
+
+bool JobStore::subscribe(const std::string& id, uint64_t after, const std::shared_ptr<EventSubscriber>& subscriber) {
+  std::lock_guard lock(mutex_);
+  EventLog* log = &global_;
+  if (!id.empty()) {
+    if (jobs_.count(id) == 0) return false;
+    log = &logs_[id];
+  }
+  std::vector<EventFrame> replay;
+  for (uint64_t i = std::min<uint64_t>(after, log->visible); i < log->visible; ++i) replay.push_back(log->frames[i]);
+  subscriber->replay(std::move(replay), log->ended);
+  if (!log->ended) {
+    std::erase_if(log->subscribers, [](const std::weak_ptr<EventSubscriber>& s) { return s.expired(); });
+    log->subscribers.push_back(subscriber);
+  }
+  return true;
+}
+
+size_t JobStore::event_count(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = logs_.find(id);
+  return it == logs_.end() ? 0 : it->second.frames.size();
 }
 
 void JobStore::set_nodes(std::vector<NodeView> nodes) {

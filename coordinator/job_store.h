@@ -9,13 +9,24 @@
 // job's new state only once it is durable (so a client never sees SUCCEEDED, or a model, that a
 // crash could take back); everything else at once.
 //
-// Thread rules: thread-safe. Owns its KvWriter (flushed when the store is destroyed).
+// Events: every change of a job (state, progress, epoch metrics, checkpoints, complete backups,
+// recoveries, nodes joining and leaving, notes) becomes a numbered event of the job (job_events.h
+// says which), stored beside the job (job/<id>/event/<seq>) and queued to the writer in the same
+// call as the change; state events also go to the global sequence (events/<seq>) that
+// GET /v1/events streams. An event becomes visible (sent to subscribers, replayed to new ones)
+// once the writer has applied it, so a crash of the process never takes back an event a client
+// saw and the numbering a client resumes from holds across restarts.
+//
+// Thread rules: thread-safe. Owns its KvWriter (flushed when the store is destroyed). Writes come
+// from the event-loop thread (the node lookup is called from them, under the lock); publishing to
+// subscribers never waits for a client (event_stream.h).
 #pragma once
 
 #include <cstdint>
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -23,6 +34,7 @@
 
 #include "common/kv_store.h"
 #include "coordinator/checkpoint_files.h"
+#include "coordinator/event_stream.h"
 #include "coordinator/job_state.h"
 #include "coordinator/kv_writer.h"
 #include "coordinator/replica_store.h"
@@ -90,6 +102,11 @@ struct NodeView {
 
 int64_t now_ms();
 
+struct JobEventData;  // job_events.h
+
+// A node's role and name, for node events (nullopt: unknown).
+using NodeLookup = std::function<std::optional<NodeView>(uint32_t)>;
+
 // A model is stored in pieces of at most this many bytes (one RocksDB value each).
 inline constexpr size_t kMaxModelPieceBytes = size_t{16} << 20;
 
@@ -134,9 +151,41 @@ class JobStore {
   void set_nodes(std::vector<NodeView> nodes);
   std::vector<NodeView> nodes() const;
 
+  // Names the nodes of node events (the owner's Cluster; called on the thread that writes, under
+  // the store's lock). Set before the first write.
+  void set_node_lookup(NodeLookup lookup);
+
+  // Streams job `id`'s events after `after` to `subscriber` (empty id: every job's state events,
+  // numbered globally): the visible ones at once (replay), then each new one as it becomes
+  // visible. A finished job's stream ends after its history. False for an unknown job.
+  bool subscribe(const std::string& id, uint64_t after, const std::shared_ptr<EventSubscriber>& subscriber);
+  EventStreamStats& event_stats() { return event_stats_; }
+  // The job's events so far (visible or not), for tests.
+  size_t event_count(const std::string& id) const;
+
  private:
-  // Queues the record's write; `state_changed`: synced, and its state becomes visible once durable.
-  void persist_record(const JobRecord& record, bool state_changed);
+  // One sequence of events (a job's, or the global one of state changes) and its subscribers.
+  struct EventLog {
+    std::vector<EventFrame> frames;   // frames[i] is event i + 1
+    std::vector<bool> terminal;       // frames[i] ends a job's stream
+    uint64_t visible = 0;             // events 1..visible are applied by the writer
+    bool ended = false;               // a job's: its terminal event is visible (or it was finished when loaded)
+    std::vector<std::weak_ptr<EventSubscriber>> subscribers;
+  };
+  // Numbers `events` of job `id` (state events in the global log too) and adds their writes.
+  // Returns the last sequence numbers of the job's log and the global log (0: none).
+  std::pair<uint64_t, uint64_t> record_events(const std::string& id, const std::vector<JobEventData>& events,
+                                              std::vector<KvStore::Write>& writes);
+  // Makes the events up to these numbers visible, publishing them (under mutex_).
+  void show_events(const std::string& id, uint64_t job_upto, uint64_t global_upto);
+  void publish_upto(EventLog& log, uint64_t upto);
+  // Queues `writes` (with events up to `upto`: visible once applied); `state`: the state to make
+  // visible once durable (synced write).
+  void enqueue(const std::string& id, std::vector<KvStore::Write> writes, bool sync, std::pair<uint64_t, uint64_t> upto,
+               std::optional<JobState> state);
+  // Queues the record's write and its events; `state_changed`: synced, and its state becomes
+  // visible once durable.
+  void persist_record(const JobRecord& record, bool state_changed, const std::vector<JobEventData>& events);
   void show_durable_state(JobRecord& record) const;  // the state readers may see (under mutex_)
 
   KvStore* kv_;  // read directly only by load() and model() (models of an earlier run)
@@ -146,6 +195,10 @@ class JobStore {
   std::vector<std::string> order_;          // guarded by mutex_
   std::map<std::string, JobState> durable_state_;  // guarded by mutex_: each job's last durable state
   std::vector<NodeView> nodes_;             // guarded by mutex_
+  NodeLookup node_lookup_;                   // guarded by mutex_
+  std::map<std::string, EventLog> logs_;     // guarded by mutex_: each job's events
+  EventLog global_;                          // guarded by mutex_: every job's state events
+  EventStreamStats event_stats_;
   std::map<std::string, std::vector<std::string>> models_;  // guarded by mutex_: only without kv_ (no disk)
   std::map<std::pair<std::string, int64_t>, std::vector<std::string>> checkpoint_files_;  // likewise
   // Reads the pieces under `prefix` (0, 1, ...) until one is missing; nullopt unless they add up

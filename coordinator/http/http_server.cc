@@ -154,6 +154,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (const auto it = header.find(http::field::content_type); it != header.end()) request_.content_type = std::string(it->value());
     if (const auto it = header.find(http::field::if_none_match); it != header.end()) request_.if_none_match = std::string(it->value());
     if (const auto length = header_parser_->content_length()) request_.content_length = *length;
+    if (const auto it = header.find("Last-Event-ID"); it != header.end()) request_.last_event_id = std::string(it->value());
     version_ = header.version();
     keep_alive_ = header.keep_alive();
     const bool expects_continue = beast::iequals(header[http::field::expect], "100-continue");
@@ -345,6 +346,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void send(HttpResponse out, unsigned version, bool head = false) {
+    if (out.events && !head) return start_stream(std::move(out), version);
     auto response = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(out.status), version);
     response->set(http::field::server, "pstrain");
     response->set(http::field::content_type, out.content_type);
@@ -366,6 +368,101 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.close();
+  }
+
+  // --- Event streams: this session now only writes (see http_server.h).
+
+  void start_stream(HttpResponse out, unsigned version) {
+    events_ = std::move(out.events);
+    auto header = std::make_shared<http::response<http::empty_body>>(http::status::ok, version);
+    header->set(http::field::server, "pstrain");
+    header->set(http::field::content_type, out.content_type);
+    for (const auto& [name, value] : out.headers) header->set(name, value);
+    header->keep_alive(false);  // the body ends with the connection
+    auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*header);
+    stream_.expires_never();  // a quiet stream is not a stalled one; a full queue is (the subscriber)
+    if (options_.event_send_buffer > 0) {
+      beast::error_code ignored;
+      stream_.socket().set_option(net::socket_base::send_buffer_size(options_.event_send_buffer), ignored);
+    }
+    writing_events_ = true;
+    http::async_write_header(stream_, *serializer, [self = shared_from_this(), header, serializer](beast::error_code ec, size_t) {
+      self->writing_events_ = false;
+      if (ec) return self->end_stream(false);
+      self->watch_client();
+      self->arm_heartbeat();
+      // Wakeups come on the publishing thread: post to this session's strand, while the server runs.
+      self->events_->set_wakeup([weak = self->weak_from_this(), gate = self->gate_, executor = self->stream_.get_executor()] {
+        std::lock_guard lock(gate->mutex);
+        if (!gate->open) return;
+        net::post(executor, [weak] {
+          if (auto session = weak.lock()) session->pump();
+        });
+      });
+      self->pump();
+    });
+  }
+
+  // A stream's client sends nothing more; a read ends when it goes away (or resets).
+  void watch_client() {
+    stream_.async_read_some(net::buffer(sink_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->end_stream(false);
+      self->watch_client();
+    });
+  }
+
+  void arm_heartbeat() {
+    heartbeat_.expires_after(options_.event_heartbeat);
+    heartbeat_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+      if (ec) return;
+      auto self = weak.lock();
+      if (!self || self->stream_ended_) return;
+      if (!self->writing_events_) self->write_frames({kKeepAlive}, false);
+      self->arm_heartbeat();
+    });
+  }
+
+  // Writes what the subscriber has, one batch at a time: while a write is in flight, events wait
+  // in the subscriber's bounded queue (not here), so a client that does not read fills it and is
+  // dropped.
+  void pump() {
+    if (stream_ended_ || writing_events_) return;
+    EventSubscriber::Batch batch = events_->take();
+    if (batch.dropped) {
+      PSLOG(kInfo) << "event stream dropped: the client did not keep up with its queue";
+      return end_stream(false);
+    }
+    if (batch.frames.empty()) {
+      if (batch.end) end_stream(true);
+      return;
+    }
+    write_frames(std::move(batch.frames), batch.end);
+  }
+
+  void write_frames(std::vector<EventFrame> frames, bool end) {
+    writing_events_ = true;
+    frames_ = std::move(frames);
+    buffers_.clear();
+    for (const EventFrame& f : frames_) buffers_.emplace_back(f->data(), f->size());
+    net::async_write(stream_, buffers_, [self = shared_from_this(), end](beast::error_code ec, size_t) {
+      self->writing_events_ = false;
+      self->frames_.clear();
+      if (ec) return self->end_stream(false);
+      if (end) return self->end_stream(true);
+      self->pump();
+    });
+  }
+
+  // `graceful`: everything was sent (a finished job's stream), else the client left or fell behind.
+  void end_stream(bool graceful) {
+    if (stream_ended_) return;
+    stream_ended_ = true;
+    if (events_) events_->cancel();
+    heartbeat_.cancel();
+    if (graceful) return close();
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
     stream_.close();
   }
 
@@ -397,6 +494,14 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<size_t>& open_;
   TaskThread& files_;
   std::shared_ptr<HttpServer::Gate> gate_;
+  // An event stream's state (strand only).
+  std::shared_ptr<EventSubscriber> events_;
+  net::steady_timer heartbeat_{stream_.get_executor()};
+  bool writing_events_ = false, stream_ended_ = false;
+  std::vector<EventFrame> frames_;  // being written
+  std::vector<net::const_buffer> buffers_;
+  std::array<char, 512> sink_{};    // what a stream's client sends (ignored)
+  static inline const EventFrame kKeepAlive = std::make_shared<const std::string>(": keep-alive\n\n");
 };
 
 }  // namespace

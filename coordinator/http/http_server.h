@@ -9,6 +9,12 @@
 // must arrive within read_timeout, and a client that disconnects or stalls leaves no file behind.
 // "Expect: 100-continue" is answered once the headers are accepted (a refused upload is not sent).
 //
+// Event streams (a response with `events`, text/event-stream): the headers, then each event the
+// subscriber gives, written as fast as the client reads; the subscriber's bounded queue is what
+// waits, and a client that falls behind by a full queue is dropped (connection closed). A comment
+// line (": keep-alive") every event_heartbeat keeps proxies from closing an idle stream. The
+// stream ends with the connection (no Content-Length, "Connection: close").
+//
 // Thread rules: the server runs its own io_context on its own thread, plus a TaskThread for body
 // files; start() and stop() are called from the owner's thread.
 #pragma once
@@ -32,6 +38,8 @@ struct HttpServerOptions {
   std::chrono::seconds read_timeout{10};
   size_t max_connections = 512;
   size_t body_limit = RestApi::kMaxBodyBytes;
+  std::chrono::milliseconds event_heartbeat{15000};  // a comment line on idle event streams
+  int event_send_buffer = 0;  // SO_SNDBUF of an event stream's socket (0: the kernel's default)
 };
 
 class HttpServer {

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <sstream>
@@ -233,6 +234,9 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
     if (p.size() == 2 && p[1] == "openapi.json") {
       return only("GET", "/v1/openapi.json", [&] { return json_response(200, openapi_json_); });
     }
+    if (p.size() == 2 && p[1] == "events") {
+      return only("GET", "/v1/events", [&] { return event_stream(request, ""); });
+    }
     if (p.size() == 2 && p[1] == "cluster") {
       return only("GET", "/v1/cluster", [&] { return json_response(200, cluster_json(store_.nodes())); });
     }
@@ -269,6 +273,9 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
           const auto body = cached_status(id);
           return body ? json_response(200, *body) : not_found();
         });
+      }
+      if (p.size() == 4 && p[3] == "events") {
+        return only("GET", "/v1/jobs/{id}/events", [&] { return event_stream(request, id); });
       }
       if (p.size() == 4 && p[3] == "metrics") {
         return only("GET", "/v1/jobs/{id}/metrics", [&] {
@@ -413,6 +420,51 @@ HttpResponse RestApi::submit(const HttpRequest& request) {
   return r;
 }
 
+HttpResponse RestApi::event_stream(const HttpRequest& request, const std::string& id) {
+  // Where to resume: the Last-Event-ID header (an EventSource reconnecting) wins over ?after=N.
+  auto number = [](const std::string& text) -> std::optional<uint64_t> {
+    if (text.empty() || text.size() > 19 || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return std::nullopt;
+    }
+    return std::stoull(text);
+  };
+  uint64_t after = 0;
+  for (const auto& [key, value] : query_params(request.target)) {
+    // access_token: the dashboard's token (EventSource cannot send an Authorization header); the
+    // API's auth, when there is one, reads it.
+    if (key == "access_token") continue;
+    if (key != "after") {
+      return problem(400, "unknown-parameter", "Unknown query parameter",
+                     "'" + key + "' is not a parameter of an event stream (known: after, access_token)", key);
+    }
+    const auto n = number(value);
+    if (!n) return problem(400, "invalid-parameter", "Invalid query parameter",
+                           "after must be an event id (a non-negative integer), not '" + value + "'", "after");
+    after = *n;
+  }
+  if (!request.last_event_id.empty()) {
+    const auto n = number(request.last_event_id);
+    if (!n) return problem(400, "invalid-header", "Invalid header",
+                           "Last-Event-ID must be an event id (a non-negative integer), not '" + request.last_event_id + "'",
+                           "Last-Event-ID");
+    after = *n;
+  }
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  r.headers.emplace_back("Cache-Control", "no-store");
+  r.headers.emplace_back("X-Accel-Buffering", "no");  // nginx: do not buffer the stream
+  if (request.method == "HEAD") {
+    if (!id.empty() && !store_.get(id)) return problem(404, "job-not-found", "No such job", "there is no job '" + id + "'");
+    return r;
+  }
+  auto subscriber = std::make_shared<EventSubscriber>(event_limits_, &store_.event_stats());
+  if (!store_.subscribe(id, after, subscriber)) {
+    return problem(404, "job-not-found", "No such job", "there is no job '" + id + "'");
+  }
+  r.events = std::move(subscriber);
+  return r;
+}
+
 HttpResponse RestApi::prometheus() const {
   std::ostringstream out;
   const auto jobs = store_.list();
@@ -447,6 +499,16 @@ HttpResponse RestApi::prometheus() const {
           << n << "\n";
     }
   }
+  const EventStreamStats& events = store_.event_stats();
+  out << "# HELP pstrain_event_streams Open event streams (Server-Sent Events clients).\n"
+         "# TYPE pstrain_event_streams gauge\n"
+      << "pstrain_event_streams " << events.open.load() << "\n";
+  out << "# HELP pstrain_event_streams_dropped_total Event streams closed because the client did not keep up.\n"
+         "# TYPE pstrain_event_streams_dropped_total counter\n"
+      << "pstrain_event_streams_dropped_total " << events.dropped.load() << "\n";
+  out << "# HELP pstrain_events_total Job events recorded by this coordinator process.\n"
+         "# TYPE pstrain_events_total counter\n"
+      << "pstrain_events_total " << events.events.load() << "\n";
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4";
   r.body = out.str();

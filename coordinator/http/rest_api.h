@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "coordinator/event_stream.h"
 #include "coordinator/job_store.h"
 
 namespace pstrain {
@@ -29,6 +30,7 @@ struct HttpRequest {
   std::string content_type;  // the Content-Type header, or empty
   std::string body;          // the body, when it was read into memory
   std::optional<uint64_t> content_length;  // the Content-Length header (none: chunked or no body)
+  std::string last_event_id;  // the Last-Event-ID header (event streams), or empty
   // The body, when it was streamed to a file (BodyPlan::kFile): where, how many bytes, and their
   // SHA-256 (hex), computed as it was written.
   std::string body_file;
@@ -43,6 +45,9 @@ struct HttpResponse {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
   bool close = false;  // close the connection after sending
+  // An event stream (text/event-stream): the server sends the headers, then the subscriber's
+  // events as they come, until it ends (or is dropped, or the client goes away); no body.
+  std::shared_ptr<EventSubscriber> events;
 };
 
 // Where the HTTP server puts a request's body, decided from its headers before any of the body
@@ -96,6 +101,9 @@ class RestApi {
   // media type, Content-Length over the limit, an existing split) so a refused upload is not sent.
   BodyPlan plan_body(const HttpRequest& head);
 
+  // Bounds of each event stream's queue (set before serving).
+  void set_event_limits(EventQueueLimits limits) { event_limits_ = limits; }
+
   // Counts a response for /metrics (the HTTP server calls this for responses it makes itself,
   // such as 413 or 408, too).
   void count(const std::string& route, unsigned status);
@@ -108,6 +116,8 @@ class RestApi {
   bool async_route(const HttpRequest& request, const Responder& respond);
   std::vector<std::string> jobs_using(const std::string& dataset) const;
   HttpResponse prometheus() const;
+  // GET /v1/jobs/{id}/events (empty id: GET /v1/events).
+  HttpResponse event_stream(const HttpRequest& request, const std::string& id);
   // GET /v1/jobs/{id} is what dashboards and scripts poll: its body is built at most every
   // kStatusCacheAge per job (and again after any command), so polling costs a map lookup.
   std::optional<std::string> cached_status(const std::string& id);
@@ -120,6 +130,7 @@ class RestApi {
   DatasetCatalog* catalog_;
   ModelService* models_;
   const WebUi* web_;
+  EventQueueLimits event_limits_;
   mutable std::mutex counters_mutex_;
   std::map<std::pair<std::string, unsigned>, uint64_t> counters_;  // guarded by counters_mutex_
   std::mutex cache_mutex_;

@@ -259,8 +259,6 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
       WorkerProgress& w = progress.workers()[*index];
       w.steps = report.getStep();
       w.rate = report.getSamplesPerSecond();
-      job_.store.append_step(job_.id, {static_cast<uint32_t>(*index), epoch + 1, report.getStep(), loss, accuracy,
-                                       report.getSamplesPerSecond(), now_ms()});
       job_.store.update(job_.id, [&](JobRecord& r) {
         r.steps_done = static_cast<int64_t>(progress.steps_done(job_.sync()));
         r.current_epoch = epoch + 1;
@@ -268,6 +266,9 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
         r.train_loss = loss;
         r.train_accuracy = accuracy;
       });
+      // After the update: its progress event carries the job's steps done with this report.
+      job_.store.append_step(job_.id, {static_cast<uint32_t>(*index), epoch + 1, report.getStep(), loss, accuracy,
+                                       report.getSamplesPerSecond(), now_ms()});
       PSLOG(kInfo) << "job " << job_.id << " worker " << *index << ": epoch " << epoch + 1 << " step "
                    << report.getStep() << " loss " << loss << " " << static_cast<int64_t>(report.getSamplesPerSecond())
                    << " samples/s";
