@@ -272,7 +272,8 @@ function jobView(view, id) {
   const epochX = (stepsDone, epoch) => (stepsPerEpoch > 0 ? stepsDone / stepsPerEpoch : epoch);
 
   function scheduleDraw() {
-    if (!drawTimer) drawTimer = setTimeout(draw, DRAW_MS);
+    // The first points at once (time to first curve), then at most every DRAW_MS.
+    if (!drawTimer) drawTimer = setTimeout(draw, firstPointMarked ? DRAW_MS : 0);
   }
 
   function rates() {
@@ -314,10 +315,11 @@ function jobView(view, id) {
     const span = Math.max(1, last - first);
     strip.replaceChildren(...events.filter((e) => e.type !== 'state' || TERMINAL.has(e.state) || e.state === 'RUNNING').map((e) =>
       h('i', { class: `ev-${e.type}`, style: `left:${(100 * (e.time_ms - first)) / span}%`, title: `${clock(e.time_ms)} ${e.text}` })));
-    timeline.replaceChildren(...events.slice(-300).map((e) => h('li', { 'data-type': e.type },
+    timeline.replaceChildren(...events.slice(-300).reverse().map((e) => h('li', { 'data-type': e.type },  // newest first
       h('span', { class: `dot ev-${e.type}` }), h('time', {}, clock(e.time_ms)), h('span', {}, e.text))));
     timeline.dataset.events = events.length;
-    for (const type of ['backup', 'checkpoint', 'recovery', 'node']) timeline.dataset[type + 's'] = events.filter((e) => e.type === type).length;
+    const count = (type) => events.filter((e) => e.type === type).length;
+    Object.assign(timeline.dataset, { backups: count('backup'), checkpoints: count('checkpoint'), recoveries: count('recovery'), nodes: count('node') });
   }
 
   function note(type, d, text) {
