@@ -200,6 +200,15 @@ try {
   check(nodes.length === cluster.length && nodes.filter((r) => r === 'worker').length === cluster.filter((n) => n.role === 'worker').length,
     `cluster page lists every node (${nodes.length})`);
 
+  // A reload with the browser's cache: every file is revalidated by its ETag, none sent again.
+  const revalidated = [];
+  const onResponse = (r) => { if (new URL(r.url()).pathname.match(/^\/(ui\/.*)?$/)) revalidated.push(r.status()); };
+  page.on('response', onResponse);
+  await page.reload({ waitUntil: 'networkidle0' });
+  page.off('response', onResponse);
+  metrics.reload_statuses = revalidated;
+  check(revalidated.length >= 4 && revalidated.every((s) => s === 304), `a reload revalidates every file: ${revalidated.join(', ')}`);
+
   // Without an event stream (an older coordinator) Chromium logs the refused EventSource: expected.
   if (dom.mode !== 'event stream') consoleErrors.splice(0, Infinity, ...consoleErrors.filter((e) => !/EventSource|\/events|404/.test(e)));
   check(consoleErrors.length === 0, `no errors in the page's console${consoleErrors.length ? ': ' + consoleErrors.join(' | ') : ''}`);
