@@ -69,6 +69,17 @@ try {
   check(await page.$eval('.gutter div.bad', (d) => Number(d.textContent)) === unitsLine, 'the gutter marks the line');
   consoleErrors.length = 0;  // Chromium logs the 422 we asked for
 
+  // Text that is not JSON never leaves the page: the parser's position becomes the line.
+  const broken = JSON.stringify(spec, null, 2).split('\n');
+  const brokenLine = broken.findIndex((l) => l.includes('"loss"')) + 1;
+  broken[brokenLine - 1] = broken[brokenLine - 1].replace(/,$/, '');  // a missing comma
+  await setSpec(broken.join('\n'));
+  await page.click('#submit');
+  await page.waitForSelector('#errors li');
+  const syntax = await page.$eval('#errors li', (li) => ({ line: Number(li.dataset.line), text: li.textContent }));
+  check(syntax.line === brokenLine + 1 && /not valid JSON/.test(syntax.text),
+    `a JSON syntax error is shown at its line (${syntax.line}, expected ${brokenLine + 1}): ${syntax.text}`);
+
   // The real job: the MNIST MLP with epochs reduced to 2, submitted through the form.
   spec.training.epochs = EPOCHS;
   await setSpec(JSON.stringify(spec, null, 2));
@@ -148,6 +159,20 @@ try {
   const points = await page.$eval('#chart-loss', (b) => Number(b.dataset.pointsTrain));
   check(points >= 10000 && Math.max(...metrics.redraw_ms_at_10000_points) < 500,
     `redraw with ${points} points per curve: ${metrics.redraw_ms_at_10000_points.join(', ')} ms`);
+
+  // Stragglers: three workers, one at half the others' step rate, is marked.
+  const stragglers = await page.evaluate(() => {
+    const t0 = Date.now();
+    for (let k = 1; k <= 10; k++) {
+      for (const [worker, rate] of [[7, 10], [8, 10], [9, 5]]) {
+        window.pstrainJobPage.handle('progress', { worker, epoch: 1, step: rate * k, steps_done: 0, total_steps: 100,
+          loss: 1, accuracy: 0.5, samples_per_second: 100, time_ms: t0 + 1000 * k });
+      }
+    }
+    window.pstrainJobPage.draw();
+    return document.querySelector('#chart-workers').dataset.stragglers;
+  });
+  check(stragglers === '9', `the slow worker is marked a straggler (${stragglers})`);
 
   // A longer job, for a cold load of a running job's page (no cache) in a second tab: what it
   // transfers and how long until the first curve point is drawn. Then cancelled from the jobs page.
