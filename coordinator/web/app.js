@@ -427,6 +427,10 @@ function jobView(view, id) {
 
   // The curves: the event stream, or, when the coordinator has none, its polled history.
   let streamed = false, source = null, stopHistory = null;
+  // Events that arrive before the job's status (which places steps in epochs) wait for it.
+  let statusKnown = false;
+  const early = [];
+  const feed = (type, d) => (statusKnown ? handle(type, d) : early.push([type, d]));
   const types = ['state', 'progress', 'epoch', 'checkpoint', 'backup', 'recovery', 'node', 'note'];
   function openStream() {
     const url = `${path}/events${token() ? '?access_token=' + encodeURIComponent(token()) : ''}`;
@@ -441,7 +445,7 @@ function jobView(view, id) {
         streamed = true;
         let d;
         try { d = JSON.parse(e.data); } catch (err) { return; }
-        handle(type, d);
+        feed(type, d);
         // A finished job's stream ends after its final state: do not let EventSource reconnect.
         if (type === 'state' && TERMINAL.has(d.state)) source.close();
       });
@@ -461,8 +465,8 @@ function jobView(view, id) {
     let steps = 0, epochsSeen = 0;
     stopHistory = every(POLL_MS, async () => {
       const m = await api(`${path}/metrics`);
-      for (; steps < m.steps.length; steps++) handle('progress', m.steps[steps]);
-      for (; epochsSeen < m.epochs.length; epochsSeen++) handle('epoch', m.epochs[epochsSeen]);
+      for (; steps < m.steps.length; steps++) feed('progress', m.steps[steps]);
+      for (; epochsSeen < m.epochs.length; epochsSeen++) feed('epoch', m.epochs[epochsSeen]);
       if (finished && stopHistory) { stopHistory(); stopHistory = null; }
     });
   }
@@ -472,14 +476,18 @@ function jobView(view, id) {
 
   let stopPoll = null;
   (async () => {
+    openStream();  // at once, beside the first status: the history's replay starts meanwhile
     try {
-      await poll();  // epochs and steps per epoch first: the curves' x axis is in epochs
+      await poll();
     } catch (e) {
+      if (source) source.close();
+      if (stopHistory) stopHistory();
       view.append(h('p', { class: 'error' }, e.status === 404 ? `There is no job '${id}'.` : 'Cannot read the job: ' + e.message));
       return;
     }
+    statusKnown = true;
+    for (const [type, d] of early.splice(0)) handle(type, d);
     stopPoll = every(POLL_MS, poll);
-    openStream();
   })();
 
   return () => {

@@ -141,6 +141,22 @@ try {
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`screenshot: ${shot}`);
 
+  // A coordinator without event streams (404): the page polls the history instead, same curves.
+  {
+    const older = await browser.newPage();
+    await older.setRequestInterception(true);
+    older.on('request', (r) => (r.url().includes('/events')
+      ? r.respond({ status: 404, contentType: 'application/problem+json', body: '{"status":404}' }) : r.continue()));
+    await older.goto(`${url}/#/jobs/${encodeURIComponent(id)}`);
+    await older.waitForFunction((n) => Number(document.querySelector('#chart-accuracy')?.dataset.pointsTest) >= n, { timeout: 20_000 }, EPOCHS);
+    const polled = await older.evaluate(() => ({
+      mode: document.querySelector('#stream-mode').textContent, test: document.querySelector('#chart-accuracy').dataset.pointsTest,
+      train: document.querySelector('#chart-loss').dataset.pointsTrain, value: document.querySelector('#final-accuracy').dataset.value }));
+    check(polled.mode.startsWith('polling') && Number(polled.test) === EPOCHS && Number(polled.train) === Number(dom.loss.pointsTrain) &&
+      Math.abs(Number(polled.value) - status.test_accuracy) < 1e-12, `without an event stream the page polls: ${JSON.stringify(polled)}`);
+    await older.close();
+  }
+
   // Drawing 10,000 points per curve: feed synthetic progress reports to the page and time redraws.
   metrics.redraw_ms_at_10000_points = await page.evaluate(() => {
     const times = [];
