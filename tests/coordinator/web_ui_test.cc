@@ -135,5 +135,9 @@ TEST_CASE("WebUi in RestApi: / and /ui/ are the dashboard's, GET and HEAD only, 
   CHECK(call("GET", "/v1/openapi.json").body == "{\"openapi\":\"3.0.3\"}");
   CHECK(call("GET", "/v1/jobs").content_type == "application/json");
   CHECK(call("GET", "/uix").status == 404);
+  // The page's token reaches event streams as ?access_token= (EventSource sends no headers): it
+  // is accepted there, where another parameter is refused.
+  CHECK(call("GET", "/v1/jobs/nope/events?access_token=abc").body.find("job-not-found") != std::string::npos);
+  CHECK(call("GET", "/v1/jobs/nope/events?token=abc").status == 400);
   CHECK(call("GET", "/metrics").body.find("pstrain_http_requests_total{route=\"/\",status=\"200\"}") != std::string::npos);
 }
