@@ -10,6 +10,7 @@
 
 #include "common/kv_store.h"
 #include "coordinator/data_service.h"
+#include "coordinator/event_stream.h"
 #include "coordinator/job_store.h"
 #include "coordinator/kv_writer.h"
 #include "tests/test_support.h"

@@ -224,8 +224,8 @@ int64_t time_of_state(const std::vector<SseEvent>& events, const std::string& st
 
 }  // namespace
 
-TEST_CASE("Event stream: a mid-run client and a client that reconnects with Last-Event-ID each see every event once, "
-          "in order, to the final state; /v1/events sees submission and success") {
+TEST_CASE("Event stream: a mid-run client and a client that reconnects with Last-Event-ID each see every event once "
+          "and in order to the final state and /v1/events sees submission and success") {
   testing::Cluster cluster({.coordinator_flags = {"--events-heartbeat-ms", "200"}});
   const int port = cluster.http_port();
   check_problem(get(port, "/v1/jobs/job-999/events"), 404, "the events of an unknown job");
@@ -276,13 +276,15 @@ TEST_CASE("Event stream: a mid-run client and a client that reconnects with Last
   CHECK(str(all.front().object(), "state") == "PENDING");
   CHECK(str(all.front().object(), "job") == id);
   int progress = 0, epochs = 0, joins = 0;
+  double total_steps = 0;
   for (const SseEvent& e : all) {
     const json::object o = e.object();
     CHECK(str(o, "job") == id);
     CHECK(num(o, "time_ms") > 1.6e12);
     if (e.type == "progress") {
       ++progress;
-      CHECK(num(o, "total_steps") > 0);
+      total_steps = num(o, "total_steps");
+      CHECK(total_steps > 0);
       CHECK(num(o, "steps_done") <= num(o, "total_steps"));
       CHECK(std::isfinite(num(o, "loss")));
     }
@@ -291,8 +293,8 @@ TEST_CASE("Event stream: a mid-run client and a client that reconnects with Last
   }
   CHECK(epochs == 3);
   CHECK(joins == 4);
-  // 3 epochs of 78 steps, each worker reporting every 2.
-  CHECK(progress >= 2 * (3 * 78 / 2) - 4);
+  // Each of the 2 workers reports every 2 of the job's steps (sync: every worker does every step).
+  CHECK(progress >= static_cast<int>(total_steps) - 6);
   CHECK(mid.has_event("backup"));
   CHECK(mid.has_event("state", "\"RUNNING\""));
 
@@ -348,7 +350,8 @@ TEST_CASE("Event stream: a client that never reads is dropped while the job keep
   const int64_t with_stalled = time_of_state(reader.events, "SUCCEEDED") - time_of_state(reader.events, "RUNNING");
   INFO("job duration without a stalled client " << baseline << " ms, with one " << with_stalled << " ms");
   CHECK(with_stalled < 3 * baseline + 2000);
-  CHECK(reader.events.size() > 300);  // 2 epochs x 78 steps x 2 workers of progress alone
+  CHECK(reader.events.size() > 100);
+  CHECK(reader.events.size() + 3 >= first_reader.events.size());  // (the same job, give or take a note)
 
   CHECK(metric(port, "pstrain_event_streams_dropped_total") == 1);
   // The stalled client was cut off: what it reads now ends before the end of the job.
