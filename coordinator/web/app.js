@@ -311,7 +311,9 @@ function jobView(view, id) {
 
   function drawTimeline() {
     if (!events.length) return;
-    const first = events[0].time_ms, last = Math.max(Date.now(), events[events.length - 1].time_ms);
+    // Live: the strip ends now; finished: at the last event.
+    const first = events[0].time_ms, end = events[events.length - 1].time_ms;
+    const last = finished ? end : Math.max(Date.now(), end);
     const span = Math.max(1, last - first);
     strip.replaceChildren(...events.filter((e) => e.type !== 'state' || TERMINAL.has(e.state) || e.state === 'RUNNING').map((e) =>
       h('i', { class: `ev-${e.type}`, style: `left:${(100 * (e.time_ms - first)) / span}%`, title: `${clock(e.time_ms)} ${e.text}` })));
