@@ -15,12 +15,6 @@ namespace {
 // Sequence numbers are zero-padded so key order is numeric order.
 std::string padded(uint64_t n) { return key_number(n, 12); }
 
-// Appends a loaded event at its number; a missing number (an entry that failed its checksum) is
-// filled with a note so later numbers stay what clients saw.
-void place_event(std::vector<std::pair<uint64_t, JobEventData>>& list, uint64_t seq, JobEventData e) {
-  list.emplace_back(seq, std::move(e));
-}
-
 }  // namespace
 
 int64_t now_ms() {
@@ -55,15 +49,16 @@ std::vector<JobRecord> JobStore::load() {
     } else if (kind.rfind("epoch/", 0) == 0) {
       if (auto m = epoch_from_json(entry.value)) by_id[id].epoch_history.push_back(*m);
     } else if (kind.rfind("event/", 0) == 0) {
-      if (auto e = event_from_stored(entry.value)) place_event(events[id], std::stoull(kind.substr(6)), std::move(*e));
+      if (auto e = event_from_stored(entry.value)) events[id].emplace_back(std::stoull(kind.substr(6)), std::move(*e));
     }
   }
   std::vector<std::pair<uint64_t, JobEventData>> global;
   for (const auto& entry : kv_->scan("events/")) {
     if (entry.corrupt) continue;
-    if (auto e = event_from_stored(entry.value)) place_event(global, std::stoull(entry.key.substr(7)), std::move(*e));
+    if (auto e = event_from_stored(entry.value)) global.emplace_back(std::stoull(entry.key.substr(7)), std::move(*e));
   }
-  // Numbered as stored; a gap (an entry that failed its checksum) becomes a note.
+  // Numbered as stored; a gap (an entry that failed its checksum) becomes a note, so later numbers
+  // stay what clients saw.
   auto fill = [this](EventLog& log, const std::string& job, std::vector<std::pair<uint64_t, JobEventData>>& list) {
     for (auto& [seq, e] : list) {
       while (log.frames.size() + 1 < seq) {

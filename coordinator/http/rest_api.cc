@@ -435,7 +435,7 @@ HttpResponse RestApi::event_stream(const HttpRequest& request, const std::string
     if (key == "access_token") continue;
     if (key != "after") {
       return problem(400, "unknown-parameter", "Unknown query parameter",
-                     "'" + key + "' is not a parameter of an event stream (known: after, access_token)", key);
+                     key + " is not a parameter of an event stream (known: after, access_token)", key);
     }
     const auto n = number(value);
     if (!n) return problem(400, "invalid-parameter", "Invalid query parameter",

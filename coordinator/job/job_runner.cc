@@ -23,6 +23,10 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
     requeued_while_running_ = r.state == JobState::kRunning || r.state == JobState::kRecovering;
     r.state = JobState::kPending;
     r.notes.push_back("re-queued after a coordinator restart");
+    // Node ids are this coordinator's: the ones recorded were given by the one before (the same
+    // numbers may now name other nodes). The job's nodes are recorded again when it starts.
+    r.workers.clear();
+    r.servers.clear();
     if (r.last_backup_step) job_.backups.add_complete(static_cast<uint64_t>(*r.last_backup_step));
     recorded_server_names_ = r.server_names;
     // Every plan from now on is newer than any the servers saw (pushes of older ones are fenced).

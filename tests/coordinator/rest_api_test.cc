@@ -824,6 +824,45 @@ TEST_CASE("RestApi: a command that throws is a 500 internal problem, counted, an
   CHECK(family(scrape(a), "pstrain_http_requests_total").at(counter("/v1/jobs", 500)) == 1);
 }
 
+TEST_CASE("RestApi: GET /v1/jobs/{id}/events answers a stream of the job's events after Last-Event-ID or ?after") {
+  Api a;
+  a.add("job-1", "PENDING");
+  a.store.update("job-1", [](JobRecord& r) { r.state = JobState::kRunning; });
+  a.store.update("job-1", [](JobRecord& r) { r.notes.push_back("a note"); });
+  a.store.flush();  // events are sent once written
+  auto events_of = [&](const std::string& target, const std::string& last_event_id = "") {
+    HttpRequest request{"GET", target};
+    request.last_event_id = last_event_id;
+    return a.api.handle(request);
+  };
+  auto ids = [](const HttpResponse& r) {
+    std::string out;
+    REQUIRE(r.events);
+    for (const EventFrame& f : r.events->take().frames) out += f->substr(0, f->find('\n')) + ";";
+    return out;
+  };
+  const HttpResponse all = events_of("/v1/jobs/job-1/events");
+  CHECK(all.status == 200);
+  CHECK(all.content_type == "text/event-stream");
+  CHECK(header(all, "Cache-Control") == "no-store");
+  CHECK(ids(all) == "id: 1;id: 2;id: 3;");
+  CHECK(ids(events_of("/v1/jobs/job-1/events?after=1")) == "id: 2;id: 3;");
+  CHECK(ids(events_of("/v1/jobs/job-1/events?after=1", "2")) == "id: 3;");  // the header wins
+  CHECK(ids(events_of("/v1/jobs/job-1/events", "3")).empty());
+  CHECK(ids(events_of("/v1/events")) == "id: 1;id: 2;");  // state changes only
+  check_problem(events_of("/v1/jobs/job-1/events", "x1"), 400, "invalid-header", "Last-Event-ID");
+  check_problem(events_of("/v1/jobs/job-1/events?after=-1"), 400, "invalid-parameter", "after");
+  check_problem(events_of("/v1/events?from=1"), 400, "unknown-parameter", "from");
+  check_problem(events_of("/v1/jobs/job-2/events"), 404, "job-not-found");
+  // Open streams, in /metrics.
+  const HttpResponse open = events_of("/v1/jobs/job-1/events");
+  const Exposition e = scrape(a);
+  CHECK(e.samples.at("pstrain_event_streams") == 2);  // `all` and `open` hold theirs
+  CHECK(e.samples.at("pstrain_events_total") == 3);
+  CHECK(e.samples.at("pstrain_event_streams_dropped_total") == 0);
+  CHECK(open.events != nullptr);
+}
+
 TEST_CASE("RestApi: GET /v1/openapi.json serves the OpenAPI document, which describes exactly these routes") {
   Api a;
   a.add("job-1", "SUCCEEDED");

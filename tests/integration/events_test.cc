@@ -384,6 +384,9 @@ TEST_CASE("Event stream: events survive a hard coordinator restart and their num
   check_numbered_from_one(joined, "across the restart");
   check_ends_with(joined, "SUCCEEDED");
   CHECK(after.has_event("note", "re-queued after a coordinator restart"));
+  // The nodes of the coordinator before, then this one's, which the job takes up again.
+  CHECK(after.has_event("node", R"("change":"lost")"));
+  CHECK(after.has_event("node", R"("role":"server","name":"server-0","change":"joined")"));
   // The events from before the restart were stored as they were sent.
   SseClient whole(port, "/v1/jobs/" + id + "/events");
   REQUIRE(whole.read_to_close(10s));
