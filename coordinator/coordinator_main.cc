@@ -19,6 +19,7 @@
 #include "common/rpc/rpc_util.h"
 #include "coordinator/coordinator_node.h"
 #include "coordinator/http/http_server.h"
+#include "coordinator/http/web_ui.h"
 #include "coordinator/job/job_options.h"
 #include "coordinator/kj_commands.h"
 #include "coordinator/model_service.h"
@@ -157,7 +158,8 @@ int main(int argc, char** argv) {
 
   KjJobCommands commands(kj::getCurrentThreadExecutor(), jobs, store, [&] { node->schedule(); });
   ModelService models(store, node->catalog());
-  RestApi api(store, commands, openapi_document(), &node->catalog(), &models);
+  const WebUi web = WebUi::embedded();  // the dashboard at `/`
+  RestApi api(store, commands, openapi_document(), &node->catalog(), &models, &web);
   api.set_event_limits({static_cast<size_t>(config.events_queue), static_cast<size_t>(config.events_queue_bytes)});
   HttpServerOptions http_options;
   http_options.host = config.http.host;

@@ -22,7 +22,14 @@ packages=(
   doctest-dev               # unit and integration tests
   docker-compose yamllint   # deploy checks: the compose file normalises, manifests lint clean
   python3-yaml              # (the deploy check reads the compose file with it)
+  libjs-chart.js            # Chart.js for the dashboard, embedded into the coordinator at build time
+  chromium                  # the dashboard's browser test (headless, driven by puppeteer-core)
 )
+# node and npm (the browser test's driver): Debian's nodejs and npm, unless a node with npm is
+# already installed (e.g. from NodeSource, whose nodejs package brings npm and conflicts with it).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -13,6 +13,7 @@
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_json.h"
 #include "coordinator/init_from_check.h"
+#include "coordinator/http/web_ui.h"
 #include "coordinator/model_service.h"
 
 namespace pstrain {
@@ -178,8 +179,13 @@ HttpResponse problem(unsigned status, const std::string& type, const std::string
 }
 
 RestApi::RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog,
-                 ModelService* models)
-    : store_(store), commands_(commands), openapi_json_(std::move(openapi_json)), catalog_(catalog), models_(models) {}
+                 ModelService* models, const WebUi* web)
+    : store_(store),
+      commands_(commands),
+      openapi_json_(std::move(openapi_json)),
+      catalog_(catalog),
+      models_(models),
+      web_(web) {}
 
 void RestApi::count(const std::string& route, unsigned status) {
   std::lock_guard lock(counters_mutex_);
@@ -215,6 +221,9 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
     return handler();
   };
 
+  if (web_ != nullptr && WebUi::is_web_path(path)) {
+    return only("GET", path == "/" ? "/" : "/ui/{file}", [&] { return web_->get(path, request.if_none_match); });
+  }
   if (p.size() == 1 && p[0] == "healthz") {
     return only("GET", "/healthz", [] { return json_response(200, R"({"status":"ok"})"); });
   }
@@ -431,9 +440,12 @@ HttpResponse RestApi::event_stream(const HttpRequest& request, const std::string
   };
   uint64_t after = 0;
   for (const auto& [key, value] : query_params(request.target)) {
+    // access_token: the dashboard's token (EventSource cannot send an Authorization header); the
+    // API's auth, when there is one, reads it.
+    if (key == "access_token") continue;
     if (key != "after") {
       return problem(400, "unknown-parameter", "Unknown query parameter",
-                     key + " is not a parameter of an event stream (known: after)", key);
+                     key + " is not a parameter of an event stream (known: after, access_token)", key);
     }
     const auto n = number(value);
     if (!n) return problem(400, "invalid-parameter", "Invalid query parameter",

@@ -36,6 +36,7 @@ struct HttpRequest {
   std::string body_file;
   uint64_t body_bytes = 0;
   std::string body_sha256;
+  std::string if_none_match;  // the If-None-Match header, or empty (the dashboard's files)
 };
 
 struct HttpResponse {
@@ -76,15 +77,16 @@ HttpResponse problem(unsigned status, const std::string& type, const std::string
 
 class DatasetCatalog;
 class ModelService;
+class WebUi;
 
 class RestApi {
  public:
   static constexpr size_t kMaxBodyBytes = 1 << 20;
 
   // `catalog` may be null: no dataset routes, and jobs are checked against the built-in table.
-  // `models` may be null: no predictions or evaluations.
+  // `models` may be null: no predictions or evaluations. `web` may be null: no dashboard at `/`.
   RestApi(JobStore& store, JobCommands& commands, std::string openapi_json, DatasetCatalog* catalog = nullptr,
-          ModelService* models = nullptr);
+          ModelService* models = nullptr, const WebUi* web = nullptr);
   // Largest body of a predict request (instances as JSON text).
   static constexpr size_t kMaxPredictBodyBytes = size_t{64} << 20;
 
@@ -128,6 +130,7 @@ class RestApi {
   std::string openapi_json_;
   DatasetCatalog* catalog_;
   ModelService* models_;
+  const WebUi* web_;
   EventQueueLimits event_limits_;
   mutable std::mutex counters_mutex_;
   std::map<std::pair<std::string, unsigned>, uint64_t> counters_;  // guarded by counters_mutex_
