@@ -233,7 +233,9 @@ int Follower::poll() {
     const int64_t now = now_ms();
     if (state != last_state) {
       json::object data{{"job", id_}, {"state", state}, {"reason", text(*s, "reason")}, {"time_ms", now}};
-      if (state == "RUNNING" && number(*s, "started_at_ms")) data["time_ms"] = number_or(*s, "started_at_ms", 0);
+      if (state == "RUNNING" && number(*s, "started_at_ms")) {
+        data["time_ms"] = static_cast<int64_t>(number_or(*s, "started_at_ms", 0));
+      }
       if (!finished(state)) event("state", data, "");
       last_state = state;
     }
@@ -271,7 +273,7 @@ int Follower::poll() {
     }
     if (finished(state)) {
       json::object data{{"job", id_}, {"state", state}, {"reason", text(*s, "reason")},
-                        {"time_ms", number_or(*s, "finished_at_ms", static_cast<double>(now))}};
+                        {"time_ms", static_cast<int64_t>(number_or(*s, "finished_at_ms", static_cast<double>(now)))}};
       event("state", data, "");
       if (const auto accuracy = number(*s, "test_accuracy")) last_test_accuracy_ = accuracy;
       return finish();

@@ -26,8 +26,9 @@ std::string fixed(double value, int decimals) {
   return text;
 }
 
+// Keras-like ETA: whole seconds, then 1m05s, then 2h03m.
 std::string duration(double seconds) {
-  if (seconds < 60) return fixed(seconds, seconds < 10 ? 1 : 0) + "s";
+  if (seconds < 60) return std::to_string(std::llround(std::ceil(seconds))) + "s";
   const long long s = std::llround(seconds);
   if (s < 3600) return std::to_string(s / 60) + "m" + (s % 60 < 10 ? "0" : "") + std::to_string(s % 60) + "s";
   return std::to_string(s / 3600) + "h" + (s % 3600 / 60 < 10 ? "0" : "") + std::to_string(s % 3600 / 60) + "m";
@@ -65,7 +66,9 @@ void FollowView::progress(int64_t steps_done, std::optional<double> loss, int64_
   if (!first_progress_) first_progress_ = {time_ms, steps_done};
   if (!tty_ || shape_.steps_per_epoch <= 0) return;
   // The epoch in progress: the one after the last whole epoch done.
-  const int64_t epoch_index = std::min<int64_t>(steps_done / shape_.steps_per_epoch, std::max<int64_t>(shape_.epochs - 1, 0));
+  // A count on an epoch's boundary is that epoch's end (N/N), not the next one's start (0/N).
+  const int64_t epoch_index = std::clamp<int64_t>((steps_done - 1) / shape_.steps_per_epoch, 0,
+                                                  std::max<int64_t>(shape_.epochs - 1, 0));
   const int64_t in_epoch = steps_done - epoch_index * shape_.steps_per_epoch;
   const int64_t epoch_end = (epoch_index + 1) * shape_.steps_per_epoch;
   std::optional<double> eta;

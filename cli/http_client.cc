@@ -8,6 +8,7 @@
 #include <boost/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 
 namespace pstrain::cli {
@@ -204,8 +205,9 @@ Response HttpClient::download(const std::string& target, const std::string& path
     std::remove(partial.c_str());
     throw;
   }
-  *bytes = parser.get().body().size();
   parser.get().body().close();
+  std::error_code size_error;
+  *bytes = std::filesystem::file_size(partial, size_error);
   impl_->stream.close();
   if (std::rename(partial.c_str(), path.c_str()) != 0) {
     std::remove(partial.c_str());
