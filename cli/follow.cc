@@ -89,14 +89,17 @@ class Follower {
 template <typename F>
 auto Follower::retrying(F&& attempt) {
   auto deadline = std::chrono::steady_clock::now() + options_.reconnect_for;
-  while (true) {
+  for (int failures = 0;; ++failures) {
     try {
       return attempt();
     } catch (const Unreachable& e) {
       if (std::chrono::steady_clock::now() >= deadline) throw;
-      if (view_) view_->clear_bar();
-      if (!options_.json) err_ << "pstrain: " << e.what() << "; retrying\n" << std::flush;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      // A stream cut once (a proxy, a restart) is resumed quietly; say so when it goes on failing.
+      if (failures > 0) {
+        if (view_) view_->clear_bar();
+        err_ << "pstrain: " << e.what() << "; retrying\n" << std::flush;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(failures == 0 ? 200 : 1000));
     }
   }
 }
@@ -149,9 +152,10 @@ Follower::StreamResult Follower::stream(int* code) {
     event(e.type, *data, e.id);
   });
   while (final_state_.empty()) {
-    std::vector<std::pair<std::string, std::string>> headers = {{"Accept", "text/event-stream"}};
-    if (!parser.last_event_id().empty()) headers.emplace_back("Last-Event-ID", parser.last_event_id());
     const Response r = retrying([&] {
+      // Each attempt resumes after the last event received, by the previous attempts too.
+      std::vector<std::pair<std::string, std::string>> headers = {{"Accept", "text/event-stream"}};
+      if (!parser.last_event_id().empty()) headers.emplace_back("Last-Event-ID", parser.last_event_id());
       // Keep-alives come every 15 s: 45 s of silence is a dead connection.
       return client_.stream("/v1/jobs/" + id_ + "/events", headers, std::chrono::seconds(45),
                             [&](std::string_view bytes) {
