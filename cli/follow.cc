@@ -209,6 +209,7 @@ void Follower::event(const std::string& type, const json::object& data, const st
     }
   } else if (type == "progress") {
     if (!options_.json) {
+      view_->dimensions(0, static_cast<int64_t>(number_or(data, "total_steps", 0)));
       view_->progress(static_cast<int64_t>(number_or(data, "steps_done", 0)), number(data, "loss"),
                       time_ms > 0 ? time_ms : now_ms());
     }
@@ -252,6 +253,10 @@ int Follower::poll() {
                         {"samples_per_second", number_or(*s, "samples_per_second", 0)},
                         {"time_ms", now}};
       if (const auto loss = number(*s, "train_loss")) data["loss"] = *loss;
+      if (!options_.json) {
+        view_->dimensions(static_cast<int64_t>(number_or(*s, "steps_per_epoch", 0)),
+                          static_cast<int64_t>(number_or(*s, "total_steps", 0)));
+      }
       event("progress", data, "");
       last_step = step;
     }

@@ -62,6 +62,15 @@ std::string progress_bar(int64_t done, int64_t total, std::optional<double> eta_
   return line;
 }
 
+void FollowView::dimensions(int64_t steps_per_epoch, int64_t total_steps) {
+  if (total_steps > 0) shape_.total_steps = total_steps;
+  if (steps_per_epoch > 0) {
+    shape_.steps_per_epoch = steps_per_epoch;
+  } else if (shape_.steps_per_epoch <= 0 && shape_.epochs > 0 && shape_.total_steps % shape_.epochs == 0) {
+    shape_.steps_per_epoch = shape_.total_steps / shape_.epochs;
+  }
+}
+
 void FollowView::progress(int64_t steps_done, std::optional<double> loss, int64_t time_ms) {
   if (!first_progress_) first_progress_ = {time_ms, steps_done};
   if (!tty_ || shape_.steps_per_epoch <= 0) return;

@@ -41,6 +41,9 @@ class FollowView {
  public:
   FollowView(std::ostream& out, bool tty, JobShape shape) : out_(out), tty_(tty), shape_(std::move(shape)) {}
 
+  // The job's dimensions once known (a PENDING job has no steps per epoch yet); 0 keeps a value,
+  // and the steps per epoch follow from the total when not given.
+  void dimensions(int64_t steps_per_epoch, int64_t total_steps);
   // A progress report: `steps_done` job-wide steps at `time_ms` (the report's clock).
   void progress(int64_t steps_done, std::optional<double> loss, int64_t time_ms);
   // An epoch's figures: printed once per epoch number, however often it arrives.
