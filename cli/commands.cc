@@ -317,11 +317,10 @@ class Commands {
       if (list == nullptr || !list->is_array()) return names;
       for (const auto& n : list->as_array()) {
         const json::object& node = as_object(n);
-        if (!names.empty()) names += ", ";
-        names += text(node, "name", "#" + text(node, "id"));
-        if (const json::value* alive = node.if_contains("alive"); alive != nullptr && *alive == json::value(false)) {
-          names += " (lost)";
-        }
+        const json::value* alive = node.if_contains("alive");
+        const bool lost = alive != nullptr && *alive == json::value(false);
+        names.append(names.empty() ? "" : ", ").append(text(node, "name", std::string("#").append(text(node, "id"))));
+        names.append(lost ? " (lost)" : "");
       }
       return names;
     };
