@@ -22,6 +22,7 @@ packages=(
   doctest-dev               # unit and integration tests
   docker-compose yamllint   # deploy checks: the compose file normalises, manifests lint clean
   python3-yaml              # (the deploy check reads the compose file with it)
+  prometheus                # the deploy check that scrapes a local cluster (tests/deploy/prometheus-check.sh)
 )
 
 missing=()
