@@ -69,8 +69,11 @@ class Follower {
   std::optional<json::object> status(int* code);
   StreamResult stream(int* code);
   int poll();
-  void event(const std::string& type, const json::object& data, const std::string& sse_id);
-  void print_json(const std::string& type, const json::object& data, const std::string& sse_id);
+  // `raw`: the data as the stream sent it (printed as is with --json); empty for polled events.
+  void event(const std::string& type, const json::object& data, const std::string& sse_id,
+             std::string_view raw = {});
+  void print_json(const std::string& type, const json::object& data, const std::string& sse_id,
+                  std::string_view raw);
   int finish();
   // Retries `attempt` (which throws Unreachable) for options_.reconnect_for.
   template <typename F>
@@ -149,7 +152,7 @@ Follower::StreamResult Follower::stream(int* code) {
   SseParser parser([&](const SseEvent& e) {
     auto data = parse_object(e.data);
     if (!data) return;
-    event(e.type, *data, e.id);
+    event(e.type, *data, e.id, e.data);
   });
   while (final_state_.empty()) {
     const Response r = retrying([&] {
@@ -181,22 +184,26 @@ Follower::StreamResult Follower::stream(int* code) {
   return StreamResult::kEnded;
 }
 
-void Follower::print_json(const std::string& type, const json::object& data, const std::string& sse_id) {
-  json::object line;
+void Follower::print_json(const std::string& type, const json::object& data, const std::string& sse_id,
+                          std::string_view raw) {
+  // {"id":N,"event":TYPE,"data":DATA} with DATA as received: numbers keep the API's own form.
+  json::object head;
   if (!sse_id.empty()) {
-    try {
-      line["id"] = std::stoll(sse_id);
-    } catch (const std::exception&) {
-      line["id"] = sse_id;
-    }
+    const bool numeric = sse_id.size() < 19 && sse_id.find_first_not_of("0123456789") == std::string::npos;
+    head["id"] = numeric ? json::value(std::stoll(sse_id)) : json::value(sse_id);
   }
-  line["event"] = type;
-  line["data"] = data;
-  out_ << json::serialize(line) << '\n' << std::flush;
+  head["event"] = type;
+  std::string line = json::serialize(head);
+  line.pop_back();  // the closing brace
+  line += ",\"data\":";
+  line += raw.empty() ? json::serialize(data) : std::string(raw);
+  line += "}";
+  out_ << line << '\n' << std::flush;
 }
 
-void Follower::event(const std::string& type, const json::object& data, const std::string& sse_id) {
-  if (options_.json) print_json(type, data, sse_id);
+void Follower::event(const std::string& type, const json::object& data, const std::string& sse_id,
+                     std::string_view raw) {
+  if (options_.json) print_json(type, data, sse_id, raw);
   const int64_t time_ms = static_cast<int64_t>(number_or(data, "time_ms", 0));
   if (type == "state") {
     const std::string state = text(data, "state");

@@ -108,6 +108,24 @@ TEST_CASE("pstrain: submit --follow, status, list, cluster, download and --json 
   const std::string id = m[1];
   CHECK(std::regex_search(out, std::regex("job " + id + " SUCCEEDED: final test accuracy 0\\.[0-9]{4}\n")));
 
+  // The same, by polling (what follow does on a coordinator without the event stream): the
+  // same lines, whichever way the first run went.
+  const Run polled = run_pstrain(group, url, {"follow", id}, 60s, false, {{"PSTRAIN_FOLLOW", "poll"}});
+  CHECK(polled.code == 0);
+  CHECK(count("\n" + polled.output, kEpochLine) == 3);
+  for (int e = 1; e <= 3; ++e) {
+    const std::string prefix = "\nEpoch " + std::to_string(e) + "/3 - ";
+    const size_t at = out.find(prefix);
+    REQUIRE(at != std::string::npos);
+    // The losses and accuracies are the same (the duration may differ, stream vs metrics times,
+    // and the samples/s by a rounding).
+    const size_t from = out.find(" - loss: ", at);
+    const std::string figures = out.substr(from, out.find(" samples/s", from) - from);
+    const std::string kept = figures.substr(0, figures.rfind(" - "));
+    CHECK_MESSAGE(polled.output.find(kept) != std::string::npos, kept << " not in:\n" << polled.output);
+  }
+  CHECK(polled.output.find("job " + id + " SUCCEEDED: final test accuracy") != std::string::npos);
+
   // status: the human summary.
   const Run status = run_pstrain(group, url, {"status", id});
   CHECK(status.code == 0);
