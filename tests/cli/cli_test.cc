@@ -3,6 +3,11 @@
 // stream (fake_event_server.py, the SSE contract), checking what it prints and its exit codes.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/json.hpp>
 
 #include <chrono>
@@ -290,6 +295,26 @@ TEST_CASE("pstrain: usage errors exit 2 and an unreachable coordinator exits 4 a
     CHECK(r.output.find("cannot reach the coordinator at " + nowhere) != std::string::npos);
     CHECK(std::chrono::steady_clock::now() - start < 2s);
   }
+
+  // A coordinator that takes the connection but never answers: exit 4 after --timeout.
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(silent >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  REQUIRE(bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(listen(silent, 8) == 0);  // connections complete in the backlog; none is ever accepted
+  REQUIRE(getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const std::string mute = "http://127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  const auto start = std::chrono::steady_clock::now();
+  const Run r = run_pstrain(group, mute, {"--timeout", "1", "list"}, 10s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  close(silent);
+  CHECK(r.code == 4);
+  CHECK(r.output.find("cannot reach the coordinator at " + mute + ": reading the answer: timed out") != std::string::npos);
+  CHECK(took >= 900ms);
+  CHECK(took < 5s);
 }
 
 TEST_CASE("pstrain follow on a terminal draws a progress bar redrawn with '\\r'") {
@@ -325,7 +350,14 @@ TEST_CASE("pstrain follow reads the event stream: every event once across a cut,
   std::vector<int64_t> expected(12);
   for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<int64_t>(i) + 1;
   CHECK(ids == expected);  // each event exactly once, in order
-  CHECK(server.log_text().find("events job-ok last-event-id=9\n") != std::string::npos);
+  CHECK(server.log_text().find("events job-ok last-event-id=9 authorization=none\n") != std::string::npos);
+
+  // A token goes with every request as a bearer token (PSTRAIN_TOKEN, or --token).
+  CHECK(run_pstrain(group, url, {"follow", "job-cancelled"}, 30s, false, {{"PSTRAIN_TOKEN", "s3cret"}}).code == 3);
+  CHECK(server.log_text().find("events job-cancelled last-event-id=none authorization=Bearer s3cret\n") !=
+        std::string::npos);
+  CHECK(run_pstrain(group, url, {"--token", "other", "follow", "job-cancelled"}, 30s).code == 3);
+  CHECK(server.log_text().find("authorization=Bearer other\n") != std::string::npos);
 
   // The same job in human form: three epoch lines (times from the events), the final line.
   const Run human = run_pstrain(group, url, {"follow", "job-ok"}, 30s);

@@ -7,7 +7,8 @@ coordinator serves yet.
 Jobs: job-ok (3 epochs, SUCCEEDED; the first connection is cut after event CUT_AFTER without the
 final state: the client must come back with Last-Event-ID), job-cancelled (CANCELLED, a
 close-delimited body instead of chunks), job-failed (FAILED). Any other id: 404 job-not-found.
-Prints "PSTRAIN_READY port=N" once listening and "events JOB last-event-id=X" per stream request.
+Prints "PSTRAIN_READY port=N" once listening and "events JOB last-event-id=X authorization=Y" per
+stream request.
 """
 import json
 import sys
@@ -83,7 +84,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def events(self, job):
         last = self.headers.get("Last-Event-ID")
-        print("events %s last-event-id=%s" % (job, last if last is not None else "none"), flush=True)
+        print("events %s last-event-id=%s authorization=%s" % (job, last if last is not None else "none",
+                                                              self.headers.get("Authorization", "none")), flush=True)
         n = CONNECTIONS[job] = CONNECTIONS.get(job, 0) + 1
         start = int(last) if last else 0
         chunked = job != "job-cancelled"
