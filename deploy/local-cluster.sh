@@ -8,7 +8,8 @@
 #   deploy/local-cluster.sh down               stop everything it started (SIGTERM, SIGKILL after DOWN_TIMEOUT s)
 #   deploy/local-cluster.sh status             list the processes, whether they run, and the REST health
 #   deploy/local-cluster.sh demo [SPEC.json]   `up` if needed, submit SPEC (deploy/jobs/mnist-mlp.json)
-#                                              over REST, follow it, print the test accuracy, download the
+#                                              with the `pstrain` client, follow it (a line per epoch),
+#                                              print the test accuracy, download the
 #                                              model to LOCAL_CLUSTER_DIR/models/ID.safetensors; the cluster
 #                                              stays up afterwards (stop it with `down`)
 #   deploy/local-cluster.sh run SPEC.json      start a cluster that runs SPEC, wait for the job, stop
@@ -79,7 +80,7 @@ wait_healthy() {  # seconds: GET /healthz answers 200
 
 build_if_needed() {
   if [ "${BUILD:-0}" = 1 ] || [ ! -x "$bin/coordinator/pstrain-coordinator" ] || [ ! -x "$bin/server/pstrain-server" ] ||
-    [ ! -x "$bin/worker/pstrain-worker" ]; then
+    [ ! -x "$bin/worker/pstrain-worker" ] || [ ! -x "$bin/cli/pstrain" ]; then
     BUILD_DIR=$bin "$repo/deploy/build.sh"
   fi
 }
@@ -158,39 +159,29 @@ demo() {
   local spec=${1:-$repo/deploy/jobs/mnist-mlp.json}
   [ -f "$spec" ] || die "no job spec $spec"
   up
+  local cli="$bin/cli/pstrain"
+  [ -x "$cli" ] || BUILD_DIR=$bin "$repo/deploy/build.sh"
+  # The command-line client (cli/): exit codes 0 SUCCEEDED, 1 FAILED or refused, 3 CANCELLED,
+  # 4 coordinator unreachable.
+  export PSTRAIN_URL=$url
   say "submitting $spec to $url/v1/jobs"
-  local reply id
-  reply=$(curl -sS -m 10 -H 'Content-Type: application/json' --data-binary "@$spec" -w '\n%{http_code}' "$url/v1/jobs")
-  if [ "$(tail -n1 <<<"$reply")" != 201 ]; then
-    die "the job was refused: $(sed '$d' <<<"$reply")"
+  local id status=0
+  id=$("$cli" submit "$spec") || die "the job was not accepted (see above)"
+  say "job $id submitted; following it (pstrain follow $id; its status: pstrain status $id)"
+  # A progress bar on a terminal, one line per epoch; gives up if it does not end in DEMO_TIMEOUT.
+  timeout --foreground "${DEMO_TIMEOUT:-1800}" "$cli" follow "$id" || status=$?
+  if [ $status = 124 ]; then
+    die "job $id did not end within ${DEMO_TIMEOUT:-1800} s (cluster left up)"
   fi
-  id=$(sed '$d' <<<"$reply" | json_get id)
-  say "job $id submitted; following it at $url/v1/jobs/$id"
-  local deadline=$((SECONDS + ${DEMO_TIMEOUT:-1800})) status state line last=""
-  while :; do
-    status=$(curl -fsS -m 10 "$url/v1/jobs/$id") || die "cannot read $url/v1/jobs/$id"
-    state=$(json_get state <<<"$status")
-    local epoch epochs step total percent loss
-    epoch=$(json_get epoch <<<"$status") epochs=$(json_get epochs <<<"$status")
-    step=$(json_get step <<<"$status") total=$(json_get total_steps <<<"$status")
-    percent=$(json_get percent <<<"$status") loss=$(json_get train_loss <<<"$status")
-    line=$(printf '%-10s epoch %s/%s  step %s/%s  %5.1f%%  loss %s' "$state" "${epoch:-0}" "${epochs:-?}" \
-      "${step:-0}" "${total:-?}" "${percent:-0}" "$( [ -n "$loss" ] && printf '%.4f' "$loss" || echo -)")
-    [ "$line" != "$last" ] && echo "  $line"
-    last=$line
-    case $state in SUCCEEDED | FAILED | CANCELLED) break ;; esac
-    [ $SECONDS -ge $deadline ] && die "job $id still $state after ${DEMO_TIMEOUT:-1800} s (cluster left up)"
-    sleep 1
-  done
-  if [ "$state" != SUCCEEDED ]; then
-    say "job $id $state: $(json_get reason <<<"$status")"
+  if [ $status != 0 ]; then
+    say "job $id did not succeed (pstrain exit code $status): $("$cli" --json status "$id" | json_get reason)"
     say "the cluster is still up (REST API at $url); stop it with: LOCAL_CLUSTER_DIR=$cluster_dir $0 down"
     return 1
   fi
-  say "job $id SUCCEEDED: final test accuracy $(printf '%.4f' "$(json_get test_accuracy <<<"$status")")"
+  say "job $id SUCCEEDED: final test accuracy $(printf '%.4f' "$("$cli" --json status "$id" | json_get test_accuracy)")"
   mkdir -p "$cluster_dir/models"
   local model="$cluster_dir/models/$id.safetensors"
-  curl -fsS -m 60 -o "$model" "$url/v1/jobs/$id/model" || die "cannot download the model of $id"
+  "$cli" download "$id" -o "$model" >/dev/null || die "cannot download the model of $id"
   say "model written to $model ($(stat -c %s "$model") bytes, safetensors; also at $url/v1/jobs/$id/model)"
   say "the cluster is still up (REST API at $url); stop it with: LOCAL_CLUSTER_DIR=$cluster_dir $0 down"
 }

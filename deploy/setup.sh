@@ -24,6 +24,7 @@ packages=(
   python3-yaml              # (the deploy check reads the compose file with it)
   libjs-chart.js            # Chart.js for the dashboard, embedded into the coordinator at build time
   chromium                  # the dashboard's browser test (headless, driven by puppeteer-core)
+  prometheus                # the deploy check that scrapes a local cluster (tests/deploy/prometheus-check.sh)
 )
 # node and npm (the browser test's driver): Debian's nodejs and npm, unless a node with npm is
 # already installed (e.g. from NodeSource, whose nodejs package brings npm and conflicts with it).

@@ -3,6 +3,8 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <future>
 #include <map>
 #include <sstream>
@@ -162,6 +164,19 @@ std::variant<DatasetCatalog::UploadFormat, HttpResponse> upload_format(const Htt
                  "a split must be sent as text/csv (CSV with a header row) or application/x-npz (NumPy .npz with "
                  "arrays x and y), not '" + request.content_type + "'; IDX pairs go to .../images and .../labels",
                  "Content-Type");
+}
+
+// A sample's value: integers exactly (steps pass 10^6), the rest with 10 significant digits.
+std::string sample_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char text[40];
+  if (v == std::trunc(v) && std::fabs(v) < 9007199254740992.0) {
+    std::snprintf(text, sizeof text, "%.0f", v);
+  } else {
+    std::snprintf(text, sizeof text, "%.10g", v);
+  }
+  return text;
 }
 
 }  // namespace
@@ -483,17 +498,45 @@ HttpResponse RestApi::prometheus() const {
   for (const auto& j : jobs) ++by_state[job_state_name(j.state)];
   out << "# HELP pstrain_jobs Jobs by state.\n# TYPE pstrain_jobs gauge\n";
   for (const auto& [state, n] : by_state) out << "pstrain_jobs{state=\"" << state << "\"} " << n << "\n";
-  out << "# HELP pstrain_job_steps Steps done by a job.\n# TYPE pstrain_job_steps gauge\n";
-  for (const auto& j : jobs) out << "pstrain_job_steps{job=\"" << escape_label(j.id) << "\"} " << j.steps_done << "\n";
-  out << "# HELP pstrain_job_samples_per_second Training throughput of a job.\n"
-         "# TYPE pstrain_job_samples_per_second gauge\n";
-  for (const auto& j : jobs) {
-    out << "pstrain_job_samples_per_second{job=\"" << escape_label(j.id) << "\"} " << j.samples_per_second << "\n";
+  // Per-job series: the unfinished jobs and the last finished ones (newest first).
+  std::vector<const JobRecord*> shown, done;
+  for (const auto& j : jobs) (is_finished(j.state) ? done : shown).push_back(&j);
+  std::sort(done.begin(), done.end(), [](const JobRecord* a, const JobRecord* b) {
+    return a->finished_ms != b->finished_ms ? a->finished_ms > b->finished_ms : a->id > b->id;
+  });
+  if (done.size() > kMetricsFinishedJobs) done.resize(kMetricsFinishedJobs);
+  shown.insert(shown.end(), done.begin(), done.end());
+  auto per_job = [&](const char* name, const char* help, auto&& value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
+    for (const JobRecord* j : shown) {
+      const std::optional<double> v = value(*j);
+      if (v) out << name << "{job=\"" << escape_label(j->id) << "\"} " << sample_value(*v) << "\n";
+    }
+  };
+  using Value = std::optional<double>;
+  out << "# HELP pstrain_job_info A job's name, state and mode (value 1), for the unfinished jobs and the "
+      << kMetricsFinishedJobs << " that finished last, as every pstrain_job_* series.\n# TYPE pstrain_job_info gauge\n";
+  for (const JobRecord* j : shown) {
+    out << "pstrain_job_info{job=\"" << escape_label(j->id) << "\",name=\"" << escape_label(j->name) << "\",state=\""
+        << job_state_name(j->state) << "\",mode=\"" << escape_label(j->mode) << "\"} 1\n";
   }
-  out << "# HELP pstrain_job_train_loss Latest training loss of a job.\n# TYPE pstrain_job_train_loss gauge\n";
-  for (const auto& j : jobs) {
-    if (j.train_loss) out << "pstrain_job_train_loss{job=\"" << escape_label(j.id) << "\"} " << *j.train_loss << "\n";
-  }
+  per_job("pstrain_job_steps", "Steps done by a job.", [](const JobRecord& j) -> Value { return j.steps_done; });
+  per_job("pstrain_job_progress_ratio", "Steps done over the job's total steps (0 to 1).",
+          [](const JobRecord& j) -> Value {
+            return j.total_steps > 0 ? std::min(1.0, static_cast<double>(j.steps_done) / j.total_steps) : 0.0;
+          });
+  per_job("pstrain_job_epoch", "The epoch a job is in (1-based; its last once finished).",
+          [](const JobRecord& j) -> Value { return j.current_epoch; });
+  per_job("pstrain_job_samples_per_second", "Training throughput of a job.",
+          [](const JobRecord& j) -> Value { return j.samples_per_second; });
+  per_job("pstrain_job_train_loss", "Latest training loss of a job.", [](const JobRecord& j) { return j.train_loss; });
+  per_job("pstrain_job_train_accuracy", "Latest training accuracy of a job.",
+          [](const JobRecord& j) { return j.train_accuracy; });
+  per_job("pstrain_job_test_loss", "Test loss of a job's last epoch.", [](const JobRecord& j) { return j.test_loss; });
+  per_job("pstrain_job_test_accuracy", "Test accuracy of a job's last epoch.",
+          [](const JobRecord& j) { return j.test_accuracy; });
+  per_job("pstrain_job_recoveries", "Recoveries a job went through.",
+          [](const JobRecord& j) -> Value { return j.recoveries; });
   out << "# HELP pstrain_nodes_alive Registered nodes that heartbeat.\n# TYPE pstrain_nodes_alive gauge\n";
   std::map<std::string, int> alive = {{"server", 0}, {"worker", 0}};
   for (const auto& n : store_.nodes()) {

@@ -89,6 +89,9 @@ class RestApi {
           ModelService* models = nullptr, const WebUi* web = nullptr);
   // Largest body of a predict request (instances as JSON text).
   static constexpr size_t kMaxPredictBodyBytes = size_t{64} << 20;
+  // /metrics has per-job series (labelled job="ID") for every unfinished job and for the
+  // kMetricsFinishedJobs that finished last: a scrape's size does not grow with the job history.
+  static constexpr size_t kMetricsFinishedJobs = 10;
 
   // Any request, waiting for the answer (for dataset uploads and splits, until the catalog's
   // thread is done): for tests and callers that may block.

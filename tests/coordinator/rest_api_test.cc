@@ -817,6 +817,62 @@ TEST_CASE("RestApi: GET /metrics exposes jobs, nodes and request counters in the
   }
 }
 
+TEST_CASE("RestApi: GET /metrics has per-job gauges for the unfinished jobs and the last finished ones") {
+  Api a;
+  JobRecord running = job("job-run", "RUNNING");
+  running.total_steps = 200;
+  running.steps_done = 50;
+  running.current_epoch = 2;
+  running.samples_per_second = 23410.25;
+  running.train_loss = 0.2913;
+  running.train_accuracy = 0.9141;
+  running.test_loss = 0.2001;
+  running.test_accuracy = 0.9402;
+  a.store.add(running);
+  a.add("job-wait", "PENDING");  // no figures yet: only the ones every job has
+  // More finished jobs than kMetricsFinishedJobs, finished in another order than their ids.
+  const size_t finished = RestApi::kMetricsFinishedJobs + 3;
+  for (size_t i = 0; i < finished; ++i) {
+    JobRecord r = job("job-done-" + std::to_string(i), i % 2 ? "SUCCEEDED" : "FAILED");
+    r.finished_ms = 1700000100000 + static_cast<int64_t>((i * 7) % finished) * 1000;
+    r.total_steps = r.steps_done = 120 + static_cast<int64_t>(i);
+    r.test_accuracy = 0.9;
+    a.store.add(r);
+  }
+  const Exposition e = scrape(a);
+  // Which finished jobs are shown: the kMetricsFinishedJobs with the latest finished_ms.
+  std::set<std::string> expected = {"{job=\"job-run\"}", "{job=\"job-wait\"}"};
+  for (size_t i = 0; i < finished; ++i) {
+    if ((i * 7) % finished >= finished - RestApi::kMetricsFinishedJobs) {
+      expected.insert("{job=\"job-done-" + std::to_string(i) + "\"}");
+    }
+  }
+  for (const char* name : {"pstrain_job_steps", "pstrain_job_progress_ratio", "pstrain_job_epoch",
+                           "pstrain_job_samples_per_second", "pstrain_job_recoveries"}) {
+    CAPTURE(name);
+    std::set<std::string> labels;
+    for (const auto& [key, value] : family(e, name)) labels.insert(key);
+    CHECK(labels == expected);
+  }
+  CHECK(family(e, "pstrain_job_info").size() == expected.size());
+  CHECK(family(e, "pstrain_job_info").at("{job=\"job-run\",name=\"mnist-mlp\",state=\"RUNNING\",mode=\"sync\"}") == 1);
+  // The running job's figures, as recorded; the pending one has none of the optional ones.
+  const std::string run = "{job=\"job-run\"}";
+  CHECK(family(e, "pstrain_job_steps").at(run) == 50);
+  CHECK(family(e, "pstrain_job_progress_ratio").at(run) == 0.25);
+  CHECK(family(e, "pstrain_job_epoch").at(run) == 2);
+  CHECK(family(e, "pstrain_job_samples_per_second").at(run) == 23410.25);
+  CHECK(family(e, "pstrain_job_train_loss") == std::map<std::string, double>{{run, 0.2913}});
+  CHECK(family(e, "pstrain_job_train_accuracy") == std::map<std::string, double>{{run, 0.9141}});
+  CHECK(family(e, "pstrain_job_test_loss") == std::map<std::string, double>{{run, 0.2001}});
+  CHECK(family(e, "pstrain_job_test_accuracy").at(run) == 0.9402);
+  CHECK(family(e, "pstrain_job_test_accuracy").size() == expected.size() - 1);
+  CHECK(family(e, "pstrain_job_progress_ratio").at("{job=\"job-wait\"}") == 0);
+  // Every job still counts in pstrain_jobs.
+  CHECK(family(e, "pstrain_jobs").at("{state=\"SUCCEEDED\"}") + family(e, "pstrain_jobs").at("{state=\"FAILED\"}") ==
+        static_cast<double>(finished));
+}
+
 TEST_CASE("RestApi: a command that throws is a 500 internal problem, counted, and the API goes on") {
   Api a;
   a.commands.submit_error = "the event loop has stopped";

@@ -1,0 +1,462 @@
+#include "cli/commands.h"
+
+#include <boost/json.hpp>
+
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "cli/follow.h"
+#include "cli/follow_view.h"
+#include "cli/http_client.h"
+
+namespace pstrain::cli {
+namespace json = boost::json;
+namespace {
+
+constexpr const char* kDefaultUrl = "http://127.0.0.1:8080";
+
+const char* const kUsage =
+    "Usage: pstrain [--url URL] [--token TOKEN] [--json] COMMAND [ARGS]\n"
+    "\n"
+    "The command-line client of a pstrain coordinator (its REST API).\n"
+    "\n"
+    "Commands:\n"
+    "  submit SPEC.json [--follow]   submit a job spec (POST /v1/jobs); print its id; --follow: then follow it\n"
+    "  list                          the jobs: id, name, state, progress, accuracy, mode, created\n"
+    "  status ID                     one job's state, progress, figures and model\n"
+    "  follow ID                     watch a job until it ends: a line per epoch, a progress bar on a terminal\n"
+    "  cancel ID                     cancel a job (POST /v1/jobs/{id}/cancel)\n"
+    "  download ID [-o FILE]         the trained model (safetensors) to FILE (default ID.safetensors)\n"
+    "  cluster                       the registered nodes\n"
+    "\n"
+    "Options (anywhere on the line):\n"
+    "  --url URL       the coordinator's REST API (env PSTRAIN_URL; default http://127.0.0.1:8080)\n"
+    "  --token TOKEN   sent as 'Authorization: Bearer TOKEN' (env PSTRAIN_TOKEN)\n"
+    "  --json          print the API's JSON as is (follow: one JSON object per event line)\n"
+    "  --timeout S     seconds to wait for any one answer (default 30)\n"
+    "  -h, --help      this text; COMMAND --help: that command's\n"
+    "\n"
+    "Exit codes: 0 success (follow, submit --follow: the job SUCCEEDED), 1 the job FAILED or the API\n"
+    "answered an error (its detail is printed), 2 usage error, 3 the job was CANCELLED, 4 the\n"
+    "coordinator is unreachable.\n";
+
+const std::map<std::string, std::string> kCommandHelp = {
+    {"submit",
+     "Usage: pstrain submit SPEC.json [--follow]\n"
+     "Submits the job spec in SPEC.json ('-': standard input) with POST /v1/jobs and prints the new job's\n"
+     "id (--json: the job's status as the API answers it). An invalid spec exits 1 with the API's\n"
+     "message, naming the field at fault. --follow: then follows the job (see `pstrain follow --help`)\n"
+     "and exits as follow does.\n"},
+    {"list", "Usage: pstrain list\nThe jobs (GET /v1/jobs) as a table: id, name, state, progress, test accuracy, mode, created.\n"},
+    {"status",
+     "Usage: pstrain status ID\nOne job (GET /v1/jobs/{id}): state, progress, ETA, throughput, losses and accuracies,\n"
+     "nodes, times, recoveries, and its model once SUCCEEDED.\n"},
+    {"follow",
+     "Usage: pstrain follow ID\n"
+     "Watches the job until it ends, from its event stream (GET /v1/jobs/{id}/events) or, on a\n"
+     "coordinator without one, by polling GET /v1/jobs/{id} (PSTRAIN_FOLLOW=poll forces polling).\n"
+     "Prints a Keras-style line per epoch:\n"
+     "  Epoch 2/5 - 12.3s - loss: 0.2913 - accuracy: 0.9141 - test_loss: 0.2001 - test_accuracy: 0.9402 - 23,410 samples/s\n"
+     "and, when standard output is a terminal, a progress bar of the epoch redrawn in place:\n"
+     "  1250/2345 [=============>................] - ETA: 7s - loss: 0.3121\n"
+     "--json: one JSON object per event line, {\"id\": N, \"event\": TYPE, \"data\": {...}}.\n"
+     "Exits 0 if the job SUCCEEDED, 1 if it FAILED, 3 if it was CANCELLED, 4 if the coordinator stays\n"
+     "unreachable for 30 s.\n"},
+    {"cancel", "Usage: pstrain cancel ID\nCancels the job (POST /v1/jobs/{id}/cancel). A job already finished exits 1.\n"},
+    {"download",
+     "Usage: pstrain download ID [-o FILE]\nWrites the job's trained model (GET /v1/jobs/{id}/model, safetensors) to FILE\n"
+     "(default ID.safetensors), streamed as it arrives. Exits 1 if the job has no model yet.\n"},
+    {"cluster", "Usage: pstrain cluster\nThe registered nodes (GET /v1/cluster): id, role, name, address, alive, job, last heartbeat.\n"},
+};
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The parsed command line.
+struct Invocation {
+  std::string url, token, command;
+  std::vector<std::string> positional;
+  bool json = false, help = false, follow = false;
+  std::optional<std::string> output;
+  double timeout_s = 30;
+};
+
+Invocation parse(const std::vector<std::string>& args, const Environment& env) {
+  Invocation inv;
+  inv.url = env.url.value_or(kDefaultUrl);
+  inv.token = env.token.value_or("");
+  auto value = [&](size_t& i, const std::string& name) -> std::string {
+    const std::string& arg = args[i];
+    if (const size_t eq = arg.find('='); eq != std::string::npos && arg.starts_with("--")) return arg.substr(eq + 1);
+    if (i + 1 >= args.size()) throw UsageError(name + " needs a value");
+    return args[++i];
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    const std::string name = arg.starts_with("--") ? arg.substr(0, arg.find('=')) : arg;
+    if (name == "--url") {
+      inv.url = value(i, "--url");
+    } else if (name == "--token") {
+      inv.token = value(i, "--token");
+    } else if (name == "--json") {
+      inv.json = true;
+    } else if (name == "-h" || name == "--help") {
+      inv.help = true;
+    } else if (name == "--follow" || name == "-f") {
+      inv.follow = true;
+    } else if (name == "-o" || name == "--output") {
+      inv.output = value(i, "-o");
+    } else if (name == "--timeout") {
+      const std::string v = value(i, "--timeout");
+      try {
+        size_t used = 0;
+        inv.timeout_s = std::stod(v, &used);
+        if (used != v.size() || !(inv.timeout_s > 0)) throw std::invalid_argument(v);
+      } catch (const std::exception&) {
+        throw UsageError("--timeout must be a positive number of seconds, not '" + v + "'");
+      }
+    } else if (arg.size() > 1 && arg[0] == '-' && arg != "-") {
+      throw UsageError("unknown option " + arg);
+    } else if (inv.command.empty()) {
+      inv.command = arg;
+    } else {
+      inv.positional.push_back(arg);
+    }
+  }
+  return inv;
+}
+
+void expect_arguments(const Invocation& inv, size_t n, const char* what) {
+  if (inv.positional.size() != n) {
+    throw UsageError("'" + inv.command + "' takes " + what + " (got " + std::to_string(inv.positional.size()) +
+                     " arguments)");
+  }
+}
+
+std::optional<json::value> parse_json(const std::string& body) {
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec) return std::nullopt;
+  return v;
+}
+
+const json::object& as_object(const json::value& v) {
+  static const json::object empty;
+  return v.is_object() ? v.as_object() : empty;
+}
+std::string text(const json::object& o, std::string_view key, const std::string& fallback = "-") {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return fallback;
+  if (v->is_string()) return std::string(v->as_string());
+  return json::serialize(*v);
+}
+std::optional<double> number(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || !v->is_number()) return std::nullopt;
+  return v->to_number<double>();
+}
+std::string fixed(std::optional<double> v, int decimals, const std::string& fallback = "-") {
+  if (!v) return fallback;
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, *v);
+  return buffer;
+}
+std::string when(std::optional<double> ms) {
+  if (!ms || *ms <= 0) return "-";
+  const std::time_t t = static_cast<std::time_t>(*ms / 1000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &tm);
+  return buffer;
+}
+
+// Columns padded to their widest cell.
+std::string table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (width.size() <= c) width.push_back(0);
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+class Commands {
+ public:
+  Commands(const Invocation& inv, const Environment& env, HttpClient& client, std::ostream& out, std::ostream& err)
+      : inv_(inv), env_(env), client_(client), out_(out), err_(err) {}
+
+  int run() {
+    const std::string& c = inv_.command;
+    if (c == "submit") return submit();
+    if (c == "list") return list();
+    if (c == "status") return status();
+    if (c == "follow") return follow(one_id());
+    if (c == "cancel") return cancel();
+    if (c == "download") return download();
+    if (c == "cluster") return cluster();
+    throw UsageError("unknown command '" + c + "'");
+  }
+
+ private:
+  const std::string& one_id() {
+    expect_arguments(inv_, 1, "one job id");
+    return inv_.positional[0];
+  }
+
+  // The API's error: its message on stderr (or the problem itself with --json), exit 1.
+  int api_error(const Response& r) {
+    if (inv_.json && !r.body.empty()) out_ << r.body << (r.body.back() == '\n' ? "" : "\n");
+    err_ << "pstrain: " << problem_message(r) << "\n";
+    return kExitFailed;
+  }
+
+  // GET `target`; on 200 the parsed body (printed as is with --json), else nullopt and *code.
+  std::optional<json::value> get(const std::string& target, int* code) {
+    const Response r = client_.request("GET", target);
+    if (r.status != 200) {
+      *code = api_error(r);
+      return std::nullopt;
+    }
+    if (inv_.json) out_ << r.body << (!r.body.empty() && r.body.back() == '\n' ? "" : "\n");
+    auto v = parse_json(r.body);
+    if (!v) {
+      err_ << "pstrain: GET " << target << " answered something that is not JSON\n";
+      *code = kExitFailed;
+    }
+    return v;
+  }
+
+  int submit() {
+    if (inv_.positional.size() != 1) throw UsageError("'submit' takes one spec file (got " + std::to_string(inv_.positional.size()) + ")");
+    const std::string& path = inv_.positional[0];
+    std::string spec;
+    if (path == "-") {
+      std::ostringstream s;
+      s << std::cin.rdbuf();
+      spec = s.str();
+    } else {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) throw UsageError("cannot read the spec file '" + path + "'");
+      std::ostringstream s;
+      s << in.rdbuf();
+      spec = s.str();
+    }
+    const Response r = client_.request("POST", "/v1/jobs", spec, "application/json");
+    if (r.status != 201 && r.status != 200) {
+      if (inv_.json) return api_error(r);
+      err_ << "pstrain: the job was refused: " << problem_message(r) << "\n";
+      return kExitFailed;
+    }
+    const auto v = parse_json(r.body);
+    const std::string id = v ? text(as_object(*v), "id", "") : std::string();
+    if (inv_.json) {
+      out_ << r.body << (!r.body.empty() && r.body.back() == '\n' ? "" : "\n") << std::flush;
+    } else {
+      out_ << id << "\n" << std::flush;
+    }
+    if (id.empty()) {
+      err_ << "pstrain: the API accepted the job but did not say its id\n";
+      return kExitFailed;
+    }
+    return inv_.follow ? follow(id) : kExitOk;
+  }
+
+  int follow(const std::string& id) {
+    FollowOptions options;
+    options.json = inv_.json;
+    options.tty = env_.stdout_is_tty;
+    options.polling_only = env_.follow == std::optional<std::string>("poll");
+    return follow_job(client_, id, options, out_, err_);
+  }
+
+  int list() {
+    expect_arguments(inv_, 0, "no arguments");
+    int code = kExitOk;
+    const auto v = get("/v1/jobs", &code);
+    if (!v || inv_.json) return code;
+    std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "PROGRESS", "ACCURACY", "MODE", "CREATED"}};
+    const json::value* jobs = as_object(*v).if_contains("jobs");
+    if (jobs != nullptr && jobs->is_array()) {
+      for (const auto& j : jobs->as_array()) {
+        const json::object& o = as_object(j);
+        rows.push_back({text(o, "id"), text(o, "name"), text(o, "state"), fixed(number(o, "percent"), 1) + "%",
+                        fixed(number(o, "test_accuracy"), 4), text(o, "mode"), when(number(o, "submitted_at_ms"))});
+      }
+    }
+    out_ << table(rows);
+    if (rows.size() == 1) out_ << "(no jobs)\n";
+    return kExitOk;
+  }
+
+  int status() {
+    const std::string& id = one_id();
+    int code = kExitOk;
+    const auto v = get("/v1/jobs/" + id, &code);
+    if (!v || inv_.json) return code;
+    const json::object& o = as_object(*v);
+    auto nodes = [&](const char* key) {
+      const json::value* list = o.if_contains(key);
+      std::string names;
+      if (list == nullptr || !list->is_array()) return names;
+      for (const auto& n : list->as_array()) {
+        const json::object& node = as_object(n);
+        const json::value* alive = node.if_contains("alive");
+        const bool lost = alive != nullptr && *alive == json::value(false);
+        names.append(names.empty() ? "" : ", ").append(text(node, "name", std::string("#").append(text(node, "id"))));
+        names.append(lost ? " (lost)" : "");
+      }
+      return names;
+    };
+    std::vector<std::vector<std::string>> rows;
+    rows.push_back({"job:", text(o, "id") + "  " + text(o, "name")});
+    rows.push_back({"state:", text(o, "state") + (text(o, "reason", "").empty() ? "" : " (" + text(o, "reason") + ")")});
+    rows.push_back({"mode:", text(o, "mode")});
+    std::string progress = "epoch " + text(o, "epoch") + "/" + text(o, "epochs") + ", step " + text(o, "step") + "/" +
+                           text(o, "total_steps") + " (" + fixed(number(o, "percent"), 1) + "%)";
+    if (const auto eta = number(o, "eta_seconds")) progress += ", ETA " + fixed(eta, 0) + " s";
+    rows.push_back({"progress:", progress});
+    rows.push_back({"samples/s:", number(o, "samples_per_second") ? with_thousands(*number(o, "samples_per_second")) : "-"});
+    rows.push_back({"train:", "loss " + fixed(number(o, "train_loss"), 4) + ", accuracy " + fixed(number(o, "train_accuracy"), 4)});
+    rows.push_back({"test:", "loss " + fixed(number(o, "test_loss"), 4) + ", accuracy " + fixed(number(o, "test_accuracy"), 4)});
+    rows.push_back({"workers:", nodes("workers").empty() ? "-" : nodes("workers")});
+    rows.push_back({"servers:", nodes("servers").empty() ? "-" : nodes("servers")});
+    rows.push_back({"created:", when(number(o, "submitted_at_ms"))});
+    rows.push_back({"started:", when(number(o, "started_at_ms"))});
+    rows.push_back({"finished:", when(number(o, "finished_at_ms"))});
+    if (const json::value* r = o.if_contains("recoveries"); r != nullptr && r->is_object()) {
+      const auto count = number(r->as_object(), "count");
+      if (count && *count > 0) rows.push_back({"recoveries:", fixed(count, 0)});
+    }
+    if (const json::value* m = o.if_contains("model"); m != nullptr && m->is_object()) {
+      rows.push_back({"model:", text(m->as_object(), "href") + " (" + with_thousands(number(m->as_object(), "bytes").value_or(0)) +
+                                    " bytes, safetensors; pstrain download " + id + ")"});
+    }
+    out_ << table(rows);
+    if (const json::value* notes = o.if_contains("notes"); notes != nullptr && notes->is_array()) {
+      for (const auto& n : notes->as_array()) {
+        if (n.is_string()) out_ << "note: " << n.as_string() << "\n";
+      }
+    }
+    return kExitOk;
+  }
+
+  int cancel() {
+    const std::string& id = one_id();
+    const Response r = client_.request("POST", "/v1/jobs/" + id + "/cancel");
+    if (r.status != 200) return api_error(r);
+    if (inv_.json) {
+      out_ << r.body << (!r.body.empty() && r.body.back() == '\n' ? "" : "\n");
+    } else {
+      const auto v = parse_json(r.body);
+      out_ << "job " << id << " " << (v ? text(as_object(*v), "state", "CANCELLED") : "CANCELLED") << "\n";
+    }
+    return kExitOk;
+  }
+
+  int download() {
+    const std::string& id = one_id();
+    const std::string path = inv_.output.value_or(id + ".safetensors");
+    uint64_t bytes = 0;
+    Response r;
+    try {
+      r = client_.download("/v1/jobs/" + id + "/model", path, &bytes);
+    } catch (const Unreachable&) {
+      throw;
+    } catch (const std::runtime_error& e) {
+      err_ << "pstrain: " << e.what() << "\n";
+      return kExitFailed;
+    }
+    if (r.status != 200) return api_error(r);
+    if (inv_.json) {
+      out_ << json::serialize(json::object{{"job", id}, {"file", path}, {"bytes", bytes}}) << "\n";
+    } else {
+      out_ << "model of " << id << " written to " << path << " (" << with_thousands(static_cast<double>(bytes))
+           << " bytes, safetensors)\n";
+    }
+    return kExitOk;
+  }
+
+  int cluster() {
+    expect_arguments(inv_, 0, "no arguments");
+    int code = kExitOk;
+    const auto v = get("/v1/cluster", &code);
+    if (!v || inv_.json) return code;
+    std::vector<std::vector<std::string>> rows = {{"ID", "ROLE", "NAME", "ADDRESS", "ALIVE", "JOB", "HEARTBEAT"}};
+    const json::value* nodes = as_object(*v).if_contains("nodes");
+    if (nodes != nullptr && nodes->is_array()) {
+      for (const auto& n : nodes->as_array()) {
+        const json::object& o = as_object(n);
+        const auto ago = number(o, "last_heartbeat_ms_ago");
+        rows.push_back({text(o, "id"), text(o, "role"), text(o, "name"), text(o, "address"),
+                        text(o, "alive") == "true" ? "yes" : "no", text(o, "job"),
+                        ago ? fixed(*ago / 1000.0, 1) + " s ago" : "-"});
+      }
+    }
+    out_ << table(rows);
+    if (rows.size() == 1) out_ << "(no nodes)\n";
+    return kExitOk;
+  }
+
+  const Invocation& inv_;
+  const Environment& env_;
+  HttpClient& client_;
+  std::ostream& out_;
+  std::ostream& err_;
+};
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args, const Environment& env, std::ostream& out, std::ostream& err) {
+  Invocation inv;
+  try {
+    inv = parse(args, env);
+    if (inv.help) {
+      const auto it = kCommandHelp.find(inv.command);
+      out << (it != kCommandHelp.end() ? it->second : kUsage);
+      return kExitOk;
+    }
+    if (inv.command.empty()) throw UsageError("no command given");
+    if (!kCommandHelp.contains(inv.command)) throw UsageError("unknown command '" + inv.command + "'");
+    if (inv.follow && inv.command != "submit") throw UsageError("--follow goes with 'submit'");
+    if (inv.output && inv.command != "download") throw UsageError("-o goes with 'download'");
+    std::string why;
+    auto url = parse_base_url(inv.url, &why);
+    if (!url) throw UsageError(why);
+    ClientOptions options;
+    options.token = inv.token;
+    options.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(inv.timeout_s * 1000));
+    options.connect_timeout = std::min(options.connect_timeout, options.read_timeout);
+    HttpClient client(*url, options);
+    try {
+      return Commands(inv, env, client, out, err).run();
+    } catch (const Unreachable& e) {
+      out.flush();
+      err << "pstrain: " << e.what() << "\n";
+      return kExitUnreachable;
+    }
+  } catch (const UsageError& e) {
+    err << "pstrain: " << e.what() << "\n";
+    const auto it = kCommandHelp.find(inv.command);
+    err << (it != kCommandHelp.end() ? it->second : "Run 'pstrain --help' for the commands and options.\n");
+    return kExitUsage;
+  }
+}
+
+}  // namespace pstrain::cli
