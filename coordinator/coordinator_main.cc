@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   for (const JobOptionFlag& option : kJobOptionFlags) {
     flags.add(option.name, option.env, std::to_string((JobOptions{}.*option.member) / kj::MILLISECONDS), option.help);
   }
+  flags.add(rpc::kSecretFlag, rpc::kSecretEnv, "", rpc::kSecretHelp);
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
   flags.add_switch("check-config", "", "Validate the configuration (and the --job spec) and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-coordinator")) return *status;
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
     config.node.datasets_dir = flags.get("datasets-dir");
     config.node.max_upload_bytes = static_cast<uint64_t>(flags.get_int("max-upload-bytes", 1, int64_t{1} << 50));
     config.node.state_dir = flags.get("state-dir");
+    config.node.cluster = rpc::ClusterCredential::from_flag(flags.get(rpc::kSecretFlag));
     config.job_file = flags.get("job");
     config.save_params = flags.get("save-params");
     config.exit_when_done = flags.get_switch("exit-when-done");

@@ -17,6 +17,16 @@ std::unique_ptr<KvStore> open_state(const std::string& dir) {
   return kv;
 }
 
+// The jobs' options with the cluster's credential and, with one, the coordinator's worker-token
+// key (kept in the state directory, so a restarted coordinator issues the same tokens to the
+// servers it adopts).
+JobOptions job_options(const CoordinatorNodeConfig& config) {
+  JobOptions options = config.job;
+  options.cluster = config.cluster;
+  if (!config.cluster.open()) options.coordinator_key = rpc::load_or_create_key_file(config.state_dir + "/worker-token.key");
+  return options;
+}
+
 std::vector<NodeView> node_views(const Cluster& cluster) {
   using namespace std::chrono;
   const auto steady_now = steady_clock::now();
@@ -45,7 +55,8 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       data_(config.load_split ? config.load_split
                               : SplitLoader([this](const std::string& name, SplitKind kind) { return catalog_.load(name, kind); }),
             [this](const std::string& name) { return catalog_.generation(name); }),
-      jobs_(cluster_, data_, store_, io_, config.job) {
+      jobs_(cluster_, data_, store_, io_, job_options(config)) {
+  rpc::warn_if_open(config.cluster, "coordinator");
   // Node events name the node (the store calls this on this thread, from its writes).
   store_.set_node_lookup([this](uint32_t id) -> std::optional<NodeView> {
     const NodeInfo* node = cluster_.find(NodeId{id});
@@ -75,7 +86,8 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
   auto address = io_.getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);
   listener_ = address->listen();
   port_ = listener_->getPort();
-  serving_ = rpc::serve(*rpc_server_, *listener_).eagerlyEvaluate([](kj::Exception&& e) {
+  listener_auth_ = kj::heap<rpc::ListenerAuth>(rpc::ListenerAuth{config_.cluster, io_.getTimer(), refusals_, "coordinator"});
+  serving_ = rpc::serve(*rpc_server_, *listener_, *listener_auth_).eagerlyEvaluate([](kj::Exception&& e) {
     PSLOG(kError) << "listener failed: " << e.getDescription().cStr();
   });
   PSLOG(kInfo) << "serving coordinator RPC on " << config.listen.host << ":" << port_ << ", datasets from "

@@ -42,6 +42,9 @@ struct CoordinatorNodeConfig {
   uint32_t heartbeat_ms = 1000;   // how often nodes heartbeat
   uint32_t dead_after_ms = 5000;  // a node silent this long is declared dead
   JobOptions job;                 // every timeout of the jobs
+  // Proved by every RPC connection, both ways (open: none). With one, the coordinator keeps a key
+  // of its own for worker tokens in state_dir/worker-token.key.
+  rpc::ClusterCredential cluster;
   kj::Duration housekeeping_every = 200 * kj::MILLISECONDS;
 };
 
@@ -55,6 +58,8 @@ class CoordinatorNode {
   CoordinatorNode& operator=(const CoordinatorNode&) = delete;
 
   uint32_t port() const { return port_; }
+  // Connections refused for want of the cluster secret.
+  uint64_t auth_refusals() const { return refusals_.count(); }
   JobStore& store() { return store_; }
   JobManager& jobs() { return jobs_; }
   // Thread-safe (the REST API uses it from the HTTP thread).
@@ -78,6 +83,8 @@ class CoordinatorNode {
   CoordinatorService* service_ = nullptr;  // owned by rpc_server_
   kj::Own<capnp::TwoPartyServer> rpc_server_;
   kj::Own<kj::ConnectionReceiver> listener_;
+  rpc::AuthRefusals refusals_;
+  kj::Own<rpc::ListenerAuth> listener_auth_;
   uint32_t port_ = 0;
   kj::Promise<void> serving_ = nullptr;
   kj::Promise<void> housekeeping_ = nullptr;

@@ -60,7 +60,12 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
     std::set<uint64_t> extra_backup_points;  // asked for by backupAt
     bool dropped = false;                     // retired: calls still waiting on it fail
     uint64_t restores = 0;                    // restore calls so far (the newest one wins)
+    std::string worker_key;                   // JobConfig.workerKey: empty, no token checks
   };
+  // Fails the call (KJ_REQUIRE) unless `token` is the worker token of `node` for the job (when
+  // the job has a worker key): only workers the coordinator assigned to the job hold one.
+  void check_worker(const Job& job, capnp::Text::Reader job_id, uint32_t node, capnp::Data::Reader token);
+  uint64_t refused_calls_ = 0;
   Job& find(capnp::Text::Reader job_id);
   // Deletes the job's backups after `version` (on the store thread); resolves when that is done.
   kj::Promise<void> forget_backups_after(const std::string& job_id, uint64_t version);

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   flags.add("data-dir", "PSTRAIN_SERVER_DATA_DIR", "server-data",
             "RocksDB directory for backups of this server's shards (created if missing).");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
+  flags.add(rpc::kSecretFlag, rpc::kSecretEnv, "", rpc::kSecretHelp);
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-server")) return *status;
   ServerNodeConfig config;
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     config.coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
     config.name = flags.get("name").empty() ? rpc::default_node_name() : flags.get("name");
     config.data_dir = flags.get("data-dir");
+    config.cluster = rpc::ClusterCredential::from_flag(flags.get(rpc::kSecretFlag));
   } catch (const std::exception& e) {
     std::cerr << "pstrain-server: " << e.what() << "\n";
     return 2;

@@ -44,12 +44,16 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
   auto address = io.provider->getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);
   auto listener = address->listen();
   const uint32_t port = listener->getPort();
-  auto serving = rpc::serve(rpc_server, *listener).eagerlyEvaluate(
+  rpc::warn_if_open(config.cluster, "parameter server");
+  rpc::AuthRefusals refusals;
+  const rpc::ListenerAuth auth{config.cluster, io.provider->getTimer(), refusals, "parameter server"};
+  auto serving = rpc::serve(rpc_server, *listener, auth).eagerlyEvaluate(
       [](kj::Exception&& e) { PSLOG(kError) << "listener failed: " << e.getDescription().cStr(); });
   PSLOG(kInfo) << "serving parameter-server RPC on " << config.listen.host << ":" << port;
 
   rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::SERVER,
-                            config.advertise_host + ":" + std::to_string(port), config.name);
+                            config.advertise_host + ":" + std::to_string(port), config.name,
+                            config.cluster);
   link_ptr = &link;
   auto registered = link.start().eagerlyEvaluate(nullptr);
   ready(port);

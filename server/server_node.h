@@ -27,6 +27,9 @@ struct ServerNodeConfig {
   std::string data_dir;  // RocksDB directory of the backups (created if missing)
   // On a preemption, how long the server waits for the coordinator's backup before it leaves.
   kj::Duration preemption_timeout = 20 * kj::SECONDS;
+  // Proved by every RPC connection, both ways: clients of this server, and its link to the
+  // coordinator (open: none).
+  rpc::ClusterCredential cluster;
 };
 
 // Runs a parameter server until `stop` resolves; calls `ready(port)` once it listens (it

@@ -7,10 +7,11 @@
 
 namespace pstrain {
 
-ServerChunks::ServerChunks(std::string job_id, uint64_t generation, std::vector<ChunkInfo> chunks,
+ServerChunks::ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerPass pass, std::vector<ChunkInfo> chunks,
                            std::vector<std::string> server_addresses, const ParamLayout& layout,
                            kj::ForkedPromise<void>& stop)
     : job_id_(std::move(job_id)),
+      pass_(std::move(pass)),
       generation_(generation),
       chunks_(std::move(chunks)),
       addresses_(std::move(server_addresses)),
@@ -26,10 +27,10 @@ ServerChunks::ServerChunks(std::string job_id, uint64_t generation, std::vector<
   next_values_.resize(layout.total_size());
 }
 
-void ServerChunks::connect(kj::WaitScope& wait_scope, kj::Network& network) {
+void ServerChunks::connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential) {
   for (const std::string& address : addresses_) {
     auto connection = wait_unless_stopped(
-        rpc::connect(network, rpc::parse_host_port(address, 7100, "server address")), stop_, wait_scope);
+        rpc::connect(io, rpc::parse_host_port(address, 7100, "server address"), credential), stop_, wait_scope);
     servers_.push_back(connection->bootstrap().castAs<proto::ParameterServer>());
     connections_.push_back(kj::mv(connection));
   }
@@ -56,6 +57,7 @@ void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bo
     request.setKey(chunks_[k].key);
     request.setMinVersion(min_version);
     request.setExact(exact);
+    pass_.set_on(request);
     replies.add(request.send().then([this, k, &into, &versions, exact, min_version](
                                         capnp::Response<proto::ParameterServer::PullResults>&& r) {
       const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "pulled values");
@@ -91,6 +93,7 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
   request.setSlice(slice.slice);
   request.setSliceCount(slice.slice_count);
   request.setWorker(slice.slice);
+  pass_.set_on(request);
   request.setExamples(slice.examples);
   request.setBaseVersion(versions_[k]);
   request.setGeneration(generation_);
@@ -153,6 +156,7 @@ ServerChunks::PushFactorsRequest ServerChunks::factors_request(uint32_t server, 
   request.setSlice(slice.slice);
   request.setSliceCount(slice.slice_count);
   request.setWorker(slice.slice);
+  pass_.set_on(request);
   request.setExamples(slice.examples);
   request.setGeneration(generation_);
   return request;
@@ -163,6 +167,7 @@ void ServerChunks::finish(kj::WaitScope& wait_scope, uint32_t worker) {
     auto request = server.workerFinishedRequest();
     request.setJobId(job_id_);
     request.setWorker(worker);
+    pass_.set_on(request);
     request.send().wait(wait_scope);
   }
 }

@@ -42,11 +42,12 @@ class ServerChunks {
 
   // Throws (KJ_REQUIRE) if a chunk does not fit `layout` or names no server of `server_addresses`.
   // Waits end when `stop` resolves (stoppable_wait.h); it must outlive this.
-  ServerChunks(std::string job_id, uint64_t generation, std::vector<ChunkInfo> chunks,
+  // `pass` goes with every call (the worker's node id and token of the job).
+  ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerPass pass, std::vector<ChunkInfo> chunks,
                std::vector<std::string> server_addresses, const ParamLayout& layout, kj::ForkedPromise<void>& stop);
 
-  // Connects to every server, one after the other.
-  void connect(kj::WaitScope& wait_scope, kj::Network& network);
+  // Connects to every server, one after the other, proving `credential` on each.
+  void connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential);
 
   const std::vector<ChunkInfo>& chunks() const { return chunks_; }
   // Where each chunk lives in the flat buffers (values, gradients), by chunk index.
@@ -97,6 +98,7 @@ class ServerChunks {
                               bool take_values, const InputSparsity::Ranges& want);
 
   std::string job_id_;
+  rpc::WorkerPass pass_;
   uint64_t generation_;
   std::vector<ChunkInfo> chunks_;
   std::vector<size_t> offsets_;

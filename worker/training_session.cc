@@ -44,7 +44,11 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
       generation_(a.getGeneration()),
       model_(std::make_unique<nn::DataParallelModel<float>>(spec_.model, batch_per_worker(spec_, worker_count_),
                                                             options.replicas)),
-      servers_(job_id_, generation_, rpc::get_chunks(a.getChunks()), server_addresses(a), model_->layout(), stop) {
+      servers_(job_id_, generation_,
+               rpc::WorkerPass{node_id, std::string(reinterpret_cast<const char*>(a.getWorkerToken().begin()),
+                                                    a.getWorkerToken().size())},
+               rpc::get_chunks(a.getChunks()), server_addresses(a), model_->layout(), stop),
+      cluster_(options.cluster) {
   const int64_t batch = model_->max_batch();
   // Every worker computes the first layer per server's rows, whether or not the servers do it
   // (the same sums either way, and what the trainer's `servers` option reproduces).
@@ -128,7 +132,7 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
 
 bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>& should_stop) {
   const bool sync = spec_.training.mode == TrainingMode::kSync;
-  servers_.connect(wait_scope, io_.getNetwork());
+  servers_.connect(wait_scope, io_, cluster_);
   servers_.pull(wait_scope, sync ? start_epoch_ * steps_per_epoch_ + start_step_ : 0);
   watch_for_orders();
   const int64_t report_every = spec_.training.metrics_every_steps;

@@ -37,6 +37,7 @@ namespace pstrain {
 struct SessionOptions {
   int replicas = 1;  // compute threads, each on a slice of the batch (factored pushes need one)
   Exchange exchange = Exchange::kForward;
+  rpc::ClusterCredential cluster;  // proved on every connection to a server (open: nothing)
 };
 
 class TrainingSession {
@@ -96,6 +97,7 @@ class TrainingSession {
   uint64_t generation_;
   std::unique_ptr<nn::DataParallelModel<float>> model_;
   ServerChunks servers_;
+  rpc::ClusterCredential cluster_;  // proved on the connections to the servers
   std::unique_ptr<ParameterExchange> exchange_;  // refers to servers_ and model_
   AlignedFloats grads_, inputs_;
   std::vector<int32_t> labels_;

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
             "besides), 'factored' (dense kernels pushed as factors where that is smaller, and 'sparse'\n"
             "besides), 'sparse' (only the first layer's rows the batch touches), or 'dense' (every\n"
             "chunk whole). The last three are for comparisons.");
+  flags.add(rpc::kSecretFlag, rpc::kSecretEnv, "", rpc::kSecretHelp);
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-worker")) return *status;
   WorkerNodeConfig config;
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
     config.coordinator = rpc::parse_host_port(flags.get("coordinator"), 7000, "--coordinator");
     threads = static_cast<int>(flags.get_int("threads", 0, 256));
     config.session.exchange = parse_exchange(flags.get("exchange"));
+    config.session.cluster = rpc::ClusterCredential::from_flag(flags.get(rpc::kSecretFlag));
     config.name = flags.get("name").empty() ? rpc::default_node_name() : flags.get("name");
   } catch (const std::exception& e) {
     std::cerr << "pstrain-worker: " << e.what() << "\n";

@@ -14,7 +14,9 @@ void run_worker_node(kj::AsyncIoContext& io, const WorkerNodeConfig& config, kj:
   // complete, so the job loses no step, then stops.
   auto stop_paf = kj::newPromiseAndFulfiller<void>();
   auto stop = stop_paf.promise.fork();
-  rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::WORKER, "", config.name);
+  rpc::warn_if_open(config.session.cluster, "worker");
+  rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::WORKER, "", config.name,
+                            config.session.cluster);
   auto on_stop = stop_request
                      .then([&](rpc::NodeStop how) -> kj::Promise<void> {
                        if (how != rpc::NodeStop::kPreempted || !link.connected()) return kj::READY_NOW;

@@ -21,7 +21,7 @@ namespace pstrain {
 struct WorkerNodeConfig {
   rpc::HostPort coordinator;
   std::string name;
-  SessionOptions session;  // compute threads per step, and how gradients travel
+  SessionOptions session;  // compute threads per step, how gradients travel, the cluster credential
   // On a preemption, how long the worker trains on while the coordinator backs its job up.
   kj::Duration preemption_timeout = 30 * kj::SECONDS;
 };

@@ -57,6 +57,10 @@ struct JobConfig {
   workers @4 :UInt32;        # workers of the job (async: for max_staleness)
   stepsPerEpoch @5 :UInt64;  # for `save_freq: "epoch"` backups
   minGeneration @6 :UInt64;  # pushes of older plans fail (a restarted coordinator's fresh shard)
+  # The job's key for worker tokens (cluster_auth.h): with one, pull, push, pushFactors and
+  # workerFinished need `token` = HMAC(workerKey, their `node`). Empty: not checked (an open
+  # cluster, or an older coordinator).
+  workerKey @7 :Data;
 }
 
 struct ServerStats {
@@ -77,7 +81,9 @@ interface ParameterServer {
   # The chunk's values once its version is at least minVersion. exact: the values of version
   # minVersion itself, also when the chunk is one update past it (sync: a takeover computes on
   # the step's version after some chunks moved on); fails if the server no longer has them.
-  pull @1 (jobId :Text, key :UInt32, minVersion :UInt64, exact :Bool) -> (version :UInt64, values :Tensor);
+  # node, token: the caller's node id and worker token (JobConfig.workerKey).
+  pull @1 (jobId :Text, key :UInt32, minVersion :UInt64, exact :Bool, node :UInt32, token :Data)
+      -> (version :UInt64, values :Tensor);
 
   # A worker's gradient of the summed loss for one chunk.
   # sync: `step` is the global step (= the version the gradient was computed on); the update is
@@ -114,6 +120,8 @@ interface ParameterServer {
       whole @12 :Void;
       ranges @13 :List(Range);
     }
+    node @14 :UInt32;  # the pushing node's id and its worker token (JobConfig.workerKey)
+    token @15 :Data;
   }
   struct PushResults {
     version @0 :UInt64;
@@ -165,6 +173,8 @@ interface ParameterServer {
         inputs @16 :Data;  # examples x rows.size() float32, example after example
       }
     }
+    node @17 :UInt32;  # as in PushParams
+    token @18 :Data;
   }
   struct PushFactorsResults {
     versions @0 :List(UInt64);  # one per key
@@ -181,7 +191,7 @@ interface ParameterServer {
   pushFactors @13 PushFactorsParams -> PushFactorsResults;
 
   # Async: the worker will push no more (it no longer holds back others under max_staleness).
-  workerFinished @3 (jobId :Text, worker :UInt32) -> ();
+  workerFinished @3 (jobId :Text, worker :UInt32, node :UInt32, token :Data) -> ();
 
   # The job is over: its shard goes, and its backups (from the server's store).
   dropJob @4 (jobId :Text) -> ();
@@ -243,6 +253,7 @@ struct Assignment {
   startEpoch @7 :UInt32;
   startStep @8 :UInt64;       # within startEpoch
   generation @9 :UInt64;      # increases with every re-plan (recovery); stale sessions end
+  workerToken @10 :Data;      # to send with every pull and push (JobConfig.workerKey); may be empty
 }
 
 struct Batch {

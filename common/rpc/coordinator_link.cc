@@ -5,12 +5,13 @@
 namespace pstrain::rpc {
 
 CoordinatorLink::CoordinatorLink(kj::AsyncIoProvider& io, HostPort coordinator, proto::Role role,
-                                 std::string address, std::string name)
+                                 std::string address, std::string name, ClusterCredential credential)
     : io_(io),
       coordinator_(std::move(coordinator)),
       role_(role),
       address_(std::move(address)),
       name_(std::move(name)),
+      credential_(std::move(credential)),
       client_(nullptr) {}
 
 kj::Promise<void> CoordinatorLink::start() {
@@ -21,7 +22,7 @@ kj::Promise<void> CoordinatorLink::start() {
 }
 
 kj::Promise<void> CoordinatorLink::connect_and_register() {
-  return connect(io_.getNetwork(), coordinator_).then([this](kj::Own<Connection> connection) {
+  return connect(io_, coordinator_, credential_).then([this](kj::Own<Connection> connection) {
     connection_ = kj::mv(connection);
     client_ = connection_->bootstrap().castAs<proto::Coordinator>();
     auto request = client_.registerRequest();
@@ -63,7 +64,15 @@ kj::Promise<void> CoordinatorLink::run_forever() {
   return connect_and_register()
       .then([this] { return heartbeat_loop(); })
       .catch_([this](kj::Exception&& e) {
-        if (connected_) {
+        if (is_auth_failure(e)) {
+          // A wrong or missing secret: say so (once per distinct reason), and keep trying: the
+          // operator may fix the coordinator's side.
+          const std::string why = e.getDescription().cStr();
+          if (why != last_auth_failure_) {
+            PSLOG(kError) << "the coordinator at " << coordinator_.str() << " did not let this node in: " << why;
+            last_auth_failure_ = why;
+          }
+        } else if (connected_) {
           PSLOG(kWarning) << "lost the coordinator at " << coordinator_.str() << ": " << e.getDescription().cStr();
         } else {
           PSLOG(kDebug) << "cannot reach the coordinator at " << coordinator_.str() << ": " << e.getDescription().cStr();

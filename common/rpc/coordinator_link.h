@@ -17,8 +17,9 @@ namespace pstrain::rpc {
 
 class CoordinatorLink {
  public:
+  // `credential`: what the link proves on each connection (open: nothing; cluster_auth.h).
   CoordinatorLink(kj::AsyncIoProvider& io, HostPort coordinator, proto::Role role, std::string address,
-                  std::string name);
+                  std::string name, ClusterCredential credential = {});
 
   // Starts the connect/register/heartbeat loop. The promise resolves once the node is
   // registered for the first time.
@@ -39,6 +40,8 @@ class CoordinatorLink {
   HostPort coordinator_;
   proto::Role role_;
   std::string address_, name_;
+  ClusterCredential credential_;
+  std::string last_auth_failure_;  // logged once until it changes
   kj::Own<Connection> connection_;
   proto::Coordinator::Client client_;
   uint32_t node_id_ = 0;

@@ -44,22 +44,51 @@ void set_no_delay(kj::AsyncIoStream& stream) {
 
 Connection::Connection(kj::Own<kj::AsyncIoStream> stream) : stream_(kj::mv(stream)), client_(*stream_) {}
 
-kj::Promise<kj::Own<Connection>> connect(kj::Network& network, const HostPort& address) {
-  return network.parseAddress(address.host, address.port)
+kj::Promise<kj::Own<Connection>> connect(kj::AsyncIoProvider& io, const HostPort& address,
+                                         const ClusterCredential& credential) {
+  return io.getNetwork()
+      .parseAddress(address.host, address.port)
       .then([](kj::Own<kj::NetworkAddress> addr) { return addr->connect().attach(kj::mv(addr)); })
-      .then([](kj::Own<kj::AsyncIoStream> stream) {
+      .then([&io, address, credential](kj::Own<kj::AsyncIoStream> stream) {
         set_no_delay(*stream);
-        return kj::heap<Connection>(kj::mv(stream));
+        auto held = kj::heap<ClusterCredential>(credential);
+        kj::AsyncIoStream& raw = *stream;
+        auto proved = authenticate_to_server(raw, *held, io.getTimer(), address.str()).attach(kj::mv(held));
+        return proved.then([stream = kj::mv(stream)]() mutable { return kj::heap<Connection>(kj::mv(stream)); });
       });
 }
 
+namespace {
+// The handshakes in flight beside an accept loop.
+struct Handshakes final : kj::TaskSet::ErrorHandler {
+  kj::TaskSet tasks{*this};
+  void taskFailed(kj::Exception&& e) override {
+    PSLOG(kWarning) << "an RPC connection failed before it was served: " << e.getDescription().cStr();
+  }
+};
 
-kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener) {
-  return listener.accept().then([&server, &listener](kj::Own<kj::AsyncIoStream> stream) {
+kj::Promise<void> accept_loop(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener, const ListenerAuth& auth,
+                              Handshakes& handshakes) {
+  return listener.accept().then([&server, &listener, &auth, &handshakes](kj::Own<kj::AsyncIoStream> stream) {
     set_no_delay(*stream);
-    server.accept(kj::mv(stream));
-    return serve(server, listener);
+    if (auth.credential.open()) {
+      server.accept(kj::mv(stream));
+    } else {
+      kj::AsyncIoStream& raw = *stream;
+      handshakes.tasks.add(authenticate_client(raw, auth.credential, auth.timer, auth.refusals, auth.what)
+                               .then([&server, stream = kj::mv(stream)](bool proved) mutable {
+                                 if (proved) server.accept(kj::mv(stream));
+                               }));
+    }
+    return accept_loop(server, listener, auth, handshakes);
   });
+}
+}  // namespace
+
+kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener, const ListenerAuth& auth) {
+  auto handshakes = kj::heap<Handshakes>();
+  Handshakes& raw = *handshakes;
+  return accept_loop(server, listener, auth, raw).attach(kj::mv(handshakes));
 }
 
 int prepare_node_process(int compute_threads) {

@@ -16,6 +16,7 @@
 #include "common/example_types.h"
 #include "common/message_limits.h"
 #include "common/proto/pstrain.capnp.h"
+#include "common/rpc/cluster_auth.h"
 
 namespace pstrain::rpc {
 
@@ -42,12 +43,27 @@ class Connection {
   capnp::TwoPartyClient client_;
 };
 
-// Connects once; the promise fails if the peer cannot be reached.
-kj::Promise<kj::Own<Connection>> connect(kj::Network& network, const HostPort& address);
+// Connects once and, unless `credential` is open, proves the cluster secret and checks the
+// peer's proof (cluster_auth.h) before any Cap'n Proto message. The promise fails if the peer
+// cannot be reached, or with is_auth_failure() if the handshake fails.
+kj::Promise<kj::Own<Connection>> connect(kj::AsyncIoProvider& io, const HostPort& address,
+                                         const ClusterCredential& credential);
 
-// Accepts connections forever and hands them to `server`, with TCP_NODELAY set: replies are
-// small and latency-bound, and Nagle's algorithm with delayed ACKs would stall each for ~40 ms.
-kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener);
+// What a listener asks of its peers: the credential (open: nothing), the timer of the handshake
+// timeouts, where refusals are counted, and what it serves (for the logs). The references must
+// outlive the promise of serve().
+struct ListenerAuth {
+  const ClusterCredential& credential;
+  kj::Timer& timer;
+  AuthRefusals& refusals;
+  std::string what;  // e.g. "coordinator", "parameter server"
+};
+
+// Accepts connections forever and hands them to `server` once they have proved the cluster
+// secret (each handshake runs beside the accept loop; destroying the promise cancels those in
+// flight), with TCP_NODELAY set: replies are small and latency-bound, and Nagle's algorithm with
+// delayed ACKs would stall each for ~40 ms.
+kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener, const ListenerAuth& auth);
 
 // Start-up of a long-running node (coordinator, server, worker): SIGINT/SIGTERM captured for its
 // event loop, `compute_threads` math threads (1 for processes whose math runs on the event loop:

@@ -76,6 +76,10 @@ void JobContext::fill_server_config(proto::JobConfig::Builder config) const {
   config.setWorkers(static_cast<uint32_t>(workers.size()));
   config.setStepsPerEpoch(steps_per_epoch());
   config.setMinGeneration(generation);
+  if (!options.coordinator_key.empty()) {
+    const std::string key = rpc::job_key(options.coordinator_key, id);
+    config.setWorkerKey(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(key.data()), key.size()));
+  }
 }
 
 uint64_t JobContext::total_steps() const {

@@ -6,6 +6,10 @@
 
 #include <kj/time.h>
 
+#include <string>
+
+#include "common/rpc/cluster_auth.h"
+
 namespace pstrain {
 
 struct JobOptions {
@@ -30,6 +34,12 @@ struct JobOptions {
   kj::Duration async_cut_timeout = 10 * kj::SECONDS;
   // How often a recovery looks again for servers or workers coming back.
   kj::Duration recovery_poll = 200 * kj::MILLISECONDS;
+
+  // Not a timeout, but what every job's calls to servers carry (set by CoordinatorNode): the
+  // cluster credential proved on each connection, and the coordinator's own key from which each
+  // job's worker-token key derives (rpc::job_key; empty: an open cluster, no worker tokens).
+  rpc::ClusterCredential cluster;
+  std::string coordinator_key;
 };
 
 // Each option as a flag of pstrain-coordinator, in milliseconds (--NAME-ms, env PSTRAIN_...;

@@ -219,6 +219,11 @@ bool JobRunner::fill_assignment(NodeId node, proto::Assignment::Builder out) con
     out.setStartStep(job_.resume_version % steps_per_epoch);
   }
   out.setGeneration(job_.generation);
+  if (!job_.options.coordinator_key.empty()) {
+    // The worker's pass to the job's servers (they check it against the key in their JobConfig).
+    const std::string token = rpc::worker_token(rpc::job_key(job_.options.coordinator_key, job_.id), node.value());
+    out.setWorkerToken(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(token.data()), token.size()));
+  }
   return true;
 }
 

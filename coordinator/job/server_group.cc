@@ -6,7 +6,11 @@
 namespace pstrain {
 
 ServerGroup::ServerGroup(std::string job_id, kj::AsyncIoProvider& io, const JobOptions& options)
-    : job_id_(std::move(job_id)), io_(io), options_(options) {}
+    : job_id_(std::move(job_id)), io_(io), options_(options) {
+  if (!options_.coordinator_key.empty()) {
+    pass_ = {rpc::kCoordinatorNode, rpc::worker_token(rpc::job_key(options_.coordinator_key, job_id_), rpc::kCoordinatorNode)};
+  }
+}
 
 void ServerGroup::assign(std::vector<ServerMember> members) {
   members_ = std::move(members);
@@ -63,7 +67,7 @@ kj::Promise<void> ServerGroup::each_void(Call&& call) {
 
 kj::Promise<void> ServerGroup::connect(size_t index) {
   const rpc::HostPort address = rpc::parse_host_port(members_[index].address, 7100, "server address");
-  return timed(rpc::connect(io_.getNetwork(), address).then([this, index](kj::Own<rpc::Connection> c) {
+  return timed(rpc::connect(io_, address, options_.cluster).then([this, index](kj::Own<rpc::Connection> c) {
     connections_[index] = kj::mv(c);
     clients_[index] = connections_[index]->bootstrap().castAs<proto::ParameterServer>();
   }));
@@ -209,6 +213,7 @@ void ServerGroup::worker_finished(uint32_t worker) {
     auto request = client.workerFinishedRequest();
     request.setJobId(job_id_);
     request.setWorker(worker);
+    pass_.set_on(request);
     request.send().detach([](kj::Exception&&) {});
   }
 }
@@ -236,6 +241,7 @@ kj::Promise<void> ServerGroup::pull_all(const std::vector<ChunkInfo>& chunks, co
     request.setJobId(job_id_);
     request.setKey(chunk.key);
     request.setMinVersion(0);
+    pass_.set_on(request);
     const size_t at = layout.params()[chunk.param].offset + chunk.offset;
     pulls.add(request.send().then([&into, chunk, at](capnp::Response<proto::ParameterServer::PullResults>&& r) {
       const auto values = rpc::tensor_view(r.getValues(), chunk.size, "final parameters");

@@ -100,6 +100,7 @@ class ServerGroup {
   std::string job_id_;
   kj::AsyncIoProvider& io_;
   const JobOptions& options_;
+  rpc::WorkerPass pass_;  // what the coordinator's own pulls and workerFinished calls carry
   std::vector<ServerMember> members_;
   std::vector<kj::Own<rpc::Connection>> connections_;
   std::vector<proto::ParameterServer::Client> clients_;

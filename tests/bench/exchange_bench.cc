@@ -58,6 +58,10 @@ struct Options {
   int clients = 1;
   int warmup_steps = 5;
   std::string mode = "sync";
+  // With a secret: every connection proves it, and the job has a worker key (each client sends
+  // its worker token with every push), as in a cluster with a credential.
+  rpc::ClusterCredential cluster;
+  std::string worker_key;
 };
 
 struct ClientResult {
@@ -85,8 +89,10 @@ void run_client(const Options& options, const std::string& job_id, const std::ve
   try {
     auto io = kj::setupAsyncIo();
     auto& ws = io.waitScope;
-    auto connection = rpc::connect(io.provider->getNetwork(), options.server).wait(ws);
+    auto connection = rpc::connect(*io.provider, options.server, options.cluster).wait(ws);
     auto server = connection->bootstrap().castAs<proto::ParameterServer>();
+    rpc::WorkerPass pass{index + 1, ""};
+    if (!options.worker_key.empty()) pass.token = rpc::worker_token(options.worker_key, pass.node);
     // The layout keeps every tensor (and so every chunk) word-aligned inside the flat buffer;
     // std::vector's allocation is at least 16-byte aligned.
     std::vector<float> grads(total_floats, 0.0f), params(total_floats, 0.0f);
@@ -108,6 +114,7 @@ void run_client(const Options& options, const std::string& job_id, const std::ve
         request.setWorker(index);
         request.setExamples(64);
         request.setBaseVersion(versions[k]);
+        pass.set_on(request);
         rpc::reference_tensor(request.getGradient().initDense(), {grads.data() + chunk_offsets[k], chunks[k].size});
         replies.add(request.send().then([&, k](capnp::Response<proto::ParameterServer::PushResults>&& r) {
           const auto values = rpc::tensor_view(r.getValues().getWhole(), chunks[k].size, "updated values");
@@ -175,13 +182,15 @@ int run(const Options& options) {
 
   auto io = kj::setupAsyncIo();
   auto& ws = io.waitScope;
-  auto connection = rpc::connect(io.provider->getNetwork(), options.server).wait(ws);
+  auto connection = rpc::connect(*io.provider, options.server, options.cluster).wait(ws);
   auto server = connection->bootstrap().castAs<proto::ParameterServer>();
-  testing::configure_job(server, ws, job_id, spec_json, chunks, static_cast<uint32_t>(options.clients));
+  testing::configure_job(server, ws, job_id, spec_json, chunks, static_cast<uint32_t>(options.clients),
+                         options.worker_key);
   std::printf("exchange-bench: server %s, job %s: %zu parameters in %zu chunks (%.3f MB per direction per step), "
-              "%d client(s), %d warm-up steps, %.1f s\n",
+              "%d client(s), %d warm-up steps, %.1f s, %s\n",
               options.server.str().c_str(), job_id.c_str(), layout.total_size(), chunks.size(), step_bytes / 1e6,
-              options.clients, options.warmup_steps, options.seconds);
+              options.clients, options.warmup_steps, options.seconds,
+              options.cluster.open() ? "open (no credential)" : "cluster secret + worker tokens");
   std::fflush(stdout);
 
   std::vector<ClientResult> results(static_cast<size_t>(options.clients));
@@ -261,6 +270,7 @@ int main(int argc, char** argv) {
   flags.add("clients", "", "1", "Concurrent connections (one thread each), as that many workers.");
   flags.add("warmup-steps", "", "5", "Untimed steps per client first.");
   flags.add("mode", "", "sync", "sync (clients are one step's slices; zero-copy replies) or async.");
+  flags.add(rpc::kSecretFlag, rpc::kSecretEnv, "", rpc::kSecretHelp);
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-exchange-bench")) return *status;
   Options options;
   try {
@@ -272,6 +282,8 @@ int main(int argc, char** argv) {
     options.mode = flags.get("mode");
     if (options.mode != "sync" && options.mode != "async") throw pstrain::Error("--mode must be sync or async");
     options.warmup_steps = static_cast<int>(flags.get_int("warmup-steps", 0, 1000000));
+    options.cluster = rpc::ClusterCredential::from_flag(flags.get(rpc::kSecretFlag));
+    if (!options.cluster.open()) options.worker_key = rpc::random_key();
   } catch (const std::exception& e) {
     std::cerr << "pstrain-exchange-bench: " << e.what() << "\n";
     return 2;

@@ -186,7 +186,7 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
   // job-1 has got.
   auto io = kj::setupAsyncIo();
   auto& ws = io.waitScope;
-  auto connection = rpc::connect(io.provider->getNetwork(), {"127.0.0.1", static_cast<uint32_t>(cluster.server_ports()[0])})
+  auto connection = rpc::connect(*io.provider, {"127.0.0.1", static_cast<uint32_t>(cluster.server_ports()[0])}, {})
                         .wait(ws);
   auto server = connection->bootstrap().castAs<proto::ParameterServer>();
   const JobSpec spec = parse_job_spec(json);
