@@ -43,6 +43,9 @@ Cluster::Cluster(ClusterOptions options) {
     argv.insert(argv.end(), {"--job", options.job_file, "--exit-when-done"});
   }
   if (!options.save_params.empty()) argv.insert(argv.end(), {"--save-params", options.save_params});
+  std::vector<std::string> secret;
+  if (!options.cluster_secret_file.empty()) secret = {"--cluster-secret-file", options.cluster_secret_file};
+  argv.insert(argv.end(), secret.begin(), secret.end());
   argv.insert(argv.end(), options.coordinator_flags.begin(), options.coordinator_flags.end());
   coordinator_argv_ = argv;
   coordinator_ = &group_.start("coordinator", argv);
@@ -53,6 +56,7 @@ Cluster::Cluster(ClusterOptions options) {
     std::vector<std::string> a = {binary("server/pstrain-server"), "--listen", "127.0.0.1:0", "--coordinator", address,
                                   "--name", "server-" + std::to_string(i),
                                   "--data-dir", group_.log_dir() + "/server-" + std::to_string(i) + "-data"};
+    a.insert(a.end(), secret.begin(), secret.end());
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
     server_argv_.push_back(a);
     servers_.push_back(&group_.start("server-" + std::to_string(i), a));
@@ -61,6 +65,7 @@ Cluster::Cluster(ClusterOptions options) {
   for (int i = 0; i < options.workers; ++i) {
     std::vector<std::string> a = {binary("worker/pstrain-worker"), "--coordinator", address, "--name",
                                   "worker-" + std::to_string(i)};
+    a.insert(a.end(), secret.begin(), secret.end());
     a.insert(a.end(), options.worker_flags.begin(), options.worker_flags.end());
     workers_.push_back(&group_.start("worker-" + std::to_string(i), a));
   }

@@ -16,6 +16,8 @@ struct ClusterOptions {
   std::string state_dir;          // --state-dir (default: a directory in the group's log dir)
   int servers = 2;
   int workers = 2;
+  // --cluster-secret-file for every process (empty: an open cluster).
+  std::string cluster_secret_file;
   std::vector<std::string> coordinator_flags, server_flags, worker_flags;
 };
 
