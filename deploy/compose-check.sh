@@ -80,6 +80,10 @@ say "image $image: $(podman image inspect "$image" --format '{{.Id}}' | cut -c1-
 # ---- The compose file, normalised, as podman run commands -----------------------------------------
 source "$repo/deploy/data-dir.sh"
 normalised=$log_dir/compose.yml
+# The cluster secret (compose `secrets:`): a fresh one, readable by the image's user only.
+export PSTRAIN_CLUSTER_SECRET_HOST_FILE=$log_dir/cluster-secret
+(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$PSTRAIN_CLUSTER_SECRET_HOST_FILE")
+chown 10001:10001 "$PSTRAIN_CLUSTER_SECRET_HOST_FILE" 2>/dev/null || chmod 0644 "$PSTRAIN_CLUSTER_SECRET_HOST_FILE"
 (cd "$repo/deploy" && PSTRAIN_DATA_DIR=$PSTRAIN_DATA_DIR docker-compose -f docker-compose.yml config) >"$normalised" ||
   fail "docker-compose config rejects deploy/docker-compose.yml"
 
@@ -131,6 +135,11 @@ for name in order:
             if not src.startswith("/"):
                 src = f"{pod}-{src}"  # a named volume: made by the script
             args += ["-v", f"{src}:{dst}" + (":ro" if ro else "")]
+        for sec in svc.get("secrets") or []:  # compose secrets are bind mounts at /run/secrets/NAME
+            name_ = sec["source"] if isinstance(sec, dict) else sec
+            target = sec.get("target", name_) if isinstance(sec, dict) else sec
+            target = target if target.startswith("/") else f"/run/secrets/{target}"
+            args += ["-v", f"{cfg['secrets'][name_]['file']}:{target}:ro"]
         if svc.get("restart"):
             args += ["--restart", svc["restart"]]
         if svc.get("stop_grace_period"):

@@ -17,7 +17,10 @@
 # Environment (defaults): LOCAL_CLUSTER_DIR (./.cluster), HTTP_PORT (8080), RPC_PORT (7000),
 # SERVERS (2), WORKERS (2), WORKER_THREADS (1), WORKER_FLAGS (), PSTRAIN_DATA_DIR (../shared/data or
 # ./data), BUILD_DIR (build; relative to the repository or absolute), BUILD (1: run deploy/build.sh
-# even when the binaries exist), DOWN_TIMEOUT (30), DEMO_TIMEOUT (1800).
+# even when the binaries exist), DOWN_TIMEOUT (30), DEMO_TIMEOUT (1800), PSTRAIN_CLUSTER_SECRET_FILE
+# (LOCAL_CLUSTER_DIR/cluster-secret, made with 32 random bytes, mode 0600, if missing; `none`: an open
+# cluster). Every process proves the cluster secret on each RPC connection (docs/DESIGN-NOTES.md
+# "Cluster credential").
 # State survives `down`: the coordinator keeps its jobs in LOCAL_CLUSTER_DIR/coordinator-state and
 # server N its backups in LOCAL_CLUSTER_DIR/server-N-data, so a second `up` lists the jobs of the
 # first. Delete LOCAL_CLUSTER_DIR (after `down`) to start afresh.
@@ -35,6 +38,22 @@ workers=${WORKERS:-2}
 url="http://127.0.0.1:$http_port"
 
 say() { echo "local-cluster: $*"; }
+
+# The cluster secret every process reads from PSTRAIN_CLUSTER_SECRET_FILE (exported, so the
+# coordinator, servers and workers started below all get it).
+secret_file=${PSTRAIN_CLUSTER_SECRET_FILE:-$cluster_dir/cluster-secret}
+use_cluster_secret() {
+  if [ "$secret_file" = none ]; then
+    unset PSTRAIN_CLUSTER_SECRET_FILE
+    say "no cluster secret (PSTRAIN_CLUSTER_SECRET_FILE=none): anyone who reaches the RPC ports may join"
+    return 0
+  fi
+  if [ ! -s "$secret_file" ]; then
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$secret_file")
+    say "made a cluster secret in $secret_file (mode 0600)"
+  fi
+  export PSTRAIN_CLUSTER_SECRET_FILE=$secret_file
+}
 die() { echo "local-cluster: $*" >&2; exit 1; }
 
 # Processes start in the cluster directory, so a relative default of a binary (e.g. a data
@@ -144,6 +163,7 @@ up() {
   fi
   down  # leftovers of a cluster whose coordinator died
   build_if_needed
+  use_cluster_secret
   if curl -s -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then
     die "something already answers on $url: set HTTP_PORT (and RPC_PORT) to free ports"
   fi
@@ -215,6 +235,7 @@ case "${1:-}" in
     spec=$(cd "$(dirname "$spec")" && pwd)/$(basename "$spec")
     save_params=${SAVE_PARAMS:+$(cd "$(dirname "$SAVE_PARAMS")" && pwd)/$(basename "$SAVE_PARAMS")}
     build_if_needed
+    use_cluster_secret
     trap down EXIT
     start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
       --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets" \
@@ -227,5 +248,5 @@ case "${1:-}" in
     exit $status
     ;;
   *)
-    sed -n '2,23p' "$0"; exit 2 ;;
+    sed -n '2,26p' "$0"; exit 2 ;;
 esac

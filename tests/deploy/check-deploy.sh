@@ -81,6 +81,7 @@ check_config() {
   need yamllint yamllint
   [ -x "$py" ] && "$py" -c 'import yaml' 2>/dev/null || fail "$py with the yaml module is missing: apt-get install python3-yaml"
   local tmp; tmp=$(mktemp -d)
+  (umask 077 && echo "check-deploy-stand-in-cluster-secret" >"$tmp/cluster-secret")
   # shellcheck disable=SC2064  # $tmp is expanded now on purpose
   trap "rm -rf '$tmp'" EXIT
 
@@ -103,6 +104,11 @@ check_config() {
   while IFS=$'\t' read -r where argv_json env_json; do
     mapfile -t argv < <("$py" -c 'import json,sys; print("\n".join(json.loads(sys.argv[1])))' "$argv_json")
     mapfile -t envs < <("$py" -c 'import json,sys; [print(f"{k}={v}") for k, v in json.loads(sys.argv[1]).items()]' "$env_json")
+    # The cluster secret is mounted in the containers (compose secret, Kubernetes Secret): here, a
+    # stand-in file at a path of ours, so --check-config reads and checks a real secret file.
+    for i in "${!envs[@]}"; do
+      [[ ${envs[$i]} == PSTRAIN_CLUSTER_SECRET_FILE=* ]] && envs[$i]="PSTRAIN_CLUSTER_SECRET_FILE=$tmp/cluster-secret"
+    done
     local bin; bin=$(binary_path "${argv[0]}") || fail "$where: command '${argv[0]}' is not a pstrain binary"
     [ -x "$bin" ] || fail "$bin is not built (build first: deploy/build.sh)"
     local out
