@@ -182,7 +182,9 @@ int run(const Options& options) {
 
   auto io = kj::setupAsyncIo();
   auto& ws = io.waitScope;
+  const auto connect_start = Clock::now();
   auto connection = rpc::connect(*io.provider, options.server, options.cluster).wait(ws);
+  const double connect_ms = std::chrono::duration<double, std::milli>(Clock::now() - connect_start).count();
   auto server = connection->bootstrap().castAs<proto::ParameterServer>();
   testing::configure_job(server, ws, job_id, spec_json, chunks, static_cast<uint32_t>(options.clients),
                          options.worker_key);
@@ -191,6 +193,7 @@ int run(const Options& options) {
               options.server.str().c_str(), job_id.c_str(), layout.total_size(), chunks.size(), step_bytes / 1e6,
               options.clients, options.warmup_steps, options.seconds,
               options.cluster.open() ? "open (no credential)" : "cluster secret + worker tokens");
+  std::printf("connected in %.3f ms (TCP connect%s)\n", connect_ms, options.cluster.open() ? "" : " + handshake");
   std::fflush(stdout);
 
   std::vector<ClientResult> results(static_cast<size_t>(options.clients));
@@ -248,10 +251,10 @@ int run(const Options& options) {
               bytes_out / 1e6);
   std::printf("RESULT {\"clients\": %d, \"seconds\": %.3f, \"steps\": %llu, \"steps_per_second\": %.2f, "
               "\"ms_per_step\": %.4f, \"bytes_per_step_each_way\": %llu, \"chunks\": %zu, \"gb_per_second\": %.4f, "
-              "\"server_pushes_applied\": %llu}\n",
+              "\"server_pushes_applied\": %llu, \"connect_ms\": %.3f, \"credential\": %s}\n",
               options.clients, seconds, static_cast<unsigned long long>(steps), steps / seconds,
               1e3 * seconds * options.clients / steps, static_cast<unsigned long long>(step_bytes), chunks.size(), gbps,
-              static_cast<unsigned long long>(applied));
+              static_cast<unsigned long long>(applied), connect_ms, options.cluster.open() ? "false" : "true");
   std::fflush(stdout);
   return 0;
 }
