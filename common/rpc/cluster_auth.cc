@@ -127,8 +127,9 @@ ClusterCredential ClusterCredential::from_file(const std::string& path, const st
                 " bytes; it must be at least 16 (e.g. openssl rand -hex 32 > FILE)");
   }
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
-    PSLOG(kWarning) << "the cluster secret file '" << path << "' is readable by other users (chmod 600 it)";
+  // (Group-readable is how Kubernetes and compose hand a secret to the image's user: fine.)
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 007) != 0) {
+    PSLOG(kWarning) << "the cluster secret file '" << path << "' is readable by every user (chmod 600 it)";
   }
   return from_secret(std::move(secret));
 }
