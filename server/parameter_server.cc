@@ -52,11 +52,15 @@ ParameterServerImpl::Job& ParameterServerImpl::find(capnp::Text::Reader job_id) 
   return *it->second;
 }
 
-void ParameterServerImpl::check_worker(const Job& job, capnp::Text::Reader job_id, uint32_t node,
-                                       capnp::Data::Reader token) {
+void ParameterServerImpl::check_worker(Job& job, capnp::Text::Reader job_id, uint32_t node, capnp::Data::Reader token) {
   if (job.worker_key.empty()) return;
-  // One HMAC per call (about a microsecond, against tens of microseconds for the smallest push).
-  if (rpc::token_matches(rpc::worker_token(job.worker_key, node), token.begin(), token.size())) return;
+  if (const auto known = job.worker_tokens.find(node); known != job.worker_tokens.end()) {
+    if (rpc::token_matches(known->second, token.begin(), token.size())) return;
+  } else if (std::string expected = rpc::worker_token(job.worker_key, node);
+             rpc::token_matches(expected, token.begin(), token.size())) {
+    job.worker_tokens.emplace(node, std::move(expected));
+    return;
+  }
   ++refused_calls_;
   if ((refused_calls_ & (refused_calls_ - 1)) == 0) {  // 1, 2, 4, ...: a flood does not flood the log
     PSLOG(kWarning) << "job " << rpc::to_string(job_id) << ": refused a call of node " << node

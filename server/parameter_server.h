@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_map>
 #include <vector>
 #include <string>
 
@@ -61,10 +62,13 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
     bool dropped = false;                     // retired: calls still waiting on it fail
     uint64_t restores = 0;                    // restore calls so far (the newest one wins)
     std::string worker_key;                   // JobConfig.workerKey: empty, no token checks
+    // Tokens of the nodes that have presented a valid one (only those: its size is bounded by the
+    // job's workers, whatever others send), so a call costs a comparison, not an HMAC.
+    std::unordered_map<uint32_t, std::string> worker_tokens;
   };
   // Fails the call (KJ_REQUIRE) unless `token` is the worker token of `node` for the job (when
   // the job has a worker key): only workers the coordinator assigned to the job hold one.
-  void check_worker(const Job& job, capnp::Text::Reader job_id, uint32_t node, capnp::Data::Reader token);
+  void check_worker(Job& job, capnp::Text::Reader job_id, uint32_t node, capnp::Data::Reader token);
   uint64_t refused_calls_ = 0;
   Job& find(capnp::Text::Reader job_id);
   // Deletes the job's backups after `version` (on the store thread); resolves when that is done.

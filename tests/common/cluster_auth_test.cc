@@ -35,7 +35,7 @@ Outcome handshake(const rpc::ClusterCredential& client, const rpc::ClusterCreden
 
 }  // namespace
 
-TEST_CASE("cluster handshake: the same secret passes both ways; a different one fails both ways, counted") {
+TEST_CASE("cluster handshake: the same secret passes both ways, a different one fails both ways and is counted") {
   const auto a = rpc::ClusterCredential::from_secret("0123456789abcdef-one");
   const auto b = rpc::ClusterCredential::from_secret("0123456789abcdef-two");
   const Outcome same = handshake(a, a);
@@ -55,7 +55,7 @@ TEST_CASE("cluster handshake: the same secret passes both ways; a different one 
   CHECK(open.server_accepted);
 }
 
-TEST_CASE("cluster handshake: a plain client gets one Abort naming the reason; an open listener is not trusted") {
+TEST_CASE("cluster handshake: a plain client gets one Abort naming the reason and an open listener is not trusted") {
   const auto secret = rpc::ClusterCredential::from_secret("0123456789abcdef-one");
   auto io = kj::setupAsyncIo();
   {
@@ -80,7 +80,7 @@ TEST_CASE("cluster handshake: a plain client gets one Abort naming the reason; a
   }
 }
 
-TEST_CASE("worker tokens are bound to the job's key and the node; comparison needs the exact token") {
+TEST_CASE("worker tokens are bound to the job's key and the node and comparison needs the exact token") {
   const std::string coordinator_key = rpc::random_key();
   const std::string job = rpc::job_key(coordinator_key, "job-1");
   CHECK(job != rpc::job_key(coordinator_key, "job-2"));
@@ -94,7 +94,7 @@ TEST_CASE("worker tokens are bound to the job's key and the node; comparison nee
   CHECK(!rpc::token_matches(token, "", 0));
 }
 
-TEST_CASE("the secret file: a trailing newline is not part of it; short or missing files are refused by name") {
+TEST_CASE("the secret file: a trailing newline is not part of it and short or missing files are refused by name") {
   testing::TempDir dir;
   std::ofstream(dir.file("ok")) << "0123456789abcdef0123\n";
   std::ofstream(dir.file("short")) << "tooshort\n";

@@ -144,7 +144,7 @@ TEST_CASE("nodes with a wrong secret or none cannot register, an unassigned node
   CHECK(cluster.final_accuracy() > 0.8);
 }
 
-TEST_CASE("a parameter server with a secret: raw clients get only the refusal; both ends prove; tokens are checked") {
+TEST_CASE("a parameter server with a secret: raw clients get only the refusal, both ends prove, tokens are checked") {
   testing::TempDir dir;
   const std::string secret = write_secret(dir, "secret", kSecret);
   testing::ProcessGroup group;
