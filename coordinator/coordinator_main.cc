@@ -33,6 +33,7 @@ struct CoordinatorConfig {
   std::string job_file, save_params;
   bool exit_when_done = false;
   int64_t http_read_timeout_s = 10, http_max_connections = 512;
+  std::shared_ptr<const pstrain::AccessTokens> tokens;
   int64_t events_heartbeat_ms = 15000, events_queue = 1024, events_queue_bytes = int64_t{4} << 20, events_send_buffer = 0;
 };
 
@@ -49,6 +50,9 @@ int main(int argc, char** argv) {
   flags.add("http-read-timeout-s", "PSTRAIN_HTTP_READ_TIMEOUT_S", "10",
             "Seconds a client has to send a complete request before it gets 408.");
   flags.add("http-max-connections", "PSTRAIN_HTTP_MAX_CONNECTIONS", "512", "Open HTTP connections beyond this get 503.");
+  flags.add("auth-tokens-file", "PSTRAIN_AUTH_TOKENS_FILE", "",
+            "Bearer tokens of the REST API, one 'TOKEN,ROLE[,NAME]' per line (roles: admin, operator,\n"
+            "viewer). Empty: the API is open to anyone who can reach it (a warning says so).");
   flags.add("events-heartbeat-ms", "PSTRAIN_EVENTS_HEARTBEAT_MS", "15000",
             "How often an idle event stream (GET .../events) gets a ': keep-alive' comment line.");
   flags.add("events-queue", "PSTRAIN_EVENTS_QUEUE", "1024",
@@ -87,6 +91,9 @@ int main(int argc, char** argv) {
     config.http = rpc::parse_host_port(flags.get("http"), 8080, "--http");
     config.http_read_timeout_s = flags.get_int("http-read-timeout-s", 1, 3600);
     config.http_max_connections = flags.get_int("http-max-connections", 1, 100000);
+    if (const std::string file = flags.get("auth-tokens-file"); !file.empty()) {
+      config.tokens = std::make_shared<const AccessTokens>(AccessTokens::load(file));
+    }
     config.events_heartbeat_ms = flags.get_int("events-heartbeat-ms", 10, 3600000);
     config.events_queue = flags.get_int("events-queue", 1, 1 << 20);
     config.events_queue_bytes = flags.get_int("events-queue-bytes", 1024, int64_t{1} << 32);
@@ -160,6 +167,13 @@ int main(int argc, char** argv) {
   ModelService models(store, node->catalog());
   const WebUi web = WebUi::embedded();  // the dashboard at `/`
   RestApi api(store, commands, openapi_document(), &node->catalog(), &models, &web);
+  if (config.tokens) {
+    PSLOG(kInfo) << "REST API: bearer tokens required (" << config.tokens->size() << " tokens)";
+    api.set_access_tokens(config.tokens);
+  } else {
+    PSLOG(kWarning) << "REST API is OPEN: anyone who can reach " << flags.get("http")
+                    << " can submit, cancel, upload and delete; give --auth-tokens-file to require tokens";
+  }
   api.set_event_limits({static_cast<size_t>(config.events_queue), static_cast<size_t>(config.events_queue_bytes)});
   HttpServerOptions http_options;
   http_options.host = config.http.host;

@@ -153,6 +153,7 @@ class Session : public std::enable_shared_from_this<Session> {
     request_.target = std::string(header.target());
     if (const auto it = header.find(http::field::content_type); it != header.end()) request_.content_type = std::string(it->value());
     if (const auto it = header.find(http::field::if_none_match); it != header.end()) request_.if_none_match = std::string(it->value());
+    if (const auto it = header.find(http::field::authorization); it != header.end()) request_.authorization = std::string(it->value());
     if (const auto length = header_parser_->content_length()) request_.content_length = *length;
     if (const auto it = header.find("Last-Event-ID"); it != header.end()) request_.last_event_id = std::string(it->value());
     version_ = header.version();
