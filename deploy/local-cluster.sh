@@ -15,12 +15,18 @@
 #   deploy/local-cluster.sh run SPEC.json      start a cluster that runs SPEC, wait for the job, stop
 #
 # Environment (defaults): LOCAL_CLUSTER_DIR (./.cluster), HTTP_PORT (8080), RPC_PORT (7000),
-# SERVERS (2), WORKERS (2), WORKER_THREADS (1), WORKER_FLAGS (), PSTRAIN_DATA_DIR (../shared/data or
+# SERVERS (2), WORKERS (2), WORKER_THREADS (1), WORKER_FLAGS (), AUTH (1: the REST API needs a bearer
+# token, see below; 0: open), PSTRAIN_DATA_DIR (../shared/data or
 # ./data), BUILD_DIR (build; relative to the repository or absolute), BUILD (1: run deploy/build.sh
 # even when the binaries exist), DOWN_TIMEOUT (30), DEMO_TIMEOUT (1800).
 # State survives `down`: the coordinator keeps its jobs in LOCAL_CLUSTER_DIR/coordinator-state and
 # server N its backups in LOCAL_CLUSTER_DIR/server-N-data, so a second `up` lists the jobs of the
 # first. Delete LOCAL_CLUSTER_DIR (after `down`) to start afresh.
+# Tokens: the first `up` writes LOCAL_CLUSTER_DIR/auth/tokens (mode 0600) with a random admin token
+# and a random viewer token (auth/admin-token, auth/viewer-token), and the coordinator requires
+# one of them on every call but /healthz:
+#   export PSTRAIN_TOKEN=$(cat .cluster/auth/admin-token)          # the pstrain client reads it
+#   curl -H "Authorization: Bearer $PSTRAIN_TOKEN" http://127.0.0.1:8080/v1/jobs
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster_dir=$(mkdir -p "${LOCAL_CLUSTER_DIR:-$repo/.cluster}" && cd "${LOCAL_CLUSTER_DIR:-$repo/.cluster}" && pwd)
@@ -137,6 +143,32 @@ json_get() {  # key
   grep -o "\"$1\": *\(\"[^\"]*\"\|[^,}\"]*\)" | head -n1 | sed "s/^\"$1\": *//; s/^\"//; s/\"$//; s/^null$//"
 }
 
+# The tokens file (AUTH=1): made once, kept across `down`/`up`.
+auth_dir=$cluster_dir/auth
+ensure_tokens() {
+  [ "${AUTH:-1}" = 1 ] || return 0
+  [ -s "$auth_dir/tokens" ] && return 0
+  (umask 077 && mkdir -p "$auth_dir")
+  local admin viewer
+  admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  viewer=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  (umask 077
+    printf '# pstrain REST API tokens (TOKEN,ROLE,NAME), made by deploy/local-cluster.sh\n%s,admin,local-admin\n%s,viewer,local-viewer\n' \
+      "$admin" "$viewer" >"$auth_dir/tokens"
+    printf '%s\n' "$admin" >"$auth_dir/admin-token"
+    printf '%s\n' "$viewer" >"$auth_dir/viewer-token")
+}
+auth_args=()
+[ "${AUTH:-1}" = 1 ] && auth_args=(--auth-tokens-file "$auth_dir/tokens")
+say_auth() {
+  if [ "${AUTH:-1}" = 1 ]; then
+    say "the REST API needs a token: export PSTRAIN_TOKEN=\$(cat $auth_dir/admin-token)"
+    say "  then: curl -H \"Authorization: Bearer \$PSTRAIN_TOKEN\" $url/v1/jobs   (dashboard: $url/, paste the token)"
+  else
+    say "AUTH=0: the REST API is open to anyone who can reach $url"
+  fi
+}
+
 up() {
   if running coordinator; then
     say "already up; REST API at $url (logs in $cluster_dir)"
@@ -147,12 +179,15 @@ up() {
   if curl -s -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then
     die "something already answers on $url: set HTTP_PORT (and RPC_PORT) to free ports"
   fi
+  ensure_tokens
   start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
-    --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets"
+    --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets" \
+    "${auth_args[@]}"
   wait_ready coordinator 30 || { down; return 1; }
   wait_healthy 30 || { down; return 1; }
   start_nodes || { down; return 1; }
   say "up: coordinator, $servers servers, $workers workers; REST API at $url (logs in $cluster_dir)"
+  say_auth
 }
 
 demo() {
@@ -164,6 +199,7 @@ demo() {
   # The command-line client (cli/): exit codes 0 SUCCEEDED, 1 FAILED or refused, 3 CANCELLED,
   # 4 coordinator unreachable.
   export PSTRAIN_URL=$url
+  [ "${AUTH:-1}" = 1 ] && { PSTRAIN_TOKEN=$(cat "$auth_dir/admin-token"); export PSTRAIN_TOKEN; }
   say "submitting $spec to $url/v1/jobs"
   local id status=0
   id=$("$cli" submit "$spec") || die "the job was not accepted (see above)"
@@ -216,9 +252,10 @@ case "${1:-}" in
     save_params=${SAVE_PARAMS:+$(cd "$(dirname "$SAVE_PARAMS")" && pwd)/$(basename "$SAVE_PARAMS")}
     build_if_needed
     trap down EXIT
+    ensure_tokens
     start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
       --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets" \
-      --job "$spec" --exit-when-done ${save_params:+--save-params "$save_params"}
+      --job "$spec" --exit-when-done ${save_params:+--save-params "$save_params"} "${auth_args[@]}"
     wait_ready coordinator 30
     start_nodes
     status=0
