@@ -125,6 +125,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // TLS: the first byte must start a TLS handshake record (0x16), peeked at without reading it;
   // then the handshake. A client that stalls in either is cut by the read deadline.
   void detect_tls() {
+    peer_ = peer();  // (a client that fails the handshake may be gone before it is logged)
     arm_timer();
     tcp().socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
       unsigned char first = 0;
@@ -135,8 +136,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       self->timer_.cancel();
       if (self->timed_out_) ec = beast::error::timeout;
       if (ec) {
-        if (ec != net::error::eof && ec != net::error::connection_reset) {
-          PSLOG(kInfo) << "TLS connection from " << self->peer() << " closed before its handshake: " << ec.message();
+        if (ec == beast::error::timeout) {
+          PSLOG(kInfo) << "TLS connection from " << self->peer_ << " sent nothing for "
+                       << self->options_.read_timeout.count() << " s: closed";
+        } else if (ec != net::error::eof && ec != net::error::connection_reset) {
+          PSLOG(kInfo) << "TLS connection from " << self->peer_ << " closed before its handshake: " << ec.message();
         }
         return self->close_now();
       }
@@ -146,7 +150,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         self->timer_.cancel();
         if (self->timed_out_) ec = beast::error::timeout;
         if (ec) {
-          PSLOG(kInfo) << "TLS handshake with " << self->peer() << " failed: " << ec.message();
+          PSLOG(kInfo) << "TLS handshake with " << self->peer_ << " failed: "
+                       << (ec == beast::error::timeout ? "not done within " + std::to_string(self->options_.read_timeout.count()) + " s" : ec.message());
           return self->close_now();
         }
         self->handshake_done_ = true;
@@ -157,7 +162,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   // Plain HTTP on the TLS port: told so in plain HTTP (curl shows it), then closed.
   void refuse_plain_http() {
-    PSLOG(kWarning) << "plain HTTP from " << peer() << " on the HTTPS port: refused (the client must use https://)";
+    PSLOG(kWarning) << "plain HTTP from " << peer_ << " on the HTTPS port: refused (the client must use https://)";
     HttpResponse out = problem(400, "https-required", "HTTPS required",
                                "this port serves HTTPS only: use https:// (the connection spoke plain HTTP)");
     api_.count("unparsed", out.status);
@@ -578,6 +583,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   net::steady_timer timer_;
   std::optional<HttpResponse> reject_;  // answered instead of reading (the server is full)
   bool handshake_done_ = false, shutting_down_ = false;  // (TLS)
+  std::string peer_;  // the client's address (TLS, for the log)
   bool timed_out_ = false;
   uint64_t requests_ = 0;  // answered on this connection
   beast::flat_buffer buffer_;
