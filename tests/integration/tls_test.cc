@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/sha256.h"
 #include "tests/integration/cluster.h"
 #include "tests/test_support.h"
 
@@ -270,6 +271,23 @@ TEST_CASE("TLS start-up and handshakes: bad key files fail naming the flag and a
   const Run after = run(group, {"curl", "-sS", "--cacert", cert, "https://127.0.0.1:" + std::to_string(port) + "/healthz"});
   CHECK(after.code == 0);
   CHECK(after.output == "{\"status\":\"ok\"}");
+
+  // A dataset upload over TLS streams to its file (several 1 MiB pieces) with the right hash.
+  const std::string csv = dir.path() + "/train.csv";
+  {
+    std::ofstream out(csv);
+    out << "label,a,b,c,d\n";
+    for (int i = 0; i < 200000; ++i) out << i % 3 << "," << i % 7 << "," << i % 11 << ".5," << i % 13 << "," << i % 17 << "\n";
+  }
+  const std::string csv_text = file_text(csv);
+  REQUIRE(csv_text.size() > 2u << 20);
+  Sha256 hash;
+  hash.update(csv_text.data(), csv_text.size());
+  const Run upload = run(group, {"curl", "-sS", "--cacert", cert, "-H", "Content-Type: text/csv", "-T", csv, "-w", "|%{http_code}",
+                                 "https://127.0.0.1:" + std::to_string(port) + "/v1/datasets/tls-upload/train"});
+  CHECK(upload.code == 0);
+  CHECK_MESSAGE(upload.output.ends_with("|201"), upload.output);
+  CHECK_MESSAGE(upload.output.find(hash.hex()) != std::string::npos, upload.output);
 
   // The CLI checks that the certificate names the URL's host: one for elsewhere.example only is
   // refused at 127.0.0.1 even with its own CA (exit 4), and served with --insecure.
