@@ -63,6 +63,8 @@ tls_cost() {
     p99=$(echo "$out" | awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}')
     echo "$label $rps $p99" >>"$results"
   }
+  local load_before
+  load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   for r in $(seq 1 "$rounds"); do
     echo "rest_load --tls: round $r/$rounds" >&2
     run healthz/plain "$plain/healthz"
@@ -74,6 +76,7 @@ tls_cost() {
   done
   echo
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); command: $0 --tls --seconds $seconds --connections $connections --rounds $rounds"
+  echo "load average (1, 5, 15 min) before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
   python3 - "$results" <<'PY'
 import statistics, sys
