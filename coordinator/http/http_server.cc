@@ -214,7 +214,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   // A read failed: answer what can be answered (408, 413, 431, 400) and close.
   void on_read_error(beast::error_code ec, bool got_some) {
-    if (ec == http::error::end_of_stream || ec == net::error::connection_reset || ec == net::error::eof) return close();
+    if (ec == net::error::connection_reset) return close_now();
+    if (ec == http::error::end_of_stream || ec == net::error::eof) return close();
     if (ec == beast::error::timeout) {
       if (buffer_.size() == 0 && !got_some && requests_ > 0) return close();  // an idle keep-alive connection
       return fail(problem(408, "request-timeout", "Request timeout",
@@ -265,7 +266,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     // curl and others wait for this before sending a large body.
     auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, version_);
     http::async_write(stream_, *cont, [self = shared_from_this(), cont, then = std::move(then)](beast::error_code ec, size_t) mutable {
-      if (ec) return self->close();
+      if (ec) return self->close_now();
       then();
     });
   }
@@ -453,7 +454,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     tcp().expires_after(options_.read_timeout);
     http::async_write(stream_, *response, [self = shared_from_this(), response, close = out.close](beast::error_code ec, size_t) {
-      if (ec || close) return self->close();
+      if (ec) return self->close_now();
+      if (close) return self->close();
       self->read();
     });
   }
