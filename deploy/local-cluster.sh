@@ -18,7 +18,9 @@
 # SERVERS (2), WORKERS (2), WORKER_THREADS (1), WORKER_FLAGS (), AUTH (1: the REST API needs a bearer
 # token, see below; 0: open), PSTRAIN_DATA_DIR (../shared/data or
 # ./data), BUILD_DIR (build; relative to the repository or absolute), BUILD (1: run deploy/build.sh
-# even when the binaries exist), DOWN_TIMEOUT (30), DEMO_TIMEOUT (1800).
+# even when the binaries exist), DOWN_TIMEOUT (30), DEMO_TIMEOUT (1800), TLS (0; 1: the REST API
+# serves HTTPS only, with a self-signed certificate for 127.0.0.1/localhost made once in
+# LOCAL_CLUSTER_DIR/tls/; `curl --cacert LOCAL_CLUSTER_DIR/tls/cert.pem https://...`).
 # State survives `down`: the coordinator keeps its jobs in LOCAL_CLUSTER_DIR/coordinator-state and
 # server N its backups in LOCAL_CLUSTER_DIR/server-N-data, so a second `up` lists the jobs of the
 # first. Delete LOCAL_CLUSTER_DIR (after `down`) to start afresh.
@@ -39,6 +41,16 @@ http_port=${HTTP_PORT:-8080}
 servers=${SERVERS:-2}
 workers=${WORKERS:-2}
 url="http://127.0.0.1:$http_port"
+# TLS=1: HTTPS with the cluster's self-signed certificate (make_certificate); curl and the CLI
+# trust it through --cacert / PSTRAIN_CACERT.
+tls_dir="$cluster_dir/tls"
+tls_flags=() curl_tls=()
+if [ "${TLS:-0}" = 1 ]; then
+  url="https://127.0.0.1:$http_port"
+  tls_flags=(--tls-cert "$tls_dir/cert.pem" --tls-key "$tls_dir/key.pem")
+  curl_tls=(--cacert "$tls_dir/cert.pem")
+  export PSTRAIN_CACERT="$tls_dir/cert.pem"
+fi
 
 say() { echo "local-cluster: $*"; }
 die() { echo "local-cluster: $*" >&2; exit 1; }
@@ -78,10 +90,24 @@ wait_ready() {  # name, seconds
 
 wait_healthy() {  # seconds: GET /healthz answers 200
   local deadline=$((SECONDS + $1))
-  until curl -fsS -m 2 -o /dev/null "$url/healthz" 2>/dev/null; do
+  until curl -fsS -m 2 "${curl_tls[@]}" -o /dev/null "$url/healthz" 2>/dev/null; do
     if [ $SECONDS -ge $deadline ]; then echo "local-cluster: $url/healthz does not answer after $1 s" >&2; return 1; fi
     sleep 0.2
   done
+}
+
+# TLS=1: a self-signed certificate (EC P-256, 10 years) for 127.0.0.1 and localhost, made once and
+# kept with the cluster (delete LOCAL_CLUSTER_DIR/tls for a new one).
+make_certificate() {
+  [ "${TLS:-0}" = 1 ] || return 0
+  [ -s "$tls_dir/cert.pem" ] && [ -s "$tls_dir/key.pem" ] && return 0
+  command -v openssl >/dev/null || die "TLS=1 needs the openssl command (apt-get install openssl)"
+  mkdir -p "$tls_dir" && chmod 700 "$tls_dir"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 -subj "/CN=pstrain local cluster" \
+    -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" -keyout "$tls_dir/key.pem" -out "$tls_dir/cert.pem" 2>/dev/null ||
+    die "openssl could not make a certificate in $tls_dir"
+  chmod 600 "$tls_dir/key.pem"
+  say "made a self-signed certificate for 127.0.0.1/localhost: $tls_dir/cert.pem"
 }
 
 build_if_needed() {
@@ -176,17 +202,22 @@ up() {
   fi
   down  # leftovers of a cluster whose coordinator died
   build_if_needed
-  if curl -s -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then
+  make_certificate
+  if curl -s -k -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then
     die "something already answers on $url: set HTTP_PORT (and RPC_PORT) to free ports"
   fi
   ensure_tokens
   start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
     --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets" \
-    "${auth_args[@]}"
+    "${auth_args[@]}" "${tls_flags[@]}"
   wait_ready coordinator 30 || { down; return 1; }
   wait_healthy 30 || { down; return 1; }
   start_nodes || { down; return 1; }
   say "up: coordinator, $servers servers, $workers workers; REST API at $url (logs in $cluster_dir)"
+  if [ "${TLS:-0}" = 1 ]; then
+    say "HTTPS with a self-signed certificate: curl --cacert $tls_dir/cert.pem $url/healthz"
+    say "the CLI: PSTRAIN_URL=$url PSTRAIN_CACERT=$tls_dir/cert.pem $bin/cli/pstrain list"
+  fi
   say_auth
 }
 
@@ -241,7 +272,7 @@ case "${1:-}" in
       if ours "$(cat "$f")"; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: stopped"; fi
     done
     [ $any = 1 ] || { say "nothing running"; exit 0; }
-    if curl -fsS -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then echo "REST API: $url (healthy)"; else echo "REST API: $url (not answering)"; fi
+    if curl -fsS -m 2 "${curl_tls[@]}" -o /dev/null "$url/healthz" 2>/dev/null; then echo "REST API: $url (healthy)"; else echo "REST API: $url (not answering)"; fi
     ;;
   demo)
     demo "${2:-}"
@@ -251,11 +282,12 @@ case "${1:-}" in
     spec=$(cd "$(dirname "$spec")" && pwd)/$(basename "$spec")
     save_params=${SAVE_PARAMS:+$(cd "$(dirname "$SAVE_PARAMS")" && pwd)/$(basename "$SAVE_PARAMS")}
     build_if_needed
+    make_certificate
     trap down EXIT
     ensure_tokens
     start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
       --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets" \
-      --job "$spec" --exit-when-done ${save_params:+--save-params "$save_params"} "${auth_args[@]}"
+      "${tls_flags[@]}" --job "$spec" --exit-when-done ${save_params:+--save-params "$save_params"} "${auth_args[@]}"
     wait_ready coordinator 30
     start_nodes
     status=0
@@ -264,5 +296,5 @@ case "${1:-}" in
     exit $status
     ;;
   *)
-    sed -n '2,23p' "$0"; exit 2 ;;
+    sed -n '2,25p' "$0"; exit 2 ;;
 esac
