@@ -20,7 +20,7 @@ namespace {
 constexpr const char* kDefaultUrl = "http://127.0.0.1:8080";
 
 const char* const kUsage =
-    "Usage: pstrain [--url URL] [--token TOKEN] [--json] COMMAND [ARGS]\n"
+    "Usage: pstrain [--url URL] [--token TOKEN] [--cacert FILE] [--json] COMMAND [ARGS]\n"
     "\n"
     "The command-line client of a pstrain coordinator (its REST API).\n"
     "\n"
@@ -34,8 +34,12 @@ const char* const kUsage =
     "  cluster                       the registered nodes\n"
     "\n"
     "Options (anywhere on the line):\n"
-    "  --url URL       the coordinator's REST API (env PSTRAIN_URL; default http://127.0.0.1:8080)\n"
+    "  --url URL       the coordinator's REST API, http:// or https:// (env PSTRAIN_URL;\n"
+    "                  default http://127.0.0.1:8080)\n"
     "  --token TOKEN   sent as 'Authorization: Bearer TOKEN' (env PSTRAIN_TOKEN)\n"
+    "  --cacert FILE   https: trust the server certificate's CA in FILE (PEM; env PSTRAIN_CACERT;\n"
+    "                  default: the system's CAs); the certificate must name the URL's host\n"
+    "  --insecure      https: do not verify the server's certificate (testing only)\n"
     "  --json          print the API's JSON as is (follow: one JSON object per event line)\n"
     "  --timeout S     seconds to wait for any one answer (default 30)\n"
     "  -h, --help      this text; COMMAND --help: that command's\n"
@@ -79,7 +83,8 @@ struct UsageError : std::runtime_error {
 
 // The parsed command line.
 struct Invocation {
-  std::string url, token, command;
+  std::string url, token, cacert, command;
+  bool insecure = false, tls_option = false;  // tls_option: --cacert or --insecure on the command line
   std::vector<std::string> positional;
   bool json = false, help = false, follow = false;
   std::optional<std::string> output;
@@ -90,6 +95,7 @@ Invocation parse(const std::vector<std::string>& args, const Environment& env) {
   Invocation inv;
   inv.url = env.url.value_or(kDefaultUrl);
   inv.token = env.token.value_or("");
+  inv.cacert = env.cacert.value_or("");
   auto value = [&](size_t& i, const std::string& name) -> std::string {
     const std::string& arg = args[i];
     if (const size_t eq = arg.find('='); eq != std::string::npos && arg.starts_with("--")) return arg.substr(eq + 1);
@@ -103,6 +109,12 @@ Invocation parse(const std::vector<std::string>& args, const Environment& env) {
       inv.url = value(i, "--url");
     } else if (name == "--token") {
       inv.token = value(i, "--token");
+    } else if (name == "--cacert") {
+      inv.cacert = value(i, "--cacert");
+      inv.tls_option = true;
+    } else if (name == "--insecure" || name == "-k") {
+      inv.insecure = true;
+      inv.tls_option = true;
     } else if (name == "--json") {
       inv.json = true;
     } else if (name == "-h" || name == "--help") {
@@ -441,9 +453,20 @@ int run_cli(const std::vector<std::string>& args, const Environment& env, std::o
     if (!url) throw UsageError(why);
     ClientOptions options;
     options.token = inv.token;
+    options.cacert = inv.cacert;
+    options.insecure = inv.insecure;
+    if (!url->tls && inv.tls_option) {
+      throw UsageError("--cacert and --insecure go with an https:// URL");
+    }
     options.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(inv.timeout_s * 1000));
     options.connect_timeout = std::min(options.connect_timeout, options.read_timeout);
-    HttpClient client(*url, options);
+    std::optional<HttpClient> made;
+    try {
+      made.emplace(*url, options);
+    } catch (const TlsSetupError& e) {
+      throw UsageError(e.what());
+    }
+    HttpClient& client = *made;
     try {
       return Commands(inv, env, client, out, err).run();
     } catch (const Unreachable& e) {

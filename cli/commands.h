@@ -1,5 +1,5 @@
 // The `pstrain` command line: parses the arguments and runs one command against the REST API.
-//   pstrain [--url URL] [--token TOKEN] [--json] COMMAND [ARGS]
+//   pstrain [--url URL] [--token TOKEN] [--cacert FILE] [--json] COMMAND [ARGS]
 // Commands: submit, list, status, follow, cancel, download, cluster (`pstrain --help`, `pstrain
 // COMMAND --help`). Returns the process's exit code (follow.h's ExitCode). Blocking; one thread.
 #pragma once
@@ -15,6 +15,7 @@ namespace pstrain::cli {
 struct Environment {
   std::optional<std::string> url;     // PSTRAIN_URL
   std::optional<std::string> token;   // PSTRAIN_TOKEN
+  std::optional<std::string> cacert;  // PSTRAIN_CACERT: https's CA file
   std::optional<std::string> follow;  // PSTRAIN_FOLLOW: "poll" skips the event stream
   bool stdout_is_tty = false;
 };

@@ -1,5 +1,5 @@
 // The command-line client's HTTP/1.1 client (Boost.Beast): one request per connection, every
-// step (resolve, connect, write, each read) with a deadline, bodies read in pieces so that a
+// step (resolve, connect, TLS handshake for https, write, each read) with a deadline, bodies read in pieces so that a
 // download streams to its file and an event stream reaches its reader as it arrives.
 //
 // Errors: a request that gets an answer returns it, whatever its status (the caller turns a
@@ -21,18 +21,25 @@
 
 namespace pstrain::cli {
 
-// http://HOST[:PORT][/BASE]: where the coordinator's REST API is.
+// http[s]://HOST[:PORT][/BASE]: where the coordinator's REST API is.
 struct BaseUrl {
+  bool tls = false;  // https://
   std::string host;
-  std::string port = "80";
+  std::string port = "80";  // (443 for https)
   std::string base;  // a path prefix without the trailing '/', usually empty
   std::string text;  // as given, without a trailing '/'
 };
 
-// Parses `text`; nullopt (and `why`) for anything but an http:// URL.
+// Parses `text`; nullopt (and `why`) for anything but an http:// or https:// URL.
 std::optional<BaseUrl> parse_base_url(std::string_view text, std::string* why);
 
 class Unreachable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The TLS options cannot be used (--cacert unreadable or not PEM): thrown by the constructor.
+class TlsSetupError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -48,6 +55,10 @@ struct ClientOptions {
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds read_timeout{30000};            // the longest wait for any one read or write
   uint64_t max_body_bytes = uint64_t{64} << 20;             // of a body held in memory
+  // https: the server's certificate must chain to `cacert` (PEM; empty: the system's CAs) and
+  // name the URL's host, unless `insecure` (no verification at all).
+  std::string cacert;
+  bool insecure = false;
 };
 
 class HttpClient {

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   pstrain::cli::Environment env;
   env.url = env_value("PSTRAIN_URL");
   env.token = env_value("PSTRAIN_TOKEN");
+  env.cacert = env_value("PSTRAIN_CACERT");
   env.follow = env_value("PSTRAIN_FOLLOW");
   env.stdout_is_tty = isatty(STDOUT_FILENO) == 1;
   std::ios::sync_with_stdio(false);

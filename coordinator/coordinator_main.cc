@@ -19,6 +19,7 @@
 #include "common/rpc/rpc_util.h"
 #include "coordinator/coordinator_node.h"
 #include "coordinator/http/http_server.h"
+#include "coordinator/http/tls_context.h"
 #include "coordinator/http/web_ui.h"
 #include "coordinator/job/job_options.h"
 #include "coordinator/kj_commands.h"
@@ -31,8 +32,10 @@ struct CoordinatorConfig {
   pstrain::CoordinatorNodeConfig node;
   pstrain::rpc::HostPort http;
   std::string job_file, save_params;
+  std::shared_ptr<boost::asio::ssl::context> tls;  // --tls-cert/--tls-key: HTTPS
   bool exit_when_done = false;
   int64_t http_read_timeout_s = 10, http_max_connections = 512;
+  std::shared_ptr<const pstrain::AccessTokens> tokens;
   int64_t events_heartbeat_ms = 15000, events_queue = 1024, events_queue_bytes = int64_t{4} << 20, events_send_buffer = 0;
 };
 
@@ -46,9 +49,16 @@ int main(int argc, char** argv) {
                 "from lost nodes, and serves the REST API (submit, status, cancel, model download).");
   flags.add("listen", "PSTRAIN_COORDINATOR_LISTEN", "0.0.0.0:7000", "Address to serve RPC on (port 0: any free port).");
   flags.add("http", "PSTRAIN_HTTP_LISTEN", "0.0.0.0:8080", "Address of the REST API (port 0: any free port).");
+  flags.add("tls-cert", "PSTRAIN_TLS_CERT", "",
+            "PEM certificate (chain) of the REST API: with --tls-key it serves HTTPS only (TLS 1.2+,\n"
+            "HTTP/1.1). Empty: plain HTTP.");
+  flags.add("tls-key", "PSTRAIN_TLS_KEY", "", "PEM private key of --tls-cert.");
   flags.add("http-read-timeout-s", "PSTRAIN_HTTP_READ_TIMEOUT_S", "10",
             "Seconds a client has to send a complete request before it gets 408.");
   flags.add("http-max-connections", "PSTRAIN_HTTP_MAX_CONNECTIONS", "512", "Open HTTP connections beyond this get 503.");
+  flags.add("auth-tokens-file", "PSTRAIN_AUTH_TOKENS_FILE", "",
+            "Bearer tokens of the REST API, one 'TOKEN,ROLE[,NAME]' per line (roles: admin, operator,\n"
+            "viewer). Empty: the API is open to anyone who can reach it (a warning says so).");
   flags.add("events-heartbeat-ms", "PSTRAIN_EVENTS_HEARTBEAT_MS", "15000",
             "How often an idle event stream (GET .../events) gets a ': keep-alive' comment line.");
   flags.add("events-queue", "PSTRAIN_EVENTS_QUEUE", "1024",
@@ -86,8 +96,16 @@ int main(int argc, char** argv) {
     apply_log_level(flags);
     config.node.listen = rpc::parse_host_port(flags.get("listen"), 7000, "--listen");
     config.http = rpc::parse_host_port(flags.get("http"), 8080, "--http");
+    const std::string tls_cert = flags.get("tls-cert"), tls_key = flags.get("tls-key");
+    if (tls_cert.empty() != tls_key.empty()) {
+      throw Error(tls_cert.empty() ? "--tls-key is given without --tls-cert" : "--tls-cert is given without --tls-key");
+    }
+    if (!tls_cert.empty()) config.tls = make_server_tls_context(tls_cert, tls_key);
     config.http_read_timeout_s = flags.get_int("http-read-timeout-s", 1, 3600);
     config.http_max_connections = flags.get_int("http-max-connections", 1, 100000);
+    if (const std::string file = flags.get("auth-tokens-file"); !file.empty()) {
+      config.tokens = std::make_shared<const AccessTokens>(AccessTokens::load(file));
+    }
     config.events_heartbeat_ms = flags.get_int("events-heartbeat-ms", 10, 3600000);
     config.events_queue = flags.get_int("events-queue", 1, 1 << 20);
     config.events_queue_bytes = flags.get_int("events-queue-bytes", 1024, int64_t{1} << 32);
@@ -162,6 +180,13 @@ int main(int argc, char** argv) {
   ModelService models(store, node->catalog());
   const WebUi web = WebUi::embedded();  // the dashboard at `/`
   RestApi api(store, commands, openapi_document(), &node->catalog(), &models, &web);
+  if (config.tokens) {
+    PSLOG(kInfo) << "REST API: bearer tokens required (" << config.tokens->size() << " tokens)";
+    api.set_access_tokens(config.tokens);
+  } else {
+    PSLOG(kWarning) << "REST API is OPEN: anyone who can reach " << flags.get("http")
+                    << " can submit, cancel, upload and delete; give --auth-tokens-file to require tokens";
+  }
   api.set_event_limits({static_cast<size_t>(config.events_queue), static_cast<size_t>(config.events_queue_bytes)});
   HttpServerOptions http_options;
   http_options.host = config.http.host;
@@ -170,6 +195,7 @@ int main(int argc, char** argv) {
   http_options.max_connections = static_cast<size_t>(config.http_max_connections);
   http_options.event_heartbeat = std::chrono::milliseconds(config.events_heartbeat_ms);
   http_options.event_send_buffer = static_cast<int>(config.events_send_buffer);
+  http_options.tls = config.tls;
   HttpServer http(api, http_options);
   uint16_t http_port = 0;
   try {

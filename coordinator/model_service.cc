@@ -336,20 +336,9 @@ std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& give
         *err = service_error(500, "model-missing", "the stored file of uploaded model '" + id + "' is unreadable");
         return nullptr;
       }
-      auto loaded = std::make_shared<Loaded>();
-      loaded->id = key;
-      loaded->spec.model = parse_model_spec(upload->model_json);
-      loaded->model = std::make_unique<nn::Model<float>>(loaded->spec.model, kBatch);
-      std::optional<std::vector<float>> params = decode_safetensors(loaded->model->layout(), *file);
-      if (!params) {
-        *err = service_error(500, "model-missing", "the stored file of uploaded model '" + id + "' does not fit its architecture");
-        return nullptr;
-      }
-      loaded->params = std::move(*params);
-      cache_.push_front(loaded);
-      if (cache_.size() > kMaxModels) cache_.pop_back();
-      PSLOG(kInfo) << "uploaded model " << id << " loaded for serving (" << loaded->params.size() << " parameters)";
-      return loaded;
+      JobSpec spec;
+      spec.model = parse_model_spec(upload->model_json);
+      return cache(key, std::move(spec), *file, "uploaded model " + id, err);
     }
   }
   const std::optional<JobRecord> job = store_.get(id);
@@ -370,19 +359,24 @@ std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& give
     *err = service_error(500, "model-missing", "the stored model of '" + id + "' is unreadable");
     return nullptr;
   }
+  return cache(key, parse_accepted_job_spec(job->spec_json), *file, "model " + id, err);
+}
+
+std::shared_ptr<ModelService::Loaded> ModelService::cache(const std::string& key, JobSpec spec, const std::string& file,
+                                                          const std::string& what, std::optional<ServiceError>* err) {
   auto loaded = std::make_shared<Loaded>();
   loaded->id = key;
-  loaded->spec = parse_accepted_job_spec(job->spec_json);
+  loaded->spec = std::move(spec);
   loaded->model = std::make_unique<nn::Model<float>>(loaded->spec.model, kBatch);
-  std::optional<std::vector<float>> params = decode_safetensors(loaded->model->layout(), *file);
+  std::optional<std::vector<float>> params = decode_safetensors(loaded->model->layout(), file);
   if (!params) {
-    *err = service_error(500, "model-missing", "the stored model of '" + id + "' does not fit its spec");
+    *err = service_error(500, "model-missing", "the stored file of " + what + " does not fit its architecture");
     return nullptr;
   }
   loaded->params = std::move(*params);
   cache_.push_front(loaded);
   if (cache_.size() > kMaxModels) cache_.pop_back();
-  PSLOG(kInfo) << "model " << id << " loaded for serving (" << loaded->params.size() << " parameters)";
+  PSLOG(kInfo) << what << " loaded for serving (" << loaded->params.size() << " parameters)";
   return loaded;
 }
 

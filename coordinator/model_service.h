@@ -98,6 +98,10 @@ class ModelService {
   // With `step`: the parameters of the job's checkpoint at that step instead of its model.
   std::shared_ptr<Loaded> load(const std::string& id, std::optional<ServiceError>* error, bool as_job = false,
                                std::optional<int64_t> step = std::nullopt);
+  // Decodes `file` for `spec`'s model and puts it first in the cache under `key` (`what` names it
+  // in messages), or sets *err.
+  std::shared_ptr<Loaded> cache(const std::string& key, JobSpec spec, const std::string& file, const std::string& what,
+                                std::optional<ServiceError>* err);
   // The step of the job's checkpoint named `text` ("latest" or a number), or an error.
   std::optional<int64_t> checkpoint_step(const JobRecord& job, const std::string& text, const std::string& field,
                                          std::optional<ServiceError>* error) const;

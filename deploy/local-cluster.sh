@@ -15,15 +15,23 @@
 #   deploy/local-cluster.sh run SPEC.json      start a cluster that runs SPEC, wait for the job, stop
 #
 # Environment (defaults): LOCAL_CLUSTER_DIR (./.cluster), HTTP_PORT (8080), RPC_PORT (7000),
-# SERVERS (2), WORKERS (2), WORKER_THREADS (1), WORKER_FLAGS (), PSTRAIN_DATA_DIR (../shared/data or
+# SERVERS (2), WORKERS (2), WORKER_THREADS (1), WORKER_FLAGS (), AUTH (1: the REST API needs a bearer
+# token, see below; 0: open), PSTRAIN_DATA_DIR (../shared/data or
 # ./data), BUILD_DIR (build; relative to the repository or absolute), BUILD (1: run deploy/build.sh
-# even when the binaries exist), DOWN_TIMEOUT (30), DEMO_TIMEOUT (1800), PSTRAIN_CLUSTER_SECRET_FILE
-# (LOCAL_CLUSTER_DIR/cluster-secret, made with 32 random bytes, mode 0600, if missing; `none`: an open
-# cluster). Every process proves the cluster secret on each RPC connection (docs/DESIGN-NOTES.md
-# "Cluster credential").
+# even when the binaries exist), DOWN_TIMEOUT (30), DEMO_TIMEOUT (1800), TLS (0; 1: the REST API
+# serves HTTPS only, with a self-signed certificate for 127.0.0.1/localhost made once in
+# LOCAL_CLUSTER_DIR/tls/; `curl --cacert LOCAL_CLUSTER_DIR/tls/cert.pem https://...`),
+# PSTRAIN_CLUSTER_SECRET_FILE (LOCAL_CLUSTER_DIR/cluster-secret, made with 32 random bytes, mode
+# 0600, if missing; `none`: an open cluster). Every process proves the cluster secret on each RPC
+# connection (docs/DESIGN-NOTES.md "Cluster credential").
 # State survives `down`: the coordinator keeps its jobs in LOCAL_CLUSTER_DIR/coordinator-state and
 # server N its backups in LOCAL_CLUSTER_DIR/server-N-data, so a second `up` lists the jobs of the
 # first. Delete LOCAL_CLUSTER_DIR (after `down`) to start afresh.
+# Tokens: the first `up` writes LOCAL_CLUSTER_DIR/auth/tokens (mode 0600) with a random admin token
+# and a random viewer token (auth/admin-token, auth/viewer-token), and the coordinator requires
+# one of them on every call but /healthz:
+#   export PSTRAIN_TOKEN=$(cat .cluster/auth/admin-token)          # the pstrain client reads it
+#   curl -H "Authorization: Bearer $PSTRAIN_TOKEN" http://127.0.0.1:8080/v1/jobs
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster_dir=$(mkdir -p "${LOCAL_CLUSTER_DIR:-$repo/.cluster}" && cd "${LOCAL_CLUSTER_DIR:-$repo/.cluster}" && pwd)
@@ -36,6 +44,16 @@ http_port=${HTTP_PORT:-8080}
 servers=${SERVERS:-2}
 workers=${WORKERS:-2}
 url="http://127.0.0.1:$http_port"
+# TLS=1: HTTPS with the cluster's self-signed certificate (make_certificate); curl and the CLI
+# trust it through --cacert / PSTRAIN_CACERT.
+tls_dir="$cluster_dir/tls"
+tls_flags=() curl_tls=()
+if [ "${TLS:-0}" = 1 ]; then
+  url="https://127.0.0.1:$http_port"
+  tls_flags=(--tls-cert "$tls_dir/cert.pem" --tls-key "$tls_dir/key.pem")
+  curl_tls=(--cacert "$tls_dir/cert.pem")
+  export PSTRAIN_CACERT="$tls_dir/cert.pem"
+fi
 
 say() { echo "local-cluster: $*"; }
 
@@ -91,10 +109,24 @@ wait_ready() {  # name, seconds
 
 wait_healthy() {  # seconds: GET /healthz answers 200
   local deadline=$((SECONDS + $1))
-  until curl -fsS -m 2 -o /dev/null "$url/healthz" 2>/dev/null; do
+  until curl -fsS -m 2 "${curl_tls[@]}" -o /dev/null "$url/healthz" 2>/dev/null; do
     if [ $SECONDS -ge $deadline ]; then echo "local-cluster: $url/healthz does not answer after $1 s" >&2; return 1; fi
     sleep 0.2
   done
+}
+
+# TLS=1: a self-signed certificate (EC P-256, 10 years) for 127.0.0.1 and localhost, made once and
+# kept with the cluster (delete LOCAL_CLUSTER_DIR/tls for a new one).
+make_certificate() {
+  [ "${TLS:-0}" = 1 ] || return 0
+  [ -s "$tls_dir/cert.pem" ] && [ -s "$tls_dir/key.pem" ] && return 0
+  command -v openssl >/dev/null || die "TLS=1 needs the openssl command (apt-get install openssl)"
+  mkdir -p "$tls_dir" && chmod 700 "$tls_dir"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 -subj "/CN=pstrain local cluster" \
+    -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" -keyout "$tls_dir/key.pem" -out "$tls_dir/cert.pem" 2>/dev/null ||
+    die "openssl could not make a certificate in $tls_dir"
+  chmod 600 "$tls_dir/key.pem"
+  say "made a self-signed certificate for 127.0.0.1/localhost: $tls_dir/cert.pem"
 }
 
 build_if_needed() {
@@ -156,6 +188,32 @@ json_get() {  # key
   grep -o "\"$1\": *\(\"[^\"]*\"\|[^,}\"]*\)" | head -n1 | sed "s/^\"$1\": *//; s/^\"//; s/\"$//; s/^null$//"
 }
 
+# The tokens file (AUTH=1): made once, kept across `down`/`up`.
+auth_dir=$cluster_dir/auth
+ensure_tokens() {
+  [ "${AUTH:-1}" = 1 ] || return 0
+  [ -s "$auth_dir/tokens" ] && return 0
+  (umask 077 && mkdir -p "$auth_dir")
+  local admin viewer
+  admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  viewer=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  (umask 077
+    printf '# pstrain REST API tokens (TOKEN,ROLE,NAME), made by deploy/local-cluster.sh\n%s,admin,local-admin\n%s,viewer,local-viewer\n' \
+      "$admin" "$viewer" >"$auth_dir/tokens"
+    printf '%s\n' "$admin" >"$auth_dir/admin-token"
+    printf '%s\n' "$viewer" >"$auth_dir/viewer-token")
+}
+auth_args=()
+[ "${AUTH:-1}" = 1 ] && auth_args=(--auth-tokens-file "$auth_dir/tokens")
+say_auth() {
+  if [ "${AUTH:-1}" = 1 ]; then
+    say "the REST API needs a token: export PSTRAIN_TOKEN=\$(cat $auth_dir/admin-token)"
+    say "  then: curl -H \"Authorization: Bearer \$PSTRAIN_TOKEN\" $url/v1/jobs   (dashboard: $url/, paste the token)"
+  else
+    say "AUTH=0: the REST API is open to anyone who can reach $url"
+  fi
+}
+
 up() {
   if running coordinator; then
     say "already up; REST API at $url (logs in $cluster_dir)"
@@ -164,15 +222,23 @@ up() {
   down  # leftovers of a cluster whose coordinator died
   build_if_needed
   use_cluster_secret
-  if curl -s -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then
+  make_certificate
+  if curl -s -k -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then
     die "something already answers on $url: set HTTP_PORT (and RPC_PORT) to free ports"
   fi
+  ensure_tokens
   start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
-    --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets"
+    --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets" \
+    "${auth_args[@]}" "${tls_flags[@]}"
   wait_ready coordinator 30 || { down; return 1; }
   wait_healthy 30 || { down; return 1; }
   start_nodes || { down; return 1; }
   say "up: coordinator, $servers servers, $workers workers; REST API at $url (logs in $cluster_dir)"
+  if [ "${TLS:-0}" = 1 ]; then
+    say "HTTPS with a self-signed certificate: curl --cacert $tls_dir/cert.pem $url/healthz"
+    say "the CLI: PSTRAIN_URL=$url PSTRAIN_CACERT=$tls_dir/cert.pem $bin/cli/pstrain list"
+  fi
+  say_auth
 }
 
 demo() {
@@ -184,6 +250,7 @@ demo() {
   # The command-line client (cli/): exit codes 0 SUCCEEDED, 1 FAILED or refused, 3 CANCELLED,
   # 4 coordinator unreachable.
   export PSTRAIN_URL=$url
+  [ "${AUTH:-1}" = 1 ] && { PSTRAIN_TOKEN=$(cat "$auth_dir/admin-token"); export PSTRAIN_TOKEN; }
   say "submitting $spec to $url/v1/jobs"
   local id status=0
   id=$("$cli" submit "$spec") || die "the job was not accepted (see above)"
@@ -225,7 +292,7 @@ case "${1:-}" in
       if ours "$(cat "$f")"; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: stopped"; fi
     done
     [ $any = 1 ] || { say "nothing running"; exit 0; }
-    if curl -fsS -m 2 -o /dev/null "$url/healthz" 2>/dev/null; then echo "REST API: $url (healthy)"; else echo "REST API: $url (not answering)"; fi
+    if curl -fsS -m 2 "${curl_tls[@]}" -o /dev/null "$url/healthz" 2>/dev/null; then echo "REST API: $url (healthy)"; else echo "REST API: $url (not answering)"; fi
     ;;
   demo)
     demo "${2:-}"
@@ -236,10 +303,12 @@ case "${1:-}" in
     save_params=${SAVE_PARAMS:+$(cd "$(dirname "$SAVE_PARAMS")" && pwd)/$(basename "$SAVE_PARAMS")}
     build_if_needed
     use_cluster_secret
+    make_certificate
     trap down EXIT
+    ensure_tokens
     start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
       --state-dir "$cluster_dir/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$cluster_dir/datasets" \
-      --job "$spec" --exit-when-done ${save_params:+--save-params "$save_params"}
+      "${tls_flags[@]}" --job "$spec" --exit-when-done ${save_params:+--save-params "$save_params"} "${auth_args[@]}"
     wait_ready coordinator 30
     start_nodes
     status=0
@@ -248,5 +317,5 @@ case "${1:-}" in
     exit $status
     ;;
   *)
-    sed -n '2,26p' "$0"; exit 2 ;;
+    sed -n '2,34p' "$0"; exit 2 ;;
 esac

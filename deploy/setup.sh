@@ -15,7 +15,9 @@ packages=(
   libopenblas-openmp-dev    # matrix products (OpenMP build: shares one thread pool with our loops)
   zlib1g-dev                # gzip'd IDX datasets
   libzip-dev                # uploaded NumPy .npz datasets (zip archives of .npy arrays)
-  libssl-dev                # SHA-256 of dataset files (libcrypto)
+  libssl-dev                # SHA-256 of dataset files (libcrypto); the REST API over TLS (libssl)
+  openssl                   # self-signed certificates (local-cluster.sh TLS=1, tls_tests)
+  wrk                       # tests/bench/rest_load.sh (HTTP and HTTPS load)
   python3-numpy             # (dataset_formats_test writes a reference .npz with NumPy itself)
   dataset-fashion-mnist     # the official Fashion-MNIST split (dataset fashion-mnist), read from
                             # /usr/share/datasets/fashion-mnist when the data directory has no copy

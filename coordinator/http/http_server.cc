@@ -1,10 +1,12 @@
 #include "coordinator/http/http_server.h"
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/version.hpp>
 
 #include <fcntl.h>
@@ -26,11 +28,8 @@ namespace pstrain {
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
-
-namespace {
-
-}  // namespace
 
 // Lets work on other threads (the catalog's) answer a session only while the server runs: once
 // stop() closes it, an answer that comes late is dropped instead of touching a stopped server.
@@ -53,15 +52,27 @@ struct BodyFile {
   }
 };
 
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
 // One connection: read a request's headers, decide where its body goes (memory, or a file for a
 // dataset upload), read the body, answer (at once, or when the catalog's work is done), repeat
 // while keep-alive. Every read has a deadline: the whole request for bodies held in memory, each
 // piece for streamed bodies (an upload of gigabytes may take minutes, a stalled one may not).
-class Session : public std::enable_shared_from_this<Session> {
+// Stream: PlainStream, or TlsStream (first a TLS handshake under the same deadline; a connection
+// that speaks plain HTTP instead is answered 400 in plain HTTP and closed).
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = !std::is_same_v<Stream, PlainStream>;
+  using std::enable_shared_from_this<Session>::shared_from_this;
+  using std::enable_shared_from_this<Session>::weak_from_this;
+
  public:
-  Session(tcp::socket&& socket, RestApi& api, const HttpServerOptions& options, std::atomic<size_t>& open,
-          TaskThread& files, std::shared_ptr<HttpServer::Gate> gate)
-      : stream_(std::move(socket)),
+  // stream_args: the accepted socket (and, for TLS, the ssl::context).
+  template <typename... StreamArgs>
+  Session(RestApi& api, const HttpServerOptions& options, std::atomic<size_t>& open, TaskThread& files,
+          std::shared_ptr<HttpServer::Gate> gate, StreamArgs&&... stream_args)
+      : stream_(std::forward<StreamArgs>(stream_args)...),
         timer_(stream_.get_executor()),
         api_(api),
         options_(options),
@@ -80,21 +91,103 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  void run() { net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); }); }
+  void run() { net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->start(); }); }
 
   // Answers at once and closes (used when the server is full).
   void reject(HttpResponse response) {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this(), response = std::move(response)]() mutable {
-      response.close = true;
-      self->send(std::move(response), 11);
-    });
+    response.close = true;
+    reject_ = std::move(response);
+    run();
   }
 
  private:
+  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
+
+  void start() {
+    if constexpr (kTls) {
+      return detect_tls();
+    } else {
+      return serve();
+    }
+  }
+
+  void serve() {
+    if (reject_) return send(std::move(*reject_), 11);
+    read();
+  }
+
+  std::string peer() {
+    beast::error_code ec;
+    const auto endpoint = tcp().socket().remote_endpoint(ec);
+    return ec ? std::string("?") : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+  }
+
+  // TLS: the first byte must start a TLS handshake record (0x16), peeked at without reading it;
+  // then the handshake. A client that stalls in either is cut by the read deadline.
+  void detect_tls() {
+    peer_ = peer();  // (a client that fails the handshake may be gone before it is logged)
+    arm_timer();
+    tcp().socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+      unsigned char first = 0;
+      if (!ec && !self->timed_out_) {
+        const size_t n = self->tcp().socket().receive(net::buffer(&first, 1), tcp::socket::message_peek, ec);
+        if (!ec && n == 0) ec = net::error::eof;
+      }
+      self->timer_.cancel();
+      if (self->timed_out_) ec = beast::error::timeout;
+      if (ec) {
+        if (ec == beast::error::timeout) {
+          PSLOG(kInfo) << "TLS connection from " << self->peer_ << " sent nothing for "
+                       << self->options_.read_timeout.count() << " s: closed";
+        } else if (ec != net::error::eof && ec != net::error::connection_reset) {
+          PSLOG(kInfo) << "TLS connection from " << self->peer_ << " closed before its handshake: " << ec.message();
+        }
+        return self->close_now();
+      }
+      if (first != 0x16) return self->refuse_plain_http();
+      self->arm_timer();
+      self->stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
+        self->timer_.cancel();
+        if (self->timed_out_) ec = beast::error::timeout;
+        if (ec) {
+          PSLOG(kInfo) << "TLS handshake with " << self->peer_ << " failed: "
+                       << (ec == beast::error::timeout ? "not done within " + std::to_string(self->options_.read_timeout.count()) + " s" : ec.message());
+          return self->close_now();
+        }
+        self->handshake_done_ = true;
+        self->serve();
+      });
+    });
+  }
+
+  // Plain HTTP on the TLS port: told so in plain HTTP (curl shows it), then closed.
+  void refuse_plain_http() {
+    PSLOG(kWarning) << "plain HTTP from " << peer_ << " on the HTTPS port: refused (the client must use https://)";
+    HttpResponse out = problem(400, "https-required", "HTTPS required",
+                               "this port serves HTTPS only: use https:// (the connection spoke plain HTTP)");
+    api_.count("unparsed", out.status);
+    // The request's bytes that have arrived are read (and dropped): closing a socket with unread
+    // bytes resets it, and the client would not see the answer.
+    beast::error_code ignored;
+    std::array<char, 4096> drop;
+    for (int i = 0; i < 4 && tcp().socket().available(ignored) > 0; ++i) tcp().socket().receive(net::buffer(drop), 0, ignored);
+    auto response = std::make_shared<http::response<http::string_body>>(http::status::bad_request, 11);
+    response->set(http::field::server, "pstrain");
+    response->set(http::field::content_type, out.content_type);
+    response->keep_alive(false);
+    response->body() = std::move(out.body);
+    response->prepare_payload();
+    tcp().expires_after(options_.read_timeout);
+    http::async_write(tcp(), *response, [self = shared_from_this(), response](beast::error_code, size_t) {
+      beast::error_code ignored;
+      self->tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      self->tcp().close();
+    });
+  }
   void arm_timer() {
     // Our own deadline rather than the stream's: the stream's closes the socket, and a client
     // that never completes its request should still be told so (408).
-    stream_.expires_never();
+    tcp().expires_never();
     timed_out_ = false;
     timer_.expires_after(options_.read_timeout);
     timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
@@ -102,7 +195,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (auto self = weak.lock()) {
         self->timed_out_ = true;
         beast::error_code ignored;
-        self->stream_.socket().cancel(ignored);
+        self->tcp().socket().cancel(ignored);
       }
     });
   }
@@ -121,7 +214,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // A read failed: answer what can be answered (408, 413, 431, 400) and close.
   void on_read_error(beast::error_code ec, bool got_some) {
-    if (ec == http::error::end_of_stream || ec == net::error::connection_reset || ec == net::error::eof) return close();
+    if (ec == net::error::connection_reset) return close_now();
+    if (ec == http::error::end_of_stream || ec == net::error::eof) return close();
     if (ec == beast::error::timeout) {
       if (buffer_.size() == 0 && !got_some && requests_ > 0) return close();  // an idle keep-alive connection
       return fail(problem(408, "request-timeout", "Request timeout",
@@ -153,6 +247,7 @@ class Session : public std::enable_shared_from_this<Session> {
     request_.target = std::string(header.target());
     if (const auto it = header.find(http::field::content_type); it != header.end()) request_.content_type = std::string(it->value());
     if (const auto it = header.find(http::field::if_none_match); it != header.end()) request_.if_none_match = std::string(it->value());
+    if (const auto it = header.find(http::field::authorization); it != header.end()) request_.authorization = std::string(it->value());
     if (const auto length = header_parser_->content_length()) request_.content_length = *length;
     if (const auto it = header.find("Last-Event-ID"); it != header.end()) request_.last_event_id = std::string(it->value());
     version_ = header.version();
@@ -172,7 +267,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // curl and others wait for this before sending a large body.
     auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, version_);
     http::async_write(stream_, *cont, [self = shared_from_this(), cont, then = std::move(then)](beast::error_code ec, size_t) mutable {
-      if (ec) return self->close();
+      if (ec) return self->close_now();
       then();
     });
   }
@@ -358,17 +453,33 @@ class Session : public std::enable_shared_from_this<Session> {
       response->body() = std::move(out.body);
       response->prepare_payload();
     }
-    stream_.expires_after(options_.read_timeout);
+    tcp().expires_after(options_.read_timeout);
     http::async_write(stream_, *response, [self = shared_from_this(), response, close = out.close](beast::error_code ec, size_t) {
-      if (ec || close) return self->close();
+      if (ec) return self->close_now();
+      if (close) return self->close();
       self->read();
     });
   }
 
+  // The end of a connection whose last answer was sent: TLS says so (close_notify, bounded by the
+  // read deadline) before the socket closes, so that a body ended by the close (an event stream)
+  // reads as complete.
   void close() {
+    if constexpr (kTls) {
+      if (handshake_done_ && !shutting_down_) {
+        shutting_down_ = true;
+        tcp().expires_after(options_.read_timeout);
+        stream_.async_shutdown([self = shared_from_this()](beast::error_code) { self->close_now(); });
+        return;
+      }
+    }
+    close_now();
+  }
+
+  void close_now() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.close();
+    tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    tcp().close();
   }
 
   // --- Event streams: this session now only writes (see http_server.h).
@@ -381,10 +492,10 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& [name, value] : out.headers) header->set(name, value);
     header->keep_alive(false);  // the body ends with the connection
     auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*header);
-    stream_.expires_never();  // a quiet stream is not a stalled one; a full queue is (the subscriber)
+    tcp().expires_never();  // a quiet stream is not a stalled one; a full queue is (the subscriber)
     if (options_.event_send_buffer > 0) {
       beast::error_code ignored;
-      stream_.socket().set_option(net::socket_base::send_buffer_size(options_.event_send_buffer), ignored);
+      tcp().socket().set_option(net::socket_base::send_buffer_size(options_.event_send_buffer), ignored);
     }
     writing_events_ = true;
     http::async_write_header(stream_, *serializer, [self = shared_from_this(), header, serializer](beast::error_code ec, size_t) {
@@ -460,16 +571,22 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_ended_ = true;
     if (events_) events_->cancel();
     heartbeat_.cancel();
-    if (graceful) return close();
     beast::error_code ignored;
-    stream_.socket().cancel(ignored);
-    stream_.close();
+    if (graceful) {
+      if constexpr (kTls) tcp().socket().cancel(ignored);  // (the client watch's read: the shutdown reads)
+      return close();
+    }
+    tcp().socket().cancel(ignored);
+    tcp().close();
   }
 
   static constexpr size_t kChunkBytes = 1 << 20;
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   net::steady_timer timer_;
+  std::optional<HttpResponse> reject_;  // answered instead of reading (the server is full)
+  bool handshake_done_ = false, shutting_down_ = false;  // (TLS)
+  std::string peer_;  // the client's address (TLS, for the log)
   bool timed_out_ = false;
   uint64_t requests_ = 0;  // answered on this connection
   beast::flat_buffer buffer_;
@@ -531,14 +648,22 @@ class HttpServer::Listener : public std::enable_shared_from_this<Listener> {
       if (!ec) {
         socket.set_option(tcp::no_delay(true), ec);
         const size_t open = ++self->open_;
-        auto session = std::make_shared<Session>(std::move(socket), self->api_, self->options_, self->open_, self->files_, self->gate_);
-        if (open > self->options_.max_connections) {
-          self->api_.count("unparsed", 503);
-          session->reject(problem(503, "too-many-connections", "Too many connections",
-                                  "the server has " + std::to_string(self->options_.max_connections) +
-                                      " open connections; retry later"));
+        auto start = [&](auto session) {
+          if (open > self->options_.max_connections) {
+            self->api_.count("unparsed", 503);
+            session->reject(problem(503, "too-many-connections", "Too many connections",
+                                    "the server has " + std::to_string(self->options_.max_connections) +
+                                        " open connections; retry later"));
+          } else {
+            session->run();
+          }
+        };
+        if (self->options_.tls) {
+          start(std::make_shared<Session<TlsStream>>(self->api_, self->options_, self->open_, self->files_, self->gate_,
+                                                     std::move(socket), *self->options_.tls));
         } else {
-          session->run();
+          start(std::make_shared<Session<PlainStream>>(self->api_, self->options_, self->open_, self->files_,
+                                                       self->gate_, std::move(socket)));
         }
       }
       self->accept();
@@ -572,7 +697,7 @@ uint16_t HttpServer::start() {
   const uint16_t port = listener_->bind();
   listener_->accept();
   thread_ = std::thread([this] { io_.run(); });
-  PSLOG(kInfo) << "serving HTTP on " << options_.host << ":" << port;
+  PSLOG(kInfo) << "serving " << (options_.tls ? "HTTPS" : "HTTP") << " on " << options_.host << ":" << port;
   return port;
 }
 

@@ -15,6 +15,10 @@
 // line (": keep-alive") every event_heartbeat keeps proxies from closing an idle stream. The
 // stream ends with the connection (no Content-Length, "Connection: close").
 //
+// TLS (options.tls set): every connection is HTTPS (HTTP/1.1 only), the same sessions over an
+// ssl_stream. The handshake runs under read_timeout; a connection whose first bytes are not a TLS
+// handshake (plain HTTP) gets a plain 400 and is closed; a failed handshake is logged and closed.
+//
 // Thread rules: the server runs its own io_context on its own thread, plus a TaskThread for body
 // files; start() and stop() are called from the owner's thread.
 #pragma once
@@ -30,6 +34,10 @@
 #include "common/task_thread.h"
 #include "coordinator/http/rest_api.h"
 
+namespace boost::asio::ssl {
+class context;
+}  // namespace boost::asio::ssl
+
 namespace pstrain {
 
 struct HttpServerOptions {
@@ -40,6 +48,8 @@ struct HttpServerOptions {
   size_t body_limit = RestApi::kMaxBodyBytes;
   std::chrono::milliseconds event_heartbeat{15000};  // a comment line on idle event streams
   int event_send_buffer = 0;  // SO_SNDBUF of an event stream's socket (0: the kernel's default)
+  // HTTPS when set (tls_context.h makes it); read-only once serving.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
 class HttpServer {

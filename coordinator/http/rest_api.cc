@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/json_text.h"
+#include "common/log.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_json.h"
 #include "coordinator/init_from_check.h"
@@ -552,6 +553,11 @@ HttpResponse RestApi::prometheus() const {
           << n << "\n";
     }
   }
+  out << "# HELP pstrain_http_auth_failures_total Requests refused: no token (missing), an unknown one (invalid), "
+         "a role too weak (forbidden).\n# TYPE pstrain_http_auth_failures_total counter\n"
+      << "pstrain_http_auth_failures_total{reason=\"missing\"} " << auth_missing_.load() << "\n"
+      << "pstrain_http_auth_failures_total{reason=\"invalid\"} " << auth_invalid_.load() << "\n"
+      << "pstrain_http_auth_failures_total{reason=\"forbidden\"} " << auth_forbidden_.load() << "\n";
   const EventStreamStats& events = store_.event_stats();
   out << "# HELP pstrain_event_streams Open event streams (Server-Sent Events clients).\n"
          "# TYPE pstrain_event_streams gauge\n"
@@ -608,6 +614,16 @@ HttpResponse RestApi::datasets_route(const HttpRequest& request, const std::vect
 
 BodyPlan RestApi::plan_body(const HttpRequest& head) {
   BodyPlan plan;
+  if (head.method != "GET" && head.method != "HEAD") {
+    // A caller who may not make the request does not get to send its body.
+    HttpRequest copy = head;
+    if (auto refused = authorize(copy)) {
+      plan.kind = BodyPlan::Kind::kReject;
+      refused->close = true;  // the body is never read: the connection cannot carry another request
+      plan.reject = std::move(*refused);
+      return plan;
+    }
+  }
   if (models_ != nullptr && head.method == "POST") {
     const auto p = split_path(head.target);
     if (p.size() == 3 && p[0] == "v1" && p[1] == "models" && p[2].ends_with(":predict")) {
@@ -897,8 +913,66 @@ bool RestApi::async_route(const HttpRequest& request, const Responder& respond) 
   return false;
 }
 
+std::optional<HttpResponse> RestApi::authorize(HttpRequest& request) {
+  if (!tokens_) return std::nullopt;
+  std::string token;
+  const std::string& a = request.authorization;
+  if (a.size() > 7 && (a.compare(0, 7, "Bearer ") == 0 || a.compare(0, 7, "bearer ") == 0)) token = a.substr(7);
+  const bool read = request.method == "GET" || request.method == "HEAD";
+  if (const size_t q = request.target.find('?'); q != std::string::npos && read) {
+    // Rebuild the query without access_token (kept as sent otherwise: routes decode it).
+    std::string kept;
+    std::string_view rest(request.target);
+    rest.remove_prefix(q + 1);
+    while (true) {
+      const size_t amp = rest.find('&');
+      const std::string_view pair = rest.substr(0, amp);
+      if (pair.starts_with("access_token=")) {
+        if (token.empty()) token = query_params("?" + std::string(pair)).at("access_token");
+      } else if (!pair.empty()) {
+        kept += (kept.empty() ? "?" : "&") + std::string(pair);
+      }
+      if (amp == std::string_view::npos) break;
+      rest.remove_prefix(amp + 1);
+    }
+    request.target = request.target.substr(0, q) + kept;
+  }
+  const std::vector<std::string> p = split_path(request.target);
+  const std::optional<Role> needed = required_role(request.method, p);
+  if (!needed) return std::nullopt;
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  auto unauthorized = [&](const std::string& detail, const char* error) {
+    HttpResponse r = problem(401, "unauthorized", "Unauthorized", detail);
+    r.headers.emplace_back("WWW-Authenticate", std::string("Bearer realm=\"pstrain\"") + error);
+    count("(unauthorized)", r.status);
+    return r;
+  };
+  if (token.empty()) {
+    ++auth_missing_;
+    return unauthorized(request.method + " " + path + " needs a bearer token (Authorization: Bearer TOKEN)", "");
+  }
+  const std::optional<AccessTokens::Match> match = tokens_->find(token);
+  if (!match) {
+    ++auth_invalid_;
+    PSLOG(kWarning) << "REST: refused " << request.method << " " << path << ": an unknown token";
+    return unauthorized("the bearer token is not valid", ", error=\"invalid_token\"");
+  }
+  if (static_cast<int>(match->role) < static_cast<int>(*needed)) {
+    ++auth_forbidden_;
+    PSLOG(kInfo) << "REST: refused " << request.method << " " << path << " to " << match->name << " ("
+                 << role_name(match->role) << ")";
+    HttpResponse r = problem(403, "forbidden", "Forbidden",
+                             request.method + " " + path + " needs the " + role_name(*needed) + " role; this token is " +
+                                 role_name(match->role));
+    count("(forbidden)", r.status);
+    return r;
+  }
+  return std::nullopt;
+}
+
 void RestApi::handle_async(HttpRequest request, Responder respond) {
   try {
+    if (auto refused = authorize(request)) return respond(std::move(*refused));
     if (async_route(request, respond)) return;
   } catch (const std::exception& e) {
     HttpResponse r = problem(500, "internal", "Internal error", e.what());

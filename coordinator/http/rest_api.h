@@ -20,6 +20,7 @@
 
 #include "common/job_spec.h"
 #include "coordinator/event_stream.h"
+#include "coordinator/http/access_control.h"
 #include "coordinator/job_store.h"
 
 namespace pstrain {
@@ -37,6 +38,7 @@ struct HttpRequest {
   uint64_t body_bytes = 0;
   std::string body_sha256;
   std::string if_none_match;  // the If-None-Match header, or empty (the dashboard's files)
+  std::string authorization;  // the Authorization header, or empty
 };
 
 struct HttpResponse {
@@ -104,6 +106,11 @@ class RestApi {
   // media type, Content-Length over the limit, an existing split) so a refused upload is not sent.
   BodyPlan plan_body(const HttpRequest& head);
 
+  // With tokens, every request but the public ones (access_control.h) needs a bearer token of a
+  // role that may make it: 401 without one (or with an unknown one), 403 for a weaker role.
+  // Without (the default), the API is open. Set before serving.
+  void set_access_tokens(std::shared_ptr<const AccessTokens> tokens) { tokens_ = std::move(tokens); }
+
   // Bounds of each event stream's queue (set before serving).
   void set_event_limits(EventQueueLimits limits) { event_limits_ = limits; }
 
@@ -113,6 +120,10 @@ class RestApi {
 
  private:
   HttpResponse handle_now(const HttpRequest& request);  // the routes answered at once
+  // The refusal of a request its caller may not make, or nullopt. Takes an access_token query
+  // parameter (GET and HEAD: event streams and download links cannot send a header) out of the
+  // target, so that no route sees it.
+  std::optional<HttpResponse> authorize(HttpRequest& request);
   HttpResponse route(const HttpRequest& request, std::string* route_label);
   HttpResponse submit(const HttpRequest& request);
   HttpResponse datasets_route(const HttpRequest& request, const std::vector<std::string>& path, std::string* label);
@@ -130,6 +141,8 @@ class RestApi {
 
   JobStore& store_;
   JobCommands& commands_;
+  std::shared_ptr<const AccessTokens> tokens_;  // null: open
+  std::atomic<uint64_t> auth_missing_{0}, auth_invalid_{0}, auth_forbidden_{0};
   std::string openapi_json_;
   DatasetCatalog* catalog_;
   ModelService* models_;

@@ -28,6 +28,12 @@ const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 
 function token() { return localStorage.getItem(TOKEN_KEY) || ''; }
 
+// A URL the browser fetches by itself (a download link, an event stream), which cannot carry an
+// Authorization header: the token rides as ?access_token= (the API takes it on reads only).
+function withToken(url) {
+  return token() ? `${url}${url.includes('?') ? '&' : '?'}access_token=${encodeURIComponent(token())}` : url;
+}
+
 async function api(path, options = {}) {
   const headers = new Headers(options.headers || {});
   if (token()) headers.set('Authorization', 'Bearer ' + token());
@@ -420,7 +426,7 @@ function jobView(view, id) {
     el['job-steps'].textContent = `${j.step}/${j.total_steps}`;
     el['job-eta'].textContent = TERMINAL.has(j.state) ? '–' : duration(j.eta_seconds);
     el['job-rate'].textContent = num(j.samples_per_second, 0);
-    el['model-link'].replaceChildren(j.model ? h('a', { href: j.model.href, download: `${j.id}.safetensors`, id: 'download-model' },
+    el['model-link'].replaceChildren(j.model ? h('a', { href: withToken(j.model.href), download: `${j.id}.safetensors`, id: 'download-model' },
       `Download model (${(j.model.bytes / 1e6).toFixed(1)} MB, safetensors)`) : '');
     lastStatus = j;
     renderNodes();

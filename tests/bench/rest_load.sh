@@ -4,20 +4,101 @@
 # paced with wrk's Lua delay()), with the job's training samples/s before, under and after that
 # load; then wrk unpaced, for the most the API serves (requests/s, p99 latency).
 #
+#
+# --tls: instead, the cost of TLS: two bare coordinators (no nodes, nothing training), one plain
+# HTTP and one HTTPS (self-signed certificate), each holding one queued job; wrk unpaced on
+# GET /healthz and GET /v1/jobs/{id}, keep-alive and a new connection per request (a TLS
+# handshake each), plain and TLS interleaved, --rounds times; the median of each.
+#
 # Usage: tests/bench/rest_load.sh [--seconds S] [--connections C] [--rate R]   (needs wrk)
+#        tests/bench/rest_load.sh --tls [--seconds S] [--connections C] [--rounds N]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-seconds=10 connections=25 rate=5000
+seconds=10 connections=25 rate=5000 tls=0 rounds=3
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
     --connections) connections=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
-    *) echo "usage: $0 [--seconds S] [--connections C] [--rate R]" >&2; exit 2 ;;
+    --tls) tls=1; shift ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "usage: $0 [--seconds S] [--connections C] [--rate R] | --tls [--seconds S] [--connections C] [--rounds N]" >&2; exit 2 ;;
   esac
 done
 command -v wrk >/dev/null || { echo "rest_load: wrk is missing (apt-get install wrk)" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+tls_cost() {
+  local dir bin plain_port tls_port plain_pid tls_pid
+  dir=$(mktemp -d /tmp/pstrain-tls-load.XXXXXX)
+  bin=${BUILD_DIR:-$repo/build}
+  [ -x "$bin/coordinator/pstrain-coordinator" ] || BUILD_DIR=$bin "$repo/deploy/build.sh"
+  source "$repo/deploy/data-dir.sh"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj "/CN=localhost" \
+    -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" -keyout "$dir/key.pem" -out "$dir/cert.pem" 2>/dev/null
+  plain_port=$(free_port) tls_port=$(free_port)
+  "$bin/coordinator/pstrain-coordinator" --listen 127.0.0.1:0 --http "127.0.0.1:$plain_port" --state-dir "$dir/plain" \
+    --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$dir/datasets" --log-level warning >"$dir/plain.log" 2>&1 &
+  plain_pid=$!
+  "$bin/coordinator/pstrain-coordinator" --listen 127.0.0.1:0 --http "127.0.0.1:$tls_port" --state-dir "$dir/tls" \
+    --data-dir "$PSTRAIN_DATA_DIR" --datasets-dir "$dir/datasets" --log-level warning --tls-cert "$dir/cert.pem" --tls-key "$dir/key.pem" >"$dir/tls.log" 2>&1 &
+  tls_pid=$!
+  trap "kill $plain_pid $tls_pid 2>/dev/null; wait 2>/dev/null; rm -rf '$dir'" EXIT
+  local plain="http://127.0.0.1:$plain_port" secure="https://127.0.0.1:$tls_port"
+  for u in "$plain" "$secure"; do
+    until curl -sf --cacert "$dir/cert.pem" -o /dev/null "$u/healthz"; do sleep 0.1; done
+  done
+  # A job that stays queued (no nodes): its status is what GET /v1/jobs/{id} serves.
+  local spec id_plain id_tls
+  spec=$(cat "$repo/deploy/jobs/mnist-mlp.json")
+  id_plain=$(curl -sf -X POST -H 'Content-Type: application/json' --data "$spec" "$plain/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  id_tls=$(curl -sf --cacert "$dir/cert.pem" -X POST -H 'Content-Type: application/json' --data "$spec" "$secure/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  local results="$dir/results"
+  : >"$results"
+  run() {  # label, url, wrk options...: appends "label rps p99_ms"
+    local label=$1 target=$2; shift 2
+    local out rps p99
+    out=$(wrk -t1 -c"$connections" -d"${seconds}s" --latency "$@" "$target")
+    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+    p99=$(echo "$out" | awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}')
+    echo "$label $rps $p99" >>"$results"
+  }
+  local load_before
+  load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+  for r in $(seq 1 "$rounds"); do
+    echo "rest_load --tls: round $r/$rounds" >&2
+    run healthz/plain "$plain/healthz"
+    run healthz/tls "$secure/healthz"
+    run status/plain "$plain/v1/jobs/$id_plain"
+    run status/tls "$secure/v1/jobs/$id_tls"
+    run healthz-newconn/plain "$plain/healthz" -H "Connection: close"
+    run healthz-newconn/tls "$secure/healthz" -H "Connection: close"
+  done
+  echo
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); command: $0 --tls --seconds $seconds --connections $connections --rounds $rounds"
+  echo "load average (1, 5, 15 min) before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo
+  python3 - "$results" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    label, rps, p99 = line.split()
+    rows.setdefault(label, []).append((float(rps), float(p99)))
+def med(label, i): return statistics.median(v[i] for v in rows[label])
+names = {"healthz": "GET /healthz (keep-alive)", "status": "GET /v1/jobs/{id} (keep-alive)",
+         "healthz-newconn": "GET /healthz, a new connection per request"}
+print("| request | HTTP req/s | HTTPS req/s | HTTPS/HTTP req/s | HTTP p99 ms | HTTPS p99 ms | HTTPS/HTTP p99 |")
+print("|---|---|---|---|---|---|---|")
+for key, name in names.items():
+    pr, tr = med(key + "/plain", 0), med(key + "/tls", 0)
+    pp, tp = med(key + "/plain", 1), med(key + "/tls", 1)
+    print(f"| {name} | {pr:,.0f} | {tr:,.0f} | {tr/pr:.2f} | {pp:.2f} | {tp:.2f} | {tp/pp:.2f} |")
+PY
+}
+if [ "$tls" = 1 ]; then
+  tls_cost
+  exit 0
+fi
 export LOCAL_CLUSTER_DIR=$(mktemp -d /tmp/pstrain-rest-load.XXXXXX)
 export HTTP_PORT=$(free_port) RPC_PORT=$(free_port) SERVERS=2 WORKERS=2
 url="http://127.0.0.1:$HTTP_PORT"

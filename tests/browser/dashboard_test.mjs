@@ -24,7 +24,11 @@ function check(ok, what) {
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`);
   if (!ok) failures++;
 }
-const rest = async (p) => (await fetch(url + p)).json();
+// The cluster's token (deploy/local-cluster.sh makes one; empty: an open API): sent on the
+// test's own REST calls, and put where the dashboard keeps it (localStorage) before each page loads.
+const token = process.env.PSTRAIN_TOKEN || '';
+const auth = token ? { Authorization: `Bearer ${token}` } : {};
+const rest = async (p) => (await fetch(url + p, { headers: auth })).json();
 
 const browser = await puppeteer.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -33,8 +37,13 @@ const browser = await puppeteer.launch({
   defaultViewport: { width: 1400, height: 1000 },
 });
 const metrics = {};
+const newPage = async () => {
+  const p = await browser.newPage();
+  if (token) await p.evaluateOnNewDocument((t) => localStorage.setItem('pstrain.token', t), token);
+  return p;
+};
 try {
-  const page = await browser.newPage();
+  const page = await newPage();
   const consoleErrors = [];
   page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
   page.on('pageerror', (e) => consoleErrors.push(String(e)));
@@ -130,7 +139,12 @@ try {
   check(typeof status.test_accuracy === 'number' && Math.abs(Number(dom.final.value) - status.test_accuracy) < 1e-12,
     `final accuracy shown (${dom.final.value}) equals the REST value (${status.test_accuracy})`);
   check(dom.final.text === `${(100 * status.test_accuracy).toFixed(2)}%`, `displayed as ${dom.final.text}`);
-  check(dom.model === `/v1/jobs/${id}/model`, 'download link to the model');
+  check(dom.model === `/v1/jobs/${id}/model` + (token ? `?access_token=${encodeURIComponent(token)}` : ''),
+    'download link to the model (with the token: a link cannot send a header)');
+  if (dom.model) {
+    const file = await fetch(url + dom.model);  // the link as the browser follows it: no header
+    check(file.status === 200 && (await file.arrayBuffer()).byteLength > 1000, 'the download link works as it is');
+  }
   if (dom.mode === 'event stream') {
     check(Number(dom.timeline.checkpoints) >= 1, `timeline: checkpoints from the event stream (${dom.timeline.checkpoints})`);
   }
@@ -143,7 +157,7 @@ try {
 
   // A coordinator without event streams (404): the page polls the history instead, same curves.
   {
-    const older = await browser.newPage();
+    const older = await newPage();
     await older.setRequestInterception(true);
     older.on('request', (r) => (r.url().includes('/events')
       ? r.respond({ status: 404, contentType: 'application/problem+json', body: '{"status":404}' }) : r.continue()));
@@ -194,7 +208,7 @@ try {
   // transfers and how long until the first curve point is drawn. Then cancelled from the jobs page.
   const long = structuredClone(spec);
   long.training.epochs = 40;
-  const longJob = await (await fetch(url + '/v1/jobs', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+  const longJob = await (await fetch(url + '/v1/jobs', { method: 'POST', headers: { 'Content-Type': 'application/json', ...auth },
     body: JSON.stringify(long) })).json();
   const id2 = longJob.id;
   for (let t = 0; t < 600; t++) {
@@ -203,7 +217,7 @@ try {
     await new Promise((r) => setTimeout(r, 100));
   }
   {
-    const cold = await browser.newPage();
+    const cold = await newPage();
     await cold.setCacheEnabled(false);
     await cold.goto(`${url}/#/jobs/${encodeURIComponent(id2)}`, { waitUntil: 'load' });
     await cold.waitForFunction(() => performance.getEntriesByName('pstrain-first-curve-point').length > 0, { timeout: 30_000 });

@@ -33,6 +33,10 @@ export HTTP_PORT=${DASHBOARD_HTTP_PORT:-$(free_port)} RPC_PORT=${DASHBOARD_RPC_P
 lc=$repo/deploy/local-cluster.sh
 trap '"$lc" down >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 "$lc" up
+# The REST API needs the cluster's token (local-cluster.sh's default, AUTH=1): the page gets it
+# as a user would give it (localStorage), the test's own calls as a header.
+PSTRAIN_TOKEN=$(cat "$dir/auth/admin-token")
+export PSTRAIN_TOKEN
 status=0
 CHROMIUM=$chromium node "$here/dashboard_test.mjs" "http://127.0.0.1:$HTTP_PORT" "$out" || status=$?
 if [ $status -ne 0 ]; then

@@ -103,7 +103,7 @@ TEST_CASE("follow view: Keras epoch lines, and a bar only on a terminal") {
   }
 }
 
-TEST_CASE("base URL: http only, host, port, path prefix") {
+TEST_CASE("base URL: http or https, host, port, path prefix") {
   std::string why;
   auto u = parse_base_url("http://127.0.0.1:18280/", &why);
   REQUIRE(u);
@@ -119,8 +119,20 @@ TEST_CASE("base URL: http only, host, port, path prefix") {
   REQUIRE(u);
   CHECK(u->host == "::1");
   CHECK(u->port == "8080");
-  CHECK(!parse_base_url("https://x", &why));
-  CHECK(why.find("http://") != std::string::npos);
+  CHECK(!u->tls);
+  u = parse_base_url("https://x", &why);
+  REQUIRE(u);
+  CHECK(u->tls);
+  CHECK(u->host == "x");
+  CHECK(u->port == "443");
+  u = parse_base_url("https://localhost:18443/p/", &why);
+  REQUIRE(u);
+  CHECK(u->tls);
+  CHECK(u->port == "18443");
+  CHECK(u->base == "/p");
+  CHECK(!parse_base_url("ftp://x", &why));
+  CHECK(why.find("https://") != std::string::npos);
+  CHECK(!parse_base_url("httpss://x", &why));
   CHECK(!parse_base_url("http://:80", &why));
   CHECK(!parse_base_url("http://host:http", &why));
 }

@@ -161,19 +161,35 @@ check_local_cluster() {
   trap '"$lc" down >/dev/null 2>&1 || true; rm -rf "$LOCAL_CLUSTER_DIR"' EXIT
 
   "$lc" up
+  # The REST API needs the token the first `up` made (AUTH=1, the default): 401 without it, 403
+  # for the viewer's token on a submit; the admin's works.
+  [ "$(stat -c %a "$dir/auth/tokens")" = 600 ] || fail "the tokens file is not private (mode $(stat -c %a "$dir/auth/tokens"))"
+  local token viewer code
+  token=$(cat "$dir/auth/admin-token")
+  viewer=$(cat "$dir/auth/viewer-token")
+  local auth=(-H "Authorization: Bearer $token")
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/jobs")
+  [ "$code" = 401 ] || fail "GET /v1/jobs without a token answered $code, not 401"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $viewer" -H 'Content-Type: application/json' \
+    --data '{}' "$url/v1/jobs")
+  [ "$code" = 403 ] || fail "POST /v1/jobs with the viewer's token answered $code, not 403"
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$url/healthz")
+  [ "$code" = 200 ] || fail "GET /healthz without a token answered $code, not 200"
+  note "auth: 401 without a token, 403 for a viewer's submit, /healthz open"
   # A short job (the MNIST MLP, one epoch), run to the end.
   local spec id state="" deadline
   spec=$("$py" -c 'import json,sys; s=json.load(open(sys.argv[1])); s["training"]["epochs"]=1; print(json.dumps(s))' \
     "$repo/deploy/jobs/mnist-mlp.json")
-  id=$(curl -fsS -H 'Content-Type: application/json' --data "$spec" "$url/v1/jobs" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  id=$(curl -fsS "${auth[@]}" -H 'Content-Type: application/json' --data "$spec" "$url/v1/jobs" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
   deadline=$((SECONDS + 120))
   while [ $SECONDS -lt $deadline ]; do
-    state=$(curl -fsS "$url/v1/jobs/$id" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+    state=$(curl -fsS "${auth[@]}" "$url/v1/jobs/$id" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["state"])')
     case $state in SUCCEEDED) break ;; FAILED | CANCELLED) fail "job $id $state (logs in $dir)" ;; esac
     sleep 0.5
   done
   [ "$state" = SUCCEEDED ] || fail "job $id still $state after 120 s"
   note "first up: job $id SUCCEEDED"
+  ! grep -qF -e "$token" -e "$viewer" "$dir"/*.log || fail "a token appears in a log ($(grep -lF -e "$token" -e "$viewer" "$dir"/*.log))"
 
   local pids; pids=$(cat "$dir"/*.pid)
   "$lc" down
@@ -189,7 +205,7 @@ check_local_cluster() {
 
   "$lc" up
   local listed
-  listed=$(curl -fsS "$url/v1/jobs" | "$py" -c 'import json,sys; print(" ".join(j["id"] + ":" + j["state"] for j in json.load(sys.stdin)["jobs"]))')
+  listed=$(curl -fsS "${auth[@]}" "$url/v1/jobs" | "$py" -c 'import json,sys; print(" ".join(j["id"] + ":" + j["state"] for j in json.load(sys.stdin)["jobs"]))')
   [[ " $listed " == *" $id:SUCCEEDED "* ]] || fail "second up does not list job $id as SUCCEEDED (lists: $listed)"
   for i in 0 1; do [ -d "$dir/server-$i-data" ] || fail "server-$i has no data directory $dir/server-$i-data"; done
   note "second up: lists $listed (state kept in $dir/coordinator-state, server-N-data)"

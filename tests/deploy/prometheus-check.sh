@@ -51,15 +51,23 @@ cleanup() {
 trap cleanup EXIT
 
 # The example configuration, scraping this cluster every second.
+# The cluster requires tokens (local-cluster.sh's default): the example's authorization block,
+# uncommented, with the cluster's viewer token.
 sed -e "s/localhost:8080/127.0.0.1:$http_port/" -e 's/scrape_interval: 15s/scrape_interval: 1s/' \
+  -e 's/^    # authorization:/    authorization:/' -e 's/^    #   type: Bearer/      type: Bearer/' \
+  -e "s|^    #   credentials_file: .*|      credentials_file: $work/cluster/auth/viewer-token|" \
   "$repo/deploy/prometheus.yml" >"$work/prometheus.yml"
+grep -q "credentials_file: $work/cluster/auth/viewer-token" "$work/prometheus.yml" ||
+  fail "deploy/prometheus.yml has no commented authorization block to fill in"
 grep -q "127.0.0.1:$http_port" "$work/prometheus.yml" || fail "deploy/prometheus.yml has no target localhost:8080 to replace"
+cluster up >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "the local cluster did not start"; }
 if command -v promtool >/dev/null; then
   promtool check config "$work/prometheus.yml" >/dev/null || fail "promtool refuses deploy/prometheus.yml"
 fi
 
-cluster up >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "the local cluster did not start"; }
 export PSTRAIN_URL=http://127.0.0.1:$http_port
+PSTRAIN_TOKEN=$(cat "$work/cluster/auth/admin-token") || fail "the local cluster made no tokens"
+export PSTRAIN_TOKEN
 # A small job that runs for a while (the gauges of a finished job stay too, but samples/s and
 # the progress are then final): the MLP on mnist10k for 30 epochs.
 "$py" - "$repo/deploy/jobs/mnist-mlp.json" >"$work/job.json" <<'EOF'

@@ -258,9 +258,11 @@ TEST_CASE("REST API: a model whose server shard is over 64 MiB survives its serv
   REQUIRE(floats * 4 > (size_t{64} << 20));
   // Two servers: the job takes one, the other stays free to take its place once the lost one is
   // declared dead (the dead timeout). A worker computes a step on its event loop without
-  // heartbeating: steps of 125 examples per worker stay well under 2 s even under load.
+  // heartbeating, and the 76 MB backups and replicas load the same two cores: 4 s leaves room for
+  // a machine busy with other work (at 2 s, a CI run beside three other builds saw live nodes
+  // declared dead again and again, each a rollback, until the 180 s deadline).
   testing::Cluster cluster({.servers = 2,
-                            .coordinator_flags = {"--dead-after-ms", "2000", "--move-server-after-ms", "1000"},
+                            .coordinator_flags = {"--dead-after-ms", "4000", "--move-server-after-ms", "1000"},
                             .worker_flags = {"--exchange=dense"}});
   const std::string id = submit(cluster, json);
   // The second backup: by then the first one's replica has surely been stored (its last part is
