@@ -62,7 +62,7 @@ class StubCommands final : public pstrain::JobCommands {
 const std::string& job_1_spec() {
   static const std::string spec = [] {
     pstrain::JobSpec s = pstrain::parse_job_spec(R"({"name": "mnist-mlp", "dataset": {"name": "mnist10k"},
-      "model": {"input_shape": [784], "layers": [{"type": "dense", "units": 10}]},
+      "model": {"input_shape": [784], "layers": [{"type": "dense", "units": 10}]}, "optimizer": {"type": "sgd"},
       "training": {"global_batch_size": 32, "epochs": 2}})");
     return pstrain::job_spec_to_json(s);
   }();
