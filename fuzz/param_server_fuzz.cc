@@ -19,6 +19,7 @@
 #include <capnp/serialize.h>
 #include <kj/async.h>
 #include <kj/debug.h>
+#include <omp.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -182,6 +183,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::exit(0);
   }
   pstrain::set_log_level(pstrain::LogLevel::kError);
+  // One thread: the chunks are tiny, and OpenMP's waiting threads would spin on a shared machine.
+  omp_set_num_threads(1);
   return 0;
 }
 

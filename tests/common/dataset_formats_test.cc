@@ -412,3 +412,20 @@ TEST_CASE("read_npz names each defect") {
     CHECK(npz_failure({{"x.npy", kGoodX}, {"y.npy", kGoodY}}, limits).kind == Kind::kTooLarge);
   }
 }
+
+// Regression (fuzz/datasets_fuzz.cc): a header's claim within the cap is not allocated before the
+// bytes are there. An upload's cap is 2 GiB, so an .npz of a few hundred bytes whose y.npy claimed
+// 2 GiB cost 2 GiB of zeroed memory before it was found truncated; with a cap beyond any machine's
+// memory the old code threw std::bad_alloc instead of a DatasetFormatError.
+TEST_CASE("read_npy and read_npz find a claimed size truncated without allocating it") {
+  ExampleLimits vast;
+  vast.max_bytes = uint64_t{1} << 46;  // 64 TiB
+  std::istringstream in(npy("|u1", "(17592186044416,)", "\x01\x02\x03"));
+  Failure f = failure_of([&] { read_npy(in, "a.npy", vast); });
+  CHECK(f.kind == Kind::kTruncated);
+  CHECK(f.message == "a.npy: truncated array data: 3 of 17592186044416 bytes present");
+
+  Failure y = npz_failure({{"x.npy", kGoodX}, {"y.npy", npy("<i8", "(268435456,)", raw<int64_t>({1, 0}))}});
+  CHECK(y.kind == Kind::kTruncated);
+  CHECK(y.message.find("y.npy: truncated array data: 16 of 2147483648 bytes present") != std::string::npos);
+}
