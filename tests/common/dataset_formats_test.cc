@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -428,4 +429,24 @@ TEST_CASE("read_npy and read_npz find a claimed size truncated without allocatin
   Failure y = npz_failure({{"x.npy", kGoodX}, {"y.npy", npy("<i8", "(268435456,)", raw<int64_t>({1, 0}))}});
   CHECK(y.kind == Kind::kTruncated);
   CHECK(y.message.find("y.npy: truncated array data: 16 of 2147483648 bytes present") != std::string::npos);
+}
+
+// Regression (fuzz/datasets_fuzz.cc, ASan stack-use-after-scope): the zip entry reader kept a
+// reference to its name, a temporary; a read error (here the CRC check at the end of x.npy, whose
+// last byte is changed after the archive was written) built its message from the dangling name.
+TEST_CASE("read_npz names the entry whose data fails its CRC check") {
+  TempDir dir;
+  write_zip(dir.file("d.npz"), {{"x.npy", kGoodX}, {"y.npy", kGoodY}});
+  std::string archive;
+  {
+    std::ifstream in(dir.file("d.npz"), std::ios::binary);
+    archive.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = archive.find(kGoodX);
+  REQUIRE(at != std::string::npos);
+  archive[at + kGoodX.size() - 1] ^= 0x01;  // the last float's top byte: 6.0f becomes 24.0f
+  std::ofstream(dir.file("d.npz"), std::ios::binary | std::ios::trunc) << archive;
+  Failure f = failure_of([&] { read_npz(dir.file("d.npz")); });
+  CHECK(f.kind == Kind::kUnreadable);
+  CHECK(f.message.find("d.npz:x.npy: cannot read") != std::string::npos);
 }
