@@ -38,6 +38,7 @@ summary=()
 for t in "${targets[@]}"; do
   corpus="$build/corpus/$t"
   crashes="$build/crashes/$t"
+  rm -rf "$crashes"  # this run's crashes only
   mkdir -p "$corpus" "$crashes"
   log="$build/fuzz-$t.log"
   set +e
