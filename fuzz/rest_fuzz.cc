@@ -105,14 +105,14 @@ bool serve_one(std::string_view& bytes, pstrain::RestApi& api) {
   while (!body_parser.is_done()) {
     const size_t used = body_parser.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
     bytes.remove_prefix(used);
-    if (ec == http::error::need_more && bytes.empty()) {
-      if (!body_parser.need_eof()) return false;  // incomplete: 408
+    if (ec && ec != http::error::need_more) return false;  // 400 or 413: closes
+    if (used == 0) {
+      // Every byte left was offered: the request is incomplete, unless its body ends at EOF.
+      if (!body_parser.need_eof()) return false;  // the server would time out (408)
       body_parser.put_eof(ec);
       if (ec) return false;
       break;
     }
-    if (ec && ec != http::error::need_more) return false;  // 400 or 413: closes
-    if (used == 0 && ec != http::error::need_more) return false;
   }
   request.body = std::move(body_parser.get().body());
   const bool keep_alive = body_parser.get().keep_alive();
