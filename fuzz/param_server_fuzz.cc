@@ -42,13 +42,18 @@ namespace {
 
 constexpr unsigned kMethods = 15;  // ParameterServer's methods, @0..@14
 
-std::string job_spec_json(bool sync) {
+std::string make_job_spec_json(bool sync) {
   return pstrain::job_spec_to_json(pstrain::parse_accepted_job_spec(
       std::string(R"({"name": "fuzz", "dataset": {"name": "fuzz"},
       "model": {"input_shape": [4], "layers": [{"type": "dense", "units": 3}]},
       "optimizer": {"type": "adam"},
       "training": {"global_batch_size": 4, "epochs": 1, "mode": ")") +
       (sync ? "sync" : "async") + R"("}})"));
+}
+
+const std::string& job_spec_json(bool sync) {
+  static const std::string sync_spec = make_job_spec_json(true), async_spec = make_job_spec_json(false);
+  return sync ? sync_spec : async_spec;
 }
 
 const std::vector<pstrain::ChunkInfo>& chunks() {
