@@ -84,6 +84,14 @@ class CheckingSink final : public pstrain::ExampleSink {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // The temp files go when the run ends (libFuzzer exits through exit() unless a crash is found).
+  std::atexit([] {
+    for (const char* tag : {"x.npz", "x.idx", "labels.idx", "images.idx"}) std::remove(temp_path(tag).c_str());
+  });
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const uint8_t format = data[0] % 5;
