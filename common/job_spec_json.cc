@@ -132,7 +132,19 @@ class ObjectReader {
 
   float number(std::string_view key, double min, double max, bool min_open, float fallback) {
     const json::value* v = optional(key);
-    return v ? static_cast<float>(read_number(*v, field_path(key), min, max, min_open)) : fallback;
+    if (v == nullptr) return fallback;
+    const double x = read_number(*v, field_path(key), min, max, min_open);
+    // The range holds for the float32 the spec keeps, too: 1e-84 is greater than 0, but as a float
+    // it is 0, and the canonical text ("epsilon": 0) would fail this very check where a server
+    // or worker parses it (found by fuzz/job_spec_fuzz.cc).
+    const float f = static_cast<float>(x);
+    if ((min_open ? f <= min : f < min) || f > max) {
+      std::ostringstream why;
+      why << "is " << x << ", which is " << f << " as a float32: out of range ("
+          << (min_open ? "greater than " : "at least ") << min << " and at most " << max << ")";
+      throw SpecError(field_path(key), why.str());
+    }
+    return f;
   }
 
   void finish() const {

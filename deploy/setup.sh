@@ -22,6 +22,7 @@ packages=(
   dataset-fashion-mnist     # the official Fashion-MNIST split (dataset fashion-mnist), read from
                             # /usr/share/datasets/fashion-mnist when the data directory has no copy
   doctest-dev               # unit and integration tests
+  clang libclang-rt-dev libomp-dev  # the fuzz targets (libFuzzer, ASan, UBSan; OpenMP for clang), fuzz/run.sh
   docker-compose yamllint   # deploy checks: the compose file normalises, manifests lint clean
   python3-yaml              # (the deploy check reads the compose file with it)
   libjs-chart.js            # Chart.js for the dashboard, embedded into the coordinator at build time

@@ -86,6 +86,11 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   } catch (const SpecError& e) {
     KJ_FAIL_REQUIRE("invalid job spec", e.what());
   }
+  // The shard keeps a clock and a flag per worker: an absurd count (2^32 - 1) cost gigabytes
+  // before anything else was checked (found by fuzz/param_server_fuzz.cc). A job has at most 256
+  // workers (/training/workers, common/job_spec_json.cc).
+  constexpr uint32_t kMaxWorkers = 256;
+  KJ_REQUIRE(config.getWorkers() <= kMaxWorkers, "too many workers", config.getWorkers(), kMaxWorkers);
   const std::vector<ChunkInfo> chunks = rpc::get_chunks(config.getChunks());
   const ParamLayout layout = make_param_layout(spec.model);
   for (const ChunkInfo& c : chunks) {

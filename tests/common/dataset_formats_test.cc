@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -411,4 +412,41 @@ TEST_CASE("read_npz names each defect") {
     limits.max_examples = 1;
     CHECK(npz_failure({{"x.npy", kGoodX}, {"y.npy", kGoodY}}, limits).kind == Kind::kTooLarge);
   }
+}
+
+// Regression (fuzz/datasets_fuzz.cc): a header's claim within the cap is not allocated before the
+// bytes are there. An upload's cap is 2 GiB, so an .npz of a few hundred bytes whose y.npy claimed
+// 2 GiB cost 2 GiB of zeroed memory before it was found truncated; with a cap beyond any machine's
+// memory the old code threw std::bad_alloc instead of a DatasetFormatError.
+TEST_CASE("read_npy and read_npz find a claimed size truncated without allocating it") {
+  ExampleLimits vast;
+  vast.max_bytes = uint64_t{1} << 46;  // 64 TiB
+  std::istringstream in(npy("|u1", "(17592186044416,)", "\x01\x02\x03"));
+  Failure f = failure_of([&] { read_npy(in, "a.npy", vast); });
+  CHECK(f.kind == Kind::kTruncated);
+  CHECK(f.message == "a.npy: truncated array data: 3 of 17592186044416 bytes present");
+
+  Failure y = npz_failure({{"x.npy", kGoodX}, {"y.npy", npy("<i8", "(268435456,)", raw<int64_t>({1, 0}))}});
+  CHECK(y.kind == Kind::kTruncated);
+  CHECK(y.message.find("y.npy: truncated array data: 16 of 2147483648 bytes present") != std::string::npos);
+}
+
+// Regression (fuzz/datasets_fuzz.cc, ASan stack-use-after-scope): the zip entry reader kept a
+// reference to its name, a temporary; a read error (here the CRC check at the end of x.npy, whose
+// last byte is changed after the archive was written) built its message from the dangling name.
+TEST_CASE("read_npz names the entry whose data fails its CRC check") {
+  TempDir dir;
+  write_zip(dir.file("d.npz"), {{"x.npy", kGoodX}, {"y.npy", kGoodY}});
+  std::string archive;
+  {
+    std::ifstream in(dir.file("d.npz"), std::ios::binary);
+    archive.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = archive.find(kGoodX);
+  REQUIRE(at != std::string::npos);
+  archive[at + kGoodX.size() - 1] ^= 0x01;  // the last float's top byte: 6.0f becomes 24.0f
+  std::ofstream(dir.file("d.npz"), std::ios::binary | std::ios::trunc) << archive;
+  Failure f = failure_of([&] { read_npz(dir.file("d.npz")); });
+  CHECK(f.kind == Kind::kUnreadable);
+  CHECK(f.message.find("d.npz:x.npy: cannot read") != std::string::npos);
 }

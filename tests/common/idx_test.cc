@@ -103,3 +103,20 @@ TEST_CASE("rejects broken IDX files with the file name and the defect") {
     CHECK(error_of(dir.file("big"), 3).find("more than 4 GiB") != std::string::npos);
   }
 }
+
+// Regression (fuzz/datasets_fuzz.cc): a header may claim up to 4 GiB of values; a file that holds
+// far fewer must fail as truncated without the claimed size being allocated first. The fuzzer's
+// input (2 x 67108867 x 3 = 402,653,202 values claimed, 18 present), then the largest claim.
+TEST_CASE("an IDX header claiming more than the file holds is truncated, not allocated") {
+  TempDir dir;
+  const std::vector<uint8_t> fuzzed = {0x00, 0x00, 0x08, 0x03, 0x00, 0x00, 0x00, 0x02, 0x04, 0x00, 0x00, 0x03,
+                                       0x00, 0x00, 0x00, 0x03, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+                                       0x08, 0x09, 0x0a, 0x29, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11};
+  write_plain(dir.file("fuzzed"), fuzzed);
+  const std::string msg = error_of(dir.file("fuzzed"), 3);
+  CHECK(msg.find("truncated: the values needs 402653202 bytes but the file ends after 18") != std::string::npos);
+
+  // 65536 x 65536 x 1 bytes (4 GiB, the cap) claimed by a 24-byte file.
+  write_plain(dir.file("huge"), {0, 0, 8, 3, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(error_of(dir.file("huge"), 3).find("the file ends after 8") != std::string::npos);
+}

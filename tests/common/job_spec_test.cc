@@ -409,3 +409,16 @@ TEST_CASE("the TPU guide's CNN and the Keras multi-worker tutorial's CNN are ref
   // 64 examples per worker, as the tutorial.
   CHECK(keras.training.global_batch_size == 64 * keras.training.workers);
 }
+
+// Regression (fuzz/job_spec_fuzz.cc): a number in range as a double but not as the float32 the
+// spec keeps (1e-84 > 0, but 0 as a float) was accepted, and its canonical text ("epsilon": 0)
+// then failed the same check where servers and workers parse it.
+TEST_CASE("a number is checked against its range as the float32 the spec keeps") {
+  CHECK(error_of(mlp_with("\"epsilon\": 1e-7", "\"epsilon\": 1e-84")) ==
+        "/optimizer/epsilon is 1e-84, which is 0 as a float32: out of range (greater than 0 and at most 1)");
+  CHECK(error_of(mlp_with("\"learning_rate\": 0.001", "\"learning_rate\": 1e-46")).find("/optimizer/learning_rate is 1e-46") == 0);
+  // The smallest positive float32 is fine, and its canonical text parses to the same spec.
+  const JobSpec tiny = parse_job_spec(mlp_with("\"epsilon\": 1e-7", "\"epsilon\": 1.5e-45"));
+  CHECK(tiny.optimizer.epsilon > 0.0f);
+  CHECK(job_spec_to_json(parse_accepted_job_spec(job_spec_to_json(tiny))) == job_spec_to_json(tiny));
+}

@@ -1115,4 +1115,20 @@ TEST_CASE("AccessTokens: the file's defects name their line; lookups find the ro
   CHECK(tokens.find(kAdminToken)->name == "line 1");
   CHECK(!tokens.find(kViewerToken + "x"));
   CHECK(!tokens.find(""));
+
+// Regression (fuzz/rest_fuzz.cc): a problem's detail echoes what the client sent (here the
+// Content-Type); bytes that are not UTF-8 made the body invalid JSON. They become U+FFFD.
+TEST_CASE("a problem that echoes bytes which are not UTF-8 is still valid JSON") {
+  Api a;
+  const HttpResponse r = a.call("POST", "/v1/jobs", R"({"name": 3})", "application/\xff\xff\xff\xffjson");
+  CHECK(r.status == 415);
+  boost::system::error_code ec;
+  const boost::json::value body = boost::json::parse(r.body, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(std::string(body.at("detail").as_string()).find("'application/\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDjson'") !=
+        std::string::npos);
+  // Well-formed multi-byte text passes unchanged, an overlong form or a lone surrogate does not.
+  CHECK(to_json_text(boost::json::value("caf\xC3\xA9 \xF0\x9F\x98\x80")) == "\"caf\xC3\xA9 \xF0\x9F\x98\x80\"");
+  CHECK(to_json_text(boost::json::value("\xC0\xAF")) == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");
+  CHECK(to_json_text(boost::json::value("\xED\xA0\x80")) == "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");
 }

@@ -159,3 +159,14 @@ TEST_CASE("parameter server - a restore the job outran while its backup was read
   }
   CHECK(blocked.wait(f.ws));
 }
+
+// Regression (fuzz/param_server_fuzz.cc, out of memory): configure's worker count sized the
+// shard's per-worker state before anything else was checked; 2^31 workers cost gigabytes. Now the
+// call fails (as any bad call: that call only) and the server goes on serving.
+TEST_CASE("parameter server - a configure with an absurd worker count fails and the server goes on") {
+  ServerFixture f;
+  CHECK_THROWS_AS(testing::configure_job(f.server, f.ws, "job", job_spec_to_json(f.spec), f.chunks, 1u << 31),
+                  kj::Exception);
+  f.configure();
+  CHECK(f.values(0).size() == f.chunks[0].size);
+}

@@ -1,0 +1,153 @@
+// Fuzz target: the dataset parsers (common/dataset_formats.h, common/idx.h), with the limits an
+// upload gets (ExampleLimits' defaults: what the dataset catalog uses).
+//
+// The first byte picks the parser, the rest is the file:
+//   0 CSV (parse_csv from an istringstream)   1 NPY (read_npy from an istringstream)
+//   2 NPZ (read_npz, from a temp file)        3 IDX (read_idx, rank 1 and 3, from a temp file)
+//   4 an IDX pair (stream_idx): the next 2 bytes are the labels file's length, then the labels
+//     file, then the images file
+// Only DatasetFormatError / DataError are expected answers. What parses must be consistent: as
+// many labels as examples, each below `classes`, and bytes for exactly that many examples.
+// run.sh gives this target -malloc_limit_mb=256: no parser may allocate for a size its header
+// claims before the bytes are there.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/dataset_formats.h"
+#include "common/error.h"
+#include "common/idx.h"
+
+namespace {
+
+[[noreturn]] void broken(const char* what) {
+  std::fprintf(stderr, "invariant broken: %s\n", what);
+  std::abort();
+}
+
+void check(bool ok, const char* what) {
+  if (!ok) broken(what);
+}
+
+// A temp file of this process's (libFuzzer may run several jobs in one directory).
+std::string temp_path(const char* tag) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/pstrain-fuzz-" + std::to_string(getpid()) + "-" + tag;
+}
+
+void write_file(const std::string& path, const uint8_t* data, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  if (!out) broken("cannot write the temp file");
+}
+
+void check_parsed(const pstrain::ParsedExamples& p) {
+  check(p.size() > 0, "parsed no examples");
+  check(p.classes >= 2, "fewer than 2 classes");
+  for (int32_t label : p.labels) check(label >= 0 && static_cast<uint32_t>(label) < p.classes, "label out of range");
+  check(p.bytes.size() == p.size() * p.example_values() * p.dtype_size(p.dtype), "bytes do not match the shape");
+}
+
+// Counts what a stream_* parser gives, in the order the ExampleSink contract allows.
+class CheckingSink final : public pstrain::ExampleSink {
+ public:
+  void begin(const std::vector<uint32_t>& shape, pstrain::ParsedExamples::Dtype dtype) override {
+    check(!begun_, "begin() twice");
+    begun_ = true;
+    per_example_ = pstrain::dtype_size(dtype);
+    for (uint32_t d : shape) per_example_ *= d;
+  }
+  void examples(const uint8_t*, size_t n) override {
+    check(begun_, "examples() before begin()");
+    bytes_ += n;
+  }
+  void labels(const int32_t*, size_t n) override { labels_ += n; }
+  void finish(const pstrain::ExampleSummary& s) const {
+    check(begun_, "no begin()");
+    check(labels_ == s.examples, "label count differs from the example count");
+    check(bytes_ == s.examples * per_example_, "example bytes differ from the shape");
+    check(s.class_counts.size() == s.classes && s.classes >= 2, "class counts");
+    uint64_t total = 0;
+    for (uint64_t c : s.class_counts) total += c;
+    check(total == s.examples, "class counts do not add up to the examples");
+  }
+
+ private:
+  bool begun_ = false;
+  uint64_t per_example_ = 0, bytes_ = 0, labels_ = 0;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // The temp files go when the run ends (libFuzzer exits through exit() unless a crash is found).
+  std::atexit([] {
+    for (const char* tag : {"x.npz", "x.idx", "labels.idx", "images.idx"}) std::remove(temp_path(tag).c_str());
+  });
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const uint8_t format = data[0] % 5;
+  ++data;
+  --size;
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    switch (format) {
+      case 0: {
+        std::istringstream in(text);
+        check_parsed(pstrain::parse_csv(in, "fuzz.csv"));
+        break;
+      }
+      case 1: {
+        std::istringstream in(text);
+        const pstrain::NpyArray a = pstrain::read_npy(in, "fuzz.npy");
+        uint64_t values = 1;
+        for (uint64_t d : a.shape) values *= d;
+        const uint64_t width = a.dtype == pstrain::NpyArray::Dtype::kUint8   ? 1
+                               : a.dtype == pstrain::NpyArray::Dtype::kInt64 ? 8
+                                                                             : 4;
+        check(a.bytes.size() == values * width, "npy bytes do not match the shape");
+        break;
+      }
+      case 2: {
+        const std::string path = temp_path("x.npz");
+        write_file(path, data, size);
+        check_parsed(pstrain::read_npz(path));
+        break;
+      }
+      case 3: {
+        const std::string path = temp_path("x.idx");
+        write_file(path, data, size);
+        for (int rank : {1, 3}) {
+          try {
+            const pstrain::IdxArray a = pstrain::read_idx(path, rank);
+            uint64_t values = 1;
+            for (uint32_t d : a.dims) values *= d;
+            check(a.dims.size() == static_cast<size_t>(rank) && a.values.size() == values, "idx values vs dims");
+          } catch (const pstrain::DataError&) {
+          }
+        }
+        break;
+      }
+      case 4: {
+        if (size < 2) return 0;
+        const size_t labels_len = std::min<size_t>(size - 2, data[0] | (size_t{data[1]} << 8));
+        const std::string labels = temp_path("labels.idx"), images = temp_path("images.idx");
+        write_file(labels, data + 2, labels_len);
+        write_file(images, data + 2 + labels_len, size - 2 - labels_len);
+        CheckingSink sink;
+        sink.finish(pstrain::stream_idx(images, labels, {}, sink));
+        break;
+      }
+    }
+  } catch (const pstrain::DataError&) {
+  }
+  return 0;
+}
