@@ -1115,6 +1115,7 @@ TEST_CASE("AccessTokens: the file's defects name their line; lookups find the ro
   CHECK(tokens.find(kAdminToken)->name == "line 1");
   CHECK(!tokens.find(kViewerToken + "x"));
   CHECK(!tokens.find(""));
+}
 
 // Regression (fuzz/rest_fuzz.cc): a problem's detail echoes what the client sent (here the
 // Content-Type); bytes that are not UTF-8 made the body invalid JSON. They become U+FFFD.
