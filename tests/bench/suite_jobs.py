@@ -1,0 +1,212 @@
+"""suite_jobs.py — the jobs of tests/bench/suite.sh and its Python parts: the job specs, the data
+directory (the shared data's files plus generated dataset directories), the log parser and the
+Markdown table. Used by suite.sh only; the subcommands:
+
+  prepare --work DIR --data SHARED_DATA [--jobs REGEX] [--epochs E] [--limit N]
+      writes DIR/data/ (symlinks to SHARED_DATA's files; the synthetic tabular dataset tabular64/;
+      with --limit, subsets <name>-first<N>/ of each dataset the jobs use: the first N train and
+      N/2 test examples), DIR/specs/<job>.json (the job with the suite's epochs, sync and async
+      2 x 2 variants), and prints one line per selected job: id<TAB>label<TAB>epochs
+  parse LOG
+      -> "samples_per_s accuracy timed_epochs": the median of the per-epoch samples/s lines without
+      epoch 1 (with one epoch: that epoch), and the final test accuracy
+  table RESULTS_TSV REPEATS
+      the Markdown table (medians over repeats) and ratios
+
+The tabular dataset (tabular64): 60,000 train + 10,000 test examples of 64 float32 features drawn
+from N(0, 1) with numpy's default_rng(20), labels 0-9 from a fixed random teacher network
+(64-32 tanh-10, argmax of its logits plus Gumbel noise of scale 0.5, same generator): learnable,
+not separable. Written as a dataset directory (dataset.json and .npy pairs, common/dataset_manifest.h),
+the same bytes on every run.
+"""
+import json, os, re, statistics, sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOBS_DIR = os.path.join(ROOT, "deploy", "jobs")
+
+MLP_784 = [{"type": "flatten"}, {"type": "dense", "units": 700, "activation": "relu"},
+           {"type": "dense", "units": 500, "activation": "relu"}, {"type": "dense", "units": 10}]
+
+
+def from_file(file, **changes):
+    spec = json.load(open(os.path.join(JOBS_DIR, file)))
+    for k, v in changes.items():
+        spec[k] = v
+    return spec
+
+
+def jobs():
+    """id -> (label, spec, full-run epochs). Every job keeps its own batch and optimizer."""
+    mnist = from_file("mnist-mlp.json")
+    fashion_mlp = from_file("mnist-mlp.json", name="fashion-mlp", dataset={"name": "fashion", "shuffle_seed": 22})
+    tabular = {
+        "name": "tabular-mlp",
+        "dataset": {"name": "tabular64", "shuffle_seed": 20},
+        "model": {"input_shape": [64], "seed": 20, "layers": [
+            {"type": "dense", "units": 256, "activation": "relu"},
+            {"type": "dense", "units": 256, "activation": "relu"},
+            {"type": "dense", "units": 10}]},
+        "loss": "sparse_softmax_cross_entropy",
+        "optimizer": {"type": "adam", "learning_rate": 0.001, "epsilon": 1e-07},
+        "training": {"mode": "sync", "global_batch_size": 128, "epochs": 5, "workers": 2, "servers": 2},
+    }
+    large = from_file("mnist-mlp.json", name="large-mlp")
+    large["model"] = dict(large["model"], layers=[
+        {"type": "flatten"}, {"type": "dense", "units": 4096, "activation": "relu"},
+        {"type": "dense", "units": 5000, "activation": "relu"}, {"type": "dense", "units": 10}])
+    return {
+        "mnist-mlp": ("MNIST MLP 784-700-500-10, Adam, b128, mnist10k", mnist, 5),
+        "fashion-mlp": ("Fashion MLP 784-700-500-10, Adam, b128", fashion_mlp, 3),
+        "fashion-cnn": ("Fashion CNN conv32-pool-conv64-pool-d64-d10, Adam, b64", from_file("fashion-cnn.json"), 3),
+        "keras-cnn": ("Keras multi-worker CNN conv32-d128-d10, SGD, b128, fashion-mnist",
+                      from_file("keras-multiworker-cnn.json"), 3),
+        "tabular-mlp": ("Tabular MLP 64-256-256-10 (synthetic float32), Adam, b128", tabular, 5),
+        "large-mlp": ("Large MLP 784-4096-5000-10 (23.8M params), Adam, b128, mnist10k", large, 3),
+    }
+
+
+def write_tabular(out):
+    d = os.path.join(out, "tabular64")
+    if os.path.exists(os.path.join(d, "dataset.json")):
+        return
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(20)
+    w1 = rng.normal(0, 1 / 8, (64, 32)).astype(np.float32)
+    w2 = rng.normal(0, 1, (32, 10)).astype(np.float32)
+    for split, n in (("train", 60000), ("test", 10000)):
+        x = rng.standard_normal((n, 64), dtype=np.float32)
+        logits = np.tanh(x @ w1) @ w2 + 0.5 * rng.gumbel(size=(n, 10))
+        np.save(os.path.join(d, f"{split}-x.npy"), x)
+        np.save(os.path.join(d, f"{split}-y.npy"), logits.argmax(1).astype(np.int64))
+    json.dump({"train": {"x": "train-x.npy", "y": "train-y.npy"}, "test": {"x": "test-x.npy", "y": "test-y.npy"},
+               "num_classes": 10}, open(os.path.join(d, "dataset.json"), "w"), indent=1)
+
+
+def write_subset(data, name, limit):
+    """data/<name>-first<limit>/: the first `limit` train and limit/2 test examples of dataset `name`."""
+    sub = f"{name}-first{limit}"
+    d = os.path.join(data, sub)
+    if os.path.exists(os.path.join(d, "dataset.json")):
+        return sub
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pt_job  # the same loader the PyTorch side uses; keeps uint8 as uint8 via the raw readers
+    os.makedirs(d, exist_ok=True)
+    manifest = {"num_classes": 10}
+    for split, n in (("train", limit), ("test", max(1, limit // 2))):
+        if name in ("mnist10k", "fashion", "fashion-mnist"):
+            x, y = pt_job.load_builtin(data, name, split)
+        else:
+            x, y = pt_job.load_directory(data, name, split)
+        np.save(os.path.join(d, f"{split}-x.npy"), np.ascontiguousarray(x[:n]))
+        np.save(os.path.join(d, f"{split}-y.npy"), y[:n].astype(np.int64))
+        manifest[split] = {"x": f"{split}-x.npy", "y": f"{split}-y.npy"}
+    json.dump(manifest, open(os.path.join(d, "dataset.json"), "w"), indent=1)
+    return sub
+
+
+def prepare(args):
+    work, shared = args["--work"], args["--data"]
+    pattern, epochs, limit = args.get("--jobs", ""), int(args.get("--epochs", 0)), int(args.get("--limit", 0))
+    data = os.path.join(work, "data")
+    os.makedirs(data, exist_ok=True)
+    for f in os.listdir(shared):
+        src, dst = os.path.join(shared, f), os.path.join(data, f)
+        if os.path.isfile(src) and not os.path.lexists(dst):
+            os.symlink(src, dst)
+    write_tabular(data)
+    os.makedirs(os.path.join(work, "specs"), exist_ok=True)
+    selected = {k: v for k, v in jobs().items() if re.search(pattern, k)}
+    if not selected:
+        sys.exit(f"no job matches --jobs '{pattern}' (jobs: {', '.join(jobs())})")
+    for job, (label, spec, full_epochs) in selected.items():
+        spec = json.loads(json.dumps(spec))
+        e = epochs or full_epochs
+        spec["training"]["epochs"] = e
+        spec["training"].pop("steps", None)
+        if limit:
+            spec["dataset"]["name"] = write_subset(data, spec["dataset"]["name"], limit)
+            label += f" [first {limit} train examples]"
+        spec.pop("backup", None)  # no checkpoints inside the timed runs
+        for mode in ("sync", "async"):
+            s = json.loads(json.dumps(spec))
+            s["training"].update(mode=mode, workers=2, servers=2)
+            json.dump(s, open(os.path.join(work, "specs", f"{job}-{mode}.json"), "w"), indent=1)
+        json.dump(spec, open(os.path.join(work, "specs", f"{job}.json"), "w"), indent=1)
+        print(f"{job}\t{label}\t{e}")
+
+
+def parse(log):
+    text = open(log).read()
+    eps = [(int(e), float(s)) for e, s in re.findall(r"^epoch (\d+):.*\|\s*([\d.]+) samples/s", text, re.M)]
+    if not eps:
+        sys.exit(f"no per-epoch lines in {log}")
+    after_warmup = [s for e, s in eps if e > 1]
+    timed = after_warmup or [s for e, s in eps]
+    m = re.findall(r"^final test accuracy: ([\d.]+)", text, re.M)
+    if not m:
+        sys.exit(f"no final test accuracy in {log}")
+    print(f"{statistics.median(timed):.1f} {float(m[-1]):.4f} {len(after_warmup)}")
+
+
+CONFIGS = ["ours-t1", "ours-t2", "sync-2x2", "async-2x2", "pt-t1", "pt-t2", "pt-ddp"]
+
+
+def table(results, repeats):
+    rows, labels, order = {}, {}, []
+    for line in open(results):
+        job, label, config, rep, sps, acc, n, secs = line.rstrip("\n").split("\t")
+        if job not in labels:
+            order.append(job)
+        labels[job] = label
+        rows.setdefault((job, config), []).append((float(sps), float(acc), int(n)))
+    med = {k: statistics.median(x[0] for x in v) for k, v in rows.items()}
+    acc = {k: statistics.median(x[1] for x in v) for k, v in rows.items()}
+    timed = min(x[2] for v in rows.values() for x in v)
+
+    def sps(job, c):
+        return f"{med[(job, c)]:,.0f}" if (job, c) in med else "-"
+
+    def ratio(job, a, b):
+        return f"{med[(job, a)] / med[(job, b)]:.2f}" if (job, a) in med and (job, b) in med and med[(job, b)] else "-"
+
+    print("| job | ours 1 thr | ours 2 thr | sync 2x2 | async 2x2 | PyTorch 1 thr | PyTorch 2 thr | DDP 2x1 "
+          "| sync / ours 1 thr | sync / DDP | ours / PyTorch 1 thr | ours / PyTorch 2 thr |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for job in order:
+        print(f"| {labels[job]} | " + " | ".join(sps(job, c) for c in CONFIGS) + " | " +
+              " | ".join([ratio(job, "sync-2x2", "ours-t1"), ratio(job, "sync-2x2", "pt-ddp"),
+                          ratio(job, "ours-t1", "pt-t1"), ratio(job, "ours-t2", "pt-t2")]) + " |")
+    print()
+    print("Final test accuracy (median over repeats):")
+    print()
+    print("| job | " + " | ".join(["ours 1 thr", "ours 2 thr", "sync 2x2", "async 2x2", "PyTorch 1 thr",
+                                    "PyTorch 2 thr", "DDP 2x1"]) + " |")
+    print("|---|" + "---|" * len(CONFIGS))
+    for job in order:
+        print(f"| {labels[job]} | " + " | ".join(f"{acc[(job, c)]:.4f}" if (job, c) in acc else "-"
+                                                 for c in CONFIGS) + " |")
+    print()
+    print(f"samples/s: median over {repeats} repeat(s) of each run's figure = median of its per-epoch samples/s "
+          f"without epoch 1 (here {timed} epoch(s) timed per run{'; epoch 1 only, warm-up included: not for comparison' if timed < 1 else ''}). "
+          "Ours 1/2 thr: pstrain-train --threads N --parallelism batch. sync/async 2x2: 2 workers x 2 servers, "
+          "1 compute thread per worker (the coordinator's epoch line: sum of the workers' rates, training steps "
+          "only). PyTorch: tests/bench/pt_job.py on the same spec and files, --threads N; DDP: gloo, 2 processes "
+          "x 1 thread, global batch split in two. Ratios of samples/s.")
+
+
+def main():
+    cmd, rest = sys.argv[1], sys.argv[2:]
+    if cmd == "prepare":
+        prepare(dict(zip(rest[::2], rest[1::2])))
+    elif cmd == "parse":
+        parse(rest[0])
+    elif cmd == "table":
+        table(rest[0], rest[1])
+    else:
+        sys.exit(f"unknown subcommand {cmd}")
+
+
+if __name__ == "__main__":
+    main()
