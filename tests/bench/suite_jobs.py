@@ -154,13 +154,14 @@ CONFIGS = ["ours-t1", "ours-t2", "sync-2x2", "async-2x2", "pt-t1", "pt-t2", "pt-
 
 
 def table(results, repeats):
-    rows, labels, order = {}, {}, []
+    rows, labels, order, wall = {}, {}, [], {}
     for line in open(results):
         job, label, config, rep, sps, acc, n, secs = line.rstrip("\n").split("\t")
         if job not in labels:
             order.append(job)
         labels[job] = label
         rows.setdefault((job, config), []).append((float(sps), float(acc), int(n)))
+        wall[job] = wall.get(job, 0) + int(secs)
     med = {k: statistics.median(x[0] for x in v) for k, v in rows.items()}
     acc = {k: statistics.median(x[1] for x in v) for k, v in rows.items()}
     timed = min(x[2] for v in rows.values() for x in v)
@@ -194,6 +195,9 @@ def table(results, repeats):
           "1 compute thread per worker (the coordinator's epoch line: sum of the workers' rates, training steps "
           "only). PyTorch: tests/bench/pt_job.py on the same spec and files, --threads N; DDP: gloo, 2 processes "
           "x 1 thread, global batch split in two. Ratios of samples/s.")
+    print()
+    print("Wall time of the runs per job (all configs and repeats, start-up and evaluation included): " +
+          ", ".join(f"{job} {wall[job]} s" for job in order) + ".")
 
 
 def main():
