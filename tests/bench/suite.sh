@@ -91,12 +91,19 @@ SUITE_DATA=$WORK/data  # the shared data's files (symlinks) plus the generated d
 PORT_I=0
 next_ports() { P1=$((PORT_BASE + PORT_I)); P2=$((P1 + 1)); PORT_I=$(((PORT_I + 2) % 100)); }
 
+FAILED=()
 # run JOB LABEL CONFIG REP CMD...: run once, log, append "job label config rep sps acc timed secs"
 run() {
   local job=$1 label=$2 config=$3 rep=$4; shift 4
   local log=$WORK/$job-$config-r$rep.log t0=$SECONDS
-  "$@" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "$job $config failed (log: $log)"; }
-  local res sps acc n; res=$("$PY" "$HERE/suite_jobs.py" parse "$log") || die "cannot parse $log"; read -r sps acc n <<<"$res"
+  # A failed or unparsable run is reported and left out of the table; the suite goes on.
+  if ! "$@" >"$log" 2>&1; then
+    tail -n 20 "$log" >&2; echo "suite.sh: $job $config run $rep FAILED (log: $log)" >&2
+    FAILED+=("$job $config r$rep ($log)"); return 0
+  fi
+  local res sps acc n
+  res=$("$PY" "$HERE/suite_jobs.py" parse "$log") || { FAILED+=("$job $config r$rep: cannot parse $log"); return 0; }
+  read -r sps acc n <<<"$res"
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$job" "$label" "$config" "$rep" "$sps" "$acc" "$n" "$((SECONDS - t0))" >>"$RESULTS"
   printf '  %-12s %-9s run %s: %9s samples/s, acc %s (%ss, load avg %s)\n' "$job" "$config" "$rep" "$sps" "$acc" \
     "$((SECONDS - t0))" "$(cut -d' ' -f1 /proc/loadavg)" >&2
@@ -140,6 +147,10 @@ while IFS=$'\t' read -r job label epochs; do
 done <<<"$JOBLIST"
 echo >&2
 
-"$PY" "$HERE/suite_jobs.py" table "$RESULTS" "$REPEATS"
+[[ -s $RESULTS ]] && "$PY" "$HERE/suite_jobs.py" table "$RESULTS" "$REPEATS"
 echo
 echo "total wall time: $((SECONDS - START)) s; load avg at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+if ((${#FAILED[@]})); then
+  echo; echo "FAILED runs (left out of the table):"; printf -- '- %s\n' "${FAILED[@]}"
+  exit 1
+fi
