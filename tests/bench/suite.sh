@@ -33,7 +33,8 @@
 #   --port-base P ports P..P+99 for the clusters' RPC/HTTP and DDP's rendezvous (default 19500)
 # Env: PSTRAIN_DATA_DIR (default <repo>/../shared/data), PSTRAIN_BUILD_DIR (default <repo>/build; inside
 #      the repository), PYTORCH_BENCH_DIR (default /work/shared/bench/pytorch: openblas_env.sh).
-#      Logs of every run, the generated data and specs are kept in a temp dir.
+#      Logs of every run, the generated data and specs are kept in a temp dir. keras-cnn reads the
+#      official Fashion-MNIST from Debian's dataset-fashion-mnist (deploy/setup.sh installs it).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -48,7 +49,7 @@ while (($#)); do
     --jobs) JOBS=${2?--jobs needs a value}; shift 2 ;;
     --port-base) PORT_BASE=${2:?--port-base needs a value}; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "suite.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -111,7 +112,7 @@ run() {
 
 cluster() {  # JOB MODE REP
   next_ports
-  LOCAL_CLUSTER_DIR=$WORK/cluster-$1-$2-r$3 RPC_PORT=$P1 HTTP_PORT=$P2 SERVERS=2 WORKERS=2 WORKER_THREADS=1 WORKER_FLAGS= \
+  LOCAL_CLUSTER_DIR=$WORK/cluster-$1-$2-r$3 RPC_PORT=$P1 HTTP_PORT=$P2 SERVERS=2 WORKERS=2 WORKER_THREADS=1 WORKER_FLAGS='' \
     BUILD_DIR=${BUILD#"$ROOT"/} PSTRAIN_DATA_DIR=$SUITE_DATA \
     timeout -k 10 1800 "$ROOT/deploy/local-cluster.sh" run "$WORK/specs/$1-$2.json"
 }
