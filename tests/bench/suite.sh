@@ -49,7 +49,7 @@ while (($#)); do
     --jobs) JOBS=${2?--jobs needs a value}; shift 2 ;;
     --port-base) PORT_BASE=${2:?--port-base needs a value}; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "suite.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
