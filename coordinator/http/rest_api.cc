@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/json_text.h"
 #include "common/log.h"
+#include "common/rpc/cluster_auth.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_json.h"
 #include "coordinator/init_from_check.h"
@@ -558,6 +559,11 @@ HttpResponse RestApi::prometheus() const {
       << "pstrain_http_auth_failures_total{reason=\"missing\"} " << auth_missing_.load() << "\n"
       << "pstrain_http_auth_failures_total{reason=\"invalid\"} " << auth_invalid_.load() << "\n"
       << "pstrain_http_auth_failures_total{reason=\"forbidden\"} " << auth_forbidden_.load() << "\n";
+  if (rpc_refusals_) {
+    out << "# HELP pstrain_rpc_auth_refusals_total Cluster connections to the coordinator refused at their "
+           "handshake (no or a wrong cluster secret).\n# TYPE pstrain_rpc_auth_refusals_total counter\n"
+        << "pstrain_rpc_auth_refusals_total " << rpc_refusals_->count() << "\n";
+  }
   const EventStreamStats& events = store_.event_stats();
   out << "# HELP pstrain_event_streams Open event streams (Server-Sent Events clients).\n"
          "# TYPE pstrain_event_streams gauge\n"

@@ -25,6 +25,10 @@
 
 namespace pstrain {
 
+namespace rpc {
+class AuthRefusals;
+}  // namespace rpc
+
 struct HttpRequest {
   std::string method;        // "GET"
   std::string target;        // "/v1/jobs/job-1?x=y"
@@ -111,6 +115,11 @@ class RestApi {
   // Without (the default), the API is open. Set before serving.
   void set_access_tokens(std::shared_ptr<const AccessTokens> tokens) { tokens_ = std::move(tokens); }
 
+  // The cluster's connections refused at their handshake (wrong or missing cluster secret), counted
+  // by the coordinator's RPC listener (thread-safe), shown in /metrics. Set before serving; must
+  // outlive this object.
+  void set_cluster_auth_refusals(const rpc::AuthRefusals* refusals) { rpc_refusals_ = refusals; }
+
   // Bounds of each event stream's queue (set before serving).
   void set_event_limits(EventQueueLimits limits) { event_limits_ = limits; }
 
@@ -142,6 +151,7 @@ class RestApi {
   JobStore& store_;
   JobCommands& commands_;
   std::shared_ptr<const AccessTokens> tokens_;  // null: open
+  const rpc::AuthRefusals* rpc_refusals_ = nullptr;
   std::atomic<uint64_t> auth_missing_{0}, auth_invalid_{0}, auth_forbidden_{0};
   std::string openapi_json_;
   DatasetCatalog* catalog_;
