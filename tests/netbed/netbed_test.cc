@@ -256,7 +256,7 @@ void check_replaced_server_is_fenced(BedCluster& cluster, size_t index) {
 
 TEST_CASE("netbed - a server frozen past the dead timeout is replaced; resumed, it is fenced and rejoins as a spare") {
   testing::TempDir dir;
-  const std::string json = job_json(3, 10);
+  const std::string json = job_json(2, 10);
   BedCluster cluster(3, 2, testing::write_spec(dir.path(), "job.json", json), dir.file("final.bin"),
                      {"--dead-after-ms", "1500", "--move-server-after-ms", "1000"});
   cluster.coordinator().wait_for_line("backup at step 20 complete", 90s);
@@ -267,7 +267,7 @@ TEST_CASE("netbed - a server frozen past the dead timeout is replaced; resumed, 
   check_replaced_server_is_fenced(cluster, 1);
   REQUIRE(cluster.wait_job(240s) == 0);
   const std::string log = cluster.coordinator().log_text();
-  check_every_example_once(log, 3);
+  check_every_example_once(log, 2);
   const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
   MESSAGE("max abs difference to an uninterrupted run " << diff);
   CHECK(diff <= 1e-5);
@@ -279,7 +279,7 @@ TEST_CASE("netbed - a server frozen past the dead timeout is replaced; resumed, 
 
 TEST_CASE("netbed - coordinator and a server cut off from each other, workers reach both: no split brain") {
   testing::TempDir dir;
-  const std::string json = job_json(3, 10);
+  const std::string json = job_json(2, 10);
   BedCluster cluster(3, 2, testing::write_spec(dir.path(), "job.json", json), dir.file("final.bin"),
                      {"--dead-after-ms", "1500", "--move-server-after-ms", "1000"});
   cluster.coordinator().wait_for_line("backup at step 20 complete", 90s);
@@ -292,7 +292,7 @@ TEST_CASE("netbed - coordinator and a server cut off from each other, workers re
   check_replaced_server_is_fenced(cluster, 1);
   REQUIRE(cluster.wait_job(240s) == 0);
   const std::string log = cluster.coordinator().log_text();
-  check_every_example_once(log, 3);
+  check_every_example_once(log, 2);
   const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
   MESSAGE("max abs difference to an uninterrupted run " << diff);
   CHECK(diff <= 1e-5);
@@ -303,7 +303,7 @@ TEST_CASE("netbed - coordinator and a server cut off from each other, workers re
 
 TEST_CASE("netbed - a server's link down past the dead timeout and back: rolled back, same parameters") {
   testing::TempDir dir;
-  const std::string json = job_json(3, 10);
+  const std::string json = job_json(2, 10);
   // No free server: the lost one must come back under its name and restore its own backup.
   BedCluster cluster(2, 2, testing::write_spec(dir.path(), "job.json", json), dir.file("final.bin"),
                      {"--dead-after-ms", "1500"});
@@ -315,7 +315,7 @@ TEST_CASE("netbed - a server's link down past the dead timeout and back: rolled 
   REQUIRE(cluster.wait_job(240s) == 0);
   const std::string log = cluster.coordinator().log_text();
   CHECK(log.find("RUNNING again from step") != std::string::npos);
-  check_every_example_once(log, 3);
+  check_every_example_once(log, 2);
   const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
   MESSAGE("max abs difference to an uninterrupted run " << diff);
   CHECK(diff <= 1e-5);
@@ -327,7 +327,7 @@ TEST_CASE("netbed - a server's link down past the dead timeout and back: rolled 
 
 TEST_CASE("netbed - a worker frozen past the dead timeout is fenced when resumed; no step applied twice") {
   testing::TempDir dir;
-  const std::string json = job_json(3, 10);
+  const std::string json = job_json(2, 10);
   BedCluster cluster(2, 2, testing::write_spec(dir.path(), "job.json", json), dir.file("final.bin"),
                      {"--dead-after-ms", "1500"});
   cluster.coordinator().wait_for_line("backup at step 20 complete", 90s);
@@ -339,7 +339,7 @@ TEST_CASE("netbed - a worker frozen past the dead timeout is fenced when resumed
   cluster.worker(1).wait_for_line(std::regex("session ended"), 60s, "the resumed worker's session ending");
   REQUIRE(cluster.wait_job(240s) == 0);
   const std::string log = cluster.coordinator().log_text();
-  check_every_example_once(log, 3);
+  check_every_example_once(log, 2);
   const std::string status = cluster.job_status();
   INFO(status);
   CHECK(status.find("\"state\":\"SUCCEEDED\"") != std::string::npos);
