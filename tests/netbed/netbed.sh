@@ -17,7 +17,7 @@
 #   addr NODE                  print NODE's address
 #   nodes                      print the bed's nodes
 #   rate NODE RATE             limit NODE's egress to RATE (tc tbf; e.g. 1gbit, 10mbit); "off" lifts it
-#   fault link-down NODE       full partition of NODE (its veth down)
+#   fault link-down NODE       full partition of NODE (the bridge side of its veth down)
 #   fault link-up NODE         heal it
 #   fault cut A B              A and B cannot reach each other (blackhole routes in both); others can
 #   fault heal A B             undo cut
@@ -109,6 +109,10 @@ cmd_up() {
     sysctl -qw "net.ipv4.conf.$host.arp_ignore=8"
     ip link set "$host" master "$BRIDGE" up
     ip -n "$ns" link set lo up
+    # Only 127.0.0.1 is the node's own on lo: with the whole 127.0.0.0/8 local, a peer's address
+    # without a route (the link down) would be taken as the node's own and every connection to
+    # it reset at once, instead of its packets being lost as on a real network.
+    ip -n "$ns" route del local 127.0.0.0/8 dev lo table local
     ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.route_localnet=1
     ip netns exec "$ns" sysctl -qw net.ipv4.conf.eth0.route_localnet=1
     ip -n "$ns" addr add "$(addr_of "$node")/16" dev eth0
@@ -158,8 +162,10 @@ cmd_fault() {
   local kind="$1" node="$2" ns pids
   ns=$(ns_of "$node")
   case "$kind" in
-    link-down) ip -n "$ns" link set eth0 down ;;
-    link-up) ip -n "$ns" link set eth0 up ;;
+    # The switch side of the cable: the node's eth0 loses its carrier, keeps its address and
+    # routes, and what it sends is lost (TCP retransmits) until the link is back.
+    link-down) ip link set "$PREFIX-$node" down ;;
+    link-up) ip link set "$PREFIX-$node" up ;;
     cut)
       [[ $# -eq 3 ]] || die "fault cut A B"
       blackhole replace "$node" "$3"

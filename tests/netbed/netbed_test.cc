@@ -315,6 +315,12 @@ TEST_CASE("netbed - a server's link down past the dead timeout and back: rolled 
   REQUIRE(cluster.wait_job(240s) == 0);
   const std::string log = cluster.coordinator().log_text();
   CHECK(log.find("RUNNING again from step") != std::string::npos);
+  // Each worker's session of the old plan was ended by the coordinator at once (its watch call),
+  // not left waiting on a server connection that may never answer.
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("worker-" << i);
+    CHECK(cluster.worker(i).log_text().find("the coordinator ended this plan") != std::string::npos);
+  }
   check_every_example_once(log, 2);
   const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
   MESSAGE("max abs difference to an uninterrupted run " << diff);
