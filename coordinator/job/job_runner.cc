@@ -302,6 +302,8 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
 
 kj::Promise<WorkerOrder> JobRunner::watch(NodeId node, uint64_t generation) {
   KJ_REQUIRE(job_.worker_index(node).has_value(), "this node is not a worker of the job", node, job_.id);
+  // A session of a superseded plan is told so at once (end_watches told the ones already open).
+  KJ_REQUIRE(generation >= job_.generation, "re-planned: get a new assignment", generation, job_.generation);
   if (generation != job_.generation || job_.state() != JobState::kRunning) return kj::NEVER_DONE;
   auto paf = kj::newPromiseAndFulfiller<WorkerOrder>();
   job_.watchers[node] = kj::mv(paf.fulfiller);
