@@ -13,6 +13,8 @@
 #   up NODE...                 create the bed with these nodes (a stale bed of that name goes first)
 #   down                       remove every namespace and the bridge of the bed (kills what runs in
 #                              them); safe to run any number of times, also after a crash
+#   down-all                   `down` for every bed on the machine (every psn-* namespace and link),
+#                              e.g. after test processes were killed before they could clean up
 #   exec NODE CMD...           run CMD inside NODE's namespace (exec: the pid stays CMD's)
 #   addr NODE                  print NODE's address
 #   nodes                      print the bed's nodes
@@ -84,6 +86,14 @@ cmd_down() {
     ip link del "$link" 2>/dev/null || true
   done
   rm -rf "$STATE_DIR"
+}
+
+cmd_down_all() {
+  local bed
+  for bed in $( (ip netns list 2>/dev/null | awk '{print $1}'; ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1) |
+                sed -n 's/^psn-\([a-z0-9]\{1,4\}\)-.*/\1/p' | sort -u); do
+    "$0" -b "$bed" down
+  done
 }
 
 cmd_up() {
@@ -189,18 +199,19 @@ cmd_fault() {
   esac
 }
 
-[[ $# -ge 1 ]] || { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 command="$1"
 shift
 case "$command" in
   check) cmd_check ;;
   up) cmd_check; cmd_up "$@" ;;
   down) cmd_down ;;
+  down-all) cmd_down_all ;;
   exec) cmd_exec "$@" ;;
   addr) addr_of "$1" ;;
   nodes) bed_namespaces | sed "s/^$PREFIX-//" ;;
   rate) cmd_rate "$@" ;;
   fault) cmd_fault "$@" ;;
-  -h | --help | help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h | --help | help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) die "unknown command '$command' (try --help)" ;;
 esac
