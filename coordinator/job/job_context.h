@@ -123,6 +123,9 @@ struct JobContext {
   std::map<NodeId, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers;
   // Whether worker node `node` has an open watch and is alive.
   bool can_order(NodeId node);  // (not const: a fulfiller's isWaiting() is not)
+  // The plan changed: every open watch call fails (with `why`), so each worker of the old plan ends
+  // its session even if it is blocked on a server that will never answer.
+  void end_watches(const std::string& why);
 };
 
 }  // namespace pstrain

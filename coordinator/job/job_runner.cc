@@ -302,6 +302,8 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
 
 kj::Promise<WorkerOrder> JobRunner::watch(NodeId node, uint64_t generation) {
   KJ_REQUIRE(job_.worker_index(node).has_value(), "this node is not a worker of the job", node, job_.id);
+  // A session of a superseded plan is told so at once (end_watches told the ones already open).
+  KJ_REQUIRE(generation >= job_.generation, "re-planned: get a new assignment", generation, job_.generation);
   if (generation != job_.generation || job_.state() != JobState::kRunning) return kj::NEVER_DONE;
   auto paf = kj::newPromiseAndFulfiller<WorkerOrder>();
   job_.watchers[node] = kj::mv(paf.fulfiller);
@@ -549,6 +551,7 @@ void JobRunner::recover(const std::string& why) {
   // inside one of their callbacks); the generation bump below makes a takeover stand down.
   async_cuts_.end();
   ++job_.generation;  // every session of the old plan is stale from now on
+  job_.end_watches(why);  // and told so, in case it waits on a server that will never answer
   if (job_.phase == Phase::kRecovering) return;  // the running recovery picks up the new losses
   job_.phase = Phase::kRecovering;
   job_.store.update(job_.id, [&](JobRecord& r) {
@@ -584,7 +587,7 @@ void JobRunner::replan(std::vector<NodeId> workers, uint64_t version, uint64_t r
   // Acks and replicas of backups past `version` are of the abandoned timeline (the servers
   // deleted those backups when they restored).
   for (uint64_t dropped : job_.backups.forget_after(version)) job_.store.replicas().erase(job_.id, dropped);
-  job_.watchers.clear();
+  job_.end_watches("the job runs again on a new plan");
   ++job_.recoveries;
   ++job_.generation;
   job_.phase = Phase::kRunning;

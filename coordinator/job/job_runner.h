@@ -87,6 +87,9 @@ class JobRunner {
   kj::Promise<void> preempt(NodeId node);
   // A node of this job died (missed heartbeats, or a server registered again under its name).
   void on_node_lost(NodeId node, const std::string& why);
+  // A server registered (a new node, or one back under its name): a server this job's shard
+  // moved away from is told to drop the job before it is free (ServerMover).
+  void on_server_registered(NodeId node) { mover_.on_server_registered(node); }
   // Sync: if the job runs with fewer workers than it asked for and a worker is free, takes it in
   // at the next step (a cut, then a re-plan from the cut: nothing replayed). Async: a free worker
   // takes the place of a lost one, from the lost one's last reported step.
