@@ -110,10 +110,21 @@ kj::Promise<void> AsyncCuts::run() {
     }
     version += positions[i].steps_done;
   }
+  std::string where;
+  for (size_t i = 0; i < positions.size(); ++i) {
+    where += (i ? ", " : "") + std::to_string(i) + ": epoch " + std::to_string(positions[i].epoch + 1) + " step " +
+             std::to_string(positions[i].step) + " (" + std::to_string(positions[i].steps_done) + " done)";
+  }
   PSLOG(kInfo) << "job " << job_.id << ": consistent cut at step " << version << " (" << cut_->positions.size()
-               << " worker(s) paused); backing up";
-  positions_[version] = kj::mv(positions);
-  while (positions_.size() > 4) positions_.erase(positions_.begin());
+               << " worker(s) paused; workers " << where << "); backing up";
+  // Stored before the servers back up: the backup can only be recorded complete after this write.
+  std::vector<uint64_t> dropped;
+  positions_[version] = positions;
+  while (positions_.size() > 4) {
+    dropped.push_back(positions_.begin()->first);
+    positions_.erase(positions_.begin());
+  }
+  job_.store.set_async_cut(job_.id, version, kj::mv(positions), dropped);
   return job_.servers.backup_now(version);
 }
 
@@ -121,6 +132,19 @@ void AsyncCuts::end() {
   if (!cut_) return;
   for (auto& resume : cut_->resumes) resume->fulfill();
   cut_.reset();
+}
+
+std::vector<uint64_t> AsyncCuts::versions_up_to(uint64_t at_most) const {
+  std::vector<uint64_t> out;
+  for (auto it = positions_.rbegin(); it != positions_.rend(); ++it) {
+    if (it->first <= at_most) out.push_back(it->first);
+  }
+  return out;
+}
+
+std::vector<WorkerPosition> AsyncCuts::positions_at(uint64_t version) const {
+  const auto it = positions_.find(version);
+  return it == positions_.end() ? std::vector<WorkerPosition>{} : it->second;
 }
 
 WorkerPosition AsyncCuts::position_of(size_t worker) const {

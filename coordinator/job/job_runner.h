@@ -111,11 +111,17 @@ class JobRunner {
   // a restarted coordinator recorded one.
   kj::Promise<void> configure_and_resume();
   kj::Promise<void> adopt();
+  // Async, after a coordinator restart: the servers' furthest version before they are configured
+  // afresh, then the restore of the newest stored cut up to `latest` and the workers' positions.
+  kj::Promise<uint64_t> servers_reached();
+  kj::Promise<void> resume_async(std::optional<uint64_t> latest);
   // Sync worker loss without a rollback: false if the job cannot do it now (then it rolls back).
   bool try_take_over(size_t lost, const std::string& why);
   // The new plan from `version` with `workers` (after a rollback or a takeover).
   void replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how);
   kj::Promise<void> collect_parameters();
+  // Async: logs how many pushes every chunk took against the planned steps (before the end).
+  kj::Promise<void> count_async_updates();
   void finish_if_done();
   void release_nodes();
   void end(Phase phase, const std::string& reason);
@@ -126,6 +132,7 @@ class JobRunner {
   // servers' state (adopt), with the server names it recorded.
   bool requeued_while_running_ = false;
   std::vector<std::string> recorded_server_names_;
+  uint64_t reached_before_restart_ = 0;  // async: the servers' furthest version when adopted
   std::string failure_;
   std::vector<float> final_params_;
   std::chrono::steady_clock::time_point started_at_;

@@ -8,7 +8,10 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
+#include <thread>
 
 #include "common/job_spec.h"
 #include "tests/integration/cluster.h"
@@ -332,4 +335,89 @@ TEST_CASE("async - a new worker takes the place of a killed one and the job fini
   // The lost worker's shard was finished by its replacement, so the job trained on (almost)
   // everything: the accuracy of a run without faults.
   CHECK(cluster.final_accuracy() >= 0.92);
+}
+
+TEST_CASE("async - kill -9 of the coordinator then a restart resumes every worker from the stored cut") {
+  testing::TempDir dir;
+  JobSpec spec = testing::mlp_job(700, 500, 6);
+  spec.training.mode = TrainingMode::kAsync;
+  spec.training.servers = 2;
+  spec.training.workers = 3;
+  spec.backup.frequency = BackupSpec::Frequency::kSteps;
+  spec.backup.steps = 60;
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_spec_to_json(spec)),
+                            .workers = 3});
+  // Past a complete cut (its positions stored in the coordinator's RocksDB), and on into the next
+  // steps, so that the servers stand past the cut when the coordinator dies.
+  const auto backup = cluster.coordinator().wait_for_line("backup at step ([0-9]+) complete on all 2", 60s);
+  const int first_backup = std::stoi(backup[1]);
+  // A worker reports a step count past its share of the cut (each worker stands at about a
+  // third of it).
+  const int past = first_backup / 3 + 10;
+  bool moved_on = false;
+  for (auto deadline = std::chrono::steady_clock::now() + 60s; !moved_on && std::chrono::steady_clock::now() < deadline;) {
+    const std::string text = cluster.coordinator().log_text();
+    static const std::regex report_re("worker [0-9]: epoch [0-9]+ step ([0-9]+) loss");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), report_re); it != std::sregex_iterator(); ++it) {
+      moved_on = moved_on || std::stoi((*it)[1]) >= past;
+    }
+    if (!moved_on) std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE_MESSAGE(moved_on, "no worker reported step " << past << " after the cut at " << first_backup);
+  cluster.restart_coordinator(/*hard=*/true);
+  REQUIRE(cluster.wait_job(180s) == 0);
+
+  const std::string log = cluster.coordinator().log_text();
+  const std::string restart_marker = "[process_harness] start coordinator";
+  const size_t second = log.find(restart_marker, log.find(restart_marker) + 1);
+  REQUIRE(second != std::string::npos);
+  const std::string before = log.substr(0, second), after = log.substr(second);
+
+  // The cuts of the first life, with the workers' positions, and which of them completed.
+  std::map<int, std::string> cut_positions;
+  static const std::regex cut_re("consistent cut at step ([0-9]+) \\([0-9]+ worker\\(s\\) paused; workers (.*?)\\); backing up");
+  for (auto it = std::sregex_iterator(before.begin(), before.end(), cut_re); it != std::sregex_iterator(); ++it) {
+    cut_positions[std::stoi((*it)[1])] = (*it)[2];
+  }
+  std::set<int> complete;
+  static const std::regex done_re("backup at step ([0-9]+) complete on all 2");
+  for (auto it = std::sregex_iterator(before.begin(), before.end(), done_re); it != std::sregex_iterator(); ++it) {
+    complete.insert(std::stoi((*it)[1]));
+  }
+  REQUIRE(!complete.empty());
+  CHECK(*complete.begin() == first_backup);
+
+  // The restarted coordinator resumed from a complete cut of the first life (the latest, unless the
+  // kill came before its record reached the disk), with exactly the positions of that cut, not
+  // from zero.
+  std::smatch resumed;
+  REQUIRE(std::regex_search(after, resumed,
+                            std::regex("async job resumed from the consistent cut at step ([0-9]+) after a coordinator "
+                                       "restart \\(workers (.*?)\\); the servers had reached step ([0-9]+): "
+                                       "([0-9]+) step\\(s\\) to replay")));
+  const int cut = std::stoi(resumed[1]);
+  const int reached = std::stoi(resumed[3]), replayed = std::stoi(resumed[4]);
+  CHECK(cut > 0);
+  CHECK(complete.count(cut) == 1);
+  CHECK(cut >= *complete.rbegin() - 60);
+  REQUIRE(cut_positions.count(cut) == 1);
+  CHECK(resumed[2].str() == cut_positions[cut]);
+  CHECK(reached >= cut);
+  CHECK(replayed == reached - cut);
+  // Nothing in the second life started over: no progress report below the cut's positions. Each
+  // worker's first report comes after its resumed steps (reports every 10 steps or at an epoch end).
+  CHECK(after.find("starts over") == std::string::npos);
+
+  // Every chunk took each planned step exactly once in the surviving timeline: the steps after the
+  // cut were undone on the servers by the restore and redone once; none was skipped.
+  std::smatch updates;
+  REQUIRE(std::regex_search(after, updates,
+                            std::regex("every chunk took ([0-9]+) to ([0-9]+) push\\(es\\); planned steps: ([0-9]+)")));
+  CHECK(updates[1].str() == updates[3].str());
+  CHECK(updates[2].str() == updates[3].str());
+  MESSAGE("killed after the cut at step " << *complete.rbegin() << "; resumed from the cut at step " << cut
+                                           << "; the servers had reached step " << reached << ": " << replayed
+                                           << " step(s) redone; pushes per chunk " << updates[1] << " of "
+                                           << updates[3] << " planned");
+  CHECK(cluster.final_accuracy() >= 0.90);
 }
