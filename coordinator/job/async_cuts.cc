@@ -8,7 +8,9 @@
 // push in flight, every chunk is at the same version (the job's steps so far), and each server
 // backs up its shard as it is (`backupNow`). Then the workers go on. The positions are kept with
 // the backup's version, so a recovery restores the servers to it and restarts each worker at its
-// recorded position: the steps after the cut are redone, none is skipped or done twice.
+// recorded position: the steps after the cut are redone, none is skipped or done twice. The
+// positions are stored in the JobStore too, before the servers back up, so a restarted
+// coordinator does the same from the newest complete cut (JobRunner::resume_async).
 //
 // Cuts happen when the job's steps (summed over workers, as reported) pass the next multiple of
 // `save_freq` (or of the steps of one epoch of all workers, for "epoch"). A cut that does not

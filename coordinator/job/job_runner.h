@@ -108,7 +108,7 @@ class JobRunner {
   kj::Promise<void> start(std::vector<ServerMember> servers);
   kj::Promise<void> configure_servers();
   // Configures every server afresh (fresh shards), then resumes from the last complete backup if
-  // a restarted coordinator recorded one.
+  // a restarted coordinator recorded one (async: the newest stored cut, resume_async).
   kj::Promise<void> configure_and_resume();
   kj::Promise<void> adopt();
   // Async, after a coordinator restart: the servers' furthest version before they are configured

@@ -11,6 +11,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/job_spec.h"
@@ -390,6 +391,15 @@ TEST_CASE("async - kill -9 of the coordinator then a restart resumes every worke
   // The restarted coordinator resumed from a complete cut of the first life (the latest, unless the
   // kill came before its record reached the disk), with exactly the positions of that cut, not
   // from zero.
+  std::string events;  // what the two lives said about cuts, backups, restarts and losses (on failure)
+  {
+    std::istringstream lines(log);
+    static const std::regex worth("cut|backup|resum|restart|start|over|RECOVER|RUNNING|lost|FAIL|configur|harness");
+    for (std::string line; std::getline(lines, line);) {
+      if (std::regex_search(line, worth)) events += line + "\n";
+    }
+  }
+  INFO("the coordinator's log, filtered:\n" << events);
   std::smatch resumed;
   REQUIRE(std::regex_search(after, resumed,
                             std::regex("async job resumed from the consistent cut at step ([0-9]+) after a coordinator "
