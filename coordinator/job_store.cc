@@ -220,18 +220,23 @@ void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
   it->second.epoch_history.push_back(metric);
 }
 
-void JobStore::set_async_cut(const std::string& id, uint64_t version, std::vector<WorkerPosition> positions,
-                             const std::vector<uint64_t>& dropped) {
+kj::Promise<void> JobStore::set_async_cut(const std::string& id, uint64_t version, std::vector<WorkerPosition> positions,
+                                          const std::vector<uint64_t>& dropped) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
-  if (it == jobs_.end()) return;
+  if (it == jobs_.end()) return kj::READY_NOW;
   std::vector<KvStore::Write> writes;
   if (kv_ != nullptr) writes.push_back({"job/" + id + "/cut/" + padded(version), positions_to_json(positions)});
   it->second.async_cuts[version] = std::move(positions);
   for (uint64_t v : dropped) {
     if (it->second.async_cuts.erase(v) != 0 && kv_ != nullptr) writes.push_back({"job/" + id + "/cut/" + padded(v), std::nullopt});
   }
-  enqueue(id, std::move(writes), false, {0, 0}, std::nullopt);
+  if (kv_ == nullptr) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+  // std::function wants a copyable callable.
+  auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+  writer_.enqueue(std::move(writes), /*sync=*/false, [fulfiller] { (*fulfiller)->fulfill(); });
+  return kj::mv(paf.promise);
 }
 
 void JobStore::erase_async_cuts(const std::string& id) {

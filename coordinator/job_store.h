@@ -138,11 +138,11 @@ class JobStore {
   // checkpoint at a step the record has already is replaced.
   void add_checkpoint(const std::string& id, const CheckpointInfo& info, std::vector<std::string> pieces, size_t keep);
   // Async: the workers' positions at the consistent cut whose backup is `version`, and the
-  // deletion of the cuts at `dropped`. Queued on the writer before the cut's backup can be
-  // recorded as complete (update() of last_backup_step comes later, in order), so a record that
-  // names a complete backup never comes back from disk without its positions.
-  void set_async_cut(const std::string& id, uint64_t version, std::vector<WorkerPosition> positions,
-                     const std::vector<uint64_t>& dropped);
+  // deletion of the cuts at `dropped`. Resolves (on the caller's event loop) once written: the
+  // caller asks the servers to back up only then, so after a kill of the process every backup of
+  // a cut has its positions on disk.
+  kj::Promise<void> set_async_cut(const std::string& id, uint64_t version, std::vector<WorkerPosition> positions,
+                                  const std::vector<uint64_t>& dropped);
   // Deletes every stored cut of the job (it ended: nothing will resume it).
   void erase_async_cuts(const std::string& id);
   // The file of the job's checkpoint at `step`, read from disk like model().

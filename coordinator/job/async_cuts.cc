@@ -119,34 +119,23 @@ kj::Promise<void> AsyncCuts::run() {
   }
   PSLOG(kInfo) << "job " << job_.id << ": consistent cut at step " << version << " (" << cut_->positions.size()
                << " worker(s) paused; workers " << where << "); backing up";
-  // Stored before the servers back up: the backup can only be recorded complete after this write.
   std::vector<uint64_t> dropped;
   positions_[version] = positions;
   while (positions_.size() > 4) {
     dropped.push_back(positions_.begin()->first);
     positions_.erase(positions_.begin());
   }
-  job_.store.set_async_cut(job_.id, version, kj::mv(positions), dropped);
-  return job_.servers.backup_now(version);
+  // The positions are on disk before any server backs up (the workers wait the write too): a
+  // restarted coordinator finds the positions of every cut the servers hold.
+  return job_.store.set_async_cut(job_.id, version, kj::mv(positions), dropped).then([this, version] {
+    return job_.servers.backup_now(version);
+  });
 }
 
 void AsyncCuts::end() {
   if (!cut_) return;
   for (auto& resume : cut_->resumes) resume->fulfill();
   cut_.reset();
-}
-
-std::vector<uint64_t> AsyncCuts::versions_up_to(uint64_t at_most) const {
-  std::vector<uint64_t> out;
-  for (auto it = positions_.rbegin(); it != positions_.rend(); ++it) {
-    if (it->first <= at_most) out.push_back(it->first);
-  }
-  return out;
-}
-
-std::vector<WorkerPosition> AsyncCuts::positions_at(uint64_t version) const {
-  const auto it = positions_.find(version);
-  return it == positions_.end() ? std::vector<WorkerPosition>{} : it->second;
 }
 
 WorkerPosition AsyncCuts::position_of(size_t worker) const {

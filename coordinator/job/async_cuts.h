@@ -36,10 +36,7 @@ class AsyncCuts {
   bool has_positions(uint64_t version) const { return positions_.count(version) != 0; }
   // A restarted coordinator: the positions of the cuts the one before stored (JobRecord::async_cuts).
   void load(std::map<uint64_t, std::vector<WorkerPosition>> stored) { positions_ = std::move(stored); }
-  // The versions of the cuts with known positions up to `at_most`, newest first.
-  std::vector<uint64_t> versions_up_to(uint64_t at_most) const;
-  // The positions recorded with the cut at `version` (empty if none).
-  std::vector<WorkerPosition> positions_at(uint64_t version) const;
+
   // A free worker takes the place of each lost one, from the lost one's last reported step.
   void replace_lost_workers();
 

@@ -174,8 +174,8 @@ kj::Promise<void> JobRunner::configure_and_resume() {
     if (checkpointer_.starts_from_file()) {
       return checkpointer_.start_from_file().then([this](uint64_t version) { job_.resume_version = version; });
     }
+    if (!job_.sync()) return requeued_while_running_ ? resume_async() : kj::READY_NOW;
     const auto latest = job_.backups.latest();
-    if (!job_.sync()) return requeued_while_running_ ? resume_async(latest) : kj::READY_NOW;
     if (!latest) return kj::READY_NOW;
     // Resuming after a coordinator restart: from the last backup, if the servers have it.
     return rollback_.restore({*latest}).then([this](uint64_t version) {
@@ -199,12 +199,20 @@ kj::Promise<uint64_t> JobRunner::servers_reached() {
       .catch_([](kj::Exception&&) { return uint64_t{0}; });
 }
 
-kj::Promise<void> JobRunner::resume_async(std::optional<uint64_t> latest) {
+kj::Promise<void> JobRunner::resume_async() {
   // Async after a coordinator restart (DESIGN-NOTES "Async state across a coordinator restart"):
   // the servers go back to the newest complete cut whose positions were stored, and every worker
   // resumes where it stood at that cut. The steps after the cut are redone; their first pushes
-  // are undone by the restore, so every example counts once in the parameters.
-  const std::vector<uint64_t> candidates = latest ? async_cuts_.versions_up_to(*latest) : std::vector<uint64_t>{};
+  // are undone by the restore, so every example counts once in the parameters. Complete: held by
+  // every server (or recorded so): a kill can come after the servers' last backupDone and before
+  // the record naming it reaches the disk, while the positions were queued before the cut began.
+  return rollback_.common_backups().then([this](std::vector<uint64_t> held) -> kj::Promise<void> {
+    std::erase_if(held, [this](uint64_t v) { return !async_cuts_.has_positions(v); });
+    return resume_async_from(kj::mv(held));
+  });
+}
+
+kj::Promise<void> JobRunner::resume_async_from(std::vector<uint64_t> candidates) {
   if (candidates.empty()) {
     PSLOG(kInfo) << "job " << job_.id << ": no complete consistent cut stored; the async job starts over";
     job_.store.update(job_.id, [&](JobRecord& r) {

@@ -112,9 +112,11 @@ class JobRunner {
   kj::Promise<void> configure_and_resume();
   kj::Promise<void> adopt();
   // Async, after a coordinator restart: the servers' furthest version before they are configured
-  // afresh, then the restore of the newest stored cut up to `latest` and the workers' positions.
+  // afresh; then the restore of the newest cut that every server holds and whose positions were
+  // stored (the first usable of `candidates`, newest first), and the workers' positions.
   kj::Promise<uint64_t> servers_reached();
-  kj::Promise<void> resume_async(std::optional<uint64_t> latest);
+  kj::Promise<void> resume_async();
+  kj::Promise<void> resume_async_from(std::vector<uint64_t> candidates);
   // Sync worker loss without a rollback: false if the job cannot do it now (then it rolls back).
   bool try_take_over(size_t lost, const std::string& why);
   // The new plan from `version` with `workers` (after a rollback or a takeover).

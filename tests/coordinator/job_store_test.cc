@@ -247,15 +247,19 @@ TEST_CASE("JobStore: an async job's cut positions survive a reopen; dropped and 
   const std::vector<WorkerPosition> at60 = {{1, 5, 25}, {0, 20, 20}, {1, 0, 15}};
   const std::vector<WorkerPosition> at120 = {{2, 3, 43}, {1, 2, 42}, {0, 35, 35}};
   {
+    kj::EventLoop loop;
+    kj::WaitScope wait(loop);
     auto kv = open_kv(dir);
     JobStore store(kv.get());
     for (const char* id : {"job-1", "job-2"}) {
       JobRecord record;
       record.id = id;
       store.add(record);
-      store.set_async_cut(id, 30, {{0, 10, 10}, {0, 10, 10}, {0, 10, 10}}, {});
-      store.set_async_cut(id, 60, at60, {});
-      store.set_async_cut(id, 120, at120, {30});  // the cut at 30 goes
+      store.set_async_cut(id, 30, {{0, 10, 10}, {0, 10, 10}, {0, 10, 10}}, {}).wait(wait);
+      store.set_async_cut(id, 60, at60, {}).wait(wait);
+      // Resolved once written: the key is on disk.
+      CHECK(positions_from_json(read(*kv, "job/" + std::string(id) + "/cut/000000000060")) == at60);
+      store.set_async_cut(id, 120, at120, {30}).wait(wait);  // the cut at 30 goes
       store.update(id, [](JobRecord& r) { r.last_backup_step = 120; });  // a record written after the cuts
     }
     store.erase_async_cuts("job-2");  // ended: nothing resumes it

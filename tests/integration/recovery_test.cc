@@ -348,23 +348,10 @@ TEST_CASE("async - kill -9 of the coordinator then a restart resumes every worke
   spec.backup.steps = 60;
   testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", job_spec_to_json(spec)),
                             .workers = 3});
-  // Past a complete cut (its positions stored in the coordinator's RocksDB), and on into the next
-  // steps, so that the servers stand past the cut when the coordinator dies.
-  const auto backup = cluster.coordinator().wait_for_line("backup at step ([0-9]+) complete on all 2", 60s);
-  const int first_backup = std::stoi(backup[1]);
-  // A worker reports a step count past its share of the cut (each worker stands at about a
-  // third of it).
-  const int past = first_backup / 3 + 10;
-  bool moved_on = false;
-  for (auto deadline = std::chrono::steady_clock::now() + 60s; !moved_on && std::chrono::steady_clock::now() < deadline;) {
-    const std::string text = cluster.coordinator().log_text();
-    static const std::regex report_re("worker [0-9]: epoch [0-9]+ step ([0-9]+) loss");
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), report_re); it != std::sregex_iterator(); ++it) {
-      moved_on = moved_on || std::stoi((*it)[1]) >= past;
-    }
-    if (!moved_on) std::this_thread::sleep_for(20ms);
-  }
-  REQUIRE_MESSAGE(moved_on, "no worker reported step " << past << " after the cut at " << first_backup);
+  // Past the second complete cut (the first at about step 60-90, the second past 100): the first
+  // one's positions have long been in the coordinator's RocksDB. The workers go on with their
+  // buffered data while the coordinator is down, so the servers end up past the last cut.
+  cluster.coordinator().wait_for_line("backup at step [1-9][0-9][0-9]+ complete on all 2", 60s);
   cluster.restart_coordinator(/*hard=*/true);
   REQUIRE(cluster.wait_job(180s) == 0);
 
@@ -385,12 +372,11 @@ TEST_CASE("async - kill -9 of the coordinator then a restart resumes every worke
   for (auto it = std::sregex_iterator(before.begin(), before.end(), done_re); it != std::sregex_iterator(); ++it) {
     complete.insert(std::stoi((*it)[1]));
   }
-  REQUIRE(!complete.empty());
-  CHECK(*complete.begin() == first_backup);
+  REQUIRE(complete.size() >= 2);
 
-  // The restarted coordinator resumed from a complete cut of the first life (the latest, unless the
-  // kill came before its record reached the disk), with exactly the positions of that cut, not
-  // from zero.
+  // The restarted coordinator resumed from the newest cut of the first life that every server
+  // held (the servers back up only once the cut's positions are on disk), with exactly the
+  // positions of that cut, not from zero.
   std::string events;  // what the two lives said about cuts, backups, restarts and losses (on failure)
   {
     std::istringstream lines(log);
@@ -408,8 +394,7 @@ TEST_CASE("async - kill -9 of the coordinator then a restart resumes every worke
   const int cut = std::stoi(resumed[1]);
   const int reached = std::stoi(resumed[3]), replayed = std::stoi(resumed[4]);
   CHECK(cut > 0);
-  CHECK(complete.count(cut) == 1);
-  CHECK(cut >= *complete.rbegin() - 60);
+  CHECK(cut >= *complete.rbegin());
   REQUIRE(cut_positions.count(cut) == 1);
   CHECK(resumed[2].str() == cut_positions[cut]);
   CHECK(reached >= cut);
