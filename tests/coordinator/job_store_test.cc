@@ -242,7 +242,7 @@ TEST_CASE("JobStore: state changes, metrics and the model survive a reopen; read
   CHECK(reopened.get("job-1")->state == JobState::kSucceeded);
 }
 
-TEST_CASE("JobStore: an async job's cut positions survive a reopen; dropped and erased cuts do not") {
+TEST_CASE("JobStore: an async job's cut positions survive a reopen, dropped and erased cuts do not") {
   testing::TempDir dir;
   const std::vector<WorkerPosition> at60 = {{1, 5, 25}, {0, 20, 20}, {1, 0, 15}};
   const std::vector<WorkerPosition> at120 = {{2, 3, 43}, {1, 2, 42}, {0, 35, 35}};
