@@ -220,18 +220,22 @@ kj::Promise<void> JobRunner::resume_async_from(std::vector<uint64_t> candidates)
     });
     return kj::READY_NOW;
   }
-  return rollback_.restore(candidates).then([this](uint64_t version) {
+  auto restored = rollback_.restore(candidates).catch_([this](kj::Exception&& e) {
+    // No stored cut could be restored (each failed its checks on some server): start over.
+    const std::string note = std::string("coordinator restarted: no stored consistent cut could be restored (") +
+                             e.getDescription().cStr() + "), the async job started over";
+    PSLOG(kWarning) << "job " << job_.id << ": " << note;
+    job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
+    return rollback_.restore({});
+  });
+  return restored.then([this](uint64_t version) {
     ++job_.generation;  // past the restore's fence (it fences below generation + 1)
     const size_t first_epoch = async_cuts_.resume(job_.workers, version);
     job_.progress.restart_epochs_from(first_epoch);
-    for (size_t i = 0; i < job_.workers.size() && i < job_.resume_positions.size(); ++i) {
-      job_.progress.workers()[i].steps = job_.resume_positions[i].steps_done;
-    }
-    return version;
-  }).then([this](uint64_t version) {
     std::string where;
-    for (size_t i = 0; i < job_.resume_positions.size(); ++i) {
+    for (size_t i = 0; i < job_.workers.size() && i < job_.resume_positions.size(); ++i) {
       const WorkerPosition& p = job_.resume_positions[i];
+      job_.progress.workers()[i].steps = p.steps_done;
       where += (i ? ", " : "") + std::to_string(i) + ": epoch " + std::to_string(p.epoch + 1) + " step " +
                std::to_string(p.step) + " (" + std::to_string(p.steps_done) + " done)";
     }
