@@ -295,6 +295,29 @@ std::optional<EpochMetric> epoch_from_json(const std::string& text) {
   }
 }
 
+std::string positions_to_json(const std::vector<WorkerPosition>& positions) {
+  json::array list;
+  for (const WorkerPosition& p : positions) list.push_back(json::array{p.epoch, p.step, p.steps_done});
+  return to_json_text(list);
+}
+
+std::optional<std::vector<WorkerPosition>> positions_from_json(const std::string& text) {
+  boost::system::error_code ec;
+  const json::value v = json::parse(text, ec);
+  if (ec || !v.is_array()) return std::nullopt;
+  std::vector<WorkerPosition> out;
+  try {
+    for (const json::value& item : v.as_array()) {
+      const json::array& a = item.as_array();
+      if (a.size() != 3) return std::nullopt;
+      out.push_back({json::value_to<uint32_t>(a[0]), json::value_to<uint64_t>(a[1]), json::value_to<uint64_t>(a[2])});
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return out;
+}
+
 std::vector<std::string> jobs_using_dataset(const JobStore& store, const std::string& dataset) {
   std::vector<std::string> ids;
   for (const JobRecord& job : store.list()) {

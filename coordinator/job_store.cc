@@ -11,7 +11,7 @@ namespace pstrain {
 namespace {
 
 // Keys: job/<id>/record, job/<id>/step/<seq>, job/<id>/epoch/<n>, job/<id>/event/<seq>,
-// job/<id>/model, events/<seq> (the global sequence of state events).
+// job/<id>/model, job/<id>/cut/<version> (async positions), events/<seq> (the global sequence of state events).
 // Sequence numbers are zero-padded so key order is numeric order.
 std::string padded(uint64_t n) { return key_number(n, 12); }
 
@@ -40,14 +40,18 @@ std::vector<JobRecord> JobStore::load() {
       if (auto record = record_from_json(entry.value)) {
         auto steps = std::move(by_id[id].steps);
         auto epochs = std::move(by_id[id].epoch_history);
+        auto cuts = std::move(by_id[id].async_cuts);
         by_id[id] = std::move(*record);
         by_id[id].steps = std::move(steps);
         by_id[id].epoch_history = std::move(epochs);
+        by_id[id].async_cuts = std::move(cuts);
       }
     } else if (kind.rfind("step/", 0) == 0) {
       if (auto m = step_from_json(entry.value)) by_id[id].steps.push_back(*m);
     } else if (kind.rfind("epoch/", 0) == 0) {
       if (auto m = epoch_from_json(entry.value)) by_id[id].epoch_history.push_back(*m);
+    } else if (kind.rfind("cut/", 0) == 0) {
+      if (auto p = positions_from_json(entry.value)) by_id[id].async_cuts[std::stoull(kind.substr(4))] = std::move(*p);
     } else if (kind.rfind("event/", 0) == 0) {
       if (auto e = event_from_stored(entry.value)) events[id].emplace_back(std::stoull(kind.substr(6)), std::move(*e));
     }
@@ -214,6 +218,37 @@ void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
   const auto upto = record_events(id, {epoch_event(id, metric)}, writes);
   enqueue(id, std::move(writes), false, upto, std::nullopt);
   it->second.epoch_history.push_back(metric);
+}
+
+kj::Promise<void> JobStore::set_async_cut(const std::string& id, uint64_t version, std::vector<WorkerPosition> positions,
+                                          const std::vector<uint64_t>& dropped) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return kj::READY_NOW;
+  std::vector<KvStore::Write> writes;
+  if (kv_ != nullptr) writes.push_back({"job/" + id + "/cut/" + padded(version), positions_to_json(positions)});
+  it->second.async_cuts[version] = std::move(positions);
+  for (uint64_t v : dropped) {
+    if (it->second.async_cuts.erase(v) != 0 && kv_ != nullptr) writes.push_back({"job/" + id + "/cut/" + padded(v), std::nullopt});
+  }
+  if (kv_ == nullptr) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+  // std::function wants a copyable callable.
+  auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+  writer_.enqueue(std::move(writes), /*sync=*/false, [fulfiller] { (*fulfiller)->fulfill(); });
+  return kj::mv(paf.promise);
+}
+
+void JobStore::erase_async_cuts(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.async_cuts.empty()) return;
+  std::vector<KvStore::Write> writes;
+  for (const auto& [v, positions] : it->second.async_cuts) {
+    if (kv_ != nullptr) writes.push_back({"job/" + id + "/cut/" + padded(v), std::nullopt});
+  }
+  it->second.async_cuts.clear();
+  enqueue(id, std::move(writes), false, {0, 0}, std::nullopt);
 }
 
 void JobStore::set_model(const std::string& id, std::vector<std::string> pieces) {

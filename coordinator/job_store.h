@@ -39,6 +39,7 @@
 #include "coordinator/kv_writer.h"
 #include "coordinator/model_catalog.h"
 #include "coordinator/replica_store.h"
+#include "coordinator/worker_position.h"
 
 namespace pstrain {
 
@@ -90,6 +91,10 @@ struct JobRecord {
   bool has_model = false;
   int64_t model_bytes = 0;
   std::vector<CheckpointInfo> checkpoints;  // ascending step
+  // Async: each worker's position at the job's latest consistent cuts, by the cut's backup
+  // version (stored as job/<id>/cut/<version>, not in the record's JSON): where a restarted
+  // coordinator resumes the workers (DESIGN-NOTES "Async state across a coordinator restart").
+  std::map<uint64_t, std::vector<WorkerPosition>> async_cuts;
 
   bool finished() const { return is_finished(state); }
 };
@@ -132,6 +137,14 @@ class JobStore {
   // deletion of the oldest non-final checkpoints beyond `keep` (their entries and files). A
   // checkpoint at a step the record has already is replaced.
   void add_checkpoint(const std::string& id, const CheckpointInfo& info, std::vector<std::string> pieces, size_t keep);
+  // Async: the workers' positions at the consistent cut whose backup is `version`, and the
+  // deletion of the cuts at `dropped`. Resolves (on the caller's event loop) once written: the
+  // caller asks the servers to back up only then, so after a kill of the process every backup of
+  // a cut has its positions on disk.
+  kj::Promise<void> set_async_cut(const std::string& id, uint64_t version, std::vector<WorkerPosition> positions,
+                                  const std::vector<uint64_t>& dropped);
+  // Deletes every stored cut of the job (it ended: nothing will resume it).
+  void erase_async_cuts(const std::string& id);
   // The file of the job's checkpoint at `step`, read from disk like model().
   std::optional<std::string> checkpoint_file(const std::string& id, int64_t step) const;
 

@@ -28,6 +28,8 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
     r.workers.clear();
     r.servers.clear();
     if (r.last_backup_step) job_.backups.add_complete(static_cast<uint64_t>(*r.last_backup_step));
+    // Async: the workers' positions at the cuts the coordinator before stored.
+    async_cuts_.load(r.async_cuts);
     recorded_server_names_ = r.server_names;
     // Every plan from now on is newer than any the servers saw (pushes of older ones are fenced).
     job_.generation = r.generation + 1;
@@ -146,7 +148,13 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
 kj::Promise<void> JobRunner::configure_servers() {
   return job_.servers.connect_all()
       .then([this]() -> kj::Promise<void> {
-        if (!requeued_while_running_ || !job_.sync()) return configure_and_resume();
+        if (requeued_while_running_ && !job_.sync()) {
+          return servers_reached().then([this](uint64_t reached) {
+            reached_before_restart_ = reached;
+            return configure_and_resume();
+          });
+        }
+        if (!requeued_while_running_) return configure_and_resume();
         // After a coordinator restart, the servers may hold the job still: go on from their state.
         return adopt().catch_([this](kj::Exception&& e) {
           PSLOG(kInfo) << "job " << job_.id << ": cannot take over the servers' state (" << e.getDescription().cStr()
@@ -166,15 +174,82 @@ kj::Promise<void> JobRunner::configure_and_resume() {
     if (checkpointer_.starts_from_file()) {
       return checkpointer_.start_from_file().then([this](uint64_t version) { job_.resume_version = version; });
     }
-    // (Async positions are not kept across a coordinator restart: an async job starts over.)
+    if (!job_.sync()) return requeued_while_running_ ? resume_async() : kj::READY_NOW;
     const auto latest = job_.backups.latest();
-    if (!latest || !job_.sync()) return kj::READY_NOW;
+    if (!latest) return kj::READY_NOW;
     // Resuming after a coordinator restart: from the last backup, if the servers have it.
     return rollback_.restore({*latest}).then([this](uint64_t version) {
       job_.resume_version = version;
       ++job_.generation;  // past the restore's fence (it fences below generation + 1)
       job_.store.update(job_.id, [&](JobRecord& r) { r.generation = std::max(r.generation, job_.generation); });
       PSLOG(kInfo) << "job " << job_.id << ": resuming from the backup at step " << version;
+    });
+  });
+}
+
+kj::Promise<uint64_t> JobRunner::servers_reached() {
+  // Where the servers stood before they are configured afresh (how far the job had come): the
+  // furthest chunk's version; 0 if a server no longer holds the job.
+  return job_.servers.versions()
+      .then([](kj::Array<ServerVersions> versions) {
+        uint64_t reached = 0;
+        for (const auto& v : versions) reached = std::max(reached, v.highest);
+        return reached;
+      })
+      .catch_([](kj::Exception&&) { return uint64_t{0}; });
+}
+
+kj::Promise<void> JobRunner::resume_async() {
+  // Async after a coordinator restart (DESIGN-NOTES "Async state across a coordinator restart"):
+  // the servers go back to the newest complete cut whose positions were stored, and every worker
+  // resumes where it stood at that cut. The steps after the cut are redone; their first pushes
+  // are undone by the restore, so every example counts once in the parameters. Complete: held by
+  // every server (or recorded so): a kill can come after the servers' last backupDone and before
+  // the record naming it reaches the disk, while the positions were queued before the cut began.
+  return rollback_.common_backups().then([this](std::vector<uint64_t> held) -> kj::Promise<void> {
+    std::erase_if(held, [this](uint64_t v) { return !async_cuts_.has_positions(v); });
+    return resume_async_from(kj::mv(held));
+  });
+}
+
+kj::Promise<void> JobRunner::resume_async_from(std::vector<uint64_t> candidates) {
+  if (candidates.empty()) {
+    PSLOG(kInfo) << "job " << job_.id << ": no complete consistent cut stored; the async job starts over";
+    job_.store.update(job_.id, [&](JobRecord& r) {
+      r.notes.push_back("coordinator restarted: no complete consistent cut stored, the async job started over");
+    });
+    return kj::READY_NOW;
+  }
+  auto restored = rollback_.restore(candidates).catch_([this](kj::Exception&& e) {
+    // No stored cut could be restored (each failed its checks on some server): start over.
+    const std::string note = std::string("coordinator restarted: no stored consistent cut could be restored (") +
+                             e.getDescription().cStr() + "), the async job started over";
+    PSLOG(kWarning) << "job " << job_.id << ": " << note;
+    job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
+    return rollback_.restore({});
+  });
+  return restored.then([this](uint64_t version) {
+    ++job_.generation;  // past the restore's fence (it fences below generation + 1)
+    const size_t first_epoch = async_cuts_.resume(job_.workers, version);
+    job_.progress.restart_epochs_from(first_epoch);
+    std::string where;
+    for (size_t i = 0; i < job_.workers.size() && i < job_.resume_positions.size(); ++i) {
+      const WorkerPosition& p = job_.resume_positions[i];
+      job_.progress.workers()[i].steps = p.steps_done;
+      where += (i ? ", " : "") + std::to_string(i) + ": epoch " + std::to_string(p.epoch + 1) + " step " +
+               std::to_string(p.step) + " (" + std::to_string(p.steps_done) + " done)";
+    }
+    const uint64_t replayed = reached_before_restart_ > version ? reached_before_restart_ - version : 0;
+    PSLOG(kInfo) << "job " << job_.id << ": async job resumed from the consistent cut at step " << version
+                 << " after a coordinator restart (workers " << where << "); the servers had reached step "
+                 << reached_before_restart_ << ": " << replayed << " step(s) to replay";
+    job_.store.update(job_.id, [&](JobRecord& r) {
+      r.generation = std::max(r.generation, job_.generation);
+      r.notes.push_back("coordinator restarted: the async job resumed from the consistent cut at step " +
+                        std::to_string(version) + ", " + std::to_string(replayed) + " step(s) replayed");
+      r.steps_done = static_cast<int64_t>(version);
+      r.recoveries = ++job_.recoveries;
+      r.replayed_steps.push_back(static_cast<int64_t>(replayed));
     });
   });
 }
@@ -321,7 +396,8 @@ void JobRunner::finish_if_done() {
   if (!job_.progress.all_finished()) return;
   job_.progress.record_partial_epochs(static_cast<uint32_t>(job_.progress.epochs().size()));
   // The final checkpoint (parameters and optimizer state) first, while the servers hold the job.
-  background_ = checkpointer_.final_checkpoint(job_.total_steps())
+  background_ = count_async_updates()
+                    .then([this] { return checkpointer_.final_checkpoint(job_.total_steps()); })
                     .then([this] { return collect_parameters(); })
                     .eagerlyEvaluate([this](kj::Exception&& e) {
     if (e.getType() == kj::Exception::Type::DISCONNECTED && job_.state() == JobState::kRunning) {
@@ -332,6 +408,28 @@ void JobRunner::finish_if_done() {
     }
     fail(std::string("could not collect the trained parameters: ") + e.getDescription().cStr());
   });
+}
+
+kj::Promise<void> JobRunner::count_async_updates() {
+  if (job_.sync()) return kj::READY_NOW;
+  // In async mode a chunk's version counts the pushes it took in this timeline (a restore sets it
+  // back to its backup's): at the end every chunk should have taken each planned step once. More
+  // means steps were applied twice (after a recovery or a restart), fewer that some were skipped.
+  return job_.servers.versions()
+      .then([this](kj::Array<ServerVersions> versions) {
+        uint64_t lowest = UINT64_MAX, highest = 0;
+        for (const auto& v : versions) {
+          lowest = std::min(lowest, v.lowest);
+          highest = std::max(highest, v.highest);
+        }
+        const uint64_t planned = job_.total_steps();
+        PSLOG(kInfo) << "job " << job_.id << ": async updates applied: every chunk took " << lowest << " to " << highest
+                     << " push(es); planned steps: " << planned << " (" << (highest > planned ? highest - planned : 0)
+                     << " more, " << (lowest < planned ? planned - lowest : 0) << " fewer)";
+      })
+      .catch_([this](kj::Exception&& e) {
+        PSLOG(kWarning) << "job " << job_.id << ": could not count the updates applied: " << e.getDescription().cStr();
+      });
 }
 
 std::vector<float> JobRunner::final_params() const {
@@ -375,6 +473,7 @@ kj::Promise<void> JobRunner::collect_parameters() {
     });
     job_.servers.drop_job();
     job_.store.replicas().erase_job(job_.id);
+    job_.store.erase_async_cuts(job_.id);
     release_nodes();
     if (on_finished_) on_finished_(*this);
   });
@@ -403,6 +502,7 @@ void JobRunner::end(Phase phase, const std::string& reason) {
   });
   if (was_running) job_.servers.drop_job();
   job_.store.replicas().erase_job(job_.id);
+  job_.store.erase_async_cuts(job_.id);
   release_nodes();
   if (on_finished_) on_finished_(*this);
 }

@@ -111,14 +111,22 @@ class JobRunner {
   kj::Promise<void> start(std::vector<ServerMember> servers);
   kj::Promise<void> configure_servers();
   // Configures every server afresh (fresh shards), then resumes from the last complete backup if
-  // a restarted coordinator recorded one.
+  // a restarted coordinator recorded one (async: the newest stored cut, resume_async).
   kj::Promise<void> configure_and_resume();
   kj::Promise<void> adopt();
+  // Async, after a coordinator restart: the servers' furthest version before they are configured
+  // afresh; then the restore of the newest cut that every server holds and whose positions were
+  // stored (the first usable of `candidates`, newest first), and the workers' positions.
+  kj::Promise<uint64_t> servers_reached();
+  kj::Promise<void> resume_async();
+  kj::Promise<void> resume_async_from(std::vector<uint64_t> candidates);
   // Sync worker loss without a rollback: false if the job cannot do it now (then it rolls back).
   bool try_take_over(size_t lost, const std::string& why);
   // The new plan from `version` with `workers` (after a rollback or a takeover).
   void replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how);
   kj::Promise<void> collect_parameters();
+  // Async: logs how many pushes every chunk took against the planned steps (before the end).
+  kj::Promise<void> count_async_updates();
   void finish_if_done();
   void release_nodes();
   void end(Phase phase, const std::string& reason);
@@ -129,6 +137,7 @@ class JobRunner {
   // servers' state (adopt), with the server names it recorded.
   bool requeued_while_running_ = false;
   std::vector<std::string> recorded_server_names_;
+  uint64_t reached_before_restart_ = 0;  // async: the servers' furthest version when adopted
   std::string failure_;
   std::vector<float> final_params_;
   std::chrono::steady_clock::time_point started_at_;
