@@ -575,6 +575,7 @@ bool JobRunner::try_take_over(size_t lost, const std::string& why) {
                          // the others did. (Epochs before the one of the taken-over step: the
                          // survivors evaluated those before they pushed that step.)
                          job_.progress.record_partial_epochs(static_cast<uint32_t>((version - 1) / job_.steps_per_epoch()));
+                         if (is_finished(job_.state())) return;  // the divergence guard failed it
                          replan(alive, version, 0,
                                 "worker " + std::to_string(lost) + "'s slice of step " + std::to_string(version - 1) +
                                     " taken over, going on from step " + std::to_string(version));
