@@ -340,7 +340,7 @@ kj::Promise<void> JobRunner::paused(NodeId node, uint64_t cut, Position position
 void JobRunner::finish_if_done() {
   if (!job_.progress.all_finished()) return;
   job_.progress.record_partial_epochs(static_cast<uint32_t>(job_.progress.epochs().size()));
-  if (job_.state() != JobState::kRunning) return;  // the divergence guard failed it
+  if (is_finished(job_.state())) return;  // the divergence guard failed it
   // The final checkpoint (parameters and optimizer state) first, while the servers hold the job.
   background_ = checkpointer_.final_checkpoint(job_.total_steps())
                     .then([this] { return collect_parameters(); })
