@@ -331,6 +331,15 @@ TrainingSpec read_training(const json::value& v) {
   t.max_staleness = r.integer("max_staleness", 0, 1000000, -1);
   t.backup_workers = r.integer("backup_workers", 0, 255, 0);
   t.metrics_every_steps = r.integer("metrics_every_steps", 1, 1000000, 10);
+  const json::value* async_lr = r.optional("async_lr");
+  if (async_lr != nullptr) {
+    t.async_lr = read_enum<AsyncLr>(*async_lr, "/training/async_lr",
+                                    {{"constant", AsyncLr::kConstant}, {"staleness", AsyncLr::kStaleness}});
+  }
+  if (const json::value* d = r.optional("on_divergence")) {
+    t.on_divergence = read_enum<OnDivergence>(*d, "/training/on_divergence",
+                                              {{"warn", OnDivergence::kWarn}, {"fail", OnDivergence::kFail}});
+  }
   r.finish();
   if (t.global_batch_size < t.workers) {
     throw SpecError("/training/global_batch_size", "must be at least /training/workers (" +
@@ -341,6 +350,9 @@ TrainingSpec read_training(const json::value& v) {
   }
   if (t.mode == TrainingMode::kSync && t.max_staleness >= 0) {
     throw SpecError("/training/max_staleness", "only applies to async mode");
+  }
+  if (t.mode == TrainingMode::kSync && async_lr != nullptr) {
+    throw SpecError("/training/async_lr", "only applies to async mode");
   }
   if (t.mode == TrainingMode::kAsync && t.backup_workers > 0) {
     throw SpecError("/training/backup_workers", "only applies to sync mode");
@@ -426,6 +438,9 @@ const char* shard_policy_name(ShardPolicy policy) {
 }
 
 const char* training_mode_name(TrainingMode mode) { return mode == TrainingMode::kSync ? "sync" : "async"; }
+
+const char* async_lr_name(AsyncLr lr) { return lr == AsyncLr::kConstant ? "constant" : "staleness"; }
+const char* on_divergence_name(OnDivergence action) { return action == OnDivergence::kWarn ? "warn" : "fail"; }
 
 const char* optimizer_type_name(OptimizerType type) {
   switch (type) {
@@ -612,6 +627,10 @@ std::string job_spec_to_json(const JobSpec& spec) {
                         {"metrics_every_steps", t.metrics_every_steps}};
   if (t.max_staleness >= 0) training["max_staleness"] = t.max_staleness;
   if (t.backup_workers > 0) training["backup_workers"] = t.backup_workers;
+  // Only where they differ from their defaults (a spec written before they existed keeps its
+  // canonical text); async_lr only in async mode, where it applies.
+  if (t.mode == TrainingMode::kAsync && t.async_lr != TrainingSpec{}.async_lr) training["async_lr"] = async_lr_name(t.async_lr);
+  if (t.on_divergence != TrainingSpec{}.on_divergence) training["on_divergence"] = on_divergence_name(t.on_divergence);
   json::object backup;
   if (spec.backup.frequency == BackupSpec::Frequency::kEpoch) backup["save_freq"] = "epoch";
   if (spec.backup.frequency == BackupSpec::Frequency::kSteps) backup["save_freq"] = spec.backup.steps;

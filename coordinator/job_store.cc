@@ -191,10 +191,18 @@ bool JobStore::update(const std::string& id, const std::function<void(JobRecord&
   if (it == jobs_.end()) return false;
   const RecordDigest before = digest(it->second);
   change(it->second);
+  for (size_t i = before.warnings; i < it->second.warnings.size(); ++i) {
+    ++warning_counts_.by_reason[it->second.warnings[i].reason];
+  }
   // State changes are made durable at once; progress can lose its last moments in a crash.
   persist_record(it->second, it->second.state != before.state,
                  change_events(before, it->second, now_ms(), node_lookup_));
   return true;
+}
+
+WarningCounts JobStore::warning_counts() const {
+  std::lock_guard lock(mutex_);
+  return warning_counts_;
 }
 
 void JobStore::append_step(const std::string& id, const StepMetric& metric) {

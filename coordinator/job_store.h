@@ -69,11 +69,29 @@ struct CheckpointInfo {
   std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
 };
 
+// A sign that the job's training went wrong (the divergence guard, coordinator/job/divergence_guard.h),
+// with its figures. Each one is also a "warning" event and counts in /metrics
+// (pstrain_divergence_total{reason}).
+struct JobWarning {
+  std::string reason;     // loss_not_finite | loss_above_start | chance_accuracy
+  uint32_t epoch = 0;     // 1-based
+  double value = 0;       // the figure (lowest training loss of the epoch, test accuracy)
+  double threshold = 0;   // what it was compared with (starting loss, chance level + margin)
+  std::string detail;     // one sentence with the figures
+  int64_t time_ms = 0;
+};
+
+// Warnings recorded by this store's process, by reason (counters for /metrics).
+struct WarningCounts {
+  std::map<std::string, uint64_t> by_reason;
+};
+
 struct JobRecord {
   std::string id, name, spec_json;
   JobState state = JobState::kPending;
   std::string reason;             // why it FAILED, was CANCELLED or is RECOVERING
   std::vector<std::string> notes; // things worth knowing that happened (recoveries, skipped backups)
+  std::vector<JobWarning> warnings;  // the divergence guard's findings, oldest first
   std::string mode;               // sync | async
   int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
   int64_t epochs = 0, steps_per_epoch = 0, total_steps = 0, steps_done = 0;
@@ -177,6 +195,8 @@ class JobStore {
   // visible. A finished job's stream ends after its history. False for an unknown job.
   bool subscribe(const std::string& id, uint64_t after, const std::shared_ptr<EventSubscriber>& subscriber);
   EventStreamStats& event_stats() { return event_stats_; }
+  // Warnings (JobRecord::warnings) added by update() since this store was made, by reason.
+  WarningCounts warning_counts() const;
   // The job's events so far (visible or not), for tests.
   size_t event_count(const std::string& id) const;
 
@@ -217,6 +237,7 @@ class JobStore {
   std::map<std::string, EventLog> logs_;     // guarded by mutex_: each job's events
   EventLog global_;                          // guarded by mutex_: every job's state events
   EventStreamStats event_stats_;
+  WarningCounts warning_counts_;             // guarded by mutex_
   std::map<std::string, std::vector<std::string>> models_;  // guarded by mutex_: only without kv_ (no disk)
   std::map<std::pair<std::string, int64_t>, std::vector<std::string>> checkpoint_files_;  // likewise
   // Reads the pieces under `prefix` (0, 1, ...) until one is missing; nullopt unless they add up

@@ -297,6 +297,7 @@ struct Progress {
   correct @6 :UInt64;
   samplesPerSecond @7 :Float64;
   message @8 :Text;
+  diverged @9 :Bool;          # failed: the loss became NaN or infinite (message has the figures)
 }
 
 interface Coordinator {

@@ -17,6 +17,7 @@
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_json.h"
 #include "coordinator/init_from_check.h"
+#include "coordinator/job/divergence_guard.h"
 #include "coordinator/http/web_ui.h"
 #include "coordinator/model_service.h"
 
@@ -539,6 +540,17 @@ HttpResponse RestApi::prometheus() const {
           [](const JobRecord& j) { return j.test_accuracy; });
   per_job("pstrain_job_recoveries", "Recoveries a job went through.",
           [](const JobRecord& j) -> Value { return j.recoveries; });
+  out << "# HELP pstrain_divergence_total Divergence warnings of jobs (a loss that became NaN or infinite, stayed "
+         "above its start for an epoch, or a test accuracy at chance), by reason, since the coordinator started.\n"
+         "# TYPE pstrain_divergence_total counter\n";
+  {
+    const WarningCounts counts = store_.warning_counts();
+    for (DivergenceReason reason : kDivergenceReasons) {
+      const auto it = counts.by_reason.find(divergence_reason_name(reason));
+      out << "pstrain_divergence_total{reason=\"" << divergence_reason_name(reason) << "\"} "
+          << (it == counts.by_reason.end() ? 0 : it->second) << "\n";
+    }
+  }
   out << "# HELP pstrain_nodes_alive Registered nodes that heartbeat.\n# TYPE pstrain_nodes_alive gauge\n";
   std::map<std::string, int> alive = {{"server", 0}, {"worker", 0}};
   for (const auto& n : store_.nodes()) {

@@ -12,10 +12,26 @@
 #include "common/safetensors.h"
 
 namespace pstrain {
+namespace {
+
+// The model's outputs: the job's classes (the spec was checked against its dataset).
+int64_t output_classes(const ModelSpec& model) {
+  const std::vector<Shape> shapes = infer_shapes(model);
+  int64_t n = 1;
+  for (int64_t d : shapes.back()) n *= d;
+  return n;
+}
+
+}  // namespace
 
 JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
                      kj::AsyncIoProvider& io, JobOptions options, Finished on_finished)
-    : job_(std::move(id), std::move(spec), cluster, data, store, io, options), on_finished_(std::move(on_finished)) {
+    : job_(std::move(id), std::move(spec), cluster, data, store, io, options),
+      on_finished_(std::move(on_finished)),
+      guard_(output_classes(job_.spec.model)) {
+  job_.progress.on_epoch_recorded([this](uint32_t epoch, std::optional<double> test_accuracy) {
+    diverged(guard_.epoch_recorded(epoch, test_accuracy));
+  });
   const bool known = store.update(job_.id, [this](JobRecord& r) {
     // A job a restarted coordinator had and re-queues: it resumes from its last complete backup
     // when its servers still hold it, else it starts over.
@@ -340,6 +356,7 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
       m.train_examples += report.getExamples();
       const double n = std::max<uint64_t>(1, report.getExamples());
       const double loss = report.getLossSum() / n, accuracy = report.getCorrect() / n;
+      if (report.getExamples() > 0) guard_.train_window(epoch, loss);
       WorkerProgress& w = progress.workers()[*index];
       w.steps = report.getStep();
       w.rate = report.getSamplesPerSecond();
@@ -369,6 +386,11 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
       finish_if_done();
       break;
     case proto::Progress::Kind::FAILED:
+      if (report.getDiverged()) {
+        // Always a failure (whatever on_divergence says): there is nothing to train on from NaNs.
+        diverged({DivergenceGuard::loss_not_finite(epoch, "worker " + std::to_string(*index) + ": " +
+                                                              rpc::to_string(report.getMessage()))});
+      }
       fail("worker " + std::to_string(*index) + ": " + rpc::to_string(report.getMessage()));
       return false;
   }
@@ -395,6 +417,7 @@ kj::Promise<void> JobRunner::paused(NodeId node, uint64_t cut, Position position
 void JobRunner::finish_if_done() {
   if (!job_.progress.all_finished()) return;
   job_.progress.record_partial_epochs(static_cast<uint32_t>(job_.progress.epochs().size()));
+  if (is_finished(job_.state())) return;  // the divergence guard failed it
   // The final checkpoint (parameters and optimizer state) first, while the servers hold the job.
   background_ = count_async_updates()
                     .then([this] { return checkpointer_.final_checkpoint(job_.total_steps()); })
@@ -505,6 +528,28 @@ void JobRunner::end(Phase phase, const std::string& reason) {
   job_.store.erase_async_cuts(job_.id);
   release_nodes();
   if (on_finished_) on_finished_(*this);
+}
+
+void JobRunner::diverged(const std::vector<Divergence>& found) {
+  if (found.empty()) return;
+  std::string details;
+  for (const Divergence& d : found) {
+    PSLOG(kWarning) << "job " << job_.id << ": divergence (" << divergence_reason_name(d.reason) << "): " << d.detail;
+    std::printf("divergence warning (%s): %s\n", divergence_reason_name(d.reason), d.detail.c_str());
+    details += details.empty() ? "" : "; ";
+    details += d.detail;
+  }
+  std::fflush(stdout);
+  job_.store.update(job_.id, [&](JobRecord& r) {
+    for (const Divergence& d : found) {
+      r.warnings.push_back({divergence_reason_name(d.reason), d.epoch, d.value, d.threshold, d.detail, now_ms()});
+    }
+  });
+  const bool not_finite = std::any_of(found.begin(), found.end(), [](const Divergence& d) {
+    return d.reason == DivergenceReason::kLossNotFinite;
+  });
+  // A loss that is not finite fails the job where the worker's report is handled.
+  if (!not_finite && job_.spec.training.on_divergence == OnDivergence::kFail) fail("diverged: " + details);
 }
 
 void JobRunner::release_nodes() {
@@ -632,6 +677,7 @@ bool JobRunner::try_take_over(size_t lost, const std::string& why) {
                          // the others did. (Epochs before the one of the taken-over step: the
                          // survivors evaluated those before they pushed that step.)
                          job_.progress.record_partial_epochs(static_cast<uint32_t>((version - 1) / job_.steps_per_epoch()));
+                         if (is_finished(job_.state())) return;  // the divergence guard failed it
                          replan(alive, version, 0,
                                 "worker " + std::to_string(lost) + "'s slice of step " + std::to_string(version - 1) +
                                     " taken over, going on from step " + std::to_string(version));
@@ -665,6 +711,7 @@ void JobRunner::recover(const std::string& why) {
                     const size_t first_epoch = job_.sync() ? static_cast<size_t>(outcome.version / job_.steps_per_epoch())
                                                            : async_cuts_.resume(outcome.workers, outcome.version);
                     job_.progress.restart_epochs_from(first_epoch);
+                    guard_.restart_epochs_from(static_cast<uint32_t>(first_epoch));
                     replan(std::move(outcome.workers), outcome.version, outcome.replayed,
                            "rolled back to step " + std::to_string(outcome.version));
                   })

@@ -33,6 +33,7 @@
 
 #include "coordinator/job/async_cuts.h"
 #include "coordinator/job/checkpointer.h"
+#include "coordinator/job/divergence_guard.h"
 #include "coordinator/job/job_context.h"
 #include "coordinator/job/rollback.h"
 #include "coordinator/job/server_move.h"
@@ -130,6 +131,9 @@ class JobRunner {
   void finish_if_done();
   void release_nodes();
   void end(Phase phase, const std::string& reason);
+  // The divergence guard found something: a warning in the record (an event, a count in
+  // /metrics) for each finding, and with training.on_divergence "fail" the job fails with them.
+  void diverged(const std::vector<Divergence>& found);
 
   JobContext job_;
   Finished on_finished_;
@@ -141,6 +145,7 @@ class JobRunner {
   std::string failure_;
   std::vector<float> final_params_;
   std::chrono::steady_clock::time_point started_at_;
+  DivergenceGuard guard_;
 
   // The procedures (each refers to job_; declared after it).
   AsyncCuts async_cuts_{job_};
