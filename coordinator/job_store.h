@@ -39,6 +39,7 @@
 #include "coordinator/kv_writer.h"
 #include "coordinator/model_catalog.h"
 #include "coordinator/replica_store.h"
+#include "coordinator/stored_file.h"
 
 namespace pstrain {
 
@@ -132,8 +133,19 @@ class JobStore {
   // deletion of the oldest non-final checkpoints beyond `keep` (their entries and files). A
   // checkpoint at a step the record has already is replaced.
   void add_checkpoint(const std::string& id, const CheckpointInfo& info, std::vector<std::string> pieces, size_t keep);
+  // The same for a file streamed in beforehand with write_checkpoint_piece (pieces 0 .. pieces - 1,
+  // info.bytes in all).
+  void add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t pieces, size_t keep);
+  // Piece `index` of the file of job `id`'s checkpoint at `step`, before add_checkpoint announces
+  // it: returns once the piece is written (call from a thread that may wait: CheckpointFiles'), so
+  // a streamed file holds one piece in memory at a time.
+  void write_checkpoint_piece(const std::string& id, int64_t step, size_t index, std::string piece);
   // The file of the job's checkpoint at `step`, read from disk like model().
   std::optional<std::string> checkpoint_file(const std::string& id, int64_t step) const;
+  // The same two, to be read piece by piece (a download: stored_file.h), once every write
+  // queued before is durable.
+  std::optional<StoredFile> checkpoint_pieces(const std::string& id, int64_t step) const;
+  std::optional<StoredFile> model_pieces(const std::string& id) const;
 
   std::optional<JobRecord> get(const std::string& id) const;
   std::vector<JobRecord> list() const;  // in submission order, without the step history
@@ -206,6 +218,7 @@ class JobStore {
   EventStreamStats event_stats_;
   std::map<std::string, std::vector<std::string>> models_;  // guarded by mutex_: only without kv_ (no disk)
   std::map<std::pair<std::string, int64_t>, std::vector<std::string>> checkpoint_files_;  // likewise
+  std::map<std::pair<std::string, int64_t>, std::vector<std::string>> staged_checkpoints_;  // likewise: not yet added
   // Reads the pieces under `prefix` (0, 1, ...) until one is missing; nullopt unless they add up
   // to `bytes`.
   std::optional<std::string> read_pieces(const std::string& prefix, int64_t bytes) const;
