@@ -219,25 +219,48 @@ void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
 }
 
 void JobStore::set_model(const std::string& id, std::vector<std::string> pieces) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    bytes += static_cast<int64_t>(pieces[i].size());
+    write_model_piece(id, i, std::move(pieces[i]));
+  }
+  set_model(id, pieces.size(), bytes);
+}
+
+void JobStore::write_model_piece(const std::string& id, size_t index, std::string piece, std::function<void()> written) {
+  if (kv_ == nullptr) {
+    {
+      std::lock_guard lock(mutex_);
+      auto& staged = staged_models_[id];
+      if (staged.size() <= index) staged.resize(index + 1);
+      staged[index] = std::move(piece);
+    }
+    if (written) written();
+    return;
+  }
+  // One call per piece (the writer then batches a few at a time: no batch the size of the model),
+  // moved into its queue: once written, no copy of the piece is left in memory.
+  writer_.enqueue({{"model/" + id + "/" + padded(index), std::move(piece)}}, false, std::move(written));
+}
+
+void JobStore::set_model(const std::string& id, size_t pieces, int64_t bytes) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   it->second.has_model = true;
-  it->second.model_bytes = 0;
-  for (const std::string& piece : pieces) it->second.model_bytes += static_cast<int64_t>(piece.size());
+  it->second.model_bytes = bytes;
   if (kv_ == nullptr) {
-    models_[id] = std::move(pieces);
+    std::vector<std::string> staged = std::move(staged_models_[id]);
+    staged_models_.erase(id);
+    staged.resize(pieces);
+    models_[id] = std::move(staged);
     return;
   }
-  // The pieces, one call each (the writer then batches a few at a time: no batch the size of the
-  // model), moved into its queue: once written, no copy of the model is left in memory. Then the
-  // record that says the model exists, synced: after a crash in between, the pieces are there
-  // but no record claims them. model() reads pieces until one is missing (the one after the
-  // last is deleted, whatever was there) and checks the total against the record's model_bytes.
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    writer_.enqueue({{"model/" + id + "/" + padded(i), std::move(pieces[i])}}, false);
-  }
-  writer_.enqueue({{"model/" + id + "/" + padded(pieces.size()), std::nullopt},
+  // After the pieces, the record that says the model exists, synced: after a crash in between,
+  // the pieces are there but no record claims them. model() reads pieces until one is missing
+  // (the one after the last is deleted, whatever was there) and checks the total against the
+  // record's model_bytes.
+  writer_.enqueue({{"model/" + id + "/" + padded(pieces), std::nullopt},
                    {"job/" + id + "/record", record_to_json(it->second)}},
                   true);
 }

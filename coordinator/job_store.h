@@ -128,6 +128,12 @@ class JobStore {
   // The trained model (a safetensors file) in consecutive pieces: each piece one RocksDB value
   // (encode_safetensors_pieces keeps them at most kMaxModelPieceBytes), no copy kept in memory.
   void set_model(const std::string& id, std::vector<std::string> pieces);
+  // The same for a model written piece by piece (the final parameters, streamed from the
+  // servers): piece `index` of job `id`'s model file, queued (moved into the writer); `written`
+  // (if given) runs on the writer thread once it is on disk. Then set_model with the pieces'
+  // count and total bytes announces it (the record, synced, after every piece).
+  void write_model_piece(const std::string& id, size_t index, std::string piece, std::function<void()> written = {});
+  void set_model(const std::string& id, size_t pieces, int64_t bytes);
 
   // A checkpoint's file (pieces as for set_model), then its entry in the record (synced), then the
   // deletion of the oldest non-final checkpoints beyond `keep` (their entries and files). A
@@ -217,6 +223,7 @@ class JobStore {
   EventLog global_;                          // guarded by mutex_: every job's state events
   EventStreamStats event_stats_;
   std::map<std::string, std::vector<std::string>> models_;  // guarded by mutex_: only without kv_ (no disk)
+  std::map<std::string, std::vector<std::string>> staged_models_;  // likewise: pieces not yet announced
   std::map<std::pair<std::string, int64_t>, std::vector<std::string>> checkpoint_files_;  // likewise
   std::map<std::pair<std::string, int64_t>, std::vector<std::string>> staged_checkpoints_;  // likewise: not yet added
   // Reads the pieces under `prefix` (0, 1, ...) until one is missing; nullopt unless they add up

@@ -27,6 +27,7 @@
 #include <kj/async-io.h>
 
 #include <chrono>
+#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
@@ -116,6 +117,9 @@ class JobRunner {
   // The new plan from `version` with `workers` (after a rollback or a takeover).
   void replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how);
   kj::Promise<void> collect_parameters();
+  // Pulls the next few chunks of the final parameters into the model file's pieces, then the rest.
+  struct FinalModel;
+  kj::Promise<void> collect_batch(std::shared_ptr<FinalModel> model);
   void finish_if_done();
   void release_nodes();
   void end(Phase phase, const std::string& reason);
@@ -127,7 +131,6 @@ class JobRunner {
   bool requeued_while_running_ = false;
   std::vector<std::string> recorded_server_names_;
   std::string failure_;
-  std::vector<float> final_params_;
   std::chrono::steady_clock::time_point started_at_;
 
   // The procedures (each refers to job_; declared after it).

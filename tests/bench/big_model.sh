@@ -17,8 +17,12 @@
 #
 # --model mlp80m: instead of the CNN, an MLP 784-16384-4096-10 (80,015,370 parameters, 320 MB;
 # with Adam's two slots 960 MB in all, 480 MB per server), global batch 500 (10 steps an epoch
-# of mnist10k), with checkpoints (--checkpoint-keep, default 1 here): every backup also becomes a
-# checkpoint file on the coordinator. Then also reports each server's backup write and replica
+# of mnist10k). Each step computes 120 GFLOP per worker and moves 320 MB each way, and each backup
+# writes 960 MB on the servers and again on the coordinator (replicas): on a shared 2-core machine
+# a step can take a minute, so the nodes are declared dead only after 120 s and a server move
+# and the final checkpoint (which share --server-move-timeout-ms) get 10 minutes. The final
+# checkpoint (960 MB, with the slots) is always made; --checkpoint-keep K makes every backup one
+# too. Then also reports each server's backup write and replica
 # send times, the checkpoint download (with the optimizer's slots) and each process's peak RSS
 # against the bytes of parameters and optimizer slots it holds.
 #
@@ -41,7 +45,7 @@ while [ $# -gt 0 ]; do
 done
 case $model in
   tpu-cnn) : "${epochs:=2}" "${save_freq:=5}" "${kill_after:=20}" "${checkpoint_keep:=0}" ;;
-  mlp80m) : "${epochs:=2}" "${save_freq:=4}" "${kill_after:=8}" "${checkpoint_keep:=1}" ;;
+  mlp80m) : "${epochs:=2}" "${save_freq:=5}" "${kill_after:=10}" "${checkpoint_keep:=0}" ;;
   *) echo "big_model: --model is tpu-cnn or mlp80m" >&2; exit 2 ;;
 esac
 source "$repo/deploy/data-dir.sh"
@@ -100,9 +104,12 @@ wait_line() {  # file regex seconds
 # here with five processes on two cores), and a node takes a heartbeat unanswered for 10 periods
 # as a lost coordinator: heartbeats every 4 s, a node silent for 45 s is dead. A node is lost
 # only by its heartbeats, so the recovery time below includes those 45 s.
-rpc_port=$(free_port) http_port=$(free_port)
+timeouts=(--dead-after-ms 45000)
+[ "$model" = mlp80m ] && timeouts=(--dead-after-ms 120000 --server-move-timeout-ms 600000 --server-call-timeout-ms 300000)
+rpc_port=${BIG_MODEL_RPC_PORT:-$(free_port)} http_port=${BIG_MODEL_HTTP_PORT:-$(free_port)}
 start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
-  --state-dir "$work/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --heartbeat-ms 4000 --dead-after-ms 45000 --move-server-after-ms 2000
+  --state-dir "$work/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --heartbeat-ms 4000 --move-server-after-ms 2000 \
+  "${timeouts[@]}"
 wait_line "$work/coordinator.log" "PSTRAIN_READY" 30
 # server-0 and server-1 take the job; server-2 starts once the job runs: the spare.
 for i in 0 1; do
@@ -147,7 +154,7 @@ t_end=$(now)
 t_model=$(curl -sf -o "$work/model.safetensors" -w '%{time_total}' "$api/jobs/$id/model") || fail "model download failed"
 t_downloaded=$(now)
 t_checkpoint=-
-if [ "$checkpoint_keep" -gt 0 ]; then
+if grep -q "final checkpoint at step" "$work/coordinator.log"; then
   t_checkpoint=$(curl -sf -o "$work/checkpoint.safetensors" -w '%{time_total} %{size_download}' \
     "$api/jobs/$id/checkpoints/latest?optimizer=true") || fail "checkpoint download failed"
   rm -f "$work/checkpoint.safetensors"
