@@ -8,7 +8,7 @@
 
 namespace pstrain {
 
-Checkpointer::Checkpointer(JobContext& job, size_t max_piece_bytes) : job_(job), max_piece_bytes_(max_piece_bytes) {}
+Checkpointer::Checkpointer(JobContext& job) : job_(job) {}
 
 Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
   const uint64_t per_epoch = job_.plan ? std::max<uint64_t>(1, job_.steps_per_epoch()) : 1;
@@ -97,7 +97,7 @@ kj::Promise<void> Checkpointer::capture(uint64_t version, bool final) {
   return replicas.written()
       .then([this, version, final, io = std::move(io)]() mutable {
         return job_.store.files().assemble(job_.layout, job_.chunks, std::move(io), file_metadata(version, final),
-                                           max_piece_bytes_);
+                                           job_.options.file_piece_bytes);
       })
       .then([this, info](StreamedFile file) mutable {
         info.bytes = file.bytes;

@@ -22,15 +22,12 @@
 #include <optional>
 
 #include "coordinator/job/job_context.h"
-#include "coordinator/job_store.h"
 
 namespace pstrain {
 
 class Checkpointer {
  public:
-  // max_piece_bytes: of a checkpoint file's pieces in the store (kMaxModelPieceBytes; tests make
-  // it small so that a small model's file has many).
-  explicit Checkpointer(JobContext& job, size_t max_piece_bytes = kMaxModelPieceBytes);
+  explicit Checkpointer(JobContext& job);
 
   // The replicas of the backup at `version` may have become whole (called after each part).
   void on_replica(uint64_t version);
@@ -51,7 +48,6 @@ class Checkpointer {
   Metadata file_metadata(uint64_t version, bool final) const;
 
   JobContext& job_;
-  size_t max_piece_bytes_;
   bool capturing_ = false;
   std::optional<uint64_t> waiting_;  // the newest backup to capture next
   std::optional<uint64_t> final_version_;

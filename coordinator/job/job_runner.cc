@@ -426,12 +426,13 @@ kj::Promise<void> JobRunner::collect_batch(std::shared_ptr<FinalModel> model) {
       const char* data = reinterpret_cast<const char*>(v.begin());
       size_t left = v.size() * sizeof(float);
       while (left > 0) {
-        if (model->piece.capacity() < kMaxModelPieceBytes) model->piece.reserve(kMaxModelPieceBytes);
-        const size_t n = std::min(left, kMaxModelPieceBytes - model->piece.size());
+        const size_t max = job_.options.file_piece_bytes;
+        if (model->piece.capacity() < max) model->piece.reserve(max);
+        const size_t n = std::min(left, max - model->piece.size());
         model->piece.append(data, n);
         data += n;
         left -= n;
-        if (model->piece.size() == kMaxModelPieceBytes) {
+        if (model->piece.size() == max) {
           auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
           auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
           model->bytes += static_cast<int64_t>(model->piece.size());

@@ -21,8 +21,8 @@
 # writes 960 MB on the servers and again on the coordinator (replicas): on a shared 2-core machine
 # a step can take a minute, so the nodes are declared dead only after 120 s and a server move
 # and the final checkpoint (which share --server-move-timeout-ms) get 10 minutes. The final
-# checkpoint (960 MB, with the slots) is always made; --checkpoint-keep K makes every backup one
-# too. Then also reports each server's backup write and replica
+# checkpoint (960 MB, with the slots) is always made; with --checkpoint-keep K > 0 (default 1)
+# every backup becomes one too. Then also reports each server's backup write and replica
 # send times, the checkpoint download (with the optimizer's slots) and each process's peak RSS
 # against the bytes of parameters and optimizer slots it holds.
 #
@@ -44,8 +44,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $model in
-  tpu-cnn) : "${epochs:=2}" "${save_freq:=5}" "${kill_after:=20}" "${checkpoint_keep:=0}" ;;
-  mlp80m) : "${epochs:=2}" "${save_freq:=5}" "${kill_after:=10}" "${checkpoint_keep:=0}" ;;
+  tpu-cnn) : "${epochs:=2}" "${save_freq:=5}" "${kill_after:=20}" "${checkpoint_keep:=1}" ;;
+  mlp80m) : "${epochs:=2}" "${save_freq:=5}" "${kill_after:=10}" "${checkpoint_keep:=1}" ;;
   *) echo "big_model: --model is tpu-cnn or mlp80m" >&2; exit 2 ;;
 esac
 source "$repo/deploy/data-dir.sh"
@@ -75,7 +75,7 @@ else:
 s["dataset"]["name"] = "mnist10k"
 s["training"]["epochs"] = epochs
 s["backup"] = {"save_freq": save_freq}
-if keep > 0: s["checkpoint"] = {"keep": keep}
+s["checkpoint"] = {"keep": keep}
 s["training"]["metrics_every_steps"] = 1  # progress (and the rates below) step by step
 json.dump(s, open(out, "w"))
 PY
