@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <memory>
 
 #include "common/log.h"
 #include "coordinator/job_events.h"
@@ -260,25 +262,48 @@ void JobStore::erase_async_cuts(const std::string& id) {
 }
 
 void JobStore::set_model(const std::string& id, std::vector<std::string> pieces) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    bytes += static_cast<int64_t>(pieces[i].size());
+    write_model_piece(id, i, std::move(pieces[i]));
+  }
+  set_model(id, pieces.size(), bytes);
+}
+
+void JobStore::write_model_piece(const std::string& id, size_t index, std::string piece, std::function<void()> written) {
+  if (kv_ == nullptr) {
+    {
+      std::lock_guard lock(mutex_);
+      auto& staged = staged_models_[id];
+      if (staged.size() <= index) staged.resize(index + 1);
+      staged[index] = std::move(piece);
+    }
+    if (written) written();
+    return;
+  }
+  // One call per piece (the writer then batches a few at a time: no batch the size of the model),
+  // moved into its queue: once written, no copy of the piece is left in memory.
+  writer_.enqueue({{"model/" + id + "/" + padded(index), std::move(piece)}}, false, std::move(written));
+}
+
+void JobStore::set_model(const std::string& id, size_t pieces, int64_t bytes) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   it->second.has_model = true;
-  it->second.model_bytes = 0;
-  for (const std::string& piece : pieces) it->second.model_bytes += static_cast<int64_t>(piece.size());
+  it->second.model_bytes = bytes;
   if (kv_ == nullptr) {
-    models_[id] = std::move(pieces);
+    std::vector<std::string> staged = std::move(staged_models_[id]);
+    staged_models_.erase(id);
+    staged.resize(pieces);
+    models_[id] = std::move(staged);
     return;
   }
-  // The pieces, one call each (the writer then batches a few at a time: no batch the size of the
-  // model), moved into its queue: once written, no copy of the model is left in memory. Then the
-  // record that says the model exists, synced: after a crash in between, the pieces are there
-  // but no record claims them. model() reads pieces until one is missing (the one after the
-  // last is deleted, whatever was there) and checks the total against the record's model_bytes.
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    writer_.enqueue({{"model/" + id + "/" + padded(i), std::move(pieces[i])}}, false);
-  }
-  writer_.enqueue({{"model/" + id + "/" + padded(pieces.size()), std::nullopt},
+  // After the pieces, the record that says the model exists, synced: after a crash in between,
+  // the pieces are there but no record claims them. model() reads pieces until one is missing
+  // (the one after the last is deleted, whatever was there) and checks the total against the
+  // record's model_bytes.
+  writer_.enqueue({{"model/" + id + "/" + padded(pieces), std::nullopt},
                    {"job/" + id + "/record", record_to_json(it->second)}},
                   true);
 }
@@ -291,12 +316,35 @@ std::string checkpoint_prefix(const std::string& id, int64_t step) {
 
 void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given, std::vector<std::string> pieces,
                               size_t keep) {
+  CheckpointInfo info = given;
+  info.bytes = 0;
+  const size_t count = pieces.size();
+  for (size_t i = 0; i < count; ++i) {
+    info.bytes += static_cast<int64_t>(pieces[i].size());
+    write_checkpoint_piece(id, info.step, i, std::move(pieces[i]));
+  }
+  add_checkpoint(id, info, count, keep);
+}
+
+void JobStore::write_checkpoint_piece(const std::string& id, int64_t step, size_t index, std::string piece) {
+  if (kv_ == nullptr) {
+    std::lock_guard lock(mutex_);
+    auto& staged = staged_checkpoints_[{id, step}];
+    if (staged.size() <= index) staged.resize(index + 1);
+    staged[index] = std::move(piece);
+    return;
+  }
+  std::promise<void> written;
+  std::future<void> done = written.get_future();
+  writer_.enqueue({{checkpoint_prefix(id, step) + padded(index), std::move(piece)}}, false,
+                  [&written] { written.set_value(); });
+  done.wait();
+}
+
+void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t count, size_t keep) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
-  CheckpointInfo info = given;
-  info.bytes = 0;
-  for (const std::string& piece : pieces) info.bytes += static_cast<int64_t>(piece.size());
   std::vector<CheckpointInfo>& list = it->second.checkpoints;
   // A checkpoint made again (the same step, final or not) is no news: no event.
   const bool known = std::any_of(list.begin(), list.end(),
@@ -323,15 +371,17 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given
   if (!known) events.push_back(checkpoint_event(id, info, info.time_ms != 0 ? info.time_ms : now_ms()));
   const auto upto = record_events(id, events, event_writes);
   if (kv_ == nullptr) {
+    std::vector<std::string> pieces = std::move(staged_checkpoints_[{id, info.step}]);
+    staged_checkpoints_.erase({id, info.step});
+    pieces.resize(count);
     checkpoint_files_[{id, info.step}] = std::move(pieces);
     for (int64_t step : dropped) checkpoint_files_.erase({id, step});
     show_events(id, upto.first, upto.second);
     return;
   }
-  // As in set_model: the pieces one by one, then the record that lists the checkpoint (synced).
+  // As in set_model: the pieces are written (write_checkpoint_piece), then the record that lists
+  // the checkpoint (synced), with the deletion of the piece after the last.
   const std::string prefix = checkpoint_prefix(id, info.step);
-  const size_t count = pieces.size();
-  for (size_t i = 0; i < count; ++i) writer_.enqueue({{prefix + padded(i), std::move(pieces[i])}}, false);
   std::vector<KvStore::Write> writes = {{prefix + padded(count), std::nullopt},
                                         {"job/" + id + "/record", record_to_json(it->second)}};
   for (auto& w : event_writes) writes.push_back(std::move(w));
@@ -370,6 +420,68 @@ std::optional<std::string> JobStore::checkpoint_file(const std::string& id, int6
   if (kv_ == nullptr) return std::nullopt;
   writer_.flush();
   return read_pieces(checkpoint_prefix(id, step), bytes);
+}
+
+namespace {
+// Pieces kept in memory (a store without a disk), shared with the reader.
+StoredFile memory_file(std::vector<std::string> pieces) {
+  auto shared = std::make_shared<const std::vector<std::string>>(std::move(pieces));
+  StoredFile f;
+  for (const std::string& piece : *shared) f.bytes += static_cast<int64_t>(piece.size());
+  f.read_piece = [shared](size_t i) -> std::optional<std::string> {
+    if (i >= shared->size()) return std::nullopt;
+    return (*shared)[i];
+  };
+  return f;
+}
+}  // namespace
+
+std::optional<StoredFile> JobStore::checkpoint_pieces(const std::string& id, int64_t step) const {
+  StoredFile f;
+  {
+    std::lock_guard lock(mutex_);
+    const auto job = jobs_.find(id);
+    if (job == jobs_.end()) return std::nullopt;
+    const auto& list = job->second.checkpoints;
+    const auto c = std::find_if(list.begin(), list.end(), [&](const CheckpointInfo& i) { return i.step == step; });
+    if (c == list.end()) return std::nullopt;
+    f.bytes = c->bytes;
+    if (const auto it = checkpoint_files_.find({id, step}); it != checkpoint_files_.end()) return memory_file(it->second);
+  }
+  if (kv_ == nullptr) return std::nullopt;
+  writer_.flush();
+  f.read_piece = [kv = kv_, prefix = checkpoint_prefix(id, step)](size_t i) -> std::optional<std::string> {
+    std::string piece;
+    if (!kv->get(prefix + padded(i), &piece).ok()) return std::nullopt;
+    return piece;
+  };
+  return f;
+}
+
+std::optional<StoredFile> JobStore::model_pieces(const std::string& id) const {
+  StoredFile f;
+  {
+    std::lock_guard lock(mutex_);
+    const auto job = jobs_.find(id);
+    if (job == jobs_.end() || !job->second.has_model) return std::nullopt;
+    f.bytes = job->second.model_bytes;
+    if (const auto it = models_.find(id); it != models_.end()) return memory_file(it->second);
+  }
+  if (kv_ == nullptr) return std::nullopt;
+  writer_.flush();  // a model of this run may still be on its way to the disk
+  std::string first;
+  if (!kv_->get("model/" + id + "/" + padded(0), &first).ok()) {
+    // Models stored before they were cut into pieces: one value.
+    std::string whole;
+    if (!kv_->get("job/" + id + "/model", &whole).ok()) return std::nullopt;
+    return memory_file({std::move(whole)});
+  }
+  f.read_piece = [kv = kv_, id](size_t i) -> std::optional<std::string> {
+    std::string piece;
+    if (!kv->get("model/" + id + "/" + padded(i), &piece).ok()) return std::nullopt;
+    return piece;
+  };
+  return f;
 }
 
 std::optional<JobRecord> JobStore::get(const std::string& id) const {

@@ -40,6 +40,7 @@
 #include "coordinator/model_catalog.h"
 #include "coordinator/replica_store.h"
 #include "coordinator/worker_position.h"
+#include "coordinator/stored_file.h"
 
 namespace pstrain {
 
@@ -150,6 +151,12 @@ class JobStore {
   // The trained model (a safetensors file) in consecutive pieces: each piece one RocksDB value
   // (encode_safetensors_pieces keeps them at most kMaxModelPieceBytes), no copy kept in memory.
   void set_model(const std::string& id, std::vector<std::string> pieces);
+  // The same for a model written piece by piece (the final parameters, streamed from the
+  // servers): piece `index` of job `id`'s model file, queued (moved into the writer); `written`
+  // (if given) runs on the writer thread once it is on disk. Then set_model with the pieces'
+  // count and total bytes announces it (the record, synced, after every piece).
+  void write_model_piece(const std::string& id, size_t index, std::string piece, std::function<void()> written = {});
+  void set_model(const std::string& id, size_t pieces, int64_t bytes);
 
   // A checkpoint's file (pieces as for set_model), then its entry in the record (synced), then the
   // deletion of the oldest non-final checkpoints beyond `keep` (their entries and files). A
@@ -163,8 +170,19 @@ class JobStore {
                                   const std::vector<uint64_t>& dropped);
   // Deletes every stored cut of the job (it ended: nothing will resume it).
   void erase_async_cuts(const std::string& id);
+  // The same for a file streamed in beforehand with write_checkpoint_piece (pieces 0 .. pieces - 1,
+  // info.bytes in all).
+  void add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t pieces, size_t keep);
+  // Piece `index` of the file of job `id`'s checkpoint at `step`, before add_checkpoint announces
+  // it: returns once the piece is written (call from a thread that may wait: CheckpointFiles'), so
+  // a streamed file holds one piece in memory at a time.
+  void write_checkpoint_piece(const std::string& id, int64_t step, size_t index, std::string piece);
   // The file of the job's checkpoint at `step`, read from disk like model().
   std::optional<std::string> checkpoint_file(const std::string& id, int64_t step) const;
+  // The same two, to be read piece by piece (a download: stored_file.h), once every write
+  // queued before is durable.
+  std::optional<StoredFile> checkpoint_pieces(const std::string& id, int64_t step) const;
+  std::optional<StoredFile> model_pieces(const std::string& id) const;
 
   std::optional<JobRecord> get(const std::string& id) const;
   std::vector<JobRecord> list() const;  // in submission order, without the step history
@@ -239,7 +257,9 @@ class JobStore {
   EventStreamStats event_stats_;
   WarningCounts warning_counts_;             // guarded by mutex_
   std::map<std::string, std::vector<std::string>> models_;  // guarded by mutex_: only without kv_ (no disk)
+  std::map<std::string, std::vector<std::string>> staged_models_;  // likewise: pieces not yet announced
   std::map<std::pair<std::string, int64_t>, std::vector<std::string>> checkpoint_files_;  // likewise
+  std::map<std::pair<std::string, int64_t>, std::vector<std::string>> staged_checkpoints_;  // likewise: not yet added
   // Reads the pieces under `prefix` (0, 1, ...) until one is missing; nullopt unless they add up
   // to `bytes`.
   std::optional<std::string> read_pieces(const std::string& prefix, int64_t bytes) const;

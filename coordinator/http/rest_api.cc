@@ -355,11 +355,11 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
             return problem(409, "model-not-ready", "No trained model yet",
                            "job '" + id + "' is " + job_state_name(job->state) + "; the model is available once it has SUCCEEDED");
           }
-          auto bytes = store_.model(id);
-          if (!bytes) return problem(500, "model-missing", "Model missing", "the stored model of '" + id + "' is unreadable");
+          auto file = store_.model_pieces(id);
+          if (!file) return problem(500, "model-missing", "Model missing", "the stored model of '" + id + "' is unreadable");
           HttpResponse r;
           r.content_type = "application/octet-stream";
-          r.body = std::move(*bytes);  // the one copy of the file this download holds
+          r.file = std::make_shared<const StoredFile>(std::move(*file));  // sent piece by piece
           r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + id + ".safetensors\"");
           return r;
         });
@@ -746,7 +746,11 @@ bool RestApi::async_route(const HttpRequest& request, const Responder& respond) 
       if (result.error) return answer(label, service_problem(*result.error));
       HttpResponse r;
       r.content_type = result.content_type;
-      r.body = std::move(result.json);
+      if (result.file) {
+        r.file = std::make_shared<const StoredFile>(std::move(*result.file));  // sent piece by piece
+      } else {
+        r.body = std::move(result.json);
+      }
       r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + result.filename + "\"");
       answer(label, std::move(r));
     };

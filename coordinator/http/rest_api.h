@@ -22,6 +22,7 @@
 #include "coordinator/event_stream.h"
 #include "coordinator/http/access_control.h"
 #include "coordinator/job_store.h"
+#include "coordinator/stored_file.h"
 
 namespace pstrain {
 
@@ -54,6 +55,9 @@ struct HttpResponse {
   // An event stream (text/event-stream): the server sends the headers, then the subscriber's
   // events as they come, until it ends (or is dropped, or the client goes away); no body.
   std::shared_ptr<EventSubscriber> events;
+  // A download of a stored file (a model, a checkpoint): instead of `body`, its pieces, each read
+  // on the server's file thread only once the last is sent (Content-Length: file->bytes).
+  std::shared_ptr<const StoredFile> file;
 };
 
 // Where the HTTP server puts a request's body, decided from its headers before any of the body

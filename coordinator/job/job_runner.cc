@@ -462,32 +462,66 @@ std::vector<float> JobRunner::final_params() const {
   return decode_safetensors(job_.layout, *file).value_or(std::vector<float>{});
 }
 
+// The final parameters on their way from the servers to the model file: the chunks in the file's
+// order (tensor after tensor, each by offset), the next to pull, and the piece being filled.
+struct JobRunner::FinalModel {
+  std::vector<ChunkInfo> order;
+  size_t next = 0;
+  std::string piece;
+  size_t pieces = 1;  // piece 0 is the header, written last
+  int64_t bytes = 0;
+};
+
+namespace {
+
+std::vector<ChunkInfo> file_order(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks) {
+  std::vector<ChunkInfo> order = chunks;
+  std::stable_sort(order.begin(), order.end(), [&](const ChunkInfo& a, const ChunkInfo& b) {
+    const size_t at_a = layout.params()[a.param].offset + a.offset, at_b = layout.params()[b.param].offset + b.offset;
+    return at_a < at_b;
+  });
+  return order;
+}
+
+// Chunks pulled at once (about 1 MB each): the coordinator holds this many chunks and one piece
+// of the model at a time, not the model.
+constexpr size_t kFinalPullBatch = 8;
+
+}  // namespace
+
 kj::Promise<void> JobRunner::collect_parameters() {
-  final_params_.assign(job_.layout.total_size(), 0.0f);
-  return job_.servers.pull_all(job_.chunks, job_.layout, final_params_).then([this] {
+  auto model = std::make_shared<FinalModel>();
+  model->order = file_order(job_.layout, job_.chunks);
+  return collect_batch(model).then([this, model] {
     if (job_.state() != JobState::kRunning) return;  // cancelled or failed meanwhile
+    // The last piece and the header (piece 0, alone: the readers join the pieces).
+    // Self-describing: the spec (model, optimizer, dataset), where it stopped, and which files it
+    // was trained on, so the file can be used without the job (DESIGN-NOTES "Models").
+    if (!model->piece.empty()) {
+      model->bytes += static_cast<int64_t>(model->piece.size());
+      job_.store.write_model_piece(job_.id, model->pieces++, std::move(model->piece));
+    }
+    std::string header = safetensors_header(job_.layout, {},
+                                            {{"format", "pstrain"},
+                                             {"job", job_.id},
+                                             {"name", job_.spec.name},
+                                             {"spec", job_spec_to_json(job_.spec)},
+                                             {"dataset", job_.spec.dataset.name},
+                                             {"dataset_examples", std::to_string(job_.train->size)},
+                                             {"epoch", std::to_string(job_.spec.training.epochs)},
+                                             {"step", std::to_string(job_.total_steps())}},
+                                            std::nullopt);
+    model->bytes += static_cast<int64_t>(header.size());
+    job_.store.write_model_piece(job_.id, 0, std::move(header));
     job_.phase = Phase::kSucceeded;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
     PSLOG(kInfo) << "job " << job_.id << ": SUCCEEDED in " << seconds << " s";
     if (job_.sync()) job_.progress.check_ledger(job_.steps_per_epoch(), job_.train->size);
     std::printf("final test accuracy: %.4f\n", job_.progress.final_accuracy());
     std::fflush(stdout);
-    // The model goes to the store in pieces (moved into its writer), and the parameters are
-    // freed: a finished job keeps no copy of its model in memory (final_params() reads it back).
-    // Self-describing: the spec (model, optimizer, dataset), where it stopped, and which files it
-    // was trained on, so the file can be used without the job (DESIGN-NOTES "Models").
-    const uint64_t steps = job_.total_steps();
-    job_.store.set_model(job_.id, encode_safetensors_pieces(job_.layout, final_params_,
-                                                            {{"format", "pstrain"},
-                                                             {"job", job_.id},
-                                                             {"name", job_.spec.name},
-                                                             {"spec", job_spec_to_json(job_.spec)},
-                                                             {"dataset", job_.spec.dataset.name},
-                                                             {"dataset_examples", std::to_string(job_.train->size)},
-                                                             {"epoch", std::to_string(job_.spec.training.epochs)},
-                                                             {"step", std::to_string(steps)}},
-                                                            kMaxModelPieceBytes));
-    final_params_ = {};
+    // The record that announces the model goes after its pieces; a finished job keeps no copy
+    // of its model in memory (final_params() reads it back).
+    job_.store.set_model(job_.id, model->pieces, model->bytes);
     job_.store.update(job_.id, [&](JobRecord& r) {
       r.state = job_.state();
       r.reason.clear();
@@ -499,6 +533,40 @@ kj::Promise<void> JobRunner::collect_parameters() {
     job_.store.erase_async_cuts(job_.id);
     release_nodes();
     if (on_finished_) on_finished_(*this);
+  });
+}
+
+kj::Promise<void> JobRunner::collect_batch(std::shared_ptr<FinalModel> model) {
+  if (model->next == model->order.size() || job_.state() != JobState::kRunning) return kj::READY_NOW;
+  const size_t end = std::min(model->order.size(), model->next + kFinalPullBatch);
+  const std::vector<ChunkInfo> batch(model->order.begin() + static_cast<std::ptrdiff_t>(model->next),
+                                     model->order.begin() + static_cast<std::ptrdiff_t>(end));
+  model->next = end;
+  return job_.servers.pull_chunks(batch).then([this, model](kj::Array<kj::Array<float>> values) -> kj::Promise<void> {
+    // The pieces this batch fills go to the store; the next batch is pulled once they are on disk,
+    // so a disk slower than the pulls does not pile the model up in the writer's queue.
+    kj::Vector<kj::Promise<void>> written;
+    for (const kj::Array<float>& v : values) {
+      const char* data = reinterpret_cast<const char*>(v.begin());
+      size_t left = v.size() * sizeof(float);
+      while (left > 0) {
+        const size_t max = job_.options.file_piece_bytes;
+        if (model->piece.capacity() < max) model->piece.reserve(max);
+        const size_t n = std::min(left, max - model->piece.size());
+        model->piece.append(data, n);
+        data += n;
+        left -= n;
+        if (model->piece.size() == max) {
+          auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+          auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+          model->bytes += static_cast<int64_t>(model->piece.size());
+          job_.store.write_model_piece(job_.id, model->pieces++, std::move(model->piece), [fulfiller] { (*fulfiller)->fulfill(); });
+          model->piece = {};
+          written.add(kj::mv(paf.promise));
+        }
+      }
+    }
+    return kj::joinPromises(written.releaseAsArray()).then([this, model] { return collect_batch(model); });
   });
 }
 

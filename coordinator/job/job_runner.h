@@ -27,6 +27,7 @@
 #include <kj/async-io.h>
 
 #include <chrono>
+#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
@@ -128,6 +129,9 @@ class JobRunner {
   kj::Promise<void> collect_parameters();
   // Async: logs how many pushes every chunk took against the planned steps (before the end).
   kj::Promise<void> count_async_updates();
+  // Pulls the next few chunks of the final parameters into the model file's pieces, then the rest.
+  struct FinalModel;
+  kj::Promise<void> collect_batch(std::shared_ptr<FinalModel> model);
   void finish_if_done();
   void release_nodes();
   void end(Phase phase, const std::string& reason);
@@ -143,7 +147,6 @@ class JobRunner {
   std::vector<std::string> recorded_server_names_;
   uint64_t reached_before_restart_ = 0;  // async: the servers' furthest version when adopted
   std::string failure_;
-  std::vector<float> final_params_;
   std::chrono::steady_clock::time_point started_at_;
   DivergenceGuard guard_;
 

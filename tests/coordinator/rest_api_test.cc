@@ -708,7 +708,18 @@ TEST_CASE("RestApi: GET /v1/jobs/{id}/model: 409 before there is one, the safete
     const HttpResponse r = api.handle({"GET", "/v1/jobs/job-1/model", "", ""});
     CHECK(r.status == 200);
     CHECK(r.content_type == "application/octet-stream");
-    CHECK(r.body == model);
+    // Not one body: the stored pieces, read one at a time as the server sends them.
+    CHECK(r.body.empty());
+    REQUIRE(r.file != nullptr);
+    CHECK(r.file->bytes == 24);
+    std::string sent;
+    for (size_t i = 0; static_cast<int64_t>(sent.size()) < r.file->bytes; ++i) {
+      const auto piece = r.file->read_piece(i);
+      REQUIRE(piece.has_value());
+      CHECK(piece->size() == (i == 0 ? 10u : 14u));
+      sent += *piece;
+    }
+    CHECK(sent == model);
     CHECK(header(r, "Content-Disposition") == "attachment; filename=\"job-1.safetensors\"");
   };
   check_model(a.api);
