@@ -4,7 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <numeric>
+#include <functional>
+
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 
 namespace pstrain {
 namespace {
@@ -59,7 +63,16 @@ float half_to_float(uint16_t half) {
 }
 
 void encode_half(std::span<const float> values, unsigned char* out) {
-  for (size_t i = 0; i < values.size(); ++i) {
+  size_t i = 0;
+#ifdef __F16C__
+  // The CPU's conversion (vcvtps2ph, round to nearest even): the same halves as float_to_half
+  // (tested against it), 8 at a time.
+  for (; i + 8 <= values.size(); i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(values.data() + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
+  }
+#endif
+  for (; i < values.size(); ++i) {
     const uint16_t h = float_to_half(values[i]);
     out[2 * i] = static_cast<unsigned char>(h & 0xffu);
     out[2 * i + 1] = static_cast<unsigned char>(h >> 8);
@@ -67,7 +80,14 @@ void encode_half(std::span<const float> values, unsigned char* out) {
 }
 
 void decode_half(const unsigned char* in, std::span<float> out) {
-  for (size_t i = 0; i < out.size(); ++i) {
+  size_t i = 0;
+#ifdef __F16C__
+  for (; i + 8 <= out.size(); i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
+    _mm256_storeu_ps(out.data() + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < out.size(); ++i) {
     out[i] = half_to_float(static_cast<uint16_t>(in[2 * i] | (in[2 * i + 1] << 8)));
   }
 }
@@ -79,27 +99,37 @@ size_t topk_count(size_t n, float fraction) {
 }
 
 void topk_with_feedback(std::span<const float> gradient, std::span<float> residual, std::span<uint32_t> indices,
-                        std::span<float> values, std::vector<uint32_t>& scratch) {
+                        std::span<float> values, std::vector<float>& scratch) {
   const size_t n = residual.size(), k = indices.size();
-  for (size_t i = 0; i < n; ++i) residual[i] += gradient[i];
-  scratch.resize(n);
-  std::iota(scratch.begin(), scratch.end(), 0u);
-  auto magnitude = [&](uint32_t i) {
-    const float v = std::fabs(residual[i]);
-    return std::isnan(v) ? std::numeric_limits<float>::infinity() : v;
-  };
-  // A strict total order (magnitude descending, then index ascending): the selection does not
-  // depend on the algorithm's visiting order.
-  auto before = [&](uint32_t a, uint32_t b) {
-    const float ma = magnitude(a), mb = magnitude(b);
-    return ma > mb || (ma == mb && a < b);
-  };
-  if (k < n) std::nth_element(scratch.begin(), scratch.begin() + static_cast<ptrdiff_t>(k), scratch.end(), before);
-  std::sort(scratch.begin(), scratch.begin() + static_cast<ptrdiff_t>(k));
-  for (size_t j = 0; j < k; ++j) {
-    indices[j] = scratch[j];
-    values[j] = residual[scratch[j]];
-    residual[scratch[j]] = 0.0f;
+  if (k == 0) {
+    for (size_t i = 0; i < n; ++i) residual[i] += gradient[i];
+    return;
+  }
+  // magnitudes[i] (NaN as infinity), and a copy that nth_element reorders to find the k-th largest.
+  scratch.resize(2 * n);
+  float* magnitudes = scratch.data();
+  float* order = scratch.data() + n;
+  for (size_t i = 0; i < n; ++i) {
+    residual[i] += gradient[i];
+    const float m = std::fabs(residual[i]);
+    magnitudes[i] = std::isnan(m) ? std::numeric_limits<float>::infinity() : m;
+    order[i] = magnitudes[i];
+  }
+  std::nth_element(order, order + (k - 1), order + n, std::greater<float>());
+  const float threshold = order[k - 1];
+  // Everything above the threshold, and as many entries equal to it as fill k, lowest index first:
+  // the selection of the order (magnitude descending, index ascending), in one pass, ascending.
+  size_t above = 0;
+  for (size_t i = 0; i < n; ++i) above += magnitudes[i] > threshold ? 1 : 0;
+  size_t ties = k - above, j = 0;
+  for (size_t i = 0; i < n && j < k; ++i) {
+    if (magnitudes[i] > threshold || (magnitudes[i] == threshold && ties > 0)) {
+      if (magnitudes[i] == threshold) --ties;
+      indices[j] = static_cast<uint32_t>(i);
+      values[j] = residual[i];
+      residual[i] = 0.0f;
+      ++j;
+    }
   }
 }
 

@@ -35,7 +35,8 @@ size_t topk_count(size_t n, float fraction);
 // Error-feedback top-k of one chunk: adds `gradient` into `residual` (same size), then writes the
 // k = indices.size() (<= size) entries of largest magnitude to `indices` (ascending) and `values`
 // (same size as indices) and zeroes them in `residual`. `scratch` is reused between calls.
+// O(size): one nth_element over the magnitudes and two passes.
 void topk_with_feedback(std::span<const float> gradient, std::span<float> residual, std::span<uint32_t> indices,
-                        std::span<float> values, std::vector<uint32_t>& scratch);
+                        std::span<float> values, std::vector<float>& scratch);
 
 }  // namespace pstrain

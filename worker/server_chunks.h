@@ -125,8 +125,8 @@ class ServerChunks {
   AlignedFloats exact_values_;  // pull_exact's
   CompressionSpec compression_;
   AlignedFloats residual_;                 // topk: what was not sent yet, per value
-  std::vector<uint32_t> topk_scratch_, topk_indices_;
-  std::vector<float> topk_values_;
+  std::vector<uint32_t> topk_indices_;
+  std::vector<float> topk_values_, topk_scratch_;
   uint64_t pushed_bytes_ = 0, pulled_bytes_ = 0, late_pushes_ = 0;
 };
 

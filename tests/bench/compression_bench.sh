@@ -16,7 +16,10 @@
 # Ports 19601 (RPC) and 19602 (HTTP) inside psc-s. Needs root, ip and tc.
 #
 # Usage: tests/bench/compression_bench.sh [--epochs E] [--rates "off 1gbit 100mbit"]
-#                                         [--kinds "none fp16 topk"] [--fraction F] [--cap-server]
+#                                         [--kinds "none none-dense fp16 topk"] [--fraction F] [--cap-server]
+#   kinds: none (the workers' default exchange: row-sparse replies, factored pushes, forward on
+#   the servers), none-dense (none with --exchange=dense: whole float32 chunks, what fp16 and topk
+#   compress), fp16, topk (with --fraction, default 0.01).
 #   samples/s: the median of the coordinator's per-epoch figures without epoch 1 (all of them
 #   with one epoch); bytes: worker 0's last report (payload bytes pushed / pulled per step);
 #   accuracy: the final epoch's test accuracy. Logs in a temp dir (printed).
@@ -24,7 +27,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-EPOCHS=3 RATES="off 1gbit 100mbit" KINDS="none fp16 topk" FRACTION=0.01 CAP_SERVER=0
+EPOCHS=3 RATES="off 1gbit 100mbit" KINDS="none none-dense fp16 topk" FRACTION=0.01 CAP_SERVER=0
 while (($#)); do
   case $1 in
     --epochs) EPOCHS=${2:?}; shift 2 ;;
@@ -32,7 +35,7 @@ while (($#)); do
     --kinds) KINDS=${2:?}; shift 2 ;;
     --fraction) FRACTION=${2:?}; shift 2 ;;
     --cap-server) CAP_SERVER=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compression_bench.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -97,7 +100,7 @@ kind, epochs, fraction = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 spec["training"].update({"servers": 1, "workers": 2, "epochs": epochs})
 if kind == "topk":
     spec["training"]["compression"] = {"kind": "topk", "fraction": fraction}
-elif kind != "none":
+elif kind not in ("none", "none-dense"):
     spec["training"]["compression"] = kind
 spec["backup"] = {}
 print(json.dumps(spec))
@@ -123,7 +126,7 @@ run_one() {  # kind rate
   PIDS+=($!)
   for w in 0 1; do
     ip netns exec "psc-w$w" "$BUILD/worker/pstrain-worker" --coordinator 127.12.1.1:19601 --name "worker-$w" \
-      --threads 1 >"$dir/worker-$w.log" 2>&1 &
+      --threads 1 $([[ $kind == none-dense ]] && echo --exchange=dense) >"$dir/worker-$w.log" 2>&1 &
     PIDS+=($!)
   done
   wait "$coordinator" || echo "compression_bench.sh: $kind $rate: coordinator exit $?" >&2

@@ -85,7 +85,8 @@ TEST_CASE("topk_count: ceil(fraction * n), between 1 and n") {
 
 TEST_CASE("topk with error feedback, by hand: largest magnitudes sent, the rest carried to the next step") {
   std::vector<float> residual(6, 0.0f);
-  std::vector<uint32_t> scratch, indices(2);
+  std::vector<float> scratch;
+  std::vector<uint32_t> indices(2);
   std::vector<float> values(2);
   // Step 1: |g| largest at 4 (-5) and 1 (3); sent in index order; the rest stays.
   const std::vector<float> g1{0.5f, 3.0f, -1.0f, 0.25f, -5.0f, 2.0f};
@@ -108,7 +109,8 @@ TEST_CASE("topk with error feedback, by hand: largest magnitudes sent, the rest 
 
 TEST_CASE("topk: ties go to the lower index; all entries when k == n") {
   std::vector<float> residual(5, 0.0f);
-  std::vector<uint32_t> scratch, indices(2);
+  std::vector<float> scratch;
+  std::vector<uint32_t> indices(2);
   std::vector<float> values(2);
   topk_with_feedback(std::vector<float>{1.0f, -2.0f, 2.0f, 2.0f, -2.0f}, residual, indices, values, scratch);
   CHECK(indices == std::vector<uint32_t>{1, 2});
@@ -119,4 +121,62 @@ TEST_CASE("topk: ties go to the lower index; all entries when k == n") {
   CHECK(all == std::vector<uint32_t>{0, 1, 2, 3, 4});
   CHECK(all_values == std::vector<float>{1.0f, 0.0f, 0.0f, 2.0f, -2.0f});
   CHECK(residual == std::vector<float>(5, 0.0f));
+}
+
+TEST_CASE("fp16: the buffer codecs (vectorised where the CPU can) agree with the scalar conversion on every half") {
+  // Every half pattern, and every midpoint between neighbours (ties) and a hair either side.
+  std::vector<float> values;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const uint16_t half = static_cast<uint16_t>(h);
+    if ((half & 0x7c00u) == 0x7c00u && (half & 0x3ffu) != 0) continue;  // NaN: payloads may differ
+    const float f = half_to_float(half);
+    values.push_back(f);
+    if ((half & 0x7fffu) < 0x7bffu) {
+      const float next = half_to_float(static_cast<uint16_t>(h + 1));
+      const float mid = (f + next) / 2;
+      values.insert(values.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 2 * mid)});
+    }
+  }
+  values.insert(values.end(), {65519.0f, 65520.0f, 1e10f, -1e10f, std::ldexp(1.0f, -25), 1e-30f});
+  std::vector<unsigned char> wire(values.size() * 2);
+  encode_half(values, wire.data());
+  std::vector<float> back(values.size());
+  decode_half(wire.data(), back);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t got = static_cast<uint16_t>(wire[2 * i] | (wire[2 * i + 1] << 8));
+    REQUIRE_MESSAGE(got == float_to_half(values[i]), "value " << values[i] << " at " << i);
+    REQUIRE(back[i] == half_to_float(got));
+  }
+}
+
+TEST_CASE("topk: the selection is the first k of (magnitude descending, index ascending), ties and all") {
+  Rng rng(11);
+  std::vector<float> scratch;
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + rng.uniform_index(300);
+    const size_t k = 1 + rng.uniform_index(n);
+    // Few distinct magnitudes: many ties at the threshold.
+    std::vector<float> gradient(n), residual(n);
+    for (size_t i = 0; i < n; ++i) {
+      gradient[i] = static_cast<float>(static_cast<int>(rng.uniform_index(9)) - 4);
+      residual[i] = static_cast<float>(static_cast<int>(rng.uniform_index(3)) - 1);
+    }
+    std::vector<float> sum(n);
+    for (size_t i = 0; i < n; ++i) sum[i] = residual[i] + gradient[i];
+    std::vector<uint32_t> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = static_cast<uint32_t>(i);
+    std::stable_sort(want.begin(), want.end(),
+                     [&](uint32_t a, uint32_t b) { return std::fabs(sum[a]) > std::fabs(sum[b]); });
+    want.resize(k);
+    std::sort(want.begin(), want.end());
+    std::vector<uint32_t> indices(k);
+    std::vector<float> values(k);
+    topk_with_feedback(gradient, residual, indices, values, scratch);
+    REQUIRE(indices == want);
+    for (size_t j = 0; j < k; ++j) {
+      REQUIRE(values[j] == sum[want[j]]);
+      sum[want[j]] = 0.0f;
+    }
+    REQUIRE(residual == sum);
+  }
 }
