@@ -83,3 +83,15 @@ TEST_CASE("compression topk: trains with error feedback, is deterministic, and p
     CHECK(r.record.bytes_pulled_per_step[w] == doctest::Approx(4.0 * kParams));  // values whole, float32
   }
 }
+
+TEST_CASE("compression in async mode: fp16 and topk jobs train (pushes applied at once, decoded per push)") {
+  for (const CompressionKind kind : {CompressionKind::kFp16, CompressionKind::kTopk}) {
+    JobSpec spec = compressed_job(kind, 0.1f);
+    spec.training.mode = TrainingMode::kAsync;
+    const Run r = run(parse_job_spec(job_spec_to_json(spec)));
+    INFO("compression " << std::string(compression_kind_name(kind)));
+    REQUIRE(r.record.test_accuracy.has_value());
+    CHECK(*r.record.test_accuracy > 0.8);
+    CHECK(r.record.bytes_pushed_per_step.at(0) < 4.0 * kParams);
+  }
+}
