@@ -8,8 +8,8 @@
 // version intact until then is what lets this worker take over a lost worker's slice of the step.
 //
 // Thread rules: the event loop's thread only. Ownership: owns the connections, the value
-// buffers and the topk residual. A push points into the caller's gradient (zero-copy), which must stay untouched until
-// the push's reply is in (a reply implies its request was fully sent).
+// buffers and the topk residual. A push points into the caller's gradient (zero-copy), which
+// must stay untouched until the push's reply is in (a reply implies its request was fully sent).
 #pragma once
 
 #include <kj/async-io.h>
@@ -53,8 +53,6 @@ class ServerChunks {
   // so a step computes on the same values whether they came by reply or by pull (a recovered
   // run ends as an uninterrupted one). Row-sparse pushes and replies stay float32.
   void set_compression(const CompressionSpec& compression);
-  // The topk residual (error feedback), in the parameter layout; empty without topk.
-  const AlignedFloats& residual() const { return residual_; }
 
   // Connects to every server, one after the other, proving `credential` on each.
   void connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential);
