@@ -232,6 +232,8 @@ void Follower::event(const std::string& type, const json::object& data, const st
   } else if (type == "recovery" && !options_.json) {
     view_->note("recovery " + std::to_string(static_cast<int64_t>(number_or(data, "recoveries", 0))) + ": " +
                 text(data, "detail"));
+  } else if (type == "warning" && !options_.json) {
+    view_->note("warning: " + text(data, "detail"));
   } else if (type == "node" && !options_.json && text(data, "change") == "lost") {
     view_->note(text(data, "role") + " " + text(data, "name") + " lost");
   }

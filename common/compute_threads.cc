@@ -2,7 +2,9 @@
 
 #include <Eigen/Core>
 #include <malloc.h>
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 #include <thread>
 
 #ifdef PSTRAIN_WITH_OPENBLAS
@@ -14,7 +16,9 @@ namespace pstrain {
 int set_compute_threads(int n) {
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Eigen::setNbThreads(n);
+#ifdef _OPENMP
   omp_set_num_threads(n);
+#endif
 #ifdef PSTRAIN_WITH_OPENBLAS
   openblas_set_num_threads(n);
 #endif

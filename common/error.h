@@ -22,6 +22,14 @@ class DataError : public Error {
   using Error::Error;
 };
 
+// Training diverged: the loss became NaN or infinite. The message has the figures (the loss, the
+// epoch and step). A worker reports it as its job's failure, marked as a divergence (the
+// coordinator's divergence guard counts it).
+class LossNotFinite : public Error {
+ public:
+  using Error::Error;
+};
+
 // A job or model spec is invalid. `path` is a JSON pointer to the offending field
 // ("/model/layers/2/units"); `detail` says what is wrong with it. what() is "path detail".
 class SpecError : public Error {

@@ -22,11 +22,21 @@ enum class ShardPolicy { kData, kFile, kOff };
 enum class TrainingMode { kSync, kAsync };
 enum class OptimizerType { kSgd, kAdam, kAdagrad };
 enum class CompressionKind { kNone, kFp16, kTopk };
+// Async: the learning rate of each push (DESIGN-NOTES "Staleness-aware async"): the optimizer's
+// own (constant), or divided by max(1, staleness), the versions the chunk moved on since the
+// values the push was computed on (Zhang et al., IJCAI 2016).
+enum class AsyncLr { kConstant, kStaleness };
+// What the divergence guard does with a loss that stays above its start for an epoch or a test
+// accuracy at chance (coordinator/job/divergence_guard.h): warn (the job goes on) or fail the job.
+// A loss that is NaN or infinite fails the job either way.
+enum class OnDivergence { kWarn, kFail };
 
 const char* shard_policy_name(ShardPolicy policy);
 const char* training_mode_name(TrainingMode mode);
 const char* optimizer_type_name(OptimizerType type);
 const char* compression_kind_name(CompressionKind kind);
+const char* async_lr_name(AsyncLr lr);
+const char* on_divergence_name(OnDivergence action);
 
 struct DatasetSpec {
   std::string name;                          // a built-in (mnist10k, fashion, fashion-mnist) or catalog dataset
@@ -69,6 +79,8 @@ struct TrainingSpec {
   int64_t backup_workers = 0;     // sync: apply after workers - backup_workers pushes
   int64_t metrics_every_steps = 10;
   CompressionSpec compression;
+  AsyncLr async_lr = AsyncLr::kStaleness;  // async only (the measured default: docs/BENCHMARKS.md)
+  OnDivergence on_divergence = OnDivergence::kWarn;
 };
 
 struct BackupSpec {

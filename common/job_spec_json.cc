@@ -359,6 +359,15 @@ TrainingSpec read_training(const json::value& v) {
   t.backup_workers = r.integer("backup_workers", 0, 255, 0);
   t.metrics_every_steps = r.integer("metrics_every_steps", 1, 1000000, 10);
   if (const json::value* c = r.optional("compression")) t.compression = read_compression(*c);
+  const json::value* async_lr = r.optional("async_lr");
+  if (async_lr != nullptr) {
+    t.async_lr = read_enum<AsyncLr>(*async_lr, "/training/async_lr",
+                                    {{"constant", AsyncLr::kConstant}, {"staleness", AsyncLr::kStaleness}});
+  }
+  if (const json::value* d = r.optional("on_divergence")) {
+    t.on_divergence = read_enum<OnDivergence>(*d, "/training/on_divergence",
+                                              {{"warn", OnDivergence::kWarn}, {"fail", OnDivergence::kFail}});
+  }
   r.finish();
   if (t.global_batch_size < t.workers) {
     throw SpecError("/training/global_batch_size", "must be at least /training/workers (" +
@@ -369,6 +378,9 @@ TrainingSpec read_training(const json::value& v) {
   }
   if (t.mode == TrainingMode::kSync && t.max_staleness >= 0) {
     throw SpecError("/training/max_staleness", "only applies to async mode");
+  }
+  if (t.mode == TrainingMode::kSync && async_lr != nullptr) {
+    throw SpecError("/training/async_lr", "only applies to async mode");
   }
   if (t.mode == TrainingMode::kAsync && t.backup_workers > 0) {
     throw SpecError("/training/backup_workers", "only applies to sync mode");
@@ -463,6 +475,9 @@ const char* compression_kind_name(CompressionKind kind) {
 }
 
 const char* training_mode_name(TrainingMode mode) { return mode == TrainingMode::kSync ? "sync" : "async"; }
+
+const char* async_lr_name(AsyncLr lr) { return lr == AsyncLr::kConstant ? "constant" : "staleness"; }
+const char* on_divergence_name(OnDivergence action) { return action == OnDivergence::kWarn ? "warn" : "fail"; }
 
 const char* optimizer_type_name(OptimizerType type) {
   switch (type) {
@@ -655,6 +670,10 @@ std::string job_spec_to_json(const JobSpec& spec) {
     if (t.compression.kind == CompressionKind::kTopk) compression["fraction"] = t.compression.fraction;
     training["compression"] = std::move(compression);
   }
+  // Only where they differ from their defaults (a spec written before they existed keeps its
+  // canonical text); async_lr only in async mode, where it applies.
+  if (t.mode == TrainingMode::kAsync && t.async_lr != TrainingSpec{}.async_lr) training["async_lr"] = async_lr_name(t.async_lr);
+  if (t.on_divergence != TrainingSpec{}.on_divergence) training["on_divergence"] = on_divergence_name(t.on_divergence);
   json::object backup;
   if (spec.backup.frequency == BackupSpec::Frequency::kEpoch) backup["save_freq"] = "epoch";
   if (spec.backup.frequency == BackupSpec::Frequency::kSteps) backup["save_freq"] = spec.backup.steps;

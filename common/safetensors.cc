@@ -232,6 +232,18 @@ std::vector<std::string> encode_safetensors_pieces(const ParamLayout& layout, st
   return pieces;
 }
 
+std::string safetensors_header(const ParamLayout& layout, const std::vector<std::string>& slots,
+                               const Metadata& metadata, std::optional<int64_t> iterations) {
+  std::vector<TensorRef> tensors;
+  for (const ParamInfo& p : layout.params()) tensors.push_back({p.name, p.shape, nullptr, p.size});
+  for (const std::string& slot : slots) {
+    for (const ParamInfo& p : layout.params()) tensors.push_back({optimizer_tensor_name(slot, p.name), p.shape, nullptr, p.size});
+  }
+  Metadata meta = metadata;
+  if (iterations) meta.emplace_back("optimizer_iterations", std::to_string(*iterations));
+  return header(tensors, meta);
+}
+
 std::string encode_safetensors(const ParamLayout& layout, std::span<const float> params, const Metadata& metadata,
                                const optim::OptimizerState* optimizer) {
   std::string out;

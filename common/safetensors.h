@@ -35,6 +35,14 @@ using Metadata = std::vector<std::pair<std::string, std::string>>;
 std::vector<std::string> encode_safetensors_pieces(const ParamLayout& layout, std::span<const float> params,
                                                    const Metadata& metadata, size_t max_piece_bytes,
                                                    const optim::OptimizerState* optimizer = nullptr);
+// The header piece of such a file (its 8-byte length and JSON, padded so the data starts 8-byte
+// aligned), for a file written tensor by tensor without the whole of it in memory: the parameters
+// in layout order, then for each of `slots` (in order) every parameter's slot, each p.size float32
+// values. `iterations`: the optimizer's update count (a checkpoint; encode_safetensors_pieces
+// with an optimizer writes it), none for a file of parameters only. The data that follows it is
+// byte for byte what encode_safetensors_pieces writes after its header.
+std::string safetensors_header(const ParamLayout& layout, const std::vector<std::string>& slots,
+                               const Metadata& metadata, std::optional<int64_t> iterations);
 // The same in one string.
 std::string encode_safetensors(const ParamLayout& layout, std::span<const float> params, const Metadata& metadata,
                                const optim::OptimizerState* optimizer = nullptr);

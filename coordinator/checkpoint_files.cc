@@ -2,6 +2,7 @@
 
 #include <kj/debug.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "common/chunk_snapshot.h"
@@ -28,41 +29,103 @@ kj::Promise<T> on_thread(TaskThread& thread, std::function<T()> work) {
 
 }  // namespace
 
-kj::Promise<std::vector<std::string>> CheckpointFiles::assemble(ParamLayout layout, std::vector<ChunkInfo> chunks,
-                                                                std::vector<std::string> blobs, Metadata metadata,
-                                                                size_t max_piece_bytes) {
-  return on_thread<std::vector<std::string>>(thread_, [layout = std::move(layout), chunks = std::move(chunks),
-                                                       blobs = std::move(blobs), metadata = std::move(metadata),
-                                                       max_piece_bytes]() mutable {
-    std::vector<float> params(layout.total_size(), 0.0f);
-    optim::OptimizerState optimizer;
-    std::vector<bool> seen(chunks.size(), false);
-    for (std::string& blob : blobs) {
-      const auto snapshot = decode_snapshot(blob);
-      if (!snapshot || snapshot->key >= chunks.size()) throw Error("a chunk of the backup does not decode");
-      const ChunkInfo& c = chunks[snapshot->key];
-      if (snapshot->values.size() != c.size || c.param >= layout.params().size()) {
-        throw Error("chunk " + std::to_string(c.key) + " of the backup has the wrong size");
-      }
-      const size_t at = layout.params()[c.param].offset + c.offset;
-      std::copy(snapshot->values.begin(), snapshot->values.end(), params.begin() + static_cast<std::ptrdiff_t>(at));
-      const auto& slots = snapshot->optimizer_state.slots;
-      if (optimizer.slots.empty()) {
-        for (const optim::Slot& s : slots) optimizer.slots.push_back({s.name, std::vector<float>(layout.total_size())});
-      }
-      if (slots.size() != optimizer.slots.size()) throw Error("the chunks of the backup have different optimizer slots");
-      for (size_t s = 0; s < slots.size(); ++s) {
-        std::copy(slots[s].values.begin(), slots[s].values.end(),
-                  optimizer.slots[s].values.begin() + static_cast<std::ptrdiff_t>(at));
-      }
-      optimizer.iterations = std::max(optimizer.iterations, snapshot->optimizer_state.iterations);
-      seen[snapshot->key] = true;
-      blob = {};  // freed as we go: the file is built next
+StreamedFile stream_checkpoint(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks, const CheckpointIo& io,
+                               const Metadata& metadata, size_t max_piece_bytes) {
+  if (max_piece_bytes == 0) throw Error("a piece of the file must hold at least one byte");
+  // Each chunk's position in its server's replica (key order), and each tensor's chunks by offset.
+  std::vector<size_t> position(chunks.size());
+  std::vector<std::vector<const ChunkInfo*>> of_param(layout.params().size());
+  {
+    std::vector<size_t> count;
+    for (const ChunkInfo& c : chunks) {  // chunks[k].key == k
+      if (c.key >= chunks.size()) throw Error("chunk " + std::to_string(c.key) + " is outside the chunk table");
+      if (c.server >= count.size()) count.resize(c.server + 1, 0);
+      position[c.key] = count[c.server]++;
+      if (c.param >= of_param.size()) throw Error("chunk " + std::to_string(c.key) + " is of no tensor of the model");
+      of_param[c.param].push_back(&c);
     }
-    for (size_t k = 0; k < seen.size(); ++k) {
-      if (!seen[k]) throw Error("chunk " + std::to_string(k) + " is missing from the backup");
+  }
+  for (size_t p = 0; p < of_param.size(); ++p) {
+    auto& list = of_param[p];
+    std::sort(list.begin(), list.end(), [](const ChunkInfo* a, const ChunkInfo* b) { return a->offset < b->offset; });
+    size_t covered = 0;
+    for (const ChunkInfo* c : list) {
+      if (c->offset != covered) break;
+      covered += c->size;
     }
-    return encode_safetensors_pieces(layout, params, metadata, max_piece_bytes, &optimizer);
+    if (covered != layout.params()[p].size) {
+      throw Error("the chunks do not cover tensor '" + layout.params()[p].name + "'");
+    }
+  }
+
+  StreamedFile out;
+  out.pieces = 1;  // piece 0, the header, goes last
+  std::string piece;
+  const auto append = [&](const float* data, size_t n) {
+    const char* bytes = reinterpret_cast<const char*>(data);
+    size_t left = n * sizeof(float);
+    while (left > 0) {
+      if (piece.capacity() < max_piece_bytes && max_piece_bytes != SIZE_MAX) piece.reserve(max_piece_bytes);
+      const size_t take = std::min(left, max_piece_bytes - piece.size());
+      piece.append(bytes, take);
+      bytes += take;
+      left -= take;
+      if (piece.size() == max_piece_bytes) {
+        out.bytes += static_cast<int64_t>(piece.size());
+        io.write_piece(out.pieces++, std::move(piece));
+        piece = {};
+      }
+    }
+  };
+
+  // Pass 0: the parameters; pass s + 1: slot s of every parameter (the slots' names come with
+  // the first chunk read).
+  std::vector<std::string> slots;
+  int64_t iterations = 0;
+  bool first = true;
+  for (size_t pass = 0; pass <= slots.size(); ++pass) {
+    for (const auto& list : of_param) {
+      for (const ChunkInfo* c : list) {
+        const std::optional<std::string> blob = io.read_chunk(*c, position[c->key]);
+        if (!blob) throw Error("chunk " + std::to_string(c->key) + " is missing from the backup");
+        const std::optional<ChunkSnapshot> snapshot = decode_snapshot(*blob);
+        if (!snapshot) throw Error("a chunk of the backup does not decode");
+        if (snapshot->key != c->key || snapshot->values.size() != c->size) {
+          throw Error("chunk " + std::to_string(c->key) + " of the backup has the wrong key or size");
+        }
+        const auto& state = snapshot->optimizer_state;
+        if (first) {
+          for (const optim::Slot& slot : state.slots) slots.push_back(slot.name);
+          first = false;
+        }
+        if (state.slots.size() != slots.size()) throw Error("the chunks of the backup have different optimizer slots");
+        for (size_t i = 0; i < slots.size(); ++i) {
+          if (state.slots[i].name != slots[i]) throw Error("the chunks of the backup have different optimizer slots");
+        }
+        if (pass == 0) {
+          iterations = std::max(iterations, state.iterations);
+          append(snapshot->values.data(), snapshot->values.size());
+        } else {
+          append(state.slots[pass - 1].values.data(), c->size);
+        }
+      }
+    }
+  }
+  if (!piece.empty()) {
+    out.bytes += static_cast<int64_t>(piece.size());
+    io.write_piece(out.pieces++, std::move(piece));
+  }
+  std::string head = safetensors_header(layout, slots, metadata, iterations);
+  out.bytes += static_cast<int64_t>(head.size());
+  io.write_piece(0, std::move(head));
+  return out;
+}
+
+kj::Promise<StreamedFile> CheckpointFiles::assemble(ParamLayout layout, std::vector<ChunkInfo> chunks, CheckpointIo io,
+                                                    Metadata metadata, size_t max_piece_bytes) {
+  return on_thread<StreamedFile>(thread_, [layout = std::move(layout), chunks = std::move(chunks), io = std::move(io),
+                                           metadata = std::move(metadata), max_piece_bytes] {
+    return stream_checkpoint(layout, chunks, io, metadata, max_piece_bytes);
   });
 }
 

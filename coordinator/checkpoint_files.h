@@ -1,7 +1,9 @@
 // The conversions between a job's shards and model files, on a thread of their own (each can take
 // seconds for a big model, and the event loop must not wait):
 // - a complete backup (every server's replica, as encoded chunk snapshots) becomes a checkpoint:
-//   one safetensors file with the parameters and the optimizer's slots (safetensors.h);
+//   one safetensors file with the parameters and the optimizer's slots (safetensors.h), written
+//   piece by piece as the replicas' chunks are read one at a time (stream_checkpoint), so neither
+//   the replicas nor the file are ever whole in memory: one chunk and one piece at a time;
 // - a model or checkpoint file becomes the shards a new job's servers start from (`init_from`):
 //   the file read against the new job's layout, cut by its chunk plan, each chunk an encoded
 //   snapshot at the starting version, grouped by server in key order (what adoptBackup takes).
@@ -33,14 +35,37 @@ struct StartingShards {
   std::vector<std::vector<std::string>> servers;  // by server index: encoded snapshots in key order
 };
 
+// Where a checkpoint's chunks come from and its file goes, one at a time (both called on the
+// thread that streams it).
+struct CheckpointIo {
+  // The encoded snapshot of chunk `c`, the `index`-th of server c.server's replica (in key
+  // order); nullopt if it is missing.
+  std::function<std::optional<std::string>(const ChunkInfo& c, size_t index)> read_chunk;
+  // Piece `index` of the file; returns once the piece may be dropped (written). Piece 0 is the
+  // header alone, written last (it names the update count, known once every chunk is read);
+  // pieces 1.. the data, in order, each of max_piece_bytes but the last.
+  std::function<void(size_t index, std::string piece)> write_piece;
+};
+
+struct StreamedFile {
+  size_t pieces = 0;  // written: 0 .. pieces - 1
+  int64_t bytes = 0;  // of the whole file
+};
+
+// Writes the checkpoint file of a backup cut from `layout` by `chunks` through `io`: the file
+// encode_safetensors_pieces would make of the parameters and optimizer state the chunks add up
+// to (byte for byte once the pieces are joined), holding one decoded chunk and one piece at a
+// time. Every chunk is read once per tensor it feeds (1 + the optimizer's slots times). Throws
+// Error if a chunk is missing or does not decode, has the wrong key or size, or the chunks'
+// optimizer slots differ.
+StreamedFile stream_checkpoint(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks, const CheckpointIo& io,
+                               const Metadata& metadata, size_t max_piece_bytes);
+
 class CheckpointFiles {
  public:
-  // The checkpoint file (pieces of at most max_piece_bytes) of a backup: `blobs` are every
-  // server's replica chunks (any order), cut from `layout` by `chunks`. Fails if a blob does not
-  // decode or the chunks do not cover the layout.
-  kj::Promise<std::vector<std::string>> assemble(ParamLayout layout, std::vector<ChunkInfo> chunks,
-                                                 std::vector<std::string> blobs, Metadata metadata,
-                                                 size_t max_piece_bytes);
+  // stream_checkpoint on the thread.
+  kj::Promise<StreamedFile> assemble(ParamLayout layout, std::vector<ChunkInfo> chunks, CheckpointIo io,
+                                     Metadata metadata, size_t max_piece_bytes);
 
   // The starting shards of a job of `spec` (its layout, its chunk plan `chunks` over `servers`)
   // from the file `read_file` returns (called on the thread; nullopt: "the file is gone"). With

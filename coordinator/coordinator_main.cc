@@ -187,6 +187,7 @@ int main(int argc, char** argv) {
     PSLOG(kWarning) << "REST API is OPEN: anyone who can reach " << flags.get("http")
                     << " can submit, cancel, upload and delete; give --auth-tokens-file to require tokens";
   }
+  api.set_cluster_auth_refusals(&node->auth_refusals());
   api.set_event_limits({static_cast<size_t>(config.events_queue), static_cast<size_t>(config.events_queue_bytes)});
   HttpServerOptions http_options;
   http_options.host = config.http.host;

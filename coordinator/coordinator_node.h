@@ -58,8 +58,8 @@ class CoordinatorNode {
   CoordinatorNode& operator=(const CoordinatorNode&) = delete;
 
   uint32_t port() const { return port_; }
-  // Connections refused for want of the cluster secret.
-  uint64_t auth_refusals() const { return refusals_.count(); }
+  // Cluster connections refused at their handshake (thread-safe counter).
+  const rpc::AuthRefusals& auth_refusals() const { return refusals_; }
   JobStore& store() { return store_; }
   JobManager& jobs() { return jobs_; }
   // Thread-safe (the REST API uses it from the HTTP thread).

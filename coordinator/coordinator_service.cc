@@ -34,6 +34,7 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
   }
   const NodeId id = cluster_.register_node(params.getRole(), address, name);
   jobs_.on_nodes_lost(replaced, "restarted (registered again)");
+  if (params.getRole() == proto::Role::SERVER) jobs_.on_server_registered(id);
   context.getResults().setNodeId(id.value());
   context.getResults().setHeartbeatMs(heartbeat_ms_);
   if (jobs_.schedule()) wake_waiting_workers();

@@ -39,7 +39,7 @@ void add_node_events(std::vector<JobEventData>& out, const std::vector<uint32_t>
 }  // namespace
 
 RecordDigest digest(const JobRecord& r) {
-  return {r.state, r.reason, r.notes.size(), r.recoveries, r.last_backup_step, r.workers, r.servers};
+  return {r.state, r.reason, r.notes.size(), r.warnings.size(), r.recoveries, r.last_backup_step, r.workers, r.servers};
 }
 
 JobEventData state_event(const JobRecord& r, int64_t time_ms) {
@@ -69,6 +69,12 @@ std::vector<JobEventData> change_events(const RecordDigest& before, const JobRec
   const size_t notes_end = after.recoveries > before.recoveries && new_notes > 0 ? after.notes.size() - 1 : after.notes.size();
   for (size_t i = after.notes.size() - new_notes; i < notes_end; ++i) {
     out.push_back(make("note", after.id, time_ms, {{"text", after.notes[i]}}));
+  }
+  for (size_t i = std::min(before.warnings, after.warnings.size()); i < after.warnings.size(); ++i) {
+    const JobWarning& w = after.warnings[i];
+    out.push_back(make("warning", after.id, time_ms,
+                       {{"reason", w.reason}, {"epoch", w.epoch}, {"value", w.value}, {"threshold", w.threshold},
+                        {"detail", w.detail}}));
   }
   if (after.state != before.state) out.push_back(state_event(after, time_ms));
   return out;

@@ -3,7 +3,7 @@
 // their Server-Sent Events frame, and their stored form. Pure functions; the JobStore numbers,
 // stores and publishes the events.
 //
-// Event types: state, progress, epoch, checkpoint, backup, recovery, node, note. Every data
+// Event types: state, progress, epoch, checkpoint, backup, recovery, node, note, warning. Every data
 // object has "job" and "time_ms" (Unix ms).
 //
 // Thread rules: none (pure).
@@ -30,6 +30,7 @@ struct RecordDigest {
   JobState state = JobState::kPending;
   std::string reason;
   size_t notes = 0;
+  size_t warnings = 0;
   uint32_t recoveries = 0;
   std::optional<int64_t> last_backup_step;
   std::vector<uint32_t> workers, servers;
@@ -38,7 +39,7 @@ RecordDigest digest(const JobRecord& record);
 
 // The events a change from `before` to `after` makes, in this order: nodes that left the job
 // (lost) and joined it, a complete backup, a recovery, new notes (but the one a recovery has as
-// its detail), the new state.
+// its detail), new warnings ({reason, epoch, value, threshold, detail}), the new state.
 std::vector<JobEventData> change_events(const RecordDigest& before, const JobRecord& after, int64_t time_ms,
                                         const NodeLookup& lookup);
 JobEventData state_event(const JobRecord& record, int64_t time_ms);

@@ -74,6 +74,34 @@ std::optional<json::object> parse_object(const std::string& text) {
   return v.as_object();
 }
 
+json::array warnings_array(const std::vector<JobWarning>& warnings) {
+  json::array a;
+  for (const JobWarning& w : warnings) {
+    a.push_back(json::object{{"reason", w.reason}, {"epoch", w.epoch}, {"value", w.value},
+                             {"threshold", w.threshold}, {"detail", w.detail}, {"time_ms", w.time_ms}});
+  }
+  return a;
+}
+
+std::vector<JobWarning> warnings_from(const json::object& o) {
+  std::vector<JobWarning> out;
+  const auto it = o.find("warnings");
+  if (it == o.end() || !it->value().is_array()) return out;
+  for (const json::value& v : it->value().as_array()) {
+    if (!v.is_object()) continue;
+    const json::object& w = v.as_object();
+    JobWarning warning;
+    warning.reason = get_or<std::string>(w, "reason", "");
+    warning.epoch = get_or<uint32_t>(w, "epoch", 0);
+    warning.value = get_optional(w, "value").value_or(0.0);
+    warning.threshold = get_optional(w, "threshold").value_or(0.0);
+    warning.detail = get_or<std::string>(w, "detail", "");
+    warning.time_ms = get_or<int64_t>(w, "time_ms", 0);
+    out.push_back(std::move(warning));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string job_status_json(const JobRecord& j, const std::vector<NodeView>& nodes) {
@@ -85,6 +113,7 @@ std::string job_status_json(const JobRecord& j, const std::vector<NodeView>& nod
   json::array notes;
   for (const auto& n : j.notes) notes.push_back(json::value(n));
   o["notes"] = std::move(notes);
+  o["warnings"] = warnings_array(j.warnings);
   o["steps_per_epoch"] = j.steps_per_epoch;
   std::optional<double> eta;
   if (j.state == JobState::kRunning && j.steps_done > 0 && j.started_ms > 0 && j.total_steps > j.steps_done) {
@@ -191,6 +220,7 @@ std::string record_to_json(const JobRecord& j) {
          for (const auto& n : j.notes) a.push_back(json::value(n));
          return a;
        }()},
+      {"warnings", warnings_array(j.warnings)},
       {"replayed_steps", [&] {
          json::array a;
          for (auto r : j.replayed_steps) a.push_back(r);
@@ -241,6 +271,7 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.bytes_pushed_per_step = get_or<std::vector<double>>(o, "bytes_pushed_per_step", {});
     j.bytes_pulled_per_step = get_or<std::vector<double>>(o, "bytes_pulled_per_step", {});
     j.notes = get_or<std::vector<std::string>>(o, "notes", {});
+    j.warnings = warnings_from(o);
     j.replayed_steps = get_or<std::vector<int64_t>>(o, "replayed_steps", {});
     if (const auto it = o.find("checkpoints"); it != o.end() && it->value().is_array()) {
       for (const json::value& v : it->value().as_array()) {
@@ -304,6 +335,29 @@ std::optional<EpochMetric> epoch_from_json(const std::string& text) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+std::string positions_to_json(const std::vector<WorkerPosition>& positions) {
+  json::array list;
+  for (const WorkerPosition& p : positions) list.push_back(json::array{p.epoch, p.step, p.steps_done});
+  return to_json_text(list);
+}
+
+std::optional<std::vector<WorkerPosition>> positions_from_json(const std::string& text) {
+  boost::system::error_code ec;
+  const json::value v = json::parse(text, ec);
+  if (ec || !v.is_array()) return std::nullopt;
+  std::vector<WorkerPosition> out;
+  try {
+    for (const json::value& item : v.as_array()) {
+      const json::array& a = item.as_array();
+      if (a.size() != 3) return std::nullopt;
+      out.push_back({json::value_to<uint32_t>(a[0]), json::value_to<uint64_t>(a[1]), json::value_to<uint64_t>(a[2])});
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return out;
 }
 
 std::vector<std::string> jobs_using_dataset(const JobStore& store, const std::string& dataset) {

@@ -42,5 +42,8 @@ std::string step_to_json(const StepMetric& m);
 std::optional<StepMetric> step_from_json(const std::string& text);
 std::string epoch_to_json(const EpochMetric& m);
 std::optional<EpochMetric> epoch_from_json(const std::string& text);
+// An async cut's worker positions: [[epoch, step, steps_done], ...] by worker index.
+std::string positions_to_json(const std::vector<WorkerPosition>& positions);
+std::optional<std::vector<WorkerPosition>> positions_from_json(const std::string& text);
 
 }  // namespace pstrain

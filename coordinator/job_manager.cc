@@ -41,6 +41,10 @@ JobRunner* JobManager::job_of_worker(NodeId node) {
   return find(info->job);
 }
 
+void JobManager::on_server_registered(NodeId node) {
+  for (auto& job : jobs_) job->on_server_registered(node);
+}
+
 }  // namespace pstrain
 
 namespace pstrain {

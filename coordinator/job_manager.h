@@ -28,6 +28,9 @@ class JobManager {
   std::vector<JobRunner*> jobs_using(NodeId node);
   // Nodes declared dead: their jobs recover (or fail, saying why).
   void on_nodes_lost(const std::vector<NodeId>& nodes, const std::string& why);
+  // A server registered: every job (running or ended) fences it if it is one the job's shard
+  // moved away from (JobRunner::on_server_registered). Call before schedule().
+  void on_server_registered(NodeId node);
   const std::vector<std::unique_ptr<JobRunner>>& jobs() const { return jobs_; }
 
   // Called whenever a job ends (SUCCEEDED, FAILED, CANCELLED).

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <memory>
 
 #include "common/log.h"
 #include "coordinator/job_events.h"
@@ -11,7 +13,7 @@ namespace pstrain {
 namespace {
 
 // Keys: job/<id>/record, job/<id>/step/<seq>, job/<id>/epoch/<n>, job/<id>/event/<seq>,
-// job/<id>/model, events/<seq> (the global sequence of state events).
+// job/<id>/model, job/<id>/cut/<version> (async positions), events/<seq> (the global sequence of state events).
 // Sequence numbers are zero-padded so key order is numeric order.
 std::string padded(uint64_t n) { return key_number(n, 12); }
 
@@ -40,14 +42,18 @@ std::vector<JobRecord> JobStore::load() {
       if (auto record = record_from_json(entry.value)) {
         auto steps = std::move(by_id[id].steps);
         auto epochs = std::move(by_id[id].epoch_history);
+        auto cuts = std::move(by_id[id].async_cuts);
         by_id[id] = std::move(*record);
         by_id[id].steps = std::move(steps);
         by_id[id].epoch_history = std::move(epochs);
+        by_id[id].async_cuts = std::move(cuts);
       }
     } else if (kind.rfind("step/", 0) == 0) {
       if (auto m = step_from_json(entry.value)) by_id[id].steps.push_back(*m);
     } else if (kind.rfind("epoch/", 0) == 0) {
       if (auto m = epoch_from_json(entry.value)) by_id[id].epoch_history.push_back(*m);
+    } else if (kind.rfind("cut/", 0) == 0) {
+      if (auto p = positions_from_json(entry.value)) by_id[id].async_cuts[std::stoull(kind.substr(4))] = std::move(*p);
     } else if (kind.rfind("event/", 0) == 0) {
       if (auto e = event_from_stored(entry.value)) events[id].emplace_back(std::stoull(kind.substr(6)), std::move(*e));
     }
@@ -187,10 +193,18 @@ bool JobStore::update(const std::string& id, const std::function<void(JobRecord&
   if (it == jobs_.end()) return false;
   const RecordDigest before = digest(it->second);
   change(it->second);
+  for (size_t i = before.warnings; i < it->second.warnings.size(); ++i) {
+    ++warning_counts_.by_reason[it->second.warnings[i].reason];
+  }
   // State changes are made durable at once; progress can lose its last moments in a crash.
   persist_record(it->second, it->second.state != before.state,
                  change_events(before, it->second, now_ms(), node_lookup_));
   return true;
+}
+
+WarningCounts JobStore::warning_counts() const {
+  std::lock_guard lock(mutex_);
+  return warning_counts_;
 }
 
 void JobStore::append_step(const std::string& id, const StepMetric& metric) {
@@ -216,26 +230,80 @@ void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
   it->second.epoch_history.push_back(metric);
 }
 
+kj::Promise<void> JobStore::set_async_cut(const std::string& id, uint64_t version, std::vector<WorkerPosition> positions,
+                                          const std::vector<uint64_t>& dropped) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return kj::READY_NOW;
+  std::vector<KvStore::Write> writes;
+  if (kv_ != nullptr) writes.push_back({"job/" + id + "/cut/" + padded(version), positions_to_json(positions)});
+  it->second.async_cuts[version] = std::move(positions);
+  for (uint64_t v : dropped) {
+    if (it->second.async_cuts.erase(v) != 0 && kv_ != nullptr) writes.push_back({"job/" + id + "/cut/" + padded(v), std::nullopt});
+  }
+  if (kv_ == nullptr) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+  // std::function wants a copyable callable.
+  auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+  writer_.enqueue(std::move(writes), /*sync=*/false, [fulfiller] { (*fulfiller)->fulfill(); });
+  return kj::mv(paf.promise);
+}
+
+void JobStore::erase_async_cuts(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.async_cuts.empty()) return;
+  std::vector<KvStore::Write> writes;
+  for (const auto& [v, positions] : it->second.async_cuts) {
+    if (kv_ != nullptr) writes.push_back({"job/" + id + "/cut/" + padded(v), std::nullopt});
+  }
+  it->second.async_cuts.clear();
+  enqueue(id, std::move(writes), false, {0, 0}, std::nullopt);
+}
+
 void JobStore::set_model(const std::string& id, std::vector<std::string> pieces) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    bytes += static_cast<int64_t>(pieces[i].size());
+    write_model_piece(id, i, std::move(pieces[i]));
+  }
+  set_model(id, pieces.size(), bytes);
+}
+
+void JobStore::write_model_piece(const std::string& id, size_t index, std::string piece, std::function<void()> written) {
+  if (kv_ == nullptr) {
+    {
+      std::lock_guard lock(mutex_);
+      auto& staged = staged_models_[id];
+      if (staged.size() <= index) staged.resize(index + 1);
+      staged[index] = std::move(piece);
+    }
+    if (written) written();
+    return;
+  }
+  // One call per piece (the writer then batches a few at a time: no batch the size of the model),
+  // moved into its queue: once written, no copy of the piece is left in memory.
+  writer_.enqueue({{"model/" + id + "/" + padded(index), std::move(piece)}}, false, std::move(written));
+}
+
+void JobStore::set_model(const std::string& id, size_t pieces, int64_t bytes) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   it->second.has_model = true;
-  it->second.model_bytes = 0;
-  for (const std::string& piece : pieces) it->second.model_bytes += static_cast<int64_t>(piece.size());
+  it->second.model_bytes = bytes;
   if (kv_ == nullptr) {
-    models_[id] = std::move(pieces);
+    std::vector<std::string> staged = std::move(staged_models_[id]);
+    staged_models_.erase(id);
+    staged.resize(pieces);
+    models_[id] = std::move(staged);
     return;
   }
-  // The pieces, one call each (the writer then batches a few at a time: no batch the size of the
-  // model), moved into its queue: once written, no copy of the model is left in memory. Then the
-  // record that says the model exists, synced: after a crash in between, the pieces are there
-  // but no record claims them. model() reads pieces until one is missing (the one after the
-  // last is deleted, whatever was there) and checks the total against the record's model_bytes.
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    writer_.enqueue({{"model/" + id + "/" + padded(i), std::move(pieces[i])}}, false);
-  }
-  writer_.enqueue({{"model/" + id + "/" + padded(pieces.size()), std::nullopt},
+  // After the pieces, the record that says the model exists, synced: after a crash in between,
+  // the pieces are there but no record claims them. model() reads pieces until one is missing
+  // (the one after the last is deleted, whatever was there) and checks the total against the
+  // record's model_bytes.
+  writer_.enqueue({{"model/" + id + "/" + padded(pieces), std::nullopt},
                    {"job/" + id + "/record", record_to_json(it->second)}},
                   true);
 }
@@ -248,12 +316,35 @@ std::string checkpoint_prefix(const std::string& id, int64_t step) {
 
 void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given, std::vector<std::string> pieces,
                               size_t keep) {
+  CheckpointInfo info = given;
+  info.bytes = 0;
+  const size_t count = pieces.size();
+  for (size_t i = 0; i < count; ++i) {
+    info.bytes += static_cast<int64_t>(pieces[i].size());
+    write_checkpoint_piece(id, info.step, i, std::move(pieces[i]));
+  }
+  add_checkpoint(id, info, count, keep);
+}
+
+void JobStore::write_checkpoint_piece(const std::string& id, int64_t step, size_t index, std::string piece) {
+  if (kv_ == nullptr) {
+    std::lock_guard lock(mutex_);
+    auto& staged = staged_checkpoints_[{id, step}];
+    if (staged.size() <= index) staged.resize(index + 1);
+    staged[index] = std::move(piece);
+    return;
+  }
+  std::promise<void> written;
+  std::future<void> done = written.get_future();
+  writer_.enqueue({{checkpoint_prefix(id, step) + padded(index), std::move(piece)}}, false,
+                  [&written] { written.set_value(); });
+  done.wait();
+}
+
+void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t count, size_t keep) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
-  CheckpointInfo info = given;
-  info.bytes = 0;
-  for (const std::string& piece : pieces) info.bytes += static_cast<int64_t>(piece.size());
   std::vector<CheckpointInfo>& list = it->second.checkpoints;
   // A checkpoint made again (the same step, final or not) is no news: no event.
   const bool known = std::any_of(list.begin(), list.end(),
@@ -280,15 +371,17 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given
   if (!known) events.push_back(checkpoint_event(id, info, info.time_ms != 0 ? info.time_ms : now_ms()));
   const auto upto = record_events(id, events, event_writes);
   if (kv_ == nullptr) {
+    std::vector<std::string> pieces = std::move(staged_checkpoints_[{id, info.step}]);
+    staged_checkpoints_.erase({id, info.step});
+    pieces.resize(count);
     checkpoint_files_[{id, info.step}] = std::move(pieces);
     for (int64_t step : dropped) checkpoint_files_.erase({id, step});
     show_events(id, upto.first, upto.second);
     return;
   }
-  // As in set_model: the pieces one by one, then the record that lists the checkpoint (synced).
+  // As in set_model: the pieces are written (write_checkpoint_piece), then the record that lists
+  // the checkpoint (synced), with the deletion of the piece after the last.
   const std::string prefix = checkpoint_prefix(id, info.step);
-  const size_t count = pieces.size();
-  for (size_t i = 0; i < count; ++i) writer_.enqueue({{prefix + padded(i), std::move(pieces[i])}}, false);
   std::vector<KvStore::Write> writes = {{prefix + padded(count), std::nullopt},
                                         {"job/" + id + "/record", record_to_json(it->second)}};
   for (auto& w : event_writes) writes.push_back(std::move(w));
@@ -327,6 +420,68 @@ std::optional<std::string> JobStore::checkpoint_file(const std::string& id, int6
   if (kv_ == nullptr) return std::nullopt;
   writer_.flush();
   return read_pieces(checkpoint_prefix(id, step), bytes);
+}
+
+namespace {
+// Pieces kept in memory (a store without a disk), shared with the reader.
+StoredFile memory_file(std::vector<std::string> pieces) {
+  auto shared = std::make_shared<const std::vector<std::string>>(std::move(pieces));
+  StoredFile f;
+  for (const std::string& piece : *shared) f.bytes += static_cast<int64_t>(piece.size());
+  f.read_piece = [shared](size_t i) -> std::optional<std::string> {
+    if (i >= shared->size()) return std::nullopt;
+    return (*shared)[i];
+  };
+  return f;
+}
+}  // namespace
+
+std::optional<StoredFile> JobStore::checkpoint_pieces(const std::string& id, int64_t step) const {
+  StoredFile f;
+  {
+    std::lock_guard lock(mutex_);
+    const auto job = jobs_.find(id);
+    if (job == jobs_.end()) return std::nullopt;
+    const auto& list = job->second.checkpoints;
+    const auto c = std::find_if(list.begin(), list.end(), [&](const CheckpointInfo& i) { return i.step == step; });
+    if (c == list.end()) return std::nullopt;
+    f.bytes = c->bytes;
+    if (const auto it = checkpoint_files_.find({id, step}); it != checkpoint_files_.end()) return memory_file(it->second);
+  }
+  if (kv_ == nullptr) return std::nullopt;
+  writer_.flush();
+  f.read_piece = [kv = kv_, prefix = checkpoint_prefix(id, step)](size_t i) -> std::optional<std::string> {
+    std::string piece;
+    if (!kv->get(prefix + padded(i), &piece).ok()) return std::nullopt;
+    return piece;
+  };
+  return f;
+}
+
+std::optional<StoredFile> JobStore::model_pieces(const std::string& id) const {
+  StoredFile f;
+  {
+    std::lock_guard lock(mutex_);
+    const auto job = jobs_.find(id);
+    if (job == jobs_.end() || !job->second.has_model) return std::nullopt;
+    f.bytes = job->second.model_bytes;
+    if (const auto it = models_.find(id); it != models_.end()) return memory_file(it->second);
+  }
+  if (kv_ == nullptr) return std::nullopt;
+  writer_.flush();  // a model of this run may still be on its way to the disk
+  std::string first;
+  if (!kv_->get("model/" + id + "/" + padded(0), &first).ok()) {
+    // Models stored before they were cut into pieces: one value.
+    std::string whole;
+    if (!kv_->get("job/" + id + "/model", &whole).ok()) return std::nullopt;
+    return memory_file({std::move(whole)});
+  }
+  f.read_piece = [kv = kv_, id](size_t i) -> std::optional<std::string> {
+    std::string piece;
+    if (!kv->get("model/" + id + "/" + padded(i), &piece).ok()) return std::nullopt;
+    return piece;
+  };
+  return f;
 }
 
 std::optional<JobRecord> JobStore::get(const std::string& id) const {

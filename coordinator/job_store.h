@@ -39,6 +39,8 @@
 #include "coordinator/kv_writer.h"
 #include "coordinator/model_catalog.h"
 #include "coordinator/replica_store.h"
+#include "coordinator/worker_position.h"
+#include "coordinator/stored_file.h"
 
 namespace pstrain {
 
@@ -71,11 +73,29 @@ struct CheckpointInfo {
   std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
 };
 
+// A sign that the job's training went wrong (the divergence guard, coordinator/job/divergence_guard.h),
+// with its figures. Each one is also a "warning" event and counts in /metrics
+// (pstrain_divergence_total{reason}).
+struct JobWarning {
+  std::string reason;     // loss_not_finite | loss_above_start | chance_accuracy
+  uint32_t epoch = 0;     // 1-based
+  double value = 0;       // the figure (lowest training loss of the epoch, test accuracy)
+  double threshold = 0;   // what it was compared with (starting loss, chance level + margin)
+  std::string detail;     // one sentence with the figures
+  int64_t time_ms = 0;
+};
+
+// Warnings recorded by this store's process, by reason (counters for /metrics).
+struct WarningCounts {
+  std::map<std::string, uint64_t> by_reason;
+};
+
 struct JobRecord {
   std::string id, name, spec_json;
   JobState state = JobState::kPending;
   std::string reason;             // why it FAILED, was CANCELLED or is RECOVERING
   std::vector<std::string> notes; // things worth knowing that happened (recoveries, skipped backups)
+  std::vector<JobWarning> warnings;  // the divergence guard's findings, oldest first
   std::string mode;               // sync | async
   int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
   int64_t epochs = 0, steps_per_epoch = 0, total_steps = 0, steps_done = 0;
@@ -95,6 +115,10 @@ struct JobRecord {
   bool has_model = false;
   int64_t model_bytes = 0;
   std::vector<CheckpointInfo> checkpoints;  // ascending step
+  // Async: each worker's position at the job's latest consistent cuts, by the cut's backup
+  // version (stored as job/<id>/cut/<version>, not in the record's JSON): where a restarted
+  // coordinator resumes the workers (DESIGN-NOTES "Async state across a coordinator restart").
+  std::map<uint64_t, std::vector<WorkerPosition>> async_cuts;
 
   bool finished() const { return is_finished(state); }
 };
@@ -132,13 +156,38 @@ class JobStore {
   // The trained model (a safetensors file) in consecutive pieces: each piece one RocksDB value
   // (encode_safetensors_pieces keeps them at most kMaxModelPieceBytes), no copy kept in memory.
   void set_model(const std::string& id, std::vector<std::string> pieces);
+  // The same for a model written piece by piece (the final parameters, streamed from the
+  // servers): piece `index` of job `id`'s model file, queued (moved into the writer); `written`
+  // (if given) runs on the writer thread once it is on disk. Then set_model with the pieces'
+  // count and total bytes announces it (the record, synced, after every piece).
+  void write_model_piece(const std::string& id, size_t index, std::string piece, std::function<void()> written = {});
+  void set_model(const std::string& id, size_t pieces, int64_t bytes);
 
   // A checkpoint's file (pieces as for set_model), then its entry in the record (synced), then the
   // deletion of the oldest non-final checkpoints beyond `keep` (their entries and files). A
   // checkpoint at a step the record has already is replaced.
   void add_checkpoint(const std::string& id, const CheckpointInfo& info, std::vector<std::string> pieces, size_t keep);
+  // Async: the workers' positions at the consistent cut whose backup is `version`, and the
+  // deletion of the cuts at `dropped`. Resolves (on the caller's event loop) once written: the
+  // caller asks the servers to back up only then, so after a kill of the process every backup of
+  // a cut has its positions on disk.
+  kj::Promise<void> set_async_cut(const std::string& id, uint64_t version, std::vector<WorkerPosition> positions,
+                                  const std::vector<uint64_t>& dropped);
+  // Deletes every stored cut of the job (it ended: nothing will resume it).
+  void erase_async_cuts(const std::string& id);
+  // The same for a file streamed in beforehand with write_checkpoint_piece (pieces 0 .. pieces - 1,
+  // info.bytes in all).
+  void add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t pieces, size_t keep);
+  // Piece `index` of the file of job `id`'s checkpoint at `step`, before add_checkpoint announces
+  // it: returns once the piece is written (call from a thread that may wait: CheckpointFiles'), so
+  // a streamed file holds one piece in memory at a time.
+  void write_checkpoint_piece(const std::string& id, int64_t step, size_t index, std::string piece);
   // The file of the job's checkpoint at `step`, read from disk like model().
   std::optional<std::string> checkpoint_file(const std::string& id, int64_t step) const;
+  // The same two, to be read piece by piece (a download: stored_file.h), once every write
+  // queued before is durable.
+  std::optional<StoredFile> checkpoint_pieces(const std::string& id, int64_t step) const;
+  std::optional<StoredFile> model_pieces(const std::string& id) const;
 
   std::optional<JobRecord> get(const std::string& id) const;
   std::vector<JobRecord> list() const;  // in submission order, without the step history
@@ -169,6 +218,8 @@ class JobStore {
   // visible. A finished job's stream ends after its history. False for an unknown job.
   bool subscribe(const std::string& id, uint64_t after, const std::shared_ptr<EventSubscriber>& subscriber);
   EventStreamStats& event_stats() { return event_stats_; }
+  // Warnings (JobRecord::warnings) added by update() since this store was made, by reason.
+  WarningCounts warning_counts() const;
   // The job's events so far (visible or not), for tests.
   size_t event_count(const std::string& id) const;
 
@@ -209,8 +260,11 @@ class JobStore {
   std::map<std::string, EventLog> logs_;     // guarded by mutex_: each job's events
   EventLog global_;                          // guarded by mutex_: every job's state events
   EventStreamStats event_stats_;
+  WarningCounts warning_counts_;             // guarded by mutex_
   std::map<std::string, std::vector<std::string>> models_;  // guarded by mutex_: only without kv_ (no disk)
+  std::map<std::string, std::vector<std::string>> staged_models_;  // likewise: pieces not yet announced
   std::map<std::pair<std::string, int64_t>, std::vector<std::string>> checkpoint_files_;  // likewise
+  std::map<std::pair<std::string, int64_t>, std::vector<std::string>> staged_checkpoints_;  // likewise: not yet added
   // Reads the pieces under `prefix` (0, 1, ...) until one is missing; nullopt unless they add up
   // to `bytes`.
   std::optional<std::string> read_pieces(const std::string& prefix, int64_t bytes) const;

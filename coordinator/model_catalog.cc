@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <memory>
 
 #include "common/error.h"
 #include "common/json_text.h"
@@ -170,6 +171,31 @@ std::optional<std::string> ModelCatalog::file(const std::string& id) const {
   for (size_t i = 0; kv_->get(piece_key(*n, i), &piece).ok(); ++i) out += piece;
   if (static_cast<int64_t>(out.size()) != bytes) return std::nullopt;
   return out;
+}
+
+std::optional<StoredFile> ModelCatalog::file_pieces(const std::string& id) const {
+  const auto n = id_number(id);
+  if (!n) return std::nullopt;
+  StoredFile f;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = models_.find(*n);
+    if (it == models_.end()) return std::nullopt;
+    f.bytes = it->second.bytes;
+    if (kv_ == nullptr) {
+      f.read_piece = [file = std::make_shared<const std::string>(files_.at(*n))](size_t i) -> std::optional<std::string> {
+        if (i > 0) return std::nullopt;
+        return *file;
+      };
+      return f;
+    }
+  }
+  f.read_piece = [kv = kv_, n = *n](size_t i) -> std::optional<std::string> {
+    std::string piece;
+    if (!kv->get(piece_key(n, i), &piece).ok()) return std::nullopt;
+    return piece;
+  };
+  return f;
 }
 
 bool ModelCatalog::erase(const std::string& id) {

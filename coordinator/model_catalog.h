@@ -25,6 +25,7 @@
 
 #include "common/kv_store.h"
 #include "common/safetensors.h"
+#include "coordinator/stored_file.h"
 
 namespace pstrain {
 
@@ -53,6 +54,8 @@ class ModelCatalog {
   std::vector<UploadedModel> list() const;  // in upload order
   // The file as uploaded, or nullopt (unknown id, or unreadable: its size does not match).
   std::optional<std::string> file(const std::string& id) const;
+  // The same, to be read piece by piece (a download: stored_file.h).
+  std::optional<StoredFile> file_pieces(const std::string& id) const;
   // Removes the record, then the file. False for an unknown id.
   bool erase(const std::string& id);
 

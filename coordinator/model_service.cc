@@ -237,9 +237,9 @@ ModelService::Result ModelService::upload_now(Upload& upload) {
 }
 
 ModelService::Result ModelService::file_now(const std::string& id) {
-  std::optional<std::string> file;
+  std::optional<StoredFile> file;
   if (store_.uploads().get(id)) {
-    file = store_.uploads().file(id);
+    file = store_.uploads().file_pieces(id);
   } else {
     const auto job = store_.get(id);
     if (!job || !job->has_model) {
@@ -247,13 +247,13 @@ ModelService::Result ModelService::file_now(const std::string& id) {
                                                               "' (a model is an uploaded one, model-N, or a job that "
                                                               "SUCCEEDED)"));
     }
-    file = store_.model(id);
+    file = store_.model_pieces(id);
   }
   if (!file) return failed(service_error(500, "model-missing", "the stored file of model '" + id + "' is unreadable"));
   Result r;
   r.content_type = "application/octet-stream";
   r.filename = id + ".safetensors";
-  r.json = std::move(*file);
+  r.file = std::move(*file);  // sent piece by piece
   return r;
 }
 
@@ -289,16 +289,21 @@ ModelService::Result ModelService::checkpoint_now(const std::string& id, const s
   std::optional<ServiceError> err;
   const auto step = checkpoint_step(*job, step_text, "step", &err);
   if (!step) return failed(*err);
-  std::optional<std::string> file = store_.checkpoint_file(id, *step);
-  if (!file) return failed(service_error(500, "checkpoint-missing", "the stored checkpoint of '" + id + "' at step " +
-                                                                      std::to_string(*step) + " is unreadable"));
   Result r;
   r.content_type = "application/octet-stream";
   r.filename = id + "-step-" + std::to_string(*step) + (optimizer ? "-with-optimizer" : "") + ".safetensors";
-  if (optimizer) {
-    r.json = std::move(*file);
+  const auto missing = [&] {
+    return failed(service_error(500, "checkpoint-missing", "the stored checkpoint of '" + id + "' at step " +
+                                                               std::to_string(*step) + " is unreadable"));
+  };
+  if (optimizer) {  // the file as stored, piece by piece
+    r.file = store_.checkpoint_pieces(id, *step);
+    if (!r.file) return missing();
     return r;
   }
+  // Parameters only: rewritten in memory (the parameters and their slots, once each).
+  std::optional<std::string> file = store_.checkpoint_file(id, *step);
+  if (!file) return missing();
   // Parameters only: the same file without the optimizer's tensors.
   const JobSpec spec = parse_accepted_job_spec(job->spec_json);
   const ParamLayout layout = make_param_layout(spec.model);

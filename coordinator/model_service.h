@@ -55,6 +55,7 @@ class ModelService {
     std::string json;  // the answer's body when there is no error
     std::string content_type = "application/json";
     std::string filename;  // set for a file to download (Content-Disposition)
+    std::optional<StoredFile> file;  // a stored file to download piece by piece, instead of `json`
   };
   using Done = std::function<void(Result)>;
 

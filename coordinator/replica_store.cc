@@ -62,6 +62,37 @@ kj::Promise<std::vector<std::string>> ReplicaStore::read(const ReplicaId& id, si
   return kj::mv(paf.promise);
 }
 
+kj::Promise<void> ReplicaStore::written() {
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+  auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+  writer_.enqueue({}, false, [fulfiller] { (*fulfiller)->fulfill(); });
+  return kj::mv(paf.promise);
+}
+
+std::optional<std::string> ReplicaStore::read_chunk(const ReplicaId& id, size_t index) const {
+  std::string blob;
+  if (kv_ == nullptr || !kv_->get(replica_prefix(id) + padded(index), &blob).ok()) return std::nullopt;
+  return blob;
+}
+
+void ReplicaStore::pin(const std::string& job, uint64_t version) {
+  std::lock_guard lock(mutex_);
+  ++pins_[version_prefix(job, version)];
+}
+
+void ReplicaStore::unpin(const std::string& job, uint64_t version) {
+  const std::string prefix = version_prefix(job, version);
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = pins_.find(prefix);
+    if (it == pins_.end()) return;
+    if (--it->second > 0) return;
+    pins_.erase(it);
+    if (deferred_.erase(prefix) == 0) return;
+  }
+  erase_matching(prefix);
+}
+
 void ReplicaStore::erase(const std::string& job, uint64_t version) { erase_matching(version_prefix(job, version)); }
 
 void ReplicaStore::erase_job(const std::string& job) { erase_matching(job_prefix(job)); }
@@ -71,6 +102,14 @@ void ReplicaStore::erase_matching(const std::string& prefix) {
   {
     std::lock_guard lock(mutex_);
     for (auto it = chunks_.lower_bound(prefix); it != chunks_.end() && it->first.starts_with(prefix);) {
+      // replica/<job>/<version>/<server>/: its version's prefix ends at the '/' after <version>.
+      const size_t slash = it->first.find('/', it->first.find('/', std::string("replica/").size()) + 1);
+      const std::string of_version = it->first.substr(0, slash + 1);
+      if (pins_.count(of_version) != 0) {
+        deferred_.insert(of_version);
+        ++it;
+        continue;
+      }
       for (size_t i = 0; i < it->second; ++i) deletes.push_back({it->first + padded(i), std::nullopt});
       it = chunks_.erase(it);
     }

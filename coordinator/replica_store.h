@@ -11,8 +11,12 @@
 // only stores bytes. Replicas do not survive a coordinator restart in any useful way (the ledger
 // is in memory): the constructor deletes what an earlier run left.
 //
+// A checkpoint reads a whole backup's replicas chunk by chunk on a thread of its own
+// (read_chunk(), straight from RocksDB, so the coordinator never holds more than one chunk of
+// them): it pins the version first, and an erase of a pinned version waits for its unpin.
+//
 // Thread rules: thread-safe; put() and read() are called on a thread with a KJ event loop (the
-// coordinator's), and their promises resolve there. Ownership: borrows the KvStore (may be null:
+// coordinator's), and their promises resolve there; read_chunk() on any thread. Ownership: borrows the KvStore (may be null:
 // nothing is kept, and reads find nothing), owns its writer thread.
 #pragma once
 
@@ -22,6 +26,8 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +53,15 @@ class ReplicaStore {
   // Reads the replica's chunks from `first` while their bytes stay within max_bytes (at least
   // one), after every write queued before: resolves with them (empty if there are none).
   kj::Promise<std::vector<std::string>> read(const ReplicaId& id, size_t first, size_t max_bytes);
+  // Resolves once every write queued before the call is applied (read_chunk() then sees it).
+  kj::Promise<void> written();
+  // Chunk `index` of a replica, read now on the calling thread (a pinned version: every write
+  // of it already applied). nullopt if there is none.
+  std::optional<std::string> read_chunk(const ReplicaId& id, size_t index) const;
+  // While a version is pinned (a count: pins nest), erase() and erase_job() leave its replicas
+  // in place and delete them at the last unpin.
+  void pin(const std::string& job, uint64_t version);
+  void unpin(const std::string& job, uint64_t version);
   // Deletes every server's replica of the job's backup at `version`.
   void erase(const std::string& job, uint64_t version);
   // Deletes every replica of the job.
@@ -59,6 +74,8 @@ class ReplicaStore {
   KvStore* kv_;
   std::mutex mutex_;
   std::map<std::string, size_t> chunks_;  // guarded by mutex_: key prefix of a replica -> chunks written
+  std::map<std::string, size_t> pins_;    // guarded by mutex_: key prefix of a version -> pins
+  std::set<std::string> deferred_;        // guarded by mutex_: pinned version prefixes erased meanwhile
   KvWriter writer_;                       // last: its thread stops before the members above go
 };
 

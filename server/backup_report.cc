@@ -1,5 +1,6 @@
 #include "server/backup_report.h"
 
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -75,7 +76,13 @@ kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, s
 kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version) {
   // The replica goes first: by the time the coordinator counts this backup as complete it also
   // holds this server's replica of it (or this server gave up sending it).
-  return send_replica(link, store, job, version, 0).then([&link, &store, job, version](bool) {
+  const auto start = std::chrono::steady_clock::now();
+  return send_replica(link, store, job, version, 0).then([&link, &store, job, version, start](bool sent) {
+    if (sent) {
+      PSLOG(kInfo) << "job " << job << ": replica of the backup at step " << version << " sent in "
+                   << static_cast<int>(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1000)
+                   << " ms";
+    }
     // Unpinned on the store thread, before any later write's pruning that it must not precede.
     store.run([job, version](BackupStore& backups) {
       backups.reported(job, version);

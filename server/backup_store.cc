@@ -15,10 +15,26 @@ std::string version_prefix(const std::string& job, uint64_t v) { return prefix(j
 }  // namespace
 
 KvStatus BackupStore::write(const std::string& job, uint64_t version, const std::vector<ChunkSnapshot>& chunks) {
-  std::vector<KvStore::Write> writes;
-  const std::string base = version_prefix(job, version);
-  for (const auto& c : chunks) writes.push_back({base + "chunk/" + padded(c.key), encode_snapshot(c)});
+  // The blobs go in batches of at most kMaxBatchBytes (encoded batch by batch, not synced), then
+  // the `complete` marker in a synced batch: the backup exists only from the marker on (as an
+  // adopted one written in parts), and the synced marker makes the blobs before it durable too
+  // (one write-ahead log, in order). So the encoded copy of a shard, and RocksDB's batch, are a
+  // few MB at a time, not the shard. A backup written again at the same version loses its old
+  // marker in the first batch: a crash halfway never leaves old and new blobs under a marker.
   unreported_.insert({job, version});  // until reported(): its replica is read after later writes
+  const std::string base = version_prefix(job, version);
+  std::vector<KvStore::Write> writes = {{base + "complete", std::nullopt}};
+  size_t bytes = 0;
+  for (const auto& c : chunks) {
+    std::string blob = encode_snapshot(c);
+    bytes += blob.size();
+    writes.push_back({base + "chunk/" + padded(c.key), std::move(blob)});
+    if (bytes >= kMaxBatchBytes) {
+      if (const KvStatus status = kv_.write(writes, /*sync=*/false); !status.ok()) return status;
+      writes.clear();
+      bytes = 0;
+    }
+  }
   complete_backup(job, version, chunks.size(), writes);
   return kv_.write(writes, /*sync=*/true);
 }

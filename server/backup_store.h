@@ -1,6 +1,6 @@
 // A server's backups of its shards, in RocksDB: for each backup point (a version of a job), one
-// blob per chunk (values, optimizer slots, step count), written in one atomic, synced WriteBatch
-// together with a `complete` marker. The KvStore checksums every blob; a backup with a missing or
+// blob per chunk (values, optimizer slots, step count), written in batches of a few MB and then
+// a `complete` marker in a synced batch (the backup exists from the marker on). The KvStore checksums every blob; a backup with a missing or
 // corrupt blob is unusable and load() says so.
 //
 // Thread rules: thread-safe (KvStore is), but in the server only its StoreThread calls it, so
@@ -27,6 +27,8 @@ class BackupStore {
  public:
   // Backups kept per job (older ones are deleted when a new one is written).
   static constexpr size_t kKeep = 3;
+  // A backup's blobs are written in RocksDB batches of about this many bytes (write()).
+  static constexpr size_t kMaxBatchBytes = size_t{16} << 20;
 
   explicit BackupStore(KvStore& kv) : kv_(kv) {}
 

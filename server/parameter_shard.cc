@@ -173,6 +173,7 @@ ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table
       global_batch_(spec.training.global_batch_size),
       backup_workers_(spec.training.backup_workers),
       max_staleness_(spec.training.max_staleness),
+      async_lr_(spec.training.async_lr),
       optimizer_(optim::make_optimizer(spec.optimizer)),
       finished_(workers, false) {
   const ParamLayout layout = make_param_layout(spec.model);
@@ -241,8 +242,8 @@ std::optional<std::span<const float>> ParameterShard::values_at(uint32_t key, ui
   return std::nullopt;
 }
 
-void ParameterShard::step_values(Chunk& chunk, std::span<const float> gradient) {
-  optimizer_->apply(chunk.values, gradient, chunk.optimizer_state, chunk.previous);
+void ParameterShard::step_values(Chunk& chunk, std::span<const float> gradient, float lr_scale) {
+  optimizer_->apply(chunk.values, gradient, chunk.optimizer_state, chunk.previous, lr_scale);
   std::swap(chunk.values, chunk.previous);
   chunk.previous_version = chunk.version;
   chunk.values_since = chunk.version + 1;
@@ -259,12 +260,13 @@ std::vector<uint32_t> ParameterShard::keys() const {
   return keys;
 }
 
-void ParameterShard::apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples) {
+void ParameterShard::apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples,
+                                  float lr_scale) {
   if (examples > 0) {
     float* grad = chunk.scratch.data();
     if (summed_gradient.data() != grad) std::copy(summed_gradient.begin(), summed_gradient.end(), grad);
     nn::scale_and_regularize(grad, chunk.values.data(), chunk.info.size, examples, chunk.l2);
-    step_values(chunk, std::span<const float>(grad, chunk.info.size));
+    step_values(chunk, std::span<const float>(grad, chunk.info.size), lr_scale);
   }
   ++chunk.version;
 }
@@ -280,11 +282,15 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
     stats_.max_staleness = std::max(stats_.max_staleness, staleness);
     stats_.staleness_sum += static_cast<double>(staleness);
     ++stats_.async_pushes;
+    // Staleness-aware: lr / max(1, t). A push on the current values (t = 0) or one version behind
+    // (t = 1: one other push came in between) keeps the full rate.
+    const float lr_scale =
+        async_lr_ == AsyncLr::kStaleness && staleness > 1 ? 1.0f / static_cast<float>(staleness) : 1.0f;
     if (request.sparse || request.factors) {
       accumulate(request, chunk, /*first=*/true, chunk.scratch.data());
-      apply_update(chunk, chunk.scratch, request.examples);
+      apply_update(chunk, chunk.scratch, request.examples, lr_scale);
     } else {
-      apply_update(chunk, request.gradient, request.examples);
+      apply_update(chunk, request.gradient, request.examples, lr_scale);
     }
     ++stats_.pushes_applied;
     release_pulls(chunk);

@@ -9,7 +9,9 @@
 // divided by the step's examples, regularised once, and applied: version becomes s + 1. Pushes for
 // a step that was already applied (stragglers under backup_workers) are dropped.
 // Async mode: every push is applied at once, divided by its own examples; its staleness (the
-// versions applied since the one it was computed on) is recorded. With max_staleness k, the
+// versions applied since the one it was computed on) is recorded, and with async_lr "staleness"
+// the push is applied with the learning rate divided by max(1, staleness) (optim::Optimizer's
+// lr_scale; DESIGN-NOTES "Staleness-aware async"). With max_staleness k, the
 // reply to a worker's push for its step c waits until every unfinished worker has pushed step
 // c + 1 - k, so no worker runs more than k steps ahead of the slowest.
 //
@@ -230,9 +232,9 @@ class ParameterShard {
   void apply_ready_sync_steps(Chunk& chunk);
   // Writes (first) or adds one push's gradient into `out` (the chunk's size).
   void accumulate(const PushRequest& push, const Chunk& chunk, bool first, float* out);
-  void apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples);
+  void apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples, float lr_scale = 1.0f);
   // The optimizer step on a finished gradient (scaled and regularised), keeping the old values.
-  void step_values(Chunk& chunk, std::span<const float> gradient);
+  void step_values(Chunk& chunk, std::span<const float> gradient, float lr_scale = 1.0f);
   // The chunk's values were replaced (restore, reset): no older version is held.
   static void values_replaced(Chunk& chunk);
   void release_pulls(Chunk& chunk);
@@ -243,6 +245,7 @@ class ParameterShard {
   int64_t global_batch_ = 0;
   int64_t backup_workers_ = 0;
   int64_t max_staleness_ = -1;
+  AsyncLr async_lr_ = AsyncLr::kConstant;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::map<uint32_t, Chunk> chunks_;
   std::map<uint32_t, uint64_t> worker_clocks_;  // async: steps pushed (of the first chunk) per worker

@@ -39,8 +39,16 @@ void TrainingSession::watch_for_orders() {
                 takeover_ = std::move(order);
               },
               [this](kj::Exception&& e) {
-                // No takeovers for this session (a coordinator restart, say): a loss then rolls back.
-                PSLOG(kDebug) << "job " << job_id_ << ": takeover watch ended: " << e.getDescription().cStr();
+                if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+                  // No takeovers for this session (a coordinator restart, say): a loss then rolls
+                  // back. Training goes on while the coordinator is away.
+                  PSLOG(kDebug) << "job " << job_id_ << ": takeover watch ended: " << e.getDescription().cStr();
+                  return;
+                }
+                // The coordinator itself ended the watch: the plan changed (a recovery).
+                PSLOG(kInfo) << "job " << job_id_ << ": the coordinator ended this plan ("
+                             << e.getDescription().cStr() << ")";
+                replanned_.fulfiller->fulfill();
               })
           .fork();
 }

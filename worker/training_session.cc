@@ -191,7 +191,7 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
         const nn::LossResult r = model_->compute_gradients(servers_.values(), inputs_.data(), labels_.data(), n,
                                                            grads_.data(), ready, exchange_->factored_kernels());
         if (!std::isfinite(r.loss_sum)) {
-          throw Error("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
+          throw LossNotFinite("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
                       " step " + std::to_string(step + 1));
         }
         loss += r.loss_sum;

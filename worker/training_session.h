@@ -86,6 +86,13 @@ class TrainingSession {
 
   kj::AsyncIoProvider& io_;
   kj::ForkedPromise<void>& stop_;
+  // Fulfilled when the coordinator answers the watch call with an error: the job was re-planned
+  // (a recovery) and this session is stale. Every wait() of the session then fails, so a session
+  // blocked on a call that will never be answered (a server that lost the connection without the
+  // reset reaching us: a partition, a reboot) ends and asks for the new plan. A watch that breaks
+  // with the connection (the coordinator restarted) does not end the session.
+  kj::PromiseFulfillerPair<void> replanned_ = kj::newPromiseAndFulfiller<void>();
+  kj::ForkedPromise<void> replanned_signal_ = replanned_.promise.fork();
   proto::Coordinator::Client coordinator_;
   uint32_t node_id_;
   std::string job_id_;
@@ -125,7 +132,10 @@ class TrainingSession {
 
 template <typename T>
 T TrainingSession::wait(kj::WaitScope& wait_scope, kj::Promise<T>&& promise) {
-  return wait_unless_stopped(kj::mv(promise), stop_, wait_scope);
+  auto unless_replanned = promise.exclusiveJoin(replanned_signal_.addBranch().then([]() -> kj::Promise<T> {
+    return KJ_EXCEPTION(FAILED, "the coordinator re-planned the job: this session is stale");
+  }));
+  return wait_unless_stopped(kj::mv(unless_replanned), stop_, wait_scope);
 }
 
 }  // namespace pstrain

@@ -1,5 +1,6 @@
 #include "worker/worker_node.h"
 
+#include "common/error.h"
 #include "common/log.h"
 #include "common/rpc/coordinator_link.h"
 
@@ -58,6 +59,7 @@ void run_worker_node(kj::AsyncIoContext& io, const WorkerNodeConfig& config, kj:
       const auto assignment = response.getAssignment();
       const std::string job_id = rpc::to_string(assignment.getJobId());
       std::string fatal;
+      bool diverged = false;
       try {
         TrainingSession session(*io.provider, link.client(), node_id, assignment, config.session, stop);
         session.run(ws, should_stop);
@@ -71,8 +73,11 @@ void run_worker_node(kj::AsyncIoContext& io, const WorkerNodeConfig& config, kj:
         min_generation = assignment.getGeneration() + 1;
         broken_job = job_id;
         if (++transient_failures >= 20) fatal = std::string("20 sessions in a row failed; last: ") + e.getDescription().cStr();
+      } catch (const LossNotFinite& e) {
+        fatal = e.what();  // the job diverged
+        diverged = true;
       } catch (const std::exception& e) {
-        fatal = e.what();  // the job itself is broken (loss became NaN, bad spec)
+        fatal = e.what();  // the job itself is broken (bad spec, data)
       }
       if (!fatal.empty()) {
         PSLOG(kError) << "job " << job_id << ": " << fatal;
@@ -81,6 +86,7 @@ void run_worker_node(kj::AsyncIoContext& io, const WorkerNodeConfig& config, kj:
         report.initReport().setJobId(job_id);
         report.getReport().setKind(proto::Progress::Kind::FAILED);
         report.getReport().setMessage(fatal);
+        report.getReport().setDiverged(diverged);
         report.send().ignoreResult().catch_([](kj::Exception&&) {}).wait(ws);
         min_generation = 0;
         transient_failures = 0;

@@ -1,7 +1,5 @@
 #include "common/nn/data_parallel_model.h"
 
-#include <omp.h>
-
 #include "common/error.h"
 
 namespace pstrain::nn {

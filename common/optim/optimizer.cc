@@ -27,17 +27,18 @@ class Sgd final : public Optimizer {
   }
 
   void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
-             std::span<float> out) const override {
+             std::span<float> out, float lr_scale) const override {
     ConstVec w = view(params);
     ConstVec g = view(grads);
     Vec o = view(out);
+    const float lr = lr_ * lr_scale;
     if (momentum_ == 0.0f) {
-      o = w - lr_ * g;
+      o = w - lr * g;
     } else {
       Vec m = view(state.slots[0].values);
-      m = momentum_ * m - lr_ * g;
+      m = momentum_ * m - lr * g;
       if (nesterov_) {
-        o = w + (momentum_ * m - lr_ * g);
+        o = w + (momentum_ * m - lr * g);
       } else {
         o = w + m;
       }
@@ -62,10 +63,11 @@ class Adam final : public Optimizer {
   }
 
   void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
-             std::span<float> out) const override {
+             std::span<float> out, float lr_scale) const override {
     const double t = static_cast<double>(++state.iterations);
     const auto alpha = static_cast<float>(lr_ * std::sqrt(1.0 - std::pow(double{b2_}, t)) /
-                                          (1.0 - std::pow(double{b1_}, t)));
+                                          (1.0 - std::pow(double{b1_}, t))) *
+                      lr_scale;
     // One fused pass over w, g, m, v: the update is memory-bound, so every extra pass costs.
     const float* w = params.data();
     float* o = out.data();
@@ -100,12 +102,13 @@ class Adagrad final : public Optimizer {
   }
 
   void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
-             std::span<float> out) const override {
+             std::span<float> out, float lr_scale) const override {
     ConstVec w = view(params);
     ConstVec g = view(grads);
     Vec acc = view(state.slots[0].values);
     acc += g.square();
-    view(out) = w - lr_ * g / (acc.sqrt() + eps_);
+    const float lr = lr_ * lr_scale;
+    view(out) = w - lr * g / (acc.sqrt() + eps_);
     ++state.iterations;
   }
 

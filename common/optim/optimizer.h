@@ -7,6 +7,17 @@
 //            m += (g - m) * (1 - b1); v += (g^2 - v) * (1 - b2); w -= a * m / (sqrt(v) + eps)
 //   adagrad  acc += g^2; w -= lr * g / (sqrt(acc) + eps)    (acc starts at initial_accumulator_value)
 //
+// lr_scale (staleness-aware async training, DESIGN-NOTES "Staleness-aware async"): the update
+// is made with lr * lr_scale where lr multiplies the gradient's contribution, and only there: the
+// slots' decays (momentum, Adam's beta_1 and beta_2) and the statistics they keep (Adam's m and v,
+// Adagrad's accumulator) are those of the unscaled gradient:
+//   sgd      w -= lr * s * g
+//   momentum m = momentum * m - lr * s * g;  w += m   (nesterov: w += momentum * m - lr * s * g)
+//   adam     w -= a * s * m / (sqrt(v) + eps)         (m, v updated from g as above)
+//   adagrad  w -= lr * s * g / (sqrt(acc) + eps)      (acc += g^2 as above)
+// With lr_scale 1 the arithmetic is exactly that of the unscaled formulas (x * 1.0f == x), so sync
+// training stays bit-identical.
+//
 // The optimizer object holds only hyperparameters; the slots live in an OptimizerState that the
 // caller owns, one per parameter range (a whole model in the trainer, one shard on a server), so
 // state can be backed up and restored as plain float vectors.
@@ -45,13 +56,18 @@ class Optimizer {
   virtual OptimizerState make_state(size_t n) const = 0;
   // One update: params and grads have the same length as the state's slots.
   void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const {
-    apply(params, grads, state, params);
+    apply(params, grads, state, params, 1.0f);
+  }
+  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+             std::span<float> out) const {
+    apply(params, grads, state, out, 1.0f);
   }
   // The same update written to `out` (same length; may be `params` itself), leaving `params`
   // as they were when they are distinct: a server keeps the version before the last update
-  // this way without copying it. The arithmetic is the same either way.
+  // this way without copying it. The arithmetic is the same either way. `lr_scale` (> 0) scales the
+  // learning rate as the top comment says.
   virtual void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
-                     std::span<float> out) const = 0;
+                     std::span<float> out, float lr_scale) const = 0;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);

@@ -309,10 +309,11 @@ struct Progress {
   correct @6 :UInt64;
   samplesPerSecond @7 :Float64;
   message @8 :Text;
+  diverged @9 :Bool;          # failed: the loss became NaN or infinite (message has the figures)
   # steps: payload bytes of gradients (and factors) this worker sent, and of values it received,
   # per step since the last report (training.compression shrinks them).
-  bytesPushedPerStep @9 :Float64;
-  bytesPulledPerStep @10 :Float64;
+  bytesPushedPerStep @10 :Float64;
+  bytesPulledPerStep @11 :Float64;
 }
 
 interface Coordinator {

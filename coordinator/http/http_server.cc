@@ -442,13 +442,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void send(HttpResponse out, unsigned version, bool head = false) {
     if (out.events && !head) return start_stream(std::move(out), version);
+    if (out.file && !head) return send_file(std::move(out), version);
     auto response = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(out.status), version);
     response->set(http::field::server, "pstrain");
     response->set(http::field::content_type, out.content_type);
     for (const auto& [name, value] : out.headers) response->set(name, value);
     response->keep_alive(!out.close);
     if (head) {
-      response->content_length(out.body.size());  // what a GET would send, without the body
+      // What a GET would send, without the body.
+      response->content_length(out.file ? static_cast<uint64_t>(out.file->bytes) : out.body.size());
     } else {
       response->body() = std::move(out.body);
       response->prepare_payload();
@@ -458,6 +460,64 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (ec) return self->close_now();
       if (close) return self->close();
       self->read();
+    });
+  }
+
+  // --- Downloads of stored files: the header with the file's length, then its pieces, each
+  // read on the file thread once the last is written (one piece in memory per download).
+
+  void send_file(HttpResponse out, unsigned version) {
+    auto header = std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(out.status), version);
+    header->set(http::field::server, "pstrain");
+    header->set(http::field::content_type, out.content_type);
+    for (const auto& [name, value] : out.headers) header->set(name, value);
+    header->keep_alive(!out.close);
+    header->content_length(static_cast<uint64_t>(out.file->bytes));
+    auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*header);
+    download_ = std::move(out.file);
+    download_sent_ = 0;
+    download_close_ = out.close;
+    tcp().expires_after(options_.read_timeout);
+    http::async_write_header(stream_, *serializer, [self = shared_from_this(), header, serializer](beast::error_code ec, size_t) {
+      if (ec) return self->close_now();
+      self->send_piece(0);
+    });
+  }
+
+  void send_piece(size_t index) {
+    if (download_sent_ == static_cast<uint64_t>(download_->bytes)) {
+      download_.reset();
+      download_piece_ = {};
+      if (download_close_) return close();
+      return read();
+    }
+    files_.post([self = shared_from_this(), file = download_, index] {
+      std::optional<std::string> piece;
+      try {
+        piece = file->read_piece(index);
+      } catch (const std::exception& e) {
+        PSLOG(kWarning) << "download: piece " << index << " unreadable: " << e.what();
+      }
+      net::post(self->stream_.get_executor(), [self, index, piece = std::move(piece)]() mutable {
+        self->write_piece(index, std::move(piece));
+      });
+    });
+  }
+
+  void write_piece(size_t index, std::optional<std::string> piece) {
+    if (!piece || piece->empty() || download_sent_ + piece->size() > static_cast<uint64_t>(download_->bytes)) {
+      // The file went (or changed) under the download: the client sees a body short of its length.
+      PSLOG(kWarning) << "download ended short: piece " << index << " of a file of " << download_->bytes
+                      << " bytes is missing or too long";
+      download_.reset();
+      return close_now();
+    }
+    download_piece_ = std::move(*piece);
+    tcp().expires_after(options_.read_timeout);
+    net::async_write(stream_, net::buffer(download_piece_), [self = shared_from_this(), index](beast::error_code ec, size_t n) {
+      if (ec) return self->close_now();
+      self->download_sent_ += n;
+      self->send_piece(index + 1);
     });
   }
 
@@ -581,6 +641,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   static constexpr size_t kChunkBytes = 1 << 20;
+  std::shared_ptr<const StoredFile> download_;  // the file being sent, if any
+  std::string download_piece_;                  // the piece being written
+  uint64_t download_sent_ = 0;
+  bool download_close_ = false;
 
   Stream stream_;
   net::steady_timer timer_;

@@ -13,9 +13,11 @@
 #include "common/error.h"
 #include "common/json_text.h"
 #include "common/log.h"
+#include "common/rpc/cluster_auth.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_json.h"
 #include "coordinator/init_from_check.h"
+#include "coordinator/job/divergence_guard.h"
 #include "coordinator/http/web_ui.h"
 #include "coordinator/model_service.h"
 
@@ -353,11 +355,11 @@ HttpResponse RestApi::route(const HttpRequest& request, std::string* label) {
             return problem(409, "model-not-ready", "No trained model yet",
                            "job '" + id + "' is " + job_state_name(job->state) + "; the model is available once it has SUCCEEDED");
           }
-          auto bytes = store_.model(id);
-          if (!bytes) return problem(500, "model-missing", "Model missing", "the stored model of '" + id + "' is unreadable");
+          auto file = store_.model_pieces(id);
+          if (!file) return problem(500, "model-missing", "Model missing", "the stored model of '" + id + "' is unreadable");
           HttpResponse r;
           r.content_type = "application/octet-stream";
-          r.body = std::move(*bytes);  // the one copy of the file this download holds
+          r.file = std::make_shared<const StoredFile>(std::move(*file));  // sent piece by piece
           r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + id + ".safetensors\"");
           return r;
         });
@@ -538,6 +540,17 @@ HttpResponse RestApi::prometheus() const {
           [](const JobRecord& j) { return j.test_accuracy; });
   per_job("pstrain_job_recoveries", "Recoveries a job went through.",
           [](const JobRecord& j) -> Value { return j.recoveries; });
+  out << "# HELP pstrain_divergence_total Divergence warnings of jobs (a loss that became NaN or infinite, stayed "
+         "above its start for an epoch, or a test accuracy at chance), by reason, since the coordinator started.\n"
+         "# TYPE pstrain_divergence_total counter\n";
+  {
+    const WarningCounts counts = store_.warning_counts();
+    for (DivergenceReason reason : kDivergenceReasons) {
+      const auto it = counts.by_reason.find(divergence_reason_name(reason));
+      out << "pstrain_divergence_total{reason=\"" << divergence_reason_name(reason) << "\"} "
+          << (it == counts.by_reason.end() ? 0 : it->second) << "\n";
+    }
+  }
   out << "# HELP pstrain_nodes_alive Registered nodes that heartbeat.\n# TYPE pstrain_nodes_alive gauge\n";
   std::map<std::string, int> alive = {{"server", 0}, {"worker", 0}};
   for (const auto& n : store_.nodes()) {
@@ -558,6 +571,11 @@ HttpResponse RestApi::prometheus() const {
       << "pstrain_http_auth_failures_total{reason=\"missing\"} " << auth_missing_.load() << "\n"
       << "pstrain_http_auth_failures_total{reason=\"invalid\"} " << auth_invalid_.load() << "\n"
       << "pstrain_http_auth_failures_total{reason=\"forbidden\"} " << auth_forbidden_.load() << "\n";
+  if (rpc_refusals_) {
+    out << "# HELP pstrain_rpc_auth_refusals_total Cluster connections to the coordinator refused at their "
+           "handshake (no or a wrong cluster secret).\n# TYPE pstrain_rpc_auth_refusals_total counter\n"
+        << "pstrain_rpc_auth_refusals_total " << rpc_refusals_->count() << "\n";
+  }
   const EventStreamStats& events = store_.event_stats();
   out << "# HELP pstrain_event_streams Open event streams (Server-Sent Events clients).\n"
          "# TYPE pstrain_event_streams gauge\n"
@@ -728,7 +746,11 @@ bool RestApi::async_route(const HttpRequest& request, const Responder& respond) 
       if (result.error) return answer(label, service_problem(*result.error));
       HttpResponse r;
       r.content_type = result.content_type;
-      r.body = std::move(result.json);
+      if (result.file) {
+        r.file = std::make_shared<const StoredFile>(std::move(*result.file));  // sent piece by piece
+      } else {
+        r.body = std::move(result.json);
+      }
       r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + result.filename + "\"");
       answer(label, std::move(r));
     };

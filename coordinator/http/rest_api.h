@@ -22,8 +22,13 @@
 #include "coordinator/event_stream.h"
 #include "coordinator/http/access_control.h"
 #include "coordinator/job_store.h"
+#include "coordinator/stored_file.h"
 
 namespace pstrain {
+
+namespace rpc {
+class AuthRefusals;
+}  // namespace rpc
 
 struct HttpRequest {
   std::string method;        // "GET"
@@ -50,6 +55,9 @@ struct HttpResponse {
   // An event stream (text/event-stream): the server sends the headers, then the subscriber's
   // events as they come, until it ends (or is dropped, or the client goes away); no body.
   std::shared_ptr<EventSubscriber> events;
+  // A download of a stored file (a model, a checkpoint): instead of `body`, its pieces, each read
+  // on the server's file thread only once the last is sent (Content-Length: file->bytes).
+  std::shared_ptr<const StoredFile> file;
 };
 
 // Where the HTTP server puts a request's body, decided from its headers before any of the body
@@ -111,6 +119,11 @@ class RestApi {
   // Without (the default), the API is open. Set before serving.
   void set_access_tokens(std::shared_ptr<const AccessTokens> tokens) { tokens_ = std::move(tokens); }
 
+  // The cluster's connections refused at their handshake (wrong or missing cluster secret), counted
+  // by the coordinator's RPC listener (thread-safe), shown in /metrics. Set before serving; must
+  // outlive this object.
+  void set_cluster_auth_refusals(const rpc::AuthRefusals* refusals) { rpc_refusals_ = refusals; }
+
   // Bounds of each event stream's queue (set before serving).
   void set_event_limits(EventQueueLimits limits) { event_limits_ = limits; }
 
@@ -142,6 +155,7 @@ class RestApi {
   JobStore& store_;
   JobCommands& commands_;
   std::shared_ptr<const AccessTokens> tokens_;  // null: open
+  const rpc::AuthRefusals* rpc_refusals_ = nullptr;
   std::atomic<uint64_t> auth_missing_{0}, auth_invalid_{0}, auth_forbidden_{0};
   std::string openapi_json_;
   DatasetCatalog* catalog_;

@@ -8,7 +8,9 @@
 // push in flight, every chunk is at the same version (the job's steps so far), and each server
 // backs up its shard as it is (`backupNow`). Then the workers go on. The positions are kept with
 // the backup's version, so a recovery restores the servers to it and restarts each worker at its
-// recorded position: the steps after the cut are redone, none is skipped or done twice.
+// recorded position: the steps after the cut are redone, none is skipped or done twice. The
+// positions are stored in the JobStore too, before the servers back up, so a restarted
+// coordinator does the same from the newest complete cut (JobRunner::resume_async).
 //
 // Cuts happen when the job's steps (summed over workers, as reported) pass the next multiple of
 // `save_freq` (or of the steps of one epoch of all workers, for "epoch"). A cut that does not
@@ -110,11 +112,24 @@ kj::Promise<void> AsyncCuts::run() {
     }
     version += positions[i].steps_done;
   }
+  std::string where;
+  for (size_t i = 0; i < positions.size(); ++i) {
+    where += (i ? ", " : "") + std::to_string(i) + ": epoch " + std::to_string(positions[i].epoch + 1) + " step " +
+             std::to_string(positions[i].step) + " (" + std::to_string(positions[i].steps_done) + " done)";
+  }
   PSLOG(kInfo) << "job " << job_.id << ": consistent cut at step " << version << " (" << cut_->positions.size()
-               << " worker(s) paused); backing up";
-  positions_[version] = kj::mv(positions);
-  while (positions_.size() > 4) positions_.erase(positions_.begin());
-  return job_.servers.backup_now(version);
+               << " worker(s) paused; workers " << where << "); backing up";
+  std::vector<uint64_t> dropped;
+  positions_[version] = positions;
+  while (positions_.size() > 4) {
+    dropped.push_back(positions_.begin()->first);
+    positions_.erase(positions_.begin());
+  }
+  // The positions are on disk before any server backs up (the workers wait the write too): a
+  // restarted coordinator finds the positions of every cut the servers hold.
+  return job_.store.set_async_cut(job_.id, version, kj::mv(positions), dropped).then([this, version] {
+    return job_.servers.backup_now(version);
+  });
 }
 
 void AsyncCuts::end() {

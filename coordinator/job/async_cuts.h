@@ -34,6 +34,9 @@ class AsyncCuts {
   size_t resume(const std::vector<NodeId>& workers, uint64_t version);
   // Whether a rollback can go back to the backup at `version` (its workers' positions are known).
   bool has_positions(uint64_t version) const { return positions_.count(version) != 0; }
+  // A restarted coordinator: the positions of the cuts the one before stored (JobRecord::async_cuts).
+  void load(std::map<uint64_t, std::vector<WorkerPosition>> stored) { positions_ = std::move(stored); }
+
   // A free worker takes the place of each lost one, from the lost one's last reported step.
   void replace_lost_workers();
 

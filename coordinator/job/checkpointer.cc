@@ -81,24 +81,31 @@ kj::Promise<void> Checkpointer::capture(uint64_t version, bool final) {
     info.test_loss = record->test_loss;
     info.test_accuracy = record->test_accuracy;
   }
-  kj::Vector<kj::Promise<std::vector<std::string>>> reads;
-  for (size_t i = 0; i < job_.servers.size(); ++i) {
-    reads.add(job_.store.replicas().read({job_.id, version, i}, 0, SIZE_MAX));
-  }
-  return kj::joinPromises(reads.releaseAsArray())
-      .then([this, version, final](kj::Array<std::vector<std::string>> parts) {
-        std::vector<std::string> blobs;
-        for (auto& part : parts) {
-          for (std::string& blob : part) blobs.push_back(std::move(blob));
-        }
-        return job_.store.files().assemble(job_.layout, job_.chunks, std::move(blobs), file_metadata(version, final),
-                                           kMaxModelPieceBytes);
+  // The replicas stay on disk: pinned now (a later erase of this version waits for the unpin),
+  // read chunk by chunk on the files' thread once every part queued so far is written, and the
+  // file written there piece by piece (CheckpointFiles::assemble): the coordinator holds one
+  // chunk and one piece of it at a time, whatever the model's size.
+  ReplicaStore& replicas = job_.store.replicas();
+  replicas.pin(job_.id, version);
+  CheckpointIo io;
+  io.read_chunk = [&replicas, id = job_.id, version](const ChunkInfo& c, size_t index) {
+    return replicas.read_chunk({id, version, c.server}, index);
+  };
+  io.write_piece = [&store = job_.store, id = job_.id, step = info.step](size_t index, std::string piece) {
+    store.write_checkpoint_piece(id, step, index, std::move(piece));
+  };
+  return replicas.written()
+      .then([this, version, final, io = std::move(io)]() mutable {
+        return job_.store.files().assemble(job_.layout, job_.chunks, std::move(io), file_metadata(version, final),
+                                           job_.options.file_piece_bytes);
       })
-      .then([this, info](std::vector<std::string> pieces) {
-        job_.store.add_checkpoint(job_.id, info, std::move(pieces), static_cast<size_t>(job_.spec.checkpoint.keep));
+      .then([this, info](StreamedFile file) mutable {
+        info.bytes = file.bytes;
+        job_.store.add_checkpoint(job_.id, info, file.pieces, static_cast<size_t>(job_.spec.checkpoint.keep));
         PSLOG(kInfo) << "job " << job_.id << ": " << (info.final ? "final checkpoint" : "checkpoint") << " at step "
-                     << info.step << " stored";
-      });
+                     << info.step << " stored (" << info.bytes << " bytes)";
+      })
+      .attach(kj::defer([&replicas, id = job_.id, version] { replicas.unpin(id, version); }));
 }
 
 kj::Promise<void> Checkpointer::final_checkpoint(uint64_t version) {

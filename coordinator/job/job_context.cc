@@ -92,4 +92,12 @@ uint64_t JobContext::total_steps() const {
   return per_epoch * static_cast<uint64_t>(spec.training.epochs);
 }
 
+void JobContext::end_watches(const std::string& why) {
+  auto open = kj::mv(watchers);
+  watchers.clear();
+  for (auto& [node, fulfiller] : open) {
+    if (fulfiller->isWaiting()) fulfiller->reject(KJ_EXCEPTION(FAILED, "re-planned: get a new assignment", why));
+  }
+}
+
 }  // namespace pstrain

@@ -28,6 +28,7 @@
 #include "coordinator/job/server_group.h"
 #include "coordinator/job_state.h"
 #include "coordinator/job_store.h"
+#include "coordinator/worker_position.h"
 
 namespace pstrain {
 
@@ -60,13 +61,6 @@ struct WorkerOrder {
   int64_t step_in_epoch = 0;
   std::vector<uint32_t> indices;
   std::shared_ptr<const Split> split;
-};
-
-// Where an async worker stands between two steps.
-struct WorkerPosition {
-  uint32_t epoch = 0;
-  uint64_t step = 0;        // within the epoch
-  uint64_t steps_done = 0;  // the worker's steps in the job
 };
 
 struct JobContext {
@@ -123,6 +117,9 @@ struct JobContext {
   std::map<NodeId, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers;
   // Whether worker node `node` has an open watch and is alive.
   bool can_order(NodeId node);  // (not const: a fulfiller's isWaiting() is not)
+  // The plan changed: every open watch call fails (with `why`), so each worker of the old plan ends
+  // its session even if it is blocked on a server that will never answer.
+  void end_watches(const std::string& why);
 };
 
 }  // namespace pstrain

@@ -6,6 +6,7 @@
 
 #include <kj/time.h>
 
+#include <cstddef>
 #include <string>
 
 #include "common/rpc/cluster_auth.h"
@@ -35,7 +36,12 @@ struct JobOptions {
   // How often a recovery looks again for servers or workers coming back.
   kj::Duration recovery_poll = 200 * kj::MILLISECONDS;
 
-  // Not a timeout, but what every job's calls to servers carry (set by CoordinatorNode): the
+  // Not a timeout: the pieces (RocksDB values) the coordinator cuts a job's model and checkpoint
+  // files into (kMaxModelPieceBytes, job_store.h); also how much of such a file it holds at a
+  // time while writing it. Tests make it small, so that a small model's files have many.
+  size_t file_piece_bytes = size_t{16} << 20;
+
+  // Not a timeout either, but what every job's calls to servers carry (set by CoordinatorNode): the
   // cluster credential proved on each connection, and the coordinator's own key from which each
   // job's worker-token key derives (rpc::job_key; empty: an open cluster, no worker tokens).
   rpc::ClusterCredential cluster;

@@ -66,6 +66,9 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
                         " examples (a worker was lost before evaluating its part)");
     }
   });
+  if (epoch_recorded_) {
+    epoch_recorded_(epoch, m.test_examples > 0 ? std::optional<double>(metric.test_accuracy) : std::nullopt);
+  }
 }
 
 void JobProgress::record_partial_epochs(uint32_t before) {

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,10 @@ class JobProgress {
   // Writes epoch e's metrics (printed line, history, record). `partial`: some workers' test
   // slices are missing (a worker was lost before it evaluated).
   void record_epoch(uint32_t epoch, bool partial);
+  // Called after an epoch is recorded (0-based epoch; its test accuracy, nullopt if nothing of the
+  // test split was evaluated): the owner's divergence guard.
+  using EpochRecorded = std::function<void(uint32_t epoch, std::optional<double> test_accuracy)>;
+  void on_epoch_recorded(EpochRecorded callback) { epoch_recorded_ = std::move(callback); }
   // Records every epoch before `before` that has evaluations but was not recorded.
   void record_partial_epochs(uint32_t before);
   // Test accuracy of the last epoch (0 if nothing was evaluated).
@@ -75,6 +81,7 @@ class JobProgress {
   JobStore& store_;
   std::vector<WorkerProgress> workers_;
   std::vector<EpochMetrics> epochs_;
+  EpochRecorded epoch_recorded_;
   std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;  // step -> worker -> examples
 };
 

@@ -12,10 +12,26 @@
 #include "common/safetensors.h"
 
 namespace pstrain {
+namespace {
+
+// The model's outputs: the job's classes (the spec was checked against its dataset).
+int64_t output_classes(const ModelSpec& model) {
+  const std::vector<Shape> shapes = infer_shapes(model);
+  int64_t n = 1;
+  for (int64_t d : shapes.back()) n *= d;
+  return n;
+}
+
+}  // namespace
 
 JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
                      kj::AsyncIoProvider& io, JobOptions options, Finished on_finished)
-    : job_(std::move(id), std::move(spec), cluster, data, store, io, options), on_finished_(std::move(on_finished)) {
+    : job_(std::move(id), std::move(spec), cluster, data, store, io, options),
+      on_finished_(std::move(on_finished)),
+      guard_(output_classes(job_.spec.model)) {
+  job_.progress.on_epoch_recorded([this](uint32_t epoch, std::optional<double> test_accuracy) {
+    diverged(guard_.epoch_recorded(epoch, test_accuracy));
+  });
   const bool known = store.update(job_.id, [this](JobRecord& r) {
     // A job a restarted coordinator had and re-queues: it resumes from its last complete backup
     // when its servers still hold it, else it starts over.
@@ -28,6 +44,8 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
     r.workers.clear();
     r.servers.clear();
     if (r.last_backup_step) job_.backups.add_complete(static_cast<uint64_t>(*r.last_backup_step));
+    // Async: the workers' positions at the cuts the coordinator before stored.
+    async_cuts_.load(r.async_cuts);
     recorded_server_names_ = r.server_names;
     // Every plan from now on is newer than any the servers saw (pushes of older ones are fenced).
     job_.generation = r.generation + 1;
@@ -146,7 +164,13 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
 kj::Promise<void> JobRunner::configure_servers() {
   return job_.servers.connect_all()
       .then([this]() -> kj::Promise<void> {
-        if (!requeued_while_running_ || !job_.sync()) return configure_and_resume();
+        if (requeued_while_running_ && !job_.sync()) {
+          return servers_reached().then([this](uint64_t reached) {
+            reached_before_restart_ = reached;
+            return configure_and_resume();
+          });
+        }
+        if (!requeued_while_running_) return configure_and_resume();
         // After a coordinator restart, the servers may hold the job still: go on from their state.
         return adopt().catch_([this](kj::Exception&& e) {
           PSLOG(kInfo) << "job " << job_.id << ": cannot take over the servers' state (" << e.getDescription().cStr()
@@ -166,15 +190,82 @@ kj::Promise<void> JobRunner::configure_and_resume() {
     if (checkpointer_.starts_from_file()) {
       return checkpointer_.start_from_file().then([this](uint64_t version) { job_.resume_version = version; });
     }
-    // (Async positions are not kept across a coordinator restart: an async job starts over.)
+    if (!job_.sync()) return requeued_while_running_ ? resume_async() : kj::READY_NOW;
     const auto latest = job_.backups.latest();
-    if (!latest || !job_.sync()) return kj::READY_NOW;
+    if (!latest) return kj::READY_NOW;
     // Resuming after a coordinator restart: from the last backup, if the servers have it.
     return rollback_.restore({*latest}).then([this](uint64_t version) {
       job_.resume_version = version;
       ++job_.generation;  // past the restore's fence (it fences below generation + 1)
       job_.store.update(job_.id, [&](JobRecord& r) { r.generation = std::max(r.generation, job_.generation); });
       PSLOG(kInfo) << "job " << job_.id << ": resuming from the backup at step " << version;
+    });
+  });
+}
+
+kj::Promise<uint64_t> JobRunner::servers_reached() {
+  // Where the servers stood before they are configured afresh (how far the job had come): the
+  // furthest chunk's version; 0 if a server no longer holds the job.
+  return job_.servers.versions()
+      .then([](kj::Array<ServerVersions> versions) {
+        uint64_t reached = 0;
+        for (const auto& v : versions) reached = std::max(reached, v.highest);
+        return reached;
+      })
+      .catch_([](kj::Exception&&) { return uint64_t{0}; });
+}
+
+kj::Promise<void> JobRunner::resume_async() {
+  // Async after a coordinator restart (DESIGN-NOTES "Async state across a coordinator restart"):
+  // the servers go back to the newest complete cut whose positions were stored, and every worker
+  // resumes where it stood at that cut. The steps after the cut are redone; their first pushes
+  // are undone by the restore, so every example counts once in the parameters. Complete: held by
+  // every server (or recorded so): a kill can come after the servers' last backupDone and before
+  // the record naming it reaches the disk, while the positions were queued before the cut began.
+  return rollback_.common_backups().then([this](std::vector<uint64_t> held) -> kj::Promise<void> {
+    std::erase_if(held, [this](uint64_t v) { return !async_cuts_.has_positions(v); });
+    return resume_async_from(kj::mv(held));
+  });
+}
+
+kj::Promise<void> JobRunner::resume_async_from(std::vector<uint64_t> candidates) {
+  if (candidates.empty()) {
+    PSLOG(kInfo) << "job " << job_.id << ": no complete consistent cut stored; the async job starts over";
+    job_.store.update(job_.id, [&](JobRecord& r) {
+      r.notes.push_back("coordinator restarted: no complete consistent cut stored, the async job started over");
+    });
+    return kj::READY_NOW;
+  }
+  auto restored = rollback_.restore(candidates).catch_([this](kj::Exception&& e) {
+    // No stored cut could be restored (each failed its checks on some server): start over.
+    const std::string note = std::string("coordinator restarted: no stored consistent cut could be restored (") +
+                             e.getDescription().cStr() + "), the async job started over";
+    PSLOG(kWarning) << "job " << job_.id << ": " << note;
+    job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
+    return rollback_.restore({});
+  });
+  return restored.then([this](uint64_t version) {
+    ++job_.generation;  // past the restore's fence (it fences below generation + 1)
+    const size_t first_epoch = async_cuts_.resume(job_.workers, version);
+    job_.progress.restart_epochs_from(first_epoch);
+    std::string where;
+    for (size_t i = 0; i < job_.workers.size() && i < job_.resume_positions.size(); ++i) {
+      const WorkerPosition& p = job_.resume_positions[i];
+      job_.progress.workers()[i].steps = p.steps_done;
+      where += (i ? ", " : "") + std::to_string(i) + ": epoch " + std::to_string(p.epoch + 1) + " step " +
+               std::to_string(p.step) + " (" + std::to_string(p.steps_done) + " done)";
+    }
+    const uint64_t replayed = reached_before_restart_ > version ? reached_before_restart_ - version : 0;
+    PSLOG(kInfo) << "job " << job_.id << ": async job resumed from the consistent cut at step " << version
+                 << " after a coordinator restart (workers " << where << "); the servers had reached step "
+                 << reached_before_restart_ << ": " << replayed << " step(s) to replay";
+    job_.store.update(job_.id, [&](JobRecord& r) {
+      r.generation = std::max(r.generation, job_.generation);
+      r.notes.push_back("coordinator restarted: the async job resumed from the consistent cut at step " +
+                        std::to_string(version) + ", " + std::to_string(replayed) + " step(s) replayed");
+      r.steps_done = static_cast<int64_t>(version);
+      r.recoveries = ++job_.recoveries;
+      r.replayed_steps.push_back(static_cast<int64_t>(replayed));
     });
   });
 }
@@ -265,6 +356,7 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
       m.train_examples += report.getExamples();
       const double n = std::max<uint64_t>(1, report.getExamples());
       const double loss = report.getLossSum() / n, accuracy = report.getCorrect() / n;
+      if (report.getExamples() > 0) guard_.train_window(epoch, loss);
       WorkerProgress& w = progress.workers()[*index];
       w.steps = report.getStep();
       w.rate = report.getSamplesPerSecond();
@@ -300,6 +392,11 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
       finish_if_done();
       break;
     case proto::Progress::Kind::FAILED:
+      if (report.getDiverged()) {
+        // Always a failure (whatever on_divergence says): there is nothing to train on from NaNs.
+        diverged({DivergenceGuard::loss_not_finite(epoch, "worker " + std::to_string(*index) + ": " +
+                                                              rpc::to_string(report.getMessage()))});
+      }
       fail("worker " + std::to_string(*index) + ": " + rpc::to_string(report.getMessage()));
       return false;
   }
@@ -308,6 +405,8 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
 
 kj::Promise<WorkerOrder> JobRunner::watch(NodeId node, uint64_t generation) {
   KJ_REQUIRE(job_.worker_index(node).has_value(), "this node is not a worker of the job", node, job_.id);
+  // A session of a superseded plan is told so at once (end_watches told the ones already open).
+  KJ_REQUIRE(generation >= job_.generation, "re-planned: get a new assignment", generation, job_.generation);
   if (generation != job_.generation || job_.state() != JobState::kRunning) return kj::NEVER_DONE;
   auto paf = kj::newPromiseAndFulfiller<WorkerOrder>();
   job_.watchers[node] = kj::mv(paf.fulfiller);
@@ -324,8 +423,10 @@ kj::Promise<void> JobRunner::paused(NodeId node, uint64_t cut, Position position
 void JobRunner::finish_if_done() {
   if (!job_.progress.all_finished()) return;
   job_.progress.record_partial_epochs(static_cast<uint32_t>(job_.progress.epochs().size()));
+  if (is_finished(job_.state())) return;  // the divergence guard failed it
   // The final checkpoint (parameters and optimizer state) first, while the servers hold the job.
-  background_ = checkpointer_.final_checkpoint(job_.total_steps())
+  background_ = count_async_updates()
+                    .then([this] { return checkpointer_.final_checkpoint(job_.total_steps()); })
                     .then([this] { return collect_parameters(); })
                     .eagerlyEvaluate([this](kj::Exception&& e) {
     if (e.getType() == kj::Exception::Type::DISCONNECTED && job_.state() == JobState::kRunning) {
@@ -338,6 +439,28 @@ void JobRunner::finish_if_done() {
   });
 }
 
+kj::Promise<void> JobRunner::count_async_updates() {
+  if (job_.sync()) return kj::READY_NOW;
+  // In async mode a chunk's version counts the pushes it took in this timeline (a restore sets it
+  // back to its backup's): at the end every chunk should have taken each planned step once. More
+  // means steps were applied twice (after a recovery or a restart), fewer that some were skipped.
+  return job_.servers.versions()
+      .then([this](kj::Array<ServerVersions> versions) {
+        uint64_t lowest = UINT64_MAX, highest = 0;
+        for (const auto& v : versions) {
+          lowest = std::min(lowest, v.lowest);
+          highest = std::max(highest, v.highest);
+        }
+        const uint64_t planned = job_.total_steps();
+        PSLOG(kInfo) << "job " << job_.id << ": async updates applied: every chunk took " << lowest << " to " << highest
+                     << " push(es); planned steps: " << planned << " (" << (highest > planned ? highest - planned : 0)
+                     << " more, " << (lowest < planned ? planned - lowest : 0) << " fewer)";
+      })
+      .catch_([this](kj::Exception&& e) {
+        PSLOG(kWarning) << "job " << job_.id << ": could not count the updates applied: " << e.getDescription().cStr();
+      });
+}
+
 std::vector<float> JobRunner::final_params() const {
   if (job_.state() != JobState::kSucceeded) return {};
   const auto file = job_.store.model(job_.id);
@@ -345,32 +468,66 @@ std::vector<float> JobRunner::final_params() const {
   return decode_safetensors(job_.layout, *file).value_or(std::vector<float>{});
 }
 
+// The final parameters on their way from the servers to the model file: the chunks in the file's
+// order (tensor after tensor, each by offset), the next to pull, and the piece being filled.
+struct JobRunner::FinalModel {
+  std::vector<ChunkInfo> order;
+  size_t next = 0;
+  std::string piece;
+  size_t pieces = 1;  // piece 0 is the header, written last
+  int64_t bytes = 0;
+};
+
+namespace {
+
+std::vector<ChunkInfo> file_order(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks) {
+  std::vector<ChunkInfo> order = chunks;
+  std::stable_sort(order.begin(), order.end(), [&](const ChunkInfo& a, const ChunkInfo& b) {
+    const size_t at_a = layout.params()[a.param].offset + a.offset, at_b = layout.params()[b.param].offset + b.offset;
+    return at_a < at_b;
+  });
+  return order;
+}
+
+// Chunks pulled at once (about 1 MB each): the coordinator holds this many chunks and one piece
+// of the model at a time, not the model.
+constexpr size_t kFinalPullBatch = 8;
+
+}  // namespace
+
 kj::Promise<void> JobRunner::collect_parameters() {
-  final_params_.assign(job_.layout.total_size(), 0.0f);
-  return job_.servers.pull_all(job_.chunks, job_.layout, final_params_).then([this] {
+  auto model = std::make_shared<FinalModel>();
+  model->order = file_order(job_.layout, job_.chunks);
+  return collect_batch(model).then([this, model] {
     if (job_.state() != JobState::kRunning) return;  // cancelled or failed meanwhile
+    // The last piece and the header (piece 0, alone: the readers join the pieces).
+    // Self-describing: the spec (model, optimizer, dataset), where it stopped, and which files it
+    // was trained on, so the file can be used without the job (DESIGN-NOTES "Models").
+    if (!model->piece.empty()) {
+      model->bytes += static_cast<int64_t>(model->piece.size());
+      job_.store.write_model_piece(job_.id, model->pieces++, std::move(model->piece));
+    }
+    std::string header = safetensors_header(job_.layout, {},
+                                            {{"format", "pstrain"},
+                                             {"job", job_.id},
+                                             {"name", job_.spec.name},
+                                             {"spec", job_spec_to_json(job_.spec)},
+                                             {"dataset", job_.spec.dataset.name},
+                                             {"dataset_examples", std::to_string(job_.train->size)},
+                                             {"epoch", std::to_string(job_.spec.training.epochs)},
+                                             {"step", std::to_string(job_.total_steps())}},
+                                            std::nullopt);
+    model->bytes += static_cast<int64_t>(header.size());
+    job_.store.write_model_piece(job_.id, 0, std::move(header));
     job_.phase = Phase::kSucceeded;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
     PSLOG(kInfo) << "job " << job_.id << ": SUCCEEDED in " << seconds << " s";
     if (job_.sync()) job_.progress.check_ledger(job_.steps_per_epoch(), job_.train->size);
     std::printf("final test accuracy: %.4f\n", job_.progress.final_accuracy());
     std::fflush(stdout);
-    // The model goes to the store in pieces (moved into its writer), and the parameters are
-    // freed: a finished job keeps no copy of its model in memory (final_params() reads it back).
-    // Self-describing: the spec (model, optimizer, dataset), where it stopped, and which files it
-    // was trained on, so the file can be used without the job (DESIGN-NOTES "Models").
-    const uint64_t steps = job_.total_steps();
-    job_.store.set_model(job_.id, encode_safetensors_pieces(job_.layout, final_params_,
-                                                            {{"format", "pstrain"},
-                                                             {"job", job_.id},
-                                                             {"name", job_.spec.name},
-                                                             {"spec", job_spec_to_json(job_.spec)},
-                                                             {"dataset", job_.spec.dataset.name},
-                                                             {"dataset_examples", std::to_string(job_.train->size)},
-                                                             {"epoch", std::to_string(job_.spec.training.epochs)},
-                                                             {"step", std::to_string(steps)}},
-                                                            kMaxModelPieceBytes));
-    final_params_ = {};
+    // The record that announces the model goes after its pieces; a finished job keeps no copy
+    // of its model in memory (final_params() reads it back).
+    job_.store.set_model(job_.id, model->pieces, model->bytes);
     job_.store.update(job_.id, [&](JobRecord& r) {
       r.state = job_.state();
       r.reason.clear();
@@ -379,8 +536,43 @@ kj::Promise<void> JobRunner::collect_parameters() {
     });
     job_.servers.drop_job();
     job_.store.replicas().erase_job(job_.id);
+    job_.store.erase_async_cuts(job_.id);
     release_nodes();
     if (on_finished_) on_finished_(*this);
+  });
+}
+
+kj::Promise<void> JobRunner::collect_batch(std::shared_ptr<FinalModel> model) {
+  if (model->next == model->order.size() || job_.state() != JobState::kRunning) return kj::READY_NOW;
+  const size_t end = std::min(model->order.size(), model->next + kFinalPullBatch);
+  const std::vector<ChunkInfo> batch(model->order.begin() + static_cast<std::ptrdiff_t>(model->next),
+                                     model->order.begin() + static_cast<std::ptrdiff_t>(end));
+  model->next = end;
+  return job_.servers.pull_chunks(batch).then([this, model](kj::Array<kj::Array<float>> values) -> kj::Promise<void> {
+    // The pieces this batch fills go to the store; the next batch is pulled once they are on disk,
+    // so a disk slower than the pulls does not pile the model up in the writer's queue.
+    kj::Vector<kj::Promise<void>> written;
+    for (const kj::Array<float>& v : values) {
+      const char* data = reinterpret_cast<const char*>(v.begin());
+      size_t left = v.size() * sizeof(float);
+      while (left > 0) {
+        const size_t max = job_.options.file_piece_bytes;
+        if (model->piece.capacity() < max) model->piece.reserve(max);
+        const size_t n = std::min(left, max - model->piece.size());
+        model->piece.append(data, n);
+        data += n;
+        left -= n;
+        if (model->piece.size() == max) {
+          auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+          auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+          model->bytes += static_cast<int64_t>(model->piece.size());
+          job_.store.write_model_piece(job_.id, model->pieces++, std::move(model->piece), [fulfiller] { (*fulfiller)->fulfill(); });
+          model->piece = {};
+          written.add(kj::mv(paf.promise));
+        }
+      }
+    }
+    return kj::joinPromises(written.releaseAsArray()).then([this, model] { return collect_batch(model); });
   });
 }
 
@@ -407,8 +599,31 @@ void JobRunner::end(Phase phase, const std::string& reason) {
   });
   if (was_running) job_.servers.drop_job();
   job_.store.replicas().erase_job(job_.id);
+  job_.store.erase_async_cuts(job_.id);
   release_nodes();
   if (on_finished_) on_finished_(*this);
+}
+
+void JobRunner::diverged(const std::vector<Divergence>& found) {
+  if (found.empty()) return;
+  std::string details;
+  for (const Divergence& d : found) {
+    PSLOG(kWarning) << "job " << job_.id << ": divergence (" << divergence_reason_name(d.reason) << "): " << d.detail;
+    std::printf("divergence warning (%s): %s\n", divergence_reason_name(d.reason), d.detail.c_str());
+    details += details.empty() ? "" : "; ";
+    details += d.detail;
+  }
+  std::fflush(stdout);
+  job_.store.update(job_.id, [&](JobRecord& r) {
+    for (const Divergence& d : found) {
+      r.warnings.push_back({divergence_reason_name(d.reason), d.epoch, d.value, d.threshold, d.detail, now_ms()});
+    }
+  });
+  const bool not_finite = std::any_of(found.begin(), found.end(), [](const Divergence& d) {
+    return d.reason == DivergenceReason::kLossNotFinite;
+  });
+  // A loss that is not finite fails the job where the worker's report is handled.
+  if (!not_finite && job_.spec.training.on_divergence == OnDivergence::kFail) fail("diverged: " + details);
 }
 
 void JobRunner::release_nodes() {
@@ -536,6 +751,7 @@ bool JobRunner::try_take_over(size_t lost, const std::string& why) {
                          // the others did. (Epochs before the one of the taken-over step: the
                          // survivors evaluated those before they pushed that step.)
                          job_.progress.record_partial_epochs(static_cast<uint32_t>((version - 1) / job_.steps_per_epoch()));
+                         if (is_finished(job_.state())) return;  // the divergence guard failed it
                          replan(alive, version, 0,
                                 "worker " + std::to_string(lost) + "'s slice of step " + std::to_string(version - 1) +
                                     " taken over, going on from step " + std::to_string(version));
@@ -555,6 +771,7 @@ void JobRunner::recover(const std::string& why) {
   // inside one of their callbacks); the generation bump below makes a takeover stand down.
   async_cuts_.end();
   ++job_.generation;  // every session of the old plan is stale from now on
+  job_.end_watches(why);  // and told so, in case it waits on a server that will never answer
   if (job_.phase == Phase::kRecovering) return;  // the running recovery picks up the new losses
   job_.phase = Phase::kRecovering;
   job_.store.update(job_.id, [&](JobRecord& r) {
@@ -568,6 +785,7 @@ void JobRunner::recover(const std::string& why) {
                     const size_t first_epoch = job_.sync() ? static_cast<size_t>(outcome.version / job_.steps_per_epoch())
                                                            : async_cuts_.resume(outcome.workers, outcome.version);
                     job_.progress.restart_epochs_from(first_epoch);
+                    guard_.restart_epochs_from(static_cast<uint32_t>(first_epoch));
                     replan(std::move(outcome.workers), outcome.version, outcome.replayed,
                            "rolled back to step " + std::to_string(outcome.version));
                   })
@@ -590,7 +808,7 @@ void JobRunner::replan(std::vector<NodeId> workers, uint64_t version, uint64_t r
   // Acks and replicas of backups past `version` are of the abandoned timeline (the servers
   // deleted those backups when they restored).
   for (uint64_t dropped : job_.backups.forget_after(version)) job_.store.replicas().erase(job_.id, dropped);
-  job_.watchers.clear();
+  job_.end_watches("the job runs again on a new plan");
   ++job_.recoveries;
   ++job_.generation;
   job_.phase = Phase::kRunning;

@@ -27,12 +27,14 @@
 #include <kj/async-io.h>
 
 #include <chrono>
+#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "coordinator/job/async_cuts.h"
 #include "coordinator/job/checkpointer.h"
+#include "coordinator/job/divergence_guard.h"
 #include "coordinator/job/job_context.h"
 #include "coordinator/job/rollback.h"
 #include "coordinator/job/server_move.h"
@@ -87,6 +89,9 @@ class JobRunner {
   kj::Promise<void> preempt(NodeId node);
   // A node of this job died (missed heartbeats, or a server registered again under its name).
   void on_node_lost(NodeId node, const std::string& why);
+  // A server registered (a new node, or one back under its name): a server this job's shard
+  // moved away from is told to drop the job before it is free (ServerMover).
+  void on_server_registered(NodeId node) { mover_.on_server_registered(node); }
   // Sync: if the job runs with fewer workers than it asked for and a worker is free, takes it in
   // at the next step (a cut, then a re-plan from the cut: nothing replayed). Async: a free worker
   // takes the place of a lost one, from the lost one's last reported step.
@@ -108,17 +113,31 @@ class JobRunner {
   kj::Promise<void> start(std::vector<ServerMember> servers);
   kj::Promise<void> configure_servers();
   // Configures every server afresh (fresh shards), then resumes from the last complete backup if
-  // a restarted coordinator recorded one.
+  // a restarted coordinator recorded one (async: the newest stored cut, resume_async).
   kj::Promise<void> configure_and_resume();
   kj::Promise<void> adopt();
+  // Async, after a coordinator restart: the servers' furthest version before they are configured
+  // afresh; then the restore of the newest cut that every server holds and whose positions were
+  // stored (the first usable of `candidates`, newest first), and the workers' positions.
+  kj::Promise<uint64_t> servers_reached();
+  kj::Promise<void> resume_async();
+  kj::Promise<void> resume_async_from(std::vector<uint64_t> candidates);
   // Sync worker loss without a rollback: false if the job cannot do it now (then it rolls back).
   bool try_take_over(size_t lost, const std::string& why);
   // The new plan from `version` with `workers` (after a rollback or a takeover).
   void replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how);
   kj::Promise<void> collect_parameters();
+  // Async: logs how many pushes every chunk took against the planned steps (before the end).
+  kj::Promise<void> count_async_updates();
+  // Pulls the next few chunks of the final parameters into the model file's pieces, then the rest.
+  struct FinalModel;
+  kj::Promise<void> collect_batch(std::shared_ptr<FinalModel> model);
   void finish_if_done();
   void release_nodes();
   void end(Phase phase, const std::string& reason);
+  // The divergence guard found something: a warning in the record (an event, a count in
+  // /metrics) for each finding, and with training.on_divergence "fail" the job fails with them.
+  void diverged(const std::vector<Divergence>& found);
 
   JobContext job_;
   Finished on_finished_;
@@ -126,9 +145,10 @@ class JobRunner {
   // servers' state (adopt), with the server names it recorded.
   bool requeued_while_running_ = false;
   std::vector<std::string> recorded_server_names_;
+  uint64_t reached_before_restart_ = 0;  // async: the servers' furthest version when adopted
   std::string failure_;
-  std::vector<float> final_params_;
   std::chrono::steady_clock::time_point started_at_;
+  DivergenceGuard guard_;
 
   // The procedures (each refers to job_; declared after it).
   AsyncCuts async_cuts_{job_};

@@ -32,11 +32,12 @@ class Rollback {
   // Restores every server to the first usable of `candidates` (newest first; empty: the initial
   // values), dropping unusable ones from the ledger; resolves with the version restored.
   kj::Promise<uint64_t> restore(std::vector<uint64_t> candidates);
+  // The backups every server holds, with those recorded as complete; newest first.
+  kj::Promise<std::vector<uint64_t>> common_backups();
 
  private:
   kj::Promise<void> wait_for_servers(kj::TimePoint since, kj::TimePoint deadline);
   kj::Promise<void> probe_servers();
-  kj::Promise<std::vector<uint64_t>> common_backups();
 
   JobContext& job_;
   ServerMover& mover_;

@@ -233,22 +233,20 @@ kj::Promise<void> ServerGroup::adopt_backup(size_t index, uint64_t version, cons
   return timed(request.send().ignoreResult());
 }
 
-kj::Promise<void> ServerGroup::pull_all(const std::vector<ChunkInfo>& chunks, const ParamLayout& layout,
-                                        std::vector<float>& into) {
-  kj::Vector<kj::Promise<void>> pulls;
+kj::Promise<kj::Array<kj::Array<float>>> ServerGroup::pull_chunks(const std::vector<ChunkInfo>& chunks) {
+  kj::Vector<kj::Promise<kj::Array<float>>> pulls;
   for (const ChunkInfo& chunk : chunks) {
     auto request = clients_[chunk.server].pullRequest();
     request.setJobId(job_id_);
     request.setKey(chunk.key);
     request.setMinVersion(0);
     pass_.set_on(request);
-    const size_t at = layout.params()[chunk.param].offset + chunk.offset;
-    pulls.add(request.send().then([&into, chunk, at](capnp::Response<proto::ParameterServer::PullResults>&& r) {
+    pulls.add(request.send().then([chunk](capnp::Response<proto::ParameterServer::PullResults>&& r) {
       const auto values = rpc::tensor_view(r.getValues(), chunk.size, "final parameters");
-      std::copy(values.begin(), values.end(), into.begin() + static_cast<long>(at));
+      return kj::heapArray<float>(values.data(), values.size());
     }));
   }
-  return timed(kj::joinPromises(pulls.releaseAsArray()));
+  return io_.getTimer().timeoutAfter(options_.server_call_timeout, kj::joinPromises(pulls.releaseAsArray()));
 }
 
 }  // namespace pstrain

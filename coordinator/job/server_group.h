@@ -85,9 +85,9 @@ class ServerGroup {
   // first + chunks.size() - 1 of `total` (at most rpc::kMaxPartBytes of them).
   kj::Promise<void> adopt_backup(size_t index, uint64_t version, const std::vector<std::string>& chunks, size_t first,
                                  size_t total);
-  // Every chunk's values (any version) into `into`, laid out by `layout`. `into` must stay alive
-  // until the promise resolves.
-  kj::Promise<void> pull_all(const std::vector<ChunkInfo>& chunks, const ParamLayout& layout, std::vector<float>& into);
+  // The values (any version) of `chunks`, all pulled at once (the caller keeps the list short:
+  // the final parameters are collected a few chunks at a time), in the order given.
+  kj::Promise<kj::Array<kj::Array<float>>> pull_chunks(const std::vector<ChunkInfo>& chunks);
 
  private:
   // `call(client, index)` on every server, joined, under the call timeout.

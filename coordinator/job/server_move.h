@@ -7,12 +7,13 @@
 #include <kj/async.h>
 
 #include <set>
+#include <string>
 
 #include "coordinator/job/job_context.h"
 
 namespace pstrain {
 
-class ServerMover {
+class ServerMover : private kj::TaskSet::ErrorHandler {
  public:
   explicit ServerMover(JobContext& job);
 
@@ -21,7 +22,15 @@ class ServerMover {
   // lost server can move now (no free server, or no replica yet).
   kj::Maybe<kj::Promise<void>> move_lost();
 
+  // Server `node` has just registered. If it bears the name of a server this job's shard moved
+  // away from (it was frozen, or cut off from the coordinator, and came back), it may still hold
+  // the job's old shard and accept pushes of the old plan: it is told to drop the job, and is
+  // kept from every job (NodeInfo::job) until it has, after which it is a free server (a spare).
+  void on_server_registered(NodeId node);
+
  private:
+  void taskFailed(kj::Exception&& exception) override;
+
   // Server `index` adopts the replica of the backup at `version` (`total` chunks) from chunk
   // `first` on, one part (at most rpc::kMaxPartBytes) read from disk and sent at a time.
   kj::Promise<void> adopt(size_t index, uint64_t version, size_t total, size_t first);
@@ -29,6 +38,8 @@ class ServerMover {
   JobContext& job_;
   std::set<NodeId> failed_spares_;      // servers a move to failed: not tried again
   std::set<NodeId> no_replica_logged_;  // lost servers already logged as having no replica
+  std::set<std::string> moved_away_;    // names of the servers whose shard moved to another
+  kj::TaskSet fences_{*this};           // dropJob calls to returned servers (cancelled with us)
 };
 
 }  // namespace pstrain

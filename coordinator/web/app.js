@@ -383,6 +383,9 @@ function jobView(view, id) {
       case 'note':
         note('note', d, d.text);
         break;
+      case 'warning':
+        note('warning', d, `warning (${d.reason}): ${d.detail}`);
+        break;
       default:
         return;
     }
@@ -439,7 +442,7 @@ function jobView(view, id) {
   let statusKnown = false;
   const early = [];
   const feed = (type, d) => (statusKnown ? handle(type, d) : early.push([type, d]));
-  const types = ['state', 'progress', 'epoch', 'checkpoint', 'backup', 'recovery', 'node', 'note'];
+  const types = ['state', 'progress', 'epoch', 'checkpoint', 'backup', 'recovery', 'node', 'note', 'warning'];
   function openStream() {
     const url = `${path}/events${token() ? '?access_token=' + encodeURIComponent(token()) : ''}`;
     source = new EventSource(url);

@@ -15,20 +15,39 @@
 # again, and kill -> back at the step the job had reached), each process's peak RSS (VmHWM,
 # sampled every second while it runs), and the model's size.
 #
-# Usage: tests/bench/big_model.sh [--epochs N] [--save-freq S] [--kill-after STEP] [--keep]
+# --model mlp80m: instead of the CNN, an MLP 784-16384-4096-10 (80,015,370 parameters, 320 MB;
+# with Adam's two slots 960 MB in all, 480 MB per server), global batch 500 (10 steps an epoch
+# of mnist10k). Each step computes 120 GFLOP per worker and moves 320 MB each way, and each backup
+# writes 960 MB on the servers and again on the coordinator (replicas): on a shared 2-core machine
+# a step can take a minute, so the nodes are declared dead only after 120 s and a server move
+# and the final checkpoint (which share --server-move-timeout-ms) get 10 minutes. The final
+# checkpoint (960 MB, with the slots) is always made; with --checkpoint-keep K > 0 (default 1)
+# every backup becomes one too. Then also reports each server's backup write and replica
+# send times, the checkpoint download (with the optimizer's slots) and each process's peak RSS
+# against the bytes of parameters and optimizer slots it holds.
+#
+# Usage: tests/bench/big_model.sh [--model tpu-cnn|mlp80m] [--epochs N] [--save-freq S]
+#                                 [--kill-after STEP] [--checkpoint-keep K] [--keep]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${BUILD_DIR:-$repo/build}
-epochs=2 save_freq=5 kill_after=20 keep=0
+model=tpu-cnn epochs="" save_freq="" kill_after="" checkpoint_keep="" keep=0
 while [ $# -gt 0 ]; do
   case $1 in
+    --model) model=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --save-freq) save_freq=$2; shift 2 ;;
     --kill-after) kill_after=$2; shift 2 ;;
+    --checkpoint-keep) checkpoint_keep=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    *) echo "usage: $0 [--epochs N] [--save-freq S] [--kill-after STEP] [--keep]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--model tpu-cnn|mlp80m] [--epochs N] [--save-freq S] [--kill-after STEP] [--checkpoint-keep K] [--keep]" >&2; exit 2 ;;
   esac
 done
+case $model in
+  tpu-cnn) : "${epochs:=2}" "${save_freq:=5}" "${kill_after:=20}" "${checkpoint_keep:=1}" ;;
+  mlp80m) : "${epochs:=2}" "${save_freq:=5}" "${kill_after:=10}" "${checkpoint_keep:=1}" ;;
+  *) echo "big_model: --model is tpu-cnn or mlp80m" >&2; exit 2 ;;
+esac
 source "$repo/deploy/data-dir.sh"
 work=$(mktemp -d /tmp/pstrain-big-model.XXXXXX)
 pids=()
@@ -42,14 +61,23 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 now() { date +%s.%N; }
 fail() { echo "big_model: $*" >&2; tail -n 20 "$work"/*.log >&2; exit 1; }
 
-python3 - "$repo/deploy/jobs/tpu-cnn.json" "$work/job.json" "$epochs" "$save_freq" <<'PY'
+python3 - "$repo/deploy/jobs" "$work/job.json" "$epochs" "$save_freq" "$model" "$checkpoint_keep" <<'PY'
 import json, sys
-s = json.load(open(sys.argv[1]))
+jobs, out, epochs, save_freq, model, keep = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+if model == "tpu-cnn":
+    s = json.load(open(f"{jobs}/tpu-cnn.json"))
+else:
+    s = json.load(open(f"{jobs}/mnist-mlp.json"))
+    s["name"] = "mlp-80m"
+    s["model"]["layers"] = [{"type": "flatten"}, {"type": "dense", "units": 16384, "activation": "relu"},
+                            {"type": "dense", "units": 4096, "activation": "relu"}, {"type": "dense", "units": 10}]
+    s["training"]["global_batch_size"] = 500
 s["dataset"]["name"] = "mnist10k"
-s["training"]["epochs"] = int(sys.argv[3])
-s["backup"] = {"save_freq": int(sys.argv[4])}
+s["training"]["epochs"] = epochs
+s["backup"] = {"save_freq": save_freq}
+s["checkpoint"] = {"keep": keep}
 s["training"]["metrics_every_steps"] = 1  # progress (and the rates below) step by step
-json.dump(s, open(sys.argv[2], "w"))
+json.dump(s, open(out, "w"))
 PY
 
 # Every process: its log, and a sampler writing its VmHWM (kB) to <name>.hwm every second.
@@ -76,9 +104,12 @@ wait_line() {  # file regex seconds
 # here with five processes on two cores), and a node takes a heartbeat unanswered for 10 periods
 # as a lost coordinator: heartbeats every 4 s, a node silent for 45 s is dead. A node is lost
 # only by its heartbeats, so the recovery time below includes those 45 s.
-rpc_port=$(free_port) http_port=$(free_port)
+timeouts=(--dead-after-ms 45000)
+[ "$model" = mlp80m ] && timeouts=(--dead-after-ms 120000 --server-move-timeout-ms 600000 --server-call-timeout-ms 300000)
+rpc_port=${BIG_MODEL_RPC_PORT:-$(free_port)} http_port=${BIG_MODEL_HTTP_PORT:-$(free_port)}
 start coordinator "$bin/coordinator/pstrain-coordinator" --listen "127.0.0.1:$rpc_port" --http "127.0.0.1:$http_port" \
-  --state-dir "$work/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --heartbeat-ms 4000 --dead-after-ms 45000 --move-server-after-ms 2000
+  --state-dir "$work/coordinator-state" --data-dir "$PSTRAIN_DATA_DIR" --heartbeat-ms 4000 --move-server-after-ms 2000 \
+  "${timeouts[@]}"
 wait_line "$work/coordinator.log" "PSTRAIN_READY" 30
 # server-0 and server-1 take the job; server-2 starts once the job runs: the spare.
 for i in 0 1; do
@@ -120,8 +151,14 @@ state=$(tail -n 1 "$work/progress" | awk '{print $3}')
 [ "$state" = SUCCEEDED ] || fail "job ended $state"
 t_end=$(now)
 
-curl -sf -o "$work/model.safetensors" "$api/jobs/$id/model" || fail "model download failed"
+t_model=$(curl -sf -o "$work/model.safetensors" -w '%{time_total}' "$api/jobs/$id/model") || fail "model download failed"
 t_downloaded=$(now)
+t_checkpoint=-
+if grep -q "final checkpoint at step" "$work/coordinator.log"; then
+  t_checkpoint=$(curl -sf -o "$work/checkpoint.safetensors" -w '%{time_total} %{size_download}' \
+    "$api/jobs/$id/checkpoints/latest?optimizer=true") || fail "checkpoint download failed"
+  rm -f "$work/checkpoint.safetensors"
+fi
 for name in coordinator server-0 server-1 server-2 worker-0 worker-1; do
   [ "$name" = "$victim" ] && continue
   pid=$(cat "$work/$name.pid")
@@ -129,11 +166,14 @@ for name in coordinator server-0 server-1 server-2 worker-0 worker-1; do
 done
 
 echo "$t_submit $t_kill $t_end $t_downloaded $step_at_kill $victim" > "$work/times"
-python3 - "$work" "$t_submit" "$t_kill" "$t_end" "$t_downloaded" "$step_at_kill" "$victim" "$0 --epochs $epochs --save-freq $save_freq --kill-after $kill_after" <<'PY'
-import json, os, re, struct, sys
+python3 - "$work" "$t_submit" "$t_kill" "$t_end" "$t_downloaded" "$step_at_kill" "$victim" \
+  "$0 --model $model --epochs $epochs --save-freq $save_freq --kill-after $kill_after --checkpoint-keep $checkpoint_keep" \
+  "$t_model" "$t_checkpoint" <<'PY'
+import glob, json, os, re, statistics, struct, sys
 from datetime import datetime
 work, t_submit, t_kill, t_end, t_dl = sys.argv[1], *map(float, sys.argv[2:6])
 step_at_kill, victim, command = int(sys.argv[6]), sys.argv[7], sys.argv[8]
+t_model, t_checkpoint = sys.argv[9], sys.argv[10]
 progress = [(float(t), int(s), st) for t, s, st in (l.split() for l in open(f"{work}/progress"))]
 log = open(f"{work}/coordinator.log").read()
 
@@ -179,13 +219,42 @@ print(f"kill of {victim} at step {step_at_kill}: " + (f"shard moved '{moved[1]}'
 if running_again: print(f"recovery: RUNNING again {running_again - t_kill:.1f} s after the kill")
 if back: print(f"recovery: past step {last_before} again {back[0] - t_kill:.1f} s after the kill (1 s polling)")
 print(f"model: {size} bytes ({size / 1e6:.1f} MB), {len(tensors)} tensors, {params} float32 parameters, header {n} bytes; "
-      f"downloaded in {t_dl - t_end:.1f} s (incl. polling)")
-print("peak RSS (VmHWM):")
+      f"GET /v1/jobs/{{id}}/model in {float(t_model):.2f} s ({size / float(t_model) / 1e6:.0f} MB/s)")
+if t_checkpoint != "-":
+    secs, got = t_checkpoint.split()
+    print(f"checkpoint with the optimizer's slots: {int(got)} bytes, GET in {float(secs):.2f} s ({int(got) / float(secs) / 1e6:.0f} MB/s)")
+
+# Backups: each server's write (synced, on its store thread) and its replica's send to the coordinator.
+for what, pattern in [("backup write", r"backup at step (\d+) written in (\d+) ms"),
+                      ("replica send", r"replica of the backup at step (\d+) sent in (\d+) ms")]:
+    ms = []
+    for f in sorted(glob.glob(f"{work}/server-*.log")):
+        ms += [int(m[2]) for m in re.finditer(pattern, open(f).read())]
+    if ms:
+        print(f"{what} per server: {len(ms)} of them, median {statistics.median(ms) / 1000:.2f} s, max {max(ms) / 1000:.2f} s")
+checkpoints = re.findall(r"checkpoint at step (\d+) stored \((\d+) bytes\)", log)
+if checkpoints:
+    print(f"checkpoints stored by the coordinator: {len(checkpoints)}, {int(checkpoints[-1][1]) / 1e6:.0f} MB each")
+moving = log_time("did not come back; moving its shard")
+if moving and running_again:
+    print(f"server move: moving -> RUNNING again (connect, configure, adopt the replica, restore on every server) "
+          f"{running_again - moving:.1f} s")
+
+# What each process holds of the model: a server its shard with the optimizer's slots (Adam: 3
+# floats per parameter; the chunk plan balances bytes over the servers), a worker the values.
+slots = 2 if '"adam"' in open(f"{work}/job.json").read() else 0
+servers = 2
+held = {"coordinator": 0, "worker-0": params * 4, "worker-1": params * 4}
+for s in ["server-0", "server-1", "server-2"]: held[s] = params * 4 * (1 + slots) // servers
+print("peak RSS (VmHWM) against the parameters and optimizer slots held:")
+print("| process | peak RSS | held (parameters + slots) | ratio |")
+print("|---|---|---|---|")
 for name in ["coordinator", "server-0", "server-1", "server-2", "worker-0", "worker-1"]:
     try:
         kb = int(open(f"{work}/{name}.hwm").read())
         note = " (killed; last sample)" if name == victim else " (the spare)" if name == "server-2" else ""
-        print(f"  {name}: {kb / 1024:.0f} MiB{note}")
+        ratio = f"{kb * 1024 / held[name]:.2f}" if held[name] else "-"
+        print(f"| {name}{note} | {kb / 1024:.0f} MiB | {held[name] / 2**20:.0f} MiB | {ratio} |")
     except (OSError, ValueError):
-        print(f"  {name}: -")
+        print(f"| {name} | - | | |")
 PY

@@ -292,6 +292,12 @@ std::vector<float> InProcessCluster::final_params(const std::string& id) {
   });
 }
 
+std::optional<std::string> InProcessCluster::checkpoint_file(const std::string& id, int64_t step) {
+  return on_coordinator("reading a checkpoint", [id, step](CoordinatorNode& node) {
+    return node.store().checkpoint_file(id, step);
+  });
+}
+
 std::string InProcessCluster::describe(const std::string& id) {
   std::ostringstream out;
   if (!id.empty()) {

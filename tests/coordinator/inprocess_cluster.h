@@ -124,6 +124,8 @@ class InProcessCluster {
   JobRecord wait_finished(const std::string& id, std::chrono::milliseconds timeout);
   // The trained parameters of a job that succeeded (as the coordinator collected them).
   std::vector<float> final_params(const std::string& id);
+  // The file of the job's checkpoint at `step`, as the coordinator's JobStore has it.
+  std::optional<std::string> checkpoint_file(const std::string& id, int64_t step);
 
   // Stops server i's thread (NodeStop::kPreempted: after its preemption notice is answered).
   void stop_server(size_t i, rpc::NodeStop how);

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/model_spec.h"
+#include "common/safetensors.h"
 #include "tests/coordinator/inprocess_cluster.h"
 #include "tests/test_support.h"
 
@@ -273,8 +275,12 @@ TEST_CASE("cut - a preempted server backs up just ahead and leaves, and nothing 
 }
 
 TEST_CASE("server move - a server that never comes back is replaced by a free one from its replica") {
-  // Three servers; the job takes server-0 and server-1 (name order), server-2 stays free.
-  Scenario run(small_job(3, 10), {.servers = 3});
+  // Three servers; the job takes server-0 and server-1 (name order), server-2 stays free. The
+  // coordinator writes its files in pieces of 4 KiB: the model (211 kB) and the final
+  // checkpoint (632 kB, Adam) in dozens, streamed from the servers and the replicas.
+  testing::InProcessOptions options{.servers = 3};
+  options.job.file_piece_bytes = 4096;
+  Scenario run(small_job(3, 10), options);
   wait_for_backup(run.cluster, run.id, 20);
   run.cluster.stop_server(1, NodeStop::kNow);  // and never started again
   const JobRecord r = wait_succeeded(run.cluster, run.id);
@@ -289,6 +295,19 @@ TEST_CASE("server move - a server that never comes back is replaced by a free on
   CHECK(back.back().step == moved_from);
   for (const auto& b : back) CHECK(b.replayed <= 10);
   run.check_as_uninterrupted(3);
+  // The model, streamed in pieces, and the final checkpoint, streamed from the replicas (the
+  // moved server's among them): the parameters of the run without faults, and Adam's slots.
+  CHECK(r.model_bytes > 10 * 4096);
+  REQUIRE(!r.checkpoints.empty());
+  CHECK(r.checkpoints.back().final);
+  const std::optional<std::string> file = run.cluster.checkpoint_file(run.id, r.checkpoints.back().step);
+  REQUIRE(file.has_value());
+  CHECK(static_cast<int64_t>(file->size()) == r.checkpoints.back().bytes);
+  const JobSpec spec = small_job(3, 10);
+  const ModelState state = decode_model_state(make_param_layout(spec.model), *file, {"m", "v"});
+  check_same_params(state.params, run.reference);
+  REQUIRE(state.optimizer.has_value());
+  CHECK(state.optimizer->iterations == r.total_steps);
 }
 
 TEST_CASE("coordinator adoption - a restarted coordinator goes on from the servers' state") {

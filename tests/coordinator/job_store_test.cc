@@ -12,6 +12,7 @@
 #include "common/kv_store.h"
 #include "coordinator/data_service.h"
 #include "coordinator/event_stream.h"
+#include "coordinator/job_json.h"
 #include "coordinator/job_store.h"
 #include "coordinator/kv_writer.h"
 #include "tests/test_support.h"
@@ -239,6 +240,45 @@ TEST_CASE("JobStore: state changes, metrics and the model survive a reopen; read
   CHECK(loaded[0].has_model);
   CHECK(reopened.model("job-1") == model);
   CHECK(reopened.get("job-1")->state == JobState::kSucceeded);
+}
+
+TEST_CASE("JobStore: an async job's cut positions survive a reopen, dropped and erased cuts do not") {
+  testing::TempDir dir;
+  const std::vector<WorkerPosition> at60 = {{1, 5, 25}, {0, 20, 20}, {1, 0, 15}};
+  const std::vector<WorkerPosition> at120 = {{2, 3, 43}, {1, 2, 42}, {0, 35, 35}};
+  {
+    kj::EventLoop loop;
+    kj::WaitScope wait(loop);
+    auto kv = open_kv(dir);
+    JobStore store(kv.get());
+    for (const char* id : {"job-1", "job-2"}) {
+      JobRecord record;
+      record.id = id;
+      store.add(record);
+      store.set_async_cut(id, 30, {{0, 10, 10}, {0, 10, 10}, {0, 10, 10}}, {}).wait(wait);
+      store.set_async_cut(id, 60, at60, {}).wait(wait);
+      // Resolved once written: the key is on disk.
+      CHECK(positions_from_json(read(*kv, "job/" + std::string(id) + "/cut/000000000060")) == at60);
+      store.set_async_cut(id, 120, at120, {30}).wait(wait);  // the cut at 30 goes
+      store.update(id, [](JobRecord& r) { r.last_backup_step = 120; });  // a record written after the cuts
+    }
+    store.erase_async_cuts("job-2");  // ended: nothing resumes it
+  }
+  auto kv = open_kv(dir);
+  JobStore reopened(kv.get());
+  const auto loaded = reopened.load();
+  REQUIRE(loaded.size() == 2);
+  const JobRecord& job1 = loaded[0].id == "job-1" ? loaded[0] : loaded[1];
+  const JobRecord& job2 = loaded[0].id == "job-1" ? loaded[1] : loaded[0];
+  REQUIRE(job1.async_cuts.size() == 2);
+  CHECK(job1.async_cuts.count(30) == 0);
+  CHECK(job1.async_cuts.at(60) == at60);
+  CHECK(job1.async_cuts.at(120) == at120);
+  CHECK(job1.last_backup_step == 120);
+  CHECK(job2.async_cuts.empty());
+  CHECK(kv->keys("job/job-2/cut/").empty());
+  CHECK(positions_from_json("[[1,2]]") == std::nullopt);
+  CHECK(positions_from_json(positions_to_json(at60)) == at60);
 }
 
 TEST_CASE("DataService::load: off the event loop, once per split, and a failed load is tried again") {

@@ -566,6 +566,20 @@ TEST_CASE("RestApi: POST /v1/jobs refuses what is not a JSON job spec, before it
            s["model"].as_object()["input_shape"] = json::array(100000, json::value(1));
          }),
          "/model/input_shape"},
+        {"an unknown async_lr", spec_with([](json::object& s) {
+           s["training"].as_object()["mode"] = "async";
+           s["training"].as_object()["async_lr"] = "linear";
+         }),
+         "/training/async_lr"},
+        {"async_lr in sync mode", spec_with([](json::object& s) { s["training"].as_object()["async_lr"] = "staleness"; }),
+         "/training/async_lr"},
+        {"a number for async_lr", spec_with([](json::object& s) {
+           s["training"].as_object()["mode"] = "async";
+           s["training"].as_object()["async_lr"] = 1;
+         }),
+         "/training/async_lr"},
+        {"an unknown on_divergence", spec_with([](json::object& s) { s["training"].as_object()["on_divergence"] = "stop"; }),
+         "/training/on_divergence"},
     };
     for (const Case& c : cases) {
       INFO(c.what);
@@ -695,7 +709,18 @@ TEST_CASE("RestApi: GET /v1/jobs/{id}/model: 409 before there is one, the safete
     const HttpResponse r = api.handle({"GET", "/v1/jobs/job-1/model", "", ""});
     CHECK(r.status == 200);
     CHECK(r.content_type == "application/octet-stream");
-    CHECK(r.body == model);
+    // Not one body: the stored pieces, read one at a time as the server sends them.
+    CHECK(r.body.empty());
+    REQUIRE(r.file != nullptr);
+    CHECK(r.file->bytes == 24);
+    std::string sent;
+    for (size_t i = 0; static_cast<int64_t>(sent.size()) < r.file->bytes; ++i) {
+      const auto piece = r.file->read_piece(i);
+      REQUIRE(piece.has_value());
+      CHECK(piece->size() == (i == 0 ? 10u : 14u));
+      sent += *piece;
+    }
+    CHECK(sent == model);
     CHECK(header(r, "Content-Disposition") == "attachment; filename=\"job-1.safetensors\"");
   };
   check_model(a.api);
@@ -816,6 +841,44 @@ TEST_CASE("RestApi: GET /metrics exposes jobs, nodes and request counters in the
     // The scrape itself is counted, for the next one.
     CHECK(family(scrape(a), "pstrain_http_requests_total").at(counter("/metrics", 200)) == 1);
   }
+}
+
+TEST_CASE("RestApi: divergence warnings are in the job's status, its events and pstrain_divergence_total") {
+  Api a;
+  a.add("job-1", "RUNNING");
+  CHECK(family(scrape(a), "pstrain_divergence_total") ==
+        std::map<std::string, double>{{"{reason=\"chance_accuracy\"}", 0}, {"{reason=\"loss_above_start\"}", 0},
+                                      {"{reason=\"loss_not_finite\"}", 0}});
+  const size_t events_before = a.store.event_count("job-1");
+  a.store.update("job-1", [](JobRecord& r) {
+    r.warnings.push_back({"chance_accuracy", 2, 0.098, 0.15, "epoch 2: test accuracy 0.0980 is at chance level", 1});
+  });
+  a.store.update("job-1", [](JobRecord& r) {
+    r.warnings.push_back({"loss_above_start", 3, 9.5, 2.3, "epoch 3: the training loss stayed above", 2});
+    r.warnings.push_back({"chance_accuracy", 3, 0.1, 0.15, "epoch 3: test accuracy 0.1000 is at chance level", 2});
+  });
+  CHECK(a.store.event_count("job-1") == events_before + 3);  // one "warning" event each
+  CHECK(family(scrape(a), "pstrain_divergence_total") ==
+        std::map<std::string, double>{{"{reason=\"chance_accuracy\"}", 2}, {"{reason=\"loss_above_start\"}", 1},
+                                      {"{reason=\"loss_not_finite\"}", 0}});
+  const json::object o = ok_json(a.get("/v1/jobs/job-1"));
+  REQUIRE(o.contains("warnings"));
+  const json::array& w = o.at("warnings").as_array();
+  REQUIRE(w.size() == 3);
+  CHECK(w[0].at("reason") == "chance_accuracy");
+  CHECK(w[0].at("epoch") == 2);
+  CHECK(w[0].at("value").to_number<double>() == doctest::Approx(0.098));
+  CHECK(w[0].at("threshold").to_number<double>() == doctest::Approx(0.15));
+  CHECK(w[1].at("reason") == "loss_above_start");
+  // Stored with the record: a restarted coordinator has them.
+  a.store.flush();
+  JobStore again(a.kv.get());
+  const auto loaded = again.load();
+  REQUIRE(loaded.size() == 1);
+  REQUIRE(loaded[0].warnings.size() == 3);
+  CHECK(loaded[0].warnings[1].reason == "loss_above_start");
+  CHECK(loaded[0].warnings[1].value == doctest::Approx(9.5));
+  CHECK(loaded[0].warnings[1].detail == "epoch 3: the training loss stayed above");
 }
 
 TEST_CASE("RestApi: GET /metrics has per-job gauges for the unfinished jobs and the last finished ones") {

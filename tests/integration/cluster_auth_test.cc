@@ -16,6 +16,7 @@
 #include "common/rpc/cluster_auth.h"
 #include "common/rpc/rpc_util.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/http_test_client.h"
 #include "tests/rpc_support.h"
 #include "tests/test_support.h"
 
@@ -137,6 +138,12 @@ TEST_CASE("nodes with a wrong secret or none cannot register, an unassigned node
       "the coordinator's refusal of the open node");
   cluster.servers()[0]->wait_for_line(std::regex("job cli-job: refused a call of node 1: no valid worker token"), 5s,
                                       "the server's log of the forged push");
+  {  // Both refusals (the wrong secret's, the open node's) are counted in /metrics.
+    const auto metrics = testing::http_test::get(cluster.http_port(), "/metrics");
+    const size_t at = metrics.body.find("\npstrain_rpc_auth_refusals_total ");
+    REQUIRE_MESSAGE(at != std::string::npos, metrics.body);
+    CHECK(std::stod(metrics.body.substr(at + 33)) >= 2);
+  }
 
   REQUIRE(cluster.wait_job(120s) == 0);
   CHECK(wrong_worker.log_text().find("registered with the coordinator") == std::string::npos);

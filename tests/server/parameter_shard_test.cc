@@ -2,10 +2,12 @@
 // deterministic reduction, backup workers, async staleness and max_staleness.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <set>
 
+#include "common/error.h"
 #include "server/parameter_shard.h"
 
 using namespace pstrain;
@@ -413,4 +415,139 @@ TEST_CASE("sync - a factored push with no rows in the chunk, or no examples, add
     const auto a = dense.shard.values(dense.key), b = factored.shard.values(factored.key);
     CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
   }
+}
+
+// --- Staleness-aware async (training.async_lr "staleness"): lr / max(1, t), hand-computed -----
+
+namespace {
+
+JobSpec job_with(const std::string& optimizer, const std::string& training) {
+  return parse_job_spec(R"({"dataset": {"name": "mnist10k"},
+    "model": {"input_shape": [784], "seed": 3, "layers": [{"type": "dense", "units": 10}]},
+    "optimizer": )" + optimizer + R"(, "training": )" + training + "}");
+}
+
+// One chunk, three async workers; pushes of a constant gradient on chosen base versions.
+struct AsyncFixture {
+  JobSpec spec;
+  std::vector<ChunkInfo> table;
+  ParameterShard shard;
+  size_t n;
+  std::vector<float> w0;
+
+  AsyncFixture(const std::string& optimizer, const std::string& async_lr)
+      : spec(job_with(optimizer, R"({"mode": "async", "global_batch_size": 3, "workers": 3, "async_lr": ")" +
+                                     async_lr + R"("})")),
+        table(plan_chunks(make_param_layout(spec.model), 1, 1000)),
+        shard(spec, table, 0, 3),
+        n(shard.chunk_size(0)),
+        w0(shard.values(0).begin(), shard.values(0).end()) {}
+
+  // A push of gradient `g` (every element) over one example, computed on `base`.
+  void push_on(uint32_t worker, uint64_t base, float g) {
+    std::vector<float> grad(n, g);
+    PushRequest r = push(0, base, 0, 1, 1, grad);
+    r.worker = worker;
+    r.base_version = base;
+    bool done = false;
+    shard.push(r, [&](PushOutcome) { done = true; });
+    REQUIRE(done);
+  }
+  double moved(size_t i) const { return static_cast<double>(w0[i]) - shard.values(0)[i]; }
+};
+
+}  // namespace
+
+TEST_CASE("async_lr staleness - SGD: each push's step is lr * g / max(1, staleness)") {
+  AsyncFixture f(R"({"type": "sgd", "learning_rate": 0.5})", "staleness");
+  f.push_on(0, 0, 1.0f);  // t = 0: 0.5
+  f.push_on(1, 0, 1.0f);  // t = 1: 0.5
+  f.push_on(2, 0, 1.0f);  // t = 2: 0.25
+  f.push_on(0, 1, 1.0f);  // t = 2: 0.25
+  f.push_on(1, 0, 1.0f);  // t = 4: 0.125
+  CHECK(f.shard.stats().max_staleness == 4);
+  for (size_t i = 0; i < f.n; i += 101) CHECK(f.moved(i) == doctest::Approx(0.5 + 0.5 + 0.25 + 0.25 + 0.125).epsilon(1e-5));
+
+  AsyncFixture c(R"({"type": "sgd", "learning_rate": 0.5})", "constant");
+  c.push_on(0, 0, 1.0f);
+  c.push_on(1, 0, 1.0f);
+  c.push_on(2, 0, 1.0f);
+  c.push_on(0, 1, 1.0f);
+  c.push_on(1, 0, 1.0f);
+  for (size_t i = 0; i < c.n; i += 101) CHECK(c.moved(i) == doctest::Approx(5 * 0.5).epsilon(1e-5));
+}
+
+TEST_CASE("async_lr staleness - momentum: the gradient's contribution to the velocity is scaled, not its decay") {
+  AsyncFixture f(R"({"type": "sgd", "learning_rate": 0.1, "momentum": 0.9})", "staleness");
+  f.push_on(0, 0, 1.0f);  // t = 0: m = -0.1
+  f.push_on(1, 0, 1.0f);  // t = 1: m = 0.9 * -0.1 - 0.1 = -0.19
+  f.push_on(2, 0, 1.0f);  // t = 2: m = 0.9 * -0.19 - 0.1 / 2 = -0.221
+  f.push_on(0, 0, 1.0f);  // t = 3: m = 0.9 * -0.221 - 0.1 / 3 = -0.23223...
+  const double m3 = 0.9 * -0.221 - 0.1 / 3;
+  for (size_t i = 0; i < f.n; i += 101) CHECK(f.moved(i) == doctest::Approx(0.1 + 0.19 + 0.221 - m3).epsilon(1e-5));
+  // Scaling the whole step (velocity included) would move 0.1 + 0.19 + 0.271 / 2 + ...: different.
+  // Nesterov: w += momentum * m - lr * s * g.
+  AsyncFixture nes(R"({"type": "sgd", "learning_rate": 0.1, "momentum": 0.9, "nesterov": true})", "staleness");
+  nes.push_on(0, 0, 1.0f);  // m = -0.1; w += 0.9 * -0.1 - 0.1 = -0.19
+  nes.push_on(1, 0, 1.0f);  // m = -0.19; w += 0.9 * -0.19 - 0.1 = -0.271
+  nes.push_on(2, 0, 1.0f);  // t = 2: m = -0.221; w += 0.9 * -0.221 - 0.05 = -0.2489
+  for (size_t i = 0; i < nes.n; i += 101) CHECK(nes.moved(i) == doctest::Approx(0.19 + 0.271 + 0.2489).epsilon(1e-5));
+}
+
+TEST_CASE("async_lr staleness - Adam: the step is scaled, the moments keep the unscaled gradient") {
+  AsyncFixture f(R"({"type": "adam", "learning_rate": 0.1, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7})",
+                 "staleness");
+  // Gradients 1, 1, 2; the third computed on version 0 when the chunk is at 2 (t = 2: half the step).
+  f.push_on(0, 0, 1.0f);
+  f.push_on(1, 1, 1.0f);  // t = 0
+  f.push_on(2, 0, 2.0f);  // t = 2
+  double m = 0, v = 0, moved = 0;
+  const double lr = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-7;
+  const double grads[] = {1, 1, 2}, scales[] = {1, 1, 0.5};
+  for (int t = 1; t <= 3; ++t) {
+    const double g = grads[t - 1];
+    m += (g - m) * (1 - b1);
+    v += (g * g - v) * (1 - b2);
+    const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+    moved += scales[t - 1] * alpha * m / (std::sqrt(v) + eps);
+  }
+  // Scaling the gradient into m and v instead would leave Adam's step almost unchanged (it is
+  // invariant to the gradient's scale), and scaling nothing gives 2.5 * 0.1-ish: both differ.
+  for (size_t i = 0; i < f.n; i += 101) CHECK(f.moved(i) == doctest::Approx(moved).epsilon(1e-4));
+  CHECK(moved < 0.27);  // the third step is about half of lr
+  // The slots hold the unscaled gradient's moments.
+  const auto snapshots = f.shard.snapshot_each();
+  const auto chunk0 = std::find_if(snapshots.begin(), snapshots.end(), [](const ChunkSnapshot& s) { return s.key == 0; });
+  REQUIRE(chunk0 != snapshots.end());
+  CHECK(chunk0->optimizer_state.slots[0].values[0] == doctest::Approx(m).epsilon(1e-5));
+  CHECK(chunk0->optimizer_state.slots[1].values[0] == doctest::Approx(v).epsilon(1e-5));
+}
+
+TEST_CASE("async_lr staleness - Adagrad: the step is scaled, the accumulator keeps g^2") {
+  AsyncFixture f(R"({"type": "adagrad", "learning_rate": 0.1, "initial_accumulator_value": 0.1})", "staleness");
+  f.push_on(0, 0, 1.0f);
+  f.push_on(1, 0, 1.0f);  // t = 1
+  f.push_on(2, 0, 1.0f);  // t = 2
+  const double eps = 1e-7;
+  const double moved = 0.1 / (std::sqrt(1.1) + eps) + 0.1 / (std::sqrt(2.1) + eps) + 0.05 / (std::sqrt(3.1) + eps);
+  for (size_t i = 0; i < f.n; i += 101) CHECK(f.moved(i) == doctest::Approx(moved).epsilon(1e-5));
+}
+
+TEST_CASE("async_lr - sync mode rejects it; unknown values name the field") {
+  CHECK_THROWS_WITH_AS(job_with(R"({"type": "sgd"})",
+                                R"({"mode": "sync", "global_batch_size": 4, "async_lr": "staleness"})"),
+                       doctest::Contains("/training/async_lr"), SpecError);
+  CHECK_THROWS_WITH_AS(job_with(R"({"type": "sgd"})",
+                                R"({"mode": "async", "global_batch_size": 4, "async_lr": "stale"})"),
+                       doctest::Contains("/training/async_lr"), SpecError);
+  CHECK_THROWS_WITH_AS(job_with(R"({"type": "sgd"})", R"({"global_batch_size": 4, "on_divergence": "stop"})"),
+                       doctest::Contains("/training/on_divergence"), SpecError);
+  const JobSpec a = job_with(R"({"type": "sgd"})", R"({"mode": "async", "global_batch_size": 4, "async_lr": "constant",
+                                                       "on_divergence": "fail"})");
+  CHECK(a.training.async_lr == AsyncLr::kConstant);
+  CHECK(a.training.on_divergence == OnDivergence::kFail);
+  // The canonical text keeps them, and reads back the same.
+  const JobSpec again = parse_job_spec(job_spec_to_json(a));
+  CHECK(again.training.async_lr == AsyncLr::kConstant);
+  CHECK(again.training.on_divergence == OnDivergence::kFail);
 }

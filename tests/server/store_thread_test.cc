@@ -64,3 +64,41 @@ TEST_CASE("store thread - a task that throws fails its own promise only") {
   CHECK(testing::failure_of(kj::mv(bad), f.ws).find("the disk is on fire") != std::string::npos);
   CHECK(good.wait(f.ws) == 7);
 }
+
+TEST_CASE("backup store - a backup bigger than one write batch is written in several and reads back whole") {
+  testing::StoreFixture f;
+  // 3 chunks of 10 MB: 30 MB of blobs, two batches of kMaxBatchBytes (16 MiB) and the marker's.
+  const size_t floats = 2'500'000;
+  static_assert(3 * 2'500'000 * sizeof(float) > BackupStore::kMaxBatchBytes);
+  auto chunks_of = [&](float base) {
+    std::vector<ChunkSnapshot> chunks(3);
+    for (uint32_t key = 0; key < 3; ++key) {
+      chunks[key].key = key;
+      chunks[key].version = 7;
+      chunks[key].values.assign(floats, base + static_cast<float>(key));
+      chunks[key].values[floats - 1] = -base;
+      chunks[key].optimizer_state.slots = {{"m", std::vector<float>(floats, base * 2)}};
+    }
+    return chunks;
+  };
+  for (const float base : {1.0f, 5.0f}) {  // the second: written again at the same version
+    auto done = f.store.run([&, base](BackupStore& b) { return b.write("job", 7, chunks_of(base)); });
+    REQUIRE(done.wait(f.ws).ok());
+    auto checked = f.store.run([&, base](BackupStore& b) {
+      std::string error;
+      // (Plain comparisons: this runs on the store thread.)
+      const auto loaded = b.load("job", 7, &error);
+      if (!loaded || loaded->size() != 3) return false;
+      for (const auto& [key, c] : *loaded) {
+        if (c.values.size() != floats || c.values[0] != base + static_cast<float>(key) || c.values[floats - 1] != -base ||
+            c.optimizer_state.slots.size() != 1 || c.optimizer_state.slots[0].values[floats / 2] != base * 2) {
+          return false;
+        }
+      }
+      size_t total = 0;
+      const auto part = b.read_part("job", 7, 0, SIZE_MAX, &total, &error);
+      return total == 3 && part.has_value() && part->size() == 3 && b.versions("job") == std::vector<uint64_t>{7};
+    });
+    CHECK(checked.wait(f.ws));
+  }
+}

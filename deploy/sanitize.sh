@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds pstrain with a sanitizer in a build directory of its own and runs tests under it
+# (docs/SANITIZERS.md):
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer (with LeakSanitizer), the whole suite,
+#         build-asan/;
+#   tsan  ThreadSanitizer, the unit and in-process tests (a whole cluster as threads of one
+#         process), build-tsan/.
+# Any finding fails the test that ran into it; the report is in the test's output.
+# Usage: deploy/sanitize.sh asan|tsan [ctest options]
+# Environment: ASAN_BUILD_DIR / TSAN_BUILD_DIR, JOBS (2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:?usage: deploy/sanitize.sh asan|tsan [ctest options]}
+shift
+source deploy/data-dir.sh
+supp=$PWD/tests/sanitizers
+case "$kind" in
+  asan)
+    dir=${ASAN_BUILD_DIR:-build-asan}
+    sanitize="address,undefined"
+    targets=(all)
+    labels=()
+    # Child processes (the integration tests' nodes) inherit these.
+    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:strict_string_checks=1:check_initialization_order=1"
+    export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+    ;;
+  tsan)
+    dir=${TSAN_BUILD_DIR:-build-tsan}
+    sanitize="thread"
+    # What the unit and in-process tests need (worker_unit_tests runs pstrain-train; the unit
+    # tests check each binary's --help and --check-config).
+    targets=(common_unit_tests server_unit_tests worker_unit_tests coordinator_unit_tests
+             data_path_tests job_runner_tests integration_harness_tests cli_unit_tests
+             pstrain-train pstrain-coordinator pstrain-server pstrain-worker)
+    labels=(-L 'unit|inprocess')
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$supp/tsan.supp"
+    ;;
+  *) echo "sanitize: unknown kind '$kind' (asan or tsan)" >&2; exit 2 ;;
+esac
+
+start=$(date +%s)
+if [ ! -f "$dir/build.ninja" ]; then
+  # Not -march=native: a report should reproduce on any machine.
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPSTRAIN_NATIVE=OFF \
+    -DPSTRAIN_SANITIZE="$sanitize" >/dev/null
+fi
+cmake --build "$dir" -j "${JOBS:-2}" --target "${targets[@]}"
+built=$(date +%s)
+echo "sanitize: $kind built in $(( built - start )) s"
+# The timeout is generous: sanitized code runs 2-10x slower.
+(cd "$dir" && ctest --output-on-failure -j 2 --timeout 1800 "${labels[@]}" "$@")
+echo "sanitize: $kind tests ran in $(( $(date +%s) - built )) s"
