@@ -58,7 +58,7 @@ struct OptimizerSpec {
 // How a job's gradients (and values) travel between workers and servers (spec
 // `training.compression`: "none" | "fp16" | "topk", or {"kind": ..., "fraction": f}); see
 // docs/DESIGN-NOTES.md "Gradient compression". Servers always accumulate and store float32.
-// - kFp16: pushed gradients and replied values in IEEE half precision (worker/compression.h);
+// - kFp16: pushed gradients and replied values in IEEE half precision (common/compression.h);
 // - kTopk: per chunk, the ceil(fraction * size) entries of largest magnitude of (gradient +
 //   the worker's residual) pushed as (index, value) pairs; what is not sent stays in the
 //   residual (error feedback). Values come back whole, in float32.
