@@ -21,6 +21,7 @@ struct Split;
 enum class ShardPolicy { kData, kFile, kOff };
 enum class TrainingMode { kSync, kAsync };
 enum class OptimizerType { kSgd, kAdam, kAdagrad };
+enum class CompressionKind { kNone, kFp16, kTopk };
 // Async: the learning rate of each push (DESIGN-NOTES "Staleness-aware async"): the optimizer's
 // own (constant), or divided by max(1, staleness), the versions the chunk moved on since the
 // values the push was computed on (Zhang et al., IJCAI 2016).
@@ -33,6 +34,7 @@ enum class OnDivergence { kWarn, kFail };
 const char* shard_policy_name(ShardPolicy policy);
 const char* training_mode_name(TrainingMode mode);
 const char* optimizer_type_name(OptimizerType type);
+const char* compression_kind_name(CompressionKind kind);
 const char* async_lr_name(AsyncLr lr);
 const char* on_divergence_name(OnDivergence action);
 
@@ -53,6 +55,20 @@ struct OptimizerSpec {
   float initial_accumulator_value = 0.1f;  // adagrad
 };
 
+// How a job's gradients (and values) travel between workers and servers (spec
+// `training.compression`: "none" | "fp16" | "topk", or {"kind": ..., "fraction": f}); see
+// docs/DESIGN-NOTES.md "Gradient compression". Servers always accumulate and store float32.
+// - kFp16: pushed gradients and replied values in IEEE half precision (common/compression.h);
+// - kTopk: per chunk, the ceil(fraction * size) entries of largest magnitude of (gradient +
+//   the worker's residual) pushed as (index, value) pairs; what is not sent stays in the
+//   residual (error feedback). Values come back whole, in float32.
+// With any compression the worker uses the dense exchange (the row-sparse, factored and forward
+// exchanges are off).
+struct CompressionSpec {
+  CompressionKind kind = CompressionKind::kNone;
+  float fraction = 0.01f;  // topk: of each chunk's entries, in (0, 1]
+};
+
 struct TrainingSpec {
   TrainingMode mode = TrainingMode::kSync;
   int64_t global_batch_size = 0;  // examples per step over all workers
@@ -62,6 +78,7 @@ struct TrainingSpec {
   int64_t max_staleness = -1;     // async: -1 means unbounded
   int64_t backup_workers = 0;     // sync: apply after workers - backup_workers pushes
   int64_t metrics_every_steps = 10;
+  CompressionSpec compression;
   AsyncLr async_lr = AsyncLr::kStaleness;  // async only (the measured default: docs/BENCHMARKS.md)
   OnDivergence on_divergence = OnDivergence::kWarn;
 };

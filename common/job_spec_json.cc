@@ -318,6 +318,33 @@ OptimizerSpec read_optimizer(const json::value& v) {
   return o;
 }
 
+// `training.compression`: a kind's name, or {"kind": name, "fraction": f} (topk only).
+CompressionSpec read_compression(const json::value& v) {
+  const std::string path = "/training/compression";
+  CompressionSpec c;
+  const std::initializer_list<std::pair<const char*, CompressionKind>> kinds = {
+      {"none", CompressionKind::kNone}, {"fp16", CompressionKind::kFp16}, {"topk", CompressionKind::kTopk}};
+  auto read_kind = [&](const json::value& k, const std::string& at) {
+    if (k.is_string() && k.as_string() == "powersgd") {
+      throw SpecError(at, "\"powersgd\" is not available yet (one of \"none\", \"fp16\", \"topk\")");
+    }
+    return read_enum<CompressionKind>(k, at, kinds);
+  };
+  if (v.is_string()) {
+    c.kind = read_kind(v, path);
+    return c;
+  }
+  if (!v.is_object()) throw SpecError(path, "must be a string or an object, not " + kind_of(v));
+  ObjectReader r(v, path);
+  c.kind = read_kind(r.required("kind"), path + "/kind");
+  if (r.optional("fraction") != nullptr && c.kind != CompressionKind::kTopk) {
+    throw SpecError(path + "/fraction", "only applies to \"topk\"");
+  }
+  c.fraction = r.number("fraction", 0.0, 1.0, true, 0.01f);
+  r.finish();
+  return c;
+}
+
 TrainingSpec read_training(const json::value& v) {
   ObjectReader r(v, "/training");
   TrainingSpec t;
@@ -331,6 +358,7 @@ TrainingSpec read_training(const json::value& v) {
   t.max_staleness = r.integer("max_staleness", 0, 1000000, -1);
   t.backup_workers = r.integer("backup_workers", 0, 255, 0);
   t.metrics_every_steps = r.integer("metrics_every_steps", 1, 1000000, 10);
+  if (const json::value* c = r.optional("compression")) t.compression = read_compression(*c);
   const json::value* async_lr = r.optional("async_lr");
   if (async_lr != nullptr) {
     t.async_lr = read_enum<AsyncLr>(*async_lr, "/training/async_lr",
@@ -435,6 +463,15 @@ const char* shard_policy_name(ShardPolicy policy) {
     case ShardPolicy::kOff: return "OFF";
   }
   return "?";
+}
+
+const char* compression_kind_name(CompressionKind kind) {
+  switch (kind) {
+    case CompressionKind::kNone: return "none";
+    case CompressionKind::kFp16: return "fp16";
+    case CompressionKind::kTopk: return "topk";
+  }
+  return "none";
 }
 
 const char* training_mode_name(TrainingMode mode) { return mode == TrainingMode::kSync ? "sync" : "async"; }
@@ -627,6 +664,12 @@ std::string job_spec_to_json(const JobSpec& spec) {
                         {"metrics_every_steps", t.metrics_every_steps}};
   if (t.max_staleness >= 0) training["max_staleness"] = t.max_staleness;
   if (t.backup_workers > 0) training["backup_workers"] = t.backup_workers;
+  // Only when on: a spec written before compression existed keeps its canonical text.
+  if (t.compression.kind != CompressionKind::kNone) {
+    json::object compression{{"kind", compression_kind_name(t.compression.kind)}};
+    if (t.compression.kind == CompressionKind::kTopk) compression["fraction"] = t.compression.fraction;
+    training["compression"] = std::move(compression);
+  }
   // Only where they differ from their defaults (a spec written before they existed keeps its
   // canonical text); async_lr only in async mode, where it applies.
   if (t.mode == TrainingMode::kAsync && t.async_lr != TrainingSpec{}.async_lr) training["async_lr"] = async_lr_name(t.async_lr);

@@ -129,6 +129,11 @@ std::string job_status_json(const JobRecord& j, const std::vector<NodeView>& nod
   json::array replayed;
   for (auto r : j.replayed_steps) replayed.push_back(r);
   o["recoveries"] = json::object{{"count", j.recoveries}, {"replayed_steps", std::move(replayed)}};
+  // Bytes on the wire per step, by worker index (each worker's latest report; training.compression).
+  json::array pushed, pulled;
+  for (double b : j.bytes_pushed_per_step) pushed.push_back(round_to(b, 1));
+  for (double b : j.bytes_pulled_per_step) pulled.push_back(round_to(b, 1));
+  o["wire"] = json::object{{"bytes_pushed_per_step", std::move(pushed)}, {"bytes_pulled_per_step", std::move(pulled)}};
   o["started_at_ms"] = j.started_ms ? json::value(j.started_ms) : json::value(nullptr);
   o["finished_at_ms"] = j.finished_ms ? json::value(j.finished_ms) : json::value(nullptr);
   o["model"] = j.has_model ? json::value(json::object{{"href", "/v1/jobs/" + j.id + "/model"},
@@ -208,6 +213,8 @@ std::string record_to_json(const JobRecord& j) {
       {"generation", j.generation},
       {"last_backup_step", j.last_backup_step ? json::value(*j.last_backup_step) : json::value(nullptr)},
       {"has_model", j.has_model}, {"model_bytes", j.model_bytes}, {"recoveries", j.recoveries},
+      {"bytes_pushed_per_step", json::value_from(j.bytes_pushed_per_step)},
+      {"bytes_pulled_per_step", json::value_from(j.bytes_pulled_per_step)},
       {"notes", [&] {
          json::array a;
          for (const auto& n : j.notes) a.push_back(json::value(n));
@@ -261,6 +268,8 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.has_model = get_or<bool>(o, "has_model", false);
     j.model_bytes = get_or<int64_t>(o, "model_bytes", 0);
     j.recoveries = get_or<uint32_t>(o, "recoveries", 0);
+    j.bytes_pushed_per_step = get_or<std::vector<double>>(o, "bytes_pushed_per_step", {});
+    j.bytes_pulled_per_step = get_or<std::vector<double>>(o, "bytes_pulled_per_step", {});
     j.notes = get_or<std::vector<std::string>>(o, "notes", {});
     j.warnings = warnings_from(o);
     j.replayed_steps = get_or<std::vector<int64_t>>(o, "replayed_steps", {});
@@ -290,7 +299,8 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
 std::string step_to_json(const StepMetric& m) {
   return to_json_text(json::object{{"worker", m.worker}, {"epoch", m.epoch}, {"step", m.step}, {"loss", m.loss},
                                       {"accuracy", m.accuracy}, {"samples_per_second", m.samples_per_second},
-                                      {"time_ms", m.time_ms}});
+                                      {"time_ms", m.time_ms}, {"bytes_pushed_per_step", round_to(m.bytes_pushed_per_step, 1)},
+                                      {"bytes_pulled_per_step", round_to(m.bytes_pulled_per_step, 1)}});
 }
 
 std::optional<StepMetric> step_from_json(const std::string& text) {
@@ -300,7 +310,8 @@ std::optional<StepMetric> step_from_json(const std::string& text) {
     return StepMetric{get_or<uint32_t>(*o, "worker", 0), get_or<uint32_t>(*o, "epoch", 0),
                       get_or<uint64_t>(*o, "step", 0), get_optional(*o, "loss").value_or(0),
                       get_optional(*o, "accuracy").value_or(0), get_optional(*o, "samples_per_second").value_or(0),
-                      get_or<int64_t>(*o, "time_ms", 0)};
+                      get_or<int64_t>(*o, "time_ms", 0), get_optional(*o, "bytes_pushed_per_step").value_or(0),
+                      get_optional(*o, "bytes_pulled_per_step").value_or(0)};
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -50,6 +50,9 @@ struct StepMetric {
   uint64_t step = 0;         // steps this worker has done in the job
   double loss = 0, accuracy = 0, samples_per_second = 0;
   int64_t time_ms = 0;       // wall clock, Unix milliseconds
+  // Payload bytes on the wire per step since the worker's previous report: gradients (or their
+  // compressed form, or factors) pushed, values (or partial products) received.
+  double bytes_pushed_per_step = 0, bytes_pulled_per_step = 0;
 };
 
 struct EpochMetric {
@@ -105,6 +108,8 @@ struct JobRecord {
   std::optional<int64_t> last_backup_step;
   uint32_t recoveries = 0;
   std::vector<int64_t> replayed_steps;  // per recovery
+  // By worker index, from each worker's latest report: payload bytes pushed and pulled per step.
+  std::vector<double> bytes_pushed_per_step, bytes_pulled_per_step;
   std::vector<StepMetric> steps;
   std::vector<EpochMetric> epoch_history;
   bool has_model = false;

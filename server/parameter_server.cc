@@ -1,11 +1,14 @@
 #include "server/parameter_server.h"
 
+#include "common/compression.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rpc/cluster_auth.h"
 #include "common/rpc/rpc_util.h"
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <map>
 #include <optional>
 
@@ -184,7 +187,33 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
   request.base_version = params.getBaseVersion();
   const size_t chunk_size = shard.chunk_size(key);
   const auto gradient = params.getGradient();
-  if (gradient.isSparse()) {
+  // A compressed gradient decoded to float32; kept alive with the call, like the message a dense
+  // gradient points into.
+  std::shared_ptr<std::vector<float>> decoded;
+  if (gradient.isHalf()) {
+    const auto half = gradient.getHalf();
+    KJ_REQUIRE(half.size() == chunk_size * 2, "gradient.half must hold the chunk's values, 2 bytes each", half.size(),
+               chunk_size);
+    decoded = std::make_shared<std::vector<float>>(chunk_size);
+    decode_half(half.begin(), *decoded);
+    request.gradient = *decoded;
+    job.bytes_in += half.size();
+  } else if (gradient.isTopk()) {
+    const auto topk = gradient.getTopk();
+    const auto indices = topk.getIndices();
+    const auto values = topk.getValues();
+    KJ_REQUIRE(values.size() == size_t{indices.size()} * sizeof(float),
+               "gradient.topk.values must hold one float32 per index", values.size(), indices.size());
+    decoded = std::make_shared<std::vector<float>>(chunk_size, 0.0f);
+    for (unsigned i = 0; i < indices.size(); ++i) {
+      const uint32_t index = indices[i];
+      KJ_REQUIRE(index < chunk_size && (i == 0 || index > indices[i - 1]),
+                 "gradient.topk.indices must be strictly ascending and inside the chunk", i, index, chunk_size);
+      std::memcpy(decoded->data() + index, values.begin() + size_t{i} * sizeof(float), sizeof(float));
+    }
+    request.gradient = *decoded;
+    job.bytes_in += values.size() + size_t{indices.size()} * sizeof(uint32_t);
+  } else if (gradient.isSparse()) {
     const auto sparse = gradient.getSparse();
     const std::vector<ChunkRange> ranges = rpc::read_ranges(sparse.getRanges(), chunk_size, "gradient.sparse.ranges");
     const auto parts = sparse.getParts();
@@ -207,13 +236,16 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
   } else {
     KJ_REQUIRE(reply.isWhole(), "reply: unknown kind", static_cast<unsigned>(reply.which()));
   }
+  const bool reply_half = params.getReplyHalf();
+  KJ_REQUIRE(!reply_half || !reply_ranges, "replyHalf needs reply.whole");
 
   auto paf = kj::newPromiseAndFulfiller<PushOutcome>();
   auto shared = share(kj::mv(paf.fulfiller));
   shard.push(request, [shared](PushOutcome outcome) { shared.fulfill(outcome); },
              [shared] { return shared.waiting(); });
   std::weak_ptr<Job> weak = jobs_.at(job_id);
-  return paf.promise.then([context, weak, key, reply_ranges = std::move(reply_ranges)](PushOutcome outcome) mutable {
+  return paf.promise.then([context, weak, key, reply_ranges = std::move(reply_ranges), reply_half,
+                           decoded = std::move(decoded)](PushOutcome outcome) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();
@@ -233,6 +265,10 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
         zero_copy && aligned ? rpc::reference_part(parts, i, part) : rpc::set_part(parts, i, part);
         job->bytes_out += part.size_bytes();
       }
+    } else if (reply_half) {
+      auto half = results.getValues().initHalf(static_cast<unsigned>(values.size() * 2));
+      encode_half(values, half.begin());
+      job->bytes_out += half.size();
     } else {
       const auto whole = results.getValues().initWhole();
       zero_copy ? rpc::reference_tensor(whole, values) : rpc::set_tensor(whole, values);

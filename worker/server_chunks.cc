@@ -3,6 +3,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/compression.h"
 #include "worker/stoppable_wait.h"
 
 namespace pstrain {
@@ -25,6 +26,12 @@ ServerChunks::ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerP
   versions_.assign(chunks_.size(), 0);
   values_.resize(layout.total_size());
   next_values_.resize(layout.total_size());
+}
+
+void ServerChunks::set_compression(const CompressionSpec& compression) {
+  compression_ = compression;
+  residual_.clear();
+  if (compression_.kind == CompressionKind::kTopk) residual_.assign(values_.size(), 0.0f);
 }
 
 void ServerChunks::connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential) {
@@ -68,6 +75,9 @@ void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bo
     }));
   }
   wait_unless_stopped(kj::joinPromises(replies.releaseAsArray()), stop_, wait_scope);
+  if (compression_.kind == CompressionKind::kFp16) {
+    for (float& v : into) v = half_to_float(float_to_half(v));
+  }
 }
 
 kj::Promise<void> ServerChunks::push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
@@ -106,12 +116,30 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
     auto parts = sparse.initParts(static_cast<unsigned>(ranges->size()));
     for (unsigned i = 0; i < ranges->size(); ++i) {
       rpc::reference_part(parts, i, {gradient + (*ranges)[i].offset, (*ranges)[i].size});
-      exchanged_bytes_ += (*ranges)[i].size * sizeof(float);
+      pushed_bytes_ += (*ranges)[i].size * sizeof(float);
     }
+  } else if (compression_.kind == CompressionKind::kFp16) {
+    auto half = request.getGradient().initHalf(static_cast<unsigned>(chunks_[k].size * 2));
+    encode_half({gradient, chunks_[k].size}, half.begin());
+    pushed_bytes_ += half.size();
+  } else if (compression_.kind == CompressionKind::kTopk && take_values) {
+    // This worker's own slice: the largest entries of gradient + residual. (A takeover pushes a
+    // lost worker's gradient whole below: its residual died with it.)
+    const size_t n = chunks_[k].size, count = topk_count(n, compression_.fraction);
+    topk_indices_.resize(count);
+    topk_values_.resize(count);
+    topk_with_feedback({gradient, n}, {residual_.data() + offsets_[k], n}, topk_indices_, topk_values_, topk_scratch_);
+    auto topk = request.getGradient().initTopk();
+    auto indices = topk.initIndices(static_cast<unsigned>(count));
+    for (unsigned i = 0; i < count; ++i) indices.set(i, topk_indices_[i]);
+    auto values = topk.initValues(static_cast<unsigned>(count * sizeof(float)));
+    std::memcpy(values.begin(), topk_values_.data(), count * sizeof(float));
+    pushed_bytes_ += count * (sizeof(uint32_t) + sizeof(float));
   } else {
     rpc::reference_tensor(request.getGradient().initDense(), {gradient, chunks_[k].size});
-    exchanged_bytes_ += chunks_[k].size * sizeof(float);
+    pushed_bytes_ += chunks_[k].size * sizeof(float);
   }
+  if (take_values && !want && compression_.kind == CompressionKind::kFp16) request.setReplyHalf(true);
   if (!take_values) {
     request.getReply().initRanges(0);  // no ranges: an empty reply
   } else if (want) {
@@ -130,12 +158,17 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
       for (unsigned i = 0; i < parts.size(); ++i) {
         const auto values = rpc::part_view(parts[i], (*wanted)[i].size, "updated values");
         std::memcpy(into + (*wanted)[i].offset, values.data(), values.size_bytes());
-        exchanged_bytes_ += values.size_bytes();
+        pulled_bytes_ += values.size_bytes();
       }
+    } else if (reply.isHalf()) {
+      const auto half = reply.getHalf();
+      KJ_REQUIRE(half.size() == chunks_[k].size * 2, "fp16 reply has the wrong size", half.size(), chunks_[k].size);
+      decode_half(half.begin(), {into, chunks_[k].size});
+      pulled_bytes_ += half.size();
     } else {
       const auto values = rpc::tensor_view(reply.getWhole(), chunks_[k].size, "updated values");
       std::memcpy(into, values.data(), values.size_bytes());
-      exchanged_bytes_ += values.size_bytes();
+      pulled_bytes_ += values.size_bytes();
     }
     versions_[k] = r.getVersion();
     count_reply(r.getApplied());

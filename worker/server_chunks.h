@@ -7,9 +7,9 @@
 // and swap_values() makes those current once the step's last reply is in. Keeping the step's
 // version intact until then is what lets this worker take over a lost worker's slice of the step.
 //
-// Thread rules: the event loop's thread only. Ownership: owns the connections and the value
-// buffers. A push points into the caller's gradient (zero-copy), which must stay untouched until
-// the push's reply is in (a reply implies its request was fully sent).
+// Thread rules: the event loop's thread only. Ownership: owns the connections, the value
+// buffers and the topk residual. A push points into the caller's gradient (zero-copy), which
+// must stay untouched until the push's reply is in (a reply implies its request was fully sent).
 #pragma once
 
 #include <kj/async-io.h>
@@ -20,6 +20,7 @@
 
 #include "common/aligned.h"
 #include "common/chunk_plan.h"
+#include "common/job_spec.h"
 #include "common/param_layout.h"
 #include "common/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
@@ -45,6 +46,13 @@ class ServerChunks {
   // `pass` goes with every call (the worker's node id and token of the job).
   ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerPass pass, std::vector<ChunkInfo> chunks,
                std::vector<std::string> server_addresses, const ParamLayout& layout, kj::ForkedPromise<void>& stop);
+
+  // The job's training.compression, before the first pull (the session sets it once): whole-chunk
+  // pushes are encoded with it (fp16, or topk with this worker's residual) and fp16 replies
+  // decoded; fp16 values pulled whole are rounded to half precision as a reply would bring them,
+  // so a step computes on the same values whether they came by reply or by pull (a recovered
+  // run ends as an uninterrupted one). Row-sparse pushes and replies stay float32.
+  void set_compression(const CompressionSpec& compression);
 
   // Connects to every server, one after the other, proving `credential` on each.
   void connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential);
@@ -82,11 +90,15 @@ class ServerChunks {
   // Async: tells every server this worker has finished the job.
   void finish(kj::WaitScope& wait_scope, uint32_t worker);
 
-  // Counters for the log: bytes of gradients, factors and values sent and received, and the
+  // Counters for the log and the progress reports: payload bytes of gradients and factors sent
+  // (pushed) and of values received (pulled), as they travel (compressed or not), and the
   // pushes a sync step with backup workers dropped (applied = false in the reply).
-  void count_bytes(size_t bytes) { exchanged_bytes_ += bytes; }
+  void count_pushed(size_t bytes) { pushed_bytes_ += bytes; }
+  void count_pulled(size_t bytes) { pulled_bytes_ += bytes; }
   void count_reply(bool applied) { late_pushes_ += applied ? 0 : 1; }
-  uint64_t exchanged_bytes() const { return exchanged_bytes_; }
+  uint64_t pushed_bytes() const { return pushed_bytes_; }
+  uint64_t pulled_bytes() const { return pulled_bytes_; }
+  uint64_t exchanged_bytes() const { return pushed_bytes_ + pulled_bytes_; }
   uint64_t late_pushes() const { return late_pushes_; }
 
  private:
@@ -109,7 +121,11 @@ class ServerChunks {
   std::vector<proto::ParameterServer::Client> servers_;
   AlignedFloats values_, next_values_;
   AlignedFloats exact_values_;  // pull_exact's
-  uint64_t exchanged_bytes_ = 0, late_pushes_ = 0;
+  CompressionSpec compression_;
+  AlignedFloats residual_;                 // topk: what was not sent yet, per value
+  std::vector<uint32_t> topk_indices_;
+  std::vector<float> topk_values_, topk_scratch_;
+  uint64_t pushed_bytes_ = 0, pulled_bytes_ = 0, late_pushes_ = 0;
 };
 
 }  // namespace pstrain

@@ -56,16 +56,23 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
   if (group_first_layer_by_server(*model_, servers_.chunks(), static_cast<uint32_t>(servers_.server_count()))) {
     first_kernel = model_->first_replica().first_layer_kernel();
   }
-  exchange_ = make_parameter_exchange(options.exchange, options.replicas, servers_, *model_, spec_.model, first_kernel);
+  // A compressed job exchanges whole chunks (the codecs work on them; see CompressionSpec).
+  const bool compressed = spec_.training.compression.kind != CompressionKind::kNone;
+  servers_.set_compression(spec_.training.compression);
+  exchange_ = make_parameter_exchange(compressed ? Exchange::kDense : options.exchange, options.replicas, servers_,
+                                      *model_, spec_.model, first_kernel);
   // A session that resumes (after a recovery) counts the job's steps from where it starts, so
   // progress reports do not go backwards.
   steps_done_ = start_epoch_ * steps_per_epoch_ + start_step_;
+  reported_steps_ = steps_done_;
   grads_.resize(model_->layout().total_size());
   inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
   labels_.resize(static_cast<size_t>(batch));
   PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " of " << worker_count_ << ", "
                << steps_per_epoch_ << " steps per epoch, batch " << batch << ", " << servers_.chunks().size()
-               << " chunks on " << servers_.server_count() << " server(s)" << exchange_->describe();
+               << " chunks on " << servers_.server_count() << " server(s)" << exchange_->describe()
+               << (compressed ? std::string(", compression ") + compression_kind_name(spec_.training.compression.kind)
+                              : std::string());
 }
 
 TrainingSession::~TrainingSession() = default;
@@ -97,6 +104,13 @@ void TrainingSession::report_steps(uint32_t epoch, uint64_t examples, double los
                                    double samples_per_second) {
   auto request =
       progress_request(proto::Progress::Kind::STEPS, epoch, examples, loss_sum, correct, samples_per_second);
+  // Bytes on the wire per step since the last report (takeover pushes included).
+  const double steps = static_cast<double>(std::max<uint64_t>(1, steps_done_ - reported_steps_));
+  request.getReport().setBytesPushedPerStep(static_cast<double>(servers_.pushed_bytes() - reported_pushed_) / steps);
+  request.getReport().setBytesPulledPerStep(static_cast<double>(servers_.pulled_bytes() - reported_pulled_) / steps);
+  reported_pushed_ = servers_.pushed_bytes();
+  reported_pulled_ = servers_.pulled_bytes();
+  reported_steps_ = steps_done_;
   // Not waited for: training does not stop for the coordinator. A "stop" answer (the job was
   // cancelled or failed) ends the session at the next step; no answer (the coordinator is gone)
   // changes nothing, and the session goes on as long as it has data.
@@ -195,14 +209,13 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       epoch_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
       if (static_cast<int64_t>(steps_done_) % report_every == 0 || step + 1 == steps_per_epoch_) {
         const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
-        report_steps(epoch, examples, loss, correct, examples / std::max(seconds, 1e-9));
-        const uint64_t bytes = servers_.exchanged_bytes() - reported_bytes_;
+        const uint64_t bytes = servers_.exchanged_bytes() - reported_pushed_ - reported_pulled_;
         PSLOG(kDebug) << "job " << job_id_ << ": per step " << 1e3 * compute_seconds_ / report_every << " ms compute, "
                       << 1e3 * exchange_seconds_ / report_every << " ms push/pull, "
                       << 1e-6 * static_cast<double>(bytes) / static_cast<double>(report_every)
                       << " MB pushed and received";
+        report_steps(epoch, examples, loss, correct, examples / std::max(seconds, 1e-9));
         compute_seconds_ = exchange_seconds_ = 0;
-        reported_bytes_ = servers_.exchanged_bytes();
         loss = 0;
         correct = examples = 0;
         window_start = Clock::now();

@@ -126,7 +126,8 @@ class TrainingSession {
   } ignore_errors_;
   kj::TaskSet reports_{ignore_errors_};  // periodic reports in flight (each kept until answered)
   double compute_seconds_ = 0, exchange_seconds_ = 0;  // since the last report (debug log)
-  uint64_t reported_bytes_ = 0;  // servers_.exchanged_bytes() at the last report
+  // At the last periodic report: servers_'s byte counters and steps_done_.
+  uint64_t reported_pushed_ = 0, reported_pulled_ = 0, reported_steps_ = 0;
 };
 
 template <typename T>

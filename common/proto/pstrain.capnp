@@ -113,6 +113,15 @@ interface ParameterServer {
         ranges @10 :List(Range);
         parts @11 :List(Data);
       }
+      # training.compression "fp16": the whole chunk as IEEE binary16, little-endian (2 bytes a
+      # value; common/compression.h). The server sums float32.
+      half @16 :Data;
+      # training.compression "topk": the chunk is zero except at `indices` (strictly ascending,
+      # inside the chunk), whose float32 values are `values` (4 bytes each, in index order).
+      topk :group {
+        indices @17 :List(UInt32);
+        values @18 :Data;
+      }
     }
     # What the reply's `values` carry: the whole chunk, or only these ranges' values (none: an
     # empty reply).
@@ -122,6 +131,8 @@ interface ParameterServer {
     }
     node @14 :UInt32;  # the pushing node's id and its worker token (JobConfig.workerKey)
     token @15 :Data;
+    # With reply.whole: the values come back as `values.half` (binary16) instead of float32.
+    replyHalf @19 :Bool;
   }
   struct PushResults {
     version @0 :UInt64;
@@ -129,6 +140,7 @@ interface ParameterServer {
     values :union {
       whole @2 :Tensor;       # for reply.whole
       parts @3 :List(Data);   # for reply.ranges: one part per range
+      half @4 :Data;          # for reply.whole with replyHalf: binary16, little-endian
     }
   }
   push @2 PushParams -> PushResults;
@@ -298,6 +310,10 @@ struct Progress {
   samplesPerSecond @7 :Float64;
   message @8 :Text;
   diverged @9 :Bool;          # failed: the loss became NaN or infinite (message has the figures)
+  # steps: payload bytes of gradients (and factors) this worker sent, and of values it received,
+  # per step since the last report (training.compression shrinks them).
+  bytesPushedPerStep @10 :Float64;
+  bytesPulledPerStep @11 :Float64;
 }
 
 interface Coordinator {

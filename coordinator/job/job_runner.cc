@@ -366,13 +366,19 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
         r.samples_per_second = progress.total_rate();
         r.train_loss = loss;
         r.train_accuracy = accuracy;
+        r.bytes_pushed_per_step.resize(std::max(r.bytes_pushed_per_step.size(), *index + 1));
+        r.bytes_pulled_per_step.resize(std::max(r.bytes_pulled_per_step.size(), *index + 1));
+        r.bytes_pushed_per_step[*index] = report.getBytesPushedPerStep();
+        r.bytes_pulled_per_step[*index] = report.getBytesPulledPerStep();
       });
       // After the update: its progress event carries the job's steps done with this report.
       job_.store.append_step(job_.id, {static_cast<uint32_t>(*index), epoch + 1, report.getStep(), loss, accuracy,
-                                       report.getSamplesPerSecond(), now_ms()});
+                                       report.getSamplesPerSecond(), now_ms(), report.getBytesPushedPerStep(),
+                                       report.getBytesPulledPerStep()});
       PSLOG(kInfo) << "job " << job_.id << " worker " << *index << ": epoch " << epoch + 1 << " step "
                    << report.getStep() << " loss " << loss << " " << static_cast<int64_t>(report.getSamplesPerSecond())
-                   << " samples/s";
+                   << " samples/s, " << static_cast<int64_t>(report.getBytesPushedPerStep()) << " B pushed and "
+                   << static_cast<int64_t>(report.getBytesPulledPerStep()) << " B pulled per step";
       async_cuts_.maybe_start();
       break;
     }

@@ -422,3 +422,37 @@ TEST_CASE("a number is checked against its range as the float32 the spec keeps")
   CHECK(tiny.optimizer.epsilon > 0.0f);
   CHECK(job_spec_to_json(parse_accepted_job_spec(job_spec_to_json(tiny))) == job_spec_to_json(tiny));
 }
+
+TEST_CASE("training.compression: a name or an object, default none, canonical as an object only when on") {
+  CHECK(parse_job_spec(kMlp).training.compression.kind == CompressionKind::kNone);
+  CHECK(job_spec_to_json(parse_job_spec(kMlp)).find("compression") == std::string::npos);
+  const JobSpec fp16 = parse_job_spec(mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": \"fp16\""));
+  CHECK(fp16.training.compression.kind == CompressionKind::kFp16);
+  const JobSpec topk = parse_job_spec(
+      mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": {\"kind\": \"topk\", \"fraction\": 0.05}"));
+  CHECK(topk.training.compression.kind == CompressionKind::kTopk);
+  CHECK(topk.training.compression.fraction == doctest::Approx(0.05));
+  for (const JobSpec& spec : {fp16, topk}) {
+    const JobSpec again = parse_job_spec(job_spec_to_json(spec));
+    CHECK(job_spec_to_json(again) == job_spec_to_json(spec));
+    CHECK(again.training.compression.kind == spec.training.compression.kind);
+    CHECK(again.training.compression.fraction == spec.training.compression.fraction);
+  }
+  CHECK(job_spec_to_json(topk).find(R"("compression":{"kind":"topk","fraction":)") != std::string::npos);
+  CHECK(parse_job_spec(mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": {\"kind\": \"none\"}"))
+            .training.compression.kind == CompressionKind::kNone);
+}
+
+TEST_CASE("bad training.compression is rejected naming the field") {
+  auto with = [](const std::string& c) { return mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": " + c); };
+  CHECK(error_of(with("\"zip\"")) == "/training/compression must be one of \"none\", \"fp16\", \"topk\", not \"zip\"");
+  CHECK(error_of(with("3")) == "/training/compression must be a string or an object, not an integer");
+  CHECK(error_of(with("{\"fraction\": 0.1}")) == "/training/compression/kind is required");
+  CHECK(error_of(with("{\"kind\": \"topk\", \"fraction\": 0}")) ==
+        "/training/compression/fraction must be a number greater than 0 and at most 1");
+  CHECK(error_of(with("{\"kind\": \"topk\", \"fraction\": 1.5}")) ==
+        "/training/compression/fraction must be a number greater than 0 and at most 1");
+  CHECK(error_of(with("{\"kind\": \"fp16\", \"fraction\": 0.1}")) == "/training/compression/fraction only applies to \"topk\"");
+  CHECK(error_of(with("{\"kind\": \"topk\", \"rank\": 2}")).find("/training/compression/rank is not a known field") == 0);
+  CHECK(error_of(with("\"powersgd\"")).find("/training/compression \"powersgd\" is not available yet") == 0);
+}

@@ -489,7 +489,8 @@ TEST_CASE("RestApi: GET /v1/jobs/{id}/metrics gives the step and epoch history")
   const json::object o = ok_json(a.get("/v1/jobs/job-1/metrics"));
   CHECK(str(o, "id") == "job-1");
   CHECK(field(o, "steps") ==
-        R"([{"worker":1,"epoch":1,"step":10,"loss":1.25,"accuracy":0.5,"samples_per_second":100,"time_ms":5}])");
+        R"([{"worker":1,"epoch":1,"step":10,"loss":1.25,"accuracy":0.5,"samples_per_second":100,"time_ms":5,)"
+        R"("bytes_pushed_per_step":0,"bytes_pulled_per_step":0}])");
   CHECK(field(o, "epochs") ==
         R"([{"epoch":1,"train_loss":0.75,"train_accuracy":0.8,"test_loss":0.5,"test_accuracy":0.875,)"
         R"("samples_per_second":200,"time_ms":6}])");

@@ -3,11 +3,13 @@
 // calls meanwhile, and a restore that the job outran while it read fails instead of applying.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/chunk_plan.h"
+#include "common/compression.h"
 #include "common/rpc/rpc_util.h"
 #include "server/parameter_server.h"
 #include "tests/rpc_support.h"
@@ -169,4 +171,103 @@ TEST_CASE("parameter server - a configure with an absurd worker count fails and 
                   kj::Exception);
   f.configure();
   CHECK(f.values(0).size() == f.chunks[0].size);
+}
+
+namespace {
+
+// Sync step 0 of the only worker on chunk 0; `fill` sets the gradient (and reply options).
+template <typename Fill>
+capnp::Response<proto::ParameterServer::PushResults> push_chunk0(ServerFixture& f, Fill fill) {
+  auto request = f.server.pushRequest();
+  request.setJobId("job");
+  request.setKey(0);
+  request.setStep(0);
+  request.setSliceCount(1);
+  request.setExamples(1);
+  fill(request);
+  return request.send().wait(f.ws);
+}
+
+}  // namespace
+
+TEST_CASE("parameter server - fp16 and topk pushes update as the same float32 gradient pushed dense") {
+  const size_t n = ServerFixture().chunks[0].size;
+  // Chunk 0's values after one push on a fresh server (one at a time: one event loop per thread),
+  // and the reply's values when it came in half precision.
+  struct After {
+    std::vector<float> values, replied;
+  };
+  auto after = [&](auto fill) {
+    ServerFixture f;
+    f.configure();
+    auto reply = push_chunk0(f, fill);
+    After a{f.values(0), {}};
+    if (reply.getValues().isHalf()) {
+      a.replied.resize(n);
+      decode_half(reply.getValues().getHalf().begin(), a.replied);
+    }
+    return a;
+  };
+  // Values a half holds exactly, so the dense push and the fp16 push carry the same gradient.
+  std::vector<float> gradient(n);
+  for (size_t i = 0; i < n; ++i) gradient[i] = half_to_float(float_to_half(0.001f * static_cast<float>(i % 97) - 0.05f));
+  const After dense = after([&](auto& r) { rpc::set_tensor(r.getGradient().initDense(), gradient); });
+  const After half = after([&](auto& r) {
+    auto data = r.getGradient().initHalf(static_cast<unsigned>(n * 2));
+    encode_half(gradient, data.begin());
+    r.setReplyHalf(true);
+  });
+  CHECK(half.values == dense.values);  // stored float32, as the dense push left them
+  REQUIRE(half.replied.size() == n);
+  for (size_t i = 0; i < n; ++i) REQUIRE(half.replied[i] == half_to_float(float_to_half(dense.values[i])));
+
+  // topk: entries 3 and n - 1 only; the dense push of the same sparse gradient gives the same values.
+  std::vector<float> sparse(n, 0.0f);
+  sparse[3] = 0.5f;
+  sparse[n - 1] = -0.25f;
+  const After dense_sparse = after([&](auto& r) { rpc::set_tensor(r.getGradient().initDense(), sparse); });
+  const After topk = after([&](auto& r) {
+    auto t = r.getGradient().initTopk();
+    auto indices = t.initIndices(2);
+    indices.set(0, 3);
+    indices.set(1, static_cast<uint32_t>(n - 1));
+    const float values[2] = {0.5f, -0.25f};
+    auto data = t.initValues(sizeof values);
+    std::memcpy(data.begin(), values, sizeof values);
+  });
+  CHECK(topk.values == dense_sparse.values);
+  CHECK(topk.values != dense.values);
+}
+
+TEST_CASE("parameter server - malformed compressed pushes fail naming the field, and the server goes on") {
+  ServerFixture f;
+  f.configure();
+  const size_t n = f.chunks[0].size;
+  auto fails_with = [&](auto fill, const std::string& field) {
+    try {
+      push_chunk0(f, fill);
+      FAIL("accepted a push with a bad " << field);
+    } catch (const kj::Exception& e) {
+      CHECK_MESSAGE(std::string(e.getDescription().cStr()).find(field) != std::string::npos, e.getDescription().cStr());
+    }
+  };
+  fails_with([&](auto& r) { r.getGradient().initHalf(static_cast<unsigned>(n * 2 - 2)); }, "gradient.half");
+  fails_with([&](auto& r) {
+    auto t = r.getGradient().initTopk();
+    auto indices = t.initIndices(2);
+    indices.set(0, 5);
+    indices.set(1, 5);  // not strictly ascending
+    t.initValues(8);
+  }, "gradient.topk.indices");
+  fails_with([&](auto& r) {
+    auto t = r.getGradient().initTopk();
+    t.initIndices(1).set(0, static_cast<uint32_t>(n));  // outside the chunk
+    t.initValues(4);
+  }, "gradient.topk.indices");
+  fails_with([&](auto& r) {
+    auto t = r.getGradient().initTopk();
+    t.initIndices(2);
+    t.initValues(4);
+  }, "gradient.topk.values");
+  CHECK(f.values(0).size() == n);
 }

@@ -1,0 +1,136 @@
+#include "common/compression.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <functional>
+
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+namespace pstrain {
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+uint16_t float_to_half(float value) {
+  const uint32_t x = bits_of(value);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u | static_cast<uint16_t>((abs >> 13) & 0x3ffu);  // NaN stays NaN
+  if (abs >= 0x47800000u) return sign | 0x7c00u;  // >= 65536 (and infinity): infinity
+  if (abs < 0x38800000u) {
+    // Below 2^-14: a subnormal half (or zero), m * 2^-24, rounded to nearest even.
+    const uint32_t exponent = abs >> 23;
+    if (exponent < 102) return sign;  // below 2^-25: rounds to zero (2^-25 itself ties to even zero)
+    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - exponent;  // 14 .. 24
+    uint32_t result = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (result & 1u) != 0)) ++result;  // may carry into the smallest normal
+    return sign | static_cast<uint16_t>(result);
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even; a
+  // carry moves into the exponent, up to infinity for [65520, 65536).
+  const uint32_t odd = (abs >> 13) & 1u;
+  const uint32_t rounded = abs + 0xc8000fffu + odd;
+  return sign | static_cast<uint16_t>(rounded >> 13);
+}
+
+float half_to_float(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1fu, mantissa = half & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // exact
+    return float_of(sign | bits_of(magnitude));
+  }
+  if (exponent == 31) return float_of(sign | 0x7f800000u | (mantissa << 13));
+  return float_of(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+void encode_half(std::span<const float> values, unsigned char* out) {
+  size_t i = 0;
+#ifdef __F16C__
+  // The CPU's conversion (vcvtps2ph, round to nearest even): the same halves as float_to_half
+  // (tested against it), 8 at a time.
+  for (; i + 8 <= values.size(); i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(values.data() + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
+  }
+#endif
+  for (; i < values.size(); ++i) {
+    const uint16_t h = float_to_half(values[i]);
+    out[2 * i] = static_cast<unsigned char>(h & 0xffu);
+    out[2 * i + 1] = static_cast<unsigned char>(h >> 8);
+  }
+}
+
+void decode_half(const unsigned char* in, std::span<float> out) {
+  size_t i = 0;
+#ifdef __F16C__
+  for (; i + 8 <= out.size(); i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
+    _mm256_storeu_ps(out.data() + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < out.size(); ++i) {
+    out[i] = half_to_float(static_cast<uint16_t>(in[2 * i] | (in[2 * i + 1] << 8)));
+  }
+}
+
+size_t topk_count(size_t n, float fraction) {
+  if (n == 0) return 0;
+  const double k = std::ceil(static_cast<double>(fraction) * static_cast<double>(n));
+  return std::clamp<size_t>(static_cast<size_t>(std::max(k, 1.0)), 1, n);
+}
+
+void topk_with_feedback(std::span<const float> gradient, std::span<float> residual, std::span<uint32_t> indices,
+                        std::span<float> values, std::vector<float>& scratch) {
+  const size_t n = residual.size(), k = indices.size();
+  if (k == 0) {
+    for (size_t i = 0; i < n; ++i) residual[i] += gradient[i];
+    return;
+  }
+  // magnitudes[i] (NaN as infinity), and a copy that nth_element reorders to find the k-th largest.
+  scratch.resize(2 * n);
+  float* magnitudes = scratch.data();
+  float* order = scratch.data() + n;
+  for (size_t i = 0; i < n; ++i) {
+    residual[i] += gradient[i];
+    const float m = std::fabs(residual[i]);
+    magnitudes[i] = std::isnan(m) ? std::numeric_limits<float>::infinity() : m;
+    order[i] = magnitudes[i];
+  }
+  std::nth_element(order, order + (k - 1), order + n, std::greater<float>());
+  const float threshold = order[k - 1];
+  // Everything above the threshold, and as many entries equal to it as fill k, lowest index first:
+  // the selection of the order (magnitude descending, index ascending), in one pass, ascending.
+  size_t above = 0;
+  for (size_t i = 0; i < n; ++i) above += magnitudes[i] > threshold ? 1 : 0;
+  size_t ties = k - above, j = 0;
+  for (size_t i = 0; i < n && j < k; ++i) {
+    if (magnitudes[i] > threshold || (magnitudes[i] == threshold && ties > 0)) {
+      if (magnitudes[i] == threshold) --ties;
+      indices[j] = static_cast<uint32_t>(i);
+      values[j] = residual[i];
+      residual[i] = 0.0f;
+      ++j;
+    }
+  }
+}
+
+}  // namespace pstrain

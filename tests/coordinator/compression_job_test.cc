@@ -1,0 +1,97 @@
+// training.compression end to end on a cluster of threads (inprocess_cluster.h): a sync job on
+// MNIST with each compression trains (test accuracy above a threshold a broken codec could not
+// reach: values decoded as the wrong type, indices off by one, a residual never sent), two runs
+// of the same job end with the same parameters bit for bit, and the bytes each worker reports
+// per step are what the codec puts on the wire (half of float32 for fp16; about 8 bytes per
+// sent entry for topk).
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "tests/coordinator/inprocess_cluster.h"
+#include "tests/test_support.h"
+
+using namespace pstrain;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The small MLP, 2 epochs, 1 server and 2 workers, sync.
+JobSpec compressed_job(CompressionKind kind, float fraction = 0.1f) {
+  JobSpec spec = testing::mlp_job(64, 32, 2);
+  spec.training.servers = 1;
+  spec.training.workers = 2;
+  spec.training.compression.kind = kind;
+  spec.training.compression.fraction = fraction;
+  return parse_job_spec(job_spec_to_json(spec));  // as the coordinator receives it
+}
+
+constexpr size_t kParams = 784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10;
+
+struct Run {
+  JobRecord record;
+  std::vector<float> params;
+};
+
+Run run(const JobSpec& spec) {
+  testing::InProcessCluster cluster({.servers = 1, .workers = 2});
+  const std::string id = cluster.submit(spec);
+  const JobRecord r = cluster.wait_finished(id, 120s);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  return {r, cluster.final_params(id)};
+}
+
+// Runs the job twice; returns the first run.
+Run check_trains_and_repeats(CompressionKind kind, double min_accuracy, float fraction = 0.1f) {
+  const JobSpec spec = compressed_job(kind, fraction);
+  const Run first = run(spec), second = run(spec);
+  INFO("compression " << std::string(compression_kind_name(kind)));
+  REQUIRE(first.record.test_accuracy.has_value());
+  MESSAGE(std::string(compression_kind_name(kind)) << ": test accuracy " << *first.record.test_accuracy << ", bytes per step pushed "
+                                      << first.record.bytes_pushed_per_step.at(0) << ", pulled "
+                                      << first.record.bytes_pulled_per_step.at(0));
+  CHECK(*first.record.test_accuracy > min_accuracy);
+  REQUIRE(first.params.size() == kParams);
+  CHECK_MESSAGE(first.params == second.params, "two runs of the same compressed sync job differ");
+  REQUIRE(first.record.bytes_pushed_per_step.size() == 2);
+  REQUIRE(first.record.bytes_pulled_per_step.size() == 2);
+  return first;
+}
+
+}  // namespace
+
+TEST_CASE("compression none: reports bytes per step per worker") {
+  check_trains_and_repeats(CompressionKind::kNone, 0.85);
+}
+
+TEST_CASE("compression fp16: trains, is deterministic, and sends 2 bytes per value both ways") {
+  const Run r = check_trains_and_repeats(CompressionKind::kFp16, 0.85);
+  for (size_t w = 0; w < 2; ++w) {
+    CHECK(r.record.bytes_pushed_per_step[w] == doctest::Approx(2.0 * kParams));
+    CHECK(r.record.bytes_pulled_per_step[w] == doctest::Approx(2.0 * kParams));
+  }
+}
+
+TEST_CASE("compression topk: trains with error feedback, is deterministic, and pushes about 8 bytes per sent entry") {
+  const Run r = check_trains_and_repeats(CompressionKind::kTopk, 0.80, 0.1f);
+  for (size_t w = 0; w < 2; ++w) {
+    // ceil(0.1 * size) per chunk: at least a tenth, at most a tenth plus one per chunk (a few).
+    CHECK(r.record.bytes_pushed_per_step[w] >= 8.0 * 0.1 * kParams);
+    CHECK(r.record.bytes_pushed_per_step[w] <= 8.0 * (0.1 * kParams + 64));
+    CHECK(r.record.bytes_pulled_per_step[w] == doctest::Approx(4.0 * kParams));  // values whole, float32
+  }
+}
+
+TEST_CASE("compression in async mode: fp16 and topk jobs train (pushes applied at once, decoded per push)") {
+  for (const CompressionKind kind : {CompressionKind::kFp16, CompressionKind::kTopk}) {
+    JobSpec spec = compressed_job(kind, 0.1f);
+    spec.training.mode = TrainingMode::kAsync;
+    const Run r = run(parse_job_spec(job_spec_to_json(spec)));
+    INFO("compression " << std::string(compression_kind_name(kind)));
+    REQUIRE(r.record.test_accuracy.has_value());
+    CHECK(*r.record.test_accuracy > 0.8);
+    CHECK(r.record.bytes_pushed_per_step.at(0) < 4.0 * kParams);
+  }
+}
