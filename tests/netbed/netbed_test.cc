@@ -25,6 +25,7 @@
 #include "common/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/recovery_support.h"
 #include "tests/test_support.h"
 #include "worker/local_trainer.h"
 
@@ -83,34 +84,9 @@ class Bed {
   std::string name_;
 };
 
-// The job of recovery_test.cc: the MLP in sync mode on 2 servers and 2 workers, backed up every
-// `save_freq` steps.
-std::string job_json(int64_t epochs, int64_t save_freq) {
-  JobSpec spec = testing::mlp_job(700, 500, static_cast<int>(epochs));
-  spec.training.servers = 2;
-  spec.training.workers = 2;
-  spec.backup.frequency = BackupSpec::Frequency::kSteps;
-  spec.backup.steps = save_freq;
-  return job_spec_to_json(spec);
-}
-
-// What an uninterrupted run gives (the standalone trainer with the cluster's slicing; see
-// recovery_test.cc).
-std::vector<float> uninterrupted(const std::string& json) {
-  LocalTrainerOptions options;
-  options.data_dir = testing::data_dir();
-  options.replicas = 2;
-  options.servers = static_cast<uint32_t>(parse_job_spec(json).training.servers);
-  const TrainingResult r = train_locally(parse_job_spec(json), options);
-  return {r.params.begin(), r.params.end()};
-}
-
-double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
-  return worst;
-}
+using testing::max_difference;
+std::string job_json(int64_t epochs, int64_t save_freq) { return testing::recovery_job_json(epochs, save_freq); }
+std::vector<float> uninterrupted(const std::string& json) { return testing::uninterrupted_params(json); }
 
 size_t count_matches(const std::string& text, const std::regex& re) {
   return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
