@@ -12,7 +12,7 @@
 
 using namespace pstrain;
 
-TEST_CASE("fp16: every finite half survives float and back; infinities and NaN keep their kind") {
+TEST_CASE("fp16: every finite half survives float and back - infinities and NaN keep their kind") {
   for (uint32_t h = 0; h < 0x10000u; ++h) {
     const uint16_t half = static_cast<uint16_t>(h);
     const float f = half_to_float(half);
@@ -31,7 +31,7 @@ TEST_CASE("fp16: every finite half survives float and back; infinities and NaN k
   CHECK(float_to_half(-std::numeric_limits<float>::infinity()) == 0xfc00u);
 }
 
-TEST_CASE("fp16: ties round to even, everything else to nearest; overflow and underflow") {
+TEST_CASE("fp16: ties round to even, everything else to nearest - overflow and underflow") {
   // Between consecutive positive finite halves a < b: the midpoint goes to the even one, a hair
   // above it to b, a hair below to a (normal and subnormal ranges alike).
   for (uint32_t h = 0; h < 0x7bffu; ++h) {
@@ -107,7 +107,7 @@ TEST_CASE("topk with error feedback, by hand: largest magnitudes sent, the rest 
   for (size_t i = 0; i < 6; ++i) CHECK(sent[i] + residual[i] == g1[i] + g2[i]);
 }
 
-TEST_CASE("topk: ties go to the lower index; all entries when k == n") {
+TEST_CASE("topk: ties go to the lower index - all entries when k == n") {
   std::vector<float> residual(5, 0.0f);
   std::vector<float> scratch;
   std::vector<uint32_t> indices(2);

@@ -186,7 +186,7 @@ ParsedExamples three_floats() {
 
 }  // namespace
 
-TEST_CASE("make_split takes a float32 upload's storage; gather copies its values as they are") {
+TEST_CASE("make_split takes a float32 upload's storage - gather copies its values as they are") {
   ParsedExamples parsed = three_floats();
   const uint8_t* storage = parsed.bytes.data();
   const Split split = make_split("upload", SplitKind::kTest, std::move(parsed));
@@ -207,7 +207,7 @@ TEST_CASE("make_split takes a float32 upload's storage; gather copies its values
   CHECK(labels == std::array<int32_t, 2>{0, 1});
 }
 
-TEST_CASE("make_split of uint8 images: gather scales by 1/255 exactly as for IDX files; labels past 255 kept") {
+TEST_CASE("make_split of uint8 images: gather scales by 1/255 exactly as for IDX files - labels past 255 kept") {
   ParsedExamples p;
   p.shape = {2, 2, 1};
   p.dtype = Dtype::kUint8;

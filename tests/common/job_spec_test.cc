@@ -246,7 +246,7 @@ TEST_CASE("the reference jobs parse") {
   CHECK(testing::fashion_cnn_job(1).model.layers.size() == 7);
 }
 
-TEST_CASE("a spec the coordinator accepted parses without the dataset table; everything else is still checked") {
+TEST_CASE("a spec the coordinator accepted parses without the dataset table - everything else is still checked") {
   const std::string catalog = mlp_with("\"mnist10k\"", "\"from-the-catalog\"");
   CHECK(error_of(catalog).find("is not a known dataset") != std::string::npos);
   CHECK(parse_accepted_job_spec(catalog).dataset.name == "from-the-catalog");

@@ -190,7 +190,7 @@ TEST_CASE("safetensors: Adam's m and v and its update count round trip") {
   CHECK(decode_safetensors(layout, file) == params);
 }
 
-TEST_CASE("safetensors: SGD's momentum round trips; another optimizer's slots are ignored") {
+TEST_CASE("safetensors: SGD's momentum round trips - another optimizer's slots are ignored") {
   const ParamLayout layout = small_layout();
   const std::vector<float> params = random_values(layout, 3);
   const optim::OptimizerState momentum = state_of(sgd_momentum(), layout, 5);

@@ -149,7 +149,7 @@ TEST_CASE("BackupLedger: a replica is kept until every server it holds a part of
   }
 }
 
-TEST_CASE("BackupLedger: an incomplete backup's replica is never used; an unusable or undone one is forgotten") {
+TEST_CASE("BackupLedger: an incomplete backup's replica is never used - an unusable or undone one is forgotten") {
   BackupLedger ledger;
   std::vector<uint64_t> dropped;
   whole(ledger, 4, 0, dropped);

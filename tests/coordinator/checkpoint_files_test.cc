@@ -117,7 +117,7 @@ TEST_CASE("stream_checkpoint: a file of many small pieces, one chunk read at a t
   }
 }
 
-TEST_CASE("ReplicaStore: chunks read one at a time; a pinned version's erase waits for the unpin") {
+TEST_CASE("ReplicaStore: chunks read one at a time - a pinned version's erase waits for the unpin") {
   testing::TempDir dir;
   std::string error;
   auto kv = KvStore::open(dir.path(), &error);

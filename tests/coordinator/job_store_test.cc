@@ -204,7 +204,7 @@ TEST_CASE("KvWriter: a delete queued after a put removes it") {
   CHECK(kv->get("a", &value).code == KvStatus::Code::kNotFound);
 }
 
-TEST_CASE("JobStore: state changes, metrics and the model survive a reopen; readers see the durable state") {
+TEST_CASE("JobStore: state changes, metrics and the model survive a reopen - readers see the durable state") {
   testing::TempDir dir;
   const std::string model(3000, 'm');
   {

@@ -1105,7 +1105,7 @@ TEST_CASE("RestApi with tokens: every route is 401 without a token, 403 for a we
   }
 }
 
-TEST_CASE("RestApi with tokens: ?access_token= on reads only, taken out of the target; failures counted") {
+TEST_CASE("RestApi with tokens: ?access_token= on reads only, taken out of the target - failures counted") {
   Api a;
   a.add("job-1", "SUCCEEDED");
   a.api.set_access_tokens(test_tokens());
@@ -1154,7 +1154,7 @@ TEST_CASE("RestApi with tokens: a refused upload is refused from its headers, be
   CHECK(a.api.plan_body(model).kind == BodyPlan::Kind::kReject);
 }
 
-TEST_CASE("AccessTokens: the file's defects name their line; lookups find the role") {
+TEST_CASE("AccessTokens: the file's defects name their line - lookups find the role") {
   auto fails = [](const std::string& text, const std::string& what) {
     CAPTURE(text);
     try {

@@ -71,7 +71,7 @@ std::pair<std::string, std::string> idx_of(const Split& split, size_t first, siz
 
 }  // namespace
 
-TEST_CASE("checkpoints: listed, downloaded, evaluated; a resumed job equals an uninterrupted one") {
+TEST_CASE("checkpoints: listed, downloaded, evaluated - a resumed job equals an uninterrupted one") {
   testing::Cluster cluster({});
   const int port = cluster.http_port();
 

@@ -312,7 +312,7 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("models: uploaded files (ours and NumPy's) predict, evaluate and start jobs; bad uploads are refused") {
+TEST_CASE("models: uploaded files (ours and NumPy's) predict, evaluate and start jobs - bad uploads are refused") {
   testing::TempDir datasets;  // uploads stream to its staging directory
   testing::Cluster cluster({.coordinator_flags = {"--datasets-dir", datasets.path()}});
   const int port = cluster.http_port();

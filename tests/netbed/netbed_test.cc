@@ -230,7 +230,7 @@ void check_replaced_server_is_fenced(BedCluster& cluster, size_t index) {
 
 }  // namespace
 
-TEST_CASE("netbed - a server frozen past the dead timeout is replaced; resumed, it is fenced and rejoins as a spare") {
+TEST_CASE("netbed - a server frozen past the dead timeout is replaced - resumed, it is fenced and rejoins as a spare") {
   testing::TempDir dir;
   const std::string json = job_json(2, 10);
   BedCluster cluster(3, 2, testing::write_spec(dir.path(), "job.json", json), dir.file("final.bin"),
@@ -311,7 +311,7 @@ TEST_CASE("netbed - a server's link down past the dead timeout and back: rolled 
   CHECK(std::regex_search(status, std::regex("\"recoveries\":\\{\"count\":[1-9]")));
 }
 
-TEST_CASE("netbed - a worker frozen past the dead timeout is fenced when resumed; no step applied twice") {
+TEST_CASE("netbed - a worker frozen past the dead timeout is fenced when resumed - no step applied twice") {
   testing::TempDir dir;
   const std::string json = job_json(2, 10);
   BedCluster cluster(2, 2, testing::write_spec(dir.path(), "job.json", json), dir.file("final.bin"),

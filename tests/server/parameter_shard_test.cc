@@ -533,7 +533,7 @@ TEST_CASE("async_lr staleness - Adagrad: the step is scaled, the accumulator kee
   for (size_t i = 0; i < f.n; i += 101) CHECK(f.moved(i) == doctest::Approx(moved).epsilon(1e-5));
 }
 
-TEST_CASE("async_lr - sync mode rejects it; unknown values name the field") {
+TEST_CASE("async_lr - sync mode rejects it - unknown values name the field") {
   CHECK_THROWS_WITH_AS(job_with(R"({"type": "sgd"})",
                                 R"({"mode": "sync", "global_batch_size": 4, "async_lr": "staleness"})"),
                        doctest::Contains("/training/async_lr"), SpecError);
