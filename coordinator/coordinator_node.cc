@@ -80,7 +80,7 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       });
     }
   }
-  auto service = kj::heap<CoordinatorService>(cluster_, jobs_, io_.getTimer(), config.heartbeat_ms);
+  auto service = kj::heap<CoordinatorService>(cluster_, jobs_, io_.getTimer(), config.heartbeat_ms, config.dead_after_ms);
   service_ = service.get();
   rpc_server_ = kj::heap<capnp::TwoPartyServer>(kj::mv(service));
   auto address = io_.getNetwork().parseAddress(config.listen.host, config.listen.port).wait(io.waitScope);

@@ -5,8 +5,9 @@
 
 namespace pstrain {
 
-CoordinatorService::CoordinatorService(Cluster& cluster, JobManager& jobs, kj::Timer& timer, uint32_t heartbeat_ms)
-    : cluster_(cluster), jobs_(jobs), timer_(timer), heartbeat_ms_(heartbeat_ms) {}
+CoordinatorService::CoordinatorService(Cluster& cluster, JobManager& jobs, kj::Timer& timer, uint32_t heartbeat_ms,
+                                       uint32_t dead_after_ms)
+    : cluster_(cluster), jobs_(jobs), timer_(timer), heartbeat_ms_(heartbeat_ms), dead_after_ms_(dead_after_ms) {}
 
 void CoordinatorService::wake_waiting_workers() {
   auto waiting = kj::mv(waiting_);
@@ -37,6 +38,7 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
   if (params.getRole() == proto::Role::SERVER) jobs_.on_server_registered(id);
   context.getResults().setNodeId(id.value());
   context.getResults().setHeartbeatMs(heartbeat_ms_);
+  context.getResults().setDeadAfterMs(dead_after_ms_);
   if (jobs_.schedule()) wake_waiting_workers();
   return kj::READY_NOW;
 }

@@ -17,7 +17,8 @@ namespace pstrain {
 
 class CoordinatorService final : public proto::Coordinator::Server {
  public:
-  CoordinatorService(Cluster& cluster, JobManager& jobs, kj::Timer& timer, uint32_t heartbeat_ms);
+  CoordinatorService(Cluster& cluster, JobManager& jobs, kj::Timer& timer, uint32_t heartbeat_ms,
+                     uint32_t dead_after_ms);
 
   // Wakes every worker waiting in getAssignment so it looks again (after a job started or its
   // servers became ready).
@@ -43,6 +44,7 @@ class CoordinatorService final : public proto::Coordinator::Server {
   JobManager& jobs_;
   kj::Timer& timer_;
   uint32_t heartbeat_ms_;
+  uint32_t dead_after_ms_;
   std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiting_;
 };
 

@@ -319,7 +319,10 @@ struct Progress {
 interface Coordinator {
   # Nodes join the cluster. Servers give the address workers reach them on; workers get their
   # identity here (no static configuration).
-  register @0 (role :Role, address :Text, name :Text) -> (nodeId :UInt32, heartbeatMs :UInt32);
+  # deadAfterMs: how long the coordinator waits for a node's heartbeats before declaring it dead
+  # (0 from a coordinator that does not say): a node waits that long for a heartbeat's reply
+  # before it gives up on the connection, so a slow link does not make it register anew.
+  register @0 (role :Role, address :Text, name :Text) -> (nodeId :UInt32, heartbeatMs :UInt32, deadAfterMs :UInt32);
   # known is false when the coordinator has forgotten the node (it must register again).
   heartbeat @1 (nodeId :UInt32) -> (known :Bool);
   # Waits up to waitMs for work; has is false if none came.

@@ -32,6 +32,9 @@ kj::Promise<void> CoordinatorLink::connect_and_register() {
     return request.send().then([this](capnp::Response<proto::Coordinator::RegisterResults>&& response) {
       node_id_ = response.getNodeId();
       heartbeat_ms_ = std::max<uint32_t>(50, response.getHeartbeatMs());
+      // A heartbeat's reply may be late (a slow or congested link) without the coordinator having
+      // given up on this node: wait as long as it does before dropping the connection.
+      reply_deadline_ms_ = std::max<uint32_t>(10 * heartbeat_ms_, response.getDeadAfterMs());
       connected_ = true;
       backoff_ms_ = 100;
       PSLOG(kInfo) << "registered with the coordinator at " << coordinator_.str() << " as node " << node_id_;
@@ -48,7 +51,7 @@ kj::Promise<void> CoordinatorLink::heartbeat_loop() {
     // The deadline covers this one heartbeat only; the loop continues after it.
     auto reply = request.send().then([](capnp::Response<proto::Coordinator::HeartbeatResults>&& r) { return r.getKnown(); });
     return io_.getTimer()
-        .timeoutAfter(10 * heartbeat_ms_ * kj::MILLISECONDS, kj::mv(reply))
+        .timeoutAfter(reply_deadline_ms_ * kj::MILLISECONDS, kj::mv(reply))
         .then([this](bool known) -> kj::Promise<void> {
           if (!known) {
             PSLOG(kWarning) << "the coordinator does not know node " << node_id_ << "; registering again";

@@ -46,6 +46,7 @@ class CoordinatorLink {
   proto::Coordinator::Client client_;
   uint32_t node_id_ = 0;
   uint32_t heartbeat_ms_ = 1000;
+  uint32_t reply_deadline_ms_ = 10000;  // how long a heartbeat may wait for its reply
   uint32_t backoff_ms_ = 100;
   bool connected_ = false;
   kj::Own<kj::PromiseFulfiller<void>> first_registration_;

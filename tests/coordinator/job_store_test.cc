@@ -57,7 +57,7 @@ std::vector<EventFrame> take_all(EventSubscriber& s, bool* end = nullptr) {
 }  // namespace
 
 TEST_CASE("JobStore events: a job's changes become numbered events, published in order once written, kept across a "
-          "reopen; a subscriber that falls behind is dropped without holding up the writer") {
+          "reopen - a subscriber that falls behind is dropped without holding up the writer") {
   testing::TempDir dir;
   std::vector<EventFrame> first_run;
   {
