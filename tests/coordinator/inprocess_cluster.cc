@@ -48,6 +48,13 @@ void NodeThread::run(const Body& body) {
   try {
     auto io = kj::setupAsyncIo();
     auto stop = kj::newPromiseAndCrossThreadFulfiller<rpc::NodeStop>();
+    // Before the loop (and its wake-up descriptor) goes: a later request_stop() must not wake
+    // it (ThreadSanitizer caught that write racing the close, a write to a descriptor that may
+    // be reused by then).
+    KJ_DEFER({
+      std::lock_guard lock(mutex_);
+      stop_ = nullptr;
+    });
     {
       std::lock_guard lock(mutex_);
       stop_ = kj::mv(stop.fulfiller);
