@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <new>
 #include <utility>
 #include <vector>
@@ -16,12 +17,24 @@ template <typename T>
 struct CacheAlignedAllocator {
   using value_type = T;
   static constexpr std::align_val_t kAlignment{64};
+  static constexpr size_t kLine = 64;
 
   CacheAlignedAllocator() = default;
   template <typename U>
   CacheAlignedAllocator(const CacheAlignedAllocator<U>&) {}
 
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
+  // The allocation is rounded up to whole cache lines and the tail beyond n elements is zeroed:
+  // Cap'n Proto sends a buffer referenced without copying (rpc::reference_tensor and friends) in
+  // whole 8-byte words, so it reads up to 7 bytes past the last element. Those bytes must belong
+  // to the allocation (AddressSanitizer found a 3-float chunk read past its end) and must not
+  // carry stale heap contents onto the wire.
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    const size_t padded = (bytes + kLine - 1) / kLine * kLine;
+    auto* p = static_cast<std::byte*>(::operator new(padded == 0 ? kLine : padded, kAlignment));
+    std::memset(p + bytes, 0, (padded == 0 ? kLine : padded) - bytes);
+    return reinterpret_cast<T*>(p);
+  }
   void deallocate(T* p, size_t) { ::operator delete(p, kAlignment); }
   template <typename U>
   bool operator==(const CacheAlignedAllocator<U>&) const {

@@ -5,21 +5,35 @@
 #         build-asan/;
 #   tsan  ThreadSanitizer, the unit and in-process tests (a whole cluster as threads of one
 #         process), build-tsan/.
+#   asan-core  AddressSanitizer + UndefinedBehaviorSanitizer on what tsan runs (the unit and
+#         in-process tests): the part of the asan run that fits CI's time (deploy/test.sh),
+#         build-asan/ as well.
 # Any finding fails the test that ran into it; the report is in the test's output.
-# Usage: deploy/sanitize.sh asan|tsan [ctest options]
+# Usage: deploy/sanitize.sh asan|asan-core|tsan [ctest options]
 # Environment: ASAN_BUILD_DIR / TSAN_BUILD_DIR, JOBS (2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kind=${1:?usage: deploy/sanitize.sh asan|tsan [ctest options]}
+kind=${1:?usage: deploy/sanitize.sh asan|asan-core|tsan [ctest options]}
 shift
 source deploy/data-dir.sh
 supp=$PWD/tests/sanitizers
+# What the unit and in-process tests need (worker_unit_tests runs pstrain-train; the unit tests
+# check each binary's --help and --check-config).
+core_targets=(common_unit_tests server_unit_tests worker_unit_tests coordinator_unit_tests
+              data_path_tests job_runner_tests integration_harness_tests cli_unit_tests
+              pstrain-train pstrain-coordinator pstrain-server pstrain-worker)
+core_labels=(-L 'unit|inprocess')
 case "$kind" in
-  asan)
+  asan|asan-core)
     dir=${ASAN_BUILD_DIR:-build-asan}
     sanitize="address,undefined"
-    targets=(all)
-    labels=()
+    if [ "$kind" = asan ]; then
+      targets=(all)
+      labels=()
+    else
+      targets=("${core_targets[@]}")
+      labels=("${core_labels[@]}")
+    fi
     # Child processes (the integration tests' nodes) inherit these.
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:strict_string_checks=1:check_initialization_order=1"
     export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
@@ -28,15 +42,11 @@ case "$kind" in
   tsan)
     dir=${TSAN_BUILD_DIR:-build-tsan}
     sanitize="thread"
-    # What the unit and in-process tests need (worker_unit_tests runs pstrain-train; the unit
-    # tests check each binary's --help and --check-config).
-    targets=(common_unit_tests server_unit_tests worker_unit_tests coordinator_unit_tests
-             data_path_tests job_runner_tests integration_harness_tests cli_unit_tests
-             pstrain-train pstrain-coordinator pstrain-server pstrain-worker)
-    labels=(-L 'unit|inprocess')
+    targets=("${core_targets[@]}")
+    labels=("${core_labels[@]}")
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$supp/tsan.supp"
     ;;
-  *) echo "sanitize: unknown kind '$kind' (asan or tsan)" >&2; exit 2 ;;
+  *) echo "sanitize: unknown kind '$kind' (asan, asan-core or tsan)" >&2; exit 2 ;;
 esac
 
 start=$(date +%s)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds pstrain and runs its whole test suite through CTest (the CI command), then the fuzz
-# targets for a short while each (docs/FUZZING.md), then, when asked, the suite again under the
-# sanitizers (docs/SANITIZERS.md): AddressSanitizer + UndefinedBehaviorSanitizer on every test,
-# ThreadSanitizer on the unit and in-process tests, each in a build directory of its own.
+# targets for a short while each (docs/FUZZING.md), then the unit and in-process tests again
+# under the sanitizers (docs/SANITIZERS.md): ThreadSanitizer, then AddressSanitizer +
+# UndefinedBehaviorSanitizer, each in a build directory of its own.
 # Usage: deploy/test.sh [ctest options, e.g. -L unit; they apply to the first run only]
 # Environment: PSTRAIN_FUZZ_SECONDS, seconds per fuzz target (default 45; 0 skips fuzzing);
-#   PSTRAIN_SANITIZERS, which sanitizer runs to add ("asan tsan" for both; default none: two
-#   more builds of the whole code do not fit CI's time budget on 2 cores, docs/SANITIZERS.md).
+#   PSTRAIN_SANITIZERS, the sanitizer runs (deploy/sanitize.sh kinds; default "tsan asan-core";
+#   "asan" is AddressSanitizer on the whole suite, longer than CI's budget; empty skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source deploy/data-dir.sh
@@ -24,6 +24,6 @@ else
   echo "test: fuzzing skipped (PSTRAIN_FUZZ_SECONDS=0)"
 fi
 
-for kind in ${PSTRAIN_SANITIZERS:-}; do
+for kind in ${PSTRAIN_SANITIZERS-tsan asan-core}; do
   deploy/sanitize.sh "$kind"
 done

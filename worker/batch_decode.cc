@@ -32,6 +32,7 @@ void decode_batch(proto::Batch::Reader batch, const BatchShape& shape, float* in
     labels[i] = label;
   }
   const size_t values = examples.count * shape.example_size;
+  if (values == 0) return;  // an empty batch: `inputs` may be null (memcpy must not see it)
   if (examples.dtype == Dtype::kFloat32) {
     std::memcpy(inputs, examples.bytes, values * sizeof(float));
   } else {

@@ -97,8 +97,10 @@ std::span<const float> tensor_view(proto::Tensor::Reader tensor, size_t expected
 // Writes values into a tensor (one copy, into the message being built).
 void set_tensor(proto::Tensor::Builder tensor, std::span<const float> values);
 // Makes `tensor` refer to `values` without copying them into the message: the bytes go straight
-// from `values` to the socket. `values` must be word-aligned and must neither change nor go away
-// until the message has been sent and destroyed (the caller's protocol must guarantee it).
+// from `values` to the socket. `values` must be word-aligned, must neither change nor go away
+// until the message has been sent and destroyed (the caller's protocol must guarantee it), and
+// its memory must extend to the next 8-byte word: Cap'n Proto sends whole words, so it reads up
+// to 4 bytes past an odd number of floats (AlignedFloats pads its allocations for this).
 void reference_tensor(proto::Tensor::Builder tensor, std::span<const float> values);
 // Allocates a tensor of n floats in the message and returns its buffer to compute into.
 std::span<float> init_tensor(proto::Tensor::Builder tensor, size_t n);

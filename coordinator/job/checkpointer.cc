@@ -52,19 +52,26 @@ void Checkpointer::on_replica(uint64_t version) {
 
 void Checkpointer::capture_next() {
   if (!waiting_ || final_version_) return;
+  capturing_ = true;
+  task_ = capture_waiting().eagerlyEvaluate(nullptr);
+}
+
+kj::Promise<void> Checkpointer::capture_waiting() {
+  // One promise for the whole run of captures: a continuation of task_ must not assign task_
+  // (that destroys the promise whose callback is running, which KJ reports and
+  // AddressSanitizer's leak check caught).
+  if (!waiting_ || final_version_) {
+    capturing_ = false;
+    return kj::READY_NOW;
+  }
   const uint64_t version = *waiting_;
   waiting_.reset();
-  capturing_ = true;
-  task_ = capture(version, false)
-              .catch_([this, version](kj::Exception&& e) {
-                PSLOG(kWarning) << "job " << job_.id << ": no checkpoint at step " << version << ": "
-                                << e.getDescription().cStr();
-              })
-              .then([this] {
-                capturing_ = false;
-                capture_next();
-              })
-              .eagerlyEvaluate(nullptr);
+  return capture(version, false)
+      .catch_([this, version](kj::Exception&& e) {
+        PSLOG(kWarning) << "job " << job_.id << ": no checkpoint at step " << version << ": "
+                        << e.getDescription().cStr();
+      })
+      .then([this] { return capture_waiting(); });
 }
 
 kj::Promise<void> Checkpointer::capture(uint64_t version, bool final) {

@@ -43,7 +43,9 @@ class Checkpointer {
  private:
   // Reads every server's replica of `version` and stores it as a checkpoint.
   kj::Promise<void> capture(uint64_t version, bool final);
+  // Captures the waiting backup, then the one that became waiting meanwhile, and so on (task_).
   void capture_next();
+  kj::Promise<void> capture_waiting();
   kj::Promise<void> adopt(size_t index, uint64_t version, std::vector<std::string> blobs, size_t first);
   Metadata file_metadata(uint64_t version, bool final) const;
 
