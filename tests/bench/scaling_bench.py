@@ -14,16 +14,17 @@ Subcommands:
       pid 1's network namespace, where the bridge is; a root-side veth's rx is its node's egress)
       and each named process's CPU time (/proc/PID/stat); one JSON line per sample, until the job
       ends. Then the job's final status as the last line.
-  row --samples FILE --model M --rate R --workers W --servers S --batch-per-worker B
-      one Markdown row from the samples: the window is the samples with step between 20% and 95%
+  row --samples FILE --model M --rate R --workers W --servers S --batch-per-worker B [--json FILE]
+      one Markdown row (and with --json, the figures as a JSON line appended to FILE, for
+      scaling_model.py) from the samples: the window is the samples with step between 20% and 95%
       of the run (the first steps, the initial pull and the final collection left out).
   ddp-rank --spec FILE --data-dir DIR --rank R --world W --master ADDR --port P --steps N
            --warmup K --links L1,... --pids-file F --out FILE
       one DDP (gloo) rank of the same job, in its own namespace (GLOO_SOCKET_IFNAME=eth0): per-rank
       batch = the spec's global batch / W, N timed steps after K untimed ones; rank 0 reads the
       veth counters and CPU times at the barriers around the timed steps and writes a JSON result.
-  ddp-row --result FILE --model M --rate R --workers W --batch-per-worker B
-      the DDP row.
+  ddp-row --result FILE --model M --rate R --workers W --batch-per-worker B [--json FILE]
+      the DDP row (and JSON line).
 """
 import json, os, sys, time
 import urllib.request
@@ -195,6 +196,18 @@ def cmd_row(a):
           f"CPU {top_cpu} {100 * cpu[top_cpu]:.0f}% | {util} | {100 * total_cpu:.0f}% | {fmt_bytes(c_bytes)} | "
           f"{steps} steps / {dt:.1f} s |")
     sys.stdout.flush()
+    if a.get("json"):
+        per = lambda prefix: [v * dt / steps for n, v in cpu.items() if n.startswith(prefix) and v == v]
+        record = {"kind": "pstrain", "model": model, "rate": rate, "workers": W, "servers": S, "batch": B,
+                  "samples_per_s": sps, "step_s": dt / steps, "worker_out": w_out, "worker_in": w_in,
+                  "server_in_mean": s_in, "server_out_mean": s_out,
+                  "server_in_max": max(v[0] for v in srv.values()), "server_out_max": max(v[1] for v in srv.values()),
+                  "coordinator_bytes": c_bytes, "payload_pushed": wire.get("bytes_pushed_per_step", [None])[0],
+                  "payload_pulled": wire.get("bytes_pulled_per_step", [None])[0],
+                  "cpu_s_per_step": {"coordinator": sum(per("c")), "workers": per("w"), "servers": per("s")},
+                  "busiest_link_bits_per_s": busiest}
+        with open(a["json"], "a") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 def cmd_ddp_rank(a):
@@ -255,6 +268,12 @@ def cmd_ddp_row(a):
     print(f"| {a['model']} | {rate} | {W} | DDP | {sps:,.0f} | {fmt_bytes(sum(outs) / W)} / {fmt_bytes(sum(ins) / W)} | | | | "
           f"{util} | {100 * cpu:.0f}% | | {steps} steps / {dt:.1f} s |")
     sys.stdout.flush()
+    if a.get("json"):
+        record = {"kind": "ddp", "model": a["model"], "rate": rate, "workers": W, "batch": B, "samples_per_s": sps,
+                  "step_s": dt / steps, "worker_out": sum(outs) / W, "worker_in": sum(ins) / W,
+                  "cpu_s_per_step": cpu * dt / steps, "busiest_link_bits_per_s": busiest}
+        with open(a["json"], "a") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 def main():

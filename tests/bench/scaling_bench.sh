@@ -25,9 +25,12 @@
 # Usage: sudo tests/bench/scaling_bench.sh [--models "mnist large"] [--workers "1 2 4 8"]
 #          [--servers "1 2 4"] [--rates "1gbit 10gbit"] [--steps N] [--batch-per-worker B]
 #          [--ddp] [--no-pstrain] [--exchange default|dense] [--bed sc1] [--keep]
-#   --steps: default 300 for mnist, 8 for large. Rates: tc rates (1gbit, 10gbit, 100mbit) or off.
+#   --steps: default 300 for mnist, 10 for large. Rates: tc rates (1gbit, 10gbit, 100mbit) or off.
+# The figures also go, one JSON line per cell, to results.jsonl in the log directory (printed at
+# the end; tests/bench/scaling_model.py fits the paper model to them).
 # Needs root, ip, tc, PyTorch for --ddp (/usr/bin/python3). Env: PSTRAIN_DATA_DIR,
-# PSTRAIN_BUILD_DIR (default <repo>/build). Logs in a temp dir (printed; removed unless --keep).
+# PSTRAIN_BUILD_DIR (default <repo>/build), RESULTS (where results.jsonl is copied; default
+# /tmp/scaling-results.jsonl). Logs in a temp dir (printed; removed unless --keep).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -79,6 +82,8 @@ stop_nodes() {
 cleanup() {
   stop_nodes
   "$NETBED" -b "$BED" down || true
+  [[ -s $WORK/results.jsonl ]] && cp "$WORK/results.jsonl" "${RESULTS:-/tmp/scaling-results.jsonl}" &&
+    echo "figures (JSON lines) in ${RESULTS:-/tmp/scaling-results.jsonl}" >&2
   if ((KEEP)); then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -106,7 +111,7 @@ v=float(m[1])*{'':1,'k':1e3,'m':1e6,'g':1e9}[m[2]]; print(max(65536, int(v/8*0.0
   done
 }
 
-steps_for() { [[ -n $STEPS ]] && echo "$STEPS" || { [[ $1 == large ]] && echo 8 || echo 300; }; }
+steps_for() { [[ -n $STEPS ]] && echo "$STEPS" || { [[ $1 == large ]] && echo 10 || echo 300; }; }
 
 run_pstrain() {  # model rate W S
   local model=$1 rate=$2 W=$3 S=$4 dir=$WORK/$1-$2-w$3-s$4 steps i
@@ -150,7 +155,7 @@ run_pstrain() {  # model rate W S
   wait "$coordinator" || echo "scaling_bench.sh: $model $rate $W x $S: coordinator exit $?" >&2
   stop_nodes
   /usr/bin/python3 "$PY" row --samples "$dir/samples" --model "$model" --rate "$rate" --workers "$W" --servers "$S" \
-    --batch-per-worker "$BATCH" || echo "| $model | $rate | $W | $S | failed: see $dir |"
+    --batch-per-worker "$BATCH" --json "$WORK/results.jsonl" || echo "| $model | $rate | $W | $S | failed: see $dir |"
 }
 
 run_ddp() {  # model rate W
@@ -176,7 +181,7 @@ run_ddp() {  # model rate W
   PIDS=()
   if ((ok)) && [[ -s $dir/result.json ]]; then
     /usr/bin/python3 "$PY" ddp-row --result "$dir/result.json" --model "$model" --rate "$rate" --workers "$W" \
-      --batch-per-worker "$BATCH"
+      --batch-per-worker "$BATCH" --json "$WORK/results.jsonl"
   else
     echo "| $model | $rate | $W | DDP | failed: see $dir |"
     tail -n 5 "$dir"/rank-*.log >&2
