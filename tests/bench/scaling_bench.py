@@ -4,10 +4,11 @@ Subcommands:
   data --out DIR --shared SHARED_DATA --train N --test M
       DIR/mnist-n<N>/ (dataset directory): N training examples of mnist10k (taken cyclically:
       more than its 5,002 repeat) and its first M test examples. Prints the dataset's name.
-  spec --model mnist|large --workers W --servers S --batch-per-worker B --dataset NAME [--epochs E]
+  spec --model mnist|large --workers W --servers S --batch-per-worker B --dataset NAME [--epochs E] [--metrics-every N]
       the job spec (JSON on stdout): mnist = deploy/jobs/mnist-mlp.json (784-700-500-10, 905,010
       parameters), large = the suite's large MLP 784-4096-5000-10 (23,750,370 parameters), Adam,
-      sync, --epochs epochs (default 1), global batch W x B, no backups, metrics every step.
+      sync, --epochs epochs (default 1), global batch W x B, no backups, metrics every step
+      (or every --metrics-every steps).
   poll --http HOST:PORT --links L1,L2,... --pids name=pid,... --out FILE
       run inside the coordinator's namespace: every 0.1 s, GET /v1/jobs/cli-job (step, state)
       and, at the same instant, the byte counters of the bed's root-side veths (/proc/1/net/dev:
@@ -16,8 +17,9 @@ Subcommands:
       ends. Then the job's final status as the last line.
   row --samples FILE --model M --rate R --workers W --servers S --batch-per-worker B [--json FILE]
       one Markdown row (and with --json, the figures as a JSON line appended to FILE, for
-      scaling_model.py) from the samples: the window is the samples with step between 20% and 95%
-      of the run (the first steps, the initial pull and the final collection left out).
+      scaling_model.py) from the samples: the window runs from the sample where the step counter
+      turns to the first step past 20% of the run to the one where it turns to the last step
+      before 95% (the first steps, the initial pull and the final collection left out).
   ddp-rank --spec FILE --data-dir DIR --rank R --world W --master ADDR --port P --steps N
            --warmup K --links L1,... --pids-file F --out FILE
       one DDP (gloo) rank of the same job, in its own namespace (GLOO_SOCKET_IFNAME=eth0): per-rank
@@ -63,7 +65,7 @@ def cmd_data(a):
     print(name)
 
 
-def spec_of(model, workers, servers, batch, dataset, epochs=1):
+def spec_of(model, workers, servers, batch, dataset, epochs=1, metrics_every=1):
     spec = json.load(open(os.path.join(ROOT, "deploy", "jobs", "mnist-mlp.json")))
     if model == "large":
         spec["name"] = "large-mlp"
@@ -73,14 +75,14 @@ def spec_of(model, workers, servers, batch, dataset, epochs=1):
         sys.exit(f"scaling_bench: model is mnist or large, not {model!r}")
     spec["dataset"]["name"] = dataset
     spec["training"].update({"mode": "sync", "workers": workers, "servers": servers, "epochs": epochs,
-                             "global_batch_size": workers * batch, "metrics_every_steps": 1})
+                             "global_batch_size": workers * batch, "metrics_every_steps": metrics_every})
     spec.pop("backup", None)
     return spec
 
 
 def cmd_spec(a):
     print(json.dumps(spec_of(a["model"], int(a["workers"]), int(a["servers"]), int(a["batch_per_worker"]), a["dataset"],
-                             int(a.get("epochs", 1)))))
+                             int(a.get("epochs", 1)), int(a.get("metrics_every", 1)))))
 
 
 def read_links(links):
@@ -157,7 +159,10 @@ def cmd_row(a):
     if not lo or not hi or hi[-1]["t"] <= lo[0]["t"] or hi[-1]["step"] <= lo[0]["step"]:
         print(f"| {model} | {rate} | {W} | {S} | ? ({state}, too few samples) | | | | | | |")
         return
-    s0, s1 = lo[0], hi[-1]
+    # Both ends where the step counter turns (the first sample showing the step): the last
+    # sample still showing a step would count most of the next step's traffic and time.
+    s0 = lo[0]
+    s1 = next(s for s in samples if s["step"] == hi[-1]["step"])
     steps, dt = s1["step"] - s0["step"], s1["t"] - s0["t"]
     sps = steps * W * B / dt
 

@@ -16,15 +16,17 @@
 # The job spec has no step cap: a cell trains on a dataset made for it of min(steps, 100) x W x 64
 # examples of mnist10k (cyclic; scaling_bench.py data) for ceil(steps / 100) epochs, so every cell
 # runs --steps steps (rounded up to whole epochs of 100); each epoch ends with an evaluation of
-# 500 test examples, inside the window. The window measured: the samples between 20% and 95% of the steps (the first
-# pull, the final evaluation and the model's collection left out).
+# 500 test examples, inside the window. The window measured: from the step past 20% of the steps to the last step
+# before 95% (the first pull, the final evaluation and the model's collection left out).
 #
 # Default exchange of the workers (row-sparse replies, factored pushes, first layer's forward on
 # the servers); --exchange dense for whole float32 chunks both ways.
 #
 # Usage: sudo tests/bench/scaling_bench.sh [--models "mnist large"] [--workers "1 2 4 8"]
 #          [--servers "1 2 4"] [--rates "1gbit 10gbit"] [--steps N] [--batch-per-worker B]
-#          [--ddp] [--no-pstrain] [--exchange default|dense] [--bed sc1] [--keep]
+#          [--ddp] [--no-pstrain] [--exchange default|dense] [--bed sc1] [--metrics-every N] [--keep]
+#   --metrics-every: training.metrics_every_steps (default 1: a progress report per worker and
+#   step, which the window needs for short runs; the spec's default is 10).
 #   --steps: default 300 for mnist, 10 for large. Rates: tc rates (1gbit, 10gbit, 100mbit) or off.
 # The figures also go, one JSON line per cell, to results.jsonl in the log directory (printed at
 # the end; tests/bench/scaling_model.py fits the paper model to them).
@@ -35,7 +37,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 MODELS="mnist" WORKERS="1 2 4 8" SERVERS="1 2 4" RATES="1gbit 10gbit" STEPS="" BATCH=64
-DDP=0 PSTRAIN=1 EXCHANGE=default BED=sc1 KEEP=0
+DDP=0 PSTRAIN=1 EXCHANGE=default BED=sc1 KEEP=0 METRICS_EVERY=1
 while (($#)); do
   case $1 in
     --models) MODELS=${2:?}; shift 2 ;;
@@ -48,6 +50,7 @@ while (($#)); do
     --no-pstrain) PSTRAIN=0; shift ;;
     --exchange) EXCHANGE=${2:?}; shift 2 ;;
     --bed) BED=${2:?}; shift 2 ;;
+    --metrics-every) METRICS_EVERY=${2:?}; shift 2 ;;
     --keep) KEEP=1; shift ;;
     -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "scaling_bench.sh: unknown option '$1'" >&2; exit 2 ;;
@@ -121,7 +124,7 @@ run_pstrain() {  # model rate W S
   local per_epoch=$((steps < 100 ? steps : 100))
   dataset=$(/usr/bin/python3 "$PY" data --out "$WORK/data" --shared "$DATA" --train $((per_epoch * W * BATCH)) --test 500)
   /usr/bin/python3 "$PY" spec --model "$model" --workers "$W" --servers "$S" --batch-per-worker "$BATCH" \
-    --dataset "$dataset" --epochs $(((steps + per_epoch - 1) / per_epoch)) >"$dir/job.json"
+    --dataset "$dataset" --epochs $(((steps + per_epoch - 1) / per_epoch)) --metrics-every "$METRICS_EVERY" >"$dir/job.json"
   local c_addr
   c_addr=$(addr c)
   local timeouts=(--heartbeat-ms 1000 --dead-after-ms 60000)

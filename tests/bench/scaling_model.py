@@ -22,9 +22,11 @@ Usage: /usr/bin/python3 tests/bench/scaling_model.py RESULTS.jsonl [RESULTS.json
    per step on the busiest link direction (measured), R the cap, eta the share of the cap TCP
    through tbf reaches (fitted), t0 the per-step latency of a sync step (fitted).
 3. On a real cluster (a host per node, links of R both ways, the bed's constants): t = t0 + c_w +
-   c_s W / S + max(bytes per worker, W/S x bytes per worker) / (eta R), c_w the CPU-seconds of a
-   worker's step and c_s a server's per worker served (medians over the cells). DDP (gloo ring):
-   t = t0_ddp + c_ddp + 2 (W-1)/W M / (eta R) + 2 (W-1) alpha.
+   the form of 2 with each part on its own host: t = t0 + max(c_w + u + v W/S, worker link, server
+   link, c_c W): c_w the CPU-seconds of a worker's step (median of the cells with the same kernels
+   pushed as factors), u + v W/S a server's (fitted: u S + v W for all servers), c_c W the
+   coordinator's, links with W/S of every worker's bytes on each server's. DDP (gloo ring):
+   t = t0_ddp + max(c_ddp, 2 (W-1)/W M / (eta R)) + 2 (W-1) alpha.
 """
 import argparse, json, math, os, statistics, sys
 
@@ -50,16 +52,22 @@ def nonzero_rows(data_dir, b, trials=200):
     return float(np.mean([x[rng.integers(0, len(x), b)].any(0).sum() for _ in range(trials)]))
 
 
+KMAX_PART = 16 << 20  # rpc::kMaxPartBytes: a factored push is cut into groups of at most this much values
+
+
 def bytes_per_worker(units, b, S, nz):
     """(push, pull) payload bytes per worker and step under the default exchange."""
     push = pull = 0.0
     for l, (i, o) in enumerate(zip(units, units[1:])):
         factored = 3 * b * (i + S * o) <= i * o
+        # pushFactors calls per server: its share of the kernel in groups of at most 16 MiB of
+        # values; each carries the deltas again (the inputs are cut by rows).
+        groups = S * math.ceil(4 * i * o / S / KMAX_PART)
         if l == 0 and factored:
-            push += b * (2 * nz + S * o)
+            push += b * (2 * nz + groups * o)
             pull += b * S * o
         elif factored:
-            push += b * (i + S * o)
+            push += b * (i + groups * o)
             pull += i * o
         else:
             rows = nz if l == 0 else i
@@ -70,22 +78,29 @@ def bytes_per_worker(units, b, S, nz):
     return 4 * push, 4 * pull
 
 
-def lsq(rows, ys):
-    """Non-negative least squares by brute force over active sets (3 unknowns)."""
-    A, y = np.array(rows, float), np.array(ys, float)
+def pattern(units, b, S):
+    """Which kernels are pushed as factors (worker/factor_plan.cc): decides where the products run."""
+    return tuple(3 * b * (i + S * o) <= i * o for i, o in zip(units, units[1:]))
+
+
+def fit_bed(C, N, y):
+    """t0, P, eta minimising the relative error of t = t0 + max(C/P, N/eta) (grid, then a finer one)."""
+    C, N, y = map(np.asarray, (C, N, y))
     best = None
-    n = A.shape[1]
-    for mask in range(1, 2 ** n):
-        cols = [k for k in range(n) if mask >> k & 1]
-        x, *_ = np.linalg.lstsq(A[:, cols], y, rcond=None)
-        if (x < 0).any():
-            continue
-        full = np.zeros(n)
-        full[cols] = x
-        err = float(np.sum((A @ full - y) ** 2))
-        if best is None or err < best[0]:
-            best = (err, full)
-    return best[1]
+    lo, hi = (0.0, 0.3, 0.2), (0.05, 3.0, 1.5)
+    for _ in range(3):
+        grids = [np.linspace(l, h, 31) for l, h in zip(lo, hi)]
+        for t0 in grids[0]:
+            for P in grids[1]:
+                pred = t0 + np.maximum(C[:, None] / P, N[:, None] / grids[2][None, :])
+                e = np.sqrt(np.mean((pred / y[:, None] - 1) ** 2, axis=0))
+                k = int(np.argmin(e))
+                if best is None or e[k] < best[0]:
+                    best = (float(e[k]), t0, P, float(grids[2][k]))
+        step = [(h - l) / 30 for l, h in zip(lo, hi)]
+        lo = tuple(max(1e-9, v - 2 * d) for v, d in zip(best[1:], step))
+        hi = tuple(v + 2 * d for v, d in zip(best[1:], step))
+    return best[1:]
 
 
 def main():
@@ -101,7 +116,7 @@ def main():
     b = ps[0]["batch"] if ps else 64
     nz = nonzero_rows(a.data_dir, b)
     print(f"## 1. Bytes per step: the formula against the measurements (b = {b}, nz = {nz:.0f} of 784 input rows)\n")
-    print("| job | W | S | push formula / payload / wire | pull formula / payload / wire | server out: W/S x pull formula / wire (max) |")
+    print("| job | W | S | push: formula / payload / wire | pull: formula / payload / wire | busiest server out: W/S x pull formula / wire |")
     print("|---|---|---|---|---|---|")
     wire_over = []
     for c in sorted(ps, key=lambda c: (c["model"], c["rate"], c["workers"], c["servers"])):
@@ -112,37 +127,33 @@ def main():
               f"{c['worker_out'] / 1e6:.2f} MB | {pull / 1e6:.2f} / {pl / 1e6:.2f} / {c['worker_in'] / 1e6:.2f} MB | "
               f"{c['workers'] * pull / c['servers'] / 1e6:.2f} / {c['server_out_max'] / 1e6:.2f} MB |")
     wire = statistics.median(wire_over)
-    print(f"\nwire / formula: median {wire:.3f} (TCP/IP headers, Cap'n Proto framing, the coordinator's "
-          f"heartbeats; min {min(wire_over):.3f}, max {max(wire_over):.3f})\n")
+    print(f"\nwire / formula: median {wire:.3f} (TCP/IP headers, Cap'n Proto framing, retransmissions; "
+          f"min {min(wire_over):.3f}, max {max(wire_over):.3f})\n")
 
     # 2. The bed's step time.
-    print("## 2. Step time on the bed: t = t0 + C/P + N/(eta R), fitted\n")
-    feats, ys = [], []
+    print("## 2. Step time on the bed: t = t0 + max(C/P, N/(eta R)), fitted (least relative error)\n")
+    Cs, Ns, ys = [], [], []
     for c in ps:
-        C = c["cpu_s_per_step"]["coordinator"] + sum(c["cpu_s_per_step"]["workers"]) + sum(c["cpu_s_per_step"]["servers"])
-        N = max(c["worker_out"], c["worker_in"], c["server_in_max"], c["server_out_max"])
-        c["_C"], c["_N"] = C, N
-        feats.append([1.0, C, 8 * N / RATES[c["rate"]]])
+        c["_C"] = c["cpu_s_per_step"]["coordinator"] + sum(c["cpu_s_per_step"]["workers"]) + sum(c["cpu_s_per_step"]["servers"])
+        c["_N"] = max(c["worker_out"], c["worker_in"], c["server_in_max"], c["server_out_max"])
+        Cs.append(c["_C"])
+        Ns.append(8 * c["_N"] / RATES[c["rate"]])
         ys.append(c["step_s"])
-    t0, inv_p, inv_eta = lsq(feats, ys)
-    P = 1 / inv_p if inv_p else float("inf")
-    eta = 1 / inv_eta if inv_eta else float("inf")
+    t0, P, eta = fit_bed(Cs, Ns, ys)
     print(f"t0 = {1e3 * t0:.1f} ms, P = {P:.2f} cores, eta = {eta:.2f} (over {len(ps)} cells)\n")
     print("| job | link | W | S | step measured | CPU-s per step (C) | busiest link bytes (N) | C/P | N/(eta R) | step fitted | error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     errs = []
-    for c, f in zip(ps, feats):
-        fit = t0 + f[1] * inv_p + f[2] * inv_eta
+    for c, n in sorted(zip(ps, Ns), key=lambda z: (z[0]["model"], z[0]["rate"], z[0]["workers"], z[0]["servers"])):
+        fit = t0 + max(c["_C"] / P, n / eta)
         errs.append(abs(fit / c["step_s"] - 1))
         print(f"| {c['model']} | {c['rate']} | {c['workers']} | {c['servers']} | {1e3 * c['step_s']:.1f} ms | "
-              f"{1e3 * c['_C']:.1f} ms | {c['_N'] / 1e6:.2f} MB | {1e3 * f[1] * inv_p:.1f} ms | "
-              f"{1e3 * f[2] * inv_eta:.1f} ms | {1e3 * fit:.1f} ms | {100 * (fit / c['step_s'] - 1):+.0f}% |")
+              f"{1e3 * c['_C']:.1f} ms | {c['_N'] / 1e6:.2f} MB | {1e3 * c['_C'] / P:.1f} ms | "
+              f"{1e3 * n / eta:.1f} ms | {1e3 * fit:.1f} ms | {100 * (fit / c['step_s'] - 1):+.0f}% |")
     print(f"\nmedian |error| {100 * statistics.median(errs):.0f}%, max {100 * max(errs):.0f}%\n")
-
-    # 2b. DDP on the bed: the same P and eta, its own t0.
     if ddp:
-        print("DDP (gloo ring) on the bed: t = t0_ddp + C/P + N/(eta R) with the P and eta above, t0_ddp fitted\n")
-        res = [c["step_s"] - c["cpu_s_per_step"] * inv_p - 8 * max(c["worker_out"], c["worker_in"]) / RATES[c["rate"]] * inv_eta
+        print("DDP (gloo ring) on the bed, the same form with the P and eta above, its own t0 (median residual):\n")
+        res = [c["step_s"] - max(c["cpu_s_per_step"] / P, 8 * max(c["worker_out"], c["worker_in"]) / RATES[c["rate"]] / eta)
                for c in ddp]
         t0d = max(0.0, statistics.median(res))
         print(f"t0_ddp = {1e3 * t0d:.1f} ms\n")
@@ -150,69 +161,93 @@ def main():
         print("|---|---|---|---|---|---|---|---|")
         for c in sorted(ddp, key=lambda c: (c["model"], c["rate"], c["workers"])):
             N = max(c["worker_out"], c["worker_in"])
-            fit = t0d + c["cpu_s_per_step"] * inv_p + 8 * N / RATES[c["rate"]] * inv_eta
+            fit = t0d + max(c["cpu_s_per_step"] / P, 8 * N / RATES[c["rate"]] / eta)
             print(f"| {c['model']} | {c['rate']} | {c['workers']} | {1e3 * c['step_s']:.1f} ms | {1e3 * c['cpu_s_per_step']:.1f} ms | "
                   f"{N / 1e6:.2f} MB | {1e3 * fit:.1f} ms | {100 * (fit / c['step_s'] - 1):+.0f}% |")
         print()
 
-    # 3. Per-process CPU (the constants of the cluster model).
-    print("## 3. The cluster model's constants (CPU-seconds per step, medians over the cells)\n")
+    # 3. Per-process CPU: the constants of the cluster model.
+    print("## 3. The cluster model's constants (CPU-seconds per step)\n")
     consts = {}
     for model in sorted({c["model"] for c in ps}):
+        units = MODELS[model]
         mine = [c for c in ps if c["model"] == model]
-        c_w = statistics.median(x for c in mine for x in c["cpu_s_per_step"]["workers"])
-        c_s = statistics.median(sum(c["cpu_s_per_step"]["servers"]) / c["workers"] for c in mine)
+        # A worker's CPU per step depends on which kernels it pushes as factors (the products of
+        # the others it computes itself): the median per pattern.
+        by_pattern = {}
+        for c in mine:
+            by_pattern.setdefault(pattern(units, b, c["servers"]), []).extend(c["cpu_s_per_step"]["workers"])
+        c_w = {k: statistics.median(v) for k, v in by_pattern.items()}
+        # All servers' CPU per step = u S + v W: u a server's own work per step (its share of the
+        # optimizer's update is in v's and u's sum too), v the work per push (sums, factor products,
+        # the reply).
+        A = np.array([[c["servers"], c["workers"]] for c in mine], float)
+        u, v = np.linalg.lstsq(A, np.array([sum(c["cpu_s_per_step"]["servers"]) for c in mine]), rcond=None)[0]
+        u, v = max(u, 0.0), max(v, 0.0)
         c_c = statistics.median(c["cpu_s_per_step"]["coordinator"] / c["workers"] for c in mine)
         mine_d = [c for c in ddp if c["model"] == model]
         c_d = statistics.median(c["cpu_s_per_step"] / c["workers"] for c in mine_d) if mine_d else float("nan")
-        consts[model] = (c_w, c_s, c_c, c_d)
-        print(f"- {model} ({params(MODELS[model]):,} parameters, b = {b}): worker c_w = {1e3 * c_w:.1f} ms, server "
-              f"c_s = {1e3 * c_s:.2f} ms per worker served, coordinator {1e3 * c_c:.2f} ms per worker"
-              + (f", DDP rank {1e3 * c_d:.1f} ms" if mine_d else ""))
+        consts[model] = (c_w, u, v, c_c, c_d)
+        cw_text = ", ".join(f"{1e3 * t:.1f} ms with kernels {''.join('F' if f else 'g' for f in k)}" for k, t in sorted(c_w.items()))
+        print(f"- {model} ({params(units):,} parameters, b = {b}): a worker's step c_w = {cw_text} (F: pushed as "
+              f"factors, g: as a gradient); a server {1e3 * u:.1f} ms + {1e3 * v:.2f} ms per worker it serves; the "
+              f"coordinator {1e3 * c_c:.2f} ms per worker (examples and a progress report per worker and step)"
+              + (f"; a DDP rank {1e3 * c_d:.1f} ms" if mine_d else ""))
     alpha = 50e-6  # one gloo ring hop's latency on a LAN; the bed has no latency to fit it from
     R = a.rate_gbit * 1e9 / 8
     W = a.workers
-    print(f"\n## 4. Prediction: {W} workers at {a.rate_gbit:g} Gbit/s per node (samples/s; step time; what limits)\n")
-    print("| job | exchange | S | samples/s | step | worker link | busiest server link | server CPU | worker CPU | limit | speed-up over 1 worker |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for model, (c_w, c_s, c_c, c_d) in consts.items():
+    print(f"\n## 4. Prediction: {W} workers at {a.rate_gbit:g} Gbit/s per node, a host per node "
+          f"(t = t0 + max(worker CPU + server CPU, worker link, server link, coordinator CPU))\n")
+    print("| job | variant | S | samples/s | step | worker CPU | server CPU | worker link | busiest server link | coordinator CPU | limit | speed-up over 1 worker |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for model, (c_w, u, v, c_c, c_d) in consts.items():
         units = MODELS[model]
         M = 4 * params(units)
 
-        def step(Wk, S, push_pull=None, per_host=1):
-            push, pull = push_pull or bytes_per_worker(units, b, S, nz)
-            t_w = wire * max(push, pull) / (eta * R)
-            t_s = wire * (Wk / per_host) * max(push, pull) / S / (eta * R)
-            t_sc = c_s * (Wk / per_host) / S
-            t = t0 + c_w + t_sc + max(t_w, t_s)
-            parts = {"worker link": t_w, "server link": t_s, "server CPU": t_sc, "worker CPU": c_w}
+        def worker_cpu(S):
+            k = pattern(units, b, S)
+            if k in c_w:
+                return c_w[k]
+            # Not measured: the nearest pattern (most kernels pushed the same way).
+            return c_w[max(c_w, key=lambda m: sum(x == y for x, y in zip(m, k)))]
+
+        def step(Wk, S, reply_factor=1.0, per_host=1):
+            push, pull = bytes_per_worker(units, b, S, nz)
+            pull *= reply_factor
+            pushers = Wk / per_host  # what the servers see: one push per host after local sums
+            parts = {"worker CPU": worker_cpu(S), "server CPU": u + v * pushers / S,
+                     "worker link": wire * max(push, pull) / (eta * R),
+                     "server link": wire * pushers * max(push, pull) / S / (eta * R),
+                     "coordinator CPU": c_c * Wk}
+            t = t0 + max(parts["worker CPU"] + parts["server CPU"], parts["worker link"], parts["server link"],
+                         parts["coordinator CPU"])
             return t, parts
 
         one = b / step(1, 1)[0]
-        scenarios = [("default", S, None, 1) for S in (1, 4, 8, 16, 32, 64)]
-        for S in (4, 16):
-            push, pull = bytes_per_worker(units, b, S, nz)
-            scenarios.append(("replies in fp16 (not built)", S, (push, pull / 2), 1))
-        scenarios += [("hierarchical: 8 workers per host summed first", 4, None, 8),
-                      ("hierarchical: 8 workers per host summed first", 8, None, 8)]
-        for name, S, pp, h in scenarios:
-            t, parts = step(W, S, pp, h)
-            limit = max(parts, key=parts.get)
-            print(f"| {model} | {name} | {S} | {W * b / t:,.0f} | {1e3 * t:.1f} ms | {1e3 * parts['worker link']:.1f} ms | "
-                  f"{1e3 * parts['server link']:.1f} ms | {1e3 * parts['server CPU']:.1f} ms | {1e3 * c_w:.1f} ms | {limit} | "
+        scenarios = [("default", S, 1.0, 1) for S in (1, 4, 8, 16, 32, 64)]
+        scenarios += [("replies in fp16 (not built)", S, 0.5, 1) for S in (4, 16)]
+        scenarios += [("hierarchical: 8 workers per host summed first", S, 1.0, 8) for S in (4, 8)]
+        for name, S, rf, h in scenarios:
+            t, parts = step(W, S, rf, h)
+            worst = max(parts, key=parts.get)
+            print(f"| {model} | {name} | {S} | {W * b / t:,.0f} | {1e3 * t:.1f} ms | {1e3 * parts['worker CPU']:.1f} ms | "
+                  f"{1e3 * parts['server CPU']:.1f} ms | {1e3 * parts['worker link']:.1f} ms | "
+                  f"{1e3 * parts['server link']:.1f} ms | {1e3 * parts['coordinator CPU']:.1f} ms | {worst} | "
                   f"{W * b / t / one:.1f}x |")
         if c_d == c_d:
-            t = t0 + c_d + wire * 2 * (W - 1) / W * M / (eta * R) + 2 * (W - 1) * alpha
-            print(f"| {model} | DDP ring allreduce | - | {W * b / t:,.0f} | {1e3 * t:.1f} ms | "
-                  f"{1e3 * wire * 2 * (W - 1) / W * M / (eta * R):.1f} ms | - | - | {1e3 * c_d:.1f} ms | | "
-                  f"{W * b / t / (b / (t0 + c_d)):.1f}x |")
-        # Where it stops: the server link's term reaches the compute (worker CPU) term.
-        for S in (1, 4, 16):
+            link = wire * 2 * (W - 1) / W * M / (eta * R)
+            t = t0d + max(c_d, link) + 2 * (W - 1) * alpha
+            print(f"| {model} | DDP ring allreduce | - | {W * b / t:,.0f} | {1e3 * t:.1f} ms | {1e3 * c_d:.1f} ms | - | "
+                  f"{1e3 * link:.1f} ms | - | - | {'link' if link > c_d else 'worker CPU'} | "
+                  f"{W * b / t / (b / (t0d + c_d)):.1f}x |")
+        # Where it stops: the busiest server's link or CPU reaches a worker's compute.
+        for S in (1, 4, 16, 64):
             push, pull = bytes_per_worker(units, b, S, nz)
-            w_star = S * (c_w + t0) * eta * R / (wire * max(push, pull))
-            print(f"\n{model}, S = {S}: the servers' links take as long as a worker's compute from W = {w_star:.0f} "
-                  f"workers on (W/S x {max(push, pull) / 1e6:.2f} MB a step per server)", end="")
-        print("\n")
+            w_link = S * worker_cpu(S) * eta * R / (wire * max(push, pull))
+            w_cpu = S * (worker_cpu(S) - u) / v if v else float("inf")
+            print(f"\n{model}, S = {S}: the servers' links take as long as a worker's compute from W = {w_link:.0f} "
+                  f"(each server sends W/S x {max(push, pull) / 1e6:.2f} MB a step), their CPU from W = {max(w_cpu, 0):.0f}", end="")
+        print(f"; the coordinator's CPU from W = {worker_cpu(64) / c_c:.0f}\n")
 
 
 if __name__ == "__main__":
