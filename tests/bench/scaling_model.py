@@ -2,7 +2,7 @@
 the test bed"), fitted to tests/bench/scaling_bench.sh's figures, and its predictions.
 
 Usage: /usr/bin/python3 tests/bench/scaling_model.py RESULTS.jsonl [RESULTS.jsonl ...]
-           [--data-dir DIR] [--workers 64] [--rate-gbit 25]
+           [--data-dir DIR] [--workers 64] [--rate-gbit 25] [--coordinator-ms-per-worker MS]
 
 1. Bytes per step (exact, from the architecture; checked against every measured cell). Per worker
    with b examples a step and S servers, for each dense kernel in x out (docs/DESIGN-NOTES.md):
@@ -109,6 +109,9 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("PSTRAIN_DATA_DIR", os.path.join(ROOT, "..", "shared", "data")))
     ap.add_argument("--workers", type=int, default=64)
     ap.add_argument("--rate-gbit", type=float, default=25)
+    ap.add_argument("--coordinator-ms-per-worker", type=float, default=None,
+                    help="the coordinator's CPU per worker and step in the prediction instead of the fitted one "
+                         "(the cells report progress every step; the spec's default is every 10)")
     a = ap.parse_args()
     cells = [json.loads(l) for f in a.results for l in open(f) if l.strip()]
     ps = [c for c in cells if c["kind"] == "pstrain"]
@@ -130,92 +133,122 @@ def main():
     print(f"\nwire / formula: median {wire:.3f} (TCP/IP headers, Cap'n Proto framing, retransmissions; "
           f"min {min(wire_over):.3f}, max {max(wire_over):.3f})\n")
 
-    # 2. The bed's step time.
-    print("## 2. Step time on the bed: t = t0 + max(C/P, N/(eta R)), fitted (least relative error)\n")
-    Cs, Ns, ys = [], [], []
-    for c in ps:
-        c["_C"] = c["cpu_s_per_step"]["coordinator"] + sum(c["cpu_s_per_step"]["workers"]) + sum(c["cpu_s_per_step"]["servers"])
-        c["_N"] = max(c["worker_out"], c["worker_in"], c["server_in_max"], c["server_out_max"])
-        Cs.append(c["_C"])
-        Ns.append(8 * c["_N"] / RATES[c["rate"]])
-        ys.append(c["step_s"])
-    t0, P, eta = fit_bed(Cs, Ns, ys)
-    print(f"t0 = {1e3 * t0:.1f} ms, P = {P:.2f} cores, eta = {eta:.2f} (over {len(ps)} cells)\n")
-    print("| job | link | W | S | step measured | CPU-s per step (C) | busiest link bytes (N) | C/P | N/(eta R) | step fitted | error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    errs = []
-    for c, n in sorted(zip(ps, Ns), key=lambda z: (z[0]["model"], z[0]["rate"], z[0]["workers"], z[0]["servers"])):
-        fit = t0 + max(c["_C"] / P, n / eta)
-        errs.append(abs(fit / c["step_s"] - 1))
-        print(f"| {c['model']} | {c['rate']} | {c['workers']} | {c['servers']} | {1e3 * c['step_s']:.1f} ms | "
-              f"{1e3 * c['_C']:.1f} ms | {c['_N'] / 1e6:.2f} MB | {1e3 * c['_C'] / P:.1f} ms | "
-              f"{1e3 * n / eta:.1f} ms | {1e3 * fit:.1f} ms | {100 * (fit / c['step_s'] - 1):+.0f}% |")
-    print(f"\nmedian |error| {100 * statistics.median(errs):.0f}%, max {100 * max(errs):.0f}%\n")
+    # 2. The bed's step time, per job (the jobs ran at different times; the machine is shared and
+    # its load changed: P is the cores the job's processes got).
+    print("## 2. Step time on the bed: t = t0 + max(C/P, N/(eta R)), fitted per job (least relative error)\n")
+    fits = {}
+    for model in sorted({c["model"] for c in ps}):
+        mine = [c for c in ps if c["model"] == model]
+        for c in mine:
+            c["_C"] = c["cpu_s_per_step"]["coordinator"] + sum(c["cpu_s_per_step"]["workers"]) + sum(c["cpu_s_per_step"]["servers"])
+            c["_N"] = max(c["worker_out"], c["worker_in"], c["server_in_max"], c["server_out_max"])
+        t0, P, eta = fit_bed([c["_C"] for c in mine], [8 * c["_N"] / RATES[c["rate"]] for c in mine],
+                             [c["step_s"] for c in mine])
+        fits[model] = (t0, P, eta)
+        print(f"{model}: t0 = {1e3 * t0:.1f} ms, P = {P:.2f} cores, eta = {eta:.2f} (over {len(mine)} cells)\n")
+        print("| job | link | W | S | step measured | CPU-s per step (C) | busiest link bytes (N) | C/P | N/(eta R) | step fitted | error |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        errs = []
+        for c in sorted(mine, key=lambda c: (c["rate"], c["workers"], c["servers"])):
+            n = 8 * c["_N"] / RATES[c["rate"]]
+            fit = t0 + max(c["_C"] / P, n / eta)
+            errs.append(abs(fit / c["step_s"] - 1))
+            print(f"| {model} | {c['rate']} | {c['workers']} | {c['servers']} | {1e3 * c['step_s']:.1f} ms | "
+                  f"{1e3 * c['_C']:.1f} ms | {c['_N'] / 1e6:.2f} MB | {1e3 * c['_C'] / P:.1f} ms | "
+                  f"{1e3 * n / eta:.1f} ms | {1e3 * fit:.1f} ms | {100 * (fit / c['step_s'] - 1):+.0f}% |")
+        print(f"\nmedian |error| {100 * statistics.median(errs):.0f}%, max {100 * max(errs):.0f}%\n")
+    t0d = {}
     if ddp:
-        print("DDP (gloo ring) on the bed, the same form with the P and eta above, its own t0 (median residual):\n")
-        res = [c["step_s"] - max(c["cpu_s_per_step"] / P, 8 * max(c["worker_out"], c["worker_in"]) / RATES[c["rate"]] / eta)
-               for c in ddp]
-        t0d = max(0.0, statistics.median(res))
-        print(f"t0_ddp = {1e3 * t0d:.1f} ms\n")
+        print("DDP (gloo ring) on the bed, the same form with its job's P and eta, its own t0 (median residual):\n")
         print("| job | link | W | step measured | C | N | step fitted | error |")
         print("|---|---|---|---|---|---|---|---|")
-        for c in sorted(ddp, key=lambda c: (c["model"], c["rate"], c["workers"])):
-            N = max(c["worker_out"], c["worker_in"])
-            fit = t0d + max(c["cpu_s_per_step"] / P, 8 * N / RATES[c["rate"]] / eta)
-            print(f"| {c['model']} | {c['rate']} | {c['workers']} | {1e3 * c['step_s']:.1f} ms | {1e3 * c['cpu_s_per_step']:.1f} ms | "
-                  f"{N / 1e6:.2f} MB | {1e3 * fit:.1f} ms | {100 * (fit / c['step_s'] - 1):+.0f}% |")
-        print()
+        for model in sorted({c["model"] for c in ddp}):
+            t0, P, eta = fits[model]
+            mine = sorted((c for c in ddp if c["model"] == model), key=lambda c: (c["rate"], c["workers"]))
+            res = [c["step_s"] - max(c["cpu_s_per_step"] / P, 8 * max(c["worker_out"], c["worker_in"]) / RATES[c["rate"]] / eta)
+                   for c in mine]
+            t0d[model] = max(0.0, statistics.median(res))
+            for c in mine:
+                N = max(c["worker_out"], c["worker_in"])
+                fit = t0d[model] + max(c["cpu_s_per_step"] / P, 8 * N / RATES[c["rate"]] / eta)
+                print(f"| {model} | {c['rate']} | {c['workers']} | {1e3 * c['step_s']:.1f} ms | {1e3 * c['cpu_s_per_step']:.1f} ms | "
+                      f"{N / 1e6:.2f} MB | {1e3 * fit:.1f} ms | {100 * (fit / c['step_s'] - 1):+.0f}% |")
+        print("\n" + ", ".join(f"{m}: t0_ddp = {1e3 * t:.1f} ms" for m, t in t0d.items()) + "\n")
 
     # 3. Per-process CPU: the constants of the cluster model.
-    print("## 3. The cluster model's constants (CPU-seconds per step)\n")
+    print("## 3. The cluster model's constants (CPU-seconds per step; F: kernel pushed as factors, g: as a gradient)\n")
     consts = {}
     for model in sorted({c["model"] for c in ps}):
         units = MODELS[model]
         mine = [c for c in ps if c["model"] == model]
-        # A worker's CPU per step depends on which kernels it pushes as factors (the products of
-        # the others it computes itself): the median per pattern.
-        by_pattern = {}
+        groups = {}
         for c in mine:
-            by_pattern.setdefault(pattern(units, b, c["servers"]), []).extend(c["cpu_s_per_step"]["workers"])
-        c_w = {k: statistics.median(v) for k, v in by_pattern.items()}
-        # All servers' CPU per step = u S + v W: u a server's own work per step (its share of the
-        # optimizer's update is in v's and u's sum too), v the work per push (sums, factor products,
-        # the reply).
-        A = np.array([[c["servers"], c["workers"]] for c in mine], float)
-        u, v = np.linalg.lstsq(A, np.array([sum(c["cpu_s_per_step"]["servers"]) for c in mine]), rcond=None)[0]
-        u, v = max(u, 0.0), max(v, 0.0)
-        c_c = statistics.median(c["cpu_s_per_step"]["coordinator"] / c["workers"] for c in mine)
+            groups.setdefault(pattern(units, b, c["servers"]), []).append(c)
+        per = {}
+        for k, cs in sorted(groups.items()):
+            # A worker's step: the median. All servers' CPU per step = u S + v W: u a server's own work
+            # per step, v the work per push (sums, the factor products, the reply).
+            c_w = statistics.median(x for c in cs for x in c["cpu_s_per_step"]["workers"])
+            A = np.array([[c["servers"], c["workers"]] for c in cs], float)
+            u, v = np.linalg.lstsq(A, np.array([sum(c["cpu_s_per_step"]["servers"]) for c in cs]), rcond=None)[0]
+            per[k] = (c_w, max(u, 0.0), max(v, 0.0))
+            print(f"- {model}, kernels {''.join('F' if f else 'g' for f in k)} (S = "
+                  f"{', '.join(str(x) for x in sorted({c['servers'] for c in cs}))}): a worker's step {1e3 * c_w:.1f} ms; "
+                  f"a server {1e3 * max(u, 0):.1f} ms + {1e3 * max(v, 0):.2f} ms per worker it serves")
+        # The coordinator: a part per second (heartbeats, this benchmark's 10 polls a second of the
+        # job's status) and a part per worker and step (examples, progress reports): CPU per step =
+        # a t_step + c W.
+        A = np.array([[c["step_s"], c["workers"]] for c in mine], float)
+        a_c, c_c = np.linalg.lstsq(A, np.array([c["cpu_s_per_step"]["coordinator"] for c in mine]), rcond=None)[0]
+        c_c = max(c_c, 0.0)
+        if a.coordinator_ms_per_worker is not None:
+            print(f"- {model}: the coordinator fitted at {1e3 * c_c:.2f} ms per worker and step; the prediction takes "
+                  f"{a.coordinator_ms_per_worker:.2f} ms (--coordinator-ms-per-worker)")
+            c_c = a.coordinator_ms_per_worker / 1e3
         mine_d = [c for c in ddp if c["model"] == model]
         c_d = statistics.median(c["cpu_s_per_step"] / c["workers"] for c in mine_d) if mine_d else float("nan")
-        consts[model] = (c_w, u, v, c_c, c_d)
-        cw_text = ", ".join(f"{1e3 * t:.1f} ms with kernels {''.join('F' if f else 'g' for f in k)}" for k, t in sorted(c_w.items()))
-        print(f"- {model} ({params(units):,} parameters, b = {b}): a worker's step c_w = {cw_text} (F: pushed as "
-              f"factors, g: as a gradient); a server {1e3 * u:.1f} ms + {1e3 * v:.2f} ms per worker it serves; the "
-              f"coordinator {1e3 * c_c:.2f} ms per worker (examples and a progress report per worker and step)"
-              + (f"; a DDP rank {1e3 * c_d:.1f} ms" if mine_d else ""))
+        consts[model] = (per, c_c, c_d)
+        print(f"- {model}: the coordinator {100 * a_c:.1f}% of a core + {1e3 * c_c:.2f} ms per worker and step"
+              + (f"; a DDP rank's step {1e3 * c_d:.1f} ms" if mine_d else "") + "\n")
     alpha = 50e-6  # one gloo ring hop's latency on a LAN; the bed has no latency to fit it from
     R = a.rate_gbit * 1e9 / 8
     W = a.workers
-    print(f"\n## 4. Prediction: {W} workers at {a.rate_gbit:g} Gbit/s per node, a host per node "
-          f"(t = t0 + max(worker CPU + server CPU, worker link, server link, coordinator CPU))\n")
+    print(f"## 4. Prediction: {W} workers at {a.rate_gbit:g} Gbit/s per node, a host per node\n")
+    print("t = t0 + max(worker CPU + server CPU, worker link, busiest server link, coordinator CPU), each "
+          "server one core (its event loop), links at the bed's eta.\n")
     print("| job | variant | S | samples/s | step | worker CPU | server CPU | worker link | busiest server link | coordinator CPU | limit | speed-up over 1 worker |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for model, (c_w, u, v, c_c, c_d) in consts.items():
+    for model, (per, c_c, c_d) in consts.items():
         units = MODELS[model]
         M = 4 * params(units)
+        t0, P, eta = fits[model]
+        plain = tuple(False for _ in units[1:])
+        # The server's cost of a push of whole gradients, where no cell measured it: the mnist
+        # cells' per-parameter cost (whole gradients are summed element by element).
+        per_param_plain = None
+        if "mnist" in consts and plain in consts["mnist"][0]:
+            per_param_plain = consts["mnist"][0][plain][2] / params(MODELS["mnist"])
 
-        def worker_cpu(S):
-            k = pattern(units, b, S)
-            if k in c_w:
-                return c_w[k]
-            # Not measured: the nearest pattern (most kernels pushed the same way).
-            return c_w[max(c_w, key=lambda m: sum(x == y for x, y in zip(m, k)))]
+        def constants(k):
+            if k in per:
+                return per[k]
+            near = max(per, key=lambda m: sum(x == y for x, y in zip(m, k)))
+            c_w, u, v = per[near]
+            if k == plain and per_param_plain is not None:
+                v = per_param_plain * params(units)
+            return c_w, u, v
 
         def step(Wk, S, reply_factor=1.0, per_host=1):
-            push, pull = bytes_per_worker(units, b, S, nz)
+            k = pattern(units, b, S) if per_host == 1 else plain
+            c_w, u, v = constants(k)
+            if per_host == 1:
+                push, pull = bytes_per_worker(units, b, S, nz)
+            else:  # a host sums its workers' whole gradients and pushes once (no factors: they do not add up)
+                push, pull = bytes_per_worker([units[0], *units[1:]], b * per_host, 10 ** 6, 784)
+                c_w = constants(plain)[0]
             pull *= reply_factor
-            pushers = Wk / per_host  # what the servers see: one push per host after local sums
-            parts = {"worker CPU": worker_cpu(S), "server CPU": u + v * pushers / S,
+            pushers = Wk / per_host
+            parts = {"worker CPU": c_w, "server CPU": u + v * pushers / S,
                      "worker link": wire * max(push, pull) / (eta * R),
                      "server link": wire * pushers * max(push, pull) / S / (eta * R),
                      "coordinator CPU": c_c * Wk}
@@ -226,29 +259,34 @@ def main():
         one = b / step(1, 1)[0]
         scenarios = [("default", S, 1.0, 1) for S in (1, 4, 8, 16, 32, 64)]
         scenarios += [("replies in fp16 (not built)", S, 0.5, 1) for S in (4, 16)]
-        scenarios += [("hierarchical: 8 workers per host summed first", S, 1.0, 8) for S in (4, 8)]
+        scenarios += [("hierarchical: 8 workers a host, summed gradients", S, 1.0, 8) for S in (4, 8)]
         for name, S, rf, h in scenarios:
             t, parts = step(W, S, rf, h)
-            worst = max(parts, key=parts.get)
+            terms = {"worker + server CPU": parts["worker CPU"] + parts["server CPU"], "worker link": parts["worker link"],
+                     "server link": parts["server link"], "coordinator CPU": parts["coordinator CPU"]}
+            worst = max(terms, key=terms.get)
+            if worst == "worker + server CPU":
+                worst = "server CPU" if parts["server CPU"] > parts["worker CPU"] else "worker CPU"
             print(f"| {model} | {name} | {S} | {W * b / t:,.0f} | {1e3 * t:.1f} ms | {1e3 * parts['worker CPU']:.1f} ms | "
                   f"{1e3 * parts['server CPU']:.1f} ms | {1e3 * parts['worker link']:.1f} ms | "
                   f"{1e3 * parts['server link']:.1f} ms | {1e3 * parts['coordinator CPU']:.1f} ms | {worst} | "
                   f"{W * b / t / one:.1f}x |")
         if c_d == c_d:
             link = wire * 2 * (W - 1) / W * M / (eta * R)
-            t = t0d + max(c_d, link) + 2 * (W - 1) * alpha
+            t = t0d[model] + max(c_d, link) + 2 * (W - 1) * alpha
             print(f"| {model} | DDP ring allreduce | - | {W * b / t:,.0f} | {1e3 * t:.1f} ms | {1e3 * c_d:.1f} ms | - | "
                   f"{1e3 * link:.1f} ms | - | - | {'link' if link > c_d else 'worker CPU'} | "
-                  f"{W * b / t / (b / (t0d + c_d)):.1f}x |")
-        # Where it stops: the busiest server's link or CPU reaches a worker's compute.
+                  f"{W * b / t / (b / (t0d[model] + c_d)):.1f}x |")
+        # Where it stops: the busiest server's CPU or link reaches a worker's compute.
+        print()
         for S in (1, 4, 16, 64):
             push, pull = bytes_per_worker(units, b, S, nz)
-            w_link = S * worker_cpu(S) * eta * R / (wire * max(push, pull))
-            w_cpu = S * (worker_cpu(S) - u) / v if v else float("inf")
-            print(f"\n{model}, S = {S}: the servers' links take as long as a worker's compute from W = {w_link:.0f} "
-                  f"(each server sends W/S x {max(push, pull) / 1e6:.2f} MB a step), their CPU from W = {max(w_cpu, 0):.0f}", end="")
-        print(f"; the coordinator's CPU from W = {worker_cpu(64) / c_c:.0f}\n")
-
+            c_w, u, v = constants(pattern(units, b, S))
+            w_link = S * c_w * eta * R / (wire * max(push, pull))
+            w_cpu = S * max(c_w - u, 0) / v if v else float("inf")
+            print(f"- {model}, S = {S}: a server's CPU per step passes a worker's from W = {w_cpu:.0f}, its link from "
+                  f"W = {w_link:.0f} (it sends W/S x {max(push, pull) / 1e6:.2f} MB a step)")
+        print(f"- {model}: the coordinator's CPU passes a worker's from W = {constants(pattern(units, b, 64))[0] / c_c:.0f}\n")
 
 if __name__ == "__main__":
     main()
