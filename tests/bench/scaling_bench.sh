@@ -16,8 +16,9 @@
 # The job spec has no step cap: a cell trains on a dataset made for it of min(steps, 100) x W x 64
 # examples of mnist10k (cyclic; scaling_bench.py data) for ceil(steps / 100) epochs, so every cell
 # runs --steps steps (rounded up to whole epochs of 100); each epoch ends with an evaluation of
-# 500 test examples, inside the window. The window measured: from the step past 20% of the steps to the last step
-# before 95% (the first pull, the final evaluation and the model's collection left out).
+# 500 test examples, inside the window. The window measured: from the step past 20% of the
+# steps to the last step before 95% (the first pull, the final evaluation and the model's
+# collection left out).
 #
 # Default exchange of the workers (row-sparse replies, factored pushes, first layer's forward on
 # the servers); --exchange dense for whole float32 chunks both ways.
@@ -52,7 +53,7 @@ while (($#)); do
     --bed) BED=${2:?}; shift 2 ;;
     --metrics-every) METRICS_EVERY=${2:?}; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "scaling_bench.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
