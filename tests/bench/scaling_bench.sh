@@ -33,7 +33,8 @@
 # the end; tests/bench/scaling_model.py fits the paper model to them).
 # Needs root, ip, tc, PyTorch for --ddp (/usr/bin/python3). Env: PSTRAIN_DATA_DIR,
 # PSTRAIN_BUILD_DIR (default <repo>/build), RESULTS (where results.jsonl is copied; default
-# /tmp/scaling-results.jsonl). Logs in a temp dir (printed; removed unless --keep).
+# /tmp/scaling-results.jsonl). Logs in a temp dir (printed; removed unless --keep; each cell's
+# checkpoints and backups are removed as soon as it ends).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -158,6 +159,10 @@ run_pstrain() {  # model rate W S
   wait "$poller" || true
   wait "$coordinator" || echo "scaling_bench.sh: $model $rate $W x $S: coordinator exit $?" >&2
   stop_nodes
+  # The cell's state (checkpoints, backups: ~1 GB a cell for the large MLP) is not needed, even
+  # with --keep: the logs and samples are.
+  rm -rf "$dir/state" "$dir/datasets"
+  for ((i = 0; i < S; i++)); do rm -rf "$dir/server-$i"; done
   /usr/bin/python3 "$PY" row --samples "$dir/samples" --model "$model" --rate "$rate" --workers "$W" --servers "$S" \
     --batch-per-worker "$BATCH" --json "$WORK/results.jsonl" || echo "| $model | $rate | $W | $S | failed: see $dir |"
 }
