@@ -1,5 +1,7 @@
 #include "common/compression.h"
 
+#include "common/rng.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -130,6 +132,106 @@ void topk_with_feedback(std::span<const float> gradient, std::span<float> residu
       residual[i] = 0.0f;
       ++j;
     }
+  }
+}
+
+size_t powersgd_rank(size_t rows, size_t columns, uint32_t rank) {
+  const size_t r = std::min<size_t>({rank, rows, columns});
+  if (r == 0 || (rows + columns) * r >= rows * columns) return 0;
+  return r;
+}
+
+void powersgd_initial_q(uint64_t seed, std::span<float> q) {
+  Rng rng(seed);
+  for (float& x : q) x = rng.uniform_float(-1.0f, 1.0f);
+}
+
+void orthogonalize_columns(std::span<float> p, size_t rows, size_t rank) {
+  // A column whose norm after the projections is below this fraction of its norm before them is
+  // (numerically) in the span of the previous ones: zeroed rather than blown up to noise.
+  constexpr double kRelativeFloor = 1e-6;
+  for (size_t j = 0; j < rank; ++j) {
+    double before = 0.0;
+    for (size_t i = 0; i < rows; ++i) before += static_cast<double>(p[i * rank + j]) * p[i * rank + j];
+    for (size_t k = 0; k < j; ++k) {
+      double dot = 0.0;
+      for (size_t i = 0; i < rows; ++i) dot += static_cast<double>(p[i * rank + j]) * p[i * rank + k];
+      for (size_t i = 0; i < rows; ++i) {
+        p[i * rank + j] = static_cast<float>(p[i * rank + j] - dot * p[i * rank + k]);
+      }
+    }
+    double norm = 0.0;
+    for (size_t i = 0; i < rows; ++i) norm += static_cast<double>(p[i * rank + j]) * p[i * rank + j];
+    norm = std::sqrt(norm);
+    const bool degenerate = !(norm > 0.0) || !(norm > kRelativeFloor * std::sqrt(before)) || !std::isfinite(norm);
+    for (size_t i = 0; i < rows; ++i) {
+      p[i * rank + j] = degenerate ? 0.0f : static_cast<float>(p[i * rank + j] / norm);
+    }
+  }
+}
+
+void low_rank_product(std::span<const float> p, std::span<const float> q, size_t rows, size_t columns, size_t rank,
+                      std::span<float> out) {
+  for (size_t i = 0; i < rows; ++i) {
+    const float* pi = p.data() + i * rank;
+    float* row = out.data() + i * columns;
+    for (size_t c = 0; c < columns; ++c) {
+      const float* qc = q.data() + c * rank;
+      double sum = 0.0;
+      for (size_t j = 0; j < rank; ++j) sum += static_cast<double>(pi[j]) * qc[j];
+      row[c] = static_cast<float>(sum);
+    }
+  }
+}
+
+void powersgd_with_feedback(std::span<const float> gradient, std::span<float> residual, size_t rows, size_t columns,
+                            size_t rank, std::span<float> q, std::span<float> p_out, std::span<float> q_out,
+                            std::vector<double>& scratch) {
+  const size_t n = rows * columns;
+  // M = gradient + residual, kept in `residual` until the end.
+  for (size_t i = 0; i < n; ++i) residual[i] += gradient[i];
+  const float* m = residual.data();
+  // P = M Q.
+  scratch.assign(std::max(rank, columns * rank), 0.0);
+  for (size_t i = 0; i < rows; ++i) {
+    const float* row = m + i * columns;
+    std::fill_n(scratch.begin(), rank, 0.0);
+    for (size_t c = 0; c < columns; ++c) {
+      const double x = row[c];
+      for (size_t j = 0; j < rank; ++j) scratch[j] += x * q[c * rank + j];
+    }
+    for (size_t j = 0; j < rank; ++j) p_out[i * rank + j] = static_cast<float>(scratch[j]);
+  }
+  orthogonalize_columns(p_out, rows, rank);
+  // Q = M^T P, summed over rows in order.
+  std::fill(scratch.begin(), scratch.end(), 0.0);
+  for (size_t i = 0; i < rows; ++i) {
+    const float* row = m + i * columns;
+    const float* pi = p_out.data() + i * rank;
+    for (size_t c = 0; c < columns; ++c) {
+      const double x = row[c];
+      for (size_t j = 0; j < rank; ++j) scratch[c * rank + j] += x * pi[j];
+    }
+  }
+  for (size_t k = 0; k < columns * rank; ++k) q_out[k] = static_cast<float>(scratch[k]);
+  // residual = M - P Q^T, with the receiver's own product (the same bits it adds).
+  for (size_t i = 0; i < rows; ++i) {
+    const float* pi = p_out.data() + i * rank;
+    float* row = residual.data() + i * columns;
+    for (size_t c = 0; c < columns; ++c) {
+      const float* qc = q_out.data() + c * rank;
+      double sum = 0.0;
+      for (size_t j = 0; j < rank; ++j) sum += static_cast<double>(pi[j]) * qc[j];
+      row[c] -= static_cast<float>(sum);
+    }
+  }
+  // The warm start of the next step: the new Q, but a column whose P column is zero keeps its old
+  // values (a zero column of Q would give a zero column of P forever after).
+  for (size_t j = 0; j < rank; ++j) {
+    bool zero = true;
+    for (size_t i = 0; i < rows && zero; ++i) zero = p_out[i * rank + j] == 0.0f;
+    if (zero) continue;
+    for (size_t c = 0; c < columns; ++c) q[c * rank + j] = q_out[c * rank + j];
   }
 }
 

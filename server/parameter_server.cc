@@ -213,6 +213,28 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     }
     request.gradient = *decoded;
     job.bytes_in += values.size() + size_t{indices.size()} * sizeof(uint32_t);
+  } else if (gradient.isLowRank()) {
+    const auto low_rank = gradient.getLowRank();
+    const size_t columns = low_rank.getColumns(), rank = low_rank.getRank();
+    KJ_REQUIRE(columns > 0 && chunk_size % columns == 0, "gradient.lowRank.columns must divide the chunk's size",
+               columns, chunk_size);
+    const size_t rows = chunk_size / columns;
+    KJ_REQUIRE(rank > 0 && rank <= std::min({rows, columns, kMaxPowerSgdRank}),
+               "gradient.lowRank.rank must be 1 to min(rows, columns, 64)",
+               rank, rows, columns);
+    const auto p = low_rank.getP(), q = low_rank.getQ();
+    KJ_REQUIRE(p.size() == rows * rank * sizeof(float), "gradient.lowRank.p must hold rows x rank float32", p.size(),
+               rows, rank);
+    KJ_REQUIRE(q.size() == columns * rank * sizeof(float), "gradient.lowRank.q must hold columns x rank float32",
+               q.size(), columns, rank);
+    // Copied out: Data has no alignment guarantee for float.
+    std::vector<float> pf(rows * rank), qf(columns * rank);
+    std::memcpy(pf.data(), p.begin(), p.size());
+    std::memcpy(qf.data(), q.begin(), q.size());
+    decoded = std::make_shared<std::vector<float>>(chunk_size);
+    low_rank_product(pf, qf, rows, columns, rank, *decoded);
+    request.gradient = *decoded;
+    job.bytes_in += p.size() + q.size();
   } else if (gradient.isSparse()) {
     const auto sparse = gradient.getSparse();
     const std::vector<ChunkRange> ranges = rpc::read_ranges(sparse.getRanges(), chunk_size, "gradient.sparse.ranges");

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "common/compression.h"
+#include "common/rng.h"
 #include "worker/stoppable_wait.h"
 
 namespace pstrain {
@@ -22,16 +23,33 @@ ServerChunks::ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerP
                    c.server < addresses_.size(),
                "assignment has a chunk that does not fit the model", c.key);
     offsets_.push_back(layout.params()[c.param].offset + c.offset);
+    const ParamInfo& param = layout.params()[c.param];
+    const size_t columns = param.shape.size() >= 2 ? static_cast<size_t>(param.shape.back()) : 0;
+    const bool whole_rows = columns > 0 && c.offset % columns == 0 && c.size % columns == 0;
+    columns_.push_back(whole_rows && param.role == ParamRole::kKernel ? columns : 0);
   }
   versions_.assign(chunks_.size(), 0);
   values_.resize(layout.total_size());
   next_values_.resize(layout.total_size());
 }
 
-void ServerChunks::set_compression(const CompressionSpec& compression) {
+void ServerChunks::set_compression(const CompressionSpec& compression, uint64_t seed) {
   compression_ = compression;
   residual_.clear();
-  if (compression_.kind == CompressionKind::kTopk) residual_.assign(values_.size(), 0.0f);
+  ranks_.assign(chunks_.size(), 0);
+  warm_q_.assign(chunks_.size(), {});
+  if (compression_.kind == CompressionKind::kTopk || compression_.kind == CompressionKind::kPowerSgd) {
+    residual_.assign(values_.size(), 0.0f);
+  }
+  if (compression_.kind != CompressionKind::kPowerSgd) return;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    if (columns_[k] == 0) continue;
+    ranks_[k] = powersgd_rank(chunks_[k].size / columns_[k], columns_[k], compression_.rank);
+    if (ranks_[k] == 0) continue;
+    warm_q_[k].resize(columns_[k] * ranks_[k]);
+    // The chunk's identity that outlives a re-plan with the same tensors: its tensor and start.
+    powersgd_initial_q(mix_seed(mix_seed(seed, chunks_[k].param), chunks_[k].offset), warm_q_[k]);
+  }
 }
 
 void ServerChunks::connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential) {
@@ -135,6 +153,22 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
     auto values = topk.initValues(static_cast<unsigned>(count * sizeof(float)));
     std::memcpy(values.begin(), topk_values_.data(), count * sizeof(float));
     pushed_bytes_ += count * (sizeof(uint32_t) + sizeof(float));
+  } else if (compression_.kind == CompressionKind::kPowerSgd && take_values && ranks_[k] > 0) {
+    // This worker's own slice, as rank-r factors of gradient + residual (a takeover pushes a lost
+    // worker's gradient whole, as for topk).
+    const size_t columns = columns_[k], rows = chunks_[k].size / columns, rank = ranks_[k];
+    factor_p_.resize(rows * rank);
+    factor_q_.resize(columns * rank);
+    powersgd_with_feedback({gradient, chunks_[k].size}, {residual_.data() + offsets_[k], chunks_[k].size}, rows,
+                           columns, rank, warm_q_[k], factor_p_, factor_q_, factor_scratch_);
+    auto low_rank = request.getGradient().initLowRank();
+    low_rank.setColumns(static_cast<uint32_t>(columns));
+    low_rank.setRank(static_cast<uint32_t>(rank));
+    auto p = low_rank.initP(static_cast<unsigned>(factor_p_.size() * sizeof(float)));
+    std::memcpy(p.begin(), factor_p_.data(), p.size());
+    auto q = low_rank.initQ(static_cast<unsigned>(factor_q_.size() * sizeof(float)));
+    std::memcpy(q.begin(), factor_q_.data(), q.size());
+    pushed_bytes_ += p.size() + q.size();
   } else {
     rpc::reference_tensor(request.getGradient().initDense(), {gradient, chunks_[k].size});
     pushed_bytes_ += chunks_[k].size * sizeof(float);

@@ -8,7 +8,7 @@
 // version intact until then is what lets this worker take over a lost worker's slice of the step.
 //
 // Thread rules: the event loop's thread only. Ownership: owns the connections, the value
-// buffers and the topk residual. A push points into the caller's gradient (zero-copy), which
+// buffers, the topk/powersgd residual and powersgd's warm-start factors. A push points into the caller's gradient (zero-copy), which
 // must stay untouched until the push's reply is in (a reply implies its request was fully sent).
 #pragma once
 
@@ -48,11 +48,12 @@ class ServerChunks {
                std::vector<std::string> server_addresses, const ParamLayout& layout, kj::ForkedPromise<void>& stop);
 
   // The job's training.compression, before the first pull (the session sets it once): whole-chunk
-  // pushes are encoded with it (fp16, or topk with this worker's residual) and fp16 replies
-  // decoded; fp16 values pulled whole are rounded to half precision as a reply would bring them,
+  // pushes are encoded with it (fp16, or topk/powersgd with this worker's residual) and fp16
+  // replies decoded; powersgd's first Q of each chunk comes from `seed` (the model's) and the
+  // chunk's place, so every run of a job starts from the same factors; fp16 values pulled whole are rounded to half precision as a reply would bring them,
   // so a step computes on the same values whether they came by reply or by pull (a recovered
   // run ends as an uninterrupted one). Row-sparse pushes and replies stay float32.
-  void set_compression(const CompressionSpec& compression);
+  void set_compression(const CompressionSpec& compression, uint64_t seed = 0);
 
   // Connects to every server, one after the other, proving `credential` on each.
   void connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential);
@@ -115,6 +116,9 @@ class ServerChunks {
   std::vector<ChunkInfo> chunks_;
   std::vector<size_t> offsets_;
   std::vector<uint64_t> versions_;  // per chunk
+  // Per chunk: the row length of the matrix it is whole rows of (a kernel's last dimension), or 0
+  // (a bias, or a chunk that cuts rows): powersgd's shape.
+  std::vector<size_t> columns_;
   std::vector<std::string> addresses_;
   kj::ForkedPromise<void>& stop_;
   std::vector<kj::Own<rpc::Connection>> connections_;
@@ -125,6 +129,12 @@ class ServerChunks {
   AlignedFloats residual_;                 // topk: what was not sent yet, per value
   std::vector<uint32_t> topk_indices_;
   std::vector<float> topk_values_, topk_scratch_;
+  // powersgd: per chunk, its rank (0: sent dense) and warm-start Q (columns x rank); the factors
+  // of the push being built.
+  std::vector<size_t> ranks_;
+  std::vector<std::vector<float>> warm_q_;
+  std::vector<float> factor_p_, factor_q_;
+  std::vector<double> factor_scratch_;
   uint64_t pushed_bytes_ = 0, pulled_bytes_ = 0, late_pushes_ = 0;
 };
 

@@ -58,7 +58,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
   }
   // A compressed job exchanges whole chunks (the codecs work on them; see CompressionSpec).
   const bool compressed = spec_.training.compression.kind != CompressionKind::kNone;
-  servers_.set_compression(spec_.training.compression);
+  servers_.set_compression(spec_.training.compression, spec_.model.seed);
   exchange_ = make_parameter_exchange(compressed ? Exchange::kDense : options.exchange, options.replicas, servers_,
                                       *model_, spec_.model, first_kernel);
   // A session that resumes (after a recovery) counts the job's steps from where it starts, so

@@ -122,6 +122,15 @@ interface ParameterServer {
         indices @17 :List(UInt32);
         values @18 :Data;
       }
+      # training.compression "powersgd": the chunk, as a matrix of `columns` float32 per row
+      # (rows = chunk size / columns), is P Q^T: p is rows x rank, q is columns x rank, both
+      # row-major float32 (common/compression.h low_rank_product).
+      lowRank :group {
+        columns @20 :UInt32;
+        rank @21 :UInt32;
+        p @22 :Data;
+        q @23 :Data;
+      }
     }
     # What the reply's `values` carry: the whole chunk, or only these ranges' values (none: an
     # empty reply).
