@@ -237,6 +237,27 @@ TEST_CASE("parameter server - fp16 and topk pushes update as the same float32 gr
   });
   CHECK(topk.values == dense_sparse.values);
   CHECK(topk.values != dense.values);
+
+  // powersgd: rank 2 factors of the chunk as rows of 16; products exact in float32, so the dense
+  // push of P Q^T (worked out here by hand) gives the same values.
+  REQUIRE(n % 16 == 0);
+  const size_t columns = 16, rows = n / columns, rank = 2;
+  std::vector<float> p(rows * rank), q(columns * rank), product(n);
+  for (size_t i = 0; i < rows; ++i) p[i * rank] = 0.5f * static_cast<float>(i % 4), p[i * rank + 1] = i % 2 ? 0.25f : -1.0f;
+  for (size_t c = 0; c < columns; ++c) q[c * rank] = static_cast<float>(c % 3) - 1.0f, q[c * rank + 1] = 0.125f * static_cast<float>(c);
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t c = 0; c < columns; ++c) product[i * columns + c] = p[i * rank] * q[c * rank] + p[i * rank + 1] * q[c * rank + 1];
+  }
+  const After dense_product = after([&](auto& r) { rpc::set_tensor(r.getGradient().initDense(), product); });
+  const After low_rank = after([&](auto& r) {
+    auto l = r.getGradient().initLowRank();
+    l.setColumns(static_cast<uint32_t>(columns));
+    l.setRank(static_cast<uint32_t>(rank));
+    std::memcpy(l.initP(static_cast<unsigned>(p.size() * 4)).begin(), p.data(), p.size() * 4);
+    std::memcpy(l.initQ(static_cast<unsigned>(q.size() * 4)).begin(), q.data(), q.size() * 4);
+  });
+  CHECK(low_rank.values == dense_product.values);
+  CHECK(low_rank.values != dense.values);
 }
 
 TEST_CASE("parameter server - malformed compressed pushes fail naming the field, and the server goes on") {
@@ -269,5 +290,21 @@ TEST_CASE("parameter server - malformed compressed pushes fail naming the field,
     t.initIndices(2);
     t.initValues(4);
   }, "gradient.topk.values");
+  auto low_rank = [&](uint32_t columns, uint32_t rank, size_t p_floats, size_t q_floats) {
+    return [=](auto& r) {
+      auto l = r.getGradient().initLowRank();
+      l.setColumns(columns);
+      l.setRank(rank);
+      l.initP(static_cast<unsigned>(p_floats * 4));
+      l.initQ(static_cast<unsigned>(q_floats * 4));
+    };
+  };
+  const size_t rows = n / 16;
+  fails_with(low_rank(0, 1, rows, 16), "gradient.lowRank.columns");
+  fails_with(low_rank(static_cast<uint32_t>(n + 1), 1, 1, n + 1), "gradient.lowRank.columns");
+  fails_with(low_rank(16, 0, 0, 0), "gradient.lowRank.rank");
+  fails_with(low_rank(16, 17, rows * 17, 16 * 17), "gradient.lowRank.rank");  // above min(rows, columns)
+  fails_with(low_rank(16, 2, rows * 2 - 1, 32), "gradient.lowRank.p");
+  fails_with(low_rank(16, 2, rows * 2, 31), "gradient.lowRank.q");
   CHECK(f.values(0).size() == n);
 }
