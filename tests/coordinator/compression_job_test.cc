@@ -86,7 +86,7 @@ TEST_CASE("compression topk: trains with error feedback, is deterministic, and p
 }
 
 TEST_CASE("compression powersgd: trains with error feedback, is deterministic, and pushes only the factors of each kernel chunk") {
-  const Run r = check_trains_and_repeats(CompressionKind::kPowerSgd, 0.85, 0.1f, 4);
+  const Run r = check_trains_and_repeats(CompressionKind::kPowerSgd, 0.83, 0.1f, 4);
   // One server: the 784 x 64 kernel in 4 chunks of 196 whole rows, 64 x 32 and 32 x 10 whole; each
   // goes as (rows + columns) x 4 floats, the biases (64 + 32 + 10) dense.
   const double floats = 4 * (196 + 64) * 4 + (64 + 32) * 4 + (32 + 10) * 4 + (64 + 32 + 10);
