@@ -154,7 +154,9 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
   std::weak_ptr<Job> weak = jobs_.at(job_id);
   const bool exact = params.getExact();
   const uint64_t wanted = params.getMinVersion();
-  return paf.promise.then([context, weak, key, exact, wanted](uint64_t) mutable {
+  const std::optional<uint32_t> state_of =
+      params.getWithState() ? std::optional<uint32_t>(params.getStateOf()) : std::nullopt;
+  return paf.promise.then([context, weak, key, exact, wanted, state_of](uint64_t) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();
@@ -170,6 +172,13 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
     results.setVersion(job->shard->version(key));
     rpc::set_tensor(results.initValues(), job->shard->values(key));
     job->bytes_out += job->shard->chunk_size(key) * sizeof(float);
+    if (state_of) {
+      if (const std::vector<float>* state = job->shard->worker_state(key, *state_of)) {
+        auto data = results.initWorkerState(static_cast<unsigned>(state->size() * sizeof(float)));
+        std::memcpy(data.begin(), state->data(), data.size());
+        job->bytes_out += data.size();
+      }
+    }
   });
 }
 
@@ -251,6 +260,18 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     request.gradient = rpc::tensor_view(gradient.getDense(), chunk_size, "gradient.dense");
     job.bytes_in += request.gradient.size_bytes();
   }
+  // The worker's compression state for the chunk (kept with the version this push makes, for its
+  // backup); copied out of the message like a decoded gradient.
+  std::shared_ptr<std::vector<float>> worker_state;
+  if (const auto state = params.getWorkerState(); state.size() > 0) {
+    KJ_REQUIRE(state.size() % sizeof(float) == 0 && state.size() <= 2 * chunk_size * sizeof(float),
+               "workerState must be float32, at most twice the chunk's size", state.size(), chunk_size);
+    KJ_REQUIRE(job.shard->mode() == TrainingMode::kSync, "workerState is for sync jobs");
+    worker_state = std::make_shared<std::vector<float>>(state.size() / sizeof(float));
+    std::memcpy(worker_state->data(), state.begin(), state.size());
+    request.worker_state = *worker_state;
+    job.bytes_in += state.size();
+  }
   // The ranges the reply carries; none: the whole chunk.
   std::optional<std::vector<ChunkRange>> reply_ranges;
   if (const auto reply = params.getReply(); reply.isRanges()) {
@@ -267,7 +288,8 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
              [shared] { return shared.waiting(); });
   std::weak_ptr<Job> weak = jobs_.at(job_id);
   return paf.promise.then([context, weak, key, reply_ranges = std::move(reply_ranges), reply_half,
-                           decoded = std::move(decoded)](PushOutcome outcome) mutable {
+                           decoded = std::move(decoded),
+                           worker_state = std::move(worker_state)](PushOutcome outcome) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();

@@ -15,6 +15,8 @@
 #include <kj/async-io.h>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,19 @@ class ServerChunks {
   // run ends as an uninterrupted one). Row-sparse pushes and replies stay float32.
   void set_compression(const CompressionSpec& compression, uint64_t seed = 0);
 
+  // Sync jobs with topk or powersgd: `is_backup_point(v)` says whether the servers back up
+  // version v (the spec's backup frequency). The push of a step whose next version is one carries
+  // this worker's compression state for the chunk (its residual, then powersgd's warm-start Q),
+  // which the servers keep in that backup; pull() with `state_of` takes it back after a restore,
+  // so a recovered run goes on exactly as the uninterrupted one.
+  void set_backup_points(std::function<bool(uint64_t version)> is_backup_point) {
+    is_backup_point_ = std::move(is_backup_point);
+  }
+  // Whether the compression keeps state on this worker (topk, powersgd).
+  bool has_compression_state() const {
+    return compression_.kind == CompressionKind::kTopk || compression_.kind == CompressionKind::kPowerSgd;
+  }
+
   // Connects to every server, one after the other, proving `credential` on each.
   void connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential);
 
@@ -72,7 +87,10 @@ class ServerChunks {
   void set_version(size_t k, uint64_t version) { versions_[k] = version; }
 
   // Every chunk's values at a version >= min_version into values() (a session's first step).
-  void pull(kj::WaitScope& wait_scope, uint64_t min_version);
+  // With `state_of` (this worker's slice; sync, with compression state): also the compression
+  // state the servers hold for that slice at exactly min_version (a restored backup's), where
+  // they have one; chunks without one start from a zero residual and the initial Q.
+  void pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<uint32_t> state_of = std::nullopt);
   // Every chunk's values at exactly `version`, into a buffer of this class (valid until the next
   // call): what a takeover computes on when values() is current only in some rows.
   const float* pull_exact(kj::WaitScope& wait_scope, uint64_t version);
@@ -106,7 +124,12 @@ class ServerChunks {
   // Every chunk's values at a version >= min_version (exactly min_version when `exact`) into
   // `into`; their versions into `versions`.
   void pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bool exact, AlignedFloats& into,
-                 std::vector<uint64_t>& versions);
+                 std::vector<uint64_t>& versions, std::optional<uint32_t> state_of = std::nullopt);
+  // Chunk k's compression state (residual, then warm-start Q when it has one) into `request`.
+  template <typename Request>
+  void attach_state(size_t k, Request& request);
+  // Chunk k's compression state from a pull's reply; false if its size does not fit.
+  bool load_state(size_t k, capnp::Data::Reader state);
   kj::Promise<void> send_push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
                               bool take_values, const InputSparsity::Ranges& want);
 
@@ -135,6 +158,7 @@ class ServerChunks {
   std::vector<std::vector<float>> warm_q_;
   std::vector<float> factor_p_, factor_q_;
   std::vector<double> factor_scratch_;
+  std::function<bool(uint64_t)> is_backup_point_;  // sync with compression state: see set_backup_points
   uint64_t pushed_bytes_ = 0, pulled_bytes_ = 0, late_pushes_ = 0;
 };
 

@@ -308,3 +308,41 @@ TEST_CASE("parameter server - malformed compressed pushes fail naming the field,
   fails_with(low_rank(16, 2, rows * 2, 31), "gradient.lowRank.q");
   CHECK(f.values(0).size() == n);
 }
+
+TEST_CASE("parameter server - a push's workerState comes back with a pull that asks for its slice at that version") {
+  ServerFixture f;
+  f.configure();
+  const size_t n = f.chunks[0].size;
+  const std::vector<float> gradient(n, 0.5f), state{1.0f, -2.0f, 3.5f};
+  push_chunk0(f, [&](auto& r) {
+    rpc::set_tensor(r.getGradient().initDense(), gradient);
+    std::memcpy(r.initWorkerState(static_cast<unsigned>(state.size() * 4)).begin(), state.data(), state.size() * 4);
+  });
+  auto pull = [&](bool with_state, uint32_t of) {
+    auto request = f.server.pullRequest();
+    request.setJobId("job");
+    request.setKey(0);
+    request.setMinVersion(1);
+    request.setWithState(with_state);
+    request.setStateOf(of);
+    return request.send().wait(f.ws);
+  };
+  const auto mine = pull(true, 0);
+  CHECK(mine.getVersion() == 1);
+  REQUIRE(mine.getWorkerState().size() == state.size() * 4);
+  std::vector<float> back(state.size());
+  std::memcpy(back.data(), mine.getWorkerState().begin(), state.size() * 4);
+  CHECK(back == state);
+  CHECK(pull(true, 1).getWorkerState().size() == 0);   // another slice's: none
+  CHECK(pull(false, 0).getWorkerState().size() == 0);  // not asked for
+  // Malformed: not float32, or more than twice the chunk.
+  try {
+    push_chunk0(f, [&](auto& r) {
+      rpc::set_tensor(r.getGradient().initDense(), gradient);
+      r.initWorkerState(6);
+    });
+    FAIL("accepted a workerState of 6 bytes");
+  } catch (const kj::Exception& e) {
+    CHECK(std::string(e.getDescription().cStr()).find("workerState") != std::string::npos);
+  }
+}
