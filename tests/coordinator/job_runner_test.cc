@@ -218,7 +218,7 @@ TEST_CASE("rollback - with fp16 compression a recovered run ends as the uninterr
 // so before the state was saved.)
 TEST_CASE("rollback - with topk or powersgd compression a recovered run ends as the uninterrupted one, bit for bit") {
   for (const CompressionKind kind : {CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
-    INFO("compression " << compression_kind_name(kind));
+    INFO("compression " << std::string(compression_kind_name(kind)));
     JobSpec spec = small_job(3, 10);
     spec.training.compression.kind = kind;
     spec.training.compression.fraction = 0.1f;
