@@ -8,8 +8,9 @@
 // version intact until then is what lets this worker take over a lost worker's slice of the step.
 //
 // Thread rules: the event loop's thread only. Ownership: owns the connections, the value
-// buffers, the topk/powersgd residual and powersgd's warm-start factors. A push points into the caller's gradient (zero-copy), which
-// must stay untouched until the push's reply is in (a reply implies its request was fully sent).
+// buffers, the topk/powersgd residual and powersgd's warm-start factors. A push points into the
+// caller's gradient (zero-copy), which must stay untouched until the push's reply is in (a reply
+// implies its request was fully sent).
 #pragma once
 
 #include <kj/async-io.h>
@@ -52,9 +53,10 @@ class ServerChunks {
   // The job's training.compression, before the first pull (the session sets it once): whole-chunk
   // pushes are encoded with it (fp16, or topk/powersgd with this worker's residual) and fp16
   // replies decoded; powersgd's first Q of each chunk comes from `seed` (the model's) and the
-  // chunk's place, so every run of a job starts from the same factors; fp16 values pulled whole are rounded to half precision as a reply would bring them,
-  // so a step computes on the same values whether they came by reply or by pull (a recovered
-  // run ends as an uninterrupted one). Row-sparse pushes and replies stay float32.
+  // chunk's place, so every run of a job starts from the same factors; fp16 values pulled whole
+  // are rounded to half precision as a reply would bring them, so a step computes on the same
+  // values whether they came by reply or by pull (a recovered run ends as an uninterrupted one).
+  // Row-sparse pushes and replies stay float32.
   void set_compression(const CompressionSpec& compression, uint64_t seed = 0);
 
   // Sync jobs with topk or powersgd: `is_backup_point(v)` says whether the servers back up
@@ -149,7 +151,7 @@ class ServerChunks {
   AlignedFloats values_, next_values_;
   AlignedFloats exact_values_;  // pull_exact's
   CompressionSpec compression_;
-  AlignedFloats residual_;                 // topk: what was not sent yet, per value
+  AlignedFloats residual_;                 // topk, powersgd: what was not sent yet, per value
   std::vector<uint32_t> topk_indices_;
   std::vector<float> topk_values_, topk_scratch_;
   // powersgd: per chunk, its rank (0: sent dense) and warm-start Q (columns x rank); the factors
