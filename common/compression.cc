@@ -170,60 +170,67 @@ void orthogonalize_columns(std::span<float> p, size_t rows, size_t rank) {
   }
 }
 
+namespace {
+
+// sum of a[c] * b[c]: 16 lanes, each summed in order, then the lanes in order (vectorizes with
+// no reassociation the compiler would need fast-math for; the same bits on every call).
+float dot(const float* a, const float* b, size_t n) {
+  constexpr size_t kLanes = 16;
+  float lanes[kLanes] = {};
+  size_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lanes[l] += a[c + l] * b[c + l];
+  }
+  float sum = 0.0f;
+  for (; c < n; ++c) sum += a[c] * b[c];
+  for (size_t l = 0; l < kLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
+}  // namespace
+
 void low_rank_product(std::span<const float> p, std::span<const float> q, size_t rows, size_t columns, size_t rank,
                       std::span<float> out) {
   for (size_t i = 0; i < rows; ++i) {
     const float* pi = p.data() + i * rank;
     float* row = out.data() + i * columns;
-    for (size_t c = 0; c < columns; ++c) {
-      const float* qc = q.data() + c * rank;
-      double sum = 0.0;
-      for (size_t j = 0; j < rank; ++j) sum += static_cast<double>(pi[j]) * qc[j];
-      row[c] = static_cast<float>(sum);
+    for (size_t c = 0; c < columns; ++c) row[c] = 0.0f;
+    for (size_t j = 0; j < rank; ++j) {
+      const float x = pi[j];
+      const float* qj = q.data() + j * columns;
+      for (size_t c = 0; c < columns; ++c) row[c] += x * qj[c];
     }
   }
 }
 
 void powersgd_with_feedback(std::span<const float> gradient, std::span<float> residual, size_t rows, size_t columns,
                             size_t rank, std::span<float> q, std::span<float> p_out, std::span<float> q_out,
-                            std::vector<double>& scratch) {
+                            std::vector<float>& scratch) {
   const size_t n = rows * columns;
   // M = gradient + residual, kept in `residual` until the end.
   for (size_t i = 0; i < n; ++i) residual[i] += gradient[i];
   const float* m = residual.data();
-  // P = M Q.
-  scratch.assign(std::max(rank, columns * rank), 0.0);
+  // P = M Q: one dot product of a row of M and a row of Q^T per entry.
   for (size_t i = 0; i < rows; ++i) {
-    const float* row = m + i * columns;
-    std::fill_n(scratch.begin(), rank, 0.0);
-    for (size_t c = 0; c < columns; ++c) {
-      const double x = row[c];
-      for (size_t j = 0; j < rank; ++j) scratch[j] += x * q[c * rank + j];
-    }
-    for (size_t j = 0; j < rank; ++j) p_out[i * rank + j] = static_cast<float>(scratch[j]);
+    for (size_t j = 0; j < rank; ++j) p_out[i * rank + j] = dot(m + i * columns, q.data() + j * columns, columns);
   }
   orthogonalize_columns(p_out, rows, rank);
-  // Q = M^T P, summed over rows in order.
-  std::fill(scratch.begin(), scratch.end(), 0.0);
+  // Q^T = P^T M: row j of it is the sum over rows i of P[i, j] times row i of M, in row order.
+  std::fill(q_out.begin(), q_out.end(), 0.0f);
   for (size_t i = 0; i < rows; ++i) {
     const float* row = m + i * columns;
-    const float* pi = p_out.data() + i * rank;
-    for (size_t c = 0; c < columns; ++c) {
-      const double x = row[c];
-      for (size_t j = 0; j < rank; ++j) scratch[c * rank + j] += x * pi[j];
+    for (size_t j = 0; j < rank; ++j) {
+      const float x = p_out[i * rank + j];
+      float* qj = q_out.data() + j * columns;
+      for (size_t c = 0; c < columns; ++c) qj[c] += x * row[c];
     }
   }
-  for (size_t k = 0; k < columns * rank; ++k) q_out[k] = static_cast<float>(scratch[k]);
-  // residual = M - P Q^T, with the receiver's own product (the same bits it adds).
+  // residual = M - P Q^T, row by row, with the receiver's own product (the same bits it adds).
+  scratch.resize(columns);
   for (size_t i = 0; i < rows; ++i) {
-    const float* pi = p_out.data() + i * rank;
+    low_rank_product(p_out.subspan(i * rank, rank), q_out, 1, columns, rank, scratch);
     float* row = residual.data() + i * columns;
-    for (size_t c = 0; c < columns; ++c) {
-      const float* qc = q_out.data() + c * rank;
-      double sum = 0.0;
-      for (size_t j = 0; j < rank; ++j) sum += static_cast<double>(pi[j]) * qc[j];
-      row[c] -= static_cast<float>(sum);
-    }
+    for (size_t c = 0; c < columns; ++c) row[c] -= scratch[c];
   }
   // The warm start of the next step: the new Q, but a column whose P column is zero keeps its old
   // values (a zero column of Q would give a zero column of P forever after).
@@ -231,7 +238,8 @@ void powersgd_with_feedback(std::span<const float> gradient, std::span<float> re
     bool zero = true;
     for (size_t i = 0; i < rows && zero; ++i) zero = p_out[i * rank + j] == 0.0f;
     if (zero) continue;
-    for (size_t c = 0; c < columns; ++c) q[c * rank + j] = q_out[c * rank + j];
+    std::copy_n(q_out.begin() + static_cast<std::ptrdiff_t>(j * columns), columns,
+                q.begin() + static_cast<std::ptrdiff_t>(j * columns));
   }
 }
 

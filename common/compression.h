@@ -12,9 +12,10 @@
 // - powersgd (Vogels et al., NeurIPS 2019) with error feedback: a chunk of whole rows of a
 //   matrix, M (rows x columns, row-major) = gradient + residual, goes as two factors of rank r:
 //   P = M Q (Q warm-started: the previous step's), P's columns orthonormalized (Gram-Schmidt),
-//   Q = M^T P; the receiver adds P Q^T, and the residual becomes M - P Q^T. Plain loops in a
-//   fixed order (sums in double), so the same inputs give the same bits on every machine that
-//   runs the same binary; worker and server reconstruct with the same function.
+//   Q = M^T P; the receiver adds P Q^T, and the residual becomes M - P Q^T. Loops in a fixed
+//   order (dot products in fixed lanes, so they vectorize without reassociation), so the same
+//   inputs give the same bits with the same binary; worker and server reconstruct with the same
+//   function.
 //
 // Thread rules: none (no state; callers own every buffer).
 #pragma once
@@ -48,14 +49,15 @@ void topk_with_feedback(std::span<const float> gradient, std::span<float> residu
 // The largest rank a powersgd push may have (the spec's limit; the server's check).
 inline constexpr size_t kMaxPowerSgdRank = 64;
 
-// PowerSGD. Factors are row-major: P is rows x rank (p[i * rank + j]), Q is columns x rank.
+// PowerSGD. Factors are row-major: P is rows x rank (p[i * rank + j]); Q is kept transposed,
+// rank x columns (q[j * columns + c]: Q's column j is a row of it, contiguous).
 
 // The rank a chunk of rows x columns is sent at with the spec's `rank`: min(rank, rows, columns),
 // or 0 when the factors would not be smaller than the chunk ((rows + columns) * r >= rows *
 // columns): then the chunk goes dense.
 size_t powersgd_rank(size_t rows, size_t columns, uint32_t rank);
 
-// The first Q of a chunk (columns x rank), uniform in [-1, 1) from `seed`: every run of a job
+// The first Q of a chunk (rank x columns), uniform in [-1, 1) from `seed`: every run of a job
 // starts from the same factors.
 void powersgd_initial_q(uint64_t seed, std::span<float> q);
 
@@ -70,10 +72,10 @@ void low_rank_product(std::span<const float> p, std::span<const float> q, size_t
 
 // One PowerSGD step of one chunk with error feedback: M = gradient + residual (rows x columns);
 // p_out = orthonormalized M q; q_out = M^T p_out; residual = M - p_out q_out^T. `q` holds the
-// warm start (columns x rank) and becomes the next step's: q_out, except where a column of p_out
+// warm start (rank x columns) and becomes the next step's: q_out, except where a column of p_out
 // is zero (that column of q is kept: a zero column would stay zero forever). `scratch` is reused.
 void powersgd_with_feedback(std::span<const float> gradient, std::span<float> residual, size_t rows, size_t columns,
                             size_t rank, std::span<float> q, std::span<float> p_out, std::span<float> q_out,
-                            std::vector<double>& scratch);
+                            std::vector<float>& scratch);
 
 }  // namespace pstrain

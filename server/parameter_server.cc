@@ -234,7 +234,7 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     const auto p = low_rank.getP(), q = low_rank.getQ();
     KJ_REQUIRE(p.size() == rows * rank * sizeof(float), "gradient.lowRank.p must hold rows x rank float32", p.size(),
                rows, rank);
-    KJ_REQUIRE(q.size() == columns * rank * sizeof(float), "gradient.lowRank.q must hold columns x rank float32",
+    KJ_REQUIRE(q.size() == columns * rank * sizeof(float), "gradient.lowRank.q must hold rank x columns float32",
                q.size(), columns, rank);
     // Copied out: Data has no alignment guarantee for float.
     std::vector<float> pf(rows * rank), qf(columns * rank);

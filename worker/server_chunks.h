@@ -154,12 +154,12 @@ class ServerChunks {
   AlignedFloats residual_;                 // topk, powersgd: what was not sent yet, per value
   std::vector<uint32_t> topk_indices_;
   std::vector<float> topk_values_, topk_scratch_;
-  // powersgd: per chunk, its rank (0: sent dense) and warm-start Q (columns x rank); the factors
+  // powersgd: per chunk, its rank (0: sent dense) and warm-start Q (rank x columns); the factors
   // of the push being built.
   std::vector<size_t> ranks_;
   std::vector<std::vector<float>> warm_q_;
   std::vector<float> factor_p_, factor_q_;
-  std::vector<double> factor_scratch_;
+  std::vector<float> factor_scratch_;
   std::function<bool(uint64_t)> is_backup_point_;  // sync with compression state: see set_backup_points
   uint64_t pushed_bytes_ = 0, pulled_bytes_ = 0, late_pushes_ = 0;
 };

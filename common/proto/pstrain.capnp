@@ -127,8 +127,8 @@ interface ParameterServer {
         values @18 :Data;
       }
       # training.compression "powersgd": the chunk, as a matrix of `columns` float32 per row
-      # (rows = chunk size / columns), is P Q^T: p is rows x rank, q is columns x rank, both
-      # row-major float32 (common/compression.h low_rank_product).
+      # (rows = chunk size / columns), is P Q^T: p is P, rows x rank; q is Q transposed, rank x
+      # columns; both row-major float32 (common/compression.h low_rank_product).
       lowRank :group {
         columns @20 :UInt32;
         rank @21 :UInt32;

@@ -195,7 +195,7 @@ TEST_CASE("powersgd: a rank-1 matrix is reproduced exactly with rank 1, nothing 
   // so P = (0.5, 0.5, 0.5, 0.5); Q = M^T P = 2 v = (6, -2, 4); P Q^T = M (every step exact).
   const std::vector<float> m{3, -1, 2, 3, -1, 2, 3, -1, 2, 3, -1, 2};
   std::vector<float> residual(12, 0.0f), q{1.0f, 0.0f, 0.0f}, p_out(4), q_out(3);
-  std::vector<double> scratch;
+  std::vector<float> scratch;
   powersgd_with_feedback(m, residual, 4, 3, 1, q, p_out, q_out, scratch);
   CHECK(p_out == std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f});
   CHECK(q_out == std::vector<float>{6.0f, -2.0f, 4.0f});
@@ -241,7 +241,7 @@ TEST_CASE("powersgd: error feedback sends next step what this one could not") {
   // M = diag(3, 4), Q = (1, 1): P = (3, 4) / 5 = (0.6, 0.8), Q = M^T P = (1.8, 3.2),
   // P Q^T = [[1.08, 1.92], [1.44, 2.56]], residual = [[1.92, -1.92], [-1.44, 1.44]].
   std::vector<float> residual(4, 0.0f), q{1.0f, 1.0f}, p_out(2), q_out(2);
-  std::vector<double> scratch;
+  std::vector<float> scratch;
   powersgd_with_feedback(std::vector<float>{3, 0, 0, 4}, residual, 2, 2, 1, q, p_out, q_out, scratch);
   CHECK(p_out[0] == doctest::Approx(0.6));
   CHECK(p_out[1] == doctest::Approx(0.8));
@@ -288,7 +288,8 @@ TEST_CASE("powersgd: over many steps, sent + residual == the sum of the gradient
   for (const float x : q) CHECK((x >= -1.0f && x < 1.0f));
   std::vector<float> residual(rows * columns, 0.0f), residual2 = residual, p(rows * rank), qo(columns * rank);
   std::vector<float> p2 = p, qo2 = qo, product(rows * columns);
-  std::vector<double> sum(rows * columns, 0.0), sent(rows * columns, 0.0), scratch, scratch2;
+  std::vector<double> sum(rows * columns, 0.0), sent(rows * columns, 0.0);
+  std::vector<float> scratch, scratch2;
   double first_residual = 0.0, last_residual = 0.0;
   for (int step = 0; step < 30; ++step) {
     std::vector<float> g(rows * columns);

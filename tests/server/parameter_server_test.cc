@@ -244,9 +244,10 @@ TEST_CASE("parameter server - fp16 and topk pushes update as the same float32 gr
   const size_t columns = 16, rows = n / columns, rank = 2;
   std::vector<float> p(rows * rank), q(columns * rank), product(n);
   for (size_t i = 0; i < rows; ++i) p[i * rank] = 0.5f * static_cast<float>(i % 4), p[i * rank + 1] = i % 2 ? 0.25f : -1.0f;
-  for (size_t c = 0; c < columns; ++c) q[c * rank] = static_cast<float>(c % 3) - 1.0f, q[c * rank + 1] = 0.125f * static_cast<float>(c);
+  // q is Q transposed: rank x columns.
+  for (size_t c = 0; c < columns; ++c) q[c] = static_cast<float>(c % 3) - 1.0f, q[columns + c] = 0.125f * static_cast<float>(c);
   for (size_t i = 0; i < rows; ++i) {
-    for (size_t c = 0; c < columns; ++c) product[i * columns + c] = p[i * rank] * q[c * rank] + p[i * rank + 1] * q[c * rank + 1];
+    for (size_t c = 0; c < columns; ++c) product[i * columns + c] = p[i * rank] * q[c] + p[i * rank + 1] * q[columns + c];
   }
   const After dense_product = after([&](auto& r) { rpc::set_tensor(r.getGradient().initDense(), product); });
   const After low_rank = after([&](auto& r) {
