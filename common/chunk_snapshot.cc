@@ -31,7 +31,8 @@ bool take_floats(const std::string& in, size_t& at, uint64_t n, float* out) {
 }  // namespace
 
 // Layout: key u32, version u64, iterations i64, size u64, values, slot count u32, then per slot:
-// name length u32, name, values (size floats).
+// name length u32, name, values (size floats); then, only when there are worker states: their
+// count u32 and per state worker u32, length u64, values (length floats).
 std::string encode_snapshot(const ChunkSnapshot& c) {
   std::string out;
   put(out, c.key);
@@ -44,6 +45,14 @@ std::string encode_snapshot(const ChunkSnapshot& c) {
     put(out, static_cast<uint32_t>(slot.name.size()));
     out += slot.name;
     out.append(reinterpret_cast<const char*>(slot.values.data()), slot.values.size() * sizeof(float));
+  }
+  if (!c.worker_state.empty()) {
+    put(out, static_cast<uint32_t>(c.worker_state.size()));
+    for (const auto& [worker, state] : c.worker_state) {
+      put(out, worker);
+      put(out, static_cast<uint64_t>(state.size()));
+      out.append(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
+    }
   }
   return out;
 }
@@ -67,6 +76,21 @@ std::optional<ChunkSnapshot> decode_snapshot(const std::string& blob) {
     at += name_size;
     if (!take_floats(blob, at, size, slot.values.data())) return std::nullopt;
     c.optimizer_state.slots.push_back(std::move(slot));
+  }
+  if (at < blob.size()) {
+    uint32_t states = 0;
+    if (!take(blob, at, &states) || states == 0 || states > 65536) return std::nullopt;
+    for (uint32_t i = 0; i < states; ++i) {
+      uint32_t worker = 0;
+      uint64_t length = 0;
+      if (!take(blob, at, &worker) || !take(blob, at, &length) || length > (blob.size() - at) / sizeof(float)) {
+        return std::nullopt;
+      }
+      if (c.worker_state.count(worker) != 0) return std::nullopt;  // a worker twice
+      std::vector<float>& state = c.worker_state[worker];
+      state.resize(length);
+      if (!take_floats(blob, at, length, state.data())) return std::nullopt;
+    }
   }
   if (at != blob.size()) return std::nullopt;
   return c;

@@ -1,5 +1,7 @@
 #include "common/compression.h"
 
+#include "common/rng.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -130,6 +132,114 @@ void topk_with_feedback(std::span<const float> gradient, std::span<float> residu
       residual[i] = 0.0f;
       ++j;
     }
+  }
+}
+
+size_t powersgd_rank(size_t rows, size_t columns, uint32_t rank) {
+  const size_t r = std::min<size_t>({rank, rows, columns});
+  if (r == 0 || (rows + columns) * r >= rows * columns) return 0;
+  return r;
+}
+
+void powersgd_initial_q(uint64_t seed, std::span<float> q) {
+  Rng rng(seed);
+  for (float& x : q) x = rng.uniform_float(-1.0f, 1.0f);
+}
+
+void orthogonalize_columns(std::span<float> p, size_t rows, size_t rank) {
+  // A column whose norm after the projections is below this fraction of its norm before them is
+  // (numerically) in the span of the previous ones: zeroed rather than blown up to noise.
+  constexpr double kRelativeFloor = 1e-6;
+  for (size_t j = 0; j < rank; ++j) {
+    double before = 0.0;
+    for (size_t i = 0; i < rows; ++i) before += static_cast<double>(p[i * rank + j]) * p[i * rank + j];
+    for (size_t k = 0; k < j; ++k) {
+      double dot = 0.0;
+      for (size_t i = 0; i < rows; ++i) dot += static_cast<double>(p[i * rank + j]) * p[i * rank + k];
+      for (size_t i = 0; i < rows; ++i) {
+        p[i * rank + j] = static_cast<float>(p[i * rank + j] - dot * p[i * rank + k]);
+      }
+    }
+    double norm = 0.0;
+    for (size_t i = 0; i < rows; ++i) norm += static_cast<double>(p[i * rank + j]) * p[i * rank + j];
+    norm = std::sqrt(norm);
+    const bool degenerate = !(norm > 0.0) || !(norm > kRelativeFloor * std::sqrt(before)) || !std::isfinite(norm);
+    for (size_t i = 0; i < rows; ++i) {
+      p[i * rank + j] = degenerate ? 0.0f : static_cast<float>(p[i * rank + j] / norm);
+    }
+  }
+}
+
+namespace {
+
+// sum of a[c] * b[c]: 16 lanes, each summed in order, then the lanes in order (vectorizes with
+// no reassociation the compiler would need fast-math for; the same bits on every call).
+float dot(const float* a, const float* b, size_t n) {
+  constexpr size_t kLanes = 16;
+  float lanes[kLanes] = {};
+  size_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lanes[l] += a[c + l] * b[c + l];
+  }
+  float sum = 0.0f;
+  for (; c < n; ++c) sum += a[c] * b[c];
+  for (size_t l = 0; l < kLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
+}  // namespace
+
+void low_rank_product(std::span<const float> p, std::span<const float> q, size_t rows, size_t columns, size_t rank,
+                      std::span<float> out) {
+  for (size_t i = 0; i < rows; ++i) {
+    const float* pi = p.data() + i * rank;
+    float* row = out.data() + i * columns;
+    for (size_t c = 0; c < columns; ++c) row[c] = 0.0f;
+    for (size_t j = 0; j < rank; ++j) {
+      const float x = pi[j];
+      const float* qj = q.data() + j * columns;
+      for (size_t c = 0; c < columns; ++c) row[c] += x * qj[c];
+    }
+  }
+}
+
+void powersgd_with_feedback(std::span<const float> gradient, std::span<float> residual, size_t rows, size_t columns,
+                            size_t rank, std::span<float> q, std::span<float> p_out, std::span<float> q_out,
+                            std::vector<float>& scratch) {
+  const size_t n = rows * columns;
+  // M = gradient + residual, kept in `residual` until the end.
+  for (size_t i = 0; i < n; ++i) residual[i] += gradient[i];
+  const float* m = residual.data();
+  // P = M Q: one dot product of a row of M and a row of Q^T per entry.
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t j = 0; j < rank; ++j) p_out[i * rank + j] = dot(m + i * columns, q.data() + j * columns, columns);
+  }
+  orthogonalize_columns(p_out, rows, rank);
+  // Q^T = P^T M: row j of it is the sum over rows i of P[i, j] times row i of M, in row order.
+  std::fill(q_out.begin(), q_out.end(), 0.0f);
+  for (size_t i = 0; i < rows; ++i) {
+    const float* row = m + i * columns;
+    for (size_t j = 0; j < rank; ++j) {
+      const float x = p_out[i * rank + j];
+      float* qj = q_out.data() + j * columns;
+      for (size_t c = 0; c < columns; ++c) qj[c] += x * row[c];
+    }
+  }
+  // residual = M - P Q^T, row by row, with the receiver's own product (the same bits it adds).
+  scratch.resize(columns);
+  for (size_t i = 0; i < rows; ++i) {
+    low_rank_product(p_out.subspan(i * rank, rank), q_out, 1, columns, rank, scratch);
+    float* row = residual.data() + i * columns;
+    for (size_t c = 0; c < columns; ++c) row[c] -= scratch[c];
+  }
+  // The warm start of the next step: the new Q, but a column whose P column is zero keeps its old
+  // values (a zero column of Q would give a zero column of P forever after).
+  for (size_t j = 0; j < rank; ++j) {
+    bool zero = true;
+    for (size_t i = 0; i < rows && zero; ++i) zero = p_out[i * rank + j] == 0.0f;
+    if (zero) continue;
+    std::copy_n(q_out.begin() + static_cast<std::ptrdiff_t>(j * columns), columns,
+                q.begin() + static_cast<std::ptrdiff_t>(j * columns));
   }
 }
 

@@ -9,6 +9,13 @@
 //   the lower index; NaN counts as largest) are sent as (index, value) pairs in ascending index
 //   order and zeroed in the residual; the rest waits for the next step. Deterministic: the same
 //   inputs give the same selection.
+// - powersgd (Vogels et al., NeurIPS 2019) with error feedback: a chunk of whole rows of a
+//   matrix, M (rows x columns, row-major) = gradient + residual, goes as two factors of rank r:
+//   P = M Q (Q warm-started: the previous step's), P's columns orthonormalized (Gram-Schmidt),
+//   Q = M^T P; the receiver adds P Q^T, and the residual becomes M - P Q^T. Loops in a fixed
+//   order (dot products in fixed lanes, so they vectorize without reassociation), so the same
+//   inputs give the same bits with the same binary; worker and server reconstruct with the same
+//   function.
 //
 // Thread rules: none (no state; callers own every buffer).
 #pragma once
@@ -38,5 +45,37 @@ size_t topk_count(size_t n, float fraction);
 // O(size): one nth_element over the magnitudes and two passes.
 void topk_with_feedback(std::span<const float> gradient, std::span<float> residual, std::span<uint32_t> indices,
                         std::span<float> values, std::vector<float>& scratch);
+
+// The largest rank a powersgd push may have (the spec's limit; the server's check).
+inline constexpr size_t kMaxPowerSgdRank = 64;
+
+// PowerSGD. Factors are row-major: P is rows x rank (p[i * rank + j]); Q is kept transposed,
+// rank x columns (q[j * columns + c]: Q's column j is a row of it, contiguous).
+
+// The rank a chunk of rows x columns is sent at with the spec's `rank`: min(rank, rows, columns),
+// or 0 when the factors would not be smaller than the chunk ((rows + columns) * r >= rows *
+// columns): then the chunk goes dense.
+size_t powersgd_rank(size_t rows, size_t columns, uint32_t rank);
+
+// The first Q of a chunk (rank x columns), uniform in [-1, 1) from `seed`: every run of a job
+// starts from the same factors.
+void powersgd_initial_q(uint64_t seed, std::span<float> q);
+
+// Gram-Schmidt (modified) on the columns of p (rows x rank, row-major), in place: orthonormal
+// columns, each made orthogonal to the ones before it. A column that is (numerically) in the span
+// of the ones before it, or zero, becomes exactly zero.
+void orthogonalize_columns(std::span<float> p, size_t rows, size_t rank);
+
+// out = P Q^T (rows x columns): what a powersgd push stands for (written, not added).
+void low_rank_product(std::span<const float> p, std::span<const float> q, size_t rows, size_t columns, size_t rank,
+                      std::span<float> out);
+
+// One PowerSGD step of one chunk with error feedback: M = gradient + residual (rows x columns);
+// p_out = orthonormalized M q; q_out = M^T p_out; residual = M - p_out q_out^T. `q` holds the
+// warm start (rank x columns) and becomes the next step's: q_out, except where a column of p_out
+// is zero (that column of q is kept: a zero column would stay zero forever). `scratch` is reused.
+void powersgd_with_feedback(std::span<const float> gradient, std::span<float> residual, size_t rows, size_t columns,
+                            size_t rank, std::span<float> q, std::span<float> p_out, std::span<float> q_out,
+                            std::vector<float>& scratch);
 
 }  // namespace pstrain

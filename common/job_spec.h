@@ -21,7 +21,7 @@ struct Split;
 enum class ShardPolicy { kData, kFile, kOff };
 enum class TrainingMode { kSync, kAsync };
 enum class OptimizerType { kSgd, kAdam, kAdagrad };
-enum class CompressionKind { kNone, kFp16, kTopk };
+enum class CompressionKind { kNone, kFp16, kTopk, kPowerSgd };
 // Async: the learning rate of each push (DESIGN-NOTES "Staleness-aware async"): the optimizer's
 // own (constant), or divided by max(1, staleness), the versions the chunk moved on since the
 // values the push was computed on (Zhang et al., IJCAI 2016).
@@ -56,17 +56,22 @@ struct OptimizerSpec {
 };
 
 // How a job's gradients (and values) travel between workers and servers (spec
-// `training.compression`: "none" | "fp16" | "topk", or {"kind": ..., "fraction": f}); see
+// `training.compression`: "none" | "fp16" | "topk" | "powersgd", or {"kind": ..., "fraction": f}
+// (topk) / {"kind": "powersgd", "rank": r}; see
 // docs/DESIGN-NOTES.md "Gradient compression". Servers always accumulate and store float32.
 // - kFp16: pushed gradients and replied values in IEEE half precision (common/compression.h);
 // - kTopk: per chunk, the ceil(fraction * size) entries of largest magnitude of (gradient +
 //   the worker's residual) pushed as (index, value) pairs; what is not sent stays in the
 //   residual (error feedback). Values come back whole, in float32.
+// - kPowerSgd: per chunk of whole rows of a kernel (rows x its last dimension), rank-r factors
+//   P and Q of (gradient + residual), Q warm-started from the worker's previous step; the rest
+//   stays in the residual. Biases (1-D) and chunks the factors would not shrink go dense.
 // With any compression the worker uses the dense exchange (the row-sparse, factored and forward
 // exchanges are off).
 struct CompressionSpec {
   CompressionKind kind = CompressionKind::kNone;
   float fraction = 0.01f;  // topk: of each chunk's entries, in (0, 1]
+  uint32_t rank = 4;       // powersgd: of the factors, 1 to 64
 };
 
 struct TrainingSpec {

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/compression.h"
 #include "common/dataset.h"
 #include "common/dataset_manifest.h"
 #include "common/error.h"
@@ -318,29 +319,31 @@ OptimizerSpec read_optimizer(const json::value& v) {
   return o;
 }
 
-// `training.compression`: a kind's name, or {"kind": name, "fraction": f} (topk only).
+// `training.compression`: a kind's name, or {"kind": name, "fraction": f} (topk only) or
+// {"kind": "powersgd", "rank": r}.
 CompressionSpec read_compression(const json::value& v) {
   const std::string path = "/training/compression";
   CompressionSpec c;
   const std::initializer_list<std::pair<const char*, CompressionKind>> kinds = {
-      {"none", CompressionKind::kNone}, {"fp16", CompressionKind::kFp16}, {"topk", CompressionKind::kTopk}};
-  auto read_kind = [&](const json::value& k, const std::string& at) {
-    if (k.is_string() && k.as_string() == "powersgd") {
-      throw SpecError(at, "\"powersgd\" is not available yet (one of \"none\", \"fp16\", \"topk\")");
-    }
-    return read_enum<CompressionKind>(k, at, kinds);
-  };
+      {"none", CompressionKind::kNone},
+      {"fp16", CompressionKind::kFp16},
+      {"topk", CompressionKind::kTopk},
+      {"powersgd", CompressionKind::kPowerSgd}};
   if (v.is_string()) {
-    c.kind = read_kind(v, path);
+    c.kind = read_enum<CompressionKind>(v, path, kinds);
     return c;
   }
   if (!v.is_object()) throw SpecError(path, "must be a string or an object, not " + kind_of(v));
   ObjectReader r(v, path);
-  c.kind = read_kind(r.required("kind"), path + "/kind");
+  c.kind = read_enum<CompressionKind>(r.required("kind"), path + "/kind", kinds);
   if (r.optional("fraction") != nullptr && c.kind != CompressionKind::kTopk) {
     throw SpecError(path + "/fraction", "only applies to \"topk\"");
   }
+  if (r.optional("rank") != nullptr && c.kind != CompressionKind::kPowerSgd) {
+    throw SpecError(path + "/rank", "only applies to \"powersgd\"");
+  }
   c.fraction = r.number("fraction", 0.0, 1.0, true, 0.01f);
+  c.rank = static_cast<uint32_t>(r.integer("rank", 1, static_cast<int64_t>(kMaxPowerSgdRank), 4));
   r.finish();
   return c;
 }
@@ -470,6 +473,7 @@ const char* compression_kind_name(CompressionKind kind) {
     case CompressionKind::kNone: return "none";
     case CompressionKind::kFp16: return "fp16";
     case CompressionKind::kTopk: return "topk";
+    case CompressionKind::kPowerSgd: return "powersgd";
   }
   return "none";
 }
@@ -668,6 +672,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
   if (t.compression.kind != CompressionKind::kNone) {
     json::object compression{{"kind", compression_kind_name(t.compression.kind)}};
     if (t.compression.kind == CompressionKind::kTopk) compression["fraction"] = t.compression.fraction;
+    if (t.compression.kind == CompressionKind::kPowerSgd) compression["rank"] = t.compression.rank;
     training["compression"] = std::move(compression);
   }
   // Only where they differ from their defaults (a spec written before they existed keeps its

@@ -154,7 +154,9 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
   std::weak_ptr<Job> weak = jobs_.at(job_id);
   const bool exact = params.getExact();
   const uint64_t wanted = params.getMinVersion();
-  return paf.promise.then([context, weak, key, exact, wanted](uint64_t) mutable {
+  const std::optional<uint32_t> state_of =
+      params.getWithState() ? std::optional<uint32_t>(params.getStateOf()) : std::nullopt;
+  return paf.promise.then([context, weak, key, exact, wanted, state_of](uint64_t) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();
@@ -170,6 +172,13 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
     results.setVersion(job->shard->version(key));
     rpc::set_tensor(results.initValues(), job->shard->values(key));
     job->bytes_out += job->shard->chunk_size(key) * sizeof(float);
+    if (state_of) {
+      if (const std::vector<float>* state = job->shard->worker_state(key, *state_of)) {
+        auto data = results.initWorkerState(static_cast<unsigned>(state->size() * sizeof(float)));
+        std::memcpy(data.begin(), state->data(), data.size());
+        job->bytes_out += data.size();
+      }
+    }
   });
 }
 
@@ -213,6 +222,28 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     }
     request.gradient = *decoded;
     job.bytes_in += values.size() + size_t{indices.size()} * sizeof(uint32_t);
+  } else if (gradient.isLowRank()) {
+    const auto low_rank = gradient.getLowRank();
+    const size_t columns = low_rank.getColumns(), rank = low_rank.getRank();
+    KJ_REQUIRE(columns > 0 && chunk_size % columns == 0, "gradient.lowRank.columns must divide the chunk's size",
+               columns, chunk_size);
+    const size_t rows = chunk_size / columns;
+    KJ_REQUIRE(rank > 0 && rank <= std::min({rows, columns, kMaxPowerSgdRank}),
+               "gradient.lowRank.rank must be 1 to min(rows, columns, 64)",
+               rank, rows, columns);
+    const auto p = low_rank.getP(), q = low_rank.getQ();
+    KJ_REQUIRE(p.size() == rows * rank * sizeof(float), "gradient.lowRank.p must hold rows x rank float32", p.size(),
+               rows, rank);
+    KJ_REQUIRE(q.size() == columns * rank * sizeof(float), "gradient.lowRank.q must hold rank x columns float32",
+               q.size(), columns, rank);
+    // Copied out: Data has no alignment guarantee for float.
+    std::vector<float> pf(rows * rank), qf(columns * rank);
+    std::memcpy(pf.data(), p.begin(), p.size());
+    std::memcpy(qf.data(), q.begin(), q.size());
+    decoded = std::make_shared<std::vector<float>>(chunk_size);
+    low_rank_product(pf, qf, rows, columns, rank, *decoded);
+    request.gradient = *decoded;
+    job.bytes_in += p.size() + q.size();
   } else if (gradient.isSparse()) {
     const auto sparse = gradient.getSparse();
     const std::vector<ChunkRange> ranges = rpc::read_ranges(sparse.getRanges(), chunk_size, "gradient.sparse.ranges");
@@ -228,6 +259,18 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     KJ_REQUIRE(gradient.isDense(), "gradient: unknown kind", static_cast<unsigned>(gradient.which()));
     request.gradient = rpc::tensor_view(gradient.getDense(), chunk_size, "gradient.dense");
     job.bytes_in += request.gradient.size_bytes();
+  }
+  // The worker's compression state for the chunk (kept with the version this push makes, for its
+  // backup); copied out of the message like a decoded gradient.
+  std::shared_ptr<std::vector<float>> worker_state;
+  if (const auto state = params.getWorkerState(); state.size() > 0) {
+    KJ_REQUIRE(state.size() % sizeof(float) == 0 && state.size() <= 2 * chunk_size * sizeof(float),
+               "workerState must be float32, at most twice the chunk's size", state.size(), chunk_size);
+    KJ_REQUIRE(job.shard->mode() == TrainingMode::kSync, "workerState is for sync jobs");
+    worker_state = std::make_shared<std::vector<float>>(state.size() / sizeof(float));
+    std::memcpy(worker_state->data(), state.begin(), state.size());
+    request.worker_state = *worker_state;
+    job.bytes_in += state.size();
   }
   // The ranges the reply carries; none: the whole chunk.
   std::optional<std::vector<ChunkRange>> reply_ranges;
@@ -245,7 +288,8 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
              [shared] { return shared.waiting(); });
   std::weak_ptr<Job> weak = jobs_.at(job_id);
   return paf.promise.then([context, weak, key, reply_ranges = std::move(reply_ranges), reply_half,
-                           decoded = std::move(decoded)](PushOutcome outcome) mutable {
+                           decoded = std::move(decoded),
+                           worker_state = std::move(worker_state)](PushOutcome outcome) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();

@@ -388,6 +388,12 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
       step_values(chunk, std::span<const float>(chunk.scratch.data(), chunk.info.size));
     }
     ++chunk.version;
+    // The workers' compression states of the new version (pushed only before backup points).
+    chunk.worker_state.clear();
+    for (const PendingPush* push : counted) {
+      const auto state = push->request.worker_state;
+      if (!state.empty()) chunk.worker_state[push->request.slice].assign(state.begin(), state.end());
+    }
     stats_.pushes_applied += pushes.size();
     std::vector<PendingPush> released = std::move(pushes);
     chunk.pending.erase(it);
@@ -395,6 +401,12 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
     for (auto& p : released) p.done({chunk.version, true});
     release_pulls(chunk);
   }
+}
+
+const std::vector<float>* ParameterShard::worker_state(uint32_t key, uint32_t worker) const {
+  const Chunk& chunk = chunks_.at(key);
+  const auto it = chunk.worker_state.find(worker);
+  return it == chunk.worker_state.end() ? nullptr : &it->second;
 }
 
 void ParameterShard::pull(uint32_t key, uint64_t min_version, PullDone done) {
@@ -464,7 +476,7 @@ void ParameterShard::take_snapshot_if_due(Chunk& chunk) {
   for (const ChunkSnapshot& s : taken) {
     if (s.key == chunk.info.key) return;  // this chunk's snapshot at this version is in already
   }
-  taken.push_back({chunk.info.key, chunk.version, chunk.values, chunk.optimizer_state});
+  taken.push_back({chunk.info.key, chunk.version, chunk.values, chunk.optimizer_state, chunk.worker_state});
   if (taken.size() < chunks_.size()) return;
   std::vector<ChunkSnapshot> complete = std::move(taken);
   const uint64_t version = chunk.version;
@@ -493,7 +505,9 @@ void ParameterShard::release_hold() {
 
 std::vector<ChunkSnapshot> ParameterShard::snapshot_each() const {
   std::vector<ChunkSnapshot> out;
-  for (const auto& [key, chunk] : chunks_) out.push_back({key, chunk.version, chunk.values, chunk.optimizer_state});
+  for (const auto& [key, chunk] : chunks_) {
+    out.push_back({key, chunk.version, chunk.values, chunk.optimizer_state, chunk.worker_state});
+  }
   return out;
 }
 
@@ -516,6 +530,7 @@ void ParameterShard::restore(const std::map<uint32_t, ChunkSnapshot>& snapshots)
     chunk.values = s.values;
     chunk.optimizer_state = s.optimizer_state;
     chunk.version = s.version;
+    chunk.worker_state = s.worker_state;
     values_replaced(chunk);
   }
   snapshots_.clear();
@@ -534,6 +549,7 @@ void ParameterShard::reset() {
     chunk.values = chunk.initial;
     chunk.optimizer_state = optimizer_->make_state(chunk.info.size);
     chunk.version = 0;
+    chunk.worker_state.clear();
     values_replaced(chunk);
   }
   snapshots_.clear();

@@ -75,6 +75,9 @@ struct PushRequest {
   std::vector<GradientPart> parts;
   // Factored push (the chunk must hold whole rows of a kernel with factors->columns columns).
   std::shared_ptr<const GradientFactors> factors;
+  // Sync: the pushing worker's compression state after this push (PushParams.workerState), kept
+  // as the slice's state of the version the step makes (worker_state()); empty: none.
+  std::span<const float> worker_state;
 };
 
 struct PushOutcome {
@@ -116,6 +119,10 @@ class ParameterShard {
   // this shard no longer has them.
   std::optional<std::span<const float>> values_at(uint32_t key, uint64_t version) const;
   std::vector<uint32_t> keys() const;
+  // Sync: the compression state (residual, warm-start factors) that slice `worker` pushed with
+  // the step that made the chunk's current version, or that the restored backup of that version
+  // held; nullptr if there is none (the version is not a backup point, or the slice sent none).
+  const std::vector<float>* worker_state(uint32_t key, uint32_t worker) const;
   // Forward on the servers (ParameterServer.pushFactors' next* fields, common/nn/row_groups.h):
   // result (columns x examples, 64-byte aligned) = the sum over `rows` of each row's current
   // values times its inputs (examples x rows.size(), example after example, 64-byte aligned).
@@ -222,6 +229,7 @@ class ParameterShard {
     optim::OptimizerState optimizer_state;
     uint64_t version = 0;
     std::map<uint64_t, std::vector<PendingPush>> pending;  // sync: by step
+    std::map<uint32_t, std::vector<float>> worker_state;   // of `version`, by slice (see worker_state())
     std::vector<std::pair<uint64_t, PullDone>> waiting_pulls;
     std::vector<std::pair<uint64_t, std::function<void()>>> held_replies;  // async SSP: (step, release)
     AlignedFloats initial;  // for reset()

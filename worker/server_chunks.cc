@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "common/compression.h"
+#include "common/rng.h"
 #include "worker/stoppable_wait.h"
 
 namespace pstrain {
@@ -22,16 +23,33 @@ ServerChunks::ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerP
                    c.server < addresses_.size(),
                "assignment has a chunk that does not fit the model", c.key);
     offsets_.push_back(layout.params()[c.param].offset + c.offset);
+    const ParamInfo& param = layout.params()[c.param];
+    const size_t columns = param.shape.size() >= 2 ? static_cast<size_t>(param.shape.back()) : 0;
+    const bool whole_rows = columns > 0 && c.offset % columns == 0 && c.size % columns == 0;
+    columns_.push_back(whole_rows && param.role == ParamRole::kKernel ? columns : 0);
   }
   versions_.assign(chunks_.size(), 0);
   values_.resize(layout.total_size());
   next_values_.resize(layout.total_size());
 }
 
-void ServerChunks::set_compression(const CompressionSpec& compression) {
+void ServerChunks::set_compression(const CompressionSpec& compression, uint64_t seed) {
   compression_ = compression;
   residual_.clear();
-  if (compression_.kind == CompressionKind::kTopk) residual_.assign(values_.size(), 0.0f);
+  ranks_.assign(chunks_.size(), 0);
+  warm_q_.assign(chunks_.size(), {});
+  if (compression_.kind == CompressionKind::kTopk || compression_.kind == CompressionKind::kPowerSgd) {
+    residual_.assign(values_.size(), 0.0f);
+  }
+  if (compression_.kind != CompressionKind::kPowerSgd) return;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    if (columns_[k] == 0) continue;
+    ranks_[k] = powersgd_rank(chunks_[k].size / columns_[k], columns_[k], compression_.rank);
+    if (ranks_[k] == 0) continue;
+    warm_q_[k].resize(columns_[k] * ranks_[k]);
+    // The chunk's identity that outlives a re-plan with the same tensors: its tensor and start.
+    powersgd_initial_q(mix_seed(mix_seed(seed, chunks_[k].param), chunks_[k].offset), warm_q_[k]);
+  }
 }
 
 void ServerChunks::connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential) {
@@ -43,8 +61,27 @@ void ServerChunks::connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, c
   }
 }
 
-void ServerChunks::pull(kj::WaitScope& wait_scope, uint64_t min_version) {
-  pull_into(wait_scope, min_version, /*exact=*/false, values_, versions_);
+void ServerChunks::pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<uint32_t> state_of) {
+  pull_into(wait_scope, min_version, /*exact=*/false, values_, versions_,
+            has_compression_state() ? state_of : std::nullopt);
+}
+
+template <typename Request>
+void ServerChunks::attach_state(size_t k, Request& request) {
+  const size_t n = chunks_[k].size, q = warm_q_[k].size();
+  auto state = request.initWorkerState(static_cast<unsigned>((n + q) * sizeof(float)));
+  std::memcpy(state.begin(), residual_.data() + offsets_[k], n * sizeof(float));
+  if (q > 0) std::memcpy(state.begin() + n * sizeof(float), warm_q_[k].data(), q * sizeof(float));
+  pushed_bytes_ += state.size();
+}
+
+bool ServerChunks::load_state(size_t k, capnp::Data::Reader state) {
+  const size_t n = chunks_[k].size, q = warm_q_[k].size();
+  if (state.size() != (n + q) * sizeof(float)) return false;
+  std::memcpy(residual_.data() + offsets_[k], state.begin(), n * sizeof(float));
+  if (q > 0) std::memcpy(warm_q_[k].data(), state.begin() + n * sizeof(float), q * sizeof(float));
+  pulled_bytes_ += state.size();
+  return true;
 }
 
 const float* ServerChunks::pull_exact(kj::WaitScope& wait_scope, uint64_t version) {
@@ -54,7 +91,7 @@ const float* ServerChunks::pull_exact(kj::WaitScope& wait_scope, uint64_t versio
 }
 
 void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bool exact, AlignedFloats& into,
-                             std::vector<uint64_t>& versions) {
+                             std::vector<uint64_t>& versions, std::optional<uint32_t> state_of) {
   into.resize(values_.size());
   versions.resize(chunks_.size());
   kj::Vector<kj::Promise<void>> replies;
@@ -64,14 +101,23 @@ void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bo
     request.setKey(chunks_[k].key);
     request.setMinVersion(min_version);
     request.setExact(exact);
+    if (state_of) {
+      request.setWithState(true);
+      request.setStateOf(*state_of);
+    }
     pass_.set_on(request);
-    replies.add(request.send().then([this, k, &into, &versions, exact, min_version](
+    replies.add(request.send().then([this, k, &into, &versions, exact, min_version, state_of](
                                         capnp::Response<proto::ParameterServer::PullResults>&& r) {
       const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "pulled values");
       std::memcpy(into.data() + offsets_[k], values.data(), values.size_bytes());
       versions[k] = r.getVersion();
       KJ_REQUIRE(!exact || versions[k] == min_version, "server sent another version than the one asked for",
                  versions[k], min_version);
+      // A state of another version than the one this session starts from is not this run's.
+      if (state_of && versions[k] == min_version && r.getWorkerState().size() > 0) {
+        KJ_REQUIRE(load_state(k, r.getWorkerState()), "pulled workerState does not fit the chunk", chunks_[k].key,
+                   r.getWorkerState().size());
+      }
     }));
   }
   wait_unless_stopped(kj::joinPromises(replies.releaseAsArray()), stop_, wait_scope);
@@ -135,6 +181,24 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
     auto values = topk.initValues(static_cast<unsigned>(count * sizeof(float)));
     std::memcpy(values.begin(), topk_values_.data(), count * sizeof(float));
     pushed_bytes_ += count * (sizeof(uint32_t) + sizeof(float));
+    if (is_backup_point_ && is_backup_point_(slice.step + 1)) attach_state(k, request);
+  } else if (compression_.kind == CompressionKind::kPowerSgd && take_values && ranks_[k] > 0) {
+    // This worker's own slice, as rank-r factors of gradient + residual (a takeover pushes a lost
+    // worker's gradient whole, as for topk).
+    const size_t columns = columns_[k], rows = chunks_[k].size / columns, rank = ranks_[k];
+    factor_p_.resize(rows * rank);
+    factor_q_.resize(columns * rank);
+    powersgd_with_feedback({gradient, chunks_[k].size}, {residual_.data() + offsets_[k], chunks_[k].size}, rows,
+                           columns, rank, warm_q_[k], factor_p_, factor_q_, factor_scratch_);
+    auto low_rank = request.getGradient().initLowRank();
+    low_rank.setColumns(static_cast<uint32_t>(columns));
+    low_rank.setRank(static_cast<uint32_t>(rank));
+    auto p = low_rank.initP(static_cast<unsigned>(factor_p_.size() * sizeof(float)));
+    std::memcpy(p.begin(), factor_p_.data(), p.size());
+    auto q = low_rank.initQ(static_cast<unsigned>(factor_q_.size() * sizeof(float)));
+    std::memcpy(q.begin(), factor_q_.data(), q.size());
+    pushed_bytes_ += p.size() + q.size();
+    if (is_backup_point_ && is_backup_point_(slice.step + 1)) attach_state(k, request);
   } else {
     rpc::reference_tensor(request.getGradient().initDense(), {gradient, chunks_[k].size});
     pushed_bytes_ += chunks_[k].size * sizeof(float);

@@ -8,13 +8,16 @@
 // version intact until then is what lets this worker take over a lost worker's slice of the step.
 //
 // Thread rules: the event loop's thread only. Ownership: owns the connections, the value
-// buffers and the topk residual. A push points into the caller's gradient (zero-copy), which
-// must stay untouched until the push's reply is in (a reply implies its request was fully sent).
+// buffers, the topk/powersgd residual and powersgd's warm-start factors. A push points into the
+// caller's gradient (zero-copy), which must stay untouched until the push's reply is in (a reply
+// implies its request was fully sent).
 #pragma once
 
 #include <kj/async-io.h>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,11 +51,26 @@ class ServerChunks {
                std::vector<std::string> server_addresses, const ParamLayout& layout, kj::ForkedPromise<void>& stop);
 
   // The job's training.compression, before the first pull (the session sets it once): whole-chunk
-  // pushes are encoded with it (fp16, or topk with this worker's residual) and fp16 replies
-  // decoded; fp16 values pulled whole are rounded to half precision as a reply would bring them,
-  // so a step computes on the same values whether they came by reply or by pull (a recovered
-  // run ends as an uninterrupted one). Row-sparse pushes and replies stay float32.
-  void set_compression(const CompressionSpec& compression);
+  // pushes are encoded with it (fp16, or topk/powersgd with this worker's residual) and fp16
+  // replies decoded; powersgd's first Q of each chunk comes from `seed` (the model's) and the
+  // chunk's place, so every run of a job starts from the same factors; fp16 values pulled whole
+  // are rounded to half precision as a reply would bring them, so a step computes on the same
+  // values whether they came by reply or by pull (a recovered run ends as an uninterrupted one).
+  // Row-sparse pushes and replies stay float32.
+  void set_compression(const CompressionSpec& compression, uint64_t seed = 0);
+
+  // Sync jobs with topk or powersgd: `is_backup_point(v)` says whether the servers back up
+  // version v (the spec's backup frequency). The push of a step whose next version is one carries
+  // this worker's compression state for the chunk (its residual, then powersgd's warm-start Q),
+  // which the servers keep in that backup; pull() with `state_of` takes it back after a restore,
+  // so a recovered run goes on exactly as the uninterrupted one.
+  void set_backup_points(std::function<bool(uint64_t version)> is_backup_point) {
+    is_backup_point_ = std::move(is_backup_point);
+  }
+  // Whether the compression keeps state on this worker (topk, powersgd).
+  bool has_compression_state() const {
+    return compression_.kind == CompressionKind::kTopk || compression_.kind == CompressionKind::kPowerSgd;
+  }
 
   // Connects to every server, one after the other, proving `credential` on each.
   void connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential);
@@ -71,7 +89,10 @@ class ServerChunks {
   void set_version(size_t k, uint64_t version) { versions_[k] = version; }
 
   // Every chunk's values at a version >= min_version into values() (a session's first step).
-  void pull(kj::WaitScope& wait_scope, uint64_t min_version);
+  // With `state_of` (this worker's slice; sync, with compression state): also the compression
+  // state the servers hold for that slice at exactly min_version (a restored backup's), where
+  // they have one; chunks without one start from a zero residual and the initial Q.
+  void pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<uint32_t> state_of = std::nullopt);
   // Every chunk's values at exactly `version`, into a buffer of this class (valid until the next
   // call): what a takeover computes on when values() is current only in some rows.
   const float* pull_exact(kj::WaitScope& wait_scope, uint64_t version);
@@ -105,7 +126,12 @@ class ServerChunks {
   // Every chunk's values at a version >= min_version (exactly min_version when `exact`) into
   // `into`; their versions into `versions`.
   void pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bool exact, AlignedFloats& into,
-                 std::vector<uint64_t>& versions);
+                 std::vector<uint64_t>& versions, std::optional<uint32_t> state_of = std::nullopt);
+  // Chunk k's compression state (residual, then warm-start Q when it has one) into `request`.
+  template <typename Request>
+  void attach_state(size_t k, Request& request);
+  // Chunk k's compression state from a pull's reply; false if its size does not fit.
+  bool load_state(size_t k, capnp::Data::Reader state);
   kj::Promise<void> send_push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
                               bool take_values, const InputSparsity::Ranges& want);
 
@@ -115,6 +141,9 @@ class ServerChunks {
   std::vector<ChunkInfo> chunks_;
   std::vector<size_t> offsets_;
   std::vector<uint64_t> versions_;  // per chunk
+  // Per chunk: the row length of the matrix it is whole rows of (a kernel's last dimension), or 0
+  // (a bias, or a chunk that cuts rows): powersgd's shape.
+  std::vector<size_t> columns_;
   std::vector<std::string> addresses_;
   kj::ForkedPromise<void>& stop_;
   std::vector<kj::Own<rpc::Connection>> connections_;
@@ -122,9 +151,16 @@ class ServerChunks {
   AlignedFloats values_, next_values_;
   AlignedFloats exact_values_;  // pull_exact's
   CompressionSpec compression_;
-  AlignedFloats residual_;                 // topk: what was not sent yet, per value
+  AlignedFloats residual_;                 // topk, powersgd: what was not sent yet, per value
   std::vector<uint32_t> topk_indices_;
   std::vector<float> topk_values_, topk_scratch_;
+  // powersgd: per chunk, its rank (0: sent dense) and warm-start Q (rank x columns); the factors
+  // of the push being built.
+  std::vector<size_t> ranks_;
+  std::vector<std::vector<float>> warm_q_;
+  std::vector<float> factor_p_, factor_q_;
+  std::vector<float> factor_scratch_;
+  std::function<bool(uint64_t)> is_backup_point_;  // sync with compression state: see set_backup_points
   uint64_t pushed_bytes_ = 0, pulled_bytes_ = 0, late_pushes_ = 0;
 };
 

@@ -58,7 +58,22 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
   }
   // A compressed job exchanges whole chunks (the codecs work on them; see CompressionSpec).
   const bool compressed = spec_.training.compression.kind != CompressionKind::kNone;
-  servers_.set_compression(spec_.training.compression);
+  servers_.set_compression(spec_.training.compression, spec_.model.seed);
+  if (spec_.training.mode == TrainingMode::kSync && servers_.has_compression_state()) {
+    // The servers' backup points (server/parameter_server.cc, configure): this worker's residual
+    // (and warm-start factors) goes into each backup, and comes back after a restore.
+    const BackupSpec backup = spec_.backup;
+    const uint64_t steps_per_epoch = steps_per_epoch_ > 0 ? steps_per_epoch_ : UINT64_MAX;
+    servers_.set_backup_points([backup, steps_per_epoch](uint64_t v) {
+      if (v == 0) return false;
+      switch (backup.frequency) {
+        case BackupSpec::Frequency::kNone: return false;
+        case BackupSpec::Frequency::kEpoch: return v % steps_per_epoch == 0;
+        case BackupSpec::Frequency::kSteps: return v % static_cast<uint64_t>(backup.steps) == 0;
+      }
+      return false;
+    });
+  }
   exchange_ = make_parameter_exchange(compressed ? Exchange::kDense : options.exchange, options.replicas, servers_,
                                       *model_, spec_.model, first_kernel);
   // A session that resumes (after a recovery) counts the job's steps from where it starts, so
@@ -147,7 +162,11 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
 bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>& should_stop) {
   const bool sync = spec_.training.mode == TrainingMode::kSync;
   servers_.connect(wait_scope, io_, cluster_);
-  servers_.pull(wait_scope, sync ? start_epoch_ * steps_per_epoch_ + start_step_ : 0);
+  // A sync session that starts after step 0 (a recovery) takes back its compression state from
+  // the restored backup.
+  const uint64_t start = start_epoch_ * steps_per_epoch_ + start_step_;
+  servers_.pull(wait_scope, sync ? start : 0,
+                sync && start > 0 ? std::optional<uint32_t>(worker_index_) : std::nullopt);
   watch_for_orders();
   const int64_t report_every = spec_.training.metrics_every_steps;
   for (uint32_t epoch = start_epoch_; epoch < spec_.training.epochs; ++epoch) {

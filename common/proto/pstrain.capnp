@@ -82,8 +82,12 @@ interface ParameterServer {
   # minVersion itself, also when the chunk is one update past it (sync: a takeover computes on
   # the step's version after some chunks moved on); fails if the server no longer has them.
   # node, token: the caller's node id and worker token (JobConfig.workerKey).
-  pull @1 (jobId :Text, key :UInt32, minVersion :UInt64, exact :Bool, node :UInt32, token :Data)
-      -> (version :UInt64, values :Tensor);
+  # withState: also the compression state (PushParams.workerState) that slice `stateOf` pushed
+  # for the chunk's current version, if the chunk holds one (after a restore, the backup's);
+  # otherwise workerState is empty.
+  pull @1 (jobId :Text, key :UInt32, minVersion :UInt64, exact :Bool, node :UInt32, token :Data,
+           withState :Bool, stateOf :UInt32)
+      -> (version :UInt64, values :Tensor, workerState :Data);
 
   # A worker's gradient of the summed loss for one chunk.
   # sync: `step` is the global step (= the version the gradient was computed on); the update is
@@ -122,6 +126,15 @@ interface ParameterServer {
         indices @17 :List(UInt32);
         values @18 :Data;
       }
+      # training.compression "powersgd": the chunk, as a matrix of `columns` float32 per row
+      # (rows = chunk size / columns), is P Q^T: p is P, rows x rank; q is Q transposed, rank x
+      # columns; both row-major float32 (common/compression.h low_rank_product).
+      lowRank :group {
+        columns @20 :UInt32;
+        rank @21 :UInt32;
+        p @22 :Data;
+        q @23 :Data;
+      }
     }
     # What the reply's `values` carry: the whole chunk, or only these ranges' values (none: an
     # empty reply).
@@ -133,6 +146,12 @@ interface ParameterServer {
     token @15 :Data;
     # With reply.whole: the values come back as `values.half` (binary16) instead of float32.
     replyHalf @19 :Bool;
+    # training.compression topk/powersgd, sync, on the push of a step whose next version is a
+    # backup point: the pushing worker's compression state for this chunk after this push
+    # (float32: the residual of the chunk, then powersgd's warm-start Q), kept in the server's
+    # backup of that version and handed back by `pull` (withState) after a restore, so a
+    # recovered run goes on as the uninterrupted one (DESIGN-NOTES "Gradient compression").
+    workerState @24 :Data;
   }
   struct PushResults {
     version @0 :UInt64;

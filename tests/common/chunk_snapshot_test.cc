@@ -34,6 +34,34 @@ TEST_CASE("chunk snapshots round-trip bit for bit, with and without optimizer sl
   CHECK(encode_snapshot(*back) == blob);
 }
 
+TEST_CASE("chunk snapshots with workers' compression states round-trip - and without, encode as before") {
+  ChunkSnapshot c;
+  c.key = 3;
+  c.version = 40;
+  c.values = {1, 2, 3};
+  c.optimizer_state.slots.push_back({"m", {4, 5, 6}});
+  const std::string plain = encode_snapshot(c);
+  // The layout before worker states: header 28 bytes, values, slot count, one slot.
+  CHECK(plain.size() == 28 + 12 + 4 + 4 + 1 + 12);
+  c.worker_state[0] = {0.5f, -1.0f, 0.0f, 7.0f};  // residual and a warm-start Q, say
+  c.worker_state[1] = {2.0f, 3.0f, 4.0f};
+  const std::string blob = encode_snapshot(c);
+  CHECK(blob.size() == plain.size() + 4 + (4 + 8 + 16) + (4 + 8 + 12));
+  CHECK(blob.compare(0, plain.size(), plain) == 0);
+  const auto back = decode_snapshot(blob);
+  REQUIRE(back.has_value());
+  CHECK(back->worker_state == c.worker_state);
+  CHECK(encode_snapshot(*back) == blob);
+  REQUIRE(decode_snapshot(plain).has_value());
+  CHECK(decode_snapshot(plain)->worker_state.empty());
+  for (size_t n = plain.size() + 1; n < blob.size(); ++n) CHECK_FALSE(decode_snapshot(blob.substr(0, n)).has_value());
+  // The same worker twice is not a snapshot.
+  std::string twice = blob;
+  const uint32_t zero = 0;
+  std::memcpy(twice.data() + plain.size() + 4 + 4 + 8 + 16, &zero, sizeof zero);
+  CHECK_FALSE(decode_snapshot(twice).has_value());
+}
+
 TEST_CASE("blobs that are not snapshots decode to nullopt") {
   ChunkSnapshot c;
   c.values = {1, 2};

@@ -180,3 +180,133 @@ TEST_CASE("topk: the selection is the first k of (magnitude descending, index as
     REQUIRE(residual == sum);
   }
 }
+
+TEST_CASE("powersgd_rank: min(rank, rows, columns), 0 when the factors would not be smaller") {
+  CHECK(powersgd_rank(100, 128, 4) == 4);
+  CHECK(powersgd_rank(10, 10, 4) == 4);   // (10 + 10) * 4 = 80 < 100
+  CHECK(powersgd_rank(10, 10, 5) == 0);   // 100 floats either way: dense
+  CHECK(powersgd_rank(2, 1000, 4) == 0);  // min is 2, (2 + 1000) * 2 > 2000
+  CHECK(powersgd_rank(3, 1000, 1) == 1);
+  CHECK(powersgd_rank(0, 10, 4) == 0);
+}
+
+TEST_CASE("powersgd: a rank-1 matrix is reproduced exactly with rank 1, nothing left in the residual") {
+  // M = u v^T with u = (1, 1, 1, 1), v = (3, -1, 2); Q = (1, 0, 0): P = M Q = (3, 3, 3, 3), norm 6,
+  // so P = (0.5, 0.5, 0.5, 0.5); Q = M^T P = 2 v = (6, -2, 4); P Q^T = M (every step exact).
+  const std::vector<float> m{3, -1, 2, 3, -1, 2, 3, -1, 2, 3, -1, 2};
+  std::vector<float> residual(12, 0.0f), q{1.0f, 0.0f, 0.0f}, p_out(4), q_out(3);
+  std::vector<float> scratch;
+  powersgd_with_feedback(m, residual, 4, 3, 1, q, p_out, q_out, scratch);
+  CHECK(p_out == std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f});
+  CHECK(q_out == std::vector<float>{6.0f, -2.0f, 4.0f});
+  CHECK(residual == std::vector<float>(12, 0.0f));
+  CHECK(q == q_out);  // the next step's warm start
+  std::vector<float> back(12);
+  low_rank_product(p_out, q_out, 4, 3, 1, back);
+  CHECK(back == m);
+}
+
+TEST_CASE("powersgd: orthogonalization by hand - orthonormal columns, a dependent or zero column becomes zero") {
+  // Columns (2, 0, 0, 0) and (5, 3, 4, 0): the first normalized to e1, the second loses its e1
+  // part (5) and is (0, 3, 4, 0) / 5.
+  std::vector<float> p{2, 5, 0, 3, 0, 4, 0, 0};  // row-major 4 x 2
+  orthogonalize_columns(p, 4, 2);
+  CHECK(p[0] == 1.0f);
+  CHECK(p[2] == 0.0f);
+  CHECK(p[1] == 0.0f);
+  CHECK(p[3] == doctest::Approx(0.6));
+  CHECK(p[5] == doctest::Approx(0.8));
+  CHECK(p[7] == 0.0f);
+  // (1, 2, 0) and 2 x that: the second is in the first's span; a zero column stays zero.
+  std::vector<float> dependent{1, 2, 0, 2, 4, 0, 0, 0, 0};  // 3 x 3: columns (1,2,0), (2,4,0), (0,0,0)
+  orthogonalize_columns(dependent, 3, 3);
+  CHECK(dependent[0] == doctest::Approx(1 / std::sqrt(5.0)));
+  CHECK(dependent[3] == doctest::Approx(2 / std::sqrt(5.0)));
+  for (const size_t i : {1, 4, 7, 2, 5, 8}) CHECK(dependent[i] == 0.0f);
+  // Random 20 x 5: P^T P is the identity.
+  Rng rng(5);
+  std::vector<float> r(100);
+  for (float& x : r) x = rng.uniform_float(-1.0f, 1.0f);
+  orthogonalize_columns(r, 20, 5);
+  for (size_t a = 0; a < 5; ++a) {
+    for (size_t b = 0; b < 5; ++b) {
+      double dot = 0.0;
+      for (size_t i = 0; i < 20; ++i) dot += static_cast<double>(r[i * 5 + a]) * r[i * 5 + b];
+      CHECK(dot == doctest::Approx(a == b ? 1.0 : 0.0).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("powersgd: error feedback sends next step what this one could not") {
+  // M = diag(3, 4), Q = (1, 1): P = (3, 4) / 5 = (0.6, 0.8), Q = M^T P = (1.8, 3.2),
+  // P Q^T = [[1.08, 1.92], [1.44, 2.56]], residual = [[1.92, -1.92], [-1.44, 1.44]].
+  std::vector<float> residual(4, 0.0f), q{1.0f, 1.0f}, p_out(2), q_out(2);
+  std::vector<float> scratch;
+  powersgd_with_feedback(std::vector<float>{3, 0, 0, 4}, residual, 2, 2, 1, q, p_out, q_out, scratch);
+  CHECK(p_out[0] == doctest::Approx(0.6));
+  CHECK(p_out[1] == doctest::Approx(0.8));
+  CHECK(q_out[0] == doctest::Approx(1.8));
+  CHECK(q_out[1] == doctest::Approx(3.2));
+  const std::vector<double> want{1.92, -1.92, -1.44, 1.44};
+  for (size_t i = 0; i < 4; ++i) CHECK(residual[i] == doctest::Approx(want[i]).epsilon(1e-5));
+  // A zero gradient next: M is the residual, (1.92, -1.44)^T (1, -1), rank 1; the warm Q
+  // (1.8, 3.2) finds it: P = -(0.8, -0.6), Q = M^T P = (-2.4, 2.4), and P Q^T is all of it.
+  const std::vector<float> p1 = p_out, q1 = q_out;
+  powersgd_with_feedback(std::vector<float>(4, 0.0f), residual, 2, 2, 1, q, p_out, q_out, scratch);
+  CHECK(p_out[0] == doctest::Approx(-0.8));
+  CHECK(p_out[1] == doctest::Approx(0.6));
+  CHECK(q_out[0] == doctest::Approx(-2.4));
+  CHECK(q_out[1] == doctest::Approx(2.4));
+  for (size_t i = 0; i < 4; ++i) CHECK(std::fabs(residual[i]) < 1e-5f);
+  // Sent over both steps: the first gradient.
+  std::vector<float> a(4), b(4);
+  low_rank_product(p1, q1, 2, 2, 1, a);
+  low_rank_product(p_out, q_out, 2, 2, 1, b);
+  const std::vector<double> g{3, 0, 0, 4};
+  for (size_t i = 0; i < 4; ++i) CHECK(a[i] + b[i] == doctest::Approx(g[i]).epsilon(1e-5));
+  // An all-zero M (zero gradient, empty residual): P is zero, nothing is sent, and the warm start
+  // keeps its Q (a zero Q would give a zero P forever after).
+  std::vector<float> empty(4, 0.0f), warm{1.8f, 3.2f};
+  powersgd_with_feedback(std::vector<float>(4, 0.0f), empty, 2, 2, 1, warm, p_out, q_out, scratch);
+  CHECK(p_out == std::vector<float>{0.0f, 0.0f});
+  CHECK(q_out == std::vector<float>{0.0f, 0.0f});
+  CHECK(warm == std::vector<float>{1.8f, 3.2f});
+  CHECK(empty == std::vector<float>(4, 0.0f));
+}
+
+TEST_CASE("powersgd: over many steps, sent + residual == the sum of the gradients - and the same inputs give the same bits") {
+  Rng rng(21);
+  const size_t rows = 12, columns = 9, rank = 2;
+  std::vector<float> q(columns * rank), q2;
+  powersgd_initial_q(99, q);
+  q2 = q;
+  std::vector<float> initial_again(columns * rank);
+  powersgd_initial_q(99, initial_again);
+  CHECK(initial_again == q);
+  powersgd_initial_q(100, initial_again);
+  CHECK(initial_again != q);
+  for (const float x : q) CHECK((x >= -1.0f && x < 1.0f));
+  std::vector<float> residual(rows * columns, 0.0f), residual2 = residual, p(rows * rank), qo(columns * rank);
+  std::vector<float> p2 = p, qo2 = qo, product(rows * columns);
+  std::vector<double> sum(rows * columns, 0.0), sent(rows * columns, 0.0);
+  std::vector<float> scratch, scratch2;
+  double first_residual = 0.0, last_residual = 0.0;
+  for (int step = 0; step < 30; ++step) {
+    std::vector<float> g(rows * columns);
+    for (float& x : g) x = rng.uniform_float(-1.0f, 1.0f);
+    for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+    powersgd_with_feedback(g, residual, rows, columns, rank, q, p, qo, scratch);
+    powersgd_with_feedback(g, residual2, rows, columns, rank, q2, p2, qo2, scratch2);
+    REQUIRE(p == p2);
+    REQUIRE(qo == qo2);
+    REQUIRE(residual == residual2);
+    low_rank_product(p, qo, rows, columns, rank, product);
+    for (size_t i = 0; i < g.size(); ++i) sent[i] += product[i];
+    double norm = 0.0;
+    for (const float x : residual) norm += static_cast<double>(x) * x;
+    (step == 0 ? first_residual : last_residual) = norm;
+  }
+  for (size_t i = 0; i < sum.size(); ++i) REQUIRE(sent[i] + residual[i] == doctest::Approx(sum[i]).epsilon(1e-4));
+  // Error feedback keeps the residual bounded (a compressor that dropped it would not need to).
+  CHECK(last_residual < 20 * first_residual);
+}

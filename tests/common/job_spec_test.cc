@@ -432,11 +432,19 @@ TEST_CASE("training.compression: a name or an object, default none, canonical as
       mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": {\"kind\": \"topk\", \"fraction\": 0.05}"));
   CHECK(topk.training.compression.kind == CompressionKind::kTopk);
   CHECK(topk.training.compression.fraction == doctest::Approx(0.05));
-  for (const JobSpec& spec : {fp16, topk}) {
+  const JobSpec powersgd = parse_job_spec(
+      mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": {\"kind\": \"powersgd\", \"rank\": 2}"));
+  CHECK(powersgd.training.compression.kind == CompressionKind::kPowerSgd);
+  CHECK(powersgd.training.compression.rank == 2);
+  CHECK(parse_job_spec(mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": \"powersgd\""))
+            .training.compression.rank == 4);  // the default
+  CHECK(job_spec_to_json(powersgd).find(R"("compression":{"kind":"powersgd","rank":2})") != std::string::npos);
+  for (const JobSpec& spec : {fp16, topk, powersgd}) {
     const JobSpec again = parse_job_spec(job_spec_to_json(spec));
     CHECK(job_spec_to_json(again) == job_spec_to_json(spec));
     CHECK(again.training.compression.kind == spec.training.compression.kind);
     CHECK(again.training.compression.fraction == spec.training.compression.fraction);
+    CHECK(again.training.compression.rank == spec.training.compression.rank);
   }
   CHECK(job_spec_to_json(topk).find(R"("compression":{"kind":"topk","fraction":)") != std::string::npos);
   CHECK(parse_job_spec(mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": {\"kind\": \"none\"}"))
@@ -445,7 +453,8 @@ TEST_CASE("training.compression: a name or an object, default none, canonical as
 
 TEST_CASE("bad training.compression is rejected naming the field") {
   auto with = [](const std::string& c) { return mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": " + c); };
-  CHECK(error_of(with("\"zip\"")) == "/training/compression must be one of \"none\", \"fp16\", \"topk\", not \"zip\"");
+  CHECK(error_of(with("\"zip\"")) ==
+        "/training/compression must be one of \"none\", \"fp16\", \"topk\", \"powersgd\", not \"zip\"");
   CHECK(error_of(with("3")) == "/training/compression must be a string or an object, not an integer");
   CHECK(error_of(with("{\"fraction\": 0.1}")) == "/training/compression/kind is required");
   CHECK(error_of(with("{\"kind\": \"topk\", \"fraction\": 0}")) ==
@@ -453,6 +462,15 @@ TEST_CASE("bad training.compression is rejected naming the field") {
   CHECK(error_of(with("{\"kind\": \"topk\", \"fraction\": 1.5}")) ==
         "/training/compression/fraction must be a number greater than 0 and at most 1");
   CHECK(error_of(with("{\"kind\": \"fp16\", \"fraction\": 0.1}")) == "/training/compression/fraction only applies to \"topk\"");
-  CHECK(error_of(with("{\"kind\": \"topk\", \"rank\": 2}")).find("/training/compression/rank is not a known field") == 0);
-  CHECK(error_of(with("\"powersgd\"")).find("/training/compression \"powersgd\" is not available yet") == 0);
+  CHECK(error_of(with("{\"kind\": \"topk\", \"rank\": 2}")) == "/training/compression/rank only applies to \"powersgd\"");
+  CHECK(error_of(with("{\"kind\": \"topk\", \"ranks\": 2}")).find("/training/compression/ranks is not a known field") == 0);
+  CHECK(error_of(with("\"zip\"")).find("\"powersgd\"") != std::string::npos);  // the kinds listed
+  CHECK(error_of(with("{\"kind\": \"powersgd\", \"rank\": 0}")) ==
+        "/training/compression/rank must be a positive integer (at most 64)");
+  CHECK(error_of(with("{\"kind\": \"powersgd\", \"rank\": 65}")) ==
+        "/training/compression/rank must be a positive integer (at most 64)");
+  CHECK(error_of(with("{\"kind\": \"powersgd\", \"rank\": 2.5}")).find("/training/compression/rank") == 0);
+  CHECK(error_of(with("{\"kind\": \"fp16\", \"rank\": 2}")) == "/training/compression/rank only applies to \"powersgd\"");
+  CHECK(error_of(with("{\"kind\": \"powersgd\", \"fraction\": 0.1}")) ==
+        "/training/compression/fraction only applies to \"topk\"");
 }

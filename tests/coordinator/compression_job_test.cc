@@ -3,7 +3,7 @@
 // reach: values decoded as the wrong type, indices off by one, a residual never sent), two runs
 // of the same job end with the same parameters bit for bit, and the bytes each worker reports
 // per step are what the codec puts on the wire (half of float32 for fp16; about 8 bytes per
-// sent entry for topk).
+// sent entry for topk; the factors' floats for powersgd).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -19,12 +19,13 @@ using namespace std::chrono_literals;
 namespace {
 
 // The small MLP, 2 epochs, 1 server and 2 workers, sync.
-JobSpec compressed_job(CompressionKind kind, float fraction = 0.1f) {
+JobSpec compressed_job(CompressionKind kind, float fraction = 0.1f, uint32_t rank = 4) {
   JobSpec spec = testing::mlp_job(64, 32, 2);
   spec.training.servers = 1;
   spec.training.workers = 2;
   spec.training.compression.kind = kind;
   spec.training.compression.fraction = fraction;
+  spec.training.compression.rank = rank;
   return parse_job_spec(job_spec_to_json(spec));  // as the coordinator receives it
 }
 
@@ -44,8 +45,8 @@ Run run(const JobSpec& spec) {
 }
 
 // Runs the job twice; returns the first run.
-Run check_trains_and_repeats(CompressionKind kind, double min_accuracy, float fraction = 0.1f) {
-  const JobSpec spec = compressed_job(kind, fraction);
+Run check_trains_and_repeats(CompressionKind kind, double min_accuracy, float fraction = 0.1f, uint32_t rank = 4) {
+  const JobSpec spec = compressed_job(kind, fraction, rank);
   const Run first = run(spec), second = run(spec);
   INFO("compression " << std::string(compression_kind_name(kind)));
   REQUIRE(first.record.test_accuracy.has_value());
@@ -84,8 +85,19 @@ TEST_CASE("compression topk: trains with error feedback, is deterministic, and p
   }
 }
 
-TEST_CASE("compression in async mode: fp16 and topk jobs train (pushes applied at once, decoded per push)") {
-  for (const CompressionKind kind : {CompressionKind::kFp16, CompressionKind::kTopk}) {
+TEST_CASE("compression powersgd: trains with error feedback, is deterministic, and pushes only the factors of each kernel chunk") {
+  const Run r = check_trains_and_repeats(CompressionKind::kPowerSgd, 0.83, 0.1f, 4);
+  // One server: the 784 x 64 kernel in 4 chunks of 196 whole rows, 64 x 32 and 32 x 10 whole; each
+  // goes as (rows + columns) x 4 floats, the biases (64 + 32 + 10) dense.
+  const double floats = 4 * (196 + 64) * 4 + (64 + 32) * 4 + (32 + 10) * 4 + (64 + 32 + 10);
+  for (size_t w = 0; w < 2; ++w) {
+    CHECK(r.record.bytes_pushed_per_step[w] == doctest::Approx(4.0 * floats));
+    CHECK(r.record.bytes_pulled_per_step[w] == doctest::Approx(4.0 * kParams));  // values whole, float32
+  }
+}
+
+TEST_CASE("compression in async mode: fp16, topk and powersgd jobs train (pushes applied at once, decoded per push)") {
+  for (const CompressionKind kind : {CompressionKind::kFp16, CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
     JobSpec spec = compressed_job(kind, 0.1f);
     spec.training.mode = TrainingMode::kAsync;
     const Run r = run(parse_job_spec(job_spec_to_json(spec)));

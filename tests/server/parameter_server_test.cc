@@ -237,6 +237,28 @@ TEST_CASE("parameter server - fp16 and topk pushes update as the same float32 gr
   });
   CHECK(topk.values == dense_sparse.values);
   CHECK(topk.values != dense.values);
+
+  // powersgd: rank 2 factors of the chunk as rows of 16; products exact in float32, so the dense
+  // push of P Q^T (worked out here by hand) gives the same values.
+  REQUIRE(n % 16 == 0);
+  const size_t columns = 16, rows = n / columns, rank = 2;
+  std::vector<float> p(rows * rank), q(columns * rank), product(n);
+  for (size_t i = 0; i < rows; ++i) p[i * rank] = 0.5f * static_cast<float>(i % 4), p[i * rank + 1] = i % 2 ? 0.25f : -1.0f;
+  // q is Q transposed: rank x columns.
+  for (size_t c = 0; c < columns; ++c) q[c] = static_cast<float>(c % 3) - 1.0f, q[columns + c] = 0.125f * static_cast<float>(c);
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t c = 0; c < columns; ++c) product[i * columns + c] = p[i * rank] * q[c] + p[i * rank + 1] * q[columns + c];
+  }
+  const After dense_product = after([&](auto& r) { rpc::set_tensor(r.getGradient().initDense(), product); });
+  const After low_rank = after([&](auto& r) {
+    auto l = r.getGradient().initLowRank();
+    l.setColumns(static_cast<uint32_t>(columns));
+    l.setRank(static_cast<uint32_t>(rank));
+    std::memcpy(l.initP(static_cast<unsigned>(p.size() * 4)).begin(), p.data(), p.size() * 4);
+    std::memcpy(l.initQ(static_cast<unsigned>(q.size() * 4)).begin(), q.data(), q.size() * 4);
+  });
+  CHECK(low_rank.values == dense_product.values);
+  CHECK(low_rank.values != dense.values);
 }
 
 TEST_CASE("parameter server - malformed compressed pushes fail naming the field, and the server goes on") {
@@ -269,5 +291,59 @@ TEST_CASE("parameter server - malformed compressed pushes fail naming the field,
     t.initIndices(2);
     t.initValues(4);
   }, "gradient.topk.values");
+  auto low_rank = [&](uint32_t columns, uint32_t rank, size_t p_floats, size_t q_floats) {
+    return [=](auto& r) {
+      auto l = r.getGradient().initLowRank();
+      l.setColumns(columns);
+      l.setRank(rank);
+      l.initP(static_cast<unsigned>(p_floats * 4));
+      l.initQ(static_cast<unsigned>(q_floats * 4));
+    };
+  };
+  const size_t rows = n / 16;
+  fails_with(low_rank(0, 1, rows, 16), "gradient.lowRank.columns");
+  fails_with(low_rank(static_cast<uint32_t>(n + 1), 1, 1, n + 1), "gradient.lowRank.columns");
+  fails_with(low_rank(16, 0, 0, 0), "gradient.lowRank.rank");
+  fails_with(low_rank(16, 17, rows * 17, 16 * 17), "gradient.lowRank.rank");  // above min(rows, columns)
+  fails_with(low_rank(16, 2, rows * 2 - 1, 32), "gradient.lowRank.p");
+  fails_with(low_rank(16, 2, rows * 2, 31), "gradient.lowRank.q");
   CHECK(f.values(0).size() == n);
+}
+
+TEST_CASE("parameter server - a push's workerState comes back with a pull that asks for its slice at that version") {
+  ServerFixture f;
+  f.configure();
+  const size_t n = f.chunks[0].size;
+  const std::vector<float> gradient(n, 0.5f), state{1.0f, -2.0f, 3.5f};
+  push_chunk0(f, [&](auto& r) {
+    rpc::set_tensor(r.getGradient().initDense(), gradient);
+    std::memcpy(r.initWorkerState(static_cast<unsigned>(state.size() * 4)).begin(), state.data(), state.size() * 4);
+  });
+  auto pull = [&](bool with_state, uint32_t of) {
+    auto request = f.server.pullRequest();
+    request.setJobId("job");
+    request.setKey(0);
+    request.setMinVersion(1);
+    request.setWithState(with_state);
+    request.setStateOf(of);
+    return request.send().wait(f.ws);
+  };
+  const auto mine = pull(true, 0);
+  CHECK(mine.getVersion() == 1);
+  REQUIRE(mine.getWorkerState().size() == state.size() * 4);
+  std::vector<float> back(state.size());
+  std::memcpy(back.data(), mine.getWorkerState().begin(), state.size() * 4);
+  CHECK(back == state);
+  CHECK(pull(true, 1).getWorkerState().size() == 0);   // another slice's: none
+  CHECK(pull(false, 0).getWorkerState().size() == 0);  // not asked for
+  // Malformed: not float32, or more than twice the chunk.
+  try {
+    push_chunk0(f, [&](auto& r) {
+      rpc::set_tensor(r.getGradient().initDense(), gradient);
+      r.initWorkerState(6);
+    });
+    FAIL("accepted a workerState of 6 bytes");
+  } catch (const kj::Exception& e) {
+    CHECK(std::string(e.getDescription().cStr()).find("workerState") != std::string::npos);
+  }
 }

@@ -551,3 +551,49 @@ TEST_CASE("async_lr - sync mode rejects it - unknown values name the field") {
   CHECK(again.training.async_lr == AsyncLr::kConstant);
   CHECK(again.training.on_divergence == OnDivergence::kFail);
 }
+
+TEST_CASE("sync - workers' compression states go into the backup of the version their step makes, and come back with a restore") {
+  Fixture f(R"({"mode": "sync", "global_batch_size": 8, "workers": 2})", 2);
+  std::vector<std::pair<uint64_t, std::vector<ChunkSnapshot>>> backups;
+  f.shard.enable_backups([](uint64_t v) { return v == 2; },
+                         [&](uint64_t v, std::vector<ChunkSnapshot> chunks) { backups.emplace_back(v, std::move(chunks)); });
+  const std::vector<float> g(f.n, 1.0f), state0{1.0f, 2.0f, 3.0f}, state1{-4.0f};
+  // Every chunk, one step of both slices; slice 1 sends its state first (arrival order differs
+  // from slice order), slice 0 only with `with_state`.
+  auto step = [&](uint64_t s, bool with_state) {
+    for (uint32_t key : f.shard.keys()) {
+      const std::vector<float> grad(f.shard.chunk_size(key), 1.0f);
+      PushRequest p1 = push(key, s, 1, 2, 4, grad), p0 = push(key, s, 0, 2, 4, grad);
+      p1.worker_state = state1;
+      if (with_state) p0.worker_state = state0;
+      f.shard.push(p1, [](PushOutcome) {});
+      f.shard.push(p0, [](PushOutcome) {});
+    }
+  };
+  step(0, false);
+  // Version 1: slice 1's state (the states of the step that made the version), none of slice 0.
+  REQUIRE(f.shard.worker_state(f.key, 1) != nullptr);
+  CHECK(*f.shard.worker_state(f.key, 1) == state1);
+  CHECK(f.shard.worker_state(f.key, 0) == nullptr);
+  step(1, true);
+  REQUIRE(backups.size() == 1);
+  CHECK(backups[0].first == 2);
+  std::map<uint32_t, ChunkSnapshot> restored;
+  for (ChunkSnapshot& c : backups[0].second) {
+    CHECK(c.worker_state.size() == 2);
+    CHECK(c.worker_state.at(0) == state0);
+    CHECK(c.worker_state.at(1) == state1);
+    restored[c.key] = std::move(c);
+  }
+  // The next step without states: version 3 has none.
+  step(2, false);
+  CHECK(f.shard.version(f.key) == 3);
+  CHECK(f.shard.worker_state(f.key, 0) == nullptr);
+  // Restored to version 2: its states are back for a new session's pull.
+  f.shard.restore(restored);
+  CHECK(f.shard.version(f.key) == 2);
+  REQUIRE(f.shard.worker_state(f.key, 0) != nullptr);
+  CHECK(*f.shard.worker_state(f.key, 0) == state0);
+  f.shard.reset();
+  CHECK(f.shard.worker_state(f.key, 1) == nullptr);
+}
