@@ -25,7 +25,7 @@ enum class CompressionKind { kNone, kFp16, kTopk };
 // Async: the learning rate of each push (DESIGN-NOTES "Staleness-aware async"): the optimizer's
 // own (constant), or divided by max(1, staleness), the versions the chunk moved on since the
 // values the push was computed on (Zhang et al., IJCAI 2016).
-enum class AsyncLr { kConstant, kStaleness };
+enum class AsyncLr { kConstant, kStaleness, kBatchStaleness };
 // What the divergence guard does with a loss that stays above its start for an epoch or a test
 // accuracy at chance (coordinator/job/divergence_guard.h): warn (the job goes on) or fail the job.
 // A loss that is NaN or infinite fails the job either way.

@@ -145,6 +145,24 @@ void sum_rows_scale_and_regularize(std::vector<SliceRows>& slices, size_t first_
   }
 }
 
+// The learning rate's factor for an async push (DESIGN-NOTES "Staleness-aware async"):
+//   constant         1
+//   staleness        1 / max(1, t): a push on the current values (t = 0) or one version behind
+//                    (t = 1: one other push came in between) keeps the full rate
+//   batch_staleness  (examples / global_batch) / max(1, t): the share of a sync step's rate that
+//                    the push's examples would have had in it, then divided by the staleness
+float async_lr_scale(AsyncLr rule, uint64_t staleness, int64_t examples, int64_t global_batch) {
+  const float stale = staleness > 1 ? 1.0f / static_cast<float>(staleness) : 1.0f;
+  switch (rule) {
+    case AsyncLr::kConstant: return 1.0f;
+    case AsyncLr::kStaleness: return stale;
+    case AsyncLr::kBatchStaleness:
+      return examples > 0 && global_batch > 0 ? static_cast<float>(examples) / static_cast<float>(global_batch) * stale
+                                              : stale;
+  }
+  return 1.0f;
+}
+
 }  // namespace
 
 // Adding a sparse push's absent elements (exact zeros) would change nothing, so skipping them
@@ -282,10 +300,7 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
     stats_.max_staleness = std::max(stats_.max_staleness, staleness);
     stats_.staleness_sum += static_cast<double>(staleness);
     ++stats_.async_pushes;
-    // Staleness-aware: lr / max(1, t). A push on the current values (t = 0) or one version behind
-    // (t = 1: one other push came in between) keeps the full rate.
-    const float lr_scale =
-        async_lr_ == AsyncLr::kStaleness && staleness > 1 ? 1.0f / static_cast<float>(staleness) : 1.0f;
+    const float lr_scale = async_lr_scale(async_lr_, staleness, request.examples, global_batch_);
     if (request.sparse || request.factors) {
       accumulate(request, chunk, /*first=*/true, chunk.scratch.data());
       apply_update(chunk, chunk.scratch, request.examples, lr_scale);
