@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # async_accuracy.sh — issue 19's measurement: test accuracy after the same epochs of one job run
-# four ways: one process (pstrain-train), a sync cluster, and async clusters with
-# training.async_lr "constant" and "staleness" (WORKERS workers, SERVERS servers).
+# several ways: one process (pstrain-train), a sync cluster, and async clusters with each
+# training.async_lr (WORKERS workers, SERVERS servers).
 #
 # Usage: tests/bench/async_accuracy.sh JOB [EPOCHS]
 #   JOB  fashion-momentum  Fashion-MNIST (60k), MLP 784-700-500-10, SGD lr LR (0.05) momentum 0.9,
 #                          batch 128 (the issue's failing case)
+#        fashion-sgd       the same without momentum (set LR: 0.1 trains in sync)
 #        mnist-adam        mnist10k, the same MLP with Adam lr 0.001, batch 128
 #                          (deploy/jobs/mnist-mlp.json)
 #   EPOCHS (3)
-# Env: WORKERS (3), SERVERS (2), LR (fashion-momentum's rate), RUNS ("trainer sync constant
-# staleness"), BUILD_DIR (build), PSTRAIN_DATA_DIR, PORT_BASE (19100: the clusters' REST and RPC
-# ports are PORT_BASE + 0..7).
-# Prints one line per run: "JOB RUN accuracy A seconds S", and the epochs' lines above it.
+# Env: WORKERS (3), SERVERS (2), LR (the Fashion jobs' rate), SEED (22: the data's shuffle seed),
+# RUNS ("trainer sync constant staleness batch_staleness"): each is "trainer" (one process),
+# "trainer-worker-batch" (one process at one async worker's batch, 128 / WORKERS, same rate),
+# "sync", or an async_lr value (an async cluster); BUILD_DIR (build), PSTRAIN_DATA_DIR,
+# PORT_BASE (19100: the clusters' REST and RPC ports are PORT_BASE + 0, 1, 2, ...).
+# Prints one line per run: "JOB RUN accuracy A train-loss L staleness S seconds T" (A the final
+# test accuracy, L the last epoch's training loss, S the servers' mean staleness of the async
+# pushes), and the epochs' lines above it.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 job=${1:?usage: $0 fashion-momentum|mnist-adam [EPOCHS]}
 epochs=${2:-3}
-workers=${WORKERS:-3} servers=${SERVERS:-2} lr=${LR:-0.05} runs=${RUNS:-trainer sync constant staleness}
+workers=${WORKERS:-3} servers=${SERVERS:-2} lr=${LR:-0.05} runs=${RUNS:-trainer sync constant staleness batch_staleness}
 port=${PORT_BASE:-19100} seed=${SEED:-22}
 source "$repo/deploy/data-dir.sh"
 build=${BUILD_DIR:-build}
@@ -33,6 +38,8 @@ mlp = [{"type": "flatten"}, {"type": "dense", "units": 700, "activation": "relu"
        {"type": "dense", "units": 500, "activation": "relu"}, {"type": "dense", "units": 10}]
 if job == "fashion-momentum":
     dataset, optimizer = "fashion", {"type": "sgd", "learning_rate": float(lr), "momentum": 0.9}
+elif job == "fashion-sgd":
+    dataset, optimizer = "fashion", {"type": "sgd", "learning_rate": float(lr)}
 elif job == "mnist-adam":
     dataset, optimizer = "mnist10k", {"type": "adam", "learning_rate": 0.001, "epsilon": 1e-7}
 else:

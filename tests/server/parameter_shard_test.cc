@@ -535,7 +535,7 @@ TEST_CASE("async_lr staleness - Adagrad: the step is scaled, the accumulator kee
 
 // --- async_lr "batch_staleness": lr * (examples / global_batch_size) / max(1, t), hand-computed --
 
-TEST_CASE("async_lr batch_staleness - SGD: a push moves lr * (its examples / global batch) / max(1, t) * its mean gradient") {
+TEST_CASE("async_lr batch_staleness - SGD: a push moves lr * (its examples / global batch) / max(1, t) times its mean gradient") {
   AsyncFixture f(R"({"type": "sgd", "learning_rate": 0.6})", "batch_staleness");  // global batch 3
   f.push_on(0, 0, 1.0f);        // 1 of 3 examples, t = 0: 0.6 / 3 = 0.2
   f.push_on(1, 0, 1.0f);        // t = 1: 0.2
@@ -554,16 +554,23 @@ TEST_CASE("async_lr batch_staleness - SGD: a push moves lr * (its examples / glo
   for (size_t i = 0; i < s.n; i += 101) CHECK(s.moved(i) == doctest::Approx(0.6 + 0.6 + 0.3).epsilon(1e-5));
 }
 
-TEST_CASE("async_lr batch_staleness - momentum and Adam: the same factor where lr multiplies the gradient") {
+TEST_CASE("async_lr batch_staleness - momentum: the same factor; Adam: the square root of the batch share") {
   AsyncFixture f(R"({"type": "sgd", "learning_rate": 0.3, "momentum": 0.9})", "batch_staleness");
   f.push_on(0, 0, 1.0f);  // t = 0: m = -0.3 / 3 = -0.1
   f.push_on(1, 0, 1.0f);  // t = 1: m = 0.9 * -0.1 - 0.1 = -0.19
   f.push_on(2, 0, 1.0f);  // t = 2: m = 0.9 * -0.19 - 0.1 / 2 = -0.221
   for (size_t i = 0; i < f.n; i += 101) CHECK(f.moved(i) == doctest::Approx(0.1 + 0.19 + 0.221).epsilon(1e-5));
-  // Adam's first step is lr * s (m / sqrt(v) = 1 after bias correction, eps aside): 0.3 / 3.
+  // Adam's exponent is 0.5 (the square-root rule): s = sqrt(1 / 3) / max(1, t). Its first step
+  // is lr * s (m / sqrt(v) = 1 after bias correction, eps aside): 0.3 * 0.57735 = 0.173205; the
+  // second, of the same gradient on version 0 (t = 1), the same again; the third (t = 2) half.
   AsyncFixture a(R"({"type": "adam", "learning_rate": 0.3, "epsilon": 1e-7})", "batch_staleness");
   a.push_on(0, 0, 1.0f);
-  for (size_t i = 0; i < a.n; i += 101) CHECK(a.moved(i) == doctest::Approx(0.1).epsilon(1e-4));
+  for (size_t i = 0; i < a.n; i += 101) CHECK(a.moved(i) == doctest::Approx(0.3 * std::sqrt(1.0 / 3)).epsilon(1e-4));
+  a.push_on(1, 0, 1.0f);
+  a.push_on(2, 0, 1.0f);
+  for (size_t i = 0; i < a.n; i += 101) {
+    CHECK(a.moved(i) == doctest::Approx(0.3 * std::sqrt(1.0 / 3) * 2.5).epsilon(1e-4));
+  }
   const auto snapshots = a.shard.snapshot_each();
   REQUIRE(!snapshots.empty());
   CHECK(snapshots.front().optimizer_state.slots[0].values[0] == doctest::Approx(0.1).epsilon(1e-5));  // m: (1 - b1) g
