@@ -142,7 +142,7 @@ TEST_CASE("sync - backup workers apply after N-k pushes and drop the late ones")
 }
 
 TEST_CASE("async - every push applies at once and its staleness is recorded") {
-  Fixture f(R"({"mode": "async", "global_batch_size": 4, "workers": 2})", 2);
+  Fixture f(R"({"mode": "async", "global_batch_size": 4, "workers": 2, "async_lr": "constant"})", 2);
   const auto w0 = f.initial();
   std::vector<float> g(f.n, 1.0f);
   Reply r;
@@ -573,7 +573,8 @@ TEST_CASE("async_lr batch_staleness - momentum: the same factor; Adam: the squar
   }
   const auto snapshots = a.shard.snapshot_each();
   REQUIRE(!snapshots.empty());
-  CHECK(snapshots.front().optimizer_state.slots[0].values[0] == doctest::Approx(0.1).epsilon(1e-5));  // m: (1 - b1) g
+  // m holds the unscaled gradient's average: 1 - 0.9^3.
+  CHECK(snapshots.front().optimizer_state.slots[0].values[0] == doctest::Approx(0.271).epsilon(1e-5));
 }
 
 TEST_CASE("async_lr - sync mode rejects it - unknown values name the field") {
@@ -593,6 +594,9 @@ TEST_CASE("async_lr - sync mode rejects it - unknown values name the field") {
   const JobSpec again = parse_job_spec(job_spec_to_json(a));
   CHECK(again.training.async_lr == AsyncLr::kConstant);
   CHECK(again.training.on_divergence == OnDivergence::kFail);
+  // The default (what a spec without the field runs with) is batch_staleness.
+  CHECK(job_with(R"({"type": "sgd"})", R"({"mode": "async", "global_batch_size": 4})").training.async_lr ==
+        AsyncLr::kBatchStaleness);
   for (const char* name : {"constant", "staleness", "batch_staleness"}) {
     const JobSpec j = job_with(R"({"type": "sgd"})", std::string(R"({"mode": "async", "global_batch_size": 4, "async_lr": ")") +
                                                          name + R"("})");
