@@ -554,7 +554,7 @@ TEST_CASE("async_lr batch_staleness - SGD: a push moves lr * (its examples / glo
   for (size_t i = 0; i < s.n; i += 101) CHECK(s.moved(i) == doctest::Approx(0.6 + 0.6 + 0.3).epsilon(1e-5));
 }
 
-TEST_CASE("async_lr batch_staleness - momentum: the same factor; Adam: the square root of the batch share") {
+TEST_CASE("async_lr batch_staleness - momentum: the same factor - Adam: the square root of the batch share") {
   AsyncFixture f(R"({"type": "sgd", "learning_rate": 0.3, "momentum": 0.9})", "batch_staleness");
   f.push_on(0, 0, 1.0f);  // t = 0: m = -0.3 / 3 = -0.1
   f.push_on(1, 0, 1.0f);  // t = 1: m = 0.9 * -0.1 - 0.1 = -0.19
