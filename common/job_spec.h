@@ -24,8 +24,10 @@ enum class OptimizerType { kSgd, kAdam, kAdagrad };
 enum class CompressionKind { kNone, kFp16, kTopk, kPowerSgd };
 // Async: the learning rate of each push (DESIGN-NOTES "Staleness-aware async"): the optimizer's
 // own (constant), or divided by max(1, staleness), the versions the chunk moved on since the
-// values the push was computed on (Zhang et al., IJCAI 2016).
-enum class AsyncLr { kConstant, kStaleness };
+// values the push was computed on (staleness; Zhang et al., IJCAI 2016), or that times
+// (push examples / global_batch_size)^e, e the optimizer's batch-size exponent: the rate that
+// gives the push's examples the progress a sync step would (batch_staleness, the default).
+enum class AsyncLr { kConstant, kStaleness, kBatchStaleness };
 // What the divergence guard does with a loss that stays above its start for an epoch or a test
 // accuracy at chance (coordinator/job/divergence_guard.h): warn (the job goes on) or fail the job.
 // A loss that is NaN or infinite fails the job either way.
@@ -84,7 +86,7 @@ struct TrainingSpec {
   int64_t backup_workers = 0;     // sync: apply after workers - backup_workers pushes
   int64_t metrics_every_steps = 10;
   CompressionSpec compression;
-  AsyncLr async_lr = AsyncLr::kStaleness;  // async only (the measured default: docs/BENCHMARKS.md)
+  AsyncLr async_lr = AsyncLr::kBatchStaleness;  // async only (the measured default: docs/BENCHMARKS.md)
   OnDivergence on_divergence = OnDivergence::kWarn;
 };
 

@@ -365,7 +365,9 @@ TrainingSpec read_training(const json::value& v) {
   const json::value* async_lr = r.optional("async_lr");
   if (async_lr != nullptr) {
     t.async_lr = read_enum<AsyncLr>(*async_lr, "/training/async_lr",
-                                    {{"constant", AsyncLr::kConstant}, {"staleness", AsyncLr::kStaleness}});
+                                    {{"constant", AsyncLr::kConstant},
+                                     {"staleness", AsyncLr::kStaleness},
+                                     {"batch_staleness", AsyncLr::kBatchStaleness}});
   }
   if (const json::value* d = r.optional("on_divergence")) {
     t.on_divergence = read_enum<OnDivergence>(*d, "/training/on_divergence",
@@ -480,7 +482,14 @@ const char* compression_kind_name(CompressionKind kind) {
 
 const char* training_mode_name(TrainingMode mode) { return mode == TrainingMode::kSync ? "sync" : "async"; }
 
-const char* async_lr_name(AsyncLr lr) { return lr == AsyncLr::kConstant ? "constant" : "staleness"; }
+const char* async_lr_name(AsyncLr lr) {
+  switch (lr) {
+    case AsyncLr::kConstant: return "constant";
+    case AsyncLr::kStaleness: return "staleness";
+    case AsyncLr::kBatchStaleness: return "batch_staleness";
+  }
+  return "staleness";
+}
 const char* on_divergence_name(OnDivergence action) { return action == OnDivergence::kWarn ? "warn" : "fail"; }
 
 const char* optimizer_type_name(OptimizerType type) {

@@ -693,9 +693,15 @@ kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
 kj::Promise<void> ParameterServerImpl::dropJob(DropJobContext context) {
   const std::string job_id = rpc::to_string(context.getParams().getJobId());
   if (const auto it = jobs_.find(job_id); it != jobs_.end()) {
+    if (it->second->shard != nullptr) {
+      const ShardStats& s = it->second->shard->stats();
+      PSLOG(kInfo) << "job " << job_id << ": dropped; pushes applied " << s.pushes_applied << ", dropped "
+                   << s.pushes_dropped << ", async staleness mean "
+                   << (s.async_pushes ? s.staleness_sum / static_cast<double>(s.async_pushes) : 0.0) << " max "
+                   << s.max_staleness;
+    }
     retire(it->second);
     jobs_.erase(it);
-    PSLOG(kInfo) << "job " << job_id << ": dropped";
   }
   // The job is over (its checkpoints, if any, are the coordinator's): its backups go too, like
   // the directory of Keras' BackupAndRestore when training ends. Queued after every backup

@@ -1,6 +1,7 @@
 #include "server/parameter_shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "common/model_spec.h"
@@ -145,6 +146,27 @@ void sum_rows_scale_and_regularize(std::vector<SliceRows>& slices, size_t first_
   }
 }
 
+// The learning rate's factor for an async push (DESIGN-NOTES "Staleness-aware async"), t its
+// staleness, b its examples, B the global batch, e the optimizer's batch_size_exponent():
+//   constant         1
+//   staleness        1 / max(1, t): a push on the current values (t = 0) or one version behind
+//                    (t = 1: one other push came in between) keeps the full rate
+//   batch_staleness  (b / B)^e / max(1, t): the rate for b examples that makes the progress per
+//                    example of a sync step of B at the full rate, then divided by the staleness
+float async_lr_scale(AsyncLr rule, uint64_t staleness, int64_t examples, int64_t global_batch, double exponent) {
+  const float stale = staleness > 1 ? 1.0f / static_cast<float>(staleness) : 1.0f;
+  switch (rule) {
+    case AsyncLr::kConstant: return 1.0f;
+    case AsyncLr::kStaleness: return stale;
+    case AsyncLr::kBatchStaleness:
+      return examples > 0 && global_batch > 0
+                 ? static_cast<float>(std::pow(static_cast<double>(examples) / static_cast<double>(global_batch), exponent)) *
+                       stale
+                 : stale;
+  }
+  return 1.0f;
+}
+
 }  // namespace
 
 // Adding a sparse push's absent elements (exact zeros) would change nothing, so skipping them
@@ -282,10 +304,8 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
     stats_.max_staleness = std::max(stats_.max_staleness, staleness);
     stats_.staleness_sum += static_cast<double>(staleness);
     ++stats_.async_pushes;
-    // Staleness-aware: lr / max(1, t). A push on the current values (t = 0) or one version behind
-    // (t = 1: one other push came in between) keeps the full rate.
-    const float lr_scale =
-        async_lr_ == AsyncLr::kStaleness && staleness > 1 ? 1.0f / static_cast<float>(staleness) : 1.0f;
+    const float lr_scale = async_lr_scale(async_lr_, staleness, request.examples, global_batch_,
+                                           optimizer_->batch_size_exponent());
     if (request.sparse || request.factors) {
       accumulate(request, chunk, /*first=*/true, chunk.scratch.data());
       apply_update(chunk, chunk.scratch, request.examples, lr_scale);

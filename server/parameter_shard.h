@@ -9,11 +9,14 @@
 // divided by the step's examples, regularised once, and applied: version becomes s + 1. Pushes for
 // a step that was already applied (stragglers under backup_workers) are dropped.
 // Async mode: every push is applied at once, divided by its own examples; its staleness (the
-// versions applied since the one it was computed on) is recorded, and with async_lr "staleness"
-// the push is applied with the learning rate divided by max(1, staleness) (optim::Optimizer's
-// lr_scale; DESIGN-NOTES "Staleness-aware async"). With max_staleness k, the
-// reply to a worker's push for its step c waits until every unfinished worker has pushed step
-// c + 1 - k, so no worker runs more than k steps ahead of the slowest.
+// versions applied since the one it was computed on) is recorded, and the learning rate is
+// scaled by async_lr (optim::Optimizer's lr_scale; DESIGN-NOTES "Staleness-aware async"):
+// "staleness" divides it by max(1, staleness), "batch_staleness" also multiplies it by
+// (push examples / global_batch_size)^e, e the optimizer's batch_size_exponent() (1 for SGD,
+// 0.5 for Adam and Adagrad): the rate that gives its examples the progress a sync step would.
+// With max_staleness k, the reply to a worker's push for its step c waits until every
+// unfinished worker has pushed step c + 1 - k, so no worker runs more than k steps ahead of the
+// slowest.
 //
 // Thread rules: event-loop thread only (the server's KJ thread). Callbacks run inside push(),
 // pull() or worker_finished() calls, synchronously.

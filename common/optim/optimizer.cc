@@ -46,6 +46,8 @@ class Sgd final : public Optimizer {
     ++state.iterations;
   }
 
+  double batch_size_exponent() const override { return 1.0; }
+
  private:
   float lr_, momentum_;
   bool nesterov_;
@@ -86,6 +88,8 @@ class Adam final : public Optimizer {
     }
   }
 
+  double batch_size_exponent() const override { return 0.5; }
+
  private:
   float lr_, b1_, b2_, eps_;
 };
@@ -111,6 +115,8 @@ class Adagrad final : public Optimizer {
     view(out) = w - lr * g / (acc.sqrt() + eps_);
     ++state.iterations;
   }
+
+  double batch_size_exponent() const override { return 0.5; }
 
  private:
   float lr_, initial_, eps_;

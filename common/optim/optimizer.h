@@ -16,7 +16,8 @@
 //   adam     w -= a * s * m / (sqrt(v) + eps)         (m, v updated from g as above)
 //   adagrad  w -= lr * s * g / (sqrt(acc) + eps)      (acc += g^2 as above)
 // With lr_scale 1 the arithmetic is exactly that of the unscaled formulas (x * 1.0f == x), so sync
-// training stays bit-identical.
+// training stays bit-identical. batch_size_exponent() tells a caller how to choose lr_scale for a
+// batch smaller than the one the learning rate was set for (async pushes).
 //
 // The optimizer object holds only hyperparameters; the slots live in an OptimizerState that the
 // caller owns, one per parameter range (a whole model in the trainer, one shard on a server), so
@@ -68,6 +69,12 @@ class Optimizer {
   // learning rate as the top comment says.
   virtual void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
                      std::span<float> out, float lr_scale) const = 0;
+  // How the learning rate that makes the same progress per example follows the batch size b:
+  // lr proportional to b^exponent. 1 for SGD with or without momentum (the step is linear in the
+  // gradient: k steps on b examples ~ one step on k b; the linear scaling rule, Goyal et al. 2017),
+  // 0.5 for Adam and Adagrad (the step is normalised by the gradient's magnitude; the square-root
+  // rule, Malladi et al. 2022). Async training's async_lr "batch_staleness" uses it.
+  virtual double batch_size_exponent() const = 0;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);

@@ -86,6 +86,18 @@ TEST_CASE("slots are exposed by name for backups") {
   CHECK(optim::make_optimizer(s)->make_state(2).find("accumulator")->values == std::vector<float>{0.25f, 0.25f});
 }
 
+TEST_CASE("batch size exponent - linear for SGD with or without momentum, square root for Adam and Adagrad") {
+  OptimizerSpec s;
+  s.type = OptimizerType::kSgd;
+  CHECK(optim::make_optimizer(s)->batch_size_exponent() == 1.0);
+  s.momentum = 0.9f;
+  CHECK(optim::make_optimizer(s)->batch_size_exponent() == 1.0);
+  s.type = OptimizerType::kAdam;
+  CHECK(optim::make_optimizer(s)->batch_size_exponent() == 0.5);
+  s.type = OptimizerType::kAdagrad;
+  CHECK(optim::make_optimizer(s)->batch_size_exponent() == 0.5);
+}
+
 TEST_CASE("a large range updates identically in the parallel path") {
   OptimizerSpec s;
   s.type = OptimizerType::kAdam;

@@ -142,7 +142,7 @@ TEST_CASE("sync - backup workers apply after N-k pushes and drop the late ones")
 }
 
 TEST_CASE("async - every push applies at once and its staleness is recorded") {
-  Fixture f(R"({"mode": "async", "global_batch_size": 4, "workers": 2})", 2);
+  Fixture f(R"({"mode": "async", "global_batch_size": 4, "workers": 2, "async_lr": "constant"})", 2);
   const auto w0 = f.initial();
   std::vector<float> g(f.n, 1.0f);
   Reply r;
@@ -443,10 +443,10 @@ struct AsyncFixture {
         n(shard.chunk_size(0)),
         w0(shard.values(0).begin(), shard.values(0).end()) {}
 
-  // A push of gradient `g` (every element) over one example, computed on `base`.
-  void push_on(uint32_t worker, uint64_t base, float g) {
+  // A push of gradient sum `g` (every element) over `examples` examples, computed on `base`.
+  void push_on(uint32_t worker, uint64_t base, float g, uint32_t examples = 1) {
     std::vector<float> grad(n, g);
-    PushRequest r = push(0, base, 0, 1, 1, grad);
+    PushRequest r = push(0, base, 0, 1, examples, grad);
     r.worker = worker;
     r.base_version = base;
     bool done = false;
@@ -533,6 +533,50 @@ TEST_CASE("async_lr staleness - Adagrad: the step is scaled, the accumulator kee
   for (size_t i = 0; i < f.n; i += 101) CHECK(f.moved(i) == doctest::Approx(moved).epsilon(1e-5));
 }
 
+// --- async_lr "batch_staleness": lr * (examples / global_batch_size) / max(1, t), hand-computed --
+
+TEST_CASE("async_lr batch_staleness - SGD: a push moves lr * (its examples / global batch) / max(1, t) times its mean gradient") {
+  AsyncFixture f(R"({"type": "sgd", "learning_rate": 0.6})", "batch_staleness");  // global batch 3
+  f.push_on(0, 0, 1.0f);        // 1 of 3 examples, t = 0: 0.6 / 3 = 0.2
+  f.push_on(1, 0, 1.0f);        // t = 1: 0.2
+  f.push_on(2, 0, 1.0f);        // t = 2: 0.1
+  f.push_on(0, 0, 1.0f);        // t = 3: 0.2 / 3
+  f.push_on(1, 4, 3.0f, 3);     // the whole global batch (mean gradient 1) on the current values: 0.6,
+                                // exactly a sync step
+  CHECK(f.shard.stats().max_staleness == 3);
+  const double expected = 0.2 + 0.2 + 0.1 + 0.2 / 3 + 0.6;
+  for (size_t i = 0; i < f.n; i += 101) CHECK(f.moved(i) == doctest::Approx(expected).epsilon(1e-5));
+  // `staleness` alone would move 0.6 + 0.6 + 0.3 + 0.2 + 0.6, `constant` 5 * 0.6.
+  AsyncFixture s(R"({"type": "sgd", "learning_rate": 0.6})", "staleness");
+  s.push_on(0, 0, 1.0f);
+  s.push_on(1, 0, 1.0f);
+  s.push_on(2, 0, 1.0f);
+  for (size_t i = 0; i < s.n; i += 101) CHECK(s.moved(i) == doctest::Approx(0.6 + 0.6 + 0.3).epsilon(1e-5));
+}
+
+TEST_CASE("async_lr batch_staleness - momentum: the same factor - Adam: the square root of the batch share") {
+  AsyncFixture f(R"({"type": "sgd", "learning_rate": 0.3, "momentum": 0.9})", "batch_staleness");
+  f.push_on(0, 0, 1.0f);  // t = 0: m = -0.3 / 3 = -0.1
+  f.push_on(1, 0, 1.0f);  // t = 1: m = 0.9 * -0.1 - 0.1 = -0.19
+  f.push_on(2, 0, 1.0f);  // t = 2: m = 0.9 * -0.19 - 0.1 / 2 = -0.221
+  for (size_t i = 0; i < f.n; i += 101) CHECK(f.moved(i) == doctest::Approx(0.1 + 0.19 + 0.221).epsilon(1e-5));
+  // Adam's exponent is 0.5 (the square-root rule): s = sqrt(1 / 3) / max(1, t). Its first step
+  // is lr * s (m / sqrt(v) = 1 after bias correction, eps aside): 0.3 * 0.57735 = 0.173205; the
+  // second, of the same gradient on version 0 (t = 1), the same again; the third (t = 2) half.
+  AsyncFixture a(R"({"type": "adam", "learning_rate": 0.3, "epsilon": 1e-7})", "batch_staleness");
+  a.push_on(0, 0, 1.0f);
+  for (size_t i = 0; i < a.n; i += 101) CHECK(a.moved(i) == doctest::Approx(0.3 * std::sqrt(1.0 / 3)).epsilon(1e-4));
+  a.push_on(1, 0, 1.0f);
+  a.push_on(2, 0, 1.0f);
+  for (size_t i = 0; i < a.n; i += 101) {
+    CHECK(a.moved(i) == doctest::Approx(0.3 * std::sqrt(1.0 / 3) * 2.5).epsilon(1e-4));
+  }
+  const auto snapshots = a.shard.snapshot_each();
+  REQUIRE(!snapshots.empty());
+  // m holds the unscaled gradient's average: 1 - 0.9^3.
+  CHECK(snapshots.front().optimizer_state.slots[0].values[0] == doctest::Approx(0.271).epsilon(1e-5));
+}
+
 TEST_CASE("async_lr - sync mode rejects it - unknown values name the field") {
   CHECK_THROWS_WITH_AS(job_with(R"({"type": "sgd"})",
                                 R"({"mode": "sync", "global_batch_size": 4, "async_lr": "staleness"})"),
@@ -550,6 +594,15 @@ TEST_CASE("async_lr - sync mode rejects it - unknown values name the field") {
   const JobSpec again = parse_job_spec(job_spec_to_json(a));
   CHECK(again.training.async_lr == AsyncLr::kConstant);
   CHECK(again.training.on_divergence == OnDivergence::kFail);
+  // The default (what a spec without the field runs with) is batch_staleness.
+  CHECK(job_with(R"({"type": "sgd"})", R"({"mode": "async", "global_batch_size": 4})").training.async_lr ==
+        AsyncLr::kBatchStaleness);
+  for (const char* name : {"constant", "staleness", "batch_staleness"}) {
+    const JobSpec j = job_with(R"({"type": "sgd"})", std::string(R"({"mode": "async", "global_batch_size": 4, "async_lr": ")") +
+                                                         name + R"("})");
+    CHECK(std::string(async_lr_name(j.training.async_lr)) == name);
+    CHECK(std::string(async_lr_name(parse_job_spec(job_spec_to_json(j)).training.async_lr)) == name);
+  }
 }
 
 TEST_CASE("sync - workers' compression states go into the backup of the version their step makes, and come back with a restore") {
