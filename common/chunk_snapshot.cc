@@ -86,7 +86,9 @@ std::optional<ChunkSnapshot> decode_snapshot(const std::string& blob) {
       if (!take(blob, at, &worker) || !take(blob, at, &length) || length > (blob.size() - at) / sizeof(float)) {
         return std::nullopt;
       }
-      if (c.worker_state.count(worker) != 0) return std::nullopt;  // a worker twice
+      // In ascending order of worker, as encode_snapshot writes them (std::map's order), so
+      // that a blob has one form: a worker twice or out of order is not a snapshot.
+      if (!c.worker_state.empty() && worker <= c.worker_state.rbegin()->first) return std::nullopt;
       std::vector<float>& state = c.worker_state[worker];
       state.resize(length);
       if (!take_floats(blob, at, length, state.data())) return std::nullopt;

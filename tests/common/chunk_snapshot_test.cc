@@ -60,6 +60,13 @@ TEST_CASE("chunk snapshots with workers' compression states round-trip - and wit
   const uint32_t zero = 0;
   std::memcpy(twice.data() + plain.size() + 4 + 4 + 8 + 16, &zero, sizeof zero);
   CHECK_FALSE(decode_snapshot(twice).has_value());
+  // Regression (fuzz/snapshot_fuzz.cc): workers out of order decoded, and encoded back in
+  // ascending order, so the blob had two forms. Workers 1 then 0 is not a snapshot.
+  std::string swapped = blob;
+  const uint32_t one = 1;
+  std::memcpy(swapped.data() + plain.size() + 4, &one, sizeof one);
+  std::memcpy(swapped.data() + plain.size() + 4 + 4 + 8 + 16, &zero, sizeof zero);
+  CHECK_FALSE(decode_snapshot(swapped).has_value());
 }
 
 TEST_CASE("blobs that are not snapshots decode to nullopt") {
