@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 
+#include "common/cross_thread.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {
@@ -62,8 +63,8 @@ kj::Promise<std::shared_ptr<const Split>> DataService::load(const std::string& d
   const uint64_t generation = generation_ ? generation_(dataset) : 0;
   auto it = splits_.find(key);
   if (it == splits_.end() || it->second->failed || it->second->generation != generation) {
-    auto paf = kj::newPromiseAndCrossThreadFulfiller<std::shared_ptr<const Split>>();
-    loading_.post([this, fulfiller = kj::mv(paf.fulfiller), dataset, kind]() mutable {
+    auto paf = make_cross_thread_paf<std::shared_ptr<const Split>>();
+    loading_.post([this, fulfiller = paf.fulfiller, dataset, kind]() mutable {
       try {
         fulfiller->fulfill(std::make_shared<const Split>(loader_(dataset, kind)));
       } catch (const std::exception& e) {

@@ -5,6 +5,7 @@
 #include <future>
 #include <memory>
 
+#include "common/cross_thread.h"
 #include "common/log.h"
 #include "coordinator/job_events.h"
 #include "coordinator/job_json.h"
@@ -242,10 +243,8 @@ kj::Promise<void> JobStore::set_async_cut(const std::string& id, uint64_t versio
     if (it->second.async_cuts.erase(v) != 0 && kv_ != nullptr) writes.push_back({"job/" + id + "/cut/" + padded(v), std::nullopt});
   }
   if (kv_ == nullptr) return kj::READY_NOW;
-  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-  // std::function wants a copyable callable.
-  auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
-  writer_.enqueue(std::move(writes), /*sync=*/false, [fulfiller] { (*fulfiller)->fulfill(); });
+  auto paf = make_cross_thread_paf<void>();
+  writer_.enqueue(std::move(writes), /*sync=*/false, [fulfiller = paf.fulfiller] { fulfiller->fulfill(); });
   return kj::mv(paf.promise);
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "common/cross_thread.h"
 #include "common/error.h"
 
 namespace pstrain {
@@ -35,19 +36,16 @@ kj::Promise<void> ReplicaStore::put(const ReplicaId& id, size_t first, std::vect
     size_t& count = chunks_[prefix];
     count = std::max(count, first + writes.size());
   }
-  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-  // std::function wants a copyable callable.
-  auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
-  writer_.enqueue(std::move(writes), /*sync=*/false, [fulfiller] { (*fulfiller)->fulfill(); });
+  auto paf = make_cross_thread_paf<void>();
+  writer_.enqueue(std::move(writes), /*sync=*/false, [fulfiller = paf.fulfiller] { fulfiller->fulfill(); });
   return kj::mv(paf.promise);
 }
 
 kj::Promise<std::vector<std::string>> ReplicaStore::read(const ReplicaId& id, size_t first, size_t max_bytes) {
-  auto paf = kj::newPromiseAndCrossThreadFulfiller<std::vector<std::string>>();
-  auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<std::vector<std::string>>>>(kj::mv(paf.fulfiller));
+  auto paf = make_cross_thread_paf<std::vector<std::string>>();
   // An empty write whose callback runs after every write queued before it: the read, on the
   // writer thread.
-  writer_.enqueue({}, false, [this, prefix = replica_prefix(id), first, max_bytes, fulfiller] {
+  writer_.enqueue({}, false, [this, prefix = replica_prefix(id), first, max_bytes, fulfiller = paf.fulfiller] {
     std::vector<std::string> blobs;
     size_t bytes = 0;
     for (size_t i = first; kv_ != nullptr; ++i) {
@@ -57,15 +55,14 @@ kj::Promise<std::vector<std::string>> ReplicaStore::read(const ReplicaId& id, si
       bytes += blob.size();
       blobs.push_back(std::move(blob));
     }
-    (*fulfiller)->fulfill(std::move(blobs));
+    fulfiller->fulfill(std::move(blobs));
   });
   return kj::mv(paf.promise);
 }
 
 kj::Promise<void> ReplicaStore::written() {
-  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-  auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
-  writer_.enqueue({}, false, [fulfiller] { (*fulfiller)->fulfill(); });
+  auto paf = make_cross_thread_paf<void>();
+  writer_.enqueue({}, false, [fulfiller = paf.fulfiller] { fulfiller->fulfill(); });
   return kj::mv(paf.promise);
 }
 

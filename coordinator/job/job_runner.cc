@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/cross_thread.h"
 #include "common/dataset.h"
 #include "common/error.h"
 #include "common/job_spec.h"
@@ -563,10 +564,10 @@ kj::Promise<void> JobRunner::collect_batch(std::shared_ptr<FinalModel> model) {
         data += n;
         left -= n;
         if (model->piece.size() == max) {
-          auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-          auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+          auto paf = make_cross_thread_paf<void>();
           model->bytes += static_cast<int64_t>(model->piece.size());
-          job_.store.write_model_piece(job_.id, model->pieces++, std::move(model->piece), [fulfiller] { (*fulfiller)->fulfill(); });
+          job_.store.write_model_piece(job_.id, model->pieces++, std::move(model->piece),
+                                       [fulfiller = paf.fulfiller] { fulfiller->fulfill(); });
           model->piece = {};
           written.add(kj::mv(paf.promise));
         }
