@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# compression_bench.sh — training.compression (none, fp16, topk, powersgd) on the MNIST MLP 784-700-500-10
-# (deploy/jobs/mnist-mlp.json: Adam, global batch 128, mnist10k), 2 workers x 1 server in sync
+# compression_bench.sh — training.compression (none, fp16, topk, powersgd) on a job's spec (default
+# the MNIST MLP 784-700-500-10, deploy/jobs/mnist-mlp.json: Adam, global batch 128, mnist10k;
+# --spec deploy/jobs/fashion-cnn.json for the Fashion CNN), 2 workers x 1 server in sync
 # mode, with each worker's egress uncapped or limited by tc tbf: bytes per step, samples/s and
 # test accuracy, one line per run.
 #
@@ -15,12 +16,14 @@
 # issue's "workers' links capped" is both ways; cap psc-s too with --cap-server).
 # Ports 19601 (RPC) and 19602 (HTTP) inside psc-s. Needs root, ip and tc.
 #
-# Usage: tests/bench/compression_bench.sh [--epochs E] [--rates "off 1gbit 100mbit"]
+# Usage: tests/bench/compression_bench.sh [--spec FILE] [--epochs E] [--rates "off 1gbit 100mbit"]
 #                                         [--kinds "none none-dense fp16 topk powersgd"] [--fraction F]
 #                                         [--rank R] [--cap-server]
 #   kinds: none (the workers' default exchange: row-sparse replies, factored pushes, forward on
 #   the servers), none-dense (none with --exchange=dense: whole float32 chunks, what fp16 and topk
 #   compress), fp16, topk (with --fraction, default 0.01), powersgd (with --rank, default 4).
+#   The spec's servers, workers, epochs, compression and backup are replaced; the rest (model,
+#   dataset, optimizer, batch) is the job's.
 #   samples/s: the median of the coordinator's per-epoch figures without epoch 1 (all of them
 #   with one epoch); bytes: worker 0's last report (payload bytes pushed / pulled per step);
 #   accuracy: the final epoch's test accuracy. Logs in a temp dir (printed).
@@ -28,16 +31,17 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-EPOCHS=3 RATES="off 1gbit 100mbit" KINDS="none none-dense fp16 topk" FRACTION=0.01 RANK=4 CAP_SERVER=0
+SPEC=$ROOT/deploy/jobs/mnist-mlp.json EPOCHS=3 RATES="off 1gbit 100mbit" KINDS="none none-dense fp16 topk" FRACTION=0.01 RANK=4 CAP_SERVER=0
 while (($#)); do
   case $1 in
+    --spec) SPEC=${2:?}; shift 2 ;;
     --epochs) EPOCHS=${2:?}; shift 2 ;;
     --rates) RATES=${2:?}; shift 2 ;;
     --kinds) KINDS=${2:?}; shift 2 ;;
     --fraction) FRACTION=${2:?}; shift 2 ;;
     --rank) RANK=${2:?}; shift 2 ;;
     --cap-server) CAP_SERVER=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compression_bench.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -47,6 +51,7 @@ BUILD=${PSTRAIN_BUILD_DIR:-$ROOT/build}
 for b in coordinator/pstrain-coordinator server/pstrain-server worker/pstrain-worker; do
   [[ -x $BUILD/$b ]] || { echo "compression_bench.sh: $BUILD/$b missing: build it" >&2; exit 1; }
 done
+[[ -f $SPEC ]] || { echo "compression_bench.sh: no spec file $SPEC" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/compression-bench.XXXXXX)
 echo "logs in $WORK" >&2
 
@@ -95,7 +100,7 @@ set_rate() {  # ns rate
 
 spec_for() {  # kind -> spec file
   local file=$WORK/spec-$1.json
-  /usr/bin/python3 - "$ROOT/deploy/jobs/mnist-mlp.json" "$1" "$EPOCHS" "$FRACTION" "$RANK" >"$file" <<'EOF'
+  /usr/bin/python3 - "$SPEC" "$1" "$EPOCHS" "$FRACTION" "$RANK" >"$file" <<'EOF'
 import json, sys
 spec = json.load(open(sys.argv[1]))
 kind, epochs, fraction, rank = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
