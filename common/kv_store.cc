@@ -139,6 +139,7 @@ KvStatus KvStore::write(const std::vector<Write>& writes, bool sync) {
   }
   rocksdb::WriteOptions options;
   options.sync = sync;
+  std::lock_guard lock(write_mutex_);
   return from_rocks(db_->Write(options, &batch));
 }
 

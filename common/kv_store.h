@@ -5,11 +5,17 @@
 // kCorrupt instead of returning damaged data. Writes of one logical change go in one atomic
 // batch; `sync` makes the batch durable (WAL fsync) before the call returns.
 //
-// Thread rules: thread-safe (RocksDB is); one KvStore per directory per process.
+// Thread rules: thread-safe; one KvStore per directory per process. Writes from several threads
+// (the coordinator's job records and its replicas each have a writer thread) are applied one at a
+// time, each on the thread that built its batch: RocksDB writes its log one group at a time
+// anyway, and its group commit, where one thread copies the others' batches into the log, hands
+// memory between threads through librocksdb's own atomics, which ThreadSanitizer cannot see
+// (docs/SANITIZERS.md). Reads do not wait for writes.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,6 +70,7 @@ class KvStore {
   KvStore(std::unique_ptr<rocksdb::DB> db, std::string directory);
   std::unique_ptr<rocksdb::DB> db_;
   std::string directory_;
+  std::mutex write_mutex_;  // held for the length of each write() (see the thread rules)
 };
 
 // `n` zero-padded to `width` digits: numbers in keys, so that key order is numeric order.
