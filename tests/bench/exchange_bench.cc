@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/chunk_plan.h"
+#include "common/compute_threads.h"
 #include "common/error.h"
 #include "common/flags.h"
 #include "common/process_main.h"
@@ -275,6 +276,9 @@ int main(int argc, char** argv) {
   flags.add("mode", "", "sync", "sync (clients are one step's slices; zero-copy replies) or async.");
   flags.add(rpc::kSecretFlag, rpc::kSecretEnv, "", rpc::kSecretHelp);
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-exchange-bench")) return *status;
+  // As every node process does (rpc::prepare_node_process): freed message buffers stay in the
+  // heap, so a client pays for its replies what a worker pays, not a page fault per page.
+  keep_freed_memory();
   Options options;
   try {
     if (flags.get("server").empty()) throw Error("--server host:port is required");
