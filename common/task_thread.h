@@ -1,6 +1,6 @@
 // A thread of its own that runs posted closures one at a time, in the order they were posted:
 // for blocking work (file loads, disk writes) that must not run on an event loop. A closure
-// reports back to a loop by fulfilling a kj::newPromiseAndCrossThreadFulfiller; it never waits
+// reports back to a loop by fulfilling a promise from make_cross_thread_paf(); it never waits
 // for the loop, so destroying the TaskThread while work is queued cannot deadlock.
 //
 // Thread rules: post() from any thread. The destructor runs every closure already posted, then

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common/chunk_snapshot.h"
+#include "common/cross_thread.h"
 #include "common/model_spec.h"
 #include "common/optim/optimizer.h"
 
@@ -16,8 +17,8 @@ namespace {
 // caller's loop.
 template <typename T>
 kj::Promise<T> on_thread(TaskThread& thread, std::function<T()> work) {
-  auto paf = kj::newPromiseAndCrossThreadFulfiller<T>();
-  thread.post([fulfiller = kj::mv(paf.fulfiller), work = std::move(work)]() mutable {
+  auto paf = make_cross_thread_paf<T>();
+  thread.post([fulfiller = paf.fulfiller, work = std::move(work)]() mutable {
     try {
       fulfiller->fulfill(work());
     } catch (const std::exception& e) {

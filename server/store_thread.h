@@ -6,8 +6,8 @@
 // any job) sees it; a restore sees every backup whose write was queued before it; a deletion
 // queued before a write cannot remove what that write puts.
 //
-// Each task completes a cross-thread promise that the loop awaits
-// (kj::newPromiseAndCrossThreadFulfiller); the store thread never waits for the loop, so shutting
+// Each task completes a cross-thread promise that the loop awaits (make_cross_thread_paf(), which
+// makes the hand-off visible to ThreadSanitizer); the store thread never waits for the loop, so shutting
 // down with a task in flight cannot deadlock.
 //
 // Thread rules: construct, queue (write_backup(), run()) and destroy on the event-loop thread;
@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/cross_thread.h"
 #include "server/backup_store.h"
 
 namespace pstrain {
@@ -76,7 +77,7 @@ class StoreThread {
 template <typename Task>
 kj::Promise<std::invoke_result_t<Task&, BackupStore&>> StoreThread::run(Task task) {
   using Result = std::invoke_result_t<Task&, BackupStore&>;
-  auto paf = kj::newPromiseAndCrossThreadFulfiller<Result>();
+  auto paf = make_cross_thread_paf<Result>();
   enqueue([task = kj::mv(task), fulfiller = kj::mv(paf.fulfiller)](BackupStore& store) mutable {
     // Never blocks: the loop picks the result up when it runs.
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { fulfiller->fulfill(task(store)); })) {

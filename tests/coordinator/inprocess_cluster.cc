@@ -47,7 +47,7 @@ void NodeThread::run(const Body& body) {
   std::string error;
   try {
     auto io = kj::setupAsyncIo();
-    auto stop = kj::newPromiseAndCrossThreadFulfiller<rpc::NodeStop>();
+    auto stop = make_cross_thread_paf<rpc::NodeStop>();
     // Before the loop (and its wake-up descriptor) goes: a later request_stop() must not wake
     // it (ThreadSanitizer caught that write racing the close, a write to a descriptor that may
     // be reused by then).
@@ -57,7 +57,7 @@ void NodeThread::run(const Body& body) {
     });
     {
       std::lock_guard lock(mutex_);
-      stop_ = kj::mv(stop.fulfiller);
+      stop_ = stop.fulfiller;
       executor_ = kj::getCurrentThreadExecutor().addRef();
       if (stop_requested_) stop_->fulfill(kj::cp(*stop_requested_));
     }

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cross_thread.h"
 #include "common/job_spec.h"
 #include "common/rpc/rpc_util.h"
 #include "coordinator/coordinator_node.h"
@@ -65,7 +66,7 @@ class NodeThread {
   std::string name_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  kj::Own<const kj::CrossThreadPromiseFulfiller<rpc::NodeStop>> stop_;  // guarded by mutex_
+  std::shared_ptr<CrossThreadFulfiller<rpc::NodeStop>> stop_;  // guarded by mutex_
   std::optional<rpc::NodeStop> stop_requested_;                         // guarded by mutex_
   kj::Own<const kj::Executor> executor_;  // set before ready_, guarded by mutex_ until then
   bool ready_ = false, ended_ = false;   // guarded by mutex_
