@@ -38,7 +38,7 @@ TEST_CASE("every large tensor is spread evenly over the servers") {
     const auto chunks = plan_chunks(layout, servers);
     for (size_t p = 0; p < layout.params().size(); ++p) {
       const size_t n = layout.params()[p].size;
-      if (n < servers * 1024) continue;
+      if (n < servers * kMinChunkFloats) continue;
       std::vector<size_t> held(servers, 0);
       for (const ChunkInfo& c : chunks) {
         if (c.param == p) held[c.server] += c.size;
@@ -61,8 +61,13 @@ TEST_CASE("servers carry about equal bytes and the plan is deterministic") {
     const size_t lightest = *std::min_element(loads.begin(), loads.end());
     INFO(servers << " servers: " << lightest << " to " << heaviest << " floats");
     CHECK(lightest > 0);
-    // At most a small tensor (< 1024 S floats, here 1,200) and a few kernel rows apart.
-    CHECK(heaviest - lightest <= 2048 + heaviest / 50);
+    // At most the tensors a server holds whole (each < kMinChunkFloats S floats: here the
+    // 500 x 10 kernel and the biases, 6,210 floats) and a few kernel rows apart.
+    size_t whole = 0;
+    for (const ParamInfo& p : layout.params()) {
+      if (p.size < servers * kMinChunkFloats) whole += p.size;
+    }
+    CHECK(heaviest - lightest <= whole + heaviest / 50);
     CHECK(chunks.size() >= 4 * servers);  // several transfers per server to pipeline
   }
 }
@@ -72,7 +77,7 @@ TEST_CASE("a dense kernel is cut between rows, so its chunks can take factored g
   for (uint32_t servers : {1u, 2u, 3u}) {
     for (const ChunkInfo& c : plan_chunks(layout, servers)) {
       const ParamInfo& p = layout.params()[c.param];
-      if (p.shape.size() != 2 || p.size < servers * 1024) continue;
+      if (p.shape.size() != 2 || p.size < servers * kMinChunkFloats) continue;
       INFO(p.name << " on " << servers << " servers, chunk at " << c.offset);
       const auto columns = static_cast<size_t>(p.shape[1]);
       CHECK(c.offset % columns == 0);
@@ -82,7 +87,7 @@ TEST_CASE("a dense kernel is cut between rows, so its chunks can take factored g
 }
 
 TEST_CASE("every server gets a chunk even when no tensor is worth striping") {
-  // One 784 x 10 layer (7,840 + 10 floats) on up to 8 servers: the kernel is below 1024 S floats.
+  // One 784 x 10 layer (7,840 + 10 floats) on up to 8 servers: the kernel is below kMinChunkFloats S.
   ModelSpec model;
   model.input_shape = {784};
   model.seed = 1;
@@ -125,4 +130,35 @@ TEST_CASE("row_servers: the server of each kernel row, or none when a chunk cuts
   CHECK(row_servers(cut, 0, rows, columns).empty());
   // Not covering the whole kernel: likewise.
   CHECK(row_servers({{0, 0, 0, columns, 0}}, 0, rows, columns).empty());
+}
+
+TEST_CASE("a small model is not cut into pieces smaller than kMinChunkFloats: each push is worth a message") {
+  // 64 -> 256 -> 256 -> 10 (85K floats) on 2 servers: only the 256 x 256 kernel (65,536 floats,
+  // at least kMinChunkFloats per server) is striped; the 64 x 256 and 256 x 10 kernels and the
+  // biases go whole. So 4 pieces + 5 whole tensors = 9 chunks (15 with a floor of 1,024 floats).
+  ModelSpec m;
+  m.input_shape = {64};
+  m.seed = 1;
+  LayerSpec dense;
+  dense.type = LayerType::kDense;
+  dense.units = 256;
+  LayerSpec out = dense;
+  out.units = 10;
+  m.layers = {dense, dense, out};
+  const ParamLayout layout = make_param_layout(m);
+  const auto chunks = plan_chunks(layout, 2);
+  CHECK(chunks.size() == 9);
+  for (const ChunkInfo& c : chunks) {
+    const ParamInfo& p = layout.params()[c.param];
+    INFO(p.name << " at " << c.offset);
+    if (p.size < 2 * kMinChunkFloats) {
+      CHECK(c.size == p.size);  // whole
+    } else {
+      CHECK(c.size >= kMinChunkFloats);
+    }
+  }
+  const auto loads = server_loads(chunks, 2);
+  CHECK(loads[0] > 0);
+  CHECK(loads[1] > 0);
+  CHECK(plan_chunks(layout, 2, kDefaultMaxChunkFloats, 1024).size() == 15);
 }

@@ -44,7 +44,8 @@ TEST_CASE("the large kernels of the MLP are factored at 64 examples per worker, 
 }
 
 TEST_CASE("a group sends the input rows of its chunks that are nonzero in some example") {
-  // One dense layer 64 -> 64 on 2 servers: the kernel (4,096 floats) is cut into whole rows, 4 chunks.
+  // One dense layer 64 -> 64 on 2 servers, in pieces of at least 1,024 floats (the service's
+  // floor is larger): the kernel (4,096 floats) is cut into whole rows, 4 chunks.
   ModelSpec m;
   m.input_shape = {64};
   m.seed = 1;
@@ -53,7 +54,7 @@ TEST_CASE("a group sends the input rows of its chunks that are nonzero in some e
   dense.units = 64;
   m.layers = {dense};
   const ParamLayout layout = make_param_layout(m);
-  const auto chunks = plan_chunks(layout, 2);
+  const auto chunks = plan_chunks(layout, 2, kDefaultMaxChunkFloats, 1024);
   const FactorPlan plan(layout, chunks, 2, true);
   REQUIRE(plan.groups().size() == 2);
   // Two examples, column-major (64 x 2): rows 1 and 6 nonzero in example 0, rows 6 and 40 in example 1.
