@@ -22,6 +22,19 @@ std::string data_dir() {
   return PSTRAIN_TEST_DATA_DIR;
 }
 
+ModelSpec dense_stack(int inputs, const std::vector<int>& units) {
+  ModelSpec model;
+  model.input_shape = {inputs};
+  model.seed = 1;
+  for (int n : units) {
+    LayerSpec dense;
+    dense.type = LayerType::kDense;
+    dense.units = n;
+    model.layers.push_back(dense);
+  }
+  return model;
+}
+
 JobSpec mlp_job(int hidden1, int hidden2, int epochs) {
   return parse_job_spec(R"({
     "name": "mnist-mlp",

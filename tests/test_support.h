@@ -4,6 +4,7 @@
 #include <kj/async.h>
 
 #include <string>
+#include <vector>
 
 #include "common/job_spec.h"
 
@@ -40,6 +41,10 @@ std::string data_dir();
 // The MLP job of DESIGN section 5 with the given hidden sizes (784-h1-h2-10), Adam 1e-3,
 // batch 128, seeds fixed.
 JobSpec mlp_job(int hidden1, int hidden2, int epochs);
+
+// Dense layers of `units` each, in order, on a flat input of `inputs` features (no activations,
+// seed 1): a model for tests of where parameters go, not of training.
+ModelSpec dense_stack(int inputs, const std::vector<int>& units);
 
 // The Fashion-MNIST CNN of the custom-training tutorial, Adam, batch 64.
 JobSpec fashion_cnn_job(int epochs);

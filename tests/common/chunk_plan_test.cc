@@ -88,14 +88,7 @@ TEST_CASE("a dense kernel is cut between rows, so its chunks can take factored g
 
 TEST_CASE("every server gets a chunk even when no tensor is worth striping") {
   // One 784 x 10 layer (7,840 + 10 floats) on up to 8 servers: the kernel is below kMinChunkFloats S.
-  ModelSpec model;
-  model.input_shape = {784};
-  model.seed = 1;
-  LayerSpec dense;
-  dense.type = LayerType::kDense;
-  dense.units = 10;
-  model.layers = {dense};
-  const ParamLayout layout = make_param_layout(model);
+  const ParamLayout layout = make_param_layout(testing::dense_stack(784, {10}));
   for (uint32_t servers = 1; servers <= 8; ++servers) {
     const auto chunks = plan_chunks(layout, servers);
     const auto loads = server_loads(chunks, servers);
@@ -136,16 +129,7 @@ TEST_CASE("a small model is not cut into pieces smaller than kMinChunkFloats: ea
   // 64 -> 256 -> 256 -> 10 (85K floats) on 2 servers: only the 256 x 256 kernel (65,536 floats,
   // at least kMinChunkFloats per server) is striped; the 64 x 256 and 256 x 10 kernels and the
   // biases go whole. So 4 pieces + 5 whole tensors = 9 chunks (15 with a floor of 1,024 floats).
-  ModelSpec m;
-  m.input_shape = {64};
-  m.seed = 1;
-  LayerSpec dense;
-  dense.type = LayerType::kDense;
-  dense.units = 256;
-  LayerSpec out = dense;
-  out.units = 10;
-  m.layers = {dense, dense, out};
-  const ParamLayout layout = make_param_layout(m);
+  const ParamLayout layout = make_param_layout(testing::dense_stack(64, {256, 256, 10}));
   const auto chunks = plan_chunks(layout, 2);
   CHECK(chunks.size() == 9);
   for (const ChunkInfo& c : chunks) {

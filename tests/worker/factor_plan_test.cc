@@ -46,14 +46,7 @@ TEST_CASE("the large kernels of the MLP are factored at 64 examples per worker, 
 TEST_CASE("a group sends the input rows of its chunks that are nonzero in some example") {
   // One dense layer 64 -> 64 on 2 servers, in pieces of at least 1,024 floats (the service's
   // floor is larger): the kernel (4,096 floats) is cut into whole rows, 4 chunks.
-  ModelSpec m;
-  m.input_shape = {64};
-  m.seed = 1;
-  LayerSpec dense;
-  dense.type = LayerType::kDense;
-  dense.units = 64;
-  m.layers = {dense};
-  const ParamLayout layout = make_param_layout(m);
+  const ParamLayout layout = make_param_layout(testing::dense_stack(64, {64}));
   const auto chunks = plan_chunks(layout, 2, kDefaultMaxChunkFloats, 1024);
   const FactorPlan plan(layout, chunks, 2, true);
   REQUIRE(plan.groups().size() == 2);
