@@ -4,9 +4,9 @@
 // striped over all servers in near-equal chunks of about a quarter of a server's share (at least
 // kMinChunkFloats, at most max_chunk_floats), so each server holds about 1/S of it and all
 // servers share the update when its gradient arrives; small tensors (under kMinChunkFloats per
-// server) go whole to the least loaded server. S servers carry about
-// equal bytes. The plan depends only on its inputs: the coordinator computes it and hands the
-// same table to servers and workers.
+// server) go whole to the least loaded server. S servers carry about equal bytes. The plan
+// depends only on its inputs: the coordinator computes it and hands the same table to servers
+// and workers.
 #pragma once
 
 #include <cstddef>

@@ -7,8 +7,8 @@
 // queued before a write cannot remove what that write puts.
 //
 // Each task completes a cross-thread promise that the loop awaits (make_cross_thread_paf(), which
-// makes the hand-off visible to ThreadSanitizer); the store thread never waits for the loop, so shutting
-// down with a task in flight cannot deadlock.
+// makes the hand-off visible to ThreadSanitizer); the store thread never waits for the loop, so
+// shutting down with a task in flight cannot deadlock.
 //
 // Thread rules: construct, queue (write_backup(), run()) and destroy on the event-loop thread;
 // the promises resolve there and `written` runs there. A task's body runs on the store thread
