@@ -10,12 +10,15 @@
 #   binaries in e.g. build-old/ is enough.
 # Env: PSTRAIN_DATA_DIR (the spec's datasets; suite_jobs.py prepare writes the suite's specs and
 #      data), PORT_BASE (default 19700).
+# Every run's log and cluster directory are kept in a fresh directory under /tmp (printed first),
+# to read a run again; delete it when done.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-[ $# -ge 3 ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 A=$1 B=$2 SPEC=$(realpath "$3") REPEATS=${4:-3}
 port=${PORT_BASE:-19700}
-work=$(mktemp -d /tmp/ab-cluster.XXXXXX)
+work=$(mktemp -d /tmp/ab-cluster.XXXXXX)  # mktemp's template: a fresh name per invocation
+echo "ab_cluster: logs in $work"
 declare -A rates=([A]="" [B]="")
 for rep in $(seq 1 "$REPEATS"); do
   for side in A B; do
