@@ -14,7 +14,7 @@
 # to read a run again; delete it when done.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-[ $# -ge 3 ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 A=$1 B=$2 SPEC=$(realpath "$3") REPEATS=${4:-3}
 port=${PORT_BASE:-19700}
 work=$(mktemp -d /tmp/ab-cluster.XXXXXX)  # mktemp's template: a fresh name per invocation
