@@ -74,6 +74,10 @@ struct CompressionSpec {
   CompressionKind kind = CompressionKind::kNone;
   float fraction = 0.01f;  // topk: of each chunk's entries, in (0, 1]
   uint32_t rank = 4;       // powersgd: of the factors, 1 to 64
+
+  // Whether the codec keeps state on each worker between steps (topk's and powersgd's residual,
+  // powersgd's warm-start Q), which the backups hold (DESIGN-NOTES "Gradient compression").
+  bool keeps_worker_state() const { return kind == CompressionKind::kTopk || kind == CompressionKind::kPowerSgd; }
 };
 
 struct TrainingSpec {

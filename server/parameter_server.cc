@@ -296,6 +296,10 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     results.setVersion(job->shard->version(key));
     KJ_REQUIRE(!outcome.aborted, "the job was re-planned (recovery): get a new assignment");
     results.setApplied(outcome.applied);
+    // A cut's backup point ahead: a worker with compression state sends it with the step before.
+    if (const auto cut = job->extra_backup_points.upper_bound(results.getVersion()); cut != job->extra_backup_points.end()) {
+      results.setCutAt(*cut);
+    }
     // Zero-copy reply when the values stay put until it is sent (see
     // ParameterShard::values_stable_until_next_push).
     const bool zero_copy = job->shard->values_stable_until_next_push();

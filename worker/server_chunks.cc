@@ -38,9 +38,7 @@ void ServerChunks::set_compression(const CompressionSpec& compression, uint64_t 
   residual_.clear();
   ranks_.assign(chunks_.size(), 0);
   warm_q_.assign(chunks_.size(), {});
-  if (compression_.kind == CompressionKind::kTopk || compression_.kind == CompressionKind::kPowerSgd) {
-    residual_.assign(values_.size(), 0.0f);
-  }
+  if (compression_.keeps_worker_state()) residual_.assign(values_.size(), 0.0f);
   if (compression_.kind != CompressionKind::kPowerSgd) return;
   for (size_t k = 0; k < chunks_.size(); ++k) {
     if (columns_[k] == 0) continue;
@@ -181,7 +179,7 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
     auto values = topk.initValues(static_cast<unsigned>(count * sizeof(float)));
     std::memcpy(values.begin(), topk_values_.data(), count * sizeof(float));
     pushed_bytes_ += count * (sizeof(uint32_t) + sizeof(float));
-    if (is_backup_point_ && is_backup_point_(slice.step + 1)) attach_state(k, request);
+    if (state_due(slice.step)) attach_state(k, request);
   } else if (compression_.kind == CompressionKind::kPowerSgd && take_values && ranks_[k] > 0) {
     // This worker's own slice, as rank-r factors of gradient + residual (a takeover pushes a lost
     // worker's gradient whole, as for topk).
@@ -198,7 +196,7 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
     auto q = low_rank.initQ(static_cast<unsigned>(factor_q_.size() * sizeof(float)));
     std::memcpy(q.begin(), factor_q_.data(), q.size());
     pushed_bytes_ += p.size() + q.size();
-    if (is_backup_point_ && is_backup_point_(slice.step + 1)) attach_state(k, request);
+    if (state_due(slice.step)) attach_state(k, request);
   } else {
     rpc::reference_tensor(request.getGradient().initDense(), {gradient, chunks_[k].size});
     pushed_bytes_ += chunks_[k].size * sizeof(float);
@@ -235,6 +233,7 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
       pulled_bytes_ += values.size_bytes();
     }
     versions_[k] = r.getVersion();
+    if (r.getCutAt() > r.getVersion()) cut_points_.insert(r.getCutAt());
     count_reply(r.getApplied());
   });
 }

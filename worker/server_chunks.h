@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,17 +61,16 @@ class ServerChunks {
   void set_compression(const CompressionSpec& compression, uint64_t seed = 0);
 
   // Sync jobs with topk or powersgd: `is_backup_point(v)` says whether the servers back up
-  // version v (the spec's backup frequency). The push of a step whose next version is one carries
-  // this worker's compression state for the chunk (its residual, then powersgd's warm-start Q),
-  // which the servers keep in that backup; pull() with `state_of` takes it back after a restore,
-  // so a recovered run goes on exactly as the uninterrupted one.
+  // version v (the spec's backup frequency); a cut's backup points come in the push replies
+  // (PushResults.cutAt), before the step that needs them. The push of a step whose next version
+  // is one carries this worker's compression state for the chunk (its residual, then powersgd's
+  // warm-start Q), which the servers keep in that backup; pull() with `state_of` takes it back
+  // after a restore, so a recovered run goes on exactly as the uninterrupted one.
   void set_backup_points(std::function<bool(uint64_t version)> is_backup_point) {
     is_backup_point_ = std::move(is_backup_point);
   }
   // Whether the compression keeps state on this worker (topk, powersgd).
-  bool has_compression_state() const {
-    return compression_.kind == CompressionKind::kTopk || compression_.kind == CompressionKind::kPowerSgd;
-  }
+  bool has_compression_state() const { return compression_.keeps_worker_state(); }
 
   // Connects to every server, one after the other, proving `credential` on each.
   void connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential);
@@ -127,6 +127,11 @@ class ServerChunks {
   // `into`; their versions into `versions`.
   void pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bool exact, AlignedFloats& into,
                  std::vector<uint64_t>& versions, std::optional<uint32_t> state_of = std::nullopt);
+  // Whether the push of `step` carries this worker's compression state: its next version is a
+  // backup point (the spec's, or a cut's the replies announced).
+  bool state_due(uint64_t step) const {
+    return is_backup_point_ && (is_backup_point_(step + 1) || cut_points_.count(step + 1) != 0);
+  }
   // Chunk k's compression state (residual, then warm-start Q when it has one) into `request`.
   template <typename Request>
   void attach_state(size_t k, Request& request);
@@ -161,6 +166,7 @@ class ServerChunks {
   std::vector<float> factor_p_, factor_q_;
   std::vector<float> factor_scratch_;
   std::function<bool(uint64_t)> is_backup_point_;  // sync with compression state: see set_backup_points
+  std::set<uint64_t> cut_points_;                  // cuts' backup points the replies announced (few: one a cut)
   uint64_t pushed_bytes_ = 0, pulled_bytes_ = 0, late_pushes_ = 0;
 };
 

@@ -161,6 +161,12 @@ interface ParameterServer {
       parts @3 :List(Data);   # for reply.ranges: one part per range
       half @4 :Data;          # for reply.whole with replyHalf: binary16, little-endian
     }
+    # Sync: a version a cut (preemption, a worker joining) asked this server to back up, ahead of
+    # the chunk's version; 0: none. A worker with compression state pushes it with the step
+    # before that version, as for the spec's own backup points (PushParams.workerState). A cut
+    # is marked before the replies of the step two ahead of it go (SyncCut), so every worker
+    # learns of it in time.
+    cutAt @5 :UInt64;
   }
   push @2 PushParams -> PushResults;
 

@@ -5,7 +5,9 @@
 // The mark must reach every server before its chunks pass the step: the coordinator asks where
 // the servers are and marks two steps ahead of the furthest chunk; a server already past the
 // mark refuses it, and the cut is marked again further ahead (which replaces the holds already
-// set). A cut that does not complete within 30 s is abandoned and its holds released.
+// set). A cut that does not complete within 30 s is abandoned and its holds released. With
+// compression state on the workers the cut must also be announced before the step ahead of it
+// (mark() says how).
 #include "coordinator/job/sync_cut.h"
 
 #include <algorithm>
@@ -54,15 +56,22 @@ kj::Promise<uint64_t> SyncCut::mark(int attempt) {
   // Phase 1: where are the servers? Phase 2: back up (and hold) two steps ahead of the furthest
   // chunk. A server whose chunks passed the mark before it arrived refuses it (and says how far
   // it got); then the cut is marked again further ahead, which replaces the holds already set.
-  return job_.servers.versions().then([this, attempt](kj::Array<ServerVersions> versions) {
+  //
+  // With compression state on the workers (topk, powersgd), the push of step target - 1 must
+  // carry each worker's state, and a worker learns of the cut from the replies that bring version
+  // target - 1 (PushResults.cutAt): so no chunk may have reached target - 1 when the mark is
+  // set, and the cut goes two steps further ahead to leave room for that.
+  const uint64_t lead = job_.spec.training.compression.keeps_worker_state() ? 2 : 0;
+  return job_.servers.versions().then([this, attempt, lead](kj::Array<ServerVersions> versions) {
     uint64_t furthest = 0;
     for (const auto& v : versions) furthest = std::max(furthest, v.highest);
-    const uint64_t target = furthest + 2 + static_cast<uint64_t>(attempt);
+    const uint64_t target = furthest + 2 + lead + static_cast<uint64_t>(attempt);
     PSLOG(kInfo) << "job " << job_.id << ": backing up at step " << target << " and holding there";
-    return job_.servers.mark_backup(target).then([this, attempt, target](kj::Array<uint64_t> reached) -> kj::Promise<uint64_t> {
-      if (*std::max_element(reached.begin(), reached.end()) <= target) return target;
+    return job_.servers.mark_backup(target).then([this, attempt, target, lead](kj::Array<uint64_t> reached) -> kj::Promise<uint64_t> {
+      if (*std::max_element(reached.begin(), reached.end()) + lead <= target) return target;
       KJ_REQUIRE(attempt < 5, "the servers kept running past the cut", target);
-      PSLOG(kInfo) << "job " << job_.id << ": a server was already past step " << target << "; marking again";
+      PSLOG(kInfo) << "job " << job_.id << ": a server was already at step " << *std::max_element(reached.begin(), reached.end())
+                   << ", too close to " << target << "; marking again";
       return mark(attempt + 1);
     });
   });

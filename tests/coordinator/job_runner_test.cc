@@ -299,6 +299,34 @@ TEST_CASE("cut - a preempted server backs up just ahead and leaves, and nothing 
   run.check_as_uninterrupted(3);
 }
 
+TEST_CASE("cut - with topk or powersgd compression a preempted server's cut holds the workers' state: the run ends as "
+          "the uninterrupted one, bit for bit") {
+  // A cut's step is not a backup point the workers know in advance: the servers' push replies
+  // announce it (PushResults.cutAt) in time for the step before it to carry each worker's
+  // residual (and powersgd's Q), as the spec's own backup points do.
+  for (const CompressionKind kind : {CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
+    INFO("compression " << std::string(compression_kind_name(kind)));
+    JobSpec spec = small_job(3, 1000);  // no regular backup: only the cut's
+    spec.training.compression.kind = kind;
+    spec.training.compression.fraction = 0.1f;
+    spec.training.compression.rank = 2;
+    spec = parse_job_spec(job_spec_to_json(spec));
+    Scenario run(spec);
+    wait_for_step(run.cluster, run.id, 20);
+    run.cluster.stop_server(0, NodeStop::kPreempted);
+    const int64_t cut = cut_backup(run.cluster, run.id);
+    CHECK(cut > 20);
+    run.cluster.start_server(0);
+    const JobRecord r = wait_succeeded(run.cluster, run.id);
+    INFO("notes:" << notes_of(r));
+    const auto back = rollbacks(r);
+    REQUIRE(back.size() >= 1);
+    CHECK(back[0].step == cut);
+    CHECK(back[0].replayed == 0);
+    run.check_as_uninterrupted(3);
+  }
+}
+
 TEST_CASE("server move - a server that never comes back is replaced by a free one from its replica") {
   // Three servers; the job takes server-0 and server-1 (name order), server-2 stays free. The
   // coordinator writes its files in pieces of 4 KiB: the model (211 kB) and the final
