@@ -519,6 +519,31 @@ kj::Promise<void> ParameterServerImpl::workerFinished(WorkerFinishedContext cont
   return kj::READY_NOW;
 }
 
+kj::Promise<void> ParameterServerImpl::putState(PutStateContext context) {
+  const auto params = context.getParams();
+  Job& job = find(params.getJobId());
+  check_worker(job, params.getJobId(), params.getNode(), params.getToken());
+  KJ_REQUIRE(job.shard->mode() == TrainingMode::kAsync, "putState is for async jobs (sync states ride on pushes)");
+  const auto keys = params.getKeys();
+  const auto states = params.getStates();
+  KJ_REQUIRE(keys.size() == states.size(), "putState needs one state per key", keys.size(), states.size());
+  // Checked whole before anything is kept: a bad call changes nothing.
+  for (unsigned i = 0; i < keys.size(); ++i) {
+    const size_t chunk_size = shard_with_key(job, params.getJobId(), keys[i]).chunk_size(keys[i]);
+    const size_t bytes = states[i].size();
+    KJ_REQUIRE(bytes % sizeof(float) == 0 && bytes <= (2 * chunk_size + 2) * sizeof(float),
+               "a putState state must be float32, at most twice the chunk's size and a position", keys[i], bytes,
+               chunk_size);
+  }
+  for (unsigned i = 0; i < keys.size(); ++i) {
+    const auto state = states[i];
+    job.shard->set_worker_state(keys[i], params.getWorker(),
+                                {reinterpret_cast<const float*>(state.begin()), state.size() / sizeof(float)});
+    job.bytes_in += state.size();
+  }
+  return kj::READY_NOW;
+}
+
 void ParameterServerImpl::backup_written(const std::string& job_id, uint64_t) {
   const auto it = jobs_.find(job_id);
   if (it != jobs_.end()) it->second->shard->release_durability_hold();

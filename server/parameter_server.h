@@ -43,6 +43,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> push(PushContext context) override;
   kj::Promise<void> pushFactors(PushFactorsContext context) override;
   kj::Promise<void> workerFinished(WorkerFinishedContext context) override;
+  kj::Promise<void> putState(PutStateContext context) override;
   kj::Promise<void> dropJob(DropJobContext context) override;
   kj::Promise<void> stats(StatsContext context) override;
   kj::Promise<void> restore(RestoreContext context) override;

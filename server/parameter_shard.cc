@@ -423,6 +423,10 @@ void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
   }
 }
 
+void ParameterShard::set_worker_state(uint32_t key, uint32_t worker, std::span<const float> state) {
+  chunks_.at(key).worker_state[worker].assign(state.begin(), state.end());
+}
+
 const std::vector<float>* ParameterShard::worker_state(uint32_t key, uint32_t worker) const {
   const Chunk& chunk = chunks_.at(key);
   const auto it = chunk.worker_state.find(worker);

@@ -125,7 +125,11 @@ class ParameterShard {
   // Sync: the compression state (residual, warm-start factors) that slice `worker` pushed with
   // the step that made the chunk's current version, or that the restored backup of that version
   // held; nullptr if there is none (the version is not a backup point, or the slice sent none).
+  // Async: the state the worker last put (set_worker_state), or the restored backup's.
   const std::vector<float>* worker_state(uint32_t key, uint32_t worker) const;
+  // Async: the worker's compression state for the chunk as it pauses for a cut (putState), kept
+  // until it puts another; snapshot_each() and restore() carry it like a sync step's.
+  void set_worker_state(uint32_t key, uint32_t worker, std::span<const float> state);
   // Forward on the servers (ParameterServer.pushFactors' next* fields, common/nn/row_groups.h):
   // result (columns x examples, 64-byte aligned) = the sum over `rows` of each row's current
   // values times its inputs (examples x rows.size(), example after example, 64-byte aligned).
@@ -232,7 +236,7 @@ class ParameterShard {
     optim::OptimizerState optimizer_state;
     uint64_t version = 0;
     std::map<uint64_t, std::vector<PendingPush>> pending;  // sync: by step
-    std::map<uint32_t, std::vector<float>> worker_state;   // of `version`, by slice (see worker_state())
+    std::map<uint32_t, std::vector<float>> worker_state;   // by slice (worker): see worker_state()
     std::vector<std::pair<uint64_t, PullDone>> waiting_pulls;
     std::vector<std::pair<uint64_t, std::function<void()>>> held_replies;  // async SSP: (step, release)
     AlignedFloats initial;  // for reset()

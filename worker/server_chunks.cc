@@ -59,27 +59,66 @@ void ServerChunks::connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, c
   }
 }
 
-void ServerChunks::pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<uint32_t> state_of) {
-  pull_into(wait_scope, min_version, /*exact=*/false, values_, versions_,
-            has_compression_state() ? state_of : std::nullopt);
+void ServerChunks::pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<StateWanted> state) {
+  pull_into(wait_scope, min_version, /*exact=*/false, values_, versions_, has_compression_state() ? state : std::nullopt);
+}
+
+size_t ServerChunks::state_bytes(size_t k, bool with_position) const {
+  return (chunks_[k].size + warm_q_[k].size()) * sizeof(float) + (with_position ? sizeof(uint64_t) : 0);
+}
+
+void ServerChunks::write_state(size_t k, kj::ArrayPtr<kj::byte> bytes, std::optional<uint64_t> position) const {
+  const size_t n = chunks_[k].size, q = warm_q_[k].size();
+  KJ_ASSERT(bytes.size() == state_bytes(k, position.has_value()));
+  std::memcpy(bytes.begin(), residual_.data() + offsets_[k], n * sizeof(float));
+  if (q > 0) std::memcpy(bytes.begin() + n * sizeof(float), warm_q_[k].data(), q * sizeof(float));
+  if (position) std::memcpy(bytes.begin() + (n + q) * sizeof(float), &*position, sizeof(uint64_t));
 }
 
 template <typename Request>
 void ServerChunks::attach_state(size_t k, Request& request) {
-  const size_t n = chunks_[k].size, q = warm_q_[k].size();
-  auto state = request.initWorkerState(static_cast<unsigned>((n + q) * sizeof(float)));
-  std::memcpy(state.begin(), residual_.data() + offsets_[k], n * sizeof(float));
-  if (q > 0) std::memcpy(state.begin() + n * sizeof(float), warm_q_[k].data(), q * sizeof(float));
+  auto state = request.initWorkerState(static_cast<unsigned>(state_bytes(k, false)));
+  write_state(k, state);
   pushed_bytes_ += state.size();
 }
 
-bool ServerChunks::load_state(size_t k, capnp::Data::Reader state) {
+void ServerChunks::put_state(kj::WaitScope& wait_scope, uint32_t worker, uint64_t position) {
+  std::vector<std::vector<size_t>> by_server(servers_.size());
+  for (size_t k = 0; k < chunks_.size(); ++k) by_server[chunks_[k].server].push_back(k);
+  kj::Vector<kj::Promise<void>> replies;
+  for (size_t server = 0; server < servers_.size(); ++server) {
+    if (by_server[server].empty()) continue;
+    auto request = servers_[server].putStateRequest();
+    request.setJobId(job_id_);
+    request.setWorker(worker);
+    pass_.set_on(request);
+    auto keys = request.initKeys(static_cast<unsigned>(by_server[server].size()));
+    auto states = request.initStates(static_cast<unsigned>(by_server[server].size()));
+    for (unsigned i = 0; i < keys.size(); ++i) {
+      const size_t k = by_server[server][i];
+      keys.set(i, chunks_[k].key);
+      auto state = states.init(i, static_cast<unsigned>(state_bytes(k, true)));
+      write_state(k, state, position);
+      pushed_bytes_ += state.size();
+    }
+    replies.add(request.send().ignoreResult());
+  }
+  wait_unless_stopped(kj::joinPromises(replies.releaseAsArray()), stop_, wait_scope);
+}
+
+void ServerChunks::load_state(size_t k, capnp::Data::Reader state, const StateWanted& wanted) {
   const size_t n = chunks_[k].size, q = warm_q_[k].size();
-  if (state.size() != (n + q) * sizeof(float)) return false;
+  KJ_REQUIRE(state.size() == state_bytes(k, wanted.position.has_value()), "pulled workerState does not fit the chunk",
+             chunks_[k].key, state.size());
+  if (wanted.position) {
+    uint64_t position = 0;
+    std::memcpy(&position, state.begin() + (n + q) * sizeof(float), sizeof(uint64_t));
+    if (position != *wanted.position) return;  // put at another cut: not this run's
+  }
   std::memcpy(residual_.data() + offsets_[k], state.begin(), n * sizeof(float));
   if (q > 0) std::memcpy(warm_q_[k].data(), state.begin() + n * sizeof(float), q * sizeof(float));
   pulled_bytes_ += state.size();
-  return true;
+  ++states_taken_;
 }
 
 const float* ServerChunks::pull_exact(kj::WaitScope& wait_scope, uint64_t version) {
@@ -89,7 +128,7 @@ const float* ServerChunks::pull_exact(kj::WaitScope& wait_scope, uint64_t versio
 }
 
 void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bool exact, AlignedFloats& into,
-                             std::vector<uint64_t>& versions, std::optional<uint32_t> state_of) {
+                             std::vector<uint64_t>& versions, std::optional<StateWanted> state) {
   into.resize(values_.size());
   versions.resize(chunks_.size());
   kj::Vector<kj::Promise<void>> replies;
@@ -99,22 +138,22 @@ void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bo
     request.setKey(chunks_[k].key);
     request.setMinVersion(min_version);
     request.setExact(exact);
-    if (state_of) {
+    if (state) {
       request.setWithState(true);
-      request.setStateOf(*state_of);
+      request.setStateOf(state->slice);
     }
     pass_.set_on(request);
-    replies.add(request.send().then([this, k, &into, &versions, exact, min_version, state_of](
+    replies.add(request.send().then([this, k, &into, &versions, exact, min_version, state](
                                         capnp::Response<proto::ParameterServer::PullResults>&& r) {
       const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "pulled values");
       std::memcpy(into.data() + offsets_[k], values.data(), values.size_bytes());
       versions[k] = r.getVersion();
       KJ_REQUIRE(!exact || versions[k] == min_version, "server sent another version than the one asked for",
                  versions[k], min_version);
-      // A state of another version than the one this session starts from is not this run's.
-      if (state_of && versions[k] == min_version && r.getWorkerState().size() > 0) {
-        KJ_REQUIRE(load_state(k, r.getWorkerState()), "pulled workerState does not fit the chunk", chunks_[k].key,
-                   r.getWorkerState().size());
+      // Sync: a state of another version than the one this session starts from is not this
+      // run's. (Async: the chunks' versions say nothing; the state's position does.)
+      if (state && (state->position || versions[k] == min_version) && r.getWorkerState().size() > 0) {
+        load_state(k, r.getWorkerState(), *state);
       }
     }));
   }

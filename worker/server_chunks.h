@@ -32,6 +32,14 @@
 
 namespace pstrain {
 
+// The compression state a session's first pull takes back after a restore: `slice`'s (this
+// worker's). Sync: the one the servers hold for the version the session starts from. Async
+// (`position` set): the one put at that position (the worker's steps done) at a cut.
+struct StateWanted {
+  uint32_t slice = 0;
+  std::optional<uint64_t> position;
+};
+
 // A gradient to push: this worker's slice of a step, or a lost worker's in a takeover.
 struct GradientSlice {
   uint64_t step = 0;                    // sync: the job's step; async: the pushing worker's count
@@ -64,7 +72,7 @@ class ServerChunks {
   // version v (the spec's backup frequency); a cut's backup points come in the push replies
   // (PushResults.cutAt), before the step that needs them. The push of a step whose next version
   // is one carries this worker's compression state for the chunk (its residual, then powersgd's
-  // warm-start Q), which the servers keep in that backup; pull() with `state_of` takes it back
+  // warm-start Q), which the servers keep in that backup; pull() with `state` takes it back
   // after a restore, so a recovered run goes on exactly as the uninterrupted one.
   void set_backup_points(std::function<bool(uint64_t version)> is_backup_point) {
     is_backup_point_ = std::move(is_backup_point);
@@ -89,10 +97,14 @@ class ServerChunks {
   void set_version(size_t k, uint64_t version) { versions_[k] = version; }
 
   // Every chunk's values at a version >= min_version into values() (a session's first step).
-  // With `state_of` (this worker's slice; sync, with compression state): also the compression
-  // state the servers hold for that slice at exactly min_version (a restored backup's), where
-  // they have one; chunks without one start from a zero residual and the initial Q.
-  void pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<uint32_t> state_of = std::nullopt);
+  // With `state` (with compression state): also this worker's compression state, where the
+  // servers hold the one wanted (a restored backup's); chunks without one start from a zero
+  // residual and the initial Q.
+  void pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<StateWanted> state = std::nullopt);
+  // Async, pausing for a cut (no push of this worker in flight): puts this worker's compression
+  // state of every chunk on its server (putState), tagged with `position` (its steps done), for
+  // the cut's backup.
+  void put_state(kj::WaitScope& wait_scope, uint32_t worker, uint64_t position);
   // Every chunk's values at exactly `version`, into a buffer of this class (valid until the next
   // call): what a takeover computes on when values() is current only in some rows.
   const float* pull_exact(kj::WaitScope& wait_scope, uint64_t version);
@@ -121,22 +133,29 @@ class ServerChunks {
   uint64_t pulled_bytes() const { return pulled_bytes_; }
   uint64_t exchanged_bytes() const { return pushed_bytes_ + pulled_bytes_; }
   uint64_t late_pushes() const { return late_pushes_; }
+  // Chunks whose compression state pull() took back (for the log).
+  uint64_t states_taken() const { return states_taken_; }
 
  private:
   // Every chunk's values at a version >= min_version (exactly min_version when `exact`) into
   // `into`; their versions into `versions`.
   void pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bool exact, AlignedFloats& into,
-                 std::vector<uint64_t>& versions, std::optional<uint32_t> state_of = std::nullopt);
+                 std::vector<uint64_t>& versions, std::optional<StateWanted> state = std::nullopt);
   // Whether the push of `step` carries this worker's compression state: its next version is a
   // backup point (the spec's, or a cut's the replies announced).
   bool state_due(uint64_t step) const {
     return is_backup_point_ && (is_backup_point_(step + 1) || cut_points_.count(step + 1) != 0);
   }
-  // Chunk k's compression state (residual, then warm-start Q when it has one) into `request`.
+  // Chunk k's compression state (residual, then warm-start Q when it has one), then `position`
+  // (async: its 8 bytes, as two float32 slots) when given, into `bytes` (state_bytes() long).
+  void write_state(size_t k, kj::ArrayPtr<kj::byte> bytes, std::optional<uint64_t> position = std::nullopt) const;
+  size_t state_bytes(size_t k, bool with_position) const;
+  // Chunk k's compression state into a push (`request.workerState`).
   template <typename Request>
   void attach_state(size_t k, Request& request);
-  // Chunk k's compression state from a pull's reply; false if its size does not fit.
-  bool load_state(size_t k, capnp::Data::Reader state);
+  // Chunk k's compression state from a pull's reply, if it is the one `wanted` (async: put at
+  // its position); throws if its size does not fit the chunk.
+  void load_state(size_t k, capnp::Data::Reader state, const StateWanted& wanted);
   kj::Promise<void> send_push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
                               bool take_values, const InputSparsity::Ranges& want);
 
@@ -167,7 +186,7 @@ class ServerChunks {
   std::vector<float> factor_scratch_;
   std::function<bool(uint64_t)> is_backup_point_;  // sync with compression state: see set_backup_points
   std::set<uint64_t> cut_points_;                  // cuts' backup points the replies announced (few: one a cut)
-  uint64_t pushed_bytes_ = 0, pulled_bytes_ = 0, late_pushes_ = 0;
+  uint64_t pushed_bytes_ = 0, pulled_bytes_ = 0, late_pushes_ = 0, states_taken_ = 0;
 };
 
 }  // namespace pstrain

@@ -162,11 +162,17 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
 bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>& should_stop) {
   const bool sync = spec_.training.mode == TrainingMode::kSync;
   servers_.connect(wait_scope, io_, cluster_);
-  // A sync session that starts after step 0 (a recovery) takes back its compression state from
-  // the restored backup.
+  // A session that starts after step 0 (a recovery) takes back its compression state from the
+  // restored backup: sync, the one of the step it starts from; async, the one it put at the cut
+  // it resumes from (tagged with its position then).
   const uint64_t start = start_epoch_ * steps_per_epoch_ + start_step_;
-  servers_.pull(wait_scope, sync ? start : 0,
-                sync && start > 0 ? std::optional<uint32_t>(worker_index_) : std::nullopt);
+  std::optional<StateWanted> state;
+  if (start > 0) state = StateWanted{worker_index_, sync ? std::nullopt : std::optional<uint64_t>(start)};
+  servers_.pull(wait_scope, sync ? start : 0, state);
+  if (servers_.states_taken() > 0) {
+    PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " took its compression state back for "
+                 << servers_.states_taken() << " of " << servers_.chunks().size() << " chunks";
+  }
   watch_for_orders();
   const int64_t report_every = spec_.training.metrics_every_steps;
   for (uint32_t epoch = start_epoch_; epoch < spec_.training.epochs; ++epoch) {

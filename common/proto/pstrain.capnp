@@ -230,6 +230,15 @@ interface ParameterServer {
   # Async: the worker will push no more (it no longer holds back others under max_staleness).
   workerFinished @3 (jobId :Text, worker :UInt32, node :UInt32, token :Data) -> ();
 
+  # Async cut, training.compression topk/powersgd: a worker that pauses for the cut (no push of
+  # its in flight) first puts its compression state for the chunks `keys` of this server:
+  # states[i] is keys[i]'s, the float32 state of PushParams.workerState followed by the worker's
+  # position (its steps done, uint64 little-endian, as two float32 slots). The server keeps it
+  # with the chunk, opaque, until the worker puts another (the backup backupNow takes holds it),
+  # and hands it back to `pull` (withState, stateOf = worker) after a restore; the worker takes
+  # it only if the position is the one it resumes from.
+  putState @15 (jobId :Text, worker :UInt32, keys :List(UInt32), states :List(Data), node :UInt32, token :Data) -> ();
+
   # The job is over: its shard goes, and its backups (from the server's store).
   dropJob @4 (jobId :Text) -> ();
   stats @5 (jobId :Text) -> (stats :ServerStats);

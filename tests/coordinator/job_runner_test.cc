@@ -327,6 +327,35 @@ TEST_CASE("cut - with topk or powersgd compression a preempted server's cut hold
   }
 }
 
+TEST_CASE("async cut - the workers' topk or powersgd state is in the cut's backup: one async worker's recovered run "
+          "ends as the uninterrupted one, bit for bit") {
+  // One async worker: its pushes apply in its own order, so a run is deterministic, and a
+  // rollback to a consistent cut, resumed from the cut's position, ends as the run without
+  // faults only if the worker's residual (and powersgd's Q) came back with the cut: the worker
+  // puts it on the servers as it pauses (putState), tagged with its position. The job without
+  // compression is the control.
+  for (const CompressionKind kind : {CompressionKind::kNone, CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
+    INFO("compression " << std::string(compression_kind_name(kind)));
+    JobSpec spec = small_job(3, 10);
+    spec.training.mode = TrainingMode::kAsync;
+    spec.training.workers = 1;
+    spec.training.compression.kind = kind;
+    spec.training.compression.fraction = 0.1f;
+    spec.training.compression.rank = 2;
+    spec = parse_job_spec(job_spec_to_json(spec));
+    Scenario run(spec);
+    wait_for_backup(run.cluster, run.id, 30);
+    run.cluster.stop_server(1, NodeStop::kNow);
+    run.cluster.start_server(1);
+    const JobRecord r = wait_succeeded(run.cluster, run.id);
+    INFO("notes:" << notes_of(r));
+    const auto back = rollbacks(r);
+    REQUIRE(back.size() >= 1);
+    CHECK(back[0].step >= 30);
+    check_same_params(run.cluster.final_params(run.id), run.reference);
+  }
+}
+
 TEST_CASE("server move - a server that never comes back is replaced by a free one from its replica") {
   // Three servers; the job takes server-0 and server-1 (name order), server-2 stays free. The
   // coordinator writes its files in pieces of 4 KiB: the model (211 kB) and the final

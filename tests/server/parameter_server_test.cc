@@ -347,3 +347,73 @@ TEST_CASE("parameter server - a push's workerState comes back with a pull that a
     CHECK(std::string(e.getDescription().cStr()).find("workerState") != std::string::npos);
   }
 }
+
+TEST_CASE("parameter server - async putState: kept with the chunk, in the backup backupNow takes, back after a restore, "
+          "and a bad call changes nothing") {
+  ServerFixture f;
+  f.spec.training.mode = TrainingMode::kAsync;
+  f.configure();
+  const size_t n = f.chunks[0].size;
+  auto put = [&](std::vector<uint32_t> keys, std::vector<std::vector<float>> states) {
+    auto request = f.server.putStateRequest();
+    request.setJobId("job");
+    request.setWorker(0);
+    auto k = request.initKeys(static_cast<unsigned>(keys.size()));
+    for (unsigned i = 0; i < keys.size(); ++i) k.set(i, keys[i]);
+    auto s = request.initStates(static_cast<unsigned>(states.size()));
+    for (unsigned i = 0; i < states.size(); ++i) {
+      std::memcpy(s.init(i, static_cast<unsigned>(states[i].size() * 4)).begin(), states[i].data(), states[i].size() * 4);
+    }
+    return request.send().wait(f.ws);
+  };
+  auto state_of = [&](uint32_t worker) {
+    auto request = f.server.pullRequest();
+    request.setJobId("job");
+    request.setKey(0);
+    request.setWithState(true);
+    request.setStateOf(worker);
+    const auto reply = request.send().wait(f.ws);
+    std::vector<float> out(reply.getWorkerState().size() / 4);
+    std::memcpy(out.data(), reply.getWorkerState().begin(), out.size() * 4);
+    return out;
+  };
+  auto fails_with = [&](std::vector<uint32_t> keys, std::vector<std::vector<float>> states, const std::string& says) {
+    try {
+      put(std::move(keys), std::move(states));
+      FAIL("a bad putState was accepted");
+    } catch (const kj::Exception& e) {
+      CHECK_MESSAGE(std::string(e.getDescription().cStr()).find(says) != std::string::npos, e.getDescription().cStr());
+    }
+  };
+  const std::vector<float> first{1.0f, 2.0f, 3.0f}, second{-4.0f, 5.0f};
+  put({0}, {first});
+  CHECK(state_of(0) == first);
+  CHECK(state_of(1).empty());  // another worker's: none
+  f.backup_now(7);
+  put({0}, {second});
+  CHECK(state_of(0) == second);
+  // Malformed: a state per key, float32, at most twice the chunk and a position; a key this
+  // server holds. Each fails whole, before any state changes.
+  fails_with({0, 0}, {first}, "one state per key");
+  fails_with({0}, {std::vector<float>(2 * n + 3)}, "at most twice");
+  fails_with({0, 999}, {first, first}, "999");
+  CHECK(state_of(0) == second);
+  // The backup at 7 holds the state put before it.
+  f.restore(7, 1).wait(f.ws);
+  CHECK(state_of(0) == first);
+}
+
+TEST_CASE("parameter server - putState is refused for a sync job (sync states ride on pushes)") {
+  ServerFixture f;
+  f.configure();
+  auto request = f.server.putStateRequest();
+  request.setJobId("job");
+  request.initKeys(1).set(0, 0);
+  request.initStates(1).init(0, 4);
+  try {
+    request.send().wait(f.ws);
+    FAIL("putState accepted on a sync job");
+  } catch (const kj::Exception& e) {
+    CHECK(std::string(e.getDescription().cStr()).find("async") != std::string::npos);
+  }
+}
