@@ -7,7 +7,7 @@
 // Input: a mode byte (bit 0: sync or async), then up to 6 calls, each [method byte][length u16,
 // little-endian][a flat Cap'n Proto message of that length]. The message is read with tight
 // ReaderOptions (64 Ki words, nesting 16) and its root copied into a typeless request for method
-// (byte % 15) of ParameterServer: any struct, any pointers. An exception is the expected answer to
+// (byte % 16) of ParameterServer: any struct, any pointers. An exception is the expected answer to
 // a bad call (the server fails that call only); a call that waits (a sync push for the other
 // slice) is polled and dropped at the end. ASan/UBSan and the server's own state checks are the
 // oracle; the server must also still answer a well-formed stats call afterwards.
@@ -40,7 +40,7 @@ using pstrain::proto::ParameterServer;
 
 namespace {
 
-constexpr unsigned kMethods = 15;  // ParameterServer's methods, @0..@14
+constexpr unsigned kMethods = 16;  // ParameterServer's methods, @0..@15
 
 std::string make_job_spec_json(bool sync) {
   return pstrain::job_spec_to_json(pstrain::parse_accepted_job_spec(
@@ -165,6 +165,12 @@ void write_seeds(const std::string& dir) {
                                         p.setWorker(1);
                                       })) +
                   job_call<ParameterServer::DropJobParams>(4));
+  seeds.push_back(async + call(15, message_of<ParameterServer::PutStateParams>([](ParameterServer::PutStateParams::Builder p) {
+                    p.setJobId("job-1");
+                    p.initKeys(1).set(0, 0);
+                    const float state[4] = {0.5f, -1.0f, 0.0f, 0.0f};  // two floats, then a position of 0
+                    p.initStates(1).set(0, capnp::Data::Reader(reinterpret_cast<const uint8_t*>(state), sizeof state));
+                  })));
   seeds.push_back(sync + job_call<ParameterServer::BackupAtParams>(8, 3) + job_call<ParameterServer::BackupNowParams>(10, 0) +
                   job_call<ParameterServer::RestoreParams>(6, 0));
   seeds.push_back(sync + call(0, message_of<ParameterServer::ConfigureParams>([](ParameterServer::ConfigureParams::Builder p) {
