@@ -13,12 +13,13 @@
 # on veth pairs psc-s/psc-w0/psc-w1 (root side) <-> eth0, bridge psc-br; loopback-range addresses
 # only (route_localnet=1), so nothing can leave the machine. A rate limits each worker's eth0
 # egress (its pushes; its pulls come at the server's speed, so the replies are uncapped: the
-# issue's "workers' links capped" is both ways; cap psc-s too with --cap-server).
+# issue's "workers' links capped" is both ways; cap psc-s too with --cap-server, or each worker's
+# link both ways with --cap-both: then also the root side of its veth, the worker's ingress).
 # Ports 19601 (RPC) and 19602 (HTTP) inside psc-s. Needs root, ip and tc.
 #
 # Usage: tests/bench/compression_bench.sh [--spec FILE] [--epochs E] [--rates "off 1gbit 100mbit"]
 #                                         [--kinds "none none-dense fp16 topk powersgd"] [--fraction F]
-#                                         [--rank R] [--cap-server]
+#                                         [--rank R] [--cap-server] [--cap-both]
 #   kinds: none (the workers' default exchange: row-sparse replies, factored pushes, forward on
 #   the servers), none-dense (none with --exchange=dense: whole float32 chunks, what fp16 and topk
 #   compress), fp16, topk (with --fraction, default 0.01), powersgd (with --rank, default 4).
@@ -31,7 +32,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-SPEC=$ROOT/deploy/jobs/mnist-mlp.json EPOCHS=3 RATES="off 1gbit 100mbit" KINDS="none none-dense fp16 topk" FRACTION=0.01 RANK=4 CAP_SERVER=0
+SPEC=$ROOT/deploy/jobs/mnist-mlp.json EPOCHS=3 RATES="off 1gbit 100mbit" KINDS="none none-dense fp16 topk" FRACTION=0.01 RANK=4 CAP_SERVER=0 CAP_BOTH=0
 while (($#)); do
   case $1 in
     --spec) SPEC=${2:?}; shift 2 ;;
@@ -41,6 +42,7 @@ while (($#)); do
     --fraction) FRACTION=${2:?}; shift 2 ;;
     --rank) RANK=${2:?}; shift 2 ;;
     --cap-server) CAP_SERVER=1; shift ;;
+    --cap-both) CAP_BOTH=1; shift ;;
     -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compression_bench.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -90,11 +92,19 @@ up() {
   done
 }
 
-set_rate() {  # ns rate
+set_rate() {  # ns rate: the namespace's egress
   if [[ $2 == off ]]; then
     ip netns exec "$1" tc qdisc del dev eth0 root 2>/dev/null || true
   else
     ip netns exec "$1" tc qdisc replace dev eth0 root tbf rate "$2" burst 64kb latency 1s
+  fi
+}
+
+set_ingress_rate() {  # ns rate: the namespace's ingress (the root side of its veth sends into it)
+  if [[ $2 == off ]]; then
+    tc qdisc del dev "$1" root 2>/dev/null || true
+  else
+    tc qdisc replace dev "$1" root tbf rate "$2" burst 64kb latency 1s
   fi
 }
 
@@ -124,6 +134,10 @@ run_one() {  # kind rate
   set_rate psc-w1 "$rate"
   ((CAP_SERVER)) && set_rate psc-s "$rate"
   ((CAP_SERVER)) || set_rate psc-s off
+  local ingress=off
+  ((CAP_BOTH)) && ingress=$rate
+  set_ingress_rate psc-w0 "$ingress"
+  set_ingress_rate psc-w1 "$ingress"
   ip netns exec psc-s "$BUILD/coordinator/pstrain-coordinator" --listen 127.12.1.1:19601 --http 127.12.1.1:19602 \
     --state-dir "$dir/state" --data-dir "$DATA" --datasets-dir "$dir/datasets" --job "$(spec_for "$kind")" \
     --exit-when-done >"$dir/coordinator.log" 2>&1 &
@@ -153,7 +167,8 @@ EOF
 }
 
 up
-echo "| compression | worker egress | B pushed/step (w0) | B pulled/step (w0) | samples/s | test accuracy |"
+link=egress; ((CAP_BOTH)) && link="link (both ways)"; ((CAP_SERVER)) && link="$link, server capped too"
+echo "| compression | worker $link | B pushed/step (w0) | B pulled/step (w0) | samples/s | test accuracy |"
 echo "|---|---|---|---|---|---|"
 for rate in $RATES; do
   for kind in $KINDS; do run_one "$kind" "$rate"; done
