@@ -172,6 +172,28 @@ std::string notes_of(const JobRecord& r) {
   return text;
 }
 
+// `spec` with training.compression `kind` (topk keeps 10% of each chunk, powersgd has rank 2),
+// as the REST API accepts it.
+JobSpec with_compression(JobSpec spec, CompressionKind kind) {
+  spec.training.compression.kind = kind;
+  spec.training.compression.fraction = 0.1f;
+  spec.training.compression.rank = 2;
+  return parse_job_spec(job_spec_to_json(spec));
+}
+
+// Once the job has a complete backup at step `after` or later, kills server 1 and starts it
+// again; the job must succeed, rolled back to such a backup. Returns its record.
+JobRecord restart_server_after_backup(testing::InProcessCluster& cluster, const std::string& id, int64_t after) {
+  wait_for_backup(cluster, id, after);
+  cluster.stop_server(1, NodeStop::kNow);
+  cluster.start_server(1);
+  const JobRecord r = wait_succeeded(cluster, id);
+  const auto back = rollbacks(r);
+  REQUIRE_MESSAGE(back.size() >= 1, "notes:" << notes_of(r));
+  CHECK_MESSAGE(back[0].step >= after, "notes:" << notes_of(r));
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("rollback - a server killed and restarted under its name restores the latest complete backup") {
@@ -219,20 +241,8 @@ TEST_CASE("rollback - with fp16 compression a recovered run ends as the uninterr
 TEST_CASE("rollback - with topk or powersgd compression a recovered run ends as the uninterrupted one, bit for bit") {
   for (const CompressionKind kind : {CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
     INFO("compression " << std::string(compression_kind_name(kind)));
-    JobSpec spec = small_job(3, 10);
-    spec.training.compression.kind = kind;
-    spec.training.compression.fraction = 0.1f;
-    spec.training.compression.rank = 2;
-    spec = parse_job_spec(job_spec_to_json(spec));
-    Scenario run(spec);
-    wait_for_backup(run.cluster, run.id, 20);
-    run.cluster.stop_server(1, NodeStop::kNow);
-    run.cluster.start_server(1);
-    const JobRecord r = wait_succeeded(run.cluster, run.id);
-    INFO("notes:" << notes_of(r));
-    const auto back = rollbacks(r);
-    REQUIRE(back.size() >= 1);
-    CHECK(back[0].step >= 20);
+    Scenario run(with_compression(small_job(3, 10), kind));
+    restart_server_after_backup(run.cluster, run.id, 20);
     run.check_as_uninterrupted(3);
   }
 }
@@ -306,12 +316,7 @@ TEST_CASE("cut - with topk or powersgd compression a preempted server's cut hold
   // residual (and powersgd's Q), as the spec's own backup points do.
   for (const CompressionKind kind : {CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
     INFO("compression " << std::string(compression_kind_name(kind)));
-    JobSpec spec = small_job(3, 1000);  // no regular backup: only the cut's
-    spec.training.compression.kind = kind;
-    spec.training.compression.fraction = 0.1f;
-    spec.training.compression.rank = 2;
-    spec = parse_job_spec(job_spec_to_json(spec));
-    Scenario run(spec);
+    Scenario run(with_compression(small_job(3, 1000), kind));  // no regular backup: only the cut's
     wait_for_step(run.cluster, run.id, 20);
     run.cluster.stop_server(0, NodeStop::kPreempted);
     const int64_t cut = cut_backup(run.cluster, run.id);
@@ -339,19 +344,8 @@ TEST_CASE("async cut - the workers' topk or powersgd state is in the cut's backu
     JobSpec spec = small_job(3, 10);
     spec.training.mode = TrainingMode::kAsync;
     spec.training.workers = 1;
-    spec.training.compression.kind = kind;
-    spec.training.compression.fraction = 0.1f;
-    spec.training.compression.rank = 2;
-    spec = parse_job_spec(job_spec_to_json(spec));
-    Scenario run(spec);
-    wait_for_backup(run.cluster, run.id, 30);
-    run.cluster.stop_server(1, NodeStop::kNow);
-    run.cluster.start_server(1);
-    const JobRecord r = wait_succeeded(run.cluster, run.id);
-    INFO("notes:" << notes_of(r));
-    const auto back = rollbacks(r);
-    REQUIRE(back.size() >= 1);
-    CHECK(back[0].step >= 30);
+    Scenario run(with_compression(spec, kind));
+    restart_server_after_backup(run.cluster, run.id, 30);
     check_same_params(run.cluster.final_params(run.id), run.reference);
   }
 }
