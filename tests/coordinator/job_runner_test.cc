@@ -289,45 +289,29 @@ TEST_CASE("cut - a preempted worker hands its work back: the job goes on without
   check_every_example_once(cluster.printed(), 3);
 }
 
-TEST_CASE("cut - a preempted server backs up just ahead and leaves, and nothing is replayed") {
-  Scenario run(small_job(3, 1000));  // no regular backup: only the cut's
-  wait_for_step(run.cluster, run.id, 20);
-  // The server's preemption notice (CoordinatorService::preempted, JobRunner::preempt) is
-  // answered once every server has backed up at a step just ahead: only then does it leave.
-  run.cluster.stop_server(0, NodeStop::kPreempted);
-  const int64_t cut = cut_backup(run.cluster, run.id);
-  CHECK(cut > 20);
-  run.cluster.start_server(0);
-  const JobRecord r = wait_succeeded(run.cluster, run.id);
-  INFO("notes:" << notes_of(r));
-  // The servers held at the cut: the rollback goes back to it and replays nothing.
-  const auto back = rollbacks(r);
-  REQUIRE(back.size() >= 1);
-  CHECK(back[0].step == cut);
-  CHECK(back[0].replayed == 0);
-  CHECK(r.replayed_steps.at(0) == 0);
-  run.check_as_uninterrupted(3);
-}
-
-TEST_CASE("cut - with topk or powersgd compression a preempted server's cut holds the workers' state: the run ends as "
-          "the uninterrupted one, bit for bit") {
-  // A cut's step is not a backup point the workers know in advance: the servers' push replies
-  // announce it (PushResults.cutAt) in time for the step before it to carry each worker's
-  // residual (and powersgd's Q), as the spec's own backup points do.
-  for (const CompressionKind kind : {CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
+TEST_CASE("cut - a preempted server backs up just ahead and leaves, nothing is replayed, and with topk or powersgd the "
+          "cut holds the workers' state: the run ends as the uninterrupted one, bit for bit") {
+  // With compression, a cut's step is not a backup point the workers know in advance: the
+  // servers' push replies announce it (PushResults.cutAt) in time for the step before it to
+  // carry each worker's residual (and powersgd's Q), as the spec's own backup points do.
+  for (const CompressionKind kind : {CompressionKind::kNone, CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
     INFO("compression " << std::string(compression_kind_name(kind)));
     Scenario run(with_compression(small_job(3, 1000), kind));  // no regular backup: only the cut's
     wait_for_step(run.cluster, run.id, 20);
+    // The server's preemption notice (CoordinatorService::preempted, JobRunner::preempt) is
+    // answered once every server has backed up at a step just ahead: only then does it leave.
     run.cluster.stop_server(0, NodeStop::kPreempted);
     const int64_t cut = cut_backup(run.cluster, run.id);
     CHECK(cut > 20);
     run.cluster.start_server(0);
     const JobRecord r = wait_succeeded(run.cluster, run.id);
     INFO("notes:" << notes_of(r));
+    // The servers held at the cut: the rollback goes back to it and replays nothing.
     const auto back = rollbacks(r);
     REQUIRE(back.size() >= 1);
     CHECK(back[0].step == cut);
     CHECK(back[0].replayed == 0);
+    CHECK(r.replayed_steps.at(0) == 0);
     run.check_as_uninterrupted(3);
   }
 }
