@@ -14,4 +14,13 @@ namespace pstrain::rpc {
 // default: no message of the protocol grows with the model.
 inline constexpr size_t kMaxPartBytes = size_t{16} << 20;
 
+// The most pushes one pushBatch call may carry (a server refuses more). Workers batch a step's
+// small chunks per server (worker/chunk_pushes.h), far fewer than this; the cap bounds the work a
+// single call can queue on a server.
+inline constexpr size_t kMaxBatchedPushes = 1024;
+// A worker sends a chunk whose gradient is at least this many bytes in a push of its own, as soon
+// as backward has it; smaller ones wait, per server, until this many bytes are pending or the step
+// ends, and go in one pushBatch (DESIGN-NOTES "Batched pushes").
+inline constexpr size_t kBatchedPushBytes = size_t{256} << 10;
+
 }  // namespace pstrain::rpc

@@ -3,6 +3,7 @@
 #include "common/compression.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/message_limits.h"
 #include "common/rpc/cluster_auth.h"
 #include "common/rpc/rpc_util.h"
 
@@ -184,21 +185,44 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
 
 kj::Promise<void> ParameterServerImpl::push(PushContext context) {
   if (!retired_.empty()) prune_retired();
-  const auto params = context.getParams();
-  const std::string job_id = rpc::to_string(params.getJobId());
+  CheckedPush checked = check_push(context.getParams());
+  return apply_push(kj::mv(checked), [context]() mutable { return context.getResults(); });
+}
+
+kj::Promise<void> ParameterServerImpl::pushBatch(PushBatchContext context) {
+  if (!retired_.empty()) prune_retired();
+  const auto pushes = context.getParams().getPushes();
+  KJ_REQUIRE(pushes.size() <= rpc::kMaxBatchedPushes, "pushes: too many in one call", pushes.size(),
+             rpc::kMaxBatchedPushes);
+  // Every entry checked before any is applied: a malformed batch changes nothing.
+  std::vector<CheckedPush> checked;
+  checked.reserve(pushes.size());
+  for (const auto params : pushes) checked.push_back(check_push(params));
+  context.initResults(capnp::MessageSize{8 + 8 * pushes.size(), static_cast<unsigned>(pushes.size())})
+      .initResults(pushes.size());
+  kj::Vector<kj::Promise<void>> applied(checked.size());
+  for (unsigned i = 0; i < checked.size(); ++i) {
+    applied.add(apply_push(kj::mv(checked[i]), [context, i]() mutable { return context.getResults().getResults()[i]; }));
+  }
+  return kj::joinPromises(applied.releaseAsArray());
+}
+
+ParameterServerImpl::CheckedPush ParameterServerImpl::check_push(proto::ParameterServer::PushParams::Reader params) {
+  CheckedPush push;
+  push.job_id = rpc::to_string(params.getJobId());
   Job& job = find(params.getJobId());
   check_worker(job, params.getJobId(), params.getNode(), params.getToken());
   const uint32_t key = params.getKey();
-  ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
-  PushRequest request;
+  shard_with_key(job, params.getJobId(), key);
+  PushRequest& request = push.request;
   read_push_header(params, request);
   request.key = key;
   request.base_version = params.getBaseVersion();
-  const size_t chunk_size = shard.chunk_size(key);
+  const size_t chunk_size = job.shard->chunk_size(key);
   const auto gradient = params.getGradient();
   // A compressed gradient decoded to float32; kept alive with the call, like the message a dense
   // gradient points into.
-  std::shared_ptr<std::vector<float>> decoded;
+  std::shared_ptr<std::vector<float>>& decoded = push.decoded;
   if (gradient.isHalf()) {
     const auto half = gradient.getHalf();
     KJ_REQUIRE(half.size() == chunk_size * 2, "gradient.half must hold the chunk's values, 2 bytes each", half.size(),
@@ -206,7 +230,7 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     decoded = std::make_shared<std::vector<float>>(chunk_size);
     decode_half(half.begin(), *decoded);
     request.gradient = *decoded;
-    job.bytes_in += half.size();
+    push.bytes_in += half.size();
   } else if (gradient.isTopk()) {
     const auto topk = gradient.getTopk();
     const auto indices = topk.getIndices();
@@ -221,7 +245,7 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
       std::memcpy(decoded->data() + index, values.begin() + size_t{i} * sizeof(float), sizeof(float));
     }
     request.gradient = *decoded;
-    job.bytes_in += values.size() + size_t{indices.size()} * sizeof(uint32_t);
+    push.bytes_in += values.size() + size_t{indices.size()} * sizeof(uint32_t);
   } else if (gradient.isLowRank()) {
     const auto low_rank = gradient.getLowRank();
     const size_t columns = low_rank.getColumns(), rank = low_rank.getRank();
@@ -243,7 +267,7 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     decoded = std::make_shared<std::vector<float>>(chunk_size);
     low_rank_product(pf, qf, rows, columns, rank, *decoded);
     request.gradient = *decoded;
-    job.bytes_in += p.size() + q.size();
+    push.bytes_in += p.size() + q.size();
   } else if (gradient.isSparse()) {
     const auto sparse = gradient.getSparse();
     const std::vector<ChunkRange> ranges = rpc::read_ranges(sparse.getRanges(), chunk_size, "gradient.sparse.ranges");
@@ -253,46 +277,50 @@ kj::Promise<void> ParameterServerImpl::push(PushContext context) {
     request.sparse = true;
     for (unsigned i = 0; i < parts.size(); ++i) {
       request.parts.push_back({ranges[i].offset, rpc::part_view(parts[i], ranges[i].size, "gradient.sparse.parts")});
-      job.bytes_in += request.parts.back().values.size_bytes();
+      push.bytes_in += request.parts.back().values.size_bytes();
     }
   } else {
     KJ_REQUIRE(gradient.isDense(), "gradient: unknown kind", static_cast<unsigned>(gradient.which()));
     request.gradient = rpc::tensor_view(gradient.getDense(), chunk_size, "gradient.dense");
-    job.bytes_in += request.gradient.size_bytes();
+    push.bytes_in += request.gradient.size_bytes();
   }
   // The worker's compression state for the chunk (kept with the version this push makes, for its
   // backup); copied out of the message like a decoded gradient.
-  std::shared_ptr<std::vector<float>> worker_state;
   if (const auto state = params.getWorkerState(); state.size() > 0) {
     KJ_REQUIRE(state.size() % sizeof(float) == 0 && state.size() <= 2 * chunk_size * sizeof(float),
                "workerState must be float32, at most twice the chunk's size", state.size(), chunk_size);
     KJ_REQUIRE(job.shard->mode() == TrainingMode::kSync, "workerState is for sync jobs");
-    worker_state = std::make_shared<std::vector<float>>(state.size() / sizeof(float));
-    std::memcpy(worker_state->data(), state.begin(), state.size());
-    request.worker_state = *worker_state;
-    job.bytes_in += state.size();
+    push.worker_state = std::make_shared<std::vector<float>>(state.size() / sizeof(float));
+    std::memcpy(push.worker_state->data(), state.begin(), state.size());
+    request.worker_state = *push.worker_state;
+    push.bytes_in += state.size();
   }
-  // The ranges the reply carries; none: the whole chunk.
-  std::optional<std::vector<ChunkRange>> reply_ranges;
   if (const auto reply = params.getReply(); reply.isRanges()) {
-    reply_ranges = rpc::read_ranges(reply.getRanges(), chunk_size, "reply.ranges");
+    push.reply_ranges = rpc::read_ranges(reply.getRanges(), chunk_size, "reply.ranges");
   } else {
     KJ_REQUIRE(reply.isWhole(), "reply: unknown kind", static_cast<unsigned>(reply.which()));
   }
-  const bool reply_half = params.getReplyHalf();
-  KJ_REQUIRE(!reply_half || !reply_ranges, "replyHalf needs reply.whole");
+  push.reply_half = params.getReplyHalf();
+  KJ_REQUIRE(!push.reply_half || !push.reply_ranges, "replyHalf needs reply.whole");
+  return push;
+}
 
+template <typename ResultsOf>
+kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf results_of) {
+  const std::shared_ptr<Job>& job = jobs_.at(push.job_id);
+  job->bytes_in += push.bytes_in;
+  const uint32_t key = push.request.key;
   auto paf = kj::newPromiseAndFulfiller<PushOutcome>();
   auto shared = share(kj::mv(paf.fulfiller));
-  shard.push(request, [shared](PushOutcome outcome) { shared.fulfill(outcome); },
-             [shared] { return shared.waiting(); });
-  std::weak_ptr<Job> weak = jobs_.at(job_id);
-  return paf.promise.then([context, weak, key, reply_ranges = std::move(reply_ranges), reply_half,
-                           decoded = std::move(decoded),
-                           worker_state = std::move(worker_state)](PushOutcome outcome) mutable {
+  job->shard->push(push.request, [shared](PushOutcome outcome) { shared.fulfill(outcome); },
+                   [shared] { return shared.waiting(); });
+  std::weak_ptr<Job> weak = job;
+  return paf.promise.then([results_of = kj::mv(results_of), weak, key, reply_ranges = std::move(push.reply_ranges),
+                           reply_half = push.reply_half, decoded = std::move(push.decoded),
+                           worker_state = std::move(push.worker_state)](PushOutcome outcome) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
-    auto results = context.getResults();
+    auto results = results_of();
     results.setVersion(job->shard->version(key));
     KJ_REQUIRE(!outcome.aborted, "the job was re-planned (recovery): get a new assignment");
     results.setApplied(outcome.applied);

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +42,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> configure(ConfigureContext context) override;
   kj::Promise<void> pull(PullContext context) override;
   kj::Promise<void> push(PushContext context) override;
+  kj::Promise<void> pushBatch(PushBatchContext context) override;
   kj::Promise<void> pushFactors(PushFactorsContext context) override;
   kj::Promise<void> workerFinished(WorkerFinishedContext context) override;
   kj::Promise<void> putState(PutStateContext context) override;
@@ -78,6 +80,25 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   // Reads a push's common fields (step, slice, worker, ...) into `request`, checked.
   template <typename Params>
   static void read_push_header(const Params& params, PushRequest& request);
+
+  // One push (PushParams), read and checked: what its shard applies, and how its reply is made.
+  // Its gradient points into the call's message or into `decoded`, which the call keeps alive.
+  struct CheckedPush {
+    std::string job_id;
+    PushRequest request;
+    std::shared_ptr<std::vector<float>> decoded;       // a compressed gradient as float32
+    std::shared_ptr<std::vector<float>> worker_state;  // PushParams.workerState, copied out
+    std::optional<std::vector<ChunkRange>> reply_ranges;  // none: the whole chunk
+    bool reply_half = false;
+    uint64_t bytes_in = 0;  // payload bytes, counted when the push is applied
+  };
+  // Checks everything a push can get wrong (job, token, key, gradient, state, reply) and changes
+  // nothing: fails (KJ_REQUIRE) naming what is wrong.
+  CheckedPush check_push(proto::ParameterServer::PushParams::Reader params);
+  // Hands a checked push to its shard; once it has applied, fills the PushResults that
+  // `results_of()` returns (called then, not before).
+  template <typename ResultsOf>
+  kj::Promise<void> apply_push(CheckedPush push, ResultsOf results_of);
 
   // Forward on the servers: puts the partial product of `rows` (the call's next.forward.rows) for
   // the call's next.forward.inputs into its reply (an empty one without rows).

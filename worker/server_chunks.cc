@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "common/compression.h"
+#include "common/message_limits.h"
 #include "common/rng.h"
 #include "worker/stoppable_wait.h"
 
@@ -176,10 +177,9 @@ kj::Promise<void> ServerChunks::push_without_values(const GradientSlice& slice) 
   return kj::joinPromises(replies.releaseAsArray());
 }
 
-kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
-                                          bool take_values, const InputSparsity::Ranges& want) {
+void ServerChunks::fill_push(size_t k, proto::ParameterServer::PushParams::Builder request, const GradientSlice& slice,
+                             const InputSparsity::Ranges& ranges, bool take_values, const InputSparsity::Ranges& want) {
   const float* gradient = slice.gradient + offsets_[k];
-  auto request = servers_[chunks_[k].server].pushRequest();
   request.setJobId(job_id_);
   request.setKey(chunks_[k].key);
   request.setStep(slice.step);
@@ -246,35 +246,71 @@ kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, 
   } else if (want) {
     rpc::set_ranges(request.getReply().initRanges(static_cast<unsigned>(want->size())), *want);
   }
-  std::optional<std::vector<ChunkRange>> wanted = take_values ? want : std::nullopt;
+}
+
+kj::Promise<void> ServerChunks::send_push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
+                                          bool take_values, const InputSparsity::Ranges& want) {
+  auto request = servers_[chunks_[k].server].pushRequest();
+  fill_push(k, request, slice, ranges, take_values, want);
+  InputSparsity::Ranges wanted = take_values ? want : std::nullopt;
   return request.send().then([this, k, take_values, wanted = std::move(wanted)](
                                  capnp::Response<proto::ParameterServer::PushResults>&& r) {
-    if (!take_values) return;
-    float* into = next_values(k);
-    const auto reply = r.getValues();
-    KJ_REQUIRE(reply.isParts() == wanted.has_value(), "reply carries other values than asked for (whole or ranges)");
-    if (wanted) {
-      const auto parts = reply.getParts();
-      KJ_REQUIRE(parts.size() == wanted->size(), "reply has the wrong number of parts", parts.size(), wanted->size());
-      for (unsigned i = 0; i < parts.size(); ++i) {
-        const auto values = rpc::part_view(parts[i], (*wanted)[i].size, "updated values");
-        std::memcpy(into + (*wanted)[i].offset, values.data(), values.size_bytes());
-        pulled_bytes_ += values.size_bytes();
-      }
-    } else if (reply.isHalf()) {
-      const auto half = reply.getHalf();
-      KJ_REQUIRE(half.size() == chunks_[k].size * 2, "fp16 reply has the wrong size", half.size(), chunks_[k].size);
-      decode_half(half.begin(), {into, chunks_[k].size});
-      pulled_bytes_ += half.size();
-    } else {
-      const auto values = rpc::tensor_view(reply.getWhole(), chunks_[k].size, "updated values");
-      std::memcpy(into, values.data(), values.size_bytes());
+    if (take_values) take_reply(k, r, wanted);
+  });
+}
+
+kj::Promise<void> ServerChunks::push_batch(uint32_t server, const std::vector<BatchedPush>& pushes,
+                                           const GradientSlice& slice) {
+  KJ_REQUIRE(!pushes.empty() && pushes.size() <= rpc::kMaxBatchedPushes, "a batch of pushes holds 1 to",
+             rpc::kMaxBatchedPushes, pushes.size());
+  auto request = servers_[server].pushBatchRequest();
+  auto entries = request.initPushes(static_cast<unsigned>(pushes.size()));
+  std::vector<InputSparsity::Ranges> wanted;
+  wanted.reserve(pushes.size());
+  for (unsigned i = 0; i < pushes.size(); ++i) {
+    const BatchedPush& p = pushes[i];
+    KJ_REQUIRE(chunks_[p.chunk].server == server, "a batch of pushes goes to one server", p.chunk, server);
+    fill_push(p.chunk, entries[i], slice, p.ranges, /*take_values=*/true, p.want);
+    wanted.push_back(p.want);
+  }
+  std::vector<size_t> keys;
+  keys.reserve(pushes.size());
+  for (const BatchedPush& p : pushes) keys.push_back(p.chunk);
+  return request.send().then([this, keys = std::move(keys), wanted = std::move(wanted)](
+                                 capnp::Response<proto::ParameterServer::PushBatchResults>&& r) {
+    const auto results = r.getResults();
+    KJ_REQUIRE(results.size() == keys.size(), "batch reply has the wrong number of results", results.size(),
+               keys.size());
+    for (unsigned i = 0; i < results.size(); ++i) take_reply(keys[i], results[i], wanted[i]);
+  });
+}
+
+void ServerChunks::take_reply(size_t k, proto::ParameterServer::PushResults::Reader r,
+                              const InputSparsity::Ranges& wanted) {
+  float* into = next_values(k);
+  const auto reply = r.getValues();
+  KJ_REQUIRE(reply.isParts() == wanted.has_value(), "reply carries other values than asked for (whole or ranges)");
+  if (wanted) {
+    const auto parts = reply.getParts();
+    KJ_REQUIRE(parts.size() == wanted->size(), "reply has the wrong number of parts", parts.size(), wanted->size());
+    for (unsigned i = 0; i < parts.size(); ++i) {
+      const auto values = rpc::part_view(parts[i], (*wanted)[i].size, "updated values");
+      std::memcpy(into + (*wanted)[i].offset, values.data(), values.size_bytes());
       pulled_bytes_ += values.size_bytes();
     }
-    versions_[k] = r.getVersion();
-    if (r.getCutAt() > r.getVersion()) cut_points_.insert(r.getCutAt());
-    count_reply(r.getApplied());
-  });
+  } else if (reply.isHalf()) {
+    const auto half = reply.getHalf();
+    KJ_REQUIRE(half.size() == chunks_[k].size * 2, "fp16 reply has the wrong size", half.size(), chunks_[k].size);
+    decode_half(half.begin(), {into, chunks_[k].size});
+    pulled_bytes_ += half.size();
+  } else {
+    const auto values = rpc::tensor_view(reply.getWhole(), chunks_[k].size, "updated values");
+    std::memcpy(into, values.data(), values.size_bytes());
+    pulled_bytes_ += values.size_bytes();
+  }
+  versions_[k] = r.getVersion();
+  if (r.getCutAt() > r.getVersion()) cut_points_.insert(r.getCutAt());
+  count_reply(r.getApplied());
 }
 
 ServerChunks::PushFactorsRequest ServerChunks::factors_request(uint32_t server, const std::vector<size_t>& chunks,

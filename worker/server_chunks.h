@@ -113,6 +113,13 @@ class ServerChunks {
   // else whole. Its reply's values go to next_values(): only the rows of `want` when set.
   kj::Promise<void> push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
                          const InputSparsity::Ranges& want);
+  // Chunks' pushes of `slice` in one message to `server` (pushBatch), as push() would send each:
+  // every chunk must be on that server. At most rpc::kMaxBatchedPushes.
+  struct BatchedPush {
+    size_t chunk = 0;
+    InputSparsity::Ranges ranges, want;
+  };
+  kj::Promise<void> push_batch(uint32_t server, const std::vector<BatchedPush>& pushes, const GradientSlice& slice);
   // Every chunk's push of `slice`, whole, asking for no values (a takeover, in a lost worker's
   // name): the promise of their replies.
   kj::Promise<void> push_without_values(const GradientSlice& slice);
@@ -158,6 +165,13 @@ class ServerChunks {
   void load_state(size_t k, capnp::Data::Reader state, const StateWanted& wanted);
   kj::Promise<void> send_push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
                               bool take_values, const InputSparsity::Ranges& want);
+  // Chunk k's push of `slice` into `request` (encoded with the compression, with this worker's
+  // state when due); `take_values`: the reply brings values (only `want`'s rows when set).
+  void fill_push(size_t k, proto::ParameterServer::PushParams::Builder request, const GradientSlice& slice,
+                 const InputSparsity::Ranges& ranges, bool take_values, const InputSparsity::Ranges& want);
+  // Chunk k's reply: its values (`wanted`'s rows, or whole) into next_values(), its version, the
+  // cut it announces. Throws if it carries other values than asked for.
+  void take_reply(size_t k, proto::ParameterServer::PushResults::Reader reply, const InputSparsity::Ranges& wanted);
 
   std::string job_id_;
   rpc::WorkerPass pass_;

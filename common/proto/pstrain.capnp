@@ -170,6 +170,13 @@ interface ParameterServer {
   }
   push @2 PushParams -> PushResults;
 
+  # Several pushes in one message (DESIGN-NOTES "Batched pushes"): each entry is applied exactly
+  # as `push` would apply it alone, and results[i] is what push would return for pushes[i]. The
+  # call completes when every entry has. The entries are checked before any is applied: a
+  # malformed one fails the whole call and changes nothing. At most kMaxBatchedPushes entries
+  # (server/parameter_server.h).
+  pushBatch @16 (pushes :List(PushParams)) -> (results :List(PushResults));
+
   # A worker's gradient of one dense kernel for all of the kernel's chunks on this server, as two
   # factors instead of the gradient itself (DESIGN-NOTES "Factored exchange"). The kernel is
   # [in, out] and every key's chunk holds whole rows of it; the gradient of row r is
