@@ -7,7 +7,7 @@
 // Input: a mode byte (bit 0: sync or async), then up to 6 calls, each [method byte][length u16,
 // little-endian][a flat Cap'n Proto message of that length]. The message is read with tight
 // ReaderOptions (64 Ki words, nesting 16) and its root copied into a typeless request for method
-// (byte % 16) of ParameterServer: any struct, any pointers. An exception is the expected answer to
+// (byte % 17) of ParameterServer: any struct, any pointers. An exception is the expected answer to
 // a bad call (the server fails that call only); a call that waits (a sync push for the other
 // slice) is polled and dropped at the end. ASan/UBSan and the server's own state checks are the
 // oracle; the server must also still answer a well-formed stats call afterwards.
@@ -40,7 +40,7 @@ using pstrain::proto::ParameterServer;
 
 namespace {
 
-constexpr unsigned kMethods = 16;  // ParameterServer's methods, @0..@15
+constexpr unsigned kMethods = 17;  // ParameterServer's methods, @0..@16
 
 std::string make_job_spec_json(bool sync) {
   return pstrain::job_spec_to_json(pstrain::parse_accepted_job_spec(
@@ -101,17 +101,28 @@ std::string call(unsigned method, const std::string& message) {
   return out + message;
 }
 
+void fill_dense_push(ParameterServer::PushParams::Builder p, uint32_t key, uint32_t slice, uint64_t step) {
+  p.setJobId("job-1");
+  p.setKey(key);
+  p.setStep(step);
+  p.setSlice(slice);
+  p.setSliceCount(2);
+  p.setWorker(slice);
+  p.setExamples(2);
+  const std::vector<float> g(chunks()[key].size, 0.5f);
+  pstrain::rpc::set_tensor(p.getGradient().initDense(), g);
+}
+
 std::string dense_push(uint32_t key, uint32_t slice, uint64_t step) {
-  return call(2, message_of<ParameterServer::PushParams>([&](ParameterServer::PushParams::Builder p) {
-    p.setJobId("job-1");
-    p.setKey(key);
-    p.setStep(step);
-    p.setSlice(slice);
-    p.setSliceCount(2);
-    p.setWorker(slice);
-    p.setExamples(2);
-    const std::vector<float> g(chunks()[key].size, 0.5f);
-    pstrain::rpc::set_tensor(p.getGradient().initDense(), g);
+  return call(2, message_of<ParameterServer::PushParams>(
+                     [&](ParameterServer::PushParams::Builder p) { fill_dense_push(p, key, slice, step); }));
+}
+
+// Slice `slice`'s pushes of step `step` on every chunk, in one pushBatch.
+std::string batched_pushes(uint32_t slice, uint64_t step) {
+  return call(16, message_of<ParameterServer::PushBatchParams>([&](ParameterServer::PushBatchParams::Builder p) {
+    auto entries = p.initPushes(static_cast<unsigned>(chunks().size()));
+    for (unsigned i = 0; i < entries.size(); ++i) fill_dense_push(entries[i], chunks()[i].key, slice, step);
   }));
 }
 
@@ -157,6 +168,8 @@ void write_seeds(const std::string& dir) {
                                          const float input[1] = {1.5f};
                                          p.setInputs(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(input), sizeof input));
                                        })));
+  seeds.push_back(sync + batched_pushes(0, 0) + dense_push(0, 1, 0) + dense_push(1, 1, 0) + pull);
+  seeds.push_back(async + batched_pushes(1, 0) + batched_pushes(0, 0));
   seeds.push_back(sync + job_call<ParameterServer::StatsParams>(5) + job_call<ParameterServer::BackupsParams>(7));
   seeds.push_back(sync + job_call<ParameterServer::SettleParams>(9, 0) + job_call<ParameterServer::ReleaseHoldParams>(12));
   seeds.push_back(async + call(3, message_of<ParameterServer::WorkerFinishedParams>(

@@ -21,6 +21,10 @@ ChunkPushes::ChunkPushes(ServerChunks& servers, const StepRows* rows)
       queued_bytes_(servers.server_count(), 0) {}
 
 size_t ChunkPushes::push_from(size_t from, const GradientSlice& slice) {
+  const size_t call = calls_.size();
+  calls_.push_back(std::chrono::steady_clock::now());
+  // Without a previous step to go by (the first), nothing waits.
+  const bool overlap = call >= compute_left_.size() || compute_left_[call] >= kOverlapSeconds;
   size_t messages = 0;
   order_.send_from(from, [&](size_t k) {
     InputSparsity::Ranges ranges = rows_ != nullptr ? rows_->push(k) : std::nullopt;
@@ -39,31 +43,39 @@ size_t ChunkPushes::push_from(size_t from, const GradientSlice& slice) {
     const uint32_t server = servers_.chunks()[k].server;
     queued_[server].push_back({k, std::move(ranges), std::move(want)});
     queued_bytes_[server] += bytes;
-    if (queued_[server].size() == rpc::kMaxBatchedPushes) queued_bytes_[server] = rpc::kBatchedPushBytes;
+    if (queued_[server].size() == rpc::kMaxBatchedPushes) messages += send_queue(server, slice);
   });
-  return messages + flush(rpc::kBatchedPushBytes, slice);
+  return messages + flush(overlap ? 0 : rpc::kBatchedPushBytes, slice);
 }
 
 size_t ChunkPushes::flush(size_t min_bytes, const GradientSlice& slice) {
   size_t messages = 0;
   for (uint32_t server = 0; server < queued_.size(); ++server) {
-    auto& queue = queued_[server];
-    if (queue.empty() || queued_bytes_[server] < min_bytes) continue;
-    if (queue.size() == 1) {
-      replies_.add(servers_.push(queue[0].chunk, slice, queue[0].ranges, queue[0].want));
-    } else {
-      replies_.add(servers_.push_batch(server, queue, slice));
-    }
-    ++messages;
-    queue.clear();
-    queued_bytes_[server] = 0;
+    if (queued_bytes_[server] >= min_bytes) messages += send_queue(server, slice);
   }
   return messages;
+}
+
+size_t ChunkPushes::send_queue(uint32_t server, const GradientSlice& slice) {
+  auto& queue = queued_[server];
+  if (queue.empty()) return 0;
+  if (queue.size() == 1) {
+    replies_.add(servers_.push(queue[0].chunk, slice, queue[0].ranges, queue[0].want));
+  } else {
+    replies_.add(servers_.push_batch(server, queue, slice));
+  }
+  queue.clear();
+  queued_bytes_[server] = 0;
+  return 1;
 }
 
 kj::Vector<kj::Promise<void>> ChunkPushes::end_step(const GradientSlice& slice) {
   push_from(0, slice);
   flush(0, slice);
+  const auto end = std::chrono::steady_clock::now();
+  compute_left_.clear();
+  for (const auto& at : calls_) compute_left_.push_back(std::chrono::duration<double>(end - at).count());
+  calls_.clear();
   order_.restart();
   auto replies = kj::mv(replies_);
   replies_ = kj::Vector<kj::Promise<void>>();

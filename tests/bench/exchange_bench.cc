@@ -7,8 +7,9 @@
 // in --mode sync (the default and the product's main path: the clients are the slices of each
 // step, replies zero-copy) or async (every push applied and answered at once) — and then, on
 // each of --clients connections (one thread and event loop each), runs steps the way a worker
-// does: push every chunk at once (a zero gradient, sent zero-copy with reference_tensor), wait
-// for every reply and copy its values out. After --warmup-steps untimed steps per client, it runs
+// does: push every chunk at once (a zero gradient, sent zero-copy with reference_tensor; chunks
+// under 256 KB together in one pushBatch unless --batched=false), wait for every reply and copy
+// its values out. After --warmup-steps untimed steps per client, it runs
 // for --seconds and reports the bytes pushed + pulled per second (GB/s = 1e9 bytes/s), steps/s and
 // the mean step time, then the server's own counters, and a `RESULT {json}` line for scripts.
 // Finally it drops its job from the server.
@@ -36,6 +37,7 @@
 #include "common/compute_threads.h"
 #include "common/error.h"
 #include "common/flags.h"
+#include "common/message_limits.h"
 #include "common/process_main.h"
 #include "common/job_spec.h"
 #include "common/model_spec.h"
@@ -59,6 +61,9 @@ struct Options {
   int clients = 1;
   int warmup_steps = 5;
   std::string mode = "sync";
+  // As a worker sends them: chunks under rpc::kBatchedPushBytes in one pushBatch, the rest alone.
+  // Off: one push per chunk (the protocol before pushBatch).
+  bool batched = true;
   // With a secret: every connection proves it, and the job has a worker key (each client sends
   // its worker token with every push), as in a cluster with a credential.
   rpc::ClusterCredential cluster;
@@ -103,24 +108,46 @@ void run_client(const Options& options, const std::string& job_id, const std::ve
     for (const ChunkInfo& c : chunks) step_bytes += c.size * sizeof(float);
 
     uint64_t step = 0;
+    auto fill = [&](proto::ParameterServer::PushParams::Builder request, size_t k) {
+      request.setJobId(job_id);
+      request.setKey(chunks[k].key);
+      request.setStep(step);
+      request.setSlice(index);
+      request.setSliceCount(clients);
+      request.setWorker(index);
+      request.setExamples(64);
+      request.setBaseVersion(versions[k]);
+      pass.set_on(request);
+      rpc::reference_tensor(request.getGradient().initDense(), {grads.data() + chunk_offsets[k], chunks[k].size});
+    };
+    auto take = [&](size_t k, proto::ParameterServer::PushResults::Reader r) {
+      const auto values = rpc::tensor_view(r.getValues().getWhole(), chunks[k].size, "updated values");
+      std::memcpy(params.data() + chunk_offsets[k], values.data(), values.size_bytes());
+      versions[k] = r.getVersion();
+    };
+    std::vector<size_t> alone, together;
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const bool small = chunks[k].size * sizeof(float) < rpc::kBatchedPushBytes;
+      (options.batched && small ? together : alone).push_back(k);
+    }
+    if (together.size() == 1) alone.push_back(together[0]), together.clear();
     auto one_step = [&] {
       kj::Vector<kj::Promise<void>> replies;
-      for (size_t k = 0; k < chunks.size(); ++k) {
+      for (size_t k : alone) {
         auto request = server.pushRequest();
-        request.setJobId(job_id);
-        request.setKey(chunks[k].key);
-        request.setStep(step);
-        request.setSlice(index);
-        request.setSliceCount(clients);
-        request.setWorker(index);
-        request.setExamples(64);
-        request.setBaseVersion(versions[k]);
-        pass.set_on(request);
-        rpc::reference_tensor(request.getGradient().initDense(), {grads.data() + chunk_offsets[k], chunks[k].size});
-        replies.add(request.send().then([&, k](capnp::Response<proto::ParameterServer::PushResults>&& r) {
-          const auto values = rpc::tensor_view(r.getValues().getWhole(), chunks[k].size, "updated values");
-          std::memcpy(params.data() + chunk_offsets[k], values.data(), values.size_bytes());
-          versions[k] = r.getVersion();
+        fill(request, k);
+        replies.add(request.send().then(
+            [&, k](capnp::Response<proto::ParameterServer::PushResults>&& r) { take(k, r); }));
+      }
+      for (size_t first = 0; first < together.size(); first += rpc::kMaxBatchedPushes) {
+        const size_t n = std::min(together.size() - first, rpc::kMaxBatchedPushes);
+        auto request = server.pushBatchRequest();
+        auto entries = request.initPushes(static_cast<unsigned>(n));
+        for (size_t i = 0; i < n; ++i) fill(entries[static_cast<unsigned>(i)], together[first + i]);
+        replies.add(request.send().then([&, first, n](capnp::Response<proto::ParameterServer::PushBatchResults>&& r) {
+          const auto results = r.getResults();
+          KJ_REQUIRE(results.size() == n, "batch reply has the wrong number of results");
+          for (size_t i = 0; i < n; ++i) take(together[first + i], results[static_cast<unsigned>(i)]);
         }));
       }
       kj::joinPromises(replies.releaseAsArray()).wait(ws);
@@ -190,10 +217,11 @@ int run(const Options& options) {
   testing::configure_job(server, ws, job_id, spec_json, chunks, static_cast<uint32_t>(options.clients),
                          options.worker_key);
   std::printf("exchange-bench: server %s, job %s: %zu parameters in %zu chunks (%.3f MB per direction per step), "
-              "%d client(s), %d warm-up steps, %.1f s, %s\n",
+              "%d client(s), %d warm-up steps, %.1f s, %s, %s\n",
               options.server.str().c_str(), job_id.c_str(), layout.total_size(), chunks.size(), step_bytes / 1e6,
               options.clients, options.warmup_steps, options.seconds,
-              options.cluster.open() ? "open (no credential)" : "cluster secret + worker tokens");
+              options.cluster.open() ? "open (no credential)" : "cluster secret + worker tokens",
+              options.batched ? "small chunks batched (pushBatch)" : "one push per chunk");
   std::printf("connected in %.3f ms (TCP connect%s)\n", connect_ms, options.cluster.open() ? "" : " + handshake");
   std::fflush(stdout);
 
@@ -274,6 +302,8 @@ int main(int argc, char** argv) {
   flags.add("clients", "", "1", "Concurrent connections (one thread each), as that many workers.");
   flags.add("warmup-steps", "", "5", "Untimed steps per client first.");
   flags.add("mode", "", "sync", "sync (clients are one step's slices; zero-copy replies) or async.");
+  flags.add("batched", "", "true",
+            "true: chunks under 256 KB go in one pushBatch per step, as a worker sends them; false: one push per chunk.");
   flags.add(rpc::kSecretFlag, rpc::kSecretEnv, "", rpc::kSecretHelp);
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-exchange-bench")) return *status;
   // As every node process does (rpc::prepare_node_process): freed message buffers stay in the
@@ -287,6 +317,8 @@ int main(int argc, char** argv) {
     options.seconds = flags.get_double("seconds", 0.1, 3600);
     options.clients = static_cast<int>(flags.get_int("clients", 1, 64));
     options.mode = flags.get("mode");
+    if (flags.get("batched") != "true" && flags.get("batched") != "false") throw Error("--batched must be true or false");
+    options.batched = flags.get("batched") == "true";
     if (options.mode != "sync" && options.mode != "async") throw pstrain::Error("--mode must be sync or async");
     options.warmup_steps = static_cast<int>(flags.get_int("warmup-steps", 0, 1000000));
     options.cluster = rpc::ClusterCredential::from_flag(flags.get(rpc::kSecretFlag));

@@ -85,11 +85,11 @@ def iperf_once(port, seconds, work):
     }
 
 
-def exchange_once(server_port, server_pid, clients, seconds, spec, work, wrap=()):
+def exchange_once(server_port, server_pid, clients, seconds, spec, work, wrap=(), batched=True):
     log = os.path.join(work, f"exchange-c{clients}.log")
     before = proc_cpu(server_pid)
     argv = list(wrap) + [EXCHANGE, "--server", f"127.0.0.1:{server_port}", "--spec", spec, "--seconds", str(seconds),
-                         "--clients", str(clients)]
+                         "--clients", str(clients), "--batched", "true" if batched else "false"]
     code, user, system = run_timed(argv, log)
     after = proc_cpu(server_pid)
     text = open(log).read()
@@ -126,6 +126,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--spec", default=os.path.join(ROOT, "deploy", "jobs", "mnist-mlp.json"))
     parser.add_argument("--perf", action="store_true")
+    parser.add_argument("--unbatched", action="store_true",
+                        help="also run the exchange with one push per chunk (--batched=false), interleaved")
     args = parser.parse_args()
     for path in (SERVER, EXCHANGE):
         if not os.access(path, os.X_OK):
@@ -153,13 +155,18 @@ def main():
             die("pstrain-server did not start: " + open(server_log.name).read()[-400:])
         time.sleep(0.3)
 
-        iperf, one, two = [], [], []
+        iperf, one, two, one_unbatched, two_unbatched = [], [], [], [], []
         for rep in range(args.repeats):
             iperf.append(iperf_once(iperf_port, args.seconds, work))
             one.append(exchange_once(server_port, server.pid, 1, args.seconds, args.spec, work))
             two.append(exchange_once(server_port, server.pid, 2, args.seconds, args.spec, work))
             print(f"repeat {rep + 1}: iperf3 {iperf[-1]['gbps']:.3f} GB/s, exchange {one[-1]['gbps']:.3f} (1 client) "
                   f"{two[-1]['gbps']:.3f} (2 clients)", file=sys.stderr)
+            if args.unbatched:
+                one_unbatched.append(exchange_once(server_port, server.pid, 1, args.seconds, args.spec, work, batched=False))
+                two_unbatched.append(exchange_once(server_port, server.pid, 2, args.seconds, args.spec, work, batched=False))
+                print(f"  one push per chunk: {one_unbatched[-1]['gbps']:.3f} (1 client) "
+                      f"{two_unbatched[-1]['gbps']:.3f} (2 clients)", file=sys.stderr)
 
         base = statistics.median(r["gbps"] for r in iperf)
         print(f"\n{args.repeats} interleaved repeats of {args.seconds:g} s, medians; spec {os.path.relpath(args.spec, ROOT)}\n")
@@ -168,7 +175,11 @@ def main():
         print(f"| iperf3, 1 stream, one way | {base:.3f} | 1.00 | - | "
               f"{ns_per_byte(iperf, 'sender_user'):.3f} + {ns_per_byte(iperf, 'sender_sys'):.3f} | "
               f"{ns_per_byte(iperf, 'receiver_user'):.3f} + {ns_per_byte(iperf, 'receiver_sys'):.3f} |")
-        for name, runs in (("exchange, 1 client", one), ("exchange, 2 clients", two)):
+        rows = [("exchange, 1 client", one), ("exchange, 2 clients", two)]
+        if args.unbatched:
+            rows += [("exchange, 1 client, one push per chunk", one_unbatched),
+                     ("exchange, 2 clients, one push per chunk", two_unbatched)]
+        for name, runs in rows:
             gbps = statistics.median(r["gbps"] for r in runs)
             ratios = ", ".join(f"{r['gbps'] / i['gbps']:.2f}" for r, i in zip(runs, iperf))
             print(f"| {name} (pushed + pulled) | {gbps:.3f} | {gbps / base:.2f} | {ratios} | "

@@ -112,7 +112,7 @@ def prepare(args):
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
     for f in os.listdir(shared):
-        src, dst = os.path.join(shared, f), os.path.join(data, f)
+        src, dst = os.path.abspath(os.path.join(shared, f)), os.path.join(data, f)
         if os.path.isfile(src) and not os.path.lexists(dst):
             os.symlink(src, dst)
     write_tabular(data)

@@ -10,6 +10,7 @@
 
 #include "common/chunk_plan.h"
 #include "common/compression.h"
+#include "common/message_limits.h"
 #include "common/rpc/rpc_util.h"
 #include "server/parameter_server.h"
 #include "tests/rpc_support.h"
@@ -416,4 +417,119 @@ TEST_CASE("parameter server - putState is refused for a sync job (sync states ri
   } catch (const kj::Exception& e) {
     CHECK(std::string(e.getDescription().cStr()).find("async") != std::string::npos);
   }
+}
+
+namespace {
+
+// Fills `p` as slice `slice` of 2's push of step 0 on chunk `c`, with a gradient of `g` (plus
+// the value's index, so that entries differ) everywhere.
+void fill_step0_push(proto::ParameterServer::PushParams::Builder p, const ChunkInfo& c, uint32_t slice, float g) {
+  p.setJobId("job");
+  p.setKey(c.key);
+  p.setStep(0);
+  p.setSlice(slice);
+  p.setSliceCount(2);
+  p.setWorker(slice);
+  p.setExamples(3);
+  std::vector<float> gradient(c.size);
+  for (size_t i = 0; i < c.size; ++i) gradient[i] = g + 0.001f * static_cast<float>(i % 13);
+  rpc::set_tensor(p.getGradient().initDense(), gradient);
+}
+
+}  // namespace
+
+TEST_CASE("parameter server - a pushBatch applies each entry as its own push would, and replies with each one's "
+          "values") {
+  // Two workers of a sync step. Run 1: both push every chunk alone. Run 2: worker 0 sends all its
+  // pushes in one pushBatch, worker 1 alone; the batch completes only once worker 1 has pushed.
+  auto run = [](bool batch) {
+    ServerFixture f;
+    testing::configure_job(f.server, f.ws, "job", job_spec_to_json(f.spec), f.chunks, 2);
+    REQUIRE(f.chunks.size() >= 2);
+    kj::Vector<kj::Promise<void>> calls;
+    std::vector<std::vector<float>> replied(f.chunks.size());
+    std::vector<uint64_t> versions(f.chunks.size(), 0);
+    if (batch) {
+      auto request = f.server.pushBatchRequest();
+      auto entries = request.initPushes(static_cast<unsigned>(f.chunks.size()));
+      for (unsigned i = 0; i < f.chunks.size(); ++i) fill_step0_push(entries[i], f.chunks[i], 0, 0.25f);
+      auto promise = request.send();
+      // Worker 1 has not pushed: nothing can be applied yet.
+      CHECK_FALSE(promise.poll(f.ws));
+      calls.add(promise.then([&](capnp::Response<proto::ParameterServer::PushBatchResults>&& r) {
+        const auto results = r.getResults();
+        REQUIRE(results.size() == f.chunks.size());
+        for (unsigned i = 0; i < results.size(); ++i) {
+          CHECK(results[i].getApplied());
+          versions[i] = results[i].getVersion();
+          const auto v = rpc::tensor_view(results[i].getValues().getWhole(), f.chunks[i].size, "values");
+          replied[i].assign(v.begin(), v.end());
+        }
+      }));
+    } else {
+      for (const ChunkInfo& c : f.chunks) {
+        auto request = f.server.pushRequest();
+        fill_step0_push(request, c, 0, 0.25f);
+        calls.add(request.send().ignoreResult());
+      }
+    }
+    for (const ChunkInfo& c : f.chunks) {
+      auto request = f.server.pushRequest();
+      fill_step0_push(request, c, 1, -0.5f);
+      calls.add(request.send().ignoreResult());
+    }
+    kj::joinPromises(calls.releaseAsArray()).wait(f.ws);
+    std::vector<std::vector<float>> values;
+    for (const ChunkInfo& c : f.chunks) values.push_back(f.values(c.key));
+    if (batch) {
+      CHECK(replied == values);
+      for (uint64_t v : versions) CHECK(v == 1);
+    }
+    return values;
+  };
+  const auto alone = run(false), batched = run(true);
+  CHECK(batched == alone);
+}
+
+TEST_CASE("parameter server - a malformed pushBatch fails whole, naming what is wrong, and changes nothing") {
+  ServerFixture f;
+  f.configure();
+  const std::vector<float> before = f.values(0);
+  auto fails_with = [&](auto fill, const std::string& what) {
+    auto request = f.server.pushBatchRequest();
+    fill(request);
+    try {
+      request.send().wait(f.ws);
+      FAIL("accepted a batch with " << what);
+    } catch (const kj::Exception& e) {
+      CHECK_MESSAGE(std::string(e.getDescription().cStr()).find(what) != std::string::npos, e.getDescription().cStr());
+    }
+  };
+  // Entry 0 is a good push of chunk 0 (slice 0 of 1: it would apply at once); entry 1 is bad.
+  auto good_then = [&](auto spoil) {
+    return [&, spoil](auto& request) {
+      auto entries = request.initPushes(2);
+      for (unsigned i = 0; i < 2; ++i) {
+        fill_step0_push(entries[i], f.chunks[i], 0, 0.5f);
+        entries[i].setSliceCount(1);
+      }
+      spoil(entries[1]);
+    };
+  };
+  fails_with(good_then([](auto e) { e.setKey(999); }), "unknown parameter key");
+  fails_with(good_then([](auto e) { e.setJobId("other"); }), "unknown job");
+  fails_with(good_then([](auto e) { e.getGradient().initDense(); }), "gradient.dense");
+  fails_with(good_then([](auto e) { e.setSliceCount(0); }), "slice must be below sliceCount");
+  fails_with([&](auto& request) { request.initPushes(static_cast<unsigned>(rpc::kMaxBatchedPushes + 1)); },
+             "too many");
+  CHECK(f.values(0) == before);
+  CHECK(f.versions() == std::pair<uint64_t, uint64_t>{0, 0});
+  // The server goes on: the same batch without the bad entry applies.
+  auto request = f.server.pushBatchRequest();
+  auto entries = request.initPushes(1);
+  fill_step0_push(entries[0], f.chunks[0], 0, 0.5f);
+  entries[0].setSliceCount(1);
+  auto reply = request.send().wait(f.ws);
+  CHECK(reply.getResults()[0].getVersion() == 1);
+  CHECK(f.values(0) != before);
 }
