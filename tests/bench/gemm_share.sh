@@ -7,10 +7,11 @@
 # products at the same speed, we are at most 1 / f times as fast as PyTorch, even with nothing
 # else left. The script measures f for each job, with perf, and prints it beside the ratio.
 #
-# Usage: tests/bench/gemm_share.sh [--data-dir DIR] [--delay-ms MS] SPEC...
+# Usage: tests/bench/gemm_share.sh [--data-dir DIR] [--delay-ms MS] [--ours-delay-ms MS] SPEC...
 #   Runs, per spec, `pstrain-train --threads 1` and `pt_job.py --threads 1` under `perf record`
-#   (sampling from MS milliseconds after the start, default 5000, to leave out start-up: loading
-#   Python, torch and the data), and prints a Markdown row: samples/s of each (the median of
+#   (sampling from --delay-ms after PyTorch's start, default 5000, and --ours-delay-ms after
+#   ours, default 500, to leave out start-up: loading Python, torch and the data; give specs
+#   epochs enough to train well past that), and prints a Markdown row: samples/s of each (the median of
 #   the per-epoch figures without epoch 1, as suite.sh), their ratio, each one's share of CPU
 #   samples in OpenBLAS (libopenblas*: the kernels, the packing copies) and 1 / PyTorch's share.
 #   Specs from `suite_jobs.py prepare` (--data-dir: its data directory) run as the suite runs them.
@@ -23,11 +24,13 @@ BUILD=${PSTRAIN_BUILD_DIR:-$ROOT/build}
 PT_DIR=${PYTORCH_BENCH_DIR:-/work/shared/bench/pytorch}
 DATA=${PSTRAIN_DATA_DIR:-$ROOT/data}
 DELAY=5000
+OURS_DELAY=500
 specs=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --data-dir) DATA=$2; shift 2 ;;
     --delay-ms) DELAY=$2; shift 2 ;;
+    --ours-delay-ms) OURS_DELAY=$2; shift 2 ;;
     -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) specs+=("$1"); shift ;;
   esac
@@ -47,7 +50,7 @@ echo "| job | ours 1 thr samples/s | PyTorch 1 thr samples/s | ours / PyTorch | 
 echo "|---|---|---|---|---|---|---|"
 for spec in "${specs[@]}"; do
   name=$(basename "$spec" .json)
-  perf record -q -F 499 -D "$DELAY" -o "$WORK/$name-ours.data" -- \
+  perf record -q -F 499 -D "$OURS_DELAY" -o "$WORK/$name-ours.data" -- \
     "$BUILD/worker/pstrain-train" --spec "$spec" --data-dir "$DATA" --threads 1 > "$WORK/$name-ours.log" 2>&1
   # shellcheck disable=SC1091
   (. "$PT_DIR/openblas_env.sh" && perf record -q -F 499 -D "$DELAY" -o "$WORK/$name-pt.data" -- \
@@ -58,4 +61,4 @@ for spec in "${specs[@]}"; do
     printf "| %s | %.0f | %.0f | %.2f | %.1f | %.1f | %.2f |\n", n, o, p, o / p, os, ps, (ps > 0 ? 100 / ps : 0) }'
 done
 echo
-echo "(perf record -F 499 from ${DELAY} ms after each start; logs and profiles in $WORK)"
+echo "(perf record -F 499 from ${OURS_DELAY} ms after our start and ${DELAY} ms after PyTorch's; logs and profiles in $WORK)"
