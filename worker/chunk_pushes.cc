@@ -26,9 +26,10 @@ size_t ChunkPushes::push_from(size_t from, const GradientSlice& slice) {
   // Without a previous step to go by (the first), nothing waits.
   const bool overlap = call >= compute_left_.size() || compute_left_[call] >= kOverlapSeconds;
   size_t messages = 0;
+  static const InputSparsity::Ranges kWhole = std::nullopt;
   order_.send_from(from, [&](size_t k) {
-    InputSparsity::Ranges ranges = rows_ != nullptr ? rows_->push(k) : std::nullopt;
-    InputSparsity::Ranges want = rows_ != nullptr ? rows_->reply(k) : std::nullopt;
+    const InputSparsity::Ranges& ranges = rows_ != nullptr ? rows_->push(k) : kWhole;
+    const InputSparsity::Ranges& want = rows_ != nullptr ? rows_->reply(k) : kWhole;
     size_t floats = servers_.chunks()[k].size;
     if (ranges) {
       floats = 0;
@@ -41,7 +42,7 @@ size_t ChunkPushes::push_from(size_t from, const GradientSlice& slice) {
       return;
     }
     const uint32_t server = servers_.chunks()[k].server;
-    queued_[server].push_back({k, std::move(ranges), std::move(want)});
+    queued_[server].push_back({k, ranges, want});
     queued_bytes_[server] += bytes;
     if (queued_[server].size() == rpc::kMaxBatchedPushes) messages += send_queue(server, slice);
   });

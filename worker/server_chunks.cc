@@ -273,15 +273,15 @@ kj::Promise<void> ServerChunks::push_batch(uint32_t server, const std::vector<Ba
     fill_push(p.chunk, entries[i], slice, p.ranges, /*take_values=*/true, p.want);
     wanted.push_back(p.want);
   }
-  std::vector<size_t> keys;
-  keys.reserve(pushes.size());
-  for (const BatchedPush& p : pushes) keys.push_back(p.chunk);
-  return request.send().then([this, keys = std::move(keys), wanted = std::move(wanted)](
+  std::vector<size_t> chunks;
+  chunks.reserve(pushes.size());
+  for (const BatchedPush& p : pushes) chunks.push_back(p.chunk);
+  return request.send().then([this, chunks = std::move(chunks), wanted = std::move(wanted)](
                                  capnp::Response<proto::ParameterServer::PushBatchResults>&& r) {
     const auto results = r.getResults();
-    KJ_REQUIRE(results.size() == keys.size(), "batch reply has the wrong number of results", results.size(),
-               keys.size());
-    for (unsigned i = 0; i < results.size(); ++i) take_reply(keys[i], results[i], wanted[i]);
+    KJ_REQUIRE(results.size() == chunks.size(), "batch reply has the wrong number of results", results.size(),
+               chunks.size());
+    for (unsigned i = 0; i < results.size(); ++i) take_reply(chunks[i], results[i], wanted[i]);
   });
 }
 
