@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstring>
 
 #include "common/nn/gemm.h"
 #include "common/nn/layers.h"
@@ -24,13 +25,217 @@ inline void add_run(const T* src, int64_t n, T* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+// One filter tile: a 64-byte vector of T (GCC's vector extension: one AVX-512 register, or two
+// AVX2 or four SSE registers, whatever the target has). Loads and stores go through memcpy, which
+// compiles to unaligned vector moves.
+template <typename T>
+struct TileOf {
+  typedef T type __attribute__((vector_size(64)));
+};
+template <typename T>
+using Tile = typename TileOf<T>::type;
+template <typename T>
+constexpr int64_t kTile = 64 / sizeof(T);
+
+template <typename T>
+inline Tile<T> load_tile(const T* src) {
+  Tile<T> v;
+  std::memcpy(&v, src, sizeof v);
+  return v;
+}
+
+template <typename T>
+inline void store_tile(const Tile<T>& v, T* dst) {
+  std::memcpy(dst, &v, sizeof v);
+}
+
+// Direct method: output positions the forward computes together (independent chains of
+// multiply-adds, one load of each kernel tile for all of them), and positions backward sums in
+// registers before adding them to the example's gradient.
+constexpr int64_t kGroup = 4;
+constexpr int64_t kBlock = 16;
+
+// For K output positions and one tile of filters: out[k] = bias + sum_p kernel[p * stride] *
+// win[k][offs[k][p]], then ReLU if asked. kernel and bias point at the tile's first filter.
+template <typename T, int64_t K>
+inline void forward_tiles(const T* kernel, int64_t stride, const T* bias, const T* const* win,
+                          const int64_t* const* offs, int64_t patch, bool relu, Tile<T>* out) {
+  Tile<T> acc[K];
+  const Tile<T> b = load_tile(bias);
+  for (int64_t k = 0; k < K; ++k) acc[k] = b;
+  for (int64_t p = 0; p < patch; ++p) {
+    const Tile<T> w = load_tile(kernel + p * stride);
+    for (int64_t k = 0; k < K; ++k) acc[k] += w * win[k][offs[k][p]];
+  }
+  for (int64_t k = 0; k < K; ++k) out[k] = relu ? (acc[k] < T(0) ? Tile<T>{} : acc[k]) : acc[k];
+}
+
+// acc[q * stride] += sum_k g[k] * win[k][offs[k][p + q]] for q < Q: Q patch entries' gradients
+// over the m positions of a block, one tile of filters (g: the positions' masked output gradient
+// tiles, `stride` apart).
+template <typename T, int64_t Q>
+inline void gradient_tiles(const T* g, int64_t g_stride, const T* const* win, const int64_t* const* offs,
+                           int64_t m, int64_t p, T* acc, int64_t stride) {
+  Tile<T> sum[Q] = {};
+  for (int64_t k = 0; k < m; ++k) {
+    const Tile<T> gk = load_tile(g + k * g_stride);
+    const T* w = win[k];
+    const int64_t* o = offs[k] + p;
+    for (int64_t q = 0; q < Q; ++q) sum[q] += gk * w[o[q]];
+  }
+  for (int64_t q = 0; q < Q; ++q) store_tile(load_tile(acc + q * stride) + sum[q], acc + q * stride);
+}
+
 }  // namespace
 
 template <typename T>
 Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch)
-    : g_(g), relu_(relu), kernel_(kernel_offset), bias_(bias_offset) {
-  patches_.resize(g_.patch_size(), g_.out_h * g_.out_w * max_batch);
-  dpatches_.resize(g_.patch_size(), g_.out_h * g_.out_w * max_batch);
+    : g_(g), relu_(relu), kernel_(kernel_offset), bias_(bias_offset), max_columns_(g.out_h * g.out_w * max_batch),
+      method_(Method::kDirect) {
+  for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+    for (int64_t kx = 0; kx < g_.kernel_w; ++kx) {
+      for (int64_t c = 0; c < g_.channels; ++c) offsets_.push_back((ky * g_.width + kx) * g_.channels + c);
+    }
+  }
+  for (int64_t p = 0; p < g_.patch_size(); ++p) identity_.push_back(p);
+  padded_filters_ = (g_.filters + kTile<T> - 1) / kTile<T> * kTile<T>;
+  window_.resize(kBlock * g_.patch_size());
+  kernel_padded_.assign((g_.patch_size() + 1) * padded_filters_, T(0));
+  acc_.assign((g_.patch_size() + 1) * padded_filters_, T(0));
+  dy_block_.assign(kBlock * padded_filters_, T(0));
+  set_method(default_method(g_));
+}
+
+template <typename T>
+void Conv2D<T>::set_method(Method m) {
+  method_ = m;
+  if (m == Method::kIm2col) patches_.resize(g_.patch_size(), max_columns_);
+}
+
+template <typename T>
+void Conv2D<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
+  if (method_ == Method::kDirect) {
+    direct_forward(params, in, out);
+  } else {
+    im2col_forward(params, in, out);
+  }
+}
+
+template <typename T>
+inline const T* Conv2D<T>::window(const T* image, int64_t position, int64_t slot, const int64_t*& offs) {
+  const int64_t y = position / g_.out_w, x = position % g_.out_w;
+  const int64_t iy0 = y * g_.stride_h - g_.pad_top, ix0 = x * g_.stride_w - g_.pad_left;
+  if (iy0 >= 0 && ix0 >= 0 && iy0 + g_.kernel_h <= g_.height && ix0 + g_.kernel_w <= g_.width) {
+    offs = offsets_.data();
+    return image + (iy0 * g_.width + ix0) * g_.channels;
+  }
+  offs = identity_.data();
+  return gather_window(image, iy0, ix0, slot);
+}
+
+template <typename T>
+const T* Conv2D<T>::gather_window(const T* image, int64_t iy0, int64_t ix0, int64_t slot) {
+  T* const start = window_.data() + slot * g_.patch_size();
+  T* dst = start;
+  for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+    const int64_t iy = iy0 + ky;
+    for (int64_t kx = 0; kx < g_.kernel_w; ++kx) {
+      const int64_t ix = ix0 + kx;
+      const bool inside = iy >= 0 && iy < g_.height && ix >= 0 && ix < g_.width;
+      for (int64_t c = 0; c < g_.channels; ++c) *dst++ = inside ? image[(iy * g_.width + ix) * g_.channels + c] : T(0);
+    }
+  }
+  return start;
+}
+
+template <typename T>
+void Conv2D<T>::direct_forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
+  const int64_t f = g_.filters, fp = padded_filters_, patch = g_.patch_size(), tile = kTile<T>;
+  // The kernel ([filters x patch]: column p holds every filter's weight p) and the bias, each
+  // column padded with zeros to whole tiles.
+  T* kernel = kernel_padded_.data();
+  for (int64_t p = 0; p < patch; ++p) std::copy_n(params + kernel_ + p * f, f, kernel + p * fp);
+  std::copy_n(params + bias_, f, kernel + patch * fp);
+  const T* bias = kernel + patch * fp;
+  const int64_t positions = g_.out_h * g_.out_w;
+  const T* win[kGroup];
+  const int64_t* offs[kGroup];
+  Tile<T> result[kGroup];
+  for (int64_t b = 0; b < in.cols(); ++b) {
+    const T* image = in.data() + b * in.rows();
+    T* dst = out.data() + b * out.rows();
+    for (int64_t j = 0; j < positions; j += kGroup) {
+      const int64_t m = std::min(kGroup, positions - j);
+      for (int64_t k = 0; k < m; ++k) win[k] = window(image, j + k, k, offs[k]);
+      for (int64_t f0 = 0; f0 < f; f0 += tile) {
+        if (m == kGroup) {
+          forward_tiles<T, kGroup>(kernel + f0, fp, bias + f0, win, offs, patch, relu_, result);
+        } else {
+          for (int64_t k = 0; k < m; ++k) {
+            forward_tiles<T, 1>(kernel + f0, fp, bias + f0, win + k, offs + k, patch, relu_, result + k);
+          }
+        }
+        const int64_t n = std::min(tile, f - f0);
+        for (int64_t k = 0; k < m; ++k) {
+          T* d = dst + (j + k) * f + f0;
+          if (n == tile) {
+            store_tile(result[k], d);
+          } else {
+            std::memcpy(d, &result[k], n * sizeof(T));
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void Conv2D<T>::direct_gradient(ConstMatMap<T> in, const T* out, const T* dout, T* grads) {
+  const int64_t f = g_.filters, fp = padded_filters_, patch = g_.patch_size(), tile = kTile<T>;
+  const int64_t positions = g_.out_h * g_.out_w;
+  T* kernel_grads = grads + kernel_;
+  T* bias_grads = grads + bias_;
+  std::fill(kernel_grads, kernel_grads + patch * f, T(0));
+  std::fill(bias_grads, bias_grads + f, T(0));
+  // One example's sums in acc_ ([patch + 1] rows of fp: the kernel gradient, then the bias's),
+  // added to the totals example by example: shorter chains of additions than one sum over the
+  // whole batch's positions. A block's masked output gradient goes to dy_block_ (kBlock rows of
+  // fp, the padding zero).
+  T* acc = acc_.data();
+  T* acc_bias = acc + patch * fp;
+  T* g = dy_block_.data();
+  const T* win[kBlock];
+  const int64_t* offs[kBlock];
+  for (int64_t b = 0; b < in.cols(); ++b) {
+    std::fill(acc_.begin(), acc_.end(), T(0));
+    const T* image = in.data() + b * in.rows();
+    const T* dy = dout + b * positions * f;
+    const T* y_out = out == nullptr ? nullptr : out + b * positions * f;
+    for (int64_t j = 0; j < positions; j += kBlock) {
+      const int64_t m = std::min(kBlock, positions - j);
+      for (int64_t k = 0; k < m; ++k) {
+        win[k] = window(image, j + k, k, offs[k]);
+        const T* d = dy + (j + k) * f;
+        T* gk = g + k * fp;
+        if (y_out == nullptr) {
+          std::copy_n(d, f, gk);
+        } else {
+          const T* o = y_out + (j + k) * f;
+          for (int64_t i = 0; i < f; ++i) gk[i] = o[i] > T(0) ? d[i] : T(0);
+        }
+      }
+      for (int64_t f0 = 0; f0 < fp; f0 += tile) {
+        Tile<T> bias_sum = load_tile(acc_bias + f0);
+        for (int64_t k = 0; k < m; ++k) bias_sum += load_tile(g + k * fp + f0);
+        store_tile(bias_sum, acc_bias + f0);
+        int64_t p = 0;
+        for (; p + 4 <= patch; p += 4) gradient_tiles<T, 4>(g + f0, fp, win, offs, m, p, acc + p * fp + f0, fp);
+        for (; p < patch; ++p) gradient_tiles<T, 1>(g + f0, fp, win, offs, m, p, acc + p * fp + f0, fp);
+      }
+    }
+    for (int64_t p = 0; p < patch; ++p) add_run(acc + p * fp, f, kernel_grads + p * f);
+    add_run(acc_bias, f, bias_grads);
+  }
 }
 
 template <typename T>
@@ -41,7 +246,7 @@ void Conv2D<T>::inside_columns(int64_t x, int64_t& first, int64_t& last) const {
 }
 
 template <typename T>
-void Conv2D<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
+void Conv2D<T>::im2col_forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   const int64_t batch = in.cols();
   const int64_t oh = g_.out_h, ow = g_.out_w;
   const int64_t run = g_.kernel_w * g_.channels;  // one kernel row of a patch is contiguous input
@@ -100,15 +305,24 @@ void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out,
   const int64_t oh = g_.out_h, ow = g_.out_w;
   const int64_t columns = oh * ow * batch;
   MatMap<T> dy(dout.data(), g_.filters, columns);
+  if (method_ == Method::kDirect && din == nullptr) {  // the mask is applied on the fly
+    direct_gradient(in, relu_ ? out.data() : nullptr, dy.data(), grads);
+    return;
+  }
   if (relu_) {
     ConstMatMap<T> y(out.data(), g_.filters, columns);
     dy = (y.array() > T(0)).select(dy, T(0));
   }
-  gemm<T>(Op::kNone, Op::kTranspose, g_.filters, g_.patch_size(), columns, dy.data(), g_.filters, patches_.data(),
-          g_.patch_size(), T(0), grads + kernel_, g_.filters);
-  VecMap<T>(grads + bias_, g_.filters).noalias() = dy.rowwise().sum();
+  if (method_ == Method::kDirect) {
+    direct_gradient(in, nullptr, dy.data(), grads);
+  } else {
+    gemm<T>(Op::kNone, Op::kTranspose, g_.filters, g_.patch_size(), columns, dy.data(), g_.filters, patches_.data(),
+            g_.patch_size(), T(0), grads + kernel_, g_.filters);
+    VecMap<T>(grads + bias_, g_.filters).noalias() = dy.rowwise().sum();
+  }
   if (din == nullptr) return;
 
+  if (dpatches_.cols() < max_columns_) dpatches_.resize(g_.patch_size(), max_columns_);
   gemm<T>(Op::kTranspose, Op::kNone, g_.patch_size(), columns, g_.filters, params + kernel_, g_.filters, dy.data(),
           g_.filters, T(0), dpatches_.data(), g_.patch_size());
   // col2im: scatter-add every patch column back onto the input positions it was read from.

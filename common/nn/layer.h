@@ -2,7 +2,8 @@
 //
 // A layer is pure math: it reads its parameters from the model's flat parameter buffer, writes
 // its gradients into the flat gradient buffer, and keeps only scratch space sized for the largest
-// batch at construction, so a training step allocates nothing. Gradients are overwritten, not
+// batch, allocated at construction or at its first use, so a training step after the first
+// allocates nothing. Gradients are overwritten, not
 // accumulated: every layer writes all of its gradient slice on each backward call.
 //
 // Thread rules: a layer belongs to one Model, used by one thread at a time.

@@ -72,11 +72,23 @@ class Dense final : public Layer<T> {
   std::vector<T, CacheAlignedAllocator<T>> group_in_, partial_;  // their inputs, the group's product
 };
 
-// 2-D convolution over [height, width, channels] examples, by im2col: the patches of the whole
-// batch form one matrix and the convolution is one matrix product. Strides and padding follow
-// TensorFlow (model_spec.h's window_axis gives the output size and the padding before); padded
-// positions read as zero and take no gradient. Stride 1 without padding (the reference CNN) keeps
-// a copy loop of its own, with no bounds to check.
+// 2-D convolution over [height, width, channels] examples. Strides and padding follow TensorFlow
+// (model_spec.h's window_axis gives the output size and the padding before); padded positions
+// read as zero and take no gradient. Two methods, the same values up to the order of additions:
+//
+// - im2col: the patches of the whole batch form one matrix and the convolution is one matrix
+//   product (and the kernel gradient another). Stride 1 without padding (the reference CNNs)
+//   keeps a copy loop of its own, with no bounds to check.
+// - direct: every output position's filters are computed from the input in place, a tile of
+//   filters at a time in vector registers, with bias and ReLU fused; backward sums the kernel and
+//   bias gradients over the positions in one pass, example by example. No patch matrix is built.
+//   For small patches (a first layer on 1 or 3 channels: 3 x 3 x 1 is 9 values) a product with
+//   an inner dimension that small spends as much time packing its operands as multiplying, and
+//   the patch matrix and the separate bias and ReLU passes cost more memory traffic than the
+//   arithmetic. The input gradient, when one is needed, is still the im2col product and col2im.
+//
+// The constructor picks direct for patches of at most kDirectMaxPatch values (measured with
+// pstrain-conv-bench: docs/BENCHMARKS.md), im2col for larger ones.
 template <typename T>
 class Conv2D final : public Layer<T> {
  public:
@@ -92,20 +104,51 @@ class Conv2D final : public Layer<T> {
              out_w == width - kernel_w + 1;
     }
   };
+  enum class Method { kIm2col, kDirect };
+  static constexpr int64_t kDirectMaxPatch = 288;
+  static Method default_method(const Geometry& g) {
+    return g.patch_size() <= kDirectMaxPatch ? Method::kDirect : Method::kIm2col;
+  }
+
   Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch);
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                 T* din) override;
+  // Overrides the constructor's choice (tests and pstrain-conv-bench compare the two). Takes
+  // effect from the next forward.
+  void set_method(Method m);
+  Method method() const { return method_; }
 
  private:
   // The kernel columns [first, last) of output column x that fall inside the input.
   void inside_columns(int64_t x, int64_t& first, int64_t& last) const;
+  void im2col_forward(const T* params, ConstMatMap<T> in, MatMap<T> out);
+  void direct_forward(const T* params, ConstMatMap<T> in, MatMap<T> out);
+  // The kernel and bias gradients from dout (already masked by ReLU when `out` is null).
+  void direct_gradient(ConstMatMap<T> in, const T* out, const T* dout, T* grads);
+  // The window of output position `position` (y * out_w + x) of `image`: patch entry p is
+  // window[offs[p]]. Inside the input it points into the image with offsets_; a window over
+  // padding is gathered (zeros for the padding) into slot `slot` of window_, with offs the
+  // identity.
+  const T* window(const T* image, int64_t position, int64_t slot, const int64_t*& offs);
+  // window()'s case over padding: the window whose corner is input (iy0, ix0), gathered.
+  const T* gather_window(const T* image, int64_t iy0, int64_t ix0, int64_t slot);
 
   Geometry g_;
   bool relu_;
   size_t kernel_, bias_;
-  Mat<T> patches_;   // patch_size x (out_h * out_w * batch), kept from forward for backward
-  Mat<T> dpatches_;  // same shape, scratch of backward
+  int64_t max_columns_;  // out_h * out_w * the largest batch
+  Method method_;
+  Mat<T> patches_;   // im2col: patch_size x (out_h * out_w * batch), kept from forward for backward
+  Mat<T> dpatches_;  // same shape, scratch of the input gradient (allocated at its first use)
+  std::vector<int64_t> offsets_;   // direct: patch entry p's input offset from the window's corner
+  std::vector<int64_t> identity_;  // 0, 1, ..., patch_size - 1
+  // Direct method's scratch; filters padded to whole vector tiles (zeros in the padding).
+  int64_t padded_filters_ = 0;
+  std::vector<T, CacheAlignedAllocator<T>> window_;         // gathered windows over padding, one per slot
+  std::vector<T, CacheAlignedAllocator<T>> kernel_padded_;  // kernel then bias, [patch + 1] x padded
+  std::vector<T, CacheAlignedAllocator<T>> acc_;            // one example's kernel then bias gradient, same shape
+  std::vector<T, CacheAlignedAllocator<T>> dy_block_;       // a block of positions' masked output gradient
 };
 
 // Max pooling with valid padding, as in Keras: windows of pool_h x pool_w every stride_h/stride_w

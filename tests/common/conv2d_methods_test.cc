@@ -1,0 +1,215 @@
+// Conv2D's two methods (im2col and direct) against a convolution written from its definition,
+// on geometries that reach every branch of both: windows inside and over padding, strides,
+// non-square kernels, filter counts below, at and past a vector tile, position counts that are
+// not multiples of the direct method's groups and blocks, ReLU or not, with and without the
+// input gradient. The gradient checks (gradient_check_test.cc) cover the layer inside models
+// with the method the constructor picks; this test makes sure both methods compute the same
+// thing, whatever the picking rule.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/aligned.h"
+#include "common/nn/layers.h"
+
+using namespace pstrain;
+
+namespace {
+
+template <typename T>
+using Conv = nn::Conv2D<T>;
+template <typename T>
+using Geometry = typename nn::Conv2D<T>::Geometry;
+
+struct Shape {
+  int64_t height, width, channels, kernel_h, kernel_w, filters, stride_h, stride_w;
+  bool same;
+};
+
+template <typename T>
+Geometry<T> geometry(const Shape& s) {
+  Geometry<T> g{s.height, s.width, s.channels, s.kernel_h, s.kernel_w, s.filters, s.stride_h, s.stride_w};
+  if (s.same) {  // TensorFlow: out = ceil(in / stride), the padding split with the smaller half first
+    g.out_h = (s.height + s.stride_h - 1) / s.stride_h;
+    g.out_w = (s.width + s.stride_w - 1) / s.stride_w;
+    g.pad_top = std::max<int64_t>((g.out_h - 1) * s.stride_h + s.kernel_h - s.height, 0) / 2;
+    g.pad_left = std::max<int64_t>((g.out_w - 1) * s.stride_w + s.kernel_w - s.width, 0) / 2;
+  } else {
+    g.out_h = (s.height - s.kernel_h) / s.stride_h + 1;
+    g.out_w = (s.width - s.kernel_w) / s.stride_w + 1;
+  }
+  return g;
+}
+
+// The layer's parameters sit inside a larger buffer at these offsets, so that writing outside
+// its own slices shows.
+constexpr size_t kKernelAt = 3;
+
+template <typename T>
+struct Result {
+  std::vector<T> out, grads, din;
+};
+
+// The convolution from its definition. Kernel entry (f, p) is kernel[f + p * filters], with
+// p = (ky * kernel_w + kx) * channels + c; images and outputs are [h, w, c] per example.
+template <typename T>
+Result<T> reference(const Geometry<T>& g, bool relu, const std::vector<T>& params, size_t bias_at,
+                    const std::vector<T>& in, const std::vector<T>& dout, int64_t batch) {
+  const int64_t in_size = g.height * g.width * g.channels, out_size = g.out_h * g.out_w * g.filters;
+  Result<T> r;
+  r.out.assign(out_size * batch, T(0));
+  r.grads.assign(params.size(), T(0));
+  r.din.assign(in_size * batch, T(0));
+  auto input_at = [&](int64_t b, int64_t y, int64_t x, int64_t ky, int64_t kx, int64_t c, int64_t& index) {
+    const int64_t iy = y * g.stride_h - g.pad_top + ky, ix = x * g.stride_w - g.pad_left + kx;
+    if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) return false;
+    index = b * in_size + (iy * g.width + ix) * g.channels + c;
+    return true;
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t y = 0; y < g.out_h; ++y) {
+      for (int64_t x = 0; x < g.out_w; ++x) {
+        for (int64_t f = 0; f < g.filters; ++f) {
+          const int64_t o = b * out_size + (y * g.out_w + x) * g.filters + f;
+          T sum = params[bias_at + f];
+          for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+            for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+              for (int64_t c = 0; c < g.channels; ++c) {
+                int64_t i;
+                const int64_t p = (ky * g.kernel_w + kx) * g.channels + c;
+                if (input_at(b, y, x, ky, kx, c, i)) sum += params[kKernelAt + f + p * g.filters] * in[i];
+              }
+            }
+          }
+          r.out[o] = relu && sum < T(0) ? T(0) : sum;
+          const T grad = relu && !(r.out[o] > T(0)) ? T(0) : dout[o];
+          r.grads[bias_at + f] += grad;
+          for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+            for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+              for (int64_t c = 0; c < g.channels; ++c) {
+                int64_t i;
+                const int64_t p = (ky * g.kernel_w + kx) * g.channels + c;
+                if (!input_at(b, y, x, ky, kx, c, i)) continue;
+                r.grads[kKernelAt + f + p * g.filters] += grad * in[i];
+                r.din[i] += grad * params[kKernelAt + f + p * g.filters];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+template <typename T>
+Result<T> run(const Geometry<T>& g, bool relu, typename Conv<T>::Method method, const std::vector<T>& params,
+              size_t bias_at, const std::vector<T>& in, const std::vector<T>& dout, int64_t batch,
+              int64_t max_batch, bool input_gradient, T sentinel) {
+  const int64_t in_size = g.height * g.width * g.channels, out_size = g.out_h * g.out_w * g.filters;
+  Conv<T> conv(g, relu, kKernelAt, bias_at, max_batch);
+  conv.set_method(method);
+  Result<T> r;
+  r.out.assign(out_size * batch, sentinel);
+  r.grads.assign(params.size(), sentinel);
+  r.din.assign(in_size * batch, sentinel);
+  std::vector<T> dy = dout;
+  conv.forward(params.data(), nn::ConstMatMap<T>(in.data(), in_size, batch), nn::MatMap<T>(r.out.data(), out_size, batch));
+  conv.backward(params.data(), nn::ConstMatMap<T>(in.data(), in_size, batch),
+                nn::ConstMatMap<T>(r.out.data(), out_size, batch), nn::MatMap<T>(dy.data(), out_size, batch),
+                r.grads.data(), input_gradient ? r.din.data() : nullptr);
+  return r;
+}
+
+// Largest |a - b| over the entries in [from, to) of each, relative to the largest |b| (at least 1).
+template <typename T>
+double max_difference(const std::vector<T>& a, const std::vector<T>& b, size_t from, size_t to) {
+  double diff = 0, scale = 1;
+  for (size_t i = from; i < to; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+const Shape kShapes[] = {
+    {28, 28, 1, 3, 3, 32, 1, 1, false},  // the reference CNNs' first layer
+    {9, 7, 1, 3, 3, 5, 1, 1, false},     // 35 positions: neither groups of 4 nor blocks of 16 fit
+    {8, 8, 3, 3, 3, 17, 1, 1, true},     // same padding, 17 filters: two tiles and a rest (double: 8 per tile)
+    {9, 11, 2, 3, 2, 3, 2, 2, true},     // strides 2, non-square kernel, odd sizes, 3 filters
+    {6, 5, 4, 5, 5, 8, 1, 1, true},      // a kernel as large as the input: every window over padding
+    {7, 9, 3, 2, 4, 1, 1, 3, false},     // one filter, stride 3 across
+    {5, 5, 2, 1, 1, 16, 1, 1, false},    // 1 x 1
+    {6, 6, 32, 3, 3, 9, 1, 1, true},     // a patch of 288 (the largest the constructor makes direct)
+    {5, 4, 40, 3, 3, 4, 1, 1, false},    // a patch of 360
+};
+
+std::string name(const Shape& s) {
+  return std::to_string(s.height) + "x" + std::to_string(s.width) + "x" + std::to_string(s.channels) + " k" +
+         std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + " f" + std::to_string(s.filters) + " s" +
+         std::to_string(s.stride_h) + "x" + std::to_string(s.stride_w) + (s.same ? " same" : " valid");
+}
+
+template <typename T>
+void check_methods(double tolerance) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> normal(0, 1);
+  for (const Shape& s : kShapes) {
+    const Geometry<T> g = geometry<T>(s);
+    const int64_t batch = 3, max_batch = 5;
+    const int64_t in_size = g.height * g.width * g.channels, out_size = g.out_h * g.out_w * g.filters;
+    const size_t bias_at = kKernelAt + g.patch_size() * g.filters + 2;  // a gap between kernel and bias
+    std::vector<T> params(bias_at + g.filters + 4), in(in_size * batch), dout(out_size * batch);
+    for (auto& v : params) v = static_cast<T>(normal(rng) * 0.5);
+    for (auto& v : in) v = static_cast<T>(normal(rng));
+    for (auto& v : dout) v = static_cast<T>(normal(rng));
+    for (const bool relu : {true, false}) {
+      const Result<T> want = reference(g, relu, params, bias_at, in, dout, batch);
+      for (const auto method : {Conv<T>::Method::kDirect, Conv<T>::Method::kIm2col}) {
+        for (const bool input_gradient : {false, true}) {
+          CAPTURE(name(s));
+          CAPTURE(relu);
+          CAPTURE(method == Conv<T>::Method::kDirect ? "direct" : "im2col");
+          CAPTURE(input_gradient);
+          const T sentinel = T(777);
+          const Result<T> got = run(g, relu, method, params, bias_at, in, dout, batch, max_batch, input_gradient, sentinel);
+          CHECK(max_difference(got.out, want.out, 0, want.out.size()) < tolerance);
+          CHECK(max_difference(got.grads, want.grads, kKernelAt, kKernelAt + g.patch_size() * g.filters) < tolerance);
+          CHECK(max_difference(got.grads, want.grads, bias_at, bias_at + g.filters) < tolerance);
+          // Nothing outside the layer's own gradient slices is written.
+          for (size_t i = 0; i < params.size(); ++i) {
+            const bool own = (i >= kKernelAt && i < kKernelAt + g.patch_size() * g.filters) ||
+                             (i >= bias_at && i < bias_at + g.filters);
+            if (!own) CHECK(got.grads[i] == sentinel);
+          }
+          if (input_gradient) CHECK(max_difference(got.din, want.din, 0, want.din.size()) < tolerance);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("conv2d: direct and im2col both compute the convolution's definition - double") {
+  check_methods<double>(1e-12);
+}
+
+TEST_CASE("conv2d: direct and im2col both compute the convolution's definition - float") {
+  check_methods<float>(2e-5);
+}
+
+TEST_CASE("conv2d: the constructor picks direct for patches up to kDirectMaxPatch values") {
+  using C = Conv<float>;
+  const auto pick = [](int64_t channels, int64_t kernel) {
+    return C::default_method(geometry<float>({10, 10, channels, kernel, kernel, 8, 1, 1, false}));
+  };
+  CHECK(pick(1, 3) == C::Method::kDirect);   // 9
+  CHECK(pick(32, 3) == C::Method::kDirect);  // 288
+  CHECK(pick(33, 3) == C::Method::kIm2col);  // 297
+  CHECK(C::kDirectMaxPatch == 288);
+}
