@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "common/nn/gemm.h"
 #include "common/nn/layers.h"
@@ -49,44 +50,95 @@ inline void store_tile(const Tile<T>& v, T* dst) {
   std::memcpy(dst, &v, sizeof v);
 }
 
-// Direct method: output positions the forward computes together (independent chains of
-// multiply-adds, one load of each kernel tile for all of them), and positions backward sums in
-// registers before adding them to the example's gradient.
-constexpr int64_t kGroup = 4;
+// Direct method's register blocking. Forward computes kGroup output positions by up to
+// kTilesAtOnce filter tiles together (16 independent chains of multiply-adds; each kernel tile
+// and each input value loaded once for all of them). Backward sums the kernel gradient over
+// blocks of kBlock positions in registers, 4 patch entries by up to kTilesAtOnce filter tiles at
+// a time, before adding to the batch's sums in memory.
+constexpr int64_t kGroup = 4;  // direct_forward dispatches group sizes 1 to 4
 constexpr int64_t kBlock = 16;
+constexpr int64_t kTilesAtOnce = 4;
 
-// For K output positions and one tile of filters: out[k] = bias + sum_p kernel[p * stride] *
-// win[k][offs[k][p]], then ReLU if asked. kernel and bias point at the tile's first filter.
-template <typename T, int64_t K>
+// For K output positions and TG tiles of filters: out[k][t] = bias + sum_p kernel[p * stride +
+// t * kTile] * win[k][offs[p]], then ReLU if asked. kernel and bias point at the first tile.
+template <typename T, int64_t K, int64_t TG>
 inline void forward_tiles(const T* kernel, int64_t stride, const T* bias, const T* const* win,
-                          const int64_t* const* offs, int64_t patch, bool relu, Tile<T>* out) {
-  Tile<T> acc[K];
-  const Tile<T> b = load_tile(bias);
-  for (int64_t k = 0; k < K; ++k) acc[k] = b;
-  for (int64_t p = 0; p < patch; ++p) {
-    const Tile<T> w = load_tile(kernel + p * stride);
-    for (int64_t k = 0; k < K; ++k) acc[k] += w * win[k][offs[k][p]];
+                          const int64_t* offs, int64_t patch, bool relu, Tile<T> (*out)[kTilesAtOnce]) {
+  Tile<T> acc[K][TG];
+  for (int64_t t = 0; t < TG; ++t) {
+    const Tile<T> b = load_tile(bias + t * kTile<T>);
+    for (int64_t k = 0; k < K; ++k) acc[k][t] = b;
   }
-  for (int64_t k = 0; k < K; ++k) out[k] = relu ? (acc[k] < T(0) ? Tile<T>{} : acc[k]) : acc[k];
+  for (int64_t p = 0; p < patch; ++p) {
+    Tile<T> w[TG];
+    for (int64_t t = 0; t < TG; ++t) w[t] = load_tile(kernel + p * stride + t * kTile<T>);
+    const int64_t o = offs[p];
+    for (int64_t k = 0; k < K; ++k) {
+      const T v = win[k][o];
+      for (int64_t t = 0; t < TG; ++t) acc[k][t] += w[t] * v;
+    }
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t t = 0; t < TG; ++t) out[k][t] = relu ? (acc[k][t] < T(0) ? Tile<T>{} : acc[k][t]) : acc[k][t];
+  }
 }
 
-// acc[q * stride] += sum_k g[k] * win[k][offs[k][p + q]] for q < Q: Q patch entries' gradients
-// over the m positions of a block, one tile of filters (g: the positions' masked output gradient
-// tiles, `stride` apart).
-template <typename T, int64_t Q>
-inline void gradient_tiles(const T* g, int64_t g_stride, const T* const* win, const int64_t* const* offs,
-                           int64_t m, int64_t p, T* acc, int64_t stride) {
-  Tile<T> sum[Q] = {};
+// acc[q * stride + t * kTile] += sum_k g[k * g_stride + t * kTile] * win[k][offs[p + q]] for
+// q < Q, t < TG: Q patch entries' kernel gradients over the m positions of a block, TG tiles of
+// filters (g: the positions' masked output gradients).
+template <typename T, int64_t Q, int64_t TG>
+inline void gradient_tiles(const T* g, int64_t g_stride, const T* const* win, const int64_t* offs, int64_t m,
+                           int64_t p, T* acc, int64_t stride) {
+  Tile<T> sum[Q][TG] = {};
+  int64_t o[Q];
+  for (int64_t q = 0; q < Q; ++q) o[q] = offs[p + q];
   for (int64_t k = 0; k < m; ++k) {
-    const Tile<T> gk = load_tile(g + k * g_stride);
+    Tile<T> gk[TG];
+    for (int64_t t = 0; t < TG; ++t) gk[t] = load_tile(g + k * g_stride + t * kTile<T>);
     const T* w = win[k];
-    const int64_t* o = offs[k] + p;
-    for (int64_t q = 0; q < Q; ++q) sum[q] += gk * w[o[q]];
+    for (int64_t q = 0; q < Q; ++q) {
+      const T v = w[o[q]];
+      for (int64_t t = 0; t < TG; ++t) sum[q][t] += gk[t] * v;
+    }
   }
-  for (int64_t q = 0; q < Q; ++q) store_tile(load_tile(acc + q * stride) + sum[q], acc + q * stride);
+  for (int64_t q = 0; q < Q; ++q) {
+    for (int64_t t = 0; t < TG; ++t) {
+      T* a = acc + q * stride + t * kTile<T>;
+      store_tile(load_tile(a) + sum[q][t], a);
+    }
+  }
+}
+
+// The calls above for a run-time tile count tg in [1, kTilesAtOnce].
+template <typename T, int64_t K>
+inline void forward_tiles(int64_t tg, const T* kernel, int64_t stride, const T* bias, const T* const* win,
+                          const int64_t* offs, int64_t patch, bool relu, Tile<T> (*out)[kTilesAtOnce]) {
+  switch (tg) {
+    case 1: return forward_tiles<T, K, 1>(kernel, stride, bias, win, offs, patch, relu, out);
+    case 2: return forward_tiles<T, K, 2>(kernel, stride, bias, win, offs, patch, relu, out);
+    case 3: return forward_tiles<T, K, 3>(kernel, stride, bias, win, offs, patch, relu, out);
+    default: return forward_tiles<T, K, 4>(kernel, stride, bias, win, offs, patch, relu, out);
+  }
+}
+
+template <typename T, int64_t Q>
+inline void gradient_tiles(int64_t tg, const T* g, int64_t g_stride, const T* const* win, const int64_t* offs,
+                           int64_t m, int64_t p, T* acc, int64_t stride) {
+  switch (tg) {
+    case 1: return gradient_tiles<T, Q, 1>(g, g_stride, win, offs, m, p, acc, stride);
+    case 2: return gradient_tiles<T, Q, 2>(g, g_stride, win, offs, m, p, acc, stride);
+    case 3: return gradient_tiles<T, Q, 3>(g, g_stride, win, offs, m, p, acc, stride);
+    default: return gradient_tiles<T, Q, 4>(g, g_stride, win, offs, m, p, acc, stride);
+  }
 }
 
 }  // namespace
+
+template <typename T>
+void Conv2D<T>::advance(int64_t m, int64_t& y, int64_t& x) const {
+  x += m;
+  while (x >= g_.out_w) x -= g_.out_w, ++y;
+}
 
 template <typename T>
 Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch)
@@ -122,15 +174,21 @@ void Conv2D<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
 }
 
 template <typename T>
-inline const T* Conv2D<T>::window(const T* image, int64_t position, int64_t slot, const int64_t*& offs) {
-  const int64_t y = position / g_.out_w, x = position % g_.out_w;
-  const int64_t iy0 = y * g_.stride_h - g_.pad_top, ix0 = x * g_.stride_w - g_.pad_left;
-  if (iy0 >= 0 && ix0 >= 0 && iy0 + g_.kernel_h <= g_.height && ix0 + g_.kernel_w <= g_.width) {
-    offs = offsets_.data();
-    return image + (iy0 * g_.width + ix0) * g_.channels;
+int64_t Conv2D<T>::windows(const T* image, int64_t y, int64_t x, int64_t m, const T** win, int64_t* pos) {
+  int64_t inside = 0, over = m;  // windows inside fill win from the front, gathered ones from the back
+  for (int64_t k = 0; k < m; ++k) {
+    const int64_t iy0 = y * g_.stride_h - g_.pad_top, ix0 = x * g_.stride_w - g_.pad_left;
+    if (iy0 >= 0 && ix0 >= 0 && iy0 + g_.kernel_h <= g_.height && ix0 + g_.kernel_w <= g_.width) {
+      win[inside] = image + (iy0 * g_.width + ix0) * g_.channels;
+      pos[inside++] = k;
+    } else {
+      --over;
+      win[over] = gather_window(image, iy0, ix0, over);
+      pos[over] = k;
+    }
+    if (++x == g_.out_w) x = 0, ++y;
   }
-  offs = identity_.data();
-  return gather_window(image, iy0, ix0, slot);
+  return inside;
 }
 
 template <typename T>
@@ -159,29 +217,38 @@ void Conv2D<T>::direct_forward(const T* params, ConstMatMap<T> in, MatMap<T> out
   const T* bias = kernel + patch * fp;
   const int64_t positions = g_.out_h * g_.out_w;
   const T* win[kGroup];
-  const int64_t* offs[kGroup];
-  Tile<T> result[kGroup];
+  int64_t pos[kGroup];
+  Tile<T> result[kGroup][kTilesAtOnce];
   for (int64_t b = 0; b < in.cols(); ++b) {
     const T* image = in.data() + b * in.rows();
     T* dst = out.data() + b * out.rows();
-    for (int64_t j = 0; j < positions; j += kGroup) {
+    for (int64_t j = 0, y = 0, x = 0; j < positions; j += kGroup) {
       const int64_t m = std::min(kGroup, positions - j);
-      for (int64_t k = 0; k < m; ++k) win[k] = window(image, j + k, k, offs[k]);
-      for (int64_t f0 = 0; f0 < f; f0 += tile) {
-        if (m == kGroup) {
-          forward_tiles<T, kGroup>(kernel + f0, fp, bias + f0, win, offs, patch, relu_, result);
-        } else {
-          for (int64_t k = 0; k < m; ++k) {
-            forward_tiles<T, 1>(kernel + f0, fp, bias + f0, win + k, offs + k, patch, relu_, result + k);
+      const int64_t inside = windows(image, y, x, m, win, pos);
+      advance(m, y, x);
+      for (int64_t f0 = 0; f0 < f; f0 += kTilesAtOnce * tile) {
+        const int64_t tg = std::min(kTilesAtOnce, (fp - f0) / tile);
+        // The windows inside the input, then those gathered over padding, each as one group.
+        for (const auto& [first, count, offs] : {std::tuple{int64_t{0}, inside, offsets_.data()},
+                                                 std::tuple{inside, m - inside, identity_.data()}}) {
+          const T* const* w = win + first;
+          auto* r = result + first;
+          switch (count) {
+            case 0: break;
+            case 1: forward_tiles<T, 1>(tg, kernel + f0, fp, bias + f0, w, offs, patch, relu_, r); break;
+            case 2: forward_tiles<T, 2>(tg, kernel + f0, fp, bias + f0, w, offs, patch, relu_, r); break;
+            case 3: forward_tiles<T, 3>(tg, kernel + f0, fp, bias + f0, w, offs, patch, relu_, r); break;
+            default: forward_tiles<T, 4>(tg, kernel + f0, fp, bias + f0, w, offs, patch, relu_, r); break;
           }
         }
-        const int64_t n = std::min(tile, f - f0);
+        // The tiles' first n filters are real (the last tile may hold padding).
+        const int64_t n = std::min(tg * tile, f - f0);
         for (int64_t k = 0; k < m; ++k) {
-          T* d = dst + (j + k) * f + f0;
-          if (n == tile) {
-            store_tile(result[k], d);
+          T* d = dst + (j + pos[k]) * f + f0;
+          if (n == tg * tile) {
+            for (int64_t t = 0; t < tg; ++t) store_tile(result[k][t], d + t * tile);
           } else {
-            std::memcpy(d, &result[k], n * sizeof(T));
+            std::memcpy(d, result[k], n * sizeof(T));
           }
         }
       }
@@ -193,34 +260,30 @@ template <typename T>
 void Conv2D<T>::direct_gradient(ConstMatMap<T> in, const T* out, const T* dout, T* grads) {
   const int64_t f = g_.filters, fp = padded_filters_, patch = g_.patch_size(), tile = kTile<T>;
   const int64_t positions = g_.out_h * g_.out_w;
-  T* kernel_grads = grads + kernel_;
-  T* bias_grads = grads + bias_;
-  std::fill(kernel_grads, kernel_grads + patch * f, T(0));
-  std::fill(bias_grads, bias_grads + f, T(0));
-  // One example's sums in acc_ ([patch + 1] rows of fp: the kernel gradient, then the bias's),
-  // added to the totals example by example: shorter chains of additions than one sum over the
-  // whole batch's positions. A block's masked output gradient goes to dy_block_ (kBlock rows of
-  // fp, the padding zero).
+  // The batch's sums in acc_ ([patch + 1] rows of fp: the kernel gradient, then the bias's), each
+  // block's partial sums added in block order. A block's masked output gradient goes to dy_block_
+  // (kBlock rows of fp, the padding zero).
+  std::fill(acc_.begin(), acc_.end(), T(0));
   T* acc = acc_.data();
   T* acc_bias = acc + patch * fp;
   T* g = dy_block_.data();
   const T* win[kBlock];
-  const int64_t* offs[kBlock];
+  int64_t pos[kBlock];
   for (int64_t b = 0; b < in.cols(); ++b) {
-    std::fill(acc_.begin(), acc_.end(), T(0));
     const T* image = in.data() + b * in.rows();
     const T* dy = dout + b * positions * f;
     const T* y_out = out == nullptr ? nullptr : out + b * positions * f;
-    for (int64_t j = 0; j < positions; j += kBlock) {
+    for (int64_t j = 0, y = 0, x = 0; j < positions; j += kBlock) {
       const int64_t m = std::min(kBlock, positions - j);
-      for (int64_t k = 0; k < m; ++k) {
-        win[k] = window(image, j + k, k, offs[k]);
-        const T* d = dy + (j + k) * f;
+      const int64_t inside = windows(image, y, x, m, win, pos);
+      advance(m, y, x);
+      for (int64_t k = 0; k < m; ++k) {  // row k of g: the gradient of window k's position
+        const T* d = dy + (j + pos[k]) * f;
         T* gk = g + k * fp;
         if (y_out == nullptr) {
           std::copy_n(d, f, gk);
         } else {
-          const T* o = y_out + (j + k) * f;
+          const T* o = y_out + (j + pos[k]) * f;
           for (int64_t i = 0; i < f; ++i) gk[i] = o[i] > T(0) ? d[i] : T(0);
         }
       }
@@ -228,14 +291,25 @@ void Conv2D<T>::direct_gradient(ConstMatMap<T> in, const T* out, const T* dout, 
         Tile<T> bias_sum = load_tile(acc_bias + f0);
         for (int64_t k = 0; k < m; ++k) bias_sum += load_tile(g + k * fp + f0);
         store_tile(bias_sum, acc_bias + f0);
-        int64_t p = 0;
-        for (; p + 4 <= patch; p += 4) gradient_tiles<T, 4>(g + f0, fp, win, offs, m, p, acc + p * fp + f0, fp);
-        for (; p < patch; ++p) gradient_tiles<T, 1>(g + f0, fp, win, offs, m, p, acc + p * fp + f0, fp);
+      }
+      // The windows inside the input, then those gathered over padding.
+      for (const auto& [first, count, offs] : {std::tuple{int64_t{0}, inside, offsets_.data()},
+                                               std::tuple{inside, m - inside, identity_.data()}}) {
+        if (count == 0) continue;
+        for (int64_t f0 = 0; f0 < fp; f0 += kTilesAtOnce * tile) {
+          const int64_t tg = std::min(kTilesAtOnce, (fp - f0) / tile);
+          const T* gf = g + first * fp + f0;
+          int64_t p = 0;
+          for (; p + 4 <= patch; p += 4) {
+            gradient_tiles<T, 4>(tg, gf, fp, win + first, offs, count, p, acc + p * fp + f0, fp);
+          }
+          for (; p < patch; ++p) gradient_tiles<T, 1>(tg, gf, fp, win + first, offs, count, p, acc + p * fp + f0, fp);
+        }
       }
     }
-    for (int64_t p = 0; p < patch; ++p) add_run(acc + p * fp, f, kernel_grads + p * f);
-    add_run(acc_bias, f, bias_grads);
   }
+  for (int64_t p = 0; p < patch; ++p) std::copy_n(acc + p * fp, f, grads + kernel_ + p * f);
+  std::copy_n(acc_bias, f, grads + bias_);
 }
 
 template <typename T>

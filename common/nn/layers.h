@@ -79,9 +79,10 @@ class Dense final : public Layer<T> {
 // - im2col: the patches of the whole batch form one matrix and the convolution is one matrix
 //   product (and the kernel gradient another). Stride 1 without padding (the reference CNNs)
 //   keeps a copy loop of its own, with no bounds to check.
-// - direct: every output position's filters are computed from the input in place, a tile of
-//   filters at a time in vector registers, with bias and ReLU fused; backward sums the kernel and
-//   bias gradients over the positions in one pass, example by example. No patch matrix is built.
+// - direct: every output position's filters are computed from the input in place, in vector
+//   registers (4 positions by up to 4 tiles of 64 bytes of filters at a time), with bias and ReLU
+//   fused; backward sums the kernel and bias gradients in registers over blocks of 16 positions,
+//   the ReLU mask applied on the fly, in one pass over the batch. No patch matrix is built.
 //   For small patches (a first layer on 1 or 3 channels: 3 x 3 x 1 is 9 values) a product with
 //   an inner dimension that small spends as much time packing its operands as multiplying, and
 //   the patch matrix and the separate bias and ReLU passes cost more memory traffic than the
@@ -126,12 +127,15 @@ class Conv2D final : public Layer<T> {
   void direct_forward(const T* params, ConstMatMap<T> in, MatMap<T> out);
   // The kernel and bias gradients from dout (already masked by ReLU when `out` is null).
   void direct_gradient(ConstMatMap<T> in, const T* out, const T* dout, T* grads);
-  // The window of output position `position` (y * out_w + x) of `image`: patch entry p is
-  // window[offs[p]]. Inside the input it points into the image with offsets_; a window over
-  // padding is gathered (zeros for the padding) into slot `slot` of window_, with offs the
-  // identity.
-  const T* window(const T* image, int64_t position, int64_t slot, const int64_t*& offs);
-  // window()'s case over padding: the window whose corner is input (iy0, ix0), gathered.
+  // The windows of the m output positions from (y, x) on, in row-major order (wrapping at
+  // out_w), of `image`. Those inside the input come first: win[k] points into the image, patch
+  // entry p at win[k][offsets_[p]]. The others follow, gathered (zeros for padding) into slot k
+  // of window_, entry p at win[k][p]. pos[k]: the position (0 to m - 1) of window k. Returns how
+  // many are inside.
+  int64_t windows(const T* image, int64_t y, int64_t x, int64_t m, const T** win, int64_t* pos);
+  // Moves (y, x) m output positions on.
+  void advance(int64_t m, int64_t& y, int64_t& x) const;
+  // The window whose corner is input (iy0, ix0), gathered into slot `slot`.
   const T* gather_window(const T* image, int64_t iy0, int64_t ix0, int64_t slot);
 
   Geometry g_;
@@ -147,7 +151,7 @@ class Conv2D final : public Layer<T> {
   int64_t padded_filters_ = 0;
   std::vector<T, CacheAlignedAllocator<T>> window_;         // gathered windows over padding, one per slot
   std::vector<T, CacheAlignedAllocator<T>> kernel_padded_;  // kernel then bias, [patch + 1] x padded
-  std::vector<T, CacheAlignedAllocator<T>> acc_;            // one example's kernel then bias gradient, same shape
+  std::vector<T, CacheAlignedAllocator<T>> acc_;            // the kernel then bias gradient, same shape
   std::vector<T, CacheAlignedAllocator<T>> dy_block_;       // a block of positions' masked output gradient
 };
 

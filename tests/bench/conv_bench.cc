@@ -8,7 +8,9 @@
 // difference between the two methods' outputs and gradients, relative to their scale (the two
 // sum in different orders, so they agree to rounding, not bit for bit).
 //
-//   pstrain-conv-bench [--batch 128] [--repeats 7] [--min-ms 200] [--input-gradient]
+//   pstrain-conv-bench [--batch 128] [--repeats 7] [--min-ms 200] [--input-gradient] [--only TEXT]
+//
+// (--only: the geometries whose name contains TEXT.)
 //
 // The geometries span the first layers of common image models (1 and 3 channels, 3 x 3 and
 // 5 x 5 kernels, valid and same padding, strides 1 and 2, few and many filters) and, for
@@ -112,6 +114,7 @@ int run(int argc, char** argv) {
   int64_t batch = 128, repeats = 7;
   double min_ms = 200;
   bool input_gradient = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* flag) {
@@ -127,11 +130,13 @@ int run(int argc, char** argv) {
       repeats = static_cast<int64_t>(value("--repeats"));
     } else if (a == "--min-ms") {
       min_ms = value("--min-ms");
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
     } else if (a == "--input-gradient") {
       input_gradient = true;
     } else {
       std::fprintf(stderr,
-                   "usage: pstrain-conv-bench [--batch N] [--repeats N] [--min-ms MS] [--input-gradient]\n");
+                   "usage: pstrain-conv-bench [--batch N] [--repeats N] [--min-ms MS] [--input-gradient] [--only TEXT]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -149,6 +154,7 @@ int run(int argc, char** argv) {
   std::mt19937 rng(20);
   std::normal_distribution<float> normal(0.f, 1.f);
   for (const Case& c : kCases) {
+    if (std::string(c.name).find(only) == std::string::npos) continue;
     const Conv::Geometry g = geometry(c);
     const int64_t in_size = g.height * g.width * g.channels, out_size = g.out_h * g.out_w * g.filters;
     Buffer params(g.patch_size() * g.filters + g.filters), in(in_size * batch), dout(out_size * batch);
