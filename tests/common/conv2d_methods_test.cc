@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/aligned.h"
+#include "common/compute_threads.h"
 #include "common/nn/layers.h"
 
 using namespace pstrain;
@@ -156,6 +157,9 @@ std::string name(const Shape& s) {
 
 template <typename T>
 void check_methods(double tolerance) {
+  // One thread, as the trainer with --threads 1. Also: OpenBLAS's own threads are invisible to
+  // ThreadSanitizer (docs/SANITIZERS.md), which reported the im2col products' as races.
+  set_compute_threads(1);
   std::mt19937 rng(7);
   std::normal_distribution<double> normal(0, 1);
   for (const Shape& s : kShapes) {
