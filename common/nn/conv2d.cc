@@ -26,6 +26,13 @@ inline void add_run(const T* src, int64_t n, T* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+// The tiles below are passed by value only between inline functions of this file, so GCC's note
+// that a 64-byte vector argument's ABI depends on AVX-512 (builds without -march=native) does
+// not concern us.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 // One filter tile: a 64-byte vector of T (GCC's vector extension: one AVX-512 register, or two
 // AVX2 or four SSE registers, whatever the target has). Loads and stores go through memcpy, which
 // compiles to unaligned vector moves.
