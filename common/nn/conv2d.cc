@@ -158,17 +158,21 @@ Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offse
   }
   for (int64_t p = 0; p < g_.patch_size(); ++p) identity_.push_back(p);
   padded_filters_ = (g_.filters + kTile<T> - 1) / kTile<T> * kTile<T>;
-  window_.resize(kBlock * g_.patch_size());
-  kernel_padded_.assign((g_.patch_size() + 1) * padded_filters_, T(0));
-  acc_.assign((g_.patch_size() + 1) * padded_filters_, T(0));
-  dy_block_.assign(kBlock * padded_filters_, T(0));
   set_method(default_method(g_));
 }
 
 template <typename T>
 void Conv2D<T>::set_method(Method m) {
   method_ = m;
-  if (m == Method::kIm2col) patches_.resize(g_.patch_size(), max_columns_);
+  // Each method's scratch, allocated once, when the method is first used.
+  if (m == Method::kIm2col) {
+    patches_.resize(g_.patch_size(), max_columns_);
+  } else if (acc_.empty()) {
+    window_.resize(kBlock * g_.patch_size());
+    kernel_padded_.assign((g_.patch_size() + 1) * padded_filters_, T(0));
+    acc_.assign((g_.patch_size() + 1) * padded_filters_, T(0));
+    dy_block_.assign(kBlock * padded_filters_, T(0));
+  }
 }
 
 template <typename T>

@@ -115,10 +115,9 @@ class Conv2D final : public Layer<T> {
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                 T* din) override;
-  // Overrides the constructor's choice (tests and pstrain-conv-bench compare the two). Takes
-  // effect from the next forward.
+  // Overrides the constructor's choice (tests and pstrain-conv-bench compare the two). Call it
+  // between steps, not between a forward and its backward.
   void set_method(Method m);
-  Method method() const { return method_; }
 
  private:
   // The kernel columns [first, last) of output column x that fall inside the input.
@@ -147,7 +146,8 @@ class Conv2D final : public Layer<T> {
   Mat<T> dpatches_;  // same shape, scratch of the input gradient (allocated at its first use)
   std::vector<int64_t> offsets_;   // direct: patch entry p's input offset from the window's corner
   std::vector<int64_t> identity_;  // 0, 1, ..., patch_size - 1
-  // Direct method's scratch; filters padded to whole vector tiles (zeros in the padding).
+  // Direct method's scratch (allocated only for a direct layer); filters padded to whole vector
+  // tiles (zeros in the padding).
   int64_t padded_filters_ = 0;
   std::vector<T, CacheAlignedAllocator<T>> window_;         // gathered windows over padding, one per slot
   std::vector<T, CacheAlignedAllocator<T>> kernel_padded_;  // kernel then bias, [patch + 1] x padded

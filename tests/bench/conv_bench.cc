@@ -28,6 +28,7 @@
 
 #include "common/aligned.h"
 #include "common/compute_threads.h"
+#include "common/model_spec.h"
 #include "common/nn/layers.h"
 
 namespace pstrain {
@@ -62,19 +63,11 @@ const Case kCases[] = {
 };
 
 Conv::Geometry geometry(const Case& c) {
-  Conv::Geometry g{c.height, c.width, c.channels, c.kernel, c.kernel, c.filters, c.stride, c.stride};
-  if (c.same) {
-    g.out_h = (c.height + c.stride - 1) / c.stride;
-    g.out_w = (c.width + c.stride - 1) / c.stride;
-    const int64_t pad_h = std::max<int64_t>((g.out_h - 1) * c.stride + c.kernel - c.height, 0);
-    const int64_t pad_w = std::max<int64_t>((g.out_w - 1) * c.stride + c.kernel - c.width, 0);
-    g.pad_top = pad_h / 2;
-    g.pad_left = pad_w / 2;
-  } else {
-    g.out_h = (c.height - c.kernel) / c.stride + 1;
-    g.out_w = (c.width - c.kernel) / c.stride + 1;
-  }
-  return g;
+  const Padding padding = c.same ? Padding::kSame : Padding::kValid;
+  const WindowAxis rows = window_axis(c.height, c.kernel, c.stride, padding);
+  const WindowAxis cols = window_axis(c.width, c.kernel, c.stride, padding);
+  return {c.height, c.width, c.channels, c.kernel, c.kernel, c.filters, c.stride, c.stride,
+          rows.pad_before, cols.pad_before, rows.out, cols.out};
 }
 
 struct Run {

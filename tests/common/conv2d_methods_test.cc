@@ -15,6 +15,7 @@
 
 #include "common/aligned.h"
 #include "common/compute_threads.h"
+#include "common/model_spec.h"
 #include "common/nn/layers.h"
 
 using namespace pstrain;
@@ -32,18 +33,12 @@ struct Shape {
 };
 
 template <typename T>
-Geometry<T> geometry(const Shape& s) {
-  Geometry<T> g{s.height, s.width, s.channels, s.kernel_h, s.kernel_w, s.filters, s.stride_h, s.stride_w};
-  if (s.same) {  // TensorFlow: out = ceil(in / stride), the padding split with the smaller half first
-    g.out_h = (s.height + s.stride_h - 1) / s.stride_h;
-    g.out_w = (s.width + s.stride_w - 1) / s.stride_w;
-    g.pad_top = std::max<int64_t>((g.out_h - 1) * s.stride_h + s.kernel_h - s.height, 0) / 2;
-    g.pad_left = std::max<int64_t>((g.out_w - 1) * s.stride_w + s.kernel_w - s.width, 0) / 2;
-  } else {
-    g.out_h = (s.height - s.kernel_h) / s.stride_h + 1;
-    g.out_w = (s.width - s.kernel_w) / s.stride_w + 1;
-  }
-  return g;
+Geometry<T> geometry(const Shape& s) {  // TensorFlow's output sizes and padding split, as the model's
+  const Padding padding = s.same ? Padding::kSame : Padding::kValid;
+  const WindowAxis rows = window_axis(s.height, s.kernel_h, s.stride_h, padding);
+  const WindowAxis cols = window_axis(s.width, s.kernel_w, s.stride_w, padding);
+  return {s.height, s.width, s.channels, s.kernel_h, s.kernel_w, s.filters, s.stride_h, s.stride_w,
+          rows.pad_before, cols.pad_before, rows.out, cols.out};
 }
 
 // The layer's parameters sit inside a larger buffer at these offsets, so that writing outside
