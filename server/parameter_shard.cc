@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "common/model_spec.h"
-#include "common/nn/gemm.h"
 #include "common/nn/gradient_scaling.h"
 #include "common/nn/row_groups.h"
+#include "common/simd/kernels.h"
 
 namespace pstrain {
 namespace {
@@ -53,20 +53,12 @@ FactorRows factor_rows(const GradientFactors& f, size_t first_row, size_t rows) 
   const auto listed = static_cast<size_t>(end - begin);
   if (listed == 0 || f.examples == 0) return {nullptr, 0, nullptr};
   if (!f.multiplied) {
-    // Message memory is only 8-byte aligned, and BLAS rounds the same only for equally aligned
-    // operands (common/aligned.h): multiply 64-byte aligned copies where needed.
-    ScratchFloats deltas_copy, inputs_copy;
-    const auto aligned = [](std::span<const float> values, ScratchFloats& copy) {
-      if (reinterpret_cast<uintptr_t>(values.data()) % 64 == 0) return values.data();
-      copy.assign(values.begin(), values.end());
-      return static_cast<const float*>(copy.data());
-    };
-    const float* deltas = aligned(f.deltas, deltas_copy);
-    const float* inputs = aligned(f.inputs, inputs_copy);
+    // As the worker's engine computes a kernel gradient (common/simd/kernels.h): the same value
+    // for every element whatever rows the push lists.
     const auto m = static_cast<int64_t>(f.columns), n = static_cast<int64_t>(f.rows.size());
     f.product.resize(f.rows.size() * f.columns);
-    nn::gemm<float>(nn::Op::kNone, nn::Op::kTranspose, m, n, static_cast<int64_t>(f.examples), deltas, m, inputs, n,
-                    0.0f, f.product.data(), m);
+    simd::outer_product(m, n, static_cast<int64_t>(f.examples), f.deltas.data(), m, f.inputs.data(), n,
+                        f.product.data(), m);
     f.multiplied = true;
   }
   const auto position = static_cast<size_t>(begin - f.rows.begin());

@@ -1,11 +1,28 @@
 #include <algorithm>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/nn/gemm.h"
 #include "common/nn/layers.h"
 #include "common/nn/row_groups.h"
+#include "common/simd/kernels.h"
 
 namespace pstrain::nn {
+namespace {
+
+// The kernel gradient dout * x^T (out x rows, column-major: the rows' part of the [in, out]
+// kernel), summed over the batch by simd::outer_product for float, whose order of additions is
+// the one every process uses (a server multiplying out factors too): never a BLAS product here.
+template <typename T>
+void kernel_gradient(int64_t out, int64_t rows, int64_t batch, const T* dout, const T* x, T* grads) {
+  if constexpr (std::is_same_v<T, float>) {
+    simd::outer_product(out, rows, batch, dout, out, x, rows, grads, out);
+  } else {
+    gemm<T>(Op::kNone, Op::kTranspose, out, rows, batch, dout, out, x, rows, T(0), grads, out);
+  }
+}
+
+}  // namespace
 
 template <typename T>
 void Dense<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
@@ -31,15 +48,23 @@ template <typename T>
 void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                         T* din) {
   const int64_t batch = in.cols();
-  if (relu_) dout = (out.array() > T(0)).select(dout, T(0));
+  if constexpr (std::is_same_v<T, float>) {
+    if (relu_) simd::kernels().relu_mask(out_ * batch, out.data(), dout.data());
+  } else {
+    if (relu_) dout = (out.array() > T(0)).select(dout, T(0));
+  }
   if (!kernel_gradient_) {
     // The caller multiplies the factors (in, dout) out elsewhere.
   } else if (data_input_ && din == nullptr && gather_active_features(in)) {
     sparse_kernel_gradient(dout.data(), batch, grads + kernel_);
   } else {
-    gemm<T>(Op::kNone, Op::kTranspose, out_, in_, batch, dout.data(), out_, in.data(), in_, T(0), grads + kernel_, out_);
+    kernel_gradient<T>(out_, in_, batch, dout.data(), in.data(), grads + kernel_);
   }
-  VecMap<T>(grads + bias_, out_).noalias() = dout.rowwise().sum();
+  if constexpr (std::is_same_v<T, float>) {
+    simd::kernels().row_sums(out_, batch, dout.data(), grads + bias_);
+  } else {
+    VecMap<T>(grads + bias_, out_).noalias() = dout.rowwise().sum();
+  }
   if (din != nullptr) {
     gemm<T>(Op::kTranspose, Op::kNone, in_, batch, out_, params + kernel_, out_, dout.data(), out_, T(0), din, in_);
   }
@@ -134,9 +159,7 @@ template <typename T>
 void Dense<T>::sparse_kernel_gradient(const T* dout, int64_t batch, T* kernel_grads) {
   const auto k = static_cast<int64_t>(active_.size());
   active_rows_.resize(static_cast<size_t>(out_ * k));
-  if (k > 0) {
-    gemm<T>(Op::kNone, Op::kTranspose, out_, k, batch, dout, out_, active_in_.data(), k, T(0), active_rows_.data(), out_);
-  }
+  if (k > 0) kernel_gradient<T>(out_, k, batch, dout, active_in_.data(), active_rows_.data());
   int64_t next = 0;  // into active_
   for (int64_t j = 0; j < in_; ++j) {
     T* row = kernel_grads + j * out_;

@@ -1,7 +1,11 @@
 #include "common/optim/optimizer.h"
 
-#include <Eigen/Core>
 #include <cmath>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "common/simd/kernels.h"
 
 namespace pstrain::optim {
 namespace {
@@ -9,12 +13,26 @@ namespace {
 // Below this many parameters an update is not worth waking other threads for.
 constexpr int64_t kParallelThreshold = 1 << 16;
 
-using Vec = Eigen::Map<Eigen::ArrayXf>;
-using ConstVec = Eigen::Map<const Eigen::ArrayXf>;
-
-Vec view(std::span<float> s) { return Vec(s.data(), static_cast<Eigen::Index>(s.size())); }
-Vec view(std::vector<float>& s) { return Vec(s.data(), static_cast<Eigen::Index>(s.size())); }
-ConstVec view(std::span<const float> s) { return ConstVec(s.data(), static_cast<Eigen::Index>(s.size())); }
+// Calls f(begin, end) over [0, n) split across the OpenMP threads (one call below the threshold).
+// The updates are element-wise and their kernels give an element the same value wherever a range
+// starts (common/simd/kernels.h), so the split never changes a result.
+template <typename F>
+void over_threads(int64_t n, const F& f) {
+#ifdef _OPENMP
+  if (n >= kParallelThreshold && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel
+    {
+      const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+      // Boundaries on whole cache lines, so no two threads write one.
+      const int64_t begin = n * t / threads / 16 * 16;
+      const int64_t end = t + 1 == threads ? n : n * (t + 1) / threads / 16 * 16;
+      f(begin, end);
+    }
+    return;
+  }
+#endif
+  f(0, n);
+}
 
 class Sgd final : public Optimizer {
  public:
@@ -28,20 +46,19 @@ class Sgd final : public Optimizer {
 
   void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
              std::span<float> out, float lr_scale) const override {
-    ConstVec w = view(params);
-    ConstVec g = view(grads);
-    Vec o = view(out);
     const float lr = lr_ * lr_scale;
+    const float* w = params.data();
+    const float* g = grads.data();
+    float* o = out.data();
+    const simd::KernelTable& k = simd::kernels();
     if (momentum_ == 0.0f) {
-      o = w - lr * g;
+      over_threads(static_cast<int64_t>(params.size()),
+                   [&](int64_t b, int64_t e) { k.sgd(e - b, w + b, g + b, o + b, lr); });
     } else {
-      Vec m = view(state.slots[0].values);
-      m = momentum_ * m - lr * g;
-      if (nesterov_) {
-        o = w + (momentum_ * m - lr * g);
-      } else {
-        o = w + m;
-      }
+      float* m = state.slots[0].values.data();
+      over_threads(static_cast<int64_t>(params.size()), [&](int64_t b, int64_t e) {
+        k.momentum(e - b, w + b, g + b, m + b, o + b, lr, momentum_, nesterov_);
+      });
     }
     ++state.iterations;
   }
@@ -76,16 +93,10 @@ class Adam final : public Optimizer {
     const float* g = grads.data();
     float* m = state.slots[0].values.data();
     float* v = state.slots[1].values.data();
-    const float one_minus_b1 = 1.0f - b1_, one_minus_b2 = 1.0f - b2_, eps = eps_;
-    const auto n = static_cast<int64_t>(params.size());
-#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
-    for (int64_t i = 0; i < n; ++i) {
-      const float mi = m[i] + (g[i] - m[i]) * one_minus_b1;
-      const float vi = v[i] + (g[i] * g[i] - v[i]) * one_minus_b2;
-      m[i] = mi;
-      v[i] = vi;
-      o[i] = w[i] - alpha * mi / (std::sqrt(vi) + eps);
-    }
+    const simd::KernelTable& k = simd::kernels();
+    over_threads(static_cast<int64_t>(params.size()), [&](int64_t b, int64_t e) {
+      k.adam(e - b, w + b, g + b, m + b, v + b, o + b, alpha, 1.0f - b1_, 1.0f - b2_, eps_);
+    });
   }
 
   double batch_size_exponent() const override { return 0.5; }
@@ -107,12 +118,14 @@ class Adagrad final : public Optimizer {
 
   void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
              std::span<float> out, float lr_scale) const override {
-    ConstVec w = view(params);
-    ConstVec g = view(grads);
-    Vec acc = view(state.slots[0].values);
-    acc += g.square();
     const float lr = lr_ * lr_scale;
-    view(out) = w - lr * g / (acc.sqrt() + eps_);
+    const float* w = params.data();
+    const float* g = grads.data();
+    float* acc = state.slots[0].values.data();
+    float* o = out.data();
+    const simd::KernelTable& k = simd::kernels();
+    over_threads(static_cast<int64_t>(params.size()),
+                 [&](int64_t b, int64_t e) { k.adagrad(e - b, w + b, g + b, acc + b, o + b, lr, eps_); });
     ++state.iterations;
   }
 

@@ -1,0 +1,69 @@
+// Hand-vectorized kernels, built for several instruction-set levels in one binary and picked at
+// run time (common/simd/cpu_target.h). Each level's code is the same source
+// (kernels_target.inc) compiled with that level's -march flag into a table of function pointers;
+// kernels() returns the active level's table.
+//
+// What goes here: loops whose speed depends on the vector width and that the portable build
+// would otherwise run at SSE2 (the optimizers' updates, the dense layer's element-wise backward),
+// and the reductions whose order must not depend on the CPU or on how work is tiled:
+//
+// outer_product: C = A * B^T, where every element is summed over k in ascending order, from
+// +0, by one multiply-add per term (a fused multiply-add where the level has FMA: x86-64-v3,
+// x86-64-v4 and other architectures; a multiply then an add on x86-64). Its value is a function
+// of the inputs only: not of m, n, the element's position, the operands' alignment or the level
+// (among levels with FMA). Dense kernel gradients use it wherever they are computed (a worker's
+// backward, the standalone trainer, a server multiplying out a factored push), so those paths
+// agree bit for bit on every CPU (docs/DESIGN-NOTES.md, "Exactness on every CPU").
+//
+// Element-wise kernels give each element a value that does not depend on where the range starts
+// or ends (the vector body and the remainder do the same operations), so a range may be split
+// over threads or shards freely. tests/common/simd_kernels_test.cc checks both properties and
+// every kernel against a scalar reference, on each level the machine runs.
+//
+// Thread rules: the tables are immutable; kernels write only their outputs (and the scratch they
+// are given), so distinct outputs may be computed on distinct threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/simd/cpu_target.h"
+
+namespace pstrain::simd {
+
+struct KernelTable {
+  CpuTarget target;
+  bool fma;  // multiply-adds are fused
+
+  // C (m x n, column-major, leading dimension ldc) = A (m x k, lda) * B (n x k, ldb)^T.
+  // `scratch` holds outer_product_scratch(m, n, k) floats, 64-byte aligned.
+  void (*outer_product)(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                        float* c, int64_t ldc, float* scratch);
+  size_t (*outer_product_scratch)(int64_t m, int64_t n, int64_t k);
+
+  // The optimizers' updates over n parameters (common/optim/optimizer.h has the formulas);
+  // out may be w.
+  void (*sgd)(int64_t n, const float* w, const float* g, float* out, float lr);
+  void (*momentum)(int64_t n, const float* w, const float* g, float* m, float* out, float lr, float momentum,
+                   bool nesterov);
+  void (*adam)(int64_t n, const float* w, const float* g, float* m, float* v, float* out, float alpha,
+               float one_minus_b1, float one_minus_b2, float eps);
+  void (*adagrad)(int64_t n, const float* w, const float* g, float* acc, float* out, float lr, float eps);
+
+  // Dense backward's element-wise part, on an (rows x cols) column-major block: where y <= 0,
+  // d = 0 (the ReLU mask; d may alias nothing else), and sums[r] = the sum of row r of d over the
+  // columns in order, from +0.
+  void (*relu_mask)(int64_t n, const float* y, float* d);
+  void (*row_sums)(int64_t rows, int64_t cols, const float* d, float* sums);
+};
+
+// The active level's table (selected once).
+const KernelTable& kernels();
+// The table for level t, or nullptr when this binary has none for it or the CPU cannot run it.
+const KernelTable* kernels_for(CpuTarget t);
+
+// kernels().outer_product with scratch of the calling thread's own (grown as needed).
+void outer_product(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                   int64_t ldc);
+
+}  // namespace pstrain::simd
