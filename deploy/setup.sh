@@ -13,6 +13,7 @@ packages=(
   librocksdb-dev            # durable state of coordinator and servers
   libeigen3-dev             # tensors and element-wise math
   libopenblas-openmp-dev    # matrix products (OpenMP build: shares one thread pool with our loops)
+  libdnnl-dev               # convolutions (oneDNN: code generated at run time for the CPU at hand)
   zlib1g-dev                # gzip'd IDX datasets
   libzip-dev                # uploaded NumPy .npz datasets (zip archives of .npy arrays)
   libssl-dev                # SHA-256 of dataset files (libcrypto); the REST API over TLS (libssl)

@@ -4,10 +4,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/aligned.h"
 #include "common/nn/layer.h"
+#include "common/nn/onednn_conv.h"
 
 namespace pstrain::nn {
 
@@ -76,66 +78,34 @@ class Dense final : public Layer<T> {
 // (model_spec.h's window_axis gives the output size and the padding before); padded positions
 // read as zero and take no gradient. Two methods, the same values up to the order of additions:
 //
+// - oneDNN (float, the default where the build has it and the CPU has AVX2: onednn_conv.h): code
+//   generated at run time for the CPU's instruction set; bias and ReLU fused into the forward.
 // - im2col: the patches of the whole batch form one matrix and the convolution is one matrix
-//   product (and the kernel gradient another). Stride 1 without padding (the reference CNNs)
-//   keeps a copy loop of its own, with no bounds to check.
-// - direct: every output position's filters are computed from the input in place, in vector
-//   registers (4 positions by up to 4 tiles of 64 bytes of filters at a time), with bias and ReLU
-//   fused; backward sums the kernel and bias gradients in registers over blocks of 16 positions,
-//   the ReLU mask applied on the fly, in one pass over the batch. No patch matrix is built.
-//   For small patches (a first layer on 1 or 3 channels: 3 x 3 x 1 is 9 values) a product with
-//   an inner dimension that small spends as much time packing its operands as multiplying, and
-//   the patch matrix and the separate bias and ReLU passes cost more memory traffic than the
-//   arithmetic. The input gradient, when one is needed, is still the im2col product and col2im.
-//
-// The constructor picks direct for patches of at most kDirectMaxPatch values (measured with
-// pstrain-conv-bench: docs/BENCHMARKS.md), im2col for larger ones.
+//   product (and the kernel gradient another). Stride 1 without padding keeps a copy loop of its
+//   own, with no bounds to check. The double engine (gradient checks) and builds without oneDNN
+//   use it.
 template <typename T>
 class Conv2D final : public Layer<T> {
  public:
-  struct Geometry {
-    int64_t height, width, channels;  // input
-    int64_t kernel_h, kernel_w, filters;
-    int64_t stride_h = 1, stride_w = 1;
-    int64_t pad_top = 0, pad_left = 0;  // padding before; the padding after is implied by out_h/out_w
-    int64_t out_h = 0, out_w = 0;
-    int64_t patch_size() const { return kernel_h * kernel_w * channels; }
-    bool dense_windows() const {  // stride 1, no padding
-      return stride_h == 1 && stride_w == 1 && pad_top == 0 && pad_left == 0 && out_h == height - kernel_h + 1 &&
-             out_w == width - kernel_w + 1;
-    }
-  };
-  enum class Method { kIm2col, kDirect };
-  static constexpr int64_t kDirectMaxPatch = 288;
-  static Method default_method(const Geometry& g) {
-    return g.patch_size() <= kDirectMaxPatch ? Method::kDirect : Method::kIm2col;
-  }
+  using Geometry = ConvGeometry;
+  enum class Method { kIm2col, kOneDnn };
+  // oneDNN for float where onednn_preferred(), else im2col.
+  static Method default_method();
 
   Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch);
+  ~Conv2D() override;
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                 T* din) override;
   // Overrides the constructor's choice (tests and pstrain-conv-bench compare the two). Call it
-  // between steps, not between a forward and its backward.
+  // between steps, not between a forward and its backward. kOneDnn needs T = float and oneDNN.
   void set_method(Method m);
 
  private:
   // The kernel columns [first, last) of output column x that fall inside the input.
   void inside_columns(int64_t x, int64_t& first, int64_t& last) const;
   void im2col_forward(const T* params, ConstMatMap<T> in, MatMap<T> out);
-  void direct_forward(const T* params, ConstMatMap<T> in, MatMap<T> out);
-  // The kernel and bias gradients from dout (already masked by ReLU when `out` is null).
-  void direct_gradient(ConstMatMap<T> in, const T* out, const T* dout, T* grads);
-  // The windows of the m output positions from (y, x) on, in row-major order (wrapping at
-  // out_w), of `image`. Those inside the input come first: win[k] points into the image, patch
-  // entry p at win[k][offsets_[p]]. The others follow, gathered (zeros for padding) into slot k
-  // of window_, entry p at win[k][p]. pos[k]: the position (0 to m - 1) of window k. Returns how
-  // many are inside.
-  int64_t windows(const T* image, int64_t y, int64_t x, int64_t m, const T** win, int64_t* pos);
-  // Moves (y, x) m output positions on.
-  void advance(int64_t m, int64_t& y, int64_t& x) const;
-  // The window whose corner is input (iy0, ix0), gathered into slot `slot`.
-  const T* gather_window(const T* image, int64_t iy0, int64_t ix0, int64_t slot);
+  void im2col_backward(const T* params, ConstMatMap<T> in, MatMap<T> dy, T* grads, T* din);
 
   Geometry g_;
   bool relu_;
@@ -144,15 +114,7 @@ class Conv2D final : public Layer<T> {
   Method method_;
   Mat<T> patches_;   // im2col: patch_size x (out_h * out_w * batch), kept from forward for backward
   Mat<T> dpatches_;  // same shape, scratch of the input gradient (allocated at its first use)
-  std::vector<int64_t> offsets_;   // direct: patch entry p's input offset from the window's corner
-  std::vector<int64_t> identity_;  // 0, 1, ..., patch_size - 1
-  // Direct method's scratch (allocated only for a direct layer); filters padded to whole vector
-  // tiles (zeros in the padding).
-  int64_t padded_filters_ = 0;
-  std::vector<T, CacheAlignedAllocator<T>> window_;         // gathered windows over padding, one per slot
-  std::vector<T, CacheAlignedAllocator<T>> kernel_padded_;  // kernel then bias, [patch + 1] x padded
-  std::vector<T, CacheAlignedAllocator<T>> acc_;            // the kernel then bias gradient, same shape
-  std::vector<T, CacheAlignedAllocator<T>> dy_block_;       // a block of positions' masked output gradient
+  std::unique_ptr<OneDnnConv> onednn_;  // the oneDNN method's primitives (created at its first use)
 };
 
 // Max pooling with valid padding, as in Keras: windows of pool_h x pool_w every stride_h/stride_w

@@ -1,21 +1,22 @@
-// pstrain-conv-bench: the two methods of nn::Conv2D (im2col + matrix product, and direct) on the
-// same layers, interleaved, as ratios.
+// pstrain-conv-bench: the two methods of nn::Conv2D<float> (im2col + matrix product, and oneDNN) on
+// the same layers, interleaved, as ratios.
 //
 // For each geometry below, repeat by repeat, it times one forward and one backward of a batch
 // (float32, 1 thread, kernel and bias gradients; with --input-gradient also the input's) with
 // each method in turn, on the same random parameters and inputs, and prints the median time per
-// example of each (forward, backward, both) and im2col / direct of both (> 1: direct is faster). It also prints the largest
+// example of each (forward, backward, both) and im2col / oneDNN of both (> 1: oneDNN is faster). It also prints the largest
 // difference between the two methods' outputs and gradients, relative to their scale (the two
 // sum in different orders, so they agree to rounding, not bit for bit).
 //
 //   pstrain-conv-bench [--batch 128] [--repeats 7] [--min-ms 200] [--input-gradient] [--only TEXT]
 //
-// (--only: the geometries whose name contains TEXT.)
+// (--only: the geometries whose name contains TEXT.) The first line names the CPU, the level of our
+// kernels and oneDNN's instruction set; PSTRAIN_CPU_TARGET and OPENBLAS_CORETYPE run a smaller
+// CPU's code (tests/bench/engine_bench.sh --targets does so for each level).
 //
 // The geometries span the first layers of common image models (1 and 3 channels, 3 x 3 and
 // 5 x 5 kernels, valid and same padding, strides 1 and 2, few and many filters) and, for
-// contrast, deeper layers whose patches are larger, so the threshold between the methods
-// (Conv2D::kDirectMaxPatch) can be read off the table.
+// contrast, deeper layers whose patches are larger.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,6 +31,7 @@
 #include "common/compute_threads.h"
 #include "common/model_spec.h"
 #include "common/nn/layers.h"
+#include "common/simd/cpu_target.h"
 
 namespace pstrain {
 namespace {
@@ -138,12 +140,13 @@ int run(int argc, char** argv) {
     return 2;
   }
   set_compute_threads(1);  // as the trainer with --threads 1: OpenBLAS on this thread only
+  std::printf("CPU: %s; oneDNN %s\n", simd::describe_cpu().c_str(), nn::onednn_isa());
   std::printf("batch %lld, %lld repeats, %s; us per example (median), forward + backward\n",
               static_cast<long long>(batch), static_cast<long long>(repeats),
               input_gradient ? "with the input gradient" : "kernel and bias gradients only (a first layer)");
   std::printf("%-48s %5s %17s %17s %17s %6s %9s\n", "", "", "forward", "backward", "both", "", "");
-  std::printf("%-48s %5s %8s %8s %8s %8s %8s %8s %6s %9s\n", "layer", "patch", "im2col", "direct", "im2col",
-              "direct", "im2col", "direct", "ratio", "max diff");
+  std::printf("%-48s %5s %8s %8s %8s %8s %8s %8s %6s %9s\n", "layer", "patch", "im2col", "oneDNN", "im2col",
+              "oneDNN", "im2col", "oneDNN", "ratio", "max diff");
   std::mt19937 rng(20);
   std::normal_distribution<float> normal(0.f, 1.f);
   for (const Case& c : kCases) {
@@ -154,8 +157,8 @@ int run(int argc, char** argv) {
     for (auto& v : params) v = normal(rng) * 0.3f;
     for (auto& v : in) v = std::max(0.f, normal(rng));  // images: nonnegative, some zeros
     for (auto& v : dout) v = normal(rng) * 1e-3f;
-    Conv direct(g, true, 0, g.patch_size() * g.filters, batch), im2col(g, true, 0, g.patch_size() * g.filters, batch);
-    direct.set_method(Conv::Method::kDirect);
+    Conv onednn(g, true, 0, g.patch_size() * g.filters, batch), im2col(g, true, 0, g.patch_size() * g.filters, batch);
+    onednn.set_method(Conv::Method::kOneDnn);
     im2col.set_method(Conv::Method::kIm2col);
     Run runs[2];
     for (Run& r : runs) {
@@ -167,13 +170,13 @@ int run(int argc, char** argv) {
     // Iterations per timing: enough for min_ms with the slower method.
     auto total = [](Seconds t) { return t.forward + t.backward; };
     const double once =
-        std::max(total(step(direct, params, in, in_size, out_size, batch, dout, input_gradient, runs[0])),
+        std::max(total(step(onednn, params, in, in_size, out_size, batch, dout, input_gradient, runs[0])),
                  total(step(im2col, params, in, in_size, out_size, batch, dout, input_gradient, runs[1])));
     const int64_t iterations = std::max<int64_t>(1, static_cast<int64_t>(min_ms / 1e3 / once));
     std::vector<double> times[2][3];  // [method][forward, backward, both]: us per example
     for (int64_t r = 0; r < repeats; ++r) {
       for (int m = 0; m < 2; ++m) {
-        Conv& conv = m == 0 ? im2col : direct;
+        Conv& conv = m == 0 ? im2col : onednn;
         Seconds sum;
         for (int64_t i = 0; i < iterations; ++i) {
           const Seconds t = step(conv, params, in, in_size, out_size, batch, dout, input_gradient, runs[m]);
@@ -193,6 +196,15 @@ int run(int argc, char** argv) {
         median[m][k] = times[m][k][times[m][k].size() / 2];
       }
     }
+    // The difference between the methods, from one more step of each without ReLU: with it, a
+    // pre-activation within rounding of zero may fall on either side under the two orders of
+    // addition, and one output gradient term then counts in one method's sums only (it made a
+    // 1.7e-2 "difference" on the 1,152-value row, while both methods were right to rounding).
+    Conv plain[2] = {Conv(g, false, 0, g.patch_size() * g.filters, batch),
+                     Conv(g, false, 0, g.patch_size() * g.filters, batch)};
+    plain[0].set_method(Conv::Method::kIm2col);
+    plain[1].set_method(Conv::Method::kOneDnn);
+    for (int m = 0; m < 2; ++m) step(plain[m], params, in, in_size, out_size, batch, dout, input_gradient, runs[m]);
     double diff = std::max(max_relative_difference(runs[0].out, runs[1].out),
                            max_relative_difference(runs[0].grads, runs[1].grads));
     if (input_gradient) diff = std::max(diff, max_relative_difference(runs[0].din, runs[1].din));

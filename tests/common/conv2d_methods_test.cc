@@ -1,16 +1,18 @@
-// Conv2D's two methods (im2col and direct) against a convolution written from its definition,
-// on geometries that reach every branch of both: windows inside and over padding, strides,
-// non-square kernels, filter counts below, at and past a vector tile, position counts that are
-// not multiples of the direct method's groups and blocks, ReLU or not, with and without the
-// input gradient. The gradient checks (gradient_check_test.cc) cover the layer inside models
-// with the method the constructor picks; this test makes sure both methods compute the same
-// thing, whatever the picking rule.
+// Conv2D's methods (im2col, and oneDNN for float) against a convolution written from its
+// definition, on geometries that reach every branch: windows inside and over padding, strides,
+// non-square kernels, filter counts below, at and past a vector's width, odd position counts,
+// ReLU or not, with and without the input gradient. The gradient checks (gradient_check_test.cc)
+// cover the layer inside models with the method the constructor picks; this test makes sure each
+// method computes the same thing. The oneDNN method must also be exact where the equivalence of
+// N workers and one depends on it: the same bits on every run, and an example's output and input
+// gradient independent of its batch (onednn_conv.h).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/aligned.h"
@@ -140,8 +142,9 @@ const Shape kShapes[] = {
     {6, 5, 4, 5, 5, 8, 1, 1, true},      // a kernel as large as the input: every window over padding
     {7, 9, 3, 2, 4, 1, 1, 3, false},     // one filter, stride 3 across
     {5, 5, 2, 1, 1, 16, 1, 1, false},    // 1 x 1
-    {6, 6, 32, 3, 3, 9, 1, 1, true},     // a patch of 288 (the largest the constructor makes direct)
+    {6, 6, 32, 3, 3, 9, 1, 1, true},     // a patch of 288
     {5, 4, 40, 3, 3, 4, 1, 1, false},    // a patch of 360
+    {4, 4, 128, 3, 3, 256, 1, 1, true},  // a patch of 1,152, 256 filters
 };
 
 std::string name(const Shape& s) {
@@ -168,11 +171,13 @@ void check_methods(double tolerance) {
     for (auto& v : dout) v = static_cast<T>(normal(rng));
     for (const bool relu : {true, false}) {
       const Result<T> want = reference(g, relu, params, bias_at, in, dout, batch);
-      for (const auto method : {Conv<T>::Method::kDirect, Conv<T>::Method::kIm2col}) {
+      std::vector<typename Conv<T>::Method> methods{Conv<T>::Method::kIm2col};
+      if (std::is_same_v<T, float> && nn::onednn_available()) methods.push_back(Conv<T>::Method::kOneDnn);
+      for (const auto method : methods) {
         for (const bool input_gradient : {false, true}) {
           CAPTURE(name(s));
           CAPTURE(relu);
-          CAPTURE(method == Conv<T>::Method::kDirect ? "direct" : "im2col");
+          CAPTURE(method == Conv<T>::Method::kOneDnn ? "oneDNN" : "im2col");
           CAPTURE(input_gradient);
           const T sentinel = T(777);
           const Result<T> got = run(g, relu, method, params, bias_at, in, dout, batch, max_batch, input_gradient, sentinel);
@@ -194,21 +199,48 @@ void check_methods(double tolerance) {
 
 }  // namespace
 
-TEST_CASE("conv2d: direct and im2col both compute the convolution's definition - double") {
-  check_methods<double>(1e-12);
-}
+TEST_CASE("conv2d: im2col computes the convolution's definition - double") { check_methods<double>(1e-12); }
 
-TEST_CASE("conv2d: direct and im2col both compute the convolution's definition - float") {
+TEST_CASE("conv2d: im2col and oneDNN compute the convolution's definition - float") {
+  MESSAGE("oneDNN: " << (nn::onednn_available() ? nn::onednn_isa() : "not in this build"));
   check_methods<float>(2e-5);
 }
 
-TEST_CASE("conv2d: the constructor picks direct for patches up to kDirectMaxPatch values") {
-  using C = Conv<float>;
-  const auto pick = [](int64_t channels, int64_t kernel) {
-    return C::default_method(geometry<float>({10, 10, channels, kernel, kernel, 8, 1, 1, false}));
-  };
-  CHECK(pick(1, 3) == C::Method::kDirect);   // 9
-  CHECK(pick(32, 3) == C::Method::kDirect);  // 288
-  CHECK(pick(33, 3) == C::Method::kIm2col);  // 297
-  CHECK(C::kDirectMaxPatch == 288);
+TEST_CASE("conv2d: oneDNN is the float default where it generates direct code; double is im2col") {
+  CHECK(Conv<float>::default_method() ==
+        (nn::onednn_preferred() ? Conv<float>::Method::kOneDnn : Conv<float>::Method::kIm2col));
+  CHECK(Conv<double>::default_method() == Conv<double>::Method::kIm2col);
+}
+
+TEST_CASE("conv2d oneDNN: the same bits on every run, and an example's values independent of its batch") {
+  if (!nn::onednn_available()) {
+    MESSAGE("this build has no oneDNN (PSTRAIN_ONEDNN=OFF): the oneDNN method is not tested here");
+    return;
+  }
+  set_compute_threads(2);  // the layer must plan on one thread whatever the caller allows
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0, 1);
+  for (const auto& s : kShapes) {
+    CAPTURE(name(s));
+    const Geometry<float> g = geometry<float>(s);
+    const int64_t batch = 13, part = 5, offset = 7;  // examples 7..11 again as a batch of 5
+    const int64_t in_size = g.height * g.width * g.channels, out_size = g.out_h * g.out_w * g.filters;
+    const size_t bias_at = kKernelAt + g.patch_size() * g.filters;
+    std::vector<float> params(bias_at + g.filters), in(in_size * batch), dout(out_size * batch);
+    for (auto& v : params) v = normal(rng) * 0.5f;
+    for (auto& v : in) v = normal(rng);
+    for (auto& v : dout) v = normal(rng);
+    const auto method = Conv<float>::Method::kOneDnn;
+    const Result<float> a = run(g, true, method, params, bias_at, in, dout, batch, batch, true, 0.0f);
+    const Result<float> b = run(g, true, method, params, bias_at, in, dout, batch, batch, true, 0.0f);
+    CHECK(a.out == b.out);
+    CHECK(a.grads == b.grads);
+    CHECK(a.din == b.din);
+    const std::vector<float> in_part(in.begin() + offset * in_size, in.begin() + (offset + part) * in_size);
+    const std::vector<float> dout_part(dout.begin() + offset * out_size, dout.begin() + (offset + part) * out_size);
+    const Result<float> c = run(g, true, method, params, bias_at, in_part, dout_part, part, batch, true, 0.0f);
+    CHECK(std::equal(c.out.begin(), c.out.end(), a.out.begin() + offset * out_size));
+    CHECK(std::equal(c.din.begin(), c.din.end(), a.din.begin() + offset * in_size));
+  }
+  set_compute_threads(1);
 }
