@@ -7,8 +7,12 @@
 #endif
 #include <thread>
 
+#include "common/nn/onednn_conv.h"
+#include "common/simd/cpu_target.h"
+
 #ifdef PSTRAIN_WITH_OPENBLAS
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" char* openblas_get_corename();
 #endif
 
 namespace pstrain {
@@ -23,6 +27,15 @@ int set_compute_threads(int n) {
   openblas_set_num_threads(n);
 #endif
   return n;
+}
+
+std::string describe_compute() {
+  std::string text = simd::describe_cpu();
+  text += std::string("; oneDNN ") + nn::onednn_isa();
+#ifdef PSTRAIN_WITH_OPENBLAS
+  text += std::string("; OpenBLAS ") + openblas_get_corename();
+#endif
+  return text;
 }
 
 void keep_freed_memory() {

@@ -4,16 +4,18 @@
 
 namespace pstrain {
 
-NodeId Cluster::register_node(proto::Role role, std::string address, std::string name) {
+NodeId Cluster::register_node(proto::Role role, std::string address, std::string name, std::string cpu) {
   const NodeId id{next_id_++};
   NodeInfo& node = nodes_[id];
   node.id = id;
   node.role = role;
   node.address = std::move(address);
   node.name = std::move(name);
+  node.cpu = std::move(cpu);
   node.registered_at = node.last_heartbeat = std::chrono::steady_clock::now();
   PSLOG(kInfo) << "node " << id << " registered: " << (role == proto::Role::SERVER ? "server" : "worker") << " '"
-               << node.name << "'" << (node.address.empty() ? "" : " at " + node.address);
+               << node.name << "'" << (node.address.empty() ? "" : " at " + node.address)
+               << (node.cpu.empty() ? "" : " (" + node.cpu + ")");
   return id;
 }
 

@@ -20,6 +20,7 @@ struct NodeInfo {
   proto::Role role = proto::Role::WORKER;
   std::string address;  // servers: where workers reach them
   std::string name;
+  std::string cpu;  // what it computes with (describe_compute), as it registered
   std::chrono::steady_clock::time_point registered_at, last_heartbeat;
   bool alive = true;
   std::string job;  // empty: free
@@ -29,7 +30,7 @@ class Cluster {
  public:
   explicit Cluster(std::chrono::milliseconds dead_after) : dead_after_(dead_after) {}
 
-  NodeId register_node(proto::Role role, std::string address, std::string name);
+  NodeId register_node(proto::Role role, std::string address, std::string name, std::string cpu = {});
   // false if the node is unknown (or was declared dead): it must register again.
   bool heartbeat(NodeId id);
   // Declares nodes dead whose last heartbeat is older than the timeout; returns their ids.

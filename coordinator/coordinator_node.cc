@@ -37,7 +37,7 @@ std::vector<NodeView> node_views(const Cluster& cluster) {
   std::vector<NodeView> views;
   for (const auto& [id, node] : cluster.nodes()) {
     views.push_back({id.value(), node.role == proto::Role::SERVER ? "server" : "worker", node.name, node.address, node.job,
-                     wall(node.registered_at), wall(node.last_heartbeat), node.alive});
+                     wall(node.registered_at), wall(node.last_heartbeat), node.alive, node.cpu});
   }
   return views;
 }

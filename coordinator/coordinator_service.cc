@@ -19,7 +19,9 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
   const auto params = context.getParams();
   const std::string address = rpc::to_string(params.getAddress());
   const std::string name = rpc::to_string(params.getName());
+  const std::string cpu = rpc::to_string(params.getCpu());
   KJ_REQUIRE(name.size() <= 256 && address.size() <= 256, "name and address must be at most 256 bytes");
+  KJ_REQUIRE(cpu.size() <= 512, "cpu must be at most 512 bytes");
   if (params.getRole() == proto::Role::SERVER) {
     rpc::parse_host_port(address, 7100, "server address");  // throws on garbage
     KJ_REQUIRE(!address.empty(), "a server must give the address workers reach it on");
@@ -33,7 +35,7 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
     }
     for (NodeId id : replaced) cluster_.find(id)->alive = false;
   }
-  const NodeId id = cluster_.register_node(params.getRole(), address, name);
+  const NodeId id = cluster_.register_node(params.getRole(), address, name, cpu);
   jobs_.on_nodes_lost(replaced, "restarted (registered again)");
   if (params.getRole() == proto::Role::SERVER) jobs_.on_server_registered(id);
   context.getResults().setNodeId(id.value());

@@ -128,6 +128,7 @@ struct NodeView {
   std::string role, name, address, job;
   int64_t registered_ms = 0, last_heartbeat_ms = 0;  // wall clock
   bool alive = true;
+  std::string cpu;  // what it computes with, as it registered (empty: not said)
 };
 
 int64_t now_ms();

@@ -57,8 +57,8 @@ FactorRows factor_rows(const GradientFactors& f, size_t first_row, size_t rows) 
     // for every element whatever rows the push lists.
     const auto m = static_cast<int64_t>(f.columns), n = static_cast<int64_t>(f.rows.size());
     f.product.resize(f.rows.size() * f.columns);
-    simd::outer_product(m, n, static_cast<int64_t>(f.examples), f.deltas.data(), m, f.inputs.data(), n,
-                        f.product.data(), m);
+    simd::product(m, n, static_cast<int64_t>(f.examples), {f.deltas.data(), 1, m}, {f.inputs.data(), 1, n}, false,
+                  f.product.data(), m);
     f.multiplied = true;
   }
   const auto position = static_cast<size_t>(begin - f.rows.begin());

@@ -279,7 +279,8 @@ int main(int argc, char** argv) {
                   e.samples_per_second, e.seconds);
       std::fflush(stdout);
     };
-    PSLOG(kInfo) << "training '" << spec.name << "' on " << spec.dataset.name << " with " << threads << " thread(s)";
+    PSLOG(kInfo) << "training '" << spec.name << "' on " << spec.dataset.name << " with " << threads << " thread(s); "
+                 << describe_compute();
     const TrainingResult result = train_locally(spec, options);
     if (!flags.get("save-params").empty()) write_floats(flags.get("save-params"), result.params);
 

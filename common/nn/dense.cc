@@ -10,15 +10,18 @@
 namespace pstrain::nn {
 namespace {
 
-// The kernel gradient dout * x^T (out x rows, column-major: the rows' part of the [in, out]
-// kernel), summed over the batch by simd::outer_product for float, whose order of additions is
-// the one every process uses (a server multiplying out factors too): never a BLAS product here.
+// The kernel gradient dout * x^T (out x k, column-major: k features' rows of the [in, out] kernel).
+// For float it is simd::product, whose order of additions is fixed per element
+// (common/simd/kernels.h): a server multiplying out a factored push (only its rows, only the
+// nonzero ones) gets the bits a worker's or the trainer's whole product has, on every CPU. The
+// forward and the input gradient stay BLAS products: every path computes them on the same
+// operands with the same shapes, and BLAS is faster on them (docs/BENCHMARKS.md).
 template <typename T>
-void kernel_gradient(int64_t out, int64_t rows, int64_t batch, const T* dout, const T* x, T* grads) {
+void kernel_gradient(int64_t out, int64_t k, int64_t batch, const T* dout, const T* x, T* grads) {
   if constexpr (std::is_same_v<T, float>) {
-    simd::outer_product(out, rows, batch, dout, out, x, rows, grads, out);
+    simd::product(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out);
   } else {
-    gemm<T>(Op::kNone, Op::kTranspose, out, rows, batch, dout, out, x, rows, T(0), grads, out);
+    gemm<T>(Op::kNone, Op::kTranspose, out, k, batch, dout, out, x, k, T(0), grads, out);
   }
 }
 

@@ -6,7 +6,8 @@
 // worker's next batch right after the update, and reply with that (out x examples floats) instead
 // of the updated rows (docs/DESIGN-NOTES.md, "Forward on the servers"). For the result to be the
 // same whichever side computes a group, every P_g in the worker's model, the standalone trainer
-// and the server goes through row_group_product below, on 64-byte aligned operands.
+// and the server goes through row_group_product below, on the same rows and examples, on 64-byte
+// aligned operands.
 //
 // Thread rules: plain functions; the scratch belongs to the caller.
 #pragma once

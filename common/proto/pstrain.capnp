@@ -363,7 +363,9 @@ interface Coordinator {
   # deadAfterMs: how long the coordinator waits for a node's heartbeats before declaring it dead
   # (0 from a coordinator that does not say): a node waits that long for a heartbeat's reply
   # before it gives up on the connection, so a slow link does not make it register anew.
-  register @0 (role :Role, address :Text, name :Text) -> (nodeId :UInt32, heartbeatMs :UInt32, deadAfterMs :UInt32);
+  # cpu: what the node computes with (common/compute_threads.h describe_compute), shown in
+  # /v1/cluster: sync results are bit for bit equal only among nodes of one CPU kind.
+  register @0 (role :Role, address :Text, name :Text, cpu :Text) -> (nodeId :UInt32, heartbeatMs :UInt32, deadAfterMs :UInt32);
   # known is false when the coordinator has forgotten the node (it must register again).
   heartbeat @1 (nodeId :UInt32) -> (known :Bool);
   # Waits up to waitMs for work; has is false if none came.

@@ -1,5 +1,6 @@
 #include "common/rpc/coordinator_link.h"
 
+#include "common/compute_threads.h"
 #include "common/log.h"
 
 namespace pstrain::rpc {
@@ -12,6 +13,7 @@ CoordinatorLink::CoordinatorLink(kj::AsyncIoProvider& io, HostPort coordinator, 
       address_(std::move(address)),
       name_(std::move(name)),
       credential_(std::move(credential)),
+      cpu_(describe_compute()),
       client_(nullptr) {}
 
 kj::Promise<void> CoordinatorLink::start() {
@@ -29,6 +31,7 @@ kj::Promise<void> CoordinatorLink::connect_and_register() {
     request.setRole(role_);
     request.setAddress(address_);
     request.setName(name_);
+    request.setCpu(cpu_);
     return request.send().then([this](capnp::Response<proto::Coordinator::RegisterResults>&& response) {
       node_id_ = response.getNodeId();
       heartbeat_ms_ = std::max<uint32_t>(50, response.getHeartbeatMs());
@@ -37,7 +40,8 @@ kj::Promise<void> CoordinatorLink::connect_and_register() {
       reply_deadline_ms_ = std::max<uint32_t>(10 * heartbeat_ms_, response.getDeadAfterMs());
       connected_ = true;
       backoff_ms_ = 100;
-      PSLOG(kInfo) << "registered with the coordinator at " << coordinator_.str() << " as node " << node_id_;
+      PSLOG(kInfo) << "registered with the coordinator at " << coordinator_.str() << " as node " << node_id_
+                   << " (" << cpu_ << ")";
       if (on_registered_) on_registered_(node_id_);
       if (first_registration_ && first_registration_->isWaiting()) first_registration_->fulfill();
     });

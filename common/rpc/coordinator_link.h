@@ -41,6 +41,7 @@ class CoordinatorLink {
   proto::Role role_;
   std::string address_, name_;
   ClusterCredential credential_;
+  std::string cpu_;  // describe_compute(), sent with every registration
   std::string last_auth_failure_;  // logged once until it changes
   kj::Own<Connection> connection_;
   proto::Coordinator::Client client_;

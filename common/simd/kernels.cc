@@ -1,5 +1,6 @@
 #include "common/simd/kernels.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "common/aligned.h"
@@ -43,13 +44,35 @@ const KernelTable& kernels() {
   return *table;
 }
 
-void outer_product(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                   int64_t ldc) {
+namespace {
+
+void product_on_this_thread(const KernelTable& table, int64_t m, int64_t n, int64_t k, Operand a, Operand b,
+                            bool accumulate, float* c, int64_t ldc) {
   thread_local std::vector<float, CacheAlignedAllocator<float>> scratch;
-  const KernelTable& table = kernels();
-  const size_t need = table.outer_product_scratch(m, n, k);
+  const size_t need = table.product_scratch(m, n, k);
   if (scratch.size() < need) scratch.resize(need);
-  table.outer_product(m, n, k, a, lda, b, ldb, c, ldc, scratch.data());
+  table.product(m, n, k, a.data, a.row, a.step, b.data, b.row, b.step, accumulate, c, ldc, scratch.data());
+}
+
+}  // namespace
+
+void product(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c, int64_t ldc,
+             int threads) {
+  const KernelTable& table = kernels();
+  // Below about a million multiply-adds a thread's share is not worth waking it for.
+  const int64_t tiles = (n + table.nr - 1) / table.nr;
+  if (threads <= 1 || tiles < 2 || m * n * k < (int64_t{1} << 20)) {
+    product_on_this_thread(table, m, n, k, a, b, accumulate, c, ldc);
+    return;
+  }
+  const int parts = static_cast<int>(std::min<int64_t>(threads, tiles));
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+  for (int t = 0; t < parts; ++t) {
+    const int64_t first = tiles * t / parts * table.nr, last = std::min(n, tiles * (t + 1) / parts * table.nr);
+    if (last <= first) continue;
+    product_on_this_thread(table, m, last - first, k, a, {b.data + first * b.row, b.row, b.step}, accumulate,
+                           c + first * ldc, ldc);
+  }
 }
 
 }  // namespace pstrain::simd

@@ -5,15 +5,20 @@
 //
 // What goes here: loops whose speed depends on the vector width and that the portable build
 // would otherwise run at SSE2 (the optimizers' updates, the dense layer's element-wise backward),
-// and the reductions whose order must not depend on the CPU or on how work is tiled:
+// and the products whose order of additions must not depend on the CPU or on how the work is
+// tiled.
 //
-// outer_product: C = A * B^T, where every element is summed over k in ascending order, from
-// +0, by one multiply-add per term (a fused multiply-add where the level has FMA: x86-64-v3,
-// x86-64-v4 and other architectures; a multiply then an add on x86-64). Its value is a function
-// of the inputs only: not of m, n, the element's position, the operands' alignment or the level
-// (among levels with FMA). Dense kernel gradients use it wherever they are computed (a worker's
-// backward, the standalone trainer, a server multiplying out a factored push), so those paths
-// agree bit for bit on every CPU (docs/DESIGN-NOTES.md, "Exactness on every CPU").
+// product: C = A * B^T (or C += A * B^T), where every element is summed over k in ascending order,
+// from +0 (or from C's value), by one multiply-add per term (a fused multiply-add where the level
+// has FMA: x86-64-v3, x86-64-v4 and other architectures; a multiply then an add on x86-64). Its
+// value is a function of that element's row of A and row of B only: not of m, n, the element's
+// position, the operands' strides or alignment, or the level (among levels with FMA). A zero term
+// adds exactly nothing, so a sum over the nonzero terms only (a sparse input's active features)
+// has the same bits as the sum over all. Dense kernel gradients use it wherever they are computed
+// (a worker's backward, the standalone trainer, a server multiplying out only its rows of a
+// factored push), so those paths agree bit for bit on every CPU, where a BLAS product rounds an
+// element differently depending on where the element falls in its tiling (docs/DESIGN-NOTES.md,
+// "Exactness on every CPU").
 //
 // Element-wise kernels give each element a value that does not depend on where the range starts
 // or ends (the vector body and the remainder do the same operations), so a range may be split
@@ -35,11 +40,14 @@ struct KernelTable {
   CpuTarget target;
   bool fma;  // multiply-adds are fused
 
-  // C (m x n, column-major, leading dimension ldc) = A (m x k, lda) * B (n x k, ldb)^T.
-  // `scratch` holds outer_product_scratch(m, n, k) floats, 64-byte aligned.
-  void (*outer_product)(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                        float* c, int64_t ldc, float* scratch);
-  size_t (*outer_product_scratch)(int64_t m, int64_t n, int64_t k);
+  int64_t nr;  // product's columns per tile (splits of n at multiples of it keep tiles whole)
+
+  // C (m x n, column-major, leading dimension ldc) = A * B^T, or C + A * B^T when accumulate,
+  // where A(i, p) = a[i * a_row + p * a_k] (m x k) and B(j, p) = b[j * b_row + p * b_k] (n x k).
+  // `scratch` holds product_scratch(m, n, k) floats.
+  void (*product)(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_k, const float* b,
+                  int64_t b_row, int64_t b_k, bool accumulate, float* c, int64_t ldc, float* scratch);
+  size_t (*product_scratch)(int64_t m, int64_t n, int64_t k);
 
   // The optimizers' updates over n parameters (common/optim/optimizer.h has the formulas);
   // out may be w.
@@ -62,8 +70,16 @@ const KernelTable& kernels();
 // The table for level t, or nullptr when this binary has none for it or the CPU cannot run it.
 const KernelTable* kernels_for(CpuTarget t);
 
-// kernels().outer_product with scratch of the calling thread's own (grown as needed).
-void outer_product(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                   int64_t ldc);
+// An operand of product(): entry (i, p) at data[i * row + p * step].
+struct Operand {
+  const float* data;
+  int64_t row, step;
+};
+
+// kernels().product with scratch of the calling thread's own, its columns split over the OpenMP
+// threads when `threads` > 1 and the product is large enough (each element's value is the same
+// either way).
+void product(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c, int64_t ldc,
+             int threads = 1);
 
 }  // namespace pstrain::simd

@@ -206,7 +206,7 @@ TEST_CASE("conv2d: im2col and oneDNN compute the convolution's definition - floa
   check_methods<float>(2e-5);
 }
 
-TEST_CASE("conv2d: oneDNN is the float default where it generates direct code; double is im2col") {
+TEST_CASE("conv2d: oneDNN is the float default where it generates direct code, and double is im2col") {
   CHECK(Conv<float>::default_method() ==
         (nn::onednn_preferred() ? Conv<float>::Method::kOneDnn : Conv<float>::Method::kIm2col));
   CHECK(Conv<double>::default_method() == Conv<double>::Method::kIm2col);

@@ -1,13 +1,15 @@
 // The dispatched kernels of common/simd on every level this CPU runs: each against a scalar
 // reference (1e-5 relative), each element's value independent of the range or tile it falls in,
-// and the outer product bit for bit the sequential chain of multiply-adds that its contract names
-// (so every level with FMA gives the same bits).
+// and the product bit for bit the sequential chain of multiply-adds that its contract names (so
+// every level with FMA gives the same bits), for operands laid out every way the engine uses.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -37,23 +39,33 @@ std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, floa
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
-// C = A B^T computed by `table` (with fresh scratch).
-std::vector<float> outer(const KernelTable& table, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                         const float* b, int64_t ldb, int64_t ldc) {
-  std::vector<float> c(static_cast<size_t>(ldc * n), 1234.5f);
-  std::vector<float> scratch(table.outer_product_scratch(m, n, k) + 16);
-  table.outer_product(m, n, k, a, lda, b, ldb, c.data(), ldc, scratch.data());
+// An operand (entry (i, p) at data[i * row + p * step]) stored column-major (row 1) or row-major
+// (step 1), with a leading dimension above its size.
+struct Layout {
+  bool row_major;
+  int64_t rows, k, ld;
+  int64_t row() const { return row_major ? ld : 1; }
+  int64_t step() const { return row_major ? 1 : ld; }
+  size_t size() const { return static_cast<size_t>(ld * (row_major ? rows : std::max<int64_t>(k, 1)) + 1); }
+};
+
+// C = [C +] A B^T computed by `table` (with fresh scratch); C's entries start at `start`.
+std::vector<float> product(const KernelTable& table, int64_t m, int64_t n, int64_t k, const float* a, const Layout& la,
+                           const float* b, const Layout& lb, int64_t ldc, bool accumulate, const std::vector<float>& start) {
+  std::vector<float> c = start;
+  std::vector<float> scratch(table.product_scratch(m, n, k) + 16);
+  table.product(m, n, k, a, la.row(), la.step(), b, lb.row(), lb.step(), accumulate, c.data(), ldc, scratch.data());
   return c;
 }
 
-// The contract's chain for one element: from +0, one multiply-add per k in order.
-float chain(bool fma, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb) {
-  float c = 0.0f;
+// The contract's chain for one element: from `from`, one multiply-add per k in order.
+float chain(bool fma, float from, int64_t k, const float* a, int64_t a_step, const float* b, int64_t b_step) {
+  float c = from;
   for (int64_t p = 0; p < k; ++p) {
     if (fma) {
-      c = std::fma(a[p * lda], b[p * ldb], c);
+      c = std::fma(a[p * a_step], b[p * b_step], c);
     } else {
-      volatile float product = a[p * lda] * b[p * ldb];  // rounded, not fused
+      volatile float product = a[p * a_step] * b[p * b_step];  // rounded, not fused
       c = c + product;
     }
   }
@@ -73,64 +85,85 @@ TEST_CASE("the active level is one this CPU runs, and its table is the one kerne
   CHECK(!simd::parse_target("avx2").has_value());
 }
 
-TEST_CASE("outer_product: the sequential chain of its contract, bit for bit, on every level and shape") {
-  // Shapes around every level's tile (rows 8..32, columns 4..12), leading dimensions above the
-  // rows, k from 0 up.
+TEST_CASE("product: the sequential chain of its contract, bit for bit, on every level, shape and layout") {
+  // Shapes around every level's tile (rows 8..32, columns 4..12), k from 0 up; both operands
+  // column- or row-major (the dense layer's forward reads its input row-major, its input gradient
+  // the kernel), with leading dimensions above their sizes; C overwritten or accumulated into.
   const int64_t shapes[][3] = {{1, 1, 1},  {3, 5, 7},   {16, 12, 64}, {17, 13, 3},  {33, 25, 64},
                                {40, 7, 129}, {700, 30, 64}, {5, 100, 1}, {64, 48, 0}, {31, 1, 250}};
-  std::vector<std::vector<float>> fma_results;  // per shape, from the first level with FMA
+  std::map<std::string, std::vector<float>> fma_results;  // by case, from the first level with FMA
   for (const KernelTable* table : runnable_levels()) {
     CAPTURE(simd::target_name(table->target));
     size_t shape_index = 0;
     for (const auto& s : shapes) {
-      const int64_t m = s[0], n = s[1], k = s[2], lda = m + 3, ldb = n + 1, ldc = m + 2;
-      CAPTURE(m);
-      CAPTURE(n);
-      CAPTURE(k);
-      const auto a = random_floats(static_cast<size_t>(lda * std::max<int64_t>(k, 1)), 1 + shape_index);
-      const auto b = random_floats(static_cast<size_t>(ldb * std::max<int64_t>(k, 1)), 100 + shape_index);
-      const auto c = outer(*table, m, n, k, a.data(), lda, b.data(), ldb, ldc);
-      int wrong = 0, far = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t i = 0; i < m; ++i) {
-          const float got = c[static_cast<size_t>(j * ldc + i)];
-          wrong += !same_bits(got, chain(table->fma, k, a.data() + i, lda, b.data() + j, ldb));
-          double exact = 0, scale = 0;
-          for (int64_t p = 0; p < k; ++p) {
-            exact += double{a[static_cast<size_t>(p * lda + i)]} * b[static_cast<size_t>(p * ldb + j)];
-            scale += std::abs(double{a[static_cast<size_t>(p * lda + i)]} * b[static_cast<size_t>(p * ldb + j)]);
-          }
-          far += std::abs(got - exact) > 1e-5 * std::max(scale, 1e-30);
-        }
-        // Rows past m in C's leading dimension are left alone.
-        for (int64_t i = m; i < ldc; ++i) CHECK(c[static_cast<size_t>(j * ldc + i)] == 1234.5f);
-      }
-      CHECK(wrong == 0);
-      CHECK(far == 0);
-      if (table->fma) {
-        if (fma_results.size() <= shape_index) fma_results.resize(shape_index + 1);
-        if (fma_results[shape_index].empty()) {
-          fma_results[shape_index] = c;
-        } else {
-          CHECK(std::memcmp(c.data(), fma_results[shape_index].data(), c.size() * sizeof(float)) == 0);
-        }
-      }
+      const int64_t m = s[0], n = s[1], k = s[2], ldc = m + 2;
       ++shape_index;
+      for (const bool a_rows : {false, true}) {
+        for (const bool b_rows : {false, true}) {
+          for (const bool accumulate : {false, true}) {
+            CAPTURE(m);
+            CAPTURE(n);
+            CAPTURE(k);
+            CAPTURE(a_rows);
+            CAPTURE(b_rows);
+            CAPTURE(accumulate);
+            const Layout la{a_rows, m, k, a_rows ? k + 3 : m + 3}, lb{b_rows, n, k, b_rows ? k + 1 : n + 1};
+            const auto a = random_floats(la.size(), 1 + shape_index);
+            const auto b = random_floats(lb.size(), 100 + shape_index);
+            const auto start = random_floats(static_cast<size_t>(ldc * n), 200 + shape_index);
+            const auto c = product(*table, m, n, k, a.data(), la, b.data(), lb, ldc, accumulate, start);
+            int wrong = 0, far = 0, touched = 0;
+            for (int64_t j = 0; j < n; ++j) {
+              for (int64_t i = 0; i < m; ++i) {
+                const float got = c[static_cast<size_t>(j * ldc + i)];
+                const float from = accumulate ? start[static_cast<size_t>(j * ldc + i)] : 0.0f;
+                wrong += !same_bits(got, chain(table->fma, from, k, a.data() + i * la.row(), la.step(),
+                                               b.data() + j * lb.row(), lb.step()));
+                double exact = from, scale = std::abs(from);
+                for (int64_t p = 0; p < k; ++p) {
+                  const double t = double{a[static_cast<size_t>(i * la.row() + p * la.step())]} *
+                                   b[static_cast<size_t>(j * lb.row() + p * lb.step())];
+                  exact += t;
+                  scale += std::abs(t);
+                }
+                far += std::abs(got - exact) > 1e-5 * std::max(scale, 1e-30);
+              }
+              // Rows past m in C's leading dimension are left alone.
+              for (int64_t i = m; i < ldc; ++i) touched += c[static_cast<size_t>(j * ldc + i)] != start[static_cast<size_t>(j * ldc + i)];
+            }
+            CHECK(wrong == 0);
+            CHECK(far == 0);
+            CHECK(touched == 0);
+            if (table->fma) {
+              const std::string key = std::to_string(shape_index) + (a_rows ? "r" : "c") + (b_rows ? "r" : "c") + (accumulate ? "+" : "=");
+              if (fma_results[key].empty()) {
+                fma_results[key] = c;
+              } else {
+                CHECK(std::memcmp(c.data(), fma_results[key].data(), c.size() * sizeof(float)) == 0);
+              }
+            }
+          }
+        }
+      }
     }
   }
 }
 
-TEST_CASE("outer_product: an element's value does not depend on the block it is computed in") {
+TEST_CASE("product: an element's value does not depend on the block it is computed in, nor on the threads") {
   // The rows and columns of a server's part of a kernel (a sub-block, at any offset) equal those
-  // rows and columns of the whole product.
+  // rows and columns of the whole product, and so do the columns of a batch's examples.
   const int64_t m = 75, n = 41, k = 96;
   const auto a = random_floats(static_cast<size_t>(m * k), 7);
   const auto b = random_floats(static_cast<size_t>(n * k), 8);
+  const Layout la{false, m, k, m}, lb{false, n, k, n};
+  const std::vector<float> zeros(static_cast<size_t>(m * n));
   for (const KernelTable* table : runnable_levels()) {
     CAPTURE(simd::target_name(table->target));
-    const auto whole = outer(*table, m, n, k, a.data(), m, b.data(), n, m);
+    const auto whole = product(*table, m, n, k, a.data(), la, b.data(), lb, m, false, zeros);
     for (const auto& [i0, j0, mm, nn] : {std::tuple{1, 3, 70, 29}, {17, 0, 9, 41}, {0, 40, 75, 1}, {33, 5, 42, 13}}) {
-      const auto part = outer(*table, mm, nn, k, a.data() + i0, m, b.data() + j0, n, mm);
+      const Layout pa{false, mm, k, m}, pb{false, nn, k, n};
+      const auto part = product(*table, mm, nn, k, a.data() + i0, pa, b.data() + j0, pb, mm, false,
+                                std::vector<float>(static_cast<size_t>(mm * nn)));
       int differ = 0;
       for (int64_t j = 0; j < nn; ++j) {
         for (int64_t i = 0; i < mm; ++i) {
@@ -140,6 +173,13 @@ TEST_CASE("outer_product: an element's value does not depend on the block it is 
       CHECK(differ == 0);
     }
   }
+  // The dispatching wrapper, split over threads.
+  std::vector<float> one(static_cast<size_t>(m * n)), two(static_cast<size_t>(m * n));
+  simd::product(m, n, k, {a.data(), 1, m}, {b.data(), 1, n}, false, one.data(), m, 1);
+  simd::product(m, n, k, {a.data(), 1, m}, {b.data(), 1, n}, false, two.data(), m, 2);
+  CHECK(one == two);
+  CHECK(std::memcmp(one.data(), product(simd::kernels(), m, n, k, a.data(), la, b.data(), lb, m, false, zeros).data(),
+                    one.size() * sizeof(float)) == 0);
 }
 
 namespace {

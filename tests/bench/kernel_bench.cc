@@ -1,0 +1,136 @@
+// pstrain-kernel-bench: the engine's fixed-order product (common/simd/kernels.h) against OpenBLAS's
+// sgemm on the dense layers' shapes, and the optimizers' updates, at the level in use
+// (PSTRAIN_CPU_TARGET caps it; OPENBLAS_CORETYPE picks OpenBLAS's kernels), interleaved, 1 thread.
+// Prints GFLOP/s (products) or GB/s (updates) of each and their ratio.
+//
+//   pstrain-kernel-bench [--repeats 5] [--min-ms 100]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/aligned.h"
+#include "common/compute_threads.h"
+#include "common/nn/gemm.h"
+#include "common/rng.h"
+#include "common/simd/kernels.h"
+
+namespace pstrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Buffer = std::vector<float, CacheAlignedAllocator<float>>;
+
+// Median seconds per call of f over `repeats` timings of at least min_ms each.
+double time_it(const std::function<void()>& f, int repeats, double min_ms) {
+  f();
+  const auto once_start = Clock::now();
+  f();
+  const double once = std::chrono::duration<double>(Clock::now() - once_start).count();
+  const int64_t iterations = std::max<int64_t>(1, static_cast<int64_t>(min_ms / 1e3 / std::max(once, 1e-9)));
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < iterations; ++i) f();
+    t.push_back(std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(iterations));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Buffer random(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  Buffer b(n);
+  for (float& x : b) x = rng.uniform_float(-1.0f, 1.0f);
+  return b;
+}
+
+// One dense layer product, as the engine calls it, in both implementations.
+struct Case {
+  const char* name;
+  int64_t out, in, batch;
+  enum Kind { kForward, kKernelGradient, kInputGradient } kind;
+};
+
+int run(int argc, char** argv) {
+  int repeats = 5;
+  double min_ms = 100;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--repeats") {
+      repeats = std::atoi(argv[i + 1]);
+    } else if (a == "--min-ms") {
+      min_ms = std::atof(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "usage: pstrain-kernel-bench [--repeats N] [--min-ms MS]\n");
+      return 2;
+    }
+  }
+  set_compute_threads(1);
+  std::printf("CPU: %s\n", describe_compute().c_str());
+  std::printf("%-44s %10s %10s %7s\n", "product (out x in, batch)", "ours GF/s", "BLAS GF/s", "ratio");
+  const Case cases[] = {
+      {"MNIST MLP dense 1 forward (700 x 784, 64)", 700, 784, 64, Case::kForward},
+      {"MNIST MLP dense 1 kernel gradient", 700, 784, 64, Case::kKernelGradient},
+      {"MNIST MLP dense 2 forward (500 x 700, 64)", 500, 700, 64, Case::kForward},
+      {"MNIST MLP dense 2 kernel gradient", 500, 700, 64, Case::kKernelGradient},
+      {"MNIST MLP dense 2 input gradient", 500, 700, 64, Case::kInputGradient},
+      {"dense 128 x 784, batch 128 forward", 128, 784, 128, Case::kForward},
+      {"dense 128 x 784, batch 128 kernel gradient", 128, 784, 128, Case::kKernelGradient},
+      {"CNN dense 64 x 1600, batch 64 forward", 64, 1600, 64, Case::kForward},
+      {"CNN dense 64 x 1600, batch 64 input gradient", 64, 1600, 64, Case::kInputGradient},
+      {"large MLP 2048 x 2048, batch 128 forward", 2048, 2048, 128, Case::kForward},
+      {"large MLP 2048 x 2048, batch 128 kernel grad", 2048, 2048, 128, Case::kKernelGradient},
+      {"large MLP 2048 x 2048, batch 128 input grad", 2048, 2048, 128, Case::kInputGradient},
+  };
+  for (const Case& c : cases) {
+    const Buffer w = random(static_cast<size_t>(c.in * c.out), 1), x = random(static_cast<size_t>(c.in * c.batch), 2),
+                 dy = random(static_cast<size_t>(c.out * c.batch), 3);
+    Buffer result(static_cast<size_t>(std::max(c.in, c.out) * std::max(c.in, c.batch)));
+    std::function<void()> ours, blas;
+    switch (c.kind) {
+      case Case::kForward:  // y (out x batch) = W^T x
+        ours = [&] { simd::product(c.out, c.batch, c.in, {w.data(), 1, c.out}, {x.data(), c.in, 1}, false, result.data(), c.out); };
+        blas = [&] {
+          nn::gemm<float>(nn::Op::kNone, nn::Op::kNone, c.out, c.batch, c.in, w.data(), c.out, x.data(), c.in, 0.0f,
+                          result.data(), c.out);
+        };
+        break;
+      case Case::kKernelGradient:  // dW (out x in) = dy x^T
+        ours = [&] { simd::product(c.out, c.in, c.batch, {dy.data(), 1, c.out}, {x.data(), 1, c.in}, false, result.data(), c.out); };
+        blas = [&] {
+          nn::gemm<float>(nn::Op::kNone, nn::Op::kTranspose, c.out, c.in, c.batch, dy.data(), c.out, x.data(), c.in,
+                          0.0f, result.data(), c.out);
+        };
+        break;
+      case Case::kInputGradient:  // dx (in x batch) = W dy
+        ours = [&] { simd::product(c.in, c.batch, c.out, {w.data(), c.out, 1}, {dy.data(), c.out, 1}, false, result.data(), c.in); };
+        blas = [&] {
+          nn::gemm<float>(nn::Op::kTranspose, nn::Op::kNone, c.in, c.batch, c.out, w.data(), c.out, dy.data(), c.out,
+                          0.0f, result.data(), c.in);
+        };
+        break;
+    }
+    std::vector<double> mine, theirs;
+    for (int r = 0; r < repeats; ++r) {  // interleaved
+      mine.push_back(time_it(ours, 1, min_ms));
+      theirs.push_back(time_it(blas, 1, min_ms));
+    }
+    std::sort(mine.begin(), mine.end());
+    std::sort(theirs.begin(), theirs.end());
+    const double flops = 2.0 * static_cast<double>(c.in * c.out * c.batch);
+    const double a = flops / mine[mine.size() / 2] / 1e9, b = flops / theirs[theirs.size() / 2] / 1e9;
+    std::printf("%-44s %10.1f %10.1f %7.2f\n", c.name, a, b, a / b);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) { return pstrain::run(argc, argv); }
