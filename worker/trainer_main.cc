@@ -225,10 +225,17 @@ int main(int argc, char** argv) {
   flags.add("dataset", "", "", "--evaluate: the dataset (default: the one the model was trained on).");
   flags.add("split", "", "test", "--evaluate: test or train.");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");
+  flags.add_switch("describe-compute", "",
+                   "Print what this process computes with (CPU, kernel level, oneDNN's and OpenBLAS's instruction\n"
+                   "      sets; PSTRAIN_CPU_TARGET caps the level) and exit.");
 
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-train")) return *status;
   try {
     apply_log_level(flags);
+    if (flags.get_switch("describe-compute")) {
+      std::cout << describe_compute() << "\n";
+      return 0;
+    }
     if (!flags.get("evaluate").empty()) return evaluate_file(flags);
     if (!flags.get("predict").empty()) return predict_file(flags);
     if (flags.get("spec").empty()) throw Error("--spec is required (see --help)");

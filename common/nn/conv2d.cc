@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/nn/gemm.h"
 #include "common/nn/layers.h"
+#include "common/simd/kernels.h"
 
 namespace pstrain::nn {
 namespace {
@@ -131,15 +132,18 @@ void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out,
                          T* din) {
   const int64_t batch = in.cols();
   MatMap<T> dy(dout.data(), g_.filters, g_.out_h * g_.out_w * batch);
-  if (relu_) {
-    ConstMatMap<T> y(out.data(), g_.filters, dy.cols());
-    dy = (y.array() > T(0)).select(dy, T(0));
-  }
   if constexpr (std::is_same_v<T, float>) {
+    if (relu_) simd::kernels().relu_mask(dy.size(), out.data(), dy.data());
     if (method_ == Method::kOneDnn) {
       onednn_->backward_weights(in.data(), dy.data(), batch, grads + kernel_, grads + bias_);
       if (din != nullptr) onednn_->backward_data(params + kernel_, dy.data(), batch, din);
       return;
+    }
+  }
+  if constexpr (!std::is_same_v<T, float>) {
+    if (relu_) {
+      ConstMatMap<T> y(out.data(), g_.filters, dy.cols());
+      dy = (y.array() > T(0)).select(dy, T(0));
     }
   }
   im2col_backward(params, in, dy, grads, din);

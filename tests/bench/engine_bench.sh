@@ -6,24 +6,27 @@
 # ratio ours/PyTorch and median final test accuracy.
 #
 # Setup once (root): tests/bench/setup-pytorch.sh.  Binaries: an existing build in $PSTRAIN_BUILD_DIR.
-# Usage: tests/bench/engine_bench.sh [--repeats N] [--quick] [--mlp-epochs N]
+# Usage: tests/bench/engine_bench.sh [--repeats N] [--quick] [--mlp-epochs N] [--level LEVEL]
 #   --repeats N     runs per implementation and cell (default 3)
 #   --mlp-epochs N  MLP epochs for both sides (default 3, as deploy/jobs/mnist-mlp.json)
 #   --quick         smoke run: MLP 1 epoch, CNN only the first 150 steps (9,600 samples) of its epoch;
 #                   its samples/s include warm-up and are not for comparison
+#   --level L       run both sides as a CPU of level L does (tests/bench/levels.sh: native, x86-64-v4,
+#                   x86-64-v3, x86-64); PSTRAIN_BUILD_DIR=build-portable for a portable build
 # Env: PSTRAIN_DATA_DIR (default <repo>/../shared/data), PSTRAIN_BUILD_DIR (default <repo>/build),
 #      PYTORCH_BENCH_DIR (default /work/shared/bench/pytorch). Logs of every run are kept in a temp dir.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 CMDLINE="$(printf '%q ' "$0" "$@")"
-REPEATS=3 MLP_EPOCHS=3 QUICK=0
+REPEATS=3 MLP_EPOCHS=3 QUICK=0 LEVEL=native
 while (($#)); do
   case $1 in
     --repeats) REPEATS=${2:?--repeats needs a value}; shift 2 ;;
     --mlp-epochs) MLP_EPOCHS=${2:?--mlp-epochs needs a value}; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --level) LEVEL=${2:?--level needs a value}; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "engine_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -31,6 +34,9 @@ done
 ((QUICK)) && MLP_EPOCHS=1
 CNN_STEPS=-1; ((QUICK)) && CNN_STEPS=150
 
+# shellcheck source=tests/bench/levels.sh
+. "$ROOT/tests/bench/levels.sh"
+bench_level "$LEVEL" || exit 2
 PY=/usr/bin/python3
 DATA=${PSTRAIN_DATA_DIR:-$ROOT/../shared/data}
 TRAIN=${PSTRAIN_BUILD_DIR:-$ROOT/build}/worker/pstrain-train
@@ -87,6 +93,7 @@ run() {
 
 CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 echo "command: $CMDLINE"
+bench_machine "$TRAIN"
 echo "machine: nproc=$(nproc), CPU: ${CPU:-unknown}, load avg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "pstrain: $TRAIN (git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ', tree dirty'); binary built $(date -r "$TRAIN" '+%F %T'))"
 echo "pytorch: $(pt -c 'import torch; print(torch.__version__)' 2>/dev/null), BLAS $PT_BLAS"

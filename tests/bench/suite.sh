@@ -23,6 +23,7 @@
 # Setup once (root): tests/bench/setup-pytorch.sh. Binaries: an existing build in $PSTRAIN_BUILD_DIR
 # (pstrain-train, -coordinator, -server, -worker, pstrain).
 # Usage: tests/bench/suite.sh [--repeats N] [--epochs E] [--limit N] [--jobs REGEX] [--quick]
+#                             [--level LEVEL] [--standalone]
 #   --repeats N   runs per config (default 3)
 #   --epochs E    epochs per run for every job (default: each job's own, 3 or 5; 2 at least to time
 #                 anything after the warm-up epoch)
@@ -31,6 +32,11 @@
 #   --jobs REGEX  only the jobs whose id matches (e.g. 'mlp', '^fashion-cnn$')
 #   --quick       smoke run: 1 repeat, 2 epochs, --limit 3000 (figures not for comparison)
 #   --port-base P ports P..P+99 for the clusters' RPC/HTTP and DDP's rendezvous (default 19500)
+#   --level L     run ours and PyTorch as a CPU of level L runs them (tests/bench/levels.sh: native,
+#                 x86-64-v4, x86-64-v3, x86-64: our kernels, both sides' OpenBLAS and oneDNN, and
+#                 PyTorch's own kernels capped there); the table's header names the CPU, its flags and
+#                 what pstrain computes with. A portable build is PSTRAIN_BUILD_DIR=build-portable.
+#   --standalone  only the standalone configs (ours-t1, pt-t1, ours-t2, pt-t2)
 # Env: PSTRAIN_DATA_DIR (default <repo>/../shared/data), PSTRAIN_BUILD_DIR (default <repo>/build; inside
 #      the repository), PYTORCH_BENCH_DIR (default /work/shared/bench/pytorch: openblas_env.sh).
 #      Logs of every run, the generated data and specs are kept in a temp dir. keras-cnn reads the
@@ -40,7 +46,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE=$ROOT/tests/bench
 CMDLINE="$(printf '%q ' "$0" "$@")"
-REPEATS=3 EPOCHS=0 LIMIT=0 JOBS='' QUICK=0 PORT_BASE=19500
+REPEATS=3 EPOCHS=0 LIMIT=0 JOBS='' QUICK=0 PORT_BASE=19500 LEVEL=native STANDALONE=0
 while (($#)); do
   case $1 in
     --repeats) REPEATS=${2:?--repeats needs a value}; shift 2 ;;
@@ -49,7 +55,9 @@ while (($#)); do
     --jobs) JOBS=${2?--jobs needs a value}; shift 2 ;;
     --port-base) PORT_BASE=${2:?--port-base needs a value}; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --level) LEVEL=${2:?--level needs a value}; shift 2 ;;
+    --standalone) STANDALONE=1; shift ;;
+    -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "suite.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -57,6 +65,9 @@ done
 [[ $REPEATS =~ ^[1-9][0-9]*$ && $EPOCHS =~ ^[0-9]+$ && $LIMIT =~ ^[0-9]+$ && $PORT_BASE =~ ^[1-9][0-9]*$ ]] ||
   { echo "suite.sh: --repeats must be a positive integer, --epochs/--limit/--port-base integers" >&2; exit 2; }
 
+# shellcheck source=tests/bench/levels.sh
+. "$HERE/levels.sh"
+bench_level "$LEVEL" || exit 2
 PY=/usr/bin/python3
 DATA=${PSTRAIN_DATA_DIR:-$ROOT/../shared/data}
 BUILD=$(cd "${PSTRAIN_BUILD_DIR:-$ROOT/build}" 2>/dev/null && pwd) || { echo "suite.sh: build dir not found" >&2; exit 1; }
@@ -123,12 +134,13 @@ ddp() {  # JOB
 
 CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 echo "command: $CMDLINE"
+bench_machine "$TRAIN"
 echo "machine: nproc=$(nproc), CPU: ${CPU:-unknown}, $(awk '/MemTotal/ {printf "%.1f GB RAM", $2 / 1048576}' /proc/meminfo), kernel $(uname -r), load avg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "pstrain: $BUILD (git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ', tree dirty'); pstrain-train built $(date -r "$TRAIN" '+%F %T'), pstrain-worker $(date -r "$BUILD/worker/pstrain-worker" '+%F %T'))"
 echo "pytorch: $(pt -c 'import torch; print(torch.__version__)' 2>/dev/null), BLAS $PT_BLAS"
 echo "repeats $REPEATS; epochs $( ((EPOCHS)) && echo "$EPOCHS" || echo "each job's own"); $( ((LIMIT)) && echo "first $LIMIT train examples" || echo "whole datasets")$( ((QUICK)) && echo ' (--quick)')"
 echo "data: $DATA (+ generated: $SUITE_DATA)"
-env | grep -E '^(OPENBLAS_|OMP_|GOTO|MKL_)' | sed 's/^/env: /' || true
+env | grep -E '^(OPENBLAS_|OMP_|GOTO|MKL_|PSTRAIN_CPU|ATEN_|ONEDNN_|DNNL_)' | sed 's/^/env: /' || true
 echo "logs: $WORK"
 echo
 
@@ -141,6 +153,7 @@ while IFS=$'\t' read -r job label epochs; do
     run "$job" "$label" pt-t1 $rep pt "$HERE/pt_job.py" --spec "$spec" --data-dir "$SUITE_DATA" --threads 1
     run "$job" "$label" ours-t2 $rep "$TRAIN" --spec "$spec" --data-dir "$SUITE_DATA" --threads 2 --parallelism batch
     run "$job" "$label" pt-t2 $rep pt "$HERE/pt_job.py" --spec "$spec" --data-dir "$SUITE_DATA" --threads 2
+    ((STANDALONE)) && continue
     run "$job" "$label" sync-2x2 $rep cluster "$job" sync $rep
     run "$job" "$label" pt-ddp $rep ddp "$job"
     run "$job" "$label" async-2x2 $rep cluster "$job" async $rep
