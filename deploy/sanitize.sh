@@ -22,7 +22,8 @@ supp=$PWD/tests/sanitizers
 core_targets=(common_unit_tests server_unit_tests worker_unit_tests coordinator_unit_tests
               data_path_tests job_runner_tests integration_harness_tests cli_unit_tests
               pstrain-train pstrain-coordinator pstrain-server pstrain-worker)
-core_labels=(-L 'unit|inprocess')
+# (Not the levels label: the exactness tests again at smaller CPU levels are for the release build.)
+core_labels=(-L 'unit|inprocess' -LE levels)
 case "$kind" in
   asan|asan-core)
     dir=${ASAN_BUILD_DIR:-build-asan}
