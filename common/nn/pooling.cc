@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <type_traits>
 
 #include "common/nn/layers.h"
+#include "common/simd/kernels.h"
 
 namespace pstrain::nn {
 
@@ -13,6 +15,14 @@ template <typename T>
 void MaxPool2D<T>::forward(const T*, ConstMatMap<T> in, MatMap<T> out) {
   const int64_t oh = g_.out_h, ow = g_.out_w, w = g_.width, c = g_.channels;
   const int64_t out_size = oh * ow * c;
+  if constexpr (std::is_same_v<T, float>) {  // the dispatched kernel, vectorized along channels
+    const simd::KernelTable& k = simd::kernels();
+    for (int64_t b = 0; b < in.cols(); ++b) {
+      k.max_pool(in.data() + b * in.rows(), w, c, g_.pool_h, g_.pool_w, g_.stride_h, g_.stride_w, oh, ow,
+                 out.data() + b * out_size, argmax_.data() + b * out_size);
+    }
+    return;
+  }
   const bool two_by_two = g_.pool_h == 2 && g_.pool_w == 2 && g_.stride_h == 2 && g_.stride_w == 2;
   for (int64_t b = 0; b < in.cols(); ++b) {
     const T* image = in.data() + b * in.rows();

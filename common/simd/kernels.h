@@ -63,6 +63,12 @@ struct KernelTable {
   // columns in order, from +0.
   void (*relu_mask)(int64_t n, const float* y, float* d);
   void (*row_sums)(int64_t rows, int64_t cols, const float* d, float* sums);
+
+  // One example's max pooling over [h, w, c]: oh x ow windows of pool_h x pool_w every
+  // stride_h / stride_w; out and argmax (the window's largest value's offset in the example,
+  // the first on ties, as TensorFlow) are [oh, ow, c].
+  void (*max_pool)(const float* image, int64_t w, int64_t c, int64_t pool_h, int64_t pool_w, int64_t stride_h,
+                   int64_t stride_w, int64_t oh, int64_t ow, float* out, int32_t* argmax);
 };
 
 // The active level's table (selected once).

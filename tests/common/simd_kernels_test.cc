@@ -295,3 +295,43 @@ TEST_CASE("element-wise kernels: scalar reference, split invariance, in place") 
     }
   }
 }
+
+TEST_CASE("max_pool: the largest value of each window and its offset, the first on ties, on every level") {
+  // Values drawn from a few levels, so that windows tie often (zeros after a ReLU do).
+  struct Shape {
+    int64_t h, w, c, pool_h, pool_w, stride_h, stride_w;
+  };
+  for (const Shape& s : {Shape{8, 8, 32, 2, 2, 2, 2}, Shape{7, 9, 3, 2, 2, 2, 2}, Shape{9, 9, 5, 3, 3, 2, 2},
+                         Shape{6, 10, 17, 3, 2, 1, 3}}) {
+    const int64_t oh = (s.h - s.pool_h) / s.stride_h + 1, ow = (s.w - s.pool_w) / s.stride_w + 1;
+    std::vector<float> image(static_cast<size_t>(s.h * s.w * s.c));
+    Rng rng(static_cast<uint64_t>(s.c));
+    for (float& v : image) v = static_cast<float>(rng.uniform_index(4)) - 1.0f;  // -1, 0, 1, 2
+    std::vector<float> want(static_cast<size_t>(oh * ow * s.c));
+    std::vector<int32_t> want_at(want.size());
+    for (int64_t y = 0; y < oh; ++y) {
+      for (int64_t x = 0; x < ow; ++x) {
+        for (int64_t ch = 0; ch < s.c; ++ch) {
+          int64_t best = (y * s.stride_h * s.w + x * s.stride_w) * s.c + ch;
+          for (int64_t ky = 0; ky < s.pool_h; ++ky) {
+            for (int64_t kx = 0; kx < s.pool_w; ++kx) {
+              const int64_t at = ((y * s.stride_h + ky) * s.w + x * s.stride_w + kx) * s.c + ch;
+              if (image[static_cast<size_t>(at)] > image[static_cast<size_t>(best)]) best = at;
+            }
+          }
+          want[static_cast<size_t>((y * ow + x) * s.c + ch)] = image[static_cast<size_t>(best)];
+          want_at[static_cast<size_t>((y * ow + x) * s.c + ch)] = static_cast<int32_t>(best);
+        }
+      }
+    }
+    for (const KernelTable* table : runnable_levels()) {
+      CAPTURE(simd::target_name(table->target));
+      CAPTURE(s.c);
+      std::vector<float> out(want.size());
+      std::vector<int32_t> at(want.size());
+      table->max_pool(image.data(), s.w, s.c, s.pool_h, s.pool_w, s.stride_h, s.stride_w, oh, ow, out.data(), at.data());
+      CHECK(out == want);
+      CHECK(at == want_at);
+    }
+  }
+}

@@ -53,7 +53,9 @@ TEST_CASE("kill -9 of a server then a restart recovers and ends with the uninter
   const std::string log = cluster.coordinator().log_text();
   const auto replayed = replayed_steps(log);
   REQUIRE(replayed.size() >= 1);
-  for (int r : replayed) CHECK(r <= 10);  // at most save_freq steps
+  // At most the steps since the latest complete backup: below two backup intervals, since the
+  // backup of step 30 may still be in flight (not complete) when the server dies a few steps on.
+  for (int r : replayed) CHECK(r < 20);
   const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
   MESSAGE("replayed " << replayed[0] << " steps; max abs difference to an uninterrupted run " << diff);
   CHECK(diff <= 1e-5);
@@ -74,7 +76,7 @@ TEST_CASE("a server that never comes back is replaced by a free one from its bac
   CHECK(std::regex_search(log, std::regex("server 'server-1' did not come back; moving its shard to 'server-2'")));
   const auto replayed = replayed_steps(log);
   REQUIRE(replayed.size() >= 1);
-  for (int r : replayed) CHECK(r <= 10);
+  for (int r : replayed) CHECK(r < 20);  // as in the test above
   // The new server restored the lost one's backup: the run is still deterministic.
   const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
   MESSAGE("max abs difference to an uninterrupted run " << diff);

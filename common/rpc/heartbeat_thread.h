@@ -1,0 +1,55 @@
+// A node's heartbeats to the coordinator, sent from a thread of their own over a connection of
+// their own, so that they never wait for the node's event loop: a worker computes its steps on
+// that loop (a step of the TPU guide's CNN takes seconds, of a large model minutes), a server
+// applies its updates there. A node that computes is alive; only a node that stops making
+// progress while alive is in trouble, which is why every heartbeat carries the node's progress
+// counter (steps for a worker, updates for a server): the coordinator reports a node whose
+// progress stalls far beyond its own recent pace (docs/DESIGN-NOTES.md, "Liveness").
+//
+// The thread knows the node's id once CoordinatorLink has registered it (set_node). When the
+// coordinator answers that it does not know the node (it restarted, or declared the node dead),
+// the thread raises a flag that the link reads on its own loop to register again.
+//
+// Thread rules: the public methods may be called from any thread; the thread itself owns its
+// event loop and connection. The destructor stops and joins it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/rpc/rpc_util.h"
+
+namespace pstrain::rpc {
+
+class HeartbeatThread {
+ public:
+  // `progress` is read at every heartbeat; it must outlive the thread.
+  HeartbeatThread(HostPort coordinator, ClusterCredential credential, const std::atomic<uint64_t>& progress);
+  ~HeartbeatThread();
+  HeartbeatThread(const HeartbeatThread&) = delete;
+  HeartbeatThread& operator=(const HeartbeatThread&) = delete;
+
+  // The node to beat for, every interval_ms; a reply later than reply_deadline_ms (the
+  // coordinator's dead-after) drops the connection and the next beat connects again.
+  void set_node(uint32_t node_id, uint32_t interval_ms, uint32_t reply_deadline_ms);
+  // True once since the coordinator last answered that it does not know the node.
+  bool take_forgotten() { return forgotten_.exchange(false); }
+  // Heartbeats answered since start (tests).
+  uint64_t answered() const { return answered_.load(); }
+
+ private:
+  void run();
+
+  HostPort coordinator_;
+  ClusterCredential credential_;
+  const std::atomic<uint64_t>& progress_;
+  std::atomic<uint32_t> node_id_{0}, interval_ms_{1000}, reply_deadline_ms_{10000};
+  std::atomic<bool> forgotten_{false}, stopping_{false};
+  std::atomic<uint64_t> answered_{0};
+  std::thread thread_;
+};
+
+}  // namespace pstrain::rpc
