@@ -83,6 +83,8 @@ int run(int argc, char** argv) {
       {"dense 128 x 784, batch 128 kernel gradient", 128, 784, 128, Case::kKernelGradient},
       {"CNN dense 64 x 1600, batch 64 forward", 64, 1600, 64, Case::kForward},
       {"CNN dense 64 x 1600, batch 64 input gradient", 64, 1600, 64, Case::kInputGradient},
+      {"Keras CNN dense 128 x 21632, batch 64 forward", 128, 21632, 64, Case::kForward},
+      {"Keras CNN dense 128 x 21632, batch 64 kernel gr", 128, 21632, 64, Case::kKernelGradient},
       {"large MLP 2048 x 2048, batch 128 forward", 2048, 2048, 128, Case::kForward},
       {"large MLP 2048 x 2048, batch 128 kernel grad", 2048, 2048, 128, Case::kKernelGradient},
       {"large MLP 2048 x 2048, batch 128 input grad", 2048, 2048, 128, Case::kInputGradient},
