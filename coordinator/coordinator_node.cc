@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_node.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "common/error.h"
 #include "common/job_spec.h"
@@ -37,7 +38,8 @@ std::vector<NodeView> node_views(const Cluster& cluster) {
   std::vector<NodeView> views;
   for (const auto& [id, node] : cluster.nodes()) {
     views.push_back({id.value(), node.role == proto::Role::SERVER ? "server" : "worker", node.name, node.address, node.job,
-                     wall(node.registered_at), wall(node.last_heartbeat), node.alive, node.cpu});
+                     wall(node.registered_at), wall(node.last_heartbeat), node.alive, node.cpu, node.progress,
+                     node.stalled});
   }
   return views;
 }
@@ -101,9 +103,49 @@ void CoordinatorNode::schedule() {
   if (jobs_.schedule()) service_->wake_waiting_workers();
 }
 
+void CoordinatorNode::check_own_stall() {
+  const auto now = std::chrono::steady_clock::now();
+  const auto gap = now - last_housekeeping_;
+  last_housekeeping_ = now;
+  if (gap <= config_.loop_stall_after) return;
+  const double seconds = std::chrono::duration<double>(gap).count();
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "the coordinator was stalled for %.1f s (stopped, paused or starved): every node gets a fresh "
+                "%.1f s before any is declared dead",
+                seconds, config_.dead_after_ms / 1000.0);
+  PSLOG(kWarning) << text;
+  cluster_.grace();
+  jobs_.note(text);
+}
+
+void CoordinatorNode::report_stalls() {
+  for (const StallChange& c : cluster_.stall_changes(config_.stall_min_quiet, config_.stall_factor)) {
+    const NodeInfo* node = cluster_.find(c.id);
+    if (node == nullptr) continue;
+    const std::string who = "node " + std::to_string(c.id.value()) + " (" +
+                            (node->role == proto::Role::SERVER ? "server" : "worker") + " '" + node->name + "')";
+    char text[300];
+    if (c.stalled) {
+      std::snprintf(text, sizeof text,
+                    "%s is alive but has made no progress for %.0f s (its recent work took %.2f s per unit): it "
+                    "may be stuck",
+                    who.c_str(), c.quiet_seconds, c.unit_seconds);
+      PSLOG(kWarning) << text;
+    } else {
+      if (!node->alive || node->job.empty()) continue;
+      std::snprintf(text, sizeof text, "%s makes progress again", who.c_str());
+      PSLOG(kInfo) << text;
+    }
+    jobs_.note(text, c.id);
+  }
+}
+
 kj::Promise<void> CoordinatorNode::housekeeping() {
   return io_.getTimer().afterDelay(config_.housekeeping_every).then([this] {
+    check_own_stall();
     jobs_.on_nodes_lost(cluster_.expire(), "missed its heartbeats");
+    report_stalls();
     store_.set_nodes(node_views(cluster_));
     schedule();
     // Queued jobs first; then running jobs short of workers take the free ones.

@@ -11,6 +11,8 @@
 // borrows `io`, which must outlive it.
 #pragma once
 
+#include <chrono>
+
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
@@ -46,6 +48,14 @@ struct CoordinatorNodeConfig {
   // of its own for worker tokens in state_dir/worker-token.key.
   rpc::ClusterCredential cluster;
   kj::Duration housekeeping_every = 200 * kj::MILLISECONDS;
+  // A gap between two housekeeping runs longer than this means the coordinator itself was
+  // stalled (stopped, paused, starved): every node gets a fresh dead_after_ms before anything is
+  // declared dead (DESIGN-NOTES "Liveness").
+  std::chrono::milliseconds loop_stall_after{2000};
+  // A node in a job is reported stalled when its progress has not advanced for
+  // max(stall_min_quiet, stall_factor x its recent time per unit of progress).
+  std::chrono::milliseconds stall_min_quiet{60000};
+  double stall_factor = 20;
 };
 
 class CoordinatorNode {
@@ -88,6 +98,11 @@ class CoordinatorNode {
   uint32_t port_ = 0;
   kj::Promise<void> serving_ = nullptr;
   kj::Promise<void> housekeeping_ = nullptr;
+  std::chrono::steady_clock::time_point last_housekeeping_ = std::chrono::steady_clock::now();
+  // Reports the coordinator's own stall, if the last housekeeping run is long past (grace first).
+  void check_own_stall();
+  // Notes on their jobs for nodes that stalled or advance again.
+  void report_stalls();
 };
 
 }  // namespace pstrain

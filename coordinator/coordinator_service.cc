@@ -22,6 +22,14 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
   const std::string cpu = rpc::to_string(params.getCpu());
   KJ_REQUIRE(name.size() <= 256 && address.size() <= 256, "name and address must be at most 256 bytes");
   KJ_REQUIRE(cpu.size() <= 512, "cpu must be at most 512 bytes");
+  // The same process connecting again (its connection broke, or this coordinator stalled long
+  // enough for it to give up on the old one): it keeps its id and its place in its jobs.
+  if (NodeInfo* same = cluster_.reconnecting(params.getRole(), name, params.getIncarnation(), address)) {
+    context.getResults().setNodeId(same->id.value());
+    context.getResults().setHeartbeatMs(heartbeat_ms_);
+    context.getResults().setDeadAfterMs(dead_after_ms_);
+    return kj::READY_NOW;
+  }
   if (params.getRole() == proto::Role::SERVER) {
     rpc::parse_host_port(address, 7100, "server address");  // throws on garbage
     KJ_REQUIRE(!address.empty(), "a server must give the address workers reach it on");
@@ -35,7 +43,7 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
     }
     for (NodeId id : replaced) cluster_.find(id)->alive = false;
   }
-  const NodeId id = cluster_.register_node(params.getRole(), address, name, cpu);
+  const NodeId id = cluster_.register_node(params.getRole(), address, name, cpu, params.getIncarnation());
   jobs_.on_nodes_lost(replaced, "restarted (registered again)");
   if (params.getRole() == proto::Role::SERVER) jobs_.on_server_registered(id);
   context.getResults().setNodeId(id.value());
@@ -46,7 +54,8 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
 }
 
 kj::Promise<void> CoordinatorService::heartbeat(HeartbeatContext context) {
-  context.getResults().setKnown(cluster_.heartbeat(NodeId{context.getParams().getNodeId()}));
+  const auto params = context.getParams();
+  context.getResults().setKnown(cluster_.heartbeat(NodeId{params.getNodeId()}, params.getProgress()));
   return kj::READY_NOW;
 }
 
@@ -93,7 +102,8 @@ kj::Promise<void> CoordinatorService::openShard(OpenShardContext context) {
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
   context.getResults().setStream(
-      job->open_shard(NodeId{params.getNodeId()}, params.getSplit(), params.getEpoch(), params.getFromStep()));
+      job->open_shard(NodeId{params.getNodeId()}, params.getSplit(), params.getEpoch(), params.getFromStep(),
+                      params.getSlice()));
   return kj::READY_NOW;
 }
 

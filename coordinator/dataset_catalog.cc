@@ -149,6 +149,7 @@ json::object dataset_to_json(const DatasetRecord& r) {
   json::object o{{"name", r.name}, {"source", r.source}, {"input_shape", shape}, {"dtype", dtype_name(r.dtype)},
                  {"num_classes", r.num_classes}, {"created_ms", r.created_ms}, {"splits", splits}};
   if (!r.error.empty()) o["error"] = r.error;
+  o["state"] = r.indexing ? "indexing" : r.usable() ? "ready" : "unusable";
   return o;
 }
 
@@ -223,6 +224,26 @@ std::string dataset_json(const DatasetRecord& record, const std::vector<std::str
 
 DatasetCatalog::DatasetCatalog(Options options, KvStore* kv, JobsUsing jobs_using)
     : options_(std::move(options)), kv_(kv), jobs_using_(std::move(jobs_using)) {
+  // Every dataset known now is listed at once, "indexing" until its files are read (index_all
+  // replaces these records): the built-in ones from their table, the others as stored last time.
+  for (const DatasetInfo& info : known_datasets()) {
+    DatasetRecord r;
+    r.name = info.name;
+    r.source = "builtin";
+    for (int64_t d : info.example_shape) r.shape.push_back(static_cast<uint32_t>(d));
+    r.num_classes = info.num_classes;
+    r.indexing = true;
+    records_[r.name] = std::move(r);
+  }
+  if (kv_ != nullptr) {
+    for (const auto& e : kv_->scan(kKeyPrefix)) {
+      if (e.corrupt) continue;
+      if (auto r = dataset_from_json(e.value); r && records_.count(r->name) == 0) {
+        r->indexing = true;
+        records_[r->name] = std::move(*r);
+      }
+    }
+  }
   thread_.post([this] {
     try {
       index_all();
@@ -288,6 +309,11 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
     return std::nullopt;
   }
   const DatasetRecord& r = it->second;
+  if (r.indexing && is_known_dataset(name)) return *find_dataset(name);  // (its table entry)
+  if (r.indexing) {
+    *why = "dataset \"" + name + "\" is being indexed (the coordinator just started); try again in a moment";
+    return std::nullopt;
+  }
   if (!r.usable()) {
     *why = "dataset \"" + name + "\" cannot be used: " + (r.error.empty() ? "it has no train split" : r.error);
     return std::nullopt;
@@ -436,6 +462,9 @@ void DatasetCatalog::index_all() {
     });
   }
   }
+  std::lock_guard lock(mutex_);
+  // Listed at start-up but not found now (its directory is gone): no longer a dataset.
+  std::erase_if(records_, [](const auto& entry) { return entry.second.indexing; });
   PSLOG(kInfo) << "dataset catalog: " << records_.size() << " datasets (" << options_.data_dir << ", uploads in "
                << uploads_dir() << ")";
 }

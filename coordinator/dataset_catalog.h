@@ -72,8 +72,11 @@ struct DatasetRecord {
   std::string dir;          // its dataset directory ("" for a built-in one); not shown to users
   std::string fingerprint;  // of the files the record describes (sizes and mtimes)
   uint64_t generation = 0;  // changes whenever the dataset's files do (replaced, split)
+  // Listed at start-up before its files were read (what is known then: a built-in dataset's
+  // table entry, or the record stored last time); the start-up indexing replaces it.
+  bool indexing = false;
 
-  bool usable() const { return error.empty() && splits.count("train") != 0; }
+  bool usable() const { return !indexing && error.empty() && splits.count("train") != 0; }
 };
 
 // What went wrong with a catalog operation, as the REST layer answers it.
@@ -102,7 +105,8 @@ class DatasetCatalog {
 
   const Options& options() const { return options_; }
 
-  // Reads: the records as of now (a dataset being indexed is not listed until it is).
+  // Reads: the records as of now. From the first request on, every dataset known at start-up (the
+  // built-in ones, those stored last time) is listed, with `indexing` set until its files are read.
   std::vector<DatasetRecord> list() const;
   std::optional<DatasetRecord> get(const std::string& name) const;
   // The DatasetInfo a job spec is checked against at submit (shape and class count), or an

@@ -23,7 +23,9 @@ json::object node_object(const NodeView& n, int64_t now) {
           {"job", n.job.empty() ? json::value(nullptr) : json::value(n.job)},
           {"last_heartbeat_ms_ago", now - n.last_heartbeat_ms},
           {"registered_at_ms", n.registered_ms},
-          {"cpu", n.cpu.empty() ? json::value(nullptr) : json::value(n.cpu)}};
+          {"cpu", n.cpu.empty() ? json::value(nullptr) : json::value(n.cpu)},
+          {"progress", n.progress},
+          {"stalled", n.stalled}};
 }
 
 json::object summary_object(const JobRecord& j) {

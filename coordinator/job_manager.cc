@@ -1,5 +1,7 @@
 #include "coordinator/job_manager.h"
 
+#include <algorithm>
+
 namespace pstrain {
 
 JobManager::JobManager(Cluster& cluster, DataService& data, JobStore& store, kj::AsyncIoProvider& io,
@@ -43,6 +45,17 @@ JobRunner* JobManager::job_of_worker(NodeId node) {
 
 void JobManager::on_server_registered(NodeId node) {
   for (auto& job : jobs_) job->on_server_registered(node);
+}
+
+void JobManager::note(const std::string& text, std::optional<NodeId> node) {
+  for (const auto& job : jobs_) {
+    if (is_finished(job->state())) continue;
+    if (node) {
+      const auto users = jobs_using(*node);
+      if (std::find(users.begin(), users.end(), job.get()) == users.end()) continue;
+    }
+    store_.update(job->id(), [&](JobRecord& r) { r.notes.push_back(text); });
+  }
 }
 
 }  // namespace pstrain

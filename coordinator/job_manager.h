@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ class JobManager {
   std::vector<JobRunner*> jobs_using(NodeId node);
   // Nodes declared dead: their jobs recover (or fail, saying why).
   void on_nodes_lost(const std::vector<NodeId>& nodes, const std::string& why);
+  // A note (a "note" event) on every unfinished job that uses the node; with no node, on every
+  // unfinished job.
+  void note(const std::string& text, std::optional<NodeId> node = std::nullopt);
   // A server registered: every job (running or ended) fences it if it is one the job's shard
   // moved away from (JobRunner::on_server_registered). Call before schedule().
   void on_server_registered(NodeId node);

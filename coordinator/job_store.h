@@ -129,6 +129,8 @@ struct NodeView {
   int64_t registered_ms = 0, last_heartbeat_ms = 0;  // wall clock
   bool alive = true;
   std::string cpu;  // what it computes with, as it registered (empty: not said)
+  uint64_t progress = 0;  // its heartbeats' progress counter (a worker's steps, a server's updates)
+  bool stalled = false;   // alive, in a job, and not advancing (cluster.h)
 };
 
 int64_t now_ms();

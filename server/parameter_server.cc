@@ -307,6 +307,7 @@ ParameterServerImpl::CheckedPush ParameterServerImpl::check_push(proto::Paramete
 
 template <typename ResultsOf>
 kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf results_of) {
+  progress_.fetch_add(1, std::memory_order_relaxed);
   const std::shared_ptr<Job>& job = jobs_.at(push.job_id);
   job->bytes_in += push.bytes_in;
   const uint32_t key = push.request.key;
@@ -366,6 +367,7 @@ void ParameterServerImpl::read_push_header(const Params& params, PushRequest& re
 }
 
 kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
+  progress_.fetch_add(1, std::memory_order_relaxed);
   if (!retired_.empty()) prune_retired();
   const auto params = context.getParams();
   const std::string job_id = rpc::to_string(params.getJobId());

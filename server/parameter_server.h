@@ -13,6 +13,8 @@
 // Ownership: owns the jobs' shards; borrows the StoreThread, which must outlive this.
 #pragma once
 
+#include <atomic>
+
 #include <chrono>
 #include <map>
 #include <memory>
@@ -34,6 +36,9 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   explicit ParameterServerImpl(StoreThread* store) : store_(store) {}
 
   size_t job_count() const { return jobs_.size(); }
+  // Pushes taken in (of any kind), the progress counter of this node's heartbeats: a server whose
+  // loop is stuck stops taking any. Read from the heartbeat thread.
+  const std::atomic<uint64_t>& progress() const { return progress_; }
   // The store thread has made the job's backup at `version` durable (or failed to): training may go on
   // past the next backup point.
   void backup_written(const std::string& job_id, uint64_t version);
@@ -58,6 +63,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> adoptBackup(AdoptBackupContext context) override;
 
  private:
+  std::atomic<uint64_t> progress_{0};
   struct Job {
     std::unique_ptr<ParameterShard> shard;
     uint64_t bytes_in = 0, bytes_out = 0;

@@ -52,8 +52,8 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
   PSLOG(kInfo) << "serving parameter-server RPC on " << config.listen.host << ":" << port;
 
   rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::SERVER,
-                            config.advertise_host + ":" + std::to_string(port), config.name,
-                            config.cluster);
+                            config.advertise_host + ":" + std::to_string(port), config.name, config.cluster,
+                            &server_ptr->progress());
   link_ptr = &link;
   auto registered = link.start().eagerlyEvaluate(nullptr);
   ready(port);

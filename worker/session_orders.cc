@@ -2,9 +2,12 @@
 // slice (and the end of a step, where it fits in), and the pause for an async cut. Thread rules:
 // those of training_session.h.
 #include <algorithm>
+#include <cmath>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "worker/batch_decode.h"
+#include "worker/shard_reader.h"
 #include "worker/training_session.h"
 
 namespace pstrain {
@@ -73,7 +76,47 @@ void TrainingSession::pause_for_cut(kj::WaitScope& wait_scope, uint32_t epoch, u
   watch_for_orders();
 }
 
-void TrainingSession::finish_step(kj::WaitScope& wait_scope, const GradientSlice& mine) {
+kj::Promise<void> TrainingSession::compute_extras(kj::WaitScope& wait_scope, uint64_t global_step, uint32_t epoch,
+                                                  uint64_t step, std::vector<std::unique_ptr<ShardReader>>& readers,
+                                                  StepTotals& totals) {
+  if (readers.empty()) return kj::READY_NOW;
+  // As a takeover computes a lost worker's slice: the step's values (dense: a row-sparse exchange
+  // holds only this worker's rows current), the slice's examples, a plain gradient pushed in the
+  // slice's name. The servers sum the slices in slice order, so the step is the one its lost
+  // worker would have made.
+  const float* params = exchange_->step_values(wait_scope, global_step);
+  extra_grads_.resize(readers.size());
+  extra_inputs_.resize(inputs_.size());
+  extra_labels_.resize(labels_.size());
+  auto pushes = kj::heapArrayBuilder<kj::Promise<void>>(readers.size());
+  for (size_t i = 0; i < readers.size(); ++i) {
+    proto::Batch::Reader batch;
+    KJ_REQUIRE(readers[i]->next(wait_scope, &batch), "an extra slice's data stream ended early", extra_slices_[i], step);
+    KJ_REQUIRE(batch.getStep() == step && batch.getEpoch() == epoch, "extra slice's data out of order", batch.getStep(),
+               step);
+    const uint32_t n = batch.getSize();
+    KJ_REQUIRE(n <= extra_labels_.size(), "extra slice's batch larger than the model's batch", n);
+    AlignedFloats& grads = extra_grads_[i];
+    grads.resize(grads_.size());
+    if (n > 0) {
+      decode_batch(batch, batch_shape(), extra_inputs_.data(), extra_labels_.data());
+      const nn::LossResult r = model_->compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), n, grads.data());
+      if (!std::isfinite(r.loss_sum)) {
+        throw LossNotFinite("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
+                            " step " + std::to_string(step + 1));
+      }
+      totals.loss += r.loss_sum;
+      totals.correct += static_cast<uint64_t>(r.correct);
+      totals.examples += n;
+    } else {
+      std::fill(grads.begin(), grads.end(), 0.0f);
+    }
+    pushes.add(servers_.push_without_values(GradientSlice{global_step, extra_slices_[i], worker_count_, n, grads.data()}));
+  }
+  return kj::joinPromises(pushes.finish());
+}
+
+void TrainingSession::finish_step(kj::WaitScope& wait_scope, const GradientSlice& mine, kj::Promise<void> extras) {
   auto all = exchange_->push_rest(mine).fork();
   KJ_IF_MAYBE(arrived, takeover_arrived_) {
     // Sync: the step may not complete without a lost worker's slice: wait for whichever comes first.
@@ -90,6 +133,7 @@ void TrainingSession::finish_step(kj::WaitScope& wait_scope, const GradientSlice
   }
   wait(wait_scope, all.addBranch());
   wait(wait_scope, kj::mv(taken_over));
+  wait(wait_scope, kj::mv(extras));
   exchange_->take_values();
 }
 

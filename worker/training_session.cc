@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -48,7 +49,10 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
                rpc::WorkerPass{node_id, std::string(reinterpret_cast<const char*>(a.getWorkerToken().begin()),
                                                     a.getWorkerToken().size())},
                rpc::get_chunks(a.getChunks()), server_addresses(a), model_->layout(), stop),
-      cluster_(options.cluster) {
+      cluster_(options.cluster),
+      progress_(options.progress),
+      slow_step_ms_(options.slow_step_ms) {
+  for (const uint32_t slice : a.getExtraSlices()) extra_slices_.push_back(slice);
   const int64_t batch = model_->max_batch();
   // Every worker computes the first layer per server's rows, whether or not the servers do it
   // (the same sums either way, and what the trainer's `servers` option reproduces).
@@ -136,25 +140,38 @@ void TrainingSession::report_steps(uint32_t epoch, uint64_t examples, double los
       }));
 }
 
-void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate) {
+proto::DataStream::Client TrainingSession::open_shard(proto::Split split, uint32_t epoch, uint64_t from_step,
+                                                     int64_t slice) {
   auto request = coordinator_.openShardRequest();
   request.setJobId(job_id_);
   request.setNodeId(node_id_);
-  request.setSplit(proto::Split::TEST);
+  request.setSplit(split);
   request.setEpoch(epoch);
-  ShardReader reader(request.send().getStream());
+  request.setFromStep(from_step);
+  request.setSlice(static_cast<int32_t>(slice));
+  return request.send().getStream();
+}
+
+void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate) {
   double loss = 0;
   uint64_t correct = 0, examples = 0;
   const float* params = exchange_->current_values();
-  proto::Batch::Reader batch;
-  while (reader.next(wait_scope, &batch)) {
-    if (batch.getSize() == 0) continue;
-    KJ_REQUIRE(batch.getSize() <= labels_.size(), "test batch larger than the model's batch", batch.getSize());
-    decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
-    const nn::LossResult r = model_->evaluate(params, inputs_.data(), labels_.data(), batch.getSize());
-    loss += r.loss_sum;
-    correct += static_cast<uint64_t>(r.correct);
-    examples += batch.getSize();
+  // This worker's test slice, and those of its extra slices: one report for all.
+  std::vector<int64_t> slices{-1};
+  for (uint32_t s : extra_slices_) slices.push_back(s);
+  for (const int64_t slice : slices) {
+    ShardReader reader(open_shard(proto::Split::TEST, epoch, 0, slice));
+    proto::Batch::Reader batch;
+    while (reader.next(wait_scope, &batch)) {
+      if (batch.getSize() == 0) continue;
+      KJ_REQUIRE(batch.getSize() <= labels_.size(), "test batch larger than the model's batch", batch.getSize());
+      decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
+      const nn::LossResult r = model_->evaluate(params, inputs_.data(), labels_.data(), batch.getSize());
+      loss += r.loss_sum;
+      correct += static_cast<uint64_t>(r.correct);
+      examples += batch.getSize();
+      if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
+    }
   }
   report(wait_scope, proto::Progress::Kind::EVALUATION, epoch, examples, loss, correct, train_rate);
 }
@@ -177,13 +194,11 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
   const int64_t report_every = spec_.training.metrics_every_steps;
   for (uint32_t epoch = start_epoch_; epoch < spec_.training.epochs; ++epoch) {
     const uint64_t first_step = epoch == start_epoch_ ? start_step_ : 0;
-    auto request = coordinator_.openShardRequest();
-    request.setJobId(job_id_);
-    request.setNodeId(node_id_);
-    request.setSplit(proto::Split::TRAIN);
-    request.setEpoch(epoch);
-    request.setFromStep(first_step);
-    ShardReader reader(request.send().getStream());
+    ShardReader reader(open_shard(proto::Split::TRAIN, epoch, first_step, -1));
+    std::vector<std::unique_ptr<ShardReader>> extra_readers;
+    for (uint32_t s : extra_slices_) {
+      extra_readers.push_back(std::make_unique<ShardReader>(open_shard(proto::Split::TRAIN, epoch, first_step, s)));
+    }
 
     double loss = 0, epoch_seconds = 0;
     uint64_t correct = 0, examples = 0, epoch_examples = 0;
@@ -224,13 +239,20 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       } else {
         std::fill(grads_.begin(), grads_.end(), 0.0f);
       }
-      examples += n;
-      epoch_examples += n;
+      // The long-step test hook: this loop is as busy as a step of a big model would keep it.
+      if (slow_step_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_step_ms_));
+      StepTotals extra;
+      auto extras = compute_extras(wait_scope, mine.step, epoch, step, extra_readers, extra);
+      loss += extra.loss;
+      correct += extra.correct;
+      examples += n + extra.examples;
+      epoch_examples += n + extra.examples;
       const auto compute_end = Clock::now();
       compute_seconds_ += std::chrono::duration<double>(compute_end - step_start).count();
-      finish_step(wait_scope, mine);
+      finish_step(wait_scope, mine, kj::mv(extras));
       exchange_seconds_ += std::chrono::duration<double>(Clock::now() - compute_end).count();
       ++steps_done_;
+      if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
       epoch_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
       if (static_cast<int64_t>(steps_done_) % report_every == 0 || step + 1 == steps_per_epoch_) {
         const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();

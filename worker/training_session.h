@@ -17,6 +17,7 @@
 
 #include <kj/async-io.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -30,6 +31,7 @@
 #include "worker/batch_decode.h"
 #include "worker/parameter_exchange.h"
 #include "worker/server_chunks.h"
+#include "worker/shard_reader.h"
 #include "worker/stoppable_wait.h"
 
 namespace pstrain {
@@ -38,6 +40,12 @@ struct SessionOptions {
   int replicas = 1;  // compute threads, each on a slice of the batch (factored pushes need one)
   Exchange exchange = Exchange::kForward;
   rpc::ClusterCredential cluster;  // proved on every connection to a server (open: nothing)
+  // The node's progress counter (its heartbeats carry it): +1 per step and per evaluation batch.
+  // Null: not counted.
+  std::atomic<uint64_t>* progress = nullptr;
+  // Tests of long steps (issue 33): each step's compute also sleeps this long, on the compute
+  // thread, as a slow model would take it. 0 in production.
+  uint32_t slow_step_ms = 0;
 };
 
 class TrainingSession {
@@ -56,7 +64,18 @@ class TrainingSession {
   // One step's exchange once its gradient is complete: pushes what is left, then waits for all
   // replies and takes the new values. If the coordinator asks, first computes and pushes a lost
   // worker's slice of this step (a takeover).
-  void finish_step(kj::WaitScope& wait_scope, const GradientSlice& mine);
+  void finish_step(kj::WaitScope& wait_scope, const GradientSlice& mine, kj::Promise<void> extras);
+  // Sync: computes this step's extra slices (Assignment.extraSlices: those of lost workers no free
+  // worker replaced) on the step's values and pushes each in its slice's name; adds their loss,
+  // correct answers and examples to the step's. Returns the pushes' replies.
+  struct StepTotals {
+    double loss = 0;
+    uint64_t correct = 0, examples = 0;
+  };
+  kj::Promise<void> compute_extras(kj::WaitScope& wait_scope, uint64_t global_step, uint32_t epoch, uint64_t step,
+                                   std::vector<std::unique_ptr<ShardReader>>& readers, StepTotals& totals);
+  // A data stream of this worker's: its own slice (slice -1) or an extra one.
+  proto::DataStream::Client open_shard(proto::Split split, uint32_t epoch, uint64_t from_step, int64_t slice);
 
   // Keeps a watch call open at the coordinator for its orders (takeover, pause for a cut).
   void watch_for_orders();
@@ -97,7 +116,11 @@ class TrainingSession {
   uint32_t node_id_;
   std::string job_id_;
   JobSpec spec_;
-  uint32_t worker_index_, worker_count_;
+  uint32_t worker_index_, worker_count_;  // this worker's slice, and the job's slices
+  std::vector<uint32_t> extra_slices_;     // sync: other slices it computes (compute_extras)
+  std::vector<AlignedFloats> extra_grads_;  // one per extra slice (a push reads it until its reply)
+  AlignedFloats extra_inputs_;
+  std::vector<int32_t> extra_labels_;
   uint64_t steps_per_epoch_;
   uint32_t start_epoch_;
   uint64_t start_step_;
@@ -105,6 +128,8 @@ class TrainingSession {
   std::unique_ptr<nn::DataParallelModel<float>> model_;
   ServerChunks servers_;
   rpc::ClusterCredential cluster_;  // proved on the connections to the servers
+  std::atomic<uint64_t>* progress_;  // the node's (SessionOptions::progress), or null
+  uint32_t slow_step_ms_;
   std::unique_ptr<ParameterExchange> exchange_;  // refers to servers_ and model_
   AlignedFloats grads_, inputs_;
   std::vector<int32_t> labels_;

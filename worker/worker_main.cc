@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
             "besides), 'sparse' (only the first layer's rows the batch touches), or 'dense' (every\n"
             "chunk whole). The last three are for comparisons.");
   flags.add(rpc::kSecretFlag, rpc::kSecretEnv, "", rpc::kSecretHelp);
+  flags.add("slow-step-ms", "", "0",
+            "For tests of long steps: each step's compute also takes this long (the worker's loop busy, as\n"
+            "      with a model whose steps take that long). 0: off.");
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-worker")) return *status;
   WorkerNodeConfig config;
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
     threads = static_cast<int>(flags.get_int("threads", 0, 256));
     config.session.exchange = parse_exchange(flags.get("exchange"));
     config.session.cluster = rpc::ClusterCredential::from_flag(flags.get(rpc::kSecretFlag));
+    config.session.slow_step_ms = static_cast<uint32_t>(flags.get_int("slow-step-ms", 0, 3600 * 1000));
     config.name = flags.get("name").empty() ? rpc::default_node_name() : flags.get("name");
   } catch (const std::exception& e) {
     std::cerr << "pstrain-worker: " << e.what() << "\n";

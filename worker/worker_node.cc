@@ -16,8 +16,12 @@ void run_worker_node(kj::AsyncIoContext& io, const WorkerNodeConfig& config, kj:
   auto stop_paf = kj::newPromiseAndFulfiller<void>();
   auto stop = stop_paf.promise.fork();
   rpc::warn_if_open(config.session.cluster, "worker");
+  // Steps and evaluation batches done, in every session: what this node's heartbeats carry.
+  std::atomic<uint64_t> progress{0};
+  SessionOptions session_options = config.session;
+  session_options.progress = &progress;
   rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::WORKER, "", config.name,
-                            config.session.cluster);
+                            config.session.cluster, &progress);
   auto on_stop = stop_request
                      .then([&](rpc::NodeStop how) -> kj::Promise<void> {
                        if (how != rpc::NodeStop::kPreempted || !link.connected()) return kj::READY_NOW;
@@ -61,7 +65,7 @@ void run_worker_node(kj::AsyncIoContext& io, const WorkerNodeConfig& config, kj:
       std::string fatal;
       bool diverged = false;
       try {
-        TrainingSession session(*io.provider, link.client(), node_id, assignment, config.session, stop);
+        TrainingSession session(*io.provider, link.client(), node_id, assignment, session_options, stop);
         session.run(ws, should_stop);
         min_generation = 0;
         transient_failures = 0;

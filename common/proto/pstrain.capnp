@@ -307,6 +307,10 @@ struct Assignment {
   startStep @8 :UInt64;       # within startEpoch
   generation @9 :UInt64;      # increases with every re-plan (recovery); stale sessions end
   workerToken @10 :Data;      # to send with every pull and push (JobConfig.workerKey); may be empty
+  # Sync: slices of each step this worker also computes and pushes (in their names), besides its
+  # own (workerIndex): the slices of lost workers that no free worker has replaced. workerCount
+  # is the job's slice count, which stays the same through losses (DESIGN-NOTES "Slices").
+  extraSlices @11 :List(UInt32);
 }
 
 struct Batch {
@@ -365,15 +369,23 @@ interface Coordinator {
   # before it gives up on the connection, so a slow link does not make it register anew.
   # cpu: what the node computes with (common/compute_threads.h describe_compute), shown in
   # /v1/cluster: sync results are bit for bit equal only among nodes of one CPU kind.
-  register @0 (role :Role, address :Text, name :Text, cpu :Text) -> (nodeId :UInt32, heartbeatMs :UInt32, deadAfterMs :UInt32);
+  # incarnation: a random number of the node's process; a registration with the name and
+  # incarnation of a live node is that process connecting again (after a coordinator stall or a
+  # broken connection), not a restart: it keeps its node id and its place in its jobs.
+  register @0 (role :Role, address :Text, name :Text, cpu :Text, incarnation :UInt64)
+      -> (nodeId :UInt32, heartbeatMs :UInt32, deadAfterMs :UInt32);
   # known is false when the coordinator has forgotten the node (it must register again).
-  heartbeat @1 (nodeId :UInt32) -> (known :Bool);
+  # Heartbeats come from a thread of the node's own (common/rpc/heartbeat_thread.h), whatever its
+  # event loop is doing; progress is the node's count of finished work (a worker's steps, a
+  # server's updates), from which the coordinator tells a live node that has stopped advancing.
+  heartbeat @1 (nodeId :UInt32, progress :UInt64) -> (known :Bool);
   # Waits up to waitMs for work; has is false if none came.
   # minGeneration (with the job it refers to): the worker's session of that job broke; it wants
   # a newer plan of it.
   getAssignment @2 (nodeId :UInt32, waitMs :UInt32, minGeneration :UInt64, brokenJobId :Text)
       -> (has :Bool, assignment :Assignment);
-  openShard @3 (jobId :Text, nodeId :UInt32, split :Split, epoch :UInt32, fromStep :UInt64)
+  # slice: one of the worker's extra slices (Assignment.extraSlices); -1: its own.
+  openShard @3 (jobId :Text, nodeId :UInt32, split :Split, epoch :UInt32, fromStep :UInt64, slice :Int32 = -1)
       -> (stream :DataStream);
   # keepGoing is false when the job was cancelled or failed.
   reportProgress @4 (nodeId :UInt32, report :Progress) -> (keepGoing :Bool);

@@ -1,12 +1,26 @@
 #include "common/rpc/coordinator_link.h"
 
+#include <random>
+
 #include "common/compute_threads.h"
 #include "common/log.h"
 
 namespace pstrain::rpc {
 
+namespace {
+
+const std::atomic<uint64_t> kNoProgress{0};
+
+uint64_t random_incarnation() {
+  std::random_device device;
+  return (uint64_t{device()} << 32 | device()) | 1;  // never 0 (0: "not said")
+}
+
+}  // namespace
+
 CoordinatorLink::CoordinatorLink(kj::AsyncIoProvider& io, HostPort coordinator, proto::Role role,
-                                 std::string address, std::string name, ClusterCredential credential)
+                                 std::string address, std::string name, ClusterCredential credential,
+                                 const std::atomic<uint64_t>* progress)
     : io_(io),
       coordinator_(std::move(coordinator)),
       role_(role),
@@ -14,7 +28,12 @@ CoordinatorLink::CoordinatorLink(kj::AsyncIoProvider& io, HostPort coordinator, 
       name_(std::move(name)),
       credential_(std::move(credential)),
       cpu_(describe_compute()),
-      client_(nullptr) {}
+      incarnation_(random_incarnation()),
+      client_(nullptr),
+      heartbeats_(std::make_unique<HeartbeatThread>(coordinator_, credential_,
+                                                    progress != nullptr ? *progress : kNoProgress)) {}
+
+CoordinatorLink::~CoordinatorLink() = default;
 
 kj::Promise<void> CoordinatorLink::start() {
   auto paf = kj::newPromiseAndFulfiller<void>();
@@ -32,6 +51,7 @@ kj::Promise<void> CoordinatorLink::connect_and_register() {
     request.setAddress(address_);
     request.setName(name_);
     request.setCpu(cpu_);
+    request.setIncarnation(incarnation_);
     return request.send().then([this](capnp::Response<proto::Coordinator::RegisterResults>&& response) {
       node_id_ = response.getNodeId();
       heartbeat_ms_ = std::max<uint32_t>(50, response.getHeartbeatMs());
@@ -40,6 +60,7 @@ kj::Promise<void> CoordinatorLink::connect_and_register() {
       reply_deadline_ms_ = std::max<uint32_t>(10 * heartbeat_ms_, response.getDeadAfterMs());
       connected_ = true;
       backoff_ms_ = 100;
+      heartbeats_->set_node(node_id_, heartbeat_ms_, reply_deadline_ms_);
       PSLOG(kInfo) << "registered with the coordinator at " << coordinator_.str() << " as node " << node_id_
                    << " (" << cpu_ << ")";
       if (on_registered_) on_registered_(node_id_);
@@ -48,28 +69,38 @@ kj::Promise<void> CoordinatorLink::connect_and_register() {
   });
 }
 
-kj::Promise<void> CoordinatorLink::heartbeat_loop() {
-  return io_.getTimer().afterDelay(heartbeat_ms_ * kj::MILLISECONDS).then([this] {
+kj::Promise<void> CoordinatorLink::watch_registration() {
+  // No deadline here: this loop may be held up by the node's compute for minutes, and a late
+  // timer must not read as a silent coordinator (the heartbeat thread keeps the node alive and
+  // says when the coordinator is silent). A heartbeat on this connection too, with no timeout:
+  // it fails at once when the connection is gone (a restarted coordinator).
+  return io_.getTimer().afterDelay(heartbeat_ms_ * kj::MILLISECONDS).then([this]() -> kj::Promise<void> {
+    if (heartbeats_->take_forgotten()) {
+      PSLOG(kWarning) << "the coordinator does not know node " << node_id_ << "; registering again";
+      connected_ = false;
+      return kj::READY_NOW;  // run_forever registers again
+    }
+    if (const int64_t silent = heartbeats_->silent_ms(); silent > reply_deadline_ms_) {
+      // Unreachable or silent (a partition, a stalled coordinator): connect again. The same
+      // incarnation keeps this node's id if the coordinator still counts it alive.
+      return KJ_EXCEPTION(DISCONNECTED, "no answer to heartbeats", silent);
+    }
     auto request = client_.heartbeatRequest();
     request.setNodeId(node_id_);
-    // The deadline covers this one heartbeat only; the loop continues after it.
-    auto reply = request.send().then([](capnp::Response<proto::Coordinator::HeartbeatResults>&& r) { return r.getKnown(); });
-    return io_.getTimer()
-        .timeoutAfter(reply_deadline_ms_ * kj::MILLISECONDS, kj::mv(reply))
-        .then([this](bool known) -> kj::Promise<void> {
-          if (!known) {
-            PSLOG(kWarning) << "the coordinator does not know node " << node_id_ << "; registering again";
-            connected_ = false;
-            return kj::READY_NOW;  // run_forever registers again
-          }
-          return heartbeat_loop();
-        });
+    return request.send().then([this](capnp::Response<proto::Coordinator::HeartbeatResults>&& r) -> kj::Promise<void> {
+      if (!r.getKnown()) {
+        PSLOG(kWarning) << "the coordinator does not know node " << node_id_ << "; registering again";
+        connected_ = false;
+        return kj::READY_NOW;
+      }
+      return watch_registration();
+    });
   });
 }
 
 kj::Promise<void> CoordinatorLink::run_forever() {
   return connect_and_register()
-      .then([this] { return heartbeat_loop(); })
+      .then([this] { return watch_registration(); })
       .catch_([this](kj::Exception&& e) {
         if (is_auth_failure(e)) {
           // A wrong or missing secret: say so (once per distinct reason), and keep trying: the

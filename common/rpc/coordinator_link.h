@@ -1,16 +1,24 @@
 // Keeps a node (server or worker) registered with the coordinator: connects, retrying with
-// back-off; registers; heartbeats; and registers again when the coordinator has forgotten the
-// node or the connection broke (a restarted coordinator).
+// back-off; registers; and registers again when the coordinator has forgotten the node or the
+// connection broke (a restarted coordinator). Heartbeats go from a thread of their own
+// (heartbeat_thread.h), so they never wait for this loop: a worker computes its steps on it, a
+// server its updates. Every registration carries the process's incarnation, so registering again
+// after a broken connection or a stalled coordinator keeps the node's id (DESIGN-NOTES
+// "Liveness").
 //
-// Thread rules: event-loop thread only. The object must outlive the promises it hands out.
+// Thread rules: event-loop thread only (the heartbeat thread is its own). The object must outlive
+// the promises it hands out.
 #pragma once
 
 #include <kj/async-io.h>
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "common/proto/pstrain.capnp.h"
+#include "common/rpc/heartbeat_thread.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain::rpc {
@@ -18,8 +26,12 @@ namespace pstrain::rpc {
 class CoordinatorLink {
  public:
   // `credential`: what the link proves on each connection (open: nothing; cluster_auth.h).
+  // `progress` (may be null: always 0) is the node's count of finished work, which every
+  // heartbeat carries; it must outlive the link.
   CoordinatorLink(kj::AsyncIoProvider& io, HostPort coordinator, proto::Role role, std::string address,
-                  std::string name, ClusterCredential credential = {});
+                  std::string name, ClusterCredential credential = {},
+                  const std::atomic<uint64_t>* progress = nullptr);
+  ~CoordinatorLink();
 
   // Starts the connect/register/heartbeat loop. The promise resolves once the node is
   // registered for the first time.
@@ -33,7 +45,8 @@ class CoordinatorLink {
 
  private:
   kj::Promise<void> connect_and_register();
-  kj::Promise<void> heartbeat_loop();
+  // Until the connection breaks or the heartbeat thread hears that the coordinator forgot us.
+  kj::Promise<void> watch_registration();
   kj::Promise<void> run_forever();
 
   kj::AsyncIoProvider& io_;
@@ -42,17 +55,19 @@ class CoordinatorLink {
   std::string address_, name_;
   ClusterCredential credential_;
   std::string cpu_;  // describe_compute(), sent with every registration
+  uint64_t incarnation_;  // random, this process's
   std::string last_auth_failure_;  // logged once until it changes
   kj::Own<Connection> connection_;
   proto::Coordinator::Client client_;
   uint32_t node_id_ = 0;
   uint32_t heartbeat_ms_ = 1000;
-  uint32_t reply_deadline_ms_ = 10000;  // how long a heartbeat may wait for its reply
+  uint32_t reply_deadline_ms_ = 10000;  // how long a heartbeat may wait for its reply (the thread's)
   uint32_t backoff_ms_ = 100;
   bool connected_ = false;
   kj::Own<kj::PromiseFulfiller<void>> first_registration_;
   std::function<void(uint32_t)> on_registered_;
   kj::Promise<void> loop_ = nullptr;
+  std::unique_ptr<HeartbeatThread> heartbeats_;
 };
 
 }  // namespace pstrain::rpc

@@ -37,6 +37,9 @@ class HeartbeatThread {
   void set_node(uint32_t node_id, uint32_t interval_ms, uint32_t reply_deadline_ms);
   // True once since the coordinator last answered that it does not know the node.
   bool take_forgotten() { return forgotten_.exchange(false); }
+  // Milliseconds since the coordinator last answered a heartbeat (or since set_node): over the
+  // reply deadline, the coordinator is unreachable or silent, and the link connects again.
+  int64_t silent_ms() const;
   // Heartbeats answered since start (tests).
   uint64_t answered() const { return answered_.load(); }
 
@@ -47,8 +50,10 @@ class HeartbeatThread {
   ClusterCredential credential_;
   const std::atomic<uint64_t>& progress_;
   std::atomic<uint32_t> node_id_{0}, interval_ms_{1000}, reply_deadline_ms_{10000};
+  std::atomic<uint64_t> registration_{0};  // set_node calls: a "not known" answer to an older one is stale
   std::atomic<bool> forgotten_{false}, stopping_{false};
   std::atomic<uint64_t> answered_{0};
+  std::atomic<int64_t> last_answer_ns_{0};  // steady clock
   std::thread thread_;
 };
 

@@ -557,6 +557,13 @@ HttpResponse RestApi::prometheus() const {
     if (n.alive) ++alive[n.role];
   }
   for (const auto& [role, n] : alive) out << "pstrain_nodes_alive{role=\"" << role << "\"} " << n << "\n";
+  out << "# HELP pstrain_nodes_stalled Live nodes in a job whose progress has stopped advancing (see the job's "
+         "notes).\n# TYPE pstrain_nodes_stalled gauge\n";
+  std::map<std::string, int> stalled = {{"server", 0}, {"worker", 0}};
+  for (const auto& n : store_.nodes()) {
+    if (n.alive && n.stalled) ++stalled[n.role];
+  }
+  for (const auto& [role, n] : stalled) out << "pstrain_nodes_stalled{role=\"" << role << "\"} " << n << "\n";
   out << "# HELP pstrain_http_requests_total HTTP requests by route and status.\n"
          "# TYPE pstrain_http_requests_total counter\n";
   {

@@ -1,5 +1,7 @@
 #include "coordinator/job/job_context.h"
 
+#include <algorithm>
+
 namespace pstrain {
 
 const char* job_phase_name(JobPhase phase) {
@@ -59,6 +61,20 @@ std::optional<size_t> JobContext::worker_index(NodeId node) const {
   return std::nullopt;
 }
 
+uint32_t JobContext::slices() const {
+  if (!sync()) return static_cast<uint32_t>(workers.size());
+  return std::max(static_cast<uint32_t>(spec.training.workers), static_cast<uint32_t>(workers.size()));
+}
+
+std::vector<uint32_t> JobContext::slices_of(size_t index) const {
+  std::vector<uint32_t> out{static_cast<uint32_t>(index)};
+  const size_t n = workers.size();
+  for (size_t s = n; s < slices(); ++s) {
+    if ((s - n) % n == index) out.push_back(static_cast<uint32_t>(s));
+  }
+  return out;
+}
+
 bool JobContext::alive(NodeId node) const {
   const NodeInfo* n = cluster.find(node);
   return n != nullptr && n->alive;
@@ -73,7 +89,7 @@ void JobContext::fill_server_config(proto::JobConfig::Builder config) const {
   config.setJobId(id);
   config.setSpecJson(spec_json);
   rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks.size())), chunks);
-  config.setWorkers(static_cast<uint32_t>(workers.size()));
+  config.setWorkers(slices());  // the pushes a sync step waits for: one per slice
   config.setStepsPerEpoch(steps_per_epoch());
   config.setMinGeneration(generation);
   if (!options.coordinator_key.empty()) {

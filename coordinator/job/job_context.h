@@ -73,6 +73,14 @@ struct JobContext {
     return phase == JobPhase::kRunning || phase == JobPhase::kCutting || phase == JobPhase::kTakingOver;
   }
   std::optional<size_t> worker_index(NodeId node) const;
+  // The slices a step's global batch is cut into. Sync: spec.training.workers, fixed for the job,
+  // whatever the number of live workers: a lost worker's slices go to the survivors (as extra
+  // slices), so a step always sums the same slices in the same order and a run with a lost
+  // worker equals the uninterrupted one (DESIGN-NOTES "Slices"). Async: one per worker.
+  uint32_t slices() const;
+  // The slices worker `index` computes: its own (index), then its extras (the slices from
+  // workers.size() on, dealt round-robin).
+  std::vector<uint32_t> slices_of(size_t index) const;
   // Whether node `id` is registered and alive.
   bool alive(NodeId node) const;
   // A server's JobConfig (all but its index): the chunk table, the workers, the current generation.

@@ -145,7 +145,7 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
                         " split) does not fit the job: ", e.what())));
           }
         }
-        job_.plan.emplace(job_.spec, job_.train->size, static_cast<uint32_t>(job_.workers.size()));
+        job_.plan.emplace(job_.spec, job_.train->size, job_.slices());
         int64_t total_steps = 0;
         for (uint32_t w = 0; w < job_.workers.size(); ++w) total_steps += job_.plan->steps_per_epoch(w);
         if (job_.sync()) total_steps = job_.plan->steps_per_epoch(0);
@@ -297,7 +297,10 @@ bool JobRunner::fill_assignment(NodeId node, proto::Assignment::Builder out) con
   out.setJobId(job_.id);
   out.setSpecJson(job_.spec_json);
   out.setWorkerIndex(worker);
-  out.setWorkerCount(static_cast<uint32_t>(job_.workers.size()));
+  out.setWorkerCount(job_.slices());
+  const auto mine = job_.slices_of(*index);
+  auto extras = out.initExtraSlices(static_cast<unsigned>(mine.size() - 1));
+  for (size_t i = 1; i < mine.size(); ++i) extras.set(static_cast<unsigned>(i - 1), mine[i]);
   rpc::set_chunks(out.initChunks(static_cast<unsigned>(job_.chunks.size())), job_.chunks);
   auto servers = out.initServers(static_cast<unsigned>(job_.servers.size()));
   for (size_t i = 0; i < job_.servers.size(); ++i) servers.set(static_cast<unsigned>(i), job_.servers[i].address);
@@ -319,13 +322,20 @@ bool JobRunner::fill_assignment(NodeId node, proto::Assignment::Builder out) con
   return true;
 }
 
-proto::DataStream::Client JobRunner::open_shard(NodeId node, proto::Split split, uint32_t epoch, uint64_t from_step) {
+proto::DataStream::Client JobRunner::open_shard(NodeId node, proto::Split split, uint32_t epoch, uint64_t from_step,
+                                                int64_t slice) {
   const auto index = job_.worker_index(node);
   KJ_REQUIRE(index.has_value(), "this node is not a worker of the job", node, job_.id);
   KJ_REQUIRE(job_.plan.has_value(), "the job's data is not loaded yet", job_.id);
   KJ_REQUIRE(epoch < job_.spec.training.epochs, "epoch out of range", epoch);
-  const auto worker = static_cast<uint32_t>(*index);
-  const auto workers = static_cast<uint32_t>(job_.workers.size());
+  uint32_t worker = static_cast<uint32_t>(*index);  // the slice whose data: the worker's own, or an extra
+  if (slice >= 0) {
+    const auto mine = job_.slices_of(*index);
+    KJ_REQUIRE(std::find(mine.begin(), mine.end(), static_cast<uint32_t>(slice)) != mine.end(),
+               "the worker does not compute this slice", slice, node);
+    worker = static_cast<uint32_t>(slice);
+  }
+  const auto workers = job_.slices();
   if (split == proto::Split::TEST) {
     const int64_t batch = (job_.spec.training.global_batch_size + workers - 1) / workers;
     return job_.data.open_test(job_.test, worker, workers, batch);
@@ -803,7 +813,7 @@ void JobRunner::replan(std::vector<NodeId> workers, uint64_t version, uint64_t r
       job_.progress.workers()[i].steps = job_.resume_positions[i].steps_done;
     }
   }
-  job_.plan.emplace(job_.spec, job_.train->size, static_cast<uint32_t>(job_.workers.size()));
+  job_.plan.emplace(job_.spec, job_.train->size, job_.slices());
   job_.resume_version = version;
   job_.progress.forget_from(version);
   // Acks and replicas of backups past `version` are of the abandoned timeline (the servers

@@ -69,7 +69,9 @@ class JobRunner {
   // Fills an assignment for a worker of this job; false if the node is not one of its workers
   // or the servers are not configured yet.
   bool fill_assignment(NodeId node, proto::Assignment::Builder out) const;
-  proto::DataStream::Client open_shard(NodeId node, proto::Split split, uint32_t epoch, uint64_t from_step);
+  // `slice` >= 0: one of the worker's extra slices (JobContext::slices_of); -1: its own.
+  proto::DataStream::Client open_shard(NodeId node, proto::Split split, uint32_t epoch, uint64_t from_step,
+                                       int64_t slice = -1);
   // Returns whether the worker should keep going.
   bool on_progress(NodeId node, proto::Progress::Reader report);
   void fail(const std::string& reason);

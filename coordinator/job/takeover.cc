@@ -8,8 +8,10 @@
 // worker's name: the step completes with exactly the sum an uninterrupted run would have applied
 // (pushes already applied make the substitute a dropped late push). Meanwhile every server holds
 // at s + 1 (`settle`); once all chunks are there, the pushes waiting beyond are failed, the
-// workers ask for the new plan, and the job re-plans from s + 1 with one worker fewer. Every
-// example is still used once per epoch, and no step is replayed.
+// workers ask for the new plan, and the job re-plans from s + 1 with one worker fewer but the same
+// slices: a survivor computes the lost worker's slice as an extra at every step (until a free
+// worker joins), so the run goes on summing the same slices in the same order and ends bit for bit
+// as the uninterrupted one. Every example is still used once per epoch, and no step is replayed.
 //
 // When that cannot work (backup workers, no survivor with an open watch, a chunk already past
 // s + 1, JobOptions::takeover_timeout), the job falls back to the rollback of job_recovery.cc.
@@ -26,6 +28,8 @@ Takeover::Takeover(JobContext& job) : job_(job) {}
 
 bool Takeover::possible(size_t lost) const {
   if (job_.phase != JobPhase::kRunning || job_.spec.training.backup_workers > 0 || job_.workers.size() < 2) return false;
+  // One slice per order: a worker that also computed extra slices is rolled back instead.
+  if (job_.slices_of(lost).size() != 1) return false;
   for (size_t i = 0; i < job_.workers.size(); ++i) {
     if (i != lost && job_.can_order(job_.workers[i])) return true;
   }
@@ -49,7 +53,7 @@ kj::Promise<uint64_t> Takeover::run(size_t lost) {
     WorkerOrder order;
     order.step = lowest;
     order.slice = static_cast<uint32_t>(lost);
-    order.slice_count = static_cast<uint32_t>(job_.workers.size());
+    order.slice_count = job_.slices();
     order.epoch = static_cast<uint32_t>(lowest / steps_per_epoch);
     order.step_in_epoch = static_cast<int64_t>(lowest % steps_per_epoch);
     order.indices = job_.plan->batch(order.epoch, order.step_in_epoch, order.slice);

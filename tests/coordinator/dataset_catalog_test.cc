@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <set>
 
 #include "common/dataset_manifest.h"
 #include "common/kv_store.h"
@@ -80,9 +81,20 @@ TEST_CASE("DatasetCatalog picks up a dropped-in directory, lists a broken one wi
     CHECK(train.size == 4);
     CHECK(train.num_classes == 3);
   }
-  // A restart keeps the records (the same checksums) without re-reading unchanged files.
+  // A restart keeps the records (the same checksums) without re-reading unchanged files. From the
+  // first read on, every dataset known then is listed: the built-in ones and those stored, each
+  // "indexing" until its files are read (the start-up indexing runs on the catalog's thread).
+  fs::remove_all(data + "/broken");  // gone since: listed at first, then no more
   DatasetCatalog again({data, "", 1 << 20, {}}, kv.get(), nullptr);
+  std::set<std::string> first;
+  for (const DatasetRecord& r : again.list()) first.insert(r.name);
+  CHECK(first.count("mnist10k") == 1);
+  CHECK(first.count("fashion-mnist") == 1);
+  CHECK(first.count("iris3") == 1);
   again.wait_idle();
+  for (const DatasetRecord& r : again.list()) CHECK(!r.indexing);
+  CHECK(!again.get("broken").has_value());
+  CHECK(dataset_json(*again.get("iris3"), {}).find("\"state\":\"ready\"") != std::string::npos);
   REQUIRE(again.get("iris3").has_value());
   CHECK(again.get("iris3")->splits.at("train").files[0].sha256.size() == 64);
 }

@@ -161,7 +161,7 @@ InProcessCluster::InProcessCluster(InProcessOptions options)
   for (size_t i = 0; i < static_cast<size_t>(options_.servers); ++i) start_server(i);
   for (int i = 0; i < options_.workers; ++i) {
     rpc::HostPort coordinator{"127.0.0.1", coordinator_port_};
-    WorkerNodeConfig config{coordinator, "worker-" + std::to_string(i), SessionOptions{1, Exchange::kForward}};
+    WorkerNodeConfig config{coordinator, "worker-" + std::to_string(i), SessionOptions{1, options_.exchange}};
     workers_.push_back(std::make_unique<NodeThread>(
         config.name, [config](kj::AsyncIoContext& io, kj::Promise<rpc::NodeStop> stop, const NodeThread::Ready& ready) {
           run_worker_node(io, config, kj::mv(stop), ready);

@@ -28,6 +28,7 @@
 #include "common/rpc/rpc_util.h"
 #include "coordinator/coordinator_node.h"
 #include "tests/test_support.h"
+#include "worker/parameter_exchange.h"
 
 namespace pstrain::testing {
 
@@ -101,6 +102,7 @@ struct InProcessOptions {
   uint32_t dead_after_ms = 1500;  // a node silent this long is declared dead (Cluster)
   JobOptions job = short_job_options();
   SplitLoader load_split;  // the coordinator's (CoordinatorNodeConfig); empty: the data directory's
+  Exchange exchange = Exchange::kForward;  // the workers' (SessionOptions)
 };
 
 class InProcessCluster {
