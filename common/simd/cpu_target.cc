@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "common/error.h"
 
@@ -15,13 +18,23 @@ constexpr std::pair<CpuTarget, std::string_view> kNames[] = {
     {CpuTarget::kX86_64_V4, "x86-64-v4"},
 };
 
+#if defined(__x86_64__)
+// BMI2 and F16C read from CPUID directly: clang's __builtin_cpu_supports does not know "f16c".
+bool has_bmi2_and_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & bit_F16C) == 0) return false;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  return (b & bit_BMI2) != 0;
+}
+#endif
+
 CpuTarget detect() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                  __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
+                  has_bmi2_and_f16c();
   if (v4 && v3) return CpuTarget::kX86_64_V4;
   if (v3) return CpuTarget::kX86_64_V3;
   return CpuTarget::kX86_64;
