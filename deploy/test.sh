@@ -3,27 +3,67 @@
 # targets for a short while each (docs/FUZZING.md), then the unit and in-process tests again
 # under the sanitizers (docs/SANITIZERS.md): ThreadSanitizer, then AddressSanitizer +
 # UndefinedBehaviorSanitizer, each in a build directory of its own.
+#
+# Every stage runs even when an earlier one failed (a red TSan run must not hide the ASan
+# result), except that nothing runs on a failed build's binaries; at the end a table gives each
+# stage's result and seconds and the total. The exit status is non-zero if any stage failed.
+#
 # Usage: deploy/test.sh [ctest options, e.g. -L unit; they apply to the first run only]
 # Environment: PSTRAIN_FUZZ_SECONDS, seconds per fuzz target (default 45; 0 skips fuzzing);
 #   PSTRAIN_SANITIZERS, the sanitizer runs (deploy/sanitize.sh kinds; default "tsan asan-core";
-#   "asan" is AddressSanitizer on the whole suite, longer than CI's budget; empty skips them).
-set -euo pipefail
+#   "asan" is AddressSanitizer on the whole suite, longer than CI's budget; empty skips them);
+#   PSTRAIN_CI_SETUP_SECONDS, the seconds .ci/run spent in deploy/setup.sh (a row of the table).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 source deploy/data-dir.sh
 echo "test: datasets from $PSTRAIN_DATA_DIR"
-deploy/build.sh
-(cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j 2 --timeout 900 "$@")
+
+names=() results=() seconds=()
+failed=0
+started=$SECONDS
+if [ -n "${PSTRAIN_CI_SETUP_SECONDS:-}" ]; then
+  names+=("setup (deploy/setup.sh)") results+=(ok) seconds+=("$PSTRAIN_CI_SETUP_SECONDS")
+fi
+# stage NAME COMMAND...: runs COMMAND, records its result and time.
+stage() {
+  local name=$1 begin=$SECONDS
+  shift
+  echo "test: stage '$name' starts"
+  if "$@"; then results+=(ok); else results+=(FAILED); failed=1; fi
+  names+=("$name") seconds+=($((SECONDS - begin)))
+  echo "test: stage '$name' ${results[-1]} after ${seconds[-1]} s"
+}
+skip() { names+=("$1") results+=("skipped ($2)") seconds+=(0); }
+table() {
+  local total=$((SECONDS - started + ${PSTRAIN_CI_SETUP_SECONDS:-0}))
+  echo
+  echo "test: where the time went"
+  printf '  %-34s %-28s %8s\n' stage result seconds
+  for i in "${!names[@]}"; do printf '  %-34s %-28s %8s\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"; done
+  printf '  %-34s %-28s %8s\n' total "$([ $failed = 0 ] && echo ok || echo FAILED)" "$total"
+}
+
+run_ctest() { (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j 2 --timeout 900 "$@"); }
+
+stage "build (deploy/build.sh)" deploy/build.sh
+if [ "${results[-1]}" = ok ]; then
+  stage "ctest" run_ctest "$@"
+else
+  skip ctest "build failed"
+fi
 
 # 45 s per target keeps the fuzz step (a clang build of the targets, about 3 CPU-minutes, then 6
 # runs) within about 7 minutes on 2 cores (docs/FUZZING.md); fuzz/run.sh fails on any crash and
 # leaves the input in build-fuzz/crashes/.
 fuzz_seconds=${PSTRAIN_FUZZ_SECONDS:-45}
 if [ "$fuzz_seconds" -gt 0 ]; then
-  fuzz/run.sh "$fuzz_seconds"
+  stage "fuzz (fuzz/run.sh $fuzz_seconds)" fuzz/run.sh "$fuzz_seconds"
 else
-  echo "test: fuzzing skipped (PSTRAIN_FUZZ_SECONDS=0)"
+  skip fuzz "PSTRAIN_FUZZ_SECONDS=0"
 fi
 
 for kind in ${PSTRAIN_SANITIZERS-tsan asan-core}; do
-  deploy/sanitize.sh "$kind"
+  stage "sanitize $kind" deploy/sanitize.sh "$kind"
 done
+table
+exit $failed
