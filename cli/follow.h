@@ -13,7 +13,7 @@
 
 namespace pstrain::cli {
 
-// The CLI's exit codes (README "Command-line client").
+// The CLI's exit codes (docs/CLI.md "Exit codes").
 enum ExitCode : int {
   kExitOk = 0,          // the request worked; for follow: the job SUCCEEDED
   kExitFailed = 1,      // the job FAILED, or the API answered an error

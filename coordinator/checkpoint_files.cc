@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <memory>
 
-#include "common/chunk_snapshot.h"
-#include "common/cross_thread.h"
-#include "common/model_spec.h"
-#include "common/optim/optimizer.h"
+#include "common/storage/chunk_snapshot.h"
+#include "common/base/cross_thread.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/optim/optimizer.h"
 
 namespace pstrain {
 namespace {

@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/job_spec.h"
-#include "common/param_layout.h"
-#include "common/safetensors.h"
-#include "common/task_thread.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/job_spec.h"
+#include "common/engine/param_layout.h"
+#include "common/engine/safetensors.h"
+#include "common/base/task_thread.h"
 
 namespace pstrain {
 

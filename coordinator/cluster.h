@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "common/ids.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/base/ids.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 
 namespace pstrain {
 

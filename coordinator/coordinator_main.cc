@@ -12,10 +12,10 @@
 #include <optional>
 #include <thread>
 
-#include "common/error.h"
-#include "common/flags.h"
-#include "common/log.h"
-#include "common/process_main.h"
+#include "common/base/error.h"
+#include "common/base/flags.h"
+#include "common/base/log.h"
+#include "common/base/process_main.h"
 #include "common/rpc/rpc_util.h"
 #include "coordinator/coordinator_node.h"
 #include "coordinator/http/http_server.h"

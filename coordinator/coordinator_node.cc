@@ -3,9 +3,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include "common/error.h"
-#include "common/job_spec.h"
-#include "common/log.h"
+#include "common/base/error.h"
+#include "common/data/job_spec.h"
+#include "common/base/log.h"
 #include "coordinator/job_json.h"
 
 namespace pstrain {
@@ -50,9 +50,9 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
     : io_(*io.provider),
       config_(config),
       kv_(open_state(config.state_dir)),
-      store_(kv_.get()),
-      catalog_(DatasetCatalog::Options{config.data_dir, config.datasets_dir, config.max_upload_bytes, {}}, kv_.get(),
-               [this](const std::string& dataset) { return jobs_using_dataset(store_, dataset); }),
+      store_(*kv_),
+      catalog_(DatasetCatalog::Options{config.data_dir, config.datasets_dir, config.max_upload_bytes, {}}, *kv_,
+               [this](const std::string& dataset) { return jobs_using_dataset(store_.list(), dataset); }),
       cluster_(std::chrono::milliseconds(config.dead_after_ms)),
       data_(config.load_split ? config.load_split
                               : SplitLoader([this](const std::string& name, SplitKind kind) { return catalog_.load(name, kind); }),

@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "common/kv_store.h"
+#include "common/storage/kv_store.h"
 #include "common/rpc/rpc_util.h"
 #include "coordinator/cluster.h"
 #include "coordinator/coordinator_service.h"

@@ -1,6 +1,6 @@
 #include "coordinator/coordinator_service.h"
 
-#include "common/log.h"
+#include "common/base/log.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {

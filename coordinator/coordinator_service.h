@@ -9,7 +9,7 @@
 #include <map>
 #include <vector>
 
-#include "common/proto/pstrain.capnp.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "coordinator/cluster.h"
 #include "coordinator/job_manager.h"
 

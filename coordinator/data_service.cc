@@ -4,7 +4,7 @@
 #include <cstring>
 #include <functional>
 
-#include "common/cross_thread.h"
+#include "common/base/cross_thread.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {

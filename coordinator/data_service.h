@@ -26,10 +26,10 @@
 #include <memory>
 #include <string>
 
-#include "common/data_plan.h"
-#include "common/dataset.h"
-#include "common/proto/pstrain.capnp.h"
-#include "common/task_thread.h"
+#include "common/data/data_plan.h"
+#include "common/data/dataset.h"
+#include "common/rpc/proto/pstrain.capnp.h"
+#include "common/base/task_thread.h"
 
 namespace pstrain {
 

@@ -3,14 +3,14 @@
 // sha256, source, creation time), and the one place that turns uploads into datasets.
 //
 // Three sources, one list:
-// - builtin: the dataset table of common/dataset.h (mnist10k, fashion, fashion-mnist), IDX files
+// - builtin: the dataset table of common/data/dataset.h (mnist10k, fashion, fashion-mnist), IDX files
 //   in the data directory or a Debian package's directory;
 // - upload: made by PUT /v1/datasets/{name}/{split}; stored as a dataset directory (below);
 // - directory: a dataset directory a user dropped into the data directory or the uploads directory.
 // The data directory may be read-only (a container's volume); uploads go to the uploads directory
 // (the coordinator's --datasets-dir, by default the data directory).
 //
-// A dataset directory is `<dir>/<name>/` holding `dataset.json` (common/dataset_manifest.h)
+// A dataset directory is `<dir>/<name>/` holding `dataset.json` (common/data/dataset_manifest.h)
 // and the files it names. Uploads are converted to the catalog's stored form, an .npy pair per
 // split (x: the examples as uploaded, uint8 or float32; y: int32 labels), which NumPy reads too.
 //
@@ -39,11 +39,11 @@
 #include <string>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/dataset_formats.h"
-#include "common/dataset_manifest.h"
-#include "common/kv_store.h"
-#include "common/task_thread.h"
+#include "common/data/dataset.h"
+#include "common/data/dataset_formats.h"
+#include "common/data/dataset_manifest.h"
+#include "common/storage/kv_store.h"
+#include "common/base/task_thread.h"
 #include "coordinator/service_error.h"
 
 namespace pstrain {
@@ -98,7 +98,7 @@ class DatasetCatalog {
 
   // Lists the data directory and indexes what changed since the records in `kv` were made (on
   // the catalog's thread: the constructor returns at once; wait_indexed() waits).
-  DatasetCatalog(Options options, KvStore* kv, JobsUsing jobs_using);
+  DatasetCatalog(Options options, KvStore& kv, JobsUsing jobs_using);
   ~DatasetCatalog();
   DatasetCatalog(const DatasetCatalog&) = delete;
   DatasetCatalog& operator=(const DatasetCatalog&) = delete;
@@ -181,7 +181,7 @@ class DatasetCatalog {
   std::optional<DatasetRecord> index_directory_at(const std::string& name, const std::string& dir);
 
   Options options_;
-  KvStore* kv_;
+  KvStore& kv_;
   JobsUsing jobs_using_;
   mutable std::mutex mutex_;
   std::map<std::string, DatasetRecord> records_;  // guarded by mutex_

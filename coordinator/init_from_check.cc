@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "common/model_spec.h"
+#include "common/engine/model_spec.h"
 
 namespace pstrain {
 

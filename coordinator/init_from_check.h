@@ -7,8 +7,8 @@
 // Thread rules: reads the store (thread-safe); any thread.
 #pragma once
 
-#include "common/error.h"
-#include "common/job_spec.h"
+#include "common/base/error.h"
+#include "common/data/job_spec.h"
 #include "coordinator/job_store.h"
 
 namespace pstrain {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "common/json_text.h"
+#include "common/base/json_text.h"
 
 namespace pstrain {
 namespace json = boost::json;

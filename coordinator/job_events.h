@@ -1,5 +1,5 @@
 // The events of a job's life, as GET /v1/jobs/{id}/events sends them (docs: the SSE contract in
-// the README, "Watching a job"): what each change of a job record means as events, their JSON,
+// docs/REST.md, "Watching a job"): what each change of a job record means as events, their JSON,
 // their Server-Sent Events frame, and their stored form. Pure functions; the JobStore numbers,
 // stores and publishes the events.
 //
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/job_store.h"
+#include "coordinator/job_record.h"
 
 namespace pstrain {
 

@@ -1,12 +1,13 @@
-// JSON forms of the job records and node views: what the REST API returns and what JobStore
-// persists. Boost.JSON stays inside job_json.cc.
+// JSON views of the job records and node views: what the REST API returns (their stored form is
+// job_codec.h). Boost.JSON stays inside job_json.cc.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "coordinator/job_store.h"
+#include "coordinator/job_record.h"
+#include "coordinator/model_catalog.h"
 
 namespace pstrain {
 
@@ -32,18 +33,7 @@ std::string model_list_json(const std::vector<JobRecord>& jobs, const std::vecto
 // the metrics at that point, and each one's href.
 std::string checkpoint_list_json(const JobRecord& job);
 
-// The ids of unfinished jobs whose spec names `dataset` (a dataset in use cannot be deleted).
-std::vector<std::string> jobs_using_dataset(const JobStore& store, const std::string& dataset);
-
-// Storage forms (everything but the metric history, which is stored entry by entry).
-std::string record_to_json(const JobRecord& job);
-std::optional<JobRecord> record_from_json(const std::string& text);
-std::string step_to_json(const StepMetric& m);
-std::optional<StepMetric> step_from_json(const std::string& text);
-std::string epoch_to_json(const EpochMetric& m);
-std::optional<EpochMetric> epoch_from_json(const std::string& text);
-// An async cut's worker positions: [[epoch, step, steps_done], ...] by worker index.
-std::string positions_to_json(const std::vector<WorkerPosition>& positions);
-std::optional<std::vector<WorkerPosition>> positions_from_json(const std::string& text);
+// The ids of the unfinished ones of `jobs` whose spec names `dataset` (a dataset in use cannot be deleted).
+std::vector<std::string> jobs_using_dataset(const std::vector<JobRecord>& jobs, const std::string& dataset);
 
 }  // namespace pstrain

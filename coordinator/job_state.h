@@ -1,5 +1,6 @@
-// A job's state as the outside world sees it (DESIGN section 5). Stored and passed around as the
-// enum; text only at the JSON edge (job_json.cc, the REST API's metrics).
+// A job's state as the outside world sees it (docs/REST.md "Follow a job", the `state` field;
+// docs/DESIGN-NOTES.md "One phase" on how it derives from the runner's phase). Stored and passed
+// around as the enum; text only at the JSON edge (job_json.cc, the REST API's metrics).
 //
 // Thread rules: plain values and pure functions; any thread.
 #pragma once

@@ -1,6 +1,6 @@
 #include "coordinator/kj_commands.h"
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 

@@ -3,11 +3,11 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 
-KvWriter::KvWriter(KvStore* kv) : kv_(kv), thread_([this] { run(); }) {}
+KvWriter::KvWriter(KvStore& kv) : kv_(kv), thread_([this] { run(); }) {}
 
 KvWriter::~KvWriter() {
   {
@@ -72,9 +72,9 @@ void KvWriter::run() {
       if (keep[i]) writes.push_back(std::move(batch[i]));
     }
     KvStatus status;
-    if (kv_ != nullptr && !writes.empty()) status = kv_->write(writes, sync);
+    if (!writes.empty()) status = kv_.write(writes, sync);
     if (!status.ok()) {
-      PSLOG(kError) << "kv writer: writing " << writes.size() << " key(s) to " << kv_->directory()
+      PSLOG(kError) << "kv writer: writing " << writes.size() << " key(s) to " << kv_.directory()
                     << " failed: " << status.message;
     }
     // Callbacks run after a failed write too (it is logged and counted): what they publish is

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/kv_store.h"
+#include "common/storage/kv_store.h"
 
 namespace pstrain {
 
@@ -33,8 +33,7 @@ class KvWriter {
  public:
   static constexpr size_t kMaxBatchBytes = size_t{32} << 20;
 
-  // `kv` may be null: writes are dropped (a store without persistence).
-  explicit KvWriter(KvStore* kv);
+  explicit KvWriter(KvStore& kv);
   ~KvWriter();
   KvWriter(const KvWriter&) = delete;
   KvWriter& operator=(const KvWriter&) = delete;
@@ -50,7 +49,7 @@ class KvWriter {
  private:
   void run();
 
-  KvStore* kv_;
+  KvStore& kv_;
   mutable std::mutex mutex_;
   std::condition_variable wake_, drained_;
   struct Call {  // one enqueue()

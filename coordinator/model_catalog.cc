@@ -6,10 +6,9 @@
 #include <charconv>
 #include <memory>
 
-#include "common/error.h"
-#include "common/json_text.h"
-#include "common/log.h"
-#include "coordinator/job_store.h"
+#include "common/base/error.h"
+#include "common/base/json_text.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -78,17 +77,16 @@ std::optional<UploadedModel> from_json(std::string_view text) {
 
 }  // namespace
 
-ModelCatalog::ModelCatalog(KvStore* kv) : kv_(kv) {
-  if (kv_ == nullptr) return;
+ModelCatalog::ModelCatalog(KvStore& kv) : kv_(kv) {
   std::map<uint64_t, bool> numbers;  // every number with a key; true: it has a readable record
-  for (const std::string& key : kv_->keys(std::string(kKeyPrefix))) {
+  for (const std::string& key : kv_.keys(std::string(kKeyPrefix))) {
     uint64_t n = 0;
     const char* begin = key.data() + kKeyPrefix.size();
     std::from_chars(begin, key.data() + key.size(), n);
     numbers.emplace(n, false);
     if (!key.ends_with("/record")) continue;  // the file's pieces are not read here
     std::string value;
-    const std::optional<UploadedModel> m = kv_->get(key, &value).ok() ? from_json(value) : std::nullopt;
+    const std::optional<UploadedModel> m = kv_.get(key, &value).ok() ? from_json(value) : std::nullopt;
     const auto number = m ? id_number(m->id) : std::nullopt;
     if (!number || *number != n) {
       PSLOG(kWarning) << "model catalog: the record at " << key << " is unreadable; ignored";
@@ -97,7 +95,7 @@ ModelCatalog::ModelCatalog(KvStore* kv) : kv_(kv) {
     numbers[n] = true;
     models_.emplace(n, std::move(*m));
   }
-  if (std::string next; kv_->get(std::string(kNextKey), &next).ok()) {
+  if (std::string next; kv_.get(std::string(kNextKey), &next).ok()) {
     uint64_t n = 0;
     std::from_chars(next.data(), next.data() + next.size(), n);
     next_ = std::max(next_, n);
@@ -105,7 +103,7 @@ ModelCatalog::ModelCatalog(KvStore* kv) : kv_(kv) {
   for (const auto& [n, has_record] : numbers) {
     next_ = std::max(next_, n + 1);
     // Pieces of an upload that a crash cut off before its record.
-    if (!has_record && !kv_->erase_prefix(std::string(kKeyPrefix) + key_number(n, 12) + "/", false).ok()) {
+    if (!has_record && !kv_.erase_prefix(std::string(kKeyPrefix) + key_number(n, 12) + "/", false).ok()) {
       PSLOG(kWarning) << "model catalog: could not remove the leftovers of upload " << n;
     }
   }
@@ -120,21 +118,18 @@ UploadedModel ModelCatalog::add(UploadedModel record, std::string_view file) {
   record.id = std::string(kIdPrefix) + std::to_string(n);
   record.bytes = static_cast<int64_t>(file.size());
   if (record.name.empty()) record.name = record.id;
-  if (kv_ != nullptr) {
-    const size_t pieces = std::max<size_t>(1, (file.size() + kMaxModelPieceBytes - 1) / kMaxModelPieceBytes);
-    for (size_t i = 0; i < pieces; ++i) {
-      const std::string_view piece = file.substr(std::min(file.size(), i * kMaxModelPieceBytes), kMaxModelPieceBytes);
-      if (const KvStatus s = kv_->put(piece_key(n, i), piece, false); !s.ok()) {
-        throw Error("could not store uploaded model " + record.id + ": " + s.message);
-      }
-    }
-    if (const KvStatus s = kv_->write({{record_key(n), to_json(record)}, {std::string(kNextKey), std::to_string(n + 1)}}, true);
-        !s.ok()) {
+  const size_t pieces = std::max<size_t>(1, (file.size() + kMaxModelPieceBytes - 1) / kMaxModelPieceBytes);
+  for (size_t i = 0; i < pieces; ++i) {
+    const std::string_view piece = file.substr(std::min(file.size(), i * kMaxModelPieceBytes), kMaxModelPieceBytes);
+    if (const KvStatus s = kv_.put(piece_key(n, i), piece, false); !s.ok()) {
       throw Error("could not store uploaded model " + record.id + ": " + s.message);
     }
   }
+  if (const KvStatus s = kv_.write({{record_key(n), to_json(record)}, {std::string(kNextKey), std::to_string(n + 1)}}, true);
+      !s.ok()) {
+    throw Error("could not store uploaded model " + record.id + ": " + s.message);
+  }
   std::lock_guard lock(mutex_);
-  if (kv_ == nullptr) files_[n] = std::string(file);
   models_[n] = record;
   return record;
 }
@@ -164,11 +159,10 @@ std::optional<std::string> ModelCatalog::file(const std::string& id) const {
     const auto it = models_.find(*n);
     if (it == models_.end()) return std::nullopt;
     bytes = it->second.bytes;
-    if (kv_ == nullptr) return files_.at(*n);
   }
   std::string out, piece;
   out.reserve(static_cast<size_t>(bytes));
-  for (size_t i = 0; kv_->get(piece_key(*n, i), &piece).ok(); ++i) out += piece;
+  for (size_t i = 0; kv_.get(piece_key(*n, i), &piece).ok(); ++i) out += piece;
   if (static_cast<int64_t>(out.size()) != bytes) return std::nullopt;
   return out;
 }
@@ -182,15 +176,8 @@ std::optional<StoredFile> ModelCatalog::file_pieces(const std::string& id) const
     const auto it = models_.find(*n);
     if (it == models_.end()) return std::nullopt;
     f.bytes = it->second.bytes;
-    if (kv_ == nullptr) {
-      f.read_piece = [file = std::make_shared<const std::string>(files_.at(*n))](size_t i) -> std::optional<std::string> {
-        if (i > 0) return std::nullopt;
-        return *file;
-      };
-      return f;
-    }
   }
-  f.read_piece = [kv = kv_, n = *n](size_t i) -> std::optional<std::string> {
+  f.read_piece = [kv = &kv_, n = *n](size_t i) -> std::optional<std::string> {
     std::string piece;
     if (!kv->get(piece_key(n, i), &piece).ok()) return std::nullopt;
     return piece;
@@ -204,15 +191,12 @@ bool ModelCatalog::erase(const std::string& id) {
   {
     std::lock_guard lock(mutex_);
     if (models_.erase(*n) == 0) return false;
-    files_.erase(*n);
   }
-  if (kv_ != nullptr) {
-    // The record first (synced): a crash before the pieces are gone leaves pieces without a
-    // record, which the next start removes.
-    if (!kv_->write({{record_key(*n), std::nullopt}}, true).ok() ||
-        !kv_->erase_prefix(std::string(kKeyPrefix) + key_number(*n, 12) + "/", false).ok()) {
-      PSLOG(kWarning) << "model catalog: could not delete the stored files of " << id;
-    }
+  // The record first (synced): a crash before the pieces are gone leaves pieces without a
+  // record, which the next start removes.
+  if (!kv_.write({{record_key(*n), std::nullopt}}, true).ok() ||
+      !kv_.erase_prefix(std::string(kKeyPrefix) + key_number(*n, 12) + "/", false).ok()) {
+    PSLOG(kWarning) << "model catalog: could not delete the stored files of " << id;
   }
   return true;
 }

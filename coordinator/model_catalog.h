@@ -23,8 +23,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/kv_store.h"
-#include "common/safetensors.h"
+#include "common/storage/kv_store.h"
+#include "common/engine/safetensors.h"
 #include "coordinator/stored_file.h"
 
 namespace pstrain {
@@ -43,7 +43,7 @@ class ModelCatalog {
  public:
   static constexpr std::string_view kIdPrefix = "model-";
 
-  explicit ModelCatalog(KvStore* kv);
+  explicit ModelCatalog(KvStore& kv);
   ModelCatalog(const ModelCatalog&) = delete;
   ModelCatalog& operator=(const ModelCatalog&) = delete;
 
@@ -60,10 +60,9 @@ class ModelCatalog {
   bool erase(const std::string& id);
 
  private:
-  KvStore* kv_;
+  KvStore& kv_;
   mutable std::mutex mutex_;
   std::map<uint64_t, UploadedModel> models_;    // guarded by mutex_; by number: upload order
-  std::map<uint64_t, std::string> files_;       // guarded by mutex_; only without kv_
   uint64_t next_ = 1;                           // guarded by mutex_
 };
 

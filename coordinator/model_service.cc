@@ -10,14 +10,14 @@
 #include <future>
 #include <numeric>
 
-#include "common/job_spec.h"
-#include "common/json_text.h"
-#include "common/log.h"
-#include "common/model_eval.h"
-#include "common/nn/loss.h"
-#include "common/nn/model.h"
-#include "common/safetensors.h"
-#include "common/sha256.h"
+#include "common/data/job_spec.h"
+#include "common/base/json_text.h"
+#include "common/base/log.h"
+#include "common/data/model_eval.h"
+#include "common/engine/nn/loss.h"
+#include "common/engine/nn/model.h"
+#include "common/engine/safetensors.h"
+#include "common/base/sha256.h"
 #include "coordinator/job_json.h"
 
 namespace pstrain {

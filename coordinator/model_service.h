@@ -32,7 +32,7 @@
 #include <optional>
 #include <string>
 
-#include "common/task_thread.h"
+#include "common/base/task_thread.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_store.h"
 #include "coordinator/service_error.h"

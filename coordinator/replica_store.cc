@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "common/cross_thread.h"
-#include "common/error.h"
+#include "common/base/cross_thread.h"
+#include "common/base/error.h"
 
 namespace pstrain {
 namespace {
@@ -18,10 +18,9 @@ std::string replica_prefix(const ReplicaId& id) { return version_prefix(id.job, 
 
 }  // namespace
 
-ReplicaStore::ReplicaStore(KvStore* kv) : kv_(kv), writer_(kv) {
-  if (kv_ == nullptr) return;
-  if (const KvStatus status = kv_->erase_prefix("replica/", false); !status.ok()) {
-    throw Error("could not delete the backup replicas of an earlier run from " + kv_->directory() + ": " +
+ReplicaStore::ReplicaStore(KvStore& kv) : kv_(kv), writer_(kv) {
+  if (const KvStatus status = kv_.erase_prefix("replica/", false); !status.ok()) {
+    throw Error("could not delete the backup replicas of an earlier run from " + kv_.directory() + ": " +
                 status.message);
   }
 }
@@ -48,9 +47,9 @@ kj::Promise<std::vector<std::string>> ReplicaStore::read(const ReplicaId& id, si
   writer_.enqueue({}, false, [this, prefix = replica_prefix(id), first, max_bytes, fulfiller = paf.fulfiller] {
     std::vector<std::string> blobs;
     size_t bytes = 0;
-    for (size_t i = first; kv_ != nullptr; ++i) {
+    for (size_t i = first;; ++i) {
       std::string blob;
-      if (!kv_->get(prefix + padded(i), &blob).ok()) break;
+      if (!kv_.get(prefix + padded(i), &blob).ok()) break;
       if (!blobs.empty() && bytes + blob.size() > max_bytes) break;
       bytes += blob.size();
       blobs.push_back(std::move(blob));
@@ -68,7 +67,7 @@ kj::Promise<void> ReplicaStore::written() {
 
 std::optional<std::string> ReplicaStore::read_chunk(const ReplicaId& id, size_t index) const {
   std::string blob;
-  if (kv_ == nullptr || !kv_->get(replica_prefix(id) + padded(index), &blob).ok()) return std::nullopt;
+  if (!kv_.get(replica_prefix(id) + padded(index), &blob).ok()) return std::nullopt;
   return blob;
 }
 

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "common/kv_store.h"
+#include "common/storage/kv_store.h"
 #include "coordinator/kv_writer.h"
 
 namespace pstrain {
@@ -45,7 +45,7 @@ struct ReplicaId {
 
 class ReplicaStore {
  public:
-  explicit ReplicaStore(KvStore* kv);
+  explicit ReplicaStore(KvStore& kv);
 
   // Queues the write of chunks first .. first + blobs.size() - 1 of a replica; resolves once
   // they are on disk (not synced: a crash loses the ledger too).
@@ -71,7 +71,7 @@ class ReplicaStore {
   // Queues the deletion of the stored replicas whose key prefix starts with `prefix`.
   void erase_matching(const std::string& prefix);
 
-  KvStore* kv_;
+  KvStore& kv_;
   std::mutex mutex_;
   std::map<std::string, size_t> chunks_;  // guarded by mutex_: key prefix of a replica -> chunks written
   std::map<std::string, size_t> pins_;    // guarded by mutex_: key prefix of a version -> pins

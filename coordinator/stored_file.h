@@ -14,6 +14,9 @@
 
 namespace pstrain {
 
+// A file is stored in pieces of at most this many bytes (one RocksDB value each).
+inline constexpr size_t kMaxModelPieceBytes = size_t{16} << 20;
+
 struct StoredFile {
   int64_t bytes = 0;  // of the whole file
   // Piece `index` (0, 1, ...: they add up to `bytes`), or nullopt if it is gone (the file was

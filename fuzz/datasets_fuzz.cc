@@ -1,4 +1,4 @@
-// Fuzz target: the dataset parsers (common/dataset_formats.h, common/idx.h), with the limits an
+// Fuzz target: the dataset parsers (common/data/dataset_formats.h, common/data/idx.h), with the limits an
 // upload gets (ExampleLimits' defaults: what the dataset catalog uses).
 //
 // The first byte picks the parser, the rest is the file:
@@ -19,9 +19,9 @@
 #include <sstream>
 #include <string>
 
-#include "common/dataset_formats.h"
-#include "common/error.h"
-#include "common/idx.h"
+#include "common/data/dataset_formats.h"
+#include "common/base/error.h"
+#include "common/data/idx.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzz target: the job-spec parser (common/job_spec_json.cc). Any bytes are given to
+// Fuzz target: the job-spec parser (common/data/job_spec_json.cc). Any bytes are given to
 // parse_job_spec; a SpecError is the expected answer to most. A spec that parses must survive
 // the trip every accepted spec makes (coordinator → canonical JSON → server or worker): its
 // canonical text parses again with parse_accepted_job_spec, to the same canonical text.
@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "common/error.h"
-#include "common/job_spec.h"
+#include "common/base/error.h"
+#include "common/data/job_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -29,10 +29,10 @@
 #include <string>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/job_spec.h"
-#include "common/log.h"
-#include "common/model_spec.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/job_spec.h"
+#include "common/base/log.h"
+#include "common/engine/model_spec.h"
 #include "common/rpc/rpc_util.h"
 #include "server/parameter_server.h"
 

@@ -2,7 +2,7 @@
 // http_server.cc), without sockets: bytes → Beast's request parser with the server's limits
 // (16 KiB of headers; the body's limit from RestApi::plan_body, else RestApi::kMaxBodyBytes, a
 // declared Content-Length over it refused before any of the body is read) → RestApi::handle.
-// The API runs on an in-memory JobStore (JobStore(nullptr)) holding one running job with metrics,
+// The API runs on an in-memory JobStore (a JobStore on KvStore::in_memory()) holding one running job with metrics,
 // and a stub JobCommands that changes nothing: the parser, router and checks are under test, not
 // the event loop. No dataset catalog and no model service: those
 // routes answer 404 here (their bodies go to files, on the catalog's thread).
@@ -20,7 +20,7 @@
 #include <optional>
 #include <string>
 
-#include "common/job_spec.h"
+#include "common/data/job_spec.h"
 #include "coordinator/http/rest_api.h"
 #include "coordinator/job_json.h"
 #include "coordinator/job_store.h"
@@ -122,7 +122,8 @@ bool serve_one(std::string_view& bytes, pstrain::RestApi& api) {
 }
 
 struct Fixture {
-  pstrain::JobStore store{nullptr};
+  std::unique_ptr<pstrain::KvStore> kv = pstrain::KvStore::in_memory();
+  pstrain::JobStore store{*kv};
   StubCommands commands;
   pstrain::RestApi api{store, commands, "{\"openapi\": \"3.0.3\"}"};
 

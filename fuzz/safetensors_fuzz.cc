@@ -1,4 +1,4 @@
-// Fuzz target: the safetensors reader and writer (common/safetensors.h). Any bytes go to
+// Fuzz target: the safetensors reader and writer (common/engine/safetensors.h). Any bytes go to
 // inspect_safetensors and to decode_model_state against a small fixed layout (two tensors with
 // padding between them, Adam's slots); ModelFileError is the expected answer to most. A file that
 // decodes must survive encode → decode bit for bit: parameters, padding, slots, iterations and
@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/safetensors.h"
+#include "common/engine/safetensors.h"
 
 namespace {
 

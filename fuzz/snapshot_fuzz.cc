@@ -1,4 +1,4 @@
-// Fuzz target: the backup blob decoder (common/chunk_snapshot.h). Any bytes go to
+// Fuzz target: the backup blob decoder (common/storage/chunk_snapshot.h). Any bytes go to
 // decode_snapshot, which must answer nullopt or a snapshot; the encoding has one form per
 // snapshot, so a blob that decodes must encode back to exactly the same bytes.
 #include <cstdint>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/chunk_snapshot.h"
+#include "common/storage/chunk_snapshot.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string blob(reinterpret_cast<const char*>(data), size);

@@ -4,7 +4,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/log.h"
+#include "common/base/log.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/chunk_snapshot.h"
-#include "common/kv_store.h"
-#include "common/optim/optimizer.h"
+#include "common/base/aligned.h"
+#include "common/storage/chunk_snapshot.h"
+#include "common/storage/kv_store.h"
+#include "common/engine/optim/optimizer.h"
 
 namespace pstrain {
 

@@ -24,7 +24,7 @@
 #include <vector>
 #include <string>
 
-#include "common/proto/pstrain.capnp.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "server/store_thread.h"
 #include "server/parameter_shard.h"
 

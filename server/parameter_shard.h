@@ -1,4 +1,5 @@
-// The part of one job's parameters that one server holds, and the update rules (DESIGN section 3).
+// The part of one job's parameters that one server holds, and the update rules
+// (docs/DESIGN-NOTES.md "Loss scaling", "Deterministic reduction" and "Staleness-aware async").
 //
 // Pure logic, no RPC: the Cap'n Proto layer (parameter_server.h) turns calls into push()/pull()
 // and completes its replies from the callbacks, which is also how the unit tests drive it.
@@ -32,11 +33,11 @@
 #include <string>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/chunk_plan.h"
+#include "common/base/aligned.h"
+#include "common/engine/chunk_plan.h"
 #include "server/backup_store.h"
-#include "common/job_spec.h"
-#include "common/optim/optimizer.h"
+#include "common/data/job_spec.h"
+#include "common/engine/optim/optimizer.h"
 
 namespace pstrain {
 
@@ -130,7 +131,7 @@ class ParameterShard {
   // Async: the worker's compression state for the chunk as it pauses for a cut (putState), kept
   // until it puts another; snapshot_each() and restore() carry it like a sync step's.
   void set_worker_state(uint32_t key, uint32_t worker, std::span<const float> state);
-  // Forward on the servers (ParameterServer.pushFactors' next* fields, common/nn/row_groups.h):
+  // Forward on the servers (ParameterServer.pushFactors' next* fields, common/engine/nn/row_groups.h):
   // result (columns x examples, 64-byte aligned) = the sum over `rows` of each row's current
   // values times its inputs (examples x rows.size(), example after example, 64-byte aligned).
   // Preconditions (checked by the RPC layer): the keys hold whole rows of one kernel, and every

@@ -5,9 +5,9 @@
 
 #include <iostream>
 
-#include "common/error.h"
-#include "common/flags.h"
-#include "common/process_main.h"
+#include "common/base/error.h"
+#include "common/base/flags.h"
+#include "common/base/process_main.h"
 #include "common/rpc/rpc_util.h"
 #include "server/server_node.h"
 

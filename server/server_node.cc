@@ -4,9 +4,9 @@
 
 #include <memory>
 
-#include "common/error.h"
-#include "common/kv_store.h"
-#include "common/log.h"
+#include "common/base/error.h"
+#include "common/storage/kv_store.h"
+#include "common/base/log.h"
 #include "common/rpc/coordinator_link.h"
 #include "server/backup_report.h"
 #include "server/backup_store.h"

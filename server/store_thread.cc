@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 

@@ -30,7 +30,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/cross_thread.h"
+#include "common/base/cross_thread.h"
 #include "server/backup_store.h"
 
 namespace pstrain {

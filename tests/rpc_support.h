@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/engine/chunk_plan.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain::testing {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a test command as a smaller CPU would run it: our kernels and oneDNN capped at LEVEL
-# (PSTRAIN_CPU_TARGET, common/simd/cpu_target.h) and OpenBLAS on the kernel set of such a CPU
+# (PSTRAIN_CPU_TARGET, common/engine/simd/cpu_target.h) and OpenBLAS on the kernel set of such a CPU
 # (OPENBLAS_CORETYPE), for every process the command starts. CI runs the equivalence and recovery
 # tests this way at each level below the machine's, so a result that holds on one vector width
 # only fails on any machine (docs/DESIGN-NOTES.md, "Exactness on every CPU").

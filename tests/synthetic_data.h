@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/dataset_formats.h"
-#include "common/example_types.h"
-#include "common/rng.h"
+#include "common/data/dataset_formats.h"
+#include "common/data/example_types.h"
+#include "common/base/rng.h"
 
 namespace pstrain::testing {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
+#include "common/data/job_spec.h"
 
 namespace pstrain::testing {
 
@@ -38,7 +38,7 @@ std::string failure_of(Promise&& promise, kj::WaitScope& ws) {
 // $PSTRAIN_DATA_DIR if set, else the directory CMake found (../shared/data or ./data).
 std::string data_dir();
 
-// The MLP job of DESIGN section 5 with the given hidden sizes (784-h1-h2-10), Adam 1e-3,
+// The MLP job of deploy/jobs/mnist-mlp.json with the given hidden sizes (784-h1-h2-10), Adam 1e-3,
 // batch 128, seeds fixed.
 JobSpec mlp_job(int hidden1, int hidden2, int epochs);
 

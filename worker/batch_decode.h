@@ -11,8 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/example_types.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/data/example_types.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 
 namespace pstrain {
 

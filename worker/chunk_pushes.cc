@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include "common/message_limits.h"
+#include "common/rpc/message_limits.h"
 
 namespace pstrain {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "common/message_limits.h"
+#include "common/rpc/message_limits.h"
 
 namespace pstrain {
 

@@ -19,9 +19,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/chunk_plan.h"
-#include "common/param_layout.h"
+#include "common/base/aligned.h"
+#include "common/engine/chunk_plan.h"
+#include "common/engine/param_layout.h"
 
 namespace pstrain {
 

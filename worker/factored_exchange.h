@@ -17,7 +17,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/aligned.h"
+#include "common/base/aligned.h"
 #include "worker/backward_order.h"
 #include "worker/chunk_pushes.h"
 #include "worker/factor_plan.h"

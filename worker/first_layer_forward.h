@@ -18,9 +18,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/nn/data_parallel_model.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/base/aligned.h"
+#include "common/engine/nn/data_parallel_model.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "worker/batch_decode.h"
 #include "worker/factor_plan.h"
 

@@ -1,4 +1,4 @@
-// The first dense layer's kernel rows grouped by the server that holds them (common/nn/row_groups.h):
+// The first dense layer's kernel rows grouped by the server that holds them (common/engine/nn/row_groups.h):
 // how every worker of a cluster computes that layer, and how the standalone trainer computes it
 // when asked to match such a cluster bit for bit (LocalTrainerOptions::servers).
 #pragma once
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/nn/data_parallel_model.h"
+#include "common/engine/chunk_plan.h"
+#include "common/engine/nn/data_parallel_model.h"
 
 namespace pstrain {
 

@@ -18,9 +18,9 @@
 #include <optional>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/example_types.h"
-#include "common/model_spec.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/example_types.h"
+#include "common/engine/model_spec.h"
 
 namespace pstrain {
 

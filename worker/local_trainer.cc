@@ -4,14 +4,14 @@
 #include <chrono>
 #include <cmath>
 
-#include "common/chunk_plan.h"
-#include "common/dataset.h"
-#include "common/dataset_manifest.h"
-#include "common/error.h"
-#include "common/nn/gradient_scaling.h"
-#include "common/nn/data_parallel_model.h"
-#include "common/optim/optimizer.h"
-#include "common/rng.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/dataset.h"
+#include "common/data/dataset_manifest.h"
+#include "common/base/error.h"
+#include "common/engine/nn/gradient_scaling.h"
+#include "common/engine/nn/data_parallel_model.h"
+#include "common/engine/optim/optimizer.h"
+#include "common/base/rng.h"
 #include "worker/first_layer_groups.h"
 
 namespace pstrain {

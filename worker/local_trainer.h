@@ -5,7 +5,7 @@
 // global_batch_size examples of the epoch's seeded order, computes the gradient of the summed
 // loss, scales it by the step's example count, adds the L2 term and applies the optimizer.
 //
-// Resume and fine-tune (the same semantics as a job's init_from, common/job_spec.h): training may
+// Resume and fine-tune (the same semantics as a job's init_from, common/data/job_spec.h): training may
 // start from given parameters, with the optimizer's slots and update count and a global step S
 // (resume: training.epochs is the total, as Keras' fit(epochs, initial_epoch); the run goes on at
 // epoch S / steps_per_epoch, step S % steps_per_epoch, with the data order an uninterrupted run
@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/dataset.h"
-#include "common/job_spec.h"
-#include "common/optim/optimizer.h"
+#include "common/base/aligned.h"
+#include "common/data/dataset.h"
+#include "common/data/job_spec.h"
+#include "common/engine/optim/optimizer.h"
 
 namespace pstrain {
 

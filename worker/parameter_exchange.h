@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "common/model_spec.h"
-#include "common/nn/data_parallel_model.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/nn/data_parallel_model.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "worker/server_chunks.h"
 
 namespace pstrain {
@@ -42,7 +42,7 @@ enum class Exchange {
   kSparse,    // row-sparse pushes and replies of a dense first layer on sparse inputs (input_sparsity.h)
   kFactored,  // kSparse, and dense kernels pushed as factors where they are smaller (factor_plan.h)
   kForward,   // kFactored, and the servers compute the first layer's product for the next batch
-              // (common/nn/row_groups.h) and reply with it instead of that layer's values
+              // (common/engine/nn/row_groups.h) and reply with it instead of that layer's values
 };
 
 class ParameterExchange {

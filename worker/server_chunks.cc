@@ -3,9 +3,9 @@
 #include <cstring>
 #include <optional>
 
-#include "common/compression.h"
-#include "common/message_limits.h"
-#include "common/rng.h"
+#include "common/engine/compression.h"
+#include "common/rpc/message_limits.h"
+#include "common/base/rng.h"
 #include "worker/stoppable_wait.h"
 
 namespace pstrain {

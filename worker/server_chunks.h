@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/chunk_plan.h"
-#include "common/job_spec.h"
-#include "common/param_layout.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/base/aligned.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/job_spec.h"
+#include "common/engine/param_layout.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
 #include "worker/input_sparsity.h"
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "common/base/error.h"
+#include "common/base/log.h"
 #include "worker/batch_decode.h"
 #include "worker/shard_reader.h"
 #include "worker/training_session.h"

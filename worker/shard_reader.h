@@ -1,7 +1,8 @@
 // Reads a data shard from the coordinator's data service ahead of the consumer: calls go out one
 // after the other (the next as soon as a reply is in) until `prefetch_batches` are buffered, so
 // the next batches arrive while the current step computes, and training can go on for a while
-// if the coordinator goes away (DESIGN section 4: not every step needs the coordinator).
+// if the coordinator goes away (docs/DESIGN-NOTES.md "Training while the coordinator is down":
+// not every step needs the coordinator).
 //
 // Thread rules: event-loop thread only (next() waits on the loop).
 #pragma once
@@ -12,7 +13,7 @@
 #include <deque>
 #include <memory>
 
-#include "common/proto/pstrain.capnp.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 
 namespace pstrain {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "common/proto/pstrain.capnp.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "worker/input_sparsity.h"
 
 namespace pstrain {

@@ -8,18 +8,18 @@
 #include <span>
 #include <sstream>
 
-#include "common/compute_threads.h"
-#include "common/dataset_formats.h"
-#include "common/dataset_manifest.h"
-#include "common/error.h"
-#include "common/flags.h"
-#include "common/process_main.h"
-#include "common/job_spec.h"
-#include "common/log.h"
-#include "common/model_eval.h"
-#include "common/model_spec.h"
-#include "common/optim/optimizer.h"
-#include "common/safetensors.h"
+#include "common/engine/compute_threads.h"
+#include "common/data/dataset_formats.h"
+#include "common/data/dataset_manifest.h"
+#include "common/base/error.h"
+#include "common/base/flags.h"
+#include "common/base/process_main.h"
+#include "common/data/job_spec.h"
+#include "common/base/log.h"
+#include "common/data/model_eval.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/optim/optimizer.h"
+#include "common/engine/safetensors.h"
 #include "worker/local_trainer.h"
 
 namespace {

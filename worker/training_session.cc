@@ -5,8 +5,8 @@
 #include <cmath>
 #include <thread>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "common/base/error.h"
+#include "common/base/log.h"
 #include "common/rpc/rpc_util.h"
 #include "worker/batch_decode.h"
 #include "worker/first_layer_groups.h"

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/job_spec.h"
-#include "common/nn/data_parallel_model.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/base/aligned.h"
+#include "common/data/job_spec.h"
+#include "common/engine/nn/data_parallel_model.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "worker/batch_decode.h"
 #include "worker/parameter_exchange.h"
 #include "worker/server_chunks.h"

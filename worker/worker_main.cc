@@ -6,9 +6,9 @@
 
 #include <iostream>
 
-#include "common/error.h"
-#include "common/flags.h"
-#include "common/process_main.h"
+#include "common/base/error.h"
+#include "common/base/flags.h"
+#include "common/base/process_main.h"
 #include "common/rpc/rpc_util.h"
 #include "worker/worker_node.h"
 

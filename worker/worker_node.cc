@@ -1,7 +1,7 @@
 #include "worker/worker_node.h"
 
-#include "common/error.h"
-#include "common/log.h"
+#include "common/base/error.h"
+#include "common/base/log.h"
 #include "common/rpc/coordinator_link.h"
 
 namespace pstrain {

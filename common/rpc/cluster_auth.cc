@@ -18,8 +18,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "common/base/error.h"
+#include "common/base/log.h"
 
 namespace pstrain::rpc {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <random>
 
-#include "common/compute_threads.h"
-#include "common/log.h"
+#include "common/engine/compute_threads.h"
+#include "common/base/log.h"
 
 namespace pstrain::rpc {
 

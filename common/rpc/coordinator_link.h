@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "common/proto/pstrain.capnp.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "common/rpc/heartbeat_thread.h"
 #include "common/rpc/rpc_util.h"
 

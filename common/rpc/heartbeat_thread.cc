@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "common/log.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/base/log.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 
 namespace pstrain::rpc {
 

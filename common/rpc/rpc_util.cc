@@ -11,9 +11,9 @@
 
 #include <capnp/orphan.h>
 
-#include "common/compute_threads.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "common/engine/compute_threads.h"
+#include "common/base/error.h"
+#include "common/base/log.h"
 
 namespace pstrain::rpc {
 

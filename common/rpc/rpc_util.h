@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/example_types.h"
-#include "common/message_limits.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/example_types.h"
+#include "common/rpc/message_limits.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "common/rpc/cluster_auth.h"
 
 namespace pstrain::rpc {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/error.h"
+#include "common/base/error.h"
 
 namespace pstrain {
 

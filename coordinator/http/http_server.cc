@@ -20,9 +20,9 @@
 #include <mutex>
 #include <optional>
 
-#include "common/error.h"
-#include "common/log.h"
-#include "common/sha256.h"
+#include "common/base/error.h"
+#include "common/base/log.h"
+#include "common/base/sha256.h"
 
 namespace pstrain {
 namespace beast = boost::beast;

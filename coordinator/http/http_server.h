@@ -31,7 +31,7 @@
 #include <string>
 #include <thread>
 
-#include "common/task_thread.h"
+#include "common/base/task_thread.h"
 #include "coordinator/http/rest_api.h"
 
 namespace boost::asio::ssl {

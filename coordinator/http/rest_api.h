@@ -18,9 +18,11 @@
 #include <utility>
 #include <vector>
 
-#include "common/job_spec.h"
+#include "common/data/job_spec.h"
 #include "coordinator/event_stream.h"
 #include "coordinator/http/access_control.h"
+#include "coordinator/http/http_types.h"
+#include "coordinator/http/router.h"
 #include "coordinator/job_store.h"
 #include "coordinator/stored_file.h"
 
@@ -30,46 +32,6 @@ namespace rpc {
 class AuthRefusals;
 }  // namespace rpc
 
-struct HttpRequest {
-  std::string method;        // "GET"
-  std::string target;        // "/v1/jobs/job-1?x=y"
-  std::string content_type;  // the Content-Type header, or empty
-  std::string body;          // the body, when it was read into memory
-  std::optional<uint64_t> content_length;  // the Content-Length header (none: chunked or no body)
-  std::string last_event_id;  // the Last-Event-ID header (event streams), or empty
-  // The body, when it was streamed to a file (BodyPlan::kFile): where, how many bytes, and their
-  // SHA-256 (hex), computed as it was written.
-  std::string body_file;
-  uint64_t body_bytes = 0;
-  std::string body_sha256;
-  std::string if_none_match;  // the If-None-Match header, or empty (the dashboard's files)
-  std::string authorization;  // the Authorization header, or empty
-};
-
-struct HttpResponse {
-  unsigned status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-  bool close = false;  // close the connection after sending
-  // An event stream (text/event-stream): the server sends the headers, then the subscriber's
-  // events as they come, until it ends (or is dropped, or the client goes away); no body.
-  std::shared_ptr<EventSubscriber> events;
-  // A download of a stored file (a model, a checkpoint): instead of `body`, its pieces, each read
-  // on the server's file thread only once the last is sent (Content-Length: file->bytes).
-  std::shared_ptr<const StoredFile> file;
-};
-
-// Where the HTTP server puts a request's body, decided from its headers before any of the body
-// is read.
-struct BodyPlan {
-  enum class Kind { kMemory, kFile, kReject };
-  Kind kind = Kind::kMemory;
-  std::string path;      // kFile: the file to create
-  uint64_t max_bytes = 0;  // more is 413 (kMemory: 0 is the server's default limit)
-  std::optional<HttpResponse> reject;  // kReject: the answer (the body is never read)
-};
-
 class JobCommands {
  public:
   virtual ~JobCommands() = default;
@@ -77,13 +39,6 @@ class JobCommands {
   enum class CancelResult { kCancelled, kNotFound, kAlreadyFinished };
   virtual CancelResult cancel(const std::string& id) = 0;
 };
-
-// Answers a request; may be called on any thread, exactly once.
-using Responder = std::function<void(HttpResponse)>;
-
-// A problem+json response.
-HttpResponse problem(unsigned status, const std::string& type, const std::string& title, const std::string& detail,
-                     const std::string& field = "");
 
 class DatasetCatalog;
 class ModelService;
@@ -132,18 +87,22 @@ class RestApi {
   void count(const std::string& route, unsigned status);
 
  private:
-  HttpResponse handle_now(const HttpRequest& request);  // the routes answered at once
+  // The route table, by area: each adds its routes (job_routes.cc, dataset_routes.cc,
+  // model_routes.cc); the order of the calls is the order of matching.
+  void add_job_routes();
+  void add_dataset_routes();
+  void add_model_routes();
   // The refusal of a request its caller may not make, or nullopt. Takes an access_token query
   // parameter (GET and HEAD: event streams and download links cannot send a header) out of the
   // target, so that no route sees it.
   std::optional<HttpResponse> authorize(HttpRequest& request);
-  HttpResponse route(const HttpRequest& request, std::string* route_label);
+  // plan_body for a dataset upload (PUT /v1/datasets/{name}/{split}[/{part}]) and a model upload
+  // (POST /v1/models).
+  BodyPlan plan_dataset_upload(const HttpRequest& head, const Router::Match& route);
+  BodyPlan plan_model_upload(const HttpRequest& head);
   HttpResponse submit(const HttpRequest& request);
-  HttpResponse datasets_route(const HttpRequest& request, const std::vector<std::string>& path, std::string* label);
-  bool async_route(const HttpRequest& request, const Responder& respond);
-  BodyPlan plan_model_upload(const HttpRequest& head);  // POST /v1/models
   std::vector<std::string> jobs_using(const std::string& dataset) const;
-  HttpResponse prometheus() const;
+  HttpResponse prometheus() const;  // prometheus.cc
   // GET /v1/jobs/{id}/events (empty id: GET /v1/events).
   HttpResponse event_stream(const HttpRequest& request, const std::string& id);
   // GET /v1/jobs/{id} is what dashboards and scripts poll: its body is built at most every
@@ -152,6 +111,7 @@ class RestApi {
   void invalidate_status(const std::string& id);
   static constexpr std::chrono::milliseconds kStatusCacheAge{100};
 
+  Router router_;  // built by the constructor, read-only after
   JobStore& store_;
   JobCommands& commands_;
   std::shared_ptr<const AccessTokens> tokens_;  // null: open

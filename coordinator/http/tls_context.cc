@@ -8,7 +8,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "common/error.h"
+#include "common/base/error.h"
 
 namespace pstrain {
 namespace ssl = boost::asio::ssl;

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 namespace {

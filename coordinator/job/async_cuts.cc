@@ -1,5 +1,6 @@
-// AsyncCuts: async mode (DESIGN section 4): backups by consistent cut, where workers resume
-// after a rollback to one, and a free worker taking a lost worker's place.
+// AsyncCuts: async mode (docs/DESIGN-NOTES.md "Async mode: a consistent cut"): backups by
+// consistent cut, where workers resume after a rollback to one, and a free worker taking a lost
+// worker's place.
 //
 // In async mode every push is applied at once, so a chunk's version is the number of pushes it
 // has taken, and a worker's step touches every chunk. A backup is consistent when no step is half
@@ -21,7 +22,7 @@
 
 #include <algorithm>
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 

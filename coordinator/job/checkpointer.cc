@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "common/log.h"
-#include "common/message_limits.h"
+#include "common/base/log.h"
+#include "common/rpc/message_limits.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {
@@ -27,9 +27,22 @@ Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
 void Checkpointer::on_replica(uint64_t version) {
   if (!job_.backups.replicas_whole(version, job_.servers.size())) return;
   if (final_version_ && version == *final_version_) {
-    // The final one goes ahead of (and instead of) any waiting intermediate one.
+    // The final one comes after the intermediate one being made (never cut short: under load its
+    // capture can still run when the job ends) and after the newest one waiting, so a job that
+    // keeps checkpoints keeps every one its backups made whole.
+    std::optional<uint64_t> intermediate = waiting_;
     waiting_.reset();
-    task_ = capture(version, true).then(
+    if (intermediate && *intermediate >= version) intermediate.reset();
+    kj::Promise<void> before = capturing_ ? kj::mv(task_) : kj::Promise<void>(kj::READY_NOW);
+    task_ = before
+        .then([this, intermediate]() -> kj::Promise<void> {
+          if (!intermediate) return kj::READY_NOW;
+          return capture(*intermediate, false).catch_([this, step = *intermediate](kj::Exception&& e) {
+            PSLOG(kWarning) << "job " << job_.id << ": no checkpoint at step " << step << ": " << e.getDescription().cStr();
+          });
+        })
+        .then([this, version] { return capture(version, true); })
+        .then(
         [this] {
           capturing_ = false;
           if (final_done_) final_done_->fulfill();
@@ -116,8 +129,7 @@ kj::Promise<void> Checkpointer::capture(uint64_t version, bool final) {
 }
 
 kj::Promise<void> Checkpointer::final_checkpoint(uint64_t version) {
-  final_version_ = version;
-  waiting_.reset();
+  final_version_ = version;  // a waiting intermediate one is made first (on_replica)
   auto paf = kj::newPromiseAndFulfiller<void>();
   final_done_ = kj::mv(paf.fulfiller);
   if (job_.backups.replicas_whole(version, job_.servers.size())) {

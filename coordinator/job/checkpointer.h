@@ -4,7 +4,8 @@
 // - A backup whose replicas are whole on every server (the coordinator then holds the job's whole
 //   state at that step: parameters, optimizer slots, update count) becomes a checkpoint when the
 //   spec keeps any (`checkpoint.keep`); the JobStore keeps the newest `keep` of them. One is made
-//   at a time; a backup completed meanwhile waits, and only the newest waiting one is made.
+//   at a time; a backup completed meanwhile waits, and only the newest waiting one is made (at
+//   the end too: the one being made and the newest waiting one go before the final one).
 // - At the end of a job, every server backs up its final state (unless the last backup is at the
 //   last step already) and that becomes the final checkpoint, kept whatever `keep` says.
 // - A job with `init_from` starts from a file (a checkpoint of another job, or a model): the file

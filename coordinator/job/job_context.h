@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/data_plan.h"
-#include "common/job_spec.h"
-#include "common/param_layout.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/data_plan.h"
+#include "common/data/job_spec.h"
+#include "common/engine/param_layout.h"
 #include "coordinator/cluster.h"
 #include "coordinator/data_service.h"
 #include "coordinator/job/backup_ledger.h"

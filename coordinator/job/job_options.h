@@ -37,7 +37,7 @@ struct JobOptions {
   kj::Duration recovery_poll = 200 * kj::MILLISECONDS;
 
   // Not a timeout: the pieces (RocksDB values) the coordinator cuts a job's model and checkpoint
-  // files into (kMaxModelPieceBytes, job_store.h); also how much of such a file it holds at a
+  // files into (kMaxModelPieceBytes, stored_file.h); also how much of such a file it holds at a
   // time while writing it. Tests make it small, so that a small model's files have many.
   size_t file_piece_bytes = size_t{16} << 20;
 

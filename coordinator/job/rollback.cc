@@ -1,4 +1,5 @@
-// Rollback (DESIGN section 4): the recovery every other one falls back to. (Cuts: sync_cut.cc;
+// Rollback (docs/DESIGN-NOTES.md "Recovery of a server or coordinator is a rollback"): the recovery
+// every other one falls back to. (Cuts: sync_cut.cc;
 // a lost sync worker's takeover: takeover.cc; async mode: async_cuts.cc; moving a lost server's
 // shard: server_move.cc; what a lost node means for the job: JobRunner::on_node_lost.)
 //
@@ -12,7 +13,7 @@
 #include <algorithm>
 #include <set>
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 

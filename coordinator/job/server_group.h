@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/ids.h"
-#include "common/param_layout.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/engine/chunk_plan.h"
+#include "common/base/ids.h"
+#include "common/engine/param_layout.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
 #include "coordinator/job/job_options.h"
 

@@ -21,7 +21,7 @@
 // it: the new server adopted the replica), and only then is it free for any job, as a spare.
 #include "coordinator/job/server_move.h"
 
-#include "common/log.h"
+#include "common/base/log.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {

@@ -1,6 +1,6 @@
-// SyncCut (DESIGN section 4): every server backs up at one step just ahead and holds
-// there, so the job can be re-planned from that step with nothing replayed. A preemption notice
-// (SIGTERM on a node) and a worker joining a job that runs short of workers both use one.
+// SyncCut (docs/DESIGN-NOTES.md "Preemption"): every server backs up at one step just ahead and
+// holds there, so the job can be re-planned from that step with nothing replayed. A preemption
+// notice (SIGTERM on a node) and a worker joining a job that runs short of workers both use one.
 //
 // The mark must reach every server before its chunks pass the step: the coordinator asks where
 // the servers are and marks two steps ahead of the furthest chunk; a server already past the
@@ -12,7 +12,7 @@
 
 #include <algorithm>
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 

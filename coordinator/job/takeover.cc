@@ -1,5 +1,5 @@
-// Takeover: the answer to a lost worker in sync mode (DESIGN section 4): the job goes on from the
-// next step, nothing rolled back.
+// Takeover: the answer to a lost worker in sync mode (docs/DESIGN-NOTES.md "Worker loss"): the job
+// goes on from the next step, nothing rolled back.
 //
 // When a worker dies during step s, the chunks whose pushes for s were all in are at s + 1, the
 // others wait at s for the lost worker's slice (its open pushes were cancelled with its
@@ -20,7 +20,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 

@@ -154,6 +154,7 @@ wait "$poller"
 state=$(tail -n 1 "$work/progress" | awk '{print $3}')
 [ "$state" = SUCCEEDED ] || fail "job ended $state"
 t_end=$(now)
+curl -sf "$api/jobs/$id" > "$work/final.json" || fail "the job's status is unreadable"
 
 t_model=$(curl -sf -o "$work/model.safetensors" -w '%{time_total}' "$api/jobs/$id/model") || fail "model download failed"
 t_downloaded=$(now)
@@ -216,6 +217,11 @@ params = data_bytes // 4
 print(f"command: {command}")
 print(f"machine: {os.cpu_count()} cores, " + open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].split('\n')[0].strip())
 print(f"job: {progress[-1][1]} steps, SUCCEEDED in {t_end - t_submit:.0f} s (submit to SUCCEEDED)")
+final = json.load(open(f"{work}/final.json"))
+recoveries = final.get("recoveries", {})
+print(f"test accuracy {final.get('test_accuracy')}, test loss {final.get('test_loss')}; recoveries: "
+      f"{recoveries.get('count') if isinstance(recoveries, dict) else recoveries}, replayed steps "
+      f"{recoveries.get('replayed_steps') if isinstance(recoveries, dict) else '-'}")
 print(f"steps/s before the kill: {rate(before):.3f} (steps 1..{before[-1][1] if before else 0})")
 print(f"steps/s after the recovery: {rate(after):.3f} (steps {after[0][1] if after else '-'}..{after[-1][1] if after else '-'})")
 print(f"kill of {victim} at step {step_at_kill}: " + (f"shard moved '{moved[1]}' -> '{moved[2]}', " if moved else "no move logged, ") +

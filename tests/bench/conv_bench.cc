@@ -27,11 +27,11 @@
 #include <string>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/compute_threads.h"
-#include "common/model_spec.h"
-#include "common/nn/layers.h"
-#include "common/simd/cpu_target.h"
+#include "common/base/aligned.h"
+#include "common/engine/compute_threads.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/nn/layers.h"
+#include "common/engine/simd/cpu_target.h"
 
 namespace pstrain {
 namespace {

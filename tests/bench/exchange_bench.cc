@@ -33,15 +33,15 @@
 #include <thread>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/compute_threads.h"
-#include "common/error.h"
-#include "common/flags.h"
-#include "common/message_limits.h"
-#include "common/process_main.h"
-#include "common/job_spec.h"
-#include "common/model_spec.h"
-#include "common/param_layout.h"
+#include "common/engine/chunk_plan.h"
+#include "common/engine/compute_threads.h"
+#include "common/base/error.h"
+#include "common/base/flags.h"
+#include "common/rpc/message_limits.h"
+#include "common/base/process_main.h"
+#include "common/data/job_spec.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/param_layout.h"
 #include "common/rpc/rpc_util.h"
 #include "tests/rpc_support.h"
 

@@ -1,4 +1,4 @@
-// pstrain-kernel-bench: the engine's fixed-order product (common/simd/kernels.h) against OpenBLAS's
+// pstrain-kernel-bench: the engine's fixed-order product (common/engine/simd/kernels.h) against OpenBLAS's
 // sgemm on the dense layers' shapes, and the optimizers' updates, at the level in use
 // (PSTRAIN_CPU_TARGET caps it; OPENBLAS_CORETYPE picks OpenBLAS's kernels), interleaved, 1 thread.
 // Prints GFLOP/s (products) or GB/s (updates) of each and their ratio.
@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/compute_threads.h"
-#include "common/nn/gemm.h"
-#include "common/rng.h"
-#include "common/simd/kernels.h"
+#include "common/base/aligned.h"
+#include "common/engine/compute_threads.h"
+#include "common/engine/nn/gemm.h"
+#include "common/base/rng.h"
+#include "common/engine/simd/kernels.h"
 
 namespace pstrain {
 namespace {

@@ -3,7 +3,7 @@
 #
 # bench_level LEVEL   LEVEL: native (what the CPU has), x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA)
 #                     or x86-64 (SSE2). Exports, for every process started after it:
-#   PSTRAIN_CPU_TARGET   our kernels' level (common/simd/cpu_target.h; it also caps our oneDNN)
+#   PSTRAIN_CPU_TARGET   our kernels' level (common/engine/simd/cpu_target.h; it also caps our oneDNN)
 #   OPENBLAS_CORETYPE    OpenBLAS's kernel set, for ours and PyTorch (SkylakeX, Haswell, Core2)
 #   ATEN_CPU_CAPABILITY  PyTorch's own kernels (avx512, avx2, default)
 #   ONEDNN_MAX_CPU_ISA, DNNL_MAX_CPU_ISA   PyTorch's oneDNN (AVX512_CORE, AVX2, SSE41)

@@ -9,7 +9,7 @@ training.global_batch_size and training.epochs. Kernels Glorot-uniform, biases z
 pstrain's initialisation; the seeds differ, the distributions do not). Images are NCHW here and
 NHWC in pstrain: the same layers and parameter counts, another memory order.
 
-Datasets (as common/dataset.cc resolves them, DATA = --data-dir):
+Datasets (as common/data/dataset.cc resolves them, DATA = --data-dir):
   mnist10k, fashion   DATA/<name>-{train,test}-{images-idx3,labels-idx1}-ubyte[.gz]
   fashion-mnist       DATA/fashion-mnist/ or /usr/share/datasets/fashion-mnist/ {train,t10k}-...
   anything else       the dataset directory DATA/<name>/dataset.json (.npy pairs and .npz; uint8

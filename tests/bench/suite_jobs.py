@@ -16,7 +16,7 @@ Markdown table. Used by suite.sh only; the subcommands:
 The tabular dataset (tabular64): 60,000 train + 10,000 test examples of 64 float32 features drawn
 from N(0, 1) with numpy's default_rng(20), labels 0-9 from a fixed random teacher network
 (64-32 tanh-10, argmax of its logits plus Gumbel noise of scale 0.5, same generator): learnable,
-not separable. Written as a dataset directory (dataset.json and .npy pairs, common/dataset_manifest.h),
+not separable. Written as a dataset directory (dataset.json and .npy pairs, common/data/dataset_manifest.h),
 the same bytes on every run.
 """
 import json, os, re, statistics, sys

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
-#include "common/sha256.h"
+#include "common/data/job_spec.h"
+#include "common/base/sha256.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
 #include "tests/test_support.h"

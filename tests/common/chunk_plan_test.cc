@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
-#include "common/chunk_plan.h"
+#include "common/engine/chunk_plan.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;

@@ -1,4 +1,4 @@
-// The backup blob codec (common/chunk_snapshot.h): snapshots round-trip bit for bit, and blobs that
+// The backup blob codec (common/storage/chunk_snapshot.h): snapshots round-trip bit for bit, and blobs that
 // are not encoded snapshots decode to nullopt. Inputs found by fuzz/snapshot_fuzz.cc are replayed
 // here.
 #include <doctest/doctest.h>
@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "common/chunk_snapshot.h"
+#include "common/storage/chunk_snapshot.h"
 
 using namespace pstrain;
 

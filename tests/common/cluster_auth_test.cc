@@ -6,7 +6,7 @@
 
 #include <fstream>
 
-#include "common/error.h"
+#include "common/base/error.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;

@@ -7,8 +7,8 @@
 #include <limits>
 #include <vector>
 
-#include "common/compression.h"
-#include "common/rng.h"
+#include "common/engine/compression.h"
+#include "common/base/rng.h"
 
 using namespace pstrain;
 

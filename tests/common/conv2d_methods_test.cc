@@ -15,10 +15,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/compute_threads.h"
-#include "common/model_spec.h"
-#include "common/nn/layers.h"
+#include "common/base/aligned.h"
+#include "common/engine/compute_threads.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/nn/layers.h"
 
 using namespace pstrain;
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <set>
 
-#include "common/data_plan.h"
-#include "common/rng.h"
+#include "common/data/data_plan.h"
+#include "common/base/rng.h"
 
 using namespace pstrain;
 

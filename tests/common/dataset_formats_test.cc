@@ -1,4 +1,4 @@
-#include "common/dataset_formats.h"
+#include "common/data/dataset_formats.h"
 
 #include <doctest/doctest.h>
 #include <zip.h>

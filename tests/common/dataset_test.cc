@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/dataset.h"
-#include "common/dataset_formats.h"
-#include "common/error.h"
+#include "common/data/dataset.h"
+#include "common/data/dataset_formats.h"
+#include "common/base/error.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;

@@ -2,8 +2,8 @@
 
 #include <cstdlib>
 
-#include "common/error.h"
-#include "common/flags.h"
+#include "common/base/error.h"
+#include "common/base/flags.h"
 
 using pstrain::FlagSet;
 

@@ -6,15 +6,15 @@
 
 #include <cmath>
 
-#include "common/aligned.h"
-#include "common/error.h"
-#include "common/model_spec.h"
-#include "common/nn/data_parallel_model.h"
-#include "common/nn/gradient_scaling.h"
-#include "common/nn/loss.h"
-#include "common/nn/model.h"
-#include "common/nn/row_groups.h"
-#include "common/rng.h"
+#include "common/base/aligned.h"
+#include "common/base/error.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/nn/data_parallel_model.h"
+#include "common/engine/nn/gradient_scaling.h"
+#include "common/engine/nn/loss.h"
+#include "common/engine/nn/model.h"
+#include "common/engine/nn/row_groups.h"
+#include "common/base/rng.h"
 
 using namespace pstrain;
 using nn::Model;

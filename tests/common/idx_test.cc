@@ -3,8 +3,8 @@
 
 #include <fstream>
 
-#include "common/error.h"
-#include "common/idx.h"
+#include "common/base/error.h"
+#include "common/data/idx.h"
 #include "tests/test_support.h"
 
 using pstrain::DataError;

@@ -5,10 +5,10 @@
 #include <utility>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/error.h"
-#include "common/job_spec.h"
-#include "common/model_spec.h"
+#include "common/data/dataset.h"
+#include "common/base/error.h"
+#include "common/data/job_spec.h"
+#include "common/engine/model_spec.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;
@@ -60,7 +60,7 @@ JobSpec reference_job(const std::string& file) {
 
 }  // namespace
 
-TEST_CASE("the DESIGN example parses into typed fields") {
+TEST_CASE("the docs/JOB-SPEC.md example parses into typed fields") {
   const JobSpec spec = parse_job_spec(kMlp);
   CHECK(spec.name == "mnist-mlp");
   CHECK(spec.dataset.name == "mnist10k");

@@ -1,4 +1,4 @@
-// The checksum every stored value carries (common/kv_store.h), and reading values written by
+// The checksum every stored value carries (common/storage/kv_store.h), and reading values written by
 // earlier versions.
 #include <doctest/doctest.h>
 
@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "common/kv_store.h"
+#include "common/storage/kv_store.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;

@@ -2,7 +2,7 @@
 // the Keras formulas written out in optimizer.h), three steps each.
 #include <doctest/doctest.h>
 
-#include "common/optim/optimizer.h"
+#include "common/engine/optim/optimizer.h"
 
 using namespace pstrain;
 

@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/aligned.h"
-#include "common/job_spec.h"
-#include "common/nn/gradient_scaling.h"
-#include "common/nn/model.h"
-#include "common/optim/optimizer.h"
-#include "common/rng.h"
+#include "common/base/aligned.h"
+#include "common/data/job_spec.h"
+#include "common/engine/nn/gradient_scaling.h"
+#include "common/engine/nn/model.h"
+#include "common/engine/optim/optimizer.h"
+#include "common/base/rng.h"
 #include "tests/synthetic_data.h"
 
 using namespace pstrain;

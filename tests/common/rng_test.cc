@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 
 using pstrain::epoch_order;
 using pstrain::Rng;

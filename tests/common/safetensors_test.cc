@@ -1,4 +1,4 @@
-// The model file codec (common/safetensors.h): what pstrain writes reads back bit for bit, with and
+// The model file codec (common/engine/safetensors.h): what pstrain writes reads back bit for bit, with and
 // without the optimizer's slots; files written elsewhere (numpy: another tensor order, F64, F16,
 // BF16) are read by name and converted; every defect is a ModelFileError naming the tensor.
 #include <doctest/doctest.h>
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "common/optim/optimizer.h"
-#include "common/rng.h"
-#include "common/safetensors.h"
+#include "common/engine/optim/optimizer.h"
+#include "common/base/rng.h"
+#include "common/engine/safetensors.h"
 
 using namespace pstrain;
 

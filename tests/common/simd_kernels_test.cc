@@ -1,4 +1,4 @@
-// The dispatched kernels of common/simd on every level this CPU runs: each against a scalar
+// The dispatched kernels of common/engine/simd on every level this CPU runs: each against a scalar
 // reference (1e-5 relative), each element's value independent of the range or tile it falls in,
 // and the product bit for bit the sequential chain of multiply-adds that its contract names (so
 // every level with FMA gives the same bits), for operands laid out every way the engine uses.
@@ -13,8 +13,8 @@
 #include <tuple>
 #include <vector>
 
-#include "common/rng.h"
-#include "common/simd/kernels.h"
+#include "common/base/rng.h"
+#include "common/engine/simd/kernels.h"
 
 using namespace pstrain;
 using simd::CpuTarget;

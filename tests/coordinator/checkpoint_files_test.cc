@@ -7,11 +7,11 @@
 
 #include <map>
 
-#include "common/chunk_plan.h"
-#include "common/chunk_snapshot.h"
-#include "common/kv_store.h"
-#include "common/model_spec.h"
-#include "common/safetensors.h"
+#include "common/engine/chunk_plan.h"
+#include "common/storage/chunk_snapshot.h"
+#include "common/storage/kv_store.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/safetensors.h"
 #include "coordinator/checkpoint_files.h"
 #include "coordinator/job_store.h"
 #include "coordinator/replica_store.h"
@@ -124,7 +124,7 @@ TEST_CASE("ReplicaStore: chunks read one at a time - a pinned version's erase wa
   REQUIRE_MESSAGE(kv != nullptr, error);
   auto io = kj::setupAsyncIo();
   {
-    ReplicaStore replicas(kv.get());
+    ReplicaStore replicas(*kv);
     replicas.put({"job-1", 4, 0}, 0, {"a", "b"}).wait(io.waitScope);
     replicas.put({"job-1", 4, 1}, 0, {"c"}).wait(io.waitScope);
     replicas.put({"job-1", 8, 0}, 0, {"d"}).wait(io.waitScope);
@@ -159,7 +159,7 @@ TEST_CASE("JobStore: a checkpoint written piece by piece (header last) reads bac
   info.step = 12;
   info.bytes = 9;
   {
-    JobStore store(kv.get());
+    JobStore store(*kv);
     JobRecord r;
     r.id = "job-1";
     store.add(r);
@@ -170,12 +170,13 @@ TEST_CASE("JobStore: a checkpoint written piece by piece (header last) reads bac
     CHECK(store.checkpoint_file("job-1", 12) == std::optional<std::string>("abcdefghi"));
     store.flush();
   }
-  JobStore reopened(kv.get());
+  JobStore reopened(*kv);
   reopened.load();
   CHECK(reopened.checkpoint_file("job-1", 12) == std::optional<std::string>("abcdefghi"));
 
   // Without a disk: the same, in memory.
-  JobStore memory(nullptr);
+  const std::unique_ptr<KvStore> in_memory = KvStore::in_memory();
+  JobStore memory(*in_memory);
   JobRecord r;
   r.id = "job-2";
   memory.add(r);

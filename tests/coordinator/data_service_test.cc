@@ -11,9 +11,9 @@
 #include <limits>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/dataset.h"
-#include "common/error.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/dataset.h"
+#include "common/base/error.h"
 #include "coordinator/data_service.h"
 #include "tests/synthetic_data.h"
 #include "tests/test_support.h"

@@ -9,8 +9,8 @@
 #include <future>
 #include <set>
 
-#include "common/dataset_manifest.h"
-#include "common/kv_store.h"
+#include "common/data/dataset_manifest.h"
+#include "common/storage/kv_store.h"
 #include "coordinator/dataset_catalog.h"
 #include "tests/test_support.h"
 
@@ -51,7 +51,7 @@ TEST_CASE("DatasetCatalog picks up a dropped-in directory, lists a broken one wi
 
   const auto kv = open_kv(dir.file("state"));
   {
-    DatasetCatalog catalog({data, "", 1 << 20, {}}, kv.get(), nullptr);
+    DatasetCatalog catalog({data, "", 1 << 20, {}}, *kv, nullptr);
     catalog.wait_idle();
     const auto iris = catalog.get("iris3");
     REQUIRE(iris.has_value());
@@ -85,7 +85,7 @@ TEST_CASE("DatasetCatalog picks up a dropped-in directory, lists a broken one wi
   // first read on, every dataset known then is listed: the built-in ones and those stored, each
   // "indexing" until its files are read (the start-up indexing runs on the catalog's thread).
   fs::remove_all(data + "/broken");  // gone since: listed at first, then no more
-  DatasetCatalog again({data, "", 1 << 20, {}}, kv.get(), nullptr);
+  DatasetCatalog again({data, "", 1 << 20, {}}, *kv, nullptr);
   std::set<std::string> first;
   for (const DatasetRecord& r : again.list()) first.insert(r.name);
   CHECK(first.count("mnist10k") == 1);
@@ -104,7 +104,8 @@ TEST_CASE("DatasetCatalog stores an upload as an .npy pair in the uploads direct
   const std::string data = dir.file("uploads");  // where uploads go; the data directory is another
   fs::create_directories(data);
   fs::create_directories(dir.file("data"));
-  DatasetCatalog catalog({dir.file("data"), data, 1 << 20, {}}, nullptr,
+  const std::unique_ptr<KvStore> kv = KvStore::in_memory();
+  DatasetCatalog catalog({dir.file("data"), data, 1 << 20, {}}, *kv,
                          [](const std::string&) { return std::vector<std::string>{}; });
   catalog.wait_idle();
 

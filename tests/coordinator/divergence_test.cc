@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <string>
 
-#include "common/job_spec.h"
+#include "common/data/job_spec.h"
 #include "coordinator/job/divergence_guard.h"
 #include "tests/coordinator/inprocess_cluster.h"
 #include "tests/test_support.h"

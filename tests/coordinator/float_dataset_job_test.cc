@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/dataset.h"
-#include "common/job_spec.h"
+#include "common/data/dataset.h"
+#include "common/data/job_spec.h"
 #include "tests/coordinator/inprocess_cluster.h"
 #include "tests/synthetic_data.h"
 #include "worker/local_trainer.h"

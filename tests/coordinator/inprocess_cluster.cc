@@ -12,8 +12,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "common/compute_threads.h"
-#include "common/log.h"
+#include "common/engine/compute_threads.h"
+#include "common/base/log.h"
 #include "server/server_node.h"
 #include "worker/worker_node.h"
 

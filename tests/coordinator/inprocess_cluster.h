@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/cross_thread.h"
-#include "common/job_spec.h"
+#include "common/base/cross_thread.h"
+#include "common/data/job_spec.h"
 #include "common/rpc/rpc_util.h"
 #include "coordinator/coordinator_node.h"
 #include "tests/test_support.h"

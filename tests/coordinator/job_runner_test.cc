@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
-#include "common/model_spec.h"
-#include "common/safetensors.h"
+#include "common/data/job_spec.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/safetensors.h"
 #include "tests/coordinator/inprocess_cluster.h"
 #include "tests/test_support.h"
 

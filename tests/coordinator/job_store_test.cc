@@ -9,9 +9,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/kv_store.h"
+#include "common/storage/kv_store.h"
 #include "coordinator/data_service.h"
 #include "coordinator/event_stream.h"
+#include "coordinator/job_codec.h"
 #include "coordinator/job_json.h"
 #include "coordinator/job_store.h"
 #include "coordinator/kv_writer.h"
@@ -62,7 +63,7 @@ TEST_CASE("JobStore events: a job's changes become numbered events, published in
   std::vector<EventFrame> first_run;
   {
     auto kv = open_kv(dir);
-    JobStore store(kv.get());
+    JobStore store(*kv);
     store.set_node_lookup([](uint32_t id) -> std::optional<NodeView> {
       NodeView v;
       v.name = "node-" + std::to_string(id);
@@ -139,7 +140,7 @@ TEST_CASE("JobStore events: a job's changes become numbered events, published in
     CHECK(states[0]->rfind("id: 3\nevent: state\n", 0) == 0);
   }
   auto kv = open_kv(dir);
-  JobStore store(kv.get());
+  JobStore store(*kv);
   REQUIRE(store.load().size() == 1);
   // The history as it was, and the stream ends with it (the job is finished).
   auto replay = std::make_shared<EventSubscriber>(EventQueueLimits{}, &store.event_stats());
@@ -171,7 +172,7 @@ TEST_CASE("KvWriter: writes land in order, the last value of a key wins, callbac
   std::vector<int> seen;           // written by the writer thread only, read after flush()
   std::atomic<int> out_of_order{0};  // callbacks that ran before their write was readable
   {
-    KvWriter writer(kv.get());
+    KvWriter writer(*kv);
     for (int i = 0; i < 1000; ++i) {
       writer.enqueue({{"counter", std::to_string(i)}, {"key/" + std::to_string(i % 7), std::to_string(i)}}, i % 100 == 0,
                      [&seen, &out_of_order, &kv, i] {
@@ -196,7 +197,7 @@ TEST_CASE("KvWriter: writes land in order, the last value of a key wins, callbac
 TEST_CASE("KvWriter: a delete queued after a put removes it") {
   testing::TempDir dir;
   auto kv = open_kv(dir);
-  KvWriter writer(kv.get());
+  KvWriter writer(*kv);
   writer.enqueue({{"a", "1"}}, false);
   writer.enqueue({{"a", std::nullopt}}, true);
   writer.flush();
@@ -209,7 +210,7 @@ TEST_CASE("JobStore: state changes, metrics and the model survive a reopen - rea
   const std::string model(3000, 'm');
   {
     auto kv = open_kv(dir);
-    JobStore store(kv.get());
+    JobStore store(*kv);
     JobRecord record;
     record.id = "job-1";
     record.name = "mlp";
@@ -230,7 +231,7 @@ TEST_CASE("JobStore: state changes, metrics and the model survive a reopen - rea
     CHECK(seen->steps_done == 50);
   }  // (the store is destroyed before its KvStore: what it queued is written first)
   auto kv = open_kv(dir);
-  JobStore reopened(kv.get());
+  JobStore reopened(*kv);
   const auto loaded = reopened.load();
   REQUIRE(loaded.size() == 1);
   CHECK(loaded[0].state == JobState::kSucceeded);
@@ -250,7 +251,7 @@ TEST_CASE("JobStore: an async job's cut positions survive a reopen, dropped and 
     kj::EventLoop loop;
     kj::WaitScope wait(loop);
     auto kv = open_kv(dir);
-    JobStore store(kv.get());
+    JobStore store(*kv);
     for (const char* id : {"job-1", "job-2"}) {
       JobRecord record;
       record.id = id;
@@ -265,7 +266,7 @@ TEST_CASE("JobStore: an async job's cut positions survive a reopen, dropped and 
     store.erase_async_cuts("job-2");  // ended: nothing resumes it
   }
   auto kv = open_kv(dir);
-  JobStore reopened(kv.get());
+  JobStore reopened(*kv);
   const auto loaded = reopened.load();
   REQUIRE(loaded.size() == 2);
   const JobRecord& job1 = loaded[0].id == "job-1" ? loaded[0] : loaded[1];

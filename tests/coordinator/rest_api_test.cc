@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/job_spec.h"
-#include "common/json_text.h"
-#include "common/kv_store.h"
+#include "common/data/job_spec.h"
+#include "common/base/json_text.h"
+#include "common/storage/kv_store.h"
 #include "coordinator/http/rest_api.h"
 #include "coordinator/job_store.h"
 #include "coordinator/dataset_catalog.h"
@@ -114,9 +114,9 @@ JobRecord job(const std::string& id, const std::string& state) {
 struct Api {
   testing::TempDir dir;
   std::unique_ptr<KvStore> kv = open_kv(dir);
-  JobStore store{kv.get()};
+  JobStore store{*kv};
   FakeCommands commands{store};
-  DatasetCatalog catalog{DatasetCatalog::Options{testing::data_dir(), "", 1 << 20, {}}, nullptr, nullptr};
+  DatasetCatalog catalog{DatasetCatalog::Options{testing::data_dir(), "", 1 << 20, {}}, *kv, nullptr};
   ModelService models{store, catalog};
   RestApi api{store, commands, openapi_document(), &catalog, &models};
 
@@ -728,7 +728,7 @@ TEST_CASE("RestApi: GET /v1/jobs/{id}/model: 409 before there is one, the safete
         R"({"href":"/v1/jobs/job-1/model","format":"safetensors","bytes":24})");
 
   SUBCASE("after a restart, from RocksDB") {
-    JobStore reloaded(a.kv.get());
+    JobStore reloaded(*a.kv);
     CHECK(reloaded.load().size() == 1);
     FakeCommands commands(reloaded);
     RestApi api(reloaded, commands, "{}");
@@ -872,7 +872,7 @@ TEST_CASE("RestApi: divergence warnings are in the job's status, its events and 
   CHECK(w[1].at("reason") == "loss_above_start");
   // Stored with the record: a restarted coordinator has them.
   a.store.flush();
-  JobStore again(a.kv.get());
+  JobStore again(*a.kv);
   const auto loaded = again.load();
   REQUIRE(loaded.size() == 1);
   REQUIRE(loaded[0].warnings.size() == 3);

@@ -14,8 +14,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/dataset.h"
-#include "common/job_spec.h"
+#include "common/data/dataset.h"
+#include "common/data/job_spec.h"
 #include "tests/coordinator/inprocess_cluster.h"
 #include "tests/synthetic_data.h"
 #include "worker/local_trainer.h"

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "common/kv_store.h"
+#include "common/storage/kv_store.h"
 #include "coordinator/http/rest_api.h"
 #include "coordinator/http/web_ui.h"
 #include "coordinator/job_store.h"
@@ -43,7 +43,7 @@ TEST_CASE("WebUi: the build embedded the pages, the script, Chart.js and every s
     CHECK(!a.body.empty());
     paths.insert(a.path);
   }
-  for (const char* p : {"/ui/index.html", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg", "/ui/jobs/index.json",
+  for (const char* p : {"/ui/index.html", "/ui/app.js", "/ui/job.js", "/ui/app.css", "/ui/favicon.svg", "/ui/jobs/index.json",
                         "/ui/jobs/mnist-mlp.json"}) {
     CHECK_MESSAGE(paths.count(p) == 1, p);
   }
@@ -64,7 +64,7 @@ TEST_CASE("WebUi: the build embedded the pages, the script, Chart.js and every s
   }
   // The page loads what is served.
   const std::string page = web.get("/", "").body;
-  for (const char* ref : {"/ui/app.js", "/ui/app.css", "/ui/chart.min.js"}) {
+  for (const char* ref : {"/ui/app.js", "/ui/job.js", "/ui/app.css", "/ui/chart.min.js"}) {
     CHECK_MESSAGE(page.find(ref) != std::string::npos, ref);
     CHECK_MESSAGE(web.get(ref, "").status == 200, ref);
   }
@@ -108,7 +108,7 @@ TEST_CASE("WebUi in RestApi: / and /ui/ are the dashboard's, GET and HEAD only, 
   std::string error;
   auto kv = KvStore::open(dir.path(), &error);
   REQUIRE(kv != nullptr);
-  JobStore store{kv.get()};
+  JobStore store{*kv};
   NoCommands commands;
   const WebUi web({{"/ui/index.html", "text/html; charset=utf-8", "<html></html>"}});
   RestApi api(store, commands, "{\"openapi\":\"3.0.3\"}", nullptr, nullptr, &web);

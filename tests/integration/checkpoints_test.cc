@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/job_spec.h"
-#include "common/model_spec.h"
-#include "common/safetensors.h"
+#include "common/data/dataset.h"
+#include "common/data/job_spec.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/safetensors.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
 #include "tests/test_support.h"

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <regex>
 
-#include "common/chunk_plan.h"
-#include "common/job_spec.h"
-#include "common/param_layout.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/job_spec.h"
+#include "common/engine/param_layout.h"
 #include "common/rpc/cluster_auth.h"
 #include "common/rpc/rpc_util.h"
 #include "tests/integration/cluster.h"

@@ -7,8 +7,8 @@
 #include <functional>
 #include <regex>
 
-#include "common/chunk_plan.h"
-#include "common/job_spec.h"
+#include "common/engine/chunk_plan.h"
+#include "common/data/job_spec.h"
 #include "common/rpc/rpc_util.h"
 #include "tests/integration/cluster.h"
 #include "tests/rpc_support.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "common/sha256.h"
+#include "common/base/sha256.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
 #include "tests/test_support.h"

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/job_spec.h"
+#include "common/data/job_spec.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
 #include "tests/test_support.h"

@@ -8,8 +8,8 @@
 
 #include <chrono>
 
-#include "common/job_spec.h"
-#include "common/process_main.h"
+#include "common/data/job_spec.h"
+#include "common/base/process_main.h"
 #include "tests/integration/cluster.h"
 #include "tests/test_support.h"
 

@@ -7,7 +7,7 @@
 #include <regex>
 #include <thread>
 
-#include "common/job_spec.h"
+#include "common/data/job_spec.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/recovery_support.h"
 #include "tests/test_support.h"

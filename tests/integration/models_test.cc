@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/dataset_formats.h"
-#include "common/job_spec.h"
+#include "common/data/dataset.h"
+#include "common/data/dataset_formats.h"
+#include "common/data/job_spec.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
 #include "tests/test_support.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
+#include "common/data/job_spec.h"
 #include "tests/test_support.h"
 #include "worker/local_trainer.h"
 

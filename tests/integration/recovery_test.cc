@@ -1,5 +1,6 @@
-// Preemption and recovery with real processes (DESIGN section 4): kill -9 or SIGTERM a server,
-// a worker or the coordinator mid-run, corrupt a backup, and check what was lost.
+// Preemption and recovery with real processes (docs/DESIGN-NOTES.md "Backups and recovery"):
+// kill -9 or SIGTERM a server, a worker or the coordinator mid-run, corrupt a backup, and check
+// what was lost.
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
@@ -14,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "common/job_spec.h"
+#include "common/data/job_spec.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/recovery_support.h"
 #include "tests/test_support.h"

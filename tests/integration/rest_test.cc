@@ -30,9 +30,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/job_spec.h"
-#include "common/model_spec.h"
-#include "common/param_layout.h"
+#include "common/data/job_spec.h"
+#include "common/engine/model_spec.h"
+#include "common/engine/param_layout.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
 #include "tests/test_support.h"

@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/job_spec.h"
-#include "common/sha256.h"
+#include "common/data/job_spec.h"
+#include "common/base/sha256.h"
 #include "tests/integration/cluster.h"
 #include "tests/test_support.h"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The kernels of common/simd are compiled once per instruction-set level into one binary
-# (common/simd/kernels_target.inc). A weak or COMDAT symbol in those objects (an inline function
+# The kernels of common/engine/simd are compiled once per instruction-set level into one binary
+# (common/engine/simd/kernels_target.inc). A weak or COMDAT symbol in those objects (an inline function
 # or a template instance from a library header) could be merged by the linker across levels, so
 # that baseline code ends up calling, say, the AVX-512 copy, which faults on an AVX2 CPU. Each
 # level's object may define only its kernel table, everything else with internal linkage.

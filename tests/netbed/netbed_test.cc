@@ -21,8 +21,8 @@
 #include <sstream>
 #include <thread>
 
-#include "common/job_spec.h"
-#include "common/proto/pstrain.capnp.h"
+#include "common/data/job_spec.h"
+#include "common/rpc/proto/pstrain.capnp.h"
 #include "common/rpc/rpc_util.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/recovery_support.h"

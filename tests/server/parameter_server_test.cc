@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "common/chunk_plan.h"
-#include "common/compression.h"
-#include "common/message_limits.h"
+#include "common/engine/chunk_plan.h"
+#include "common/engine/compression.h"
+#include "common/rpc/message_limits.h"
 #include "common/rpc/rpc_util.h"
 #include "server/parameter_server.h"
 #include "tests/rpc_support.h"

@@ -7,7 +7,7 @@
 #include <optional>
 #include <set>
 
-#include "common/error.h"
+#include "common/base/error.h"
 #include "server/parameter_shard.h"
 
 using namespace pstrain;

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/kv_store.h"
+#include "common/storage/kv_store.h"
 #include "server/backup_store.h"
 #include "server/store_thread.h"
 #include "tests/test_support.h"

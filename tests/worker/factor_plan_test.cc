@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "common/message_limits.h"
+#include "common/rpc/message_limits.h"
 #include "tests/test_support.h"
 #include "worker/factor_plan.h"
 

@@ -1,0 +1,68 @@
+// Which examples each worker trains on, step by step: the shard policies (docs/DESIGN-NOTES.md
+// "Data service").
+//
+// Every epoch e has a seeded order of the training split (epoch_order(n, shuffle_seed, e)).
+//   sync  + DATA: step s's global batch is order[s*B, (s+1)*B); it is cut into one contiguous
+//                 slice per worker, so the union of the slices is exactly the global batch (the
+//                 equivalence with one worker holds) and every example is used once per epoch.
+//   async + DATA: worker i owns order[i], order[i+N], ... and takes batches of ceil(B/N) from it.
+//   FILE:         the split is regarded as N files (contiguous blocks of the stored order);
+//                 worker i reads block i, shuffled per epoch, in batches of ceil(B/N).
+//   OFF:          every worker reads the whole split, in its own order, in batches of ceil(B/N).
+// In sync mode every worker runs the same number of steps per epoch (the longest shard's); a
+// worker whose shard has run out pushes empty slices.
+//
+// Thread rules: an immutable value; the coordinator and tests use it, workers receive batches.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/data/job_spec.h"
+
+namespace pstrain {
+
+class DataPlan {
+ public:
+  DataPlan(ShardPolicy policy, TrainingMode mode, uint32_t examples, int64_t global_batch, uint32_t workers,
+           uint64_t shuffle_seed);
+  DataPlan(const JobSpec& spec, uint32_t examples, uint32_t workers);
+
+  uint32_t workers() const { return workers_; }
+  // Steps of one epoch for `worker` (the same for every worker in sync mode).
+  int64_t steps_per_epoch(uint32_t worker) const;
+  // One worker's epoch, with the epoch's order computed once: batch(step) is then cheap.
+  class EpochShard {
+   public:
+    std::vector<uint32_t> batch(int64_t step) const;
+    int64_t steps() const { return steps_; }
+
+   private:
+    friend class DataPlan;
+    bool global_slicing_ = false;  // sync + DATA
+    std::vector<uint32_t> sequence_;  // the epoch order (global slicing) or the worker's sequence
+    int64_t batch_ = 0, steps_ = 0;
+    uint32_t worker_ = 0, workers_ = 1;
+  };
+  EpochShard shard(uint32_t epoch, uint32_t worker) const;
+
+  // The examples (indices into the split) worker `worker` trains on at (epoch, step).
+  std::vector<uint32_t> batch(uint32_t epoch, int64_t step, uint32_t worker) const {
+    return shard(epoch, worker).batch(step);
+  }
+
+ private:
+  int64_t per_worker_batch() const;
+  // Worker's whole sequence for an epoch (FILE, OFF, async DATA).
+  std::vector<uint32_t> sequence(uint32_t epoch, uint32_t worker) const;
+  uint64_t sequence_length(uint32_t worker) const;
+
+  ShardPolicy policy_;
+  TrainingMode mode_;
+  uint32_t examples_;
+  int64_t global_batch_;
+  uint32_t workers_;
+  uint64_t seed_;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,121 @@
+// Datasets as the engine sees them: a Split (one split of a dataset, in memory), made from the
+// named IDX datasets (mnist10k, fashion, fashion-mnist) by load_split, or from any parsed upload
+// (dataset_formats.h) by make_split.
+//
+// A split keeps its examples as stored (uint8 images as bytes, or float32 values) and converts to
+// the engine's floats only when a batch is gathered: uint8 scaled by 1/255 into [0, 1] (a quarter
+// of the memory, and the conversion is free next to the math), float32 as is.
+//
+// Where the IDX files are: in the data directory (flag --data-dir), or in `<data dir>/<subdir>`
+// for a dataset that names a subdirectory. A dataset that a Debian package ships (fashion-mnist,
+// from `dataset-fashion-mnist`) also names the package's directory, read when the data directory
+// holds no copy: deploy/setup.sh installs the package, so it needs no download.
+//
+// Thread rules: a loaded Split is immutable; any number of threads may gather from it. The free
+// functions keep no state: any thread may call them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/data/example_types.h"
+#include "common/engine/param_layout.h"
+
+namespace pstrain {
+
+struct ParsedExamples;
+
+enum class SplitKind { kTrain, kTest };
+
+struct Split {
+  std::string dataset;
+  SplitKind kind = SplitKind::kTrain;
+  uint32_t size = 0;              // number of examples
+  Shape shape;                    // one example: {d} features or {h, w, c} (IDX images: {h, w, 1})
+  Dtype dtype = Dtype::kUint8;    // of `examples`
+  uint32_t num_classes = 0;       // labels are in [0, num_classes), num_classes <= kMaxClasses
+  // size * example_size() values of `dtype`, little-endian, example-major. From operator new, so
+  // aligned for float.
+  std::vector<uint8_t> examples;
+  std::vector<int32_t> labels;    // size
+  // The SHA-256 (hex) of the files it was loaded from, as "file=hex" entries separated by spaces
+  // (the dataset catalog's record of them; empty when the loader does not know them).
+  std::string sha256;
+
+  // Values per example (the product of `shape`).
+  uint32_t example_size() const { return static_cast<uint32_t>(num_elements(shape)); }
+  size_t example_bytes() const { return size_t{example_size()} * dtype_size(dtype); }
+  // The shape of one example as loaded.
+  const Shape& example_shape() const { return shape; }
+
+  // Writes the examples `indices` as columns of a column-major float matrix (example_size() rows,
+  // indices.size() columns; uint8 values scaled by 1/255, float32 ones copied) and their labels.
+  void gather(std::span<const uint32_t> indices, float* columns, int32_t* out_labels) const;
+};
+
+// Where a split comes from, given the dataset's name: load_split on a data directory
+// (idx_split_loader), or a dataset catalog. Owners call it off their event loop; it may be called
+// from any thread and throws DataError naming the dataset or file for any defect.
+using SplitLoader = std::function<Split(const std::string& dataset, SplitKind kind)>;
+
+// Makes a split of `dataset` from parsed examples, taking their storage. Throws DataError naming
+// the dataset if they are inconsistent: a shape other than {d} or {h, w, c} with positive sizes,
+// bytes that do not hold size() examples of that shape, more than 2^32 - 1 examples, classes
+// outside [1, kMaxClasses], or a label outside [0, classes).
+Split make_split(const std::string& dataset, SplitKind kind, ParsedExamples&& parsed);
+
+// Where Debian's `dataset-fashion-mnist` package puts the official Fashion-MNIST files
+// (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz,
+// t10k-labels-idx1-ubyte.gz): the fallback of the `fashion-mnist` dataset.
+inline constexpr std::string_view kDebianFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// The datasets the project knows, and the files behind them. A split's files are
+// `<prefix>-images-idx3-ubyte` and `<prefix>-labels-idx1-ubyte`, each gzip'd (`.gz`) or plain.
+//
+// A dataset describes itself: the shape of one example and the number of classes. For the known
+// datasets both come from this table, so a job spec is checked against them at submit without
+// loading anything; loading then takes the image size from the files (an IDX image is
+// [rows, cols, 1]) and the class count from the table, rejecting labels outside it. The class
+// count is fixed rather than computed from the labels (max + 1) so that it does not depend on
+// which labels a split happens to contain, and so that submit and job start agree.
+struct DatasetInfo {
+  std::string name;          // "mnist10k"
+  std::string subdir;        // directory under the data directory holding the files ("": none)
+  std::string train_prefix;  // "mnist10k-train" -> mnist10k-train-images-idx3-ubyte.gz
+  std::string test_prefix;   // "mnist10k-test"
+  uint32_t num_classes;      // labels are in [0, num_classes)
+  std::string system_dir;    // read when the data directory has no copy ("": no fallback)
+  std::string install_hint;  // what to run when the files are missing everywhere
+  // One example: [height, width, channels] for images. Empty: known only once the files are
+  // loaded (the submit-time check of the input shape is then skipped; job start still checks).
+  Shape example_shape = {};
+};
+const std::vector<DatasetInfo>& known_datasets();
+bool is_known_dataset(const std::string& name);
+// The known dataset called `name`, or nullptr.
+const DatasetInfo* find_dataset(const std::string& name);
+// The known names, comma-separated ("mnist10k, fashion, fashion-mnist"), for error messages.
+std::string known_dataset_names();
+
+// Loads one split of a named dataset from `data_dir` (or its fallback directory, see DatasetInfo),
+// accepting `<file>.gz` or the plain `<file>`. Throws DataError naming the file for any defect,
+// including an unknown dataset name (the message lists the known ones), label/image count
+// mismatches and labels out of range.
+Split load_split(const std::string& data_dir, const std::string& dataset, SplitKind kind);
+
+// The files a split of `info` is read from: {images, labels}, each `.gz` or plain, from the data
+// directory or the fallback (as load_split picks them). Throws DataError if either is missing.
+std::pair<std::string, std::string> split_files(const std::string& data_dir, const DatasetInfo& info, SplitKind kind);
+
+// The same for a dataset described by `info` (known or not): what load_split does after the lookup.
+Split load_split(const std::string& data_dir, const DatasetInfo& info, SplitKind kind);
+
+// load_split on `data_dir`, as a SplitLoader: what the coordinator and the trainer use by default.
+SplitLoader idx_split_loader(std::string data_dir);
+
+}  // namespace pstrain

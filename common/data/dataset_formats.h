@@ -1,0 +1,193 @@
+// Parsers for user-uploaded datasets: CSV text and NumPy .npy / .npz files, each turned into one
+// in-memory form, ParsedExamples (examples as raw bytes with a per-example shape, plus labels).
+//
+// These are pure functions of their input: no files besides the .npz path they are given, no
+// globals, no REST. Every defect throws DatasetFormatError (a DataError) with a machine-readable
+// kind, the line and column for CSV, and a message that says what is wrong and where.
+//
+// Every input has a size cap (CsvOptions, NpyLimits): nothing is allocated for a claimed size
+// before the claim is checked against the caps.
+//
+// Thread rules: the functions keep no state; any number of threads may call them at once on
+// different inputs. A returned ParsedExamples is a plain value owned by the caller.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <istream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/base/error.h"
+#include "common/data/example_types.h"
+
+namespace pstrain {
+
+// A set of labelled examples, example-major.
+struct ParsedExamples {
+  using Dtype = pstrain::Dtype;  // the one dtype enum (example_types.h)
+
+  std::vector<uint32_t> shape;  // per example: {d} or {h, w, c}
+  Dtype dtype = Dtype::kFloat32;
+  // size() * example_values() values of `dtype`, little-endian (the host order: this code only
+  // builds on little-endian machines), example after example. The storage comes from operator
+  // new, so it is aligned for float.
+  std::vector<uint8_t> bytes;
+  std::vector<int32_t> labels;  // one per example, each in [0, classes)
+  uint32_t classes = 0;         // max label + 1, at least 2
+
+  uint64_t size() const { return labels.size(); }
+  uint64_t example_values() const;  // product of `shape`
+  static uint32_t dtype_size(Dtype dtype) { return pstrain::dtype_size(dtype); }
+};
+
+// What is wrong with an uploaded dataset. kind() is stable (a REST layer may map it to a problem
+// type); line() and column() locate a CSV defect (line 1 is the header; 0 and "" when they do not
+// apply). what() is the full human-readable message, including line and column.
+class DatasetFormatError : public DataError {
+ public:
+  enum class Kind {
+    kUnreadable,         // the file cannot be opened or read, or is not a zip archive
+    kEmpty,              // no header, or a header and no data rows
+    kBadHeader,          // empty column name, or no feature column
+    kDuplicateColumn,    // two columns share a name
+    kMissingLabelColumn, // the label column is not in the header
+    kQuotedField,        // a field contains '"' (quoting is not supported)
+    kRaggedRow,          // a row's field count differs from the header's
+    kNotNumeric,         // a feature cell is empty or not a number
+    kNonFinite,          // a feature is NaN, infinite, or beyond float32's range
+    kBadLabel,           // a label is not a non-negative integer below the class cap
+    kTooFewClasses,      // every label is 0: fewer than 2 classes
+    kTooLarge,           // a size cap is exceeded (rows, columns, line length, bytes, dims)
+    kBadNpyHeader,       // an .npy magic, version or header dict is malformed
+    kFortranOrder,       // an .npy array is stored column-major
+    kBadDtype,           // an array's dtype is not one accepted for its role
+    kBadRank,            // an array's rank is not one accepted for its role
+    kMissingArray,       // an .npz archive has no x.npy or no y.npy
+    kLengthMismatch,     // x and y hold different numbers of examples
+    kTruncated,          // an array's data is shorter than its shape says
+    kTrailingData,       // an array's data is longer than its shape says
+  };
+
+  DatasetFormatError(Kind kind, const std::string& message, uint64_t line = 0, std::string column = "")
+      : DataError(message), kind_(kind), line_(line), column_(std::move(column)) {}
+  Kind kind() const { return kind_; }
+  uint64_t line() const { return line_; }
+  const std::string& column() const { return column_; }
+
+ private:
+  Kind kind_;
+  uint64_t line_;
+  std::string column_;
+};
+
+// The kind's stable name ("ragged_row", "not_numeric", ...), for logs and problem types.
+std::string_view format_error_kind_name(DatasetFormatError::Kind kind);
+
+// What a stream_* function found: the examples' shape and dtype, their count, and the classes.
+struct ExampleSummary {
+  std::vector<uint32_t> shape;  // per example: {d} or {h, w, c}
+  ParsedExamples::Dtype dtype = ParsedExamples::Dtype::kFloat32;
+  uint64_t examples = 0;
+  uint32_t classes = 0;               // max label + 1, at least 2
+  std::vector<uint64_t> class_counts;  // examples per label, `classes` entries
+};
+
+// Where the streaming parsers put what they read, in bounded pieces, so that a file of any size
+// is checked and converted without being held in memory. Calls: begin() once (before any
+// examples), then examples() with whole or partial examples' bytes in order, and labels() in
+// order (the parsers may give every label before or after the examples). A sink may throw to
+// stop the parse (e.g. a full disk); the exception propagates.
+class ExampleSink {
+ public:
+  virtual ~ExampleSink() = default;
+  virtual void begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype dtype) = 0;
+  virtual void examples(const uint8_t* bytes, size_t n) = 0;
+  virtual void labels(const int32_t* labels, size_t n) = 0;
+};
+
+// Caps shared by both formats. Defaults in comments.
+struct ExampleLimits {
+  uint64_t max_examples = 10'000'000;         // rows of a CSV, length of x and y
+  uint64_t max_bytes = uint64_t{2} << 30;     // size of ParsedExamples::bytes (2 GiB)
+  uint32_t max_classes = kMaxClasses;         // labels must be below this (10,000; and below 2^31)
+};
+
+struct CsvOptions {
+  std::string label_column = "label";  // name of the label column in the header
+  uint32_t max_columns = 100'000;      // header fields, label included
+  uint64_t max_line_bytes = 16 << 20;  // one line, terminator excluded (16 MiB)
+  ExampleLimits limits;
+};
+
+// Parses CSV from `in`, one line at a time (the text is never held whole). `source` names the
+// input in messages ("upload.csv").
+//
+// Format: the first line is a header of column names; every further line holds one example with
+// exactly as many comma-separated fields. A UTF-8 byte order mark before the header is skipped.
+// Fields are trimmed of spaces and tabs; lines may end in
+// "\n" or "\r\n"; blank lines are skipped. Quoted fields are not supported: a '"' anywhere is a
+// kQuotedField error. Feature cells are decimal numbers (as strtod reads them, optional leading
+// '+'), stored as float32; NaN, infinities and values beyond float32's range are rejected. The
+// label cell is a non-negative integer ("3", not "3.0"). The result has shape {columns - 1},
+// dtype kFloat32, features in header order without the label column.
+//
+// Classes: classes = max label + 1, which must be at least 2 and at most limits.max_classes.
+// Not every class in [0, classes) needs to appear: a small upload may lack a rare class.
+ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvOptions& options = {});
+// The same, streamed to `sink` row by row.
+ExampleSummary stream_csv(std::istream& in, const std::string& source, const CsvOptions& options, ExampleSink& sink);
+
+// One array of an .npy file.
+struct NpyArray {
+  enum class Dtype { kUint8, kInt32, kInt64, kFloat32 };  // '|u1', '<i4', '<i8', '<f4'
+  Dtype dtype = Dtype::kUint8;
+  std::vector<uint64_t> shape;  // () is a scalar
+  std::vector<uint8_t> bytes;   // product(shape) values, C order, little-endian
+};
+
+// Reads one .npy array (format versions 1.0, 2.0 and 3.0) from `in`, which must end where the
+// array's data does (trailing bytes are kTrailingData). Accepts dtypes '|u1' (also '<u1', '>u1'),
+// '<i4', '<i8', '<f4'; rejects fortran_order True. Caps: limits.max_bytes for the data, 64 KiB
+// for the header.
+NpyArray read_npy(std::istream& in, const std::string& source, const ExampleLimits& limits = {});
+
+// Reads an .npz archive (numpy.savez or savez_compressed) holding `x.npy` and `y.npy`:
+//   x: '|u1' or '<f4', shape (n, d), (n, h, w) read as (n, h, w, 1), or (n, h, w, c);
+//   y: '|u1', '<i4' or '<i8', shape (n,), each a non-negative integer (classes as for parse_csv).
+// Other entries are ignored. Float x must be finite. The result's dtype follows x.
+ParsedExamples read_npz(const std::string& path, const ExampleLimits& limits = {});
+// The same, streamed: y is read whole (labels are small), x in pieces of 1 MiB.
+ExampleSummary stream_npz(const std::string& path, const ExampleLimits& limits, ExampleSink& sink);
+// The same rules for a pair of .npy files (what the dataset catalog stores, or a directory holds).
+ExampleSummary stream_npy_pair(const std::string& x_path, const std::string& y_path, const ExampleLimits& limits,
+                               ExampleSink& sink);
+
+// An MNIST-style IDX pair, each gzip'd or plain: images (n, h, w) of unsigned bytes, read as
+// uint8 examples of shape {h, w, 1}, and labels (n) of unsigned bytes. Defects are
+// DatasetFormatErrors as above (a bad magic is kBadNpyHeader, a count mismatch kLengthMismatch).
+ExampleSummary stream_idx(const std::string& images_path, const std::string& labels_path, const ExampleLimits& limits,
+                          ExampleSink& sink);
+
+// A sink writing the form the dataset catalog stores: `x_path` an .npy of the examples
+// ((n, ...shape), |u1 or <f4) and `y_path` an .npy of int32 labels ((n,)). The examples go to disk
+// as they come; the labels are kept (4 bytes each) and written by finish(). Throws pstrain::Error
+// for an I/O failure. The files are complete only after finish().
+class NpyFileWriter final : public ExampleSink {
+ public:
+  NpyFileWriter(std::string x_path, std::string y_path);
+  void begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype dtype) override;
+  void examples(const uint8_t* bytes, size_t n) override;
+  void labels(const int32_t* labels, size_t n) override;
+  void finish();
+
+ private:
+  std::string x_path_, y_path_;
+  std::ofstream x_;
+  std::vector<uint32_t> shape_;
+  ParsedExamples::Dtype dtype_ = ParsedExamples::Dtype::kFloat32;
+  std::vector<int32_t> labels_;
+};
+
+}  // namespace pstrain

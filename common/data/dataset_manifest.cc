@@ -1,0 +1,231 @@
+#include "common/data/dataset_manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/base/error.h"
+#include "common/base/json_text.h"
+
+namespace pstrain {
+namespace json = boost::json;
+namespace {
+
+// A file name inside the dataset directory: no directories, no way out of it.
+std::string read_file_name(const json::object& o, const char* key, const std::string& where) {
+  const auto it = o.find(key);
+  if (it == o.end()) throw DataError(where + "/" + key + " is required");
+  if (!it->value().is_string()) throw DataError(where + "/" + key + " must be a string");
+  std::string name(it->value().as_string());
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." || name[0] == '.') {
+    throw DataError(where + "/" + key + " must be a file name in the dataset's directory, not '" + name + "'");
+  }
+  return name;
+}
+
+ManifestSplit read_split(const json::value& v, const std::string& where) {
+  if (!v.is_object()) throw DataError(where + " must be an object naming the split's files");
+  const json::object& o = v.as_object();
+  ManifestSplit s;
+  auto allow = [&](std::initializer_list<const char*> keys) {
+    for (const auto& field : o) {
+      bool known = false;
+      for (const char* k : keys) known = known || field.key() == k;
+      if (!known) throw DataError(where + "/" + std::string(field.key()) + " is not a known field here");
+    }
+  };
+  if (o.contains("x") || o.contains("y")) {
+    s.format = ManifestSplit::Format::kNpy;
+    s.x = read_file_name(o, "x", where);
+    s.y = read_file_name(o, "y", where);
+    allow({"x", "y"});
+  } else if (o.contains("npz")) {
+    s.format = ManifestSplit::Format::kNpz;
+    s.npz = read_file_name(o, "npz", where);
+    allow({"npz"});
+  } else if (o.contains("csv")) {
+    s.format = ManifestSplit::Format::kCsv;
+    s.csv = read_file_name(o, "csv", where);
+    if (const auto it = o.find("label"); it != o.end()) {
+      if (!it->value().is_string() || it->value().as_string().empty()) throw DataError(where + "/label must be a column name");
+      s.label = std::string(it->value().as_string());
+    }
+    allow({"csv", "label"});
+  } else if (o.contains("images") || o.contains("labels")) {
+    s.format = ManifestSplit::Format::kIdx;
+    s.images = read_file_name(o, "images", where);
+    s.labels = read_file_name(o, "labels", where);
+    allow({"images", "labels"});
+  } else {
+    throw DataError(where + " must name its files: {x, y}, {npz}, {csv[, label]} or {images, labels}");
+  }
+  return s;
+}
+
+json::object split_to_json(const ManifestSplit& s) {
+  switch (s.format) {
+    case ManifestSplit::Format::kNpy: return {{"x", s.x}, {"y", s.y}};
+    case ManifestSplit::Format::kNpz: return {{"npz", s.npz}};
+    case ManifestSplit::Format::kCsv: return {{"csv", s.csv}, {"label", s.label}};
+    case ManifestSplit::Format::kIdx: return {{"images", s.images}, {"labels", s.labels}};
+  }
+  return {};
+}
+
+}  // namespace
+
+bool is_valid_dataset_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  auto lower_digit = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!lower_digit(name[0])) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return lower_digit(c) || c == '.' || c == '_' || c == '-'; });
+}
+
+std::vector<std::string> ManifestSplit::files() const {
+  switch (format) {
+    case Format::kNpy: return {x, y};
+    case Format::kNpz: return {npz};
+    case Format::kCsv: return {csv};
+    case Format::kIdx: return {images, labels};
+  }
+  return {};
+}
+
+DatasetManifest read_manifest(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kManifestFile).string();
+  std::ifstream in(path);
+  if (!in) throw DataError(path + ": cannot open: " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > (1 << 20)) throw DataError(path + ": larger than 1 MiB; a manifest is a few lines");
+  boost::system::error_code ec;
+  const json::value root = json::parse(text.str(), ec);
+  if (ec) throw DataError(path + ": not valid JSON: " + ec.message());
+  if (!root.is_object()) throw DataError(path + ": must be a JSON object");
+  const json::object& o = root.as_object();
+  DatasetManifest m;
+  for (const auto& field : o) {
+    const std::string key(field.key());
+    const std::string where = path + ": /" + key;
+    if (key == "train" || key == "test") {
+      m.splits[key] = read_split(field.value(), where);
+    } else if (key == "num_classes") {
+      if (!field.value().is_int64() || field.value().as_int64() < 2 || field.value().as_int64() > 10000) {
+        throw DataError(where + " must be an integer from 2 to 10000");
+      }
+      m.num_classes = static_cast<uint32_t>(field.value().as_int64());
+    } else if (key == "source") {
+      if (!field.value().is_string()) throw DataError(where + " must be a string");
+      m.source = std::string(field.value().as_string()) == "upload" ? "upload" : "directory";
+    } else if (key == "created_ms") {
+      if (!field.value().is_int64()) throw DataError(where + " must be an integer (Unix milliseconds)");
+      m.created_ms = field.value().as_int64();
+    } else {
+      throw DataError(where + " is not a known field (known: train, test, num_classes, source, created_ms)");
+    }
+  }
+  if (m.splits.count("train") == 0) throw DataError(path + ": /train is required");
+  return m;
+}
+
+std::string manifest_to_json(const DatasetManifest& m) {
+  json::object o;
+  for (const auto& [name, split] : m.splits) o[name] = split_to_json(split);
+  if (m.num_classes) o["num_classes"] = *m.num_classes;
+  o["source"] = m.source;
+  if (m.created_ms != 0) o["created_ms"] = m.created_ms;
+  return to_json_text(o) + "\n";
+}
+
+void write_manifest(const std::string& dir, const DatasetManifest& manifest) {
+  namespace fs = std::filesystem;
+  const fs::path final_path = fs::path(dir) / kManifestFile;
+  const fs::path temp = fs::path(dir) / (std::string(".") + kManifestFile + ".tmp");
+  const std::string text = manifest_to_json(manifest);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(temp.string() + ": cannot create: " + std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const int saved = errno;
+  ::close(fd);
+  if (!ok) throw Error(temp.string() + ": write failed: " + std::strerror(saved));
+  std::error_code ec;
+  fs::rename(temp, final_path, ec);
+  if (ec) throw Error(final_path.string() + ": cannot replace: " + ec.message());
+}
+
+ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit& split, const ExampleLimits& limits,
+                                     ExampleSink& sink) {
+  namespace fs = std::filesystem;
+  auto at = [&](const std::string& name) { return (fs::path(dir) / name).string(); };
+  switch (split.format) {
+    case ManifestSplit::Format::kNpy: return stream_npy_pair(at(split.x), at(split.y), limits, sink);
+    case ManifestSplit::Format::kNpz: return stream_npz(at(split.npz), limits, sink);
+    case ManifestSplit::Format::kIdx: return stream_idx(at(split.images), at(split.labels), limits, sink);
+    case ManifestSplit::Format::kCsv: {
+      std::ifstream in(at(split.csv), std::ios::binary);
+      if (!in) {
+        throw DatasetFormatError(DatasetFormatError::Kind::kUnreadable, at(split.csv) + ": cannot open: " + std::strerror(errno));
+      }
+      CsvOptions options;
+      options.label_column = split.label;
+      options.limits = limits;
+      return stream_csv(in, at(split.csv), options, sink);
+    }
+  }
+  throw DataError(dir + ": unknown split format");
+}
+
+namespace {
+
+// Collects a split into memory.
+class ExamplesSink final : public ExampleSink {
+ public:
+  void begin(const std::vector<uint32_t>&, ParsedExamples::Dtype) override {}
+  void examples(const uint8_t* bytes, size_t n) override { out.bytes.insert(out.bytes.end(), bytes, bytes + n); }
+  void labels(const int32_t* labels, size_t n) override { out.labels.insert(out.labels.end(), labels, labels + n); }
+  ParsedExamples out;
+};
+
+}  // namespace
+
+Split load_directory_split(const std::string& dir, const std::string& name, SplitKind kind, uint32_t num_classes) {
+  const DatasetManifest manifest = read_manifest(dir);
+  const char* split_name = kind == SplitKind::kTrain ? "train" : "test";
+  const auto it = manifest.splits.find(split_name);
+  if (it == manifest.splits.end()) {
+    throw DataError("dataset '" + name + "' has no " + split_name + " split (POST /v1/datasets/" + name +
+                    "/split makes one from its train split)");
+  }
+  ExamplesSink sink;
+  const ExampleSummary summary = stream_manifest_split(dir, it->second, ExampleLimits{}, sink);
+  sink.out.shape = summary.shape;
+  sink.out.dtype = summary.dtype;
+  sink.out.classes = summary.classes;
+  if (num_classes == 0) num_classes = manifest.num_classes.value_or(summary.classes);
+  if (summary.classes > num_classes) {
+    throw DataError("dataset '" + name + "': the " + split_name + " split has label " + std::to_string(summary.classes - 1) +
+                    ", outside its " + std::to_string(num_classes) + " classes");
+  }
+  sink.out.classes = num_classes;
+  return make_split(name, kind, std::move(sink.out));
+}
+
+Split load_any_split(const std::string& data_dir, const std::string& name, SplitKind kind) {
+  if (is_known_dataset(name)) return load_split(data_dir, name, kind);
+  const std::filesystem::path dir = std::filesystem::path(data_dir) / name;
+  if (!is_valid_dataset_name(name) || !std::filesystem::exists(dir / kManifestFile)) {
+    throw DataError("unknown dataset '" + name + "': neither a built-in (" + known_dataset_names() + ") nor a directory " +
+                    dir.string() + " with a " + kManifestFile);
+  }
+  return load_directory_split(dir.string(), name, kind);
+}
+
+}  // namespace pstrain

@@ -1,0 +1,77 @@
+// Dataset directories: a directory `<data dir>/<name>/` holding `dataset.json` and the files it
+// names is a dataset called <name>. The dataset catalog stores uploads this way, and a user can
+// drop such a directory into the data directory (or copy one between clusters).
+//
+// dataset.json:
+//   {
+//     "train": <files>,            required
+//     "test": <files>,             optional (POST /v1/datasets/{name}/split can make one)
+//     "num_classes": 10,           optional: else max label + 1 over the splits
+//     "source": "directory",       optional: "upload" for what the catalog wrote
+//     "created_ms": 1700000000000  optional: Unix milliseconds
+//   }
+// where <files> is one of (paths relative to the directory, no "/" or ".."):
+//   {"x": "train-x.npy", "y": "train-y.npy"}   an .npy pair (x: |u1 or <f4, y: integers)
+//   {"npz": "train.npz"}                        an .npz with arrays x and y
+//   {"csv": "train.csv", "label": "label"}      CSV with a header; "label" names the label column
+//   {"images": "train-images-idx3-ubyte.gz", "labels": "train-labels-idx1-ubyte.gz"}   IDX pair
+// Every format follows common/data/dataset_formats.h's rules (uint8 examples are scaled by 1/255 when
+// trained on; float32 ones are used as they are).
+//
+// Thread rules: pure functions; any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/data/dataset.h"
+#include "common/data/dataset_formats.h"
+
+namespace pstrain {
+
+inline constexpr const char* kManifestFile = "dataset.json";
+
+// The dataset name rule: [a-z0-9][a-z0-9._-]{0,63} (a directory name, a URL path segment and a
+// RocksDB key, with nothing to escape).
+bool is_valid_dataset_name(const std::string& name);
+
+struct ManifestSplit {
+  enum class Format { kNpy, kNpz, kCsv, kIdx };
+  Format format = Format::kNpy;
+  std::string x, y;             // kNpy
+  std::string npz;              // kNpz
+  std::string csv, label = "label";  // kCsv
+  std::string images, labels;   // kIdx
+  std::vector<std::string> files() const;  // the file names, in a fixed order
+};
+
+struct DatasetManifest {
+  std::map<std::string, ManifestSplit> splits;  // "train" (required), "test"
+  std::optional<uint32_t> num_classes;
+  std::string source = "directory";
+  int64_t created_ms = 0;
+};
+
+// Reads `<dir>/dataset.json`. Throws DataError naming the file and the field at fault.
+DatasetManifest read_manifest(const std::string& dir);
+// The JSON text of a manifest (what write_manifest writes).
+std::string manifest_to_json(const DatasetManifest& manifest);
+// Writes `<dir>/dataset.json` atomically (a temporary file, fsync'd, then renamed over it).
+void write_manifest(const std::string& dir, const DatasetManifest& manifest);
+
+// Streams one split of a dataset directory to `sink`. Throws DatasetFormatError for defects.
+ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit& split, const ExampleLimits& limits,
+                                     ExampleSink& sink);
+
+// Loads a split of a dataset directory into memory, as a Split of `num_classes` classes (0: the
+// manifest's num_classes, else the split's max label + 1). Throws DataError.
+Split load_directory_split(const std::string& dir, const std::string& name, SplitKind kind, uint32_t num_classes = 0);
+
+// A dataset by name, for processes that read the data directory themselves (pstrain-train): a
+// built-in name (the dataset table), else the dataset directory `<data_dir>/<name>`.
+Split load_any_split(const std::string& data_dir, const std::string& name, SplitKind kind);
+
+}  // namespace pstrain

@@ -1,0 +1,166 @@
+// A training job, as typed structs parsed once at the edge (REST body or spec file).
+//
+// parse_job_spec() is strict: unknown fields, wrong types, out-of-range numbers and specs that
+// cannot run (shapes that do not fit, an unknown dataset) are all rejected with a SpecError whose
+// path names the field. Defaults follow TensorFlow/Keras where there is one.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/engine/model_spec.h"
+#include "common/engine/optim/optimizer_spec.h"
+
+namespace pstrain {
+
+struct DatasetInfo;
+struct Split;
+
+enum class ShardPolicy { kData, kFile, kOff };
+enum class TrainingMode { kSync, kAsync };
+enum class CompressionKind { kNone, kFp16, kTopk, kPowerSgd };
+// Async: the learning rate of each push (DESIGN-NOTES "Staleness-aware async"): the optimizer's
+// own (constant), or divided by max(1, staleness), the versions the chunk moved on since the
+// values the push was computed on (staleness; Zhang et al., IJCAI 2016), or that times
+// (push examples / global_batch_size)^e, e the optimizer's batch-size exponent: the rate that
+// gives the push's examples the progress a sync step would (batch_staleness, the default).
+enum class AsyncLr { kConstant, kStaleness, kBatchStaleness };
+// What the divergence guard does with a loss that stays above its start for an epoch or a test
+// accuracy at chance (coordinator/job/divergence_guard.h): warn (the job goes on) or fail the job.
+// A loss that is NaN or infinite fails the job either way.
+enum class OnDivergence { kWarn, kFail };
+
+const char* shard_policy_name(ShardPolicy policy);
+const char* training_mode_name(TrainingMode mode);
+const char* compression_kind_name(CompressionKind kind);
+const char* async_lr_name(AsyncLr lr);
+const char* on_divergence_name(OnDivergence action);
+
+struct DatasetSpec {
+  std::string name;                          // a built-in (mnist10k, fashion, fashion-mnist) or catalog dataset
+  ShardPolicy shard_policy = ShardPolicy::kData;
+  uint64_t shuffle_seed = 0;
+};
+
+// How a job's gradients (and values) travel between workers and servers (spec
+// `training.compression`: "none" | "fp16" | "topk" | "powersgd", or {"kind": ..., "fraction": f}
+// (topk) / {"kind": "powersgd", "rank": r}; see
+// docs/DESIGN-NOTES.md "Gradient compression". Servers always accumulate and store float32.
+// - kFp16: pushed gradients and replied values in IEEE half precision (common/engine/compression.h);
+// - kTopk: per chunk, the ceil(fraction * size) entries of largest magnitude of (gradient +
+//   the worker's residual) pushed as (index, value) pairs; what is not sent stays in the
+//   residual (error feedback). Values come back whole, in float32.
+// - kPowerSgd: per chunk of whole rows of a kernel (rows x its last dimension), rank-r factors
+//   P and Q of (gradient + residual), Q warm-started from the worker's previous step; the rest
+//   stays in the residual. Biases (1-D) and chunks the factors would not shrink go dense.
+// With any compression the worker uses the dense exchange (the row-sparse, factored and forward
+// exchanges are off).
+struct CompressionSpec {
+  CompressionKind kind = CompressionKind::kNone;
+  float fraction = 0.01f;  // topk: of each chunk's entries, in (0, 1]
+  uint32_t rank = 4;       // powersgd: of the factors, 1 to 64
+
+  // Whether the codec keeps state on each worker between steps (topk's and powersgd's residual,
+  // powersgd's warm-start Q), which the backups hold (DESIGN-NOTES "Gradient compression").
+  bool keeps_worker_state() const { return kind == CompressionKind::kTopk || kind == CompressionKind::kPowerSgd; }
+};
+
+struct TrainingSpec {
+  TrainingMode mode = TrainingMode::kSync;
+  int64_t global_batch_size = 0;  // examples per step over all workers
+  int64_t epochs = 1;
+  int64_t workers = 1;
+  int64_t servers = 1;
+  int64_t max_staleness = -1;     // async: -1 means unbounded
+  int64_t backup_workers = 0;     // sync: apply after workers - backup_workers pushes
+  int64_t metrics_every_steps = 10;
+  CompressionSpec compression;
+  AsyncLr async_lr = AsyncLr::kBatchStaleness;  // async only (the measured default: docs/BENCHMARKS.md)
+  OnDivergence on_divergence = OnDivergence::kWarn;
+};
+
+struct BackupSpec {
+  enum class Frequency { kNone, kEpoch, kSteps };
+  Frequency frequency = Frequency::kNone;
+  int64_t steps = 0;  // for kSteps
+};
+
+// What the coordinator keeps of a job's backups as checkpoints a user can list, download, evaluate
+// and start other jobs from (like Keras' ModelCheckpoint max_to_keep): the newest `keep` complete
+// backups, and always the final state (parameters, optimizer slots and step) of a job that
+// succeeds. Spec: `checkpoint: {"keep": K}`.
+struct CheckpointSpec {
+  int64_t keep = 1;
+};
+
+// Where a job's starting parameters come from (spec `init_from`): a checkpoint of another job
+// (`{"job": ID, "checkpoint": STEP | "latest"}`) or a model (`{"model": ID}`, uploaded or a
+// finished job's). With optimizer_state (resume), the optimizer's slots and update count come
+// too and the job goes on from the checkpoint's step (training.epochs is the total, as Keras'
+// fit(epochs, initial_epoch)); without (fine-tune), a fresh optimizer and step 0. Names and
+// shapes must match the model's (checked when the job is submitted).
+struct InitFromSpec {
+  enum class Source { kNone, kJob, kModel };
+  Source source = Source::kNone;
+  std::string id;                      // the job's or the model's
+  std::optional<int64_t> checkpoint;   // kJob: the step; nullopt: the latest
+  bool optimizer_state = false;
+};
+
+struct JobSpec {
+  std::string name;
+  DatasetSpec dataset;
+  ModelSpec model;
+  std::string loss = "sparse_softmax_cross_entropy";
+  OptimizerSpec optimizer;
+  TrainingSpec training;
+  BackupSpec backup;
+  CheckpointSpec checkpoint;
+  InitFromSpec init_from;
+};
+
+// Parses and validates a job spec. Throws SpecError (kMalformed for text that is not JSON,
+// kInvalid for everything else) naming the field. The dataset is checked as validate_job_spec(spec)
+// does: what every process receiving a job needs (a server or worker does not know the catalog).
+JobSpec parse_job_spec(std::string_view json_text);
+// The same, strict about the dataset: it must be one of `datasets` and the spec must fit it.
+JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets);
+// A spec the coordinator accepted (a worker's assignment, a server's job configuration): parsed
+// and checked like parse_job_spec except against the dataset, which the coordinator checked
+// against the datasets it knows (built in or from its catalog; the receiver may know none).
+JobSpec parse_accepted_job_spec(std::string_view json_text);
+
+// The dataset checks. Without a list: the name follows the dataset name rule, and a built-in
+// dataset (the dataset table) must fit the spec; any other name is left to whoever knows the
+// datasets (the coordinator's catalog at submit, the loaded files at job start). With a list: the
+// dataset must be in it and fit the spec (check_spec_against_dataset).
+void validate_job_spec(const JobSpec& spec);
+void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& datasets);
+
+// The spec fits the dataset, else SpecError naming the field:
+// - /model/input_shape equals the dataset's example shape ([h, w, c] for images), or is its flat
+//   form [h * w * c] (a dense layer can take the image's values directly); skipped when the
+//   DatasetInfo does not know its example shape;
+// - the last layer (/model/layers/<last>) outputs [num_classes] logits.
+// The DatasetInfo form is the submit-time check (the dataset table, nothing loaded); the Split
+// form is the job-start check against the files as loaded.
+void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info);
+void check_spec_against_dataset(const JobSpec& spec, const Split& split);
+
+// A model alone ({"input_shape", "seed", "layers"}, the "model" field of a job spec): parsed and
+// checked as in a job spec (infer_shapes), throwing SpecError naming the field ("/model/...").
+// Uploaded model files carry their architecture this way.
+ModelSpec parse_model_spec(std::string_view json_text);
+// A model as canonical JSON (as job_spec_to_json writes its "model" field).
+std::string model_spec_to_json(const ModelSpec& model);
+
+// The spec as canonical JSON (every field, defaults filled in, except the window options of conv2d
+// and maxpool2d: strides, padding and pool_size appear only where they differ from their defaults,
+// so a spec written before they existed keeps its canonical text): what the coordinator stores and
+// what a worker receives, so every process runs exactly the same job.
+std::string job_spec_to_json(const JobSpec& spec);
+
+}  // namespace pstrain

@@ -1,0 +1,391 @@
+// JSON <-> JobSpec (the model part: model_spec_json.cc). Boost.JSON stays inside the spec parsers:
+// the rest of the project sees typed structs.
+#include <boost/json.hpp>
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "common/engine/compression.h"
+#include "common/data/dataset.h"
+#include "common/data/dataset_manifest.h"
+#include "common/base/error.h"
+#include "common/data/job_spec.h"
+#include "common/data/spec_reader.h"
+
+namespace pstrain {
+namespace json = boost::json;
+using namespace spec_json;
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
+
+OptimizerSpec read_optimizer(const json::value& v) {
+  ObjectReader r(v, "/optimizer");
+  OptimizerSpec o;
+  o.type = read_enum<OptimizerType>(r.required("type"), "/optimizer/type",
+                                    {{"sgd", OptimizerType::kSgd},
+                                     {"adam", OptimizerType::kAdam},
+                                     {"adagrad", OptimizerType::kAdagrad}});
+  const float default_lr = o.type == OptimizerType::kSgd ? 0.01f : 0.001f;
+  o.learning_rate = r.number("learning_rate", 0.0, 1e3, true, default_lr);
+  switch (o.type) {
+    case OptimizerType::kSgd:
+      o.momentum = r.number("momentum", 0.0, 1.0, false, 0.0f);
+      if (o.momentum >= 1.0f) throw SpecError("/optimizer/momentum", "must be below 1");
+      if (const json::value* n = r.optional("nesterov")) {
+        if (!n->is_bool()) throw SpecError("/optimizer/nesterov", "must be a boolean, not " + kind_of(*n));
+        o.nesterov = n->as_bool();
+      }
+      break;
+    case OptimizerType::kAdam:
+      o.beta_1 = r.number("beta_1", 0.0, 1.0, false, 0.9f);
+      o.beta_2 = r.number("beta_2", 0.0, 1.0, false, 0.999f);
+      if (o.beta_1 >= 1.0f) throw SpecError("/optimizer/beta_1", "must be below 1");
+      if (o.beta_2 >= 1.0f) throw SpecError("/optimizer/beta_2", "must be below 1");
+      o.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-7f);
+      break;
+    case OptimizerType::kAdagrad:
+      o.initial_accumulator_value = r.number("initial_accumulator_value", 0.0, 1e6, false, 0.1f);
+      o.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-7f);
+      break;
+  }
+  r.finish();
+  return o;
+}
+
+// `training.compression`: a kind's name, or {"kind": name, "fraction": f} (topk only) or
+// {"kind": "powersgd", "rank": r}.
+CompressionSpec read_compression(const json::value& v) {
+  const std::string path = "/training/compression";
+  CompressionSpec c;
+  const std::initializer_list<std::pair<const char*, CompressionKind>> kinds = {
+      {"none", CompressionKind::kNone},
+      {"fp16", CompressionKind::kFp16},
+      {"topk", CompressionKind::kTopk},
+      {"powersgd", CompressionKind::kPowerSgd}};
+  if (v.is_string()) {
+    c.kind = read_enum<CompressionKind>(v, path, kinds);
+    return c;
+  }
+  if (!v.is_object()) throw SpecError(path, "must be a string or an object, not " + kind_of(v));
+  ObjectReader r(v, path);
+  c.kind = read_enum<CompressionKind>(r.required("kind"), path + "/kind", kinds);
+  if (r.optional("fraction") != nullptr && c.kind != CompressionKind::kTopk) {
+    throw SpecError(path + "/fraction", "only applies to \"topk\"");
+  }
+  if (r.optional("rank") != nullptr && c.kind != CompressionKind::kPowerSgd) {
+    throw SpecError(path + "/rank", "only applies to \"powersgd\"");
+  }
+  c.fraction = r.number("fraction", 0.0, 1.0, true, 0.01f);
+  c.rank = static_cast<uint32_t>(r.integer("rank", 1, static_cast<int64_t>(kMaxPowerSgdRank), 4));
+  r.finish();
+  return c;
+}
+
+TrainingSpec read_training(const json::value& v) {
+  ObjectReader r(v, "/training");
+  TrainingSpec t;
+  if (const json::value* m = r.optional("mode")) {
+    t.mode = read_enum<TrainingMode>(*m, "/training/mode", {{"sync", TrainingMode::kSync}, {"async", TrainingMode::kAsync}});
+  }
+  t.global_batch_size = read_int(r.required("global_batch_size"), "/training/global_batch_size", 1, 65536);
+  t.epochs = r.integer("epochs", 1, 100000, 1);
+  t.workers = r.integer("workers", 1, 256, 1);
+  t.servers = r.integer("servers", 1, 64, 1);
+  t.max_staleness = r.integer("max_staleness", 0, 1000000, -1);
+  t.backup_workers = r.integer("backup_workers", 0, 255, 0);
+  t.metrics_every_steps = r.integer("metrics_every_steps", 1, 1000000, 10);
+  if (const json::value* c = r.optional("compression")) t.compression = read_compression(*c);
+  const json::value* async_lr = r.optional("async_lr");
+  if (async_lr != nullptr) {
+    t.async_lr = read_enum<AsyncLr>(*async_lr, "/training/async_lr",
+                                    {{"constant", AsyncLr::kConstant},
+                                     {"staleness", AsyncLr::kStaleness},
+                                     {"batch_staleness", AsyncLr::kBatchStaleness}});
+  }
+  if (const json::value* d = r.optional("on_divergence")) {
+    t.on_divergence = read_enum<OnDivergence>(*d, "/training/on_divergence",
+                                              {{"warn", OnDivergence::kWarn}, {"fail", OnDivergence::kFail}});
+  }
+  r.finish();
+  if (t.global_batch_size < t.workers) {
+    throw SpecError("/training/global_batch_size", "must be at least /training/workers (" +
+                                                       std::to_string(t.workers) + ") so every worker gets examples");
+  }
+  if (t.backup_workers >= t.workers) {
+    throw SpecError("/training/backup_workers", "must be smaller than /training/workers");
+  }
+  if (t.mode == TrainingMode::kSync && t.max_staleness >= 0) {
+    throw SpecError("/training/max_staleness", "only applies to async mode");
+  }
+  if (t.mode == TrainingMode::kSync && async_lr != nullptr) {
+    throw SpecError("/training/async_lr", "only applies to async mode");
+  }
+  if (t.mode == TrainingMode::kAsync && t.backup_workers > 0) {
+    throw SpecError("/training/backup_workers", "only applies to sync mode");
+  }
+  return t;
+}
+
+BackupSpec read_backup(const json::value& v) {
+  ObjectReader r(v, "/backup");
+  BackupSpec b;
+  if (const json::value* f = r.optional("save_freq")) {
+    if (f->is_string() && f->as_string() == "epoch") {
+      b.frequency = BackupSpec::Frequency::kEpoch;
+    } else if (as_integer(*f)) {
+      b.frequency = BackupSpec::Frequency::kSteps;
+      b.steps = read_int(*f, "/backup/save_freq", 1, kIntMax);
+    } else {
+      throw SpecError("/backup/save_freq", "must be \"epoch\" or a positive integer (steps)");
+    }
+  }
+  r.finish();
+  return b;
+}
+
+CheckpointSpec read_checkpoint(const json::value& v) {
+  ObjectReader r(v, "/checkpoint");
+  CheckpointSpec c;
+  c.keep = r.integer("keep", 0, 1000, c.keep);
+  r.finish();
+  return c;
+}
+
+InitFromSpec read_init_from(const json::value& v) {
+  ObjectReader r(v, "/init_from");
+  InitFromSpec i;
+  const json::value* job = r.optional("job");
+  const json::value* model = r.optional("model");
+  if ((job == nullptr) == (model == nullptr)) throw SpecError("/init_from", "must name either a \"job\" or a \"model\"");
+  i.source = job != nullptr ? InitFromSpec::Source::kJob : InitFromSpec::Source::kModel;
+  const std::string path = job != nullptr ? "/init_from/job" : "/init_from/model";
+  i.id = read_string(job != nullptr ? *job : *model, path);
+  if (i.id.empty() || i.id.size() > 200) throw SpecError(path, "must be a job or model id");
+  if (const json::value* c = r.optional("checkpoint")) {
+    if (model != nullptr) throw SpecError("/init_from/checkpoint", "applies to a job; a model has one state");
+    if (c->is_string() && c->as_string() == "latest") {
+      i.checkpoint.reset();
+    } else if (as_integer(*c)) {
+      i.checkpoint = read_int(*c, "/init_from/checkpoint", 0, kIntMax);
+    } else {
+      throw SpecError("/init_from/checkpoint", "must be a step (a non-negative integer) or \"latest\"");
+    }
+  }
+  if (const json::value* o = r.optional("optimizer_state")) {
+    if (!o->is_bool()) throw SpecError("/init_from/optimizer_state", "must be a boolean, not " + kind_of(*o));
+    i.optimizer_state = o->as_bool();
+  }
+  r.finish();
+  return i;
+}
+
+DatasetSpec read_dataset(const json::value& v) {
+  ObjectReader r(v, "/dataset");
+  DatasetSpec d;
+  d.name = read_string(r.required("name"), "/dataset/name");
+  if (const json::value* p = r.optional("shard_policy")) {
+    d.shard_policy = read_enum<ShardPolicy>(*p, "/dataset/shard_policy",
+                                            {{"DATA", ShardPolicy::kData}, {"FILE", ShardPolicy::kFile}, {"OFF", ShardPolicy::kOff}});
+  }
+  d.shuffle_seed = static_cast<uint64_t>(r.integer("shuffle_seed", 0, kIntMax, 0));
+  r.finish();
+  return d;
+}
+
+}  // namespace
+
+const char* shard_policy_name(ShardPolicy policy) {
+  switch (policy) {
+    case ShardPolicy::kData: return "DATA";
+    case ShardPolicy::kFile: return "FILE";
+    case ShardPolicy::kOff: return "OFF";
+  }
+  return "?";
+}
+
+const char* compression_kind_name(CompressionKind kind) {
+  switch (kind) {
+    case CompressionKind::kNone: return "none";
+    case CompressionKind::kFp16: return "fp16";
+    case CompressionKind::kTopk: return "topk";
+    case CompressionKind::kPowerSgd: return "powersgd";
+  }
+  return "none";
+}
+
+const char* training_mode_name(TrainingMode mode) { return mode == TrainingMode::kSync ? "sync" : "async"; }
+
+const char* async_lr_name(AsyncLr lr) {
+  switch (lr) {
+    case AsyncLr::kConstant: return "constant";
+    case AsyncLr::kStaleness: return "staleness";
+    case AsyncLr::kBatchStaleness: return "batch_staleness";
+  }
+  return "staleness";
+}
+const char* on_divergence_name(OnDivergence action) { return action == OnDivergence::kWarn ? "warn" : "fail"; }
+
+JobSpec parse_accepted_job_spec(std::string_view json_text) {
+  json::parse_options options;
+  options.max_depth = 32;
+  boost::system::error_code ec;
+  const json::value root = json::parse(json_text, ec, {}, options);
+  if (ec) throw SpecError("", "body is not valid JSON: " + ec.message(), SpecError::Kind::kMalformed);
+
+  ObjectReader r(root, "");
+  JobSpec spec;
+  if (const json::value* n = r.optional("name")) {
+    spec.name = read_string(*n, "/name");
+    if (spec.name.size() > 200) throw SpecError("/name", "must be at most 200 characters");
+  }
+  spec.dataset = read_dataset(r.required("dataset"));
+  spec.model = read_model_spec(r.required("model"));
+  if (const json::value* l = r.optional("loss")) {
+    spec.loss = read_enum<std::string>(*l, "/loss", {{"sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy"}});
+  }
+  spec.optimizer = read_optimizer(r.required("optimizer"));
+  spec.training = read_training(r.required("training"));
+  if (const json::value* b = r.optional("backup")) spec.backup = read_backup(*b);
+  if (const json::value* c = r.optional("checkpoint")) spec.checkpoint = read_checkpoint(*c);
+  if (const json::value* i = r.optional("init_from")) spec.init_from = read_init_from(*i);
+  r.finish();
+  return spec;
+}
+
+JobSpec parse_job_spec(std::string_view json_text) {
+  JobSpec spec = parse_accepted_job_spec(json_text);
+  validate_job_spec(spec);
+  return spec;
+}
+
+JobSpec parse_job_spec(std::string_view json_text, const std::vector<DatasetInfo>& datasets) {
+  JobSpec spec = parse_accepted_job_spec(json_text);
+  validate_job_spec(spec, datasets);
+  return spec;
+}
+
+void validate_job_spec(const JobSpec& spec) {
+  if (!is_valid_dataset_name(spec.dataset.name)) {
+    throw SpecError("/dataset/name", "\"" + spec.dataset.name +
+                                         "\" is not a dataset name (1 to 64 of a-z, 0-9, '.', '_', '-', starting with a "
+                                         "letter or digit)");
+  }
+  if (const DatasetInfo* d = find_dataset(spec.dataset.name)) check_spec_against_dataset(spec, *d);
+}
+
+void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& datasets) {
+  std::string names;
+  for (const auto& d : datasets) {
+    if (d.name == spec.dataset.name) return check_spec_against_dataset(spec, d);
+    names += (names.empty() ? "" : ", ") + d.name;
+  }
+  throw SpecError("/dataset/name", "\"" + spec.dataset.name + "\" is not a known dataset (known: " + names + ")");
+}
+
+namespace {
+
+// "28x28x1 images" for an image dataset, "[30] features" for a flat one.
+std::string describe_examples(const Shape& shape) {
+  if (shape.size() != 3) return shape_string(shape) + " features";
+  return std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + "x" + std::to_string(shape[2]) + " images";
+}
+
+// The checks of check_spec_against_dataset; `example_shape` empty skips the input shape's.
+void check_against(const JobSpec& spec, const std::string& dataset, const Shape& example_shape, uint32_t num_classes) {
+  const std::vector<Shape> shapes = infer_shapes(spec.model);
+  const Shape& input = spec.model.input_shape;
+  const bool flat_of_images = input.size() == 1 && input[0] == num_elements(example_shape);
+  if (!example_shape.empty() && input != example_shape && !flat_of_images) {
+    throw SpecError("/model/input_shape", shape_string(input) + " does not match " + dataset + "'s " +
+                                              describe_examples(example_shape));
+  }
+  const Shape& out = shapes.back();
+  const std::string last = "/model/layers/" + std::to_string(spec.model.layers.size() - 1);
+  if (out.size() != 1 || out[0] != num_classes) {
+    throw SpecError(last, "must output " + std::to_string(num_classes) + " logits (the classes of " + dataset +
+                              ") but outputs " + shape_string(out));
+  }
+}
+
+}  // namespace
+
+void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info) {
+  check_against(spec, info.name, info.example_shape, info.num_classes);
+}
+
+void check_spec_against_dataset(const JobSpec& spec, const Split& split) {
+  check_against(spec, split.dataset, split.example_shape(), split.num_classes);
+}
+
+std::string job_spec_to_json(const JobSpec& spec) {
+  json::object optimizer{{"type", optimizer_type_name(spec.optimizer.type)},
+                         {"learning_rate", spec.optimizer.learning_rate}};
+  switch (spec.optimizer.type) {
+    case OptimizerType::kSgd:
+      optimizer["momentum"] = spec.optimizer.momentum;
+      optimizer["nesterov"] = spec.optimizer.nesterov;
+      break;
+    case OptimizerType::kAdam:
+      optimizer["beta_1"] = spec.optimizer.beta_1;
+      optimizer["beta_2"] = spec.optimizer.beta_2;
+      optimizer["epsilon"] = spec.optimizer.epsilon;
+      break;
+    case OptimizerType::kAdagrad:
+      optimizer["initial_accumulator_value"] = spec.optimizer.initial_accumulator_value;
+      optimizer["epsilon"] = spec.optimizer.epsilon;
+      break;
+  }
+  const auto& t = spec.training;
+  json::object training{{"mode", training_mode_name(t.mode)},
+                        {"global_batch_size", t.global_batch_size},
+                        {"epochs", t.epochs},
+                        {"workers", t.workers},
+                        {"servers", t.servers},
+                        {"metrics_every_steps", t.metrics_every_steps}};
+  if (t.max_staleness >= 0) training["max_staleness"] = t.max_staleness;
+  if (t.backup_workers > 0) training["backup_workers"] = t.backup_workers;
+  // Only when on: a spec written before compression existed keeps its canonical text.
+  if (t.compression.kind != CompressionKind::kNone) {
+    json::object compression{{"kind", compression_kind_name(t.compression.kind)}};
+    if (t.compression.kind == CompressionKind::kTopk) compression["fraction"] = t.compression.fraction;
+    if (t.compression.kind == CompressionKind::kPowerSgd) compression["rank"] = t.compression.rank;
+    training["compression"] = std::move(compression);
+  }
+  // Only where they differ from their defaults (a spec written before they existed keeps its
+  // canonical text); async_lr only in async mode, where it applies.
+  if (t.mode == TrainingMode::kAsync && t.async_lr != TrainingSpec{}.async_lr) training["async_lr"] = async_lr_name(t.async_lr);
+  if (t.on_divergence != TrainingSpec{}.on_divergence) training["on_divergence"] = on_divergence_name(t.on_divergence);
+  json::object backup;
+  if (spec.backup.frequency == BackupSpec::Frequency::kEpoch) backup["save_freq"] = "epoch";
+  if (spec.backup.frequency == BackupSpec::Frequency::kSteps) backup["save_freq"] = spec.backup.steps;
+
+  json::object root{
+      {"name", spec.name},
+      {"dataset", json::object{{"name", spec.dataset.name},
+                               {"shard_policy", shard_policy_name(spec.dataset.shard_policy)},
+                               {"shuffle_seed", spec.dataset.shuffle_seed}}},
+      {"model", model_spec_to_object(spec.model)},
+      {"loss", spec.loss},
+      {"optimizer", std::move(optimizer)},
+      {"training", std::move(training)},
+      {"backup", std::move(backup)},
+  };
+  // Only where they differ from their defaults: a spec written before they existed keeps its
+  // canonical text.
+  if (spec.checkpoint.keep != CheckpointSpec{}.keep) root["checkpoint"] = json::object{{"keep", spec.checkpoint.keep}};
+  if (spec.init_from.source != InitFromSpec::Source::kNone) {
+    json::object init{{spec.init_from.source == InitFromSpec::Source::kJob ? "job" : "model", spec.init_from.id}};
+    if (spec.init_from.source == InitFromSpec::Source::kJob) {
+      if (spec.init_from.checkpoint) init["checkpoint"] = *spec.init_from.checkpoint;
+      else init["checkpoint"] = "latest";
+    }
+    init["optimizer_state"] = spec.init_from.optimizer_state;
+    root["init_from"] = std::move(init);
+  }
+  return json::serialize(root);
+}
+
+}  // namespace pstrain

@@ -1,0 +1,100 @@
+#include "common/data/model_eval.h"
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <numeric>
+
+#include "common/base/json_text.h"
+#include "common/engine/nn/loss.h"
+
+namespace pstrain {
+
+Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Split& split) {
+  const auto classes = static_cast<size_t>(model.output_size());
+  const auto input_size = static_cast<size_t>(model.input_size());
+  const auto max_batch = static_cast<uint32_t>(model.max_batch());
+  Evaluation e;
+  e.confusion.assign(classes, std::vector<uint64_t>(classes, 0));
+  double loss_sum = 0;
+  int64_t correct = 0;
+  std::vector<float> columns(input_size * max_batch);
+  std::vector<int32_t> labels(max_batch);
+  std::vector<uint32_t> indices;
+  for (uint32_t start = 0; start < split.size; start += max_batch) {
+    const uint32_t batch = std::min(split.size - start, max_batch);
+    indices.resize(batch);
+    std::iota(indices.begin(), indices.end(), start);
+    split.gather(indices, columns.data(), labels.data());
+    const auto logits = model.forward(params, columns.data(), batch);
+    const nn::LossResult r = nn::softmax_cross_entropy<float>(logits, labels.data(), nullptr);
+    loss_sum += r.loss_sum;
+    correct += r.correct;
+    for (uint32_t c = 0; c < batch; ++c) {
+      Eigen::Index best = 0;
+      logits.col(c).maxCoeff(&best);
+      ++e.confusion[static_cast<size_t>(labels[c])][static_cast<size_t>(best)];
+    }
+  }
+  e.examples = split.size;
+  const double n = split.size;
+  e.loss = n > 0 ? loss_sum / n : 0.0;
+  e.accuracy = n > 0 ? static_cast<double>(correct) / n : 0.0;
+  return e;
+}
+
+std::string evaluation_json(const Evaluation& e, const std::string& extra) {
+  namespace json = boost::json;
+  json::array matrix, per_class;
+  for (size_t t = 0; t < e.confusion.size(); ++t) {
+    json::array row;
+    uint64_t total = 0;
+    for (uint64_t v : e.confusion[t]) {
+      row.push_back(v);
+      total += v;
+    }
+    matrix.push_back(std::move(row));
+    per_class.push_back(total == 0 ? json::value(nullptr)
+                                   : json::value(static_cast<double>(e.confusion[t][t]) / static_cast<double>(total)));
+  }
+  const std::string body = to_json_text(json::object{{"examples", e.examples},
+                                                     {"loss", e.loss},
+                                                     {"accuracy", e.accuracy},
+                                                     {"per_class_accuracy", per_class},
+                                                     {"confusion_matrix", matrix}});
+  return "{" + extra + body.substr(1);
+}
+
+std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n) {
+  const auto classes = static_cast<Eigen::Index>(model.output_size());
+  const auto input_size = static_cast<size_t>(model.input_size());
+  const auto max_batch = static_cast<size_t>(model.max_batch());
+  auto text = [](float x) {
+    char buffer[32];
+    return std::string(buffer, std::to_chars(buffer, buffer + sizeof buffer, x).ptr);  // shortest exact form
+  };
+  std::string out = "{\"predictions\":[";
+  for (size_t start = 0; start < n; start += max_batch) {
+    const auto batch = static_cast<int64_t>(std::min(n - start, max_batch));
+    const auto logits = model.forward(params, inputs + start * input_size, batch);
+    for (int64_t c = 0; c < batch; ++c) {
+      const float top = logits.col(c).maxCoeff();
+      double sum = 0;
+      for (Eigen::Index k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(logits(k, c) - top));
+      Eigen::Index best = 0;
+      logits.col(c).maxCoeff(&best);
+      if (start + static_cast<size_t>(c) > 0) out += ',';
+      out += "{\"class\":" + std::to_string(best) + ",\"probabilities\":[";
+      for (Eigen::Index k = 0; k < classes; ++k) {
+        if (k > 0) out += ',';
+        out += text(static_cast<float>(std::exp(static_cast<double>(logits(k, c) - top)) / sum));
+      }
+      out += "]}";
+    }
+  }
+  return out + "]}";
+}
+
+}  // namespace pstrain

@@ -1,0 +1,36 @@
+// Using a model: predictions (as JSON) and evaluation on a split: loss, accuracy, per-class accuracy and the confusion matrix,
+// computed the way a job evaluates (Split::gather, the engine's forward pass, its cross-entropy),
+// so the coordinator's model service and the standalone trainer give the same figures.
+//
+// Thread rules: uses `model`'s buffers: one thread at a time per model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/data/dataset.h"
+#include "common/engine/nn/model.h"
+
+namespace pstrain {
+
+struct Evaluation {
+  uint64_t examples = 0;
+  double loss = 0;      // mean cross-entropy
+  double accuracy = 0;
+  std::vector<std::vector<uint64_t>> confusion;  // [true class][predicted class]
+};
+
+// `params` laid out by model.layout(); batches of at most model.max_batch() examples.
+Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Split& split);
+
+// {"examples", "loss", "accuracy", "per_class_accuracy" (null for a class with no example),
+// "confusion_matrix"} plus `extra` fields first (already JSON: "\"model\":\"job-1\",").
+std::string evaluation_json(const Evaluation& e, const std::string& extra = "");
+
+// Runs `n` examples (`inputs`: model.input_size() values each, one after another, as the model
+// sees them) through the model, model.max_batch() at a time: {"predictions": [{"class": k,
+// "probabilities": [softmax of the logits]}, ...]}, TensorFlow Serving's answer form.
+std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n);
+
+}  // namespace pstrain

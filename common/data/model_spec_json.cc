@@ -1,0 +1,191 @@
+// JSON <-> ModelSpec: the "model" part of a job spec, and a model file's description.
+#include <limits>
+
+#include "common/base/error.h"
+#include "common/data/spec_reader.h"
+
+namespace pstrain {
+namespace spec_json {
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
+constexpr size_t kMaxLayers = 256;
+constexpr size_t kMaxRank = 8;
+constexpr int64_t kMaxInputDim = 65536;
+
+Shape read_shape(const json::value& v, const std::string& path, bool allow_wildcard, int64_t max_dim) {
+  if (!v.is_array()) throw SpecError(path, "must be an array of positive integers, not " + kind_of(v));
+  const auto& a = v.as_array();
+  if (a.empty() || a.size() > kMaxRank) throw SpecError(path, "must have 1 to 8 dimensions");
+  Shape shape;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string p = path + "/" + std::to_string(i);
+    const auto n = as_integer(a[i]);
+    if (allow_wildcard && n && *n == -1) {
+      shape.push_back(-1);
+      continue;
+    }
+    shape.push_back(read_int(a[i], p, 1, max_dim));
+  }
+  return shape;
+}
+
+// A size given as one integer (square) or as [height, width].
+std::array<int64_t, 2> read_pair(const json::value& v, const std::string& path) {
+  if (as_integer(v)) {
+    const int64_t n = read_int(v, path, 1, 4096);
+    return {n, n};
+  }
+  if (v.is_array() && v.as_array().size() == 2) {
+    return {read_int(v.as_array()[0], path + "/0", 1, 4096), read_int(v.as_array()[1], path + "/1", 1, 4096)};
+  }
+  throw SpecError(path, "must be a positive integer or an array [height, width]");
+}
+
+Activation read_activation(ObjectReader& r) {
+  const json::value* v = r.optional("activation");
+  if (v == nullptr || v->is_null()) return Activation::kLinear;
+  return read_enum<Activation>(*v, r.field_path("activation"),
+                               {{"relu", Activation::kReLU}, {"linear", Activation::kLinear}});
+}
+
+float read_l2(ObjectReader& r) {
+  // Keras spells it kernel_regularizer: {"l2": 0.01}; the short form "l2": 0.01 is also accepted.
+  float l2 = r.number("l2", 0.0, 1e6, false, 0.0f);
+  if (const json::value* reg = r.optional("kernel_regularizer")) {
+    ObjectReader rr(*reg, r.field_path("kernel_regularizer"));
+    l2 = rr.number("l2", 0.0, 1e6, false, 0.0f);
+    rr.finish();
+  }
+  return l2;
+}
+
+std::optional<std::array<int64_t, 2>> read_strides(ObjectReader& r) {
+  const json::value* v = r.optional("strides");
+  if (v == nullptr) return std::nullopt;
+  return read_pair(*v, r.field_path("strides"));
+}
+
+LayerSpec read_layer(const json::value& v, const std::string& path) {
+  ObjectReader r(v, path);
+  LayerSpec layer;
+  layer.type = read_enum<LayerType>(r.required("type"), r.field_path("type"),
+                                    {{"dense", LayerType::kDense},
+                                     {"conv2d", LayerType::kConv2D},
+                                     {"maxpool2d", LayerType::kMaxPool2D},
+                                     {"flatten", LayerType::kFlatten},
+                                     {"reshape", LayerType::kReshape},
+                                     {"relu", LayerType::kReLU}});
+  switch (layer.type) {
+    case LayerType::kDense:
+      layer.units = read_int(r.required("units"), r.field_path("units"), 1, int64_t{1} << 24);
+      layer.activation = read_activation(r);
+      layer.l2 = read_l2(r);
+      break;
+    case LayerType::kConv2D: {
+      layer.filters = read_int(r.required("filters"), r.field_path("filters"), 1, 65536);
+      layer.kernel_size = read_pair(r.required("kernel_size"), r.field_path("kernel_size"));
+      layer.activation = read_activation(r);
+      layer.l2 = read_l2(r);
+      layer.strides = read_strides(r);
+      if (const json::value* p = r.optional("padding")) {
+        layer.padding = read_enum<Padding>(*p, r.field_path("padding"),
+                                           {{"valid", Padding::kValid}, {"same", Padding::kSame}});
+      }
+      break;
+    }
+    case LayerType::kMaxPool2D:
+      if (const json::value* p = r.optional("pool_size")) layer.pool_size = read_pair(*p, r.field_path("pool_size"));
+      layer.strides = read_strides(r);
+      break;
+    case LayerType::kReshape:
+      layer.target_shape = read_shape(r.required("target_shape"), r.field_path("target_shape"), true, int64_t{1} << 24);
+      break;
+    case LayerType::kFlatten:
+    case LayerType::kReLU:
+      break;
+  }
+  r.finish();
+  return layer;
+}
+
+}  // namespace
+
+ModelSpec read_model_spec(const json::value& v) {
+  ObjectReader r(v, "/model");
+  ModelSpec model;
+  // [features] or [height, width, channels]; the total is capped by infer_shapes (2^24 values).
+  model.input_shape = read_shape(r.required("input_shape"), "/model/input_shape", false, kMaxInputDim);
+  if (model.input_shape.size() != 1 && model.input_shape.size() != 3) {
+    throw SpecError("/model/input_shape", "must be [features] or [height, width, channels], not " +
+                                              shape_string(model.input_shape));
+  }
+  model.seed = static_cast<uint64_t>(r.integer("seed", 0, kIntMax, 0));
+  const json::value& layers = r.required("layers");
+  if (!layers.is_array()) throw SpecError("/model/layers", "must be an array, not " + kind_of(layers));
+  if (layers.as_array().size() > kMaxLayers) throw SpecError("/model/layers", "has more than 256 layers");
+  for (size_t i = 0; i < layers.as_array().size(); ++i) {
+    model.layers.push_back(read_layer(layers.as_array()[i], "/model/layers/" + std::to_string(i)));
+  }
+  r.finish();
+  return model;
+}
+
+json::object model_spec_to_object(const ModelSpec& model) {
+  json::array layers;
+  for (const auto& l : model.layers) {
+    json::object o;
+    o["type"] = layer_type_name(l.type);
+    switch (l.type) {
+      case LayerType::kDense:
+        o["units"] = l.units;
+        break;
+      case LayerType::kConv2D:
+        o["filters"] = l.filters;
+        o["kernel_size"] = json::array{l.kernel_size[0], l.kernel_size[1]};
+        if (l.padding != Padding::kValid) o["padding"] = padding_name(l.padding);
+        break;
+      case LayerType::kMaxPool2D:
+        if (l.pool_size != LayerSpec{}.pool_size) o["pool_size"] = json::array{l.pool_size[0], l.pool_size[1]};
+        break;
+      case LayerType::kReshape: {
+        json::array shape;
+        for (auto d : l.target_shape) shape.push_back(d);
+        o["target_shape"] = std::move(shape);
+        break;
+      }
+      default:
+        break;
+    }
+    if (l.strides && *l.strides != default_strides(l)) {
+      o["strides"] = json::array{(*l.strides)[0], (*l.strides)[1]};
+    }
+    if (l.type == LayerType::kDense || l.type == LayerType::kConv2D) {
+      o["activation"] = l.activation == Activation::kReLU ? "relu" : "linear";
+      o["l2"] = l.l2;
+    }
+    layers.push_back(std::move(o));
+  }
+  json::array input_shape;
+  for (auto d : model.input_shape) input_shape.push_back(d);
+  return json::object{{"input_shape", std::move(input_shape)}, {"seed", model.seed}, {"layers", std::move(layers)}};
+}
+
+}  // namespace spec_json
+
+using namespace spec_json;
+
+ModelSpec parse_model_spec(std::string_view json_text) {
+  json::parse_options options;
+  options.max_depth = 32;
+  boost::system::error_code ec;
+  const json::value root = json::parse(json_text, ec, {}, options);
+  if (ec) throw SpecError("", "the model is not valid JSON: " + ec.message(), SpecError::Kind::kMalformed);
+  ModelSpec model = read_model_spec(root);
+  infer_shapes(model);  // throws SpecError naming the layer that does not fit
+  return model;
+}
+
+std::string model_spec_to_json(const ModelSpec& model) { return json::serialize(model_spec_to_object(model)); }
+
+}  // namespace pstrain

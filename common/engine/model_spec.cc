@@ -1,0 +1,189 @@
+#include "common/engine/model_spec.h"
+
+#include <algorithm>
+
+#include "common/base/error.h"
+
+namespace pstrain {
+namespace {
+
+std::string layer_path(size_t i) { return "/model/layers/" + std::to_string(i); }
+
+std::string pair_string(const std::array<int64_t, 2>& p) {
+  return "[" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + "]";
+}
+
+void check_positive_pair(const std::array<int64_t, 2>& p, const std::string& path) {
+  if (p[0] <= 0 || p[1] <= 0) throw SpecError(path, "must be positive integers");
+}
+
+}  // namespace
+
+const char* layer_type_name(LayerType type) {
+  switch (type) {
+    case LayerType::kDense: return "dense";
+    case LayerType::kConv2D: return "conv2d";
+    case LayerType::kMaxPool2D: return "maxpool2d";
+    case LayerType::kFlatten: return "flatten";
+    case LayerType::kReshape: return "reshape";
+    case LayerType::kReLU: return "relu";
+  }
+  return "?";
+}
+
+const char* padding_name(Padding padding) { return padding == Padding::kSame ? "same" : "valid"; }
+
+std::array<int64_t, 2> default_strides(const LayerSpec& layer) {
+  return layer.type == LayerType::kMaxPool2D ? layer.pool_size : std::array<int64_t, 2>{1, 1};
+}
+
+std::array<int64_t, 2> layer_strides(const LayerSpec& layer) { return layer.strides.value_or(default_strides(layer)); }
+
+WindowAxis window_axis(int64_t in, int64_t window, int64_t stride, Padding padding) {
+  if (padding == Padding::kValid) return {(in - window) / stride + 1, 0};
+  const int64_t out = (in + stride - 1) / stride;
+  const int64_t pad = std::max<int64_t>((out - 1) * stride + window - in, 0);
+  return {out, pad / 2};
+}
+
+std::vector<Shape> infer_shapes(const ModelSpec& spec) {
+  if (spec.input_shape.empty()) throw SpecError("/model/input_shape", "must be a non-empty array");
+  for (size_t d = 0; d < spec.input_shape.size(); ++d) {
+    if (spec.input_shape[d] <= 0) {
+      throw SpecError("/model/input_shape/" + std::to_string(d), "must be a positive integer");
+    }
+  }
+  if (num_elements(spec.input_shape) > kMaxActivationsPerExample) {
+    throw SpecError("/model/input_shape", "describes more than 2^24 values per example");
+  }
+  if (spec.layers.empty()) throw SpecError("/model/layers", "must contain at least one layer");
+
+  std::vector<Shape> shapes;
+  Shape in = spec.input_shape;
+  int64_t parameters = 0;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& layer = spec.layers[i];
+    const std::string path = layer_path(i);
+    Shape out;
+    switch (layer.type) {
+      case LayerType::kDense: {
+        if (in.size() != 1) {
+          throw SpecError(path + "/type", "dense needs a flat input but gets " + shape_string(in) +
+                                              "; add a flatten layer before it");
+        }
+        if (layer.units <= 0) throw SpecError(path + "/units", "must be a positive integer");
+        parameters += in[0] * layer.units + layer.units;
+        out = {layer.units};
+        break;
+      }
+      case LayerType::kConv2D: {
+        if (in.size() != 3) {
+          throw SpecError(path + "/type", "conv2d needs a [height, width, channels] input but gets " +
+                                              shape_string(in));
+        }
+        if (layer.filters <= 0) throw SpecError(path + "/filters", "must be a positive integer");
+        const auto [kh, kw] = layer.kernel_size;
+        check_positive_pair(layer.kernel_size, path + "/kernel_size");
+        const auto [sh, sw] = layer_strides(layer);
+        check_positive_pair({sh, sw}, path + "/strides");
+        // "same" pads the input, so a kernel larger than it still has outputs (as in TensorFlow).
+        if (layer.padding == Padding::kValid && (kh > in[0] || kw > in[1])) {
+          throw SpecError(path + "/kernel_size", pair_string(layer.kernel_size) + " does not fit the input " +
+                                                     shape_string(in));
+        }
+        parameters += kh * kw * in[2] * layer.filters + layer.filters;
+        out = {window_axis(in[0], kh, sh, layer.padding).out, window_axis(in[1], kw, sw, layer.padding).out,
+               layer.filters};
+        break;
+      }
+      case LayerType::kMaxPool2D: {
+        if (in.size() != 3) {
+          throw SpecError(path + "/type", "maxpool2d needs a [height, width, channels] input but gets " +
+                                              shape_string(in));
+        }
+        const auto [ph, pw] = layer.pool_size;
+        check_positive_pair(layer.pool_size, path + "/pool_size");
+        const auto [sh, sw] = layer_strides(layer);
+        check_positive_pair({sh, sw}, path + "/strides");
+        if (ph > in[0] || pw > in[1]) {
+          throw SpecError(path + "/pool_size", "maxpool2d's " + pair_string(layer.pool_size) +
+                                                   " window does not fit the input " + shape_string(in));
+        }
+        out = {window_axis(in[0], ph, sh, Padding::kValid).out, window_axis(in[1], pw, sw, Padding::kValid).out,
+               in[2]};
+        break;
+      }
+      case LayerType::kFlatten:
+        out = {num_elements(in)};
+        break;
+      case LayerType::kReshape: {
+        if (layer.target_shape.empty()) throw SpecError(path + "/target_shape", "must be a non-empty array");
+        int64_t known = 1;
+        int wildcard = -1;
+        for (size_t d = 0; d < layer.target_shape.size(); ++d) {
+          const int64_t v = layer.target_shape[d];
+          if (v == -1 && wildcard < 0) {
+            wildcard = static_cast<int>(d);
+          } else if (v <= 0) {
+            throw SpecError(path + "/target_shape/" + std::to_string(d),
+                            "must be a positive integer (or -1 once)");
+          } else {
+            known *= v;
+          }
+        }
+        out = layer.target_shape;
+        const int64_t total = num_elements(in);
+        if (wildcard >= 0) {
+          if (total % known != 0) {
+            throw SpecError(path + "/target_shape", "cannot reshape " + shape_string(in) + " into " +
+                                                        shape_string(layer.target_shape));
+          }
+          out[static_cast<size_t>(wildcard)] = total / known;
+        }
+        if (num_elements(out) != total) {
+          throw SpecError(path + "/target_shape", "has " + std::to_string(num_elements(out)) +
+                                                      " elements but the input " + shape_string(in) +
+                                                      " has " + std::to_string(total));
+        }
+        break;
+      }
+      case LayerType::kReLU:
+        out = in;
+        break;
+    }
+    if (num_elements(out) > kMaxActivationsPerExample) {
+      throw SpecError(path, "outputs " + shape_string(out) + ", more than 2^24 values per example");
+    }
+    if (parameters > kMaxParameters) {
+      throw SpecError(path, "brings the model over 2^28 parameters (1 GiB)");
+    }
+    shapes.push_back(out);
+    in = std::move(out);
+  }
+  return shapes;
+}
+
+ParamLayout make_param_layout(const ModelSpec& spec) {
+  const std::vector<Shape> shapes = infer_shapes(spec);
+  ParamLayout layout;
+  Shape in = spec.input_shape;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& layer = spec.layers[i];
+    const std::string prefix = "layers." + std::to_string(i) + ".";
+    const int index = static_cast<int>(i);
+    if (layer.type == LayerType::kDense) {
+      layout.add({prefix + "kernel", {in[0], layer.units}, ParamRole::kKernel, 0, 0, layer.l2, index,
+                  in[0], layer.units});
+      layout.add({prefix + "bias", {layer.units}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
+    } else if (layer.type == LayerType::kConv2D) {
+      const auto [kh, kw] = layer.kernel_size;
+      layout.add({prefix + "kernel", {kh, kw, in[2], layer.filters}, ParamRole::kKernel, 0, 0, layer.l2,
+                  index, kh * kw * in[2], kh * kw * layer.filters});
+      layout.add({prefix + "bias", {layer.filters}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
+    }
+    in = shapes[i];
+  }
+  return layout;
+}
+
+}  // namespace pstrain

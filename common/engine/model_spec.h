@@ -1,0 +1,73 @@
+// The model part of a job spec, as typed structs, and the checks that need no math:
+// shape inference and the parameter layout.
+//
+// Errors are SpecError with a JSON pointer into the job spec ("/model/layers/2/units").
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/engine/param_layout.h"
+
+namespace pstrain {
+
+enum class LayerType { kDense, kConv2D, kMaxPool2D, kFlatten, kReshape, kReLU };
+enum class Activation { kLinear, kReLU };
+// TensorFlow's padding: kValid uses only whole windows; kSame pads so that out = ceil(in / stride),
+// splitting the padding with the extra row or column on the bottom/right.
+enum class Padding { kValid, kSame };
+
+const char* layer_type_name(LayerType type);
+const char* padding_name(Padding padding);
+
+struct LayerSpec {
+  LayerType type = LayerType::kDense;
+  int64_t units = 0;                    // dense
+  int64_t filters = 0;                  // conv2d
+  std::array<int64_t, 2> kernel_size{}; // conv2d: height, width
+  Padding padding = Padding::kValid;    // conv2d
+  std::array<int64_t, 2> pool_size{2, 2};  // maxpool2d: height, width
+  // conv2d, maxpool2d: height, width; absent means the layer's default (layer_strides()).
+  std::optional<std::array<int64_t, 2>> strides;
+  Shape target_shape;                   // reshape (one entry may be -1)
+  Activation activation = Activation::kLinear;  // dense, conv2d
+  float l2 = 0.0f;                      // dense, conv2d: kernel L2 factor
+};
+
+struct ModelSpec {
+  Shape input_shape;  // without the batch dimension, e.g. [28, 28, 1]
+  uint64_t seed = 0;  // initialisation seed
+  std::vector<LayerSpec> layers;
+};
+
+// Upper bounds that keep a spec from asking for absurd memory.
+inline constexpr int64_t kMaxParameters = int64_t{1} << 28;        // 1 GiB of float32
+inline constexpr int64_t kMaxActivationsPerExample = int64_t{1} << 24;
+
+// The strides a conv2d or maxpool2d layer uses: as given, else Keras' default (default_strides:
+// conv2d 1, maxpool2d its pool_size).
+std::array<int64_t, 2> layer_strides(const LayerSpec& layer);
+std::array<int64_t, 2> default_strides(const LayerSpec& layer);
+
+// One spatial axis of a sliding window (conv2d kernel, maxpool2d pool) under TensorFlow's rules:
+// valid: out = floor((in - window) / stride) + 1, no padding (needs window <= in);
+// same: out = ceil(in / stride), padding max((out - 1) * stride + window - in, 0) of which
+// pad_before = half rounded down (the extra goes after).
+struct WindowAxis {
+  int64_t out = 0;
+  int64_t pad_before = 0;
+};
+WindowAxis window_axis(int64_t in, int64_t window, int64_t stride, Padding padding);
+
+// Output shape of every layer (index i: output of layers[i]); throws SpecError naming the layer
+// index and field when a layer does not fit its input.
+std::vector<Shape> infer_shapes(const ModelSpec& spec);
+
+// Tensors of the model in a fixed order: for each layer with parameters, its kernel then bias,
+// named "layers.<index>.kernel" / "layers.<index>.bias".
+ParamLayout make_param_layout(const ModelSpec& spec);
+
+}  // namespace pstrain

@@ -1,0 +1,204 @@
+#include <algorithm>
+#include <type_traits>
+
+#include "common/base/error.h"
+#include "common/engine/nn/gemm.h"
+#include "common/engine/nn/layers.h"
+#include "common/engine/simd/kernels.h"
+
+namespace pstrain::nn {
+namespace {
+
+// Runs of a patch are short (kernel_w * channels values: 3 for the first layer of the reference
+// CNN), so a call to memmove per run costs more than the copy. GCC would turn these loops back
+// into library calls; the attribute keeps them inline.
+template <typename T>
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void copy_run(const T* src, int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+template <typename T>
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void zero_run(int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = T(0);
+}
+
+template <typename T>
+inline void add_run(const T* src, int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+template <typename T>
+typename Conv2D<T>::Method Conv2D<T>::default_method() {
+  return std::is_same_v<T, float> && onednn_preferred() ? Method::kOneDnn : Method::kIm2col;
+}
+
+template <typename T>
+Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch)
+    : g_(g), relu_(relu), kernel_(kernel_offset), bias_(bias_offset), max_columns_(g.out_h * g.out_w * max_batch),
+      method_(Method::kIm2col) {
+  set_method(default_method());
+}
+
+template <typename T>
+Conv2D<T>::~Conv2D() = default;
+
+template <typename T>
+void Conv2D<T>::set_method(Method m) {
+  method_ = m;
+  // Each method's state, made once, when the method is first used.
+  if (m == Method::kIm2col) {
+    if (patches_.cols() < max_columns_) patches_.resize(g_.patch_size(), max_columns_);
+  } else {
+    if constexpr (!std::is_same_v<T, float>) throw Error("the oneDNN convolution is float only");
+    if (!onednn_) onednn_ = std::make_unique<OneDnnConv>(g_, relu_);
+  }
+}
+
+template <typename T>
+void Conv2D<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (method_ == Method::kOneDnn) {
+      onednn_->forward(params + kernel_, params + bias_, in.data(), in.cols(), out.data());
+      return;
+    }
+  }
+  im2col_forward(params, in, out);
+}
+
+template <typename T>
+void Conv2D<T>::inside_columns(int64_t x, int64_t& first, int64_t& last) const {
+  const int64_t x0 = x * g_.stride_w - g_.pad_left;  // input column under kernel column 0
+  first = std::clamp<int64_t>(-x0, 0, g_.kernel_w);
+  last = std::clamp<int64_t>(g_.width - x0, first, g_.kernel_w);
+}
+
+template <typename T>
+void Conv2D<T>::im2col_forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
+  const int64_t batch = in.cols();
+  const int64_t oh = g_.out_h, ow = g_.out_w;
+  const int64_t run = g_.kernel_w * g_.channels;  // one kernel row of a patch is contiguous input
+  const int64_t columns = oh * ow * batch;
+  const int64_t c = g_.channels;
+  // im2col: patch column (b, y, x) holds the kernel_h runs of `run` values under the kernel, in
+  // the kernel's [kh, kw, cin] order.
+  for (int64_t b = 0; b < batch; ++b) {
+    const T* image = in.data() + b * in.rows();
+    if (g_.dense_windows()) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          T* column = patches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+          for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+            const T* src = image + ((y + ky) * g_.width + x) * g_.channels;
+            copy_run(src, run, column + ky * run);
+          }
+        }
+      }
+      continue;
+    }
+    // Strided or padded: a kernel row is still contiguous input, except the kernel columns
+    // [first, last) that fall outside it (padding), which read zero.
+    for (int64_t y = 0; y < oh; ++y) {
+      for (int64_t x = 0; x < ow; ++x) {
+        T* column = patches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+        int64_t first, last;
+        inside_columns(x, first, last);
+        const int64_t x0 = x * g_.stride_w - g_.pad_left;
+        for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+          const int64_t iy = y * g_.stride_h - g_.pad_top + ky;
+          T* dst = column + ky * run;
+          if (iy < 0 || iy >= g_.height) {
+            zero_run(run, dst);
+            continue;
+          }
+          zero_run(first * c, dst);
+          copy_run(image + (iy * g_.width + x0 + first) * c, (last - first) * c, dst + first * c);
+          zero_run((g_.kernel_w - last) * c, dst + last * c);
+        }
+      }
+    }
+  }
+  ConstVecMap<T> bias(params + bias_, g_.filters);
+  MatMap<T> y(out.data(), g_.filters, columns);  // [filters x (b, y, x)] == HWC columns per example
+  y.colwise() = bias;
+  gemm<T>(Op::kNone, Op::kNone, g_.filters, columns, g_.patch_size(), params + kernel_, g_.filters, patches_.data(),
+          g_.patch_size(), T(1), y.data(), g_.filters);
+  if (relu_) y = y.cwiseMax(T(0));
+}
+
+template <typename T>
+void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
+                         T* din) {
+  const int64_t batch = in.cols();
+  MatMap<T> dy(dout.data(), g_.filters, g_.out_h * g_.out_w * batch);
+  if constexpr (std::is_same_v<T, float>) {
+    if (relu_) simd::kernels().relu_mask(dy.size(), out.data(), dy.data());
+    if (method_ == Method::kOneDnn) {
+      onednn_->backward_weights(in.data(), dy.data(), batch, grads + kernel_, grads + bias_);
+      if (din != nullptr) onednn_->backward_data(params + kernel_, dy.data(), batch, din);
+      return;
+    }
+  }
+  if constexpr (!std::is_same_v<T, float>) {
+    if (relu_) {
+      ConstMatMap<T> y(out.data(), g_.filters, dy.cols());
+      dy = (y.array() > T(0)).select(dy, T(0));
+    }
+  }
+  im2col_backward(params, in, dy, grads, din);
+}
+
+template <typename T>
+void Conv2D<T>::im2col_backward(const T* params, ConstMatMap<T> in, MatMap<T> dy, T* grads, T* din) {
+  const int64_t batch = in.cols();
+  const int64_t oh = g_.out_h, ow = g_.out_w;
+  const int64_t columns = oh * ow * batch;
+  gemm<T>(Op::kNone, Op::kTranspose, g_.filters, g_.patch_size(), columns, dy.data(), g_.filters, patches_.data(),
+          g_.patch_size(), T(0), grads + kernel_, g_.filters);
+  VecMap<T>(grads + bias_, g_.filters).noalias() = dy.rowwise().sum();
+  if (din == nullptr) return;
+
+  if (dpatches_.cols() < max_columns_) dpatches_.resize(g_.patch_size(), max_columns_);
+  gemm<T>(Op::kTranspose, Op::kNone, g_.patch_size(), columns, g_.filters, params + kernel_, g_.filters, dy.data(),
+          g_.filters, T(0), dpatches_.data(), g_.patch_size());
+  // col2im: scatter-add every patch column back onto the input positions it was read from.
+  const int64_t run = g_.kernel_w * g_.channels;
+  std::fill(din, din + in.rows() * batch, T(0));
+  const int64_t c = g_.channels;
+  for (int64_t b = 0; b < batch; ++b) {
+    T* image = din + b * in.rows();
+    if (g_.dense_windows()) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          const T* column = dpatches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+          for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+            T* dst = image + ((y + ky) * g_.width + x) * g_.channels;
+            const T* src = column + ky * run;
+            add_run(src, run, dst);
+          }
+        }
+      }
+      continue;
+    }
+    // Strided or padded: the entries that read padding have no input to go back to.
+    for (int64_t y = 0; y < oh; ++y) {
+      for (int64_t x = 0; x < ow; ++x) {
+        const T* column = dpatches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+        int64_t first, last;
+        inside_columns(x, first, last);
+        const int64_t x0 = x * g_.stride_w - g_.pad_left;
+        for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+          const int64_t iy = y * g_.stride_h - g_.pad_top + ky;
+          if (iy < 0 || iy >= g_.height) continue;
+          add_run(column + ky * run + first * c, (last - first) * c, image + (iy * g_.width + x0 + first) * c);
+        }
+      }
+    }
+  }
+}
+
+template class Conv2D<float>;
+template class Conv2D<double>;
+
+}  // namespace pstrain::nn

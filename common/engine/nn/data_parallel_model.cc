@@ -1,0 +1,94 @@
+#include "common/engine/nn/data_parallel_model.h"
+
+#include "common/base/error.h"
+
+namespace pstrain::nn {
+
+template <typename T>
+DataParallelModel<T>::DataParallelModel(const ModelSpec& spec, int64_t max_batch, int replicas)
+    : max_batch_(max_batch) {
+  replicas = std::max(1, std::min<int>(replicas, static_cast<int>(max_batch)));
+  const int64_t share = (max_batch + replicas - 1) / replicas;
+  for (int r = 0; r < replicas; ++r) {
+    replicas_.push_back(std::make_unique<Model<T>>(spec, share));
+    if (r > 0) replica_grads_.emplace_back(replicas_.back()->layout().total_size());
+  }
+}
+
+template <typename T>
+std::pair<int64_t, int64_t> DataParallelModel<T>::slice(int r, int64_t batch) const {
+  const int64_t n = static_cast<int64_t>(replicas_.size());
+  return {batch * r / n, batch * (r + 1) / n};
+}
+
+template <typename T>
+LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels,
+                                                   int64_t batch, T* grads,
+                                                   const typename Model<T>::GradientsReady& ready,
+                                                   const typename Model<T>::FactoredKernels* factored) {
+  const int n = replicas();
+  if (n == 1) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready, factored);
+  if (factored != nullptr) throw Error("factored kernel gradients need a single replica");
+  if (batch < n) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready);
+
+  std::vector<LossResult> results(static_cast<size_t>(n));
+  const int64_t in = input_size();
+#pragma omp parallel for num_threads(n) schedule(static, 1)
+  for (int r = 0; r < n; ++r) {
+    const auto [begin, end] = slice(r, batch);
+    T* out = r == 0 ? grads : replica_grads_[static_cast<size_t>(r - 1)].data();
+    results[static_cast<size_t>(r)] =
+        replicas_[static_cast<size_t>(r)]->compute_gradients(params, inputs + begin * in, labels + begin, end - begin, out);
+  }
+  // Sum the replicas' gradients into grads, in replica order, splitting the range over threads.
+  const auto total = static_cast<int64_t>(layout().total_size());
+#pragma omp parallel for num_threads(n) schedule(static)
+  for (int64_t i = 0; i < total; ++i) {
+    T sum = grads[i];
+    for (const auto& g : replica_grads_) sum += g[static_cast<size_t>(i)];
+    grads[i] = sum;
+  }
+  if (ready) ready(0);
+  LossResult total_result;
+  for (const auto& r : results) {
+    total_result.loss_sum += r.loss_sum;
+    total_result.correct += r.correct;
+  }
+  return total_result;
+}
+
+template <typename T>
+LossResult DataParallelModel<T>::evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch) {
+  const int n = replicas();
+  if (n == 1 || batch < n) return replicas_[0]->evaluate(params, inputs, labels, batch);
+  std::vector<LossResult> results(static_cast<size_t>(n));
+  const int64_t in = input_size();
+#pragma omp parallel for num_threads(n) schedule(static, 1)
+  for (int r = 0; r < n; ++r) {
+    const auto [begin, end] = slice(r, batch);
+    results[static_cast<size_t>(r)] =
+        replicas_[static_cast<size_t>(r)]->evaluate(params, inputs + begin * in, labels + begin, end - begin);
+  }
+  LossResult total;
+  for (const auto& r : results) {
+    total.loss_sum += r.loss_sum;
+    total.correct += r.correct;
+  }
+  return total;
+}
+
+template <typename T>
+void DataParallelModel<T>::set_first_layer_row_groups(const std::vector<uint32_t>& group_of_row, uint32_t groups) {
+  for (auto& replica : replicas_) replica->set_first_layer_row_groups(group_of_row, groups);
+}
+
+template <typename T>
+void DataParallelModel<T>::use_first_layer_partials(std::vector<const T*> partials) {
+  if (replicas_.size() != 1) throw Error("ready-made partial products need a single replica");
+  replicas_.front()->use_first_layer_partials(std::move(partials));
+}
+
+template class DataParallelModel<float>;
+template class DataParallelModel<double>;
+
+}  // namespace pstrain::nn

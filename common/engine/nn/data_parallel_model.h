@@ -1,0 +1,55 @@
+// Data parallelism inside one process: R replicas of a Model, each computing the gradient of its
+// slice of the batch on its own thread, summed into the caller's buffer in a fixed order.
+//
+// Why: on few cores, splitting the batch scales every layer (im2col, pooling, activations), where
+// multi-threaded BLAS only scales the matrix products and synchronises inside each of them.
+// The sum is taken in replica order, so results are reproducible for a given replica count.
+//
+// Thread rules: one caller thread at a time; the replicas run on OpenMP threads inside calls.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/base/aligned.h"
+#include "common/engine/nn/model.h"
+
+namespace pstrain::nn {
+
+template <typename T>
+class DataParallelModel {
+ public:
+  // replicas >= 1. max_batch is the whole batch; each replica gets buffers for its share.
+  DataParallelModel(const ModelSpec& spec, int64_t max_batch, int replicas);
+
+  const ParamLayout& layout() const { return replicas_.front()->layout(); }
+  int64_t input_size() const { return replicas_.front()->input_size(); }
+  int64_t output_size() const { return replicas_.front()->output_size(); }
+  int64_t max_batch() const { return max_batch_; }
+  int replicas() const { return static_cast<int>(replicas_.size()); }
+
+  // Same contracts as Model: grads is overwritten with d(summed loss)/d(params). `ready` is
+  // called during backward only with a single replica (with several, gradients are final only
+  // after the final sum).
+  // `factored` (Model::compute_gradients) needs a single replica: with several it must be null.
+  LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch, T* grads,
+                               const typename Model<T>::GradientsReady& ready = {},
+                               const typename Model<T>::FactoredKernels* factored = nullptr);
+  // The first replica (with one replica, the whole model: its kernel_factors).
+  const Model<T>& first_replica() const { return *replicas_.front(); }
+  LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);
+  // Model::set_first_layer_row_groups on every replica.
+  void set_first_layer_row_groups(const std::vector<uint32_t>& group_of_row, uint32_t groups);
+  // Model::use_first_layer_partials; needs a single replica (the partials are of the whole batch).
+  void use_first_layer_partials(std::vector<const T*> partials);
+
+ private:
+  // Columns [begin, end) of the batch for replica r.
+  std::pair<int64_t, int64_t> slice(int r, int64_t batch) const;
+
+  int64_t max_batch_;
+  std::vector<std::unique_ptr<Model<T>>> replicas_;
+  std::vector<std::vector<T, CacheAlignedAllocator<T>>> replica_grads_;  // for replicas 1..R-1 (replica 0 writes the caller's buffer)
+};
+
+}  // namespace pstrain::nn

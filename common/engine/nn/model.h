@@ -1,0 +1,102 @@
+// A model built from a ModelSpec: the layer stack, its parameter layout and the scratch buffers
+// for a maximum batch size.
+//
+// The model owns no parameters: callers pass the flat parameter buffer (a worker's pulled copy,
+// the trainer's own) and a flat gradient buffer, both laid out by layout(). A step allocates
+// nothing. Gradients are those of the loss summed over the batch; scaling by the batch size and
+// L2 regularisation happen once per step elsewhere (gradient_scaling.h), because in distributed
+// training they belong to the server.
+//
+// Thread rules: one thread at a time (the buffers are the model's own).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "common/engine/model_spec.h"
+#include "common/engine/nn/layer.h"
+#include "common/engine/nn/loss.h"
+
+namespace pstrain::nn {
+
+template <typename T>
+class Dense;
+
+template <typename T>
+class Model {
+ public:
+  // Throws SpecError if the spec does not describe a valid model.
+  Model(const ModelSpec& spec, int64_t max_batch);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ParamLayout& layout() const { return layout_; }
+  int64_t input_size() const { return input_size_; }
+  int64_t output_size() const { return output_size_; }
+  int64_t max_batch() const { return max_batch_; }
+
+  // inputs: input_size x batch, column-major. Returns the logits (output_size x batch), valid
+  // until the next call.
+  ConstMatMap<T> forward(const T* params, const T* inputs, int64_t batch);
+
+  // Loss and accuracy only (evaluation).
+  LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);
+
+  // Called during backward each time the gradient from some flat offset to the end of the buffer
+  // is final (backward runs from the last layer to the first, and tensors are laid out in layer
+  // order), so a caller can ship those gradients while the earlier layers are still computing.
+  using GradientsReady = std::function<void(size_t final_from_offset)>;
+
+  // Dense kernels whose gradient the caller takes as factors (kernel_factors) instead of in
+  // `grads`: indexed by parameter (layout().params()); true only for dense kernels.
+  using FactoredKernels = std::vector<bool>;
+
+  // Forward and backward: overwrites all of `grads` with d(summed loss)/d(params), except the
+  // slices of the kernels `factored` marks, which it leaves as they are.
+  LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+                               T* grads, const GradientsReady& ready = {}, const FactoredKernels* factored = nullptr);
+
+  // True if parameter `param` is the kernel of a dense layer (one that can be factored).
+  bool is_dense_kernel(size_t param) const;
+  // A dense kernel's gradient of the last compute_gradients as two factors: the layer's input
+  // (in x batch) and the gradient of its output before the activation (out x batch). The kernel's
+  // gradient, read column-major as [out x in] (the row-major [in, out] kernel), is
+  // deltas * inputs^T. Views into the model's buffers: valid until the next forward pass.
+  struct KernelFactors {
+    ConstMatMap<T> inputs, deltas;
+  };
+  KernelFactors kernel_factors(size_t param) const;
+
+  // The layout index of the first layer's kernel when that layer is dense and reads the input
+  // (the one row groups apply to), else -1.
+  int first_layer_kernel() const;
+  // Row groups of that layer (Dense::set_row_groups, row_groups.h). Throws if there is none.
+  void set_first_layer_row_groups(std::vector<uint32_t> group_of_row, uint32_t groups);
+  // Ready-made partial products for the next forward only (Dense::use_partials).
+  void use_first_layer_partials(std::vector<const T*> partials);
+
+ private:
+  struct Stage {
+    std::unique_ptr<Layer<T>> layer;
+    int64_t in_size, out_size;
+    int input_buffer;   // index into activations_, or -1 for the model input
+    int output_buffer;  // index into activations_
+    size_t first_param_offset;  // offset of this stage's first tensor (or of the next one's)
+    int kernel_param;           // index of its kernel in the layout, -1 if none
+    Dense<T>* dense;            // the layer, if it is dense (else nullptr)
+  };
+  const Stage& dense_stage(size_t param) const;
+
+  ParamLayout layout_;
+  int64_t max_batch_;
+  int64_t input_size_ = 0, output_size_ = 0;
+  std::vector<Stage> stages_;
+  std::vector<Mat<T>> activations_;  // one per stage output
+  std::vector<Mat<T>> deltas_;       // dLoss/d(activation), same shapes
+  const T* last_input_ = nullptr;
+  int64_t last_batch_ = 0;
+};
+
+}  // namespace pstrain::nn

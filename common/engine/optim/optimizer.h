@@ -1,0 +1,82 @@
+// Optimizers that update a flat range of parameters from its (already scaled) gradient.
+//
+// Formulas are Keras' (tf.keras.optimizers, TF 2.11+):
+//   sgd      w -= lr * g
+//   momentum m = momentum * m - lr * g;  w += m            (nesterov: w += momentum * m - lr * g)
+//   adam     t += 1; a = lr * sqrt(1 - b2^t) / (1 - b1^t)
+//            m += (g - m) * (1 - b1); v += (g^2 - v) * (1 - b2); w -= a * m / (sqrt(v) + eps)
+//   adagrad  acc += g^2; w -= lr * g / (sqrt(acc) + eps)    (acc starts at initial_accumulator_value)
+//
+// lr_scale (staleness-aware async training, DESIGN-NOTES "Staleness-aware async"): the update
+// is made with lr * lr_scale where lr multiplies the gradient's contribution, and only there: the
+// slots' decays (momentum, Adam's beta_1 and beta_2) and the statistics they keep (Adam's m and v,
+// Adagrad's accumulator) are those of the unscaled gradient:
+//   sgd      w -= lr * s * g
+//   momentum m = momentum * m - lr * s * g;  w += m   (nesterov: w += momentum * m - lr * s * g)
+//   adam     w -= a * s * m / (sqrt(v) + eps)         (m, v updated from g as above)
+//   adagrad  w -= lr * s * g / (sqrt(acc) + eps)      (acc += g^2 as above)
+// With lr_scale 1 the arithmetic is exactly that of the unscaled formulas (x * 1.0f == x), so sync
+// training stays bit-identical. batch_size_exponent() tells a caller how to choose lr_scale for a
+// batch smaller than the one the learning rate was set for (async pushes).
+//
+// The optimizer object holds only hyperparameters; the slots live in an OptimizerState that the
+// caller owns, one per parameter range (a whole model in the trainer, one shard on a server), so
+// state can be backed up and restored as plain float vectors.
+//
+// Thread rules: an Optimizer is immutable and may be shared; an OptimizerState is used by one
+// thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/engine/optim/optimizer_spec.h"
+
+namespace pstrain::optim {
+
+struct Slot {
+  std::string name;           // "m", "v", "momentum", "accumulator"
+  std::vector<float> values;  // one per parameter of the range
+};
+
+struct OptimizerState {
+  int64_t iterations = 0;  // updates applied so far (Adam's t)
+  std::vector<Slot> slots;
+
+  // nullptr if there is no such slot.
+  Slot* find(const std::string& name);
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Fresh state for a range of n parameters.
+  virtual OptimizerState make_state(size_t n) const = 0;
+  // One update: params and grads have the same length as the state's slots.
+  void apply(std::span<float> params, std::span<const float> grads, OptimizerState& state) const {
+    apply(params, grads, state, params, 1.0f);
+  }
+  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+             std::span<float> out) const {
+    apply(params, grads, state, out, 1.0f);
+  }
+  // The same update written to `out` (same length; may be `params` itself), leaving `params`
+  // as they were when they are distinct: a server keeps the version before the last update
+  // this way without copying it. The arithmetic is the same either way. `lr_scale` (> 0) scales the
+  // learning rate as the top comment says.
+  virtual void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+                     std::span<float> out, float lr_scale) const = 0;
+  // How the learning rate that makes the same progress per example follows the batch size b:
+  // lr proportional to b^exponent. 1 for SGD with or without momentum (the step is linear in the
+  // gradient: k steps on b examples ~ one step on k b; the linear scaling rule, Goyal et al. 2017),
+  // 0.5 for Adam and Adagrad (the step is normalised by the gradient's magnitude; the square-root
+  // rule, Malladi et al. 2022). Async training's async_lr "batch_staleness" uses it.
+  virtual double batch_size_exponent() const = 0;
+};
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);
+
+}  // namespace pstrain::optim

@@ -1,0 +1,52 @@
+#include "common/engine/param_layout.h"
+
+#include <cmath>
+
+#include "common/base/rng.h"
+
+namespace pstrain {
+
+int64_t num_elements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_string(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+void ParamLayout::add(ParamInfo info) {
+  info.size = static_cast<size_t>(num_elements(info.shape));
+  info.offset = (total_size_ + kAlignment - 1) / kAlignment * kAlignment;
+  total_size_ = info.offset + info.size;
+  params_.push_back(std::move(info));
+}
+
+const ParamInfo* ParamLayout::find(const std::string& name) const {
+  for (const auto& p : params_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+void glorot_uniform_init(const ParamLayout& layout, uint64_t seed, float* params) {
+  for (size_t i = 0; i < layout.params().size(); ++i) {
+    const ParamInfo& p = layout.params()[i];
+    float* dst = params + p.offset;
+    if (p.role == ParamRole::kBias) {
+      std::fill(dst, dst + p.size, 0.0f);
+      continue;
+    }
+    const float limit = std::sqrt(6.0f / static_cast<float>(p.fan_in + p.fan_out));
+    Rng rng(mix_seed(seed, i));
+    for (size_t k = 0; k < p.size; ++k) dst[k] = rng.uniform_float(-limit, limit);
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,91 @@
+// Hand-vectorized kernels, built for several instruction-set levels in one binary and picked at
+// run time (common/engine/simd/cpu_target.h). Each level's code is the same source
+// (kernels_target.inc) compiled with that level's -march flag into a table of function pointers;
+// kernels() returns the active level's table.
+//
+// What goes here: loops whose speed depends on the vector width and that the portable build
+// would otherwise run at SSE2 (the optimizers' updates, the dense layer's element-wise backward),
+// and the products whose order of additions must not depend on the CPU or on how the work is
+// tiled.
+//
+// product: C = A * B^T (or C += A * B^T), where every element is summed over k in ascending order,
+// from +0 (or from C's value), by one multiply-add per term (a fused multiply-add where the level
+// has FMA: x86-64-v3, x86-64-v4 and other architectures; a multiply then an add on x86-64). Its
+// value is a function of that element's row of A and row of B only: not of m, n, the element's
+// position, the operands' strides or alignment, or the level (among levels with FMA). A zero term
+// adds exactly nothing, so a sum over the nonzero terms only (a sparse input's active features)
+// has the same bits as the sum over all. Dense kernel gradients use it wherever they are computed
+// (a worker's backward, the standalone trainer, a server multiplying out only its rows of a
+// factored push), so those paths agree bit for bit on every CPU, where a BLAS product rounds an
+// element differently depending on where the element falls in its tiling (docs/DESIGN-NOTES.md,
+// "Exactness on every CPU").
+//
+// Element-wise kernels give each element a value that does not depend on where the range starts
+// or ends (the vector body and the remainder do the same operations), so a range may be split
+// over threads or shards freely. tests/common/simd_kernels_test.cc checks both properties and
+// every kernel against a scalar reference, on each level the machine runs.
+//
+// Thread rules: the tables are immutable; kernels write only their outputs (and the scratch they
+// are given), so distinct outputs may be computed on distinct threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/engine/simd/cpu_target.h"
+
+namespace pstrain::simd {
+
+struct KernelTable {
+  CpuTarget target;
+  bool fma;  // multiply-adds are fused
+
+  int64_t nr;  // product's columns per tile (splits of n at multiples of it keep tiles whole)
+
+  // C (m x n, column-major, leading dimension ldc) = A * B^T, or C + A * B^T when accumulate,
+  // where A(i, p) = a[i * a_row + p * a_k] (m x k) and B(j, p) = b[j * b_row + p * b_k] (n x k).
+  // `scratch` holds product_scratch(m, n, k) floats.
+  void (*product)(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_k, const float* b,
+                  int64_t b_row, int64_t b_k, bool accumulate, float* c, int64_t ldc, float* scratch);
+  size_t (*product_scratch)(int64_t m, int64_t n, int64_t k);
+
+  // The optimizers' updates over n parameters (common/engine/optim/optimizer.h has the formulas);
+  // out may be w.
+  void (*sgd)(int64_t n, const float* w, const float* g, float* out, float lr);
+  void (*momentum)(int64_t n, const float* w, const float* g, float* m, float* out, float lr, float momentum,
+                   bool nesterov);
+  void (*adam)(int64_t n, const float* w, const float* g, float* m, float* v, float* out, float alpha,
+               float one_minus_b1, float one_minus_b2, float eps);
+  void (*adagrad)(int64_t n, const float* w, const float* g, float* acc, float* out, float lr, float eps);
+
+  // Dense backward's element-wise part, on an (rows x cols) column-major block: where y <= 0,
+  // d = 0 (the ReLU mask; d may alias nothing else), and sums[r] = the sum of row r of d over the
+  // columns in order, from +0.
+  void (*relu_mask)(int64_t n, const float* y, float* d);
+  void (*row_sums)(int64_t rows, int64_t cols, const float* d, float* sums);
+
+  // One example's max pooling over [h, w, c]: oh x ow windows of pool_h x pool_w every
+  // stride_h / stride_w; out and argmax (the window's largest value's offset in the example,
+  // the first on ties, as TensorFlow) are [oh, ow, c].
+  void (*max_pool)(const float* image, int64_t w, int64_t c, int64_t pool_h, int64_t pool_w, int64_t stride_h,
+                   int64_t stride_w, int64_t oh, int64_t ow, float* out, int32_t* argmax);
+};
+
+// The active level's table (selected once).
+const KernelTable& kernels();
+// The table for level t, or nullptr when this binary has none for it or the CPU cannot run it.
+const KernelTable* kernels_for(CpuTarget t);
+
+// An operand of product(): entry (i, p) at data[i * row + p * step].
+struct Operand {
+  const float* data;
+  int64_t row, step;
+};
+
+// kernels().product with scratch of the calling thread's own, its columns split over the OpenMP
+// threads when `threads` > 1 and the product is large enough (each element's value is the same
+// either way).
+void product(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c, int64_t ldc,
+             int threads = 1);
+
+}  // namespace pstrain::simd

@@ -1,0 +1,153 @@
+#include "coordinator/dataset_catalog_parts.h"
+
+#include <sys/stat.h>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <numeric>
+#include <random>
+
+#include "common/data/dataset_manifest.h"
+#include "common/base/error.h"
+#include "common/base/json_text.h"
+#include "common/base/log.h"
+#include "common/base/sha256.h"
+#include "coordinator/job_record.h"
+
+namespace pstrain::catalog_detail {
+
+CatalogError format_error(const DatasetFormatError& e) {
+  std::string kind(format_error_kind_name(e.kind()));
+  std::replace(kind.begin(), kind.end(), '_', '-');
+  CatalogError out = service_error(e.kind() == DatasetFormatError::Kind::kTooLarge ? 413 : 422, "dataset-" + kind, e.what());
+  out.line = e.line();
+  out.column = e.column();
+  return out;
+}
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  if (from.empty()) return text;
+  for (size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += to.size()) text.replace(at, from.size(), to);
+  return text;
+}
+
+// An upload as its messages name it: "train.csv", "train.npz", "train/images".
+std::string upload_name(const DatasetCatalog::Upload& u) {
+  switch (u.format) {
+    case DatasetCatalog::UploadFormat::kCsv: return u.split + ".csv";
+    case DatasetCatalog::UploadFormat::kNpz: return u.split + ".npz";
+    case DatasetCatalog::UploadFormat::kIdx: break;
+  }
+  return u.split + (u.part == DatasetCatalog::UploadPart::kImages ? "/images" : "/labels");
+}
+
+int64_t mtime_ms(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return int64_t{st.st_mtim.tv_sec} * 1000 + st.st_mtim.tv_nsec / 1000000;
+}
+
+// A file's path shown to users: relative to the staging or data directory, never the server's layout.
+std::string strip_dir(std::string message, const std::string& dir) {
+  const std::string prefix = dir + "/";
+  for (size_t at; (at = message.find(prefix)) != std::string::npos;) message.erase(at, prefix.size());
+  return message;
+}
+
+// Names, sizes and mtimes of the files (and the manifest): equal fingerprints mean the files did
+// not change, so a stored record still describes them.
+std::string fingerprint(const std::vector<std::string>& paths) {
+  std::string f;
+  for (const auto& p : paths) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) {
+      f += p + ":missing;";
+      continue;
+    }
+    f += p + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec) + ";";
+  }
+  return f;
+}
+
+json::object dataset_to_json(const DatasetRecord& r) {
+  json::array shape;
+  for (uint32_t d : r.shape) shape.push_back(d);
+  json::object splits;
+  for (const auto& [name, s] : r.splits) {
+    json::array counts, files;
+    for (uint64_t c : s.class_counts) counts.push_back(c);
+    for (const auto& f : s.files) files.push_back(json::object{{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+    splits[name] = json::object{{"examples", s.examples}, {"class_counts", counts}, {"files", files}};
+  }
+  json::object o{{"name", r.name}, {"source", r.source}, {"input_shape", shape}, {"dtype", dtype_name(r.dtype)},
+                 {"num_classes", r.num_classes}, {"created_ms", r.created_ms}, {"splits", splits}};
+  if (!r.error.empty()) o["error"] = r.error;
+  o["state"] = r.indexing ? "indexing" : r.usable() ? "ready" : "unusable";
+  return o;
+}
+
+std::optional<DatasetRecord> dataset_from_json(const std::string& text) {
+  boost::system::error_code ec;
+  const json::value v = json::parse(text, ec);
+  if (ec || !v.is_object()) return std::nullopt;
+  try {
+    const json::object& o = v.as_object();
+    DatasetRecord r;
+    r.name = std::string(o.at("name").as_string());
+    r.source = std::string(o.at("source").as_string());
+    for (const auto& d : o.at("input_shape").as_array()) r.shape.push_back(static_cast<uint32_t>(d.as_int64()));
+    r.dtype = o.at("dtype").as_string() == "uint8" ? ParsedExamples::Dtype::kUint8 : ParsedExamples::Dtype::kFloat32;
+    r.num_classes = static_cast<uint32_t>(o.at("num_classes").as_int64());
+    r.created_ms = o.at("created_ms").as_int64();
+    for (const auto& [name, sv] : o.at("splits").as_object()) {
+      const json::object& so = sv.as_object();
+      DatasetSplitInfo s;
+      s.examples = static_cast<uint64_t>(so.at("examples").as_int64());
+      for (const auto& c : so.at("class_counts").as_array()) s.class_counts.push_back(static_cast<uint64_t>(c.as_int64()));
+      for (const auto& f : so.at("files").as_array()) {
+        const json::object& fo = f.as_object();
+        s.files.push_back({std::string(fo.at("name").as_string()), static_cast<uint64_t>(fo.at("bytes").as_int64()),
+                           std::string(fo.at("sha256").as_string())});
+      }
+      r.splits[std::string(name)] = std::move(s);
+    }
+    if (const auto it = o.find("fingerprint"); it != o.end()) r.fingerprint = std::string(it->value().as_string());
+    return r;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+DatasetFileInfo file_info(const fs::path& path) {
+  return {path.filename().string(), static_cast<uint64_t>(fs::file_size(path)), sha256_file(path.string())};
+}
+
+// The split's statistics from a summary and its files.
+DatasetSplitInfo split_info(const ExampleSummary& summary, const fs::path& dir, const std::vector<std::string>& files) {
+  DatasetSplitInfo s;
+  s.examples = summary.examples;
+  s.class_counts = summary.class_counts;
+  for (const auto& f : files) s.files.push_back(file_info(dir / f));
+  return s;
+}
+
+// Every split reports a count for each of the dataset's classes.
+void pad_counts(DatasetRecord& r) {
+  for (auto& [name, s] : r.splits) s.class_counts.resize(std::max<size_t>(s.class_counts.size(), r.num_classes), 0);
+}
+
+ManifestSplit npy_split(const std::string& x, const std::string& y) {
+  ManifestSplit s;
+  s.format = ManifestSplit::Format::kNpy;
+  s.x = x;
+  s.y = y;
+  return s;
+}
+
+}  // namespace pstrain::catalog_detail

@@ -1,0 +1,27 @@
+// Helpers the REST API's route files share: JSON and problem+json answers, query parameters and
+// media types as the routes read them.
+//
+// Thread rules: pure functions.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "coordinator/http/http_types.h"
+#include "coordinator/service_error.h"
+
+namespace pstrain {
+
+HttpResponse json_response(unsigned status, std::string body);
+// 405 with the Allow header.
+HttpResponse method_not_allowed(const std::string& method, const std::string& path, const std::string& allow);
+// A service's error (dataset catalog, model service) as problem+json.
+HttpResponse service_problem(const ServiceError& e);
+// The query of a target, percent-decoded ("?a=1&b=x%20y"). A key without '=' maps to "".
+std::map<std::string, std::string> query_params(const std::string& target);
+// The media type of a Content-Type header, lowercased, without parameters or spaces.
+std::string media_type(const std::string& content_type);
+// The target's path, without its query.
+inline std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+
+}  // namespace pstrain
