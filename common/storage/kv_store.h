@@ -2,8 +2,8 @@
 // RocksDB (open), or in this process's memory (in_memory: a coordinator state nobody keeps, as
 // the REST fuzz target's). Callers see one interface and never ask which.
 //
-// On RocksDB every value is stored with a CRC-32 of its bytes in front; a read whose checksum fails reports
-// kCorrupt instead of returning damaged data. Writes of one logical change go in one atomic
+// On RocksDB every value is stored with a CRC-32C of its bytes in front; a read whose checksum
+// fails reports kCorrupt instead of returning damaged data. Writes of one logical change go in one atomic
 // batch; `sync` makes the batch durable (WAL fsync) before the call returns.
 //
 // Thread rules: thread-safe; one KvStore per directory per process. Writes from several threads

@@ -24,47 +24,34 @@ Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
           {"final", final ? "true" : "false"}};
 }
 
+Checkpointer::~Checkpointer() {
+  if (waiting_) job_.store.replicas().unpin(job_.id, *waiting_);
+}
+
 void Checkpointer::on_replica(uint64_t version) {
   if (!job_.backups.replicas_whole(version, job_.servers.size())) return;
   if (final_version_ && version == *final_version_) {
-    // The final one comes after the intermediate one being made (never cut short: under load its
-    // capture can still run when the job ends) and after the newest one waiting, so a job that
-    // keeps checkpoints keeps every one its backups made whole.
-    std::optional<uint64_t> intermediate = waiting_;
-    waiting_.reset();
-    if (intermediate && *intermediate >= version) intermediate.reset();
-    kj::Promise<void> before = capturing_ ? kj::mv(task_) : kj::Promise<void>(kj::READY_NOW);
-    task_ = before
-        .then([this, intermediate]() -> kj::Promise<void> {
-          if (!intermediate) return kj::READY_NOW;
-          return capture(*intermediate, false).catch_([this, step = *intermediate](kj::Exception&& e) {
-            PSLOG(kWarning) << "job " << job_.id << ": no checkpoint at step " << step << ": " << e.getDescription().cStr();
-          });
-        })
-        .then([this, version] { return capture(version, true); })
-        .then(
-        [this] {
-          capturing_ = false;
-          if (final_done_) final_done_->fulfill();
-        },
-        [this](kj::Exception&& e) {
-          capturing_ = false;
-          const std::string note = std::string("no final checkpoint: ") + e.getDescription().cStr();
-          PSLOG(kWarning) << "job " << job_.id << ": " << note;
-          job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
-          if (final_done_) final_done_->fulfill();
-        })
-        .eagerlyEvaluate(nullptr);
-    capturing_ = true;
+    // The final one comes after the intermediate one being made (never cut short: under load it
+    // can still run when the job ends) and after the newest one waiting: the intermediate run
+    // starts it when it ends.
+    final_ready_ = true;
+    if (!capturing_) start_final();
     return;
   }
-  if (job_.spec.checkpoint.keep == 0) return;
-  if (!waiting_ || *waiting_ < version) waiting_ = version;
+  if (job_.spec.checkpoint.keep == 0 || final_started_) return;
+  if (final_version_ && version >= *final_version_) return;
+  if (!waiting_ || *waiting_ < version) {
+    // Pinned while it waits: the ledger may drop its replicas meanwhile (a newer backup).
+    ReplicaStore& replicas = job_.store.replicas();
+    if (waiting_) replicas.unpin(job_.id, *waiting_);
+    waiting_ = version;
+    replicas.pin(job_.id, version);
+  }
   if (!capturing_) capture_next();
 }
 
 void Checkpointer::capture_next() {
-  if (!waiting_ || final_version_) return;
+  if (!waiting_) return;
   capturing_ = true;
   task_ = capture_waiting().eagerlyEvaluate(nullptr);
 }
@@ -72,9 +59,10 @@ void Checkpointer::capture_next() {
 kj::Promise<void> Checkpointer::capture_waiting() {
   // One promise for the whole run of captures: a continuation of task_ must not assign task_
   // (that destroys the promise whose callback is running, which KJ reports and
-  // AddressSanitizer's leak check caught).
-  if (!waiting_ || final_version_) {
+  // AddressSanitizer's leak check caught). The final one has a promise of its own.
+  if (!waiting_) {
     capturing_ = false;
+    if (final_ready_) start_final();
     return kj::READY_NOW;
   }
   const uint64_t version = *waiting_;
@@ -84,7 +72,25 @@ kj::Promise<void> Checkpointer::capture_waiting() {
         PSLOG(kWarning) << "job " << job_.id << ": no checkpoint at step " << version << ": "
                         << e.getDescription().cStr();
       })
+      .attach(kj::defer([&replicas = job_.store.replicas(), id = job_.id, version] { replicas.unpin(id, version); }))
       .then([this] { return capture_waiting(); });
+}
+
+void Checkpointer::start_final() {
+  if (final_started_) return;  // (the replicas' last parts may report whole more than once)
+  final_started_ = true;
+  final_task_ = capture(*final_version_, true)
+                    .then(
+                        [this] {
+                          if (final_done_) final_done_->fulfill();
+                        },
+                        [this](kj::Exception&& e) {
+                          const std::string note = std::string("no final checkpoint: ") + e.getDescription().cStr();
+                          PSLOG(kWarning) << "job " << job_.id << ": " << note;
+                          job_.store.update(job_.id, [&](JobRecord& r) { r.notes.push_back(note); });
+                          if (final_done_) final_done_->fulfill();
+                        })
+                    .eagerlyEvaluate(nullptr);
 }
 
 kj::Promise<void> Checkpointer::capture(uint64_t version, bool final) {
@@ -136,7 +142,7 @@ kj::Promise<void> Checkpointer::final_checkpoint(uint64_t version) {
     on_replica(version);
   } else {
     // backupDone and the replica follow; on_replica() then makes the checkpoint.
-    task_ = job_.servers.backup_now(version).catch_([this](kj::Exception&& e) {
+    final_backup_ = job_.servers.backup_now(version).catch_([this](kj::Exception&& e) {
       const std::string note = std::string("no final checkpoint: the servers' final backup failed: ") +
                                e.getDescription().cStr();
       PSLOG(kWarning) << "job " << job_.id << ": " << note;

@@ -29,6 +29,7 @@ namespace pstrain {
 class Checkpointer {
  public:
   explicit Checkpointer(JobContext& job);
+  ~Checkpointer();  // unpins a waiting backup's replicas
 
   // The replicas of the backup at `version` may have become whole (called after each part).
   void on_replica(uint64_t version);
@@ -44,18 +45,25 @@ class Checkpointer {
  private:
   // Reads every server's replica of `version` and stores it as a checkpoint.
   kj::Promise<void> capture(uint64_t version, bool final);
-  // Captures the waiting backup, then the one that became waiting meanwhile, and so on (task_).
+  // Captures the waiting backup, then the one that became waiting meanwhile, and so on (task_);
+  // then the final one, if its replicas are whole.
   void capture_next();
   kj::Promise<void> capture_waiting();
+  // The final checkpoint (final_task_), once.
+  void start_final();
   kj::Promise<void> adopt(size_t index, uint64_t version, std::vector<std::string> blobs, size_t first);
   Metadata file_metadata(uint64_t version, bool final) const;
 
   JobContext& job_;
-  bool capturing_ = false;
-  std::optional<uint64_t> waiting_;  // the newest backup to capture next
+  bool capturing_ = false;           // task_ runs intermediate captures
+  std::optional<uint64_t> waiting_;  // the newest backup to capture next (its replicas pinned)
   std::optional<uint64_t> final_version_;
+  bool final_ready_ = false;         // the final version's replicas are whole
+  bool final_started_ = false;
   kj::Own<kj::PromiseFulfiller<void>> final_done_;
   kj::Promise<void> task_ = nullptr;
+  kj::Promise<void> final_backup_ = nullptr;  // the servers' final backup
+  kj::Promise<void> final_task_ = nullptr;    // the final checkpoint's capture
 };
 
 }  // namespace pstrain
