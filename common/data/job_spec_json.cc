@@ -229,11 +229,7 @@ const char* async_lr_name(AsyncLr lr) {
 const char* on_divergence_name(OnDivergence action) { return action == OnDivergence::kWarn ? "warn" : "fail"; }
 
 JobSpec parse_accepted_job_spec(std::string_view json_text) {
-  json::parse_options options;
-  options.max_depth = 32;
-  boost::system::error_code ec;
-  const json::value root = json::parse(json_text, ec, {}, options);
-  if (ec) throw SpecError("", "body is not valid JSON: " + ec.message(), SpecError::Kind::kMalformed);
+  const json::value root = parse_spec_text(json_text, "body");
 
   ObjectReader r(root, "");
   JobSpec spec;

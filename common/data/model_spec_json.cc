@@ -176,11 +176,7 @@ json::object model_spec_to_object(const ModelSpec& model) {
 using namespace spec_json;
 
 ModelSpec parse_model_spec(std::string_view json_text) {
-  json::parse_options options;
-  options.max_depth = 32;
-  boost::system::error_code ec;
-  const json::value root = json::parse(json_text, ec, {}, options);
-  if (ec) throw SpecError("", "the model is not valid JSON: " + ec.message(), SpecError::Kind::kMalformed);
+  const json::value root = parse_spec_text(json_text, "the model");
   ModelSpec model = read_model_spec(root);
   infer_shapes(model);  // throws SpecError naming the layer that does not fit
   return model;

@@ -108,4 +108,13 @@ void ObjectReader::finish() const {
   }
 }
 
+json::value parse_spec_text(std::string_view text, const std::string& what) {
+  json::parse_options options;
+  options.max_depth = 32;
+  boost::system::error_code ec;
+  json::value root = json::parse(text, ec, {}, options);
+  if (ec) throw SpecError("", what + " is not valid JSON: " + ec.message(), SpecError::Kind::kMalformed);
+  return root;
+}
+
 }  // namespace pstrain::spec_json

@@ -30,6 +30,9 @@ std::optional<int64_t> as_integer(const json::value& v);
 int64_t read_int(const json::value& v, const std::string& path, int64_t min, int64_t max);
 double read_number(const json::value& v, const std::string& path, double min, double max, bool min_open);
 std::string read_string(const json::value& v, const std::string& path);
+// The JSON text of a spec (at most 32 levels deep); else a kMalformed SpecError "<what> is not
+// valid JSON: ...".
+json::value parse_spec_text(std::string_view text, const std::string& what);
 
 template <typename Enum>
 Enum read_enum(const json::value& v, const std::string& path,
