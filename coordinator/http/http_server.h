@@ -19,6 +19,9 @@
 // ssl_stream. The handshake runs under read_timeout; a connection whose first bytes are not a TLS
 // handshake (plain HTTP) gets a plain 400 and is closed; a failed handshake is logged and closed.
 //
+// Each connection is a Session (session.h) with a handler per kind of body or answer
+// (streamed_upload.h, file_download.h, event_stream_writer.h).
+//
 // Thread rules: the server runs its own io_context on its own thread, plus a TaskThread for body
 // files; start() and stop() are called from the owner's thread.
 #pragma once
