@@ -138,27 +138,6 @@ void sum_rows_scale_and_regularize(std::vector<SliceRows>& slices, size_t first_
   }
 }
 
-// The learning rate's factor for an async push (DESIGN-NOTES "Staleness-aware async"), t its
-// staleness, b its examples, B the global batch, e the optimizer's batch_size_exponent():
-//   constant         1
-//   staleness        1 / max(1, t): a push on the current values (t = 0) or one version behind
-//                    (t = 1: one other push came in between) keeps the full rate
-//   batch_staleness  (b / B)^e / max(1, t): the rate for b examples that makes the progress per
-//                    example of a sync step of B at the full rate, then divided by the staleness
-float async_lr_scale(AsyncLr rule, uint64_t staleness, int64_t examples, int64_t global_batch, double exponent) {
-  const float stale = staleness > 1 ? 1.0f / static_cast<float>(staleness) : 1.0f;
-  switch (rule) {
-    case AsyncLr::kConstant: return 1.0f;
-    case AsyncLr::kStaleness: return stale;
-    case AsyncLr::kBatchStaleness:
-      return examples > 0 && global_batch > 0
-                 ? static_cast<float>(std::pow(static_cast<double>(examples) / static_cast<double>(global_batch), exponent)) *
-                       stale
-                 : stale;
-  }
-  return 1.0f;
-}
-
 }  // namespace
 
 // Adding a sparse push's absent elements (exact zeros) would change nothing, so skipping them
@@ -185,11 +164,11 @@ ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table
                                uint32_t workers)
     : mode_(spec.training.mode),
       global_batch_(spec.training.global_batch_size),
-      backup_workers_(spec.training.backup_workers),
-      max_staleness_(spec.training.max_staleness),
-      async_lr_(spec.training.async_lr),
       optimizer_(optim::make_optimizer(spec.optimizer)),
-      finished_(workers, false) {
+      rule_(std::in_place_type<SyncBarrier>, spec.training.backup_workers) {
+  if (mode_ == TrainingMode::kAsync) {
+    rule_.emplace<AsyncRule>(spec.training, workers, optimizer_->batch_size_exponent());
+  }
   const ParamLayout layout = make_param_layout(spec.model);
   // The same initial values as the standalone trainer: initialise the whole model, keep our part.
   std::vector<float> initial(layout.total_size());
@@ -212,7 +191,6 @@ ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table
     chunk.optimizer_state = optimizer_->make_state(info.size);
     chunks_.emplace(info.key, std::move(chunk));
   }
-  for (uint32_t w = 0; w < workers; ++w) worker_clocks_[w] = 0;
 }
 
 ParameterShard::~ParameterShard() = default;
@@ -287,48 +265,37 @@ void ParameterShard::apply_update(Chunk& chunk, std::span<const float> summed_gr
 
 void ParameterShard::push(const PushRequest& request, PushDone done, std::function<bool()> alive) {
   Chunk& chunk = chunks_.at(request.key);
-  if (request.generation < min_generation_) {  // a push of a plan that ended
+  if (holds_.rejects(request.generation)) {  // a push of a plan that ended
     done({chunk.version, false, true});
     return;
   }
-  if (mode_ == TrainingMode::kAsync) {
-    const uint64_t staleness = chunk.version - std::min(chunk.version, request.base_version);
-    stats_.max_staleness = std::max(stats_.max_staleness, staleness);
-    stats_.staleness_sum += static_cast<double>(staleness);
-    ++stats_.async_pushes;
-    const float lr_scale = async_lr_scale(async_lr_, staleness, request.examples, global_batch_,
-                                           optimizer_->batch_size_exponent());
-    if (request.sparse || request.factors) {
-      accumulate(request, chunk, /*first=*/true, chunk.scratch.data());
-      apply_update(chunk, chunk.scratch, request.examples, lr_scale);
-    } else {
-      apply_update(chunk, request.gradient, request.examples, lr_scale);
-    }
-    ++stats_.pushes_applied;
-    release_pulls(chunk);
-    take_snapshot_if_due(chunk);
-    if (request.key == chunks_.begin()->first) {
-      uint64_t& clock = worker_clocks_[request.worker];
-      clock = std::max(clock, request.step + 1);
-    }
-    const uint64_t next_step = request.step + 1;
-    auto release = [this, &chunk, done = std::move(done)] { done({chunk.version, true}); };
-    if (max_staleness_ < 0 || next_step <= slowest_clock() + static_cast<uint64_t>(max_staleness_)) {
-      release();
-    } else {
-      chunk.held_replies.emplace_back(next_step, std::move(release));
-    }
-    // A clock moved: replies held on any chunk may now go.
-    for (auto& [key, other] : chunks_) release_held_replies(other);
-    return;
-  }
+  if (auto* async = std::get_if<AsyncRule>(&rule_)) return push_async(*async, chunk, request, std::move(done));
+  push_sync(std::get<SyncBarrier>(rule_), chunk, request, std::move(done), std::move(alive));
+}
 
+void ParameterShard::push_async(AsyncRule& rule, Chunk& chunk, const PushRequest& request, PushDone done) {
+  const float lr_scale = rule.admit(request, chunk.version, stats_);
+  if (request.sparse || request.factors) {
+    accumulate(request, chunk, /*first=*/true, chunk.scratch.data());
+    apply_update(chunk, chunk.scratch, request.examples, lr_scale);
+  } else {
+    apply_update(chunk, request.gradient, request.examples, lr_scale);
+  }
+  ++stats_.pushes_applied;
+  release_pulls(chunk);
+  take_snapshot_if_due(chunk);
+  rule.applied(request, request.key == chunks_.begin()->first,
+               [&chunk, done = std::move(done)] { done({chunk.version, true}); });
+}
+
+void ParameterShard::push_sync(SyncBarrier& barrier, Chunk& chunk, const PushRequest& request, PushDone done,
+                               std::function<bool()> alive) {
   if (request.step < chunk.version) {  // the step was applied without this (late) push
     ++stats_.pushes_dropped;
     done({chunk.version, false});
     return;
   }
-  PendingPush pending{request, std::move(done), std::move(alive)};
+  SyncBarrier::Pending pending{request, std::move(done), std::move(alive)};
   if (request.factors) {
     // Multiply the factors out now, while the step's other workers are still computing, rather
     // than when the last push is in: the product is most of a factored push's cost, and the end
@@ -340,78 +307,62 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
     pending.factor_listed = part.listed;
     pending.factor_values = part.values;
   }
-  chunk.pending[request.step].push_back(std::move(pending));
+  barrier.add(request.key, std::move(pending));
   apply_ready_sync_steps(chunk);
 }
 
-void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
-  while (chunk.version < std::min({hold_from_, durability_hold_, settle_hold_})) {
-    auto it = chunk.pending.find(chunk.version);
-    if (it == chunk.pending.end() || it->second.empty()) return;
-    std::vector<PendingPush>& pushes = it->second;
-    std::erase_if(pushes, [](const PendingPush& p) { return p.alive && !p.alive(); });
-    if (pushes.empty()) return;
-    const int64_t slices = pushes.front().request.slice_count;
-    const int64_t needed = std::max<int64_t>(1, slices - backup_workers_);
-    // Deterministic reduction: add in slice order, whatever the arrival order was. A slice can be
-    // here twice when a survivor pushed a lost worker's slice for it (a takeover) while the lost
-    // worker's own push was still open: same examples, same version, so one of them counts.
-    std::stable_sort(pushes.begin(), pushes.end(),
-                     [](const PendingPush& a, const PendingPush& b) { return a.request.slice < b.request.slice; });
-    int64_t distinct = 0;
-    for (size_t p = 0; p < pushes.size(); ++p) distinct += p == 0 || pushes[p].request.slice != pushes[p - 1].request.slice;
-    if (distinct < needed) return;
+void ParameterShard::apply_ready_sync_steps_everywhere() {
+  for (auto& [key, chunk] : chunks_) apply_ready_sync_steps(chunk);
+}
 
-    std::vector<const PendingPush*> counted;  // one per slice, in slice order
-    int64_t examples = 0;
-    bool all_dense = true, any_sparse = false;
-    for (size_t p = 0; p < pushes.size(); ++p) {
-      if (p > 0 && pushes[p].request.slice == pushes[p - 1].request.slice) continue;
-      counted.push_back(&pushes[p]);
-      examples += pushes[p].request.examples;
-      all_dense = all_dense && !pushes[p].request.sparse && !pushes[p].request.factors;
-      any_sparse = any_sparse || pushes[p].request.sparse;
-    }
-    if (examples > 0) {
-      float* out = chunk.scratch.data();
-      const size_t n = chunk.info.size;
-      if (all_dense) {
-        std::vector<const float*> gradients;
-        for (const PendingPush* push : counted) gradients.push_back(push->request.gradient.data());
-        sum_scale_and_regularize(gradients, chunk.values.data(), n, examples, chunk.l2, out);
-      } else if (!any_sparse) {
-        // Dense and factored pushes: summed row by row from the products, none multiplied out
-        // into a dense buffer.
-        const size_t columns = chunk.row_columns;
-        std::vector<SliceRows> slices;
-        for (const PendingPush* push : counted) {
-          if (push->request.factors) {
-            slices.push_back({false, push->factor_rows, push->factor_listed, push->factor_values});
-          } else {
-            slices.push_back({true, nullptr, 0, push->request.gradient.data()});
-          }
-        }
-        sum_rows_scale_and_regularize(slices, chunk.info.offset / columns, n / columns, columns, chunk.values.data(),
-                                      examples, chunk.l2, out);
-      } else {
-        for (size_t i = 0; i < counted.size(); ++i) accumulate(counted[i]->request, chunk, i == 0, out);
-        nn::scale_and_regularize(out, chunk.values.data(), n, examples, chunk.l2);
-      }
+void ParameterShard::apply_ready_sync_steps(Chunk& chunk) {
+  auto* barrier = std::get_if<SyncBarrier>(&rule_);
+  if (barrier == nullptr) return;
+  while (chunk.version < holds_.limit()) {
+    std::optional<SyncBarrier::Step> step = barrier->take_ready(chunk.info.key, chunk.version);
+    if (!step) return;
+    if (step->examples > 0) {
+      reduce_step(chunk, *step);
       step_values(chunk, std::span<const float>(chunk.scratch.data(), chunk.info.size));
     }
     ++chunk.version;
     // The workers' compression states of the new version (pushed only before backup points).
     chunk.worker_state.clear();
-    for (const PendingPush* push : counted) {
+    for (const SyncBarrier::Pending* push : step->counted) {
       const auto state = push->request.worker_state;
       if (!state.empty()) chunk.worker_state[push->request.slice].assign(state.begin(), state.end());
     }
-    stats_.pushes_applied += pushes.size();
-    std::vector<PendingPush> released = std::move(pushes);
-    chunk.pending.erase(it);
+    stats_.pushes_applied += step->pushes.size();
     take_snapshot_if_due(chunk);
-    for (auto& p : released) p.done({chunk.version, true});
+    for (auto& p : step->pushes) p.done({chunk.version, true});
     release_pulls(chunk);
+  }
+}
+
+void ParameterShard::reduce_step(Chunk& chunk, const SyncBarrier::Step& step) {
+  float* out = chunk.scratch.data();
+  const size_t n = chunk.info.size;
+  if (step.all_dense) {
+    std::vector<const float*> gradients;
+    for (const SyncBarrier::Pending* push : step.counted) gradients.push_back(push->request.gradient.data());
+    sum_scale_and_regularize(gradients, chunk.values.data(), n, step.examples, chunk.l2, out);
+  } else if (!step.any_sparse) {
+    // Dense and factored pushes: summed row by row from the products, none multiplied out into
+    // a dense buffer.
+    const size_t columns = chunk.row_columns;
+    std::vector<SliceRows> slices;
+    for (const SyncBarrier::Pending* push : step.counted) {
+      if (push->request.factors) {
+        slices.push_back({false, push->factor_rows, push->factor_listed, push->factor_values});
+      } else {
+        slices.push_back({true, nullptr, 0, push->request.gradient.data()});
+      }
+    }
+    sum_rows_scale_and_regularize(slices, chunk.info.offset / columns, n / columns, columns, chunk.values.data(),
+                                  step.examples, chunk.l2, out);
+  } else {
+    for (size_t i = 0; i < step.counted.size(); ++i) accumulate(step.counted[i]->request, chunk, i == 0, out);
+    nn::scale_and_regularize(out, chunk.values.data(), n, step.examples, chunk.l2);
   }
 }
 
@@ -447,34 +398,8 @@ void ParameterShard::release_pulls(Chunk& chunk) {
   }
 }
 
-uint64_t ParameterShard::slowest_clock() const {
-  uint64_t slowest = std::numeric_limits<uint64_t>::max();
-  for (const auto& [worker, clock] : worker_clocks_) {
-    if (worker < finished_.size() && finished_[worker]) continue;
-    slowest = std::min(slowest, clock);
-  }
-  return slowest;
-}
-
-void ParameterShard::release_held_replies(Chunk& chunk) {
-  if (max_staleness_ < 0) return;
-  const uint64_t slowest = slowest_clock();
-  auto& held = chunk.held_replies;
-  for (size_t i = 0; i < held.size();) {
-    if (slowest == std::numeric_limits<uint64_t>::max() ||
-        held[i].first <= slowest + static_cast<uint64_t>(max_staleness_)) {
-      auto release = std::move(held[i].second);
-      held.erase(held.begin() + static_cast<long>(i));
-      release();
-    } else {
-      ++i;
-    }
-  }
-}
-
 void ParameterShard::worker_finished(uint32_t worker) {
-  if (worker < finished_.size()) finished_[worker] = true;
-  for (auto& [key, chunk] : chunks_) release_held_replies(chunk);
+  if (auto* async = std::get_if<AsyncRule>(&rule_)) async->worker_finished(worker);
 }
 
 }  // namespace pstrain

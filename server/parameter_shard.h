@@ -1,23 +1,17 @@
-// The part of one job's parameters that one server holds, and the update rules
-// (docs/DESIGN-NOTES.md "Loss scaling", "Deterministic reduction" and "Staleness-aware async").
+// The part of one job's parameters that one server holds: storage, versions and snapshots, with
+// an update rule (docs/DESIGN-NOTES.md "Loss scaling", "Deterministic reduction" and
+// "Staleness-aware async") and the holds that stop it (shard_holds.h).
 //
 // Pure logic, no RPC: the Cap'n Proto layer (parameter_server.h) turns calls into push()/pull()
 // and completes its replies from the callbacks, which is also how the unit tests drive it.
 //
-// Sync mode: pushes for step s are held (zero-copy: the gradient view must stay valid until the
-// push's callback runs, which the RPC layer guarantees by keeping the call open) until the step
-// has all its pushes (slice_count, or slice_count - backup_workers), then summed in slice order,
-// divided by the step's examples, regularised once, and applied: version becomes s + 1. Pushes for
-// a step that was already applied (stragglers under backup_workers) are dropped.
-// Async mode: every push is applied at once, divided by its own examples; its staleness (the
-// versions applied since the one it was computed on) is recorded, and the learning rate is
-// scaled by async_lr (optim::Optimizer's lr_scale; DESIGN-NOTES "Staleness-aware async"):
-// "staleness" divides it by max(1, staleness), "batch_staleness" also multiplies it by
-// (push examples / global_batch_size)^e, e the optimizer's batch_size_exponent() (1 for SGD,
-// 0.5 for Adam and Adagrad): the rate that gives its examples the progress a sync step would.
-// With max_staleness k, the reply to a worker's push for its step c waits until every
-// unfinished worker has pushed step c + 1 - k, so no worker runs more than k steps ahead of the
-// slowest.
+// Sync mode (SyncBarrier, sync_barrier.h): pushes for step s are held (zero-copy: the gradient
+// view must stay valid until the push's callback runs, which the RPC layer guarantees by keeping
+// the call open) until the step has all its pushes, then summed here in slice order, divided by
+// the step's examples, regularised once, and applied: version becomes s + 1. Pushes for a step
+// that was already applied (stragglers under backup_workers) are dropped.
+// Async mode (AsyncRule, async_rule.h): every push is applied at once with its learning-rate
+// factor, and its reply waits under bounded staleness.
 //
 // Thread rules: event-loop thread only (the server's KJ thread). Callbacks run inside push(),
 // pull() or worker_finished() calls, synchronously.
@@ -33,73 +27,23 @@
 #include <string>
 #include <vector>
 
+#include <variant>
+
 #include "common/base/aligned.h"
-#include "common/engine/chunk_plan.h"
-#include "server/backup_store.h"
 #include "common/data/job_spec.h"
+#include "common/engine/chunk_plan.h"
 #include "common/engine/optim/optimizer.h"
+#include "server/async_rule.h"
+#include "server/backup_store.h"
+#include "server/shard_holds.h"
+#include "server/shard_push.h"
+#include "server/sync_barrier.h"
 
 namespace pstrain {
 
-// Elements [offset, offset + values.size()) of a chunk's gradient.
-struct GradientPart {
-  size_t offset = 0;
-  std::span<const float> values;
-};
-
-// A dense kernel's gradient as two factors (ParameterServer.pushFactors): for kernel row r (a
-// chunk holds whole rows), sum over examples b of inputs[r, b] * deltas[b]. Shared by the
-// requests of every chunk a factored push covers.
-struct GradientFactors {
-  size_t columns = 0;   // the kernel's second dimension (out)
-  size_t examples = 0;
-  std::span<const float> deltas;  // examples x columns, example after example
-  std::vector<uint32_t> rows;     // kernel rows with inputs, ascending; the others' inputs are zero
-  std::span<const float> inputs;  // examples x rows.size(), example after example
-  // deltas * inputs^T over every listed row (columns x rows.size()): multiplied out once, by the
-  // first chunk that needs it, for all the chunks of the push (one product rather than one per
-  // chunk). Event-loop thread only, like the shard.
-  mutable ScratchFloats product;
-  mutable bool multiplied = false;
-};
-
-struct PushRequest {
-  uint32_t key = 0;
-  uint64_t step = 0;         // sync: global step; async: the worker's own step count
-  uint32_t slice = 0;        // sync: slice index within the step
-  uint32_t slice_count = 1;  // sync: slices (workers) in the step
-  uint32_t worker = 0;
-  uint32_t examples = 0;
-  uint64_t base_version = 0;  // async: the version the gradient was computed on
-  uint64_t generation = 0;    // of the worker's plan (see abort_waiting_and_release_hold)
-  std::span<const float> gradient;  // the whole chunk, unless `sparse`
-  // Row-sparse push: the gradient is `parts` (sorted, disjoint, inside the chunk) and exactly zero
-  // elsewhere. The sum is the same as for the dense gradient, bit for bit.
-  bool sparse = false;
-  std::vector<GradientPart> parts;
-  // Factored push (the chunk must hold whole rows of a kernel with factors->columns columns).
-  std::shared_ptr<const GradientFactors> factors;
-  // Sync: the pushing worker's compression state after this push (PushParams.workerState), kept
-  // as the slice's state of the version the step makes (worker_state()); empty: none.
-  std::span<const float> worker_state;
-};
-
-struct PushOutcome {
-  uint64_t version = 0;  // the chunk's version when the reply is released
-  bool applied = true;   // false: a late sync push that was dropped
-  bool aborted = false;  // the shard was rolled back (recovery) before the push could apply
-};
-
-struct ShardStats {
-  uint64_t pushes_applied = 0, pushes_dropped = 0;
-  uint64_t max_staleness = 0;
-  double staleness_sum = 0;
-  uint64_t async_pushes = 0;
-};
-
 class ParameterShard {
  public:
-  using PushDone = std::function<void(PushOutcome)>;
+  using PushDone = pstrain::PushDone;
   using PullDone = std::function<void(uint64_t version)>;
 
   // Keeps the chunks of `table` placed on `server_index`, initialised from the spec's seed
@@ -167,7 +111,7 @@ class ParameterShard {
   // waiting pull now, and fails every later push.
   void abandon();
   // Sync: apply no step at or after `version` (pushes for it wait) until restore() or reset().
-  void hold_from(uint64_t version) { hold_from_ = std::min(hold_from_, version); }
+  void hold_from(uint64_t version) { holds_.hold_from(version); }
   // A cut (preemption, a worker joining): back up every chunk at `version` (the caller has made it
   // a backup point) and hold there, replacing an earlier cut's hold. False, and nothing changes,
   // if a chunk is already past `version` (the caller tries again further ahead).
@@ -177,34 +121,34 @@ class ParameterShard {
   // A re-plan without a rollback (a takeover): apply no step at or after `version` until
   // abort_waiting_and_release_hold(), which ends this hold only (not hold_from's).
   // Returns the settle's number: a newer settle (or a rollback) makes an older one moot.
-  uint64_t settle_hold_from(uint64_t version) {
-    settle_hold_ = version;
-    return ++settles_;
-  }
-  uint64_t settles() const { return settles_; }
+  uint64_t settle_hold_from(uint64_t version) { return holds_.settle_from(version); }
+  uint64_t settles() const { return holds_.settles(); }
   // Ends the settle hold: answers every waiting push, and from now on every push of a generation
   // below `min_generation`, with aborted = true, so the workers of the old plan ask for the new one.
   void abort_waiting_and_release_hold(uint64_t min_generation);
   // How many times restore() or reset() ran: a settle that started before a rollback must not
   // act after it.
-  uint64_t rollbacks() const { return rollbacks_; }
+  uint64_t rollbacks() const { return holds_.rollbacks(); }
   // From now on, pushes of a generation below `min_generation` fail (aborted = true): a rollback
   // calls it before restore(), so workers of the old plan cannot push into the restored state.
-  void reject_generations_below(uint64_t min_generation) { min_generation_ = std::max(min_generation_, min_generation); }
+  void reject_generations_below(uint64_t min_generation) { holds_.reject_below(min_generation); }
   // The push fence: pushes of a generation below it fail. It only ever rises (a restore, the end
   // of a settle, abandon()), so a caller can tell whether a newer plan came in since it looked.
-  uint64_t min_generation() const { return min_generation_; }
+  uint64_t min_generation() const { return holds_.min_generation(); }
   // Backpressure for durability: apply no step at or after `version` until release_durability_hold()
   // (called when the backup before it is written), so training never gets more than one backup
   // interval past the last durable backup, and a crash replays at most save_freq steps.
-  void hold_until_durable(uint64_t version) { durability_hold_ = std::min(durability_hold_, version); }
+  void hold_until_durable(uint64_t version) { holds_.hold_until_durable(version); }
   void release_durability_hold();
 
   // True when a chunk's values cannot change until every worker of the step has received its
   // push reply and pushed again: plain sync mode (no backup workers). Then a reply may send the
   // values without copying them. In async mode, or when late pushes are dropped, another push can
   // update the chunk while a reply is still being written, so replies must copy.
-  bool values_stable_until_next_push() const { return mode_ == TrainingMode::kSync && backup_workers_ == 0; }
+  bool values_stable_until_next_push() const {
+    const auto* sync = std::get_if<SyncBarrier>(&rule_);
+    return sync != nullptr && !sync->has_backup_workers();
+  }
 
   const ShardStats& stats() const { return stats_; }
   // The job's global batch: no worker's batch is larger.
@@ -212,16 +156,6 @@ class ParameterShard {
   TrainingMode mode() const { return mode_; }
 
  private:
-  struct PendingPush {
-    PushRequest request;
-    PushDone done;
-    std::function<bool()> alive;
-    // A factored sync push's rows of its product, multiplied out on arrival (they live in
-    // request.factors): `factor_listed` rows, numbered in factor_rows, values back to back.
-    const uint32_t* factor_rows = nullptr;
-    size_t factor_listed = 0;
-    const float* factor_values = nullptr;
-  };
   struct Chunk {
     ChunkInfo info;
     size_t row_columns = 0;  // see row_columns()
@@ -236,16 +170,21 @@ class ParameterShard {
     AlignedFloats scratch;  // summed gradient
     optim::OptimizerState optimizer_state;
     uint64_t version = 0;
-    std::map<uint64_t, std::vector<PendingPush>> pending;  // sync: by step
     std::map<uint32_t, std::vector<float>> worker_state;   // by slice (worker): see worker_state()
     std::vector<std::pair<uint64_t, PullDone>> waiting_pulls;
-    std::vector<std::pair<uint64_t, std::function<void()>>> held_replies;  // async SSP: (step, release)
     AlignedFloats initial;  // for reset()
   };
+  void push_async(AsyncRule& rule, Chunk& chunk, const PushRequest& request, PushDone done);
+  void push_sync(SyncBarrier& barrier, Chunk& chunk, const PushRequest& request, PushDone done,
+                 std::function<bool()> alive);
   void take_snapshot_if_due(Chunk& chunk);
   void abort_waiting(Chunk& chunk);
 
+  // Sync: applies the chunk's steps that have their pushes, up to the holds' limit.
   void apply_ready_sync_steps(Chunk& chunk);
+  void apply_ready_sync_steps_everywhere();
+  // The step's gradient, summed in slice order, scaled and regularised, into chunk.scratch.
+  void reduce_step(Chunk& chunk, const SyncBarrier::Step& step);
   // Writes (first) or adds one push's gradient into `out` (the chunk's size).
   void accumulate(const PushRequest& push, const Chunk& chunk, bool first, float* out);
   void apply_update(Chunk& chunk, std::span<const float> summed_gradient, int64_t examples, float lr_scale = 1.0f);
@@ -254,29 +193,20 @@ class ParameterShard {
   // The chunk's values were replaced (restore, reset): no older version is held.
   static void values_replaced(Chunk& chunk);
   void release_pulls(Chunk& chunk);
-  void release_held_replies(Chunk& chunk);
-  uint64_t slowest_clock() const;
+  // After restore() or reset(): holds lifted, waiting pushes aborted, clocks back to 0.
+  void rolled_back(bool release_pulls_too);
 
   TrainingMode mode_;
   int64_t global_batch_ = 0;
-  int64_t backup_workers_ = 0;
-  int64_t max_staleness_ = -1;
-  AsyncLr async_lr_ = AsyncLr::kConstant;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::variant<SyncBarrier, AsyncRule> rule_;
+  ShardHolds holds_;
   std::map<uint32_t, Chunk> chunks_;
-  std::map<uint32_t, uint64_t> worker_clocks_;  // async: steps pushed (of the first chunk) per worker
-  std::vector<bool> finished_;
   ShardStats stats_;
   std::function<bool(uint64_t)> is_backup_point_;
   BackupReady backup_ready_;
   std::map<uint64_t, std::vector<ChunkSnapshot>> snapshots_;  // by version, until complete
-  uint64_t hold_from_ = UINT64_MAX;
-  uint64_t min_generation_ = 0;
-  uint64_t settle_hold_ = UINT64_MAX;
   uint64_t last_backup_ready_ = 0;  // newest version handed to backup_ready_
-  uint64_t rollbacks_ = 0;
-  uint64_t settles_ = 0;
-  uint64_t durability_hold_ = UINT64_MAX;
   // Scratch of partial_product.
   mutable std::vector<const float*> row_pointers_;
   mutable AlignedFloats gathered_rows_;

@@ -28,18 +28,18 @@ bool ParameterShard::backup_and_hold_at(uint64_t version) {
   for (const auto& [key, chunk] : chunks_) {
     if (chunk.version > version) return false;
   }
-  hold_from_ = version;
+  holds_.cut_at(version);
   // Chunks already at `version` got there before it was a backup point: snapshot them now.
   for (auto& [key, chunk] : chunks_) {
     if (chunk.version == version) take_snapshot_if_due(chunk);
   }
-  for (auto& [key, chunk] : chunks_) apply_ready_sync_steps(chunk);  // a hold moved up may free steps
+  apply_ready_sync_steps_everywhere();  // a hold moved up may free steps
   return true;
 }
 
 void ParameterShard::release_hold() {
-  hold_from_ = UINT64_MAX;
-  for (auto& [key, chunk] : chunks_) apply_ready_sync_steps(chunk);
+  holds_.release_cut();
+  apply_ready_sync_steps_everywhere();
 }
 
 std::vector<ChunkSnapshot> ParameterShard::snapshot_each() const {
@@ -51,16 +51,21 @@ std::vector<ChunkSnapshot> ParameterShard::snapshot_each() const {
 }
 
 void ParameterShard::abort_waiting(Chunk& chunk) {
-  auto pending = std::move(chunk.pending);
-  chunk.pending.clear();
-  for (auto& [step, pushes] : pending) {
-    for (auto& p : pushes) {
-      if (!p.alive || p.alive()) p.done({chunk.version, false, true});
-    }
+  if (auto* async = std::get_if<AsyncRule>(&rule_)) return async->release_all(chunk.info.key);
+  for (auto& p : std::get<SyncBarrier>(rule_).take_all(chunk.info.key)) {
+    if (!p.alive || p.alive()) p.done({chunk.version, false, true});
   }
-  auto held = std::move(chunk.held_replies);
-  chunk.held_replies.clear();
-  for (auto& [step, release] : held) release();
+}
+
+void ParameterShard::rolled_back(bool release_pulls_too) {
+  snapshots_.clear();
+  last_backup_ready_ = 0;
+  holds_.rolled_back();
+  for (auto& [key, chunk] : chunks_) {
+    abort_waiting(chunk);
+    if (release_pulls_too) release_pulls(chunk);
+  }
+  if (auto* async = std::get_if<AsyncRule>(&rule_)) async->rolled_back();
 }
 
 void ParameterShard::restore(const std::map<uint32_t, ChunkSnapshot>& snapshots) {
@@ -72,15 +77,7 @@ void ParameterShard::restore(const std::map<uint32_t, ChunkSnapshot>& snapshots)
     chunk.worker_state = s.worker_state;
     values_replaced(chunk);
   }
-  snapshots_.clear();
-  last_backup_ready_ = 0;
-  hold_from_ = durability_hold_ = settle_hold_ = UINT64_MAX;
-  ++rollbacks_;
-  for (auto& [key, chunk] : chunks_) {
-    abort_waiting(chunk);
-    release_pulls(chunk);
-  }
-  for (auto& [worker, clock] : worker_clocks_) clock = 0;
+  rolled_back(/*release_pulls_too=*/true);
 }
 
 void ParameterShard::reset() {
@@ -91,16 +88,11 @@ void ParameterShard::reset() {
     chunk.worker_state.clear();
     values_replaced(chunk);
   }
-  snapshots_.clear();
-  last_backup_ready_ = 0;
-  hold_from_ = durability_hold_ = settle_hold_ = UINT64_MAX;
-  ++rollbacks_;
-  for (auto& [key, chunk] : chunks_) abort_waiting(chunk);
-  for (auto& [worker, clock] : worker_clocks_) clock = 0;
+  rolled_back(/*release_pulls_too=*/false);
 }
 
 void ParameterShard::abandon() {
-  min_generation_ = UINT64_MAX;
+  holds_.reject_all();
   for (auto& [key, chunk] : chunks_) {
     abort_waiting(chunk);
     auto pulls = std::move(chunk.waiting_pulls);
@@ -110,14 +102,14 @@ void ParameterShard::abandon() {
 }
 
 void ParameterShard::abort_waiting_and_release_hold(uint64_t min_generation) {
-  settle_hold_ = UINT64_MAX;
-  reject_generations_below(min_generation);
+  holds_.release_settle();
+  holds_.reject_below(min_generation);
   for (auto& [key, chunk] : chunks_) abort_waiting(chunk);
 }
 
 void ParameterShard::release_durability_hold() {
-  durability_hold_ = UINT64_MAX;
-  for (auto& [key, chunk] : chunks_) apply_ready_sync_steps(chunk);
+  holds_.release_durable();
+  apply_ready_sync_steps_everywhere();
 }
 
 }  // namespace pstrain

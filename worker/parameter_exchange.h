@@ -14,7 +14,7 @@
 // lost worker's slice (step_values(), ServerChunks::push_without_values()) computes on.
 //
 // Implementations: DenseExchange, SparseExchange, FactoredExchange, and ForwardExchange, which
-// decorates the factored one. make_parameter_exchange() picks one.
+// decorates the factored one. make_parameter_exchange() (exchange_factory.h) picks one.
 //
 // Thread rules: the event loop's thread only (the session's). An exchange refers to the session's
 // ServerChunks and model, which outlive it; its pushes point into the step's gradient (see
@@ -77,14 +77,5 @@ class ParameterExchange {
   // exchange does not do that.
   virtual std::optional<uint64_t> forwarded_steps() const = 0;
 };
-
-// The exchange `kind` asks for, as far as the model and the placement allow it: the row-sparse
-// part only when the model starts with a dense layer on the input (input_sparsity.h), factors
-// only with one compute replica (`replicas`) and for kernels where they pay (factor_plan.h), and
-// the forward on the servers only when the first layer's kernel (`first_kernel`: its layout
-// index when its rows are grouped by server, else -1) is pushed as factors and row-sparse.
-std::unique_ptr<ParameterExchange> make_parameter_exchange(Exchange kind, int replicas, ServerChunks& servers,
-                                                           nn::DataParallelModel<float>& model, const ModelSpec& spec,
-                                                           int first_kernel);
 
 }  // namespace pstrain

@@ -9,6 +9,7 @@
 #include "common/base/log.h"
 #include "common/rpc/rpc_util.h"
 #include "worker/batch_decode.h"
+#include "worker/exchange_factory.h"
 #include "worker/first_layer_groups.h"
 #include "worker/shard_reader.h"
 

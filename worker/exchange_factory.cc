@@ -1,4 +1,4 @@
-#include "worker/parameter_exchange.h"
+#include "worker/exchange_factory.h"
 
 #include <algorithm>
 
