@@ -46,7 +46,16 @@ Activation read_activation(ObjectReader& r) {
   const json::value* v = r.optional("activation");
   if (v == nullptr || v->is_null()) return Activation::kLinear;
   return read_enum<Activation>(*v, r.field_path("activation"),
-                               {{"relu", Activation::kReLU}, {"linear", Activation::kLinear}});
+                               {{"linear", Activation::kLinear},
+                                {"relu", Activation::kReLU},
+                                {"sigmoid", Activation::kSigmoid},
+                                {"tanh", Activation::kTanh},
+                                {"softmax", Activation::kSoftmax},
+                                {"gelu", Activation::kGelu},
+                                {"elu", Activation::kElu},
+                                {"leaky_relu", Activation::kLeakyReLU},
+                                {"swish", Activation::kSwish},
+                                {"silu", Activation::kSwish}});
 }
 
 float read_l2(ObjectReader& r) {
@@ -75,7 +84,11 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"maxpool2d", LayerType::kMaxPool2D},
                                      {"flatten", LayerType::kFlatten},
                                      {"reshape", LayerType::kReshape},
-                                     {"relu", LayerType::kReLU}});
+                                     {"relu", LayerType::kReLU},
+                                     {"activation", LayerType::kActivation},
+                                     {"avgpool2d", LayerType::kAvgPool2D},
+                                     {"global_avgpool2d", LayerType::kGlobalAvgPool2D},
+                                     {"global_maxpool2d", LayerType::kGlobalMaxPool2D}});
   switch (layer.type) {
     case LayerType::kDense:
       layer.units = read_int(r.required("units"), r.field_path("units"), 1, int64_t{1} << 24);
@@ -95,14 +108,21 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       break;
     }
     case LayerType::kMaxPool2D:
+    case LayerType::kAvgPool2D:
       if (const json::value* p = r.optional("pool_size")) layer.pool_size = read_pair(*p, r.field_path("pool_size"));
       layer.strides = read_strides(r);
       break;
     case LayerType::kReshape:
       layer.target_shape = read_shape(r.required("target_shape"), r.field_path("target_shape"), true, int64_t{1} << 24);
       break;
+    case LayerType::kActivation:
+      if (r.optional("activation") == nullptr) throw SpecError(r.field_path("activation"), "is required");
+      layer.activation = read_activation(r);
+      break;
     case LayerType::kFlatten:
     case LayerType::kReLU:
+    case LayerType::kGlobalAvgPool2D:
+    case LayerType::kGlobalMaxPool2D:
       break;
   }
   r.finish();
@@ -146,6 +166,7 @@ json::object model_spec_to_object(const ModelSpec& model) {
         if (l.padding != Padding::kValid) o["padding"] = padding_name(l.padding);
         break;
       case LayerType::kMaxPool2D:
+      case LayerType::kAvgPool2D:
         if (l.pool_size != LayerSpec{}.pool_size) o["pool_size"] = json::array{l.pool_size[0], l.pool_size[1]};
         break;
       case LayerType::kReshape: {
@@ -160,10 +181,10 @@ json::object model_spec_to_object(const ModelSpec& model) {
     if (l.strides && *l.strides != default_strides(l)) {
       o["strides"] = json::array{(*l.strides)[0], (*l.strides)[1]};
     }
-    if (l.type == LayerType::kDense || l.type == LayerType::kConv2D) {
-      o["activation"] = l.activation == Activation::kReLU ? "relu" : "linear";
-      o["l2"] = l.l2;
+    if (l.type == LayerType::kDense || l.type == LayerType::kConv2D || l.type == LayerType::kActivation) {
+      o["activation"] = activation_name(l.activation);
     }
+    if (l.type == LayerType::kDense || l.type == LayerType::kConv2D) o["l2"] = l.l2;
     layers.push_back(std::move(o));
   }
   json::array input_shape;

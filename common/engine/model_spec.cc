@@ -27,6 +27,25 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kFlatten: return "flatten";
     case LayerType::kReshape: return "reshape";
     case LayerType::kReLU: return "relu";
+    case LayerType::kActivation: return "activation";
+    case LayerType::kAvgPool2D: return "avgpool2d";
+    case LayerType::kGlobalAvgPool2D: return "global_avgpool2d";
+    case LayerType::kGlobalMaxPool2D: return "global_maxpool2d";
+  }
+  return "?";
+}
+
+const char* activation_name(Activation activation) {
+  switch (activation) {
+    case Activation::kLinear: return "linear";
+    case Activation::kReLU: return "relu";
+    case Activation::kSigmoid: return "sigmoid";
+    case Activation::kTanh: return "tanh";
+    case Activation::kSoftmax: return "softmax";
+    case Activation::kGelu: return "gelu";
+    case Activation::kElu: return "elu";
+    case Activation::kLeakyReLU: return "leaky_relu";
+    case Activation::kSwish: return "swish";
   }
   return "?";
 }
@@ -34,7 +53,8 @@ const char* layer_type_name(LayerType type) {
 const char* padding_name(Padding padding) { return padding == Padding::kSame ? "same" : "valid"; }
 
 std::array<int64_t, 2> default_strides(const LayerSpec& layer) {
-  return layer.type == LayerType::kMaxPool2D ? layer.pool_size : std::array<int64_t, 2>{1, 1};
+  return layer.type == LayerType::kMaxPool2D || layer.type == LayerType::kAvgPool2D ? layer.pool_size
+                                                                                    : std::array<int64_t, 2>{1, 1};
 }
 
 std::array<int64_t, 2> layer_strides(const LayerSpec& layer) { return layer.strides.value_or(default_strides(layer)); }
@@ -96,9 +116,11 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
                layer.filters};
         break;
       }
-      case LayerType::kMaxPool2D: {
+      case LayerType::kMaxPool2D:
+      case LayerType::kAvgPool2D: {
+        const std::string name = layer_type_name(layer.type);
         if (in.size() != 3) {
-          throw SpecError(path + "/type", "maxpool2d needs a [height, width, channels] input but gets " +
+          throw SpecError(path + "/type", name + " needs a [height, width, channels] input but gets " +
                                               shape_string(in));
         }
         const auto [ph, pw] = layer.pool_size;
@@ -106,13 +128,21 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         const auto [sh, sw] = layer_strides(layer);
         check_positive_pair({sh, sw}, path + "/strides");
         if (ph > in[0] || pw > in[1]) {
-          throw SpecError(path + "/pool_size", "maxpool2d's " + pair_string(layer.pool_size) +
+          throw SpecError(path + "/pool_size", name + "'s " + pair_string(layer.pool_size) +
                                                    " window does not fit the input " + shape_string(in));
         }
         out = {window_axis(in[0], ph, sh, Padding::kValid).out, window_axis(in[1], pw, sw, Padding::kValid).out,
                in[2]};
         break;
       }
+      case LayerType::kGlobalAvgPool2D:
+      case LayerType::kGlobalMaxPool2D:
+        if (in.size() != 3) {
+          throw SpecError(path + "/type", std::string(layer_type_name(layer.type)) +
+                                              " needs a [height, width, channels] input but gets " + shape_string(in));
+        }
+        out = {in[2]};
+        break;
       case LayerType::kFlatten:
         out = {num_elements(in)};
         break;
@@ -148,6 +178,7 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         break;
       }
       case LayerType::kReLU:
+      case LayerType::kActivation:
         out = in;
         break;
     }

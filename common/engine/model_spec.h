@@ -14,13 +14,18 @@
 
 namespace pstrain {
 
-enum class LayerType { kDense, kConv2D, kMaxPool2D, kFlatten, kReshape, kReLU };
-enum class Activation { kLinear, kReLU };
+enum class LayerType {
+  kDense, kConv2D, kMaxPool2D, kFlatten, kReshape, kReLU, kActivation,
+  kAvgPool2D, kGlobalAvgPool2D, kGlobalMaxPool2D,
+};
+// Keras' activations (common/engine/nn/activations.h has the formulas).
+enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
 // TensorFlow's padding: kValid uses only whole windows; kSame pads so that out = ceil(in / stride),
 // splitting the padding with the extra row or column on the bottom/right.
 enum class Padding { kValid, kSame };
 
 const char* layer_type_name(LayerType type);
+const char* activation_name(Activation activation);
 const char* padding_name(Padding padding);
 
 struct LayerSpec {
@@ -29,11 +34,13 @@ struct LayerSpec {
   int64_t filters = 0;                  // conv2d
   std::array<int64_t, 2> kernel_size{}; // conv2d: height, width
   Padding padding = Padding::kValid;    // conv2d
-  std::array<int64_t, 2> pool_size{2, 2};  // maxpool2d: height, width
-  // conv2d, maxpool2d: height, width; absent means the layer's default (layer_strides()).
+  std::array<int64_t, 2> pool_size{2, 2};  // maxpool2d, avgpool2d: height, width
+  // conv2d, maxpool2d, avgpool2d: height, width; absent means the layer's default (layer_strides()).
   std::optional<std::array<int64_t, 2>> strides;
   Shape target_shape;                   // reshape (one entry may be -1)
-  Activation activation = Activation::kLinear;  // dense, conv2d
+  // dense, conv2d, activation. The model's output is its logits: a softmax on the last layer is
+  // the loss's own (Keras' softmax output with a cross-entropy loss), not a stage of the model.
+  Activation activation = Activation::kLinear;
   float l2 = 0.0f;                      // dense, conv2d: kernel L2 factor
 };
 
@@ -47,8 +54,8 @@ struct ModelSpec {
 inline constexpr int64_t kMaxParameters = int64_t{1} << 28;        // 1 GiB of float32
 inline constexpr int64_t kMaxActivationsPerExample = int64_t{1} << 24;
 
-// The strides a conv2d or maxpool2d layer uses: as given, else Keras' default (default_strides:
-// conv2d 1, maxpool2d its pool_size).
+// The strides a conv2d or pooling layer uses: as given, else Keras' default (default_strides:
+// conv2d 1, maxpool2d and avgpool2d their pool_size).
 std::array<int64_t, 2> layer_strides(const LayerSpec& layer);
 std::array<int64_t, 2> default_strides(const LayerSpec& layer);
 

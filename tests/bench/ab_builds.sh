@@ -62,22 +62,24 @@ rest() {  # LABEL BUILD REP
   export LOCAL_CLUSTER_DIR=$dir HTTP_PORT=$http RPC_PORT=$(free_port) SERVERS=2 WORKERS=2 BUILD=0 BUILD_DIR=$2
   "$repo/deploy/local-cluster.sh" up >"$dir.up.log" 2>&1
   local url=http://127.0.0.1:$http one; one=$(spec sync 1)
-  local id; id=$(curl -sf -X POST -H 'Content-Type: application/json' --data @"$one" "$url/v1/jobs" |
+  # The cluster's REST API takes the admin token local-cluster.sh made.
+  local auth="Authorization: Bearer $(cat "$dir/auth/admin-token")"
+  local id; id=$(curl -sf -H "$auth" -X POST -H 'Content-Type: application/json' --data @"$one" "$url/v1/jobs" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
   (  # jobs back to back: each ends by writing its model
     end=$((SECONDS + rest_seconds + 5))
     while [ $SECONDS -lt $end ]; do
-      j=$(curl -sf -X POST -H 'Content-Type: application/json' --data @"$one" "$url/v1/jobs" |
+      j=$(curl -sf -H "$auth" -X POST -H 'Content-Type: application/json' --data @"$one" "$url/v1/jobs" |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])') || break
-      until curl -sf "$url/v1/jobs/$j" | grep -q '"state":"\(SUCCEEDED\|FAILED\|CANCELLED\)"'; do
+      until curl -sf -H "$auth" "$url/v1/jobs/$j" | grep -q '"state":"\(SUCCEEDED\|FAILED\|CANCELLED\)"'; do
         [ $SECONDS -lt $end ] || break; sleep 0.2; done
     done
   ) &
   local jobs_pid=$!
   sleep 2
-  wrk -t 2 -c 25 -d "${rest_seconds}s" --latency "$url/v1/jobs/$id" >"$dir.wrk.log" 2>&1 || true
+  wrk -t 2 -c 25 -d "${rest_seconds}s" --latency -H "$auth" "$url/v1/jobs/$id" >"$dir.wrk.log" 2>&1 || true
   wait "$jobs_pid" 2>/dev/null || true
-  local models; models=$(curl -sf "$url/v1/jobs" | grep -o '"state":"SUCCEEDED"' | wc -l)
+  local models; models=$(curl -sf -H "$auth" "$url/v1/jobs" | grep -o '"state":"SUCCEEDED"' | wc -l)
   "$repo/deploy/local-cluster.sh" down >/dev/null 2>&1 || true
   unset LOCAL_CLUSTER_DIR HTTP_PORT RPC_PORT
   local rps p99

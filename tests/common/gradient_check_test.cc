@@ -476,3 +476,109 @@ TEST_CASE("row groups: the first layer summed per group of kernel rows, computed
   CHECK_THROWS_WITH_AS(conv_first.set_first_layer_row_groups(std::vector<uint32_t>(16, 0), 1),
                        doctest::Contains("dense"), Error);
 }
+
+TEST_CASE("every activation on dense and conv2d layers and as a layer of its own") {
+  const Activation all[] = {Activation::kSigmoid, Activation::kTanh, Activation::kSoftmax, Activation::kGelu,
+                            Activation::kElu,     Activation::kLeakyReLU, Activation::kSwish};
+  for (Activation a : all) {
+    CAPTURE(activation_name(a));
+    LayerSpec hidden = dense(5, false);
+    hidden.activation = a;
+    ModelSpec spec;
+    spec.input_shape = {6};
+    spec.layers = {hidden, dense(4, false), dense(3, false)};
+    check_gradients(spec, 4, 11);
+
+    LayerSpec c = conv(3, 2, 2, false);  // -> 4x3x3; softmax over each position's 3 channels
+    c.activation = a;
+    LayerSpec own = simple(LayerType::kActivation);
+    own.activation = a;
+    spec.input_shape = {5, 4, 2};
+    spec.layers = {c, simple(LayerType::kFlatten), dense(6, false), own, dense(3, false)};
+    check_gradients(spec, 3, 12);
+  }
+}
+
+TEST_CASE("a softmax on the last layer is the loss's: the model's output stays the logits") {
+  ModelSpec linear;
+  linear.input_shape = {6};
+  linear.layers = {dense(5, true), dense(3, false)};
+  ModelSpec softmax = linear;
+  softmax.layers.back().activation = Activation::kSoftmax;
+  Model<double> a(linear, 4), b(softmax, 4);
+  const Problem p = random_problem(a, 4, 5);
+  const auto out_a = a.forward(p.params.data(), p.inputs.data(), 4);
+  const auto out_b = b.forward(p.params.data(), p.inputs.data(), 4);
+  CHECK(out_a == out_b);
+  CHECK(a.evaluate(p.params.data(), p.inputs.data(), p.labels.data(), 4).loss_sum ==
+        b.evaluate(p.params.data(), p.inputs.data(), p.labels.data(), 4).loss_sum);
+  // A softmax then flatten: still the last computing layer.
+  ModelSpec reshaped = softmax;
+  reshaped.layers.push_back(simple(LayerType::kFlatten));
+  Model<double> c(reshaped, 4);
+  CHECK(c.forward(p.params.data(), p.inputs.data(), 4) == out_a);
+}
+
+TEST_CASE("activations at hand-computed points") {
+  const std::vector<double> x = {-2.0, -0.5, 0.0, 1.5};
+  // activation(v) through an activation layer and a 1 x 1 identity dense layer.
+  auto value = [&](Activation a, double v) {
+    ModelSpec one;
+    one.input_shape = {1};
+    LayerSpec act = simple(LayerType::kActivation);
+    act.activation = a;
+    LayerSpec out = dense(1, false);
+    one.layers = {act, out};
+    Model<double> model(one, 1);
+    std::vector<double> params(model.layout().total_size(), 0.0);  // bias 0
+    params[model.layout().find("layers.1.kernel")->offset] = 1.0;
+    return model.forward(params.data(), &v, 1)(0, 0);
+  };
+  for (double v : x) {
+    CAPTURE(v);
+    CHECK(value(Activation::kSigmoid, v) == doctest::Approx(1 / (1 + std::exp(-v))).epsilon(1e-15));
+    CHECK(value(Activation::kTanh, v) == doctest::Approx(std::tanh(v)).epsilon(1e-15));
+    CHECK(value(Activation::kGelu, v) == doctest::Approx(0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))).epsilon(1e-15));
+    CHECK(value(Activation::kElu, v) == doctest::Approx(v > 0 ? v : std::exp(v) - 1).epsilon(1e-15));
+    CHECK(value(Activation::kLeakyReLU, v) == doctest::Approx(v > 0 ? v : 0.2 * v).epsilon(1e-15));
+    CHECK(value(Activation::kSwish, v) == doctest::Approx(v / (1 + std::exp(-v))).epsilon(1e-15));
+  }
+  // The formulas at chosen points (Python math): gelu(1.5) = 1.39979, swish(-2) = -0.238406, elu(-2) = -0.864665.
+  CHECK(value(Activation::kGelu, 1.5) == doctest::Approx(1.39979).epsilon(1e-5));
+  CHECK(value(Activation::kSwish, -2.0) == doctest::Approx(-0.238406).epsilon(1e-5));
+  CHECK(value(Activation::kElu, -2.0) == doctest::Approx(-0.864665).epsilon(1e-5));
+}
+
+TEST_CASE("avgpool2d with pool sizes and strides, global average and max pooling") {
+  LayerSpec avg = maxpool(2, 3, 1, 2);  // overlapping rows: -> 4x2x3 from 5x6x3 (4x3x3 conv output)
+  avg.type = LayerType::kAvgPool2D;
+  ModelSpec spec;
+  spec.input_shape = {6, 7, 2};
+  spec.layers = {conv(3, 2, 2, true), avg, simple(LayerType::kFlatten), dense(3, false)};
+  CHECK(infer_shapes(spec)[1] == Shape{4, 2, 3});
+  check_gradients(spec, 3, 21);
+  spec.layers = {conv(4, 3, 3, false), simple(LayerType::kGlobalAvgPool2D), dense(3, false)};
+  CHECK(infer_shapes(spec)[1] == Shape{4});
+  check_gradients(spec, 3, 22);
+  spec.layers = {conv(4, 3, 3, false), simple(LayerType::kGlobalMaxPool2D), dense(3, false)};
+  CHECK(infer_shapes(spec)[1] == Shape{4});
+  check_gradients(spec, 3, 23);
+  // A pool on a flat input is refused, naming the layer's type.
+  spec.layers = {simple(LayerType::kFlatten), simple(LayerType::kGlobalAvgPool2D), dense(3, false)};
+  CHECK_THROWS_WITH_AS(infer_shapes(spec), doctest::Contains("/model/layers/1/type global_avgpool2d needs"), SpecError);
+}
+
+TEST_CASE("global average pooling by hand: the mean of each channel") {
+  ModelSpec spec;
+  spec.input_shape = {2, 2, 2};
+  spec.layers = {simple(LayerType::kGlobalAvgPool2D), dense(2, false)};
+  Model<double> model(spec, 1);
+  // Identity kernel (2 x 2), zero bias.
+  std::vector<double> params(model.layout().total_size(), 0.0);
+  const size_t kernel = model.layout().find("layers.1.kernel")->offset;
+  params[kernel] = params[kernel + 3] = 1.0;
+  const std::vector<double> image = {1, 10, 2, 20, 3, 30, 4, 40};  // [h][w][c]
+  const auto out = model.forward(params.data(), image.data(), 1);
+  CHECK(out(0, 0) == 2.5);
+  CHECK(out(1, 0) == 25.0);
+}

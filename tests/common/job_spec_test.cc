@@ -8,6 +8,7 @@
 #include "common/data/dataset.h"
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
+#include "common/data/spec_reader.h"
 #include "common/engine/model_spec.h"
 #include "tests/test_support.h"
 
@@ -473,4 +474,42 @@ TEST_CASE("bad training.compression is rejected naming the field") {
   CHECK(error_of(with("{\"kind\": \"fp16\", \"rank\": 2}")) == "/training/compression/rank only applies to \"powersgd\"");
   CHECK(error_of(with("{\"kind\": \"powersgd\", \"fraction\": 0.1}")) ==
         "/training/compression/fraction only applies to \"topk\"");
+}
+
+TEST_CASE("activations: every Keras name on dense and conv2d, an activation layer, and bad ones named") {
+  const char* names[] = {"linear", "relu", "sigmoid", "tanh", "softmax", "gelu", "elu", "leaky_relu", "swish", "silu"};
+  for (const char* name : names) {
+    CAPTURE(name);
+    const JobSpec spec = parse_job_spec(mlp_with(R"("units": 500, "activation": "relu")",
+                                                 std::string(R"("units": 500, "activation": ")") + name + "\""));
+    CHECK(activation_name(spec.model.layers[2].activation) ==
+          std::string(std::string(name) == "silu" ? "swish" : name));
+  }
+  CHECK(error_of(mlp_with(R"("units": 500, "activation": "relu")", R"("units": 500, "activation": "sigmod")"))
+            .starts_with("/model/layers/2/activation"));
+  // The activation layer: its activation is required, and round-trips through the stored spec.
+  CHECK(error_of(mlp_with(R"({"type": "dense", "units": 500, "activation": "relu"})", R"({"type": "activation"})")) ==
+        "/model/layers/2/activation is required");
+  const JobSpec spec = parse_job_spec(
+      mlp_with(R"({"type": "dense", "units": 500, "activation": "relu"})", R"({"type": "activation", "activation": "gelu"})"));
+  CHECK(spec.model.layers[2].type == LayerType::kActivation);
+  CHECK(spec.model.layers[2].activation == Activation::kGelu);
+  CHECK(infer_shapes(spec.model)[2] == infer_shapes(spec.model)[1]);
+}
+
+TEST_CASE("pooling layers parse, infer their shapes and round-trip through the stored model spec") {
+  const boost::json::value v = boost::json::parse(R"({"input_shape": [12, 12, 1], "seed": 3, "layers": [
+    {"type": "conv2d", "filters": 4, "kernel_size": 3, "activation": "swish"},
+    {"type": "avgpool2d", "pool_size": [2, 3], "strides": 1},
+    {"type": "activation", "activation": "tanh"},
+    {"type": "global_maxpool2d"},
+    {"type": "dense", "units": 5, "activation": "softmax"}]})");
+  const ModelSpec model = spec_json::read_model_spec(v);
+  CHECK(infer_shapes(model)[1] == Shape{9, 8, 4});
+  CHECK(infer_shapes(model)[3] == Shape{4});
+  const ModelSpec again = spec_json::read_model_spec(spec_json::model_spec_to_object(model));
+  CHECK(boost::json::serialize(spec_json::model_spec_to_object(again)) == boost::json::serialize(spec_json::model_spec_to_object(model)));
+  CHECK(again.layers[1].type == LayerType::kAvgPool2D);
+  CHECK(again.layers[1].pool_size == std::array<int64_t, 2>{2, 3});
+  CHECK(again.layers[4].activation == Activation::kSoftmax);
 }

@@ -1,7 +1,8 @@
 // Sync N workers equal the standalone trainer with the job's N slices, bit for bit, over random
 // jobs (issue 33, item 5): global batches of 17 to 257, 1 to 4 workers, 1 or 2 servers, training
 // sets that leave a partial last batch (and uneven slices: 43/43/42), SGD, momentum or Adam, and
-// every exchange (dense, row-sparse, factored, forward; small chunks go in batched pushes). The
+// every exchange (dense, row-sparse, factored, forward; small chunks go in batched pushes), and
+// hidden activations drawn from every one the engine has. The
 // trial's seed is printed; PSTRAIN_SLICES_TRIALS sets how many (CI: 6).
 //
 // And one step of N slices against one slice of the whole batch: the same step to rounding
@@ -45,6 +46,7 @@ struct Trial {
   OptimizerType optimizer;
   bool momentum;
   Exchange exchange;
+  Activation hidden1, hidden2;  // the hidden layers' activations (issue 35: every one stays exact)
 };
 
 Trial draw(Rng& rng) {
@@ -58,6 +60,12 @@ Trial draw(Rng& rng) {
   t.momentum = o == 1;
   const Exchange exchanges[] = {Exchange::kDense, Exchange::kSparse, Exchange::kFactored, Exchange::kForward};
   t.exchange = exchanges[rng.uniform_index(4)];
+  const Activation first[] = {Activation::kReLU, Activation::kTanh, Activation::kGelu};
+  const Activation any[] = {Activation::kReLU,    Activation::kSigmoid, Activation::kTanh,
+                            Activation::kSoftmax, Activation::kGelu,    Activation::kElu,
+                            Activation::kLeakyReLU, Activation::kSwish};
+  t.hidden1 = first[rng.uniform_index(3)];
+  t.hidden2 = any[rng.uniform_index(8)];
   return t;
 }
 
@@ -70,9 +78,9 @@ JobSpec job_of(const Trial& t) {
   spec.model.seed = 4;
   LayerSpec h1, h2, out;
   h1.units = 48;
-  h1.activation = Activation::kReLU;
+  h1.activation = t.hidden1;
   h2.units = 24;
-  h2.activation = Activation::kReLU;
+  h2.activation = t.hidden2;
   out.units = 3;
   spec.model.layers = {h1, h2, out};
   spec.optimizer.type = t.optimizer;
@@ -116,6 +124,8 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     CAPTURE(t.momentum);
     const std::string exchange = exchange_name(t.exchange);
     CAPTURE(exchange);
+    const std::string activations = std::string(activation_name(t.hidden1)) + ", " + activation_name(t.hidden2);
+    CAPTURE(activations);
     const SplitLoader load = blobs(t.examples);
     std::vector<float> distributed;
     {
@@ -135,7 +145,7 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     size_t differ = 0;
     for (size_t k = 0; k < distributed.size(); ++k) differ += distributed[k] != local.params[k];
     MESSAGE("trial " << i << ": " << t.workers << " worker(s) x " << t.servers << " server(s), batch " << t.batch << ", "
-                     << t.examples << " examples, " << std::string(exchange_name(t.exchange)) << ": " << differ
+                     << t.examples << " examples, " << std::string(exchange_name(t.exchange)) << ", " << activations << ": " << differ
                      << " parameters differ from the trainer's");
     CHECK(differ == 0);
 

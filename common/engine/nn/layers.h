@@ -1,4 +1,4 @@
-// The layers of the engine: dense, conv2d, maxpool2d and relu. Flatten and reshape need no code:
+// The layers of the engine: dense, conv2d, maxpool2d, avgpool2d and relu. Flatten and reshape need no code:
 // in the column-per-example layout they only rename the shape (see matrix.h).
 #pragma once
 
@@ -138,6 +138,23 @@ class MaxPool2D final : public Layer<T> {
  private:
   Geometry g_;
   std::vector<int32_t> argmax_;  // per output value: the input row it came from
+};
+
+// Average pooling with valid padding, as Keras' AveragePooling2D: the mean of each window
+// (summed in row-major window order, then divided by its size); backward spreads each output's
+// gradient evenly over its window (overlapping windows add). Global average pooling is the one
+// window the size of the input.
+template <typename T>
+class AvgPool2D final : public Layer<T> {
+ public:
+  using Geometry = typename MaxPool2D<T>::Geometry;
+  explicit AvgPool2D(Geometry g) : g_(g) {}
+  void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
+  void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
+                T* din) override;
+
+ private:
+  Geometry g_;
 };
 
 template <typename T>

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/base/error.h"
+#include "common/engine/nn/activations.h"
 #include "common/engine/nn/layers.h"
 
 namespace pstrain::nn {
@@ -14,8 +15,26 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
   input_size_ = num_elements(spec.input_shape);
   output_size_ = num_elements(shapes.back());
 
+  // The last layer that computes (flatten and reshape only relabel): a softmax there is the
+  // loss's (model_spec.h), so the model's output stays the logits.
+  size_t last_computing = 0;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    if (spec.layers[i].type != LayerType::kFlatten && spec.layers[i].type != LayerType::kReshape) last_computing = i;
+  }
   Shape in = spec.input_shape;
   int current_buffer = -1;
+  // Appends a stage computing `layer` from the current buffer into a new one of `out`'s size.
+  auto add_stage = [&](std::unique_ptr<Layer<T>> layer, const Shape& stage_in, const Shape& out, const ParamInfo* kernel,
+                       Dense<T>* dense) {
+    const int output_buffer = static_cast<int>(activations_.size());
+    activations_.emplace_back(num_elements(out), max_batch);
+    deltas_.emplace_back(num_elements(out), max_batch);
+    const size_t first_param = kernel != nullptr ? kernel->offset : layout_.total_size();
+    const int kernel_param = kernel != nullptr ? static_cast<int>(kernel - layout_.params().data()) : -1;
+    stages_.push_back({std::move(layer), num_elements(stage_in), num_elements(out), current_buffer, output_buffer,
+                       first_param, kernel_param, dense});
+    current_buffer = output_buffer;
+  };
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];
     const Shape& out = shapes[i];
@@ -49,22 +68,37 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
             max_batch);
         break;
       }
+      case LayerType::kAvgPool2D: {
+        const auto [sh, sw] = layer_strides(l);
+        layer = std::make_unique<AvgPool2D<T>>(
+            typename AvgPool2D<T>::Geometry{in[0], in[1], in[2], l.pool_size[0], l.pool_size[1], sh, sw, out[0], out[1]});
+        break;
+      }
+      // Global pooling: one window the size of the input, one output per channel.
+      case LayerType::kGlobalMaxPool2D:
+        layer = std::make_unique<MaxPool2D<T>>(
+            typename MaxPool2D<T>::Geometry{in[0], in[1], in[2], in[0], in[1], in[0], in[1], 1, 1}, max_batch);
+        break;
+      case LayerType::kGlobalAvgPool2D:
+        layer = std::make_unique<AvgPool2D<T>>(
+            typename AvgPool2D<T>::Geometry{in[0], in[1], in[2], in[0], in[1], in[0], in[1], 1, 1});
+        break;
       case LayerType::kReLU:
         layer = std::make_unique<ReLU<T>>();
         break;
+      case LayerType::kActivation:
       case LayerType::kFlatten:
       case LayerType::kReshape:
-        break;  // the column layout makes these free: only the shape changes
+        break;  // the column layout makes the last two free: only the shape changes
     }
-    if (layer) {
-      const int output_buffer = static_cast<int>(activations_.size());
-      activations_.emplace_back(num_elements(out), max_batch);
-      deltas_.emplace_back(num_elements(out), max_batch);
-      const size_t first_param = kernel != nullptr ? kernel->offset : layout_.total_size();
-      const int kernel_param = kernel != nullptr ? static_cast<int>(kernel - layout_.params().data()) : -1;
-      stages_.push_back({std::move(layer), num_elements(in), num_elements(out), current_buffer, output_buffer,
-                         first_param, kernel_param, dense});
-      current_buffer = output_buffer;
+    if (layer) add_stage(std::move(layer), in, out, kernel, dense);
+    // An activation of its own: the activation layer's, or a dense or conv2d layer's other than
+    // the ReLU they fuse.
+    const bool separate = l.type == LayerType::kActivation ||
+                          ((l.type == LayerType::kDense || l.type == LayerType::kConv2D) && !relu);
+    const bool loss_softmax = l.activation == Activation::kSoftmax && i == last_computing;
+    if (separate && l.activation != Activation::kLinear && !loss_softmax) {
+      add_stage(std::make_unique<ActivationLayer<T>>(l.activation, out.back()), out, out, nullptr, nullptr);
     }
     in = out;
   }

@@ -76,6 +76,59 @@ void MaxPool2D<T>::backward(const T*, ConstMatMap<T> in, ConstMatMap<T>, MatMap<
 }
 
 template <typename T>
+void AvgPool2D<T>::forward(const T*, ConstMatMap<T> in, MatMap<T> out) {
+  const int64_t oh = g_.out_h, ow = g_.out_w, w = g_.width, c = g_.channels;
+  const int64_t out_size = oh * ow * c;
+  const T inv = T(1) / static_cast<T>(g_.pool_h * g_.pool_w);
+  for (int64_t b = 0; b < in.cols(); ++b) {
+    const T* image = in.data() + b * in.rows();
+    T* pooled = out.data() + b * out_size;
+    for (int64_t y = 0; y < oh; ++y) {
+      for (int64_t x = 0; x < ow; ++x) {
+        const int64_t base = ((y * g_.stride_h) * w + x * g_.stride_w) * c;
+        T* dst = pooled + (y * ow + x) * c;
+        std::fill_n(dst, c, T(0));
+        for (int64_t ky = 0; ky < g_.pool_h; ++ky) {
+          for (int64_t kx = 0; kx < g_.pool_w; ++kx) {
+            const T* src = image + base + (ky * w + kx) * c;
+            for (int64_t ch = 0; ch < c; ++ch) dst[ch] += src[ch];
+          }
+        }
+        for (int64_t ch = 0; ch < c; ++ch) dst[ch] *= inv;
+      }
+    }
+  }
+}
+
+template <typename T>
+void AvgPool2D<T>::backward(const T*, ConstMatMap<T> in, ConstMatMap<T>, MatMap<T> dout, T*, T* din) {
+  if (din == nullptr) return;
+  const int64_t oh = g_.out_h, ow = g_.out_w, w = g_.width, c = g_.channels;
+  const int64_t out_size = oh * ow * c;
+  const T inv = T(1) / static_cast<T>(g_.pool_h * g_.pool_w);
+  std::fill(din, din + in.rows() * in.cols(), T(0));
+  for (int64_t b = 0; b < in.cols(); ++b) {
+    T* dimage = din + b * in.rows();
+    const T* d = dout.data() + b * out_size;
+    for (int64_t y = 0; y < oh; ++y) {
+      for (int64_t x = 0; x < ow; ++x) {
+        const int64_t base = ((y * g_.stride_h) * w + x * g_.stride_w) * c;
+        const T* g = d + (y * ow + x) * c;
+        for (int64_t ky = 0; ky < g_.pool_h; ++ky) {
+          for (int64_t kx = 0; kx < g_.pool_w; ++kx) {
+            T* dst = dimage + base + (ky * w + kx) * c;
+            for (int64_t ch = 0; ch < c; ++ch) dst[ch] += g[ch] * inv;
+          }
+        }
+      }
+    }
+  }
+}
+
+template class AvgPool2D<float>;
+template class AvgPool2D<double>;
+
+template <typename T>
 void ReLU<T>::forward(const T*, ConstMatMap<T> in, MatMap<T> out) {
   out = in.cwiseMax(T(0));
 }
