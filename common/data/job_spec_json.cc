@@ -13,6 +13,7 @@
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
 #include "common/data/spec_reader.h"
+#include "common/engine/optim/schedule.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -21,15 +22,124 @@ namespace {
 
 constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
 
+// `optimizer.learning_rate` as an object: a schedule (common/engine/optim/schedule.h), Keras'
+// names and fields.
+LearningRateSchedule read_schedule(const json::value& v, const std::string& path) {
+  using Kind = LearningRateSchedule::Kind;
+  ObjectReader r(v, path);
+  LearningRateSchedule s;
+  s.kind = read_enum<Kind>(r.required("schedule"), r.field_path("schedule"),
+                           {{"exponential_decay", Kind::kExponentialDecay},
+                            {"piecewise_constant", Kind::kPiecewiseConstant},
+                            {"cosine_decay", Kind::kCosineDecay}});
+  auto rate = [&](std::string_view key, bool zero_ok) {
+    return read_number(r.required(key), r.field_path(key), 0.0, 1e3, !zero_ok);
+  };
+  switch (s.kind) {
+    case Kind::kConstant: break;
+    case Kind::kExponentialDecay:
+      s.initial_learning_rate = rate("initial_learning_rate", false);
+      s.decay_steps = read_int(r.required("decay_steps"), r.field_path("decay_steps"), 1, kIntMax);
+      s.decay_rate = read_number(r.required("decay_rate"), r.field_path("decay_rate"), 0.0, 1e3, true);
+      if (const json::value* b = r.optional("staircase")) {
+        if (!b->is_bool()) throw SpecError(r.field_path("staircase"), "must be a boolean, not " + kind_of(*b));
+        s.staircase = b->as_bool();
+      }
+      break;
+    case Kind::kPiecewiseConstant: {
+      const json::value& bounds = r.required("boundaries");
+      const json::value& values = r.required("values");
+      if (!bounds.is_array() || bounds.as_array().empty()) {
+        throw SpecError(r.field_path("boundaries"), "must be a non-empty array of steps");
+      }
+      for (size_t i = 0; i < bounds.as_array().size(); ++i) {
+        const std::string at = r.field_path("boundaries") + "/" + std::to_string(i);
+        s.boundaries.push_back(read_int(bounds.as_array()[i], at, 0, kIntMax));
+        if (i > 0 && s.boundaries[i] <= s.boundaries[i - 1]) throw SpecError(at, "must be above the boundary before it");
+      }
+      if (!values.is_array() || values.as_array().size() != s.boundaries.size() + 1) {
+        throw SpecError(r.field_path("values"), "must be an array of " + std::to_string(s.boundaries.size() + 1) +
+                                                    " rates (one more than the boundaries)");
+      }
+      for (size_t i = 0; i < values.as_array().size(); ++i) {
+        s.values.push_back(read_number(values.as_array()[i], r.field_path("values") + "/" + std::to_string(i), 0.0,
+                                       1e3, true));
+      }
+      break;
+    }
+    case Kind::kCosineDecay:
+      s.initial_learning_rate = rate("initial_learning_rate", true);
+      s.decay_steps = read_int(r.required("decay_steps"), r.field_path("decay_steps"), 1, kIntMax);
+      if (const json::value* a = r.optional("alpha")) s.alpha = read_number(*a, r.field_path("alpha"), 0.0, 1.0, false);
+      s.warmup_steps = r.integer("warmup_steps", 0, kIntMax, 0);
+      if (const json::value* t = r.optional("warmup_target")) {
+        s.warmup_target = read_number(*t, r.field_path("warmup_target"), 0.0, 1e3, true);
+      }
+      if (s.warmup_steps > 0 && !s.warmup_target) {
+        throw SpecError(r.field_path("warmup_target"),
+                        "is required with warmup_steps: the rate the warm-up reaches (it starts at "
+                        "initial_learning_rate), as in Keras");
+      }
+      if (s.warmup_target && s.warmup_steps == 0) {
+        throw SpecError(r.field_path("warmup_steps"), "must be at least 1 with a warmup_target");
+      }
+      if (!s.warmup_target && s.initial_learning_rate == 0) {
+        throw SpecError(r.field_path("initial_learning_rate"), "must be greater than 0 without a warm-up");
+      }
+      break;
+  }
+  r.finish();
+  return s;
+}
+
+json::object schedule_to_object(const LearningRateSchedule& s) {
+  using Kind = LearningRateSchedule::Kind;
+  json::object o{{"schedule", schedule_kind_name(s.kind)}};
+  switch (s.kind) {
+    case Kind::kConstant: break;
+    case Kind::kExponentialDecay:
+      o["initial_learning_rate"] = s.initial_learning_rate;
+      o["decay_steps"] = s.decay_steps;
+      o["decay_rate"] = s.decay_rate;
+      o["staircase"] = s.staircase;
+      break;
+    case Kind::kPiecewiseConstant: {
+      json::array bounds, values;
+      for (const int64_t b : s.boundaries) bounds.push_back(b);
+      for (const double v : s.values) values.push_back(v);
+      o["boundaries"] = std::move(bounds);
+      o["values"] = std::move(values);
+      break;
+    }
+    case Kind::kCosineDecay:
+      o["initial_learning_rate"] = s.initial_learning_rate;
+      o["decay_steps"] = s.decay_steps;
+      o["alpha"] = s.alpha;
+      if (s.warmup_target) {
+        o["warmup_steps"] = s.warmup_steps;
+        o["warmup_target"] = *s.warmup_target;
+      }
+      break;
+  }
+  return o;
+}
+
 OptimizerSpec read_optimizer(const json::value& v) {
   ObjectReader r(v, "/optimizer");
   OptimizerSpec o;
   o.type = read_enum<OptimizerType>(r.required("type"), "/optimizer/type",
                                     {{"sgd", OptimizerType::kSgd},
                                      {"adam", OptimizerType::kAdam},
-                                     {"adagrad", OptimizerType::kAdagrad}});
+                                     {"adamw", OptimizerType::kAdamW},
+                                     {"adagrad", OptimizerType::kAdagrad},
+                                     {"rmsprop", OptimizerType::kRmsprop}});
   const float default_lr = o.type == OptimizerType::kSgd ? 0.01f : 0.001f;
-  o.learning_rate = r.number("learning_rate", 0.0, 1e3, true, default_lr);
+  if (const json::value* lr = r.optional("learning_rate"); lr != nullptr && lr->is_object()) {
+    o.schedule = read_schedule(*lr, "/optimizer/learning_rate");
+    o.learning_rate = optim::learning_rate_at(o, 0);
+  } else {
+    o.learning_rate = r.number("learning_rate", 0.0, 1e3, true, default_lr);
+  }
   switch (o.type) {
     case OptimizerType::kSgd:
       o.momentum = r.number("momentum", 0.0, 1.0, false, 0.0f);
@@ -40,6 +150,7 @@ OptimizerSpec read_optimizer(const json::value& v) {
       }
       break;
     case OptimizerType::kAdam:
+    case OptimizerType::kAdamW:
       o.beta_1 = r.number("beta_1", 0.0, 1.0, false, 0.9f);
       o.beta_2 = r.number("beta_2", 0.0, 1.0, false, 0.999f);
       if (o.beta_1 >= 1.0f) throw SpecError("/optimizer/beta_1", "must be below 1");
@@ -50,7 +161,19 @@ OptimizerSpec read_optimizer(const json::value& v) {
       o.initial_accumulator_value = r.number("initial_accumulator_value", 0.0, 1e6, false, 0.1f);
       o.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-7f);
       break;
+    case OptimizerType::kRmsprop:
+      o.rho = r.number("rho", 0.0, 1.0, false, 0.9f);
+      if (o.rho >= 1.0f) throw SpecError("/optimizer/rho", "must be below 1");
+      o.momentum = r.number("momentum", 0.0, 1.0, false, 0.0f);
+      if (o.momentum >= 1.0f) throw SpecError("/optimizer/momentum", "must be below 1");
+      o.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-7f);
+      if (const json::value* c = r.optional("centered")) {
+        if (!c->is_bool()) throw SpecError("/optimizer/centered", "must be a boolean, not " + kind_of(*c));
+        o.centered = c->as_bool();
+      }
+      break;
   }
+  o.weight_decay = r.number("weight_decay", 0.0, 1.0, false, o.type == OptimizerType::kAdamW ? 0.004f : 0.0f);
   r.finish();
   return o;
 }
@@ -319,12 +442,16 @@ void check_spec_against_dataset(const JobSpec& spec, const Split& split) {
 std::string job_spec_to_json(const JobSpec& spec) {
   json::object optimizer{{"type", optimizer_type_name(spec.optimizer.type)},
                          {"learning_rate", spec.optimizer.learning_rate}};
+  if (spec.optimizer.schedule.kind != LearningRateSchedule::Kind::kConstant) {
+    optimizer["learning_rate"] = schedule_to_object(spec.optimizer.schedule);
+  }
   switch (spec.optimizer.type) {
     case OptimizerType::kSgd:
       optimizer["momentum"] = spec.optimizer.momentum;
       optimizer["nesterov"] = spec.optimizer.nesterov;
       break;
     case OptimizerType::kAdam:
+    case OptimizerType::kAdamW:
       optimizer["beta_1"] = spec.optimizer.beta_1;
       optimizer["beta_2"] = spec.optimizer.beta_2;
       optimizer["epsilon"] = spec.optimizer.epsilon;
@@ -333,6 +460,15 @@ std::string job_spec_to_json(const JobSpec& spec) {
       optimizer["initial_accumulator_value"] = spec.optimizer.initial_accumulator_value;
       optimizer["epsilon"] = spec.optimizer.epsilon;
       break;
+    case OptimizerType::kRmsprop:
+      optimizer["rho"] = spec.optimizer.rho;
+      optimizer["momentum"] = spec.optimizer.momentum;
+      optimizer["epsilon"] = spec.optimizer.epsilon;
+      optimizer["centered"] = spec.optimizer.centered;
+      break;
+  }
+  if (spec.optimizer.weight_decay != 0.0f || spec.optimizer.type == OptimizerType::kAdamW) {
+    optimizer["weight_decay"] = spec.optimizer.weight_decay;
   }
   const auto& t = spec.training;
   json::object training{{"mode", training_mode_name(t.mode)},

@@ -88,7 +88,8 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"activation", LayerType::kActivation},
                                      {"avgpool2d", LayerType::kAvgPool2D},
                                      {"global_avgpool2d", LayerType::kGlobalAvgPool2D},
-                                     {"global_maxpool2d", LayerType::kGlobalMaxPool2D}});
+                                     {"global_maxpool2d", LayerType::kGlobalMaxPool2D},
+                                     {"layer_norm", LayerType::kLayerNorm}});
   switch (layer.type) {
     case LayerType::kDense:
       layer.units = read_int(r.required("units"), r.field_path("units"), 1, int64_t{1} << 24);
@@ -101,6 +102,10 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.activation = read_activation(r);
       layer.l2 = read_l2(r);
       layer.strides = read_strides(r);
+      if (const json::value* b = r.optional("use_bias")) {
+        if (!b->is_bool()) throw SpecError(r.field_path("use_bias"), "must be a boolean, not " + kind_of(*b));
+        layer.use_bias = b->as_bool();
+      }
       if (const json::value* p = r.optional("padding")) {
         layer.padding = read_enum<Padding>(*p, r.field_path("padding"),
                                            {{"valid", Padding::kValid}, {"same", Padding::kSame}});
@@ -118,6 +123,15 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
     case LayerType::kActivation:
       if (r.optional("activation") == nullptr) throw SpecError(r.field_path("activation"), "is required");
       layer.activation = read_activation(r);
+      break;
+    case LayerType::kLayerNorm:
+      layer.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-3f);
+      for (const char* key : {"center", "scale"}) {
+        if (const json::value* b = r.optional(key)) {
+          if (!b->is_bool()) throw SpecError(r.field_path(key), "must be a boolean, not " + kind_of(*b));
+          (std::string(key) == "center" ? layer.center : layer.scale) = b->as_bool();
+        }
+      }
       break;
     case LayerType::kFlatten:
     case LayerType::kReLU:
@@ -164,6 +178,7 @@ json::object model_spec_to_object(const ModelSpec& model) {
         o["filters"] = l.filters;
         o["kernel_size"] = json::array{l.kernel_size[0], l.kernel_size[1]};
         if (l.padding != Padding::kValid) o["padding"] = padding_name(l.padding);
+        if (!l.use_bias) o["use_bias"] = false;
         break;
       case LayerType::kMaxPool2D:
       case LayerType::kAvgPool2D:
@@ -175,6 +190,11 @@ json::object model_spec_to_object(const ModelSpec& model) {
         o["target_shape"] = std::move(shape);
         break;
       }
+      case LayerType::kLayerNorm:
+        o["epsilon"] = l.epsilon;
+        o["center"] = l.center;
+        o["scale"] = l.scale;
+        break;
       default:
         break;
     }

@@ -31,6 +31,7 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kAvgPool2D: return "avgpool2d";
     case LayerType::kGlobalAvgPool2D: return "global_avgpool2d";
     case LayerType::kGlobalMaxPool2D: return "global_maxpool2d";
+    case LayerType::kLayerNorm: return "layer_norm";
   }
   return "?";
 }
@@ -111,7 +112,7 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
           throw SpecError(path + "/kernel_size", pair_string(layer.kernel_size) + " does not fit the input " +
                                                      shape_string(in));
         }
-        parameters += kh * kw * in[2] * layer.filters + layer.filters;
+        parameters += kh * kw * in[2] * layer.filters + (layer.use_bias ? layer.filters : 0);
         out = {window_axis(in[0], kh, sh, layer.padding).out, window_axis(in[1], kw, sw, layer.padding).out,
                layer.filters};
         break;
@@ -181,6 +182,10 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
       case LayerType::kActivation:
         out = in;
         break;
+      case LayerType::kLayerNorm:
+        out = in;
+        parameters += (layer.scale ? in.back() : 0) + (layer.center ? in.back() : 0);
+        break;
     }
     if (num_elements(out) > kMaxActivationsPerExample) {
       throw SpecError(path, "outputs " + shape_string(out) + ", more than 2^24 values per example");
@@ -210,7 +215,11 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
       const auto [kh, kw] = layer.kernel_size;
       layout.add({prefix + "kernel", {kh, kw, in[2], layer.filters}, ParamRole::kKernel, 0, 0, layer.l2,
                   index, kh * kw * in[2], kh * kw * layer.filters});
-      layout.add({prefix + "bias", {layer.filters}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
+      if (layer.use_bias) layout.add({prefix + "bias", {layer.filters}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
+    } else if (layer.type == LayerType::kLayerNorm) {
+      // Keras' names: gamma (scale), then beta (center), over the last axis.
+      if (layer.scale) layout.add({prefix + "gamma", {in.back()}, ParamRole::kGamma, 0, 0, 0.0f, index, 0, 0});
+      if (layer.center) layout.add({prefix + "beta", {in.back()}, ParamRole::kBeta, 0, 0, 0.0f, index, 0, 0});
     }
     in = shapes[i];
   }

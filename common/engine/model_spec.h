@@ -16,7 +16,7 @@ namespace pstrain {
 
 enum class LayerType {
   kDense, kConv2D, kMaxPool2D, kFlatten, kReshape, kReLU, kActivation,
-  kAvgPool2D, kGlobalAvgPool2D, kGlobalMaxPool2D,
+  kAvgPool2D, kGlobalAvgPool2D, kGlobalMaxPool2D, kLayerNorm,
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -34,6 +34,7 @@ struct LayerSpec {
   int64_t filters = 0;                  // conv2d
   std::array<int64_t, 2> kernel_size{}; // conv2d: height, width
   Padding padding = Padding::kValid;    // conv2d
+  bool use_bias = true;                 // conv2d
   std::array<int64_t, 2> pool_size{2, 2};  // maxpool2d, avgpool2d: height, width
   // conv2d, maxpool2d, avgpool2d: height, width; absent means the layer's default (layer_strides()).
   std::optional<std::array<int64_t, 2>> strides;
@@ -42,6 +43,8 @@ struct LayerSpec {
   // the loss's own (Keras' softmax output with a cross-entropy loss), not a stage of the model.
   Activation activation = Activation::kLinear;
   float l2 = 0.0f;                      // dense, conv2d: kernel L2 factor
+  float epsilon = 1e-3f;                // layer_norm (Keras' default)
+  bool center = true, scale = true;     // layer_norm: beta, gamma
 };
 
 struct ModelSpec {

@@ -39,8 +39,8 @@ void glorot_uniform_init(const ParamLayout& layout, uint64_t seed, float* params
   for (size_t i = 0; i < layout.params().size(); ++i) {
     const ParamInfo& p = layout.params()[i];
     float* dst = params + p.offset;
-    if (p.role == ParamRole::kBias) {
-      std::fill(dst, dst + p.size, 0.0f);
+    if (p.role != ParamRole::kKernel) {
+      std::fill(dst, dst + p.size, p.role == ParamRole::kGamma ? 1.0f : 0.0f);
       continue;
     }
     const float limit = std::sqrt(6.0f / static_cast<float>(p.fan_in + p.fan_out));

@@ -19,7 +19,8 @@ using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& shape);
 std::string shape_string(const Shape& shape);  // "[784, 700]"
 
-enum class ParamRole { kKernel, kBias };
+// kGamma starts at 1, kBias and kBeta at 0, kernels Glorot-uniform.
+enum class ParamRole { kKernel, kBias, kGamma, kBeta };
 
 struct ParamInfo {
   std::string name;   // "layers.1.kernel": the spec's layer index and the role
@@ -53,7 +54,7 @@ class ParamLayout {
   size_t total_size_ = 0;
 };
 
-// Glorot-uniform kernels and zero biases, from `seed`. Each tensor draws from its own stream
+// Glorot-uniform kernels, zero biases and betas, unit gammas, from `seed`. Each tensor draws from its own stream
 // (seeded by seed and its position), so adding a layer does not change the others' values.
 void glorot_uniform_init(const ParamLayout& layout, uint64_t seed, float* params);
 

@@ -52,6 +52,7 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload<Conn>>
         conn_->stream(), conn_->buffer(), parser_, [self = shared_from_this()](boost::beast::error_code ec, size_t) {
           self->reader_ = Reader::kIdle;
           if (self->conn_->end_deadline()) ec = boost::beast::error::timeout;
+          if (!self->file_) return;  // a failed write ended the upload meanwhile (already answered)
           if (ec == boost::beast::http::error::need_buffer) ec = {};
           if (ec) return self->fail_read(ec);
           self->on_piece();
@@ -82,7 +83,8 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload<Conn>>
   void on_written() {
     if (!file_) return;  // abandoned meanwhile
     if (const std::string error = file_->error(); !error.empty()) {
-      file_.reset();  // (abandons the file)
+      file_->abandon();
+      file_.reset();
       return conn_->fail(problem(500, "upload-failed", "Upload failed", "cannot store the upload: " + error));
     }
     if (reader_ == Reader::kFullWaiting) {
@@ -108,7 +110,8 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload<Conn>>
   }
 
   void fail_read(boost::beast::error_code ec) {
-    file_.reset();  // (abandons the file)
+    if (file_) file_->abandon();
+    file_.reset();
     conn_->on_read_error(ec, true, plan_.max_bytes);
   }
 

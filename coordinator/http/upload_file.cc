@@ -58,7 +58,9 @@ UploadFile::UploadFile(TaskThread& files, boost::asio::any_io_executor strand, s
   after_task(std::move(opened));
 }
 
-UploadFile::~UploadFile() { abandon(); }
+// No task is posted here: at the server's end the upload thread is gone before the event loop's
+// handlers (and so this) are destroyed. The File removes itself when its last holder lets go.
+UploadFile::~UploadFile() = default;
 
 char* UploadFile::space() { return file_->chunks[filling_].data() + fill_; }
 size_t UploadFile::space_size() const { return kChunkBytes - fill_; }

@@ -4,8 +4,8 @@
 // scheduler slice; per 64 KiB read that cost 5x the throughput).
 //
 // A file that is not delivered (finish()) is removed: by abandon() on the upload thread after any
-// write still queued, or, if the upload thread has gone (the server stopping), when the last task
-// holding it ends.
+// write still queued; or, if nobody abandoned it (the server stopping: its upload thread goes
+// before the event loop's handlers), when the last holder of it lets go.
 //
 // Thread rules: the public functions run on the session's strand; the file itself (descriptor,
 // hash, first error) is touched only by tasks on the upload thread, one after another, each holding
@@ -38,7 +38,7 @@ class UploadFile {
   // (writing() is true until then: the open counts as a write).
   UploadFile(TaskThread& files, boost::asio::any_io_executor strand, std::string path,
              std::function<void()> opened);
-  ~UploadFile();  // abandon()s a file not delivered
+  ~UploadFile();  // posts nothing (see above)
   UploadFile(const UploadFile&) = delete;
   UploadFile& operator=(const UploadFile&) = delete;
 

@@ -4,6 +4,7 @@
 // parameters flows through (and checks) each later layer's input gradient.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/base/aligned.h"
@@ -581,4 +582,90 @@ TEST_CASE("global average pooling by hand: the mean of each channel") {
   const auto out = model.forward(params.data(), image.data(), 1);
   CHECK(out(0, 0) == 2.5);
   CHECK(out(1, 0) == 25.0);
+}
+
+TEST_CASE("layer_norm after dense and conv2d layers, with and without center and scale") {
+  LayerSpec norm = simple(LayerType::kLayerNorm);
+  ModelSpec spec;
+  spec.input_shape = {6};
+  spec.layers = {dense(5, false), norm, dense(3, false)};
+  check_gradients(spec, 4, 31);
+  norm.center = false;
+  spec.layers = {dense(5, true), norm, dense(3, false)};
+  check_gradients(spec, 4, 32);
+  norm.center = true;
+  norm.scale = false;
+  spec.layers = {dense(5, true), norm, dense(3, false)};
+  check_gradients(spec, 4, 33);
+  // Over each position's channels of a conv2d output.
+  norm.scale = true;
+  spec.input_shape = {5, 4, 2};
+  spec.layers = {conv(3, 2, 2, false), norm, simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 3, 34);
+  CHECK(Model<double>(spec, 1).layout().find("layers.1.gamma")->shape == Shape{3});
+}
+
+TEST_CASE("layer_norm by hand: gamma starts at 1 and beta at 0, each example normalized on its own") {
+  ModelSpec spec;
+  spec.input_shape = {4};
+  LayerSpec norm = simple(LayerType::kLayerNorm);
+  norm.epsilon = 0.0f;
+  spec.layers = {norm, dense(4, false)};
+  Model<double> model(spec, 2);
+  std::vector<float> init(model.layout().total_size());
+  glorot_uniform_init(model.layout(), 1, init.data());
+  CHECK(init[model.layout().find("layers.0.gamma")->offset] == 1.0f);
+  CHECK(init[model.layout().find("layers.0.beta")->offset + 3] == 0.0f);
+  std::vector<double> params(init.begin(), init.end());
+  const size_t kernel = model.layout().find("layers.1.kernel")->offset;
+  for (size_t k = 0; k < 16; ++k) params[kernel + k] = k % 5 == 0 ? 1.0 : 0.0;  // identity
+  for (size_t k = 0; k < 4; ++k) params[model.layout().find("layers.1.bias")->offset + k] = 0.0;
+  const std::vector<double> x = {1, 2, 3, 4, 10, 10, 10, 14};  // two examples
+  const auto y = model.forward(params.data(), x.data(), 2);
+  // (1, 2, 3, 4): mean 2.5, variance 1.25.
+  CHECK(y(0, 0) == doctest::Approx(-1.5 / std::sqrt(1.25)));
+  CHECK(y(3, 0) == doctest::Approx(1.5 / std::sqrt(1.25)));
+  // (10, 10, 10, 14): mean 11, variance 3.
+  CHECK(y(0, 1) == doctest::Approx(-1 / std::sqrt(3.0)));
+  CHECK(y(3, 1) == doctest::Approx(3 / std::sqrt(3.0)));
+}
+
+TEST_CASE("conv2d without a bias (use_bias false): no bias tensor, gradients still exact") {
+  LayerSpec c = conv(3, 2, 2, true);
+  c.use_bias = false;
+  ModelSpec spec;
+  spec.input_shape = {5, 4, 2};
+  spec.layers = {c, simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 3, 41);
+  const ParamLayout layout = make_param_layout(spec);
+  CHECK(layout.find("layers.0.bias") == nullptr);
+  CHECK(layout.find("layers.0.kernel") != nullptr);
+}
+
+TEST_CASE("conv2d without a bias computes what a zero bias does, in the float engine's method") {
+  LayerSpec with = conv(4, 3, 3, true);
+  LayerSpec without = with;
+  without.use_bias = false;
+  ModelSpec a, b;
+  a.input_shape = b.input_shape = {8, 8, 3};
+  a.layers = {with, simple(LayerType::kFlatten), dense(3, false)};
+  b.layers = {without, simple(LayerType::kFlatten), dense(3, false)};
+  Model<float> ma(a, 5), mb(b, 5);
+  std::vector<float> pa(ma.layout().total_size()), pb(mb.layout().total_size());
+  glorot_uniform_init(ma.layout(), 3, pa.data());  // biases zero
+  for (const ParamInfo& p : mb.layout().params()) {
+    const ParamInfo* q = ma.layout().find(p.name);
+    std::copy_n(pa.data() + q->offset, p.size, pb.data() + p.offset);
+  }
+  Rng rng(5);
+  std::vector<float> x(8 * 8 * 3 * 5);
+  for (float& v : x) v = rng.uniform_float(-1.0f, 1.0f);
+  const std::vector<int32_t> labels = {0, 1, 2, 1, 0};
+  std::vector<float> ga(pa.size()), gb(pb.size());
+  const auto ra = ma.compute_gradients(pa.data(), x.data(), labels.data(), 5, ga.data());
+  const auto rb = mb.compute_gradients(pb.data(), x.data(), labels.data(), 5, gb.data());
+  CHECK(ra.loss_sum == rb.loss_sum);
+  const ParamInfo* ka = ma.layout().find("layers.0.kernel");
+  const ParamInfo* kb = mb.layout().find("layers.0.kernel");
+  CHECK(std::equal(ga.begin() + ka->offset, ga.begin() + ka->offset + ka->size, gb.begin() + kb->offset));
 }

@@ -112,8 +112,8 @@ TEST_CASE("bad specs are rejected naming the field") {
   CHECK(error_of(mlp_with("\"name\": \"mnist-mlp\"", "\"nmae\": 1")).find("/nmae is not a known field") == 0);
   CHECK(error_of(mlp_with("\"mnist10k\"", "\"cifar10\"")) ==
         "/dataset/name \"cifar10\" is not a known dataset (known: mnist10k, fashion, fashion-mnist)");
-  CHECK(error_of(mlp_with("\"type\": \"adam\"", "\"type\": \"rmsprop\"")) ==
-        "/optimizer/type must be one of \"sgd\", \"adam\", \"adagrad\", not \"rmsprop\"");
+  CHECK(error_of(mlp_with("\"type\": \"adam\"", "\"type\": \"nadam\"")) ==
+        "/optimizer/type must be one of \"sgd\", \"adam\", \"adamw\", \"adagrad\", \"rmsprop\", not \"nadam\"");
   CHECK(error_of(mlp_with("\"workers\": 2", "\"workers\": 0")) == "/training/workers must be a positive integer (at most 256)");
   CHECK(error_of(mlp_with("\"save_freq\": \"epoch\"", "\"save_freq\": \"hourly\"")) ==
         "/backup/save_freq must be \"epoch\" or a positive integer (steps)");
@@ -499,7 +499,7 @@ TEST_CASE("activations: every Keras name on dense and conv2d, an activation laye
 
 TEST_CASE("pooling layers parse, infer their shapes and round-trip through the stored model spec") {
   const boost::json::value v = boost::json::parse(R"({"input_shape": [12, 12, 1], "seed": 3, "layers": [
-    {"type": "conv2d", "filters": 4, "kernel_size": 3, "activation": "swish"},
+    {"type": "conv2d", "filters": 4, "kernel_size": 3, "activation": "swish", "use_bias": false},
     {"type": "avgpool2d", "pool_size": [2, 3], "strides": 1},
     {"type": "activation", "activation": "tanh"},
     {"type": "global_maxpool2d"},
@@ -512,4 +512,67 @@ TEST_CASE("pooling layers parse, infer their shapes and round-trip through the s
   CHECK(again.layers[1].type == LayerType::kAvgPool2D);
   CHECK(again.layers[1].pool_size == std::array<int64_t, 2>{2, 3});
   CHECK(again.layers[4].activation == Activation::kSoftmax);
+  CHECK_FALSE(again.layers[0].use_bias);
+  CHECK(make_param_layout(again).find("layers.0.bias") == nullptr);
+}
+
+TEST_CASE("learning-rate schedules: parsed, written back whole, and bad fields named") {
+  const std::string lr = R"("learning_rate": 0.001)";
+  const JobSpec spec = parse_job_spec(mlp_with(lr, R"("learning_rate": {"schedule": "cosine_decay",
+      "initial_learning_rate": 0.0, "decay_steps": 400, "alpha": 0.05, "warmup_steps": 20, "warmup_target": 0.002})"));
+  CHECK(spec.optimizer.schedule.kind == LearningRateSchedule::Kind::kCosineDecay);
+  CHECK(spec.optimizer.schedule.decay_steps == 400);
+  CHECK(*spec.optimizer.schedule.warmup_target == 0.002);
+  CHECK(spec.optimizer.learning_rate == 0.0f);  // the rate at step 0
+  // Servers and workers read the canonical text: the schedule survives it.
+  const JobSpec again = parse_job_spec(job_spec_to_json(spec));
+  CHECK(job_spec_to_json(again) == job_spec_to_json(spec));
+  CHECK(again.optimizer.schedule.warmup_steps == 20);
+
+  CHECK(parse_job_spec(mlp_with(lr, R"("learning_rate": {"schedule": "piecewise_constant", "boundaries": [100, 200],
+      "values": [0.01, 0.005, 0.001]})")).optimizer.learning_rate == 0.01f);
+  CHECK(error_of(mlp_with(lr, R"("learning_rate": {"schedule": "cosine"})"))
+            .starts_with("/optimizer/learning_rate/schedule must be one of"));
+  CHECK(error_of(mlp_with(lr, R"("learning_rate": {"schedule": "exponential_decay", "initial_learning_rate": 0.1,
+      "decay_rate": 0.9})")) == "/optimizer/learning_rate/decay_steps is required");
+  CHECK(error_of(mlp_with(lr, R"("learning_rate": {"schedule": "piecewise_constant", "boundaries": [100, 50],
+      "values": [0.1, 0.01, 0.001]})")) == "/optimizer/learning_rate/boundaries/1 must be above the boundary before it");
+  CHECK(error_of(mlp_with(lr, R"("learning_rate": {"schedule": "piecewise_constant", "boundaries": [100],
+      "values": [0.1]})")).starts_with("/optimizer/learning_rate/values must be an array of 2 rates"));
+  CHECK(error_of(mlp_with(lr, R"("learning_rate": {"schedule": "cosine_decay", "initial_learning_rate": 0.1,
+      "decay_steps": 10, "warmup_steps": 5})")).starts_with("/optimizer/learning_rate/warmup_target is required"));
+  CHECK(error_of(mlp_with(lr, R"("learning_rate": {"schedule": "cosine_decay", "initial_learning_rate": 0.1,
+      "decay_steps": 10, "decay": 5})")).starts_with("/optimizer/learning_rate"));
+}
+
+TEST_CASE("rmsprop and adamw: Keras' defaults, written back whole, bad fields named") {
+  const std::string adam = R"("type": "adam", "learning_rate": 0.001, "epsilon": 1e-7)";
+  const JobSpec rms = parse_job_spec(mlp_with(adam, R"("type": "rmsprop", "momentum": 0.5, "centered": true)"));
+  CHECK(rms.optimizer.type == OptimizerType::kRmsprop);
+  CHECK(rms.optimizer.rho == 0.9f);
+  CHECK(rms.optimizer.learning_rate == 0.001f);
+  CHECK(rms.optimizer.centered);
+  CHECK(job_spec_to_json(parse_job_spec(job_spec_to_json(rms))) == job_spec_to_json(rms));
+  const JobSpec adamw = parse_job_spec(mlp_with(adam, R"("type": "adamw")"));
+  CHECK(adamw.optimizer.weight_decay == 0.004f);
+  CHECK(job_spec_to_json(parse_job_spec(job_spec_to_json(adamw))) == job_spec_to_json(adamw));
+  const JobSpec sgd = parse_job_spec(mlp_with(adam, R"("type": "sgd", "weight_decay": 0.0005)"));
+  CHECK(sgd.optimizer.weight_decay == 0.0005f);
+  CHECK(error_of(mlp_with(adam, R"("type": "rmsprop", "rho": 1.0)")) == "/optimizer/rho must be below 1");
+  CHECK(error_of(mlp_with(adam, R"("type": "rmsprop", "beta_1": 0.9)")).starts_with("/optimizer"));
+  CHECK(error_of(mlp_with(adam, R"("type": "adamw", "weight_decay": -1)")).starts_with("/optimizer/weight_decay"));
+}
+
+TEST_CASE("layer_norm: fields parsed and written back, parameters named as Keras names them") {
+  const JobSpec spec = parse_job_spec(mlp_with(R"({"type": "dense", "units": 500, "activation": "relu"})",
+                                               R"({"type": "layer_norm", "epsilon": 1e-5, "center": false})"));
+  CHECK(spec.model.layers[2].type == LayerType::kLayerNorm);
+  CHECK(spec.model.layers[2].epsilon == 1e-5f);
+  CHECK_FALSE(spec.model.layers[2].center);
+  CHECK(job_spec_to_json(parse_job_spec(job_spec_to_json(spec))) == job_spec_to_json(spec));
+  const ParamLayout layout = make_param_layout(spec.model);
+  CHECK(layout.find("layers.2.gamma") != nullptr);
+  CHECK(layout.find("layers.2.beta") == nullptr);
+  CHECK(error_of(mlp_with(R"({"type": "dense", "units": 500, "activation": "relu"})",
+                          R"({"type": "layer_norm", "scale": 1})")) == "/model/layers/2/scale must be a boolean, not an integer");
 }

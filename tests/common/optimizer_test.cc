@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "common/engine/optim/optimizer.h"
+#include "common/engine/optim/schedule.h"
 
 using namespace pstrain;
 
@@ -131,4 +132,124 @@ TEST_CASE("an update written elsewhere equals the in-place one and leaves the ol
       CHECK(before != out);  // the update did change something, elsewhere
     }
   }
+}
+
+// Schedules against Keras' formulas written out independently (Python's math, float64), at steps
+// before, on and after their boundaries.
+TEST_CASE("learning-rate schedules: exponential decay, piecewise constant, cosine decay with and without warm-up") {
+  using Kind = LearningRateSchedule::Kind;
+  OptimizerSpec s;
+  s.schedule.kind = Kind::kExponentialDecay;
+  s.schedule.initial_learning_rate = 0.1;
+  s.schedule.decay_steps = 10;
+  s.schedule.decay_rate = 0.5;
+  CHECK(optim::learning_rate_at(s, 0) == 0.1f);
+  CHECK(optim::learning_rate_at(s, 5) == doctest::Approx(0.07071067811865477).epsilon(1e-7));
+  CHECK(optim::learning_rate_at(s, 25) == doctest::Approx(0.01767766952966369).epsilon(1e-7));
+  s.schedule.staircase = true;
+  CHECK(optim::learning_rate_at(s, 5) == 0.1f);
+  CHECK(optim::learning_rate_at(s, 10) == 0.05f);
+  CHECK(optim::learning_rate_at(s, 25) == 0.025f);
+
+  s.schedule = {};
+  s.schedule.kind = Kind::kPiecewiseConstant;
+  s.schedule.boundaries = {10, 20};
+  s.schedule.values = {0.1, 0.01, 0.001};
+  CHECK(optim::learning_rate_at(s, 0) == 0.1f);
+  CHECK(optim::learning_rate_at(s, 10) == 0.1f);  // t <= boundary: the value before it (Keras)
+  CHECK(optim::learning_rate_at(s, 11) == 0.01f);
+  CHECK(optim::learning_rate_at(s, 20) == 0.01f);
+  CHECK(optim::learning_rate_at(s, 21) == 0.001f);
+
+  s.schedule = {};
+  s.schedule.kind = Kind::kCosineDecay;
+  s.schedule.initial_learning_rate = 0.1;
+  s.schedule.decay_steps = 100;
+  s.schedule.alpha = 0.1;
+  CHECK(optim::learning_rate_at(s, 0) == 0.1f);
+  CHECK(optim::learning_rate_at(s, 25) == doctest::Approx(0.08681980515339464).epsilon(1e-7));
+  CHECK(optim::learning_rate_at(s, 50) == doctest::Approx(0.055).epsilon(1e-7));
+  CHECK(optim::learning_rate_at(s, 100) == doctest::Approx(0.01).epsilon(1e-7));
+  CHECK(optim::learning_rate_at(s, 150) == optim::learning_rate_at(s, 100));  // held after decay_steps
+  s.schedule.initial_learning_rate = 0.0;
+  s.schedule.alpha = 0.0;
+  s.schedule.warmup_steps = 10;
+  s.schedule.warmup_target = 0.2;
+  CHECK(optim::learning_rate_at(s, 0) == 0.0f);
+  CHECK(optim::learning_rate_at(s, 5) == doctest::Approx(0.1).epsilon(1e-7));
+  CHECK(optim::learning_rate_at(s, 10) == doctest::Approx(0.2).epsilon(1e-7));
+  CHECK(optim::learning_rate_at(s, 60) == doctest::Approx(0.1).epsilon(1e-7));
+  CHECK(optim::learning_rate_at(s, 110) == doctest::Approx(0.0).epsilon(1e-7));
+  CHECK(optim::learning_rate_at(s, 500) == optim::learning_rate_at(s, 110));
+}
+
+TEST_CASE("sgd with a piecewise schedule: each step's rate is the schedule's at the step before it counts") {
+  OptimizerSpec s;
+  s.type = OptimizerType::kSgd;
+  s.schedule.kind = LearningRateSchedule::Kind::kPiecewiseConstant;
+  s.schedule.boundaries = {0};
+  s.schedule.values = {0.1, 0.05};  // step 0 (the first update) at 0.1, then 0.05
+  check_steps(s, {{0.99, -1.98, 0.47}, {0.9875, -1.985, 0.475}, {1.0025, -1.995, 0.475}});
+}
+
+TEST_CASE("a schedule that is constant gives the constant rate's bits (adam, sgd with momentum, adagrad)") {
+  for (const OptimizerType type : {OptimizerType::kAdam, OptimizerType::kSgd, OptimizerType::kAdagrad}) {
+    OptimizerSpec plain;
+    plain.type = type;
+    plain.learning_rate = 0.01f;
+    plain.momentum = type == OptimizerType::kSgd ? 0.9f : 0.0f;
+    OptimizerSpec scheduled = plain;
+    scheduled.schedule.kind = LearningRateSchedule::Kind::kPiecewiseConstant;
+    scheduled.schedule.boundaries = {1};
+    scheduled.schedule.values = {0.01f, 0.01f};  // (the float's value, as a double)
+    const auto a = optim::make_optimizer(plain), b = optim::make_optimizer(scheduled);
+    std::vector<float> wa = {1.0f, -2.0f, 0.5f}, wb = wa;
+    optim::OptimizerState sa = a->make_state(3), sb = b->make_state(3);
+    for (const auto& row : kGrads) {
+      const std::vector<float> g(row.begin(), row.end());
+      a->apply(wa, g, sa);
+      b->apply(wb, g, sb);
+    }
+    CHECK(wa == wb);
+  }
+}
+
+// RMSprop, AdamW and decoupled weight decay against the same float64 rendering of Keras 3's
+// formulas (optimizer.h), three steps each.
+TEST_CASE("rmsprop") {
+  OptimizerSpec s;
+  s.type = OptimizerType::kRmsprop;
+  s.learning_rate = 0.01f;
+  check_steps(s, {{0.968378804, -1.96837762, 0.468377399},
+                  {0.95363525, -1.98312165, 0.47886019},
+                  {0.983582738, -2.00528907, 0.47886019}});
+}
+
+TEST_CASE("rmsprop with momentum, centered") {
+  OptimizerSpec s;
+  s.type = OptimizerType::kRmsprop;
+  s.learning_rate = 0.01f;
+  s.momentum = 0.9f;
+  s.centered = true;
+  check_steps(s, {{0.966668518, -1.96666713, 0.466666872},
+                  {0.920482936, -1.95151523, 0.447320377},
+                  {0.909325645, -1.96027245, 0.429908531}});
+}
+
+TEST_CASE("adamw: adam with decoupled weight decay 0.004") {
+  OptimizerSpec s;
+  s.type = OptimizerType::kAdamW;
+  s.learning_rate = 0.01f;
+  s.weight_decay = 0.004f;
+  check_steps(s, {{0.989960316, -1.98992016, 0.489980105},
+                  {0.980599185, -1.98717723, 0.485958361},
+                  {0.984032162, -1.98982468, 0.482845252}});
+}
+
+TEST_CASE("sgd with weight_decay") {
+  OptimizerSpec s;
+  s.type = OptimizerType::kSgd;
+  s.learning_rate = 0.1f;
+  s.weight_decay = 0.01f;
+  check_steps(s, {{0.989, -1.978, 0.4695}, {0.983011, -1.986022, 0.4790305}, {1.01202799, -2.00403598, 0.47855147}});
 }

@@ -2,7 +2,8 @@
 // jobs (issue 33, item 5): global batches of 17 to 257, 1 to 4 workers, 1 or 2 servers, training
 // sets that leave a partial last batch (and uneven slices: 43/43/42), SGD, momentum or Adam, and
 // every exchange (dense, row-sparse, factored, forward; small chunks go in batched pushes), and
-// hidden activations drawn from every one the engine has. The
+// hidden activations drawn from every one the engine has, and half of them a cosine learning-rate
+// schedule with warm-up, half a layer_norm between the hidden layers. The
 // trial's seed is printed; PSTRAIN_SLICES_TRIALS sets how many (CI: 6).
 //
 // And one step of N slices against one slice of the whole batch: the same step to rounding
@@ -47,6 +48,8 @@ struct Trial {
   bool momentum;
   Exchange exchange;
   Activation hidden1, hidden2;  // the hidden layers' activations (issue 35: every one stays exact)
+  bool cosine;                  // a cosine schedule with warm-up instead of a constant rate
+  bool layer_norm;              // a layer_norm between the hidden layers
 };
 
 Trial draw(Rng& rng) {
@@ -66,6 +69,8 @@ Trial draw(Rng& rng) {
                             Activation::kLeakyReLU, Activation::kSwish};
   t.hidden1 = first[rng.uniform_index(3)];
   t.hidden2 = any[rng.uniform_index(8)];
+  t.cosine = rng.uniform_index(2) == 1;
+  t.layer_norm = rng.uniform_index(2) == 1;
   return t;
 }
 
@@ -83,9 +88,23 @@ JobSpec job_of(const Trial& t) {
   h2.activation = t.hidden2;
   out.units = 3;
   spec.model.layers = {h1, h2, out};
+  if (t.layer_norm) {
+    LayerSpec norm;
+    norm.type = LayerType::kLayerNorm;
+    spec.model.layers.insert(spec.model.layers.begin() + 1, norm);
+  }
   spec.optimizer.type = t.optimizer;
   spec.optimizer.learning_rate = t.optimizer == OptimizerType::kAdam ? 0.005f : 0.1f;
   if (t.momentum) spec.optimizer.momentum = 0.9f;
+  if (t.cosine) {  // warm up from 0 over 2 steps, then decay to a tenth over 3
+    LearningRateSchedule& s = spec.optimizer.schedule;
+    s.kind = LearningRateSchedule::Kind::kCosineDecay;
+    s.initial_learning_rate = 0.0;
+    s.warmup_steps = 2;
+    s.warmup_target = spec.optimizer.learning_rate;
+    s.decay_steps = 3;
+    s.alpha = 0.1;
+  }
   spec.training.mode = TrainingMode::kSync;
   spec.training.global_batch_size = t.batch;
   spec.training.epochs = 1;
@@ -124,7 +143,8 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     CAPTURE(t.momentum);
     const std::string exchange = exchange_name(t.exchange);
     CAPTURE(exchange);
-    const std::string activations = std::string(activation_name(t.hidden1)) + ", " + activation_name(t.hidden2);
+    const std::string activations = std::string(activation_name(t.hidden1)) + ", " + activation_name(t.hidden2) +
+                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "");
     CAPTURE(activations);
     const SplitLoader load = blobs(t.examples);
     std::vector<float> distributed;

@@ -38,6 +38,10 @@ template <typename T>
 Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch)
     : g_(g), relu_(relu), kernel_(kernel_offset), bias_(bias_offset), max_columns_(g.out_h * g.out_w * max_batch),
       method_(Method::kIm2col) {
+  if (bias_ == kNoBias) {
+    no_bias_.assign(static_cast<size_t>(g.filters), T(0));
+    no_bias_gradient_.resize(static_cast<size_t>(g.filters));
+  }
   set_method(default_method());
 }
 
@@ -60,7 +64,7 @@ template <typename T>
 void Conv2D<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   if constexpr (std::is_same_v<T, float>) {
     if (method_ == Method::kOneDnn) {
-      onednn_->forward(params + kernel_, params + bias_, in.data(), in.cols(), out.data());
+      onednn_->forward(params + kernel_, bias_values(params), in.data(), in.cols(), out.data());
       return;
     }
   }
@@ -119,7 +123,7 @@ void Conv2D<T>::im2col_forward(const T* params, ConstMatMap<T> in, MatMap<T> out
       }
     }
   }
-  ConstVecMap<T> bias(params + bias_, g_.filters);
+  ConstVecMap<T> bias(bias_values(params), g_.filters);
   MatMap<T> y(out.data(), g_.filters, columns);  // [filters x (b, y, x)] == HWC columns per example
   y.colwise() = bias;
   gemm<T>(Op::kNone, Op::kNone, g_.filters, columns, g_.patch_size(), params + kernel_, g_.filters, patches_.data(),
@@ -135,7 +139,7 @@ void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out,
   if constexpr (std::is_same_v<T, float>) {
     if (relu_) simd::kernels().relu_mask(dy.size(), out.data(), dy.data());
     if (method_ == Method::kOneDnn) {
-      onednn_->backward_weights(in.data(), dy.data(), batch, grads + kernel_, grads + bias_);
+      onednn_->backward_weights(in.data(), dy.data(), batch, grads + kernel_, bias_gradient(grads));
       if (din != nullptr) onednn_->backward_data(params + kernel_, dy.data(), batch, din);
       return;
     }
@@ -156,7 +160,7 @@ void Conv2D<T>::im2col_backward(const T* params, ConstMatMap<T> in, MatMap<T> dy
   const int64_t columns = oh * ow * batch;
   gemm<T>(Op::kNone, Op::kTranspose, g_.filters, g_.patch_size(), columns, dy.data(), g_.filters, patches_.data(),
           g_.patch_size(), T(0), grads + kernel_, g_.filters);
-  VecMap<T>(grads + bias_, g_.filters).noalias() = dy.rowwise().sum();
+  VecMap<T>(bias_gradient(grads), g_.filters).noalias() = dy.rowwise().sum();
   if (din == nullptr) return;
 
   if (dpatches_.cols() < max_columns_) dpatches_.resize(g_.patch_size(), max_columns_);

@@ -92,6 +92,9 @@ class Conv2D final : public Layer<T> {
   // oneDNN for float where onednn_preferred(), else im2col.
   static Method default_method();
 
+  // bias_offset kNoBias: a conv2d without a bias (use_bias false): it adds zeros, and its bias
+  // gradient goes to scratch.
+  static constexpr size_t kNoBias = SIZE_MAX;
   Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch);
   ~Conv2D() override;
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
@@ -106,6 +109,8 @@ class Conv2D final : public Layer<T> {
   void inside_columns(int64_t x, int64_t& first, int64_t& last) const;
   void im2col_forward(const T* params, ConstMatMap<T> in, MatMap<T> out);
   void im2col_backward(const T* params, ConstMatMap<T> in, MatMap<T> dy, T* grads, T* din);
+  const T* bias_values(const T* params) const { return bias_ == kNoBias ? no_bias_.data() : params + bias_; }
+  T* bias_gradient(T* grads) { return bias_ == kNoBias ? no_bias_gradient_.data() : grads + bias_; }
 
   Geometry g_;
   bool relu_;
@@ -115,6 +120,7 @@ class Conv2D final : public Layer<T> {
   Mat<T> patches_;   // im2col: patch_size x (out_h * out_w * batch), kept from forward for backward
   Mat<T> dpatches_;  // same shape, scratch of the input gradient (allocated at its first use)
   std::unique_ptr<OneDnnConv> onednn_;  // the oneDNN method's primitives (created at its first use)
+  std::vector<T> no_bias_, no_bias_gradient_;  // without a bias: zeros, and where its gradient goes
 };
 
 // Max pooling with valid padding, as in Keras: windows of pool_h x pool_w every stride_h/stride_w

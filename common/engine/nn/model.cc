@@ -5,6 +5,7 @@
 #include "common/base/error.h"
 #include "common/engine/nn/activations.h"
 #include "common/engine/nn/layers.h"
+#include "common/engine/nn/normalization.h"
 
 namespace pstrain::nn {
 
@@ -24,12 +25,13 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
   Shape in = spec.input_shape;
   int current_buffer = -1;
   // Appends a stage computing `layer` from the current buffer into a new one of `out`'s size.
-  auto add_stage = [&](std::unique_ptr<Layer<T>> layer, const Shape& stage_in, const Shape& out, const ParamInfo* kernel,
-                       Dense<T>* dense) {
+  // `first`: the stage's first parameter tensor (its gradients are final once it ran backward).
+  auto add_stage = [&](std::unique_ptr<Layer<T>> layer, const Shape& stage_in, const Shape& out, const ParamInfo* first,
+                       const ParamInfo* kernel, Dense<T>* dense) {
     const int output_buffer = static_cast<int>(activations_.size());
     activations_.emplace_back(num_elements(out), max_batch);
     deltas_.emplace_back(num_elements(out), max_batch);
-    const size_t first_param = kernel != nullptr ? kernel->offset : layout_.total_size();
+    const size_t first_param = first != nullptr ? first->offset : layout_.total_size();
     const int kernel_param = kernel != nullptr ? static_cast<int>(kernel - layout_.params().data()) : -1;
     stages_.push_back({std::move(layer), num_elements(stage_in), num_elements(out), current_buffer, output_buffer,
                        first_param, kernel_param, dense});
@@ -58,7 +60,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
         layer = std::make_unique<Conv2D<T>>(
             typename Conv2D<T>::Geometry{in[0], in[1], in[2], l.kernel_size[0], l.kernel_size[1], l.filters, sh, sw,
                                          rows.pad_before, cols.pad_before, out[0], out[1]},
-            relu, kernel->offset, bias->offset, max_batch);
+            relu, kernel->offset, bias != nullptr ? bias->offset : Conv2D<T>::kNoBias, max_batch);
         break;
       }
       case LayerType::kMaxPool2D: {
@@ -86,19 +88,28 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
       case LayerType::kReLU:
         layer = std::make_unique<ReLU<T>>();
         break;
+      case LayerType::kLayerNorm: {
+        const ParamInfo* gamma = layout_.find(prefix + "gamma");
+        const ParamInfo* beta = layout_.find(prefix + "beta");
+        add_stage(std::make_unique<LayerNorm<T>>(
+                      num_elements(out), out.back(), l.epsilon, gamma != nullptr ? static_cast<int64_t>(gamma->offset) : -1,
+                      beta != nullptr ? static_cast<int64_t>(beta->offset) : -1, max_batch),
+                  in, out, gamma != nullptr ? gamma : beta, nullptr, nullptr);
+        break;
+      }
       case LayerType::kActivation:
       case LayerType::kFlatten:
       case LayerType::kReshape:
         break;  // the column layout makes the last two free: only the shape changes
     }
-    if (layer) add_stage(std::move(layer), in, out, kernel, dense);
+    if (layer) add_stage(std::move(layer), in, out, kernel, kernel, dense);
     // An activation of its own: the activation layer's, or a dense or conv2d layer's other than
     // the ReLU they fuse.
     const bool separate = l.type == LayerType::kActivation ||
                           ((l.type == LayerType::kDense || l.type == LayerType::kConv2D) && !relu);
     const bool loss_softmax = l.activation == Activation::kSoftmax && i == last_computing;
     if (separate && l.activation != Activation::kLinear && !loss_softmax) {
-      add_stage(std::make_unique<ActivationLayer<T>>(l.activation, out.back()), out, out, nullptr, nullptr);
+      add_stage(std::make_unique<ActivationLayer<T>>(l.activation, out.back()), out, out, nullptr, nullptr, nullptr);
     }
     in = out;
   }

@@ -6,6 +6,11 @@
 //   adam     t += 1; a = lr * sqrt(1 - b2^t) / (1 - b1^t)
 //            m += (g - m) * (1 - b1); v += (g^2 - v) * (1 - b2); w -= a * m / (sqrt(v) + eps)
 //   adagrad  acc += g^2; w -= lr * g / (sqrt(acc) + eps)    (acc starts at initial_accumulator_value)
+//   rmsprop  v = rho * v + (1 - rho) * g^2; s = lr * g / sqrt(v + eps)   (Keras 3)
+//            (centered: a = rho * a + (1 - rho) * g, s = lr * g / sqrt(v - a^2 + eps));
+//            momentum > 0: m = momentum * m + s, w -= m; else w -= s
+//   adamw    adam with weight_decay (default 0.004)
+// weight_decay (any optimizer; Keras 3's decoupled form, before the update): w -= w * wd * lr.
 //
 // lr_scale (staleness-aware async training, DESIGN-NOTES "Staleness-aware async"): the update
 // is made with lr * lr_scale where lr multiplies the gradient's contribution, and only there: the
@@ -15,6 +20,8 @@
 //   momentum m = momentum * m - lr * s * g;  w += m   (nesterov: w += momentum * m - lr * s * g)
 //   adam     w -= a * s * m / (sqrt(v) + eps)         (m, v updated from g as above)
 //   adagrad  w -= lr * s * g / (sqrt(acc) + eps)      (acc += g^2 as above)
+// lr is the spec's schedule at the update's step (schedule.h: the state's iterations before the
+// update), the constant learning_rate without one.
 // With lr_scale 1 the arithmetic is exactly that of the unscaled formulas (x * 1.0f == x), so sync
 // training stays bit-identical. batch_size_exponent() tells a caller how to choose lr_scale for a
 // batch smaller than the one the learning rate was set for (async pushes).

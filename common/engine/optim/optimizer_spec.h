@@ -3,21 +3,50 @@
 // depend on the data library.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <vector>
+
 namespace pstrain {
 
-enum class OptimizerType { kSgd, kAdam, kAdagrad };
+enum class OptimizerType { kSgd, kAdam, kAdagrad, kRmsprop, kAdamW };
+
+// A learning-rate schedule, Keras' (keras.optimizers.schedules), of the optimizer's step (its
+// iterations before the update: 0 for the first). Formulas in schedule.h.
+struct LearningRateSchedule {
+  enum class Kind { kConstant, kExponentialDecay, kPiecewiseConstant, kCosineDecay };
+  Kind kind = Kind::kConstant;
+  double initial_learning_rate = 0;  // exponential_decay, cosine_decay
+  int64_t decay_steps = 0;           // exponential_decay, cosine_decay
+  double decay_rate = 0;             // exponential_decay
+  bool staircase = false;            // exponential_decay
+  std::vector<int64_t> boundaries;   // piecewise_constant: ascending
+  std::vector<double> values;        // piecewise_constant: one more than boundaries
+  double alpha = 0;                  // cosine_decay: the floor, as a fraction of the rate
+  int64_t warmup_steps = 0;          // cosine_decay
+  std::optional<double> warmup_target;  // cosine_decay: the rate warm-up reaches
+};
+
+const char* schedule_kind_name(LearningRateSchedule::Kind kind);
 
 const char* optimizer_type_name(OptimizerType type);
 
 struct OptimizerSpec {
   OptimizerType type = OptimizerType::kAdam;
-  float learning_rate = 0.001f;  // Keras defaults: sgd 0.01, adam 0.001, adagrad 0.001
+  // Keras defaults: sgd 0.01, the others 0.001. With a schedule: its rate at step 0.
+  float learning_rate = 0.001f;
+  LearningRateSchedule schedule;
   float beta_1 = 0.9f;           // adam
   float beta_2 = 0.999f;         // adam
-  float epsilon = 1e-7f;         // adam, adagrad
-  float momentum = 0.0f;         // sgd
+  float epsilon = 1e-7f;         // adam, adamw, adagrad, rmsprop
+  float momentum = 0.0f;         // sgd, rmsprop
   bool nesterov = false;         // sgd
   float initial_accumulator_value = 0.1f;  // adagrad
+  float rho = 0.9f;              // rmsprop
+  bool centered = false;         // rmsprop
+  // Decoupled weight decay (Keras 3's `weight_decay`, every optimizer; adamw's default 0.004):
+  // w -= w * weight_decay * lr before the update.
+  float weight_decay = 0.0f;
 };
 
 }  // namespace pstrain
