@@ -61,6 +61,10 @@ void NodeThread::run(const Body& body) {
       executor_ = kj::getCurrentThreadExecutor().addRef();
       if (stop_requested_) stop_->fulfill(kj::cp(*stop_requested_));
     }
+    // One math thread per node, as the binaries run: OpenMP's thread count is each thread's own
+    // setting, so the constructor's call does not reach this thread (left at one per core,
+    // OpenBLAS ran products on libgomp threads, whose hand-offs ThreadSanitizer cannot see).
+    set_compute_threads(1);
     body(io, kj::mv(stop.promise), [this](uint32_t port) {
       std::lock_guard lock(mutex_);
       ready_ = true;
