@@ -41,10 +41,7 @@ LearningRateSchedule read_schedule(const json::value& v, const std::string& path
       s.initial_learning_rate = rate("initial_learning_rate", false);
       s.decay_steps = read_int(r.required("decay_steps"), r.field_path("decay_steps"), 1, kIntMax);
       s.decay_rate = read_number(r.required("decay_rate"), r.field_path("decay_rate"), 0.0, 1e3, true);
-      if (const json::value* b = r.optional("staircase")) {
-        if (!b->is_bool()) throw SpecError(r.field_path("staircase"), "must be a boolean, not " + kind_of(*b));
-        s.staircase = b->as_bool();
-      }
+      s.staircase = r.boolean("staircase", false);
       break;
     case Kind::kPiecewiseConstant: {
       const json::value& bounds = r.required("boundaries");
@@ -167,10 +164,7 @@ OptimizerSpec read_optimizer(const json::value& v) {
       o.momentum = r.number("momentum", 0.0, 1.0, false, 0.0f);
       if (o.momentum >= 1.0f) throw SpecError("/optimizer/momentum", "must be below 1");
       o.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-7f);
-      if (const json::value* c = r.optional("centered")) {
-        if (!c->is_bool()) throw SpecError("/optimizer/centered", "must be a boolean, not " + kind_of(*c));
-        o.centered = c->as_bool();
-      }
+      o.centered = r.boolean("centered", false);
       break;
   }
   o.weight_decay = r.number("weight_decay", 0.0, 1.0, false, o.type == OptimizerType::kAdamW ? 0.004f : 0.0f);

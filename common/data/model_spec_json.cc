@@ -102,10 +102,7 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.activation = read_activation(r);
       layer.l2 = read_l2(r);
       layer.strides = read_strides(r);
-      if (const json::value* b = r.optional("use_bias")) {
-        if (!b->is_bool()) throw SpecError(r.field_path("use_bias"), "must be a boolean, not " + kind_of(*b));
-        layer.use_bias = b->as_bool();
-      }
+      layer.use_bias = r.boolean("use_bias", true);
       if (const json::value* p = r.optional("padding")) {
         layer.padding = read_enum<Padding>(*p, r.field_path("padding"),
                                            {{"valid", Padding::kValid}, {"same", Padding::kSame}});
@@ -126,12 +123,8 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       break;
     case LayerType::kLayerNorm:
       layer.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-3f);
-      for (const char* key : {"center", "scale"}) {
-        if (const json::value* b = r.optional(key)) {
-          if (!b->is_bool()) throw SpecError(r.field_path(key), "must be a boolean, not " + kind_of(*b));
-          (std::string(key) == "center" ? layer.center : layer.scale) = b->as_bool();
-        }
-      }
+      layer.center = r.boolean("center", true);
+      layer.scale = r.boolean("scale", true);
       break;
     case LayerType::kFlatten:
     case LayerType::kReLU:

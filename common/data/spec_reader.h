@@ -78,6 +78,13 @@ class ObjectReader {
   }
 
   float number(std::string_view key, double min, double max, bool min_open, float fallback);
+
+  bool boolean(std::string_view key, bool fallback) {
+    const json::value* v = optional(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_bool()) throw SpecError(field_path(key), "must be a boolean, not " + kind_of(*v));
+    return v->as_bool();
+  }
   void finish() const;
 
  private:
