@@ -48,6 +48,7 @@ run_ctest() { (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j 2 --time
 stage "build (deploy/build.sh)" deploy/build.sh
 if [ "${results[-1]}" = ok ]; then
   stage "ctest" run_ctest "$@"
+  ctest_result=${results[-1]}
 else
   skip ctest "build failed"
 fi
@@ -66,4 +67,16 @@ for kind in ${PSTRAIN_SANITIZERS-tsan asan-core}; do
   stage "sanitize $kind" deploy/sanitize.sh "$kind"
 done
 table
+# The first run's failures again, last, where a truncated log still shows them: each failed test
+# once more with its output's tail (the result above stands whatever this rerun does).
+failed_list="${BUILD_DIR:-build}/Testing/Temporary/LastTestsFailed.log"
+if [ "${ctest_result:-}" = FAILED ] && [ -s "$failed_list" ]; then
+  echo
+  echo "test: ctest's failures, run once more:"
+  cat "$failed_list"
+  while IFS=: read -r number name; do
+    echo "--- test $number ($name), rerun:"
+    (cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -I "$number,$number" 2>&1 | tail -40)
+  done < "$failed_list"
+fi
 exit $failed

@@ -21,12 +21,13 @@ size_t round_up_even(size_t x) { return (x + 1) & ~size_t{1}; }
 InputSparsity::InputSparsity(const ModelSpec& spec, const ParamLayout& layout, const std::vector<ChunkInfo>& chunks)
     : chunks_(chunks) {
   // The first layer with parameters, if only layers that keep the input's values in order
-  // (flatten, reshape) come before it.
+  // (flatten, reshape) come before it, in a chain from the model's input (no named inputs).
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerType type = spec.layers[i].type;
+    if (!spec.layers[i].inputs.empty()) return;
     if (type == LayerType::kFlatten || type == LayerType::kReshape) continue;
     if (type != LayerType::kDense) return;
-    const ParamInfo* kernel = layout.find("layers." + std::to_string(i) + ".kernel");
+    const ParamInfo* kernel = layout.find("layers." + layer_key(spec, i) + ".kernel");
     if (kernel == nullptr || kernel->shape.size() != 2 || kernel->shape[0] != num_elements(spec.input_shape)) return;
     kernel_param_ = kernel - layout.params().data();
     features_ = static_cast<size_t>(kernel->shape[0]);

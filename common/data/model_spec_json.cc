@@ -89,7 +89,21 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"avgpool2d", LayerType::kAvgPool2D},
                                      {"global_avgpool2d", LayerType::kGlobalAvgPool2D},
                                      {"global_maxpool2d", LayerType::kGlobalMaxPool2D},
-                                     {"layer_norm", LayerType::kLayerNorm}});
+                                     {"layer_norm", LayerType::kLayerNorm},
+                                     {"add", LayerType::kAdd},
+                                     {"concatenate", LayerType::kConcatenate}});
+  // The graph: names and inputs are checked against each other in model_graph.
+  if (const json::value* name = r.optional("name")) layer.name = read_string(*name, r.field_path("name"));
+  if (const json::value* inputs = r.optional("inputs")) {
+    const std::string p = r.field_path("inputs");
+    if (!inputs->is_array()) throw SpecError(p, "must be an array of layer names, not " + kind_of(*inputs));
+    if (inputs->as_array().empty() || inputs->as_array().size() > kMaxLayers) {
+      throw SpecError(p, "must name 1 to 256 layers");
+    }
+    for (size_t k = 0; k < inputs->as_array().size(); ++k) {
+      layer.inputs.push_back(read_string(inputs->as_array()[k], p + "/" + std::to_string(k)));
+    }
+  }
   switch (layer.type) {
     case LayerType::kDense:
       layer.units = read_int(r.required("units"), r.field_path("units"), 1, int64_t{1} << 24);
@@ -130,6 +144,8 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
     case LayerType::kReLU:
     case LayerType::kGlobalAvgPool2D:
     case LayerType::kGlobalMaxPool2D:
+    case LayerType::kAdd:
+    case LayerType::kConcatenate:
       break;
   }
   r.finish();
@@ -163,6 +179,12 @@ json::object model_spec_to_object(const ModelSpec& model) {
   for (const auto& l : model.layers) {
     json::object o;
     o["type"] = layer_type_name(l.type);
+    if (!l.name.empty()) o["name"] = l.name;
+    if (!l.inputs.empty()) {
+      json::array inputs;
+      for (const auto& name : l.inputs) inputs.push_back(json::value(name));
+      o["inputs"] = std::move(inputs);
+    }
     switch (l.type) {
       case LayerType::kDense:
         o["units"] = l.units;

@@ -1,6 +1,8 @@
 #include "common/engine/model_spec.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "common/base/error.h"
 
@@ -15,6 +17,43 @@ std::string pair_string(const std::array<int64_t, 2>& p) {
 
 void check_positive_pair(const std::array<int64_t, 2>& p, const std::string& path) {
   if (p[0] <= 0 || p[1] <= 0) throw SpecError(path, "must be positive integers");
+}
+
+bool is_merge(LayerType type) { return type == LayerType::kAdd || type == LayerType::kConcatenate; }
+
+void check_name(const std::string& name, const std::string& path) {
+  const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  if (name.empty() || name.size() > 64 || !chars_ok) {
+    throw SpecError(path, "must be 1 to 64 letters, digits, '_' or '-'");
+  }
+  if (std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    throw SpecError(path, "cannot be all digits: \"" + name + "\" is how an unnamed layer is known");
+  }
+  if (name == "input") throw SpecError(path, "\"input\" names the model's input");
+}
+
+// The output shape of a merge layer from its inputs' shapes.
+Shape merge_shape(const LayerSpec& layer, const std::vector<Shape>& ins, const std::string& path) {
+  Shape out = ins[0];
+  for (size_t k = 1; k < ins.size(); ++k) {
+    const Shape& s = ins[k];
+    if (layer.type == LayerType::kAdd) {
+      if (s != ins[0]) {
+        throw SpecError(path + "/inputs", "add needs inputs of one shape but gets " + shape_string(ins[0]) + " and " +
+                                              shape_string(s));
+      }
+      continue;
+    }
+    // concatenate: along the last axis, the other axes equal.
+    if (s.size() != out.size() || !std::equal(s.begin(), s.end() - 1, out.begin())) {
+      throw SpecError(path + "/inputs", "concatenate joins along the last axis and needs the other axes equal, but "
+                                        "gets " + shape_string(ins[0]) + " and " + shape_string(s));
+    }
+    out.back() += s.back();
+  }
+  return out;
 }
 
 }  // namespace
@@ -32,6 +71,8 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kGlobalAvgPool2D: return "global_avgpool2d";
     case LayerType::kGlobalMaxPool2D: return "global_maxpool2d";
     case LayerType::kLayerNorm: return "layer_norm";
+    case LayerType::kAdd: return "add";
+    case LayerType::kConcatenate: return "concatenate";
   }
   return "?";
 }
@@ -67,6 +108,102 @@ WindowAxis window_axis(int64_t in, int64_t window, int64_t stride, Padding paddi
   return {out, pad / 2};
 }
 
+std::string layer_key(const ModelSpec& spec, size_t i) {
+  return spec.layers[i].name.empty() ? std::to_string(i) : spec.layers[i].name;
+}
+
+ModelGraph model_graph(const ModelSpec& spec) {
+  const size_t n = spec.layers.size();
+  std::map<std::string, int> index_of;  // names and the index keys of unnamed layers
+  for (size_t i = 0; i < n; ++i) {
+    const LayerSpec& l = spec.layers[i];
+    if (l.name.empty()) {
+      index_of[std::to_string(i)] = static_cast<int>(i);
+      continue;
+    }
+    check_name(l.name, layer_path(i) + "/name");
+    if (!index_of.emplace(l.name, static_cast<int>(i)).second) {
+      throw SpecError(layer_path(i) + "/name", "\"" + l.name + "\" is already the name of layer " +
+                                                   std::to_string(index_of[l.name]));
+    }
+  }
+  ModelGraph g;
+  g.inputs.resize(n);
+  std::vector<std::vector<size_t>> readers(n);
+  for (size_t i = 0; i < n; ++i) {
+    const LayerSpec& l = spec.layers[i];
+    const std::string path = layer_path(i) + "/inputs";
+    if (l.inputs.empty()) {
+      g.inputs[i].push_back(i == 0 ? kModelInput : static_cast<int>(i) - 1);
+    }
+    for (size_t k = 0; k < l.inputs.size(); ++k) {
+      const std::string& name = l.inputs[k];
+      if (name == "input") {
+        g.inputs[i].push_back(kModelInput);
+        continue;
+      }
+      const auto it = index_of.find(name);
+      if (it == index_of.end()) {
+        throw SpecError(path + "/" + std::to_string(k), "names no layer: \"" + name + "\"");
+      }
+      g.inputs[i].push_back(it->second);
+    }
+    const size_t count = g.inputs[i].size();
+    if (is_merge(l.type) && count < 2) {
+      throw SpecError(path, std::string(layer_type_name(l.type)) + " needs two or more inputs");
+    }
+    if (!is_merge(l.type) && count != 1) {
+      throw SpecError(path, std::string(layer_type_name(l.type)) + " takes one input, not " + std::to_string(count));
+    }
+    for (int in : g.inputs[i]) {
+      if (in != kModelInput) readers[static_cast<size_t>(in)].push_back(i);
+    }
+  }
+  for (size_t i = 0; i + 1 < n; ++i) {
+    if (readers[i].empty()) {
+      throw SpecError(layer_path(i), "layer \"" + layer_key(spec, i) + "\" feeds no layer; the model's output is "
+                                     "the last layer listed");
+    }
+  }
+  // Kahn's algorithm, taking the lowest list index among the layers whose inputs are all done.
+  std::vector<size_t> waiting(n);
+  std::set<size_t> ready;
+  for (size_t i = 0; i < n; ++i) {
+    for (int in : g.inputs[i]) waiting[i] += in != kModelInput;
+    if (waiting[i] == 0) ready.insert(i);
+  }
+  while (!ready.empty()) {
+    const size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    g.order.push_back(i);
+    for (size_t r : readers[i]) {
+      if (--waiting[r] == 0) ready.insert(r);
+    }
+  }
+  if (g.order.size() != n) {
+    // Every layer left waits for another one left: walking back through those inputs finds a loop.
+    size_t at = 0;
+    while (waiting[at] == 0) ++at;
+    std::vector<size_t> walk;
+    std::vector<int> seen(n, -1);
+    while (seen[at] < 0) {
+      seen[at] = static_cast<int>(walk.size());
+      walk.push_back(at);
+      for (int in : g.inputs[at]) {
+        if (in != kModelInput && waiting[static_cast<size_t>(in)] > 0) {
+          at = static_cast<size_t>(in);
+          break;
+        }
+      }
+    }
+    // walk[k + 1] feeds walk[k], and `at` feeds walk.back(): the loop in the data's direction.
+    std::string loop = "\"" + layer_key(spec, at) + "\"";
+    for (size_t k = walk.size(); k-- > static_cast<size_t>(seen[at]);) loop += " -> \"" + layer_key(spec, walk[k]) + "\"";
+    throw SpecError(layer_path(at) + "/inputs", "the layers form a cycle: " + loop);
+  }
+  return g;
+}
+
 std::vector<Shape> infer_shapes(const ModelSpec& spec) {
   if (spec.input_shape.empty()) throw SpecError("/model/input_shape", "must be a non-empty array");
   for (size_t d = 0; d < spec.input_shape.size(); ++d) {
@@ -79,12 +216,15 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
   }
   if (spec.layers.empty()) throw SpecError("/model/layers", "must contain at least one layer");
 
-  std::vector<Shape> shapes;
-  Shape in = spec.input_shape;
+  const ModelGraph graph = model_graph(spec);
+  std::vector<Shape> shapes(spec.layers.size());
   int64_t parameters = 0;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
+  for (const size_t i : graph.order) {
     const LayerSpec& layer = spec.layers[i];
     const std::string path = layer_path(i);
+    std::vector<Shape> ins;
+    for (int k : graph.inputs[i]) ins.push_back(k == kModelInput ? spec.input_shape : shapes[static_cast<size_t>(k)]);
+    const Shape& in = ins[0];
     Shape out;
     switch (layer.type) {
       case LayerType::kDense: {
@@ -186,6 +326,10 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         out = in;
         parameters += (layer.scale ? in.back() : 0) + (layer.center ? in.back() : 0);
         break;
+      case LayerType::kAdd:
+      case LayerType::kConcatenate:
+        out = merge_shape(layer, ins, path);
+        break;
     }
     if (num_elements(out) > kMaxActivationsPerExample) {
       throw SpecError(path, "outputs " + shape_string(out) + ", more than 2^24 values per example");
@@ -193,19 +337,20 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
     if (parameters > kMaxParameters) {
       throw SpecError(path, "brings the model over 2^28 parameters (1 GiB)");
     }
-    shapes.push_back(out);
-    in = std::move(out);
+    shapes[i] = std::move(out);
   }
   return shapes;
 }
 
 ParamLayout make_param_layout(const ModelSpec& spec) {
   const std::vector<Shape> shapes = infer_shapes(spec);
+  const ModelGraph graph = model_graph(spec);
   ParamLayout layout;
-  Shape in = spec.input_shape;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
+  for (const size_t i : graph.order) {
     const LayerSpec& layer = spec.layers[i];
-    const std::string prefix = "layers." + std::to_string(i) + ".";
+    const int input = graph.inputs[i][0];
+    const Shape& in = input == kModelInput ? spec.input_shape : shapes[static_cast<size_t>(input)];
+    const std::string prefix = "layers." + layer_key(spec, i) + ".";
     const int index = static_cast<int>(i);
     if (layer.type == LayerType::kDense) {
       layout.add({prefix + "kernel", {in[0], layer.units}, ParamRole::kKernel, 0, 0, layer.l2, index,
@@ -221,7 +366,6 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
       if (layer.scale) layout.add({prefix + "gamma", {in.back()}, ParamRole::kGamma, 0, 0, 0.0f, index, 0, 0});
       if (layer.center) layout.add({prefix + "beta", {in.back()}, ParamRole::kBeta, 0, 0, 0.0f, index, 0, 0});
     }
-    in = shapes[i];
   }
   return layout;
 }

@@ -17,6 +17,7 @@ namespace pstrain {
 enum class LayerType {
   kDense, kConv2D, kMaxPool2D, kFlatten, kReshape, kReLU, kActivation,
   kAvgPool2D, kGlobalAvgPool2D, kGlobalMaxPool2D, kLayerNorm,
+  kAdd, kConcatenate,  // merge layers: two or more inputs
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -30,6 +31,13 @@ const char* padding_name(Padding padding);
 
 struct LayerSpec {
   LayerType type = LayerType::kDense;
+  // The layer graph (Keras' functional API): a layer may have a name, and may name its inputs
+  // (other layers' names, or "input" for the model's input). Without inputs a layer reads the
+  // previous layer in the list (the first one the model's input), so a chain needs no names.
+  // An unnamed layer is known by its index ("3"); names are 1-64 of [A-Za-z0-9_-], not all digits
+  // and not "input".
+  std::string name;
+  std::vector<std::string> inputs;
   int64_t units = 0;                    // dense
   int64_t filters = 0;                  // conv2d
   std::array<int64_t, 2> kernel_size{}; // conv2d: height, width
@@ -53,6 +61,23 @@ struct ModelSpec {
   std::vector<LayerSpec> layers;
 };
 
+// The model's layer graph, resolved: each layer's inputs as list indices (kModelInput for the
+// model's input) and an evaluation order (inputs before the layers that read them; list order
+// where the graph leaves a choice). The model's output is the last layer listed; every other layer
+// feeds some layer.
+inline constexpr int kModelInput = -1;
+struct ModelGraph {
+  std::vector<std::vector<int>> inputs;  // by list index
+  std::vector<size_t> order;
+};
+// Throws SpecError for an unknown or duplicate name, a cycle (naming it), a layer whose output
+// nobody reads, or a wrong number of inputs.
+ModelGraph model_graph(const ModelSpec& spec);
+
+// The name that identifies layer i: its own, else its index. Parameters are named
+// "layers.<key>.kernel" and so on.
+std::string layer_key(const ModelSpec& spec, size_t i);
+
 // Upper bounds that keep a spec from asking for absurd memory.
 inline constexpr int64_t kMaxParameters = int64_t{1} << 28;        // 1 GiB of float32
 inline constexpr int64_t kMaxActivationsPerExample = int64_t{1} << 24;
@@ -73,11 +98,11 @@ struct WindowAxis {
 WindowAxis window_axis(int64_t in, int64_t window, int64_t stride, Padding padding);
 
 // Output shape of every layer (index i: output of layers[i]); throws SpecError naming the layer
-// index and field when a layer does not fit its input.
+// index and field when a layer does not fit its input (model_graph's errors included).
 std::vector<Shape> infer_shapes(const ModelSpec& spec);
 
-// Tensors of the model in a fixed order: for each layer with parameters, its kernel then bias,
-// named "layers.<index>.kernel" / "layers.<index>.bias".
+// Tensors of the model in a fixed order: for each layer with parameters in the graph's evaluation
+// order, its kernel then bias, named "layers.<key>.kernel" / "layers.<key>.bias" (layer_key).
 ParamLayout make_param_layout(const ModelSpec& spec);
 
 }  // namespace pstrain

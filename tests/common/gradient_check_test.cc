@@ -16,114 +16,12 @@
 #include "common/engine/nn/model.h"
 #include "common/engine/nn/row_groups.h"
 #include "common/base/rng.h"
+#include "tests/common/gradient_check.h"
 
 using namespace pstrain;
 using nn::Model;
 
-namespace {
-
-LayerSpec dense(int64_t units, bool relu, float l2 = 0) {
-  LayerSpec l;
-  l.type = LayerType::kDense;
-  l.units = units;
-  l.activation = relu ? Activation::kReLU : Activation::kLinear;
-  l.l2 = l2;
-  return l;
-}
-
-LayerSpec conv(int64_t filters, int64_t kh, int64_t kw, bool relu, float l2 = 0) {
-  LayerSpec l;
-  l.type = LayerType::kConv2D;
-  l.filters = filters;
-  l.kernel_size = {kh, kw};
-  l.activation = relu ? Activation::kReLU : Activation::kLinear;
-  l.l2 = l2;
-  return l;
-}
-
-// conv2d with strides and padding.
-LayerSpec conv(int64_t filters, int64_t kh, int64_t kw, bool relu, std::array<int64_t, 2> strides, Padding padding) {
-  LayerSpec l = conv(filters, kh, kw, relu);
-  l.strides = strides;
-  l.padding = padding;
-  return l;
-}
-
-LayerSpec maxpool(int64_t ph, int64_t pw, int64_t sh, int64_t sw) {
-  LayerSpec l;
-  l.type = LayerType::kMaxPool2D;
-  l.pool_size = {ph, pw};
-  l.strides = std::array<int64_t, 2>{sh, sw};
-  return l;
-}
-
-LayerSpec simple(LayerType type) {
-  LayerSpec l;
-  l.type = type;
-  return l;
-}
-
-LayerSpec reshape(Shape target) {
-  LayerSpec l;
-  l.type = LayerType::kReshape;
-  l.target_shape = std::move(target);
-  return l;
-}
-
-struct Problem {
-  std::vector<double> params, inputs;
-  std::vector<int32_t> labels;
-};
-
-Problem random_problem(Model<double>& model, int64_t batch, uint64_t seed) {
-  Rng rng(seed);
-  Problem p;
-  p.params.resize(model.layout().total_size());
-  for (auto& v : p.params) v = rng.uniform_float(-0.5f, 0.5f);
-  p.inputs.resize(static_cast<size_t>(model.input_size() * batch));
-  for (auto& v : p.inputs) v = rng.uniform_float(-1.0f, 1.0f);
-  for (int64_t b = 0; b < batch; ++b) p.labels.push_back(static_cast<int32_t>(rng.uniform_index(model.output_size())));
-  return p;
-}
-
-// Objective: summed loss / batch + L2, exactly what scale_and_regularize's gradient is of.
-double objective(Model<double>& model, const Problem& p, const std::vector<double>& params, int64_t batch) {
-  return model.evaluate(params.data(), p.inputs.data(), p.labels.data(), batch).loss_sum / static_cast<double>(batch) +
-         nn::regularization_loss(model.layout(), params.data());
-}
-
-// zero_features: input features set to zero in every example (the first dense layer then skips them).
-void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const std::vector<int64_t>& zero_features = {}) {
-  Model<double> model(spec, batch);
-  Problem p = random_problem(model, batch, seed);
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t j : zero_features) p.inputs[static_cast<size_t>(b * model.input_size() + j)] = 0.0;
-  }
-  std::vector<double> grads(model.layout().total_size(), 1e9);  // garbage: every entry must be overwritten
-  model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, grads.data());
-  nn::scale_and_regularize(model.layout(), grads.data(), p.params.data(), batch);
-
-  const double h = 1e-6;
-  const size_t n = grads.size();
-  const size_t stride = n > 1500 ? n / 1500 : 1;
-  double worst = 0;
-  for (const ParamInfo& info : model.layout().params()) {
-    for (size_t k = 0; k < info.size; k += std::max<size_t>(1, std::min(stride, info.size / 8 + 1))) {
-      const size_t i = info.offset + k;
-      std::vector<double> plus = p.params, minus = p.params;
-      plus[i] += h;
-      minus[i] -= h;
-      const double fd = (objective(model, p, plus, batch) - objective(model, p, minus, batch)) / (2 * h);
-      const double error = std::abs(fd - grads[i]) / std::max(1e-3, std::abs(fd) + std::abs(grads[i]));
-      worst = std::max(worst, error);
-      INFO(info.name << "[" << k << "]: finite difference " << fd << ", backprop " << grads[i]);
-      REQUIRE(error < 1e-5);
-    }
-  }
-  MESSAGE("worst relative error " << worst);
-}
-
-}  // namespace
+using namespace pstrain::testing;
 
 TEST_CASE("dense layers relu and linear and the loss") {
   ModelSpec spec;

@@ -3,7 +3,8 @@
 // sets that leave a partial last batch (and uneven slices: 43/43/42), SGD, momentum or Adam, and
 // every exchange (dense, row-sparse, factored, forward; small chunks go in batched pushes), and
 // hidden activations drawn from every one the engine has, and half of them a cosine learning-rate
-// schedule with warm-up, half a layer_norm between the hidden layers. The
+// schedule with warm-up, half a layer_norm between the hidden layers, half a residual block (a
+// dense layer whose output is added to the first hidden layer's: a value two layers read). The
 // trial's seed is printed; PSTRAIN_SLICES_TRIALS sets how many (CI: 6).
 //
 // And one step of N slices against one slice of the whole batch: the same step to rounding
@@ -50,6 +51,7 @@ struct Trial {
   Activation hidden1, hidden2;  // the hidden layers' activations (issue 35: every one stays exact)
   bool cosine;                  // a cosine schedule with warm-up instead of a constant rate
   bool layer_norm;              // a layer_norm between the hidden layers
+  bool residual;                // h1 + dense(h1) before the second hidden layer
 };
 
 Trial draw(Rng& rng) {
@@ -71,6 +73,7 @@ Trial draw(Rng& rng) {
   t.hidden2 = any[rng.uniform_index(8)];
   t.cosine = rng.uniform_index(2) == 1;
   t.layer_norm = rng.uniform_index(2) == 1;
+  t.residual = rng.uniform_index(2) == 1;
   return t;
 }
 
@@ -92,6 +95,16 @@ JobSpec job_of(const Trial& t) {
     LayerSpec norm;
     norm.type = LayerType::kLayerNorm;
     spec.model.layers.insert(spec.model.layers.begin() + 1, norm);
+  }
+  if (t.residual) {
+    LayerSpec r, add;
+    r.units = 48;
+    r.activation = t.hidden2;
+    r.name = "r";
+    add.type = LayerType::kAdd;
+    add.inputs = {"h1", "r"};
+    spec.model.layers[0].name = "h1";
+    spec.model.layers.insert(spec.model.layers.end() - 2, {r, add});
   }
   spec.optimizer.type = t.optimizer;
   spec.optimizer.learning_rate = t.optimizer == OptimizerType::kAdam ? 0.005f : 0.1f;
@@ -144,7 +157,7 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     const std::string exchange = exchange_name(t.exchange);
     CAPTURE(exchange);
     const std::string activations = std::string(activation_name(t.hidden1)) + ", " + activation_name(t.hidden2) +
-                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "");
+                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "");
     CAPTURE(activations);
     const SplitLoader load = blobs(t.examples);
     std::vector<float> distributed;

@@ -5,6 +5,7 @@
 #include "common/base/error.h"
 #include "common/engine/nn/activations.h"
 #include "common/engine/nn/layers.h"
+#include "common/engine/nn/merge.h"
 #include "common/engine/nn/normalization.h"
 
 namespace pstrain::nn {
@@ -12,37 +13,55 @@ namespace pstrain::nn {
 template <typename T>
 Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch) {
   const std::vector<Shape> shapes = infer_shapes(spec);
+  const ModelGraph graph = model_graph(spec);
   layout_ = make_param_layout(spec);
   input_size_ = num_elements(spec.input_shape);
-  output_size_ = num_elements(shapes.back());
+  const size_t output_layer = spec.layers.size() - 1;
+  output_size_ = num_elements(shapes[output_layer]);
 
-  // The last layer that computes (flatten and reshape only relabel): a softmax there is the
-  // loss's (model_spec.h), so the model's output stays the logits.
-  size_t last_computing = 0;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    if (spec.layers[i].type != LayerType::kFlatten && spec.layers[i].type != LayerType::kReshape) last_computing = i;
+  // The layer that computes the model's output (flatten and reshape only relabel): a softmax
+  // there is the loss's (model_spec.h), so the model's output stays the logits.
+  size_t last_computing = output_layer;
+  while ((spec.layers[last_computing].type == LayerType::kFlatten ||
+          spec.layers[last_computing].type == LayerType::kReshape) &&
+         graph.inputs[last_computing][0] != kModelInput) {
+    last_computing = static_cast<size_t>(graph.inputs[last_computing][0]);
   }
-  Shape in = spec.input_shape;
-  int current_buffer = -1;
-  // Appends a stage computing `layer` from the current buffer into a new one of `out`'s size.
+  std::vector<int> value_of(spec.layers.size(), kModelInput);  // the buffer holding each layer's output
+  std::vector<int> readers;                                      // by buffer
+  // Appends a stage computing `layer` (or `merge`) from `inputs` into a new buffer of `out`'s size.
   // `first`: the stage's first parameter tensor (its gradients are final once it ran backward).
-  auto add_stage = [&](std::unique_ptr<Layer<T>> layer, const Shape& stage_in, const Shape& out, const ParamInfo* first,
-                       const ParamInfo* kernel, Dense<T>* dense) {
+  auto add_stage = [&](std::unique_ptr<Layer<T>> layer, std::unique_ptr<Merge<T>> merge, std::vector<int> inputs,
+                       int64_t in_size, const Shape& out, const ParamInfo* first, const ParamInfo* kernel,
+                       Dense<T>* dense) {
     const int output_buffer = static_cast<int>(activations_.size());
     activations_.emplace_back(num_elements(out), max_batch);
     deltas_.emplace_back(num_elements(out), max_batch);
+    readers.push_back(0);
+    for (int in : inputs) {
+      if (in != kModelInput) ++readers[static_cast<size_t>(in)];
+    }
     const size_t first_param = first != nullptr ? first->offset : layout_.total_size();
     const int kernel_param = kernel != nullptr ? static_cast<int>(kernel - layout_.params().data()) : -1;
-    stages_.push_back({std::move(layer), num_elements(stage_in), num_elements(out), current_buffer, output_buffer,
-                       first_param, kernel_param, dense});
-    current_buffer = output_buffer;
+    stages_.push_back({std::move(layer), std::move(merge), in_size, num_elements(out), std::move(inputs),
+                       output_buffer, first_param, kernel_param, dense});
+    return output_buffer;
   };
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
+  for (const size_t i : graph.order) {
     const LayerSpec& l = spec.layers[i];
     const Shape& out = shapes[i];
+    std::vector<int> inputs;
+    std::vector<Shape> in_shapes;
+    for (int k : graph.inputs[i]) {
+      inputs.push_back(k == kModelInput ? kModelInput : value_of[static_cast<size_t>(k)]);
+      in_shapes.push_back(k == kModelInput ? spec.input_shape : shapes[static_cast<size_t>(k)]);
+    }
+    const Shape& in = in_shapes[0];
+    const int64_t in_size = num_elements(in);
+    int value = inputs[0];  // flatten and reshape keep their input's buffer: only the shape changes
     std::unique_ptr<Layer<T>> layer;
     Dense<T>* dense = nullptr;
-    const std::string prefix = "layers." + std::to_string(i) + ".";
+    const std::string prefix = "layers." + layer_key(spec, i) + ".";
     const ParamInfo* kernel = layout_.find(prefix + "kernel");
     const ParamInfo* bias = layout_.find(prefix + "bias");
     const bool relu = l.activation == Activation::kReLU;
@@ -50,7 +69,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
       case LayerType::kDense:
         // A dense layer that reads the model's input (data) may find whole features zero.
         layer = std::make_unique<Dense<T>>(in[0], l.units, relu, kernel->offset, bias->offset,
-                                           /*data_input=*/current_buffer < 0);
+                                           /*data_input=*/inputs[0] == kModelInput);
         dense = static_cast<Dense<T>*>(layer.get());
         break;
       case LayerType::kConv2D: {
@@ -91,29 +110,50 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
       case LayerType::kLayerNorm: {
         const ParamInfo* gamma = layout_.find(prefix + "gamma");
         const ParamInfo* beta = layout_.find(prefix + "beta");
-        add_stage(std::make_unique<LayerNorm<T>>(
-                      num_elements(out), out.back(), l.epsilon, gamma != nullptr ? static_cast<int64_t>(gamma->offset) : -1,
-                      beta != nullptr ? static_cast<int64_t>(beta->offset) : -1, max_batch),
-                  in, out, gamma != nullptr ? gamma : beta, nullptr, nullptr);
+        value = add_stage(std::make_unique<LayerNorm<T>>(
+                              num_elements(out), out.back(), l.epsilon,
+                              gamma != nullptr ? static_cast<int64_t>(gamma->offset) : -1,
+                              beta != nullptr ? static_cast<int64_t>(beta->offset) : -1, max_batch),
+                          nullptr, inputs, in_size, out, gamma != nullptr ? gamma : beta, nullptr, nullptr);
+        break;
+      }
+      case LayerType::kAdd:
+      case LayerType::kConcatenate: {
+        std::vector<int64_t> widths;
+        for (const Shape& s : in_shapes) widths.push_back(s.back());
+        value = add_stage(nullptr, std::make_unique<Merge<T>>(l.type, std::move(widths), num_elements(out)), inputs,
+                          0, out, nullptr, nullptr, nullptr);
         break;
       }
       case LayerType::kActivation:
       case LayerType::kFlatten:
       case LayerType::kReshape:
-        break;  // the column layout makes the last two free: only the shape changes
+        break;
     }
-    if (layer) add_stage(std::move(layer), in, out, kernel, kernel, dense);
+    if (layer) value = add_stage(std::move(layer), nullptr, inputs, in_size, out, kernel, kernel, dense);
     // An activation of its own: the activation layer's, or a dense or conv2d layer's other than
     // the ReLU they fuse.
     const bool separate = l.type == LayerType::kActivation ||
                           ((l.type == LayerType::kDense || l.type == LayerType::kConv2D) && !relu);
     const bool loss_softmax = l.activation == Activation::kSoftmax && i == last_computing;
     if (separate && l.activation != Activation::kLinear && !loss_softmax) {
-      add_stage(std::make_unique<ActivationLayer<T>>(l.activation, out.back()), out, out, nullptr, nullptr, nullptr);
+      value = add_stage(std::make_unique<ActivationLayer<T>>(l.activation, out.back()), nullptr, {value},
+                        num_elements(out), out, nullptr, nullptr, nullptr);
     }
-    in = out;
+    value_of[i] = value;
   }
-  if (stages_.empty()) throw SpecError("/model/layers", "must contain at least one dense or conv2d layer");
+  output_buffer_ = value_of[output_layer];
+  if (stages_.empty() || output_buffer_ == kModelInput) {
+    throw SpecError("/model/layers", "must contain at least one layer that computes");
+  }
+  delta_written_.assign(activations_.size(), false);
+  int64_t widest = 0;
+  for (size_t b = 0; b < readers.size(); ++b) {
+    if (readers[b] > 1 || (static_cast<int>(b) == output_buffer_ && readers[b] > 0)) {
+      widest = std::max<int64_t>(widest, activations_[b].rows());
+    }
+  }
+  if (widest > 0) scratch_.resize(widest, max_batch);
 }
 
 template <typename T>
@@ -126,12 +166,18 @@ ConstMatMap<T> Model<T>::forward(const T* params, const T* inputs, int64_t batch
   }
   last_input_ = inputs;
   last_batch_ = batch;
+  std::vector<ConstMatMap<T>> ins;
   for (Stage& s : stages_) {
-    const T* in = s.input_buffer < 0 ? inputs : activations_[s.input_buffer].data();
-    s.layer->forward(params, ConstMatMap<T>(in, s.in_size, batch),
-                     MatMap<T>(activations_[s.output_buffer].data(), s.out_size, batch));
+    MatMap<T> out(activations_[s.output_buffer].data(), s.out_size, batch);
+    if (s.merge) {
+      ins.clear();
+      for (size_t k = 0; k < s.inputs.size(); ++k) ins.emplace_back(values(s.inputs[k]), s.merge->input_size(k), batch);
+      s.merge->forward(ins, out);
+    } else {
+      s.layer->forward(params, ConstMatMap<T>(values(s.inputs[0]), s.in_size, batch), out);
+    }
   }
-  return ConstMatMap<T>(activations_[stages_.back().output_buffer].data(), output_size_, batch);
+  return ConstMatMap<T>(activations_[output_buffer_].data(), output_size_, batch);
 }
 
 template <typename T>
@@ -148,17 +194,43 @@ LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const i
     s.dense->compute_kernel_gradient(factored == nullptr || p >= factored->size() || !(*factored)[p]);
   }
   ConstMatMap<T> logits = forward(params, inputs, batch);
-  LossResult result = softmax_cross_entropy<T>(logits, labels, deltas_[stages_.back().output_buffer].data());
+  std::fill(delta_written_.begin(), delta_written_.end(), false);
+  LossResult result = softmax_cross_entropy<T>(logits, labels, deltas_[output_buffer_].data());
+  delta_written_[output_buffer_] = true;
   for (size_t k = stages_.size(); k-- > 0;) {
     Stage& s = stages_[k];
-    const T* in = s.input_buffer < 0 ? inputs : activations_[s.input_buffer].data();
-    T* din = s.input_buffer < 0 ? nullptr : deltas_[s.input_buffer].data();
-    s.layer->backward(params, ConstMatMap<T>(in, s.in_size, batch),
-                      ConstMatMap<T>(activations_[s.output_buffer].data(), s.out_size, batch),
-                      MatMap<T>(deltas_[s.output_buffer].data(), s.out_size, batch), grads, din);
+    MatMap<T> dout(deltas_[s.output_buffer].data(), s.out_size, batch);
+    if (s.merge) {
+      for (size_t j = 0; j < s.inputs.size(); ++j) {
+        if (s.inputs[j] == kModelInput) continue;
+        const int64_t size = s.merge->input_size(j);
+        T* din = delta_target(s.inputs[j]);
+        s.merge->backward(ConstMatMap<T>(dout.data(), s.out_size, batch), j, MatMap<T>(din, size, batch));
+        add_delta(s.inputs[j], din, size, batch);
+      }
+    } else {
+      const int input = s.inputs[0];
+      T* din = input == kModelInput ? nullptr : delta_target(input);
+      s.layer->backward(params, ConstMatMap<T>(values(input), s.in_size, batch),
+                        ConstMatMap<T>(activations_[s.output_buffer].data(), s.out_size, batch), dout, grads, din);
+      if (din != nullptr) add_delta(input, din, s.in_size, batch);
+    }
     if (ready && s.first_param_offset < layout_.total_size()) ready(s.first_param_offset);
   }
   return result;
+}
+
+template <typename T>
+T* Model<T>::delta_target(int buffer) {
+  if (delta_written_[buffer]) return scratch_.data();
+  delta_written_[buffer] = true;
+  return deltas_[buffer].data();
+}
+
+template <typename T>
+void Model<T>::add_delta(int buffer, const T* written, int64_t size, int64_t batch) {
+  if (written != scratch_.data()) return;
+  MatMap<T>(deltas_[buffer].data(), size, batch) += ConstMatMap<T>(written, size, batch);
 }
 
 template <typename T>
@@ -178,7 +250,7 @@ bool Model<T>::is_dense_kernel(size_t param) const {
 template <typename T>
 typename Model<T>::KernelFactors Model<T>::kernel_factors(size_t param) const {
   const Stage& s = dense_stage(param);
-  const T* in = s.input_buffer < 0 ? last_input_ : activations_[s.input_buffer].data();
+  const T* in = values(s.inputs[0]);
   return {ConstMatMap<T>(in, s.in_size, last_batch_),
           ConstMatMap<T>(deltas_[s.output_buffer].data(), s.out_size, last_batch_)};
 }
@@ -186,7 +258,7 @@ typename Model<T>::KernelFactors Model<T>::kernel_factors(size_t param) const {
 template <typename T>
 int Model<T>::first_layer_kernel() const {
   const Stage& s = stages_.front();
-  return s.dense != nullptr && s.input_buffer < 0 ? s.kernel_param : -1;
+  return s.dense != nullptr && s.inputs[0] == kModelInput ? s.kernel_param : -1;
 }
 
 template <typename T>

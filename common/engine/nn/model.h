@@ -22,6 +22,8 @@ namespace pstrain::nn {
 
 template <typename T>
 class Dense;
+template <typename T>
+class Merge;
 
 template <typename T>
 class Model {
@@ -78,16 +80,24 @@ class Model {
   void use_first_layer_partials(std::vector<const T*> partials);
 
  private:
+  // One step of the evaluation order: a layer (one input) or a merge (several). Buffers index
+  // activations_ / deltas_; kModelInput is the model's input.
   struct Stage {
     std::unique_ptr<Layer<T>> layer;
-    int64_t in_size, out_size;
-    int input_buffer;   // index into activations_, or -1 for the model input
-    int output_buffer;  // index into activations_
+    std::unique_ptr<Merge<T>> merge;
+    int64_t in_size, out_size;  // in_size: a layer's (a merge asks merge->input_size)
+    std::vector<int> inputs;
+    int output_buffer;
     size_t first_param_offset;  // offset of this stage's first tensor (or of the next one's)
     int kernel_param;           // index of its kernel in the layout, -1 if none
     Dense<T>* dense;            // the layer, if it is dense (else nullptr)
   };
   const Stage& dense_stage(size_t param) const;
+  const T* values(int buffer) const { return buffer == kModelInput ? last_input_ : activations_[buffer].data(); }
+  // Where a stage writes dLoss/d(its input `buffer`): the buffer's delta when it is the first
+  // reader to write it in this backward pass, else scratch_, which add_delta then sums in.
+  T* delta_target(int buffer);
+  void add_delta(int buffer, const T* written, int64_t size, int64_t batch);
 
   ParamLayout layout_;
   int64_t max_batch_;
@@ -95,6 +105,9 @@ class Model {
   std::vector<Stage> stages_;
   std::vector<Mat<T>> activations_;  // one per stage output
   std::vector<Mat<T>> deltas_;       // dLoss/d(activation), same shapes
+  std::vector<bool> delta_written_;  // by buffer, during one backward pass
+  Mat<T> scratch_;                   // a second reader's gradient, before it is summed in
+  int output_buffer_ = 0;
   const T* last_input_ = nullptr;
   int64_t last_batch_ = 0;
 };
