@@ -20,6 +20,13 @@ BatchExamples checked_examples(proto::Batch::Reader batch, size_t example_size) 
   return {dtype, examples.begin(), count};
 }
 
+void decode_ids(proto::Batch::Reader batch, std::vector<uint32_t>* ids) {
+  const auto indices = batch.getIndices();
+  KJ_REQUIRE(indices.size() == batch.getSize(), "batch indices do not match its size", indices.size(), batch.getSize());
+  ids->resize(indices.size());
+  for (unsigned i = 0; i < indices.size(); ++i) (*ids)[i] = indices[i];
+}
+
 void decode_batch(proto::Batch::Reader batch, const BatchShape& shape, float* inputs, int32_t* labels) {
   const BatchExamples examples = checked_examples(batch, shape.example_size);
   const auto batch_labels = batch.getLabels();

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "common/data/example_types.h"
 #include "common/rpc/proto/pstrain.capnp.h"
@@ -35,5 +36,9 @@ BatchExamples checked_examples(proto::Batch::Reader batch, size_t example_size);
 // example); both must have room for batch.getSize() examples. Also checks that there is one
 // label per example, each in [0, shape.classes).
 void decode_batch(proto::Batch::Reader batch, const BatchShape& shape, float* inputs, int32_t* labels);
+
+// The batch's examples' indices in their split (what dropout draws from: nn::ExampleKeys), into
+// `ids`; checks there is one per example.
+void decode_ids(proto::Batch::Reader batch, std::vector<uint32_t>* ids);
 
 }  // namespace pstrain

@@ -135,7 +135,10 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
       const int64_t first = step * batch;
       const int64_t n = std::min<int64_t>(batch, train.size - first);
       train.gather({order.data() + first, static_cast<size_t>(n)}, inputs.data(), labels.data());
-      const nn::LossResult r = model.compute_gradients(result.params.data(), inputs.data(), labels.data(), n, grads.data());
+      // Dropout's keys: the epoch and the examples' indices in the split, as a cluster's batches carry them.
+      const nn::ExampleKeys keys{static_cast<uint32_t>(epoch), order.data() + first};
+      const nn::LossResult r =
+          model.compute_gradients(result.params.data(), inputs.data(), labels.data(), n, grads.data(), {}, nullptr, keys);
       if (!std::isfinite(r.loss_sum)) {
         throw Error("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
                     " step " + std::to_string(step + 1));

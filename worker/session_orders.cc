@@ -37,6 +37,8 @@ void TrainingSession::watch_for_orders() {
                 order.inputs.resize(inputs_.size());
                 order.labels.resize(labels_.size());
                 decode_batch(batch, batch_shape(), order.inputs.data(), order.labels.data());
+                decode_ids(batch, &order.ids);
+                order.epoch = batch.getEpoch();
                 PSLOG(kInfo) << "job " << job_id_ << ": taking over slice " << order.slice << " of step " << order.step
                              << " from a lost worker";
                 takeover_ = std::move(order);
@@ -100,7 +102,9 @@ kj::Promise<void> TrainingSession::compute_extras(kj::WaitScope& wait_scope, uin
     grads.resize(grads_.size());
     if (n > 0) {
       decode_batch(batch, batch_shape(), extra_inputs_.data(), extra_labels_.data());
-      const nn::LossResult r = model_->compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), n, grads.data());
+      decode_ids(batch, &extra_ids_);
+      const nn::LossResult r = model_->compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), n,
+                                                         grads.data(), {}, nullptr, {epoch, extra_ids_.data()});
       if (!std::isfinite(r.loss_sum)) {
         throw LossNotFinite("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
                             " step " + std::to_string(step + 1));
@@ -155,7 +159,7 @@ kj::Promise<void> TrainingSession::take_over(kj::WaitScope& wait_scope) {
       return kj::READY_NOW;
     }
     model_->compute_gradients(params, order.inputs.data(), order.labels.data(), order.examples,
-                              takeover_grads_.data());
+                              takeover_grads_.data(), {}, nullptr, {order.epoch, order.ids.data()});
   } else {
     std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);
   }

@@ -226,11 +226,13 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       exchange_->begin_step(batch, known_next);
       if (n > 0) {
         decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
+        decode_ids(batch, &ids_);
         // Overlap: ship the later layers' gradients while the earlier layers run backward, and
         // let the event loop write them out.
         auto ready = [&](size_t final_from) { exchange_->gradients_ready(wait_scope, mine, final_from); };
         const nn::LossResult r = model_->compute_gradients(servers_.values(), inputs_.data(), labels_.data(), n,
-                                                           grads_.data(), ready, exchange_->factored_kernels());
+                                                           grads_.data(), ready, exchange_->factored_kernels(),
+                                                           {epoch, ids_.data()});
         if (!std::isfinite(r.loss_sum)) {
           throw LossNotFinite("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
                       " step " + std::to_string(step + 1));

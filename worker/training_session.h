@@ -121,6 +121,7 @@ class TrainingSession {
   std::vector<AlignedFloats> extra_grads_;  // one per extra slice (a push reads it until its reply)
   AlignedFloats extra_inputs_;
   std::vector<int32_t> extra_labels_;
+  std::vector<uint32_t> extra_ids_;  // the extra slice's examples' indices (nn::ExampleKeys)
   uint64_t steps_per_epoch_;
   uint32_t start_epoch_;
   uint64_t start_step_;
@@ -133,6 +134,7 @@ class TrainingSession {
   std::unique_ptr<ParameterExchange> exchange_;  // refers to servers_ and model_
   AlignedFloats grads_, inputs_;
   std::vector<int32_t> labels_;
+  std::vector<uint32_t> ids_;  // this step's examples' indices (nn::ExampleKeys)
   uint64_t steps_done_ = 0;  // this worker's steps in the job
   // A takeover order from the coordinator (see watch_for_orders), decoded.
   struct Takeover {
@@ -140,6 +142,8 @@ class TrainingSession {
     uint32_t slice = 0, slice_count = 1, examples = 0;
     AlignedFloats inputs;
     std::vector<int32_t> labels;
+    uint32_t epoch = 0;
+    std::vector<uint32_t> ids;  // the examples' indices (nn::ExampleKeys)
   };
   std::optional<Takeover> takeover_;
   uint64_t pause_cut_ = 0;                              // async: a cut to pause for, 0 if none

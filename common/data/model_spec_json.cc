@@ -91,7 +91,8 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"global_maxpool2d", LayerType::kGlobalMaxPool2D},
                                      {"layer_norm", LayerType::kLayerNorm},
                                      {"add", LayerType::kAdd},
-                                     {"concatenate", LayerType::kConcatenate}});
+                                     {"concatenate", LayerType::kConcatenate},
+                                     {"dropout", LayerType::kDropout}});
   // The graph: names and inputs are checked against each other in model_graph.
   if (const json::value* name = r.optional("name")) layer.name = read_string(*name, r.field_path("name"));
   if (const json::value* inputs = r.optional("inputs")) {
@@ -140,6 +141,12 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.center = r.boolean("center", true);
       layer.scale = r.boolean("scale", true);
       break;
+    case LayerType::kDropout: {
+      const std::string p = r.field_path("rate");
+      layer.rate = static_cast<float>(read_number(r.required("rate"), p, 0.0, 1.0, false));
+      if (!(layer.rate < 1.0f)) throw SpecError(p, "must be below 1 (the fraction of values dropped)");
+      break;
+    }
     case LayerType::kFlatten:
     case LayerType::kReLU:
     case LayerType::kGlobalAvgPool2D:
@@ -205,6 +212,9 @@ json::object model_spec_to_object(const ModelSpec& model) {
         o["target_shape"] = std::move(shape);
         break;
       }
+      case LayerType::kDropout:
+        o["rate"] = l.rate;
+        break;
       case LayerType::kLayerNorm:
         o["epsilon"] = l.epsilon;
         o["center"] = l.center;

@@ -73,6 +73,7 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kLayerNorm: return "layer_norm";
     case LayerType::kAdd: return "add";
     case LayerType::kConcatenate: return "concatenate";
+    case LayerType::kDropout: return "dropout";
   }
   return "?";
 }
@@ -320,6 +321,7 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
       }
       case LayerType::kReLU:
       case LayerType::kActivation:
+      case LayerType::kDropout:
         out = in;
         break;
       case LayerType::kLayerNorm:

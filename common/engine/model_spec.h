@@ -18,6 +18,7 @@ enum class LayerType {
   kDense, kConv2D, kMaxPool2D, kFlatten, kReshape, kReLU, kActivation,
   kAvgPool2D, kGlobalAvgPool2D, kGlobalMaxPool2D, kLayerNorm,
   kAdd, kConcatenate,  // merge layers: two or more inputs
+  kDropout,
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -53,6 +54,7 @@ struct LayerSpec {
   float l2 = 0.0f;                      // dense, conv2d: kernel L2 factor
   float epsilon = 1e-3f;                // layer_norm (Keras' default)
   bool center = true, scale = true;     // layer_norm: beta, gamma
+  float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
 };
 
 struct ModelSpec {

@@ -68,8 +68,10 @@ Problem random_problem(nn::Model<double>& model, int64_t batch, uint64_t seed) {
   return p;
 }
 
-double objective(nn::Model<double>& model, const Problem& p, const std::vector<double>& params, int64_t batch) {
-  return model.evaluate(params.data(), p.inputs.data(), p.labels.data(), batch).loss_sum / static_cast<double>(batch) +
+double objective(nn::Model<double>& model, const Problem& p, const std::vector<double>& params, int64_t batch,
+                 const nn::ExampleKeys& keys) {
+  return model.evaluate(params.data(), p.inputs.data(), p.labels.data(), batch, keys).loss_sum /
+             static_cast<double>(batch) +
          nn::regularization_loss(model.layout(), params.data());
 }
 
@@ -79,8 +81,11 @@ void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const 
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t j : zero_features) p.inputs[static_cast<size_t>(b * model.input_size() + j)] = 0.0;
   }
+  std::vector<uint32_t> ids;
+  for (int64_t b = 0; b < batch; ++b) ids.push_back(static_cast<uint32_t>(seed * 1000 + 7 * b));
+  const nn::ExampleKeys keys = model.needs_keys() ? nn::ExampleKeys{3, ids.data()} : nn::ExampleKeys{};
   std::vector<double> grads(model.layout().total_size(), 1e9);  // garbage: every entry must be overwritten
-  model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, grads.data());
+  model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, grads.data(), {}, nullptr, keys);
   nn::scale_and_regularize(model.layout(), grads.data(), p.params.data(), batch);
 
   const double h = 1e-6;
@@ -93,7 +98,7 @@ void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const 
       std::vector<double> plus = p.params, minus = p.params;
       plus[i] += h;
       minus[i] -= h;
-      const double fd = (objective(model, p, plus, batch) - objective(model, p, minus, batch)) / (2 * h);
+      const double fd = (objective(model, p, plus, batch, keys) - objective(model, p, minus, batch, keys)) / (2 * h);
       const double error = std::abs(fd - grads[i]) / std::max(1e-3, std::abs(fd) + std::abs(grads[i]));
       worst = std::max(worst, error);
       INFO(info.name << "[" << k << "]: finite difference " << fd << ", backprop " << grads[i]);

@@ -26,11 +26,13 @@ struct Problem {
 };
 // Parameters in [-0.5, 0.5], inputs in [-1, 1], labels uniform, from `seed`.
 Problem random_problem(nn::Model<double>& model, int64_t batch, uint64_t seed);
-// Summed loss / batch + L2, exactly what scale_and_regularize's gradient is of.
-double objective(nn::Model<double>& model, const Problem& p, const std::vector<double>& params, int64_t batch);
+// Summed loss / batch + L2, exactly what scale_and_regularize's gradient is of; with `keys`, of
+// training (dropout on).
+double objective(nn::Model<double>& model, const Problem& p, const std::vector<double>& params, int64_t batch,
+                 const nn::ExampleKeys& keys = {});
 // Backprop against central differences for a sample of every tensor's entries (relative error
 // under 1e-5). zero_features: input features set to zero in every example (the first dense layer
-// then skips them).
+// then skips them). A model with dropout is checked in training, with keys from `seed`.
 void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const std::vector<int64_t>& zero_features = {});
 
 }  // namespace pstrain::testing

@@ -4,7 +4,8 @@
 // every exchange (dense, row-sparse, factored, forward; small chunks go in batched pushes), and
 // hidden activations drawn from every one the engine has, and half of them a cosine learning-rate
 // schedule with warm-up, half a layer_norm between the hidden layers, half a residual block (a
-// dense layer whose output is added to the first hidden layer's: a value two layers read). The
+// dense layer whose output is added to the first hidden layer's: a value two layers read), half a
+// dropout before the output layer (masks from the examples' indices). The
 // trial's seed is printed; PSTRAIN_SLICES_TRIALS sets how many (CI: 6).
 //
 // And one step of N slices against one slice of the whole batch: the same step to rounding
@@ -52,6 +53,7 @@ struct Trial {
   bool cosine;                  // a cosine schedule with warm-up instead of a constant rate
   bool layer_norm;              // a layer_norm between the hidden layers
   bool residual;                // h1 + dense(h1) before the second hidden layer
+  bool dropout;                 // a dropout (rate 0.3) before the output layer
 };
 
 Trial draw(Rng& rng) {
@@ -74,6 +76,7 @@ Trial draw(Rng& rng) {
   t.cosine = rng.uniform_index(2) == 1;
   t.layer_norm = rng.uniform_index(2) == 1;
   t.residual = rng.uniform_index(2) == 1;
+  t.dropout = rng.uniform_index(2) == 1;
   return t;
 }
 
@@ -105,6 +108,12 @@ JobSpec job_of(const Trial& t) {
     add.inputs = {"h1", "r"};
     spec.model.layers[0].name = "h1";
     spec.model.layers.insert(spec.model.layers.end() - 2, {r, add});
+  }
+  if (t.dropout) {
+    LayerSpec drop;
+    drop.type = LayerType::kDropout;
+    drop.rate = 0.3f;
+    spec.model.layers.insert(spec.model.layers.end() - 1, drop);
   }
   spec.optimizer.type = t.optimizer;
   spec.optimizer.learning_rate = t.optimizer == OptimizerType::kAdam ? 0.005f : 0.1f;
@@ -157,7 +166,7 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     const std::string exchange = exchange_name(t.exchange);
     CAPTURE(exchange);
     const std::string activations = std::string(activation_name(t.hidden1)) + ", " + activation_name(t.hidden2) +
-                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "");
+                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "") + (t.dropout ? ", dropout" : "");
     CAPTURE(activations);
     const SplitLoader load = blobs(t.examples);
     std::vector<float> distributed;

@@ -25,11 +25,12 @@ template <typename T>
 LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels,
                                                    int64_t batch, T* grads,
                                                    const typename Model<T>::GradientsReady& ready,
-                                                   const typename Model<T>::FactoredKernels* factored) {
+                                                   const typename Model<T>::FactoredKernels* factored,
+                                                   const ExampleKeys& keys) {
   const int n = replicas();
-  if (n == 1) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready, factored);
+  if (n == 1) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready, factored, keys);
   if (factored != nullptr) throw Error("factored kernel gradients need a single replica");
-  if (batch < n) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready);
+  if (batch < n) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready, nullptr, keys);
 
   std::vector<LossResult> results(static_cast<size_t>(n));
   const int64_t in = input_size();
@@ -37,8 +38,9 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
   for (int r = 0; r < n; ++r) {
     const auto [begin, end] = slice(r, batch);
     T* out = r == 0 ? grads : replica_grads_[static_cast<size_t>(r - 1)].data();
-    results[static_cast<size_t>(r)] =
-        replicas_[static_cast<size_t>(r)]->compute_gradients(params, inputs + begin * in, labels + begin, end - begin, out);
+    const ExampleKeys part{keys.epoch, keys.ids != nullptr ? keys.ids + begin : nullptr};
+    results[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)]->compute_gradients(
+        params, inputs + begin * in, labels + begin, end - begin, out, {}, nullptr, part);
   }
   // Sum the replicas' gradients into grads, in replica order, splitting the range over threads.
   const auto total = static_cast<int64_t>(layout().total_size());

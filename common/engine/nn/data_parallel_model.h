@@ -34,7 +34,9 @@ class DataParallelModel {
   // `factored` (Model::compute_gradients) needs a single replica: with several it must be null.
   LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch, T* grads,
                                const typename Model<T>::GradientsReady& ready = {},
-                               const typename Model<T>::FactoredKernels* factored = nullptr);
+                               const typename Model<T>::FactoredKernels* factored = nullptr,
+                               const ExampleKeys& keys = {});
+  bool needs_keys() const { return replicas_.front()->needs_keys(); }
   // The first replica (with one replica, the whole model: its kernel_factors).
   const Model<T>& first_replica() const { return *replicas_.front(); }
   LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);

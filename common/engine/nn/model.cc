@@ -3,12 +3,23 @@
 #include <algorithm>
 
 #include "common/base/error.h"
+#include "common/base/rng.h"
 #include "common/engine/nn/activations.h"
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/merge.h"
 #include "common/engine/nn/normalization.h"
 
 namespace pstrain::nn {
+namespace {
+
+// FNV-1a: a layer's key as a number, the same in every build (std::hash is not).
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+}  // namespace
 
 template <typename T>
 Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch) {
@@ -125,6 +136,12 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
                           0, out, nullptr, nullptr, nullptr);
         break;
       }
+      case LayerType::kDropout:
+        // The layer's identity in its masks: its key, so inserting another layer changes nothing.
+        layer = std::make_unique<Dropout<T>>(l.rate, mix_seed(spec.seed, fnv1a(layer_key(spec, i))),
+                                             in_size, max_batch);
+        dropouts_.push_back(static_cast<Dropout<T>*>(layer.get()));
+        break;
       case LayerType::kActivation:
       case LayerType::kFlatten:
       case LayerType::kReshape:
@@ -161,6 +178,12 @@ Model<T>::~Model() = default;
 
 template <typename T>
 ConstMatMap<T> Model<T>::forward(const T* params, const T* inputs, int64_t batch) {
+  return run_forward(params, inputs, batch, {});
+}
+
+template <typename T>
+ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t batch, const ExampleKeys& keys) {
+  for (Dropout<T>* d : dropouts_) d->set_keys(keys);
   if (batch <= 0 || batch > max_batch_) {
     throw Error("batch of " + std::to_string(batch) + " examples outside 1.." + std::to_string(max_batch_));
   }
@@ -181,19 +204,22 @@ ConstMatMap<T> Model<T>::forward(const T* params, const T* inputs, int64_t batch
 }
 
 template <typename T>
-LossResult Model<T>::evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch) {
-  return softmax_cross_entropy<T>(forward(params, inputs, batch), labels, nullptr);
+LossResult Model<T>::evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+                              const ExampleKeys& keys) {
+  return softmax_cross_entropy<T>(run_forward(params, inputs, batch, keys), labels, nullptr);
 }
 
 template <typename T>
 LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
-                                       T* grads, const GradientsReady& ready, const FactoredKernels* factored) {
+                                       T* grads, const GradientsReady& ready, const FactoredKernels* factored,
+                                       const ExampleKeys& keys) {
+  if (needs_keys() && keys.ids == nullptr) throw Error("dropout needs the batch's example keys");
   for (Stage& s : stages_) {
     if (s.dense == nullptr) continue;
     const auto p = static_cast<size_t>(s.kernel_param);
     s.dense->compute_kernel_gradient(factored == nullptr || p >= factored->size() || !(*factored)[p]);
   }
-  ConstMatMap<T> logits = forward(params, inputs, batch);
+  ConstMatMap<T> logits = run_forward(params, inputs, batch, keys);
   std::fill(delta_written_.begin(), delta_written_.end(), false);
   LossResult result = softmax_cross_entropy<T>(logits, labels, deltas_[output_buffer_].data());
   delta_written_[output_buffer_] = true;

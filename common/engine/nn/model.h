@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/engine/model_spec.h"
+#include "common/engine/nn/dropout.h"
 #include "common/engine/nn/layer.h"
 #include "common/engine/nn/loss.h"
 
@@ -40,11 +41,16 @@ class Model {
   int64_t max_batch() const { return max_batch_; }
 
   // inputs: input_size x batch, column-major. Returns the logits (output_size x batch), valid
-  // until the next call.
+  // until the next call. Inference: dropout passes everything through.
   ConstMatMap<T> forward(const T* params, const T* inputs, int64_t batch);
 
-  // Loss and accuracy only (evaluation).
-  LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);
+  // Loss and accuracy only: of inference (evaluation), or with `keys` of training as
+  // compute_gradients sees it (dropout on; for gradient checks).
+  LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+                      const ExampleKeys& keys = {});
+
+  // True if training needs the examples' keys (the model has dropout).
+  bool needs_keys() const { return !dropouts_.empty(); }
 
   // Called during backward each time the gradient from some flat offset to the end of the buffer
   // is final (backward runs from the last layer to the first, and tensors are laid out in layer
@@ -57,8 +63,11 @@ class Model {
 
   // Forward and backward: overwrites all of `grads` with d(summed loss)/d(params), except the
   // slices of the kernels `factored` marks, which it leaves as they are.
+  // `keys`: the batch's epoch and example indices, required when needs_keys() (dropout draws
+  // from them).
   LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
-                               T* grads, const GradientsReady& ready = {}, const FactoredKernels* factored = nullptr);
+                               T* grads, const GradientsReady& ready = {}, const FactoredKernels* factored = nullptr,
+                               const ExampleKeys& keys = {});
 
   // True if parameter `param` is the kernel of a dense layer (one that can be factored).
   bool is_dense_kernel(size_t param) const;
@@ -93,6 +102,7 @@ class Model {
     Dense<T>* dense;            // the layer, if it is dense (else nullptr)
   };
   const Stage& dense_stage(size_t param) const;
+  ConstMatMap<T> run_forward(const T* params, const T* inputs, int64_t batch, const ExampleKeys& keys);
   const T* values(int buffer) const { return buffer == kModelInput ? last_input_ : activations_[buffer].data(); }
   // Where a stage writes dLoss/d(its input `buffer`): the buffer's delta when it is the first
   // reader to write it in this backward pass, else scratch_, which add_delta then sums in.
@@ -108,6 +118,7 @@ class Model {
   std::vector<bool> delta_written_;  // by buffer, during one backward pass
   Mat<T> scratch_;                   // a second reader's gradient, before it is summed in
   int output_buffer_ = 0;
+  std::vector<Dropout<T>*> dropouts_;
   const T* last_input_ = nullptr;
   int64_t last_batch_ = 0;
 };
