@@ -120,7 +120,7 @@ TEST_CASE("training a model with dropout needs the examples' keys") {
                        "dropout needs the batch's example keys", Error);
 }
 
-TEST_CASE("dropout's rate in JSON: required, in [0, 1), named when wrong") {
+TEST_CASE("dropout's rate in JSON: required, at least 0 and below 1, named when wrong") {
   auto error = [](const std::string& layer) {
     try {
       parse_model_spec(R"({"input_shape": [6], "layers": [)" + layer + R"(, {"type": "dense", "units": 2}]})");
