@@ -372,7 +372,7 @@ std::shared_ptr<ModelService::Loaded> ModelService::cache(const std::string& key
   auto loaded = std::make_shared<Loaded>();
   loaded->id = key;
   loaded->spec = std::move(spec);
-  loaded->model = std::make_unique<nn::Model<float>>(loaded->spec.model, kBatch);
+  loaded->model = std::make_unique<nn::Model<float>>(loaded->spec.model, kBatch, loaded->spec.loss);
   std::optional<std::vector<float>> params = decode_safetensors(loaded->model->layout(), file);
   if (!params) {
     *err = service_error(500, "model-missing", "the stored file of " + what + " does not fit its architecture");

@@ -9,13 +9,14 @@ namespace pstrain::testing {
 Examples separable_features(Rng& rng, const std::vector<float>& w, int count) {
   Examples e;
   for (int i = 0; i < count; ++i) {
-    float score[3] = {0, 0, 0};
+    const int classes = static_cast<int>(w.size() / 30);
+    std::vector<float> score(static_cast<size_t>(classes), 0.0f);
     for (int f = 0; f < 30; ++f) {
       const float x = rng.uniform_float(-1.0f, 1.0f);
       e.inputs.push_back(x);
-      for (int k = 0; k < 3; ++k) score[k] += w[static_cast<size_t>(k * 30 + f)] * x;
+      for (int k = 0; k < classes; ++k) score[static_cast<size_t>(k)] += w[static_cast<size_t>(k * 30 + f)] * x;
     }
-    e.labels.push_back(static_cast<int32_t>(std::max_element(score, score + 3) - score));
+    e.labels.push_back(static_cast<int32_t>(std::max_element(score.begin(), score.end()) - score.begin()));
   }
   return e;
 }

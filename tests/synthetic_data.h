@@ -16,8 +16,8 @@ struct Examples {
   std::vector<int32_t> labels;
 };
 
-// 30 features uniform in [-1, 1), labelled by the largest of 3 fixed linear scores `w` (3 x 30,
-// class-major): linearly separable into 3 classes.
+// 30 features uniform in [-1, 1), labelled by the largest of the fixed linear scores `w`
+// (classes x 30, class-major; 3 x 30 in most tests): linearly separable into w.size() / 30 classes.
 Examples separable_features(Rng& rng, const std::vector<float>& w, int count);
 
 // 8x8x1 images of noise in [0, 0.5) with a bright 4x4 quadrant: the class (4 classes).

@@ -92,7 +92,7 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
   check_spec_against_dataset(spec, test);
 
   const int64_t batch = spec.training.global_batch_size;
-  nn::DataParallelModel<float> model(spec.model, batch, options.replicas);
+  nn::DataParallelModel<float> model(spec.model, batch, options.replicas, spec.loss);
   const ParamLayout& layout = model.layout();
   if (options.servers > 0) group_first_layer_by_server(model, plan_chunks(layout, options.servers), options.servers);
   TrainingResult result;

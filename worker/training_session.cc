@@ -45,7 +45,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
       start_step_(a.getStartStep()),
       generation_(a.getGeneration()),
       model_(std::make_unique<nn::DataParallelModel<float>>(spec_.model, batch_per_worker(spec_, worker_count_),
-                                                            options.replicas)),
+                                                            options.replicas, spec_.loss)),
       servers_(job_id_, generation_,
                rpc::WorkerPass{node_id, std::string(reinterpret_cast<const char*>(a.getWorkerToken().begin()),
                                                     a.getWorkerToken().size())},

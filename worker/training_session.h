@@ -100,7 +100,8 @@ class TrainingSession {
 
   // What every batch must hold for the model (decode_batch checks it).
   BatchShape batch_shape() const {
-    return {static_cast<size_t>(model_->input_size()), static_cast<uint32_t>(model_->output_size())};
+    return {static_cast<size_t>(model_->input_size()),
+            static_cast<uint32_t>(nn::loss_classes(spec_.loss, model_->output_size()))};
   }
 
   kj::AsyncIoProvider& io_;

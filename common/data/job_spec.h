@@ -114,7 +114,7 @@ struct JobSpec {
   std::string name;
   DatasetSpec dataset;
   ModelSpec model;
-  std::string loss = "sparse_softmax_cross_entropy";
+  LossSpec loss;
   OptimizerSpec optimizer;
   TrainingSpec training;
   BackupSpec backup;

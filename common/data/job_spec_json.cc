@@ -356,9 +356,7 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   }
   spec.dataset = read_dataset(r.required("dataset"));
   spec.model = read_model_spec(r.required("model"));
-  if (const json::value* l = r.optional("loss")) {
-    spec.loss = read_enum<std::string>(*l, "/loss", {{"sparse_softmax_cross_entropy", "sparse_softmax_cross_entropy"}});
-  }
+  if (const json::value* l = r.optional("loss")) spec.loss = read_loss(*l);
   spec.optimizer = read_optimizer(r.required("optimizer"));
   spec.training = read_training(r.required("training"));
   if (const json::value* b = r.optional("backup")) spec.backup = read_backup(*b);
@@ -417,9 +415,16 @@ void check_against(const JobSpec& spec, const std::string& dataset, const Shape&
   }
   const Shape& out = shapes.back();
   const std::string last = "/model/layers/" + std::to_string(spec.model.layers.size() - 1);
-  if (out.size() != 1 || out[0] != num_classes) {
-    throw SpecError(last, "must output " + std::to_string(num_classes) + " logits (the classes of " + dataset +
-                              ") but outputs " + shape_string(out));
+  if (spec.loss.type == LossType::kBinaryCrossEntropy && num_classes != 2) {
+    throw SpecError("/loss", "binary_cross_entropy needs a dataset of 2 classes (labels 0 and 1), but " + dataset +
+                                 " has " + std::to_string(num_classes));
+  }
+  const int64_t outputs = loss_outputs(spec.loss, num_classes);
+  if (out.size() != 1 || out[0] != outputs) {
+    const std::string what = spec.loss.type == LossType::kBinaryCrossEntropy
+                                 ? "1 logit (binary_cross_entropy on " + dataset + "'s 2 classes)"
+                                 : std::to_string(num_classes) + " logits (the classes of " + dataset + ")";
+    throw SpecError(last, "must output " + what + " but outputs " + shape_string(out));
   }
 }
 
@@ -494,7 +499,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
                                {"shard_policy", shard_policy_name(spec.dataset.shard_policy)},
                                {"shuffle_seed", spec.dataset.shuffle_seed}}},
       {"model", model_spec_to_object(spec.model)},
-      {"loss", spec.loss},
+      {"loss", loss_to_value(spec.loss)},
       {"optimizer", std::move(optimizer)},
       {"training", std::move(training)},
       {"backup", std::move(backup)},

@@ -13,7 +13,8 @@
 namespace pstrain {
 
 Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Split& split) {
-  const auto classes = static_cast<size_t>(model.output_size());
+  const auto outputs = static_cast<size_t>(model.output_size());
+  const auto classes = static_cast<size_t>(nn::loss_classes(model.loss(), model.output_size()));
   const auto input_size = static_cast<size_t>(model.input_size());
   const auto max_batch = static_cast<uint32_t>(model.max_batch());
   Evaluation e;
@@ -23,19 +24,20 @@ Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Sp
   std::vector<float> columns(input_size * max_batch);
   std::vector<int32_t> labels(max_batch);
   std::vector<uint32_t> indices;
+  std::vector<double> probabilities(classes);
   for (uint32_t start = 0; start < split.size; start += max_batch) {
     const uint32_t batch = std::min(split.size - start, max_batch);
     indices.resize(batch);
     std::iota(indices.begin(), indices.end(), start);
     split.gather(indices, columns.data(), labels.data());
     const auto logits = model.forward(params, columns.data(), batch);
-    const nn::LossResult r = nn::softmax_cross_entropy<float>(logits, labels.data(), nullptr);
+    const nn::LossResult r = nn::compute_loss<float>(model.loss(), logits, labels.data(), nullptr);
     loss_sum += r.loss_sum;
     correct += r.correct;
     for (uint32_t c = 0; c < batch; ++c) {
-      Eigen::Index best = 0;
-      logits.col(c).maxCoeff(&best);
-      ++e.confusion[static_cast<size_t>(labels[c])][static_cast<size_t>(best)];
+      const int64_t predicted = nn::class_probabilities(model.loss(), logits.col(c).data(),
+                                                        static_cast<int64_t>(outputs), probabilities.data());
+      ++e.confusion[static_cast<size_t>(labels[c])][static_cast<size_t>(predicted)];
     }
   }
   e.examples = split.size;
@@ -68,28 +70,26 @@ std::string evaluation_json(const Evaluation& e, const std::string& extra) {
 }
 
 std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n) {
-  const auto classes = static_cast<Eigen::Index>(model.output_size());
+  const auto outputs = model.output_size();
+  const auto classes = nn::loss_classes(model.loss(), outputs);
   const auto input_size = static_cast<size_t>(model.input_size());
   const auto max_batch = static_cast<size_t>(model.max_batch());
   auto text = [](float x) {
     char buffer[32];
     return std::string(buffer, std::to_chars(buffer, buffer + sizeof buffer, x).ptr);  // shortest exact form
   };
+  std::vector<double> probabilities(static_cast<size_t>(classes));
   std::string out = "{\"predictions\":[";
   for (size_t start = 0; start < n; start += max_batch) {
     const auto batch = static_cast<int64_t>(std::min(n - start, max_batch));
     const auto logits = model.forward(params, inputs + start * input_size, batch);
     for (int64_t c = 0; c < batch; ++c) {
-      const float top = logits.col(c).maxCoeff();
-      double sum = 0;
-      for (Eigen::Index k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(logits(k, c) - top));
-      Eigen::Index best = 0;
-      logits.col(c).maxCoeff(&best);
+      const int64_t best = nn::class_probabilities(model.loss(), logits.col(c).data(), outputs, probabilities.data());
       if (start + static_cast<size_t>(c) > 0) out += ',';
       out += "{\"class\":" + std::to_string(best) + ",\"probabilities\":[";
-      for (Eigen::Index k = 0; k < classes; ++k) {
+      for (int64_t k = 0; k < classes; ++k) {
         if (k > 0) out += ',';
-        out += text(static_cast<float>(std::exp(static_cast<double>(logits(k, c) - top)) / sum));
+        out += text(static_cast<float>(probabilities[static_cast<size_t>(k)]));
       }
       out += "]}";
     }

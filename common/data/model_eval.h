@@ -30,7 +30,8 @@ std::string evaluation_json(const Evaluation& e, const std::string& extra = "");
 
 // Runs `n` examples (`inputs`: model.input_size() values each, one after another, as the model
 // sees them) through the model, model.max_batch() at a time: {"predictions": [{"class": k,
-// "probabilities": [softmax of the logits]}, ...]}, TensorFlow Serving's answer form.
+// "probabilities": [the class probabilities: softmax, or [1 - p, p] under binary cross-entropy]},
+// ...]}, TensorFlow Serving's answer form.
 std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n);
 
 }  // namespace pstrain

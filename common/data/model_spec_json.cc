@@ -237,6 +237,39 @@ json::object model_spec_to_object(const ModelSpec& model) {
   return json::object{{"input_shape", std::move(input_shape)}, {"seed", model.seed}, {"layers", std::move(layers)}};
 }
 
+LossSpec read_loss(const json::value& v) {
+  // Our names, and Keras' spellings of them.
+  const auto type = [](const json::value& name, const std::string& path) {
+    return read_enum<LossType>(name, path,
+                               {{"sparse_softmax_cross_entropy", LossType::kSparseCategoricalCrossEntropy},
+                                {"sparse_categorical_crossentropy", LossType::kSparseCategoricalCrossEntropy},
+                                {"categorical_cross_entropy", LossType::kCategoricalCrossEntropy},
+                                {"categorical_crossentropy", LossType::kCategoricalCrossEntropy},
+                                {"binary_cross_entropy", LossType::kBinaryCrossEntropy},
+                                {"binary_crossentropy", LossType::kBinaryCrossEntropy}});
+  };
+  LossSpec loss;
+  if (!v.is_object()) {
+    loss.type = type(v, "/loss");
+    return loss;
+  }
+  ObjectReader r(v, "/loss");
+  loss.type = type(r.required("type"), "/loss/type");
+  if (r.optional("label_smoothing") != nullptr) {
+    if (loss.type == LossType::kSparseCategoricalCrossEntropy) {
+      throw SpecError("/loss/label_smoothing", "applies to categorical_cross_entropy and binary_cross_entropy only");
+    }
+    loss.label_smoothing = r.number("label_smoothing", 0.0, 1.0, false, 0.0f);
+  }
+  r.finish();
+  return loss;
+}
+
+json::value loss_to_value(const LossSpec& loss) {
+  if (loss.label_smoothing == 0.0f) return json::value(loss_type_name(loss.type));
+  return json::object{{"type", loss_type_name(loss.type)}, {"label_smoothing", loss.label_smoothing}};
+}
+
 }  // namespace spec_json
 
 using namespace spec_json;

@@ -96,5 +96,8 @@ class ObjectReader {
 // The model part of a spec (model_spec_json.cc): "/model" read strictly, and written back.
 ModelSpec read_model_spec(const json::value& v);
 json::object model_spec_to_object(const ModelSpec& model);
+// The job spec's `loss`: a name, or {"type": name, "label_smoothing": s}.
+LossSpec read_loss(const json::value& v);
+json::value loss_to_value(const LossSpec& loss);
 
 }  // namespace pstrain::spec_json

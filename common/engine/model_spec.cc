@@ -58,6 +58,19 @@ Shape merge_shape(const LayerSpec& layer, const std::vector<Shape>& ins, const s
 
 }  // namespace
 
+const char* loss_type_name(LossType type) {
+  switch (type) {
+    case LossType::kSparseCategoricalCrossEntropy: return "sparse_softmax_cross_entropy";
+    case LossType::kCategoricalCrossEntropy: return "categorical_cross_entropy";
+    case LossType::kBinaryCrossEntropy: return "binary_cross_entropy";
+  }
+  return "?";
+}
+
+int64_t loss_outputs(const LossSpec& loss, uint32_t classes) {
+  return loss.type == LossType::kBinaryCrossEntropy ? 1 : static_cast<int64_t>(classes);
+}
+
 const char* layer_type_name(LayerType type) {
   switch (type) {
     case LayerType::kDense: return "dense";

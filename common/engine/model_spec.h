@@ -26,6 +26,23 @@ enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, 
 // splitting the padding with the extra row or column on the bottom/right.
 enum class Padding { kValid, kSame };
 
+// The loss a model is trained with (the job spec's `loss`), on integer class labels:
+//   sparse_softmax_cross_entropy       softmax over the outputs, the label's -log p (the default;
+//                                      Keras' sparse_categorical_crossentropy)
+//   categorical_cross_entropy          the same against a one-hot target smoothed by
+//                                      label_smoothing: (1 - s) onehot + s / classes
+//   binary_cross_entropy               one output, a logit: sigmoid, labels 0 or 1, smoothed to
+//                                      y (1 - s) + s / 2
+// (common/engine/nn/loss.h has the formulas.)
+enum class LossType { kSparseCategoricalCrossEntropy, kCategoricalCrossEntropy, kBinaryCrossEntropy };
+struct LossSpec {
+  LossType type = LossType::kSparseCategoricalCrossEntropy;
+  float label_smoothing = 0.0f;  // categorical and binary only, in [0, 1]
+};
+const char* loss_type_name(LossType type);
+// The outputs a model needs for `classes` classes under `loss`: 1 for binary, else one per class.
+int64_t loss_outputs(const LossSpec& loss, uint32_t classes);
+
 const char* layer_type_name(LayerType type);
 const char* activation_name(Activation activation);
 const char* padding_name(Padding padding);

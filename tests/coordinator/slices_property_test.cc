@@ -29,16 +29,16 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// "blobs-30": 30 float32 features in 3 classes (testing::separable_features); `examples`
+// "blobs-30": 30 float32 features in `classes` classes (testing::separable_features); `examples`
 // training examples (test: 300).
-SplitLoader blobs(uint32_t examples) {
-  return [examples](const std::string& dataset, SplitKind kind) {
+SplitLoader blobs(uint32_t examples, uint32_t classes) {
+  return [examples, classes](const std::string& dataset, SplitKind kind) {
     Rng rng(11);
-    std::vector<float> w(3 * 30);
+    std::vector<float> w(classes * 30);
     for (float& v : w) v = rng.uniform_float(-1.0f, 1.0f);
     const testing::Examples train = testing::separable_features(rng, w, static_cast<int>(examples));
     const testing::Examples test = testing::separable_features(rng, w, 300);
-    return make_split(dataset, kind, testing::as_parsed(kind == SplitKind::kTrain ? train : test, {30}, Dtype::kFloat32, 3));
+    return make_split(dataset, kind, testing::as_parsed(kind == SplitKind::kTrain ? train : test, {30}, Dtype::kFloat32, classes));
   };
 }
 
@@ -54,6 +54,7 @@ struct Trial {
   bool layer_norm;              // a layer_norm between the hidden layers
   bool residual;                // h1 + dense(h1) before the second hidden layer
   bool dropout;                 // a dropout (rate 0.3) before the output layer
+  LossSpec loss;                // sparse; categorical smoothed by 0.1; binary (2 classes, 1 output)
 };
 
 Trial draw(Rng& rng) {
@@ -77,8 +78,14 @@ Trial draw(Rng& rng) {
   t.layer_norm = rng.uniform_index(2) == 1;
   t.residual = rng.uniform_index(2) == 1;
   t.dropout = rng.uniform_index(2) == 1;
+  const LossType losses[] = {LossType::kSparseCategoricalCrossEntropy, LossType::kCategoricalCrossEntropy,
+                             LossType::kBinaryCrossEntropy};
+  t.loss.type = losses[rng.uniform_index(3)];
+  if (t.loss.type == LossType::kCategoricalCrossEntropy) t.loss.label_smoothing = 0.1f;
   return t;
 }
+
+uint32_t classes_of(const Trial& t) { return t.loss.type == LossType::kBinaryCrossEntropy ? 2 : 3; }
 
 JobSpec job_of(const Trial& t) {
   JobSpec spec;
@@ -92,7 +99,8 @@ JobSpec job_of(const Trial& t) {
   h1.activation = t.hidden1;
   h2.units = 24;
   h2.activation = t.hidden2;
-  out.units = 3;
+  out.units = loss_outputs(t.loss, classes_of(t));
+  spec.loss = t.loss;
   spec.model.layers = {h1, h2, out};
   if (t.layer_norm) {
     LayerSpec norm;
@@ -166,9 +174,9 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     const std::string exchange = exchange_name(t.exchange);
     CAPTURE(exchange);
     const std::string activations = std::string(activation_name(t.hidden1)) + ", " + activation_name(t.hidden2) +
-                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "") + (t.dropout ? ", dropout" : "");
+                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "") + (t.dropout ? ", dropout" : "") + ", " + loss_type_name(t.loss.type);
     CAPTURE(activations);
-    const SplitLoader load = blobs(t.examples);
+    const SplitLoader load = blobs(t.examples, classes_of(t));
     std::vector<float> distributed;
     {
       testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load,

@@ -5,12 +5,12 @@
 namespace pstrain::nn {
 
 template <typename T>
-DataParallelModel<T>::DataParallelModel(const ModelSpec& spec, int64_t max_batch, int replicas)
+DataParallelModel<T>::DataParallelModel(const ModelSpec& spec, int64_t max_batch, int replicas, const LossSpec& loss)
     : max_batch_(max_batch) {
   replicas = std::max(1, std::min<int>(replicas, static_cast<int>(max_batch)));
   const int64_t share = (max_batch + replicas - 1) / replicas;
   for (int r = 0; r < replicas; ++r) {
-    replicas_.push_back(std::make_unique<Model<T>>(spec, share));
+    replicas_.push_back(std::make_unique<Model<T>>(spec, share, loss));
     if (r > 0) replica_grads_.emplace_back(replicas_.back()->layout().total_size());
   }
 }

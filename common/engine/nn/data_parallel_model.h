@@ -20,7 +20,7 @@ template <typename T>
 class DataParallelModel {
  public:
   // replicas >= 1. max_batch is the whole batch; each replica gets buffers for its share.
-  DataParallelModel(const ModelSpec& spec, int64_t max_batch, int replicas);
+  DataParallelModel(const ModelSpec& spec, int64_t max_batch, int replicas, const LossSpec& loss = {});
 
   const ParamLayout& layout() const { return replicas_.front()->layout(); }
   int64_t input_size() const { return replicas_.front()->input_size(); }

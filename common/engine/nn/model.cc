@@ -22,7 +22,7 @@ uint64_t fnv1a(const std::string& text) {
 }  // namespace
 
 template <typename T>
-Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch) {
+Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) : loss_(loss), max_batch_(max_batch) {
   const std::vector<Shape> shapes = infer_shapes(spec);
   const ModelGraph graph = model_graph(spec);
   layout_ = make_param_layout(spec);
@@ -31,7 +31,10 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
   output_size_ = num_elements(shapes[output_layer]);
 
   // The layer that computes the model's output (flatten and reshape only relabel): a softmax
-  // there is the loss's (model_spec.h), so the model's output stays the logits.
+  // there (a sigmoid under binary cross-entropy) is the loss's (model_spec.h), so the model's
+  // output stays the logits.
+  const Activation loss_activation =
+      loss.type == LossType::kBinaryCrossEntropy ? Activation::kSigmoid : Activation::kSoftmax;
   size_t last_computing = output_layer;
   while ((spec.layers[last_computing].type == LayerType::kFlatten ||
           spec.layers[last_computing].type == LayerType::kReshape) &&
@@ -152,7 +155,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch) : max_batch_(max_batch
     // the ReLU they fuse.
     const bool separate = l.type == LayerType::kActivation ||
                           ((l.type == LayerType::kDense || l.type == LayerType::kConv2D) && !relu);
-    const bool loss_softmax = l.activation == Activation::kSoftmax && i == last_computing;
+    const bool loss_softmax = l.activation == loss_activation && i == last_computing;
     if (separate && l.activation != Activation::kLinear && !loss_softmax) {
       value = add_stage(std::make_unique<ActivationLayer<T>>(l.activation, out.back()), nullptr, {value},
                         num_elements(out), out, nullptr, nullptr, nullptr);
@@ -206,7 +209,7 @@ ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t b
 template <typename T>
 LossResult Model<T>::evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
                               const ExampleKeys& keys) {
-  return softmax_cross_entropy<T>(run_forward(params, inputs, batch, keys), labels, nullptr);
+  return compute_loss<T>(loss_, run_forward(params, inputs, batch, keys), labels, nullptr);
 }
 
 template <typename T>
@@ -221,7 +224,7 @@ LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const i
   }
   ConstMatMap<T> logits = run_forward(params, inputs, batch, keys);
   std::fill(delta_written_.begin(), delta_written_.end(), false);
-  LossResult result = softmax_cross_entropy<T>(logits, labels, deltas_[output_buffer_].data());
+  LossResult result = compute_loss<T>(loss_, logits, labels, deltas_[output_buffer_].data());
   delta_written_[output_buffer_] = true;
   for (size_t k = stages_.size(); k-- > 0;) {
     Stage& s = stages_[k];

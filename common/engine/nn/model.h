@@ -29,8 +29,9 @@ class Merge;
 template <typename T>
 class Model {
  public:
-  // Throws SpecError if the spec does not describe a valid model.
-  Model(const ModelSpec& spec, int64_t max_batch);
+  // Throws SpecError if the spec does not describe a valid model. `loss`: what evaluate and
+  // compute_gradients score the outputs with (loss.h).
+  Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -39,6 +40,7 @@ class Model {
   int64_t input_size() const { return input_size_; }
   int64_t output_size() const { return output_size_; }
   int64_t max_batch() const { return max_batch_; }
+  const LossSpec& loss() const { return loss_; }
 
   // inputs: input_size x batch, column-major. Returns the logits (output_size x batch), valid
   // until the next call. Inference: dropout passes everything through.
@@ -110,6 +112,7 @@ class Model {
   void add_delta(int buffer, const T* written, int64_t size, int64_t batch);
 
   ParamLayout layout_;
+  LossSpec loss_;
   int64_t max_batch_;
   int64_t input_size_ = 0, output_size_ = 0;
   std::vector<Stage> stages_;
