@@ -6,6 +6,7 @@
 
 #include "common/engine/model_spec.h"
 #include "common/engine/nn/gradient_scaling.h"
+#include "common/engine/nn/moving_statistics.h"
 #include "common/engine/nn/row_groups.h"
 #include "common/engine/simd/kernels.h"
 
@@ -179,6 +180,7 @@ ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table
     Chunk chunk;
     chunk.info = info;
     chunk.l2 = param.l2;
+    chunk.moving_momentum = nn::moving_momentum(spec.model, param);
     if (param.role == ParamRole::kKernel && param.shape.size() == 2 && param.shape[1] > 0) {
       const auto columns = static_cast<size_t>(param.shape[1]);
       if (info.offset % columns == 0 && info.size % columns == 0) chunk.row_columns = columns;
@@ -236,6 +238,10 @@ std::optional<std::span<const float>> ParameterShard::values_at(uint32_t key, ui
 
 void ParameterShard::step_values(Chunk& chunk, std::span<const float> gradient, float lr_scale) {
   optimizer_->apply(chunk.values, gradient, chunk.optimizer_state, chunk.previous, lr_scale);
+  if (chunk.moving_momentum >= 0) {
+    nn::moving_average(chunk.values.data(), gradient.data(), chunk.info.size, chunk.moving_momentum,
+                       chunk.previous.data());
+  }
   std::swap(chunk.values, chunk.previous);
   chunk.previous_version = chunk.version;
   chunk.values_since = chunk.version + 1;

@@ -160,6 +160,7 @@ class ParameterShard {
     ChunkInfo info;
     size_t row_columns = 0;  // see row_columns()
     float l2 = 0;
+    float moving_momentum = -1;  // >= 0: a batch_norm moving statistic (nn/moving_statistics.h)
     AlignedFloats values;
     // The values before the last update (the optimizer writes the new ones here, then the two
     // swap: no copy), valid for version previous_version; the current values are valid from

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/engine/chunk_plan.h"
+#include "common/engine/nn/moving_statistics.h"
 #include "common/data/dataset.h"
 #include "common/data/dataset_manifest.h"
 #include "common/base/error.h"
@@ -98,6 +99,16 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
   TrainingResult result;
   result.params.resize(layout.total_size());
   AlignedFloats grads(layout.total_size());
+  // batch_norm's moving statistics: set as moving averages after each update (moving_statistics.h).
+  struct Moving {
+    size_t offset, size;
+    float momentum;
+  };
+  std::vector<Moving> moving;
+  for (const ParamInfo& p : layout.params()) {
+    if (nn::is_moving_statistic(p.role)) moving.push_back({p.offset, p.size, nn::moving_momentum(spec.model, p)});
+  }
+  std::vector<float> moving_before;
   const auto optimizer = optim::make_optimizer(spec.optimizer);
   optim::OptimizerState& state = result.optimizer;
   state = optimizer->make_state(layout.total_size());
@@ -144,7 +155,15 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
                     " step " + std::to_string(step + 1));
       }
       nn::scale_and_regularize(layout, grads.data(), result.params.data(), n);
+      moving_before.clear();
+      for (const Moving& m : moving) {
+        moving_before.insert(moving_before.end(), result.params.data() + m.offset, result.params.data() + m.offset + m.size);
+      }
       optimizer->apply(result.params, grads, state);
+      for (size_t k = 0, at = 0; k < moving.size(); at += moving[k].size, ++k) {
+        nn::moving_average(moving_before.data() + at, grads.data() + moving[k].offset, moving[k].size,
+                           moving[k].momentum, result.params.data() + moving[k].offset);
+      }
       train_seconds += seconds_since(step_start);
       loss_sum += r.loss_sum;
       correct += r.correct;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "common/engine/compression.h"
+#include "common/engine/nn/moving_statistics.h"
 #include "common/rpc/message_limits.h"
 #include "common/base/rng.h"
 #include "worker/stoppable_wait.h"
@@ -28,6 +29,7 @@ ServerChunks::ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerP
     const size_t columns = param.shape.size() >= 2 ? static_cast<size_t>(param.shape.back()) : 0;
     const bool whole_rows = columns > 0 && c.offset % columns == 0 && c.size % columns == 0;
     columns_.push_back(whole_rows && param.role == ParamRole::kKernel ? columns : 0);
+    moving_.push_back(nn::is_moving_statistic(param.role));
   }
   versions_.assign(chunks_.size(), 0);
   values_.resize(layout.total_size());
@@ -201,11 +203,11 @@ void ServerChunks::fill_push(size_t k, proto::ParameterServer::PushParams::Build
       rpc::reference_part(parts, i, {gradient + (*ranges)[i].offset, (*ranges)[i].size});
       pushed_bytes_ += (*ranges)[i].size * sizeof(float);
     }
-  } else if (compression_.kind == CompressionKind::kFp16) {
+  } else if (compression_.kind == CompressionKind::kFp16 && !moving_[k]) {
     auto half = request.getGradient().initHalf(static_cast<unsigned>(chunks_[k].size * 2));
     encode_half({gradient, chunks_[k].size}, half.begin());
     pushed_bytes_ += half.size();
-  } else if (compression_.kind == CompressionKind::kTopk && take_values) {
+  } else if (compression_.kind == CompressionKind::kTopk && take_values && !moving_[k]) {
     // This worker's own slice: the largest entries of gradient + residual. (A takeover pushes a
     // lost worker's gradient whole below: its residual died with it.)
     const size_t n = chunks_[k].size, count = topk_count(n, compression_.fraction);

@@ -182,6 +182,7 @@ class ServerChunks {
   // Per chunk: the row length of the matrix it is whole rows of (a kernel's last dimension), or 0
   // (a bias, or a chunk that cuts rows): powersgd's shape.
   std::vector<size_t> columns_;
+  std::vector<bool> moving_;     // by chunk: a batch_norm moving statistic, always pushed exact
   std::vector<std::string> addresses_;
   kj::ForkedPromise<void>& stop_;
   std::vector<kj::Own<rpc::Connection>> connections_;

@@ -343,6 +343,34 @@ const char* async_lr_name(AsyncLr lr) {
   }
   return "staleness";
 }
+namespace {
+
+// batch_norm's ghost batches (common/engine/nn/batch_norm.h): by default the global batch over
+// the workers, written into the spec; each worker's share of a full batch must split into whole
+// ghost batches, so that no ghost batch spans two workers.
+void resolve_ghost_batches(JobSpec& spec) {
+  const int64_t batch = spec.training.global_batch_size, workers = spec.training.workers;
+  for (size_t i = 0; i < spec.model.layers.size(); ++i) {
+    LayerSpec& layer = spec.model.layers[i];
+    if (layer.type != LayerType::kBatchNorm) continue;
+    const std::string path = "/model/layers/" + std::to_string(i) + "/virtual_batch_size";
+    if (batch % workers != 0) {
+      throw SpecError(path, "batch_norm needs the global batch (" + std::to_string(batch) + ") to split evenly over the " +
+                                std::to_string(workers) + " workers, so that its ghost batches are the same however "
+                                "many workers share a step");
+    }
+    const int64_t share = batch / workers;
+    if (layer.virtual_batch_size == 0) layer.virtual_batch_size = share;
+    if (share % layer.virtual_batch_size != 0) {
+      throw SpecError(path, std::to_string(layer.virtual_batch_size) + " does not divide each worker's " +
+                                std::to_string(share) + " examples (the global batch " + std::to_string(batch) +
+                                " over " + std::to_string(workers) + " workers) into whole ghost batches");
+    }
+  }
+}
+
+}  // namespace
+
 const char* on_divergence_name(OnDivergence action) { return action == OnDivergence::kWarn ? "warn" : "fail"; }
 
 JobSpec parse_accepted_job_spec(std::string_view json_text) {
@@ -363,6 +391,7 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   if (const json::value* c = r.optional("checkpoint")) spec.checkpoint = read_checkpoint(*c);
   if (const json::value* i = r.optional("init_from")) spec.init_from = read_init_from(*i);
   r.finish();
+  resolve_ghost_batches(spec);
   return spec;
 }
 

@@ -92,7 +92,8 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"layer_norm", LayerType::kLayerNorm},
                                      {"add", LayerType::kAdd},
                                      {"concatenate", LayerType::kConcatenate},
-                                     {"dropout", LayerType::kDropout}});
+                                     {"dropout", LayerType::kDropout},
+                                     {"batch_norm", LayerType::kBatchNorm}});
   // The graph: names and inputs are checked against each other in model_graph.
   if (const json::value* name = r.optional("name")) layer.name = read_string(*name, r.field_path("name"));
   if (const json::value* inputs = r.optional("inputs")) {
@@ -137,9 +138,14 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.activation = read_activation(r);
       break;
     case LayerType::kLayerNorm:
+    case LayerType::kBatchNorm:
       layer.epsilon = r.number("epsilon", 0.0, 1.0, true, 1e-3f);
       layer.center = r.boolean("center", true);
       layer.scale = r.boolean("scale", true);
+      if (layer.type == LayerType::kBatchNorm) {
+        layer.momentum = r.number("momentum", 0.0, 1.0, false, 0.99f);
+        layer.virtual_batch_size = r.integer("virtual_batch_size", 1, int64_t{1} << 24, 0);
+      }
       break;
     case LayerType::kDropout: {
       const std::string p = r.field_path("rate");
@@ -216,9 +222,14 @@ json::object model_spec_to_object(const ModelSpec& model) {
         o["rate"] = l.rate;
         break;
       case LayerType::kLayerNorm:
+      case LayerType::kBatchNorm:
         o["epsilon"] = l.epsilon;
         o["center"] = l.center;
         o["scale"] = l.scale;
+        if (l.type == LayerType::kBatchNorm) {
+          o["momentum"] = l.momentum;
+          if (l.virtual_batch_size > 0) o["virtual_batch_size"] = l.virtual_batch_size;
+        }
         break;
       default:
         break;

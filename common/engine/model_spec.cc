@@ -87,6 +87,7 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kAdd: return "add";
     case LayerType::kConcatenate: return "concatenate";
     case LayerType::kDropout: return "dropout";
+    case LayerType::kBatchNorm: return "batch_norm";
   }
   return "?";
 }
@@ -341,6 +342,10 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         out = in;
         parameters += (layer.scale ? in.back() : 0) + (layer.center ? in.back() : 0);
         break;
+      case LayerType::kBatchNorm:
+        out = in;
+        parameters += (layer.scale ? in.back() : 0) + (layer.center ? in.back() : 0) + 2 * in.back();
+        break;
       case LayerType::kAdd:
       case LayerType::kConcatenate:
         out = merge_shape(layer, ins, path);
@@ -376,10 +381,14 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
       layout.add({prefix + "kernel", {kh, kw, in[2], layer.filters}, ParamRole::kKernel, 0, 0, layer.l2,
                   index, kh * kw * in[2], kh * kw * layer.filters});
       if (layer.use_bias) layout.add({prefix + "bias", {layer.filters}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
-    } else if (layer.type == LayerType::kLayerNorm) {
+    } else if (layer.type == LayerType::kLayerNorm || layer.type == LayerType::kBatchNorm) {
       // Keras' names: gamma (scale), then beta (center), over the last axis.
       if (layer.scale) layout.add({prefix + "gamma", {in.back()}, ParamRole::kGamma, 0, 0, 0.0f, index, 0, 0});
       if (layer.center) layout.add({prefix + "beta", {in.back()}, ParamRole::kBeta, 0, 0, 0.0f, index, 0, 0});
+      if (layer.type == LayerType::kBatchNorm) {
+        layout.add({prefix + "moving_mean", {in.back()}, ParamRole::kMovingMean, 0, 0, 0.0f, index, 0, 0});
+        layout.add({prefix + "moving_variance", {in.back()}, ParamRole::kMovingVariance, 0, 0, 0.0f, index, 0, 0});
+      }
     }
   }
   return layout;

@@ -18,7 +18,7 @@ enum class LayerType {
   kDense, kConv2D, kMaxPool2D, kFlatten, kReshape, kReLU, kActivation,
   kAvgPool2D, kGlobalAvgPool2D, kGlobalMaxPool2D, kLayerNorm,
   kAdd, kConcatenate,  // merge layers: two or more inputs
-  kDropout,
+  kDropout, kBatchNorm,
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -69,8 +69,12 @@ struct LayerSpec {
   // the loss's own (Keras' softmax output with a cross-entropy loss), not a stage of the model.
   Activation activation = Activation::kLinear;
   float l2 = 0.0f;                      // dense, conv2d: kernel L2 factor
-  float epsilon = 1e-3f;                // layer_norm (Keras' default)
-  bool center = true, scale = true;     // layer_norm: beta, gamma
+  float epsilon = 1e-3f;                // layer_norm, batch_norm (Keras' default)
+  bool center = true, scale = true;     // layer_norm, batch_norm: beta, gamma
+  float momentum = 0.99f;               // batch_norm: of the moving statistics
+  // batch_norm: examples per ghost batch; 0 until the job is submitted, which sets the default,
+  // the global batch divided by the workers (job_spec.h).
+  int64_t virtual_batch_size = 0;
   float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
 };
 

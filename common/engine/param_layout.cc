@@ -40,7 +40,7 @@ void glorot_uniform_init(const ParamLayout& layout, uint64_t seed, float* params
     const ParamInfo& p = layout.params()[i];
     float* dst = params + p.offset;
     if (p.role != ParamRole::kKernel) {
-      std::fill(dst, dst + p.size, p.role == ParamRole::kGamma ? 1.0f : 0.0f);
+      std::fill(dst, dst + p.size, p.role == ParamRole::kGamma || p.role == ParamRole::kMovingVariance ? 1.0f : 0.0f);
       continue;
     }
     const float limit = std::sqrt(6.0f / static_cast<float>(p.fan_in + p.fan_out));

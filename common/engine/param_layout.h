@@ -19,8 +19,10 @@ using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& shape);
 std::string shape_string(const Shape& shape);  // "[784, 700]"
 
-// kGamma starts at 1, kBias and kBeta at 0, kernels Glorot-uniform.
-enum class ParamRole { kKernel, kBias, kGamma, kBeta };
+// kGamma and kMovingVariance start at 1, kBias, kBeta and kMovingMean at 0, kernels
+// Glorot-uniform. The moving statistics are set as moving averages, never by an optimizer
+// (common/engine/nn/moving_statistics.h).
+enum class ParamRole { kKernel, kBias, kGamma, kBeta, kMovingMean, kMovingVariance };
 
 struct ParamInfo {
   std::string name;   // "layers.1.kernel": the spec's layer index and the role

@@ -7,6 +7,7 @@
 
 #include "common/base/rng.h"
 #include "common/engine/nn/gradient_scaling.h"
+#include "common/engine/nn/moving_statistics.h"
 
 namespace pstrain::testing {
 
@@ -83,7 +84,7 @@ void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const 
   }
   std::vector<uint32_t> ids;
   for (int64_t b = 0; b < batch; ++b) ids.push_back(static_cast<uint32_t>(seed * 1000 + 7 * b));
-  const nn::ExampleKeys keys = model.needs_keys() ? nn::ExampleKeys{3, ids.data()} : nn::ExampleKeys{};
+  const nn::ExampleKeys keys{3, ids.data()};  // training, in the gradients and the objective
   std::vector<double> grads(model.layout().total_size(), 1e9);  // garbage: every entry must be overwritten
   model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, grads.data(), {}, nullptr, keys);
   nn::scale_and_regularize(model.layout(), grads.data(), p.params.data(), batch);
@@ -93,6 +94,7 @@ void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const 
   const size_t stride = n > 1500 ? n / 1500 : 1;
   double worst = 0;
   for (const ParamInfo& info : model.layout().params()) {
+    if (nn::is_moving_statistic(info.role)) continue;  // set as averages, not by gradients
     for (size_t k = 0; k < info.size; k += std::max<size_t>(1, std::min(stride, info.size / 8 + 1))) {
       const size_t i = info.offset + k;
       std::vector<double> plus = p.params, minus = p.params;

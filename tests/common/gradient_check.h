@@ -32,7 +32,8 @@ double objective(nn::Model<double>& model, const Problem& p, const std::vector<d
                  const nn::ExampleKeys& keys = {});
 // Backprop against central differences for a sample of every tensor's entries (relative error
 // under 1e-5). zero_features: input features set to zero in every example (the first dense layer
-// then skips them). A model with dropout is checked in training, with keys from `seed`.
+// then skips them). Checked in training (dropout's keys from `seed`, batch_norm on its ghost
+// batches); moving statistics are not gradients and are skipped.
 void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const std::vector<int64_t>& zero_features = {});
 
 }  // namespace pstrain::testing

@@ -55,6 +55,7 @@ struct Trial {
   bool residual;                // h1 + dense(h1) before the second hidden layer
   bool dropout;                 // a dropout (rate 0.3) before the output layer
   LossSpec loss;                // sparse; categorical smoothed by 0.1; binary (2 classes, 1 output)
+  int64_t ghost;                // > 0: a batch_norm after the first hidden layer, ghost batches of this
 };
 
 Trial draw(Rng& rng) {
@@ -82,6 +83,14 @@ Trial draw(Rng& rng) {
                              LossType::kBinaryCrossEntropy};
   t.loss.type = losses[rng.uniform_index(3)];
   if (t.loss.type == LossType::kCategoricalCrossEntropy) t.loss.label_smoothing = 0.1f;
+  // batch_norm needs the batch to split evenly over the workers: half the trials round it to a
+  // multiple of the workers and use ghost batches of a half or a whole worker's share.
+  t.ghost = 0;
+  if (rng.uniform_index(2) == 1) {
+    t.batch = (t.batch + 2 * t.workers - 1) / (2 * t.workers) * (2 * t.workers);
+    t.examples = static_cast<uint32_t>(3 * t.batch + 1 + rng.uniform_index(static_cast<uint64_t>(t.batch - 1)));
+    t.ghost = t.batch / t.workers / (rng.uniform_index(2) == 1 ? 2 : 1);
+  }
   return t;
 }
 
@@ -105,6 +114,13 @@ JobSpec job_of(const Trial& t) {
   if (t.layer_norm) {
     LayerSpec norm;
     norm.type = LayerType::kLayerNorm;
+    spec.model.layers.insert(spec.model.layers.begin() + 1, norm);
+  }
+  if (t.ghost > 0) {
+    LayerSpec norm;
+    norm.type = LayerType::kBatchNorm;
+    norm.momentum = 0.9f;
+    norm.virtual_batch_size = t.ghost;
     spec.model.layers.insert(spec.model.layers.begin() + 1, norm);
   }
   if (t.residual) {
@@ -174,7 +190,8 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     const std::string exchange = exchange_name(t.exchange);
     CAPTURE(exchange);
     const std::string activations = std::string(activation_name(t.hidden1)) + ", " + activation_name(t.hidden2) +
-                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "") + (t.dropout ? ", dropout" : "") + ", " + loss_type_name(t.loss.type);
+                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "") + (t.dropout ? ", dropout" : "") + ", " + loss_type_name(t.loss.type) +
+                                    (t.ghost > 0 ? ", batch_norm ghost " + std::to_string(t.ghost) : "");
     CAPTURE(activations);
     const SplitLoader load = blobs(t.examples, classes_of(t));
     std::vector<float> distributed;

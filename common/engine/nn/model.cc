@@ -5,6 +5,7 @@
 #include "common/base/error.h"
 #include "common/base/rng.h"
 #include "common/engine/nn/activations.h"
+#include "common/engine/nn/batch_norm.h"
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/merge.h"
 #include "common/engine/nn/normalization.h"
@@ -131,6 +132,23 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
                           nullptr, inputs, in_size, out, gamma != nullptr ? gamma : beta, nullptr, nullptr);
         break;
       }
+      case LayerType::kBatchNorm: {
+        const ParamInfo* gamma = layout_.find(prefix + "gamma");
+        const ParamInfo* beta = layout_.find(prefix + "beta");
+        const typename BatchNorm<T>::Offsets at{
+            gamma != nullptr ? static_cast<int64_t>(gamma->offset) : -1,
+            beta != nullptr ? static_cast<int64_t>(beta->offset) : -1,
+            static_cast<int64_t>(layout_.find(prefix + "moving_mean")->offset),
+            static_cast<int64_t>(layout_.find(prefix + "moving_variance")->offset)};
+        // Without a virtual batch size (a spec not yet through submit), one ghost batch: the whole batch.
+        const int64_t ghost = l.virtual_batch_size > 0 ? l.virtual_batch_size : max_batch;
+        auto norm = std::make_unique<BatchNorm<T>>(num_elements(out), out.back(), ghost, l.epsilon, at, max_batch);
+        batch_norms_.push_back(norm.get());
+        value = add_stage(std::move(norm), nullptr, inputs, in_size, out,
+                          gamma != nullptr ? gamma : (beta != nullptr ? beta : layout_.find(prefix + "moving_mean")),
+                          nullptr, nullptr);
+        break;
+      }
       case LayerType::kAdd:
       case LayerType::kConcatenate: {
         std::vector<int64_t> widths;
@@ -181,12 +199,14 @@ Model<T>::~Model() = default;
 
 template <typename T>
 ConstMatMap<T> Model<T>::forward(const T* params, const T* inputs, int64_t batch) {
-  return run_forward(params, inputs, batch, {});
+  return run_forward(params, inputs, batch, {}, false);
 }
 
 template <typename T>
-ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t batch, const ExampleKeys& keys) {
+ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t batch, const ExampleKeys& keys,
+                                     bool training) {
   for (Dropout<T>* d : dropouts_) d->set_keys(keys);
+  for (BatchNorm<T>* b : batch_norms_) b->set_training(training);
   if (batch <= 0 || batch > max_batch_) {
     throw Error("batch of " + std::to_string(batch) + " examples outside 1.." + std::to_string(max_batch_));
   }
@@ -209,7 +229,7 @@ ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t b
 template <typename T>
 LossResult Model<T>::evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
                               const ExampleKeys& keys) {
-  return compute_loss<T>(loss_, run_forward(params, inputs, batch, keys), labels, nullptr);
+  return compute_loss<T>(loss_, run_forward(params, inputs, batch, keys, keys.ids != nullptr), labels, nullptr);
 }
 
 template <typename T>
@@ -222,7 +242,7 @@ LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const i
     const auto p = static_cast<size_t>(s.kernel_param);
     s.dense->compute_kernel_gradient(factored == nullptr || p >= factored->size() || !(*factored)[p]);
   }
-  ConstMatMap<T> logits = run_forward(params, inputs, batch, keys);
+  ConstMatMap<T> logits = run_forward(params, inputs, batch, keys, true);
   std::fill(delta_written_.begin(), delta_written_.end(), false);
   LossResult result = compute_loss<T>(loss_, logits, labels, deltas_[output_buffer_].data());
   delta_written_[output_buffer_] = true;

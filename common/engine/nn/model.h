@@ -25,6 +25,8 @@ template <typename T>
 class Dense;
 template <typename T>
 class Merge;
+template <typename T>
+class BatchNorm;
 
 template <typename T>
 class Model {
@@ -47,7 +49,8 @@ class Model {
   ConstMatMap<T> forward(const T* params, const T* inputs, int64_t batch);
 
   // Loss and accuracy only: of inference (evaluation), or with `keys` of training as
-  // compute_gradients sees it (dropout on; for gradient checks).
+  // compute_gradients sees it (dropout on, batch_norm on its batches' statistics; for gradient
+  // checks).
   LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
                       const ExampleKeys& keys = {});
 
@@ -104,7 +107,8 @@ class Model {
     Dense<T>* dense;            // the layer, if it is dense (else nullptr)
   };
   const Stage& dense_stage(size_t param) const;
-  ConstMatMap<T> run_forward(const T* params, const T* inputs, int64_t batch, const ExampleKeys& keys);
+  // training: dropout draws from `keys`, batch_norm normalizes with its ghost batches' statistics.
+  ConstMatMap<T> run_forward(const T* params, const T* inputs, int64_t batch, const ExampleKeys& keys, bool training);
   const T* values(int buffer) const { return buffer == kModelInput ? last_input_ : activations_[buffer].data(); }
   // Where a stage writes dLoss/d(its input `buffer`): the buffer's delta when it is the first
   // reader to write it in this backward pass, else scratch_, which add_delta then sums in.
@@ -122,6 +126,7 @@ class Model {
   Mat<T> scratch_;                   // a second reader's gradient, before it is summed in
   int output_buffer_ = 0;
   std::vector<Dropout<T>*> dropouts_;
+  std::vector<BatchNorm<T>*> batch_norms_;
   const T* last_input_ = nullptr;
   int64_t last_batch_ = 0;
 };
