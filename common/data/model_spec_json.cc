@@ -93,7 +93,10 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"add", LayerType::kAdd},
                                      {"concatenate", LayerType::kConcatenate},
                                      {"dropout", LayerType::kDropout},
-                                     {"batch_norm", LayerType::kBatchNorm}});
+                                     {"batch_norm", LayerType::kBatchNorm},
+                                     {"random_flip", LayerType::kRandomFlip},
+                                     {"random_crop", LayerType::kRandomCrop},
+                                     {"random_translation", LayerType::kRandomTranslation}});
   // The graph: names and inputs are checked against each other in model_graph.
   if (const json::value* name = r.optional("name")) layer.name = read_string(*name, r.field_path("name"));
   if (const json::value* inputs = r.optional("inputs")) {
@@ -153,6 +156,23 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       if (!(layer.rate < 1.0f)) throw SpecError(p, "must be below 1 (the fraction of values dropped)");
       break;
     }
+    case LayerType::kRandomFlip:
+      if (const json::value* m = r.optional("mode")) {
+        const int mode = read_enum<int>(*m, r.field_path("mode"),
+                                        {{"horizontal", 1}, {"vertical", 2}, {"horizontal_and_vertical", 3}});
+        layer.flip_horizontal = (mode & 1) != 0;
+        layer.flip_vertical = (mode & 2) != 0;
+      }
+      break;
+    case LayerType::kRandomCrop:
+      layer.crop_padding = read_int(r.required("padding"), r.field_path("padding"), 1, 4096);
+      break;
+    case LayerType::kRandomTranslation:
+      layer.height_factor = r.number("height_factor", 0.0, 1.0, false, 0.0f);
+      layer.width_factor = r.number("width_factor", 0.0, 1.0, false, 0.0f);
+      if (!(layer.height_factor < 1.0f)) throw SpecError(r.field_path("height_factor"), "must be below 1");
+      if (!(layer.width_factor < 1.0f)) throw SpecError(r.field_path("width_factor"), "must be below 1");
+      break;
     case LayerType::kFlatten:
     case LayerType::kReLU:
     case LayerType::kGlobalAvgPool2D:
@@ -220,6 +240,18 @@ json::object model_spec_to_object(const ModelSpec& model) {
       }
       case LayerType::kDropout:
         o["rate"] = l.rate;
+        break;
+      case LayerType::kRandomFlip:
+        o["mode"] = l.flip_horizontal && l.flip_vertical ? "horizontal_and_vertical"
+                    : l.flip_vertical                    ? "vertical"
+                                                         : "horizontal";
+        break;
+      case LayerType::kRandomCrop:
+        o["padding"] = l.crop_padding;
+        break;
+      case LayerType::kRandomTranslation:
+        o["height_factor"] = l.height_factor;
+        o["width_factor"] = l.width_factor;
         break;
       case LayerType::kLayerNorm:
       case LayerType::kBatchNorm:

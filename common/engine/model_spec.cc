@@ -88,6 +88,9 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kConcatenate: return "concatenate";
     case LayerType::kDropout: return "dropout";
     case LayerType::kBatchNorm: return "batch_norm";
+    case LayerType::kRandomFlip: return "random_flip";
+    case LayerType::kRandomCrop: return "random_crop";
+    case LayerType::kRandomTranslation: return "random_translation";
   }
   return "?";
 }
@@ -336,6 +339,18 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
       case LayerType::kReLU:
       case LayerType::kActivation:
       case LayerType::kDropout:
+        out = in;
+        break;
+      case LayerType::kRandomFlip:
+      case LayerType::kRandomCrop:
+      case LayerType::kRandomTranslation:
+        if (in.size() != 3) {
+          throw SpecError(path + "/type", std::string(layer_type_name(layer.type)) +
+                                              " needs a [height, width, channels] input but gets " + shape_string(in));
+        }
+        if (layer.crop_padding >= std::min(in[0], in[1])) {
+          throw SpecError(path + "/padding", "must be smaller than the image's height and width " + shape_string(in));
+        }
         out = in;
         break;
       case LayerType::kLayerNorm:

@@ -19,6 +19,7 @@ enum class LayerType {
   kAvgPool2D, kGlobalAvgPool2D, kGlobalMaxPool2D, kLayerNorm,
   kAdd, kConcatenate,  // merge layers: two or more inputs
   kDropout, kBatchNorm,
+  kRandomFlip, kRandomCrop, kRandomTranslation,  // augmentation (nn/augmentation.h)
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -75,6 +76,9 @@ struct LayerSpec {
   // batch_norm: examples per ghost batch; 0 until the job is submitted, which sets the default,
   // the global batch divided by the workers (job_spec.h).
   int64_t virtual_batch_size = 0;
+  bool flip_horizontal = true, flip_vertical = false;  // random_flip: `mode`
+  int64_t crop_padding = 0;                             // random_crop: `padding`
+  float height_factor = 0.0f, width_factor = 0.0f;      // random_translation
   float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
 };
 

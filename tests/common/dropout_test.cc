@@ -117,7 +117,7 @@ TEST_CASE("training a model with dropout needs the examples' keys") {
   std::vector<float> params(model.layout().total_size()), grads(params.size()), x(12);
   std::vector<int32_t> labels = {0, 1};
   CHECK_THROWS_WITH_AS(model.compute_gradients(params.data(), x.data(), labels.data(), 2, grads.data()),
-                       "dropout needs the batch's example keys", Error);
+                       "dropout and augmentation need the batch's example keys", Error);
 }
 
 TEST_CASE("dropout's rate in JSON: required, at least 0 and below 1, named when wrong") {

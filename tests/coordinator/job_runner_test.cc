@@ -41,6 +41,37 @@ JobSpec small_job(int epochs, int64_t backup_every) {
   return spec;
 }
 
+// small_job's data and cluster with issue 35's model: a random_crop of the images, a residual
+// block around a dropout with batch_norm (ghost batches of each worker's 64 examples), and a
+// cosine schedule with warm-up: every draw keyed by the example, statistics on the servers.
+JobSpec modern_small_job(int epochs, int64_t backup_every) {
+  JobSpec spec = small_job(epochs, backup_every);
+  LayerSpec crop, flatten, h, norm, r, drop, add, out;
+  crop.type = LayerType::kRandomCrop;
+  crop.crop_padding = 2;
+  flatten.type = LayerType::kFlatten;
+  h.units = 64;
+  h.activation = Activation::kReLU;
+  norm.type = LayerType::kBatchNorm;
+  norm.name = "bn";
+  r.units = 64;
+  r.activation = Activation::kGelu;
+  drop.type = LayerType::kDropout;
+  drop.rate = 0.2f;
+  drop.name = "drop";
+  add.type = LayerType::kAdd;
+  add.inputs = {"bn", "drop"};
+  out.units = 10;
+  spec.model.layers = {crop, flatten, h, norm, r, drop, add, out};
+  LearningRateSchedule& s = spec.optimizer.schedule;
+  s.kind = LearningRateSchedule::Kind::kCosineDecay;
+  s.initial_learning_rate = 0.0;
+  s.warmup_steps = 10;
+  s.warmup_target = 0.002;
+  s.decay_steps = 100;
+  return parse_job_spec(job_spec_to_json(spec));  // as the REST API accepts it (ghost batches set)
+}
+
 // The coordinator's example ledger printed at the end of a sync job: every example of every
 // audited epoch used exactly once by the updates applied. Epochs trained before a coordinator
 // restart are not audited (the ledger starts over): `audited` of the job's epochs are.
@@ -266,6 +297,25 @@ TEST_CASE("takeover - a sync worker killed mid-run: a survivor completes its ste
   // From s + 1 the survivor computes both slices of every step (the lost one as an extra slice)
   // and the servers sum them in slice order: the run is the uninterrupted one, bit for bit.
   check_same_params(run.cluster.final_params(run.id), run.reference);
+}
+
+TEST_CASE("issue 35's model (batch_norm, dropout, random_crop, a residual add, a cosine schedule): a worker killed "
+          "mid-run is taken over, a server killed and restarted is rolled back, and both runs end as the "
+          "uninterrupted one, bit for bit") {
+  const JobSpec spec = modern_small_job(2, 10);
+  REQUIRE(spec.model.layers[3].virtual_batch_size == 64);
+  {
+    Scenario run(spec);
+    wait_for_step(run.cluster, run.id, 15);
+    run.cluster.stop_worker(1, NodeStop::kNow);
+    const JobRecord r = wait_succeeded(run.cluster, run.id);
+    INFO("notes:" << notes_of(r));
+    CHECK(r.recoveries == 1);
+    check_same_params(run.cluster.final_params(run.id), run.reference);
+  }
+  Scenario run(spec);
+  restart_server_after_backup(run.cluster, run.id, 20);
+  run.check_as_uninterrupted(2);
 }
 
 TEST_CASE("cut - a preempted worker hands its work back: the job goes on without it from the cut") {

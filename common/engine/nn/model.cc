@@ -5,6 +5,7 @@
 #include "common/base/error.h"
 #include "common/base/rng.h"
 #include "common/engine/nn/activations.h"
+#include "common/engine/nn/augmentation.h"
 #include "common/engine/nn/batch_norm.h"
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/merge.h"
@@ -163,6 +164,24 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
                                              in_size, max_batch);
         dropouts_.push_back(static_cast<Dropout<T>*>(layer.get()));
         break;
+      case LayerType::kRandomFlip:
+      case LayerType::kRandomCrop:
+      case LayerType::kRandomTranslation: {
+        typename Augmentation<T>::Draws draws;
+        if (l.type == LayerType::kRandomFlip) {
+          draws.flip_horizontal = l.flip_horizontal;
+          draws.flip_vertical = l.flip_vertical;
+        } else if (l.type == LayerType::kRandomCrop) {
+          draws.max_shift_rows = draws.max_shift_cols = l.crop_padding;
+        } else {
+          draws.max_shift_rows = static_cast<int64_t>(l.height_factor * static_cast<float>(in[0]));
+          draws.max_shift_cols = static_cast<int64_t>(l.width_factor * static_cast<float>(in[1]));
+        }
+        layer = std::make_unique<Augmentation<T>>(in[0], in[1], in[2], draws,
+                                                  mix_seed(spec.seed, fnv1a(layer_key(spec, i))), max_batch);
+        augmentations_.push_back(static_cast<Augmentation<T>*>(layer.get()));
+        break;
+      }
       case LayerType::kActivation:
       case LayerType::kFlatten:
       case LayerType::kReshape:
@@ -206,6 +225,7 @@ template <typename T>
 ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t batch, const ExampleKeys& keys,
                                      bool training) {
   for (Dropout<T>* d : dropouts_) d->set_keys(keys);
+  for (Augmentation<T>* a : augmentations_) a->set_keys(keys);
   for (BatchNorm<T>* b : batch_norms_) b->set_training(training);
   if (batch <= 0 || batch > max_batch_) {
     throw Error("batch of " + std::to_string(batch) + " examples outside 1.." + std::to_string(max_batch_));
@@ -236,7 +256,7 @@ template <typename T>
 LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
                                        T* grads, const GradientsReady& ready, const FactoredKernels* factored,
                                        const ExampleKeys& keys) {
-  if (needs_keys() && keys.ids == nullptr) throw Error("dropout needs the batch's example keys");
+  if (needs_keys() && keys.ids == nullptr) throw Error("dropout and augmentation need the batch's example keys");
   for (Stage& s : stages_) {
     if (s.dense == nullptr) continue;
     const auto p = static_cast<size_t>(s.kernel_param);

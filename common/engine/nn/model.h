@@ -27,6 +27,8 @@ template <typename T>
 class Merge;
 template <typename T>
 class BatchNorm;
+template <typename T>
+class Augmentation;
 
 template <typename T>
 class Model {
@@ -54,8 +56,8 @@ class Model {
   LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
                       const ExampleKeys& keys = {});
 
-  // True if training needs the examples' keys (the model has dropout).
-  bool needs_keys() const { return !dropouts_.empty(); }
+  // True if training needs the examples' keys (the model has dropout or augmentation).
+  bool needs_keys() const { return !dropouts_.empty() || !augmentations_.empty(); }
 
   // Called during backward each time the gradient from some flat offset to the end of the buffer
   // is final (backward runs from the last layer to the first, and tensors are laid out in layer
@@ -127,6 +129,7 @@ class Model {
   int output_buffer_ = 0;
   std::vector<Dropout<T>*> dropouts_;
   std::vector<BatchNorm<T>*> batch_norms_;
+  std::vector<Augmentation<T>*> augmentations_;
   const T* last_input_ = nullptr;
   int64_t last_batch_ = 0;
 };
