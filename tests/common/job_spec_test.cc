@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -575,4 +576,20 @@ TEST_CASE("layer_norm: fields parsed and written back, parameters named as Keras
   CHECK(layout.find("layers.2.beta") == nullptr);
   CHECK(error_of(mlp_with(R"({"type": "dense", "units": 500, "activation": "relu"})",
                           R"({"type": "layer_norm", "scale": 1})")) == "/model/layers/2/scale must be a boolean, not an integer");
+}
+
+TEST_CASE("every reference job of deploy/jobs parses and fits its dataset, the residual CNN's graph included") {
+  int jobs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(PSTRAIN_JOBS_DIR)) {
+    if (entry.path().extension() != ".json") continue;
+    INFO(entry.path().string());
+    const JobSpec spec = reference_job(entry.path().filename().string());
+    CHECK(!spec.model.layers.empty());
+    ++jobs;
+  }
+  CHECK(jobs >= 8);
+  const JobSpec resnet = reference_job("fashion-mnist-resnet.json");
+  CHECK(resnet.model.layers[3].virtual_batch_size == 64);  // the global batch over the 2 workers
+  CHECK(make_param_layout(resnet.model).find("layers.block1.moving_variance") != nullptr);
+  CHECK(resnet.loss.type == LossType::kCategoricalCrossEntropy);
 }
