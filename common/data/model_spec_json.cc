@@ -96,7 +96,8 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"batch_norm", LayerType::kBatchNorm},
                                      {"random_flip", LayerType::kRandomFlip},
                                      {"random_crop", LayerType::kRandomCrop},
-                                     {"random_translation", LayerType::kRandomTranslation}});
+                                     {"random_translation", LayerType::kRandomTranslation},
+                                     {"embedding", LayerType::kEmbedding}});
   // The graph: names and inputs are checked against each other in model_graph.
   if (const json::value* name = r.optional("name")) layer.name = read_string(*name, r.field_path("name"));
   if (const json::value* inputs = r.optional("inputs")) {
@@ -156,6 +157,10 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       if (!(layer.rate < 1.0f)) throw SpecError(p, "must be below 1 (the fraction of values dropped)");
       break;
     }
+    case LayerType::kEmbedding:
+      layer.input_dim = read_int(r.required("input_dim"), r.field_path("input_dim"), 1, int64_t{1} << 24);
+      layer.output_dim = read_int(r.required("output_dim"), r.field_path("output_dim"), 1, 65536);
+      break;
     case LayerType::kRandomFlip:
       if (const json::value* m = r.optional("mode")) {
         const int mode = read_enum<int>(*m, r.field_path("mode"),
@@ -248,6 +253,10 @@ json::object model_spec_to_object(const ModelSpec& model) {
         break;
       case LayerType::kRandomCrop:
         o["padding"] = l.crop_padding;
+        break;
+      case LayerType::kEmbedding:
+        o["input_dim"] = l.input_dim;
+        o["output_dim"] = l.output_dim;
         break;
       case LayerType::kRandomTranslation:
         o["height_factor"] = l.height_factor;

@@ -91,6 +91,7 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kRandomFlip: return "random_flip";
     case LayerType::kRandomCrop: return "random_crop";
     case LayerType::kRandomTranslation: return "random_translation";
+    case LayerType::kEmbedding: return "embedding";
   }
   return "?";
 }
@@ -357,6 +358,15 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         out = in;
         parameters += (layer.scale ? in.back() : 0) + (layer.center ? in.back() : 0);
         break;
+      case LayerType::kEmbedding:
+        if (in.size() != 1) {
+          throw SpecError(path + "/type", "embedding needs a flat input of ids but gets " + shape_string(in));
+        }
+        if (layer.input_dim <= 0) throw SpecError(path + "/input_dim", "must be a positive integer");
+        if (layer.output_dim <= 0) throw SpecError(path + "/output_dim", "must be a positive integer");
+        parameters += layer.input_dim * layer.output_dim;
+        out = {in[0], layer.output_dim};
+        break;
       case LayerType::kBatchNorm:
         out = in;
         parameters += (layer.scale ? in.back() : 0) + (layer.center ? in.back() : 0) + 2 * in.back();
@@ -396,6 +406,10 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
       layout.add({prefix + "kernel", {kh, kw, in[2], layer.filters}, ParamRole::kKernel, 0, 0, layer.l2,
                   index, kh * kw * in[2], kh * kw * layer.filters});
       if (layer.use_bias) layout.add({prefix + "bias", {layer.filters}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
+    } else if (layer.type == LayerType::kEmbedding) {
+      // Keras' name; one row per id.
+      layout.add({prefix + "embeddings", {layer.input_dim, layer.output_dim}, ParamRole::kEmbeddings, 0, 0, 0.0f,
+                  index, 0, 0});
     } else if (layer.type == LayerType::kLayerNorm || layer.type == LayerType::kBatchNorm) {
       // Keras' names: gamma (scale), then beta (center), over the last axis.
       if (layer.scale) layout.add({prefix + "gamma", {in.back()}, ParamRole::kGamma, 0, 0, 0.0f, index, 0, 0});

@@ -20,6 +20,7 @@ enum class LayerType {
   kAdd, kConcatenate,  // merge layers: two or more inputs
   kDropout, kBatchNorm,
   kRandomFlip, kRandomCrop, kRandomTranslation,  // augmentation (nn/augmentation.h)
+  kEmbedding,
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -79,6 +80,7 @@ struct LayerSpec {
   bool flip_horizontal = true, flip_vertical = false;  // random_flip: `mode`
   int64_t crop_padding = 0;                             // random_crop: `padding`
   float height_factor = 0.0f, width_factor = 0.0f;      // random_translation
+  int64_t input_dim = 0, output_dim = 0;                // embedding: ids 0..input_dim-1, vectors
   float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
 };
 

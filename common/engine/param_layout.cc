@@ -39,11 +39,13 @@ void glorot_uniform_init(const ParamLayout& layout, uint64_t seed, float* params
   for (size_t i = 0; i < layout.params().size(); ++i) {
     const ParamInfo& p = layout.params()[i];
     float* dst = params + p.offset;
-    if (p.role != ParamRole::kKernel) {
+    if (p.role != ParamRole::kKernel && p.role != ParamRole::kEmbeddings) {
       std::fill(dst, dst + p.size, p.role == ParamRole::kGamma || p.role == ParamRole::kMovingVariance ? 1.0f : 0.0f);
       continue;
     }
-    const float limit = std::sqrt(6.0f / static_cast<float>(p.fan_in + p.fan_out));
+    // Embeddings: Keras' default initializer, uniform in [-0.05, 0.05).
+    const float limit = p.role == ParamRole::kEmbeddings ? 0.05f
+                                                         : std::sqrt(6.0f / static_cast<float>(p.fan_in + p.fan_out));
     Rng rng(mix_seed(seed, i));
     for (size_t k = 0; k < p.size; ++k) dst[k] = rng.uniform_float(-limit, limit);
   }

@@ -20,9 +20,9 @@ int64_t num_elements(const Shape& shape);
 std::string shape_string(const Shape& shape);  // "[784, 700]"
 
 // kGamma and kMovingVariance start at 1, kBias, kBeta and kMovingMean at 0, kernels
-// Glorot-uniform. The moving statistics are set as moving averages, never by an optimizer
-// (common/engine/nn/moving_statistics.h).
-enum class ParamRole { kKernel, kBias, kGamma, kBeta, kMovingMean, kMovingVariance };
+// Glorot-uniform, embeddings uniform in [-0.05, 0.05). The moving statistics are set as moving
+// averages, never by an optimizer (common/engine/nn/moving_statistics.h).
+enum class ParamRole { kKernel, kBias, kGamma, kBeta, kMovingMean, kMovingVariance, kEmbeddings };
 
 struct ParamInfo {
   std::string name;   // "layers.1.kernel": the spec's layer index and the role

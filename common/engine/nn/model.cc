@@ -7,6 +7,7 @@
 #include "common/engine/nn/activations.h"
 #include "common/engine/nn/augmentation.h"
 #include "common/engine/nn/batch_norm.h"
+#include "common/engine/nn/embedding.h"
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/merge.h"
 #include "common/engine/nn/normalization.h"
@@ -164,6 +165,12 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
                                              in_size, max_batch);
         dropouts_.push_back(static_cast<Dropout<T>*>(layer.get()));
         break;
+      case LayerType::kEmbedding: {
+        const ParamInfo* table = layout_.find(prefix + "embeddings");
+        layer = std::make_unique<Embedding<T>>(l.input_dim, l.output_dim, table->offset);
+        kernel = table;  // the stage's first tensor (not a dense kernel: `dense` stays null)
+        break;
+      }
       case LayerType::kRandomFlip:
       case LayerType::kRandomCrop:
       case LayerType::kRandomTranslation: {

@@ -1,0 +1,112 @@
+// embedding: lookups by hand, the table's gradient against finite differences, Keras'
+// initializer, ids that are not ids, and the spec's checks.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/base/error.h"
+#include "common/data/job_spec.h"
+#include "common/engine/nn/gradient_scaling.h"
+#include "common/engine/nn/model.h"
+#include "tests/common/gradient_check.h"
+
+using namespace pstrain;
+using namespace pstrain::testing;
+using nn::Model;
+
+namespace {
+
+LayerSpec embedding(int64_t input_dim, int64_t output_dim) {
+  LayerSpec l = simple(LayerType::kEmbedding);
+  l.input_dim = input_dim;
+  l.output_dim = output_dim;
+  return l;
+}
+
+// 3 ids per example from a vocabulary of 5, vectors of 4, then a dense layer of 3 classes.
+ModelSpec ids_model() {
+  ModelSpec spec;
+  spec.input_shape = {3};
+  spec.layers = {embedding(5, 4), simple(LayerType::kFlatten), dense(3, false)};
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("embedding by hand: each id becomes its row, in order") {
+  Model<double> model(ids_model(), 2);
+  CHECK(infer_shapes(ids_model())[0] == Shape{3, 4});
+  std::vector<double> params(model.layout().total_size(), 0.0);
+  const ParamInfo* table = model.layout().find("layers.0.embeddings");
+  REQUIRE(table != nullptr);
+  CHECK(table->shape == Shape{5, 4});
+  for (size_t k = 0; k < 20; ++k) params[table->offset + k] = static_cast<double>(k);
+  const ParamInfo* kernel = model.layout().find("layers.2.kernel");  // [12, 3]: pass value 0 of each id's row
+  params[kernel->offset + 0 * 3 + 0] = 1;
+  params[kernel->offset + 4 * 3 + 1] = 1;
+  params[kernel->offset + 8 * 3 + 2] = 1;
+  const std::vector<double> ids = {4, 0, 2, 1, 1, 3};
+  const auto y = model.forward(params.data(), ids.data(), 2);
+  CHECK(std::vector<double>(y.data(), y.data() + 6) == std::vector<double>{16, 0, 8, 4, 4, 12});
+}
+
+TEST_CASE("embedding's table gradient: finite differences, an id used twice summed") {
+  Model<double> model(ids_model(), 4);
+  Problem p = random_problem(model, 4, 601);
+  p.inputs = {0, 1, 1, 4, 4, 4, 2, 0, 3, 1, 2, 2};  // id 4 three times in one example
+  std::vector<double> grads(model.layout().total_size(), 1e9);
+  model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), 4, grads.data());
+  nn::scale_and_regularize(model.layout(), grads.data(), p.params.data(), 4);
+  const double h = 1e-6;
+  for (const ParamInfo& info : model.layout().params()) {
+    for (size_t i = info.offset; i < info.offset + info.size; ++i) {
+      std::vector<double> plus = p.params, minus = p.params;
+      plus[i] += h;
+      minus[i] -= h;
+      const double fd = (objective(model, p, plus, 4) - objective(model, p, minus, 4)) / (2 * h);
+      INFO(info.name << " entry " << i - info.offset << ": finite difference " << fd << ", backprop " << grads[i]);
+      REQUIRE(std::abs(fd - grads[i]) / std::max(1e-3, std::abs(fd) + std::abs(grads[i])) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("embeddings start uniform within 0.05 of zero, and a value that is not an id fails the step by name") {
+  Model<float> model(ids_model(), 1);
+  std::vector<float> params(model.layout().total_size());
+  glorot_uniform_init(model.layout(), 3, params.data());
+  const ParamInfo* table = model.layout().find("layers.0.embeddings");
+  float largest = 0;
+  for (size_t k = 0; k < table->size; ++k) largest = std::max(largest, std::abs(params[table->offset + k]));
+  CHECK(largest > 0.0f);
+  CHECK(largest < 0.05f);
+  for (const std::vector<float>& bad : {std::vector<float>{0, 5, 1}, std::vector<float>{0, 1.5f, 1},
+                                        std::vector<float>{-1, 0, 0}}) {
+    CHECK_THROWS_AS(model.forward(params.data(), bad.data(), 1), Error);
+  }
+  const std::vector<float> bad = {0, 7, 1};
+  CHECK_THROWS_WITH_AS(model.forward(params.data(), bad.data(), 1),
+                       "embedding: input 7.000000 (value 1 of an example) is not an id in 0..4", Error);
+}
+
+TEST_CASE("embedding in JSON: input_dim and output_dim required, a flat input of ids") {
+  auto error = [](const std::string& input, const std::string& layer) {
+    try {
+      parse_model_spec(R"({"input_shape": )" + input + R"(, "layers": [)" + layer +
+                       R"(, {"type": "flatten"}, {"type": "dense", "units": 2}]})");
+    } catch (const SpecError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  CHECK(error("[3]", R"({"type": "embedding", "input_dim": 10, "output_dim": 4})") == "(accepted)");
+  CHECK(error("[3]", R"({"type": "embedding", "output_dim": 4})") == "/model/layers/0/input_dim is required");
+  CHECK(error("[3]", R"({"type": "embedding", "input_dim": 10, "output_dim": 0})").find("/model/layers/0/output_dim ") ==
+        0);
+  CHECK(error("[2, 2, 1]", R"({"type": "embedding", "input_dim": 10, "output_dim": 4})") ==
+        "/model/layers/0/type embedding needs a flat input of ids but gets [2, 2, 1]");
+  const ModelSpec spec = parse_model_spec(R"({"input_shape": [3], "layers": [
+      {"type": "embedding", "input_dim": 10, "output_dim": 4}, {"type": "flatten"}, {"type": "dense", "units": 2}]})");
+  CHECK(parse_model_spec(model_spec_to_json(spec)).layers[0].output_dim == 4);
+}
