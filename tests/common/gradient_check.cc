@@ -7,6 +7,7 @@
 
 #include "common/base/rng.h"
 #include "common/engine/nn/gradient_scaling.h"
+#include "common/engine/nn/loss.h"
 #include "common/engine/nn/moving_statistics.h"
 
 namespace pstrain::testing {
@@ -65,7 +66,8 @@ Problem random_problem(nn::Model<double>& model, int64_t batch, uint64_t seed) {
   for (auto& v : p.params) v = rng.uniform_float(-0.5f, 0.5f);
   p.inputs.resize(static_cast<size_t>(model.input_size() * batch));
   for (auto& v : p.inputs) v = rng.uniform_float(-1.0f, 1.0f);
-  for (int64_t b = 0; b < batch; ++b) p.labels.push_back(static_cast<int32_t>(rng.uniform_index(model.output_size())));
+  const auto classes = static_cast<uint64_t>(nn::loss_classes(model.loss(), model.output_size()));
+  for (int64_t b = 0; b < batch; ++b) p.labels.push_back(static_cast<int32_t>(rng.uniform_index(classes)));
   return p;
 }
 
@@ -77,11 +79,20 @@ double objective(nn::Model<double>& model, const Problem& p, const std::vector<d
 }
 
 void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const std::vector<int64_t>& zero_features) {
-  nn::Model<double> model(spec, batch);
+  const int64_t input_size = num_elements(spec.input_shape);
+  check_gradients(spec, batch, seed, GradientCheck{{}, [&](Problem& p) {
+                                                     for (int64_t b = 0; b < batch; ++b) {
+                                                       for (int64_t j : zero_features) {
+                                                         p.inputs[static_cast<size_t>(b * input_size + j)] = 0.0;
+                                                       }
+                                                     }
+                                                   }});
+}
+
+void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const GradientCheck& check) {
+  nn::Model<double> model(spec, batch, check.loss);
   Problem p = random_problem(model, batch, seed);
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t j : zero_features) p.inputs[static_cast<size_t>(b * model.input_size() + j)] = 0.0;
-  }
+  if (check.prepare) check.prepare(p);
   std::vector<uint32_t> ids;
   for (int64_t b = 0; b < batch; ++b) ids.push_back(static_cast<uint32_t>(seed * 1000 + 7 * b));
   const nn::ExampleKeys keys{3, ids.data()};  // training, in the gradients and the objective

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/engine/model_spec.h"
@@ -24,7 +25,8 @@ struct Problem {
   std::vector<double> params, inputs;
   std::vector<int32_t> labels;
 };
-// Parameters in [-0.5, 0.5], inputs in [-1, 1], labels uniform, from `seed`.
+// Parameters in [-0.5, 0.5], inputs in [-1, 1], labels uniform over the model's loss's classes,
+// from `seed`.
 Problem random_problem(nn::Model<double>& model, int64_t batch, uint64_t seed);
 // Summed loss / batch + L2, exactly what scale_and_regularize's gradient is of; with `keys`, of
 // training (dropout on).
@@ -35,5 +37,12 @@ double objective(nn::Model<double>& model, const Problem& p, const std::vector<d
 // then skips them). Checked in training (dropout's keys from `seed`, batch_norm on its ghost
 // batches); moving statistics are not gradients and are skipped.
 void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const std::vector<int64_t>& zero_features = {});
+// The same check under another loss, with `prepare` changing the drawn problem first (integer
+// ids as inputs, say).
+struct GradientCheck {
+  LossSpec loss;
+  std::function<void(Problem&)> prepare;
+};
+void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const GradientCheck& check);
 
 }  // namespace pstrain::testing
