@@ -48,13 +48,23 @@ void DataService::fill_batch(const Split& split, uint32_t epoch, int64_t step, c
   batch.setExampleSize(split.example_size());
   batch.setDtype(rpc::to_wire(split.dtype));
   auto examples = batch.initExamples(indices.size() * example_bytes);
-  auto labels = batch.initLabels(static_cast<unsigned>(indices.size()));
   auto list = batch.initIndices(static_cast<unsigned>(indices.size()));
   for (size_t i = 0; i < indices.size(); ++i) {
     std::memcpy(examples.begin() + i * example_bytes, split.examples.data() + size_t{indices[i]} * example_bytes,
                 example_bytes);
-    labels.set(static_cast<unsigned>(i), split.labels[indices[i]]);
     list.set(static_cast<unsigned>(i), indices[i]);
+  }
+  if (split.regression()) {
+    const size_t width = split.target_width;
+    auto targets = batch.initTargets(static_cast<unsigned>(indices.size() * width));
+    for (size_t i = 0; i < indices.size(); ++i) {
+      for (size_t k = 0; k < width; ++k) {
+        targets.set(static_cast<unsigned>(i * width + k), split.targets[size_t{indices[i]} * width + k]);
+      }
+    }
+  } else {
+    auto labels = batch.initLabels(static_cast<unsigned>(indices.size()));
+    for (size_t i = 0; i < indices.size(); ++i) labels.set(static_cast<unsigned>(i), split.labels[indices[i]]);
   }
 }
 

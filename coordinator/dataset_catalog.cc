@@ -132,6 +132,7 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
   DatasetInfo info;
   info.name = name;
   info.num_classes = r.num_classes;
+  info.target_width = r.target_width;
   for (uint32_t d : r.shape) info.example_shape.push_back(d);
   return info;
 }
@@ -303,6 +304,11 @@ std::optional<DatasetRecord> DatasetCatalog::index_directory_at(const std::strin
       }
       r.shape = summary.shape;
       r.dtype = summary.dtype;
+      if (!r.splits.empty() && summary.target_width != r.target_width) {
+        throw DataError(dir.string() + ": the " + split + " split's labels differ in kind (class labels or float "
+                                                          "targets, and how many) from the others'");
+      }
+      r.target_width = summary.target_width;
       classes = std::max(classes, summary.classes);
       r.splits[split] = split_info(summary, dir, files.files());
     }

@@ -56,6 +56,7 @@ struct DatasetFileInfo {
 
 struct DatasetSplitInfo {
   uint64_t examples = 0;
+  uint32_t target_width = 0;  // regression: float targets per example (0: class labels)
   std::vector<uint64_t> class_counts;  // examples per class (num_classes entries)
   std::vector<DatasetFileInfo> files;
 };
@@ -65,7 +66,8 @@ struct DatasetRecord {
   std::string source;  // "builtin", "upload" or "directory"
   std::vector<uint32_t> shape;  // one example: {d} or {h, w, c}
   ParsedExamples::Dtype dtype = ParsedExamples::Dtype::kUint8;
-  uint32_t num_classes = 0;
+  uint32_t num_classes = 0;   // 0 for a regression dataset
+  uint32_t target_width = 0;  // regression: float targets per example (0: class labels)
   int64_t created_ms = 0;
   std::map<std::string, DatasetSplitInfo> splits;  // "train", "test"
   std::string error;        // why the dataset cannot be used ("" when it can), e.g. missing files
@@ -133,6 +135,7 @@ class DatasetCatalog {
     UploadPart part = UploadPart::kWhole;
     UploadFormat format = UploadFormat::kCsv;
     std::string label_column = "label";  // CSV
+    bool regression = false;             // CSV: the label column is float targets (?task=regression)
     bool replace = false;
     std::string body_path;  // the streamed body, in staging_dir(); the catalog deletes it
     uint64_t body_bytes = 0;

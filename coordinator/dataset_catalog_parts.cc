@@ -87,6 +87,12 @@ json::object dataset_to_json(const DatasetRecord& r) {
   }
   json::object o{{"name", r.name}, {"source", r.source}, {"input_shape", shape}, {"dtype", dtype_name(r.dtype)},
                  {"num_classes", r.num_classes}, {"created_ms", r.created_ms}, {"splits", splits}};
+  if (r.target_width > 0) {
+    o["task"] = "regression";
+    o["targets"] = r.target_width;
+  } else {
+    o["task"] = "classification";
+  }
   if (!r.error.empty()) o["error"] = r.error;
   o["state"] = r.indexing ? "indexing" : r.usable() ? "ready" : "unusable";
   return o;
@@ -104,6 +110,7 @@ std::optional<DatasetRecord> dataset_from_json(const std::string& text) {
     for (const auto& d : o.at("input_shape").as_array()) r.shape.push_back(static_cast<uint32_t>(d.as_int64()));
     r.dtype = o.at("dtype").as_string() == "uint8" ? ParsedExamples::Dtype::kUint8 : ParsedExamples::Dtype::kFloat32;
     r.num_classes = static_cast<uint32_t>(o.at("num_classes").as_int64());
+    if (const auto it = o.find("targets"); it != o.end()) r.target_width = static_cast<uint32_t>(it->value().as_int64());
     r.created_ms = o.at("created_ms").as_int64();
     for (const auto& [name, sv] : o.at("splits").as_object()) {
       const json::object& so = sv.as_object();
@@ -133,6 +140,7 @@ DatasetSplitInfo split_info(const ExampleSummary& summary, const fs::path& dir, 
   DatasetSplitInfo s;
   s.examples = summary.examples;
   s.class_counts = summary.class_counts;
+  s.target_width = summary.target_width;
   for (const auto& f : files) s.files.push_back(file_info(dir / f));
   return s;
 }

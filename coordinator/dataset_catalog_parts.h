@@ -30,6 +30,7 @@ class CountingSink final : public ExampleSink {
   void begin(const std::vector<uint32_t>&, ParsedExamples::Dtype) override {}
   void examples(const uint8_t*, size_t) override {}
   void labels(const int32_t*, size_t) override {}
+  void targets(const float*, size_t) override {}
 };
 
 // Keeps the labels only (the first pass of a split).
@@ -68,6 +69,13 @@ class RoutingSink final : public ExampleSink {
   void labels(const int32_t* l, size_t n) override {
     for (size_t i = 0; i < n; ++i, ++label_) (to_second_[label_] ? second_ : first_).labels(l + i, 1);
   }
+  // Regression targets, `width` per example (set before the first call).
+  void set_target_width(size_t width) { target_width_ = width; }
+  void targets(const float* t, size_t n) override {
+    for (size_t i = 0; i < n; ++i, ++target_) {
+      (to_second_[target_ / target_width_] ? second_ : first_).targets(t + i, 1);
+    }
+  }
 
  private:
   const std::vector<bool>& to_second_;
@@ -75,7 +83,7 @@ class RoutingSink final : public ExampleSink {
   ExampleSink& second_;
   size_t example_bytes_ = 0;
   std::vector<uint8_t> current_;
-  size_t example_ = 0, label_ = 0;
+  size_t example_ = 0, label_ = 0, target_ = 0, target_width_ = 1;
 };
 
 CatalogError format_error(const DatasetFormatError& e);

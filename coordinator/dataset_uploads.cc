@@ -141,6 +141,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
       if (!in) throw Error(upload.body_path + ": cannot open: " + std::strerror(errno));
       CsvOptions options;
       options.label_column = upload.label_column;
+      options.regression = upload.regression;
       options.limits = options_.limits;
       summary = stream_csv(in, uploaded_as, options, writer);
       break;
@@ -171,6 +172,15 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
                                            " examples of shape [" + shape + "] but the dataset's " + split + " split has " +
                                            std::string(dtype_name(record.dtype)) + " examples of shape [" + theirs + "]");
         result.error = e;
+        return result;
+      }
+      if (s.target_width != summary.target_width) {
+        const auto kind = [](uint32_t width) {
+          return width > 0 ? std::to_string(width) + " float target(s) per example" : std::string("class labels");
+        };
+        result.error = service_error(422, "dataset-shape-mismatch",
+                                     "the uploaded " + upload.split + " split has " + kind(summary.target_width) +
+                                         " but the dataset's " + split + " split has " + kind(s.target_width));
         return result;
       }
     }
@@ -226,6 +236,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   PSLOG(kInfo) << "dataset " << upload.name << ": " << upload.split << " converted; hashing the stored files";
   DatasetSplitInfo s = split_info(summary, dir, {x_name, y_name});
   record.splits[upload.split] = std::move(s);
+  record.target_width = summary.target_width;
   record.num_classes = 0;
   for (const auto& [split, si] : record.splits) record.num_classes = std::max<uint32_t>(record.num_classes, static_cast<uint32_t>(si.class_counts.size()));
   pad_counts(record);

@@ -85,7 +85,9 @@ std::string record_to_json(const JobRecord& j) {
       {"total_steps", j.total_steps}, {"steps_done", j.steps_done}, {"current_epoch", j.current_epoch},
       {"samples_per_second", j.samples_per_second}, {"train_loss", optional_number(j.train_loss)},
       {"train_accuracy", optional_number(j.train_accuracy)}, {"test_loss", optional_number(j.test_loss)},
-      {"test_accuracy", optional_number(j.test_accuracy)}, {"workers", std::move(workers)},
+      {"test_accuracy", optional_number(j.test_accuracy)}, {"test_mae", optional_number(j.test_mae)},
+      {"test_rmse", optional_number(j.test_rmse)}, {"test_r2", optional_number(j.test_r2)},
+      {"workers", std::move(workers)},
       {"servers", std::move(servers)},
       {"server_names", [&] {
          json::array a;
@@ -140,6 +142,9 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.train_accuracy = get_optional(o, "train_accuracy");
     j.test_loss = get_optional(o, "test_loss");
     j.test_accuracy = get_optional(o, "test_accuracy");
+    j.test_mae = get_optional(o, "test_mae");
+    j.test_rmse = get_optional(o, "test_rmse");
+    j.test_r2 = get_optional(o, "test_r2");
     j.workers = get_or<std::vector<uint32_t>>(o, "workers", {});
     j.servers = get_or<std::vector<uint32_t>>(o, "servers", {});
     j.server_names = get_or<std::vector<std::string>>(o, "server_names", {});
@@ -200,10 +205,16 @@ std::optional<StepMetric> step_from_json(const std::string& text) {
 }
 
 std::string epoch_to_json(const EpochMetric& m) {
-  return to_json_text(json::object{{"epoch", m.epoch}, {"train_loss", m.train_loss},
-                                      {"train_accuracy", m.train_accuracy}, {"test_loss", m.test_loss},
-                                      {"test_accuracy", m.test_accuracy},
-                                      {"samples_per_second", m.samples_per_second}, {"time_ms", m.time_ms}});
+  json::object o{{"epoch", m.epoch}, {"train_loss", m.train_loss},
+                 {"train_accuracy", m.train_accuracy}, {"test_loss", m.test_loss},
+                 {"test_accuracy", m.test_accuracy},
+                 {"samples_per_second", m.samples_per_second}, {"time_ms", m.time_ms}};
+  if (m.test_mae) {
+    o["test_mae"] = *m.test_mae;
+    o["test_rmse"] = m.test_rmse.value_or(0);
+    o["test_r2"] = m.test_r2.value_or(0);
+  }
+  return to_json_text(o);
 }
 
 std::optional<EpochMetric> epoch_from_json(const std::string& text) {
@@ -213,7 +224,8 @@ std::optional<EpochMetric> epoch_from_json(const std::string& text) {
     return EpochMetric{get_or<uint32_t>(*o, "epoch", 0), get_optional(*o, "train_loss").value_or(0),
                        get_optional(*o, "train_accuracy").value_or(0), get_optional(*o, "test_loss").value_or(0),
                        get_optional(*o, "test_accuracy").value_or(0),
-                       get_optional(*o, "samples_per_second").value_or(0), get_or<int64_t>(*o, "time_ms", 0)};
+                       get_optional(*o, "samples_per_second").value_or(0), get_or<int64_t>(*o, "time_ms", 0),
+                       get_optional(*o, "test_mae"), get_optional(*o, "test_rmse"), get_optional(*o, "test_r2")};
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -88,10 +88,15 @@ JobEventData progress_event(const std::string& job, const StepMetric& m, int64_t
 }
 
 JobEventData epoch_event(const std::string& job, const EpochMetric& m) {
-  return make("epoch", job, m.time_ms,
-              {{"epoch", m.epoch}, {"train_loss", m.train_loss}, {"train_accuracy", m.train_accuracy},
-               {"test_loss", m.test_loss}, {"test_accuracy", m.test_accuracy},
-               {"samples_per_second", round_to(m.samples_per_second, 1)}});
+  json::object fields{{"epoch", m.epoch}, {"train_loss", m.train_loss}, {"train_accuracy", m.train_accuracy},
+                      {"test_loss", m.test_loss}, {"test_accuracy", m.test_accuracy},
+                      {"samples_per_second", round_to(m.samples_per_second, 1)}};
+  if (m.test_mae) {
+    fields["test_mae"] = *m.test_mae;
+    fields["test_rmse"] = m.test_rmse.value_or(0);
+    fields["test_r2"] = m.test_r2.value_or(0);
+  }
+  return make("epoch", job, m.time_ms, std::move(fields));
 }
 
 JobEventData checkpoint_event(const std::string& job, const CheckpointInfo& c, int64_t time_ms) {

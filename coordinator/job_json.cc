@@ -40,6 +40,9 @@ json::object summary_object(const JobRecord& j) {
           {"percent", round_to(std::min(100.0, percent), 2)},
           {"samples_per_second", round_to(j.samples_per_second, 1)},
           {"test_accuracy", optional_number(j.test_accuracy)},
+          {"test_mae", optional_number(j.test_mae)},
+          {"test_rmse", optional_number(j.test_rmse)},
+          {"test_r2", optional_number(j.test_r2)},
           {"submitted_at_ms", j.submitted_ms}};
 }
 

@@ -32,6 +32,9 @@ struct EpochMetric {
   uint32_t epoch = 0;  // 1-based
   double train_loss = 0, train_accuracy = 0, test_loss = 0, test_accuracy = 0, samples_per_second = 0;
   int64_t time_ms = 0;
+  // Regression jobs: the test split's mean absolute error, root mean squared error and R^2
+  // (accuracies stay 0).
+  std::optional<double> test_mae, test_rmse, test_r2;
 };
 
 // A checkpoint a user can list, download and start jobs from: a complete backup of the job's
@@ -75,6 +78,7 @@ struct JobRecord {
   uint32_t current_epoch = 0;  // 1-based, 0 before the first step
   double samples_per_second = 0;
   std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
+  std::optional<double> test_mae, test_rmse, test_r2;  // regression jobs, the last epoch's
   std::vector<uint32_t> workers, servers;  // node ids
   std::vector<std::string> server_names;   // by server index (a restarted coordinator matches them)
   uint64_t generation = 0;                 // of the current plan (a restarted coordinator goes past it)

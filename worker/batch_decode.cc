@@ -2,6 +2,7 @@
 
 #include <kj/debug.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "common/rpc/rpc_util.h"
@@ -27,16 +28,32 @@ void decode_ids(proto::Batch::Reader batch, std::vector<uint32_t>* ids) {
   for (unsigned i = 0; i < indices.size(); ++i) (*ids)[i] = indices[i];
 }
 
-void decode_batch(proto::Batch::Reader batch, const BatchShape& shape, float* inputs, int32_t* labels) {
+BatchShape model_batch_shape(const LossSpec& loss, int64_t inputs, int64_t outputs) {
+  if (is_regression(loss)) return {static_cast<size_t>(inputs), 0, static_cast<uint32_t>(outputs)};
+  return {static_cast<size_t>(inputs), static_cast<uint32_t>(loss.type == LossType::kBinaryCrossEntropy ? 2 : outputs), 0};
+}
+
+void decode_batch(proto::Batch::Reader batch, const BatchShape& shape, float* inputs, float* targets) {
   const BatchExamples examples = checked_examples(batch, shape.example_size);
-  const auto batch_labels = batch.getLabels();
-  KJ_REQUIRE(batch_labels.size() == examples.count, "batch labels do not match its size", batch_labels.size(),
-             examples.count);
-  for (unsigned i = 0; i < batch_labels.size(); ++i) {
-    const int32_t label = batch_labels[i];
-    KJ_REQUIRE(label >= 0 && static_cast<uint32_t>(label) < shape.classes, "batch label outside the model's classes",
-               label, shape.classes);
-    labels[i] = label;
+  if (shape.targets > 0) {
+    const auto batch_targets = batch.getTargets();
+    KJ_REQUIRE(batch_targets.size() == examples.count * shape.targets, "batch targets do not match its size",
+               batch_targets.size(), examples.count, shape.targets);
+    for (unsigned i = 0; i < batch_targets.size(); ++i) {
+      const float t = batch_targets[i];
+      KJ_REQUIRE(std::isfinite(t), "batch target is not a finite number", i);
+      targets[i] = t;
+    }
+  } else {
+    const auto batch_labels = batch.getLabels();
+    KJ_REQUIRE(batch_labels.size() == examples.count, "batch labels do not match its size", batch_labels.size(),
+               examples.count);
+    for (unsigned i = 0; i < batch_labels.size(); ++i) {
+      const int32_t label = batch_labels[i];
+      KJ_REQUIRE(label >= 0 && static_cast<uint32_t>(label) < shape.classes, "batch label outside the model's classes",
+                 label, shape.classes);
+      targets[i] = static_cast<float>(label);
+    }
   }
   const size_t values = examples.count * shape.example_size;
   if (values == 0) return;  // an empty batch: `inputs` may be null (memcpy must not see it)

@@ -1,5 +1,6 @@
 // Turns a data-service batch into the engine's input: floats, one column per example (uint8
-// examples scaled by 1/255 into [0, 1], float32 ones as they are), and int32 labels.
+// examples scaled by 1/255 into [0, 1], float32 ones as they are), and float targets (the class
+// index, or the regression targets: nn/loss.h).
 //
 // A batch comes from the coordinator (DataService::fill_batch): its dtype, sizes and labels are
 // checked against what the model takes, and a batch that does not fit fails the call
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/data/example_types.h"
+#include "common/engine/model_spec.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 
 namespace pstrain {
@@ -20,7 +22,8 @@ namespace pstrain {
 // What a batch must hold for the model.
 struct BatchShape {
   size_t example_size = 0;  // values per example: the model's input size
-  uint32_t classes = 0;     // labels are in [0, classes): the model's outputs
+  uint32_t classes = 0;     // labels are in [0, classes): the model's outputs (classification)
+  uint32_t targets = 0;     // regression: target values per example (the model's outputs); 0: labels
 };
 
 // A batch's examples, checked: known dtype, exampleSize == example_size and exactly
@@ -32,10 +35,15 @@ struct BatchExamples {
 };
 BatchExamples checked_examples(proto::Batch::Reader batch, size_t example_size);
 
-// Writes the batch into `inputs` (shape.example_size floats per example) and `labels` (one per
-// example); both must have room for batch.getSize() examples. Also checks that there is one
-// label per example, each in [0, shape.classes).
-void decode_batch(proto::Batch::Reader batch, const BatchShape& shape, float* inputs, int32_t* labels);
+// The shape of a model's batches: `inputs` values per example; under a regression loss `outputs`
+// targets per example, else labels in [0, the loss's classes).
+BatchShape model_batch_shape(const LossSpec& loss, int64_t inputs, int64_t outputs);
+
+// Writes the batch into `inputs` (shape.example_size floats per example) and `targets` (one label
+// per example as a float, or shape.targets regression values); both must have room for
+// batch.getSize() examples. Also checks that there is one label per example, each in
+// [0, shape.classes), or shape.targets finite targets per example.
+void decode_batch(proto::Batch::Reader batch, const BatchShape& shape, float* inputs, float* targets);
 
 // The batch's examples' indices in their split (what dropout draws from: nn::ExampleKeys), into
 // `ids`; checks there is one per example.

@@ -2,6 +2,8 @@
 
 #include <kj/debug.h>
 
+#include <algorithm>
+
 #include "common/rpc/rpc_util.h"
 #include "worker/batch_decode.h"
 
@@ -10,12 +12,13 @@ namespace pstrain {
 FirstLayerForward::FirstLayerForward(size_t servers, size_t groups, BatchShape shape, size_t max_batch)
     : shape_(shape),
       next_inputs_(shape.example_size * max_batch),
-      next_labels_(max_batch),
+      next_labels_(max_batch * std::max<size_t>(shape.targets, 1)),
+      max_batch_(max_batch),
       group_inputs_(groups),
       partials_(servers) {}
 
 void FirstLayerForward::plan(proto::Batch::Reader next) {
-  KJ_REQUIRE(next.getSize() <= next_labels_.size(), "batch larger than the model's batch", next.getSize());
+  KJ_REQUIRE(next.getSize() <= max_batch_, "batch larger than the model's batch", next.getSize());
   decode_batch(next, shape_, next_inputs_.data(), next_labels_.data());
   next_examples_ = next.getSize();
   next_epoch_ = next.getEpoch();

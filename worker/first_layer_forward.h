@@ -60,7 +60,8 @@ class FirstLayerForward {
   };
   BatchShape shape_;
   AlignedFloats next_inputs_;  // the next batch, decoded
-  std::vector<int32_t> next_labels_;
+  std::vector<float> next_labels_;  // targets (batch_decode.h)
+  size_t max_batch_;
   uint32_t next_examples_ = 0;
   uint64_t next_epoch_ = 0, next_step_ = 0;
   std::vector<GroupInputs> group_inputs_;  // by factor group

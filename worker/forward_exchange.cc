@@ -10,8 +10,7 @@ ForwardExchange::ForwardExchange(std::unique_ptr<FactoredExchange> factored, nn:
       model_(model),
       first_kernel_(first_kernel),
       forward_(servers, factored_->plan().groups().size(),
-               {static_cast<size_t>(model.input_size()),
-                static_cast<uint32_t>(nn::loss_classes(model.first_replica().loss(), model.output_size()))},
+               model_batch_shape(model.first_replica().loss(), model.input_size(), model.output_size()),
                static_cast<size_t>(model.max_batch())) {
   factored_->ask_partials(this);
 }

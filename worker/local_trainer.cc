@@ -26,23 +26,21 @@ double seconds_since(Clock::time_point start) {
 
 struct Evaluation {
   double loss = 0, accuracy = 0;
+  nn::RegressionSums regression;
 };
 
 Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, const float* params, AlignedFloats& inputs,
-                    std::vector<int32_t>& labels) {
+                    std::vector<float>& targets) {
   const int64_t batch = model.max_batch();
   std::vector<uint32_t> indices(static_cast<size_t>(batch));
-  double loss = 0;
-  int64_t correct = 0;
+  nn::LossResult total;
   for (uint32_t start = 0; start < split.size; start += static_cast<uint32_t>(batch)) {
     const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(batch), split.size - start);
     for (uint32_t i = 0; i < n; ++i) indices[i] = start + i;
-    split.gather({indices.data(), n}, inputs.data(), labels.data());
-    const nn::LossResult r = model.evaluate(params, inputs.data(), labels.data(), n);
-    loss += r.loss_sum;
-    correct += r.correct;
+    split.gather({indices.data(), n}, inputs.data(), targets.data());
+    total += model.evaluate(params, inputs.data(), targets.data(), n);
   }
-  return {loss / split.size, static_cast<double>(correct) / split.size};
+  return {total.loss_sum / split.size, static_cast<double>(total.correct) / split.size, total.regression};
 }
 
 // Throws Error unless `initial` fits: its parameters the layout's size, its optimizer slots those
@@ -114,7 +112,7 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
   state = optimizer->make_state(layout.total_size());
 
   AlignedFloats inputs(static_cast<size_t>(model.input_size() * batch));
-  std::vector<int32_t> labels(static_cast<size_t>(batch));
+  std::vector<float> labels(static_cast<size_t>(batch * model.target_size()));
   const int64_t steps_per_epoch = (train.size + batch - 1) / batch;
   const int64_t total_steps = steps_per_epoch * spec.training.epochs;
 
@@ -190,6 +188,7 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
     const Evaluation eval = evaluate(model, test, result.params.data(), inputs, labels);
     report.test_loss = eval.loss;
     report.test_accuracy = eval.accuracy;
+    if (is_regression(spec.loss)) report.test_regression = eval.regression;
     result.epochs.push_back(report);
     if (options.on_epoch) options.on_epoch(report);
   }

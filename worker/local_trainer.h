@@ -27,6 +27,7 @@
 #include "common/base/aligned.h"
 #include "common/data/dataset.h"
 #include "common/data/job_spec.h"
+#include "common/engine/nn/loss.h"
 #include "common/engine/optim/optimizer.h"
 
 namespace pstrain {
@@ -35,6 +36,8 @@ struct EpochReport {
   int64_t epoch = 0;  // 1-based
   double train_loss = 0, train_accuracy = 0;
   double test_loss = 0, test_accuracy = 0;
+  // Regression jobs: the test split's MAE, RMSE and R^2 come from these (accuracy stays 0).
+  std::optional<nn::RegressionSums> test_regression;
   double samples_per_second = 0;  // training steps only, evaluation excluded
   double seconds = 0;
 };

@@ -27,7 +27,7 @@ void TrainingSession::watch_for_orders() {
                 }
                 const auto t = r.getTakeover();
                 const auto batch = t.getBatch();
-                KJ_REQUIRE(batch.getSize() <= labels_.size(), "takeover batch larger than the model's batch",
+                KJ_REQUIRE(batch.getSize() <= model_->max_batch(), "takeover batch larger than the model's batch",
                            batch.getSize());
                 Takeover order;
                 order.step = t.getStep();
@@ -97,7 +97,7 @@ kj::Promise<void> TrainingSession::compute_extras(kj::WaitScope& wait_scope, uin
     KJ_REQUIRE(batch.getStep() == step && batch.getEpoch() == epoch, "extra slice's data out of order", batch.getStep(),
                step);
     const uint32_t n = batch.getSize();
-    KJ_REQUIRE(n <= extra_labels_.size(), "extra slice's batch larger than the model's batch", n);
+    KJ_REQUIRE(n <= model_->max_batch(), "extra slice's batch larger than the model's batch", n);
     AlignedFloats& grads = extra_grads_[i];
     grads.resize(grads_.size());
     if (n > 0) {

@@ -281,6 +281,13 @@ int main(int argc, char** argv) {
                    << " samples/s";
     };
     options.on_epoch = [](const EpochReport& e) {
+      if (e.test_regression) {
+        std::printf("epoch %lld: train loss %.4f | test loss %.4f mae %.4f rmse %.4f r2 %.4f | %.0f samples/s (%.2f s)\n",
+                    static_cast<long long>(e.epoch), e.train_loss, e.test_loss, e.test_regression->mae(),
+                    e.test_regression->rmse(), e.test_regression->r2(), e.samples_per_second, e.seconds);
+        std::fflush(stdout);
+        return;
+      }
       std::printf("epoch %lld: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s (%.2f s)\n",
                   static_cast<long long>(e.epoch), e.train_loss, e.train_accuracy, e.test_loss, e.test_accuracy,
                   e.samples_per_second, e.seconds);

@@ -87,7 +87,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
   reported_steps_ = steps_done_;
   grads_.resize(model_->layout().total_size());
   inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
-  labels_.resize(static_cast<size_t>(batch));
+  labels_.resize(static_cast<size_t>(batch * model_->target_size()));
   PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " of " << worker_count_ << ", "
                << steps_per_epoch_ << " steps per epoch, batch " << batch << ", " << servers_.chunks().size()
                << " chunks on " << servers_.server_count() << " server(s)" << exchange_->describe()
@@ -156,6 +156,7 @@ proto::DataStream::Client TrainingSession::open_shard(proto::Split split, uint32
 void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate) {
   double loss = 0;
   uint64_t correct = 0, examples = 0;
+  nn::RegressionSums sums;
   const float* params = exchange_->current_values();
   // This worker's test slice, and those of its extra slices: one report for all.
   std::vector<int64_t> slices{-1};
@@ -165,16 +166,26 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
     proto::Batch::Reader batch;
     while (reader.next(wait_scope, &batch)) {
       if (batch.getSize() == 0) continue;
-      KJ_REQUIRE(batch.getSize() <= labels_.size(), "test batch larger than the model's batch", batch.getSize());
+      KJ_REQUIRE(batch.getSize() <= model_->max_batch(), "test batch larger than the model's batch", batch.getSize());
       decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
       const nn::LossResult r = model_->evaluate(params, inputs_.data(), labels_.data(), batch.getSize());
       loss += r.loss_sum;
       correct += static_cast<uint64_t>(r.correct);
+      sums += r.regression;
       examples += batch.getSize();
       if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
     }
   }
-  report(wait_scope, proto::Progress::Kind::EVALUATION, epoch, examples, loss, correct, train_rate);
+  auto request = progress_request(proto::Progress::Kind::EVALUATION, epoch, examples, loss, correct, train_rate);
+  if (is_regression(spec_.loss)) {
+    auto r = request.getReport().initRegression();
+    r.setValues(sums.values);
+    r.setAbsError(sums.abs_error);
+    r.setSquaredError(sums.squared_error);
+    r.setTarget(sums.target);
+    r.setTargetSquared(sums.target_squared);
+  }
+  wait(wait_scope, request.send().then([](auto&& r) { return r.getKeepGoing(); }));
 }
 
 bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>& should_stop) {
@@ -216,7 +227,7 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       KJ_REQUIRE(reader.next(wait_scope, &batch), "the data stream ended early", epoch, step);
       KJ_REQUIRE(batch.getStep() == step && batch.getEpoch() == epoch, "data stream out of order", batch.getStep(), step);
       const uint32_t n = batch.getSize();
-      KJ_REQUIRE(n <= labels_.size(), "batch larger than the model's batch", n);
+      KJ_REQUIRE(n <= model_->max_batch(), "batch larger than the model's batch", n);
       const GradientSlice mine{sync ? epoch * steps_per_epoch_ + step : steps_done_, worker_index_, worker_count_, n,
                                grads_.data()};
       // The next step's batch if it is here already; none after the epoch's last step, where

@@ -100,8 +100,7 @@ class TrainingSession {
 
   // What every batch must hold for the model (decode_batch checks it).
   BatchShape batch_shape() const {
-    return {static_cast<size_t>(model_->input_size()),
-            static_cast<uint32_t>(nn::loss_classes(spec_.loss, model_->output_size()))};
+    return model_batch_shape(spec_.loss, model_->input_size(), model_->output_size());
   }
 
   kj::AsyncIoProvider& io_;
@@ -121,7 +120,7 @@ class TrainingSession {
   std::vector<uint32_t> extra_slices_;     // sync: other slices it computes (compute_extras)
   std::vector<AlignedFloats> extra_grads_;  // one per extra slice (a push reads it until its reply)
   AlignedFloats extra_inputs_;
-  std::vector<int32_t> extra_labels_;
+  std::vector<float> extra_labels_;  // targets (batch_decode.h)
   std::vector<uint32_t> extra_ids_;  // the extra slice's examples' indices (nn::ExampleKeys)
   uint64_t steps_per_epoch_;
   uint32_t start_epoch_;
@@ -134,7 +133,7 @@ class TrainingSession {
   uint32_t slow_step_ms_;
   std::unique_ptr<ParameterExchange> exchange_;  // refers to servers_ and model_
   AlignedFloats grads_, inputs_;
-  std::vector<int32_t> labels_;
+  std::vector<float> labels_;  // the step's targets (batch_decode.h): max batch x target size
   std::vector<uint32_t> ids_;  // this step's examples' indices (nn::ExampleKeys)
   uint64_t steps_done_ = 0;  // this worker's steps in the job
   // A takeover order from the coordinator (see watch_for_orders), decoded.
@@ -142,7 +141,7 @@ class TrainingSession {
     uint64_t step = 0;
     uint32_t slice = 0, slice_count = 1, examples = 0;
     AlignedFloats inputs;
-    std::vector<int32_t> labels;
+    std::vector<float> labels;
     uint32_t epoch = 0;
     std::vector<uint32_t> ids;  // the examples' indices (nn::ExampleKeys)
   };

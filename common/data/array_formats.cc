@@ -320,13 +320,44 @@ NpyArray read_npy(std::istream& in, const std::string& source, const ExampleLimi
 
 namespace {
 
-// The labels array y: integers of rank 1, each checked; returns them as int32.
-std::vector<int32_t> read_labels(ByteSource& src, const std::string& ysource, const ExampleLimits& limits,
-                                 ClassCounter& classes) {
-  NpyArray y = read_npy_from(src, ysource, limits);
-  if (y.dtype == NpyArray::Dtype::kFloat32) {
-    fail(Kind::kBadDtype, ysource + ": labels must be integers (|u1, <i4 or <i8), not <f4");
+// The array y: class labels (integers of rank 1), or regression targets (<f4 of shape (n,) or
+// (n, k), each finite).
+struct YArray {
+  std::vector<int32_t> labels;
+  std::vector<float> targets;
+  uint32_t width = 0;  // targets per example; 0 for labels
+  uint64_t size() const { return width > 0 ? targets.size() / width : labels.size(); }
+};
+
+YArray read_targets(NpyArray& y, const std::string& ysource, const ExampleLimits& limits) {
+  if (y.shape.empty() || y.shape.size() > 2) {
+    fail(Kind::kBadRank, ysource + ": float targets must have shape (n,) or (n, k), not " + shape_text(y.shape));
   }
+  const uint64_t n = y.shape[0];
+  const uint64_t width = y.shape.size() == 2 ? y.shape[1] : 1;
+  if (n == 0) fail(Kind::kEmpty, ysource + ": no examples");
+  if (width == 0 || width > 100'000) fail(Kind::kBadRank, ysource + ": " + std::to_string(width) + " targets per example");
+  if (n > limits.max_examples) {
+    fail(Kind::kTooLarge, ysource + ": " + std::to_string(n) + " examples exceed the cap of " +
+                              std::to_string(limits.max_examples));
+  }
+  YArray out;
+  out.width = static_cast<uint32_t>(width);
+  out.targets.resize(n * width);
+  std::memcpy(out.targets.data(), y.bytes.data(), out.targets.size() * sizeof(float));
+  for (size_t i = 0; i < out.targets.size(); ++i) {
+    if (!std::isfinite(out.targets[i])) {
+      fail(Kind::kNonFinite, ysource + ": target " + std::to_string(i % width) + " of example " +
+                                 std::to_string(i / width) + " is " + (std::isnan(out.targets[i]) ? "NaN" : "infinite"));
+    }
+  }
+  return out;
+}
+
+YArray read_y(ByteSource& src, const std::string& ysource, const ExampleLimits& limits, ClassCounter& classes) {
+  NpyArray y = read_npy_from(src, ysource, limits);
+  if (y.dtype == NpyArray::Dtype::kFloat32) return read_targets(y, ysource, limits);
+  YArray out;
   if (y.shape.size() != 1) {
     fail(Kind::kBadRank, ysource + ": labels must have rank 1, not shape " + shape_text(y.shape));
   }
@@ -354,7 +385,19 @@ std::vector<int32_t> read_labels(ByteSource& src, const std::string& ysource, co
     labels[i] = static_cast<int32_t>(v);
     classes.add(labels[i]);
   }
-  return labels;
+  out.labels = std::move(labels);
+  return out;
+}
+
+// Hands y to the sink and completes the summary: labels and class counts, or targets.
+void finish_y(YArray& y, ClassCounter& classes, ExampleSink& sink, ExampleSummary& out) {
+  if (y.width > 0) {
+    sink.targets(y.targets.data(), y.targets.size());
+    out.target_width = y.width;
+    return;
+  }
+  sink.labels(y.labels.data(), y.labels.size());
+  classes.finish(out);
 }
 
 // The examples array x, checked against y's length and streamed to the sink in bounded pieces
@@ -429,19 +472,18 @@ ExampleSummary stream_npz(const std::string& path, const ExampleLimits& limits, 
   }
   ExampleSummary out;
   ClassCounter classes(path);
-  std::vector<int32_t> labels;
+  YArray labels;
   {
     auto y = open_zip_entry(archive.get(), path, "y.npy");
     ZipEntrySource src(y.get(), path + ":y.npy");
-    labels = read_labels(src, path + ":y.npy", limits, classes);
+    labels = read_y(src, path + ":y.npy", limits, classes);
   }
   {
     auto x = open_zip_entry(archive.get(), path, "x.npy");
     ZipEntrySource src(x.get(), path + ":x.npy");
     stream_examples(src, path + ":x.npy", path, labels.size(), limits, sink, out);
   }
-  sink.labels(labels.data(), labels.size());
-  classes.finish(out);
+  finish_y(labels, classes, sink, out);
   return out;
 }
 
@@ -459,19 +501,18 @@ ExampleSummary stream_npy_pair(const std::string& x_path, const std::string& y_p
   };
   ExampleSummary out;
   ClassCounter classes(y_path);
-  std::vector<int32_t> labels;
+  YArray labels;
   {
     std::ifstream in = open(y_path);
     StreamSource src(in, y_path);
-    labels = read_labels(src, y_path, limits, classes);
+    labels = read_y(src, y_path, limits, classes);
   }
   {
     std::ifstream in = open(x_path);
     StreamSource src(in, x_path);
     stream_examples(src, x_path, x_path + " and " + y_path, labels.size(), limits, sink, out);
   }
-  sink.labels(labels.data(), labels.size());
-  classes.finish(out);
+  finish_y(labels, classes, sink, out);
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "common/data/dataset.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -47,7 +48,7 @@ constexpr const char* kFetchHint = "run deploy/fetch-data.sh to make them";
 
 }  // namespace
 
-void Split::gather(std::span<const uint32_t> indices, float* columns, int32_t* out_labels) const {
+void Split::gather(std::span<const uint32_t> indices, float* columns, float* out_targets) const {
   const uint32_t dim = example_size();
   const size_t bytes = example_bytes();
   for (size_t c = 0; c < indices.size(); ++c) {
@@ -59,8 +60,20 @@ void Split::gather(std::span<const uint32_t> indices, float* columns, int32_t* o
       constexpr float kScale = 1.0f / 255.0f;
       for (uint32_t i = 0; i < dim; ++i) dst[i] = static_cast<float>(src[i]) * kScale;
     }
-    out_labels[c] = labels[indices[c]];
+    if (regression()) {
+      const float* t = targets.data() + size_t{indices[c]} * target_width;
+      std::copy(t, t + target_width, out_targets + c * target_width);
+    } else {
+      out_targets[c] = static_cast<float>(labels[indices[c]]);
+    }
   }
+}
+
+void Split::gather(std::span<const uint32_t> indices, float* columns, int32_t* out_labels) const {
+  if (regression()) throw DataError("dataset '" + dataset + "' has regression targets, not labels");
+  std::vector<float> targets_out(indices.size());
+  gather(indices, columns, targets_out.data());
+  for (size_t c = 0; c < indices.size(); ++c) out_labels[c] = labels[indices[c]];
 }
 
 Split make_split(const std::string& dataset, SplitKind kind, ParsedExamples&& parsed) {
@@ -80,7 +93,15 @@ Split make_split(const std::string& dataset, SplitKind kind, ParsedExamples&& pa
     fail(std::to_string(parsed.bytes.size()) + " bytes do not hold " + std::to_string(parsed.size()) + " examples of " +
          std::to_string(values) + " " + std::string(dtype_name(parsed.dtype)) + " values");
   }
-  if (parsed.classes == 0 || parsed.classes > kMaxClasses) {
+  if (parsed.target_width > 0) {
+    if (!parsed.labels.empty() || parsed.classes != 0) fail("both class labels and regression targets");
+    for (size_t i = 0; i < parsed.targets.size(); ++i) {
+      if (!std::isfinite(parsed.targets[i])) {
+        fail("target " + std::to_string(parsed.targets[i]) + " of example " + std::to_string(i / parsed.target_width) +
+             " is not a finite number");
+      }
+    }
+  } else if (parsed.classes == 0 || parsed.classes > kMaxClasses) {
     fail(std::to_string(parsed.classes) + " classes (at most " + std::to_string(kMaxClasses) + ")");
   }
   for (size_t i = 0; i < parsed.labels.size(); ++i) {
@@ -99,6 +120,8 @@ Split make_split(const std::string& dataset, SplitKind kind, ParsedExamples&& pa
   split.num_classes = parsed.classes;
   split.examples = std::move(parsed.bytes);
   split.labels = std::move(parsed.labels);
+  split.targets = std::move(parsed.targets);
+  split.target_width = parsed.target_width;
   return split;
 }
 

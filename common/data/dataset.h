@@ -38,11 +38,15 @@ struct Split {
   uint32_t size = 0;              // number of examples
   Shape shape;                    // one example: {d} features or {h, w, c} (IDX images: {h, w, 1})
   Dtype dtype = Dtype::kUint8;    // of `examples`
-  uint32_t num_classes = 0;       // labels are in [0, num_classes), num_classes <= kMaxClasses
+  uint32_t num_classes = 0;       // labels are in [0, num_classes), num_classes <= kMaxClasses; 0: regression
   // size * example_size() values of `dtype`, little-endian, example-major. From operator new, so
   // aligned for float.
   std::vector<uint8_t> examples;
-  std::vector<int32_t> labels;    // size
+  std::vector<int32_t> labels;    // size (classification; empty for regression)
+  // Regression: `target_width` float targets per example (size * target_width), example after
+  // example; empty (and target_width 0) for classification.
+  std::vector<float> targets;
+  uint32_t target_width = 0;
   // The SHA-256 (hex) of the files it was loaded from, as "file=hex" entries separated by spaces
   // (the dataset catalog's record of them; empty when the loader does not know them).
   std::string sha256;
@@ -53,8 +57,16 @@ struct Split {
   // The shape of one example as loaded.
   const Shape& example_shape() const { return shape; }
 
+  bool regression() const { return target_width > 0; }
+  // Target values per example as the engine takes them (nn/loss.h): the class index (1), or the
+  // regression targets (target_width).
+  uint32_t target_size() const { return regression() ? target_width : 1; }
+
   // Writes the examples `indices` as columns of a column-major float matrix (example_size() rows,
-  // indices.size() columns; uint8 values scaled by 1/255, float32 ones copied) and their labels.
+  // indices.size() columns; uint8 values scaled by 1/255, float32 ones copied) and their targets
+  // (target_size() floats each: the label as a float, or the regression targets).
+  void gather(std::span<const uint32_t> indices, float* columns, float* out_targets) const;
+  // The same with integer labels (classification splits only).
   void gather(std::span<const uint32_t> indices, float* columns, int32_t* out_labels) const;
 };
 
@@ -66,7 +78,8 @@ using SplitLoader = std::function<Split(const std::string& dataset, SplitKind ki
 // Makes a split of `dataset` from parsed examples, taking their storage. Throws DataError naming
 // the dataset if they are inconsistent: a shape other than {d} or {h, w, c} with positive sizes,
 // bytes that do not hold size() examples of that shape, more than 2^32 - 1 examples, classes
-// outside [1, kMaxClasses], or a label outside [0, classes).
+// outside [1, kMaxClasses], a label outside [0, classes), or a regression target that is not
+// finite.
 Split make_split(const std::string& dataset, SplitKind kind, ParsedExamples&& parsed);
 
 // Where Debian's `dataset-fashion-mnist` package puts the official Fashion-MNIST files
@@ -88,12 +101,14 @@ struct DatasetInfo {
   std::string subdir;        // directory under the data directory holding the files ("": none)
   std::string train_prefix;  // "mnist10k-train" -> mnist10k-train-images-idx3-ubyte.gz
   std::string test_prefix;   // "mnist10k-test"
-  uint32_t num_classes;      // labels are in [0, num_classes)
+  uint32_t num_classes;      // labels are in [0, num_classes); 0 for a regression dataset
   std::string system_dir;    // read when the data directory has no copy ("": no fallback)
   std::string install_hint;  // what to run when the files are missing everywhere
   // One example: [height, width, channels] for images. Empty: known only once the files are
   // loaded (the submit-time check of the input shape is then skipped; job start still checks).
   Shape example_shape = {};
+  // Regression datasets: float targets per example (0: class labels).
+  uint32_t target_width = 0;
 };
 const std::vector<DatasetInfo>& known_datasets();
 bool is_known_dataset(const std::string& name);

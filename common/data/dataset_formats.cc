@@ -4,6 +4,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <exception>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,11 @@
 #include "common/data/format_parts.h"
 
 namespace pstrain {
+
+void ExampleSink::targets(const float*, size_t) {
+  throw DatasetFormatError(DatasetFormatError::Kind::kBadDtype,
+                           "float targets (a regression dataset) cannot be used here: it takes class labels only");
+}
 
 static_assert(std::endian::native == std::endian::little,
               "ParsedExamples and .npy data are little-endian; a big-endian host needs byte swaps");
@@ -197,6 +203,9 @@ ExampleSummary stream_csv(std::istream& in, const std::string& source, const Csv
   sink.begin(out.shape, out.dtype);
   std::vector<float> row(features);
   ClassCounter classes(source);
+  std::vector<double> label_values;  // the label column, decided at the end (classes or targets)
+  bool fractional = false;           // a label value that is not a whole number: regression
+  std::exception_ptr bad_label;      // the first whole-number label that is not a class
 
   while (read_line(in, line, options.max_line_bytes, source, line_number + 1)) {
     ++line_number;
@@ -221,7 +230,6 @@ ExampleSummary stream_csv(std::istream& in, const std::string& source, const Csv
            line_number);
     }
     size_t f = 0;
-    int32_t label = 0;
     for (size_t i = 0; i < columns; ++i) {
       std::string_view cell = fields[i];
       if (cell.find('"') != std::string_view::npos) {
@@ -230,16 +238,29 @@ ExampleSummary stream_csv(std::istream& in, const std::string& source, const Csv
              line_number, names[i]);
       }
       if (i == label_index) {
-        int64_t value = 0;
-        auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), value);
-        if (cell.empty() || ec != std::errc() || end != cell.data() + cell.size()) {
+        std::string_view number = cell;
+        if (!number.empty() && number.front() == '+') number.remove_prefix(1);
+        double value = 0;
+        auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+        if (number.empty() || ec != std::errc() || end != number.data() + number.size() ||
+            !std::isfinite(static_cast<float>(value))) {
           fail(Kind::kBadLabel,
                where(source, line_number, names[i], i) + ": label " + shown(cell) +
-                   " is not a non-negative integer",
+                   (options.regression ? " is not a finite number" : " is not a non-negative integer or a number"),
                line_number, names[i]);
         }
-        check_label(value, limits, where(source, line_number, names[i], i), line_number, names[i]);
-        label = static_cast<int32_t>(value);
+        if (value != std::floor(value) || std::abs(value) >= 1e15) {
+          fractional = true;
+        } else if (!options.regression && !bad_label) {
+          // Checked as a class label at the end, unless a fraction elsewhere makes the column targets.
+          try {
+            check_label(static_cast<int64_t>(value), limits, where(source, line_number, names[i], i), line_number,
+                        names[i]);
+          } catch (const DatasetFormatError&) {
+            bad_label = std::current_exception();
+          }
+        }
+        label_values.push_back(value);
         continue;
       }
       std::string_view number = cell;
@@ -264,12 +285,22 @@ ExampleSummary stream_csv(std::istream& in, const std::string& source, const Csv
       row[f++] = narrowed;
     }
     sink.examples(reinterpret_cast<const uint8_t*>(row.data()), row_bytes);
-    sink.labels(&label, 1);
-    classes.add(label);
     ++out.examples;
   }
   if (in.bad()) fail(Kind::kUnreadable, source + ": read error after line " + std::to_string(line_number));
   if (out.examples == 0) fail(Kind::kEmpty, source + ": the file has a header and no data rows", line_number);
+  // The label column holds classes when every value is a whole number (checked above), else
+  // (or when asked) regression targets.
+  if (options.regression || fractional) {
+    std::vector<float> targets(label_values.begin(), label_values.end());
+    sink.targets(targets.data(), targets.size());
+    out.target_width = 1;
+    return out;
+  }
+  if (bad_label) std::rethrow_exception(bad_label);
+  std::vector<int32_t> labels(label_values.begin(), label_values.end());
+  for (int32_t l : labels) classes.add(l);
+  sink.labels(labels.data(), labels.size());
   classes.finish(out);
   return out;
 }

@@ -34,10 +34,13 @@ struct ParsedExamples {
   // builds on little-endian machines), example after example. The storage comes from operator
   // new, so it is aligned for float.
   std::vector<uint8_t> bytes;
-  std::vector<int32_t> labels;  // one per example, each in [0, classes)
-  uint32_t classes = 0;         // max label + 1, at least 2
+  std::vector<int32_t> labels;  // one per example, each in [0, classes) (classification)
+  uint32_t classes = 0;         // max label + 1, at least 2; 0 for regression
+  // Regression: target_width float targets per example, example after example (no labels).
+  std::vector<float> targets;
+  uint32_t target_width = 0;
 
-  uint64_t size() const { return labels.size(); }
+  uint64_t size() const { return target_width > 0 ? targets.size() / target_width : labels.size(); }
   uint64_t example_values() const;  // product of `shape`
   static uint32_t dtype_size(Dtype dtype) { return pstrain::dtype_size(dtype); }
 };
@@ -90,8 +93,9 @@ struct ExampleSummary {
   std::vector<uint32_t> shape;  // per example: {d} or {h, w, c}
   ParsedExamples::Dtype dtype = ParsedExamples::Dtype::kFloat32;
   uint64_t examples = 0;
-  uint32_t classes = 0;               // max label + 1, at least 2
+  uint32_t classes = 0;               // max label + 1, at least 2; 0 for regression
   std::vector<uint64_t> class_counts;  // examples per label, `classes` entries
+  uint32_t target_width = 0;           // regression: float targets per example (0: class labels)
 };
 
 // Where the streaming parsers put what they read, in bounded pieces, so that a file of any size
@@ -105,6 +109,9 @@ class ExampleSink {
   virtual void begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype dtype) = 0;
   virtual void examples(const uint8_t* bytes, size_t n) = 0;
   virtual void labels(const int32_t* labels, size_t n) = 0;
+  // Regression: `n` float target values (ExampleSummary::target_width per example), in order,
+  // instead of labels. A sink that keeps only labels refuses them.
+  virtual void targets(const float* values, size_t n);
 };
 
 // Caps shared by both formats. Defaults in comments.
@@ -116,6 +123,10 @@ struct ExampleLimits {
 
 struct CsvOptions {
   std::string label_column = "label";  // name of the label column in the header
+  // The label column: false (the default) reads whole numbers as class labels and makes the
+  // dataset a regression one (float targets) when any value has a fraction; true always reads
+  // float targets (integer-valued regression, such as counts).
+  bool regression = false;
   uint32_t max_columns = 100'000;      // header fields, label included
   uint64_t max_line_bytes = 16 << 20;  // one line, terminator excluded (16 MiB)
   ExampleLimits limits;
@@ -130,8 +141,10 @@ struct CsvOptions {
 // "\n" or "\r\n"; blank lines are skipped. Quoted fields are not supported: a '"' anywhere is a
 // kQuotedField error. Feature cells are decimal numbers (as strtod reads them, optional leading
 // '+'), stored as float32; NaN, infinities and values beyond float32's range are rejected. The
-// label cell is a non-negative integer ("3", not "3.0"). The result has shape {columns - 1},
-// dtype kFloat32, features in header order without the label column.
+// label cell is a number: when every label is a whole number ("3", "3.0") they are class labels,
+// else (or with options.regression) the file is a regression dataset of one float target per row
+// (ExampleSummary::target_width 1). The result has shape {columns - 1}, dtype kFloat32, features
+// in header order without the label column.
 //
 // Classes: classes = max label + 1, which must be at least 2 and at most limits.max_classes.
 // Not every class in [0, classes) needs to appear: a small upload may lack a rare class.
@@ -180,6 +193,7 @@ class NpyFileWriter final : public ExampleSink {
   void begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype dtype) override;
   void examples(const uint8_t* bytes, size_t n) override;
   void labels(const int32_t* labels, size_t n) override;
+  void targets(const float* values, size_t n) override;
   void finish();
 
  private:
@@ -188,6 +202,7 @@ class NpyFileWriter final : public ExampleSink {
   std::vector<uint32_t> shape_;
   ParsedExamples::Dtype dtype_ = ParsedExamples::Dtype::kFloat32;
   std::vector<int32_t> labels_;
+  std::vector<float> targets_;
 };
 
 }  // namespace pstrain

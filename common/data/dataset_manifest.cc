@@ -191,6 +191,7 @@ class ExamplesSink final : public ExampleSink {
   void begin(const std::vector<uint32_t>&, ParsedExamples::Dtype) override {}
   void examples(const uint8_t* bytes, size_t n) override { out.bytes.insert(out.bytes.end(), bytes, bytes + n); }
   void labels(const int32_t* labels, size_t n) override { out.labels.insert(out.labels.end(), labels, labels + n); }
+  void targets(const float* values, size_t n) override { out.targets.insert(out.targets.end(), values, values + n); }
   ParsedExamples out;
 };
 
@@ -209,6 +210,10 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
   sink.out.shape = summary.shape;
   sink.out.dtype = summary.dtype;
   sink.out.classes = summary.classes;
+  if (summary.target_width > 0) {  // regression: float targets, no classes
+    sink.out.target_width = summary.target_width;
+    return make_split(name, kind, std::move(sink.out));
+  }
   if (num_classes == 0) num_classes = manifest.num_classes.value_or(summary.classes);
   if (summary.classes > num_classes) {
     throw DataError("dataset '" + name + "': the " + split_name + " split has label " + std::to_string(summary.classes - 1) +

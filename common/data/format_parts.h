@@ -50,10 +50,12 @@ class MemorySink final : public ExampleSink {
   void begin(const std::vector<uint32_t>&, ParsedExamples::Dtype) override {}
   void examples(const uint8_t* bytes, size_t n) override { out_.bytes.insert(out_.bytes.end(), bytes, bytes + n); }
   void labels(const int32_t* labels, size_t n) override { out_.labels.insert(out_.labels.end(), labels, labels + n); }
+  void targets(const float* values, size_t n) override { out_.targets.insert(out_.targets.end(), values, values + n); }
   ParsedExamples take(const ExampleSummary& summary) {
     out_.shape = summary.shape;
     out_.dtype = summary.dtype;
     out_.classes = summary.classes;
+    out_.target_width = summary.target_width;
     return std::move(out_);
   }
 

@@ -144,7 +144,9 @@ void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& data
 // - /model/input_shape equals the dataset's example shape ([h, w, c] for images), or is its flat
 //   form [h * w * c] (a dense layer can take the image's values directly); skipped when the
 //   DatasetInfo does not know its example shape;
-// - the last layer (/model/layers/<last>) outputs [num_classes] logits.
+// - the last layer (/model/layers/<last>) outputs [num_classes] logits (1 under
+//   binary_cross_entropy), or for a regression dataset [target_width] values;
+// - the loss fits the labels: a class loss on class labels, a regression loss on float targets.
 // The DatasetInfo form is the submit-time check (the dataset table, nothing loaded); the Split
 // form is the job-start check against the files as loaded.
 void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info);

@@ -434,7 +434,8 @@ std::string describe_examples(const Shape& shape) {
 }
 
 // The checks of check_spec_against_dataset; `example_shape` empty skips the input shape's.
-void check_against(const JobSpec& spec, const std::string& dataset, const Shape& example_shape, uint32_t num_classes) {
+void check_against(const JobSpec& spec, const std::string& dataset, const Shape& example_shape, uint32_t num_classes,
+                   uint32_t target_width) {
   const std::vector<Shape> shapes = infer_shapes(spec.model);
   const Shape& input = spec.model.input_shape;
   const bool flat_of_images = input.size() == 1 && input[0] == num_elements(example_shape);
@@ -444,6 +445,21 @@ void check_against(const JobSpec& spec, const std::string& dataset, const Shape&
   }
   const Shape& out = shapes.back();
   const std::string last = "/model/layers/" + std::to_string(spec.model.layers.size() - 1);
+  if (is_regression(spec.loss) != (target_width > 0)) {
+    throw SpecError("/loss", is_regression(spec.loss)
+                                 ? std::string(loss_type_name(spec.loss.type)) + " needs a dataset of float targets, but " +
+                                       dataset + " has class labels (" + std::to_string(num_classes) + " classes)"
+                                 : std::string(loss_type_name(spec.loss.type)) + " needs class labels, but " + dataset +
+                                       " has float targets (regression: use mean_squared_error, mean_absolute_error "
+                                       "or huber)");
+  }
+  if (target_width > 0) {
+    if (out.size() != 1 || out[0] != target_width) {
+      throw SpecError(last, "must output " + std::to_string(target_width) + " value(s) (the targets of " + dataset +
+                                ") but outputs " + shape_string(out));
+    }
+    return;
+  }
   if (spec.loss.type == LossType::kBinaryCrossEntropy && num_classes != 2) {
     throw SpecError("/loss", "binary_cross_entropy needs a dataset of 2 classes (labels 0 and 1), but " + dataset +
                                  " has " + std::to_string(num_classes));
@@ -460,11 +476,11 @@ void check_against(const JobSpec& spec, const std::string& dataset, const Shape&
 }  // namespace
 
 void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info) {
-  check_against(spec, info.name, info.example_shape, info.num_classes);
+  check_against(spec, info.name, info.example_shape, info.num_classes, info.target_width);
 }
 
 void check_spec_against_dataset(const JobSpec& spec, const Split& split) {
-  check_against(spec, split.dataset, split.example_shape(), split.num_classes);
+  check_against(spec, split.dataset, split.example_shape(), split.num_classes, split.target_width);
 }
 
 std::string job_spec_to_json(const JobSpec& spec) {

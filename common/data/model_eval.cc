@@ -18,26 +18,29 @@ Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Sp
   const auto input_size = static_cast<size_t>(model.input_size());
   const auto max_batch = static_cast<uint32_t>(model.max_batch());
   Evaluation e;
-  e.confusion.assign(classes, std::vector<uint64_t>(classes, 0));
+  e.regression = is_regression(model.loss());
+  if (!e.regression) e.confusion.assign(classes, std::vector<uint64_t>(classes, 0));
   double loss_sum = 0;
   int64_t correct = 0;
   std::vector<float> columns(input_size * max_batch);
-  std::vector<int32_t> labels(max_batch);
+  std::vector<float> targets(static_cast<size_t>(model.target_size()) * max_batch);
   std::vector<uint32_t> indices;
   std::vector<double> probabilities(classes);
   for (uint32_t start = 0; start < split.size; start += max_batch) {
     const uint32_t batch = std::min(split.size - start, max_batch);
     indices.resize(batch);
     std::iota(indices.begin(), indices.end(), start);
-    split.gather(indices, columns.data(), labels.data());
+    split.gather(indices, columns.data(), targets.data());
     const auto logits = model.forward(params, columns.data(), batch);
-    const nn::LossResult r = nn::compute_loss<float>(model.loss(), logits, labels.data(), nullptr);
+    const nn::LossResult r = nn::compute_loss<float>(model.loss(), logits, targets.data(), nullptr);
     loss_sum += r.loss_sum;
     correct += r.correct;
+    e.sums += r.regression;
+    if (e.regression) continue;
     for (uint32_t c = 0; c < batch; ++c) {
       const int64_t predicted = nn::class_probabilities(model.loss(), logits.col(c).data(),
                                                         static_cast<int64_t>(outputs), probabilities.data());
-      ++e.confusion[static_cast<size_t>(labels[c])][static_cast<size_t>(predicted)];
+      ++e.confusion[static_cast<size_t>(targets[c])][static_cast<size_t>(predicted)];
     }
   }
   e.examples = split.size;
@@ -49,6 +52,14 @@ Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Sp
 
 std::string evaluation_json(const Evaluation& e, const std::string& extra) {
   namespace json = boost::json;
+  if (e.regression) {
+    const std::string body = to_json_text(json::object{{"examples", e.examples},
+                                                       {"loss", e.loss},
+                                                       {"mae", e.sums.mae()},
+                                                       {"rmse", e.sums.rmse()},
+                                                       {"r2", e.sums.r2()}});
+    return "{" + extra + body.substr(1);
+  }
   json::array matrix, per_class;
   for (size_t t = 0; t < e.confusion.size(); ++t) {
     json::array row;
@@ -84,6 +95,13 @@ std::string predictions_json(nn::Model<float>& model, const float* params, const
     const auto batch = static_cast<int64_t>(std::min(n - start, max_batch));
     const auto logits = model.forward(params, inputs + start * input_size, batch);
     for (int64_t c = 0; c < batch; ++c) {
+      if (is_regression(model.loss())) {
+        if (start + static_cast<size_t>(c) > 0) out += ',';
+        out += "{\"values\":[";
+        for (int64_t k = 0; k < outputs; ++k) out += (k > 0 ? "," : "") + text(logits(k, c));
+        out += "]}";
+        continue;
+      }
       const int64_t best = nn::class_probabilities(model.loss(), logits.col(c).data(), outputs, probabilities.data());
       if (start + static_cast<size_t>(c) > 0) out += ',';
       out += "{\"class\":" + std::to_string(best) + ",\"probabilities\":[";

@@ -16,22 +16,26 @@ namespace pstrain {
 
 struct Evaluation {
   uint64_t examples = 0;
-  double loss = 0;      // mean cross-entropy
-  double accuracy = 0;
-  std::vector<std::vector<uint64_t>> confusion;  // [true class][predicted class]
+  double loss = 0;      // mean loss per example
+  double accuracy = 0;  // classification
+  std::vector<std::vector<uint64_t>> confusion;  // [true class][predicted class] (classification)
+  bool regression = false;
+  nn::RegressionSums sums;  // regression: MAE, RMSE, R^2 come from these
 };
 
 // `params` laid out by model.layout(); batches of at most model.max_batch() examples.
 Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Split& split);
 
 // {"examples", "loss", "accuracy", "per_class_accuracy" (null for a class with no example),
-// "confusion_matrix"} plus `extra` fields first (already JSON: "\"model\":\"job-1\",").
+// "confusion_matrix"}, or for regression {"examples", "loss", "mae", "rmse", "r2"}, plus `extra`
+// fields first (already JSON: "\"model\":\"job-1\",").
 std::string evaluation_json(const Evaluation& e, const std::string& extra = "");
 
 // Runs `n` examples (`inputs`: model.input_size() values each, one after another, as the model
 // sees them) through the model, model.max_batch() at a time: {"predictions": [{"class": k,
 // "probabilities": [the class probabilities: softmax, or [1 - p, p] under binary cross-entropy]},
-// ...]}, TensorFlow Serving's answer form.
+// ...]}, TensorFlow Serving's answer form; under a regression loss {"predictions": [{"values":
+// [the outputs]}, ...]}.
 std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n);
 
 }  // namespace pstrain

@@ -298,7 +298,12 @@ LossSpec read_loss(const json::value& v) {
                                 {"categorical_cross_entropy", LossType::kCategoricalCrossEntropy},
                                 {"categorical_crossentropy", LossType::kCategoricalCrossEntropy},
                                 {"binary_cross_entropy", LossType::kBinaryCrossEntropy},
-                                {"binary_crossentropy", LossType::kBinaryCrossEntropy}});
+                                {"binary_crossentropy", LossType::kBinaryCrossEntropy},
+                                {"mean_squared_error", LossType::kMeanSquaredError},
+                                {"mse", LossType::kMeanSquaredError},
+                                {"mean_absolute_error", LossType::kMeanAbsoluteError},
+                                {"mae", LossType::kMeanAbsoluteError},
+                                {"huber", LossType::kHuber}});
   };
   LossSpec loss;
   if (!v.is_object()) {
@@ -311,13 +316,21 @@ LossSpec read_loss(const json::value& v) {
     if (loss.type == LossType::kSparseCategoricalCrossEntropy) {
       throw SpecError("/loss/label_smoothing", "applies to categorical_cross_entropy and binary_cross_entropy only");
     }
+    if (is_regression(loss)) {
+      throw SpecError("/loss/label_smoothing", "applies to categorical_cross_entropy and binary_cross_entropy only");
+    }
     loss.label_smoothing = r.number("label_smoothing", 0.0, 1.0, false, 0.0f);
+  }
+  if (r.optional("delta") != nullptr) {
+    if (loss.type != LossType::kHuber) throw SpecError("/loss/delta", "applies to huber only");
+    loss.delta = r.number("delta", 0.0, 1e30, true, 1.0f);
   }
   r.finish();
   return loss;
 }
 
 json::value loss_to_value(const LossSpec& loss) {
+  if (loss.type == LossType::kHuber) return json::object{{"type", "huber"}, {"delta", loss.delta}};
   if (loss.label_smoothing == 0.0f) return json::value(loss_type_name(loss.type));
   return json::object{{"type", loss_type_name(loss.type)}, {"label_smoothing", loss.label_smoothing}};
 }

@@ -54,16 +54,29 @@ void NpyFileWriter::examples(const uint8_t* bytes, size_t n) {
 
 void NpyFileWriter::labels(const int32_t* labels, size_t n) { labels_.insert(labels_.end(), labels, labels + n); }
 
+void NpyFileWriter::targets(const float* values, size_t n) { targets_.insert(targets_.end(), values, values + n); }
+
 void NpyFileWriter::finish() {
-  std::vector<uint64_t> x_shape = {labels_.size()};
+  uint64_t example_bytes = ParsedExamples::dtype_size(dtype_);
+  for (uint32_t d : shape_) example_bytes *= d;
+  const auto written = static_cast<uint64_t>(x_.tellp()) - kNpyHeaderBytes;
+  const uint64_t examples = example_bytes > 0 ? written / example_bytes : 0;
+  std::vector<uint64_t> x_shape = {targets_.empty() ? labels_.size() : examples};
   x_shape.insert(x_shape.end(), shape_.begin(), shape_.end());
   x_.seekp(0);
   x_.write(npy_header(npy_descr(dtype_), x_shape).data(), kNpyHeaderBytes);
   x_.close();
   if (!x_) throw Error(x_path_ + ": write failed: " + std::strerror(errno));
   std::ofstream y(y_path_, std::ios::binary | std::ios::trunc);
-  y.write(npy_header("<i4", {labels_.size()}).data(), kNpyHeaderBytes);
-  y.write(reinterpret_cast<const char*>(labels_.data()), static_cast<std::streamsize>(labels_.size() * sizeof(int32_t)));
+  if (!targets_.empty()) {  // regression: (n,) for one target per example, else (n, k)
+    const uint64_t width = examples > 0 ? targets_.size() / examples : 1;
+    const std::vector<uint64_t> y_shape = width == 1 ? std::vector<uint64_t>{examples} : std::vector<uint64_t>{examples, width};
+    y.write(npy_header("<f4", y_shape).data(), kNpyHeaderBytes);
+    y.write(reinterpret_cast<const char*>(targets_.data()), static_cast<std::streamsize>(targets_.size() * sizeof(float)));
+  } else {
+    y.write(npy_header("<i4", {labels_.size()}).data(), kNpyHeaderBytes);
+    y.write(reinterpret_cast<const char*>(labels_.data()), static_cast<std::streamsize>(labels_.size() * sizeof(int32_t)));
+  }
   y.close();
   if (!y) throw Error(y_path_ + ": write failed: " + std::strerror(errno));
 }

@@ -63,6 +63,9 @@ const char* loss_type_name(LossType type) {
     case LossType::kSparseCategoricalCrossEntropy: return "sparse_softmax_cross_entropy";
     case LossType::kCategoricalCrossEntropy: return "categorical_cross_entropy";
     case LossType::kBinaryCrossEntropy: return "binary_cross_entropy";
+    case LossType::kMeanSquaredError: return "mean_squared_error";
+    case LossType::kMeanAbsoluteError: return "mean_absolute_error";
+    case LossType::kHuber: return "huber";
   }
   return "?";
 }

@@ -28,19 +28,35 @@ enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, 
 // splitting the padding with the extra row or column on the bottom/right.
 enum class Padding { kValid, kSame };
 
-// The loss a model is trained with (the job spec's `loss`), on integer class labels:
+// The loss a model is trained with (the job spec's `loss`). On integer class labels:
 //   sparse_softmax_cross_entropy       softmax over the outputs, the label's -log p (the default;
 //                                      Keras' sparse_categorical_crossentropy)
 //   categorical_cross_entropy          the same against a one-hot target smoothed by
 //                                      label_smoothing: (1 - s) onehot + s / classes
 //   binary_cross_entropy               one output, a logit: sigmoid, labels 0 or 1, smoothed to
 //                                      y (1 - s) + s / 2
+// On float targets (regression: one target per output), Keras' means over the outputs:
+//   mean_squared_error                 mean (z - y)^2
+//   mean_absolute_error                mean |z - y|
+//   huber                              mean of 0.5 e^2 where |e| <= delta, else delta (|e| - delta / 2)
 // (common/engine/nn/loss.h has the formulas.)
-enum class LossType { kSparseCategoricalCrossEntropy, kCategoricalCrossEntropy, kBinaryCrossEntropy };
+enum class LossType {
+  kSparseCategoricalCrossEntropy, kCategoricalCrossEntropy, kBinaryCrossEntropy,
+  kMeanSquaredError, kMeanAbsoluteError, kHuber,
+};
 struct LossSpec {
   LossType type = LossType::kSparseCategoricalCrossEntropy;
   float label_smoothing = 0.0f;  // categorical and binary only, in [0, 1]
+  float delta = 1.0f;            // huber only, > 0
 };
+// True for the losses on float targets (mean_squared_error, mean_absolute_error, huber).
+inline bool is_regression(const LossSpec& loss) {
+  return loss.type == LossType::kMeanSquaredError || loss.type == LossType::kMeanAbsoluteError ||
+         loss.type == LossType::kHuber;
+}
+// Target values per example for a model of `outputs` outputs: one per output for regression,
+// else 1 (the class index).
+inline int64_t target_size(const LossSpec& loss, int64_t outputs) { return is_regression(loss) ? outputs : 1; }
 const char* loss_type_name(LossType type);
 // The outputs a model needs for `classes` classes under `loss`: 1 for binary, else one per class.
 int64_t loss_outputs(const LossSpec& loss, uint32_t classes);

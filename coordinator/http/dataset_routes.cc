@@ -127,6 +127,14 @@ void RestApi::add_dataset_routes() {
     const auto params = query_params(request.target);
     if (const auto it = params.find("label"); it != params.end()) upload.label_column = it->second;
     if (const auto it = params.find("replace"); it != params.end()) upload.replace = it->second == "true";
+    if (const auto it = params.find("task"); it != params.end()) {
+      if (it->second != "regression" && it->second != "classification") {
+        return answer(problem(400, "bad-request", "Bad request",
+                              "query parameter task must be regression or classification, not \"" + it->second + "\"",
+                              "task"));
+      }
+      upload.regression = it->second == "regression";
+    }
     upload.body_path = request.body_file;
     upload.body_bytes = request.body_bytes;
     upload.body_sha256 = request.body_sha256;

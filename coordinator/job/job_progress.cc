@@ -34,8 +34,12 @@ void JobProgress::restart_epochs_from(size_t first) {
 }
 
 void JobProgress::add_evaluation(uint32_t epoch, double loss_sum, uint64_t correct, uint64_t examples, double rate,
-                                 size_t workers) {
+                                 size_t workers, const std::optional<nn::RegressionSums>& regression) {
   EpochMetrics& m = epochs_[epoch];
+  if (regression) {
+    if (!m.test_regression) m.test_regression.emplace();
+    *m.test_regression += *regression;
+  }
   m.test_loss_sum += loss_sum;
   m.test_correct += correct;
   m.test_examples += examples;
@@ -48,17 +52,30 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
   if (m.recorded) return;
   m.recorded = true;
   const double train_n = std::max<uint64_t>(1, m.train_examples), test_n = std::max<uint64_t>(1, m.test_examples);
-  const EpochMetric metric{epoch + 1,         m.train_loss_sum / train_n, m.train_correct / train_n,
+  const EpochMetric base{epoch + 1,         m.train_loss_sum / train_n, m.train_correct / train_n,
                            m.test_loss_sum / test_n, m.test_correct / test_n, m.samples_per_second,
                            now_ms()};
-  std::printf("epoch %u: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s%s\n", epoch + 1,
-              metric.train_loss, metric.train_accuracy, metric.test_loss, metric.test_accuracy,
-              metric.samples_per_second, partial ? " (test: part of the split, a worker was lost)" : "");
+  EpochMetric metric = base;
+  if (m.test_regression) {
+    metric.test_mae = m.test_regression->mae();
+    metric.test_rmse = m.test_regression->rmse();
+    metric.test_r2 = m.test_regression->r2();
+    std::printf("epoch %u: train loss %.4f | test loss %.4f mae %.4f rmse %.4f r2 %.4f | %.0f samples/s%s\n", epoch + 1,
+                metric.train_loss, metric.test_loss, *metric.test_mae, *metric.test_rmse, *metric.test_r2,
+                metric.samples_per_second, partial ? " (test: part of the split, a worker was lost)" : "");
+  } else {
+    std::printf("epoch %u: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s%s\n", epoch + 1,
+                metric.train_loss, metric.train_accuracy, metric.test_loss, metric.test_accuracy,
+                metric.samples_per_second, partial ? " (test: part of the split, a worker was lost)" : "");
+  }
   std::fflush(stdout);
   store_.append_epoch(job_id_, metric);
   store_.update(job_id_, [&](JobRecord& r) {
     r.test_loss = metric.test_loss;
     r.test_accuracy = metric.test_accuracy;
+    r.test_mae = metric.test_mae;
+    r.test_rmse = metric.test_rmse;
+    r.test_r2 = metric.test_r2;
     r.train_loss = metric.train_loss;
     r.train_accuracy = metric.train_accuracy;
     if (partial) {
@@ -67,7 +84,9 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
     }
   });
   if (epoch_recorded_) {
-    epoch_recorded_(epoch, m.test_examples > 0 ? std::optional<double>(metric.test_accuracy) : std::nullopt);
+    // The chance-accuracy guard reads classification accuracy only.
+    epoch_recorded_(epoch, m.test_examples > 0 && !m.test_regression ? std::optional<double>(metric.test_accuracy)
+                                                                     : std::nullopt);
   }
 }
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "common/engine/nn/loss.h"
+
 #include "coordinator/job_store.h"
 
 namespace pstrain {
@@ -25,6 +27,7 @@ struct EpochMetrics {
   uint64_t train_correct = 0, train_examples = 0;
   double test_loss_sum = 0;
   uint64_t test_correct = 0, test_examples = 0;
+  std::optional<nn::RegressionSums> test_regression;  // regression jobs: summed over the workers
   double samples_per_second = 0;  // sum of the workers' training rates
   uint32_t evaluations = 0;       // workers that reported their test slice
   bool recorded = false;          // written to the store (once every worker has reported)
@@ -56,7 +59,7 @@ class JobProgress {
   void restart_epochs_from(size_t first);
   // Adds a worker's evaluation of its test slice; records the epoch once `workers` have.
   void add_evaluation(uint32_t epoch, double loss_sum, uint64_t correct, uint64_t examples, double rate,
-                      size_t workers);
+                      size_t workers, const std::optional<nn::RegressionSums>& regression = std::nullopt);
   // Writes epoch e's metrics (printed line, history, record). `partial`: some workers' test
   // slices are missing (a worker was lost before it evaluated).
   void record_epoch(uint32_t epoch, bool partial);

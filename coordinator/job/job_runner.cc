@@ -393,10 +393,17 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
       async_cuts_.maybe_start();
       break;
     }
-    case proto::Progress::Kind::EVALUATION:
+    case proto::Progress::Kind::EVALUATION: {
+      std::optional<nn::RegressionSums> regression;
+      if (report.hasRegression()) {
+        const auto r = report.getRegression();
+        regression = nn::RegressionSums{r.getValues(), r.getAbsError(), r.getSquaredError(), r.getTarget(),
+                                        r.getTargetSquared()};
+      }
       progress.add_evaluation(epoch, report.getLossSum(), report.getCorrect(), report.getExamples(),
-                              report.getSamplesPerSecond(), job_.workers.size());
+                              report.getSamplesPerSecond(), job_.workers.size(), regression);
       break;
+    }
     case proto::Progress::Kind::FINISHED:
       progress.workers()[*index].finished = true;
       async_cuts_.expects_no_more(node);

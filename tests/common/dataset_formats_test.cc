@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/data/dataset.h"
 #include "tests/test_support.h"
 
 using pstrain::CsvOptions;
@@ -20,6 +21,9 @@ using pstrain::ParsedExamples;
 using pstrain::parse_csv;
 using pstrain::read_npy;
 using pstrain::read_npz;
+using pstrain::Split;
+using pstrain::SplitKind;
+using pstrain::make_split;
 using pstrain::testing::TempDir;
 using Kind = DatasetFormatError::Kind;
 
@@ -125,6 +129,48 @@ TEST_CASE("parse_csv reads a header, float features in header order and integer 
   CHECK(p.classes == 3);
 }
 
+TEST_CASE("parse_csv: a label column with a fraction is a regression dataset's targets, and whole numbers when asked") {
+  ParsedExamples p = csv("a,label\n1,0.5\n2,3\n3,-1.25e2\n");
+  CHECK(p.target_width == 1);
+  CHECK(p.classes == 0);
+  CHECK(p.labels.empty());
+  CHECK(p.targets == std::vector<float>{0.5f, 3.0f, -125.0f});
+  CHECK(p.size() == 3);
+  // Whole numbers ("1.0" too) are classes, unless the options say regression.
+  ParsedExamples whole = csv("a,label\n1,1.0\n2,0\n");
+  CHECK(whole.target_width == 0);
+  CHECK(whole.labels == std::vector<int32_t>{1, 0});
+  CsvOptions options;
+  options.regression = true;
+  ParsedExamples counts = csv("a,label\n1,7\n2,-3\n", options);
+  CHECK(counts.target_width == 1);
+  CHECK(counts.targets == std::vector<float>{7.0f, -3.0f});
+  // A split of them keeps the targets.
+  const Split split = make_split("counts", SplitKind::kTrain, std::move(counts));
+  CHECK(split.regression());
+  CHECK(split.target_size() == 1);
+  std::vector<float> x(2), t(2);
+  const std::vector<uint32_t> order = {1, 0};
+  split.gather(order, x.data(), t.data());
+  CHECK(t == std::vector<float>{-3.0f, 7.0f});
+  CHECK(x == std::vector<float>{2.0f, 1.0f});
+}
+
+TEST_CASE("read_npz: float32 y of shape (n,) or (n, k) is a regression dataset's targets") {
+  TempDir dir;
+  write_zip(dir.file("r.npz"), {{"x.npy", kGoodX}, {"y.npy", npy("<f4", "(2, 2)", raw<float>({0.5f, -1, 2, 1e6f}))}});
+  ParsedExamples p = read_npz(dir.file("r.npz"));
+  CHECK(p.target_width == 2);
+  CHECK(p.targets == std::vector<float>{0.5f, -1, 2, 1e6f});
+  CHECK(p.size() == 2);
+  CHECK(p.classes == 0);
+  write_zip(dir.file("r1.npz"), {{"x.npy", kGoodX}, {"y.npy", npy("<f4", "(2,)", raw<float>({3.5f, 4}))}});
+  CHECK(read_npz(dir.file("r1.npz")).target_width == 1);
+  // x and y must agree on the examples.
+  write_zip(dir.file("r3.npz"), {{"x.npy", kGoodX}, {"y.npy", npy("<f4", "(3,)", raw<float>({3.5f, 4, 5}))}});
+  CHECK(failure_of([&] { read_npz(dir.file("r3.npz")); }).kind == Kind::kLengthMismatch);
+}
+
 TEST_CASE("parse_csv takes the label column the options name, and needs no trailing newline") {
   CsvOptions options;
   options.label_column = "species";
@@ -177,11 +223,11 @@ TEST_CASE("parse_csv names the line and column of every defect") {
     CHECK(f.message == "t.csv: line 1: columns 1 and 3 are both named 'a'");
   }
   SUBCASE("labels that are not non-negative integers") {
-    Failure f = csv_failure("a,label\n1,0\n2,1.0\n");
+    Failure f = csv_failure("a,label\n1,0\n2,one\n");
     CHECK(f.kind == Kind::kBadLabel);
     CHECK(f.line == 3);
     CHECK(f.column == "label");
-    CHECK(f.message == "t.csv: line 3, column 'label' (2): label '1.0' is not a non-negative integer");
+    CHECK(f.message == "t.csv: line 3, column 'label' (2): label 'one' is not a non-negative integer or a number");
     Failure negative = csv_failure("a,label\n1,0\n2,-1\n");
     CHECK(negative.kind == Kind::kBadLabel);
     CHECK(negative.message == "t.csv: line 3, column 'label' (2): label -1 is not in [0, 10000)");
@@ -358,9 +404,12 @@ TEST_CASE("read_npz names each defect") {
   SUBCASE("wrong dtype") {
     CHECK(npz_failure({{"x.npy", npy("<i4", "(2, 1)", raw<int32_t>({1, 2}))}, {"y.npy", kGoodY}}).kind ==
           Kind::kBadDtype);
-    Failure y = npz_failure({{"x.npy", kGoodX}, {"y.npy", npy("<f4", "(2,)", raw<float>({1, 0}))}});
-    CHECK(y.kind == Kind::kBadDtype);
-    CHECK(y.message.find("y.npy: labels must be integers") != std::string::npos);
+    // Float y is a regression dataset's targets; they must be finite and of shape (n,) or (n, k).
+    Failure y = npz_failure({{"x.npy", kGoodX}, {"y.npy", npy("<f4", "(2,)", raw<float>({1, NAN}))}});
+    CHECK(y.kind == Kind::kNonFinite);
+    CHECK(y.message.find("y.npy: target 0 of example 1 is NaN") != std::string::npos);
+    CHECK(npz_failure({{"x.npy", kGoodX}, {"y.npy", npy("<f4", "(2, 1, 1)", raw<float>({1, 0}))}}).kind ==
+          Kind::kBadRank);
   }
   SUBCASE("wrong rank") {
     CHECK(npz_failure({{"x.npy", npy("<f4", "(2,)", raw<float>({1, 2}))}, {"y.npy", kGoodY}}).kind ==

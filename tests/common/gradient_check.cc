@@ -66,14 +66,29 @@ Problem random_problem(nn::Model<double>& model, int64_t batch, uint64_t seed) {
   for (auto& v : p.params) v = rng.uniform_float(-0.5f, 0.5f);
   p.inputs.resize(static_cast<size_t>(model.input_size() * batch));
   for (auto& v : p.inputs) v = rng.uniform_float(-1.0f, 1.0f);
+  if (is_regression(model.loss())) {
+    p.targets.resize(static_cast<size_t>(model.output_size() * batch));
+    for (auto& t : p.targets) t = rng.uniform_float(-2.0f, 2.0f);
+    return p;
+  }
   const auto classes = static_cast<uint64_t>(nn::loss_classes(model.loss(), model.output_size()));
   for (int64_t b = 0; b < batch; ++b) p.labels.push_back(static_cast<int32_t>(rng.uniform_index(classes)));
   return p;
 }
 
+namespace {
+
+// The problem's targets as the engine takes them (nn/loss.h).
+std::vector<float> targets_of(const Problem& p) {
+  if (!p.targets.empty()) return p.targets;
+  return std::vector<float>(p.labels.begin(), p.labels.end());
+}
+
+}  // namespace
+
 double objective(nn::Model<double>& model, const Problem& p, const std::vector<double>& params, int64_t batch,
                  const nn::ExampleKeys& keys) {
-  return model.evaluate(params.data(), p.inputs.data(), p.labels.data(), batch, keys).loss_sum /
+  return model.evaluate(params.data(), p.inputs.data(), targets_of(p).data(), batch, keys).loss_sum /
              static_cast<double>(batch) +
          nn::regularization_loss(model.layout(), params.data());
 }
@@ -97,7 +112,7 @@ void check_gradients(const ModelSpec& spec, int64_t batch, uint64_t seed, const 
   for (int64_t b = 0; b < batch; ++b) ids.push_back(static_cast<uint32_t>(seed * 1000 + 7 * b));
   const nn::ExampleKeys keys{3, ids.data()};  // training, in the gradients and the objective
   std::vector<double> grads(model.layout().total_size(), 1e9);  // garbage: every entry must be overwritten
-  model.compute_gradients(p.params.data(), p.inputs.data(), p.labels.data(), batch, grads.data(), {}, nullptr, keys);
+  model.compute_gradients(p.params.data(), p.inputs.data(), targets_of(p).data(), batch, grads.data(), {}, nullptr, keys);
   nn::scale_and_regularize(model.layout(), grads.data(), p.params.data(), batch);
 
   const double h = 1e-6;

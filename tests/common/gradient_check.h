@@ -23,10 +23,11 @@ LayerSpec named(LayerSpec layer, std::string name, std::vector<std::string> inpu
 
 struct Problem {
   std::vector<double> params, inputs;
-  std::vector<int32_t> labels;
+  std::vector<int32_t> labels;  // class losses
+  std::vector<float> targets;   // regression losses: the model's outputs per example
 };
-// Parameters in [-0.5, 0.5], inputs in [-1, 1], labels uniform over the model's loss's classes,
-// from `seed`.
+// Parameters in [-0.5, 0.5], inputs in [-1, 1], labels uniform over the model's loss's classes
+// (regression: targets in [-2, 2]), from `seed`.
 Problem random_problem(nn::Model<double>& model, int64_t batch, uint64_t seed);
 // Summed loss / batch + L2, exactly what scale_and_regularize's gradient is of; with `keys`, of
 // training (dropout on).

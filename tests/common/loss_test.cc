@@ -45,7 +45,7 @@ TEST_CASE("categorical cross-entropy with label smoothing and binary cross-entro
 TEST_CASE("loss values by hand") {
   // Categorical, z = (1, 2, 3), label 0, smoothing 0.3: target (0.8, 0.1, 0.1).
   const std::vector<double> z = {1, 2, 3};
-  const int32_t label0 = 0;
+  const float label0 = 0;
   std::vector<double> d(3);
   const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
   nn::LossResult r = nn::compute_loss<double>(loss_of(LossType::kCategoricalCrossEntropy, 0.3f),
@@ -57,7 +57,7 @@ TEST_CASE("loss values by hand") {
   // Binary: z = 2, label 1: log(1 + e^-2); label 0: 2 + log(1 + e^-2); z = -30
   // stays finite.
   const std::vector<double> logits = {2.0, 2.0, -30.0};
-  const std::vector<int32_t> labels = {1, 0, 1};
+  const std::vector<float> labels = {1, 0, 1};
   std::vector<double> dz(3);
   r = nn::compute_loss<double>(loss_of(LossType::kBinaryCrossEntropy), nn::ConstMatMap<double>(logits.data(), 1, 3),
                                labels.data(), dz.data());
@@ -75,8 +75,8 @@ TEST_CASE("categorical cross-entropy without smoothing is the sparse loss bit fo
   Rng rng(5);
   std::vector<float> z(10 * 7);
   for (float& v : z) v = rng.uniform_float(-4, 4);
-  std::vector<int32_t> labels(7);
-  for (auto& l : labels) l = static_cast<int32_t>(rng.uniform_index(10));
+  std::vector<float> labels(7);
+  for (auto& l : labels) l = static_cast<float>(rng.uniform_index(10));
   std::vector<float> da(z.size()), db(z.size());
   const auto a = nn::compute_loss<float>(loss_of(LossType::kSparseCategoricalCrossEntropy),
                                          nn::ConstMatMap<float>(z.data(), 10, 7), labels.data(), da.data());

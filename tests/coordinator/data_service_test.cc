@@ -7,12 +7,14 @@
 #include <kj/async-io.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "common/engine/chunk_plan.h"
 #include "common/data/dataset.h"
+#include "common/data/dataset_formats.h"
 #include "common/base/error.h"
 #include "coordinator/data_service.h"
 #include "tests/synthetic_data.h"
@@ -43,7 +45,7 @@ Split image_split() {
 
 struct Decoded {
   std::vector<float> inputs;
-  std::vector<int32_t> labels;
+  std::vector<float> labels;  // targets: the class, or the regression values
 };
 
 // What the worker makes of the batch of `indices` the coordinator sends.
@@ -54,14 +56,16 @@ Decoded round_trip(const Split& split, const std::vector<uint32_t>& indices) {
   const auto reader = batch.asReader();
   CHECK(reader.getEpoch() == 2);
   CHECK(reader.getStep() == 5);
-  Decoded d{std::vector<float>(indices.size() * split.example_size(), -1.0f), std::vector<int32_t>(indices.size(), -1)};
-  decode_batch(reader, {split.example_size(), split.num_classes}, d.inputs.data(), d.labels.data());
+  Decoded d{std::vector<float>(indices.size() * split.example_size(), -1.0f),
+            std::vector<float>(indices.size() * split.target_size(), -1.0f)};
+  decode_batch(reader, {split.example_size(), split.num_classes, split.target_width}, d.inputs.data(), d.labels.data());
   return d;
 }
 
 // What the standalone trainer gathers for the same examples.
 Decoded gathered(const Split& split, const std::vector<uint32_t>& indices) {
-  Decoded d{std::vector<float>(indices.size() * split.example_size()), std::vector<int32_t>(indices.size())};
+  Decoded d{std::vector<float>(indices.size() * split.example_size()),
+            std::vector<float>(indices.size() * split.target_size())};
   split.gather(indices, d.inputs.data(), d.labels.data());
   return d;
 }
@@ -80,7 +84,7 @@ TEST_CASE("fill_batch -> decode_batch: float32 features and uint8 images arrive 
     const Decoded sent = round_trip(split, indices), local = gathered(split, indices);
     check_bits_equal(sent.inputs, local.inputs);
     CHECK(sent.labels == local.labels);
-    for (size_t i = 0; i < indices.size(); ++i) CHECK(sent.labels[i] == split.labels[indices[i]]);
+    for (size_t i = 0; i < indices.size(); ++i) CHECK(sent.labels[i] == static_cast<float>(split.labels[indices[i]]));
   }
   // Float values travel as they are.
   const Split f = float_split();
@@ -96,7 +100,42 @@ TEST_CASE("labels past 255 survive the wire") {
   e.inputs = {0.5f, 0.25f, 1.0f, 0.0f, 0.75f, 0.125f};
   e.labels = {256, 9999, 4242};
   const Split split = make_split("many-classes", SplitKind::kTrain, testing::as_parsed(e, {2}, Dtype::kFloat32, kMaxClasses));
-  CHECK(round_trip(split, {2, 0, 1}).labels == std::vector<int32_t>{4242, 256, 9999});
+  CHECK(round_trip(split, {2, 0, 1}).labels == std::vector<float>{4242, 256, 9999});
+}
+
+TEST_CASE("regression targets travel as they are and arrive as gather makes them") {
+  ParsedExamples p;
+  p.shape = {2};
+  p.dtype = Dtype::kFloat32;
+  const std::vector<float> x = {0.5f, 0.25f, 1.0f, 0.0f, 0.75f, 0.125f};
+  p.bytes.resize(x.size() * sizeof(float));
+  std::memcpy(p.bytes.data(), x.data(), p.bytes.size());
+  p.targets = {1.5f, -2.0f, 3.25e7f, 0.1f, -1e-30f, 7.0f};  // two per example
+  p.target_width = 2;
+  const Split split = make_split("two-targets", SplitKind::kTrain, std::move(p));
+  REQUIRE(split.regression());
+  const std::vector<uint32_t> indices = {2, 0, 2, 1};
+  const Decoded sent = round_trip(split, indices), local = gathered(split, indices);
+  check_bits_equal(sent.labels, local.labels);
+  CHECK(sent.labels == std::vector<float>{-1e-30f, 7.0f, 1.5f, -2.0f, -1e-30f, 7.0f, 3.25e7f, 0.1f});
+  // A target count that does not match, or a target that is not finite, fails the call.
+  capnp::MallocMessageBuilder message;
+  auto batch = message.initRoot<proto::Batch>();
+  DataService::fill_batch(split, 0, 0, {0, 1}, batch);
+  std::vector<float> inputs(4), targets(4);
+  const BatchShape shape{2, 0, 2};
+  CHECK_NOTHROW(decode_batch(batch.asReader(), shape, inputs.data(), targets.data()));
+  batch.getTargets().set(3, std::nanf(""));
+  CHECK_THROWS_AS(decode_batch(batch.asReader(), shape, inputs.data(), targets.data()), kj::Exception);
+  batch.initTargets(3);
+  CHECK_THROWS_AS(decode_batch(batch.asReader(), shape, inputs.data(), targets.data()), kj::Exception);
+  // A target that is not finite never gets into a split.
+  ParsedExamples bad;
+  bad.shape = {1};
+  bad.bytes.resize(sizeof(float));
+  bad.targets = {std::numeric_limits<float>::infinity()};
+  bad.target_width = 1;
+  CHECK_THROWS_AS(make_split("bad", SplitKind::kTrain, std::move(bad)), DataError);
 }
 
 TEST_CASE("zero-feature detection on float batches: a feature is skipped only when exactly 0 in every example") {
@@ -165,7 +204,7 @@ TEST_CASE("a malformed batch fails the call with a KJ exception, not the process
   const Split split = float_split();
   const BatchShape shape{30, 3};
   std::vector<float> inputs(4 * 30);
-  std::vector<int32_t> labels(4);
+  std::vector<float> labels(4);
   capnp::MallocMessageBuilder message;
   auto batch = message.initRoot<proto::Batch>();
   const auto refill = [&] { DataService::fill_batch(split, 0, 0, {1, 2, 3}, batch); };

@@ -275,8 +275,10 @@ TEST_CASE("datasets: every defect gets its status and a message naming it, and n
              "'x' is not a number");
   CHECK(num(o, "line") == 3);
   CHECK(str(o, "column") == "b");
-  expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4,1.5\n", csv_type), 422, "dataset-bad-label",
-         "not a non-negative integer");
+  expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4,yes\n", csv_type), 422, "dataset-bad-label",
+         "not a non-negative integer or a number");
+  expect(put(port, "/v1/datasets/bad/train?task=guess", "a,b,label\n1,2,0\n3,4,1\n", csv_type), 400, "bad-request",
+         "task must be regression or classification");
   expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4,-1\n", csv_type), 422, "dataset-bad-label", "-1");
   expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,nan,0\n3,4,1\n", csv_type), 422, "dataset-non-finite",
          "not a finite float32");

@@ -22,15 +22,15 @@ std::pair<int64_t, int64_t> DataParallelModel<T>::slice(int r, int64_t batch) co
 }
 
 template <typename T>
-LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels,
+LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inputs, const float* targets,
                                                    int64_t batch, T* grads,
                                                    const typename Model<T>::GradientsReady& ready,
                                                    const typename Model<T>::FactoredKernels* factored,
                                                    const ExampleKeys& keys) {
   const int n = replicas();
-  if (n == 1) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready, factored, keys);
+  if (n == 1) return replicas_[0]->compute_gradients(params, inputs, targets, batch, grads, ready, factored, keys);
   if (factored != nullptr) throw Error("factored kernel gradients need a single replica");
-  if (batch < n) return replicas_[0]->compute_gradients(params, inputs, labels, batch, grads, ready, nullptr, keys);
+  if (batch < n) return replicas_[0]->compute_gradients(params, inputs, targets, batch, grads, ready, nullptr, keys);
 
   std::vector<LossResult> results(static_cast<size_t>(n));
   const int64_t in = input_size();
@@ -40,7 +40,7 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
     T* out = r == 0 ? grads : replica_grads_[static_cast<size_t>(r - 1)].data();
     const ExampleKeys part{keys.epoch, keys.ids != nullptr ? keys.ids + begin : nullptr};
     results[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)]->compute_gradients(
-        params, inputs + begin * in, labels + begin, end - begin, out, {}, nullptr, part);
+        params, inputs + begin * in, targets + begin * target_size(), end - begin, out, {}, nullptr, part);
   }
   // Sum the replicas' gradients into grads, in replica order, splitting the range over threads.
   const auto total = static_cast<int64_t>(layout().total_size());
@@ -53,28 +53,26 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
   if (ready) ready(0);
   LossResult total_result;
   for (const auto& r : results) {
-    total_result.loss_sum += r.loss_sum;
-    total_result.correct += r.correct;
+    total_result += r;
   }
   return total_result;
 }
 
 template <typename T>
-LossResult DataParallelModel<T>::evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch) {
+LossResult DataParallelModel<T>::evaluate(const T* params, const T* inputs, const float* targets, int64_t batch) {
   const int n = replicas();
-  if (n == 1 || batch < n) return replicas_[0]->evaluate(params, inputs, labels, batch);
+  if (n == 1 || batch < n) return replicas_[0]->evaluate(params, inputs, targets, batch);
   std::vector<LossResult> results(static_cast<size_t>(n));
   const int64_t in = input_size();
 #pragma omp parallel for num_threads(n) schedule(static, 1)
   for (int r = 0; r < n; ++r) {
     const auto [begin, end] = slice(r, batch);
     results[static_cast<size_t>(r)] =
-        replicas_[static_cast<size_t>(r)]->evaluate(params, inputs + begin * in, labels + begin, end - begin);
+        replicas_[static_cast<size_t>(r)]->evaluate(params, inputs + begin * in, targets + begin * target_size(), end - begin);
   }
   LossResult total;
   for (const auto& r : results) {
-    total.loss_sum += r.loss_sum;
-    total.correct += r.correct;
+    total += r;
   }
   return total;
 }

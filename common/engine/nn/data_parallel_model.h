@@ -32,14 +32,20 @@ class DataParallelModel {
   // called during backward only with a single replica (with several, gradients are final only
   // after the final sum).
   // `factored` (Model::compute_gradients) needs a single replica: with several it must be null.
-  LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch, T* grads,
+  LossResult compute_gradients(const T* params, const T* inputs, const float* targets, int64_t batch, T* grads,
                                const typename Model<T>::GradientsReady& ready = {},
                                const typename Model<T>::FactoredKernels* factored = nullptr,
                                const ExampleKeys& keys = {});
+  // The same on integer class labels (tests and tools).
+  LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch, T* grads) {
+    label_targets_.assign(labels, labels + batch);
+    return compute_gradients(params, inputs, label_targets_.data(), batch, grads);
+  }
   bool needs_keys() const { return replicas_.front()->needs_keys(); }
   // The first replica (with one replica, the whole model: its kernel_factors).
   const Model<T>& first_replica() const { return *replicas_.front(); }
-  LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch);
+  LossResult evaluate(const T* params, const T* inputs, const float* targets, int64_t batch);
+  int64_t target_size() const { return replicas_.front()->target_size(); }
   // Model::set_first_layer_row_groups on every replica.
   void set_first_layer_row_groups(const std::vector<uint32_t>& group_of_row, uint32_t groups);
   // Model::use_first_layer_partials; needs a single replica (the partials are of the whole batch).
@@ -50,6 +56,7 @@ class DataParallelModel {
   std::pair<int64_t, int64_t> slice(int r, int64_t batch) const;
 
   int64_t max_batch_;
+  std::vector<float> label_targets_;
   std::vector<std::unique_ptr<Model<T>>> replicas_;
   std::vector<std::vector<T, CacheAlignedAllocator<T>>> replica_grads_;  // for replicas 1..R-1 (replica 0 writes the caller's buffer)
 };

@@ -2,13 +2,25 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "common/base/error.h"
 
 namespace pstrain::nn {
 namespace {
 
+// The class index a float target holds, checked against the classes scored.
+int64_t class_of(float target, int64_t classes) {
+  const auto label = static_cast<int64_t>(target);
+  if (!(target >= 0.0f) || static_cast<float>(label) != target || label >= classes) {
+    throw Error("label " + std::to_string(target) + " is not a class of the model's " + std::to_string(classes));
+  }
+  return label;
+}
+
 // Cross-entropy of a softmax against the label's (smoothed) one-hot target.
 template <typename T>
-LossResult softmax_loss(ConstMatMap<T> logits, const int32_t* labels, T smoothing, T* dlogits) {
+LossResult softmax_loss(ConstMatMap<T> logits, const float* labels, T smoothing, T* dlogits) {
   LossResult result;
   const int64_t classes = logits.rows();
   const T off = smoothing / static_cast<T>(classes);  // every class's share of the smoothing
@@ -23,7 +35,7 @@ LossResult softmax_loss(ConstMatMap<T> logits, const int32_t* labels, T smoothin
     T sum = 0;
     for (int64_t k = 0; k < classes; ++k) sum += std::exp(z[k] - max);
     const T log_sum = std::log(sum);
-    const int32_t label = labels[b];
+    const int64_t label = class_of(labels[b], classes);
     T target_dot = z[label] - max;
     if (smoothing != T(0)) {
       target_dot *= on;
@@ -51,34 +63,94 @@ T sigmoid(T z) {
 }
 
 template <typename T>
-LossResult binary_loss(ConstMatMap<T> logits, const int32_t* labels, T smoothing, T* dlogits) {
+LossResult binary_loss(ConstMatMap<T> logits, const float* labels, T smoothing, T* dlogits) {
   LossResult result;
   for (int64_t b = 0; b < logits.cols(); ++b) {
     const T z = logits(0, b);
-    const T t = static_cast<T>(labels[b]) * (T(1) - smoothing) + smoothing / T(2);
+    const int64_t label = class_of(labels[b], 2);
+    const T t = static_cast<T>(label) * (T(1) - smoothing) + smoothing / T(2);
     result.loss_sum += static_cast<double>(std::max(z, T(0)) - z * t + std::log1p(std::exp(-std::abs(z))));
-    result.correct += (z > T(0)) == (labels[b] == 1) ? 1 : 0;
+    result.correct += (z > T(0)) == (label == 1) ? 1 : 0;
     if (dlogits != nullptr) dlogits[b] = sigmoid(z) - t;
   }
   return result;
 }
 
+// The regression losses: per target value e = z - y, the value and derivative of the loss's
+// element function, averaged over the outputs (Keras' mean over the last axis).
+template <typename T>
+LossResult regression_loss(const LossSpec& loss, ConstMatMap<T> outputs, const float* targets, T* doutputs) {
+  LossResult result;
+  RegressionSums& sums = result.regression;
+  const int64_t k = outputs.rows();
+  const T inv_k = T(1) / static_cast<T>(k);
+  const T delta = static_cast<T>(loss.delta);
+  for (int64_t b = 0; b < outputs.cols(); ++b) {
+    const T* z = outputs.data() + b * k;
+    const float* y = targets + b * k;
+    T* d = doutputs == nullptr ? nullptr : doutputs + b * k;
+    T example = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const T target = static_cast<T>(y[i]);
+      const T e = z[i] - target;
+      const T a = std::abs(e);
+      T value, slope;
+      switch (loss.type) {
+        case LossType::kMeanAbsoluteError:
+          value = a;
+          slope = e > T(0) ? T(1) : e < T(0) ? T(-1) : T(0);
+          break;
+        case LossType::kHuber:
+          value = a <= delta ? T(0.5) * e * e : delta * (a - T(0.5) * delta);
+          slope = std::clamp(e, -delta, delta);
+          break;
+        default:  // mean squared error
+          value = e * e;
+          slope = T(2) * e;
+          break;
+      }
+      example += value;
+      if (d != nullptr) d[i] = slope * inv_k;
+      sums.abs_error += static_cast<double>(a);
+      sums.squared_error += static_cast<double>(e) * static_cast<double>(e);
+      sums.target += static_cast<double>(target);
+      sums.target_squared += static_cast<double>(target) * static_cast<double>(target);
+    }
+    result.loss_sum += static_cast<double>(example * inv_k);
+  }
+  sums.values += static_cast<double>(k * outputs.cols());
+  return result;
+}
+
 }  // namespace
 
-template <typename T>
-LossResult compute_loss(const LossSpec& loss, ConstMatMap<T> outputs, const int32_t* labels, T* doutputs) {
-  const T smoothing = static_cast<T>(loss.label_smoothing);
-  switch (loss.type) {
-    case LossType::kSparseCategoricalCrossEntropy: return softmax_loss<T>(outputs, labels, T(0), doutputs);
-    case LossType::kCategoricalCrossEntropy: return softmax_loss<T>(outputs, labels, smoothing, doutputs);
-    case LossType::kBinaryCrossEntropy: return binary_loss<T>(outputs, labels, smoothing, doutputs);
-  }
-  return {};
+double RegressionSums::rmse() const { return values > 0 ? std::sqrt(squared_error / values) : 0.0; }
+
+double RegressionSums::r2() const {
+  if (values <= 0) return 0.0;
+  const double total = target_squared - target * target / values;
+  return total > 0 ? 1.0 - squared_error / total : 0.0;
+}
+
+LossResult& LossResult::operator+=(const LossResult& other) {
+  loss_sum += other.loss_sum;
+  correct += other.correct;
+  regression += other.regression;
+  return *this;
 }
 
 template <typename T>
-LossResult softmax_cross_entropy(ConstMatMap<T> logits, const int32_t* labels, T* dlogits) {
-  return softmax_loss<T>(logits, labels, T(0), dlogits);
+LossResult compute_loss(const LossSpec& loss, ConstMatMap<T> outputs, const float* targets, T* doutputs) {
+  const T smoothing = static_cast<T>(loss.label_smoothing);
+  switch (loss.type) {
+    case LossType::kSparseCategoricalCrossEntropy: return softmax_loss<T>(outputs, targets, T(0), doutputs);
+    case LossType::kCategoricalCrossEntropy: return softmax_loss<T>(outputs, targets, smoothing, doutputs);
+    case LossType::kBinaryCrossEntropy: return binary_loss<T>(outputs, targets, smoothing, doutputs);
+    case LossType::kMeanSquaredError:
+    case LossType::kMeanAbsoluteError:
+    case LossType::kHuber: return regression_loss<T>(loss, outputs, targets, doutputs);
+  }
+  return {};
 }
 
 int64_t class_probabilities(const LossSpec& loss, const float* outputs, int64_t count, double* probabilities) {
@@ -95,9 +167,7 @@ int64_t class_probabilities(const LossSpec& loss, const float* outputs, int64_t 
   return best;
 }
 
-template LossResult compute_loss<float>(const LossSpec&, ConstMatMap<float>, const int32_t*, float*);
-template LossResult compute_loss<double>(const LossSpec&, ConstMatMap<double>, const int32_t*, double*);
-template LossResult softmax_cross_entropy<float>(ConstMatMap<float>, const int32_t*, float*);
-template LossResult softmax_cross_entropy<double>(ConstMatMap<double>, const int32_t*, double*);
+template LossResult compute_loss<float>(const LossSpec&, ConstMatMap<float>, const float*, float*);
+template LossResult compute_loss<double>(const LossSpec&, ConstMatMap<double>, const float*, double*);
 
 }  // namespace pstrain::nn

@@ -1,4 +1,10 @@
-// The losses (model_spec.h's LossSpec) from a model's outputs, and accuracy, on integer labels.
+// The losses (model_spec.h's LossSpec) from a model's outputs against a batch's targets, with
+// the figures the metrics are made of (accuracy for classes; absolute and squared errors and the
+// targets' sums for regression).
+//
+// Targets are floats, target_size(loss, outputs) per example, example after example: the class
+// index (exact in a float: classes < 2^24) under the class losses, one value per output under
+// the regression losses.
 //
 //   sparse / categorical cross-entropy, K outputs z, target y (one-hot, or smoothed:
 //   y_k = (1 - s) [k = label] + s / K):  loss = logsumexp(z) - sum_k y_k z_k,
@@ -6,6 +12,10 @@
 //   binary cross-entropy, one output z (a logit), label in {0, 1} smoothed to t = y (1 - s) + s / 2:
 //   loss = max(z, 0) - z t + log(1 + e^-|z|) (stable for any z), d loss / d z = sigmoid(z) - t;
 //   correct when (z > 0) == (label = 1), Keras' 0.5 threshold on the probability.
+//   regression, K outputs z, targets y, e = z - y:  mean_squared_error (1/K) sum e^2, gradient
+//   2 e / K; mean_absolute_error (1/K) sum |e|, gradient sign(e) / K (0 at e = 0, TensorFlow's
+//   sign); huber (1/K) sum h(e), h = e^2 / 2 for |e| <= delta else delta (|e| - delta / 2),
+//   gradient clip(e, -delta, delta) / K.
 // All numerically stable (log-sum-exp around the column maximum).
 #pragma once
 
@@ -16,19 +26,43 @@
 
 namespace pstrain::nn {
 
+// Sums over regression targets that add up across batches and workers into the metrics.
+struct RegressionSums {
+  double values = 0;        // target values scored (examples x outputs)
+  double abs_error = 0;     // sum |z - y|
+  double squared_error = 0; // sum (z - y)^2
+  double target = 0;        // sum y
+  double target_squared = 0;  // sum y^2
+  RegressionSums& operator+=(const RegressionSums& o) {
+    values += o.values;
+    abs_error += o.abs_error;
+    squared_error += o.squared_error;
+    target += o.target;
+    target_squared += o.target_squared;
+    return *this;
+  }
+  double mae() const { return values > 0 ? abs_error / values : 0.0; }
+  double rmse() const;
+  // 1 - SSE / SST over all target values pooled; 0 when the targets do not vary.
+  double r2() const;
+};
+
 struct LossResult {
   double loss_sum = 0;   // summed over the batch (not averaged: docs/DESIGN-NOTES.md "Loss scaling")
-  int64_t correct = 0;   // examples whose prediction is the label
+  int64_t correct = 0;   // examples whose prediction is the label (class losses)
+  // Regression: over every target value (examples x outputs) of the batch, the sums the metrics
+  // are made of (MAE = abs / n, RMSE = sqrt(squared / n), R^2 = 1 - squared / (y2 - y^2 / n)).
+  RegressionSums regression;
+
+  LossResult& operator+=(const LossResult& other);
 };
 
 // outputs: the model's outputs x batch. If doutputs is non-null it receives
 // d(loss_sum)/d(outputs).
+// `targets`: target_size(loss, outputs.rows()) per example (see above). A class target outside
+// the outputs' classes throws Error.
 template <typename T>
-LossResult compute_loss(const LossSpec& loss, ConstMatMap<T> outputs, const int32_t* labels, T* doutputs);
-
-// Sparse softmax cross-entropy (compute_loss with the default LossSpec).
-template <typename T>
-LossResult softmax_cross_entropy(ConstMatMap<T> logits, const int32_t* labels, T* dlogits);
+LossResult compute_loss(const LossSpec& loss, ConstMatMap<T> outputs, const float* targets, T* doutputs);
 
 // The classes a model's outputs are scored on (binary: 2, else one per output).
 inline int64_t loss_classes(const LossSpec& loss, int64_t outputs) {

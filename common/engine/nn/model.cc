@@ -254,13 +254,13 @@ ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t b
 }
 
 template <typename T>
-LossResult Model<T>::evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+LossResult Model<T>::evaluate(const T* params, const T* inputs, const float* targets, int64_t batch,
                               const ExampleKeys& keys) {
-  return compute_loss<T>(loss_, run_forward(params, inputs, batch, keys, keys.ids != nullptr), labels, nullptr);
+  return compute_loss<T>(loss_, run_forward(params, inputs, batch, keys, keys.ids != nullptr), targets, nullptr);
 }
 
 template <typename T>
-LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const float* targets, int64_t batch,
                                        T* grads, const GradientsReady& ready, const FactoredKernels* factored,
                                        const ExampleKeys& keys) {
   if (needs_keys() && keys.ids == nullptr) throw Error("dropout and augmentation need the batch's example keys");
@@ -271,7 +271,7 @@ LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const i
   }
   ConstMatMap<T> logits = run_forward(params, inputs, batch, keys, true);
   std::fill(delta_written_.begin(), delta_written_.end(), false);
-  LossResult result = compute_loss<T>(loss_, logits, labels, deltas_[output_buffer_].data());
+  LossResult result = compute_loss<T>(loss_, logits, targets, deltas_[output_buffer_].data());
   delta_written_[output_buffer_] = true;
   for (size_t k = stages_.size(); k-- > 0;) {
     Stage& s = stages_[k];

@@ -45,6 +45,8 @@ class Model {
   int64_t output_size() const { return output_size_; }
   int64_t max_batch() const { return max_batch_; }
   const LossSpec& loss() const { return loss_; }
+  // Target values per example (loss.h): 1 (the class) under the class losses, else output_size().
+  int64_t target_size() const { return pstrain::target_size(loss_, output_size_); }
 
   // inputs: input_size x batch, column-major. Returns the logits (output_size x batch), valid
   // until the next call. Inference: dropout passes everything through.
@@ -53,8 +55,14 @@ class Model {
   // Loss and accuracy only: of inference (evaluation), or with `keys` of training as
   // compute_gradients sees it (dropout on, batch_norm on its batches' statistics; for gradient
   // checks).
-  LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+  // `targets`: target_size() floats per example (loss.h).
+  LossResult evaluate(const T* params, const T* inputs, const float* targets, int64_t batch,
                       const ExampleKeys& keys = {});
+  // The same on integer class labels (tests and tools; the class losses only).
+  LossResult evaluate(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+                      const ExampleKeys& keys = {}) {
+    return evaluate(params, inputs, label_targets(labels, batch), batch, keys);
+  }
 
   // True if training needs the examples' keys (the model has dropout or augmentation).
   bool needs_keys() const { return !dropouts_.empty() || !augmentations_.empty(); }
@@ -72,9 +80,19 @@ class Model {
   // slices of the kernels `factored` marks, which it leaves as they are.
   // `keys`: the batch's epoch and example indices, required when needs_keys() (dropout draws
   // from them).
-  LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+  LossResult compute_gradients(const T* params, const T* inputs, const float* targets, int64_t batch,
                                T* grads, const GradientsReady& ready = {}, const FactoredKernels* factored = nullptr,
                                const ExampleKeys& keys = {});
+  LossResult compute_gradients(const T* params, const T* inputs, const int32_t* labels, int64_t batch,
+                               T* grads, const GradientsReady& ready = {}, const FactoredKernels* factored = nullptr,
+                               const ExampleKeys& keys = {}) {
+    return compute_gradients(params, inputs, label_targets(labels, batch), batch, grads, ready, factored, keys);
+  }
+  // Integer class labels as float targets, in a buffer of the model's (valid until the next call).
+  const float* label_targets(const int32_t* labels, int64_t batch) {
+    label_targets_.assign(labels, labels + batch);
+    return label_targets_.data();
+  }
 
   // True if parameter `param` is the kernel of a dense layer (one that can be factored).
   bool is_dense_kernel(size_t param) const;
@@ -118,6 +136,7 @@ class Model {
   void add_delta(int buffer, const T* written, int64_t size, int64_t batch);
 
   ParamLayout layout_;
+  std::vector<float> label_targets_;
   LossSpec loss_;
   int64_t max_batch_;
   int64_t input_size_ = 0, output_size_ = 0;

@@ -319,9 +319,11 @@ struct Batch {
   size @2 :UInt32;            # examples (may be 0: a sync step where this worker's slice is empty)
   exampleSize @3 :UInt32;     # values per example (the model's input size)
   examples @4 :Data;          # size * exampleSize values of dtype, example after example
-  labels @5 :List(Int32);     # size, each in [0, the model's classes)
+  labels @5 :List(Int32);     # size, each in [0, the model's classes) (classification)
   indices @6 :List(UInt32);   # the examples' positions in the split (for auditing)
   dtype @7 :DType;            # of examples
+  # Regression: size * the model's outputs target values, example after example (and no labels).
+  targets @8 :List(Float32);
 }
 
 # A worker's data shard, read in order. Flow control is the reader's: each call asks for at
@@ -359,6 +361,16 @@ struct Progress {
   # per step since the last report (training.compression shrinks them).
   bytesPushedPerStep @10 :Float64;
   bytesPulledPerStep @11 :Float64;
+  # evaluation under a regression loss: the sums its metrics come from (nn/loss.h RegressionSums).
+  regression @12 :RegressionSums;
+}
+
+struct RegressionSums {
+  values @0 :Float64;
+  absError @1 :Float64;
+  squaredError @2 :Float64;
+  target @3 :Float64;
+  targetSquared @4 :Float64;
 }
 
 interface Coordinator {
