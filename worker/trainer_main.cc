@@ -306,7 +306,12 @@ int main(int argc, char** argv) {
       accuracies << (i ? "," : "") << result.epochs[i].test_accuracy;
     }
     const double final_accuracy = result.epochs.empty() ? 0.0 : result.epochs.back().test_accuracy;
-    std::printf("final test accuracy: %.4f\n", final_accuracy);
+    if (!result.epochs.empty() && result.epochs.back().test_regression) {
+      const nn::RegressionSums& r = *result.epochs.back().test_regression;
+      std::printf("final test mae: %.4f rmse: %.4f r2: %.4f\n", r.mae(), r.rmse(), r.r2());
+    } else {
+      std::printf("final test accuracy: %.4f\n", final_accuracy);
+    }
     std::printf("RESULT {\"steps\": %lld, \"final_step\": %lld, \"threads\": %lld, \"samples_per_second\": %.1f, \"test_accuracy\": [%s], "
                 "\"final_test_accuracy\": %.4f}\n",
                 static_cast<long long>(result.steps), static_cast<long long>(result.final_step),

@@ -30,15 +30,27 @@ using namespace std::chrono_literals;
 namespace {
 
 // "blobs-30": 30 float32 features in `classes` classes (testing::separable_features); `examples`
-// training examples (test: 300).
+// training examples (test: 300). classes 0: a regression dataset of the same features with two
+// targets each (a linear one and a product of two features).
 SplitLoader blobs(uint32_t examples, uint32_t classes) {
   return [examples, classes](const std::string& dataset, SplitKind kind) {
     Rng rng(11);
-    std::vector<float> w(classes * 30);
+    std::vector<float> w((classes > 0 ? classes : 3) * 30);
     for (float& v : w) v = rng.uniform_float(-1.0f, 1.0f);
     const testing::Examples train = testing::separable_features(rng, w, static_cast<int>(examples));
     const testing::Examples test = testing::separable_features(rng, w, 300);
-    return make_split(dataset, kind, testing::as_parsed(kind == SplitKind::kTrain ? train : test, {30}, Dtype::kFloat32, classes));
+    const testing::Examples& e = kind == SplitKind::kTrain ? train : test;
+    if (classes > 0) return make_split(dataset, kind, testing::as_parsed(e, {30}, Dtype::kFloat32, classes));
+    ParsedExamples p = testing::as_parsed(e, {30}, Dtype::kFloat32, 0);
+    p.labels.clear();
+    p.target_width = 2;
+    for (size_t i = 0; i + 30 <= e.inputs.size(); i += 30) {
+      float linear = 0;
+      for (size_t k = 0; k < 10; ++k) linear += 0.3f * e.inputs[i + k];
+      p.targets.push_back(linear);
+      p.targets.push_back(e.inputs[i] * e.inputs[i + 1]);
+    }
+    return make_split(dataset, kind, std::move(p));
   };
 }
 
@@ -54,7 +66,8 @@ struct Trial {
   bool layer_norm;              // a layer_norm between the hidden layers
   bool residual;                // h1 + dense(h1) before the second hidden layer
   bool dropout;                 // a dropout (rate 0.3) before the output layer
-  LossSpec loss;                // sparse; categorical smoothed by 0.1; binary (2 classes, 1 output)
+  LossSpec loss;                // sparse; categorical smoothed by 0.1; binary (2 classes, 1 output);
+                                // mse, mae, huber (delta 0.5) on two float targets
   int64_t ghost;                // > 0: a batch_norm after the first hidden layer, ghost batches of this
 };
 
@@ -80,9 +93,11 @@ Trial draw(Rng& rng) {
   t.residual = rng.uniform_index(2) == 1;
   t.dropout = rng.uniform_index(2) == 1;
   const LossType losses[] = {LossType::kSparseCategoricalCrossEntropy, LossType::kCategoricalCrossEntropy,
-                             LossType::kBinaryCrossEntropy};
-  t.loss.type = losses[rng.uniform_index(3)];
+                             LossType::kBinaryCrossEntropy, LossType::kMeanSquaredError,
+                             LossType::kMeanAbsoluteError, LossType::kHuber};
+  t.loss.type = losses[rng.uniform_index(6)];
   if (t.loss.type == LossType::kCategoricalCrossEntropy) t.loss.label_smoothing = 0.1f;
+  if (t.loss.type == LossType::kHuber) t.loss.delta = 0.5f;
   // batch_norm needs the batch to split evenly over the workers: half the trials round it to a
   // multiple of the workers and use ghost batches of a half or a whole worker's share.
   t.ghost = 0;
@@ -94,7 +109,10 @@ Trial draw(Rng& rng) {
   return t;
 }
 
-uint32_t classes_of(const Trial& t) { return t.loss.type == LossType::kBinaryCrossEntropy ? 2 : 3; }
+uint32_t classes_of(const Trial& t) {
+  if (is_regression(t.loss)) return 0;
+  return t.loss.type == LossType::kBinaryCrossEntropy ? 2 : 3;
+}
 
 JobSpec job_of(const Trial& t) {
   JobSpec spec;
@@ -108,7 +126,7 @@ JobSpec job_of(const Trial& t) {
   h1.activation = t.hidden1;
   h2.units = 24;
   h2.activation = t.hidden2;
-  out.units = loss_outputs(t.loss, classes_of(t));
+  out.units = is_regression(t.loss) ? 2 : loss_outputs(t.loss, classes_of(t));
   spec.loss = t.loss;
   spec.model.layers = {h1, h2, out};
   if (t.layer_norm) {
