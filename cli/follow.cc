@@ -50,6 +50,11 @@ EpochFigures epoch_of(const json::object& o) {
   e.train_accuracy = number_or(o, "train_accuracy", 0);
   e.test_loss = number_or(o, "test_loss", 0);
   e.test_accuracy = number_or(o, "test_accuracy", 0);
+  if (o.contains("test_mae")) {
+    e.test_mae = number_or(o, "test_mae", 0);
+    e.test_rmse = number_or(o, "test_rmse", 0);
+    e.test_r2 = number_or(o, "test_r2", 0);
+  }
   e.samples_per_second = number_or(o, "samples_per_second", 0);
   e.time_ms = static_cast<int64_t>(number_or(o, "time_ms", 0));
   return e;

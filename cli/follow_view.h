@@ -26,6 +26,8 @@ struct JobShape {
 struct EpochFigures {
   int64_t epoch = 0;  // 1-based
   double train_loss = 0, train_accuracy = 0, test_loss = 0, test_accuracy = 0, samples_per_second = 0;
+  // Regression jobs: the test split's MAE, RMSE and R^2 (shown instead of the accuracies).
+  std::optional<double> test_mae, test_rmse, test_r2;
   int64_t time_ms = 0;  // when it was recorded
 };
 

@@ -209,7 +209,9 @@ std::string epoch_to_json(const EpochMetric& m) {
                  {"train_accuracy", m.train_accuracy}, {"test_loss", m.test_loss},
                  {"test_accuracy", m.test_accuracy},
                  {"samples_per_second", m.samples_per_second}, {"time_ms", m.time_ms}};
-  if (m.test_mae) {
+  if (m.test_mae) {  // regression: no accuracies
+    o.erase("train_accuracy");
+    o.erase("test_accuracy");
     o["test_mae"] = *m.test_mae;
     o["test_rmse"] = m.test_rmse.value_or(0);
     o["test_r2"] = m.test_r2.value_or(0);

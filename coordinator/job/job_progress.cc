@@ -72,12 +72,12 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
   store_.append_epoch(job_id_, metric);
   store_.update(job_id_, [&](JobRecord& r) {
     r.test_loss = metric.test_loss;
-    r.test_accuracy = metric.test_accuracy;
+    r.test_accuracy = metric.test_mae ? std::nullopt : std::optional<double>(metric.test_accuracy);
     r.test_mae = metric.test_mae;
     r.test_rmse = metric.test_rmse;
     r.test_r2 = metric.test_r2;
     r.train_loss = metric.train_loss;
-    r.train_accuracy = metric.train_accuracy;
+    r.train_accuracy = metric.test_mae ? std::nullopt : std::optional<double>(metric.train_accuracy);
     if (partial) {
       r.notes.push_back("epoch " + std::to_string(epoch + 1) + ": test metrics on " + std::to_string(m.test_examples) +
                         " examples (a worker was lost before evaluating its part)");

@@ -376,7 +376,7 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
         r.current_epoch = epoch + 1;
         r.samples_per_second = progress.total_rate();
         r.train_loss = loss;
-        r.train_accuracy = accuracy;
+        r.train_accuracy = is_regression(job_.spec.loss) ? std::nullopt : std::optional<double>(accuracy);
         r.bytes_pushed_per_step.resize(std::max(r.bytes_pushed_per_step.size(), *index + 1));
         r.bytes_pulled_per_step.resize(std::max(r.bytes_pulled_per_step.size(), *index + 1));
         r.bytes_pushed_per_step[*index] = report.getBytesPushedPerStep();

@@ -175,6 +175,15 @@ function jobView(view, id) {
       }
       case 'epoch':
         data.testLoss.push({ x: d.epoch, y: d.test_loss });
+        if (d.test_mae !== undefined) {
+          // Regression: R^2 takes the accuracy's place on the chart (both read as "higher is better", at most 1).
+          data.testAcc.push({ x: d.epoch, y: d.test_r2 });
+          el['final-accuracy'].previousSibling.textContent = 'Test MAE / R\u00b2 (last epoch)';
+          el['final-accuracy'].textContent = `${d.test_mae.toFixed(4)} / ${d.test_r2.toFixed(4)}`;
+          el['final-accuracy'].dataset.value = d.test_mae;
+          el['final-accuracy'].dataset.epoch = d.epoch;
+          break;
+        }
         data.testAcc.push({ x: d.epoch, y: d.test_accuracy });
         el['final-accuracy'].textContent = pct(d.test_accuracy);
         el['final-accuracy'].dataset.value = d.test_accuracy;
