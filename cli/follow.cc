@@ -92,6 +92,7 @@ class Follower {
   std::optional<FollowView> view_;
   std::string final_state_, reason_;
   std::optional<double> last_test_accuracy_;
+  std::optional<double> last_test_mae_, last_test_r2_;  // regression jobs
 };
 
 template <typename F>
@@ -233,6 +234,8 @@ void Follower::event(const std::string& type, const json::object& data, const st
     }
   } else if (type == "epoch") {
     last_test_accuracy_ = number(data, "test_accuracy");
+    last_test_mae_ = number(data, "test_mae");
+    last_test_r2_ = number(data, "test_r2");
     if (!options_.json) view_->epoch(epoch_of(data));
   } else if (type == "recovery" && !options_.json) {
     view_->note("recovery " + std::to_string(static_cast<int64_t>(number_or(data, "recoveries", 0))) + ": " +
@@ -305,6 +308,8 @@ int Follower::poll() {
                         {"time_ms", static_cast<int64_t>(number_or(*s, "finished_at_ms", static_cast<double>(now)))}};
       event("state", data, "");
       if (const auto accuracy = number(*s, "test_accuracy")) last_test_accuracy_ = accuracy;
+      if (const auto mae = number(*s, "test_mae")) last_test_mae_ = mae;
+      if (const auto r2 = number(*s, "test_r2")) last_test_r2_ = r2;
       return finish();
     }
     std::this_thread::sleep_for(options_.poll_interval);
@@ -315,7 +320,12 @@ int Follower::finish() {
   if (!options_.json) {
     view_->clear_bar();
     std::string line = "job " + id_ + " " + final_state_;
-    if (final_state_ == "SUCCEEDED" && last_test_accuracy_) {
+    if (final_state_ == "SUCCEEDED" && last_test_mae_) {
+      char figures[96];
+      std::snprintf(figures, sizeof figures, ": final test MAE %.4f, R^2 %.4f", *last_test_mae_,
+                    last_test_r2_.value_or(0.0));
+      line += figures;
+    } else if (final_state_ == "SUCCEEDED" && last_test_accuracy_) {
       char accuracy[32];
       std::snprintf(accuracy, sizeof accuracy, "%.4f", *last_test_accuracy_);
       line += ": final test accuracy " + std::string(accuracy);

@@ -265,7 +265,13 @@ demo() {
     say "the cluster is still up (REST API at $url); stop it with: LOCAL_CLUSTER_DIR=$cluster_dir $0 down"
     return 1
   fi
-  say "job $id SUCCEEDED: final test accuracy $(printf '%.4f' "$("$cli" --json status "$id" | json_get test_accuracy)")"
+  local status_json
+  status_json=$("$cli" --json status "$id")
+  if [ -n "$(printf '%s' "$status_json" | json_get test_mae)" ]; then  # a regression job
+    say "job $id SUCCEEDED: final test MAE $(printf '%.4f' "$(printf '%s' "$status_json" | json_get test_mae)"), R^2 $(printf '%.4f' "$(printf '%s' "$status_json" | json_get test_r2)")"
+  else
+    say "job $id SUCCEEDED: final test accuracy $(printf '%.4f' "$(printf '%s' "$status_json" | json_get test_accuracy)")"
+  fi
   mkdir -p "$cluster_dir/models"
   local model="$cluster_dir/models/$id.safetensors"
   "$cli" download "$id" -o "$model" >/dev/null || die "cannot download the model of $id"
