@@ -123,6 +123,7 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.l2 = read_l2(r);
       layer.strides = read_strides(r);
       layer.use_bias = r.boolean("use_bias", true);
+      if (const json::value* d = r.optional("dilation_rate")) layer.dilation_rate = read_pair(*d, r.field_path("dilation_rate"));
       if (const json::value* p = r.optional("padding")) {
         layer.padding = read_enum<Padding>(*p, r.field_path("padding"),
                                            {{"valid", Padding::kValid}, {"same", Padding::kSame}});
@@ -232,6 +233,9 @@ json::object model_spec_to_object(const ModelSpec& model) {
         o["kernel_size"] = json::array{l.kernel_size[0], l.kernel_size[1]};
         if (l.padding != Padding::kValid) o["padding"] = padding_name(l.padding);
         if (!l.use_bias) o["use_bias"] = false;
+        if (l.dilation_rate != std::array<int64_t, 2>{1, 1}) {
+          o["dilation_rate"] = json::array{l.dilation_rate[0], l.dilation_rate[1]};
+        }
         break;
       case LayerType::kMaxPool2D:
       case LayerType::kAvgPool2D:

@@ -269,13 +269,21 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         check_positive_pair(layer.kernel_size, path + "/kernel_size");
         const auto [sh, sw] = layer_strides(layer);
         check_positive_pair({sh, sw}, path + "/strides");
+        const auto [dh, dw] = layer.dilation_rate;
+        check_positive_pair(layer.dilation_rate, path + "/dilation_rate");
+        if ((dh > 1 || dw > 1) && (sh > 1 || sw > 1)) {
+          throw SpecError(path + "/dilation_rate", "above 1 needs strides of 1 (as in Keras), not " +
+                                                       pair_string({sh, sw}));
+        }
+        const int64_t eh = dilated_extent(kh, dh), ew = dilated_extent(kw, dw);
         // "same" pads the input, so a kernel larger than it still has outputs (as in TensorFlow).
-        if (layer.padding == Padding::kValid && (kh > in[0] || kw > in[1])) {
-          throw SpecError(path + "/kernel_size", pair_string(layer.kernel_size) + " does not fit the input " +
-                                                     shape_string(in));
+        if (layer.padding == Padding::kValid && (eh > in[0] || ew > in[1])) {
+          throw SpecError(path + "/kernel_size", pair_string(layer.kernel_size) +
+                                                     (dh > 1 || dw > 1 ? " dilated by " + pair_string(layer.dilation_rate) : "") +
+                                                     " does not fit the input " + shape_string(in));
         }
         parameters += kh * kw * in[2] * layer.filters + (layer.use_bias ? layer.filters : 0);
-        out = {window_axis(in[0], kh, sh, layer.padding).out, window_axis(in[1], kw, sw, layer.padding).out,
+        out = {window_axis(in[0], eh, sh, layer.padding).out, window_axis(in[1], ew, sw, layer.padding).out,
                layer.filters};
         break;
       }

@@ -79,6 +79,9 @@ struct LayerSpec {
   std::array<int64_t, 2> kernel_size{}; // conv2d: height, width
   Padding padding = Padding::kValid;    // conv2d
   bool use_bias = true;                 // conv2d
+  // conv2d: Keras' dilation_rate, height, width (>= 1): the kernel reads every d-th input, so it
+  // covers (k - 1) d + 1 positions per axis. Above 1 the strides must be 1 (as in Keras).
+  std::array<int64_t, 2> dilation_rate{1, 1};
   std::array<int64_t, 2> pool_size{2, 2};  // maxpool2d, avgpool2d: height, width
   // conv2d, maxpool2d, avgpool2d: height, width; absent means the layer's default (layer_strides()).
   std::optional<std::array<int64_t, 2>> strides;
@@ -141,6 +144,8 @@ struct WindowAxis {
   int64_t pad_before = 0;
 };
 WindowAxis window_axis(int64_t in, int64_t window, int64_t stride, Padding padding);
+// The input positions a kernel of k taps dilated by d covers along one axis: (k - 1) d + 1.
+inline int64_t dilated_extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
 
 // Output shape of every layer (index i: output of layers[i]); throws SpecError naming the layer
 // index and field when a layer does not fit its input (model_graph's errors included).

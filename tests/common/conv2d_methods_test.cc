@@ -18,7 +18,9 @@
 #include "common/base/aligned.h"
 #include "common/engine/compute_threads.h"
 #include "common/engine/model_spec.h"
+#include "common/base/error.h"
 #include "common/engine/nn/layers.h"
+#include "tests/common/gradient_check.h"
 
 using namespace pstrain;
 
@@ -32,15 +34,16 @@ using Geometry = typename nn::Conv2D<T>::Geometry;
 struct Shape {
   int64_t height, width, channels, kernel_h, kernel_w, filters, stride_h, stride_w;
   bool same;
+  int64_t dilation_h = 1, dilation_w = 1;
 };
 
 template <typename T>
 Geometry<T> geometry(const Shape& s) {  // TensorFlow's output sizes and padding split, as the model's
   const Padding padding = s.same ? Padding::kSame : Padding::kValid;
-  const WindowAxis rows = window_axis(s.height, s.kernel_h, s.stride_h, padding);
-  const WindowAxis cols = window_axis(s.width, s.kernel_w, s.stride_w, padding);
+  const WindowAxis rows = window_axis(s.height, dilated_extent(s.kernel_h, s.dilation_h), s.stride_h, padding);
+  const WindowAxis cols = window_axis(s.width, dilated_extent(s.kernel_w, s.dilation_w), s.stride_w, padding);
   return {s.height, s.width, s.channels, s.kernel_h, s.kernel_w, s.filters, s.stride_h, s.stride_w,
-          rows.pad_before, cols.pad_before, rows.out, cols.out};
+          rows.pad_before, cols.pad_before, rows.out, cols.out, s.dilation_h, s.dilation_w};
 }
 
 // The layer's parameters sit inside a larger buffer at these offsets, so that writing outside
@@ -63,7 +66,8 @@ Result<T> reference(const Geometry<T>& g, bool relu, const std::vector<T>& param
   r.grads.assign(params.size(), T(0));
   r.din.assign(in_size * batch, T(0));
   auto input_at = [&](int64_t b, int64_t y, int64_t x, int64_t ky, int64_t kx, int64_t c, int64_t& index) {
-    const int64_t iy = y * g.stride_h - g.pad_top + ky, ix = x * g.stride_w - g.pad_left + kx;
+    const int64_t iy = y * g.stride_h - g.pad_top + ky * g.dilation_h;
+    const int64_t ix = x * g.stride_w - g.pad_left + kx * g.dilation_w;
     if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) return false;
     index = b * in_size + (iy * g.width + ix) * g.channels + c;
     return true;
@@ -145,12 +149,16 @@ const Shape kShapes[] = {
     {6, 6, 32, 3, 3, 9, 1, 1, true},     // a patch of 288
     {5, 4, 40, 3, 3, 4, 1, 1, false},    // a patch of 360
     {4, 4, 128, 3, 3, 256, 1, 1, true},  // a patch of 1,152, 256 filters
+    {9, 9, 2, 3, 3, 5, 1, 1, false, 2, 2},   // dilated 2: the kernel spans 5 x 5
+    {8, 7, 3, 3, 2, 4, 1, 1, true, 2, 3},    // dilated 2 x 3, same padding (taps over the edges)
+    {6, 6, 1, 2, 2, 3, 1, 1, true, 4, 4},    // dilation past the input: most taps read padding
 };
 
 std::string name(const Shape& s) {
   return std::to_string(s.height) + "x" + std::to_string(s.width) + "x" + std::to_string(s.channels) + " k" +
          std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + " f" + std::to_string(s.filters) + " s" +
-         std::to_string(s.stride_h) + "x" + std::to_string(s.stride_w) + (s.same ? " same" : " valid");
+         std::to_string(s.stride_h) + "x" + std::to_string(s.stride_w) + (s.same ? " same" : " valid") +
+         (s.dilation_h * s.dilation_w > 1 ? " d" + std::to_string(s.dilation_h) + "x" + std::to_string(s.dilation_w) : "");
 }
 
 template <typename T>
@@ -172,7 +180,7 @@ void check_methods(double tolerance) {
     for (const bool relu : {true, false}) {
       const Result<T> want = reference(g, relu, params, bias_at, in, dout, batch);
       std::vector<typename Conv<T>::Method> methods{Conv<T>::Method::kIm2col};
-      if (std::is_same_v<T, float> && nn::onednn_available()) methods.push_back(Conv<T>::Method::kOneDnn);
+      if (std::is_same_v<T, float> && nn::onednn_available() && !g.dilated()) methods.push_back(Conv<T>::Method::kOneDnn);
       for (const auto method : methods) {
         for (const bool input_gradient : {false, true}) {
           CAPTURE(name(s));
@@ -221,6 +229,7 @@ TEST_CASE("conv2d oneDNN: the same bits on every run, and an example's values in
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0, 1);
   for (const auto& s : kShapes) {
+    if (s.dilation_h * s.dilation_w > 1) continue;  // dilated kernels run on im2col
     CAPTURE(name(s));
     const Geometry<float> g = geometry<float>(s);
     const int64_t batch = 13, part = 5, offset = 7;  // examples 7..11 again as a batch of 5
@@ -243,4 +252,34 @@ TEST_CASE("conv2d oneDNN: the same bits on every run, and an example's values in
     CHECK(std::equal(c.din.begin(), c.din.end(), a.din.begin() + offset * in_size));
   }
   set_compute_threads(1);
+}
+
+TEST_CASE("conv2d dilation_rate: gradients through a model, the spec's rules, and its JSON") {
+  ModelSpec spec;
+  spec.input_shape = {9, 8, 2};
+  LayerSpec conv;
+  conv.type = LayerType::kConv2D;
+  conv.filters = 3;
+  conv.kernel_size = {3, 2};
+  conv.dilation_rate = {2, 3};
+  conv.activation = Activation::kTanh;
+  LayerSpec flat, out;
+  flat.type = LayerType::kFlatten;
+  out.units = 4;
+  spec.layers = {conv, flat, out};
+  // valid: 9 - 5 + 1 = 5 rows, 8 - 4 + 1 = 5 columns.
+  CHECK(infer_shapes(spec)[0] == pstrain::Shape{5, 5, 3});
+  testing::check_gradients(spec, 3, 71);
+  spec.layers[0].padding = Padding::kSame;
+  CHECK(infer_shapes(spec)[0] == pstrain::Shape{9, 8, 3});
+  testing::check_gradients(spec, 3, 72);
+  // A dilated kernel larger than the input, and dilation with strides, are refused naming the field.
+  spec.layers[0].padding = Padding::kValid;
+  spec.layers[0].dilation_rate = {5, 1};
+  CHECK_THROWS_WITH_AS(infer_shapes(spec), "/model/layers/0/kernel_size [3, 2] dilated by [5, 1] does not fit the input [9, 8, 2]",
+                       SpecError);
+  spec.layers[0].dilation_rate = {2, 2};
+  spec.layers[0].strides = std::array<int64_t, 2>{2, 2};
+  CHECK_THROWS_WITH_AS(infer_shapes(spec), "/model/layers/0/dilation_rate above 1 needs strides of 1 (as in Keras), not [2, 2]",
+                       SpecError);
 }

@@ -517,6 +517,32 @@ TEST_CASE("pooling layers parse, infer their shapes and round-trip through the s
   CHECK(make_param_layout(again).find("layers.0.bias") == nullptr);
 }
 
+TEST_CASE("conv2d dilation_rate parses, round-trips, and its bad values are named") {
+  const boost::json::value v = boost::json::parse(R"({"input_shape": [12, 12, 1], "seed": 3, "layers": [
+    {"type": "conv2d", "filters": 4, "kernel_size": 3, "dilation_rate": [2, 3], "padding": "same"},
+    {"type": "conv2d", "filters": 2, "kernel_size": 3, "dilation_rate": 2},
+    {"type": "flatten"}, {"type": "dense", "units": 5}]})");
+  const ModelSpec model = spec_json::read_model_spec(v);
+  CHECK(model.layers[0].dilation_rate == std::array<int64_t, 2>{2, 3});
+  CHECK(infer_shapes(model)[0] == Shape{12, 12, 4});
+  CHECK(infer_shapes(model)[1] == Shape{8, 8, 2});  // 12 - 5 + 1
+  const ModelSpec again = spec_json::read_model_spec(spec_json::model_spec_to_object(model));
+  CHECK(again.layers[1].dilation_rate == std::array<int64_t, 2>{2, 2});
+  CHECK(boost::json::serialize(spec_json::model_spec_to_object(model)).find("dilation_rate") != std::string::npos);
+  auto error = [](const char* layer) {
+    try {
+      spec_json::read_model_spec(boost::json::parse(std::string(R"({"input_shape": [12, 12, 1], "layers": [)") + layer +
+                                                    R"(, {"type": "flatten"}, {"type": "dense", "units": 2}]})"));
+    } catch (const SpecError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  CHECK(error(R"({"type": "conv2d", "filters": 1, "kernel_size": 3, "dilation_rate": 0})").find("/model/layers/0/dilation_rate ") == 0);
+  CHECK(error(R"({"type": "conv2d", "filters": 1, "kernel_size": 3, "dilation_rate": [1, 2, 3]})").find("/model/layers/0/dilation_rate ") == 0);
+  CHECK(error(R"({"type": "dense", "units": 3, "dilation_rate": 2})").find("/model/layers/0") == 0);
+}
+
 TEST_CASE("learning-rate schedules: parsed, written back whole, and bad fields named") {
   const std::string lr = R"("learning_rate": 0.001)";
   const JobSpec spec = parse_job_spec(mlp_with(lr, R"("learning_rate": {"schedule": "cosine_decay",

@@ -34,6 +34,13 @@ typename Conv2D<T>::Method Conv2D<T>::default_method() {
   return std::is_same_v<T, float> && onednn_preferred() ? Method::kOneDnn : Method::kIm2col;
 }
 
+// The input position (row or column) under kernel tap k of output position o along one axis, or
+// -1 when it falls in the padding.
+inline int64_t tap(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t dilation, int64_t size) {
+  const int64_t i = o * stride - pad + k * dilation;
+  return i >= 0 && i < size ? i : -1;
+}
+
 template <typename T>
 Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch)
     : g_(g), relu_(relu), kernel_(kernel_offset), bias_(bias_offset), max_columns_(g.out_h * g.out_w * max_batch),
@@ -42,7 +49,9 @@ Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offse
     no_bias_.assign(static_cast<size_t>(g.filters), T(0));
     no_bias_gradient_.resize(static_cast<size_t>(g.filters));
   }
-  set_method(default_method());
+  // Dilated kernels run on im2col (its patches follow the dilation; oneDNN's dilated primitives
+  // are not wired up).
+  set_method(g.dilated() ? Method::kIm2col : default_method());
 }
 
 template <typename T>
@@ -56,6 +65,7 @@ void Conv2D<T>::set_method(Method m) {
     if (patches_.cols() < max_columns_) patches_.resize(g_.patch_size(), max_columns_);
   } else {
     if constexpr (!std::is_same_v<T, float>) throw Error("the oneDNN convolution is float only");
+    if (g_.dilated()) throw Error("a dilated convolution runs on im2col only");
     if (!onednn_) onednn_ = std::make_unique<OneDnnConv>(g_, relu_);
   }
 }
@@ -89,6 +99,26 @@ void Conv2D<T>::im2col_forward(const T* params, ConstMatMap<T> in, MatMap<T> out
   // the kernel's [kh, kw, cin] order.
   for (int64_t b = 0; b < batch; ++b) {
     const T* image = in.data() + b * in.rows();
+    if (g_.dilated()) {  // every kernel tap on its own: the taps of a kernel row are d apart
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          T* column = patches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+          for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+            const int64_t iy = tap(y, ky, g_.stride_h, g_.pad_top, g_.dilation_h, g_.height);
+            for (int64_t kx = 0; kx < g_.kernel_w; ++kx) {
+              const int64_t ix = tap(x, kx, g_.stride_w, g_.pad_left, g_.dilation_w, g_.width);
+              T* dst = column + (ky * g_.kernel_w + kx) * c;
+              if (iy < 0 || ix < 0) {
+                zero_run(c, dst);
+              } else {
+                copy_run(image + (iy * g_.width + ix) * c, c, dst);
+              }
+            }
+          }
+        }
+      }
+      continue;
+    }
     if (g_.dense_windows()) {
       for (int64_t y = 0; y < oh; ++y) {
         for (int64_t x = 0; x < ow; ++x) {
@@ -172,6 +202,22 @@ void Conv2D<T>::im2col_backward(const T* params, ConstMatMap<T> in, MatMap<T> dy
   const int64_t c = g_.channels;
   for (int64_t b = 0; b < batch; ++b) {
     T* image = din + b * in.rows();
+    if (g_.dilated()) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          const T* column = dpatches_.data() + ((b * oh + y) * ow + x) * g_.patch_size();
+          for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+            const int64_t iy = tap(y, ky, g_.stride_h, g_.pad_top, g_.dilation_h, g_.height);
+            if (iy < 0) continue;
+            for (int64_t kx = 0; kx < g_.kernel_w; ++kx) {
+              const int64_t ix = tap(x, kx, g_.stride_w, g_.pad_left, g_.dilation_w, g_.width);
+              if (ix >= 0) add_run(column + (ky * g_.kernel_w + kx) * c, c, image + (iy * g_.width + ix) * c);
+            }
+          }
+        }
+      }
+      continue;
+    }
     if (g_.dense_windows()) {
       for (int64_t y = 0; y < oh; ++y) {
         for (int64_t x = 0; x < ow; ++x) {

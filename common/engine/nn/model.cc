@@ -91,11 +91,12 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
         break;
       case LayerType::kConv2D: {
         const auto [sh, sw] = layer_strides(l);
-        const WindowAxis rows = window_axis(in[0], l.kernel_size[0], sh, l.padding);
-        const WindowAxis cols = window_axis(in[1], l.kernel_size[1], sw, l.padding);
+        const auto [dh, dw] = l.dilation_rate;
+        const WindowAxis rows = window_axis(in[0], dilated_extent(l.kernel_size[0], dh), sh, l.padding);
+        const WindowAxis cols = window_axis(in[1], dilated_extent(l.kernel_size[1], dw), sw, l.padding);
         layer = std::make_unique<Conv2D<T>>(
             typename Conv2D<T>::Geometry{in[0], in[1], in[2], l.kernel_size[0], l.kernel_size[1], l.filters, sh, sw,
-                                         rows.pad_before, cols.pad_before, out[0], out[1]},
+                                         rows.pad_before, cols.pad_before, out[0], out[1], dh, dw},
             relu, kernel->offset, bias != nullptr ? bias->offset : Conv2D<T>::kNoBias, max_batch);
         break;
       }

@@ -32,10 +32,12 @@ struct ConvGeometry {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_top = 0, pad_left = 0;  // padding before; the padding after is implied by out_h/out_w
   int64_t out_h = 0, out_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;  // the kernel reads every d-th input (im2col only)
   int64_t patch_size() const { return kernel_h * kernel_w * channels; }
-  bool dense_windows() const {  // stride 1, no padding
-    return stride_h == 1 && stride_w == 1 && pad_top == 0 && pad_left == 0 && out_h == height - kernel_h + 1 &&
-           out_w == width - kernel_w + 1;
+  bool dilated() const { return dilation_h > 1 || dilation_w > 1; }
+  bool dense_windows() const {  // stride 1, no padding, no dilation
+    return stride_h == 1 && stride_w == 1 && pad_top == 0 && pad_left == 0 && !dilated() &&
+           out_h == height - kernel_h + 1 && out_w == width - kernel_w + 1;
   }
 };
 
