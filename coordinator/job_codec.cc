@@ -87,6 +87,7 @@ std::string record_to_json(const JobRecord& j) {
       {"train_accuracy", optional_number(j.train_accuracy)}, {"test_loss", optional_number(j.test_loss)},
       {"test_accuracy", optional_number(j.test_accuracy)}, {"test_mae", optional_number(j.test_mae)},
       {"test_rmse", optional_number(j.test_rmse)}, {"test_r2", optional_number(j.test_r2)},
+      {"test_top5_accuracy", optional_number(j.test_top5_accuracy)}, {"test_auc", optional_number(j.test_auc)},
       {"workers", std::move(workers)},
       {"servers", std::move(servers)},
       {"server_names", [&] {
@@ -145,6 +146,8 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.test_mae = get_optional(o, "test_mae");
     j.test_rmse = get_optional(o, "test_rmse");
     j.test_r2 = get_optional(o, "test_r2");
+    j.test_top5_accuracy = get_optional(o, "test_top5_accuracy");
+    j.test_auc = get_optional(o, "test_auc");
     j.workers = get_or<std::vector<uint32_t>>(o, "workers", {});
     j.servers = get_or<std::vector<uint32_t>>(o, "servers", {});
     j.server_names = get_or<std::vector<std::string>>(o, "server_names", {});
@@ -209,6 +212,8 @@ std::string epoch_to_json(const EpochMetric& m) {
                  {"train_accuracy", m.train_accuracy}, {"test_loss", m.test_loss},
                  {"test_accuracy", m.test_accuracy},
                  {"samples_per_second", m.samples_per_second}, {"time_ms", m.time_ms}};
+  if (m.test_top5_accuracy) o["test_top5_accuracy"] = *m.test_top5_accuracy;
+  if (m.test_auc) o["test_auc"] = *m.test_auc;
   if (m.test_mae) {  // regression: no accuracies
     o.erase("train_accuracy");
     o.erase("test_accuracy");
@@ -227,7 +232,8 @@ std::optional<EpochMetric> epoch_from_json(const std::string& text) {
                        get_optional(*o, "train_accuracy").value_or(0), get_optional(*o, "test_loss").value_or(0),
                        get_optional(*o, "test_accuracy").value_or(0),
                        get_optional(*o, "samples_per_second").value_or(0), get_or<int64_t>(*o, "time_ms", 0),
-                       get_optional(*o, "test_mae"), get_optional(*o, "test_rmse"), get_optional(*o, "test_r2")};
+                       get_optional(*o, "test_mae"), get_optional(*o, "test_rmse"), get_optional(*o, "test_r2"),
+                       get_optional(*o, "test_top5_accuracy"), get_optional(*o, "test_auc")};
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -43,6 +43,8 @@ json::object summary_object(const JobRecord& j) {
           {"test_mae", optional_number(j.test_mae)},
           {"test_rmse", optional_number(j.test_rmse)},
           {"test_r2", optional_number(j.test_r2)},
+          {"test_top5_accuracy", optional_number(j.test_top5_accuracy)},
+          {"test_auc", optional_number(j.test_auc)},
           {"submitted_at_ms", j.submitted_ms}};
 }
 

@@ -35,6 +35,8 @@ struct EpochMetric {
   // Regression jobs: the test split's mean absolute error, root mean squared error and R^2
   // (accuracies stay 0).
   std::optional<double> test_mae, test_rmse, test_r2;
+  // Classification: top-5 accuracy (more than 5 classes) and Keras' AUC (binary cross-entropy).
+  std::optional<double> test_top5_accuracy, test_auc;
 };
 
 // A checkpoint a user can list, download and start jobs from: a complete backup of the job's
@@ -79,6 +81,7 @@ struct JobRecord {
   double samples_per_second = 0;
   std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
   std::optional<double> test_mae, test_rmse, test_r2;  // regression jobs, the last epoch's
+  std::optional<double> test_top5_accuracy, test_auc;  // classification, the last epoch's (see EpochMetric)
   std::vector<uint32_t> workers, servers;  // node ids
   std::vector<std::string> server_names;   // by server index (a restarted coordinator matches them)
   uint64_t generation = 0;                 // of the current plan (a restarted coordinator goes past it)

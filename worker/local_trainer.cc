@@ -27,6 +27,8 @@ double seconds_since(Clock::time_point start) {
 struct Evaluation {
   double loss = 0, accuracy = 0;
   nn::RegressionSums regression;
+  double top_k_accuracy = 0;
+  nn::BinaryScores binary;
 };
 
 Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, const float* params, AlignedFloats& inputs,
@@ -40,7 +42,8 @@ Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, con
     split.gather({indices.data(), n}, inputs.data(), targets.data());
     total += model.evaluate(params, inputs.data(), targets.data(), n);
   }
-  return {total.loss_sum / split.size, static_cast<double>(total.correct) / split.size, total.regression};
+  return {total.loss_sum / split.size, static_cast<double>(total.correct) / split.size, total.regression,
+          static_cast<double>(total.top_k_correct) / split.size, total.binary};
 }
 
 // Throws Error unless `initial` fits: its parameters the layout's size, its optimizer slots those
@@ -189,6 +192,8 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
     report.test_loss = eval.loss;
     report.test_accuracy = eval.accuracy;
     if (is_regression(spec.loss)) report.test_regression = eval.regression;
+    if (spec.loss.type == LossType::kBinaryCrossEntropy) report.test_auc = eval.binary.auc();
+    if (!is_regression(spec.loss) && model.output_size() > nn::kTopK) report.test_top5_accuracy = eval.top_k_accuracy;
     result.epochs.push_back(report);
     if (options.on_epoch) options.on_epoch(report);
   }

@@ -38,6 +38,8 @@ struct EpochReport {
   double test_loss = 0, test_accuracy = 0;
   // Regression jobs: the test split's MAE, RMSE and R^2 come from these (accuracy stays 0).
   std::optional<nn::RegressionSums> test_regression;
+  // Classification: top-5 accuracy (more than 5 classes) and AUC (binary cross-entropy).
+  std::optional<double> test_top5_accuracy, test_auc;
   double samples_per_second = 0;  // training steps only, evaluation excluded
   double seconds = 0;
 };

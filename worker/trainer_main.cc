@@ -288,8 +288,11 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         return;
       }
-      std::printf("epoch %lld: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.0f samples/s (%.2f s)\n",
-                  static_cast<long long>(e.epoch), e.train_loss, e.train_accuracy, e.test_loss, e.test_accuracy,
+      char extra[64] = "";
+      if (e.test_auc) std::snprintf(extra, sizeof extra, " auc %.4f", *e.test_auc);
+      if (e.test_top5_accuracy) std::snprintf(extra, sizeof extra, " top5 %.4f", *e.test_top5_accuracy);
+      std::printf("epoch %lld: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f%s | %.0f samples/s (%.2f s)\n",
+                  static_cast<long long>(e.epoch), e.train_loss, e.train_accuracy, e.test_loss, e.test_accuracy, extra,
                   e.samples_per_second, e.seconds);
       std::fflush(stdout);
     };

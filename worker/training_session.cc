@@ -157,6 +157,8 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
   double loss = 0;
   uint64_t correct = 0, examples = 0;
   nn::RegressionSums sums;
+  uint64_t top_k_correct = 0;
+  nn::BinaryScores binary;
   const float* params = exchange_->current_values();
   // This worker's test slice, and those of its extra slices: one report for all.
   std::vector<int64_t> slices{-1};
@@ -172,6 +174,8 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
       loss += r.loss_sum;
       correct += static_cast<uint64_t>(r.correct);
       sums += r.regression;
+      top_k_correct += static_cast<uint64_t>(r.top_k_correct);
+      binary += r.binary;
       examples += batch.getSize();
       if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
     }
@@ -184,6 +188,15 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
     r.setSquaredError(sums.squared_error);
     r.setTarget(sums.target);
     r.setTargetSquared(sums.target_squared);
+  }
+  request.getReport().setTopKCorrect(top_k_correct);
+  if (spec_.loss.type == LossType::kBinaryCrossEntropy) {
+    auto pos = request.getReport().initAucPositives(static_cast<unsigned>(binary.positives.size()));
+    auto neg = request.getReport().initAucNegatives(static_cast<unsigned>(binary.negatives.size()));
+    for (unsigned j = 0; j < binary.positives.size(); ++j) {
+      pos.set(j, binary.positives[j]);
+      neg.set(j, binary.negatives[j]);
+    }
   }
   wait(wait_scope, request.send().then([](auto&& r) { return r.getKeepGoing(); }));
 }

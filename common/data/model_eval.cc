@@ -36,6 +36,8 @@ Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Sp
     loss_sum += r.loss_sum;
     correct += r.correct;
     e.sums += r.regression;
+    e.top_k_correct += static_cast<uint64_t>(r.top_k_correct);
+    e.binary += r.binary;
     if (e.regression) continue;
     for (uint32_t c = 0; c < batch; ++c) {
       const int64_t predicted = nn::class_probabilities(model.loss(), logits.col(c).data(),
@@ -72,11 +74,16 @@ std::string evaluation_json(const Evaluation& e, const std::string& extra) {
     per_class.push_back(total == 0 ? json::value(nullptr)
                                    : json::value(static_cast<double>(e.confusion[t][t]) / static_cast<double>(total)));
   }
-  const std::string body = to_json_text(json::object{{"examples", e.examples},
-                                                     {"loss", e.loss},
-                                                     {"accuracy", e.accuracy},
-                                                     {"per_class_accuracy", per_class},
-                                                     {"confusion_matrix", matrix}});
+  json::object o{{"examples", e.examples},
+                 {"loss", e.loss},
+                 {"accuracy", e.accuracy},
+                 {"per_class_accuracy", per_class},
+                 {"confusion_matrix", matrix}};
+  if (e.confusion.size() > static_cast<size_t>(nn::kTopK) && e.examples > 0) {
+    o["top5_accuracy"] = static_cast<double>(e.top_k_correct) / static_cast<double>(e.examples);
+  }
+  if (e.confusion.size() == 2) o["auc"] = e.binary.auc();
+  const std::string body = to_json_text(o);
   return "{" + extra + body.substr(1);
 }
 

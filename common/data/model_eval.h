@@ -21,13 +21,15 @@ struct Evaluation {
   std::vector<std::vector<uint64_t>> confusion;  // [true class][predicted class] (classification)
   bool regression = false;
   nn::RegressionSums sums;  // regression: MAE, RMSE, R^2 come from these
+  uint64_t top_k_correct = 0;  // softmax losses: the label among the nn::kTopK largest outputs
+  nn::BinaryScores binary;     // binary cross-entropy: the AUC's buckets
 };
 
 // `params` laid out by model.layout(); batches of at most model.max_batch() examples.
 Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Split& split);
 
 // {"examples", "loss", "accuracy", "per_class_accuracy" (null for a class with no example),
-// "confusion_matrix"}, or for regression {"examples", "loss", "mae", "rmse", "r2"}, plus `extra`
+// "confusion_matrix", "top5_accuracy" (more than 5 classes), "auc" (binary: Keras' AUC)}, or for regression {"examples", "loss", "mae", "rmse", "r2"}, plus `extra`
 // fields first (already JSON: "\"model\":\"job-1\",").
 std::string evaluation_json(const Evaluation& e, const std::string& extra = "");
 

@@ -34,8 +34,14 @@ void JobProgress::restart_epochs_from(size_t first) {
 }
 
 void JobProgress::add_evaluation(uint32_t epoch, double loss_sum, uint64_t correct, uint64_t examples, double rate,
-                                 size_t workers, const std::optional<nn::RegressionSums>& regression) {
+                                 size_t workers, const std::optional<nn::RegressionSums>& regression,
+                                 uint64_t top_k_correct, const std::optional<nn::BinaryScores>& binary) {
   EpochMetrics& m = epochs_[epoch];
+  m.test_top_k_correct += top_k_correct;
+  if (binary) {
+    if (!m.test_binary) m.test_binary.emplace();
+    *m.test_binary += *binary;
+  }
   if (regression) {
     if (!m.test_regression) m.test_regression.emplace();
     *m.test_regression += *regression;
@@ -56,6 +62,10 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
                            m.test_loss_sum / test_n, m.test_correct / test_n, m.samples_per_second,
                            now_ms()};
   EpochMetric metric = base;
+  if (m.test_examples > 0 && classes_ > nn::kTopK && !m.test_regression) {
+    metric.test_top5_accuracy = static_cast<double>(m.test_top_k_correct) / test_n;
+  }
+  if (m.test_binary) metric.test_auc = m.test_binary->auc();
   if (m.test_regression) {
     metric.test_mae = m.test_regression->mae();
     metric.test_rmse = m.test_regression->rmse();
@@ -76,6 +86,8 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
     r.test_mae = metric.test_mae;
     r.test_rmse = metric.test_rmse;
     r.test_r2 = metric.test_r2;
+    r.test_top5_accuracy = metric.test_top5_accuracy;
+    r.test_auc = metric.test_auc;
     r.train_loss = metric.train_loss;
     r.train_accuracy = metric.test_mae ? std::nullopt : std::optional<double>(metric.train_accuracy);
     if (partial) {

@@ -28,6 +28,8 @@ struct EpochMetrics {
   double test_loss_sum = 0;
   uint64_t test_correct = 0, test_examples = 0;
   std::optional<nn::RegressionSums> test_regression;  // regression jobs: summed over the workers
+  uint64_t test_top_k_correct = 0;
+  std::optional<nn::BinaryScores> test_binary;  // binary jobs: the AUC's buckets, summed
   double samples_per_second = 0;  // sum of the workers' training rates
   uint32_t evaluations = 0;       // workers that reported their test slice
   bool recorded = false;          // written to the store (once every worker has reported)
@@ -59,7 +61,10 @@ class JobProgress {
   void restart_epochs_from(size_t first);
   // Adds a worker's evaluation of its test slice; records the epoch once `workers` have.
   void add_evaluation(uint32_t epoch, double loss_sum, uint64_t correct, uint64_t examples, double rate,
-                      size_t workers, const std::optional<nn::RegressionSums>& regression = std::nullopt);
+                      size_t workers, const std::optional<nn::RegressionSums>& regression = std::nullopt,
+                      uint64_t top_k_correct = 0, const std::optional<nn::BinaryScores>& binary = std::nullopt);
+  // What record_epoch reports besides loss and accuracy: top-5 (more than 5 classes) and AUC.
+  void set_classes(int64_t classes) { classes_ = classes; }
   // Writes epoch e's metrics (printed line, history, record). `partial`: some workers' test
   // slices are missing (a worker was lost before it evaluated).
   void record_epoch(uint32_t epoch, bool partial);
@@ -85,6 +90,7 @@ class JobProgress {
   std::vector<WorkerProgress> workers_;
   std::vector<EpochMetrics> epochs_;
   EpochRecorded epoch_recorded_;
+  int64_t classes_ = 0;  // the model's classes (0: regression or not told)
   std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;  // step -> worker -> examples
 };
 

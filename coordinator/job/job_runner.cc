@@ -15,12 +15,14 @@
 namespace pstrain {
 namespace {
 
-// The model's outputs: the job's classes (the spec was checked against its dataset).
-int64_t output_classes(const ModelSpec& model) {
-  const std::vector<Shape> shapes = infer_shapes(model);
+// The classes the job's model scores (the spec was checked against its dataset): one per output,
+// 2 for binary cross-entropy's one output, 0 for a regression model.
+int64_t output_classes(const JobSpec& spec) {
+  if (is_regression(spec.loss)) return 0;
+  const std::vector<Shape> shapes = infer_shapes(spec.model);
   int64_t n = 1;
   for (int64_t d : shapes.back()) n *= d;
-  return n;
+  return nn::loss_classes(spec.loss, n);
 }
 
 }  // namespace
@@ -29,7 +31,8 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
                      kj::AsyncIoProvider& io, JobOptions options, Finished on_finished)
     : job_(std::move(id), std::move(spec), cluster, data, store, io, options),
       on_finished_(std::move(on_finished)),
-      guard_(output_classes(job_.spec.model)) {
+      guard_(output_classes(job_.spec)) {
+  job_.progress.set_classes(output_classes(job_.spec));
   job_.progress.on_epoch_recorded([this](uint32_t epoch, std::optional<double> test_accuracy) {
     diverged(guard_.epoch_recorded(epoch, test_accuracy));
   });
@@ -400,8 +403,16 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
         regression = nn::RegressionSums{r.getValues(), r.getAbsError(), r.getSquaredError(), r.getTarget(),
                                         r.getTargetSquared()};
       }
+      std::optional<nn::BinaryScores> binary;
+      if (report.hasAucPositives() && report.hasAucNegatives()) {
+        const auto pos = report.getAucPositives(), neg = report.getAucNegatives();
+        binary.emplace();
+        for (unsigned j = 0; j < pos.size() && j < binary->positives.size(); ++j) binary->positives[j] = pos[j];
+        for (unsigned j = 0; j < neg.size() && j < binary->negatives.size(); ++j) binary->negatives[j] = neg[j];
+      }
       progress.add_evaluation(epoch, report.getLossSum(), report.getCorrect(), report.getExamples(),
-                              report.getSamplesPerSecond(), job_.workers.size(), regression);
+                              report.getSamplesPerSecond(), job_.workers.size(), regression, report.getTopKCorrect(),
+                              binary);
       break;
     }
     case proto::Progress::Kind::FINISHED:

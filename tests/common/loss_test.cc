@@ -5,7 +5,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -148,4 +150,61 @@ TEST_CASE("the loss in a job spec: names, Keras' spellings, smoothing, and what 
   CHECK(error(R"("binary_cross_entropy")") ==
         "/loss binary_cross_entropy needs a dataset of 2 classes (labels 0 and "
         "1), but mnist10k has 10");
+}
+
+TEST_CASE("top-5 accuracy: the label among the five largest outputs, ties to the lower class") {
+  // 7 classes; the label's output ranks 5th in the first example, 6th in the second, and ties
+  // with the 5th in the third (the lower class ranks first: class 6 loses the tie).
+  const std::vector<float> z = {7, 6, 5, 4, 3, 2, 1,   //
+                                7, 6, 5, 4, 3, 2, 1,   //
+                                7, 6, 5, 4, 3, 3, 3};
+  const std::vector<float> labels = {4, 5, 6};
+  const auto r = nn::compute_loss<float>(LossSpec{}, nn::ConstMatMap<float>(z.data(), 7, 3), labels.data(), nullptr);
+  CHECK(r.top_k_correct == 1);
+  CHECK(r.correct == 0);
+}
+
+TEST_CASE("AUC: Keras' 200 thresholds, against the exact rank statistic and by hand") {
+  nn::BinaryScores s;
+  // Perfectly ranked: AUC 1; reversed: 0; all probabilities equal: 0.5.
+  for (double p : {0.9, 0.8}) s.add(p, true);
+  for (double p : {0.2, 0.1}) s.add(p, false);
+  CHECK(s.auc() == doctest::Approx(1.0));
+  nn::BinaryScores reversed;
+  for (double p : {0.9, 0.8}) reversed.add(p, false);
+  for (double p : {0.2, 0.1}) reversed.add(p, true);
+  CHECK(reversed.auc() == doctest::Approx(0.0));
+  nn::BinaryScores tied;
+  tied.add(0.5, true);
+  tied.add(0.5, false);
+  CHECK(tied.auc() == doctest::Approx(0.5));
+  CHECK(nn::BinaryScores{}.auc() == 0.0);  // no example of a class: no AUC
+  // Random overlapping scores: within the thresholds' resolution of the exact Mann-Whitney AUC.
+  Rng rng(3);
+  nn::BinaryScores many;
+  std::vector<double> pos, neg;
+  for (int i = 0; i < 400; ++i) {
+    const bool positive = rng.uniform_index(2) == 1;
+    const double p = std::clamp(rng.uniform_float(0, 1) * 0.7 + (positive ? 0.3 : 0.0), 0.0, 1.0);
+    many.add(p, positive);
+    (positive ? pos : neg).push_back(p);
+  }
+  double wins = 0;
+  for (double a : pos) {
+    for (double b : neg) wins += a > b ? 1.0 : a == b ? 0.5 : 0.0;
+  }
+  const double exact = wins / (static_cast<double>(pos.size()) * static_cast<double>(neg.size()));
+  MESSAGE("AUC with 200 thresholds " << many.auc() << ", exact " << exact);
+  CHECK(std::abs(many.auc() - exact) < 0.01);
+  // Buckets add: two halves make the whole.
+  nn::BinaryScores a, b;
+  a.add(0.9, true);
+  a.add(0.3, false);
+  b.add(0.6, false);
+  b.add(0.55, true);
+  a += b;
+  nn::BinaryScores whole;
+  for (auto [p, y] : std::vector<std::pair<double, bool>>{{0.9, true}, {0.3, false}, {0.6, false}, {0.55, true}}) whole.add(p, y);
+  CHECK(a.auc() == whole.auc());
+  CHECK(whole.auc() == doctest::Approx(0.75));
 }

@@ -111,3 +111,42 @@ TEST_CASE("regression: a float label column trains, reports MAE, RMSE and R^2, e
     CHECK(std::abs(values[0].to_number<double>() - expected[i]) < 8 * rmse);
   }
 }
+
+TEST_CASE("binary classification: AUC in the job and its epochs equals evaluate's, and no chance-level warning") {
+  testing::TempDir data;
+  testing::ClusterOptions options;
+  options.coordinator_flags = {"--data-dir", data.path()};
+  testing::Cluster cluster(options);
+  const int port = cluster.http_port();
+  // label = 1 when a + b > c^2 (a curved boundary), with a, b, c uniform in [-1, 1].
+  Rng rng(23);
+  auto rows = [&](int n) {
+    std::string csv = "a,b,c,label\n";
+    for (int i = 0; i < n; ++i) {
+      const double a = rng.uniform_float(-1, 1), b = rng.uniform_float(-1, 1), c = rng.uniform_float(-1, 1);
+      char line[128];
+      std::snprintf(line, sizeof line, "%.5f,%.5f,%.5f,%d\n", a, b, c, a + b > c * c ? 1 : 0);
+      csv += line;
+    }
+    return csv;
+  };
+  REQUIRE(put_csv(port, "/v1/datasets/curve/train", rows(600)).status == 201);
+  REQUIRE(put_csv(port, "/v1/datasets/curve/test", rows(300)).status == 201);
+  const std::string id = submit(cluster, R"({"name": "curve", "dataset": {"name": "curve", "shuffle_seed": 5},
+    "model": {"input_shape": [3], "seed": 5, "layers": [{"type": "dense", "units": 16, "activation": "relu"},
+      {"type": "dense", "units": 1}]},
+    "loss": "binary_cross_entropy", "optimizer": {"type": "adam", "learning_rate": 0.01},
+    "training": {"mode": "sync", "global_batch_size": 30, "epochs": 8, "workers": 2, "servers": 1}})");
+  const json::object done = wait_for_state(cluster, id, "SUCCEEDED", 240s);
+  const double auc = num(done, "test_auc");
+  MESSAGE("test accuracy " << num(done, "test_accuracy") << ", AUC " << auc);
+  CHECK(auc > 0.9);
+  CHECK(arr(done, "warnings").empty());  // 2 classes: chance is 0.5, not 1
+  const json::array epochs = arr(object_of(get(port, "/v1/jobs/" + id + "/metrics")), "epochs");
+  REQUIRE(epochs.size() == 8);
+  CHECK(num(epochs.back().as_object(), "test_auc") == auc);
+  // The workers' buckets add up to the one-process figure: evaluate gives the same AUC exactly.
+  const Reply r = post_json(port, "/v1/jobs/" + id + "/evaluate", R"({"split": "test"})");
+  REQUIRE(r.status == 200);
+  CHECK(num(object_of(r), "auc") == auc);
+}

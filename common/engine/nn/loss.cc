@@ -45,6 +45,12 @@ LossResult softmax_loss(ConstMatMap<T> logits, const float* labels, T smoothing,
     }
     result.loss_sum += static_cast<double>(log_sum - target_dot);
     result.correct += best == label ? 1 : 0;
+    // Top k: fewer than k outputs rank above the label's (a tie ranks the lower class first).
+    int64_t above = 0;
+    for (int64_t k = 0; k < classes && above < kTopK; ++k) {
+      if (z[k] > z[label] || (z[k] == z[label] && k < label)) ++above;
+    }
+    result.top_k_correct += above < kTopK ? 1 : 0;
     if (dlogits != nullptr) {
       T* d = dlogits + b * classes;
       const T inv_sum = T(1) / sum;
@@ -71,6 +77,7 @@ LossResult binary_loss(ConstMatMap<T> logits, const float* labels, T smoothing, 
     const T t = static_cast<T>(label) * (T(1) - smoothing) + smoothing / T(2);
     result.loss_sum += static_cast<double>(std::max(z, T(0)) - z * t + std::log1p(std::exp(-std::abs(z))));
     result.correct += (z > T(0)) == (label == 1) ? 1 : 0;
+    result.binary.add(static_cast<double>(sigmoid(z)), label == 1);
     if (dlogits != nullptr) dlogits[b] = sigmoid(z) - t;
   }
   return result;
@@ -124,6 +131,37 @@ LossResult regression_loss(const LossSpec& loss, ConstMatMap<T> outputs, const f
 
 }  // namespace
 
+void BinaryScores::add(double probability, bool positive) {
+  // Keras' thresholds: t_0 = -eps, t_i = i / (n - 1) for 0 < i < n - 1, t_(n-1) = 1 + eps. A
+  // probability exceeds t_0 always, t_(n-1) never, and t_i when p > i / (n - 1): m = 1 +
+  // (ceil(p (n - 1)) - 1) thresholds in all, kept as bucket m.
+  constexpr int n = kAucThresholds;
+  const int inner = std::clamp(static_cast<int>(std::ceil(probability * (n - 1))) - 1, 0, n - 2);
+  (positive ? positives : negatives)[static_cast<size_t>(1 + inner)] += 1;
+}
+
+double BinaryScores::auc() const {
+  constexpr int n = kAucThresholds;
+  double p = 0, q = 0;
+  for (size_t j = 0; j < positives.size(); ++j) {
+    p += positives[j];
+    q += negatives[j];
+  }
+  if (p == 0 || q == 0) return 0.0;
+  // tp[i], fp[i]: examples above threshold i = those in buckets j > i.
+  double tp_above = p, fp_above = q;  // threshold 0 (-eps): every example
+  double area = 0, tpr_prev = 1, fpr_prev = 1;
+  for (int i = 1; i < n; ++i) {
+    tp_above -= positives[static_cast<size_t>(i)];
+    fp_above -= negatives[static_cast<size_t>(i)];
+    const double tpr = tp_above / p, fpr = fp_above / q;
+    area += (fpr_prev - fpr) * (tpr_prev + tpr) / 2;
+    tpr_prev = tpr;
+    fpr_prev = fpr;
+  }
+  return area;  // the last threshold (1 + eps) ends at tpr = fpr = 0
+}
+
 double RegressionSums::rmse() const { return values > 0 ? std::sqrt(squared_error / values) : 0.0; }
 
 double RegressionSums::r2() const {
@@ -135,7 +173,9 @@ double RegressionSums::r2() const {
 LossResult& LossResult::operator+=(const LossResult& other) {
   loss_sum += other.loss_sum;
   correct += other.correct;
+  top_k_correct += other.top_k_correct;
   regression += other.regression;
+  binary += other.binary;
   return *this;
 }
 

@@ -19,6 +19,7 @@
 // All numerically stable (log-sum-exp around the column maximum).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "common/engine/model_spec.h"
@@ -47,9 +48,35 @@ struct RegressionSums {
   double r2() const;
 };
 
+// Binary classification: the examples' predicted probabilities in kAucThresholds buckets, for the
+// positive and the negative examples, from which Keras' AUC (its default: 200 thresholds evenly
+// spaced in [0, 1], ROC, trapezoidal interpolation) is computed; counts add across batches and
+// workers, so the AUC of a distributed evaluation is the one-process figure exactly.
+inline constexpr int kAucThresholds = 200;
+struct BinaryScores {
+  // bucket[j]: examples whose probability exceeds exactly j of the thresholds.
+  std::array<double, kAucThresholds + 1> positives{}, negatives{};
+  BinaryScores& operator+=(const BinaryScores& o) {
+    for (size_t j = 0; j < positives.size(); ++j) {
+      positives[j] += o.positives[j];
+      negatives[j] += o.negatives[j];
+    }
+    return *this;
+  }
+  void add(double probability, bool positive);
+  double auc() const;  // 0 when either class has no example
+};
+
+// Classes beyond this many get a top-k accuracy (Keras' sparse_top_k_categorical_accuracy, k 5).
+inline constexpr int kTopK = 5;
+
 struct LossResult {
   double loss_sum = 0;   // summed over the batch (not averaged: docs/DESIGN-NOTES.md "Loss scaling")
   int64_t correct = 0;   // examples whose prediction is the label (class losses)
+  // Softmax losses: examples whose label is among the kTopK largest outputs (ties to the lower
+  // class, as the argmax).
+  int64_t top_k_correct = 0;
+  BinaryScores binary;   // binary cross-entropy: the probabilities' buckets (AUC)
   // Regression: over every target value (examples x outputs) of the batch, the sums the metrics
   // are made of (MAE = abs / n, RMSE = sqrt(squared / n), R^2 = 1 - squared / (y2 - y^2 / n)).
   RegressionSums regression;

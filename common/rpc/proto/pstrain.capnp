@@ -363,6 +363,11 @@ struct Progress {
   bytesPulledPerStep @11 :Float64;
   # evaluation under a regression loss: the sums its metrics come from (nn/loss.h RegressionSums).
   regression @12 :RegressionSums;
+  # evaluation under a softmax loss: examples whose label is among the 5 largest outputs.
+  topKCorrect @13 :UInt64;
+  # evaluation under binary cross-entropy: the AUC's probability buckets (nn/loss.h BinaryScores).
+  aucPositives @14 :List(Float64);
+  aucNegatives @15 :List(Float64);
 }
 
 struct RegressionSums {
