@@ -127,14 +127,7 @@ void RestApi::add_dataset_routes() {
     const auto params = query_params(request.target);
     if (const auto it = params.find("label"); it != params.end()) upload.label_column = it->second;
     if (const auto it = params.find("replace"); it != params.end()) upload.replace = it->second == "true";
-    if (const auto it = params.find("task"); it != params.end()) {
-      if (it->second != "regression" && it->second != "classification") {
-        return answer(problem(400, "bad-request", "Bad request",
-                              "query parameter task must be regression or classification, not \"" + it->second + "\"",
-                              "task"));
-      }
-      upload.regression = it->second == "regression";
-    }
+    if (const auto it = params.find("task"); it != params.end()) upload.regression = it->second == "regression";
     upload.body_path = request.body_file;
     upload.body_bytes = request.body_bytes;
     upload.body_sha256 = request.body_sha256;
@@ -172,12 +165,18 @@ BodyPlan RestApi::plan_dataset_upload(const HttpRequest& head, const Router::Mat
   };
   const auto params = query_params(head.target);
   for (const auto& [key, value] : params) {
-    if (key != "replace" && !(key == "label" && route->part == DatasetCatalog::UploadPart::kWhole)) {
+    const bool whole = route->part == DatasetCatalog::UploadPart::kWhole;
+    if (key != "replace" && !((key == "label" || key == "task") && whole)) {
       return reject(problem(400, "unknown-parameter", "Unknown query parameter",
                             "'" + key + "' is not a parameter of this upload (known: replace" +
-                                (route->part == DatasetCatalog::UploadPart::kWhole ? ", label" : "") + ")",
+                                (whole ? ", label, task" : "") + ")",
                             key));
     }
+  }
+  if (const auto it = params.find("task"); it != params.end() && it->second != "regression" &&
+                                            it->second != "classification") {
+    return reject(problem(400, "invalid-parameter", "Invalid query parameter",
+                          "task must be regression or classification, not \"" + it->second + "\"", "task"));
   }
   bool replace = false;
   if (const auto it = params.find("replace"); it != params.end()) {

@@ -2,9 +2,12 @@
 JSON file pstrain-train and the cluster get) in PyTorch 1.13, standalone or with DistributedDataParallel.
 
 What it takes from the spec: the dataset (by the name pstrain resolves, from the same files), the
-model (layers dense / conv2d / maxpool2d / flatten / relu, input_shape [h, w, c] or [d]), the
-optimizer (adam: learning_rate, beta_1, beta_2, epsilon; sgd: learning_rate, momentum, nesterov;
-adagrad: learning_rate, epsilon, initial_accumulator_value), the loss (sparse softmax cross-entropy),
+model (a layer graph of dense / conv2d (use_bias) / maxpool2d / avgpool2d / global pooling /
+flatten / relu / activation relu / batch_norm / dropout / random_flip (horizontal) / random_crop /
+add / concatenate, named inputs as pstrain's; input_shape [h, w, c] or [d]), the optimizer (adam,
+adamw (weight_decay): learning_rate, beta_1, beta_2, epsilon; sgd: learning_rate, momentum,
+nesterov; adagrad: learning_rate, epsilon, initial_accumulator_value; a cosine_decay schedule with
+warm-up), the loss (sparse softmax cross-entropy, categorical with label_smoothing),
 training.global_batch_size and training.epochs. Kernels Glorot-uniform, biases zero (Keras' and
 pstrain's initialisation; the seeds differ, the distributions do not). Images are NCHW here and
 NHWC in pstrain: the same layers and parameter counts, another memory order.
@@ -22,7 +25,7 @@ Output (the lines pstrain-train prints, so one parser reads both):
 samples/s of an epoch = training examples / wall time of its training steps (evaluation excluded;
 DDP: the whole cluster's examples, barrier before and after the epoch).
 
-Usage: /usr/bin/python3 pt_job.py --spec JOB.json --data-dir DIR [--threads N] [--epochs E]
+Usage: /usr/bin/python3 pt_job.py --spec JOB.json --data-dir DIR [--threads N] [--epochs E] [--max-steps S]
                                   [--ddp WORLD --port P]   (DDP gloo over 127.0.0.1, N threads each)
 """
 import argparse, gzip, json, os, struct, sys, time, zipfile
@@ -93,63 +96,170 @@ def load(data_dir, name, split):
     return x, y
 
 
+class Graph(nn.Module):
+    """The spec's layers run in list order (which pstrain's graphs are written in here), each on
+    the previous layer's output or on its named `inputs` (add, concatenate): pstrain's layer graph
+    (Keras' functional API). Training-only layers (random_flip, random_crop, dropout) act in
+    training mode only, as in pstrain."""
+
+    def __init__(self, spec):
+        super().__init__()
+        shape = list(spec["model"]["input_shape"])
+        self.steps = []  # (kind, module or args, input names, own name)
+        self.mods = nn.ModuleList()
+        shapes = {"input": ("image", shape[2], shape[0], shape[1]) if len(shape) == 3 else ("flat", int(np.prod(shape)))}
+        prev = "input"
+        for i, layer in enumerate(spec["model"]["layers"]):
+            t = layer["type"]
+            name = layer.get("name", str(i))
+            inputs = layer.get("inputs", [prev])
+            src = shapes[inputs[0]]
+            mod, out = None, src
+            if t == "conv2d":
+                _, c, h, w = src
+                k = layer["kernel_size"]
+                k = (k, k) if isinstance(k, int) else tuple(k)
+                st = layer.get("strides", 1)
+                st = (st, st) if isinstance(st, int) else tuple(st)
+                pad = layer.get("padding", "valid")
+                if pad == "same" and st != (1, 1):
+                    sys.exit("pt_job.py: padding 'same' with strides is not supported")
+                mod = nn.Conv2d(c, layer["filters"], k, stride=st, padding=pad, bias=layer.get("use_bias", True))
+                if pad == "valid":
+                    h, w = (h - k[0]) // st[0] + 1, (w - k[1]) // st[1] + 1
+                out = ("image", layer["filters"], h, w)
+            elif t in ("maxpool2d", "avgpool2d"):
+                _, c, h, w = src
+                p_ = layer.get("pool_size", 2)
+                p_ = (p_, p_) if isinstance(p_, int) else tuple(p_)
+                st = layer.get("strides", p_)
+                st = (st, st) if isinstance(st, int) else tuple(st)
+                mod = (nn.MaxPool2d if t == "maxpool2d" else nn.AvgPool2d)(p_, stride=st)
+                out = ("image", c, (h - p_[0]) // st[0] + 1, (w - p_[1]) // st[1] + 1)
+            elif t in ("global_avgpool2d", "global_maxpool2d"):
+                mod = nn.Sequential(nn.AdaptiveAvgPool2d(1) if t == "global_avgpool2d" else nn.AdaptiveMaxPool2d(1),
+                                    nn.Flatten())
+                out = ("flat", src[1])
+            elif t == "flatten":
+                if src[0] == "image":
+                    mod = nn.Flatten()
+                    out = ("flat", src[1] * src[2] * src[3])
+            elif t == "dense":
+                if src[0] == "image":
+                    sys.exit("pt_job.py: a dense layer on an image needs a flatten before it")
+                mod = nn.Linear(src[1], layer["units"])
+                out = ("flat", layer["units"])
+            elif t == "batch_norm":
+                # Keras' momentum m is PyTorch's 1 - m; Keras' epsilon.
+                bn = nn.BatchNorm2d if src[0] == "image" else nn.BatchNorm1d
+                mod = bn(src[1], eps=layer.get("epsilon", 1e-3), momentum=1 - layer.get("momentum", 0.99))
+            elif t == "dropout":
+                mod = nn.Dropout(layer["rate"])
+            elif t in ("activation", "relu"):
+                mod = nn.Identity()
+            elif t == "random_flip":
+                if layer.get("mode", "horizontal") != "horizontal":
+                    sys.exit("pt_job.py: random_flip supports mode horizontal only")
+                mod = RandomFlip()
+            elif t == "random_crop":
+                mod = RandomCrop(layer.get("padding", 0))
+            elif t == "add":
+                mod = None
+            elif t == "concatenate":
+                mod = None
+                out = (src[0], sum(shapes[n][1] for n in inputs)) + tuple(src[2:])
+            else:
+                sys.exit(f"layer type {t!r} not supported by pt_job.py")
+            act = layer.get("activation", "relu" if t == "relu" else "linear")
+            if mod is not None:
+                self.mods.append(mod)
+            self.steps.append((t, len(self.mods) - 1 if mod is not None else -1, inputs, name, act))
+            shapes[name] = out
+            prev = name
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Conv2d)):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        values = {"input": x}
+        for t, m, inputs, name, act in self.steps:
+            if t == "add":
+                y = values[inputs[0]]
+                for n in inputs[1:]:
+                    y = y + values[n]
+            elif t == "concatenate":
+                y = torch.cat([values[n] for n in inputs], dim=1)
+            else:
+                y = values[inputs[0]]
+                if m >= 0:
+                    y = self.mods[m](y)
+            if act == "relu":
+                y = F.relu(y)
+            elif act not in ("linear", None):
+                sys.exit(f"activation {act!r} not supported by pt_job.py")
+            values[name] = y
+        return y
+
+
+class RandomFlip(nn.Module):
+    """Each example mirrored left-right with probability 1/2 (training only)."""
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        mask = torch.rand(x.shape[0]) < 0.5
+        x = x.clone()
+        x[mask] = x[mask].flip(-1)
+        return x
+
+
+class RandomCrop(nn.Module):
+    """Zero-padded by `padding` on every side, then cropped back at a random offset per example."""
+
+    def __init__(self, padding):
+        super().__init__()
+        self.padding = padding
+
+    def forward(self, x):
+        if not self.training or self.padding == 0:
+            return x
+        n, _, h, w = x.shape
+        p = self.padding
+        padded = F.pad(x, (p, p, p, p))
+        dy = torch.randint(0, 2 * p + 1, (n,))
+        dx = torch.randint(0, 2 * p + 1, (n,))
+        rows = (dy[:, None] + torch.arange(h)[None, :])[:, None, :, None].expand(n, x.shape[1], h, w)
+        cols = (dx[:, None] + torch.arange(w)[None, :])[:, None, None, :].expand(n, x.shape[1], h, w)
+        ch = torch.arange(x.shape[1])[None, :, None, None].expand(n, x.shape[1], h, w)
+        idx = torch.arange(n)[:, None, None, None].expand(n, x.shape[1], h, w)
+        return padded[idx, ch, rows, cols]
+
+
 def build_model(spec):
-    """The spec's layers as an nn.Sequential taking [n, c, h, w] images or [n, d] vectors."""
-    shape = list(spec["model"]["input_shape"])
-    image = len(shape) == 3
-    c, h, w = (shape[2], shape[0], shape[1]) if image else (None, None, None)
-    flat = None if image else int(np.prod(shape))
-    mods = []
+    """The spec's model: a layer graph taking [n, c, h, w] images or [n, d] vectors."""
+    return Graph(spec)
 
-    def activation(layer):
-        a = layer.get("activation", "linear")
-        if a == "relu":
-            mods.append(nn.ReLU())
-        elif a not in ("linear", None):
-            sys.exit(f"activation {a!r} not supported by pt_job.py")
 
-    for layer in spec["model"]["layers"]:
-        t = layer["type"]
-        if t == "conv2d":
-            k = layer["kernel_size"]
-            k = (k, k) if isinstance(k, int) else tuple(k)
-            s = layer.get("strides", 1)
-            s = (s, s) if isinstance(s, int) else tuple(s)
-            pad = layer.get("padding", "valid")
-            if pad == "same" and s != (1, 1):
-                sys.exit("pt_job.py: padding 'same' with strides is not supported")
-            mods.append(nn.Conv2d(c, layer["filters"], k, stride=s, padding=pad))
-            c = layer["filters"]
-            if pad == "valid":
-                h, w = (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1
-            activation(layer)
-        elif t == "maxpool2d":
-            p = layer.get("pool_size", 2)
-            p = (p, p) if isinstance(p, int) else tuple(p)
-            s = layer.get("strides", p)
-            s = (s, s) if isinstance(s, int) else tuple(s)
-            mods.append(nn.MaxPool2d(p, stride=s))
-            h, w = (h - p[0]) // s[0] + 1, (w - p[1]) // s[1] + 1
-        elif t == "flatten":
-            if image:
-                mods.append(nn.Flatten())
-                flat, image = c * h * w, False
-        elif t == "dense":
-            if image:
-                sys.exit("pt_job.py: a dense layer on an image needs a flatten before it")
-            mods.append(nn.Linear(flat, layer["units"]))
-            flat = layer["units"]
-            activation(layer)
-        elif t == "relu":
-            mods.append(nn.ReLU())
-        else:
-            sys.exit(f"layer type {t!r} not supported by pt_job.py")
-    model = nn.Sequential(*mods)
-    for m in model:
-        if isinstance(m, (nn.Linear, nn.Conv2d)):
-            nn.init.xavier_uniform_(m.weight)
-            nn.init.zeros_(m.bias)
-    return model
+def learning_rate_factor(spec):
+    """A function of the step giving the learning rate, for LambdaLR (base lr 1): Keras'
+    CosineDecay with warm-up, or a constant."""
+    lr = spec["optimizer"].get("learning_rate", 1e-3)
+    if not isinstance(lr, dict):
+        return None
+    if lr.get("schedule") != "cosine_decay":
+        sys.exit(f"schedule {lr.get('schedule')!r} not supported by pt_job.py")
+    import math
+    init, warm = lr.get("initial_learning_rate", 0.0), lr.get("warmup_steps", 0)
+    target, decay, alpha = lr.get("warmup_target", init), lr["decay_steps"], lr.get("alpha", 0.0)
+
+    def f(step):
+        if step < warm:
+            return init + (target - init) * step / warm
+        t = min(step - warm, decay) / decay
+        return target * ((1 - alpha) * 0.5 * (1 + math.cos(math.pi * t)) + alpha)
+    return f
 
 
 def make_optimizer(spec, params):
@@ -161,6 +271,10 @@ def make_optimizer(spec, params):
     if t == "sgd":
         return torch.optim.SGD(params, lr=o.get("learning_rate", 0.01), momentum=o.get("momentum", 0.0),
                                nesterov=o.get("nesterov", False))
+    if t == "adamw":
+        return torch.optim.AdamW(params, lr=1.0 if isinstance(o.get("learning_rate"), dict) else o.get("learning_rate", 1e-3),
+                                 betas=(o.get("beta_1", 0.9), o.get("beta_2", 0.999)), eps=o.get("epsilon", 1e-7),
+                                 weight_decay=o.get("weight_decay", 0.004))
     if t == "adagrad":
         return torch.optim.Adagrad(params, lr=o.get("learning_rate", 1e-3), eps=o.get("epsilon", 1e-7),
                                    initial_accumulator_value=o.get("initial_accumulator_value", 0.1))
@@ -200,6 +314,11 @@ def train(a, spec, rank=0, world=1):
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model)
     opt = make_optimizer(spec, model.parameters())
+    factor = learning_rate_factor(spec)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, factor) if factor is not None else None
+    loss_spec = spec.get("loss", "sparse_softmax_cross_entropy")
+    smoothing = loss_spec.get("label_smoothing", 0.0) if isinstance(loss_spec, dict) else 0.0
+    steps = 0
     gb = int(spec["training"]["global_batch_size"])
     epochs = a.epochs or int(spec["training"].get("epochs", 1))
     n = len(xtr)
@@ -215,17 +334,24 @@ def train(a, spec, rank=0, world=1):
         if world > 1:
             dist.barrier()
         t0 = time.perf_counter()
+        seen_examples = 0
         for i in range(0, n, gb):
+            if a.max_steps and steps >= a.max_steps:
+                break
             g = perm[i:i + gb]
+            seen_examples += len(g)
             if world > 1:
                 k = (len(g) + world - 1) // world
                 g = g[rank * k:(rank + 1) * k]
             xb, yb = xtr[g], ytr[g]
             logits = model(xb)
-            loss = F.cross_entropy(logits, yb)
+            loss = F.cross_entropy(logits, yb, label_smoothing=smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if schedule is not None:
+                schedule.step()
+            steps += 1
             loss_sum += loss.item() * len(g)
             correct += (logits.argmax(1) == yb).sum().item()
         if world > 1:
@@ -233,12 +359,12 @@ def train(a, spec, rank=0, world=1):
         dt = time.perf_counter() - t0
         if rank == 0:
             acc = evaluate(model.module if world > 1 else model, xte, yte)
-            sps.append(n / dt)
+            sps.append(seen_examples / dt)
             accs.append(acc)
             # rank 0's own loss and accuracy (its slice of each batch) under DDP
             seen = n if world == 1 else max(1, n // world)
             print(f"epoch {ep}: train loss {loss_sum / seen:.4f} accuracy {correct / seen:.4f} | test loss - "
-                  f"accuracy {acc:.4f} | {n / dt:.0f} samples/s ({dt:.2f} s)", flush=True)
+                  f"accuracy {acc:.4f} | {seen_examples / dt:.0f} samples/s ({dt:.2f} s)", flush=True)
     if rank == 0:
         print(f"final test accuracy: {accs[-1]:.4f}")
         print("RESULT " + json.dumps({"bench": "pt_job", "job": spec.get("name"), "threads": a.threads,
@@ -258,12 +384,15 @@ def main():
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=0, help="0: the spec's training.epochs")
+    ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: every epoch)")
     ap.add_argument("--ddp", type=int, default=0, help="DDP gloo with this many processes (0: one process)")
     ap.add_argument("--port", type=int, default=19590, help="DDP rendezvous port")
     a = ap.parse_args()
     spec = json.load(open(a.spec))
-    if spec.get("loss", "sparse_softmax_cross_entropy") != "sparse_softmax_cross_entropy":
-        sys.exit(f"loss {spec['loss']!r} not supported by pt_job.py")
+    loss = spec.get("loss", "sparse_softmax_cross_entropy")
+    loss_type = loss.get("type") if isinstance(loss, dict) else loss
+    if loss_type not in ("sparse_softmax_cross_entropy", "categorical_cross_entropy"):
+        sys.exit(f"loss {loss_type!r} not supported by pt_job.py")
     if a.ddp > 1:
         import torch.multiprocessing as mp
         mp.spawn(ddp_entry, args=(a, spec), nprocs=a.ddp, join=True)

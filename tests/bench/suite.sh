@@ -10,6 +10,9 @@
 #   tabular-mlp  64 float32 features, 256-256 hidden, 10 classes, Adam, batch 128; synthetic data
 #                written by suite_jobs.py with a fixed seed as a dataset directory (tabular64/)
 #   large-mlp    MLP 784-4096-5000-10 (23.8M parameters), Adam, batch 128, mnist10k
+#   fashion-resnet  deploy/jobs/fashion-mnist-resnet.json: the residual CNN of issue 35 (flip and
+#                crop, batch_norm, residual adds, global average pooling, dropout), AdamW on a
+#                cosine schedule, batch 128, fashion-mnist
 # Configs per job, run in this order once per repeat, repeats interleaved (r1 of every config of a
 # job, then r2, ...; ours and PyTorch's alternate within a repeat):
 #   ours-t1 / ours-t2   pstrain-train --threads 1 / 2 --parallelism batch

@@ -64,6 +64,8 @@ def jobs():
                       from_file("keras-multiworker-cnn.json"), 3),
         "tabular-mlp": ("Tabular MLP 64-256-256-10 (synthetic float32), Adam, b128", tabular, 5),
         "large-mlp": ("Large MLP 784-4096-5000-10 (23.8M params), Adam, b128, mnist10k", large, 3),
+        "fashion-resnet": ("Residual CNN (flip, crop, 2 blocks with batch_norm, GAP, dropout), AdamW cosine, b128, "
+                           "fashion-mnist", from_file("fashion-mnist-resnet.json"), 3),
     }
 
 

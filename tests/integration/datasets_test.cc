@@ -277,8 +277,8 @@ TEST_CASE("datasets: every defect gets its status and a message naming it, and n
   CHECK(str(o, "column") == "b");
   expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4,yes\n", csv_type), 422, "dataset-bad-label",
          "not a non-negative integer or a number");
-  expect(put(port, "/v1/datasets/bad/train?task=guess", "a,b,label\n1,2,0\n3,4,1\n", csv_type), 400, "bad-request",
-         "task must be regression or classification");
+  expect(put(port, "/v1/datasets/bad/train?task=guess", "a,b,label\n1,2,0\n3,4,1\n", csv_type), 400,
+         "invalid-parameter", "task must be regression or classification");
   expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4,-1\n", csv_type), 422, "dataset-bad-label", "-1");
   expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,nan,0\n3,4,1\n", csv_type), 422, "dataset-non-finite",
          "not a finite float32");

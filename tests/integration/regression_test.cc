@@ -66,6 +66,12 @@ TEST_CASE("regression: a float label column trains, reports MAE, RMSE and R^2, e
   CHECK(num(d, "targets") == 1);
   CHECK(num(d, "num_classes") == 0);
   REQUIRE(put_csv(port, "/v1/datasets/poly/test?label=y", table(rng, 200)).status == 201);
+  // Whole-number targets (counts) are a regression dataset when the upload says so.
+  r = put_csv(port, "/v1/datasets/counts/train?task=regression", "a,label\n1,3\n2,5\n3,8\n");
+  REQUIRE(r.status == 201);
+  CHECK(str(object_of(r), "task") == "regression");
+  CHECK(str(object_of(put_csv(port, "/v1/datasets/classes/train", "a,label\n1,3\n2,5\n3,8\n")), "task") ==
+        "classification");
 
   // A class loss on float targets is refused at submit, naming the loss.
   check_problem(post_json(port, "/v1/jobs", spec_with(R"("sparse_softmax_cross_entropy")")), 422,
