@@ -362,7 +362,7 @@ def train(a, spec, rank=0, world=1):
             sps.append(seen_examples / dt)
             accs.append(acc)
             # rank 0's own loss and accuracy (its slice of each batch) under DDP
-            seen = n if world == 1 else max(1, n // world)
+            seen = seen_examples if world == 1 else max(1, seen_examples // world)
             print(f"epoch {ep}: train loss {loss_sum / seen:.4f} accuracy {correct / seen:.4f} | test loss - "
                   f"accuracy {acc:.4f} | {seen_examples / dt:.0f} samples/s ({dt:.2f} s)", flush=True)
     if rank == 0:
