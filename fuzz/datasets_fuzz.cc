@@ -12,6 +12,7 @@
 // claims before the bytes are there.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -48,7 +49,13 @@ void write_file(const std::string& path, const uint8_t* data, size_t size) {
 
 void check_parsed(const pstrain::ParsedExamples& p) {
   check(p.size() > 0, "parsed no examples");
-  check(p.classes >= 2, "fewer than 2 classes");
+  if (p.target_width > 0) {  // a regression dataset: finite float targets, no labels or classes
+    check(p.labels.empty() && p.classes == 0, "labels beside regression targets");
+    check(p.targets.size() == p.size() * p.target_width, "targets do not match the examples");
+    for (float t : p.targets) check(std::isfinite(t), "a target that is not finite");
+  } else {
+    check(p.classes >= 2, "fewer than 2 classes");
+  }
   for (int32_t label : p.labels) check(label >= 0 && static_cast<uint32_t>(label) < p.classes, "label out of range");
   check(p.bytes.size() == p.size() * p.example_values() * p.dtype_size(p.dtype), "bytes do not match the shape");
 }
@@ -67,10 +74,20 @@ class CheckingSink final : public pstrain::ExampleSink {
     bytes_ += n;
   }
   void labels(const int32_t*, size_t n) override { labels_ += n; }
+  void targets(const float* t, size_t n) override {
+    for (size_t i = 0; i < n; ++i) check(std::isfinite(t[i]), "a target that is not finite");
+    targets_ += n;
+  }
   void finish(const pstrain::ExampleSummary& s) const {
     check(begun_, "no begin()");
-    check(labels_ == s.examples, "label count differs from the example count");
     check(bytes_ == s.examples * per_example_, "example bytes differ from the shape");
+    if (s.target_width > 0) {  // a regression dataset: targets, no labels or classes
+      check(labels_ == 0 && s.classes == 0, "labels beside regression targets");
+      check(targets_ == s.examples * s.target_width, "target count differs from examples x width");
+      return;
+    }
+    check(targets_ == 0, "targets beside class labels");
+    check(labels_ == s.examples, "label count differs from the example count");
     check(s.class_counts.size() == s.classes && s.classes >= 2, "class counts");
     uint64_t total = 0;
     for (uint64_t c : s.class_counts) total += c;
@@ -79,7 +96,7 @@ class CheckingSink final : public pstrain::ExampleSink {
 
  private:
   bool begun_ = false;
-  uint64_t per_example_ = 0, bytes_ = 0, labels_ = 0;
+  uint64_t per_example_ = 0, bytes_ = 0, labels_ = 0, targets_ = 0;
 };
 
 }  // namespace
