@@ -11,8 +11,10 @@ namespace {
 
 // The class index a float target holds, checked against the classes scored.
 int64_t class_of(float target, int64_t classes) {
-  const auto label = static_cast<int64_t>(target);
-  if (!(target >= 0.0f) || static_cast<float>(label) != target || label >= classes) {
+  // Range first: converting a float beyond int64 (or NaN) is undefined.
+  const bool in_range = target >= 0.0f && target < static_cast<float>(classes);
+  const int64_t label = in_range ? static_cast<int64_t>(target) : -1;
+  if (!in_range || static_cast<float>(label) != target) {
     throw Error("label " + std::to_string(target) + " is not a class of the model's " + std::to_string(classes));
   }
   return label;
@@ -136,7 +138,8 @@ void BinaryScores::add(double probability, bool positive) {
   // probability exceeds t_0 always, t_(n-1) never, and t_i when p > i / (n - 1): m = 1 +
   // (ceil(p (n - 1)) - 1) thresholds in all, kept as bucket m.
   constexpr int n = kAucThresholds;
-  const int inner = std::clamp(static_cast<int>(std::ceil(probability * (n - 1))) - 1, 0, n - 2);
+  const double p = std::clamp(std::isnan(probability) ? 0.0 : probability, 0.0, 1.0);
+  const int inner = std::clamp(static_cast<int>(std::ceil(p * (n - 1))) - 1, 0, n - 2);
   (positive ? positives : negatives)[static_cast<size_t>(1 + inner)] += 1;
 }
 
