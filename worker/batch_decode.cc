@@ -30,12 +30,16 @@ void decode_ids(proto::Batch::Reader batch, std::vector<uint32_t>* ids) {
 
 BatchShape model_batch_shape(const LossSpec& loss, int64_t inputs, int64_t outputs) {
   if (is_regression(loss)) return {static_cast<size_t>(inputs), 0, static_cast<uint32_t>(outputs)};
-  return {static_cast<size_t>(inputs), static_cast<uint32_t>(loss.type == LossType::kBinaryCrossEntropy ? 2 : outputs), 0};
+  if (loss.type == LossType::kBinaryCrossEntropy) {
+    // Class labels 0/1 for one output, or (from a dataset of float targets) one label per output.
+    return {static_cast<size_t>(inputs), 2, static_cast<uint32_t>(outputs), true};
+  }
+  return {static_cast<size_t>(inputs), static_cast<uint32_t>(outputs), 0};
 }
 
 void decode_batch(proto::Batch::Reader batch, const BatchShape& shape, float* inputs, float* targets) {
   const BatchExamples examples = checked_examples(batch, shape.example_size);
-  if (shape.targets > 0) {
+  if (shape.targets > 0 && (!shape.labels_or_targets || batch.getTargets().size() > 0 || examples.count == 0)) {
     const auto batch_targets = batch.getTargets();
     KJ_REQUIRE(batch_targets.size() == examples.count * shape.targets, "batch targets do not match its size",
                batch_targets.size(), examples.count, shape.targets);

@@ -24,6 +24,9 @@ struct BatchShape {
   size_t example_size = 0;  // values per example: the model's input size
   uint32_t classes = 0;     // labels are in [0, classes): the model's outputs (classification)
   uint32_t targets = 0;     // regression: target values per example (the model's outputs); 0: labels
+  // Binary cross-entropy: the batch may hold class labels (one output) or `targets` float labels
+  // per example (a dataset of float targets: multi-label), whichever its dataset has.
+  bool labels_or_targets = false;
 };
 
 // A batch's examples, checked: known dtype, exampleSize == example_size and exactly

@@ -445,7 +445,8 @@ void check_against(const JobSpec& spec, const std::string& dataset, const Shape&
   }
   const Shape& out = shapes.back();
   const std::string last = "/model/layers/" + std::to_string(spec.model.layers.size() - 1);
-  if (is_regression(spec.loss) != (target_width > 0)) {
+  const bool multi_label = spec.loss.type == LossType::kBinaryCrossEntropy && target_width > 0;
+  if (!multi_label && is_regression(spec.loss) != (target_width > 0)) {
     throw SpecError("/loss", is_regression(spec.loss)
                                  ? std::string(loss_type_name(spec.loss.type)) + " needs a dataset of float targets, but " +
                                        dataset + " has class labels (" + std::to_string(num_classes) + " classes)"
@@ -455,7 +456,8 @@ void check_against(const JobSpec& spec, const std::string& dataset, const Shape&
   }
   if (target_width > 0) {
     if (out.size() != 1 || out[0] != target_width) {
-      throw SpecError(last, "must output " + std::to_string(target_width) + " value(s) (the targets of " + dataset +
+      throw SpecError(last, "must output " + std::to_string(target_width) +
+                                (multi_label ? " logit(s) (the labels of " : " value(s) (the targets of ") + dataset +
                                 ") but outputs " + shape_string(out));
     }
     return;

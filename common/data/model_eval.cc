@@ -19,7 +19,9 @@ Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Sp
   const auto max_batch = static_cast<uint32_t>(model.max_batch());
   Evaluation e;
   e.regression = is_regression(model.loss());
-  if (!e.regression) e.confusion.assign(classes, std::vector<uint64_t>(classes, 0));
+  e.binary_task = model.loss().type == LossType::kBinaryCrossEntropy;
+  const bool multi_label = e.binary_task && outputs > 1;  // no confusion matrix: a label per output
+  if (!e.regression && !multi_label) e.confusion.assign(classes, std::vector<uint64_t>(classes, 0));
   double loss_sum = 0;
   int64_t correct = 0;
   std::vector<float> columns(input_size * max_batch);
@@ -38,11 +40,12 @@ Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Sp
     e.sums += r.regression;
     e.top_k_correct += static_cast<uint64_t>(r.top_k_correct);
     e.binary += r.binary;
-    if (e.regression) continue;
+    if (e.regression || multi_label) continue;
     for (uint32_t c = 0; c < batch; ++c) {
       const int64_t predicted = nn::class_probabilities(model.loss(), logits.col(c).data(),
                                                         static_cast<int64_t>(outputs), probabilities.data());
-      ++e.confusion[static_cast<size_t>(targets[c])][static_cast<size_t>(predicted)];
+      const size_t truth = e.binary_task ? (targets[c] > 0.5f ? 1 : 0) : static_cast<size_t>(targets[c]);
+      ++e.confusion[truth][static_cast<size_t>(predicted)];
     }
   }
   e.examples = split.size;
@@ -82,7 +85,7 @@ std::string evaluation_json(const Evaluation& e, const std::string& extra) {
   if (e.confusion.size() > static_cast<size_t>(nn::kTopK) && e.examples > 0) {
     o["top5_accuracy"] = static_cast<double>(e.top_k_correct) / static_cast<double>(e.examples);
   }
-  if (e.confusion.size() == 2) o["auc"] = e.binary.auc();
+  if (e.binary_task) o["auc"] = e.binary.auc();
   const std::string body = to_json_text(o);
   return "{" + extra + body.substr(1);
 }
@@ -107,6 +110,17 @@ std::string predictions_json(nn::Model<float>& model, const float* params, const
         out += "{\"values\":[";
         for (int64_t k = 0; k < outputs; ++k) out += (k > 0 ? "," : "") + text(logits(k, c));
         out += "]}";
+        continue;
+      }
+      if (model.loss().type == LossType::kBinaryCrossEntropy && outputs > 1) {  // multi-label
+        if (start + static_cast<size_t>(c) > 0) out += ',';
+        std::string labels = "[", probabilities_text = "[";
+        for (int64_t k = 0; k < outputs; ++k) {
+          const double p = 1.0 / (1.0 + std::exp(-static_cast<double>(logits(k, c))));
+          labels += std::string(k > 0 ? "," : "") + (logits(k, c) > 0.0f ? "1" : "0");
+          probabilities_text += (k > 0 ? "," : "") + text(static_cast<float>(p));
+        }
+        out += "{\"labels\":" + labels + "],\"probabilities\":" + probabilities_text + "]}";
         continue;
       }
       const int64_t best = nn::class_probabilities(model.loss(), logits.col(c).data(), outputs, probabilities.data());

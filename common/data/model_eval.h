@@ -21,6 +21,7 @@ struct Evaluation {
   std::vector<std::vector<uint64_t>> confusion;  // [true class][predicted class] (classification)
   bool regression = false;
   nn::RegressionSums sums;  // regression: MAE, RMSE, R^2 come from these
+  bool binary_task = false;    // binary cross-entropy (a multi-label model has no confusion matrix)
   uint64_t top_k_correct = 0;  // softmax losses: the label among the nn::kTopK largest outputs
   nn::BinaryScores binary;     // binary cross-entropy: the AUC's buckets
 };
@@ -37,7 +38,8 @@ std::string evaluation_json(const Evaluation& e, const std::string& extra = "");
 // sees them) through the model, model.max_batch() at a time: {"predictions": [{"class": k,
 // "probabilities": [the class probabilities: softmax, or [1 - p, p] under binary cross-entropy]},
 // ...]}, TensorFlow Serving's answer form; under a regression loss {"predictions": [{"values":
-// [the outputs]}, ...]}.
+// [the outputs]}, ...]}; under binary cross-entropy with several outputs (multi-label)
+// {"predictions": [{"labels": [0 or 1 per output], "probabilities": [sigmoid per output]}, ...]}.
 std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n);
 
 }  // namespace pstrain

@@ -33,8 +33,9 @@ enum class Padding { kValid, kSame };
 //                                      Keras' sparse_categorical_crossentropy)
 //   categorical_cross_entropy          the same against a one-hot target smoothed by
 //                                      label_smoothing: (1 - s) onehot + s / classes
-//   binary_cross_entropy               one output, a logit: sigmoid, labels 0 or 1, smoothed to
-//                                      y (1 - s) + s / 2
+//   binary_cross_entropy               one logit per label: sigmoid, labels 0 or 1 (or, from a
+//                                      dataset of float targets, one in [0, 1] per output:
+//                                      multi-label), smoothed to y (1 - s) + s / 2
 // On float targets (regression: one target per output), Keras' means over the outputs:
 //   mean_squared_error                 mean (z - y)^2
 //   mean_absolute_error                mean |z - y|
@@ -54,9 +55,12 @@ inline bool is_regression(const LossSpec& loss) {
   return loss.type == LossType::kMeanSquaredError || loss.type == LossType::kMeanAbsoluteError ||
          loss.type == LossType::kHuber;
 }
-// Target values per example for a model of `outputs` outputs: one per output for regression,
-// else 1 (the class index).
-inline int64_t target_size(const LossSpec& loss, int64_t outputs) { return is_regression(loss) ? outputs : 1; }
+// Target values per example for a model of `outputs` outputs: one per output for regression and
+// binary cross-entropy (one label per output: multi-label when there are several; a class label 0
+// or 1 of a one-output model is its one target), else 1 (the class index).
+inline int64_t target_size(const LossSpec& loss, int64_t outputs) {
+  return is_regression(loss) || loss.type == LossType::kBinaryCrossEntropy ? outputs : 1;
+}
 const char* loss_type_name(LossType type);
 // The outputs a model needs for `classes` classes under `loss`: 1 for binary, else one per class.
 int64_t loss_outputs(const LossSpec& loss, uint32_t classes);

@@ -71,6 +71,11 @@ Problem random_problem(nn::Model<double>& model, int64_t batch, uint64_t seed) {
     for (auto& t : p.targets) t = rng.uniform_float(-2.0f, 2.0f);
     return p;
   }
+  if (model.loss().type == LossType::kBinaryCrossEntropy && model.output_size() > 1) {  // multi-label
+    p.targets.resize(static_cast<size_t>(model.output_size() * batch));
+    for (auto& t : p.targets) t = static_cast<float>(rng.uniform_index(2));
+    return p;
+  }
   const auto classes = static_cast<uint64_t>(nn::loss_classes(model.loss(), model.output_size()));
   for (int64_t b = 0; b < batch; ++b) p.labels.push_back(static_cast<int32_t>(rng.uniform_index(classes)));
   return p;

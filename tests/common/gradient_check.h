@@ -24,7 +24,7 @@ LayerSpec named(LayerSpec layer, std::string name, std::vector<std::string> inpu
 struct Problem {
   std::vector<double> params, inputs;
   std::vector<int32_t> labels;  // class losses
-  std::vector<float> targets;   // regression losses: the model's outputs per example
+  std::vector<float> targets;   // regression and multi-label binary: the model's outputs per example
 };
 // Parameters in [-0.5, 0.5], inputs in [-1, 1], labels uniform over the model's loss's classes
 // (regression: targets in [-2, 2]), from `seed`.

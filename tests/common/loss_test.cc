@@ -208,3 +208,27 @@ TEST_CASE("AUC: Keras' 200 thresholds, against the exact rank statistic and by h
   CHECK(a.auc() == whole.auc());
   CHECK(whole.auc() == doctest::Approx(0.75));
 }
+
+TEST_CASE("multi-label binary cross-entropy: one logit per label, the mean over labels, subset accuracy") {
+  ModelSpec spec;
+  spec.input_shape = {5};
+  spec.layers = {dense(6, true), dense(3, false)};
+  check_gradients(spec, 4, 311, GradientCheck{loss_of(LossType::kBinaryCrossEntropy), {}});
+  check_gradients(spec, 4, 312, GradientCheck{loss_of(LossType::kBinaryCrossEntropy, 0.1f), {}});
+  // By hand: z = (2, -1 | 0.5, 3), labels (1, 0 | 1, 0): the mean of each example's two losses;
+  // the first example has both labels right, the second not (z = 3 for a 0).
+  const std::vector<double> z = {2, -1, 0.5, 3};
+  const std::vector<float> y = {1, 0, 1, 0};
+  std::vector<double> d(4);
+  const auto r = nn::compute_loss<double>(loss_of(LossType::kBinaryCrossEntropy), nn::ConstMatMap<double>(z.data(), 2, 2),
+                                          y.data(), d.data());
+  auto bce = [](double zz, double t) { return std::max(zz, 0.0) - zz * t + std::log1p(std::exp(-std::abs(zz))); };
+  CHECK(r.loss_sum == doctest::Approx((bce(2, 1) + bce(-1, 0)) / 2 + (bce(0.5, 1) + bce(3, 0)) / 2));
+  CHECK(r.correct == 1);
+  CHECK(d[3] == doctest::Approx((1 / (1 + std::exp(-3.0))) / 2));
+  // A label outside [0, 1] fails the step.
+  const std::vector<float> bad = {1, 2, 0, 0};
+  CHECK_THROWS_AS(nn::compute_loss<double>(loss_of(LossType::kBinaryCrossEntropy), nn::ConstMatMap<double>(z.data(), 2, 2),
+                                           bad.data(), nullptr),
+                  Error);
+}

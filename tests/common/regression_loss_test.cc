@@ -136,6 +136,17 @@ TEST_CASE("regression losses in a job spec: names, Keras' spellings, delta, and 
   }
   table.target_width = 10;
   CHECK_NOTHROW(check_spec_against_dataset(spec, table));
+  // binary_cross_entropy on float targets is multi-label: one logit per label.
+  spec.loss.type = LossType::kBinaryCrossEntropy;
+  CHECK_NOTHROW(check_spec_against_dataset(spec, table));
+  table.target_width = 3;
+  try {
+    check_spec_against_dataset(spec, table);
+    FAIL("accepted 10 logits for 3 labels");
+  } catch (const SpecError& e) {
+    CHECK(std::string(e.what()) == "/model/layers/0 must output 3 logit(s) (the labels of houses) but outputs [10]");
+  }
+  table.target_width = 10;
   spec.loss = LossSpec{};
   try {
     check_spec_against_dataset(spec, table);

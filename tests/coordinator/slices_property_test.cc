@@ -31,9 +31,10 @@ namespace {
 
 // "blobs-30": 30 float32 features in `classes` classes (testing::separable_features); `examples`
 // training examples (test: 300). classes 0: a regression dataset of the same features with two
-// targets each (a linear one and a product of two features).
-SplitLoader blobs(uint32_t examples, uint32_t classes) {
-  return [examples, classes](const std::string& dataset, SplitKind kind) {
+// targets each (a linear one and a product of two features); multi_label: the same two as 0/1
+// labels (their signs).
+SplitLoader blobs(uint32_t examples, uint32_t classes, bool multi_label = false) {
+  return [examples, classes, multi_label](const std::string& dataset, SplitKind kind) {
     Rng rng(11);
     std::vector<float> w((classes > 0 ? classes : 3) * 30);
     for (float& v : w) v = rng.uniform_float(-1.0f, 1.0f);
@@ -47,8 +48,9 @@ SplitLoader blobs(uint32_t examples, uint32_t classes) {
     for (size_t i = 0; i + 30 <= e.inputs.size(); i += 30) {
       float linear = 0;
       for (size_t k = 0; k < 10; ++k) linear += 0.3f * e.inputs[i + k];
-      p.targets.push_back(linear);
-      p.targets.push_back(e.inputs[i] * e.inputs[i + 1]);
+      const float product = e.inputs[i] * e.inputs[i + 1];
+      p.targets.push_back(multi_label ? (linear > 0 ? 1.0f : 0.0f) : linear);
+      p.targets.push_back(multi_label ? (product > 0 ? 1.0f : 0.0f) : product);
     }
     return make_split(dataset, kind, std::move(p));
   };
@@ -68,6 +70,7 @@ struct Trial {
   bool dropout;                 // a dropout (rate 0.3) before the output layer
   LossSpec loss;                // sparse; categorical smoothed by 0.1; binary (2 classes, 1 output);
                                 // mse, mae, huber (delta 0.5) on two float targets
+  bool multi_label = false;     // binary: two labels per example (a dataset of float targets)
   int64_t ghost;                // > 0: a batch_norm after the first hidden layer, ghost batches of this
 };
 
@@ -98,6 +101,7 @@ Trial draw(Rng& rng) {
   t.loss.type = losses[rng.uniform_index(6)];
   if (t.loss.type == LossType::kCategoricalCrossEntropy) t.loss.label_smoothing = 0.1f;
   if (t.loss.type == LossType::kHuber) t.loss.delta = 0.5f;
+  t.multi_label = t.loss.type == LossType::kBinaryCrossEntropy && rng.uniform_index(2) == 1;
   // batch_norm needs the batch to split evenly over the workers: half the trials round it to a
   // multiple of the workers and use ghost batches of a half or a whole worker's share.
   t.ghost = 0;
@@ -110,7 +114,7 @@ Trial draw(Rng& rng) {
 }
 
 uint32_t classes_of(const Trial& t) {
-  if (is_regression(t.loss)) return 0;
+  if (is_regression(t.loss) || t.multi_label) return 0;
   return t.loss.type == LossType::kBinaryCrossEntropy ? 2 : 3;
 }
 
@@ -126,7 +130,7 @@ JobSpec job_of(const Trial& t) {
   h1.activation = t.hidden1;
   h2.units = 24;
   h2.activation = t.hidden2;
-  out.units = is_regression(t.loss) ? 2 : loss_outputs(t.loss, classes_of(t));
+  out.units = is_regression(t.loss) || t.multi_label ? 2 : loss_outputs(t.loss, classes_of(t));
   spec.loss = t.loss;
   spec.model.layers = {h1, h2, out};
   if (t.layer_norm) {
@@ -208,10 +212,10 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     const std::string exchange = exchange_name(t.exchange);
     CAPTURE(exchange);
     const std::string activations = std::string(activation_name(t.hidden1)) + ", " + activation_name(t.hidden2) +
-                                    (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "") + (t.dropout ? ", dropout" : "") + ", " + loss_type_name(t.loss.type) +
+                                    (t.multi_label ? ", multi-label" : "") + (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "") + (t.dropout ? ", dropout" : "") + ", " + loss_type_name(t.loss.type) +
                                     (t.ghost > 0 ? ", batch_norm ghost " + std::to_string(t.ghost) : "");
     CAPTURE(activations);
-    const SplitLoader load = blobs(t.examples, classes_of(t));
+    const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
     std::vector<float> distributed;
     {
       testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load,

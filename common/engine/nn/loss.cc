@@ -70,17 +70,34 @@ T sigmoid(T z) {
   return e / (T(1) + e);
 }
 
+// One logit per label (K of them: multi-label when K > 1), labels in [0, 1]. An example is
+// correct when every label is (z > 0 where the label is above 1/2): subset accuracy, which is
+// Keras' binary accuracy for one label. AUC pools every label (Keras' AUC, multi_label false).
 template <typename T>
 LossResult binary_loss(ConstMatMap<T> logits, const float* labels, T smoothing, T* dlogits) {
   LossResult result;
+  const int64_t k = logits.rows();
   for (int64_t b = 0; b < logits.cols(); ++b) {
-    const T z = logits(0, b);
-    const int64_t label = class_of(labels[b], 2);
-    const T t = static_cast<T>(label) * (T(1) - smoothing) + smoothing / T(2);
-    result.loss_sum += static_cast<double>(std::max(z, T(0)) - z * t + std::log1p(std::exp(-std::abs(z))));
-    result.correct += (z > T(0)) == (label == 1) ? 1 : 0;
-    result.binary.add(static_cast<double>(sigmoid(z)), label == 1);
-    if (dlogits != nullptr) dlogits[b] = sigmoid(z) - t;
+    bool all = true;
+    T example = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const T z = logits(i, b);
+      const float y = labels[b * k + i];
+      if (!(y >= 0.0f && y <= 1.0f)) {
+        throw Error("binary label " + std::to_string(y) + " is outside [0, 1]");
+      }
+      const T t = static_cast<T>(y) * (T(1) - smoothing) + smoothing / T(2);
+      example += std::max(z, T(0)) - z * t + std::log1p(std::exp(-std::abs(z)));
+      const bool positive = y > 0.5f;
+      all = all && (z > T(0)) == positive;
+      result.binary.add(static_cast<double>(sigmoid(z)), positive);
+      if (dlogits != nullptr) dlogits[b * k + i] = sigmoid(z) - t;
+    }
+    result.loss_sum += static_cast<double>(k == 1 ? example : example / static_cast<T>(k));
+    if (dlogits != nullptr && k > 1) {
+      for (int64_t i = 0; i < k; ++i) dlogits[b * k + i] /= static_cast<T>(k);
+    }
+    result.correct += all ? 1 : 0;
   }
   return result;
 }
