@@ -212,6 +212,11 @@ std::string epoch_to_json(const EpochMetric& m) {
                  {"train_accuracy", m.train_accuracy}, {"test_loss", m.test_loss},
                  {"test_accuracy", m.test_accuracy},
                  {"samples_per_second", m.samples_per_second}, {"time_ms", m.time_ms}};
+  put_task_metrics(m, o);
+  return to_json_text(o);
+}
+
+void put_task_metrics(const EpochMetric& m, json::object& o) {
   if (m.test_top5_accuracy) o["test_top5_accuracy"] = *m.test_top5_accuracy;
   if (m.test_auc) o["test_auc"] = *m.test_auc;
   if (m.test_mae) {  // regression: no accuracies
@@ -221,7 +226,6 @@ std::string epoch_to_json(const EpochMetric& m) {
     o["test_rmse"] = m.test_rmse.value_or(0);
     o["test_r2"] = m.test_r2.value_or(0);
   }
-  return to_json_text(o);
 }
 
 std::optional<EpochMetric> epoch_from_json(const std::string& text) {

@@ -25,6 +25,10 @@ std::optional<JobRecord> record_from_json(const std::string& text);
 std::string step_to_json(const StepMetric& m);
 std::optional<StepMetric> step_from_json(const std::string& text);
 std::string epoch_to_json(const EpochMetric& m);
+// The task's figures of an epoch into `o` (which holds the common ones): top-5 accuracy and AUC
+// when present; for regression MAE, RMSE and R^2 in place of the accuracies. The stored record
+// and the "epoch" event (job_events.cc) both use it.
+void put_task_metrics(const EpochMetric& m, boost::json::object& o);
 std::optional<EpochMetric> epoch_from_json(const std::string& text);
 // An async cut's worker positions: [[epoch, step, steps_done], ...] by worker index.
 std::string positions_to_json(const std::vector<WorkerPosition>& positions);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/base/json_text.h"
+#include "coordinator/job_codec.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -91,15 +92,7 @@ JobEventData epoch_event(const std::string& job, const EpochMetric& m) {
   json::object fields{{"epoch", m.epoch}, {"train_loss", m.train_loss}, {"train_accuracy", m.train_accuracy},
                       {"test_loss", m.test_loss}, {"test_accuracy", m.test_accuracy},
                       {"samples_per_second", round_to(m.samples_per_second, 1)}};
-  if (m.test_top5_accuracy) fields["test_top5_accuracy"] = *m.test_top5_accuracy;
-  if (m.test_auc) fields["test_auc"] = *m.test_auc;
-  if (m.test_mae) {  // regression: no accuracies
-    fields.erase("train_accuracy");
-    fields.erase("test_accuracy");
-    fields["test_mae"] = *m.test_mae;
-    fields["test_rmse"] = m.test_rmse.value_or(0);
-    fields["test_r2"] = m.test_r2.value_or(0);
-  }
+  put_task_metrics(m, fields);
   return make("epoch", job, m.time_ms, std::move(fields));
 }
 

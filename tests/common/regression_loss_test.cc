@@ -19,12 +19,7 @@ using namespace pstrain::testing;
 
 namespace {
 
-LossSpec regression(LossType type, float delta = 1.0f) {
-  LossSpec l;
-  l.type = type;
-  l.delta = delta;
-  return l;
-}
+LossSpec regression(LossType type, float delta = 1.0f) { return LossSpec{type, 0.0f, delta}; }
 
 }  // namespace
 
