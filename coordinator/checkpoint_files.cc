@@ -130,6 +130,19 @@ kj::Promise<StreamedFile> CheckpointFiles::assemble(ParamLayout layout, std::vec
   });
 }
 
+kj::Promise<std::string> CheckpointFiles::model_from_checkpoint(std::function<std::optional<std::string>()> read_file,
+                                                               ParamLayout layout, Metadata metadata) {
+  return on_thread<std::string>(thread_, [read_file = std::move(read_file), layout = std::move(layout),
+                                          metadata = std::move(metadata)] {
+    std::optional<std::string> file = read_file();
+    if (!file) throw Error("the checkpoint is gone");
+    const std::optional<std::vector<float>> params = decode_safetensors(layout, *file);
+    if (!params) throw Error("the checkpoint does not fit the job's model");
+    file.reset();
+    return encode_safetensors(layout, *params, metadata);
+  });
+}
+
 kj::Promise<StartingShards> CheckpointFiles::starting_shards(std::function<std::optional<std::string>()> read_file,
                                                              JobSpec spec, std::vector<ChunkInfo> chunks,
                                                              uint32_t servers, uint64_t steps_per_epoch) {

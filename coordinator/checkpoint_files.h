@@ -75,6 +75,11 @@ class CheckpointFiles {
   kj::Promise<StartingShards> starting_shards(std::function<std::optional<std::string>()> read_file, JobSpec spec,
                                               std::vector<ChunkInfo> chunks, uint32_t servers,
                                               uint64_t steps_per_epoch);
+  // A model file (parameters only, with `metadata`) made from the checkpoint file `read_file`
+  // returns (called on the thread; nullopt: "the file is gone"): the model of a job that stopped
+  // early. Fails if the file is gone or does not fit `layout`.
+  kj::Promise<std::string> model_from_checkpoint(std::function<std::optional<std::string>()> read_file,
+                                                 ParamLayout layout, Metadata metadata);
 
  private:
   TaskThread thread_;

@@ -74,6 +74,18 @@ json::object checkpoint_object(const CheckpointInfo& c) {
                       {"test_accuracy", optional_number(c.test_accuracy)}};
 }
 
+json::value early_stop_value(const std::optional<EarlyStopStatus>& e) {
+  if (!e) return nullptr;
+  const auto integer = [](const std::optional<int64_t>& v) { return v ? json::value(*v) : json::value(nullptr); };
+  return json::object{{"monitor", e->monitor},
+                      {"best_epoch", integer(e->best_epoch)},
+                      {"best", optional_number(e->best)},
+                      {"wait", e->wait},
+                      {"stopped_epoch", integer(e->stopped_epoch)},
+                      {"model_epoch", integer(e->model_epoch)},
+                      {"model_step", integer(e->model_step)}};
+}
+
 std::string record_to_json(const JobRecord& j) {
   json::array workers, servers;
   for (auto w : j.workers) workers.push_back(w);
@@ -106,6 +118,7 @@ std::string record_to_json(const JobRecord& j) {
          return a;
        }()},
       {"warnings", warnings_array(j.warnings)},
+      {"early_stopping", early_stop_value(j.early_stopping)},
       {"replayed_steps", [&] {
          json::array a;
          for (auto r : j.replayed_steps) a.push_back(r);
@@ -162,6 +175,23 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.bytes_pulled_per_step = get_or<std::vector<double>>(o, "bytes_pulled_per_step", {});
     j.notes = get_or<std::vector<std::string>>(o, "notes", {});
     j.warnings = warnings_from(o);
+    if (const auto it = o.find("early_stopping"); it != o.end() && it->value().is_object()) {
+      const json::object& e = it->value().as_object();
+      const auto integer = [&](const char* key) -> std::optional<int64_t> {
+        const auto f = e.find(key);
+        if (f == e.end() || f->value().is_null()) return std::nullopt;
+        return json::value_to<int64_t>(f->value());
+      };
+      EarlyStopStatus status;
+      status.monitor = get_or<std::string>(e, "monitor", "");
+      status.best_epoch = integer("best_epoch");
+      status.best = get_optional(e, "best");
+      status.wait = get_or<int64_t>(e, "wait", 0);
+      status.stopped_epoch = integer("stopped_epoch");
+      status.model_epoch = integer("model_epoch");
+      status.model_step = integer("model_step");
+      j.early_stopping = std::move(status);
+    }
     j.replayed_steps = get_or<std::vector<int64_t>>(o, "replayed_steps", {});
     if (const auto it = o.find("checkpoints"); it != o.end() && it->value().is_array()) {
       for (const json::value& v : it->value().as_array()) {

@@ -17,6 +17,8 @@ namespace pstrain {
 // entry, the warnings, an optional number (null when absent).
 boost::json::object checkpoint_object(const CheckpointInfo& c);
 boost::json::array warnings_array(const std::vector<JobWarning>& warnings);
+// A job's early stopping status (null: its spec has none, or no epoch is recorded yet).
+boost::json::value early_stop_value(const std::optional<EarlyStopStatus>& e);
 boost::json::value optional_number(const std::optional<double>& v);
 
 // Storage forms (everything but the metric history, which is stored entry by entry).

@@ -73,6 +73,7 @@ std::string job_status_json(const JobRecord& j, const std::vector<NodeView>& nod
   for (const auto& n : j.notes) notes.push_back(json::value(n));
   o["notes"] = std::move(notes);
   o["warnings"] = warnings_array(j.warnings);
+  o["early_stopping"] = early_stop_value(j.early_stopping);
   o["steps_per_epoch"] = j.steps_per_epoch;
   std::optional<double> eta;
   if (j.state == JobState::kRunning && j.steps_done > 0 && j.started_ms > 0 && j.total_steps > j.steps_done) {

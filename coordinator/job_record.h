@@ -68,6 +68,17 @@ struct WarningCounts {
   std::map<std::string, uint64_t> by_reason;
 };
 
+// Where a job with `early_stopping` stands (coordinator/job/early_stop.h), 1-based epochs.
+struct EarlyStopStatus {
+  std::string monitor;
+  std::optional<int64_t> best_epoch;     // the best so far
+  std::optional<double> best;            // its figure
+  int64_t wait = 0;                      // epochs since it
+  std::optional<int64_t> stopped_epoch;  // training ended after this epoch
+  std::optional<int64_t> model_epoch;    // the epoch whose checkpoint is the job's model
+  std::optional<int64_t> model_step;     // that checkpoint's step
+};
+
 struct JobRecord {
   std::string id, name, spec_json;
   JobState state = JobState::kPending;
@@ -95,6 +106,7 @@ struct JobRecord {
   bool has_model = false;
   int64_t model_bytes = 0;
   std::vector<CheckpointInfo> checkpoints;  // ascending step
+  std::optional<EarlyStopStatus> early_stopping;  // jobs whose spec has it, once an epoch is recorded
   // Async: each worker's position at the job's latest consistent cuts, by the cut's backup
   // version (stored as job/<id>/cut/<version>, not in the record's JSON): where a restarted
   // coordinator resumes the workers (DESIGN-NOTES "Async state across a coordinator restart").

@@ -191,7 +191,7 @@ void JobStore::set_model(const std::string& id, size_t pieces, int64_t bytes) {
 }
 
 void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given, std::vector<std::string> pieces,
-                              size_t keep) {
+                              size_t keep, const KeepAlso& also_keep) {
   CheckpointInfo info = given;
   info.bytes = 0;
   const size_t count = pieces.size();
@@ -199,10 +199,11 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given
     info.bytes += static_cast<int64_t>(pieces[i].size());
     write_checkpoint_piece(id, info.step, i, std::move(pieces[i]));
   }
-  add_checkpoint(id, info, count, keep);
+  add_checkpoint(id, info, count, keep, also_keep);
 }
 
-void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t count, size_t keep) {
+void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t count, size_t keep,
+                              const KeepAlso& also_keep) {
   std::lock_guard lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
@@ -217,9 +218,10 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& info,
   // The oldest non-final checkpoints beyond `keep` go.
   std::vector<int64_t> dropped;
   size_t intermediate = 0;
-  for (const CheckpointInfo& c : list) intermediate += c.final ? 0 : 1;
+  const auto kept = [&](const CheckpointInfo& c) { return c.final || (also_keep && also_keep(c.step)); };
+  for (const CheckpointInfo& c : list) intermediate += kept(c) ? 0 : 1;
   for (auto c = list.begin(); c != list.end() && intermediate > keep;) {
-    if (c->final) {
+    if (kept(*c)) {
       ++c;
       continue;
     }

@@ -73,10 +73,15 @@ class JobStore {
   // A checkpoint's file (pieces as for set_model), then its entry in the record (synced), then the
   // deletion of the oldest non-final checkpoints beyond `keep` (their entries and files). A
   // checkpoint at a step the record has already is replaced.
-  void add_checkpoint(const std::string& id, const CheckpointInfo& info, std::vector<std::string> pieces, size_t keep);
+  // `also_keep(step)`: true for a checkpoint kept beyond `keep` (early stopping's best, and the
+  // epochs it has not judged yet).
+  using KeepAlso = std::function<bool(int64_t step)>;
+  void add_checkpoint(const std::string& id, const CheckpointInfo& info, std::vector<std::string> pieces, size_t keep,
+                      const KeepAlso& also_keep = {});
   // The same for a file streamed in beforehand with write_checkpoint_piece (pieces 0 .. pieces - 1,
   // info.bytes in all).
-  void add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t pieces, size_t keep);
+  void add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t pieces, size_t keep,
+                      const KeepAlso& also_keep = {});
   // Piece `index` of the file of job `id`'s checkpoint at `step`, before add_checkpoint announces
   // it: returns once the piece is written (call from a thread that may wait: CheckpointFiles').
   void write_checkpoint_piece(const std::string& id, int64_t step, size_t index, std::string piece) {

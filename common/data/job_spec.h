@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/data/early_stopping.h"
 #include "common/engine/model_spec.h"
 #include "common/engine/optim/optimizer_spec.h"
 
@@ -120,6 +121,9 @@ struct JobSpec {
   BackupSpec backup;
   CheckpointSpec checkpoint;
   InitFromSpec init_from;
+  // Spec `early_stopping` (early_stopping.h): sync training only; the job backs up at every
+  // epoch end and keeps the checkpoints the rule may still need.
+  EarlyStoppingSpec early_stopping;
 };
 
 // Parses and validates a job spec. Throws SpecError (kMalformed for text that is not JSON,

@@ -263,6 +263,22 @@ BackupSpec read_backup(const json::value& v) {
   return b;
 }
 
+// Early stopping needs a checkpoint at every epoch end (the model it ends with is one): backups
+// at epoch ends unless the spec says otherwise, and not otherwise.
+void resolve_early_stopping(JobSpec& spec) {
+  if (!spec.early_stopping.enabled) return;
+  if (spec.training.mode != TrainingMode::kSync) {
+    throw SpecError("/early_stopping", "applies to sync training (an async job's epochs do not end at one step)");
+  }
+  if (spec.backup.frequency == BackupSpec::Frequency::kSteps) {
+    throw SpecError("/backup/save_freq", "must be \"epoch\" with early_stopping (its model is an epoch end's checkpoint)");
+  }
+  if (spec.checkpoint.keep == 0) {
+    throw SpecError("/checkpoint/keep", "must be at least 1 with early_stopping (its model is an epoch end's checkpoint)");
+  }
+  spec.backup.frequency = BackupSpec::Frequency::kEpoch;
+}
+
 CheckpointSpec read_checkpoint(const json::value& v) {
   ObjectReader r(v, "/checkpoint");
   CheckpointSpec c;
@@ -390,8 +406,10 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   if (const json::value* b = r.optional("backup")) spec.backup = read_backup(*b);
   if (const json::value* c = r.optional("checkpoint")) spec.checkpoint = read_checkpoint(*c);
   if (const json::value* i = r.optional("init_from")) spec.init_from = read_init_from(*i);
+  if (const json::value* e = r.optional("early_stopping")) spec.early_stopping = read_early_stopping(*e);
   r.finish();
   resolve_ghost_batches(spec);
+  resolve_early_stopping(spec);
   return spec;
 }
 
@@ -433,6 +451,26 @@ std::string describe_examples(const Shape& shape) {
   return std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + "x" + std::to_string(shape[2]) + " images";
 }
 
+// The early stopping's monitor must be a figure the job's epochs have.
+void check_monitor(const JobSpec& spec, uint32_t num_classes, uint32_t target_width) {
+  const EarlyStoppingSpec& e = spec.early_stopping;
+  if (!e.enabled) return;
+  const bool regression = is_regression(spec.loss);
+  const bool binary = spec.loss.type == LossType::kBinaryCrossEntropy;
+  const std::string& m = e.monitor;
+  std::string why;
+  if (regression && (m.find("accuracy") != std::string::npos || m == "test_auc")) {
+    why = "a regression job's epochs have no " + m + " (they have test_mae, test_rmse and test_r2)";
+  } else if (!regression && (m == "test_mae" || m == "test_rmse" || m == "test_r2")) {
+    why = m + " is a regression figure; this job's loss is " + loss_type_name(spec.loss.type);
+  } else if (m == "test_auc" && !binary) {
+    why = "test_auc is a binary_cross_entropy job's figure";
+  } else if (m == "test_top5_accuracy" && (binary || target_width > 0 || num_classes <= 5)) {
+    why = "test_top5_accuracy needs more than 5 classes";
+  }
+  if (!why.empty()) throw SpecError("/early_stopping/monitor", why);
+}
+
 // The checks of check_spec_against_dataset; `example_shape` empty skips the input shape's.
 void check_against(const JobSpec& spec, const std::string& dataset, const Shape& example_shape, uint32_t num_classes,
                    uint32_t target_width) {
@@ -443,6 +481,7 @@ void check_against(const JobSpec& spec, const std::string& dataset, const Shape&
     throw SpecError("/model/input_shape", shape_string(input) + " does not match " + dataset + "'s " +
                                               describe_examples(example_shape));
   }
+  check_monitor(spec, num_classes, target_width);
   const Shape& out = shapes.back();
   const std::string last = "/model/layers/" + std::to_string(spec.model.layers.size() - 1);
   const bool multi_label = spec.loss.type == LossType::kBinaryCrossEntropy && target_width > 0;
@@ -553,6 +592,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
   };
   // Only where they differ from their defaults: a spec written before they existed keeps its
   // canonical text.
+  if (spec.early_stopping.enabled) root["early_stopping"] = early_stopping_to_object(spec.early_stopping);
   if (spec.checkpoint.keep != CheckpointSpec{}.keep) root["checkpoint"] = json::object{{"keep", spec.checkpoint.keep}};
   if (spec.init_from.source != InitFromSpec::Source::kNone) {
     json::object init{{spec.init_from.source == InitFromSpec::Source::kJob ? "job" : "model", spec.init_from.id}};

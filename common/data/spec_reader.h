@@ -99,5 +99,8 @@ json::object model_spec_to_object(const ModelSpec& model);
 // The job spec's `loss`: a name, or {"type": name, "label_smoothing": s}.
 LossSpec read_loss(const json::value& v);
 json::value loss_to_value(const LossSpec& loss);
+// The job spec's `early_stopping` (early_stopping_json.cc), read strictly and written back.
+EarlyStoppingSpec read_early_stopping(const json::value& v);
+json::object early_stopping_to_object(const EarlyStoppingSpec& spec);
 
 }  // namespace pstrain::spec_json

@@ -8,7 +8,7 @@
 
 namespace pstrain {
 
-Checkpointer::Checkpointer(JobContext& job) : job_(job) {}
+Checkpointer::Checkpointer(JobContext& job, const EarlyStop& early_stop) : job_(job), early_stop_(early_stop) {}
 
 Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
   const uint64_t per_epoch = job_.plan ? std::max<uint64_t>(1, job_.steps_per_epoch()) : 1;
@@ -25,7 +25,7 @@ Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
 }
 
 Checkpointer::~Checkpointer() {
-  if (waiting_) job_.store.replicas().unpin(job_.id, *waiting_);
+  for (uint64_t version : waiting_) job_.store.replicas().unpin(job_.id, version);
 }
 
 void Checkpointer::on_replica(uint64_t version) {
@@ -40,18 +40,21 @@ void Checkpointer::on_replica(uint64_t version) {
   }
   if (job_.spec.checkpoint.keep == 0 || final_started_) return;
   if (final_version_ && version >= *final_version_) return;
-  if (!waiting_ || *waiting_ < version) {
+  if (waiting_.empty() || waiting_.back() < version) {
     // Pinned while it waits: the ledger may drop its replicas meanwhile (a newer backup).
     ReplicaStore& replicas = job_.store.replicas();
-    if (waiting_) replicas.unpin(job_.id, *waiting_);
-    waiting_ = version;
+    if (!early_stop_.enabled()) {
+      for (uint64_t older : waiting_) replicas.unpin(job_.id, older);
+      waiting_.clear();
+    }
+    waiting_.push_back(version);
     replicas.pin(job_.id, version);
   }
   if (!capturing_) capture_next();
 }
 
 void Checkpointer::capture_next() {
-  if (!waiting_) return;
+  if (waiting_.empty()) return;
   capturing_ = true;
   task_ = capture_waiting().eagerlyEvaluate(nullptr);
 }
@@ -60,13 +63,13 @@ kj::Promise<void> Checkpointer::capture_waiting() {
   // One promise for the whole run of captures: a continuation of task_ must not assign task_
   // (that destroys the promise whose callback is running, which KJ reports and
   // AddressSanitizer's leak check caught). The final one has a promise of its own.
-  if (!waiting_) {
+  if (waiting_.empty()) {
     capturing_ = false;
     if (final_ready_) start_final();
     return kj::READY_NOW;
   }
-  const uint64_t version = *waiting_;
-  waiting_.reset();
+  const uint64_t version = waiting_.front();
+  waiting_.pop_front();
   return capture(version, false)
       .catch_([this, version](kj::Exception&& e) {
         PSLOG(kWarning) << "job " << job_.id << ": no checkpoint at step " << version << ": "
@@ -127,7 +130,8 @@ kj::Promise<void> Checkpointer::capture(uint64_t version, bool final) {
       })
       .then([this, info](StreamedFile file) mutable {
         info.bytes = file.bytes;
-        job_.store.add_checkpoint(job_.id, info, file.pieces, static_cast<size_t>(job_.spec.checkpoint.keep));
+        job_.store.add_checkpoint(job_.id, info, file.pieces, static_cast<size_t>(job_.spec.checkpoint.keep),
+                                  [this](int64_t step) { return early_stop_.keeps(step); });
         PSLOG(kInfo) << "job " << job_.id << ": " << (info.final ? "final checkpoint" : "checkpoint") << " at step "
                      << info.step << " stored (" << info.bytes << " bytes)";
       })

@@ -20,16 +20,20 @@
 #include <kj/async.h>
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 
+#include "coordinator/job/early_stop.h"
 #include "coordinator/job/job_context.h"
 
 namespace pstrain {
 
 class Checkpointer {
  public:
-  explicit Checkpointer(JobContext& job);
-  ~Checkpointer();  // unpins a waiting backup's replicas
+  // With early stopping (`early_stop` enabled), every backup is made a checkpoint (none skipped)
+  // and the store keeps the ones early_stop->keeps() names beyond checkpoint.keep.
+  Checkpointer(JobContext& job, const EarlyStop& early_stop);
+  ~Checkpointer();  // unpins the waiting backups' replicas
 
   // The replicas of the backup at `version` may have become whole (called after each part).
   void on_replica(uint64_t version);
@@ -56,7 +60,10 @@ class Checkpointer {
 
   JobContext& job_;
   bool capturing_ = false;           // task_ runs intermediate captures
-  std::optional<uint64_t> waiting_;  // the newest backup to capture next (its replicas pinned)
+  const EarlyStop& early_stop_;
+  // The backups to capture next, oldest first (their replicas pinned): the newest one only,
+  // unless early stopping needs every one.
+  std::deque<uint64_t> waiting_;
   std::optional<uint64_t> final_version_;
   bool final_ready_ = false;         // the final version's replicas are whole
   bool final_started_ = false;

@@ -98,6 +98,17 @@ void JobContext::fill_server_config(proto::JobConfig::Builder config) const {
   }
 }
 
+Metadata JobContext::model_file_metadata(int64_t epoch, uint64_t step) const {
+  return {{"format", "pstrain"},
+          {"job", id},
+          {"name", spec.name},
+          {"spec", job_spec_to_json(spec)},
+          {"dataset", spec.dataset.name},
+          {"dataset_examples", std::to_string(train->size)},
+          {"epoch", std::to_string(epoch)},
+          {"step", std::to_string(step)}};
+}
+
 uint64_t JobContext::total_steps() const {
   uint64_t per_epoch = 0;
   if (sync()) {

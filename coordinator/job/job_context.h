@@ -20,6 +20,7 @@
 #include "common/data/data_plan.h"
 #include "common/data/job_spec.h"
 #include "common/engine/param_layout.h"
+#include "common/engine/safetensors.h"
 #include "coordinator/cluster.h"
 #include "coordinator/data_service.h"
 #include "coordinator/job/backup_ledger.h"
@@ -92,6 +93,9 @@ struct JobContext {
   // The job's steps in all (sync: global steps; async: every worker's, summed): where a job that
   // has run to the end stands.
   uint64_t total_steps() const;
+  // The metadata of the job's model file: self-describing (the spec, where it stopped, which files
+  // it was trained on), so the file can be used without the job (DESIGN-NOTES "Models").
+  Metadata model_file_metadata(int64_t epoch, uint64_t step) const;
 
   // Inputs.
   const std::string id;

@@ -19,9 +19,13 @@ namespace pstrain {
 // --- The end ---
 
 void JobRunner::finish_if_done() {
-  if (!job_.progress.all_finished()) return;
+  if (!job_.progress.all_finished() || early_stop_.stopping()) return;
   job_.progress.record_partial_epochs(static_cast<uint32_t>(job_.progress.epochs().size()));
-  if (is_finished(job_.state())) return;  // the divergence guard failed it
+  if (is_finished(job_.state()) || early_stop_.stopping()) return;  // failed by the guard, or stopped early
+  if (early_stop_.ends_with_best()) {  // restore_best: the best epoch was not the last
+    stop_early();
+    return;
+  }
   // The final checkpoint (parameters and optimizer state) first, while the servers hold the job.
   background_ = count_async_updates()
                     .then([this] { return checkpointer_.final_checkpoint(job_.total_steps()); })
@@ -105,39 +109,48 @@ kj::Promise<void> JobRunner::collect_parameters() {
       model->bytes += static_cast<int64_t>(model->piece.size());
       job_.store.write_model_piece(job_.id, model->pieces++, std::move(model->piece));
     }
-    std::string header = safetensors_header(job_.layout, {},
-                                            {{"format", "pstrain"},
-                                             {"job", job_.id},
-                                             {"name", job_.spec.name},
-                                             {"spec", job_spec_to_json(job_.spec)},
-                                             {"dataset", job_.spec.dataset.name},
-                                             {"dataset_examples", std::to_string(job_.train->size)},
-                                             {"epoch", std::to_string(job_.spec.training.epochs)},
-                                             {"step", std::to_string(job_.total_steps())}},
-                                            std::nullopt);
+    std::string header = safetensors_header(
+        job_.layout, {}, job_.model_file_metadata(job_.spec.training.epochs, job_.total_steps()), std::nullopt);
     model->bytes += static_cast<int64_t>(header.size());
     job_.store.write_model_piece(job_.id, 0, std::move(header));
-    job_.phase = Phase::kSucceeded;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
-    PSLOG(kInfo) << "job " << job_.id << ": SUCCEEDED in " << seconds << " s";
     if (job_.sync()) job_.progress.check_ledger(job_.steps_per_epoch(), job_.train->size);
-    std::printf("final test accuracy: %.4f\n", job_.progress.final_accuracy());
-    std::fflush(stdout);
-    // The record that announces the model goes after its pieces; a finished job keeps no copy
-    // of its model in memory (final_params() reads it back).
-    job_.store.set_model(job_.id, model->pieces, model->bytes);
-    job_.store.update(job_.id, [&](JobRecord& r) {
-      r.state = job_.state();
-      r.reason.clear();
-      r.finished_ms = now_ms();
-      r.steps_done = r.total_steps;
-    });
-    job_.servers.drop_job();
-    job_.store.replicas().erase_job(job_.id);
-    job_.store.erase_async_cuts(job_.id);
-    release_nodes();
-    if (on_finished_) on_finished_(*this);
+    succeed(model->pieces, model->bytes, job_.total_steps(), "");
   });
+}
+
+void JobRunner::stop_early() {
+  // Epochs after the one it stopped at are not recorded (their workers may still report them
+  // while the checkpoint is awaited: the job ends once it is stored).
+  job_.progress.record_no_epoch_from(static_cast<uint32_t>(early_stop_.stopped_epochs()));
+  background_ = early_stop_.write_model()
+                    .then([this](int64_t bytes) {
+                      if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;
+                      succeed(1, bytes, early_stop_.stopped_epochs() * job_.steps_per_epoch(), early_stop_.reason());
+                    })
+                    .eagerlyEvaluate([this](kj::Exception&& e) { fail(e.getDescription().cStr()); });
+}
+
+void JobRunner::succeed(size_t pieces, int64_t bytes, uint64_t steps_done, const std::string& note) {
+  job_.phase = Phase::kSucceeded;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
+  PSLOG(kInfo) << "job " << job_.id << ": SUCCEEDED in " << seconds << " s";
+  std::printf("final test accuracy: %.4f\n", job_.progress.final_accuracy());
+  std::fflush(stdout);
+  // The record that announces the model goes after its pieces; a finished job keeps no copy
+  // of its model in memory (final_params() reads it back).
+  job_.store.set_model(job_.id, pieces, bytes);
+  job_.store.update(job_.id, [&](JobRecord& r) {
+    r.state = job_.state();
+    r.reason.clear();
+    r.finished_ms = now_ms();
+    r.steps_done = static_cast<int64_t>(steps_done);
+    if (!note.empty()) r.notes.push_back(note);
+  });
+  job_.servers.drop_job();
+  job_.store.replicas().erase_job(job_.id);
+  job_.store.erase_async_cuts(job_.id);
+  release_nodes();
+  if (on_finished_) on_finished_(*this);
 }
 
 kj::Promise<void> JobRunner::collect_batch(std::shared_ptr<FinalModel> model) {

@@ -149,6 +149,8 @@ bool JobRunner::try_take_over(size_t lost, const std::string& why) {
 
 void JobRunner::recover(const std::string& why) {
   if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;
+  // Stopped early: nothing more is trained; the model comes from a checkpoint already taken.
+  if (early_stop_.stopping()) return;
   // A rollback supersedes a takeover or a cut in progress. Their promises stay (this may run
   // inside one of their callbacks); the generation bump below makes a takeover stand down.
   async_cuts_.end();

@@ -55,7 +55,7 @@ void JobProgress::add_evaluation(uint32_t epoch, double loss_sum, uint64_t corre
 
 void JobProgress::record_epoch(uint32_t epoch, bool partial) {
   EpochMetrics& m = epochs_[epoch];
-  if (m.recorded) return;
+  if (m.recorded || epoch >= record_limit_) return;
   m.recorded = true;
   const double train_n = std::max<uint64_t>(1, m.train_examples), test_n = std::max<uint64_t>(1, m.test_examples);
   const EpochMetric base{epoch + 1,         m.train_loss_sum / train_n, m.train_correct / train_n,

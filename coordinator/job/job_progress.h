@@ -72,6 +72,8 @@ class JobProgress {
   // test split was evaluated): the owner's divergence guard.
   using EpochRecorded = std::function<void(uint32_t epoch, std::optional<double> test_accuracy)>;
   void on_epoch_recorded(EpochRecorded callback) { epoch_recorded_ = std::move(callback); }
+  // Epochs from `first` (0-based) on are never recorded (early stopping ended the job before).
+  void record_no_epoch_from(uint32_t first) { record_limit_ = first; }
   // Records every epoch before `before` that has evaluations but was not recorded.
   void record_partial_epochs(uint32_t before);
   // Test accuracy of the last epoch (0 if nothing was evaluated).
@@ -90,6 +92,7 @@ class JobProgress {
   std::vector<WorkerProgress> workers_;
   std::vector<EpochMetrics> epochs_;
   EpochRecorded epoch_recorded_;
+  uint32_t record_limit_ = UINT32_MAX;
   int64_t classes_ = 0;  // the model's classes (0: regression or not told)
   std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;  // step -> worker -> examples
 };

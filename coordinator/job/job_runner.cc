@@ -35,6 +35,7 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
   job_.progress.set_classes(output_classes(job_.spec));
   job_.progress.on_epoch_recorded([this](uint32_t epoch, std::optional<double> test_accuracy) {
     diverged(guard_.epoch_recorded(epoch, test_accuracy));
+    if (!is_finished(job_.state()) && early_stop_.epoch_recorded()) stop_early();
   });
   const bool known = store.update(job_.id, [this](JobRecord& r) {
     // A job a restarted coordinator had and re-queues: it resumes from its last complete backup

@@ -17,6 +17,7 @@
 //   ServerMover   (server_move.h)    a free server takes a lost one's shard from its replica
 //   adoption      (adoption.h)       a restarted coordinator goes on from the servers' state
 //   Checkpointer  (checkpointer.h)   backups kept as checkpoints; a job started from a file
+//   EarlyStop     (early_stop.h)     the early stopping rule; the model from an epoch's checkpoint
 //
 // The runner decides which procedure runs when (on_node_lost, recover, grow, preempt) and
 // applies their outcome (replan). One JobPhase says what it is doing; JobState derives from it.
@@ -35,6 +36,7 @@
 #include "coordinator/job/async_cuts.h"
 #include "coordinator/job/checkpointer.h"
 #include "coordinator/job/divergence_guard.h"
+#include "coordinator/job/early_stop.h"
 #include "coordinator/job/job_context.h"
 #include "coordinator/job/rollback.h"
 #include "coordinator/job/server_move.h"
@@ -129,6 +131,12 @@ class JobRunner {
   // The new plan from `version` with `workers` (after a rollback or a takeover).
   void replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how);
   kj::Promise<void> collect_parameters();
+  // Early stopping said stop: no epoch is recorded after the one it stopped at, and the job
+  // succeeds with the model epoch's checkpoint as its model (EarlyStop::write_model).
+  void stop_early();
+  // The job's model is stored (`pieces` pieces, `bytes` bytes): it SUCCEEDS, says `note` if any,
+  // and frees its nodes.
+  void succeed(size_t pieces, int64_t bytes, uint64_t steps_done, const std::string& note);
   // Async: logs how many pushes every chunk took against the planned steps (before the end).
   kj::Promise<void> count_async_updates();
   // Pulls the next few chunks of the final parameters into the model file's pieces, then the rest.
@@ -158,7 +166,8 @@ class JobRunner {
   Takeover takeover_{job_};
   ServerMover mover_{job_};
   Rollback rollback_{job_, mover_, async_cuts_};
-  Checkpointer checkpointer_{job_};
+  EarlyStop early_stop_{job_};
+  Checkpointer checkpointer_{job_, early_stop_};
 
   // Work in flight (each promise belongs to one procedure; destroyed with the runner).
   kj::Promise<void> recovery_ = nullptr;
