@@ -84,6 +84,46 @@ void check_initial_state(const InitialState& initial, const optim::OptimizerStat
 
 }  // namespace
 
+std::optional<double> epoch_figure(const EpochReport& r, const std::string& name) {
+  const bool regression = r.test_regression.has_value();
+  if (name == "test_loss") return r.test_loss;
+  if (name == "train_loss") return r.train_loss;
+  if (name == "test_mae" && regression) return r.test_regression->mae();
+  if (name == "test_rmse" && regression) return r.test_regression->rmse();
+  if (name == "test_r2" && regression) return r.test_regression->r2();
+  if (name == "test_auc") return r.test_auc;
+  if (name == "test_top5_accuracy") return r.test_top5_accuracy;
+  if (name == "test_accuracy" && !regression) return r.test_accuracy;
+  if (name == "train_accuracy" && !regression) return r.train_accuracy;
+  return std::nullopt;
+}
+
+namespace {
+
+// Early stopping (spec early_stopping) after an epoch of this run: the rule over its epochs; keeps
+// the best epoch's parameters for restore_best; true when it says stop. At the end of the run,
+// result.early_stopping has the decision (stopped_epoch: the last epoch when it did not stop but
+// restore_best picks an earlier one).
+bool early_stopping_says_stop(const JobSpec& spec, TrainingResult& result, std::vector<float>& best_params) {
+  const EarlyStoppingSpec& rule = spec.early_stopping;
+  if (!rule.enabled) return false;
+  std::vector<std::optional<double>> values;
+  for (const EpochReport& r : result.epochs) values.push_back(epoch_figure(r, rule.monitor));
+  EarlyStoppingDecision d = decide_early_stopping(rule, values);
+  const int64_t last = static_cast<int64_t>(values.size()) - 1;
+  if (rule.restore_best && d.best_epoch == last) best_params.assign(result.params.begin(), result.params.end());
+  const bool stop = d.stopped_epoch.has_value();
+  if (!stop && rule.restore_best && d.best_epoch && *d.best_epoch < last) d.stopped_epoch = last;  // if the run ends here
+  if (stop || (rule.restore_best && d.best_epoch && *d.best_epoch < last)) {
+    result.early_stopping = d;
+  } else {
+    result.early_stopping.reset();
+  }
+  return stop;
+}
+
+}  // namespace
+
 TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& options) {
   const SplitLoader load = options.load_split ? options.load_split : [&](const std::string& name, SplitKind kind) {
     return load_any_split(options.data_dir, name, kind);
@@ -128,6 +168,7 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
     if (options.initial->optimizer) state = *options.initial->optimizer;
     global_step = options.initial->step;
   }
+  std::vector<float> best_params;  // early stopping's restore_best: the best epoch's
   const int64_t end_step =
       options.max_steps >= 0 ? std::min(total_steps, global_step + options.max_steps) : total_steps;
   const auto checkpoint = [&](bool final) {
@@ -196,6 +237,10 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
     if (!is_regression(spec.loss) && model.output_size() > nn::kTopK) report.test_top5_accuracy = eval.top_k_accuracy;
     result.epochs.push_back(report);
     if (options.on_epoch) options.on_epoch(report);
+    if (early_stopping_says_stop(spec, result, best_params)) break;
+  }
+  if (result.early_stopping && result.early_stopping->model_epoch(spec.early_stopping) != result.early_stopping->stopped_epoch) {
+    std::copy(best_params.begin(), best_params.end(), result.params.begin());  // restore_best
   }
   result.final_step = global_step;
   if (options.on_checkpoint && result.steps > 0) checkpoint(true);

@@ -103,7 +103,15 @@ struct TrainingResult {
   int64_t final_step = 0;           // global steps applied at the end (start step + steps)
   AlignedFloats params;  // final parameters, laid out by make_param_layout(spec.model)
   optim::OptimizerState optimizer;  // final optimizer state
+  // Early stopping (spec early_stopping) over this run's epochs, when it stopped the run or (with
+  // restore_best) the final parameters are an earlier epoch's: 0-based epochs of this run; params
+  // are then model_epoch()'s (the optimizer state stays the last step's, as Keras').
+  std::optional<EarlyStoppingDecision> early_stopping;
 };
+
+// An epoch report's figure by the epoch metric's name (early_stopping_metrics()); nullopt when the
+// job has none such.
+std::optional<double> epoch_figure(const EpochReport& r, const std::string& name);
 
 // Loads the datasets and trains. Throws DataError / SpecError for missing data or a bad spec,
 // Error for an initial state that does not fit (size, optimizer slots, step past the end).

@@ -308,9 +308,19 @@ int main(int argc, char** argv) {
       total_samples += result.epochs[i].samples_per_second * result.epochs[i].seconds;
       accuracies << (i ? "," : "") << result.epochs[i].test_accuracy;
     }
-    const double final_accuracy = result.epochs.empty() ? 0.0 : result.epochs.back().test_accuracy;
-    if (!result.epochs.empty() && result.epochs.back().test_regression) {
-      const nn::RegressionSums& r = *result.epochs.back().test_regression;
+    if (result.early_stopping) {
+      const EarlyStoppingDecision& d = *result.early_stopping;
+      std::printf("early stopping (%s): stopped after epoch %lld, best epoch %lld; the parameters are epoch %lld's\n",
+                  spec.early_stopping.monitor.c_str(), static_cast<long long>(result.epochs[*d.stopped_epoch].epoch),
+                  static_cast<long long>(result.epochs[*d.best_epoch].epoch),
+                  static_cast<long long>(result.epochs[*d.model_epoch(spec.early_stopping)].epoch));
+    }
+    // The figures of the epoch whose parameters these are (early stopping's restore_best: an earlier one).
+    const size_t model_epoch = result.early_stopping ? static_cast<size_t>(*result.early_stopping->model_epoch(spec.early_stopping))
+                                                     : result.epochs.size() - 1;
+    const double final_accuracy = result.epochs.empty() ? 0.0 : result.epochs[model_epoch].test_accuracy;
+    if (!result.epochs.empty() && result.epochs[model_epoch].test_regression) {
+      const nn::RegressionSums& r = *result.epochs[model_epoch].test_regression;
       std::printf("final test mae: %.4f rmse: %.4f r2: %.4f\n", r.mae(), r.rmse(), r.r2());
     } else {
       std::printf("final test accuracy: %.4f\n", final_accuracy);

@@ -380,3 +380,38 @@ TEST_CASE("pstrain-train --checkpoint-every and --resume-from end to end on mnis
   check_error("--spec " + dir.file("other.json") + " --init-from " + dir.file("ck/final.safetensors"),
               "tensor 'layers.2.kernel' has shape [24, 12]; the model's is [24, 13]");
 }
+
+TEST_CASE("standalone early stopping: stops where the rule says, restore_best gives the best epoch's parameters") {
+  // min_delta 0.9 in accuracy: only epoch 1 improves; patience 1 stops after epoch 2.
+  JobSpec spec = separable_job(adam(), 6);
+  spec.early_stopping.enabled = true;
+  spec.early_stopping.monitor = "test_accuracy";
+  spec.early_stopping.maximize = true;
+  spec.early_stopping.min_delta = 0.9;
+  spec.early_stopping.patience = 1;
+  const Run stopped = train(spec);
+  REQUIRE(stopped.result.early_stopping);
+  CHECK(stopped.result.epochs.size() == 2);
+  CHECK(*stopped.result.early_stopping->stopped_epoch == 1);
+  CHECK(stopped.result.final_step == 2 * kStepsPerEpoch);
+  // Without restore_best: the parameters of a plain 2-epoch run.
+  const Run two = train(separable_job(adam(), 2));
+  CHECK(params_of(stopped.result) == params_of(two.result));
+
+  // With restore_best: those of a plain 1-epoch run.
+  spec.early_stopping.restore_best = true;
+  const Run best = train(spec);
+  REQUIRE(best.result.early_stopping);
+  CHECK(*best.result.early_stopping->model_epoch(spec.early_stopping) == 0);
+  const Run one = train(separable_job(adam(), 1));
+  CHECK(params_of(best.result) == params_of(one.result));
+
+  // restore_best with patience beyond the run: it runs every epoch and still ends with epoch 1's.
+  spec.training.epochs = 3;
+  spec.early_stopping.patience = 10;
+  const Run all = train(spec);
+  CHECK(all.result.epochs.size() == 3);
+  REQUIRE(all.result.early_stopping);
+  CHECK(*all.result.early_stopping->stopped_epoch == 2);
+  CHECK(params_of(all.result) == params_of(one.result));
+}
