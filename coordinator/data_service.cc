@@ -95,6 +95,19 @@ kj::Promise<std::shared_ptr<const Split>> DataService::load(const std::string& d
   return it->second->split.addBranch();
 }
 
+kj::Promise<std::shared_ptr<const HeldOut>> DataService::hold_out(std::shared_ptr<const Split> train, double fraction,
+                                                                  uint64_t seed) {
+  auto paf = make_cross_thread_paf<std::shared_ptr<const HeldOut>>();
+  loading_.post([fulfiller = paf.fulfiller, train = std::move(train), fraction, seed]() mutable {
+    try {
+      fulfiller->fulfill(std::make_shared<const HeldOut>(hold_out_validation(*train, fraction, seed)));
+    } catch (const std::exception& e) {
+      fulfiller->reject(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(e.what())));
+    }
+  });
+  return kj::mv(paf.promise);
+}
+
 void DataService::forget(const std::string& dataset) {
   for (SplitKind kind : {SplitKind::kTrain, SplitKind::kTest}) splits_.erase(Key(dataset, static_cast<int>(kind)));
 }

@@ -28,6 +28,7 @@
 
 #include "common/data/data_plan.h"
 #include "common/data/dataset.h"
+#include "common/data/validation_split.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 #include "common/base/task_thread.h"
 
@@ -45,6 +46,11 @@ class DataService {
   // The split, loaded once off the event loop; fails with the loader's exception message (a
   // DataError names the dataset or file).
   kj::Promise<std::shared_ptr<const Split>> load(const std::string& dataset, SplitKind kind);
+
+  // A job's validation hold-out of `train` (common/data/validation_split.h), cut on the loading
+  // thread (not cached: each job that asks gets its own); fails with the DataError's message.
+  kj::Promise<std::shared_ptr<const HeldOut>> hold_out(std::shared_ptr<const Split> train, double fraction,
+                                                       uint64_t seed);
 
   // Drops the cached splits of `dataset` (replaced or deleted): the next load() calls the loader
   // again. Jobs holding a split keep theirs; a load in flight still answers its callers but is

@@ -100,6 +100,7 @@ std::string record_to_json(const JobRecord& j) {
       {"test_accuracy", optional_number(j.test_accuracy)}, {"test_mae", optional_number(j.test_mae)},
       {"test_rmse", optional_number(j.test_rmse)}, {"test_r2", optional_number(j.test_r2)},
       {"test_top5_accuracy", optional_number(j.test_top5_accuracy)}, {"test_auc", optional_number(j.test_auc)},
+      {"val_loss", optional_number(j.val_loss)}, {"val_accuracy", optional_number(j.val_accuracy)},
       {"workers", std::move(workers)},
       {"servers", std::move(servers)},
       {"server_names", [&] {
@@ -161,6 +162,8 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     j.test_r2 = get_optional(o, "test_r2");
     j.test_top5_accuracy = get_optional(o, "test_top5_accuracy");
     j.test_auc = get_optional(o, "test_auc");
+    j.val_loss = get_optional(o, "val_loss");
+    j.val_accuracy = get_optional(o, "val_accuracy");
     j.workers = get_or<std::vector<uint32_t>>(o, "workers", {});
     j.servers = get_or<std::vector<uint32_t>>(o, "servers", {});
     j.server_names = get_or<std::vector<std::string>>(o, "server_names", {});
@@ -256,18 +259,33 @@ void put_task_metrics(const EpochMetric& m, json::object& o) {
     o["test_rmse"] = m.test_rmse.value_or(0);
     o["test_r2"] = m.test_r2.value_or(0);
   }
+  const std::pair<const char*, const std::optional<double>*> val[] = {
+      {"val_loss", &m.val_loss}, {"val_accuracy", &m.val_accuracy}, {"val_top5_accuracy", &m.val_top5_accuracy},
+      {"val_auc", &m.val_auc},   {"val_mae", &m.val_mae},           {"val_rmse", &m.val_rmse},
+      {"val_r2", &m.val_r2}};
+  for (const auto& [key, value] : val) {
+    if (*value) o[key] = **value;
+  }
 }
 
 std::optional<EpochMetric> epoch_from_json(const std::string& text) {
   const auto o = parse_object(text);
   if (!o) return std::nullopt;
   try {
-    return EpochMetric{get_or<uint32_t>(*o, "epoch", 0), get_optional(*o, "train_loss").value_or(0),
-                       get_optional(*o, "train_accuracy").value_or(0), get_optional(*o, "test_loss").value_or(0),
-                       get_optional(*o, "test_accuracy").value_or(0),
-                       get_optional(*o, "samples_per_second").value_or(0), get_or<int64_t>(*o, "time_ms", 0),
-                       get_optional(*o, "test_mae"), get_optional(*o, "test_rmse"), get_optional(*o, "test_r2"),
-                       get_optional(*o, "test_top5_accuracy"), get_optional(*o, "test_auc")};
+    EpochMetric m{get_or<uint32_t>(*o, "epoch", 0), get_optional(*o, "train_loss").value_or(0),
+                  get_optional(*o, "train_accuracy").value_or(0), get_optional(*o, "test_loss").value_or(0),
+                  get_optional(*o, "test_accuracy").value_or(0),
+                  get_optional(*o, "samples_per_second").value_or(0), get_or<int64_t>(*o, "time_ms", 0),
+                  get_optional(*o, "test_mae"), get_optional(*o, "test_rmse"), get_optional(*o, "test_r2"),
+                  get_optional(*o, "test_top5_accuracy"), get_optional(*o, "test_auc")};
+    m.val_loss = get_optional(*o, "val_loss");
+    m.val_accuracy = get_optional(*o, "val_accuracy");
+    m.val_top5_accuracy = get_optional(*o, "val_top5_accuracy");
+    m.val_auc = get_optional(*o, "val_auc");
+    m.val_mae = get_optional(*o, "val_mae");
+    m.val_rmse = get_optional(*o, "val_rmse");
+    m.val_r2 = get_optional(*o, "val_r2");
+    return m;
   } catch (const std::exception&) {
     return std::nullopt;
   }

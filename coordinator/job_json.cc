@@ -45,6 +45,8 @@ json::object summary_object(const JobRecord& j) {
           {"test_r2", optional_number(j.test_r2)},
           {"test_top5_accuracy", optional_number(j.test_top5_accuracy)},
           {"test_auc", optional_number(j.test_auc)},
+          {"val_loss", optional_number(j.val_loss)},
+          {"val_accuracy", optional_number(j.val_accuracy)},
           {"submitted_at_ms", j.submitted_ms}};
 }
 

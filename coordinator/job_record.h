@@ -37,6 +37,8 @@ struct EpochMetric {
   std::optional<double> test_mae, test_rmse, test_r2;
   // Classification: top-5 accuracy (more than 5 classes) and Keras' AUC (binary cross-entropy).
   std::optional<double> test_top5_accuracy, test_auc;
+  // The validation hold-out's figures (training.validation_fraction), as the test split's.
+  std::optional<double> val_loss, val_accuracy, val_mae, val_rmse, val_r2, val_top5_accuracy, val_auc;
 };
 
 // A checkpoint a user can list, download and start jobs from: a complete backup of the job's
@@ -93,6 +95,7 @@ struct JobRecord {
   std::optional<double> train_loss, train_accuracy, test_loss, test_accuracy;
   std::optional<double> test_mae, test_rmse, test_r2;  // regression jobs, the last epoch's
   std::optional<double> test_top5_accuracy, test_auc;  // classification, the last epoch's (see EpochMetric)
+  std::optional<double> val_loss, val_accuracy;          // the last epoch's, with a validation hold-out
   std::vector<uint32_t> workers, servers;  // node ids
   std::vector<std::string> server_names;   // by server index (a restarted coordinator matches them)
   uint64_t generation = 0;                 // of the current plan (a restarted coordinator goes past it)

@@ -8,6 +8,7 @@
 #include "common/engine/nn/moving_statistics.h"
 #include "common/data/dataset.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/validation_split.h"
 #include "common/base/error.h"
 #include "common/engine/nn/gradient_scaling.h"
 #include "common/engine/nn/data_parallel_model.h"
@@ -93,6 +94,19 @@ std::optional<double> epoch_figure(const EpochReport& r, const std::string& name
   if (name == "test_r2" && regression) return r.test_regression->r2();
   if (name == "test_auc") return r.test_auc;
   if (name == "test_top5_accuracy") return r.test_top5_accuracy;
+  if (name.starts_with("val_")) {
+    if (!r.validation) return std::nullopt;
+    const EpochReport::Validation& v = *r.validation;
+    const bool val_regression = v.regression.has_value();
+    if (name == "val_loss") return v.loss;
+    if (name == "val_mae" && val_regression) return v.regression->mae();
+    if (name == "val_rmse" && val_regression) return v.regression->rmse();
+    if (name == "val_r2" && val_regression) return v.regression->r2();
+    if (name == "val_auc") return v.auc;
+    if (name == "val_top5_accuracy") return v.top5_accuracy;
+    if (name == "val_accuracy" && !val_regression) return v.accuracy;
+    return std::nullopt;
+  }
   if (name == "test_accuracy" && !regression) return r.test_accuracy;
   if (name == "train_accuracy" && !regression) return r.train_accuracy;
   return std::nullopt;
@@ -128,8 +142,14 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
   const SplitLoader load = options.load_split ? options.load_split : [&](const std::string& name, SplitKind kind) {
     return load_any_split(options.data_dir, name, kind);
   };
-  const Split train = load(spec.dataset.name, SplitKind::kTrain);
+  Split train = load(spec.dataset.name, SplitKind::kTrain);
   const Split test = load(spec.dataset.name, SplitKind::kTest);
+  std::optional<Split> validation;  // training.validation_fraction's hold-out; train is the rest
+  if (spec.training.validation_fraction > 0) {
+    HeldOut held = hold_out_validation(train, spec.training.validation_fraction, spec.dataset.shuffle_seed);
+    train = std::move(held.train);
+    validation = std::move(held.validation);
+  }
   check_spec_against_dataset(spec, train);  // the files may disagree with the dataset table
   check_spec_against_dataset(spec, test);
 
@@ -235,6 +255,15 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
     if (is_regression(spec.loss)) report.test_regression = eval.regression;
     if (spec.loss.type == LossType::kBinaryCrossEntropy) report.test_auc = eval.binary.auc();
     if (!is_regression(spec.loss) && model.output_size() > nn::kTopK) report.test_top5_accuracy = eval.top_k_accuracy;
+    if (validation) {
+      const Evaluation val = evaluate(model, *validation, result.params.data(), inputs, labels);
+      EpochReport::Validation& v = report.validation.emplace();
+      v.loss = val.loss;
+      v.accuracy = val.accuracy;
+      if (is_regression(spec.loss)) v.regression = val.regression;
+      if (spec.loss.type == LossType::kBinaryCrossEntropy) v.auc = val.binary.auc();
+      if (!is_regression(spec.loss) && model.output_size() > nn::kTopK) v.top5_accuracy = val.top_k_accuracy;
+    }
     result.epochs.push_back(report);
     if (options.on_epoch) options.on_epoch(report);
     if (early_stopping_says_stop(spec, result, best_params)) break;

@@ -42,6 +42,13 @@ struct EpochReport {
   std::optional<double> test_top5_accuracy, test_auc;
   double samples_per_second = 0;  // training steps only, evaluation excluded
   double seconds = 0;
+  // The validation hold-out's figures (training.validation_fraction), as the test split's.
+  struct Validation {
+    double loss = 0, accuracy = 0;
+    std::optional<nn::RegressionSums> regression;
+    std::optional<double> top5_accuracy, auc;
+  };
+  std::optional<Validation> validation;
 };
 
 struct ProgressReport {

@@ -281,19 +281,25 @@ int main(int argc, char** argv) {
                    << " samples/s";
     };
     options.on_epoch = [](const EpochReport& e) {
+      char val[80] = "";
+      if (e.validation && e.validation->regression) {
+        std::snprintf(val, sizeof val, " | val loss %.4f mae %.4f", e.validation->loss, e.validation->regression->mae());
+      } else if (e.validation) {
+        std::snprintf(val, sizeof val, " | val loss %.4f accuracy %.4f", e.validation->loss, e.validation->accuracy);
+      }
       if (e.test_regression) {
-        std::printf("epoch %lld: train loss %.4f | test loss %.4f mae %.4f rmse %.4f r2 %.4f | %.0f samples/s (%.2f s)\n",
+        std::printf("epoch %lld: train loss %.4f | test loss %.4f mae %.4f rmse %.4f r2 %.4f%s | %.0f samples/s (%.2f s)\n",
                     static_cast<long long>(e.epoch), e.train_loss, e.test_loss, e.test_regression->mae(),
-                    e.test_regression->rmse(), e.test_regression->r2(), e.samples_per_second, e.seconds);
+                    e.test_regression->rmse(), e.test_regression->r2(), val, e.samples_per_second, e.seconds);
         std::fflush(stdout);
         return;
       }
       char extra[64] = "";
       if (e.test_auc) std::snprintf(extra, sizeof extra, " auc %.4f", *e.test_auc);
       if (e.test_top5_accuracy) std::snprintf(extra, sizeof extra, " top5 %.4f", *e.test_top5_accuracy);
-      std::printf("epoch %lld: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f%s | %.0f samples/s (%.2f s)\n",
+      std::printf("epoch %lld: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f%s%s | %.0f samples/s (%.2f s)\n",
                   static_cast<long long>(e.epoch), e.train_loss, e.train_accuracy, e.test_loss, e.test_accuracy, extra,
-                  e.samples_per_second, e.seconds);
+                  val, e.samples_per_second, e.seconds);
       std::fflush(stdout);
     };
     PSLOG(kInfo) << "training '" << spec.name << "' on " << spec.dataset.name << " with " << threads << " thread(s); "

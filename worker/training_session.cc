@@ -154,6 +154,11 @@ proto::DataStream::Client TrainingSession::open_shard(proto::Split split, uint32
 }
 
 void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate) {
+  evaluate_split(wait_scope, proto::Split::TEST, epoch, train_rate);
+  if (spec_.training.validation_fraction > 0) evaluate_split(wait_scope, proto::Split::VALIDATION, epoch, train_rate);
+}
+
+void TrainingSession::evaluate_split(kj::WaitScope& wait_scope, proto::Split split, uint32_t epoch, double train_rate) {
   double loss = 0;
   uint64_t correct = 0, examples = 0;
   nn::RegressionSums sums;
@@ -164,7 +169,7 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
   std::vector<int64_t> slices{-1};
   for (uint32_t s : extra_slices_) slices.push_back(s);
   for (const int64_t slice : slices) {
-    ShardReader reader(open_shard(proto::Split::TEST, epoch, 0, slice));
+    ShardReader reader(open_shard(split, epoch, 0, slice));
     proto::Batch::Reader batch;
     while (reader.next(wait_scope, &batch)) {
       if (batch.getSize() == 0) continue;
@@ -180,7 +185,8 @@ void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double
       if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
     }
   }
-  auto request = progress_request(proto::Progress::Kind::EVALUATION, epoch, examples, loss, correct, train_rate);
+  const auto kind = split == proto::Split::TEST ? proto::Progress::Kind::EVALUATION : proto::Progress::Kind::VALIDATION;
+  auto request = progress_request(kind, epoch, examples, loss, correct, train_rate);
   if (is_regression(spec_.loss)) {
     auto r = request.getReport().initRegression();
     r.setValues(sums.values);

@@ -94,6 +94,9 @@ class TrainingSession {
   // A periodic progress report, sent without waiting for its answer.
   void report_steps(uint32_t epoch, uint64_t examples, double loss_sum, uint64_t correct, double samples_per_second);
   void evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate);
+  // One split's slices (the worker's own and its extras), reported as one EVALUATION (test) or
+  // VALIDATION report.
+  void evaluate_split(kj::WaitScope& wait_scope, proto::Split split, uint32_t epoch, double train_rate);
 
   template <typename T>
   T wait(kj::WaitScope& wait_scope, kj::Promise<T>&& promise);

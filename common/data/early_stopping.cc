@@ -3,14 +3,18 @@
 namespace pstrain {
 
 const std::vector<std::string>& early_stopping_metrics() {
-  static const std::vector<std::string> names = {"test_loss",  "test_accuracy", "train_loss",         "train_accuracy",
-                                                 "test_mae",   "test_rmse",     "test_r2",            "test_auc",
-                                                 "test_top5_accuracy"};
+  static const std::vector<std::string> names = {
+      "test_loss", "test_accuracy", "train_loss", "train_accuracy", "test_mae", "test_rmse", "test_r2", "test_auc",
+      "test_top5_accuracy", "val_loss", "val_accuracy", "val_mae", "val_rmse", "val_r2", "val_auc",
+      "val_top5_accuracy"};
   return names;
 }
 
 bool metric_is_maximized(std::string_view metric) {
-  return metric.find("accuracy") != std::string_view::npos || metric == "test_auc" || metric == "test_r2";
+  const auto ends_with = [&](std::string_view tail) {
+    return metric.size() >= tail.size() && metric.substr(metric.size() - tail.size()) == tail;
+  };
+  return metric.find("accuracy") != std::string_view::npos || ends_with("_auc") || ends_with("_r2");
 }
 
 std::optional<int64_t> EarlyStoppingDecision::model_epoch(const EarlyStoppingSpec& spec) const {

@@ -30,7 +30,9 @@ namespace pstrain {
 
 struct EarlyStoppingSpec {
   bool enabled = false;
-  std::string monitor = "test_loss";  // an epoch metric (early_stopping_metrics())
+  // An epoch metric (early_stopping_metrics()); the parser's default: val_loss with a validation
+  // hold-out, else test_loss.
+  std::string monitor = "test_loss";
   bool maximize = false;              // mode "max" (auto: accuracies, AUC and R^2), else "min"
   bool mode_auto = true;              // mode was "auto" (written back as such)
   double min_delta = 0;               // >= 0

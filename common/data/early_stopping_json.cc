@@ -1,7 +1,8 @@
 // The job spec's `early_stopping` (early_stopping.h), read strictly and written back:
 //   {"monitor": "test_loss", "mode": "auto" | "min" | "max", "min_delta": 0, "patience": 0,
 //    "baseline": null, "start_from_epoch": 0, "restore_best": false}
-// `{}` or `true` turns it on with every default.
+// `{}` or `true` turns it on with every default. The monitor's default (val_loss with a validation
+// hold-out, else test_loss) and auto mode are resolved once the training section is read.
 #include <algorithm>
 #include <limits>
 
@@ -14,9 +15,11 @@ EarlyStoppingSpec read_early_stopping(const json::value& v) {
   s.enabled = true;
   if (v.is_bool()) {
     s.enabled = v.as_bool();
+    s.monitor.clear();
     return s;
   }
   ObjectReader r(v, "/early_stopping");
+  s.monitor.clear();  // the default depends on the training section (resolved with it)
   if (const json::value* m = r.optional("monitor")) {
     s.monitor = read_string(*m, "/early_stopping/monitor");
     const auto& names = early_stopping_metrics();
@@ -32,7 +35,7 @@ EarlyStoppingSpec read_early_stopping(const json::value& v) {
     mode = read_enum<Mode>(*m, "/early_stopping/mode", {{"auto", Mode::kAuto}, {"min", Mode::kMin}, {"max", Mode::kMax}});
   }
   s.mode_auto = mode == Mode::kAuto;
-  s.maximize = mode == Mode::kAuto ? metric_is_maximized(s.monitor) : mode == Mode::kMax;
+  s.maximize = mode == Mode::kMax;  // auto: resolved with the monitor
   constexpr double kHuge = std::numeric_limits<double>::max();
   if (const json::value* d = r.optional("min_delta")) s.min_delta = read_number(*d, "/early_stopping/min_delta", 0, kHuge, false);
   s.patience = r.integer("patience", 0, 100000, 0);

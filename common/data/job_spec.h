@@ -81,6 +81,9 @@ struct TrainingSpec {
   CompressionSpec compression;
   AsyncLr async_lr = AsyncLr::kBatchStaleness;  // async only (the measured default: docs/BENCHMARKS.md)
   OnDivergence on_divergence = OnDivergence::kWarn;
+  // The part of the training split held out for validation (common/data/validation_split.h),
+  // evaluated after every epoch as the `val_*` figures; 0: none. In [0, 0.9].
+  double validation_fraction = 0;
 };
 
 struct BackupSpec {

@@ -213,6 +213,9 @@ TrainingSpec read_training(const json::value& v) {
   t.servers = r.integer("servers", 1, 64, 1);
   t.max_staleness = r.integer("max_staleness", 0, 1000000, -1);
   t.backup_workers = r.integer("backup_workers", 0, 255, 0);
+  if (const json::value* f = r.optional("validation_fraction")) {
+    t.validation_fraction = read_number(*f, "/training/validation_fraction", 0, 0.9, false);
+  }
   t.metrics_every_steps = r.integer("metrics_every_steps", 1, 1000000, 10);
   if (const json::value* c = r.optional("compression")) t.compression = read_compression(*c);
   const json::value* async_lr = r.optional("async_lr");
@@ -266,7 +269,13 @@ BackupSpec read_backup(const json::value& v) {
 // Early stopping needs a checkpoint at every epoch end (the model it ends with is one): backups
 // at epoch ends unless the spec says otherwise, and not otherwise.
 void resolve_early_stopping(JobSpec& spec) {
-  if (!spec.early_stopping.enabled) return;
+  EarlyStoppingSpec& e = spec.early_stopping;
+  if (e.monitor.empty()) e.monitor = spec.training.validation_fraction > 0 ? "val_loss" : "test_loss";
+  if (e.mode_auto) e.maximize = metric_is_maximized(e.monitor);
+  if (!e.enabled) return;
+  if (e.monitor.starts_with("val_") && spec.training.validation_fraction <= 0) {
+    throw SpecError("/early_stopping/monitor", e.monitor + " needs a validation hold-out: /training/validation_fraction");
+  }
   if (spec.training.mode != TrainingMode::kSync) {
     throw SpecError("/early_stopping", "applies to sync training (an async job's epochs do not end at one step)");
   }
@@ -457,16 +466,17 @@ void check_monitor(const JobSpec& spec, uint32_t num_classes, uint32_t target_wi
   if (!e.enabled) return;
   const bool regression = is_regression(spec.loss);
   const bool binary = spec.loss.type == LossType::kBinaryCrossEntropy;
-  const std::string& m = e.monitor;
+  // val_* figures are those of test_* on the held-out part.
+  const std::string m = e.monitor.starts_with("val_") ? "test_" + e.monitor.substr(4) : e.monitor;
   std::string why;
   if (regression && (m.find("accuracy") != std::string::npos || m == "test_auc")) {
-    why = "a regression job's epochs have no " + m + " (they have test_mae, test_rmse and test_r2)";
+    why = "a regression job's epochs have no " + e.monitor + " (they have mae, rmse and r2 figures)";
   } else if (!regression && (m == "test_mae" || m == "test_rmse" || m == "test_r2")) {
-    why = m + " is a regression figure; this job's loss is " + loss_type_name(spec.loss.type);
+    why = e.monitor + " is a regression figure; this job's loss is " + loss_type_name(spec.loss.type);
   } else if (m == "test_auc" && !binary) {
-    why = "test_auc is a binary_cross_entropy job's figure";
+    why = e.monitor + " is a binary_cross_entropy job's figure";
   } else if (m == "test_top5_accuracy" && (binary || target_width > 0 || num_classes <= 5)) {
-    why = "test_top5_accuracy needs more than 5 classes";
+    why = e.monitor + " needs more than 5 classes";
   }
   if (!why.empty()) throw SpecError("/early_stopping/monitor", why);
 }
@@ -575,6 +585,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
   // canonical text); async_lr only in async mode, where it applies.
   if (t.mode == TrainingMode::kAsync && t.async_lr != TrainingSpec{}.async_lr) training["async_lr"] = async_lr_name(t.async_lr);
   if (t.on_divergence != TrainingSpec{}.on_divergence) training["on_divergence"] = on_divergence_name(t.on_divergence);
+  if (t.validation_fraction > 0) training["validation_fraction"] = t.validation_fraction;
   json::object backup;
   if (spec.backup.frequency == BackupSpec::Frequency::kEpoch) backup["save_freq"] = "epoch";
   if (spec.backup.frequency == BackupSpec::Frequency::kSteps) backup["save_freq"] = spec.backup.steps;

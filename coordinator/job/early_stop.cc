@@ -18,6 +18,13 @@ std::optional<double> figure(const EpochMetric& m, const std::string& name) {
   if (name == "test_r2") return m.test_r2;
   if (name == "test_auc") return m.test_auc;
   if (name == "test_top5_accuracy") return m.test_top5_accuracy;
+  if (name == "val_loss") return m.val_loss;
+  if (name == "val_accuracy") return m.val_accuracy;
+  if (name == "val_mae") return m.val_mae;
+  if (name == "val_rmse") return m.val_rmse;
+  if (name == "val_r2") return m.val_r2;
+  if (name == "val_auc") return m.val_auc;
+  if (name == "val_top5_accuracy") return m.val_top5_accuracy;
   if (m.test_mae) return std::nullopt;  // a regression job's accuracies are not figures
   if (name == "test_accuracy") return m.test_accuracy;
   if (name == "train_accuracy") return m.train_accuracy;

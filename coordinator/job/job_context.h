@@ -114,6 +114,7 @@ struct JobContext {
   ServerGroup servers;
   std::vector<NodeId> workers;  // node ids, by worker index
   std::shared_ptr<const Split> train, test;
+  std::shared_ptr<const Split> validation;  // training.validation_fraction's hold-out (train is the rest)
   std::optional<DataPlan> plan;
   uint64_t generation = 0;      // of the current plan: sessions of older ones are stale
   uint64_t resume_version = 0;  // the global step workers start from (sync)

@@ -22,16 +22,24 @@
 
 namespace pstrain {
 
+// One split's evaluation (the test split, or the validation hold-out), summed over the workers'
+// reports.
+struct EvaluationSums {
+  double loss_sum = 0;
+  uint64_t correct = 0, examples = 0;
+  uint64_t top_k_correct = 0;
+  std::optional<nn::RegressionSums> regression;  // regression jobs
+  std::optional<nn::BinaryScores> binary;        // binary jobs: the AUC's buckets
+  uint32_t reports = 0;                          // workers that reported their slice
+
+  EvaluationSums& operator+=(const EvaluationSums& other);
+};
+
 struct EpochMetrics {
   double train_loss_sum = 0;
   uint64_t train_correct = 0, train_examples = 0;
-  double test_loss_sum = 0;
-  uint64_t test_correct = 0, test_examples = 0;
-  std::optional<nn::RegressionSums> test_regression;  // regression jobs: summed over the workers
-  uint64_t test_top_k_correct = 0;
-  std::optional<nn::BinaryScores> test_binary;  // binary jobs: the AUC's buckets, summed
+  EvaluationSums test, validation;
   double samples_per_second = 0;  // sum of the workers' training rates
-  uint32_t evaluations = 0;       // workers that reported their test slice
   bool recorded = false;          // written to the store (once every worker has reported)
 };
 
@@ -59,10 +67,11 @@ class JobProgress {
   const std::vector<EpochMetrics>& epochs() const { return epochs_; }
   // Metrics of epochs from `first` on start over (their steps are redone).
   void restart_epochs_from(size_t first);
-  // Adds a worker's evaluation of its test slice; records the epoch once `workers` have.
-  void add_evaluation(uint32_t epoch, double loss_sum, uint64_t correct, uint64_t examples, double rate,
-                      size_t workers, const std::optional<nn::RegressionSums>& regression = std::nullopt,
-                      uint64_t top_k_correct = 0, const std::optional<nn::BinaryScores>& binary = std::nullopt);
+  // Adds a worker's evaluation of its test slice (`validation`: of its validation slice; `sums`
+  // with reports = 1); records the epoch once `workers` have reported both (the validation one
+  // only when the job holds one out: set_validation).
+  void add_evaluation(uint32_t epoch, bool validation, const EvaluationSums& sums, double rate, size_t workers);
+  void set_validation(bool held_out) { validation_ = held_out; }
   // What record_epoch reports besides loss and accuracy: top-5 (more than 5 classes) and AUC.
   void set_classes(int64_t classes) { classes_ = classes; }
   // Writes epoch e's metrics (printed line, history, record). `partial`: some workers' test
@@ -93,6 +102,7 @@ class JobProgress {
   std::vector<EpochMetrics> epochs_;
   EpochRecorded epoch_recorded_;
   uint32_t record_limit_ = UINT32_MAX;
+  bool validation_ = false;
   int64_t classes_ = 0;  // the model's classes (0: regression or not told)
   std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;  // step -> worker -> examples
 };

@@ -33,6 +33,7 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
       on_finished_(std::move(on_finished)),
       guard_(output_classes(job_.spec)) {
   job_.progress.set_classes(output_classes(job_.spec));
+  job_.progress.set_validation(job_.spec.training.validation_fraction > 0);
   job_.progress.on_epoch_recorded([this](uint32_t epoch, std::optional<double> test_accuracy) {
     diverged(guard_.epoch_recorded(epoch, test_accuracy));
     if (!is_finished(job_.state()) && early_stop_.epoch_recorded()) stop_early();
@@ -130,10 +131,20 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
   auto train = job_.data.load(job_.spec.dataset.name, SplitKind::kTrain);
   auto test = job_.data.load(job_.spec.dataset.name, SplitKind::kTest);
   return train
-      .then([this, test = kj::mv(test)](std::shared_ptr<const Split> train) mutable {
-        job_.train = std::move(train);
-        return kj::mv(test);
+      .then([this](std::shared_ptr<const Split> train) -> kj::Promise<void> {
+        const double fraction = job_.spec.training.validation_fraction;
+        if (fraction <= 0) {
+          job_.train = std::move(train);
+          return kj::READY_NOW;
+        }
+        // The validation hold-out: the job trains on the rest (its plan, epochs and ledger too).
+        return job_.data.hold_out(std::move(train), fraction, job_.spec.dataset.shuffle_seed)
+            .then([this](std::shared_ptr<const HeldOut> held) {
+              job_.train = std::shared_ptr<const Split>(held, &held->train);
+              job_.validation = std::shared_ptr<const Split>(held, &held->validation);
+            });
       })
+      .then([test = kj::mv(test)]() mutable { return kj::mv(test); })
       .then([this](std::shared_ptr<const Split> test) -> kj::Promise<void> {
         // Cancelled (or failed) while the data loaded: its nodes are free again, leave them be.
         if (job_.phase != Phase::kConfiguring) return kj::READY_NOW;
@@ -340,9 +351,11 @@ proto::DataStream::Client JobRunner::open_shard(NodeId node, proto::Split split,
     worker = static_cast<uint32_t>(slice);
   }
   const auto workers = job_.slices();
-  if (split == proto::Split::TEST) {
+  if (split == proto::Split::TEST || split == proto::Split::VALIDATION) {
     const int64_t batch = (job_.spec.training.global_batch_size + workers - 1) / workers;
-    return job_.data.open_test(job_.test, worker, workers, batch);
+    const bool validation = split == proto::Split::VALIDATION;
+    KJ_REQUIRE(!validation || job_.validation, "the job holds out no validation examples", job_.id);
+    return job_.data.open_test(validation ? job_.validation : job_.test, worker, workers, batch);
   }
   KJ_REQUIRE(static_cast<int64_t>(from_step) <= job_.plan->steps_per_epoch(worker), "step out of range", from_step);
   if (!job_.sync()) return job_.data.open_train(job_.train, *job_.plan, epoch, worker, static_cast<int64_t>(from_step));
@@ -397,23 +410,27 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
       async_cuts_.maybe_start();
       break;
     }
-    case proto::Progress::Kind::EVALUATION: {
-      std::optional<nn::RegressionSums> regression;
+    case proto::Progress::Kind::EVALUATION:
+    case proto::Progress::Kind::VALIDATION: {
+      EvaluationSums sums;
+      sums.loss_sum = report.getLossSum();
+      sums.correct = report.getCorrect();
+      sums.examples = report.getExamples();
+      sums.top_k_correct = report.getTopKCorrect();
+      sums.reports = 1;
       if (report.hasRegression()) {
         const auto r = report.getRegression();
-        regression = nn::RegressionSums{r.getValues(), r.getAbsError(), r.getSquaredError(), r.getTarget(),
-                                        r.getTargetSquared()};
+        sums.regression = nn::RegressionSums{r.getValues(), r.getAbsError(), r.getSquaredError(), r.getTarget(),
+                                             r.getTargetSquared()};
       }
-      std::optional<nn::BinaryScores> binary;
       if (report.hasAucPositives() && report.hasAucNegatives()) {
         const auto pos = report.getAucPositives(), neg = report.getAucNegatives();
-        binary.emplace();
-        for (unsigned j = 0; j < pos.size() && j < binary->positives.size(); ++j) binary->positives[j] = pos[j];
-        for (unsigned j = 0; j < neg.size() && j < binary->negatives.size(); ++j) binary->negatives[j] = neg[j];
+        nn::BinaryScores& binary = sums.binary.emplace();
+        for (unsigned j = 0; j < pos.size() && j < binary.positives.size(); ++j) binary.positives[j] = pos[j];
+        for (unsigned j = 0; j < neg.size() && j < binary.negatives.size(); ++j) binary.negatives[j] = neg[j];
       }
-      progress.add_evaluation(epoch, report.getLossSum(), report.getCorrect(), report.getExamples(),
-                              report.getSamplesPerSecond(), job_.workers.size(), regression, report.getTopKCorrect(),
-                              binary);
+      const bool validation = report.getKind() == proto::Progress::Kind::VALIDATION;
+      progress.add_evaluation(epoch, validation, sums, report.getSamplesPerSecond(), job_.workers.size());
       break;
     }
     case proto::Progress::Kind::FINISHED:

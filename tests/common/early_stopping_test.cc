@@ -145,7 +145,7 @@ TEST_CASE("early stopping spec: defaults, backups at epoch ends, the canonical t
 }
 
 TEST_CASE("early stopping spec: every bad value is refused naming its field") {
-  refused(spec_with(R"({"monitor": "val_loss"})"), "/early_stopping/monitor", "not an epoch metric");
+  refused(spec_with(R"({"monitor": "validation_loss"})"), "/early_stopping/monitor", "not an epoch metric");
   refused(spec_with(R"({"mode": "up"})"), "/early_stopping/mode", "\"auto\"");
   refused(spec_with(R"({"patience": -1})"), "/early_stopping/patience", "");
   refused(spec_with(R"({"min_delta": -0.1})"), "/early_stopping/min_delta", "");
@@ -158,4 +158,28 @@ TEST_CASE("early stopping spec: every bad value is refused naming its field") {
   refused(spec_with("{}", "sync", R"(, "checkpoint": {"keep": 0})"), "/checkpoint/keep", "early_stopping");
   refused(spec_with(R"({"monitor": "test_mae"})"), "/early_stopping/monitor", "regression figure");
   refused(spec_with(R"({"monitor": "test_auc"})"), "/early_stopping/monitor", "binary_cross_entropy");
+  refused(spec_with(R"({"monitor": "val_loss"})"), "/early_stopping/monitor", "validation_fraction");
+}
+
+namespace {
+
+std::string with_validation(const std::string& fraction, const std::string& early = "true") {
+  return R"({"dataset": {"name": "mnist10k"}, "model": {"input_shape": [784], "layers": [{"type": "dense", "units": 10}]},
+    "optimizer": {"type": "sgd"}, "training": {"global_batch_size": 100, "validation_fraction": )" + fraction +
+         R"(}, "early_stopping": )" + early + "}";
+}
+
+}  // namespace
+
+TEST_CASE("validation_fraction spec: early stopping watches val_loss by default, bad fractions refused") {
+  const JobSpec s = parse_job_spec(with_validation("0.2"));
+  CHECK(s.training.validation_fraction == 0.2);
+  CHECK(s.early_stopping.monitor == "val_loss");
+  CHECK_FALSE(s.early_stopping.maximize);
+  CHECK(parse_job_spec(job_spec_to_json(s)).training.validation_fraction == 0.2);
+  CHECK(parse_job_spec(with_validation("0.2", R"({"monitor": "val_accuracy"})")).early_stopping.maximize);
+  refused(with_validation("-0.1"), "/training/validation_fraction", "");
+  refused(with_validation("0.95"), "/training/validation_fraction", "");
+  refused(with_validation("\"half\""), "/training/validation_fraction", "number");
+  refused(with_validation("0.2", R"({"monitor": "val_mae"})"), "/early_stopping/monitor", "regression figure");
 }

@@ -2,14 +2,19 @@
 // names, records no epoch after it, says why, and its model is exactly the chosen epoch's
 // checkpoint (the best one with restore_best); a run that loses a worker stops at the same epoch
 // with the same model bit for bit; restore_best without a stop still ends with the best
-// epoch; a stop at the last epoch ends like any job.
+// epoch; a stop at the last epoch ends like any job. A validation hold-out: its figures every
+// epoch are those of the held-out examples, and early stopping watches val_loss by default.
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/base/aligned.h"
+#include "common/data/dataset.h"
 #include "common/data/job_spec.h"
+#include "common/data/validation_split.h"
+#include "common/engine/nn/model.h"
 #include "common/engine/safetensors.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
@@ -22,13 +27,13 @@ using namespace std::chrono_literals;
 namespace {
 
 // An MLP on mnist10k, sync, `workers` workers on 2 servers, Adam; `early` the early_stopping.
-std::string mlp(int epochs, int workers, const std::string& early) {
+std::string mlp(int epochs, int workers, const std::string& early, const std::string& training = "") {
   return R"({"name": "es", "dataset": {"name": "mnist10k", "shuffle_seed": 3},
     "model": {"input_shape": [28, 28, 1], "seed": 11, "layers": [{"type": "flatten"},
       {"type": "dense", "units": 24, "activation": "relu"}, {"type": "dense", "units": 10}]},
     "optimizer": {"type": "adam", "learning_rate": 0.002},
     "training": {"mode": "sync", "global_batch_size": 200, "epochs": )" +
-         std::to_string(epochs) + R"(, "workers": )" + std::to_string(workers) + R"(, "servers": 2},
+         std::to_string(epochs) + R"(, "workers": )" + std::to_string(workers) + R"(, "servers": 2)" + training + R"(},
     "early_stopping": )" + early + "}";
 }
 
@@ -158,4 +163,47 @@ TEST_CASE("early stopping: restore_best without a stop ends with the best epoch,
       get(cluster.http_port(), "/v1/jobs/" + str(last.status, "id") + "/checkpoints/" + std::to_string(3 * per_epoch));
   REQUIRE(final_ck.status == 200);
   CHECK(params_of(last_spec, final_ck.body) == last.model);
+}
+
+TEST_CASE("validation_fraction: the held-out examples' figures every epoch, early stopping on val_loss by default") {
+  testing::Cluster cluster({});
+  // min_delta 10 in loss: only epoch 1 improves; patience 0 stops after epoch 2, the model epoch 1's.
+  const std::string spec = mlp(5, 2, R"({"min_delta": 10, "restore_best": true})", R"(, "validation_fraction": 0.2)");
+  const Ended run_ = run(cluster, spec);
+  const json::object& es = obj(run_.status.at("early_stopping"));
+  CHECK(str(es, "monitor") == "val_loss");
+  CHECK(num(es, "stopped_epoch") == 2);
+  CHECK(num(es, "model_epoch") == 1);
+  REQUIRE(run_.epochs.size() == 2);
+
+  // The hold-out as the service cuts it: the job trains on the rest.
+  const Split train = load_split(testing::data_dir(), "mnist10k", SplitKind::kTrain);
+  const HeldOut held = hold_out_validation(train, 0.2, 3);
+  CHECK(num(run_.status, "steps_per_epoch") == (held.train.size + 199) / 200);
+  const json::object& first = obj(run_.epochs[0]);
+  REQUIRE(first.if_contains("val_loss") != nullptr);
+  // Examples like the training ones: about as well predicted as the test split.
+  MESSAGE("epoch 1: val accuracy " << num(first, "val_accuracy") << ", test accuracy " << num(first, "test_accuracy"));
+  CHECK(std::abs(num(first, "val_accuracy") - num(first, "test_accuracy")) < 0.1);
+  CHECK(num(run_.status, "val_loss") == num(obj(run_.epochs[1]), "val_loss"));
+
+  // Epoch 1's figures are the model's (epoch 1's parameters) on exactly those held-out examples.
+  const JobSpec parsed = parse_job_spec(spec);
+  nn::Model<float> model(parsed.model, 256, parsed.loss);
+  AlignedFloats inputs(static_cast<size_t>(784 * 256));
+  std::vector<int32_t> labels(256);
+  std::vector<uint32_t> indices;
+  double loss = 0;
+  int64_t correct = 0;
+  for (uint32_t start = 0; start < held.validation.size; start += 256) {
+    const uint32_t n = std::min<uint32_t>(256, held.validation.size - start);
+    indices.resize(n);
+    for (uint32_t i = 0; i < n; ++i) indices[i] = start + i;
+    held.validation.gather(indices, inputs.data(), labels.data());
+    const nn::LossResult r = model.evaluate(run_.model.data(), inputs.data(), labels.data(), n);
+    loss += r.loss_sum;
+    correct += r.correct;
+  }
+  CHECK(num(first, "val_loss") == doctest::Approx(loss / held.validation.size).epsilon(1e-6));
+  CHECK(num(first, "val_accuracy") == static_cast<double>(correct) / held.validation.size);
 }

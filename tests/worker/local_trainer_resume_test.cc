@@ -24,6 +24,7 @@
 #include "common/engine/safetensors.h"
 #include "tests/synthetic_data.h"
 #include "tests/test_support.h"
+#include "common/data/validation_split.h"
 #include "worker/local_trainer.h"
 
 using namespace pstrain;
@@ -414,4 +415,39 @@ TEST_CASE("standalone early stopping: stops where the rule says, restore_best gi
   REQUIRE(all.result.early_stopping);
   CHECK(*all.result.early_stopping->stopped_epoch == 2);
   CHECK(params_of(all.result) == params_of(one.result));
+}
+
+TEST_CASE("standalone validation_fraction: trains on the rest, reports the held-out figures, early stopping watches them") {
+  JobSpec spec = separable_job(adam(), 3);
+  spec.training.validation_fraction = 0.25;
+  // (train() checks the checkpoints' steps per epoch of the whole split: not this one's.)
+  const auto train = [](const JobSpec& s) {
+    LocalTrainerOptions options;
+    options.load_split = separable_split;
+    return Run{train_locally(s, options), {}};
+  };
+  const Run held = train(spec);
+  const Split all = separable_split("separable-30", SplitKind::kTrain);
+  const HeldOut cut = hold_out_validation(all, 0.25, spec.dataset.shuffle_seed);
+  CHECK(cut.validation.size >= 290);
+  CHECK(cut.validation.size <= 310);
+  const int64_t per_epoch = (cut.train.size + 63) / 64;
+  CHECK(held.result.final_step == 3 * per_epoch);
+  REQUIRE(held.result.epochs.size() == 3);
+  for (const EpochReport& e : held.result.epochs) {
+    REQUIRE(e.validation);
+    CHECK(e.validation->loss > 0);
+    CHECK(e.validation->accuracy > 0.5);  // linearly separable: learnt within an epoch
+  }
+  CHECK(*epoch_figure(held.result.epochs[1], "val_loss") == held.result.epochs[1].validation->loss);
+  CHECK_FALSE(epoch_figure(held.result.epochs[1], "val_mae"));
+
+  // Early stopping on val_accuracy with a min_delta nothing meets: stops after epoch 2.
+  spec.early_stopping.enabled = true;
+  spec.early_stopping.monitor = "val_accuracy";
+  spec.early_stopping.maximize = true;
+  spec.early_stopping.min_delta = 2;
+  const Run stopped = train(spec);
+  CHECK(stopped.result.epochs.size() == 2);
+  CHECK(params_of(stopped.result) != params_of(held.result));
 }

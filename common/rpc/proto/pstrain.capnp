@@ -292,6 +292,7 @@ interface ParameterServer {
 enum Split {
   train @0;
   test @1;
+  validation @2;  # the job's validation hold-out of the training split (training.validation_fraction)
 }
 
 # A worker's share of the job.
@@ -348,6 +349,7 @@ struct Progress {
     evaluation @1;   # end of epoch: this worker's slice of the test split
     finished @2;     # the worker has done every step
     failed @3;       # the worker cannot go on (message says why)
+    validation @4;   # end of epoch: this worker's slice of the validation hold-out (after its evaluation)
   }
   epoch @2 :UInt32;           # 0-based
   step @3 :UInt64;            # steps this worker has done in the job

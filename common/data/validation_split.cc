@@ -1,0 +1,64 @@
+#include "common/data/validation_split.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "common/base/error.h"
+#include "common/base/rng.h"
+
+namespace pstrain {
+
+Split subset_of(const Split& split, const std::vector<uint32_t>& indices) {
+  Split out;
+  out.dataset = split.dataset;
+  out.kind = split.kind;
+  out.size = static_cast<uint32_t>(indices.size());
+  out.shape = split.shape;
+  out.dtype = split.dtype;
+  out.num_classes = split.num_classes;
+  out.target_width = split.target_width;
+  out.sha256 = split.sha256;
+  const size_t bytes = split.example_bytes();
+  out.examples.resize(indices.size() * bytes);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    std::memcpy(out.examples.data() + i * bytes, split.examples.data() + size_t{indices[i]} * bytes, bytes);
+  }
+  if (!split.labels.empty()) {
+    out.labels.reserve(indices.size());
+    for (uint32_t i : indices) out.labels.push_back(split.labels[i]);
+  }
+  if (!split.targets.empty()) {
+    out.targets.reserve(indices.size() * split.target_width);
+    for (uint32_t i : indices) {
+      const float* t = split.targets.data() + size_t{i} * split.target_width;
+      out.targets.insert(out.targets.end(), t, t + split.target_width);
+    }
+  }
+  return out;
+}
+
+HeldOut hold_out_validation(const Split& train, double fraction, uint64_t seed) {
+  // The strata: each class's examples in order (one stratum for regression targets).
+  std::map<int32_t, std::vector<uint32_t>> strata;
+  for (uint32_t i = 0; i < train.size; ++i) strata[train.regression() ? 0 : train.labels[i]].push_back(i);
+  std::vector<uint32_t> validation, rest;
+  for (auto& [label, members] : strata) {
+    Rng rng(mix_seed(mix_seed(seed, 0x76616c6964ULL), static_cast<uint64_t>(static_cast<uint32_t>(label))));
+    for (size_t i = members.size(); i > 1; --i) std::swap(members[i - 1], members[rng.uniform_index(i)]);
+    size_t n = static_cast<size_t>(std::llround(fraction * static_cast<double>(members.size())));
+    n = std::min(n, members.size() - 1);  // every class keeps one example for training
+    validation.insert(validation.end(), members.begin(), members.begin() + static_cast<std::ptrdiff_t>(n));
+    rest.insert(rest.end(), members.begin() + static_cast<std::ptrdiff_t>(n), members.end());
+  }
+  if (validation.empty()) {
+    throw DataError(train.dataset + ": validation_fraction " + std::to_string(fraction) + " of " +
+                                       std::to_string(train.size) + " training examples holds out none");
+  }
+  std::sort(validation.begin(), validation.end());
+  std::sort(rest.begin(), rest.end());
+  return {subset_of(train, rest), subset_of(train, validation)};
+}
+
+}  // namespace pstrain
