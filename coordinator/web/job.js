@@ -71,9 +71,11 @@ function jobView(view, id) {
 
   const charts = {
     loss: lineChart(loss.canvas, 'epoch', [
-      { label: 'train loss', color: '#1f6feb' }, { label: 'test loss', color: '#cf222e', points: true }]),
+      { label: 'train loss', color: '#1f6feb' }, { label: 'test loss', color: '#cf222e', points: true },
+      { label: 'validation loss', color: '#8250df', points: true }]),
     accuracy: lineChart(accuracy.canvas, 'epoch', [
-      { label: 'train accuracy', color: '#1f6feb' }, { label: 'test accuracy', color: '#cf222e', points: true }],
+      { label: 'train accuracy', color: '#1f6feb' }, { label: 'test accuracy', color: '#cf222e', points: true },
+      { label: 'validation accuracy', color: '#8250df', points: true }],
       { suggestedMax: 1 }),
     speed: lineChart(speed.canvas, 'seconds', [{ label: 'samples/s (sum of workers)', color: '#1a7f37' }], { beginAtZero: true }),
     workers: window.Chart ? new Chart(workers.canvas, {
@@ -85,7 +87,7 @@ function jobView(view, id) {
   };
 
   // What the curves hold: plain arrays (the charts get them at each redraw; decimation draws a sample).
-  const data = { trainLoss: [], testLoss: [], trainAcc: [], testAcc: [], speed: [] };
+  const data = { trainLoss: [], testLoss: [], trainAcc: [], testAcc: [], valLoss: [], valAcc: [], speed: [] };
   const perWorker = new Map();  // worker -> {reports: [{t, step}], rate, samples_per_second, step}
   const events = [];            // timeline entries {time_ms, type, text}
   let stepsPerEpoch = 0, epochs = 0, t0 = 0, lastSeq = 0, received = 0, drawTimer = 0, finished = false;
@@ -110,6 +112,9 @@ function jobView(view, id) {
     const set = (chart, i, array) => { if (chart) chart.data.datasets[i].data = array; };
     set(charts.loss, 0, data.trainLoss); set(charts.loss, 1, data.testLoss);
     set(charts.accuracy, 0, data.trainAcc); set(charts.accuracy, 1, data.testAcc);
+    // The validation curves only for a job that holds examples out (training.validation_fraction).
+    const setVal = (chart, array) => { if (chart) { chart.data.datasets[2].data = array; chart.data.datasets[2].hidden = !array.length; } };
+    setVal(charts.loss, data.valLoss); setVal(charts.accuracy, data.valAcc);
     set(charts.speed, 0, data.speed);
     const r = rates();
     if (charts.workers) {
@@ -118,7 +123,7 @@ function jobView(view, id) {
       charts.workers.data.datasets[0].backgroundColor = r.map((w) => (w.straggler ? '#cf222e' : '#1f6feb'));
     }
     for (const c of Object.values(charts)) if (c) c.update('none');
-    Object.assign(loss.box.dataset, { pointsTrain: data.trainLoss.length, pointsTest: data.testLoss.length });
+    Object.assign(loss.box.dataset, { pointsTrain: data.trainLoss.length, pointsTest: data.testLoss.length, pointsVal: data.valLoss.length });
     Object.assign(accuracy.box.dataset, { pointsTrain: data.trainAcc.length, pointsTest: data.testAcc.length });
     speed.box.dataset.points = data.speed.length;
     workers.box.dataset.workers = r.length;
@@ -175,6 +180,9 @@ function jobView(view, id) {
       }
       case 'epoch':
         data.testLoss.push({ x: d.epoch, y: d.test_loss });
+        if (d.val_loss !== undefined) data.valLoss.push({ x: d.epoch, y: d.val_loss });
+        if (d.val_accuracy !== undefined) data.valAcc.push({ x: d.epoch, y: d.val_accuracy });
+        if (d.val_r2 !== undefined) data.valAcc.push({ x: d.epoch, y: d.val_r2 });
         if (d.test_mae !== undefined) {
           // Regression: R^2 takes the accuracy's place on the chart (both read as "higher is better", at most 1).
           data.testAcc.push({ x: d.epoch, y: d.test_r2 });
