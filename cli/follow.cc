@@ -55,6 +55,9 @@ EpochFigures epoch_of(const json::object& o) {
     e.test_rmse = number_or(o, "test_rmse", 0);
     e.test_r2 = number_or(o, "test_r2", 0);
   }
+  if (o.contains("val_loss")) e.val_loss = number_or(o, "val_loss", 0);
+  if (o.contains("val_accuracy")) e.val_accuracy = number_or(o, "val_accuracy", 0);
+  if (o.contains("val_mae")) e.val_mae = number_or(o, "val_mae", 0);
   e.samples_per_second = number_or(o, "samples_per_second", 0);
   e.time_ms = static_cast<int64_t>(number_or(o, "time_ms", 0));
   return e;

@@ -39,13 +39,17 @@ std::string duration(double seconds) {
 std::string epoch_line(const EpochFigures& e, int64_t epochs, double seconds) {
   std::string line = "Epoch " + std::to_string(e.epoch) + "/" + std::to_string(epochs);
   if (seconds >= 0) line += " - " + fixed(seconds, 1) + "s";
+  std::string val;  // Keras prints val_loss and val_<metric> after the training figures
+  if (e.val_loss) val += " - val_loss: " + fixed(*e.val_loss, 4);
+  if (e.val_accuracy) val += " - val_accuracy: " + fixed(*e.val_accuracy, 4);
+  if (e.val_mae) val += " - val_mae: " + fixed(*e.val_mae, 4);
   if (e.test_mae) {  // regression
-    return line + " - loss: " + fixed(e.train_loss, 4) + " - test_loss: " + fixed(e.test_loss, 4) +
+    return line + " - loss: " + fixed(e.train_loss, 4) + val + " - test_loss: " + fixed(e.test_loss, 4) +
            " - test_mae: " + fixed(*e.test_mae, 4) + " - test_rmse: " + fixed(e.test_rmse.value_or(0), 4) +
            " - test_r2: " + fixed(e.test_r2.value_or(0), 4) + " - " + with_thousands(e.samples_per_second) +
            " samples/s";
   }
-  line += " - loss: " + fixed(e.train_loss, 4) + " - accuracy: " + fixed(e.train_accuracy, 4) +
+  line += " - loss: " + fixed(e.train_loss, 4) + " - accuracy: " + fixed(e.train_accuracy, 4) + val +
           " - test_loss: " + fixed(e.test_loss, 4) + " - test_accuracy: " + fixed(e.test_accuracy, 4) + " - " +
           with_thousands(e.samples_per_second) + " samples/s";
   return line;

@@ -28,6 +28,8 @@ struct EpochFigures {
   double train_loss = 0, train_accuracy = 0, test_loss = 0, test_accuracy = 0, samples_per_second = 0;
   // Regression jobs: the test split's MAE, RMSE and R^2 (shown instead of the accuracies).
   std::optional<double> test_mae, test_rmse, test_r2;
+  // The validation hold-out's (training.validation_fraction), when the job has one.
+  std::optional<double> val_loss, val_accuracy, val_mae;
   int64_t time_ms = 0;  // when it was recorded
 };
 

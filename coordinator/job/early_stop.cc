@@ -59,7 +59,11 @@ bool EarlyStop::epoch_recorded() {
     values[e] = figure(m, spec.monitor);
     seen[e] = true;
   }
-  const auto gap = std::find(seen.begin(), seen.end(), false);
+  // A job resumed from a checkpoint records from its first epoch on: the ones before are not
+  // looked at (as a fresh Keras callback in a resumed fit); a gap after that (a lost record) ends
+  // what is judged.
+  const auto first = std::find(seen.begin(), seen.end(), true);
+  const auto gap = std::find(first, seen.end(), false);
   values.resize(static_cast<size_t>(gap - seen.begin()));
   decision_ = decide_early_stopping(spec, values);
   judged_ = static_cast<int64_t>(values.size());

@@ -63,6 +63,11 @@ TEST_CASE("follow view: Keras epoch lines, and a bar only on a terminal") {
                  .test_accuracy = 0.94024, .samples_per_second = 23410.4, .time_ms = 0};
   CHECK(epoch_line(e, 5, 12.34) ==
         "Epoch 2/5 - 12.3s - loss: 0.2913 - accuracy: 0.9141 - test_loss: 0.2001 - test_accuracy: 0.9402 - 23,410 samples/s");
+  EpochFigures v = e;
+  v.val_loss = 0.25;
+  v.val_accuracy = 0.93;
+  CHECK(epoch_line(v, 5, -1) == "Epoch 2/5 - loss: 0.2913 - accuracy: 0.9141 - val_loss: 0.2500 - val_accuracy: 0.9300 - "
+                                "test_loss: 0.2001 - test_accuracy: 0.9402 - 23,410 samples/s");
   CHECK(with_thousands(1234567.6) == "1,234,568");
   CHECK(with_thousands(999) == "999");
   CHECK(progress_bar(1250, 2345, 7.2, 0.31214) == "1250/2345 [==============>...............] - ETA: 8s - loss: 0.3121");
