@@ -114,6 +114,26 @@ bool EarlyStop::keeps(int64_t step) const {
   return stopping_ && step == static_cast<int64_t>(model_step());
 }
 
+void EarlyStop::set_model_figures(JobRecord& r) const {
+  const auto epoch = static_cast<uint32_t>(model_epoch());
+  // The newest record of that epoch (a rollback records redone epochs again).
+  const auto it = std::find_if(r.epoch_history.rbegin(), r.epoch_history.rend(),
+                               [&](const EpochMetric& m) { return m.epoch == epoch; });
+  if (it == r.epoch_history.rend()) return;
+  const EpochMetric& m = *it;
+  r.test_loss = m.test_loss;
+  r.test_accuracy = m.test_mae ? std::nullopt : std::optional<double>(m.test_accuracy);
+  r.test_mae = m.test_mae;
+  r.test_rmse = m.test_rmse;
+  r.test_r2 = m.test_r2;
+  r.test_top5_accuracy = m.test_top5_accuracy;
+  r.test_auc = m.test_auc;
+  r.val_loss = m.val_loss;
+  r.val_accuracy = m.val_accuracy;
+  r.train_loss = m.train_loss;
+  r.train_accuracy = m.test_mae ? std::nullopt : std::optional<double>(m.train_accuracy);
+}
+
 std::string EarlyStop::reason() const {
   const EarlyStoppingSpec& spec = job_.spec.early_stopping;
   std::ostringstream s;

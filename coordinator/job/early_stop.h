@@ -44,6 +44,9 @@ class EarlyStop {
   // then writes its parameters as the job's model (with the metadata collect_parameters writes);
   // resolves with the model's size in bytes.
   kj::Promise<int64_t> write_model();
+  // The job's last-epoch figures in `r` become the model epoch's (what the model scores), once
+  // stopping.
+  void set_model_figures(JobRecord& r) const;
   // Why the job ended ("early stopping: ...").
   std::string reason() const;
   // Epochs the job ran (the one it stopped after, 1-based), once stopping.

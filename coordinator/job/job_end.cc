@@ -134,7 +134,12 @@ void JobRunner::succeed(size_t pieces, int64_t bytes, uint64_t steps_done, const
   job_.phase = Phase::kSucceeded;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
   PSLOG(kInfo) << "job " << job_.id << ": SUCCEEDED in " << seconds << " s";
-  std::printf("final test accuracy: %.4f\n", job_.progress.final_accuracy());
+  double final_accuracy = job_.progress.final_accuracy();
+  if (std::optional<JobRecord> record = job_.store.get(job_.id); record && early_stop_.stopping()) {
+    early_stop_.set_model_figures(*record);  // the model is an earlier epoch's
+    final_accuracy = record->test_accuracy.value_or(0);
+  }
+  std::printf("final test accuracy: %.4f\n", final_accuracy);
   std::fflush(stdout);
   // The record that announces the model goes after its pieces; a finished job keeps no copy
   // of its model in memory (final_params() reads it back).
@@ -145,6 +150,7 @@ void JobRunner::succeed(size_t pieces, int64_t bytes, uint64_t steps_done, const
     r.finished_ms = now_ms();
     r.steps_done = static_cast<int64_t>(steps_done);
     if (!note.empty()) r.notes.push_back(note);
+    if (early_stop_.stopping()) early_stop_.set_model_figures(r);
   });
   job_.servers.drop_job();
   job_.store.replicas().erase_job(job_.id);

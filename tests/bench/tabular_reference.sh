@@ -19,7 +19,11 @@ run() {  # job file -> the trainer's final line
 }
 mpg=$(run auto-mpg-regression.json)
 penguins=$(run penguins-sex-binary.json)
-/usr/bin/python3 - "$baselines" "$mpg" "$penguins" <<'PY'
+# The Keras regression tutorial's other run: 20% held out, early stopping on val_loss (patience
+# 10, the best epoch's parameters).
+early=$("$train" --spec "$here/deploy/jobs/auto-mpg-early-stopping.json" --data-dir "$data" --threads 2 2>/dev/null |
+        grep -E '^(early stopping|final test)' | tr '\n' ' ')
+/usr/bin/python3 - "$baselines" "$mpg" "$penguins" "$early" <<'PY'
 import json, re, sys
 b = json.loads(sys.argv[1])
 mpg = dict(re.findall(r"(mae|rmse|r2): ([-0-9.]+)", sys.argv[2]))
@@ -31,5 +35,9 @@ print(f"|---|---|---|---|---|")
 for k in ("mae", "rmse"):
     print(f"| auto-mpg ({b['auto-mpg']['test']} test cars) | test {k.upper()} (mpg) | {ls[k]:.3f} (least squares) | {float(mpg[k]):.3f} | {'yes' if float(mpg[k]) < ls[k] else 'NO'} |")
 print(f"| auto-mpg | test R^2 | {ls['r2']:.4f} | {float(mpg['r2']):.4f} | {'yes' if float(mpg['r2']) > ls['r2'] else 'NO'} |")
+early = sys.argv[4]
+stop = re.search(r"stopped after epoch (\d+), best epoch (\d+)", early)
+emae = float(re.search(r"mae: ([-0-9.]+)", early).group(1))
+print(f"| auto-mpg, early stopping (epoch {stop.group(2)} of {stop.group(1)} run) | test MAE (mpg) | {ls['mae']:.3f} (least squares) | {emae:.3f} | {'yes' if emae < ls['mae'] else 'NO'} |")
 print(f"| penguins-sex ({b['penguins-sex']['test']} test penguins) | test accuracy | {lr['accuracy']:.4f} (logistic regression) | {acc:.4f} | {'yes' if acc > lr['accuracy'] else 'NO'} |")
 PY

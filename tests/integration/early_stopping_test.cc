@@ -90,6 +90,9 @@ TEST_CASE("early stopping: stops after the rule's epoch with the best epoch's mo
   CHECK(num(two.status, "step") == 2 * per_epoch);
   CHECK(noted(two.status, "early stopping: test_accuracy did not improve by more than 0.5 for 1 epoch(s) after epoch 1"));
   CHECK(num(es, "best") == num(obj(two.epochs[0]), "test_accuracy"));
+  // The status has the model's figures (epoch 1's), not the last epoch's.
+  CHECK(num(two.status, "test_accuracy") == num(obj(two.epochs[0]), "test_accuracy"));
+  CHECK(num(two.status, "test_loss") == num(obj(two.epochs[0]), "test_loss"));
 
   // The model is the epoch-1 checkpoint's parameters, and says so.
   const std::string id = str(two.status, "id");
@@ -186,7 +189,7 @@ TEST_CASE("validation_fraction: the held-out examples' figures every epoch, earl
   // Examples like the training ones: about as well predicted as the test split.
   MESSAGE("epoch 1: val accuracy " << num(first, "val_accuracy") << ", test accuracy " << num(first, "test_accuracy"));
   CHECK(std::abs(num(first, "val_accuracy") - num(first, "test_accuracy")) < 0.1);
-  CHECK(num(run_.status, "val_loss") == num(obj(run_.epochs[1]), "val_loss"));
+  CHECK(num(run_.status, "val_loss") == num(obj(run_.epochs[0]), "val_loss"));  // the model's epoch
 
   // Epoch 1's figures are the model's (epoch 1's parameters) on exactly those held-out examples.
   const JobSpec parsed = parse_job_spec(spec);
