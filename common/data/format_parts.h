@@ -1,4 +1,5 @@
-// What the dataset format parsers (dataset_formats.cc: CSV; array_formats.cc: NPY, NPZ, IDX)
+// What the dataset format parsers (dataset_formats.cc: CSV; array_formats.cc: NPY, NPZ;
+// idx_format.cc: IDX)
 // share: their one way to fail, the class counter and the in-memory sink. Internal to
 // common/data: not for other libraries.
 //
@@ -75,6 +76,20 @@ inline void check_label(int64_t value, const ExampleLimits& limits, const std::s
          line, column);
   }
 }
+
+// Where array bytes come from (array_formats.cc: an istream or a zip entry; idx_format.cc: a
+// gzip'd or plain file).
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Reads up to n bytes; returns how many (0 at the end). Throws on a read error.
+  virtual size_t read(void* data, size_t n) = 0;
+};
+
+// Reads exactly n bytes; fewer is kTruncated with `what` in the message.
+void read_exactly(ByteSource& src, void* data, size_t n, const std::string& source, const std::string& what);
+// After the last data byte: nothing may follow (kTrailingData).
+void expect_end(ByteSource& src, const std::string& source, uint64_t bytes);
 
 // A shape as NumPy writes it: "(3, 28, 28)", "(5,)".
 inline std::string shape_text(const std::vector<uint64_t>& shape) {
