@@ -1,6 +1,7 @@
 // Browser test of the dashboard, against a running cluster (run_dashboard_test.sh starts one):
 // Debian's headless chromium driven by puppeteer-core. It loads `/`, goes to the submit page, checks
-// that a 422 is shown next to its line, submits the MNIST MLP (2 epochs) through the form, follows
+// that a 422 is shown next to its line, submits the MNIST MLP (2 epochs, 10% held out for
+// validation) through the form, follows
 // to the job page, measures a cold load of that page while the job runs (transfer size, time to the
 // first curve point), waits for SUCCEEDED, and checks from the DOM that the curves hold a test point
 // for every epoch and that the accuracy shown is the REST API's. Saves a screenshot of the job page.
@@ -91,6 +92,7 @@ try {
 
   // The real job: the MNIST MLP with epochs reduced to 2, submitted through the form.
   spec.training.epochs = EPOCHS;
+  spec.training.validation_fraction = 0.1;  // and a validation hold-out: its curves too
   await setSpec(JSON.stringify(spec, null, 2));
   const submittedAt = Date.now();
   await page.click('#submit');
@@ -129,6 +131,8 @@ try {
   console.log('DOM:', JSON.stringify(dom));
   check(Number(dom.accuracy.pointsTest) === EPOCHS, `accuracy curve: a test point for every epoch (${dom.accuracy.pointsTest}/${EPOCHS})`);
   check(Number(dom.loss.pointsTest) === EPOCHS, `loss curve: a test point for every epoch (${dom.loss.pointsTest}/${EPOCHS})`);
+  check(Number(dom.loss.pointsVal) === EPOCHS && history.epochs.every((e) => typeof e.val_loss === 'number'),
+    `loss curve: a validation point for every epoch (${dom.loss.pointsVal}/${EPOCHS})`);
   check(Number(dom.loss.pointsTrain) === history.steps.length && history.steps.length >= EPOCHS,
     `train curves: every progress report (${dom.loss.pointsTrain} points, ${history.steps.length} reports stored)`);
   check(Number(dom.accuracy.pointsTrain) === Number(dom.loss.pointsTrain), 'train accuracy and loss have as many points');
