@@ -365,3 +365,22 @@ TEST_CASE("safetensors: every defect is an error naming the tensor at fault") {
     CHECK(blamed(layout, not_object + header) == "layers.0.kernel");
   }
 }
+
+TEST_CASE("safetensors: a tensor of no elements is read without touching its (absent) data") {
+  // Found by fuzz/safetensors_fuzz.cc under UBSan: converting 0 values passed a null pointer to
+  // memcpy. (The sanitizer runs of the unit tests check this case too.)
+  const std::string header = R"({"empty": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]},)"
+                             R"( "one": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})";
+  std::string file(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(file.data(), &n, 8);
+  file += header;
+  const double one = 1.5;
+  file.append(reinterpret_cast<const char*>(&one), 8);
+  const SafetensorsContents contents = inspect_safetensors(file);
+  REQUIRE(contents.tensors.size() == 2);
+  const auto empty = std::find_if(contents.tensors.begin(), contents.tensors.end(),
+                                  [](const SafetensorsTensor& t) { return t.name == "empty"; });
+  REQUIRE(empty != contents.tensors.end());
+  CHECK(empty->shape == Shape{0});
+}
