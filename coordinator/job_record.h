@@ -41,6 +41,11 @@ struct EpochMetric {
   std::optional<double> val_loss, val_accuracy, val_mae, val_rmse, val_r2, val_top5_accuracy, val_auc;
 };
 
+struct JobRecord;
+// The record's last-epoch figures (test_*, val_*, train_*) from epoch `m` (regression: no
+// accuracies). Defined after JobRecord.
+void set_epoch_figures(JobRecord& r, const EpochMetric& m);
+
 // A checkpoint a user can list, download and start jobs from: a complete backup of the job's
 // parameters with the optimizer's slots, as a safetensors file in the store (checkpoints.h).
 struct CheckpointInfo {
@@ -117,6 +122,20 @@ struct JobRecord {
 
   bool finished() const { return is_finished(state); }
 };
+
+inline void set_epoch_figures(JobRecord& r, const EpochMetric& m) {
+  r.test_loss = m.test_loss;
+  r.test_accuracy = m.test_mae ? std::nullopt : std::optional<double>(m.test_accuracy);
+  r.test_mae = m.test_mae;
+  r.test_rmse = m.test_rmse;
+  r.test_r2 = m.test_r2;
+  r.test_top5_accuracy = m.test_top5_accuracy;
+  r.test_auc = m.test_auc;
+  r.val_loss = m.val_loss;
+  r.val_accuracy = m.val_accuracy;
+  r.train_loss = m.train_loss;
+  r.train_accuracy = m.test_mae ? std::nullopt : std::optional<double>(m.train_accuracy);
+}
 
 struct NodeView {
   uint32_t id = 0;

@@ -120,18 +120,7 @@ void EarlyStop::set_model_figures(JobRecord& r) const {
   const auto it = std::find_if(r.epoch_history.rbegin(), r.epoch_history.rend(),
                                [&](const EpochMetric& m) { return m.epoch == epoch; });
   if (it == r.epoch_history.rend()) return;
-  const EpochMetric& m = *it;
-  r.test_loss = m.test_loss;
-  r.test_accuracy = m.test_mae ? std::nullopt : std::optional<double>(m.test_accuracy);
-  r.test_mae = m.test_mae;
-  r.test_rmse = m.test_rmse;
-  r.test_r2 = m.test_r2;
-  r.test_top5_accuracy = m.test_top5_accuracy;
-  r.test_auc = m.test_auc;
-  r.val_loss = m.val_loss;
-  r.val_accuracy = m.val_accuracy;
-  r.train_loss = m.train_loss;
-  r.train_accuracy = m.test_mae ? std::nullopt : std::optional<double>(m.train_accuracy);
+  set_epoch_figures(r, *it);
 }
 
 std::string EarlyStop::reason() const {

@@ -131,17 +131,7 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
   std::fflush(stdout);
   store_.append_epoch(job_id_, metric);
   store_.update(job_id_, [&](JobRecord& r) {
-    r.test_loss = metric.test_loss;
-    r.test_accuracy = metric.test_mae ? std::nullopt : std::optional<double>(metric.test_accuracy);
-    r.test_mae = metric.test_mae;
-    r.test_rmse = metric.test_rmse;
-    r.test_r2 = metric.test_r2;
-    r.test_top5_accuracy = metric.test_top5_accuracy;
-    r.test_auc = metric.test_auc;
-    r.val_loss = metric.val_loss;
-    r.val_accuracy = metric.val_accuracy;
-    r.train_loss = metric.train_loss;
-    r.train_accuracy = metric.test_mae ? std::nullopt : std::optional<double>(metric.train_accuracy);
+    set_epoch_figures(r, metric);
     if (partial) {
       r.notes.push_back("epoch " + std::to_string(epoch + 1) + ": test metrics on " + std::to_string(m.test.examples) +
                         " examples (a worker was lost before evaluating its part)");
