@@ -137,13 +137,11 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   ExampleSummary summary;
   switch (upload.format) {
     case UploadFormat::kCsv: {
-      std::ifstream in(upload.body_path, std::ios::binary);
-      if (!in) throw Error(upload.body_path + ": cannot open: " + std::strerror(errno));
       CsvOptions options;
       options.label_column = upload.label_column;
       options.regression = upload.regression;
       options.limits = options_.limits;
-      summary = stream_csv(in, uploaded_as, options, writer);
+      summary = stream_csv(file_opener(upload.body_path), uploaded_as, options, writer);
       break;
     }
     case UploadFormat::kNpz:

@@ -14,13 +14,18 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <istream>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/base/error.h"
 #include "common/data/example_types.h"
+#include "common/data/table_schema.h"
 
 namespace pstrain {
 
@@ -39,6 +44,7 @@ struct ParsedExamples {
   // Regression: target_width float targets per example, example after example (no labels).
   std::vector<float> targets;
   uint32_t target_width = 0;
+  std::optional<TableSchema> table;  // CSV: the columns' types, categories and profile
 
   uint64_t size() const { return target_width > 0 ? targets.size() / target_width : labels.size(); }
   uint64_t example_values() const;  // product of `shape`
@@ -56,11 +62,11 @@ class DatasetFormatError : public DataError {
     kBadHeader,          // empty column name, or no feature column
     kDuplicateColumn,    // two columns share a name
     kMissingLabelColumn, // the label column is not in the header
-    kQuotedField,        // a field contains '"' (quoting is not supported)
+    kQuotedField,        // a malformed quoted field (text after the closing quote, or never closed)
     kRaggedRow,          // a row's field count differs from the header's
-    kNotNumeric,         // a feature cell is empty or not a number
+    kNotNumeric,         // a cell does not fit the type its column was given (types=...)
     kNonFinite,          // a feature is NaN, infinite, or beyond float32's range
-    kBadLabel,           // a label is not a non-negative integer below the class cap
+    kBadLabel,           // a label is missing, not a class (another split's names) or not a number where one is needed
     kTooFewClasses,      // every label is 0: fewer than 2 classes
     kTooLarge,           // a size cap is exceeded (rows, columns, line length, bytes, dims)
     kBadNpyHeader,       // an .npy magic, version or header dict is malformed
@@ -96,6 +102,7 @@ struct ExampleSummary {
   uint32_t classes = 0;               // max label + 1, at least 2; 0 for regression
   std::vector<uint64_t> class_counts;  // examples per label, `classes` entries
   uint32_t target_width = 0;           // regression: float targets per example (0: class labels)
+  std::optional<TableSchema> table;    // CSV: the columns' types, categories and profile
 };
 
 // Where the streaming parsers put what they read, in bounded pieces, so that a file of any size
@@ -121,36 +128,53 @@ struct ExampleLimits {
   uint32_t max_classes = kMaxClasses;         // labels must be below this (10,000; and below 2^31)
 };
 
+// The cells read as missing unless the upload names others (?missing=).
+std::vector<std::string> default_missing_values();
+
 struct CsvOptions {
   std::string label_column = "label";  // name of the label column in the header
-  // The label column: false (the default) reads whole numbers as class labels and makes the
-  // dataset a regression one (float targets) when any value has a fraction; true always reads
-  // float targets (integer-valued regression, such as counts).
+  // The label column: false (the default) reads whole numbers as class labels, makes the dataset
+  // a regression one (float targets) when any value has a fraction, and reads any other text as
+  // class names; true always reads float targets (integer-valued regression, such as counts).
   bool regression = false;
-  uint32_t max_columns = 100'000;      // header fields, label included
-  uint64_t max_line_bytes = 16 << 20;  // one line, terminator excluded (16 MiB)
+  char separator = 0;  // ',', ';' or '\t'; 0: detected from the header line (detect_csv_separator)
+  // Column types that override inference, by column name (every name must be a column).
+  std::map<std::string, ColumnType> types;
+  std::vector<std::string> missing_values = default_missing_values();
+  // Classes fixed by the dataset's other split: string labels must be among these names (their
+  // index is the class). Empty: derived from this file.
+  std::vector<std::string> class_names;
+  uint32_t max_columns = 100'000;        // header fields, label included
+  uint64_t max_line_bytes = 16 << 20;    // one record, terminators excluded (16 MiB)
   ExampleLimits limits;
 };
 
-// Parses CSV from `in`, one line at a time (the text is never held whole). `source` names the
-// input in messages ("upload.csv").
+// Opens the input again from its start (the table parser reads it twice: types, then values).
+using StreamOpener = std::function<std::unique_ptr<std::istream>()>;
+// Opens the file at `path` (binary); an unopenable file is a kUnreadable error naming it.
+StreamOpener file_opener(const std::string& path);
+
+// Parses a CSV table (csv_records.h: RFC 4180 with the separator detected or given, BOM, CRLF).
+// `source` names the input in messages ("upload.csv").
 //
-// Format: the first line is a header of column names; every further line holds one example with
-// exactly as many comma-separated fields. A UTF-8 byte order mark before the header is skipped.
-// Fields are trimmed of spaces and tabs; lines may end in
-// "\n" or "\r\n"; blank lines are skipped. Quoted fields are not supported: a '"' anywhere is a
-// kQuotedField error. Feature cells are decimal numbers (as strtod reads them, optional leading
-// '+'), stored as float32; NaN, infinities and values beyond float32's range are rejected. The
-// label cell is a number: when every label is a whole number ("3", "3.0") they are class labels,
-// else (or with options.regression) the file is a regression dataset of one float target per row
-// (ExampleSummary::target_width 1). The result has shape {columns - 1}, dtype kFloat32, features
-// in header order without the label column.
+// The first record is a header of column names (non-empty, distinct, the label column among
+// them). Every further record is one example with exactly as many fields. Each feature column's
+// type is inferred from the whole file unless options.types names it (table_schema.h): numeric
+// when every present cell is a decimal number (as strtod reads them, optional leading '+'),
+// boolean when every present cell is true/false/yes/no (any case), else categorical (its sorted
+// distinct values, at most kMaxCategories). Cells in options.missing_values are missing (NaN in
+// the stored form), in every column but the label's. Numbers beyond float32's range (or spelled
+// inf) are kNonFinite errors. The result has shape {stored columns}, dtype kFloat32, the values
+// of table_schema.h in header order without the label and ignored columns; summary.table holds
+// the schema and the profile.
 //
-// Classes: classes = max label + 1, which must be at least 2 and at most limits.max_classes.
-// Not every class in [0, classes) needs to appear: a small upload may lack a rare class.
+// Labels: as CsvOptions::regression says; class numbers must be below limits.max_classes
+// (classes = max label + 1, at least 2; a small upload may lack a rare class); class names are
+// sorted byte-wise (at least 2, unless options.class_names fixes them).
+ExampleSummary stream_csv(const StreamOpener& open, const std::string& source, const CsvOptions& options,
+                          ExampleSink& sink);
+// The same, from a stream (read whole into memory first), into memory.
 ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvOptions& options = {});
-// The same, streamed to `sink` row by row.
-ExampleSummary stream_csv(std::istream& in, const std::string& source, const CsvOptions& options, ExampleSink& sink);
 
 // One array of an .npy file.
 struct NpyArray {

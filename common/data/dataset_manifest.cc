@@ -170,14 +170,10 @@ ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit
     case ManifestSplit::Format::kNpz: return stream_npz(at(split.npz), limits, sink);
     case ManifestSplit::Format::kIdx: return stream_idx(at(split.images), at(split.labels), limits, sink);
     case ManifestSplit::Format::kCsv: {
-      std::ifstream in(at(split.csv), std::ios::binary);
-      if (!in) {
-        throw DatasetFormatError(DatasetFormatError::Kind::kUnreadable, at(split.csv) + ": cannot open: " + std::strerror(errno));
-      }
       CsvOptions options;
       options.label_column = split.label;
       options.limits = limits;
-      return stream_csv(in, at(split.csv), options, sink);
+      return stream_csv(file_opener(at(split.csv)), at(split.csv), options, sink);
     }
   }
   throw DataError(dir + ": unknown split format");

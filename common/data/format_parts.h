@@ -57,6 +57,7 @@ class MemorySink final : public ExampleSink {
     out_.dtype = summary.dtype;
     out_.classes = summary.classes;
     out_.target_width = summary.target_width;
+    out_.table = summary.table;
     return std::move(out_);
   }
 

@@ -1,0 +1,140 @@
+#include "common/data/table_schema.h"
+
+#include <boost/json.hpp>
+
+#include <cmath>
+
+#include "common/base/error.h"
+#include "common/base/json_text.h"
+
+namespace pstrain {
+namespace json = boost::json;
+
+const char* column_type_name(ColumnType type) {
+  switch (type) {
+    case ColumnType::kNumeric: return "numeric";
+    case ColumnType::kCategorical: return "categorical";
+    case ColumnType::kBoolean: return "boolean";
+    case ColumnType::kIgnored: return "ignore";
+  }
+  return "numeric";
+}
+
+std::optional<ColumnType> column_type_from_name(const std::string& name) {
+  for (ColumnType t : {ColumnType::kNumeric, ColumnType::kCategorical, ColumnType::kBoolean, ColumnType::kIgnored}) {
+    if (name == column_type_name(t)) return t;
+  }
+  return std::nullopt;
+}
+
+std::vector<const TableColumn*> TableSchema::stored_columns() const {
+  std::vector<const TableColumn*> out;
+  for (const TableColumn& c : columns) {
+    if (c.type != ColumnType::kIgnored) out.push_back(&c);
+  }
+  return out;
+}
+
+bool TableSchema::needs_preprocessing() const {
+  for (const TableColumn* c : stored_columns()) {
+    if (c->type == ColumnType::kCategorical || c->profile.missing > 0) return true;
+  }
+  return false;
+}
+
+namespace {
+
+json::value number_or_null(double v) { return std::isfinite(v) ? json::value(v) : json::value(nullptr); }
+
+double number_of(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return std::nan("");
+  return v->to_number<double>();
+}
+
+}  // namespace
+
+std::string table_to_json(const TableSchema& table) {
+  json::array columns;
+  for (const TableColumn& c : table.columns) {
+    json::object o;
+    o["name"] = c.name;
+    o["type"] = column_type_name(c.type);
+    o["missing"] = c.profile.missing;
+    if (c.type == ColumnType::kNumeric) {
+      o["min"] = number_or_null(c.profile.min);
+      o["max"] = number_or_null(c.profile.max);
+      o["mean"] = number_or_null(c.profile.mean);
+      o["std"] = number_or_null(c.profile.std);
+    }
+    if (c.type == ColumnType::kCategorical || c.type == ColumnType::kBoolean) {
+      json::array top;
+      for (const auto& [value, count] : c.profile.top) top.push_back(json::object{{"value", value}, {"count", count}});
+      o["top"] = std::move(top);
+    }
+    if (c.type == ColumnType::kCategorical) {
+      o["distinct"] = c.categories.size();
+      json::array cats;
+      for (const std::string& s : c.categories) cats.push_back(json::string(s));
+      o["categories"] = std::move(cats);
+    }
+    columns.push_back(std::move(o));
+  }
+  json::object out;
+  out["separator"] = std::string(1, table.separator);
+  out["rows"] = table.rows;
+  out["label"] = table.label;
+  json::array names;
+  for (const std::string& n : table.class_names) names.push_back(json::string(n));
+  out["class_names"] = std::move(names);
+  out["columns"] = std::move(columns);
+  return to_json_text(out);
+}
+
+TableSchema table_from_json(const std::string& text, const std::string& source) {
+  TableSchema t;
+  std::string field = "";
+  try {
+    const json::object root = json::parse(text).as_object();
+    field = "separator";
+    const std::string sep(root.at("separator").as_string());
+    if (sep.size() != 1) throw DataError(source + ": separator must be one character");
+    t.separator = sep[0];
+    field = "rows";
+    t.rows = root.at("rows").to_number<uint64_t>();
+    field = "label";
+    t.label = std::string(root.at("label").as_string());
+    field = "class_names";
+    for (const json::value& n : root.at("class_names").as_array()) t.class_names.emplace_back(n.as_string());
+    field = "columns";
+    for (const json::value& cv : root.at("columns").as_array()) {
+      const json::object& o = cv.as_object();
+      TableColumn c;
+      c.name = std::string(o.at("name").as_string());
+      const auto type = column_type_from_name(std::string(o.at("type").as_string()));
+      if (!type) throw DataError(source + ": column '" + c.name + "' has an unknown type");
+      c.type = *type;
+      c.profile.missing = o.at("missing").to_number<uint64_t>();
+      c.profile.min = number_of(o, "min");
+      c.profile.max = number_of(o, "max");
+      c.profile.mean = number_of(o, "mean");
+      c.profile.std = number_of(o, "std");
+      if (const json::value* top = o.if_contains("top")) {
+        for (const json::value& e : top->as_array()) {
+          c.profile.top.emplace_back(std::string(e.at("value").as_string()), e.at("count").to_number<uint64_t>());
+        }
+      }
+      if (const json::value* cats = o.if_contains("categories")) {
+        for (const json::value& s : cats->as_array()) c.categories.emplace_back(s.as_string());
+      }
+      t.columns.push_back(std::move(c));
+    }
+  } catch (const DataError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DataError(source + ": not a table description (field '" + field + "'): " + e.what());
+  }
+  return t;
+}
+
+}  // namespace pstrain

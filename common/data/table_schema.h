@@ -1,0 +1,71 @@
+// What a table (a CSV or JSON Lines upload) holds, column by column: each feature column's type,
+// its categories and its profile, and the label column's class names. A split of a table is
+// stored as float32 features in column order (dataset_formats.h), one value per column:
+//   numeric      the number (float32); missing: NaN
+//   boolean      1 (true, yes) or 0 (false, no); missing: NaN
+//   categorical  the category's index in `categories` (sorted byte-wise); missing: NaN
+// so the stored form is exact and the preprocessing a job applies (standardize, impute, one-hot)
+// is fitted from it and kept with the job (docs/DATASETS.md "Tables").
+//
+// Thread rules: plain values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pstrain {
+
+enum class ColumnType { kNumeric, kCategorical, kBoolean, kIgnored };
+
+// "numeric", "categorical", "boolean", "ignore".
+const char* column_type_name(ColumnType type);
+std::optional<ColumnType> column_type_from_name(const std::string& name);
+
+// Most categories a categorical column may have (its codes stay exact in float32); a text column
+// with more is an id or free text: the upload fails naming it (override its type to "ignore").
+inline constexpr uint32_t kMaxCategories = 65'536;
+// Categories listed in a column's profile (the most frequent ones).
+inline constexpr size_t kProfileTopCategories = 10;
+
+struct ColumnProfile {
+  uint64_t missing = 0;
+  // numeric (over the present values; NaN when none is): min, max, mean, sample std (n - 1),
+  // as pandas' describe.
+  double min = 0, max = 0, mean = 0, std = 0;
+  // categorical and boolean: the most frequent values with their counts (by count, then name).
+  std::vector<std::pair<std::string, uint64_t>> top;
+};
+
+struct TableColumn {
+  std::string name;
+  ColumnType type = ColumnType::kNumeric;
+  std::vector<std::string> categories;  // categorical: this split's categories, in code order
+  ColumnProfile profile;
+};
+
+struct TableSchema {
+  char separator = ',';
+  std::vector<TableColumn> columns;  // the feature columns in file order, ignored ones included
+  std::string label;                 // the label column's name
+  // Classes named in the file (string labels), in class-index order; empty when the labels are
+  // class numbers or regression targets.
+  std::vector<std::string> class_names;
+  uint64_t rows = 0;
+
+  // The feature columns stored (every column but the ignored ones), in order.
+  std::vector<const TableColumn*> stored_columns() const;
+  // True when a stored column is categorical or has a missing value: training on the raw stored
+  // values would be wrong, so a job needs the preprocessing that turns them into features.
+  bool needs_preprocessing() const;
+};
+
+// The JSON form kept beside a stored split (`<split>-table-*.json`) and shown (with the profile)
+// in GET /v1/datasets/{name}. table_from_json throws DataError naming the field.
+std::string table_to_json(const TableSchema& table);
+TableSchema table_from_json(const std::string& text, const std::string& source);
+
+}  // namespace pstrain

@@ -1,0 +1,224 @@
+// CSV tables as users have them (dataset_formats.h stream_csv, csv_records.h, table_schema.h):
+// RFC 4180 quoting, separators, byte order marks and line ends; inferred and given column types;
+// missing values; class names; the profile; the schema's JSON.
+#include "common/data/csv_records.h"
+#include "common/data/dataset_formats.h"
+#include "common/data/table_schema.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+using pstrain::ColumnType;
+using pstrain::CsvOptions;
+using pstrain::CsvRecords;
+using pstrain::DatasetFormatError;
+using pstrain::ParsedExamples;
+using pstrain::TableSchema;
+using Kind = DatasetFormatError::Kind;
+
+namespace {
+
+ParsedExamples csv(const std::string& text, const CsvOptions& options = {}) {
+  std::istringstream in(text);
+  return pstrain::parse_csv(in, "t.csv", options);
+}
+
+std::vector<float> floats_of(const ParsedExamples& p) {
+  std::vector<float> v(p.bytes.size() / sizeof(float));
+  std::memcpy(v.data(), p.bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+std::vector<std::vector<std::string>> records(const std::string& text, char separator, std::vector<uint64_t>* lines = nullptr) {
+  std::istringstream in(text);
+  CsvRecords r(in, "t.csv", separator, 1 << 20);
+  std::vector<std::string_view> fields;
+  std::vector<std::vector<std::string>> out;
+  while (r.next(fields)) {
+    out.emplace_back(fields.begin(), fields.end());
+    if (lines) lines->push_back(r.line());
+  }
+  return out;
+}
+
+Kind failure_kind(const std::string& text, const CsvOptions& options = {}, uint64_t* line = nullptr, std::string* column = nullptr) {
+  try {
+    csv(text, options);
+  } catch (const DatasetFormatError& e) {
+    if (line) *line = e.line();
+    if (column) *column = e.column();
+    return e.kind();
+  }
+  FAIL("no error");
+  return Kind::kUnreadable;
+}
+
+}  // namespace
+
+TEST_CASE("CSV records follow RFC 4180: quotes, doubled quotes, separators and line breaks inside quotes") {
+  std::vector<uint64_t> lines;
+  const auto r = records("a,b,c\r\n\"x, y\",\"say \"\"hi\"\"\",\"two\nlines\"\r\n  plain  , \"q\" ,\r\n\n\"\",z,\n", ',', &lines);
+  REQUIRE(r.size() == 4);
+  CHECK(r[0] == std::vector<std::string>{"a", "b", "c"});
+  CHECK(r[1] == std::vector<std::string>{"x, y", "say \"hi\"", "two\nlines"});
+  CHECK(r[2] == std::vector<std::string>{"plain", "q", ""});
+  CHECK(r[3] == std::vector<std::string>{"", "z", ""});
+  // Each record's first line, counting the line break inside the quoted field and the blank line.
+  CHECK(lines == std::vector<uint64_t>{1, 2, 4, 6});
+  // A lone CR ends a record too; a quote inside an unquoted field is an ordinary character.
+  CHECK(records("a;b\rc;5\"\r", ';') == std::vector<std::vector<std::string>>{{"a", "b"}, {"c", "5\""}});
+  // Tabs separate and are kept inside fields when the tab is the separator.
+  CHECK(records("a\tb\n x \t\n", '\t') == std::vector<std::vector<std::string>>{{"a", "b"}, {"x", ""}});
+  // A byte order mark is skipped; a lone 0xEF is data.
+  CHECK(records("\xEF\xBB\xBF" "a,b\n", ',') == std::vector<std::vector<std::string>>{{"a", "b"}});
+  CHECK(records("\xEF" "a,b\n", ',') == std::vector<std::vector<std::string>>{{"\xEF" "a", "b"}});
+}
+
+TEST_CASE("the separator is detected from the header line, outside quotes") {
+  auto detect = [](const std::string& text) {
+    std::istringstream in(text);
+    return pstrain::detect_csv_separator(in, 1 << 20);
+  };
+  CHECK(detect("a,b,c\n1;2;3;4;5\n") == ',');
+  CHECK(detect("a;b;c\n") == ';');
+  CHECK(detect("a\tb\tc\n") == '\t');
+  CHECK(detect("\"x;y;z\",b\n") == ',');
+  CHECK(detect("single\n") == ',');
+  // A semicolon file with decimal commas, as European spreadsheets write it.
+  const ParsedExamples p = csv("height;weight;label\n\"1,5\";2;0\n3;4;1\n");
+  CHECK(p.table->separator == ';');
+  CHECK(p.table->columns[0].type == ColumnType::kCategorical);  // "1,5" is not a number
+  CHECK(floats_of(csv("x\ty\tlabel\n1\t2\t0\n3\t4\t1\n")) == std::vector<float>{1, 2, 3, 4});
+}
+
+TEST_CASE("column types are inferred from the whole file; categories get sorted codes; missing cells are NaN") {
+  const ParsedExamples p = csv(
+      "plan,age,member,label\n"
+      "pro,31,yes,0\n"
+      "basic,NA,No,1\n"
+      "family,45.5,,1\n"
+      "pro,?,TRUE,0\n"
+      ",20,false,1\n");
+  REQUIRE(p.table);
+  const TableSchema& t = *p.table;
+  REQUIRE(t.columns.size() == 3);
+  CHECK(t.columns[0].type == ColumnType::kCategorical);
+  CHECK(t.columns[0].categories == std::vector<std::string>{"basic", "family", "pro"});
+  CHECK(t.columns[1].type == ColumnType::kNumeric);
+  CHECK(t.columns[2].type == ColumnType::kBoolean);
+  CHECK(t.rows == 5);
+  CHECK(t.needs_preprocessing());
+  const std::vector<float> v = floats_of(p);
+  REQUIRE(v.size() == 15);
+  const float nan = std::nanf("");
+  const std::vector<float> expected = {2, 31, 1, 0, nan, 0, 1, 45.5f, nan, 2, nan, 1, nan, 20, 0};
+  for (size_t i = 0; i < v.size(); ++i) {
+    CHECK_MESSAGE((std::isnan(expected[i]) ? std::isnan(v[i]) : v[i] == expected[i]), "value ", i);
+  }
+  // The profile: missing counts, numeric moments (sample std), most frequent categories.
+  CHECK(t.columns[0].profile.missing == 1);
+  CHECK(t.columns[0].profile.top == std::vector<std::pair<std::string, uint64_t>>{{"pro", 2}, {"basic", 1}, {"family", 1}});
+  CHECK(t.columns[1].profile.missing == 2);
+  CHECK(t.columns[1].profile.min == 20);
+  CHECK(t.columns[1].profile.max == 45.5);
+  CHECK(t.columns[1].profile.mean == doctest::Approx((31 + 45.5 + 20) / 3.0));
+  const double m = (31 + 45.5 + 20) / 3.0;
+  CHECK(t.columns[1].profile.std == doctest::Approx(std::sqrt(((31 - m) * (31 - m) + (45.5 - m) * (45.5 - m) + (20 - m) * (20 - m)) / 2)));
+  CHECK(t.columns[2].profile.missing == 1);
+  CHECK(t.columns[2].profile.top == std::vector<std::pair<std::string, uint64_t>>{{"false", 2}, {"true", 2}});
+  // A purely numeric table needs no preprocessing and reads as before.
+  CHECK_FALSE(csv("a,label\n1,0\n2,1\n").table->needs_preprocessing());
+}
+
+TEST_CASE("types given by name override inference: numbers as categories, a column ignored") {
+  CsvOptions options;
+  options.types = {{"zip", ColumnType::kCategorical}, {"id", ColumnType::kIgnored}};
+  const ParsedExamples p = csv("id,zip,x,label\n1,10115,0.5,0\n2,80331,1.5,1\n3,10115,2.5,1\n", options);
+  CHECK(p.shape == std::vector<uint32_t>{2});
+  CHECK(p.table->columns[0].type == ColumnType::kIgnored);
+  CHECK(p.table->columns[1].categories == std::vector<std::string>{"10115", "80331"});
+  CHECK(floats_of(p) == std::vector<float>{0, 0.5f, 1, 1.5f, 0, 2.5f});
+  CHECK(p.table->stored_columns().size() == 2);
+  // The label's type cannot be set, and a table must keep a feature.
+  options.types = {{"label", ColumnType::kNumeric}};
+  CHECK(failure_kind("a,label\n1,0\n2,1\n", options) == Kind::kBadHeader);
+  options.types = {{"a", ColumnType::kIgnored}};
+  CHECK(failure_kind("a,label\n1,0\n2,1\n", options) == Kind::kBadHeader);
+  // Missing values can be named: here "-" is missing and "" is not a number.
+  CsvOptions missing;
+  missing.missing_values = {"-"};
+  CHECK(std::isnan(floats_of(csv("a,label\n-,0\n2,1\n", missing))[0]));
+}
+
+TEST_CASE("string labels become classes with their names, sorted; another split's names are kept") {
+  const ParsedExamples p = csv("x,species\n1,setosa\n2,virginica\n3,versicolor\n4,setosa\n", [] {
+    CsvOptions o;
+    o.label_column = "species";
+    return o;
+  }());
+  CHECK(p.table->class_names == std::vector<std::string>{"setosa", "versicolor", "virginica"});
+  CHECK(p.labels == std::vector<int32_t>{0, 2, 1, 0});
+  CHECK(p.classes == 3);
+  CHECK(csv("x,label\n1,yes\n2,no\n").labels == std::vector<int32_t>{1, 0});
+  // A test split takes the train split's names: fewer classes are fine, unknown ones are not.
+  CsvOptions fixed;
+  fixed.class_names = {"no", "yes"};
+  CHECK(csv("x,label\n1,yes\n2,yes\n", fixed).labels == std::vector<int32_t>{1, 1});
+  uint64_t line = 0;
+  std::string column;
+  CHECK(failure_kind("x,label\n1,yes\n2,maybe\n", fixed, &line, &column) == Kind::kBadLabel);
+  CHECK(line == 3);
+  CHECK(column == "label");
+  // One name is too few classes.
+  CHECK(failure_kind("x,label\n1,a\n2,a\n") == Kind::kTooFewClasses);
+}
+
+TEST_CASE("a real-world file: quoted fields with commas, text columns, NA, as penguins_raw.csv has them") {
+  // The first rows of palmerpenguins' penguins_raw.csv (r-cran-palmerpenguins), shortened.
+  const std::string text =
+      "studyName,Sample Number,Species,Stage,Clutch Completion,Culmen Length (mm),Body Mass (g),Sex,Comments\n"
+      "PAL0708,1,Adelie Penguin (Pygoscelis adeliae),\"Adult, 1 Egg Stage\",Yes,39.1,3750,MALE,Not enough blood for isotopes.\n"
+      "PAL0708,2,Adelie Penguin (Pygoscelis adeliae),\"Adult, 1 Egg Stage\",Yes,39.5,3800,FEMALE,NA\n"
+      "PAL0708,4,Adelie Penguin (Pygoscelis adeliae),\"Adult, 1 Egg Stage\",Yes,NA,NA,NA,Adult not sampled.\n"
+      "PAL0809,5,Gentoo penguin (Pygoscelis papua),\"Adult, 1 Egg Stage\",No,46.1,4500,FEMALE,\"Nest never observed with full clutch.\"\n";
+  CsvOptions options;
+  options.label_column = "Species";
+  const ParsedExamples p = csv(text, options);
+  const TableSchema& t = *p.table;
+  CHECK(t.class_names == std::vector<std::string>{"Adelie Penguin (Pygoscelis adeliae)", "Gentoo penguin (Pygoscelis papua)"});
+  CHECK(p.labels == std::vector<int32_t>{0, 0, 0, 1});
+  REQUIRE(t.columns.size() == 8);
+  CHECK(t.columns[2].name == "Stage");
+  CHECK(t.columns[2].categories == std::vector<std::string>{"Adult, 1 Egg Stage"});
+  CHECK(t.columns[3].type == ColumnType::kBoolean);
+  CHECK(t.columns[4].type == ColumnType::kNumeric);
+  CHECK(t.columns[4].profile.missing == 1);
+  CHECK(t.columns[6].categories == std::vector<std::string>{"FEMALE", "MALE"});
+  CHECK(t.columns[7].profile.missing == 1);
+}
+
+TEST_CASE("a table schema survives its JSON form") {
+  const ParsedExamples p = csv("plan,age,member,label\npro,31,yes,a\nbasic,NA,no,b\n");
+  const std::string text = pstrain::table_to_json(*p.table);
+  const TableSchema back = pstrain::table_from_json(text, "t.json");
+  CHECK(pstrain::table_to_json(back) == text);
+  CHECK(back.class_names == std::vector<std::string>{"a", "b"});
+  CHECK(back.columns[0].categories == std::vector<std::string>{"basic", "pro"});
+  CHECK(back.columns[1].profile.missing == 1);
+  CHECK_THROWS_AS(pstrain::table_from_json("{\"separator\": \",\"}", "t.json"), pstrain::DataError);
+  CHECK_THROWS_AS(pstrain::table_from_json("not json", "t.json"), pstrain::DataError);
+}
+
+TEST_CASE("a text column with more distinct values than a category may have is refused, naming it") {
+  std::string text = "id,x,label\n";
+  for (uint32_t i = 0; i <= pstrain::kMaxCategories; ++i) text += "u" + std::to_string(i) + ",1," + std::to_string(i % 2) + "\n";
+  std::string column;
+  CHECK(failure_kind(text, {}, nullptr, &column) == Kind::kTooLarge);
+  CHECK(column == "id");
+  CsvOptions ignore;
+  ignore.types = {{"id", ColumnType::kIgnored}};
+  CHECK(csv(text, ignore).shape == std::vector<uint32_t>{1});
+}
