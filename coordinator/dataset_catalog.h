@@ -59,6 +59,7 @@ struct DatasetSplitInfo {
   uint32_t target_width = 0;  // regression: float targets per example (0: class labels)
   std::vector<uint64_t> class_counts;  // examples per class (num_classes entries)
   std::vector<DatasetFileInfo> files;
+  std::optional<TableSchema> table;  // a table's columns and this split's profile (CSV uploads)
 };
 
 struct DatasetRecord {
@@ -79,6 +80,13 @@ struct DatasetRecord {
   bool indexing = false;
 
   bool usable() const { return !indexing && error.empty() && splits.count("train") != 0; }
+  // A table's schema (its train split's, else any split's), or null for arrays and images.
+  const TableSchema* table() const {
+    for (const char* name : {"train", "test"}) {
+      if (const auto it = splits.find(name); it != splits.end() && it->second.table) return &*it->second.table;
+    }
+    return nullptr;
+  }
 };
 
 // What went wrong with a catalog operation, as the REST layer answers it.
@@ -136,6 +144,9 @@ class DatasetCatalog {
     UploadFormat format = UploadFormat::kCsv;
     std::string label_column = "label";  // CSV
     bool regression = false;             // CSV: the label column is float targets (?task=regression)
+    char separator = 0;                  // CSV: ',', ';' or '\t' (?sep=); 0: detected
+    std::map<std::string, ColumnType> types;  // CSV: column types given (?types=name:type,...)
+    std::optional<std::vector<std::string>> missing;  // CSV: the missing-value cells (?missing=)
     bool replace = false;
     std::string body_path;  // the streamed body, in staging_dir(); the catalog deletes it
     uint64_t body_bytes = 0;

@@ -1,5 +1,6 @@
 #include "coordinator/dataset_catalog_parts.h"
 
+#include <fstream>
 #include <sys/stat.h>
 
 #include <boost/json.hpp>
@@ -83,7 +84,9 @@ json::object dataset_to_json(const DatasetRecord& r) {
     json::array counts, files;
     for (uint64_t c : s.class_counts) counts.push_back(c);
     for (const auto& f : s.files) files.push_back(json::object{{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
-    splits[name] = json::object{{"examples", s.examples}, {"class_counts", counts}, {"files", files}};
+    json::object split{{"examples", s.examples}, {"class_counts", counts}, {"files", files}};
+    if (s.table) split["table"] = json::parse(table_to_json(*s.table));
+    splits[name] = std::move(split);
   }
   json::object o{{"name", r.name}, {"source", r.source}, {"input_shape", shape}, {"dtype", dtype_name(r.dtype)},
                  {"num_classes", r.num_classes}, {"created_ms", r.created_ms}, {"splits", splits}};
@@ -92,6 +95,14 @@ json::object dataset_to_json(const DatasetRecord& r) {
     o["targets"] = r.target_width;
   } else {
     o["task"] = "classification";
+  }
+  if (const TableSchema* table = r.table()) {
+    json::array names, columns;
+    for (const std::string& n : table->class_names) names.push_back(json::string(n));
+    for (const TableColumn& c : table->columns) columns.push_back(json::object{{"name", c.name}, {"type", column_type_name(c.type)}});
+    o["label"] = table->label;
+    o["columns"] = std::move(columns);
+    if (!names.empty()) o["class_names"] = std::move(names);
   }
   if (!r.error.empty()) o["error"] = r.error;
   o["state"] = r.indexing ? "indexing" : r.usable() ? "ready" : "unusable";
@@ -122,6 +133,7 @@ std::optional<DatasetRecord> dataset_from_json(const std::string& text) {
         s.files.push_back({std::string(fo.at("name").as_string()), static_cast<uint64_t>(fo.at("bytes").as_int64()),
                            std::string(fo.at("sha256").as_string())});
       }
+      if (const auto t = so.find("table"); t != so.end()) s.table = table_from_json(json::serialize(t->value()), "stored record");
       r.splits[std::string(name)] = std::move(s);
     }
     if (const auto it = o.find("fingerprint"); it != o.end()) r.fingerprint = std::string(it->value().as_string());
@@ -141,6 +153,7 @@ DatasetSplitInfo split_info(const ExampleSummary& summary, const fs::path& dir, 
   s.examples = summary.examples;
   s.class_counts = summary.class_counts;
   s.target_width = summary.target_width;
+  s.table = summary.table;
   for (const auto& f : files) s.files.push_back(file_info(dir / f));
   return s;
 }
@@ -150,12 +163,20 @@ void pad_counts(DatasetRecord& r) {
   for (auto& [name, s] : r.splits) s.class_counts.resize(std::max<size_t>(s.class_counts.size(), r.num_classes), 0);
 }
 
-ManifestSplit npy_split(const std::string& x, const std::string& y) {
+ManifestSplit npy_split(const std::string& x, const std::string& y, const std::string& table) {
   ManifestSplit s;
   s.format = ManifestSplit::Format::kNpy;
   s.x = x;
   s.y = y;
+  s.table = table;
   return s;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) throw Error(path + ": cannot write");
 }
 
 }  // namespace pstrain::catalog_detail

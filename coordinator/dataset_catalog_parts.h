@@ -5,6 +5,7 @@
 // Thread rules: pure functions and single-owner sinks (the catalog's thread).
 #pragma once
 
+#include <cstring>
 #include <boost/json.hpp>
 
 #include <cstdint>
@@ -40,6 +41,28 @@ class LabelSink final : public ExampleSink {
   void examples(const uint8_t*, size_t) override {}
   void labels(const int32_t* l, size_t n) override { labels_.insert(labels_.end(), l, l + n); }
   std::vector<int32_t> labels_;
+};
+
+// Passes everything on to `next` and profiles the examples as table rows (float32, one value per
+// stored column). Takes whole examples per call, as RoutingSink gives them.
+class ProfilingSink final : public ExampleSink {
+ public:
+  ProfilingSink(ExampleSink& next, const TableSchema& schema) : next_(next), profiler_(schema) {}
+  void begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype dtype) override { next_.begin(shape, dtype); }
+  void examples(const uint8_t* bytes, size_t n) override {
+    row_.resize(n / sizeof(float));
+    std::memcpy(row_.data(), bytes, row_.size() * sizeof(float));
+    profiler_.add(row_.data());
+    next_.examples(bytes, n);
+  }
+  void labels(const int32_t* l, size_t n) override { next_.labels(l, n); }
+  void targets(const float* t, size_t n) override { next_.targets(t, n); }
+  TableSchema finish() const { return profiler_.finish(); }
+
+ private:
+  ExampleSink& next_;
+  TableProfiler profiler_;
+  std::vector<float> row_;
 };
 
 // Sends whole examples to one of two sinks by a per-example choice (the second pass of a split).
@@ -103,6 +126,8 @@ DatasetFileInfo file_info(const fs::path& path);
 DatasetSplitInfo split_info(const ExampleSummary& summary, const fs::path& dir, const std::vector<std::string>& files);
 // Every split reports a count for each of the dataset's classes.
 void pad_counts(DatasetRecord& r);
-ManifestSplit npy_split(const std::string& x, const std::string& y);
+ManifestSplit npy_split(const std::string& x, const std::string& y, const std::string& table = "");
+// Writes `text` to `path` (a staging file: made durable by the directory's rename, as the .npy files are).
+void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace pstrain::catalog_detail

@@ -140,7 +140,18 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
       CsvOptions options;
       options.label_column = upload.label_column;
       options.regression = upload.regression;
+      options.separator = upload.separator;
+      options.types = upload.types;
+      if (upload.missing) options.missing_values = *upload.missing;
       options.limits = options_.limits;
+      // The dataset's other split fixes the columns, their types and the class names.
+      if (const std::optional<DatasetRecord> other = get(upload.name)) {
+        for (const auto& [split, s] : other->splits) {
+          if (split == upload.split || !s.table) continue;
+          for (const TableColumn& c : s.table->columns) options.expected_columns.emplace_back(c.name, c.type);
+          options.class_names = s.table->class_names;
+        }
+      }
       summary = stream_csv(file_opener(upload.body_path), uploaded_as, options, writer);
       break;
     }
@@ -152,6 +163,11 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
       break;
   }
   writer.finish();
+  std::string table_name;  // a table's schema and profile, beside the .npy pair
+  if (summary.table) {
+    table_name = upload.split + "-table-" + stamp + ".json";
+    write_text_file((work / table_name).string(), table_to_json(*summary.table) + "\n");
+  }
 
   std::lock_guard use(use_mutex_);  // no job starts on the dataset while it changes
   const std::optional<DatasetRecord> existing = get(upload.name);
@@ -170,6 +186,16 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
                                            " examples of shape [" + shape + "] but the dataset's " + split + " split has " +
                                            std::string(dtype_name(record.dtype)) + " examples of shape [" + theirs + "]");
         result.error = e;
+        return result;
+      }
+      const TableSchema* theirs = s.table ? &*s.table : nullptr;
+      const bool named = summary.table && !summary.table->class_names.empty();
+      if (theirs && summary.table && named != !theirs->class_names.empty()) {
+        result.error = service_error(422, "dataset-labels-mismatch",
+                                     "the uploaded " + upload.split + " split's labels are " +
+                                         (named ? "class names" : "numbers") + " but the dataset's " + split + " split's are " +
+                                         (named ? "numbers" : "class names"),
+                                     "label");
         return result;
       }
       if (s.target_width != summary.target_width) {
@@ -214,15 +240,15 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
     manifest.source = "upload";
     manifest.created_ms = record.created_ms;
   }
-  manifest.splits[upload.split] = npy_split(x_name, y_name);
+  manifest.splits[upload.split] = npy_split(x_name, y_name, table_name);
   manifest.num_classes.reset();
   if (existing) {
-    fs::rename(work / x_name, dir / x_name);
-    fs::rename(work / y_name, dir / y_name);
+    const std::vector<std::string> new_files = manifest.splits[upload.split].files();
+    for (const auto& f : new_files) fs::rename(work / f, dir / f);
     write_manifest(dir.string(), manifest);
     std::error_code ec;
     for (const auto& f : old_files) {
-      if (f != x_name && f != y_name) fs::remove(dir / f, ec);
+      if (std::find(new_files.begin(), new_files.end(), f) == new_files.end()) fs::remove(dir / f, ec);
     }
   } else {
     write_manifest(work.string(), manifest);
@@ -232,7 +258,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   }
 
   PSLOG(kInfo) << "dataset " << upload.name << ": " << upload.split << " converted; hashing the stored files";
-  DatasetSplitInfo s = split_info(summary, dir, {x_name, y_name});
+  DatasetSplitInfo s = split_info(summary, dir, manifest.splits[upload.split].files());
   record.splits[upload.split] = std::move(s);
   record.target_width = summary.target_width;
   record.num_classes = 0;
@@ -301,6 +327,13 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   DatasetManifest manifest = read_manifest(dir.string());
   const ManifestSplit train = manifest.splits.at("train");
 
+  // A table's schema stays; each side gets its own profile.
+  std::optional<TableSchema> table;
+  if (!train.table.empty()) {
+    CountingSink counting;
+    table = stream_manifest_split(dir.string(), train, options_.limits, counting).table;
+  }
+
   // Pass 1: the labels; then per class, a seeded shuffle picks round(fraction * count) for test.
   LabelSink labels;
   stream_manifest_split(dir.string(), train, options_.limits, labels);
@@ -338,10 +371,20 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
                                 "test-y-" + stamp + ".npy"};
   NpyFileWriter train_writer((work / names[0]).string(), (work / names[1]).string());
   NpyFileWriter test_writer((work / names[2]).string(), (work / names[3]).string());
-  RoutingSink router(to_test, train_writer, test_writer);
+  const TableSchema no_table;
+  ProfilingSink train_side(train_writer, table ? *table : no_table), test_side(test_writer, table ? *table : no_table);
+  RoutingSink router(to_test, table ? static_cast<ExampleSink&>(train_side) : train_writer,
+                     table ? static_cast<ExampleSink&>(test_side) : test_writer);
   stream_manifest_split(dir.string(), train, options_.limits, router);
   train_writer.finish();
   test_writer.finish();
+  std::string table_names[2];
+  if (table) {
+    table_names[0] = "train-table-" + stamp + ".json";
+    table_names[1] = "test-table-" + stamp + ".json";
+    write_text_file((work / table_names[0]).string(), table_to_json(train_side.finish()) + "\n");
+    write_text_file((work / table_names[1]).string(), table_to_json(test_side.finish()) + "\n");
+  }
 
   std::lock_guard use(use_mutex_);
   const std::vector<std::string> jobs = jobs_using_ ? jobs_using_(name) : std::vector<std::string>{};
@@ -352,9 +395,12 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
     return result;
   }
   for (const auto& n : names) fs::rename(work / n, dir / n);
+  for (const auto& n : table_names) {
+    if (!n.empty()) fs::rename(work / n, dir / n);
+  }
   const std::vector<std::string> old_files = train.files();
-  manifest.splits["train"] = npy_split(names[0], names[1]);
-  manifest.splits["test"] = npy_split(names[2], names[3]);
+  manifest.splits["train"] = npy_split(names[0], names[1], table_names[0]);
+  manifest.splits["test"] = npy_split(names[2], names[3], table_names[1]);
   write_manifest(dir.string(), manifest);
   std::error_code ec;
   for (const auto& f : old_files) fs::remove(dir / f, ec);
@@ -362,7 +408,9 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   std::optional<DatasetRecord> record = index_directory(name, r->source);
   record->created_ms = r->created_ms;
   std::vector<std::string> paths = {(dir / kManifestFile).string()};
-  for (const auto& n : names) paths.push_back((dir / n).string());
+  for (const auto& [_, f] : manifest.splits) {
+    for (const auto& n : f.files()) paths.push_back((dir / n).string());
+  }
   record->fingerprint = fingerprint(paths);
   commit(*record);
   result.record = get(name);

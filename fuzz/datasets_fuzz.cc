@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -58,6 +59,40 @@ void check_parsed(const pstrain::ParsedExamples& p) {
   }
   for (int32_t label : p.labels) check(label >= 0 && static_cast<uint32_t>(label) < p.classes, "label out of range");
   check(p.bytes.size() == p.size() * p.example_values() * p.dtype_size(p.dtype), "bytes do not match the shape");
+}
+
+// A parsed table: one stored value per stored column, each a valid code (categorical), 0 or 1
+// (boolean) or NaN (missing); its JSON form reads back to the same text.
+void check_table(const pstrain::ParsedExamples& p) {
+  check(p.table.has_value(), "a CSV without its table");
+  const auto stored = p.table->stored_columns();
+  check(p.shape.size() == 1 && p.shape[0] == stored.size(), "shape does not match the stored columns");
+  std::vector<float> v(p.bytes.size() / sizeof(float));
+  std::memcpy(v.data(), p.bytes.data(), v.size() * sizeof(float));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const pstrain::TableColumn& c = *stored[i % stored.size()];
+    if (std::isnan(v[i])) continue;
+    if (c.type == pstrain::ColumnType::kCategorical) {
+      check(v[i] >= 0 && v[i] < static_cast<float>(c.categories.size()) && v[i] == std::floor(v[i]), "a bad category code");
+    } else if (c.type == pstrain::ColumnType::kBoolean) {
+      check(v[i] == 0 || v[i] == 1, "a boolean that is not 0 or 1");
+    } else {
+      check(std::isfinite(v[i]), "a numeric value that is not finite");
+    }
+  }
+  // (Boost 1.81 parses doubles to within an ulp, not always exactly: the moments are compared so.)
+  const pstrain::TableSchema back = pstrain::table_from_json(pstrain::table_to_json(*p.table), "fuzz");
+  check(back.class_names == p.table->class_names && back.label == p.table->label && back.rows == p.table->rows &&
+            back.columns.size() == p.table->columns.size(),
+        "the table's JSON does not read back");
+  auto close = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || std::abs(a - b) <= 1e-12 * std::abs(a); };
+  for (size_t i = 0; i < back.columns.size(); ++i) {
+    const pstrain::TableColumn &a = p.table->columns[i], &b = back.columns[i];
+    check(a.name == b.name && a.type == b.type && a.categories == b.categories && a.profile.missing == b.profile.missing &&
+              a.profile.top == b.profile.top && close(a.profile.min, b.profile.min) && close(a.profile.max, b.profile.max) &&
+              close(a.profile.mean, b.profile.mean) && close(a.profile.std, b.profile.std),
+          "a column's JSON does not read back");
+  }
 }
 
 // Counts what a stream_* parser gives, in the order the ExampleSink contract allows.
@@ -119,7 +154,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     switch (format) {
       case 0: {
         std::istringstream in(text);
-        check_parsed(pstrain::parse_csv(in, "fuzz.csv"));
+        const pstrain::ParsedExamples p = pstrain::parse_csv(in, "fuzz.csv");
+        check_parsed(p);
+        check_table(p);
         break;
       }
       case 1: {

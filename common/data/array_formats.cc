@@ -431,7 +431,7 @@ void stream_examples(ByteSource& src, const std::string& xsource, const std::str
       for (size_t i = 0; i < n_bytes / sizeof(float); ++i) {
         float v;
         std::memcpy(&v, piece.data() + i * sizeof(float), sizeof v);
-        if (!std::isfinite(v)) {
+        if (!std::isfinite(v) && !(limits.allow_nan && std::isnan(v))) {
           const uint64_t at = done / sizeof(float) + i;
           fail(Kind::kNonFinite, xsource + ": example " + std::to_string(at / per_example) + ", value " +
                                      std::to_string(at % per_example) + " is " + (std::isnan(v) ? "NaN" : "infinite"));

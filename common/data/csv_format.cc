@@ -115,6 +115,7 @@ class Table {
     if (names_.size() < 2) {
       fail(Kind::kBadHeader, source_ + ": the header has no feature column besides '" + options_.label_column + "'", line);
     }
+    if (!options_.expected_columns.empty()) expect_columns(line);
     for (const auto& [name, type] : options_.types) {
       const auto it = std::find(names_.begin(), names_.end(), name);
       if (it == names_.end()) {
@@ -125,6 +126,35 @@ class Table {
       }
     }
     inferred_.resize(names_.size());
+  }
+
+  // The header against the dataset's other split: the same feature columns, in order; their
+  // types become the given ones.
+  void expect_columns(uint64_t line) {
+    std::vector<std::string> features;
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (i != label_) features.push_back(names_[i]);
+    }
+    const auto& expected = options_.expected_columns;
+    for (size_t k = 0; k < std::max(features.size(), expected.size()); ++k) {
+      if (k < features.size() && k < expected.size() && features[k] == expected[k].first) continue;
+      const std::string theirs = k < expected.size() ? "'" + expected[k].first + "'" : "no column";
+      const std::string mine = k < features.size() ? "'" + features[k] + "'" : "no column";
+      fail(Kind::kBadHeader,
+           source_ + ": line " + std::to_string(line) + ": feature column " + std::to_string(k + 1) + " is " + mine +
+               " but the dataset's other split has " + theirs + " there (a dataset's splits have the same columns)",
+           line, k < features.size() ? features[k] : expected[k].first);
+    }
+    for (const auto& [name, type] : expected) {
+      const auto given = options_.types.find(name);
+      if (given != options_.types.end() && given->second != type) {
+        fail(Kind::kBadHeader,
+             source_ + ": column '" + name + "' is " + column_type_name(type) + " in the dataset's other split, not " +
+                 column_type_name(given->second),
+             line, name);
+      }
+      types_.emplace(name, type);
+    }
   }
 
   bool missing(std::string_view cell) const {
@@ -161,7 +191,8 @@ class Table {
       double value = 0;
       bool range = false;
       if (in.numeric && !parse_number(cell, value, range)) in.numeric = false;
-      if (in.numeric && !range && value != std::floor(value)) in.whole = false;
+      // (A whole number beyond 1e15 is no class number: the column is targets.)
+      if (in.numeric && (range || value != std::floor(value) || std::abs(value) >= 1e15)) in.whole = false;
       if (in.boolean && parse_boolean(cell) < 0) in.boolean = false;
       if (in.distinct.size() <= kDistinctCap) in.distinct.emplace(cell);
     }
@@ -173,10 +204,12 @@ class Table {
       if (i == label_) continue;
       TableColumn c;
       c.name = names_[i];
-      const auto given = options_.types.find(names_[i]);
+      std::optional<ColumnType> given;
+      if (const auto it = types_.find(names_[i]); it != types_.end()) given = it->second;
+      else if (const auto it2 = options_.types.find(names_[i]); it2 != options_.types.end()) given = it2->second;
       Inferred& in = inferred_[i];
-      if (given != options_.types.end()) {
-        c.type = given->second;
+      if (given) {
+        c.type = *given;
       } else if (in.numeric) {
         c.type = ColumnType::kNumeric;
       } else if (in.boolean) {
@@ -230,8 +263,6 @@ class Table {
     stored_ = 0;
     for (const TableColumn& c : columns_) stored_ += c.type != ColumnType::kIgnored;
     if (stored_ == 0) fail(Kind::kBadHeader, source_ + ": every feature column is ignored", header_line);
-    counts_.resize(columns_.size());
-    moments_.resize(columns_.size());
     inferred_.clear();
   }
 
@@ -250,7 +281,6 @@ class Table {
       float& out = row[f++];
       if (missing(cell)) {
         out = std::nanf("");
-        ++c.profile.missing;
         continue;
       }
       switch (c.type) {
@@ -266,7 +296,6 @@ class Table {
             fail(Kind::kNonFinite, where(source_, line, c.name, i) + ": " + shown(cell) + " is not a finite float32", line, c.name);
           }
           out = narrowed;
-          moments_[ci].add(narrowed);
           break;
         }
         case ColumnType::kBoolean: {
@@ -277,13 +306,11 @@ class Table {
                  line, c.name);
           }
           out = static_cast<float>(b);
-          ++counts_[ci][b == 1 ? "true" : "false"];
           break;
         }
         case ColumnType::kCategorical: {
           const auto it = codes_[ci].find(std::string(cell));
           out = static_cast<float>(it->second);
-          ++counts_[ci][it->first];
           break;
         }
         case ColumnType::kIgnored: break;
@@ -294,22 +321,13 @@ class Table {
 
   size_t stored() const { return stored_; }
   uint64_t rows() const { return rows_; }
-  // The schema and the profile, after the second pass.
-  void finish(ExampleSummary& out) {
+  // The schema (profile still empty) once decide() ran.
+  TableSchema schema() const {
     TableSchema t;
     t.label = names_[label_];
     t.class_names = label_kind_ == LabelKind::kNames ? class_names_ : std::vector<std::string>{};
-    t.rows = rows_;
-    for (size_t ci = 0; ci < columns_.size(); ++ci) {
-      TableColumn c = columns_[ci];
-      if (c.type == ColumnType::kNumeric) moments_[ci].into(c.profile);
-      std::vector<std::pair<std::string, uint64_t>> top(counts_[ci].begin(), counts_[ci].end());
-      std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
-      if (top.size() > kProfileTopCategories) top.resize(kProfileTopCategories);
-      c.profile.top = std::move(top);
-      t.columns.push_back(std::move(c));
-    }
-    out.table = std::move(t);
+    t.columns = columns_;
+    return t;
   }
 
   enum class LabelKind { kNumbers, kTargets, kNames };
@@ -319,27 +337,6 @@ class Table {
   const std::vector<std::string>& class_names() const { return class_names_; }
 
  private:
-  struct Moments {
-    uint64_t n = 0;
-    double mean = 0, m2 = 0, min = 0, max = 0;
-    void add(double v) {
-      if (n == 0) min = max = v;
-      min = std::min(min, v);
-      max = std::max(max, v);
-      ++n;
-      const double d = v - mean;
-      mean += d / static_cast<double>(n);
-      m2 += d * (v - mean);
-    }
-    void into(ColumnProfile& p) const {
-      const double nan = std::nan("");
-      p.min = n ? min : nan;
-      p.max = n ? max : nan;
-      p.mean = n ? mean : nan;
-      p.std = n > 1 ? std::sqrt(m2 / static_cast<double>(n - 1)) : nan;
-    }
-  };
-
   void label(std::string_view cell, uint64_t line, size_t i) {
     if (label_kind_ == LabelKind::kNames) {
       const auto it = class_index_.find(std::string(cell));
@@ -365,13 +362,12 @@ class Table {
   const std::string& source_;
   const CsvOptions& options_;
   std::vector<std::string> names_;
+  std::map<std::string, ColumnType> types_;  // fixed by the other split (expected_columns)
   size_t label_ = 0;
   std::vector<Inferred> inferred_;
   std::vector<TableColumn> columns_;
   std::vector<size_t> column_of_;  // header index -> index in columns_ (SIZE_MAX: the label)
   std::vector<std::unordered_map<std::string, uint32_t>> codes_;
-  std::vector<std::map<std::string, uint64_t>> counts_;
-  std::vector<Moments> moments_;
   size_t stored_ = 0;
   uint64_t rows_ = 0;
   LabelKind label_kind_ = LabelKind::kNumbers;
@@ -418,6 +414,7 @@ ExampleSummary stream_csv(const StreamOpener& open, const std::string& source, c
   const uint64_t row_bytes = table.stored() * sizeof(float);
   sink.begin(out.shape, out.dtype);
   std::vector<float> row(table.stored());
+  TableProfiler profiler(table.schema());
   auto in = open_checked(open, source);
   CsvRecords records(*in, source, separator, options.max_line_bytes);
   records.next(fields);  // the header
@@ -429,9 +426,10 @@ ExampleSummary stream_csv(const StreamOpener& open, const std::string& source, c
            records.line());
     }
     table.read(fields, records.line(), row);
+    profiler.add(row.data());
     sink.examples(reinterpret_cast<const uint8_t*>(row.data()), row_bytes);
   }
-  table.finish(out);
+  out.table = profiler.finish();
   out.examples = table.rows();
   out.table->separator = separator;
   switch (table.label_kind()) {

@@ -53,6 +53,7 @@ std::string_view format_error_kind_name(DatasetFormatError::Kind kind) {
     case Kind::kLengthMismatch: return "length_mismatch";
     case Kind::kTruncated: return "truncated";
     case Kind::kTrailingData: return "trailing_data";
+    case Kind::kBadEncoding: return "bad_encoding";
   }
   return "unknown";
 }

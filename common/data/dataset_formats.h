@@ -77,6 +77,7 @@ class DatasetFormatError : public DataError {
     kLengthMismatch,     // x and y hold different numbers of examples
     kTruncated,          // an array's data is shorter than its shape says
     kTrailingData,       // an array's data is longer than its shape says
+    kBadEncoding,        // a CSV's text is not UTF-8
   };
 
   DatasetFormatError(Kind kind, const std::string& message, uint64_t line = 0, std::string column = "")
@@ -126,6 +127,9 @@ struct ExampleLimits {
   uint64_t max_examples = 10'000'000;         // rows of a CSV, length of x and y
   uint64_t max_bytes = uint64_t{2} << 30;     // size of ParsedExamples::bytes (2 GiB)
   uint32_t max_classes = kMaxClasses;         // labels must be below this (10,000; and below 2^31)
+  // float32 examples may hold NaN: a stored table's missing values (table_schema.h). Infinities
+  // are refused all the same.
+  bool allow_nan = false;
 };
 
 // The cells read as missing unless the upload names others (?missing=).
@@ -144,6 +148,9 @@ struct CsvOptions {
   // Classes fixed by the dataset's other split: string labels must be among these names (their
   // index is the class). Empty: derived from this file.
   std::vector<std::string> class_names;
+  // The feature columns fixed by the dataset's other split, in order, with their types: the
+  // header must have exactly these (besides the label) and `types` may not contradict them.
+  std::vector<std::pair<std::string, ColumnType>> expected_columns;
   uint32_t max_columns = 100'000;        // header fields, label included
   uint64_t max_line_bytes = 16 << 20;    // one record, terminators excluded (16 MiB)
   ExampleLimits limits;

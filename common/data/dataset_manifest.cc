@@ -46,7 +46,8 @@ ManifestSplit read_split(const json::value& v, const std::string& where) {
     s.format = ManifestSplit::Format::kNpy;
     s.x = read_file_name(o, "x", where);
     s.y = read_file_name(o, "y", where);
-    allow({"x", "y"});
+    if (o.contains("table")) s.table = read_file_name(o, "table", where);
+    allow({"x", "y", "table"});
   } else if (o.contains("npz")) {
     s.format = ManifestSplit::Format::kNpz;
     s.npz = read_file_name(o, "npz", where);
@@ -72,7 +73,11 @@ ManifestSplit read_split(const json::value& v, const std::string& where) {
 
 json::object split_to_json(const ManifestSplit& s) {
   switch (s.format) {
-    case ManifestSplit::Format::kNpy: return {{"x", s.x}, {"y", s.y}};
+    case ManifestSplit::Format::kNpy: {
+      json::object o{{"x", s.x}, {"y", s.y}};
+      if (!s.table.empty()) o["table"] = s.table;
+      return o;
+    }
     case ManifestSplit::Format::kNpz: return {{"npz", s.npz}};
     case ManifestSplit::Format::kCsv: return {{"csv", s.csv}, {"label", s.label}};
     case ManifestSplit::Format::kIdx: return {{"images", s.images}, {"labels", s.labels}};
@@ -91,7 +96,7 @@ bool is_valid_dataset_name(const std::string& name) {
 
 std::vector<std::string> ManifestSplit::files() const {
   switch (format) {
-    case Format::kNpy: return {x, y};
+    case Format::kNpy: return table.empty() ? std::vector<std::string>{x, y} : std::vector<std::string>{x, y, table};
     case Format::kNpz: return {npz};
     case Format::kCsv: return {csv};
     case Format::kIdx: return {images, labels};
@@ -166,7 +171,22 @@ ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit
   namespace fs = std::filesystem;
   auto at = [&](const std::string& name) { return (fs::path(dir) / name).string(); };
   switch (split.format) {
-    case ManifestSplit::Format::kNpy: return stream_npy_pair(at(split.x), at(split.y), limits, sink);
+    case ManifestSplit::Format::kNpy: {
+      ExampleLimits table_limits = limits;
+      table_limits.allow_nan = !split.table.empty();  // a table's missing values
+      ExampleSummary summary = stream_npy_pair(at(split.x), at(split.y), table_limits, sink);
+      if (!split.table.empty()) {
+        std::ifstream in(at(split.table), std::ios::binary);
+        if (!in) throw DataError(at(split.table) + ": cannot open: " + std::strerror(errno));
+        std::stringstream text;
+        text << in.rdbuf();
+        summary.table = table_from_json(text.str(), at(split.table));
+        if (summary.table->stored_columns().size() != (summary.shape.empty() ? 0 : summary.shape[0]) || summary.shape.size() != 1) {
+          throw DataError(at(split.table) + ": its columns do not match the examples' shape");
+        }
+      }
+      return summary;
+    }
     case ManifestSplit::Format::kNpz: return stream_npz(at(split.npz), limits, sink);
     case ManifestSplit::Format::kIdx: return stream_idx(at(split.images), at(split.labels), limits, sink);
     case ManifestSplit::Format::kCsv: {

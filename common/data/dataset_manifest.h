@@ -12,6 +12,8 @@
 //   }
 // where <files> is one of (paths relative to the directory, no "/" or ".."):
 //   {"x": "train-x.npy", "y": "train-y.npy"}   an .npy pair (x: |u1 or <f4, y: integers)
+//     optionally with "table": "train-table.json", the columns of a table stored as x
+//     (table_schema.h: types, categories, class names, profile), as the catalog stores a CSV
 //   {"npz": "train.npz"}                        an .npz with arrays x and y
 //   {"csv": "train.csv", "label": "label"}      CSV with a header; "label" names the label column
 //   {"images": "train-images-idx3-ubyte.gz", "labels": "train-labels-idx1-ubyte.gz"}   IDX pair
@@ -42,6 +44,7 @@ struct ManifestSplit {
   enum class Format { kNpy, kNpz, kCsv, kIdx };
   Format format = Format::kNpy;
   std::string x, y;             // kNpy
+  std::string table;            // kNpy, optional: the table's schema and profile (table_schema.h)
   std::string npz;              // kNpz
   std::string csv, label = "label";  // kCsv
   std::string images, labels;   // kIdx

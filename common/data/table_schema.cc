@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/base/error.h"
@@ -40,6 +41,74 @@ bool TableSchema::needs_preprocessing() const {
     if (c->type == ColumnType::kCategorical || c->profile.missing > 0) return true;
   }
   return false;
+}
+
+TableProfiler::TableProfiler(const TableSchema& schema) : schema_(schema) {
+  for (size_t i = 0; i < schema_.columns.size(); ++i) {
+    if (schema_.columns[i].type != ColumnType::kIgnored) stored_.push_back(i);
+  }
+  missing_.assign(stored_.size(), 0);
+  moments_.resize(stored_.size());
+  counts_.resize(stored_.size());
+  for (size_t k = 0; k < stored_.size(); ++k) {
+    const TableColumn& c = schema_.columns[stored_[k]];
+    if (c.type == ColumnType::kCategorical) counts_[k].assign(c.categories.size(), 0);
+    if (c.type == ColumnType::kBoolean) counts_[k].assign(2, 0);
+  }
+}
+
+void TableProfiler::add(const float* row) {
+  ++rows_;
+  for (size_t k = 0; k < stored_.size(); ++k) {
+    const float v = row[k];
+    if (std::isnan(v)) {
+      ++missing_[k];
+      continue;
+    }
+    if (!counts_[k].empty() || schema_.columns[stored_[k]].type != ColumnType::kNumeric) {
+      const auto code = static_cast<size_t>(v);
+      if (code < counts_[k].size()) ++counts_[k][code];
+      continue;
+    }
+    Moments& m = moments_[k];
+    const double d = v;
+    if (m.n == 0) m.min = m.max = d;
+    m.min = std::min(m.min, d);
+    m.max = std::max(m.max, d);
+    ++m.n;
+    const double delta = d - m.mean;
+    m.mean += delta / static_cast<double>(m.n);
+    m.m2 += delta * (d - m.mean);
+  }
+}
+
+TableSchema TableProfiler::finish() const {
+  TableSchema t = schema_;
+  t.rows = rows_;
+  const double nan = std::nan("");
+  for (size_t k = 0; k < stored_.size(); ++k) {
+    TableColumn& c = t.columns[stored_[k]];
+    ColumnProfile& p = c.profile;
+    p = ColumnProfile{};
+    p.missing = missing_[k];
+    if (c.type == ColumnType::kNumeric) {
+      const Moments& m = moments_[k];
+      p.min = m.n ? m.min : nan;
+      p.max = m.n ? m.max : nan;
+      p.mean = m.n ? m.mean : nan;
+      p.std = m.n > 1 ? std::sqrt(m.m2 / static_cast<double>(m.n - 1)) : nan;
+      continue;
+    }
+    for (size_t code = 0; code < counts_[k].size(); ++code) {
+      if (counts_[k][code] == 0) continue;
+      const std::string name = c.type == ColumnType::kBoolean ? (code == 1 ? "true" : "false") : c.categories[code];
+      p.top.emplace_back(name, counts_[k][code]);
+    }
+    std::sort(p.top.begin(), p.top.end(),
+              [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+    if (p.top.size() > kProfileTopCategories) p.top.resize(kProfileTopCategories);
+  }
+  return t;
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,7 +36,8 @@ struct ColumnProfile {
   uint64_t missing = 0;
   // numeric (over the present values; NaN when none is): min, max, mean, sample std (n - 1),
   // as pandas' describe.
-  double min = 0, max = 0, mean = 0, std = 0;
+  static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+  double min = kNone, max = kNone, mean = kNone, std = kNone;
   // categorical and boolean: the most frequent values with their counts (by count, then name).
   std::vector<std::pair<std::string, uint64_t>> top;
 };
@@ -61,6 +63,29 @@ struct TableSchema {
   // True when a stored column is categorical or has a missing value: training on the raw stored
   // values would be wrong, so a job needs the preprocessing that turns them into features.
   bool needs_preprocessing() const;
+};
+
+// Computes every stored column's profile from stored rows (the values above), so a split's
+// profile is the same whether it was parsed from text or cut from another split.
+class TableProfiler {
+ public:
+  explicit TableProfiler(const TableSchema& schema);
+  // One row: a value per stored column, in order.
+  void add(const float* row);
+  // The schema with this split's profile and row count.
+  TableSchema finish() const;
+
+ private:
+  struct Moments {
+    uint64_t n = 0;
+    double mean = 0, m2 = 0, min = 0, max = 0;
+  };
+  TableSchema schema_;
+  std::vector<size_t> stored_;  // stored column -> index in schema_.columns
+  std::vector<uint64_t> missing_;
+  std::vector<Moments> moments_;
+  std::vector<std::vector<uint64_t>> counts_;  // per code (categorical) or {false, true}
+  uint64_t rows_ = 0;
 };
 
 // The JSON form kept beside a stored split (`<split>-table-*.json`) and shown (with the profile)

@@ -3,6 +3,8 @@
 // touches files runs on the catalog's thread; the answer comes from there.
 #include <boost/json.hpp>
 
+#include <map>
+#include <optional>
 #include <variant>
 
 #include "common/base/json_text.h"
@@ -13,6 +15,51 @@
 
 namespace pstrain {
 namespace {
+
+// A CSV upload's table parameters: ?sep=,|;|tab  ?types=name:type,...  ?missing=NA,,-
+// (comma-separated; an empty item is the empty cell).
+struct TableParams {
+  char separator = 0;
+  std::map<std::string, ColumnType> types;
+  std::optional<std::vector<std::string>> missing;
+  std::optional<std::pair<std::string, std::string>> error;  // (detail, parameter)
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+TableParams read_table_params(const std::map<std::string, std::string>& params) {
+  TableParams t;
+  if (const auto it = params.find("sep"); it != params.end()) {
+    const std::string& v = it->second;
+    if (v == "," || v == "comma") t.separator = ',';
+    else if (v == ";" || v == "semicolon") t.separator = ';';
+    else if (v == "\t" || v == "tab") t.separator = '\t';
+    else t.error = {{"sep must be ',', ';' or tab (also: comma, semicolon), not '" + v + "'", "sep"}};
+  }
+  if (const auto it = params.find("types"); it != params.end() && !t.error) {
+    for (const std::string& item : split_list(it->second)) {
+      const size_t colon = item.rfind(':');
+      const auto type = colon == std::string::npos ? std::nullopt : column_type_from_name(item.substr(colon + 1));
+      if (colon == std::string::npos || colon == 0 || !type) {
+        t.error = {{"types must be a list of column:type (types: numeric, categorical, boolean, ignore), not '" + item + "'",
+                    "types"}};
+        break;
+      }
+      t.types[item.substr(0, colon)] = *type;
+    }
+  }
+  if (const auto it = params.find("missing"); it != params.end()) t.missing = split_list(it->second);
+  return t;
+}
 
 // A dataset upload's route: PUT /v1/datasets/{name}/{split}[/images|/labels], from its captures.
 struct UploadRoute {
@@ -128,6 +175,11 @@ void RestApi::add_dataset_routes() {
     if (const auto it = params.find("label"); it != params.end()) upload.label_column = it->second;
     if (const auto it = params.find("replace"); it != params.end()) upload.replace = it->second == "true";
     if (const auto it = params.find("task"); it != params.end()) upload.regression = it->second == "regression";
+    // (plan_dataset_upload checked sep, types and missing.)
+    const TableParams table = read_table_params(params);
+    upload.separator = table.separator;
+    upload.types = table.types;
+    upload.missing = table.missing;
     upload.body_path = request.body_file;
     upload.body_bytes = request.body_bytes;
     upload.body_sha256 = request.body_sha256;
@@ -166,12 +218,16 @@ BodyPlan RestApi::plan_dataset_upload(const HttpRequest& head, const Router::Mat
   const auto params = query_params(head.target);
   for (const auto& [key, value] : params) {
     const bool whole = route->part == DatasetCatalog::UploadPart::kWhole;
-    if (key != "replace" && !((key == "label" || key == "task") && whole)) {
+    const bool table_param = key == "label" || key == "task" || key == "sep" || key == "types" || key == "missing";
+    if (key != "replace" && !(table_param && whole)) {
       return reject(problem(400, "unknown-parameter", "Unknown query parameter",
                             "'" + key + "' is not a parameter of this upload (known: replace" +
-                                (whole ? ", label, task" : "") + ")",
+                                (whole ? ", label, task, sep, types, missing" : "") + ")",
                             key));
     }
+  }
+  if (const TableParams table = read_table_params(params); table.error) {
+    return reject(problem(400, "invalid-parameter", "Invalid query parameter", table.error->first, table.error->second));
   }
   if (const auto it = params.find("task"); it != params.end() && it->second != "regression" &&
                                             it->second != "classification") {

@@ -271,16 +271,24 @@ TEST_CASE("datasets: every defect gets its status and a message naming it, and n
   json::object o = expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4\n", csv_type), 422,
                           "dataset-ragged-row", "line 3 has 2 fields");
   CHECK(num(o, "line") == 3);
-  o = expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,x,1\n", csv_type), 422, "dataset-not-numeric",
-             "'x' is not a number");
+  o = expect(put(port, "/v1/datasets/bad/train?types=b:numeric", "a,b,label\n1,2,0\n3,x,1\n", csv_type), 422,
+             "dataset-not-numeric", "'x' is not a number");
   CHECK(num(o, "line") == 3);
   CHECK(str(o, "column") == "b");
-  expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4,yes\n", csv_type), 422, "dataset-bad-label",
-         "not a non-negative integer or a number");
+  expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4,NA\n", csv_type), 422, "dataset-bad-label",
+         "the label is missing");
+  o = expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n\"3\"x,4,1\n", csv_type), 422, "dataset-quoted-field",
+             "after a closing quote");
+  CHECK(num(o, "line") == 3);
+  expect(put(port, "/v1/datasets/bad/train?sep=pipe", "a,label\n1,0\n", csv_type), 400, "invalid-parameter", "sep must be");
+  expect(put(port, "/v1/datasets/bad/train?types=a:text", "a,label\n1,0\n", csv_type), 400, "invalid-parameter",
+         "column:type");
+  expect(put(port, "/v1/datasets/bad/train?types=zz:numeric", "a,label\n1,0\n2,1\n", csv_type), 422, "dataset-bad-header",
+         "'zz'");
   expect(put(port, "/v1/datasets/bad/train?task=guess", "a,b,label\n1,2,0\n3,4,1\n", csv_type), 400,
          "invalid-parameter", "task must be regression or classification");
   expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4,-1\n", csv_type), 422, "dataset-bad-label", "-1");
-  expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,nan,0\n3,4,1\n", csv_type), 422, "dataset-non-finite",
+  expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,inf,0\n3,4,1\n", csv_type), 422, "dataset-non-finite",
          "not a finite float32");
   expect(put(port, "/v1/datasets/bad/train", "a,b,label\n1,2,0\n3,4,0\n", csv_type), 422, "dataset-too-few-classes",
          "at least 2 classes");
@@ -320,8 +328,8 @@ TEST_CASE("datasets: every defect gets its status and a message naming it, and n
   REQUIRE(put(port, "/v1/datasets/ok/train", to_csv(t), csv_type).status == 201);
   expect(put(port, "/v1/datasets/ok/train", to_csv(t), csv_type), 409, "dataset-exists", "replace=true");
   CHECK(put(port, "/v1/datasets/ok/train?replace=true", to_csv(t), csv_type).status == 200);
-  expect(put(port, "/v1/datasets/ok/test", to_csv(make_tabular(50, 5, 2, 6)), csv_type), 422, "dataset-shape-mismatch",
-         "shape [5]");
+  expect(put(port, "/v1/datasets/ok/test", to_csv(make_tabular(50, 5, 2, 6)), csv_type), 422, "dataset-bad-header",
+         "feature column 5 is 'f4' but the dataset's other split has no column there");
 
   // A job spec that does not fit the dataset, or names none.
   o = expect(post_json(port, "/v1/jobs", job_json("ok", "[5]", R"([{"type": "dense", "units": 2}])", 1)), 422,
