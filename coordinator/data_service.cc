@@ -108,6 +108,22 @@ kj::Promise<std::shared_ptr<const HeldOut>> DataService::hold_out(std::shared_pt
   return kj::mv(paf.promise);
 }
 
+kj::Promise<std::shared_ptr<const PreparedTable>> DataService::prepare_table(PreprocessingSpec spec,
+                                                                          std::shared_ptr<const Split> train,
+                                                                          std::shared_ptr<const Split> validation,
+                                                                          std::shared_ptr<const Split> test) {
+  auto paf = make_cross_thread_paf<std::shared_ptr<const PreparedTable>>();
+  loading_.post([fulfiller = paf.fulfiller, spec = std::move(spec), train = std::move(train),
+                 validation = std::move(validation), test = std::move(test)]() mutable {
+    try {
+      fulfiller->fulfill(std::make_shared<const PreparedTable>(pstrain::prepare_table(spec, *train, validation.get(), *test)));
+    } catch (const std::exception& e) {
+      fulfiller->reject(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(e.what())));
+    }
+  });
+  return kj::mv(paf.promise);
+}
+
 void DataService::forget(const std::string& dataset) {
   for (SplitKind kind : {SplitKind::kTrain, SplitKind::kTest}) splits_.erase(Key(dataset, static_cast<int>(kind)));
 }

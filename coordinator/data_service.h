@@ -28,6 +28,7 @@
 
 #include "common/data/data_plan.h"
 #include "common/data/dataset.h"
+#include "common/data/table_split.h"
 #include "common/data/validation_split.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 #include "common/base/task_thread.h"
@@ -51,6 +52,13 @@ class DataService {
   // thread (not cached: each job that asks gets its own); fails with the DataError's message.
   kj::Promise<std::shared_ptr<const HeldOut>> hold_out(std::shared_ptr<const Split> train, double fraction,
                                                        uint64_t seed);
+
+  // A job's table splits preprocessed (common/data/table_split.h): the preprocessing fitted on
+  // `train` (the training part) and applied to each, on the loading thread (not cached: each job
+  // has its own); fails with the error's message (a bad spec or a defect names it).
+  kj::Promise<std::shared_ptr<const PreparedTable>> prepare_table(PreprocessingSpec spec, std::shared_ptr<const Split> train,
+                                                                 std::shared_ptr<const Split> validation,
+                                                                 std::shared_ptr<const Split> test);
 
   // Drops the cached splits of `dataset` (replaced or deleted): the next load() calls the loader
   // again. Jobs holding a split keep theirs; a load in flight still answers its callers but is

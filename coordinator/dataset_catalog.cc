@@ -129,21 +129,12 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
     *why = "dataset \"" + name + "\" cannot be used: " + (r.error.empty() ? "it has no train split" : r.error);
     return std::nullopt;
   }
-  if (const TableSchema* table = r.table(); table && table->needs_preprocessing()) {
-    std::string columns;
-    for (const TableColumn* c : table->stored_columns()) {
-      if (c->type == ColumnType::kCategorical || c->profile.missing > 0) columns += (columns.empty() ? "" : ", ") + c->name;
-    }
-    *why = "dataset \"" + name + "\" has categorical columns or missing values (" + columns +
-           "), which a job cannot train on as stored: give those columns the type ignore (?types=name:ignore) or "
-           "upload the table without them";
-    return std::nullopt;
-  }
   DatasetInfo info;
   info.name = name;
   info.num_classes = r.num_classes;
   info.target_width = r.target_width;
   for (uint32_t d : r.shape) info.example_shape.push_back(d);
+  if (const TableSchema* table = r.table()) info.table = std::make_shared<const TableSchema>(*table);
   return info;
 }
 

@@ -14,6 +14,7 @@
 #include "common/base/json_text.h"
 #include "common/base/log.h"
 #include "common/data/model_eval.h"
+#include "common/data/table_split.h"
 #include "common/engine/nn/loss.h"
 #include "common/engine/nn/model.h"
 #include "common/engine/safetensors.h"
@@ -26,6 +27,9 @@ namespace json = boost::json;
 struct ModelService::Loaded {
   std::string id;
   JobSpec spec;
+  // A table model's fitted preprocessing (the file's metadata "preprocessing"): predictions take
+  // records by field name and evaluation the table's stored splits.
+  std::shared_ptr<const FittedPreprocessing> preprocessing;
   std::unique_ptr<nn::Model<float>> model;
   std::vector<float> params;
 };
@@ -379,6 +383,18 @@ std::shared_ptr<ModelService::Loaded> ModelService::cache(const std::string& key
     return nullptr;
   }
   loaded->params = std::move(*params);
+  if (const auto meta = safetensors_metadata(file); meta && meta->count("preprocessing") != 0) {
+    try {
+      loaded->preprocessing = std::make_shared<const FittedPreprocessing>(fitted_from_json(meta->at("preprocessing")));
+    } catch (const DataError& e) {
+      *err = service_error(500, "model-missing", "the stored file of " + what + " has a bad preprocessing: " + e.what());
+      return nullptr;
+    }
+    if (loaded->preprocessing->width() != static_cast<uint32_t>(loaded->model->input_size())) {
+      *err = service_error(500, "model-missing", "the stored file of " + what + " has a preprocessing of another width");
+      return nullptr;
+    }
+  }
   cache_.push_front(loaded);
   if (cache_.size() > kMaxModels) cache_.pop_back();
   PSLOG(kInfo) << what << " loaded for serving (" << loaded->params.size() << " parameters)";
@@ -425,7 +441,15 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
     const std::string where = "/instances/" + std::to_string(i);
     const size_t before = inputs.size();
     std::string why;
-    if (v.is_object()) {
+    if (v.is_object() && m->preprocessing && !v.as_object().contains("b64")) {
+      // A record of a table model, by field name: preprocessed as in training.
+      inputs.resize(before + input_size);
+      try {
+        apply_preprocessing(*m->preprocessing, v.as_object(), inputs.data() + before);
+      } catch (const DataError& e) {
+        why = e.what();
+      }
+    } else if (v.is_object()) {
       const json::value* b64 = v.as_object().if_contains("b64");
       if (b64 == nullptr || !b64->is_string() || v.as_object().size() != 1) {
         why = "an object instance must be {\"b64\": \"<base64 of the raw uint8 values>\"}";
@@ -451,7 +475,9 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
     }
   }
 
-  std::string out = predictions_json(*m->model, m->params.data(), inputs.data(), list.size());
+  std::string out = predictions_json(*m->model, m->params.data(), inputs.data(), list.size(),
+                                     m->preprocessing ? m->preprocessing->class_names : std::vector<std::string>{},
+                                     m->preprocessing != nullptr);
   Result r;
   r.json = std::move(out);
   return r;
@@ -518,12 +544,33 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
   if (!info) return failed(service_error(422, "invalid-evaluation", "/dataset " + why, "/dataset"));
   JobSpec on_it = m->spec;
   on_it.dataset.name = dataset;
+  if (static_cast<bool>(info->table) != static_cast<bool>(m->preprocessing)) {
+    return failed(service_error(422, "invalid-evaluation",
+                                "/dataset: " + dataset + (info->table ? " is a table but the model was not trained on one"
+                                                                      : " is not a table but the model was trained on one"),
+                                "/dataset"));
+  }
   try {
-    check_spec_against_dataset(on_it, *info);
+    if (!info->table) check_spec_against_dataset(on_it, *info);
   } catch (const SpecError& e) {
     return failed(service_error(422, "invalid-evaluation", std::string("/dataset: the model does not fit it: ") + e.what(), "/dataset"));
   }
-  const Split split = catalog_.load(dataset, kind);
+  Split split = catalog_.load(dataset, kind);
+  if (m->preprocessing) {
+    // The table's stored columns must be the model's, in order; then its fitted steps apply.
+    const std::vector<const TableColumn*> stored = split.table->stored_columns();
+    for (size_t k = 0; k < std::max(stored.size(), m->preprocessing->columns.size()); ++k) {
+      const FittedColumn* f = k < m->preprocessing->columns.size() ? &m->preprocessing->columns[k] : nullptr;
+      if (k >= stored.size() || f == nullptr || stored[k]->name != f->name || stored[k]->type != f->type) {
+        return failed(service_error(422, "invalid-evaluation",
+                                    "/dataset: the table's columns differ from the model's at column " + std::to_string(k + 1) +
+                                        " (" + (k < stored.size() ? stored[k]->name : std::string("none")) + " vs " +
+                                        (f ? f->name : std::string("none")) + ")",
+                                    "/dataset"));
+      }
+    }
+    split = preprocess_split(split, *m->preprocessing);
+  }
   check_spec_against_dataset(on_it, split);
 
   const Evaluation evaluation = evaluate_model(*m->model, m->params.data(), split);

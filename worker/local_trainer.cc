@@ -8,6 +8,7 @@
 #include "common/engine/nn/moving_statistics.h"
 #include "common/data/dataset.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/table_split.h"
 #include "common/data/validation_split.h"
 #include "common/base/error.h"
 #include "common/engine/nn/gradient_scaling.h"
@@ -143,13 +144,25 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
     return load_any_split(options.data_dir, name, kind);
   };
   Split train = load(spec.dataset.name, SplitKind::kTrain);
-  const Split test = load(spec.dataset.name, SplitKind::kTest);
+  Split test_storage = load(spec.dataset.name, SplitKind::kTest);
   std::optional<Split> validation;  // training.validation_fraction's hold-out; train is the rest
   if (spec.training.validation_fraction > 0) {
     HeldOut held = hold_out_validation(train, spec.training.validation_fraction, spec.dataset.shuffle_seed);
     train = std::move(held.train);
     validation = std::move(held.validation);
   }
+  std::shared_ptr<const FittedPreprocessing> preprocessing;
+  if (train.table) {
+    // A table: fitted on the training part, applied to every split (as the cluster's data service does).
+    const PreparedTable prepared = prepare_table(spec.preprocessing, train, validation ? &*validation : nullptr, test_storage);
+    preprocessing = prepared.fitted;
+    train = *prepared.train;
+    if (validation) validation = *prepared.validation;
+    test_storage = *prepared.test;
+  } else if (spec.preprocessing.given) {
+    throw SpecError("/preprocessing", "applies to a table (a CSV upload); " + spec.dataset.name + " holds arrays or images");
+  }
+  const Split& test = test_storage;
   check_spec_against_dataset(spec, train);  // the files may disagree with the dataset table
   check_spec_against_dataset(spec, test);
 
@@ -193,7 +206,8 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
       options.max_steps >= 0 ? std::min(total_steps, global_step + options.max_steps) : total_steps;
   const auto checkpoint = [&](bool final) {
     options.on_checkpoint({global_step, steps_per_epoch, static_cast<int64_t>(train.size), final,
-                           std::span<const float>(result.params.data(), result.params.size()), &state});
+                           std::span<const float>(result.params.data(), result.params.size()), &state,
+                           preprocessing.get()});
   };
 
   for (int64_t epoch = global_step / steps_per_epoch; epoch < spec.training.epochs && global_step < end_step; ++epoch) {

@@ -78,6 +78,7 @@ struct TrainerCheckpoint {
   bool final = false;           // the end of this run (every epoch, or max_steps)
   std::span<const float> params;
   const optim::OptimizerState* optimizer = nullptr;
+  const FittedPreprocessing* preprocessing = nullptr;  // a table's (kept in the file's metadata)
 };
 
 struct LocalTrainerOptions {

@@ -8,6 +8,7 @@
 #include <span>
 #include <sstream>
 
+#include "common/data/table_split.h"
 #include "common/engine/compute_threads.h"
 #include "common/data/dataset_formats.h"
 #include "common/data/dataset_manifest.h"
@@ -117,15 +118,15 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
 std::string checkpoint_file(const pstrain::JobSpec& spec, const pstrain::ParamLayout& layout,
                             const pstrain::TrainerCheckpoint& c) {
   using namespace pstrain;
-  return encode_safetensors(layout, c.params,
-                            {{"format", "pstrain"},
-                             {"name", spec.name},
-                             {"spec", job_spec_to_json(spec)},
-                             {"dataset", spec.dataset.name},
-                             {"dataset_examples", std::to_string(c.dataset_examples)},
-                             {"epoch", std::to_string(c.step / c.steps_per_epoch)},
-                             {"step", std::to_string(c.step)}},
-                            c.optimizer);
+  Metadata metadata = {{"format", "pstrain"},
+                       {"name", spec.name},
+                       {"spec", job_spec_to_json(spec)},
+                       {"dataset", spec.dataset.name},
+                       {"dataset_examples", std::to_string(c.dataset_examples)},
+                       {"epoch", std::to_string(c.step / c.steps_per_epoch)},
+                       {"step", std::to_string(c.step)}};
+  if (c.preprocessing != nullptr) metadata.emplace_back("preprocessing", fitted_to_json(*c.preprocessing));
+  return encode_safetensors(layout, c.params, metadata, c.optimizer);
 }
 
 // --predict FILE --inputs X.npy: the REST predict answer, offline.
@@ -172,8 +173,13 @@ int evaluate_file(const pstrain::FlagSet& flags) {
   if (!flags.get("dataset").empty()) spec.dataset.name = flags.get("dataset");
   const std::string split_name = flags.get("split");
   if (split_name != "test" && split_name != "train") throw Error("--split must be test or train");
-  const Split split = load_any_split(flags.get("data-dir"), spec.dataset.name,
-                                     split_name == "test" ? SplitKind::kTest : SplitKind::kTrain);
+  Split split = load_any_split(flags.get("data-dir"), spec.dataset.name,
+                               split_name == "test" ? SplitKind::kTest : SplitKind::kTrain);
+  if (split.table) {  // a table: the model file's fitted preprocessing makes its features
+    const auto metadata = safetensors_metadata(file);
+    if (!metadata || metadata->count("preprocessing") == 0) throw Error(path + ": the model was not trained on a table");
+    split = preprocess_split(split, fitted_from_json(metadata->at("preprocessing")));
+  }
   check_spec_against_dataset(spec, split);
   nn::Model<float> model(spec.model, 256);
   const auto params = decode_safetensors(model.layout(), file);

@@ -127,11 +127,11 @@ Split make_split(const std::string& dataset, SplitKind kind, ParsedExamples&& pa
 
 const std::vector<DatasetInfo>& known_datasets() {
   static const std::vector<DatasetInfo> kDatasets = {
-      {"mnist10k", "", "mnist10k-train", "mnist10k-test", 10, "", kFetchHint, {28, 28, 1}},
-      {"fashion", "", "fashion-train", "fashion-test", 10, "", kFetchHint, {28, 28, 1}},
+      {"mnist10k", "", "mnist10k-train", "mnist10k-test", 10, "", kFetchHint, {28, 28, 1}, 0, nullptr},
+      {"fashion", "", "fashion-train", "fashion-test", 10, "", kFetchHint, {28, 28, 1}, 0, nullptr},
       // The official split, as Zalando publishes it and Debian packages it (t10k = test).
       {"fashion-mnist", "fashion-mnist", "train", "t10k", 10, std::string(kDebianFashionMnistDir),
-       "install Debian's dataset-fashion-mnist: run deploy/setup.sh", {28, 28, 1}},
+       "install Debian's dataset-fashion-mnist: run deploy/setup.sh", {28, 28, 1}, 0, nullptr},
   };
   return kDatasets;
 }

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "common/data/example_types.h"
+#include "common/data/table_schema.h"
 #include "common/engine/param_layout.h"
 
 namespace pstrain {
@@ -50,6 +52,10 @@ struct Split {
   // The SHA-256 (hex) of the files it was loaded from, as "file=hex" entries separated by spaces
   // (the dataset catalog's record of them; empty when the loader does not know them).
   std::string sha256;
+  // A table's schema and this split's profile (its categorical values are codes of this split's
+  // categories); null for arrays and images. A job trains on the preprocessed form
+  // (preprocessing.h), a split of its own without a table.
+  std::shared_ptr<const TableSchema> table;
 
   // Values per example (the product of `shape`).
   uint32_t example_size() const { return static_cast<uint32_t>(num_elements(shape)); }
@@ -109,6 +115,9 @@ struct DatasetInfo {
   Shape example_shape = {};
   // Regression datasets: float targets per example (0: class labels).
   uint32_t target_width = 0;
+  // A table (a CSV upload): its train split's schema and profile; the input shape a job sees is
+  // then the preprocessed width (preprocessing.h). Null otherwise.
+  std::shared_ptr<const TableSchema> table;
 };
 const std::vector<DatasetInfo>& known_datasets();
 bool is_known_dataset(const std::string& name);

@@ -226,9 +226,13 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
   sink.out.shape = summary.shape;
   sink.out.dtype = summary.dtype;
   sink.out.classes = summary.classes;
+  std::shared_ptr<const TableSchema> table;
+  if (summary.table) table = std::make_shared<const TableSchema>(*summary.table);
   if (summary.target_width > 0) {  // regression: float targets, no classes
     sink.out.target_width = summary.target_width;
-    return make_split(name, kind, std::move(sink.out));
+    Split split = make_split(name, kind, std::move(sink.out));
+    split.table = table;
+    return split;
   }
   if (num_classes == 0) num_classes = manifest.num_classes.value_or(summary.classes);
   if (summary.classes > num_classes) {
@@ -236,7 +240,9 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
                     ", outside its " + std::to_string(num_classes) + " classes");
   }
   sink.out.classes = num_classes;
-  return make_split(name, kind, std::move(sink.out));
+  Split split = make_split(name, kind, std::move(sink.out));
+  split.table = table;
+  return split;
 }
 
 Split load_any_split(const std::string& data_dir, const std::string& name, SplitKind kind) {

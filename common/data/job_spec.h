@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/data/early_stopping.h"
+#include "common/data/preprocessing.h"
 #include "common/engine/model_spec.h"
 #include "common/engine/optim/optimizer_spec.h"
 
@@ -127,6 +128,10 @@ struct JobSpec {
   // Spec `early_stopping` (early_stopping.h): sync training only; the job backs up at every
   // epoch end and keeps the checkpoints the rule may still need.
   EarlyStoppingSpec early_stopping;
+  // Spec `preprocessing` (preprocessing.h): how a table's columns become features. A table
+  // dataset is always preprocessed (the defaults when the spec has no section); another dataset
+  // with this section is refused at submit.
+  PreprocessingSpec preprocessing;
 };
 
 // Parses and validates a job spec. Throws SpecError (kMalformed for text that is not JSON,

@@ -416,6 +416,7 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   if (const json::value* c = r.optional("checkpoint")) spec.checkpoint = read_checkpoint(*c);
   if (const json::value* i = r.optional("init_from")) spec.init_from = read_init_from(*i);
   if (const json::value* e = r.optional("early_stopping")) spec.early_stopping = read_early_stopping(*e);
+  if (const json::value* p = r.optional("preprocessing")) spec.preprocessing = read_preprocessing(*p);
   r.finish();
   resolve_ghost_batches(spec);
   resolve_early_stopping(spec);
@@ -527,6 +528,20 @@ void check_against(const JobSpec& spec, const std::string& dataset, const Shape&
 }  // namespace
 
 void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info) {
+  if (info.table) {
+    // A table: the model's input is the preprocessed features.
+    const uint32_t width = preprocessed_width(spec.preprocessing, *info.table);
+    try {
+      check_against(spec, info.name, {static_cast<int64_t>(width)}, info.num_classes, info.target_width);
+    } catch (const SpecError& e) {
+      if (e.path() != "/model/input_shape") throw;
+      throw SpecError(e.path(), e.detail() + " after preprocessing (preprocessing.h; /preprocessing)");
+    }
+    return;
+  }
+  if (spec.preprocessing.given) {
+    throw SpecError("/preprocessing", "applies to a table (a CSV upload); " + info.name + " holds arrays or images");
+  }
   check_against(spec, info.name, info.example_shape, info.num_classes, info.target_width);
 }
 
@@ -604,6 +619,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
   // Only where they differ from their defaults: a spec written before they existed keeps its
   // canonical text.
   if (spec.early_stopping.enabled) root["early_stopping"] = early_stopping_to_object(spec.early_stopping);
+  if (spec.preprocessing.given) root["preprocessing"] = preprocessing_to_object(spec.preprocessing);
   if (spec.checkpoint.keep != CheckpointSpec{}.keep) root["checkpoint"] = json::object{{"keep", spec.checkpoint.keep}};
   if (spec.init_from.source != InitFromSpec::Source::kNone) {
     json::object init{{spec.init_from.source == InitFromSpec::Source::kJob ? "job" : "model", spec.init_from.id}};

@@ -11,6 +11,7 @@
 #include "common/engine/nn/loss.h"
 
 namespace pstrain {
+namespace json = boost::json;
 
 Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Split& split) {
   const auto outputs = static_cast<size_t>(model.output_size());
@@ -90,7 +91,8 @@ std::string evaluation_json(const Evaluation& e, const std::string& extra) {
   return "{" + extra + body.substr(1);
 }
 
-std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n) {
+std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n,
+                             const std::vector<std::string>& class_names, bool table) {
   const auto outputs = model.output_size();
   const auto classes = nn::loss_classes(model.loss(), outputs);
   const auto input_size = static_cast<size_t>(model.input_size());
@@ -107,6 +109,10 @@ std::string predictions_json(nn::Model<float>& model, const float* params, const
     for (int64_t c = 0; c < batch; ++c) {
       if (is_regression(model.loss())) {
         if (start + static_cast<size_t>(c) > 0) out += ',';
+        if (table && outputs == 1) {
+          out += "{\"value\":" + text(logits(0, c)) + "}";
+          continue;
+        }
         out += "{\"values\":[";
         for (int64_t k = 0; k < outputs; ++k) out += (k > 0 ? "," : "") + text(logits(k, c));
         out += "]}";
@@ -125,6 +131,17 @@ std::string predictions_json(nn::Model<float>& model, const float* params, const
       }
       const int64_t best = nn::class_probabilities(model.loss(), logits.col(c).data(), outputs, probabilities.data());
       if (start + static_cast<size_t>(c) > 0) out += ',';
+      if (class_names.size() == static_cast<size_t>(classes)) {
+        // Named classes (a table's): the class by name, probabilities by name.
+        out += "{\"class\":" + json::serialize(json::value(class_names[static_cast<size_t>(best)])) + ",\"probabilities\":{";
+        for (int64_t k = 0; k < classes; ++k) {
+          if (k > 0) out += ',';
+          out += json::serialize(json::value(class_names[static_cast<size_t>(k)])) + ":" +
+                 text(static_cast<float>(probabilities[static_cast<size_t>(k)]));
+        }
+        out += "}}";
+        continue;
+      }
       out += "{\"class\":" + std::to_string(best) + ",\"probabilities\":[";
       for (int64_t k = 0; k < classes; ++k) {
         if (k > 0) out += ',';

@@ -12,7 +12,7 @@ Checkpointer::Checkpointer(JobContext& job, const EarlyStop& early_stop) : job_(
 
 Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
   const uint64_t per_epoch = job_.plan ? std::max<uint64_t>(1, job_.steps_per_epoch()) : 1;
-  return {{"format", "pstrain"},
+  Metadata m = {{"format", "pstrain"},
           {"job", job_.id},
           {"name", job_.spec.name},
           {"spec", job_.spec_json},
@@ -22,6 +22,8 @@ Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
           {"epoch", std::to_string(version / per_epoch)},
           {"step", std::to_string(version)},
           {"final", final ? "true" : "false"}};
+  if (job_.preprocessing) m.emplace_back("preprocessing", fitted_to_json(*job_.preprocessing));
+  return m;
 }
 
 Checkpointer::~Checkpointer() {

@@ -99,7 +99,7 @@ void JobContext::fill_server_config(proto::JobConfig::Builder config) const {
 }
 
 Metadata JobContext::model_file_metadata(int64_t epoch, uint64_t step) const {
-  return {{"format", "pstrain"},
+  Metadata m = {{"format", "pstrain"},
           {"job", id},
           {"name", spec.name},
           {"spec", job_spec_to_json(spec)},
@@ -107,6 +107,8 @@ Metadata JobContext::model_file_metadata(int64_t epoch, uint64_t step) const {
           {"dataset_examples", std::to_string(train->size)},
           {"epoch", std::to_string(epoch)},
           {"step", std::to_string(step)}};
+  if (preprocessing) m.emplace_back("preprocessing", fitted_to_json(*preprocessing));
+  return m;
 }
 
 uint64_t JobContext::total_steps() const {

@@ -115,6 +115,9 @@ struct JobContext {
   std::vector<NodeId> workers;  // node ids, by worker index
   std::shared_ptr<const Split> train, test;
   std::shared_ptr<const Split> validation;  // training.validation_fraction's hold-out (train is the rest)
+  // A table's preprocessing fitted for this job (train, validation and test are then its
+  // features); null for other datasets. Written into the job's model file and checkpoints.
+  std::shared_ptr<const FittedPreprocessing> preprocessing;
   std::optional<DataPlan> plan;
   uint64_t generation = 0;      // of the current plan: sessions of older ones are stale
   uint64_t resume_version = 0;  // the global step workers start from (sync)

@@ -146,9 +146,22 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
       })
       .then([test = kj::mv(test)]() mutable { return kj::mv(test); })
       .then([this](std::shared_ptr<const Split> test) -> kj::Promise<void> {
+        if (!job_.train->table) {
+          job_.test = std::move(test);
+          return kj::READY_NOW;
+        }
+        // A table: the job trains on its preprocessed features, fitted on its training part.
+        return job_.data.prepare_table(job_.spec.preprocessing, job_.train, job_.validation, std::move(test))
+            .then([this](std::shared_ptr<const PreparedTable> prepared) {
+              job_.preprocessing = prepared->fitted;
+              job_.train = std::shared_ptr<const Split>(prepared, prepared->train.get());
+              job_.test = std::shared_ptr<const Split>(prepared, prepared->test.get());
+              if (prepared->validation) job_.validation = std::shared_ptr<const Split>(prepared, prepared->validation.get());
+            });
+      })
+      .then([this]() -> kj::Promise<void> {
         // Cancelled (or failed) while the data loaded: its nodes are free again, leave them be.
         if (job_.phase != Phase::kConfiguring) return kj::READY_NOW;
-        job_.test = std::move(test);
         // The spec was checked against the dataset table at submit; the files may still disagree.
         for (const Split* split : {job_.train.get(), job_.test.get()}) {
           try {

@@ -1,0 +1,122 @@
+// A table's preprocessing (job spec `preprocessing`): how each stored column of a table
+// (table_schema.h) becomes model features, fitted once per job on the examples it trains on and
+// then applied, unchanged, to every split, to `evaluate` and to `:predict`'s records.
+//
+//   numeric   impute a missing value (mean, median, most_frequent or a constant), then scale:
+//             standardize ((v - mean) / std, population std; std 0 scales by 1), minmax
+//             ((v - min) / (max - min)) or none; one feature.
+//   boolean   impute (most_frequent by default), no scaling; one feature (0 or 1).
+//   categorical  one-hot: the max_categories most frequent categories of the training examples
+//             (ties by name; listed by name) and an "other" feature for the rest and for
+//             categories never seen in training; a missing value is imputed (most_frequent, or
+//             "other" with impute constant).
+//   Any column may add a missing indicator (1 where the value was missing): by default for every
+//   column with a missing value in the dataset's train split, so the width is known at submit.
+//   A column may be dropped.
+// Defaults (the spec says nothing): numeric standardize + mean + indicator; boolean
+// most_frequent + indicator; categorical one-hot of up to 20 categories + most_frequent +
+// indicator.
+//
+// The fitted form holds float32 constants computed in double from the training examples in
+// example order (a pure function of the examples: N workers, one worker and pstrain-train fit the
+// same), and the arithmetic applying it is float32 in a fixed order.
+//
+// Thread rules: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/data/table_schema.h"
+
+namespace boost::json {
+class value;
+class object;
+}  // namespace boost::json
+
+namespace pstrain {
+
+enum class Scaling { kStandardize, kMinMax, kNone };
+enum class Imputation { kMean, kMedian, kMostFrequent, kConstant };
+
+// What the spec says for a column or a column type; unset fields fall back (column -> type
+// default -> built-in default).
+struct ColumnSteps {
+  std::optional<Scaling> scale;
+  std::optional<Imputation> impute;
+  std::optional<double> fill_value;  // impute constant, numeric and boolean columns (default 0)
+  std::optional<bool> indicator;
+  std::optional<uint32_t> max_categories;  // categorical, at least 1
+  bool drop = false;
+};
+
+struct PreprocessingSpec {
+  bool given = false;  // the spec has a `preprocessing` section
+  ColumnSteps numeric, boolean, categorical;
+  std::map<std::string, ColumnSteps> columns;  // by column name
+};
+
+inline constexpr uint32_t kDefaultMaxCategories = 20;
+
+// One stored column's fitted steps.
+struct FittedColumn {
+  std::string name;
+  ColumnType type = ColumnType::kNumeric;
+  bool dropped = false;
+  bool indicator = false;
+  // numeric and boolean: out = (value or fill - offset) * scale
+  float fill = 0, offset = 0, scale = 1;
+  // categorical: the one-hot features' categories, then "other"; a missing value is `fill_category`
+  // (an index into categories, or categories.size(): other).
+  std::vector<std::string> categories;
+  uint32_t fill_category = 0;
+
+  uint32_t width() const;  // features it gives (0 when dropped)
+};
+
+struct FittedPreprocessing {
+  std::vector<FittedColumn> columns;  // the table's stored columns, in order
+  std::string label;
+  std::vector<std::string> class_names;  // the dataset's (empty: numbered classes or targets)
+
+  uint32_t width() const;
+  // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)".
+  std::vector<std::string> feature_names() const;
+};
+
+// The spec's `preprocessing` section; throws SpecError naming the field (/preprocessing/...).
+PreprocessingSpec read_preprocessing(const boost::json::value& v);
+boost::json::object preprocessing_to_object(const PreprocessingSpec& spec);
+
+// Checks the spec against a table (unknown columns, steps that do not fit a column's type) and
+// returns the features a fitted preprocessing gives. Throws SpecError naming the field.
+uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& train);
+
+// Fits on the examples of a stored split (`values`: rows x stored columns, row-major, the codes
+// of `schema`'s categories) that a job trains on. `train_schema` is the dataset's train split's
+// (its missing counts decide the default indicators, as preprocessed_width does).
+FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const TableSchema& schema,
+                                      const TableSchema& train_schema, std::span<const float> values, size_t rows);
+
+// Applies the fitted steps to stored rows whose categorical codes are `schema`'s (any split of the
+// dataset): `out` gets rows x width() floats, row-major.
+void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& schema, std::span<const float> values,
+                         size_t rows, float* out);
+
+// Applies them to one record by field name (`:predict`): numbers (or numeric text) for numeric
+// columns, text or numbers for categorical ones (an unseen one is "other"), true/false/yes/no or
+// 0/1 for boolean ones; null or a missing-value text is missing. Every column (dropped ones too)
+// must be a field; the label's field is allowed and ignored. Throws DataError naming the field for
+// a missing field, a field the table does not have, or a value of the wrong kind.
+void apply_preprocessing(const FittedPreprocessing& fitted, const boost::json::object& record, float* out);
+
+// The fitted form as JSON (kept in the model file's metadata and in checkpoints); from_json throws
+// DataError naming the field.
+std::string fitted_to_json(const FittedPreprocessing& fitted);
+FittedPreprocessing fitted_from_json(const std::string& text);
+
+}  // namespace pstrain

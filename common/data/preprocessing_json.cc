@@ -1,0 +1,185 @@
+// The job spec's `preprocessing` section and the fitted form's JSON (preprocessing.h):
+//   {"numeric": {<steps>}, "boolean": {<steps>}, "categorical": {<steps>},
+//    "columns": {"<name>": {<steps>} | "drop", ...}}
+// with <steps> = {"scale": "standardize" | "minmax" | "none", "impute": "mean" | "median" |
+// "most_frequent" | "constant", "fill_value": <number>, "indicator": <bool>,
+// "max_categories": <int >= 1>, "drop": <bool>}.
+#include <cmath>
+
+#include "common/data/preprocessing.h"
+#include "common/data/spec_reader.h"
+
+namespace pstrain {
+using namespace spec_json;
+
+namespace {
+
+constexpr std::pair<const char*, Scaling> kScalings[] = {
+    {"standardize", Scaling::kStandardize}, {"minmax", Scaling::kMinMax}, {"none", Scaling::kNone}};
+constexpr std::pair<const char*, Imputation> kImputations[] = {{"mean", Imputation::kMean},
+                                                               {"median", Imputation::kMedian},
+                                                               {"most_frequent", Imputation::kMostFrequent},
+                                                               {"constant", Imputation::kConstant}};
+
+template <typename Enum, size_t N>
+const char* name_of(const std::pair<const char*, Enum> (&table)[N], Enum e) {
+  for (const auto& [name, value] : table) {
+    if (value == e) return name;
+  }
+  return "";
+}
+
+ColumnSteps read_steps(const json::value& v, const std::string& path, bool allow_drop) {
+  ColumnSteps s;
+  if (allow_drop && v.is_string() && v.as_string() == "drop") {
+    s.drop = true;
+    return s;
+  }
+  ObjectReader r(v, path);
+  if (const json::value* x = r.optional("scale")) {
+    s.scale = read_enum(*x, r.field_path("scale"), {kScalings[0], kScalings[1], kScalings[2]});
+  }
+  if (const json::value* x = r.optional("impute")) {
+    s.impute = read_enum(*x, r.field_path("impute"), {kImputations[0], kImputations[1], kImputations[2], kImputations[3]});
+  }
+  if (const json::value* x = r.optional("fill_value")) s.fill_value = read_number(*x, r.field_path("fill_value"), -3.4e38, 3.4e38, false);
+  if (const json::value* x = r.optional("indicator")) {
+    if (!x->is_bool()) throw SpecError(r.field_path("indicator"), "must be true or false, not " + kind_of(*x));
+    s.indicator = x->as_bool();
+  }
+  if (const json::value* x = r.optional("max_categories")) {
+    s.max_categories = static_cast<uint32_t>(read_int(*x, r.field_path("max_categories"), 1, kMaxCategories));
+  }
+  if (const json::value* x = r.optional("drop")) {
+    if (!x->is_bool()) throw SpecError(r.field_path("drop"), "must be true or false, not " + kind_of(*x));
+    if (!allow_drop && x->as_bool()) throw SpecError(r.field_path("drop"), "drops a single column: say it under /preprocessing/columns");
+    s.drop = x->as_bool();
+  }
+  if (s.fill_value && s.impute && *s.impute != Imputation::kConstant) {
+    throw SpecError(r.field_path("fill_value"), "applies to impute \"constant\"");
+  }
+  r.finish();
+  return s;
+}
+
+json::object steps_to_object(const ColumnSteps& s) {
+  json::object o;
+  if (s.scale) o["scale"] = name_of(kScalings, *s.scale);
+  if (s.impute) o["impute"] = name_of(kImputations, *s.impute);
+  if (s.fill_value) o["fill_value"] = *s.fill_value;
+  if (s.indicator) o["indicator"] = *s.indicator;
+  if (s.max_categories) o["max_categories"] = *s.max_categories;
+  if (s.drop) o["drop"] = true;
+  return o;
+}
+
+}  // namespace
+
+PreprocessingSpec read_preprocessing(const json::value& v) {
+  PreprocessingSpec spec;
+  spec.given = true;
+  ObjectReader r(v, "/preprocessing");
+  if (const json::value* x = r.optional("numeric")) spec.numeric = read_steps(*x, r.field_path("numeric"), false);
+  if (const json::value* x = r.optional("boolean")) spec.boolean = read_steps(*x, r.field_path("boolean"), false);
+  if (const json::value* x = r.optional("categorical")) spec.categorical = read_steps(*x, r.field_path("categorical"), false);
+  if (spec.numeric.max_categories || spec.boolean.max_categories) {
+    throw SpecError(spec.numeric.max_categories ? "/preprocessing/numeric/max_categories" : "/preprocessing/boolean/max_categories",
+                    "applies to categorical columns");
+  }
+  if (spec.categorical.scale) throw SpecError("/preprocessing/categorical/scale", "categorical columns are one-hot encoded, not scaled");
+  if (const json::value* x = r.optional("columns")) {
+    ObjectReader columns(*x, "/preprocessing/columns");
+    for (const auto& field : x->as_object()) {
+      const std::string name(field.key());
+      spec.columns[name] = read_steps(*columns.optional(name), columns.field_path(name), true);
+    }
+    columns.finish();
+  }
+  r.finish();
+  return spec;
+}
+
+json::object preprocessing_to_object(const PreprocessingSpec& spec) {
+  json::object o;
+  if (spec.numeric.scale || spec.numeric.impute || spec.numeric.fill_value || spec.numeric.indicator) o["numeric"] = steps_to_object(spec.numeric);
+  if (spec.boolean.scale || spec.boolean.impute || spec.boolean.fill_value || spec.boolean.indicator) o["boolean"] = steps_to_object(spec.boolean);
+  const ColumnSteps& c = spec.categorical;
+  if (c.impute || c.fill_value || c.indicator || c.max_categories) o["categorical"] = steps_to_object(c);
+  if (!spec.columns.empty()) {
+    json::object columns;
+    for (const auto& [name, steps] : spec.columns) columns[name] = steps_to_object(steps);
+    o["columns"] = std::move(columns);
+  }
+  return o;
+}
+
+std::string fitted_to_json(const FittedPreprocessing& fitted) {
+  json::array columns;
+  for (const FittedColumn& c : fitted.columns) {
+    json::object o{{"name", c.name}, {"type", column_type_name(c.type)}};
+    if (c.dropped) {
+      o["dropped"] = true;
+    } else if (c.type == ColumnType::kCategorical) {
+      json::array cats;
+      for (const std::string& k : c.categories) cats.push_back(json::string(k));
+      o["categories"] = std::move(cats);
+      o["fill_category"] = c.fill_category;
+    } else {
+      // float32 constants: their double value prints exactly enough to read back the same float.
+      o["fill"] = static_cast<double>(c.fill);
+      o["offset"] = static_cast<double>(c.offset);
+      o["scale"] = static_cast<double>(c.scale);
+    }
+    o["indicator"] = c.indicator;
+    columns.push_back(std::move(o));
+  }
+  json::array names;
+  for (const std::string& n : fitted.class_names) names.push_back(json::string(n));
+  return json::serialize(json::object{{"label", fitted.label}, {"class_names", std::move(names)}, {"columns", std::move(columns)}});
+}
+
+FittedPreprocessing fitted_from_json(const std::string& text) {
+  FittedPreprocessing f;
+  std::string field = "(the text)";
+  try {
+    const json::object root = json::parse(text).as_object();
+    field = "label";
+    f.label = std::string(root.at("label").as_string());
+    field = "class_names";
+    for (const json::value& n : root.at("class_names").as_array()) f.class_names.emplace_back(n.as_string());
+    field = "columns";
+    for (const json::value& cv : root.at("columns").as_array()) {
+      const json::object& o = cv.as_object();
+      FittedColumn c;
+      c.name = std::string(o.at("name").as_string());
+      field = "columns/" + c.name;
+      const auto type = column_type_from_name(std::string(o.at("type").as_string()));
+      if (!type || *type == ColumnType::kIgnored) throw DataError("preprocessing: column '" + c.name + "' has a bad type");
+      c.type = *type;
+      c.indicator = o.at("indicator").as_bool();
+      if (const json::value* d = o.if_contains("dropped")) c.dropped = d->as_bool();
+      if (!c.dropped && c.type == ColumnType::kCategorical) {
+        for (const json::value& k : o.at("categories").as_array()) c.categories.emplace_back(k.as_string());
+        c.fill_category = static_cast<uint32_t>(o.at("fill_category").to_number<uint64_t>());
+        if (c.fill_category > c.categories.size() || !std::is_sorted(c.categories.begin(), c.categories.end())) {
+          throw DataError("preprocessing: column '" + c.name + "' has unsorted categories or a bad fill_category");
+        }
+      } else if (!c.dropped) {
+        c.fill = static_cast<float>(o.at("fill").to_number<double>());
+        c.offset = static_cast<float>(o.at("offset").to_number<double>());
+        c.scale = static_cast<float>(o.at("scale").to_number<double>());
+        if (!std::isfinite(c.fill) || !std::isfinite(c.offset) || !std::isfinite(c.scale)) {
+          throw DataError("preprocessing: column '" + c.name + "' has a constant that is not finite");
+        }
+      }
+      f.columns.push_back(std::move(c));
+    }
+  } catch (const DataError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DataError("preprocessing: not a fitted preprocessing (at " + field + "): " + e.what());
+  }
+  return f;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,51 @@
+#include "common/data/table_split.h"
+
+#include <cstring>
+
+#include "common/base/error.h"
+
+namespace pstrain {
+namespace {
+
+std::span<const float> values_of(const Split& split) {
+  if (!split.table || split.dtype != Dtype::kFloat32 || split.shape.size() != 1) {
+    throw DataError("dataset '" + split.dataset + "': the split is not a stored table");
+  }
+  return {reinterpret_cast<const float*>(split.examples.data()), size_t{split.size} * split.example_size()};
+}
+
+}  // namespace
+
+FittedPreprocessing fit_on_split(const PreprocessingSpec& spec, const Split& train) {
+  return fit_preprocessing(spec, *train.table, *train.table, values_of(train), train.size);
+}
+
+Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
+  Split out;
+  out.dataset = raw.dataset;
+  out.kind = raw.kind;
+  out.size = raw.size;
+  out.dtype = Dtype::kFloat32;
+  out.num_classes = raw.num_classes;
+  out.labels = raw.labels;
+  out.targets = raw.targets;
+  out.target_width = raw.target_width;
+  out.sha256 = raw.sha256;
+  const uint32_t width = fitted.width();
+  out.shape = {static_cast<int64_t>(width)};
+  out.examples.resize(size_t{raw.size} * width * sizeof(float));
+  apply_preprocessing(fitted, *raw.table, values_of(raw), raw.size, reinterpret_cast<float*>(out.examples.data()));
+  return out;
+}
+
+PreparedTable prepare_table(const PreprocessingSpec& spec, const Split& train, const Split* validation, const Split& test) {
+  PreparedTable p;
+  auto fitted = std::make_shared<FittedPreprocessing>(fit_on_split(spec, train));
+  p.train = std::make_shared<const Split>(preprocess_split(train, *fitted));
+  if (validation != nullptr) p.validation = std::make_shared<const Split>(preprocess_split(*validation, *fitted));
+  p.test = std::make_shared<const Split>(preprocess_split(test, *fitted));
+  p.fitted = std::move(fitted);
+  return p;
+}
+
+}  // namespace pstrain

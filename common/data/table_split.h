@@ -1,0 +1,30 @@
+// A table split as a job trains on it: the preprocessing (preprocessing.h) fitted on the examples
+// the job trains on, and each split turned into float32 features of the fitted width. Shared by
+// the coordinator's data service (once per job, on its loading thread) and pstrain-train.
+//
+// Thread rules: pure functions.
+#pragma once
+
+#include <memory>
+
+#include "common/data/dataset.h"
+#include "common/data/preprocessing.h"
+
+namespace pstrain {
+
+// Fits on `train` (a table split: the training part, after any validation hold-out; its table's
+// missing counts are the whole train split's, which decide the default indicators).
+FittedPreprocessing fit_on_split(const PreprocessingSpec& spec, const Split& train);
+
+// `raw` (a split of the same table) as features: shape {fitted.width()}, float32, its labels or
+// targets, no table.
+Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted);
+
+// The three splits of a job on a table, preprocessed, and what was fitted.
+struct PreparedTable {
+  std::shared_ptr<const FittedPreprocessing> fitted;
+  std::shared_ptr<const Split> train, validation, test;  // validation may be null
+};
+PreparedTable prepare_table(const PreprocessingSpec& spec, const Split& train, const Split* validation, const Split& test);
+
+}  // namespace pstrain
