@@ -137,7 +137,7 @@ class DatasetCatalog {
 
   // --- Uploads (the HTTP layer streams a body to a file first; see HttpServer) ---
   enum class UploadPart { kWhole, kImages, kLabels };  // CSV/NPZ, or one file of an IDX pair
-  enum class UploadFormat { kCsv, kNpz, kIdx };
+  enum class UploadFormat { kCsv, kNpz, kIdx, kJsonl };
   struct Upload {
     std::string name, split;  // "train" | "test"
     UploadPart part = UploadPart::kWhole;

@@ -42,6 +42,7 @@ std::string upload_name(const DatasetCatalog::Upload& u) {
   switch (u.format) {
     case DatasetCatalog::UploadFormat::kCsv: return u.split + ".csv";
     case DatasetCatalog::UploadFormat::kNpz: return u.split + ".npz";
+    case DatasetCatalog::UploadFormat::kJsonl: return u.split + ".jsonl";
     case DatasetCatalog::UploadFormat::kIdx: break;
   }
   return u.split + (u.part == DatasetCatalog::UploadPart::kImages ? "/images" : "/labels");

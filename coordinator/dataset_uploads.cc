@@ -136,7 +136,8 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   NpyFileWriter writer((work / x_name).string(), (work / y_name).string());
   ExampleSummary summary;
   switch (upload.format) {
-    case UploadFormat::kCsv: {
+    case UploadFormat::kCsv:
+    case UploadFormat::kJsonl: {
       CsvOptions options;
       options.label_column = upload.label_column;
       options.regression = upload.regression;
@@ -152,7 +153,8 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
           options.class_names = s.table->class_names;
         }
       }
-      summary = stream_csv(file_opener(upload.body_path), uploaded_as, options, writer);
+      summary = upload.format == UploadFormat::kCsv ? stream_csv(file_opener(upload.body_path), uploaded_as, options, writer)
+                                                    : stream_jsonl(file_opener(upload.body_path), uploaded_as, options, writer);
       break;
     }
     case UploadFormat::kNpz:

@@ -441,11 +441,20 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
     const std::string where = "/instances/" + std::to_string(i);
     const size_t before = inputs.size();
     std::string why;
-    if (v.is_object() && m->preprocessing && !v.as_object().contains("b64")) {
-      // A record of a table model, by field name: preprocessed as in training.
+    if (m->preprocessing && ((v.is_object() && !v.as_object().contains("b64")) || v.is_array())) {
+      // A table model takes a record by field name, or a row of its columns in order: raw values,
+      // preprocessed as in training.
+      const std::vector<FittedColumn>& columns = m->preprocessing->columns;
+      json::object row;
+      if (v.is_array() && v.as_array().size() != columns.size()) {
+        why = "a row of the model's table has " + std::to_string(columns.size()) + " values (its columns in order), not " +
+              std::to_string(v.as_array().size()) + "; or send a record by field name";
+      } else if (v.is_array()) {
+        for (size_t k = 0; k < columns.size(); ++k) row[columns[k].name] = v.as_array()[k];
+      }
       inputs.resize(before + input_size);
       try {
-        apply_preprocessing(*m->preprocessing, v.as_object(), inputs.data() + before);
+        if (why.empty()) apply_preprocessing(*m->preprocessing, v.is_array() ? row : v.as_object(), inputs.data() + before);
       } catch (const DataError& e) {
         why = e.what();
       }
@@ -557,6 +566,19 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
   }
   Split split = catalog_.load(dataset, kind);
   if (m->preprocessing) {
+    if (!split.table) {
+      // A split uploaded as arrays beside a table: its values are the table's stored columns, which
+      // works when none is categorical (no codes to map).
+      for (const FittedColumn& c : m->preprocessing->columns) {
+        if (c.type == ColumnType::kCategorical) {
+          return failed(service_error(422, "invalid-evaluation",
+                                      "/dataset: this split of " + dataset + " holds arrays, not the table the model's column '" +
+                                          c.name + "' (categorical) needs",
+                                      "/dataset"));
+        }
+      }
+      split.table = info->table;
+    }
     // The table's stored columns must be the model's, in order; then its fitted steps apply.
     const std::vector<const TableColumn*> stored = split.table->stored_columns();
     for (size_t k = 0; k < std::max(stored.size(), m->preprocessing->columns.size()); ++k) {

@@ -6,6 +6,7 @@
 //   2 NPZ (read_npz, from a temp file)        3 IDX (read_idx, rank 1 and 3, from a temp file)
 //   4 an IDX pair (stream_idx): the next 2 bytes are the labels file's length, then the labels
 //     file, then the images file
+//   5 JSON Lines (parse_jsonl from an istringstream)
 // Only DatasetFormatError / DataError are expected answers. What parses must be consistent: as
 // many labels as examples, each below `classes`, and bytes for exactly that many examples.
 // run.sh gives this target -malloc_limit_mb=256: no parser may allocate for a size its header
@@ -146,7 +147,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const uint8_t format = data[0] % 5;
+  const uint8_t format = data[0] % 6;
   ++data;
   --size;
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -198,6 +199,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         write_file(images, data + 2 + labels_len, size - 2 - labels_len);
         CheckingSink sink;
         sink.finish(pstrain::stream_idx(images, labels, {}, sink));
+        break;
+      }
+      case 5: {
+        std::istringstream in(text);
+        const pstrain::ParsedExamples p = pstrain::parse_jsonl(in, "fuzz.jsonl");
+        check_parsed(p);
+        check_table(p);
         break;
       }
     }

@@ -54,6 +54,7 @@ std::string_view format_error_kind_name(DatasetFormatError::Kind kind) {
     case Kind::kTruncated: return "truncated";
     case Kind::kTrailingData: return "trailing_data";
     case Kind::kBadEncoding: return "bad_encoding";
+    case Kind::kBadRecord: return "bad_record";
   }
   return "unknown";
 }

@@ -78,6 +78,7 @@ class DatasetFormatError : public DataError {
     kTruncated,          // an array's data is shorter than its shape says
     kTrailingData,       // an array's data is longer than its shape says
     kBadEncoding,        // a CSV's text is not UTF-8
+    kBadRecord,          // a JSON Lines line is not a JSON object of plain values
   };
 
   DatasetFormatError(Kind kind, const std::string& message, uint64_t line = 0, std::string column = "")
@@ -182,6 +183,16 @@ ExampleSummary stream_csv(const StreamOpener& open, const std::string& source, c
                           ExampleSink& sink);
 // The same, from a stream (read whole into memory first), into memory.
 ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvOptions& options = {});
+
+// JSON Lines (application/x-ndjson): one JSON object per line, blank lines skipped. The columns
+// are the keys in the order first seen (a key a line lacks is a missing value there); numbers are
+// their decimal text, strings their text, booleans true/false, null missing, so every rule of
+// stream_csv applies from there (types, missing values, labels, caps; options.separator is
+// unused). A line that is not an object, or a value that is an array or object, is kBadRecord
+// naming the line (and the field).
+ExampleSummary stream_jsonl(const StreamOpener& open, const std::string& source, const CsvOptions& options,
+                            ExampleSink& sink);
+ParsedExamples parse_jsonl(std::istream& in, const std::string& source, const CsvOptions& options = {});
 
 // One array of an .npy file.
 struct NpyArray {

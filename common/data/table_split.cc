@@ -43,7 +43,21 @@ PreparedTable prepare_table(const PreprocessingSpec& spec, const Split& train, c
   auto fitted = std::make_shared<FittedPreprocessing>(fit_on_split(spec, train));
   p.train = std::make_shared<const Split>(preprocess_split(train, *fitted));
   if (validation != nullptr) p.validation = std::make_shared<const Split>(preprocess_split(*validation, *fitted));
-  p.test = std::make_shared<const Split>(preprocess_split(test, *fitted));
+  if (test.table) {
+    p.test = std::make_shared<const Split>(preprocess_split(test, *fitted));
+  } else {
+    // A test split uploaded as arrays (NPZ) beside a table: its values are the stored columns'
+    // when the table has no categorical column (no codes to map).
+    for (const TableColumn* c : train.table->stored_columns()) {
+      if (c->type == ColumnType::kCategorical) {
+        throw DataError("dataset '" + train.dataset + "': the test split holds arrays but the train split is a table with a categorical column ('" +
+                        c->name + "'): upload the test split as a table too");
+      }
+    }
+    Split as_table = test;
+    as_table.table = train.table;
+    p.test = std::make_shared<const Split>(preprocess_split(as_table, *fitted));
+  }
   p.fitted = std::move(fitted);
   return p;
 }

@@ -87,10 +87,13 @@ std::variant<DatasetCatalog::UploadFormat, HttpResponse> upload_format(const Htt
                    "Content-Type");
   }
   if (type == "text/csv") return DatasetCatalog::UploadFormat::kCsv;
+  if (type == "application/x-ndjson" || type == "application/jsonl" || type == "application/json-lines") {
+    return DatasetCatalog::UploadFormat::kJsonl;
+  }
   if (type == "application/x-npz" || type == "application/zip") return DatasetCatalog::UploadFormat::kNpz;
   return problem(415, "unsupported-media-type", "Unsupported media type",
-                 "a split must be sent as text/csv (CSV with a header row) or application/x-npz (NumPy .npz with "
-                 "arrays x and y), not '" + request.content_type + "'; IDX pairs go to .../images and .../labels",
+                 "a split must be sent as text/csv (CSV with a header row), application/x-ndjson (JSON Lines) or "
+                 "application/x-npz (NumPy .npz with arrays x and y), not '" + request.content_type + "'; IDX pairs go to .../images and .../labels",
                  "Content-Type");
 }
 

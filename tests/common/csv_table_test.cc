@@ -231,3 +231,44 @@ TEST_CASE("a text column with more distinct values than a category may have is r
   ignore.types = {{"id", ColumnType::kIgnored}};
   CHECK(csv(text, ignore).shape == std::vector<uint32_t>{1});
 }
+
+TEST_CASE("JSON Lines: keys in first-seen order, absent or null as missing, the same types and labels as CSV") {
+  std::istringstream in(
+      "{\"plan\": \"pro\", \"age\": 31, \"member\": true, \"label\": \"a\"}\n"
+      "\n"
+      "{\"age\": null, \"plan\": \"basic\", \"label\": \"b\", \"extra\": 2.5}\r\n"
+      "{\"plan\": \"pro\", \"age\": 1e2, \"member\": false, \"label\": \"a\", \"extra\": 7}\n");
+  const ParsedExamples p = pstrain::parse_jsonl(in, "t.jsonl");
+  const TableSchema& t = *p.table;
+  REQUIRE(t.columns.size() == 4);
+  CHECK(t.columns[0].name == "plan");
+  CHECK(t.columns[0].type == ColumnType::kCategorical);
+  CHECK(t.columns[1].type == ColumnType::kNumeric);
+  CHECK(t.columns[2].type == ColumnType::kBoolean);
+  CHECK(t.columns[3].name == "extra");
+  CHECK(t.class_names == std::vector<std::string>{"a", "b"});
+  const std::vector<float> v = floats_of(p);
+  REQUIRE(v.size() == 12);
+  CHECK(v[0] == 1);  // pro
+  CHECK(v[1] == 31);
+  CHECK(std::isnan(v[3]));   // extra absent
+  CHECK(std::isnan(v[5]));   // age null
+  CHECK(std::isnan(v[6]));   // member absent
+  CHECK(v[7] == 2.5f);
+  CHECK(v[9] == 100);
+  CHECK(p.labels == std::vector<int32_t>{0, 1, 0});
+  auto kind_line = [](const std::string& text) {
+    std::istringstream s(text);
+    try {
+      pstrain::parse_jsonl(s, "t.jsonl");
+    } catch (const DatasetFormatError& e) {
+      return std::make_pair(e.kind(), e.line());
+    }
+    return std::make_pair(Kind::kUnreadable, uint64_t{0});
+  };
+  CHECK(kind_line("{\"a\": 1, \"label\": 0}\n[1, 2]\n") == std::make_pair(Kind::kBadRecord, uint64_t{2}));
+  CHECK(kind_line("{\"a\": 1, \"label\": 0}\n{\"a\": {\"b\": 1}, \"label\": 1}\n") == std::make_pair(Kind::kBadRecord, uint64_t{2}));
+  CHECK(kind_line("{\"a\": 1, \"label\": 0}\n{\"a\": 2, \"label\": \n") == std::make_pair(Kind::kBadRecord, uint64_t{2}));
+  CHECK(kind_line("{\"a\": 1}\n").first == Kind::kMissingLabelColumn);
+  CHECK(kind_line("").first == Kind::kEmpty);
+}

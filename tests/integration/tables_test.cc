@@ -157,6 +157,20 @@ TEST_CASE("tables: a CSV as users have it is stored typed and profiled, and the 
   CHECK(arr(after, "class_names").size() == 2);
   const json::object train_after = obj(obj(after.at("splits")).at("train"));
   CHECK(num(column(train_after, "age"), "missing") == num(a, "missing"));
+
+  // JSON Lines: the same table rules; a bad line is named.
+  const Reply jl = call(port, http::verb::put, "/v1/datasets/events/train?label=kind",
+                        "{\"x\": 1, \"tag\": \"a\", \"kind\": \"up\"}\n{\"x\": null, \"tag\": \"b\", \"kind\": \"down\"}\n",
+                        "application/x-ndjson");
+  INFO(jl.describe());
+  REQUIRE(jl.status == 201);
+  const json::object events = object_of(jl);
+  CHECK(arr(events, "class_names").size() == 2);
+  CHECK(num(column(obj(obj(events.at("splits")).at("train")), "x"), "missing") == 1);
+  o = expect(call(port, http::verb::put, "/v1/datasets/events2/train?label=kind", "{\"x\": 1, \"kind\": \"up\"}\n[1]\n",
+                  "application/x-ndjson"),
+             422, "dataset-bad-record", "line 2: not a JSON object");
+  CHECK(num(o, "line") == 2);
 }
 
 namespace {
