@@ -116,6 +116,8 @@ function route() {
   let stop;
   if (page === 'jobs' && rest.length) stop = jobView(view, decodeURIComponent(rest.join('/')));
   else if (page === 'cluster') stop = clusterView(view);
+  else if (page === 'datasets' && rest.length) stop = datasetView(view, decodeURIComponent(rest.join('/')));
+  else if (page === 'datasets') stop = datasetsView(view);
   else if (page === 'submit') stop = submitView(view);
   else stop = jobsView(view);
   cleanup = stop || (() => {});

@@ -212,7 +212,7 @@ def main():
     train_text, test_text = split_lines(text, SEED)
     model = {"layers": [{"type": "dense", "units": 16, "activation": "relu"}, {"type": "dense", "units": 3}]}
     job, ev, predicted, width, seconds, dataset = run_table(api, "penguins-raw", "species", train_text, test_text, model,
-                                                            "sparse_categorical_cross_entropy", 60, 32)
+                                                            "sparse_softmax_cross_entropy", 60, 32)
     tr, te = records(train_text), records(test_text)
     names = sorted({r["species"] for r in tr})
     xtr, xte = default_features(tr, tr + te, "species")

@@ -4,7 +4,8 @@
 // validation) through the form, follows
 // to the job page, measures a cold load of that page while the job runs (transfer size, time to the
 // first curve point), waits for SUCCEEDED, and checks from the DOM that the curves hold a test point
-// for every epoch and that the accuracy shown is the REST API's. Saves a screenshot of the job page.
+// for every epoch and that the accuracy shown is the REST API's; uploads a small table and checks that
+// the datasets pages list it and show its profile as the REST API gives it. Saves screenshots.
 //
 // Usage: node dashboard_test.mjs URL OUT_DIR      (CHROMIUM: the browser, default /usr/bin/chromium)
 import fs from 'node:fs';
@@ -258,6 +259,23 @@ try {
   const cluster = (await rest('/v1/cluster')).nodes;
   check(nodes.length === cluster.length && nodes.filter((r) => r === 'worker').length === cluster.filter((n) => n.role === 'worker').length,
     `cluster page lists every node (${nodes.length})`);
+
+  // Datasets: a table uploaded over REST is listed, and its page shows each column's profile as
+  // the REST API gives it.
+  const table = 'plan,age,member,churn\npro,31,yes,stayed\nbasic,NA,no,left\nfamily,45,,stayed\npro,,yes,left\n';
+  const put = await fetch(`${url}/v1/datasets/dashboard-table/train?label=churn&replace=true`,
+    { method: 'PUT', headers: { ...auth, 'Content-Type': 'text/csv' }, body: table });
+  check(put.status === 201 || put.status === 200, `a table uploads (HTTP ${put.status})`);
+  await page.click('nav a[data-nav=datasets]');
+  await page.waitForSelector('#datasets tr[data-dataset="dashboard-table"]');
+  check(true, 'the datasets page lists the uploaded table');
+  await page.goto(`${url}/#/datasets/dashboard-table`);
+  await page.waitForSelector('div[data-split=train] tr[data-column]');
+  const profileShown = await page.$$eval('div[data-split=train] tr[data-column]',
+    (rows) => rows.map((r) => [r.dataset.column, r.dataset.type, Number(r.querySelector('[data-missing]').dataset.missing)]));
+  const profile = (await rest('/v1/datasets/dashboard-table')).splits.train.table.columns.map((c) => [c.name, c.type, c.missing]);
+  check(JSON.stringify(profileShown) === JSON.stringify(profile), `the dataset page shows each column's type and missing count: ${JSON.stringify(profileShown)}`);
+  await page.screenshot({ path: path.join(outDir, 'dashboard-dataset.png') });
 
   // A reload with the browser's cache: every file is revalidated by its ETag, none sent again.
   const revalidated = [];
