@@ -86,6 +86,20 @@ json::object dataset_to_json(const DatasetRecord& r) {
     for (uint64_t c : s.class_counts) counts.push_back(c);
     for (const auto& f : s.files) files.push_back(json::object{{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
     json::object split{{"examples", s.examples}, {"class_counts", counts}, {"files", files}};
+    // Class imbalance: the largest class over the smallest present one, and the classes absent.
+    uint64_t most = 0, least = UINT64_MAX, absent = 0;
+    for (uint64_t c : s.class_counts) {
+      if (c == 0) {
+        ++absent;
+        continue;
+      }
+      most = std::max(most, c);
+      least = std::min(least, c);
+    }
+    if (most > 0) {
+      split["imbalance_ratio"] = round_to(static_cast<double>(most) / static_cast<double>(least), 3);
+      split["absent_classes"] = absent;
+    }
     if (s.table) split["table"] = json::parse(table_to_json(*s.table));
     splits[name] = std::move(split);
   }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/data/format_parts.h"
 
@@ -57,11 +58,27 @@ int parse_boolean(std::string_view cell) {
 // Distinct values collected per column: enough for every category (and class) a column may have.
 constexpr size_t kDistinctCap = std::max<size_t>(kMaxCategories, kMaxClasses) + 1;
 
+// Hash containers of strings looked up by string_view without building a string per cell.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringSet = std::unordered_set<std::string, StringHash, std::equal_to<>>;
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
 struct Inferred {
   bool numeric = true;
   bool whole = true;  // label: every number is a whole one
   bool boolean = true;
-  std::set<std::string> distinct;  // up to the cap + 1
+  // The distinct present values, up to the cap + 1, in no order: collected once the column is
+  // known not to be numeric (or is told categorical), since a numeric column needs none and
+  // collecting them cost most of the parse. `partial`: it stopped being numeric after some present
+  // values, which a further pass then collects (Table::recollect).
+  StringSet distinct;
+  bool collect = false;
+  bool partial = false;
+  uint64_t present = 0;
 };
 
 class Table {
@@ -111,6 +128,13 @@ class Table {
       }
     }
     inferred_.resize(names_.size());
+    // Columns told categorical collect their values from the first row.
+    for (size_t i = 0; i < names_.size(); ++i) {
+      const auto given = types_.find(names_[i]);
+      const auto told = options_.types.find(names_[i]);
+      inferred_[i].collect = (given != types_.end() && given->second == ColumnType::kCategorical) ||
+                             (told != options_.types.end() && told->second == ColumnType::kCategorical);
+    }
   }
 
   // The header against the dataset's other split: the same feature columns, in order; their
@@ -175,11 +199,29 @@ class Table {
       }
       double value = 0;
       bool range = false;
-      if (in.numeric && !parse_number(cell, value, range)) in.numeric = false;
+      if (in.numeric && !parse_number(cell, value, range)) {
+        in.numeric = false;
+        in.partial = in.present > 0 && !in.collect;
+        in.collect = true;
+      }
       // (A whole number beyond 1e15 is no class number: the column is targets.)
       if (in.numeric && (range || value != std::floor(value) || std::abs(value) >= 1e15)) in.whole = false;
       if (in.boolean && parse_boolean(cell) < 0) in.boolean = false;
-      if (in.distinct.size() <= kDistinctCap) in.distinct.emplace(cell);
+      ++in.present;
+      if (in.collect && in.distinct.size() <= kDistinctCap && in.distinct.find(cell) == in.distinct.end()) in.distinct.emplace(cell);
+    }
+  }
+
+  // After the first pass: whether a column's values must be collected again from the start.
+  bool needs_recollect() const {
+    return std::any_of(inferred_.begin(), inferred_.end(), [](const Inferred& in) { return in.partial; });
+  }
+  // The extra pass (header skipped): the distinct values of the columns that became text late.
+  void recollect(const std::vector<std::string_view>& fields) {
+    for (size_t i = 0; i < fields.size() && i < inferred_.size(); ++i) {
+      Inferred& in = inferred_[i];
+      if (!in.partial || (i != label_ && missing(fields[i]))) continue;
+      if (in.distinct.size() <= kDistinctCap && in.distinct.find(fields[i]) == in.distinct.end()) in.distinct.emplace(fields[i]);
     }
   }
 
@@ -211,6 +253,7 @@ class Table {
                header_line, c.name);
         }
         c.categories.assign(in.distinct.begin(), in.distinct.end());
+        std::sort(c.categories.begin(), c.categories.end());
       }
       columns_.push_back(std::move(c));
       column_of_.push_back(columns_.size() - 1);
@@ -234,6 +277,7 @@ class Table {
              header_line, names_[label_]);
       }
       class_names_.assign(label.distinct.begin(), label.distinct.end());
+      std::sort(class_names_.begin(), class_names_.end());
       if (class_names_.size() < 2) {
         fail(Kind::kTooFewClasses, source_ + ": every label is " + shown(class_names_.empty() ? "" : class_names_[0]) +
                                        "; a dataset needs at least 2 classes");
@@ -241,7 +285,7 @@ class Table {
     }
     for (size_t k = 0; k < class_names_.size(); ++k) class_index_.emplace(class_names_[k], static_cast<int32_t>(k));
     for (TableColumn& c : columns_) {
-      std::unordered_map<std::string, uint32_t> codes;
+      StringMap<uint32_t> codes;
       for (size_t k = 0; k < c.categories.size(); ++k) codes.emplace(c.categories[k], static_cast<uint32_t>(k));
       codes_.push_back(std::move(codes));
     }
@@ -294,7 +338,7 @@ class Table {
           break;
         }
         case ColumnType::kCategorical: {
-          const auto it = codes_[ci].find(std::string(cell));
+          const auto it = codes_[ci].find(cell);
           out = static_cast<float>(it->second);
           break;
         }
@@ -324,7 +368,7 @@ class Table {
  private:
   void label(std::string_view cell, uint64_t line, size_t i) {
     if (label_kind_ == LabelKind::kNames) {
-      const auto it = class_index_.find(std::string(cell));
+      const auto it = class_index_.find(cell);
       if (it == class_index_.end()) {
         std::string known;
         for (size_t k = 0; k < class_names_.size() && k < 20; ++k) known += (k ? ", " : "") + class_names_[k];
@@ -352,12 +396,12 @@ class Table {
   std::vector<Inferred> inferred_;
   std::vector<TableColumn> columns_;
   std::vector<size_t> column_of_;  // header index -> index in columns_ (SIZE_MAX: the label)
-  std::vector<std::unordered_map<std::string, uint32_t>> codes_;
+  std::vector<StringMap<uint32_t>> codes_;
   size_t stored_ = 0;
   uint64_t rows_ = 0;
   LabelKind label_kind_ = LabelKind::kNumbers;
   std::vector<std::string> class_names_;
-  std::unordered_map<std::string, int32_t> class_index_;
+  StringMap<int32_t> class_index_;
   std::vector<double> label_values_;
   std::vector<int32_t> named_labels_;
 };
@@ -385,6 +429,11 @@ ExampleSummary stream_table(const RecordsFactory& records_of, const std::string&
     uint64_t rows = 0;
     while (records->next(fields)) table.observe(fields, records->line(), rows++);
     if (rows == 0) fail(Kind::kEmpty, source + ": the file has a header and no data rows", records->line());
+  }
+  if (table.needs_recollect()) {
+    const auto records = records_of();
+    records->next(fields);  // the header
+    while (records->next(fields)) table.recollect(fields);
   }
   table.decide(header_line);
 

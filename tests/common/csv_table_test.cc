@@ -272,3 +272,19 @@ TEST_CASE("JSON Lines: keys in first-seen order, absent or null as missing, the 
   CHECK(kind_line("{\"a\": 1}\n").first == Kind::kMissingLabelColumn);
   CHECK(kind_line("").first == Kind::kEmpty);
 }
+
+TEST_CASE("a column that turns to text after numbers gets every value as a category, and labels too") {
+  // Numbers are not collected while a column looks numeric (the parse's hot path); a later text
+  // cell makes the parser collect the column again from the start.
+  const ParsedExamples p = csv("a,b,label\n1,2,0\n3,4,1\nx,5,0\n7,8,one\n1,9,1\n");
+  REQUIRE(p.table);
+  CHECK(p.table->columns[0].type == ColumnType::kCategorical);
+  CHECK(p.table->columns[0].categories == std::vector<std::string>{"1", "3", "7", "x"});
+  CHECK(p.table->class_names == std::vector<std::string>{"0", "1", "one"});
+  CHECK(floats_of(p) == std::vector<float>{0, 2, 1, 4, 3, 5, 2, 8, 0, 9});
+  CHECK(p.labels == std::vector<int32_t>{0, 1, 0, 2, 1});
+  // Told categorical: collected from the first row, no further pass needed.
+  CsvOptions told;
+  told.types = {{"b", ColumnType::kCategorical}};
+  CHECK(csv("a,b,label\n1,2,0\n3,10,1\n", told).table->columns[1].categories == std::vector<std::string>{"10", "2"});
+}

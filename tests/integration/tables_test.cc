@@ -90,6 +90,7 @@ TEST_CASE("tables: a CSV as users have it is stored typed and profiled, and the 
     CHECK(num(column(train, "member"), "missing") == 28);
     CHECK(arr(column(train, "notes"), "categories")[0].as_string() == "called; said \"later\"");
     CHECK(str(obj(train.at("table")), "separator") == ";");
+    CHECK(num(train, "imbalance_ratio") == 5);  // 250 stayed / 50 left
   };
   check_train(object_of(get(port, "/v1/datasets/churn")));
 
