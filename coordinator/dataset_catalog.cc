@@ -297,9 +297,12 @@ std::optional<DatasetRecord> DatasetCatalog::index_directory_at(const std::strin
     r.source = m.source;
     r.created_ms = m.created_ms != 0 ? m.created_ms : mtime_ms(dir / kManifestFile);
     uint32_t classes = 0;
+    // A text table's other splits are read with its train split's columns and classes.
+    const std::shared_ptr<const TableSchema> train_table = text_train_table(dir.string(), m, options_.limits);
     for (const auto& [split, files] : m.splits) {
       CountingSink sink;
-      const ExampleSummary summary = stream_manifest_split(dir.string(), files, options_.limits, sink);
+      const ExampleSummary summary =
+          stream_manifest_split(dir.string(), files, options_.limits, sink, split == "train" ? nullptr : train_table.get());
       if (!r.splits.empty() && (summary.shape != r.shape || summary.dtype != r.dtype)) {
         throw DataError(dir.string() + ": the " + split + " split's examples differ in shape or dtype from the others'");
       }

@@ -60,13 +60,21 @@ ManifestSplit read_split(const json::value& v, const std::string& where) {
       s.label = std::string(it->value().as_string());
     }
     allow({"csv", "label"});
+  } else if (o.contains("jsonl")) {
+    s.format = ManifestSplit::Format::kJsonl;
+    s.jsonl = read_file_name(o, "jsonl", where);
+    if (const auto it = o.find("label"); it != o.end()) {
+      if (!it->value().is_string() || it->value().as_string().empty()) throw DataError(where + "/label must be a column name");
+      s.label = std::string(it->value().as_string());
+    }
+    allow({"jsonl", "label"});
   } else if (o.contains("images") || o.contains("labels")) {
     s.format = ManifestSplit::Format::kIdx;
     s.images = read_file_name(o, "images", where);
     s.labels = read_file_name(o, "labels", where);
     allow({"images", "labels"});
   } else {
-    throw DataError(where + " must name its files: {x, y}, {npz}, {csv[, label]} or {images, labels}");
+    throw DataError(where + " must name its files: {x, y}, {npz}, {csv[, label]}, {jsonl[, label]} or {images, labels}");
   }
   return s;
 }
@@ -80,6 +88,7 @@ json::object split_to_json(const ManifestSplit& s) {
     }
     case ManifestSplit::Format::kNpz: return {{"npz", s.npz}};
     case ManifestSplit::Format::kCsv: return {{"csv", s.csv}, {"label", s.label}};
+    case ManifestSplit::Format::kJsonl: return {{"jsonl", s.jsonl}, {"label", s.label}};
     case ManifestSplit::Format::kIdx: return {{"images", s.images}, {"labels", s.labels}};
   }
   return {};
@@ -99,6 +108,7 @@ std::vector<std::string> ManifestSplit::files() const {
     case Format::kNpy: return table.empty() ? std::vector<std::string>{x, y} : std::vector<std::string>{x, y, table};
     case Format::kNpz: return {npz};
     case Format::kCsv: return {csv};
+    case Format::kJsonl: return {jsonl};
     case Format::kIdx: return {images, labels};
   }
   return {};
@@ -166,8 +176,39 @@ void write_manifest(const std::string& dir, const DatasetManifest& manifest) {
   if (ec) throw Error(final_path.string() + ": cannot replace: " + ec.message());
 }
 
+namespace {
+
+// The reference table's columns and classes as parse options.
+void follow_reference(CsvOptions& options, const TableSchema* reference) {
+  if (reference == nullptr) return;
+  for (const TableColumn& c : reference->columns) options.expected_columns.emplace_back(c.name, c.type);
+  options.class_names = reference->class_names;
+}
+
+class DiscardingSink final : public ExampleSink {
+ public:
+  void begin(const std::vector<uint32_t>&, ParsedExamples::Dtype) override {}
+  void examples(const uint8_t*, size_t) override {}
+  void labels(const int32_t*, size_t) override {}
+  void targets(const float*, size_t) override {}
+};
+
+}  // namespace
+
+std::shared_ptr<const TableSchema> text_train_table(const std::string& dir, const DatasetManifest& manifest,
+                                                    const ExampleLimits& limits) {
+  const auto it = manifest.splits.find("train");
+  if (it == manifest.splits.end() ||
+      (it->second.format != ManifestSplit::Format::kCsv && it->second.format != ManifestSplit::Format::kJsonl)) {
+    return nullptr;
+  }
+  DiscardingSink sink;
+  ExampleSummary summary = stream_manifest_split(dir, it->second, limits, sink);
+  return summary.table ? std::make_shared<const TableSchema>(std::move(*summary.table)) : nullptr;
+}
+
 ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit& split, const ExampleLimits& limits,
-                                     ExampleSink& sink) {
+                                     ExampleSink& sink, const TableSchema* reference) {
   namespace fs = std::filesystem;
   auto at = [&](const std::string& name) { return (fs::path(dir) / name).string(); };
   switch (split.format) {
@@ -193,7 +234,15 @@ ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit
       CsvOptions options;
       options.label_column = split.label;
       options.limits = limits;
+      follow_reference(options, reference);
       return stream_csv(file_opener(at(split.csv)), at(split.csv), options, sink);
+    }
+    case ManifestSplit::Format::kJsonl: {
+      CsvOptions options;
+      options.label_column = split.label;
+      options.limits = limits;
+      follow_reference(options, reference);
+      return stream_jsonl(file_opener(at(split.jsonl)), at(split.jsonl), options, sink);
     }
   }
   throw DataError(dir + ": unknown split format");
@@ -222,7 +271,9 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
                     "/split makes one from its train split)");
   }
   ExamplesSink sink;
-  const ExampleSummary summary = stream_manifest_split(dir, it->second, ExampleLimits{}, sink);
+  const std::shared_ptr<const TableSchema> train_table =
+      kind == SplitKind::kTrain ? nullptr : text_train_table(dir, manifest, ExampleLimits{});
+  const ExampleSummary summary = stream_manifest_split(dir, it->second, ExampleLimits{}, sink, train_table.get());
   sink.out.shape = summary.shape;
   sink.out.dtype = summary.dtype;
   sink.out.classes = summary.classes;

@@ -16,6 +16,7 @@
 //     (table_schema.h: types, categories, class names, profile), as the catalog stores a CSV
 //   {"npz": "train.npz"}                        an .npz with arrays x and y
 //   {"csv": "train.csv", "label": "label"}      CSV with a header; "label" names the label column
+//   {"jsonl": "train.jsonl", "label": "label"}  JSON Lines, one object per line
 //   {"images": "train-images-idx3-ubyte.gz", "labels": "train-labels-idx1-ubyte.gz"}   IDX pair
 // Every format follows common/data/dataset_formats.h's rules (uint8 examples are scaled by 1/255 when
 // trained on; float32 ones are used as they are).
@@ -25,6 +26,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,12 +43,13 @@ inline constexpr const char* kManifestFile = "dataset.json";
 bool is_valid_dataset_name(const std::string& name);
 
 struct ManifestSplit {
-  enum class Format { kNpy, kNpz, kCsv, kIdx };
+  enum class Format { kNpy, kNpz, kCsv, kIdx, kJsonl };
   Format format = Format::kNpy;
   std::string x, y;             // kNpy
   std::string table;            // kNpy, optional: the table's schema and profile (table_schema.h)
   std::string npz;              // kNpz
-  std::string csv, label = "label";  // kCsv
+  std::string csv, label = "label";  // kCsv (label: also kJsonl's)
+  std::string jsonl;                 // kJsonl
   std::string images, labels;   // kIdx
   std::vector<std::string> files() const;  // the file names, in a fixed order
 };
@@ -66,8 +69,14 @@ std::string manifest_to_json(const DatasetManifest& manifest);
 void write_manifest(const std::string& dir, const DatasetManifest& manifest);
 
 // Streams one split of a dataset directory to `sink`. Throws DatasetFormatError for defects.
+// A CSV or JSON Lines split other than the train split is read with the train split's columns,
+// types and class names (`reference`, the train split's table; null: none), as an upload is.
 ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit& split, const ExampleLimits& limits,
-                                     ExampleSink& sink);
+                                     ExampleSink& sink, const TableSchema* reference = nullptr);
+// The table of a manifest's train split when it is a text table (CSV or JSON Lines: read whole,
+// nothing kept but the schema); null otherwise.
+std::shared_ptr<const TableSchema> text_train_table(const std::string& dir, const DatasetManifest& manifest,
+                                                    const ExampleLimits& limits);
 
 // Loads a split of a dataset directory into memory, as a Split of `num_classes` classes (0: the
 // manifest's num_classes, else the split's max label + 1). Throws DataError.

@@ -95,7 +95,8 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
 }  // namespace
 
 uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& train) {
-  for (const auto& [name, steps] : spec.columns) {
+  for (const auto& entry : spec.columns) {
+    const std::string& name = entry.first;
     const bool known = std::any_of(train.columns.begin(), train.columns.end(),
                                    [&](const TableColumn& c) { return c.name == name && c.type != ColumnType::kIgnored; });
     if (!known) {

@@ -203,7 +203,10 @@ def main():
     ap.add_argument("--url", default=os.environ.get("PSTRAIN_URL", "http://127.0.0.1:8080"))
     ap.add_argument("--token", default=os.environ.get("PSTRAIN_TOKEN", ""))
     ap.add_argument("--work", default="/tmp/raw-tables")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 unless penguins is within 2 points of the baseline and auto-mpg's MAE is at most the baseline's")
     args = ap.parse_args()
+    failures = []
     os.makedirs(args.work, exist_ok=True)
     api = Api(args.url, args.token)
 
@@ -226,6 +229,11 @@ def main():
     print("  predictions by field name:", json.dumps(predicted["predictions"][:2]))
     print("RESULT " + json.dumps({"table": "penguins", "service_accuracy": ev["accuracy"], "baseline_accuracy": baseline,
                                   "width": width, "seconds": round(seconds, 1)}))
+    if ev["accuracy"] < baseline - 0.02:
+        failures.append("penguins: accuracy %.4f is more than 2 points below the baseline's %.4f" % (ev["accuracy"], baseline))
+    first = predicted.get("predictions", [{}])[0]
+    if first.get("class") not in names or sorted(first.get("probabilities", {})) != names:
+        failures.append("penguins: a prediction by field name does not name the classes: %s" % json.dumps(predicted))
 
     # Cars (auto-mpg) as a CSV export.
     cars = json.load(open(package_file(args.work, *CARS)))
@@ -255,6 +263,14 @@ def main():
     print("  predictions by field name:", json.dumps(predicted["predictions"][:2]))
     print("RESULT " + json.dumps({"table": "cars", "service_mae": ev["mae"], "baseline_mae": baseline, "width": width,
                                   "seconds": round(seconds, 1)}))
+    if ev["mae"] > baseline:
+        failures.append("auto-mpg: MAE %.3f is above the least squares baseline's %.3f" % (ev["mae"], baseline))
+    if "value" not in predicted.get("predictions", [{}])[0]:
+        failures.append("auto-mpg: a prediction by field name has no value: %s" % json.dumps(predicted))
+    for f in failures:
+        print("FAIL " + f)
+    if args.check and failures:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+
+#include "common/data/dataset.h"
+#include "common/data/dataset_manifest.h"
+#include "tests/test_support.h"
 
 using pstrain::ColumnType;
 using pstrain::CsvOptions;
@@ -287,4 +293,29 @@ TEST_CASE("a column that turns to text after numbers gets every value as a categ
   CsvOptions told;
   told.types = {{"b", ColumnType::kCategorical}};
   CHECK(csv("a,b,label\n1,2,0\n3,10,1\n", told).table->columns[1].categories == std::vector<std::string>{"10", "2"});
+}
+
+TEST_CASE("a dataset directory of text tables: the test split takes the train split's columns and classes") {
+  pstrain::testing::TempDir dir;
+  const std::string d = dir.path() + "/shop";
+  std::filesystem::create_directories(d);
+  std::ofstream(d + "/dataset.json") << R"({"train": {"csv": "train.csv", "label": "y"}, "test": {"jsonl": "test.jsonl", "label": "y"}})";
+  std::ofstream(d + "/train.csv") << "size,colour,y\n1,red,a\n2,blue,b\n3,red,c\n4,,a\n";
+  std::ofstream(d + "/test.jsonl") << "{\"size\": 5, \"colour\": \"green\", \"y\": \"c\"}\n{\"size\": 6, \"colour\": \"red\", \"y\": \"a\"}\n";
+  const pstrain::Split train = pstrain::load_directory_split(d, "shop", pstrain::SplitKind::kTrain);
+  const pstrain::Split test = pstrain::load_directory_split(d, "shop", pstrain::SplitKind::kTest);
+  REQUIRE(train.table);
+  REQUIRE(test.table);
+  CHECK(train.table->class_names == std::vector<std::string>{"a", "b", "c"});
+  CHECK(test.labels == std::vector<int32_t>{2, 0});  // c and a as the train split numbers them
+  CHECK(test.num_classes == 3);
+  CHECK(test.table->columns[1].categories == std::vector<std::string>{"green", "red"});  // its own categories
+  // A test file whose columns differ is refused naming the column.
+  std::ofstream(d + "/test.jsonl") << "{\"length\": 5, \"colour\": \"green\", \"y\": \"c\"}\n";
+  try {
+    pstrain::load_directory_split(d, "shop", pstrain::SplitKind::kTest);
+    FAIL("accepted");
+  } catch (const DatasetFormatError& e) {
+    CHECK(e.kind() == Kind::kBadHeader);
+  }
 }
