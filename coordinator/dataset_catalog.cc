@@ -297,12 +297,16 @@ std::optional<DatasetRecord> DatasetCatalog::index_directory_at(const std::strin
     r.source = m.source;
     r.created_ms = m.created_ms != 0 ? m.created_ms : mtime_ms(dir / kManifestFile);
     uint32_t classes = 0;
-    // A text table's other splits are read with its train split's columns and classes.
-    const std::shared_ptr<const TableSchema> train_table = text_train_table(dir.string(), m, options_.limits);
-    for (const auto& [split, files] : m.splits) {
+    // The train split first: a text table's other splits are read with its columns and classes
+    // (each file is read once).
+    std::vector<std::pair<std::string, ManifestSplit>> order(m.splits.begin(), m.splits.end());
+    std::stable_partition(order.begin(), order.end(), [](const auto& s) { return s.first == "train"; });
+    std::optional<TableSchema> train_table;
+    for (const auto& [split, files] : order) {
       CountingSink sink;
-      const ExampleSummary summary =
-          stream_manifest_split(dir.string(), files, options_.limits, sink, split == "train" ? nullptr : train_table.get());
+      const ExampleSummary summary = stream_manifest_split(dir.string(), files, options_.limits, sink,
+                                                           train_table ? &*train_table : nullptr);
+      if (split == "train" && summary.table) train_table = summary.table;
       if (!r.splits.empty() && (summary.shape != r.shape || summary.dtype != r.dtype)) {
         throw DataError(dir.string() + ": the " + split + " split's examples differ in shape or dtype from the others'");
       }

@@ -56,11 +56,7 @@ ExampleSummary stream_csv(const StreamOpener& open, const std::string& source, c
 }
 
 ParsedExamples parse_csv(std::istream& in, const std::string& source, const CsvOptions& options) {
-  std::ostringstream text;
-  text << in.rdbuf();
-  const std::string all = text.str();
-  MemorySink sink;
-  return sink.take(stream_csv([&] { return std::make_unique<std::istringstream>(all); }, source, options, sink));
+  return parse_in_memory(in, source, options, &stream_csv);
 }
 
 }  // namespace pstrain

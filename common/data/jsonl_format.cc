@@ -127,11 +127,7 @@ ExampleSummary stream_jsonl(const StreamOpener& open, const std::string& source,
 }
 
 ParsedExamples parse_jsonl(std::istream& in, const std::string& source, const CsvOptions& options) {
-  std::ostringstream text;
-  text << in.rdbuf();
-  const std::string all = text.str();
-  MemorySink sink;
-  return sink.take(stream_jsonl([&] { return std::make_unique<std::istringstream>(all); }, source, options, sink));
+  return parse_in_memory(in, source, options, &stream_jsonl);
 }
 
 }  // namespace pstrain

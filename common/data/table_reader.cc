@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -487,5 +488,14 @@ ExampleSummary stream_table(const RecordsFactory& records_of, const std::string&
   return out;
 }
 
+
+ParsedExamples parse_in_memory(std::istream& in, const std::string& source, const CsvOptions& options,
+                               TableStreamer stream) {
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  MemorySink sink;
+  return sink.take(stream([&] { return std::make_unique<std::istringstream>(all); }, source, options, sink));
+}
 
 }  // namespace pstrain::format_detail

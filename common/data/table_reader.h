@@ -33,6 +33,11 @@ using RecordsFactory = std::function<std::unique_ptr<Records>()>;
 ExampleSummary stream_table(const RecordsFactory& records_of, const std::string& source, const CsvOptions& options,
                             ExampleSink& sink, char separator);
 
+// A whole stream read into memory and parsed by `stream` (stream_csv or stream_jsonl) into memory.
+using TableStreamer = ExampleSummary (*)(const StreamOpener&, const std::string&, const CsvOptions&, ExampleSink&);
+ParsedExamples parse_in_memory(std::istream& in, const std::string& source, const CsvOptions& options,
+                               TableStreamer stream);
+
 // The stream `open` gives, or a kUnreadable error naming `source`.
 std::unique_ptr<std::istream> open_checked(const StreamOpener& open, const std::string& source);
 

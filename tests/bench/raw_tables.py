@@ -36,16 +36,13 @@ MISSING = {"", "NA", "N/A", "NaN", "nan", "null", "NULL", "?"}
 
 
 def package_file(work, package, path):
-    if os.path.exists("/" + path):
-        return "/" + path
-    debs = os.path.join(work, ".debs")
-    unpacked = os.path.join(debs, package)
-    if not os.path.exists(os.path.join(unpacked, path)):
-        os.makedirs(debs, exist_ok=True)
-        subprocess.run(["apt-get", "download", package], cwd=debs, check=True, stdout=subprocess.DEVNULL)
-        deb = [f for f in os.listdir(debs) if f.startswith(package + "_") and f.endswith(".deb")][0]
-        subprocess.run(["dpkg", "-x", os.path.join(debs, deb), unpacked], check=True)
-    return os.path.join(unpacked, path)
+    """deploy/reference-tables.py's: the installed file, else the package's .deb unpacked in WORK/.debs."""
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("reference_tables", os.path.join(here, "../../deploy/reference-tables.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.package_file(work, package, path)
 
 
 class Api:
