@@ -139,7 +139,8 @@ bool early_stopping_says_stop(const JobSpec& spec, TrainingResult& result, std::
 
 }  // namespace
 
-TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& options) {
+TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions& options) {
+  JobSpec spec = submitted;  // with training.class_weight resolved below
   const SplitLoader load = options.load_split ? options.load_split : [&](const std::string& name, SplitKind kind) {
     return load_any_split(options.data_dir, name, kind);
   };
@@ -150,6 +151,12 @@ TrainingResult train_locally(const JobSpec& spec, const LocalTrainerOptions& opt
     HeldOut held = hold_out_validation(train, spec.training.validation_fraction, spec.dataset.shuffle_seed);
     train = std::move(held.train);
     validation = std::move(held.validation);
+  }
+  // Class weights: on the examples trained on, before a table's preprocessing (its class names),
+  // as the coordinator resolves them (class_weight.h).
+  if (spec.training.class_weight.kind != ClassWeightSpec::Kind::kNone) {
+    spec.loss.class_weights = resolve_class_weights(spec.training.class_weight, spec.loss, train);
+    spec.training.class_weight = ClassWeightSpec{ClassWeightSpec::Kind::kList, {}, spec.loss.class_weights};
   }
   std::shared_ptr<const FittedPreprocessing> preprocessing;
   if (train.table) {

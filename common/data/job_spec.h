@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/data/class_weight.h"
 #include "common/data/early_stopping.h"
 #include "common/data/preprocessing.h"
 #include "common/engine/model_spec.h"
@@ -85,6 +86,9 @@ struct TrainingSpec {
   // The part of the training split held out for validation (common/data/validation_split.h),
   // evaluated after every epoch as the `val_*` figures; 0: none. In [0, 0.9].
   double validation_fraction = 0;
+  // Spec `class_weight` (class_weight.h): "balanced", weights by class, or the resolved list,
+  // which parse copies into JobSpec::loss.class_weights.
+  ClassWeightSpec class_weight;
 };
 
 struct BackupSpec {

@@ -217,6 +217,7 @@ TrainingSpec read_training(const json::value& v) {
     t.validation_fraction = read_number(*f, "/training/validation_fraction", 0, 0.9, false);
   }
   t.metrics_every_steps = r.integer("metrics_every_steps", 1, 1000000, 10);
+  if (const json::value* w = r.optional("class_weight")) t.class_weight = read_class_weight(*w);
   if (const json::value* c = r.optional("compression")) t.compression = read_compression(*c);
   const json::value* async_lr = r.optional("async_lr");
   if (async_lr != nullptr) {
@@ -418,6 +419,7 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   if (const json::value* e = r.optional("early_stopping")) spec.early_stopping = read_early_stopping(*e);
   if (const json::value* p = r.optional("preprocessing")) spec.preprocessing = read_preprocessing(*p);
   r.finish();
+  if (spec.training.class_weight.kind == ClassWeightSpec::Kind::kList) spec.loss.class_weights = spec.training.class_weight.list;
   resolve_ghost_batches(spec);
   resolve_early_stopping(spec);
   return spec;
@@ -528,6 +530,8 @@ void check_against(const JobSpec& spec, const std::string& dataset, const Shape&
 }  // namespace
 
 void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info) {
+  check_class_weight(spec.training.class_weight, spec.loss, info.name, info.num_classes, info.target_width,
+                     info.table ? info.table->class_names : std::vector<std::string>{});
   if (info.table) {
     // A table: the model's input is the preprocessed features.
     const uint32_t width = preprocessed_width(spec.preprocessing, *info.table);
@@ -546,6 +550,8 @@ void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info) {
 }
 
 void check_spec_against_dataset(const JobSpec& spec, const Split& split) {
+  check_class_weight(spec.training.class_weight, spec.loss, split.dataset, split.num_classes, split.target_width,
+                     split.table ? split.table->class_names : std::vector<std::string>{});
   check_against(spec, split.dataset, split.example_shape(), split.num_classes, split.target_width);
 }
 
@@ -601,6 +607,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
   if (t.mode == TrainingMode::kAsync && t.async_lr != TrainingSpec{}.async_lr) training["async_lr"] = async_lr_name(t.async_lr);
   if (t.on_divergence != TrainingSpec{}.on_divergence) training["on_divergence"] = on_divergence_name(t.on_divergence);
   if (t.validation_fraction > 0) training["validation_fraction"] = t.validation_fraction;
+  if (t.class_weight.kind != ClassWeightSpec::Kind::kNone) training["class_weight"] = class_weight_to_value(t.class_weight);
   json::object backup;
   if (spec.backup.frequency == BackupSpec::Frequency::kEpoch) backup["save_freq"] = "epoch";
   if (spec.backup.frequency == BackupSpec::Frequency::kSteps) backup["save_freq"] = spec.backup.steps;

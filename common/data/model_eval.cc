@@ -35,7 +35,7 @@ Evaluation evaluate_model(nn::Model<float>& model, const float* params, const Sp
     std::iota(indices.begin(), indices.end(), start);
     split.gather(indices, columns.data(), targets.data());
     const auto logits = model.forward(params, columns.data(), batch);
-    const nn::LossResult r = nn::compute_loss<float>(model.loss(), logits, targets.data(), nullptr);
+    const nn::LossResult r = nn::compute_loss<float>(model.loss(), logits, targets.data(), nullptr, nn::LossWeights::kIgnore);
     loss_sum += r.loss_sum;
     correct += r.correct;
     e.sums += r.regression;

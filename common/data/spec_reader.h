@@ -102,5 +102,8 @@ json::value loss_to_value(const LossSpec& loss);
 // The job spec's `early_stopping` (early_stopping_json.cc), read strictly and written back.
 EarlyStoppingSpec read_early_stopping(const json::value& v);
 json::object early_stopping_to_object(const EarlyStoppingSpec& spec);
+// The training section's `class_weight` (class_weight.cc), read strictly and written back.
+ClassWeightSpec read_class_weight(const json::value& v);
+json::value class_weight_to_value(const ClassWeightSpec& spec);
 
 }  // namespace pstrain::spec_json

@@ -49,6 +49,12 @@ struct LossSpec {
   LossType type = LossType::kSparseCategoricalCrossEntropy;
   float label_smoothing = 0.0f;  // categorical and binary only, in [0, 1]
   float delta = 1.0f;            // huber only, > 0
+  // Class losses: each example's loss term (and its gradient) times its label's weight, one per
+  // class index (loss_classes of them), Keras' fit(class_weight) under the sum-over-batch
+  // reduction: the weighted sum is still divided by the global batch. Empty: every example
+  // weighs 1. Training only; evaluation figures are unweighted (compute_loss's LossWeights).
+  // Filled from the job spec's training.class_weight once resolved (common/data/class_weight.h).
+  std::vector<float> class_weights;
 };
 // True for the losses on float targets (mean_squared_error, mean_absolute_error, huber).
 inline bool is_regression(const LossSpec& loss) {

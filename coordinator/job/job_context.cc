@@ -54,6 +54,14 @@ JobContext::JobContext(std::string id_, JobSpec spec_, Cluster& cluster_, DataSe
       servers(id, io_, options),
       progress(id, static_cast<uint32_t>(spec.training.epochs), store_) {}
 
+void JobContext::resolve_class_weights() {
+  if (spec.training.class_weight.kind == ClassWeightSpec::Kind::kNone) return;
+  std::vector<float> weights = pstrain::resolve_class_weights(spec.training.class_weight, spec.loss, *train);
+  spec.training.class_weight = ClassWeightSpec{ClassWeightSpec::Kind::kList, {}, weights};
+  spec.loss.class_weights = std::move(weights);
+  spec_json = job_spec_to_json(spec);
+}
+
 std::optional<size_t> JobContext::worker_index(NodeId node) const {
   for (size_t i = 0; i < workers.size(); ++i) {
     if (workers[i] == node) return i;

@@ -96,11 +96,17 @@ struct JobContext {
   // The metadata of the job's model file: self-describing (the spec, where it stopped, which files
   // it was trained on), so the file can be used without the job (DESIGN-NOTES "Models").
   Metadata model_file_metadata(int64_t epoch, uint64_t step) const;
+  // training.class_weight resolved against the examples the job trains on (`train`, before a
+  // table's preprocessing: its class names), in spec and spec_json (class_weight.h). Throws
+  // SpecError for a class the data does not have.
+  void resolve_class_weights();
 
   // Inputs.
   const std::string id;
-  const JobSpec spec;
-  const std::string spec_json;
+  // The spec as submitted, and its canonical text (what servers, workers and the job's files
+  // receive). Changed once, by resolve_class_weights() when the data has loaded; never after.
+  JobSpec spec;
+  std::string spec_json;
   const ParamLayout layout;
   Cluster& cluster;
   DataService& data;

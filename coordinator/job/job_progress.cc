@@ -130,8 +130,12 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
   }
   std::fflush(stdout);
   store_.append_epoch(job_id_, metric);
+  // An epoch recorded late (a partial one, after a worker loss) joins the history but does not
+  // replace the job's figures when a later epoch has them already.
+  bool newest = true;
+  for (size_t e = epoch + 1; e < epochs_.size(); ++e) newest = newest && !epochs_[e].recorded;
   store_.update(job_id_, [&](JobRecord& r) {
-    set_epoch_figures(r, metric);
+    if (newest) set_epoch_figures(r, metric);
     if (partial) {
       r.notes.push_back("epoch " + std::to_string(epoch + 1) + ": test metrics on " + std::to_string(m.test.examples) +
                         " examples (a worker was lost before evaluating its part)");

@@ -146,6 +146,12 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
       })
       .then([test = kj::mv(test)]() mutable { return kj::mv(test); })
       .then([this](std::shared_ptr<const Split> test) -> kj::Promise<void> {
+        try {
+          job_.resolve_class_weights();  // on the training examples, before a table's preprocessing
+        } catch (const SpecError& e) {
+          kj::throwFatalException(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                                                kj::str("dataset '", job_.train->dataset, "' as loaded: ", e.what())));
+        }
         if (!job_.train->table) {
           job_.test = std::move(test);
           return kj::READY_NOW;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -208,17 +209,18 @@ std::string loan_spec(int workers) {
       {"type": "dense", "units": 2}]},
     "optimizer": {"type": "adam", "learning_rate": 0.01},
     "training": {"mode": "sync", "global_batch_size": 60, "epochs": 60, "workers": )" +
-         std::to_string(workers) + R"(, "servers": 2, "validation_fraction": 0.1},
+         std::to_string(workers) + R"(, "servers": 2, "validation_fraction": 0.1, "class_weight": "balanced"},
     "backup": {"save_freq": "epoch"}})";
 }
 
 }  // namespace
 
-TEST_CASE("tables: a job trains on a table with default preprocessing, exactly as the standalone trainer, through a worker loss, and predicts by field name") {
+TEST_CASE("tables: a job trains on a table with default preprocessing and balanced class weights, exactly as the standalone trainer, through a worker loss and a server loss, and predicts by field name") {
   testing::TempDir data;
   testing::ClusterOptions options;
-  options.workers = 3;
-  options.coordinator_flags = {"--data-dir", data.path(), "--dead-after-ms", "1500"};
+  options.workers = 4;  // the job takes 3; the fourth keeps 3 alive after a worker loss
+  options.servers = 3;  // the job takes 2; the third replaces a lost one
+  options.coordinator_flags = {"--data-dir", data.path(), "--dead-after-ms", "1500", "--move-server-after-ms", "1000"};
   testing::Cluster cluster(options);
   const int port = cluster.http_port();
   REQUIRE(put_csv(port, "/v1/datasets/loans/train?label=decision", loans(600, 1)).status == 201);
@@ -233,9 +235,10 @@ TEST_CASE("tables: a job trains on a table with default preprocessing, exactly a
                                                         R"(, "preprocessing": {"columns": {"salary": "drop"}}})");
   check_problem(not_a_column, 422, "invalid-spec", "/preprocessing/columns/salary");
 
-  // 3 workers, calm and with a worker killed after the first epoch's backup: the same model as
-  // the standalone trainer cutting each step into the same 3 slices (the cluster's exactness,
-  // DESIGN-NOTES "N workers against one"), which reads the stored dataset directory itself.
+  // 3 workers, calm, with a worker killed after the first epoch's backup, and with one of the
+  // job's servers killed for good after the second: the same model as the standalone trainer
+  // cutting each step into the same 3 slices (the cluster's exactness, DESIGN-NOTES "N workers
+  // against one"), which reads the stored dataset directory and weighs the classes itself.
   const std::string spec = loan_spec(3);
   LocalTrainerOptions local;
   local.data_dir = data.path();
@@ -244,12 +247,18 @@ TEST_CASE("tables: a job trains on a table with default preprocessing, exactly a
   const TrainingResult standalone = train_locally(parse_job_spec(spec), local);
   std::string model_id;
   double accuracy = 0;
-  for (int run = 0; run < 2; ++run) {
+  for (int run = 0; run < 3; ++run) {
     const std::string id = submit(cluster, spec);
-    if (run == 1) {
-      cluster.coordinator().wait_for_line("backup at step 9 complete", 60s);
-      cluster.workers()[1]->kill_hard();
-    }
+    // Kills the job's node `role`s[1] ("worker-<i>", "server-<i>") after the backup of `step`.
+    const auto kill_after = [&](int step, const char* role, std::vector<testing::Process*>& nodes) {
+      cluster.coordinator().wait_for_line(std::regex("job " + id + ": backup at step " + std::to_string(step) + " complete"), 60s);
+      const json::array mine = arr(object_of(get(port, "/v1/jobs/" + id)), role);
+      REQUIRE(mine.size() >= 2);
+      const std::string name = str(obj(mine[1]), "name");
+      nodes[std::stoul(name.substr(name.find('-') + 1))]->kill_hard();
+    };
+    if (run == 1) kill_after(9, "workers", cluster.workers());
+    if (run == 2) kill_after(18, "servers", cluster.servers());
     const json::object done = wait_for_state(cluster, id, "SUCCEEDED", 240s);
     const Reply model = get(port, "/v1/jobs/" + id + "/model");
     REQUIRE(model.status == 200);
@@ -262,12 +271,18 @@ TEST_CASE("tables: a job trains on a table with default preprocessing, exactly a
     const json::object pre = json::parse(str(meta, "preprocessing")).as_object();
     CHECK(arr(pre, "class_names").size() == 2);
     CHECK(arr(pre, "columns").size() == 4);
+    // ... and the spec its processes trained with: "balanced" resolved to one weight per class,
+    // while the job keeps the spec as submitted.
+    const json::object trained = obj(json::parse(str(meta, "spec")).as_object().at("training"));
+    CHECK(arr(trained, "class_weight").size() == 2);
+    CHECK(str(obj(obj(object_of(get(port, "/v1/jobs/" + id)).at("spec")).at("training")), "class_weight") == "balanced");
     if (run == 1) {
       // The loss was noticed and the survivors took over its slices.
       CHECK(cluster.coordinator().log_text().find("with 2 worker(s)") != std::string::npos);
     }
+    if (run == 2) CHECK(cluster.coordinator().log_text().find("did not come back; moving its shard") != std::string::npos);
     if (run == 0) accuracy = num(done, "test_accuracy");
-    CHECK(num(done, "test_accuracy") == accuracy);
+    CHECK_MESSAGE(num(done, "test_accuracy") == accuracy, "run ", run);
     model_id = id;
   }
   CHECK(accuracy > 0.85);

@@ -22,7 +22,7 @@ int64_t class_of(float target, int64_t classes) {
 
 // Cross-entropy of a softmax against the label's (smoothed) one-hot target.
 template <typename T>
-LossResult softmax_loss(ConstMatMap<T> logits, const float* labels, T smoothing, T* dlogits) {
+LossResult softmax_loss(ConstMatMap<T> logits, const float* labels, T smoothing, T* dlogits, const float* class_weights) {
   LossResult result;
   const int64_t classes = logits.rows();
   const T off = smoothing / static_cast<T>(classes);  // every class's share of the smoothing
@@ -45,7 +45,8 @@ LossResult softmax_loss(ConstMatMap<T> logits, const float* labels, T smoothing,
         if (k != label) target_dot += off * (z[k] - max);
       }
     }
-    result.loss_sum += static_cast<double>(log_sum - target_dot);
+    const T weight = class_weights == nullptr ? T(1) : static_cast<T>(class_weights[label]);
+    result.loss_sum += static_cast<double>(class_weights == nullptr ? log_sum - target_dot : weight * (log_sum - target_dot));
     result.correct += best == label ? 1 : 0;
     // Top k: fewer than k outputs rank above the label's (a tie ranks the lower class first).
     int64_t above = 0;
@@ -58,6 +59,9 @@ LossResult softmax_loss(ConstMatMap<T> logits, const float* labels, T smoothing,
       const T inv_sum = T(1) / sum;
       for (int64_t k = 0; k < classes; ++k) d[k] = std::exp(z[k] - max) * inv_sum - (smoothing != T(0) ? off : T(0));
       d[label] -= smoothing != T(0) ? on - off : T(1);
+      if (class_weights != nullptr) {
+        for (int64_t k = 0; k < classes; ++k) d[k] *= weight;
+      }
     }
   }
   return result;
@@ -73,8 +77,9 @@ T sigmoid(T z) {
 // One logit per label (K of them: multi-label when K > 1), labels in [0, 1]. An example is
 // correct when every label is (z > 0 where the label is above 1/2): subset accuracy, which is
 // Keras' binary accuracy for one label. AUC pools every label (Keras' AUC, multi_label false).
+// Class weights (one logit only: class labels 0 and 1) weigh the example by its label's class.
 template <typename T>
-LossResult binary_loss(ConstMatMap<T> logits, const float* labels, T smoothing, T* dlogits) {
+LossResult binary_loss(ConstMatMap<T> logits, const float* labels, T smoothing, T* dlogits, const float* class_weights) {
   LossResult result;
   const int64_t k = logits.rows();
   for (int64_t b = 0; b < logits.cols(); ++b) {
@@ -92,6 +97,11 @@ LossResult binary_loss(ConstMatMap<T> logits, const float* labels, T smoothing, 
       all = all && (z > T(0)) == positive;
       result.binary.add(static_cast<double>(sigmoid(z)), positive);
       if (dlogits != nullptr) dlogits[b * k + i] = sigmoid(z) - t;
+    }
+    if (class_weights != nullptr) {  // one logit (job spec checks)
+      const T weight = static_cast<T>(class_weights[labels[b] > 0.5f ? 1 : 0]);
+      example *= weight;
+      if (dlogits != nullptr) dlogits[b] *= weight;
     }
     result.loss_sum += static_cast<double>(k == 1 ? example : example / static_cast<T>(k));
     if (dlogits != nullptr && k > 1) {
@@ -200,12 +210,22 @@ LossResult& LossResult::operator+=(const LossResult& other) {
 }
 
 template <typename T>
-LossResult compute_loss(const LossSpec& loss, ConstMatMap<T> outputs, const float* targets, T* doutputs) {
+LossResult compute_loss(const LossSpec& loss, ConstMatMap<T> outputs, const float* targets, T* doutputs,
+                        LossWeights weights) {
   const T smoothing = static_cast<T>(loss.label_smoothing);
+  const int64_t classes = loss_classes(loss, outputs.rows());
+  const float* w = nullptr;
+  if (weights == LossWeights::kApply && !loss.class_weights.empty()) {
+    if (static_cast<int64_t>(loss.class_weights.size()) != classes || (loss.type == LossType::kBinaryCrossEntropy && outputs.rows() != 1)) {
+      throw Error(std::to_string(loss.class_weights.size()) + " class weights for a model scoring " +
+                  std::to_string(classes) + " classes");
+    }
+    w = loss.class_weights.data();
+  }
   switch (loss.type) {
-    case LossType::kSparseCategoricalCrossEntropy: return softmax_loss<T>(outputs, targets, T(0), doutputs);
-    case LossType::kCategoricalCrossEntropy: return softmax_loss<T>(outputs, targets, smoothing, doutputs);
-    case LossType::kBinaryCrossEntropy: return binary_loss<T>(outputs, targets, smoothing, doutputs);
+    case LossType::kSparseCategoricalCrossEntropy: return softmax_loss<T>(outputs, targets, T(0), doutputs, w);
+    case LossType::kCategoricalCrossEntropy: return softmax_loss<T>(outputs, targets, smoothing, doutputs, w);
+    case LossType::kBinaryCrossEntropy: return binary_loss<T>(outputs, targets, smoothing, doutputs, w);
     case LossType::kMeanSquaredError:
     case LossType::kMeanAbsoluteError:
     case LossType::kHuber: return regression_loss<T>(loss, outputs, targets, doutputs);
@@ -227,7 +247,7 @@ int64_t class_probabilities(const LossSpec& loss, const float* outputs, int64_t 
   return best;
 }
 
-template LossResult compute_loss<float>(const LossSpec&, ConstMatMap<float>, const float*, float*);
-template LossResult compute_loss<double>(const LossSpec&, ConstMatMap<double>, const float*, double*);
+template LossResult compute_loss<float>(const LossSpec&, ConstMatMap<float>, const float*, float*, LossWeights);
+template LossResult compute_loss<double>(const LossSpec&, ConstMatMap<double>, const float*, double*, LossWeights);
 
 }  // namespace pstrain::nn

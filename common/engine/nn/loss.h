@@ -84,12 +84,18 @@ struct LossResult {
   LossResult& operator+=(const LossResult& other);
 };
 
+// Whether compute_loss weighs each example by its class (LossSpec::class_weights): training does,
+// evaluation does not (Keras' evaluate has no class_weight).
+enum class LossWeights { kApply, kIgnore };
+
 // outputs: the model's outputs x batch. If doutputs is non-null it receives
-// d(loss_sum)/d(outputs).
+// d(loss_sum)/d(outputs). With class weights applied, an example of class c adds w_c times its
+// loss term to loss_sum and w_c times its gradient; the metrics' counts are never weighted.
 // `targets`: target_size(loss, outputs.rows()) per example (see above). A class target outside
 // the outputs' classes throws Error.
 template <typename T>
-LossResult compute_loss(const LossSpec& loss, ConstMatMap<T> outputs, const float* targets, T* doutputs);
+LossResult compute_loss(const LossSpec& loss, ConstMatMap<T> outputs, const float* targets, T* doutputs,
+                        LossWeights weights = LossWeights::kApply);
 
 // The classes a model's outputs are scored on (binary: 2, else one per output).
 inline int64_t loss_classes(const LossSpec& loss, int64_t outputs) {

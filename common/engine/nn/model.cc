@@ -257,7 +257,9 @@ ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t b
 template <typename T>
 LossResult Model<T>::evaluate(const T* params, const T* inputs, const float* targets, int64_t batch,
                               const ExampleKeys& keys) {
-  return compute_loss<T>(loss_, run_forward(params, inputs, batch, keys, keys.ids != nullptr), targets, nullptr);
+  const bool training = keys.ids != nullptr;
+  return compute_loss<T>(loss_, run_forward(params, inputs, batch, keys, training), targets, nullptr,
+                         training ? LossWeights::kApply : LossWeights::kIgnore);
 }
 
 template <typename T>

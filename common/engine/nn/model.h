@@ -54,7 +54,7 @@ class Model {
 
   // Loss and accuracy only: of inference (evaluation), or with `keys` of training as
   // compute_gradients sees it (dropout on, batch_norm on its batches' statistics; for gradient
-  // checks).
+  // checks; the loss's class weights apply only then, as in training).
   // `targets`: target_size() floats per example (loss.h).
   LossResult evaluate(const T* params, const T* inputs, const float* targets, int64_t batch,
                       const ExampleKeys& keys = {});
