@@ -97,7 +97,8 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"random_flip", LayerType::kRandomFlip},
                                      {"random_crop", LayerType::kRandomCrop},
                                      {"random_translation", LayerType::kRandomTranslation},
-                                     {"embedding", LayerType::kEmbedding}});
+                                     {"embedding", LayerType::kEmbedding},
+                                     {"slice", LayerType::kSlice}});
   // The graph: names and inputs are checked against each other in model_graph.
   if (const json::value* name = r.optional("name")) layer.name = read_string(*name, r.field_path("name"));
   if (const json::value* inputs = r.optional("inputs")) {
@@ -161,6 +162,10 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
     case LayerType::kEmbedding:
       layer.input_dim = read_int(r.required("input_dim"), r.field_path("input_dim"), 1, int64_t{1} << 24);
       layer.output_dim = read_int(r.required("output_dim"), r.field_path("output_dim"), 1, 65536);
+      break;
+    case LayerType::kSlice:
+      layer.begin = read_int(r.required("begin"), r.field_path("begin"), 0, int64_t{1} << 24);
+      layer.size = read_int(r.required("size"), r.field_path("size"), 1, int64_t{1} << 24);
       break;
     case LayerType::kRandomFlip:
       if (const json::value* m = r.optional("mode")) {
@@ -261,6 +266,10 @@ json::object model_spec_to_object(const ModelSpec& model) {
       case LayerType::kEmbedding:
         o["input_dim"] = l.input_dim;
         o["output_dim"] = l.output_dim;
+        break;
+      case LayerType::kSlice:
+        o["begin"] = l.begin;
+        o["size"] = l.size;
         break;
       case LayerType::kRandomTranslation:
         o["height_factor"] = l.height_factor;

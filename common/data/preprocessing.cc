@@ -16,7 +16,7 @@ namespace json = boost::json;
 
 uint32_t FittedColumn::width() const {
   if (dropped) return 0;
-  const uint32_t values = type == ColumnType::kCategorical ? static_cast<uint32_t>(categories.size()) + 1 : 1;
+  const uint32_t values = type == ColumnType::kCategorical && !ids ? static_cast<uint32_t>(categories.size()) + 1 : 1;
   return values + (indicator ? 1 : 0);
 }
 
@@ -30,7 +30,9 @@ std::vector<std::string> FittedPreprocessing::feature_names() const {
   std::vector<std::string> names;
   for (const FittedColumn& c : columns) {
     if (c.dropped) continue;
-    if (c.type == ColumnType::kCategorical) {
+    if (c.type == ColumnType::kCategorical && c.ids) {
+      names.push_back(c.name + "=(id)");
+    } else if (c.type == ColumnType::kCategorical) {
       for (const std::string& k : c.categories) names.push_back(c.name + "=" + k);
       names.push_back(c.name + "=(other)");
     } else {
@@ -50,6 +52,7 @@ struct Resolved {
   double fill_value = 0;
   bool indicator = true;
   uint32_t max_categories = kDefaultMaxCategories;
+  Encoding encode = Encoding::kOneHot;
   bool drop = false;
 };
 
@@ -68,6 +71,7 @@ Resolved resolve(const PreprocessingSpec& spec, const TableColumn& column) {
     if (s.fill_value) r.fill_value = *s.fill_value;
     if (s.indicator) r.indicator = *s.indicator;
     if (s.max_categories) r.max_categories = *s.max_categories;
+    if (s.encode) r.encode = *s.encode;
     r.drop = r.drop || s.drop;
   };
   apply(*type);
@@ -89,6 +93,8 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
     if (s.fill_value) throw SpecError(path + "/fill_value", "'" + column.name + "' is categorical: constant imputes the other bucket");
   } else if (s.max_categories) {
     throw SpecError(path + "/max_categories", "'" + column.name + "' is " + column_type_name(column.type) + ", not categorical");
+  } else if (s.encode) {
+    throw SpecError(path + "/encode", "'" + column.name + "' is " + column_type_name(column.type) + ", not categorical");
   }
 }
 
@@ -110,7 +116,9 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
     check_steps(spec, *c);
     const Resolved r = resolve(spec, *c);
     if (r.drop) continue;
-    if (c->type == ColumnType::kCategorical) {
+    if (c->type == ColumnType::kCategorical && r.encode == Encoding::kIds) {
+      width += 1;
+    } else if (c->type == ColumnType::kCategorical) {
       width += std::min<uint32_t>(r.max_categories, static_cast<uint32_t>(c->categories.size())) + 1;
     } else {
       width += 1;
@@ -136,6 +144,7 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
     f.name = column.name;
     f.type = column.type;
     f.dropped = r.drop;
+    f.ids = column.type == ColumnType::kCategorical && r.encode == Encoding::kIds;
     f.indicator = r.indicator && k < train_stored.size() && train_stored[k]->profile.missing > 0;
     if (f.dropped) {
       fitted.columns.push_back(std::move(f));
@@ -248,15 +257,19 @@ float* apply_column(const FittedColumn& f, float v, const std::vector<uint32_t>*
   if (f.dropped) return out;
   const bool missing = std::isnan(v);
   if (f.type == ColumnType::kCategorical) {
-    const uint32_t n = static_cast<uint32_t>(f.categories.size()) + 1;
-    std::fill(out, out + n, 0.0f);
     uint32_t s = f.fill_category;
     if (!missing) {
       const auto code = static_cast<size_t>(v);
       s = slot != nullptr && code < slot->size() ? (*slot)[code] : static_cast<uint32_t>(f.categories.size());
     }
-    out[s] = 1.0f;
-    out += n;
+    if (f.ids) {
+      *out++ = static_cast<float>(s);
+    } else {
+      const uint32_t n = static_cast<uint32_t>(f.categories.size()) + 1;
+      std::fill(out, out + n, 0.0f);
+      out[s] = 1.0f;
+      out += n;
+    }
   } else {
     *out++ = ((missing ? f.fill : v) - f.offset) * f.scale;
   }

@@ -9,7 +9,9 @@
 //   categorical  one-hot: the max_categories most frequent categories of the training examples
 //             (ties by name; listed by name) and an "other" feature for the rest and for
 //             categories never seen in training; a missing value is imputed (most_frequent, or
-//             "other" with impute constant).
+//             "other" with impute constant). Or, with encode "ids", one feature holding the
+//             category's slot (0 .. kept - 1 in name order, kept for other) as a float: the id an
+//             `embedding` layer reads through a `slice` of the input (docs/JOB-SPEC.md).
 //   Any column may add a missing indicator (1 where the value was missing): by default for every
 //   column with a missing value in the dataset's train split, so the width is known at submit.
 //   A column may be dropped.
@@ -42,6 +44,7 @@ namespace pstrain {
 
 enum class Scaling { kStandardize, kMinMax, kNone };
 enum class Imputation { kMean, kMedian, kMostFrequent, kConstant };
+enum class Encoding { kOneHot, kIds };  // categorical columns
 
 // What the spec says for a column or a column type; unset fields fall back (column -> type
 // default -> built-in default).
@@ -51,6 +54,7 @@ struct ColumnSteps {
   std::optional<double> fill_value;  // impute constant, numeric and boolean columns (default 0)
   std::optional<bool> indicator;
   std::optional<uint32_t> max_categories;  // categorical, at least 1
+  std::optional<Encoding> encode;          // categorical
   bool drop = false;
 };
 
@@ -74,6 +78,7 @@ struct FittedColumn {
   // (an index into categories, or categories.size(): other).
   std::vector<std::string> categories;
   uint32_t fill_category = 0;
+  bool ids = false;  // categorical: one feature, the slot (encode "ids"), instead of one-hot
 
   uint32_t width() const;  // features it gives (0 when dropped)
 };
@@ -84,7 +89,7 @@ struct FittedPreprocessing {
   std::vector<std::string> class_names;  // the dataset's (empty: numbered classes or targets)
 
   uint32_t width() const;
-  // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)".
+  // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)", "plan=(id)".
   std::vector<std::string> feature_names() const;
 };
 

@@ -3,7 +3,7 @@
 //    "columns": {"<name>": {<steps>} | "drop", ...}}
 // with <steps> = {"scale": "standardize" | "minmax" | "none", "impute": "mean" | "median" |
 // "most_frequent" | "constant", "fill_value": <number>, "indicator": <bool>,
-// "max_categories": <int >= 1>, "drop": <bool>}.
+// "max_categories": <int >= 1>, "encode": "one_hot" | "ids", "drop": <bool>}.
 #include <cmath>
 
 #include "common/data/preprocessing.h"
@@ -50,6 +50,9 @@ ColumnSteps read_steps(const json::value& v, const std::string& path, bool allow
   if (const json::value* x = r.optional("max_categories")) {
     s.max_categories = static_cast<uint32_t>(read_int(*x, r.field_path("max_categories"), 1, kMaxCategories));
   }
+  if (const json::value* x = r.optional("encode")) {
+    s.encode = read_enum<Encoding>(*x, r.field_path("encode"), {{"one_hot", Encoding::kOneHot}, {"ids", Encoding::kIds}});
+  }
   if (const json::value* x = r.optional("drop")) {
     if (!x->is_bool()) throw SpecError(r.field_path("drop"), "must be true or false, not " + kind_of(*x));
     if (!allow_drop && x->as_bool()) throw SpecError(r.field_path("drop"), "drops a single column: say it under /preprocessing/columns");
@@ -69,6 +72,7 @@ json::object steps_to_object(const ColumnSteps& s) {
   if (s.fill_value) o["fill_value"] = *s.fill_value;
   if (s.indicator) o["indicator"] = *s.indicator;
   if (s.max_categories) o["max_categories"] = *s.max_categories;
+  if (s.encode) o["encode"] = *s.encode == Encoding::kIds ? "ids" : "one_hot";
   if (s.drop) o["drop"] = true;
   return o;
 }
@@ -84,6 +88,10 @@ PreprocessingSpec read_preprocessing(const json::value& v) {
   if (const json::value* x = r.optional("categorical")) spec.categorical = read_steps(*x, r.field_path("categorical"), false);
   if (spec.numeric.max_categories || spec.boolean.max_categories) {
     throw SpecError(spec.numeric.max_categories ? "/preprocessing/numeric/max_categories" : "/preprocessing/boolean/max_categories",
+                    "applies to categorical columns");
+  }
+  if (spec.numeric.encode || spec.boolean.encode) {
+    throw SpecError(spec.numeric.encode ? "/preprocessing/numeric/encode" : "/preprocessing/boolean/encode",
                     "applies to categorical columns");
   }
   if (spec.categorical.scale) throw SpecError("/preprocessing/categorical/scale", "categorical columns are one-hot encoded, not scaled");
@@ -104,7 +112,7 @@ json::object preprocessing_to_object(const PreprocessingSpec& spec) {
   if (spec.numeric.scale || spec.numeric.impute || spec.numeric.fill_value || spec.numeric.indicator) o["numeric"] = steps_to_object(spec.numeric);
   if (spec.boolean.scale || spec.boolean.impute || spec.boolean.fill_value || spec.boolean.indicator) o["boolean"] = steps_to_object(spec.boolean);
   const ColumnSteps& c = spec.categorical;
-  if (c.impute || c.fill_value || c.indicator || c.max_categories) o["categorical"] = steps_to_object(c);
+  if (c.impute || c.fill_value || c.indicator || c.max_categories || c.encode) o["categorical"] = steps_to_object(c);
   if (!spec.columns.empty()) {
     json::object columns;
     for (const auto& [name, steps] : spec.columns) columns[name] = steps_to_object(steps);
@@ -124,6 +132,7 @@ std::string fitted_to_json(const FittedPreprocessing& fitted) {
       for (const std::string& k : c.categories) cats.push_back(json::string(k));
       o["categories"] = std::move(cats);
       o["fill_category"] = c.fill_category;
+      if (c.ids) o["encode"] = "ids";
     } else {
       // float32 constants: their double value prints exactly enough to read back the same float.
       o["fill"] = static_cast<double>(c.fill);
@@ -161,6 +170,7 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
       if (!c.dropped && c.type == ColumnType::kCategorical) {
         for (const json::value& k : o.at("categories").as_array()) c.categories.emplace_back(k.as_string());
         c.fill_category = static_cast<uint32_t>(o.at("fill_category").to_number<uint64_t>());
+        if (const json::value* e = o.if_contains("encode")) c.ids = e->as_string() == "ids";
         if (c.fill_category > c.categories.size() || !std::is_sorted(c.categories.begin(), c.categories.end())) {
           throw DataError("preprocessing: column '" + c.name + "' has unsorted categories or a bad fill_category");
         }

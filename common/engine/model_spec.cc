@@ -95,6 +95,7 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kRandomCrop: return "random_crop";
     case LayerType::kRandomTranslation: return "random_translation";
     case LayerType::kEmbedding: return "embedding";
+    case LayerType::kSlice: return "slice";
   }
   return "?";
 }
@@ -377,6 +378,18 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         if (layer.output_dim <= 0) throw SpecError(path + "/output_dim", "must be a positive integer");
         parameters += layer.input_dim * layer.output_dim;
         out = {in[0], layer.output_dim};
+        break;
+      case LayerType::kSlice:
+        if (in.size() != 1) throw SpecError(path + "/type", "slice needs a flat input of features but gets " + shape_string(in));
+        if (layer.begin < 0 || layer.begin >= in[0]) {
+          throw SpecError(path + "/begin", "must be a feature of the input " + shape_string(in) + " (0 to " +
+                                               std::to_string(in[0] - 1) + ")");
+        }
+        if (layer.size <= 0 || layer.begin + layer.size > in[0]) {
+          throw SpecError(path + "/size", "must be 1 to " + std::to_string(in[0] - layer.begin) + " (the input " +
+                                              shape_string(in) + " from feature " + std::to_string(layer.begin) + ")");
+        }
+        out = {layer.size};
         break;
       case LayerType::kBatchNorm:
         out = in;

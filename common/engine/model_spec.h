@@ -21,6 +21,7 @@ enum class LayerType {
   kDropout, kBatchNorm,
   kRandomFlip, kRandomCrop, kRandomTranslation,  // augmentation (nn/augmentation.h)
   kEmbedding,
+  kSlice,  // features [begin, begin + size) of a flat input (nn/slice.h)
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -110,6 +111,7 @@ struct LayerSpec {
   int64_t crop_padding = 0;                             // random_crop: `padding`
   float height_factor = 0.0f, width_factor = 0.0f;      // random_translation
   int64_t input_dim = 0, output_dim = 0;                // embedding: ids 0..input_dim-1, vectors
+  int64_t begin = 0, size = 0;                          // slice: the features [begin, begin + size)
   float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
 };
 

@@ -132,6 +132,37 @@ TEST_CASE("a record by field name gives the stored row's features, unseen catego
   }
 }
 
+TEST_CASE("categories as ids: one feature, the slot in name order, other and missing as one-hot would place them") {
+  const ParsedExamples p = csv(kTable);
+  const PreprocessingSpec spec = spec_of(R"({"columns": {"plan": {"encode": "ids", "indicator": false}}})");
+  const FittedPreprocessing f = fit_preprocessing(spec, *p.table, *p.table, values(p), p.size());
+  CHECK(f.columns[1].ids);
+  CHECK(f.width() == 2 + 1 + 2);
+  CHECK(preprocessed_width(spec, *p.table) == f.width());
+  CHECK(f.feature_names()[2] == "plan=(id)");
+  // plan: pro, basic, pro, family, missing (-> most frequent: pro) as slots of basic, family, pro.
+  const std::vector<float> rows = apply_rows(f, p);
+  std::vector<float> ids;
+  for (size_t i = 0; i < p.size(); ++i) ids.push_back(rows[i * f.width() + 2]);
+  CHECK(ids == std::vector<float>{2, 0, 2, 1, 2});
+  std::vector<float> out(f.width());
+  apply_preprocessing(f, json::parse(R"({"age": 1, "plan": "gold", "member": true})").as_object(), out.data());
+  CHECK(out[2] == 3.0f);  // unseen: other, the last id
+  const FittedPreprocessing back = fitted_from_json(fitted_to_json(f));
+  CHECK(apply_rows(back, p) == rows);
+  auto width_path = [&](const std::string& text) {
+    try {
+      preprocessed_width(spec_of(text), *p.table);
+    } catch (const SpecError& e) {
+      return e.path();
+    }
+    return std::string("(accepted)");
+  };
+  CHECK(width_path(R"({"columns": {"age": {"encode": "ids"}}})") == "/preprocessing/columns/age/encode");
+  CHECK_THROWS_AS(spec_of(R"({"numeric": {"encode": "ids"}})"), SpecError);
+  CHECK_THROWS_AS(spec_of(R"({"categorical": {"encode": "hash"}})"), SpecError);
+}
+
 TEST_CASE("another split's category codes are mapped by name, and statistics come from the training rows only") {
   const ParsedExamples train = csv("x,plan,label\n1,pro,0\n3,basic,1\n5,pro,0\n");
   // The test split has its own vocabulary (family, pro: pro is code 1 here, 2... in train terms by name).

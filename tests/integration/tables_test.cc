@@ -312,3 +312,49 @@ TEST_CASE("tables: a job trains on a table with default preprocessing and balanc
   REQUIRE(ev.status == 200);
   CHECK(num(object_of(ev), "accuracy") == accuracy);
 }
+
+TEST_CASE("tables: a category as ids through a slice into an embedding trains on a cluster exactly as standalone and predicts by field name") {
+  testing::TempDir data;
+  testing::ClusterOptions options;
+  options.workers = 2;
+  options.coordinator_flags = {"--data-dir", data.path()};
+  testing::Cluster cluster(options);
+  const int port = cluster.http_port();
+  REQUIRE(put_csv(port, "/v1/datasets/loans/train?label=decision", loans(600, 3)).status == 201);
+  REQUIRE(put_csv(port, "/v1/datasets/loans/test?label=decision", loans(200, 4)).status == 201);
+  // Features: income, income_missing, age, region=(id) (slots 0-4, 5 for other), owner, owner_missing.
+  const std::string spec = R"({"name": "loans-ids", "dataset": {"name": "loans", "shuffle_seed": 9},
+    "model": {"input_shape": [6], "seed": 4, "layers": [
+      {"name": "region", "type": "slice", "inputs": ["input"], "begin": 3, "size": 1},
+      {"name": "vectors", "type": "embedding", "inputs": ["region"], "input_dim": 6, "output_dim": 3},
+      {"name": "flat", "type": "flatten", "inputs": ["vectors"]},
+      {"name": "income_age", "type": "slice", "inputs": ["input"], "begin": 0, "size": 3},
+      {"name": "owner", "type": "slice", "inputs": ["input"], "begin": 4, "size": 2},
+      {"name": "all", "type": "concatenate", "inputs": ["flat", "income_age", "owner"]},
+      {"name": "hidden", "type": "dense", "units": 16, "activation": "relu", "inputs": ["all"]},
+      {"type": "dense", "units": 2}]},
+    "optimizer": {"type": "adam", "learning_rate": 0.01},
+    "training": {"mode": "sync", "global_batch_size": 50, "epochs": 40, "workers": 2},
+    "preprocessing": {"columns": {"region": {"encode": "ids"}}}})";
+  Reply wide = post_json(port, "/v1/jobs", std::string(spec).replace(spec.find("[6]"), 3, "[11]"));
+  check_problem(wide, 422, "invalid-spec", "/model/input_shape");
+  LocalTrainerOptions local;
+  local.data_dir = data.path();
+  local.replicas = 2;
+  const TrainingResult standalone = train_locally(parse_job_spec(spec), local);
+  const std::string id = submit(cluster, spec);
+  const json::object done = wait_for_state(cluster, id, "SUCCEEDED", 240s);
+  const Reply model = get(port, "/v1/jobs/" + id + "/model");
+  REQUIRE(model.status == 200);
+  CHECK(params_of(spec, model.body) == std::vector<float>(standalone.params.begin(), standalone.params.end()));
+  CHECK(num(done, "test_accuracy") > 0.85);
+  const Reply p = post_json(port, "/v1/models/" + id + ":predict",
+                            R"({"instances": [{"income": 5000, "age": 40, "region": "south", "owner": "yes"},
+                                              {"income": 20, "age": 30, "region": "atlantis", "owner": false}]})");
+  INFO(p.describe());
+  REQUIRE(p.status == 200);
+  const json::array predictions = arr(object_of(p), "predictions");
+  REQUIRE(predictions.size() == 2);
+  CHECK(str(obj(predictions[0]), "class") == "approved");
+  CHECK(str(obj(predictions[1]), "class") == "declined");
+}

@@ -8,6 +8,7 @@
 #include "common/engine/nn/augmentation.h"
 #include "common/engine/nn/batch_norm.h"
 #include "common/engine/nn/embedding.h"
+#include "common/engine/nn/slice.h"
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/merge.h"
 #include "common/engine/nn/normalization.h"
@@ -172,6 +173,9 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
         kernel = table;  // the stage's first tensor (not a dense kernel: `dense` stays null)
         break;
       }
+      case LayerType::kSlice:
+        layer = std::make_unique<Slice<T>>(l.begin, l.size);
+        break;
       case LayerType::kRandomFlip:
       case LayerType::kRandomCrop:
       case LayerType::kRandomTranslation: {
