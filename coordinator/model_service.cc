@@ -20,6 +20,7 @@
 #include "common/engine/safetensors.h"
 #include "common/base/sha256.h"
 #include "coordinator/job_json.h"
+#include "coordinator/predict_instances.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -40,62 +41,6 @@ ModelService::Result failed(ServiceError e) {
   ModelService::Result r;
   r.error = std::move(e);
   return r;
-}
-
-// Standard base64 (RFC 4648, with padding; whitespace not allowed). nullopt if malformed.
-std::optional<std::string> base64_decode(std::string_view in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  if (in.size() % 4 != 0) return std::nullopt;
-  std::string out;
-  out.reserve(in.size() / 4 * 3);
-  for (size_t i = 0; i < in.size(); i += 4) {
-    int v[4];
-    int pad = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = in[i + static_cast<size_t>(k)];
-      if (c == '=' && i + 4 == in.size() && k >= 2) {
-        v[k] = 0;
-        ++pad;
-        continue;
-      }
-      if (pad > 0 || (v[k] = value(c)) < 0) return std::nullopt;
-    }
-    const uint32_t n = (static_cast<uint32_t>(v[0]) << 18) | (static_cast<uint32_t>(v[1]) << 12) |
-                       (static_cast<uint32_t>(v[2]) << 6) | static_cast<uint32_t>(v[3]);
-    out += static_cast<char>(n >> 16);
-    if (pad < 2) out += static_cast<char>((n >> 8) & 0xff);
-    if (pad < 1) out += static_cast<char>(n & 0xff);
-  }
-  return out;
-}
-
-// Appends the values of a nested-array instance in row-major order, checking each level's length
-// against `shape` from `dim` on. Returns an error text ("" when fine).
-std::string flatten(const json::value& v, const Shape& shape, size_t dim, std::vector<float>& out) {
-  if (dim == shape.size()) {
-    if (!v.is_number()) return "a value is not a number";
-    const float x = static_cast<float>(v.to_number<double>());
-    if (!std::isfinite(x)) return "a value is not a finite float32";
-    out.push_back(x);
-    return "";
-  }
-  if (!v.is_array()) return "expected an array at depth " + std::to_string(dim);
-  const auto& a = v.as_array();
-  if (static_cast<int64_t>(a.size()) != shape[dim]) {
-    return "dimension " + std::to_string(dim) + " has " + std::to_string(a.size()) + " entries, the model's input " +
-           shape_string(shape) + " needs " + std::to_string(shape[dim]);
-  }
-  for (const auto& e : a) {
-    if (std::string why = flatten(e, shape, dim + 1, out); !why.empty()) return why;
-  }
-  return "";
 }
 
 }  // namespace
@@ -462,7 +407,7 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
       const json::value* b64 = v.as_object().if_contains("b64");
       if (b64 == nullptr || !b64->is_string() || v.as_object().size() != 1) {
         why = "an object instance must be {\"b64\": \"<base64 of the raw uint8 values>\"}";
-      } else if (const auto bytes = base64_decode(std::string_view(b64->as_string())); !bytes) {
+      } else if (const auto bytes = predict_instances::base64_decode(std::string_view(b64->as_string())); !bytes) {
         why = "b64 is not valid base64";
       } else if (bytes->size() != input_size) {
         why = "b64 holds " + std::to_string(bytes->size()) + " bytes; the model's input " + shape_string(shape) + " has " +
@@ -472,9 +417,9 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
       }
     } else if (v.is_array() && v.as_array().size() == input_size && shape.size() > 1 &&
                (v.as_array().empty() || v.as_array()[0].is_number())) {
-      why = flatten(v, Shape{static_cast<int64_t>(input_size)}, 0, inputs);  // the flat form
+      why = predict_instances::flatten(v, Shape{static_cast<int64_t>(input_size)}, 0, inputs);  // the flat form
     } else {
-      why = flatten(v, shape, 0, inputs);
+      why = predict_instances::flatten(v, shape, 0, inputs);
     }
     if (!why.empty()) return failed(service_error(422, "invalid-instance", where + ": " + why, where));
     if (inputs.size() - before != input_size) {

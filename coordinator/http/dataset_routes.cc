@@ -97,6 +97,23 @@ std::variant<DatasetCatalog::UploadFormat, HttpResponse> upload_format(const Htt
                  "Content-Type");
 }
 
+// The list's form of a dataset: each categorical column's full category list left out (up to
+// 65,536 names per column; its `distinct` count and `top` values stay), which
+// GET /v1/datasets/{name} has.
+boost::json::value listed(const std::string& dataset_text) {
+  boost::json::value v = boost::json::parse(dataset_text);
+  if (boost::json::object* splits = v.as_object().if_contains("splits") ? &v.as_object()["splits"].as_object() : nullptr) {
+    for (auto& split : *splits) {
+      boost::json::object* table = split.value().as_object().if_contains("table")
+                                       ? &split.value().as_object()["table"].as_object()
+                                       : nullptr;
+      if (table == nullptr || !table->contains("columns")) continue;
+      for (boost::json::value& column : (*table)["columns"].as_array()) column.as_object().erase("categories");
+    }
+  }
+  return v;
+}
+
 }  // namespace
 
 std::vector<std::string> RestApi::jobs_using(const std::string& dataset) const {
@@ -107,7 +124,7 @@ void RestApi::add_dataset_routes() {
   using Args = const std::vector<std::string>&;
   router_.add("GET", "/v1/datasets", [this](const HttpRequest&, Args, const Responder& respond) {
     boost::json::array list;
-    for (const DatasetRecord& r : catalog_->list()) list.push_back(boost::json::parse(dataset_json(r, jobs_using(r.name))));
+    for (const DatasetRecord& r : catalog_->list()) list.push_back(listed(dataset_json(r, jobs_using(r.name))));
     respond(json_response(200, to_json_text(boost::json::object{{"datasets", list}})));
   });
   router_.add("GET", "/v1/datasets/{name}", [this](const HttpRequest&, Args a, const Responder& respond) {

@@ -94,6 +94,14 @@ TEST_CASE("tables: a CSV as users have it is stored typed and profiled, and the 
     CHECK(num(train, "imbalance_ratio") == 5);  // 250 stayed / 50 left
   };
   check_train(object_of(get(port, "/v1/datasets/churn")));
+  // The list carries the profile without each column's full category list.
+  for (const json::value& d : arr(object_of(get(port, "/v1/datasets")), "datasets")) {
+    if (str(obj(d), "name") != "churn") continue;
+    const json::object plan = column(obj(obj(obj(d).at("splits")).at("train")), "plan");
+    CHECK(!plan.contains("categories"));
+    CHECK(num(plan, "distinct") == 3);
+    CHECK(arr(plan, "top").size() == 3);
+  }
 
   // The test split: its columns and classes are the train split's.
   auto expect = [&](const Reply& reply, unsigned status, const std::string& type, const std::string& needle) {
