@@ -20,20 +20,12 @@
 #include "common/engine/safetensors.h"
 #include "common/base/sha256.h"
 #include "coordinator/job_json.h"
+#include "coordinator/model_service_loaded.h"
 #include "coordinator/predict_instances.h"
 
 namespace pstrain {
 namespace json = boost::json;
 
-struct ModelService::Loaded {
-  std::string id;
-  JobSpec spec;
-  // A table model's fitted preprocessing (the file's metadata "preprocessing"): predictions take
-  // records by field name and evaluation the table's stored splits.
-  std::shared_ptr<const FittedPreprocessing> preprocessing;
-  std::unique_ptr<nn::Model<float>> model;
-  std::vector<float> params;
-};
 
 namespace {
 

@@ -86,6 +86,10 @@ class ModelService {
   void upload(Upload upload, Done done);
   // GET /v1/models/{id}/file: the model's safetensors file (a trained or an uploaded model).
   void file(const std::string& id, Done done);
+  // ...?format=onnx, and GET /v1/jobs/{id}/checkpoints/{step}?format=onnx (`step`): the model as
+  // ONNX (model_export.cc, common/export/onnx_export.h); 409 without an architecture, 422 naming
+  // what cannot be exported.
+  void onnx(const std::string& id, std::optional<std::string> step, Done done);
   // DELETE /v1/models/{id}: an uploaded model (204); a trained model is its job's (409).
   void erase(const std::string& id, Done done);
 
@@ -111,6 +115,7 @@ class ModelService {
   Result evaluate_now(const std::string& id, const std::string& body, bool model_route);
   Result upload_now(Upload& upload);
   Result file_now(const std::string& id);
+  Result onnx_now(const std::string& id, const std::optional<std::string>& step);
   // Runs `work` on the service's thread and answers `done` with its result (or a 500).
   void run(std::function<Result()> work, Done done);
 

@@ -29,6 +29,8 @@ packages=(
   libjs-chart.js            # Chart.js for the dashboard, embedded into the coordinator at build time
   chromium                  # the dashboard's browser test (headless, driven by puppeteer-core)
   prometheus                # the deploy check that scrapes a local cluster (tests/deploy/prometheus-check.sh)
+  libonnx-dev libprotobuf-dev  # ONNX export (common/export/): the ONNX protobuf classes
+  python3-onnx              # the ONNX checker in the export test (tests/onnx/run_onnx_test.sh)
 )
 # node and npm (the browser test's driver): Debian's nodejs and npm, unless a node with npm is
 # already installed (e.g. from NodeSource, whose nodejs package brings npm and conflicts with it).

@@ -93,8 +93,22 @@ void RestApi::add_model_routes() {
       respond(std::move(r));
     });
   });
-  router_.add("GET", "/v1/models/{id}/file", [this](const HttpRequest&, Args a, const Responder& respond) {
-    models_->file(a[0], [respond](ModelService::Result result) { respond(download_response(std::move(result))); });
+  router_.add("GET", "/v1/models/{id}/file", [this](const HttpRequest& request, Args a, const Responder& respond) {
+    std::string format = "safetensors";
+    for (const auto& [key, value] : query_params(request.target)) {
+      if (key != "format") {
+        return respond(problem(400, "unknown-parameter", "Unknown query parameter",
+                               "'" + key + "' is not a parameter of a model download (known: format)", key));
+      }
+      format = value;
+    }
+    auto answer = [respond](ModelService::Result result) { respond(download_response(std::move(result))); };
+    if (format == "onnx") return models_->onnx(a[0], std::nullopt, answer);
+    if (format != "safetensors") {
+      return respond(problem(400, "invalid-parameter", "Invalid query parameter",
+                             "format must be safetensors or onnx, not '" + format + "'", "format"));
+    }
+    models_->file(a[0], answer);
   });
   router_.add("POST", "/v1/jobs/{id}/evaluate", [this, json_answer](const HttpRequest& request, Args a, const Responder& respond) {
     if (auto refused = json_body_problem(request, true)) return respond(std::move(*refused));
@@ -103,9 +117,21 @@ void RestApi::add_model_routes() {
   router_.add("GET", "/v1/jobs/{id}/checkpoints/{step}", [this](const HttpRequest& request, Args a, const Responder& respond) {
     bool optimizer = false;
     for (const auto& [key, value] : query_params(request.target)) {
+      if (key == "format" && (value == "onnx" || value == "safetensors")) {
+        if (value == "onnx") {
+          return models_->onnx(a[0], a[1], [respond](ModelService::Result result) {
+            respond(download_response(std::move(result)));
+          });
+        }
+        continue;
+      }
+      if (key == "format") {
+        return respond(problem(400, "invalid-parameter", "Invalid query parameter",
+                               "format must be safetensors or onnx, not '" + value + "'", "format"));
+      }
       if (key != "optimizer") {
         return respond(problem(400, "unknown-parameter", "Unknown query parameter",
-                               "'" + key + "' is not a parameter of a checkpoint download (known: optimizer)", key));
+                               "'" + key + "' is not a parameter of a checkpoint download (known: optimizer, format)", key));
       }
       if (value != "true" && value != "false") {
         return respond(problem(400, "invalid-parameter", "Invalid query parameter",

@@ -1,0 +1,79 @@
+// ModelService's ONNX export (model_service.h onnx()): a model or checkpoint as it is loaded for
+// predictions, written as ONNX by common/export/onnx_export.h, with the dataset's input scaling
+// (uint8 examples: the graph takes raw pixel values and multiplies by 1/255, as the data service
+// scales them) and metadata_props saying what the model is.
+#include <boost/json.hpp>
+
+#include "common/base/error.h"
+#include "common/data/job_spec.h"
+#include "common/data/preprocessing.h"
+#include "common/engine/nn/model.h"
+#include "common/export/onnx_export.h"
+#include "coordinator/dataset_catalog.h"
+#include "coordinator/model_service.h"
+#include "coordinator/model_service_loaded.h"
+
+namespace pstrain {
+namespace {
+
+ModelService::Result failed_result(ServiceError e) {
+  ModelService::Result r;
+  r.error = std::move(e);
+  return r;
+}
+
+}  // namespace
+
+void ModelService::onnx(const std::string& id, std::optional<std::string> step, Done done) {
+  run([this, id, step] { return onnx_now(id, step); }, std::move(done));
+}
+
+ModelService::Result ModelService::onnx_now(const std::string& id, const std::optional<std::string>& step_text) {
+  std::optional<ServiceError> err;
+  std::optional<int64_t> step;
+  std::string spec_json;
+  if (step_text) {
+    const std::optional<JobRecord> job = store_.get(id);
+    if (!job) return failed_result(service_error(404, "job-not-found", "there is no job '" + id + "'"));
+    step = checkpoint_step(*job, *step_text, "step", &err);
+    if (!step) return failed_result(*err);
+  }
+  const std::shared_ptr<Loaded> m = load(id, &err, step.has_value(), step);
+  if (!m) return failed_result(*err);
+  if (m->preprocessing) {
+    return failed_result(service_error(422, "export-unsupported",
+                                       "model '" + id + "' is a table model: the export of its preprocessing (per-column "
+                                       "inputs, imputation, scaling, categories) is not built yet",
+                                       "/preprocessing"));
+  }
+  OnnxExport what;
+  what.model = &m->spec.model;
+  what.loss = m->spec.loss;
+  what.params = m->params;
+  what.metadata = {{"producer", "pstrain"}, {"model", id}};
+  if (step) what.metadata.emplace_back("step", std::to_string(*step));
+  if (!m->spec.dataset.name.empty()) {
+    what.metadata.emplace_back("dataset", m->spec.dataset.name);
+    if (const std::optional<DatasetRecord> d = catalog_.get(m->spec.dataset.name)) {
+      if (d->dtype == ParsedExamples::Dtype::kUint8) what.input_scale = 1.0f / 255.0f;
+      if (const auto train = d->splits.find("train"); train != d->splits.end() && !train->second.files.empty()) {
+        what.metadata.emplace_back("dataset_sha256", train->second.files.front().sha256);
+      }
+    }
+    what.metadata.emplace_back("spec", job_spec_to_json(m->spec));
+  }
+  what.metadata.emplace_back("input_scale", std::to_string(what.input_scale));
+  std::string bytes;
+  try {
+    bytes = export_onnx(what);
+  } catch (const SpecError& e) {
+    return failed_result(service_error(422, "export-unsupported", e.what(), e.path()));
+  }
+  Result r;
+  r.content_type = "application/octet-stream";
+  r.filename = id + (step ? "-step-" + std::to_string(*step) : "") + ".onnx";
+  r.json = std::move(bytes);
+  return r;
+}
+
+}  // namespace pstrain
