@@ -31,6 +31,7 @@ const char* const kUsage =
     "  follow ID                     watch a job until it ends: a line per epoch, a progress bar on a terminal\n"
     "  cancel ID                     cancel a job (POST /v1/jobs/{id}/cancel)\n"
     "  download ID [-o FILE]         the trained model (safetensors) to FILE (default ID.safetensors)\n"
+    "  export ID [--step S] [-o FILE]  the model (or checkpoint S) as ONNX to FILE (default ID.onnx)\n"
     "  cluster                       the registered nodes\n"
     "\n"
     "Options (anywhere on the line):\n"
@@ -74,6 +75,11 @@ const std::map<std::string, std::string> kCommandHelp = {
     {"download",
      "Usage: pstrain download ID [-o FILE]\nWrites the job's trained model (GET /v1/jobs/{id}/model, safetensors) to FILE\n"
      "(default ID.safetensors), streamed as it arrives. Exits 1 if the job has no model yet.\n"},
+    {"export",
+     "Usage: pstrain export ID [--step STEP] [-o FILE]\nWrites the model ID (a job that SUCCEEDED, or an uploaded model with an architecture) as ONNX\n"
+     "(GET /v1/models/{id}/file?format=onnx) to FILE (default ID.onnx, or ID-step-STEP.onnx); --step: the\n"
+     "job's checkpoint at STEP (a number or 'latest': GET /v1/jobs/{id}/checkpoints/{step}?format=onnx).\n"
+     "A model that cannot be exported exits 1 with the API's reason, naming the layer or field.\n"},
     {"cluster", "Usage: pstrain cluster\nThe registered nodes (GET /v1/cluster): id, role, name, address, alive, job, last heartbeat.\n"},
 };
 
@@ -87,7 +93,7 @@ struct Invocation {
   bool insecure = false, tls_option = false;  // tls_option: --cacert or --insecure on the command line
   std::vector<std::string> positional;
   bool json = false, help = false, follow = false;
-  std::optional<std::string> output;
+  std::optional<std::string> output, step;
   double timeout_s = 30;
 };
 
@@ -123,6 +129,8 @@ Invocation parse(const std::vector<std::string>& args, const Environment& env) {
       inv.follow = true;
     } else if (name == "-o" || name == "--output") {
       inv.output = value(i, "-o");
+    } else if (name == "--step") {
+      inv.step = value(i, "--step");
     } else if (name == "--timeout") {
       const std::string v = value(i, "--timeout");
       try {
@@ -222,6 +230,7 @@ class Commands {
     if (c == "follow") return follow(one_id());
     if (c == "cancel") return cancel();
     if (c == "download") return download();
+    if (c == "export") return export_onnx();
     if (c == "cluster") return cluster();
     throw UsageError("unknown command '" + c + "'");
   }
@@ -384,11 +393,24 @@ class Commands {
 
   int download() {
     const std::string& id = one_id();
-    const std::string path = inv_.output.value_or(id + ".safetensors");
+    return fetch_file(id, "/v1/jobs/" + id + "/model", inv_.output.value_or(id + ".safetensors"), "safetensors");
+  }
+
+  int export_onnx() {
+    const std::string& id = one_id();
+    if (inv_.step) {
+      return fetch_file(id, "/v1/jobs/" + id + "/checkpoints/" + *inv_.step + "?format=onnx",
+                        inv_.output.value_or(id + "-step-" + *inv_.step + ".onnx"), "ONNX");
+    }
+    return fetch_file(id, "/v1/models/" + id + "/file?format=onnx", inv_.output.value_or(id + ".onnx"), "ONNX");
+  }
+
+  // Streams a download to `path`; says what was written.
+  int fetch_file(const std::string& id, const std::string& target, const std::string& path, const char* format) {
     uint64_t bytes = 0;
     Response r;
     try {
-      r = client_.download("/v1/jobs/" + id + "/model", path, &bytes);
+      r = client_.download(target, path, &bytes);
     } catch (const Unreachable&) {
       throw;
     } catch (const std::runtime_error& e) {
@@ -400,7 +422,7 @@ class Commands {
       out_ << json::serialize(json::object{{"job", id}, {"file", path}, {"bytes", bytes}}) << "\n";
     } else {
       out_ << "model of " << id << " written to " << path << " (" << with_thousands(static_cast<double>(bytes))
-           << " bytes, safetensors)\n";
+           << " bytes, " << format << ")\n";
     }
     return kExitOk;
   }
@@ -447,7 +469,10 @@ int run_cli(const std::vector<std::string>& args, const Environment& env, std::o
     if (inv.command.empty()) throw UsageError("no command given");
     if (!kCommandHelp.contains(inv.command)) throw UsageError("unknown command '" + inv.command + "'");
     if (inv.follow && inv.command != "submit") throw UsageError("--follow goes with 'submit'");
-    if (inv.output && inv.command != "download") throw UsageError("-o goes with 'download'");
+    if (inv.output && inv.command != "download" && inv.command != "export") {
+      throw UsageError("-o goes with 'download' and 'export'");
+    }
+    if (inv.step && inv.command != "export") throw UsageError("--step goes with 'export'");
     std::string why;
     auto url = parse_base_url(inv.url, &why);
     if (!url) throw UsageError(why);

@@ -160,6 +160,20 @@ TEST_CASE("pstrain: submit --follow, status, list, cluster, download and --json 
   CHECK(bytes.size() == rest.body.size());
   CHECK(sha256_hex(bytes) == sha256_hex(rest.body));
   CHECK(download.output.find(model) != std::string::npos);
+  // export: the REST API's ONNX bytes, of the model and of its latest checkpoint.
+  const std::string onnx = dir.path() + "/model.onnx";
+  const Run exported = run_pstrain(group, url, {"export", id, "-o", onnx});
+  CHECK(exported.code == 0);
+  CHECK(exported.output.find("ONNX") != std::string::npos);
+  const auto rest_onnx = testing::http_test::get(cluster.http_port(), "/v1/models/" + id + "/file?format=onnx");
+  REQUIRE(rest_onnx.status == 200);
+  CHECK(file_text(onnx) == rest_onnx.body);
+  const Run step = run_pstrain(group, url, {"export", id, "--step", "latest", "-o", dir.path() + "/step.onnx"});
+  CHECK(step.code == 0);
+  // The same graph and tensors; its metadata says the step too.
+  const size_t step_bytes = file_text(dir.path() + "/step.onnx").size();
+  CHECK(step_bytes > rest_onnx.body.size());
+  CHECK(step_bytes < rest_onnx.body.size() + 64);
 
   // --json: each command prints one parsable document, the API's own.
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
@@ -268,7 +282,8 @@ TEST_CASE("pstrain: usage errors exit 2 and an unreachable coordinator exits 4 a
       {},                       {"bogus"},           {"status"},          {"status", "a", "b"},
       {"list", "--no-such"},    {"follow"},          {"cancel"},          {"download"},
       {"submit"},               {"submit", "/no/such/spec.json"},         {"list", "--follow"},
-      {"--url", "ftp://x", "list"}, {"--url"},       {"status", "job-1", "-o", "x"}, {"--timeout", "0", "list"}};
+      {"--url", "ftp://x", "list"}, {"--url"},       {"status", "job-1", "-o", "x"}, {"--timeout", "0", "list"},
+      {"export"},               {"status", "job-1", "--step", "3"}};
   for (const auto& args : usage) {
     const Run r = run_pstrain(group, nowhere, args);
     std::string line;
@@ -279,7 +294,7 @@ TEST_CASE("pstrain: usage errors exit 2 and an unreachable coordinator exits 4 a
   // Help: exit 0, the commands and the exit codes; a command's own help.
   const Run help = run_pstrain(group, nowhere, {"--help"});
   CHECK(help.code == 0);
-  for (const char* word : {"submit", "list", "status", "follow", "cancel", "download", "cluster", "PSTRAIN_URL"}) {
+  for (const char* word : {"submit", "list", "status", "follow", "cancel", "download", "export", "cluster", "PSTRAIN_URL"}) {
     CHECK_MESSAGE(help.output.find(word) != std::string::npos, word);
   }
   const Run follow_help = run_pstrain(group, nowhere, {"follow", "--help"});
