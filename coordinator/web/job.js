@@ -262,8 +262,12 @@ function jobView(view, id) {
     el['job-steps'].textContent = `${j.step}/${j.total_steps}`;
     el['job-eta'].textContent = TERMINAL.has(j.state) ? '–' : duration(j.eta_seconds);
     el['job-rate'].textContent = num(j.samples_per_second, 0);
-    el['model-link'].replaceChildren(j.model ? h('a', { href: withToken(j.model.href), download: `${j.id}.safetensors`, id: 'download-model' },
-      `Download model (${(j.model.bytes / 1e6).toFixed(1)} MB, safetensors)`) : '');
+    el['model-link'].replaceChildren(...(j.model ? [
+      h('a', { href: withToken(j.model.href), download: `${j.id}.safetensors`, id: 'download-model' },
+        `Download model (${(j.model.bytes / 1e6).toFixed(1)} MB, safetensors)`),
+      ' · ',
+      h('a', { href: withToken(`/v1/models/${j.id}/file?format=onnx`), download: `${j.id}.onnx`, id: 'download-onnx' },
+        'ONNX')] : []));
     lastStatus = j;
     renderNodes();
     if (finished && TERMINAL.has(j.state) && stopPoll) { stopPoll(); stopPoll = null; }

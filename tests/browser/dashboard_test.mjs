@@ -125,7 +125,8 @@ try {
     return {
       loss: d('#chart-loss'), accuracy: d('#chart-accuracy'), throughput: d('#chart-throughput'), workers: d('#chart-workers'),
       timeline: d('#timeline'), final: { text: acc.textContent, value: acc.dataset.value, epoch: acc.dataset.epoch },
-      model: document.querySelector('#download-model')?.getAttribute('href'), mode: document.querySelector('#stream-mode').textContent,
+      model: document.querySelector('#download-model')?.getAttribute('href'),
+      onnx: document.querySelector('#download-onnx')?.getAttribute('href'), mode: document.querySelector('#stream-mode').textContent,
       chartPoints: window.Chart ? Object.values(Chart.instances).map((c) => c.data.datasets.map((s) => s.data.length)) : [],
     };
   });
@@ -149,6 +150,12 @@ try {
   if (dom.model) {
     const file = await fetch(url + dom.model);  // the link as the browser follows it: no header
     check(file.status === 200 && (await file.arrayBuffer()).byteLength > 1000, 'the download link works as it is');
+  }
+  check(dom.onnx === `/v1/models/${id}/file?format=onnx` + (token ? `&access_token=${encodeURIComponent(token)}` : ''),
+    `an ONNX link (${dom.onnx})`);
+  if (dom.onnx) {
+    const file = await fetch(url + dom.onnx);
+    check(file.status === 200 && (await file.arrayBuffer()).byteLength > 1000, 'the ONNX link downloads the export');
   }
   if (dom.mode === 'event stream') {
     check(Number(dom.timeline.checkpoints) >= 1, `timeline: checkpoints from the event stream (${dom.timeline.checkpoints})`);
