@@ -40,16 +40,16 @@ ModelService::Result ModelService::onnx_now(const std::string& id, const std::op
   }
   const std::shared_ptr<Loaded> m = load(id, &err, step.has_value(), step);
   if (!m) return failed_result(*err);
-  if (m->preprocessing) {
-    return failed_result(service_error(422, "export-unsupported",
-                                       "model '" + id + "' is a table model: the export of its preprocessing (per-column "
-                                       "inputs, imputation, scaling, categories) is not built yet",
-                                       "/preprocessing"));
-  }
   OnnxExport what;
   what.model = &m->spec.model;
   what.loss = m->spec.loss;
   what.params = m->params;
+  what.preprocessing = m->preprocessing.get();
+  if (m->preprocessing && !m->preprocessing->class_names.empty()) {
+    boost::json::array names;
+    for (const std::string& n : m->preprocessing->class_names) names.push_back(boost::json::string(n));
+    what.metadata.emplace_back("class_names", boost::json::serialize(names));
+  }
   what.metadata = {{"producer", "pstrain"}, {"model", id}};
   if (step) what.metadata.emplace_back("step", std::to_string(*step));
   if (!m->spec.dataset.name.empty()) {

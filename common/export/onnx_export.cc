@@ -24,7 +24,8 @@ class GraphBuilder {
  public:
   explicit GraphBuilder(onnx::GraphProto& graph) : graph_(graph) {}
 
-  std::string fresh(const std::string& hint) { return hint + "_" + std::to_string(next_++); }
+  // Names of its own start with '/': a table's input columns may be called anything else.
+  std::string fresh(const std::string& hint) { return "/" + hint + "_" + std::to_string(next_++); }
 
   std::string floats(const std::string& hint, const std::vector<int64_t>& dims, const std::vector<float>& data) {
     onnx::TensorProto* t = graph_.add_initializer();
@@ -91,7 +92,8 @@ class Exporter {
     const std::vector<Shape> shapes = infer_shapes(spec_);
     const ModelGraph graph = model_graph(spec_);
     Value input{"input", spec_.input_shape, false};
-    if (what_.input_scale != 1.0f) {
+    if (what_.preprocessing != nullptr) input = table_features(*what_.preprocessing);
+    if (what_.input_scale != 1.0f && what_.preprocessing == nullptr) {
       input.name = g_.op("Mul", {"input", g_.floats("input_scale", {}, {what_.input_scale})}, "scaled");
     }
     const Activation loss_activation =
@@ -113,6 +115,68 @@ class Exporter {
   }
 
  private:
+  // The table's raw columns through the fitted steps (preprocessing.h apply_column), concatenated
+  // in column order: the features the model was trained on.
+  Value table_features(const FittedPreprocessing& fitted) {
+    std::vector<std::string> parts;
+    for (const FittedColumn& f : fitted.columns) {
+      if (f.dropped) continue;
+      if (f.type != ColumnType::kCategorical) {
+        const std::string missing = g_.op("IsNaN", {f.name}, "missing");
+        const std::string filled = g_.op("Where", {missing, g_.floats("fill", {}, {f.fill}), f.name}, "filled");
+        parts.push_back(g_.op("Mul", {g_.op("Sub", {filled, g_.floats("offset", {}, {f.offset})}), g_.floats("scale", {}, {f.scale})},
+                              "scaled"));
+        if (f.indicator) {
+          const std::string indicator = g_.fresh("indicator");
+          GraphBuilder::integer(g_.node("Cast", {missing}, indicator), "to", onnx::TensorProto::FLOAT);
+          parts.push_back(indicator);
+        }
+        continue;
+      }
+      // The kept categories -> their slots, the missing spellings -> k + 1, anything else -> k (other).
+      const auto k = static_cast<int64_t>(f.categories.size());
+      const std::string code = g_.fresh("code");
+      onnx::NodeProto& encoder = g_.node("LabelEncoder", {f.name}, code);
+      encoder.set_domain("ai.onnx.ml");
+      onnx::AttributeProto* keys = encoder.add_attribute();
+      keys->set_name("keys_strings");
+      keys->set_type(onnx::AttributeProto::STRINGS);
+      onnx::AttributeProto* values = encoder.add_attribute();
+      values->set_name("values_int64s");
+      values->set_type(onnx::AttributeProto::INTS);
+      for (int64_t s = 0; s < k; ++s) {
+        keys->add_strings(f.categories[static_cast<size_t>(s)]);
+        values->add_ints(s);
+      }
+      for (const char* m : {"", "NA", "N/A", "NaN", "nan", "null", "NULL", "?"}) {
+        keys->add_strings(m);
+        values->add_ints(k + 1);
+      }
+      GraphBuilder::integer(encoder, "default_int64", k);
+      const std::string missing = g_.op("Equal", {code, g_.int64s("missing_code", {k + 1})}, "missing");
+      const std::string slot = g_.op("Where", {missing, g_.int64s("fill_slot", {f.fill_category}), code}, "slot");
+      const std::string as_float = g_.fresh("slot_float");
+      if (f.ids) {
+        GraphBuilder::integer(g_.node("Cast", {slot}, as_float), "to", onnx::TensorProto::FLOAT);
+        parts.push_back(as_float);
+      } else {
+        std::vector<int64_t> slots(static_cast<size_t>(k + 1));
+        for (int64_t s = 0; s <= k; ++s) slots[static_cast<size_t>(s)] = s;
+        const std::string hot = g_.op("Equal", {slot, g_.int64s("slots", slots)}, "one_hot");
+        GraphBuilder::integer(g_.node("Cast", {hot}, as_float), "to", onnx::TensorProto::FLOAT);
+        parts.push_back(as_float);
+      }
+      if (f.indicator) {
+        const std::string indicator = g_.fresh("indicator");
+        GraphBuilder::integer(g_.node("Cast", {missing}, indicator), "to", onnx::TensorProto::FLOAT);
+        parts.push_back(indicator);
+      }
+    }
+    const std::string features = g_.fresh("features");
+    GraphBuilder::integer(g_.node("Concat", parts, features), "axis", 1);
+    return {features, {static_cast<int64_t>(fitted.width())}, false};
+  }
+
   std::string path(size_t i) const { return "/model/layers/" + std::to_string(i); }
   std::string prefix(size_t i) const { return "layers." + layer_key(spec_, i) + "."; }
 
@@ -354,10 +418,11 @@ class Exporter {
   GraphBuilder g_;
 };
 
-void set_type(onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims) {
+void set_type(onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims,
+              int type = onnx::TensorProto::FLOAT) {
   v->set_name(name);
   onnx::TypeProto_Tensor* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(onnx::TensorProto::FLOAT);
+  t->set_elem_type(type);
   onnx::TensorShapeProto* shape = t->mutable_shape();
   shape->add_dim()->set_dim_param("N");
   for (const int64_t d : dims) shape->add_dim()->set_dim_value(d);
@@ -370,6 +435,18 @@ std::string export_onnx(const OnnxExport& what) {
   if (what.params.size() != make_param_layout(*what.model).total_size()) {
     throw Error("onnx export: " + std::to_string(what.params.size()) + " parameters for a model of " +
                 std::to_string(make_param_layout(*what.model).total_size()));
+  }
+  if (what.preprocessing != nullptr) {
+    if (static_cast<int64_t>(what.preprocessing->width()) != num_elements(what.model->input_shape)) {
+      throw Error("onnx export: the preprocessing gives " + std::to_string(what.preprocessing->width()) +
+                  " features, the model takes " + shape_string(what.model->input_shape));
+    }
+    for (const FittedColumn& c : what.preprocessing->columns) {
+      if (!c.dropped && (c.name == "logits" || c.name == "probabilities" || c.name == "values" || c.name.starts_with("/"))) {
+        throw SpecError("/preprocessing/columns/" + c.name, "is a name the exported graph uses itself (logits, "
+                                                           "probabilities, values, or a leading '/'); rename the column");
+      }
+    }
   }
   onnx::ModelProto model;
   model.set_ir_version(7);  // the IR of opset 13
@@ -384,7 +461,18 @@ std::string export_onnx(const OnnxExport& what) {
   }
   onnx::GraphProto* graph = model.mutable_graph();
   graph->set_name("pstrain");
-  set_type(graph->add_input(), "input", what.model->input_shape);
+  if (what.preprocessing != nullptr) {
+    onnx::OperatorSetIdProto* ml = model.add_opset_import();
+    ml->set_domain("ai.onnx.ml");
+    ml->set_version(2);  // LabelEncoder with int64 values
+    for (const FittedColumn& c : what.preprocessing->columns) {
+      if (c.dropped) continue;
+      set_type(graph->add_input(), c.name, {1},
+               c.type == ColumnType::kCategorical ? onnx::TensorProto::STRING : onnx::TensorProto::FLOAT);
+    }
+  } else {
+    set_type(graph->add_input(), "input", what.model->input_shape);
+  }
   Exporter exporter(what, *graph);
   exporter.build();
   for (const auto& [name, width] : exporter.output_types_) set_type(graph->add_output(), name, {width});

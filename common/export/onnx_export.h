@@ -13,7 +13,15 @@
 // Transposes placed where the layout changes, so features reach flatten, dense and concatenate
 // in the engine's order. Batch norm is exported in its inference form (the moving statistics),
 // dropout and augmentation vanish. A model the exporter cannot express exactly is refused with a
-// SpecError naming the layer; a table model's preprocessing is not exported yet (refused).
+// SpecError naming the layer.
+//
+// A table model (its FittedPreprocessing given) takes the table's raw columns instead of `input`,
+// one named input each ([N, 1]; dropped columns have none): numbers and booleans as float (0/1),
+// NaN for a missing value; categories as strings, "" (or NA, N/A, NaN, nan, null, NULL, ?) for a
+// missing one. The fitted steps run in the graph as preprocessing.h applies them: IsNaN and
+// Where (imputation), Sub and Mul (scaling), the missing indicators, and for categories an
+// ai.onnx.ml LabelEncoder (opset 2) from the kept names to their slots, any other string to
+// "other", then one-hot (Equal against the slots) or the slot as one float (encode "ids").
 //
 // Thread rules: pure function.
 #pragma once
@@ -23,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/data/preprocessing.h"
 #include "common/engine/model_spec.h"
 
 namespace pstrain {
@@ -32,6 +41,7 @@ struct OnnxExport {
   LossSpec loss;
   std::span<const float> params;  // laid out by make_param_layout(*model)
   float input_scale = 1.0f;       // 1/255 when the dataset's examples are uint8
+  const FittedPreprocessing* preprocessing = nullptr;  // a table model's: raw columns in
   std::vector<std::pair<std::string, std::string>> metadata;  // metadata_props
 };
 

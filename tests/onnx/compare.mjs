@@ -16,12 +16,21 @@ for (const name of names) {
     const b = fs.readFileSync(path.join(dir, file));
     return new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4);
   };
-  const input = floats(`${name}.input.f32`);
   const expected = floats(`${name}.expected.f32`);
   const started = performance.now();
   const session = await ort.InferenceSession.create(path.join(dir, `${name}.onnx`));
   const loadMs = performance.now() - started;
-  const feeds = { input: new ort.Tensor("float32", input, [meta.count, ...meta.input_shape]) };
+  const feeds = {};
+  if (meta.columns) {
+    // A table model: one [N, 1] input per column, strings for categories, NaN for a missing number.
+    for (const [column, spec] of Object.entries(meta.columns)) {
+      feeds[column] = spec.type === "string"
+        ? new ort.Tensor("string", spec.values.map((v) => v ?? ""), [meta.count, 1])
+        : new ort.Tensor("float32", Float32Array.from(spec.values, (v) => v ?? NaN), [meta.count, 1]);
+    }
+  } else {
+    feeds.input = new ort.Tensor("float32", floats(`${name}.input.f32`), [meta.count, ...meta.input_shape]);
+  }
   const result = await session.run(feeds);
   const got = result[meta.output].data;
   let worst = 0, at = -1;

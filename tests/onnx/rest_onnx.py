@@ -102,6 +102,73 @@ rng = np.random.default_rng(5)
 pixels = rng.integers(0, 256, size=(1000, 784), dtype=np.uint8)
 expected = predict(job, [{"b64": base64.b64encode(row.tobytes()).decode()} for row in pixels])
 write("mnist-mlp-trained.rest", onnx_bytes, pixels.astype(np.float32), expected, [28, 28, 1])
+# A table model (default preprocessing: standardized numbers with missing values, a boolean, a
+# category one-hot with "other"), and one whose category goes as ids through a slice into an
+# embedding: the raw columns fed by name, missing and unseen values included.
+def loans(rows, seed):
+    r = np.random.default_rng(seed)
+    regions = ["north", "south", "east", "west", "islands"]
+    lines = ["income,age,region,owner,decision"]
+    for _ in range(rows):
+        income = 15 + 5985 * r.random() * r.random()
+        region = int(r.integers(0, 5))
+        owner = r.random() < 0.5
+        score = income / 1500 + (1.5 if region == 1 else 0) + (1 if owner else 0) - 2 + 0.5 * (r.random() - 0.5)
+        lines.append(",".join(["NA" if r.random() < 0.08 else f"{income:.2f}", str(int(18 + 62 * r.random())),
+                               regions[region], "" if r.random() < 0.05 else ("yes" if owner else "no"),
+                               "approved" if score > 0 else "declined"]))
+    return ("\n".join(lines) + "\n").encode()
+
+
+call("PUT", "/v1/datasets/onnx-loans/train?label=decision", loans(400, 1), "text/csv")
+call("PUT", "/v1/datasets/onnx-loans/test?label=decision", loans(100, 2), "text/csv")
+table_specs = {
+    "table-one-hot": ({"input_shape": [11], "seed": 2, "layers": [{"type": "dense", "units": 8, "activation": "relu"},
+                                                                {"type": "dense", "units": 2}]}, None),
+    "table-ids": ({"input_shape": [6], "seed": 4, "layers": [
+        {"name": "region", "type": "slice", "inputs": ["input"], "begin": 3, "size": 1},
+        {"name": "vectors", "type": "embedding", "inputs": ["region"], "input_dim": 6, "output_dim": 3},
+        {"name": "flat", "type": "flatten", "inputs": ["vectors"]},
+        {"name": "numbers", "type": "slice", "inputs": ["input"], "begin": 0, "size": 3},
+        {"name": "all", "type": "concatenate", "inputs": ["flat", "numbers"]},
+        {"type": "dense", "units": 2}]}, {"columns": {"region": {"encode": "ids"}}}),
+}
+r = np.random.default_rng(9)
+records = []
+for i in range(1000):
+    records.append({"income": None if r.random() < 0.1 else float(np.float32(15 + 5985 * r.random())),
+                    "age": float(int(18 + 62 * r.random())),
+                    "region": [None, "north", "south", "east", "west", "islands", "atlantis"][int(r.integers(0, 7))],
+                    "owner": [None, True, False][int(r.integers(0, 3))]})
+for name, (model, preprocessing) in table_specs.items():
+    spec = {"name": name, "dataset": {"name": "onnx-loans"}, "model": model,
+            "optimizer": {"type": "adam", "learning_rate": 0.01}, "training": {"global_batch_size": 40, "epochs": 3}}
+    if preprocessing:
+        spec["preprocessing"] = preprocessing
+    job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
+    deadline = time.time() + 120
+    while json.loads(call("GET", f"/v1/jobs/{job}"))["state"] != "SUCCEEDED":
+        assert time.time() < deadline, f"{name} did not finish"
+        time.sleep(0.3)
+    onnx_bytes = call("GET", f"/v1/models/{job}/file?format=onnx")
+    answer = []
+    for start in range(0, len(records), 500):
+        body = json.dumps({"instances": records[start:start + 500]}).encode()
+        answer += json.loads(call("POST", f"/v1/models/{job}:predict", body))["predictions"]
+    expected = np.asarray([[p["probabilities"]["approved"], p["probabilities"]["declined"]] for p in answer], dtype=np.float32)
+    with open(os.path.join(out, name + ".rest.onnx"), "wb") as f:
+        f.write(onnx_bytes)
+    expected.tofile(os.path.join(out, name + ".rest.expected.f32"))
+    columns = {
+        "income": {"type": "float", "values": [rec["income"] for rec in records]},
+        "age": {"type": "float", "values": [rec["age"] for rec in records]},
+        "region": {"type": "string", "values": [rec["region"] for rec in records]},
+        "owner": {"type": "float", "values": [None if rec["owner"] is None else float(rec["owner"]) for rec in records]},
+    }
+    with open(os.path.join(out, name + ".rest.json"), "w") as f:
+        json.dump({"count": len(records), "columns": columns, "output": "probabilities", "width": 2}, f)
+    print(name + ".rest")
+
 # A checkpoint exports too (the job backs up every epoch).
 checkpoints = json.loads(call("GET", f"/v1/jobs/{job}/checkpoints"))
 step = checkpoints["checkpoints"][-1]["step"] if isinstance(checkpoints, dict) else checkpoints[-1]["step"]
