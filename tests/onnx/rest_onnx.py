@@ -27,8 +27,13 @@ def call(method, path, body=None, ctype="application/json"):
         req.add_header("Authorization", "Bearer " + token)
     if body is not None:
         req.add_header("Content-Type", ctype)
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return r.read()
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return r.read()
+    except urllib.error.HTTPError as e:
+        e.detail = e.read()
+        print(f"{method} {path}: {e.code} {e.detail[:300]!r}", file=sys.stderr)
+        raise
 
 
 def predict(model, instances):
@@ -56,7 +61,7 @@ def status_of(method, path, body=None, ctype="application/json"):
         call(method, path, body, ctype)
         return 200, {}
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+        return e.code, json.loads(e.detail or b"{}")
 
 
 # Refusals: an unknown format, a model without an architecture (weights only).
@@ -147,8 +152,8 @@ for name, (model, preprocessing) in table_specs.items():
         spec["preprocessing"] = preprocessing
     job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
     deadline = time.time() + 120
-    while json.loads(call("GET", f"/v1/jobs/{job}"))["state"] != "SUCCEEDED":
-        assert time.time() < deadline, f"{name} did not finish"
+    while (status := json.loads(call("GET", f"/v1/jobs/{job}")))["state"] != "SUCCEEDED":
+        assert status["state"] not in ("FAILED", "CANCELLED") and time.time() < deadline, status
         time.sleep(0.3)
     onnx_bytes = call("GET", f"/v1/models/{job}/file?format=onnx")
     answer = []
@@ -168,6 +173,38 @@ for name, (model, preprocessing) in table_specs.items():
     with open(os.path.join(out, name + ".rest.json"), "w") as f:
         json.dump({"count": len(records), "columns": columns, "output": "probabilities", "width": 2}, f)
     print(name + ".rest")
+
+# A regression table model (age from the other columns): its `values` against :predict's "value".
+call("PUT", "/v1/datasets/onnx-ages/train?label=age&task=regression", loans(400, 3), "text/csv")
+call("PUT", "/v1/datasets/onnx-ages/test?label=age&task=regression", loans(100, 4), "text/csv")
+spec = {"name": "table-regression", "dataset": {"name": "onnx-ages"},
+        "model": {"input_shape": [13], "seed": 6, "layers": [{"type": "dense", "units": 8, "activation": "tanh"},
+                                                             {"type": "dense", "units": 1}]},
+        "loss": "mean_squared_error", "optimizer": {"type": "adam", "learning_rate": 0.01},
+        "training": {"global_batch_size": 40, "epochs": 2}}
+job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
+deadline = time.time() + 120
+while (status := json.loads(call("GET", f"/v1/jobs/{job}")))["state"] != "SUCCEEDED":
+    assert status["state"] not in ("FAILED", "CANCELLED") and time.time() < deadline, status
+    time.sleep(0.3)
+ages = [{k: v for k, v in rec.items() if k != "age"} | {"decision": ["approved", "declined", None][i % 3]}
+        for i, rec in enumerate(records)]
+answer = []
+for start in range(0, len(ages), 500):
+    body = json.dumps({"instances": ages[start:start + 500]}).encode()
+    answer += json.loads(call("POST", f"/v1/models/{job}:predict", body))["predictions"]
+with open(os.path.join(out, "table-regression.rest.onnx"), "wb") as f:
+    f.write(call("GET", f"/v1/models/{job}/file?format=onnx"))
+np.asarray([[p["value"]] for p in answer], dtype=np.float32).tofile(os.path.join(out, "table-regression.rest.expected.f32"))
+columns = {
+    "income": {"type": "float", "values": [rec["income"] for rec in ages]},
+    "region": {"type": "string", "values": [rec["region"] for rec in ages]},
+    "owner": {"type": "float", "values": [None if rec["owner"] is None else float(rec["owner"]) for rec in ages]},
+    "decision": {"type": "string", "values": [rec["decision"] for rec in ages]},
+}
+with open(os.path.join(out, "table-regression.rest.json"), "w") as f:
+    json.dump({"count": len(ages), "columns": columns, "output": "values", "width": 1}, f)
+print("table-regression.rest")
 
 # A checkpoint exports too (the job backs up every epoch).
 checkpoints = json.loads(call("GET", f"/v1/jobs/{job}/checkpoints"))
