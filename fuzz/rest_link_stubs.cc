@@ -43,6 +43,7 @@ void ModelService::checkpoint(const std::string&, const std::string&, bool, Done
 }
 void ModelService::upload(Upload, Done) { unreachable("ModelService::upload"); }
 void ModelService::file(const std::string&, Done) { unreachable("ModelService::file"); }
+void ModelService::onnx(const std::string&, std::optional<std::string>, Done) { unreachable("ModelService::onnx"); }
 void ModelService::erase(const std::string&, Done) { unreachable("ModelService::erase"); }
 
 bool WebUi::is_web_path(const std::string&) { unreachable("WebUi::is_web_path"); }
