@@ -369,4 +369,12 @@ TEST_CASE("tables: a category as ids through a slice into an embedding trains on
   const Reply onnx = get(port, "/v1/models/" + id + "/file?format=onnx");
   CHECK(onnx.status == 200);
   CHECK(onnx.body.find("LabelEncoder") != std::string::npos);
+  // A column whose name the exported graph uses itself is refused by name, not renamed silently.
+  REQUIRE(put_csv(port, "/v1/datasets/clash/train?label=y", "logits,x,y\n1,2,a\n2,1,b\n3,3,a\n4,0,b\n").status == 201);
+  REQUIRE(put_csv(port, "/v1/datasets/clash/test?label=y", "logits,x,y\n1,2,a\n2,1,b\n").status == 201);
+  const std::string clash = submit(cluster, R"({"dataset": {"name": "clash"}, "model": {"input_shape": [2], "layers": [
+      {"type": "dense", "units": 2}]}, "optimizer": {"type": "sgd", "learning_rate": 0.1},
+      "training": {"global_batch_size": 2, "epochs": 1, "workers": 2}})");
+  wait_for_state(cluster, clash, "SUCCEEDED", 60s);
+  check_problem(get(port, "/v1/models/" + clash + "/file?format=onnx"), 422, "export-unsupported", "/preprocessing/columns/logits");
 }
