@@ -14,16 +14,6 @@
 #include "coordinator/model_service_loaded.h"
 
 namespace pstrain {
-namespace {
-
-ModelService::Result failed_result(ServiceError e) {
-  ModelService::Result r;
-  r.error = std::move(e);
-  return r;
-}
-
-}  // namespace
-
 void ModelService::onnx(const std::string& id, std::optional<std::string> step, Done done) {
   run([this, id, step] { return onnx_now(id, step); }, std::move(done));
 }
@@ -34,12 +24,12 @@ ModelService::Result ModelService::onnx_now(const std::string& id, const std::op
   std::string spec_json;
   if (step_text) {
     const std::optional<JobRecord> job = store_.get(id);
-    if (!job) return failed_result(service_error(404, "job-not-found", "there is no job '" + id + "'"));
+    if (!job) return failed(service_error(404, "job-not-found", "there is no job '" + id + "'"));
     step = checkpoint_step(*job, *step_text, "step", &err);
-    if (!step) return failed_result(*err);
+    if (!step) return failed(*err);
   }
   const std::shared_ptr<Loaded> m = load(id, &err, step.has_value(), step);
-  if (!m) return failed_result(*err);
+  if (!m) return failed(*err);
   OnnxExport what;
   what.model = &m->spec.model;
   what.loss = m->spec.loss;
@@ -67,7 +57,7 @@ ModelService::Result ModelService::onnx_now(const std::string& id, const std::op
   try {
     bytes = export_onnx(what);
   } catch (const SpecError& e) {
-    return failed_result(service_error(422, "export-unsupported", e.what(), e.path()));
+    return failed(service_error(422, "export-unsupported", e.what(), e.path()));
   }
   Result r;
   r.content_type = "application/octet-stream";

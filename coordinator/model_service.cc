@@ -27,16 +27,6 @@ namespace pstrain {
 namespace json = boost::json;
 
 
-namespace {
-
-ModelService::Result failed(ServiceError e) {
-  ModelService::Result r;
-  r.error = std::move(e);
-  return r;
-}
-
-}  // namespace
-
 ModelService::~ModelService() = default;
 
 void ModelService::wait_idle() {

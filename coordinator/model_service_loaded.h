@@ -13,6 +13,13 @@
 
 namespace pstrain {
 
+// A service call's answer that is an error.
+inline ModelService::Result failed(ServiceError e) {
+  ModelService::Result r;
+  r.error = std::move(e);
+  return r;
+}
+
 struct ModelService::Loaded {
   std::string id;
   JobSpec spec;

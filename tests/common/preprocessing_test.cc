@@ -32,6 +32,16 @@ std::span<const float> values(const ParsedExamples& p) {
 
 PreprocessingSpec spec_of(const std::string& text) { return read_preprocessing(json::parse(text)); }
 
+// The field preprocessed_width names for `spec_text` on `table`, or "(accepted)".
+std::string width_error_path(const std::string& spec_text, const TableSchema& table) {
+  try {
+    preprocessed_width(spec_of(spec_text), table);
+  } catch (const SpecError& e) {
+    return e.path();
+  }
+  return "(accepted)";
+}
+
 std::vector<float> apply_rows(const FittedPreprocessing& f, const ParsedExamples& p) {
   std::vector<float> out(p.size() * f.width());
   apply_preprocessing(f, *p.table, values(p), p.size(), out.data());
@@ -150,14 +160,7 @@ TEST_CASE("categories as ids: one feature, the slot in name order, other and mis
   CHECK(out[2] == 3.0f);  // unseen: other, the last id
   const FittedPreprocessing back = fitted_from_json(fitted_to_json(f));
   CHECK(apply_rows(back, p) == rows);
-  auto width_path = [&](const std::string& text) {
-    try {
-      preprocessed_width(spec_of(text), *p.table);
-    } catch (const SpecError& e) {
-      return e.path();
-    }
-    return std::string("(accepted)");
-  };
+  auto width_path = [&](const std::string& text) { return width_error_path(text, *p.table); };
   CHECK(width_path(R"({"columns": {"age": {"encode": "ids"}}})") == "/preprocessing/columns/age/encode");
   CHECK_THROWS_AS(spec_of(R"({"numeric": {"encode": "ids"}})"), SpecError);
   CHECK_THROWS_AS(spec_of(R"({"categorical": {"encode": "hash"}})"), SpecError);
@@ -228,14 +231,7 @@ TEST_CASE("preprocessing spec errors name their field") {
   CHECK(path_of(R"({"columns": {"a": "keep"}})") == "/preprocessing/columns/a");
   CHECK(path_of(R"({"extra": 1})") == "/preprocessing/extra");
   const ParsedExamples p = csv(kTable);
-  auto width_path = [&](const std::string& text) {
-    try {
-      preprocessed_width(spec_of(text), *p.table);
-    } catch (const SpecError& e) {
-      return e.path();
-    }
-    return std::string("(accepted)");
-  };
+  auto width_path = [&](const std::string& text) { return width_error_path(text, *p.table); };
   CHECK(width_path(R"({"columns": {"zz": {"indicator": false}}})") == "/preprocessing/columns/zz");
   CHECK(width_path(R"({"columns": {"plan": {"scale": "minmax"}}})") == "/preprocessing/columns/plan/scale");
   CHECK(width_path(R"({"columns": {"age": {"max_categories": 2}}})") == "/preprocessing/columns/age/max_categories");
