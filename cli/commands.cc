@@ -11,7 +11,9 @@
 
 #include "cli/follow.h"
 #include "cli/follow_view.h"
+#include "cli/cli_support.h"
 #include "cli/http_client.h"
+#include "cli/study_commands.h"
 
 namespace pstrain::cli {
 namespace json = boost::json;
@@ -33,6 +35,7 @@ const char* const kUsage =
     "  download ID [-o FILE]         the trained model (safetensors) to FILE (default ID.safetensors)\n"
     "  export ID [--step S] [-o FILE]  the model (or checkpoint S) as ONNX to FILE (default ID.onnx)\n"
     "  cluster                       the registered nodes\n"
+    "  study SUB-COMMAND             hyperparameter studies: submit, list, status, follow, cancel\n"
     "\n"
     "Options (anywhere on the line):\n"
     "  --url URL       the coordinator's REST API, http:// or https:// (env PSTRAIN_URL;\n"
@@ -80,12 +83,10 @@ const std::map<std::string, std::string> kCommandHelp = {
      "(GET /v1/models/{id}/file?format=onnx) to FILE (default ID.onnx, or ID-step-STEP.onnx); --step: the\n"
      "job's checkpoint at STEP (a number or 'latest': GET /v1/jobs/{id}/checkpoints/{step}?format=onnx).\n"
      "A model that cannot be exported exits 1 with the API's reason, naming the layer or field.\n"},
+    {"study", kStudyHelp},
     {"cluster", "Usage: pstrain cluster\nThe registered nodes (GET /v1/cluster): id, role, name, address, alive, job, last heartbeat.\n"},
 };
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 // The parsed command line.
 struct Invocation {
@@ -158,65 +159,6 @@ void expect_arguments(const Invocation& inv, size_t n, const char* what) {
   }
 }
 
-std::optional<json::value> parse_json(const std::string& body) {
-  boost::system::error_code ec;
-  json::value v = json::parse(body, ec);
-  if (ec) return std::nullopt;
-  return v;
-}
-
-const json::object& as_object(const json::value& v) {
-  static const json::object empty;
-  return v.is_object() ? v.as_object() : empty;
-}
-std::string text(const json::object& o, std::string_view key, const std::string& fallback = "-") {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || v->is_null()) return fallback;
-  if (v->is_string()) return std::string(v->as_string());
-  return json::serialize(*v);
-}
-std::optional<double> number(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_number()) return std::nullopt;
-  return v->to_number<double>();
-}
-std::string fixed(std::optional<double> v, int decimals, const std::string& fallback = "-") {
-  if (!v) return fallback;
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, *v);
-  return buffer;
-}
-std::string when(std::optional<double> ms) {
-  if (!ms || *ms <= 0) return "-";
-  const std::time_t t = static_cast<std::time_t>(*ms / 1000);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &tm);
-  return buffer;
-}
-
-// Columns padded to their widest cell.
-std::string table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) {
-      if (width.size() <= c) width.push_back(0);
-      width[c] = std::max(width[c], row[c].size());
-    }
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
-    }
-    out += line + "\n";
-  }
-  return out;
-}
-
 class Commands {
  public:
   Commands(const Invocation& inv, const Environment& env, HttpClient& client, std::ostream& out, std::ostream& err)
@@ -232,6 +174,7 @@ class Commands {
     if (c == "download") return download();
     if (c == "export") return export_onnx();
     if (c == "cluster") return cluster();
+    if (c == "study") return run_study({inv_.positional, inv_.json, inv_.follow}, client_, out_, err_);
     throw UsageError("unknown command '" + c + "'");
   }
 
@@ -468,7 +411,7 @@ int run_cli(const std::vector<std::string>& args, const Environment& env, std::o
     }
     if (inv.command.empty()) throw UsageError("no command given");
     if (!kCommandHelp.contains(inv.command)) throw UsageError("unknown command '" + inv.command + "'");
-    if (inv.follow && inv.command != "submit") throw UsageError("--follow goes with 'submit'");
+    if (inv.follow && inv.command != "submit" && inv.command != "study") throw UsageError("--follow goes with 'submit'");
     if (inv.output && inv.command != "download" && inv.command != "export") {
       throw UsageError("-o goes with 'download' and 'export'");
     }

@@ -180,6 +180,11 @@ int main(int argc, char** argv) {
   ModelService models(store, node->catalog());
   const WebUi web = WebUi::embedded();  // the dashboard at `/`
   RestApi api(store, commands, openapi_document(), &node->catalog(), &models, &web);
+  KjStudyCommands study_commands(kj::getCurrentThreadExecutor(), node->studies(), node->study_store(), store, [&] {
+    node->studies().tick();
+    node->schedule();
+  });
+  api.set_studies(&node->study_store(), &study_commands);
   if (config.tokens) {
     PSLOG(kInfo) << "REST API: bearer tokens required (" << config.tokens->size() << " tokens)";
     api.set_access_tokens(config.tokens);

@@ -57,7 +57,9 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       data_(config.load_split ? config.load_split
                               : SplitLoader([this](const std::string& name, SplitKind kind) { return catalog_.load(name, kind); }),
             [this](const std::string& name) { return catalog_.generation(name); }),
-      jobs_(cluster_, data_, store_, io_, job_options(config)) {
+      jobs_(cluster_, data_, store_, io_, job_options(config)),
+      study_store_(*kv_),
+      studies_(jobs_, store_, study_store_) {
   rpc::warn_if_open(config.cluster, "coordinator");
   // Node events name the node (the store calls this on this thread, from its writes).
   store_.set_node_lookup([this](uint32_t id) -> std::optional<NodeView> {
@@ -82,6 +84,8 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       });
     }
   }
+  // Studies go on with the jobs re-queued above (and adopt any trial job their record missed).
+  studies_.load();
   auto service = kj::heap<CoordinatorService>(cluster_, jobs_, io_.getTimer(), config.heartbeat_ms, config.dead_after_ms);
   service_ = service.get();
   rpc_server_ = kj::heap<capnp::TwoPartyServer>(kj::mv(service));
@@ -147,6 +151,7 @@ kj::Promise<void> CoordinatorNode::housekeeping() {
     jobs_.on_nodes_lost(cluster_.expire(), "missed its heartbeats");
     report_stalls();
     store_.set_nodes(node_views(cluster_));
+    studies_.tick();  // a study's next trials join the queue before it is scheduled
     schedule();
     // Queued jobs first; then running jobs short of workers take the free ones.
     for (const auto& job : jobs_.jobs()) job->grow();

@@ -1,6 +1,6 @@
 // The coordinator as pstrain-coordinator runs it, less the REST API and the --job job: the job
 // store on its RocksDB directory, the dataset catalog, cluster membership, the data service, the jobs (unfinished ones
-// re-queued from the store after a restart), the Coordinator RPC service on a listening socket,
+// re-queued from the store after a restart), the studies (study/study_manager.h), the Coordinator RPC service on a listening socket,
 // and the housekeeping that declares silent nodes dead, starts queued jobs and lets running ones
 // take free workers. coordinator_main.cc adds the HTTP server and the --job job; tests run it on
 // a thread of its own (tests/coordinator/inprocess_cluster.h).
@@ -29,6 +29,8 @@
 #include "coordinator/job/job_options.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_store.h"
+#include "coordinator/study/study_manager.h"
+#include "coordinator/study/study_store.h"
 
 namespace pstrain {
 
@@ -72,6 +74,9 @@ class CoordinatorNode {
   const rpc::AuthRefusals& auth_refusals() const { return refusals_; }
   JobStore& store() { return store_; }
   JobManager& jobs() { return jobs_; }
+  // Thread-safe (the REST API reads it from the HTTP thread).
+  StudyStore& study_store() { return study_store_; }
+  StudyManager& studies() { return studies_; }
   // Thread-safe (the REST API uses it from the HTTP thread).
   DatasetCatalog& catalog() { return catalog_; }
   const Cluster& cluster() const { return cluster_; }
@@ -90,6 +95,8 @@ class CoordinatorNode {
   Cluster cluster_;
   DataService data_;
   JobManager jobs_;
+  StudyStore study_store_;
+  StudyManager studies_;
   CoordinatorService* service_ = nullptr;  // owned by rpc_server_
   kj::Own<capnp::TwoPartyServer> rpc_server_;
   kj::Own<kj::ConnectionReceiver> listener_;

@@ -91,7 +91,7 @@ std::string record_to_json(const JobRecord& j) {
   for (auto w : j.workers) workers.push_back(w);
   for (auto s : j.servers) servers.push_back(s);
   return to_json_text(json::object{
-      {"id", j.id}, {"name", j.name}, {"spec", j.spec_json}, {"state", job_state_name(j.state)}, {"reason", j.reason},
+      {"id", j.id}, {"name", j.name}, {"study", j.study}, {"trial", j.trial}, {"spec", j.spec_json}, {"state", job_state_name(j.state)}, {"reason", j.reason},
       {"mode", j.mode}, {"submitted_ms", j.submitted_ms}, {"started_ms", j.started_ms},
       {"finished_ms", j.finished_ms}, {"epochs", j.epochs}, {"steps_per_epoch", j.steps_per_epoch},
       {"total_steps", j.total_steps}, {"steps_done", j.steps_done}, {"current_epoch", j.current_epoch},
@@ -140,6 +140,8 @@ std::optional<JobRecord> record_from_json(const std::string& text) {
     JobRecord j;
     j.id = get_or<std::string>(o, "id", "");
     j.name = get_or<std::string>(o, "name", "");
+    j.study = get_or<std::string>(o, "study", "");
+    j.trial = get_or<int64_t>(o, "trial", -1);
     j.spec_json = get_or<std::string>(o, "spec", "");
     j.state = parse_job_state(get_or<std::string>(o, "state", "PENDING")).value_or(JobState::kPending);
     j.reason = get_or<std::string>(o, "reason", "");

@@ -47,7 +47,9 @@ json::object summary_object(const JobRecord& j) {
           {"test_auc", optional_number(j.test_auc)},
           {"val_loss", optional_number(j.val_loss)},
           {"val_accuracy", optional_number(j.val_accuracy)},
-          {"submitted_at_ms", j.submitted_ms}};
+          {"submitted_at_ms", j.submitted_ms},
+          {"study", j.study.empty() ? json::value(nullptr) : json::value(j.study)},
+          {"trial", j.trial >= 0 ? json::value(j.trial) : json::value(nullptr)}};
 }
 
 json::array node_list(const std::vector<uint32_t>& ids, const std::map<uint32_t, const NodeView*>& by_id, int64_t now) {

@@ -88,6 +88,8 @@ struct EarlyStopStatus {
 
 struct JobRecord {
   std::string id, name, spec_json;
+  std::string study;   // a study's trial (study_manager.h): the study's id, and the trial's number
+  int64_t trial = -1;
   JobState state = JobState::kPending;
   std::string reason;             // why it FAILED, was CANCELLED or is RECOVERING
   std::vector<std::string> notes; // things worth knowing that happened (recoveries, skipped backups)

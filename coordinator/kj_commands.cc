@@ -34,4 +34,32 @@ JobCommands::CancelResult KjJobCommands::cancel(const std::string& id) {
   return result;
 }
 
+std::string KjStudyCommands::submit(StudySpec spec) {
+  std::string id = executor_.executeSync([this, &spec] {
+    const std::string id = studies_.create(std::move(spec));
+    PSLOG(kInfo) << "study " << id << " submitted over HTTP";
+    after_change_();
+    return id;
+  });
+  store_.flush();
+  jobs_.flush();
+  return id;
+}
+
+StudyCommands::CancelResult KjStudyCommands::cancel(const std::string& id) {
+  const auto result = executor_.executeSync([this, &id] {
+    const auto r = studies_.cancel(id);
+    after_change_();
+    return r;
+  });
+  store_.flush();
+  jobs_.flush();
+  switch (result) {
+    case StudyManager::CancelResult::kCancelled: return CancelResult::kCancelled;
+    case StudyManager::CancelResult::kNotFound: return CancelResult::kNotFound;
+    case StudyManager::CancelResult::kAlreadyFinished: return CancelResult::kAlreadyFinished;
+  }
+  return CancelResult::kNotFound;
+}
+
 }  // namespace pstrain

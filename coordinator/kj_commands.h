@@ -13,6 +13,7 @@
 
 #include "coordinator/http/rest_api.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/study/study_manager.h"
 
 namespace pstrain {
 
@@ -29,6 +30,25 @@ class KjJobCommands final : public JobCommands {
   const kj::Executor& executor_;
   JobManager& jobs_;
   JobStore& store_;
+  std::function<void()> after_change_;
+};
+
+// The same bridge for studies: create and cancel run on the event loop (StudyManager), answered
+// once the study store (and the cancelled jobs) are durable.
+class KjStudyCommands final : public StudyCommands {
+ public:
+  KjStudyCommands(const kj::Executor& executor, StudyManager& studies, StudyStore& store, JobStore& jobs,
+                  std::function<void()> after_change)
+      : executor_(executor), studies_(studies), store_(store), jobs_(jobs), after_change_(std::move(after_change)) {}
+
+  std::string submit(StudySpec spec) override;
+  CancelResult cancel(const std::string& id) override;
+
+ private:
+  const kj::Executor& executor_;
+  StudyManager& studies_;
+  StudyStore& store_;
+  JobStore& jobs_;
   std::function<void()> after_change_;
 };
 

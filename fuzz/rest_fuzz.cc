@@ -45,6 +45,15 @@ class StubCommands final : public pstrain::JobCommands {
   }
 };
 
+// Studies the same way: submit answers study-1 (in the fixture's store), cancel finds it.
+class StubStudyCommands final : public pstrain::StudyCommands {
+ public:
+  std::string submit(pstrain::StudySpec) override { return "study-1"; }
+  CancelResult cancel(const std::string& id) override {
+    return id == "study-1" ? CancelResult::kAlreadyFinished : CancelResult::kNotFound;
+  }
+};
+
 const std::string& job_1_spec() {
   static const std::string spec = [] {
     pstrain::JobSpec s = pstrain::parse_job_spec(R"({"name": "mnist-mlp", "dataset": {"name": "mnist10k"},
@@ -126,8 +135,18 @@ struct Fixture {
   pstrain::JobStore store{*kv};
   StubCommands commands;
   pstrain::RestApi api{store, commands, "{\"openapi\": \"3.0.3\"}"};
+  pstrain::StudyStore studies{*kv};
+  StubStudyCommands study_commands;
 
   Fixture() {
+    pstrain::StudyRecord study;
+    study.id = "study-1";
+    study.spec = pstrain::parse_study_spec(
+        R"({"spec": )" + job_1_spec() + R"(, "search_space": {"/optimizer/learning_rate": {"choice": [0.1, 0.2]}}})",
+        [](const std::string&) {});
+    study.trials.push_back({0, pstrain::TrialState::kCompleted, "", {{2, "job-1", 0.5, 0, 0}}, 10, 5});
+    studies.add(study);
+    api.set_studies(&studies, &study_commands);
     pstrain::JobRecord job;
     job.id = "job-1";
     job.name = "mnist-mlp";

@@ -19,6 +19,7 @@ RestApi::RestApi(JobStore& store, JobCommands& commands, std::string openapi_jso
   add_job_routes();
   if (catalog_ != nullptr) add_dataset_routes();
   if (models_ != nullptr) add_model_routes();
+  add_study_routes();
 }
 
 void RestApi::count(const std::string& route, unsigned status) {

@@ -25,6 +25,7 @@
 #include "coordinator/http/router.h"
 #include "coordinator/job_store.h"
 #include "coordinator/stored_file.h"
+#include "coordinator/study/study_store.h"
 
 namespace pstrain {
 
@@ -36,6 +37,16 @@ class JobCommands {
  public:
   virtual ~JobCommands() = default;
   virtual std::string submit(JobSpec spec) = 0;  // returns the new job's id
+  enum class CancelResult { kCancelled, kNotFound, kAlreadyFinished };
+  virtual CancelResult cancel(const std::string& id) = 0;
+};
+
+// Study commands (create, cancel), run by the coordinator on its event-loop thread
+// (KjStudyCommands); answered once durable.
+class StudyCommands {
+ public:
+  virtual ~StudyCommands() = default;
+  virtual std::string submit(StudySpec spec) = 0;  // returns the new study's id
   enum class CancelResult { kCancelled, kNotFound, kAlreadyFinished };
   virtual CancelResult cancel(const std::string& id) = 0;
 };
@@ -79,6 +90,13 @@ class RestApi {
   // outlive this object.
   void set_cluster_auth_refusals(const rpc::AuthRefusals* refusals) { rpc_refusals_ = refusals; }
 
+  // Serves /v1/studies from `store` with `commands` (set before serving; both must outlive this
+  // object). Without, the study routes answer 404 studies-not-served.
+  void set_studies(const StudyStore* store, StudyCommands* commands) {
+    studies_ = store;
+    study_commands_ = commands;
+  }
+
   // Bounds of each event stream's queue (set before serving).
   void set_event_limits(EventQueueLimits limits) { event_limits_ = limits; }
 
@@ -92,6 +110,7 @@ class RestApi {
   void add_job_routes();
   void add_dataset_routes();
   void add_model_routes();
+  void add_study_routes();  // study_routes.cc
   // The refusal of a request its caller may not make, or nullopt. Takes an access_token query
   // parameter (GET and HEAD: event streams and download links cannot send a header) out of the
   // target, so that no route sees it.
@@ -101,6 +120,9 @@ class RestApi {
   BodyPlan plan_dataset_upload(const HttpRequest& head, const Router::Match& route);
   BodyPlan plan_model_upload(const HttpRequest& head);
   HttpResponse submit(const HttpRequest& request);
+  HttpResponse submit_study(const HttpRequest& request);
+  // Checks a job spec (a study's trial) as POST /v1/jobs does; throws SpecError.
+  void check_job_spec(const std::string& spec_json) const;
   std::vector<std::string> jobs_using(const std::string& dataset) const;
   HttpResponse prometheus() const;  // prometheus.cc
   // GET /v1/jobs/{id}/events (empty id: GET /v1/events).
@@ -121,6 +143,8 @@ class RestApi {
   DatasetCatalog* catalog_;
   ModelService* models_;
   const WebUi* web_;
+  const StudyStore* studies_ = nullptr;
+  StudyCommands* study_commands_ = nullptr;
   EventQueueLimits event_limits_;
   mutable std::mutex counters_mutex_;
   std::map<std::pair<std::string, unsigned>, uint64_t> counters_;  // guarded by counters_mutex_
