@@ -9,6 +9,7 @@
 
 #include "common/rpc/cluster_auth.h"
 #include "coordinator/http/rest_api.h"
+#include "coordinator/study/study_json.h"
 #include "coordinator/job/divergence_guard.h"
 
 namespace pstrain {
@@ -98,6 +99,34 @@ HttpResponse RestApi::prometheus() const {
       const auto it = counts.by_reason.find(divergence_reason_name(reason));
       out << "pstrain_divergence_total{reason=\"" << divergence_reason_name(reason) << "\"} "
           << (it == counts.by_reason.end() ? 0 : it->second) << "\n";
+    }
+  }
+  if (studies_ != nullptr) {
+    // Studies by state; the running studies' trials by state, and each one's best figure.
+    const auto studies = studies_->list();
+    std::map<std::string, int> study_states;
+    for (auto s : {StudyState::kRunning, StudyState::kSucceeded, StudyState::kFailed, StudyState::kCancelled}) {
+      study_states[study_state_name(s)] = 0;
+    }
+    for (const auto& s : studies) ++study_states[study_state_name(s.state)];
+    out << "# HELP pstrain_studies Studies by state.\n# TYPE pstrain_studies gauge\n";
+    for (const auto& [state, n] : study_states) out << "pstrain_studies{state=\"" << state << "\"} " << n << "\n";
+    out << "# HELP pstrain_study_trials The running studies' trials by state.\n# TYPE pstrain_study_trials gauge\n";
+    for (const auto& s : studies) {
+      if (s.finished()) continue;
+      std::map<std::string, int> trial_states;
+      for (const auto& t : s.trials) ++trial_states[trial_state_name(t.state)];
+      for (const auto& [state, n] : trial_states) {
+        out << "pstrain_study_trials{study=\"" << s.id << "\",state=\"" << state << "\"} " << n << "\n";
+      }
+    }
+    out << "# HELP pstrain_study_best_metric The running studies' best trial's figure (their metric).\n"
+           "# TYPE pstrain_study_best_metric gauge\n";
+    for (const auto& s : studies) {
+      const auto best = best_trial(s);
+      if (s.finished() || !best) continue;
+      out << "pstrain_study_best_metric{study=\"" << s.id << "\",metric=\"" << s.spec.metric << "\"} "
+          << *s.trials[*best].rungs.back().metric << "\n";
     }
   }
   out << "# HELP pstrain_nodes_alive Registered nodes that heartbeat.\n# TYPE pstrain_nodes_alive gauge\n";

@@ -127,6 +127,10 @@ struct JobContext {
   std::optional<DataPlan> plan;
   uint64_t generation = 0;      // of the current plan: sessions of older ones are stale
   uint64_t resume_version = 0;  // the global step workers start from (sync)
+  // Sync, after a coordinator restart: resume_version may end an epoch whose evaluation the old
+  // coordinator did not record (the workers evaluate after an epoch's last step). Then the workers
+  // start by evaluating it (JobRunner::fill_assignment), so the history has every epoch.
+  bool restarted = false;
   std::vector<WorkerPosition> resume_positions;  // async: where each worker starts
 
   // What happened.

@@ -231,6 +231,7 @@ kj::Promise<void> JobRunner::configure_and_resume() {
     // Resuming after a coordinator restart: from the last backup, if the servers have it.
     return rollback_.restore({*latest}).then([this](uint64_t version) {
       job_.resume_version = version;
+      job_.restarted = true;
       ++job_.generation;  // past the restore's fence (it fences below generation + 1)
       job_.store.update(job_.id, [&](JobRecord& r) { r.generation = std::max(r.generation, job_.generation); });
       PSLOG(kInfo) << "job " << job_.id << ": resuming from the backup at step " << version;
@@ -308,6 +309,7 @@ kj::Promise<void> JobRunner::resume_async_from(std::vector<uint64_t> candidates)
 kj::Promise<void> JobRunner::adopt() {
   return adopt_servers_state(job_).then([this](uint64_t version) {
     job_.resume_version = version;
+    job_.restarted = true;
     job_.progress.clear_ledger();
     PSLOG(kInfo) << "job " << job_.id << ": took over the servers' state at step " << version
                  << " after a coordinator restart; 0 step(s) to replay";
@@ -322,6 +324,18 @@ kj::Promise<void> JobRunner::adopt() {
 }
 
 // --- Workers ---
+
+bool JobRunner::evaluates_resumed_epoch(uint64_t steps_per_epoch) const {
+  const uint64_t v = job_.resume_version;
+  if (!job_.restarted || !job_.sync() || steps_per_epoch == 0 || v == 0 || v % steps_per_epoch != 0) return false;
+  const auto record = job_.store.get(job_.id);
+  if (!record) return false;
+  const auto ended = static_cast<uint32_t>(v / steps_per_epoch);  // 1-based: the epoch that ends at v
+  for (const auto& e : record->epoch_history) {
+    if (e.epoch == ended) return false;
+  }
+  return true;
+}
 
 bool JobRunner::fill_assignment(NodeId node, proto::Assignment::Builder out) const {
   const auto index = job_.worker_index(node);
@@ -343,6 +357,10 @@ bool JobRunner::fill_assignment(NodeId node, proto::Assignment::Builder out) con
   if (!job_.sync() && *index < job_.resume_positions.size()) {
     out.setStartEpoch(job_.resume_positions[*index].epoch);
     out.setStartStep(job_.resume_positions[*index].step);
+  } else if (evaluates_resumed_epoch(steps_per_epoch)) {
+    // The epoch that ends at the resume step, from its end: no step, then its evaluation.
+    out.setStartEpoch(static_cast<uint32_t>(job_.resume_version / steps_per_epoch - 1));
+    out.setStartStep(steps_per_epoch);
   } else {
     out.setStartEpoch(static_cast<uint32_t>(job_.resume_version / steps_per_epoch));
     out.setStartStep(job_.resume_version % steps_per_epoch);

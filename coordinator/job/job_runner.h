@@ -71,6 +71,9 @@ class JobRunner {
   // Fills an assignment for a worker of this job; false if the node is not one of its workers
   // or the servers are not configured yet.
   bool fill_assignment(NodeId node, proto::Assignment::Builder out) const;
+  // Sync, after a coordinator restart: the resume step ends an epoch the job's history lacks, so
+  // the workers evaluate it before the next (JobContext::restarted).
+  bool evaluates_resumed_epoch(uint64_t steps_per_epoch) const;
   // `slice` >= 0: one of the worker's extra slices (JobContext::slices_of); -1: its own.
   proto::DataStream::Client open_shard(NodeId node, proto::Split split, uint32_t epoch, uint64_t from_step,
                                        int64_t slice = -1);

@@ -5,6 +5,7 @@
 //   #/jobs/ID     one job (job.js): curves fed by its event stream (GET /v1/jobs/ID/events: the history is
 //                 replayed, then live events follow); facts, workers and servers polled from
 //                 GET /v1/jobs/ID; the timeline of backups, checkpoints, recoveries and node changes
+//   #/studies     the studies, and #/studies/ID one study (studies.js): trials, scatter plots, curves
 //   #/cluster     GET /v1/cluster (polled)
 //   #/submit      a spec in a text area (prefilled from deploy/jobs/), submitted with POST /v1/jobs;
 //                 a 422's field (a JSON pointer) is shown next to its line
@@ -118,6 +119,8 @@ function route() {
   else if (page === 'cluster') stop = clusterView(view);
   else if (page === 'datasets' && rest.length) stop = datasetView(view, decodeURIComponent(rest.join('/')));
   else if (page === 'datasets') stop = datasetsView(view);
+  else if (page === 'studies' && rest.length) stop = studyView(view, decodeURIComponent(rest.join('/')));
+  else if (page === 'studies') stop = studiesView(view);
   else if (page === 'submit') stop = submitView(view);
   else stop = jobsView(view);
   cleanup = stop || (() => {});

@@ -5,7 +5,8 @@
 // to the job page, measures a cold load of that page while the job runs (transfer size, time to the
 // first curve point), waits for SUCCEEDED, and checks from the DOM that the curves hold a test point
 // for every epoch and that the accuracy shown is the REST API's; uploads a small table and checks that
-// the datasets pages list it and show its profile as the REST API gives it. Saves screenshots.
+// the datasets pages list it and show its profile as the REST API gives it; submits an ASHA study
+// and checks its page (trials, best trial highlighted, scatter points, curves). Saves screenshots.
 //
 // Usage: node dashboard_test.mjs URL OUT_DIR      (CHROMIUM: the browser, default /usr/bin/chromium)
 import fs from 'node:fs';
@@ -283,6 +284,45 @@ try {
   const profile = (await rest('/v1/datasets/dashboard-table')).splits.train.table.columns.map((c) => [c.name, c.type, c.missing]);
   check(JSON.stringify(profileShown) === JSON.stringify(profile), `the dataset page shows each column's type and missing count: ${JSON.stringify(profileShown)}`);
   await page.screenshot({ path: path.join(outDir, 'dashboard-dataset.png') });
+
+  // Studies: an ASHA study submitted over REST is listed; its page shows every trial, a scatter
+  // point per finished trial for each parameter, a curve per trial, and highlights the best trial
+  // the REST API names.
+  const studySpec = {
+    name: 'dashboard-study', algorithm: 'asha', asha: { min_epochs: 1, max_epochs: 2, reduction_factor: 2 },
+    metric: 'test_accuracy', max_trials: 4, max_concurrent_trials: 2, seed: 4,
+    search_space: { '/optimizer/learning_rate': { loguniform: [0.003, 0.3] }, '/model/layers/1/units': { choice: [8, 16] } },
+    spec: { name: 'dashboard-trial', dataset: { name: 'mnist10k' },
+      model: { input_shape: [28, 28, 1], layers: [{ type: 'flatten' }, { type: 'dense', units: 16, activation: 'relu' }, { type: 'dense', units: 10 }] },
+      optimizer: { type: 'sgd', learning_rate: 0.05 },
+      training: { mode: 'sync', global_batch_size: 250, epochs: 2, workers: 1, servers: 1 } },
+  };
+  const posted = await fetch(`${url}/v1/studies`, { method: 'POST', headers: { ...auth, 'Content-Type': 'application/json' }, body: JSON.stringify(studySpec) });
+  const study = await posted.json();
+  check(posted.status === 201 && study.id, `a study is submitted (HTTP ${posted.status})`);
+  await page.click('nav a[data-nav=studies]');
+  await page.waitForSelector(`#studies tr[data-study="${study.id}"]`);
+  check(true, 'the studies page lists it');
+  await page.goto(`${url}/#/studies/${encodeURIComponent(study.id)}`);
+  await page.waitForFunction(() => document.querySelector('#study-state')?.dataset.state === 'SUCCEEDED', { timeout: JOB_TIMEOUT_MS });
+  const studyRest = await rest(`/v1/studies/${study.id}`);
+  await new Promise((r) => setTimeout(r, 2500));  // one more poll, after the final state
+  const studyDom = await page.evaluate(() => ({
+    trials: document.querySelectorAll('#trials tr[data-trial]').length,
+    best: [...document.querySelectorAll('#trials tr[data-best]')].map((r) => Number(r.dataset.trial)),
+    scatters: [...document.querySelectorAll('[data-param]')].map((b) => [b.dataset.param, Number(b.dataset.points)]),
+    series: Number(document.querySelector('#chart-study-epochs').dataset.series),
+    bestModel: document.querySelector('#best-model')?.textContent,
+  }));
+  const finishedTrials = studyRest.trials.filter((t) => t.metric !== null).length;
+  check(studyDom.trials === studyRest.trials.length, `the study page lists every trial (${studyDom.trials})`);
+  check(studyDom.best.length === 1 && studyDom.best[0] === studyRest.best.trial, `the best trial (${studyRest.best.trial}) is highlighted`);
+  check(studyDom.scatters.length === 2 && studyDom.scatters.every(([, n]) => n === finishedTrials),
+    `a scatter plot per parameter, a point per finished trial: ${JSON.stringify(studyDom.scatters)}`);
+  check(studyDom.series === studyRest.trials.filter((t) => t.history.length).length, `a curve per trial (${studyDom.series})`);
+  check(studyDom.bestModel === studyRest.best.model, `the best model is linked (${studyDom.bestModel})`);
+  metrics.study = { trials: studyDom.trials, best: studyRest.best };
+  await page.screenshot({ path: path.join(outDir, 'dashboard-study.png') });
 
   // A reload with the browser's cache: every file is revalidated by its ETag, none sent again.
   const revalidated = [];

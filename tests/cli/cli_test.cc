@@ -397,3 +397,49 @@ TEST_CASE("pstrain follow reads the event stream: every event once across a cut,
   CHECK(tty.code == 0);
   CHECK(tty.output.find("\r 5/10 [==============>...............]") != std::string::npos);
 }
+
+TEST_CASE("pstrain study: submit --follow prints a line per trial change and the best, then status, list, cancel") {
+  testing::TempDir dir;
+  testing::Cluster cluster({.servers = 2, .workers = 2});
+  const std::string url = url_of(cluster);
+  const std::string file = dir.path() + "/study.json";
+  {
+    std::ofstream out(file);
+    out << R"({"name": "cli-study", "spec": )" << small_job(2) << R"(, "algorithm": "asha",
+      "asha": {"min_epochs": 1, "max_epochs": 2, "reduction_factor": 2}, "metric": "test_accuracy",
+      "max_trials": 4, "max_concurrent_trials": 2, "seed": 9,
+      "search_space": {"/optimizer/learning_rate": {"loguniform": [0.001, 0.3]}}})";
+  }
+  const Run follow = run_pstrain(cluster.group(), url, {"study", "submit", file, "--follow"}, 240s);
+  INFO(follow.output);
+  CHECK(follow.code == 0);
+  // The id, then lines such as "trial 2  PAUSED  epoch 1/1  test_accuracy 0.8123  learning_rate=0.012  (job study-1-t2-r0)".
+  CHECK(follow.output.starts_with("study-1\n"));
+  CHECK(count(follow.output, std::regex(R"(\ntrial [0-3]  (PENDING|RUNNING|PAUSED|COMPLETED|STOPPED))")) >= 8);
+  CHECK(count(follow.output, std::regex(R"(\ntrial [0-3]  COMPLETED  epoch 2/2  test_accuracy 0\.[0-9]{4}  learning_rate=)")) >= 1);
+  CHECK(count(follow.output, std::regex(R"(\nstudy study-1 SUCCEEDED; best trial [0-3]: test_accuracy 0\.[0-9]{4} at 2 epochs)")) == 1);
+  // No line twice in a row for a trial: a line is printed only when it changes.
+  std::set<std::string> lines;
+  std::istringstream in(follow.output);
+  int repeated = 0;
+  for (std::string line; std::getline(in, line);) repeated += !lines.insert(line).second;
+  CHECK(repeated == 0);
+
+  const Run status = run_pstrain(cluster.group(), url, {"study", "status", "study-1"});
+  CHECK(status.code == 0);
+  CHECK(status.output.find("state:      SUCCEEDED") != std::string::npos);
+  CHECK(count(status.output, std::regex(R"(\n[0-3] +(COMPLETED|STOPPED) +[12] +0\.[0-9]{4} +learning_rate=)")) == 4);
+  const Run list = run_pstrain(cluster.group(), url, {"study", "list"});
+  CHECK(list.output.find("cli-study") != std::string::npos);
+  // A finished study cannot be cancelled: the API's 409, exit 1.
+  const Run cancel = run_pstrain(cluster.group(), url, {"study", "cancel", "study-1"});
+  CHECK(cancel.code == 1);
+  CHECK(cancel.output.find("cannot be cancelled") != std::string::npos);
+  // A bad study: the field named, exit 1.
+  std::ofstream(file) << R"({"spec": )" << small_job(1) << R"(, "search_space": {"/optimizer/learning_rate": {"uniform": [1, 0]}}})";
+  const Run bad = run_pstrain(cluster.group(), url, {"study", "submit", file});
+  CHECK(bad.code == 1);
+  CHECK(bad.output.find("/search_space/~1optimizer~1learning_rate/uniform") != std::string::npos);
+  const Run usage = run_pstrain(cluster.group(), url, {"study", "frobnicate"});
+  CHECK(usage.code == 2);
+}

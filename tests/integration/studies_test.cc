@@ -137,6 +137,9 @@ TEST_CASE("studies: a grid covers its grid once, within max_concurrent_trials, a
   const auto last = object_of(get(port, "/v1/jobs/" + str(jobs.back(), "id")));
   CHECK(num(other_done, "started_at_ms") < num(last, "started_at_ms"));
   CHECK(num(done, "worker_seconds") > 0);
+  // Prometheus.
+  const std::string metrics = get(port, "/metrics").body;
+  CHECK(metrics.find("pstrain_studies{state=\"SUCCEEDED\"} 1\n") != std::string::npos);
   // The list.
   const auto list = arr(object_of(get(port, "/v1/studies")), "studies");
   REQUIRE(list.size() == 1);
@@ -257,6 +260,9 @@ TEST_CASE("studies: a coordinator killed -9 mid-study resumes it: every trial on
   const auto trials = arr(done, "trials"), calm_trials = arr(calm_done, "trials");
   REQUIRE(trials.size() == 5);
   for (size_t i = 0; i < 5; ++i) {
+    INFO("trial " << i << " after the kill: " << json::serialize(trials[i]) << "\nuninterrupted: " << json::serialize(calm_trials[i])
+         << "\njob: " << get(port, "/v1/jobs/" + str(obj(trials[i]), "job")).body
+         << "\nmetrics: " << get(port, "/v1/jobs/" + str(obj(trials[i]), "job") + "/metrics").body);
     CHECK(str(obj(trials[i]), "state") == "COMPLETED");
     CHECK(params_text(obj(trials[i])) == params_text(obj(calm_trials[i])));
     CHECK(num(obj(trials[i]), "metric") == num(obj(calm_trials[i]), "metric"));
