@@ -17,6 +17,7 @@
 
 #include "common/data/job_spec.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/http_test_client.h"
 #include "tests/integration/recovery_support.h"
 #include "tests/test_support.h"
 #include "worker/local_trainer.h"
@@ -434,4 +435,48 @@ TEST_CASE("async - kill -9 of the coordinator then a restart resumes every worke
                                            << " step(s) redone; pushes per chunk " << updates[1] << " of "
                                            << updates[3] << " planned");
   CHECK(cluster.final_accuracy() >= 0.90);
+}
+
+TEST_CASE("a coordinator killed -9 between an epoch's last step and its evaluation: the restart evaluates it") {
+  // One step per epoch (the global batch is the whole train split): the workers evaluate after
+  // every step, and a coordinator killed mid-step leaves the servers at an epoch's end whose
+  // evaluation no worker reported (it needs the coordinator's test stream). The restarted
+  // coordinator has the workers evaluate that epoch first: the history has every epoch, with the
+  // uninterrupted run's test figures.
+  using namespace pstrain::testing::http_test;
+  const std::string spec = R"({"name": "boundary", "dataset": {"name": "mnist10k", "shuffle_seed": 1},
+    "model": {"input_shape": [28, 28, 1], "seed": 2, "layers": [{"type": "flatten"}, {"type": "dense", "units": 10}]},
+    "optimizer": {"type": "sgd", "learning_rate": 0.5},
+    "training": {"mode": "sync", "global_batch_size": 10000, "epochs": 6, "workers": 1, "servers": 1}})";
+  auto epochs_of = [](testing::Cluster& cluster, const std::string& id) {
+    std::map<int64_t, std::pair<double, double>> out;  // epoch -> test loss, accuracy
+    for (const auto& e : arr(object_of(get(cluster.http_port(), "/v1/jobs/" + id + "/metrics")), "epochs")) {
+      out[e.as_object().at("epoch").as_int64()] = {num(e.as_object(), "test_loss"), num(e.as_object(), "test_accuracy")};
+    }
+    return out;
+  };
+  std::map<int64_t, std::pair<double, double>> calm;
+  {
+    testing::Cluster cluster({.servers = 1, .workers = 1});
+    const std::string id = submit(cluster, spec);
+    wait_for_state(cluster, id, "SUCCEEDED", 120s);
+    calm = epochs_of(cluster, id);
+  }
+  REQUIRE(calm.size() == 6);
+  testing::Cluster cluster({.servers = 1, .workers = 1, .worker_flags = {"--slow-step-ms", "700"}});
+  const std::string id = submit(cluster, spec);
+  // Mid-step of epoch 3 (epochs 1 and 2 recorded).
+  wait_for_job(cluster, id, "two epochs", [&](const json::object&) { return epochs_of(cluster, id).size() >= 2; }, 60s);
+  std::this_thread::sleep_for(300ms);
+  cluster.restart_coordinator(/*hard=*/true);
+  const auto done = wait_for_state(cluster, id, "SUCCEEDED", 120s);
+  const auto got = epochs_of(cluster, id);
+  CHECK(got.size() == 6);
+  for (const auto& [epoch, figures] : calm) {
+    CAPTURE(epoch);
+    REQUIRE(got.count(epoch) == 1);
+    CHECK(got.at(epoch).first == figures.first);
+    CHECK(got.at(epoch).second == figures.second);
+  }
+  CHECK(num(done, "test_accuracy") == calm.at(6).second);
 }
