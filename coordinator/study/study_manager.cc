@@ -13,6 +13,15 @@ namespace {
 
 bool is_asha(const StudyRecord& s) { return s.spec.algorithm == StudyAlgorithm::kAsha; }
 
+// A grid or random trial's epochs: its job spec's training.epochs.
+int64_t trial_epochs(const StudyRecord& s, int64_t number) {
+  try {
+    return parse_job_spec(trial_job_spec(s.spec, trial_values(s.spec, number), number)).training.epochs;
+  } catch (const SpecError&) {
+    return 0;
+  }
+}
+
 // The study's metric in an epoch's figures (nullopt: the job does not have it).
 std::optional<double> figure(const EpochMetric& m, const std::string& name) {
   if (name == "train_loss") return m.train_loss;
@@ -97,7 +106,8 @@ void StudyManager::adopt_jobs(StudyRecord& study) {
     }
     TrialRecord& t = study.trials[static_cast<size_t>(f.number)];
     if (static_cast<size_t>(f.rung) != t.rungs.size()) continue;  // known already
-    t.rungs.push_back({is_asha(study) ? rungs[std::min<size_t>(f.rung, rungs.size() - 1)] : 0, f.id, std::nullopt});
+    t.rungs.push_back(
+        {is_asha(study) ? rungs[std::min<size_t>(f.rung, rungs.size() - 1)] : trial_epochs(study, f.number), f.id, std::nullopt});
     t.state = TrialState::kPending;  // refresh() reads the job's state
     PSLOG(kInfo) << "study " << study.id << " adopted job " << f.id;
   }
@@ -249,7 +259,8 @@ void StudyManager::queue_rung(StudyRecord& study, TrialRecord& trial, size_t run
   const auto rungs = asha_rungs(study.spec.asha);
   const std::string id = trial_job_id(study.id, trial.number, asha ? static_cast<int>(rung) : -1);
   if (rung == trial.rungs.size()) {
-    trial.rungs.push_back({asha ? rungs[rung] : 0, id, std::nullopt, trial.node_seconds, trial.worker_seconds});
+    trial.rungs.push_back({asha ? rungs[rung] : trial_epochs(study, trial.number), id, std::nullopt, trial.node_seconds,
+                           trial.worker_seconds});
   }
   trial.state = TrialState::kPending;
   if (job_store_.get(id) || jobs_.find(id)) return;  // it exists: adopted

@@ -169,8 +169,13 @@ int64_t grid_size(const StudySpec& spec) {
 
 std::vector<std::string> trial_values(const StudySpec& spec, int64_t number) {
   std::vector<std::string> values(spec.search_space.size());
-  if (spec.algorithm == StudyAlgorithm::kGrid) {
+  if (spec.algorithm == StudyAlgorithm::kGrid || (spec.algorithm == StudyAlgorithm::kAsha && spec.asha.grid)) {
+    // ASHA visits the grid in a seeded random order: in the grid's own order (sorted by each
+    // parameter) later trials would keep beating earlier ones and nearly all be promoted.
     int64_t rest = number;
+    if (spec.algorithm == StudyAlgorithm::kAsha) {
+      rest = epoch_order(static_cast<uint32_t>(grid_size(spec)), spec.seed, 0)[static_cast<size_t>(number)];
+    }
     for (size_t i = spec.search_space.size(); i-- > 0;) {
       const int64_t d = dimension_size(spec.search_space[i]);
       values[i] = grid_value(spec.search_space[i], rest % d);
@@ -243,20 +248,6 @@ StudySpec parse_study_spec(const std::string& text, const std::function<void(con
                              s.metric.find("_r2") != std::string::npos;
   s.maximize = r.optional("mode") ? read_enum<bool>(*r.optional("mode"), "/mode", {{"max", true}, {"min", false}}) : higher_better;
   s.seed = static_cast<uint64_t>(r.integer("seed", 0, int64_t{1} << 53, 0));
-  const int64_t grid = grid_size(s);
-  if (s.algorithm == StudyAlgorithm::kGrid) {
-    for (const auto& p : s.search_space) {
-      if (dimension_size(p) == 0) {
-        throw SpecError("/search_space/" + escape_key(p.pointer), "is a continuous range: a grid takes \"choice\" or \"int\"");
-      }
-    }
-    if (grid > kMaxTrials) throw SpecError("/search_space", "makes a grid of more than " + std::to_string(kMaxTrials) + " points");
-  }
-  s.max_trials = r.integer("max_trials", 1, kMaxTrials, s.algorithm == StudyAlgorithm::kGrid ? grid : 10);
-  if (s.algorithm == StudyAlgorithm::kGrid && s.max_trials > grid) {
-    throw SpecError("/max_trials", "is more than the grid's " + std::to_string(grid) + " points");
-  }
-  s.max_concurrent_trials = r.integer("max_concurrent_trials", 1, 1000, 4);
   // The template's epochs: ASHA's top rung unless given.
   int64_t spec_epochs = 0;
   if (const auto* t = spec.as_object().if_contains("training"); t != nullptr && t->is_object()) {
@@ -268,6 +259,7 @@ StudySpec parse_study_spec(const std::string& text, const std::function<void(con
     s.asha.min_epochs = ar.integer("min_epochs", 1, 100000, 1);
     s.asha.max_epochs = ar.integer("max_epochs", 1, 100000, spec_epochs);
     s.asha.reduction_factor = ar.integer("reduction_factor", 2, 100, 3);
+    s.asha.grid = ar.boolean("grid", false);
     ar.finish();
   } else {
     s.asha.max_epochs = spec_epochs;
@@ -275,6 +267,21 @@ StudySpec parse_study_spec(const std::string& text, const std::function<void(con
   if (s.algorithm == StudyAlgorithm::kAsha && s.asha.max_epochs < s.asha.min_epochs) {
     throw SpecError("/asha/max_epochs", "must be at least min_epochs (" + std::to_string(s.asha.min_epochs) + ")");
   }
+  const int64_t grid = grid_size(s);
+  const bool on_grid = s.algorithm == StudyAlgorithm::kGrid || (s.algorithm == StudyAlgorithm::kAsha && s.asha.grid);
+  if (on_grid) {
+    for (const auto& p : s.search_space) {
+      if (dimension_size(p) == 0) {
+        throw SpecError("/search_space/" + escape_key(p.pointer), "is a continuous range: a grid takes \"choice\" or \"int\"");
+      }
+    }
+    if (grid > kMaxTrials) throw SpecError("/search_space", "makes a grid of more than " + std::to_string(kMaxTrials) + " points");
+  }
+  s.max_trials = r.integer("max_trials", 1, kMaxTrials, on_grid ? grid : 10);
+  if (on_grid && s.max_trials > grid) {
+    throw SpecError("/max_trials", "is more than the grid's " + std::to_string(grid) + " points");
+  }
+  s.max_concurrent_trials = r.integer("max_concurrent_trials", 1, 1000, 4);
   r.finish();
 
   // The template, then each parameter at each probe value with the others at their first.
@@ -341,6 +348,7 @@ std::string study_spec_to_json(const StudySpec& s) {
     o["asha"] = json::object{{"min_epochs", s.asha.min_epochs},
                              {"max_epochs", s.asha.max_epochs},
                              {"reduction_factor", s.asha.reduction_factor}};
+    if (s.asha.grid) o["asha"].as_object()["grid"] = true;
   }
   return json::serialize(o);
 }

@@ -29,6 +29,7 @@ enum class StudyAlgorithm { kGrid, kRandom, kAsha };
 // by max_epochs (always the top rung).
 struct AshaSpec {
   int64_t min_epochs = 1, max_epochs = 0, reduction_factor = 3;
+  bool grid = false;  // trials take the grid's points (in an order seeded by `seed`), not random draws
 };
 
 struct StudySpec {
@@ -60,7 +61,8 @@ std::string study_spec_to_json(const StudySpec& spec);
 int64_t grid_size(const StudySpec& spec);
 
 // Trial `number`'s parameters (0-based), each value as JSON text in search_space order: the grid's
-// number-th point (the last parameter varies fastest), or a draw seeded by (seed, number, index).
+// number-th point (the last parameter varies fastest; ASHA with asha.grid: the grid in a random
+// order seeded by `seed`), or a draw seeded by (seed, number, index).
 std::vector<std::string> trial_values(const StudySpec& spec, int64_t number);
 
 // The job spec of a trial: the template with each pointer set to its value, `epochs` (> 0) as

@@ -101,6 +101,22 @@ TEST_CASE("study spec: ASHA's rungs and each rung's epochs in the trial spec") {
       "search_space": {"/optimizer/learning_rate": {"choice": [0.01, 0.1]}})");
   CHECK(s.asha.max_epochs == 4);  // the template's
   CHECK(parse_job_spec(trial_job_spec(s, trial_values(s, 0), 0, 2)).training.epochs == 2);
+  // asha.grid: the grid's points, each once, in a seeded order (the configurations a grid study runs).
+  const StudySpec g = parse(R"("algorithm": "asha", "asha": {"grid": true}, "search_space": {
+      "/optimizer/learning_rate": {"choice": [0.01, 0.1]}, "/model/layers/1/units": {"int": [8, 9]}})");
+  const StudySpec grid = parse(R"("algorithm": "grid", "search_space": {
+      "/optimizer/learning_rate": {"choice": [0.01, 0.1]}, "/model/layers/1/units": {"int": [8, 9]}})");
+  CHECK(g.max_trials == 4);
+  std::set<std::vector<std::string>> a, b;
+  for (int64_t n = 0; n < 4; ++n) {
+    a.insert(trial_values(g, n));
+    b.insert(trial_values(grid, n));
+  }
+  CHECK(a == b);
+  CHECK(a.size() == 4);
+  CHECK(study_from_json(study_to_json(StudyRecord{"study-1", g})).value().spec.asha.grid);
+  CHECK_THROWS_AS(parse(R"("algorithm": "asha", "asha": {"grid": true}, "search_space": {
+      "/optimizer/learning_rate": {"uniform": [0.01, 0.1]}})"), SpecError);
 }
 
 TEST_CASE("study spec: bad studies are refused naming the field") {
