@@ -6,7 +6,7 @@ trial jobs used (workers x seconds running), the wall time, and ASHA's share of 
 worker-seconds. The studies alternate (asha, grid, asha, grid, ...) so that both see the same
 machine; stdlib only.
 
-Usage: study_bench.py URL [--repeat N] [--epochs E] [--concurrency C]   (PSTRAIN_TOKEN: a token)
+Usage: study_bench.py URL [--repeat N] [--epochs E] [--concurrency C] [--factor F]   (PSTRAIN_TOKEN: a token)
 """
 import argparse
 import json
@@ -25,7 +25,7 @@ def call(url, method, path, body=None):
         return json.loads(r.read())
 
 
-def study(algorithm, epochs, concurrency):
+def study(algorithm, epochs, concurrency, factor):
     spec = {
         "name": "fashion-mlp",
         "dataset": {"name": "fashion-mnist", "shuffle_seed": 1},
@@ -47,13 +47,13 @@ def study(algorithm, epochs, concurrency):
         s["algorithm"] = "grid"
     else:
         s["algorithm"] = "asha"
-        s["asha"] = {"min_epochs": 1, "max_epochs": epochs, "reduction_factor": 2, "grid": True}
+        s["asha"] = {"min_epochs": 1, "max_epochs": epochs, "reduction_factor": factor, "grid": True}
     return s
 
 
-def run(url, algorithm, epochs, concurrency):
+def run(url, algorithm, epochs, concurrency, factor):
     start = time.time()
-    created = call(url, "POST", "/v1/studies", study(algorithm, epochs, concurrency))
+    created = call(url, "POST", "/v1/studies", study(algorithm, epochs, concurrency, factor))
     sid = created["id"]
     while True:
         s = call(url, "GET", "/v1/studies/" + sid)
@@ -66,9 +66,10 @@ def run(url, algorithm, epochs, concurrency):
     best = s["best"]
     job = call(url, "GET", "/v1/jobs/" + best["job"])
     epochs_run = sum(t["epochs"] for t in s["trials"])
+    jobs = sum(len(t["rungs"]) for t in s["trials"])
     return {"id": sid, "algorithm": algorithm, "best_val": best["metric"], "best_test": job["test_accuracy"],
             "best_trial": best["trial"], "best_params": best["parameters"], "worker_seconds": s["worker_seconds"],
-            "trial_epochs": epochs_run, "trials": len(s["trials"]), "wall": wall}
+            "trial_epochs": epochs_run, "jobs": jobs, "trials": len(s["trials"]), "wall": wall}
 
 
 def main():
@@ -77,18 +78,19 @@ def main():
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--factor", type=int, default=3, help="ASHA's reduction_factor (the API's default: 3)")
     a = p.parse_args()
     rows = []
     for i in range(a.repeat):
         for algorithm in ("asha", "grid"):
-            r = run(a.url, algorithm, a.epochs, a.concurrency)
+            r = run(a.url, algorithm, a.epochs, a.concurrency, a.factor)
             print(json.dumps(r), flush=True)
             rows.append(r)
     print()
-    print("| run | algorithm | trials | trial-epochs | best val_accuracy | its test_accuracy | worker-seconds | wall s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | algorithm | trials | jobs | trial-epochs | best val_accuracy | its test_accuracy | worker-seconds | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(rows):
-        print(f"| {i // 2 + 1} | {r['algorithm']} | {r['trials']} | {r['trial_epochs']} | {r['best_val']:.4f} | "
+        print(f"| {i // 2 + 1} | {r['algorithm']} | {r['trials']} | {r['jobs']} | {r['trial_epochs']} | {r['best_val']:.4f} | "
               f"{r['best_test']:.4f} | {r['worker_seconds']:.0f} | {r['wall']:.0f} |")
     for i in range(0, len(rows), 2):
         asha, grid = rows[i], rows[i + 1]
