@@ -243,8 +243,8 @@ std::optional<StepMetric> step_from_json(const std::string& text) {
 }
 
 std::string epoch_to_json(const EpochMetric& m) {
-  json::object o{{"epoch", m.epoch}, {"train_loss", m.train_loss},
-                 {"train_accuracy", m.train_accuracy}, {"test_loss", m.test_loss},
+  json::object o{{"epoch", m.epoch}, {"train_loss", optional_number(m.train_loss)},
+                 {"train_accuracy", optional_number(m.train_accuracy)}, {"test_loss", m.test_loss},
                  {"test_accuracy", m.test_accuracy},
                  {"samples_per_second", m.samples_per_second}, {"time_ms", m.time_ms}};
   put_task_metrics(m, o);
@@ -274,8 +274,8 @@ std::optional<EpochMetric> epoch_from_json(const std::string& text) {
   const auto o = parse_object(text);
   if (!o) return std::nullopt;
   try {
-    EpochMetric m{get_or<uint32_t>(*o, "epoch", 0), get_optional(*o, "train_loss").value_or(0),
-                  get_optional(*o, "train_accuracy").value_or(0), get_optional(*o, "test_loss").value_or(0),
+    EpochMetric m{get_or<uint32_t>(*o, "epoch", 0), get_optional(*o, "train_loss"),
+                  get_optional(*o, "train_accuracy"), get_optional(*o, "test_loss").value_or(0),
                   get_optional(*o, "test_accuracy").value_or(0),
                   get_optional(*o, "samples_per_second").value_or(0), get_or<int64_t>(*o, "time_ms", 0),
                   get_optional(*o, "test_mae"), get_optional(*o, "test_rmse"), get_optional(*o, "test_r2"),

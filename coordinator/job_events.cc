@@ -89,7 +89,8 @@ JobEventData progress_event(const std::string& job, const StepMetric& m, int64_t
 }
 
 JobEventData epoch_event(const std::string& job, const EpochMetric& m) {
-  json::object fields{{"epoch", m.epoch}, {"train_loss", m.train_loss}, {"train_accuracy", m.train_accuracy},
+  auto maybe = [](const std::optional<double>& v) { return v ? json::value(*v) : json::value(nullptr); };
+  json::object fields{{"epoch", m.epoch}, {"train_loss", maybe(m.train_loss)}, {"train_accuracy", maybe(m.train_accuracy)},
                       {"test_loss", m.test_loss}, {"test_accuracy", m.test_accuracy},
                       {"samples_per_second", round_to(m.samples_per_second, 1)}};
   put_task_metrics(m, fields);

@@ -30,7 +30,11 @@ struct StepMetric {
 
 struct EpochMetric {
   uint32_t epoch = 0;  // 1-based
-  double train_loss = 0, train_accuracy = 0, test_loss = 0, test_accuracy = 0, samples_per_second = 0;
+  // The training figures over the epoch's step reports; nullopt when this coordinator received
+  // none for it (a restart at the epoch's end: its evaluation is done again, its training figures
+  // went with the coordinator before).
+  std::optional<double> train_loss, train_accuracy;
+  double test_loss = 0, test_accuracy = 0, samples_per_second = 0;
   int64_t time_ms = 0;
   // Regression jobs: the test split's mean absolute error, root mean squared error and R^2
   // (accuracies stay 0).
@@ -136,7 +140,7 @@ inline void set_epoch_figures(JobRecord& r, const EpochMetric& m) {
   r.val_loss = m.val_loss;
   r.val_accuracy = m.val_accuracy;
   r.train_loss = m.train_loss;
-  r.train_accuracy = m.test_mae ? std::nullopt : std::optional<double>(m.train_accuracy);
+  r.train_accuracy = m.test_mae ? std::nullopt : m.train_accuracy;
 }
 
 struct NodeView {

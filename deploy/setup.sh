@@ -20,6 +20,7 @@ packages=(
   openssl                   # self-signed certificates (local-cluster.sh TLS=1, tls_tests)
   wrk                       # tests/bench/rest_load.sh (HTTP and HTTPS load)
   python3-numpy             # (dataset_formats_test writes a reference .npz with NumPy itself)
+  python3-pandas python3-venv  # the Python client's tests (a virtual environment, DataFrames)
   dataset-fashion-mnist     # the official Fashion-MNIST split (dataset fashion-mnist), read from
                             # /usr/share/datasets/fashion-mnist when the data directory has no copy
   doctest-dev               # unit and integration tests

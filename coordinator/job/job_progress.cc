@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 namespace pstrain {
 
@@ -92,8 +93,10 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
   const Figures test = figures_of(m.test, classes_);
   EpochMetric metric;
   metric.epoch = epoch + 1;
-  metric.train_loss = m.train_loss_sum / train_n;
-  metric.train_accuracy = static_cast<double>(m.train_correct) / train_n;
+  if (m.train_examples > 0) {
+    metric.train_loss = m.train_loss_sum / train_n;
+    metric.train_accuracy = static_cast<double>(m.train_correct) / train_n;
+  }
   metric.test_loss = test.loss;
   metric.test_accuracy = test.accuracy;
   metric.samples_per_second = m.samples_per_second;
@@ -119,13 +122,16 @@ void JobProgress::record_epoch(uint32_t epoch, bool partial) {
     val_line = line;
   }
   const char* lost = partial ? " (test: part of the split, a worker was lost)" : "";
+  // No step report reached this coordinator for the epoch (a restart at its end): nan, as no figure.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   if (test.mae) {
     std::printf("epoch %u: train loss %.4f | test loss %.4f mae %.4f rmse %.4f r2 %.4f%s | %.0f samples/s%s\n", epoch + 1,
-                metric.train_loss, metric.test_loss, *test.mae, *test.rmse, *test.r2, val_line.c_str(),
+                metric.train_loss.value_or(nan), metric.test_loss, *test.mae, *test.rmse, *test.r2, val_line.c_str(),
                 metric.samples_per_second, lost);
   } else {
     std::printf("epoch %u: train loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f%s | %.0f samples/s%s\n",
-                epoch + 1, metric.train_loss, metric.train_accuracy, metric.test_loss, metric.test_accuracy,
+                epoch + 1, metric.train_loss.value_or(nan), metric.train_accuracy.value_or(nan), metric.test_loss,
+                metric.test_accuracy,
                 val_line.c_str(), metric.samples_per_second, lost);
   }
   std::fflush(stdout);

@@ -81,7 +81,8 @@ std::string study_view_json(const StudyRecord& study, const JobStore& jobs) {
       const auto job = jobs.get(rung.job);
       if (!job) continue;
       for (const auto& e : job->epoch_history) {
-        json::object point{{"epoch", e.epoch}, {"train_loss", e.train_loss}, {"test_loss", e.test_loss}};
+        json::object point{{"epoch", e.epoch}, {"test_loss", e.test_loss}};
+        if (e.train_loss) point["train_loss"] = *e.train_loss;
         if (!e.test_mae) point["test_accuracy"] = e.test_accuracy;
         if (e.val_loss) point["val_loss"] = *e.val_loss;
         if (e.val_accuracy) point["val_accuracy"] = *e.val_accuracy;

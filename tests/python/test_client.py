@@ -1,0 +1,232 @@
+"""The Python client (clients/python/) against a real local cluster (run_python_client_test.sh
+starts one and installs the client into a virtual environment with pip --no-index): uploads, a
+job followed to its end with its printed lines checked, predictions equal to the REST answer,
+model files downloaded and uploaded again, problem+json errors with their field, a cancel, a
+reconnect after the coordinator is killed and restarted mid-follow, a study.
+
+Environment: PSTRAIN_URL, PSTRAIN_TOKEN, PSTRAIN_CLUSTER_DIR (the local cluster's directory)."""
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import numpy as np
+import pandas as pd
+
+import pstrain
+
+URL = os.environ["PSTRAIN_URL"]
+TOKEN = os.environ.get("PSTRAIN_TOKEN")
+CLUSTER_DIR = os.environ["PSTRAIN_CLUSTER_DIR"]
+
+
+def mlp(epochs, dataset="mnist10k", hidden=32, lr=0.05, name="py-mlp"):
+    return {"name": name, "dataset": {"name": dataset, "shuffle_seed": 1},
+            "model": {"input_shape": [28, 28, 1], "seed": 3, "layers": [
+                {"type": "flatten"}, {"type": "dense", "units": hidden, "activation": "relu"}, {"type": "dense", "units": 10}]},
+            "optimizer": {"type": "sgd", "learning_rate": lr, "momentum": 0.9},
+            "training": {"mode": "sync", "global_batch_size": 200, "epochs": epochs, "workers": 2, "servers": 2}}
+
+
+def rest(method, path, payload):
+    """The REST API by hand (no client), for comparisons."""
+    headers = {"Content-Type": "application/json"}
+    if TOKEN:
+        headers["Authorization"] = "Bearer " + TOKEN
+    req = urllib.request.Request(URL + path, data=json.dumps(payload).encode(), headers=headers, method=method)
+    with urllib.request.urlopen(req) as r:
+        return json.loads(r.read())
+
+
+def restart_coordinator():
+    """kill -9 of the local cluster's coordinator, then the same command line again."""
+    pid_file = os.path.join(CLUSTER_DIR, "coordinator.pid")
+    with open(pid_file) as f:
+        pid = int(f.read())
+    def read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    argv = read(f"/proc/{pid}/cmdline").split(b"\0")[:-1]
+    env = dict(e.split(b"=", 1) for e in read(f"/proc/{pid}/environ").split(b"\0") if b"=" in e)
+    os.kill(pid, signal.SIGKILL)
+    while True:
+        try:
+            if read(f"/proc/{pid}/stat").split()[2] == b"Z":
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    with open(os.path.join(CLUSTER_DIR, "coordinator.log"), "ab") as log:
+        p = subprocess.Popen(argv, cwd=CLUSTER_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(pid_file, "w") as f:
+        f.write(str(p.pid))
+    client = pstrain.Client(URL, TOKEN, retries=0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            client.health()
+            return
+        except pstrain.ApiError:
+            time.sleep(0.2)
+    raise AssertionError("the coordinator did not come back")
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.client = pstrain.Client(URL, TOKEN)
+        cls.tmp = tempfile.TemporaryDirectory()
+
+    def test_upload_csv_arrays_and_dataframe(self):
+        c = self.client
+        csv = os.path.join(self.tmp.name, "loans.csv")
+        with open(csv, "w") as f:
+            f.write("income,plan,age,paid\n")
+            for i in range(60):
+                f.write(f"{1000 + 37 * i},{['basic', 'pro', 'family'][i % 3]},{'' if i % 7 == 0 else 20 + i % 40},"
+                        f"{'yes' if i % 4 else 'no'}\n")
+        record = c.datasets.upload("py-loans", train=csv, label="paid", replace=True)
+        self.assertEqual(record["splits"]["train"]["examples"], 60)
+        columns = {col["name"]: col for col in c.datasets.get("py-loans")["splits"]["train"]["table"]["columns"]}
+        self.assertEqual(columns["age"]["missing"], 9)
+        self.assertEqual(columns["plan"]["type"], "categorical")
+        # NumPy arrays, both splits.
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(80, 6)).astype(np.float32), rng.integers(0, 3, 80)
+        record = c.datasets.upload("py-arrays", train=(x, y), test=(x[:20], y[:20]), replace=True)
+        self.assertEqual(record["splits"]["train"]["examples"], 80)
+        self.assertEqual(record["splits"]["test"]["examples"], 20)
+        self.assertEqual(record["input_shape"], [6])
+        # A DataFrame with its label column named.
+        df = pd.DataFrame({"a": np.arange(30, dtype=float), "b": ["x", "y", "z"] * 10, "label": ["p", "q"] * 15})
+        record = c.datasets.upload("py-frame", train=df, label="label", replace=True)
+        self.assertEqual(record["splits"]["train"]["examples"], 30)
+        self.assertIn("py-frame", [d["name"] for d in c.datasets.list()])
+        c.datasets.delete("py-frame")
+        with self.assertRaises(pstrain.ApiError) as e:
+            c.datasets.get("py-frame")
+        self.assertEqual(e.exception.status, 404)
+
+    def test_submit_follow_predict_download(self):
+        c = self.client
+        job = c.jobs.submit(mlp(2))
+        out = io.StringIO()
+        final = job.follow(progress="lines", file=out)
+        text = out.getvalue()
+        self.assertEqual(final["state"], "SUCCEEDED")
+        lines = text.splitlines()
+        self.assertEqual(lines.count("Epoch 1/2"), 1, text)
+        self.assertEqual(lines.count("Epoch 2/2"), 1, text)
+        epoch_lines = [l for l in lines if re.fullmatch(
+            r"([0-9]+)/\1 - [0-9.]+s - loss: [0-9.]+ - accuracy: [0-9.]+ - test_loss: [0-9.]+ - test_accuracy: [0-9.]+", l)]
+        self.assertEqual(len(epoch_lines), 2, text)
+        self.assertEqual(lines[-1], f"job {job.id} SUCCEEDED")
+        self.assertNotIn("\r", text)  # no bar in a file
+        # The epochs' figures as a DataFrame; checkpoints.
+        m = job.metrics()
+        self.assertEqual(list(m["epoch"]), [1, 2])
+        self.assertAlmostEqual(float(m["test_accuracy"].iloc[-1]), final["test_accuracy"], places=12)
+        self.assertTrue(job.checkpoints()[-1]["final"])
+        # Predictions equal the REST answer: uint8 images go as raw bytes, floats as numbers.
+        rng = np.random.default_rng(1)
+        images = rng.integers(0, 256, size=(1500, 28, 28, 1), dtype=np.uint8)
+        model = c.models.get(job.id)
+        got = model.predict(images)  # two batches
+        import base64
+        want = rest("POST", f"/v1/models/{job.id}:predict",
+                    {"instances": [{"b64": base64.b64encode(i.tobytes()).decode()} for i in images[:1024]]})["predictions"]
+        want += rest("POST", f"/v1/models/{job.id}:predict",
+                     {"instances": [{"b64": base64.b64encode(i.tobytes()).decode()} for i in images[1024:]]})["predictions"]
+        self.assertEqual(got, want)
+        floats = (images[:10] / 255.0).astype(np.float32)
+        self.assertEqual(model.predict_classes(floats), [p["class"] for p in want[:10]])
+        self.assertEqual(model.predict_proba(images[:3]).shape, (3, 10))
+        ev = model.evaluate()
+        self.assertAlmostEqual(ev["accuracy"], final["test_accuracy"], places=12)
+        # Files: safetensors uploaded again predicts the same; ONNX is an ONNX protobuf.
+        st = model.download(os.path.join(self.tmp.name, "m.safetensors"))
+        onnx = model.download(os.path.join(self.tmp.name, "m.onnx"), format="onnx")
+        self.assertGreater(os.path.getsize(st), 8)
+        with open(onnx, "rb") as f:
+            self.assertIn(b"pstrain", f.read(4096))
+        again = c.models.upload(st, name="py-again")
+        self.assertTrue(again.id.startswith("model-"))
+        self.assertEqual(again.predict(images[:50]), want[:50])
+
+    def test_errors_are_api_errors_with_their_field(self):
+        spec = mlp(1)
+        spec["optimizer"]["learning_rate"] = -1
+        with self.assertRaises(pstrain.ApiError) as e:
+            self.client.jobs.submit(spec)
+        self.assertEqual(e.exception.status, 422)
+        self.assertEqual(e.exception.field, "/optimizer/learning_rate")
+        self.assertEqual(e.exception.type, "urn:pstrain:problem:invalid-spec")
+        self.assertIn("learning_rate", e.exception.detail)
+        with self.assertRaises(pstrain.ApiError) as e:
+            self.client.jobs.get("job-999999")
+        self.assertEqual(e.exception.status, 404)
+        with self.assertRaises(pstrain.Unreachable):
+            pstrain.Client("http://127.0.0.1:1", retries=1).jobs.list()
+
+    def test_cancel(self):
+        job = self.client.jobs.submit(mlp(200, name="py-cancel"))
+        deadline = time.monotonic() + 60
+        while job.state != "RUNNING":
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        self.assertEqual(job.cancel()["state"], "CANCELLED")
+        self.assertEqual(job.wait(timeout=10)["state"], "CANCELLED")
+        with self.assertRaises(pstrain.ApiError) as e:
+            job.cancel()
+        self.assertEqual(e.exception.status, 409)
+
+    def test_follow_reconnects_after_a_coordinator_restart(self):
+        job = self.client.jobs.submit(mlp(8, hidden=128, name="py-restart"))
+        out = io.StringIO()
+        result = {}
+        follower = threading.Thread(target=lambda: result.setdefault("final", job.follow(progress="lines", file=out)))
+        follower.start()
+        deadline = time.monotonic() + 120
+        while "Epoch 3/8" not in out.getvalue():
+            self.assertLess(time.monotonic(), deadline, out.getvalue())
+            time.sleep(0.05)
+        restart_coordinator()
+        follower.join(180)
+        self.assertFalse(follower.is_alive())
+        text = out.getvalue()
+        self.assertEqual(result["final"]["state"], "SUCCEEDED", text)
+        lines = text.splitlines()
+        for epoch in range(1, 9):
+            self.assertEqual(lines.count(f"Epoch {epoch}/8"), 1, text)
+        # An epoch line per epoch; the one a restart cut may lack its training figures (they went
+        # with the old coordinator), never its test figures.
+        epoch_lines = [l for l in lines if re.match(r"([0-9]+)/\1 - [0-9.]+s - ", l)]
+        self.assertEqual(len(epoch_lines), 8, text)
+        self.assertTrue(all(re.search(r"test_loss: [0-9.]+ - test_accuracy: [0-9.]+$", l) for l in epoch_lines), text)
+        self.assertNotIn("loss: 0.0000", text)
+        self.assertEqual(lines[-1], f"job {job.id} SUCCEEDED")
+        self.assertIn("re-queued after a coordinator restart", job.status()["notes"])
+
+    def test_study(self):
+        study = self.client.studies.submit({
+            "name": "py-study", "spec": mlp(1, name="py-trial"), "algorithm": "grid", "metric": "test_accuracy",
+            "search_space": {"/optimizer/learning_rate": {"choice": [0.01, 0.1]}}})
+        out = io.StringIO()
+        final = study.follow(file=out, poll=0.3)
+        self.assertEqual(final["state"], "SUCCEEDED", out.getvalue())
+        self.assertEqual(len(final["trials"]), 2)
+        self.assertIn(f"study {study.id} SUCCEEDED; best trial", out.getvalue())
+        best = study.best_model()
+        self.assertEqual(len(best.predict(np.zeros((2, 28, 28, 1), dtype=np.uint8))), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
