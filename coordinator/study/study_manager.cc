@@ -289,8 +289,9 @@ void StudyManager::finish(StudyRecord& study) {
   for (auto& t : study.trials) {
     if (t.state == TrialState::kPaused) {
       t.state = TrialState::kStopped;
-      t.reason = "not in the top 1/" + std::to_string(factor) + " of the rung at " + std::to_string(t.rungs.back().epochs) +
-                 " epochs";
+      const int64_t epochs = t.rungs.back().epochs;
+      t.reason = "not in the top 1/" + std::to_string(factor) + " of its rung (" + std::to_string(epochs) +
+                 (epochs == 1 ? " epoch)" : " epochs)");
     }
     any = any || (!t.rungs.empty() && t.rungs.back().metric);
   }
