@@ -44,7 +44,12 @@ RecordDigest digest(const JobRecord& r) {
 }
 
 JobEventData state_event(const JobRecord& r, int64_t time_ms) {
-  JobEventData e = make("state", r.id, time_ms, {{"state", job_state_name(r.state)}, {"reason", r.reason}});
+  json::object fields{{"state", job_state_name(r.state)}, {"reason", r.reason}};
+  if (!r.study.empty()) {  // a study's trial: the study's followers find its trials' changes here
+    fields["study"] = r.study;
+    fields["trial"] = r.trial;
+  }
+  JobEventData e = make("state", r.id, time_ms, std::move(fields));
   e.terminal = r.finished();
   return e;
 }

@@ -8,7 +8,7 @@ JobManager::JobManager(Cluster& cluster, DataService& data, JobStore& store, kj:
                        JobOptions options)
     : cluster_(cluster), data_(data), store_(store), io_(io), options_(options) {}
 
-std::string JobManager::submit(JobSpec spec, std::string id) {
+std::string JobManager::submit(JobSpec spec, std::string id, JobOrigin origin) {
   if (id.empty()) {
     // Ids never repeat, also across restarts: skip any the store already knows.
     do {
@@ -18,7 +18,7 @@ std::string JobManager::submit(JobSpec spec, std::string id) {
   jobs_.push_back(std::make_unique<JobRunner>(id, std::move(spec), cluster_, data_, store_, io_, options_,
                                                  [this](JobRunner& job) {
     if (on_finished_) on_finished_(job);
-  }));
+  }, std::move(origin)));
   return id;
 }
 

@@ -19,8 +19,8 @@ class JobManager {
              JobOptions options = {});
 
   // Queues a job; returns its id. The spec must be valid (parse_job_spec checked it). `id` is
-  // given when a restarted coordinator re-queues a job it had.
-  std::string submit(JobSpec spec, std::string id = "");
+  // given when a restarted coordinator re-queues a job it had, or for a study's trial (`origin`).
+  std::string submit(JobSpec spec, std::string id = "", JobOrigin origin = {});
   // Starts every queued job the cluster has room for (in submission order); true if any started.
   bool schedule();
   JobRunner* find(const std::string& id);

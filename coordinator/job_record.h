@@ -90,6 +90,13 @@ struct EarlyStopStatus {
   std::optional<int64_t> model_step;     // that checkpoint's step
 };
 
+// Where a job comes from when it is a study's trial (study_manager.h): set on its record from the
+// start, so even its first state event names the study.
+struct JobOrigin {
+  std::string study;
+  int64_t trial = -1;
+};
+
 struct JobRecord {
   std::string id, name, spec_json;
   std::string study;   // a study's trial (study_manager.h): the study's id, and the trial's number

@@ -28,7 +28,7 @@ int64_t output_classes(const JobSpec& spec) {
 }  // namespace
 
 JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
-                     kj::AsyncIoProvider& io, JobOptions options, Finished on_finished)
+                     kj::AsyncIoProvider& io, JobOptions options, Finished on_finished, JobOrigin origin)
     : job_(std::move(id), std::move(spec), cluster, data, store, io, options),
       on_finished_(std::move(on_finished)),
       guard_(output_classes(job_.spec)) {
@@ -64,6 +64,8 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
     record.mode = training_mode_name(job_.spec.training.mode);
     record.epochs = job_.spec.training.epochs;
     record.submitted_ms = now_ms();
+    record.study = std::move(origin.study);
+    record.trial = origin.trial;
     store.add(std::move(record));
   }
 }

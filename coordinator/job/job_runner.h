@@ -52,8 +52,9 @@ class JobRunner {
   using Position = WorkerPosition;
 
   // Adds the job's record to `store` (PENDING) and keeps it current from then on.
+  // `origin`: the study and trial it runs for, if any (recorded with the job from the start).
   JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
-            kj::AsyncIoProvider& io, JobOptions options, Finished on_finished);
+            kj::AsyncIoProvider& io, JobOptions options, Finished on_finished, JobOrigin origin = {});
 
   const std::string& id() const { return job_.id; }
   const JobSpec& spec() const { return job_.spec; }

@@ -271,11 +271,7 @@ void StudyManager::queue_rung(StudyRecord& study, TrialRecord& trial, size_t run
       spec.as_object()["init_from"] =
           json::object{{"job", trial.rungs[rung - 1].job}, {"checkpoint", "latest"}, {"optimizer_state", true}};
     }
-    jobs_.submit(parse_job_spec(json::serialize(spec)), id);
-    job_store_.update(id, [&](JobRecord& r) {
-      r.study = study.id;
-      r.trial = trial.number;
-    });
+    jobs_.submit(parse_job_spec(json::serialize(spec)), id, JobOrigin{study.id, trial.number});
     PSLOG(kInfo) << "study " << study.id << ": trial " << trial.number << " queued as job " << id;
   } catch (const SpecError& e) {
     trial.state = TrialState::kFailed;

@@ -116,6 +116,12 @@ TEST_CASE("studies: a grid covers its grid once, within max_concurrent_trials, a
     CHECK(str(job, "study") == id);
     CHECK(job.at("trial").as_int64() == o.at("number").as_int64());
     CHECK(num(o, "metric") == num(job, "test_accuracy"));
+    CHECK(o.at("epochs").as_int64() == 1);
+    // Its state events, from the first (PENDING), name the study and the trial.
+    const std::string events = get(port, "/v1/jobs/" + str(o, "job") + "/events").body;
+    const std::string tag = "\"study\":\"" + id + "\",\"trial\":" + std::to_string(o.at("number").as_int64());
+    CHECK(events.find("\"state\":\"PENDING\",\"reason\":\"\"," + tag) != std::string::npos);
+    CHECK(events.find("\"state\":\"SUCCEEDED\",\"reason\":\"\"," + tag) != std::string::npos);
   }
   CHECK(points.size() == 4);
   CHECK(points.count(R"({"/optimizer/learning_rate":2E-2,"/model/layers/1/units":8})") == 1);
