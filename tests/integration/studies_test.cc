@@ -236,6 +236,15 @@ TEST_CASE("studies: ASHA's jobs are exactly the algorithm's promotions and new t
   CHECK(str(obj(spec.at("init_from")), "job").ends_with("-r0"));
   CHECK(obj(spec.at("init_from")).at("optimizer_state").as_bool());
   CHECK(num(obj(done.at("best")), "epochs") == 4);
+  // The promoted chain (1, then 2, then 4 epochs, each from the previous job's final checkpoint)
+  // ends exactly where one uninterrupted 4-epoch job of the same trial ends.
+  const std::string last = str(obj(done.at("best")), "job");
+  json::object plain = obj(object_of(get(port, "/v1/jobs/" + last)).at("spec"));
+  plain.erase("init_from");
+  plain["name"] = "asha-check";
+  const std::string check = submit(cluster, json::serialize(plain));
+  const auto check_done = wait_for_state(cluster, check, "SUCCEEDED", 120s);
+  CHECK(num(check_done, "test_loss") == num(obj(done.at("best")), "metric"));
   // ASHA used fewer epochs than 6 trials x 4.
   size_t epochs = 0;
   for (auto r : reached) epochs += static_cast<size_t>(rungs[r - 1]);

@@ -11,7 +11,9 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: run_python_client_test.sh BUILD_DIR}" && pwd)
 python=/usr/bin/python3
 dir=$(mktemp -d /tmp/pstrain-python-test.XXXXXX)
-export LOCAL_CLUSTER_DIR=$dir/cluster BUILD_DIR=$build BUILD=0 SERVERS=2 WORKERS=2
+# TLS=1: the REST API over HTTPS with the cluster's self-signed certificate, so every call of the
+# suite goes through the client's TLS path with a CA file (PSTRAIN_CACERT).
+export LOCAL_CLUSTER_DIR=$dir/cluster BUILD_DIR=$build BUILD=0 SERVERS=2 WORKERS=2 TLS=1
 free_port() { $python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 export HTTP_PORT=$(free_port) RPC_PORT=$(free_port)
 lc=$repo/deploy/local-cluster.sh
@@ -28,7 +30,8 @@ $python -m venv --system-site-packages "$dir/venv"
 
 mkdir -p "$LOCAL_CLUSTER_DIR"
 "$lc" up >/dev/null
-export PSTRAIN_URL="http://127.0.0.1:$HTTP_PORT" PSTRAIN_CLUSTER_DIR=$LOCAL_CLUSTER_DIR
+export PSTRAIN_URL="https://127.0.0.1:$HTTP_PORT" PSTRAIN_CLUSTER_DIR=$LOCAL_CLUSTER_DIR
+export PSTRAIN_CACERT=$LOCAL_CLUSTER_DIR/tls/cert.pem
 PSTRAIN_TOKEN=$(cat "$LOCAL_CLUSTER_DIR/auth/admin-token")
 export PSTRAIN_TOKEN
 status=0

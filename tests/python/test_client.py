@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -41,7 +42,8 @@ def rest(method, path, payload):
     if TOKEN:
         headers["Authorization"] = "Bearer " + TOKEN
     req = urllib.request.Request(URL + path, data=json.dumps(payload).encode(), headers=headers, method=method)
-    with urllib.request.urlopen(req) as r:
+    context = ssl.create_default_context(cafile=os.environ.get("PSTRAIN_CACERT")) if URL.startswith("https") else None
+    with urllib.request.urlopen(req, context=context) as r:
         return json.loads(r.read())
 
 
@@ -68,7 +70,7 @@ def restart_coordinator():
         p = subprocess.Popen(argv, cwd=CLUSTER_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     with open(pid_file, "w") as f:
         f.write(str(p.pid))
-    client = pstrain.Client(URL, TOKEN, retries=0)
+    client = pstrain.Client(URL, TOKEN, retries=0)  # PSTRAIN_CACERT from the environment
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -175,6 +177,17 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(e.exception.status, 404)
         with self.assertRaises(pstrain.Unreachable):
             pstrain.Client("http://127.0.0.1:1", retries=1).jobs.list()
+        # HTTPS: the cluster's certificate is trusted through the CA file (PSTRAIN_CACERT), and
+        # refused without it (a self-signed certificate the system's CAs do not know).
+        self.assertTrue(URL.startswith("https://"))
+        self.assertEqual(pstrain.Client(URL, TOKEN, cafile=os.environ["PSTRAIN_CACERT"]).health(), {"status": "ok"})
+        saved = os.environ.pop("PSTRAIN_CACERT")
+        try:
+            with self.assertRaises(pstrain.Unreachable) as e:
+                pstrain.Client(URL, TOKEN, retries=0).health()
+            self.assertIn("CERTIFICATE_VERIFY_FAILED", e.exception.detail)
+        finally:
+            os.environ["PSTRAIN_CACERT"] = saved
 
     def test_cancel(self):
         job = self.client.jobs.submit(mlp(200, name="py-cancel"))
