@@ -110,15 +110,7 @@ void RestApi::invalidate_status(const std::string& id) {
 }
 
 HttpResponse RestApi::submit(const HttpRequest& request) {
-  if (media_type(request.content_type) != "application/json") {
-    return problem(415, "unsupported-media-type", "Unsupported media type",
-                   "a job spec must be sent as application/json, not '" + request.content_type + "'");
-  }
-  if (request.body.size() > kMaxBodyBytes) {
-    return problem(413, "body-too-large", "Body too large",
-                   "the body has " + std::to_string(request.body.size()) + " bytes; the limit is " +
-                       std::to_string(kMaxBodyBytes));
-  }
+  if (auto refused = json_document_problem(request, "a job spec", kMaxBodyBytes)) return *refused;
   JobSpec spec;
   try {
     spec = parse_job_spec(request.body);

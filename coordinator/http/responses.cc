@@ -65,6 +65,18 @@ std::map<std::string, std::string> query_params(const std::string& target) {
   return out;
 }
 
+std::optional<HttpResponse> json_document_problem(const HttpRequest& request, const std::string& what, size_t max_bytes) {
+  if (media_type(request.content_type) != "application/json") {
+    return problem(415, "unsupported-media-type", "Unsupported media type",
+                   what + " must be sent as application/json, not '" + request.content_type + "'");
+  }
+  if (request.body.size() > max_bytes) {
+    return problem(413, "body-too-large", "Body too large",
+                   "the body has " + std::to_string(request.body.size()) + " bytes; the limit is " + std::to_string(max_bytes));
+  }
+  return std::nullopt;
+}
+
 std::string media_type(const std::string& content_type) {
   std::string out;
   for (char c : content_type.substr(0, content_type.find(';'))) {

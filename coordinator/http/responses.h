@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "coordinator/http/http_types.h"
@@ -21,6 +22,9 @@ HttpResponse service_problem(const ServiceError& e);
 std::map<std::string, std::string> query_params(const std::string& target);
 // The media type of a Content-Type header, lowercased, without parameters or spaces.
 std::string media_type(const std::string& content_type);
+// A JSON document's body (a job spec, a study) as POST takes it: 415 unless application/json
+// ("<what> must be sent as application/json"), 413 over `max_bytes`; nullopt when it may go on.
+std::optional<HttpResponse> json_document_problem(const HttpRequest& request, const std::string& what, size_t max_bytes);
 // The target's path, without its query.
 inline std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 

@@ -23,15 +23,7 @@ void RestApi::check_job_spec(const std::string& spec_json) const {
 }
 
 HttpResponse RestApi::submit_study(const HttpRequest& request) {
-  if (media_type(request.content_type) != "application/json") {
-    return problem(415, "unsupported-media-type", "Unsupported media type",
-                   "a study must be sent as application/json, not '" + request.content_type + "'");
-  }
-  if (request.body.size() > kMaxBodyBytes) {
-    return problem(413, "body-too-large", "Body too large",
-                   "the body has " + std::to_string(request.body.size()) + " bytes; the limit is " +
-                       std::to_string(kMaxBodyBytes));
-  }
+  if (auto refused = json_document_problem(request, "a study", kMaxBodyBytes)) return *refused;
   StudySpec spec;
   try {
     spec = parse_study_spec(request.body, [this](const std::string& job) { check_job_spec(job); });
