@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/base/json_parse.h"
+
 namespace pstrain::cli {
 namespace json = boost::json;
 
@@ -23,7 +25,7 @@ struct UsageError : std::runtime_error {
 
 inline std::optional<json::value> parse_json(const std::string& body) {
   boost::system::error_code ec;
-  json::value v = json::parse(body, ec);
+  json::value v = pstrain::parse_json(body, ec);
   if (ec) return std::nullopt;
   return v;
 }

@@ -7,6 +7,7 @@
 
 #include "cli/follow_view.h"
 #include "cli/sse_parser.h"
+#include "common/base/json_parse.h"
 
 namespace pstrain::cli {
 namespace json = boost::json;
@@ -26,7 +27,7 @@ std::string text(const json::object& o, std::string_view key) {
 }
 std::optional<json::object> parse_object(std::string_view body) {
   boost::system::error_code ec;
-  json::value v = json::parse(body, ec);
+  json::value v = pstrain::parse_json(body, ec);
   if (ec || !v.is_object()) return std::nullopt;
   return std::move(v.as_object());
 }

@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <limits>
 
+#include "common/base/json_parse.h"
+
 namespace pstrain::cli {
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -318,7 +320,7 @@ Response HttpClient::stream(const std::string& target, const std::vector<std::pa
 
 std::string problem_message(const Response& r) {
   boost::system::error_code ec;
-  const boost::json::value v = boost::json::parse(r.body, ec);
+  const boost::json::value v = pstrain::parse_json(r.body, ec);
   if (!ec && v.is_object()) {
     const auto& o = v.as_object();
     std::string text;

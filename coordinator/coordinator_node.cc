@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <set>
 
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
@@ -71,10 +72,13 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
     view.name = node->name;
     return view;
   });
-  // Jobs from before a restart: finished ones stay listed; unfinished ones run again.
+  // Jobs from before a restart: finished ones stay listed; unfinished ones run again, and keep
+  // the replicas of their servers' backups (Adoption); other jobs' replicas are deleted.
+  std::set<std::string> requeued;
   for (const JobRecord& record : store_.load()) {
     if (record.finished()) continue;
     try {
+      requeued.insert(record.id);
       jobs_.submit(parse_job_spec(record.spec_json), record.id);
       PSLOG(kInfo) << "job " << record.id << " re-queued after a restart";
     } catch (const SpecError& e) {
@@ -84,6 +88,7 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       });
     }
   }
+  store_.replicas().keep_only(requeued);
   // Studies go on with the jobs re-queued above (and adopt any trial job their record missed).
   studies_.load();
   auto service = kj::heap<CoordinatorService>(cluster_, jobs_, io_.getTimer(), config.heartbeat_ms, config.dead_after_ms);

@@ -13,11 +13,12 @@
 #include <numeric>
 #include <random>
 
-#include "common/data/dataset_manifest.h"
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 #include "common/base/log.h"
 #include "common/base/sha256.h"
+#include "common/data/dataset_manifest.h"
 #include "coordinator/job_record.h"
 
 namespace pstrain::catalog_detail {
@@ -100,7 +101,7 @@ json::object dataset_to_json(const DatasetRecord& r) {
       split["imbalance_ratio"] = round_to(static_cast<double>(most) / static_cast<double>(least), 3);
       split["absent_classes"] = absent;
     }
-    if (s.table) split["table"] = json::parse(table_to_json(*s.table));
+    if (s.table) split["table"] = parse_json(table_to_json(*s.table));
     splits[name] = std::move(split);
   }
   json::object o{{"name", r.name}, {"source", r.source}, {"input_shape", shape}, {"dtype", dtype_name(r.dtype)},
@@ -126,7 +127,7 @@ json::object dataset_to_json(const DatasetRecord& r) {
 
 std::optional<DatasetRecord> dataset_from_json(const std::string& text) {
   boost::system::error_code ec;
-  const json::value v = json::parse(text, ec);
+  const json::value v = parse_json(text, ec);
   if (ec || !v.is_object()) return std::nullopt;
   try {
     const json::object& o = v.as_object();

@@ -34,13 +34,15 @@ class CountingSink final : public ExampleSink {
   void targets(const float*, size_t) override {}
 };
 
-// Keeps the labels only (the first pass of a split).
+// Keeps the labels only, and counts regression targets (the first pass of a split).
 class LabelSink final : public ExampleSink {
  public:
   void begin(const std::vector<uint32_t>&, ParsedExamples::Dtype) override {}
   void examples(const uint8_t*, size_t) override {}
   void labels(const int32_t* l, size_t n) override { labels_.insert(labels_.end(), l, l + n); }
+  void targets(const float*, size_t n) override { target_values_ += n; }
   std::vector<int32_t> labels_;
+  size_t target_values_ = 0;
 };
 
 // Passes everything on to `next` and profiles the examples as table rows (float32, one value per

@@ -1,5 +1,6 @@
 // DatasetCatalog's uploads and splits (dataset_catalog.h): staging, checks, the .npy pair written
-// for every upload, and the stratified train/test split.
+// for every upload, and the train/test split (stratified by class; a regression dataset's at random,
+// seeded).
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/dataset_catalog_parts.h"
 
@@ -337,11 +338,14 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   }
 
   // Pass 1: the labels; then per class, a seeded shuffle picks round(fraction * count) for test.
+  // A regression dataset has no classes: one seeded shuffle of all its examples (one "class").
   LabelSink labels;
   stream_manifest_split(dir.string(), train, options_.limits, labels);
+  const size_t width = r->target_width;
+  const size_t examples = width > 0 ? labels.target_values_ / width : labels.labels_.size();
   std::map<int32_t, std::vector<size_t>> by_class;
-  for (size_t i = 0; i < labels.labels_.size(); ++i) by_class[labels.labels_[i]].push_back(i);
-  std::vector<bool> to_test(labels.labels_.size(), false);
+  for (size_t i = 0; i < examples; ++i) by_class[width > 0 ? 0 : labels.labels_[i]].push_back(i);
+  std::vector<bool> to_test(examples, false);
   std::mt19937_64 rng(seed);
   size_t test_count = 0;
   for (auto& [label, indices] : by_class) {
@@ -377,6 +381,7 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   ProfilingSink train_side(train_writer, table ? *table : no_table), test_side(test_writer, table ? *table : no_table);
   RoutingSink router(to_test, table ? static_cast<ExampleSink&>(train_side) : train_writer,
                      table ? static_cast<ExampleSink&>(test_side) : test_writer);
+  if (width > 0) router.set_target_width(width);
   stream_manifest_split(dir.string(), train, options_.limits, router);
   train_writer.finish();
   test_writer.finish();

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 
 namespace pstrain {
@@ -24,7 +25,7 @@ std::optional<double> get_optional(const json::object& o, const char* key) {
 
 std::optional<json::object> parse_object(const std::string& text) {
   boost::system::error_code ec;
-  json::value v = json::parse(text, ec);
+  json::value v = parse_json(text, ec);
   if (ec || !v.is_object()) return std::nullopt;
   return v.as_object();
 }
@@ -301,7 +302,7 @@ std::string positions_to_json(const std::vector<WorkerPosition>& positions) {
 
 std::optional<std::vector<WorkerPosition>> positions_from_json(const std::string& text) {
   boost::system::error_code ec;
-  const json::value v = json::parse(text, ec);
+  const json::value v = parse_json(text, ec);
   if (ec || !v.is_array()) return std::nullopt;
   std::vector<WorkerPosition> out;
   try {

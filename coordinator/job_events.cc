@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 #include "coordinator/job_codec.h"
 
@@ -127,7 +128,7 @@ std::optional<JobEventData> event_from_stored(const std::string& text) {
   JobEventData e{text.substr(0, nl), text.substr(nl + 1), false};
   if (e.type == "state") {
     boost::system::error_code ec;
-    const json::value v = json::parse(e.data, ec);
+    const json::value v = parse_json(e.data, ec);
     if (ec || !v.is_object()) return std::nullopt;
     const auto* state = v.as_object().if_contains("state");
     if (state != nullptr && state->is_string()) {

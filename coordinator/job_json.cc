@@ -5,8 +5,9 @@
 
 #include <map>
 
-#include "common/data/job_spec.h"
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
+#include "common/data/job_spec.h"
 #include "common/engine/model_spec.h"
 
 namespace pstrain {
@@ -105,7 +106,7 @@ std::string job_status_json(const JobRecord& j, const std::vector<NodeView>& nod
                                                       {"bytes", j.model_bytes}})
                            : json::value(nullptr);
   boost::system::error_code ec;
-  json::value spec = json::parse(j.spec_json, ec);
+  json::value spec = parse_json(j.spec_json, ec);
   o["spec"] = ec ? json::value(nullptr) : spec;
   return to_json_text(o);
 }
@@ -118,8 +119,8 @@ std::string job_list_json(const std::vector<JobRecord>& jobs) {
 
 std::string job_metrics_json(const JobRecord& j) {
   json::array steps, epochs;
-  for (const auto& m : j.steps) steps.push_back(json::parse(step_to_json(m)));
-  for (const auto& m : j.epoch_history) epochs.push_back(json::parse(epoch_to_json(m)));
+  for (const auto& m : j.steps) steps.push_back(parse_json(step_to_json(m)));
+  for (const auto& m : j.epoch_history) epochs.push_back(parse_json(epoch_to_json(m)));
   return to_json_text(json::object{{"id", j.id}, {"steps", std::move(steps)}, {"epochs", std::move(epochs)}});
 }
 
@@ -145,7 +146,7 @@ std::vector<std::string> jobs_using_dataset(const std::vector<JobRecord>& jobs, 
   for (const JobRecord& job : jobs) {
     if (job.finished()) continue;
     boost::system::error_code ec;
-    const json::value spec = json::parse(job.spec_json, ec);
+    const json::value spec = parse_json(job.spec_json, ec);
     if (ec || !spec.is_object()) continue;
     const auto* d = spec.as_object().if_contains("dataset");
     const auto* name = d != nullptr && d->is_object() ? d->as_object().if_contains("name") : nullptr;
@@ -189,7 +190,7 @@ json::object uploaded_model_object(const UploadedModel& m) {
       const ModelSpec model = parse_model_spec(m.model_json);
       json::array shape;
       for (int64_t d : model.input_shape) shape.push_back(d);
-      o["model"] = json::parse(m.model_json);
+      o["model"] = parse_json(m.model_json);
       o["input_shape"] = shape;
       o["classes"] = infer_shapes(model).back().back();
       o["predict"] = "/v1/models/" + m.id + ":predict";

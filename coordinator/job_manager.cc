@@ -1,6 +1,7 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <set>
 
 namespace pstrain {
 
@@ -23,9 +24,15 @@ std::string JobManager::submit(JobSpec spec, std::string id, JobOrigin origin) {
 }
 
 bool JobManager::schedule() {
+  // The servers re-queued jobs wait for after a restart (their backups are there): no other job
+  // takes them meanwhile (Adoption).
+  std::set<std::string> awaited;
+  for (auto& job : jobs_) {
+    for (std::string& name : job->awaited_servers()) awaited.insert(std::move(name));
+  }
   bool started = false;
   for (auto& job : jobs_) {
-    if (job->state() == JobState::kPending && job->try_start()) started = true;
+    if (job->state() == JobState::kPending && job->try_start(awaited)) started = true;
   }
   return started;
 }

@@ -21,7 +21,8 @@ class JobManager {
   // Queues a job; returns its id. The spec must be valid (parse_job_spec checked it). `id` is
   // given when a restarted coordinator re-queues a job it had, or for a study's trial (`origin`).
   std::string submit(JobSpec spec, std::string id = "", JobOrigin origin = {});
-  // Starts every queued job the cluster has room for (in submission order); true if any started.
+  // Starts every queued job the cluster has room for (in submission order; a re-queued job's
+  // recorded servers are kept for it while it waits for them); true if any started.
   bool schedule();
   JobRunner* find(const std::string& id);
   JobRunner* job_of_worker(NodeId node);

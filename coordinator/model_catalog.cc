@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 #include "common/base/log.h"
 
@@ -51,7 +52,7 @@ std::string to_json(const UploadedModel& m) {
 
 std::optional<UploadedModel> from_json(std::string_view text) {
   boost::system::error_code ec;
-  const json::value v = json::parse(text, ec);
+  const json::value v = parse_json(text, ec);
   if (ec || !v.is_object()) return std::nullopt;
   try {
     const json::object& o = v.as_object();

@@ -10,15 +10,16 @@
 #include <future>
 #include <numeric>
 
-#include "common/data/job_spec.h"
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 #include "common/base/log.h"
+#include "common/base/sha256.h"
+#include "common/data/job_spec.h"
 #include "common/data/model_eval.h"
 #include "common/data/table_split.h"
 #include "common/engine/nn/loss.h"
 #include "common/engine/nn/model.h"
 #include "common/engine/safetensors.h"
-#include "common/base/sha256.h"
 #include "coordinator/job_json.h"
 #include "coordinator/model_service_loaded.h"
 #include "coordinator/predict_instances.h"
@@ -335,7 +336,7 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
   boost::system::error_code ec;
   json::parse_options options;
   options.max_depth = 16;
-  const json::value root = json::parse(body, ec, {}, options);
+  const json::value root = parse_json(body, ec, options);
   if (ec || !root.is_object()) {
     return failed(service_error(400, "malformed-json", "the body must be a JSON object {\"instances\": [...]}" +
                                                    (ec ? ": " + ec.message() : std::string())));
@@ -427,7 +428,7 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
   bool checkpoint_given = false;
   if (!body.empty()) {
     boost::system::error_code ec;
-    const json::value root = json::parse(body, ec);
+    const json::value root = parse_json(body, ec);
     if (ec || !root.is_object()) return failed(service_error(400, "malformed-json", "the body must be a JSON object"));
     for (const auto& field : root.as_object()) {
       const std::string key(field.key());

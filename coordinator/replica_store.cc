@@ -19,21 +19,76 @@ std::string replica_prefix(const ReplicaId& id) { return version_prefix(id.job, 
 }  // namespace
 
 ReplicaStore::ReplicaStore(KvStore& kv) : kv_(kv), writer_(kv) {
-  if (const KvStatus status = kv_.erase_prefix("replica/", false); !status.ok()) {
-    throw Error("could not delete the backup replicas of an earlier run from " + kv_.directory() + ": " +
-                status.message);
+  // What an earlier run left: chunk counts per replica (so erases find every chunk) and the
+  // whole ones. Keys only, and one small value per whole replica.
+  const std::string root = "replica/";
+  for (const std::string& key : kv_.keys(root)) {
+    // replica/<job>/<version>/<server>/<chunk or "whole">
+    const size_t last = key.rfind('/');
+    const size_t server_at = key.rfind('/', last - 1);
+    const size_t version_at = key.rfind('/', server_at - 1);
+    if (last == std::string::npos || server_at == std::string::npos || version_at == std::string::npos ||
+        version_at < root.size()) {
+      continue;
+    }
+    const std::string prefix = key.substr(0, last + 1), tail = key.substr(last + 1);
+    const std::string job = key.substr(root.size(), version_at - root.size());
+    try {
+      if (tail == "whole") {
+        std::string value;
+        if (!kv_.get(key, &value).ok()) continue;  // a damaged marker: not whole
+        found_[job].push_back({std::stoull(key.substr(version_at + 1, server_at - version_at - 1)),
+                               std::stoull(key.substr(server_at + 1, last - server_at - 1)), std::stoull(value)});
+      } else {
+        size_t& count = chunks_[prefix];
+        count = std::max<size_t>(count, std::stoull(tail) + 1);
+      }
+    } catch (const std::exception&) {
+      // Not a key this store writes: left alone.
+    }
+  }
+  // Whole only if every chunk is there too (a replica cut short by a crash of the machine).
+  for (auto& [job, replicas] : found_) {
+    std::erase_if(replicas, [&](const StoredReplica& r) {
+      const auto it = chunks_.find(replica_prefix({job, r.version, r.server}));
+      return it == chunks_.end() || it->second < r.chunks;
+    });
+    std::sort(replicas.begin(), replicas.end(), [](const StoredReplica& a, const StoredReplica& b) {
+      return std::pair(a.version, a.server) < std::pair(b.version, b.server);
+    });
   }
 }
 
-kj::Promise<void> ReplicaStore::put(const ReplicaId& id, size_t first, std::vector<std::string> blobs) {
+std::vector<StoredReplica> ReplicaStore::whole_replicas(const std::string& job) const {
+  std::lock_guard lock(mutex_);
+  const auto it = found_.find(job);
+  return it == found_.end() ? std::vector<StoredReplica>{} : it->second;
+}
+
+void ReplicaStore::keep_only(const std::set<std::string>& jobs) {
+  std::set<std::string> others;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [prefix, count] : chunks_) {
+      const size_t end = prefix.find('/', std::string("replica/").size());
+      const std::string job = prefix.substr(std::string("replica/").size(), end - std::string("replica/").size());
+      if (jobs.count(job) == 0) others.insert(job);
+    }
+    for (const std::string& job : others) found_.erase(job);
+  }
+  for (const std::string& job : others) erase_job(job);
+}
+
+kj::Promise<void> ReplicaStore::put(const ReplicaId& id, size_t first, std::vector<std::string> blobs, size_t total) {
   const std::string prefix = replica_prefix(id);
   std::vector<KvStore::Write> writes;
-  writes.reserve(blobs.size());
+  writes.reserve(blobs.size() + 1);
   for (size_t i = 0; i < blobs.size(); ++i) writes.push_back({prefix + padded(first + i), std::move(blobs[i])});
+  if (first + blobs.size() >= total) writes.push_back({prefix + "whole", std::to_string(total)});
   {
     std::lock_guard lock(mutex_);
     size_t& count = chunks_[prefix];
-    count = std::max(count, first + writes.size());
+    count = std::max(count, first + blobs.size());
   }
   auto paf = make_cross_thread_paf<void>();
   writer_.enqueue(std::move(writes), /*sync=*/false, [fulfiller = paf.fulfiller] { fulfiller->fulfill(); });
@@ -107,6 +162,7 @@ void ReplicaStore::erase_matching(const std::string& prefix) {
         continue;
       }
       for (size_t i = 0; i < it->second; ++i) deletes.push_back({it->first + padded(i), std::nullopt});
+      deletes.push_back({it->first + "whole", std::nullopt});
       it = chunks_.erase(it);
     }
   }

@@ -8,8 +8,12 @@
 // disk, and a read queued after a write sees it.
 //
 // Which replicas are whole, and which versions to keep, is the BackupLedger's business; this
-// only stores bytes. Replicas do not survive a coordinator restart in any useful way (the ledger
-// is in memory): the constructor deletes what an earlier run left.
+// stores bytes, and beside the last part of a replica a marker that it is whole
+// (replica/<job>/<version>/<server>/whole = its chunk count, in the same write as that part). So
+// replicas survive a coordinator restart: the constructor lists what an earlier run left
+// (whole_replicas()), a restarted coordinator's re-queued jobs put it back into their ledgers
+// (JobRunner), and keep_only() deletes the replicas of every other job (DESIGN-NOTES
+// "Coordinator loss").
 //
 // A checkpoint reads a whole backup's replicas chunk by chunk on a thread of its own
 // (read_chunk(), straight from RocksDB, so the coordinator never holds more than one chunk of
@@ -43,13 +47,25 @@ struct ReplicaId {
   size_t server = 0;  // index in the job's server list
 };
 
+// A whole replica found on disk at start-up.
+struct StoredReplica {
+  uint64_t version = 0;
+  size_t server = 0;
+  size_t chunks = 0;
+};
+
 class ReplicaStore {
  public:
   explicit ReplicaStore(KvStore& kv);
 
-  // Queues the write of chunks first .. first + blobs.size() - 1 of a replica; resolves once
-  // they are on disk (not synced: a crash loses the ledger too).
-  kj::Promise<void> put(const ReplicaId& id, size_t first, std::vector<std::string> blobs);
+  // Queues the write of chunks first .. first + blobs.size() - 1 of a replica of `total` chunks
+  // (with its "whole" marker when this is the last part); resolves once they are on disk (not
+  // synced: after a crash of the machine an older replica, or none, may be all there is).
+  kj::Promise<void> put(const ReplicaId& id, size_t first, std::vector<std::string> blobs, size_t total);
+  // The whole replicas of `job` that an earlier run left (listed by the constructor), ascending.
+  std::vector<StoredReplica> whole_replicas(const std::string& job) const;
+  // Deletes the replicas an earlier run left of every job not in `jobs` (those that will not run again).
+  void keep_only(const std::set<std::string>& jobs);
   // Reads the replica's chunks from `first` while their bytes stay within max_bytes (at least
   // one), after every write queued before: resolves with them (empty if there are none).
   kj::Promise<std::vector<std::string>> read(const ReplicaId& id, size_t first, size_t max_bytes);
@@ -72,10 +88,11 @@ class ReplicaStore {
   void erase_matching(const std::string& prefix);
 
   KvStore& kv_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::map<std::string, size_t> chunks_;  // guarded by mutex_: key prefix of a replica -> chunks written
   std::map<std::string, size_t> pins_;    // guarded by mutex_: key prefix of a version -> pins
   std::set<std::string> deferred_;        // guarded by mutex_: pinned version prefixes erased meanwhile
+  std::map<std::string, std::vector<StoredReplica>> found_;  // guarded by mutex_: whole at start-up, by job
   KvWriter writer_;                       // last: its thread stops before the members above go
 };
 

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "common/base/json_parse.h"
 #include "common/data/job_spec.h"
 #include "coordinator/http/rest_api.h"
 #include "coordinator/job_json.h"
@@ -69,7 +70,7 @@ void check_response(const pstrain::HttpResponse& r) {
   if (r.status < 400) return;
   if (r.content_type != "application/problem+json") broken("an error that is not problem+json: " + r.content_type);
   boost::system::error_code ec;
-  const boost::json::value body = boost::json::parse(r.body, ec);
+  const boost::json::value body = pstrain::parse_json(r.body, ec);
   if (ec || !body.is_object()) broken("problem body is not a JSON object: " + r.body);
   const auto* status = body.as_object().if_contains("status");
   if (status == nullptr || !status->is_number() || status->to_number<int64_t>() != r.status) {

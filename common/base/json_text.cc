@@ -77,6 +77,10 @@ void append(std::string& out, const boost::json::value& v) {
         return;
       }
       char buffer[32];
+      if (d == 0 && std::signbit(d)) {
+        out += "-0.0";  // "-0" reads back as the integer 0, without its sign
+        return;
+      }
       const auto result = std::to_chars(buffer, buffer + sizeof buffer, d);
       out.append(buffer, result.ptr);
       return;

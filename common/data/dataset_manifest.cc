@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 
 namespace pstrain {
@@ -122,7 +123,7 @@ DatasetManifest read_manifest(const std::string& dir) {
   text << in.rdbuf();
   if (text.str().size() > (1 << 20)) throw DataError(path + ": larger than 1 MiB; a manifest is a few lines");
   boost::system::error_code ec;
-  const json::value root = json::parse(text.str(), ec);
+  const json::value root = parse_json(text.str(), ec);
   if (ec) throw DataError(path + ": not valid JSON: " + ec.message());
   if (!root.is_object()) throw DataError(path + ": must be a JSON object");
   const json::object& o = root.as_object();

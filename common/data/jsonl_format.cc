@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "common/base/json_parse.h"
 #include "common/data/dataset_formats.h"
 #include "common/data/format_parts.h"
 #include "common/data/table_reader.h"
@@ -94,7 +95,7 @@ class JsonlSource final : public Records {
       boost::system::error_code ec;
       json::parse_options opts;
       opts.max_depth = 8;
-      const json::value v = json::parse(text, ec, {}, opts);
+      const json::value v = parse_json(text, ec, opts);
       if (ec || !v.is_object()) {
         fail(Kind::kBadRecord,
              source_ + ": line " + std::to_string(line_) + ": not a JSON object" + (ec ? " (" + ec.message() + ")" : std::string()),

@@ -6,6 +6,7 @@
 // "max_categories": <int >= 1>, "encode": "one_hot" | "ids", "drop": <bool>}.
 #include <cmath>
 
+#include "common/base/json_parse.h"
 #include "common/data/preprocessing.h"
 #include "common/data/spec_reader.h"
 
@@ -151,7 +152,7 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
   FittedPreprocessing f;
   std::string field = "(the text)";
   try {
-    const json::object root = json::parse(text).as_object();
+    const json::object root = parse_json(text).as_object();
     field = "label";
     f.label = std::string(root.at("label").as_string());
     field = "class_names";

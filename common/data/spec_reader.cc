@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 
 namespace pstrain::spec_json {
 namespace {
@@ -112,7 +113,7 @@ json::value parse_spec_text(std::string_view text, const std::string& what) {
   json::parse_options options;
   options.max_depth = 32;
   boost::system::error_code ec;
-  json::value root = json::parse(text, ec, {}, options);
+  json::value root = parse_json(text, ec, options);
   if (ec) throw SpecError("", what + " is not valid JSON: " + ec.message(), SpecError::Kind::kMalformed);
   return root;
 }

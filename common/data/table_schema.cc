@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 
 namespace pstrain {
@@ -164,7 +165,7 @@ TableSchema table_from_json(const std::string& text, const std::string& source) 
   TableSchema t;
   std::string field = "";
   try {
-    const json::object root = json::parse(text).as_object();
+    const json::object root = parse_json(text).as_object();
     field = "separator";
     const std::string sep(root.at("separator").as_string());
     if (sep.size() != 1) throw DataError(source + ": separator must be one character");

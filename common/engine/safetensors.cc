@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 
 namespace pstrain {
@@ -136,7 +137,7 @@ ParsedFile parse(std::string_view file) {
                                  " bytes) is past the end of the file (" + std::to_string(file.size()) + " bytes)");
   }
   boost::system::error_code ec;
-  const json::value header = json::parse(file.substr(8, n), ec);
+  const json::value header = parse_json(file.substr(8, n), ec);
   if (ec || !header.is_object()) throw ModelFileError("", "not a safetensors file: its header is not a JSON object");
   ParsedFile out;
   out.data = file.substr(8 + n);
@@ -327,7 +328,7 @@ std::optional<std::map<std::string, std::string>> safetensors_metadata(std::stri
   std::memcpy(&n, file.data(), 8);
   if (n > file.size() - 8 || n > (uint64_t{100} << 20)) return std::nullopt;
   boost::system::error_code ec;
-  const boost::json::value header = boost::json::parse(file.substr(8, n), ec);
+  const boost::json::value header = parse_json(file.substr(8, n), ec);
   if (ec || !header.is_object()) return std::nullopt;
   std::map<std::string, std::string> out;
   if (const auto* meta = header.as_object().if_contains("__metadata__"); meta != nullptr && meta->is_object()) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <variant>
 
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/http/responses.h"
@@ -101,7 +102,7 @@ std::variant<DatasetCatalog::UploadFormat, HttpResponse> upload_format(const Htt
 // 65,536 names per column; its `distinct` count and `top` values stay), which
 // GET /v1/datasets/{name} has.
 boost::json::value listed(const std::string& dataset_text) {
-  boost::json::value v = boost::json::parse(dataset_text);
+  boost::json::value v = parse_json(dataset_text);
   if (boost::json::object* splits = v.as_object().if_contains("splits") ? &v.as_object()["splits"].as_object() : nullptr) {
     for (auto& split : *splits) {
       boost::json::object* table = split.value().as_object().if_contains("table")
@@ -148,7 +149,7 @@ void RestApi::add_dataset_routes() {
                             "send the split's options as application/json, not '" + request.content_type + "'"));
     }
     boost::system::error_code ec;
-    const boost::json::value body = boost::json::parse(request.body, ec);
+    const boost::json::value body = parse_json(request.body, ec);
     if (ec || !body.is_object()) {
       return answer(problem(400, "malformed-json", "Malformed JSON", "the body must be a JSON object"));
     }
@@ -213,7 +214,7 @@ void RestApi::add_dataset_routes() {
                                                                           {"received_bytes", bytes},
                                                                           {"sha256", sha}})));
       }
-      boost::json::object body = boost::json::parse(dataset_json(*result.record, jobs_using(name))).as_object();
+      boost::json::object body = parse_json(dataset_json(*result.record, jobs_using(name))).as_object();
       body["upload"] = boost::json::object{{"bytes", bytes}, {"sha256", sha}};
       HttpResponse r = json_response(result.status, to_json_text(body));
       r.headers.emplace_back("Location", "/v1/datasets/" + name);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/base/json_parse.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/http/responses.h"
 #include "coordinator/http/rest_api.h"
@@ -62,7 +63,7 @@ void RestApi::add_model_routes() {
     models_->upload(std::move(upload), [respond](ModelService::Result result) {
       if (result.error) return respond(service_problem(*result.error));
       HttpResponse r = json_response(201, std::move(result.json));
-      const auto id = boost::json::parse(r.body).as_object().at("id").as_string();
+      const auto id = parse_json(r.body).as_object().at("id").as_string();
       r.headers.emplace_back("Location", "/v1/models/" + std::string(id));
       respond(std::move(r));
     });

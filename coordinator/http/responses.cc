@@ -5,6 +5,7 @@
 #include <cctype>
 #include <string_view>
 
+#include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 
 namespace pstrain {
@@ -95,7 +96,7 @@ HttpResponse service_problem(const ServiceError& e) {
                                                                               : title->second;
   HttpResponse r = problem(e.status, e.type, text, e.detail, e.field);
   if (e.line != 0 || !e.column.empty()) {
-    boost::json::object body = boost::json::parse(r.body).as_object();
+    boost::json::object body = parse_json(r.body).as_object();
     if (e.line != 0) body["line"] = e.line;
     if (!e.column.empty()) body["column"] = e.column;
     r.body = to_json_text(body);

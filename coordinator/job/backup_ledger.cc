@@ -100,6 +100,14 @@ std::optional<std::pair<uint64_t, size_t>> BackupLedger::newest_replica(size_t i
   return std::nullopt;
 }
 
+std::optional<size_t> BackupLedger::whole_replica(uint64_t version, size_t index) const {
+  const auto at = replicas_.find(version);
+  if (at == replicas_.end()) return std::nullopt;
+  const auto of = at->second.servers.find(index);
+  if (of == at->second.servers.end() || !of->second.whole()) return std::nullopt;
+  return of->second.total;
+}
+
 bool BackupLedger::replicas_whole(uint64_t version, size_t servers) const {
   const auto at = replicas_.find(version);
   if (at == replicas_.end() || servers == 0) return false;

@@ -58,6 +58,8 @@ class BackupLedger {
   // arriving, or given up by its server) is passed over for an older whole one.
   std::optional<std::pair<uint64_t, size_t>> newest_replica(size_t index) const;
 
+  // The chunk count of server `index`'s replica of the backup at `version` if it is whole.
+  std::optional<size_t> whole_replica(uint64_t version, size_t index) const;
   // Whether the replicas of the backup at `version` are whole for servers 0 .. servers - 1.
   bool replicas_whole(uint64_t version, size_t servers) const;
 

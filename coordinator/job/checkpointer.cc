@@ -213,7 +213,7 @@ kj::Promise<uint64_t> Checkpointer::start_from_file() {
           // own backup can still move to a spare.
           std::vector<std::string>& blobs = shards.servers[i];
           job_.backups.add_replica_part(version, i, 0, blobs.size(), blobs.size());
-          adopted.add(job_.store.replicas().put({job_.id, version, i}, 0, blobs));
+          adopted.add(job_.store.replicas().put({job_.id, version, i}, 0, blobs, blobs.size()));
           adopted.add(adopt(i, version, std::move(blobs), 0));
         }
         return kj::joinPromises(adopted.releaseAsArray())

@@ -50,7 +50,7 @@ kj::Promise<void> JobRunner::on_replica(NodeId node, uint64_t version, size_t fi
   if (!keep) return kj::READY_NOW;
   // The reply waits for the disk: a server sends its next part only then, so the coordinator
   // holds at most one part per server.
-  return job_.store.replicas().put({job_.id, version, *index}, first, std::move(chunks)).then([this, version] {
+  return job_.store.replicas().put({job_.id, version, *index}, first, std::move(chunks), total).then([this, version] {
     checkpointer_.on_replica(version);
   });
 }

@@ -38,24 +38,23 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
     diverged(guard_.epoch_recorded(epoch, test_accuracy));
     if (!is_finished(job_.state()) && early_stop_.epoch_recorded()) stop_early();
   });
-  const bool known = store.update(job_.id, [this](JobRecord& r) {
-    // A job a restarted coordinator had and re-queues: it resumes from its last complete backup
-    // when its servers still hold it, else it starts over.
-    // Its servers may still be training it: then it goes on from where they are (adopt).
-    requeued_while_running_ = r.state == JobState::kRunning || r.state == JobState::kRecovering;
+  std::optional<JobRecord> before;
+  const bool known = store.update(job_.id, [this, &before](JobRecord& r) {
+    // A job a restarted coordinator had and re-queues (Adoption): it goes on from where its
+    // servers are, or from its newest complete backup wherever that is.
+    before = r;
     r.state = JobState::kPending;
     r.notes.push_back("re-queued after a coordinator restart");
     // Node ids are this coordinator's: the ones recorded were given by the one before (the same
     // numbers may now name other nodes). The job's nodes are recorded again when it starts.
     r.workers.clear();
     r.servers.clear();
-    if (r.last_backup_step) job_.backups.add_complete(static_cast<uint64_t>(*r.last_backup_step));
     // Async: the workers' positions at the cuts the coordinator before stored.
     async_cuts_.load(r.async_cuts);
-    recorded_server_names_ = r.server_names;
     // Every plan from now on is newer than any the servers saw (pushes of older ones are fenced).
     job_.generation = r.generation + 1;
   });
+  if (before) adoption_.load(*before);
   if (!known) {
     JobRecord record;
     record.id = job_.id;
@@ -72,37 +71,17 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
 
 // --- Starting ---
 
-bool JobRunner::try_start() {
+bool JobRunner::try_start(const std::set<std::string>& awaited) {
   if (job_.phase != Phase::kPending) return false;
   Cluster& cluster = job_.cluster;
-  const auto free_servers = cluster.free_nodes(proto::Role::SERVER);
   const auto free_workers = cluster.free_nodes(proto::Role::WORKER);
-  if (free_servers.size() < static_cast<size_t>(job_.spec.training.servers) ||
-      free_workers.size() < static_cast<size_t>(job_.spec.training.workers)) {
-    return false;
-  }
-  // A job re-queued after a coordinator restart gets each server at the index whose backups it
-  // holds: the name recorded for that index (a shard may have moved to a server of another
-  // name), else name order (for servers that keep their names, as they should).
-  std::vector<NodeId> by_name = free_servers;
-  std::sort(by_name.begin(), by_name.end(),
-            [&cluster](NodeId a, NodeId b) { return cluster.find(a)->name < cluster.find(b)->name; });
-  std::vector<NodeId> chosen(static_cast<size_t>(job_.spec.training.servers));
-  for (size_t i = 0; i < chosen.size() && i < recorded_server_names_.size(); ++i) {
-    for (auto it = by_name.begin(); it != by_name.end(); ++it) {
-      if (cluster.find(*it)->name == recorded_server_names_[i]) {
-        chosen[i] = *it;
-        by_name.erase(it);
-        break;
-      }
-    }
-  }
+  if (free_workers.size() < static_cast<size_t>(job_.spec.training.workers)) return false;
+  // Each server at the index whose backups it holds (Adoption::place).
+  const auto chosen = adoption_.place(cluster.free_nodes(proto::Role::SERVER), awaited,
+                                      static_cast<size_t>(job_.spec.training.servers));
+  if (!chosen) return false;
   std::vector<ServerMember> members;
-  for (NodeId& slot : chosen) {
-    if (slot == NodeId{}) {
-      slot = by_name.front();
-      by_name.erase(by_name.begin());
-    }
+  for (NodeId slot : *chosen) {
     NodeInfo* node = cluster.find(slot);
     node->job = job_.id;
     members.push_back({slot, node->name, node->address});
@@ -117,7 +96,7 @@ bool JobRunner::try_start() {
     r.state = job_.state();
     r.started_ms = now_ms();
     r.workers = node_numbers(job_.workers);
-    r.servers = node_numbers(chosen);
+    r.servers = node_numbers(*chosen);
     r.generation = std::max(r.generation, job_.generation);
   });
   background_ = start(std::move(members)).eagerlyEvaluate([this](kj::Exception&& e) {
@@ -201,13 +180,15 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
 kj::Promise<void> JobRunner::configure_servers() {
   return job_.servers.connect_all()
       .then([this]() -> kj::Promise<void> {
-        if (requeued_while_running_ && !job_.sync()) {
+        if (adoption_.requeued_while_running() && !job_.sync()) {
           return servers_reached().then([this](uint64_t reached) {
             reached_before_restart_ = reached;
             return configure_and_resume();
           });
         }
-        if (!requeued_while_running_) return configure_and_resume();
+        if (!adoption_.requeued_while_running()) return configure_and_resume();
+        // A server at another index than before holds no state of this one: from a backup.
+        if (!adoption_.moved().empty()) return configure_and_resume();
         // After a coordinator restart, the servers may hold the job still: go on from their state.
         return adopt().catch_([this](kj::Exception&& e) {
           PSLOG(kInfo) << "job " << job_.id << ": cannot take over the servers' state (" << e.getDescription().cStr()
@@ -227,11 +208,18 @@ kj::Promise<void> JobRunner::configure_and_resume() {
     if (checkpointer_.starts_from_file()) {
       return checkpointer_.start_from_file().then([this](uint64_t version) { job_.resume_version = version; });
     }
-    if (!job_.sync()) return requeued_while_running_ ? resume_async() : kj::READY_NOW;
-    const auto latest = job_.backups.latest();
-    if (!latest) return kj::READY_NOW;
-    // Resuming after a coordinator restart: from the last backup, if the servers have it.
-    return rollback_.restore({*latest}).then([this](uint64_t version) {
+    if (!job_.sync()) return adoption_.requeued_while_running() ? resume_async() : kj::READY_NOW;
+    if (!job_.backups.latest()) return kj::READY_NOW;
+    // Resuming after a coordinator restart: from the newest complete backup, from the replicas
+    // for servers placed at another index (Adoption), else from the servers' disks.
+    return adoption_.adopt_replicas([](uint64_t) { return true; })
+        .then([this](std::optional<uint64_t> adopted) {
+          const std::vector<uint64_t>& complete = job_.backups.complete();
+          std::vector<uint64_t> candidates(complete.rbegin(), complete.rend());
+          if (adopted) std::erase_if(candidates, [&](uint64_t v) { return v > *adopted; });
+          return rollback_.restore(kj::mv(candidates));
+        })
+        .then([this](uint64_t version) {
       job_.resume_version = version;
       job_.restarted = true;
       ++job_.generation;  // past the restore's fence (it fences below generation + 1)
@@ -260,10 +248,13 @@ kj::Promise<void> JobRunner::resume_async() {
   // are undone by the restore, so every example counts once in the parameters. Complete: held by
   // every server (or recorded so): a kill can come after the servers' last backupDone and before
   // the record naming it reaches the disk, while the positions were queued before the cut began.
-  return rollback_.common_backups().then([this](std::vector<uint64_t> held) -> kj::Promise<void> {
-    std::erase_if(held, [this](uint64_t v) { return !async_cuts_.has_positions(v); });
-    return resume_async_from(kj::mv(held));
-  });
+  // Servers placed at another index first adopt the replicas of the newest such cut (Adoption).
+  return adoption_.adopt_replicas([this](uint64_t v) { return async_cuts_.has_positions(v); })
+      .then([this](std::optional<uint64_t> adopted) { return rollback_.common_backups().then(
+          [this, adopted](std::vector<uint64_t> held) -> kj::Promise<void> {
+            std::erase_if(held, [&](uint64_t v) { return !async_cuts_.has_positions(v) || (adopted && v > *adopted); });
+            return resume_async_from(kj::mv(held));
+          }); });
 }
 
 kj::Promise<void> JobRunner::resume_async_from(std::vector<uint64_t> candidates) {

@@ -28,11 +28,13 @@
 #include <kj/async-io.h>
 
 #include <chrono>
-#include <memory>
 #include <functional>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "coordinator/job/adoption.h"
 #include "coordinator/job/async_cuts.h"
 #include "coordinator/job/checkpointer.h"
 #include "coordinator/job/divergence_guard.h"
@@ -66,9 +68,12 @@ class JobRunner {
   std::vector<float> final_params() const;
   const ParamLayout& layout() const { return job_.layout; }
 
-  // Claims servers and workers if the cluster has the ones it needs, then loads the dataset and
-  // configures the servers in the background; true if it claimed them.
-  bool try_start();
+  // Claims servers and workers if the cluster has the ones it needs (never a server `awaited` by
+  // another re-queued job), then loads the dataset and configures the servers in the background;
+  // true if it claimed them.
+  bool try_start(const std::set<std::string>& awaited = {});
+  // Re-queued by a restarted coordinator: the recorded servers it waits for (Adoption).
+  std::vector<std::string> awaited_servers() const { return adoption_.awaited_servers(); }
   // Fills an assignment for a worker of this job; false if the node is not one of its workers
   // or the servers are not configured yet.
   bool fill_assignment(NodeId node, proto::Assignment::Builder out) const;
@@ -155,10 +160,6 @@ class JobRunner {
 
   JobContext job_;
   Finished on_finished_;
-  // Re-queued by a restarted coordinator while it was running: first try to go on from the
-  // servers' state (adopt), with the server names it recorded.
-  bool requeued_while_running_ = false;
-  std::vector<std::string> recorded_server_names_;
   uint64_t reached_before_restart_ = 0;  // async: the servers' furthest version when adopted
   std::string failure_;
   std::chrono::steady_clock::time_point started_at_;
@@ -170,6 +171,7 @@ class JobRunner {
   Takeover takeover_{job_};
   ServerMover mover_{job_};
   Rollback rollback_{job_, mover_, async_cuts_};
+  Adoption adoption_{job_, mover_};  // a job a restarted coordinator re-queued
   EarlyStop early_stop_{job_};
   Checkpointer checkpointer_{job_, early_stop_};
 

@@ -28,6 +28,16 @@ class ServerMover : private kj::TaskSet::ErrorHandler {
   // kept from every job (NodeInfo::job) until it has, after which it is a free server (a spare).
   void on_server_registered(NodeId node);
 
+  // Server `index` adopts the whole replica (`chunks` chunks) of the backup at `version` from the
+  // coordinator's disk: a restarted coordinator placed it where another server's backups belong
+  // (adoption.cc). The server must be configured for the index.
+  kj::Promise<void> adopt_replica(size_t index, uint64_t version, size_t chunks) {
+    return adopt(index, version, chunks, 0);
+  }
+  // A server of this name held the job's shard before and no longer does: if it registers again,
+  // it is told to drop the job (on_server_registered).
+  void moved_away(const std::string& name) { moved_away_.insert(name); }
+
  private:
   void taskFailed(kj::Exception&& exception) override;
 

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/base/json_parse.h"
 #include "coordinator/study/study_spec.h"
 
 namespace pstrain {
@@ -15,7 +16,7 @@ const char* algorithm_name(StudyAlgorithm a) {
 json::object parameters(const StudyRecord& study, const TrialRecord& t) {
   const auto values = trial_values(study.spec, t.number);
   json::object o;
-  for (size_t i = 0; i < values.size(); ++i) o[study.spec.search_space[i].pointer] = json::parse(values[i]);
+  for (size_t i = 0; i < values.size(); ++i) o[study.spec.search_space[i].pointer] = parse_json(values[i]);
   return o;
 }
 
@@ -63,7 +64,7 @@ std::optional<size_t> best_trial(const StudyRecord& study) {
 }
 
 std::string study_view_json(const StudyRecord& study, const JobStore& jobs) {
-  json::object o = json::parse(study_to_json(study)).as_object();
+  json::object o = parse_json(study_to_json(study)).as_object();
   auto& trials = o["trials"].as_array();
   double node_seconds = 0, worker_seconds = 0;
   for (size_t i = 0; i < study.trials.size(); ++i) {

@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 #include "common/base/log.h"
 #include "common/data/job_spec.h"
 
@@ -265,7 +266,7 @@ void StudyManager::queue_rung(StudyRecord& study, TrialRecord& trial, size_t run
   trial.state = TrialState::kPending;
   if (job_store_.get(id) || jobs_.find(id)) return;  // it exists: adopted
   try {
-    json::value spec = json::parse(trial_job_spec(study.spec, trial_values(study.spec, trial.number), trial.number,
+    json::value spec = parse_json(trial_job_spec(study.spec, trial_values(study.spec, trial.number), trial.number,
                                                   asha ? rungs[rung] : 0));
     if (rung > 0) {
       spec.as_object()["init_from"] =

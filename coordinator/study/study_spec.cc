@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 #include "common/base/rng.h"
 #include "common/data/spec_reader.h"
 
@@ -203,10 +204,10 @@ std::vector<std::string> trial_values(const StudySpec& spec, int64_t number) {
 
 std::string trial_job_spec(const StudySpec& spec, const std::vector<std::string>& values, int64_t number,
                            int64_t epochs) {
-  json::value root = json::parse(spec.spec_json);
+  json::value root = parse_json(spec.spec_json);
   for (size_t i = 0; i < spec.search_space.size(); ++i) {
     const auto& p = spec.search_space[i];
-    set_pointer(root, p.pointer, json::parse(values[i]), "/search_space/" + escape_key(p.pointer));
+    set_pointer(root, p.pointer, parse_json(values[i]), "/search_space/" + escape_key(p.pointer));
   }
   auto& o = root.as_object();
   o["name"] = spec.name + " trial " + std::to_string(number);
@@ -322,7 +323,7 @@ std::string study_spec_to_json(const StudySpec& s) {
   for (const auto& p : s.search_space) {
     json::array a;
     if (p.kind == SearchParam::Kind::kChoice) {
-      for (const auto& c : p.choices) a.push_back(json::parse(c));
+      for (const auto& c : p.choices) a.push_back(parse_json(c));
     } else if (p.kind == SearchParam::Kind::kInt) {
       a = {static_cast<int64_t>(p.lo), static_cast<int64_t>(p.hi)};
     } else {
@@ -336,7 +337,7 @@ std::string study_spec_to_json(const StudySpec& s) {
   }
   const char* algorithm = s.algorithm == StudyAlgorithm::kGrid ? "grid" : s.algorithm == StudyAlgorithm::kRandom ? "random" : "asha";
   json::object o{{"name", s.name},
-                 {"spec", json::parse(s.spec_json)},
+                 {"spec", parse_json(s.spec_json)},
                  {"search_space", std::move(space)},
                  {"algorithm", algorithm},
                  {"metric", s.metric},

@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 #include "common/base/log.h"
 
 namespace pstrain {
@@ -66,7 +67,7 @@ std::string study_to_json(const StudyRecord& study) {
                  {"state", study_state_name(study.state)},
                  {"created_ms", study.created_ms},
                  {"finished_ms", study.finished_ms},
-                 {"request", json::parse(study_spec_to_json(study.spec))},
+                 {"request", parse_json(study_spec_to_json(study.spec))},
                  {"trials", std::move(trials)}};
   if (!study.reason.empty()) o["reason"] = study.reason;
   return json::serialize(o);
@@ -74,7 +75,7 @@ std::string study_to_json(const StudyRecord& study) {
 
 std::optional<StudyRecord> study_from_json(const std::string& text) {
   try {
-    const json::object o = json::parse(text).as_object();
+    const json::object o = parse_json(text).as_object();
     StudyRecord s;
     s.id = std::string(o.at("id").as_string());
     const auto state = parse_study_state(std::string(o.at("state").as_string()));

@@ -125,9 +125,9 @@ TEST_CASE("ReplicaStore: chunks read one at a time - a pinned version's erase wa
   auto io = kj::setupAsyncIo();
   {
     ReplicaStore replicas(*kv);
-    replicas.put({"job-1", 4, 0}, 0, {"a", "b"}).wait(io.waitScope);
-    replicas.put({"job-1", 4, 1}, 0, {"c"}).wait(io.waitScope);
-    replicas.put({"job-1", 8, 0}, 0, {"d"}).wait(io.waitScope);
+    replicas.put({"job-1", 4, 0}, 0, {"a", "b"}, 2).wait(io.waitScope);
+    replicas.put({"job-1", 4, 1}, 0, {"c"}, 1).wait(io.waitScope);
+    replicas.put({"job-1", 8, 0}, 0, {"d"}, 1).wait(io.waitScope);
     replicas.written().wait(io.waitScope);
     CHECK(replicas.read_chunk({"job-1", 4, 0}, 1) == std::optional<std::string>("b"));
     CHECK(replicas.read_chunk({"job-1", 4, 1}, 0) == std::optional<std::string>("c"));
@@ -148,6 +148,46 @@ TEST_CASE("ReplicaStore: chunks read one at a time - a pinned version's erase wa
     CHECK(!replicas.read_chunk({"job-1", 4, 0}, 0));
     CHECK(!replicas.read_chunk({"job-1", 4, 1}, 0));
   }
+}
+
+TEST_CASE("ReplicaStore: whole replicas survive a reopen, partial ones do not count, keep_only deletes other jobs'") {
+  testing::TempDir dir;
+  std::string error;
+  auto kv = KvStore::open(dir.path(), &error);
+  REQUIRE_MESSAGE(kv != nullptr, error);
+  auto io = kj::setupAsyncIo();
+  {
+    ReplicaStore replicas(*kv);
+    replicas.put({"job-1", 4, 0}, 0, {"a"}, 2).wait(io.waitScope);  // a part of two
+    replicas.put({"job-1", 4, 0}, 1, {"b"}, 2).wait(io.waitScope);  // the last: whole
+    replicas.put({"job-1", 4, 1}, 0, {"c"}, 1).wait(io.waitScope);
+    replicas.put({"job-1", 8, 0}, 0, {"d"}, 2).wait(io.waitScope);  // partial
+    replicas.put({"job-2", 6, 0}, 0, {"e"}, 1).wait(io.waitScope);
+    replicas.written().wait(io.waitScope);
+  }
+  {
+    ReplicaStore replicas(*kv);
+    const auto whole = replicas.whole_replicas("job-1");
+    REQUIRE(whole.size() == 2);
+    CHECK((whole[0].version == 4 && whole[0].server == 0 && whole[0].chunks == 2));
+    CHECK((whole[1].version == 4 && whole[1].server == 1 && whole[1].chunks == 1));
+    CHECK(replicas.read({"job-1", 4, 0}, 0, 1 << 20).wait(io.waitScope) == std::vector<std::string>{"a", "b"});
+    CHECK(replicas.whole_replicas("job-2").size() == 1);
+    replicas.keep_only({"job-1"});
+    replicas.written().wait(io.waitScope);
+    CHECK(replicas.whole_replicas("job-2").empty());
+    CHECK(!replicas.read_chunk({"job-2", 6, 0}, 0));
+    replicas.erase("job-1", 8);  // the partial one's chunk goes too, as after a reopen it was counted
+    replicas.written().wait(io.waitScope);
+    CHECK(!replicas.read_chunk({"job-1", 8, 0}, 0));
+  }
+  ReplicaStore again(*kv);
+  CHECK(again.whole_replicas("job-1").size() == 2);
+  CHECK(again.whole_replicas("job-2").empty());  // and its marker with it
+  again.erase_job("job-1");
+  again.written().wait(io.waitScope);
+  ReplicaStore last(*kv);
+  CHECK(last.whole_replicas("job-1").empty());
 }
 
 TEST_CASE("JobStore: a checkpoint written piece by piece (header last) reads back whole, also after a reopen") {

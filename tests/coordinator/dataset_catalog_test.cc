@@ -148,3 +148,56 @@ TEST_CASE("DatasetCatalog stores an upload as an .npy pair in the uploads direct
   CHECK(!fs::exists(data + "/tiny"));
   CHECK(catalog.erase("tiny")->status == 404);
 }
+
+TEST_CASE("DatasetCatalog splits a regression dataset at random, seeded, keeping every example once") {
+  testing::TempDir dir;
+  const std::string data = dir.file("uploads");
+  fs::create_directories(data);
+  fs::create_directories(dir.file("data"));
+  const std::unique_ptr<KvStore> kv = KvStore::in_memory();
+  DatasetCatalog catalog({dir.file("data"), data, 1 << 20, {}}, *kv,
+                         [](const std::string&) { return std::vector<std::string>{}; });
+  catalog.wait_idle();
+  const auto split = [&catalog](const std::string& name, double fraction, uint64_t seed) {
+    std::promise<DatasetCatalog::SplitResult> done;
+    catalog.split(name, fraction, seed, [&](DatasetCatalog::SplitResult r) { done.set_value(std::move(r)); });
+    return done.get_future().get();
+  };
+  // 101 rows, target = 10 x + 0.5 (a fraction: a regression dataset), x = 0 .. 100.
+  std::string csv = "x,label\n";
+  for (int i = 0; i <= 100; ++i) csv += std::to_string(i) + "," + std::to_string(10 * i) + ".5\n";
+  std::vector<std::vector<float>> sides[2];
+  for (const std::string name : {"reg-a", "reg-b"}) {
+    DatasetCatalog::Upload upload;
+    upload.name = name;
+    upload.split = "train";
+    upload.body_path = catalog.new_staging_path();
+    write(upload.body_path, csv);
+    const auto ingested = ingest(catalog, upload);
+    REQUIRE_MESSAGE(!ingested.error, ingested.error->detail);
+    REQUIRE(catalog.get(name)->target_width == 1);
+    const auto result = split(name, 0.25, 3);
+    REQUIRE_MESSAGE(!result.error, result.error->detail);
+    const DatasetRecord r = *catalog.get(name);
+    CHECK(r.splits.at("train").examples == 76);
+    CHECK(r.splits.at("test").examples == 25);  // round(0.25 x 101)
+    // Every example on exactly one side, its target with it.
+    std::multiset<int> seen;
+    for (SplitKind kind : {SplitKind::kTrain, SplitKind::kTest}) {
+      const Split s = catalog.load(name, kind);
+      std::vector<float> xs;
+      for (uint64_t i = 0; i < s.size; ++i) {
+        float x = 0;  // the table's one feature, stored as float32
+        std::memcpy(&x, s.examples.data() + i * s.example_bytes(), sizeof x);
+        CHECK(s.targets[i] == 10 * x + 0.5f);
+        seen.insert(static_cast<int>(x));
+        xs.push_back(x);
+      }
+      sides[name == "reg-a" ? 0 : 1].push_back(xs);
+    }
+    CHECK(seen.size() == 101);
+    CHECK(std::set<int>(seen.begin(), seen.end()).size() == 101);
+  }
+  // The same seed, the same split.
+  CHECK(sides[0] == sides[1]);
+}

@@ -6,9 +6,13 @@
 #include <kj/async-io.h>
 
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <filesystem>
+#include <random>
 #include <thread>
 
+#include "common/base/json_text.h"
 #include "common/storage/kv_store.h"
 #include "coordinator/data_service.h"
 #include "coordinator/event_stream.h"
@@ -304,6 +308,86 @@ TEST_CASE("DataService::load: off the event loop, once per split, and a failed l
   CHECK(a->size == 5002);
   CHECK(a.get() == b.get());
   CHECK(data.load("mnist10k", SplitKind::kTrain).wait(io.waitScope).get() == a.get());
+}
+
+
+TEST_CASE("JobStore: random doubles in records, steps and epochs come back with identical bits after a reopen, and "
+          "the REST view's text is the same byte for byte") {
+  testing::TempDir dir;
+  std::mt19937_64 rng(48);
+  // Any finite bit pattern: subnormals, 17 significant digits, exponents from -1074 to 1023.
+  const auto any = [&rng] {
+    for (;;) {
+      const double d = std::bit_cast<double>(rng());
+      if (std::isfinite(d)) return d;
+    }
+  };
+  const auto fraction = [&rng] { return std::uniform_real_distribution<double>(0, 1)(rng); };
+  std::vector<JobRecord> written;
+  std::vector<std::string> views;
+  {
+    auto kv = open_kv(dir);
+    JobStore store(*kv);
+    for (int j = 0; j < 40; ++j) {
+      JobRecord r;
+      r.id = "job-" + std::to_string(j + 1);
+      r.state = JobState::kSucceeded;
+      r.samples_per_second = any();
+      r.train_loss = any(), r.train_accuracy = fraction(), r.test_loss = any(), r.test_accuracy = fraction();
+      r.test_top5_accuracy = fraction(), r.test_auc = any(), r.val_loss = any(), r.val_accuracy = fraction();
+      r.bytes_pushed_per_step = {any(), any()};
+      r.bytes_pulled_per_step = {any()};
+      store.add(r);
+      for (uint64_t s = 1; s <= 5; ++s) {
+        // Bytes per step are stored to one decimal (round_to): such values.
+        const double bytes = round_to(fraction() * 1e7, 1);
+        StepMetric m{0, 1, s, any(), fraction(), any(), 0, bytes, round_to(bytes + 0.1, 1)};
+        store.append_step(r.id, m);
+        r.steps.push_back(m);
+      }
+      EpochMetric e;
+      e.epoch = 1;
+      e.train_loss = any(), e.train_accuracy = fraction(), e.test_loss = any(), e.test_accuracy = fraction();
+      e.samples_per_second = any(), e.test_auc = any(), e.val_loss = any(), e.val_r2 = any();
+      store.append_epoch(r.id, e);
+      r.epoch_history.push_back(e);
+      written.push_back(r);
+    }
+    store.flush();
+    for (const JobRecord& r : written) views.push_back(job_status_json(*store.get(r.id), {}));
+  }
+  const auto bits = [](std::optional<double> d) { return d ? std::bit_cast<uint64_t>(*d) : uint64_t{0x7ff8dead}; };
+  auto kv = open_kv(dir);
+  JobStore reopened(*kv);
+  const auto loaded = reopened.load();
+  REQUIRE(loaded.size() == written.size());
+  for (size_t j = 0; j < written.size(); ++j) {
+    const JobRecord& a = written[j];
+    const JobRecord b = *reopened.get(a.id);
+    CAPTURE(a.id);
+    CHECK(bits(a.samples_per_second) == bits(b.samples_per_second));
+    for (auto field : {&JobRecord::train_loss, &JobRecord::train_accuracy, &JobRecord::test_loss,
+                       &JobRecord::test_accuracy, &JobRecord::test_top5_accuracy, &JobRecord::test_auc,
+                       &JobRecord::val_loss, &JobRecord::val_accuracy}) {
+      CHECK(bits(a.*field) == bits(b.*field));
+    }
+    REQUIRE(b.bytes_pushed_per_step.size() == 2);
+    CHECK(bits(a.bytes_pushed_per_step[1]) == bits(b.bytes_pushed_per_step[1]));
+    REQUIRE(b.steps.size() == a.steps.size());
+    for (size_t s = 0; s < a.steps.size(); ++s) {
+      CHECK(bits(a.steps[s].loss) == bits(b.steps[s].loss));
+      CHECK(bits(a.steps[s].accuracy) == bits(b.steps[s].accuracy));
+      CHECK(bits(a.steps[s].bytes_pulled_per_step) == bits(b.steps[s].bytes_pulled_per_step));
+    }
+    REQUIRE(b.epoch_history.size() == 1);
+    const EpochMetric &x = a.epoch_history[0], &y = b.epoch_history[0];
+    CHECK(bits(x.train_loss) == bits(y.train_loss));
+    CHECK(bits(x.test_accuracy) == bits(y.test_accuracy));
+    CHECK(bits(x.test_auc) == bits(y.test_auc));
+    CHECK(bits(x.val_r2) == bits(y.val_r2));
+    // GET /v1/jobs/{id} before and after: the same bytes.
+    CHECK(job_status_json(b, {}) == views[j]);
+  }
 }
 
 }  // namespace pstrain

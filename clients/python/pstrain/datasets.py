@@ -71,7 +71,7 @@ class Datasets:
         return self._client._t.call("GET", f"/v1/datasets/{quote(name)}")
 
     def split(self, name, test_fraction=0.1, seed=0):
-        """Cuts a stratified test split off the train split (POST /v1/datasets/{name}/split)."""
+        """Cuts a test split off the train split (POST /v1/datasets/{name}/split): stratified by class; a regression dataset's at random (seeded)."""
         return self._client._t.call("POST", f"/v1/datasets/{quote(name)}/split",
                                     {"test_fraction": test_fraction, "seed": seed})
 
