@@ -45,6 +45,7 @@ kj::Promise<uint64_t> adopt_servers_state(JobContext& job) {
 void Adoption::load(const JobRecord& record) {
   requeued_while_running_ = record.state == JobState::kRunning || record.state == JobState::kRecovering;
   recorded_names_ = record.server_names;
+  steps_done_before_ = static_cast<uint64_t>(std::max<int64_t>(record.steps_done, 0));
   wait_until_ = job_.io.getTimer().now() + job_.options.move_lost_server_after;
   // Complete backups: the record's last, and every version whose replicas are whole for all the
   // job's servers (each server sends its replica once its backup is durable, so a version whole

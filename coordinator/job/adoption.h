@@ -36,6 +36,8 @@ class Adoption {
   // job's BackupLedger. Starts the wait for the recorded servers.
   void load(const JobRecord& record);
   bool requeued_while_running() const { return requeued_while_running_; }
+  // The steps the record said were done (a floor for how far the job had come).
+  uint64_t steps_done_before() const { return steps_done_before_; }
 
   // The names of the servers this job waits for (its recorded ones) while it is pending and the
   // wait lasts (JobOptions::move_lost_server_after from the restart): no other job takes them.
@@ -60,6 +62,7 @@ class Adoption {
   ServerMover& mover_;
   bool requeued_while_running_ = false;
   std::vector<std::string> recorded_names_;  // by server index
+  uint64_t steps_done_before_ = 0;
   kj::TimePoint wait_until_ = kj::origin<kj::TimePoint>();
 };
 

@@ -180,20 +180,22 @@ kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
 kj::Promise<void> JobRunner::configure_servers() {
   return job_.servers.connect_all()
       .then([this]() -> kj::Promise<void> {
-        if (adoption_.requeued_while_running() && !job_.sync()) {
+        if (!adoption_.requeued_while_running()) return configure_and_resume();
+        // How far the job had come (async: to count the steps a cut replays; sync: the steps a
+        // backup replays), then fresh shards and a restore.
+        const auto from_backup = [this] {
           return servers_reached().then([this](uint64_t reached) {
-            reached_before_restart_ = reached;
+            reached_before_restart_ = std::max(reached, adoption_.steps_done_before());
             return configure_and_resume();
           });
-        }
-        if (!adoption_.requeued_while_running()) return configure_and_resume();
+        };
         // A server at another index than before holds no state of this one: from a backup.
-        if (!adoption_.moved().empty()) return configure_and_resume();
+        if (!job_.sync() || !adoption_.moved().empty()) return from_backup();
         // After a coordinator restart, the servers may hold the job still: go on from their state.
-        return adopt().catch_([this](kj::Exception&& e) {
+        return adopt().catch_([this, from_backup](kj::Exception&& e) {
           PSLOG(kInfo) << "job " << job_.id << ": cannot take over the servers' state (" << e.getDescription().cStr()
                        << "); configuring them afresh";
-          return configure_and_resume();
+          return from_backup();
         });
       })
       .then([this] {
@@ -208,24 +210,40 @@ kj::Promise<void> JobRunner::configure_and_resume() {
     if (checkpointer_.starts_from_file()) {
       return checkpointer_.start_from_file().then([this](uint64_t version) { job_.resume_version = version; });
     }
-    if (!job_.sync()) return adoption_.requeued_while_running() ? resume_async() : kj::READY_NOW;
-    if (!job_.backups.latest()) return kj::READY_NOW;
-    // Resuming after a coordinator restart: from the newest complete backup, from the replicas
-    // for servers placed at another index (Adoption), else from the servers' disks.
+    if (!adoption_.requeued_while_running()) return kj::READY_NOW;
+    if (!job_.sync()) return resume_async();
+    // Resuming after a coordinator restart: from the newest complete backup (the servers' own,
+    // what they all hold, or what the ledger knows), from the replicas for servers placed at
+    // another index (Adoption).
     return adoption_.adopt_replicas([](uint64_t) { return true; })
         .then([this](std::optional<uint64_t> adopted) {
-          const std::vector<uint64_t>& complete = job_.backups.complete();
-          std::vector<uint64_t> candidates(complete.rbegin(), complete.rend());
-          if (adopted) std::erase_if(candidates, [&](uint64_t v) { return v > *adopted; });
-          return rollback_.restore(kj::mv(candidates));
-        })
-        .then([this](uint64_t version) {
-      job_.resume_version = version;
-      job_.restarted = true;
-      ++job_.generation;  // past the restore's fence (it fences below generation + 1)
-      job_.store.update(job_.id, [&](JobRecord& r) { r.generation = std::max(r.generation, job_.generation); });
-      PSLOG(kInfo) << "job " << job_.id << ": resuming from the backup at step " << version;
-    });
+          return rollback_.common_backups().then([this, adopted](std::vector<uint64_t> candidates) -> kj::Promise<void> {
+            if (adopted) std::erase_if(candidates, [&](uint64_t v) { return v > *adopted; });
+            if (candidates.empty()) {
+              PSLOG(kInfo) << "job " << job_.id << ": no complete backup; the job starts over";
+              return kj::READY_NOW;
+            }
+            return rollback_.restore(kj::mv(candidates)).then([this](uint64_t version) { resumed_sync(version); });
+          });
+        });
+  });
+}
+
+void JobRunner::resumed_sync(uint64_t version) {
+  job_.resume_version = version;
+  job_.restarted = true;
+  ++job_.generation;  // past the restore's fence (it fences below generation + 1)
+  const uint64_t replayed = reached_before_restart_ > version ? reached_before_restart_ - version : 0;
+  PSLOG(kInfo) << "job " << job_.id << ": resuming from the backup at step " << version
+               << " after a coordinator restart; the job had reached step " << reached_before_restart_ << ": "
+               << replayed << " step(s) to replay";
+  job_.store.update(job_.id, [&](JobRecord& r) {
+    r.generation = std::max(r.generation, job_.generation);
+    r.notes.push_back("coordinator restarted: resumed from the backup at step " + std::to_string(version) + ", " +
+                      std::to_string(replayed) + " step(s) replayed");
+    r.steps_done = static_cast<int64_t>(version);
+    r.recoveries = ++job_.recoveries;
+    r.replayed_steps.push_back(static_cast<int64_t>(replayed));
   });
 }
 

@@ -129,6 +129,9 @@ class JobRunner {
   // a restarted coordinator recorded one (async: the newest stored cut, resume_async).
   kj::Promise<void> configure_and_resume();
   kj::Promise<void> adopt();
+  // Sync, after a coordinator restart: the servers restored the backup at `version`; the workers
+  // go on from there (the record says what was replayed).
+  void resumed_sync(uint64_t version);
   // Async, after a coordinator restart: the servers' furthest version before they are configured
   // afresh; then the restore of the newest cut that every server holds and whose positions were
   // stored (the first usable of `candidates`, newest first), and the workers' positions.
@@ -160,7 +163,7 @@ class JobRunner {
 
   JobContext job_;
   Finished on_finished_;
-  uint64_t reached_before_restart_ = 0;  // async: the servers' furthest version when adopted
+  uint64_t reached_before_restart_ = 0;  // after a restart: how far the job had come (servers, record)
   std::string failure_;
   std::chrono::steady_clock::time_point started_at_;
   DivergenceGuard guard_;
