@@ -23,6 +23,9 @@ std::optional<DatasetRecord> DatasetCatalog::get(const std::string&) const { unr
 bool DatasetCatalog::with_dataset(const std::string&, std::string*, const std::function<void(const DatasetInfo&)>&) {
   unreachable("DatasetCatalog::with_dataset");
 }
+std::optional<DatasetInfo> DatasetCatalog::info(const std::string&, std::string*) const {
+  unreachable("DatasetCatalog::info");
+}
 std::optional<CatalogError> DatasetCatalog::precheck(const std::string&, const std::string&, bool) const {
   unreachable("DatasetCatalog::precheck");
 }

@@ -168,6 +168,15 @@ void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& data
 void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info);
 void check_spec_against_dataset(const JobSpec& spec, const Split& split);
 
+// Keras infers a model's input shape from the data it is given; so does a job: the spec text with
+// /model/input_shape filled in from the dataset when the model has none (a table's width after the
+// spec's preprocessing, else the dataset's example shape), to be parsed as usual (the job's record
+// then shows the shape). The text as it is when it has a shape, is not a JSON object with a
+// "model" object, or the dataset's shape is not known before its files load.
+std::string with_inferred_input_shape(const std::string& spec_json, const DatasetInfo& info);
+// The dataset a spec text names (its /dataset/name), or "" when it names none.
+std::string spec_dataset_name(const std::string& spec_json);
+
 // A model alone ({"input_shape", "seed", "layers"}, the "model" field of a job spec): parsed and
 // checked as in a job spec (infer_shapes), throwing SpecError naming the field ("/model/...").
 // Uploaded model files carry their architecture this way.

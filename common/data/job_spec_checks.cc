@@ -1,12 +1,16 @@
 // A job spec against its dataset (job_spec.h check_spec_against_dataset): the input shape, the
 // loss against the labels or targets, the output layer's width, early stopping's monitor and the
 // class weights, each a SpecError naming the field.
+#include <boost/json.hpp>
+
 #include <string>
 #include <vector>
 
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 #include "common/data/dataset.h"
 #include "common/data/job_spec.h"
+#include "common/data/preprocessing.h"
 #include "common/data/table_schema.h"
 
 namespace pstrain {
@@ -109,6 +113,39 @@ void check_spec_against_dataset(const JobSpec& spec, const Split& split) {
   check_class_weight(spec.training.class_weight, spec.loss, split.dataset, split.num_classes, split.target_width,
                      split.table ? split.table->class_names : std::vector<std::string>{});
   check_against(spec, split.dataset, split.example_shape(), split.num_classes, split.target_width);
+}
+
+std::string spec_dataset_name(const std::string& spec_json) {
+  boost::system::error_code ec;
+  const boost::json::value v = parse_json(spec_json, ec);
+  if (ec || !v.is_object()) return {};
+  const auto* dataset = v.as_object().if_contains("dataset");
+  const auto* name = dataset != nullptr && dataset->is_object() ? dataset->as_object().if_contains("name") : nullptr;
+  return name != nullptr && name->is_string() ? std::string(name->as_string()) : std::string();
+}
+
+std::string with_inferred_input_shape(const std::string& spec_json, const DatasetInfo& info) {
+  boost::system::error_code ec;
+  boost::json::value v = parse_json(spec_json, ec);
+  if (ec || !v.is_object()) return spec_json;
+  boost::json::object& root = v.as_object();
+  boost::json::value* model = root.if_contains("model");
+  if (model == nullptr || !model->is_object() || model->as_object().contains("input_shape")) return spec_json;
+  boost::json::array shape;
+  if (info.table) {
+    PreprocessingSpec preprocessing;
+    try {
+      if (const boost::json::value* p = root.if_contains("preprocessing")) preprocessing = read_preprocessing(*p);
+      shape.push_back(preprocessed_width(preprocessing, *info.table));
+    } catch (const std::exception&) {
+      return spec_json;  // the parse says what is wrong with the preprocessing
+    }
+  } else {
+    if (info.example_shape.empty()) return spec_json;
+    for (int64_t d : info.example_shape) shape.push_back(d);
+  }
+  model->as_object()["input_shape"] = std::move(shape);
+  return boost::json::serialize(v);
 }
 
 }  // namespace pstrain

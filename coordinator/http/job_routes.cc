@@ -109,11 +109,23 @@ void RestApi::invalidate_status(const std::string& id) {
   ++invalidations_;
 }
 
+std::string spec_with_input_shape(const std::string& spec_json, DatasetCatalog* catalog) {
+  const std::string name = spec_dataset_name(spec_json);
+  if (name.empty()) return spec_json;
+  if (catalog == nullptr) {
+    const DatasetInfo* d = find_dataset(name);
+    return d == nullptr ? spec_json : with_inferred_input_shape(spec_json, *d);
+  }
+  std::string why;
+  const std::optional<DatasetInfo> d = catalog->info(name, &why);
+  return d ? with_inferred_input_shape(spec_json, *d) : spec_json;
+}
+
 HttpResponse RestApi::submit(const HttpRequest& request) {
   if (auto refused = json_document_problem(request, "a job spec", kMaxBodyBytes)) return *refused;
   JobSpec spec;
   try {
-    spec = parse_job_spec(request.body);
+    spec = parse_job_spec(spec_with_input_shape(request.body, catalog_));
     check_init_from(spec, store_);
   } catch (const SpecError& e) {
     if (e.kind() == SpecError::Kind::kMalformed) {

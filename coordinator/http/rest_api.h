@@ -55,6 +55,11 @@ class DatasetCatalog;
 class ModelService;
 class WebUi;
 
+// A job spec text with /model/input_shape filled in from its dataset when the model has none
+// (with_inferred_input_shape, job_spec.h): the catalog's record of the dataset, or the built-in
+// table's without a catalog. Any other text as it is (the parse then says what is wrong).
+std::string spec_with_input_shape(const std::string& spec_json, DatasetCatalog* catalog);
+
 class RestApi {
  public:
   static constexpr size_t kMaxBodyBytes = 1 << 20;

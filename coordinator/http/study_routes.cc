@@ -1,7 +1,10 @@
 // The study routes of the REST API (docs/REST.md "Studies"): POST /v1/studies (checked here,
 // every trial's spec included, then created on the event loop through StudyCommands), GET
 // /v1/studies, GET /v1/studies/{id}, POST /v1/studies/{id}/cancel.
+#include <boost/json.hpp>
+
 #include "common/base/error.h"
+#include "common/base/json_parse.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/http/responses.h"
 #include "coordinator/http/rest_api.h"
@@ -24,9 +27,19 @@ void RestApi::check_job_spec(const std::string& spec_json) const {
 
 HttpResponse RestApi::submit_study(const HttpRequest& request) {
   if (auto refused = json_document_problem(request, "a study", kMaxBodyBytes)) return *refused;
+  // The template's input shape, when it has none, from its dataset (as POST /v1/jobs does).
+  std::string body = request.body;
+  boost::system::error_code ec;
+  if (boost::json::value v = parse_json(body, ec); !ec && v.is_object()) {
+    if (boost::json::value* t = v.as_object().if_contains("spec"); t != nullptr && t->is_object()) {
+      const std::string filled = spec_with_input_shape(boost::json::serialize(*t), catalog_);
+      *t = parse_json(filled);
+      body = boost::json::serialize(v);
+    }
+  }
   StudySpec spec;
   try {
-    spec = parse_study_spec(request.body, [this](const std::string& job) { check_job_spec(job); });
+    spec = parse_study_spec(body, [this](const std::string& job) { check_job_spec(job); });
   } catch (const SpecError& e) {
     if (e.kind() == SpecError::Kind::kMalformed) return problem(400, "malformed-json", "Malformed JSON", e.detail());
     return problem(422, "invalid-study", "Invalid study", e.what(), e.path());

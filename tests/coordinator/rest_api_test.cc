@@ -410,6 +410,19 @@ TEST_CASE("RestApi: POST /v1/jobs submits the parsed spec and answers 201 with i
     }
     CHECK(a.commands.calls.size() == 3);
   }
+  SUBCASE("without model.input_shape, the dataset's example shape is the model's (the record shows it)") {
+    a.commands.submit_id = "job-9";
+    const std::string bare = spec_with([](json::object& o) { o["model"].as_object().erase("input_shape"); });
+    const json::object submitted = ok_json(a.post_json("/v1/jobs", bare), 201);
+    CHECK(to_json_text(submitted.at("spec").as_object().at("model").as_object().at("input_shape")) == "[28,28,1]");
+    CHECK(job_spec_to_json(a.commands.specs.back()) == valid_spec());
+    // A shape that does not fit stays a 422 naming the right one.
+    const std::string wrong = spec_with([](json::object& o) { o["model"].as_object()["input_shape"] = json::array{27, 28, 1}; });
+    const HttpResponse refused = a.post_json("/v1/jobs", wrong);
+    CHECK(refused.status == 422);
+    CHECK(refused.body.find("/model/input_shape") != std::string::npos);
+    CHECK(refused.body.find("28x28x1") != std::string::npos);
+  }
   SUBCASE("without a record in the store, the answer still names the job") {
     a.commands.record_submissions = false;
     a.commands.submit_id = "job-8";

@@ -17,6 +17,8 @@
 #include "common/engine/safetensors.h"
 #include "worker/local_trainer.h"
 
+#include "common/base/json_parse.h"
+#include "common/base/json_text.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
 #include "tests/test_support.h"
@@ -242,6 +244,13 @@ TEST_CASE("tables: a job trains on a table with default preprocessing and balanc
   Reply not_a_column = post_json(port, "/v1/jobs", loan_spec(1).substr(0, loan_spec(1).size() - 1) +
                                                         R"(, "preprocessing": {"columns": {"salary": "drop"}}})");
   check_problem(not_a_column, 422, "invalid-spec", "/preprocessing/columns/salary");
+
+  // Without model.input_shape: the width after the job's preprocessing, shown in its record.
+  const std::string bare = post_json(port, "/v1/jobs", loan_spec(1).replace(loan_spec(1).find(R"("input_shape": [11], )"), 21, "")).body;
+  INFO("POST without input_shape: " << bare);
+  const json::object inferred = obj(parse_json(bare));
+  CHECK(to_json_text(obj(obj(inferred.at("spec")).at("model")).at("input_shape")) == "[11]");
+  CHECK(call(port, http::verb::post, "/v1/jobs/" + str(inferred, "id") + "/cancel").status == 200);
 
   // 3 workers, calm, with a worker killed after the first epoch's backup, and with one of the
   // job's servers killed for good after the second: the same model as the standalone trainer

@@ -161,7 +161,9 @@ class ClientTest(unittest.TestCase):
             self.assertIn(b"pstrain", f.read(4096))
         again = c.models.upload(st, name="py-again")
         self.assertTrue(again.id.startswith("model-"))
-        self.assertEqual(again.predict(images[:50]), want[:50])
+        # The same request to both (a batch of 50: a product's rounding may depend on the batch's
+        # width, so the job's answers from batches of 1,024 are not the reference here).
+        self.assertEqual(again.predict(images[:50]), model.predict(images[:50]))
 
     def test_errors_are_api_errors_with_their_field(self):
         spec = mlp(1)
