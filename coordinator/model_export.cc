@@ -1,11 +1,12 @@
 // ModelService's ONNX export (model_service.h onnx()): a model or checkpoint as it is loaded for
-// predictions, written as ONNX by common/export/onnx_export.h, with the dataset's input scaling
-// (uint8 examples: the graph takes raw pixel values and multiplies by 1/255, as the data service
-// scales them) and metadata_props saying what the model is.
+// predictions, written as ONNX by common/export/onnx_export.h, taking inputs as `:predict` does
+// (common/data/model_inputs.h: uint8 examples as raw pixel values, multiplied by 1/255 inside the
+// graph) and metadata_props saying what the model is.
 #include <boost/json.hpp>
 
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
+#include "common/data/model_inputs.h"
 #include "common/data/preprocessing.h"
 #include "common/engine/nn/model.h"
 #include "common/export/onnx_export.h"
@@ -35,23 +36,24 @@ ModelService::Result ModelService::onnx_now(const std::string& id, const std::op
   what.loss = m->spec.loss;
   what.params = m->params;
   what.preprocessing = m->preprocessing.get();
+  what.metadata = {{"producer", "pstrain"}, {"model", id}};
   if (m->preprocessing && !m->preprocessing->class_names.empty()) {
     boost::json::array names;
     for (const std::string& n : m->preprocessing->class_names) names.push_back(boost::json::string(n));
     what.metadata.emplace_back("class_names", boost::json::serialize(names));
   }
-  what.metadata = {{"producer", "pstrain"}, {"model", id}};
   if (step) what.metadata.emplace_back("step", std::to_string(*step));
   if (!m->spec.dataset.name.empty()) {
     what.metadata.emplace_back("dataset", m->spec.dataset.name);
     if (const std::optional<DatasetRecord> d = catalog_.get(m->spec.dataset.name)) {
-      if (d->dtype == ParsedExamples::Dtype::kUint8) what.input_scale = 1.0f / 255.0f;
       if (const auto train = d->splits.find("train"); train != d->splits.end() && !train->second.files.empty()) {
         what.metadata.emplace_back("dataset_sha256", train->second.files.front().sha256);
       }
     }
     what.metadata.emplace_back("spec", job_spec_to_json(m->spec));
   }
+  what.input_scale = input_scale(m->input_dtype);  // raw inputs, scaled inside (model_inputs.h)
+  what.metadata.emplace_back(std::string(kInputDtypeKey), std::string(dtype_name(m->input_dtype)));
   what.metadata.emplace_back("input_scale", std::to_string(what.input_scale));
   std::string bytes;
   try {

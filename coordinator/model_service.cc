@@ -16,6 +16,7 @@
 #include "common/base/sha256.h"
 #include "common/data/job_spec.h"
 #include "common/data/model_eval.h"
+#include "common/data/model_inputs.h"
 #include "common/data/table_split.h"
 #include "common/engine/nn/loss.h"
 #include "common/engine/nn/model.h"
@@ -141,6 +142,13 @@ ModelService::Result ModelService::upload_now(Upload& upload) {
     return failed(service_error(422, "invalid-model-file", "__metadata__." + key + " is not a valid " +
                                                                (key == "model" ? "model spec" : "job spec") + ": " + e.what(),
                                 "__metadata__." + key));
+  }
+  if (const auto it = contents.metadata.find(std::string(kInputDtypeKey));
+      it != contents.metadata.end() && !dtype_from_name(it->second)) {
+    return failed(service_error(422, "invalid-model-file",
+                                "__metadata__.input_dtype must be \"uint8\" or \"float32\" (how the model's dataset "
+                                "stores its inputs), not \"" + it->second.substr(0, 40) + "\"",
+                                "__metadata__.input_dtype"));
   }
   if (model) {
     try {
@@ -299,6 +307,17 @@ std::shared_ptr<ModelService::Loaded> ModelService::load(const std::string& give
   return cache(key, parse_accepted_job_spec(job->spec_json), *file, "model " + id, err);
 }
 
+Dtype ModelService::input_dtype_of(const std::map<std::string, std::string>& metadata, const JobSpec& spec) const {
+  if (const auto it = metadata.find(std::string(kInputDtypeKey)); it != metadata.end()) {
+    if (const std::optional<Dtype> dtype = dtype_from_name(it->second)) return *dtype;
+  }
+  // A file from before the key: its dataset's entry says, if it is still in the catalog.
+  if (!spec.dataset.name.empty()) {
+    if (const std::optional<DatasetRecord> d = catalog_.get(spec.dataset.name)) return d->dtype;
+  }
+  return Dtype::kFloat32;
+}
+
 std::shared_ptr<ModelService::Loaded> ModelService::cache(const std::string& key, JobSpec spec, const std::string& file,
                                                           const std::string& what, std::optional<ServiceError>* err) {
   auto loaded = std::make_shared<Loaded>();
@@ -311,7 +330,9 @@ std::shared_ptr<ModelService::Loaded> ModelService::cache(const std::string& key
     return nullptr;
   }
   loaded->params = std::move(*params);
-  if (const auto meta = safetensors_metadata(file); meta && meta->count("preprocessing") != 0) {
+  const auto meta = safetensors_metadata(file);
+  loaded->input_dtype = input_dtype_of(meta ? *meta : std::map<std::string, std::string>{}, loaded->spec);
+  if (meta && meta->count("preprocessing") != 0) {
     try {
       loaded->preprocessing = std::make_shared<const FittedPreprocessing>(fitted_from_json(meta->at("preprocessing")));
     } catch (const DataError& e) {
@@ -341,10 +362,26 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
     return failed(service_error(400, "malformed-json", "the body must be a JSON object {\"instances\": [...]}" +
                                                    (ec ? ": " + ec.message() : std::string())));
   }
+  InputForm form = InputForm::kRaw;
   for (const auto& field : root.as_object()) {
-    if (field.key() != "instances") {
-      return failed(service_error(422, "invalid-instances", "/" + std::string(field.key()) + " is not a known field (known: instances)",
-                          "/" + std::string(field.key())));
+    if (field.key() == "input_form") {
+      if (field.value() != "raw" && field.value() != "scaled") {
+        return failed(service_error(422, "invalid-instances",
+                                    "/input_form must be \"raw\" (values as the dataset stores them, the default) or "
+                                    "\"scaled\" (as the model sees them: pixel / 255 for a uint8 dataset)",
+                                    "/input_form"));
+      }
+      if (field.value() == "scaled" && m->preprocessing) {
+        return failed(service_error(422, "invalid-instances",
+                                    "/input_form: a table model takes raw records (its fitted preprocessing runs "
+                                    "inside); \"scaled\" is for image and array models",
+                                    "/input_form"));
+      }
+      form = field.value() == "scaled" ? InputForm::kScaled : InputForm::kRaw;
+    } else if (field.key() != "instances") {
+      return failed(service_error(422, "invalid-instances",
+                                  "/" + std::string(field.key()) + " is not a known field (known: instances, input_form)",
+                                  "/" + std::string(field.key())));
     }
   }
   const json::value* instances = root.as_object().if_contains("instances");
@@ -395,14 +432,16 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
       } else if (bytes->size() != input_size) {
         why = "b64 holds " + std::to_string(bytes->size()) + " bytes; the model's input " + shape_string(shape) + " has " +
               std::to_string(input_size) + " values";
+      } else if (m->input_dtype != Dtype::kUint8) {
+        why = "b64 carries uint8 values, and this model's dataset stores float32: send its values as numbers";
       } else {
-        for (unsigned char c : *bytes) inputs.push_back(static_cast<float>(c) * (1.0f / 255.0f));
+        for (unsigned char c : *bytes) inputs.push_back(static_cast<float>(c) * input_scale(Dtype::kUint8));
       }
-    } else if (v.is_array() && v.as_array().size() == input_size && shape.size() > 1 &&
-               (v.as_array().empty() || v.as_array()[0].is_number())) {
-      why = predict_instances::flatten(v, Shape{static_cast<int64_t>(input_size)}, 0, inputs);  // the flat form
     } else {
-      why = predict_instances::flatten(v, shape, 0, inputs);
+      const predict_instances::ValueRule rule{m->input_dtype, form, before};
+      const bool flat = v.is_array() && v.as_array().size() == input_size && shape.size() > 1 &&
+                        (v.as_array().empty() || v.as_array()[0].is_number());
+      why = predict_instances::flatten(v, flat ? Shape{static_cast<int64_t>(input_size)} : shape, 0, rule, inputs);
     }
     if (!why.empty()) return failed(service_error(422, "invalid-instance", where + ": " + why, where));
     if (inputs.size() - before != input_size) {

@@ -13,11 +13,13 @@
 // optimizer's "optimizer.*" tensors may be there too; they are not read). A file without an
 // architecture is accepted: jobs can start from it (init_from), predictions need one.
 //
-// Inputs. An instance is the model's input as it was trained on: nested arrays of the input shape
-// ([h][w][c], or [d]) or a flat array of all its values, numbers as the engine sees them (for a
-// dataset stored as uint8, that is pixel / 255); or {"b64": "..."}, the raw uint8 values of one
-// example (base64), scaled by 1/255 as the data service does. Every instance is checked (count,
-// shape, finite numbers, base64 length) and a defect names the instance's index.
+// Inputs (common/data/model_inputs.h, docs/REST.md): an instance is the model's input as
+// its dataset stores it, scaled here as training scales it: nested arrays of the input shape
+// ([h][w][c], or [d]) or a flat array of all its values (for a uint8 dataset, the raw pixel values,
+// integers 0-255); {"b64": "..."}, the raw uint8 values of one example (base64; uint8 models
+// only); or a table model's record. "input_form": "scaled" takes numbers as the engine sees them
+// (pixel / 255) instead. Every instance is checked (count, shape, finite numbers, raw values,
+// base64 length) and a defect names the instance's index.
 //
 // Thread rules: thread-safe; predict() and evaluate() return at once and call `done` on the
 // service's thread. Ownership: owns its thread and cache; borrows the store and the catalog,
@@ -27,12 +29,14 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 
 #include "common/base/task_thread.h"
+#include "common/data/example_types.h"
 #include "coordinator/dataset_catalog.h"
 #include "coordinator/job_store.h"
 #include "coordinator/service_error.h"
@@ -107,6 +111,9 @@ class ModelService {
   // in messages), or sets *err.
   std::shared_ptr<Loaded> cache(const std::string& key, JobSpec spec, const std::string& file, const std::string& what,
                                 std::optional<ServiceError>* err);
+  // How the model's dataset stores its inputs: the file's metadata "input_dtype", else its
+  // dataset's catalog entry, else float32 (common/data/model_inputs.h).
+  Dtype input_dtype_of(const std::map<std::string, std::string>& metadata, const JobSpec& spec) const;
   // The step of the job's checkpoint named `text` ("latest" or a number), or an error.
   std::optional<int64_t> checkpoint_step(const JobRecord& job, const std::string& text, const std::string& field,
                                          std::optional<ServiceError>* error) const;

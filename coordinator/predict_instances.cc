@@ -2,7 +2,6 @@
 
 #include <boost/json.hpp>
 
-#include <cmath>
 #include <cstdint>
 
 namespace pstrain::predict_instances {
@@ -41,11 +40,14 @@ std::optional<std::string> base64_decode(std::string_view in) {
   return out;
 }
 
-std::string flatten(const json::value& v, const Shape& shape, size_t dim, std::vector<float>& out) {
+std::string flatten(const json::value& v, const Shape& shape, size_t dim, const ValueRule& rule, std::vector<float>& out) {
   if (dim == shape.size()) {
-    if (!v.is_number()) return "a value is not a number";
-    const float x = static_cast<float>(v.to_number<double>());
-    if (!std::isfinite(x)) return "a value is not a finite float32";
+    const size_t index = out.size() - rule.first;
+    if (!v.is_number()) return "value " + std::to_string(index) + " is not a number";
+    float x = 0;
+    if (std::string why = engine_value(rule.stored, rule.form, v.to_number<double>(), &x); !why.empty()) {
+      return "value " + std::to_string(index) + ": " + why;
+    }
     out.push_back(x);
     return "";
   }
@@ -56,7 +58,7 @@ std::string flatten(const json::value& v, const Shape& shape, size_t dim, std::v
            shape_string(shape) + " needs " + std::to_string(shape[dim]);
   }
   for (const auto& e : a) {
-    if (std::string why = flatten(e, shape, dim + 1, out); !why.empty()) return why;
+    if (std::string why = flatten(e, shape, dim + 1, rule, out); !why.empty()) return why;
   }
   return "";
 }

@@ -214,7 +214,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
   const auto checkpoint = [&](bool final) {
     options.on_checkpoint({global_step, steps_per_epoch, static_cast<int64_t>(train.size), final,
                            std::span<const float>(result.params.data(), result.params.size()), &state,
-                           preprocessing.get()});
+                           preprocessing.get(), train.dtype});
   };
 
   for (int64_t epoch = global_step / steps_per_epoch; epoch < spec.training.epochs && global_step < end_step; ++epoch) {

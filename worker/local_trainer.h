@@ -79,6 +79,7 @@ struct TrainerCheckpoint {
   std::span<const float> params;
   const optim::OptimizerState* optimizer = nullptr;
   const FittedPreprocessing* preprocessing = nullptr;  // a table's (kept in the file's metadata)
+  Dtype input_dtype = Dtype::kFloat32;  // how the dataset stores examples (common/data/model_inputs.h)
 };
 
 struct LocalTrainerOptions {

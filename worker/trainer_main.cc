@@ -16,6 +16,7 @@
 #include "common/base/flags.h"
 #include "common/base/process_main.h"
 #include "common/data/job_spec.h"
+#include "common/data/model_inputs.h"
 #include "common/base/log.h"
 #include "common/data/model_eval.h"
 #include "common/engine/model_spec.h"
@@ -125,6 +126,7 @@ std::string checkpoint_file(const pstrain::JobSpec& spec, const pstrain::ParamLa
                        {"dataset_examples", std::to_string(c.dataset_examples)},
                        {"epoch", std::to_string(c.step / c.steps_per_epoch)},
                        {"step", std::to_string(c.step)}};
+  metadata.emplace_back(std::string(kInputDtypeKey), std::string(dtype_name(c.input_dtype)));
   if (c.preprocessing != nullptr) metadata.emplace_back("preprocessing", fitted_to_json(*c.preprocessing));
   return encode_safetensors(layout, c.params, metadata, c.optimizer);
 }
@@ -151,13 +153,32 @@ int predict_file(const pstrain::FlagSet& flags) {
     throw Error(inputs_path + ": must be float32 or uint8 of shape (n, ...) with " + std::to_string(input_size) +
                 " values per example (the model's input " + shape_string(spec.model.input_shape) + ")");
   }
+  // One input convention (common/data/model_inputs.h): values as the model's dataset stores them.
+  const auto metadata = safetensors_metadata(file);
+  Dtype stored = Dtype::kFloat32;  // a file from before the key: as the model sees them
+  if (metadata) {
+    if (const auto it = metadata->find(std::string(kInputDtypeKey)); it != metadata->end()) {
+      stored = dtype_from_name(it->second).value_or(Dtype::kFloat32);
+    }
+  }
+  const std::string form_name = flags.get("input-form");
+  if (form_name != "raw" && form_name != "scaled") throw Error("--input-form must be raw or scaled");
+  const InputForm form = form_name == "scaled" ? InputForm::kScaled : InputForm::kRaw;
+  if (x.dtype == NpyArray::Dtype::kUint8 && stored != Dtype::kUint8) {
+    throw Error(inputs_path + ": uint8 inputs, and the model's dataset stores float32: give its values as float32");
+  }
   const uint64_t n = x.shape[0];
   std::vector<float> values(n * input_size);
   for (uint64_t i = 0; i < values.size(); ++i) {
     if (x.dtype == NpyArray::Dtype::kUint8) {
-      values[i] = static_cast<float>(x.bytes[i]) * (1.0f / 255.0f);
-    } else {
-      std::memcpy(&values[i], x.bytes.data() + i * sizeof(float), sizeof(float));
+      values[i] = static_cast<float>(x.bytes[i]) * input_scale(Dtype::kUint8);
+      continue;
+    }
+    float sent = 0;
+    std::memcpy(&sent, x.bytes.data() + i * sizeof(float), sizeof(float));
+    if (const std::string why = engine_value(stored, form, sent, &values[i]); !why.empty()) {
+      throw Error(inputs_path + ": example " + std::to_string(i / input_size) + ", value " +
+                  std::to_string(i % input_size) + ": " + why + " (here: --input-form scaled)");
     }
   }
   std::printf("PREDICTIONS %s\n", predictions_json(model, params->data(), values.data(), n).c_str());
@@ -227,7 +248,11 @@ int main(int argc, char** argv) {
   flags.add("predict", "", "",
             "Instead of training: run this model file on --inputs and print PREDICTIONS {json} (the answer\n"
             "      of POST /v1/models/{id}:predict).");
-  flags.add("inputs", "", "", "--predict: an .npy of examples, (n, *input_shape), float32 as the model sees them or uint8 (/ 255).");
+  flags.add("inputs", "", "",
+            "--predict: an .npy of examples, (n, *input_shape), as the model's dataset stores them: uint8, or\n"
+            "      float32 (for a uint8 dataset, raw values 0-255); the model scales them as training did.");
+  flags.add("input-form", "", "raw",
+            "--predict: raw (the default) or scaled (float32 values as the model sees them: pixel / 255).");
   flags.add("dataset", "", "", "--evaluate: the dataset (default: the one the model was trained on).");
   flags.add("split", "", "test", "--evaluate: test or train.");
   flags.add("log-level", "PSTRAIN_LOG_LEVEL", "info", "debug, info, warning or error.");

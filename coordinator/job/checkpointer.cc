@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/base/log.h"
+#include "common/data/model_inputs.h"
 #include "common/rpc/message_limits.h"
 #include "common/rpc/rpc_util.h"
 
@@ -22,6 +23,7 @@ Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
           {"epoch", std::to_string(version / per_epoch)},
           {"step", std::to_string(version)},
           {"final", final ? "true" : "false"}};
+  if (job_.train) m.emplace_back(std::string(kInputDtypeKey), std::string(dtype_name(job_.train->dtype)));
   if (job_.preprocessing) m.emplace_back("preprocessing", fitted_to_json(*job_.preprocessing));
   return m;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/data/model_inputs.h"
+
 namespace pstrain {
 
 const char* job_phase_name(JobPhase phase) {
@@ -113,6 +115,7 @@ Metadata JobContext::model_file_metadata(int64_t epoch, uint64_t step) const {
           {"spec", job_spec_to_json(spec)},
           {"dataset", spec.dataset.name},
           {"dataset_examples", std::to_string(train->size)},
+          {std::string(kInputDtypeKey), std::string(dtype_name(train->dtype))},
           {"epoch", std::to_string(epoch)},
           {"step", std::to_string(step)}};
   if (preprocessing) m.emplace_back("preprocessing", fitted_to_json(*preprocessing));

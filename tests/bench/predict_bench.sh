@@ -33,13 +33,13 @@ steps() { curl -sf "$url/v1/jobs/$long" | "$python" -c 'import json,sys; print(j
 until [ "$(steps)" -gt 40 ]; do sleep 0.5; done
 rate() { local a b; a=$(steps); sleep "$1"; b=$(steps); "$python" -c "print(round(($b - $a) * 128 / $1))"; }
 
-# Request bodies: real mnist10k test images, as the model sees them (pixel / 255).
+# Request bodies: real mnist10k test images as raw pixel values (0-255, the form :predict takes).
 source "$repo/deploy/data-dir.sh"
 "$python" - "$PSTRAIN_DATA_DIR" "$LOCAL_CLUSTER_DIR" <<'EOF'
 import gzip, json, sys, numpy as np
 data, out = sys.argv[1], sys.argv[2]
 x = np.frombuffer(gzip.open(f"{data}/mnist10k-test-images-idx3-ubyte.gz").read()[16:], np.uint8).reshape(-1, 28, 28, 1)
-x = (x.astype(np.float32) / 255).round(4)
+x = x.astype(np.int32)
 for n in (1, 256):
     body = json.dumps({"instances": x[:n].tolist()})
     lua = 'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = ' + json.dumps(body) + "\n"

@@ -44,7 +44,12 @@ std::vector<float> test_images(size_t n, std::vector<uint8_t>* raw) {
   return x;
 }
 
-std::string instances_json(const std::vector<float>& x, size_t n) {
+// The raw pixel values (the form `:predict` takes: common/data/model_inputs.h) as floats.
+std::vector<float> as_floats(const std::vector<uint8_t>& raw) { return {raw.begin(), raw.end()}; }
+
+// {"instances": [...]} of n 28x28x1 images, every value written exactly; `tail` is added to the
+// object (e.g. `, "input_form": "scaled"`).
+std::string instances_json(const std::vector<float>& x, size_t n, const std::string& tail = "") {
   std::string out = "{\"instances\": [";
   for (size_t i = 0; i < n; ++i) {
     out += i ? ",[" : "[";
@@ -59,7 +64,7 @@ std::string instances_json(const std::vector<float>& x, size_t n) {
     }
     out += "]";
   }
-  return out + "]}";
+  return out + "]" + tail + "}";
 }
 
 std::string base64(const uint8_t* data, size_t n) {
@@ -100,11 +105,12 @@ void check_model(testing::Cluster& cluster, const std::string& spec) {
   CHECK(total == 4998);
   CHECK(diagonal / total == num(e, "accuracy"));
 
-  // Predict 300 test images (nested arrays) and two more as raw bytes (b64).
+  // Predict 300 test images (nested arrays of raw pixel values) and two more as raw bytes (b64).
   constexpr size_t kN = 300;
   std::vector<uint8_t> raw;
-  const std::vector<float> x = test_images(kN, &raw);
-  const json::object predicted = json::parse(post(port, "/v1/models/" + id + ":predict", instances_json(x, kN), &r)).as_object();
+  const std::vector<float> x = test_images(kN, &raw);  // as the model sees them (pixel / 255)
+  const json::object predicted =
+      json::parse(post(port, "/v1/models/" + id + ":predict", instances_json(as_floats(raw), kN), &r)).as_object();
   REQUIRE(r.status == 200);
   const json::array predictions = arr(predicted, "predictions");
   REQUIRE(predictions.size() == kN);
@@ -118,6 +124,16 @@ void check_model(testing::Cluster& cluster, const std::string& spec) {
     REQUIRE(a.size() == b.size());
     for (size_t k = 0; k < a.size(); ++k) CHECK(a[k].to_number<double>() == doctest::Approx(b[k].to_number<double>()).epsilon(1e-5));
   }
+  // The old form (values as the model sees them) is refused, naming the instance and what to
+  // send; asked for by name, it gives the same answers (the same floats reach the model).
+  post(port, "/v1/models/" + id + ":predict", instances_json(x, 2), &r);
+  check_problem(r, 422, "invalid-instance", "/instances/0");
+  CHECK(str(object_of(r), "detail").find("\"input_form\": \"scaled\"") != std::string::npos);
+  const json::object scaled =
+      json::parse(post(port, "/v1/models/" + id + ":predict", instances_json(x, kN, R"(, "input_form": "scaled")"), &r))
+          .as_object();
+  REQUIRE(r.status == 200);
+  CHECK(json::serialize(scaled.at("predictions")) == json::serialize(predicted.at("predictions")));
 
   // NumPy's forward pass of the downloaded file.
   testing::TempDir dir;
@@ -131,6 +147,7 @@ void check_model(testing::Cluster& cluster, const std::string& spec) {
     const json::object meta = obj(header.at("__metadata__"));
     CHECK(str(meta, "format") == "pstrain");
     CHECK(str(meta, "dataset") == "mnist10k");
+    CHECK(str(meta, "input_dtype") == "uint8");
     CHECK(str(meta, "step") == std::to_string(static_cast<int64_t>(num(done, "total_steps"))));
     CHECK(job_spec_to_json(parse_accepted_job_spec(str(meta, "spec"))) ==
           job_spec_to_json(parse_accepted_job_spec(json::serialize(done.at("spec")))));
@@ -143,6 +160,11 @@ void check_model(testing::Cluster& cluster, const std::string& spec) {
     const std::vector<int32_t> labels(kN, 0);
     inputs.labels(labels.data(), kN);
     inputs.finish();
+    NpyFileWriter raw_inputs(dir.file("raw.npy"), dir.file("unused.npy"));
+    raw_inputs.begin({28, 28, 1}, Dtype::kUint8);
+    raw_inputs.examples(raw.data(), raw.size());
+    raw_inputs.labels(labels.data(), kN);
+    raw_inputs.finish();
   }
   const std::string command = "/usr/bin/python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/tests/integration/numpy_forward.py " +
                               dir.file("model.safetensors") + " " + dir.file("spec.json") + " " + dir.file("x.npy") + " " +
@@ -166,9 +188,11 @@ void check_model(testing::Cluster& cluster, const std::string& spec) {
     CHECK(num(offline, "loss") == doctest::Approx(num(e, "loss")).epsilon(1e-6));  // (float sums in another order)
     CHECK(json::serialize(offline.at("confusion_matrix")) == json::serialize(e.at("confusion_matrix")));
   }
-  {  // ... and predicts the same instances to the same answers.
+  // ... and predicts the same instances to the same answers: raw pixels (uint8), and the values
+  // as the model sees them (float32) asked for by name; without it those are refused.
+  for (const std::string inputs : {" --inputs " + dir.file("raw.npy"), " --inputs " + dir.file("x.npy") + " --input-form scaled"}) {
     const std::string trainer = testing::binary("worker/pstrain-train") + " --predict " + dir.file("model.safetensors") +
-                                " --inputs " + dir.file("x.npy") + " --threads 1 2>/dev/null";
+                                inputs + " --threads 1 2>/dev/null";
     FILE* out = ::popen(trainer.c_str(), "r");
     REQUIRE(out != nullptr);
     std::string text;
@@ -184,6 +208,18 @@ void check_model(testing::Cluster& cluster, const std::string& spec) {
       const json::array a = arr(obj(offline[i]), "probabilities"), b = arr(obj(predictions[i]), "probabilities");
       for (size_t k = 0; k < a.size(); ++k) CHECK(a[k].to_number<double>() == doctest::Approx(b[k].to_number<double>()).epsilon(1e-5));
     }
+  }
+  {
+    const std::string refused = testing::binary("worker/pstrain-train") + " --predict " + dir.file("model.safetensors") +
+                                " --inputs " + dir.file("x.npy") + " --threads 1 2>&1";
+    FILE* out = ::popen(refused.c_str(), "r");
+    REQUIRE(out != nullptr);
+    std::string text;
+    char buffer[4096];
+    while (size_t n = std::fread(buffer, 1, sizeof buffer, out)) text.append(buffer, n);
+    CHECK(::pclose(out) != 0);
+    CHECK_MESSAGE(text.find("not a raw pixel value") != std::string::npos, text);
+    CHECK_MESSAGE(text.find("--input-form scaled") != std::string::npos, text);
   }
   std::ifstream in(dir.file("p.npy"), std::ios::binary);
   const std::string bytes(std::istreambuf_iterator<char>(in), {});
@@ -253,6 +289,17 @@ TEST_CASE("models: bad requests get their status and name the instance at fault"
   expect(r, 422, "invalid-instance", "dimension 0 has 1 entries", "/instances/2");
   post(port, target, R"({"instances": [)" + flat + ",[" + flat.substr(1, flat.size() - 3) + "1e39]]}", &r);
   expect(r, 422, "invalid-instance", "not a finite float32", "/instances/1");
+  // Raw pixel values are integers 0-255; anything else names the value and the way to send it.
+  std::string half = flat;
+  half.replace(half.rfind(",0]"), 3, ",0.5]");
+  post(port, target, R"({"instances": [)" + flat + "," + half + "]}", &r);
+  expect(r, 422, "invalid-instance", "value 783: the value 0.5 is not a raw pixel value", "/instances/1");
+  post(port, target, R"({"instances": [)" + flat + "," + half.substr(0, half.size() - 4) + "256]]}", &r);
+  expect(r, 422, "invalid-instance", "value 783: the value 256 is not a raw pixel value", "/instances/1");
+  post(port, target, R"({"instances": [)" + half + R"(], "input_form": "scaled"})", &r);
+  CHECK(r.status == 200);
+  post(port, target, R"({"instances": [)" + flat + R"(], "input_form": "pixels"})", &r);
+  expect(r, 422, "invalid-instances", "/input_form must be", "/input_form");
   post(port, target, R"({"instances": [{"b64": "AAAA"}]})", &r);
   expect(r, 422, "invalid-instance", "holds 3 bytes", "/instances/0");
   post(port, target, R"({"instances": [{"b64": "not base64!"}]})", &r);
@@ -327,7 +374,8 @@ TEST_CASE("models: uploaded files (ours and NumPy's) predict, evaluate and start
   std::ofstream(dir.file("ours.safetensors"), std::ios::binary) << file.body;
   std::ofstream(dir.file("model.json")) << json::serialize(obj(done.at("spec")).at("model"));
   std::vector<uint8_t> raw;
-  const std::string instances = instances_json(test_images(50, &raw), 50);
+  const std::vector<float> seen = test_images(50, &raw);
+  const std::string instances = instances_json(as_floats(raw), 50);
   const std::string expected = predictions_of(port, trained, instances);
   auto refused = [](const Reply& reply, unsigned status, const std::string& needle, const std::string& field = "") {
     check_problem(reply, status, needle, field);
@@ -356,13 +404,27 @@ TEST_CASE("models: uploaded files (ours and NumPy's) predict, evaluate and start
 
   // NumPy's file: float64, other tensor order, the architecture as metadata "model".
   const std::string script = "/usr/bin/python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/tests/integration/rewrite_safetensors.py ";
-  const std::string with_model = script + dir.file("ours.safetensors") + " " + dir.file("f64.safetensors") + " F64 --model " + dir.file("model.json");
+  const std::string with_model = script + dir.file("ours.safetensors") + " " + dir.file("f64.safetensors") +
+                                 " F64 --model " + dir.file("model.json") + " --input-dtype uint8";
   REQUIRE_MESSAGE(std::system(with_model.c_str()) == 0, with_model);
   r = upload(port, read_file(dir.file("f64.safetensors")));
   REQUIRE(r.status == 201);
   const std::string f64_id = str(object_of(r), "id");
   CHECK(str(obj(arr(object_of(r), "tensors")[0]), "dtype") == "F64");
   CHECK(predictions_of(port, f64_id, instances) == expected);  // float32 values through float64: exact
+  std::string unsaid_id;
+  {  // Without "input_dtype" nothing says how its dataset stored inputs: numbers as the model sees them.
+    const std::string unsaid = script + dir.file("ours.safetensors") + " " + dir.file("unsaid.safetensors") +
+                               " F32 --model " + dir.file("model.json");
+    REQUIRE_MESSAGE(std::system(unsaid.c_str()) == 0, unsaid);
+    r = upload(port, read_file(dir.file("unsaid.safetensors")));
+    REQUIRE(r.status == 201);
+    unsaid_id = str(object_of(r), "id");
+    CHECK(predictions_of(port, unsaid_id, instances_json(seen, 50)) == expected);
+    post(port, "/v1/models/" + unsaid_id + ":predict",
+         R"({"instances": [{"b64": ")" + base64(raw.data(), 784) + R"("}]})", &r);
+    refused(r, 422, "stores float32", "/instances/0");
+  }
 
   // NumPy's file without an architecture: jobs can start from it, it cannot predict alone.
   const std::string bare = script + dir.file("ours.safetensors") + " " + dir.file("bare.safetensors") + " F32";
@@ -391,7 +453,7 @@ TEST_CASE("models: uploaded files (ours and NumPy's) predict, evaluate and start
   const json::array models = arr(object_of(get(port, "/v1/models")), "models");
   std::vector<std::string> ids;
   for (const auto& m : models) ids.push_back(str(obj(m), "id"));
-  CHECK(ids == std::vector<std::string>{trained, tuned, ours_id, f64_id, bare_id});
+  CHECK(ids == std::vector<std::string>{trained, tuned, ours_id, f64_id, unsaid_id, bare_id});
 
   // Bad uploads and uses, each with its status, naming the tensor or field.
   refused(upload(port, "not a model at all"), 422, "not a safetensors file");
@@ -431,6 +493,6 @@ TEST_CASE("models: uploaded files (ours and NumPy's) predict, evaluate and start
   CHECK(predictions_of(port, f64_id, instances) == expected);
   r = upload(port, file.body);
   REQUIRE(r.status == 201);
-  CHECK(str(object_of(r), "id") == "model-4");
+  CHECK(str(object_of(r), "id") == "model-5");
   CHECK(get(port, "/healthz").status == 200);
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """Writes a safetensors file with NumPy alone, as a user outside pstrain would (tests of uploads).
 
-Usage: rewrite_safetensors.py IN.safetensors OUT.safetensors DTYPE [--model FILE] [--nan NAME]
+Usage: rewrite_safetensors.py IN.safetensors OUT.safetensors DTYPE [--model FILE] [--input-dtype T] [--nan NAME]
   IN      a float32 safetensors file (a pstrain model download)
   OUT     written: the same tensors (optimizer.* dropped) converted to DTYPE (F64, F32 or F16), in
           reverse name order, with no metadata unless --model is given
   --model FILE   __metadata__ {"model": <the JSON text of FILE>} (a pstrain model spec)
+  --input-dtype T  __metadata__ "input_dtype": T too (how the model's dataset stores inputs)
   --nan NAME     tensor NAME gets a NaN as its first value
 """
 import json
@@ -35,6 +36,8 @@ def main():
     out_header, data, offset = {}, b"", 0
     if "--model" in options:
         out_header["__metadata__"] = {"model": open(options["--model"]).read()}
+    if "--input-dtype" in options:
+        out_header.setdefault("__metadata__", {})["input_dtype"] = options["--input-dtype"]
     for name in sorted(tensors, reverse=True):
         raw = tensors[name].tobytes()
         out_header[name] = {"dtype": dtype, "shape": list(tensors[name].shape),

@@ -8,6 +8,7 @@ compare.mjs, and prints the names.
 
 Usage: /usr/bin/python3 rest_onnx.py URL FIXTURE_DIR OUT_DIR   (PSTRAIN_TOKEN: a token)"""
 import base64
+import io
 import json
 import os
 import sys
@@ -107,6 +108,31 @@ rng = np.random.default_rng(5)
 pixels = rng.integers(0, 256, size=(1000, 784), dtype=np.uint8)
 expected = predict(job, [{"b64": base64.b64encode(row.tobytes()).decode()} for row in pixels])
 write("mnist-mlp-trained.rest", onnx_bytes, pixels.astype(np.float32), expected, [28, 28, 1])
+# One input convention (docs/REST.md): the same raw pixels as JSON numbers are the same inputs as
+# the bytes, so the same probabilities to the bit; ONNX Runtime gets these arrays (compare.mjs).
+assert np.array_equal(predict(job, [[int(v) for v in row] for row in pixels]), expected)
+# The old form (pixel / 255) is refused, naming the instance and what to send; by name it is taken.
+old_form = json.dumps({"instances": [(pixels[0] / 255.0).tolist()]}).encode()
+code, problem = status_of("POST", f"/v1/models/{job}:predict", old_form)
+assert code == 422 and problem.get("field") == "/instances/0" and '"input_form": "scaled"' in problem["detail"], problem
+scaled = json.loads(call("POST", f"/v1/models/{job}:predict",
+                         json.dumps({"instances": [(pixels[0] / 255.0).tolist()], "input_form": "scaled"}).encode()))
+assert np.allclose(scaled["predictions"][0]["probabilities"], expected[0], rtol=1e-5, atol=1e-7)
+# Evaluate's path: the same raw images as a dataset (stored as uint8, as an upload keeps them),
+# labelled 0-9 in turn; its loss is the mean of -ln p(label) over :predict's probabilities, its
+# accuracy how often :predict's class is the label.
+few = pixels[:64].reshape(-1, 28, 28, 1)
+labels = np.arange(64, dtype=np.int64) % 10
+buffer = io.BytesIO()
+np.savez(buffer, x=few, y=labels)
+for split in ("train", "test"):
+    call("PUT", f"/v1/datasets/raw-pixels/{split}", buffer.getvalue(), "application/x-npz")
+evaluation = json.loads(call("POST", f"/v1/models/{job}:evaluate", json.dumps({"dataset": "raw-pixels"}).encode()))
+want_loss = float(np.mean(-np.log(expected[np.arange(64), labels].astype(np.float64))))
+want_accuracy = float(np.mean(expected[:64].argmax(axis=1) == labels))
+assert evaluation["examples"] == 64 and abs(evaluation["accuracy"] - want_accuracy) < 1e-12, (evaluation, want_accuracy)
+assert abs(evaluation["loss"] - want_loss) <= 1e-5 * max(1.0, want_loss), (evaluation["loss"], want_loss)
+print("one input convention: b64 == numbers, old form refused, evaluate's loss", evaluation["loss"], "==", want_loss, file=sys.stderr)
 # A table model (default preprocessing: standardized numbers with missing values, a boolean, a
 # category one-hot with "other"), and one whose category goes as ids through a slice into an
 # embedding: the raw columns fed by name, missing and unseen values included.

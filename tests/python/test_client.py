@@ -148,8 +148,16 @@ class ClientTest(unittest.TestCase):
         want += rest("POST", f"/v1/models/{job.id}:predict",
                      {"instances": [{"b64": base64.b64encode(i.tobytes()).decode()} for i in images[1024:]]})["predictions"]
         self.assertEqual(got, want)
+        # One input convention: the same raw pixels as numbers give the same answer as the bytes.
+        self.assertEqual(model.predict(images[:50].astype(np.float32)), model.predict(images[:50]))
+        # The old form (pixel / 255) is refused, naming the instance and what to send ...
         floats = (images[:10] / 255.0).astype(np.float32)
-        self.assertEqual(model.predict_classes(floats), [p["class"] for p in want[:10]])
+        with self.assertRaises(pstrain.ApiError) as e:
+            model.predict(floats)
+        self.assertEqual((e.exception.status, e.exception.field), (422, "/instances/0"))
+        self.assertIn('"input_form": "scaled"', e.exception.detail)
+        # ... and taken when asked for by name.
+        self.assertEqual(model.predict_classes(floats, scaled=True), [p["class"] for p in want[:10]])
         self.assertEqual(model.predict_proba(images[:3]).shape, (3, 10))
         ev = model.evaluate()
         self.assertAlmostEqual(ev["accuracy"], final["test_accuracy"], places=12)

@@ -34,22 +34,30 @@ class Model:
     def info(self):
         return self._client._t.call("GET", f"/v1/models/{quote(self.id)}")
 
-    def predict(self, x, batch_size=BATCH):
+    def predict(self, x, batch_size=BATCH, scaled=False):
         """The service's predictions for x (a NumPy array of examples, a list of examples, a list
         of records or a DataFrame for a table model), as :predict answers them: a list of
-        {"class", "probabilities"} (or {"values"} / {"value"} for regression), in order."""
+        {"class", "probabilities"} (or {"values"} / {"value"} for regression), in order.
+
+        Examples go as their dataset stores them (the service's one input convention): for a
+        uint8 image dataset the raw pixel values 0-255 (a uint8 array is sent as raw bytes, any
+        other array as numbers); the model scales them itself. Values already scaled as the model
+        sees them (pixel / 255) need scaled=True; sent without it they are refused (ApiError 422
+        naming the instance)."""
         instances = _instances(x)
         out = []
         for start in range(0, len(instances), batch_size):
-            answer = self._client._t.call("POST", f"/v1/models/{quote(self.id)}:predict",
-                                          {"instances": instances[start:start + batch_size]}, idempotent=True)
+            body = {"instances": instances[start:start + batch_size]}
+            if scaled:
+                body["input_form"] = "scaled"
+            answer = self._client._t.call("POST", f"/v1/models/{quote(self.id)}:predict", body, idempotent=True)
             out.extend(answer["predictions"])
         return out
 
-    def predict_proba(self, x, batch_size=BATCH):
+    def predict_proba(self, x, batch_size=BATCH, scaled=False):
         """Class probabilities: a NumPy array (n, classes) when NumPy is installed, else lists."""
         rows = []
-        for p in self.predict(x, batch_size):
+        for p in self.predict(x, batch_size, scaled):
             probs = p["probabilities"]
             rows.append(list(probs.values()) if isinstance(probs, dict) else probs)
         try:
@@ -58,8 +66,8 @@ class Model:
         except ImportError:
             return rows
 
-    def predict_classes(self, x, batch_size=BATCH):
-        return [p["class"] for p in self.predict(x, batch_size)]
+    def predict_classes(self, x, batch_size=BATCH, scaled=False):
+        return [p["class"] for p in self.predict(x, batch_size, scaled)]
 
     def evaluate(self, dataset=None, split="test"):
         """Loss, accuracy (or MAE, RMSE, R^2), per-class accuracy and the confusion matrix on a
