@@ -13,6 +13,7 @@
 #include "cli/follow_view.h"
 #include "cli/cli_support.h"
 #include "cli/http_client.h"
+#include "cli/predict_command.h"
 #include "cli/study_commands.h"
 
 namespace pstrain::cli {
@@ -34,6 +35,7 @@ const char* const kUsage =
     "  cancel ID                     cancel a job (POST /v1/jobs/{id}/cancel)\n"
     "  download ID [-o FILE]         the trained model (safetensors) to FILE (default ID.safetensors)\n"
     "  export ID [--step S] [-o FILE]  the model (or checkpoint S) as ONNX to FILE (default ID.onnx)\n"
+    "  predict ID FILE [--scaled]    a model's predictions for FILE's examples (.npy or .json)\n"
     "  cluster                       the registered nodes\n"
     "  study SUB-COMMAND             hyperparameter studies: submit, list, status, follow, cancel\n"
     "\n"
@@ -83,6 +85,16 @@ const std::map<std::string, std::string> kCommandHelp = {
      "(GET /v1/models/{id}/file?format=onnx) to FILE (default ID.onnx, or ID-step-STEP.onnx); --step: the\n"
      "job's checkpoint at STEP (a number or 'latest': GET /v1/jobs/{id}/checkpoints/{step}?format=onnx).\n"
      "A model that cannot be exported exits 1 with the API's reason, naming the layer or field.\n"},
+    {"predict",
+     "Usage: pstrain predict ID FILE [--scaled]\n"
+     "The model ID's predictions (POST /v1/models/{id}:predict, 1,024 instances per request) for the\n"
+     "examples in FILE, as their dataset stores them (docs/REST.md, one input convention): an .npy of\n"
+     "shape (n, ...), uint8 sent as raw bytes and float32/float64/int32/int64 as numbers (an image\n"
+     "model's raw pixel values 0-255); or a .json array of instances (or {\"instances\": [...]}: table\n"
+     "records by field name, nested arrays) sent as they are; '-' reads that JSON from standard input.\n"
+     "--scaled: the values are already scaled as the model sees them (pixel / 255).\n"
+     "Prints INSTANCE, CLASS and PROBABILITY (a regression model: VALUE) per example; --json: the\n"
+     "API's {\"predictions\": [...]}. A refused instance exits 1 with the API's detail, naming its index.\n"},
     {"study", kStudyHelp},
     {"cluster", "Usage: pstrain cluster\nThe registered nodes (GET /v1/cluster): id, role, name, address, alive, job, last heartbeat.\n"},
 };
@@ -93,7 +105,7 @@ struct Invocation {
   std::string url, token, cacert, command;
   bool insecure = false, tls_option = false;  // tls_option: --cacert or --insecure on the command line
   std::vector<std::string> positional;
-  bool json = false, help = false, follow = false;
+  bool json = false, help = false, follow = false, scaled = false;
   std::optional<std::string> output, step;
   double timeout_s = 30;
 };
@@ -130,6 +142,8 @@ Invocation parse(const std::vector<std::string>& args, const Environment& env) {
       inv.follow = true;
     } else if (name == "-o" || name == "--output") {
       inv.output = value(i, "-o");
+    } else if (name == "--scaled") {
+      inv.scaled = true;
     } else if (name == "--step") {
       inv.step = value(i, "--step");
     } else if (name == "--timeout") {
@@ -173,6 +187,10 @@ class Commands {
     if (c == "cancel") return cancel();
     if (c == "download") return download();
     if (c == "export") return export_onnx();
+    if (c == "predict") {
+      expect_arguments(inv_, 2, "a model id and a file of examples");
+      return run_predict({inv_.positional[0], inv_.positional[1], inv_.json, inv_.scaled}, client_, out_, err_);
+    }
     if (c == "cluster") return cluster();
     if (c == "study") return run_study({inv_.positional, inv_.json, inv_.follow}, client_, out_, err_);
     throw UsageError("unknown command '" + c + "'");
@@ -416,6 +434,7 @@ int run_cli(const std::vector<std::string>& args, const Environment& env, std::o
       throw UsageError("-o goes with 'download' and 'export'");
     }
     if (inv.step && inv.command != "export") throw UsageError("--step goes with 'export'");
+    if (inv.scaled && inv.command != "predict") throw UsageError("--scaled goes with 'predict'");
     std::string why;
     auto url = parse_base_url(inv.url, &why);
     if (!url) throw UsageError(why);

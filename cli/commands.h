@@ -1,6 +1,6 @@
 // The `pstrain` command line: parses the arguments and runs one command against the REST API.
 //   pstrain [--url URL] [--token TOKEN] [--cacert FILE] [--json] COMMAND [ARGS]
-// Commands: submit, list, status, follow, cancel, download, cluster (`pstrain --help`, `pstrain
+// Commands: submit, list, status, follow, cancel, download, export, predict, study, cluster (`pstrain --help`, `pstrain
 // COMMAND --help`). Returns the process's exit code (follow.h's ExitCode). Blocking; one thread.
 #pragma once
 

@@ -86,6 +86,16 @@ std::string file_text(const std::string& path) {
   return s.str();
 }
 
+// An .npy file of `n` examples of shape 28x28x1: `descr` "|u1" or "<f4", `data` its raw bytes.
+void write_npy(const std::string& path, const std::string& descr, size_t n, const void* data, size_t bytes) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(n) + ", 28, 28, 1), }";
+  header += std::string(63 - (10 + header.size()) % 64, ' ') + "\n";
+  const auto size = static_cast<uint16_t>(header.size());
+  std::ofstream out(path, std::ios::binary);
+  out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(size & 0xff) << static_cast<char>(size >> 8) << header;
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
 const std::regex kEpochLine(
     R"(\nEpoch ([0-9]+)/([0-9]+) - [0-9.]+s - loss: [0-9.]+ - accuracy: [0-9.]+ - test_loss: [0-9.]+ - test_accuracy: [0-9.]+ - [0-9,]+ samples/s(?=\n))");
 
@@ -174,6 +184,41 @@ TEST_CASE("pstrain: submit --follow, status, list, cluster, download and --json 
   const size_t step_bytes = file_text(dir.path() + "/step.onnx").size();
   CHECK(step_bytes > rest_onnx.body.size());
   CHECK(step_bytes < rest_onnx.body.size() + 64);
+
+  // predict: the REST API's answer for the same raw pixels, sent as bytes (a uint8 .npy) or as
+  // numbers (a float32 .npy of the values 0-255); scaled values only with --scaled.
+  {
+    constexpr size_t kN = 3;
+    std::vector<uint8_t> pixels(kN * 784);
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>((i * 37 + i / 784) % 256);
+    std::vector<float> raw(pixels.begin(), pixels.end()), scaled(pixels.size());
+    for (size_t i = 0; i < pixels.size(); ++i) scaled[i] = static_cast<float>(pixels[i]) / 255.0f;
+    write_npy(dir.path() + "/u8.npy", "|u1", kN, pixels.data(), pixels.size());
+    write_npy(dir.path() + "/raw.npy", "<f4", kN, raw.data(), raw.size() * 4);
+    write_npy(dir.path() + "/scaled.npy", "<f4", kN, scaled.data(), scaled.size() * 4);
+    json::array numbers;
+    for (size_t n = 0; n < kN; ++n) numbers.push_back(json::array(pixels.begin() + static_cast<ptrdiff_t>(n * 784),
+                                                                  pixels.begin() + static_cast<ptrdiff_t>((n + 1) * 784)));
+    const auto rest = testing::http_test::post_json(cluster.http_port(), "/v1/models/" + id + ":predict",
+                                                    json::serialize(json::object{{"instances", numbers}}));
+    REQUIRE(rest.status == 200);
+    const std::string want = json::serialize(json::parse(rest.body).at("predictions"));
+    for (const std::string file : {"u8.npy", "raw.npy"}) {
+      const Run p = run_pstrain(group, url, {"predict", id, dir.path() + "/" + file, "--json"});
+      CHECK(p.code == 0);
+      boost::system::error_code ec;
+      const json::value v = json::parse(p.output, ec);
+      REQUIRE_MESSAGE(!ec, p.output);
+      CHECK(json::serialize(v.at("predictions")) == want);
+    }
+    const Run refused = run_pstrain(group, url, {"predict", id, dir.path() + "/scaled.npy"});
+    CHECK(refused.code == 1);
+    CHECK(refused.output.find("/instances/0: value 1: the value 0.145098") != std::string::npos);
+    CHECK(refused.output.find("\"input_form\": \"scaled\"") != std::string::npos);
+    const Run table = run_pstrain(group, url, {"predict", id, dir.path() + "/scaled.npy", "--scaled"});
+    CHECK(table.code == 0);
+    CHECK(std::regex_search(table.output, std::regex("INSTANCE +CLASS +PROBABILITY\n0 +[0-9] +0\\.[0-9]{4}\n1 +[0-9] ")));
+  }
 
   // --json: each command prints one parsable document, the API's own.
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
