@@ -160,7 +160,9 @@ int run_predict(const PredictInvocation& inv, HttpClient& client, std::ostream& 
     const auto v = r.status == 200 ? parse_json(r.body) : std::nullopt;
     if (!v || !v->is_object() || !v->as_object().contains("predictions")) {
       if (inv.json && !r.body.empty()) out << r.body << "\n";
-      err << "pstrain: " << whole_file_detail(problem_message(r), first) << "\n";
+      const std::string detail = whole_file_detail(problem_message(r), first);
+      err << "pstrain: " << detail << (detail.find("input_form") != std::string::npos ? " (pstrain predict --scaled)" : "")
+          << "\n";
       return kExitFailed;
     }
     for (const auto& p : v->as_object().at("predictions").as_array()) predictions.push_back(p);
