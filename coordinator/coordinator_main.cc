@@ -23,7 +23,7 @@
 #include "coordinator/http/web_ui.h"
 #include "coordinator/job/job_options.h"
 #include "coordinator/kj_commands.h"
-#include "coordinator/model_service.h"
+#include "coordinator/models/model_service.h"
 #include "coordinator/openapi_document.h"
 
 namespace {

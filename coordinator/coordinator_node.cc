@@ -7,7 +7,7 @@
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
 #include "common/base/log.h"
-#include "coordinator/job_json.h"
+#include "coordinator/store/job_json.h"
 
 namespace pstrain {
 namespace {

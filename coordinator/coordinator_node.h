@@ -22,13 +22,13 @@
 
 #include "common/storage/kv_store.h"
 #include "common/rpc/rpc_util.h"
-#include "coordinator/cluster.h"
+#include "coordinator/cluster/cluster.h"
 #include "coordinator/coordinator_service.h"
-#include "coordinator/data_service.h"
-#include "coordinator/dataset_catalog.h"
+#include "coordinator/datasets/data_service.h"
+#include "coordinator/datasets/dataset_catalog.h"
 #include "coordinator/job/job_options.h"
-#include "coordinator/job_manager.h"
-#include "coordinator/job_store.h"
+#include "coordinator/job/job_manager.h"
+#include "coordinator/store/job_store.h"
 #include "coordinator/study/study_manager.h"
 #include "coordinator/study/study_store.h"
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/rpc/proto/pstrain.capnp.h"
-#include "coordinator/cluster.h"
-#include "coordinator/job_manager.h"
+#include "coordinator/cluster/cluster.h"
+#include "coordinator/job/job_manager.h"
 
 namespace pstrain {
 

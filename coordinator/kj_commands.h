@@ -12,7 +12,7 @@
 #include <functional>
 
 #include "coordinator/http/rest_api.h"
-#include "coordinator/job_manager.h"
+#include "coordinator/job/job_manager.h"
 #include "coordinator/study/study_manager.h"
 
 namespace pstrain {

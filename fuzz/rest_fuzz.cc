@@ -23,8 +23,8 @@
 #include "common/base/json_parse.h"
 #include "common/data/job_spec.h"
 #include "coordinator/http/rest_api.h"
-#include "coordinator/job_json.h"
-#include "coordinator/job_store.h"
+#include "coordinator/store/job_json.h"
+#include "coordinator/store/job_store.h"
 
 namespace http = boost::beast::http;
 

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "coordinator/dataset_catalog.h"
+#include "coordinator/datasets/dataset_catalog.h"
 #include "coordinator/http/web_ui.h"
-#include "coordinator/model_service.h"
+#include "coordinator/models/model_service.h"
 
 namespace pstrain {
 namespace {

@@ -90,7 +90,7 @@ void HeartbeatThread::run() {
       auto response = reply.wait(ws);
       ++answered_;
       last_answer_ns_ = steady_ns();
-      if (!response.getKnown() && registration == registration_.load()) forgotten_ = true;
+      if (!response.getKnown()) forgotten_ = registration;  // take_forgotten() drops it if stale
     } catch (const kj::Exception& e) {
       // No coordinator, or no answer in time: connect again at the next beat. The node's link
       // finds out on its own connection whether it must register again.

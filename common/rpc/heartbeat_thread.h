@@ -35,8 +35,13 @@ class HeartbeatThread {
   // The node to beat for, every interval_ms; a reply later than reply_deadline_ms (the
   // coordinator's dead-after) drops the connection and the next beat connects again.
   void set_node(uint32_t node_id, uint32_t interval_ms, uint32_t reply_deadline_ms);
-  // True once since the coordinator last answered that it does not know the node.
-  bool take_forgotten() { return forgotten_.exchange(false); }
+  // True once since the coordinator last answered that it does not know the node as registered
+  // now: an answer about an earlier registration (a heartbeat with the old id, sent to a restarted
+  // coordinator while the link registered again) is stale and never counts, whenever it lands.
+  bool take_forgotten() {
+    const uint64_t about = forgotten_.exchange(0);
+    return about != 0 && about == registration_.load();
+  }
   // Milliseconds since the coordinator last answered a heartbeat (or since set_node): over the
   // reply deadline, the coordinator is unreachable or silent, and the link connects again.
   int64_t silent_ms() const;
@@ -51,7 +56,8 @@ class HeartbeatThread {
   const std::atomic<uint64_t>& progress_;
   std::atomic<uint32_t> node_id_{0}, interval_ms_{1000}, reply_deadline_ms_{10000};
   std::atomic<uint64_t> registration_{0};  // set_node calls: a "not known" answer to an older one is stale
-  std::atomic<bool> forgotten_{false}, stopping_{false};
+  std::atomic<uint64_t> forgotten_{0};     // the registration a "not known" answer was about (0: none)
+  std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> answered_{0};
   std::atomic<int64_t> last_answer_ns_{0};  // steady clock
   std::thread thread_;

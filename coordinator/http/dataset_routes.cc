@@ -9,10 +9,10 @@
 
 #include "common/base/json_parse.h"
 #include "common/base/json_text.h"
-#include "coordinator/dataset_catalog.h"
+#include "coordinator/datasets/dataset_catalog.h"
 #include "coordinator/http/responses.h"
 #include "coordinator/http/rest_api.h"
-#include "coordinator/job_json.h"
+#include "coordinator/store/job_json.h"
 
 namespace pstrain {
 namespace {

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/event_stream.h"
-#include "coordinator/stored_file.h"
+#include "coordinator/base/event_stream.h"
+#include "coordinator/base/stored_file.h"
 
 namespace pstrain {
 

@@ -7,9 +7,9 @@
 #include "common/base/error.h"
 #include "coordinator/http/responses.h"
 #include "coordinator/http/rest_api.h"
-#include "coordinator/init_from_check.h"
-#include "coordinator/dataset_catalog.h"
-#include "coordinator/job_json.h"
+#include "coordinator/models/init_from_check.h"
+#include "coordinator/datasets/dataset_catalog.h"
+#include "coordinator/store/job_json.h"
 
 namespace pstrain {
 

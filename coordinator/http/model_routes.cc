@@ -6,11 +6,11 @@
 #include <algorithm>
 
 #include "common/base/json_parse.h"
-#include "coordinator/dataset_catalog.h"
+#include "coordinator/datasets/dataset_catalog.h"
 #include "coordinator/http/responses.h"
 #include "coordinator/http/rest_api.h"
-#include "coordinator/job_json.h"
-#include "coordinator/model_service.h"
+#include "coordinator/store/job_json.h"
+#include "coordinator/models/model_service.h"
 
 namespace pstrain {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "coordinator/http/http_types.h"
-#include "coordinator/service_error.h"
+#include "coordinator/base/service_error.h"
 
 namespace pstrain {
 

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "common/data/job_spec.h"
-#include "coordinator/event_stream.h"
+#include "coordinator/base/event_stream.h"
 #include "coordinator/http/access_control.h"
 #include "coordinator/http/http_types.h"
 #include "coordinator/http/router.h"
-#include "coordinator/job_store.h"
-#include "coordinator/stored_file.h"
+#include "coordinator/store/job_store.h"
+#include "coordinator/base/stored_file.h"
 #include "coordinator/study/study_store.h"
 
 namespace pstrain {

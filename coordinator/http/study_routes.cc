@@ -5,7 +5,7 @@
 
 #include "common/base/error.h"
 #include "common/base/json_parse.h"
-#include "coordinator/dataset_catalog.h"
+#include "coordinator/datasets/dataset_catalog.h"
 #include "coordinator/http/responses.h"
 #include "coordinator/http/rest_api.h"
 #include "coordinator/study/study_json.h"

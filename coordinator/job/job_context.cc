@@ -56,11 +56,19 @@ JobContext::JobContext(std::string id_, JobSpec spec_, Cluster& cluster_, DataSe
       servers(id, io_, options),
       progress(id, static_cast<uint32_t>(spec.training.epochs), store_) {}
 
-void JobContext::resolve_class_weights() {
-  if (spec.training.class_weight.kind == ClassWeightSpec::Kind::kNone) return;
-  std::vector<float> weights = pstrain::resolve_class_weights(spec.training.class_weight, spec.loss, *train);
-  spec.training.class_weight = ClassWeightSpec{ClassWeightSpec::Kind::kList, {}, weights};
-  spec.loss.class_weights = std::move(weights);
+DataRecipe JobContext::data_recipe() const {
+  return {spec.dataset.name, spec.training.validation_fraction, spec.dataset.shuffle_seed,
+          spec.training.class_weight, spec.loss, spec.preprocessing};
+}
+
+void JobContext::take_data(const JobData& data) {
+  train = data.train;
+  validation = data.validation;
+  test = data.test;
+  preprocessing = data.preprocessing;
+  if (!data.class_weights) return;
+  spec.training.class_weight = ClassWeightSpec{ClassWeightSpec::Kind::kList, {}, *data.class_weights};
+  spec.loss.class_weights = *data.class_weights;
   spec_json = job_spec_to_json(spec);
 }
 

@@ -21,15 +21,15 @@
 #include "common/data/job_spec.h"
 #include "common/engine/param_layout.h"
 #include "common/engine/safetensors.h"
-#include "coordinator/cluster.h"
-#include "coordinator/data_service.h"
+#include "coordinator/cluster/cluster.h"
+#include "coordinator/datasets/data_service.h"
 #include "coordinator/job/backup_ledger.h"
 #include "coordinator/job/job_options.h"
 #include "coordinator/job/job_progress.h"
 #include "coordinator/job/server_group.h"
-#include "coordinator/job_state.h"
-#include "coordinator/job_store.h"
-#include "coordinator/worker_position.h"
+#include "coordinator/store/job_state.h"
+#include "coordinator/store/job_store.h"
+#include "coordinator/store/worker_position.h"
 
 namespace pstrain {
 
@@ -96,15 +96,16 @@ struct JobContext {
   // The metadata of the job's model file: self-describing (the spec, where it stopped, which files
   // it was trained on), so the file can be used without the job (DESIGN-NOTES "Models").
   Metadata model_file_metadata(int64_t epoch, uint64_t step) const;
-  // training.class_weight resolved against the examples the job trains on (`train`, before a
-  // table's preprocessing: its class names), in spec and spec_json (class_weight.h). Throws
-  // SpecError for a class the data does not have.
-  void resolve_class_weights();
+  // What the job's data is made of, from its spec (DataService::prepare()).
+  DataRecipe data_recipe() const;
+  // Takes the prepared data: the splits, a table's preprocessing, and the class weights resolved
+  // on the training examples, written into spec and spec_json as a list (class_weight.h).
+  void take_data(const JobData& data);
 
   // Inputs.
   const std::string id;
   // The spec as submitted, and its canonical text (what servers, workers and the job's files
-  // receive). Changed once, by resolve_class_weights() when the data has loaded; never after.
+  // receive). Changed once, by take_data() when the data is ready (class weights); never after.
   JobSpec spec;
   std::string spec_json;
   const ParamLayout layout;

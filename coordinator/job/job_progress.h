@@ -18,7 +18,7 @@
 
 #include "common/engine/nn/loss.h"
 
-#include "coordinator/job_store.h"
+#include "coordinator/store/job_store.h"
 
 namespace pstrain {
 

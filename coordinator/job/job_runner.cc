@@ -108,45 +108,11 @@ bool JobRunner::try_start(const std::set<std::string>& awaited) {
 kj::Promise<void> JobRunner::start(std::vector<ServerMember> members) {
   job_.servers.assign(std::move(members));
   job_.store.update(job_.id, [&](JobRecord& r) { r.server_names = job_.servers.names(); });
-  // The dataset loads off the event loop (once per coordinator, shared by the jobs that use it).
-  auto train = job_.data.load(job_.spec.dataset.name, SplitKind::kTrain);
-  auto test = job_.data.load(job_.spec.dataset.name, SplitKind::kTest);
-  return train
-      .then([this](std::shared_ptr<const Split> train) -> kj::Promise<void> {
-        const double fraction = job_.spec.training.validation_fraction;
-        if (fraction <= 0) {
-          job_.train = std::move(train);
-          return kj::READY_NOW;
-        }
-        // The validation hold-out: the job trains on the rest (its plan, epochs and ledger too).
-        return job_.data.hold_out(std::move(train), fraction, job_.spec.dataset.shuffle_seed)
-            .then([this](std::shared_ptr<const HeldOut> held) {
-              job_.train = std::shared_ptr<const Split>(held, &held->train);
-              job_.validation = std::shared_ptr<const Split>(held, &held->validation);
-            });
-      })
-      .then([test = kj::mv(test)]() mutable { return kj::mv(test); })
-      .then([this](std::shared_ptr<const Split> test) -> kj::Promise<void> {
-        try {
-          job_.resolve_class_weights();  // on the training examples, before a table's preprocessing
-        } catch (const SpecError& e) {
-          kj::throwFatalException(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
-                                                kj::str("dataset '", job_.train->dataset, "' as loaded: ", e.what())));
-        }
-        if (!job_.train->table) {
-          job_.test = std::move(test);
-          return kj::READY_NOW;
-        }
-        // A table: the job trains on its preprocessed features, fitted on its training part.
-        return job_.data.prepare_table(job_.spec.preprocessing, job_.train, job_.validation, std::move(test))
-            .then([this](std::shared_ptr<const PreparedTable> prepared) {
-              job_.preprocessing = prepared->fitted;
-              job_.train = std::shared_ptr<const Split>(prepared, prepared->train.get());
-              job_.test = std::shared_ptr<const Split>(prepared, prepared->test.get());
-              if (prepared->validation) job_.validation = std::shared_ptr<const Split>(prepared, prepared->validation.get());
-            });
-      })
-      .then([this]() -> kj::Promise<void> {
+  // The data service prepares the job's data off the event loop (splits loaded once per
+  // coordinator and shared; the hold-out, class weights and a table's preprocessing per job).
+  return job_.data.prepare(job_.data_recipe())
+      .then([this](std::shared_ptr<const JobData> data) -> kj::Promise<void> {
+        job_.take_data(*data);
         // Cancelled (or failed) while the data loaded: its nodes are free again, leave them be.
         if (job_.phase != Phase::kConfiguring) return kj::READY_NOW;
         // The spec was checked against the dataset table at submit; the files may still disagree.

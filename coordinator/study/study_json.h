@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/job_store.h"
+#include "coordinator/store/job_store.h"
 #include "coordinator/study/study_store.h"
 
 namespace pstrain {

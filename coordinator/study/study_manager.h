@@ -15,8 +15,8 @@
 #include <optional>
 #include <string>
 
-#include "coordinator/job_manager.h"
-#include "coordinator/job_store.h"
+#include "coordinator/job/job_manager.h"
+#include "coordinator/store/job_store.h"
 #include "coordinator/study/study_store.h"
 
 namespace pstrain {

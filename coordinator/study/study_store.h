@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/storage/kv_store.h"
-#include "coordinator/kv_writer.h"
+#include "coordinator/store/kv_writer.h"
 #include "coordinator/study/study_spec.h"
 
 namespace pstrain {

@@ -12,9 +12,9 @@
 #include "common/storage/kv_store.h"
 #include "common/engine/model_spec.h"
 #include "common/engine/safetensors.h"
-#include "coordinator/checkpoint_files.h"
-#include "coordinator/job_store.h"
-#include "coordinator/replica_store.h"
+#include "coordinator/store/checkpoint_files.h"
+#include "coordinator/store/job_store.h"
+#include "coordinator/store/replica_store.h"
 #include "tests/test_support.h"
 
 namespace pstrain {

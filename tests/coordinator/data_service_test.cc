@@ -16,7 +16,7 @@
 #include "common/data/dataset.h"
 #include "common/data/dataset_formats.h"
 #include "common/base/error.h"
-#include "coordinator/data_service.h"
+#include "coordinator/datasets/data_service.h"
 #include "tests/synthetic_data.h"
 #include "tests/test_support.h"
 #include "worker/batch_decode.h"

@@ -11,7 +11,7 @@
 
 #include "common/data/dataset_manifest.h"
 #include "common/storage/kv_store.h"
-#include "coordinator/dataset_catalog.h"
+#include "coordinator/datasets/dataset_catalog.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;

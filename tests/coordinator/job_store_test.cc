@@ -14,12 +14,12 @@
 
 #include "common/base/json_text.h"
 #include "common/storage/kv_store.h"
-#include "coordinator/data_service.h"
-#include "coordinator/event_stream.h"
-#include "coordinator/job_codec.h"
-#include "coordinator/job_json.h"
-#include "coordinator/job_store.h"
-#include "coordinator/kv_writer.h"
+#include "coordinator/datasets/data_service.h"
+#include "coordinator/base/event_stream.h"
+#include "coordinator/store/job_codec.h"
+#include "coordinator/store/job_json.h"
+#include "coordinator/store/job_store.h"
+#include "coordinator/store/kv_writer.h"
 #include "tests/test_support.h"
 
 namespace pstrain {

@@ -25,9 +25,9 @@
 #include "common/base/json_text.h"
 #include "common/storage/kv_store.h"
 #include "coordinator/http/rest_api.h"
-#include "coordinator/job_store.h"
-#include "coordinator/dataset_catalog.h"
-#include "coordinator/model_service.h"
+#include "coordinator/store/job_store.h"
+#include "coordinator/datasets/dataset_catalog.h"
+#include "coordinator/models/model_service.h"
 #include "coordinator/openapi_document.h"
 #include "tests/test_support.h"
 

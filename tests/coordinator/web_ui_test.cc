@@ -13,7 +13,7 @@
 #include "common/storage/kv_store.h"
 #include "coordinator/http/rest_api.h"
 #include "coordinator/http/web_ui.h"
-#include "coordinator/job_store.h"
+#include "coordinator/store/job_store.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;

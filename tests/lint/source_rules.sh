@@ -35,5 +35,21 @@ layer_rule engine 'data|storage|rpc'
 layer_rule data 'storage|rpc'
 layer_rule storage 'data|rpc'
 layer_rule rpc 'storage'
+# 3. coordinator/'s rooms depend one way (docs/ARCHITECTURE.md, "The coordinator's rooms"): each
+#    includes only the rooms before it in this list, never one after it nor the root (the process:
+#    main, node, service, commands), so no two rooms include each other.
+if [ -d coordinator ]; then
+  rooms=(base store datasets models cluster job study http)
+  for i in "${!rooms[@]}"; do
+    after=("${rooms[@]:i+1}")
+    forbidden='[a-z_]+\.h"'
+    [ ${#after[@]} -gt 0 ] && forbidden+="|($(IFS='|'; echo "${after[*]}"))/"
+    if hits=$(grep -rnE --include='*.h' --include='*.cc' "#include \"coordinator/($forbidden)" "coordinator/${rooms[$i]}"); then
+      echo "source rules: coordinator/${rooms[$i]} includes a room after it or the root (order: ${rooms[*]}):" >&2
+      echo "$hits" >&2
+      status=1
+    fi
+  done
+fi
 [ "$status" = 0 ] && echo "source rules: ok"
 exit "$status"

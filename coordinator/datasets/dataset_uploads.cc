@@ -1,0 +1,429 @@
+// DatasetCatalog's uploads and splits (dataset_catalog.h): staging, checks, the .npy pair written
+// for every upload, and the train/test split (stratified by class; a regression dataset's at random,
+// seeded).
+#include "coordinator/datasets/dataset_catalog.h"
+#include "coordinator/datasets/dataset_catalog_parts.h"
+
+#include <sys/stat.h>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <numeric>
+#include <random>
+
+#include "common/data/dataset_manifest.h"
+#include "common/base/error.h"
+#include "common/base/json_text.h"
+#include "common/base/log.h"
+#include "common/base/sha256.h"
+#include "coordinator/store/job_record.h"
+
+namespace pstrain {
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using namespace catalog_detail;
+
+// --- Uploads ---------------------------------------------------------------------------------
+
+std::optional<CatalogError> DatasetCatalog::precheck(const std::string& name, const std::string& split, bool replace) const {
+  if (!is_valid_dataset_name(name)) {
+    return service_error(400, "invalid-dataset-name",
+                         "'" + name + "' is not a valid dataset name: use 1 to 64 of a-z, 0-9, '.', '_', '-', starting "
+                         "with a letter or digit",
+                         "name");
+  }
+  if (split != "train" && split != "test") {
+    return service_error(400, "invalid-split", "the split must be 'train' or 'test', not '" + split + "'", "split");
+  }
+  std::lock_guard lock(mutex_);
+  if (busy_.count(name + "/" + split) != 0 || busy_.count(name + "/*") != 0) {
+    return service_error(409, "dataset-busy", "dataset '" + name + "' is being changed by another request; retry when it is done");
+  }
+  const auto it = records_.find(name);
+  if (it == records_.end()) return std::nullopt;
+  if (it->second.source == "builtin") {
+    return service_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and cannot be changed");
+  }
+  if (it->second.splits.count(split) != 0 && !replace) {
+    return service_error(409, "dataset-exists",
+                         "dataset '" + name + "' already has a " + split + " split; add ?replace=true to replace it", "replace");
+  }
+  return std::nullopt;
+}
+
+std::string DatasetCatalog::new_staging_path() {
+  // (The HTTP server's upload thread creates the directory: no file work on the caller's thread.)
+  const fs::path dir = fs::path(uploads_dir()) / kStagingDir;
+  std::lock_guard lock(mutex_);
+  return (dir / ("body-" + std::to_string(::getpid()) + "-" + std::to_string(next_staging_++))).string();
+}
+
+void DatasetCatalog::ingest(Upload upload, std::function<void(UploadResult)> done) {
+  thread_.post([this, upload = std::move(upload), done = std::move(done)]() mutable {
+    UploadResult result;
+    const std::string key = upload.name + "/" + upload.split;
+    if (auto e = precheck(upload.name, upload.split, upload.replace)) {
+      result.error = *e;
+    } else {
+      {
+        std::lock_guard lock(mutex_);
+        busy_.insert(key);
+      }
+      try {
+        result = ingest_now(upload);
+      } catch (const DatasetFormatError& e) {
+        result.error = format_error(e);
+        // Name the upload as the user knows it, not by the staging file's path.
+        result.error->detail = replace_all(result.error->detail, upload.body_path, upload_name(upload));
+        result.error->detail = strip_dir(result.error->detail, (fs::path(uploads_dir()) / kStagingDir).string());
+      } catch (const std::exception& e) {
+        result.error = service_error(500, "dataset-store-failed", e.what());
+      }
+      std::lock_guard lock(mutex_);
+      busy_.erase(key);
+    }
+    std::error_code ec;
+    fs::remove(upload.body_path, ec);
+    if (result.error) {
+      PSLOG(kInfo) << "upload of " << key << " refused: " << result.error->detail;
+    }
+    done(std::move(result));
+  });
+}
+
+DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
+  UploadResult result;
+  PSLOG(kInfo) << "dataset " << upload.name << ": checking and converting " << upload_name(upload) << " ("
+               << upload.body_bytes << " bytes received)";
+  const fs::path staging = fs::path(uploads_dir()) / kStagingDir;
+  const std::string uploaded_as = upload_name(upload);
+  // The two halves of an IDX pair: the first waits (not visible) in the staging directory.
+  std::string images_path, labels_path;
+  if (upload.format == UploadFormat::kIdx) {
+    const std::string pending = (staging / ("pending-" + upload.name + "-" + upload.split + "-")).string();
+    const std::string mine = pending + (upload.part == UploadPart::kImages ? "images" : "labels");
+    const std::string other = pending + (upload.part == UploadPart::kImages ? "labels" : "images");
+    fs::rename(upload.body_path, mine);
+    if (!fs::exists(other)) {
+      result.status = 202;
+      result.waiting_for = upload.part == UploadPart::kImages ? "labels" : "images";
+      return result;
+    }
+    images_path = upload.part == UploadPart::kImages ? mine : other;
+    labels_path = upload.part == UploadPart::kImages ? other : mine;
+  }
+
+  // Convert into a fresh staging directory.
+  const fs::path work = staging / ("work-" + std::to_string(::getpid()) + "-" + std::to_string(now_ms()) + "-" +
+                                   std::to_string(reinterpret_cast<uintptr_t>(&upload) % 100000));
+  fs::create_directories(work);
+  struct Cleanup {
+    fs::path dir;
+    std::vector<std::string> files;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      for (const auto& f : files) fs::remove(f, ec);
+    }
+  } cleanup{work, {images_path, labels_path}};
+
+  const std::string stamp = std::to_string(now_ms());
+  const std::string x_name = upload.split + "-x-" + stamp + ".npy", y_name = upload.split + "-y-" + stamp + ".npy";
+  NpyFileWriter writer((work / x_name).string(), (work / y_name).string());
+  ExampleSummary summary;
+  switch (upload.format) {
+    case UploadFormat::kCsv:
+    case UploadFormat::kJsonl: {
+      CsvOptions options;
+      options.label_column = upload.label_column;
+      options.regression = upload.regression;
+      options.separator = upload.separator;
+      options.types = upload.types;
+      if (upload.missing) options.missing_values = *upload.missing;
+      options.limits = options_.limits;
+      // The dataset's other split fixes the columns, their types and the class names.
+      if (const std::optional<DatasetRecord> other = get(upload.name)) {
+        for (const auto& [split, s] : other->splits) {
+          if (split == upload.split || !s.table) continue;
+          for (const TableColumn& c : s.table->columns) options.expected_columns.emplace_back(c.name, c.type);
+          options.class_names = s.table->class_names;
+        }
+      }
+      summary = upload.format == UploadFormat::kCsv ? stream_csv(file_opener(upload.body_path), uploaded_as, options, writer)
+                                                    : stream_jsonl(file_opener(upload.body_path), uploaded_as, options, writer);
+      break;
+    }
+    case UploadFormat::kNpz:
+      summary = stream_npz(upload.body_path, options_.limits, writer);
+      break;
+    case UploadFormat::kIdx:
+      summary = stream_idx(images_path, labels_path, options_.limits, writer);
+      break;
+  }
+  writer.finish();
+  std::string table_name;  // a table's schema and profile, beside the .npy pair
+  if (summary.table) {
+    table_name = upload.split + "-table-" + stamp + ".json";
+    write_text_file((work / table_name).string(), table_to_json(*summary.table) + "\n");
+  }
+
+  std::lock_guard use(use_mutex_);  // no job starts on the dataset while it changes
+  const std::optional<DatasetRecord> existing = get(upload.name);
+  DatasetRecord record;
+  if (existing) {
+    record = *existing;
+    for (const auto& [split, s] : record.splits) {
+      if (split == upload.split) continue;
+      if (record.shape != summary.shape || record.dtype != summary.dtype) {
+        std::string shape;
+        for (uint32_t d : summary.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+        std::string theirs;
+        for (uint32_t d : record.shape) theirs += (theirs.empty() ? "" : ", ") + std::to_string(d);
+        CatalogError e = service_error(422, "dataset-shape-mismatch",
+                                       "the uploaded " + upload.split + " split has " + std::string(dtype_name(summary.dtype)) +
+                                           " examples of shape [" + shape + "] but the dataset's " + split + " split has " +
+                                           std::string(dtype_name(record.dtype)) + " examples of shape [" + theirs + "]");
+        result.error = e;
+        return result;
+      }
+      const TableSchema* theirs = s.table ? &*s.table : nullptr;
+      const bool named = summary.table && !summary.table->class_names.empty();
+      if (theirs && summary.table && named != !theirs->class_names.empty()) {
+        result.error = service_error(422, "dataset-labels-mismatch",
+                                     "the uploaded " + upload.split + " split's labels are " +
+                                         (named ? "class names" : "numbers") + " but the dataset's " + split + " split's are " +
+                                         (named ? "numbers" : "class names"),
+                                     "label");
+        return result;
+      }
+      if (s.target_width != summary.target_width) {
+        const auto kind = [](uint32_t width) {
+          return width > 0 ? std::to_string(width) + " float target(s) per example" : std::string("class labels");
+        };
+        result.error = service_error(422, "dataset-shape-mismatch",
+                                     "the uploaded " + upload.split + " split has " + kind(summary.target_width) +
+                                         " but the dataset's " + split + " split has " + kind(s.target_width));
+        return result;
+      }
+    }
+    if (record.splits.count(upload.split) != 0) {
+      const std::vector<std::string> jobs = jobs_using_ ? jobs_using_(upload.name) : std::vector<std::string>{};
+      if (!jobs.empty()) {
+        std::string ids;
+        for (const auto& j : jobs) ids += (ids.empty() ? "" : ", ") + j;
+        result.error = service_error(409, "dataset-in-use",
+                                     "dataset '" + upload.name + "' is used by unfinished jobs (" + ids + "); it cannot be replaced");
+        return result;
+      }
+      result.status = 200;
+    }
+  } else {
+    record.name = upload.name;
+    record.source = "upload";
+    record.created_ms = now_ms();
+  }
+  record.shape = summary.shape;
+  record.dtype = summary.dtype;
+  const fs::path dir = dataset_dir(upload.name);
+  record.dir = dir.string();
+
+  // Move in: a new dataset is its staging directory renamed; an existing one gets the files
+  // renamed in, then its manifest replaced (the old files go after that).
+  DatasetManifest manifest;
+  std::vector<std::string> old_files;
+  if (existing) {
+    manifest = read_manifest(dir.string());
+    if (const auto it = manifest.splits.find(upload.split); it != manifest.splits.end()) old_files = it->second.files();
+  } else {
+    manifest.source = "upload";
+    manifest.created_ms = record.created_ms;
+  }
+  manifest.splits[upload.split] = npy_split(x_name, y_name, table_name);
+  manifest.num_classes.reset();
+  if (existing) {
+    const std::vector<std::string> new_files = manifest.splits[upload.split].files();
+    for (const auto& f : new_files) fs::rename(work / f, dir / f);
+    write_manifest(dir.string(), manifest);
+    std::error_code ec;
+    for (const auto& f : old_files) {
+      if (std::find(new_files.begin(), new_files.end(), f) == new_files.end()) fs::remove(dir / f, ec);
+    }
+  } else {
+    write_manifest(work.string(), manifest);
+    std::error_code ec;
+    fs::rename(work, dir, ec);
+    if (ec) throw Error("cannot create " + dir.string() + ": " + ec.message());
+  }
+
+  PSLOG(kInfo) << "dataset " << upload.name << ": " << upload.split << " converted; hashing the stored files";
+  DatasetSplitInfo s = split_info(summary, dir, manifest.splits[upload.split].files());
+  record.splits[upload.split] = std::move(s);
+  record.target_width = summary.target_width;
+  record.num_classes = 0;
+  for (const auto& [split, si] : record.splits) record.num_classes = std::max<uint32_t>(record.num_classes, static_cast<uint32_t>(si.class_counts.size()));
+  pad_counts(record);
+  record.error.clear();
+  std::vector<std::string> paths = {(dir / kManifestFile).string()};
+  for (const auto& [split, f] : manifest.splits) {
+    for (const auto& name : f.files()) paths.push_back((dir / name).string());
+  }
+  record.fingerprint = fingerprint(paths);
+  commit(record);
+  result.record = get(upload.name);
+  PSLOG(kInfo) << "dataset " << upload.name << ": " << upload.split << " split stored (" << summary.examples
+               << " examples, " << upload.body_bytes << " bytes uploaded, sha256 " << upload.body_sha256 << ")";
+  return result;
+}
+
+// --- Split -----------------------------------------------------------------------------------
+
+void DatasetCatalog::split(const std::string& name, double test_fraction, uint64_t seed, std::function<void(SplitResult)> done) {
+  thread_.post([this, name, test_fraction, seed, done = std::move(done)] {
+    SplitResult result;
+    {
+      std::lock_guard lock(mutex_);
+      if (busy_.count(name + "/train") != 0 || busy_.count(name + "/test") != 0) {
+        result.error = service_error(409, "dataset-busy", "dataset '" + name + "' is being uploaded; retry when it is done");
+      } else {
+        busy_.insert(name + "/*");
+      }
+    }
+    if (!result.error) {
+      try {
+        result = split_now(name, test_fraction, seed);
+      } catch (const std::exception& e) {
+        result.error = service_error(500, "dataset-split-failed", e.what());
+      }
+      std::lock_guard lock(mutex_);
+      busy_.erase(name + "/*");
+    }
+    done(std::move(result));
+  });
+}
+
+DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, double test_fraction, uint64_t seed) {
+  SplitResult result;
+  const std::optional<DatasetRecord> r = get(name);
+  if (!r) {
+    result.error = service_error(404, "dataset-not-found", "there is no dataset '" + name + "'");
+    return result;
+  }
+  if (r->source == "builtin") {
+    result.error = service_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and already has its test split");
+    return result;
+  }
+  if (!r->usable()) {
+    result.error = service_error(409, "dataset-unusable", "dataset '" + name + "' cannot be used: " + r->error);
+    return result;
+  }
+  if (r->splits.count("test") != 0) {
+    result.error = service_error(409, "dataset-has-test-split",
+                                 "dataset '" + name + "' already has a test split; delete the dataset or replace its test split");
+    return result;
+  }
+  const fs::path dir = dataset_dir(name);
+  DatasetManifest manifest = read_manifest(dir.string());
+  const ManifestSplit train = manifest.splits.at("train");
+
+  // A table's schema stays; each side gets its own profile.
+  std::optional<TableSchema> table;
+  if (!train.table.empty()) {
+    CountingSink counting;
+    table = stream_manifest_split(dir.string(), train, options_.limits, counting).table;
+  }
+
+  // Pass 1: the labels; then per class, a seeded shuffle picks round(fraction * count) for test.
+  // A regression dataset has no classes: one seeded shuffle of all its examples (one "class").
+  LabelSink labels;
+  stream_manifest_split(dir.string(), train, options_.limits, labels);
+  const size_t width = r->target_width;
+  const size_t examples = width > 0 ? labels.target_values_ / width : labels.labels_.size();
+  std::map<int32_t, std::vector<size_t>> by_class;
+  for (size_t i = 0; i < examples; ++i) by_class[width > 0 ? 0 : labels.labels_[i]].push_back(i);
+  std::vector<bool> to_test(examples, false);
+  std::mt19937_64 rng(seed);
+  size_t test_count = 0;
+  for (auto& [label, indices] : by_class) {
+    std::shuffle(indices.begin(), indices.end(), rng);
+    const auto take = static_cast<size_t>(std::llround(test_fraction * static_cast<double>(indices.size())));
+    for (size_t i = 0; i < take && i < indices.size(); ++i) to_test[indices[i]] = true;
+    test_count += std::min(take, indices.size());
+  }
+  if (test_count == 0 || test_count == to_test.size()) {
+    result.error = service_error(422, "split-empty",
+                                 "a test_fraction of " + std::to_string(test_fraction) + " of " + std::to_string(to_test.size()) +
+                                     " examples leaves one side empty",
+                                 "test_fraction");
+    return result;
+  }
+
+  // Pass 2: every example to its side.
+  const fs::path work = fs::path(uploads_dir()) / kStagingDir / ("split-" + name + "-" + std::to_string(now_ms()));
+  fs::create_directories(work);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{work};
+  const std::string stamp = std::to_string(now_ms());
+  const std::string names[4] = {"train-x-" + stamp + ".npy", "train-y-" + stamp + ".npy", "test-x-" + stamp + ".npy",
+                                "test-y-" + stamp + ".npy"};
+  NpyFileWriter train_writer((work / names[0]).string(), (work / names[1]).string());
+  NpyFileWriter test_writer((work / names[2]).string(), (work / names[3]).string());
+  const TableSchema no_table;
+  ProfilingSink train_side(train_writer, table ? *table : no_table), test_side(test_writer, table ? *table : no_table);
+  RoutingSink router(to_test, table ? static_cast<ExampleSink&>(train_side) : train_writer,
+                     table ? static_cast<ExampleSink&>(test_side) : test_writer);
+  if (width > 0) router.set_target_width(width);
+  stream_manifest_split(dir.string(), train, options_.limits, router);
+  train_writer.finish();
+  test_writer.finish();
+  std::string table_names[2];
+  if (table) {
+    table_names[0] = "train-table-" + stamp + ".json";
+    table_names[1] = "test-table-" + stamp + ".json";
+    write_text_file((work / table_names[0]).string(), table_to_json(train_side.finish()) + "\n");
+    write_text_file((work / table_names[1]).string(), table_to_json(test_side.finish()) + "\n");
+  }
+
+  std::lock_guard use(use_mutex_);
+  const std::vector<std::string> jobs = jobs_using_ ? jobs_using_(name) : std::vector<std::string>{};
+  if (!jobs.empty()) {
+    std::string ids;
+    for (const auto& j : jobs) ids += (ids.empty() ? "" : ", ") + j;
+    result.error = service_error(409, "dataset-in-use", "dataset '" + name + "' is used by unfinished jobs (" + ids + ")");
+    return result;
+  }
+  for (const auto& n : names) fs::rename(work / n, dir / n);
+  for (const auto& n : table_names) {
+    if (!n.empty()) fs::rename(work / n, dir / n);
+  }
+  const std::vector<std::string> old_files = train.files();
+  manifest.splits["train"] = npy_split(names[0], names[1], table_names[0]);
+  manifest.splits["test"] = npy_split(names[2], names[3], table_names[1]);
+  write_manifest(dir.string(), manifest);
+  std::error_code ec;
+  for (const auto& f : old_files) fs::remove(dir / f, ec);
+
+  std::optional<DatasetRecord> record = index_directory(name, r->source);
+  record->created_ms = r->created_ms;
+  std::vector<std::string> paths = {(dir / kManifestFile).string()};
+  for (const auto& [_, f] : manifest.splits) {
+    for (const auto& n : f.files()) paths.push_back((dir / n).string());
+  }
+  record->fingerprint = fingerprint(paths);
+  commit(*record);
+  result.record = get(name);
+  PSLOG(kInfo) << "dataset " << name << ": split into " << (to_test.size() - test_count) << " train and " << test_count
+               << " test examples (seed " << seed << ")";
+  return result;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,66 @@
+#include "coordinator/models/predict_instances.h"
+
+#include <boost/json.hpp>
+
+#include <cstdint>
+
+namespace pstrain::predict_instances {
+namespace json = boost::json;
+
+std::optional<std::string> base64_decode(std::string_view in) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (in.size() % 4 != 0) return std::nullopt;
+  std::string out;
+  out.reserve(in.size() / 4 * 3);
+  for (size_t i = 0; i < in.size(); i += 4) {
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = in[i + static_cast<size_t>(k)];
+      if (c == '=' && i + 4 == in.size() && k >= 2) {
+        v[k] = 0;
+        ++pad;
+        continue;
+      }
+      if (pad > 0 || (v[k] = value(c)) < 0) return std::nullopt;
+    }
+    const uint32_t n = (static_cast<uint32_t>(v[0]) << 18) | (static_cast<uint32_t>(v[1]) << 12) |
+                       (static_cast<uint32_t>(v[2]) << 6) | static_cast<uint32_t>(v[3]);
+    out += static_cast<char>(n >> 16);
+    if (pad < 2) out += static_cast<char>((n >> 8) & 0xff);
+    if (pad < 1) out += static_cast<char>(n & 0xff);
+  }
+  return out;
+}
+
+std::string flatten(const json::value& v, const Shape& shape, size_t dim, const ValueRule& rule, std::vector<float>& out) {
+  if (dim == shape.size()) {
+    const size_t index = out.size() - rule.first;
+    if (!v.is_number()) return "value " + std::to_string(index) + " is not a number";
+    float x = 0;
+    if (std::string why = engine_value(rule.stored, rule.form, v.to_number<double>(), &x); !why.empty()) {
+      return "value " + std::to_string(index) + ": " + why;
+    }
+    out.push_back(x);
+    return "";
+  }
+  if (!v.is_array()) return "expected an array at depth " + std::to_string(dim);
+  const auto& a = v.as_array();
+  if (static_cast<int64_t>(a.size()) != shape[dim]) {
+    return "dimension " + std::to_string(dim) + " has " + std::to_string(a.size()) + " entries, the model's input " +
+           shape_string(shape) + " needs " + std::to_string(shape[dim]);
+  }
+  for (const auto& e : a) {
+    if (std::string why = flatten(e, shape, dim + 1, rule, out); !why.empty()) return why;
+  }
+  return "";
+}
+
+}  // namespace pstrain::predict_instances

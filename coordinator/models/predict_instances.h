@@ -1,0 +1,34 @@
+// The parts of a `:predict` request's instances that are plain text work (coordinator/models/model_service.cc
+// decodes the request with them): `{"b64": ...}` raw bytes and nested arrays of numbers.
+//
+// Thread rules: pure functions.
+#pragma once
+
+#include <boost/json/fwd.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/data/model_inputs.h"
+#include "common/engine/param_layout.h"
+
+namespace pstrain::predict_instances {
+
+// Standard base64 (RFC 4648, with padding; whitespace not allowed). nullopt if malformed.
+std::optional<std::string> base64_decode(std::string_view in);
+
+// How one instance's numbers become the engine's values (common/data/model_inputs.h).
+struct ValueRule {
+  Dtype stored = Dtype::kFloat32;  // the model's dataset's dtype
+  InputForm form = InputForm::kRaw;
+  size_t first = 0;  // where the instance starts in `out` (errors name a value by its index in it)
+};
+
+// Appends the values of a nested-array instance in row-major order, read by `rule`, checking each
+// level's length against `shape` from `dim` on. Returns an error text ("" when fine).
+std::string flatten(const boost::json::value& v, const Shape& shape, size_t dim, const ValueRule& rule,
+                    std::vector<float>& out);
+
+}  // namespace pstrain::predict_instances
