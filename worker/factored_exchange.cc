@@ -99,7 +99,7 @@ void FactoredExchange::push_group(size_t g, const GradientSlice& slice) {
   auto rows = request.initRows(static_cast<unsigned>(buffers.rows.size()));
   for (unsigned i = 0; i < buffers.rows.size(); ++i) rows.set(i, buffers.rows[i]);
   if (input_floats > 0) request.adoptInputs(rpc::reference_floats(orphanage, {buffers.inputs.data(), input_floats}));
-  servers_.count_pushed((delta_floats + input_floats) * sizeof(float));
+  servers_.counts().pushed_bytes += (delta_floats + input_floats) * sizeof(float);
   if (partials_ != nullptr) {
     KJ_IF_MAYBE(floats, partials_->ask(g, request, orphanage)) {
       group_replies_.add(send_for_partial(g, request, *floats));
@@ -145,17 +145,17 @@ kj::Promise<void> FactoredExchange::send_for_values(size_t g, PushFactorsRequest
         KJ_REQUIRE(part < parts.size(), "reply has too few parts", parts.size());
         const auto values = rpc::part_view(parts[part++], range.size, "updated values");
         std::memcpy(into + range.offset, values.data(), values.size_bytes());
-        servers_.count_pulled(values.size_bytes());
+        servers_.counts().pulled_bytes += values.size_bytes();
       }
       servers_.set_version(k, versions[static_cast<unsigned>(i)]);
     }
-    servers_.count_reply(r.getApplied());
+    servers_.counts().count_reply(r.getApplied());
     KJ_REQUIRE(part == parts.size(), "reply has too many parts", parts.size());
   });
 }
 
 kj::Promise<void> FactoredExchange::send_for_partial(size_t g, PushFactorsRequest& request, size_t partial_floats) {
-  servers_.count_pushed(request.asReader().getNext().getForward().getInputs().size());
+  servers_.counts().pushed_bytes += request.asReader().getNext().getForward().getInputs().size();
   return request.send().then(
       [this, g, partial_floats](capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
         const FactorPlan::Group& group = plan_.groups()[g];
@@ -165,8 +165,8 @@ kj::Promise<void> FactoredExchange::send_for_partial(size_t g, PushFactorsReques
         for (size_t i = 0; i < group.chunks.size(); ++i) {
           servers_.set_version(group.chunks[i], versions[static_cast<unsigned>(i)]);
         }
-        servers_.count_reply(r.getApplied());
-        servers_.count_pulled(r.getReply().getPartial().size());
+        servers_.counts().count_reply(r.getApplied());
+        servers_.counts().pulled_bytes += r.getReply().getPartial().size();
       });
 }
 

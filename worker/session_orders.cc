@@ -61,7 +61,7 @@ void TrainingSession::watch_for_orders() {
 void TrainingSession::pause_for_cut(kj::WaitScope& wait_scope, uint32_t epoch, uint64_t step) {
   // The cut's backup holds this worker's compression state, tagged with the position a session
   // resuming from the cut starts at (TrainingSession::run).
-  if (spec_.training.mode == TrainingMode::kAsync && servers_.has_compression_state()) {
+  if (spec_.training.mode == TrainingMode::kAsync && servers_.compression().keeps_state()) {
     servers_.put_state(wait_scope, worker_index_, epoch * steps_per_epoch_ + step);
   }
   auto request = coordinator_.pausedRequest();

@@ -63,13 +63,13 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
   }
   // A compressed job exchanges whole chunks (the codecs work on them; see CompressionSpec).
   const bool compressed = spec_.training.compression.kind != CompressionKind::kNone;
-  servers_.set_compression(spec_.training.compression, spec_.model.seed);
-  if (spec_.training.mode == TrainingMode::kSync && servers_.has_compression_state()) {
+  servers_.compression().configure(spec_.training.compression, spec_.model.seed);
+  if (spec_.training.mode == TrainingMode::kSync && servers_.compression().keeps_state()) {
     // The servers' backup points (server/parameter_server.cc, configure): this worker's residual
     // (and warm-start factors) goes into each backup, and comes back after a restore.
     const BackupSpec backup = spec_.backup;
     const uint64_t steps_per_epoch = steps_per_epoch_ > 0 ? steps_per_epoch_ : UINT64_MAX;
-    servers_.set_backup_points([backup, steps_per_epoch](uint64_t v) {
+    servers_.compression().set_backup_points([backup, steps_per_epoch](uint64_t v) {
       if (v == 0) return false;
       switch (backup.frequency) {
         case BackupSpec::Frequency::kNone: return false;
@@ -126,10 +126,10 @@ void TrainingSession::report_steps(uint32_t epoch, uint64_t examples, double los
       progress_request(proto::Progress::Kind::STEPS, epoch, examples, loss_sum, correct, samples_per_second);
   // Bytes on the wire per step since the last report (takeover pushes included).
   const double steps = static_cast<double>(std::max<uint64_t>(1, steps_done_ - reported_steps_));
-  request.getReport().setBytesPushedPerStep(static_cast<double>(servers_.pushed_bytes() - reported_pushed_) / steps);
-  request.getReport().setBytesPulledPerStep(static_cast<double>(servers_.pulled_bytes() - reported_pulled_) / steps);
-  reported_pushed_ = servers_.pushed_bytes();
-  reported_pulled_ = servers_.pulled_bytes();
+  request.getReport().setBytesPushedPerStep(static_cast<double>(servers_.counts().pushed_bytes - reported_pushed_) / steps);
+  request.getReport().setBytesPulledPerStep(static_cast<double>(servers_.counts().pulled_bytes - reported_pulled_) / steps);
+  reported_pushed_ = servers_.counts().pushed_bytes;
+  reported_pulled_ = servers_.counts().pulled_bytes;
   reported_steps_ = steps_done_;
   // Not waited for: training does not stop for the coordinator. A "stop" answer (the job was
   // cancelled or failed) ends the session at the next step; no answer (the coordinator is gone)
@@ -217,9 +217,9 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
   std::optional<StateWanted> state;
   if (start > 0) state = StateWanted{worker_index_, sync ? std::nullopt : std::optional<uint64_t>(start)};
   servers_.pull(wait_scope, sync ? start : 0, state);
-  if (servers_.states_taken() > 0) {
+  if (servers_.compression().states_taken() > 0) {
     PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " took its compression state back for "
-                 << servers_.states_taken() << " of " << servers_.chunks().size() << " chunks";
+                 << servers_.compression().states_taken() << " of " << servers_.chunks().size() << " chunks";
   }
   watch_for_orders();
   const int64_t report_every = spec_.training.metrics_every_steps;
@@ -289,7 +289,7 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       epoch_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
       if (static_cast<int64_t>(steps_done_) % report_every == 0 || step + 1 == steps_per_epoch_) {
         const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
-        const uint64_t bytes = servers_.exchanged_bytes() - reported_pushed_ - reported_pulled_;
+        const uint64_t bytes = servers_.counts().exchanged_bytes() - reported_pushed_ - reported_pulled_;
         PSLOG(kDebug) << "job " << job_id_ << ": per step " << 1e3 * compute_seconds_ / report_every << " ms compute, "
                       << 1e3 * exchange_seconds_ / report_every << " ms push/pull, "
                       << 1e-6 * static_cast<double>(bytes) / static_cast<double>(report_every)
@@ -306,7 +306,7 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
   if (!sync) servers_.finish(wait_scope, worker_index_);
   report(wait_scope, proto::Progress::Kind::FINISHED, static_cast<uint32_t>(spec_.training.epochs - 1), 0, 0, 0, 0);
   const std::optional<uint64_t> forwarded = exchange_->forwarded_steps();
-  const uint64_t late = servers_.late_pushes();
+  const uint64_t late = servers_.counts().late_pushes;
   PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " finished " << steps_done_ << " steps"
                << (forwarded ? " (" + std::to_string(*forwarded) +
                                    " in this session with the first layer's forward on the servers)"
