@@ -1,23 +1,32 @@
-// TrainingSession's orders from the coordinator: the watch call, a takeover of a lost worker's
-// slice (and the end of a step, where it fits in), and the pause for an async cut. Thread rules:
-// those of training_session.h.
+#include "worker/session_orders.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "common/base/error.h"
 #include "common/base/log.h"
-#include "worker/batch_decode.h"
-#include "worker/shard_reader.h"
-#include "worker/training_session.h"
 
 namespace pstrain {
 
-void TrainingSession::watch_for_orders() {
-  auto request = coordinator_.watchRequest();
-  request.setNodeId(node_id_);
-  request.setJobId(job_id_);
-  request.setGeneration(generation_);
-  takeover_arrived_ =
+SessionOrders::SessionOrders(const SessionFacts& facts, SessionWaits& waits, nn::DataParallelModel<float>& model,
+                             ServerChunks& servers, ParameterExchange& exchange, std::vector<uint32_t> extra_slices)
+    : facts_(facts),
+      waits_(waits),
+      model_(model),
+      servers_(servers),
+      exchange_(exchange),
+      extra_slices_(std::move(extra_slices)) {}
+
+BatchShape SessionOrders::batch_shape() const {
+  return model_batch_shape(facts_.spec.loss, model_.input_size(), model_.output_size());
+}
+
+void SessionOrders::watch() {
+  auto request = facts_.coordinator.watchRequest();
+  request.setNodeId(facts_.node_id);
+  request.setJobId(facts_.job_id);
+  request.setGeneration(facts_.generation);
+  order_arrived_ =
       request.send()
           .then(
               [this](capnp::Response<proto::Coordinator::WatchResults>&& r) {
@@ -27,19 +36,19 @@ void TrainingSession::watch_for_orders() {
                 }
                 const auto t = r.getTakeover();
                 const auto batch = t.getBatch();
-                KJ_REQUIRE(batch.getSize() <= model_->max_batch(), "takeover batch larger than the model's batch",
+                KJ_REQUIRE(batch.getSize() <= model_.max_batch(), "takeover batch larger than the model's batch",
                            batch.getSize());
                 Takeover order;
                 order.step = t.getStep();
                 order.slice = t.getSlice();
                 order.slice_count = t.getSliceCount();
                 order.examples = batch.getSize();
-                order.inputs.resize(inputs_.size());
-                order.labels.resize(labels_.size());
+                order.inputs.resize(static_cast<size_t>(model_.input_size() * model_.max_batch()));
+                order.labels.resize(static_cast<size_t>(model_.max_batch() * model_.target_size()));
                 decode_batch(batch, batch_shape(), order.inputs.data(), order.labels.data());
                 decode_ids(batch, &order.ids);
                 order.epoch = batch.getEpoch();
-                PSLOG(kInfo) << "job " << job_id_ << ": taking over slice " << order.slice << " of step " << order.step
+                PSLOG(kInfo) << "job " << facts_.job_id << ": taking over slice " << order.slice << " of step " << order.step
                              << " from a lost worker";
                 takeover_ = std::move(order);
               },
@@ -47,38 +56,38 @@ void TrainingSession::watch_for_orders() {
                 if (e.getType() == kj::Exception::Type::DISCONNECTED) {
                   // No takeovers for this session (a coordinator restart, say): a loss then rolls
                   // back. Training goes on while the coordinator is away.
-                  PSLOG(kDebug) << "job " << job_id_ << ": takeover watch ended: " << e.getDescription().cStr();
+                  PSLOG(kDebug) << "job " << facts_.job_id << ": takeover watch ended: " << e.getDescription().cStr();
                   return;
                 }
                 // The coordinator itself ended the watch: the plan changed (a recovery).
-                PSLOG(kInfo) << "job " << job_id_ << ": the coordinator ended this plan ("
+                PSLOG(kInfo) << "job " << facts_.job_id << ": the coordinator ended this plan ("
                              << e.getDescription().cStr() << ")";
-                replanned_.fulfiller->fulfill();
+                waits_.replanned();
               })
           .fork();
 }
 
-void TrainingSession::pause_for_cut(kj::WaitScope& wait_scope, uint32_t epoch, uint64_t step) {
+void SessionOrders::pause_for_cut(kj::WaitScope& wait_scope, uint32_t epoch, uint64_t step, uint64_t steps_done) {
   // The cut's backup holds this worker's compression state, tagged with the position a session
   // resuming from the cut starts at (TrainingSession::run).
-  if (spec_.training.mode == TrainingMode::kAsync && servers_.compression().keeps_state()) {
-    servers_.put_state(wait_scope, worker_index_, epoch * steps_per_epoch_ + step);
+  if (!facts_.sync() && servers_.compression().keeps_state()) {
+    servers_.put_state(wait_scope, facts_.worker_index, epoch * facts_.steps_per_epoch + step);
   }
-  auto request = coordinator_.pausedRequest();
-  request.setNodeId(node_id_);
-  request.setJobId(job_id_);
+  auto request = facts_.coordinator.pausedRequest();
+  request.setNodeId(facts_.node_id);
+  request.setJobId(facts_.job_id);
   request.setCut(pause_cut_);
   request.setEpoch(epoch);
   request.setStep(step);
-  request.setStepsDone(steps_done_);
-  PSLOG(kDebug) << "job " << job_id_ << ": paused for cut " << pause_cut_ << " at epoch " << epoch + 1 << " step "
+  request.setStepsDone(steps_done);
+  PSLOG(kDebug) << "job " << facts_.job_id << ": paused for cut " << pause_cut_ << " at epoch " << epoch + 1 << " step "
                 << step;
   pause_cut_ = 0;
-  wait(wait_scope, request.send().ignoreResult());
-  watch_for_orders();
+  waits_.wait(wait_scope, request.send().ignoreResult());
+  watch();
 }
 
-kj::Promise<void> TrainingSession::compute_extras(kj::WaitScope& wait_scope, uint64_t global_step, uint32_t epoch,
+kj::Promise<void> SessionOrders::compute_extras(kj::WaitScope& wait_scope, uint64_t global_step, uint32_t epoch,
                                                   uint64_t step, std::vector<std::unique_ptr<ShardReader>>& readers,
                                                   StepTotals& totals) {
   if (readers.empty()) return kj::READY_NOW;
@@ -86,10 +95,10 @@ kj::Promise<void> TrainingSession::compute_extras(kj::WaitScope& wait_scope, uin
   // holds only this worker's rows current), the slice's examples, a plain gradient pushed in the
   // slice's name. The servers sum the slices in slice order, so the step is the one its lost
   // worker would have made.
-  const float* params = exchange_->step_values(wait_scope, global_step);
+  const float* params = exchange_.step_values(wait_scope, global_step);
   extra_grads_.resize(readers.size());
-  extra_inputs_.resize(inputs_.size());
-  extra_labels_.resize(labels_.size());
+  extra_inputs_.resize(static_cast<size_t>(model_.input_size() * model_.max_batch()));
+  extra_labels_.resize(static_cast<size_t>(model_.max_batch() * model_.target_size()));
   auto pushes = kj::heapArrayBuilder<kj::Promise<void>>(readers.size());
   for (size_t i = 0; i < readers.size(); ++i) {
     proto::Batch::Reader batch;
@@ -97,13 +106,13 @@ kj::Promise<void> TrainingSession::compute_extras(kj::WaitScope& wait_scope, uin
     KJ_REQUIRE(batch.getStep() == step && batch.getEpoch() == epoch, "extra slice's data out of order", batch.getStep(),
                step);
     const uint32_t n = batch.getSize();
-    KJ_REQUIRE(n <= model_->max_batch(), "extra slice's batch larger than the model's batch", n);
+    KJ_REQUIRE(n <= model_.max_batch(), "extra slice's batch larger than the model's batch", n);
     AlignedFloats& grads = extra_grads_[i];
-    grads.resize(grads_.size());
+    grads.resize(model_.layout().total_size());
     if (n > 0) {
       decode_batch(batch, batch_shape(), extra_inputs_.data(), extra_labels_.data());
       decode_ids(batch, &extra_ids_);
-      const nn::LossResult r = model_->compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), n,
+      const nn::LossResult r = model_.compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), n,
                                                          grads.data(), {}, nullptr, {epoch, extra_ids_.data()});
       if (!std::isfinite(r.loss_sum)) {
         throw LossNotFinite("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
@@ -115,17 +124,17 @@ kj::Promise<void> TrainingSession::compute_extras(kj::WaitScope& wait_scope, uin
     } else {
       std::fill(grads.begin(), grads.end(), 0.0f);
     }
-    pushes.add(servers_.push_without_values(GradientSlice{global_step, extra_slices_[i], worker_count_, n, grads.data()}));
+    pushes.add(servers_.push_without_values(GradientSlice{global_step, extra_slices_[i], facts_.worker_count, n, grads.data()}));
   }
   return kj::joinPromises(pushes.finish());
 }
 
-void TrainingSession::finish_step(kj::WaitScope& wait_scope, const GradientSlice& mine, kj::Promise<void> extras) {
-  auto all = exchange_->push_rest(mine).fork();
-  KJ_IF_MAYBE(arrived, takeover_arrived_) {
+void SessionOrders::finish_step(kj::WaitScope& wait_scope, const GradientSlice& mine, kj::Promise<void> extras) {
+  auto all = exchange_.push_rest(mine).fork();
+  KJ_IF_MAYBE(arrived, order_arrived_) {
     // Sync: the step may not complete without a lost worker's slice: wait for whichever comes first.
-    if (!takeover_ && spec_.training.mode == TrainingMode::kSync) {
-      wait(wait_scope, all.addBranch().exclusiveJoin(arrived->addBranch()));
+    if (!takeover_ && facts_.sync()) {
+      waits_.wait(wait_scope, all.addBranch().exclusiveJoin(arrived->addBranch()));
     }
   }
   kj::Promise<void> taken_over = kj::READY_NOW;
@@ -133,32 +142,32 @@ void TrainingSession::finish_step(kj::WaitScope& wait_scope, const GradientSlice
   if (takeover_ && takeover_->step == mine.step) {
     taken_over = take_over(wait_scope);
     takeover_.reset();
-    takeover_arrived_ = nullptr;
+    order_arrived_ = nullptr;
   }
-  wait(wait_scope, all.addBranch());
-  wait(wait_scope, kj::mv(taken_over));
-  wait(wait_scope, kj::mv(extras));
-  exchange_->take_values();
+  waits_.wait(wait_scope, all.addBranch());
+  waits_.wait(wait_scope, kj::mv(taken_over));
+  waits_.wait(wait_scope, kj::mv(extras));
+  exchange_.take_values();
 }
 
-kj::Promise<void> TrainingSession::take_over(kj::WaitScope& wait_scope) {
+kj::Promise<void> SessionOrders::take_over(kj::WaitScope& wait_scope) {
   Takeover& order = *takeover_;
-  takeover_grads_.resize(grads_.size());
+  takeover_grads_.resize(model_.layout().total_size());
   if (order.examples > 0) {
     // The step's version, dense: with a row-sparse exchange values() is current only in the rows
     // this worker's batch touches, so the exchange fetches it (a chunk the lost worker pushed has
     // moved one update on; its server still holds the step's version).
     const float* params = nullptr;
     try {
-      params = exchange_->step_values(wait_scope, order.step);
+      params = exchange_.step_values(wait_scope, order.step);
     } catch (const kj::Exception& e) {
       // Cannot happen while the step waits for the lost slice; if it does, the coordinator's
       // takeover times out and the job rolls back.
-      PSLOG(kWarning) << "job " << job_id_ << ": cannot take over step " << order.step << ": "
+      PSLOG(kWarning) << "job " << facts_.job_id << ": cannot take over step " << order.step << ": "
                       << e.getDescription().cStr();
       return kj::READY_NOW;
     }
-    model_->compute_gradients(params, order.inputs.data(), order.labels.data(), order.examples,
+    model_.compute_gradients(params, order.inputs.data(), order.labels.data(), order.examples,
                               takeover_grads_.data(), {}, nullptr, {order.epoch, order.ids.data()});
   } else {
     std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);

@@ -33,27 +33,28 @@ int64_t batch_per_worker(const JobSpec& spec, uint32_t workers) {
 TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Client coordinator, uint32_t node_id,
                                  proto::Assignment::Reader a, SessionOptions options, kj::ForkedPromise<void>& stop)
     : io_(io),
-      stop_(stop),
-      coordinator_(kj::mv(coordinator)),
-      node_id_(node_id),
-      job_id_(rpc::to_string(a.getJobId())),
-      spec_(parse_accepted_job_spec(rpc::to_string(a.getSpecJson()))),
-      worker_index_(a.getWorkerIndex()),
-      worker_count_(a.getWorkerCount()),
-      steps_per_epoch_(a.getStepsPerEpoch()),
+      waits_(stop),
+      facts_{kj::mv(coordinator),
+             node_id,
+             rpc::to_string(a.getJobId()),
+             parse_accepted_job_spec(rpc::to_string(a.getSpecJson())),
+             a.getWorkerIndex(),
+             a.getWorkerCount(),
+             a.getStepsPerEpoch(),
+             a.getGeneration()},
       start_epoch_(a.getStartEpoch()),
       start_step_(a.getStartStep()),
-      generation_(a.getGeneration()),
-      model_(std::make_unique<nn::DataParallelModel<float>>(spec_.model, batch_per_worker(spec_, worker_count_),
-                                                            options.replicas, spec_.loss)),
-      servers_(job_id_, generation_,
+      model_(std::make_unique<nn::DataParallelModel<float>>(
+          facts_.spec.model, batch_per_worker(facts_.spec, facts_.worker_count), options.replicas, facts_.spec.loss)),
+      servers_(facts_.job_id, facts_.generation,
                rpc::WorkerPass{node_id, std::string(reinterpret_cast<const char*>(a.getWorkerToken().begin()),
                                                     a.getWorkerToken().size())},
                rpc::get_chunks(a.getChunks()), server_addresses(a), model_->layout(), stop),
       cluster_(options.cluster),
       progress_(options.progress),
-      slow_step_ms_(options.slow_step_ms) {
-  for (const uint32_t slice : a.getExtraSlices()) extra_slices_.push_back(slice);
+      slow_step_ms_(options.slow_step_ms),
+      reports_(facts_, waits_) {
+  const JobSpec& spec = facts_.spec;
   const int64_t batch = model_->max_batch();
   // Every worker computes the first layer per server's rows, whether or not the servers do it
   // (the same sums either way, and what the trainer's `servers` option reproduces).
@@ -62,13 +63,13 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
     first_kernel = model_->first_replica().first_layer_kernel();
   }
   // A compressed job exchanges whole chunks (the codecs work on them; see CompressionSpec).
-  const bool compressed = spec_.training.compression.kind != CompressionKind::kNone;
-  servers_.compression().configure(spec_.training.compression, spec_.model.seed);
-  if (spec_.training.mode == TrainingMode::kSync && servers_.compression().keeps_state()) {
+  const bool compressed = spec.training.compression.kind != CompressionKind::kNone;
+  servers_.compression().configure(spec.training.compression, spec.model.seed);
+  if (facts_.sync() && servers_.compression().keeps_state()) {
     // The servers' backup points (server/parameter_server.cc, configure): this worker's residual
     // (and warm-start factors) goes into each backup, and comes back after a restore.
-    const BackupSpec backup = spec_.backup;
-    const uint64_t steps_per_epoch = steps_per_epoch_ > 0 ? steps_per_epoch_ : UINT64_MAX;
+    const BackupSpec backup = spec.backup;
+    const uint64_t steps_per_epoch = facts_.steps_per_epoch > 0 ? facts_.steps_per_epoch : UINT64_MAX;
     servers_.compression().set_backup_points([backup, steps_per_epoch](uint64_t v) {
       if (v == 0) return false;
       switch (backup.frequency) {
@@ -80,72 +81,32 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
     });
   }
   exchange_ = make_parameter_exchange(compressed ? Exchange::kDense : options.exchange, options.replicas, servers_,
-                                      *model_, spec_.model, first_kernel);
+                                      *model_, spec.model, first_kernel);
+  std::vector<uint32_t> extra_slices;
+  for (const uint32_t slice : a.getExtraSlices()) extra_slices.push_back(slice);
+  orders_ = std::make_unique<SessionOrders>(facts_, waits_, *model_, servers_, *exchange_, std::move(extra_slices));
   // A session that resumes (after a recovery) counts the job's steps from where it starts, so
   // progress reports do not go backwards.
-  steps_done_ = start_epoch_ * steps_per_epoch_ + start_step_;
-  reported_steps_ = steps_done_;
+  steps_done_ = start_epoch_ * facts_.steps_per_epoch + start_step_;
+  reports_.start_at(steps_done_);
   grads_.resize(model_->layout().total_size());
   inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
   labels_.resize(static_cast<size_t>(batch * model_->target_size()));
-  PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " of " << worker_count_ << ", "
-               << steps_per_epoch_ << " steps per epoch, batch " << batch << ", " << servers_.chunks().size()
-               << " chunks on " << servers_.server_count() << " server(s)" << exchange_->describe()
-               << (compressed ? std::string(", compression ") + compression_kind_name(spec_.training.compression.kind)
+  PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index << " of " << facts_.worker_count
+               << ", " << facts_.steps_per_epoch << " steps per epoch, batch " << batch << ", "
+               << servers_.chunks().size() << " chunks on " << servers_.server_count() << " server(s)"
+               << exchange_->describe()
+               << (compressed ? std::string(", compression ") + compression_kind_name(spec.training.compression.kind)
                               : std::string());
 }
 
 TrainingSession::~TrainingSession() = default;
 
-TrainingSession::ProgressRequest TrainingSession::progress_request(proto::Progress::Kind kind, uint32_t epoch,
-                                                                   uint64_t examples, double loss_sum,
-                                                                   uint64_t correct, double samples_per_second) {
-  auto request = coordinator_.reportProgressRequest();
-  request.setNodeId(node_id_);
-  auto r = request.initReport();
-  r.setJobId(job_id_);
-  r.setKind(kind);
-  r.setEpoch(epoch);
-  r.setStep(steps_done_);
-  r.setExamples(examples);
-  r.setLossSum(loss_sum);
-  r.setCorrect(correct);
-  r.setSamplesPerSecond(samples_per_second);
-  return request;
-}
-
-bool TrainingSession::report(kj::WaitScope& wait_scope, proto::Progress::Kind kind, uint32_t epoch,
-                             uint64_t examples, double loss_sum, uint64_t correct, double samples_per_second) {
-  auto request = progress_request(kind, epoch, examples, loss_sum, correct, samples_per_second);
-  return wait(wait_scope, request.send().then([](auto&& r) { return r.getKeepGoing(); }));
-}
-
-void TrainingSession::report_steps(uint32_t epoch, uint64_t examples, double loss_sum, uint64_t correct,
-                                   double samples_per_second) {
-  auto request =
-      progress_request(proto::Progress::Kind::STEPS, epoch, examples, loss_sum, correct, samples_per_second);
-  // Bytes on the wire per step since the last report (takeover pushes included).
-  const double steps = static_cast<double>(std::max<uint64_t>(1, steps_done_ - reported_steps_));
-  request.getReport().setBytesPushedPerStep(static_cast<double>(servers_.counts().pushed_bytes - reported_pushed_) / steps);
-  request.getReport().setBytesPulledPerStep(static_cast<double>(servers_.counts().pulled_bytes - reported_pulled_) / steps);
-  reported_pushed_ = servers_.counts().pushed_bytes;
-  reported_pulled_ = servers_.counts().pulled_bytes;
-  reported_steps_ = steps_done_;
-  // Not waited for: training does not stop for the coordinator. A "stop" answer (the job was
-  // cancelled or failed) ends the session at the next step; no answer (the coordinator is gone)
-  // changes nothing, and the session goes on as long as it has data.
-  reports_.add(request.send().then(
-      [this](auto&& reply) { coordinator_says_stop_ = coordinator_says_stop_ || !reply.getKeepGoing(); },
-      [this](kj::Exception&& e) {
-        PSLOG(kDebug) << "job " << job_id_ << ": progress report lost: " << e.getDescription().cStr();
-      }));
-}
-
 proto::DataStream::Client TrainingSession::open_shard(proto::Split split, uint32_t epoch, uint64_t from_step,
                                                      int64_t slice) {
-  auto request = coordinator_.openShardRequest();
-  request.setJobId(job_id_);
-  request.setNodeId(node_id_);
+  auto request = facts_.coordinator.openShardRequest();
+  request.setJobId(facts_.job_id);
+  request.setNodeId(facts_.node_id);
   request.setSplit(split);
   request.setEpoch(epoch);
   request.setFromStep(from_step);
@@ -155,19 +116,16 @@ proto::DataStream::Client TrainingSession::open_shard(proto::Split split, uint32
 
 void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate) {
   evaluate_split(wait_scope, proto::Split::TEST, epoch, train_rate);
-  if (spec_.training.validation_fraction > 0) evaluate_split(wait_scope, proto::Split::VALIDATION, epoch, train_rate);
+  if (facts_.spec.training.validation_fraction > 0) evaluate_split(wait_scope, proto::Split::VALIDATION, epoch, train_rate);
 }
 
 void TrainingSession::evaluate_split(kj::WaitScope& wait_scope, proto::Split split, uint32_t epoch, double train_rate) {
-  double loss = 0;
-  uint64_t correct = 0, examples = 0;
-  nn::RegressionSums sums;
-  uint64_t top_k_correct = 0;
-  nn::BinaryScores binary;
+  nn::LossResult sums;
+  uint64_t examples = 0;
   const float* params = exchange_->current_values();
-  // This worker's test slice, and those of its extra slices: one report for all.
+  // This worker's slice, and those of its extra slices: one report for all.
   std::vector<int64_t> slices{-1};
-  for (uint32_t s : extra_slices_) slices.push_back(s);
+  for (uint32_t s : orders_->extra_slices()) slices.push_back(s);
   for (const int64_t slice : slices) {
     ShardReader reader(open_shard(split, epoch, 0, slice));
     proto::Batch::Reader batch;
@@ -175,59 +133,40 @@ void TrainingSession::evaluate_split(kj::WaitScope& wait_scope, proto::Split spl
       if (batch.getSize() == 0) continue;
       KJ_REQUIRE(batch.getSize() <= model_->max_batch(), "test batch larger than the model's batch", batch.getSize());
       decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
-      const nn::LossResult r = model_->evaluate(params, inputs_.data(), labels_.data(), batch.getSize());
-      loss += r.loss_sum;
-      correct += static_cast<uint64_t>(r.correct);
-      sums += r.regression;
-      top_k_correct += static_cast<uint64_t>(r.top_k_correct);
-      binary += r.binary;
+      sums += model_->evaluate(params, inputs_.data(), labels_.data(), batch.getSize());
       examples += batch.getSize();
       if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
     }
   }
-  const auto kind = split == proto::Split::TEST ? proto::Progress::Kind::EVALUATION : proto::Progress::Kind::VALIDATION;
-  auto request = progress_request(kind, epoch, examples, loss, correct, train_rate);
-  if (is_regression(spec_.loss)) {
-    auto r = request.getReport().initRegression();
-    r.setValues(sums.values);
-    r.setAbsError(sums.abs_error);
-    r.setSquaredError(sums.squared_error);
-    r.setTarget(sums.target);
-    r.setTargetSquared(sums.target_squared);
-  }
-  request.getReport().setTopKCorrect(top_k_correct);
-  if (spec_.loss.type == LossType::kBinaryCrossEntropy) {
-    auto pos = request.getReport().initAucPositives(static_cast<unsigned>(binary.positives.size()));
-    auto neg = request.getReport().initAucNegatives(static_cast<unsigned>(binary.negatives.size()));
-    for (unsigned j = 0; j < binary.positives.size(); ++j) {
-      pos.set(j, binary.positives[j]);
-      neg.set(j, binary.negatives[j]);
-    }
-  }
-  wait(wait_scope, request.send().then([](auto&& r) { return r.getKeepGoing(); }));
+  reports_.report_evaluation(wait_scope, split,
+                             ReportFigures{epoch, steps_done_, examples, sums.loss_sum,
+                                           static_cast<uint64_t>(sums.correct), train_rate},
+                             sums);
 }
 
 bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>& should_stop) {
-  const bool sync = spec_.training.mode == TrainingMode::kSync;
+  const bool sync = facts_.sync();
+  const JobSpec& spec = facts_.spec;
+  const uint64_t steps_per_epoch = facts_.steps_per_epoch;
   servers_.connect(wait_scope, io_, cluster_);
   // A session that starts after step 0 (a recovery) takes back its compression state from the
   // restored backup: sync, the one of the step it starts from; async, the one it put at the cut
   // it resumes from (tagged with its position then).
-  const uint64_t start = start_epoch_ * steps_per_epoch_ + start_step_;
+  const uint64_t start = start_epoch_ * steps_per_epoch + start_step_;
   std::optional<StateWanted> state;
-  if (start > 0) state = StateWanted{worker_index_, sync ? std::nullopt : std::optional<uint64_t>(start)};
+  if (start > 0) state = StateWanted{facts_.worker_index, sync ? std::nullopt : std::optional<uint64_t>(start)};
   servers_.pull(wait_scope, sync ? start : 0, state);
   if (servers_.compression().states_taken() > 0) {
-    PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " took its compression state back for "
+    PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index << " took its compression state back for "
                  << servers_.compression().states_taken() << " of " << servers_.chunks().size() << " chunks";
   }
-  watch_for_orders();
-  const int64_t report_every = spec_.training.metrics_every_steps;
-  for (uint32_t epoch = start_epoch_; epoch < spec_.training.epochs; ++epoch) {
+  orders_->watch();
+  const int64_t report_every = spec.training.metrics_every_steps;
+  for (uint32_t epoch = start_epoch_; epoch < spec.training.epochs; ++epoch) {
     const uint64_t first_step = epoch == start_epoch_ ? start_step_ : 0;
     ShardReader reader(open_shard(proto::Split::TRAIN, epoch, first_step, -1));
     std::vector<std::unique_ptr<ShardReader>> extra_readers;
-    for (uint32_t s : extra_slices_) {
+    for (uint32_t s : orders_->extra_slices()) {
       extra_readers.push_back(std::make_unique<ShardReader>(open_shard(proto::Split::TRAIN, epoch, first_step, s)));
     }
 
@@ -235,24 +174,24 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
     uint64_t correct = 0, examples = 0, epoch_examples = 0;
     auto window_start = Clock::now();
     proto::Batch::Reader batch, next;
-    for (uint64_t step = first_step; step < steps_per_epoch_; ++step) {
+    for (uint64_t step = first_step; step < steps_per_epoch; ++step) {
       if (should_stop()) return false;
-      if (coordinator_says_stop_) {
-        PSLOG(kInfo) << "job " << job_id_ << ": the coordinator says stop";
+      if (reports_.coordinator_says_stop()) {
+        PSLOG(kInfo) << "job " << facts_.job_id << ": the coordinator says stop";
         return false;
       }
-      if (pause_cut_ != 0) pause_for_cut(wait_scope, epoch, step);
+      if (orders_->pause_due()) orders_->pause_for_cut(wait_scope, epoch, step, steps_done_);
       const auto step_start = Clock::now();
       KJ_REQUIRE(reader.next(wait_scope, &batch), "the data stream ended early", epoch, step);
       KJ_REQUIRE(batch.getStep() == step && batch.getEpoch() == epoch, "data stream out of order", batch.getStep(), step);
       const uint32_t n = batch.getSize();
       KJ_REQUIRE(n <= model_->max_batch(), "batch larger than the model's batch", n);
-      const GradientSlice mine{sync ? epoch * steps_per_epoch_ + step : steps_done_, worker_index_, worker_count_, n,
+      const GradientSlice mine{sync ? epoch * steps_per_epoch + step : steps_done_, facts_.worker_index, facts_.worker_count, n,
                                grads_.data()};
       // The next step's batch if it is here already; none after the epoch's last step, where
       // an evaluation follows.
       kj::Maybe<proto::Batch::Reader> known_next = nullptr;
-      if (step + 1 != steps_per_epoch_ && reader.peek(&next) && next.getSize() > 0) known_next = next;
+      if (step + 1 != steps_per_epoch && reader.peek(&next) && next.getSize() > 0) known_next = next;
       exchange_->begin_step(batch, known_next);
       if (n > 0) {
         decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
@@ -275,26 +214,27 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       // The long-step test hook: this loop is as busy as a step of a big model would keep it.
       if (slow_step_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_step_ms_));
       StepTotals extra;
-      auto extras = compute_extras(wait_scope, mine.step, epoch, step, extra_readers, extra);
+      auto extras = orders_->compute_extras(wait_scope, mine.step, epoch, step, extra_readers, extra);
       loss += extra.loss;
       correct += extra.correct;
       examples += n + extra.examples;
       epoch_examples += n + extra.examples;
       const auto compute_end = Clock::now();
       compute_seconds_ += std::chrono::duration<double>(compute_end - step_start).count();
-      finish_step(wait_scope, mine, kj::mv(extras));
+      orders_->finish_step(wait_scope, mine, kj::mv(extras));
       exchange_seconds_ += std::chrono::duration<double>(Clock::now() - compute_end).count();
       ++steps_done_;
       if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
       epoch_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
-      if (static_cast<int64_t>(steps_done_) % report_every == 0 || step + 1 == steps_per_epoch_) {
+      if (static_cast<int64_t>(steps_done_) % report_every == 0 || step + 1 == steps_per_epoch) {
         const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
-        const uint64_t bytes = servers_.counts().exchanged_bytes() - reported_pushed_ - reported_pulled_;
-        PSLOG(kDebug) << "job " << job_id_ << ": per step " << 1e3 * compute_seconds_ / report_every << " ms compute, "
+        const uint64_t bytes = reports_.bytes_since_report(servers_.counts());
+        PSLOG(kDebug) << "job " << facts_.job_id << ": per step " << 1e3 * compute_seconds_ / report_every << " ms compute, "
                       << 1e3 * exchange_seconds_ / report_every << " ms push/pull, "
                       << 1e-6 * static_cast<double>(bytes) / static_cast<double>(report_every)
                       << " MB pushed and received";
-        report_steps(epoch, examples, loss, correct, examples / std::max(seconds, 1e-9));
+        reports_.report_steps(ReportFigures{epoch, steps_done_, examples, loss, correct, examples / std::max(seconds, 1e-9)},
+                              servers_.counts());
         compute_seconds_ = exchange_seconds_ = 0;
         loss = 0;
         correct = examples = 0;
@@ -303,11 +243,12 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
     }
     evaluate(wait_scope, epoch, epoch_examples / std::max(epoch_seconds, 1e-9));
   }
-  if (!sync) servers_.finish(wait_scope, worker_index_);
-  report(wait_scope, proto::Progress::Kind::FINISHED, static_cast<uint32_t>(spec_.training.epochs - 1), 0, 0, 0, 0);
+  if (!sync) servers_.finish(wait_scope, facts_.worker_index);
+  reports_.report(wait_scope, proto::Progress::Kind::FINISHED,
+                  ReportFigures{static_cast<uint32_t>(spec.training.epochs - 1), steps_done_, 0, 0, 0, 0});
   const std::optional<uint64_t> forwarded = exchange_->forwarded_steps();
   const uint64_t late = servers_.counts().late_pushes;
-  PSLOG(kInfo) << "job " << job_id_ << ": worker " << worker_index_ << " finished " << steps_done_ << " steps"
+  PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index << " finished " << steps_done_ << " steps"
                << (forwarded ? " (" + std::to_string(*forwarded) +
                                    " in this session with the first layer's forward on the servers)"
                              : "")
