@@ -141,7 +141,6 @@ kj::Promise<void> CoordinatorService::watch(WatchContext context) {
     out.setStep(order.step);
     out.setSlice(order.slice);
     out.setSliceCount(order.slice_count);
-    DataService::fill_batch(*order.split, order.epoch, order.step_in_epoch, order.indices, out.initBatch());
   });
 }
 

@@ -27,6 +27,19 @@ struct SessionFacts {
   uint64_t steps_per_epoch = 0;
   uint64_t generation = 0;  // of the plan (a recovery makes a new one)
   bool sync() const { return spec.training.mode == TrainingMode::kSync; }
+
+  // A data stream of `split` for this worker, of `epoch` from `from_step`: its own slice (slice
+  // -1), an extra one, or one it was ordered to take over.
+  proto::DataStream::Client open_shard(proto::Split split, uint32_t epoch, uint64_t from_step, int64_t slice) const {
+    auto request = coordinator.openShardRequest();
+    request.setJobId(job_id);
+    request.setNodeId(node_id);
+    request.setSplit(split);
+    request.setEpoch(epoch);
+    request.setFromStep(from_step);
+    request.setSlice(static_cast<int32_t>(slice));
+    return request.send().getStream();
+  }
 };
 
 class SessionWaits {

@@ -35,21 +35,12 @@ void SessionOrders::watch() {
                   return;
                 }
                 const auto t = r.getTakeover();
-                const auto batch = t.getBatch();
-                KJ_REQUIRE(batch.getSize() <= model_.max_batch(), "takeover batch larger than the model's batch",
-                           batch.getSize());
                 Takeover order;
                 order.step = t.getStep();
                 order.slice = t.getSlice();
                 order.slice_count = t.getSliceCount();
-                order.examples = batch.getSize();
-                order.inputs.resize(static_cast<size_t>(model_.input_size() * model_.max_batch()));
-                order.labels.resize(static_cast<size_t>(model_.max_batch() * model_.target_size()));
-                decode_batch(batch, batch_shape(), order.inputs.data(), order.labels.data());
-                decode_ids(batch, &order.ids);
-                order.epoch = batch.getEpoch();
-                PSLOG(kInfo) << "job " << facts_.job_id << ": taking over slice " << order.slice << " of step " << order.step
-                             << " from a lost worker";
+                PSLOG(kInfo) << "job " << facts_.job_id << ": taking over slice " << order.slice << " of step "
+                             << order.step << " from a lost worker";
                 takeover_ = std::move(order);
               },
               [this](kj::Exception&& e) {
@@ -151,29 +142,44 @@ void SessionOrders::finish_step(kj::WaitScope& wait_scope, const GradientSlice& 
 }
 
 kj::Promise<void> SessionOrders::take_over(kj::WaitScope& wait_scope) {
-  Takeover& order = *takeover_;
+  const Takeover order = *takeover_;
+  const uint32_t epoch = static_cast<uint32_t>(order.step / facts_.steps_per_epoch);
+  const uint64_t step_in_epoch = order.step % facts_.steps_per_epoch;
   takeover_grads_.resize(model_.layout().total_size());
-  if (order.examples > 0) {
-    // The step's version, dense: with a row-sparse exchange values() is current only in the rows
-    // this worker's batch touches, so the exchange fetches it (a chunk the lost worker pushed has
-    // moved one update on; its server still holds the step's version).
-    const float* params = nullptr;
-    try {
-      params = exchange_.step_values(wait_scope, order.step);
-    } catch (const kj::Exception& e) {
-      // Cannot happen while the step waits for the lost slice; if it does, the coordinator's
-      // takeover times out and the job rolls back.
-      PSLOG(kWarning) << "job " << facts_.job_id << ": cannot take over step " << order.step << ": "
-                      << e.getDescription().cStr();
-      return kj::READY_NOW;
+  uint32_t examples = 0;
+  try {
+    // The lost slice's examples of the step, from the data path every slice's examples come by.
+    ShardReader reader(facts_.open_shard(proto::Split::TRAIN, epoch, step_in_epoch, order.slice),
+                       /*batches_per_call=*/1, /*prefetch_batches=*/1);
+    proto::Batch::Reader batch;
+    KJ_REQUIRE(reader.next(wait_scope, &batch), "the lost slice's data stream is empty", order.slice);
+    KJ_REQUIRE(batch.getEpoch() == epoch && batch.getStep() == step_in_epoch, "the lost slice's batch is of another step",
+               batch.getEpoch(), batch.getStep());
+    examples = batch.getSize();
+    KJ_REQUIRE(examples <= model_.max_batch(), "takeover batch larger than the model's batch", examples);
+    if (examples > 0) {
+      extra_inputs_.resize(static_cast<size_t>(model_.input_size() * model_.max_batch()));
+      extra_labels_.resize(static_cast<size_t>(model_.max_batch() * model_.target_size()));
+      decode_batch(batch, batch_shape(), extra_inputs_.data(), extra_labels_.data());
+      decode_ids(batch, &extra_ids_);
+      // The step's version, dense: with a row-sparse exchange values() is current only in the
+      // rows this worker's batch touches, so the exchange fetches it (a chunk the lost worker
+      // pushed has moved one update on; its server still holds the step's version).
+      const float* params = exchange_.step_values(wait_scope, order.step);
+      model_.compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), examples, takeover_grads_.data(),
+                               {}, nullptr, {epoch, extra_ids_.data()});
+    } else {
+      std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);
     }
-    model_.compute_gradients(params, order.inputs.data(), order.labels.data(), order.examples,
-                              takeover_grads_.data(), {}, nullptr, {order.epoch, order.ids.data()});
-  } else {
-    std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);
+  } catch (const kj::Exception& e) {
+    // Cannot happen while the step waits for the lost slice; if it does, the coordinator's
+    // takeover times out and the job rolls back.
+    PSLOG(kWarning) << "job " << facts_.job_id << ": cannot take over step " << order.step << ": "
+                    << e.getDescription().cStr();
+    return kj::READY_NOW;
   }
   return servers_.push_without_values(
-      GradientSlice{order.step, order.slice, order.slice_count, order.examples, takeover_grads_.data()});
+      GradientSlice{order.step, order.slice, order.slice_count, examples, takeover_grads_.data()});
 }
 
 }  // namespace pstrain

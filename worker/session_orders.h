@@ -59,8 +59,8 @@ class SessionOrders {
   void finish_step(kj::WaitScope& wait_scope, const GradientSlice& mine, kj::Promise<void> extras);
 
  private:
-  // Computes the lost worker's gradient on the step's version and pushes it in its name;
-  // returns the replies.
+  // Reads the lost worker's examples of the step from a data stream of its slice, computes its
+  // gradient on the step's version and pushes it in its name; returns the replies.
   kj::Promise<void> take_over(kj::WaitScope& wait_scope);
   BatchShape batch_shape() const;
 
@@ -69,21 +69,17 @@ class SessionOrders {
   nn::DataParallelModel<float>& model_;
   ServerChunks& servers_;
   ParameterExchange& exchange_;
-  // A takeover order from the coordinator, decoded.
+  // A takeover order from the coordinator: a lost worker's slice of a sync step.
   struct Takeover {
     uint64_t step = 0;
-    uint32_t slice = 0, slice_count = 1, examples = 0;
-    AlignedFloats inputs;
-    std::vector<float> labels;
-    uint32_t epoch = 0;
-    std::vector<uint32_t> ids;  // the examples' indices (nn::ExampleKeys)
+    uint32_t slice = 0, slice_count = 1;
   };
   std::optional<Takeover> takeover_;
   kj::Maybe<kj::ForkedPromise<void>> order_arrived_;  // the open watch call (resolves with an order)
   uint64_t pause_cut_ = 0;                            // async: a cut to pause for, 0 if none
   AlignedFloats takeover_grads_;
-  // Sync extra slices: their indices, gradients (one per slice), and one batch's inputs, targets
-  // and examples' indices at a time.
+  // Sync extra slices: their indices, gradients (one per slice); and one batch's inputs, targets
+  // and examples' indices at a time (an extra slice's, or a takeover's).
   std::vector<uint32_t> extra_slices_;
   std::vector<AlignedFloats> extra_grads_;
   AlignedFloats extra_inputs_;

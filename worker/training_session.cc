@@ -102,18 +102,6 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
 
 TrainingSession::~TrainingSession() = default;
 
-proto::DataStream::Client TrainingSession::open_shard(proto::Split split, uint32_t epoch, uint64_t from_step,
-                                                     int64_t slice) {
-  auto request = facts_.coordinator.openShardRequest();
-  request.setJobId(facts_.job_id);
-  request.setNodeId(facts_.node_id);
-  request.setSplit(split);
-  request.setEpoch(epoch);
-  request.setFromStep(from_step);
-  request.setSlice(static_cast<int32_t>(slice));
-  return request.send().getStream();
-}
-
 void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate) {
   evaluate_split(wait_scope, proto::Split::TEST, epoch, train_rate);
   if (facts_.spec.training.validation_fraction > 0) evaluate_split(wait_scope, proto::Split::VALIDATION, epoch, train_rate);
@@ -127,7 +115,7 @@ void TrainingSession::evaluate_split(kj::WaitScope& wait_scope, proto::Split spl
   std::vector<int64_t> slices{-1};
   for (uint32_t s : orders_->extra_slices()) slices.push_back(s);
   for (const int64_t slice : slices) {
-    ShardReader reader(open_shard(split, epoch, 0, slice));
+    ShardReader reader(facts_.open_shard(split, epoch, 0, slice));
     proto::Batch::Reader batch;
     while (reader.next(wait_scope, &batch)) {
       if (batch.getSize() == 0) continue;
@@ -164,10 +152,10 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
   const int64_t report_every = spec.training.metrics_every_steps;
   for (uint32_t epoch = start_epoch_; epoch < spec.training.epochs; ++epoch) {
     const uint64_t first_step = epoch == start_epoch_ ? start_step_ : 0;
-    ShardReader reader(open_shard(proto::Split::TRAIN, epoch, first_step, -1));
+    ShardReader reader(facts_.open_shard(proto::Split::TRAIN, epoch, first_step, -1));
     std::vector<std::unique_ptr<ShardReader>> extra_readers;
     for (uint32_t s : orders_->extra_slices()) {
-      extra_readers.push_back(std::make_unique<ShardReader>(open_shard(proto::Split::TRAIN, epoch, first_step, s)));
+      extra_readers.push_back(std::make_unique<ShardReader>(facts_.open_shard(proto::Split::TRAIN, epoch, first_step, s)));
     }
 
     double loss = 0, epoch_seconds = 0;

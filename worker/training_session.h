@@ -64,8 +64,6 @@ class TrainingSession {
   bool run(kj::WaitScope& wait_scope, const std::function<bool()>& should_stop);
 
  private:
-  // A data stream of this worker's: its own slice (slice -1) or an extra one.
-  proto::DataStream::Client open_shard(proto::Split split, uint32_t epoch, uint64_t from_step, int64_t slice);
   // The test split's slices (the worker's own and its extras), reported as one EVALUATION report,
   // then the validation split's (if any) as a VALIDATION report.
   void evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate);

@@ -58,10 +58,6 @@ struct WorkerOrder {
   uint64_t pause_cut = 0;
   uint64_t step = 0;  // global step
   uint32_t slice = 0, slice_count = 1;
-  uint32_t epoch = 0;
-  int64_t step_in_epoch = 0;
-  std::vector<uint32_t> indices;
-  std::shared_ptr<const Split> split;
 };
 
 struct JobContext {

@@ -360,7 +360,8 @@ proto::DataStream::Client JobRunner::open_shard(NodeId node, proto::Split split,
   uint32_t worker = static_cast<uint32_t>(*index);  // the slice whose data: the worker's own, or an extra
   if (slice >= 0) {
     const auto mine = job_.slices_of(*index);
-    KJ_REQUIRE(std::find(mine.begin(), mine.end(), static_cast<uint32_t>(slice)) != mine.end(),
+    KJ_REQUIRE(std::find(mine.begin(), mine.end(), static_cast<uint32_t>(slice)) != mine.end() ||
+                   (split == proto::Split::TRAIN && takeover_.granted(node, static_cast<uint32_t>(slice))),
                "the worker does not compute this slice", slice, node);
     worker = static_cast<uint32_t>(slice);
   }

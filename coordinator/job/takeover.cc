@@ -54,11 +54,11 @@ kj::Promise<uint64_t> Takeover::run(size_t lost) {
     order.step = lowest;
     order.slice = static_cast<uint32_t>(lost);
     order.slice_count = job_.slices();
-    order.epoch = static_cast<uint32_t>(lowest / steps_per_epoch);
-    order.step_in_epoch = static_cast<int64_t>(lowest % steps_per_epoch);
-    order.indices = job_.plan->batch(order.epoch, order.step_in_epoch, order.slice);
-    order.split = job_.train;
-    job_.progress.served(lowest, order.slice, order.indices);
+    // The survivor reads the slice's examples of the step from a data stream, as its own; the
+    // ledger has them now (the stream records them again, the same).
+    job_.progress.served(lowest, order.slice,
+                         job_.plan->batch(static_cast<uint32_t>(lowest / steps_per_epoch),
+                                          static_cast<int64_t>(lowest % steps_per_epoch), order.slice));
     // The first live survivor with an open watch computes the slice.
     bool ordered = false;
     for (size_t i = 0; i < job_.workers.size() && !ordered; ++i) {
@@ -66,6 +66,7 @@ kj::Promise<uint64_t> Takeover::run(size_t lost) {
       if (i == lost || !job_.can_order(node)) continue;
       PSLOG(kInfo) << "job " << job_.id << ": worker " << i << " takes over worker " << lost << "'s slice of step "
                    << lowest;
+      grant_ = Grant{node, order.slice, job_.generation};
       job_.watchers[node]->fulfill(kj::mv(order));
       job_.watchers.erase(node);
       ordered = true;

@@ -6,6 +6,8 @@
 
 #include <kj/async.h>
 
+#include <optional>
+
 #include "coordinator/job/job_context.h"
 
 namespace pstrain {
@@ -22,9 +24,20 @@ class Takeover {
   // too far ahead, no survivor, JobOptions::takeover_timeout, a rollback meanwhile): the caller
   // then rolls back.
   kj::Promise<uint64_t> run(size_t lost);
+  // Whether worker node `node` was ordered to take over `slice` in this generation: its data
+  // stream may read that slice's examples (JobRunner::open_shard).
+  bool granted(NodeId node, uint32_t slice) const {
+    return grant_ && grant_->node == node && grant_->slice == slice && grant_->generation == job_.generation;
+  }
 
  private:
   JobContext& job_;
+  struct Grant {
+    NodeId node;
+    uint32_t slice = 0;
+    uint64_t generation = 0;
+  };
+  std::optional<Grant> grant_;  // the last order
 };
 
 }  // namespace pstrain

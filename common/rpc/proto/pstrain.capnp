@@ -333,12 +333,14 @@ interface DataStream {
   next @0 (maxBatches :UInt32) -> (batches :List(Batch), end :Bool);
 }
 
-# A lost worker's part of one sync step, for a survivor to compute and push in its place.
+# A lost worker's part of one sync step, for a survivor to compute and push in its place. The
+# survivor reads the slice's examples of the step as any slice's: openShard(train, the step's
+# epoch, its step in the epoch, slice), which the order allows it.
 struct Takeover {
   step @0 :UInt64;        # global step (the version the gradient is computed on)
   slice @1 :UInt32;       # the lost worker's slice index ...
   sliceCount @2 :UInt32;  # ... among this many
-  batch @3 :Batch;        # its examples
+  batch @3 :Batch;        # unused (was the examples); kept so the field numbers stay
 }
 
 struct Progress {
