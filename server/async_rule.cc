@@ -30,10 +30,10 @@ float async_lr_scale(AsyncLr rule, uint64_t staleness, int64_t examples, int64_t
 
 }  // namespace
 
-AsyncRule::AsyncRule(const TrainingSpec& training, uint32_t workers, double batch_size_exponent)
-    : max_staleness_(training.max_staleness),
-      lr_rule_(training.async_lr),
-      global_batch_(training.global_batch_size),
+AsyncRule::AsyncRule(const ShardConfig& config, uint32_t workers, double batch_size_exponent)
+    : max_staleness_(config.max_staleness),
+      lr_rule_(config.async_lr),
+      global_batch_(config.global_batch_size),
       batch_size_exponent_(batch_size_exponent),
       finished_(workers, false) {
   for (uint32_t w = 0; w < workers; ++w) clocks_[w] = 0;

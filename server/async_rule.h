@@ -18,14 +18,14 @@
 #include <utility>
 #include <vector>
 
-#include "common/data/job_spec.h"
+#include "server/shard_config.h"
 #include "server/shard_push.h"
 
 namespace pstrain {
 
 class AsyncRule {
  public:
-  AsyncRule(const TrainingSpec& training, uint32_t workers, double batch_size_exponent);
+  AsyncRule(const ShardConfig& config, uint32_t workers, double batch_size_exponent);
 
   // A push computed on request.base_version arrives at a chunk at `version`: its staleness goes
   // into `stats`; returns the factor of its learning rate.

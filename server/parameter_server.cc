@@ -3,6 +3,7 @@
 
 #include "common/engine/compression.h"
 #include "common/base/error.h"
+#include "common/data/job_spec.h"
 #include "common/base/log.h"
 #include "common/rpc/message_limits.h"
 #include "common/rpc/cluster_auth.h"
@@ -69,7 +70,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
                "chunk does not fit the model's parameters", c.key);
   }
   auto job = std::make_shared<Job>();
-  job->shard = std::make_unique<ParameterShard>(spec, chunks, config.getServerIndex(), config.getWorkers());
+  job->shard = std::make_unique<ParameterShard>(shard_config_of(spec), chunks, config.getServerIndex(), config.getWorkers());
   job->shard->reject_generations_below(config.getMinGeneration());
   job->worker_key = std::string(reinterpret_cast<const char*>(config.getWorkerKey().begin()), config.getWorkerKey().size());
   if (store_ != nullptr && spec.training.mode == TrainingMode::kSync) {

@@ -161,26 +161,26 @@ void ParameterShard::accumulate(const PushRequest& push, const Chunk& chunk, boo
   }
 }
 
-ParameterShard::ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table, uint32_t server_index,
+ParameterShard::ParameterShard(const ShardConfig& config, std::vector<ChunkInfo> table, uint32_t server_index,
                                uint32_t workers)
-    : mode_(spec.training.mode),
-      global_batch_(spec.training.global_batch_size),
-      optimizer_(optim::make_optimizer(spec.optimizer)),
-      rule_(std::in_place_type<SyncBarrier>, spec.training.backup_workers) {
+    : mode_(config.mode),
+      global_batch_(config.global_batch_size),
+      optimizer_(optim::make_optimizer(config.optimizer)),
+      rule_(std::in_place_type<SyncBarrier>, config.backup_workers) {
   if (mode_ == TrainingMode::kAsync) {
-    rule_.emplace<AsyncRule>(spec.training, workers, optimizer_->batch_size_exponent());
+    rule_.emplace<AsyncRule>(config, workers, optimizer_->batch_size_exponent());
   }
-  const ParamLayout layout = make_param_layout(spec.model);
+  const ParamLayout layout = make_param_layout(config.model);
   // The same initial values as the standalone trainer: initialise the whole model, keep our part.
   std::vector<float> initial(layout.total_size());
-  glorot_uniform_init(layout, spec.model.seed, initial.data());
+  glorot_uniform_init(layout, config.model.seed, initial.data());
   for (const ChunkInfo& info : table) {
     if (info.server != server_index) continue;
     const ParamInfo& param = layout.params()[info.param];
     Chunk chunk;
     chunk.info = info;
     chunk.l2 = param.l2;
-    chunk.moving_momentum = nn::moving_momentum(spec.model, param);
+    chunk.moving_momentum = nn::moving_momentum(config.model, param);
     if (param.role == ParamRole::kKernel && param.shape.size() == 2 && param.shape[1] > 0) {
       const auto columns = static_cast<size_t>(param.shape[1]);
       if (info.offset % columns == 0 && info.size % columns == 0) chunk.row_columns = columns;

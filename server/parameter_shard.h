@@ -30,11 +30,11 @@
 #include <variant>
 
 #include "common/base/aligned.h"
-#include "common/data/job_spec.h"
 #include "common/engine/chunk_plan.h"
 #include "common/engine/optim/optimizer.h"
 #include "server/async_rule.h"
 #include "server/backup_store.h"
+#include "server/shard_config.h"
 #include "server/shard_holds.h"
 #include "server/shard_push.h"
 #include "server/sync_barrier.h"
@@ -46,9 +46,9 @@ class ParameterShard {
   using PushDone = pstrain::PushDone;
   using PullDone = std::function<void(uint64_t version)>;
 
-  // Keeps the chunks of `table` placed on `server_index`, initialised from the spec's seed
+  // Keeps the chunks of `table` placed on `server_index`, initialised from the model's seed
   // exactly as the standalone trainer initialises the whole model.
-  ParameterShard(const JobSpec& spec, std::vector<ChunkInfo> table, uint32_t server_index, uint32_t workers);
+  ParameterShard(const ShardConfig& config, std::vector<ChunkInfo> table, uint32_t server_index, uint32_t workers);
   ~ParameterShard();
 
   bool holds(uint32_t key) const { return chunks_.count(key) != 0; }

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/base/aligned.h"
-#include "common/data/job_spec.h"
+#include "common/data/training_spec.h"
 #include "common/engine/chunk_plan.h"
 #include "common/engine/param_layout.h"
 #include "common/rpc/proto/pstrain.capnp.h"

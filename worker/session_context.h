@@ -11,18 +11,28 @@
 #include <cstdint>
 #include <string>
 
-#include "common/data/job_spec.h"
+#include "common/data/training_spec.h"
+#include "common/engine/model_spec.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 #include "worker/stoppable_wait.h"
 
 namespace pstrain {
+
+// What a session reads of its job: narrowed from the job spec where the worker receives it (the
+// session's constructor, the one worker file of the distributed path that reads specs).
+struct SessionSpec {
+  ModelSpec model;
+  LossSpec loss;
+  TrainingSpec training;
+  BackupSpec backup;
+};
 
 // The assignment's facts, fixed for the session's life.
 struct SessionFacts {
   mutable proto::Coordinator::Client coordinator;  // (a handle: making a request changes no fact)
   uint32_t node_id = 0;
   std::string job_id;
-  JobSpec spec;
+  SessionSpec spec;
   uint32_t worker_index = 0, worker_count = 1;  // this worker's slice, and the job's slices
   uint64_t steps_per_epoch = 0;
   uint64_t generation = 0;  // of the plan (a recovery makes a new one)

@@ -50,7 +50,7 @@ void SessionReports::report_evaluation(kj::WaitScope& wait_scope, proto::Split s
                                        const nn::LossResult& sums) {
   const auto kind = split == proto::Split::TEST ? proto::Progress::Kind::EVALUATION : proto::Progress::Kind::VALIDATION;
   auto request = progress_request(kind, figures);
-  const JobSpec& spec = facts_.spec;
+  const SessionSpec& spec = facts_.spec;
   if (is_regression(spec.loss)) {
     auto r = request.getReport().initRegression();
     r.setValues(sums.regression.values);

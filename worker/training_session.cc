@@ -7,6 +7,7 @@
 
 #include "common/base/error.h"
 #include "common/base/log.h"
+#include "common/data/job_spec.h"
 #include "common/rpc/rpc_util.h"
 #include "worker/batch_decode.h"
 #include "worker/exchange_factory.h"
@@ -24,8 +25,13 @@ std::vector<std::string> server_addresses(proto::Assignment::Reader a) {
   return addresses;
 }
 
-int64_t batch_per_worker(const JobSpec& spec, uint32_t workers) {
+int64_t batch_per_worker(const SessionSpec& spec, uint32_t workers) {
   return (spec.training.global_batch_size + workers - 1) / workers;
+}
+
+SessionSpec session_spec(const std::string& spec_json) {
+  JobSpec spec = parse_accepted_job_spec(spec_json);
+  return SessionSpec{std::move(spec.model), std::move(spec.loss), std::move(spec.training), spec.backup};
 }
 
 }  // namespace
@@ -37,7 +43,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
       facts_{kj::mv(coordinator),
              node_id,
              rpc::to_string(a.getJobId()),
-             parse_accepted_job_spec(rpc::to_string(a.getSpecJson())),
+             session_spec(rpc::to_string(a.getSpecJson())),
              a.getWorkerIndex(),
              a.getWorkerCount(),
              a.getStepsPerEpoch(),
@@ -54,7 +60,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
       progress_(options.progress),
       slow_step_ms_(options.slow_step_ms),
       reports_(facts_, waits_) {
-  const JobSpec& spec = facts_.spec;
+  const SessionSpec& spec = facts_.spec;
   const int64_t batch = model_->max_batch();
   // Every worker computes the first layer per server's rows, whether or not the servers do it
   // (the same sums either way, and what the trainer's `servers` option reproduces).
@@ -134,7 +140,7 @@ void TrainingSession::evaluate_split(kj::WaitScope& wait_scope, proto::Split spl
 
 bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>& should_stop) {
   const bool sync = facts_.sync();
-  const JobSpec& spec = facts_.spec;
+  const SessionSpec& spec = facts_.spec;
   const uint64_t steps_per_epoch = facts_.steps_per_epoch;
   servers_.connect(wait_scope, io_, cluster_);
   // A session that starts after step 0 (a recovery) takes back its compression state from the

@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "common/base/aligned.h"
-#include "common/data/job_spec.h"
 #include "common/engine/nn/data_parallel_model.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 #include "worker/batch_decode.h"

@@ -11,7 +11,7 @@ EventSubscriber::~EventSubscriber() {
 }
 
 void EventSubscriber::replay(std::vector<EventFrame> frames, bool ends) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (EventFrame& f : frames) replay_.push_back(std::move(f));
   ends_ = ends;
 }
@@ -20,7 +20,7 @@ bool EventSubscriber::push(EventFrame frame, bool last) {
   std::function<void()> wakeup;
   bool kept = true;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (dropped_ || cancelled_ || ends_) return false;
     const size_t bytes = frame->size();
     if (queue_.size() + 1 > limits_.max_events || queued_bytes_ + bytes > limits_.max_bytes) {
@@ -48,7 +48,7 @@ bool EventSubscriber::push(EventFrame frame, bool last) {
 void EventSubscriber::set_wakeup(std::function<void()> wakeup) {
   std::function<void()> now;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     wakeup_ = std::move(wakeup);
     if (!replay_.empty() || !queue_.empty() || ends_ || dropped_) {
       notified_ = true;
@@ -59,7 +59,7 @@ void EventSubscriber::set_wakeup(std::function<void()> wakeup) {
 }
 
 EventSubscriber::Batch EventSubscriber::take(size_t max_frames) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   Batch batch;
   notified_ = false;
   if (dropped_) {
@@ -81,7 +81,7 @@ EventSubscriber::Batch EventSubscriber::take(size_t max_frames) {
 }
 
 void EventSubscriber::cancel() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   cancelled_ = true;
   wakeup_ = nullptr;
   queue_.clear();

@@ -20,9 +20,10 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "common/base/mutex.h"
 
 namespace pstrain {
 
@@ -71,14 +72,15 @@ class EventSubscriber {
  private:
   const EventQueueLimits limits_;
   EventStreamStats* stats_;
-  std::mutex mutex_;
-  std::deque<EventFrame> replay_;  // guarded by mutex_
-  std::deque<EventFrame> queue_;   // guarded by mutex_: live events
-  size_t queued_bytes_ = 0;        // guarded by mutex_: of queue_
-  bool ends_ = false;              // guarded by mutex_: the stream ends once both queues are sent
-  bool dropped_ = false, cancelled_ = false;  // guarded by mutex_
-  bool notified_ = false;          // guarded by mutex_: a wakeup is on its way
-  std::function<void()> wakeup_;   // guarded by mutex_
+  Mutex mutex_;
+  std::deque<EventFrame> replay_ PS_GUARDED_BY(mutex_);
+  std::deque<EventFrame> queue_ PS_GUARDED_BY(mutex_);   // live events
+  size_t queued_bytes_ PS_GUARDED_BY(mutex_) = 0;        // of queue_
+  bool ends_ PS_GUARDED_BY(mutex_) = false;              // the stream ends once both queues are sent
+  bool dropped_ PS_GUARDED_BY(mutex_) = false;
+  bool cancelled_ PS_GUARDED_BY(mutex_) = false;
+  bool notified_ PS_GUARDED_BY(mutex_) = false;          // a wakeup is on its way
+  std::function<void()> wakeup_ PS_GUARDED_BY(mutex_);
 };
 
 }  // namespace pstrain

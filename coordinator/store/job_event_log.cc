@@ -10,7 +10,7 @@ std::string padded(uint64_t n) { return key_number(n, 12); }
 }  // namespace
 
 void JobEventLog::restore(const std::string& job, Stored& events) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   Log& log = log_of(job);
   for (auto& [seq, e] : events) {
     while (log.frames.size() + 1 < seq) {
@@ -28,13 +28,13 @@ void JobEventLog::restore(const std::string& job, Stored& events) {
 }
 
 void JobEventLog::end(const std::string& job) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   logs_[job].ended = true;
 }
 
 std::pair<uint64_t, uint64_t> JobEventLog::record(const std::string& id, const std::vector<JobEventData>& events,
                                                   std::vector<KvStore::Write>& writes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   Log& log = logs_[id];
   uint64_t global_upto = 0;
   for (const JobEventData& e : events) {
@@ -75,7 +75,7 @@ void JobEventLog::publish_upto(Log& log, uint64_t upto) {
 }
 
 void JobEventLog::show(const std::string& id, uint64_t job_upto, uint64_t global_upto) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (job_upto != 0) {
     if (const auto it = logs_.find(id); it != logs_.end()) publish_upto(it->second, job_upto);
   }
@@ -83,7 +83,7 @@ void JobEventLog::show(const std::string& id, uint64_t job_upto, uint64_t global
 }
 
 void JobEventLog::subscribe(const std::string& id, uint64_t after, const std::shared_ptr<EventSubscriber>& subscriber) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   Log& log = log_of(id);
   std::vector<EventFrame> replay;
   for (uint64_t i = std::min<uint64_t>(after, log.visible); i < log.visible; ++i) replay.push_back(log.frames[i]);
@@ -95,7 +95,7 @@ void JobEventLog::subscribe(const std::string& id, uint64_t after, const std::sh
 }
 
 size_t JobEventLog::count(const std::string& id) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = logs_.find(id);
   return it == logs_.end() ? 0 : it->second.frames.size();
 }

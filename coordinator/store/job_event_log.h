@@ -13,11 +13,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/storage/kv_store.h"
 #include "coordinator/base/event_stream.h"
 #include "coordinator/store/job_events.h"
@@ -58,12 +58,12 @@ class JobEventLog {
     bool ended = false;               // a job's: its terminal event is visible (or it was finished when loaded)
     std::vector<std::weak_ptr<EventSubscriber>> subscribers;
   };
-  Log& log_of(const std::string& id) { return id.empty() ? global_ : logs_[id]; }
+  Log& log_of(const std::string& id) PS_REQUIRES(mutex_) { return id.empty() ? global_ : logs_[id]; }
   static void publish_upto(Log& log, uint64_t upto);
 
-  mutable std::mutex mutex_;
-  std::map<std::string, Log> logs_;  // guarded by mutex_: each job's events
-  Log global_;                       // guarded by mutex_: every job's state events
+  mutable Mutex mutex_;
+  std::map<std::string, Log> logs_ PS_GUARDED_BY(mutex_);  // each job's events
+  Log global_ PS_GUARDED_BY(mutex_);                       // every job's state events
   EventStreamStats stats_;
 };
 

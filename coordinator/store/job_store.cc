@@ -56,7 +56,7 @@ std::vector<JobRecord> JobStore::load() {
     if (entry.corrupt) continue;
     if (auto e = event_from_stored(entry.value)) global.emplace_back(std::stoull(entry.key.substr(7)), std::move(*e));
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   events_.restore("", global);
   for (auto& [id, list] : events) {
     if (by_id.count(id) != 0 && !by_id[id].id.empty()) events_.restore(id, list);
@@ -69,7 +69,7 @@ std::vector<JobRecord> JobStore::load() {
     durable_state_[id] = record.state;
     jobs_[id] = std::move(record);
   }
-  std::sort(order_.begin(), order_.end(), [this](const std::string& a, const std::string& b) {
+  std::sort(order_.begin(), order_.end(), [this](const std::string& a, const std::string& b) PS_REQUIRES(mutex_) {
     return jobs_[a].submitted_ms != jobs_[b].submitted_ms ? jobs_[a].submitted_ms < jobs_[b].submitted_ms : a < b;
   });
   std::sort(loaded.begin(), loaded.end(), [](const JobRecord& a, const JobRecord& b) {
@@ -83,7 +83,7 @@ void JobStore::enqueue(const std::string& id, std::vector<KvStore::Write> writes
   std::function<void()> applied;
   if (state || upto.first != 0 || upto.second != 0) {
     applied = [this, id, state, upto] {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (state) durable_state_[id] = *state;
       events_.show(id, upto.first, upto.second);
     };
@@ -104,14 +104,14 @@ void JobStore::show_durable_state(JobRecord& record) const {
 }
 
 void JobStore::add(JobRecord record) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   persist_record(record, true, {state_event(record, record.submitted_ms != 0 ? record.submitted_ms : now_ms())});
   if (jobs_.count(record.id) == 0) order_.push_back(record.id);
   jobs_[record.id] = std::move(record);
 }
 
 bool JobStore::update(const std::string& id, const std::function<void(JobRecord&)>& change) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return false;
   const RecordDigest before = digest(it->second);
@@ -126,12 +126,12 @@ bool JobStore::update(const std::string& id, const std::function<void(JobRecord&
 }
 
 WarningCounts JobStore::warning_counts() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return warning_counts_;
 }
 
 void JobStore::append_step(const std::string& id, const StepMetric& metric) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   std::vector<KvStore::Write> writes;
@@ -143,7 +143,7 @@ void JobStore::append_step(const std::string& id, const StepMetric& metric) {
 }
 
 void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   std::vector<KvStore::Write> writes;
@@ -155,14 +155,14 @@ void JobStore::append_epoch(const std::string& id, const EpochMetric& metric) {
 
 kj::Promise<void> JobStore::set_async_cut(const std::string& id, uint64_t version, std::vector<WorkerPosition> positions,
                                           const std::vector<uint64_t>& dropped) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return kj::READY_NOW;
   return cuts_.set(id, it->second.async_cuts, version, std::move(positions), dropped);
 }
 
 void JobStore::erase_async_cuts(const std::string& id) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   cuts_.erase_all(id, it->second.async_cuts);
@@ -178,7 +178,7 @@ void JobStore::set_model(const std::string& id, std::vector<std::string> pieces)
 }
 
 void JobStore::set_model(const std::string& id, size_t pieces, int64_t bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   it->second.has_model = true;
@@ -204,7 +204,7 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& given
 
 void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& info, size_t count, size_t keep,
                               const KeepAlso& also_keep) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   std::vector<CheckpointInfo>& list = it->second.checkpoints;
@@ -241,14 +241,14 @@ void JobStore::add_checkpoint(const std::string& id, const CheckpointInfo& info,
 }
 
 std::optional<int64_t> JobStore::model_bytes(const std::string& id) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto job = jobs_.find(id);
   if (job == jobs_.end() || !job->second.has_model) return std::nullopt;
   return job->second.model_bytes;
 }
 
 std::optional<int64_t> JobStore::checkpoint_bytes(const std::string& id, int64_t step) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto job = jobs_.find(id);
   if (job == jobs_.end()) return std::nullopt;
   const auto& list = job->second.checkpoints;
@@ -278,7 +278,7 @@ std::optional<StoredFile> JobStore::checkpoint_pieces(const std::string& id, int
 }
 
 std::optional<JobRecord> JobStore::get(const std::string& id) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return std::nullopt;
   JobRecord record = it->second;
@@ -287,7 +287,7 @@ std::optional<JobRecord> JobStore::get(const std::string& id) const {
 }
 
 std::vector<JobRecord> JobStore::list() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<JobRecord> out;
   for (const auto& id : order_) {
     JobRecord r = jobs_.at(id);
@@ -300,13 +300,13 @@ std::vector<JobRecord> JobStore::list() const {
 }
 
 void JobStore::set_node_lookup(NodeLookup lookup) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   node_lookup_ = std::move(lookup);
 }
 
 bool JobStore::subscribe(const std::string& id, uint64_t after, const std::shared_ptr<EventSubscriber>& subscriber) {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (!id.empty() && jobs_.count(id) == 0) return false;
   }
   events_.subscribe(id, after, subscriber);
@@ -314,12 +314,12 @@ bool JobStore::subscribe(const std::string& id, uint64_t after, const std::share
 }
 
 void JobStore::set_nodes(std::vector<NodeView> nodes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   nodes_ = std::move(nodes);
 }
 
 std::vector<NodeView> JobStore::nodes() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return nodes_;
 }
 

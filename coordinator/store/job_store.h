@@ -26,11 +26,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/storage/kv_store.h"
 #include "coordinator/store/async_cut_positions.h"
 #include "coordinator/store/checkpoint_files.h"
@@ -142,7 +142,7 @@ class JobStore {
   // Queues the record's write and its events; `state_changed`: synced, and its state becomes
   // visible once durable.
   void persist_record(const JobRecord& record, bool state_changed, const std::vector<JobEventData>& events);
-  void show_durable_state(JobRecord& record) const;  // the state readers may see (under mutex_)
+  void show_durable_state(JobRecord& record) const PS_REQUIRES(mutex_);  // the state readers may see
   // The record's size of its model, or of its checkpoint at `step` (nullopt: none).
   std::optional<int64_t> model_bytes(const std::string& id) const;
   std::optional<int64_t> checkpoint_bytes(const std::string& id, int64_t step) const;
@@ -150,13 +150,13 @@ class JobStore {
   KvStore& kv_;  // read directly only by load()
   ReplicaStore replicas_;
   ModelCatalog uploads_;
-  mutable std::mutex mutex_;
-  std::map<std::string, JobRecord> jobs_;  // guarded by mutex_
-  std::vector<std::string> order_;          // guarded by mutex_
-  std::map<std::string, JobState> durable_state_;  // guarded by mutex_: each job's last durable state
-  std::vector<NodeView> nodes_;             // guarded by mutex_
-  NodeLookup node_lookup_;                   // guarded by mutex_
-  WarningCounts warning_counts_;             // guarded by mutex_
+  mutable Mutex mutex_;
+  std::map<std::string, JobRecord> jobs_ PS_GUARDED_BY(mutex_);
+  std::vector<std::string> order_ PS_GUARDED_BY(mutex_);
+  std::map<std::string, JobState> durable_state_ PS_GUARDED_BY(mutex_);  // each job's last durable state
+  std::vector<NodeView> nodes_ PS_GUARDED_BY(mutex_);
+  NodeLookup node_lookup_ PS_GUARDED_BY(mutex_);
+  WarningCounts warning_counts_ PS_GUARDED_BY(mutex_);
   JobEventLog events_;
   // Destroyed before the members above (after files_), so its final writes' callbacks still find them.
   KvWriter writer_;

@@ -11,7 +11,7 @@ KvWriter::KvWriter(KvStore& kv) : kv_(kv), thread_([this] { run(); }) {}
 
 KvWriter::~KvWriter() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_one();
@@ -22,7 +22,7 @@ void KvWriter::enqueue(std::vector<KvStore::Write> writes, bool sync, std::funct
   size_t bytes = 0;
   for (const auto& w : writes) bytes += w.key.size() + (w.value ? w.value->size() : 0);
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     pending_.push_back({std::move(writes), sync, std::move(applied), bytes});
     ++queued_;
   }
@@ -30,20 +30,20 @@ void KvWriter::enqueue(std::vector<KvStore::Write> writes, bool sync, std::funct
 }
 
 void KvWriter::flush() {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   const uint64_t target = queued_;
-  drained_.wait(lock, [&] { return applied_ >= target; });
+  while (applied_ < target) drained_.wait(lock);
 }
 
 uint64_t KvWriter::failures() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return failures_;
 }
 
 void KvWriter::run() {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || applied_ < queued_; });
+    while (!stopping_ && applied_ >= queued_) wake_.wait(lock);
     if (applied_ == queued_) return;  // stopping, and nothing left
     std::vector<KvStore::Write> batch;
     bool sync = false;

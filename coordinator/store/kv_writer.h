@@ -21,10 +21,10 @@
 #include <deque>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/storage/kv_store.h"
 
 namespace pstrain {
@@ -50,18 +50,20 @@ class KvWriter {
   void run();
 
   KvStore& kv_;
-  mutable std::mutex mutex_;
-  std::condition_variable wake_, drained_;
+  mutable Mutex mutex_;
+  std::condition_variable_any wake_, drained_;  // (on a MutexLock)
   struct Call {  // one enqueue()
     std::vector<KvStore::Write> writes;
     bool sync = false;
     std::function<void()> applied;
     size_t bytes = 0;  // of the values
   };
-  std::deque<Call> pending_;             // guarded by mutex_
-  uint64_t queued_ = 0, applied_ = 0;    // guarded by mutex_: enqueue() calls, and those applied
-  uint64_t failures_ = 0;                // guarded by mutex_
-  bool stopping_ = false;                // guarded by mutex_
+  std::deque<Call> pending_ PS_GUARDED_BY(mutex_);
+  // enqueue() calls, and those applied
+  uint64_t queued_ PS_GUARDED_BY(mutex_) = 0;
+  uint64_t applied_ PS_GUARDED_BY(mutex_) = 0;
+  uint64_t failures_ PS_GUARDED_BY(mutex_) = 0;
+  bool stopping_ PS_GUARDED_BY(mutex_) = false;
   std::thread thread_;                   // last member: starts once the rest is initialised
 };
 

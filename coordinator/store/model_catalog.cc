@@ -113,7 +113,7 @@ ModelCatalog::ModelCatalog(KvStore& kv) : kv_(kv) {
 UploadedModel ModelCatalog::add(UploadedModel record, std::string_view file) {
   uint64_t n = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     n = next_++;
   }
   record.id = std::string(kIdPrefix) + std::to_string(n);
@@ -130,7 +130,7 @@ UploadedModel ModelCatalog::add(UploadedModel record, std::string_view file) {
       !s.ok()) {
     throw Error("could not store uploaded model " + record.id + ": " + s.message);
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   models_[n] = record;
   return record;
 }
@@ -138,14 +138,14 @@ UploadedModel ModelCatalog::add(UploadedModel record, std::string_view file) {
 std::optional<UploadedModel> ModelCatalog::get(const std::string& id) const {
   const auto n = id_number(id);
   if (!n) return std::nullopt;
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = models_.find(*n);
   if (it == models_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<UploadedModel> ModelCatalog::list() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<UploadedModel> out;
   for (const auto& [n, m] : models_) out.push_back(m);
   return out;
@@ -156,7 +156,7 @@ std::optional<std::string> ModelCatalog::file(const std::string& id) const {
   if (!n) return std::nullopt;
   int64_t bytes = 0;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = models_.find(*n);
     if (it == models_.end()) return std::nullopt;
     bytes = it->second.bytes;
@@ -173,7 +173,7 @@ std::optional<StoredFile> ModelCatalog::file_pieces(const std::string& id) const
   if (!n) return std::nullopt;
   StoredFile f;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = models_.find(*n);
     if (it == models_.end()) return std::nullopt;
     f.bytes = it->second.bytes;
@@ -190,7 +190,7 @@ bool ModelCatalog::erase(const std::string& id) {
   const auto n = id_number(id);
   if (!n) return false;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (models_.erase(*n) == 0) return false;
   }
   // The record first (synced): a crash before the pieces are gone leaves pieces without a

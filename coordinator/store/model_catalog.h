@@ -17,12 +17,12 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/storage/kv_store.h"
 #include "common/engine/safetensors.h"
 #include "coordinator/base/stored_file.h"
@@ -61,9 +61,9 @@ class ModelCatalog {
 
  private:
   KvStore& kv_;
-  mutable std::mutex mutex_;
-  std::map<uint64_t, UploadedModel> models_;    // guarded by mutex_; by number: upload order
-  uint64_t next_ = 1;                           // guarded by mutex_
+  mutable Mutex mutex_;
+  std::map<uint64_t, UploadedModel> models_ PS_GUARDED_BY(mutex_);    // by number: upload order
+  uint64_t next_ PS_GUARDED_BY(mutex_) = 1;
 };
 
 }  // namespace pstrain

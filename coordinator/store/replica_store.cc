@@ -50,7 +50,7 @@ ReplicaStore::ReplicaStore(KvStore& kv) : kv_(kv), writer_(kv) {
   // Whole only if every chunk is there too (a replica cut short by a crash of the machine).
   for (auto& [job_id, replicas] : found_) {
     const std::string& job = job_id;  // (a structured binding cannot be captured before C++20's P1091 in clang 14)
-    std::erase_if(replicas, [&](const StoredReplica& r) {
+    std::erase_if(replicas, [&](const StoredReplica& r) PS_REQUIRES(mutex_) {
       const auto it = chunks_.find(replica_prefix({job, r.version, r.server}));
       return it == chunks_.end() || it->second < r.chunks;
     });
@@ -61,7 +61,7 @@ ReplicaStore::ReplicaStore(KvStore& kv) : kv_(kv), writer_(kv) {
 }
 
 std::vector<StoredReplica> ReplicaStore::whole_replicas(const std::string& job) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = found_.find(job);
   return it == found_.end() ? std::vector<StoredReplica>{} : it->second;
 }
@@ -69,7 +69,7 @@ std::vector<StoredReplica> ReplicaStore::whole_replicas(const std::string& job) 
 void ReplicaStore::keep_only(const std::set<std::string>& jobs) {
   std::set<std::string> others;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (const auto& [prefix, count] : chunks_) {
       const size_t end = prefix.find('/', std::string("replica/").size());
       const std::string job = prefix.substr(std::string("replica/").size(), end - std::string("replica/").size());
@@ -87,7 +87,7 @@ kj::Promise<void> ReplicaStore::put(const ReplicaId& id, size_t first, std::vect
   for (size_t i = 0; i < blobs.size(); ++i) writes.push_back({prefix + padded(first + i), std::move(blobs[i])});
   if (first + blobs.size() >= total) writes.push_back({prefix + "whole", std::to_string(total)});
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     size_t& count = chunks_[prefix];
     count = std::max(count, first + blobs.size());
   }
@@ -128,14 +128,14 @@ std::optional<std::string> ReplicaStore::read_chunk(const ReplicaId& id, size_t 
 }
 
 void ReplicaStore::pin(const std::string& job, uint64_t version) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   ++pins_[version_prefix(job, version)];
 }
 
 void ReplicaStore::unpin(const std::string& job, uint64_t version) {
   const std::string prefix = version_prefix(job, version);
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = pins_.find(prefix);
     if (it == pins_.end()) return;
     if (--it->second > 0) return;
@@ -152,7 +152,7 @@ void ReplicaStore::erase_job(const std::string& job) { erase_matching(job_prefix
 void ReplicaStore::erase_matching(const std::string& prefix) {
   std::vector<KvStore::Write> deletes;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (auto it = chunks_.lower_bound(prefix); it != chunks_.end() && it->first.starts_with(prefix);) {
       // replica/<job>/<version>/<server>/: its version's prefix ends at the '/' after <version>.
       const size_t slash = it->first.find('/', it->first.find('/', std::string("replica/").size()) + 1);

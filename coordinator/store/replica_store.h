@@ -29,12 +29,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/storage/kv_store.h"
 #include "coordinator/store/kv_writer.h"
 
@@ -88,11 +88,11 @@ class ReplicaStore {
   void erase_matching(const std::string& prefix);
 
   KvStore& kv_;
-  mutable std::mutex mutex_;
-  std::map<std::string, size_t> chunks_;  // guarded by mutex_: key prefix of a replica -> chunks written
-  std::map<std::string, size_t> pins_;    // guarded by mutex_: key prefix of a version -> pins
-  std::set<std::string> deferred_;        // guarded by mutex_: pinned version prefixes erased meanwhile
-  std::map<std::string, std::vector<StoredReplica>> found_;  // guarded by mutex_: whole at start-up, by job
+  mutable Mutex mutex_;
+  std::map<std::string, size_t> chunks_ PS_GUARDED_BY(mutex_);  // key prefix of a replica -> chunks written
+  std::map<std::string, size_t> pins_ PS_GUARDED_BY(mutex_);    // key prefix of a version -> pins
+  std::set<std::string> deferred_ PS_GUARDED_BY(mutex_);        // pinned version prefixes erased meanwhile
+  std::map<std::string, std::vector<StoredReplica>> found_ PS_GUARDED_BY(mutex_);  // whole at start-up, by job
   KvWriter writer_;                       // last: its thread stops before the members above go
 };
 

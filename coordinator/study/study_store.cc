@@ -129,7 +129,7 @@ std::vector<StudyRecord> StudyStore::load() {
   // Creation order: study-<n> by n.
   auto number = [](const std::string& id) { return std::stoll(id.substr(id.rfind('-') + 1)); };
   std::sort(loaded.begin(), loaded.end(), [&](const StudyRecord& a, const StudyRecord& b) { return number(a.id) < number(b.id); });
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (const auto& s : loaded) {
     if (!studies_.count(s.id)) order_.push_back(s.id);
     studies_[s.id] = s;
@@ -142,14 +142,14 @@ void StudyStore::persist(const StudyRecord& study) {
 }
 
 void StudyStore::add(StudyRecord study) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   persist(study);
   order_.push_back(study.id);
   studies_[study.id] = std::move(study);
 }
 
 bool StudyStore::update(const std::string& id, const std::function<void(StudyRecord&)>& change, bool durable) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = studies_.find(id);
   if (it == studies_.end()) return false;
   change(it->second);
@@ -158,14 +158,14 @@ bool StudyStore::update(const std::string& id, const std::function<void(StudyRec
 }
 
 std::optional<StudyRecord> StudyStore::get(const std::string& id) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = studies_.find(id);
   if (it == studies_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<StudyRecord> StudyStore::list() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<StudyRecord> out;
   for (const auto& id : order_) out.push_back(studies_.at(id));
   return out;

@@ -12,11 +12,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/storage/kv_store.h"
 #include "coordinator/store/kv_writer.h"
 #include "coordinator/study/study_spec.h"
@@ -85,9 +85,9 @@ class StudyStore {
  private:
   void persist(const StudyRecord& study);
   KvStore& kv_;  // read only by load()
-  mutable std::mutex mutex_;
-  std::map<std::string, StudyRecord> studies_;  // guarded by mutex_
-  std::vector<std::string> order_;               // guarded by mutex_
+  mutable Mutex mutex_;
+  std::map<std::string, StudyRecord> studies_ PS_GUARDED_BY(mutex_);
+  std::vector<std::string> order_ PS_GUARDED_BY(mutex_);
   KvWriter writer_;
 };
 

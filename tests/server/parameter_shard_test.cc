@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/base/error.h"
+#include "common/data/job_spec.h"
 #include "server/parameter_shard.h"
 
 using namespace pstrain;
@@ -31,7 +32,7 @@ struct Fixture {
   Fixture(const std::string& training, uint32_t workers)
       : spec(tiny_job(training)),
         table(plan_chunks(make_param_layout(spec.model), 1, 1000)),
-        shard(spec, table, 0, workers),
+        shard(shard_config_of(spec), table, 0, workers),
         key(0),
         n(shard.chunk_size(0)) {}
 
@@ -439,7 +440,7 @@ struct AsyncFixture {
       : spec(job_with(optimizer, R"({"mode": "async", "global_batch_size": 3, "workers": 3, "async_lr": ")" +
                                      async_lr + R"("})")),
         table(plan_chunks(make_param_layout(spec.model), 1, 1000)),
-        shard(spec, table, 0, 3),
+        shard(shard_config_of(spec), table, 0, 3),
         n(shard.chunk_size(0)),
         w0(shard.values(0).begin(), shard.values(0).end()) {}
 
