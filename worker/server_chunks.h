@@ -68,6 +68,8 @@ class ServerChunks {
   void connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential) {
     servers_.connect(wait_scope, io, credential);
   }
+  // In-process (tests): servers of this process instead of connect().
+  void use_servers(std::vector<proto::ParameterServer::Client> servers) { servers_.use(std::move(servers)); }
 
   const std::vector<ChunkInfo>& chunks() const { return chunks_; }
   // Where each chunk lives in the flat buffers (values, gradients), by chunk index.

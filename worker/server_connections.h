@@ -31,6 +31,12 @@ class ServerConnections {
     }
   }
 
+  // In-process (tests): clients of servers in this process, one per address, instead of connect().
+  void use(std::vector<proto::ParameterServer::Client> servers) {
+    KJ_REQUIRE(servers.size() == addresses_.size(), "one server per address", servers.size(), addresses_.size());
+    servers_ = std::move(servers);
+  }
+
   size_t size() const { return addresses_.size(); }
   proto::ParameterServer::Client& operator[](size_t server) { return servers_[server]; }
 

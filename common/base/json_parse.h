@@ -5,7 +5,7 @@
 // exact mode came in 1.83), so a figure written in its shortest round-trip form (to_json_text,
 // boost::json::serialize) could come back one ulp off: a job's test accuracy read
 // 0.9017607042817127 before a coordinator restart and 0.9017607042817128 after (issue 48). Every
-// JSON document the project reads goes through here; tests/common/json_parse_test.cc checks
+// JSON document the project reads goes through here; tests/common/base/json_parse_test.cc checks
 // random doubles (subnormals, 17 digits, large exponents) for identical bits.
 //
 // Thread rules: pure functions.

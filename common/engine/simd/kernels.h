@@ -21,8 +21,8 @@
 // "Exactness on every CPU").
 //
 // Element-wise kernels give each element a value that does not depend on where the range starts
-// or ends (the vector body and the remainder do the same operations), so a range may be split
-// over threads or shards freely. tests/common/simd_kernels_test.cc checks both properties and
+// or ends (the vector body and the remainder do the same operations), so a range may be split over
+// threads or shards freely. tests/common/engine/simd_kernels_test.cc checks both properties and
 // every kernel against a scalar reference, on each level the machine runs.
 //
 // Thread rules: the tables are immutable; kernels write only their outputs (and the scratch they
