@@ -12,10 +12,47 @@
 #include "common/base/error.h"
 #include "common/base/log.h"
 #include "common/engine/compression.h"
+#include "common/engine/nn/row_groups.h"
 #include "common/rpc/message_limits.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {
+
+namespace {
+
+// Forward on the servers (ParameterServer.pushFactors' next* fields, common/engine/nn/row_groups.h):
+// result (columns x examples, 64-byte aligned) = the sum over `rows` of each row's current values
+// times its inputs (examples x rows.size(), example after example, 64-byte aligned).
+// Preconditions (checked by the caller): the keys hold whole rows of one kernel, and every row,
+// ascending, lies in one of their chunks.
+void partial_product(const ParameterShard& shard, const std::vector<uint32_t>& keys,
+                     const std::vector<uint32_t>& rows, const float* inputs, size_t examples, float* result) {
+  const size_t columns = shard.chunk(keys.front()).row_columns;
+  struct Span {
+    size_t first, end;
+    const float* values;
+  };
+  std::vector<Span> spans;  // the keys' rows, in row order
+  for (uint32_t key : keys) {
+    const ShardChunk& chunk = shard.chunk(key);
+    spans.push_back({chunk.first_row(), chunk.first_row() + chunk.size() / columns, chunk.values.data()});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.first < b.first; });
+  // The event-loop thread's scratch, kept across calls.
+  thread_local std::vector<const float*> row_pointers;
+  thread_local AlignedFloats gathered_rows;
+  row_pointers.clear();
+  size_t span = 0;
+  for (uint32_t r : rows) {  // ascending, each inside a span
+    while (r >= spans[span].end) ++span;
+    row_pointers.push_back(spans[span].values + (r - spans[span].first) * columns);
+  }
+  nn::row_group_product<float>(row_pointers, static_cast<int64_t>(columns), inputs, static_cast<int64_t>(examples),
+                               gathered_rows, result);
+}
+
+}  // namespace
+
 
 using namespace server_rpc;
 
@@ -38,9 +75,9 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
   size_t columns = 0;
   for (uint32_t key : key_list) {
     ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
-    const size_t c = shard.row_columns(key);
+    const size_t c = shard.chunk(key).row_columns;
     KJ_REQUIRE(c > 0, "chunk does not hold whole rows of a dense kernel: push its gradient instead", key);
-    KJ_REQUIRE(keys.empty() || shard.param_of(key) == shard.param_of(keys.front()),
+    KJ_REQUIRE(keys.empty() || shard.chunk(key).info.param == shard.chunk(keys.front()).info.param,
                "keys of one pushFactors must be chunks of one kernel", key);
     KJ_REQUIRE(std::find(keys.begin(), keys.end(), key) == keys.end(), "key listed twice", key);
     columns = c;
@@ -58,7 +95,8 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
     for (uint32_t r : list) {
       KJ_REQUIRE(rows.empty() || r > rows.back(), "rows must be ascending and distinct", what, r);
       const bool inside = std::any_of(keys.begin(), keys.end(), [&](uint32_t key) {
-        return r >= shard.first_row(key) && r < shard.first_row(key) + shard.chunk_size(key) / columns;
+        const ShardChunk& chunk = shard.chunk(key);
+        return r >= chunk.first_row() && r < chunk.first_row() + chunk.size() / columns;
       });
       KJ_REQUIRE(inside, "row is in none of the keys' chunks", what, r);
       rows.push_back(r);
@@ -79,7 +117,7 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
     if (wanted.size() != 0) {
       const auto entry = wanted[static_cast<unsigned>(i)];
       if (entry.isRanges()) {
-        reply_ranges[i] = rpc::read_ranges(entry.getRanges(), shard.chunk_size(keys[i]), "replyRanges");
+        reply_ranges[i] = rpc::read_ranges(entry.getRanges(), shard.chunk(keys[i]).size(), "replyRanges");
       } else {
         KJ_REQUIRE(entry.isWhole(), "replyRanges: unknown kind", i, static_cast<unsigned>(entry.which()));
       }
@@ -141,7 +179,7 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
     auto versions = results.initVersions(static_cast<unsigned>(keys.size()));
     bool applied = true;
     for (size_t i = 0; i < keys.size(); ++i) {
-      versions.set(static_cast<unsigned>(i), job->shard->version(keys[i]));
+      versions.set(static_cast<unsigned>(i), job->shard->chunk(keys[i]).version);
       KJ_REQUIRE(!outcomes[i].aborted, "the job was re-planned (recovery): get a new assignment");
       applied = applied && outcomes[i].applied;
     }
@@ -154,7 +192,7 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
     auto list = results.getReply().initValues(static_cast<unsigned>(parts));
     unsigned part = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
-      const std::span<const float> values = job->shard->values(keys[i]);
+      const std::span<const float> values = job->shard->chunk(keys[i]).values;
       const std::vector<ChunkRange> whole{{0, values.size()}};
       for (const ChunkRange& r : reply_ranges[i] ? *reply_ranges[i] : whole) {
         const auto piece = values.subspan(r.offset, r.size);
@@ -186,9 +224,9 @@ void ParameterServerImpl::reply_partial_product(Job& job, const std::vector<uint
     inputs_copy.assign(inputs.begin(), inputs.end());
     aligned_inputs = inputs_copy.data();
   }
-  const size_t columns = job.shard->row_columns(keys.front());
+  const size_t columns = job.shard->chunk(keys.front()).row_columns;
   partial.resize(columns * examples);
-  job.shard->partial_product(keys, rows, aligned_inputs, examples, partial.data());
+  partial_product(*job.shard, keys, rows, aligned_inputs, examples, partial.data());
   reply.setPartial(
       capnp::Data::Reader(reinterpret_cast<const kj::byte*>(partial.data()), partial.size() * sizeof(float)));
   job.bytes_out += partial.size() * sizeof(float);

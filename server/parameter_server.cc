@@ -71,7 +71,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   }
   auto job = std::make_shared<Job>();
   job->shard = std::make_unique<ParameterShard>(shard_config_of(spec), chunks, config.getServerIndex(), config.getWorkers());
-  job->shard->reject_generations_below(config.getMinGeneration());
+  job->shard->holds().reject_below(config.getMinGeneration());
   job->worker_key = std::string(reinterpret_cast<const char*>(config.getWorkerKey().begin()), config.getWorkerKey().size());
   if (store_ != nullptr && spec.training.mode == TrainingMode::kSync) {
     // Backups at the spec's save_freq (sync mode: every chunk passes every version), plus any
@@ -98,7 +98,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
           const uint64_t interval = backup.frequency == BackupSpec::Frequency::kSteps ? static_cast<uint64_t>(backup.steps)
                                     : backup.frequency == BackupSpec::Frequency::kEpoch ? steps_per_epoch
                                                                                           : 0;
-          if (interval > 0) raw->shard->hold_until_durable(version + interval);
+          if (interval > 0) raw->shard->holds().hold_until_durable(version + interval);
         });
   }
   PSLOG(kInfo) << "job " << job_id << ": holding " << job->shard->keys().size() << " chunks as server "
@@ -130,19 +130,19 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();
     if (exact) {
-      const auto values = job->shard->values_at(key, wanted);
+      const auto values = job->shard->chunk(key).values_at(wanted);
       KJ_REQUIRE(values.has_value(), "this server no longer holds that version of the chunk", key, wanted,
-                 job->shard->version(key));
+                 job->shard->chunk(key).version);
       results.setVersion(wanted);
       rpc::set_tensor(results.initValues(), *values);
       job->bytes_out += values->size_bytes();
       return;
     }
-    results.setVersion(job->shard->version(key));
-    rpc::set_tensor(results.initValues(), job->shard->values(key));
-    job->bytes_out += job->shard->chunk_size(key) * sizeof(float);
+    results.setVersion(job->shard->chunk(key).version);
+    rpc::set_tensor(results.initValues(), job->shard->chunk(key).values);
+    job->bytes_out += job->shard->chunk(key).size() * sizeof(float);
     if (state_of) {
-      if (const std::vector<float>* state = job->shard->worker_state(key, *state_of)) {
+      if (const std::vector<float>* state = job->shard->chunk(key).state_of(*state_of)) {
         auto data = results.initWorkerState(static_cast<unsigned>(state->size() * sizeof(float)));
         std::memcpy(data.begin(), state->data(), data.size());
         job->bytes_out += data.size();
@@ -186,7 +186,7 @@ ParameterServerImpl::CheckedPush ParameterServerImpl::check_push(proto::Paramete
   read_push_header(params, request);
   request.key = key;
   request.base_version = params.getBaseVersion();
-  const size_t chunk_size = job.shard->chunk_size(key);
+  const size_t chunk_size = job.shard->chunk(key).size();
   const auto gradient = params.getGradient();
   // A compressed gradient decoded to float32; kept alive with the call, like the message a dense
   // gradient points into.
@@ -290,7 +290,7 @@ kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf re
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = results_of();
-    results.setVersion(job->shard->version(key));
+    results.setVersion(job->shard->chunk(key).version);
     KJ_REQUIRE(!outcome.aborted, "the job was re-planned (recovery): get a new assignment");
     results.setApplied(outcome.applied);
     // A cut's backup point ahead: a worker with compression state sends it with the step before.
@@ -300,7 +300,7 @@ kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf re
     // Zero-copy reply when the values stay put until it is sent (see
     // ParameterShard::values_stable_until_next_push).
     const bool zero_copy = job->shard->values_stable_until_next_push();
-    const std::span<const float> values = job->shard->values(key);
+    const std::span<const float> values = job->shard->chunk(key).values;
     if (reply_ranges) {
       auto parts = results.getValues().initParts(static_cast<unsigned>(reply_ranges->size()));
       for (unsigned i = 0; i < reply_ranges->size(); ++i) {
@@ -356,7 +356,7 @@ kj::Promise<void> ParameterServerImpl::putState(PutStateContext context) {
   KJ_REQUIRE(keys.size() == states.size(), "putState needs one state per key", keys.size(), states.size());
   // Checked whole before anything is kept: a bad call changes nothing.
   for (unsigned i = 0; i < keys.size(); ++i) {
-    const size_t chunk_size = shard_with_key(job, params.getJobId(), keys[i]).chunk_size(keys[i]);
+    const size_t chunk_size = shard_with_key(job, params.getJobId(), keys[i]).chunk(keys[i]).size();
     const size_t bytes = states[i].size();
     KJ_REQUIRE(bytes % sizeof(float) == 0 && bytes <= (2 * chunk_size + 2) * sizeof(float),
                "a putState state must be float32, at most twice the chunk's size and a position", keys[i], bytes,

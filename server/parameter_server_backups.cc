@@ -28,7 +28,7 @@ kj::Promise<void> ParameterServerImpl::restore(RestoreContext context) {
   const auto params = context.getParams();
   const std::string job_id = rpc::to_string(params.getJobId());
   Job& job = find(params.getJobId());
-  job.shard->reject_generations_below(params.getGeneration());
+  job.shard->holds().reject_below(params.getGeneration());
   const uint64_t ticket = ++job.restores;
   if (params.getFromScratch()) {
     job.shard->reset();
@@ -47,21 +47,21 @@ kj::Promise<void> ParameterServerImpl::restore(RestoreContext context) {
   // come yet, but the coordinator's next word can): apply only if this restore is still the
   // newest word on the job.
   std::weak_ptr<Job> weak = jobs_.at(job_id);
-  const uint64_t fence = job.shard->min_generation();
+  const uint64_t fence = job.shard->holds().min_generation();
   return loaded.then([this, weak, job_id, version, ticket, fence](LoadedBackup loaded) {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "the job was dropped or reconfigured while its backup was read",
                job_id, version);
     KJ_REQUIRE(job->restores == ticket, "a newer restore of the job came in while its backup was read", job_id,
                version);
-    KJ_REQUIRE(job->shard->min_generation() == fence, "a newer plan of the job came in while its backup was read",
-               job_id, version, fence, job->shard->min_generation());
+    KJ_REQUIRE(job->shard->holds().min_generation() == fence, "a newer plan of the job came in while its backup was read",
+               job_id, version, fence, job->shard->holds().min_generation());
     if (!loaded.chunks) {
       PSLOG(kWarning) << "job " << job_id << ": cannot restore: " << loaded.error;
       KJ_FAIL_REQUIRE("backup unusable", loaded.error);
     }
     for (uint32_t key : job->shard->keys()) {
-      KJ_REQUIRE(loaded.chunks->count(key) != 0 && (*loaded.chunks)[key].values.size() == job->shard->chunk_size(key),
+      KJ_REQUIRE(loaded.chunks->count(key) != 0 && (*loaded.chunks)[key].values.size() == job->shard->chunk(key).size(),
                  "backup does not match the job's chunks", key);
     }
     job->shard->restore(*loaded.chunks);
@@ -135,7 +135,7 @@ kj::Promise<void> ParameterServerImpl::adoptBackup(AdoptBackupContext context) {
     std::string blob(reinterpret_cast<const char*>(data.begin()), data.size());
     const auto chunk = decode_snapshot(blob);
     KJ_REQUIRE(chunk.has_value(), "a chunk of the backup does not decode");
-    KJ_REQUIRE(job.shard->holds(chunk->key) && chunk->values.size() == job.shard->chunk_size(chunk->key),
+    KJ_REQUIRE(job.shard->holds(chunk->key) && chunk->values.size() == job.shard->chunk(chunk->key).size(),
                "the backup does not match this server's chunks", chunk->key);
     keys.push_back(chunk->key);
     blobs.push_back(std::move(blob));
@@ -167,11 +167,11 @@ kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
   const uint64_t version = context.getParams().getVersion();
   KJ_REQUIRE(job.shard->mode() == TrainingMode::kSync, "settle is for sync jobs");
   for (uint32_t key : job.shard->keys()) {
-    KJ_REQUIRE(job.shard->version(key) <= version, "a chunk is already past the step to settle at", key,
-               job.shard->version(key), version);
+    KJ_REQUIRE(job.shard->chunk(key).version <= version, "a chunk is already past the step to settle at", key,
+               job.shard->chunk(key).version, version);
   }
-  const uint64_t settle = job.shard->settle_hold_from(version);
-  const uint64_t rollbacks = job.shard->rollbacks();
+  const uint64_t settle = job.shard->holds().settle_from(version);
+  const uint64_t rollbacks = job.shard->holds().rollbacks();
   kj::Vector<kj::Promise<void>> reached;
   for (uint32_t key : job.shard->keys()) {
     auto paf = kj::newPromiseAndFulfiller<uint64_t>();
@@ -186,9 +186,9 @@ kj::Promise<void> ParameterServerImpl::settle(SettleContext context) {
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     // A rollback since (a second loss during the takeover) made this settle moot; the pulls it
     // waited on only fired because the new plan trained past `version`.
-    KJ_REQUIRE(job->shard->rollbacks() == rollbacks, "the job was rolled back meanwhile; not settling");
+    KJ_REQUIRE(job->shard->holds().rollbacks() == rollbacks, "the job was rolled back meanwhile; not settling");
     // A settle of a coordinator that has died (its call lives on here) must not act on a newer plan.
-    KJ_REQUIRE(job->shard->settles() == settle, "a newer settle replaced this one");
+    KJ_REQUIRE(job->shard->holds().settles() == settle, "a newer settle replaced this one");
     job->shard->abort_waiting_and_release_hold(generation);
     PSLOG(kInfo) << "job " << job_id << ": settled at step " << version << " for a re-plan";
   });
@@ -242,7 +242,7 @@ kj::Promise<void> ParameterServerImpl::stats(StatsContext context) {
   const ShardStats& s = job.shard->stats();
   auto out = context.getResults().initStats();
   const auto keys = job.shard->keys();
-  out.setVersion(keys.empty() ? 0 : job.shard->version(keys.front()));
+  out.setVersion(keys.empty() ? 0 : job.shard->chunk(keys.front()).version);
   out.setPushesApplied(s.pushes_applied);
   out.setPushesDropped(s.pushes_dropped);
   out.setMaxStaleness(s.max_staleness);

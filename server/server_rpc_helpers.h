@@ -43,8 +43,8 @@ template <typename Results>
 void set_version_range(const ParameterShard& shard, Results results) {
   uint64_t highest = 0, lowest = UINT64_MAX;
   for (uint32_t key : shard.keys()) {
-    highest = std::max(highest, shard.version(key));
-    lowest = std::min(lowest, shard.version(key));
+    highest = std::max(highest, shard.chunk(key).version);
+    lowest = std::min(lowest, shard.chunk(key).version);
   }
   results.setCurrentVersion(highest);
   results.setLowestVersion(lowest == UINT64_MAX ? 0 : lowest);

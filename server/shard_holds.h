@@ -26,33 +26,41 @@ class ShardHolds {
   // Sync steps apply only below this version.
   uint64_t limit() const { return std::min({cut_, settle_, durable_}); }
 
+  // Sync: apply no step at or after `version` (pushes for it wait) until a restore or reset.
   void hold_from(uint64_t version) { cut_ = std::min(cut_, version); }
-  void cut_at(uint64_t version) { cut_ = version; }  // replaces an earlier cut's hold
-  void release_cut() { cut_ = kNone; }
-
-  // Returns the settle's number.
+  // A re-plan without a rollback (a takeover): apply no step at or after `version` until the
+  // settle is released. Returns the settle's number: a newer settle (or a rollback) makes an
+  // older one moot.
   uint64_t settle_from(uint64_t version) {
     settle_ = version;
     return ++settles_;
   }
-  void release_settle() { settle_ = kNone; }
   uint64_t settles() const { return settles_; }
-
+  // Backpressure for durability: apply no step at or after `version` until the backup before it
+  // is written, so training never gets more than one backup interval past the last durable
+  // backup, and a crash replays at most save_freq steps.
   void hold_until_durable(uint64_t version) { durable_ = std::min(durable_, version); }
-  void release_durable() { durable_ = kNone; }
-
-  void rolled_back() {
-    cut_ = settle_ = durable_ = kNone;
-    ++rollbacks_;
-  }
+  // How many rollbacks (restore or reset) ran: a settle that started before one must not act after.
   uint64_t rollbacks() const { return rollbacks_; }
-
+  // From now on, pushes of a generation below `generation` fail (aborted = true): a rollback
+  // calls it before its restore, so workers of the old plan cannot push into the restored state.
   void reject_below(uint64_t generation) { min_generation_ = std::max(min_generation_, generation); }
-  void reject_all() { min_generation_ = kNone; }
   bool rejects(uint64_t generation) const { return generation < min_generation_; }
   uint64_t min_generation() const { return min_generation_; }
 
  private:
+  // Lifting or moving a hold frees steps that only the shard can apply: ParameterShard's own.
+  friend class ParameterShard;
+  void cut_at(uint64_t version) { cut_ = version; }  // replaces an earlier cut's hold
+  void release_cut() { cut_ = kNone; }
+  void release_settle() { settle_ = kNone; }
+  void release_durable() { durable_ = kNone; }
+  void rolled_back() {
+    cut_ = settle_ = durable_ = kNone;
+    ++rollbacks_;
+  }
+  void reject_all() { min_generation_ = kNone; }
+
   uint64_t cut_ = kNone, settle_ = kNone, durable_ = kNone;
   uint64_t settles_ = 0, rollbacks_ = 0;
   uint64_t min_generation_ = 0;

@@ -34,9 +34,9 @@ struct Fixture {
         table(plan_chunks(make_param_layout(spec.model), 1, 1000)),
         shard(shard_config_of(spec), table, 0, workers),
         key(0),
-        n(shard.chunk_size(0)) {}
+        n(shard.chunk(0).size()) {}
 
-  std::vector<float> initial() const { return {shard.values(key).begin(), shard.values(key).end()}; }
+  std::vector<float> initial() const { return {shard.chunk(key).values.begin(), shard.chunk(key).values.end()}; }
 };
 
 struct Reply {
@@ -66,15 +66,15 @@ TEST_CASE("sync - the update waits for every slice and divides by the step's exa
   Reply r0, r1;
   f.shard.push(push(f.key, 0, 0, 2, 6, g0), [&](PushOutcome o) { r0.outcome = o; });
   CHECK_FALSE(r0.outcome.has_value());  // the barrier holds the first push
-  CHECK(f.shard.version(f.key) == 0);
-  CHECK(f.shard.values(f.key)[0] == w0[0]);
+  CHECK(f.shard.chunk(f.key).version == 0);
+  CHECK(f.shard.chunk(f.key).values[0] == w0[0]);
   f.shard.push(push(f.key, 0, 1, 2, 2, g1), [&](PushOutcome o) { r1.outcome = o; });
   REQUIRE(r0.outcome.has_value());
   REQUIRE(r1.outcome.has_value());
   CHECK(r0.outcome->version == 1);
   CHECK(r0.outcome->applied);
   // w -= lr * (3 + 1) / (6 + 2)
-  for (size_t i = 0; i < f.n; i += 97) CHECK(f.shard.values(f.key)[i] == doctest::Approx(w0[i] - 0.5f * 0.5f));
+  for (size_t i = 0; i < f.n; i += 97) CHECK(f.shard.chunk(f.key).values[i] == doctest::Approx(w0[i] - 0.5f * 0.5f));
 }
 
 TEST_CASE("sync - the reduction order is the slice order whatever the arrival order") {
@@ -88,8 +88,8 @@ TEST_CASE("sync - the reduction order is the slice order whatever the arrival or
     std::vector<std::vector<float>> grads = {std::vector<float>(f.n, a[0]), std::vector<float>(f.n, b[0]),
                                              std::vector<float>(f.n, c[0])};
     for (int slice : arrival) f.shard.push(push(f.key, 0, static_cast<uint32_t>(slice), 3, 1, grads[slice]), [](PushOutcome) {});
-    REQUIRE(f.shard.version(f.key) == 1);
-    return f.shard.values(f.key)[5];
+    REQUIRE(f.shard.chunk(f.key).version == 1);
+    return f.shard.chunk(f.key).values[5];
   };
   const float in_order = run({0, 1, 2});
   CHECK(run({2, 1, 0}) == in_order);
@@ -119,11 +119,11 @@ TEST_CASE("sync - a push whose caller went away is never read") {
   alive = false;  // the RPC was cancelled: its gradient buffer is gone
   gone.assign(f.n, std::nanf(""));
   f.shard.push(push(f.key, 0, 1, 2, 2, g), [](PushOutcome) {});
-  CHECK(f.shard.version(f.key) == 0);  // still waiting for slice 0
+  CHECK(f.shard.chunk(f.key).version == 0);  // still waiting for slice 0
   std::vector<float> again(f.n, 1.0f);
   f.shard.push(push(f.key, 0, 0, 2, 2, again), [](PushOutcome) {});
-  CHECK(f.shard.version(f.key) == 1);
-  CHECK(f.shard.values(f.key)[0] == doctest::Approx(w0[0] - 0.5f * 2.0f / 4.0f));
+  CHECK(f.shard.chunk(f.key).version == 1);
+  CHECK(f.shard.chunk(f.key).values[0] == doctest::Approx(w0[0] - 0.5f * 2.0f / 4.0f));
 }
 
 TEST_CASE("sync - backup workers apply after N-k pushes and drop the late ones") {
@@ -133,12 +133,12 @@ TEST_CASE("sync - backup workers apply after N-k pushes and drop the late ones")
   Reply late;
   f.shard.push(push(f.key, 0, 2, 3, 3, g), [](PushOutcome) {});
   f.shard.push(push(f.key, 0, 0, 3, 3, g), [](PushOutcome) {});
-  CHECK(f.shard.version(f.key) == 1);  // 2 of 3 were enough
-  CHECK(f.shard.values(f.key)[0] == doctest::Approx(w0[0] - 0.5f * 4.0f / 6.0f));
+  CHECK(f.shard.chunk(f.key).version == 1);  // 2 of 3 were enough
+  CHECK(f.shard.chunk(f.key).values[0] == doctest::Approx(w0[0] - 0.5f * 4.0f / 6.0f));
   f.shard.push(push(f.key, 0, 1, 3, 3, g), [&](PushOutcome o) { late.outcome = o; });
   REQUIRE(late.outcome.has_value());
   CHECK_FALSE(late.outcome->applied);
-  CHECK(f.shard.version(f.key) == 1);
+  CHECK(f.shard.chunk(f.key).version == 1);
   CHECK(f.shard.stats().pushes_dropped == 1);
 }
 
@@ -152,13 +152,13 @@ TEST_CASE("async - every push applies at once and its staleness is recorded") {
   f.shard.push(a, [&](PushOutcome o) { r.outcome = o; });
   REQUIRE(r.outcome.has_value());
   CHECK(r.outcome->version == 1);
-  CHECK(f.shard.values(f.key)[0] == doctest::Approx(w0[0] - 0.5f * 0.5f));
+  CHECK(f.shard.chunk(f.key).values[0] == doctest::Approx(w0[0] - 0.5f * 0.5f));
   PushRequest b = push(f.key, 0, 1, 1, 1, g);  // worker 1, computed on version 0: stale by 1
   b.worker = 1;
   b.base_version = 0;
   f.shard.push(b, [](PushOutcome) {});
-  CHECK(f.shard.version(f.key) == 2);
-  CHECK(f.shard.values(f.key)[0] == doctest::Approx(w0[0] - 0.25f - 0.5f));
+  CHECK(f.shard.chunk(f.key).version == 2);
+  CHECK(f.shard.chunk(f.key).values[0] == doctest::Approx(w0[0] - 0.25f - 0.5f));
   CHECK(f.shard.stats().max_staleness == 1);
   CHECK(f.shard.stats().staleness_sum == doctest::Approx(1.0));
 }
@@ -198,16 +198,16 @@ TEST_CASE("sync - a slice pushed twice (a takeover) counts once") {
   f.shard.push(push(f.key, 0, 0, 2, 6, g0), [&](PushOutcome o) { survivor.outcome = o; });
   REQUIRE(survivor.outcome.has_value());
   CHECK(substitute.outcome.has_value());
-  CHECK(f.shard.version(f.key) == 1);
+  CHECK(f.shard.chunk(f.key).version == 1);
   // w -= lr * (3 + 1) / (6 + 2): slice 1 summed once, its examples counted once.
-  for (size_t i = 0; i < f.n; i += 97) CHECK(f.shard.values(f.key)[i] == doctest::Approx(w0[i] - 0.5f * 0.5f));
+  for (size_t i = 0; i < f.n; i += 97) CHECK(f.shard.chunk(f.key).values[i] == doctest::Approx(w0[i] - 0.5f * 0.5f));
 }
 
 TEST_CASE("sync - a hold released without a rollback fails the pushes waiting beyond it") {
   Fixture f(R"({"mode": "sync", "global_batch_size": 8, "workers": 1})", 1);
   std::vector<float> g(f.n, 1.0f);
   Reply step0, step1;
-  f.shard.settle_hold_from(1);
+  f.shard.holds().settle_from(1);
   f.shard.push(push(f.key, 0, 0, 1, 8, g), [&](PushOutcome o) { step0.outcome = o; });
   REQUIRE(step0.outcome.has_value());  // step 0 is before the hold
   const auto at_hold = f.initial();
@@ -221,7 +221,7 @@ TEST_CASE("sync - a hold released without a rollback fails the pushes waiting be
   f.shard.push(push(f.key, 1, 0, 1, 8, g), [&](PushOutcome o) { late.outcome = o; });
   REQUIRE(late.outcome.has_value());
   CHECK(late.outcome->aborted);
-  CHECK(f.shard.version(f.key) == 1);  // nothing rolled back, nothing applied
+  CHECK(f.shard.chunk(f.key).version == 1);  // nothing rolled back, nothing applied
   CHECK(f.initial() == at_hold);
   // The hold is gone: the next plan's push for step 1 applies at once.
   Reply again;
@@ -229,7 +229,7 @@ TEST_CASE("sync - a hold released without a rollback fails the pushes waiting be
   next_plan.generation = 1;
   f.shard.push(next_plan, [&](PushOutcome o) { again.outcome = o; });
   REQUIRE(again.outcome.has_value());
-  CHECK(f.shard.version(f.key) == 2);
+  CHECK(f.shard.chunk(f.key).version == 2);
 }
 
 TEST_CASE("sync - a cut mark backs up chunks already at its step and refuses one that came too late") {
@@ -242,7 +242,7 @@ TEST_CASE("sync - a cut mark backs up chunks already at its step and refuses one
                            ready.push_back(v);
                          });
   std::vector<std::vector<float>> grads;
-  for (uint32_t key : f.shard.keys()) grads.emplace_back(f.shard.chunk_size(key), 1.0f);
+  for (uint32_t key : f.shard.keys()) grads.emplace_back(f.shard.chunk(key).size(), 1.0f);
   // One step of every chunk; returns how many pushes were answered.
   auto step = [&](uint64_t s) {
     auto answered = std::make_shared<int>(0);
@@ -273,7 +273,7 @@ TEST_CASE("sync - a cut mark backs up chunks already at its step and refuses one
   // Released: nothing holds any more.
   f.shard.release_hold();
   CHECK(*held_again == chunks);
-  CHECK(f.shard.version(f.key) == 3);
+  CHECK(f.shard.chunk(f.key).version == 3);
 }
 
 TEST_CASE("sync - a row-sparse push sums exactly like its dense form") {
@@ -299,7 +299,7 @@ TEST_CASE("sync - a row-sparse push sums exactly like its dense form") {
     sparse.shard.push(push(sparse.key, step, 0, 2, 5, g0), [&](PushOutcome o) { s0.outcome = o; });
     REQUIRE(s0.outcome.has_value());
     REQUIRE(s1.outcome.has_value());
-    const auto a = dense.shard.values(dense.key), b = sparse.shard.values(sparse.key);
+    const auto a = dense.shard.chunk(dense.key).values, b = sparse.shard.chunk(sparse.key).values;
     CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
   }
 }
@@ -309,18 +309,18 @@ TEST_CASE("sync - the values before the last update stay readable for a takeover
   const auto w0 = f.initial();
   std::vector<float> g(f.n, 1.0f);
   f.shard.push(push(f.key, 0, 0, 1, 1, g), [](PushOutcome) {});
-  REQUIRE(f.shard.version(f.key) == 1);
+  REQUIRE(f.shard.chunk(f.key).version == 1);
   const auto w1 = f.initial();
-  REQUIRE(f.shard.values_at(f.key, 0).has_value());
-  CHECK(std::equal(w0.begin(), w0.end(), f.shard.values_at(f.key, 0)->begin()));
-  CHECK(std::equal(w1.begin(), w1.end(), f.shard.values_at(f.key, 1)->begin()));
+  REQUIRE(f.shard.chunk(f.key).values_at(0).has_value());
+  CHECK(std::equal(w0.begin(), w0.end(), f.shard.chunk(f.key).values_at(0)->begin()));
+  CHECK(std::equal(w1.begin(), w1.end(), f.shard.chunk(f.key).values_at(1)->begin()));
   f.shard.push(push(f.key, 1, 0, 1, 1, g), [](PushOutcome) {});
-  CHECK_FALSE(f.shard.values_at(f.key, 0).has_value());  // two updates back: gone
-  CHECK(std::equal(w1.begin(), w1.end(), f.shard.values_at(f.key, 1)->begin()));
-  CHECK_FALSE(f.shard.values_at(f.key, 3).has_value());  // not there yet
+  CHECK_FALSE(f.shard.chunk(f.key).values_at(0).has_value());  // two updates back: gone
+  CHECK(std::equal(w1.begin(), w1.end(), f.shard.chunk(f.key).values_at(1)->begin()));
+  CHECK_FALSE(f.shard.chunk(f.key).values_at(3).has_value());  // not there yet
   f.shard.reset();
-  CHECK_FALSE(f.shard.values_at(f.key, 1).has_value());  // a rollback forgets the old timeline
-  CHECK(f.shard.values_at(f.key, 0).has_value());
+  CHECK_FALSE(f.shard.chunk(f.key).values_at(1).has_value());  // a rollback forgets the old timeline
+  CHECK(f.shard.chunk(f.key).values_at(0).has_value());
 }
 
 namespace {
@@ -361,8 +361,8 @@ TEST_CASE("a factored push applies like its dense form, in sync and in async mod
                                R"({"mode": "async", "global_batch_size": 8, "workers": 2})"}) {
     CAPTURE(training);
     Fixture dense(training, 2), factored(training, 2);
-    REQUIRE(factored.shard.row_columns(factored.key) == 10);
-    const size_t first = factored.shard.first_row(factored.key), rows = factored.n / 10;
+    REQUIRE(factored.shard.chunk(factored.key).row_columns == 10);
+    const size_t first = factored.shard.chunk(factored.key).first_row(), rows = factored.n / 10;
     REQUIRE(first == 0);
     REQUIRE(rows > 50);
     REQUIRE(rows <= 200);  // row 200 lies in another chunk: ignored here
@@ -380,8 +380,8 @@ TEST_CASE("a factored push applies like its dense form, in sync and in async mod
       REQUIRE(f0.outcome.has_value());
       REQUIRE(f1.outcome.has_value());
       CHECK(f0.outcome->applied);
-      CHECK(factored.shard.version(factored.key) == dense.shard.version(dense.key));
-      const auto a = dense.shard.values(dense.key), b = factored.shard.values(factored.key);
+      CHECK(factored.shard.chunk(factored.key).version == dense.shard.chunk(dense.key).version);
+      const auto a = dense.shard.chunk(dense.key).values, b = factored.shard.chunk(factored.key).values;
       for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-6));
     }
   }
@@ -413,7 +413,7 @@ TEST_CASE("sync - a factored push with no rows in the chunk, or no examples, add
     factored.shard.push(push(factored.key, 0, 1, 2, 5, g1), [&](PushOutcome o) { f1.outcome = o; });
     REQUIRE(f0.outcome.has_value());
     REQUIRE(f1.outcome.has_value());
-    const auto a = dense.shard.values(dense.key), b = factored.shard.values(factored.key);
+    const auto a = dense.shard.chunk(dense.key).values, b = factored.shard.chunk(factored.key).values;
     CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
   }
 }
@@ -441,8 +441,8 @@ struct AsyncFixture {
                                      async_lr + R"("})")),
         table(plan_chunks(make_param_layout(spec.model), 1, 1000)),
         shard(shard_config_of(spec), table, 0, 3),
-        n(shard.chunk_size(0)),
-        w0(shard.values(0).begin(), shard.values(0).end()) {}
+        n(shard.chunk(0).size()),
+        w0(shard.chunk(0).values.begin(), shard.chunk(0).values.end()) {}
 
   // A push of gradient sum `g` (every element) over `examples` examples, computed on `base`.
   void push_on(uint32_t worker, uint64_t base, float g, uint32_t examples = 1) {
@@ -454,7 +454,7 @@ struct AsyncFixture {
     shard.push(r, [&](PushOutcome) { done = true; });
     REQUIRE(done);
   }
-  double moved(size_t i) const { return static_cast<double>(w0[i]) - shard.values(0)[i]; }
+  double moved(size_t i) const { return static_cast<double>(w0[i]) - shard.chunk(0).values[i]; }
 };
 
 }  // namespace
@@ -616,7 +616,7 @@ TEST_CASE("sync - workers' compression states go into the backup of the version 
   // from slice order), slice 0 only with `with_state`.
   auto step = [&](uint64_t s, bool with_state) {
     for (uint32_t key : f.shard.keys()) {
-      const std::vector<float> grad(f.shard.chunk_size(key), 1.0f);
+      const std::vector<float> grad(f.shard.chunk(key).size(), 1.0f);
       PushRequest p1 = push(key, s, 1, 2, 4, grad), p0 = push(key, s, 0, 2, 4, grad);
       p1.worker_state = state1;
       if (with_state) p0.worker_state = state0;
@@ -626,9 +626,9 @@ TEST_CASE("sync - workers' compression states go into the backup of the version 
   };
   step(0, false);
   // Version 1: slice 1's state (the states of the step that made the version), none of slice 0.
-  REQUIRE(f.shard.worker_state(f.key, 1) != nullptr);
-  CHECK(*f.shard.worker_state(f.key, 1) == state1);
-  CHECK(f.shard.worker_state(f.key, 0) == nullptr);
+  REQUIRE(f.shard.chunk(f.key).state_of(1) != nullptr);
+  CHECK(*f.shard.chunk(f.key).state_of(1) == state1);
+  CHECK(f.shard.chunk(f.key).state_of(0) == nullptr);
   step(1, true);
   REQUIRE(backups.size() == 1);
   CHECK(backups[0].first == 2);
@@ -641,13 +641,13 @@ TEST_CASE("sync - workers' compression states go into the backup of the version 
   }
   // The next step without states: version 3 has none.
   step(2, false);
-  CHECK(f.shard.version(f.key) == 3);
-  CHECK(f.shard.worker_state(f.key, 0) == nullptr);
+  CHECK(f.shard.chunk(f.key).version == 3);
+  CHECK(f.shard.chunk(f.key).state_of(0) == nullptr);
   // Restored to version 2: its states are back for a new session's pull.
   f.shard.restore(restored);
-  CHECK(f.shard.version(f.key) == 2);
-  REQUIRE(f.shard.worker_state(f.key, 0) != nullptr);
-  CHECK(*f.shard.worker_state(f.key, 0) == state0);
+  CHECK(f.shard.chunk(f.key).version == 2);
+  REQUIRE(f.shard.chunk(f.key).state_of(0) != nullptr);
+  CHECK(*f.shard.chunk(f.key).state_of(0) == state0);
   f.shard.reset();
-  CHECK(f.shard.worker_state(f.key, 1) == nullptr);
+  CHECK(f.shard.chunk(f.key).state_of(1) == nullptr);
 }
