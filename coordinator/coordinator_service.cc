@@ -70,7 +70,7 @@ kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context
   const bool same_job = current != nullptr && current->id() == rpc::to_string(context.getParams().getBrokenJobId());
   const uint64_t min_generation = same_job ? context.getParams().getMinGeneration() : 0;
   if (JobRunner* job = current; same_job && job->generation() < min_generation && job->state() == JobState::kRunning &&
-                                 job->phase() != JobRunner::Phase::kTakingOver) {
+                                 job->phase() != JobPhase::kTakingOver) {
     // The worker's session broke (a server vanished, a push failed) before we noticed: re-plan.
     job->recover("worker node " + std::to_string(node.value()) + " lost its session");
   }

@@ -67,7 +67,7 @@ void JobRunner::grow() {
     async_cuts_.replace_lost_workers();
     return;
   }
-  if (job_.phase != Phase::kRunning || job_.workers.size() >= static_cast<size_t>(job_.spec.training.workers) ||
+  if (job_.phase != JobPhase::kRunning || job_.workers.size() >= static_cast<size_t>(job_.spec.training.workers) ||
       job_.cluster.free_nodes(proto::Role::WORKER).empty()) {
     return;
   }
@@ -113,14 +113,14 @@ void JobRunner::on_node_lost(NodeId node, const std::string& why) {
 
 bool JobRunner::try_take_over(size_t lost, const std::string& why) {
   if (!takeover_.possible(lost)) return false;
-  job_.phase = Phase::kTakingOver;
+  job_.phase = JobPhase::kTakingOver;
   job_.store.update(job_.id, [&](JobRecord& r) { r.reason = why; });
   // recover() does not destroy this promise (it may be running this very callback); a rollback
   // that starts meanwhile bumps the generation, and the takeover's later steps then stand down.
   const uint64_t generation = job_.generation;
   takeover_task_ = takeover_.run(lost)
                        .then([this, lost, why, generation](uint64_t version) {
-                         if (generation != job_.generation || job_.phase != Phase::kTakingOver) return;
+                         if (generation != job_.generation || job_.phase != JobPhase::kTakingOver) return;
                          std::vector<NodeId> alive;
                          for (size_t i = 0; i < job_.workers.size(); ++i) {
                            if (i != lost && job_.alive(job_.workers[i])) alive.push_back(job_.workers[i]);
@@ -156,8 +156,8 @@ void JobRunner::recover(const std::string& why) {
   async_cuts_.end();
   ++job_.generation;  // every session of the old plan is stale from now on
   job_.end_watches(why);  // and told so, in case it waits on a server that will never answer
-  if (job_.phase == Phase::kRecovering) return;  // the running recovery picks up the new losses
-  job_.phase = Phase::kRecovering;
+  if (job_.phase == JobPhase::kRecovering) return;  // the running recovery picks up the new losses
+  job_.phase = JobPhase::kRecovering;
   job_.store.update(job_.id, [&](JobRecord& r) {
     r.state = job_.state();
     r.reason = why;
@@ -195,7 +195,7 @@ void JobRunner::replan(std::vector<NodeId> workers, uint64_t version, uint64_t r
   job_.end_watches("the job runs again on a new plan");
   ++job_.recoveries;
   ++job_.generation;
-  job_.phase = Phase::kRunning;
+  job_.phase = JobPhase::kRunning;
   PSLOG(kInfo) << "job " << job_.id << ": RUNNING again from step " << version << " with " << job_.workers.size()
                << " worker(s); " << replayed << " step(s) to replay";
   job_.store.update(job_.id, [&](JobRecord& r) {

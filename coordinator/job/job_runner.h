@@ -19,6 +19,8 @@
 //   Checkpointer  (checkpointer.h)   backups kept as checkpoints; a job started from a file
 //   EarlyStop     (early_stop.h)     the early stopping rule; the model from an epoch's checkpoint
 //
+//   JobStartup    (job_startup.h)    data, plan and servers; a re-queued job back where it was
+//
 // The runner decides which procedure runs when (on_node_lost, recover, grow, preempt) and
 // applies their outcome (replan). One JobPhase says what it is doing; JobState derives from it.
 //
@@ -40,6 +42,7 @@
 #include "coordinator/job/divergence_guard.h"
 #include "coordinator/job/early_stop.h"
 #include "coordinator/job/job_context.h"
+#include "coordinator/job/job_startup.h"
 #include "coordinator/job/rollback.h"
 #include "coordinator/job/server_move.h"
 #include "coordinator/job/sync_cut.h"
@@ -50,8 +53,6 @@ namespace pstrain {
 class JobRunner {
  public:
   using Finished = std::function<void(JobRunner&)>;
-  using Phase = JobPhase;
-  using Position = WorkerPosition;
 
   // Adds the job's record to `store` (PENDING) and keeps it current from then on.
   // `origin`: the study and trial it runs for, if any (recorded with the job from the start).
@@ -60,7 +61,7 @@ class JobRunner {
 
   const std::string& id() const { return job_.id; }
   const JobSpec& spec() const { return job_.spec; }
-  Phase phase() const { return job_.phase; }
+  JobPhase phase() const { return job_.phase; }
   JobState state() const { return job_.state(); }
   const std::string& failure() const { return failure_; }
   // The trained parameters (laid out by the job's layout), read back from the stored model: empty
@@ -119,25 +120,9 @@ class JobRunner {
   // Resolves when the worker has an order (never for a session of an older plan).
   kj::Promise<WorkerOrder> watch(NodeId node, uint64_t generation);
   // Async cut: the worker stands between steps at `position`; resolves when it may go on.
-  kj::Promise<void> paused(NodeId node, uint64_t cut, Position position);
+  kj::Promise<void> paused(NodeId node, uint64_t cut, WorkerPosition position);
 
  private:
-  // Starting: load the data, then configure the servers (or adopt their state).
-  kj::Promise<void> start(std::vector<ServerMember> servers);
-  kj::Promise<void> configure_servers();
-  // Configures every server afresh (fresh shards), then resumes from the last complete backup if
-  // a restarted coordinator recorded one (async: the newest stored cut, resume_async).
-  kj::Promise<void> configure_and_resume();
-  kj::Promise<void> adopt();
-  // Sync, after a coordinator restart: the servers restored the backup at `version`; the workers
-  // go on from there (the record says what was replayed).
-  void resumed_sync(uint64_t version);
-  // Async, after a coordinator restart: the servers' furthest version before they are configured
-  // afresh; then the restore of the newest cut that every server holds and whose positions were
-  // stored (the first usable of `candidates`, newest first), and the workers' positions.
-  kj::Promise<uint64_t> servers_reached();
-  kj::Promise<void> resume_async();
-  kj::Promise<void> resume_async_from(std::vector<uint64_t> candidates);
   // Sync worker loss without a rollback: false if the job cannot do it now (then it rolls back).
   bool try_take_over(size_t lost, const std::string& why);
   // The new plan from `version` with `workers` (after a rollback or a takeover).
@@ -149,21 +134,15 @@ class JobRunner {
   // The job's model is stored (`pieces` pieces, `bytes` bytes): it SUCCEEDS, says `note` if any,
   // and frees its nodes.
   void succeed(size_t pieces, int64_t bytes, uint64_t steps_done, const std::string& note);
-  // Async: logs how many pushes every chunk took against the planned steps (before the end).
-  kj::Promise<void> count_async_updates();
-  // Pulls the next few chunks of the final parameters into the model file's pieces, then the rest.
-  struct FinalModel;
-  kj::Promise<void> collect_batch(std::shared_ptr<FinalModel> model);
   void finish_if_done();
   void release_nodes();
-  void end(Phase phase, const std::string& reason);
+  void end(JobPhase phase, const std::string& reason);
   // The divergence guard found something: a warning in the record (an event, a count in
   // /metrics) for each finding, and with training.on_divergence "fail" the job fails with them.
   void diverged(const std::vector<Divergence>& found);
 
   JobContext job_;
   Finished on_finished_;
-  uint64_t reached_before_restart_ = 0;  // after a restart: how far the job had come (servers, record)
   std::string failure_;
   std::chrono::steady_clock::time_point started_at_;
   DivergenceGuard guard_;
@@ -177,6 +156,7 @@ class JobRunner {
   Adoption adoption_{job_, mover_};  // a job a restarted coordinator re-queued
   EarlyStop early_stop_{job_};
   Checkpointer checkpointer_{job_, early_stop_};
+  JobStartup startup_{job_, adoption_, async_cuts_, rollback_, checkpointer_};
 
   // Work in flight (each promise belongs to one procedure; destroyed with the runner).
   kj::Promise<void> recovery_ = nullptr;
