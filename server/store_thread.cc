@@ -15,7 +15,7 @@ StoreThread::StoreThread(BackupStore& store, Written written)
 
 StoreThread::~StoreThread() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_one();
@@ -46,7 +46,7 @@ void StoreThread::write_backup(std::string job, uint64_t version, std::vector<Ch
 
 void StoreThread::enqueue(kj::Function<void(BackupStore&)> task) {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     queue_.push_back(kj::mv(task));
   }
   wake_.notify_one();
@@ -56,8 +56,8 @@ void StoreThread::work() {
   while (true) {
     kj::Function<void(BackupStore&)> task;
     {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mutex_);
+      while (!stopping_ && queue_.empty()) wake_.wait(lock);
       if (queue_.empty()) return;  // stopping, and every task has run
       task = kj::mv(queue_.front());
       queue_.pop_front();

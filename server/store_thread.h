@@ -24,13 +24,13 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "common/base/cross_thread.h"
+#include "common/base/mutex.h"
 #include "server/backup_store.h"
 
 namespace pstrain {
@@ -67,10 +67,10 @@ class StoreThread {
   BackupStore& store_;
   Written written_;
   kj::TaskSet reports_;  // the loop side: one promise per backup write in flight or being reported
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<kj::Function<void(BackupStore&)>> queue_;  // guarded by mutex_
-  bool stopping_ = false;                                // guarded by mutex_
+  Mutex mutex_;
+  std::condition_variable_any wake_;
+  std::deque<kj::Function<void(BackupStore&)>> queue_ PS_GUARDED_BY(mutex_);
+  bool stopping_ PS_GUARDED_BY(mutex_) = false;
   std::thread thread_;
 };
 

@@ -11,8 +11,9 @@
 
 #include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
+
+#include "common/base/mutex.h"
 
 namespace pstrain {
 
@@ -21,7 +22,7 @@ class TaskThread {
   TaskThread() : thread_([this] { run(); }) {}
   ~TaskThread() {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       stopping_ = true;
     }
     wake_.notify_one();
@@ -33,7 +34,7 @@ class TaskThread {
   // `task` may be move-only (it can own a cross-thread fulfiller).
   void post(kj::Function<void()> task) {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       tasks_.push_back(std::move(task));
     }
     wake_.notify_one();
@@ -41,9 +42,9 @@ class TaskThread {
 
  private:
   void run() {
-    std::unique_lock lock(mutex_);
+    MutexLock lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      while (!stopping_ && tasks_.empty()) wake_.wait(lock);
       if (tasks_.empty()) return;
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
@@ -53,10 +54,10 @@ class TaskThread {
     }
   }
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<kj::Function<void()>> tasks_;  // guarded by mutex_
-  bool stopping_ = false;                    // guarded by mutex_
+  Mutex mutex_;
+  std::condition_variable_any wake_;
+  std::deque<kj::Function<void()>> tasks_ PS_GUARDED_BY(mutex_);
+  bool stopping_ PS_GUARDED_BY(mutex_) = false;
   std::thread thread_;                       // last: starts once the rest is initialised
 };
 

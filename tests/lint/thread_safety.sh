@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the mutexes whose guarded members are annotated (common/base/mutex.h) with clang's
 # thread-safety analysis: every source that includes common/base/mutex.h itself, or whose own
-# header (x.cc's x.h) does, is compiled by clang with -fsyntax-only -Werror=thread-safety, with
+# header (x.cc's x.h) does, or that includes a header-only class that does (common/base/task_thread.h), is compiled by clang with -fsyntax-only -Werror=thread-safety, with
 # the flags of compile_commands.json. (Those are where the guarded members are used: they are
 # private. Other sources including the header are not compiled again.) A member read or written without its mutex, a lock not
 # released, a function called without what it requires: each fails this check.
@@ -25,10 +25,15 @@ def includes_of(path):
             text = ""
         includes[path] = [m.group(1) for m in re.finditer(r'#include "([^"]+)"', text)]
     return includes[path]
+def header_only_user(header):
+    # A header whose annotated code is all inline (no .cc of its own): its includers check it.
+    return os.path.exists(header) and not os.path.exists(header[:-2] + ".cc") and \
+        "common/base/mutex.h" in includes_of(header)
 def uses_mutex_h(source):
     own_header = source[:-3] + ".h"
     return "common/base/mutex.h" in includes_of(source) or (
-        os.path.exists(own_header) and "common/base/mutex.h" in includes_of(own_header))
+        os.path.exists(own_header) and "common/base/mutex.h" in includes_of(own_header)) or any(
+        header_only_user(h) for h in includes_of(source))
 commands = json.load(open(os.path.join(build, "compile_commands.json")))
 checked, failed = 0, []
 for entry in commands:
