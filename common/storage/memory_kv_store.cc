@@ -1,8 +1,8 @@
 // KvStore::in_memory(): an ordered map under a mutex. Values need no checksum (nothing can damage
 // them between a write and a read), so no read reports kCorrupt.
 #include <map>
-#include <mutex>
 
+#include "common/base/mutex.h"
 #include "common/storage/kv_store.h"
 
 namespace pstrain {
@@ -11,7 +11,7 @@ namespace {
 class MemoryKvStore final : public KvStore {
  public:
   KvStatus write(const std::vector<Write>& writes, bool) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (const Write& w : writes) {
       if (w.value) {
         values_[w.key] = *w.value;
@@ -23,7 +23,7 @@ class MemoryKvStore final : public KvStore {
   }
 
   KvStatus get(const std::string& key, std::string* value) const override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = values_.find(key);
     if (it == values_.end()) return {KvStatus::Code::kNotFound, key + ": not found"};
     *value = it->second;
@@ -31,7 +31,7 @@ class MemoryKvStore final : public KvStore {
   }
 
   std::vector<Entry> scan(const std::string& prefix) const override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<Entry> entries;
     for (auto it = values_.lower_bound(prefix); it != values_.end() && it->first.starts_with(prefix); ++it) {
       entries.push_back({it->first, it->second, false});
@@ -40,7 +40,7 @@ class MemoryKvStore final : public KvStore {
   }
 
   std::vector<std::string> keys(const std::string& prefix) const override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<std::string> keys;
     for (auto it = values_.lower_bound(prefix); it != values_.end() && it->first.starts_with(prefix); ++it) {
       keys.push_back(it->first);
@@ -52,8 +52,8 @@ class MemoryKvStore final : public KvStore {
 
  private:
   const std::string directory_ = "(memory)";
-  mutable std::mutex mutex_;
-  std::map<std::string, std::string> values_;  // guarded by mutex_
+  mutable Mutex mutex_;
+  std::map<std::string, std::string> values_ PS_GUARDED_BY(mutex_);
 };
 
 }  // namespace

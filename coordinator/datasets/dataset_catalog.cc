@@ -62,7 +62,7 @@ DatasetCatalog::DatasetCatalog(Options options, KvStore& kv, JobsUsing jobs_usin
       PSLOG(kError) << "dataset catalog: reading " << options_.data_dir << " failed: " << e.what();
     }
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       indexed_ = true;
     }
     indexed_changed_.notify_all();
@@ -73,7 +73,7 @@ DatasetCatalog::~DatasetCatalog() = default;
 
 std::string DatasetCatalog::dataset_dir(const std::string& name) const {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = records_.find(name);
     if (it != records_.end() && !it->second.dir.empty()) return it->second.dir;
   }
@@ -87,27 +87,27 @@ void DatasetCatalog::wait_idle() {
 }
 
 std::vector<DatasetRecord> DatasetCatalog::list() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<DatasetRecord> out;
   for (const auto& [name, r] : records_) out.push_back(r);
   return out;
 }
 
 std::optional<DatasetRecord> DatasetCatalog::get(const std::string& name) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = records_.find(name);
   if (it == records_.end()) return std::nullopt;
   return it->second;
 }
 
 uint64_t DatasetCatalog::generation(const std::string& name) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = records_.find(name);
   return it == records_.end() ? 0 : it->second.generation;
 }
 
 std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::string* why) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto it = records_.find(name);
   if (it == records_.end() && is_known_dataset(name)) return *find_dataset(name);  // still being indexed
   if (it == records_.end()) {
@@ -140,7 +140,7 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
 
 bool DatasetCatalog::with_dataset(const std::string& name, std::string* why,
                                   const std::function<void(const DatasetInfo&)>& submit) {
-  std::lock_guard use(use_mutex_);
+  MutexLock use(use_mutex_);
   const std::optional<DatasetInfo> found = info(name, why);
   if (!found) return false;
   submit(*found);
@@ -150,8 +150,8 @@ bool DatasetCatalog::with_dataset(const std::string& name, std::string* why,
 Split DatasetCatalog::load(const std::string& name, SplitKind kind) const {
   {
     // A job re-queued at start-up may ask before the data directory has been read.
-    std::unique_lock lock(mutex_);
-    indexed_changed_.wait(lock, [&] { return indexed_; });
+    MutexLock lock(mutex_);
+    while (!indexed_) indexed_changed_.wait(lock);
   }
   const std::optional<DatasetRecord> r = get(name);
   if (!r) throw DataError("dataset '" + name + "' is not in the catalog");
@@ -199,7 +199,7 @@ void DatasetCatalog::index_all() {
         (void)kv_.put(kKeyPrefix + name, to_json_text(o), false);
       }
     }
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     r.generation = next_generation_++;
     records_[name] = std::move(r);
   };
@@ -273,7 +273,7 @@ void DatasetCatalog::index_all() {
     });
   }
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   // Listed at start-up but not found now (its directory is gone): no longer a dataset.
   std::erase_if(records_, [](const auto& entry) { return entry.second.indexing; });
   PSLOG(kInfo) << "dataset catalog: " << records_.size() << " datasets (" << options_.data_dir << ", uploads in "
@@ -342,7 +342,7 @@ void DatasetCatalog::commit(DatasetRecord record) {
   if (const KvStatus status = kv_.put(kKeyPrefix + record.name, to_json_text(o), true); !status.ok()) {
     PSLOG(kWarning) << "dataset " << record.name << ": record not stored: " << status.message;
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   record.generation = next_generation_++;
   records_[record.name] = std::move(record);
 }
@@ -354,12 +354,12 @@ void DatasetCatalog::erase(const std::string& name, std::function<void(std::opti
 }
 
 std::optional<CatalogError> DatasetCatalog::erase(const std::string& name) {
-  std::lock_guard use(use_mutex_);
+  MutexLock use(use_mutex_);
   const std::optional<DatasetRecord> r = get(name);
   if (!r) return service_error(404, "dataset-not-found", "there is no dataset '" + name + "'");
   if (r->source == "builtin") return service_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and cannot be deleted");
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (const auto& key : busy_) {
       if (key.rfind(name + "/", 0) == 0) {
         return service_error(409, "dataset-busy", "dataset '" + name + "' is being changed by another request");
@@ -385,7 +385,7 @@ std::optional<CatalogError> DatasetCatalog::erase(const std::string& name) {
   if (ec) return service_error(500, "dataset-delete-failed", "cannot remove dataset '" + name + "': " + ec.message());
   (void)kv_.write({{kKeyPrefix + name, std::nullopt}}, true);
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     records_.erase(name);
   }
   thread_.post([trash] {

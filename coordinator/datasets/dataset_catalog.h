@@ -33,7 +33,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -44,6 +43,7 @@
 #include "common/data/dataset_manifest.h"
 #include "common/storage/kv_store.h"
 #include "common/base/task_thread.h"
+#include "common/base/mutex.h"
 #include "coordinator/base/service_error.h"
 
 namespace pstrain {
@@ -197,14 +197,16 @@ class DatasetCatalog {
   Options options_;
   KvStore& kv_;
   JobsUsing jobs_using_;
-  mutable std::mutex mutex_;
-  std::map<std::string, DatasetRecord> records_;  // guarded by mutex_
-  std::set<std::string> busy_;                    // guarded by mutex_: "name/split" being uploaded
-  uint64_t next_generation_ = 1;                  // guarded by mutex_
-  uint64_t next_staging_ = 0;                     // guarded by mutex_
-  bool indexed_ = false;                          // guarded by mutex_: the start-up indexing is done
-  mutable std::condition_variable indexed_changed_;
-  std::mutex use_mutex_;  // held while a job is submitted on a dataset, and while one is deleted or replaced
+  mutable Mutex mutex_;
+  std::map<std::string, DatasetRecord> records_ PS_GUARDED_BY(mutex_);
+  std::set<std::string> busy_ PS_GUARDED_BY(mutex_);  // "name/split" being uploaded
+  uint64_t next_generation_ PS_GUARDED_BY(mutex_) = 1;
+  uint64_t next_staging_ PS_GUARDED_BY(mutex_) = 0;
+  bool indexed_ PS_GUARDED_BY(mutex_) = false;  // the start-up indexing is done
+  mutable std::condition_variable_any indexed_changed_;
+  // Held while a job is submitted on a dataset, and while one is deleted or replaced: it orders
+  // those against each other and guards no member (the records stay under mutex_).
+  Mutex use_mutex_;
   TaskThread thread_;     // last: destroyed (joined) first
 };
 

@@ -40,7 +40,7 @@ std::optional<CatalogError> DatasetCatalog::precheck(const std::string& name, co
   if (split != "train" && split != "test") {
     return service_error(400, "invalid-split", "the split must be 'train' or 'test', not '" + split + "'", "split");
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (busy_.count(name + "/" + split) != 0 || busy_.count(name + "/*") != 0) {
     return service_error(409, "dataset-busy", "dataset '" + name + "' is being changed by another request; retry when it is done");
   }
@@ -59,7 +59,7 @@ std::optional<CatalogError> DatasetCatalog::precheck(const std::string& name, co
 std::string DatasetCatalog::new_staging_path() {
   // (The HTTP server's upload thread creates the directory: no file work on the caller's thread.)
   const fs::path dir = fs::path(uploads_dir()) / kStagingDir;
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return (dir / ("body-" + std::to_string(::getpid()) + "-" + std::to_string(next_staging_++))).string();
 }
 
@@ -71,7 +71,7 @@ void DatasetCatalog::ingest(Upload upload, std::function<void(UploadResult)> don
       result.error = *e;
     } else {
       {
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         busy_.insert(key);
       }
       try {
@@ -84,7 +84,7 @@ void DatasetCatalog::ingest(Upload upload, std::function<void(UploadResult)> don
       } catch (const std::exception& e) {
         result.error = service_error(500, "dataset-store-failed", e.what());
       }
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       busy_.erase(key);
     }
     std::error_code ec;
@@ -172,7 +172,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
     write_text_file((work / table_name).string(), table_to_json(*summary.table) + "\n");
   }
 
-  std::lock_guard use(use_mutex_);  // no job starts on the dataset while it changes
+  MutexLock use(use_mutex_);  // no job starts on the dataset while it changes
   const std::optional<DatasetRecord> existing = get(upload.name);
   DatasetRecord record;
   if (existing) {
@@ -286,7 +286,7 @@ void DatasetCatalog::split(const std::string& name, double test_fraction, uint64
   thread_.post([this, name, test_fraction, seed, done = std::move(done)] {
     SplitResult result;
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (busy_.count(name + "/train") != 0 || busy_.count(name + "/test") != 0) {
         result.error = service_error(409, "dataset-busy", "dataset '" + name + "' is being uploaded; retry when it is done");
       } else {
@@ -299,7 +299,7 @@ void DatasetCatalog::split(const std::string& name, double test_fraction, uint64
       } catch (const std::exception& e) {
         result.error = service_error(500, "dataset-split-failed", e.what());
       }
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       busy_.erase(name + "/*");
     }
     done(std::move(result));
@@ -393,7 +393,7 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
     write_text_file((work / table_names[1]).string(), table_to_json(test_side.finish()) + "\n");
   }
 
-  std::lock_guard use(use_mutex_);
+  MutexLock use(use_mutex_);
   const std::vector<std::string> jobs = jobs_using_ ? jobs_using_(name) : std::vector<std::string>{};
   if (!jobs.empty()) {
     std::string ids;

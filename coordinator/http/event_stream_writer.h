@@ -53,7 +53,7 @@ class EventStreamWriter : public std::enable_shared_from_this<EventStreamWriter<
           self->arm_heartbeat();
           self->events_->set_wakeup([weak = self->weak_from_this(), gate = self->conn_->gate(),
                                      executor = self->conn_->stream().get_executor()] {
-            std::lock_guard lock(gate->mutex);
+            MutexLock lock(gate->mutex);
             if (!gate->open) return;
             boost::asio::post(executor, [weak] {
               if (auto writer = weak.lock()) writer->pump();

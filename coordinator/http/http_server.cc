@@ -96,7 +96,7 @@ uint16_t HttpServer::start() {
 
 void HttpServer::stop() {
   {
-    std::lock_guard lock(gate_->mutex);
+    MutexLock lock(gate_->mutex);
     gate_->open = false;
   }
   if (!thread_.joinable()) return;

@@ -88,7 +88,7 @@ std::optional<std::string> RestApi::cached_status(const std::string& id) {
   const auto now = std::chrono::steady_clock::now();
   uint64_t invalidations = 0;
   {
-    std::lock_guard lock(cache_mutex_);
+    MutexLock lock(cache_mutex_);
     const auto it = status_cache_.find(id);
     if (it != status_cache_.end() && now - it->second.first < kStatusCacheAge) return it->second.second;
     invalidations = invalidations_;
@@ -96,7 +96,7 @@ std::optional<std::string> RestApi::cached_status(const std::string& id) {
   const auto job = store_.get(id);
   if (!job) return std::nullopt;
   std::string body = job_status_json(*job, store_.nodes());
-  std::lock_guard lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   // A command that ended while this body was built may have read an older record: caching it
   // would undo the command's invalidation for up to kStatusCacheAge.
   if (invalidations_ == invalidations) status_cache_[id] = {now, body};
@@ -104,7 +104,7 @@ std::optional<std::string> RestApi::cached_status(const std::string& id) {
 }
 
 void RestApi::invalidate_status(const std::string& id) {
-  std::lock_guard lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   status_cache_.erase(id);
   ++invalidations_;
 }

@@ -145,7 +145,7 @@ HttpResponse RestApi::prometheus() const {
   out << "# HELP pstrain_http_requests_total HTTP requests by route and status.\n"
          "# TYPE pstrain_http_requests_total counter\n";
   {
-    std::lock_guard lock(counters_mutex_);
+    MutexLock lock(counters_mutex_);
     for (const auto& [key, n] : counters_) {
       out << "pstrain_http_requests_total{route=\"" << escape_label(key.first) << "\",status=\"" << key.second << "\"} "
           << n << "\n";

@@ -23,7 +23,7 @@ RestApi::RestApi(JobStore& store, JobCommands& commands, std::string openapi_jso
 }
 
 void RestApi::count(const std::string& route, unsigned status) {
-  std::lock_guard lock(counters_mutex_);
+  MutexLock lock(counters_mutex_);
   ++counters_[{route, status}];
 }
 

@@ -13,11 +13,11 @@
 #include <functional>
 #include <optional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/data/job_spec.h"
 #include "coordinator/base/event_stream.h"
 #include "coordinator/http/access_control.h"
@@ -151,11 +151,12 @@ class RestApi {
   const StudyStore* studies_ = nullptr;
   StudyCommands* study_commands_ = nullptr;
   EventQueueLimits event_limits_;
-  mutable std::mutex counters_mutex_;
-  std::map<std::pair<std::string, unsigned>, uint64_t> counters_;  // guarded by counters_mutex_
-  std::mutex cache_mutex_;
-  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, std::string>> status_cache_;  // guarded by cache_mutex_
-  uint64_t invalidations_ = 0;  // guarded by cache_mutex_: invalidate_status() calls so far
+  mutable Mutex counters_mutex_;
+  std::map<std::pair<std::string, unsigned>, uint64_t> counters_ PS_GUARDED_BY(counters_mutex_);
+  Mutex cache_mutex_;
+  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, std::string>> status_cache_
+      PS_GUARDED_BY(cache_mutex_);
+  uint64_t invalidations_ PS_GUARDED_BY(cache_mutex_) = 0;  // invalidate_status() calls so far
 };
 
 }  // namespace pstrain

@@ -29,10 +29,10 @@
 #include <array>
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "common/base/mutex.h"
 #include "common/base/log.h"
 #include "common/base/task_thread.h"
 #include "coordinator/http/event_stream_writer.h"
@@ -45,8 +45,8 @@ namespace pstrain {
 // Lets work on other threads (the catalog's) answer a session only while the server runs: once
 // stop() closes it, an answer that comes late is dropped instead of touching a stopped server.
 struct HttpServer::Gate {
-  std::mutex mutex;
-  bool open = true;  // guarded by mutex
+  Mutex mutex;
+  bool open PS_GUARDED_BY(mutex) = true;
 };
 
 using PlainStream = boost::beast::tcp_stream;
@@ -174,7 +174,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     phase_ = SessionPhase::kHandling;
     const bool head = request_.method == "HEAD";
     api_.handle_async(std::move(request_), [self = shared_from_this(), head](HttpResponse out) {
-      std::lock_guard lock(self->gate_->mutex);
+      MutexLock lock(self->gate_->mutex);
       if (!self->gate_->open) return;
       boost::asio::post(self->stream_.get_executor(), [self, head, out = std::move(out)]() mutable {
         if (!self->keep_alive_) out.close = true;

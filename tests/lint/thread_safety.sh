@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Checks the mutexes whose guarded members are annotated (common/base/mutex.h) with clang's
 # thread-safety analysis: every source that includes common/base/mutex.h itself, or whose own
-# header (x.cc's x.h) does, or that includes a header-only class that does (common/base/task_thread.h), is compiled by clang with -fsyntax-only -Werror=thread-safety, with
-# the flags of compile_commands.json. (Those are where the guarded members are used: they are
-# private. Other sources including the header are not compiled again.) A member read or written without its mutex, a lock not
+# header (x.cc's x.h) or any header it includes directly does (a class's members are often
+# defined in several files; a header-only class is checked where it is used), tests aside, is
+# compiled by clang with -fsyntax-only -Werror=thread-safety, with
+# the flags of compile_commands.json. A member read or written without its mutex, a lock not
 # released, a function called without what it requires: each fails this check.
 # Usage: tests/lint/thread_safety.sh BUILD_DIR   (CTest `thread_safety`, label unit)
 set -euo pipefail
@@ -25,23 +26,15 @@ def includes_of(path):
             text = ""
         includes[path] = [m.group(1) for m in re.finditer(r'#include "([^"]+)"', text)]
     return includes[path]
-def header_only_user(header):
-    # A header whose annotated code is all inline (no .cc of its own): its includers check it.
-    return os.path.exists(header) and not os.path.exists(header[:-2] + ".cc") and \
-        "common/base/mutex.h" in includes_of(header)
+def annotated(header):
+    return header.endswith(".h") and "common/base/mutex.h" in includes_of(header)
 def uses_mutex_h(source):
     own_header = source[:-3] + ".h"
     return "common/base/mutex.h" in includes_of(source) or (
         os.path.exists(own_header) and "common/base/mutex.h" in includes_of(own_header)) or any(
-        header_only_user(h) for h in includes_of(source))
+        annotated(h) for h in includes_of(source))
 commands = json.load(open(os.path.join(build, "compile_commands.json")))
-checked, failed = 0, []
-for entry in commands:
-    source = os.path.relpath(entry["file"], root)
-    if source.startswith(("..", "build")) or "/_deps/" in source or not source.endswith(".cc"):
-        continue
-    if not uses_mutex_h(source):
-        continue
+def check_command(entry):
     args = shlex.split(entry["command"]) if "command" in entry else entry["arguments"]
     keep = []
     skip = False
@@ -55,13 +48,26 @@ for entry in commands:
         if a in ("-c", "-MD", "-MMD") or a.startswith(("-fsanitize", "-march", "-mtune", "-flto", "-fno-fat-lto")) or a == entry["file"]:
             continue
         keep.append(a)
-    cmd = [clang, "-fsyntax-only", "-Wno-unknown-warning-option", "-Wno-ignored-optimization-argument",
-           "-Wthread-safety", "-Werror=thread-safety"] + keep + [entry["file"]]
-    result = subprocess.run(cmd, cwd=entry["directory"], capture_output=True, text=True)
-    checked += 1
-    if result.returncode != 0:
-        failed.append(source)
-        sys.stderr.write(result.stderr)
+    return [clang, "-fsyntax-only", "-Wno-unknown-warning-option", "-Wno-ignored-optimization-argument",
+            "-Wthread-safety", "-Werror=thread-safety"] + keep + [entry["file"]]
+todo = []
+for entry in commands:
+    source = os.path.relpath(entry["file"], root)
+    if source.startswith(("..", "build", "tests/", "fuzz/")) or "/_deps/" in source or not source.endswith(".cc"):
+        continue
+    if uses_mutex_h(source):
+        todo.append((source, entry))
+def run(item):
+    source, entry = item
+    return source, subprocess.run(check_command(entry), cwd=entry["directory"], capture_output=True, text=True)
+from concurrent.futures import ThreadPoolExecutor
+failed = []
+with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+    for source, result in pool.map(run, todo):
+        if result.returncode != 0:
+            failed.append(source)
+            sys.stderr.write(result.stderr)
+checked = len(todo)
 print(f"thread_safety: {checked} sources checked, {len(failed)} failed" + (": " + ", ".join(failed) if failed else ""))
 sys.exit(1 if failed or checked == 0 else 0)
 PY
