@@ -33,7 +33,11 @@ void RestApi::add_job_routes() {
     return problem(404, "job-not-found", "No such job", "there is no job '" + id + "'");
   };
   router_.add("GET", "/v1/jobs/{id}", now([this, not_found](const HttpRequest&, Args a) {
-                const auto body = cached_status(a[0]);
+                const auto body = status_cache_.get(a[0], [&]() -> std::optional<std::string> {
+                  const auto job = store_.get(a[0]);
+                  if (!job) return std::nullopt;
+                  return job_status_json(*job, store_.nodes());
+                });
                 return body ? json_response(200, *body) : not_found(a[0]);
               }));
   router_.add("GET", "/v1/jobs/{id}/events", now([this](const HttpRequest& r, Args a) { return event_stream(r, a[0]); }));
@@ -44,7 +48,7 @@ void RestApi::add_job_routes() {
   router_.add("POST", "/v1/jobs/{id}/cancel", now([this, not_found](const HttpRequest&, Args a) {
                 const std::string& id = a[0];
                 const auto result = commands_.cancel(id);
-                invalidate_status(id);
+                status_cache_.invalidate(id);
                 switch (result) {
                   case JobCommands::CancelResult::kNotFound:
                     return not_found(id);
@@ -82,31 +86,6 @@ void RestApi::add_job_routes() {
                 r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + id + ".safetensors\"");
                 return r;
               }));
-}
-
-std::optional<std::string> RestApi::cached_status(const std::string& id) {
-  const auto now = std::chrono::steady_clock::now();
-  uint64_t invalidations = 0;
-  {
-    MutexLock lock(cache_mutex_);
-    const auto it = status_cache_.find(id);
-    if (it != status_cache_.end() && now - it->second.first < kStatusCacheAge) return it->second.second;
-    invalidations = invalidations_;
-  }
-  const auto job = store_.get(id);
-  if (!job) return std::nullopt;
-  std::string body = job_status_json(*job, store_.nodes());
-  MutexLock lock(cache_mutex_);
-  // A command that ended while this body was built may have read an older record: caching it
-  // would undo the command's invalidation for up to kStatusCacheAge.
-  if (invalidations_ == invalidations) status_cache_[id] = {now, body};
-  return body;
-}
-
-void RestApi::invalidate_status(const std::string& id) {
-  MutexLock lock(cache_mutex_);
-  status_cache_.erase(id);
-  ++invalidations_;
 }
 
 std::string spec_with_input_shape(const std::string& spec_json, DatasetCatalog* catalog) {

@@ -144,18 +144,15 @@ HttpResponse RestApi::prometheus() const {
   for (const auto& [role, n] : stalled) out << "pstrain_nodes_stalled{role=\"" << role << "\"} " << n << "\n";
   out << "# HELP pstrain_http_requests_total HTTP requests by route and status.\n"
          "# TYPE pstrain_http_requests_total counter\n";
-  {
-    MutexLock lock(counters_mutex_);
-    for (const auto& [key, n] : counters_) {
-      out << "pstrain_http_requests_total{route=\"" << escape_label(key.first) << "\",status=\"" << key.second << "\"} "
-          << n << "\n";
-    }
+  for (const auto& [key, n] : counters_.responses()) {
+    out << "pstrain_http_requests_total{route=\"" << escape_label(key.first) << "\",status=\"" << key.second << "\"} "
+        << n << "\n";
   }
   out << "# HELP pstrain_http_auth_failures_total Requests refused: no token (missing), an unknown one (invalid), "
          "a role too weak (forbidden).\n# TYPE pstrain_http_auth_failures_total counter\n"
-      << "pstrain_http_auth_failures_total{reason=\"missing\"} " << auth_missing_.load() << "\n"
-      << "pstrain_http_auth_failures_total{reason=\"invalid\"} " << auth_invalid_.load() << "\n"
-      << "pstrain_http_auth_failures_total{reason=\"forbidden\"} " << auth_forbidden_.load() << "\n";
+      << "pstrain_http_auth_failures_total{reason=\"missing\"} " << counters_.auth_missing.load() << "\n"
+      << "pstrain_http_auth_failures_total{reason=\"invalid\"} " << counters_.auth_invalid.load() << "\n"
+      << "pstrain_http_auth_failures_total{reason=\"forbidden\"} " << counters_.auth_forbidden.load() << "\n";
   if (rpc_refusals_) {
     out << "# HELP pstrain_rpc_auth_refusals_total Cluster connections to the coordinator refused at their "
            "handshake (no or a wrong cluster secret).\n# TYPE pstrain_rpc_auth_refusals_total counter\n"

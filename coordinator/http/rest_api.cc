@@ -22,11 +22,6 @@ RestApi::RestApi(JobStore& store, JobCommands& commands, std::string openapi_jso
   add_study_routes();
 }
 
-void RestApi::count(const std::string& route, unsigned status) {
-  MutexLock lock(counters_mutex_);
-  ++counters_[{route, status}];
-}
-
 HttpResponse RestApi::handle(const HttpRequest& request) {
   std::promise<HttpResponse> answer;
   handle_async(request, [&answer](HttpResponse r) { answer.set_value(std::move(r)); });
@@ -121,17 +116,17 @@ std::optional<HttpResponse> RestApi::authorize(HttpRequest& request) {
     return r;
   };
   if (token.empty()) {
-    ++auth_missing_;
+    ++counters_.auth_missing;
     return unauthorized(request.method + " " + path + " needs a bearer token (Authorization: Bearer TOKEN)", "");
   }
   const std::optional<AccessTokens::Match> match = tokens_->find(token);
   if (!match) {
-    ++auth_invalid_;
+    ++counters_.auth_invalid;
     PSLOG(kWarning) << "REST: refused " << request.method << " " << path << ": an unknown token";
     return unauthorized("the bearer token is not valid", ", error=\"invalid_token\"");
   }
   if (static_cast<int>(match->role) < static_cast<int>(*needed)) {
-    ++auth_forbidden_;
+    ++counters_.auth_forbidden;
     PSLOG(kInfo) << "REST: refused " << request.method << " " << path << " to " << match->name << " ("
                  << role_name(match->role) << ")";
     HttpResponse r = problem(403, "forbidden", "Forbidden",

@@ -17,11 +17,11 @@
 #include <utility>
 #include <vector>
 
-#include "common/base/mutex.h"
 #include "common/data/job_spec.h"
 #include "coordinator/base/event_stream.h"
 #include "coordinator/http/access_control.h"
 #include "coordinator/http/http_types.h"
+#include "coordinator/http/request_counters.h"
 #include "coordinator/http/router.h"
 #include "coordinator/store/job_store.h"
 #include "coordinator/base/stored_file.h"
@@ -107,7 +107,7 @@ class RestApi {
 
   // Counts a response for /metrics (the HTTP server calls this for responses it makes itself,
   // such as 413 or 408, too).
-  void count(const std::string& route, unsigned status);
+  void count(const std::string& route, unsigned status) { counters_.count(route, status); }
 
  private:
   // The route table, by area: each adds its routes (job_routes.cc, dataset_routes.cc,
@@ -132,18 +132,12 @@ class RestApi {
   HttpResponse prometheus() const;  // prometheus.cc
   // GET /v1/jobs/{id}/events (empty id: GET /v1/events).
   HttpResponse event_stream(const HttpRequest& request, const std::string& id);
-  // GET /v1/jobs/{id} is what dashboards and scripts poll: its body is built at most every
-  // kStatusCacheAge per job (and again after any command), so polling costs a map lookup.
-  std::optional<std::string> cached_status(const std::string& id);
-  void invalidate_status(const std::string& id);
-  static constexpr std::chrono::milliseconds kStatusCacheAge{100};
 
   Router router_;  // built by the constructor, read-only after
   JobStore& store_;
   JobCommands& commands_;
   std::shared_ptr<const AccessTokens> tokens_;  // null: open
   const rpc::AuthRefusals* rpc_refusals_ = nullptr;
-  std::atomic<uint64_t> auth_missing_{0}, auth_invalid_{0}, auth_forbidden_{0};
   std::string openapi_json_;
   DatasetCatalog* catalog_;
   ModelService* models_;
@@ -151,12 +145,8 @@ class RestApi {
   const StudyStore* studies_ = nullptr;
   StudyCommands* study_commands_ = nullptr;
   EventQueueLimits event_limits_;
-  mutable Mutex counters_mutex_;
-  std::map<std::pair<std::string, unsigned>, uint64_t> counters_ PS_GUARDED_BY(counters_mutex_);
-  Mutex cache_mutex_;
-  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, std::string>> status_cache_
-      PS_GUARDED_BY(cache_mutex_);
-  uint64_t invalidations_ PS_GUARDED_BY(cache_mutex_) = 0;  // invalidate_status() calls so far
+  RequestCounters counters_;
+  StatusCache status_cache_;
 };
 
 }  // namespace pstrain
