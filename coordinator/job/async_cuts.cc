@@ -11,7 +11,7 @@
 // the backup's version, so a recovery restores the servers to it and restarts each worker at its
 // recorded position: the steps after the cut are redone, none is skipped or done twice. The
 // positions are stored in the JobStore too, before the servers back up, so a restarted
-// coordinator does the same from the newest complete cut (JobRunner::resume_async).
+// coordinator does the same from the newest complete cut (JobStartup::resume_async).
 //
 // Cuts happen when the job's steps (summed over workers, as reported) pass the next multiple of
 // `save_freq` (or of the steps of one epoch of all workers, for "epoch"). A cut that does not
