@@ -3,6 +3,7 @@
 #include <future>
 
 #include "common/base/log.h"
+#include "coordinator/http/request_counters.h"  // its inline code is checked here (tests/lint/thread_safety.sh)
 #include "coordinator/http/responses.h"
 #include "coordinator/http/web_ui.h"
 

@@ -50,24 +50,24 @@ def check_command(entry):
         keep.append(a)
     return [clang, "-fsyntax-only", "-Wno-unknown-warning-option", "-Wno-ignored-optimization-argument",
             "-Wthread-safety", "-Werror=thread-safety"] + keep + [entry["file"]]
-todo = []
+to_check = []
 for entry in commands:
     source = os.path.relpath(entry["file"], root)
     if source.startswith(("..", "build", "tests/", "fuzz/")) or "/_deps/" in source or not source.endswith(".cc"):
         continue
     if uses_mutex_h(source):
-        todo.append((source, entry))
+        to_check.append((source, entry))
 def run(item):
     source, entry = item
     return source, subprocess.run(check_command(entry), cwd=entry["directory"], capture_output=True, text=True)
 from concurrent.futures import ThreadPoolExecutor
 failed = []
 with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-    for source, result in pool.map(run, todo):
+    for source, result in pool.map(run, to_check):
         if result.returncode != 0:
             failed.append(source)
             sys.stderr.write(result.stderr)
-checked = len(todo)
+checked = len(to_check)
 print(f"thread_safety: {checked} sources checked, {len(failed)} failed" + (": " + ", ".join(failed) if failed else ""))
 sys.exit(1 if failed or checked == 0 else 0)
 PY
