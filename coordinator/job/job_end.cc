@@ -5,10 +5,8 @@
 #include "coordinator/job/final_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 
-#include "common/base/cross_thread.h"
 #include "common/data/dataset.h"
 #include "common/base/error.h"
 #include "common/data/job_spec.h"

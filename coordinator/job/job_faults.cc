@@ -3,16 +3,12 @@
 #include "coordinator/job/job_runner.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 
-#include "common/base/cross_thread.h"
 #include "common/data/dataset.h"
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
 #include "common/base/log.h"
 #include "coordinator/job/adoption.h"
-#include "common/engine/safetensors.h"
 
 namespace pstrain {
 
