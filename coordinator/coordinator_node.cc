@@ -159,7 +159,7 @@ kj::Promise<void> CoordinatorNode::housekeeping() {
     studies_.tick();  // a study's next trials join the queue before it is scheduled
     schedule();
     // Queued jobs first; then running jobs short of workers take the free ones.
-    for (const auto& job : jobs_.jobs()) job->grow();
+    for (const auto& job : jobs_.jobs()) job->faults().grow();
     for (const auto& job : jobs_.jobs()) {
       if (job->ready_for_workers()) service_->wake_waiting_workers();
     }

@@ -72,7 +72,7 @@ kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context
   if (JobRunner* job = current; same_job && job->generation() < min_generation && job->state() == JobState::kRunning &&
                                  job->phase() != JobPhase::kTakingOver) {
     // The worker's session broke (a server vanished, a push failed) before we noticed: re-plan.
-    job->recover("worker node " + std::to_string(node.value()) + " lost its session");
+    job->faults().recover("worker node " + std::to_string(node.value()) + " lost its session");
   }
   return wait_for_assignment(context, node, min_generation, timer_.now() + wait_ms * kj::MILLISECONDS);
 }
@@ -124,7 +124,7 @@ kj::Promise<void> CoordinatorService::backupDone(BackupDoneContext context) {
   const auto params = context.getParams();
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
-  job->on_backup_done(NodeId{params.getNodeId()}, params.getVersion());
+  job->faults().on_backup_done(NodeId{params.getNodeId()}, params.getVersion());
   return kj::READY_NOW;
 }
 
@@ -150,7 +150,7 @@ kj::Promise<void> CoordinatorService::storeReplica(StoreReplicaContext context) 
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
   std::vector<std::string> chunks;
   for (capnp::Data::Reader blob : params.getChunks()) chunks.emplace_back(reinterpret_cast<const char*>(blob.begin()), blob.size());
-  return job->on_replica(NodeId{params.getNodeId()}, params.getVersion(), params.getFirst(), params.getTotal(),
+  return job->faults().on_replica(NodeId{params.getNodeId()}, params.getVersion(), params.getFirst(), params.getTotal(),
                          std::move(chunks));
 }
 
@@ -166,7 +166,7 @@ kj::Promise<void> CoordinatorService::preempted(PreemptedContext context) {
   PSLOG(kInfo) << "node " << node << " announced it is going away (SIGTERM)";
   kj::Vector<kj::Promise<void>> backups;
   for (JobRunner* job : jobs_.jobs_using(node)) {
-    backups.add(job->preempt(node).catch_([job](kj::Exception&& e) {
+    backups.add(job->faults().preempt(node).catch_([job](kj::Exception&& e) {
       PSLOG(kWarning) << "job " << job->id() << ": preemption backup failed: " << e.getDescription().cStr();
     }));
   }

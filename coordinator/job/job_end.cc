@@ -11,7 +11,6 @@
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
 #include "common/base/log.h"
-#include "coordinator/job/adoption.h"
 #include "common/engine/safetensors.h"
 
 namespace pstrain {
@@ -34,7 +33,7 @@ void JobRunner::finish_if_done() {
     if (e.getType() == kj::Exception::Type::DISCONNECTED && job_.state() == JobState::kRunning) {
       // A server died after the last step: like any server loss, recover (from its last backup;
       // the workers redo the steps after it) and collect again at the end.
-      recover("a server was lost while the trained parameters were collected");
+      faults_.recover("a server was lost while the trained parameters were collected");
       return;
     }
     fail(std::string("could not collect the trained parameters: ") + e.getDescription().cStr());

@@ -1,6 +1,6 @@
-// JobRunner's faults (job_runner.h): complete backups, preemption, growth, a lost node, and the
-// choice of procedure (takeover, rollback, server move, re-plan) for each.
-#include "coordinator/job/job_runner.h"
+// JobFaults (job_faults.h): complete backups, preemption, growth, a lost node, and the choice of
+// procedure (takeover, rollback, server move, re-plan) for each.
+#include "coordinator/job/job_faults.h"
 
 #include <algorithm>
 
@@ -12,13 +12,14 @@
 
 namespace pstrain {
 
-// --- Backups and recovery: which procedure runs when ---
+JobFaults::JobFaults(JobContext& job, EarlyStop& early_stop, Checkpointer& checkpointer, Hooks hooks)
+    : job_(job), early_stop_(early_stop), checkpointer_(checkpointer), hooks_(std::move(hooks)) {}
 
-bool JobRunner::uses_node(NodeId node) const {
+bool JobFaults::uses_node(NodeId node) const {
   return job_.servers.index_of(node).has_value() || job_.worker_index(node).has_value();
 }
 
-void JobRunner::on_backup_done(NodeId node, uint64_t version) {
+void JobFaults::on_backup_done(NodeId node, uint64_t version) {
   const auto index = job_.servers.index_of(node);
   if (!index || job_.state() == JobState::kSucceeded) return;
   if (!job_.backups.on_ack(*index, version, job_.servers.size())) return;
@@ -29,7 +30,7 @@ void JobRunner::on_backup_done(NodeId node, uint64_t version) {
   job_.store.update(job_.id, [&](JobRecord& r) { r.last_backup_step = static_cast<int64_t>(version); });
 }
 
-kj::Promise<void> JobRunner::on_replica(NodeId node, uint64_t version, size_t first, size_t total,
+kj::Promise<void> JobFaults::on_replica(NodeId node, uint64_t version, size_t first, size_t total,
                                         std::vector<std::string> chunks) {
   const auto index = job_.servers.index_of(node);
   if (!index || is_finished(job_.state())) return kj::READY_NOW;
@@ -51,14 +52,14 @@ kj::Promise<void> JobRunner::on_replica(NodeId node, uint64_t version, size_t fi
   });
 }
 
-kj::Promise<void> JobRunner::preempt(NodeId node) {
+kj::Promise<void> JobFaults::preempt(NodeId node) {
   if (!uses_node(node)) return kj::READY_NOW;
   PSLOG(kInfo) << "job " << job_.id << ": node " << node << " is being preempted";
   job_.preempted.insert(node);
   return sync_cut_.cut();
 }
 
-void JobRunner::grow() {
+void JobFaults::grow() {
   if (!job_.sync()) {
     async_cuts_.replace_lost_workers();
     return;
@@ -78,7 +79,7 @@ void JobRunner::grow() {
               });
 }
 
-void JobRunner::on_node_lost(NodeId node, const std::string& why) {
+void JobFaults::on_node_lost(NodeId node, const std::string& why) {
   if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;
   if (uses_node(node)) {
     // The record lists the nodes working for the job: a lost one leaves it now (an event says
@@ -98,7 +99,7 @@ void JobRunner::on_node_lost(NodeId node, const std::string& why) {
     PSLOG(kWarning) << "job " << job_.id << ": worker " << *worker << " lost (" << why
                     << "); the others go on, and a free worker takes its place";
     job_.servers.worker_finished(static_cast<uint32_t>(*worker));
-    finish_if_done();
+    hooks_.finish_if_done();
     return;
   }
   // A preempted worker left after a cut (servers hold at a backup): rolling back to it loses
@@ -107,7 +108,7 @@ void JobRunner::on_node_lost(NodeId node, const std::string& why) {
   recover(why);
 }
 
-bool JobRunner::try_take_over(size_t lost, const std::string& why) {
+bool JobFaults::try_take_over(size_t lost, const std::string& why) {
   if (!takeover_.possible(lost)) return false;
   job_.phase = JobPhase::kTakingOver;
   job_.store.update(job_.id, [&](JobRecord& r) { r.reason = why; });
@@ -143,7 +144,7 @@ bool JobRunner::try_take_over(size_t lost, const std::string& why) {
   return true;
 }
 
-void JobRunner::recover(const std::string& why) {
+void JobFaults::recover(const std::string& why) {
   if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;
   // Stopped early: nothing more is trained; the model comes from a checkpoint already taken.
   if (early_stop_.stopping()) return;
@@ -165,16 +166,16 @@ void JobRunner::recover(const std::string& why) {
                     const size_t first_epoch = job_.sync() ? static_cast<size_t>(outcome.version / job_.steps_per_epoch())
                                                            : async_cuts_.resume(outcome.workers, outcome.version);
                     job_.progress.restart_epochs_from(first_epoch);
-                    guard_.restart_epochs_from(static_cast<uint32_t>(first_epoch));
+                    hooks_.epochs_restart_from(static_cast<uint32_t>(first_epoch));
                     replan(std::move(outcome.workers), outcome.version, outcome.replayed,
                            "rolled back to step " + std::to_string(outcome.version));
                   })
                   .eagerlyEvaluate([this](kj::Exception&& e) {
-                    fail(std::string("recovery failed: ") + e.getDescription().cStr());
+                    hooks_.fail(std::string("recovery failed: ") + e.getDescription().cStr());
                   });
 }
 
-void JobRunner::replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how) {
+void JobFaults::replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how) {
   job_.workers = std::move(workers);
   job_.progress.reset_workers(job_.workers.size(), version);
   if (!job_.sync()) {

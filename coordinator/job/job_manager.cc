@@ -28,7 +28,7 @@ bool JobManager::schedule() {
   // takes them meanwhile (Adoption).
   std::set<std::string> awaited;
   for (auto& job : jobs_) {
-    for (std::string& name : job->awaited_servers()) awaited.insert(std::move(name));
+    for (std::string& name : job->faults().adoption().awaited_servers()) awaited.insert(std::move(name));
   }
   bool started = false;
   for (auto& job : jobs_) {
@@ -51,7 +51,7 @@ JobRunner* JobManager::job_of_worker(NodeId node) {
 }
 
 void JobManager::on_server_registered(NodeId node) {
-  for (auto& job : jobs_) job->on_server_registered(node);
+  for (auto& job : jobs_) job->faults().on_server_registered(node);
 }
 
 void JobManager::note(const std::string& text, std::optional<NodeId> node) {
@@ -73,14 +73,14 @@ std::vector<JobRunner*> JobManager::jobs_using(NodeId node) {
   std::vector<JobRunner*> out;
   for (auto& job : jobs_) {
     const JobState s = job->state();
-    if ((s == JobState::kRunning || s == JobState::kRecovering) && job->uses_node(node)) out.push_back(job.get());
+    if ((s == JobState::kRunning || s == JobState::kRecovering) && job->faults().uses_node(node)) out.push_back(job.get());
   }
   return out;
 }
 
 void JobManager::on_nodes_lost(const std::vector<NodeId>& nodes, const std::string& why) {
   for (NodeId node : nodes) {
-    for (JobRunner* job : jobs_using(node)) job->on_node_lost(node, "node " + std::to_string(node.value()) + " " + why);
+    for (JobRunner* job : jobs_using(node)) job->faults().on_node_lost(node, "node " + std::to_string(node.value()) + " " + why);
   }
 }
 

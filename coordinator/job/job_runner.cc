@@ -6,7 +6,6 @@
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
 #include "common/base/log.h"
-#include "coordinator/job/adoption.h"
 
 namespace pstrain {
 namespace {
@@ -27,7 +26,10 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
                      kj::AsyncIoProvider& io, JobOptions options, Finished on_finished, JobOrigin origin)
     : job_(std::move(id), std::move(spec), cluster, data, store, io, options),
       on_finished_(std::move(on_finished)),
-      guard_(output_classes(job_.spec)) {
+      guard_(output_classes(job_.spec)),
+      faults_(job_, early_stop_, checkpointer_,
+              {[this](const std::string& reason) { fail(reason); }, [this] { finish_if_done(); },
+               [this](uint32_t epoch) { guard_.restart_epochs_from(epoch); }}) {
   job_.progress.set_classes(output_classes(job_.spec));
   job_.progress.set_validation(job_.spec.training.validation_fraction > 0);
   job_.progress.on_epoch_recorded([this](uint32_t epoch, std::optional<double> test_accuracy) {
@@ -46,11 +48,11 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
     r.workers.clear();
     r.servers.clear();
     // Async: the workers' positions at the cuts the coordinator before stored.
-    async_cuts_.load(r.async_cuts);
+    faults_.async_cuts().load(r.async_cuts);
     // Every plan from now on is newer than any the servers saw (pushes of older ones are fenced).
     job_.generation = r.generation + 1;
   });
-  if (before) adoption_.load(*before);
+  if (before) faults_.adoption().load(*before);
   if (!known) {
     JobRecord record;
     record.id = job_.id;
@@ -73,7 +75,7 @@ bool JobRunner::try_start(const std::set<std::string>& awaited) {
   const auto free_workers = cluster.free_nodes(proto::Role::WORKER);
   if (free_workers.size() < static_cast<size_t>(job_.spec.training.workers)) return false;
   // Each server at the index whose backups it holds (Adoption::place).
-  const auto chosen = adoption_.place(cluster.free_nodes(proto::Role::SERVER), awaited,
+  const auto chosen = faults_.adoption().place(cluster.free_nodes(proto::Role::SERVER), awaited,
                                       static_cast<size_t>(job_.spec.training.servers));
   if (!chosen) return false;
   std::vector<ServerMember> members;
@@ -162,7 +164,7 @@ proto::DataStream::Client JobRunner::open_shard(NodeId node, proto::Split split,
   if (slice >= 0) {
     const auto mine = job_.slices_of(*index);
     KJ_REQUIRE(std::find(mine.begin(), mine.end(), static_cast<uint32_t>(slice)) != mine.end() ||
-                   (split == proto::Split::TRAIN && takeover_.granted(node, static_cast<uint32_t>(slice))),
+                   (split == proto::Split::TRAIN && faults_.takeover().granted(node, static_cast<uint32_t>(slice))),
                "the worker does not compute this slice", slice, node);
     worker = static_cast<uint32_t>(slice);
   }
@@ -223,7 +225,7 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
                    << report.getStep() << " loss " << loss << " " << static_cast<int64_t>(report.getSamplesPerSecond())
                    << " samples/s, " << static_cast<int64_t>(report.getBytesPushedPerStep()) << " B pushed and "
                    << static_cast<int64_t>(report.getBytesPulledPerStep()) << " B pulled per step";
-      async_cuts_.maybe_start();
+      faults_.async_cuts().maybe_start();
       break;
     }
     case proto::Progress::Kind::EVALUATION:
@@ -251,7 +253,7 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
     }
     case proto::Progress::Kind::FINISHED:
       progress.workers()[*index].finished = true;
-      async_cuts_.expects_no_more(node);
+      faults_.async_cuts().expects_no_more(node);
       finish_if_done();
       break;
     case proto::Progress::Kind::FAILED:
@@ -278,7 +280,7 @@ kj::Promise<WorkerOrder> JobRunner::watch(NodeId node, uint64_t generation) {
 
 kj::Promise<void> JobRunner::paused(NodeId node, uint64_t cut, WorkerPosition position) {
   KJ_REQUIRE(job_.worker_index(node).has_value(), "this node is not a worker of the job", node, job_.id);
-  return async_cuts_.paused(node, cut, position);
+  return faults_.async_cuts().paused(node, cut, position);
 }
 
 }  // namespace pstrain

@@ -8,21 +8,16 @@
 //   JobProgress   (job_progress.h)   workers' steps and rates, epoch metrics, the example ledger
 //   JobOptions    (job_options.h)    every timeout
 //
-// and the recovery procedures, each an object of its own with an essay on why it works:
-//
-//   Rollback      (rollback.h)       servers back, restored to a common backup; a new plan
-//   Takeover      (takeover.h)       a survivor completes a lost sync worker's step
-//   SyncCut       (sync_cut.h)       backup just ahead and hold: preemption, a worker joining
-//   AsyncCuts     (async_cuts.h)     async consistent cuts; a free worker replacing a lost one
-//   ServerMover   (server_move.h)    a free server takes a lost one's shard from its replica
-//   adoption      (adoption.h)       a restarted coordinator goes on from the servers' state
+//   JobFaults     (job_faults.h)     backups, preemption, lost nodes, growth: which recovery
+//                                    procedure runs when (rollback, takeover, cuts, server moves,
+//                                    adoption), each an object of its own with an essay on why
+//                                    it works, and the re-plan after it
 //   Checkpointer  (checkpointer.h)   backups kept as checkpoints; a job started from a file
 //   EarlyStop     (early_stop.h)     the early stopping rule; the model from an epoch's checkpoint
-//
 //   JobStartup    (job_startup.h)    data, plan and servers; a re-queued job back where it was
 //
-// The runner decides which procedure runs when (on_node_lost, recover, grow, preempt) and
-// applies their outcome (replan). One JobPhase says what it is doing; JobState derives from it.
+// The runner itself claims the nodes, answers the workers' calls and ends the job (succeed, fail,
+// cancel). One JobPhase says what it is doing; JobState derives from it.
 //
 // Thread rules: event-loop thread only.
 #pragma once
@@ -36,17 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/job/adoption.h"
-#include "coordinator/job/async_cuts.h"
 #include "coordinator/job/checkpointer.h"
 #include "coordinator/job/divergence_guard.h"
 #include "coordinator/job/early_stop.h"
 #include "coordinator/job/job_context.h"
+#include "coordinator/job/job_faults.h"
 #include "coordinator/job/job_startup.h"
-#include "coordinator/job/rollback.h"
-#include "coordinator/job/server_move.h"
-#include "coordinator/job/sync_cut.h"
-#include "coordinator/job/takeover.h"
 
 namespace pstrain {
 
@@ -73,8 +63,6 @@ class JobRunner {
   // another re-queued job), then loads the dataset and configures the servers in the background;
   // true if it claimed them.
   bool try_start(const std::set<std::string>& awaited = {});
-  // Re-queued by a restarted coordinator: the recorded servers it waits for (Adoption).
-  std::vector<std::string> awaited_servers() const { return adoption_.awaited_servers(); }
   // Fills an assignment for a worker of this job; false if the node is not one of its workers
   // or the servers are not configured yet.
   bool fill_assignment(NodeId node, proto::Assignment::Builder out) const;
@@ -94,39 +82,15 @@ class JobRunner {
 
   // --- Backups and recovery ---
   uint64_t generation() const { return job_.generation; }
-  bool uses_node(NodeId node) const;
-  // A server wrote its backup at `version`; the step is a complete backup once every server has.
-  void on_backup_done(NodeId node, uint64_t version);
-  // A node of this job got SIGTERM: every server backs up at a step just ahead and holds there;
-  // resolves when that backup is complete (at once if there is nothing to do; with the running
-  // cut's backup if one is under way).
-  kj::Promise<void> preempt(NodeId node);
-  // A node of this job died (missed heartbeats, or a server registered again under its name).
-  void on_node_lost(NodeId node, const std::string& why);
-  // A server registered (a new node, or one back under its name): a server this job's shard
-  // moved away from is told to drop the job before it is free (ServerMover).
-  void on_server_registered(NodeId node) { mover_.on_server_registered(node); }
-  // Sync: if the job runs with fewer workers than it asked for and a worker is free, takes it in
-  // at the next step (a cut, then a re-plan from the cut: nothing replayed). Async: a free worker
-  // takes the place of a lost one, from the lost one's last reported step.
-  void grow();
-  // Re-plans the job: waits for its servers, rolls every server back to the latest usable
-  // backup, and hands the workers new assignments from there.
-  void recover(const std::string& why);
-  // A server sent part of its replica of the backup at `version`: chunks first .. first +
-  // chunks.size() - 1 (encoded chunk snapshots) of `total`. Resolves once they are stored.
-  kj::Promise<void> on_replica(NodeId node, uint64_t version, size_t first, size_t total,
-                               std::vector<std::string> chunks);
+  // Backups, replicas, preemption, lost nodes, growth (job_faults.h).
+  JobFaults& faults() { return faults_; }
+  const JobFaults& faults() const { return faults_; }
   // Resolves when the worker has an order (never for a session of an older plan).
   kj::Promise<WorkerOrder> watch(NodeId node, uint64_t generation);
   // Async cut: the worker stands between steps at `position`; resolves when it may go on.
   kj::Promise<void> paused(NodeId node, uint64_t cut, WorkerPosition position);
 
  private:
-  // Sync worker loss without a rollback: false if the job cannot do it now (then it rolls back).
-  bool try_take_over(size_t lost, const std::string& why);
-  // The new plan from `version` with `workers` (after a rollback or a takeover).
-  void replan(std::vector<NodeId> workers, uint64_t version, uint64_t replayed, const std::string& how);
   kj::Promise<void> collect_parameters();
   // Early stopping said stop: no epoch is recorded after the one it stopped at, and the job
   // succeeds with the model epoch's checkpoint as its model (EarlyStop::write_model).
@@ -147,22 +111,13 @@ class JobRunner {
   std::chrono::steady_clock::time_point started_at_;
   DivergenceGuard guard_;
 
-  // The procedures (each refers to job_; declared after it).
-  AsyncCuts async_cuts_{job_};
-  SyncCut sync_cut_{job_};
-  Takeover takeover_{job_};
-  ServerMover mover_{job_};
-  Rollback rollback_{job_, mover_, async_cuts_};
-  Adoption adoption_{job_, mover_};  // a job a restarted coordinator re-queued
+  // The parts (each refers to job_; declared after it).
   EarlyStop early_stop_{job_};
   Checkpointer checkpointer_{job_, early_stop_};
-  JobStartup startup_{job_, adoption_, async_cuts_, rollback_, checkpointer_};
+  JobFaults faults_;
+  JobStartup startup_{job_, faults_.adoption(), faults_.async_cuts(), faults_.rollback(), checkpointer_};
 
-  // Work in flight (each promise belongs to one procedure; destroyed with the runner).
-  kj::Promise<void> recovery_ = nullptr;
-  kj::Promise<void> takeover_task_ = nullptr;
-  kj::Promise<void> grow_ = nullptr;
-  kj::Promise<void> background_ = nullptr;
+  kj::Promise<void> background_ = nullptr;  // starting, or the end's collection of the model
 };
 
 }  // namespace pstrain

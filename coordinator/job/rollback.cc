@@ -1,7 +1,7 @@
 // Rollback (docs/DESIGN-NOTES.md "Recovery of a server or coordinator is a rollback"): the recovery
 // every other one falls back to. (Cuts: sync_cut.cc;
 // a lost sync worker's takeover: takeover.cc; async mode: async_cuts.cc; moving a lost server's
-// shard: server_move.cc; what a lost node means for the job: JobRunner::on_node_lost.)
+// shard: server_move.cc; what a lost node means for the job: JobFaults::on_node_lost.)
 //
 // A rollback: every server goes back to the latest backup that all of
 // them hold intact (or to the initial parameters), the workers that are alive get new

@@ -108,19 +108,6 @@ void check_same_params(const std::vector<float>& got, const std::vector<float>& 
                                     << worst << ")");
 }
 
-// |got - want| / |want| (Euclidean norms).
-double relative_distance(const std::vector<float>& got, const std::vector<float>& want) {
-  REQUIRE(got.size() == want.size());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  const double distance = std::sqrt(diff / norm);
-  MESSAGE("relative distance to an uninterrupted run: " << distance);
-  return distance;
-}
-
 JobRecord wait_for_step(testing::InProcessCluster& cluster, const std::string& id, int64_t step) {
   return cluster.wait_for(id, "step " + std::to_string(step), [step](const JobRecord& r) { return r.steps_done >= step; },
                           kStepTimeout);
@@ -353,7 +340,7 @@ TEST_CASE("cut - a preempted server backs up just ahead and leaves, nothing is r
     INFO("compression " << std::string(compression_kind_name(kind)));
     Scenario run(with_compression(small_job(3, 1000), kind));  // no regular backup: only the cut's
     wait_for_step(run.cluster, run.id, 20);
-    // The server's preemption notice (CoordinatorService::preempted, JobRunner::preempt) is
+    // The server's preemption notice (CoordinatorService::preempted, JobFaults::preempt) is
     // answered once every server has backed up at a step just ahead: only then does it leave.
     run.cluster.stop_server(0, NodeStop::kPreempted);
     const int64_t cut = cut_backup(run.cluster, run.id);
