@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/base/log.h"
+#include "coordinator/http/beast_messages.h"
 #include "coordinator/http/http_types.h"
 
 namespace pstrain {
@@ -34,7 +35,7 @@ class EventStreamWriter : public std::enable_shared_from_this<EventStreamWriter<
       : conn_(std::move(conn)), events_(std::move(out.events)), heartbeat_(conn_->stream().get_executor()) {
     out.status = 200;
     out.close = true;  // the body ends with the connection
-    header_ = conn_->template make_header<boost::beast::http::empty_body>(out, version);
+    header_ = response_header<boost::beast::http::empty_body>(out, version);
   }
 
   void start() {

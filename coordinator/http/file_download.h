@@ -17,6 +17,7 @@
 #include <string>
 
 #include "common/base/log.h"
+#include "coordinator/http/beast_messages.h"
 #include "coordinator/http/http_types.h"
 
 namespace pstrain {
@@ -28,13 +29,13 @@ class FileDownload : public std::enable_shared_from_this<FileDownload<Conn>> {
  public:
   FileDownload(std::shared_ptr<Conn> conn, HttpResponse out, unsigned version)
       : conn_(std::move(conn)), file_(std::move(out.file)), close_(out.close) {
-    header_ = conn_->template make_header<boost::beast::http::empty_body>(out, version);
+    header_ = response_header<boost::beast::http::empty_body>(out, version);
     header_.content_length(static_cast<uint64_t>(file_->bytes));
   }
 
   void start() {
     auto serializer = std::make_shared<boost::beast::http::response_serializer<boost::beast::http::empty_body>>(header_);
-    conn_->write_deadline();
+    conn_->deadline().for_write();
     boost::beast::http::async_write_header(conn_->stream(), *serializer,
                                            [self = shared_from_this(), serializer](boost::beast::error_code ec, size_t) {
                                              if (ec) return self->conn_->close_now();
@@ -65,7 +66,7 @@ class FileDownload : public std::enable_shared_from_this<FileDownload<Conn>> {
       return conn_->close_now();
     }
     piece_ = std::move(*piece);
-    conn_->write_deadline();
+    conn_->deadline().for_write();
     boost::asio::async_write(conn_->stream(), boost::asio::buffer(piece_),
                              [self = shared_from_this(), index](boost::beast::error_code ec, size_t n) {
                                if (ec) return self->conn_->close_now();

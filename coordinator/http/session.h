@@ -7,9 +7,8 @@
 //   - a body streamed to a file: StreamedUpload (streamed_upload.h);
 //   - a stored file's download: FileDownload (file_download.h);
 //   - an event stream: EventStreamWriter (event_stream_writer.h), the connection's last answer.
-// Every read has a deadline (read_timeout): the whole request for bodies held in memory, each
-// piece for streamed bodies; our own timer rather than the stream's, so that a client that never
-// completes its request is still told so (408). Stream is PlainStream or TlsStream (first a TLS
+// Every read has a deadline (read_timeout, ReadDeadline): the whole request for bodies held in
+// memory, each piece for streamed bodies. Stream is PlainStream or TlsStream (first a TLS
 // handshake under the same deadline; a connection that speaks plain HTTP instead is answered 400
 // in plain HTTP and closed).
 //
@@ -21,7 +20,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
@@ -35,9 +33,11 @@
 #include "common/base/mutex.h"
 #include "common/base/log.h"
 #include "common/base/task_thread.h"
+#include "coordinator/http/beast_messages.h"
 #include "coordinator/http/event_stream_writer.h"
 #include "coordinator/http/file_download.h"
 #include "coordinator/http/http_server.h"
+#include "coordinator/http/read_deadline.h"
 #include "coordinator/http/streamed_upload.h"
 
 namespace pstrain {
@@ -64,6 +64,17 @@ enum class SessionPhase {
   kClosed,
 };
 
+// The request a session is reading: the parsers (its header's, then its body's into memory), what
+// the API gets, and what the answer must match.
+struct SessionRequest {
+  std::optional<boost::beast::http::request_parser<boost::beast::http::empty_body>> header_parser;
+  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> memory_parser;
+  HttpRequest request;
+  unsigned version = 11;  // HTTP/1.1
+  bool keep_alive = true;
+  uint64_t body_limit = 0;  // of a body read into memory
+};
+
 template <typename Stream>
 class Session : public std::enable_shared_from_this<Session<Stream>> {
   using std::enable_shared_from_this<Session>::shared_from_this;
@@ -77,7 +88,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   Session(RestApi& api, const HttpServerOptions& options, std::atomic<size_t>& open, TaskThread& files,
           std::shared_ptr<HttpServer::Gate> gate, StreamArgs&&... stream_args)
       : stream_(std::forward<StreamArgs>(stream_args)...),
-        timer_(stream_.get_executor()),
+        deadline_(boost::beast::get_lowest_layer(stream_), options.read_timeout),
         api_(api),
         options_(options),
         open_(open),
@@ -101,42 +112,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   Stream& stream() { return stream_; }
   boost::beast::tcp_stream& tcp() { return boost::beast::get_lowest_layer(stream_); }
   boost::beast::flat_buffer& buffer() { return buffer_; }
-  HttpRequest& request() { return request_; }
+  HttpRequest& request() { return read_.request; }
   const HttpServerOptions& options() const { return options_; }
   TaskThread& files() { return files_; }
   const std::shared_ptr<HttpServer::Gate>& gate() const { return gate_; }
 
-  // The read deadline: armed before a read; end_deadline() after it, true if it fired.
-  void arm_deadline() {
-    tcp().expires_never();
-    timed_out_ = false;
-    timer_.expires_after(options_.read_timeout);
-    timer_.async_wait([weak = weak_from_this()](boost::beast::error_code ec) {
-      if (ec) return;
-      if (auto self = weak.lock()) {
-        self->timed_out_ = true;
-        boost::beast::error_code ignored;
-        self->tcp().socket().cancel(ignored);
-      }
-    });
-  }
-  bool end_deadline() {
-    timer_.cancel();
-    return timed_out_;
-  }
-  // A write's deadline: a client that stops reading is cut.
-  void write_deadline() { tcp().expires_after(options_.read_timeout); }
-
-  // An answer's header from the API's response.
-  template <typename Body>
-  boost::beast::http::response<Body> make_header(const HttpResponse& out, unsigned version) const {
-    boost::beast::http::response<Body> header(static_cast<boost::beast::http::status>(out.status), version);
-    header.set(boost::beast::http::field::server, "pstrain");
-    header.set(boost::beast::http::field::content_type, out.content_type);
-    for (const auto& [name, value] : out.headers) header.set(name, value);
-    header.keep_alive(!out.close);
-    return header;
-  }
+  // Armed before each read (with the session as its owner), ended after it; a write's too.
+  ReadDeadline& deadline() { return deadline_; }
 
   // A read failed: answer what can be answered (408, 413, 431, 400) and close. `limit`: the
   // body's limit (for the 413's message).
@@ -172,13 +154,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void dispatch_request() {
     ++requests_;
     phase_ = SessionPhase::kHandling;
-    const bool head = request_.method == "HEAD";
-    api_.handle_async(std::move(request_), [self = shared_from_this(), head](HttpResponse out) {
+    const bool head = read_.request.method == "HEAD";
+    api_.handle_async(std::move(read_.request), [self = shared_from_this(), head](HttpResponse out) {
       MutexLock lock(self->gate_->mutex);
       if (!self->gate_->open) return;
       boost::asio::post(self->stream_.get_executor(), [self, head, out = std::move(out)]() mutable {
-        if (!self->keep_alive_) out.close = true;
-        self->send(std::move(out), self->version_, head);
+        if (!self->read_.keep_alive) out.close = true;
+        self->send(std::move(out), self->read_.version, head);
       });
     });
   }
@@ -196,7 +178,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if constexpr (kTls) {
       if (phase_ != SessionPhase::kStarting && phase_ != SessionPhase::kClosing && phase_ != SessionPhase::kClosed) {
         phase_ = SessionPhase::kClosing;
-        write_deadline();
+        deadline_.for_write();
         stream_.async_shutdown([self = shared_from_this()](boost::beast::error_code) { self->close_now(); });
         return;
       }
@@ -234,19 +216,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void send(HttpResponse out, unsigned version, bool head = false);
 
   Stream stream_;
-  boost::asio::steady_timer timer_;  // the read deadline
-  bool timed_out_ = false;
+  ReadDeadline deadline_;
   SessionPhase phase_ = SessionPhase::kStarting;
   std::optional<HttpResponse> reject_;  // answered instead of reading (the server is full)
   std::string peer_;                    // the client's address (TLS, for the log)
   uint64_t requests_ = 0;               // answered on this connection
   boost::beast::flat_buffer buffer_;
-  std::optional<boost::beast::http::request_parser<boost::beast::http::empty_body>> header_parser_;
-  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> memory_parser_;
-  HttpRequest request_;
-  unsigned version_ = 11;
-  bool keep_alive_ = true;
-  uint64_t body_limit_ = 0;  // the limit of the body being read into memory
+  SessionRequest read_;  // the request being read
   RestApi& api_;
   const HttpServerOptions& options_;
   std::atomic<size_t>& open_;
@@ -270,14 +246,14 @@ void Session<Stream>::detect_tls() {
   namespace net = boost::asio;
   using tcp_socket = net::ip::tcp::socket;
   peer_ = peer();  // (a client that fails the handshake may be gone before it is logged)
-  arm_deadline();
+  deadline_.arm(weak_from_this());
   tcp().socket().async_wait(tcp_socket::wait_read, [self = shared_from_this()](boost::beast::error_code ec) {
     unsigned char first = 0;
-    if (!ec && !self->timed_out_) {
+    if (!ec && !self->deadline_.fired()) {
       const size_t n = self->tcp().socket().receive(net::buffer(&first, 1), tcp_socket::message_peek, ec);
       if (!ec && n == 0) ec = net::error::eof;
     }
-    if (self->end_deadline()) ec = boost::beast::error::timeout;
+    if (self->deadline_.end()) ec = boost::beast::error::timeout;
     if (ec) {
       if (ec == boost::beast::error::timeout) {
         PSLOG(kInfo) << "TLS connection from " << self->peer_ << " sent nothing for "
@@ -288,9 +264,9 @@ void Session<Stream>::detect_tls() {
       return self->close_now();
     }
     if (first != 0x16) return self->refuse_plain_http();
-    self->arm_deadline();
+    self->deadline_.arm(self);
     self->stream_.async_handshake(net::ssl::stream_base::server, [self](boost::beast::error_code ec) {
-      if (self->end_deadline()) ec = boost::beast::error::timeout;
+      if (self->deadline_.end()) ec = boost::beast::error::timeout;
       if (ec) {
         PSLOG(kInfo) << "TLS handshake with " << self->peer_ << " failed: "
                      << (ec == boost::beast::error::timeout
@@ -320,10 +296,10 @@ void Session<Stream>::refuse_plain_http() {
   for (int i = 0; i < 4 && tcp().socket().available(ignored) > 0; ++i) {
     tcp().socket().receive(boost::asio::buffer(drop), 0, ignored);
   }
-  auto response = std::make_shared<http::response<http::string_body>>(make_header<http::string_body>(out, 11));
+  auto response = std::make_shared<http::response<http::string_body>>(response_header<http::string_body>(out, 11));
   response->body() = std::move(out.body);
   response->prepare_payload();
-  write_deadline();
+  deadline_.for_write();
   http::async_write(tcp(), *response, [self = shared_from_this(), response](boost::beast::error_code, size_t) {
     self->close_now();
   });
@@ -332,14 +308,14 @@ void Session<Stream>::refuse_plain_http() {
 template <typename Stream>
 void Session<Stream>::read() {
   phase_ = SessionPhase::kReadingRequest;
-  header_parser_.emplace();
-  header_parser_->header_limit(16 * 1024);
+  read_.header_parser.emplace();
+  read_.header_parser->header_limit(16 * 1024);
   // The body's limit depends on where it goes (plan_body): checked by the body's parser.
-  header_parser_->body_limit(boost::none);
-  arm_deadline();
-  boost::beast::http::async_read_header(stream_, buffer_, *header_parser_,
+  read_.header_parser->body_limit(boost::none);
+  deadline_.arm(weak_from_this());
+  boost::beast::http::async_read_header(stream_, buffer_, *read_.header_parser,
                                         [self = shared_from_this()](boost::beast::error_code ec, size_t) {
-                                          if (self->end_deadline()) ec = boost::beast::error::timeout;
+                                          if (self->deadline_.end()) ec = boost::beast::error::timeout;
                                           self->on_header(ec);
                                         });
 }
@@ -347,34 +323,27 @@ void Session<Stream>::read() {
 template <typename Stream>
 void Session<Stream>::on_header(boost::beast::error_code ec) {
   namespace http = boost::beast::http;
-  if (ec) return on_read_error(ec, header_parser_->got_some(), 0);
-  const auto& header = header_parser_->get();
-  request_ = HttpRequest{};
-  request_.method = std::string(header.method_string());
-  request_.target = std::string(header.target());
-  if (const auto it = header.find(http::field::content_type); it != header.end()) request_.content_type = std::string(it->value());
-  if (const auto it = header.find(http::field::if_none_match); it != header.end()) request_.if_none_match = std::string(it->value());
-  if (const auto it = header.find(http::field::authorization); it != header.end()) request_.authorization = std::string(it->value());
-  if (const auto length = header_parser_->content_length()) request_.content_length = *length;
-  if (const auto it = header.find("Last-Event-ID"); it != header.end()) request_.last_event_id = std::string(it->value());
-  version_ = header.version();
-  keep_alive_ = header.keep_alive();
+  if (ec) return on_read_error(ec, read_.header_parser->got_some(), 0);
+  const auto& header = read_.header_parser->get();
+  read_.request = request_from_header(*read_.header_parser);
+  read_.version = header.version();
+  read_.keep_alive = header.keep_alive();
   const bool expects_continue = boost::beast::iequals(header[http::field::expect], "100-continue");
 
-  BodyPlan plan = api_.plan_body(request_);
+  BodyPlan plan = api_.plan_body(read_.request);
   if (plan.kind == BodyPlan::Kind::kReject) {
     ++requests_;
-    return send(std::move(*plan.reject), version_, request_.method == "HEAD");
+    return send(std::move(*plan.reject), read_.version, read_.request.method == "HEAD");
   }
   auto then = [self = shared_from_this(), plan = std::move(plan)]() mutable {
     if (plan.kind == BodyPlan::Kind::kMemory) return self->read_body_to_memory(plan.max_bytes);
     self->phase_ = SessionPhase::kUploading;
-    std::make_shared<StreamedUpload<Session>>(self, std::move(*self->header_parser_), std::move(plan))->start();
+    std::make_shared<StreamedUpload<Session>>(self, std::move(*self->read_.header_parser), std::move(plan))->start();
   };
   if (!expects_continue) return then();
   // curl and others wait for this before sending a large body.
   phase_ = SessionPhase::kAnswering;
-  auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, version_);
+  auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, read_.version);
   http::async_write(stream_, *cont, [self = shared_from_this(), cont, then = std::move(then)](boost::beast::error_code ec, size_t) mutable {
     if (ec) return self->close_now();
     then();
@@ -384,20 +353,20 @@ void Session<Stream>::on_header(boost::beast::error_code ec) {
 template <typename Stream>
 void Session<Stream>::read_body_to_memory(uint64_t max_bytes) {
   phase_ = SessionPhase::kReadingRequest;
-  body_limit_ = max_bytes != 0 ? max_bytes : options_.body_limit;
+  read_.body_limit = max_bytes != 0 ? max_bytes : options_.body_limit;
   // A parser given its limit after the headers checks only the bytes it reads: a declared
   // length over the limit is answered now, without reading any of it.
-  if (request_.content_length && *request_.content_length > body_limit_) {
-    return on_read_error(boost::beast::http::error::body_limit, true, body_limit_);
+  if (read_.request.content_length && *read_.request.content_length > read_.body_limit) {
+    return on_read_error(boost::beast::http::error::body_limit, true, read_.body_limit);
   }
-  if (request_.content_length && *request_.content_length > 4096) buffer_.reserve(64 << 10);  // (see StreamedUpload)
-  memory_parser_.emplace(std::move(*header_parser_));
-  memory_parser_->body_limit(body_limit_);
-  arm_deadline();
-  boost::beast::http::async_read(stream_, buffer_, *memory_parser_, [self = shared_from_this()](boost::beast::error_code ec, size_t) {
-    if (self->end_deadline()) ec = boost::beast::error::timeout;
-    if (ec) return self->on_read_error(ec, true, self->body_limit_);
-    self->request_.body = std::move(self->memory_parser_->get().body());
+  if (read_.request.content_length && *read_.request.content_length > 4096) buffer_.reserve(64 << 10);  // (see StreamedUpload)
+  read_.memory_parser.emplace(std::move(*read_.header_parser));
+  read_.memory_parser->body_limit(read_.body_limit);
+  deadline_.arm(weak_from_this());
+  boost::beast::http::async_read(stream_, buffer_, *read_.memory_parser, [self = shared_from_this()](boost::beast::error_code ec, size_t) {
+    if (self->deadline_.end()) ec = boost::beast::error::timeout;
+    if (ec) return self->on_read_error(ec, true, self->read_.body_limit);
+    self->read_.request.body = std::move(self->read_.memory_parser->get().body());
     self->dispatch_request();
   });
 }
@@ -413,14 +382,14 @@ void Session<Stream>::send(HttpResponse out, unsigned version, bool head) {
   }
   phase_ = SessionPhase::kAnswering;
   if (out.file && !head) return std::make_shared<FileDownload<Session>>(shared_from_this(), std::move(out), version)->start();
-  auto response = std::make_shared<http::response<http::string_body>>(make_header<http::string_body>(out, version));
+  auto response = std::make_shared<http::response<http::string_body>>(response_header<http::string_body>(out, version));
   if (head) {
     response->content_length(out.file ? static_cast<uint64_t>(out.file->bytes) : out.body.size());
   } else {
     response->body() = std::move(out.body);
     response->prepare_payload();
   }
-  write_deadline();
+  deadline_.for_write();
   http::async_write(stream_, *response, [self = shared_from_this(), response, close = out.close](boost::beast::error_code ec, size_t) {
     if (ec) return self->close_now();
     self->answered(close);

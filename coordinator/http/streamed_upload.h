@@ -46,12 +46,12 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload<Conn>>
     auto& body = parser_.get().body();
     body.data = file_->space();
     body.size = file_->space_size();
-    conn_->arm_deadline();
+    conn_->deadline().arm(conn_);
     reader_ = Reader::kReading;
     boost::beast::http::async_read_some(
         conn_->stream(), conn_->buffer(), parser_, [self = shared_from_this()](boost::beast::error_code ec, size_t) {
           self->reader_ = Reader::kIdle;
-          if (self->conn_->end_deadline()) ec = boost::beast::error::timeout;
+          if (self->conn_->deadline().end()) ec = boost::beast::error::timeout;
           if (!self->file_) return;  // a failed write ended the upload meanwhile (already answered)
           if (ec == boost::beast::http::error::need_buffer) ec = {};
           if (ec) return self->fail_read(ec);
