@@ -59,8 +59,7 @@ void AsyncCuts::maybe_start() {
   for (NodeId node : cut.expected) {
     WorkerOrder order;
     order.pause_cut = cut.id;
-    job_.watchers[node]->fulfill(kj::mv(order));
-    job_.watchers.erase(node);
+    job_.watches.order(node, kj::mv(order));
   }
   auto paf = kj::newPromiseAndFulfiller<void>();
   cut.all_paused = kj::mv(paf.fulfiller);

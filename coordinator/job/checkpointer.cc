@@ -18,13 +18,13 @@ Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
           {"name", job_.spec.name},
           {"spec", job_.spec_json},
           {"dataset", job_.spec.dataset.name},
-          {"dataset_sha256", job_.train ? job_.train->sha256 : ""},
-          {"dataset_examples", job_.train ? std::to_string(job_.train->size) : ""},
+          {"dataset_sha256", job_.prepared.train ? job_.prepared.train->sha256 : ""},
+          {"dataset_examples", job_.prepared.train ? std::to_string(job_.prepared.train->size) : ""},
           {"epoch", std::to_string(version / per_epoch)},
           {"step", std::to_string(version)},
           {"final", final ? "true" : "false"}};
-  if (job_.train) m.emplace_back(std::string(kInputDtypeKey), std::string(dtype_name(job_.train->dtype)));
-  if (job_.preprocessing) m.emplace_back("preprocessing", fitted_to_json(*job_.preprocessing));
+  if (job_.prepared.train) m.emplace_back(std::string(kInputDtypeKey), std::string(dtype_name(job_.prepared.train->dtype)));
+  if (job_.prepared.preprocessing) m.emplace_back("preprocessing", fitted_to_json(*job_.prepared.preprocessing));
   return m;
 }
 

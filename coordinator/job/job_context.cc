@@ -62,10 +62,7 @@ DataRecipe JobContext::data_recipe() const {
 }
 
 void JobContext::take_data(const JobData& data) {
-  train = data.train;
-  validation = data.validation;
-  test = data.test;
-  preprocessing = data.preprocessing;
+  prepared = data;
   if (!data.class_weights) return;
   spec.training.class_weight = ClassWeightSpec{ClassWeightSpec::Kind::kList, {}, *data.class_weights};
   spec.loss.class_weights = *data.class_weights;
@@ -98,9 +95,16 @@ bool JobContext::alive(NodeId node) const {
   return n != nullptr && n->alive;
 }
 
-bool JobContext::can_order(NodeId node) {
-  const auto it = watchers.find(node);
-  return it != watchers.end() && it->second->isWaiting() && alive(node);
+bool WorkerWatches::waiting(NodeId node) {
+  const auto it = open_.find(node);
+  return it != open_.end() && it->second->isWaiting();
+}
+
+void WorkerWatches::order(NodeId node, WorkerOrder order) {
+  const auto it = open_.find(node);
+  KJ_REQUIRE(it != open_.end(), "no open watch call to order", node);
+  it->second->fulfill(kj::mv(order));
+  open_.erase(it);
 }
 
 void JobContext::fill_server_config(proto::JobConfig::Builder config) const {
@@ -122,11 +126,11 @@ Metadata JobContext::model_file_metadata(int64_t epoch, uint64_t step) const {
           {"name", spec.name},
           {"spec", job_spec_to_json(spec)},
           {"dataset", spec.dataset.name},
-          {"dataset_examples", std::to_string(train->size)},
-          {std::string(kInputDtypeKey), std::string(dtype_name(train->dtype))},
+          {"dataset_examples", std::to_string(prepared.train->size)},
+          {std::string(kInputDtypeKey), std::string(dtype_name(prepared.train->dtype))},
           {"epoch", std::to_string(epoch)},
           {"step", std::to_string(step)}};
-  if (preprocessing) m.emplace_back("preprocessing", fitted_to_json(*preprocessing));
+  if (prepared.preprocessing) m.emplace_back("preprocessing", fitted_to_json(*prepared.preprocessing));
   return m;
 }
 
@@ -140,9 +144,9 @@ uint64_t JobContext::total_steps() const {
   return per_epoch * static_cast<uint64_t>(spec.training.epochs);
 }
 
-void JobContext::end_watches(const std::string& why) {
-  auto open = kj::mv(watchers);
-  watchers.clear();
+void WorkerWatches::end_all(const std::string& why) {
+  auto open = kj::mv(open_);
+  open_.clear();
   for (auto& [node, fulfiller] : open) {
     if (fulfiller->isWaiting()) fulfiller->reject(KJ_EXCEPTION(FAILED, "re-planned: get a new assignment", why));
   }

@@ -60,6 +60,23 @@ struct WorkerOrder {
   uint32_t slice = 0, slice_count = 1;
 };
 
+// Each worker's open watch call (of the current generation), by node: how orders reach workers.
+class WorkerWatches {
+ public:
+  // The worker's watch call: `fulfiller` resolves it (an earlier one of the node is replaced).
+  void open(NodeId node, kj::Own<kj::PromiseFulfiller<WorkerOrder>> fulfiller) { open_[node] = kj::mv(fulfiller); }
+  // Whether the node's watch call is open and waiting (not const: a fulfiller's isWaiting() is not).
+  bool waiting(NodeId node);
+  // Answers the node's watch call with `order` (it must be waiting) and closes it.
+  void order(NodeId node, WorkerOrder order);
+  // The plan changed: every open watch call fails (with `why`), so each worker of the old plan
+  // ends its session even if it is blocked on a server that will never answer.
+  void end_all(const std::string& why);
+
+ private:
+  std::map<NodeId, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> open_;
+};
+
 struct JobContext {
   JobContext(std::string id, JobSpec spec, Cluster& cluster, DataService& data, JobStore& store,
              kj::AsyncIoProvider& io, JobOptions options);
@@ -116,11 +133,10 @@ struct JobContext {
   std::vector<ChunkInfo> chunks;
   ServerGroup servers;
   std::vector<NodeId> workers;  // node ids, by worker index
-  std::shared_ptr<const Split> train, test;
-  std::shared_ptr<const Split> validation;  // training.validation_fraction's hold-out (train is the rest)
-  // A table's preprocessing fitted for this job (train, validation and test are then its
-  // features); null for other datasets. Written into the job's model file and checkpoints.
-  std::shared_ptr<const FittedPreprocessing> preprocessing;
+  // The job's data once prepared (take_data): train, test, validation (training.
+  // validation_fraction's hold-out; train is the rest), and a table's preprocessing fitted for this
+  // job (the splits are then its features; written into the job's model file and checkpoints).
+  JobData prepared;
   std::optional<DataPlan> plan;
   uint64_t generation = 0;      // of the current plan: sessions of older ones are stale
   uint64_t resume_version = 0;  // the global step workers start from (sync)
@@ -136,13 +152,10 @@ struct JobContext {
   uint32_t recoveries = 0;
   std::set<NodeId> preempted;  // nodes that announced SIGTERM
 
-  // Orders to workers: each worker's open watch call (this generation), by node.
-  std::map<NodeId, kj::Own<kj::PromiseFulfiller<WorkerOrder>>> watchers;
+  // Orders to workers (takeover.h, async_cuts.h), through their watch calls.
+  WorkerWatches watches;
   // Whether worker node `node` has an open watch and is alive.
-  bool can_order(NodeId node);  // (not const: a fulfiller's isWaiting() is not)
-  // The plan changed: every open watch call fails (with `why`), so each worker of the old plan ends
-  // its session even if it is blocked on a server that will never answer.
-  void end_watches(const std::string& why);
+  bool can_order(NodeId node) { return watches.waiting(node) && alive(node); }
 };
 
 }  // namespace pstrain

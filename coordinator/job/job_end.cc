@@ -50,7 +50,7 @@ std::vector<float> JobRunner::final_params() const {
 kj::Promise<void> JobRunner::collect_parameters() {
   return store_final_model(job_).then([this](std::optional<StoredModel> model) {
     if (!model) return;  // cancelled or failed meanwhile
-    if (job_.sync()) job_.progress.check_ledger(job_.steps_per_epoch(), job_.train->size);
+    if (job_.sync()) job_.progress.check_ledger(job_.steps_per_epoch(), job_.prepared.train->size);
     succeed(model->pieces, model->bytes, job_.total_steps(), "");
   });
 }

@@ -152,7 +152,7 @@ void JobFaults::recover(const std::string& why) {
   // inside one of their callbacks); the generation bump below makes a takeover stand down.
   async_cuts_.end();
   ++job_.generation;  // every session of the old plan is stale from now on
-  job_.end_watches(why);  // and told so, in case it waits on a server that will never answer
+  job_.watches.end_all(why);  // and told so, in case it waits on a server that will never answer
   if (job_.phase == JobPhase::kRecovering) return;  // the running recovery picks up the new losses
   job_.phase = JobPhase::kRecovering;
   job_.store.update(job_.id, [&](JobRecord& r) {
@@ -183,13 +183,13 @@ void JobFaults::replan(std::vector<NodeId> workers, uint64_t version, uint64_t r
       job_.progress.workers()[i].steps = job_.resume_positions[i].steps_done;
     }
   }
-  job_.plan.emplace(job_.spec, job_.train->size, job_.slices());
+  job_.plan.emplace(job_.spec, job_.prepared.train->size, job_.slices());
   job_.resume_version = version;
   job_.progress.forget_from(version);
   // Acks and replicas of backups past `version` are of the abandoned timeline (the servers
   // deleted those backups when they restored).
   for (uint64_t dropped : job_.backups.forget_after(version)) job_.store.replicas().erase(job_.id, dropped);
-  job_.end_watches("the job runs again on a new plan");
+  job_.watches.end_all("the job runs again on a new plan");
   ++job_.recoveries;
   ++job_.generation;
   job_.phase = JobPhase::kRunning;

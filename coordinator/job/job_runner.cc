@@ -172,13 +172,13 @@ proto::DataStream::Client JobRunner::open_shard(NodeId node, proto::Split split,
   if (split == proto::Split::TEST || split == proto::Split::VALIDATION) {
     const int64_t batch = (job_.spec.training.global_batch_size + workers - 1) / workers;
     const bool validation = split == proto::Split::VALIDATION;
-    KJ_REQUIRE(!validation || job_.validation, "the job holds out no validation examples", job_.id);
-    return job_.data.open_test(validation ? job_.validation : job_.test, worker, workers, batch);
+    KJ_REQUIRE(!validation || job_.prepared.validation, "the job holds out no validation examples", job_.id);
+    return job_.data.open_test(validation ? job_.prepared.validation : job_.prepared.test, worker, workers, batch);
   }
   KJ_REQUIRE(static_cast<int64_t>(from_step) <= job_.plan->steps_per_epoch(worker), "step out of range", from_step);
-  if (!job_.sync()) return job_.data.open_train(job_.train, *job_.plan, epoch, worker, static_cast<int64_t>(from_step));
+  if (!job_.sync()) return job_.data.open_train(job_.prepared.train, *job_.plan, epoch, worker, static_cast<int64_t>(from_step));
   const uint64_t steps_per_epoch = job_.steps_per_epoch();
-  return job_.data.open_train(job_.train, *job_.plan, epoch, worker, static_cast<int64_t>(from_step),
+  return job_.data.open_train(job_.prepared.train, *job_.plan, epoch, worker, static_cast<int64_t>(from_step),
                               [this, epoch, worker, steps_per_epoch, generation = job_.generation](
                                   int64_t step, const std::vector<uint32_t>& indices) {
                                 if (generation != job_.generation) return;  // a stream of an abandoned plan
@@ -270,11 +270,11 @@ bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {
 
 kj::Promise<WorkerOrder> JobRunner::watch(NodeId node, uint64_t generation) {
   KJ_REQUIRE(job_.worker_index(node).has_value(), "this node is not a worker of the job", node, job_.id);
-  // A session of a superseded plan is told so at once (end_watches told the ones already open).
+  // A session of a superseded plan is told so at once (WorkerWatches::end_all told the ones already open).
   KJ_REQUIRE(generation >= job_.generation, "re-planned: get a new assignment", generation, job_.generation);
   if (generation != job_.generation || job_.state() != JobState::kRunning) return kj::NEVER_DONE;
   auto paf = kj::newPromiseAndFulfiller<WorkerOrder>();
-  job_.watchers[node] = kj::mv(paf.fulfiller);
+  job_.watches.open(node, kj::mv(paf.fulfiller));
   return kj::mv(paf.promise);
 }
 

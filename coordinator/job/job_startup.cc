@@ -21,7 +21,7 @@ kj::Promise<void> JobStartup::run(std::vector<ServerMember> members) {
         // Cancelled (or failed) while the data loaded: its nodes are free again, leave them be.
         if (job_.phase != JobPhase::kConfiguring) return kj::READY_NOW;
         // The spec was checked against the dataset table at submit; the files may still disagree.
-        for (const Split* split : {job_.train.get(), job_.test.get()}) {
+        for (const Split* split : {job_.prepared.train.get(), job_.prepared.test.get()}) {
           try {
             check_spec_against_dataset(job_.spec, *split);
           } catch (const SpecError& e) {
@@ -31,7 +31,7 @@ kj::Promise<void> JobStartup::run(std::vector<ServerMember> members) {
                         " split) does not fit the job: ", e.what())));
           }
         }
-        job_.plan.emplace(job_.spec, job_.train->size, job_.slices());
+        job_.plan.emplace(job_.spec, job_.prepared.train->size, job_.slices());
         int64_t total_steps = 0;
         for (uint32_t w = 0; w < job_.workers.size(); ++w) total_steps += job_.plan->steps_per_epoch(w);
         if (job_.sync()) total_steps = job_.plan->steps_per_epoch(0);

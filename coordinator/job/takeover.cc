@@ -67,8 +67,7 @@ kj::Promise<uint64_t> Takeover::run(size_t lost) {
       PSLOG(kInfo) << "job " << job_.id << ": worker " << i << " takes over worker " << lost << "'s slice of step "
                    << lowest;
       grant_ = Grant{node, order.slice, job_.generation};
-      job_.watchers[node]->fulfill(kj::mv(order));
-      job_.watchers.erase(node);
+      job_.watches.order(node, kj::mv(order));
       ordered = true;
     }
     KJ_REQUIRE(ordered, "no surviving worker to take the slice over");
