@@ -15,21 +15,53 @@
 #include "common/base/error.h"
 #include "common/base/json_parse.h"
 #include "common/base/json_text.h"
+#include "common/data/shard_sink.h"
 
 namespace pstrain {
 namespace json = boost::json;
 namespace {
 
 // A file name inside the dataset directory: no directories, no way out of it.
+std::string file_name(const json::value& v, const std::string& where) {
+  if (!v.is_string()) throw DataError(where + " must be a string");
+  std::string name(v.as_string());
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." || name[0] == '.') {
+    throw DataError(where + " must be a file name in the dataset's directory, not '" + name + "'");
+  }
+  return name;
+}
+
 std::string read_file_name(const json::object& o, const char* key, const std::string& where) {
   const auto it = o.find(key);
   if (it == o.end()) throw DataError(where + "/" + key + " is required");
-  if (!it->value().is_string()) throw DataError(where + "/" + key + " must be a string");
-  std::string name(it->value().as_string());
-  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." || name[0] == '.') {
-    throw DataError(where + "/" + key + " must be a file name in the dataset's directory, not '" + name + "'");
+  return file_name(it->value(), where + "/" + key);
+}
+
+// {"shards": [names], "shape": [dims], "dtype": "uint8" | "float32"[, "table": name]}
+void read_shards_split(const json::object& o, const std::string& where, ManifestSplit& s) {
+  const json::value& shards = o.at("shards");
+  if (!shards.is_array()) throw DataError(where + "/shards must be a list of file names");
+  for (size_t i = 0; i < shards.as_array().size(); ++i) {
+    s.shards.push_back(file_name(shards.as_array()[i], where + "/shards/" + std::to_string(i)));
   }
-  return name;
+  const auto shape = o.find("shape");
+  if (shape == o.end() || !shape->value().is_array() || shape->value().as_array().empty() ||
+      shape->value().as_array().size() > 3) {
+    throw DataError(where + "/shape is required: one example's dimensions, 1 to 3 of them");
+  }
+  for (const json::value& d : shape->value().as_array()) {
+    if (!d.is_int64() || d.as_int64() < 1 || d.as_int64() > (int64_t{1} << 24)) {
+      throw DataError(where + "/shape must hold positive integers");
+    }
+    s.shape.push_back(static_cast<uint32_t>(d.as_int64()));
+  }
+  const auto dtype = o.find("dtype");
+  if (dtype == o.end() || !dtype->value().is_string() ||
+      (dtype->value().as_string() != "uint8" && dtype->value().as_string() != "float32")) {
+    throw DataError(where + "/dtype is required: \"uint8\" or \"float32\"");
+  }
+  s.dtype = dtype->value().as_string() == "uint8" ? Dtype::kUint8 : Dtype::kFloat32;
+  if (o.contains("table")) s.table = read_file_name(o, "table", where);
 }
 
 ManifestSplit read_split(const json::value& v, const std::string& where) {
@@ -69,13 +101,18 @@ ManifestSplit read_split(const json::value& v, const std::string& where) {
       s.label = std::string(it->value().as_string());
     }
     allow({"jsonl", "label"});
+  } else if (o.contains("shards")) {
+    s.format = ManifestSplit::Format::kShards;
+    read_shards_split(o, where, s);
+    allow({"shards", "shape", "dtype", "table"});
   } else if (o.contains("images") || o.contains("labels")) {
     s.format = ManifestSplit::Format::kIdx;
     s.images = read_file_name(o, "images", where);
     s.labels = read_file_name(o, "labels", where);
     allow({"images", "labels"});
   } else {
-    throw DataError(where + " must name its files: {x, y}, {npz}, {csv[, label]}, {jsonl[, label]} or {images, labels}");
+    throw DataError(where + " must name its files: {x, y}, {npz}, {csv[, label]}, {jsonl[, label]}, {images, labels} "
+                            "or {shards, shape, dtype}");
   }
   return s;
 }
@@ -91,8 +128,30 @@ json::object split_to_json(const ManifestSplit& s) {
     case ManifestSplit::Format::kCsv: return {{"csv", s.csv}, {"label", s.label}};
     case ManifestSplit::Format::kJsonl: return {{"jsonl", s.jsonl}, {"label", s.label}};
     case ManifestSplit::Format::kIdx: return {{"images", s.images}, {"labels", s.labels}};
+    case ManifestSplit::Format::kShards: {
+      json::array shards, shape;
+      for (const auto& f : s.shards) shards.emplace_back(f);
+      for (uint32_t d : s.shape) shape.emplace_back(d);
+      json::object o{{"shards", shards}, {"shape", shape}, {"dtype", std::string(dtype_name(s.dtype))}};
+      if (!s.table.empty()) o["table"] = s.table;
+      return o;
+    }
   }
   return {};
+}
+
+// A stored table's schema and profile (the file beside an .npy pair or shards), checked against
+// the examples it describes.
+TableSchema read_split_table(const std::string& path, const ExampleSummary& summary) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path + ": cannot open: " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  TableSchema table = table_from_json(text.str(), path);
+  if (table.stored_columns().size() != (summary.shape.empty() ? 0 : summary.shape[0]) || summary.shape.size() != 1) {
+    throw DataError(path + ": its columns do not match the examples' shape");
+  }
+  return table;
 }
 
 }  // namespace
@@ -111,6 +170,11 @@ std::vector<std::string> ManifestSplit::files() const {
     case Format::kCsv: return {csv};
     case Format::kJsonl: return {jsonl};
     case Format::kIdx: return {images, labels};
+    case Format::kShards: {
+      std::vector<std::string> out = shards;
+      if (!table.empty()) out.push_back(table);
+      return out;
+    }
   }
   return {};
 }
@@ -217,16 +281,12 @@ ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit
       ExampleLimits table_limits = limits;
       table_limits.allow_nan = !split.table.empty();  // a table's missing values
       ExampleSummary summary = stream_npy_pair(at(split.x), at(split.y), table_limits, sink);
-      if (!split.table.empty()) {
-        std::ifstream in(at(split.table), std::ios::binary);
-        if (!in) throw DataError(at(split.table) + ": cannot open: " + std::strerror(errno));
-        std::stringstream text;
-        text << in.rdbuf();
-        summary.table = table_from_json(text.str(), at(split.table));
-        if (summary.table->stored_columns().size() != (summary.shape.empty() ? 0 : summary.shape[0]) || summary.shape.size() != 1) {
-          throw DataError(at(split.table) + ": its columns do not match the examples' shape");
-        }
-      }
+      if (!split.table.empty()) summary.table = read_split_table(at(split.table), summary);
+      return summary;
+    }
+    case ManifestSplit::Format::kShards: {
+      ExampleSummary summary = stream_shards(dir, split.shards, split.shape, split.dtype, limits, sink);
+      if (!split.table.empty()) summary.table = read_split_table(at(split.table), summary);
       return summary;
     }
     case ManifestSplit::Format::kNpz: return stream_npz(at(split.npz), limits, sink);

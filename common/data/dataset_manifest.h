@@ -18,6 +18,9 @@
 //   {"csv": "train.csv", "label": "label"}      CSV with a header; "label" names the label column
 //   {"jsonl": "train.jsonl", "label": "label"}  JSON Lines, one object per line
 //   {"images": "train-images-idx3-ubyte.gz", "labels": "train-labels-idx1-ubyte.gz"}   IDX pair
+//   {"shards": ["train-00000.shard", ...], "shape": [28, 28, 1], "dtype": "uint8"}
+//                                               the dataset store's shard files (shard_file.h),
+//     optionally with "table" as for an .npy pair
 // Every format follows common/data/dataset_formats.h's rules (uint8 examples are scaled by 1/255 when
 // trained on; float32 ones are used as they are).
 //
@@ -43,10 +46,13 @@ inline constexpr const char* kManifestFile = "dataset.json";
 bool is_valid_dataset_name(const std::string& name);
 
 struct ManifestSplit {
-  enum class Format { kNpy, kNpz, kCsv, kIdx, kJsonl };
+  enum class Format { kNpy, kNpz, kCsv, kIdx, kJsonl, kShards };
   Format format = Format::kNpy;
   std::string x, y;             // kNpy
-  std::string table;            // kNpy, optional: the table's schema and profile (table_schema.h)
+  std::string table;            // kNpy, kShards, optional: the table's schema and profile (table_schema.h)
+  std::vector<std::string> shards;  // kShards, in order
+  std::vector<uint32_t> shape;      // kShards: one example's
+  Dtype dtype = Dtype::kUint8;      // kShards
   std::string npz;              // kNpz
   std::string csv, label = "label";  // kCsv (label: also kJsonl's)
   std::string jsonl;                 // kJsonl

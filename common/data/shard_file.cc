@@ -75,21 +75,35 @@ ShardWriter::~ShardWriter() {
 }
 
 void ShardWriter::add(const void* example, size_t bytes, int32_t label) {
-  if (layout_.labels != LabelKind::kClass) throw DataError(path_ + ": this split has no class labels");
+  with_labels();
+  if (layout_.labels != LabelKind::kClass) throw DataError(dir_ + ": this split has no class labels");
   add_example(example, bytes);
   labels_.resize(labels_.size() + sizeof(int32_t));
   put(labels_.data() + labels_.size() - sizeof(int32_t), label);
 }
 
 void ShardWriter::add(const void* example, size_t bytes, const float* targets) {
-  if (layout_.labels != LabelKind::kTargets) throw DataError(path_ + ": this split has no regression targets");
+  with_labels();
+  if (layout_.labels != LabelKind::kTargets) throw DataError(dir_ + ": this split has no regression targets");
   add_example(example, bytes);
   const auto* p = reinterpret_cast<const uint8_t*>(targets);
   labels_.insert(labels_.end(), p, p + layout_.label_bytes());
 }
 
 void ShardWriter::add(const void* example, size_t bytes) {
-  if (layout_.labels != LabelKind::kNone) throw DataError(path_ + ": every example of this split needs a label");
+  with_labels();
+  if (layout_.labels != LabelKind::kNone) throw DataError(dir_ + ": every example of this split needs a label");
+  add_example(example, bytes);
+}
+
+void ShardWriter::with_labels() {
+  if (labels_mode_ == Labels::kAfter) throw DataError(dir_ + ": labels given with some examples and not others");
+  labels_mode_ = Labels::kWithExamples;
+}
+
+void ShardWriter::add_unlabelled(const void* example, size_t bytes) {
+  if (labels_mode_ == Labels::kWithExamples) throw DataError(dir_ + ": labels given with some examples and not others");
+  labels_mode_ = Labels::kAfter;
   add_example(example, bytes);
 }
 
@@ -111,7 +125,7 @@ void ShardWriter::add_example(const void* example, size_t bytes) {
 
 void ShardWriter::open_shard() {
   char name[32];
-  std::snprintf(name, sizeof name, "-%05zu.shard", shards_.size());
+  std::snprintf(name, sizeof name, "-%05zu.shard", shards_.size() + unsealed_.size());
   path_ = dir_ + "/" + prefix_ + name;
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw DataError(path_ + ": cannot create: " + errno_text());
@@ -158,33 +172,84 @@ void ShardWriter::close_shard() {
     offsets_.push_back(data_bytes_);
     write(offsets_.data(), offsets_.size() * sizeof(uint64_t));
   }
+  if (labels_mode_ == Labels::kAfter) {
+    flush();
+    if (::close(fd_) != 0) throw DataError(path_ + ": cannot write: " + errno_text());
+    fd_ = -1;
+    unsealed_.push_back({path_, shard_examples_, data_bytes_, crc_});
+    return;
+  }
   write(labels_.data(), labels_.size());
   flush();
+  const int fd = fd_;
+  fd_ = -1;
+  seal(fd, path_, shard_examples_, data_bytes_, crc_);
+}
+
+void ShardWriter::seal(int fd, const std::string& path, uint64_t examples, uint64_t data_bytes, uint32_t crc) {
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   uint8_t header[kHeaderBytes] = {};
   std::memcpy(header, kMagic, sizeof kMagic);
   put<uint32_t>(header + 8, kVersion);
   put<uint32_t>(header + 12, layout_.variable ? kVariableFlag : 0);
-  put<uint64_t>(header + 16, shard_examples_);
+  put<uint64_t>(header + 16, examples);
   put<uint64_t>(header + 24, layout_.variable ? 0 : layout_.example_bytes);
-  put<uint64_t>(header + 32, data_bytes_);
+  put<uint64_t>(header + 32, data_bytes);
   put<uint8_t>(header + 40, static_cast<uint8_t>(layout_.dtype));
   put<uint8_t>(header + 41, static_cast<uint8_t>(layout_.labels));
   put<uint32_t>(header + 44, layout_.target_width);
-  put<uint32_t>(header + 48, crc_);
-  if (::pwrite(fd_, header, kHeaderBytes, 0) != static_cast<ssize_t>(kHeaderBytes)) {
-    throw DataError(path_ + ": cannot write its header: " + errno_text());
+  put<uint32_t>(header + 48, crc);
+  if (::pwrite(fd, header, kHeaderBytes, 0) != static_cast<ssize_t>(kHeaderBytes)) {
+    throw DataError(path + ": cannot write its header: " + errno_text());
   }
-  if (::fdatasync(fd_) != 0) throw DataError(path_ + ": cannot sync: " + errno_text());
+  if (::fdatasync(fd) != 0) throw DataError(path + ": cannot sync: " + errno_text());
   struct stat st {};
-  ::fstat(fd_, &st);
-  ::close(fd_);
-  fd_ = -1;
-  const size_t slash = path_.rfind('/');
-  shards_.push_back({path_.substr(slash + 1), shard_examples_, static_cast<uint64_t>(st.st_size), crc_});
+  if (::fstat(fd, &st) != 0) throw DataError(path + ": cannot stat: " + errno_text());
+  shards_.push_back({path.substr(path.rfind('/') + 1), examples, static_cast<uint64_t>(st.st_size), crc});
+}
+
+std::vector<ShardInfo> ShardWriter::finish_labels(LabelKind kind, uint32_t target_width, const void* labels,
+                                                  size_t bytes) {
+  if (kind == LabelKind::kTargets && (target_width == 0 || target_width > kMaxTargetWidth)) {
+    throw DataError(dir_ + ": regression targets need 1 to " + std::to_string(kMaxTargetWidth) + " values per example");
+  }
+  if (fd_ >= 0) close_shard();
+  // (Shards closed so far wait for their labels whatever the layout said: the kind is known now.)
+  layout_.labels = kind;
+  layout_.target_width = kind == LabelKind::kTargets ? target_width : 0;
+  const uint64_t per_example = layout_.label_bytes();
+  if (labels_mode_ == Labels::kWithExamples || bytes != examples_ * per_example) {
+    throw DataError(dir_ + ": " + std::to_string(bytes / std::max<uint64_t>(per_example, 1)) + " labels for " +
+                    std::to_string(examples_) + " examples");
+  }
+  const auto* p = static_cast<const uint8_t*>(labels);
+  for (const Unsealed& shard : unsealed_) {
+    const int fd = ::open(shard.path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw DataError(shard.path + ": cannot reopen: " + errno_text());
+    const uint64_t n = shard.examples * per_example;
+    const off_t end = ::lseek(fd, 0, SEEK_END);
+    for (uint64_t done = 0; done < n;) {
+      const ssize_t w = ::pwrite(fd, p + done, n - done, end + static_cast<off_t>(done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        ::close(fd);
+        throw DataError(shard.path + ": cannot write: " + errno_text());
+      }
+      done += static_cast<uint64_t>(w);
+    }
+    seal(fd, shard.path, shard.examples, shard.data_bytes, crc32c_extend(shard.crc, p, n));
+    p += n;
+  }
+  unsealed_.clear();
+  return shards_;
 }
 
 std::vector<ShardInfo> ShardWriter::finish() {
   if (fd_ >= 0) close_shard();
+  if (!unsealed_.empty()) throw DataError(dir_ + ": " + std::to_string(examples_) + " examples wait for their labels");
   return shards_;
 }
 
@@ -302,6 +367,12 @@ void ShardFile::verify() const {
     crc = crc32c_extend(crc, block.data(), n);
     at += n;
   }
+  if (crc != crc_) throw DataError(path_ + ": checksum mismatch (the file is damaged)");
+}
+
+void ShardFile::verify_after_data(uint32_t data_crc) const {
+  uint32_t crc = crc32c_extend(data_crc, offsets_.data(), offsets_.size() * sizeof(uint64_t));
+  crc = crc32c_extend(crc, labels_.data(), labels_.size());
   if (crc != crc_) throw DataError(path_ + ": checksum mismatch (the file is damaged)");
 }
 

@@ -74,19 +74,36 @@ class ShardWriter {
   void add(const void* example, size_t bytes, const float* targets);
   void add(const void* example, size_t bytes);
 
+  // Labels that come after every example (the IDX and NumPy parsers give them last): the
+  // examples with add_unlabelled(), then finish_labels() with their kind (the layout's is then
+  // ignored) and all of them in order: int32 labels, target_width float32 targets per example,
+  // or none. Shards are closed without their labels and sealed by finish_labels(); the labels
+  // are the caller's memory, 4 bytes an example.
+  void add_unlabelled(const void* example, size_t bytes);
+  std::vector<ShardInfo> finish_labels(LabelKind kind, uint32_t target_width, const void* labels, size_t bytes);
+
   uint64_t examples() const { return examples_; }
   // Closes the last shard; the shards written, in order.
   std::vector<ShardInfo> finish();
 
  private:
+  // A shard closed without its labels (add_unlabelled), waiting for finish_labels().
+  struct Unsealed {
+    std::string path;
+    uint64_t examples = 0, data_bytes = 0;
+    uint32_t crc = 0;
+  };
+  void with_labels();  // the mode of add(): labels with their examples
   void add_example(const void* example, size_t bytes);
   void open_shard();
   void close_shard();
+  // Writes the header of the shard open at `fd` (closing it): then it is whole.
+  void seal(int fd, const std::string& path, uint64_t examples, uint64_t data_bytes, uint32_t crc);
   void write(const void* data, size_t n);  // through buffer_, into the open shard
   void flush();
 
   const std::string dir_, prefix_;
-  const ShardLayout layout_;
+  ShardLayout layout_;  // (its labels set by finish_labels when they come last)
   const ShardLimits limits_;
   std::vector<ShardInfo> shards_;
   uint64_t examples_ = 0;
@@ -98,6 +115,8 @@ class ShardWriter {
   std::vector<uint64_t> offsets_;  // variable-size examples
   std::vector<uint8_t> labels_;    // the labels section as it will be written
   std::vector<uint8_t> buffer_;    // writes gathered to 1 MiB
+  enum class Labels { kUnknown, kWithExamples, kAfter } labels_mode_ = Labels::kUnknown;
+  std::vector<Unsealed> unsealed_;
 };
 
 // One shard file, open for reading. The constructor checks the header against the file's size
@@ -125,6 +144,9 @@ class ShardFile {
   void targets(uint64_t i, float* out) const;      // LabelKind::kTargets: target_width floats
   // Reads the file after the header and checks its CRC-32C; throws DataError naming the file.
   void verify() const;
+  // The same check for a reader that has read the data section itself: `data_crc` is the
+  // CRC-32C of the data it read (the offsets and labels it has are added here).
+  void verify_after_data(uint32_t data_crc) const;
 
  private:
   void pread_all(void* out, size_t n, uint64_t offset) const;
