@@ -11,8 +11,11 @@
 // (the coordinator's --datasets-dir, by default the data directory).
 //
 // A dataset directory is `<dir>/<name>/` holding `dataset.json` (common/data/dataset_manifest.h)
-// and the files it names. Uploads are converted to the catalog's stored form, an .npy pair per
-// split (x: the examples as uploaded, uint8 or float32; y: int32 labels), which NumPy reads too.
+// and the files it names. Uploads are converted to the catalog's stored form, the dataset store's
+// shard files per split (common/data/shard_file.h: the examples as uploaded, uint8 or float32,
+// with int32 labels or float32 targets, 64 MiB a shard at most), which any process that sees the
+// directory can read example by example. (Dropped-in directories may hold .npy pairs, NPZ, CSV,
+// JSON Lines or IDX files: read as they are.)
 //
 // Durability and visibility: an upload is parsed and converted into a staging directory
 // (`<uploads dir>/.uploads/`), then moved in by rename and the manifest replaced by rename, so a

@@ -179,11 +179,12 @@ void pad_counts(DatasetRecord& r) {
   for (auto& [name, s] : r.splits) s.class_counts.resize(std::max<size_t>(s.class_counts.size(), r.num_classes), 0);
 }
 
-ManifestSplit npy_split(const std::string& x, const std::string& y, const std::string& table) {
+ManifestSplit shards_split(const std::vector<ShardInfo>& shards, const ExampleSummary& summary, const std::string& table) {
   ManifestSplit s;
-  s.format = ManifestSplit::Format::kNpy;
-  s.x = x;
-  s.y = y;
+  s.format = ManifestSplit::Format::kShards;
+  for (const ShardInfo& shard : shards) s.shards.push_back(shard.file);
+  s.shape = summary.shape;
+  s.dtype = summary.dtype;
   s.table = table;
   return s;
 }

@@ -16,6 +16,7 @@
 
 #include "common/data/dataset_formats.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/shard_sink.h"
 #include "coordinator/datasets/dataset_catalog.h"
 
 namespace pstrain::catalog_detail {
@@ -128,8 +129,10 @@ DatasetFileInfo file_info(const fs::path& path);
 DatasetSplitInfo split_info(const ExampleSummary& summary, const fs::path& dir, const std::vector<std::string>& files);
 // Every split reports a count for each of the dataset's classes.
 void pad_counts(DatasetRecord& r);
-ManifestSplit npy_split(const std::string& x, const std::string& y, const std::string& table = "");
-// Writes `text` to `path` (a staging file: made durable by the directory's rename, as the .npy files are).
+// A split of the dataset store's shards (what the catalog writes), with its table file if any.
+ManifestSplit shards_split(const std::vector<ShardInfo>& shards, const ExampleSummary& summary,
+                           const std::string& table = "");
+// Writes `text` to `path` (a staging file: made durable by the directory's rename, as the shards are).
 void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace pstrain::catalog_detail

@@ -1,4 +1,4 @@
-// DatasetCatalog's uploads and splits (dataset_catalog.h): staging, checks, the .npy pair written
+// DatasetCatalog's uploads and splits (dataset_catalog.h): staging, checks, the shards written
 // for every upload, and the train/test split (stratified by class; a regression dataset's at random,
 // seeded).
 #include "coordinator/datasets/dataset_catalog.h"
@@ -133,8 +133,9 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   } cleanup{work, {images_path, labels_path}};
 
   const std::string stamp = std::to_string(now_ms());
-  const std::string x_name = upload.split + "-x-" + stamp + ".npy", y_name = upload.split + "-y-" + stamp + ".npy";
-  NpyFileWriter writer((work / x_name).string(), (work / y_name).string());
+  // The stored form: the dataset store's shards (shard_file.h), named by split and time so that a
+  // replacement's files never collide with the ones it replaces.
+  ShardSink writer(work.string(), upload.split + "-" + stamp);
   ExampleSummary summary;
   switch (upload.format) {
     case UploadFormat::kCsv:
@@ -165,8 +166,8 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
       summary = stream_idx(images_path, labels_path, options_.limits, writer);
       break;
   }
-  writer.finish();
-  std::string table_name;  // a table's schema and profile, beside the .npy pair
+  const std::vector<ShardInfo> shards = writer.finish(summary.target_width);
+  std::string table_name;  // a table's schema and profile, beside the shards
   if (summary.table) {
     table_name = upload.split + "-table-" + stamp + ".json";
     write_text_file((work / table_name).string(), table_to_json(*summary.table) + "\n");
@@ -243,7 +244,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
     manifest.source = "upload";
     manifest.created_ms = record.created_ms;
   }
-  manifest.splits[upload.split] = npy_split(x_name, y_name, table_name);
+  manifest.splits[upload.split] = shards_split(shards, summary, table_name);
   manifest.num_classes.reset();
   if (existing) {
     const std::vector<std::string> new_files = manifest.splits[upload.split].files();
@@ -373,18 +374,15 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
     }
   } cleanup{work};
   const std::string stamp = std::to_string(now_ms());
-  const std::string names[4] = {"train-x-" + stamp + ".npy", "train-y-" + stamp + ".npy", "test-x-" + stamp + ".npy",
-                                "test-y-" + stamp + ".npy"};
-  NpyFileWriter train_writer((work / names[0]).string(), (work / names[1]).string());
-  NpyFileWriter test_writer((work / names[2]).string(), (work / names[3]).string());
+  ShardSink train_writer(work.string(), "train-" + stamp), test_writer(work.string(), "test-" + stamp);
   const TableSchema no_table;
   ProfilingSink train_side(train_writer, table ? *table : no_table), test_side(test_writer, table ? *table : no_table);
   RoutingSink router(to_test, table ? static_cast<ExampleSink&>(train_side) : train_writer,
                      table ? static_cast<ExampleSink&>(test_side) : test_writer);
   if (width > 0) router.set_target_width(width);
-  stream_manifest_split(dir.string(), train, options_.limits, router);
-  train_writer.finish();
-  test_writer.finish();
+  const ExampleSummary read = stream_manifest_split(dir.string(), train, options_.limits, router);
+  const std::vector<ShardInfo> train_shards = train_writer.finish(static_cast<uint32_t>(width));
+  const std::vector<ShardInfo> test_shards = test_writer.finish(static_cast<uint32_t>(width));
   std::string table_names[2];
   if (table) {
     table_names[0] = "train-table-" + stamp + ".json";
@@ -401,13 +399,12 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
     result.error = service_error(409, "dataset-in-use", "dataset '" + name + "' is used by unfinished jobs (" + ids + ")");
     return result;
   }
-  for (const auto& n : names) fs::rename(work / n, dir / n);
-  for (const auto& n : table_names) {
-    if (!n.empty()) fs::rename(work / n, dir / n);
-  }
   const std::vector<std::string> old_files = train.files();
-  manifest.splits["train"] = npy_split(names[0], names[1], table_names[0]);
-  manifest.splits["test"] = npy_split(names[2], names[3], table_names[1]);
+  manifest.splits["train"] = shards_split(train_shards, read, table_names[0]);
+  manifest.splits["test"] = shards_split(test_shards, read, table_names[1]);
+  for (const char* side : {"train", "test"}) {
+    for (const auto& n : manifest.splits[side].files()) fs::rename(work / n, dir / n);
+  }
   write_manifest(dir.string(), manifest);
   std::error_code ec;
   for (const auto& f : old_files) fs::remove(dir / f, ec);

@@ -8,8 +8,8 @@
 # 10 MB block of seeded random rows repeated (the parser sees the same work per byte as for
 # distinct rows; the column types and categories are those of the block). Starts a local
 # cluster (deploy/local-cluster.sh, no workers needed), PUTs the file with curl and prints the
-# wall time from the first byte sent to the 201 (receive to disk, two parsing passes, the .npy
-# pair and table written, sha256 of each), MB/s, and the coordinator's peak RSS (VmHWM) before
+# wall time from the first byte sent to the 201 (receive to disk, two parsing passes, the shards
+# and the table written, sha256 of each), MB/s, and the coordinator's peak RSS (VmHWM) before
 # and after. Prints `lscpu` model and flags with the figures.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -3,7 +3,7 @@
 # a NumPy .npz of about SIZE MiB (default 1024; float32 x of shape (n, 256), int32 y over 10
 # classes, written uncompressed by numpy.savez) is PUT to a fresh coordinator on loopback with curl.
 # Reported: the PUT's wall time and MB/s (until the 201, so receiving, hashing, checking and
-# converting to the stored .npy pair all count), the coordinator's resident memory before, and its
+# converting to the stored shards all count), the coordinator's resident memory before, and its
 # peak (VmHWM) after: it must not grow with the file.
 #
 # Usage: tests/bench/upload_bench.sh [--mib SIZE] [--build DIR]   (needs python3-numpy)

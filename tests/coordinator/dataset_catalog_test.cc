@@ -1,6 +1,6 @@
 // DatasetCatalog without HTTP: dropped-in dataset directories, records kept across restarts in
-// RocksDB, loading for training, and an upload converted to the stored .npy pair that NumPy's
-// format (and our own reader) accept.
+// RocksDB, loading for training, and an upload converted to the store's shard files
+// (common/data/shard_file.h).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/data/dataset_manifest.h"
+#include "common/data/shard_file.h"
 #include "common/storage/kv_store.h"
 #include "coordinator/datasets/dataset_catalog.h"
 #include "tests/test_support.h"
@@ -99,7 +100,7 @@ TEST_CASE("DatasetCatalog picks up a dropped-in directory, lists a broken one wi
   CHECK(again.get("iris3")->splits.at("train").files[0].sha256.size() == 64);
 }
 
-TEST_CASE("DatasetCatalog stores an upload as an .npy pair in the uploads directory, refuses a second train split, and deletes") {
+TEST_CASE("DatasetCatalog stores an upload as shards in the uploads directory, refuses a second train split, and deletes") {
   testing::TempDir dir;
   const std::string data = dir.file("uploads");  // where uploads go; the data directory is another
   fs::create_directories(data);
@@ -121,19 +122,27 @@ TEST_CASE("DatasetCatalog stores an upload as an .npy pair in the uploads direct
   CHECK(!fs::exists(body));  // the staged body is gone
   const DatasetManifest m = read_manifest(data + "/tiny");
   REQUIRE(m.splits.count("train") == 1);
-  CHECK(m.splits.at("train").format == ManifestSplit::Format::kNpy);
+  const ManifestSplit& train = m.splits.at("train");
+  CHECK(train.format == ManifestSplit::Format::kShards);
+  CHECK(train.shape == std::vector<uint32_t>{3});
+  CHECK(train.dtype == Dtype::kFloat32);
+  CHECK(!train.table.empty());
   CHECK(m.source == "upload");
 
-  // The .npy files as NumPy writes them: magic, version 1.0, a 16-aligned header, then the data.
-  std::ifstream x(data + "/tiny/" + m.splits.at("train").x, std::ios::binary);
-  const std::string bytes(std::istreambuf_iterator<char>(x), {});
-  CHECK(bytes.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
-  CHECK(bytes.find("'descr': '<f4'") != std::string::npos);
-  CHECK(bytes.find("'shape': (3, 3)") != std::string::npos);
-  CHECK(bytes.size() == 128 + 9 * 4);
+  // One shard: the three rows as float32, their labels, and a CRC that checks.
+  REQUIRE(train.shards.size() == 1);
+  const ShardFile shard(data + "/tiny/" + train.shards[0]);
+  CHECK(shard.examples() == 3);
+  CHECK(shard.layout().example_bytes == 12);
+  CHECK(shard.layout().labels == LabelKind::kClass);
+  CHECK_NOTHROW(shard.verify());
+  std::vector<uint8_t> row;
+  shard.read(0, row);
   float first = 0;
-  std::memcpy(&first, bytes.data() + 128, 4);
+  std::memcpy(&first, row.data(), 4);
   CHECK(first == 0.5f);
+  CHECK(shard.label(0) == 0);
+  CHECK(shard.label(2) == 1);
 
   DatasetCatalog::Upload again = upload;
   again.body_path = catalog.new_staging_path();
