@@ -51,5 +51,12 @@ if [ -d coordinator ]; then
     fi
   done
 fi
+# 4. No ';' in a doctest case's name: CTest lists are ';'-separated, so the case registers as two
+#    tests that both fail to match (found by CI on a test named "...; resuming ...").
+if [ -d tests ] && hits=$(grep -rnE --include='*.cc' 'TEST_CASE\("[^"]*;' tests); then
+  echo "source rules: a test case name with ';' (CTest splits it in two):" >&2
+  echo "$hits" >&2
+  status=1
+fi
 [ "$status" = 0 ] && echo "source rules: ok"
 exit "$status"

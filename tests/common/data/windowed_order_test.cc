@@ -48,7 +48,7 @@ TEST_CASE("windowed order - one shard and a window of the whole split is the in-
   }
 }
 
-TEST_CASE("windowed order - a function of seed and epoch; resuming at a position gives the same rest") {
+TEST_CASE("windowed order - a function of seed and epoch, and resuming at a position gives the same rest") {
   const std::vector<uint64_t> shards = {50, 70, 30, 90};
   const auto a = all_of(WindowedOrder(shards, 5, 2, 16));
   CHECK(a == all_of(WindowedOrder(shards, 5, 2, 16)));
