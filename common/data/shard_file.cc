@@ -255,7 +255,7 @@ std::vector<ShardInfo> ShardWriter::finish() {
 
 // --- Reading ---
 
-ShardFile::ShardFile(std::string path) : path_(std::move(path)) {
+ShardFile::ShardFile(std::string path, Open open) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw DataError(path_ + ": cannot open: " + errno_text());
   struct stat st {};
@@ -299,6 +299,11 @@ ShardFile::ShardFile(std::string path) : path_(std::move(path)) {
     throw bad("its header says " + std::to_string(examples_) + " examples, which do not fill its " +
               std::to_string(file_bytes_) + " bytes");
   }
+  if (open == Open::kHeader) {
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
   if (layout_.variable) {
     offsets_.resize(examples_ + 1);
     pread_all(offsets_.data(), offsets, kHeaderBytes + data_bytes_);
@@ -326,7 +331,12 @@ void ShardFile::pread_all(void* out, size_t n, uint64_t offset) const {
   }
 }
 
+void ShardFile::readable() const {
+  if (fd_ < 0) throw DataError(path_ + ": opened for its header only");
+}
+
 uint64_t ShardFile::example_size(uint64_t i) const {
+  readable();
   if (i >= examples_) throw DataError(path_ + ": no example " + std::to_string(i) + " (of " + std::to_string(examples_) + ")");
   return layout_.variable ? offsets_[i + 1] - offsets_[i] : layout_.example_bytes;
 }
@@ -338,6 +348,7 @@ void ShardFile::read(uint64_t i, std::vector<uint8_t>& out) const {
 }
 
 void ShardFile::read_run(uint64_t first, uint64_t count, uint8_t* out) const {
+  readable();
   if (layout_.variable) throw DataError(path_ + ": a run of examples needs fixed-size examples");
   if (first > examples_ || count > examples_ - first) {
     throw DataError(path_ + ": examples " + std::to_string(first) + " + " + std::to_string(count) + " are past its " +
@@ -347,18 +358,21 @@ void ShardFile::read_run(uint64_t first, uint64_t count, uint8_t* out) const {
 }
 
 int32_t ShardFile::label(uint64_t i) const {
+  readable();
   if (layout_.labels != LabelKind::kClass) throw DataError(path_ + ": its examples have no class labels");
   if (i >= examples_) throw DataError(path_ + ": no example " + std::to_string(i));
   return get<int32_t>(labels_.data() + i * sizeof(int32_t));
 }
 
 void ShardFile::targets(uint64_t i, float* out) const {
+  readable();
   if (layout_.labels != LabelKind::kTargets) throw DataError(path_ + ": its examples have no regression targets");
   if (i >= examples_) throw DataError(path_ + ": no example " + std::to_string(i));
   std::memcpy(out, labels_.data() + i * layout_.label_bytes(), layout_.label_bytes());
 }
 
 void ShardFile::verify() const {
+  readable();
   std::vector<uint8_t> block(std::min<uint64_t>(kWriteBuffer, file_bytes_ - kHeaderBytes));
   uint32_t crc = 0;
   for (uint64_t at = kHeaderBytes; at < file_bytes_;) {
@@ -371,6 +385,7 @@ void ShardFile::verify() const {
 }
 
 void ShardFile::verify_after_data(uint32_t data_crc) const {
+  readable();
   uint32_t crc = crc32c_extend(data_crc, offsets_.data(), offsets_.size() * sizeof(uint64_t));
   crc = crc32c_extend(crc, labels_.data(), labels_.size());
   if (crc != crc_) throw DataError(path_ + ": checksum mismatch (the file is damaged)");

@@ -124,7 +124,10 @@ class ShardWriter {
 // naming the file.
 class ShardFile {
  public:
-  explicit ShardFile(std::string path);
+  // kHeader: the header alone is read and checked (layout and counts; no example, label or
+  // offset can be read), as a reader does to map a split's shards without holding their labels.
+  enum class Open { kWhole, kHeader };
+  explicit ShardFile(std::string path, Open open = Open::kWhole);
   ~ShardFile();
   ShardFile(const ShardFile&) = delete;
   ShardFile& operator=(const ShardFile&) = delete;
@@ -150,6 +153,7 @@ class ShardFile {
 
  private:
   void pread_all(void* out, size_t n, uint64_t offset) const;
+  void readable() const;  // throws for a shard opened for its header only
 
   std::string path_;
   int fd_ = -1;

@@ -1,0 +1,93 @@
+#include "common/data/store_reader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/base/error.h"
+
+namespace pstrain {
+
+StoreReader::StoreReader(std::string dir, std::vector<std::string> files, size_t max_open)
+    : dir_(std::move(dir)), files_(std::move(files)), max_open_(std::max<size_t>(max_open, 1)) {
+  first_.push_back(0);
+  for (size_t s = 0; s < files_.size(); ++s) {
+    const ShardFile header(dir_ + "/" + files_[s], ShardFile::Open::kHeader);
+    if (s == 0) {
+      layout_ = header.layout();
+    } else if (!(header.layout() == layout_)) {
+      throw DataError(header.path() + ": its examples or labels are not of the kind of " + files_[0] + "'s");
+    }
+    first_.push_back(first_.back() + header.examples());
+  }
+  open_.resize(files_.size());
+  last_use_.assign(files_.size(), 0);
+}
+
+std::pair<size_t, uint64_t> StoreReader::locate(uint64_t id) const {
+  if (id >= size()) throw DataError(dir_ + ": no example " + std::to_string(id) + " (the split has " + std::to_string(size()) + ")");
+  // The last shard whose first id is <= id (empty shards share their first id with the next).
+  const auto it = std::upper_bound(first_.begin(), first_.end() - 1, id);
+  const auto s = static_cast<size_t>(it - first_.begin()) - 1;
+  return {s, id - first_[s]};
+}
+
+const ShardFile& StoreReader::shard(size_t s) {
+  last_use_[s] = ++clock_;
+  if (open_[s]) return *open_[s];
+  if (open_shards() >= max_open_) {
+    // Closes the least recently used one.
+    size_t victim = s;
+    for (size_t i = 0; i < open_.size(); ++i) {
+      if (open_[i] && (victim == s || last_use_[i] < last_use_[victim])) victim = i;
+    }
+    open_[victim].reset();
+  }
+  open_[s] = std::make_unique<ShardFile>(dir_ + "/" + files_[s]);
+  if (!(open_[s]->layout() == layout_)) throw DataError(open_[s]->path() + ": changed since the split was mapped");
+  return *open_[s];
+}
+
+size_t StoreReader::open_shards() const {
+  return static_cast<size_t>(std::count_if(open_.begin(), open_.end(), [](const auto& f) { return f != nullptr; }));
+}
+
+void StoreReader::read(uint64_t id, std::vector<uint8_t>& out) {
+  const auto [s, i] = locate(id);
+  shard(s).read(i, out);
+}
+
+int32_t StoreReader::label(uint64_t id) {
+  const auto [s, i] = locate(id);
+  return shard(s).label(i);
+}
+
+void StoreReader::targets(uint64_t id, float* out) {
+  const auto [s, i] = locate(id);
+  shard(s).targets(i, out);
+}
+
+void StoreReader::read_batch(const std::vector<uint64_t>& ids, std::vector<uint8_t>& bytes, std::vector<int32_t>& labels,
+                             std::vector<float>& targets) {
+  if (layout_.variable) throw DataError(dir_ + ": a batch of arrays needs fixed-size examples");
+  const uint64_t example = layout_.example_bytes;
+  bytes.resize(ids.size() * example);
+  labels.clear();
+  targets.clear();
+  if (layout_.labels == LabelKind::kClass) labels.resize(ids.size());
+  if (layout_.labels == LabelKind::kTargets) targets.resize(ids.size() * layout_.target_width);
+  for (size_t k = 0; k < ids.size();) {
+    const auto [s, i] = locate(ids[k]);
+    const ShardFile& file = shard(s);
+    // The run of ids that follow one another within this shard.
+    size_t run = 1;
+    while (k + run < ids.size() && ids[k + run] == ids[k] + run && i + run < file.examples()) ++run;
+    file.read_run(i, run, bytes.data() + k * example);
+    for (size_t j = 0; j < run; ++j) {
+      if (layout_.labels == LabelKind::kClass) labels[k + j] = file.label(i + j);
+      if (layout_.labels == LabelKind::kTargets) file.targets(i + j, targets.data() + (k + j) * layout_.target_width);
+    }
+    k += run;
+  }
+}
+
+}  // namespace pstrain

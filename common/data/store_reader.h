@@ -1,0 +1,58 @@
+// One split of the dataset store (shard_file.h) read by example id, as a worker reads the examples
+// of its slices: ids are global (shard s's examples follow shard s - 1's), shards are mapped from
+// their headers at construction and opened on demand, at most `max_open` at a time (each open
+// shard holds its labels and offsets: at most 12 MiB with the writer's default bounds), so memory
+// does not grow with the split. A batch's consecutive ids within a shard are read in one pread.
+//
+// Thread rules: single-owner (opening and evicting shards mutates it); one per reading thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/data/shard_file.h"
+
+namespace pstrain {
+
+class StoreReader {
+ public:
+  // The shards `files` of directory `dir`, in the split's order. Throws DataError (naming the
+  // file) for a missing or invalid shard, or shards of different layouts.
+  StoreReader(std::string dir, std::vector<std::string> files, size_t max_open = 8);
+
+  uint64_t size() const { return first_.back(); }
+  const ShardLayout& layout() const { return layout_; }
+  // The shard holding example `id` and its index there.
+  std::pair<size_t, uint64_t> locate(uint64_t id) const;
+
+  // Example `id`'s bytes (`out` resized to them) and its label or targets.
+  void read(uint64_t id, std::vector<uint8_t>& out);
+  int32_t label(uint64_t id);
+  void targets(uint64_t id, float* out);
+
+  // A batch of fixed-size examples, in the order of `ids`: `bytes` gets ids.size() x
+  // example_bytes, `labels` the class labels (LabelKind::kClass) or `targets` target_width
+  // values each (kTargets); the other is cleared.
+  void read_batch(const std::vector<uint64_t>& ids, std::vector<uint8_t>& bytes, std::vector<int32_t>& labels,
+                  std::vector<float>& targets);
+
+  size_t open_shards() const;  // (tests: the bound holds)
+
+ private:
+  const ShardFile& shard(size_t s);
+
+  std::string dir_;
+  std::vector<std::string> files_;
+  std::vector<uint64_t> first_;  // first id of each shard, then the split's size
+  ShardLayout layout_;
+  size_t max_open_;
+  std::vector<std::unique_ptr<ShardFile>> open_;  // by shard; null when closed
+  std::vector<uint64_t> last_use_;                // by shard (0: never)
+  uint64_t clock_ = 0;
+};
+
+}  // namespace pstrain
