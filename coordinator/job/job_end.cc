@@ -50,7 +50,8 @@ std::vector<float> JobRunner::final_params() const {
 kj::Promise<void> JobRunner::collect_parameters() {
   return store_final_model(job_).then([this](std::optional<StoredModel> model) {
     if (!model) return;  // cancelled or failed meanwhile
-    if (job_.sync()) job_.progress.check_ledger(job_.steps_per_epoch(), job_.prepared.train->size);
+    if (job_.sync()) job_.progress.ledger().print_audit(*job_.plan, static_cast<uint32_t>(job_.progress.epochs().size()),
+                                                     job_.prepared.train->size);
     succeed(model->pieces, model->bytes, job_.total_steps(), "");
   });
 }

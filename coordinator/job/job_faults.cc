@@ -185,7 +185,7 @@ void JobFaults::replan(std::vector<NodeId> workers, uint64_t version, uint64_t r
   }
   job_.plan.emplace(job_.spec, job_.prepared.train->size, job_.slices());
   job_.resume_version = version;
-  job_.progress.forget_from(version);
+  job_.progress.ledger().forget_from(version);
   // Acks and replicas of backups past `version` are of the abandoned timeline (the servers
   // deleted those backups when they restored).
   for (uint64_t dropped : job_.backups.forget_after(version)) job_.store.replicas().erase(job_.id, dropped);

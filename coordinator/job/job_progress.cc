@@ -165,32 +165,4 @@ double JobProgress::final_accuracy() const {
   return last.test.examples ? static_cast<double>(last.test.correct) / last.test.examples : 0.0;
 }
 
-void JobProgress::check_ledger(uint64_t steps_per_epoch, uint32_t examples) const {
-  std::vector<std::vector<uint32_t>> uses(epochs_.size(), std::vector<uint32_t>(examples, 0));
-  for (const auto& [step, by_worker] : ledger_) {
-    const uint64_t epoch = step / steps_per_epoch;
-    if (epoch >= uses.size()) continue;
-    for (const auto& [worker, indices] : by_worker) {
-      for (uint32_t i : indices) ++uses[epoch][i];
-    }
-  }
-  const uint64_t audited_from = ledger_.empty() ? 0 : ledger_.begin()->first;
-  for (size_t e = 0; e < uses.size(); ++e) {
-    if (e * steps_per_epoch < audited_from) {
-      std::printf("examples of epoch %zu: not audited (trained before a coordinator restart)\n", e + 1);
-      continue;
-    }
-    uint64_t once = 0, missing = 0, repeated = 0;
-    for (uint32_t n : uses[e]) {
-      once += n == 1;
-      missing += n == 0;
-      repeated += n > 1;
-    }
-    std::printf("examples of epoch %zu: %llu used once, %llu missing, %llu used more than once\n", e + 1,
-                static_cast<unsigned long long>(once), static_cast<unsigned long long>(missing),
-                static_cast<unsigned long long>(repeated));
-  }
-  std::fflush(stdout);
-}
-
 }  // namespace pstrain

@@ -1,10 +1,6 @@
 // What a job's workers have done: each worker's steps, rate and whether it finished or was lost;
 // the per-epoch metrics gathered from their reports (recorded in the JobStore once every worker
-// evaluated); and, in sync mode, the example ledger.
-//
-// The example ledger: for each global step of the current timeline, the examples each worker
-// was served. A rollback to step b forgets steps >= b, so at the end the ledger holds exactly the
-// examples of the applied updates, and each epoch is checked to use every example once (printed).
+// evaluated); and, in sync mode, the example ledger (example_ledger.h).
 //
 // Thread rules: event-loop thread only.
 #pragma once
@@ -17,6 +13,7 @@
 #include <vector>
 
 #include "common/engine/nn/loss.h"
+#include "coordinator/job/example_ledger.h"
 
 #include "coordinator/store/job_store.h"
 
@@ -88,12 +85,8 @@ class JobProgress {
   // Test accuracy of the last epoch (0 if nothing was evaluated).
   double final_accuracy() const;
 
-  // Example ledger (sync).
-  void served(uint64_t step, uint32_t worker, std::vector<uint32_t> indices) { ledger_[step][worker] = std::move(indices); }
-  void forget_from(uint64_t step) { ledger_.erase(ledger_.lower_bound(step), ledger_.end()); }
-  void clear_ledger() { ledger_.clear(); }
-  // Prints, per epoch, how many examples were used once, not at all, and more than once.
-  void check_ledger(uint64_t steps_per_epoch, uint32_t examples) const;
+  // What each slice of each step was served (sync).
+  ExampleLedger& ledger() { return ledger_; }
 
  private:
   std::string job_id_;
@@ -104,7 +97,7 @@ class JobProgress {
   uint32_t record_limit_ = UINT32_MAX;
   bool validation_ = false;
   int64_t classes_ = 0;  // the model's classes (0: regression or not told)
-  std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>> ledger_;  // step -> worker -> examples
+  ExampleLedger ledger_;
 };
 
 }  // namespace pstrain

@@ -182,7 +182,7 @@ proto::DataStream::Client JobRunner::open_shard(NodeId node, proto::Split split,
                               [this, epoch, worker, steps_per_epoch, generation = job_.generation](
                                   int64_t step, const std::vector<uint32_t>& indices) {
                                 if (generation != job_.generation) return;  // a stream of an abandoned plan
-                                job_.progress.served(epoch * steps_per_epoch + static_cast<uint64_t>(step), worker,
+                                job_.progress.ledger().served(epoch * steps_per_epoch + static_cast<uint64_t>(step), worker,
                                                      indices);
                               });
 }

@@ -192,7 +192,7 @@ kj::Promise<void> JobStartup::adopt() {
   return adopt_servers_state(job_).then([this](uint64_t version) {
     job_.resume_version = version;
     job_.restarted = true;
-    job_.progress.clear_ledger();
+    job_.progress.ledger().clear();
     PSLOG(kInfo) << "job " << job_.id << ": took over the servers' state at step " << version
                  << " after a coordinator restart; 0 step(s) to replay";
     job_.store.update(job_.id, [&](JobRecord& r) {

@@ -56,7 +56,7 @@ kj::Promise<uint64_t> Takeover::run(size_t lost) {
     order.slice_count = job_.slices();
     // The survivor reads the slice's examples of the step from a data stream, as its own; the
     // ledger has them now (the stream records them again, the same).
-    job_.progress.served(lowest, order.slice,
+    job_.progress.ledger().served(lowest, order.slice,
                          job_.plan->batch(static_cast<uint32_t>(lowest / steps_per_epoch),
                                           static_cast<int64_t>(lowest % steps_per_epoch), order.slice));
     // The first live survivor with an open watch computes the slice.
