@@ -1,6 +1,7 @@
 // CRC-32C (Castagnoli): the checksum of the stored values (storage/kv_store.h) and of dataset
-// shard files (data/shard_file.h). With SSE 4.2 the CPU's crc32 instruction takes 8 bytes at a
-// time (about 10x zlib's CRC-32); without it, a table.
+// shard files (data/shard_file.h). Where the CPU has SSE 4.2 (checked at run time, so portable
+// builds have it too) its crc32 instruction takes 8 bytes at a time, about 10x zlib's CRC-32;
+// elsewhere, a table.
 //
 // Thread rules: pure functions.
 #pragma once
