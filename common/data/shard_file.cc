@@ -258,6 +258,18 @@ std::vector<ShardInfo> ShardWriter::finish() {
 ShardFile::ShardFile(std::string path, Open open) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw DataError(path_ + ": cannot open: " + errno_text());
+  // A constructor that throws runs no destructor: the descriptor is closed here unless kept (the
+  // fuzz target ran out of descriptors on invalid files before this).
+  struct Closer {
+    int& fd;
+    bool keep = false;
+    ~Closer() {
+      if (!keep) {
+        ::close(fd);
+        fd = -1;
+      }
+    }
+  } closer{fd_};
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw DataError(path_ + ": cannot stat: " + errno_text());
   file_bytes_ = static_cast<uint64_t>(st.st_size);
@@ -299,11 +311,7 @@ ShardFile::ShardFile(std::string path, Open open) : path_(std::move(path)) {
     throw bad("its header says " + std::to_string(examples_) + " examples, which do not fill its " +
               std::to_string(file_bytes_) + " bytes");
   }
-  if (open == Open::kHeader) {
-    ::close(fd_);
-    fd_ = -1;
-    return;
-  }
+  if (open == Open::kHeader) return;  // (closed by `closer`)
   if (layout_.variable) {
     offsets_.resize(examples_ + 1);
     pread_all(offsets_.data(), offsets, kHeaderBytes + data_bytes_);
@@ -314,6 +322,7 @@ ShardFile::ShardFile(std::string path, Open open) : path_(std::move(path)) {
   }
   labels_.resize(examples_ * layout_.label_bytes());
   pread_all(labels_.data(), labels_.size(), kHeaderBytes + data_bytes_ + offsets);
+  closer.keep = true;
 }
 
 ShardFile::~ShardFile() {

@@ -215,3 +215,24 @@ TEST_CASE("shard files - a wrong-size example, a damaged, truncated or foreign f
 }
 
 }  // namespace pstrain
+
+namespace pstrain {
+
+TEST_CASE("shard files - a file that fails to open leaves no descriptor open") {
+  TempDir dir;
+  const std::string path = dir.path + "/bad.shard";
+  std::ofstream(path) << std::string(100, 'x');
+  auto open_descriptors = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
+  const size_t before = open_descriptors();
+  for (int i = 0; i < 200; ++i) {
+    CHECK_THROWS_AS(ShardFile file(path), DataError);
+    CHECK_THROWS_AS(ShardFile file(path, ShardFile::Open::kHeader), DataError);
+  }
+  CHECK(open_descriptors() == before);
+}
+
+}  // namespace pstrain
