@@ -5,7 +5,6 @@
 
 #include <doctest/doctest.h>
 
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +15,7 @@
 
 #include "common/base/crc32c.h"
 #include "common/base/error.h"
+#include "tests/test_support.h"
 #include "common/base/rng.h"
 
 namespace pstrain {
@@ -23,17 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh directory, removed with its files at the end.
-struct TempDir {
-  TempDir() {
-    path = (fs::temp_directory_path() / ("pstrain-shards-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(counter++))).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-  static inline int counter = 0;
-};
+using testing::TempDir;
 
 std::vector<uint8_t> example_bytes(uint64_t i, size_t n) {
   std::vector<uint8_t> out(n);
@@ -81,7 +71,7 @@ TEST_CASE("shard files - fixed-size examples with labels round-trip across shard
   limits.max_examples = 1000;
   SUBCASE("by count") { limits.max_examples = 17; }
   const uint64_t n = 101;
-  ShardWriter writer(dir.path, "train", layout, limits);
+  ShardWriter writer(dir.path(), "train", layout, limits);
   for (uint64_t i = 0; i < n; ++i) writer.add(example_bytes(i, 12).data(), 12, static_cast<int32_t>(i % 7));
   const std::vector<ShardInfo> shards = writer.finish();
   const uint64_t per_shard = std::min<uint64_t>(40, limits.max_examples);
@@ -89,11 +79,11 @@ TEST_CASE("shard files - fixed-size examples with labels round-trip across shard
   uint64_t id = 0;
   for (size_t s = 0; s < shards.size(); ++s) {
     CHECK(shards[s].file == "train-0000" + std::to_string(s) + ".shard");
-    ShardFile file(dir.path + "/" + shards[s].file);
+    ShardFile file(dir.path() + "/" + shards[s].file);
     CHECK(file.layout() == layout);
     CHECK(file.examples() == shards[s].examples);
     CHECK(file.bytes() == shards[s].bytes);
-    CHECK(file.bytes() == fs::file_size(dir.path + "/" + shards[s].file));
+    CHECK(file.bytes() == fs::file_size(dir.path() + "/" + shards[s].file));
     CHECK(file.crc() == shards[s].crc);
     CHECK_NOTHROW(file.verify());
     std::vector<uint8_t> got;
@@ -119,7 +109,7 @@ TEST_CASE("shard files - variable-size examples (and empty ones), regression tar
     layout.target_width = 2;
     ShardLimits limits;
     limits.max_bytes = 300;
-    ShardWriter writer(dir.path, "x", layout, limits);
+    ShardWriter writer(dir.path(), "x", layout, limits);
     Rng rng(7);
     std::vector<size_t> sizes;
     for (int i = 0; i < 60; ++i) {
@@ -135,7 +125,7 @@ TEST_CASE("shard files - variable-size examples (and empty ones), regression tar
     CHECK(shards.size() > 2);
     uint64_t id = 0;
     for (const ShardInfo& info : shards) {
-      ShardFile file(dir.path + "/" + info.file);
+      ShardFile file(dir.path() + "/" + info.file);
       CHECK_NOTHROW(file.verify());
       std::vector<uint8_t> got;
       for (uint64_t i = 0; i < file.examples(); ++i, ++id) {
@@ -158,14 +148,14 @@ TEST_CASE("shard files - variable-size examples (and empty ones), regression tar
     ShardLayout layout;
     layout.example_bytes = 5;
     layout.labels = LabelKind::kNone;
-    ShardWriter writer(dir.path, "u", layout);
+    ShardWriter writer(dir.path(), "u", layout);
     for (int i = 0; i < 10; ++i) writer.add(example_bytes(static_cast<uint64_t>(i), 5).data(), 5);
     CHECK_THROWS_AS(writer.add(example_bytes(0, 5).data(), 5, 3), DataError);
     const auto shards = writer.finish();
     REQUIRE(shards.size() == 1);
-    ShardFile file(dir.path + "/" + shards[0].file);
+    ShardFile file(dir.path() + "/" + shards[0].file);
     CHECK(file.examples() == 10);
-    CHECK(fs::file_size(dir.path + "/" + shards[0].file) == 64 + 50);
+    CHECK(fs::file_size(dir.path() + "/" + shards[0].file) == 64 + 50);
   }
 }
 
@@ -173,11 +163,11 @@ TEST_CASE("shard files - a wrong-size example, a damaged, truncated or foreign f
   TempDir dir;
   ShardLayout layout;
   layout.example_bytes = 8;
-  ShardWriter writer(dir.path, "d", layout);
+  ShardWriter writer(dir.path(), "d", layout);
   CHECK(error_of([&] { writer.add(example_bytes(0, 7).data(), 7, 1); }).find("has 7 bytes") != std::string::npos);
   for (int i = 0; i < 50; ++i) writer.add(example_bytes(static_cast<uint64_t>(i), 8).data(), 8, i);
   const auto shards = writer.finish();
-  const std::string path = dir.path + "/" + shards[0].file;
+  const std::string path = dir.path() + "/" + shards[0].file;
   SUBCASE("a flipped byte in the data fails verify, not open") {
     flip_byte(path, 64 + 100);
     ShardFile file(path);
@@ -203,7 +193,7 @@ TEST_CASE("shard files - a wrong-size example, a damaged, truncated or foreign f
     CHECK(error_of([&] { ShardFile file(path); }).find("no PSSHARD1 signature") != std::string::npos);
   }
   SUBCASE("missing") {
-    CHECK(error_of([&] { ShardFile file(dir.path + "/none.shard"); }).find("none.shard: cannot open") != std::string::npos);
+    CHECK(error_of([&] { ShardFile file(dir.path() + "/none.shard"); }).find("none.shard: cannot open") != std::string::npos);
   }
   SUBCASE("reads past the end") {
     ShardFile file(path);
@@ -220,7 +210,7 @@ namespace pstrain {
 
 TEST_CASE("shard files - a file that fails to open leaves no descriptor open") {
   TempDir dir;
-  const std::string path = dir.path + "/bad.shard";
+  const std::string path = dir.path() + "/bad.shard";
   std::ofstream(path) << std::string(100, 'x');
   auto open_descriptors = [] {
     size_t n = 0;

@@ -6,7 +6,6 @@
 
 #include <doctest/doctest.h>
 
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,23 +13,14 @@
 #include <vector>
 
 #include "common/base/error.h"
+#include "tests/test_support.h"
 #include "common/data/dataset_manifest.h"
 
 namespace pstrain {
 namespace {
 namespace fs = std::filesystem;
 
-struct TempDir {
-  TempDir() {
-    path = (fs::temp_directory_path() / ("pstrain-shardsink-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(counter++))).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-  static inline int counter = 0;
-};
+using testing::TempDir;
 
 // Writes the same parse into an .npy-pair directory and a shards directory (both with manifests)
 // through `feed`, which drives a sink as a parser would.
@@ -38,8 +28,8 @@ struct TwoForms {
   TempDir npy, shards;
   template <typename Feed>
   void write(Feed feed, const ShardLimits& limits, uint32_t target_width = 0) {
-    NpyFileWriter npy_writer(npy.path + "/train-x.npy", npy.path + "/train-y.npy");
-    ShardSink shard_sink(shards.path, "train", limits);
+    NpyFileWriter npy_writer(npy.path() + "/train-x.npy", npy.path() + "/train-y.npy");
+    ShardSink shard_sink(shards.path(), "train", limits);
     const ExampleSummary summary = feed(npy_writer);
     feed(shard_sink);
     npy_writer.finish();
@@ -56,8 +46,8 @@ struct TwoForms {
     sharded.shape = summary.shape;
     sharded.dtype = summary.dtype;
     b.splits["train"] = sharded;
-    write_manifest(npy.path, a);
-    write_manifest(shards.path, b);
+    write_manifest(npy.path(), a);
+    write_manifest(shards.path(), b);
   }
   size_t shard_count = 0;
 };
@@ -77,7 +67,7 @@ void check_same(const Split& a, const Split& b) {
 
 TEST_CASE("shard sink - a CSV's parse loads from shards as from the .npy pair, across many shards") {
   TempDir input;
-  const std::string csv = input.path + "/t.csv";
+  const std::string csv = input.path() + "/t.csv";
   {
     std::ofstream out(csv);
     out << "a,b,c,label\n";
@@ -93,8 +83,8 @@ TEST_CASE("shard sink - a CSV's parse loads from shards as from the .npy pair, a
       },
       limits);
   CHECK(forms.shard_count == 8);
-  const Split a = load_directory_split(forms.npy.path, "t", SplitKind::kTrain);
-  const Split b = load_directory_split(forms.shards.path, "t", SplitKind::kTrain);
+  const Split a = load_directory_split(forms.npy.path(), "t", SplitKind::kTrain);
+  const Split b = load_directory_split(forms.shards.path(), "t", SplitKind::kTrain);
   REQUIRE(a.size == 500);
   check_same(a, b);
 }
@@ -129,14 +119,14 @@ TEST_CASE("shard sink - labels before the examples, examples in odd pieces, regr
         },
         limits);
     CHECK(forms.shard_count == 5);
-    check_same(load_directory_split(forms.npy.path, "p", SplitKind::kTrain),
-               load_directory_split(forms.shards.path, "p", SplitKind::kTrain));
+    check_same(load_directory_split(forms.npy.path(), "p", SplitKind::kTrain),
+               load_directory_split(forms.shards.path(), "p", SplitKind::kTrain));
   }
   SUBCASE("regression targets last") {
     std::vector<float> targets(n * 2);
     for (size_t i = 0; i < targets.size(); ++i) targets[i] = static_cast<float>(i) * 0.25f - 3.0f;
     TempDir dir;
-    ShardSink sink(dir.path, "train", limits);
+    ShardSink sink(dir.path(), "train", limits);
     sink.begin(shape, Dtype::kUint8);
     feed_pieces(sink);
     sink.targets(targets.data(), targets.size());
@@ -146,9 +136,9 @@ TEST_CASE("shard sink - labels before the examples, examples in odd pieces, regr
     for (const ShardInfo& info : sink.finish(2)) s.shards.push_back(info.file);
     s.shape = shape;
     m.splits["train"] = s;
-    write_manifest(dir.path, m);
-    CHECK(read_manifest(dir.path).splits.at("train").shards == s.shards);
-    const Split split = load_directory_split(dir.path, "r", SplitKind::kTrain);
+    write_manifest(dir.path(), m);
+    CHECK(read_manifest(dir.path()).splits.at("train").shards == s.shards);
+    const Split split = load_directory_split(dir.path(), "r", SplitKind::kTrain);
     CHECK(split.size == n);
     CHECK(split.target_width == 2);
     CHECK(split.targets == targets);
@@ -175,10 +165,10 @@ TEST_CASE("shard sink - a damaged shard, a shard of another split, or a bad mani
         return summary;
       },
       limits);
-  const std::string second = forms.shards.path + "/train-00001.shard";
+  const std::string second = forms.shards.path() + "/train-00001.shard";
   auto load_error = [&] {
     try {
-      load_directory_split(forms.shards.path, "d", SplitKind::kTrain);
+      load_directory_split(forms.shards.path(), "d", SplitKind::kTrain);
     } catch (const DataError& e) {
       return std::string(e.what());
     }
@@ -195,16 +185,16 @@ TEST_CASE("shard sink - a damaged shard, a shard of another split, or a bad mani
   SUBCASE("a shard of other examples") {
     ShardLayout other;
     other.example_bytes = 8;
-    ShardWriter writer(forms.shards.path, "other", other);
+    ShardWriter writer(forms.shards.path(), "other", other);
     writer.add(bytes.data(), 8, 1);
     writer.finish();
-    fs::rename(forms.shards.path + "/other-00000.shard", second);
+    fs::rename(forms.shards.path() + "/other-00000.shard", second);
     CHECK(load_error().find("train-00001.shard: its examples are not the split's") != std::string::npos);
   }
   SUBCASE("a manifest naming a path outside the directory, or without a shape") {
-    std::ofstream(forms.shards.path + "/dataset.json") << R"({"train": {"shards": ["../x.shard"], "shape": [4], "dtype": "uint8"}})";
+    std::ofstream(forms.shards.path() + "/dataset.json") << R"({"train": {"shards": ["../x.shard"], "shape": [4], "dtype": "uint8"}})";
     CHECK(load_error().find("/train/shards/0 must be a file name") != std::string::npos);
-    std::ofstream(forms.shards.path + "/dataset.json") << R"({"train": {"shards": [], "dtype": "uint8"}})";
+    std::ofstream(forms.shards.path() + "/dataset.json") << R"({"train": {"shards": [], "dtype": "uint8"}})";
     CHECK(load_error().find("/train/shape is required") != std::string::npos);
   }
 }

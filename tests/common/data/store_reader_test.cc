@@ -5,30 +5,20 @@
 
 #include <doctest/doctest.h>
 
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "common/base/error.h"
+#include "tests/test_support.h"
 #include "common/base/rng.h"
 
 namespace pstrain {
 namespace {
 namespace fs = std::filesystem;
 
-struct TempDir {
-  TempDir() {
-    path = (fs::temp_directory_path() / ("pstrain-store-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(counter++))).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-  static inline int counter = 0;
-};
+using testing::TempDir;
 
 std::vector<uint8_t> example_of(uint64_t id, size_t n) {
   std::vector<uint8_t> out(n);
@@ -54,8 +44,8 @@ std::vector<std::string> write_split(const std::string& dir, const std::string& 
 
 TEST_CASE("store reader - any example by id, in any order, across shards, within the open-shard bound") {
   TempDir dir;
-  const std::vector<std::string> files = write_split(dir.path, "train", 1000, 6, 64);  // 16 shards
-  StoreReader reader(dir.path, files, 3);
+  const std::vector<std::string> files = write_split(dir.path(), "train", 1000, 6, 64);  // 16 shards
+  StoreReader reader(dir.path(), files, 3);
   CHECK(reader.size() == 1000);
   CHECK(reader.layout().example_bytes == 6);
   Rng rng(3);
@@ -75,8 +65,8 @@ TEST_CASE("store reader - any example by id, in any order, across shards, within
 
 TEST_CASE("store reader - a batch equals its examples read one by one, runs and jumps alike") {
   TempDir dir;
-  const std::vector<std::string> files = write_split(dir.path, "train", 300, 10, 50);
-  StoreReader reader(dir.path, files, 2);
+  const std::vector<std::string> files = write_split(dir.path(), "train", 300, 10, 50);
+  StoreReader reader(dir.path(), files, 2);
   std::vector<uint64_t> ids = {5, 6, 7, 8, 48, 49, 50, 51, 52, 299, 0, 1, 150, 150, 100};
   Rng rng(11);
   for (int k = 0; k < 100; ++k) ids.push_back(rng.uniform_index(300));
@@ -96,25 +86,25 @@ TEST_CASE("store reader - a batch equals its examples read one by one, runs and 
 
 TEST_CASE("store reader - empty shards, shards of another layout, a header-only shard") {
   TempDir dir;
-  std::vector<std::string> files = write_split(dir.path, "a", 10, 4, 5);
+  std::vector<std::string> files = write_split(dir.path(), "a", 10, 4, 5);
   ShardLayout layout;
   layout.example_bytes = 4;
-  ShardWriter empty(dir.path, "empty", layout);
+  ShardWriter empty(dir.path(), "empty", layout);
   CHECK(empty.finish().empty());  // no examples: no shard at all
-  const std::vector<std::string> more = write_split(dir.path, "b", 7, 4, 100);
+  const std::vector<std::string> more = write_split(dir.path(), "b", 7, 4, 100);
   files.insert(files.end(), more.begin(), more.end());
-  StoreReader reader(dir.path, files);
+  StoreReader reader(dir.path(), files);
   CHECK(reader.size() == 17);
   std::vector<uint8_t> got;
   reader.read(12, got);
   CHECK(got == example_of(2, 4));  // "b"'s third example
 
-  const std::vector<std::string> other = write_split(dir.path, "c", 3, 8, 100);
+  const std::vector<std::string> other = write_split(dir.path(), "c", 3, 8, 100);
   std::vector<std::string> mixed = files;
   mixed.push_back(other[0]);
-  CHECK_THROWS_AS(StoreReader(dir.path, mixed), DataError);
+  CHECK_THROWS_AS(StoreReader(dir.path(), mixed), DataError);
 
-  const ShardFile header(dir.path + "/" + files[0], ShardFile::Open::kHeader);
+  const ShardFile header(dir.path() + "/" + files[0], ShardFile::Open::kHeader);
   CHECK(header.examples() == 5);
   CHECK_THROWS_AS(header.label(0), DataError);
   CHECK_THROWS_AS(header.read(0, got), DataError);
