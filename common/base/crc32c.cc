@@ -55,7 +55,11 @@ uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n) {
 #if defined(__x86_64__)
   if (has_sse42()) return ~crc_sse42(~crc, p, n);
 #endif
-  return ~crc_table(~crc, p, n);
+  return crc32c_extend_table(crc, p, n);
+}
+
+uint32_t crc32c_extend_table(uint32_t crc, const void* data, size_t n) {
+  return ~crc_table(~crc, static_cast<const unsigned char*>(data), n);
 }
 
 }  // namespace pstrain

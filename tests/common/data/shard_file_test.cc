@@ -52,8 +52,15 @@ std::string error_of(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST_CASE("crc32c - extending equals the checksum of the whole") {
+TEST_CASE("crc32c - extending equals the checksum of the whole, and the table path equals the instruction's") {
   CHECK(crc32c("123456789") == 0xE3069283u);  // the standard check value
+  CHECK(crc32c_extend_table(0, "123456789", 9) == 0xE3069283u);
+  std::string noise(1000, '\0');
+  Rng rng(5);
+  for (char& c : noise) c = static_cast<char>(rng.uniform_index(256));
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{999}, size_t{1000}}) {
+    CHECK(crc32c_extend_table(0x1234u, noise.data(), n) == crc32c_extend(0x1234u, noise.data(), n));
+  }
   const std::string text = "the quick brown fox jumps over the lazy dog, twice over";
   for (size_t cut = 0; cut <= text.size(); ++cut) {
     CHECK(crc32c_extend(crc32c(text.substr(0, cut)), text.data() + cut, text.size() - cut) == crc32c(text));
