@@ -50,6 +50,8 @@ stage "build (deploy/build.sh)" deploy/build.sh
 if [ "${results[-1]}" = ok ]; then
   stage "ctest" run_ctest "$@"
   ctest_result=${results[-1]}
+  # The first run's full log, kept: the rerun below would overwrite it.
+  cp "${BUILD_DIR:-build}/Testing/Temporary/LastTest.log" "${BUILD_DIR:-build}/Testing/first-run.log" 2>/dev/null || true
 else
   skip ctest "build failed"
 fi
@@ -87,6 +89,12 @@ if [ "${ctest_result:-}" = FAILED ] && [ -s "$failed_list" ]; then
   echo "test: ctest's failures, run once more:"
   cat "$failed_list"
   while IFS=: read -r number name; do
+    # What the failing run printed: its doctest failures first, then the last lines of its output.
+    echo "--- test $number ($name), the first run's output (failures, then its tail):"
+    awk -v name="$name" '$0 ~ "Test: " && index($0, name) { on = 1 } on { print } on && index($0, "end time") { exit }' \
+      "${BUILD_DIR:-build}/Testing/first-run.log" > "${BUILD_DIR:-build}/Testing/first-run-$number.log" 2>/dev/null || true
+    grep -E -A3 "ERROR|FATAL|failed|Timeout|Exception" "${BUILD_DIR:-build}/Testing/first-run-$number.log" | head -40
+    tail -40 "${BUILD_DIR:-build}/Testing/first-run-$number.log"
     echo "--- test $number ($name), rerun:"
     (cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -I "$number,$number" 2>&1 | tail -40)
   done < "$failed_list"

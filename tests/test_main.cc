@@ -5,17 +5,20 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 namespace {
 
-// How many test cases passed the filters in this run (the listener's only output).
+// How many test cases passed the filters in this run.
 unsigned& selected_cases() {
   static unsigned n = 0;
   return n;
 }
+
+std::atomic<unsigned> failed_assertions_so_far{0};
 
 struct SelectionListener final : doctest::IReporter {
   explicit SelectionListener(const doctest::ContextOptions&) {}
@@ -28,7 +31,9 @@ struct SelectionListener final : doctest::IReporter {
   void test_case_exception(const doctest::TestCaseException&) override {}
   void subcase_start(const doctest::SubcaseSignature&) override {}
   void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
+  void log_assert(const doctest::AssertData& data) override {
+    if (data.m_failed) failed_assertions_so_far.fetch_add(1, std::memory_order_relaxed);
+  }
   void log_message(const doctest::MessageData&) override {}
   void test_case_skipped(const doctest::TestCaseData&) override {}
 };
@@ -36,6 +41,12 @@ struct SelectionListener final : doctest::IReporter {
 }  // namespace
 
 DOCTEST_REGISTER_LISTENER("selection", 1, SelectionListener);
+
+namespace pstrain::testing {
+// How many assertions have failed in this run: the process harness prints its processes' logs
+// when a group ends after one failed (tests/integration/process_harness.cc, a weak reference).
+unsigned failed_assertions() { return failed_assertions_so_far.load(std::memory_order_relaxed); }
+}  // namespace pstrain::testing
 
 int main(int argc, char** argv) {
   std::string filter;

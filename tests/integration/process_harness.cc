@@ -111,6 +111,9 @@ std::optional<std::vector<std::string>> match_line(const std::string& line, cons
 
 }  // namespace
 
+// Defined by tests/test_main.cc (doctest's failed assertions so far); absent from other mains.
+unsigned failed_assertions() __attribute__((weak));
+
 std::string ExitStatus::describe() const {
   if (code < 0) return "exit status unknown";
   if (signal != 0)
@@ -338,6 +341,7 @@ ProcessGroup::ProcessGroup(ProcessGroupOptions options) : options_(options) {
     throw_errno("fork for the process group anchor");
   }
   ::setpgid(pgid_, pgid_);  // also here, so the group exists before start() whatever the timing
+  if (failed_assertions != nullptr) failures_at_start_ = failed_assertions();
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -348,6 +352,9 @@ ProcessGroup::~ProcessGroup() {
     while (p->running() && Clock::now() < deadline) std::this_thread::sleep_for(kPollInterval);
   ::kill(-pgid_, SIGKILL);  // also descendants that ignored SIGTERM or outlived their parent
   for (auto& p : processes_) p->kill_hard();
+  if (failed_assertions != nullptr && failed_assertions() > failures_at_start_) {
+    std::fprintf(stderr, "process_harness: an assertion failed; the processes' logs:\n%s\n", dump_logs(60).c_str());
+  }
   int st;
   while (::waitpid(pgid_, &st, 0) < 0 && errno == EINTR) {}
   processes_.clear();

@@ -113,6 +113,8 @@ class ProcessGroup {
   explicit ProcessGroup(ProcessGroupOptions options = {});
   // SIGTERM to the whole group, up to term_grace for the started processes to exit, then SIGKILL
   // to the whole group and reap. Removes the log directory unless keep_logs (then prints it).
+  // If an assertion of the test failed while the group lived, prints every process's log tail
+  // to stderr first (what ctest --output-on-failure shows of a run that failed once in CI).
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -129,6 +131,7 @@ class ProcessGroup {
   ProcessGroupOptions options_;
   std::string log_dir_;
   pid_t pgid_ = -1;  // == the anchor's pid
+  unsigned failures_at_start_ = 0;  // failed assertions of the test run when the group began
   std::vector<std::unique_ptr<Process>> processes_;
 };
 
