@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
             "too); empty: the data directory. Give a writable one when the data directory is read-only.");
   flags.add("max-upload-bytes", "PSTRAIN_MAX_UPLOAD_BYTES", std::to_string(uint64_t{4} << 30),
             "Largest dataset file accepted by PUT /v1/datasets/... (413 beyond).");
+  flags.add("shard-max-examples", "PSTRAIN_SHARD_MAX_EXAMPLES", std::to_string(uint64_t{1} << 20),
+            "Most examples in one shard file of a stored split (also at most 64 MiB each).");
   flags.add("state-dir", "PSTRAIN_STATE_DIR", "coordinator-state",
             "RocksDB directory for the coordinator's jobs, metrics and models (created if missing).");
   flags.add("job", "PSTRAIN_JOB", "",
@@ -113,6 +115,7 @@ int main(int argc, char** argv) {
     config.node.data_dir = flags.get("data-dir");
     config.node.datasets_dir = flags.get("datasets-dir");
     config.node.max_upload_bytes = static_cast<uint64_t>(flags.get_int("max-upload-bytes", 1, int64_t{1} << 50));
+    config.node.shard_max_examples = static_cast<uint64_t>(flags.get_int("shard-max-examples", 1, int64_t{1} << 20));
     config.node.state_dir = flags.get("state-dir");
     config.node.cluster = rpc::ClusterCredential::from_flag(flags.get(rpc::kSecretFlag));
     config.job_file = flags.get("job");

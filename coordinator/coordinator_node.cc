@@ -52,7 +52,8 @@ CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeCo
       config_(config),
       kv_(open_state(config.state_dir)),
       store_(*kv_),
-      catalog_(DatasetCatalog::Options{config.data_dir, config.datasets_dir, config.max_upload_bytes, {}}, *kv_,
+      catalog_(DatasetCatalog::Options{config.data_dir, config.datasets_dir, config.max_upload_bytes, {},
+                                                      ShardLimits{.max_examples = config.shard_max_examples}}, *kv_,
                [this](const std::string& dataset) { return jobs_using_dataset(store_.list(), dataset); }),
       cluster_(std::chrono::milliseconds(config.dead_after_ms)),
       data_(config.load_split ? config.load_split

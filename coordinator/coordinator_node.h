@@ -39,6 +39,7 @@ struct CoordinatorNodeConfig {
   std::string data_dir;   // the datasets: built-in IDX files and dataset directories (uploads)
   std::string datasets_dir;  // where uploaded datasets are stored ("": data_dir)
   uint64_t max_upload_bytes = uint64_t{4} << 30;  // one dataset upload
+  uint64_t shard_max_examples = uint64_t{1} << 20;  // per shard file of an uploaded split (ShardLimits)
   // Where the DataService gets splits (called on its loading thread). Empty: the dataset
   // catalog's (tests give their own, e.g. synthetic data).
   SplitLoader load_split;

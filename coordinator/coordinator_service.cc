@@ -65,6 +65,9 @@ kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context
   KJ_REQUIRE(info != nullptr && info->alive, "unknown node: register first", node);
   KJ_REQUIRE(info->role == proto::Role::WORKER, "only workers get assignments", node);
   const uint32_t wait_ms = std::min<uint32_t>(context.getParams().getWaitMs(), 60000);
+  if (context.getParams().getBrokenJobId().size() > 0) {
+    cluster_.find(node)->ended_session_of = rpc::to_string(context.getParams().getBrokenJobId());
+  }
   // A minimum generation only means something for the job whose session broke.
   JobRunner* current = jobs_.job_of_worker(node);
   const bool same_job = current != nullptr && current->id() == rpc::to_string(context.getParams().getBrokenJobId());
@@ -104,6 +107,20 @@ kj::Promise<void> CoordinatorService::openShard(OpenShardContext context) {
   context.getResults().setStream(
       job->open_shard(NodeId{params.getNodeId()}, params.getSplit(), params.getEpoch(), params.getFromStep(),
                       params.getSlice()));
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> CoordinatorService::served(ServedContext context) {
+  const auto params = context.getParams();
+  JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
+  KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
+  const auto counts = params.getCounts();
+  const auto sums = params.getSums();
+  KJ_REQUIRE(counts.size() == sums.size(), "as many counts as sums");
+  std::vector<ExampleDigest> digests(counts.size());
+  for (unsigned i = 0; i < counts.size(); ++i) digests[i] = {counts[i], sums[i]};
+  job->on_served(NodeId{params.getNodeId()}, params.getGeneration(), params.getEpoch(), params.getSlice(),
+                 params.getFromStep(), digests);
   return kj::READY_NOW;
 }
 

@@ -30,6 +30,7 @@ class CoordinatorService final : public proto::Coordinator::Server {
   kj::Promise<void> getAssignment(GetAssignmentContext context) override;
   kj::Promise<void> openShard(OpenShardContext context) override;
   kj::Promise<void> reportProgress(ReportProgressContext context) override;
+  kj::Promise<void> served(ServedContext context) override;
   kj::Promise<void> backupDone(BackupDoneContext context) override;
   kj::Promise<void> preempted(PreemptedContext context) override;
   kj::Promise<void> watch(WatchContext context) override;

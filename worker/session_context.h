@@ -9,18 +9,21 @@
 #include <kj/async.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/data/training_spec.h"
 #include "common/engine/model_spec.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 #include "worker/stoppable_wait.h"
+#include "worker/store_stream.h"
 
 namespace pstrain {
 
 // What a session reads of its job: narrowed from the job spec where the worker receives it (the
 // session's constructor, the one worker file of the distributed path that reads specs).
 struct SessionSpec {
+  DatasetSpec dataset;  // the plan's shard policy and shuffle seed
   ModelSpec model;
   LossSpec loss;
   TrainingSpec training;
@@ -36,11 +39,17 @@ struct SessionFacts {
   uint32_t worker_index = 0, worker_count = 1;  // this worker's slice, and the job's slices
   uint64_t steps_per_epoch = 0;
   uint64_t generation = 0;  // of the plan (a recovery makes a new one)
+  // The training split's shards when this worker reads its examples itself (store_stream.h);
+  // null: the coordinator streams them.
+  std::shared_ptr<WorkerStore> store;
   bool sync() const { return spec.training.mode == TrainingMode::kSync; }
 
   // A data stream of `split` for this worker, of `epoch` from `from_step`: its own slice (slice
   // -1), an extra one, or one it was ordered to take over.
   proto::DataStream::Client open_shard(proto::Split split, uint32_t epoch, uint64_t from_step, int64_t slice) const {
+    if (split == proto::Split::TRAIN && store) {
+      return store->open_train(epoch, slice < 0 ? worker_index : static_cast<uint32_t>(slice), from_step);
+    }
     auto request = coordinator.openShardRequest();
     request.setJobId(job_id);
     request.setNodeId(node_id);

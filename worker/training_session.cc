@@ -31,7 +31,8 @@ int64_t batch_per_worker(const SessionSpec& spec, uint32_t workers) {
 
 SessionSpec session_spec(const std::string& spec_json) {
   JobSpec spec = parse_accepted_job_spec(spec_json);
-  return SessionSpec{std::move(spec.model), std::move(spec.loss), std::move(spec.training), spec.backup};
+  return SessionSpec{std::move(spec.dataset), std::move(spec.model), std::move(spec.loss), std::move(spec.training),
+                     spec.backup};
 }
 
 }  // namespace
@@ -62,6 +63,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
       reports_(facts_, waits_) {
   const SessionSpec& spec = facts_.spec;
   const int64_t batch = model_->max_batch();
+  open_store(a.getTrainStore(), options.read_store);
   // Every worker computes the first layer per server's rows, whether or not the servers do it
   // (the same sums either way, and what the trainer's `servers` option reproduces).
   int first_kernel = -1;
@@ -107,6 +109,24 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
 }
 
 TrainingSession::~TrainingSession() = default;
+
+void TrainingSession::open_store(proto::StoredShards::Reader store, bool wanted) {
+  if (!wanted || store.getDir().size() == 0) return;
+  const SessionSpec& spec = facts_.spec;
+  // The coordinator's plan, computed here: the same spec, split size and slice count.
+  const DataPlan plan(spec.dataset.shard_policy, spec.training.mode, static_cast<uint32_t>(store.getExamples()),
+                      spec.training.global_batch_size, facts_.worker_count, spec.dataset.shuffle_seed);
+  std::string why_not;
+  facts_.store = WorkerStore::open(store, plan, {facts_.coordinator, facts_.node_id, facts_.job_id, facts_.generation,
+                                                 facts_.sync()}, &why_not);
+  if (facts_.store) {
+    PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index
+                 << " reads its training examples from the dataset store at " << facts_.store->dir();
+  } else {
+    PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index
+                 << " reads its training examples through the coordinator: " << why_not;
+  }
+}
 
 void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate) {
   evaluate_split(wait_scope, proto::Split::TEST, epoch, train_rate);

@@ -48,6 +48,9 @@ struct SessionOptions {
   // Tests of long steps (issue 33): each step's compute also sleeps this long, on the compute
   // thread, as a slow model would take it. 0 in production.
   uint32_t slow_step_ms = 0;
+  // Reads the training examples from the dataset store when the assignment names one this
+  // worker sees (store_stream.h); false: always through the coordinator (--data-from coordinator).
+  bool read_store = true;
 };
 
 class TrainingSession {
@@ -63,6 +66,9 @@ class TrainingSession {
   bool run(kj::WaitScope& wait_scope, const std::function<bool()>& should_stop);
 
  private:
+  // Reads the training split from the store the assignment names, if `wanted` and this worker
+  // sees it (facts_.store; the log says which and why).
+  void open_store(proto::StoredShards::Reader store, bool wanted);
   // The test split's slices (the worker's own and its extras), reported as one EVALUATION report,
   // then the validation split's (if any) as a VALIDATION report.
   void evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate);

@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
   flags.add("slow-step-ms", "", "0",
             "For tests of long steps: each step's compute also takes this long (the worker's loop busy, as\n"
             "      with a model whose steps take that long). 0: off.");
+  flags.add("data-from", "PSTRAIN_DATA_FROM", "store",
+            "Where the worker reads its training examples: 'store' (the dataset's shard files, when it\n"
+            "      sees their directory as the coordinator names it and they are as recorded; otherwise\n"
+            "      through the coordinator) or 'coordinator' (always through the coordinator).");
   flags.add_switch("check-config", "", "Validate the configuration and exit.");
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-worker")) return *status;
   WorkerNodeConfig config;
@@ -55,6 +59,11 @@ int main(int argc, char** argv) {
     config.session.exchange = parse_exchange(flags.get("exchange"));
     config.session.cluster = rpc::ClusterCredential::from_flag(flags.get(rpc::kSecretFlag));
     config.session.slow_step_ms = static_cast<uint32_t>(flags.get_int("slow-step-ms", 0, 3600 * 1000));
+    const std::string data_from = flags.get("data-from");
+    if (data_from != "store" && data_from != "coordinator") {
+      throw std::invalid_argument("--data-from: '" + data_from + "' is neither 'store' nor 'coordinator'");
+    }
+    config.session.read_store = data_from == "store";
     config.name = flags.get("name").empty() ? rpc::default_node_name() : flags.get("name");
   } catch (const std::exception& e) {
     std::cerr << "pstrain-worker: " << e.what() << "\n";

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/base/rng.h"
+#include "common/data/job_spec.h"
 
 namespace pstrain {
 

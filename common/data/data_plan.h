@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/data/job_spec.h"
+#include "common/data/training_spec.h"
 
 namespace pstrain {
+
+struct JobSpec;
 
 class DataPlan {
  public:

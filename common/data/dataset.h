@@ -56,6 +56,16 @@ struct Split {
   // categories); null for arrays and images. A job trains on the preprocessed form
   // (preprocessing.h), a split of its own without a table.
   std::shared_ptr<const TableSchema> table;
+  // Where the examples are stored as shards (shard_file.h), for a split loaded as it is stored:
+  // a worker that sees the directory reads its examples from there itself. Null for other
+  // formats, tables (a job trains on their preprocessed form) and splits made from another (a
+  // hold-out).
+  struct StoredShards {
+    std::string dir;                 // absolute
+    std::vector<std::string> files;  // in the split's order
+    std::vector<uint32_t> crcs;      // each shard's CRC-32C, from its header when loaded
+  };
+  std::shared_ptr<const StoredShards> store;
 
   // Values per example (the product of `shape`).
   uint32_t example_size() const { return static_cast<uint32_t>(num_elements(shape)); }

@@ -15,6 +15,7 @@
 #include "common/base/error.h"
 #include "common/base/json_parse.h"
 #include "common/base/json_text.h"
+#include "common/data/shard_file.h"
 #include "common/data/shard_sink.h"
 
 namespace pstrain {
@@ -321,6 +322,15 @@ class ExamplesSink final : public ExampleSink {
   ParsedExamples out;
 };
 
+// The shards' place and CRCs, as a worker checks them before it reads them itself.
+std::shared_ptr<const Split::StoredShards> stored_shards(const std::string& dir, const std::vector<std::string>& files) {
+  auto out = std::make_shared<Split::StoredShards>();
+  out->dir = std::filesystem::absolute(dir).lexically_normal().string();
+  out->files = files;
+  for (const std::string& f : files) out->crcs.push_back(ShardFile(out->dir + "/" + f, ShardFile::Open::kHeader).crc());
+  return out;
+}
+
 }  // namespace
 
 Split load_directory_split(const std::string& dir, const std::string& name, SplitKind kind, uint32_t num_classes) {
@@ -354,6 +364,7 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
   sink.out.classes = num_classes;
   Split split = make_split(name, kind, std::move(sink.out));
   split.table = table;
+  if (it->second.format == ManifestSplit::Format::kShards && !table) split.store = stored_shards(dir, it->second.shards);
   return split;
 }
 

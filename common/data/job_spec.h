@@ -23,14 +23,7 @@ namespace pstrain {
 struct DatasetInfo;
 struct Split;
 
-enum class ShardPolicy { kData, kFile, kOff };
 const char* shard_policy_name(ShardPolicy policy);
-
-struct DatasetSpec {
-  std::string name;                          // a built-in (mnist10k, fashion, fashion-mnist) or catalog dataset
-  ShardPolicy shard_policy = ShardPolicy::kData;
-  uint64_t shuffle_seed = 0;
-};
 
 // What the coordinator keeps of a job's backups as checkpoints a user can list, download, evaluate
 // and start other jobs from (like Keras' ModelCheckpoint max_to_keep): the newest `keep` complete

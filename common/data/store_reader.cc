@@ -7,11 +7,15 @@
 
 namespace pstrain {
 
-StoreReader::StoreReader(std::string dir, std::vector<std::string> files, size_t max_open)
-    : dir_(std::move(dir)), files_(std::move(files)), max_open_(std::max<size_t>(max_open, 1)) {
+StoreReader::StoreReader(std::string dir, std::vector<std::string> files, size_t max_open, std::vector<uint32_t> crcs)
+    : dir_(std::move(dir)), files_(std::move(files)), crcs_(std::move(crcs)), max_open_(std::max<size_t>(max_open, 1)) {
+  if (!crcs_.empty() && crcs_.size() != files_.size()) {
+    throw DataError(dir_ + ": " + std::to_string(crcs_.size()) + " CRCs for " + std::to_string(files_.size()) + " shards");
+  }
   first_.push_back(0);
   for (size_t s = 0; s < files_.size(); ++s) {
     const ShardFile header(dir_ + "/" + files_[s], ShardFile::Open::kHeader);
+    check_crc(header, s);
     if (s == 0) {
       layout_ = header.layout();
     } else if (!(header.layout() == layout_)) {
@@ -21,6 +25,12 @@ StoreReader::StoreReader(std::string dir, std::vector<std::string> files, size_t
   }
   open_.resize(files_.size());
   last_use_.assign(files_.size(), 0);
+}
+
+void StoreReader::check_crc(const ShardFile& file, size_t s) const {
+  if (crcs_.empty() || file.crc() == crcs_[s]) return;
+  throw DataError(file.path() + ": its CRC-32C is " + std::to_string(file.crc()) + ", not the " +
+                  std::to_string(crcs_[s]) + " recorded for the split (the file was replaced)");
 }
 
 std::pair<size_t, uint64_t> StoreReader::locate(uint64_t id) const {
@@ -42,8 +52,10 @@ const ShardFile& StoreReader::shard(size_t s) {
     }
     open_[victim].reset();
   }
-  open_[s] = std::make_unique<ShardFile>(dir_ + "/" + files_[s]);
-  if (!(open_[s]->layout() == layout_)) throw DataError(open_[s]->path() + ": changed since the split was mapped");
+  auto file = std::make_unique<ShardFile>(dir_ + "/" + files_[s]);
+  if (!(file->layout() == layout_)) throw DataError(file->path() + ": changed since the split was mapped");
+  check_crc(*file, s);
+  open_[s] = std::move(file);
   return *open_[s];
 }
 

@@ -21,8 +21,10 @@ namespace pstrain {
 class StoreReader {
  public:
   // The shards `files` of directory `dir`, in the split's order. Throws DataError (naming the
-  // file) for a missing or invalid shard, or shards of different layouts.
-  StoreReader(std::string dir, std::vector<std::string> files, size_t max_open = 8);
+  // file) for a missing or invalid shard, or shards of different layouts. With `crcs` (one per
+  // file, as recorded when the split was loaded), a shard whose header holds another CRC-32C is
+  // an error too, here and whenever it is opened again: a replaced file is never read as the old.
+  StoreReader(std::string dir, std::vector<std::string> files, size_t max_open = 8, std::vector<uint32_t> crcs = {});
 
   uint64_t size() const { return first_.back(); }
   const ShardLayout& layout() const { return layout_; }
@@ -44,9 +46,11 @@ class StoreReader {
 
  private:
   const ShardFile& shard(size_t s);
+  void check_crc(const ShardFile& file, size_t s) const;
 
   std::string dir_;
   std::vector<std::string> files_;
+  std::vector<uint32_t> crcs_;   // expected, by shard (empty: not checked)
   std::vector<uint64_t> first_;  // first id of each shard, then the split's size
   ShardLayout layout_;
   size_t max_open_;

@@ -5,10 +5,21 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/data/class_weight.h"
 
 namespace pstrain {
+
+enum class ShardPolicy { kData, kFile, kOff };
+
+// The spec's `dataset`: here rather than in job_spec.h because a worker's session plans its data
+// from it (common/data/data_plan.h) when it reads its own examples.
+struct DatasetSpec {
+  std::string name;                          // a built-in (mnist10k, fashion, fashion-mnist) or catalog dataset
+  ShardPolicy shard_policy = ShardPolicy::kData;
+  uint64_t shuffle_seed = 0;
+};
 
 enum class TrainingMode { kSync, kAsync };
 enum class CompressionKind { kNone, kFp16, kTopk, kPowerSgd };

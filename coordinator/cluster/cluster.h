@@ -33,6 +33,8 @@ struct NodeInfo {
   SteadyTime registered_at, last_heartbeat;
   bool alive = true;
   std::string job;  // empty: free
+  // Workers: the job whose session the worker last said had ended (getAssignment's brokenJobId).
+  std::string ended_session_of;
   // Progress: the counter its heartbeats carry, when it last advanced, and the time one unit of
   // it took lately (exponential average; 0 until it advanced twice).
   uint64_t progress = 0;

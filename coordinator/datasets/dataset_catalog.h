@@ -44,6 +44,7 @@
 #include "common/data/dataset.h"
 #include "common/data/dataset_formats.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/shard_file.h"
 #include "common/storage/kv_store.h"
 #include "common/base/task_thread.h"
 #include "common/base/mutex.h"
@@ -105,6 +106,7 @@ class DatasetCatalog {
     std::string uploads_dir;  // where uploads are stored (and dropped-in directories read too); "": data_dir
     uint64_t max_upload_bytes = uint64_t{4} << 30;  // one uploaded file
     ExampleLimits limits;                           // what one split may hold
+    ShardLimits shards;                             // each shard file of a stored split
   };
   // Returns the ids of unfinished jobs that use a dataset (for DELETE and replace: 409).
   using JobsUsing = std::function<std::vector<std::string>(const std::string& dataset)>;

@@ -135,7 +135,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   const std::string stamp = std::to_string(now_ms());
   // The stored form: the dataset store's shards (shard_file.h), named by split and time so that a
   // replacement's files never collide with the ones it replaces.
-  ShardSink writer(work.string(), upload.split + "-" + stamp);
+  ShardSink writer(work.string(), upload.split + "-" + stamp, options_.shards);
   ExampleSummary summary;
   switch (upload.format) {
     case UploadFormat::kCsv:
@@ -374,7 +374,8 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
     }
   } cleanup{work};
   const std::string stamp = std::to_string(now_ms());
-  ShardSink train_writer(work.string(), "train-" + stamp), test_writer(work.string(), "test-" + stamp);
+  ShardSink train_writer(work.string(), "train-" + stamp, options_.shards),
+      test_writer(work.string(), "test-" + stamp, options_.shards);
   const TableSchema no_table;
   ProfilingSink train_side(train_writer, table ? *table : no_table), test_side(test_writer, table ? *table : no_table);
   RoutingSink router(to_test, table ? static_cast<ExampleSink&>(train_side) : train_writer,

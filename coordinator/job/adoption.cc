@@ -9,9 +9,13 @@
 // first job to be scheduled took whatever servers had registered first: with two jobs running,
 // each could get the other's server, find no backup there and start again from step 0 (issue 48).
 //
-// What it goes on from. Sync: workers' sessions end at step boundaries when the coordinator goes
-// (their data stream or report fails between steps), so a sync job's chunks all stand at one step
-// v: the workers' new plan starts there and nothing is replayed. Pushes of the old plan still
+// What it goes on from. Sync: workers train on while the coordinator is down (their buffered or
+// locally read data, unanswered reports), and their sessions end at step boundaries once they need
+// it (their data ends, an evaluation). The restarted coordinator waits until one of the job's
+// workers says its old session ended (old_plan_stopped): from then no step can complete without
+// that worker's slice, so a sync job's chunks all stand at one step v and stay there: the
+// workers' new plan starts there and nothing is replayed. (Probing sooner could see a step half
+// applied, or settle at v while an old step completes: issue 50's CI run found that.) Pushes of the old plan still
 // waiting at the servers are failed and fenced off by a settle at v, and any cut hold the old
 // coordinator left is lifted after it (lifted first, the hold could let an old step apply).
 // Where that fails (a server restarted meanwhile, or not at one step), the servers are configured
@@ -40,6 +44,23 @@ kj::Promise<uint64_t> adopt_servers_state(JobContext& job) {
     }
     return job.servers.settle_and_release(version, job.generation).then([version] { return version; });
   });
+}
+
+kj::Promise<void> Adoption::old_plan_stopped() {
+  const kj::TimePoint until = job_.io.getTimer().now() + job_.options.move_lost_server_after;
+  return wait_for_old_plan(until);
+}
+
+kj::Promise<void> Adoption::wait_for_old_plan(kj::TimePoint until) {
+  for (NodeId w : job_.workers) {
+    const NodeInfo* node = job_.cluster.find(w);
+    if (node != nullptr && node->ended_session_of == job_.id) return kj::READY_NOW;
+  }
+  if (job_.io.getTimer().now() >= until) {
+    PSLOG(kInfo) << "job " << job_.id << ": no worker said its session of the old plan ended; probing the servers";
+    return kj::READY_NOW;
+  }
+  return job_.io.getTimer().afterDelay(20 * kj::MILLISECONDS).then([this, until] { return wait_for_old_plan(until); });
 }
 
 void Adoption::load(const JobRecord& record) {

@@ -56,8 +56,15 @@ class Adoption {
   // resolves with its version, or nullopt (nothing adopted) when there is none or no index moved.
   // The moved servers' old names are told to drop the job if they come back (ServerMover).
   kj::Promise<std::optional<uint64_t>> adopt_replicas(std::function<bool(uint64_t)> usable);
+  // Sync: resolves once the old coordinator's plan can no longer complete a step: one of the
+  // job's workers said its session of the job ended (then every later step lacks its slice), or
+  // after move_lost_server_after (then the servers' state is probed as it stands, and a backup
+  // restored if it is not at one step).
+  kj::Promise<void> old_plan_stopped();
 
  private:
+  kj::Promise<void> wait_for_old_plan(kj::TimePoint until);
+
   JobContext& job_;
   ServerMover& mover_;
   bool requeued_while_running_ = false;

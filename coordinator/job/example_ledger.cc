@@ -4,25 +4,6 @@
 #include <cstdio>
 
 namespace pstrain {
-namespace {
-
-// A 64-bit mix of an example id (splitmix64's finalizer): sums of these tell sets apart.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
-ExampleLedger::Digest ExampleLedger::digest(const std::vector<uint32_t>& examples) {
-  Digest d;
-  d.count = examples.size();
-  for (uint32_t e : examples) d.sum += mix(e);
-  return d;
-}
-
 std::vector<ExampleLedger::EpochAudit> ExampleLedger::audit(const DataPlan& plan, uint32_t epochs,
                                                             uint32_t examples) const {
   std::vector<EpochAudit> out(epochs);

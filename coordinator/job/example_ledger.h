@@ -1,6 +1,6 @@
 // The example ledger of a sync job: for each global step of the current timeline, what each slice
-// was served, kept as a digest (the examples' count and a 64-bit sum of a mix of their ids), never
-// as the ids: its memory grows with the steps, not with the dataset. A rollback to step b forgets
+// was served, kept as a digest (common/data/example_digest.h: the examples' count and a 64-bit sum
+// of a mix of their ids), never as the ids: its memory grows with the steps, not with the dataset. A rollback to step b forgets
 // the steps from b on, so at the end the ledger describes exactly the applied updates.
 //
 // The audit compares each recorded slice with the plan's (DataPlan, recomputed one epoch at a
@@ -18,20 +18,21 @@
 #include <vector>
 
 #include "common/data/data_plan.h"
+#include "common/data/example_digest.h"
 
 namespace pstrain {
 
 class ExampleLedger {
  public:
-  struct Digest {
-    uint64_t count = 0, sum = 0;
-    bool operator==(const Digest&) const = default;
-  };
-  static Digest digest(const std::vector<uint32_t>& examples);
+  using Digest = ExampleDigest;
+  static Digest digest(const std::vector<uint32_t>& examples) { return digest_of(examples); }
 
+  // What slice `slice` was served at global step `step`: its examples, or their digest (a worker
+  // that read them itself reports that).
   void served(uint64_t step, uint32_t slice, const std::vector<uint32_t>& examples) {
     steps_[step][slice] = digest(examples);
   }
+  void served(uint64_t step, uint32_t slice, Digest digest) { steps_[step][slice] = digest; }
   void forget_from(uint64_t step) { steps_.erase(steps_.lower_bound(step), steps_.end()); }
   void clear() { steps_.clear(); }
 

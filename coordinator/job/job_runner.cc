@@ -146,6 +146,16 @@ bool JobRunner::fill_assignment(NodeId node, proto::Assignment::Builder out) con
     out.setStartStep(job_.resume_version % steps_per_epoch);
   }
   out.setGeneration(job_.generation);
+  if (const auto& store = job_.prepared.train->store) {
+    // The split as stored: a worker that sees the shards reads its examples itself (served()).
+    auto ref = out.initTrainStore();
+    ref.setDir(store->dir);
+    auto files = ref.initFiles(static_cast<unsigned>(store->files.size()));
+    for (size_t i = 0; i < store->files.size(); ++i) files.set(static_cast<unsigned>(i), store->files[i]);
+    auto crcs = ref.initCrcs(static_cast<unsigned>(store->crcs.size()));
+    for (size_t i = 0; i < store->crcs.size(); ++i) crcs.set(static_cast<unsigned>(i), store->crcs[i]);
+    ref.setExamples(job_.prepared.train->size);
+  }
   if (!job_.options.coordinator_key.empty()) {
     // The worker's pass to the job's servers (they check it against the key in their JobConfig).
     const std::string token = rpc::worker_token(rpc::job_key(job_.options.coordinator_key, job_.id), node.value());
@@ -185,6 +195,22 @@ proto::DataStream::Client JobRunner::open_shard(NodeId node, proto::Split split,
                                 job_.progress.ledger().served(epoch * steps_per_epoch + static_cast<uint64_t>(step), worker,
                                                      indices);
                               });
+}
+
+void JobRunner::on_served(NodeId node, uint64_t generation, uint32_t epoch, uint32_t slice, uint64_t from_step,
+                          const std::vector<ExampleDigest>& digests) {
+  const auto index = job_.worker_index(node);
+  KJ_REQUIRE(index.has_value(), "this node is not a worker of the job", node, job_.id);
+  if (generation != job_.generation || !job_.sync()) return;  // a stream of an abandoned plan
+  const auto mine = job_.slices_of(*index);
+  KJ_REQUIRE(std::find(mine.begin(), mine.end(), slice) != mine.end() || faults_.takeover().granted(node, slice),
+             "the worker does not compute this slice", slice, node);
+  KJ_REQUIRE(epoch < job_.spec.training.epochs, "epoch out of range", epoch);
+  const uint64_t steps_per_epoch = job_.steps_per_epoch();
+  KJ_REQUIRE(from_step + digests.size() <= steps_per_epoch, "step out of range", from_step);
+  for (size_t i = 0; i < digests.size(); ++i) {
+    job_.progress.ledger().served(epoch * steps_per_epoch + from_step + i, slice, digests[i]);
+  }
 }
 
 bool JobRunner::on_progress(NodeId node, proto::Progress::Reader report) {

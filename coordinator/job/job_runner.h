@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data/example_digest.h"
 #include "coordinator/job/checkpointer.h"
 #include "coordinator/job/divergence_guard.h"
 #include "coordinator/job/early_stop.h"
@@ -72,6 +73,10 @@ class JobRunner {
   // `slice` >= 0: one of the worker's extra slices (JobContext::slices_of); -1: its own.
   proto::DataStream::Client open_shard(NodeId node, proto::Split split, uint32_t epoch, uint64_t from_step,
                                        int64_t slice = -1);
+  // Sync: what a worker that reads its own examples read for `slice` at steps from_step, ... of
+  // `epoch` (the example ledger's record; ignored for an older plan).
+  void on_served(NodeId node, uint64_t generation, uint32_t epoch, uint32_t slice, uint64_t from_step,
+                 const std::vector<ExampleDigest>& digests);
   // Returns whether the worker should keep going.
   bool on_progress(NodeId node, proto::Progress::Reader report);
   void fail(const std::string& reason);

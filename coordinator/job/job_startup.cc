@@ -62,8 +62,9 @@ kj::Promise<void> JobStartup::configure_servers() {
         };
         // A server at another index than before holds no state of this one: from a backup.
         if (!job_.sync() || !adoption_.moved().empty()) return from_backup();
-        // After a coordinator restart, the servers may hold the job still: go on from their state.
-        return adopt().catch_([this, from_backup](kj::Exception&& e) {
+        // After a coordinator restart, the servers may hold the job still: go on from their state,
+        // once the old plan's sessions can no longer move it.
+        return adoption_.old_plan_stopped().then([this] { return adopt(); }).catch_([this, from_backup](kj::Exception&& e) {
           PSLOG(kInfo) << "job " << job_.id << ": cannot take over the servers' state (" << e.getDescription().cStr()
                        << "); configuring them afresh";
           return from_backup();

@@ -312,6 +312,18 @@ struct Assignment {
   # own (workerIndex): the slices of lost workers that no free worker has replaced. workerCount
   # is the job's slice count, which stays the same through losses (DESIGN-NOTES "Slices").
   extraSlices @11 :List(UInt32);
+  # Where the training split is stored as shards, for a worker that sees the directory to read
+  # its slices' examples itself (it then reports what it read with `served`); an empty dir: the
+  # worker reads through openShard.
+  trainStore @12 :StoredShards;
+}
+
+# A split's shard files (common/data/shard_file.h) as the coordinator loaded them.
+struct StoredShards {
+  dir @0 :Text;             # absolute, as the coordinator sees it
+  files @1 :List(Text);     # in the split's order
+  crcs @2 :List(UInt32);    # each shard's CRC-32C (its header's)
+  examples @3 :UInt64;      # in the split
 }
 
 struct Batch {
@@ -434,4 +446,9 @@ interface Coordinator {
   # call returns once the part is stored (flow control).
   storeReplica @9 (nodeId :UInt32, jobId :Text, version :UInt64, chunks :List(Data), first :UInt32,
                    total :UInt32) -> ();
+  # Sync: the examples a worker that reads its own (Assignment.trainStore) read for `slice` at
+  # steps fromStep, fromStep + 1, ... of `epoch`, as digests (common/data/example_digest.h): the
+  # example ledger's record, as the coordinator keeps it for the batches it streams.
+  served @10 (nodeId :UInt32, jobId :Text, generation :UInt64, epoch :UInt32, slice :UInt32, fromStep :UInt64,
+              counts :List(UInt64), sums :List(UInt64)) -> ();
 }

@@ -1,0 +1,140 @@
+#include "worker/store_stream.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "common/base/error.h"
+#include "common/base/log.h"
+#include "common/rpc/rpc_util.h"
+
+namespace pstrain {
+
+// One slice's batches of one epoch, read from the store.
+class StoreStream final : public proto::DataStream::Server {
+ public:
+  StoreStream(std::shared_ptr<WorkerStore> store, uint32_t epoch, uint32_t slice, uint64_t from_step)
+      : store_(std::move(store)),
+        shard_(store_->plan_.shard(epoch, slice)),
+        epoch_(epoch),
+        slice_(slice),
+        step_(static_cast<int64_t>(from_step)) {}
+
+ protected:
+  kj::Promise<void> next(NextContext context) override {
+    // At most 8 batches a call, as the coordinator's streams (DataService::kMaxBatchesPerCall).
+    const uint32_t wanted = std::clamp<uint32_t>(context.getParams().getMaxBatches(), 1, 8);
+    const auto count = static_cast<uint32_t>(std::clamp<int64_t>(shard_.steps() - step_, 0, wanted));
+    auto results = context.getResults();
+    auto batches = results.initBatches(count);
+    std::vector<ExampleDigest> digests;
+    const auto first = static_cast<uint64_t>(step_);
+    for (uint32_t b = 0; b < count; ++b, ++step_) {
+      const std::vector<uint32_t> ids = shard_.batch(step_);
+      store_->fill(epoch_, step_, ids, batches[b]);
+      digests.push_back(digest_of(ids));
+    }
+    results.setEnd(step_ >= shard_.steps());
+    if (!digests.empty()) store_->report(epoch_, slice_, first, digests);
+    return kj::READY_NOW;
+  }
+
+ private:
+  std::shared_ptr<WorkerStore> store_;
+  DataPlan::EpochShard shard_;
+  uint32_t epoch_, slice_;
+  int64_t step_;
+};
+
+std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store, const DataPlan& plan,
+                                               Reporter reporter, std::string* why_not) {
+  const std::string dir = rpc::to_string(store.getDir());
+  if (dir.empty()) {
+    *why_not = "the coordinator streams this job's examples (its training split is not stored as shards as loaded)";
+    return nullptr;
+  }
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error)) {
+    *why_not = "this worker does not see the dataset store at " + dir;
+    return nullptr;
+  }
+  std::vector<std::string> files;
+  for (auto f : store.getFiles()) files.push_back(rpc::to_string(f));
+  std::vector<uint32_t> crcs;
+  for (uint32_t crc : store.getCrcs()) crcs.push_back(crc);
+  try {
+    auto reader = std::make_unique<StoreReader>(dir, std::move(files), 8, std::move(crcs));
+    if (reader->size() != store.getExamples()) {
+      *why_not = dir + " holds " + std::to_string(reader->size()) + " examples, the coordinator's split " +
+                 std::to_string(store.getExamples());
+      return nullptr;
+    }
+    if (reader->layout().variable || reader->layout().labels == LabelKind::kNone) {
+      *why_not = dir + ": examples of varying size or without labels are not read by workers yet";
+      return nullptr;
+    }
+    return std::shared_ptr<WorkerStore>(new WorkerStore(dir, std::move(reader), plan, std::move(reporter)));
+  } catch (const DataError& e) {
+    *why_not = e.what();
+    return nullptr;
+  }
+}
+
+WorkerStore::WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, const DataPlan& plan, Reporter reporter)
+    : dir_(std::move(dir)),
+      reader_(std::move(reader)),
+      plan_(plan),
+      reporter_(std::move(reporter)),
+      example_size_(static_cast<uint32_t>(reader_->layout().example_bytes / dtype_size(reader_->layout().dtype))),
+      reports_(*this) {}
+
+proto::DataStream::Client WorkerStore::open_train(uint32_t epoch, uint32_t slice, uint64_t from_step) {
+  return kj::heap<StoreStream>(shared_from_this(), epoch, slice, from_step);
+}
+
+void WorkerStore::fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>& ids, proto::Batch::Builder batch) {
+  ids_.assign(ids.begin(), ids.end());
+  reader_->read_batch(ids_, bytes_, labels_, targets_);
+  batch.setEpoch(epoch);
+  batch.setStep(static_cast<uint64_t>(step));
+  batch.setSize(static_cast<uint32_t>(ids.size()));
+  batch.setExampleSize(example_size_);
+  batch.setDtype(rpc::to_wire(reader_->layout().dtype));
+  auto examples = batch.initExamples(bytes_.size());
+  if (!bytes_.empty()) std::memcpy(examples.begin(), bytes_.data(), bytes_.size());
+  auto list = batch.initIndices(static_cast<unsigned>(ids.size()));
+  for (size_t i = 0; i < ids.size(); ++i) list.set(static_cast<unsigned>(i), ids[i]);
+  if (reader_->layout().labels == LabelKind::kTargets) {
+    auto targets = batch.initTargets(static_cast<unsigned>(targets_.size()));
+    for (size_t i = 0; i < targets_.size(); ++i) targets.set(static_cast<unsigned>(i), targets_[i]);
+  } else {
+    auto labels = batch.initLabels(static_cast<unsigned>(labels_.size()));
+    for (size_t i = 0; i < labels_.size(); ++i) labels.set(static_cast<unsigned>(i), labels_[i]);
+  }
+}
+
+void WorkerStore::report(uint32_t epoch, uint32_t slice, uint64_t from_step, const std::vector<ExampleDigest>& digests) {
+  if (!reporter_.sync) return;
+  auto request = reporter_.coordinator.servedRequest();
+  request.setNodeId(reporter_.node_id);
+  request.setJobId(reporter_.job_id);
+  request.setGeneration(reporter_.generation);
+  request.setEpoch(epoch);
+  request.setSlice(slice);
+  request.setFromStep(from_step);
+  auto counts = request.initCounts(static_cast<unsigned>(digests.size()));
+  auto sums = request.initSums(static_cast<unsigned>(digests.size()));
+  for (size_t i = 0; i < digests.size(); ++i) {
+    counts.set(static_cast<unsigned>(i), digests[i].count);
+    sums.set(static_cast<unsigned>(i), digests[i].sum);
+  }
+  reports_.add(request.send().ignoreResult());
+}
+
+void WorkerStore::taskFailed(kj::Exception&& e) {
+  // The coordinator is away or re-planned the job: the ledger of this plan is no longer kept.
+  PSLOG(kDebug) << "job " << reporter_.job_id << ": a report of examples read was not delivered: "
+                << e.getDescription().cStr();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,73 @@
+// A worker's own examples, read from the dataset store (common/data/store_reader.h) rather than
+// streamed by the coordinator (docs/DESIGN-NOTES.md "Dataset store (issue 50)"). The assignment
+// names the training split's shards and their CRCs; a worker that sees the directory (one
+// machine, a shared volume, NFS) and finds every shard's header as recorded reads there, and
+// otherwise reads through the coordinator's openShard as before. Either way its batches are the
+// same: the plan (common/data/data_plan.h) is computed here from the same spec and split size,
+// and each batch carries the same bytes, labels and ids as DataService::fill_batch's.
+//
+// What it read goes to the coordinator's example ledger as digests (`served`), one call per
+// next(); a call that fails is dropped (the coordinator may be down: the worker trains on, and a
+// restarted coordinator clears the ledger anyway).
+//
+// Thread rules: the session's thread only (its event loop). The streams of one WorkerStore share
+// its reader (single-owner, mutated by reads) on that thread.
+// Ownership: WorkerStore owns the reader and the reports in flight; each stream shares the store.
+#pragma once
+
+#include <kj/async.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/data/data_plan.h"
+#include "common/data/example_digest.h"
+#include "common/data/store_reader.h"
+#include "common/rpc/proto/pstrain.capnp.h"
+
+namespace pstrain {
+
+class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, private kj::TaskSet::ErrorHandler {
+ public:
+  // Who the reports are from and for.
+  struct Reporter {
+    proto::Coordinator::Client coordinator;
+    uint32_t node_id = 0;
+    std::string job_id;
+    uint64_t generation = 0;
+    bool sync = true;  // the ledger is a sync job's: async streams report nothing
+  };
+
+  // The store the assignment names, or null when there is none or this worker cannot read it
+  // (`why_not` then says why: a missing directory, a shard not as recorded).
+  static std::shared_ptr<WorkerStore> open(proto::StoredShards::Reader store, const DataPlan& plan, Reporter reporter,
+                                           std::string* why_not);
+
+  // Worker `slice`'s training batches of `epoch` from `from_step`, as openShard's.
+  proto::DataStream::Client open_train(uint32_t epoch, uint32_t slice, uint64_t from_step);
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  friend class StoreStream;
+  WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, const DataPlan& plan, Reporter reporter);
+  // Fills `batch` with slice's examples `ids` of (epoch, step), as DataService::fill_batch.
+  void fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>& ids, proto::Batch::Builder batch);
+  void taskFailed(kj::Exception&& e) override;
+  void report(uint32_t epoch, uint32_t slice, uint64_t from_step, const std::vector<ExampleDigest>& digests);
+
+  std::string dir_;
+  std::unique_ptr<StoreReader> reader_;
+  DataPlan plan_;
+  Reporter reporter_;
+  uint32_t example_size_ = 0;  // values per example
+  std::vector<uint64_t> ids_;  // scratch
+  std::vector<uint8_t> bytes_;
+  std::vector<int32_t> labels_;
+  std::vector<float> targets_;
+  kj::TaskSet reports_;  // last: destroyed first
+};
+
+}  // namespace pstrain
