@@ -42,13 +42,16 @@ struct SessionFacts {
   // The training split's shards when this worker reads its examples itself (store_stream.h);
   // null: the coordinator streams them.
   std::shared_ptr<WorkerStore> store;
+  std::shared_ptr<WorkerStore> test_store;  // the test split's, the same way
   bool sync() const { return spec.training.mode == TrainingMode::kSync; }
 
   // A data stream of `split` for this worker, of `epoch` from `from_step`: its own slice (slice
   // -1), an extra one, or one it was ordered to take over.
   proto::DataStream::Client open_shard(proto::Split split, uint32_t epoch, uint64_t from_step, int64_t slice) const {
-    if (split == proto::Split::TRAIN && store) {
-      return store->open_train(epoch, slice < 0 ? worker_index : static_cast<uint32_t>(slice), from_step);
+    const uint32_t whose = slice < 0 ? worker_index : static_cast<uint32_t>(slice);
+    if (split == proto::Split::TRAIN && store) return store->open_train(epoch, whose, from_step);
+    if (split == proto::Split::TEST && test_store) {
+      return test_store->open_block(whose, worker_count, (spec.training.global_batch_size + worker_count - 1) / worker_count);
     }
     auto request = coordinator.openShardRequest();
     request.setJobId(job_id);

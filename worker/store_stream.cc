@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "common/base/error.h"
 #include "common/base/log.h"
@@ -10,47 +11,51 @@
 
 namespace pstrain {
 
-// One slice's batches of one epoch, read from the store.
+// A stream of batches read from the store: batch `step` is the examples batch_at(step).
 class StoreStream final : public proto::DataStream::Server {
  public:
-  StoreStream(std::shared_ptr<WorkerStore> store, uint32_t epoch, uint32_t slice, uint64_t from_step)
+  StoreStream(std::shared_ptr<WorkerStore> store, uint32_t epoch, uint32_t slice, int64_t from_step, int64_t steps,
+              std::function<std::vector<uint32_t>(int64_t)> batch_at, bool report)
       : store_(std::move(store)),
-        shard_(store_->plan_.shard(epoch, slice)),
+        batch_at_(std::move(batch_at)),
         epoch_(epoch),
         slice_(slice),
-        step_(static_cast<int64_t>(from_step)) {}
+        step_(from_step),
+        steps_(steps),
+        report_(report) {}
 
  protected:
   kj::Promise<void> next(NextContext context) override {
     // At most 8 batches a call, as the coordinator's streams (DataService::kMaxBatchesPerCall).
     const uint32_t wanted = std::clamp<uint32_t>(context.getParams().getMaxBatches(), 1, 8);
-    const auto count = static_cast<uint32_t>(std::clamp<int64_t>(shard_.steps() - step_, 0, wanted));
+    const auto count = static_cast<uint32_t>(std::clamp<int64_t>(steps_ - step_, 0, wanted));
     auto results = context.getResults();
     auto batches = results.initBatches(count);
     std::vector<ExampleDigest> digests;
     const auto first = static_cast<uint64_t>(step_);
     for (uint32_t b = 0; b < count; ++b, ++step_) {
-      const std::vector<uint32_t> ids = shard_.batch(step_);
+      const std::vector<uint32_t> ids = batch_at_(step_);
       store_->fill(epoch_, step_, ids, batches[b]);
       digests.push_back(digest_of(ids));
     }
-    results.setEnd(step_ >= shard_.steps());
-    if (!digests.empty()) store_->report(epoch_, slice_, first, digests);
+    results.setEnd(step_ >= steps_);
+    if (report_ && !digests.empty()) store_->report(epoch_, slice_, first, digests);
     return kj::READY_NOW;
   }
 
  private:
   std::shared_ptr<WorkerStore> store_;
-  DataPlan::EpochShard shard_;
+  std::function<std::vector<uint32_t>(int64_t)> batch_at_;
   uint32_t epoch_, slice_;
-  int64_t step_;
+  int64_t step_, steps_;
+  bool report_;  // to the ledger (training batches)
 };
 
-std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store, const DataPlan& plan,
+std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store, const DataPlan* plan,
                                                Reporter reporter, std::string* why_not) {
   const std::string dir = rpc::to_string(store.getDir());
   if (dir.empty()) {
-    *why_not = "the coordinator streams this job's examples (its training split is not stored as shards as loaded)";
+    *why_not = "the coordinator streams this split (it is not stored as shards as loaded)";
     return nullptr;
   }
   std::error_code error;
@@ -80,16 +85,26 @@ std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store
   }
 }
 
-WorkerStore::WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, const DataPlan& plan, Reporter reporter)
+WorkerStore::WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, const DataPlan* plan, Reporter reporter)
     : dir_(std::move(dir)),
       reader_(std::move(reader)),
-      plan_(plan),
+      plan_(plan != nullptr ? std::optional<DataPlan>(*plan) : std::nullopt),
       reporter_(std::move(reporter)),
       example_size_(static_cast<uint32_t>(reader_->layout().example_bytes / dtype_size(reader_->layout().dtype))),
       reports_(*this) {}
 
 proto::DataStream::Client WorkerStore::open_train(uint32_t epoch, uint32_t slice, uint64_t from_step) {
-  return kj::heap<StoreStream>(shared_from_this(), epoch, slice, from_step);
+  KJ_REQUIRE(plan_.has_value(), "a training stream of a store without a plan", dir_);
+  auto shard = std::make_shared<DataPlan::EpochShard>(plan_->shard(epoch, slice));
+  const int64_t steps = shard->steps();
+  return kj::heap<StoreStream>(shared_from_this(), epoch, slice, static_cast<int64_t>(from_step), steps,
+                               [shard](int64_t step) { return shard->batch(step); }, true);
+}
+
+proto::DataStream::Client WorkerStore::open_block(uint32_t slice, uint32_t slices, int64_t batch) {
+  const EvaluationBlock block = EvaluationBlock::of(reader_->size(), slice, slices, batch);
+  return kj::heap<StoreStream>(shared_from_this(), 0, slice, 0, block.steps(),
+                               [block](int64_t step) { return block.examples(step); }, false);
 }
 
 void WorkerStore::fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>& ids, proto::Batch::Builder batch) {

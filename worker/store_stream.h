@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,18 +42,22 @@ class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, priv
   };
 
   // The store the assignment names, or null when there is none or this worker cannot read it
-  // (`why_not` then says why: a missing directory, a shard not as recorded).
-  static std::shared_ptr<WorkerStore> open(proto::StoredShards::Reader store, const DataPlan& plan, Reporter reporter,
+  // (`why_not` then says why: a missing directory, a shard not as recorded). `plan`: the
+  // training split's (null for the test split, which is read in blocks).
+  static std::shared_ptr<WorkerStore> open(proto::StoredShards::Reader store, const DataPlan* plan, Reporter reporter,
                                            std::string* why_not);
 
   // Worker `slice`'s training batches of `epoch` from `from_step`, as openShard's.
   proto::DataStream::Client open_train(uint32_t epoch, uint32_t slice, uint64_t from_step);
+  // Slice `slice`'s contiguous block of `slices` of the split, in batches of `batch`, as
+  // openShard's test streams (DataService::open_test).
+  proto::DataStream::Client open_block(uint32_t slice, uint32_t slices, int64_t batch);
 
   const std::string& dir() const { return dir_; }
 
  private:
   friend class StoreStream;
-  WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, const DataPlan& plan, Reporter reporter);
+  WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, const DataPlan* plan, Reporter reporter);
   // Fills `batch` with slice's examples `ids` of (epoch, step), as DataService::fill_batch.
   void fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>& ids, proto::Batch::Builder batch);
   void taskFailed(kj::Exception&& e) override;
@@ -60,7 +65,7 @@ class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, priv
 
   std::string dir_;
   std::unique_ptr<StoreReader> reader_;
-  DataPlan plan_;
+  std::optional<DataPlan> plan_;
   Reporter reporter_;
   uint32_t example_size_ = 0;  // values per example
   std::vector<uint64_t> ids_;  // scratch

@@ -63,7 +63,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
       reports_(facts_, waits_) {
   const SessionSpec& spec = facts_.spec;
   const int64_t batch = model_->max_batch();
-  open_store(a.getTrainStore(), options.read_store);
+  if (options.read_store) open_stores(a.getTrainStore(), a.getTestStore());
   // Every worker computes the first layer per server's rows, whether or not the servers do it
   // (the same sums either way, and what the trainer's `servers` option reproduces).
   int first_kernel = -1;
@@ -110,18 +110,20 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
 
 TrainingSession::~TrainingSession() = default;
 
-void TrainingSession::open_store(proto::StoredShards::Reader store, bool wanted) {
-  if (!wanted || store.getDir().size() == 0) return;
+void TrainingSession::open_stores(proto::StoredShards::Reader train, proto::StoredShards::Reader test) {
+  WorkerStore::Reporter reporter{facts_.coordinator, facts_.node_id, facts_.job_id, facts_.generation, facts_.sync()};
+  std::string why_not;
+  if (test.getDir().size() > 0) facts_.test_store = WorkerStore::open(test, nullptr, reporter, &why_not);
+  if (train.getDir().size() == 0) return;
   const SessionSpec& spec = facts_.spec;
   // The coordinator's plan, computed here: the same spec, split size and slice count.
-  const DataPlan plan(spec.dataset.shard_policy, spec.training.mode, static_cast<uint32_t>(store.getExamples()),
+  const DataPlan plan(spec.dataset.shard_policy, spec.training.mode, static_cast<uint32_t>(train.getExamples()),
                       spec.training.global_batch_size, facts_.worker_count, spec.dataset.shuffle_seed);
-  std::string why_not;
-  facts_.store = WorkerStore::open(store, plan, {facts_.coordinator, facts_.node_id, facts_.job_id, facts_.generation,
-                                                 facts_.sync()}, &why_not);
+  facts_.store = WorkerStore::open(train, &plan, reporter, &why_not);
   if (facts_.store) {
     PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index
-                 << " reads its training examples from the dataset store at " << facts_.store->dir();
+                 << " reads its training examples from the dataset store at " << facts_.store->dir()
+                 << (facts_.test_store ? ", and its test examples" : "");
   } else {
     PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index
                  << " reads its training examples through the coordinator: " << why_not;

@@ -66,9 +66,9 @@ class TrainingSession {
   bool run(kj::WaitScope& wait_scope, const std::function<bool()>& should_stop);
 
  private:
-  // Reads the training split from the store the assignment names, if `wanted` and this worker
-  // sees it (facts_.store; the log says which and why).
-  void open_store(proto::StoredShards::Reader store, bool wanted);
+  // Reads the training and test splits from the store the assignment names when this worker
+  // sees it (facts_.store, facts_.test_store; the log says which for training, and why).
+  void open_stores(proto::StoredShards::Reader train, proto::StoredShards::Reader test);
   // The test split's slices (the worker's own and its extras), reported as one EVALUATION report,
   // then the validation split's (if any) as a VALIDATION report.
   void evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate);

@@ -15,6 +15,7 @@
 // Thread rules: an immutable value; the coordinator and tests use it, workers receive batches.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +24,24 @@
 namespace pstrain {
 
 struct JobSpec;
+
+// How the test and validation splits are read: slice `slice` of `slices` takes its contiguous
+// block of the split's `n` examples, in order, in batches of `batch`.
+struct EvaluationBlock {
+  uint32_t begin = 0, end = 0;
+  int64_t batch = 1;
+  static EvaluationBlock of(uint64_t n, uint32_t slice, uint32_t slices, int64_t batch) {
+    return {static_cast<uint32_t>(n * slice / slices), static_cast<uint32_t>(n * (slice + 1) / slices), batch};
+  }
+  int64_t steps() const { return (end - begin + batch - 1) / batch; }
+  std::vector<uint32_t> examples(int64_t step) const {
+    std::vector<uint32_t> ids;
+    for (int64_t i = begin + step * batch; i < std::min<int64_t>(end, begin + (step + 1) * batch); ++i) {
+      ids.push_back(static_cast<uint32_t>(i));
+    }
+    return ids;
+  }
+};
 
 class DataPlan {
  public:

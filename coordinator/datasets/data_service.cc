@@ -185,17 +185,9 @@ proto::DataStream::Client DataService::open_train(std::shared_ptr<const Split> s
 
 proto::DataStream::Client DataService::open_test(std::shared_ptr<const Split> split, uint32_t worker, uint32_t workers,
                                                  int64_t batch) {
-  const uint64_t n = split->size;
-  const auto begin = static_cast<uint32_t>(n * worker / workers);
-  const auto end = static_cast<uint32_t>(n * (worker + 1) / workers);
-  const int64_t steps = (end - begin + batch - 1) / batch;
-  return kj::heap<BatchStream>(std::move(split), 0, 0, steps, [begin, end, batch](int64_t step) {
-    std::vector<uint32_t> indices;
-    for (int64_t i = begin + step * batch; i < std::min<int64_t>(end, begin + (step + 1) * batch); ++i) {
-      indices.push_back(static_cast<uint32_t>(i));
-    }
-    return indices;
-  });
+  const EvaluationBlock block = EvaluationBlock::of(split->size, worker, workers, batch);
+  return kj::heap<BatchStream>(std::move(split), 0, 0, block.steps(),
+                               [block](int64_t step) { return block.examples(step); });
 }
 
 }  // namespace pstrain

@@ -117,6 +117,19 @@ bool JobRunner::evaluates_resumed_epoch(uint64_t steps_per_epoch) const {
   return true;
 }
 
+namespace {
+
+void set_stored_shards(const Split& split, proto::StoredShards::Builder out) {
+  out.setDir(split.store->dir);
+  auto files = out.initFiles(static_cast<unsigned>(split.store->files.size()));
+  for (size_t i = 0; i < split.store->files.size(); ++i) files.set(static_cast<unsigned>(i), split.store->files[i]);
+  auto crcs = out.initCrcs(static_cast<unsigned>(split.store->crcs.size()));
+  for (size_t i = 0; i < split.store->crcs.size(); ++i) crcs.set(static_cast<unsigned>(i), split.store->crcs[i]);
+  out.setExamples(split.size);
+}
+
+}  // namespace
+
 bool JobRunner::fill_assignment(NodeId node, proto::Assignment::Builder out) const {
   const auto index = job_.worker_index(node);
   if (!index || !job_.workers_may_run()) return false;
@@ -146,16 +159,9 @@ bool JobRunner::fill_assignment(NodeId node, proto::Assignment::Builder out) con
     out.setStartStep(job_.resume_version % steps_per_epoch);
   }
   out.setGeneration(job_.generation);
-  if (const auto& store = job_.prepared.train->store) {
-    // The split as stored: a worker that sees the shards reads its examples itself (served()).
-    auto ref = out.initTrainStore();
-    ref.setDir(store->dir);
-    auto files = ref.initFiles(static_cast<unsigned>(store->files.size()));
-    for (size_t i = 0; i < store->files.size(); ++i) files.set(static_cast<unsigned>(i), store->files[i]);
-    auto crcs = ref.initCrcs(static_cast<unsigned>(store->crcs.size()));
-    for (size_t i = 0; i < store->crcs.size(); ++i) crcs.set(static_cast<unsigned>(i), store->crcs[i]);
-    ref.setExamples(job_.prepared.train->size);
-  }
+  // Splits as stored: a worker that sees the shards reads its examples itself (on_served()).
+  if (job_.prepared.train->store) set_stored_shards(*job_.prepared.train, out.initTrainStore());
+  if (job_.prepared.test->store) set_stored_shards(*job_.prepared.test, out.initTestStore());
   if (!job_.options.coordinator_key.empty()) {
     // The worker's pass to the job's servers (they check it against the key in their JobConfig).
     const std::string token = rpc::worker_token(rpc::job_key(job_.options.coordinator_key, job_.id), node.value());

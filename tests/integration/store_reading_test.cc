@@ -139,6 +139,9 @@ TEST_CASE("store reading - workers read a sharded dataset themselves: the N-slic
   const JobSpec spec = spots_job(2, 2);
   const Run local = run_cluster(spec, data.path(), {}, kNoFault);
   CHECK(local.worker_log.find("reads its training examples from the dataset store at") != std::string::npos);
+  CHECK(local.worker_log.find(", and its test examples") != std::string::npos);
+  // The test accuracy the coordinator printed is the one of the test split the workers read.
+  CHECK(local.coordinator_log.find("final test accuracy: ") != std::string::npos);
   check_every_example_once(local.coordinator_log, 2);
   CHECK(testing::max_difference(local.params, trainer_params(spec, data.path())) == 0);
   // The same job with the workers told to read through the coordinator: the same parameters.
@@ -146,6 +149,8 @@ TEST_CASE("store reading - workers read a sharded dataset themselves: the N-slic
   CHECK(streamed.worker_log.find("reads its training examples from the dataset store") == std::string::npos);
   check_every_example_once(streamed.coordinator_log, 2);
   CHECK(testing::max_difference(local.params, streamed.params) == 0);
+  const auto accuracy = [](const std::string& log) { return log.substr(log.find("final test accuracy: "), 30); };
+  CHECK(accuracy(local.coordinator_log) == accuracy(streamed.coordinator_log));
 }
 
 TEST_CASE("store reading - 1, 3 and 4 workers on a sharded dataset equal the trainer with as many slices") {

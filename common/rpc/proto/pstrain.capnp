@@ -316,6 +316,7 @@ struct Assignment {
   # its slices' examples itself (it then reports what it read with `served`); an empty dir: the
   # worker reads through openShard.
   trainStore @12 :StoredShards;
+  testStore @13 :StoredShards;  # the same for the test split (read in blocks, nothing reported)
 }
 
 # A split's shard files (common/data/shard_file.h) as the coordinator loaded them.
