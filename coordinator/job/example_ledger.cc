@@ -62,6 +62,8 @@ void ExampleLedger::print_audit(const DataPlan& plan, uint32_t epochs, uint32_t 
                   static_cast<unsigned long long>(a.differing));
     }
   }
+  std::printf("training examples served: %llu streamed by the coordinator, %llu read by workers from the dataset store\n",
+              static_cast<unsigned long long>(streamed_), static_cast<unsigned long long>(read_by_workers_));
   std::fflush(stdout);
 }
 

@@ -31,8 +31,12 @@ class ExampleLedger {
   // that read them itself reports that).
   void served(uint64_t step, uint32_t slice, const std::vector<uint32_t>& examples) {
     steps_[step][slice] = digest(examples);
+    streamed_ += examples.size();
   }
-  void served(uint64_t step, uint32_t slice, Digest digest) { steps_[step][slice] = digest; }
+  void served(uint64_t step, uint32_t slice, Digest digest) {
+    steps_[step][slice] = digest;
+    read_by_workers_ += digest.count;
+  }
   void forget_from(uint64_t step) { steps_.erase(steps_.lower_bound(step), steps_.end()); }
   void clear() { steps_.clear(); }
 
@@ -43,11 +47,13 @@ class ExampleLedger {
   };
   // The audit of `epochs` epochs of `plan` (its slices as workers), `examples` in the split.
   std::vector<EpochAudit> audit(const DataPlan& plan, uint32_t epochs, uint32_t examples) const;
-  // The audit, printed (one line per epoch; stdout, flushed).
+  // The audit, printed (one line per epoch, and one saying how many training examples the
+  // coordinator streamed and how many workers read from the store themselves; stdout, flushed).
   void print_audit(const DataPlan& plan, uint32_t epochs, uint32_t examples) const;
 
  private:
   std::map<uint64_t, std::map<uint32_t, Digest>> steps_;  // global step -> slice -> digest
+  uint64_t streamed_ = 0, read_by_workers_ = 0;  // examples served either way (replays included)
 };
 
 }  // namespace pstrain

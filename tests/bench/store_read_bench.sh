@@ -81,7 +81,7 @@ for job in "fashion-mnist-cnn.json fashion-store" "mnist-mlp.json mnist-store"; 
         { tail -n 20 "$log" >&2; echo "store_read_bench: $side run $rep failed (log: $log)" >&2; exit 1; }
       read -r sps acc _ <<<"$(/usr/bin/python3 "$ROOT/tests/bench/suite_jobs.py" parse "$log")"
       reads=$(grep -h "reads its training examples" "$work/cluster-$dataset-$side-$rep"/worker-0.log 2>/dev/null | head -1 |
-              sed 's/.*reads its training examples //' | cut -c1-60)
+              sed 's/.*reads its training examples //' | cut -c1-60 || true)
       printf '%s %s (--data-from %s) run %s: %s samples/s, accuracy %s; worker 0 reads %s\n' "$dataset" "$side" "$from" "$rep" \
         "$sps" "$acc" "${reads:-?}"
       rates[$side]+="$sps "

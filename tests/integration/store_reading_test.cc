@@ -140,6 +140,8 @@ TEST_CASE("store reading - workers read a sharded dataset themselves: the N-slic
   const Run local = run_cluster(spec, data.path(), {}, kNoFault);
   CHECK(local.worker_log.find("reads its training examples from the dataset store at") != std::string::npos);
   CHECK(local.worker_log.find(", and its test examples") != std::string::npos);
+  // The coordinator is out of the training data's path: it streamed no example.
+  CHECK(local.coordinator_log.find("training examples served: 0 streamed by the coordinator, ") != std::string::npos);
   // The test accuracy the coordinator printed is the one of the test split the workers read.
   CHECK(local.coordinator_log.find("final test accuracy: ") != std::string::npos);
   check_every_example_once(local.coordinator_log, 2);
@@ -148,6 +150,8 @@ TEST_CASE("store reading - workers read a sharded dataset themselves: the N-slic
   const Run streamed = run_cluster(spec, data.path(), {"--data-from", "coordinator"}, kNoFault);
   CHECK(streamed.worker_log.find("reads its training examples from the dataset store") == std::string::npos);
   check_every_example_once(streamed.coordinator_log, 2);
+  CHECK(streamed.coordinator_log.find("training examples served: 0 streamed") == std::string::npos);
+  CHECK(streamed.coordinator_log.find(" streamed by the coordinator, 0 read by workers") != std::string::npos);
   CHECK(testing::max_difference(local.params, streamed.params) == 0);
   const auto accuracy = [](const std::string& log) { return log.substr(log.find("final test accuracy: "), 30); };
   CHECK(accuracy(local.coordinator_log) == accuracy(streamed.coordinator_log));
