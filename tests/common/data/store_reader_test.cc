@@ -110,4 +110,43 @@ TEST_CASE("store reader - empty shards, shards of another layout, a header-only 
   CHECK_THROWS_AS(header.read(0, got), DataError);
 }
 
+TEST_CASE("store reader - with the recorded CRCs, a shard replaced before the reader maps it or while it is closed is an error") {
+  TempDir dir;
+  const std::vector<std::string> files = write_split(dir.path(), "train", 300, 4, 100);  // 3 shards
+  std::vector<uint32_t> crcs;
+  for (const std::string& f : files) crcs.push_back(ShardFile(dir.file(f), ShardFile::Open::kHeader).crc());
+  CHECK_THROWS_AS(StoreReader(dir.path(), files, 1, {crcs[0]}), DataError);  // one CRC for three shards
+  StoreReader reader(dir.path(), files, 1, crcs);
+  std::vector<uint8_t> got;
+  reader.read(250, got);  // shard 2 open, the others closed (at most one open)
+  CHECK(got == example_of(250, 4));
+  // Shard 0 rewritten with other examples of the same layout and count, under the same name.
+  {
+    TempDir other;
+    ShardLayout layout;
+    layout.example_bytes = 4;
+    ShardLimits limits;
+    limits.max_examples = 100;
+    ShardWriter writer(other.path(), "x", layout, limits);
+    for (uint64_t id = 0; id < 100; ++id) writer.add(example_of(id + 7, 4).data(), 4, 0);
+    const std::vector<ShardInfo> written = writer.finish();
+    REQUIRE(written.size() == 1);
+    fs::copy_file(other.file(written[0].file), dir.file(files[0]), fs::copy_options::overwrite_existing);
+  }
+  try {
+    reader.read(5, got);
+    FAIL("a replaced shard was read");
+  } catch (const DataError& e) {
+    CHECK(std::string(e.what()).find("was replaced") != std::string::npos);
+    CHECK(std::string(e.what()).find(files[0]) != std::string::npos);
+  }
+  CHECK_THROWS_AS(reader.read(5, got), DataError);  // never served afterwards either
+  reader.read(150, got);  // the others still read
+  CHECK(got == example_of(150, 4));
+  CHECK_THROWS_AS(StoreReader(dir.path(), files, 1, crcs), DataError);  // nor mapped again
+  StoreReader unchecked(dir.path(), files, 1);  // without CRCs: whatever the files hold
+  unchecked.read(5, got);
+  CHECK(got == example_of(12, 4));
+}
+
 }  // namespace pstrain
