@@ -193,3 +193,18 @@ TEST_CASE("store reading - kill -9 of the coordinator mid-epoch: the job ends wi
   CHECK(std::regex_search(run.coordinator_log, std::regex("took over the servers' state at step [0-9]+")));
   CHECK(testing::max_difference(run.params, trainer_params(spec, data.path())) == 0);
 }
+
+TEST_CASE("store reading - kill -9 of a server mid-epoch then a restart: the trainer's parameters, every example once after the rollback") {
+  testing::TempDir data;
+  write_dataset(data.path());
+  const JobSpec spec = spots_job(2, 3);
+  const Run run = run_cluster(spec, data.path(), {}, [](testing::Cluster& cluster) {
+    cluster.coordinator().wait_for_line("backup at step 50 complete", 60s);  // in epoch 2 (44 steps an epoch)
+    cluster.stop_server(1, /*hard=*/true);
+    cluster.start_server(1);
+  });
+  CHECK(std::regex_search(run.coordinator_log, std::regex("step\\(s\\) to replay|rolled back|restor")));
+  // The rollback forgot the replayed steps' records and the replay wrote them again.
+  check_every_example_once(run.coordinator_log, 3);
+  CHECK(testing::max_difference(run.params, trainer_params(spec, data.path())) == 0);
+}
