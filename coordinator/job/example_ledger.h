@@ -37,6 +37,10 @@ class ExampleLedger {
     steps_[step][slice] = digest;
     read_by_workers_ += digest.count;
   }
+  // Training examples served so far (prefetched ones of plans a recovery abandoned included):
+  // streamed by the coordinator, or read by workers from the dataset store.
+  uint64_t streamed() const { return streamed_; }
+  uint64_t read_by_workers() const { return read_by_workers_; }
   void forget_from(uint64_t step) { steps_.erase(steps_.lower_bound(step), steps_.end()); }
   void clear() { steps_.clear(); }
 

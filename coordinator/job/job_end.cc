@@ -50,9 +50,15 @@ std::vector<float> JobRunner::final_params() const {
 kj::Promise<void> JobRunner::collect_parameters() {
   return store_final_model(job_).then([this](std::optional<StoredModel> model) {
     if (!model) return;  // cancelled or failed meanwhile
-    if (job_.sync()) job_.progress.ledger().print_audit(*job_.plan, static_cast<uint32_t>(job_.progress.epochs().size()),
-                                                     job_.prepared.train->size);
-    succeed(model->pieces, model->bytes, job_.total_steps(), "");
+    std::string note;
+    if (job_.sync()) {
+      const ExampleLedger& ledger = job_.progress.ledger();
+      ledger.print_audit(*job_.plan, static_cast<uint32_t>(job_.progress.epochs().size()), job_.prepared.train->size);
+      // Where the training data came from (a restarted coordinator counts from its restart).
+      note = "training examples served: " + std::to_string(ledger.streamed()) + " streamed by the coordinator, " +
+             std::to_string(ledger.read_by_workers()) + " read by workers from the dataset store";
+    }
+    succeed(model->pieces, model->bytes, job_.total_steps(), note);
   });
 }
 
