@@ -65,8 +65,9 @@ kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context
   KJ_REQUIRE(info != nullptr && info->alive, "unknown node: register first", node);
   KJ_REQUIRE(info->role == proto::Role::WORKER, "only workers get assignments", node);
   const uint32_t wait_ms = std::min<uint32_t>(context.getParams().getWaitMs(), 60000);
-  if (context.getParams().getBrokenJobId().size() > 0) {
+  if (context.getParams().getBrokenJobId().size() > 0 && context.getParams().getMinGeneration() > 0) {
     cluster_.find(node)->ended_session_of = rpc::to_string(context.getParams().getBrokenJobId());
+    cluster_.find(node)->ended_generation = context.getParams().getMinGeneration() - 1;
   }
   // A minimum generation only means something for the job whose session broke.
   JobRunner* current = jobs_.job_of_worker(node);

@@ -68,6 +68,7 @@ void run_worker_node(kj::AsyncIoContext& io, const WorkerNodeConfig& config, kj:
         TrainingSession session(*io.provider, link.client(), node_id, assignment, session_options, stop);
         session.run(ws, should_stop);
         min_generation = 0;
+        broken_job.clear();
         transient_failures = 0;
       } catch (const kj::Exception& e) {
         // A server or the plan went away under us: not this job's fault. Ask for the next plan.
@@ -93,6 +94,7 @@ void run_worker_node(kj::AsyncIoContext& io, const WorkerNodeConfig& config, kj:
         report.getReport().setDiverged(diverged);
         report.send().ignoreResult().catch_([](kj::Exception&&) {}).wait(ws);
         min_generation = 0;
+        broken_job.clear();
         transient_failures = 0;
       }
     } catch (const kj::Exception& e) {

@@ -354,6 +354,7 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
     sink.out.target_width = summary.target_width;
     Split split = make_split(name, kind, std::move(sink.out));
     split.table = table;
+    if (it->second.format == ManifestSplit::Format::kShards && !table) split.store = stored_shards(dir, it->second.shards);
     return split;
   }
   if (num_classes == 0) num_classes = manifest.num_classes.value_or(summary.classes);

@@ -33,8 +33,10 @@ struct NodeInfo {
   SteadyTime registered_at, last_heartbeat;
   bool alive = true;
   std::string job;  // empty: free
-  // Workers: the job whose session the worker last said had ended (getAssignment's brokenJobId).
+  // Workers: the job whose session the worker last said had ended (getAssignment's brokenJobId),
+  // and that session's plan generation (its minGeneration - 1).
   std::string ended_session_of;
+  uint64_t ended_generation = 0;
   // Progress: the counter its heartbeats carry, when it last advanced, and the time one unit of
   // it took lately (exponential average; 0 until it advanced twice).
   uint64_t progress = 0;

@@ -52,9 +52,10 @@ kj::Promise<void> Adoption::old_plan_stopped() {
 }
 
 kj::Promise<void> Adoption::wait_for_old_plan(kj::TimePoint until) {
-  for (NodeId w : job_.workers) {
-    const NodeInfo* node = job_.cluster.find(w);
-    if (node != nullptr && node->ended_session_of == job_.id) return kj::READY_NOW;
+  // Any worker (it may have gone to another job since): a session of the old plan's generation
+  // (or a later one: none can be later) ended. An older session's report says nothing of it.
+  for (const auto& [id, node] : job_.cluster.nodes()) {
+    if (node.ended_session_of == job_.id && node.ended_generation >= old_generation_) return kj::READY_NOW;
   }
   if (job_.io.getTimer().now() >= until) {
     PSLOG(kInfo) << "job " << job_.id << ": no worker said its session of the old plan ended; probing the servers";
@@ -65,6 +66,7 @@ kj::Promise<void> Adoption::wait_for_old_plan(kj::TimePoint until) {
 
 void Adoption::load(const JobRecord& record) {
   requeued_while_running_ = record.state == JobState::kRunning || record.state == JobState::kRecovering;
+  old_generation_ = static_cast<uint64_t>(record.generation);
   recorded_names_ = record.server_names;
   steps_done_before_ = static_cast<uint64_t>(std::max<int64_t>(record.steps_done, 0));
   wait_until_ = job_.io.getTimer().now() + job_.options.move_lost_server_after;

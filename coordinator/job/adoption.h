@@ -70,6 +70,7 @@ class Adoption {
   bool requeued_while_running_ = false;
   std::vector<std::string> recorded_names_;  // by server index
   uint64_t steps_done_before_ = 0;
+  uint64_t old_generation_ = 0;  // the plan the old coordinator ran (the record's)
   kj::TimePoint wait_until_ = kj::origin<kj::TimePoint>();
 };
 

@@ -29,9 +29,10 @@ class ExampleLedger {
 
   // What slice `slice` was served at global step `step`: its examples, or their digest (a worker
   // that read them itself reports that).
-  void served(uint64_t step, uint32_t slice, const std::vector<uint32_t>& examples) {
+  // `streamed`: the coordinator sent them (false: a record made ahead of a worker's reading).
+  void served(uint64_t step, uint32_t slice, const std::vector<uint32_t>& examples, bool streamed = true) {
     steps_[step][slice] = digest(examples);
-    streamed_ += examples.size();
+    if (streamed) streamed_ += examples.size();
   }
   void served(uint64_t step, uint32_t slice, Digest digest) {
     steps_[step][slice] = digest;

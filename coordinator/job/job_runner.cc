@@ -208,12 +208,13 @@ void JobRunner::on_served(NodeId node, uint64_t generation, uint32_t epoch, uint
   const auto index = job_.worker_index(node);
   KJ_REQUIRE(index.has_value(), "this node is not a worker of the job", node, job_.id);
   if (generation != job_.generation || !job_.sync()) return;  // a stream of an abandoned plan
+  KJ_REQUIRE(job_.plan.has_value(), "the job's data is not loaded yet", job_.id);
   const auto mine = job_.slices_of(*index);
   KJ_REQUIRE(std::find(mine.begin(), mine.end(), slice) != mine.end() || faults_.takeover().granted(node, slice),
              "the worker does not compute this slice", slice, node);
   KJ_REQUIRE(epoch < job_.spec.training.epochs, "epoch out of range", epoch);
   const uint64_t steps_per_epoch = job_.steps_per_epoch();
-  KJ_REQUIRE(from_step + digests.size() <= steps_per_epoch, "step out of range", from_step);
+  KJ_REQUIRE(from_step <= steps_per_epoch && digests.size() <= steps_per_epoch - from_step, "step out of range", from_step);
   for (size_t i = 0; i < digests.size(); ++i) {
     job_.progress.ledger().served(epoch * steps_per_epoch + from_step + i, slice, digests[i]);
   }

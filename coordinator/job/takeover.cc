@@ -58,7 +58,8 @@ kj::Promise<uint64_t> Takeover::run(size_t lost) {
     // ledger has them now (the stream records them again, the same).
     job_.progress.ledger().served(lowest, order.slice,
                          job_.plan->batch(static_cast<uint32_t>(lowest / steps_per_epoch),
-                                          static_cast<int64_t>(lowest % steps_per_epoch), order.slice));
+                                          static_cast<int64_t>(lowest % steps_per_epoch), order.slice),
+                         /*streamed=*/false);
     // The first live survivor with an open watch computes the slice.
     bool ordered = false;
     for (size_t i = 0; i < job_.workers.size() && !ordered; ++i) {

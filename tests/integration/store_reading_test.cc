@@ -29,8 +29,11 @@ namespace {
 constexpr int kFeatures = 12, kClasses = 3, kTrain = 2600, kTest = 400;
 constexpr uint64_t kShardExamples = 700;  // 4 training shards, the last one short
 
-// `n` examples of Gaussian blobs (float32, kFeatures) written as shards of `split` in `dir`.
-std::vector<std::string> write_split(const std::string& dir, const std::string& split, int n, uint32_t seed) {
+// `n` examples of Gaussian blobs (float32, kFeatures) written as shards of `split` in `dir`; with
+// `regression`, each example's target is 2 floats (a linear function of its features, and its
+// class) instead of a label.
+std::vector<std::string> write_split(const std::string& dir, const std::string& split, int n, uint32_t seed,
+                                     bool regression = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::mt19937 centre_rng(11);
@@ -46,26 +49,38 @@ std::vector<std::string> write_split(const std::string& dir, const std::string& 
   ShardSink sink(dir, split, ShardLimits{.max_examples = kShardExamples});
   sink.begin({kFeatures}, Dtype::kFloat32);
   sink.examples(reinterpret_cast<const uint8_t*>(x.data()), x.size() * sizeof(float));
-  sink.labels(y.data(), y.size());
+  std::vector<float> targets;
+  for (int i = 0; i < n; ++i) {
+    float sum = 0;
+    for (int j = 0; j < kFeatures; ++j) sum += static_cast<float>(j % 3 - 1) * x[static_cast<size_t>(i * kFeatures + j)];
+    targets.push_back(0.25f * sum);
+    targets.push_back(static_cast<float>(y[static_cast<size_t>(i)]));
+  }
+  if (regression) {
+    sink.targets(targets.data(), targets.size());
+  } else {
+    sink.labels(y.data(), y.size());
+  }
   std::vector<std::string> files;
-  for (const ShardInfo& s : sink.finish()) files.push_back(s.file);
+  for (const ShardInfo& s : sink.finish(regression ? 2 : 0)) files.push_back(s.file);
   return files;
 }
 
-// The dataset "spots" in `data_dir`, as a directory of shards with its manifest.
-void write_dataset(const std::string& data_dir) {
-  const std::string dir = data_dir + "/spots";
+// The dataset "spots" in `data_dir` (or "spots-values", with 2 regression targets an example), as a
+// directory of shards with its manifest.
+void write_dataset(const std::string& data_dir, bool regression = false) {
+  const std::string dir = data_dir + (regression ? "/spots-values" : "/spots");
   std::filesystem::create_directories(dir);
   DatasetManifest manifest;
   for (const auto& [split, n, seed] : {std::tuple{"train", kTrain, 1u}, std::tuple{"test", kTest, 2u}}) {
     ManifestSplit s;
     s.format = ManifestSplit::Format::kShards;
-    s.shards = write_split(dir, split, n, seed);
+    s.shards = write_split(dir, split, n, seed, regression);
     s.shape = {kFeatures};
     s.dtype = Dtype::kFloat32;
     manifest.splits[split] = s;
   }
-  manifest.num_classes = kClasses;
+  if (!regression) manifest.num_classes = kClasses;
   write_manifest(dir, manifest);
 }
 
@@ -207,4 +222,25 @@ TEST_CASE("store reading - kill -9 of a server mid-epoch then a restart: the tra
   // The rollback forgot the replayed steps' records and the replay wrote them again.
   check_every_example_once(run.coordinator_log, 3);
   CHECK(testing::max_difference(run.params, trainer_params(spec, data.path())) == 0);
+}
+
+TEST_CASE("store reading - a regression dataset's targets are read by the workers as the coordinator streams them") {
+  testing::TempDir data;
+  write_dataset(data.path(), /*regression=*/true);
+  DatasetInfo info;
+  info.name = "spots-values";
+  info.example_shape = {kFeatures};
+  info.target_width = 2;
+  JobSpec spec = parse_job_spec(R"({"name": "values", "dataset": {"name": "spots-values", "shuffle_seed": 4},
+    "model": {"input_shape": [12], "seed": 6, "layers": [{"type": "dense", "units": 16, "activation": "relu"},
+                                                           {"type": "dense", "units": 2}]},
+    "loss": "mean_squared_error", "optimizer": {"type": "sgd", "learning_rate": 0.01},
+    "training": {"global_batch_size": 60, "epochs": 2, "workers": 2, "servers": 2}})",
+                                {info});
+  const Run local = run_cluster(spec, data.path(), {}, kNoFault);
+  CHECK(local.worker_log.find("reads its training examples from the dataset store at") != std::string::npos);
+  CHECK(local.coordinator_log.find("training examples served: 0 streamed by the coordinator, ") != std::string::npos);
+  const Run streamed = run_cluster(spec, data.path(), {"--data-from", "coordinator"}, kNoFault);
+  CHECK(testing::max_difference(local.params, streamed.params) == 0);
+  CHECK(testing::max_difference(local.params, trainer_params(spec, data.path())) == 0);
 }
