@@ -15,6 +15,7 @@ packages=(
   libopenblas-openmp-dev    # matrix products (OpenMP build: shares one thread pool with our loops)
   libdnnl-dev               # convolutions (oneDNN: code generated at run time for the CPU at hand)
   zlib1g-dev                # gzip'd IDX datasets
+  libpng-dev libjpeg62-turbo-dev  # image datasets: PNG and JPEG files decoded (common/data/image_decode.h)
   libzip-dev                # uploaded NumPy .npz datasets (zip archives of .npy arrays)
   libssl-dev                # SHA-256 of dataset files (libcrypto); the REST API over TLS (libssl)
   openssl                   # self-signed certificates (local-cluster.sh TLS=1, tls_tests)
