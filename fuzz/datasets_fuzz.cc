@@ -25,17 +25,12 @@
 #include "common/data/dataset_formats.h"
 #include "common/base/error.h"
 #include "common/data/idx.h"
+#include "fuzz/fuzz_check.h"
 
 namespace {
 
-[[noreturn]] void broken(const char* what) {
-  std::fprintf(stderr, "invariant broken: %s\n", what);
-  std::abort();
-}
-
-void check(bool ok, const char* what) {
-  if (!ok) broken(what);
-}
+using pstrain::fuzz::broken;
+using pstrain::fuzz::check;
 
 // A temp file of this process's (libFuzzer may run several jobs in one directory).
 std::string temp_path(const char* tag) {

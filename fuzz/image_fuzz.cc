@@ -11,15 +11,11 @@
 
 #include "common/base/error.h"
 #include "common/data/image_decode.h"
+#include "fuzz/fuzz_check.h"
 
 namespace {
 
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant broken: %s\n", what);
-    std::abort();
-  }
-}
+using pstrain::fuzz::check;
 
 }  // namespace
 

@@ -25,15 +25,13 @@
 #include "coordinator/http/rest_api.h"
 #include "coordinator/store/job_json.h"
 #include "coordinator/store/job_store.h"
+#include "fuzz/fuzz_check.h"
 
 namespace http = boost::beast::http;
 
 namespace {
 
-[[noreturn]] void broken(const std::string& what) {
-  std::fprintf(stderr, "invariant broken: %s\n", what.c_str());
-  std::abort();
-}
+using pstrain::fuzz::broken;
 
 // Commands that change nothing, so that every input meets the same API (a fresh store per input
 // costs a writer thread and its hand-offs: 20x slower): submit answers the existing job's id,

@@ -19,15 +19,11 @@
 #include "common/base/error.h"
 #include "common/data/shard_file.h"
 #include "common/data/store_reader.h"
+#include "fuzz/fuzz_check.h"
 
 namespace {
 
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "invariant broken: %s\n", what);
-    std::abort();
-  }
-}
+using pstrain::fuzz::check;
 
 }  // namespace
 
