@@ -140,4 +140,38 @@ write("safetensors", "checkpoint", safetensors([kernel, bias] + slots, {"optimiz
 write("safetensors", "wrong-shape", safetensors([("layers.0.kernel", (5, 3), np.zeros(15)), bias]))
 write("safetensors", "extra-tensor", safetensors([kernel, bias, ("layers.9.kernel", (1,), [0])]))
 write("safetensors", "truncated", safetensors([kernel, bias])[:-7])
+
+# ---- archive: class folders of the image seeds, as a zip and as a tar (fixed timestamps).
+import tarfile
+
+images = {n: open(os.path.join(ROOT, "corpus", "image", n), "rb").read() for n in ("gray_4x3.png", "rgba_2x2.png", "gradient_12x8.jpg")}
+folders = [("set/a/gray.png", images["gray_4x3.png"]), ("set/a/deep/x.jpg", images["gradient_12x8.jpg"]),
+           ("set/b/rgba.png", images["rgba_2x2.png"]), ("set/.hidden", b"x"), ("set/readme.txt", b"hi")]
+zbuf = io.BytesIO()
+with zipfile.ZipFile(zbuf, "w", zipfile.ZIP_STORED) as z:
+    for name, data in folders:
+        z.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), data)
+write("archive", "folders.zip", zbuf.getvalue())
+tbuf = io.BytesIO()
+with tarfile.open(fileobj=tbuf, mode="w", format=tarfile.PAX_FORMAT) as t:
+    for name, data in folders + [("set/b/" + "n" * 120 + ".png", images["gray_4x3.png"])]:
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime = len(data), 1767225600
+        t.addfile(info, io.BytesIO(data))
+write("archive", "folders.tar", tbuf.getvalue())
+
+
+def tar_header(name, size, kind):
+    info = tarfile.TarInfo(name)
+    info.size, info.type, info.mtime = size, kind, 1767225600
+    return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def padded(b):
+    return b + b"\0" * ((512 - len(b) % 512) % 512)
+
+
+for i, pax in enumerate([b"6 a=b\n6 c=d\n-6 x\n", b"6 a=b\n-6 x\n"]):  # malformed record lengths
+    write("archive", f"bad-pax-{i}.tar", tar_header("PaxHeader", len(pax), tarfile.XHDTYPE) + padded(pax) +
+          tar_header("a/1.png", 3, tarfile.REGTYPE) + padded(b"abc") + b"\0" * 1024)
 print("corpora written under", os.path.join(ROOT, "corpus"))

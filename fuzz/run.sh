@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 build=${FUZZ_BUILD_DIR:-build-fuzz}
-all_targets=(job_spec rest datasets snapshot safetensors param_server shards image)
+all_targets=(job_spec rest datasets snapshot safetensors param_server shards image archive)
 [ $# -gt 0 ] && targets=("$@") || targets=("${all_targets[@]}")
 
 if ! command -v clang++ >/dev/null; then
@@ -32,7 +32,7 @@ echo "fuzz: built ${#targets[@]} targets in $(( $(date +%s) - start )) s"
 
 # Options per target: the datasets' parsers must not allocate for a claimed size before the bytes
 # are there, so a large allocation is a failure there.
-declare -A extra=([datasets]="-malloc_limit_mb=256" [shards]="-malloc_limit_mb=256" [image]="-malloc_limit_mb=600" [rest]="-max_len=65536")
+declare -A extra=([datasets]="-malloc_limit_mb=256" [shards]="-malloc_limit_mb=256" [image]="-malloc_limit_mb=600" [archive]="-malloc_limit_mb=600" [rest]="-max_len=65536")
 failed=0
 summary=()
 for t in "${targets[@]}"; do

@@ -55,6 +55,8 @@ std::string_view format_error_kind_name(DatasetFormatError::Kind kind) {
     case Kind::kTrailingData: return "trailing_data";
     case Kind::kBadEncoding: return "bad_encoding";
     case Kind::kBadRecord: return "bad_record";
+    case Kind::kBadImage: return "bad_image";
+    case Kind::kBadFolders: return "bad_folders";
   }
   return "unknown";
 }

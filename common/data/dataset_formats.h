@@ -79,6 +79,8 @@ class DatasetFormatError : public DataError {
     kTrailingData,       // an array's data is longer than its shape says
     kBadEncoding,        // a CSV's text is not UTF-8
     kBadRecord,          // a JSON Lines line is not a JSON object of plain values
+    kBadImage,           // a class folder's file is not a PNG or JPEG, does not decode, or is of another size
+    kBadFolders,         // an archive's class folders: an empty one, a link, a path with "..", an unknown class
   };
 
   DatasetFormatError(Kind kind, const std::string& message, uint64_t line = 0, std::string column = "")

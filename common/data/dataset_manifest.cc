@@ -15,6 +15,8 @@
 #include "common/base/error.h"
 #include "common/base/json_parse.h"
 #include "common/base/json_text.h"
+#include "common/data/archive.h"
+#include "common/data/image_folders.h"
 #include "common/data/shard_file.h"
 #include "common/data/shard_sink.h"
 
@@ -106,14 +108,35 @@ ManifestSplit read_split(const json::value& v, const std::string& where) {
     s.format = ManifestSplit::Format::kShards;
     read_shards_split(o, where, s);
     allow({"shards", "shape", "dtype", "table"});
+  } else if (o.contains("folders")) {
+    s.format = ManifestSplit::Format::kFolders;
+    s.folders = read_file_name(o, "folders", where);
+    if (const auto it = o.find("image_size"); it != o.end()) {
+      const json::value& v = it->value();
+      if (!v.is_array() || v.as_array().size() != 2 || !v.as_array()[0].is_int64() || !v.as_array()[1].is_int64() ||
+          v.as_array()[0].as_int64() < 1 || v.as_array()[0].as_int64() > 4096 || v.as_array()[1].as_int64() < 1 ||
+          v.as_array()[1].as_int64() > 4096) {
+        throw DataError(where + "/image_size must be [height, width], each 1 to 4096");
+      }
+      s.image_height = static_cast<uint32_t>(v.as_array()[0].as_int64());
+      s.image_width = static_cast<uint32_t>(v.as_array()[1].as_int64());
+    }
+    if (const auto it = o.find("color_mode"); it != o.end()) {
+      const json::value& v = it->value();
+      if (v == "grayscale") s.color_mode = ColorMode::kGrayscale;
+      else if (v == "rgb") s.color_mode = ColorMode::kRgb;
+      else if (v == "rgba") s.color_mode = ColorMode::kRgba;
+      else throw DataError(where + "/color_mode must be \"grayscale\", \"rgb\" or \"rgba\"");
+    }
+    allow({"folders", "image_size", "color_mode"});
   } else if (o.contains("images") || o.contains("labels")) {
     s.format = ManifestSplit::Format::kIdx;
     s.images = read_file_name(o, "images", where);
     s.labels = read_file_name(o, "labels", where);
     allow({"images", "labels"});
   } else {
-    throw DataError(where + " must name its files: {x, y}, {npz}, {csv[, label]}, {jsonl[, label]}, {images, labels} "
-                            "or {shards, shape, dtype}");
+    throw DataError(where + " must name its files: {x, y}, {npz}, {csv[, label]}, {jsonl[, label]}, {images, labels}, "
+                            "{folders[, image_size, color_mode]} or {shards, shape, dtype}");
   }
   return s;
 }
@@ -129,6 +152,12 @@ json::object split_to_json(const ManifestSplit& s) {
     case ManifestSplit::Format::kCsv: return {{"csv", s.csv}, {"label", s.label}};
     case ManifestSplit::Format::kJsonl: return {{"jsonl", s.jsonl}, {"label", s.label}};
     case ManifestSplit::Format::kIdx: return {{"images", s.images}, {"labels", s.labels}};
+    case ManifestSplit::Format::kFolders: {
+      json::object o{{"folders", s.folders}};
+      if (s.image_height > 0) o["image_size"] = json::array{s.image_height, s.image_width};
+      o["color_mode"] = s.color_mode == ColorMode::kGrayscale ? "grayscale" : s.color_mode == ColorMode::kRgb ? "rgb" : "rgba";
+      return o;
+    }
     case ManifestSplit::Format::kShards: {
       json::array shards, shape;
       for (const auto& f : s.shards) shards.emplace_back(f);
@@ -171,6 +200,7 @@ std::vector<std::string> ManifestSplit::files() const {
     case Format::kCsv: return {csv};
     case Format::kJsonl: return {jsonl};
     case Format::kIdx: return {images, labels};
+    case Format::kFolders: return {};
     case Format::kShards: {
       std::vector<std::string> out = shards;
       if (!table.empty()) out.push_back(table);
@@ -203,6 +233,14 @@ DatasetManifest read_manifest(const std::string& dir) {
         throw DataError(where + " must be an integer from 2 to 10000");
       }
       m.num_classes = static_cast<uint32_t>(field.value().as_int64());
+    } else if (key == "class_names") {
+      if (!field.value().is_array() || field.value().as_array().size() < 2 || field.value().as_array().size() > 10000) {
+        throw DataError(where + " must be an array of 2 to 10000 names");
+      }
+      for (const auto& n : field.value().as_array()) {
+        if (!n.is_string()) throw DataError(where + " must hold strings (class i's name at index i)");
+        m.class_names.emplace_back(n.as_string());
+      }
     } else if (key == "source") {
       if (!field.value().is_string()) throw DataError(where + " must be a string");
       m.source = std::string(field.value().as_string()) == "upload" ? "upload" : "directory";
@@ -210,10 +248,22 @@ DatasetManifest read_manifest(const std::string& dir) {
       if (!field.value().is_int64()) throw DataError(where + " must be an integer (Unix milliseconds)");
       m.created_ms = field.value().as_int64();
     } else {
-      throw DataError(where + " is not a known field (known: train, test, num_classes, source, created_ms)");
+      throw DataError(where + " is not a known field (known: train, test, num_classes, class_names, source, created_ms)");
     }
   }
   if (m.splits.count("train") == 0) throw DataError(path + ": /train is required");
+  // Folder splits: the dataset's classes, from the train split's folders unless named.
+  const ManifestSplit& train = m.splits.at("train");
+  const bool folders = std::any_of(m.splits.begin(), m.splits.end(),
+                                   [](const auto& s) { return s.second.format == ManifestSplit::Format::kFolders; });
+  if (folders && m.class_names.empty()) {
+    if (train.format != ManifestSplit::Format::kFolders) throw DataError(path + ": /class_names is required for a folders test split");
+    const std::unique_ptr<Archive> listing = Archive::open_directory((std::filesystem::path(dir) / train.folders).string(), train.folders);
+    m.class_names = find_class_folders(*listing, train.folders, {}, ExampleLimits{}).class_names;
+  }
+  for (auto& [_, s] : m.splits) {
+    if (s.format == ManifestSplit::Format::kFolders) s.class_names = m.class_names;
+  }
   return m;
 }
 
@@ -221,6 +271,11 @@ std::string manifest_to_json(const DatasetManifest& m) {
   json::object o;
   for (const auto& [name, split] : m.splits) o[name] = split_to_json(split);
   if (m.num_classes) o["num_classes"] = *m.num_classes;
+  if (!m.class_names.empty()) {
+    json::array names;
+    for (const auto& n : m.class_names) names.push_back(json::string(n));
+    o["class_names"] = std::move(names);
+  }
   o["source"] = m.source;
   if (m.created_ms != 0) o["created_ms"] = m.created_ms;
   return to_json_text(o) + "\n";
@@ -292,6 +347,17 @@ ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit
     }
     case ManifestSplit::Format::kNpz: return stream_npz(at(split.npz), limits, sink);
     case ManifestSplit::Format::kIdx: return stream_idx(at(split.images), at(split.labels), limits, sink);
+    case ManifestSplit::Format::kFolders: {
+      std::unique_ptr<Archive> folder = Archive::open_directory(at(split.folders), split.folders);
+      ImageFolderOptions options;
+      options.color_mode = split.color_mode;
+      options.height = split.image_height;
+      options.width = split.image_width;
+      options.class_names = split.class_names;
+      options.limits = limits;
+      std::vector<std::string> names;
+      return stream_image_folders(*folder, split.folders, options, sink, names);
+    }
     case ManifestSplit::Format::kCsv: {
       CsvOptions options;
       options.label_column = split.label;
@@ -357,7 +423,9 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
     if (it->second.format == ManifestSplit::Format::kShards && !table) split.store = stored_shards(dir, it->second.shards);
     return split;
   }
-  if (num_classes == 0) num_classes = manifest.num_classes.value_or(summary.classes);
+  if (num_classes == 0) {
+    num_classes = manifest.num_classes.value_or(std::max<uint32_t>(summary.classes, static_cast<uint32_t>(manifest.class_names.size())));
+  }
   if (summary.classes > num_classes) {
     throw DataError("dataset '" + name + "': the " + split_name + " split has label " + std::to_string(summary.classes - 1) +
                     ", outside its " + std::to_string(num_classes) + " classes");

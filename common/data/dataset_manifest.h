@@ -7,6 +7,7 @@
 //     "train": <files>,            required
 //     "test": <files>,             optional (POST /v1/datasets/{name}/split can make one)
 //     "num_classes": 10,           optional: else max label + 1 over the splits
+//     "class_names": ["cat", ...], optional: class i's name (a class-folder upload's folders)
 //     "source": "directory",       optional: "upload" for what the catalog wrote
 //     "created_ms": 1700000000000  optional: Unix milliseconds
 //   }
@@ -18,6 +19,10 @@
 //   {"csv": "train.csv", "label": "label"}      CSV with a header; "label" names the label column
 //   {"jsonl": "train.jsonl", "label": "label"}  JSON Lines, one object per line
 //   {"images": "train-images-idx3-ubyte.gz", "labels": "train-labels-idx1-ubyte.gz"}   IDX pair
+//   {"folders": "train", "image_size": [64, 64], "color_mode": "rgb"}
+//                                               a folder of class folders of PNG and JPEG images
+//     (image_folders.h; image_size and color_mode optional, as an upload's), decoded whenever the
+//     split is read: the classes are "class_names" when given, else the train split's folders
 //   {"shards": ["train-00000.shard", ...], "shape": [28, 28, 1], "dtype": "uint8"}
 //                                               the dataset store's shard files (shard_file.h),
 //     optionally with "table" as for an .npy pair
@@ -36,6 +41,7 @@
 
 #include "common/data/dataset.h"
 #include "common/data/dataset_formats.h"
+#include "common/data/image_decode.h"
 
 namespace pstrain {
 
@@ -46,7 +52,7 @@ inline constexpr const char* kManifestFile = "dataset.json";
 bool is_valid_dataset_name(const std::string& name);
 
 struct ManifestSplit {
-  enum class Format { kNpy, kNpz, kCsv, kIdx, kJsonl, kShards };
+  enum class Format { kNpy, kNpz, kCsv, kIdx, kJsonl, kShards, kFolders };
   Format format = Format::kNpy;
   std::string x, y;             // kNpy
   std::string table;            // kNpy, kShards, optional: the table's schema and profile (table_schema.h)
@@ -57,12 +63,19 @@ struct ManifestSplit {
   std::string csv, label = "label";  // kCsv (label: also kJsonl's)
   std::string jsonl;                 // kJsonl
   std::string images, labels;   // kIdx
-  std::vector<std::string> files() const;  // the file names, in a fixed order
+  std::string folders;          // kFolders: the folder of class folders
+  uint32_t image_height = 0, image_width = 0;  // kFolders: image_size (0: the files' own size)
+  ColorMode color_mode = ColorMode::kRgb;      // kFolders
+  std::vector<std::string> class_names;        // kFolders: the dataset's classes (read_manifest sets them)
+  // The file names, in a fixed order (a kFolders split's folder is not listed: its files are
+  // read whole whenever the split is).
+  std::vector<std::string> files() const;
 };
 
 struct DatasetManifest {
   std::map<std::string, ManifestSplit> splits;  // "train" (required), "test"
   std::optional<uint32_t> num_classes;
+  std::vector<std::string> class_names;  // empty: numbered classes (or a table's own names)
   std::string source = "directory";
   int64_t created_ms = 0;
 };

@@ -327,6 +327,14 @@ std::optional<DatasetRecord> DatasetCatalog::index_directory_at(const std::strin
       }
       classes = *m.num_classes;
     }
+    if (!m.class_names.empty()) {
+      if (m.class_names.size() < classes) {
+        throw DataError(dir.string() + ": class_names has " + std::to_string(m.class_names.size()) + " names but a label is " +
+                        std::to_string(classes - 1));
+      }
+      classes = static_cast<uint32_t>(m.class_names.size());
+      r.class_names = m.class_names;
+    }
     r.num_classes = classes;
     pad_counts(r);
   } catch (const std::exception& e) {

@@ -44,6 +44,7 @@
 #include "common/data/dataset.h"
 #include "common/data/dataset_formats.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/image_decode.h"
 #include "common/data/shard_file.h"
 #include "common/storage/kv_store.h"
 #include "common/base/task_thread.h"
@@ -73,6 +74,7 @@ struct DatasetRecord {
   ParsedExamples::Dtype dtype = ParsedExamples::Dtype::kUint8;
   uint32_t num_classes = 0;   // 0 for a regression dataset
   uint32_t target_width = 0;  // regression: float targets per example (0: class labels)
+  std::vector<std::string> class_names;  // a class-folder dataset's classes (a table's: table())
   int64_t created_ms = 0;
   std::map<std::string, DatasetSplitInfo> splits;  // "train", "test"
   std::string error;        // why the dataset cannot be used ("" when it can), e.g. missing files
@@ -142,7 +144,9 @@ class DatasetCatalog {
 
   // --- Uploads (the HTTP layer streams a body to a file first; see HttpServer) ---
   enum class UploadPart { kWhole, kImages, kLabels };  // CSV/NPZ, or one file of an IDX pair
-  enum class UploadFormat { kCsv, kNpz, kIdx, kJsonl };
+  // kArchive: a .zip or .tar, of class folders of images (image_folders.h), or a zip holding
+  // x.npy and y.npy (an .npz sent as application/zip).
+  enum class UploadFormat { kCsv, kNpz, kIdx, kJsonl, kArchive };
   struct Upload {
     std::string name, split;  // "train" | "test"
     UploadPart part = UploadPart::kWhole;
@@ -152,6 +156,8 @@ class DatasetCatalog {
     char separator = 0;                  // CSV: ',', ';' or '\t' (?sep=); 0: detected
     std::map<std::string, ColumnType> types;  // CSV: column types given (?types=name:type,...)
     std::optional<std::vector<std::string>> missing;  // CSV: the missing-value cells (?missing=)
+    uint32_t image_height = 0, image_width = 0;  // class folders: ?image_size= (0: the files' own size)
+    ColorMode color_mode = ColorMode::kRgb;      // class folders: ?color_mode=
     bool replace = false;
     std::string body_path;  // the streamed body, in staging_dir(); the catalog deletes it
     uint64_t body_bytes = 0;

@@ -1,5 +1,7 @@
 #include "coordinator/datasets/dataset_catalog_parts.h"
 
+#include "common/data/archive.h"
+
 #include <fstream>
 #include <sys/stat.h>
 
@@ -44,6 +46,7 @@ std::string upload_name(const DatasetCatalog::Upload& u) {
     case DatasetCatalog::UploadFormat::kCsv: return u.split + ".csv";
     case DatasetCatalog::UploadFormat::kNpz: return u.split + ".npz";
     case DatasetCatalog::UploadFormat::kJsonl: return u.split + ".jsonl";
+    case DatasetCatalog::UploadFormat::kArchive: return u.split + (Archive::looks_like_zip(u.body_path) ? ".zip" : ".tar");
     case DatasetCatalog::UploadFormat::kIdx: break;
   }
   return u.split + (u.part == DatasetCatalog::UploadPart::kImages ? "/images" : "/labels");
@@ -119,6 +122,10 @@ json::object dataset_to_json(const DatasetRecord& r) {
     o["label"] = table->label;
     o["columns"] = std::move(columns);
     if (!names.empty()) o["class_names"] = std::move(names);
+  } else if (!r.class_names.empty()) {
+    json::array names;
+    for (const std::string& n : r.class_names) names.push_back(json::string(n));
+    o["class_names"] = std::move(names);
   }
   if (!r.error.empty()) o["error"] = r.error;
   o["state"] = r.indexing ? "indexing" : r.usable() ? "ready" : "unusable";
@@ -138,6 +145,9 @@ std::optional<DatasetRecord> dataset_from_json(const std::string& text) {
     r.dtype = o.at("dtype").as_string() == "uint8" ? ParsedExamples::Dtype::kUint8 : ParsedExamples::Dtype::kFloat32;
     r.num_classes = static_cast<uint32_t>(o.at("num_classes").as_int64());
     if (const auto it = o.find("targets"); it != o.end()) r.target_width = static_cast<uint32_t>(it->value().as_int64());
+    if (const auto it = o.find("class_names"); it != o.end() && !o.contains("columns")) {
+      for (const auto& n : it->value().as_array()) r.class_names.emplace_back(n.as_string());
+    }
     r.created_ms = o.at("created_ms").as_int64();
     for (const auto& [name, sv] : o.at("splits").as_object()) {
       const json::object& so = sv.as_object();

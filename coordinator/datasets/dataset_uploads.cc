@@ -16,7 +16,9 @@
 #include <numeric>
 #include <random>
 
+#include "common/data/archive.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/image_folders.h"
 #include "common/base/error.h"
 #include "common/base/json_text.h"
 #include "common/base/log.h"
@@ -137,6 +139,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   // replacement's files never collide with the ones it replaces.
   ShardSink writer(work.string(), upload.split + "-" + stamp, options_.shards);
   ExampleSummary summary;
+  std::vector<std::string> class_names;  // a class-folder archive's
   switch (upload.format) {
     case UploadFormat::kCsv:
     case UploadFormat::kJsonl: {
@@ -165,6 +168,29 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
     case UploadFormat::kIdx:
       summary = stream_idx(images_path, labels_path, options_.limits, writer);
       break;
+    case UploadFormat::kArchive: {
+      std::unique_ptr<Archive> archive = Archive::open(upload.body_path, uploaded_as);
+      const auto has = [&](const char* path) {
+        return std::any_of(archive->entries().begin(), archive->entries().end(), [&](const ArchiveEntry& e) { return e.path == path; });
+      };
+      if (Archive::looks_like_zip(upload.body_path) && has("x.npy") && has("y.npy")) {
+        archive.reset();
+        summary = stream_npz(upload.body_path, options_.limits, writer);
+        break;
+      }
+      ImageFolderOptions options;
+      options.color_mode = upload.color_mode;
+      options.height = upload.image_height;
+      options.width = upload.image_width;
+      options.limits = options_.limits;
+      if (const std::optional<DatasetRecord> other = get(upload.name)) {
+        for (const auto& [split, _] : other->splits) {
+          if (split != upload.split) options.class_names = other->class_names;
+        }
+      }
+      summary = stream_image_folders(*archive, uploaded_as, options, writer, class_names);
+      break;
+    }
   }
   const std::vector<ShardInfo> shards = writer.finish(summary.target_width);
   std::string table_name;  // a table's schema and profile, beside the shards
@@ -190,6 +216,17 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
                                            " examples of shape [" + shape + "] but the dataset's " + split + " split has " +
                                            std::string(dtype_name(record.dtype)) + " examples of shape [" + theirs + "]");
         result.error = e;
+        return result;
+      }
+      if (!class_names.empty() && record.class_names.empty()) {
+        result.error = service_error(422, "dataset-labels-mismatch",
+                                     "the uploaded " + upload.split + " split's classes are folders but the dataset's " + split +
+                                         " split's labels are numbers");
+        return result;
+      }
+      if (!class_names.empty() && class_names != record.class_names) {
+        // (The other split's classes changed while this one was decoded with the old ones.)
+        result.error = service_error(409, "dataset-busy", "dataset '" + upload.name + "' changed its classes during the upload; retry");
         return result;
       }
       const TableSchema* theirs = s.table ? &*s.table : nullptr;
@@ -245,7 +282,26 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
     manifest.created_ms = record.created_ms;
   }
   manifest.splits[upload.split] = shards_split(shards, summary, table_name);
-  manifest.num_classes.reset();
+  // Class names: this upload's (class folders), else the other split's, kept while one remains.
+  bool other_split = false;
+  for (const auto& [split, _] : manifest.splits) other_split = other_split || split != upload.split;
+  if (!class_names.empty() || !other_split) {
+    manifest.num_classes.reset();
+    manifest.class_names = class_names;
+    if (!class_names.empty()) manifest.num_classes = static_cast<uint32_t>(class_names.size());
+  } else if (!manifest.class_names.empty()) {
+    if (summary.classes > manifest.class_names.size()) {
+      result.error = service_error(422, "dataset-bad-label",
+                                   "the uploaded " + upload.split + " split has label " + std::to_string(summary.classes - 1) +
+                                       " but the dataset's classes are its " + std::to_string(manifest.class_names.size()) +
+                                       " class folders",
+                                   "label");
+      return result;
+    }
+    class_names = manifest.class_names;
+  } else {
+    manifest.num_classes.reset();
+  }
   if (existing) {
     const std::vector<std::string> new_files = manifest.splits[upload.split].files();
     for (const auto& f : new_files) fs::rename(work / f, dir / f);
@@ -265,7 +321,8 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   DatasetSplitInfo s = split_info(summary, dir, manifest.splits[upload.split].files());
   record.splits[upload.split] = std::move(s);
   record.target_width = summary.target_width;
-  record.num_classes = 0;
+  record.num_classes = static_cast<uint32_t>(class_names.size());
+  record.class_names = class_names;
   for (const auto& [split, si] : record.splits) record.num_classes = std::max<uint32_t>(record.num_classes, static_cast<uint32_t>(si.class_counts.size()));
   pad_counts(record);
   record.error.clear();

@@ -1,5 +1,5 @@
-// The dataset routes of the REST API: the catalog's list and records, uploads (CSV, NPZ, IDX
-// pairs: streamed to a staging file first, plan_dataset_upload), splits and deletes. Work that
+// The dataset routes of the REST API: the catalog's list and records, uploads (CSV, JSON Lines,
+// NPZ, IDX pairs, archives of class folders of images: streamed to a staging file first, plan_dataset_upload), splits and deletes. Work that
 // touches files runs on the catalog's thread; the answer comes from there.
 #include <boost/json.hpp>
 
@@ -62,6 +62,42 @@ TableParams read_table_params(const std::map<std::string, std::string>& params) 
   return t;
 }
 
+// A class-folder upload's image parameters: ?image_size=H,W (or HxW; 1 to 4096 each)
+// ?color_mode=grayscale|rgb|rgba.
+struct ImageParams {
+  uint32_t height = 0, width = 0;
+  ColorMode color_mode = ColorMode::kRgb;
+  std::optional<std::pair<std::string, std::string>> error;  // (detail, parameter)
+};
+
+ImageParams read_image_params(const std::map<std::string, std::string>& params) {
+  ImageParams p;
+  if (const auto it = params.find("image_size"); it != params.end()) {
+    const std::string& v = it->second;
+    const size_t sep = v.find_first_of(",x");
+    const auto number = [](const std::string& text) -> uint32_t {
+      if (text.empty() || text.size() > 4 || text.find_first_not_of("0123456789") != std::string::npos) return 0;
+      const unsigned long n = std::stoul(text);
+      return n <= 4096 ? static_cast<uint32_t>(n) : 0;
+    };
+    if (sep != std::string::npos) {
+      p.height = number(v.substr(0, sep));
+      p.width = number(v.substr(sep + 1));
+    }
+    if (p.height == 0 || p.width == 0) {
+      p.height = p.width = 0;
+      p.error = {{"image_size must be height,width (each 1 to 4096), not '" + v + "'", "image_size"}};
+    }
+  }
+  if (const auto it = params.find("color_mode"); it != params.end()) {
+    if (it->second == "grayscale") p.color_mode = ColorMode::kGrayscale;
+    else if (it->second == "rgb") p.color_mode = ColorMode::kRgb;
+    else if (it->second == "rgba") p.color_mode = ColorMode::kRgba;
+    else p.error = {{"color_mode must be grayscale, rgb or rgba, not '" + it->second + "'", "color_mode"}};
+  }
+  return p;
+}
+
 // A dataset upload's route: PUT /v1/datasets/{name}/{split}[/images|/labels], from its captures.
 struct UploadRoute {
   std::string name, split;
@@ -91,10 +127,15 @@ std::variant<DatasetCatalog::UploadFormat, HttpResponse> upload_format(const Htt
   if (type == "application/x-ndjson" || type == "application/jsonl" || type == "application/json-lines") {
     return DatasetCatalog::UploadFormat::kJsonl;
   }
-  if (type == "application/x-npz" || type == "application/zip") return DatasetCatalog::UploadFormat::kNpz;
+  if (type == "application/x-npz") return DatasetCatalog::UploadFormat::kNpz;
+  if (type == "application/zip" || type == "application/x-zip-compressed" || type == "application/x-tar" ||
+      type == "application/tar") {
+    return DatasetCatalog::UploadFormat::kArchive;
+  }
   return problem(415, "unsupported-media-type", "Unsupported media type",
-                 "a split must be sent as text/csv (CSV with a header row), application/x-ndjson (JSON Lines) or "
-                 "application/x-npz (NumPy .npz with arrays x and y), not '" + request.content_type + "'; IDX pairs go to .../images and .../labels",
+                 "a split must be sent as text/csv (CSV with a header row), application/x-ndjson (JSON Lines), "
+                 "application/x-npz (NumPy .npz with arrays x and y), or application/zip or application/x-tar (class "
+                 "folders of PNG or JPEG images), not '" + request.content_type + "'; IDX pairs go to .../images and .../labels",
                  "Content-Type");
 }
 
@@ -203,6 +244,10 @@ void RestApi::add_dataset_routes() {
     upload.separator = table.separator;
     upload.types = table.types;
     upload.missing = table.missing;
+    const ImageParams image = read_image_params(params);  // (checked by plan_dataset_upload)
+    upload.image_height = image.height;
+    upload.image_width = image.width;
+    upload.color_mode = image.color_mode;
     upload.body_path = request.body_file;
     upload.body_bytes = request.body_bytes;
     upload.body_sha256 = request.body_sha256;
@@ -241,16 +286,20 @@ BodyPlan RestApi::plan_dataset_upload(const HttpRequest& head, const Router::Mat
   const auto params = query_params(head.target);
   for (const auto& [key, value] : params) {
     const bool whole = route->part == DatasetCatalog::UploadPart::kWhole;
-    const bool table_param = key == "label" || key == "task" || key == "sep" || key == "types" || key == "missing";
+    const bool table_param = key == "label" || key == "task" || key == "sep" || key == "types" || key == "missing" ||
+                             key == "image_size" || key == "color_mode";
     if (key != "replace" && !(table_param && whole)) {
       return reject(problem(400, "unknown-parameter", "Unknown query parameter",
                             "'" + key + "' is not a parameter of this upload (known: replace" +
-                                (whole ? ", label, task, sep, types, missing" : "") + ")",
+                                (whole ? ", label, task, sep, types, missing, image_size, color_mode" : "") + ")",
                             key));
     }
   }
   if (const TableParams table = read_table_params(params); table.error) {
     return reject(problem(400, "invalid-parameter", "Invalid query parameter", table.error->first, table.error->second));
+  }
+  if (const ImageParams image = read_image_params(params); image.error) {
+    return reject(problem(400, "invalid-parameter", "Invalid query parameter", image.error->first, image.error->second));
   }
   if (const auto it = params.find("task"); it != params.end() && it->second != "regression" &&
                                             it->second != "classification") {

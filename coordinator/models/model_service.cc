@@ -426,16 +426,21 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
     } else if (v.is_object()) {
       const json::value* b64 = v.as_object().if_contains("b64");
       if (b64 == nullptr || !b64->is_string() || v.as_object().size() != 1) {
-        why = "an object instance must be {\"b64\": \"<base64 of the raw uint8 values>\"}";
+        why = "an object instance must be {\"b64\": \"<base64 of the raw uint8 values, or of a PNG or JPEG image>\"}";
       } else if (const auto bytes = predict_instances::base64_decode(std::string_view(b64->as_string())); !bytes) {
         why = "b64 is not valid base64";
+      } else if (const auto pixels = predict_instances::encoded_image(*bytes, shape, m->input_dtype, why)) {
+        for (uint8_t c : *pixels) inputs.push_back(static_cast<float>(c) * input_scale(Dtype::kUint8));
+      } else if (bytes->size() == input_size && m->input_dtype == Dtype::kUint8) {
+        why.clear();  // raw values that begin like an image (and are not one)
+        for (unsigned char c : *bytes) inputs.push_back(static_cast<float>(c) * input_scale(Dtype::kUint8));
+      } else if (!why.empty()) {
+        // an image's signature that does not decode, or a model that takes no image: why says so
       } else if (bytes->size() != input_size) {
         why = "b64 holds " + std::to_string(bytes->size()) + " bytes; the model's input " + shape_string(shape) + " has " +
               std::to_string(input_size) + " values";
-      } else if (m->input_dtype != Dtype::kUint8) {
-        why = "b64 carries uint8 values, and this model's dataset stores float32: send its values as numbers";
       } else {
-        for (unsigned char c : *bytes) inputs.push_back(static_cast<float>(c) * input_scale(Dtype::kUint8));
+        why = "b64 carries uint8 values, and this model's dataset stores float32: send its values as numbers";
       }
     } else {
       const predict_instances::ValueRule rule{m->input_dtype, form, before};

@@ -4,8 +4,31 @@
 
 #include <cstdint>
 
+#include "common/base/error.h"
+#include "common/data/image_decode.h"
+
 namespace pstrain::predict_instances {
 namespace json = boost::json;
+
+std::optional<std::vector<uint8_t>> encoded_image(std::string_view bytes, const Shape& shape, Dtype stored, std::string& why) {
+  const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  if (image_format(data).empty()) return std::nullopt;
+  if (stored != Dtype::kUint8 || shape.size() != 3 || (shape[2] != 1 && shape[2] != 3 && shape[2] != 4)) {
+    why = "b64 holds a PNG or JPEG image, and this model's input " + shape_string(shape) +
+          " is not an image of 8-bit pixels (height, width and 1, 3 or 4 channels)";
+    return std::nullopt;
+  }
+  const ColorMode mode = shape[2] == 1 ? ColorMode::kGrayscale : shape[2] == 3 ? ColorMode::kRgb : ColorMode::kRgba;
+  try {
+    Image image = decode_image(data, mode, "the image");
+    const auto height = static_cast<uint32_t>(shape[0]), width = static_cast<uint32_t>(shape[1]);
+    if (image.height != height || image.width != width) image = resize_bilinear(image, height, width);
+    return std::move(image.pixels);
+  } catch (const DataError& e) {
+    why = std::string("b64 holds a PNG or JPEG signature but does not decode: ") + e.what();
+    return std::nullopt;
+  }
+}
 
 std::optional<std::string> base64_decode(std::string_view in) {
   auto value = [](char c) -> int {

@@ -1,5 +1,6 @@
 // The parts of a `:predict` request's instances that are plain text work (coordinator/models/model_service.cc
-// decodes the request with them): `{"b64": ...}` raw bytes and nested arrays of numbers.
+// decodes the request with them): `{"b64": ...}` raw bytes or an encoded image, and nested arrays
+// of numbers.
 //
 // Thread rules: pure functions.
 #pragma once
@@ -18,6 +19,13 @@ namespace pstrain::predict_instances {
 
 // Standard base64 (RFC 4648, with padding; whitespace not allowed). nullopt if malformed.
 std::optional<std::string> base64_decode(std::string_view in);
+
+// `{"b64": ...}`'s bytes as an encoded image (PNG or JPEG), for a model whose input is uint8
+// {height, width, channels} with 1, 3 or 4 channels: decoded into that many channels and resized
+// (bilinear, half-pixel centres) to height x width, as a class-folder upload stored its images
+// (common/data/image_folders.h). nullopt when the bytes are not an image that decodes (`why`
+// says why when they look like one: a PNG or JPEG signature).
+std::optional<std::vector<uint8_t>> encoded_image(std::string_view bytes, const Shape& shape, Dtype stored, std::string& why);
 
 // How one instance's numbers become the engine's values (common/data/model_inputs.h).
 struct ValueRule {

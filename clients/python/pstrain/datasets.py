@@ -6,7 +6,7 @@ import os
 from ._http import query, quote
 
 _TYPES = {".csv": "text/csv", ".jsonl": "application/x-ndjson", ".ndjson": "application/x-ndjson",
-          ".npz": "application/x-npz"}
+          ".npz": "application/x-npz", ".zip": "application/zip", ".tar": "application/x-tar"}
 
 
 def _body(data, label):
@@ -15,7 +15,7 @@ def _body(data, label):
         path = os.fspath(data)
         ext = os.path.splitext(path)[1].lower()
         if ext not in _TYPES:
-            raise ValueError(f"{path}: a split file is .csv, .jsonl, .ndjson or .npz")
+            raise ValueError(f"{path}: a split file is .csv, .jsonl, .ndjson, .npz, or a .zip or .tar of class folders")
         return open(path, "rb"), _TYPES[ext], label
     if hasattr(data, "to_csv") and hasattr(data, "columns"):  # a pandas DataFrame
         if label is None or label not in data.columns:
@@ -40,8 +40,11 @@ class Datasets:
     def __init__(self, client):
         self._client = client
 
-    def upload(self, name, train=None, test=None, label=None, replace=False, task=None):
-        """Uploads the train and/or test split of dataset `name`: each a file (.csv, .jsonl, .npz),
+    def upload(self, name, train=None, test=None, label=None, replace=False, task=None, image_size=None,
+               color_mode=None):
+        """Uploads the train and/or test split of dataset `name`: each a file (.csv, .jsonl, .npz,
+        or a .zip or .tar of class folders of PNG or JPEG images, resized to image_size=(height,
+        width) when given, decoded as color_mode "grayscale", "rgb" (the default) or "rgba"),
         an (x, y) pair of NumPy arrays, or a pandas DataFrame with its label column named by
         `label` (also the CSV's label column; default "label"). task="regression" reads a CSV's
         whole-number label as targets. Returns the dataset's record."""
@@ -52,7 +55,9 @@ class Datasets:
             if data is None:
                 continue
             body, content_type, split_label = _body(data, label)
-            path = f"/v1/datasets/{quote(name)}/{split}" + query(label=split_label, replace=replace or None, task=task)
+            path = f"/v1/datasets/{quote(name)}/{split}" + query(
+                label=split_label, replace=replace or None, task=task,
+                image_size=f"{image_size[0]},{image_size[1]}" if image_size else None, color_mode=color_mode)
             try:
                 with self._client._t.open("PUT", path, body, content_type, timeout=max(self._client._t.timeout, 600)) as r:
                     r.read()

@@ -6,8 +6,6 @@
 
 #include <doctest/doctest.h>
 #include <png.h>
-#include <stdio.h>
-#include <jpeglib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,62 +14,14 @@
 #include <vector>
 
 #include "common/base/error.h"
+#include "tests/image_files.h"
 
 namespace pstrain {
 namespace {
 
-std::vector<uint8_t> write_png(const std::vector<uint8_t>& pixels, uint32_t height, uint32_t width, uint32_t format) {
-  png_image image{};
-  image.version = PNG_IMAGE_VERSION;
-  image.width = width;
-  image.height = height;
-  image.format = format;
-  png_alloc_size_t size = 0;
-  REQUIRE(png_image_write_to_memory(&image, nullptr, &size, 0, pixels.data(), 0, nullptr) != 0);
-  std::vector<uint8_t> out(size);
-  REQUIRE(png_image_write_to_memory(&image, out.data(), &size, 0, pixels.data(), 0, nullptr) != 0);
-  out.resize(size);
-  return out;
-}
-
-std::vector<uint8_t> write_jpeg(const std::vector<uint8_t>& rgb, uint32_t height, uint32_t width) {
-  jpeg_compress_struct info{};
-  jpeg_error_mgr error{};
-  info.err = jpeg_std_error(&error);
-  jpeg_create_compress(&info);
-  unsigned char* buffer = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&info, &buffer, &size);
-  info.image_width = width;
-  info.image_height = height;
-  info.input_components = 3;
-  info.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&info);
-  jpeg_set_quality(&info, 95, TRUE);
-  jpeg_start_compress(&info, TRUE);
-  while (info.next_scanline < height) {
-    JSAMPROW row = const_cast<uint8_t*>(rgb.data() + size_t{info.next_scanline} * width * 3);
-    jpeg_write_scanlines(&info, &row, 1);
-  }
-  jpeg_finish_compress(&info);
-  std::vector<uint8_t> out(buffer, buffer + size);
-  jpeg_destroy_compress(&info);
-  std::free(buffer);
-  return out;
-}
-
-// A smooth colour gradient (JPEG keeps it within a few levels).
-std::vector<uint8_t> gradient(uint32_t height, uint32_t width) {
-  std::vector<uint8_t> rgb;
-  for (uint32_t y = 0; y < height; ++y) {
-    for (uint32_t x = 0; x < width; ++x) {
-      rgb.push_back(static_cast<uint8_t>(x * 255 / (width - 1)));
-      rgb.push_back(static_cast<uint8_t>(y * 255 / (height - 1)));
-      rgb.push_back(static_cast<uint8_t>(128));
-    }
-  }
-  return rgb;
-}
+using testing::gradient;
+using testing::write_jpeg;
+using testing::write_png;
 
 std::string error_of(const std::vector<uint8_t>& bytes, const std::string& name) {
   try {
