@@ -11,12 +11,16 @@ import os
 import re
 import signal
 import ssl
+import struct
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
 import unittest
 import urllib.request
+import zipfile
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -116,6 +120,37 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(pstrain.ApiError) as e:
             c.datasets.get("py-frame")
         self.assertEqual(e.exception.status, 404)
+
+    def test_upload_class_folders_of_images(self):
+        def png(pixels):  # an 8-bit grayscale PNG, written by hand (zlib only)
+            h, w = pixels.shape
+            raw = b"".join(b"\0" + pixels[r].tobytes() for r in range(h))
+            chunk = lambda kind, data: (struct.pack(">I", len(data)) + kind + data +
+                                        struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff))
+            return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)) +
+                    chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+        rng = np.random.default_rng(1)
+        path = os.path.join(self.tmp.name, "shapes.zip")
+        with zipfile.ZipFile(path, "w") as z:
+            for cls in ("round", "square", "line"):
+                for i in range(4):
+                    z.writestr(f"shapes/{cls}/{i}.png", png(rng.integers(0, 255, (6, 5), dtype=np.uint8)))
+        record = self.client.datasets.upload("py-shapes", train=path, image_size=(4, 4), color_mode="grayscale",
+                                             replace=True)
+        self.assertEqual(record["input_shape"], [4, 4, 1])
+        self.assertEqual(record["class_names"], ["line", "round", "square"])
+        self.assertEqual(record["splits"]["train"]["class_counts"], [4, 4, 4])
+        # A file that is not an image: a 422 naming it.
+        bad = os.path.join(self.tmp.name, "bad.tar")
+        with tarfile.open(bad, "w") as t:
+            for name, data in (("a/1.png", png(np.zeros((4, 4), np.uint8))), ("b/notes.txt", b"hello")):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        with self.assertRaises(pstrain.ApiError) as e:
+            self.client.datasets.upload("py-bad-images", train=bad)
+        self.assertEqual(e.exception.status, 422)
+        self.assertIn("b/notes.txt", str(e.exception))
 
     def test_submit_follow_predict_download(self):
         c = self.client
