@@ -56,6 +56,9 @@ struct Split {
   // categories); null for arrays and images. A job trains on the preprocessed form
   // (preprocessing.h), a split of its own without a table.
   std::shared_ptr<const TableSchema> table;
+  // A class-folder dataset's class names (class i's at i; dataset_manifest.h "class_names"), which
+  // a job's model files keep so that predictions name classes; empty otherwise.
+  std::vector<std::string> class_names;
   // Where the examples are stored as shards (shard_file.h), for a split loaded as it is stored:
   // a worker that sees the directory reads its examples from there itself. Null for other
   // formats, tables (a job trains on their preprocessed form) and splits made from another (a

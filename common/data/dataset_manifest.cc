@@ -433,6 +433,7 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
   sink.out.classes = num_classes;
   Split split = make_split(name, kind, std::move(sink.out));
   split.table = table;
+  if (manifest.class_names.size() == num_classes) split.class_names = manifest.class_names;
   if (it->second.format == ManifestSplit::Format::kShards && !table) split.store = stored_shards(dir, it->second.shards);
   return split;
 }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <boost/json.hpp>
+
 namespace pstrain {
 
 std::optional<Dtype> dtype_from_name(std::string_view name) {
@@ -28,6 +30,24 @@ std::string engine_value(Dtype stored, InputForm form, double sent, float* out) 
   }
   *out = static_cast<float>(sent) * input_scale(Dtype::kUint8);
   return "";
+}
+
+std::string class_names_json(const std::vector<std::string>& names) {
+  boost::json::array a;
+  for (const std::string& n : names) a.push_back(boost::json::string(n));
+  return boost::json::serialize(a);
+}
+
+std::vector<std::string> class_names_from_json(std::string_view text) {
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(text, ec);
+  std::vector<std::string> out;
+  if (ec || !v.is_array()) return out;
+  for (const auto& n : v.as_array()) {
+    if (!n.is_string()) return {};
+    out.emplace_back(n.as_string());
+  }
+  return out;
 }
 
 }  // namespace pstrain

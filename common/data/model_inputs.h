@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/data/example_types.h"
 
@@ -45,5 +46,13 @@ std::optional<Dtype> dtype_from_name(std::string_view name);
 // finite; raw values of a uint8 model must be integers in [0, 255]. A raw uint8 value is scaled
 // exactly as training scales it (float(v) * (1.0f / 255.0f)).
 std::string engine_value(Dtype stored, InputForm form, double sent, float* out);
+
+// A model file of a class-folder dataset names its classes in its metadata under kClassNamesKey
+// (a JSON array of strings; a table model's are in its preprocessing), so that predictions and
+// the ONNX export name them.
+inline constexpr std::string_view kClassNamesKey = "class_names";
+std::string class_names_json(const std::vector<std::string>& names);
+// The names of class_names_json's text; empty for anything else.
+std::vector<std::string> class_names_from_json(std::string_view text);
 
 }  // namespace pstrain

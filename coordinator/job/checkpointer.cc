@@ -25,6 +25,9 @@ Metadata Checkpointer::file_metadata(uint64_t version, bool final) const {
           {"final", final ? "true" : "false"}};
   if (job_.prepared.train) m.emplace_back(std::string(kInputDtypeKey), std::string(dtype_name(job_.prepared.train->dtype)));
   if (job_.prepared.preprocessing) m.emplace_back("preprocessing", fitted_to_json(*job_.prepared.preprocessing));
+  if (!job_.prepared.preprocessing && job_.prepared.train && !job_.prepared.train->class_names.empty()) {
+    m.emplace_back(std::string(kClassNamesKey), class_names_json(job_.prepared.train->class_names));
+  }
   return m;
 }
 

@@ -131,6 +131,7 @@ Metadata JobContext::model_file_metadata(int64_t epoch, uint64_t step) const {
           {"epoch", std::to_string(epoch)},
           {"step", std::to_string(step)}};
   if (prepared.preprocessing) m.emplace_back("preprocessing", fitted_to_json(*prepared.preprocessing));
+  if (!prepared.preprocessing && !prepared.train->class_names.empty()) m.emplace_back(std::string(kClassNamesKey), class_names_json(prepared.train->class_names));
   return m;
 }
 

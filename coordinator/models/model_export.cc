@@ -37,11 +37,7 @@ ModelService::Result ModelService::onnx_now(const std::string& id, const std::op
   what.params = m->params;
   what.preprocessing = m->preprocessing.get();
   what.metadata = {{"producer", "pstrain"}, {"model", id}};
-  if (m->preprocessing && !m->preprocessing->class_names.empty()) {
-    boost::json::array names;
-    for (const std::string& n : m->preprocessing->class_names) names.push_back(boost::json::string(n));
-    what.metadata.emplace_back("class_names", boost::json::serialize(names));
-  }
+  if (!m->class_names.empty()) what.metadata.emplace_back(std::string(kClassNamesKey), class_names_json(m->class_names));
   if (step) what.metadata.emplace_back("step", std::to_string(*step));
   if (!m->spec.dataset.name.empty()) {
     what.metadata.emplace_back("dataset", m->spec.dataset.name);

@@ -344,6 +344,11 @@ std::shared_ptr<ModelService::Loaded> ModelService::cache(const std::string& key
       return nullptr;
     }
   }
+  if (loaded->preprocessing) {
+    loaded->class_names = loaded->preprocessing->class_names;
+  } else if (meta && meta->count(std::string(kClassNamesKey)) != 0) {
+    loaded->class_names = class_names_from_json(meta->at(std::string(kClassNamesKey)));
+  }
   cache_.push_front(loaded);
   if (cache_.size() > kMaxModels) cache_.pop_back();
   PSLOG(kInfo) << what << " loaded for serving (" << loaded->params.size() << " parameters)";
@@ -457,7 +462,7 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
   }
 
   std::string out = predictions_json(*m->model, m->params.data(), inputs.data(), list.size(),
-                                     m->preprocessing ? m->preprocessing->class_names : std::vector<std::string>{},
+                                     m->class_names,
                                      m->preprocessing != nullptr);
   Result r;
   r.json = std::move(out);

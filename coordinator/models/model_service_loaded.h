@@ -26,6 +26,9 @@ struct ModelService::Loaded {
   // A table model's fitted preprocessing (the file's metadata "preprocessing"): predictions take
   // records by field name and evaluation the table's stored splits.
   std::shared_ptr<const FittedPreprocessing> preprocessing;
+  // The classes' names: a table model's preprocessing's, else its file's class_names (a
+  // class-folder dataset's); empty: numbered classes.
+  std::vector<std::string> class_names;
   Dtype input_dtype = Dtype::kFloat32;  // how its dataset stores inputs (ModelService::input_dtype_of)
   std::unique_ptr<nn::Model<float>> model;
   std::vector<float> params;

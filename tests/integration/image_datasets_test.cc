@@ -137,9 +137,14 @@ std::string tensor_bytes(const std::string& file) {
   return file.substr(8 + header);
 }
 
+// A prediction's probabilities, by class name ({"bottom": p, "top": q}: the model's file names
+// its dataset's class folders) in the classes' order.
 std::vector<double> probabilities(const Reply& r, size_t i) {
   std::vector<double> out;
-  for (const auto& p : arr(obj(arr(object_of(r), "predictions")[i]), "probabilities")) out.push_back(p.to_number<double>());
+  const json::object prediction = obj(arr(object_of(r), "predictions")[i]);
+  const json::object& by_name = prediction.at("probabilities").as_object();
+  CHECK(by_name.size() == 2);
+  for (const char* name : {"bottom", "top"}) out.push_back(by_name.at(name).to_number<double>());
   return out;
 }
 
@@ -188,6 +193,8 @@ TEST_CASE("image datasets - class folders of PNGs (zip and tar) train bit for bi
   INFO(":predict -> " << r.describe());
   REQUIRE(r.status == 200);
   CHECK(probabilities(r, 0) == probabilities(r, 1));
+  const std::string named = str(obj(arr(object_of(r), "predictions")[0]), "class");  // a class folder's name
+  CHECK((named == "bottom" || named == "top"));
   CHECK(probabilities(r, 2).size() == 2);
   // Bytes that look like a PNG and do not decode: a 422 that says so.
   std::vector<uint8_t> broken(png.begin(), png.begin() + 40);
