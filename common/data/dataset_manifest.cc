@@ -239,6 +239,9 @@ DatasetManifest read_manifest(const std::string& dir) {
       }
       for (const auto& n : field.value().as_array()) {
         if (!n.is_string()) throw DataError(where + " must hold strings (class i's name at index i)");
+        if (std::find(m.class_names.begin(), m.class_names.end(), n.as_string()) != m.class_names.end()) {
+          throw DataError(where + " names '" + std::string(n.as_string()) + "' twice");
+        }
         m.class_names.emplace_back(n.as_string());
       }
     } else if (key == "source") {

@@ -40,7 +40,8 @@ std::string evaluation_json(const Evaluation& e, const std::string& extra = "");
 // ...]}, TensorFlow Serving's answer form; under a regression loss {"predictions": [{"values":
 // [the outputs]}, ...]}; under binary cross-entropy with several outputs (multi-label)
 // {"predictions": [{"labels": [0 or 1 per output], "probabilities": [sigmoid per output]}, ...]}.
-// With `class_names` (a table's named classes, one per class), a class prediction names its class
+// With `class_names` (a table's named classes or a class-folder dataset's, one per class), a class
+// prediction names its class
 // and gives the probabilities by name: {"class": "yes", "probabilities": {"no": 0.81, "yes": 0.19}}.
 // `table`: a table model's answer, whose single regression target is {"value": v}.
 std::string predictions_json(nn::Model<float>& model, const float* params, const float* inputs, size_t n,

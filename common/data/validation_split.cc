@@ -21,6 +21,7 @@ Split subset_of(const Split& split, const std::vector<uint32_t>& indices) {
   out.target_width = split.target_width;
   out.sha256 = split.sha256;
   out.table = split.table;
+  out.class_names = split.class_names;
   const size_t bytes = split.example_bytes();
   out.examples.resize(indices.size() * bytes);
   for (size_t i = 0; i < indices.size(); ++i) {

@@ -347,7 +347,15 @@ std::shared_ptr<ModelService::Loaded> ModelService::cache(const std::string& key
   if (loaded->preprocessing) {
     loaded->class_names = loaded->preprocessing->class_names;
   } else if (meta && meta->count(std::string(kClassNamesKey)) != 0) {
-    loaded->class_names = class_names_from_json(meta->at(std::string(kClassNamesKey)));
+    // (A file's names are used only when they are one per class and distinct; else classes are
+    // numbered, as without names.)
+    std::vector<std::string> names = class_names_from_json(meta->at(std::string(kClassNamesKey)));
+    std::vector<std::string> sorted = names;
+    std::sort(sorted.begin(), sorted.end());
+    const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+    if (distinct && names.size() == static_cast<size_t>(nn::loss_classes(loaded->model->loss(), loaded->model->output_size()))) {
+      loaded->class_names = std::move(names);
+    }
   }
   cache_.push_front(loaded);
   if (cache_.size() > kMaxModels) cache_.pop_back();

@@ -223,6 +223,23 @@ TEST_CASE("image datasets - colour JPEGs of varied sizes with image_size and col
   REQUIRE(r.status == 201);
   CHECK(json::serialize(object_of(r).at("input_shape")) == "[12,12,3]");
   CHECK(json::serialize(object_of(r).at("class_names")) == R"(["class-0","class-1","class-2"])");
+  // A job with a validation hold-out: its model still names the classes (the hold-out's split
+  // keeps them), and :predict takes one of the JPEG files as it is.
+  r = put(port, "/v1/datasets/colour/test?image_size=12,12&color_mode=rgb", zip_of(jpegs), "application/zip");
+  REQUIRE(r.status == 201);
+  const std::string job = submit(cluster, R"({"name": "colour", "dataset": {"name": "colour", "shuffle_seed": 1},
+    "model": {"input_shape": [12, 12, 3], "seed": 1, "layers": [{"type": "flatten"}, {"type": "dense", "units": 3}]},
+    "optimizer": {"type": "sgd", "learning_rate": 0.05},
+    "training": {"global_batch_size": 6, "epochs": 1, "workers": 2, "servers": 2, "validation_fraction": 0.2}})");
+  wait_for_state(cluster, job, "SUCCEEDED", 180s);
+  const std::vector<uint8_t>& jpeg = jpegs[4].second;
+  r = call(port, http::verb::post, "/v1/models/" + job + ":predict",
+           R"({"instances": [{"b64": ")" + base64(jpeg.data(), jpeg.size()) + R"("}]})", "application/json");
+  INFO(":predict -> " << r.describe());
+  REQUIRE(r.status == 200);
+  const std::string named = str(obj(arr(object_of(r), "predictions")[0]), "class");
+  CHECK(named.rfind("class-", 0) == 0);
+  CHECK(obj(arr(object_of(r), "predictions")[0]).at("probabilities").as_object().size() == 3);
   // Without image_size, the sizes differ: a 422 naming the file.
   r = put(port, "/v1/datasets/unsized/train", zip_of(jpegs), "application/zip");
   check_problem(r, 422, "images of several sizes");
@@ -257,7 +274,7 @@ TEST_CASE("image datasets - colour JPEGs of varied sizes with image_size and col
   check_problem(r, 422, "not a tar archive");
   CHECK(r.body.find("not a tar archive") != std::string::npos);
   // The test split's folders must be the train split's classes.
-  r = put(port, "/v1/datasets/colour/test?image_size=12,12", zip_of({{"class-0/1.jpg", jpegs[0].second}, {"class-9/1.jpg", jpegs[1].second}}),
+  r = put(port, "/v1/datasets/colour/test?image_size=12,12&replace=true", zip_of({{"class-0/1.jpg", jpegs[0].second}, {"class-9/1.jpg", jpegs[1].second}}),
           "application/zip");
   check_problem(r, 422, "a class the train split lacks");
   CHECK(r.body.find("class-9/: not a class of the dataset's other split") != std::string::npos);
