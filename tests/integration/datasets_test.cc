@@ -20,10 +20,12 @@
 #include "common/base/sha256.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
+#include "tests/integration/test_encodings.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;
 using namespace pstrain::testing::http_test;
+using pstrain::testing::npy;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -64,22 +66,6 @@ std::string to_csv(const Tabular& t, const std::string& label_name = "label") {
     out << t.y[i] << "\n";
   }
   return out.str();
-}
-
-// An .npy file of `descr` with `shape` and raw little-endian `data`.
-std::string npy(const std::string& descr, const std::vector<size_t>& shape, const void* data, size_t bytes) {
-  std::string dims;
-  for (size_t s : shape) dims += std::to_string(s) + ", ";
-  if (shape.size() > 1) dims.resize(dims.size() - 2);
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out += static_cast<char>(dict.size() & 0xff);
-  out += static_cast<char>(dict.size() >> 8);
-  out += dict;
-  out.append(static_cast<const char*>(data), bytes);
-  return out;
 }
 
 // An .npz (zip) holding the given entries, as bytes.

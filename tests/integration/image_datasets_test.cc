@@ -17,10 +17,13 @@
 #include "tests/image_files.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
+#include "tests/integration/test_encodings.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;
 using namespace pstrain::testing::http_test;
+using pstrain::testing::base64;
+using pstrain::testing::npy;
 using namespace std::chrono_literals;
 
 namespace {
@@ -82,37 +85,11 @@ std::string tar_of(const testing::ArchiveFiles& files) {
   return file_bytes(dir.file("a.tar"));
 }
 
-// An .npy of `descr` and `shape`, then an .npz of x and y (zip, stored).
-std::string npy(const std::string& descr, const std::vector<size_t>& shape, const void* data, size_t bytes) {
-  std::string dims;
-  for (size_t s : shape) dims += std::to_string(s) + ", ";
-  if (shape.size() > 1) dims.resize(dims.size() - 2);
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out += static_cast<char>(dict.size() & 0xff);
-  out += static_cast<char>(dict.size() >> 8);
-  return out + dict + std::string(static_cast<const char*>(data), bytes);
-}
-
+// An .npz of x and y (zip, stored).
 std::string npz_of(const FolderSplit& s) {
   const std::string x = npy("|u1", {s.labels.size(), kSide, kSide}, s.pixels.data(), s.pixels.size());
   const std::string y = npy("<i4", {s.labels.size()}, s.labels.data(), s.labels.size() * 4);
   return zip_of({{"x.npy", std::vector<uint8_t>(x.begin(), x.end())}, {"y.npy", std::vector<uint8_t>(y.begin(), y.end())}});
-}
-
-std::string base64(const uint8_t* data, size_t n) {
-  static const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < n; i += 3) {
-    const uint32_t v = (uint32_t{data[i]} << 16) | (i + 1 < n ? uint32_t{data[i + 1]} << 8 : 0) | (i + 2 < n ? data[i + 2] : 0);
-    out += digits[(v >> 18) & 63];
-    out += digits[(v >> 12) & 63];
-    out += i + 1 < n ? digits[(v >> 6) & 63] : '=';
-    out += i + 2 < n ? digits[v & 63] : '=';
-  }
-  return out;
 }
 
 Reply put(int port, const std::string& target, const std::string& body, const std::string& type) {

@@ -17,10 +17,12 @@
 #include "common/data/job_spec.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
+#include "tests/integration/test_encodings.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;
 using namespace pstrain::testing::http_test;
+using pstrain::testing::base64;
 using namespace std::chrono_literals;
 
 namespace {
@@ -65,19 +67,6 @@ std::string instances_json(const std::vector<float>& x, size_t n, const std::str
     out += "]";
   }
   return out + "]" + tail + "}";
-}
-
-std::string base64(const uint8_t* data, size_t n) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < n; i += 3) {
-    const uint32_t v = (uint32_t{data[i]} << 16) | (i + 1 < n ? uint32_t{data[i + 1]} << 8 : 0) | (i + 2 < n ? data[i + 2] : 0);
-    out += k[(v >> 18) & 63];
-    out += k[(v >> 12) & 63];
-    out += i + 1 < n ? k[(v >> 6) & 63] : '=';
-    out += i + 2 < n ? k[v & 63] : '=';
-  }
-  return out;
 }
 
 // Trains `spec` on the cluster, then checks evaluate and predict against the job and NumPy.
