@@ -1,43 +1,12 @@
 #include "common/data/csv_records.h"
 
 #include "common/data/format_parts.h"
+#include "common/data/text_profile.h"
 
 namespace pstrain {
 
 using format_detail::fail;
 using format_detail::Kind;
-
-namespace {
-
-// RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t n = 0;
-    uint32_t cp = 0;
-    if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07;
-    else return false;
-    if (i + n >= s.size()) return false;
-    for (size_t k = 1; k <= n; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if ((b & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
-
-}  // namespace
 
 char detect_csv_separator(std::istream& in, uint64_t max_bytes) {
   uint64_t counts[3] = {0, 0, 0};  // ',', ';', '\t'
@@ -161,7 +130,7 @@ bool CsvRecords::next(std::vector<std::string_view>& fields) {
     fields.clear();
     for (const auto& [s, n] : spans_) fields.emplace_back(record_.data() + s, n);
     for (size_t k = 0; k < fields.size(); ++k) {
-      if (!valid_utf8(fields[k])) {
+      if (utf8_error(fields[k])) {
         fail(Kind::kBadEncoding,
              source_ + ": line " + std::to_string(record_line_) + ", field " + std::to_string(k + 1) +
                  ": the text is not UTF-8 (save the file as UTF-8)",

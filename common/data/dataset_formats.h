@@ -26,6 +26,7 @@
 #include "common/base/error.h"
 #include "common/data/example_types.h"
 #include "common/data/table_schema.h"
+#include "common/data/text_profile.h"
 
 namespace pstrain {
 
@@ -77,7 +78,7 @@ class DatasetFormatError : public DataError {
     kLengthMismatch,     // x and y hold different numbers of examples
     kTruncated,          // an array's data is shorter than its shape says
     kTrailingData,       // an array's data is longer than its shape says
-    kBadEncoding,        // a CSV's text is not UTF-8
+    kBadEncoding,        // text (a CSV's, a text file's) is not UTF-8
     kBadRecord,          // a JSON Lines line is not a JSON object of plain values
     kBadImage,           // a class folder's file is not a PNG or JPEG, does not decode, or is of another size
     kBadFolders,         // an archive's class folders: an empty one, a link, a path with "..", an unknown class
@@ -107,6 +108,7 @@ struct ExampleSummary {
   std::vector<uint64_t> class_counts;  // examples per label, `classes` entries
   uint32_t target_width = 0;           // regression: float targets per example (0: class labels)
   std::optional<TableSchema> table;    // CSV: the columns' types, categories and profile
+  std::optional<TextProfile> text;     // text documents (shape {}): their profile
 };
 
 // Where the streaming parsers put what they read, in bounded pieces, so that a file of any size

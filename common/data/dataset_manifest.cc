@@ -19,6 +19,7 @@
 #include "common/data/image_folders.h"
 #include "common/data/shard_file.h"
 #include "common/data/shard_sink.h"
+#include "common/data/text_folders.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -108,6 +109,15 @@ ManifestSplit read_split(const json::value& v, const std::string& where) {
     s.format = ManifestSplit::Format::kShards;
     read_shards_split(o, where, s);
     allow({"shards", "shape", "dtype", "table"});
+  } else if (o.contains("text")) {
+    s.format = ManifestSplit::Format::kText;
+    const json::value& shards = o.at("text");
+    if (!shards.is_array()) throw DataError(where + "/text must be a list of shard file names");
+    for (size_t i = 0; i < shards.as_array().size(); ++i) {
+      s.shards.push_back(file_name(shards.as_array()[i], where + "/text/" + std::to_string(i)));
+    }
+    s.profile = read_file_name(o, "profile", where);
+    allow({"text", "profile"});
   } else if (o.contains("folders")) {
     s.format = ManifestSplit::Format::kFolders;
     s.folders = read_file_name(o, "folders", where);
@@ -136,7 +146,7 @@ ManifestSplit read_split(const json::value& v, const std::string& where) {
     allow({"images", "labels"});
   } else {
     throw DataError(where + " must name its files: {x, y}, {npz}, {csv[, label]}, {jsonl[, label]}, {images, labels}, "
-                            "{folders[, image_size, color_mode]} or {shards, shape, dtype}");
+                            "{folders[, image_size, color_mode]}, {shards, shape, dtype} or {text, profile}");
   }
   return s;
 }
@@ -157,6 +167,11 @@ json::object split_to_json(const ManifestSplit& s) {
       if (s.image_height > 0) o["image_size"] = json::array{s.image_height, s.image_width};
       o["color_mode"] = s.color_mode == ColorMode::kGrayscale ? "grayscale" : s.color_mode == ColorMode::kRgb ? "rgb" : "rgba";
       return o;
+    }
+    case ManifestSplit::Format::kText: {
+      json::array shards;
+      for (const auto& f : s.shards) shards.emplace_back(f);
+      return {{"text", shards}, {"profile", s.profile}};
     }
     case ManifestSplit::Format::kShards: {
       json::array shards, shape;
@@ -201,6 +216,11 @@ std::vector<std::string> ManifestSplit::files() const {
     case Format::kJsonl: return {jsonl};
     case Format::kIdx: return {images, labels};
     case Format::kFolders: return {};
+    case Format::kText: {
+      std::vector<std::string> out = shards;
+      out.push_back(profile);
+      return out;
+    }
     case Format::kShards: {
       std::vector<std::string> out = shards;
       if (!table.empty()) out.push_back(table);
@@ -348,6 +368,7 @@ ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit
       if (!split.table.empty()) summary.table = read_split_table(at(split.table), summary);
       return summary;
     }
+    case ManifestSplit::Format::kText: return stream_text_shards(dir, split.shards, split.profile, limits, sink);
     case ManifestSplit::Format::kNpz: return stream_npz(at(split.npz), limits, sink);
     case ManifestSplit::Format::kIdx: return stream_idx(at(split.images), at(split.labels), limits, sink);
     case ManifestSplit::Format::kFolders: {
@@ -410,6 +431,7 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
     throw DataError("dataset '" + name + "' has no " + split_name + " split (POST /v1/datasets/" + name +
                     "/split makes one from its train split)");
   }
+  if (it->second.format == ManifestSplit::Format::kText) throw DataError(text_not_trainable(name));
   ExamplesSink sink;
   const std::shared_ptr<const TableSchema> train_table =
       kind == SplitKind::kTrain ? nullptr : text_train_table(dir, manifest, ExampleLimits{});

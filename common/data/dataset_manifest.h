@@ -26,6 +26,10 @@
 //   {"shards": ["train-00000.shard", ...], "shape": [28, 28, 1], "dtype": "uint8"}
 //                                               the dataset store's shard files (shard_file.h),
 //     optionally with "table" as for an .npy pair
+//   {"text": ["train-00000.shard", ...], "profile": "train-text.json"}
+//                                               documents (a class-folder upload of .txt files,
+//     text_folders.h): shards of variable-size UTF-8 examples and the split's profile
+//     (text_profile.h); listed, profiled and counted, not yet trained on (no layer reads text)
 // Every format follows common/data/dataset_formats.h's rules (uint8 examples are scaled by 1/255 when
 // trained on; float32 ones are used as they are).
 //
@@ -52,11 +56,12 @@ inline constexpr const char* kManifestFile = "dataset.json";
 bool is_valid_dataset_name(const std::string& name);
 
 struct ManifestSplit {
-  enum class Format { kNpy, kNpz, kCsv, kIdx, kJsonl, kShards, kFolders };
+  enum class Format { kNpy, kNpz, kCsv, kIdx, kJsonl, kShards, kFolders, kText };
   Format format = Format::kNpy;
   std::string x, y;             // kNpy
   std::string table;            // kNpy, kShards, optional: the table's schema and profile (table_schema.h)
-  std::vector<std::string> shards;  // kShards, in order
+  std::vector<std::string> shards;  // kShards, kText: in order
+  std::string profile;              // kText: the documents' profile (text_profile.h)
   std::vector<uint32_t> shape;      // kShards: one example's
   Dtype dtype = Dtype::kUint8;      // kShards
   std::string npz;              // kNpz

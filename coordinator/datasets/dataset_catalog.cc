@@ -1,5 +1,6 @@
 #include "coordinator/datasets/dataset_catalog.h"
 #include "coordinator/datasets/dataset_catalog_parts.h"
+#include "common/data/text_folders.h"
 
 #include <sys/stat.h>
 
@@ -127,6 +128,10 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
   }
   if (!r.usable()) {
     *why = "dataset \"" + name + "\" cannot be used: " + (r.error.empty() ? "it has no train split" : r.error);
+    return std::nullopt;
+  }
+  if (r.text()) {
+    *why = text_not_trainable(name);
     return std::nullopt;
   }
   DatasetInfo info;

@@ -32,6 +32,7 @@
 // persisted), which must outlive it.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -65,6 +66,7 @@ struct DatasetSplitInfo {
   std::vector<uint64_t> class_counts;  // examples per class (num_classes entries)
   std::vector<DatasetFileInfo> files;
   std::optional<TableSchema> table;  // a table's columns and this split's profile (CSV uploads)
+  std::optional<TextProfile> text;   // a text split's profile (its examples are documents)
 };
 
 struct DatasetRecord {
@@ -86,6 +88,10 @@ struct DatasetRecord {
   bool indexing = false;
 
   bool usable() const { return !indexing && error.empty() && splits.count("train") != 0; }
+  // Its examples are text documents (shape [], dtype "string"): listed and profiled, not trainable.
+  bool text() const {
+    return std::any_of(splits.begin(), splits.end(), [](const auto& s) { return s.second.text.has_value(); });
+  }
   // A table's schema (its train split's, else any split's), or null for arrays and images.
   const TableSchema* table() const {
     for (const char* name : {"train", "test"}) {

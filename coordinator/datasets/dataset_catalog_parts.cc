@@ -105,9 +105,10 @@ json::object dataset_to_json(const DatasetRecord& r) {
       split["absent_classes"] = absent;
     }
     if (s.table) split["table"] = parse_json(table_to_json(*s.table));
+    if (s.text) split["text"] = parse_json(text_profile_to_json(*s.text));
     splits[name] = std::move(split);
   }
-  json::object o{{"name", r.name}, {"source", r.source}, {"input_shape", shape}, {"dtype", dtype_name(r.dtype)},
+  json::object o{{"name", r.name}, {"source", r.source}, {"input_shape", shape}, {"dtype", r.text() ? "string" : dtype_name(r.dtype)},
                  {"num_classes", r.num_classes}, {"created_ms", r.created_ms}, {"splits", splits}};
   if (r.target_width > 0) {
     o["task"] = "regression";
@@ -160,6 +161,7 @@ std::optional<DatasetRecord> dataset_from_json(const std::string& text) {
                            std::string(fo.at("sha256").as_string())});
       }
       if (const auto t = so.find("table"); t != so.end()) s.table = table_from_json(json::serialize(t->value()), "stored record");
+      if (const auto t = so.find("text"); t != so.end()) s.text = text_profile_from_json(json::serialize(t->value()), "stored record");
       r.splits[std::string(name)] = std::move(s);
     }
     if (const auto it = o.find("fingerprint"); it != o.end()) r.fingerprint = std::string(it->value().as_string());
@@ -180,6 +182,7 @@ DatasetSplitInfo split_info(const ExampleSummary& summary, const fs::path& dir, 
   s.class_counts = summary.class_counts;
   s.target_width = summary.target_width;
   s.table = summary.table;
+  s.text = summary.text;
   for (const auto& f : files) s.files.push_back(file_info(dir / f));
   return s;
 }
@@ -196,6 +199,14 @@ ManifestSplit shards_split(const std::vector<ShardInfo>& shards, const ExampleSu
   s.shape = summary.shape;
   s.dtype = summary.dtype;
   s.table = table;
+  return s;
+}
+
+ManifestSplit text_split(const std::vector<ShardInfo>& shards, const std::string& profile) {
+  ManifestSplit s;
+  s.format = ManifestSplit::Format::kText;
+  for (const ShardInfo& shard : shards) s.shards.push_back(shard.file);
+  s.profile = profile;
   return s;
 }
 

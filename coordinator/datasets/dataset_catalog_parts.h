@@ -132,6 +132,8 @@ void pad_counts(DatasetRecord& r);
 // A split of the dataset store's shards (what the catalog writes), with its table file if any.
 ManifestSplit shards_split(const std::vector<ShardInfo>& shards, const ExampleSummary& summary,
                            const std::string& table = "");
+// A text split's manifest entry: its shards and its profile file.
+ManifestSplit text_split(const std::vector<ShardInfo>& shards, const std::string& profile);
 // Writes `text` to `path` (a staging file: made durable by the directory's rename, as the shards are).
 void write_text_file(const std::string& path, const std::string& text);
 

@@ -19,6 +19,7 @@
 #include "common/data/archive.h"
 #include "common/data/dataset_manifest.h"
 #include "common/data/image_folders.h"
+#include "common/data/text_folders.h"
 #include "common/base/error.h"
 #include "common/base/json_text.h"
 #include "common/base/log.h"
@@ -140,6 +141,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   ShardSink writer(work.string(), upload.split + "-" + stamp, options_.shards);
   ExampleSummary summary;
   std::vector<std::string> class_names;  // a class-folder archive's
+  std::optional<std::vector<ShardInfo>> text_shards;  // a text split's (written by its own writer)
   switch (upload.format) {
     case UploadFormat::kCsv:
     case UploadFormat::kJsonl: {
@@ -178,25 +180,42 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
         summary = stream_npz(upload.body_path, options_.limits, writer);
         break;
       }
+      std::vector<std::string> fixed;  // the other split's classes
+      if (const std::optional<DatasetRecord> other = get(upload.name)) {
+        for (const auto& [split, _] : other->splits) {
+          if (split != upload.split) fixed = other->class_names;
+        }
+      }
+      const ClassFolders folders = find_class_folders(*archive, uploaded_as, fixed, options_.limits);
+      if (holds_text_files(folders)) {
+        ShardWriter texts(work.string(), upload.split + "-" + stamp, text_shard_layout(), options_.shards);
+        TextFolderOptions options;
+        options.limits = options_.limits;
+        summary = stream_text_folders(*archive, uploaded_as, folders, options, texts);
+        text_shards = texts.finish();
+        class_names = folders.class_names;
+        break;
+      }
       ImageFolderOptions options;
       options.color_mode = upload.color_mode;
       options.height = upload.image_height;
       options.width = upload.image_width;
       options.limits = options_.limits;
-      if (const std::optional<DatasetRecord> other = get(upload.name)) {
-        for (const auto& [split, _] : other->splits) {
-          if (split != upload.split) options.class_names = other->class_names;
-        }
-      }
+      options.class_names = fixed;
       summary = stream_image_folders(*archive, uploaded_as, options, writer, class_names);
       break;
     }
   }
-  const std::vector<ShardInfo> shards = writer.finish(summary.target_width);
+  const std::vector<ShardInfo> shards = text_shards ? *text_shards : writer.finish(summary.target_width);
   std::string table_name;  // a table's schema and profile, beside the shards
   if (summary.table) {
     table_name = upload.split + "-table-" + stamp + ".json";
     write_text_file((work / table_name).string(), table_to_json(*summary.table) + "\n");
+  }
+  std::string profile_name;  // a text split's profile, beside its shards
+  if (summary.text) {
+    profile_name = upload.split + "-text-" + stamp + ".json";
+    write_text_file((work / profile_name).string(), text_profile_to_json(*summary.text) + "\n");
   }
 
   MutexLock use(use_mutex_);  // no job starts on the dataset while it changes
@@ -206,6 +225,12 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
     record = *existing;
     for (const auto& [split, s] : record.splits) {
       if (split == upload.split) continue;
+      if (record.text() != summary.text.has_value()) {
+        result.error = service_error(422, "dataset-shape-mismatch",
+                                     "the uploaded " + upload.split + " split holds " + (summary.text ? "text documents" : "arrays") +
+                                         " but the dataset's " + split + " split holds " + (record.text() ? "text documents" : "arrays"));
+        return result;
+      }
       if (record.shape != summary.shape || record.dtype != summary.dtype) {
         std::string shape;
         for (uint32_t d : summary.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
@@ -281,7 +306,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
     manifest.source = "upload";
     manifest.created_ms = record.created_ms;
   }
-  manifest.splits[upload.split] = shards_split(shards, summary, table_name);
+  manifest.splits[upload.split] = summary.text ? text_split(shards, profile_name) : shards_split(shards, summary, table_name);
   // Class names: this upload's (class folders), else the other split's, kept while one remains.
   bool other_split = false;
   for (const auto& [split, _] : manifest.splits) other_split = other_split || split != upload.split;
@@ -373,6 +398,12 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   }
   if (r->source == "builtin") {
     result.error = service_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and already has its test split");
+    return result;
+  }
+  if (r->text()) {
+    result.error = service_error(422, "dataset-text-split",
+                                 "dataset '" + name + "' holds text documents, which cannot be split here yet; upload its test "
+                                 "split as its own archive of class folders");
     return result;
   }
   if (!r->usable()) {

@@ -1,0 +1,114 @@
+// Class folders of text files written as a split of documents: text_folders.h.
+#include "common/data/text_folders.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include "common/data/format_parts.h"
+#include "common/data/text_profile.h"
+
+namespace pstrain {
+
+using format_detail::fail;
+using format_detail::Kind;
+
+bool holds_text_files(const ClassFolders& folders) {
+  return !folders.files.empty() && std::all_of(folders.files.begin(), folders.files.end(), [](const auto& f) {
+    const std::string& p = f.second->path;
+    if (p.size() < 4) return false;
+    std::string ext = p.substr(p.size() - 4);
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return ext == ".txt";
+  });
+}
+
+std::string text_not_trainable(const std::string& dataset) {
+  return "dataset \"" + dataset + "\" holds text documents, and no layer of this version reads text yet: the documents "
+         "are stored and profiled for the text models to come (GET /v1/datasets/" + dataset + " shows the profile)";
+}
+
+ShardLayout text_shard_layout() {
+  ShardLayout layout;
+  layout.variable = true;
+  layout.dtype = Dtype::kUint8;
+  layout.labels = LabelKind::kClass;
+  return layout;
+}
+
+ExampleSummary stream_text_folders(Archive& archive, const std::string& source, const ClassFolders& folders,
+                                   const TextFolderOptions& options, ShardWriter& out) {
+  TextProfiler profiler;
+  ExampleSummary summary;
+  summary.dtype = Dtype::kUint8;
+  uint64_t total = 0;
+  for (const auto& [label, entry] : folders.files) {
+    const std::string name = source + ":" + entry->path;
+    if (entry->size > options.max_file_bytes) {
+      fail(Kind::kTooLarge, name + ": " + std::to_string(entry->size) + " bytes, over the cap of " +
+                                std::to_string(options.max_file_bytes) + " bytes for one document");
+    }
+    const std::vector<uint8_t> bytes = archive.read(*entry, options.max_file_bytes);
+    const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    if (const std::optional<Utf8Error> e = utf8_error(text)) {
+      fail(Kind::kBadEncoding,
+           name + ": line " + std::to_string(e->line) + ", byte " + std::to_string(e->column) +
+               ": not UTF-8 (save the file as UTF-8)",
+           e->line);
+    }
+    total += bytes.size();
+    if (total > options.limits.max_bytes) {
+      fail(Kind::kTooLarge, source + ": the documents exceed the cap of " + std::to_string(options.limits.max_bytes) + " bytes");
+    }
+    profiler.add(text);
+    out.add(bytes.data(), bytes.size(), label);
+    ++summary.examples;
+  }
+  summary.classes = static_cast<uint32_t>(folders.class_names.size());
+  summary.class_counts = folders.class_counts;
+  summary.text = profiler.finish();
+  return summary;
+}
+
+ExampleSummary stream_text_shards(const std::string& dir, const std::vector<std::string>& files,
+                                  const std::string& profile, const ExampleLimits& limits, ExampleSink& sink) {
+  ExampleSummary out;
+  out.dtype = Dtype::kUint8;
+  sink.begin(out.shape, out.dtype);
+  format_detail::ClassCounter counter(dir);
+  for (const std::string& file : files) {
+    const ShardFile shard(dir + "/" + file);
+    if (!(shard.layout() == text_shard_layout())) {
+      throw DataError(shard.path() + ": not a shard of text documents with class labels");
+    }
+    shard.verify();
+    for (uint64_t i = 0; i < shard.examples(); ++i) {
+      const int32_t label = shard.label(i);
+      if (label < 0 || static_cast<uint32_t>(label) >= limits.max_classes) {
+        throw DataError(shard.path() + ": example " + std::to_string(i) + " has label " + std::to_string(label) +
+                        ", not in [0, " + std::to_string(limits.max_classes) + ")");
+      }
+      counter.add(label);
+      sink.labels(&label, 1);
+    }
+    out.examples += shard.examples();
+    if (out.examples > limits.max_examples) {
+      throw DataError(shard.path() + ": the split has more than " + std::to_string(limits.max_examples) + " examples");
+    }
+  }
+  counter.finish(out);
+  const std::string path = dir + "/" + profile;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  out.text = text_profile_from_json(text.str(), path);
+  if (out.text->documents != out.examples) {
+    throw DataError(path + ": profiles " + std::to_string(out.text->documents) + " documents but the shards hold " +
+                    std::to_string(out.examples));
+  }
+  return out;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,50 @@
+// Class-folder text datasets, as Keras' text_dataset_from_directory reads them: the class folders
+// of image_folders.h (same rules: root, hidden files, sorted classes, order) holding `.txt` files,
+// each file one document kept as its UTF-8 bytes (no decoding, no line splitting: a file is an
+// example, as Keras makes it). Stored as variable-size examples in the dataset store
+// (shard_file.h), profiled as they are written (text_profile.h).
+//
+// Thread rules: pure functions of their arguments (the writer is the caller's).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/data/archive.h"
+#include "common/data/dataset_formats.h"
+#include "common/data/image_folders.h"
+#include "common/data/shard_file.h"
+
+namespace pstrain {
+
+// True when every file of `folders` is named `*.txt` (any case): a text dataset. (Otherwise the
+// folders are read as images, and a file that is neither is an error naming it.)
+bool holds_text_files(const ClassFolders& folders);
+
+struct TextFolderOptions {
+  ExampleLimits limits;                          // max_bytes: the documents' bytes together
+  uint64_t max_file_bytes = uint64_t{16} << 20;  // one document
+};
+
+// Writes every file of `folders` (found in `archive` by find_class_folders) to `out` (a writer
+// of variable-size examples with class labels) as one example, labelled with its class, in the
+// folders' order. A file that is not UTF-8 is a DatasetFormatError (kBadEncoding) naming the file,
+// the line and the byte column; one over max_file_bytes, or all of them over limits.max_bytes,
+// kTooLarge. The summary's `text` is the documents' profile; its shape is {} (one string).
+ExampleSummary stream_text_folders(Archive& archive, const std::string& source, const ClassFolders& folders,
+                                   const TextFolderOptions& options, ShardWriter& out);
+
+// Why a job cannot train on text dataset `dataset` yet (the same words at submit and at load).
+std::string text_not_trainable(const std::string& dataset);
+
+// The layout of a text split's shards: variable-size UTF-8 examples with class labels.
+ShardLayout text_shard_layout();
+
+// Reads a text split's shards `files` of `dir` (in order) for what indexing needs: each shard is
+// verified whole (CRC-32C) and its labels checked against `limits` and given to `sink` (begin({})
+// first; no examples: documents are not arrays). The summary's profile is `profile` (the split's
+// profile file, text_profile.h). Throws DataError naming the file.
+ExampleSummary stream_text_shards(const std::string& dir, const std::vector<std::string>& files,
+                                  const std::string& profile, const ExampleLimits& limits, ExampleSink& sink);
+
+}  // namespace pstrain
