@@ -1,0 +1,119 @@
+// Text as users have it, end to end over HTTP with a real cluster: a .zip (train) and a .tar
+// (test) of class folders of .txt files upload as documents, listed with dtype "string" and a
+// profile computed by hand here (documents, tokens per document, top tokens) that survives a
+// coordinator restart; a job on them is a 422 saying why; a file that is not UTF-8 is a 422
+// naming the file and line, and stores nothing.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/image_files.h"
+#include "tests/integration/cluster.h"
+#include "tests/integration/http_test_client.h"
+#include "tests/test_support.h"
+
+using namespace pstrain;
+using namespace pstrain::testing::http_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string archive_of(const testing::ArchiveFiles& files, bool zip) {
+  const testing::TempDir dir;
+  const std::string path = dir.file(zip ? "a.zip" : "a.tar");
+  if (zip) testing::write_zip(path, files);
+  else testing::write_tar(path, files);
+  return file_bytes(path);
+}
+
+Reply put(int port, const std::string& target, const std::string& body, const std::string& type) {
+  return call(port, http::verb::put, target, body, type);
+}
+
+// Reviews in two classes: class "neg" documents say "bad" 2 times each, "pos" ones "good" 3 times.
+testing::ArchiveFiles reviews(int per_class, const std::string& root) {
+  testing::ArchiveFiles files;
+  for (int i = 0; i < per_class; ++i) {
+    files.push_back({root + "neg/" + std::to_string(1000 + i) + ".txt", bytes_of("Bad, bad film number " + std::to_string(i) + ".")});
+    files.push_back({root + "pos/" + std::to_string(1000 + i) + ".txt", bytes_of("Good! Good, GOOD \xE2\x98\x85 film.\n")});
+  }
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("text datasets - class folders of .txt files upload as profiled documents, and jobs on them and bad UTF-8 are 422s") {
+  testing::TempDir data;
+  testing::Cluster cluster({.coordinator_flags = {"--data-dir", data.path()}});
+  int port = cluster.http_port();
+
+  Reply r = put(port, "/v1/datasets/reviews/train", archive_of(reviews(30, "aclImdb/"), true), "application/zip");
+  INFO("PUT reviews/train -> " << r.describe());
+  REQUIRE(r.status == 201);
+  r = put(port, "/v1/datasets/reviews/test", archive_of(reviews(5, ""), false), "application/x-tar");
+  INFO("PUT reviews/test -> " << r.describe());
+  REQUIRE(r.status == 201);
+
+  const auto check_record = [&] {
+    const json::object record = object_of(get(port, "/v1/datasets/reviews"));
+    CHECK(str(record, "dtype") == "string");
+    CHECK(json::serialize(record.at("input_shape")) == "[]");
+    CHECK(json::serialize(record.at("class_names")) == R"(["neg","pos"])");
+    const json::object train = obj(obj(record.at("splits")).at("train"));
+    CHECK(json::serialize(train.at("class_counts")) == "[30,30]");
+    const json::object text = obj(train.at("text"));
+    CHECK(num(text, "documents") == 60);
+    // neg: "bad bad film number i" (5 tokens); pos: "good good good ★ film" (5 tokens).
+    CHECK(num(text, "tokens") == 300);
+    const json::object per = obj(text.at("tokens_per_document"));
+    CHECK(num(per, "min") == 5);
+    CHECK(num(per, "max") == 5);
+    CHECK(json::serialize(per.at("histogram")) ==
+          R"([{"at_most":0,"documents":0},{"at_most":1,"documents":0},{"at_most":3,"documents":0},{"at_most":7,"documents":60}])");
+    // good 90, bad 60, film 60, number 30, ★ 30, then the numbers 0..29 once each.
+    const std::string top = json::serialize(text.at("top_tokens"));
+    CHECK(top.rfind(R"([["good",90],["bad",60],["film",60],["number",30],["★",30],["0",1])", 0) == 0);
+    CHECK(num(text, "distinct_tokens") == 5 + 30);
+    CHECK(num(obj(obj(obj(record.at("splits")).at("test")).at("text")), "documents") == 10);
+  };
+  check_record();
+
+  // A job on text: a 422 that says why, naming the field.
+  r = call(port, http::verb::post, "/v1/jobs", R"({"dataset": {"name": "reviews"},
+      "model": {"input_shape": [4], "layers": [{"type": "dense", "units": 2}]},
+      "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})",
+           "application/json");
+  check_problem(r, 422, "a job on a text dataset", "/dataset/name");
+  CHECK(r.body.find("holds text documents") != std::string::npos);
+  check_problem(call(port, http::verb::post, "/v1/datasets/reviews/split", R"({"test_fraction": 0.2})", "application/json"), 422,
+                "splitting text", "");
+
+  // Not UTF-8 (Latin-1 'é' on line 2): a 422 naming the file and line; nothing stored.
+  testing::ArchiveFiles latin = reviews(2, "");
+  latin.push_back({"pos/latin1.txt", bytes_of("first line\ncaf\xE9 au lait")});
+  r = put(port, "/v1/datasets/latin/train", archive_of(latin, true), "application/zip");
+  check_problem(r, 422, "Latin-1 text", "");
+  CHECK(str(object_of(r), "type").find("dataset-bad-encoding") != std::string::npos);
+  CHECK(r.body.find("train.zip:pos/latin1.txt: line 2, byte 4: not UTF-8") != std::string::npos);
+  CHECK(get(port, "/v1/datasets/latin").status == 404);
+  // A text split beside an array split: refused.
+  r = put(port, "/v1/datasets/reviews/test?replace=true", archive_of({{"a/1.png", bytes_of("not text")}, {"b/1.png", bytes_of("x")}}, true),
+          "application/zip");
+  CHECK(r.status == 422);
+
+  // The record and its profile survive a coordinator restart.
+  cluster.restart_coordinator(true);
+  port = cluster.http_port();
+  for (int i = 0; i < 100 && str(object_of(get(port, "/v1/datasets/reviews")), "state") != "ready"; ++i) std::this_thread::sleep_for(100ms);
+  check_record();
+}
