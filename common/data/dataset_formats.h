@@ -140,6 +140,15 @@ struct ExampleLimits {
 // The cells read as missing unless the upload names others (?missing=).
 std::vector<std::string> default_missing_values();
 
+// Where a table's text columns' cells go (table_schema.h: they are not stored as values): each
+// row's cell of text column k (k counts the schema's text columns in order), in row order, a
+// missing cell as "". The parsers have checked the text is UTF-8.
+class TextCellSink {
+ public:
+  virtual ~TextCellSink() = default;
+  virtual void cell(size_t text_column, std::string_view text) = 0;
+};
+
 struct CsvOptions {
   std::string label_column = "label";  // name of the label column in the header
   // The label column: false (the default) reads whole numbers as class labels, makes the dataset
@@ -156,6 +165,8 @@ struct CsvOptions {
   // The feature columns fixed by the dataset's other split, in order, with their types: the
   // header must have exactly these (besides the label) and `types` may not contradict them.
   std::vector<std::pair<std::string, ColumnType>> expected_columns;
+  // Text columns' cells (null: profiled, then dropped, as loading for training does).
+  TextCellSink* text_cells = nullptr;
   uint32_t max_columns = 100'000;        // header fields, label included
   uint64_t max_line_bytes = 16 << 20;    // one record, terminators excluded (16 MiB)
   ExampleLimits limits;
@@ -173,8 +184,9 @@ StreamOpener file_opener(const std::string& path);
 // them). Every further record is one example with exactly as many fields. Each feature column's
 // type is inferred from the whole file unless options.types names it (table_schema.h): numeric
 // when every present cell is a decimal number (as strtod reads them, optional leading '+'),
-// boolean when every present cell is true/false/yes/no (any case), else categorical (its sorted
-// distinct values, at most kMaxCategories). Cells in options.missing_values are missing (NaN in
+// boolean when every present cell is true/false/yes/no (any case), text when most present cells
+// (more than half) are distinct and hold a space, or there are more distinct values than
+// kMaxCategories (free text, ids), else categorical (its sorted distinct values). Cells in options.missing_values are missing (NaN in
 // the stored form), in every column but the label's. Numbers beyond float32's range (or spelled
 // inf) are kNonFinite errors. The result has shape {stored columns}, dtype kFloat32, the values
 // of table_schema.h in header order without the label and ignored columns; summary.table holds

@@ -53,8 +53,10 @@ void read_shards_split(const json::object& o, const std::string& where, Manifest
       shape->value().as_array().size() > 3) {
     throw DataError(where + "/shape is required: one example's dimensions, 1 to 3 of them");
   }
+  // (A table whose features are all text columns stores rows of no values: shape [0].)
+  const int64_t least = o.contains("text_columns") ? 0 : 1;
   for (const json::value& d : shape->value().as_array()) {
-    if (!d.is_int64() || d.as_int64() < 1 || d.as_int64() > (int64_t{1} << 24)) {
+    if (!d.is_int64() || d.as_int64() < least || d.as_int64() > (int64_t{1} << 24)) {
       throw DataError(where + "/shape must hold positive integers");
     }
     s.shape.push_back(static_cast<uint32_t>(d.as_int64()));
@@ -66,6 +68,22 @@ void read_shards_split(const json::object& o, const std::string& where, Manifest
   }
   s.dtype = dtype->value().as_string() == "uint8" ? Dtype::kUint8 : Dtype::kFloat32;
   if (o.contains("table")) s.table = read_file_name(o, "table", where);
+  if (const auto it = o.find("text_columns"); it != o.end()) {
+    if (!it->value().is_array()) throw DataError(where + "/text_columns must be a list of {column, shards}");
+    for (size_t i = 0; i < it->value().as_array().size(); ++i) {
+      const std::string at = where + "/text_columns/" + std::to_string(i);
+      const json::value& c = it->value().as_array()[i];
+      if (!c.is_object() || !c.as_object().contains("column") || !c.at("column").is_string() || !c.as_object().contains("shards") ||
+          !c.at("shards").is_array()) {
+        throw DataError(at + " must be {\"column\": name, \"shards\": [file names]}");
+      }
+      std::vector<std::string> files;
+      for (size_t k = 0; k < c.at("shards").as_array().size(); ++k) {
+        files.push_back(file_name(c.at("shards").as_array()[k], at + "/shards/" + std::to_string(k)));
+      }
+      s.text_columns.emplace_back(std::string(c.at("column").as_string()), std::move(files));
+    }
+  }
 }
 
 ManifestSplit read_split(const json::value& v, const std::string& where) {
@@ -108,7 +126,7 @@ ManifestSplit read_split(const json::value& v, const std::string& where) {
   } else if (o.contains("shards")) {
     s.format = ManifestSplit::Format::kShards;
     read_shards_split(o, where, s);
-    allow({"shards", "shape", "dtype", "table"});
+    allow({"shards", "shape", "dtype", "table", "text_columns"});
   } else if (o.contains("text")) {
     s.format = ManifestSplit::Format::kText;
     const json::value& shards = o.at("text");
@@ -179,6 +197,15 @@ json::object split_to_json(const ManifestSplit& s) {
       for (uint32_t d : s.shape) shape.emplace_back(d);
       json::object o{{"shards", shards}, {"shape", shape}, {"dtype", std::string(dtype_name(s.dtype))}};
       if (!s.table.empty()) o["table"] = s.table;
+      if (!s.text_columns.empty()) {
+        json::array columns;
+        for (const auto& [column, files] : s.text_columns) {
+          json::array names;
+          for (const auto& f : files) names.emplace_back(f);
+          columns.push_back(json::object{{"column", column}, {"shards", std::move(names)}});
+        }
+        o["text_columns"] = std::move(columns);
+      }
       return o;
     }
   }
@@ -224,6 +251,7 @@ std::vector<std::string> ManifestSplit::files() const {
     case Format::kShards: {
       std::vector<std::string> out = shards;
       if (!table.empty()) out.push_back(table);
+      for (const auto& [_, files] : text_columns) out.insert(out.end(), files.begin(), files.end());
       return out;
     }
   }

@@ -25,7 +25,8 @@
 //     split is read: the classes are "class_names" when given, else the train split's folders
 //   {"shards": ["train-00000.shard", ...], "shape": [28, 28, 1], "dtype": "uint8"}
 //                                               the dataset store's shard files (shard_file.h),
-//     optionally with "table" as for an .npy pair
+//     optionally with "table" as for an .npy pair, and "text_columns": [{"column": "review",
+//     "shards": [...]}], a table's text columns as shards of documents (text_folders.h)
 //   {"text": ["train-00000.shard", ...], "profile": "train-text.json"}
 //                                               documents (a class-folder upload of .txt files,
 //     text_folders.h): shards of variable-size UTF-8 examples and the split's profile
@@ -62,6 +63,8 @@ struct ManifestSplit {
   std::string table;            // kNpy, kShards, optional: the table's schema and profile (table_schema.h)
   std::vector<std::string> shards;  // kShards, kText: in order
   std::string profile;              // kText: the documents' profile (text_profile.h)
+  // kShards of a table: each text column's shards (column name, files in order).
+  std::vector<std::pair<std::string, std::vector<std::string>>> text_columns;
   std::vector<uint32_t> shape;      // kShards: one example's
   Dtype dtype = Dtype::kUint8;      // kShards
   std::string npz;              // kNpz

@@ -134,6 +134,9 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
   FittedPreprocessing fitted;
   fitted.label = schema.label;
   fitted.class_names = schema.class_names;
+  for (const TableColumn& c : schema.columns) {
+    if (c.type == ColumnType::kIgnored || c.type == ColumnType::kText) fitted.other_columns.push_back(c.name);
+  }
   const std::vector<const TableColumn*> stored = schema.stored_columns();
   const std::vector<const TableColumn*> train_stored = train_schema.stored_columns();
   const size_t width = stored.size();
@@ -301,7 +304,8 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
   for (const auto& field : record) {
     const bool known = std::any_of(fitted.columns.begin(), fitted.columns.end(),
                                    [&](const FittedColumn& c) { return c.name == field.key(); });
-    if (!known && field.key() != fitted.label) {
+    const bool other = std::find(fitted.other_columns.begin(), fitted.other_columns.end(), field.key()) != fitted.other_columns.end();
+    if (!known && !other && field.key() != fitted.label) {
       std::string names;
       for (const FittedColumn& c : fitted.columns) names += (names.empty() ? "" : ", ") + c.name;
       throw DataError("field '" + std::string(field.key()) + "' is not a column of the model's table (columns: " + names + ")");

@@ -87,6 +87,9 @@ struct FittedPreprocessing {
   std::vector<FittedColumn> columns;  // the table's stored columns, in order
   std::string label;
   std::vector<std::string> class_names;  // the dataset's (empty: numbered classes or targets)
+  // The table's columns that are not features (ignored, text): a record may hold them (a whole
+  // row as the table has it); their values are not used.
+  std::vector<std::string> other_columns;
 
   uint32_t width() const;
   // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)", "plan=(id)".

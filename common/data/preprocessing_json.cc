@@ -145,7 +145,13 @@ std::string fitted_to_json(const FittedPreprocessing& fitted) {
   }
   json::array names;
   for (const std::string& n : fitted.class_names) names.push_back(json::string(n));
-  return json::serialize(json::object{{"label", fitted.label}, {"class_names", std::move(names)}, {"columns", std::move(columns)}});
+  json::object out{{"label", fitted.label}, {"class_names", std::move(names)}, {"columns", std::move(columns)}};
+  if (!fitted.other_columns.empty()) {
+    json::array others;
+    for (const std::string& n : fitted.other_columns) others.push_back(json::string(n));
+    out["other_columns"] = std::move(others);
+  }
+  return json::serialize(out);
 }
 
 FittedPreprocessing fitted_from_json(const std::string& text) {
@@ -157,6 +163,10 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
     f.label = std::string(root.at("label").as_string());
     field = "class_names";
     for (const json::value& n : root.at("class_names").as_array()) f.class_names.emplace_back(n.as_string());
+    field = "other_columns";
+    if (const json::value* others = root.if_contains("other_columns")) {
+      for (const json::value& n : others->as_array()) f.other_columns.emplace_back(n.as_string());
+    }
     field = "columns";
     for (const json::value& cv : root.at("columns").as_array()) {
       const json::object& o = cv.as_object();

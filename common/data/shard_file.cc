@@ -58,7 +58,8 @@ uint64_t ShardLayout::label_bytes() const {
 
 ShardWriter::ShardWriter(std::string dir, std::string prefix, ShardLayout layout, ShardLimits limits)
     : dir_(std::move(dir)), prefix_(std::move(prefix)), layout_(layout), limits_(limits) {
-  if (!layout_.variable && (layout_.example_bytes == 0 || layout_.example_bytes % dtype_size(layout_.dtype) != 0)) {
+  // (0 bytes: rows of no values, a table whose features are all text columns.)
+  if (!layout_.variable && layout_.example_bytes % dtype_size(layout_.dtype) != 0) {
     throw DataError("shard layout: a fixed-size example must be a whole number of " +
                     std::string(dtype_name(layout_.dtype)) + " values, not " + std::to_string(layout_.example_bytes) +
                     " bytes");
@@ -299,7 +300,7 @@ ShardFile::ShardFile(std::string path, Open open) : path_(std::move(path)) {
   if (layout_.variable) {
     if (layout_.example_bytes != 0) throw bad("variable-size examples with a fixed size");
     data = data_bytes_;
-  } else if (layout_.example_bytes == 0 || layout_.example_bytes % dtype_size(layout_.dtype) != 0 ||
+  } else if (layout_.example_bytes % dtype_size(layout_.dtype) != 0 ||
              !mul_add(examples_, layout_.example_bytes, 0, &data) || data != data_bytes_) {
     throw bad("its example size and count do not match its data");
   }

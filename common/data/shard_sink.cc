@@ -22,6 +22,10 @@ void ShardSink::begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype 
 
 void ShardSink::examples(const uint8_t* bytes, size_t n) {
   if (!writer_) throw DataError(dir_ + ": examples before their shape");
+  if (example_bytes_ == 0) {  // rows of no values (a table whose features are all text): one per call
+    writer_->add_unlabelled(bytes, 0);
+    return;
+  }
   while (n > 0) {
     if (partial_.empty() && n >= example_bytes_) {
       writer_->add_unlabelled(bytes, example_bytes_);

@@ -17,7 +17,8 @@ namespace pstrain {
 
 // Writes `<dir>/<prefix>-NNNNN.shard` files: the examples as they come (whole ones; a parser may
 // give parts), the labels or targets kept (4 bytes a value) and sealed into the shards by
-// finish(), whichever of the two the parser gives first. Throws DataError on an I/O error.
+// finish(), whichever of the two the parser gives first. Examples of no bytes (shape {0}: a table
+// whose features are all text columns) come one per examples() call. Throws DataError on an I/O error.
 class ShardSink final : public ExampleSink {
  public:
   ShardSink(std::string dir, std::string prefix, ShardLimits limits = {});

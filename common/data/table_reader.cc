@@ -80,6 +80,7 @@ struct Inferred {
   bool collect = false;
   bool partial = false;
   uint64_t present = 0;
+  uint64_t spaced = 0;  // present values holding a space (counted once the column is not numeric)
 };
 
 class Table {
@@ -209,6 +210,7 @@ class Table {
       if (in.numeric && (range || value != std::floor(value) || std::abs(value) >= 1e15)) in.whole = false;
       if (in.boolean && parse_boolean(cell) < 0) in.boolean = false;
       ++in.present;
+      if (!in.numeric && cell.find(' ') != std::string_view::npos) ++in.spaced;
       if (in.collect && in.distinct.size() <= kDistinctCap && in.distinct.find(cell) == in.distinct.end()) in.distinct.emplace(cell);
     }
   }
@@ -242,15 +244,18 @@ class Table {
         c.type = ColumnType::kNumeric;
       } else if (in.boolean) {
         c.type = ColumnType::kBoolean;
+      } else if (in.distinct.size() > kMaxCategories || (in.distinct.size() * 2 > in.present && in.spaced * 2 > in.present)) {
+        c.type = ColumnType::kText;  // free text (most values distinct, words), or too many values for categories
       } else {
         c.type = ColumnType::kCategorical;
       }
+      if (c.type == ColumnType::kText) text_of_.emplace(columns_.size(), text_profilers_.size()), text_profilers_.emplace_back();
       if (c.type == ColumnType::kCategorical) {
         if (in.distinct.size() > kMaxCategories) {
           fail(Kind::kTooLarge,
                source_ + ": column '" + c.name + "' has more than " + std::to_string(kMaxCategories) +
-                   " distinct values: an id or free text cannot be a category (give it type ignore: ?types=" + c.name +
-                   ":ignore)",
+                   " distinct values: an id or free text cannot be a category (give it type text or ignore: ?types=" + c.name +
+                   ":text)",
                header_line, c.name);
         }
         c.categories.assign(in.distinct.begin(), in.distinct.end());
@@ -291,8 +296,8 @@ class Table {
       codes_.push_back(std::move(codes));
     }
     stored_ = 0;
-    for (const TableColumn& c : columns_) stored_ += c.type != ColumnType::kIgnored;
-    if (stored_ == 0) fail(Kind::kBadHeader, source_ + ": every feature column is ignored", header_line);
+    for (const TableColumn& c : columns_) stored_ += c.type != ColumnType::kIgnored && c.type != ColumnType::kText;
+    if (stored_ == 0 && text_profilers_.empty()) fail(Kind::kBadHeader, source_ + ": every feature column is ignored", header_line);
     inferred_.clear();
   }
 
@@ -308,6 +313,10 @@ class Table {
       const size_t ci = column_of_[i];
       TableColumn& c = columns_[ci];
       if (c.type == ColumnType::kIgnored) continue;
+      if (c.type == ColumnType::kText) {
+        text_cell(ci, missing(cell) ? std::optional<std::string_view>() : cell);
+        continue;
+      }
       float& out = row[f++];
       if (missing(cell)) {
         out = std::nanf("");
@@ -343,10 +352,21 @@ class Table {
           out = static_cast<float>(it->second);
           break;
         }
-        case ColumnType::kIgnored: break;
+        case ColumnType::kIgnored:
+        case ColumnType::kText: break;
       }
     }
     ++rows_;
+  }
+
+  // The text columns' profiles, into `schema` (the TableProfiler's result).
+  void finish_text(TableSchema& schema) const {
+    for (const auto& [ci, k] : text_of_) {
+      ColumnProfile& p = schema.columns[ci].profile;
+      p = ColumnProfile{};
+      p.missing = text_missing_.size() > k ? text_missing_[k] : 0;
+      p.text = text_profilers_[k].finish();
+    }
   }
 
   size_t stored() const { return stored_; }
@@ -389,6 +409,17 @@ class Table {
     label_values_.push_back(value);
   }
 
+  void text_cell(size_t ci, std::optional<std::string_view> cell) {
+    const size_t k = text_of_.at(ci);
+    if (!cell || cell->empty()) {  // (an empty cell is missing text)
+      if (text_missing_.size() <= k) text_missing_.resize(k + 1, 0);
+      ++text_missing_[k];
+    } else {
+      text_profilers_[k].add(*cell);
+    }
+    if (options_.text_cells != nullptr) options_.text_cells->cell(k, cell.value_or(std::string_view()));
+  }
+
   const std::string& source_;
   const CsvOptions& options_;
   std::vector<std::string> names_;
@@ -398,6 +429,9 @@ class Table {
   std::vector<TableColumn> columns_;
   std::vector<size_t> column_of_;  // header index -> index in columns_ (SIZE_MAX: the label)
   std::vector<StringMap<uint32_t>> codes_;
+  std::map<size_t, size_t> text_of_;  // text column: index in columns_ -> its index among the text columns
+  std::vector<TextProfiler> text_profilers_;
+  std::vector<uint64_t> text_missing_;
   size_t stored_ = 0;
   uint64_t rows_ = 0;
   LabelKind label_kind_ = LabelKind::kNumbers;
@@ -459,6 +493,7 @@ ExampleSummary stream_table(const RecordsFactory& records_of, const std::string&
     sink.examples(reinterpret_cast<const uint8_t*>(row.data()), row_bytes);
   }
   out.table = profiler.finish();
+  table.finish_text(*out.table);
   out.examples = table.rows();
   out.table->separator = separator;
   switch (table.label_kind()) {

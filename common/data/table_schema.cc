@@ -18,12 +18,13 @@ const char* column_type_name(ColumnType type) {
     case ColumnType::kCategorical: return "categorical";
     case ColumnType::kBoolean: return "boolean";
     case ColumnType::kIgnored: return "ignore";
+    case ColumnType::kText: return "text";
   }
   return "numeric";
 }
 
 std::optional<ColumnType> column_type_from_name(const std::string& name) {
-  for (ColumnType t : {ColumnType::kNumeric, ColumnType::kCategorical, ColumnType::kBoolean, ColumnType::kIgnored}) {
+  for (ColumnType t : {ColumnType::kNumeric, ColumnType::kCategorical, ColumnType::kBoolean, ColumnType::kIgnored, ColumnType::kText}) {
     if (name == column_type_name(t)) return t;
   }
   return std::nullopt;
@@ -32,7 +33,15 @@ std::optional<ColumnType> column_type_from_name(const std::string& name) {
 std::vector<const TableColumn*> TableSchema::stored_columns() const {
   std::vector<const TableColumn*> out;
   for (const TableColumn& c : columns) {
-    if (c.type != ColumnType::kIgnored) out.push_back(&c);
+    if (c.type != ColumnType::kIgnored && c.type != ColumnType::kText) out.push_back(&c);
+  }
+  return out;
+}
+
+std::vector<const TableColumn*> TableSchema::text_columns() const {
+  std::vector<const TableColumn*> out;
+  for (const TableColumn& c : columns) {
+    if (c.type == ColumnType::kText) out.push_back(&c);
   }
   return out;
 }
@@ -46,7 +55,7 @@ bool TableSchema::needs_preprocessing() const {
 
 TableProfiler::TableProfiler(const TableSchema& schema) : schema_(schema) {
   for (size_t i = 0; i < schema_.columns.size(); ++i) {
-    if (schema_.columns[i].type != ColumnType::kIgnored) stored_.push_back(i);
+    if (schema_.columns[i].type != ColumnType::kIgnored && schema_.columns[i].type != ColumnType::kText) stored_.push_back(i);
   }
   missing_.assign(stored_.size(), 0);
   moments_.resize(stored_.size());
@@ -142,6 +151,7 @@ std::string table_to_json(const TableSchema& table) {
       for (const auto& [value, count] : c.profile.top) top.push_back(json::object{{"value", value}, {"count", count}});
       o["top"] = std::move(top);
     }
+    if (c.type == ColumnType::kText && c.profile.text) o["text"] = parse_json(text_profile_to_json(*c.profile.text));
     if (c.type == ColumnType::kCategorical) {
       o["distinct"] = c.categories.size();
       json::array cats;
@@ -193,6 +203,9 @@ TableSchema table_from_json(const std::string& text, const std::string& source) 
         for (const json::value& e : top->as_array()) {
           c.profile.top.emplace_back(std::string(e.at("value").as_string()), e.at("count").to_number<uint64_t>());
         }
+      }
+      if (const json::value* text = o.if_contains("text")) {
+        c.profile.text = text_profile_from_json(json::serialize(*text), source + " (column '" + c.name + "')");
       }
       if (const json::value* cats = o.if_contains("categories")) {
         for (const json::value& s : cats->as_array()) c.categories.emplace_back(s.as_string());

@@ -4,6 +4,10 @@
 //   numeric      the number (float32); missing: NaN
 //   boolean      1 (true, yes) or 0 (false, no); missing: NaN
 //   categorical  the category's index in `categories` (sorted byte-wise); missing: NaN
+// Text columns (free text: reviews, descriptions, e-mails) are not among those values: their
+// cells are kept as UTF-8 strings beside the table (dataset_formats.h TextCellSink; the catalog
+// writes them as shards of documents) and profiled as text (text_profile.h); a missing or empty
+// cell is "" there, and counted as missing.
 // so the stored form is exact and the preprocessing a job applies (standardize, impute, one-hot)
 // is fitted from it and kept with the job (docs/DATASETS.md "Tables").
 //
@@ -18,16 +22,18 @@
 #include <utility>
 #include <vector>
 
+#include "common/data/text_profile.h"
+
 namespace pstrain {
 
-enum class ColumnType { kNumeric, kCategorical, kBoolean, kIgnored };
+enum class ColumnType { kNumeric, kCategorical, kBoolean, kIgnored, kText };
 
-// "numeric", "categorical", "boolean", "ignore".
+// "numeric", "categorical", "boolean", "ignore", "text".
 const char* column_type_name(ColumnType type);
 std::optional<ColumnType> column_type_from_name(const std::string& name);
 
-// Most categories a categorical column may have (its codes stay exact in float32); a text column
-// with more is an id or free text: the upload fails naming it (override its type to "ignore").
+// Most categories a categorical column may have (its codes stay exact in float32); a string column
+// with more distinct values is read as text.
 inline constexpr uint32_t kMaxCategories = 65'536;
 // Categories listed in a column's profile (the most frequent ones).
 inline constexpr size_t kProfileTopCategories = 10;
@@ -40,6 +46,8 @@ struct ColumnProfile {
   double min = kNone, max = kNone, mean = kNone, std = kNone;
   // categorical and boolean: the most frequent values with their counts (by count, then name).
   std::vector<std::pair<std::string, uint64_t>> top;
+  // text: the present cells as documents.
+  std::optional<TextProfile> text;
 };
 
 struct TableColumn {
@@ -58,8 +66,10 @@ struct TableSchema {
   std::vector<std::string> class_names;
   uint64_t rows = 0;
 
-  // The feature columns stored (every column but the ignored ones), in order.
+  // The feature columns stored as values (every column but the ignored and text ones), in order.
   std::vector<const TableColumn*> stored_columns() const;
+  // The text columns, in order.
+  std::vector<const TableColumn*> text_columns() const;
   // True when a stored column is categorical or has a missing value: training on the raw stored
   // values would be wrong, so a job needs the preprocessing that turns them into features.
   bool needs_preprocessing() const;

@@ -29,6 +29,64 @@ std::string text_not_trainable(const std::string& dataset) {
          "are stored and profiled for the text models to come (GET /v1/datasets/" + dataset + " shows the profile)";
 }
 
+TextColumnWriter::TextColumnWriter(std::string dir, std::string prefix, ShardLimits limits)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), limits_(limits) {}
+
+void TextColumnWriter::cell(size_t text_column, std::string_view text) {
+  if (writers_.size() <= text_column) writers_.resize(text_column + 1);
+  if (!writers_[text_column]) {
+    ShardLayout layout = text_shard_layout();
+    layout.labels = LabelKind::kNone;
+    writers_[text_column] = std::make_unique<ShardWriter>(dir_, prefix_ + "-text" + std::to_string(text_column), layout, limits_);
+  }
+  writers_[text_column]->add(text.data(), text.size());
+}
+
+std::vector<std::vector<ShardInfo>> TextColumnWriter::finish() {
+  std::vector<std::vector<ShardInfo>> out;
+  for (auto& w : writers_) out.push_back(w ? w->finish() : std::vector<ShardInfo>{});
+  return out;
+}
+
+TextColumnsSplit split_text_columns(const std::string& dir,
+                                    const std::vector<std::pair<std::string, std::vector<std::string>>>& columns,
+                                    const std::vector<bool>& to_second, TextColumnWriter& first, TextColumnWriter& second) {
+  TextColumnsSplit out;
+  std::vector<uint8_t> cell;
+  for (size_t k = 0; k < columns.size(); ++k) {
+    TextProfiler profilers[2];
+    uint64_t missing[2] = {0, 0};
+    uint64_t row = 0;
+    for (const std::string& file : columns[k].second) {
+      const ShardFile shard(dir + "/" + file);
+      shard.verify();
+      for (uint64_t i = 0; i < shard.examples(); ++i, ++row) {
+        if (row >= to_second.size()) throw DataError(shard.path() + ": more cells than the table has rows");
+        const int side = to_second[row] ? 1 : 0;
+        shard.read(i, cell);
+        const std::string_view text(reinterpret_cast<const char*>(cell.data()), cell.size());
+        (side == 1 ? second : first).cell(k, text);
+        if (text.empty()) ++missing[side];
+        else profilers[side].add(text);
+      }
+    }
+    if (row != to_second.size()) {
+      throw DataError(dir + ": text column '" + columns[k].first + "' has " + std::to_string(row) + " cells for " +
+                      std::to_string(to_second.size()) + " rows");
+    }
+    for (int side = 0; side < 2; ++side) {
+      ColumnProfile p;
+      p.missing = missing[side];
+      p.text = profilers[side].finish();
+      out.profiles[side].push_back(std::move(p));
+    }
+  }
+  out.shards[0] = first.finish();
+  out.shards[1] = second.finish();
+  for (auto& side : out.shards) side.resize(columns.size());
+  return out;
+}
+
 ShardLayout text_shard_layout() {
   ShardLayout layout;
   layout.variable = true;

@@ -8,6 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
 #include <string>
 
 #include "common/data/archive.h"
@@ -33,6 +36,33 @@ struct TextFolderOptions {
 // kTooLarge. The summary's `text` is the documents' profile; its shape is {} (one string).
 ExampleSummary stream_text_folders(Archive& archive, const std::string& source, const ClassFolders& folders,
                                    const TextFolderOptions& options, ShardWriter& out);
+
+// A table's text columns (dataset_formats.h TextCellSink) written as shards of documents, one
+// set per column: `<dir>/<prefix>-text<k>-NNNNN.shard` for text column k, row i's cell as
+// example i (variable-size UTF-8, no labels: the table's shards have them).
+class TextColumnWriter final : public TextCellSink {
+ public:
+  TextColumnWriter(std::string dir, std::string prefix, ShardLimits limits);
+  void cell(size_t text_column, std::string_view text) override;
+  // The shards of each text column, in column order.
+  std::vector<std::vector<ShardInfo>> finish();
+
+ private:
+  std::string dir_, prefix_;
+  ShardLimits limits_;
+  std::vector<std::unique_ptr<ShardWriter>> writers_;
+};
+
+// A table's text columns split row by row (POST /v1/datasets/{name}/split): row i's cells go to
+// side 1 when to_second[i], else side 0, each side written by its own TextColumnWriter and
+// profiled (an empty cell counts as missing, as the parser counts it).
+struct TextColumnsSplit {
+  std::vector<std::vector<ShardInfo>> shards[2];  // [side][text column]
+  std::vector<ColumnProfile> profiles[2];          // [side][text column]
+};
+TextColumnsSplit split_text_columns(const std::string& dir,
+                                    const std::vector<std::pair<std::string, std::vector<std::string>>>& columns,
+                                    const std::vector<bool>& to_second, TextColumnWriter& first, TextColumnWriter& second);
 
 // Why a job cannot train on text dataset `dataset` yet (the same words at submit and at load).
 std::string text_not_trainable(const std::string& dataset);

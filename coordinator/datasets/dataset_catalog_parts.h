@@ -54,7 +54,7 @@ class ProfilingSink final : public ExampleSink {
   void begin(const std::vector<uint32_t>& shape, ParsedExamples::Dtype dtype) override { next_.begin(shape, dtype); }
   void examples(const uint8_t* bytes, size_t n) override {
     row_.resize(n / sizeof(float));
-    std::memcpy(row_.data(), bytes, row_.size() * sizeof(float));
+    if (n > 0) std::memcpy(row_.data(), bytes, row_.size() * sizeof(float));
     profiler_.add(row_.data());
     next_.examples(bytes, n);
   }
@@ -93,13 +93,19 @@ class RoutingSink final : public ExampleSink {
     }
   }
   void labels(const int32_t* l, size_t n) override {
-    for (size_t i = 0; i < n; ++i, ++label_) (to_second_[label_] ? second_ : first_).labels(l + i, 1);
+    for (size_t i = 0; i < n; ++i, ++label_) {
+      ExampleSink& side = to_second_[label_] ? second_ : first_;
+      if (example_bytes_ == 0) side.examples(nullptr, 0);  // rows of no values: one per label (shard_sink.h)
+      side.labels(l + i, 1);
+    }
   }
   // Regression targets, `width` per example (set before the first call).
   void set_target_width(size_t width) { target_width_ = width; }
   void targets(const float* t, size_t n) override {
     for (size_t i = 0; i < n; ++i, ++target_) {
-      (to_second_[target_ / target_width_] ? second_ : first_).targets(t + i, 1);
+      ExampleSink& side = to_second_[target_ / target_width_] ? second_ : first_;
+      if (example_bytes_ == 0 && target_ % target_width_ == 0) side.examples(nullptr, 0);
+      side.targets(t + i, 1);
     }
   }
 

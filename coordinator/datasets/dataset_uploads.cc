@@ -142,6 +142,7 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
   ExampleSummary summary;
   std::vector<std::string> class_names;  // a class-folder archive's
   std::optional<std::vector<ShardInfo>> text_shards;  // a text split's (written by its own writer)
+  std::vector<std::vector<ShardInfo>> text_columns;   // a table's text columns'
   switch (upload.format) {
     case UploadFormat::kCsv:
     case UploadFormat::kJsonl: {
@@ -160,8 +161,11 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
           options.class_names = s.table->class_names;
         }
       }
+      TextColumnWriter texts(work.string(), upload.split + "-" + stamp, options_.shards);
+      options.text_cells = &texts;
       summary = upload.format == UploadFormat::kCsv ? stream_csv(file_opener(upload.body_path), uploaded_as, options, writer)
                                                     : stream_jsonl(file_opener(upload.body_path), uploaded_as, options, writer);
+      text_columns = texts.finish();
       break;
     }
     case UploadFormat::kNpz:
@@ -307,6 +311,16 @@ DatasetCatalog::UploadResult DatasetCatalog::ingest_now(Upload& upload) {
     manifest.created_ms = record.created_ms;
   }
   manifest.splits[upload.split] = summary.text ? text_split(shards, profile_name) : shards_split(shards, summary, table_name);
+  if (summary.table) {
+    const std::vector<const TableColumn*> text = summary.table->text_columns();
+    for (size_t k = 0; k < text.size(); ++k) {
+      std::vector<std::string> files;
+      if (k < text_columns.size()) {
+        for (const ShardInfo& shard : text_columns[k]) files.push_back(shard.file);
+      }
+      manifest.splits[upload.split].text_columns.emplace_back(text[k]->name, std::move(files));
+    }
+  }
   // Class names: this upload's (class folders), else the other split's, kept while one remains.
   bool other_split = false;
   for (const auto& [split, _] : manifest.splits) other_split = other_split || split != upload.split;
@@ -473,11 +487,23 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   const std::vector<ShardInfo> train_shards = train_writer.finish(static_cast<uint32_t>(width));
   const std::vector<ShardInfo> test_shards = test_writer.finish(static_cast<uint32_t>(width));
   std::string table_names[2];
+  std::optional<TextColumnsSplit> texts;  // a table's text columns, split the same way
   if (table) {
+    TableSchema sides[2] = {train_side.finish(), test_side.finish()};
+    if (!train.text_columns.empty()) {
+      TextColumnWriter train_texts(work.string(), "train-" + stamp, options_.shards), test_texts(work.string(), "test-" + stamp, options_.shards);
+      texts = split_text_columns(dir.string(), train.text_columns, to_test, train_texts, test_texts);
+      for (int side = 0; side < 2; ++side) {
+        size_t k = 0;
+        for (TableColumn& c : sides[side].columns) {
+          if (c.type == ColumnType::kText && k < texts->profiles[side].size()) c.profile = texts->profiles[side][k++];
+        }
+      }
+    }
     table_names[0] = "train-table-" + stamp + ".json";
     table_names[1] = "test-table-" + stamp + ".json";
-    write_text_file((work / table_names[0]).string(), table_to_json(train_side.finish()) + "\n");
-    write_text_file((work / table_names[1]).string(), table_to_json(test_side.finish()) + "\n");
+    write_text_file((work / table_names[0]).string(), table_to_json(sides[0]) + "\n");
+    write_text_file((work / table_names[1]).string(), table_to_json(sides[1]) + "\n");
   }
 
   MutexLock use(use_mutex_);
@@ -491,6 +517,16 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   const std::vector<std::string> old_files = train.files();
   manifest.splits["train"] = shards_split(train_shards, read, table_names[0]);
   manifest.splits["test"] = shards_split(test_shards, read, table_names[1]);
+  if (texts) {
+    for (int side = 0; side < 2; ++side) {
+      ManifestSplit& m = manifest.splits[side == 0 ? "train" : "test"];
+      for (size_t k = 0; k < train.text_columns.size(); ++k) {
+        std::vector<std::string> files;
+        for (const ShardInfo& shard : texts->shards[side][k]) files.push_back(shard.file);
+        m.text_columns.emplace_back(train.text_columns[k].first, std::move(files));
+      }
+    }
+  }
   for (const char* side : {"train", "test"}) {
     for (const auto& n : manifest.splits[side].files()) fs::rename(work / n, dir / n);
   }

@@ -267,7 +267,7 @@ TEST_CASE("datasets: every defect gets its status and a message naming it, and n
              "after a closing quote");
   CHECK(num(o, "line") == 3);
   expect(put(port, "/v1/datasets/bad/train?sep=pipe", "a,label\n1,0\n", csv_type), 400, "invalid-parameter", "sep must be");
-  expect(put(port, "/v1/datasets/bad/train?types=a:text", "a,label\n1,0\n", csv_type), 400, "invalid-parameter",
+  expect(put(port, "/v1/datasets/bad/train?types=a:words", "a,label\n1,0\n", csv_type), 400, "invalid-parameter",
          "column:type");
   expect(put(port, "/v1/datasets/bad/train?types=zz:numeric", "a,label\n1,0\n2,1\n", csv_type), 422, "dataset-bad-header",
          "'zz'");

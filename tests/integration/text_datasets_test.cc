@@ -50,6 +50,13 @@ testing::ArchiveFiles reviews(int per_class, const std::string& root) {
   return files;
 }
 
+// Documents in the "meals" table's review column (its second), in split `side`.
+double review_documents(int port, const char* side) {
+  const json::object splits = obj(object_of(get(port, "/v1/datasets/meals")).at("splits"));
+  const json::object table = obj(obj(splits.at(side)).at("table"));
+  return num(obj(obj(arr(table, "columns")[1]).at("text")), "documents");
+}
+
 }  // namespace
 
 TEST_CASE("text datasets - class folders of .txt files upload as profiled documents, and jobs on them and bad UTF-8 are 422s") {
@@ -111,9 +118,53 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
           "application/zip");
   CHECK(r.status == 422);
 
+  // A CSV with a free-text column: the column is text (profiled, kept beside the values), a job
+  // trains on the other columns; a table of text alone is listed and refused for jobs.
+  std::string csv = "stars,review,label\n";
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i) {
+    const bool pos = i % 2 == 0;
+    const std::string review = pos ? "Great food, friendly staff number " + std::to_string(i) : "Cold soup and a rude waiter number " + std::to_string(i);
+    csv += std::to_string(pos ? 4 + i % 2 : 1 + i % 2) + ",\"" + review + "\"," + (pos ? "pos" : "neg") + "\n";
+    jsonl += R"({"body": ")" + review + R"(", "label": ")" + (pos ? "pos" : "neg") + "\"}\n";
+  }
+  r = put(port, "/v1/datasets/meals/train", csv, "text/csv");
+  INFO("PUT meals/train -> " << r.describe());
+  REQUIRE(r.status == 201);
+  const auto check_meals = [&] {
+    const json::object meals = object_of(get(port, "/v1/datasets/meals"));
+    CHECK(json::serialize(meals.at("columns")) == R"([{"name":"stars","type":"numeric"},{"name":"review","type":"text"}])");
+    CHECK(json::serialize(meals.at("input_shape")) == "[1]");
+    const json::object review = obj(arr(obj(obj(obj(meals.at("splits")).at("train")).at("table")), "columns")[1]);
+    CHECK(num(obj(review.at("text")), "documents") > 0);
+    CHECK(json::serialize(obj(review.at("text")).at("top_tokens")).rfind(R"([["number",)", 0) == 0);
+  };
+  check_meals();
+  CHECK(review_documents(port, "train") == 40);
+  r = call(port, http::verb::post, "/v1/datasets/meals/split", R"({"test_fraction": 0.25, "seed": 3})", "application/json");
+  INFO("split meals -> " << r.describe());
+  REQUIRE(r.status == 200);
+  CHECK(review_documents(port, "train") == 30);  // each side's text column profiled on its own rows
+  CHECK(review_documents(port, "test") == 10);
+  const std::string meals_job = submit(cluster, R"({"dataset": {"name": "meals", "shuffle_seed": 1},
+      "model": {"input_shape": [1], "seed": 1, "layers": [{"type": "dense", "units": 2}]},
+      "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})");
+  wait_for_state(cluster, meals_job, "SUCCEEDED", 120s);
+  r = put(port, "/v1/datasets/notes/train", jsonl, "application/x-ndjson");
+  INFO("PUT notes/train -> " << r.describe());
+  REQUIRE(r.status == 201);
+  CHECK(json::serialize(object_of(get(port, "/v1/datasets/notes")).at("input_shape")) == "[0]");
+  r = call(port, http::verb::post, "/v1/jobs", R"({"dataset": {"name": "notes"},
+      "model": {"input_shape": [4], "layers": [{"type": "dense", "units": 2}]},
+      "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})",
+           "application/json");
+  check_problem(r, 422, "a job on a table of text alone", "/dataset/name");
+  CHECK(r.body.find("only text columns") != std::string::npos);
+
   // The record and its profile survive a coordinator restart.
   cluster.restart_coordinator(true);
   port = cluster.http_port();
   for (int i = 0; i < 100 && str(object_of(get(port, "/v1/datasets/reviews")), "state") != "ready"; ++i) std::this_thread::sleep_for(100ms);
   check_record();
+  check_meals();
 }

@@ -227,11 +227,18 @@ TEST_CASE("a table schema survives its JSON form") {
   CHECK_THROWS_AS(pstrain::table_from_json("not json", "t.json"), pstrain::DataError);
 }
 
-TEST_CASE("a text column with more distinct values than a category may have is refused, naming it") {
+TEST_CASE("a string column with more distinct values than a category may have is text, and refused when told categorical") {
   std::string text = "id,x,label\n";
   for (uint32_t i = 0; i <= pstrain::kMaxCategories; ++i) text += "u" + std::to_string(i) + ",1," + std::to_string(i % 2) + "\n";
+  const ParsedExamples read = csv(text);
+  CHECK(read.shape == std::vector<uint32_t>{1});
+  REQUIRE(read.table);
+  CHECK(read.table->columns[0].type == ColumnType::kText);
+  CHECK(read.table->columns[0].profile.text->documents == pstrain::kMaxCategories + 1);
+  CsvOptions categorical;
+  categorical.types = {{"id", ColumnType::kCategorical}};
   std::string column;
-  CHECK(failure_kind(text, {}, nullptr, &column) == Kind::kTooLarge);
+  CHECK(failure_kind(text, categorical, nullptr, &column) == Kind::kTooLarge);
   CHECK(column == "id");
   CsvOptions ignore;
   ignore.types = {{"id", ColumnType::kIgnored}};

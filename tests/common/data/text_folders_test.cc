@@ -7,11 +7,15 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <memory>
+#include <sstream>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "common/data/shard_sink.h"
 #include "common/data/text_profile.h"
 #include "tests/image_files.h"
 #include "tests/test_support.h"
@@ -84,7 +88,7 @@ TEST_CASE("A text profile counts documents, tokens per document and the most fre
   CHECK_THROWS_AS(text_profile_from_json("{\"documents\": 1}", "profile"), DataError);
 }
 
-TEST_CASE("The distinct tokens counted are capped; the first ones keep exact counts") {
+TEST_CASE("The distinct tokens counted are capped, and the first ones keep exact counts") {
   TextProfiler p;
   std::string doc;
   for (size_t i = 0; i < kMaxDistinctTokens + 10; ++i) doc += "t" + std::to_string(i) + " ";
@@ -180,6 +184,102 @@ TEST_CASE("A text file that is not UTF-8, or too large, is an error naming it") 
   testing::write_zip(path, {{"a/1.txt", bytes_of("fine")}, {"b/2.png", bytes_of("x")}});
   archive = Archive::open(path, "docs.zip");
   CHECK_FALSE(holds_text_files(find_class_folders(*archive, "docs.zip", {}, ExampleLimits{})));
+}
+
+}  // namespace
+}  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+struct Cells final : TextCellSink {
+  std::vector<std::vector<std::string>> columns;
+  void cell(size_t k, std::string_view text) override {
+    if (columns.size() <= k) columns.resize(k + 1);
+    columns[k].emplace_back(text);
+  }
+};
+
+struct Rows final : ExampleSink {
+  std::vector<uint32_t> shape;
+  std::vector<float> values;
+  std::vector<int32_t> label_values;
+  void begin(const std::vector<uint32_t>& s, Dtype) override { shape = s; }
+  void examples(const uint8_t* b, size_t n) override {
+    const size_t at = values.size();
+    values.resize(at + n / 4);
+    std::memcpy(values.data() + at, b, n);
+  }
+  void labels(const int32_t* l, size_t n) override { label_values.insert(label_values.end(), l, l + n); }
+};
+
+ExampleSummary read_csv(const std::string& text, CsvOptions options, ExampleSink& sink) {
+  return stream_csv([text] { return std::make_unique<std::istringstream>(text); }, "t.csv", options, sink);
+}
+
+TEST_CASE("A CSV's free-text column is text: kept as UTF-8 cells beside the values and profiled, not a category") {
+  const std::string text =
+      "stars,review,city,label\n"
+      "5,\"Loved it, would go again.\",Paris,pos\n"
+      "1,Never again.,Paris,neg\n"
+      "4,,Rome,pos\n"
+      "2,The soup was cold and the staff rude.,Rome,neg\n";
+  Cells cells;
+  CsvOptions options;
+  options.text_cells = &cells;
+  Rows rows;
+  const ExampleSummary s = read_csv(text, options, rows);
+  REQUIRE(s.table);
+  CHECK(s.table->columns[1].type == ColumnType::kText);
+  CHECK(s.table->columns[2].type == ColumnType::kCategorical);  // repeated values
+  CHECK(rows.shape == std::vector<uint32_t>{2});                // stars and city: the text is not a value
+  CHECK(rows.values == std::vector<float>{5, 0, 1, 0, 4, 1, 2, 1});
+  REQUIRE(cells.columns.size() == 1);
+  CHECK(cells.columns[0] == std::vector<std::string>{"Loved it, would go again.", "Never again.", "", "The soup was cold and the staff rude."});
+  const ColumnProfile& p = s.table->columns[1].profile;
+  CHECK(p.missing == 1);
+  REQUIRE(p.text);
+  CHECK(p.text->documents == 3);
+  CHECK(p.text->tokens == 5 + 2 + 8);
+  CHECK(p.text->top_tokens[0] == std::pair<std::string, uint64_t>{"again", 2});
+  // The schema's JSON keeps the text profile.
+  const TableSchema back = table_from_json(table_to_json(*s.table), "t.json");
+  CHECK(back.columns[1].type == ColumnType::kText);
+  CHECK(back.columns[1].profile.text == p.text);
+  CHECK(back.text_columns().size() == 1);
+  CHECK(back.stored_columns().size() == 2);
+
+  // Told: a short column read as text, a wordy one as a category.
+  CsvOptions told;
+  told.types = {{"city", ColumnType::kText}, {"review", ColumnType::kCategorical}};
+  Rows rows2;
+  const ExampleSummary t = read_csv(text, told, rows2);
+  CHECK(t.table->columns[1].type == ColumnType::kCategorical);
+  CHECK(t.table->columns[2].type == ColumnType::kText);
+  CHECK(t.table->columns[2].profile.text->top_tokens[0] == std::pair<std::string, uint64_t>{"paris", 2});
+}
+
+TEST_CASE("A table whose only feature is text stores rows of no values, and its shards read back") {
+  std::string text = "body,label\n";
+  for (int i = 0; i < 50; ++i) text += "\"message number " + std::to_string(i) + ", hello\"," + (i % 2 ? "spam" : "ham") + "\n";
+  TempDir dir;
+  Cells cells;
+  CsvOptions options;
+  options.text_cells = &cells;
+  ShardSink sink(dir.path(), "train");
+  const ExampleSummary s = read_csv(text, options, sink);
+  const std::vector<ShardInfo> shards = sink.finish();
+  CHECK(s.shape == std::vector<uint32_t>{0});
+  CHECK(s.examples == 50);
+  CHECK(s.table->columns[0].type == ColumnType::kText);
+  CHECK(cells.columns[0].size() == 50);
+  std::vector<std::string> files;
+  for (const ShardInfo& shard : shards) files.push_back(shard.file);
+  Rows back;
+  const ExampleSummary again = stream_shards(dir.path(), files, {0}, Dtype::kFloat32, ExampleLimits{}, back);
+  CHECK(again.examples == 50);
+  CHECK(back.label_values.size() == 50);
+  CHECK(back.values.empty());
 }
 
 }  // namespace
