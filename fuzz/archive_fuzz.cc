@@ -1,4 +1,5 @@
-// Fuzz target: uploaded archives of class folders (common/data/archive.h, image_folders.h) on
+// Fuzz target: uploaded archives of class folders (common/data/archive.h, image_folders.h,
+// text_folders.h: images, or .txt documents when every file is one) on
 // arbitrary bytes written as a file, read as a zip when they start like one and as a tar
 // otherwise. Only DataError is an expected answer. What is read must be consistent: every entry
 // read has its listed size, and a split streamed from the archive has as many labels as
@@ -8,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -15,6 +17,8 @@
 #include "common/base/error.h"
 #include "common/data/archive.h"
 #include "common/data/image_folders.h"
+#include "common/data/text_folders.h"
+#include "common/data/text_profile.h"
 #include "fuzz/fuzz_check.h"
 
 namespace {
@@ -48,6 +52,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         check(archive->read(e, 1 << 20).size() == e.size, "an entry reads its listed size");
       } catch (const DataError&) {
       }
+    }
+    const ClassFolders folders = find_class_folders(*archive, "fuzz.archive", {}, ExampleLimits{});
+    if (holds_text_files(folders)) {  // text documents: every one stored, UTF-8, read back as written
+      static const std::string dir = path + "-text";
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+      ShardWriter writer(dir, "train", text_shard_layout());
+      TextFolderOptions text;
+      text.max_file_bytes = 1 << 20;
+      const ExampleSummary summary = stream_text_folders(*archive, "fuzz.archive", folders, text, writer);
+      uint64_t stored = 0;
+      std::vector<uint8_t> doc;
+      for (const ShardInfo& shard : writer.finish()) {
+        const ShardFile file(dir + "/" + shard.file);
+        for (uint64_t i = 0; i < file.examples(); ++i, ++stored) {
+          file.read(i, doc);
+          check(!utf8_error(std::string_view(reinterpret_cast<const char*>(doc.data()), doc.size())), "documents are UTF-8");
+          check(file.label(i) >= 0 && static_cast<uint32_t>(file.label(i)) < summary.classes, "labels in range");
+        }
+      }
+      check(stored == summary.examples && summary.text && summary.text->documents == stored, "every document stored and profiled");
+      return 0;
     }
     ImageFolderOptions options;
     options.color_mode = ColorMode::kRgb;

@@ -63,6 +63,13 @@ void check_table(const pstrain::ParsedExamples& p) {
   check(p.table.has_value(), "a CSV without its table");
   const auto stored = p.table->stored_columns();
   check(p.shape.size() == 1 && p.shape[0] == stored.size(), "shape does not match the stored columns");
+  for (const pstrain::TableColumn* c : p.table->text_columns()) {
+    check(c->profile.text.has_value() && c->profile.text->documents + c->profile.missing == p.table->rows, "a text column's profile");
+  }
+  if (stored.empty()) {  // only text columns: rows of no values
+    check(p.bytes.empty() && !p.table->text_columns().empty(), "rows of no values without text columns");
+    return;
+  }
   std::vector<float> v(p.bytes.size() / sizeof(float));
   std::memcpy(v.data(), p.bytes.data(), v.size() * sizeof(float));
   for (size_t i = 0; i < v.size(); ++i) {

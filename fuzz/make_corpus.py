@@ -152,6 +152,13 @@ with zipfile.ZipFile(zbuf, "w", zipfile.ZIP_STORED) as z:
     for name, data in folders:
         z.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), data)
 write("archive", "folders.zip", zbuf.getvalue())
+# Class folders of .txt documents (one not UTF-8, so both answers are reachable).
+docs = [("docs/neg/a.txt", b"Bad, bad film.\nReally."), ("docs/pos/b.txt", "Good film \u2605".encode()), ("docs/pos/c.TXT", b"")]
+zbuf = io.BytesIO()
+with zipfile.ZipFile(zbuf, "w", zipfile.ZIP_STORED) as z:
+    for name, data in docs + [("docs/pos/latin1.txt", b"caf\xe9")]:
+        z.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), data)
+write("archive", "text-folders.zip", zbuf.getvalue())
 tbuf = io.BytesIO()
 with tarfile.open(fileobj=tbuf, mode="w", format=tarfile.PAX_FORMAT) as t:
     for name, data in folders + [("set/b/" + "n" * 120 + ".png", images["gray_4x3.png"])]:
