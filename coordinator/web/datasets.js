@@ -32,6 +32,27 @@ function datasetsView(view) {
   });
 }
 
+// A text profile's most frequent tokens (text columns, documents), as a cell.
+function topTokens(text) {
+  const top = text.top_tokens.slice(0, 5);
+  return h('td', { 'data-top-tokens': JSON.stringify(top.map(([t]) => t)) },
+    top.map(([t, n]) => `${t} (${n})`).join(', ') + ` … in ${text.documents} documents (mean tokens per document)`);
+}
+
+// A split of text documents: its size, tokens per document (a histogram) and top tokens.
+function textPanel(split, text) {
+  const per = text.tokens_per_document;
+  const facts = [['Tokens', num(text.tokens, 0)], ['Tokens per document', `min ${per.min}, mean ${num(per.mean, 1)}, max ${per.max}`],
+                 ['Distinct tokens', num(text.distinct_tokens, 0) + (text.distinct_tokens_capped ? ' (counting stopped there)' : '')]];
+  const histogram = per.histogram.filter((b) => b.documents > 0).map((b) => `≤ ${b.at_most}: ${b.documents}`).join(', ');
+  return h('div', { class: 'panel', 'data-split': split, 'data-documents': text.documents },
+    h('h2', {}, `${split}: ${num(text.documents, 0)} documents`),
+    h('table', {}, h('tbody', {},
+      facts.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))),
+      h('tr', {}, h('th', {}, 'Documents by tokens'), h('td', {}, histogram)),
+      h('tr', {}, h('th', {}, 'Most frequent'), topTokens(text)))));
+}
+
 // One split's profile table: a row per column.
 function profileTable(split, table) {
   const figure = (x) => (x === null || x === undefined ? '–' : Math.abs(x) >= 1000 || Number.isInteger(x) ? num(x, 0) : num(x, 3));
@@ -41,10 +62,11 @@ function profileTable(split, table) {
     h('td', { class: 'num', 'data-missing': c.missing }, c.missing),
     h('td', { class: 'num' }, c.type === 'numeric' ? figure(c.min) : ''),
     h('td', { class: 'num' }, c.type === 'numeric' ? figure(c.max) : ''),
-    h('td', { class: 'num' }, c.type === 'numeric' ? figure(c.mean) : ''),
+    h('td', { class: 'num' }, c.type === 'numeric' ? figure(c.mean) : c.text ? figure(c.text.tokens_per_document.mean) : ''),
     h('td', { class: 'num' }, c.type === 'numeric' ? figure(c.std) : ''),
-    h('td', {}, (c.top || []).slice(0, 5).map((t) => `${t.value} (${t.count})`).join(', ') +
-      (c.distinct > 5 ? ` … ${c.distinct} in all` : ''))));
+    c.text ? topTokens(c.text)
+      : h('td', {}, (c.top || []).slice(0, 5).map((t) => `${t.value} (${t.count})`).join(', ') +
+        (c.distinct > 5 ? ` … ${c.distinct} in all` : ''))));
   return h('div', { class: 'panel', 'data-split': split },
     h('h2', {}, `${split}: ${table.rows} rows`),
     h('table', { class: 'profile' }, h('thead', {}, h('tr', {},
@@ -73,8 +95,9 @@ function datasetView(view, name) {
     for (const split of ['train', 'test']) {
       const s = d.splits[split];
       if (s && s.table) content.append(profileTable(split, s.table));
+      if (s && s.text) content.append(textPanel(split, s.text));
     }
-    if (!d.columns) content.append(h('p', { class: 'muted' }, 'Arrays or images: no column profile.'));
+    if (!d.columns && d.dtype !== 'string') content.append(h('p', { class: 'muted' }, 'Arrays or images: no column profile.'));
     view.dataset.ready = 'true';
   })();
 }

@@ -270,7 +270,8 @@ try {
 
   // Datasets: a table uploaded over REST is listed, and its page shows each column's profile as
   // the REST API gives it.
-  const table = 'plan,age,member,churn\npro,31,yes,stayed\nbasic,NA,no,left\nfamily,45,,stayed\npro,,yes,left\n';
+  const table = 'plan,age,member,note,churn\npro,31,yes,called twice about billing,stayed\nbasic,NA,no,wants a cheaper plan,left\n' +
+    'family,45,,happy with the plan,stayed\npro,,yes,moved to another town,left\n';
   const put = await fetch(`${url}/v1/datasets/dashboard-table/train?label=churn&replace=true`,
     { method: 'PUT', headers: { ...auth, 'Content-Type': 'text/csv' }, body: table });
   check(put.status === 201 || put.status === 200, `a table uploads (HTTP ${put.status})`);
@@ -283,6 +284,12 @@ try {
     (rows) => rows.map((r) => [r.dataset.column, r.dataset.type, Number(r.querySelector('[data-missing]').dataset.missing)]));
   const profile = (await rest('/v1/datasets/dashboard-table')).splits.train.table.columns.map((c) => [c.name, c.type, c.missing]);
   check(JSON.stringify(profileShown) === JSON.stringify(profile), `the dataset page shows each column's type and missing count: ${JSON.stringify(profileShown)}`);
+  // The free-text column ("note") is text, shown with its most frequent tokens as REST gives them.
+  const restNote = (await rest('/v1/datasets/dashboard-table')).splits.train.table.columns.find((c) => c.name === 'note');
+  check(restNote && restNote.type === 'text', `a free-text column is a text column: ${JSON.stringify(restNote)}`);
+  const shownTokens = await page.$eval('div[data-split=train] tr[data-type=text] [data-top-tokens]', (td) => td.dataset.topTokens);
+  check(shownTokens === JSON.stringify(restNote.text.top_tokens.slice(0, 5).map(([t]) => t)),
+    `the text column's most frequent tokens are shown: ${shownTokens}`);
   await page.screenshot({ path: path.join(outDir, 'dashboard-dataset.png') });
 
   // Studies: an ASHA study submitted over REST is listed; its page shows every trial, a scatter
