@@ -185,8 +185,9 @@ StreamOpener file_opener(const std::string& path);
 // type is inferred from the whole file unless options.types names it (table_schema.h): numeric
 // when every present cell is a decimal number (as strtod reads them, optional leading '+'),
 // boolean when every present cell is true/false/yes/no (any case), text when most present cells
-// (more than half) are distinct and hold a space, or there are more distinct values than
-// kMaxCategories (free text, ids), else categorical (its sorted distinct values). Cells in options.missing_values are missing (NaN in
+// (more than half) are distinct and of three words or more, or there are more distinct values
+// than kMaxCategories (free text, ids; at most kMaxTextColumns text columns), else categorical
+// (its sorted distinct values). Cells in options.missing_values are missing (NaN in
 // the stored form), in every column but the label's. Numbers beyond float32's range (or spelled
 // inf) are kNonFinite errors. The result has shape {stored columns}, dtype kFloat32, the values
 // of table_schema.h in header order without the label and ignored columns; summary.table holds

@@ -104,7 +104,7 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
   for (const auto& entry : spec.columns) {
     const std::string& name = entry.first;
     const bool known = std::any_of(train.columns.begin(), train.columns.end(),
-                                   [&](const TableColumn& c) { return c.name == name && c.type != ColumnType::kIgnored; });
+                                   [&](const TableColumn& c) { return c.name == name && c.type != ColumnType::kIgnored && c.type != ColumnType::kText; });
     if (!known) {
       std::string names;
       for (const TableColumn* c : train.stored_columns()) names += (names.empty() ? "" : ", ") + c->name;

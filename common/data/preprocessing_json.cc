@@ -174,7 +174,7 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
       c.name = std::string(o.at("name").as_string());
       field = "columns/" + c.name;
       const auto type = column_type_from_name(std::string(o.at("type").as_string()));
-      if (!type || *type == ColumnType::kIgnored) throw DataError("preprocessing: column '" + c.name + "' has a bad type");
+      if (!type || *type == ColumnType::kIgnored || *type == ColumnType::kText) throw DataError("preprocessing: column '" + c.name + "' has a bad type");
       c.type = *type;
       c.indicator = o.at("indicator").as_bool();
       if (const json::value* d = o.if_contains("dropped")) c.dropped = d->as_bool();

@@ -80,7 +80,7 @@ struct Inferred {
   bool collect = false;
   bool partial = false;
   uint64_t present = 0;
-  uint64_t spaced = 0;  // present values holding a space (counted once the column is not numeric)
+  uint64_t wordy = 0;  // present values of three words or more (counted once the column is not numeric)
 };
 
 class Table {
@@ -210,7 +210,7 @@ class Table {
       if (in.numeric && (range || value != std::floor(value) || std::abs(value) >= 1e15)) in.whole = false;
       if (in.boolean && parse_boolean(cell) < 0) in.boolean = false;
       ++in.present;
-      if (!in.numeric && cell.find(' ') != std::string_view::npos) ++in.spaced;
+      if (!in.numeric && std::count(cell.begin(), cell.end(), ' ') >= 2) ++in.wordy;
       if (in.collect && in.distinct.size() <= kDistinctCap && in.distinct.find(cell) == in.distinct.end()) in.distinct.emplace(cell);
     }
   }
@@ -244,12 +244,21 @@ class Table {
         c.type = ColumnType::kNumeric;
       } else if (in.boolean) {
         c.type = ColumnType::kBoolean;
-      } else if (in.distinct.size() > kMaxCategories || (in.distinct.size() * 2 > in.present && in.spaced * 2 > in.present)) {
+      } else if (in.distinct.size() > kMaxCategories || (in.distinct.size() * 2 > in.present && in.wordy * 2 > in.present)) {
         c.type = ColumnType::kText;  // free text (most values distinct, words), or too many values for categories
       } else {
         c.type = ColumnType::kCategorical;
       }
-      if (c.type == ColumnType::kText) text_of_.emplace(columns_.size(), text_profilers_.size()), text_profilers_.emplace_back();
+      if (c.type == ColumnType::kText) {
+        if (text_profilers_.size() == kMaxTextColumns) {
+          fail(Kind::kTooLarge,
+               source_ + ": column '" + c.name + "' would be text column " + std::to_string(kMaxTextColumns + 1) + ", over the cap of " +
+                   std::to_string(kMaxTextColumns) + " (give the others type ignore: ?types=" + c.name + ":ignore)",
+               header_line, c.name);
+        }
+        text_of_.emplace(columns_.size(), text_profilers_.size());
+        text_profilers_.emplace_back();
+      }
       if (c.type == ColumnType::kCategorical) {
         if (in.distinct.size() > kMaxCategories) {
           fail(Kind::kTooLarge,
@@ -417,6 +426,10 @@ class Table {
     } else {
       text_profilers_[k].add(*cell);
     }
+    text_bytes_ += cell ? cell->size() : 0;
+    if (text_bytes_ > options_.limits.max_bytes) {
+      fail(Kind::kTooLarge, source_ + ": the text columns' cells exceed the cap of " + std::to_string(options_.limits.max_bytes) + " bytes");
+    }
     if (options_.text_cells != nullptr) options_.text_cells->cell(k, cell.value_or(std::string_view()));
   }
 
@@ -432,6 +445,7 @@ class Table {
   std::map<size_t, size_t> text_of_;  // text column: index in columns_ -> its index among the text columns
   std::vector<TextProfiler> text_profilers_;
   std::vector<uint64_t> text_missing_;
+  uint64_t text_bytes_ = 0;
   size_t stored_ = 0;
   uint64_t rows_ = 0;
   LabelKind label_kind_ = LabelKind::kNumbers;

@@ -35,6 +35,9 @@ std::optional<ColumnType> column_type_from_name(const std::string& name);
 // Most categories a categorical column may have (its codes stay exact in float32); a string column
 // with more distinct values is read as text.
 inline constexpr uint32_t kMaxCategories = 65'536;
+// Most text columns a table may have (each is profiled and written on its own while it is read:
+// a profiler of up to 16 MiB and a shard writer with a 1 MiB buffer).
+inline constexpr size_t kMaxTextColumns = 32;
 // Categories listed in a column's profile (the most frequent ones).
 inline constexpr size_t kProfileTopCategories = 10;
 

@@ -76,7 +76,9 @@ void TextProfiler::add(std::string_view document) {
   uint64_t tokens = 0;
   for_each_token(document, [&](std::string_view t) {
     ++tokens;
-    std::string key(t.substr(0, kMaxTokenBytes));
+    size_t cut = std::min(t.size(), kMaxTokenBytes);
+    while (cut < t.size() && cut > 0 && (static_cast<unsigned char>(t[cut]) & 0xC0) == 0x80) --cut;  // a whole character
+    std::string key(t.substr(0, cut));
     if (const auto it = counts_.find(key); it != counts_.end()) {
       ++it->second;
     } else if (counts_.size() < kMaxDistinctTokens) {

@@ -56,7 +56,7 @@ struct TextProfile {
 
 inline constexpr size_t kMaxDistinctTokens = 100'000;
 inline constexpr size_t kProfileTopTokens = 20;
-inline constexpr size_t kMaxTokenBytes = 64;  // a longer token is counted by its first 64 bytes
+inline constexpr size_t kMaxTokenBytes = 64;  // a longer token is counted by its first 64 bytes (whole characters)
 
 // The profile as JSON: {"documents", "bytes", "tokens", "tokens_per_document": {"min", "max",
 // "mean", "histogram": [{"at_most": N, "documents": C}, ...]}, "distinct_tokens",

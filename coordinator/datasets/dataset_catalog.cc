@@ -135,9 +135,12 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
     return std::nullopt;
   }
   if (const TableSchema* table = r.table(); table != nullptr && table->stored_columns().empty()) {
-    *why = "dataset \"" + name + "\" has only text columns as features (" + table->text_columns()[0]->name +
-           (table->text_columns().size() > 1 ? ", ..." : "") +
-           "), and no layer of this version reads text yet: they are stored and profiled for the text models to come";
+    const std::vector<const TableColumn*> text = table->text_columns();
+    *why = text.empty() ? "dataset \"" + name + "\" has no feature column"
+                        : "dataset \"" + name + "\" has only text columns as features (" + text[0]->name +
+                              (text.size() > 1 ? ", ..." : "") +
+                              "), and no layer of this version reads text yet: they are stored and profiled for the text models "
+                              "to come";
     return std::nullopt;
   }
   DatasetInfo info;

@@ -143,7 +143,8 @@ std::optional<DatasetRecord> dataset_from_json(const std::string& text) {
     r.name = std::string(o.at("name").as_string());
     r.source = std::string(o.at("source").as_string());
     for (const auto& d : o.at("input_shape").as_array()) r.shape.push_back(static_cast<uint32_t>(d.as_int64()));
-    r.dtype = o.at("dtype").as_string() == "uint8" ? ParsedExamples::Dtype::kUint8 : ParsedExamples::Dtype::kFloat32;
+    // ("string": text documents, stored as bytes; text() tells them by their splits' profiles.)
+    r.dtype = o.at("dtype").as_string() == "float32" ? ParsedExamples::Dtype::kFloat32 : ParsedExamples::Dtype::kUint8;
     r.num_classes = static_cast<uint32_t>(o.at("num_classes").as_int64());
     if (const auto it = o.find("targets"); it != o.end()) r.target_width = static_cast<uint32_t>(it->value().as_int64());
     if (const auto it = o.find("class_names"); it != o.end() && !o.contains("columns")) {

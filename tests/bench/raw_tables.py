@@ -91,9 +91,9 @@ def default_features(train_rows, rows, label, max_categories=20):
         present = [r[c] for r in train_rows if r[c] not in MISSING]
         numeric = all(is_number(v) for v in present)
         boolean = not numeric and all(v.lower() in ("true", "false", "yes", "no") for v in present)
-        # Free text (most values distinct and holding a space) is a text column: not a feature.
+        # Free text (most values distinct and of three words or more) is a text column: not a feature.
         if not numeric and not boolean and 2 * len(set(present)) > len(present) and \
-                2 * sum(" " in v for v in present) > len(present):
+                2 * sum(v.count(" ") >= 2 for v in present) > len(present):
             continue
         has_missing = any(r[c] in MISSING for r in train_rows)
 

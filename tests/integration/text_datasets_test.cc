@@ -167,4 +167,14 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
   for (int i = 0; i < 100 && str(object_of(get(port, "/v1/datasets/reviews")), "state") != "ready"; ++i) std::this_thread::sleep_for(100ms);
   check_record();
   check_meals();
+  // A split uploaded after the restart still matches the stored record's kind (documents).
+  r = put(port, "/v1/datasets/reviews/test?replace=true", archive_of(reviews(3, ""), true), "application/zip");
+  INFO("PUT reviews/test after the restart -> " << r.describe());
+  CHECK(r.status == 200);
+  // A preprocessing step on a text column is refused naming it.
+  r = call(port, http::verb::post, "/v1/jobs", R"({"dataset": {"name": "meals"}, "preprocessing": {"columns": {"review": {"impute": "mean"}}},
+      "model": {"input_shape": [1], "layers": [{"type": "dense", "units": 2}]},
+      "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})",
+           "application/json");
+  check_problem(r, 422, "preprocessing a text column", "/preprocessing/columns/review");
 }

@@ -99,6 +99,15 @@ TEST_CASE("The distinct tokens counted are capped, and the first ones keep exact
   CHECK(t.distinct_capped);
   CHECK(t.top_tokens[0] == std::pair<std::string, uint64_t>{"t5", 3});
   CHECK(t.tokens == kMaxDistinctTokens + 12);
+  // A long token is cut to whole characters: 'a' and 40 'é' (2 bytes each) keep 63 bytes.
+  std::string long_token = "a";
+  for (int i = 0; i < 40; ++i) long_token += "\xC3\xA9";
+  TextProfiler q;
+  q.add(long_token);
+  const TextProfile u = q.finish();
+  REQUIRE(u.top_tokens.size() == 1);
+  CHECK(u.top_tokens[0].first.size() == 63);
+  CHECK_FALSE(utf8_error(u.top_tokens[0].first));
 }
 
 TEST_CASE("Class folders of .txt files are stored as documents and read back exactly, zip and tar alike") {
@@ -160,6 +169,21 @@ TEST_CASE("Class folders of .txt files are stored as documents and read back exa
   }
 }
 
+TEST_CASE("A text split holding one class of the dataset's reads back with its counts padded") {
+  TempDir dir;
+  ShardWriter writer(dir.path(), "test", text_shard_layout());
+  for (int i = 0; i < 3; ++i) writer.add("doc", 3, int32_t{0});
+  std::vector<std::string> files;
+  for (const ShardInfo& s : writer.finish()) files.push_back(s.file);
+  TextProfiler p;
+  for (int i = 0; i < 3; ++i) p.add("doc");
+  std::ofstream(dir.path() + "/profile.json") << text_profile_to_json(p.finish());
+  Labels sink;
+  const ExampleSummary s = stream_text_shards(dir.path(), files, "profile.json", ExampleLimits{}, sink);
+  CHECK(s.classes == 2);
+  CHECK(s.class_counts == std::vector<uint64_t>{3, 0});
+}
+
 TEST_CASE("A text file that is not UTF-8, or too large, is an error naming it") {
   TempDir dir;
   const std::string path = dir.path() + "/docs.zip";
@@ -208,7 +232,7 @@ struct Rows final : ExampleSink {
   void examples(const uint8_t* b, size_t n) override {
     const size_t at = values.size();
     values.resize(at + n / 4);
-    std::memcpy(values.data() + at, b, n);
+    if (n > 0) std::memcpy(values.data() + at, b, n);  // rows of no values come as (nullptr, 0)
   }
   void labels(const int32_t* l, size_t n) override { label_values.insert(label_values.end(), l, l + n); }
 };
