@@ -8,6 +8,7 @@
 #include "common/data/dataset_formats.h"
 #include "common/base/error.h"
 #include "common/data/idx.h"
+#include "common/data/stored_examples.h"
 
 namespace pstrain {
 namespace {
@@ -48,11 +49,28 @@ constexpr const char* kFetchHint = "run deploy/fetch-data.sh to make them";
 
 }  // namespace
 
+void Split::read_examples(std::span<const uint32_t> indices, uint8_t* out) const {
+  const size_t bytes = example_bytes();
+  if (stored) {
+    stored->read(indices, out);
+    return;
+  }
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (bytes > 0) std::memcpy(out + i * bytes, examples.data() + size_t{indices[i]} * bytes, bytes);
+  }
+}
+
 void Split::gather(std::span<const uint32_t> indices, float* columns, float* out_targets) const {
   const uint32_t dim = example_size();
   const size_t bytes = example_bytes();
+  // A stored split's examples are read in one call (runs of consecutive ids in one pread).
+  std::vector<uint8_t> read;
+  if (stored) {
+    read.resize(indices.size() * bytes);
+    stored->read(indices, read.data());
+  }
   for (size_t c = 0; c < indices.size(); ++c) {
-    const uint8_t* src = examples.data() + size_t{indices[c]} * bytes;
+    const uint8_t* src = stored ? read.data() + c * bytes : examples.data() + size_t{indices[c]} * bytes;
     float* dst = columns + c * dim;
     if (dtype == Dtype::kFloat32) {
       std::memcpy(dst, src, bytes);

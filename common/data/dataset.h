@@ -2,8 +2,9 @@
 // named IDX datasets (mnist10k, fashion, fashion-mnist) by load_split, or from any parsed upload
 // (dataset_formats.h) by make_split.
 //
-// A split keeps its examples as stored (uint8 images as bytes, or float32 values) and converts to
-// the engine's floats only when a batch is gathered: uint8 scaled by 1/255 into [0, 1] (a quarter
+// A split keeps its examples as stored (uint8 images as bytes, or float32 values), in memory or,
+// for a split stored as shards, on disk (stored_examples.h: only its labels are loaded), and
+// converts to the engine's floats only when a batch is gathered: uint8 scaled by 1/255 into [0, 1] (a quarter
 // of the memory, and the conversion is free next to the math), float32 as is.
 //
 // Where the IDX files are: in the data directory (flag --data-dir), or in `<data dir>/<subdir>`
@@ -31,6 +32,7 @@
 namespace pstrain {
 
 struct ParsedExamples;
+class StoredExamples;
 
 enum class SplitKind { kTrain, kTest };
 
@@ -42,8 +44,11 @@ struct Split {
   Dtype dtype = Dtype::kUint8;    // of `examples`
   uint32_t num_classes = 0;       // labels are in [0, num_classes), num_classes <= kMaxClasses; 0: regression
   // size * example_size() values of `dtype`, little-endian, example-major. From operator new, so
-  // aligned for float.
+  // aligned for float. Empty when `stored` holds them.
   std::vector<uint8_t> examples;
+  // The examples left on disk, read on demand (a split stored as shards, or a subset of one);
+  // null when `examples` holds them. Read them through read_examples().
+  std::shared_ptr<const StoredExamples> stored;
   std::vector<int32_t> labels;    // size (classification; empty for regression)
   // Regression: `target_width` float targets per example (size * target_width), example after
   // example; empty (and target_width 0) for classification.
@@ -80,6 +85,11 @@ struct Split {
   // Target values per example as the engine takes them (nn/loss.h): the class index (1), or the
   // regression targets (target_width).
   uint32_t target_size() const { return regression() ? target_width : 1; }
+
+  // The bytes of the examples `indices`, one after another into `out` (indices.size() x
+  // example_bytes()), from memory or from the store. Throws DataError naming a shard that cannot
+  // be read.
+  void read_examples(std::span<const uint32_t> indices, uint8_t* out) const;
 
   // Writes the examples `indices` as columns of a column-major float matrix (example_size() rows,
   // indices.size() columns; uint8 values scaled by 1/255, float32 ones copied) and their targets

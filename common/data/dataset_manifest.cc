@@ -18,6 +18,7 @@
 #include "common/data/archive.h"
 #include "common/data/image_folders.h"
 #include "common/data/shard_file.h"
+#include "common/data/stored_examples.h"
 #include "common/data/shard_sink.h"
 #include "common/data/text_folders.h"
 
@@ -440,15 +441,6 @@ class ExamplesSink final : public ExampleSink {
   ParsedExamples out;
 };
 
-// The shards' place and CRCs, as a worker checks them before it reads them itself.
-std::shared_ptr<const Split::StoredShards> stored_shards(const std::string& dir, const std::vector<std::string>& files) {
-  auto out = std::make_shared<Split::StoredShards>();
-  out->dir = std::filesystem::absolute(dir).lexically_normal().string();
-  out->files = files;
-  for (const std::string& f : files) out->crcs.push_back(ShardFile(out->dir + "/" + f, ShardFile::Open::kHeader).crc());
-  return out;
-}
-
 }  // namespace
 
 Split load_directory_split(const std::string& dir, const std::string& name, SplitKind kind, uint32_t num_classes) {
@@ -460,10 +452,36 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
                     "/split makes one from its train split)");
   }
   if (it->second.format == ManifestSplit::Format::kText) throw DataError(text_not_trainable(name));
+  // The class count: the manifest's, else the largest label + 1 over the class names.
+  auto classes_of = [&](uint32_t split_classes) {
+    uint32_t classes = num_classes;
+    if (classes == 0) {
+      classes = manifest.num_classes.value_or(std::max<uint32_t>(split_classes, static_cast<uint32_t>(manifest.class_names.size())));
+    }
+    if (split_classes > classes) {
+      throw DataError("dataset '" + name + "': the " + split_name + " split has label " + std::to_string(split_classes - 1) +
+                      ", outside its " + std::to_string(classes) + " classes");
+    }
+    return classes;
+  };
+  const ManifestSplit& stored = it->second;
+  if (stored.format == ManifestSplit::Format::kShards && stored.table.empty()) {
+    // Stored as shards: the labels are loaded, the examples stay on disk (stored_examples.h).
+    Split split = load_stored_split(dir, stored.shards, stored.shape, stored.dtype, name, kind);
+    if (!split.regression()) {
+      split.num_classes = classes_of(split.num_classes);
+      if (split.num_classes > kMaxClasses) {
+        throw DataError("dataset '" + name + "': " + std::to_string(split.num_classes) + " classes (at most " +
+                        std::to_string(kMaxClasses) + ")");
+      }
+      if (manifest.class_names.size() == split.num_classes) split.class_names = manifest.class_names;
+    }
+    return split;
+  }
   ExamplesSink sink;
   const std::shared_ptr<const TableSchema> train_table =
       kind == SplitKind::kTrain ? nullptr : text_train_table(dir, manifest, ExampleLimits{});
-  const ExampleSummary summary = stream_manifest_split(dir, it->second, ExampleLimits{}, sink, train_table.get());
+  const ExampleSummary summary = stream_manifest_split(dir, stored, ExampleLimits{}, sink, train_table.get());
   sink.out.shape = summary.shape;
   sink.out.dtype = summary.dtype;
   sink.out.classes = summary.classes;
@@ -473,21 +491,12 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
     sink.out.target_width = summary.target_width;
     Split split = make_split(name, kind, std::move(sink.out));
     split.table = table;
-    if (it->second.format == ManifestSplit::Format::kShards && !table) split.store = stored_shards(dir, it->second.shards);
     return split;
   }
-  if (num_classes == 0) {
-    num_classes = manifest.num_classes.value_or(std::max<uint32_t>(summary.classes, static_cast<uint32_t>(manifest.class_names.size())));
-  }
-  if (summary.classes > num_classes) {
-    throw DataError("dataset '" + name + "': the " + split_name + " split has label " + std::to_string(summary.classes - 1) +
-                    ", outside its " + std::to_string(num_classes) + " classes");
-  }
-  sink.out.classes = num_classes;
+  sink.out.classes = classes_of(summary.classes);
   Split split = make_split(name, kind, std::move(sink.out));
   split.table = table;
-  if (manifest.class_names.size() == num_classes) split.class_names = manifest.class_names;
-  if (it->second.format == ManifestSplit::Format::kShards && !table) split.store = stored_shards(dir, it->second.shards);
+  if (manifest.class_names.size() == split.num_classes) split.class_names = manifest.class_names;
   return split;
 }
 

@@ -81,23 +81,30 @@ void StoreReader::targets(uint64_t id, float* out) {
 void StoreReader::read_batch(const std::vector<uint64_t>& ids, std::vector<uint8_t>& bytes, std::vector<int32_t>& labels,
                              std::vector<float>& targets) {
   if (layout_.variable) throw DataError(dir_ + ": a batch of arrays needs fixed-size examples");
-  const uint64_t example = layout_.example_bytes;
-  bytes.resize(ids.size() * example);
+  bytes.resize(ids.size() * layout_.example_bytes);
+  read_examples(ids, bytes.data());
   labels.clear();
   targets.clear();
-  if (layout_.labels == LabelKind::kClass) labels.resize(ids.size());
-  if (layout_.labels == LabelKind::kTargets) targets.resize(ids.size() * layout_.target_width);
+  if (layout_.labels == LabelKind::kClass) {
+    labels.resize(ids.size());
+    for (size_t k = 0; k < ids.size(); ++k) labels[k] = label(ids[k]);
+  }
+  if (layout_.labels == LabelKind::kTargets) {
+    targets.resize(ids.size() * layout_.target_width);
+    for (size_t k = 0; k < ids.size(); ++k) this->targets(ids[k], targets.data() + k * layout_.target_width);
+  }
+}
+
+void StoreReader::read_examples(std::span<const uint64_t> ids, uint8_t* out) {
+  if (layout_.variable) throw DataError(dir_ + ": a batch of arrays needs fixed-size examples");
+  const uint64_t example = layout_.example_bytes;
   for (size_t k = 0; k < ids.size();) {
     const auto [s, i] = locate(ids[k]);
     const ShardFile& file = shard(s);
     // The run of ids that follow one another within this shard.
     size_t run = 1;
     while (k + run < ids.size() && ids[k + run] == ids[k] + run && i + run < file.examples()) ++run;
-    file.read_run(i, run, bytes.data() + k * example);
-    for (size_t j = 0; j < run; ++j) {
-      if (layout_.labels == LabelKind::kClass) labels[k + j] = file.label(i + j);
-      if (layout_.labels == LabelKind::kTargets) file.targets(i + j, targets.data() + (k + j) * layout_.target_width);
-    }
+    file.read_run(i, run, out + k * example);
     k += run;
   }
 }

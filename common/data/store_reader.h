@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,9 @@ class StoreReader {
   // values each (kTargets); the other is cleared.
   void read_batch(const std::vector<uint64_t>& ids, std::vector<uint8_t>& bytes, std::vector<int32_t>& labels,
                   std::vector<float>& targets);
+  // Fixed-size examples `ids`, one after another into `out` (ids.size() x example_bytes), their
+  // labels not read; a run of consecutive ids within a shard in one pread.
+  void read_examples(std::span<const uint64_t> ids, uint8_t* out);
 
   size_t open_shards() const;  // (tests: the bound holds)
 

@@ -7,17 +7,28 @@
 namespace pstrain {
 namespace {
 
-std::span<const float> values_of(const Split& split) {
+// The split's values; a split whose examples stay on disk (an array test split beside a table)
+// is read into `scratch` first: tables are prepared in memory.
+std::span<const float> values_of(const Split& split, std::vector<uint8_t>& scratch) {
   if (!split.table || split.dtype != Dtype::kFloat32 || split.shape.size() != 1) {
     throw DataError("dataset '" + split.dataset + "': the split is not a stored table");
   }
-  return {reinterpret_cast<const float*>(split.examples.data()), size_t{split.size} * split.example_size()};
+  const uint8_t* bytes = split.examples.data();
+  if (split.stored) {
+    std::vector<uint32_t> all(split.size);
+    for (uint32_t i = 0; i < split.size; ++i) all[i] = i;
+    scratch.resize(all.size() * split.example_bytes());
+    split.read_examples(all, scratch.data());
+    bytes = scratch.data();
+  }
+  return {reinterpret_cast<const float*>(bytes), size_t{split.size} * split.example_size()};
 }
 
 }  // namespace
 
 FittedPreprocessing fit_on_split(const PreprocessingSpec& spec, const Split& train) {
-  return fit_preprocessing(spec, *train.table, *train.table, values_of(train), train.size);
+  std::vector<uint8_t> scratch;
+  return fit_preprocessing(spec, *train.table, *train.table, values_of(train, scratch), train.size);
 }
 
 Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
@@ -34,7 +45,8 @@ Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
   const uint32_t width = fitted.width();
   out.shape = {static_cast<int64_t>(width)};
   out.examples.resize(size_t{raw.size} * width * sizeof(float));
-  apply_preprocessing(fitted, *raw.table, values_of(raw), raw.size, reinterpret_cast<float*>(out.examples.data()));
+  std::vector<uint8_t> scratch;
+  apply_preprocessing(fitted, *raw.table, values_of(raw, scratch), raw.size, reinterpret_cast<float*>(out.examples.data()));
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "common/base/error.h"
 #include "common/base/rng.h"
+#include "common/data/stored_examples.h"
 
 namespace pstrain {
 
@@ -22,10 +23,11 @@ Split subset_of(const Split& split, const std::vector<uint32_t>& indices) {
   out.sha256 = split.sha256;
   out.table = split.table;
   out.class_names = split.class_names;
-  const size_t bytes = split.example_bytes();
-  out.examples.resize(indices.size() * bytes);
-  for (size_t i = 0; i < indices.size(); ++i) {
-    std::memcpy(out.examples.data() + i * bytes, split.examples.data() + size_t{indices[i]} * bytes, bytes);
+  if (split.stored) {  // left on disk: the subset maps its ids onto the same shards
+    out.stored = std::make_shared<const StoredExamples>(*split.stored, indices);
+  } else {
+    out.examples.resize(indices.size() * split.example_bytes());
+    split.read_examples(indices, out.examples.data());
   }
   if (!split.labels.empty()) {
     out.labels.reserve(indices.size());

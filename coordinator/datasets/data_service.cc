@@ -11,24 +11,61 @@
 namespace pstrain {
 namespace {
 
-// Serves batches from a function that produces the indices of batch `step`.
+// Serves batches from a function that produces the indices of batch `step`. A split held in
+// memory is copied into the reply on the event loop; a stored one (Split::stored) is read on the
+// service's reading thread, whose queue keeps replies in the order of the calls.
 class BatchStream final : public proto::DataStream::Server {
  public:
   BatchStream(std::shared_ptr<const Split> split, uint32_t epoch, int64_t from_step, int64_t steps,
-              std::function<std::vector<uint32_t>(int64_t)> batch_at)
-      : split_(std::move(split)), epoch_(epoch), step_(from_step), steps_(steps), batch_at_(std::move(batch_at)) {}
+              std::function<std::vector<uint32_t>(int64_t)> batch_at, std::shared_ptr<TaskThread> reading)
+      : split_(std::move(split)), epoch_(epoch), step_(from_step), steps_(steps), batch_at_(std::move(batch_at)),
+        reading_(std::move(reading)) {}
 
  protected:
   kj::Promise<void> next(NextContext context) override {
     const uint32_t wanted = std::clamp<uint32_t>(context.getParams().getMaxBatches(), 1, DataService::kMaxBatchesPerCall);
     const auto count = static_cast<uint32_t>(std::clamp<int64_t>(steps_ - step_, 0, wanted));
-    auto results = context.getResults();
-    auto batches = results.initBatches(count);
-    for (uint32_t b = 0; b < count; ++b, ++step_) {
-      DataService::fill_batch(*split_, epoch_, step_, batch_at_(step_), batches[b]);
+    if (!split_->stored) {
+      auto results = context.getResults();
+      auto batches = results.initBatches(count);
+      for (uint32_t b = 0; b < count; ++b, ++step_) {
+        DataService::fill_batch(*split_, epoch_, step_, batch_at_(step_), batches[b]);
+      }
+      results.setEnd(step_ >= steps_);
+      return kj::READY_NOW;
     }
-    results.setEnd(step_ >= steps_);
-    return kj::READY_NOW;
+    // The steps are claimed (and reported served) now, in call order; their bytes come later.
+    struct Read {
+      int64_t first = 0;
+      std::vector<std::vector<uint32_t>> indices;
+      std::vector<std::vector<uint8_t>> bytes;
+    };
+    auto read = std::make_shared<Read>();
+    read->first = step_;
+    for (uint32_t b = 0; b < count; ++b, ++step_) read->indices.push_back(batch_at_(step_));
+    read->bytes.resize(count);
+    const bool end = step_ >= steps_;
+    auto paf = make_cross_thread_paf<void>();
+    reading_->post([split = split_, read, fulfiller = paf.fulfiller]() {
+      try {
+        for (size_t b = 0; b < read->indices.size(); ++b) {
+          read->bytes[b].resize(read->indices[b].size() * split->example_bytes());
+          split->read_examples(read->indices[b], read->bytes[b].data());
+        }
+        fulfiller->fulfill();
+      } catch (const std::exception& e) {
+        fulfiller->reject(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(e.what())));
+      }
+    });
+    return paf.promise.then([split = split_, epoch = epoch_, context, read, end]() mutable {
+      auto results = context.getResults();
+      auto batches = results.initBatches(static_cast<unsigned>(read->indices.size()));
+      for (size_t b = 0; b < read->indices.size(); ++b) {
+        DataService::fill_batch(*split, epoch, read->first + static_cast<int64_t>(b), read->indices[b],
+                                read->bytes[b].data(), batches[static_cast<unsigned>(b)]);
+      }
+      results.setEnd(end);
+    });
   }
 
  private:
@@ -36,12 +73,18 @@ class BatchStream final : public proto::DataStream::Server {
   uint32_t epoch_;
   int64_t step_, steps_;
   std::function<std::vector<uint32_t>(int64_t)> batch_at_;
+  std::shared_ptr<TaskThread> reading_;
 };
 
 }  // namespace
 
 void DataService::fill_batch(const Split& split, uint32_t epoch, int64_t step, const std::vector<uint32_t>& indices,
                              proto::Batch::Builder batch) {
+  fill_batch(split, epoch, step, indices, nullptr, batch);
+}
+
+void DataService::fill_batch(const Split& split, uint32_t epoch, int64_t step, const std::vector<uint32_t>& indices,
+                             const uint8_t* bytes, proto::Batch::Builder batch) {
   const size_t example_bytes = split.example_bytes();
   batch.setEpoch(epoch);
   batch.setStep(static_cast<uint64_t>(step));
@@ -49,12 +92,13 @@ void DataService::fill_batch(const Split& split, uint32_t epoch, int64_t step, c
   batch.setExampleSize(split.example_size());
   batch.setDtype(rpc::to_wire(split.dtype));
   auto examples = batch.initExamples(indices.size() * example_bytes);
-  auto list = batch.initIndices(static_cast<unsigned>(indices.size()));
-  for (size_t i = 0; i < indices.size(); ++i) {
-    std::memcpy(examples.begin() + i * example_bytes, split.examples.data() + size_t{indices[i]} * example_bytes,
-                example_bytes);
-    list.set(static_cast<unsigned>(i), indices[i]);
+  if (bytes != nullptr) {
+    if (examples.size() > 0) std::memcpy(examples.begin(), bytes, examples.size());
+  } else {
+    split.read_examples(indices, examples.begin());
   }
+  auto list = batch.initIndices(static_cast<unsigned>(indices.size()));
+  for (size_t i = 0; i < indices.size(); ++i) list.set(static_cast<unsigned>(i), indices[i]);
   if (split.regression()) {
     const size_t width = split.target_width;
     auto targets = batch.initTargets(static_cast<unsigned>(indices.size() * width));
@@ -176,18 +220,21 @@ proto::DataStream::Client DataService::open_train(std::shared_ptr<const Split> s
                                                   uint32_t epoch, uint32_t worker, int64_t from_step, Served served) {
   auto shard = std::make_shared<DataPlan::EpochShard>(plan.shard(epoch, worker));
   const int64_t steps = shard->steps();
-  return kj::heap<BatchStream>(std::move(split), epoch, from_step, steps, [shard, served](int64_t step) {
+  return kj::heap<BatchStream>(
+      std::move(split), epoch, from_step, steps,
+      [shard, served](int64_t step) {
     std::vector<uint32_t> indices = shard->batch(step);
-    if (served) served(step, indices);
-    return indices;
-  });
+        if (served) served(step, indices);
+        return indices;
+      },
+      reading_);
 }
 
 proto::DataStream::Client DataService::open_test(std::shared_ptr<const Split> split, uint32_t worker, uint32_t workers,
                                                  int64_t batch) {
   const EvaluationBlock block = EvaluationBlock::of(split->size, worker, workers, batch);
   return kj::heap<BatchStream>(std::move(split), 0, 0, block.steps(),
-                               [block](int64_t step) { return block.examples(step); });
+                               [block](int64_t step) { return block.examples(step); }, reading_);
 }
 
 }  // namespace pstrain

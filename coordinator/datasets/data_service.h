@@ -1,6 +1,8 @@
 // The coordinator's data service: loads datasets once, prepares each job's data (prepare(): the
 // hold-out, class weights, a table's preprocessing), and streams each worker its shard in record
-// batches, so workers need no shared filesystem.
+// batches, so workers need no shared filesystem. A split stored as shards is loaded as its labels
+// (stored_examples.h): its examples are read from disk, on the service's reading thread, only
+// for the workers that cannot read the store themselves.
 //
 // A stream is a cursor over a planned sequence of batches (DataPlan for training, a contiguous
 // block of the test split for evaluation). Flow control is the reader's: it asks for at most a
@@ -15,7 +17,8 @@
 //
 // Thread rules: event-loop thread only, except the loader, which runs on the loading thread (it
 // must be thread-safe, and touch nothing of the service: it returns the split or throws). The
-// loading thread otherwise touches only the promise it fulfils.
+// loading thread otherwise touches only the promise it fulfils; the reading thread only the
+// split it reads (thread-safe) and the reply's buffers, handed back through a promise.
 // Ownership: owns the loader, the cached splits (shared with the jobs that hold them) and the
 // loading thread.
 #pragma once
@@ -96,9 +99,14 @@ class DataService {
                                       int64_t batch);
 
   // Writes the examples `indices` of `split` into `batch`, as stored (dtype and bytes) with their
-  // int32 labels.
+  // int32 labels. Reads a stored split's examples from disk (the caller's thread: not an event
+  // loop's).
   static void fill_batch(const Split& split, uint32_t epoch, int64_t step, const std::vector<uint32_t>& indices,
                          proto::Batch::Builder batch);
+  // The same with the examples' bytes read already (`bytes`: indices.size() x example_bytes;
+  // null: read them from the split).
+  static void fill_batch(const Split& split, uint32_t epoch, int64_t step, const std::vector<uint32_t>& indices,
+                         const uint8_t* bytes, proto::Batch::Builder batch);
 
   // Most batches a single next() call returns.
   static constexpr uint32_t kMaxBatchesPerCall = 8;
@@ -127,6 +135,9 @@ class DataService {
   const Generation generation_;
   std::map<Key, std::unique_ptr<Loading>> splits_;
   uint64_t next_id_ = 0;
+  // Reads stored splits' examples for the streams (shared with them: a stream may outlive the
+  // service at shutdown).
+  std::shared_ptr<TaskThread> reading_ = std::make_shared<TaskThread>();
   TaskThread loading_;  // after splits_: destroyed first, so no load outlives what it reports to
 };
 

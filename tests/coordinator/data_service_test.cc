@@ -1,7 +1,8 @@
 // The data path from a Split to the engine's input: DataService::fill_batch on the coordinator,
 // decode_batch / StepRows on the worker (worker/batch_decode.h, worker/step_rows.h), for float32
 // and uint8 datasets of other shapes and class counts than the built-in ones; malformed batches
-// failing the call; and DataService's split loader and forget().
+// failing the call; DataService's split loader and forget(); and a split stored as shards
+// streaming the batches its copy in memory streams.
 #include <doctest/doctest.h>
 #include <capnp/message.h>
 #include <kj/async-io.h>
@@ -15,6 +16,9 @@
 #include "common/engine/chunk_plan.h"
 #include "common/data/dataset.h"
 #include "common/data/dataset_formats.h"
+#include "common/data/dataset_manifest.h"
+#include "common/data/shard_sink.h"
+#include <capnp/serialize.h>
 #include "common/base/error.h"
 #include "coordinator/datasets/data_service.h"
 #include "tests/synthetic_data.h"
@@ -283,4 +287,60 @@ TEST_CASE("DataService takes its splits from the owner's loader, once, until for
   data.forget("gone");
   CHECK(testing::failure_of(kj::mv(failing), io.waitScope) == "no dataset 'gone'");
   CHECK(calls == 7);
+}
+
+TEST_CASE("a split stored as shards streams, from the reading thread, the batches its copy in memory streams") {
+  testing::TempDir dir;
+  Split memory = float_split();
+  {
+    ShardLimits limits;
+    limits.max_examples = 7;  // batches cross shards
+    ShardSink sink(dir.path(), "train", limits);
+    sink.begin({30}, Dtype::kFloat32);
+    sink.examples(memory.examples.data(), memory.examples.size());
+    sink.labels(memory.labels.data(), memory.labels.size());
+    DatasetManifest m;
+    ManifestSplit s;
+    s.format = ManifestSplit::Format::kShards;
+    for (const ShardInfo& info : sink.finish(0)) s.shards.push_back(info.file);
+    s.shape = {30};
+    s.dtype = Dtype::kFloat32;
+    m.splits["train"] = s;
+    write_manifest(dir.path(), m);
+  }
+  auto io = kj::setupAsyncIo();
+  DataService data([&](const std::string&, SplitKind) { return load_directory_split(dir.path(), "features", SplitKind::kTrain); });
+  const auto stored = data.load("features", SplitKind::kTrain).wait(io.waitScope);
+  REQUIRE(stored->stored);
+  const auto in_memory = std::make_shared<const Split>(std::move(memory));
+  const DataPlan plan(ShardPolicy::kData, TrainingMode::kSync, 60, 8, 2, 41);
+  // Every batch of both streams (calls of 3 batches, two calls in flight at once) as their bytes.
+  auto drain = [&](proto::DataStream::Client stream) {
+    std::vector<std::string> batches;
+    bool end = false;
+    while (!end) {
+      auto first = stream.nextRequest();
+      first.setMaxBatches(3);
+      auto second = stream.nextRequest();
+      second.setMaxBatches(3);
+      auto a = first.send(), b = second.send();
+      for (auto* call : {&a, &b}) {
+        auto reply = call->wait(io.waitScope);
+        for (auto batch : reply.getBatches()) {
+          capnp::MallocMessageBuilder copy;
+          copy.setRoot(batch);
+          auto words = capnp::messageToFlatArray(copy);
+          batches.emplace_back(reinterpret_cast<const char*>(words.begin()), words.size() * sizeof(capnp::word));
+        }
+        end = end || reply.getEnd();
+      }
+    }
+    return batches;
+  };
+  for (uint32_t worker = 0; worker < 2; ++worker) {
+    const auto want = drain(data.open_train(in_memory, plan, 1, worker, 0));
+    CHECK(want.size() == 8);  // 60 examples, global batch 8: 7 steps and a last one of 4
+    CHECK(drain(data.open_train(stored, plan, 1, worker, 0)) == want);
+    CHECK(drain(data.open_test(stored, worker, 2, 5)) == drain(data.open_test(in_memory, worker, 2, 5)));
+  }
 }

@@ -1,7 +1,8 @@
 // Datasets into and out of the store's shards (common/data/shard_sink.h, and a manifest's
 // {"shards": ...} split): whatever a parser gives, in whatever order (labels first or last,
 // examples in odd pieces), the shards load as the same Split as the .npy pair the catalog wrote
-// before them; a damaged shard fails the load with its name.
+// before them (their examples left on disk, read by id); a damaged shard fails the load or the
+// streaming read with its name.
 #include "common/data/shard_sink.h"
 
 #include <doctest/doctest.h>
@@ -52,12 +53,24 @@ struct TwoForms {
   size_t shard_count = 0;
 };
 
+// Every example's bytes, read as a job reads them (from memory, or from the store).
+std::vector<uint8_t> all_examples(const Split& split) {
+  std::vector<uint32_t> ids(split.size);
+  for (uint32_t i = 0; i < split.size; ++i) ids[i] = i;
+  std::vector<uint8_t> out(ids.size() * split.example_bytes());
+  split.read_examples(ids, out.data());
+  return out;
+}
+
 void check_same(const Split& a, const Split& b) {
   CHECK(a.size == b.size);
   CHECK(a.shape == b.shape);
   CHECK(a.dtype == b.dtype);
   CHECK(a.num_classes == b.num_classes);
-  CHECK(a.examples == b.examples);
+  CHECK(!a.stored);
+  CHECK(b.stored);  // the shards' examples stay on disk: only the labels are loaded
+  CHECK(b.examples.empty());
+  CHECK(all_examples(a) == all_examples(b));
   CHECK(a.labels == b.labels);
   CHECK(a.targets == b.targets);
   CHECK(a.target_width == b.target_width);
@@ -142,7 +155,7 @@ TEST_CASE("shard sink - labels before the examples, examples in odd pieces, regr
     CHECK(split.size == n);
     CHECK(split.target_width == 2);
     CHECK(split.targets == targets);
-    CHECK(split.examples == bytes);
+    CHECK(all_examples(split) == bytes);
   }
 }
 
@@ -174,13 +187,21 @@ TEST_CASE("shard sink - a damaged shard, a shard of another split, or a bad mani
     }
     return std::string();
   };
-  SUBCASE("a flipped byte") {
+  SUBCASE("a flipped byte: streaming the split whole (indexing, a split) names the shard; a load reads labels only") {
     {
       std::fstream f(second, std::ios::in | std::ios::out | std::ios::binary);
       f.seekp(64 + 5);
       f.put('\x7f');
     }
-    CHECK(load_error().find("train-00001.shard: checksum mismatch") != std::string::npos);
+    struct Discard final : ExampleSink {
+      void begin(const std::vector<uint32_t>&, ParsedExamples::Dtype) override {}
+      void examples(const uint8_t*, size_t) override {}
+      void labels(const int32_t*, size_t) override {}
+    } discard;
+    const DatasetManifest manifest = read_manifest(forms.shards.path());
+    CHECK_THROWS_WITH_AS(stream_manifest_split(forms.shards.path(), manifest.splits.at("train"), ExampleLimits{}, discard),
+                         doctest::Contains("train-00001.shard: checksum mismatch"), DataError);
+    CHECK(load_error().empty());
   }
   SUBCASE("a shard of other examples") {
     ShardLayout other;

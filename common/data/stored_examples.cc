@@ -1,0 +1,115 @@
+#include "common/data/stored_examples.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "common/base/error.h"
+#include "common/base/mutex.h"
+#include "common/data/shard_file.h"
+#include "common/data/store_reader.h"
+
+namespace pstrain {
+
+struct StoredExamples::Shared {
+  Shared(const std::string& dir, const std::vector<std::string>& files, const std::vector<uint32_t>& crcs)
+      : reader(dir, files, 8, crcs) {}
+  Mutex mutex;
+  StoreReader reader PS_GUARDED_BY(mutex);
+  std::vector<uint64_t> ids PS_GUARDED_BY(mutex);  // scratch
+};
+
+StoredExamples::StoredExamples(const std::string& dir, const std::vector<std::string>& files,
+                               const std::vector<uint32_t>& crcs)
+    : shared_(std::make_shared<Shared>(dir, files, crcs)) {
+  MutexLock lock(shared_->mutex);
+  if (shared_->reader.layout().variable) throw DataError(dir + ": its examples vary in size (not an array split)");
+  example_bytes_ = shared_->reader.layout().example_bytes;
+}
+
+StoredExamples::StoredExamples(const StoredExamples& of, const std::vector<uint32_t>& ids)
+    : shared_(of.shared_), subset_(true), example_bytes_(of.example_bytes_) {
+  ids_.reserve(ids.size());
+  for (uint32_t id : ids) ids_.push_back(of.subset_ ? of.ids_.at(id) : id);
+}
+
+uint64_t StoredExamples::size() const {
+  if (subset_) return ids_.size();
+  MutexLock lock(shared_->mutex);
+  return shared_->reader.size();
+}
+
+void StoredExamples::read(std::span<const uint32_t> indices, uint8_t* out) const {
+  MutexLock lock(shared_->mutex);
+  std::vector<uint64_t>& ids = shared_->ids;
+  ids.resize(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) ids[i] = subset_ ? ids_.at(indices[i]) : indices[i];
+  shared_->reader.read_examples(ids, out);
+}
+
+Split load_stored_split(const std::string& dir, const std::vector<std::string>& files, const std::vector<uint32_t>& shape,
+                        Dtype dtype, const std::string& name, SplitKind kind) {
+  const std::string where = "dataset '" + name + "' (" + (kind == SplitKind::kTrain ? "train" : "test") + " split)";
+  Split split;
+  split.dataset = name;
+  split.kind = kind;
+  split.shape.assign(shape.begin(), shape.end());
+  split.dtype = dtype;
+  if (split.shape.size() != 1 && split.shape.size() != 3) throw DataError(where + ": an example is {d} or {h, w, c}");
+  auto store = std::make_shared<Split::StoredShards>();
+  store->dir = std::filesystem::absolute(dir).lexically_normal().string();
+  store->files = files;
+  uint64_t size = 0;
+  int32_t max_label = -1;
+  bool regression = false;
+  for (size_t s = 0; s < files.size(); ++s) {
+    // The whole shard is opened for its labels: its examples are not read.
+    const ShardFile shard(store->dir + "/" + files[s]);
+    const ShardLayout& layout = shard.layout();
+    if (layout.variable || layout.dtype != dtype || layout.example_bytes != split.example_bytes()) {
+      throw DataError(shard.path() + ": its examples are not the split's (" + std::string(dtype_name(dtype)) + ", " +
+                      std::to_string(split.example_bytes()) + " bytes each)");
+    }
+    if (layout.labels == LabelKind::kNone) throw DataError(shard.path() + ": its examples have no labels");
+    if (s > 0 && regression != (layout.labels == LabelKind::kTargets)) {
+      throw DataError(shard.path() + ": its labels are not of the kind of the split's first shard");
+    }
+    regression = layout.labels == LabelKind::kTargets;
+    if (regression) {
+      if (s > 0 && layout.target_width != split.target_width) throw DataError(shard.path() + ": another target width");
+      split.target_width = layout.target_width;
+    }
+    size += shard.examples();
+    if (size > std::numeric_limits<uint32_t>::max()) throw DataError(where + ": more than 2^32 - 1 examples");
+    for (uint64_t i = 0; i < shard.examples(); ++i) {
+      if (regression) {
+        const size_t at = split.targets.size();
+        split.targets.resize(at + layout.target_width);
+        shard.targets(i, split.targets.data() + at);
+        for (size_t k = at; k < split.targets.size(); ++k) {
+          if (!std::isfinite(split.targets[k])) {
+            throw DataError(shard.path() + ": target " + std::to_string(split.targets[k]) + " of example " +
+                            std::to_string(i) + " is not a finite number");
+          }
+        }
+      } else {
+        const int32_t label = shard.label(i);
+        if (label < 0 || static_cast<uint32_t>(label) >= kMaxClasses) {
+          throw DataError(shard.path() + ": label " + std::to_string(label) + " of example " + std::to_string(i) +
+                          " is outside [0, " + std::to_string(kMaxClasses) + ")");
+        }
+        max_label = std::max(max_label, label);
+        split.labels.push_back(label);
+      }
+    }
+    store->crcs.push_back(shard.crc());
+  }
+  split.size = static_cast<uint32_t>(size);
+  split.num_classes = regression ? 0 : std::max<uint32_t>(2, static_cast<uint32_t>(max_label + 1));
+  split.stored = std::make_shared<const StoredExamples>(store->dir, store->files, store->crcs);
+  split.store = std::move(store);
+  return split;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,58 @@
+// A split's examples left in the dataset store (shard_file.h) and read on demand, so that a
+// process that trains on or serves a split holds its labels (4 bytes an example) but not its
+// examples: what the coordinator and pstrain-train load for a split stored as shards
+// (docs/DESIGN-NOTES.md "Dataset store").
+//
+// load_stored_split() reads each shard's header and labels (never its examples) and returns a
+// Split whose `stored` reads examples by id through one StoreReader (at most 8 shards open, each
+// holding its labels and offsets). A subset (a validation hold-out) maps its ids onto the same
+// reader. The shards' contents were checked against their CRC-32C when written; here each
+// header is checked against the CRC recorded at load whenever a shard is opened, so a replaced
+// file is an error naming it, never other examples.
+//
+// Thread rules: StoredExamples is immutable to its users and thread-safe: read() takes the
+// shared reader's mutex (reads of different threads queue on it).
+// Ownership: a StoredExamples shares its reader with its subsets.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/data/dataset.h"
+
+namespace pstrain {
+
+class StoredExamples {
+ public:
+  // Every example of the shards `files` in `dir` (their CRCs as recorded; empty: not checked).
+  StoredExamples(const std::string& dir, const std::vector<std::string>& files, const std::vector<uint32_t>& crcs);
+  // The examples `ids` (of `of`'s numbering) of `of`, as examples 0, 1, ... of a split of their own.
+  StoredExamples(const StoredExamples& of, const std::vector<uint32_t>& ids);
+
+  uint64_t size() const;
+  uint64_t example_bytes() const { return example_bytes_; }
+  // The examples `indices`, one after another into `out` (indices.size() x example_bytes()).
+  // Throws DataError naming the shard on an I/O error or a replaced file.
+  void read(std::span<const uint32_t> indices, uint8_t* out) const;
+
+ private:
+  struct Shared;
+  std::shared_ptr<Shared> shared_;
+  bool subset_ = false;
+  std::vector<uint32_t> ids_;  // a subset's ids in the store
+  uint64_t example_bytes_ = 0;
+};
+
+// Split `kind` of dataset `name`, stored as the shards `files` of `dir` holding examples of
+// `shape` and `dtype`: its labels (or regression targets) read, its examples left on disk
+// (Split::stored), its shards' place and CRCs in Split::store; num_classes is its largest label
+// + 1, at least 2 (0 for regression targets: the caller may raise it to the dataset's). Throws
+// DataError naming the shard or dataset for a shard of another layout, an unlabelled shard, a
+// label outside [0, kMaxClasses), a target that is not finite, or more than 2^32 - 1 examples.
+Split load_stored_split(const std::string& dir, const std::vector<std::string>& files, const std::vector<uint32_t>& shape,
+                        Dtype dtype, const std::string& name, SplitKind kind);
+
+}  // namespace pstrain
