@@ -13,22 +13,25 @@
 # at the limit) and whether the group ever hit its limit (memory.failcnt); the trainer's the same.
 #
 # Usage: tests/bench/big_data_bench.sh [--gib 12] [--width 1024] [--limit-mib 2048] [--build DIR (build)]
-#        [--no-trainer] [--keep]
+#        [--data-from store|coordinator (store)] [--no-trainer] [--keep]
+# --data-from coordinator: the workers read nothing themselves; the coordinator reads every
+# batch from its disk for them (the path of workers that cannot see the store).
 # Needs root (cgroup v1's memory controller at /sys/fs/cgroup/memory), /usr/bin/python3 with
 # numpy, and about 2.2 x GIB of free disk in /var/tmp (the .npz, the upload's staging copy, the
 # shards). Ports: PORT_BASE (default 19700).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-gib=12 width=1024 limit_mib=2048 build=build trainer=1 keep=0
+gib=12 width=1024 limit_mib=2048 build=build trainer=1 keep=0 data_from=store
 while [ $# -gt 0 ]; do
   case $1 in
     --gib) gib=$2; shift 2 ;;
     --width) width=$2; shift 2 ;;
     --limit-mib) limit_mib=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --data-from) data_from=$2; shift 2 ;;
     --no-trainer) trainer=0; shift ;;
     --keep) keep=1; shift ;;
-    *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 case $build in /*) ;; *) build=$ROOT/$build ;; esac
@@ -45,7 +48,7 @@ cleanup() {
   if [ "$keep" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
-echo "big_data_bench: $gib GiB of float32 rows of $width values; every process limited to $limit_mib MiB; work in $work"
+echo "big_data_bench: $gib GiB of float32 rows of $width values; every process limited to $limit_mib MiB; workers read from the $data_from; work in $work"
 lscpu | grep -E '^Model name'
 lscpu | grep -E '^Flags' | tr ' ' '\n' | grep -E 'avx2|avx512f$|avx512_bf16|sse4_2' | tr '\n' ' '; echo
 t() { date +%s.%N; }
@@ -83,7 +86,9 @@ echo "data written in $(secs "$start" "$(t)") s: $(du -h "$work/train.npz" | cut
 # --- A cluster, each process in its own limited group once it is up (before any data). ---
 export AUTH=0 PSTRAIN_CLUSTER_SECRET_FILE=none PSTRAIN_MAX_UPLOAD_BYTES=$(( (${gib%.*} + 2) << 30 ))
 url=http://127.0.0.1:$((port + 1))
+mkdir -p "$work/cluster/datasets"
 LOCAL_CLUSTER_DIR=$work/cluster RPC_PORT=$port HTTP_PORT=$((port + 1)) SERVERS=1 WORKERS=2 WORKER_THREADS=1 \
+  WORKER_FLAGS="--data-from $data_from" \
   BUILD_DIR=$build PSTRAIN_DATA_DIR=$work/cluster/datasets "$ROOT/deploy/local-cluster.sh" up >"$work/up.log" 2>&1 ||
   { cat "$work/up.log"; exit 1; }
 mkdir -p "$group"
@@ -111,16 +116,19 @@ rm -f "$work/train.npz"  # the stored shards are what the runs read
 "$python" - "$work/spec.json" "$width" <<'EOF'
 import json, sys
 json.dump({
+    "name": "big-mlp",
     "dataset": {"name": "big", "shuffle_seed": 7},
-    "model": {"input_shape": [int(sys.argv[2])], "layers": [
+    "model": {"input_shape": [int(sys.argv[2])], "seed": 7, "layers": [
         {"type": "dense", "units": 64, "activation": "relu"}, {"type": "dense", "units": 10}]},
-    "loss": "sparse_categorical_crossentropy",
+    "loss": "sparse_softmax_cross_entropy",
     "optimizer": {"type": "adam", "learning_rate": 0.001},
-    "training": {"epochs": 1, "batch_size": 256, "workers": 2, "servers": 1, "mode": "sync"},
+    "training": {"epochs": 1, "global_batch_size": 256, "workers": 2, "servers": 1, "mode": "sync"},
 }, open(sys.argv[1], "w"))
 EOF
 start=$(t)
-job=$(curl -sf -H 'Content-Type: application/json' --data @"$work/spec.json" "$url/v1/jobs" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+curl -s -o "$work/submit.json" -H 'Content-Type: application/json' --data @"$work/spec.json" "$url/v1/jobs"
+job=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$work/submit.json") ||
+  { echo "submit failed: $(head -c 600 "$work/submit.json")" >&2; exit 1; }
 while :; do
   state=$(curl -sf "$url/v1/jobs/$job" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["state"])')
   case $state in SUCCEEDED | FAILED | CANCELLED) break ;; esac
