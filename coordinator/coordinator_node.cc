@@ -1,7 +1,9 @@
 #include "coordinator/coordinator_node.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "common/base/error.h"
@@ -47,12 +49,28 @@ std::vector<NodeView> node_views(const Cluster& cluster) {
 
 }  // namespace
 
+namespace {
+
+// What one split may hold as the catalog converts it into shards: no longer what fits in memory
+// (ExampleLimits' defaults, 2 GiB and 10M rows) but what the upload cap allows, with room for a
+// compressed upload (a gzip'd IDX file) to expand 4 times, and at most 2^32 - 1 examples (a
+// split's ids are 32 bits; its labels, 4 bytes an example, are what the catalog and a job hold).
+ExampleLimits stored_split_limits(uint64_t max_upload_bytes) {
+  ExampleLimits limits;
+  if (max_upload_bytes <= (uint64_t{1} << 60)) limits.max_bytes = std::max(limits.max_bytes, 4 * max_upload_bytes);
+  limits.max_examples = std::numeric_limits<uint32_t>::max();
+  return limits;
+}
+
+}  // namespace
+
 CoordinatorNode::CoordinatorNode(kj::AsyncIoContext& io, const CoordinatorNodeConfig& config)
     : io_(*io.provider),
       config_(config),
       kv_(open_state(config.state_dir)),
       store_(*kv_),
-      catalog_(DatasetCatalog::Options{config.data_dir, config.datasets_dir, config.max_upload_bytes, {},
+      catalog_(DatasetCatalog::Options{config.data_dir, config.datasets_dir, config.max_upload_bytes,
+                                       stored_split_limits(config.max_upload_bytes),
                                                       ShardLimits{.max_examples = config.shard_max_examples}}, *kv_,
                [this](const std::string& dataset) { return jobs_using_dataset(store_.list(), dataset); }),
       cluster_(std::chrono::milliseconds(config.dead_after_ms)),

@@ -5,7 +5,7 @@
 # uncompressed zip64 .npz to a local cluster (1 server, 2 workers) whose every process runs in a
 # cgroup v1 memory group of its own limited to LIMIT MiB; a sync MLP job trains one epoch on it
 # and is evaluated on a 20,000-row test split; then the standalone trainer (pstrain-train) trains
-# the same spec on the same stored dataset in such a group too.
+# the same spec on the same stored dataset in such a group too (--servers 1: the cluster's twin).
 #
 # Reported: lscpu's model and flags; the upload's seconds and MB/s; the job's seconds, samples/s
 # and test accuracy; each process's peak RSS (VmHWM) and its group's peak charge
@@ -157,7 +157,7 @@ if [ "$trainer" = 1 ]; then
   echo $((limit_mib << 20)) >"$group/trainer/memory.limit_in_bytes"
   start=$(t)
   sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' sh "$group/trainer" \
-    "$build/worker/pstrain-train" --spec "$work/spec.json" --data-dir "$work/cluster/datasets" --threads 2 \
+    "$build/worker/pstrain-train" --spec "$work/spec.json" --data-dir "$work/cluster/datasets" --threads 2 --servers 1 \
     >"$work/trainer.log" 2>&1 & pid=$!
   hwm=0
   while kill -0 "$pid" 2>/dev/null; do
