@@ -13,7 +13,10 @@
 # at the limit) and whether the group ever hit its limit (memory.failcnt); the trainer's the same.
 #
 # Usage: tests/bench/big_data_bench.sh [--gib 12] [--width 1024] [--limit-mib 2048] [--build DIR (build)]
-#        [--data-from store|coordinator (store)] [--no-trainer] [--keep]
+#        [--data-from store|coordinator (store)] [--no-trainer] [--keep] [--timeout S (3600)]
+# Exits non-zero (a test: CTest's memory_bound runs it small) when an upload fails, the job does
+# not succeed within the timeout, a group's OOM killer killed anything, the trainer fails, or the
+# trainer's test accuracy differs from the cluster job's.
 # --data-from coordinator: the workers read nothing themselves; the coordinator reads every
 # batch from its disk for them (the path of workers that cannot see the store).
 # Needs root (cgroup v1's memory controller at /sys/fs/cgroup/memory), /usr/bin/python3 with
@@ -21,7 +24,7 @@
 # shards). Ports: PORT_BASE (default 19700).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-gib=12 width=1024 limit_mib=2048 build=build trainer=1 keep=0 data_from=store
+gib=12 width=1024 limit_mib=2048 build=build trainer=1 keep=0 data_from=store timeout=3600
 while [ $# -gt 0 ]; do
   case $1 in
     --gib) gib=$2; shift 2 ;;
@@ -31,7 +34,8 @@ while [ $# -gt 0 ]; do
     --data-from) data_from=$2; shift 2 ;;
     --no-trainer) trainer=0; shift ;;
     --keep) keep=1; shift ;;
-    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    --timeout) timeout=$2; shift 2 ;;
+    *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 case $build in /*) ;; *) build=$ROOT/$build ;; esac
@@ -132,7 +136,9 @@ job=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' 
 while :; do
   state=$(curl -sf "$url/v1/jobs/$job" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["state"])')
   case $state in SUCCEEDED | FAILED | CANCELLED) break ;; esac
-  sleep 2
+  "$python" -c "import sys; sys.exit(0 if $(t) - $start < $timeout else 1)" ||
+    { echo "big_data_bench: job $job still $state after $timeout s" >&2; tail -5 "$work"/cluster/*.log >&2; exit 1; }
+  sleep 1
 done
 end=$(t)
 curl -sf "$url/v1/jobs/$job" >"$work/job.json"
@@ -149,7 +155,14 @@ for name in "${names[@]}"; do
   hwm=$(awk '/^VmHWM:/ {print int($2 / 1024)}' "/proc/$pid/status")
   echo "  $name: RSS peak $hwm MiB; group peak $(( $(cat "$group/$name/memory.max_usage_in_bytes") >> 20 )) MiB (page cache included), limit hit $(cat "$group/$name/memory.failcnt") times"
 done
+failed=0
+oom_kills() { awk '/^oom_kill / {print $2}' "$group/$1/memory.oom_control"; }
+for name in "${names[@]}"; do
+  [ "$(oom_kills "$name")" = 0 ] || { echo "big_data_bench: FAIL: the OOM killer killed in $name's group" >&2; failed=1; }
+done
+[ "$state" = SUCCEEDED ] || { echo "big_data_bench: FAIL: job $job ended $state" >&2; failed=1; }
 LOCAL_CLUSTER_DIR=$work/cluster "$ROOT/deploy/local-cluster.sh" down >/dev/null 2>&1 || true
+[ "$failed" = 0 ] || exit 1
 
 # --- The standalone trainer on the same stored dataset, limited the same way. ---
 if [ "$trainer" = 1 ]; then
@@ -168,4 +181,14 @@ if [ "$trainer" = 1 ]; then
   wait "$pid" || { tail -20 "$work/trainer.log"; exit 1; }
   echo "pstrain-train: $(secs "$start" "$(t)") s; RSS peak $hwm MiB; group peak $(( $(cat "$group/trainer/memory.max_usage_in_bytes") >> 20 )) MiB, limit hit $(cat "$group/trainer/memory.failcnt") times"
   grep -E "^epoch|^RESULT" "$work/trainer.log" | tail -2 | cut -c1-300 | sed 's/^/  /'
+  [ "$(oom_kills trainer)" = 0 ] || { echo "big_data_bench: FAIL: the OOM killer killed in the trainer's group" >&2; exit 1; }
+  "$python" - "$work/job.json" "$work/trainer.log" <<'EOF'
+import json, sys
+cluster = json.load(open(sys.argv[1]))["test_accuracy"]
+result = [l for l in open(sys.argv[2]) if l.startswith("RESULT ")]
+trainer = json.loads(result[-1][len("RESULT "):])["test_accuracy"][-1] if result else None
+if trainer is None or abs(trainer - cluster) > 5e-7:  # the trainer prints 6 significant digits
+    sys.exit(f"big_data_bench: FAIL: the trainer's test accuracy {trainer} is not the cluster job's {cluster}")
+print(f"the trainer's test accuracy equals the cluster job's: {cluster}")
+EOF
 fi
