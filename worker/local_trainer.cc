@@ -10,6 +10,7 @@
 #include "common/data/dataset_manifest.h"
 #include "common/data/table_split.h"
 #include "common/data/validation_split.h"
+#include "common/data/windowed_order.h"
 #include "common/base/error.h"
 #include "common/engine/nn/gradient_scaling.h"
 #include "common/engine/nn/data_parallel_model.h"
@@ -218,7 +219,9 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
   };
 
   for (int64_t epoch = global_step / steps_per_epoch; epoch < spec.training.epochs && global_step < end_step; ++epoch) {
-    const std::vector<uint32_t> order = epoch_order(train.size, spec.dataset.shuffle_seed, static_cast<uint32_t>(epoch));
+    // The epoch's order, as the cluster's plan walks it (common/data/data_plan.h).
+    WindowedOrder order(train.size, spec.dataset.shuffle_seed, static_cast<uint32_t>(epoch), spec.dataset.shuffle_window);
+    std::vector<uint32_t> ids;
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     double train_seconds = 0;
@@ -228,9 +231,12 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
       const auto step_start = Clock::now();
       const int64_t first = step * batch;
       const int64_t n = std::min<int64_t>(batch, train.size - first);
-      train.gather({order.data() + first, static_cast<size_t>(n)}, inputs.data(), labels.data());
+      order.skip(static_cast<uint64_t>(first) - order.position());  // a resumed epoch starts mid-way
+      ids.resize(static_cast<size_t>(n));
+      for (uint32_t& id : ids) id = order.next();
+      train.gather({ids.data(), ids.size()}, inputs.data(), labels.data());
       // Dropout's keys: the epoch and the examples' indices in the split, as a cluster's batches carry them.
-      const nn::ExampleKeys keys{static_cast<uint32_t>(epoch), order.data() + first};
+      const nn::ExampleKeys keys{static_cast<uint32_t>(epoch), ids.data()};
       const nn::LossResult r =
           model.compute_gradients(result.params.data(), inputs.data(), labels.data(), n, grads.data(), {}, nullptr, keys);
       if (!std::isfinite(r.loss_sum)) {

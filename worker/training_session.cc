@@ -118,7 +118,8 @@ void TrainingSession::open_stores(proto::StoredShards::Reader train, proto::Stor
   const SessionSpec& spec = facts_.spec;
   // The coordinator's plan, computed here: the same spec, split size and slice count.
   const DataPlan plan(spec.dataset.shard_policy, spec.training.mode, static_cast<uint32_t>(train.getExamples()),
-                      spec.training.global_batch_size, facts_.worker_count, spec.dataset.shuffle_seed);
+                      spec.training.global_batch_size, facts_.worker_count, spec.dataset.shuffle_seed,
+                      spec.dataset.shuffle_window);
   facts_.store = WorkerStore::open(train, &plan, reporter, &why_not);
   if (facts_.store) {
     PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index

@@ -334,6 +334,8 @@ DatasetSpec read_dataset(const json::value& v) {
                                             {{"DATA", ShardPolicy::kData}, {"FILE", ShardPolicy::kFile}, {"OFF", ShardPolicy::kOff}});
   }
   d.shuffle_seed = static_cast<uint64_t>(r.integer("shuffle_seed", 0, kIntMax, 0));
+  d.shuffle_window = static_cast<uint64_t>(
+      r.integer("shuffle_window", 1, int64_t{0xFFFFFFFF}, static_cast<int64_t>(kDefaultShuffleWindow)));
   r.finish();
   return d;
 }
@@ -512,11 +514,13 @@ std::string job_spec_to_json(const JobSpec& spec) {
   if (spec.backup.frequency == BackupSpec::Frequency::kEpoch) backup["save_freq"] = "epoch";
   if (spec.backup.frequency == BackupSpec::Frequency::kSteps) backup["save_freq"] = spec.backup.steps;
 
+  json::object dataset{{"name", spec.dataset.name},
+                       {"shard_policy", shard_policy_name(spec.dataset.shard_policy)},
+                       {"shuffle_seed", spec.dataset.shuffle_seed}};
+  if (spec.dataset.shuffle_window != kDefaultShuffleWindow) dataset["shuffle_window"] = spec.dataset.shuffle_window;
   json::object root{
       {"name", spec.name},
-      {"dataset", json::object{{"name", spec.dataset.name},
-                               {"shard_policy", shard_policy_name(spec.dataset.shard_policy)},
-                               {"shuffle_seed", spec.dataset.shuffle_seed}}},
+      {"dataset", std::move(dataset)},
       {"model", model_spec_to_object(spec.model)},
       {"loss", loss_to_value(spec.loss)},
       {"optimizer", std::move(optimizer)},

@@ -13,12 +13,18 @@ namespace pstrain {
 
 enum class ShardPolicy { kData, kFile, kOff };
 
+// The default `dataset.shuffle_window`: 2^20 examples (4 MiB of ids per reader of the order).
+inline constexpr uint64_t kDefaultShuffleWindow = uint64_t{1} << 20;
+
 // The spec's `dataset`: here rather than in job_spec.h because a worker's session plans its data
 // from it (common/data/data_plan.h) when it reads its own examples.
 struct DatasetSpec {
   std::string name;                          // a built-in (mnist10k, fashion, fashion-mnist) or catalog dataset
   ShardPolicy shard_policy = ShardPolicy::kData;
   uint64_t shuffle_seed = 0;
+  // The epoch order's shuffle window, in examples (common/data/windowed_order.h): a split of at
+  // most this many examples is in a full permutation.
+  uint64_t shuffle_window = kDefaultShuffleWindow;
 };
 
 enum class TrainingMode { kSync, kAsync };

@@ -5,41 +5,45 @@
 #include <stdexcept>
 
 namespace pstrain {
+namespace {
+constexpr uint64_t kBlocksPerWindow = 256;
+}
 
-WindowedOrder::WindowedOrder(const std::vector<uint64_t>& shard_sizes, uint64_t seed, uint32_t epoch, uint64_t window)
-    : sizes_(shard_sizes), rng_(mix_seed(seed, epoch)) {
+uint64_t WindowedOrder::block_size(uint32_t n, uint64_t window) {
   if (window == 0) throw std::invalid_argument("a shuffle window of at least one example");
-  first_.resize(sizes_.size());
-  for (size_t s = 0; s < sizes_.size(); ++s) {
-    first_[s] = size_;
-    size_ += sizes_[s];
+  if (n <= window) return std::max<uint64_t>(1, n);
+  return (window + kBlocksPerWindow - 1) / kBlocksPerWindow;
+}
+
+WindowedOrder::WindowedOrder(uint32_t n, uint64_t seed, uint32_t epoch, uint64_t window)
+    : size_(n), block_(block_size(n, window)), rng_(mix_seed(seed, epoch)) {
+  // The blocks' permutation (none to draw for one block: the same draws as epoch_order).
+  block_order_.resize(static_cast<size_t>((uint64_t{n} + block_ - 1) / block_));
+  std::iota(block_order_.begin(), block_order_.end(), 0u);
+  for (size_t i = block_order_.size(); i > 1; --i) {
+    std::swap(block_order_[i - 1], block_order_[rng_.uniform_index(i)]);
   }
-  // The shards' permutation (none to draw for one shard: the same draws as epoch_order).
-  shard_order_.resize(sizes_.size());
-  std::iota(shard_order_.begin(), shard_order_.end(), 0u);
-  for (size_t i = shard_order_.size(); i > 1; --i) {
-    std::swap(shard_order_[i - 1], shard_order_[rng_.uniform_index(i)]);
-  }
-  const uint64_t fill = std::min(window, size_);
+  const uint64_t fill = std::min<uint64_t>(window, n);
   window_.reserve(fill);
   while (window_.size() < fill) window_.push_back(next_from_stream());
 }
 
-uint64_t WindowedOrder::next_from_stream() {
-  while (stream_within_ == sizes_[shard_order_[stream_shard_]]) {
-    ++stream_shard_;
+uint32_t WindowedOrder::next_from_stream() {
+  const uint64_t first = block_order_[stream_block_] * block_;
+  if (stream_within_ == std::min<uint64_t>(block_, size_ - first)) {
+    ++stream_block_;
     stream_within_ = 0;
   }
   ++streamed_;
-  return first_[shard_order_[stream_shard_]] + stream_within_++;
+  return static_cast<uint32_t>(block_order_[stream_block_] * block_ + stream_within_++);
 }
 
-uint64_t WindowedOrder::next() {
+uint32_t WindowedOrder::next() {
   if (emitted_ == size_) throw std::out_of_range("the epoch's order has no more positions");
   ++emitted_;
   if (streamed_ < size_) {
     const size_t j = static_cast<size_t>(rng_.uniform_index(window_.size()));
-    const uint64_t out = window_[j];
+    const uint32_t out = window_[j];
     window_[j] = next_from_stream();
     return out;
   }

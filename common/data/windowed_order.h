@@ -1,15 +1,18 @@
-// The order in which an epoch visits a sharded split's examples (docs/DESIGN-NOTES.md "Dataset
-// store"), as a function of the seed and the epoch only, never of who reads it:
-//   1. the shards in a seeded permutation (Fisher-Yates over shard ids);
-//   2. their examples, each shard in stored order, streamed through a shuffle window of W
-//      examples: the window starts as the stream's first W; each next position takes the window's
-//      slot j (uniform, seeded) and refills it from the stream; when the stream is spent, the
-//      window's rest follows in a seeded Fisher-Yates order.
-// Memory: W example ids plus the shard table, whatever the split's size. With W >= the split's
-// size this is a uniform random permutation; with one shard it is then exactly epoch_order(n,
-// seed, epoch) (common/base/rng.h), the order of a split held in memory.
+// The order in which an epoch visits a training split's examples (docs/DESIGN-NOTES.md "The
+// epoch's order"), as a function of the seed, the epoch and the window only, never of who reads it
+// or how the split is stored:
+//   - a split of at most W examples (the window) is in a uniform random permutation, exactly
+//     epoch_order(n, seed, epoch) (common/base/rng.h): every dataset that fits the window keeps
+//     the order it always had;
+//   - a larger split is cut into blocks of ceil(W / 256) consecutive ids (the last shorter), the
+//     blocks go in a seeded permutation (Fisher-Yates), and that stream of ids passes through a
+//     shuffle window of W: the window starts as the stream's first W ids; each position takes the
+//     window's slot j (uniform, seeded) and refills it from the stream; when the stream is spent,
+//     the window's rest follows in a seeded Fisher-Yates order.
+// Memory: W ids (4 bytes each) plus one per block (256 / W per example: 1 KiB for a billion
+// examples with W = 2^20), whatever the split's size. Reads stay within the window's blocks.
 //
-// Positions come in order: a reader that starts at position p replays the window from the
+// Positions come in order: a reader that starts at position p replays the draws from the
 // epoch's start (index arithmetic only, about 10 ns a position).
 //
 // Thread rules: a value; one per reader.
@@ -25,30 +28,34 @@ namespace pstrain {
 
 class WindowedOrder {
  public:
-  // `shard_sizes`: examples per shard, in stored order (shard s's examples have the global ids
-  // that follow shard s - 1's). `window` >= 1.
-  WindowedOrder(const std::vector<uint64_t>& shard_sizes, uint64_t seed, uint32_t epoch, uint64_t window);
+  // The order of ids 0..n-1 for (seed, epoch) with a window of `window` >= 1 examples.
+  WindowedOrder(uint32_t n, uint64_t seed, uint32_t epoch, uint64_t window);
 
-  uint64_t size() const { return size_; }
+  // The blocks' size for a split of n examples and a window: n when the window holds the split.
+  static uint64_t block_size(uint32_t n, uint64_t window);
+
+  uint32_t size() const { return size_; }
   uint64_t position() const { return emitted_; }
   bool done() const { return emitted_ == size_; }
-  // The example (global id) at the next position.
-  uint64_t next();
+  // The example at the next position.
+  uint32_t next();
   // Moves `n` positions on.
   void skip(uint64_t n);
-  // The permutation of shard ids the stream follows.
-  const std::vector<uint32_t>& shard_order() const { return shard_order_; }
+  // The permutation of blocks the stream follows, and their size.
+  const std::vector<uint32_t>& block_order() const { return block_order_; }
+  uint64_t block() const { return block_; }
 
  private:
-  uint64_t next_from_stream();
+  uint32_t next_from_stream();
 
-  std::vector<uint64_t> first_, sizes_;  // per shard id
-  std::vector<uint32_t> shard_order_;
-  uint64_t size_ = 0, emitted_ = 0;
-  size_t stream_shard_ = 0;   // position in shard_order_
+  uint32_t size_ = 0;
+  uint64_t block_ = 1;
+  std::vector<uint32_t> block_order_;
+  uint64_t emitted_ = 0;
+  size_t stream_block_ = 0;   // position in block_order_
   uint64_t stream_within_ = 0;
   uint64_t streamed_ = 0;     // stream items taken so far
-  std::vector<uint64_t> window_;
+  std::vector<uint32_t> window_;
   bool draining_ = false;
   size_t drain_at_ = 0;
   Rng rng_;

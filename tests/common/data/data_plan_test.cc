@@ -5,6 +5,7 @@
 
 #include "common/data/data_plan.h"
 #include "common/base/rng.h"
+#include "common/data/windowed_order.h"
 
 using namespace pstrain;
 
@@ -74,4 +75,29 @@ TEST_CASE("FILE gives each worker its own block and OFF gives everyone everythin
     }
     CHECK(off.batch(0, 0, 0) != off.batch(0, 0, 1));  // each worker in its own order
   }
+}
+
+TEST_CASE("a split larger than the shuffle window: every policy follows the windowed order, from any step") {
+  const uint32_t n = 1000;
+  const uint64_t window = 64;
+  std::vector<uint32_t> order;
+  for (WindowedOrder o(n, 22, 2, window); !o.done();) order.push_back(o.next());
+  CHECK(order != epoch_order(n, 22, 2));
+  // sync DATA: the slices of each step are the order's step, cut in 3; asked in any order.
+  const DataPlan sync(ShardPolicy::kData, TrainingMode::kSync, n, 100, 3, 22, window);
+  const DataPlan::EpochShard shard = sync.shard(2, 1);
+  for (int64_t step : {4, 0, 9, 9, 3}) {
+    const auto got = shard.batch(step);
+    CHECK(got == std::vector<uint32_t>(order.begin() + step * 100 + 33, order.begin() + step * 100 + 66));
+  }
+  // async DATA: worker 1 of 2 takes order[1], order[3], ...
+  const DataPlan async(ShardPolicy::kData, TrainingMode::kAsync, n, 100, 2, 22, window);
+  const auto b = async.batch(2, 3, 1);
+  REQUIRE(b.size() == 50);
+  for (size_t k = 0; k < b.size(); ++k) CHECK(b[k] == order[(150 + k) * 2 + 1]);
+  // FILE: worker 2's block [666, 1000) in its own windowed order.
+  const DataPlan file(ShardPolicy::kFile, TrainingMode::kSync, n, 100, 3, 22, window);
+  std::vector<uint32_t> own;
+  for (WindowedOrder o(334, mix_seed(22, 2), 2, window); !o.done();) own.push_back(666 + o.next());
+  CHECK(file.batch(2, 1, 2) == std::vector<uint32_t>(own.begin() + 34, own.begin() + 68));
 }

@@ -99,6 +99,15 @@ TEST_CASE("canonical JSON round-trips") {
   CHECK(again.backup.frequency == BackupSpec::Frequency::kEpoch);
 }
 
+TEST_CASE("dataset.shuffle_window: default 2^20, canonical only when set, at least 1") {
+  CHECK(parse_job_spec(kMlp).dataset.shuffle_window == kDefaultShuffleWindow);
+  CHECK(job_spec_to_json(parse_job_spec(kMlp)).find("shuffle_window") == std::string::npos);
+  const JobSpec set = parse_job_spec(mlp_with("\"shuffle_seed\": 22", "\"shuffle_seed\": 22, \"shuffle_window\": 4096"));
+  CHECK(set.dataset.shuffle_window == 4096);
+  CHECK(parse_job_spec(job_spec_to_json(set)).dataset.shuffle_window == 4096);
+  CHECK(error_of(mlp_with("\"shuffle_seed\": 22", "\"shuffle_seed\": 22, \"shuffle_window\": 0")).find("/dataset/shuffle_window") == 0);
+}
+
 TEST_CASE("bad specs are rejected naming the field") {
   CHECK(error_of(mlp_with("\"global_batch_size\": 128", "\"global_batch_size\": -1")) ==
         "/training/global_batch_size must be a positive integer (at most 65536)");
