@@ -68,7 +68,7 @@ std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store
   std::vector<uint32_t> crcs;
   for (uint32_t crc : store.getCrcs()) crcs.push_back(crc);
   try {
-    auto reader = std::make_unique<StoreReader>(dir, std::move(files), 8, std::move(crcs));
+    auto reader = std::make_unique<StoreReader>(dir, std::move(files), 0, std::move(crcs));
     if (reader->size() != store.getExamples()) {
       *why_not = dir + " holds " + std::to_string(reader->size()) + " examples, the coordinator's split " +
                  std::to_string(store.getExamples());

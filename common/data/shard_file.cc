@@ -321,8 +321,12 @@ ShardFile::ShardFile(std::string path, Open open) : path_(std::move(path)) {
       if (offsets_[i] > offsets_[i + 1]) throw bad("its offsets are not in order at example " + std::to_string(i));
     }
   }
-  labels_.resize(examples_ * layout_.label_bytes());
-  pread_all(labels_.data(), labels_.size(), kHeaderBytes + data_bytes_ + offsets);
+  labels_at_ = kHeaderBytes + data_bytes_ + offsets;
+  if (open == Open::kWhole) {
+    labels_.resize(examples_ * layout_.label_bytes());
+    pread_all(labels_.data(), labels_.size(), labels_at_);
+    labels_held_ = true;
+  }
   closer.keep = true;
 }
 
@@ -371,14 +375,36 @@ int32_t ShardFile::label(uint64_t i) const {
   readable();
   if (layout_.labels != LabelKind::kClass) throw DataError(path_ + ": its examples have no class labels");
   if (i >= examples_) throw DataError(path_ + ": no example " + std::to_string(i));
-  return get<int32_t>(labels_.data() + i * sizeof(int32_t));
+  if (labels_held_) return get<int32_t>(labels_.data() + i * sizeof(int32_t));
+  uint8_t bytes[sizeof(int32_t)];
+  pread_all(bytes, sizeof bytes, labels_at_ + i * sizeof(int32_t));
+  return get<int32_t>(bytes);
+}
+
+void ShardFile::read_label_run(uint64_t first, uint64_t count, uint8_t* out) const {
+  readable();
+  if (layout_.labels == LabelKind::kNone) throw DataError(path_ + ": its examples have no labels or targets");
+  if (first > examples_ || count > examples_ - first) {
+    throw DataError(path_ + ": no examples " + std::to_string(first) + ".." + std::to_string(first + count) + " (of " +
+                    std::to_string(examples_) + ")");
+  }
+  const uint64_t width = layout_.label_bytes();
+  if (labels_held_) {
+    std::memcpy(out, labels_.data() + first * width, count * width);
+  } else {
+    pread_all(out, count * width, labels_at_ + first * width);
+  }
 }
 
 void ShardFile::targets(uint64_t i, float* out) const {
   readable();
   if (layout_.labels != LabelKind::kTargets) throw DataError(path_ + ": its examples have no regression targets");
   if (i >= examples_) throw DataError(path_ + ": no example " + std::to_string(i));
-  std::memcpy(out, labels_.data() + i * layout_.label_bytes(), layout_.label_bytes());
+  if (labels_held_) {
+    std::memcpy(out, labels_.data() + i * layout_.label_bytes(), layout_.label_bytes());
+  } else {
+    pread_all(out, layout_.label_bytes(), labels_at_ + i * layout_.label_bytes());
+  }
 }
 
 void ShardFile::verify() const {
@@ -396,6 +422,7 @@ void ShardFile::verify() const {
 
 void ShardFile::verify_after_data(uint32_t data_crc) const {
   readable();
+  if (!labels_held_) throw DataError(path_ + ": verified after its data only when opened whole");
   uint32_t crc = crc32c_extend(data_crc, offsets_.data(), offsets_.size() * sizeof(uint64_t));
   crc = crc32c_extend(crc, labels_.data(), labels_.size());
   if (crc != crc_) throw DataError(path_ + ": checksum mismatch (the file is damaged)");

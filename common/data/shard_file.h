@@ -126,7 +126,10 @@ class ShardFile {
  public:
   // kHeader: the header alone is read and checked (layout and counts; no example, label or
   // offset can be read), as a reader does to map a split's shards without holding their labels.
-  enum class Open { kWhole, kHeader };
+  // kRandom: for reading by id: the descriptor and the offsets (variable-size examples) are
+  // kept, labels are read from the file when asked for, so an open shard of fixed-size examples
+  // costs a descriptor. kWhole holds the labels too (what verify_after_data needs).
+  enum class Open { kWhole, kHeader, kRandom };
   explicit ShardFile(std::string path, Open open = Open::kWhole);
   ~ShardFile();
   ShardFile(const ShardFile&) = delete;
@@ -145,6 +148,9 @@ class ShardFile {
   void read_run(uint64_t first, uint64_t count, uint8_t* out) const;
   int32_t label(uint64_t i) const;                 // LabelKind::kClass
   void targets(uint64_t i, float* out) const;      // LabelKind::kTargets: target_width floats
+  // The labels or targets of examples [first, first + count) as stored (label_bytes() each,
+  // little-endian int32 or float32) into `out`, one read.
+  void read_label_run(uint64_t first, uint64_t count, uint8_t* out) const;
   // Reads the file after the header and checks its CRC-32C; throws DataError naming the file.
   void verify() const;
   // The same check for a reader that has read the data section itself: `data_crc` is the
@@ -161,7 +167,9 @@ class ShardFile {
   uint64_t examples_ = 0, data_bytes_ = 0, file_bytes_ = 0;
   uint32_t crc_ = 0;
   std::vector<uint64_t> offsets_;  // variable-size examples
-  std::vector<uint8_t> labels_;
+  std::vector<uint8_t> labels_;  // kWhole only
+  uint64_t labels_at_ = 0;        // the labels section's offset in the file
+  bool labels_held_ = false;
 };
 
 }  // namespace pstrain

@@ -8,7 +8,7 @@
 namespace pstrain {
 
 StoreReader::StoreReader(std::string dir, std::vector<std::string> files, size_t max_open, std::vector<uint32_t> crcs)
-    : dir_(std::move(dir)), files_(std::move(files)), crcs_(std::move(crcs)), max_open_(std::max<size_t>(max_open, 1)) {
+    : dir_(std::move(dir)), files_(std::move(files)), crcs_(std::move(crcs)), max_open_(max_open) {
   if (!crcs_.empty() && crcs_.size() != files_.size()) {
     throw DataError(dir_ + ": " + std::to_string(crcs_.size()) + " CRCs for " + std::to_string(files_.size()) + " shards");
   }
@@ -23,6 +23,7 @@ StoreReader::StoreReader(std::string dir, std::vector<std::string> files, size_t
     }
     first_.push_back(first_.back() + header.examples());
   }
+  if (max_open_ == 0) max_open_ = layout_.variable ? 8 : 64;
   open_.resize(files_.size());
   last_use_.assign(files_.size(), 0);
 }
@@ -52,7 +53,7 @@ const ShardFile& StoreReader::shard(size_t s) {
     }
     open_[victim].reset();
   }
-  auto file = std::make_unique<ShardFile>(dir_ + "/" + files_[s]);
+  auto file = std::make_unique<ShardFile>(dir_ + "/" + files_[s], ShardFile::Open::kRandom);
   if (!(file->layout() == layout_)) throw DataError(file->path() + ": changed since the split was mapped");
   check_crc(*file, s);
   open_[s] = std::move(file);
@@ -80,24 +81,25 @@ void StoreReader::targets(uint64_t id, float* out) {
 
 void StoreReader::read_batch(const std::vector<uint64_t>& ids, std::vector<uint8_t>& bytes, std::vector<int32_t>& labels,
                              std::vector<float>& targets) {
-  if (layout_.variable) throw DataError(dir_ + ": a batch of arrays needs fixed-size examples");
   bytes.resize(ids.size() * layout_.example_bytes);
-  read_examples(ids, bytes.data());
   labels.clear();
   targets.clear();
+  uint8_t* label_out = nullptr;
   if (layout_.labels == LabelKind::kClass) {
     labels.resize(ids.size());
-    for (size_t k = 0; k < ids.size(); ++k) labels[k] = label(ids[k]);
-  }
-  if (layout_.labels == LabelKind::kTargets) {
+    label_out = reinterpret_cast<uint8_t*>(labels.data());
+  } else if (layout_.labels == LabelKind::kTargets) {
     targets.resize(ids.size() * layout_.target_width);
-    for (size_t k = 0; k < ids.size(); ++k) this->targets(ids[k], targets.data() + k * layout_.target_width);
+    label_out = reinterpret_cast<uint8_t*>(targets.data());
   }
+  read_runs(ids, bytes.data(), label_out);
 }
 
-void StoreReader::read_examples(std::span<const uint64_t> ids, uint8_t* out) {
+void StoreReader::read_examples(std::span<const uint64_t> ids, uint8_t* out) { read_runs(ids, out, nullptr); }
+
+void StoreReader::read_runs(std::span<const uint64_t> ids, uint8_t* out, uint8_t* label_out) {
   if (layout_.variable) throw DataError(dir_ + ": a batch of arrays needs fixed-size examples");
-  const uint64_t example = layout_.example_bytes;
+  const uint64_t example = layout_.example_bytes, label = layout_.label_bytes();
   for (size_t k = 0; k < ids.size();) {
     const auto [s, i] = locate(ids[k]);
     const ShardFile& file = shard(s);
@@ -105,6 +107,7 @@ void StoreReader::read_examples(std::span<const uint64_t> ids, uint8_t* out) {
     size_t run = 1;
     while (k + run < ids.size() && ids[k + run] == ids[k] + run && i + run < file.examples()) ++run;
     file.read_run(i, run, out + k * example);
+    if (label_out != nullptr) file.read_label_run(i, run, label_out + k * label);
     k += run;
   }
 }

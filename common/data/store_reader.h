@@ -1,8 +1,11 @@
 // One split of the dataset store (shard_file.h) read by example id, as a worker reads the examples
 // of its slices: ids are global (shard s's examples follow shard s - 1's), shards are mapped from
-// their headers at construction and opened on demand, at most `max_open` at a time (each open
-// shard holds its labels and offsets: at most 12 MiB with the writer's default bounds), so memory
-// does not grow with the split. A batch's consecutive ids within a shard are read in one pread.
+// their headers at construction and opened on demand (ShardFile::Open::kRandom: labels are read
+// from the file as asked for), at most `max_open` at a time, so memory does not grow with the
+// split. An open shard of fixed-size examples holds a descriptor, so by default 64 stay open; one
+// of variable-size examples holds its offsets (8 bytes an example, at most 8 MiB with the
+// writer's default bounds), so by default 8. A batch's consecutive ids within a shard are read in
+// one pread, their labels in another.
 //
 // Thread rules: single-owner (opening and evicting shards mutates it); one per reading thread.
 #pragma once
@@ -25,7 +28,8 @@ class StoreReader {
   // file) for a missing or invalid shard, or shards of different layouts. With `crcs` (one per
   // file, as recorded when the split was loaded), a shard whose header holds another CRC-32C is
   // an error too, here and whenever it is opened again: a replaced file is never read as the old.
-  StoreReader(std::string dir, std::vector<std::string> files, size_t max_open = 8, std::vector<uint32_t> crcs = {});
+  // `max_open` 0: the default above.
+  StoreReader(std::string dir, std::vector<std::string> files, size_t max_open = 0, std::vector<uint32_t> crcs = {});
 
   uint64_t size() const { return first_.back(); }
   const ShardLayout& layout() const { return layout_; }
@@ -50,6 +54,9 @@ class StoreReader {
 
  private:
   const ShardFile& shard(size_t s);
+  // Fixed-size examples `ids` into `out`, and their labels or targets as stored into `label_out`
+  // unless null: a run of consecutive ids within a shard in one read each.
+  void read_runs(std::span<const uint64_t> ids, uint8_t* out, uint8_t* label_out);
   void check_crc(const ShardFile& file, size_t s) const;
 
   std::string dir_;

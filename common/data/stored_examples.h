@@ -4,8 +4,8 @@
 // (docs/DESIGN-NOTES.md "Dataset store").
 //
 // load_stored_split() reads each shard's header and labels (never its examples) and returns a
-// Split whose `stored` reads examples by id through one StoreReader (at most 8 shards open, each
-// holding its labels and offsets). A subset (a validation hold-out) maps its ids onto the same
+// Split whose `stored` reads examples by id through one StoreReader (shards opened on demand,
+// store_reader.h says how many stay open and what each holds). A subset (a validation hold-out) maps its ids onto the same
 // reader. The shards' contents were checked against their CRC-32C when written; here each
 // header is checked against the CRC recorded at load whenever a shard is opened, so a replaced
 // file is an error naming it, never other examples.

@@ -84,6 +84,30 @@ TEST_CASE("store reader - a batch equals its examples read one by one, runs and 
   }
 }
 
+TEST_CASE("store reader - by default 64 shards of fixed-size examples stay open, reading labels from the file") {
+  TempDir dir;
+  const std::vector<std::string> files = write_split(dir.path(), "train", 2000, 4, 20);  // 100 shards
+  StoreReader reader(dir.path(), files);
+  std::vector<uint64_t> ids;
+  Rng rng(5);
+  for (int k = 0; k < 4000; ++k) ids.push_back(rng.uniform_index(2000));
+  std::vector<uint8_t> bytes;
+  std::vector<int32_t> labels;
+  std::vector<float> targets;
+  reader.read_batch(ids, bytes, labels, targets);
+  CHECK(reader.open_shards() == 64);
+  for (size_t k = 0; k < ids.size(); ++k) CHECK(labels[k] == static_cast<int32_t>(ids[k] % 9));
+  // A shard opened for random reads reads the labels a whole one holds.
+  const ShardFile whole(dir.file(files[3])), lean(dir.file(files[3]), ShardFile::Open::kRandom);
+  std::vector<uint8_t> a(20 * 4), b(20 * 4);
+  whole.read_label_run(0, 20, a.data());
+  lean.read_label_run(0, 20, b.data());
+  CHECK(a == b);
+  CHECK(lean.label(7) == whole.label(7));
+  CHECK_THROWS_AS(lean.read_label_run(15, 6, b.data()), DataError);
+  CHECK_THROWS_AS(lean.verify_after_data(0), DataError);
+}
+
 TEST_CASE("store reader - empty shards, shards of another layout, a header-only shard") {
   TempDir dir;
   std::vector<std::string> files = write_split(dir.path(), "a", 10, 4, 5);
