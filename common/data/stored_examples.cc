@@ -63,6 +63,22 @@ Split load_stored_split(const std::string& dir, const std::vector<std::string>& 
   uint64_t size = 0;
   int32_t max_label = -1;
   bool regression = false;
+  // The labels' room first (from the headers), so that loading them never holds two copies.
+  uint64_t expected = 0, expected_values = 0;
+  for (const std::string& file : files) {
+    const ShardFile header(store->dir + "/" + file, ShardFile::Open::kHeader);
+    expected += header.examples();
+    expected_values += header.examples() * std::max<uint32_t>(1, header.layout().target_width);
+  }
+  if (expected <= std::numeric_limits<uint32_t>::max()) {
+    const bool targets = !files.empty() && ShardFile(store->dir + "/" + files[0], ShardFile::Open::kHeader).layout().labels ==
+                                               LabelKind::kTargets;
+    if (targets) {
+      split.targets.reserve(expected_values);
+    } else {
+      split.labels.reserve(expected);
+    }
+  }
   for (size_t s = 0; s < files.size(); ++s) {
     // The whole shard is opened for its labels: its examples are not read.
     const ShardFile shard(store->dir + "/" + files[s]);

@@ -115,6 +115,9 @@ for split in train test; do
   echo "upload $split: $bytes bytes in $(secs "$start" "$end") s = $("$python" -c "print(round($bytes / 1e6 / ($end - $start), 1))") MB/s"
 done
 rm -f "$work/train.npz"  # the stored shards are what the runs read
+coordinator_pid=$(cat "$work/cluster/coordinator.pid")
+echo "coordinator after the uploads: RSS $(awk '/^VmRSS:/ {print int($2 / 1024)}' "/proc/$coordinator_pid/status") MiB," \
+  "peak $(awk '/^VmHWM:/ {print int($2 / 1024)}' "/proc/$coordinator_pid/status") MiB"
 
 # --- One epoch, sync, 2 workers; evaluated on the test split. ---
 "$python" - "$work/spec.json" "$width" <<'EOF'
