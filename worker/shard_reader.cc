@@ -2,10 +2,12 @@
 
 namespace pstrain {
 
-ShardReader::ShardReader(proto::DataStream::Client stream, uint32_t batches_per_call, size_t prefetch_batches)
+ShardReader::ShardReader(proto::DataStream::Client stream, uint32_t batches_per_call, size_t prefetch_batches,
+                         size_t prefetch_bytes)
     : stream_(kj::mv(stream)),
       batches_per_call_(batches_per_call),
-      prefetch_batches_(prefetch_batches) {
+      prefetch_batches_(prefetch_batches),
+      prefetch_bytes_(prefetch_bytes) {
   pump_ = pump().eagerlyEvaluate([this](kj::Exception&& e) {
     failed_ = kj::mv(e);
     wake(data_waiter_);
@@ -19,7 +21,7 @@ void ShardReader::wake(kj::Own<kj::PromiseFulfiller<void>>& waiter) {
 
 kj::Promise<void> ShardReader::pump() {
   if (ended_) return kj::READY_NOW;
-  if (ready_.size() >= prefetch_batches_) {
+  if (ready_.size() >= prefetch_batches_ || (!ready_.empty() && buffered_bytes_ >= prefetch_bytes_)) {
     auto paf = kj::newPromiseAndFulfiller<void>();
     space_waiter_ = kj::mv(paf.fulfiller);
     return paf.promise.then([this] { return pump(); });
@@ -30,7 +32,10 @@ kj::Promise<void> ShardReader::pump() {
     auto response = std::make_shared<Response>(kj::mv(r));
     ended_ = response->getEnd();
     const unsigned count = response->getBatches().size();
-    for (unsigned i = 0; i < count; ++i) ready_.emplace_back(response, i);
+    for (unsigned i = 0; i < count; ++i) {
+      ready_.emplace_back(response, i);
+      buffered_bytes_ += response->getBatches()[i].getExamples().size();
+    }
     wake(data_waiter_);
     return pump();
   });
@@ -48,6 +53,7 @@ bool ShardReader::next(kj::WaitScope& wait_scope, proto::Batch::Reader* batch) {
   ready_.pop_front();
   current_ = response;
   *batch = current_->getBatches()[index];
+  buffered_bytes_ -= batch->getExamples().size();
   wake(space_waiter_);  // room for more
   return true;
 }

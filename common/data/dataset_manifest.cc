@@ -16,6 +16,7 @@
 #include "common/base/json_parse.h"
 #include "common/base/json_text.h"
 #include "common/data/archive.h"
+#include "common/data/converted_split.h"
 #include "common/data/image_folders.h"
 #include "common/data/shard_file.h"
 #include "common/data/stored_examples.h"
@@ -465,9 +466,13 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
     return classes;
   };
   const ManifestSplit& stored = it->second;
-  if (stored.format == ManifestSplit::Format::kShards && stored.table.empty()) {
-    // Stored as shards: the labels are loaded, the examples stay on disk (stored_examples.h).
-    Split split = load_stored_split(dir, stored.shards, stored.shape, stored.dtype, name, kind);
+  std::optional<ConvertedSplit> converted;
+  if (converts_to_shards(stored)) converted = converted_split(dir, split_name, stored);
+  if (converted || (stored.format == ManifestSplit::Format::kShards && stored.table.empty())) {
+    // Stored as shards (or converted into them): the labels are loaded, the examples stay on
+    // disk (stored_examples.h).
+    Split split = converted ? load_stored_split(converted->dir, converted->shards, converted->shape, converted->dtype, name, kind)
+                            : load_stored_split(dir, stored.shards, stored.shape, stored.dtype, name, kind);
     if (!split.regression()) {
       split.num_classes = classes_of(split.num_classes);
       if (split.num_classes > kMaxClasses) {

@@ -11,19 +11,25 @@
 # build, which stores them as shards (fashion-store, mnist-store); the jobs are
 # deploy/jobs/fashion-mnist-cnn.json and mnist-mlp.json on them, EPOCHS epochs each.
 #
-# Usage: tests/bench/store_read_bench.sh [--repeats N (3)] [--epochs E (3)] [--cold] [--build DIR (build)]
+# --trainer: the same datasets read by the standalone trainer (pstrain-train, the cluster's data
+# path in one process, 2 threads), A: the built-in dataset loaded in memory from the IDX files,
+# B: its shards, read from the disk by example id; no cluster and no network, so the difference
+# is reading alone. The same examples in the same order: the test accuracies must be equal.
+#
+# Usage: tests/bench/store_read_bench.sh [--repeats N (3)] [--epochs E (3)] [--cold] [--trainer] [--build DIR (build)]
 # Env: PSTRAIN_DATA_DIR (the IDX files: ../shared/data or ./data), PORT_BASE (default 19900).
 # Prints `lscpu`'s model and flags, every run, then per job the medians and B / A.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-repeats=3 epochs=3 cold=0 build=build
+repeats=3 epochs=3 cold=0 build=build trainer=0
 while [ $# -gt 0 ]; do
   case $1 in
     --repeats) repeats=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --cold) cold=1; shift ;;
+    --trainer) trainer=1; shift ;;
     --build) build=$2; shift 2 ;;
-    *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 data=${PSTRAIN_DATA_DIR:-}
@@ -65,6 +71,48 @@ PY
   echo "$work/$2.json"
 }
 
+summary() {  # dataset "A rates" "B rates" "A label" "B label"
+  /usr/bin/python3 - "$@" <<'PY'
+import statistics, sys
+a = [float(x) for x in sys.argv[2].split()]
+b = [float(x) for x in sys.argv[3].split()]
+ma, mb = statistics.median(a), statistics.median(b)
+print(f"{sys.argv[1]}: median {sys.argv[4]} {ma:,.0f}, {sys.argv[5]} {mb:,.0f} samples/s; {sys.argv[5]} / {sys.argv[4]} = {mb / ma:.3f} "
+      "(per pair: " + ", ".join(f"{y / x:.3f}" for x, y in zip(a, b)) + ")")
+PY
+}
+
+if [ "$trainer" = 1 ]; then
+  for job in "fashion-mnist-cnn.json fashion" "mnist-mlp.json mnist10k"; do
+    read -r file builtin <<<"$job"
+    store=${builtin%10k}-store
+    declare -A rates=([A]="" [B]="") accs=([A]="" [B]="")
+    for rep in $(seq 1 "$repeats"); do
+      for side in A B; do
+        dataset=$([ $side = A ] && echo "$builtin" || echo "$store")
+        dir=$([ $side = A ] && echo "$data" || echo "$runs_data")
+        spec_file=$(spec "$file" "$dataset")
+        log=$work/trainer-$dataset-r$rep.log
+        [ "$cold" = 1 ] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
+        "$build/worker/pstrain-train" --spec "$spec_file" --data-dir "$dir" --threads 2 >"$log" 2>&1 ||
+          { tail -n 20 "$log" >&2; echo "store_read_bench: trainer $side run $rep failed (log: $log)" >&2; exit 1; }
+        read -r sps acc <<<"$(/usr/bin/python3 -c '
+import json, sys
+r = json.loads([l for l in open(sys.argv[1]) if l.startswith("RESULT ")][-1][7:])
+print(r["samples_per_second"], r["final_test_accuracy"])' "$log")"
+        printf '%s %s (%s) run %s: %s samples/s, accuracy %s\n' "$builtin" "$side" \
+          "$([ $side = A ] && echo memory || echo shards)" "$rep" "$sps" "$acc"
+        rates[$side]+="$sps "
+        accs[$side]+="$acc "
+      done
+    done
+    summary "$builtin (pstrain-train)" "${rates[A]}" "${rates[B]}" memory shards
+    [ "${accs[A]}" = "${accs[B]}" ] || { echo "store_read_bench: accuracies differ: ${accs[A]} / ${accs[B]}" >&2; exit 1; }
+    unset rates accs
+  done
+  exit 0
+fi
+
 for job in "fashion-mnist-cnn.json fashion-store" "mnist-mlp.json mnist-store"; do
   read -r file dataset <<<"$job"
   spec_file=$(spec "$file" "$dataset")
@@ -87,13 +135,6 @@ for job in "fashion-mnist-cnn.json fashion-store" "mnist-mlp.json mnist-store"; 
       rates[$side]+="$sps "
     done
   done
-  /usr/bin/python3 - "$dataset" "${rates[A]}" "${rates[B]}" <<'PY'
-import statistics, sys
-a = [float(x) for x in sys.argv[2].split()]
-b = [float(x) for x in sys.argv[3].split()]
-ma, mb = statistics.median(a), statistics.median(b)
-print(f"{sys.argv[1]}: median coordinator {ma:,.0f}, store {mb:,.0f} samples/s; store / coordinator = {mb / ma:.3f} "
-      "(per pair: " + ", ".join(f"{y / x:.3f}" for x, y in zip(a, b)) + ")")
-PY
+  summary "$dataset" "${rates[A]}" "${rates[B]}" coordinator store
   unset rates
 done

@@ -67,7 +67,7 @@ void check_same(const Split& a, const Split& b) {
   CHECK(a.shape == b.shape);
   CHECK(a.dtype == b.dtype);
   CHECK(a.num_classes == b.num_classes);
-  CHECK(!a.stored);
+  // (a, a dropped-in array pair, is converted into shards of its own too: converted_split.h)
   CHECK(b.stored);  // the shards' examples stay on disk: only the labels are loaded
   CHECK(b.examples.empty());
   CHECK(all_examples(a) == all_examples(b));

@@ -1,0 +1,123 @@
+#include "common/data/converted_split.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+
+#include "common/base/sha256.h"
+#include "common/data/shard_sink.h"
+
+namespace pstrain {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr const char* kCacheDir = ".pstrain-shards";
+
+std::string stat_line(const fs::path& path, const std::string& shown) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return shown + ":missing\n";
+  return shown + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec) + "\n";
+}
+
+// The manifest entry and each source file's path, size and mtime (a folder's files, sorted).
+std::string conversion_key(const std::string& dir, const std::string& split_name, const ManifestSplit& split) {
+  DatasetManifest one;
+  one.splits[split_name] = split;
+  std::string text = manifest_to_json(one) + "\n";
+  for (const std::string& c : split.class_names) text += "class " + c + "\n";  // a folder test split's labels follow them
+  if (split.format == ManifestSplit::Format::kFolders) {
+    std::vector<std::string> lines;
+    const fs::path root = fs::path(dir) / split.folders;
+    for (const auto& entry : fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied)) {
+      if (entry.is_regular_file()) lines.push_back(stat_line(entry.path(), fs::relative(entry.path(), root).string()));
+    }
+    std::sort(lines.begin(), lines.end());
+    for (const auto& l : lines) text += l;
+  } else {
+    for (const std::string& f : split.files()) text += stat_line(fs::path(dir) / f, f);
+  }
+  Sha256 hash;
+  hash.update(text.data(), text.size());
+  return hash.hex().substr(0, 16);
+}
+
+// A conversion in place: its manifest names the shards.
+std::optional<ConvertedSplit> read_converted(const fs::path& at) {
+  std::error_code ec;
+  if (!fs::exists(at / kManifestFile, ec)) return std::nullopt;
+  const DatasetManifest m = read_manifest(at.string());
+  const auto it = m.splits.find("train");  // (a manifest's one split must be its train split)
+  if (it == m.splits.end() || it->second.format != ManifestSplit::Format::kShards) return std::nullopt;
+  return ConvertedSplit{at.string(), it->second.shards, it->second.shape, it->second.dtype};
+}
+
+}  // namespace
+
+bool converts_to_shards(const ManifestSplit& split) {
+  switch (split.format) {
+    case ManifestSplit::Format::kIdx:
+    case ManifestSplit::Format::kNpz:
+    case ManifestSplit::Format::kFolders: return true;
+    case ManifestSplit::Format::kNpy: return split.table.empty();
+    default: return false;
+  }
+}
+
+std::optional<ConvertedSplit> converted_split(const std::string& dir, const std::string& split_name,
+                                              const ManifestSplit& split) {
+  const fs::path cache = fs::path(dir) / kCacheDir;
+  const std::string key = conversion_key(dir, split_name, split);
+  const fs::path final_dir = cache / (split_name + "-" + key);
+  if (auto done = read_converted(final_dir)) return done;
+
+  std::error_code ec;
+  fs::create_directories(cache, ec);
+  if (ec) return std::nullopt;
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp = cache / (".tmp-" + split_name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++counter));
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directories(tmp, ec) || ec) return std::nullopt;
+  struct Cleanup {
+    fs::path path;
+    ~Cleanup() {
+      std::error_code ignored;
+      if (!path.empty()) fs::remove_all(path, ignored);
+    }
+  } cleanup{tmp};
+
+  ShardSink sink(tmp.string(), split_name);
+  ExampleSummary summary;
+  try {
+    summary = stream_manifest_split(dir, split, ExampleLimits{}, sink, nullptr);
+  } catch (const std::filesystem::filesystem_error&) {
+    return std::nullopt;  // e.g. no room: the caller loads the split into memory
+  }
+  DatasetManifest m;
+  ManifestSplit& out = m.splits["train"];
+  out.format = ManifestSplit::Format::kShards;
+  for (const ShardInfo& s : sink.finish(summary.target_width)) out.shards.push_back(s.file);
+  out.shape = summary.shape;
+  out.dtype = summary.dtype;
+  write_manifest(tmp.string(), m);
+
+  if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
+    // Another process converted it first (its directory is whole), or the rename failed.
+    if (auto done = read_converted(final_dir)) return done;
+    return std::nullopt;
+  }
+  cleanup.path.clear();
+  // Older conversions of this split (their files changed since): best effort.
+  for (const auto& entry : fs::directory_iterator(cache, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name != final_dir.filename().string() && name.rfind(split_name + "-", 0) == 0) fs::remove_all(entry.path(), ec);
+  }
+  return read_converted(final_dir);
+}
+
+}  // namespace pstrain
