@@ -44,7 +44,12 @@ void ShardSink::examples(const uint8_t* bytes, size_t n) {
   }
 }
 
-void ShardSink::labels(const int32_t* labels, size_t n) { labels_.insert(labels_.end(), labels, labels + n); }
+// Labels that follow the examples (the IDX and NumPy parsers', in pieces) take room for them all
+// at once: no second copy while the vector grows.
+void ShardSink::labels(const int32_t* labels, size_t n) {
+  if (labels_.empty() && writer_ && writer_->examples() >= n) labels_.reserve(writer_->examples());
+  labels_.insert(labels_.end(), labels, labels + n);
+}
 
 void ShardSink::targets(const float* values, size_t n) { targets_.insert(targets_.end(), values, values + n); }
 
