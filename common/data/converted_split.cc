@@ -72,7 +72,12 @@ bool converts_to_shards(const ManifestSplit& split) {
 std::optional<ConvertedSplit> converted_split(const std::string& dir, const std::string& split_name,
                                               const ManifestSplit& split) {
   const fs::path cache = fs::path(dir) / kCacheDir;
-  const std::string key = conversion_key(dir, split_name, split);
+  std::string key;
+  try {
+    key = conversion_key(dir, split_name, split);
+  } catch (const fs::filesystem_error&) {
+    return std::nullopt;  // e.g. a missing folder: reading the split says so, naming it
+  }
   const fs::path final_dir = cache / (split_name + "-" + key);
   if (auto done = read_converted(final_dir)) return done;
 

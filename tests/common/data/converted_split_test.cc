@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/error.h"
 #include "common/data/dataset.h"
 #include "tests/integration/test_encodings.h"
 #include "tests/test_support.h"
@@ -98,6 +99,19 @@ TEST_CASE("converted split - a dropped-in NPY split loads from shards converted 
   CHECK(now[1] != first[1]);
   write_npy_split(plain_dir, "train", 200, 5.0f);
   CHECK(all_columns(changed) == all_columns(load_directory_split(plain_dir, "blobs", SplitKind::kTrain)));
+}
+
+TEST_CASE("converted split - a folder split whose folder is missing is an error naming it") {
+  testing::TempDir data;
+  const std::string dir = data.path() + "/pets";
+  fs::create_directories(dir);
+  std::ofstream(dir + "/dataset.json") << R"({"train": {"folders": "nowhere"}})";
+  try {
+    load_directory_split(dir, "pets", SplitKind::kTrain);
+    FAIL("a missing folder was read");
+  } catch (const DataError& e) {
+    CHECK(std::string(e.what()).find("nowhere") != std::string::npos);
+  }
 }
 
 TEST_CASE("converted split - which formats convert") {
