@@ -142,7 +142,9 @@ kj::Promise<void> CoordinatorService::backupDone(BackupDoneContext context) {
   const auto params = context.getParams();
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
-  job->faults().on_backup_done(NodeId{params.getNodeId()}, params.getVersion());
+  const std::vector<uint64_t> restorable = job->faults().on_backup_done(NodeId{params.getNodeId()}, params.getVersion());
+  auto out = context.getResults().initRestorable(static_cast<unsigned>(restorable.size()));
+  for (unsigned i = 0; i < restorable.size(); ++i) out.set(i, restorable[i]);
   return kj::READY_NOW;
 }
 

@@ -93,9 +93,17 @@ kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, 
     done.setNodeId(link.node_id());
     done.setJobId(job);
     done.setVersion(version);
-    done.send().detach([](kj::Exception&& e) {
-      PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr();
-    });
+    // The reply names the backups a recovery may roll back to: pruning spares them from then on.
+    done.send()
+        .then([&store, job](auto&& reply) {
+          std::vector<uint64_t> restorable;
+          for (uint64_t v : reply.getRestorable()) restorable.push_back(v);
+          return store.run([job, restorable = std::move(restorable)](BackupStore& backups) mutable {
+            backups.set_restorable(job, std::move(restorable));
+            return true;
+          }).ignoreResult();
+        })
+        .detach([](kj::Exception&& e) { PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr(); });
   });
 }
 

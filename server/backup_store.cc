@@ -46,17 +46,25 @@ void BackupStore::complete_backup(const std::string& job, uint64_t version, size
   std::vector<uint64_t> existing = versions(job);
   if (std::find(existing.begin(), existing.end(), version) == existing.end()) existing.push_back(version);
   std::sort(existing.begin(), existing.end());
-  // Oldest first, but never the one being written nor one whose replica is still to be read.
-  size_t kept = existing.size();
-  for (uint64_t v : existing) {
-    if (kept <= kKeep) break;
-    if (v == version || unreported_.count({job, v}) != 0) continue;
+  // The newest kKeep stay, and older ones that are pinned: the one being written, one whose
+  // replica is still to be read, one the coordinator may roll back to.
+  const auto pinned = restorable_.find(job);
+  const auto is_restorable = [&](uint64_t v) {
+    return pinned != restorable_.end() && std::binary_search(pinned->second.begin(), pinned->second.end(), v);
+  };
+  for (size_t i = 0; i + kKeep < existing.size(); ++i) {
+    const uint64_t v = existing[i];
+    if (v == version || unreported_.count({job, v}) != 0 || is_restorable(v)) continue;
     for (std::string& key : kv_.keys(version_prefix(job, v))) writes.push_back({std::move(key), std::nullopt});
-    --kept;
   }
 }
 
 void BackupStore::reported(const std::string& job, uint64_t version) { unreported_.erase({job, version}); }
+
+void BackupStore::set_restorable(const std::string& job, std::vector<uint64_t> versions) {
+  std::sort(versions.begin(), versions.end());
+  restorable_[job] = std::move(versions);
+}
 
 KvStatus BackupStore::write_part(const std::string& job, uint64_t version, const std::vector<uint32_t>& keys,
                                  const std::vector<std::string>& blobs, std::optional<size_t> complete) {
@@ -148,6 +156,7 @@ std::optional<std::map<uint32_t, ChunkSnapshot>> BackupStore::load(const std::st
 
 KvStatus BackupStore::erase_job(const std::string& job) {
   std::erase_if(unreported_, [&](const auto& pinned) { return pinned.first == job; });
+  restorable_.erase(job);
   return kv_.erase_prefix(prefix(job), true);
 }
 

@@ -38,6 +38,12 @@ class BackupStore {
   [[nodiscard]] KvStatus write(const std::string& job, uint64_t version, const std::vector<ChunkSnapshot>& chunks);
   // The backup's replica has been sent (or given up on): it may go with the next write's pruning.
   void reported(const std::string& job, uint64_t version);
+  // The job's backups the coordinator may roll back to (its complete ones, as backupDone's reply
+  // names them): kept beyond kKeep until a later call leaves them out. A server cut off from the
+  // coordinator stops completing backups; the others go on writing theirs, and without this
+  // their newest kKeep would no longer hold the step the job must roll back to. Not persisted:
+  // a restarted server keeps its newest kKeep until its first report's reply.
+  void set_restorable(const std::string& job, std::vector<uint64_t> versions);
   // Complete backups of the job, oldest first.
   std::vector<uint64_t> versions(const std::string& job) const;
   // The chunks of one backup; nullopt (and *error) if it is incomplete or a blob is corrupt.
@@ -67,6 +73,7 @@ class BackupStore {
 
   KvStore& kv_;
   std::set<std::pair<std::string, uint64_t>> unreported_;  // (job, version) written, replica not yet read
+  std::map<std::string, std::vector<uint64_t>> restorable_;  // job -> set_restorable()'s versions
 };
 
 

@@ -73,13 +73,14 @@ kj::Promise<void> CoordinatorLink::watch_registration() {
   // No deadline here: this loop may be held up by the node's compute for minutes, and a late
   // timer must not read as a silent coordinator (the heartbeat thread keeps the node alive and
   // says when the coordinator is silent). A heartbeat on this connection too, with no timeout:
-  // it fails at once when the connection is gone (a restarted coordinator).
+  // it fails at once when the connection is gone (a restarted coordinator), and a stalled
+  // coordinator answers it when it runs again (dropping the connection would end a worker's
+  // session on it). While it waits, what the heartbeat thread hears is read every beat: a
+  // coordinator that forgot this node (declared it dead during a partition) is registered with
+  // again at once, on a new connection, not when TCP's backed-off retransmission on this one
+  // gets through, seconds after the partition healed.
   return io_.getTimer().afterDelay(heartbeat_ms_ * kj::MILLISECONDS).then([this]() -> kj::Promise<void> {
-    if (heartbeats_->take_forgotten()) {
-      PSLOG(kWarning) << "the coordinator does not know node " << node_id_ << "; registering again";
-      connected_ = false;
-      return kj::READY_NOW;  // run_forever registers again
-    }
+    if (heartbeats_->take_forgotten()) return registered_again();
     if (const int64_t silent = heartbeats_->silent_ms(); silent > reply_deadline_ms_) {
       // Unreachable or silent (a partition, a stalled coordinator): connect again. The same
       // incarnation keeps this node's id if the coordinator still counts it alive.
@@ -87,15 +88,23 @@ kj::Promise<void> CoordinatorLink::watch_registration() {
     }
     auto request = client_.heartbeatRequest();
     request.setNodeId(node_id_);
-    return request.send().then([this](capnp::Response<proto::Coordinator::HeartbeatResults>&& r) -> kj::Promise<void> {
-      if (!r.getKnown()) {
-        PSLOG(kWarning) << "the coordinator does not know node " << node_id_ << "; registering again";
-        connected_ = false;
-        return kj::READY_NOW;
-      }
+    auto known = request.send().then([](capnp::Response<proto::Coordinator::HeartbeatResults>&& r) { return r.getKnown(); });
+    return known.exclusiveJoin(forgotten()).then([this](bool known) -> kj::Promise<void> {
+      if (!known) return registered_again();
       return watch_registration();
     });
   });
+}
+
+kj::Promise<void> CoordinatorLink::registered_again() {
+  PSLOG(kWarning) << "the coordinator does not know node " << node_id_ << "; registering again";
+  connected_ = false;
+  return kj::READY_NOW;  // run_forever registers again, on a new connection
+}
+
+kj::Promise<bool> CoordinatorLink::forgotten() {
+  if (heartbeats_->take_forgotten()) return false;
+  return io_.getTimer().afterDelay(heartbeat_ms_ * kj::MILLISECONDS).then([this] { return forgotten(); });
 }
 
 kj::Promise<void> CoordinatorLink::run_forever() {

@@ -47,6 +47,10 @@ class CoordinatorLink {
   kj::Promise<void> connect_and_register();
   // Until the connection breaks or the heartbeat thread hears that the coordinator forgot us.
   kj::Promise<void> watch_registration();
+  // Resolves (false: "not known") once the heartbeat thread heard that the coordinator forgot
+  // this node; looks every beat while the link's own heartbeat waits for its reply.
+  kj::Promise<bool> forgotten();
+  kj::Promise<void> registered_again();  // logs it; run_forever then registers again
   kj::Promise<void> run_forever();
 
   kj::AsyncIoProvider& io_;

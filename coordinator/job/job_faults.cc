@@ -19,15 +19,16 @@ bool JobFaults::uses_node(NodeId node) const {
   return job_.servers.index_of(node).has_value() || job_.worker_index(node).has_value();
 }
 
-void JobFaults::on_backup_done(NodeId node, uint64_t version) {
+std::vector<uint64_t> JobFaults::on_backup_done(NodeId node, uint64_t version) {
   const auto index = job_.servers.index_of(node);
-  if (!index || job_.state() == JobState::kSucceeded) return;
-  if (!job_.backups.on_ack(*index, version, job_.servers.size())) return;
+  if (!index || job_.state() == JobState::kSucceeded) return {};
+  if (!job_.backups.on_ack(*index, version, job_.servers.size())) return job_.backups.complete();
   // The new complete backup's whole replicas make older ones useless for a move.
   for (uint64_t dropped : job_.backups.drop_superseded_replicas()) job_.store.replicas().erase(job_.id, dropped);
   PSLOG(kInfo) << "job " << job_.id << ": backup at step " << version << " complete on all " << job_.servers.size()
                << " server(s)";
   job_.store.update(job_.id, [&](JobRecord& r) { r.last_backup_step = static_cast<int64_t>(version); });
+  return job_.backups.complete();
 }
 
 kj::Promise<void> JobFaults::on_replica(NodeId node, uint64_t version, size_t first, size_t total,

@@ -48,7 +48,8 @@ class JobFaults {
 
   bool uses_node(NodeId node) const;
   // A server wrote its backup at `version`; the step is a complete backup once every server has.
-  void on_backup_done(NodeId node, uint64_t version);
+  // Returns the complete backups a recovery may roll back to (ascending): the server keeps them.
+  std::vector<uint64_t> on_backup_done(NodeId node, uint64_t version);
   // A server sent part of its replica of the backup at `version`: chunks first .. first +
   // chunks.size() - 1 (encoded chunk snapshots) of `total`. Resolves once they are stored.
   kj::Promise<void> on_replica(NodeId node, uint64_t version, size_t first, size_t total,

@@ -272,6 +272,10 @@ TEST_CASE("netbed - coordinator and a server cut off from each other, workers re
   check_replaced_server_is_fenced(cluster, 1);
   REQUIRE(cluster.wait_job(240s) == 0);
   const std::string log = cluster.coordinator().log_text();
+  // The other server went on writing backups while server-1's stopped completing: it kept the
+  // complete one the job rolled back to (it once pruned it and the job restarted from step 0).
+  CHECK(log.find("unusable") == std::string::npos);
+  CHECK(std::regex_search(log, std::regex("RUNNING again from step [1-9]")));
   check_every_example_once(log, 2);
   const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
   MESSAGE("max abs difference to an uninterrupted run " << diff);

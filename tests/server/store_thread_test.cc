@@ -102,3 +102,42 @@ TEST_CASE("backup store - a backup bigger than one write batch is written in sev
     CHECK(checked.wait(f.ws));
   }
 }
+
+TEST_CASE("backup store - the backups the coordinator may roll back to stay however many newer ones are written") {
+  testing::StoreFixture f;
+  // A server whose peers stopped completing backups (one of them cut off from the coordinator)
+  // writes on: the last complete backups (10 and 20) must survive the newest-kKeep pruning.
+  auto versions_seen = f.store.run([](BackupStore& b) {
+    std::vector<std::vector<uint64_t>> seen;
+    const auto write = [&](uint64_t v) {
+      if (!b.write("job", v, backup_of(v, 1.0f)).ok()) throw std::runtime_error("write failed");
+      b.reported("job", v);
+      seen.push_back(b.versions("job"));
+    };
+    write(10);
+    write(20);
+    b.set_restorable("job", {20, 10});
+    for (uint64_t v = 30; v <= 70; v += 10) write(v);
+    b.set_restorable("job", {20});  // 10 is no longer a complete backup the coordinator keeps
+    write(80);
+    b.set_restorable("job", {});
+    write(90);
+    b.set_restorable("job", {90});
+    if (!b.erase_job("job").ok()) throw std::runtime_error("erase failed");
+    write(100);  // a job of the same name again: nothing pinned from before
+    write(110);
+    write(120);
+    write(130);
+    std::string error;
+    const bool loads = b.load("job", 110, &error).has_value();
+    return std::make_pair(seen, loads);
+  });
+  const auto [seen, loads] = versions_seen.wait(f.ws);
+  REQUIRE(seen.size() == 13);
+  CHECK(seen[4] == std::vector<uint64_t>{10, 20, 30, 40, 50});
+  CHECK(seen[6] == std::vector<uint64_t>{10, 20, 50, 60, 70});
+  CHECK(seen[7] == std::vector<uint64_t>{20, 60, 70, 80});
+  CHECK(seen[8] == std::vector<uint64_t>{70, 80, 90});
+  CHECK(seen[12] == std::vector<uint64_t>{110, 120, 130});
+  CHECK(loads);
+}

@@ -423,8 +423,11 @@ interface Coordinator {
       -> (stream :DataStream);
   # keepGoing is false when the job was cancelled or failed.
   reportProgress @4 (nodeId :UInt32, report :Progress) -> (keepGoing :Bool);
-  # A server has durably written its backup of the job at `version`.
-  backupDone @5 (nodeId :UInt32, jobId :Text, version :UInt64) -> ();
+  # A server has durably written its backup of the job at `version`. `restorable`: the job's
+  # complete backups (every server wrote them), ascending, that a recovery may roll back to; the
+  # server keeps them however many newer backups it writes (a server cut off from the
+  # coordinator stops completing backups while the others go on writing theirs).
+  backupDone @5 (nodeId :UInt32, jobId :Text, version :UInt64) -> (restorable :List(UInt64));
   # A node got SIGTERM: the coordinator makes every server of its jobs back up at the next step
   # (servers) or takes the worker out of its job (workers). Returns once that is arranged.
   preempted @6 (nodeId :UInt32) -> ();
