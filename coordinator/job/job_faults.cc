@@ -28,6 +28,8 @@ std::vector<uint64_t> JobFaults::on_backup_done(NodeId node, uint64_t version) {
   PSLOG(kInfo) << "job " << job_.id << ": backup at step " << version << " complete on all " << job_.servers.size()
                << " server(s)";
   job_.store.update(job_.id, [&](JobRecord& r) { r.last_backup_step = static_cast<int64_t>(version); });
+  // No rollback goes back before the oldest complete backup kept: the ledger folds what precedes it.
+  if (job_.sync() && job_.plan) job_.progress.ledger().fold_before(*job_.plan, job_.backups.complete().front());
   return job_.backups.complete();
 }
 
