@@ -8,6 +8,7 @@
 #include "common/engine/nn/moving_statistics.h"
 #include "common/data/dataset.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/gather_ahead.h"
 #include "common/data/table_split.h"
 #include "common/data/validation_split.h"
 #include "common/data/windowed_order.h"
@@ -34,16 +35,22 @@ struct Evaluation {
   nn::BinaryScores binary;
 };
 
-Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, const float* params, AlignedFloats& inputs,
-                    std::vector<float>& targets) {
-  const int64_t batch = model.max_batch();
-  std::vector<uint32_t> indices(static_cast<size_t>(batch));
+Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, const float* params) {
+  const uint32_t batch = static_cast<uint32_t>(model.max_batch());
+  std::vector<uint32_t> indices;
+  const auto block = [&](uint32_t start) {  // the ids of the batch from `start`
+    indices.resize(std::min(batch, split.size - start));
+    for (uint32_t i = 0; i < indices.size(); ++i) indices[i] = start + i;
+    return std::span<const uint32_t>(indices);
+  };
   nn::LossResult total;
-  for (uint32_t start = 0; start < split.size; start += static_cast<uint32_t>(batch)) {
-    const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(batch), split.size - start);
-    for (uint32_t i = 0; i < n; ++i) indices[i] = start + i;
-    split.gather({indices.data(), n}, inputs.data(), targets.data());
-    total += model.evaluate(params, inputs.data(), targets.data(), n);
+  if (split.size == 0) return {};
+  GatherAhead reader(split, batch);  // the next batch is read while this one is evaluated
+  reader.start(block(0));
+  for (uint32_t start = 0; start < split.size; start += batch) {
+    const GatherAhead::Batch b = reader.take();
+    if (split.size - start > batch) reader.start(block(start + batch));
+    total += model.evaluate(params, b.inputs, b.targets, static_cast<int64_t>(b.ids.size()));
   }
   return {total.loss_sum / split.size, static_cast<double>(total.correct) / split.size, total.regression,
           static_cast<double>(total.top_k_correct) / split.size, total.binary};
@@ -195,8 +202,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
   optim::OptimizerState& state = result.optimizer;
   state = optimizer->make_state(layout.total_size());
 
-  AlignedFloats inputs(static_cast<size_t>(model.input_size() * batch));
-  std::vector<float> labels(static_cast<size_t>(batch * model.target_size()));
+  GatherAhead reader(train, static_cast<size_t>(batch));  // the next step's batch is read during this one
   const int64_t steps_per_epoch = (train.size + batch - 1) / batch;
   const int64_t total_steps = steps_per_epoch * spec.training.epochs;
 
@@ -226,19 +232,24 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
     int64_t correct = 0, seen = 0;
     double train_seconds = 0;
     auto last_progress = Clock::now();
+    const auto step_ids = [&](int64_t step) {  // the examples of the epoch's `step`
+      const int64_t first = step * batch;
+      order.skip(static_cast<uint64_t>(first) - order.position());  // a resumed epoch starts mid-way
+      ids.resize(static_cast<size_t>(std::min<int64_t>(batch, train.size - first)));
+      for (uint32_t& id : ids) id = order.next();
+      return std::span<const uint32_t>(ids);
+    };
     int64_t step = global_step - epoch * steps_per_epoch;
+    if (step < steps_per_epoch && global_step < end_step) reader.start(step_ids(step));
     for (; step < steps_per_epoch && global_step < end_step; ++step) {
       const auto step_start = Clock::now();
-      const int64_t first = step * batch;
-      const int64_t n = std::min<int64_t>(batch, train.size - first);
-      order.skip(static_cast<uint64_t>(first) - order.position());  // a resumed epoch starts mid-way
-      ids.resize(static_cast<size_t>(n));
-      for (uint32_t& id : ids) id = order.next();
-      train.gather({ids.data(), ids.size()}, inputs.data(), labels.data());
+      const GatherAhead::Batch b = reader.take();
+      if (step + 1 < steps_per_epoch && global_step + 1 < end_step) reader.start(step_ids(step + 1));
+      const int64_t n = static_cast<int64_t>(b.ids.size());
       // Dropout's keys: the epoch and the examples' indices in the split, as a cluster's batches carry them.
-      const nn::ExampleKeys keys{static_cast<uint32_t>(epoch), ids.data()};
+      const nn::ExampleKeys keys{static_cast<uint32_t>(epoch), b.ids.data()};
       const nn::LossResult r =
-          model.compute_gradients(result.params.data(), inputs.data(), labels.data(), n, grads.data(), {}, nullptr, keys);
+          model.compute_gradients(result.params.data(), b.inputs, b.targets, n, grads.data(), {}, nullptr, keys);
       if (!std::isfinite(r.loss_sum)) {
         throw Error("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
                     " step " + std::to_string(step + 1));
@@ -276,14 +287,14 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
     report.train_accuracy = static_cast<double>(correct) / seen;
     report.samples_per_second = seen / train_seconds;
     report.seconds = train_seconds;
-    const Evaluation eval = evaluate(model, test, result.params.data(), inputs, labels);
+    const Evaluation eval = evaluate(model, test, result.params.data());
     report.test_loss = eval.loss;
     report.test_accuracy = eval.accuracy;
     if (is_regression(spec.loss)) report.test_regression = eval.regression;
     if (spec.loss.type == LossType::kBinaryCrossEntropy) report.test_auc = eval.binary.auc();
     if (!is_regression(spec.loss) && model.output_size() > nn::kTopK) report.test_top5_accuracy = eval.top_k_accuracy;
     if (validation) {
-      const Evaluation val = evaluate(model, *validation, result.params.data(), inputs, labels);
+      const Evaluation val = evaluate(model, *validation, result.params.data());
       EpochReport::Validation& v = report.validation.emplace();
       v.loss = val.loss;
       v.accuracy = val.accuracy;

@@ -16,6 +16,7 @@
 #include "common/base/rng.h"
 #include "common/data/dataset_formats.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/gather_ahead.h"
 #include "common/data/shard_sink.h"
 #include "common/data/validation_split.h"
 #include "tests/synthetic_data.h"
@@ -123,6 +124,52 @@ TEST_CASE("stored examples - a shards split loads its labels only and reads what
     std::vector<uint8_t> out(stored.example_bytes());
     const uint32_t id = 3 * 64 + 1;
     CHECK_THROWS_WITH_AS(stored.read_examples({&id, 1}, out.data()), doctest::Contains(stored.store->files[3].c_str()), DataError);
+  }
+}
+
+TEST_CASE("gather ahead - batches read on a thread of their own are Split::gather's, in order, and errors reach take()") {
+  TempDir dir;
+  const Split memory = write_both(dir.path());
+  const Split stored = load_directory_split(dir.path(), "f", SplitKind::kTrain);
+  Rng rng(41);
+  std::vector<std::vector<uint32_t>> batches;
+  for (size_t n : {32, 1, 32, 17, 32, 32, 5}) batches.push_back(random_ids(rng, memory.size, n - 1));
+  for (const Split* split : {&memory, &stored}) {
+    CAPTURE(split == &stored);
+    GatherAhead reader(*split, 48);
+    reader.start(batches[0]);
+    std::vector<float> previous;
+    for (size_t k = 0; k < batches.size(); ++k) {
+      const GatherAhead::Batch b = reader.take();
+      if (k + 1 < batches.size()) reader.start(batches[k + 1]);  // gathered while this one is checked
+      const std::vector<uint32_t> ids(b.ids.begin(), b.ids.end());
+      REQUIRE(ids == batches[k]);
+      const std::vector<float> want = gather_all(*split, ids);
+      const size_t values = ids.size() * split->example_size();
+      CHECK(std::equal(b.inputs, b.inputs + values, want.begin()));
+      CHECK(std::equal(b.targets, b.targets + ids.size(), want.begin() + static_cast<std::ptrdiff_t>(values)));
+      if (!previous.empty()) CHECK(previous != want);
+      previous = want;
+    }
+  }
+  CHECK_THROWS_AS(GatherAhead(memory, 4).start(batches[0]), Error);  // more than its batch
+  GatherAhead idle(memory, 48);
+  CHECK_THROWS_AS(idle.take(), Error);  // nothing started
+  SUBCASE("a replaced shard: take() throws the read's error naming it; the reader goes on") {
+    const Split stored = load_directory_split(dir.path(), "f", SplitKind::kTrain);  // no shard open yet
+    std::filesystem::copy_file(stored.store->dir + "/" + stored.store->files[4], stored.store->dir + "/" + stored.store->files[3],
+                               std::filesystem::copy_options::overwrite_existing);
+    GatherAhead reader(stored, 48);
+    const std::vector<uint32_t> bad{3 * 64 + 1}, good{0, 1, 2};
+    reader.start(bad);
+    CHECK_THROWS_WITH_AS(reader.take(), doctest::Contains(stored.store->files[3].c_str()), DataError);
+    reader.start(good);
+    const GatherAhead::Batch b = reader.take();
+    CHECK(std::equal(b.inputs, b.inputs + 3 * 30, gather_all(memory, good).begin()));
+  }
+  SUBCASE("destroyed with a gather in flight: it waits for it") {
+    GatherAhead reader(stored, 48);
+    reader.start(batches[1]);
   }
 }
 
