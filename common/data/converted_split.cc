@@ -7,10 +7,16 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
+#include "common/base/error.h"
 #include "common/base/sha256.h"
+#include "common/data/archive.h"
+#include "common/data/image_folders.h"
 #include "common/data/shard_sink.h"
+#include "common/data/text_folders.h"
+#include "common/data/text_profile.h"
 
 namespace pstrain {
 namespace {
@@ -53,11 +59,59 @@ std::optional<ConvertedSplit> read_converted(const fs::path& at) {
   if (!fs::exists(at / kManifestFile, ec)) return std::nullopt;
   const DatasetManifest m = read_manifest(at.string());
   const auto it = m.splits.find("train");  // (a manifest's one split must be its train split)
-  if (it == m.splits.end() || it->second.format != ManifestSplit::Format::kShards) return std::nullopt;
-  return ConvertedSplit{at.string(), it->second.shards, it->second.shape, it->second.dtype};
+  if (it == m.splits.end()) return std::nullopt;
+  const ManifestSplit& s = it->second;
+  if (s.format == ManifestSplit::Format::kText) return ConvertedSplit{at.string(), s.shards, {}, Dtype::kUint8, s.profile};
+  if (s.format != ManifestSplit::Format::kShards) return std::nullopt;
+  return ConvertedSplit{at.string(), s.shards, s.shape, s.dtype, ""};
+}
+
+// The class folders of a kFolders split, listed (the test split's classes are the dataset's).
+ClassFolders list_folders(const std::string& dir, const ManifestSplit& split, std::unique_ptr<Archive>* folder) {
+  *folder = Archive::open_directory((fs::path(dir) / split.folders).string(), split.folders);
+  return find_class_folders(**folder, split.folders, split.class_names, ExampleLimits{});
+}
+
+// Writes the split's documents into `tmp`'s shards and profile; returns the manifest's split.
+ManifestSplit write_text_folders(const std::string& dir, const std::string& split_name, const ManifestSplit& split,
+                                 const fs::path& tmp) {
+  std::unique_ptr<Archive> folder;
+  const ClassFolders folders = list_folders(dir, split, &folder);
+  ShardWriter writer(tmp.string(), split_name, text_shard_layout());
+  const ExampleSummary summary = stream_text_folders(*folder, split.folders, folders, TextFolderOptions{}, writer);
+  ManifestSplit out;
+  out.format = ManifestSplit::Format::kText;
+  for (const ShardInfo& s : writer.finish()) out.shards.push_back(s.file);
+  out.profile = split_name + "-text.json";
+  std::ofstream profile(tmp / out.profile, std::ios::binary | std::ios::trunc);
+  profile << text_profile_to_json(*summary.text) << "\n";
+  profile.flush();
+  if (!profile) throw fs::filesystem_error("cannot write the profile", tmp / out.profile, std::make_error_code(std::errc::io_error));
+  return out;
 }
 
 }  // namespace
+
+ManifestSplit ConvertedSplit::as_split_of(const std::string& dataset_dir) const {
+  const fs::path rel = fs::relative(dir, dataset_dir);
+  ManifestSplit s;
+  s.format = text() ? ManifestSplit::Format::kText : ManifestSplit::Format::kShards;
+  for (const std::string& f : shards) s.shards.push_back((rel / f).string());
+  s.shape = shape;
+  s.dtype = dtype;
+  if (text()) s.profile = (rel / profile).string();
+  return s;
+}
+
+bool holds_text_folders(const std::string& dir, const ManifestSplit& split) {
+  if (split.format != ManifestSplit::Format::kFolders) return false;
+  try {
+    std::unique_ptr<Archive> folder;
+    return holds_text_files(list_folders(dir, split, &folder));
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 bool converts_to_shards(const ManifestSplit& split) {
   switch (split.format) {
@@ -96,19 +150,22 @@ std::optional<ConvertedSplit> converted_split(const std::string& dir, const std:
     }
   } cleanup{tmp};
 
-  ShardSink sink(tmp.string(), split_name);
-  ExampleSummary summary;
+  DatasetManifest m;
+  ManifestSplit& out = m.splits["train"];
   try {
-    summary = stream_manifest_split(dir, split, ExampleLimits{}, sink, nullptr);
+    if (holds_text_folders(dir, split)) {
+      out = write_text_folders(dir, split_name, split, tmp);
+    } else {
+      ShardSink sink(tmp.string(), split_name);
+      const ExampleSummary summary = stream_manifest_split(dir, split, ExampleLimits{}, sink, nullptr);
+      out.format = ManifestSplit::Format::kShards;
+      for (const ShardInfo& s : sink.finish(summary.target_width)) out.shards.push_back(s.file);
+      out.shape = summary.shape;
+      out.dtype = summary.dtype;
+    }
   } catch (const std::filesystem::filesystem_error&) {
     return std::nullopt;  // e.g. no room: the caller loads the split into memory
   }
-  DatasetManifest m;
-  ManifestSplit& out = m.splits["train"];
-  out.format = ManifestSplit::Format::kShards;
-  for (const ShardInfo& s : sink.finish(summary.target_width)) out.shards.push_back(s.file);
-  out.shape = summary.shape;
-  out.dtype = summary.dtype;
   write_manifest(tmp.string(), m);
 
   if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {

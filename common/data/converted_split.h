@@ -1,7 +1,9 @@
 // A dropped-in dataset directory's split of arrays (IDX, NPY, NPZ, class folders of images),
 // converted once into the dataset store's shards beside its files, so that loading it holds its
 // labels only (stored_examples.h) and workers read its examples themselves, as for an upload
-// (docs/DESIGN-NOTES.md "Dropped-in splits as shards").
+// (docs/DESIGN-NOTES.md "Dropped-in splits as shards"). Class folders of text files
+// (text_folders.h) convert into shards of documents and their profile, as an upload of them is
+// stored.
 //
 // The shards live in `<dir>/.pstrain-shards/<split>-<key>/`, `key` a SHA-256 prefix of the
 // split's manifest entry and of every source file's path, size and mtime: a changed file or
@@ -25,10 +27,20 @@ struct ConvertedSplit {
   std::vector<std::string> shards;  // file names in `dir`, in order
   std::vector<uint32_t> shape;
   Dtype dtype = Dtype::kUint8;
+  std::string profile;  // documents (text folders): the profile's file name in `dir`; empty: arrays
+
+  bool text() const { return !profile.empty(); }
+  // As a split of the dataset directory it was converted from (its files' names relative to it):
+  // kShards, or kText for documents.
+  ManifestSplit as_split_of(const std::string& dataset_dir) const;
 };
 
-// Whether `split` is converted (arrays or image folders; not a table, text or shards already).
+// Whether `split` is converted (arrays or class folders; not a table, text or shards already).
 bool converts_to_shards(const ManifestSplit& split);
+
+// Whether `split` (of dataset directory `dir`) is class folders of text files (holds_text_files),
+// not of images. False when the folder cannot be listed (reading the split then says why).
+bool holds_text_folders(const std::string& dir, const ManifestSplit& split);
 
 // The shards of split `split_name` of dataset directory `dir` (converting it first unless done):
 // nullopt when the directory cannot take them (read-only, full), and the caller loads the split

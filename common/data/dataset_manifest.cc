@@ -452,7 +452,9 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
     throw DataError("dataset '" + name + "' has no " + split_name + " split (POST /v1/datasets/" + name +
                     "/split makes one from its train split)");
   }
-  if (it->second.format == ManifestSplit::Format::kText) throw DataError(text_not_trainable(name));
+  if (it->second.format == ManifestSplit::Format::kText || holds_text_folders(dir, it->second)) {
+    throw DataError(text_not_trainable(name));
+  }
   // The class count: the manifest's, else the largest label + 1 over the class names.
   auto classes_of = [&](uint32_t split_classes) {
     uint32_t classes = num_classes;

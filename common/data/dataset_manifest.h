@@ -23,6 +23,8 @@
 //                                               a folder of class folders of PNG and JPEG images
 //     (image_folders.h; image_size and color_mode optional, as an upload's), decoded whenever the
 //     split is read: the classes are "class_names" when given, else the train split's folders
+//     (class folders whose files are all *.txt hold documents instead: text_folders.h; they are
+//     converted into a {"text": ...} split's files, converted_split.h)
 //   {"shards": ["train-00000.shard", ...], "shape": [28, 28, 1], "dtype": "uint8"}
 //                                               the dataset store's shard files (shard_file.h),
 //     optionally with "table" as for an .npy pair, and "text_columns": [{"column": "review",

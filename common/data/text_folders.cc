@@ -87,6 +87,29 @@ TextColumnsSplit split_text_columns(const std::string& dir,
   return out;
 }
 
+std::array<TextProfile, 2> split_text_documents(const std::string& dir, const std::vector<std::string>& files,
+                                                const std::vector<bool>& to_second, ShardWriter& first, ShardWriter& second) {
+  TextProfiler profilers[2];
+  std::vector<uint8_t> document;
+  uint64_t at = 0;
+  for (const std::string& file : files) {
+    const ShardFile shard(dir + "/" + file);
+    if (!(shard.layout() == text_shard_layout())) throw DataError(shard.path() + ": not a shard of text documents with class labels");
+    shard.verify();
+    for (uint64_t i = 0; i < shard.examples(); ++i, ++at) {
+      if (at >= to_second.size()) throw DataError(shard.path() + ": more documents than the split was planned for");
+      const int side = to_second[at] ? 1 : 0;
+      shard.read(i, document);
+      (side == 1 ? second : first).add(document.data(), document.size(), shard.label(i));
+      profilers[side].add(std::string_view(reinterpret_cast<const char*>(document.data()), document.size()));
+    }
+  }
+  if (at != to_second.size()) {
+    throw DataError(dir + ": " + std::to_string(at) + " documents, but the split was planned for " + std::to_string(to_second.size()));
+  }
+  return {profilers[0].finish(), profilers[1].finish()};
+}
+
 ShardLayout text_shard_layout() {
   ShardLayout layout;
   layout.variable = true;

@@ -7,6 +7,7 @@
 // Thread rules: pure functions of their arguments (the writer is the caller's).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -63,6 +64,13 @@ struct TextColumnsSplit {
 TextColumnsSplit split_text_columns(const std::string& dir,
                                     const std::vector<std::pair<std::string, std::vector<std::string>>>& columns,
                                     const std::vector<bool>& to_second, TextColumnWriter& first, TextColumnWriter& second);
+
+// A text split's documents (the shards `files` of `dir`, text_shard_layout) split one by one
+// (POST /v1/datasets/{name}/split): document i goes to `second` when to_second[i], else to
+// `first`, with its label, in order; each side profiled ([0]: first's, [1]: second's). Throws
+// DataError naming the shard when the shards and to_second differ in length.
+std::array<TextProfile, 2> split_text_documents(const std::string& dir, const std::vector<std::string>& files,
+                                                const std::vector<bool>& to_second, ShardWriter& first, ShardWriter& second);
 
 // Why a job cannot train on text dataset `dataset` yet (the same words at submit and at load).
 std::string text_not_trainable(const std::string& dataset);

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/data/converted_split.h"
 #include "common/data/dataset_manifest.h"
 #include "common/base/error.h"
 #include "common/base/json_text.h"
@@ -316,7 +317,15 @@ std::optional<DatasetRecord> DatasetCatalog::index_directory_at(const std::strin
     std::vector<std::pair<std::string, ManifestSplit>> order(m.splits.begin(), m.splits.end());
     std::stable_partition(order.begin(), order.end(), [](const auto& s) { return s.first == "train"; });
     std::optional<TableSchema> train_table;
-    for (const auto& [split, files] : order) {
+    for (auto& [split, files] : order) {
+      if (holds_text_folders(dir.string(), files)) {  // documents, read from their conversion
+        const std::optional<ConvertedSplit> converted = converted_split(dir.string(), split, files);
+        if (!converted) {
+          throw DataError(dir.string() + ": the " + split + " split's text files could not be stored as documents in " +
+                          (dir / ".pstrain-shards").string() + " (a directory this process can write is needed)");
+        }
+        files = converted->as_split_of(dir.string());
+      }
       CountingSink sink;
       const ExampleSummary summary = stream_manifest_split(dir.string(), files, options_.limits, sink,
                                                            train_table ? &*train_table : nullptr);

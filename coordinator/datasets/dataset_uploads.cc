@@ -9,6 +9,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -17,9 +18,11 @@
 #include <random>
 
 #include "common/data/archive.h"
+#include "common/data/converted_split.h"
 #include "common/data/dataset_manifest.h"
 #include "common/data/image_folders.h"
 #include "common/data/text_folders.h"
+#include "common/data/text_profile.h"
 #include "common/base/error.h"
 #include "common/base/json_text.h"
 #include "common/base/log.h"
@@ -403,6 +406,57 @@ void DatasetCatalog::split(const std::string& name, double test_fraction, uint64
   });
 }
 
+namespace {
+// Pass 2 of an array (or table) split: every example to its side's shards in `work`, a table's
+// columns profiled per side and its text columns split the same way; `sides` get the splits.
+void split_arrays(const fs::path& dir, const ManifestSplit& train, const std::optional<TableSchema>& table, size_t width,
+                  const std::vector<bool>& to_test, const fs::path& work, const std::string& stamp,
+                  const DatasetCatalog::Options& options, ManifestSplit sides[2]) {
+  ShardSink train_writer(work.string(), "train-" + stamp, options.shards),
+      test_writer(work.string(), "test-" + stamp, options.shards);
+  const TableSchema no_table;
+  ProfilingSink train_side(train_writer, table ? *table : no_table), test_side(test_writer, table ? *table : no_table);
+  RoutingSink router(to_test, table ? static_cast<ExampleSink&>(train_side) : train_writer,
+                     table ? static_cast<ExampleSink&>(test_side) : test_writer);
+  if (width > 0) router.set_target_width(width);
+  const ExampleSummary read = stream_manifest_split(dir.string(), train, options.limits, router);
+  const std::vector<ShardInfo> train_shards = train_writer.finish(static_cast<uint32_t>(width));
+  const std::vector<ShardInfo> test_shards = test_writer.finish(static_cast<uint32_t>(width));
+  std::string table_names[2];
+  std::optional<TextColumnsSplit> texts;  // a table's text columns, split the same way
+  if (table) {
+    TableSchema sides[2] = {train_side.finish(), test_side.finish()};
+    if (!train.text_columns.empty()) {
+      TextColumnWriter train_texts(work.string(), "train-" + stamp, options.shards), test_texts(work.string(), "test-" + stamp, options.shards);
+      texts = split_text_columns(dir.string(), train.text_columns, to_test, train_texts, test_texts);
+      for (int side = 0; side < 2; ++side) {
+        size_t k = 0;
+        for (TableColumn& c : sides[side].columns) {
+          if (c.type == ColumnType::kText && k < texts->profiles[side].size()) c.profile = texts->profiles[side][k++];
+        }
+      }
+    }
+    table_names[0] = "train-table-" + stamp + ".json";
+    table_names[1] = "test-table-" + stamp + ".json";
+    write_text_file((work / table_names[0]).string(), table_to_json(sides[0]) + "\n");
+    write_text_file((work / table_names[1]).string(), table_to_json(sides[1]) + "\n");
+  }
+
+  sides[0] = shards_split(train_shards, read, table_names[0]);
+  sides[1] = shards_split(test_shards, read, table_names[1]);
+  if (texts) {
+    for (int side = 0; side < 2; ++side) {
+      for (size_t k = 0; k < train.text_columns.size(); ++k) {
+        std::vector<std::string> files;
+        for (const ShardInfo& shard : texts->shards[side][k]) files.push_back(shard.file);
+        sides[side].text_columns.emplace_back(train.text_columns[k].first, std::move(files));
+      }
+    }
+  }
+}
+
+}  // namespace
+
 DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, double test_fraction, uint64_t seed) {
   SplitResult result;
   const std::optional<DatasetRecord> r = get(name);
@@ -412,12 +466,6 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   }
   if (r->source == "builtin") {
     result.error = service_error(409, "dataset-builtin", "'" + name + "' is a built-in dataset and already has its test split");
-    return result;
-  }
-  if (r->text()) {
-    result.error = service_error(422, "dataset-text-split",
-                                 "dataset '" + name + "' holds text documents, which cannot be split here yet; upload its test "
-                                 "split as its own archive of class folders");
     return result;
   }
   if (!r->usable()) {
@@ -431,7 +479,15 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
   }
   const fs::path dir = dataset_dir(name);
   DatasetManifest manifest = read_manifest(dir.string());
-  const ManifestSplit train = manifest.splits.at("train");
+  ManifestSplit train = manifest.splits.at("train");
+  if (holds_text_folders(dir.string(), train)) {  // dropped-in documents: split their conversion
+    const std::optional<ConvertedSplit> converted = converted_split(dir.string(), "train", train);
+    if (!converted) {
+      result.error = service_error(409, "dataset-unusable", "dataset '" + name + "': its text files could not be stored as documents");
+      return result;
+    }
+    train = converted->as_split_of(dir.string());
+  }
 
   // A table's schema stays; each side gets its own profile.
   std::optional<TableSchema> table;
@@ -476,34 +532,17 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
     }
   } cleanup{work};
   const std::string stamp = std::to_string(now_ms());
-  ShardSink train_writer(work.string(), "train-" + stamp, options_.shards),
-      test_writer(work.string(), "test-" + stamp, options_.shards);
-  const TableSchema no_table;
-  ProfilingSink train_side(train_writer, table ? *table : no_table), test_side(test_writer, table ? *table : no_table);
-  RoutingSink router(to_test, table ? static_cast<ExampleSink&>(train_side) : train_writer,
-                     table ? static_cast<ExampleSink&>(test_side) : test_writer);
-  if (width > 0) router.set_target_width(width);
-  const ExampleSummary read = stream_manifest_split(dir.string(), train, options_.limits, router);
-  const std::vector<ShardInfo> train_shards = train_writer.finish(static_cast<uint32_t>(width));
-  const std::vector<ShardInfo> test_shards = test_writer.finish(static_cast<uint32_t>(width));
-  std::string table_names[2];
-  std::optional<TextColumnsSplit> texts;  // a table's text columns, split the same way
-  if (table) {
-    TableSchema sides[2] = {train_side.finish(), test_side.finish()};
-    if (!train.text_columns.empty()) {
-      TextColumnWriter train_texts(work.string(), "train-" + stamp, options_.shards), test_texts(work.string(), "test-" + stamp, options_.shards);
-      texts = split_text_columns(dir.string(), train.text_columns, to_test, train_texts, test_texts);
-      for (int side = 0; side < 2; ++side) {
-        size_t k = 0;
-        for (TableColumn& c : sides[side].columns) {
-          if (c.type == ColumnType::kText && k < texts->profiles[side].size()) c.profile = texts->profiles[side][k++];
-        }
-      }
-    }
-    table_names[0] = "train-table-" + stamp + ".json";
-    table_names[1] = "test-table-" + stamp + ".json";
-    write_text_file((work / table_names[0]).string(), table_to_json(sides[0]) + "\n");
-    write_text_file((work / table_names[1]).string(), table_to_json(sides[1]) + "\n");
+  ManifestSplit sides[2];  // the new train and test splits, their files in `work`
+  if (train.format == ManifestSplit::Format::kText) {
+    ShardWriter train_docs(work.string(), "train-" + stamp, text_shard_layout(), options_.shards),
+        test_docs(work.string(), "test-" + stamp, text_shard_layout(), options_.shards);
+    const std::array<TextProfile, 2> profiles = split_text_documents(dir.string(), train.shards, to_test, train_docs, test_docs);
+    const std::string names[2] = {"train-text-" + stamp + ".json", "test-text-" + stamp + ".json"};
+    for (int side = 0; side < 2; ++side) write_text_file((work / names[side]).string(), text_profile_to_json(profiles[side]) + "\n");
+    sides[0] = text_split(train_docs.finish(), names[0]);
+    sides[1] = text_split(test_docs.finish(), names[1]);
+  } else {
+    split_arrays(dir, train, table, width, to_test, work, stamp, options_, sides);
   }
 
   MutexLock use(use_mutex_);
@@ -515,18 +554,8 @@ DatasetCatalog::SplitResult DatasetCatalog::split_now(const std::string& name, d
     return result;
   }
   const std::vector<std::string> old_files = train.files();
-  manifest.splits["train"] = shards_split(train_shards, read, table_names[0]);
-  manifest.splits["test"] = shards_split(test_shards, read, table_names[1]);
-  if (texts) {
-    for (int side = 0; side < 2; ++side) {
-      ManifestSplit& m = manifest.splits[side == 0 ? "train" : "test"];
-      for (size_t k = 0; k < train.text_columns.size(); ++k) {
-        std::vector<std::string> files;
-        for (const ShardInfo& shard : texts->shards[side][k]) files.push_back(shard.file);
-        m.text_columns.emplace_back(train.text_columns[k].first, std::move(files));
-      }
-    }
-  }
+  manifest.splits["train"] = sides[0];
+  manifest.splits["test"] = sides[1];
   for (const char* side : {"train", "test"}) {
     for (const auto& n : manifest.splits[side].files()) fs::rename(work / n, dir / n);
   }

@@ -2,12 +2,15 @@
 // (test) of class folders of .txt files upload as documents, listed with dtype "string" and a
 // profile computed by hand here (documents, tokens per document, top tokens) that survives a
 // coordinator restart; a job on them is a 422 saying why; a file that is not UTF-8 is a 422
-// naming the file and line, and stores nothing.
+// naming the file and line, and stores nothing. The same folders dropped into the data directory
+// are converted once into documents and listed with the same profile.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/image_files.h"
@@ -102,8 +105,23 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
            "application/json");
   check_problem(r, 422, "a job on a text dataset", "/dataset/name");
   CHECK(r.body.find("holds text documents") != std::string::npos);
-  check_problem(call(port, http::verb::post, "/v1/datasets/reviews/split", R"({"test_fraction": 0.2})", "application/json"), 422,
-                "splitting text", "");
+  // Documents split per class at random (seeded), each side profiled on its own documents.
+  r = put(port, "/v1/datasets/docs/train", archive_of(reviews(20, ""), true), "application/zip");
+  REQUIRE(r.status == 201);
+  r = call(port, http::verb::post, "/v1/datasets/docs/split", R"({"test_fraction": 0.25, "seed": 5})", "application/json");
+  INFO("split docs -> " << r.describe());
+  REQUIRE(r.status == 200);
+  {
+    const json::object splits = obj(object_of(get(port, "/v1/datasets/docs")).at("splits"));
+    CHECK(json::serialize(obj(splits.at("train")).at("class_counts")) == "[15,15]");
+    CHECK(json::serialize(obj(splits.at("test")).at("class_counts")) == "[5,5]");
+    CHECK(num(obj(obj(splits.at("train")).at("text")), "documents") == 30);
+    CHECK(num(obj(obj(splits.at("test")).at("text")), "tokens") == 50);
+    // The pos documents are all alike: each side's "good" count is 3 per pos document.
+    CHECK(json::serialize(obj(obj(splits.at("test")).at("text")).at("top_tokens")).rfind(R"([["good",15],["bad",10],["film",10])", 0) == 0);
+  }
+  check_problem(call(port, http::verb::post, "/v1/datasets/docs/split", R"({"test_fraction": 0.2})", "application/json"), 409,
+                "splitting twice", "");
 
   // Not UTF-8 (Latin-1 'é' on line 2): a 422 naming the file and line; nothing stored.
   testing::ArchiveFiles latin = reviews(2, "");
@@ -177,4 +195,71 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
       "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})",
            "application/json");
   check_problem(r, 422, "preprocessing a text column", "/preprocessing/columns/review");
+}
+
+TEST_CASE("text datasets - a dropped-in folder of class folders of .txt files is listed and profiled as an upload of them is") {
+  testing::TempDir data;
+  std::string dir = data.path() + "/notes";
+  const auto write_files = [&](const std::string& root, int per_class) {
+    for (const auto& [path, bytes] : reviews(per_class, root + "/")) {
+      std::filesystem::create_directories(std::filesystem::path(dir + "/" + path).parent_path());
+      std::ofstream(dir + "/" + path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                               static_cast<std::streamsize>(bytes.size()));
+    }
+  };
+  write_files("train", 12);
+  write_files("test", 4);
+  std::ofstream(dir + "/dataset.json") << R"({"train": {"folders": "train"}, "test": {"folders": "test"}})";
+  const std::string notes_dir = dir;
+  dir = data.path() + "/memos";
+  write_files("docs", 6);
+  std::ofstream(dir + "/dataset.json") << R"({"train": {"folders": "docs"}})";
+  dir = notes_dir;
+  testing::Cluster cluster({.coordinator_flags = {"--data-dir", data.path()}});
+  int port = cluster.http_port();
+  const auto check_record = [&] {
+    json::object record;
+    for (int i = 0; i < 100; ++i) {
+      record = object_of(get(port, "/v1/datasets/notes"));
+      if (str(record, "state") == "ready") break;
+      std::this_thread::sleep_for(100ms);
+    }
+    INFO(json::serialize(record));
+    CHECK(str(record, "dtype") == "string");
+    CHECK(json::serialize(record.at("class_names")) == R"(["neg","pos"])");
+    const json::object splits = obj(record.at("splits"));
+    CHECK(json::serialize(obj(splits.at("train")).at("class_counts")) == "[12,12]");
+    const json::object text = obj(obj(splits.at("train")).at("text"));
+    CHECK(num(text, "documents") == 24);
+    CHECK(num(text, "tokens") == 120);
+    CHECK(json::serialize(text.at("top_tokens")).rfind(R"([["good",36],["bad",24],["film",24],["number",12])", 0) == 0);
+    CHECK(num(obj(obj(splits.at("test")).at("text")), "documents") == 8);
+  };
+  check_record();
+  // Converted once into documents' shards beside the files, reused after a restart.
+  std::vector<std::string> conversions;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/.pstrain-shards")) conversions.push_back(e.path().filename().string());
+  std::sort(conversions.begin(), conversions.end());
+  REQUIRE(conversions.size() == 2);
+  CHECK(conversions[0].rfind("test-", 0) == 0);
+  CHECK(conversions[1].rfind("train-", 0) == 0);
+  const auto stamp = std::filesystem::last_write_time(dir + "/.pstrain-shards/" + conversions[1] + "/dataset.json");
+  Reply r = call(port, http::verb::post, "/v1/jobs", R"({"dataset": {"name": "notes"},
+      "model": {"input_shape": [4], "layers": [{"type": "dense", "units": 2}]},
+      "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})",
+                 "application/json");
+  check_problem(r, 422, "a job on dropped-in text", "/dataset/name");
+  CHECK(r.body.find("holds text documents") != std::string::npos);
+  // A dropped-in text dataset without a test split splits like an upload.
+  Reply split = call(port, http::verb::post, "/v1/datasets/memos/split", R"({"test_fraction": 0.5, "seed": 2})", "application/json");
+  INFO("split memos -> " << split.describe());
+  REQUIRE(split.status == 200);
+  const json::object memos = obj(object_of(get(port, "/v1/datasets/memos")).at("splits"));
+  CHECK(json::serialize(obj(memos.at("train")).at("class_counts")) == "[3,3]");
+  CHECK(json::serialize(obj(memos.at("test")).at("class_counts")) == "[3,3]");
+  CHECK(num(obj(obj(memos.at("test")).at("text")), "documents") == 6);
+  cluster.restart_coordinator(true);
+  port = cluster.http_port();
+  check_record();
+  CHECK(std::filesystem::last_write_time(dir + "/.pstrain-shards/" + conversions[1] + "/dataset.json") == stamp);
 }

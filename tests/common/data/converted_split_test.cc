@@ -13,6 +13,7 @@
 
 #include "common/base/error.h"
 #include "common/data/dataset.h"
+#include "common/data/dataset_manifest.h"
 #include "tests/integration/test_encodings.h"
 #include "tests/test_support.h"
 
@@ -112,6 +113,43 @@ TEST_CASE("converted split - a folder split whose folder is missing is an error 
   } catch (const DataError& e) {
     CHECK(std::string(e.what()).find("nowhere") != std::string::npos);
   }
+}
+
+TEST_CASE("converted split - class folders of text files convert into documents and their profile, not images") {
+  testing::TempDir data;
+  const std::string dir = data.path() + "/notes";
+  for (const char* cls : {"ham", "spam"}) {
+    fs::create_directories(dir + "/train/" + cls);
+    for (int i = 0; i < 3; ++i) std::ofstream(dir + "/train/" + cls + "/" + std::to_string(i) + ".TXT") << cls << " note " << i;
+  }
+  std::ofstream(dir + "/dataset.json") << R"({"train": {"folders": "train"}})";
+  const DatasetManifest m = read_manifest(dir);
+  const ManifestSplit& train = m.splits.at("train");
+  CHECK(holds_text_folders(dir, train));
+  const std::optional<ConvertedSplit> c = converted_split(dir, "train", train);
+  REQUIRE(c);
+  CHECK(c->text());
+  const ManifestSplit docs = c->as_split_of(dir);
+  CHECK(docs.format == ManifestSplit::Format::kText);
+  REQUIRE(docs.shards.size() == 1);
+  CHECK(docs.shards[0].rfind(".pstrain-shards/train-", 0) == 0);
+  struct Labels final : ExampleSink {
+    void begin(const std::vector<uint32_t>&, ParsedExamples::Dtype) override {}
+    void examples(const uint8_t*, size_t) override {}
+    void labels(const int32_t* l, size_t n) override { seen.insert(seen.end(), l, l + n); }
+    std::vector<int32_t> seen;
+  } labels;
+  const ExampleSummary summary = stream_manifest_split(dir, docs, ExampleLimits{}, labels);
+  CHECK(labels.seen == std::vector<int32_t>{0, 0, 0, 1, 1, 1});
+  CHECK(summary.examples == 6);
+  REQUIRE(summary.text);
+  CHECK(summary.text->documents == 6);
+  CHECK(summary.text->tokens == 18);
+  CHECK(summary.class_counts == std::vector<uint64_t>{3, 3});
+  CHECK_THROWS_WITH_AS(load_directory_split(dir, "notes", SplitKind::kTrain), doctest::Contains("holds text documents"), DataError);
+  // A folder with an image among the text files is read as images (and that image is named).
+  std::ofstream(dir + "/train/ham/photo.png") << "png?";
+  CHECK_FALSE(holds_text_folders(dir, train));
 }
 
 TEST_CASE("converted split - which formats convert") {
