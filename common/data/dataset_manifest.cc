@@ -228,6 +228,42 @@ TableSchema read_split_table(const std::string& path, const ExampleSummary& summ
   return table;
 }
 
+// A shards split's text columns as its manifest names them against its table: the same columns
+// in the same order, each's shards text documents without labels, one per row. Headers only (a
+// column's documents are verified whole when they are read: splitting, profiling).
+void check_text_columns(const std::string& dir, const ManifestSplit& split, const TableSchema* table, uint64_t rows) {
+  std::vector<std::string> want;
+  if (table != nullptr) {
+    for (const TableColumn* c : table->text_columns()) want.push_back(c->name);
+  }
+  std::vector<std::string> have;
+  for (const auto& [column, _] : split.text_columns) have.push_back(column);
+  const std::string manifest = (std::filesystem::path(dir) / kManifestFile).string();
+  if (have != want) {
+    const auto list = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (const std::string& n : v) out += (out.empty() ? "" : ", ") + n;
+      return "[" + out + "]";
+    };
+    throw DataError(manifest + ": text_columns " + list(have) + " do not match the table's text columns " + list(want) +
+                    (table == nullptr ? " (the split has no table)" : " (" + split.table + ")"));
+  }
+  ShardLayout documents = text_shard_layout();
+  documents.labels = LabelKind::kNone;
+  for (const auto& [column, files] : split.text_columns) {
+    uint64_t cells = 0;
+    for (const std::string& f : files) {
+      const ShardFile shard((std::filesystem::path(dir) / f).string());
+      if (!(shard.layout() == documents)) throw DataError(shard.path() + ": not a shard of text cells (column '" + column + "')");
+      cells += shard.examples();
+    }
+    if (cells != rows) {
+      throw DataError(manifest + ": text column '" + column + "' has " + std::to_string(cells) + " cells for " +
+                      std::to_string(rows) + " rows");
+    }
+  }
+}
+
 }  // namespace
 
 bool is_valid_dataset_name(const std::string& name) {
@@ -396,6 +432,7 @@ ExampleSummary stream_manifest_split(const std::string& dir, const ManifestSplit
     case ManifestSplit::Format::kShards: {
       ExampleSummary summary = stream_shards(dir, split.shards, split.shape, split.dtype, limits, sink);
       if (!split.table.empty()) summary.table = read_split_table(at(split.table), summary);
+      check_text_columns(dir, split, summary.table ? &*summary.table : nullptr, summary.examples);
       return summary;
     }
     case ManifestSplit::Format::kText: return stream_text_shards(dir, split.shards, split.profile, limits, sink);

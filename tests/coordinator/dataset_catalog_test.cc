@@ -210,3 +210,46 @@ TEST_CASE("DatasetCatalog splits a regression dataset at random, seeded, keeping
   // The same seed, the same split.
   CHECK(sides[0] == sides[1]);
 }
+
+TEST_CASE("DatasetCatalog refuses a dropped-in table whose text_columns do not match its table, naming the column") {
+  testing::TempDir dir;
+  const std::string uploads = dir.file("uploads"), data = dir.file("data");
+  fs::create_directories(uploads);
+  fs::create_directories(data);
+  const std::unique_ptr<KvStore> kv = KvStore::in_memory();
+  {
+    DatasetCatalog catalog({data, uploads, 1 << 20, {}}, *kv, [](const std::string&) { return std::vector<std::string>{}; });
+    catalog.wait_idle();
+    std::string csv = "stars,review,label\n";
+    for (int i = 0; i < 12; ++i) csv += std::to_string(i % 5) + ",the soup was cold number " + std::to_string(i) + "," + std::to_string(i % 2) + "\n";
+    DatasetCatalog::Upload upload;
+    upload.name = "meals";
+    upload.split = "train";
+    upload.body_path = catalog.new_staging_path();
+    write(upload.body_path, csv);
+    const auto result = ingest(catalog, upload);
+    REQUIRE_MESSAGE(!result.error, result.error->detail);
+  }
+  const DatasetManifest stored = read_manifest(uploads + "/meals");
+  REQUIRE(stored.splits.at("train").text_columns.size() == 1);
+  // Copies dropped into the data directory, each with its manifest changed one way.
+  const auto drop = [&](const std::string& name, const std::function<void(ManifestSplit&)>& change) {
+    fs::copy(uploads + "/meals", data + "/" + name, fs::copy_options::recursive);
+    DatasetManifest m = stored;
+    change(m.splits.at("train"));
+    write_manifest(data + "/" + name, m);
+  };
+  drop("same", [](ManifestSplit&) {});
+  drop("unlisted", [](ManifestSplit& s) { s.text_columns.clear(); });
+  drop("renamed", [](ManifestSplit& s) { s.text_columns[0].first = "comment"; });
+  drop("short", [](ManifestSplit& s) { s.text_columns[0].second = {s.shards[0]}; });  // the rows' shard, not cells
+  drop("twice", [](ManifestSplit& s) { s.text_columns[0].second.push_back(s.text_columns[0].second[0]); });
+  DatasetCatalog catalog({data, uploads + "-other", 1 << 20, {}}, *kv, nullptr);
+  catalog.wait_idle();
+  CHECK(catalog.get("same")->usable());
+  const auto error_of = [&](const std::string& name) { return catalog.get(name)->error; };
+  CHECK(error_of("unlisted").find("text_columns [] do not match the table's text columns [review]") != std::string::npos);
+  CHECK(error_of("renamed").find("text_columns [comment] do not match the table's text columns [review]") != std::string::npos);
+  CHECK(error_of("short").find("not a shard of text cells (column 'review')") != std::string::npos);
+  CHECK(error_of("twice").find("text column 'review' has 24 cells for 12 rows") != std::string::npos);
+}
