@@ -507,11 +507,16 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
   const ManifestSplit& stored = it->second;
   std::optional<ConvertedSplit> converted;
   if (converts_to_shards(stored)) converted = converted_split(dir, split_name, stored);
-  if (converted || (stored.format == ManifestSplit::Format::kShards && stored.table.empty())) {
-    // Stored as shards (or converted into them): the labels are loaded, the examples stay on
-    // disk (stored_examples.h).
+  if (converted || stored.format == ManifestSplit::Format::kShards) {
+    // Stored as shards (or converted into them): the labels are loaded, the examples (a table's
+    // rows too) stay on disk (stored_examples.h).
     Split split = converted ? load_stored_split(converted->dir, converted->shards, converted->shape, converted->dtype, name, kind)
                             : load_stored_split(dir, stored.shards, stored.shape, stored.dtype, name, kind);
+    if (!converted && !stored.table.empty()) {
+      ExampleSummary shape;
+      shape.shape = stored.shape;
+      split.table = std::make_shared<const TableSchema>(read_split_table((std::filesystem::path(dir) / stored.table).string(), shape));
+    }
     if (!split.regression()) {
       split.num_classes = classes_of(split.num_classes);
       if (split.num_classes > kMaxClasses) {

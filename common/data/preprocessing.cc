@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "common/base/error.h"
+#include "common/data/preprocessing_steps.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -43,18 +44,7 @@ std::vector<std::string> FittedPreprocessing::feature_names() const {
   return names;
 }
 
-namespace {
-
-// A column's steps: the column's own, else its type's, else the built-in defaults.
-struct Resolved {
-  Scaling scale = Scaling::kNone;
-  Imputation impute = Imputation::kMostFrequent;
-  double fill_value = 0;
-  bool indicator = true;
-  uint32_t max_categories = kDefaultMaxCategories;
-  Encoding encode = Encoding::kOneHot;
-  bool drop = false;
-};
+namespace preprocessing_detail {
 
 Resolved resolve(const PreprocessingSpec& spec, const TableColumn& column) {
   Resolved r;
@@ -78,6 +68,13 @@ Resolved resolve(const PreprocessingSpec& spec, const TableColumn& column) {
   if (const auto it = spec.columns.find(column.name); it != spec.columns.end()) apply(it->second);
   return r;
 }
+
+}  // namespace preprocessing_detail
+
+namespace {
+
+using preprocessing_detail::Resolved;
+using preprocessing_detail::resolve;
 
 // The spec's steps for `column` must fit its type.
 void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
@@ -129,114 +126,7 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
   return width;
 }
 
-FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const TableSchema& schema,
-                                      const TableSchema& train_schema, std::span<const float> values, size_t rows) {
-  FittedPreprocessing fitted;
-  fitted.label = schema.label;
-  fitted.class_names = schema.class_names;
-  for (const TableColumn& c : schema.columns) {
-    if (c.type == ColumnType::kIgnored || c.type == ColumnType::kText) fitted.other_columns.push_back(c.name);
-  }
-  const std::vector<const TableColumn*> stored = schema.stored_columns();
-  const std::vector<const TableColumn*> train_stored = train_schema.stored_columns();
-  const size_t width = stored.size();
-  for (size_t k = 0; k < width; ++k) {
-    const TableColumn& column = *stored[k];
-    const Resolved r = resolve(spec, column);
-    FittedColumn f;
-    f.name = column.name;
-    f.type = column.type;
-    f.dropped = r.drop;
-    f.ids = column.type == ColumnType::kCategorical && r.encode == Encoding::kIds;
-    f.indicator = r.indicator && k < train_stored.size() && train_stored[k]->profile.missing > 0;
-    if (f.dropped) {
-      fitted.columns.push_back(std::move(f));
-      continue;
-    }
-    std::vector<double> present;
-    present.reserve(rows);
-    for (size_t i = 0; i < rows; ++i) {
-      const float v = values[i * width + k];
-      if (!std::isnan(v)) present.push_back(v);
-    }
-    if (column.type == ColumnType::kCategorical) {
-      // Counts by category name (this split's codes name them).
-      std::map<std::string, uint64_t> counts;
-      for (double v : present) ++counts[column.categories.at(static_cast<size_t>(v))];
-      std::vector<std::pair<std::string, uint64_t>> ranked(counts.begin(), counts.end());
-      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-      if (ranked.size() > r.max_categories) ranked.resize(r.max_categories);
-      for (const auto& [name, n] : ranked) f.categories.push_back(name);
-      std::sort(f.categories.begin(), f.categories.end());
-      f.fill_category = static_cast<uint32_t>(f.categories.size());  // other
-      if (r.impute == Imputation::kMostFrequent && !ranked.empty()) {
-        f.fill_category = static_cast<uint32_t>(
-            std::lower_bound(f.categories.begin(), f.categories.end(), ranked.front().first) - f.categories.begin());
-      }
-      fitted.columns.push_back(std::move(f));
-      continue;
-    }
-    // Numeric and boolean: the fill value, then the scaling of the filled values.
-    double fill = r.fill_value;
-    if (!present.empty()) {
-      switch (r.impute) {
-        case Imputation::kMean: {
-          double sum = 0;
-          for (double v : present) sum += v;
-          fill = sum / static_cast<double>(present.size());
-          break;
-        }
-        case Imputation::kMedian: {
-          std::vector<double> sorted = present;
-          std::sort(sorted.begin(), sorted.end());
-          const size_t n = sorted.size();
-          fill = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-          break;
-        }
-        case Imputation::kMostFrequent: {
-          std::map<double, uint64_t> counts;
-          for (double v : present) ++counts[v];
-          uint64_t best = 0;
-          for (const auto& [v, n] : counts) {
-            if (n > best) best = n, fill = v;  // ties: the smallest value
-          }
-          break;
-        }
-        case Imputation::kConstant: break;
-      }
-    }
-    f.fill = static_cast<float>(fill);
-    const Scaling scale = r.scale;
-    if (scale != Scaling::kNone) {
-      // Over the training values as the model sees them: the present ones and the fills.
-      std::vector<double> filled = present;
-      filled.resize(rows, static_cast<double>(f.fill));
-      if (scale == Scaling::kStandardize) {
-        double sum = 0;
-        for (double v : filled) sum += v;
-        const double mean = filled.empty() ? 0 : sum / static_cast<double>(filled.size());
-        double sq = 0;
-        for (double v : filled) sq += (v - mean) * (v - mean);
-        const double std = filled.empty() ? 0 : std::sqrt(sq / static_cast<double>(filled.size()));
-        f.offset = static_cast<float>(mean);
-        f.scale = std > 0 ? static_cast<float>(1.0 / std) : 1.0f;
-      } else {
-        const auto [lo, hi] = std::minmax_element(filled.begin(), filled.end());
-        const double min = filled.empty() ? 0 : *lo, max = filled.empty() ? 0 : *hi;
-        f.offset = static_cast<float>(min);
-        f.scale = max > min ? static_cast<float>(1.0 / (max - min)) : 1.0f;
-      }
-    }
-    fitted.columns.push_back(std::move(f));
-  }
-  return fitted;
-}
-
-namespace {
-
-// For each stored column of `schema`, its codes' one-hot slots under `fitted` (categories.size():
-// other); empty for other columns.
-std::vector<std::vector<uint32_t>> slots_of(const FittedPreprocessing& fitted, const TableSchema& schema) {
+std::vector<std::vector<uint32_t>> category_slots(const FittedPreprocessing& fitted, const TableSchema& schema) {
   const std::vector<const TableColumn*> stored = schema.stored_columns();
   if (stored.size() != fitted.columns.size()) {
     throw DataError("the table has " + std::to_string(stored.size()) + " stored columns, the preprocessing " +
@@ -254,6 +144,8 @@ std::vector<std::vector<uint32_t>> slots_of(const FittedPreprocessing& fitted, c
   }
   return slots;
 }
+
+namespace {
 
 // One column's features from its stored value (NaN: missing); `slot` maps a category code.
 float* apply_column(const FittedColumn& f, float v, const std::vector<uint32_t>* slot, float* out) {
@@ -284,7 +176,11 @@ float* apply_column(const FittedColumn& f, float v, const std::vector<uint32_t>*
 
 void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& schema, std::span<const float> values,
                          size_t rows, float* out) {
-  const std::vector<std::vector<uint32_t>> slots = slots_of(fitted, schema);
+  apply_preprocessing(fitted, category_slots(fitted, schema), values, rows, out);
+}
+
+void apply_preprocessing(const FittedPreprocessing& fitted, const std::vector<std::vector<uint32_t>>& slots,
+                         std::span<const float> values, size_t rows, float* out) {
   const size_t width = fitted.columns.size();
   for (size_t i = 0; i < rows; ++i) {
     for (size_t k = 0; k < width; ++k) out = apply_column(fitted.columns[k], values[i * width + k], &slots[k], out);

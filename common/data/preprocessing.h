@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -104,9 +105,21 @@ boost::json::object preprocessing_to_object(const PreprocessingSpec& spec);
 // returns the features a fitted preprocessing gives. Throws SpecError naming the field.
 uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& train);
 
-// Fits on the examples of a stored split (`values`: rows x stored columns, row-major, the codes
-// of `schema`'s categories) that a job trains on. `train_schema` is the dataset's train split's
-// (its missing counts decide the default indicators, as preprocessed_width does).
+// One pass over a table's stored rows in example order: calls its argument with consecutive
+// chunks (`values`: rows x stored columns, row-major, the codes of the schema's categories).
+using RowChunk = std::function<void(std::span<const float> values, size_t rows)>;
+using RowPass = std::function<void(const RowChunk&)>;
+
+// Fits on the examples of a stored split that a job trains on, streaming: `rows` is run once to
+// three times (a second pass for median imputation, a third for standardization), holding a few
+// numbers per column, category counts, 768 KiB per median-imputed column and, for a numeric
+// column imputed most_frequent, a count per distinct value. The result is a pure function of the
+// values in example order (sums in double in that order, the fills after the present values, an
+// exact median). `train_schema` is the dataset's train split's (its missing counts decide the
+// default indicators, as preprocessed_width does).
+FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const TableSchema& schema,
+                                      const TableSchema& train_schema, const RowPass& rows);
+// The same over rows in memory.
 FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const TableSchema& schema,
                                       const TableSchema& train_schema, std::span<const float> values, size_t rows);
 
@@ -114,6 +127,13 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
 // dataset): `out` gets rows x width() floats, row-major.
 void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& schema, std::span<const float> values,
                          size_t rows, float* out);
+
+// The same with `schema`'s category codes mapped once (category_slots: for each stored column,
+// each code's one-hot slot, categories.size() for other; empty for other columns), for a reader
+// that applies the steps batch after batch.
+std::vector<std::vector<uint32_t>> category_slots(const FittedPreprocessing& fitted, const TableSchema& schema);
+void apply_preprocessing(const FittedPreprocessing& fitted, const std::vector<std::vector<uint32_t>>& slots,
+                         std::span<const float> values, size_t rows, float* out);
 
 // Applies them to one record by field name (`:predict`): numbers (or numeric text) for numeric
 // columns, text or numbers for categorical ones (an unseen one is "other"), true/false/yes/no or

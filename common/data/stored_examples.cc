@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 
@@ -28,19 +29,56 @@ StoredExamples::StoredExamples(const std::string& dir, const std::vector<std::st
   example_bytes_ = shared_->reader.layout().example_bytes;
 }
 
+struct StoredExamples::Preprocessed {
+  std::shared_ptr<const StoredExamples> raw;
+  std::shared_ptr<const FittedPreprocessing> fitted;
+  std::vector<std::vector<uint32_t>> slots;  // the schema's category codes' one-hot slots
+};
+
 StoredExamples::StoredExamples(const StoredExamples& of, const std::vector<uint32_t>& ids)
-    : shared_(of.shared_), subset_(true), example_bytes_(of.example_bytes_) {
+    : shared_(of.shared_), example_bytes_(of.example_bytes_) {
+  if (of.preprocess_) {  // the subset of the raw rows, preprocessed the same way
+    auto view = std::make_shared<Preprocessed>(*of.preprocess_);
+    view->raw = std::make_shared<const StoredExamples>(*of.preprocess_->raw, ids);
+    preprocess_ = std::move(view);
+    return;
+  }
+  subset_ = true;
   ids_.reserve(ids.size());
   for (uint32_t id : ids) ids_.push_back(of.subset_ ? of.ids_.at(id) : id);
 }
 
+StoredExamples::StoredExamples(std::shared_ptr<const StoredExamples> raw, std::shared_ptr<const FittedPreprocessing> fitted,
+                               const TableSchema& schema) {
+  if (raw->example_bytes() != schema.stored_columns().size() * sizeof(float)) {
+    throw DataError("a stored table's rows are " + std::to_string(raw->example_bytes()) + " bytes; its schema has " +
+                    std::to_string(schema.stored_columns().size()) + " stored columns of float32");
+  }
+  example_bytes_ = size_t{fitted->width()} * sizeof(float);
+  auto view = std::make_shared<Preprocessed>();
+  view->slots = category_slots(*fitted, schema);
+  view->raw = std::move(raw);
+  view->fitted = std::move(fitted);
+  preprocess_ = std::move(view);
+}
+
 uint64_t StoredExamples::size() const {
+  if (preprocess_) return preprocess_->raw->size();
   if (subset_) return ids_.size();
   MutexLock lock(shared_->mutex);
   return shared_->reader.size();
 }
 
 void StoredExamples::read(std::span<const uint32_t> indices, uint8_t* out) const {
+  if (preprocess_) {
+    const Preprocessed& p = *preprocess_;
+    std::vector<float> rows(indices.size() * p.raw->example_bytes() / sizeof(float));
+    p.raw->read(indices, reinterpret_cast<uint8_t*>(rows.data()));
+    std::vector<float> features(indices.size() * p.fitted->width());  // (out need not be aligned for float)
+    apply_preprocessing(*p.fitted, p.slots, rows, indices.size(), features.data());
+    std::memcpy(out, features.data(), features.size() * sizeof(float));
+    return;
+  }
   MutexLock lock(shared_->mutex);
   std::vector<uint64_t>& ids = shared_->ids;
   ids.resize(indices.size());

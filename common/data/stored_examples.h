@@ -12,7 +12,9 @@
 //
 // Thread rules: StoredExamples is immutable to its users and thread-safe: read() takes the
 // shared reader's mutex (reads of different threads queue on it).
-// Ownership: a StoredExamples shares its reader with its subsets.
+// A preprocessed view reads its raw rows into a buffer of the call's own (any thread) and applies
+// the fitted steps there.
+// Ownership: a StoredExamples shares its reader with its subsets and its preprocessed views.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "common/data/dataset.h"
+#include "common/data/preprocessing.h"
 
 namespace pstrain {
 
@@ -31,6 +34,11 @@ class StoredExamples {
   StoredExamples(const std::string& dir, const std::vector<std::string>& files, const std::vector<uint32_t>& crcs);
   // The examples `ids` (of `of`'s numbering) of `of`, as examples 0, 1, ... of a split of their own.
   StoredExamples(const StoredExamples& of, const std::vector<uint32_t>& ids);
+  // The examples of `raw` (a table's stored rows: float32, one per stored column of `schema`)
+  // preprocessed by `fitted` as they are read: fitted.width() floats an example. What a job on a
+  // stored table trains on, without a preprocessed copy of the table (table_split.h).
+  StoredExamples(std::shared_ptr<const StoredExamples> raw, std::shared_ptr<const FittedPreprocessing> fitted,
+                 const TableSchema& schema);
 
   uint64_t size() const;
   uint64_t example_bytes() const { return example_bytes_; }
@@ -40,7 +48,9 @@ class StoredExamples {
 
  private:
   struct Shared;
-  std::shared_ptr<Shared> shared_;
+  struct Preprocessed;
+  std::shared_ptr<Shared> shared_;                // null for a preprocessed view
+  std::shared_ptr<const Preprocessed> preprocess_;  // a preprocessed view's raw rows and steps
   bool subset_ = false;
   std::vector<uint32_t> ids_;  // a subset's ids in the store
   uint64_t example_bytes_ = 0;

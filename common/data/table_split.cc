@@ -1,37 +1,53 @@
 #include "common/data/table_split.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/base/error.h"
+#include "common/data/stored_examples.h"
 
 namespace pstrain {
 namespace {
 
-// The split's values; a split whose examples stay on disk (an array test split beside a table)
-// is read into `scratch` first: tables are prepared in memory.
-std::span<const float> values_of(const Split& split, std::vector<uint8_t>& scratch) {
+void check_table(const Split& split) {
   if (!split.table || split.dtype != Dtype::kFloat32 || split.shape.size() != 1) {
     throw DataError("dataset '" + split.dataset + "': the split is not a stored table");
   }
-  const uint8_t* bytes = split.examples.data();
-  if (split.stored) {
-    std::vector<uint32_t> all(split.size);
-    for (uint32_t i = 0; i < split.size; ++i) all[i] = i;
-    scratch.resize(all.size() * split.example_bytes());
-    split.read_examples(all, scratch.data());
-    bytes = scratch.data();
-  }
-  return {reinterpret_cast<const float*>(bytes), size_t{split.size} * split.example_size()};
+}
+
+// Rows read at a time from a stored table (256 KiB of a 16-column table).
+constexpr uint32_t kChunkRows = 4096;
+
+// One pass over the split's rows in example order, in chunks.
+RowPass rows_of(const Split& split) {
+  return [&split](const RowChunk& chunk) {
+    const size_t width = split.example_size();
+    if (!split.stored) {
+      chunk({reinterpret_cast<const float*>(split.examples.data()), size_t{split.size} * width}, split.size);
+      return;
+    }
+    std::vector<uint32_t> ids;
+    std::vector<float> values;
+    for (uint32_t first = 0; first < split.size; first += kChunkRows) {
+      const uint32_t n = std::min(kChunkRows, split.size - first);
+      ids.resize(n);
+      for (uint32_t i = 0; i < n; ++i) ids[i] = first + i;
+      values.resize(size_t{n} * width);
+      split.read_examples(ids, reinterpret_cast<uint8_t*>(values.data()));
+      chunk(values, n);
+    }
+  };
 }
 
 }  // namespace
 
 FittedPreprocessing fit_on_split(const PreprocessingSpec& spec, const Split& train) {
-  std::vector<uint8_t> scratch;
-  return fit_preprocessing(spec, *train.table, *train.table, values_of(train, scratch), train.size);
+  check_table(train);
+  return fit_preprocessing(spec, *train.table, *train.table, rows_of(train));
 }
 
 Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
+  check_table(raw);
   Split out;
   out.dataset = raw.dataset;
   out.kind = raw.kind;
@@ -44,9 +60,13 @@ Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
   out.sha256 = raw.sha256;
   const uint32_t width = fitted.width();
   out.shape = {static_cast<int64_t>(width)};
+  if (raw.stored) {  // preprocessed as read: no copy of the table
+    out.stored = std::make_shared<const StoredExamples>(raw.stored, std::make_shared<const FittedPreprocessing>(fitted), *raw.table);
+    return out;
+  }
   out.examples.resize(size_t{raw.size} * width * sizeof(float));
-  std::vector<uint8_t> scratch;
-  apply_preprocessing(fitted, *raw.table, values_of(raw, scratch), raw.size, reinterpret_cast<float*>(out.examples.data()));
+  apply_preprocessing(fitted, *raw.table, {reinterpret_cast<const float*>(raw.examples.data()), size_t{raw.size} * raw.example_size()},
+                      raw.size, reinterpret_cast<float*>(out.examples.data()));
   return out;
 }
 

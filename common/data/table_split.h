@@ -13,11 +13,13 @@
 namespace pstrain {
 
 // Fits on `train` (a table split: the training part, after any validation hold-out; its table's
-// missing counts are the whole train split's, which decide the default indicators).
+// missing counts are the whole train split's, which decide the default indicators), in passes
+// over its rows (a stored split is read 4,096 rows at a time: nothing is held per row).
 FittedPreprocessing fit_on_split(const PreprocessingSpec& spec, const Split& train);
 
 // `raw` (a split of the same table) as features: shape {fitted.width()}, float32, its labels or
-// targets, no table.
+// targets, no table. A stored split stays on disk, preprocessed as it is read (a preprocessed
+// StoredExamples view); a split in memory is preprocessed into memory.
 Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted);
 
 // The three splits of a job on a table, preprocessed, and what was fitted.

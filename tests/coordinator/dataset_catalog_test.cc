@@ -196,8 +196,9 @@ TEST_CASE("DatasetCatalog splits a regression dataset at random, seeded, keeping
       const Split s = catalog.load(name, kind);
       std::vector<float> xs;
       for (uint64_t i = 0; i < s.size; ++i) {
-        float x = 0;  // the table's one feature, stored as float32
-        std::memcpy(&x, s.examples.data() + i * s.example_bytes(), sizeof x);
+        float x = 0;  // the table's one feature, stored as float32 (and read from its shards)
+        const auto id = static_cast<uint32_t>(i);
+        s.read_examples({&id, 1}, reinterpret_cast<uint8_t*>(&x));
         CHECK(s.targets[i] == 10 * x + 0.5f);
         seen.insert(static_cast<int>(x));
         xs.push_back(x);
