@@ -12,8 +12,14 @@
 # (memory.max_usage_in_bytes: RSS plus the page cache it was charged, which the kernel reclaims
 # at the limit) and whether the group ever hit its limit (memory.failcnt); the trainer's the same.
 #
+# With --table, the rows are a CSV table instead (GIB GiB as float32 once stored; a header
+# f0..f<WIDTH-1>,label, values with 3 decimals, about 1 in 50 missing): the upload parses and
+# profiles it, and the job standardizes every column (mean imputation and missing indicators,
+# the default preprocessing), fitted and applied by the coordinator and the trainer in passes
+# over the stored rows.
+#
 # Usage: tests/bench/big_data_bench.sh [--gib 12] [--width 1024] [--limit-mib 2048] [--build DIR (build)]
-#        [--data-from store|coordinator (store)] [--no-trainer] [--keep] [--timeout S (3600)]
+#        [--data-from store|coordinator (store)] [--table] [--no-trainer] [--keep] [--timeout S (3600)]
 # Exits non-zero (a test: CTest's memory_bound runs it small) when an upload fails, the job does
 # not succeed within the timeout, a group's OOM killer killed anything, the trainer fails, or the
 # trainer's test accuracy differs from the cluster job's.
@@ -24,7 +30,7 @@
 # shards). Ports: PORT_BASE (default 19700).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-gib=12 width=1024 limit_mib=2048 build=build trainer=1 keep=0 data_from=store timeout=3600
+gib=12 width=1024 limit_mib=2048 build=build trainer=1 keep=0 data_from=store timeout=3600 table=0
 while [ $# -gt 0 ]; do
   case $1 in
     --gib) gib=$2; shift 2 ;;
@@ -33,9 +39,10 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --data-from) data_from=$2; shift 2 ;;
     --no-trainer) trainer=0; shift ;;
+    --table) table=1; shift ;;
     --keep) keep=1; shift ;;
     --timeout) timeout=$2; shift 2 ;;
-    *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 case $build in /*) ;; *) build=$ROOT/$build ;; esac
@@ -60,9 +67,9 @@ secs() { "$python" -c "print(round($2 - $1, 1))"; }
 
 # --- The data: written in pieces (numpy never holds the split), zip64, stored. ---
 start=$(t)
-"$python" - "$work" "$gib" "$width" <<'EOF'
+"$python" - "$work" "$gib" "$width" "$table" <<'EOF'
 import sys, zipfile, numpy as np
-work, gib, width = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+work, gib, width, table = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 rng_w = np.random.default_rng(1234)
 w = rng_w.standard_normal((16, 10)).astype(np.float32)
 
@@ -80,15 +87,33 @@ def write(path, n, seed):
         with z.open("y.npy", "w", force_zip64=True) as f:
             np.lib.format.write_array(f, np.concatenate(ys))
 
+def write_csv(path, n, seed):
+    rng = np.random.default_rng(seed)
+    step = max(1, (16 << 20) // (width * 4))
+    with open(path, "w") as f:
+        f.write(",".join(f"f{i}" for i in range(width)) + ",label\n")
+        for i in range(0, n, step):
+            x = rng.standard_normal((min(step, n - i), width), dtype=np.float32)
+            y = np.argmax(x[:, :16] @ w, axis=1)
+            text = np.char.mod("%.3f", x).astype(object)
+            text[rng.random(x.shape) < 0.02] = "NA"
+            f.write("\n".join(",".join(row) + f",c{label}" for row, label in zip(text, y)) + "\n")
+
 n = int(gib * (1 << 30) // (width * 4))
-write(work + "/train.npz", n, 1)
-write(work + "/test.npz", 20000, 2)
+if table:
+    write_csv(work + "/train.csv", n, 1)
+    write_csv(work + "/test.csv", 20000, 2)
+else:
+    write(work + "/train.npz", n, 1)
+    write(work + "/test.npz", 20000, 2)
 print("rows", n)
 EOF
-echo "data written in $(secs "$start" "$(t)") s: $(du -h "$work/train.npz" | cut -f1) train, $(du -h "$work/test.npz" | cut -f1) test"
+ext=$([ "$table" = 1 ] && echo csv || echo npz)
+type=$([ "$table" = 1 ] && echo text/csv || echo application/x-npz)
+echo "data written in $(secs "$start" "$(t)") s: $(du -h "$work/train.$ext" | cut -f1) train, $(du -h "$work/test.$ext" | cut -f1) test"
 
 # --- A cluster, each process in its own limited group once it is up (before any data). ---
-export AUTH=0 PSTRAIN_CLUSTER_SECRET_FILE=none PSTRAIN_MAX_UPLOAD_BYTES=$(( (${gib%.*} + 2) << 30 ))
+export AUTH=0 PSTRAIN_CLUSTER_SECRET_FILE=none PSTRAIN_MAX_UPLOAD_BYTES=$(( (${gib%.*} * 3 + 2) << 30 ))
 url=http://127.0.0.1:$((port + 1))
 mkdir -p "$work/cluster/datasets"
 LOCAL_CLUSTER_DIR=$work/cluster RPC_PORT=$port HTTP_PORT=$((port + 1)) SERVERS=1 WORKERS=2 WORKER_THREADS=1 \
@@ -107,20 +132,21 @@ for name in "${names[@]}"; do limit "$name" "$(cat "$work/cluster/$name.pid")"; 
 # --- Upload. ---
 for split in train test; do
   start=$(t)
-  status=$(curl -s -o "$work/$split.answer" -w '%{http_code}' -H 'Content-Type: application/x-npz' -T "$work/$split.npz" \
+  status=$(curl -s -o "$work/$split.answer" -w '%{http_code}' -H "Content-Type: $type" -T "$work/$split.$ext" \
     "$url/v1/datasets/big/$split")
   end=$(t)
   [ "$status" = 201 ] || { echo "upload of $split: HTTP $status: $(head -c 400 "$work/$split.answer")" >&2; exit 1; }
-  bytes=$(stat -c %s "$work/$split.npz")
+  bytes=$(stat -c %s "$work/$split.$ext")
   echo "upload $split: $bytes bytes in $(secs "$start" "$end") s = $("$python" -c "print(round($bytes / 1e6 / ($end - $start), 1))") MB/s"
 done
-rm -f "$work/train.npz"  # the stored shards are what the runs read
+rm -f "$work/train.$ext"  # the stored shards are what the runs read
 coordinator_pid=$(cat "$work/cluster/coordinator.pid")
 echo "coordinator after the uploads: RSS $(awk '/^VmRSS:/ {print int($2 / 1024)}' "/proc/$coordinator_pid/status") MiB," \
   "peak $(awk '/^VmHWM:/ {print int($2 / 1024)}' "/proc/$coordinator_pid/status") MiB"
 
 # --- One epoch, sync, 2 workers; evaluated on the test split. ---
-"$python" - "$work/spec.json" "$width" <<'EOF'
+# (A table's features: each column standardized and its missing indicator, 2 x WIDTH.)
+"$python" - "$work/spec.json" "$(( table == 1 ? 2 * width : width ))" <<'EOF'
 import json, sys
 json.dump({
     "name": "big-mlp",
