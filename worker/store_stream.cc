@@ -78,19 +78,35 @@ std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store
       *why_not = dir + ": examples of varying size or without labels are not read by workers yet";
       return nullptr;
     }
-    return std::shared_ptr<WorkerStore>(new WorkerStore(dir, std::move(reader), plan, std::move(reporter)));
+    std::unique_ptr<Preprocessing> preprocessing;
+    if (store.getPreprocessing().size() > 0) {
+      const TableSchema table = table_from_json(rpc::to_string(store.getTable()), "the assignment's table");
+      preprocessing = std::make_unique<Preprocessing>();
+      preprocessing->fitted = fitted_from_json(rpc::to_string(store.getPreprocessing()));
+      preprocessing->slots = category_slots(preprocessing->fitted, table);
+      if (reader->layout().dtype != Dtype::kFloat32 ||
+          reader->layout().example_bytes != table.stored_columns().size() * sizeof(float)) {
+        *why_not = dir + ": its rows do not hold the table's " + std::to_string(table.stored_columns().size()) + " columns";
+        return nullptr;
+      }
+    }
+    return std::shared_ptr<WorkerStore>(
+        new WorkerStore(dir, std::move(reader), std::move(preprocessing), plan, std::move(reporter)));
   } catch (const DataError& e) {
     *why_not = e.what();
     return nullptr;
   }
 }
 
-WorkerStore::WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, const DataPlan* plan, Reporter reporter)
+WorkerStore::WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, std::unique_ptr<Preprocessing> preprocessing,
+                         const DataPlan* plan, Reporter reporter)
     : dir_(std::move(dir)),
       reader_(std::move(reader)),
+      preprocessing_(std::move(preprocessing)),
       plan_(plan != nullptr ? std::optional<DataPlan>(*plan) : std::nullopt),
       reporter_(std::move(reporter)),
-      example_size_(static_cast<uint32_t>(reader_->layout().example_bytes / dtype_size(reader_->layout().dtype))),
+      example_size_(preprocessing_ ? preprocessing_->fitted.width()
+                                   : static_cast<uint32_t>(reader_->layout().example_bytes / dtype_size(reader_->layout().dtype))),
       reports_(*this) {}
 
 proto::DataStream::Client WorkerStore::open_train(uint32_t epoch, uint32_t slice, uint64_t from_step) {
@@ -110,6 +126,16 @@ proto::DataStream::Client WorkerStore::open_block(uint32_t slice, uint32_t slice
 void WorkerStore::fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>& ids, proto::Batch::Builder batch) {
   ids_.assign(ids.begin(), ids.end());
   reader_->read_batch(ids_, bytes_, labels_, targets_);
+  if (preprocessing_) {  // a table's rows: the job's features, as the coordinator's view makes them
+    Preprocessing& p = *preprocessing_;
+    const size_t rows = ids.size();
+    std::vector<float> values(bytes_.size() / sizeof(float));
+    std::memcpy(values.data(), bytes_.data(), bytes_.size());
+    p.features.resize(rows * p.fitted.width());
+    apply_preprocessing(p.fitted, p.slots, values, rows, p.features.data());
+    bytes_.resize(p.features.size() * sizeof(float));
+    std::memcpy(bytes_.data(), p.features.data(), bytes_.size());
+  }
   batch.setEpoch(epoch);
   batch.setStep(static_cast<uint64_t>(step));
   batch.setSize(static_cast<uint32_t>(ids.size()));

@@ -6,6 +6,10 @@
 // same: the plan (common/data/data_plan.h) is computed here from the same spec and split size,
 // and each batch carries the same bytes, labels and ids as DataService::fill_batch's.
 //
+// A stored table's rows come with the job's fitted preprocessing (the assignment's
+// `preprocessing` and `table`): the worker applies it to the rows it reads, as the coordinator's
+// preprocessed view does (StoredExamples over the rows), so the batches are the same bytes.
+//
 // What it read goes to the coordinator's example ledger as digests (`served`), one call per
 // next(); a call that fails is dropped (the coordinator may be down: the worker trains on, and a
 // restarted coordinator clears the ledger anyway).
@@ -25,6 +29,7 @@
 
 #include "common/data/data_plan.h"
 #include "common/data/example_digest.h"
+#include "common/data/preprocessing.h"
 #include "common/data/store_reader.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 
@@ -57,14 +62,24 @@ class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, priv
 
  private:
   friend class StoreStream;
-  WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, const DataPlan* plan, Reporter reporter);
+  struct Preprocessing;
+  WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, std::unique_ptr<Preprocessing> preprocessing,
+              const DataPlan* plan, Reporter reporter);
   // Fills `batch` with slice's examples `ids` of (epoch, step), as DataService::fill_batch.
   void fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>& ids, proto::Batch::Builder batch);
   void taskFailed(kj::Exception&& e) override;
   void report(uint32_t epoch, uint32_t slice, uint64_t from_step, const std::vector<ExampleDigest>& digests);
 
+  // A table's preprocessing, applied to the rows read (null: examples as stored).
+  struct Preprocessing {
+    FittedPreprocessing fitted;
+    std::vector<std::vector<uint32_t>> slots;  // the schema's category codes' one-hot slots
+    std::vector<float> features;               // scratch
+  };
+
   std::string dir_;
   std::unique_ptr<StoreReader> reader_;
+  std::unique_ptr<Preprocessing> preprocessing_;
   std::optional<DataPlan> plan_;
   Reporter reporter_;
   uint32_t example_size_ = 0;  // values per example

@@ -66,12 +66,16 @@ struct Split {
   std::vector<std::string> class_names;
   // Where the examples are stored as shards (shard_file.h), for a split loaded as it is stored:
   // a worker that sees the directory reads its examples from there itself. Null for other
-  // formats, tables (a job trains on their preprocessed form) and splits made from another (a
-  // hold-out).
+  // formats and splits made from another (a hold-out). A stored table preprocessed for a job
+  // keeps its raw rows' shards here with the steps that make its examples from them.
   struct StoredShards {
     std::string dir;                 // absolute
     std::vector<std::string> files;  // in the split's order
     std::vector<uint32_t> crcs;      // each shard's CRC-32C, from its header when loaded
+    // A table's rows preprocessed as they are read (table_split.h): the fitted steps
+    // (fitted_to_json) and the schema whose category codes the rows hold (table_to_json); both
+    // empty for examples as stored.
+    std::string preprocessing, table;
   };
   std::shared_ptr<const StoredShards> store;
 

@@ -62,6 +62,12 @@ Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
   out.shape = {static_cast<int64_t>(width)};
   if (raw.stored) {  // preprocessed as read: no copy of the table
     out.stored = std::make_shared<const StoredExamples>(raw.stored, std::make_shared<const FittedPreprocessing>(fitted), *raw.table);
+    if (raw.store) {  // workers that see the shards read and preprocess the rows themselves
+      auto store = std::make_shared<Split::StoredShards>(*raw.store);
+      store->preprocessing = fitted_to_json(fitted);
+      store->table = table_to_json(*raw.table);
+      out.store = std::move(store);
+    }
     return out;
   }
   out.examples.resize(size_t{raw.size} * width * sizeof(float));

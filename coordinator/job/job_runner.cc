@@ -126,6 +126,8 @@ void set_stored_shards(const Split& split, proto::StoredShards::Builder out) {
   auto crcs = out.initCrcs(static_cast<unsigned>(split.store->crcs.size()));
   for (size_t i = 0; i < split.store->crcs.size(); ++i) crcs.set(static_cast<unsigned>(i), split.store->crcs[i]);
   out.setExamples(split.size);
+  out.setPreprocessing(split.store->preprocessing);
+  out.setTable(split.store->table);
 }
 
 }  // namespace

@@ -330,7 +330,7 @@ TEST_CASE("tables: a job trains on a table with default preprocessing and balanc
   CHECK(num(object_of(ev), "accuracy") == accuracy);
 }
 
-TEST_CASE("tables: a category as ids through a slice into an embedding trains on a cluster exactly as standalone and predicts by field name") {
+TEST_CASE("tables: a category as ids through a slice into an embedding trains on a cluster exactly as standalone, its workers preprocessing the stored rows they read, and predicts by field name") {
   testing::TempDir data;
   testing::ClusterOptions options;
   options.workers = 2;
@@ -365,6 +365,10 @@ TEST_CASE("tables: a category as ids through a slice into an embedding trains on
   REQUIRE(model.status == 200);
   CHECK(params_of(spec, model.body) == std::vector<float>(standalone.params.begin(), standalone.params.end()));
   CHECK(num(done, "test_accuracy") > 0.85);
+  // The workers read the table's rows from the store and preprocessed them themselves.
+  const std::string notes = json::serialize(object_of(get(port, "/v1/jobs/" + id)).at("notes"));
+  INFO(notes);
+  CHECK(notes.find("0 streamed by the coordinator, 24000 read by workers from the dataset store") != std::string::npos);
   const Reply p = post_json(port, "/v1/models/" + id + ":predict",
                             R"({"instances": [{"income": 5000, "age": 40, "region": "south", "owner": "yes"},
                                               {"income": 20, "age": 30, "region": "atlantis", "owner": false}]})");

@@ -325,6 +325,10 @@ struct StoredShards {
   files @1 :List(Text);     # in the split's order
   crcs @2 :List(UInt32);    # each shard's CRC-32C (its header's)
   examples @3 :UInt64;      # in the split
+  # A table's rows, preprocessed as read (common/data/table_split.h): the job's fitted steps and
+  # the schema whose category codes the rows hold, as JSON; empty: the examples as stored.
+  preprocessing @4 :Text;
+  table @5 :Text;
 }
 
 struct Batch {
