@@ -178,6 +178,7 @@ void ShardWriter::close_shard() {
     if (::close(fd_) != 0) throw DataError(path_ + ": cannot write: " + errno_text());
     fd_ = -1;
     unsealed_.push_back({path_, shard_examples_, data_bytes_, crc_});
+    if (streamed_labels_ > 0) seal_waiting();
     return;
   }
   write(labels_.data(), labels_.size());
@@ -217,6 +218,16 @@ std::vector<ShardInfo> ShardWriter::finish_labels(LabelKind kind, uint32_t targe
   if (kind == LabelKind::kTargets && (target_width == 0 || target_width > kMaxTargetWidth)) {
     throw DataError(dir_ + ": regression targets need 1 to " + std::to_string(kMaxTargetWidth) + " values per example");
   }
+  if (streamed_labels_ > 0) {  // the labels came through add_labels()
+    if (kind != LabelKind::kClass || bytes != 0) throw DataError(dir_ + ": labels both streamed and given at the end");
+    if (fd_ >= 0) close_shard();
+    if (streamed_labels_ != examples_ || sealed_unsealed_ != unsealed_.size()) {
+      throw DataError(dir_ + ": " + std::to_string(streamed_labels_) + " labels for " + std::to_string(examples_) + " examples");
+    }
+    unsealed_.clear();
+    sealed_unsealed_ = 0;
+    return shards_;
+  }
   if (fd_ >= 0) close_shard();
   // (Shards closed so far wait for their labels whatever the layout said: the kind is known now.)
   layout_.labels = kind;
@@ -228,24 +239,55 @@ std::vector<ShardInfo> ShardWriter::finish_labels(LabelKind kind, uint32_t targe
   }
   const auto* p = static_cast<const uint8_t*>(labels);
   for (const Unsealed& shard : unsealed_) {
-    const int fd = ::open(shard.path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) throw DataError(shard.path + ": cannot reopen: " + errno_text());
     const uint64_t n = shard.examples * per_example;
-    const off_t end = ::lseek(fd, 0, SEEK_END);
-    for (uint64_t done = 0; done < n;) {
-      const ssize_t w = ::pwrite(fd, p + done, n - done, end + static_cast<off_t>(done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        ::close(fd);
-        throw DataError(shard.path + ": cannot write: " + errno_text());
-      }
-      done += static_cast<uint64_t>(w);
-    }
-    seal(fd, shard.path, shard.examples, shard.data_bytes, crc32c_extend(shard.crc, p, n));
+    write_labels_and_seal(shard, p, n);
     p += n;
   }
   unsealed_.clear();
   return shards_;
+}
+
+void ShardWriter::write_labels_and_seal(const Unsealed& shard, const uint8_t* labels, uint64_t n) {
+  const int fd = ::open(shard.path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw DataError(shard.path + ": cannot reopen: " + errno_text());
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  for (uint64_t done = 0; done < n;) {
+    const ssize_t w = ::pwrite(fd, labels + done, n - done, end + static_cast<off_t>(done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      ::close(fd);
+      throw DataError(shard.path + ": cannot write: " + errno_text());
+    }
+    done += static_cast<uint64_t>(w);
+  }
+  seal(fd, shard.path, shard.examples, shard.data_bytes, crc32c_extend(shard.crc, labels, n));
+}
+
+void ShardWriter::add_labels(const int32_t* labels, size_t n) {
+  if (labels_mode_ == Labels::kWithExamples) throw DataError(dir_ + ": labels given with some examples and not others");
+  if (streamed_labels_ + n > examples_) {
+    throw DataError(dir_ + ": " + std::to_string(streamed_labels_ + n) + " labels for " + std::to_string(examples_) +
+                    " examples so far");
+  }
+  labels_mode_ = Labels::kAfter;
+  layout_.labels = LabelKind::kClass;
+  layout_.target_width = 0;
+  streamed_labels_ += n;
+  const auto* p = reinterpret_cast<const uint8_t*>(labels);
+  pending_labels_.insert(pending_labels_.end(), p, p + n * sizeof(int32_t));
+  seal_waiting();
+}
+
+void ShardWriter::seal_waiting() {
+  size_t used = 0;
+  for (; sealed_unsealed_ < unsealed_.size(); ++sealed_unsealed_) {
+    const Unsealed& shard = unsealed_[sealed_unsealed_];
+    const uint64_t n = shard.examples * sizeof(int32_t);
+    if (pending_labels_.size() - used < n) break;
+    write_labels_and_seal(shard, pending_labels_.data() + used, n);
+    used += n;
+  }
+  pending_labels_.erase(pending_labels_.begin(), pending_labels_.begin() + static_cast<std::ptrdiff_t>(used));
 }
 
 std::vector<ShardInfo> ShardWriter::finish() {

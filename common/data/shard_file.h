@@ -81,6 +81,11 @@ class ShardWriter {
   // are the caller's memory, 4 bytes an example.
   void add_unlabelled(const void* example, size_t bytes);
   std::vector<ShardInfo> finish_labels(LabelKind kind, uint32_t target_width, const void* labels, size_t bytes);
+  // Class labels after their examples, in pieces (never more than the examples added so far):
+  // each shard closed so far is sealed as soon as its labels are in, so what waits is at most
+  // the open shard's labels, whatever the split's size. End with finish_labels(kClass, 0,
+  // nullptr, 0).
+  void add_labels(const int32_t* labels, size_t n);
 
   uint64_t examples() const { return examples_; }
   // Closes the last shard; the shards written, in order.
@@ -94,6 +99,9 @@ class ShardWriter {
     uint32_t crc = 0;
   };
   void with_labels();  // the mode of add(): labels with their examples
+  // Appends `n` bytes of labels to `shard` (closed without them) and seals it.
+  void write_labels_and_seal(const Unsealed& shard, const uint8_t* labels, uint64_t n);
+  void seal_waiting();  // the unsealed shards whose labels add_labels() gave
   void add_example(const void* example, size_t bytes);
   void open_shard();
   void close_shard();
@@ -117,6 +125,10 @@ class ShardWriter {
   std::vector<uint8_t> buffer_;    // writes gathered to 1 MiB
   enum class Labels { kUnknown, kWithExamples, kAfter } labels_mode_ = Labels::kUnknown;
   std::vector<Unsealed> unsealed_;
+  // add_labels(): the labels given, those not yet written into a shard, and the shards sealed.
+  uint64_t streamed_labels_ = 0;
+  std::vector<uint8_t> pending_labels_;
+  size_t sealed_unsealed_ = 0;  // unsealed_[0, this) are sealed
 };
 
 // One shard file, open for reading. The constructor checks the header against the file's size

@@ -44,10 +44,12 @@ void ShardSink::examples(const uint8_t* bytes, size_t n) {
   }
 }
 
-// Labels that follow the examples (the IDX and NumPy parsers', in pieces) take room for them all
-// at once: no second copy while the vector grows.
 void ShardSink::labels(const int32_t* labels, size_t n) {
-  if (labels_.empty() && writer_ && writer_->examples() >= n) labels_.reserve(writer_->examples());
+  if (labels_.empty() && targets_.empty() && writer_ && writer_->examples() >= streamed_ + n) {
+    writer_->add_labels(labels, n);  // after their examples: into the shards now
+    streamed_ += n;
+    return;
+  }
   labels_.insert(labels_.end(), labels, labels + n);
 }
 
@@ -58,6 +60,10 @@ std::vector<ShardInfo> ShardSink::finish(uint32_t target_width) {
   if (!partial_.empty()) throw DataError(dir_ + ": the last example is incomplete");
   if (target_width > 0) {
     return writer_->finish_labels(LabelKind::kTargets, target_width, targets_.data(), targets_.size() * sizeof(float));
+  }
+  if (streamed_ > 0) {  // (labels given before their examples, after some that were not)
+    if (!labels_.empty()) writer_->add_labels(labels_.data(), labels_.size());
+    return writer_->finish_labels(LabelKind::kClass, 0, nullptr, 0);
   }
   return writer_->finish_labels(LabelKind::kClass, 0, labels_.data(), labels_.size() * sizeof(int32_t));
 }

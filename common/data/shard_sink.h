@@ -16,8 +16,10 @@
 namespace pstrain {
 
 // Writes `<dir>/<prefix>-NNNNN.shard` files: the examples as they come (whole ones; a parser may
-// give parts), the labels or targets kept (4 bytes a value) and sealed into the shards by
-// finish(), whichever of the two the parser gives first. Examples of no bytes (shape {0}: a table
+// give parts), and the class labels that follow their examples (every parser but one that gives
+// labels first) written into the shards as they come (ShardWriter::add_labels: at most one
+// shard's labels wait); labels given before their examples and regression targets are kept (4
+// bytes a value) and sealed into the shards by finish(). Examples of no bytes (shape {0}: a table
 // whose features are all text columns) come one per examples() call. Throws DataError on an I/O error.
 class ShardSink final : public ExampleSink {
  public:
@@ -36,7 +38,8 @@ class ShardSink final : public ExampleSink {
   std::optional<ShardWriter> writer_;
   uint64_t example_bytes_ = 0;
   std::vector<uint8_t> partial_;  // an example given in parts
-  std::vector<int32_t> labels_;
+  std::vector<int32_t> labels_;  // labels given before their examples
+  uint64_t streamed_ = 0;         // labels handed to the writer as they came
   std::vector<float> targets_;
 };
 

@@ -135,6 +135,64 @@ TEST_CASE("shard sink - labels before the examples, examples in odd pieces, regr
     check_same(load_directory_split(forms.npy.path(), "p", SplitKind::kTrain),
                load_directory_split(forms.shards.path(), "p", SplitKind::kTrain));
   }
+  SUBCASE("class labels after their examples, in pieces and interleaved: each shard sealed as its labels arrive") {
+    std::vector<int32_t> labels(n);
+    for (size_t i = 0; i < n; ++i) labels[i] = static_cast<int32_t>((i * 3) % 5);
+    TwoForms forms;
+    std::vector<size_t> sealed_on_the_way;
+    forms.write(
+        [&](ExampleSink& sink) {
+          sink.begin(shape, Dtype::kUint8);
+          // Rows one by one, each row's label right after it (as a table reader could), then check
+          // how many shards are whole before finish().
+          for (size_t i = 0; i < n; ++i) {
+            sink.examples(bytes.data() + i * example, example);
+            sink.labels(&labels[i], 1);
+          }
+          if (dynamic_cast<ShardSink*>(&sink) != nullptr) {
+            size_t whole = 0;
+            for (const auto& e : fs::directory_iterator(forms.shards.path())) {
+              try {
+                ShardFile(e.path().string()).verify();
+                ++whole;
+              } catch (const DataError&) {
+              }
+            }
+            sealed_on_the_way.push_back(whole);
+          }
+          ExampleSummary summary;
+          summary.shape = shape;
+          summary.dtype = Dtype::kUint8;
+          return summary;
+        },
+        limits);
+    CHECK(forms.shard_count == 5);
+    REQUIRE(sealed_on_the_way.size() == 1);
+    CHECK(sealed_on_the_way[0] == 4);  // every closed shard; the open one waits for finish()
+    check_same(load_directory_split(forms.npy.path(), "p", SplitKind::kTrain),
+               load_directory_split(forms.shards.path(), "p", SplitKind::kTrain));
+  }
+  SUBCASE("more labels than examples so far are kept until the examples come") {
+    std::vector<int32_t> labels(n, 1);
+    labels[0] = 0;
+    TempDir dir;
+    ShardSink sink(dir.path(), "train", limits);
+    sink.begin(shape, Dtype::kUint8);
+    sink.examples(bytes.data(), 10 * example);
+    sink.labels(labels.data(), 5);           // streamed
+    sink.labels(labels.data() + 5, n - 5);   // more than the examples so far: kept
+    sink.examples(bytes.data() + 10 * example, (n - 10) * example);
+    DatasetManifest m;
+    ManifestSplit s;
+    s.format = ManifestSplit::Format::kShards;
+    for (const ShardInfo& info : sink.finish()) s.shards.push_back(info.file);
+    s.shape = shape;
+    m.splits["train"] = s;
+    write_manifest(dir.path(), m);
+    const Split split = load_directory_split(dir.path(), "l", SplitKind::kTrain);
+    CHECK(split.labels == labels);
+    CHECK(all_examples(split) == bytes);
+  }
   SUBCASE("regression targets last") {
     std::vector<float> targets(n * 2);
     for (size_t i = 0; i < targets.size(); ++i) targets[i] = static_cast<float>(i) * 0.25f - 3.0f;
