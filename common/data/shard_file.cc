@@ -274,8 +274,30 @@ void ShardWriter::add_labels(const int32_t* labels, size_t n) {
   layout_.target_width = 0;
   streamed_labels_ += n;
   const auto* p = reinterpret_cast<const uint8_t*>(labels);
-  pending_labels_.insert(pending_labels_.end(), p, p + n * sizeof(int32_t));
-  seal_waiting();
+  size_t bytes = n * sizeof(int32_t);
+  // Shards waiting for labels take theirs from the caller's buffer (through pending_labels_ only
+  // for a shard whose labels come in several calls); the rest (the open shard's) wait.
+  while (sealed_unsealed_ < unsealed_.size() && bytes > 0) {
+    const Unsealed& shard = unsealed_[sealed_unsealed_];
+    const uint64_t need = shard.examples * sizeof(int32_t);
+    if (pending_labels_.empty() && bytes >= need) {
+      write_labels_and_seal(shard, p, need);
+    } else {
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(need - pending_labels_.size(), bytes));
+      pending_labels_.insert(pending_labels_.end(), p, p + take);
+      p += take;
+      bytes -= take;
+      if (pending_labels_.size() < need) break;
+      write_labels_and_seal(shard, pending_labels_.data(), need);
+      pending_labels_.clear();
+      ++sealed_unsealed_;
+      continue;
+    }
+    p += need;
+    bytes -= need;
+    ++sealed_unsealed_;
+  }
+  pending_labels_.insert(pending_labels_.end(), p, p + bytes);
 }
 
 void ShardWriter::seal_waiting() {

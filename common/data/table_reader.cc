@@ -391,8 +391,9 @@ class Table {
 
   enum class LabelKind { kNumbers, kTargets, kNames };
   LabelKind label_kind() const { return label_kind_; }
-  std::vector<double>& label_values() { return label_values_; }
-  std::vector<int32_t>& named_labels() { return named_labels_; }
+  // The label of the row read() read last: its value (kNumbers, kTargets) or class (kNames).
+  double row_value() const { return row_value_; }
+  int32_t row_class() const { return row_class_; }
   const std::vector<std::string>& class_names() const { return class_names_; }
 
  private:
@@ -406,7 +407,7 @@ class Table {
                                   (class_names_.size() > 20 ? ", ..." : "") + ")",
              line, names_[i]);
       }
-      named_labels_.push_back(it->second);
+      row_class_ = it->second;
       return;
     }
     double value = 0;
@@ -415,7 +416,7 @@ class Table {
       fail(Kind::kBadLabel, where(source_, line, names_[i], i) + ": label " + shown(cell) + " is not a finite number", line, names_[i]);
     }
     if (label_kind_ == LabelKind::kNumbers) check_label(static_cast<int64_t>(value), options_.limits, where(source_, line, names_[i], i), line, names_[i]);
-    label_values_.push_back(value);
+    row_value_ = value;
   }
 
   void text_cell(size_t ci, std::optional<std::string_view> cell) {
@@ -451,8 +452,8 @@ class Table {
   LabelKind label_kind_ = LabelKind::kNumbers;
   std::vector<std::string> class_names_;
   StringMap<int32_t> class_index_;
-  std::vector<double> label_values_;
-  std::vector<int32_t> named_labels_;
+  double row_value_ = 0;   // the last row's label (kNumbers, kTargets)
+  int32_t row_class_ = 0;  // (kNames)
 };
 
 }  // namespace
@@ -494,6 +495,10 @@ ExampleSummary stream_table(const RecordsFactory& records_of, const std::string&
   std::vector<float> row(table.stored());
   TableProfiler profiler(table.schema());
   const auto records = records_of();
+  // Each row's label goes to the sink right after the row (a sink that writes shards seals them
+  // as they fill: nothing is kept per row).
+  ClassCounter classes(source);
+  std::vector<uint64_t> named_counts(table.class_names().size(), 0);
   records->next(fields);  // the header
   while (records->next(fields)) {
     if ((table.rows() + 1) * row_bytes > options.limits.max_bytes) {
@@ -505,34 +510,37 @@ ExampleSummary stream_table(const RecordsFactory& records_of, const std::string&
     table.read(fields, records->line(), row);
     profiler.add(row.data());
     sink.examples(reinterpret_cast<const uint8_t*>(row.data()), row_bytes);
+    switch (table.label_kind()) {
+      case Table::LabelKind::kTargets: {
+        const float target = static_cast<float>(table.row_value());
+        sink.targets(&target, 1);
+        break;
+      }
+      case Table::LabelKind::kNumbers: {
+        const auto label = static_cast<int32_t>(table.row_value());
+        classes.add(label);
+        sink.labels(&label, 1);
+        break;
+      }
+      case Table::LabelKind::kNames: {
+        const int32_t label = table.row_class();
+        ++named_counts[static_cast<size_t>(label)];
+        sink.labels(&label, 1);
+        break;
+      }
+    }
   }
   out.table = profiler.finish();
   table.finish_text(*out.table);
   out.examples = table.rows();
   out.table->separator = separator;
   switch (table.label_kind()) {
-    case Table::LabelKind::kTargets: {
-      std::vector<float> targets(table.label_values().begin(), table.label_values().end());
-      sink.targets(targets.data(), targets.size());
-      out.target_width = 1;
-      return out;
-    }
-    case Table::LabelKind::kNumbers: {
-      std::vector<int32_t> labels(table.label_values().begin(), table.label_values().end());
-      ClassCounter classes(source);
-      for (int32_t l : labels) classes.add(l);
-      sink.labels(labels.data(), labels.size());
-      classes.finish(out);
-      return out;
-    }
-    case Table::LabelKind::kNames: {
-      const std::vector<int32_t>& labels = table.named_labels();
+    case Table::LabelKind::kTargets: out.target_width = 1; break;
+    case Table::LabelKind::kNumbers: classes.finish(out); break;
+    case Table::LabelKind::kNames:
       out.classes = static_cast<uint32_t>(table.class_names().size());
-      out.class_counts.assign(out.classes, 0);
-      for (int32_t l : labels) ++out.class_counts[static_cast<size_t>(l)];
-      sink.labels(labels.data(), labels.size());
-      return out;
-    }
+      out.class_counts = std::move(named_counts);
+      break;
   }
   return out;
 }
