@@ -116,6 +116,12 @@ TEST_CASE("shard sink - labels before the examples, examples in odd pieces, regr
   };
   ShardLimits limits;
   limits.max_bytes = 50;  // 8 examples a shard
+  const auto uint8_summary = [&] {  // what a parser of these examples reports
+    ExampleSummary summary;
+    summary.shape = shape;
+    summary.dtype = Dtype::kUint8;
+    return summary;
+  };
   SUBCASE("class labels first") {
     std::vector<int32_t> labels(n);
     for (size_t i = 0; i < n; ++i) labels[i] = static_cast<int32_t>(i % 4);
@@ -125,10 +131,7 @@ TEST_CASE("shard sink - labels before the examples, examples in odd pieces, regr
           sink.begin(shape, Dtype::kUint8);
           sink.labels(labels.data(), labels.size());
           feed_pieces(sink);
-          ExampleSummary summary;
-          summary.shape = shape;
-          summary.dtype = Dtype::kUint8;
-          return summary;
+          return uint8_summary();
         },
         limits);
     CHECK(forms.shard_count == 5);
@@ -160,10 +163,7 @@ TEST_CASE("shard sink - labels before the examples, examples in odd pieces, regr
             }
             sealed_on_the_way.push_back(whole);
           }
-          ExampleSummary summary;
-          summary.shape = shape;
-          summary.dtype = Dtype::kUint8;
-          return summary;
+          return uint8_summary();
         },
         limits);
     CHECK(forms.shard_count == 5);
