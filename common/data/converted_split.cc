@@ -15,6 +15,7 @@
 #include "common/data/archive.h"
 #include "common/data/image_folders.h"
 #include "common/data/shard_sink.h"
+#include "common/data/stored_examples.h"
 #include "common/data/text_folders.h"
 #include "common/data/text_profile.h"
 
@@ -124,8 +125,8 @@ bool converts_to_shards(const ManifestSplit& split) {
 }
 
 std::optional<ConvertedSplit> converted_split(const std::string& dir, const std::string& split_name,
-                                              const ManifestSplit& split) {
-  const fs::path cache = fs::path(dir) / kCacheDir;
+                                              const ManifestSplit& split, const std::string& cache_dir) {
+  const fs::path cache = cache_dir.empty() ? fs::path(dir) / kCacheDir : fs::path(cache_dir);
   std::string key;
   try {
     key = conversion_key(dir, split_name, split);
@@ -180,6 +181,26 @@ std::optional<ConvertedSplit> converted_split(const std::string& dir, const std:
     if (name != final_dir.filename().string() && name.rfind(split_name + "-", 0) == 0) fs::remove_all(entry.path(), ec);
   }
   return read_converted(final_dir);
+}
+
+Split load_builtin_split(const std::string& data_dir, const DatasetInfo& info, SplitKind kind,
+                         const std::string& cache_root) {
+  const auto [images, labels] = split_files(data_dir, info, kind);
+  ManifestSplit idx;
+  idx.format = ManifestSplit::Format::kIdx;
+  idx.images = images;  // absolute or relative to the working directory: read from "" as is
+  idx.labels = labels;
+  const std::string split_name = kind == SplitKind::kTrain ? "train" : "test";
+  const std::optional<ConvertedSplit> converted =
+      converted_split("", split_name, idx, (fs::path(cache_root) / kCacheDir / info.name).string());
+  if (!converted) return load_split(data_dir, info, kind);
+  Split split = load_stored_split(converted->dir, converted->shards, converted->shape, converted->dtype, info.name, kind);
+  // load_stored_split's class count is the largest label + 1: the table's is the dataset's.
+  if (split.num_classes > info.num_classes) {
+    throw DataError(labels + ": a label is outside [0, " + std::to_string(info.num_classes) + ")");
+  }
+  split.num_classes = info.num_classes;
+  return split;
 }
 
 }  // namespace pstrain

@@ -1,5 +1,5 @@
-// A dropped-in dataset directory's split of arrays (IDX, NPY, NPZ, class folders of images),
-// converted once into the dataset store's shards beside its files, so that loading it holds its
+// A dropped-in dataset directory's split of arrays (IDX, NPY, NPZ, class folders of images), and
+// a built-in dataset's IDX files, converted once into the dataset store's shards beside its files, so that loading it holds its
 // labels only (stored_examples.h) and workers read its examples themselves, as for an upload
 // (docs/DESIGN-NOTES.md "Dropped-in splits as shards"). Class folders of text files
 // (text_folders.h) convert into shards of documents and their profile, as an upload of them is
@@ -42,10 +42,20 @@ bool converts_to_shards(const ManifestSplit& split);
 // not of images. False when the folder cannot be listed (reading the split then says why).
 bool holds_text_folders(const std::string& dir, const ManifestSplit& split);
 
-// The shards of split `split_name` of dataset directory `dir` (converting it first unless done):
-// nullopt when the directory cannot take them (read-only, full), and the caller loads the split
-// into memory instead. Throws DataError (or DatasetFormatError) for a defect in the files.
+// The shards of split `split_name` of dataset directory `dir` (converting it first unless done),
+// kept in `cache` (empty: `<dir>/.pstrain-shards`): nullopt when that directory cannot take them
+// (read-only, full), and the caller loads the split into memory instead. Throws DataError (or
+// DatasetFormatError) for a defect in the files.
 std::optional<ConvertedSplit> converted_split(const std::string& dir, const std::string& split_name,
-                                              const ManifestSplit& split);
+                                              const ManifestSplit& split, const std::string& cache = "");
+
+// A built-in dataset's split (dataset.h known_datasets: IDX files in the data directory or the
+// system's), its files converted once into shards in `<cache_root>/.pstrain-shards/<name>/` and
+// loaded as stored (its labels in memory, its examples on disk, Split::store set so that workers
+// read them themselves); loaded into memory from the files, as load_split does, when the cache
+// cannot take them. Either way the same examples, labels and classes. Throws DataError as
+// load_split does.
+Split load_builtin_split(const std::string& data_dir, const DatasetInfo& info, SplitKind kind,
+                         const std::string& cache_root);
 
 }  // namespace pstrain

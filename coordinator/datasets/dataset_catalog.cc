@@ -170,8 +170,11 @@ Split DatasetCatalog::load(const std::string& name, SplitKind kind) const {
   }
   const std::optional<DatasetRecord> r = get(name);
   if (!r) throw DataError("dataset '" + name + "' is not in the catalog");
-  Split split = r->source == "builtin" ? load_split(options_.data_dir, name, kind)
-                                       : load_directory_split(r->dir, name, kind, r->num_classes);
+  // A built-in's IDX files are converted into shards in the uploads directory once, so that
+  // workers read its examples themselves as they do an upload's.
+  const DatasetInfo* builtin = r->source == "builtin" ? find_dataset(name) : nullptr;
+  Split split = builtin ? load_builtin_split(options_.data_dir, *builtin, kind, uploads_dir())
+                        : load_directory_split(r->dir, name, kind, r->num_classes);
   if (const auto it = r->splits.find(kind == SplitKind::kTrain ? "train" : "test"); it != r->splits.end()) {
     for (const DatasetFileInfo& f : it->second.files) {
       split.sha256 += (split.sha256.empty() ? "" : " ") + f.name + "=" + f.sha256;

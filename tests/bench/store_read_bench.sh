@@ -11,6 +11,9 @@
 # build, which stores them as shards (fashion-store, mnist-store); the jobs are
 # deploy/jobs/fashion-mnist-cnn.json and mnist-mlp.json on them, EPOCHS epochs each.
 #
+# The order alternates (A B, B A, A B, ...) so that neither side always runs first: a pair's
+# ratio then averages out whatever drifts between the two runs (the host's load, the page cache).
+#
 # --trainer: the same datasets read by the standalone trainer (pstrain-train, the cluster's data
 # path in one process, 2 threads), A: the built-in dataset loaded in memory from the IDX files,
 # B: its shards, read from the disk by example id; no cluster and no network, so the difference
@@ -29,7 +32,7 @@ while [ $# -gt 0 ]; do
     --cold) cold=1; shift ;;
     --trainer) trainer=1; shift ;;
     --build) build=$2; shift 2 ;;
-    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 data=${PSTRAIN_DATA_DIR:-}
@@ -71,6 +74,8 @@ PY
   echo "$work/$2.json"
 }
 
+sides() { [ $(($1 % 2)) = 1 ] && echo "A B" || echo "B A"; }  # rep -> the order of its two runs
+
 summary() {  # dataset "A rates" "B rates" "A label" "B label"
   /usr/bin/python3 - "$@" <<'PY'
 import statistics, sys
@@ -88,7 +93,7 @@ if [ "$trainer" = 1 ]; then
     store=${builtin%10k}-store
     declare -A rates=([A]="" [B]="") accs=([A]="" [B]="")
     for rep in $(seq 1 "$repeats"); do
-      for side in A B; do
+      for side in $(sides "$rep"); do
         dataset=$([ $side = A ] && echo "$builtin" || echo "$store")
         dir=$([ $side = A ] && echo "$data" || echo "$runs_data")
         spec_file=$(spec "$file" "$dataset")
@@ -118,7 +123,7 @@ for job in "fashion-mnist-cnn.json fashion-store" "mnist-mlp.json mnist-store"; 
   spec_file=$(spec "$file" "$dataset")
   declare -A rates=([A]="" [B]="")
   for rep in $(seq 1 "$repeats"); do
-    for side in A B; do
+    for side in $(sides "$rep"); do
       from=$([ $side = A ] && echo coordinator || echo store)
       log=$work/$dataset-$side-r$rep.log
       port=$((port + 2))

@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <numeric>
 #include <set>
 
+#include "common/data/dataset.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/stored_examples.h"
 #include "common/data/shard_file.h"
 #include "common/storage/kv_store.h"
 #include "coordinator/datasets/dataset_catalog.h"
@@ -253,4 +256,63 @@ TEST_CASE("DatasetCatalog refuses a dropped-in table whose text_columns do not m
   CHECK(error_of("renamed").find("text_columns [comment] do not match the table's text columns [review]") != std::string::npos);
   CHECK(error_of("short").find("not a shard of text cells (column 'review')") != std::string::npos);
   CHECK(error_of("twice").find("text column 'review' has 24 cells for 12 rows") != std::string::npos);
+}
+
+TEST_CASE("DatasetCatalog converts a built-in's IDX files into shards in the uploads directory once, or loads them in memory") {
+  testing::TempDir dir;
+  const std::string data = dir.file("data");
+  fs::create_directories(data);
+  for (const char* split : {"train", "test"}) {
+    for (const char* part : {"images-idx3", "labels-idx1"}) {
+      const std::string file = std::string("mnist10k-") + split + "-" + part + "-ubyte.gz";
+      fs::copy_file(fs::path(testing::data_dir()) / file, fs::path(data) / file);
+    }
+  }
+  const Split memory = load_split(data, "mnist10k", SplitKind::kTest);
+  REQUIRE(memory.size > 0);
+  auto same_as_memory = [&](const Split& s) {
+    CHECK(s.size == memory.size);
+    CHECK(s.shape == memory.shape);
+    CHECK(s.num_classes == 10u);
+    CHECK(s.labels == memory.labels);
+    std::vector<uint32_t> ids(s.size);
+    std::iota(ids.begin(), ids.end(), 0u);
+    std::vector<uint8_t> bytes(ids.size() * s.example_bytes());
+    s.read_examples(ids, bytes.data());
+    CHECK(bytes == memory.examples);
+  };
+
+  const std::string uploads = dir.file("uploads");
+  const auto kv = open_kv(dir.file("state"));
+  {
+    DatasetCatalog catalog({data, uploads, 1 << 20, {}}, *kv, nullptr);
+    catalog.wait_idle();
+    const Split stored = catalog.load("mnist10k", SplitKind::kTest);
+    REQUIRE(stored.stored != nullptr);
+    REQUIRE(stored.store != nullptr);
+    CHECK(stored.examples.empty());
+    const fs::path cache = fs::path(uploads) / ".pstrain-shards" / "mnist10k";
+    CHECK(fs::path(stored.store->dir).parent_path() == cache);
+    CHECK(fs::path(stored.store->dir).filename().string().rfind("test-", 0) == 0);
+    same_as_memory(stored);
+    // Loaded again (a second job), and the train split beside it: one conversion of each.
+    CHECK(catalog.load("mnist10k", SplitKind::kTest).store->dir == stored.store->dir);
+    CHECK(catalog.load("mnist10k", SplitKind::kTrain).store != nullptr);
+    CHECK(std::distance(fs::directory_iterator(cache), fs::directory_iterator()) == 2);
+    CHECK(catalog.get("mnist10k").has_value());  // (the cache is not a dataset of its own)
+    CHECK_FALSE(catalog.get(".pstrain-shards").has_value());
+  }
+  {
+    // A cache that cannot be made (a file in its place): the split is loaded into memory.
+    const std::string other = dir.file("uploads-other");
+    write(other + "/.pstrain-shards", "not a directory");
+    const auto kv2 = open_kv(dir.file("state-other"));
+    DatasetCatalog catalog({data, other, 1 << 20, {}}, *kv2, nullptr);
+    catalog.wait_idle();
+    const Split loaded = catalog.load("mnist10k", SplitKind::kTest);
+    CHECK(loaded.stored == nullptr);
+    CHECK(loaded.store == nullptr);
+    CHECK(loaded.examples == memory.examples);
+    same_as_memory(loaded);
+  }
 }
