@@ -314,83 +314,98 @@ NpyArray read_npy(std::istream& in, const std::string& source, const ExampleLimi
 namespace {
 
 // The array y: class labels (integers of rank 1), or regression targets (<f4 of shape (n,) or
-// (n, k), each finite).
-struct YArray {
-  std::vector<int32_t> labels;
-  std::vector<float> targets;
+// (n, k), each finite). Its header is read first (its length checks x's); its values are read
+// after x, in pieces, straight to the sink, so a split's labels are never held here.
+struct YHeader {
+  NpyHeader npy;
+  uint64_t n = 0;
   uint32_t width = 0;  // targets per example; 0 for labels
-  uint64_t size() const { return width > 0 ? targets.size() / width : labels.size(); }
 };
 
-YArray read_targets(NpyArray& y, const std::string& ysource, const ExampleLimits& limits) {
-  if (y.shape.empty() || y.shape.size() > 2) {
-    fail(Kind::kBadRank, ysource + ": float targets must have shape (n,) or (n, k), not " + shape_text(y.shape));
+YHeader read_y_header(ByteSource& src, const std::string& ysource, const ExampleLimits& limits) {
+  YHeader y;
+  y.npy = read_npy_header(src, ysource, limits);
+  const std::vector<uint64_t>& shape = y.npy.shape;
+  if (y.npy.dtype == NpyArray::Dtype::kFloat32) {
+    if (shape.empty() || shape.size() > 2) {
+      fail(Kind::kBadRank, ysource + ": float targets must have shape (n,) or (n, k), not " + shape_text(shape));
+    }
+    const uint64_t width = shape.size() == 2 ? shape[1] : 1;
+    if (width == 0 || width > 100'000) fail(Kind::kBadRank, ysource + ": " + std::to_string(width) + " targets per example");
+    y.width = static_cast<uint32_t>(width);
+  } else if (shape.size() != 1) {
+    fail(Kind::kBadRank, ysource + ": labels must have rank 1, not shape " + shape_text(shape));
   }
-  const uint64_t n = y.shape[0];
-  const uint64_t width = y.shape.size() == 2 ? y.shape[1] : 1;
-  if (n == 0) fail(Kind::kEmpty, ysource + ": no examples");
-  if (width == 0 || width > 100'000) fail(Kind::kBadRank, ysource + ": " + std::to_string(width) + " targets per example");
-  if (n > limits.max_examples) {
-    fail(Kind::kTooLarge, ysource + ": " + std::to_string(n) + " examples exceed the cap of " +
+  y.n = shape[0];
+  if (y.n == 0) fail(Kind::kEmpty, ysource + ": no examples");
+  if (y.n > limits.max_examples) {
+    fail(Kind::kTooLarge, ysource + ": " + std::to_string(y.n) + " examples exceed the cap of " +
                               std::to_string(limits.max_examples));
   }
-  YArray out;
-  out.width = static_cast<uint32_t>(width);
-  out.targets.resize(n * width);
-  std::memcpy(out.targets.data(), y.bytes.data(), out.targets.size() * sizeof(float));
-  for (size_t i = 0; i < out.targets.size(); ++i) {
-    if (!std::isfinite(out.targets[i])) {
-      fail(Kind::kNonFinite, ysource + ": target " + std::to_string(i % width) + " of example " +
-                                 std::to_string(i / width) + " is " + (std::isnan(out.targets[i]) ? "NaN" : "infinite"));
-    }
-  }
-  return out;
+  return y;
 }
 
-YArray read_y(ByteSource& src, const std::string& ysource, const ExampleLimits& limits, ClassCounter& classes) {
-  NpyArray y = read_npy_from(src, ysource, limits);
-  if (y.dtype == NpyArray::Dtype::kFloat32) return read_targets(y, ysource, limits);
-  YArray out;
-  if (y.shape.size() != 1) {
-    fail(Kind::kBadRank, ysource + ": labels must have rank 1, not shape " + shape_text(y.shape));
-  }
-  const uint64_t n = y.shape[0];
-  if (n == 0) fail(Kind::kEmpty, ysource + ": no examples");
-  if (n > limits.max_examples) {
-    fail(Kind::kTooLarge, ysource + ": " + std::to_string(n) + " examples exceed the cap of " +
-                              std::to_string(limits.max_examples));
-  }
-  std::vector<int32_t> labels(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    int64_t v = 0;
-    switch (y.dtype) {
-      case NpyArray::Dtype::kUint8: v = y.bytes[i]; break;
-      case NpyArray::Dtype::kInt32: {
-        int32_t w;
-        std::memcpy(&w, y.bytes.data() + i * 4, 4);
-        v = w;
-        break;
+// y's values (after its header) to the sink in pieces, each checked (a label in range, a target
+// finite); completes the summary: class counts, or the targets' width.
+void stream_y(ByteSource& src, const std::string& ysource, const YHeader& y, const ExampleLimits& limits,
+              ClassCounter& classes, ExampleSink& sink, ExampleSummary& out) {
+  const size_t value_bytes = npy_dtype_size(y.npy.dtype);
+  constexpr uint64_t kPieceValues = 1 << 16;
+  std::vector<uint8_t> piece;
+  std::vector<int32_t> labels;
+  std::vector<float> targets;
+  const uint64_t values = y.width > 0 ? y.n * y.width : y.n;
+  for (uint64_t at = 0; at < values;) {
+    const auto n = static_cast<size_t>(std::min(kPieceValues, values - at));
+    piece.resize(n * value_bytes);
+    for (size_t got = 0; got < piece.size();) {
+      const size_t more = src.read(piece.data() + got, piece.size() - got);
+      if (more == 0) {
+        fail(Kind::kTruncated, ysource + ": truncated array data: " + std::to_string(at * value_bytes + got) + " of " +
+                                   std::to_string(y.npy.bytes) + " bytes present");
       }
-      case NpyArray::Dtype::kInt64: std::memcpy(&v, y.bytes.data() + i * 8, 8); break;
-      case NpyArray::Dtype::kFloat32: break;  // rejected above
+      got += more;
     }
-    check_label(v, limits, ysource + ": example " + std::to_string(i));
-    labels[i] = static_cast<int32_t>(v);
-    classes.add(labels[i]);
+    if (y.width > 0) {
+      targets.resize(n);
+      std::memcpy(targets.data(), piece.data(), n * sizeof(float));
+      for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(targets[i])) {
+          const uint64_t k = at + i;
+          fail(Kind::kNonFinite, ysource + ": target " + std::to_string(k % y.width) + " of example " +
+                                     std::to_string(k / y.width) + " is " + (std::isnan(targets[i]) ? "NaN" : "infinite"));
+        }
+      }
+      sink.targets(targets.data(), n);
+    } else {
+      labels.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        int64_t v = 0;
+        switch (y.npy.dtype) {
+          case NpyArray::Dtype::kUint8: v = piece[i]; break;
+          case NpyArray::Dtype::kInt32: {
+            int32_t w;
+            std::memcpy(&w, piece.data() + i * 4, 4);
+            v = w;
+            break;
+          }
+          case NpyArray::Dtype::kInt64: std::memcpy(&v, piece.data() + i * 8, 8); break;
+          case NpyArray::Dtype::kFloat32: break;  // targets, above
+        }
+        check_label(v, limits, ysource + ": example " + std::to_string(at + i));
+        labels[i] = static_cast<int32_t>(v);
+        classes.add(labels[i]);
+      }
+      sink.labels(labels.data(), n);
+    }
+    at += n;
   }
-  out.labels = std::move(labels);
-  return out;
-}
-
-// Hands y to the sink and completes the summary: labels and class counts, or targets.
-void finish_y(YArray& y, ClassCounter& classes, ExampleSink& sink, ExampleSummary& out) {
+  expect_end(src, ysource, y.npy.bytes);
   if (y.width > 0) {
-    sink.targets(y.targets.data(), y.targets.size());
     out.target_width = y.width;
-    return;
+  } else {
+    classes.finish(out);
   }
-  sink.labels(y.labels.data(), y.labels.size());
-  classes.finish(out);
 }
 
 // The examples array x, checked against y's length and streamed to the sink in bounded pieces
@@ -465,18 +480,24 @@ ExampleSummary stream_npz(const std::string& path, const ExampleLimits& limits, 
   }
   ExampleSummary out;
   ClassCounter classes(path);
-  YArray labels;
+  const std::string ysource = path + ":y.npy";
+  YHeader y;
   {
-    auto y = open_zip_entry(archive.get(), path, "y.npy");
-    ZipEntrySource src(y.get(), path + ":y.npy");
-    labels = read_y(src, path + ":y.npy", limits, classes);
+    auto entry = open_zip_entry(archive.get(), path, "y.npy");
+    ZipEntrySource src(entry.get(), ysource);
+    y = read_y_header(src, ysource, limits);
   }
   {
     auto x = open_zip_entry(archive.get(), path, "x.npy");
     ZipEntrySource src(x.get(), path + ":x.npy");
-    stream_examples(src, path + ":x.npy", path, labels.size(), limits, sink, out);
+    stream_examples(src, path + ":x.npy", path, y.n, limits, sink, out);
   }
-  finish_y(labels, classes, sink, out);
+  {
+    auto entry = open_zip_entry(archive.get(), path, "y.npy");
+    ZipEntrySource src(entry.get(), ysource);
+    read_y_header(src, ysource, limits);
+    stream_y(src, ysource, y, limits, classes, sink, out);
+  }
   return out;
 }
 
@@ -494,18 +515,23 @@ ExampleSummary stream_npy_pair(const std::string& x_path, const std::string& y_p
   };
   ExampleSummary out;
   ClassCounter classes(y_path);
-  YArray labels;
+  YHeader y;
   {
     std::ifstream in = open(y_path);
     StreamSource src(in, y_path);
-    labels = read_y(src, y_path, limits, classes);
+    y = read_y_header(src, y_path, limits);
   }
   {
     std::ifstream in = open(x_path);
     StreamSource src(in, x_path);
-    stream_examples(src, x_path, x_path + " and " + y_path, labels.size(), limits, sink, out);
+    stream_examples(src, x_path, x_path + " and " + y_path, y.n, limits, sink, out);
   }
-  finish_y(labels, classes, sink, out);
+  {
+    std::ifstream in = open(y_path);
+    StreamSource src(in, y_path);
+    read_y_header(src, y_path, limits);
+    stream_y(src, y_path, y, limits, classes, sink, out);
+  }
   return out;
 }
 

@@ -230,7 +230,8 @@ NpyArray read_npy(std::istream& in, const std::string& source, const ExampleLimi
 //   y: '|u1', '<i4' or '<i8', shape (n,), each a non-negative integer (classes as for parse_csv).
 // Other entries are ignored. Float x must be finite. The result's dtype follows x.
 ParsedExamples read_npz(const std::string& path, const ExampleLimits& limits = {});
-// The same, streamed: y is read whole (labels are small), x in pieces of 1 MiB.
+// The same, streamed: y's header first (its length checks x's), then x in pieces of 1 MiB, then
+// y's values in pieces of 65,536 (nothing is held per example: a bad label is found after x).
 ExampleSummary stream_npz(const std::string& path, const ExampleLimits& limits, ExampleSink& sink);
 // The same rules for a pair of .npy files (what the dataset catalog stores, or a directory holds).
 ExampleSummary stream_npy_pair(const std::string& x_path, const std::string& y_path, const ExampleLimits& limits,

@@ -482,9 +482,38 @@ TEST_CASE("read_npy and read_npz find a claimed size truncated without allocatin
   CHECK(f.kind == Kind::kTruncated);
   CHECK(f.message == "a.npy: truncated array data: 3 of 17592186044416 bytes present");
 
+  // y's header is read before x (its length checks x's) and its values after x, in pieces: a
+  // vast claim fails on the example cap from its header, a short y is truncated.
   Failure y = npz_failure({{"x.npy", kGoodX}, {"y.npy", npy("<i8", "(268435456,)", raw<int64_t>({1, 0}))}});
-  CHECK(y.kind == Kind::kTruncated);
-  CHECK(y.message.find("y.npy: truncated array data: 16 of 2147483648 bytes present") != std::string::npos);
+  CHECK(y.kind == Kind::kTooLarge);
+  Failure short_y = npz_failure({{"x.npy", kGoodX}, {"y.npy", npy("<i8", "(2,)", raw<int64_t>({1}))}});
+  CHECK(short_y.kind == Kind::kTruncated);
+  CHECK(short_y.message.find("y.npy: truncated array data: 8 of 16 bytes present") != std::string::npos);
+}
+
+TEST_CASE("read_npz streams a long y after x, in pieces: every label in order, a bad one named by its index") {
+  const size_t n = 200'003;  // more than three pieces of y
+  std::vector<uint8_t> x(n);
+  std::vector<int32_t> y(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<uint8_t>(i * 7);
+    y[i] = static_cast<int32_t>((i * 13) % 5);
+  }
+  const auto bytes_of = [](const std::vector<int32_t>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
+  };
+  TempDir dir;
+  const std::string xs = npy("|u1", "(" + std::to_string(n) + ", 1)", std::string(x.begin(), x.end()));
+  write_zip(dir.file("long.npz"), {{"x.npy", xs}, {"y.npy", npy("<i4", "(" + std::to_string(n) + ",)", bytes_of(y))}});
+  const ParsedExamples p = read_npz(dir.file("long.npz"));
+  CHECK(p.labels == y);
+  CHECK(p.bytes == x);
+  CHECK(p.classes == 5);
+  y[150'001] = -1;
+  write_zip(dir.file("bad.npz"), {{"x.npy", xs}, {"y.npy", npy("<i4", "(" + std::to_string(n) + ",)", bytes_of(y))}});
+  const Failure f = failure_of([&] { read_npz(dir.file("bad.npz")); });
+  CHECK(f.kind == Kind::kBadLabel);
+  CHECK(f.message.find("y.npy: example 150001: label -1") != std::string::npos);
 }
 
 // Regression (fuzz/datasets_fuzz.cc, ASan stack-use-after-scope): the zip entry reader kept a
