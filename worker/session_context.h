@@ -43,6 +43,7 @@ struct SessionFacts {
   // null: the coordinator streams them.
   std::shared_ptr<WorkerStore> store;
   std::shared_ptr<WorkerStore> test_store;  // the test split's, the same way
+  std::shared_ptr<WorkerStore> validation_store;  // a hold-out's validation part, the same way
   bool sync() const { return spec.training.mode == TrainingMode::kSync; }
 
   // A data stream of `split` for this worker, of `epoch` from `from_step`: its own slice (slice
@@ -50,8 +51,10 @@ struct SessionFacts {
   proto::DataStream::Client open_shard(proto::Split split, uint32_t epoch, uint64_t from_step, int64_t slice) const {
     const uint32_t whose = slice < 0 ? worker_index : static_cast<uint32_t>(slice);
     if (split == proto::Split::TRAIN && store) return store->open_train(epoch, whose, from_step);
-    if (split == proto::Split::TEST && test_store) {
-      return test_store->open_block(whose, worker_count, (spec.training.global_batch_size + worker_count - 1) / worker_count);
+    const int64_t block_batch = (spec.training.global_batch_size + worker_count - 1) / worker_count;
+    if (split == proto::Split::TEST && test_store) return test_store->open_block(whose, worker_count, block_batch);
+    if (split == proto::Split::VALIDATION && validation_store) {
+      return validation_store->open_block(whose, worker_count, block_batch);
     }
     auto request = coordinator.openShardRequest();
     request.setJobId(job_id);

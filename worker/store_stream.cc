@@ -7,6 +7,7 @@
 
 #include "common/base/error.h"
 #include "common/base/log.h"
+#include "common/data/stored_examples.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {
@@ -51,8 +52,8 @@ class StoreStream final : public proto::DataStream::Server {
   bool report_;  // to the ledger (training batches)
 };
 
-std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store, const DataPlan* plan,
-                                               Reporter reporter, std::string* why_not) {
+std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store, Reporter reporter,
+                                               std::string* why_not, std::vector<uint32_t> part) {
   const std::string dir = rpc::to_string(store.getDir());
   if (dir.empty()) {
     *why_not = "the coordinator streams this split (it is not stored as shards as loaded)";
@@ -90,20 +91,48 @@ std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store
         return nullptr;
       }
     }
+    if (!part.empty() && part.back() >= reader->size()) {
+      *why_not = dir + ": the hold-out's part reaches past its " + std::to_string(reader->size()) + " examples";
+      return nullptr;
+    }
     return std::shared_ptr<WorkerStore>(
-        new WorkerStore(dir, std::move(reader), std::move(preprocessing), plan, std::move(reporter)));
+        new WorkerStore(dir, std::move(reader), std::move(preprocessing), std::move(part), std::move(reporter)));
   } catch (const DataError& e) {
     *why_not = e.what();
     return nullptr;
   }
 }
 
+std::optional<HeldOutIds> WorkerStore::held_out(proto::StoredShards::Reader store, std::string* why_not) {
+  const std::string dir = rpc::to_string(store.getDir());
+  std::vector<std::string> files;
+  for (auto f : store.getFiles()) files.push_back(rpc::to_string(f));
+  try {
+    // The labels alone (load_stored_split reads no example): the strata the coordinator cut by.
+    const StoreReader reader(dir, files, 1);
+    const ShardLayout& layout = reader.layout();
+    const Split labels = load_stored_split(dir, files, {static_cast<uint32_t>(layout.example_bytes / dtype_size(layout.dtype))},
+                                           layout.dtype, "the hold-out's split", SplitKind::kTrain);
+    if (labels.size != store.getExamples()) {
+      *why_not = dir + " holds " + std::to_string(labels.size) + " examples, the coordinator's split " +
+                 std::to_string(store.getExamples());
+      return std::nullopt;
+    }
+    return held_out_ids(labels, store.getHoldOutFraction(), store.getHoldOutSeed());
+  } catch (const DataError& e) {
+    *why_not = e.what();
+    return std::nullopt;
+  }
+}
+
+uint64_t WorkerStore::examples() const { return part_.empty() ? reader_->size() : part_.size(); }
+
 WorkerStore::WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, std::unique_ptr<Preprocessing> preprocessing,
-                         const DataPlan* plan, Reporter reporter)
+                         std::vector<uint32_t> part, Reporter reporter)
     : dir_(std::move(dir)),
       reader_(std::move(reader)),
       preprocessing_(std::move(preprocessing)),
-      plan_(plan != nullptr ? std::optional<DataPlan>(*plan) : std::nullopt),
+      part_(std::move(part)),
       reporter_(std::move(reporter)),
       example_size_(preprocessing_ ? preprocessing_->fitted.width()
                                    : static_cast<uint32_t>(reader_->layout().example_bytes / dtype_size(reader_->layout().dtype))),
@@ -118,13 +147,14 @@ proto::DataStream::Client WorkerStore::open_train(uint32_t epoch, uint32_t slice
 }
 
 proto::DataStream::Client WorkerStore::open_block(uint32_t slice, uint32_t slices, int64_t batch) {
-  const EvaluationBlock block = EvaluationBlock::of(reader_->size(), slice, slices, batch);
+  const EvaluationBlock block = EvaluationBlock::of(examples(), slice, slices, batch);
   return kj::heap<StoreStream>(shared_from_this(), 0, slice, 0, block.steps(),
                                [block](int64_t step) { return block.examples(step); }, false);
 }
 
 void WorkerStore::fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>& ids, proto::Batch::Builder batch) {
-  ids_.assign(ids.begin(), ids.end());
+  ids_.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids_[i] = part_.empty() ? ids[i] : part_[ids[i]];
   reader_->read_batch(ids_, bytes_, labels_, targets_);
   if (preprocessing_) {  // a table's rows: the job's features, as the coordinator's view makes them
     Preprocessing& p = *preprocessing_;

@@ -31,6 +31,7 @@
 #include "common/data/example_digest.h"
 #include "common/data/preprocessing.h"
 #include "common/data/store_reader.h"
+#include "common/data/validation_split.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 
 namespace pstrain {
@@ -47,10 +48,19 @@ class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, priv
   };
 
   // The store the assignment names, or null when there is none or this worker cannot read it
-  // (`why_not` then says why: a missing directory, a shard not as recorded). `plan`: the
-  // training split's (null for the test split, which is read in blocks).
-  static std::shared_ptr<WorkerStore> open(proto::StoredShards::Reader store, const DataPlan* plan, Reporter reporter,
-                                           std::string* why_not);
+  // (`why_not` then says why: a missing directory, a shard not as recorded). `part`: the ids in
+  // the store of the examples to read, in order (a hold-out's part); empty: all of them.
+  static std::shared_ptr<WorkerStore> open(proto::StoredShards::Reader store, Reporter reporter, std::string* why_not,
+                                           std::vector<uint32_t> part = {});
+  // The parts of a hold-out store (holdOutFraction > 0) as the coordinator cut them
+  // (validation_split.h), from the shards' labels; nullopt (and `why_not`) when they cannot be
+  // read. Holds the labels while it cuts (4 bytes an example), then the parts' ids.
+  static std::optional<HeldOutIds> held_out(proto::StoredShards::Reader store, std::string* why_not);
+
+  // The training split's plan (a store read in training batches; not one read in blocks).
+  void set_plan(const DataPlan& plan) { plan_.emplace(plan); }
+  // The examples read from it: the part's, else the store's.
+  uint64_t examples() const;
 
   // Worker `slice`'s training batches of `epoch` from `from_step`, as openShard's.
   proto::DataStream::Client open_train(uint32_t epoch, uint32_t slice, uint64_t from_step);
@@ -64,7 +74,7 @@ class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, priv
   friend class StoreStream;
   struct Preprocessing;
   WorkerStore(std::string dir, std::unique_ptr<StoreReader> reader, std::unique_ptr<Preprocessing> preprocessing,
-              const DataPlan* plan, Reporter reporter);
+              std::vector<uint32_t> part, Reporter reporter);
   // Fills `batch` with slice's examples `ids` of (epoch, step), as DataService::fill_batch.
   void fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>& ids, proto::Batch::Builder batch);
   void taskFailed(kj::Exception&& e) override;
@@ -80,6 +90,7 @@ class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, priv
   std::string dir_;
   std::unique_ptr<StoreReader> reader_;
   std::unique_ptr<Preprocessing> preprocessing_;
+  std::vector<uint32_t> part_;  // the ids in the store of the examples read (empty: all)
   std::optional<DataPlan> plan_;
   Reporter reporter_;
   uint32_t example_size_ = 0;  // values per example

@@ -113,17 +113,27 @@ TrainingSession::~TrainingSession() = default;
 void TrainingSession::open_stores(proto::StoredShards::Reader train, proto::StoredShards::Reader test) {
   WorkerStore::Reporter reporter{facts_.coordinator, facts_.node_id, facts_.job_id, facts_.generation, facts_.sync()};
   std::string why_not;
-  if (test.getDir().size() > 0) facts_.test_store = WorkerStore::open(test, nullptr, reporter, &why_not);
+  if (test.getDir().size() > 0) facts_.test_store = WorkerStore::open(test, reporter, &why_not);
   if (train.getDir().size() == 0) return;
-  const SessionSpec& spec = facts_.spec;
-  // The coordinator's plan, computed here: the same spec, split size and slice count.
-  const DataPlan plan(spec.dataset.shard_policy, spec.training.mode, static_cast<uint32_t>(train.getExamples()),
-                      spec.training.global_batch_size, facts_.worker_count, spec.dataset.shuffle_seed,
-                      spec.dataset.shuffle_window);
-  facts_.store = WorkerStore::open(train, &plan, reporter, &why_not);
+  std::optional<HeldOutIds> parts;
+  if (train.getHoldOutFraction() > 0) {  // a hold-out: both its parts, cut as the coordinator cut them
+    parts = WorkerStore::held_out(train, &why_not);
+    if (parts) {
+      facts_.store = WorkerStore::open(train, reporter, &why_not, std::move(parts->train));
+      if (facts_.store) facts_.validation_store = WorkerStore::open(train, reporter, &why_not, std::move(parts->validation));
+    }
+  } else {
+    facts_.store = WorkerStore::open(train, reporter, &why_not);
+  }
   if (facts_.store) {
+    const SessionSpec& spec = facts_.spec;
+    // The coordinator's plan, computed here: the same spec, split size and slice count.
+    facts_.store->set_plan(DataPlan(spec.dataset.shard_policy, spec.training.mode,
+                                    static_cast<uint32_t>(facts_.store->examples()), spec.training.global_batch_size,
+                                    facts_.worker_count, spec.dataset.shuffle_seed, spec.dataset.shuffle_window));
     PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index
                  << " reads its training examples from the dataset store at " << facts_.store->dir()
+                 << (facts_.validation_store ? ", its validation examples" : "")
                  << (facts_.test_store ? ", and its test examples" : "");
   } else {
     PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index

@@ -76,6 +76,15 @@ struct Split {
     // (fitted_to_json) and the schema whose category codes the rows hold (table_to_json); both
     // empty for examples as stored.
     std::string preprocessing, table;
+    // A validation hold-out's part of the stored split (validation_split.h): the workers cut the
+    // same parts from the shards' labels, with the same fraction and seed, out of the
+    // `stored_examples` the shards hold. fraction 0: the whole split as stored.
+    struct HoldOut {
+      double fraction = 0;
+      uint64_t seed = 0;
+      bool validation = false;  // the held-out part; false: the training part
+      uint64_t stored_examples = 0;
+    } hold_out;
   };
   std::shared_ptr<const StoredShards> store;
 

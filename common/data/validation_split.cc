@@ -43,26 +43,39 @@ Split subset_of(const Split& split, const std::vector<uint32_t>& indices) {
   return out;
 }
 
-HeldOut hold_out_validation(const Split& train, double fraction, uint64_t seed) {
+HeldOutIds held_out_ids(const Split& train, double fraction, uint64_t seed) {
   // The strata: each class's examples in order (one stratum for regression targets).
   std::map<int32_t, std::vector<uint32_t>> strata;
   for (uint32_t i = 0; i < train.size; ++i) strata[train.regression() ? 0 : train.labels[i]].push_back(i);
-  std::vector<uint32_t> validation, rest;
+  HeldOutIds ids;
   for (auto& [label, members] : strata) {
     Rng rng(mix_seed(mix_seed(seed, 0x76616c6964ULL), static_cast<uint64_t>(static_cast<uint32_t>(label))));
     for (size_t i = members.size(); i > 1; --i) std::swap(members[i - 1], members[rng.uniform_index(i)]);
     size_t n = static_cast<size_t>(std::llround(fraction * static_cast<double>(members.size())));
     n = std::min(n, members.size() - 1);  // every class keeps one example for training
-    validation.insert(validation.end(), members.begin(), members.begin() + static_cast<std::ptrdiff_t>(n));
-    rest.insert(rest.end(), members.begin() + static_cast<std::ptrdiff_t>(n), members.end());
+    ids.validation.insert(ids.validation.end(), members.begin(), members.begin() + static_cast<std::ptrdiff_t>(n));
+    ids.train.insert(ids.train.end(), members.begin() + static_cast<std::ptrdiff_t>(n), members.end());
   }
-  if (validation.empty()) {
+  if (ids.validation.empty()) {
     throw DataError(train.dataset + ": validation_fraction " + std::to_string(fraction) + " of " +
                                        std::to_string(train.size) + " training examples holds out none");
   }
-  std::sort(validation.begin(), validation.end());
-  std::sort(rest.begin(), rest.end());
-  return {subset_of(train, rest), subset_of(train, validation)};
+  std::sort(ids.validation.begin(), ids.validation.end());
+  std::sort(ids.train.begin(), ids.train.end());
+  return ids;
+}
+
+HeldOut hold_out_validation(const Split& train, double fraction, uint64_t seed) {
+  const HeldOutIds ids = held_out_ids(train, fraction, seed);
+  HeldOut held{subset_of(train, ids.train), subset_of(train, ids.validation)};
+  if (train.store && train.store->hold_out.fraction == 0) {  // the parts, as the workers cut them
+    for (Split* part : {&held.train, &held.validation}) {
+      auto store = std::make_shared<Split::StoredShards>(*train.store);
+      store->hold_out = {fraction, seed, part == &held.validation, train.size};
+      part->store = std::move(store);
+    }
+  }
+  return held;
 }
 
 }  // namespace pstrain

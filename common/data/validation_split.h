@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "common/data/dataset.h"
 
@@ -26,8 +27,16 @@ struct HeldOut {
 };
 
 // Throws DataError naming the dataset if the validation part would be empty, or training would
-// keep no example.
+// keep no example. A stored split's parts keep its shards (Split::store) with the hold-out that
+// cuts them, so that workers read them from the store too.
 HeldOut hold_out_validation(const Split& train, double fraction, uint64_t seed);
+
+// The ids (ascending) of the two parts: what hold_out_validation cuts, from the split's labels or
+// targets alone (its examples are not read).
+struct HeldOutIds {
+  std::vector<uint32_t> train, validation;
+};
+HeldOutIds held_out_ids(const Split& train, double fraction, uint64_t seed);
 
 // The examples `indices` (ascending) of `split`, as a split of their own (same dataset, kind,
 // shape, classes).

@@ -125,9 +125,12 @@ void set_stored_shards(const Split& split, proto::StoredShards::Builder out) {
   for (size_t i = 0; i < split.store->files.size(); ++i) files.set(static_cast<unsigned>(i), split.store->files[i]);
   auto crcs = out.initCrcs(static_cast<unsigned>(split.store->crcs.size()));
   for (size_t i = 0; i < split.store->crcs.size(); ++i) crcs.set(static_cast<unsigned>(i), split.store->crcs[i]);
-  out.setExamples(split.size);
+  const Split::StoredShards::HoldOut& hold_out = split.store->hold_out;
+  out.setExamples(hold_out.fraction > 0 ? hold_out.stored_examples : split.size);
   out.setPreprocessing(split.store->preprocessing);
   out.setTable(split.store->table);
+  out.setHoldOutFraction(hold_out.fraction);
+  out.setHoldOutSeed(hold_out.seed);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "common/data/dataset_manifest.h"
 #include "common/data/job_spec.h"
 #include "common/data/shard_sink.h"
+#include "common/data/validation_split.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/recovery_support.h"
 #include "tests/test_support.h"
@@ -139,12 +140,20 @@ Run run_cluster(const JobSpec& spec, const std::string& data_dir, const std::vec
   return run;
 }
 
-void check_every_example_once(const std::string& log, int epochs) {
+void check_every_example_once(const std::string& log, int epochs, int examples = kTrain) {
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     INFO("epoch " << epoch);
-    CHECK(log.find("examples of epoch " + std::to_string(epoch) + ": " + std::to_string(kTrain) +
+    CHECK(log.find("examples of epoch " + std::to_string(epoch) + ": " + std::to_string(examples) +
                    " used once, 0 missing, 0 used more than once") != std::string::npos);
   }
+}
+
+// The validation figures of a log's epoch lines (" | val loss L accuracy A"), in order.
+std::vector<std::string> validation_lines(const std::string& log) {
+  std::vector<std::string> out;
+  const std::regex val(" \\| val loss [0-9.]+ accuracy [0-9.]+");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), val); it != std::sregex_iterator(); ++it) out.push_back(it->str());
+  return out;
 }
 
 const auto kNoFault = [](testing::Cluster&) {};
@@ -246,4 +255,27 @@ TEST_CASE("store reading - a regression dataset's targets are read by the worker
   const Run streamed = run_cluster(spec, data.path(), {"--data-from", "coordinator"}, kNoFault);
   CHECK(testing::max_difference(local.params, streamed.params) == 0);
   CHECK(testing::max_difference(local.params, trainer_params(spec, data.path())) == 0);
+}
+
+TEST_CASE("store reading - a validation hold-out: workers cut both parts from the shards and read them, as the coordinator streams them") {
+  testing::TempDir data;
+  write_dataset(data.path());
+  JobSpec spec = spots_job(2, 2);
+  spec.training.validation_fraction = 0.2;  // about 520 of the 2,600 held out (by class, seeded)
+  const Split all = load_directory_split(data.path() + "/spots", "spots", SplitKind::kTrain);
+  const HeldOutIds parts = held_out_ids(all, 0.2, spec.dataset.shuffle_seed);
+  const int trained = static_cast<int>(parts.train.size());
+  const Run local = run_cluster(spec, data.path(), {}, kNoFault);
+  CHECK(local.worker_log.find("from the dataset store at") != std::string::npos);
+  CHECK(local.worker_log.find(", its validation examples, and its test examples") != std::string::npos);
+  CHECK(local.coordinator_log.find("training examples served: 0 streamed by the coordinator, ") != std::string::npos);
+  check_every_example_once(local.coordinator_log, 2, trained);
+  const Run streamed = run_cluster(spec, data.path(), {"--data-from", "coordinator"}, kNoFault);
+  CHECK(streamed.coordinator_log.find(" streamed by the coordinator, 0 read by workers") != std::string::npos);
+  CHECK(testing::max_difference(local.params, streamed.params) == 0);
+  CHECK(testing::max_difference(local.params, trainer_params(spec, data.path())) == 0);
+  // The same validation figures every epoch: the same examples, read by the workers.
+  const std::vector<std::string> val = validation_lines(local.coordinator_log);
+  CHECK(val.size() == 2);
+  CHECK(val == validation_lines(streamed.coordinator_log));
 }

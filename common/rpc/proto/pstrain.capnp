@@ -329,6 +329,11 @@ struct StoredShards {
   # the schema whose category codes the rows hold, as JSON; empty: the examples as stored.
   preprocessing @4 :Text;
   table @5 :Text;
+  # The training part of a validation hold-out (common/data/validation_split.h): the worker cuts
+  # it (and the validation part, which it then reads too) from the shards' labels with this
+  # fraction and seed; `examples` is then the shards' count. 0: the split as stored.
+  holdOutFraction @6 :Float64;
+  holdOutSeed @7 :UInt64;
 }
 
 struct Batch {

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,7 +91,24 @@ TEST_CASE("stored examples - a shards split loads its labels only and reads what
     const HeldOut on_disk = hold_out_validation(stored, 0.2, 9);
     REQUIRE(on_disk.train.stored);
     REQUIRE(on_disk.validation.stored);
-    CHECK(!on_disk.train.store);  // workers read a hold-out through the coordinator
+    // Both parts name the shards and the hold-out that cuts them, for workers to cut it again.
+    REQUIRE(on_disk.train.store);
+    REQUIRE(on_disk.validation.store);
+    CHECK(on_disk.train.store->files == stored.store->files);
+    CHECK(on_disk.train.store->hold_out.fraction == 0.2);
+    CHECK(on_disk.train.store->hold_out.seed == 9u);
+    CHECK(on_disk.train.store->hold_out.stored_examples == stored.size);
+    CHECK_FALSE(on_disk.train.store->hold_out.validation);
+    CHECK(on_disk.validation.store->hold_out.validation);
+    CHECK(!in_memory.train.store);
+    const HeldOutIds ids = held_out_ids(stored, 0.2, 9);
+    CHECK(ids.train.size() == in_memory.train.size);
+    CHECK(ids.validation.size() == in_memory.validation.size);
+    CHECK(gather_all(memory, ids.validation) == gather_all(in_memory.validation, [&] {
+            std::vector<uint32_t> all(in_memory.validation.size);
+            std::iota(all.begin(), all.end(), 0u);
+            return all;
+          }()));
     CHECK(on_disk.train.stored->size() == in_memory.train.size);
     for (const auto& [m, d] : {std::pair{&in_memory.train, &on_disk.train}, std::pair{&in_memory.validation, &on_disk.validation}}) {
       std::vector<uint32_t> ids(m->size);
