@@ -33,7 +33,9 @@ constexpr int64_t kSaveFreq = 20;
 
 // A small MLP on mnist10k, one server and one worker, backed up every kSaveFreq steps.
 JobSpec small_job(const std::string& mode, int seed) {
-  JobSpec spec = testing::mlp_job(48, 24, 4);
+  // 12 epochs (480 steps): still running when the coordinator is killed after a backup at step
+  // 40, even with the workers reading their examples from the store (a few hundred steps a second).
+  JobSpec spec = testing::mlp_job(48, 24, 12);
   spec.name = mode + "-job";
   spec.model.seed = static_cast<uint64_t>(seed);
   spec.training.mode = mode == "async" ? TrainingMode::kAsync : TrainingMode::kSync;

@@ -85,6 +85,29 @@ def restart_coordinator():
     raise AssertionError("the coordinator did not come back")
 
 
+class IdsTest(unittest.TestCase):
+    """pstrain.ids: the service's fingerprints (the same known answers as
+    tests/common/data/id_hash_test.cc pins for the C++ side)."""
+
+    def test_known_answers(self):
+        ids = pstrain.ids
+        self.assertEqual(ids.fingerprint(""), 269561105066421)
+        self.assertEqual(ids.fingerprint("user-42"), 134233145272651)
+        self.assertEqual(ids.fingerprint("h\u00e9llo"), 27364960676977)
+        self.assertEqual(ids.fingerprint(b"42"), ids.fingerprint("42"))
+        self.assertEqual(ids.fingerprint(0), 248629889170205)
+        self.assertEqual(ids.fingerprint(-1), 251622562667365)
+        self.assertEqual(ids.fingerprint(2**63 - 1), 46625482681859)
+        a, b = ids.fingerprint("a"), ids.fingerprint(42)
+        self.assertEqual(ids.cross(a, b), 276028393608756)
+        self.assertEqual(ids.cross(a, b, ids.fingerprint("z")), 25890299812069)
+        self.assertEqual(ids.bin(a, 1000), 36)
+        with self.assertRaises(ValueError):
+            ids.fingerprint(2**63)
+        with self.assertRaises(TypeError):
+            ids.fingerprint(True)
+
+
 class ClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
