@@ -53,6 +53,12 @@ kj::Promise<void> CoordinatorService::register_(RegisterContext context) {
   return kj::READY_NOW;
 }
 
+void CoordinatorService::check_caller(const NodeInfo& node, uint64_t incarnation) {
+  KJ_REQUIRE(incarnation == 0 || node.incarnation == 0 || node.incarnation == incarnation,
+             "this node id is another process's (a restarted coordinator numbered the nodes anew): register again",
+             node.id.value());
+}
+
 kj::Promise<void> CoordinatorService::heartbeat(HeartbeatContext context) {
   const auto params = context.getParams();
   context.getResults().setKnown(cluster_.heartbeat(NodeId{params.getNodeId()}, params.getProgress()));
@@ -64,6 +70,7 @@ kj::Promise<void> CoordinatorService::getAssignment(GetAssignmentContext context
   const NodeInfo* info = cluster_.find(node);
   KJ_REQUIRE(info != nullptr && info->alive, "unknown node: register first", node);
   KJ_REQUIRE(info->role == proto::Role::WORKER, "only workers get assignments", node);
+  check_caller(*info, context.getParams().getIncarnation());
   const uint32_t wait_ms = std::min<uint32_t>(context.getParams().getWaitMs(), 60000);
   if (context.getParams().getBrokenJobId().size() > 0 && context.getParams().getMinGeneration() > 0) {
     cluster_.find(node)->ended_session_of = rpc::to_string(context.getParams().getBrokenJobId());
@@ -142,6 +149,7 @@ kj::Promise<void> CoordinatorService::backupDone(BackupDoneContext context) {
   const auto params = context.getParams();
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
   KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
+  if (const NodeInfo* info = cluster_.find(NodeId{params.getNodeId()})) check_caller(*info, params.getIncarnation());
   const std::vector<uint64_t> restorable = job->faults().on_backup_done(NodeId{params.getNodeId()}, params.getVersion());
   auto out = context.getResults().initRestorable(static_cast<unsigned>(restorable.size()));
   for (unsigned i = 0; i < restorable.size(); ++i) out.set(i, restorable[i]);

@@ -38,6 +38,8 @@ class CoordinatorService final : public proto::Coordinator::Server {
   kj::Promise<void> storeReplica(StoreReplicaContext context) override;
 
  private:
+  // Throws unless `incarnation` (0: the caller does not say) is the one `node` registered with.
+  static void check_caller(const NodeInfo& node, uint64_t incarnation);
   kj::Promise<void> wait_for_assignment(GetAssignmentContext context, NodeId node, uint64_t min_generation,
                                         kj::TimePoint deadline);
 

@@ -91,6 +91,7 @@ kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, 
     if (!link.connected()) return;  // as if the backup had been written while disconnected
     auto done = link.client().backupDoneRequest();
     done.setNodeId(link.node_id());
+    done.setIncarnation(link.incarnation());
     done.setJobId(job);
     done.setVersion(version);
     // The reply names the backups a recovery may roll back to: pruning spares them from then on.

@@ -54,6 +54,7 @@ void run_worker_node(kj::AsyncIoContext& io, const WorkerNodeConfig& config, kj:
     try {
       auto request = link.client().getAssignmentRequest();
       request.setNodeId(link.node_id());
+      request.setIncarnation(link.incarnation());
       request.setWaitMs(1000);
       request.setMinGeneration(min_generation);
       request.setBrokenJobId(broken_job);

@@ -39,6 +39,9 @@ class CoordinatorLink {
 
   proto::Coordinator::Client client() { return client_; }
   uint32_t node_id() const { return node_id_; }
+  // This process's random incarnation, sent with every registration (and with the calls that
+  // must come from the node that holds node_id(): getAssignment).
+  uint64_t incarnation() const { return incarnation_; }
   bool connected() const { return connected_; }
   // Called after every successful registration (the first and each later one).
   void on_registered(std::function<void(uint32_t node_id)> callback) { on_registered_ = std::move(callback); }

@@ -482,3 +482,34 @@ TEST_CASE("a job whose loss becomes NaN or infinite ends FAILED with that reason
   CHECK(log.find("FAILED") != std::string::npos);
   CHECK(log.find("loss became") != std::string::npos);
 }
+
+TEST_CASE("getAssignment refuses a node id that another process registered (a restarted coordinator renumbers nodes)") {
+  testing::Cluster cluster({.servers = 1, .workers = 0});
+  auto io = kj::setupAsyncIo();
+  auto& ws = io.waitScope;
+  auto connection =
+      rpc::connect(*io.provider, {"127.0.0.1", static_cast<uint32_t>(cluster.coordinator_port())}, {}).wait(ws);
+  auto coordinator = connection->bootstrap().castAs<proto::Coordinator>();
+  auto register_worker = [&](const char* name, uint64_t incarnation) {
+    auto request = coordinator.registerRequest();
+    request.setRole(proto::Role::WORKER);
+    request.setName(name);
+    request.setIncarnation(incarnation);
+    return request.send().wait(ws).getNodeId();
+  };
+  const uint32_t a = register_worker("probe-a", 1111), b = register_worker("probe-b", 2222);
+  REQUIRE(a != b);
+  auto ask = [&](uint32_t node, uint64_t incarnation) {
+    auto request = coordinator.getAssignmentRequest();
+    request.setNodeId(node);
+    request.setIncarnation(incarnation);
+    request.setWaitMs(0);
+    return request.send();
+  };
+  // probe-b asking under probe-a's id (its id before the restart, say): refused, nothing given.
+  CHECK(failure_of(ask(a, 2222), ws).find("another process's") != std::string::npos);
+  // Each under its own id, and a caller that does not say (an older worker): answered.
+  CHECK_FALSE(ask(a, 1111).wait(ws).getHas());
+  CHECK_FALSE(ask(b, 2222).wait(ws).getHas());
+  CHECK_FALSE(ask(b, 0).wait(ws).getHas());
+}

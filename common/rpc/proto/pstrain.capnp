@@ -425,7 +425,11 @@ interface Coordinator {
   # Waits up to waitMs for work; has is false if none came.
   # minGeneration (with the job it refers to): the worker's session of that job broke; it wants
   # a newer plan of it.
-  getAssignment @2 (nodeId :UInt32, waitMs :UInt32, minGeneration :UInt64, brokenJobId :Text)
+  # incarnation: the registration's (0: not said). A node id registered by another process is
+  # refused: after a coordinator restart the nodes may register in another order and get each
+  # other's old ids, and a worker that asks before its own new registration is through must not
+  # get the assignment of the node that now has its old id.
+  getAssignment @2 (nodeId :UInt32, waitMs :UInt32, minGeneration :UInt64, brokenJobId :Text, incarnation :UInt64)
       -> (has :Bool, assignment :Assignment);
   # slice: one of the worker's extra slices (Assignment.extraSlices); -1: its own.
   openShard @3 (jobId :Text, nodeId :UInt32, split :Split, epoch :UInt32, fromStep :UInt64, slice :Int32 = -1)
@@ -436,7 +440,9 @@ interface Coordinator {
   # complete backups (every server wrote them), ascending, that a recovery may roll back to; the
   # server keeps them however many newer backups it writes (a server cut off from the
   # coordinator stops completing backups while the others go on writing theirs).
-  backupDone @5 (nodeId :UInt32, jobId :Text, version :UInt64) -> (restorable :List(UInt64));
+  # incarnation: as getAssignment's (a backup reported under another server's id would make a
+  # backup look complete that is not).
+  backupDone @5 (nodeId :UInt32, jobId :Text, version :UInt64, incarnation :UInt64) -> (restorable :List(UInt64));
   # A node got SIGTERM: the coordinator makes every server of its jobs back up at the next step
   # (servers) or takes the worker out of its job (workers). Returns once that is arranged.
   preempted @6 (nodeId :UInt32) -> ();
