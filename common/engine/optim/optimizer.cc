@@ -5,6 +5,7 @@
 #include <omp.h>
 #endif
 
+#include "common/base/error.h"
 #include "common/engine/optim/schedule.h"
 #include "common/engine/simd/kernels.h"
 
@@ -72,26 +73,24 @@ class Sgd final : public Optimizer {
     return state;
   }
 
-  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
-             std::span<float> out, float lr_scale) const override {
+  double batch_size_exponent() const override { return 1.0; }
+
+ protected:
+  Step begin_step(OptimizerState& state, float lr_scale) const override {
     const float lr = learning_rate_at(spec_, state.iterations) * lr_scale;
-    const float* w = apply_weight_decay(params, out, spec_.weight_decay, lr);
-    const float* g = grads.data();
-    float* o = out.data();
+    ++state.iterations;
+    return {lr, lr, 0.0f};
+  }
+  void update(const Step& step, int64_t n, const float* w, const float* g, float* const* slots,
+              float* o) const override {
     const simd::KernelTable& k = simd::kernels();
     if (momentum_ == 0.0f) {
-      over_threads(static_cast<int64_t>(params.size()),
-                   [&](int64_t b, int64_t e) { k.sgd(e - b, w + b, g + b, o + b, lr); });
+      k.sgd(n, w, g, o, step.lr);
     } else {
-      float* m = state.slots[0].values.data();
-      over_threads(static_cast<int64_t>(params.size()), [&](int64_t b, int64_t e) {
-        k.momentum(e - b, w + b, g + b, m + b, o + b, lr, momentum_, nesterov_);
-      });
+      k.momentum(n, w, g, slots[0], o, step.lr, momentum_, nesterov_);
     }
-    ++state.iterations;
   }
-
-  double batch_size_exponent() const override { return 1.0; }
+  float weight_decay() const override { return spec_.weight_decay; }
 
  private:
   OptimizerSpec spec_;
@@ -110,26 +109,23 @@ class Adam final : public Optimizer {
     return state;
   }
 
-  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
-             std::span<float> out, float lr_scale) const override {
+  double batch_size_exponent() const override { return 0.5; }
+
+ protected:
+  Step begin_step(OptimizerState& state, float lr_scale) const override {
     const float lr = learning_rate_at(spec_, state.iterations);
-    const float* w = apply_weight_decay(params, out, spec_.weight_decay, lr * lr_scale);
     const double t = static_cast<double>(++state.iterations);
     const auto alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(double{b2_}, t)) /
                                           (1.0 - std::pow(double{b1_}, t))) *
-                      lr_scale;
-    // One fused pass over w, g, m, v: the update is memory-bound, so every extra pass costs.
-    float* o = out.data();
-    const float* g = grads.data();
-    float* m = state.slots[0].values.data();
-    float* v = state.slots[1].values.data();
-    const simd::KernelTable& k = simd::kernels();
-    over_threads(static_cast<int64_t>(params.size()), [&](int64_t b, int64_t e) {
-      k.adam(e - b, w + b, g + b, m + b, v + b, o + b, alpha, 1.0f - b1_, 1.0f - b2_, eps_);
-    });
+                       lr_scale;
+    return {lr * lr_scale, lr, alpha};
   }
-
-  double batch_size_exponent() const override { return 0.5; }
+  // One fused pass over w, g, m, v: the update is memory-bound, so every extra pass costs.
+  void update(const Step& step, int64_t n, const float* w, const float* g, float* const* slots,
+              float* o) const override {
+    simd::kernels().adam(n, w, g, slots[0], slots[1], o, step.alpha, 1.0f - b1_, 1.0f - b2_, eps_);
+  }
+  float weight_decay() const override { return spec_.weight_decay; }
 
  private:
   OptimizerSpec spec_;
@@ -147,20 +143,19 @@ class Adagrad final : public Optimizer {
     return state;
   }
 
-  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
-             std::span<float> out, float lr_scale) const override {
-    const float lr = learning_rate_at(spec_, state.iterations) * lr_scale;
-    const float* w = apply_weight_decay(params, out, spec_.weight_decay, lr);
-    const float* g = grads.data();
-    float* acc = state.slots[0].values.data();
-    float* o = out.data();
-    const simd::KernelTable& k = simd::kernels();
-    over_threads(static_cast<int64_t>(params.size()),
-                 [&](int64_t b, int64_t e) { k.adagrad(e - b, w + b, g + b, acc + b, o + b, lr, eps_); });
-    ++state.iterations;
-  }
-
   double batch_size_exponent() const override { return 0.5; }
+
+ protected:
+  Step begin_step(OptimizerState& state, float lr_scale) const override {
+    const float lr = learning_rate_at(spec_, state.iterations) * lr_scale;
+    ++state.iterations;
+    return {lr, lr, 0.0f};
+  }
+  void update(const Step& step, int64_t n, const float* w, const float* g, float* const* slots,
+              float* o) const override {
+    simd::kernels().adagrad(n, w, g, slots[0], o, step.lr, eps_);
+  }
+  float weight_decay() const override { return spec_.weight_decay; }
 
  private:
   OptimizerSpec spec_;
@@ -170,7 +165,8 @@ class Adagrad final : public Optimizer {
 // Keras 3's RMSprop: v = rho * v + (1 - rho) * g^2 (centered: a = rho * a + (1 - rho) * g, and
 // v - a^2 in the denominator); step = lr * g / sqrt(denominator + eps); with momentum
 // m = momentum * m + step, w -= m; else w -= step. Plain loops: compiled once for the portable
-// level, they give the same bits on every CPU.
+// level, they give the same bits on every CPU. Slots: velocity, then momentum (momentum > 0),
+// then average_gradient (centered).
 class Rmsprop final : public Optimizer {
  public:
   explicit Rmsprop(const OptimizerSpec& s) : spec_(s) {}
@@ -183,45 +179,89 @@ class Rmsprop final : public Optimizer {
     return state;
   }
 
-  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
-             std::span<float> out, float lr_scale) const override {
-    const float lr = learning_rate_at(spec_, state.iterations) * lr_scale;
-    const float* w = apply_weight_decay(params, out, spec_.weight_decay, lr);
-    const float* g = grads.data();
-    float* o = out.data();
-    float* v = state.find("velocity")->values.data();
-    Slot* momentum_slot = state.find("momentum");
-    Slot* average_slot = state.find("average_gradient");
-    float* m = momentum_slot != nullptr ? momentum_slot->values.data() : nullptr;
-    float* a = average_slot != nullptr ? average_slot->values.data() : nullptr;
-    const float rho = spec_.rho, one_minus_rho = 1.0f - spec_.rho, eps = spec_.epsilon, momentum = spec_.momentum;
-    over_threads(static_cast<int64_t>(params.size()), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        v[i] = rho * v[i] + one_minus_rho * g[i] * g[i];
-        float denominator = v[i];
-        if (a != nullptr) {
-          a[i] = rho * a[i] + one_minus_rho * g[i];
-          denominator -= a[i] * a[i];
-        }
-        const float step = lr * g[i] / std::sqrt(denominator + eps);
-        if (m != nullptr) {
-          m[i] = momentum * m[i] + step;
-          o[i] = w[i] - m[i];
-        } else {
-          o[i] = w[i] - step;
-        }
-      }
-    });
-    ++state.iterations;
-  }
-
   double batch_size_exponent() const override { return 0.5; }
+
+ protected:
+  Step begin_step(OptimizerState& state, float lr_scale) const override {
+    const float lr = learning_rate_at(spec_, state.iterations) * lr_scale;
+    ++state.iterations;
+    return {lr, lr, 0.0f};
+  }
+  void update(const Step& step, int64_t n, const float* w, const float* g, float* const* slots,
+              float* o) const override {
+    float* v = slots[0];
+    float* m = spec_.momentum > 0.0f ? slots[1] : nullptr;
+    float* a = spec_.centered ? slots[spec_.momentum > 0.0f ? 2 : 1] : nullptr;
+    const float lr = step.lr, rho = spec_.rho, one_minus_rho = 1.0f - spec_.rho, eps = spec_.epsilon,
+                momentum = spec_.momentum;
+    for (int64_t i = 0; i < n; ++i) {
+      v[i] = rho * v[i] + one_minus_rho * g[i] * g[i];
+      float denominator = v[i];
+      if (a != nullptr) {
+        a[i] = rho * a[i] + one_minus_rho * g[i];
+        denominator -= a[i] * a[i];
+      }
+      const float s = lr * g[i] / std::sqrt(denominator + eps);
+      if (m != nullptr) {
+        m[i] = momentum * m[i] + s;
+        o[i] = w[i] - m[i];
+      } else {
+        o[i] = w[i] - s;
+      }
+    }
+  }
+  float weight_decay() const override { return spec_.weight_decay; }
 
  private:
   OptimizerSpec spec_;
 };
 
+// The most slots an optimizer keeps (RMSprop centered with momentum).
+constexpr size_t kMaxSlots = 3;
+
 }  // namespace
+
+void Optimizer::apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+                      std::span<float> out, float lr_scale) const {
+  const Step step = begin_step(state, lr_scale);
+  const float* w = apply_weight_decay(params, out, weight_decay(), step.decay_lr);
+  const float* g = grads.data();
+  float* o = out.data();
+  float* slots[kMaxSlots] = {};
+  for (size_t i = 0; i < state.slots.size() && i < kMaxSlots; ++i) slots[i] = state.slots[i].values.data();
+  over_threads(static_cast<int64_t>(params.size()), [&](int64_t b, int64_t e) {
+    float* at[kMaxSlots] = {};
+    for (size_t i = 0; i < kMaxSlots; ++i) at[i] = slots[i] != nullptr ? slots[i] + b : nullptr;
+    update(step, e - b, w + b, g + b, at, o + b);
+  });
+}
+
+void Optimizer::apply_rows(std::span<float> params, size_t dim, std::span<const uint32_t> rows,
+                           std::span<const float> grads, OptimizerState& state, float lr_scale) const {
+  if (dim == 0 || params.size() % dim != 0 || grads.size() != rows.size() * dim) {
+    throw Error("apply_rows: " + std::to_string(grads.size()) + " gradients for " + std::to_string(rows.size()) +
+                " rows of " + std::to_string(dim) + " in a table of " + std::to_string(params.size()) + " values");
+  }
+  const size_t table_rows = params.size() / dim;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (rows[r] >= table_rows || (r > 0 && rows[r] <= rows[r - 1])) {
+      throw Error("apply_rows: row " + std::to_string(rows[r]) + " (at " + std::to_string(r) +
+                  ") is not ascending within the table's " + std::to_string(table_rows) + " rows");
+    }
+  }
+  const Step step = begin_step(state, lr_scale);
+  const float decay = weight_decay();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const size_t at = size_t{rows[r]} * dim;
+    float* w = params.data() + at;
+    if (decay != 0.0f) {  // apply_weight_decay's arithmetic, on this row only
+      for (size_t i = 0; i < dim; ++i) w[i] = w[i] - w[i] * decay * step.decay_lr;
+    }
+    float* slots[kMaxSlots] = {};
+    for (size_t i = 0; i < state.slots.size() && i < kMaxSlots; ++i) slots[i] = state.slots[i].values.data() + at;
+    update(step, static_cast<int64_t>(dim), w, grads.data() + r * dim, slots, w);
+  }
+}
 
 Slot* OptimizerState::find(const std::string& name) {
   for (auto& s : slots) {

@@ -74,14 +74,35 @@ class Optimizer {
   // as they were when they are distinct: a server keeps the version before the last update
   // this way without copying it. The arithmetic is the same either way. `lr_scale` (> 0) scales the
   // learning rate as the top comment says.
-  virtual void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
-                     std::span<float> out, float lr_scale) const = 0;
+  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+             std::span<float> out, float lr_scale) const;
+  // The lazy update of a table's rows (a sparse embedding table; docs/DESIGN-NOTES.md "Sparse
+  // models"): rows `rows` (ascending, distinct) of `params`, a table of `dim` columns, get the
+  // update apply() gives them, from `grads` (rows.size() x dim, row after row), in place; every
+  // other row and its slots stay as they were (weight decay included). One step: the state's
+  // iterations (Adam's t, the schedule's step) advance once, as TF's LazyAdam and PyTorch's
+  // SparseAdam count them. With every row listed it equals apply() bit for bit.
+  void apply_rows(std::span<float> params, size_t dim, std::span<const uint32_t> rows, std::span<const float> grads,
+                  OptimizerState& state, float lr_scale = 1.0f) const;
   // How the learning rate that makes the same progress per example follows the batch size b:
   // lr proportional to b^exponent. 1 for SGD with or without momentum (the step is linear in the
   // gradient: k steps on b examples ~ one step on k b; the linear scaling rule, Goyal et al. 2017),
   // 0.5 for Adam and Adagrad (the step is normalised by the gradient's magnitude; the square-root
   // rule, Malladi et al. 2022). Async training's async_lr "batch_staleness" uses it.
   virtual double batch_size_exponent() const = 0;
+
+ protected:
+  // A step's constants, computed once (and the state's iterations advanced) before any range is
+  // updated: the rate the weight decay uses, the rate of the update and Adam's alpha.
+  struct Step {
+    float decay_lr = 0, lr = 0, alpha = 0;
+  };
+  virtual Step begin_step(OptimizerState& state, float lr_scale) const = 0;
+  // The element-wise update of n elements: w, g and o at the range's start, slots[i] the state's
+  // slot i there. An element's result does not depend on where its range starts.
+  virtual void update(const Step& step, int64_t n, const float* w, const float* g, float* const* slots,
+                      float* o) const = 0;
+  virtual float weight_decay() const = 0;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);

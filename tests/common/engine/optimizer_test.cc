@@ -2,6 +2,13 @@
 // the Keras formulas written out in optimizer.h), three steps each.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/base/error.h"
 #include "common/engine/optim/optimizer.h"
 #include "common/engine/optim/schedule.h"
 
@@ -252,4 +259,142 @@ TEST_CASE("sgd with weight_decay") {
   s.learning_rate = 0.1f;
   s.weight_decay = 0.01f;
   check_steps(s, {{0.989, -1.978, 0.4695}, {0.983011, -1.986022, 0.4790305}, {1.01202799, -2.00403598, 0.47855147}});
+}
+
+namespace {
+
+// The optimizers a sparse table may use, each in a form with every slot and option exercised.
+std::vector<std::pair<std::string, OptimizerSpec>> row_optimizers() {
+  std::vector<std::pair<std::string, OptimizerSpec>> out;
+  OptimizerSpec s;
+  s.type = OptimizerType::kSgd;
+  s.learning_rate = 0.1f;
+  out.emplace_back("sgd", s);
+  s.momentum = 0.9f;
+  s.nesterov = true;
+  out.emplace_back("sgd nesterov", s);
+  s = OptimizerSpec{};
+  s.type = OptimizerType::kAdam;
+  s.learning_rate = 0.01f;
+  out.emplace_back("adam", s);
+  s.type = OptimizerType::kAdamW;
+  s.weight_decay = 0.004f;
+  out.emplace_back("adamw", s);
+  s = OptimizerSpec{};
+  s.type = OptimizerType::kAdagrad;
+  s.learning_rate = 0.05f;
+  out.emplace_back("adagrad", s);
+  s = OptimizerSpec{};
+  s.type = OptimizerType::kRmsprop;
+  s.momentum = 0.5f;
+  s.centered = true;
+  s.weight_decay = 0.01f;
+  out.emplace_back("rmsprop centered with momentum and decay", s);
+  return out;
+}
+
+std::vector<float> values(size_t n, float scale, float shift) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * 7919) % 23) / 23.0f + shift;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("row updates - every row listed: apply's bits, step after step, for every optimizer") {
+  constexpr size_t kRows = 7, kDim = 5;
+  for (const auto& [name, spec] : row_optimizers()) {
+    INFO(name);
+    const auto optimizer = optim::make_optimizer(spec);
+    std::vector<float> dense = values(kRows * kDim, 2.0f, -1.0f), rows = dense;
+    optim::OptimizerState dense_state = optimizer->make_state(dense.size()), rows_state = optimizer->make_state(rows.size());
+    std::vector<uint32_t> all(kRows);
+    for (uint32_t r = 0; r < kRows; ++r) all[r] = r;
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<float> g = values(kRows * kDim, 0.4f, -0.2f + 0.05f * static_cast<float>(step));
+      optimizer->apply(dense, g, dense_state);
+      optimizer->apply_rows(rows, kDim, all, g, rows_state);
+      CHECK(std::memcmp(dense.data(), rows.data(), dense.size() * sizeof(float)) == 0);
+      for (size_t i = 0; i < dense_state.slots.size(); ++i) CHECK(dense_state.slots[i].values == rows_state.slots[i].values);
+    }
+    CHECK(rows_state.iterations == 4);
+  }
+}
+
+TEST_CASE("row updates - only the listed rows and their slots change, and a touched row gets apply's value") {
+  constexpr size_t kRows = 6, kDim = 4;
+  const std::vector<uint32_t> touched = {1, 4};
+  for (const auto& [name, spec] : row_optimizers()) {
+    INFO(name);
+    const auto optimizer = optim::make_optimizer(spec);
+    // Two steps of every row first, so that the slots hold something a step would decay.
+    std::vector<float> table = values(kRows * kDim, 1.0f, 0.3f);
+    optim::OptimizerState state = optimizer->make_state(table.size());
+    for (int step = 0; step < 2; ++step) optimizer->apply(table, values(kRows * kDim, 0.5f, -0.25f), state);
+    std::vector<float> dense = table;
+    optim::OptimizerState dense_state = state;
+    std::vector<float> g_dense(kRows * kDim, 0.0f), g_rows;
+    for (uint32_t r : touched) {
+      for (size_t i = 0; i < kDim; ++i) {
+        const float g = 0.1f * static_cast<float>(r + 1) - 0.03f * static_cast<float>(i);
+        g_dense[r * kDim + i] = g;
+        g_rows.push_back(g);
+      }
+    }
+    optimizer->apply(dense, g_dense, dense_state);
+    const std::vector<float> before = table;
+    const optim::OptimizerState state_before = state;
+    optimizer->apply_rows(table, kDim, touched, g_rows, state);
+    CHECK(state.iterations == 3);
+    for (size_t r = 0; r < kRows; ++r) {
+      const bool is_touched = r == 1 || r == 4;
+      for (size_t i = 0; i < kDim; ++i) {
+        const size_t at = r * kDim + i;
+        INFO("row " << r << " column " << i);
+        CHECK(table[at] == (is_touched ? dense[at] : before[at]));
+        for (size_t k = 0; k < state.slots.size(); ++k) {
+          CHECK(state.slots[k].values[at] == (is_touched ? dense_state.slots[k].values[at] : state_before.slots[k].values[at]));
+        }
+      }
+    }
+    // Adagrad and plain SGD without decay are the same lazily or not (a zero gradient moves
+    // nothing): the dense update of the zero-padded gradient, every row.
+    if (name == "adagrad" || name == "sgd") CHECK(table == dense);
+  }
+}
+
+TEST_CASE("row updates - lazy Adam by hand: a row's first update is bias-corrected by the table's step count") {
+  OptimizerSpec s;
+  s.type = OptimizerType::kAdam;
+  s.learning_rate = 0.01f;
+  const auto optimizer = optim::make_optimizer(s);
+  std::vector<float> table = {1.0f, 2.0f};  // 2 rows of 1
+  optim::OptimizerState state = optimizer->make_state(2);
+  const std::vector<uint32_t> row0 = {0}, row1 = {1};
+  optimizer->apply_rows(table, 1, row0, std::vector<float>{0.5f}, state);
+  optimizer->apply_rows(table, 1, row1, std::vector<float>{-0.2f}, state);
+  // Row 0, t = 1: m = 0.05, v = 0.00025, alpha = 0.01 sqrt(1 - 0.999) / (1 - 0.9).
+  const double a1 = 0.01 * std::sqrt(1 - 0.999) / (1 - 0.9);
+  CHECK(table[0] == doctest::Approx(1.0 - a1 * 0.05 / (std::sqrt(0.00025) + 1e-7)).epsilon(1e-6));
+  // Row 1's first update is at t = 2: m = -0.02, v = 0.00004, alpha with t = 2.
+  const double a2 = 0.01 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9);
+  CHECK(table[1] == doctest::Approx(2.0 - a2 * -0.02 / (std::sqrt(0.00004) + 1e-7)).epsilon(1e-6));
+  CHECK(state.iterations == 2);
+}
+
+TEST_CASE("row updates - rows out of order or range, or gradients of another size, are refused untouched") {
+  OptimizerSpec s;
+  s.type = OptimizerType::kAdagrad;
+  const auto optimizer = optim::make_optimizer(s);
+  std::vector<float> table(12, 1.0f);  // 4 rows of 3
+  optim::OptimizerState state = optimizer->make_state(12);
+  const std::vector<float> g6(6, 0.5f);
+  CHECK_THROWS_WITH_AS(optimizer->apply_rows(table, 3, std::vector<uint32_t>{2, 1}, g6, state),
+                       doctest::Contains("not ascending"), Error);
+  CHECK_THROWS_WITH_AS(optimizer->apply_rows(table, 3, std::vector<uint32_t>{1, 4}, g6, state),
+                       doctest::Contains("not ascending within the table's 4 rows"), Error);
+  CHECK_THROWS_WITH_AS(optimizer->apply_rows(table, 3, std::vector<uint32_t>{1}, g6, state),
+                       doctest::Contains("6 gradients for 1 rows of 3"), Error);
+  CHECK(state.iterations == 0);
+  CHECK(table == std::vector<float>(12, 1.0f));
 }
