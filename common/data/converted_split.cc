@@ -186,13 +186,17 @@ std::optional<ConvertedSplit> converted_split(const std::string& dir, const std:
 Split load_builtin_split(const std::string& data_dir, const DatasetInfo& info, SplitKind kind,
                          const std::string& cache_root) {
   const auto [images, labels] = split_files(data_dir, info, kind);
+  // The files by name in their directory (both are in one: split_dir), so that the conversion's
+  // key is the same whichever path reaches them (a symlinked data directory, another mount).
+  const fs::path from = fs::path(images).parent_path();
+  const bool together = fs::path(labels).parent_path() == from;
   ManifestSplit idx;
   idx.format = ManifestSplit::Format::kIdx;
-  idx.images = images;  // absolute or relative to the working directory: read from "" as is
-  idx.labels = labels;
+  idx.images = together ? fs::path(images).filename().string() : images;
+  idx.labels = together ? fs::path(labels).filename().string() : labels;
   const std::string split_name = kind == SplitKind::kTrain ? "train" : "test";
-  const std::optional<ConvertedSplit> converted =
-      converted_split("", split_name, idx, (fs::path(cache_root) / kCacheDir / info.name).string());
+  const std::optional<ConvertedSplit> converted = converted_split(
+      together ? from.string() : "", split_name, idx, (fs::path(cache_root) / kCacheDir / info.name).string());
   if (!converted) return load_split(data_dir, info, kind);
   Split split = load_stored_split(converted->dir, converted->shards, converted->shape, converted->dtype, info.name, kind);
   // load_stored_split's class count is the largest label + 1: the table's is the dataset's.

@@ -303,6 +303,21 @@ TEST_CASE("DatasetCatalog converts a built-in's IDX files into shards in the upl
     CHECK_FALSE(catalog.get(".pstrain-shards").has_value());
   }
   {
+    // The same files through another path (a symlinked data directory): the same conversion,
+    // not a new one that would replace it.
+    const std::string link = dir.file("data-link");
+    fs::create_directory_symlink(data, link);
+    const auto kv_link = open_kv(dir.file("state-link"));
+    DatasetCatalog catalog({link, uploads, 1 << 20, {}}, *kv_link, nullptr);
+    catalog.wait_idle();
+    const Split again = catalog.load("mnist10k", SplitKind::kTest);
+    REQUIRE(again.store != nullptr);
+    const fs::path cache = fs::path(uploads) / ".pstrain-shards" / "mnist10k";
+    CHECK(fs::path(again.store->dir).parent_path() == cache);
+    CHECK(std::distance(fs::directory_iterator(cache), fs::directory_iterator()) == 2);
+    same_as_memory(again);
+  }
+  {
     // A cache that cannot be made (a file in its place): the split is loaded into memory.
     const std::string other = dir.file("uploads-other");
     write(other + "/.pstrain-shards", "not a directory");
