@@ -15,6 +15,7 @@
 #include "common/base/error.h"
 #include "common/engine/nn/gradient_scaling.h"
 #include "common/engine/nn/data_parallel_model.h"
+#include "common/engine/nn/sparse_rows.h"
 #include "common/engine/optim/optimizer.h"
 #include "common/base/rng.h"
 #include "worker/first_layer_groups.h"
@@ -35,7 +36,17 @@ struct Evaluation {
   nn::BinaryScores binary;
 };
 
-Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, const float* params) {
+// The sparse tables' rows of a batch, read from the whole tables in `params`.
+void point_sparse_rows(nn::DataParallelModel<float>& model, nn::SparseStep<float>& sparse, const float* inputs,
+                       int64_t batch, const float* params) {
+  if (sparse.empty()) return;
+  sparse.collect(inputs, model.input_size(), batch);
+  for (size_t t = 0; t < sparse.tables().size(); ++t) sparse.point_into(t, model.layout(), params);
+  model.use_sparse_rows(sparse.rows());
+}
+
+Evaluation evaluate(nn::DataParallelModel<float>& model, nn::SparseStep<float>& sparse, const Split& split,
+                    const float* params) {
   const uint32_t batch = static_cast<uint32_t>(model.max_batch());
   std::vector<uint32_t> indices;
   const auto block = [&](uint32_t start) {  // the ids of the batch from `start`
@@ -50,6 +61,7 @@ Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, con
   for (uint32_t start = 0; start < split.size; start += batch) {
     const GatherAhead::Batch b = reader.take();
     if (split.size - start > batch) reader.start(block(start + batch));
+    point_sparse_rows(model, sparse, b.inputs, static_cast<int64_t>(b.ids.size()), params);
     total += model.evaluate(params, b.inputs, b.targets, static_cast<int64_t>(b.ids.size()));
   }
   return {total.loss_sum / split.size, static_cast<double>(total.correct) / split.size, total.regression,
@@ -187,7 +199,12 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
   if (options.servers > 0) group_first_layer_by_server(model, plan_chunks(layout, options.servers), options.servers);
   TrainingResult result;
   result.params.resize(layout.total_size());
-  AlignedFloats grads(layout.total_size());
+  // Sparse tables' gradients are compact (sparse_rows.h): the flat gradient holds them only for
+  // the dense update semantics, which scatters them into it.
+  nn::SparseStep<float> sparse(model.sparse_tables());
+  const bool lazy = spec.optimizer.sparse_updates == OptimizerSpec::SparseUpdates::kLazy;
+  AlignedFloats grads(lazy ? layout.dense_size() : layout.total_size());
+  std::vector<optim::Optimizer::TableRows> table_rows;
   // batch_norm's moving statistics: set as moving averages after each update (moving_statistics.h).
   struct Moving {
     size_t offset, size;
@@ -248,6 +265,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
       const int64_t n = static_cast<int64_t>(b.ids.size());
       // Dropout's keys: the epoch and the examples' indices in the split, as a cluster's batches carry them.
       const nn::ExampleKeys keys{static_cast<uint32_t>(epoch), b.ids.data()};
+      point_sparse_rows(model, sparse, b.inputs, n, result.params.data());
       const nn::LossResult r =
           model.compute_gradients(result.params.data(), b.inputs, b.targets, n, grads.data(), {}, nullptr, keys);
       if (!std::isfinite(r.loss_sum)) {
@@ -259,7 +277,28 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
       for (const Moving& m : moving) {
         moving_before.insert(moving_before.end(), result.params.data() + m.offset, result.params.data() + m.offset + m.size);
       }
-      optimizer->apply(result.params, grads, state);
+      if (sparse.empty()) {
+        optimizer->apply(result.params, grads, state);
+      } else {
+        table_rows.clear();
+        for (size_t t = 0; t < sparse.tables().size(); ++t) {
+          const std::span<float> g = sparse.grads(t);
+          nn::scale_and_regularize(g.data(), g.data(), g.size(), n, 0.0f);
+          const ParamInfo& p = layout.params()[sparse.tables()[t].param];
+          table_rows.push_back({p.offset, p.size, static_cast<size_t>(p.shape[1]), sparse.ids(t), g});
+        }
+        if (lazy) {
+          optimizer->apply_with_tables(result.params, layout.dense_size(), grads, table_rows, state);
+        } else {  // every row every step: the rows' gradients scattered into zeros
+          for (const optim::Optimizer::TableRows& t : table_rows) {
+            std::fill_n(grads.data() + t.offset, t.size, 0.0f);
+            for (size_t k = 0; k < t.rows.size(); ++k) {
+              std::copy_n(t.grads.data() + k * t.dim, t.dim, grads.data() + t.offset + size_t{t.rows[k]} * t.dim);
+            }
+          }
+          optimizer->apply(result.params, grads, state);
+        }
+      }
       for (size_t k = 0, at = 0; k < moving.size(); at += moving[k].size, ++k) {
         nn::moving_average(moving_before.data() + at, grads.data() + moving[k].offset, moving[k].size,
                            moving[k].momentum, result.params.data() + moving[k].offset);
@@ -287,14 +326,14 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
     report.train_accuracy = static_cast<double>(correct) / seen;
     report.samples_per_second = seen / train_seconds;
     report.seconds = train_seconds;
-    const Evaluation eval = evaluate(model, test, result.params.data());
+    const Evaluation eval = evaluate(model, sparse, test, result.params.data());
     report.test_loss = eval.loss;
     report.test_accuracy = eval.accuracy;
     if (is_regression(spec.loss)) report.test_regression = eval.regression;
     if (spec.loss.type == LossType::kBinaryCrossEntropy) report.test_auc = eval.binary.auc();
     if (!is_regression(spec.loss) && model.output_size() > nn::kTopK) report.test_top5_accuracy = eval.top_k_accuracy;
     if (validation) {
-      const Evaluation val = evaluate(model, *validation, result.params.data());
+      const Evaluation val = evaluate(model, sparse, *validation, result.params.data());
       EpochReport::Validation& v = report.validation.emplace();
       v.loss = val.loss;
       v.accuracy = val.accuracy;

@@ -168,6 +168,11 @@ OptimizerSpec read_optimizer(const json::value& v) {
       break;
   }
   o.weight_decay = r.number("weight_decay", 0.0, 1.0, false, o.type == OptimizerType::kAdamW ? 0.004f : 0.0f);
+  if (const json::value* u = r.optional("sparse_updates")) {
+    o.sparse_updates = read_enum<OptimizerSpec::SparseUpdates>(
+        *u, "/optimizer/sparse_updates",
+        {{"lazy", OptimizerSpec::SparseUpdates::kLazy}, {"dense", OptimizerSpec::SparseUpdates::kDense}});
+  }
   r.finish();
   return o;
 }
@@ -421,6 +426,17 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   if (const json::value* e = r.optional("early_stopping")) spec.early_stopping = read_early_stopping(*e);
   if (const json::value* p = r.optional("preprocessing")) spec.preprocessing = read_preprocessing(*p);
   r.finish();
+  if (spec.optimizer.sparse_updates == OptimizerSpec::SparseUpdates::kDense) {
+    for (size_t i = 0; i < spec.model.layers.size(); ++i) {
+      const LayerSpec& l = spec.model.layers[i];
+      if (l.type == LayerType::kEmbedding && l.sparse && l.input_dim * l.output_dim > kSparseTableDefault) {
+        throw SpecError("/optimizer/sparse_updates",
+                        "\"dense\" updates every row of every table each step; layer " + std::to_string(i) +
+                            "'s table has " + std::to_string(l.input_dim * l.output_dim) +
+                            " parameters, over the 2^24 that allows (use \"lazy\")");
+      }
+    }
+  }
   if (spec.training.class_weight.kind == ClassWeightSpec::Kind::kList) spec.loss.class_weights = spec.training.class_weight.list;
   resolve_ghost_batches(spec);
   resolve_early_stopping(spec);
@@ -488,6 +504,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
   if (spec.optimizer.weight_decay != 0.0f || spec.optimizer.type == OptimizerType::kAdamW) {
     optimizer["weight_decay"] = spec.optimizer.weight_decay;
   }
+  if (spec.optimizer.sparse_updates == OptimizerSpec::SparseUpdates::kDense) optimizer["sparse_updates"] = "dense";
   const auto& t = spec.training;
   json::object training{{"mode", training_mode_name(t.mode)},
                         {"global_batch_size", t.global_batch_size},

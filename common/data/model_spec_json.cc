@@ -162,6 +162,7 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
     case LayerType::kEmbedding:
       layer.input_dim = read_int(r.required("input_dim"), r.field_path("input_dim"), 1, int64_t{1} << 24);
       layer.output_dim = read_int(r.required("output_dim"), r.field_path("output_dim"), 1, 65536);
+      layer.sparse = r.boolean("sparse", layer.input_dim * layer.output_dim > kSparseTableDefault);
       break;
     case LayerType::kSlice:
       layer.begin = read_int(r.required("begin"), r.field_path("begin"), 0, int64_t{1} << 24);
@@ -266,6 +267,7 @@ json::object model_spec_to_object(const ModelSpec& model) {
       case LayerType::kEmbedding:
         o["input_dim"] = l.input_dim;
         o["output_dim"] = l.output_dim;
+        if (l.sparse != (l.input_dim * l.output_dim > kSparseTableDefault)) o["sparse"] = l.sparse;
         break;
       case LayerType::kSlice:
         o["begin"] = l.begin;

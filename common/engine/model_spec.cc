@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "common/base/error.h"
@@ -241,7 +242,7 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
 
   const ModelGraph graph = model_graph(spec);
   std::vector<Shape> shapes(spec.layers.size());
-  int64_t parameters = 0;
+  int64_t parameters = 0, sparse_parameters = 0;
   for (const size_t i : graph.order) {
     const LayerSpec& layer = spec.layers[i];
     const std::string path = layer_path(i);
@@ -376,7 +377,15 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         }
         if (layer.input_dim <= 0) throw SpecError(path + "/input_dim", "must be a positive integer");
         if (layer.output_dim <= 0) throw SpecError(path + "/output_dim", "must be a positive integer");
-        parameters += layer.input_dim * layer.output_dim;
+        if (layer.sparse) {
+          sparse_id_columns(spec, graph, i);  // throws unless the ids are the input's
+          sparse_parameters += layer.input_dim * layer.output_dim;
+          if (sparse_parameters > kMaxSparseParameters) {
+            throw SpecError(path, "brings the model's sparse tables over 2^32 parameters (16 GiB)");
+          }
+        } else {
+          parameters += layer.input_dim * layer.output_dim;
+        }
         out = {in[0], layer.output_dim};
         break;
       case LayerType::kSlice:
@@ -411,6 +420,29 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
   return shapes;
 }
 
+IdColumns sparse_id_columns(const ModelSpec& spec, const ModelGraph& graph, size_t layer) {
+  IdColumns columns;
+  int k = graph.inputs[layer][0];
+  int64_t begin = 0;
+  std::optional<int64_t> size;
+  // Up the chain: slices narrow the range, flatten and reshape only relabel it.
+  while (k != kModelInput) {
+    const LayerSpec& l = spec.layers[static_cast<size_t>(k)];
+    if (l.type == LayerType::kSlice) {
+      begin += l.begin;
+      if (!size) size = l.size;
+    } else if (l.type != LayerType::kFlatten && l.type != LayerType::kReshape) {
+      throw SpecError(layer_path(layer) + "/sparse",
+                      "a sparse embedding reads its ids from the model's input or a slice of it; it reads layer " +
+                          std::to_string(k) + " (" + layer_type_name(l.type) + ")");
+    }
+    k = graph.inputs[static_cast<size_t>(k)][0];
+  }
+  columns.begin = begin;
+  columns.size = size ? *size : num_elements(spec.input_shape);
+  return columns;
+}
+
 ParamLayout make_param_layout(const ModelSpec& spec) {
   const std::vector<Shape> shapes = infer_shapes(spec);
   const ModelGraph graph = model_graph(spec);
@@ -431,9 +463,11 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
                   index, kh * kw * in[2], kh * kw * layer.filters});
       if (layer.use_bias) layout.add({prefix + "bias", {layer.filters}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
     } else if (layer.type == LayerType::kEmbedding) {
-      // Keras' name; one row per id.
-      layout.add({prefix + "embeddings", {layer.input_dim, layer.output_dim}, ParamRole::kEmbeddings, 0, 0, 0.0f,
-                  index, 0, 0});
+      // Keras' name; one row per id. Sparse tables come after every dense tensor (below).
+      if (!layer.sparse) {
+        layout.add({prefix + "embeddings", {layer.input_dim, layer.output_dim}, ParamRole::kEmbeddings, 0, 0, 0.0f,
+                    index, 0, 0});
+      }
     } else if (layer.type == LayerType::kLayerNorm || layer.type == LayerType::kBatchNorm) {
       // Keras' names: gamma (scale), then beta (center), over the last axis.
       if (layer.scale) layout.add({prefix + "gamma", {in.back()}, ParamRole::kGamma, 0, 0, 0.0f, index, 0, 0});
@@ -443,6 +477,15 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
         layout.add({prefix + "moving_variance", {in.back()}, ParamRole::kMovingVariance, 0, 0, 0.0f, index, 0, 0});
       }
     }
+  }
+  layout.end_dense();
+  for (const size_t i : graph.order) {
+    const LayerSpec& layer = spec.layers[i];
+    if (layer.type != LayerType::kEmbedding || !layer.sparse) continue;
+    ParamInfo table{"layers." + layer_key(spec, i) + ".embeddings", {layer.input_dim, layer.output_dim},
+                    ParamRole::kEmbeddings, 0, 0, 0.0f, static_cast<int>(i), 0, 0};
+    table.sparse = true;
+    layout.add(std::move(table));
   }
   return layout;
 }

@@ -111,6 +111,10 @@ struct LayerSpec {
   int64_t crop_padding = 0;                             // random_crop: `padding`
   float height_factor = 0.0f, width_factor = 0.0f;      // random_translation
   int64_t input_dim = 0, output_dim = 0;                // embedding: ids 0..input_dim-1, vectors
+  // embedding: a sparse table (docs/DESIGN-NOTES.md "Sparse models"): a step reads and updates
+  // only the rows its batch touches. The spec's default: sparse when the table holds more than
+  // kSparseTableDefault parameters.
+  bool sparse = false;
   int64_t begin = 0, size = 0;                          // slice: the features [begin, begin + size)
   float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
 };
@@ -139,7 +143,11 @@ ModelGraph model_graph(const ModelSpec& spec);
 std::string layer_key(const ModelSpec& spec, size_t i);
 
 // Upper bounds that keep a spec from asking for absurd memory.
-inline constexpr int64_t kMaxParameters = int64_t{1} << 28;        // 1 GiB of float32
+inline constexpr int64_t kMaxParameters = int64_t{1} << 28;        // 1 GiB of float32, sparse tables aside
+inline constexpr int64_t kMaxSparseParameters = int64_t{1} << 32;  // 16 GiB of float32 in sparse tables
+// An embedding table of more parameters than this is sparse unless the spec says otherwise, and
+// its rows cannot have the dense update semantics (optimizer.sparse_updates).
+inline constexpr int64_t kSparseTableDefault = int64_t{1} << 24;
 inline constexpr int64_t kMaxActivationsPerExample = int64_t{1} << 24;
 
 // The strides a conv2d or pooling layer uses: as given, else Keras' default (default_strides:
@@ -164,7 +172,16 @@ inline int64_t dilated_extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
 std::vector<Shape> infer_shapes(const ModelSpec& spec);
 
 // Tensors of the model in a fixed order: for each layer with parameters in the graph's evaluation
-// order, its kernel then bias, named "layers.<key>.kernel" / "layers.<key>.bias" (layer_key).
+// order, its kernel then bias, named "layers.<key>.kernel" / "layers.<key>.bias" (layer_key);
+// then the sparse embedding tables, in the same order (ParamLayout::dense_size() ends before them).
 ParamLayout make_param_layout(const ModelSpec& spec);
+
+// The features of the model's input that a sparse embedding (layer `layer`) reads as its ids:
+// [begin, begin + size). Throws SpecError unless its input is the model's input or a slice of it
+// (through slice, flatten and reshape layers): a step's rows are known from its batch alone.
+struct IdColumns {
+  int64_t begin = 0, size = 0;
+};
+IdColumns sparse_id_columns(const ModelSpec& spec, const ModelGraph& graph, size_t layer);
 
 }  // namespace pstrain

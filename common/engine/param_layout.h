@@ -34,6 +34,10 @@ struct ParamInfo {
   int layer_index = 0;
   // Glorot-uniform fan-in / fan-out for kernels (ignored for biases, which start at zero).
   int64_t fan_in = 0, fan_out = 0;
+  // A sparse embedding table (docs/DESIGN-NOTES.md "Sparse models"): laid out after every dense
+  // tensor; a step reads and updates only its touched rows, and its initial rows are each a
+  // function of (seed, tensor, row), so that any part of it can be made without the rest.
+  bool sparse = false;
 };
 
 class ParamLayout {
@@ -46,18 +50,31 @@ class ParamLayout {
   // Appends a tensor after the existing ones.
   void add(ParamInfo info);
 
+  // Marks the end of the dense tensors: the ones added after are sparse tables.
+  void end_dense() { dense_size_ = total_size_; dense_count_ = params_.size(); }
+
   const std::vector<ParamInfo>& params() const { return params_; }
   size_t total_size() const { return total_size_; }
+  // Floats before the first sparse table (total_size() when there is none), and the tensors there.
+  size_t dense_size() const { return dense_count_ == kAll ? total_size_ : dense_size_; }
+  size_t dense_count() const { return dense_count_ == kAll ? params_.size() : dense_count_; }
+  bool has_sparse() const { return dense_count() < params_.size(); }
   // nullptr if there is no such tensor.
   const ParamInfo* find(const std::string& name) const;
 
  private:
+  static constexpr size_t kAll = static_cast<size_t>(-1);
   std::vector<ParamInfo> params_;
   size_t total_size_ = 0;
+  size_t dense_size_ = 0, dense_count_ = kAll;  // kAll until end_dense()
 };
 
 // Glorot-uniform kernels, zero biases and betas, unit gammas, from `seed`. Each tensor draws from its own stream
-// (seeded by seed and its position), so adding a layer does not change the others' values.
+// (seeded by seed and its position), so adding a layer does not change the others' values. A
+// sparse table's rows each draw from their own stream (sparse_row_init).
 void glorot_uniform_init(const ParamLayout& layout, uint64_t seed, float* params);
+// Rows [first, first + count) of sparse table `param` (an index into layout.params()), as
+// glorot_uniform_init makes them: uniform in [-0.05, 0.05) from a stream of (seed, param, row).
+void sparse_row_init(const ParamLayout& layout, uint64_t seed, size_t param, int64_t first, int64_t count, float* rows);
 
 }  // namespace pstrain

@@ -11,7 +11,38 @@ DataParallelModel<T>::DataParallelModel(const ModelSpec& spec, int64_t max_batch
   const int64_t share = (max_batch + replicas - 1) / replicas;
   for (int r = 0; r < replicas; ++r) {
     replicas_.push_back(std::make_unique<Model<T>>(spec, share, loss));
-    if (r > 0) replica_grads_.emplace_back(replicas_.back()->layout().total_size());
+    if (r > 0) replica_grads_.emplace_back(replicas_.back()->layout().dense_size());
+  }
+  replica_rows_.resize(replicas_.size() - 1);
+  replica_sparse_grads_.resize(replicas_.size() - 1);
+}
+
+template <typename T>
+void DataParallelModel<T>::share_sparse_rows() {
+  replicas_[0]->use_sparse_rows(sparse_rows_);
+  for (size_t r = 1; r < replicas_.size(); ++r) {
+    std::vector<SparseTableRows<T>>& rows = replica_rows_[r - 1];
+    auto& grads = replica_sparse_grads_[r - 1];
+    rows.assign(sparse_rows_.begin(), sparse_rows_.end());
+    grads.resize(rows.size());
+    for (size_t t = 0; t < rows.size(); ++t) {
+      grads[t].resize(rows[t].ids.size() * static_cast<size_t>(sparse_tables()[t].dim));
+      rows[t].grads = grads[t].data();
+    }
+    replicas_[r]->use_sparse_rows(rows);
+  }
+}
+
+template <typename T>
+void DataParallelModel<T>::sum_sparse_gradients() {
+  for (size_t t = 0; t < sparse_rows_.size(); ++t) {
+    T* out = sparse_rows_[t].grads;
+    const size_t n = sparse_rows_[t].ids.size() * static_cast<size_t>(sparse_tables()[t].dim);
+    for (size_t i = 0; i < n; ++i) {
+      T sum = out[i];
+      for (const auto& g : replica_sparse_grads_) sum += g[t][i];
+      out[i] = sum;
+    }
   }
 }
 
@@ -28,6 +59,7 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
                                                    const typename Model<T>::FactoredKernels* factored,
                                                    const ExampleKeys& keys) {
   const int n = replicas();
+  share_sparse_rows();
   if (n == 1) return replicas_[0]->compute_gradients(params, inputs, targets, batch, grads, ready, factored, keys);
   if (factored != nullptr) throw Error("factored kernel gradients need a single replica");
   if (batch < n) return replicas_[0]->compute_gradients(params, inputs, targets, batch, grads, ready, nullptr, keys);
@@ -43,13 +75,14 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
         params, inputs + begin * in, targets + begin * target_size(), end - begin, out, {}, nullptr, part);
   }
   // Sum the replicas' gradients into grads, in replica order, splitting the range over threads.
-  const auto total = static_cast<int64_t>(layout().total_size());
+  const auto total = static_cast<int64_t>(layout().dense_size());
 #pragma omp parallel for num_threads(n) schedule(static)
   for (int64_t i = 0; i < total; ++i) {
     T sum = grads[i];
     for (const auto& g : replica_grads_) sum += g[static_cast<size_t>(i)];
     grads[i] = sum;
   }
+  sum_sparse_gradients();
   if (ready) ready(0);
   LossResult total_result;
   for (const auto& r : results) {
@@ -61,6 +94,7 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
 template <typename T>
 LossResult DataParallelModel<T>::evaluate(const T* params, const T* inputs, const float* targets, int64_t batch) {
   const int n = replicas();
+  share_sparse_rows();
   if (n == 1 || batch < n) return replicas_[0]->evaluate(params, inputs, targets, batch);
   std::vector<LossResult> results(static_cast<size_t>(n));
   const int64_t in = input_size();

@@ -42,6 +42,10 @@ class DataParallelModel {
     return compute_gradients(params, inputs, label_targets_.data(), batch, grads);
   }
   bool needs_keys() const { return replicas_.front()->needs_keys(); }
+  // Model::sparse_tables and use_sparse_rows. The rows' gradients are the whole batch's: each
+  // replica writes its own, summed into the given buffers in replica order (as the dense ones).
+  const std::vector<SparseTable>& sparse_tables() const { return replicas_.front()->sparse_tables(); }
+  void use_sparse_rows(std::span<const SparseTableRows<T>> rows) { sparse_rows_ = rows; }
   // The first replica (with one replica, the whole model: its kernel_factors).
   const Model<T>& first_replica() const { return *replicas_.front(); }
   LossResult evaluate(const T* params, const T* inputs, const float* targets, int64_t batch);
@@ -58,7 +62,17 @@ class DataParallelModel {
   int64_t max_batch_;
   std::vector<float> label_targets_;
   std::vector<std::unique_ptr<Model<T>>> replicas_;
+  // Gives each replica the step's sparse rows: replica 0 the caller's, the others theirs with
+  // gradients of their own.
+  void share_sparse_rows();
+  // Adds the replicas' sparse gradients into the caller's, in replica order.
+  void sum_sparse_gradients();
+
   std::vector<std::vector<T, CacheAlignedAllocator<T>>> replica_grads_;  // for replicas 1..R-1 (replica 0 writes the caller's buffer)
+  std::span<const SparseTableRows<T>> sparse_rows_;
+  // Replicas 1..R-1: their views of the sparse rows and their gradients, by table.
+  std::vector<std::vector<SparseTableRows<T>>> replica_rows_;
+  std::vector<std::vector<std::vector<T, CacheAlignedAllocator<T>>>> replica_sparse_grads_;
 };
 
 }  // namespace pstrain::nn

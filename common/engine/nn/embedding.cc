@@ -19,22 +19,40 @@ int64_t Embedding<T>::id_at(ConstMatMap<T> in, int64_t i, int64_t b) const {
 }
 
 template <typename T>
+const SparseTableRows<T>& Embedding<T>::rows() const {
+  if (rows_ == nullptr) throw Error("embedding: a sparse table's layer was given no rows for the step");
+  return *rows_;
+}
+
+template <typename T>
+size_t Embedding<T>::row_index(int64_t id) const {
+  const auto ids = rows().ids;
+  const auto it = std::lower_bound(ids.begin(), ids.end(), static_cast<uint32_t>(id));
+  if (it == ids.end() || *it != id) {
+    throw Error("embedding: id " + std::to_string(id) + " is not among the step's rows of the sparse table");
+  }
+  return static_cast<size_t>(it - ids.begin());
+}
+
+template <typename T>
 void Embedding<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
-  const T* table = params + table_;
   for (int64_t b = 0; b < in.cols(); ++b) {
     for (int64_t i = 0; i < in.rows(); ++i) {
-      std::copy_n(table + id_at(in, i, b) * output_dim_, output_dim_, out.col(b).data() + i * output_dim_);
+      const int64_t id = id_at(in, i, b);
+      const T* row = rows_ != nullptr ? rows_->values[row_index(id)] : params + table_ + id * output_dim_;
+      std::copy_n(row, output_dim_, out.col(b).data() + i * output_dim_);
     }
   }
 }
 
 template <typename T>
 void Embedding<T>::backward(const T*, ConstMatMap<T> in, ConstMatMap<T>, MatMap<T> dout, T* grads, T* din) {
-  T* dtable = grads + table_;
-  std::fill_n(dtable, input_dim_ * output_dim_, T(0));
+  T* dtable = sparse() ? rows().grads : grads + table_;
+  std::fill_n(dtable, (sparse() ? static_cast<int64_t>(rows().ids.size()) : input_dim_) * output_dim_, T(0));
   for (int64_t b = 0; b < in.cols(); ++b) {
     for (int64_t i = 0; i < in.rows(); ++i) {
-      T* row = dtable + id_at(in, i, b) * output_dim_;
+      const int64_t id = id_at(in, i, b);
+      T* row = dtable + (sparse() ? static_cast<int64_t>(row_index(id)) : id) * output_dim_;
       const T* d = dout.col(b).data() + i * output_dim_;
       for (int64_t k = 0; k < output_dim_; ++k) row[k] += d[k];
     }

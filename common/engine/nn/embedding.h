@@ -5,29 +5,46 @@
 // zero). An input that is not such an id fails the step with an Error naming it (ids come from
 // float32 data: uint8 data is scaled by 1/255 on the way in).
 //
+// A sparse table (sparse_rows.h) is laid out after the dense tensors, and a step's caller does not
+// hold it whole: the layer reads the step's rows from the views use_rows() gives it, and writes
+// the rows' gradient into their compact buffer, summed in the same order as the dense table's (so
+// a row's sum has the same bits either way). Given no rows, forward reads the whole table from
+// the flat parameters (inference on a model file), and backward fails.
+//
 // Thread rules: as layer.h.
 #pragma once
 
 #include <cstdint>
 
 #include "common/engine/nn/layer.h"
+#include "common/engine/nn/sparse_rows.h"
 
 namespace pstrain::nn {
 
 template <typename T>
 class Embedding final : public Layer<T> {
  public:
-  Embedding(int64_t input_dim, int64_t output_dim, size_t table_offset)
-      : input_dim_(input_dim), output_dim_(output_dim), table_(table_offset) {}
+  // The table at `table_offset` in the flat buffers (a sparse one: when no rows are given).
+  Embedding(int64_t input_dim, int64_t output_dim, size_t table_offset, bool sparse = false)
+      : input_dim_(input_dim), output_dim_(output_dim), table_(table_offset), sparse_(sparse) {}
+  bool sparse() const { return sparse_; }
+  // A sparse table's rows for the next passes (null: none given, which fails them).
+  void use_rows(const SparseTableRows<T>* rows) { rows_ = rows; }
+
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                 T* din) override;
 
  private:
   int64_t id_at(ConstMatMap<T> in, int64_t i, int64_t b) const;
+  // A sparse table: where id's row is among the step's rows.
+  size_t row_index(int64_t id) const;
+  const SparseTableRows<T>& rows() const;
 
   int64_t input_dim_, output_dim_;
   size_t table_;
+  bool sparse_;
+  const SparseTableRows<T>* rows_ = nullptr;
 };
 
 }  // namespace pstrain::nn

@@ -25,10 +25,12 @@ void scale_and_regularize(T* grads, const T* params, size_t n, int64_t examples,
   }
 }
 
-// The same for every tensor of a layout.
+// The same for every dense tensor of a layout (a sparse table's gradient is compact: its owner
+// scales it with the function above).
 template <typename T>
 void scale_and_regularize(const ParamLayout& layout, T* grads, const T* params, int64_t examples) {
   for (const ParamInfo& p : layout.params()) {
+    if (p.sparse) continue;
     scale_and_regularize(grads + p.offset, params + p.offset, p.size, examples, p.l2);
   }
 }

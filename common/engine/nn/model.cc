@@ -169,6 +169,12 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
         break;
       case LayerType::kEmbedding: {
         const ParamInfo* table = layout_.find(prefix + "embeddings");
+        if (table->sparse) {  // no gradient in the flat buffer: no first tensor for the stage
+          auto embedding = std::make_unique<Embedding<T>>(l.input_dim, l.output_dim, table->offset, true);
+          sparse_embeddings_.push_back(embedding.get());
+          value = add_stage(std::move(embedding), nullptr, inputs, in_size, out, nullptr, nullptr, nullptr);
+          break;
+        }
         layer = std::make_unique<Embedding<T>>(l.input_dim, l.output_dim, table->offset);
         kernel = table;  // the stage's first tensor (not a dense kernel: `dense` stays null)
         break;
@@ -216,6 +222,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     throw SpecError("/model/layers", "must contain at least one layer that computes");
   }
   delta_written_.assign(activations_.size(), false);
+  sparse_tables_ = nn::sparse_tables(spec, layout_);
   int64_t widest = 0;
   for (size_t b = 0; b < readers.size(); ++b) {
     if (readers[b] > 1 || (static_cast<int>(b) == output_buffer_ && readers[b] > 0)) {
@@ -239,6 +246,9 @@ ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t b
   for (Dropout<T>* d : dropouts_) d->set_keys(keys);
   for (Augmentation<T>* a : augmentations_) a->set_keys(keys);
   for (BatchNorm<T>* b : batch_norms_) b->set_training(training);
+  for (size_t t = 0; t < sparse_embeddings_.size(); ++t) {
+    sparse_embeddings_[t]->use_rows(t < sparse_rows_.size() ? &sparse_rows_[t] : nullptr);
+  }
   if (batch <= 0 || batch > max_batch_) {
     throw Error("batch of " + std::to_string(batch) + " examples outside 1.." + std::to_string(max_batch_));
   }

@@ -18,6 +18,7 @@
 #include "common/engine/nn/dropout.h"
 #include "common/engine/nn/layer.h"
 #include "common/engine/nn/loss.h"
+#include "common/engine/nn/sparse_rows.h"
 
 namespace pstrain::nn {
 
@@ -29,6 +30,8 @@ template <typename T>
 class BatchNorm;
 template <typename T>
 class Augmentation;
+template <typename T>
+class Embedding;
 
 template <typename T>
 class Model {
@@ -63,6 +66,13 @@ class Model {
                       const ExampleKeys& keys = {}) {
     return evaluate(params, inputs, label_targets(labels, batch), batch, keys);
   }
+
+  // The sparse embedding tables (sparse_rows.h), in layout order, and the rows of each for the
+  // passes that follow (one view per table, kept by reference: the caller keeps them valid and
+  // current, and sets them again when they move). Without them, forward passes read the whole
+  // tables from the flat parameters (a model file's), and compute_gradients fails.
+  const std::vector<SparseTable>& sparse_tables() const { return sparse_tables_; }
+  void use_sparse_rows(std::span<const SparseTableRows<T>> rows) { sparse_rows_ = rows; }
 
   // True if training needs the examples' keys (the model has dropout or augmentation).
   bool needs_keys() const { return !dropouts_.empty() || !augmentations_.empty(); }
@@ -149,6 +159,9 @@ class Model {
   std::vector<Dropout<T>*> dropouts_;
   std::vector<BatchNorm<T>*> batch_norms_;
   std::vector<Augmentation<T>*> augmentations_;
+  std::vector<SparseTable> sparse_tables_;
+  std::vector<Embedding<T>*> sparse_embeddings_;  // by sparse table
+  std::span<const SparseTableRows<T>> sparse_rows_;
   const T* last_input_ = nullptr;
   int64_t last_batch_ = 0;
 };

@@ -224,6 +224,11 @@ constexpr size_t kMaxSlots = 3;
 void Optimizer::apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
                       std::span<float> out, float lr_scale) const {
   const Step step = begin_step(state, lr_scale);
+  update_range(step, params, grads, state, out);
+}
+
+void Optimizer::update_range(const Step& step, std::span<const float> params, std::span<const float> grads,
+                             OptimizerState& state, std::span<float> out) const {
   const float* w = apply_weight_decay(params, out, weight_decay(), step.decay_lr);
   const float* g = grads.data();
   float* o = out.data();
@@ -236,31 +241,62 @@ void Optimizer::apply(std::span<const float> params, std::span<const float> grad
   });
 }
 
-void Optimizer::apply_rows(std::span<float> params, size_t dim, std::span<const uint32_t> rows,
-                           std::span<const float> grads, OptimizerState& state, float lr_scale) const {
-  if (dim == 0 || params.size() % dim != 0 || grads.size() != rows.size() * dim) {
-    throw Error("apply_rows: " + std::to_string(grads.size()) + " gradients for " + std::to_string(rows.size()) +
-                " rows of " + std::to_string(dim) + " in a table of " + std::to_string(params.size()) + " values");
+namespace {
+
+// Throws unless `rows` are ascending rows of a table of `table_size` values in rows of `dim`, with
+// a gradient row each.
+void check_rows(size_t table_size, size_t dim, std::span<const uint32_t> rows, size_t grads) {
+  if (dim == 0 || table_size % dim != 0 || grads != rows.size() * dim) {
+    throw Error("apply_rows: " + std::to_string(grads) + " gradients for " + std::to_string(rows.size()) +
+                " rows of " + std::to_string(dim) + " in a table of " + std::to_string(table_size) + " values");
   }
-  const size_t table_rows = params.size() / dim;
+  const size_t table_rows = table_size / dim;
   for (size_t r = 0; r < rows.size(); ++r) {
     if (rows[r] >= table_rows || (r > 0 && rows[r] <= rows[r - 1])) {
       throw Error("apply_rows: row " + std::to_string(rows[r]) + " (at " + std::to_string(r) +
                   ") is not ascending within the table's " + std::to_string(table_rows) + " rows");
     }
   }
-  const Step step = begin_step(state, lr_scale);
+}
+
+}  // namespace
+
+void Optimizer::update_rows(const Step& step, float* table, size_t dim, std::span<const uint32_t> rows,
+                            const float* grads, OptimizerState& state, size_t slot_offset) const {
   const float decay = weight_decay();
   for (size_t r = 0; r < rows.size(); ++r) {
     const size_t at = size_t{rows[r]} * dim;
-    float* w = params.data() + at;
+    float* w = table + at;
     if (decay != 0.0f) {  // apply_weight_decay's arithmetic, on this row only
       for (size_t i = 0; i < dim; ++i) w[i] = w[i] - w[i] * decay * step.decay_lr;
     }
     float* slots[kMaxSlots] = {};
-    for (size_t i = 0; i < state.slots.size() && i < kMaxSlots; ++i) slots[i] = state.slots[i].values.data() + at;
-    update(step, static_cast<int64_t>(dim), w, grads.data() + r * dim, slots, w);
+    for (size_t i = 0; i < state.slots.size() && i < kMaxSlots; ++i) {
+      slots[i] = state.slots[i].values.data() + slot_offset + at;
+    }
+    update(step, static_cast<int64_t>(dim), w, grads + r * dim, slots, w);
   }
+}
+
+void Optimizer::apply_rows(std::span<float> params, size_t dim, std::span<const uint32_t> rows,
+                           std::span<const float> grads, OptimizerState& state, float lr_scale) const {
+  check_rows(params.size(), dim, rows, grads.size());
+  const Step step = begin_step(state, lr_scale);
+  update_rows(step, params.data(), dim, rows, grads.data(), state, 0);
+}
+
+void Optimizer::apply_with_tables(std::span<float> params, size_t dense, std::span<const float> grads,
+                                  std::span<const TableRows> tables, OptimizerState& state) const {
+  for (const TableRows& t : tables) {
+    if (t.offset < dense || t.offset + t.size > params.size()) {
+      throw Error("apply_with_tables: a table at " + std::to_string(t.offset) + " is not after the dense " +
+                  std::to_string(dense) + " values within the " + std::to_string(params.size()));
+    }
+    check_rows(t.size, t.dim, t.rows, t.grads.size());
+  }
+  const Step step = begin_step(state, 1.0f);
+  update_range(step, params.first(dense), grads.first(dense), state, params.first(dense));
+  for (const TableRows& t : tables) update_rows(step, params.data() + t.offset, t.dim, t.rows, t.grads.data(), state, t.offset);
 }
 
 Slot* OptimizerState::find(const std::string& name) {

@@ -84,6 +84,17 @@ class Optimizer {
   // SparseAdam count them. With every row listed it equals apply() bit for bit.
   void apply_rows(std::span<float> params, size_t dim, std::span<const uint32_t> rows, std::span<const float> grads,
                   OptimizerState& state, float lr_scale = 1.0f) const;
+  // One step of a layout with sparse tables (the trainer's): [0, dense) updated as apply()
+  // updates it, then each table's listed rows as apply_rows() does (the optimizer's
+  // sparse_updates "lazy"), under one step (iterations advance once). params and the state's slots
+  // span the whole layout; each table's slots are at its offset.
+  struct TableRows {
+    size_t offset = 0, size = 0, dim = 0;  // the table in params: where, how many values, row width
+    std::span<const uint32_t> rows;        // ascending, distinct
+    std::span<const float> grads;          // rows.size() x dim
+  };
+  void apply_with_tables(std::span<float> params, size_t dense, std::span<const float> grads,
+                         std::span<const TableRows> tables, OptimizerState& state) const;
   // How the learning rate that makes the same progress per example follows the batch size b:
   // lr proportional to b^exponent. 1 for SGD with or without momentum (the step is linear in the
   // gradient: k steps on b examples ~ one step on k b; the linear scaling rule, Goyal et al. 2017),
@@ -103,6 +114,15 @@ class Optimizer {
   virtual void update(const Step& step, int64_t n, const float* w, const float* g, float* const* slots,
                       float* o) const = 0;
   virtual float weight_decay() const = 0;
+
+ private:
+  // apply()'s update of a whole range under `step` (slots from the state's start).
+  void update_range(const Step& step, std::span<const float> params, std::span<const float> grads,
+                    OptimizerState& state, std::span<float> out) const;
+  // apply_rows()'s update of `rows` of `table` under `step`; the table's slots start at
+  // `slot_offset` in the state's.
+  void update_rows(const Step& step, float* table, size_t dim, std::span<const uint32_t> rows, const float* grads,
+                   OptimizerState& state, size_t slot_offset) const;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec);

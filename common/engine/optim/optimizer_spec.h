@@ -47,6 +47,13 @@ struct OptimizerSpec {
   // Decoupled weight decay (Keras 3's `weight_decay`, every optimizer; adamw's default 0.004):
   // w -= w * weight_decay * lr before the update.
   float weight_decay = 0.0f;
+  // How sparse embedding tables (docs/DESIGN-NOTES.md "Sparse models") are updated. kLazy (the
+  // default): only the rows a step touched, their slots and weight decay included, with the
+  // table's step count (TF's LazyAdam, PyTorch's SparseAdam). kDense: every row every step, as
+  // Keras updates a dense table (refused for tables over kSparseTableDefault parameters). The
+  // same for Adagrad and SGD without momentum or weight decay; not for momentum, Adam, RMSprop.
+  enum class SparseUpdates { kLazy, kDense };
+  SparseUpdates sparse_updates = SparseUpdates::kLazy;
 };
 
 }  // namespace pstrain
