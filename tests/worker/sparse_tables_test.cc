@@ -131,7 +131,8 @@ TrainingResult train(const JobSpec& spec, int replicas) {
 
 // A tensor of a trained model by name.
 std::vector<float> tensor(const JobSpec& spec, const TrainingResult& r, const std::string& name) {
-  const ParamInfo* p = make_param_layout(spec.model).find(name);
+  const ParamLayout layout = make_param_layout(spec.model);
+  const ParamInfo* p = layout.find(name);
   REQUIRE(p != nullptr);
   return {r.params.begin() + static_cast<std::ptrdiff_t>(p->offset),
           r.params.begin() + static_cast<std::ptrdiff_t>(p->offset + p->size)};
