@@ -45,8 +45,9 @@ void point_sparse_rows(nn::DataParallelModel<float>& model, nn::SparseStep<float
   model.use_sparse_rows(sparse.rows());
 }
 
-Evaluation evaluate(nn::DataParallelModel<float>& model, nn::SparseStep<float>& sparse, const Split& split,
-                    const float* params) {
+// Sparse tables are read whole from `params` (inference's own path: no rows given).
+Evaluation evaluate(nn::DataParallelModel<float>& model, const Split& split, const float* params) {
+  model.use_sparse_rows({});
   const uint32_t batch = static_cast<uint32_t>(model.max_batch());
   std::vector<uint32_t> indices;
   const auto block = [&](uint32_t start) {  // the ids of the batch from `start`
@@ -61,7 +62,6 @@ Evaluation evaluate(nn::DataParallelModel<float>& model, nn::SparseStep<float>& 
   for (uint32_t start = 0; start < split.size; start += batch) {
     const GatherAhead::Batch b = reader.take();
     if (split.size - start > batch) reader.start(block(start + batch));
-    point_sparse_rows(model, sparse, b.inputs, static_cast<int64_t>(b.ids.size()), params);
     total += model.evaluate(params, b.inputs, b.targets, static_cast<int64_t>(b.ids.size()));
   }
   return {total.loss_sum / split.size, static_cast<double>(total.correct) / split.size, total.regression,
@@ -326,14 +326,14 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
     report.train_accuracy = static_cast<double>(correct) / seen;
     report.samples_per_second = seen / train_seconds;
     report.seconds = train_seconds;
-    const Evaluation eval = evaluate(model, sparse, test, result.params.data());
+    const Evaluation eval = evaluate(model, test, result.params.data());
     report.test_loss = eval.loss;
     report.test_accuracy = eval.accuracy;
     if (is_regression(spec.loss)) report.test_regression = eval.regression;
     if (spec.loss.type == LossType::kBinaryCrossEntropy) report.test_auc = eval.binary.auc();
     if (!is_regression(spec.loss) && model.output_size() > nn::kTopK) report.test_top5_accuracy = eval.top_k_accuracy;
     if (validation) {
-      const Evaluation val = evaluate(model, sparse, *validation, result.params.data());
+      const Evaluation val = evaluate(model, *validation, result.params.data());
       EpochReport::Validation& v = report.validation.emplace();
       v.loss = val.loss;
       v.accuracy = val.accuracy;
