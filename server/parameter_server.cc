@@ -66,8 +66,7 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   const std::vector<ChunkInfo> chunks = rpc::get_chunks(config.getChunks());
   const ParamLayout layout = make_param_layout(spec.model);
   for (const ChunkInfo& c : chunks) {
-    KJ_REQUIRE(c.param < layout.params().size() && c.offset + c.size <= layout.params()[c.param].size,
-               "chunk does not fit the model's parameters", c.key);
+    KJ_REQUIRE(fits_layout(c, layout), "chunk does not fit the model's parameters", c.key);
   }
   auto job = std::make_shared<Job>();
   job->shard = std::make_unique<ParameterShard>(shard_config_of(spec), chunks, config.getServerIndex(), config.getWorkers());

@@ -13,20 +13,34 @@ ParameterShard::ParameterShard(const ShardConfig& config, std::vector<ChunkInfo>
                                uint32_t workers)
     : mode_(config.mode),
       global_batch_(config.global_batch_size),
+      layout_(make_param_layout(config.model)),
+      seed_(config.model.seed),
+      lazy_tables_(config.optimizer.sparse_updates == OptimizerSpec::SparseUpdates::kLazy),
       optimizer_(optim::make_optimizer(config.optimizer)),
       rule_(std::in_place_type<SyncBarrier>, config.backup_workers) {
   if (mode_ == TrainingMode::kAsync) {
     rule_.emplace<AsyncRule>(config, workers, optimizer_->batch_size_exponent());
   }
-  const ParamLayout layout = make_param_layout(config.model);
-  // The same initial values as the standalone trainer: initialise the whole model, keep our part.
-  std::vector<float> initial(layout.total_size());
-  glorot_uniform_init(layout, config.model.seed, initial.data());
+  const ParamLayout& layout = layout_;
+  // The same initial values as the standalone trainer: initialise the whole dense model, keep our
+  // part; a table piece makes its own rows.
+  std::vector<float> initial(layout.dense_size());
+  dense_glorot_uniform_init(layout, config.model.seed, initial.data());
   for (const ChunkInfo& info : table) {
     if (info.server != server_index) continue;
     const ParamInfo& param = layout.params()[info.param];
     ShardChunk chunk;
     chunk.info = info;
+    if (info.is_table_piece()) {
+      init_table_piece(layout, seed_, chunk);
+      if (!lazy_tables_) {
+        chunk.scratch.resize(info.size);
+        chunk.previous.resize(info.size);
+      }
+      chunk.optimizer_state = optimizer_->make_state(info.size);
+      chunks_.emplace(info.key, std::move(chunk));
+      continue;
+    }
     chunk.l2 = param.l2;
     chunk.moving_momentum = nn::moving_momentum(config.model, param);
     if (param.role == ParamRole::kKernel && param.shape.size() == 2 && param.shape[1] > 0) {
@@ -60,6 +74,15 @@ void ParameterShard::apply_update(ShardChunk& chunk, std::span<const float> summ
   ++chunk.version;
 }
 
+void ParameterShard::apply_table_update(ShardChunk& chunk, std::span<const PushRequest* const> pushes,
+                                        int64_t examples, float lr_scale) {
+  if (examples > 0) {
+    reduce_table_step(chunk, pushes, examples, table_step_);
+    apply_table_step(*optimizer_, lazy_tables_, chunk, table_step_, lr_scale);
+  }
+  ++chunk.version;
+}
+
 void ParameterShard::push(const PushRequest& request, PushDone done, std::function<bool()> alive) {
   ShardChunk& chunk = chunks_.at(request.key);
   if (holds_.rejects(request.generation)) {  // a push of a plan that ended
@@ -72,7 +95,10 @@ void ParameterShard::push(const PushRequest& request, PushDone done, std::functi
 
 void ParameterShard::push_async(AsyncRule& rule, ShardChunk& chunk, const PushRequest& request, PushDone done) {
   const float lr_scale = rule.admit(request, chunk.version, stats_);
-  if (request.sparse || request.factors) {
+  if (chunk.info.is_table_piece()) {
+    const PushRequest* pushes[] = {&request};
+    apply_table_update(chunk, pushes, request.examples, lr_scale);
+  } else if (request.sparse || request.factors) {
     accumulate_push(request, chunk, /*first=*/true, chunk.scratch.data());
     apply_update(chunk, chunk.scratch, request.examples, lr_scale);
   } else {
@@ -118,11 +144,17 @@ void ParameterShard::apply_ready_sync_steps(ShardChunk& chunk) {
   while (chunk.version < holds_.limit()) {
     std::optional<SyncBarrier::Step> step = barrier->take_ready(chunk.info.key, chunk.version);
     if (!step) return;
-    if (step->examples > 0) {
-      reduce_step(chunk, *step);
-      chunk.step(*optimizer_, std::span<const float>(chunk.scratch.data(), chunk.info.size));
+    if (chunk.info.is_table_piece()) {
+      std::vector<const PushRequest*> pushes;
+      for (const SyncBarrier::Pending* push : step->counted) pushes.push_back(&push->request);
+      apply_table_update(chunk, pushes, step->examples, 1.0f);
+    } else {
+      if (step->examples > 0) {
+        reduce_step(chunk, *step);
+        chunk.step(*optimizer_, std::span<const float>(chunk.scratch.data(), chunk.info.size));
+      }
+      ++chunk.version;
     }
-    ++chunk.version;
     // The workers' compression states of the new version (pushed only before backup points).
     chunk.worker_state.clear();
     for (const SyncBarrier::Pending* push : step->counted) {

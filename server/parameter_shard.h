@@ -35,13 +35,16 @@
 #include "server/shard_push.h"
 #include "server/shard_snapshots.h"
 #include "server/sync_barrier.h"
+#include "server/table_piece.h"
 
 namespace pstrain {
 
 class ParameterShard {
  public:
   // Keeps the chunks of `table` placed on `server_index`, initialised from the model's seed
-  // exactly as the standalone trainer initialises the whole model.
+  // exactly as the standalone trainer initialises the whole model. Memory: the dense chunks'
+  // values while they are made (dense_size(), not the tables'), then each chunk's values,
+  // slots and copies; a sparse table's piece only its values and slots (table_piece.h).
   ParameterShard(const ShardConfig& config, std::vector<ChunkInfo> table, uint32_t server_index, uint32_t workers);
 
   bool holds(uint32_t key) const { return chunks_.count(key) != 0; }
@@ -54,7 +57,8 @@ class ParameterShard {
   void set_worker_state(uint32_t key, uint32_t worker, std::span<const float> state);
 
   // Preconditions (checked by the RPC layer): holds(key), gradient.size() == chunk(key).size() (or,
-  // when sparse, parts sorted, disjoint and inside the chunk; when factored, chunk(key).row_columns
+  // when sparse, parts sorted, disjoint and inside the chunk; for a table piece, table_push_error
+  // empty; when factored, chunk(key).row_columns
   // == factors->columns and the factors' sizes match), slice < slice_count. `done` is called
   // exactly once, possibly later, unless `alive` (when given) turns false first: then the push is
   // forgotten without touching its gradient (the RPC layer passes "the caller is still waiting",
@@ -122,11 +126,18 @@ class ParameterShard {
   void apply_ready_sync_steps(ShardChunk& chunk);
   void apply_ready_sync_steps_everywhere();
   void apply_update(ShardChunk& chunk, std::span<const float> summed_gradient, int64_t examples, float lr_scale);
+  // A table piece's step from its pushes (slice order).
+  void apply_table_update(ShardChunk& chunk, std::span<const PushRequest* const> pushes, int64_t examples,
+                          float lr_scale);
   // After restore() or reset(): holds lifted, waiting pushes aborted, clocks back to 0.
   void rolled_back(bool release_pulls_too);
 
   TrainingMode mode_;
   int64_t global_batch_ = 0;
+  ParamLayout layout_;  // the model's, for the table pieces' initial values
+  uint64_t seed_ = 0;
+  bool lazy_tables_ = true;  // optimizer.sparse_updates "lazy"
+  TableStep table_step_;     // a table piece's step, reused
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::variant<SyncBarrier, AsyncRule> rule_;
   ShardHolds holds_;

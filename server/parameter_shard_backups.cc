@@ -57,6 +57,7 @@ void ParameterShard::restore(const std::map<uint32_t, ChunkSnapshot>& snapshots)
 void ParameterShard::reset() {
   for (auto& [key, chunk] : chunks_) {
     chunk.reset(*optimizer_);
+    if (chunk.info.is_table_piece()) init_table_piece(layout_, seed_, chunk);
   }
   rolled_back(/*release_pulls_too=*/false);
 }

@@ -28,6 +28,8 @@ struct ShardChunk {
   // The columns of the kernel whose whole rows the chunk holds, or 0 if it is not such a chunk (a
   // bias, a conv kernel, a cut inside a row): only such chunks take factored pushes.
   size_t row_columns = 0;
+  // > 0: a sparse table's piece (info.is_table_piece(); table_piece.h), rows of this width.
+  size_t table_dim = 0;
   float l2 = 0;
   float moving_momentum = -1;  // >= 0: a batch_norm moving statistic (nn/moving_statistics.h)
   AlignedFloats values;
@@ -45,7 +47,7 @@ struct ShardChunk {
   // state each worker last put as it paused for a cut.
   std::map<uint32_t, std::vector<float>> worker_state;
   std::vector<std::pair<uint64_t, PullDone>> waiting_pulls;
-  AlignedFloats initial;  // for reset()
+  AlignedFloats initial;  // for reset() (empty for a table piece: its owner makes the values again)
 
   size_t size() const { return info.size; }
   // The chunk's first kernel row (when row_columns > 0).

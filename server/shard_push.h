@@ -46,7 +46,10 @@ struct PushRequest {
   uint32_t examples = 0;
   uint64_t base_version = 0;  // async: the version the gradient was computed on
   uint64_t generation = 0;    // of the worker's plan (see abort_waiting_and_release_hold)
-  std::span<const float> gradient;  // the whole chunk, unless `sparse`
+  std::span<const float> gradient;  // the whole chunk, unless `sparse`, or a table piece's `rows`
+  // A sparse table's piece (table_piece.h): the table rows the gradient holds (ascending, each
+  // in the piece), `gradient` holding rows.size() rows back to back.
+  std::span<const uint32_t> rows;
   // Row-sparse push: the gradient is `parts` (sorted, disjoint, inside the chunk) and exactly zero
   // elsewhere. The sum is the same as for the dense gradient, bit for bit.
   bool sparse = false;

@@ -11,14 +11,14 @@ namespace pstrain {
 namespace {
 
 // Where each chunk lives in the flat buffers; throws if a chunk does not fit `layout` or names
-// no server.
+// no server, or is a sparse table's piece (the coordinator refuses such models for now:
+// common/data/job_spec_checks.h).
 std::vector<size_t> chunk_offsets(const std::vector<ChunkInfo>& chunks, const ParamLayout& layout,
                                   size_t server_count) {
   std::vector<size_t> offsets;
   offsets.reserve(chunks.size());
   for (const ChunkInfo& c : chunks) {
-    KJ_REQUIRE(c.param < layout.params().size() && c.offset + c.size <= layout.params()[c.param].size &&
-                   c.server < server_count,
+    KJ_REQUIRE(!c.is_table_piece() && fits_layout(c, layout) && c.server < server_count,
                "assignment has a chunk that does not fit the model", c.key);
     offsets.push_back(layout.params()[c.param].offset + c.offset);
   }

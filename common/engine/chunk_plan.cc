@@ -18,7 +18,7 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
   // (With a floor of 1,024 floats, the tabular MLP's 85K parameters on 2 servers made 15 pushes
   // per worker per step; with 16,384, 9.) Small tensors (biases, small kernels) go whole to the
   // least loaded server.
-  const size_t total = layout.total_size();
+  const size_t total = layout.dense_size();
   const size_t share = (total + servers - 1) / servers;
   const size_t smallest = std::max<size_t>(1, std::min(min_chunk_floats, max_chunk_floats));
   const size_t target = std::clamp<size_t>((share + 3) / 4, smallest, std::max(smallest, max_chunk_floats));
@@ -26,7 +26,7 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
   const auto aligned = [](size_t x) { return x / ParamLayout::kAlignment * ParamLayout::kAlignment; };
   std::vector<ChunkInfo> chunks;
   std::vector<size_t> load(servers, 0);
-  for (size_t p = 0; p < layout.params().size(); ++p) {
+  for (size_t p = 0; p < layout.dense_count(); ++p) {
     const size_t n = layout.params()[p].size;
     if (n < size_t{servers} * smallest) {
       const auto least = static_cast<uint32_t>(std::min_element(load.begin(), load.end()) - load.begin());
@@ -53,14 +53,28 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
       load[server] += b - a;
     }
   }
+  // Sparse tables (after the dense tensors): row r on server r % S, a piece per server.
+  for (size_t p = layout.dense_count(); p < layout.params().size(); ++p) {
+    const ParamInfo& info = layout.params()[p];
+    const auto rows = static_cast<size_t>(info.shape[0]), dim = static_cast<size_t>(info.shape[1]);
+    for (uint32_t server = 0; server < servers; ++server) {
+      ChunkInfo piece{0, static_cast<uint32_t>(p), 0, 0, server, servers};
+      piece.size = piece_rows(piece, rows) * dim;
+      if (piece.size == 0) continue;  // a table of fewer rows than servers
+      chunks.push_back(piece);
+      load[server] += piece.size;
+    }
+  }
   // A model without a tensor worth striping (none of 1024 S floats) can leave servers empty, say
   // one 784 x 10 layer on 8 servers. An empty server would never complete a backup: give each the
   // second half of the largest chunk that can still be split on the alignment. Only a model too
   // small for that (under about 16 S floats) still leaves a server empty.
   for (uint32_t server = 0; server < servers; ++server) {
     if (load[server] != 0) continue;
-    auto largest = std::max_element(chunks.begin(), chunks.end(),
-                                     [](const ChunkInfo& x, const ChunkInfo& y) { return x.size < y.size; });
+    auto largest = std::max_element(chunks.begin(), chunks.end(), [](const ChunkInfo& x, const ChunkInfo& y) {
+      return (x.is_table_piece() ? 0 : x.size) < (y.is_table_piece() ? 0 : y.size);
+    });
+    if (largest != chunks.end() && largest->is_table_piece()) break;
     if (largest == chunks.end() || largest->size < 2 * ParamLayout::kAlignment) break;
     const size_t half = aligned(largest->size / 2);
     ChunkInfo second = *largest;
@@ -79,6 +93,15 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
   return chunks;
 }
 
+bool fits_layout(const ChunkInfo& c, const ParamLayout& layout) {
+  if (c.param >= layout.params().size()) return false;
+  const ParamInfo& p = layout.params()[c.param];
+  if (!c.is_table_piece()) return !p.sparse && c.offset + c.size <= p.size && c.size <= p.size;
+  if (!p.sparse || p.shape.size() != 2 || c.offset != 0 || c.server >= c.stride) return false;
+  const auto rows = static_cast<size_t>(p.shape[0]), dim = static_cast<size_t>(p.shape[1]);
+  return c.size != 0 && c.size == piece_rows(c, rows) * dim;
+}
+
 std::vector<size_t> server_loads(const std::vector<ChunkInfo>& chunks, uint32_t servers) {
   std::vector<size_t> load(servers, 0);
   for (const auto& c : chunks) load[c.server] += c.size;
@@ -90,7 +113,7 @@ std::vector<uint32_t> row_servers(const std::vector<ChunkInfo>& chunks, uint32_t
   size_t covered = 0;
   for (const ChunkInfo& c : chunks) {
     if (c.param != param) continue;
-    if (columns == 0 || c.offset % columns != 0 || c.size % columns != 0 || c.offset + c.size > rows * columns) {
+    if (c.is_table_piece() || columns == 0 || c.offset % columns != 0 || c.size % columns != 0 || c.offset + c.size > rows * columns) {
       return {};
     }
     std::fill_n(servers.begin() + static_cast<std::ptrdiff_t>(c.offset / columns), c.size / columns, c.server);

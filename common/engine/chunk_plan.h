@@ -1,6 +1,6 @@
 // How a job's parameters are cut into chunks and placed on servers.
 //
-// A chunk never spans two tensors (so it has one L2 factor and one name). Every large tensor is
+// A chunk never spans two tensors (so it has one L2 factor and one name). Every large dense tensor is
 // striped over all servers in near-equal chunks of about a quarter of a server's share (at least
 // kMinChunkFloats, at most max_chunk_floats), so each server holds about 1/S of it and all
 // servers share the update when its gradient arrives; small tensors (under kMinChunkFloats per
@@ -33,7 +33,24 @@ struct ChunkInfo {
   size_t offset = 0;    // first element inside the tensor
   size_t size = 0;      // elements
   uint32_t server = 0;
+  // 0: elements [offset, offset + size) of the tensor. > 0: a sparse table's piece, rows
+  // `server`, `server + stride`, ... of it (offset 0, size those rows' elements; table_rows()).
+  uint32_t stride = 0;
+
+  bool is_table_piece() const { return stride != 0; }
 };
+
+// A table piece's rows (ascending table row numbers, each server + k * stride), for a table of
+// `rows` rows: how many, and where a row sits in the piece.
+inline size_t piece_rows(const ChunkInfo& piece, size_t rows) {
+  return rows > piece.server ? (rows - piece.server + piece.stride - 1) / piece.stride : 0;
+}
+inline size_t piece_row(const ChunkInfo& piece, uint32_t row) { return row / piece.stride; }
+
+// True when `chunk` is a piece of `layout` as plan_chunks() cuts it: inside a dense tensor, or a
+// sparse table's row piece (offset 0, server < stride, the piece's rows whole). A server checks
+// the table it is handed with this.
+bool fits_layout(const ChunkInfo& chunk, const ParamLayout& layout);
 
 // Elements [offset, offset + size) of one chunk (a row-sparse push or reply covers a few).
 struct ChunkRange {

@@ -73,8 +73,13 @@ class ParamLayout {
 // (seeded by seed and its position), so adding a layer does not change the others' values. A
 // sparse table's rows each draw from their own stream (sparse_row_init).
 void glorot_uniform_init(const ParamLayout& layout, uint64_t seed, float* params);
-// Rows [first, first + count) of sparse table `param` (an index into layout.params()), as
-// glorot_uniform_init makes them: uniform in [-0.05, 0.05) from a stream of (seed, param, row).
-void sparse_row_init(const ParamLayout& layout, uint64_t seed, size_t param, int64_t first, int64_t count, float* rows);
+// The same for the dense tensors only: params' first layout.dense_size() values (a server holds
+// its tables' pieces apart from them).
+void dense_glorot_uniform_init(const ParamLayout& layout, uint64_t seed, float* params);
+// Rows first, first + stride, ... (`count` of them, back to back in `rows`) of sparse table
+// `param` (an index into layout.params()), as glorot_uniform_init makes them: uniform in
+// [-0.05, 0.05) from a stream of (seed, param, row), so a server makes its piece alone.
+void sparse_row_init(const ParamLayout& layout, uint64_t seed, size_t param, int64_t first, int64_t count, float* rows,
+                     int64_t stride = 1);
 
 }  // namespace pstrain

@@ -227,12 +227,13 @@ void set_chunks(capnp::List<proto::Chunk>::Builder list, const std::vector<Chunk
     c.setOffset(chunks[i].offset);
     c.setSize(chunks[i].size);
     c.setServer(chunks[i].server);
+    c.setStride(chunks[i].stride);
   }
 }
 
 std::vector<ChunkInfo> get_chunks(capnp::List<proto::Chunk>::Reader list) {
   std::vector<ChunkInfo> chunks;
-  for (auto c : list) chunks.push_back({c.getKey(), c.getParam(), c.getOffset(), c.getSize(), c.getServer()});
+  for (auto c : list) chunks.push_back({c.getKey(), c.getParam(), c.getOffset(), c.getSize(), c.getServer(), c.getStride()});
   return chunks;
 }
 
