@@ -116,6 +116,7 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
   check_worker(job, params.getJobId(), params.getNode(), params.getToken());
   const uint32_t key = params.getKey();
   ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
+  KJ_REQUIRE(!shard.chunk(key).info.is_table_piece(), "a sparse table's piece is pulled by rows (pullRows)", key);
   auto paf = kj::newPromiseAndFulfiller<uint64_t>();
   auto shared = share(kj::mv(paf.fulfiller));
   shard.pull(key, params.getMinVersion(), [shared](uint64_t version) { shared.fulfill(version); });
@@ -187,6 +188,10 @@ ParameterServerImpl::CheckedPush ParameterServerImpl::check_push(proto::Paramete
   request.base_version = params.getBaseVersion();
   const size_t chunk_size = job.shard->chunk(key).size();
   const auto gradient = params.getGradient();
+  if (job.shard->chunk(key).info.is_table_piece() || gradient.isTableRows() || params.getReply().isTableRows()) {
+    check_table_push(job.shard->chunk(key), params, push);
+    return push;
+  }
   // A compressed gradient decoded to float32; kept alive with the call, like the message a dense
   // gradient points into.
   std::shared_ptr<std::vector<float>>& decoded = push.decoded;
@@ -285,6 +290,7 @@ kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf re
   std::weak_ptr<Job> weak = job;
   return paf.promise.then([results_of = kj::mv(results_of), weak, key, reply_ranges = std::move(push.reply_ranges),
                            reply_half = push.reply_half, decoded = std::move(push.decoded),
+                           rows = std::move(push.rows), reply_rows = std::move(push.reply_rows),
                            worker_state = std::move(push.worker_state)](PushOutcome outcome) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
@@ -300,7 +306,12 @@ kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf re
     // ParameterShard::values_stable_until_next_push).
     const bool zero_copy = job->shard->values_stable_until_next_push();
     const std::span<const float> values = job->shard->chunk(key).values;
-    if (reply_ranges) {
+    if (!reply_rows.empty() || job->shard->chunk(key).info.is_table_piece()) {
+      const ShardChunk& piece = job->shard->chunk(key);
+      auto out = results.getValues().initRows(static_cast<unsigned>(reply_rows.size() * piece.table_dim * sizeof(float)));
+      write_table_rows(piece, reply_rows, out);
+      job->bytes_out += out.size();
+    } else if (reply_ranges) {
       auto parts = results.getValues().initParts(static_cast<unsigned>(reply_ranges->size()));
       for (unsigned i = 0; i < reply_ranges->size(); ++i) {
         const auto part = values.subspan((*reply_ranges)[i].offset, (*reply_ranges)[i].size);

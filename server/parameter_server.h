@@ -48,6 +48,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> pull(PullContext context) override;
   kj::Promise<void> push(PushContext context) override;
   kj::Promise<void> pushBatch(PushBatchContext context) override;
+  kj::Promise<void> pullRows(PullRowsContext context) override;
   kj::Promise<void> pushFactors(PushFactorsContext context) override;
   kj::Promise<void> workerFinished(WorkerFinishedContext context) override;
   kj::Promise<void> putState(PutStateContext context) override;
@@ -95,12 +96,18 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
     std::shared_ptr<std::vector<float>> decoded;       // a compressed gradient as float32
     std::shared_ptr<std::vector<float>> worker_state;  // PushParams.workerState, copied out
     std::optional<std::vector<ChunkRange>> reply_ranges;  // none: the whole chunk
+    std::shared_ptr<std::vector<uint32_t>> rows;          // a table piece's gradient rows, copied out
+    std::vector<uint32_t> reply_rows;                     // a table piece's reply rows
     bool reply_half = false;
     uint64_t bytes_in = 0;  // payload bytes, counted when the push is applied
   };
   // Checks everything a push can get wrong (job, token, key, gradient, state, reply) and changes
   // nothing: fails (KJ_REQUIRE) naming what is wrong.
   CheckedPush check_push(proto::ParameterServer::PushParams::Reader params);
+  // The same for a push that names a sparse table piece or its rows (table_rows_rpc.cc): the
+  // rows and their gradients copied out, the reply's rows checked.
+  static void check_table_push(const ShardChunk& chunk, proto::ParameterServer::PushParams::Reader params,
+                               CheckedPush& push);
   // Hands a checked push to its shard; once it has applied, fills the PushResults that
   // `results_of()` returns (called then, not before).
   template <typename ResultsOf>

@@ -10,7 +10,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include <capnp/blob.h>
 #include <kj/async.h>
 
 #include "common/storage/chunk_snapshot.h"
@@ -51,3 +53,9 @@ void set_version_range(const ParameterShard& shard, Results results) {
 }
 
 }  // namespace pstrain::server_rpc
+
+namespace pstrain {
+// Writes a table piece's `rows` (checked: in the piece), float32 row after row, into `out`
+// (rows.size() x chunk.table_dim x 4 bytes).
+void write_table_rows(const ShardChunk& chunk, const std::vector<uint32_t>& rows, capnp::Data::Builder out);
+}  // namespace pstrain

@@ -138,12 +138,24 @@ interface ParameterServer {
         p @22 :Data;
         q @23 :Data;
       }
+      # A sparse table's piece (Chunk.stride > 0; server/table_piece.h), and only there: the
+      # table rows the pushing slice's batch touched (ascending, each in the piece) and their
+      # gradients, rows.size() x the table's width float32, row after row. Rows not listed add
+      # nothing to the step.
+      tableRows :group {
+        rows @25 :List(UInt32);
+        values @26 :Data;
+      }
     }
     # What the reply's `values` carry: the whole chunk, or only these ranges' values (none: an
     # empty reply).
     reply :union {
       whole @12 :Void;
       ranges @13 :List(Range);
+      # A table piece's reply (and its only one: a piece is never sent whole): these rows'
+      # values (ascending table rows, each in the piece; the worker's next batch's), in
+      # PushResults.values.rows.
+      tableRows @27 :List(UInt32);
     }
     node @14 :UInt32;  # the pushing node's id and its worker token (JobConfig.workerKey)
     token @15 :Data;
@@ -163,6 +175,7 @@ interface ParameterServer {
       whole @2 :Tensor;       # for reply.whole
       parts @3 :List(Data);   # for reply.ranges: one part per range
       half @4 :Data;          # for reply.whole with replyHalf: binary16, little-endian
+      rows @6 :Data;          # for reply.tableRows: float32, row after row in the listed order
     }
     # Sync: a version a cut (preemption, a worker joining) asked this server to back up, ahead of
     # the chunk's version; 0: none. A worker with compression state pushes it with the step
@@ -179,6 +192,11 @@ interface ParameterServer {
   # malformed one fails the whole call and changes nothing. At most kMaxBatchedPushes entries
   # (server/parameter_server.h).
   pushBatch @16 (pushes :List(PushParams)) -> (results :List(PushResults));
+
+  # A sparse table piece's rows (ascending table rows, each in the piece) once its version is at
+  # least minVersion: float32, row after row. A piece is never pulled whole (`pull` refuses it).
+  pullRows @17 (jobId :Text, key :UInt32, minVersion :UInt64, rows :List(UInt32), node :UInt32, token :Data)
+      -> (version :UInt64, values :Data);
 
   # A worker's gradient of one dense kernel for all of the kernel's chunks on this server, as two
   # factors instead of the gradient itself (DESIGN-NOTES "Factored exchange"). The kernel is
