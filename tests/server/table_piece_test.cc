@@ -14,8 +14,10 @@
 #include "common/base/rng.h"
 #include "common/data/job_spec.h"
 #include "server/parameter_shard.h"
+#include "tests/table_steps.h"
 
 using namespace pstrain;
+using namespace pstrain::testing;
 
 namespace {
 
@@ -64,22 +66,6 @@ struct Cluster {
   }
 };
 
-// One slice's compact gradient of a step: distinct rows (ascending) and a row of values each.
-struct SliceRows {
-  std::vector<uint32_t> rows;
-  std::vector<float> grads;
-};
-
-SliceRows random_rows(Rng& rng, size_t count) {
-  std::set<uint32_t> picked;
-  while (picked.size() < count) picked.insert(static_cast<uint32_t>(rng.uniform_float(0, 1) * (kRows - 1)));
-  SliceRows s{{picked.begin(), picked.end()}, {}};
-  // Products of two draws: full mantissas over several binades, so that a sum's order shows in
-  // its bits (one uniform draw is on a grid whose sums are mostly exact).
-  for (size_t i = 0; i < s.rows.size() * kDim; ++i) s.grads.push_back(rng.uniform_float(-1, 1) * rng.uniform_float(0.01f, 3));
-  return s;
-}
-
 // The part of `slice` that falls in `piece`.
 SliceRows rows_of(const SliceRows& slice, const ChunkInfo& piece) {
   SliceRows part;
@@ -90,34 +76,6 @@ SliceRows rows_of(const SliceRows& slice, const ChunkInfo& piece) {
                       slice.grads.begin() + static_cast<long>((i + 1) * kDim));
   }
   return part;
-}
-
-// The trainer's step on the whole table (worker/local_trainer.cc): the slices' compact rows
-// summed in slice order over the step's distinct rows, scaled by the examples, then the lazy
-// update of those rows or the dense update of every row.
-void trainer_step(const optim::Optimizer& optimizer, bool lazy, const std::vector<SliceRows>& slices, int64_t examples,
-                  std::vector<float>& table, optim::OptimizerState& state) {
-  std::set<uint32_t> all;
-  for (const SliceRows& s : slices) all.insert(s.rows.begin(), s.rows.end());
-  const std::vector<uint32_t> rows(all.begin(), all.end());
-  std::vector<float> sum(rows.size() * kDim, 0.0f);
-  for (size_t k = 0; k < slices.size(); ++k) {
-    std::vector<float> replica(rows.size() * kDim, 0.0f);  // a replica's compact gradient
-    for (size_t i = 0; i < slices[k].rows.size(); ++i) {
-      const auto at = static_cast<size_t>(std::lower_bound(rows.begin(), rows.end(), slices[k].rows[i]) - rows.begin());
-      for (int64_t c = 0; c < kDim; ++c) replica[at * kDim + c] += slices[k].grads[i * kDim + c];
-    }
-    for (size_t i = 0; i < sum.size(); ++i) sum[i] = k == 0 ? replica[i] : sum[i] + replica[i];
-  }
-  const float inv = 1.0f / static_cast<float>(examples);
-  for (float& g : sum) g *= inv;
-  if (lazy) {
-    optimizer.apply_rows(table, kDim, rows, sum, state);
-  } else {
-    std::vector<float> dense(table.size(), 0.0f);
-    for (size_t k = 0; k < rows.size(); ++k) std::copy_n(sum.data() + k * kDim, kDim, dense.data() + rows[k] * kDim);
-    optimizer.apply(table, dense, state);
-  }
 }
 
 PushRequest table_push(const ChunkInfo& piece, uint64_t step, uint32_t slice, uint32_t examples, const SliceRows& part) {
@@ -148,8 +106,8 @@ void check_sync_steps(const std::string& optimizer_json, bool lazy, int steps) {
   for (int step = 0; step < steps; ++step) {
     // Step 2: slice 1 touches nothing (a batch of other ids); every step some pieces get nothing
     // from a slice.
-    std::vector<SliceRows> slices{random_rows(rng, 300), random_rows(rng, step == 2 ? 0 : 200), random_rows(rng, 300)};
-    trainer_step(*optimizer, lazy, slices, 96, whole, state);
+    std::vector<SliceRows> slices{random_rows(rng, kRows, kDim, 300), random_rows(rng, kRows, kDim, step == 2 ? 0 : 200), random_rows(rng, kRows, kDim, 300)};
+    trainer_step(*optimizer, lazy, slices, 96, kDim, whole, state);
     int replies = 0;
     for (uint32_t s = 0; s < kServers; ++s) {
       const ChunkInfo& piece = cluster.piece(s);
@@ -237,7 +195,7 @@ TEST_CASE("An async push applies its rows at once, and backups, restores and res
   ParameterShard& shard = cluster.shards[1];
   const std::vector<float> initial(shard.chunk(piece.key).values.begin(), shard.chunk(piece.key).values.end());
   Rng rng(9);
-  const SliceRows part = rows_of(random_rows(rng, 60), piece);
+  const SliceRows part = rows_of(random_rows(rng, kRows, kDim, 60), piece);
   REQUIRE(!part.rows.empty());
 
   // The reference: apply_rows on the piece's local rows with the gradient over 32 examples.

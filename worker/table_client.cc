@@ -1,0 +1,129 @@
+#include "worker/table_client.h"
+
+#include <cstring>
+
+namespace pstrain {
+
+namespace {
+
+void set_rows(capnp::List<uint32_t>::Builder list, const std::vector<uint32_t>& rows) {
+  for (unsigned i = 0; i < rows.size(); ++i) list.set(i, rows[i]);
+}
+
+}  // namespace
+
+TableClient::TableClient(const std::vector<ChunkInfo>& chunks, std::vector<nn::SparseTable> tables, Caller caller,
+                         ServerConnections& servers)
+    : tables_(std::move(tables)), pieces_(tables_.size()), caller_(std::move(caller)), servers_(servers) {
+  for (const ChunkInfo& c : chunks) {
+    if (!c.is_table_piece()) continue;
+    size_t t = 0;
+    while (t < tables_.size() && tables_[t].param != c.param) ++t;
+    KJ_REQUIRE(t < tables_.size(), "a table piece of a tensor that is no sparse table", c.key, c.param);
+    KJ_REQUIRE(c.server < servers_.size() && c.stride == servers_.size(), "a table piece on no server", c.key);
+    stride_ = c.stride;
+    std::vector<Piece>& pieces = pieces_[t];
+    if (pieces.size() <= c.server) pieces.resize(c.server + 1);
+    pieces[c.server].key = c.key;
+    pieces[c.server].server = c.server;
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const auto expected = static_cast<size_t>(std::min<int64_t>(tables_[t].rows, stride_));
+    KJ_REQUIRE(pieces_[t].size() == expected, "a sparse table without a piece on every server", t, pieces_[t].size());
+  }
+}
+
+void TableClient::split(size_t t, std::span<const uint32_t> ids, std::vector<std::vector<uint32_t>>& rows,
+                        std::vector<std::vector<size_t>>& at) const {
+  rows.assign(pieces_[t].size(), {});
+  at.assign(pieces_[t].size(), {});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t p = ids[i] % stride_;
+    KJ_REQUIRE(p < rows.size(), "an id beyond the table", ids[i]);
+    rows[p].push_back(ids[i]);
+    at[p].push_back(i);
+  }
+}
+
+void TableClient::place(capnp::Data::Reader values, const std::vector<size_t>& at, size_t dim, float* out) {
+  KJ_REQUIRE(values.size() == at.size() * dim * sizeof(float), "a reply with other rows than asked for",
+             values.size(), at.size());
+  for (size_t i = 0; i < at.size(); ++i) {
+    std::memcpy(out + at[i] * dim, values.begin() + i * dim * sizeof(float), dim * sizeof(float));
+  }
+}
+
+kj::Promise<void> TableClient::pull(size_t t, std::span<const uint32_t> ids, uint64_t min_version, float* out) {
+  std::vector<std::vector<uint32_t>> rows;
+  std::vector<std::vector<size_t>> at;
+  split(t, ids, rows, at);
+  const auto dim = static_cast<size_t>(tables_[t].dim);
+  kj::Vector<kj::Promise<void>> pulls;
+  for (size_t p = 0; p < rows.size(); ++p) {
+    if (rows[p].empty()) continue;
+    Piece& piece = pieces_[t][p];
+    auto request = servers_[piece.server].pullRowsRequest();
+    request.setJobId(caller_.job_id);
+    request.setKey(piece.key);
+    request.setMinVersion(min_version);
+    caller_.pass.set_on(request);
+    set_rows(request.initRows(static_cast<unsigned>(rows[p].size())), rows[p]);
+    pulls.add(request.send().then(
+        [this, &piece, at = std::move(at[p]), dim, out](capnp::Response<proto::ParameterServer::PullRowsResults>&& r) {
+          place(r.getValues(), at, dim, out);
+          piece.version = r.getVersion();
+          counts_.pulled_bytes += r.getValues().size();
+        }));
+  }
+  return kj::joinPromises(pulls.releaseAsArray());
+}
+
+kj::Promise<void> TableClient::push(size_t t, const GradientSlice& slice, std::span<const uint32_t> ids,
+                                    std::span<const float> grads, std::span<const uint32_t> next_ids, float* next_out) {
+  const auto dim = static_cast<size_t>(tables_[t].dim);
+  KJ_REQUIRE(grads.size() == ids.size() * dim, "a compact gradient of other rows", grads.size(), ids.size());
+  std::vector<std::vector<uint32_t>> rows, reply_rows;
+  std::vector<std::vector<size_t>> at, reply_at;
+  split(t, ids, rows, at);
+  split(t, next_ids, reply_rows, reply_at);
+  kj::Vector<kj::Promise<void>> pushes;
+  for (size_t p = 0; p < pieces_[t].size(); ++p) {
+    Piece& piece = pieces_[t][p];
+    piece.rows = std::move(rows[p]);
+    piece.reply_rows = std::move(reply_rows[p]);
+    piece.reply_at = std::move(reply_at[p]);
+    piece.grads.resize(piece.rows.size() * dim);
+    for (size_t i = 0; i < at[p].size(); ++i) {
+      std::memcpy(piece.grads.data() + i * dim, grads.data() + at[p][i] * dim, dim * sizeof(float));
+    }
+    auto request = servers_[piece.server].pushRequest();
+    request.setJobId(caller_.job_id);
+    request.setKey(piece.key);
+    request.setStep(slice.step);
+    request.setSlice(slice.slice);
+    request.setSliceCount(slice.slice_count);
+    request.setWorker(slice.slice);
+    caller_.pass.set_on(request);
+    request.setExamples(slice.examples);
+    request.setBaseVersion(piece.version);
+    request.setGeneration(caller_.generation);
+    auto table = request.getGradient().initTableRows();
+    set_rows(table.initRows(static_cast<unsigned>(piece.rows.size())), piece.rows);
+    // Zero-copy: the message points into the piece's buffer, untouched until the reply is in.
+    table.setValues(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(piece.grads.data()),
+                                        piece.grads.size() * sizeof(float)));
+    set_rows(request.getReply().initTableRows(static_cast<unsigned>(piece.reply_rows.size())), piece.reply_rows);
+    counts_.pushed_bytes += (piece.grads.size() + piece.rows.size()) * sizeof(float);
+    pushes.add(request.send().then(
+        [this, &piece, dim, next_out](capnp::Response<proto::ParameterServer::PushResults>&& r) {
+          KJ_REQUIRE(r.getValues().isRows(), "a table piece's reply without rows", piece.key);
+          place(r.getValues().getRows(), piece.reply_at, dim, next_out);
+          piece.version = r.getVersion();
+          counts_.count_reply(r.getApplied());
+          counts_.pulled_bytes += r.getValues().getRows().size();
+        }));
+  }
+  return kj::joinPromises(pushes.releaseAsArray());
+}
+
+}  // namespace pstrain

@@ -1,0 +1,80 @@
+// The model's sparse embedding tables on the servers as one worker sees them (docs/DESIGN-NOTES.md
+// "Sparse models", server/table_piece.h): which piece holds a row (row r on server r mod S), a
+// step's rows pulled compact (ParameterServer.pullRows), and a slice's compact gradient pushed
+// piece by piece (gradient.tableRows) with the rows the next step needs in the replies
+// (reply.tableRows). A worker never holds a whole table: only the rows of the batches in hand.
+//
+// A push goes to every piece of the table, with or without rows: a sync step on a piece waits
+// for every slice's push.
+//
+// Thread rules: the event loop's thread only. Ownership: the caller's connections outlive this;
+// a push's promise must be waited for (or dropped) before the next push of the same table (the
+// per-piece gradient buffers it sends from are reused).
+#pragma once
+
+#include <kj/async.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/engine/chunk_plan.h"
+#include "common/engine/nn/sparse_rows.h"
+#include "common/rpc/cluster_auth.h"
+#include "worker/server_chunks.h"
+#include "worker/server_connections.h"
+
+namespace pstrain {
+
+class TableClient {
+ public:
+  // Who calls: the job, this worker's pass and the generation of its plan (as ServerChunks').
+  struct Caller {
+    std::string job_id;
+    rpc::WorkerPass pass;
+    uint64_t generation = 0;
+  };
+
+  // Throws (KJ_REQUIRE) unless `chunks` hold a piece of every table on every server that has rows
+  // of it, and nothing else of the tables.
+  TableClient(const std::vector<ChunkInfo>& chunks, std::vector<nn::SparseTable> tables, Caller caller,
+              ServerConnections& servers);
+
+  const std::vector<nn::SparseTable>& tables() const { return tables_; }
+
+  // Rows `ids` (ascending, distinct) of table t at a version >= min_version into `out` (ids.size()
+  // x dim, in the order of ids).
+  kj::Promise<void> pull(size_t t, std::span<const uint32_t> ids, uint64_t min_version, float* out);
+  // Table t's compact gradient of `slice` (`grads`: ids.size() x dim) to every piece; the replies
+  // bring rows `next_ids` (ascending, distinct; empty: none) at the step's new version into
+  // `next_out`. slice.gradient is not read.
+  kj::Promise<void> push(size_t t, const GradientSlice& slice, std::span<const uint32_t> ids,
+                         std::span<const float> grads, std::span<const uint32_t> next_ids, float* next_out);
+
+  ExchangeCounts& counts() { return counts_; }
+
+ private:
+  struct Piece {
+    uint32_t key = 0, server = 0;
+    uint64_t version = 0;  // the version its last reply had
+    // The rows of the current push and its reply, and the gradient sent (kept until the reply).
+    std::vector<uint32_t> rows, reply_rows;
+    std::vector<size_t> reply_at;  // reply_rows[i] is next_ids[reply_at[i]]
+    std::vector<float> grads;
+  };
+  // Splits ascending `ids` by piece: piece p's rows, and where each sits in ids.
+  void split(size_t t, std::span<const uint32_t> ids, std::vector<std::vector<uint32_t>>& rows,
+             std::vector<std::vector<size_t>>& at) const;
+  // Copies `rows` row values (rows.size() x dim, from a reply) to their places `at` in `out`.
+  static void place(capnp::Data::Reader values, const std::vector<size_t>& at, size_t dim, float* out);
+
+  std::vector<nn::SparseTable> tables_;
+  std::vector<std::vector<Piece>> pieces_;  // per table, by server (a server without rows: none)
+  Caller caller_;
+  ServerConnections& servers_;
+  uint32_t stride_ = 1;
+  ExchangeCounts counts_;
+};
+
+}  // namespace pstrain
