@@ -60,7 +60,7 @@ void ParameterServerImpl::check_table_push(const ShardChunk& chunk, proto::Param
              floats);
   // Copied out: Data has no alignment guarantee for float.
   push.decoded = std::make_shared<std::vector<float>>(floats);
-  std::memcpy(push.decoded->data(), values.begin(), values.size());
+  if (floats > 0) std::memcpy(push.decoded->data(), values.begin(), values.size());
   push.request.rows = *push.rows;
   push.request.gradient = *push.decoded;
   push.bytes_in += values.size() + push.rows->size() * sizeof(uint32_t);

@@ -110,8 +110,10 @@ kj::Promise<void> TableClient::push(size_t t, const GradientSlice& slice, std::s
     auto table = request.getGradient().initTableRows();
     set_rows(table.initRows(static_cast<unsigned>(piece.rows.size())), piece.rows);
     // Zero-copy: the message points into the piece's buffer, untouched until the reply is in.
-    table.setValues(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(piece.grads.data()),
-                                        piece.grads.size() * sizeof(float)));
+    if (!piece.grads.empty()) {  // (no rows: no values, not a null pointer's)
+      table.setValues(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(piece.grads.data()),
+                                          piece.grads.size() * sizeof(float)));
+    }
     set_rows(request.getReply().initTableRows(static_cast<unsigned>(piece.reply_rows.size())), piece.reply_rows);
     counts_.pushed_bytes += (piece.grads.size() + piece.rows.size()) * sizeof(float);
     pushes.add(request.send().then(
