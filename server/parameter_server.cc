@@ -109,6 +109,21 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<std::shared_ptr<ParameterServerImpl::Job>> ParameterServerImpl::when_at_version(ParameterShard& shard,
+                                                                                           const std::string& job_id,
+                                                                                           uint32_t key,
+                                                                                           uint64_t min_version) {
+  auto paf = kj::newPromiseAndFulfiller<uint64_t>();
+  auto shared = share(kj::mv(paf.fulfiller));
+  shard.pull(key, min_version, [shared](uint64_t version) { shared.fulfill(version); });
+  std::weak_ptr<Job> weak = jobs_.at(job_id);
+  return paf.promise.then([weak](uint64_t) {
+    auto job = weak.lock();
+    KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
+    return job;
+  });
+}
+
 kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
   const auto params = context.getParams();
   const std::string job_id = rpc::to_string(params.getJobId());
@@ -117,17 +132,11 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
   const uint32_t key = params.getKey();
   ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
   KJ_REQUIRE(!shard.chunk(key).info.is_table_piece(), "a sparse table's piece is pulled by rows (pullRows)", key);
-  auto paf = kj::newPromiseAndFulfiller<uint64_t>();
-  auto shared = share(kj::mv(paf.fulfiller));
-  shard.pull(key, params.getMinVersion(), [shared](uint64_t version) { shared.fulfill(version); });
-  std::weak_ptr<Job> weak = jobs_.at(job_id);
   const bool exact = params.getExact();
   const uint64_t wanted = params.getMinVersion();
   const std::optional<uint32_t> state_of =
       params.getWithState() ? std::optional<uint32_t>(params.getStateOf()) : std::nullopt;
-  return paf.promise.then([context, weak, key, exact, wanted, state_of](uint64_t) mutable {
-    auto job = weak.lock();
-    KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
+  auto reply = [context, key, exact, wanted, state_of](std::shared_ptr<Job> job) mutable {
     auto results = context.getResults();
     if (exact) {
       const auto values = job->shard->chunk(key).values_at(wanted);
@@ -148,7 +157,8 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
         job->bytes_out += data.size();
       }
     }
-  });
+  };
+  return when_at_version(shard, job_id, key, wanted).then(kj::mv(reply));
 }
 
 kj::Promise<void> ParameterServerImpl::push(PushContext context) {

@@ -84,6 +84,10 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   // Deletes the job's backups after `version` (on the store thread); resolves when that is done.
   kj::Promise<void> forget_backups_after(const std::string& job_id, uint64_t version);
   ParameterShard& shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key);
+  // Resolves once chunk `key` of the job's `shard` is at `min_version` or later (pull, pullRows),
+  // with the job; fails if the job was dropped meanwhile.
+  kj::Promise<std::shared_ptr<Job>> when_at_version(ParameterShard& shard, const std::string& job_id, uint32_t key,
+                                                    uint64_t min_version);
   // Reads a push's common fields (step, slice, worker, ...) into `request`, checked.
   template <typename Params>
   static void read_push_header(const Params& params, PushRequest& request);

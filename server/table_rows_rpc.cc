@@ -79,20 +79,15 @@ kj::Promise<void> ParameterServerImpl::pullRows(PullRowsContext context) {
   KJ_REQUIRE(chunk.info.is_table_piece(), "pullRows is for a sparse table's pieces", key);
   std::vector<uint32_t> rows = read_rows(params.getRows());
   require_piece_rows(chunk, rows, "rows");
-  auto paf = kj::newPromiseAndFulfiller<uint64_t>();
-  auto shared = share(kj::mv(paf.fulfiller));
-  shard.pull(key, params.getMinVersion(), [shared](uint64_t version) { shared.fulfill(version); });
-  std::weak_ptr<Job> weak = jobs_.at(job_id);
-  return paf.promise.then([context, weak, key, rows = std::move(rows)](uint64_t) mutable {
-    auto job = weak.lock();
-    KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
+  auto reply = [context, key, rows = std::move(rows)](std::shared_ptr<Job> job) mutable {
     const ShardChunk& piece = job->shard->chunk(key);
     auto results = context.getResults();
     results.setVersion(piece.version);
     auto out = results.initValues(static_cast<unsigned>(rows.size() * piece.table_dim * sizeof(float)));
     write_table_rows(piece, rows, out);
     job->bytes_out += out.size();
-  });
+  };
+  return when_at_version(shard, job_id, key, params.getMinVersion()).then(kj::mv(reply));
 }
 
 }  // namespace pstrain

@@ -13,7 +13,7 @@ namespace pstrain {
 
 PushCompression::PushCompression(const std::vector<ChunkInfo>& chunks, const std::vector<size_t>& offsets,
                                  const ParamLayout& layout)
-    : total_size_(layout.total_size()) {
+    : total_size_(layout.dense_size()) {
   KJ_REQUIRE(chunks.size() == offsets.size());
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkInfo& c = chunks[k];

@@ -11,8 +11,7 @@ namespace pstrain {
 namespace {
 
 // Where each chunk lives in the flat buffers; throws if a chunk does not fit `layout` or names
-// no server, or is a sparse table's piece (the coordinator refuses such models for now:
-// common/data/job_spec_checks.h).
+// no server. Sparse tables' pieces are not here (TableClient's).
 std::vector<size_t> chunk_offsets(const std::vector<ChunkInfo>& chunks, const ParamLayout& layout,
                                   size_t server_count) {
   std::vector<size_t> offsets;
@@ -25,6 +24,15 @@ std::vector<size_t> chunk_offsets(const std::vector<ChunkInfo>& chunks, const Pa
   return offsets;
 }
 
+// The chunks that are (`pieces`) or are not sparse tables' pieces.
+std::vector<ChunkInfo> chunks_where(const std::vector<ChunkInfo>& chunks, bool pieces) {
+  std::vector<ChunkInfo> kept;
+  for (const ChunkInfo& c : chunks) {
+    if (c.is_table_piece() == pieces) kept.push_back(c);
+  }
+  return kept;
+}
+
 }  // namespace
 
 ServerChunks::ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerPass pass, std::vector<ChunkInfo> chunks,
@@ -33,13 +41,15 @@ ServerChunks::ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerP
     : job_id_(std::move(job_id)),
       pass_(std::move(pass)),
       generation_(generation),
-      chunks_(std::move(chunks)),
+      table_pieces_(chunks_where(chunks, /*pieces=*/true)),
+      chunks_(chunks_where(chunks, /*pieces=*/false)),
       offsets_(chunk_offsets(chunks_, layout, server_addresses.size())),
       versions_(chunks_.size(), 0),
       servers_(std::move(server_addresses), stop),
       compression_(chunks_, offsets_, layout) {
-  values_.resize(layout.total_size());
-  next_values_.resize(layout.total_size());
+  // The dense tensors only: sparse tables come a step's rows at a time (session_tables.h).
+  values_.resize(layout.dense_size());
+  next_values_.resize(layout.dense_size());
 }
 
 void ServerChunks::pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<StateWanted> state) {

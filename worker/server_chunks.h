@@ -71,7 +71,11 @@ class ServerChunks {
   // In-process (tests): servers of this process instead of connect().
   void use_servers(std::vector<proto::ParameterServer::Client> servers) { servers_.use(std::move(servers)); }
 
+  // The dense tensors' chunks (values() holds them); the sparse tables' pieces apart.
   const std::vector<ChunkInfo>& chunks() const { return chunks_; }
+  const std::vector<ChunkInfo>& table_pieces() const { return table_pieces_; }
+  ServerConnections& connections() { return servers_; }
+  const rpc::WorkerPass& pass() const { return pass_; }
   // Where each chunk lives in the flat buffers (values, gradients), by chunk index.
   const std::vector<size_t>& offsets() const { return offsets_; }
   size_t server_count() const { return servers_.size(); }
@@ -139,6 +143,7 @@ class ServerChunks {
   std::string job_id_;
   rpc::WorkerPass pass_;
   uint64_t generation_;
+  std::vector<ChunkInfo> table_pieces_;
   std::vector<ChunkInfo> chunks_;
   std::vector<size_t> offsets_;
   std::vector<uint64_t> versions_;  // per chunk

@@ -9,12 +9,14 @@
 namespace pstrain {
 
 SessionOrders::SessionOrders(const SessionFacts& facts, SessionWaits& waits, nn::DataParallelModel<float>& model,
-                             ServerChunks& servers, ParameterExchange& exchange, std::vector<uint32_t> extra_slices)
+                             ServerChunks& servers, ParameterExchange& exchange, SessionTables* tables,
+                             std::vector<uint32_t> extra_slices)
     : facts_(facts),
       waits_(waits),
       model_(model),
       servers_(servers),
       exchange_(exchange),
+      tables_(tables),
       extra_slices_(std::move(extra_slices)) {}
 
 BatchShape SessionOrders::batch_shape() const {
@@ -90,7 +92,7 @@ kj::Promise<void> SessionOrders::compute_extras(kj::WaitScope& wait_scope, uint6
   extra_grads_.resize(readers.size());
   extra_inputs_.resize(static_cast<size_t>(model_.input_size() * model_.max_batch()));
   extra_labels_.resize(static_cast<size_t>(model_.max_batch() * model_.target_size()));
-  auto pushes = kj::heapArrayBuilder<kj::Promise<void>>(readers.size());
+  auto pushes = kj::heapArrayBuilder<kj::Promise<void>>(readers.size() * (tables_ != nullptr ? 2 : 1));
   for (size_t i = 0; i < readers.size(); ++i) {
     proto::Batch::Reader batch;
     KJ_REQUIRE(readers[i]->next(wait_scope, &batch), "an extra slice's data stream ended early", extra_slices_[i], step);
@@ -99,10 +101,11 @@ kj::Promise<void> SessionOrders::compute_extras(kj::WaitScope& wait_scope, uint6
     const uint32_t n = batch.getSize();
     KJ_REQUIRE(n <= model_.max_batch(), "extra slice's batch larger than the model's batch", n);
     AlignedFloats& grads = extra_grads_[i];
-    grads.resize(model_.layout().total_size());
+    grads.resize(model_.layout().dense_size());
     if (n > 0) {
       decode_batch(batch, batch_shape(), extra_inputs_.data(), extra_labels_.data());
       decode_ids(batch, &extra_ids_);
+      if (tables_ != nullptr) fetch_rows(wait_scope, SessionTables::kExtra + i, n, global_step);
       const nn::LossResult r = model_.compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), n,
                                                          grads.data(), {}, nullptr, {epoch, extra_ids_.data()});
       if (!std::isfinite(r.loss_sum)) {
@@ -114,8 +117,11 @@ kj::Promise<void> SessionOrders::compute_extras(kj::WaitScope& wait_scope, uint6
       totals.examples += n;
     } else {
       std::fill(grads.begin(), grads.end(), 0.0f);
+      if (tables_ != nullptr) fetch_rows(wait_scope, SessionTables::kExtra + i, 0, global_step);
     }
-    pushes.add(servers_.push_without_values(GradientSlice{global_step, extra_slices_[i], facts_.worker_count, n, grads.data()}));
+    const GradientSlice slice{global_step, extra_slices_[i], facts_.worker_count, n, grads.data()};
+    pushes.add(servers_.push_without_values(slice));
+    if (tables_ != nullptr) pushes.add(tables_->push(SessionTables::kExtra + i, slice));
   }
   return kj::joinPromises(pushes.finish());
 }
@@ -145,7 +151,7 @@ kj::Promise<void> SessionOrders::take_over(kj::WaitScope& wait_scope) {
   const Takeover order = *takeover_;
   const uint32_t epoch = static_cast<uint32_t>(order.step / facts_.steps_per_epoch);
   const uint64_t step_in_epoch = order.step % facts_.steps_per_epoch;
-  takeover_grads_.resize(model_.layout().total_size());
+  takeover_grads_.resize(model_.layout().dense_size());
   uint32_t examples = 0;
   try {
     // The lost slice's examples of the step, from the data path every slice's examples come by.
@@ -166,10 +172,12 @@ kj::Promise<void> SessionOrders::take_over(kj::WaitScope& wait_scope) {
       // rows this worker's batch touches, so the exchange fetches it (a chunk the lost worker
       // pushed has moved one update on; its server still holds the step's version).
       const float* params = exchange_.step_values(wait_scope, order.step);
+      if (tables_ != nullptr) fetch_rows(wait_scope, SessionTables::kTakeover, examples, order.step);
       model_.compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), examples, takeover_grads_.data(),
                                {}, nullptr, {epoch, extra_ids_.data()});
     } else {
       std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);
+      if (tables_ != nullptr) fetch_rows(wait_scope, SessionTables::kTakeover, 0, order.step);
     }
   } catch (const kj::Exception& e) {
     // Cannot happen while the step waits for the lost slice; if it does, the coordinator's
@@ -178,8 +186,17 @@ kj::Promise<void> SessionOrders::take_over(kj::WaitScope& wait_scope) {
                     << e.getDescription().cStr();
     return kj::READY_NOW;
   }
-  return servers_.push_without_values(
-      GradientSlice{order.step, order.slice, order.slice_count, examples, takeover_grads_.data()});
+  const GradientSlice slice{order.step, order.slice, order.slice_count, examples, takeover_grads_.data()};
+  if (tables_ == nullptr) return servers_.push_without_values(slice);
+  auto pushes = kj::heapArrayBuilder<kj::Promise<void>>(2);
+  pushes.add(servers_.push_without_values(slice));
+  pushes.add(tables_->push(SessionTables::kTakeover, slice));
+  return kj::joinPromises(pushes.finish());
+}
+
+void SessionOrders::fetch_rows(kj::WaitScope& wait_scope, size_t slot, uint32_t examples, uint64_t step) {
+  waits_.wait(wait_scope, tables_->fetch(slot, extra_inputs_.data(), examples, step));
+  tables_->use(slot);
 }
 
 }  // namespace pstrain

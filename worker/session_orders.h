@@ -5,7 +5,7 @@
 //
 // Thread rules: the session's thread only. Ownership: owns the takeover's and the extra slices'
 // buffers (a push reads its gradient until the reply is in); refers to the session's facts,
-// waits, model, servers and exchange, which outlive it.
+// waits, model, servers, exchange and tables, which outlive it.
 #pragma once
 
 #include <kj/async.h>
@@ -21,6 +21,7 @@
 #include "worker/parameter_exchange.h"
 #include "worker/server_chunks.h"
 #include "worker/session_context.h"
+#include "worker/session_tables.h"
 #include "worker/shard_reader.h"
 
 namespace pstrain {
@@ -34,7 +35,8 @@ struct StepTotals {
 class SessionOrders {
  public:
   SessionOrders(const SessionFacts& facts, SessionWaits& waits, nn::DataParallelModel<float>& model,
-                ServerChunks& servers, ParameterExchange& exchange, std::vector<uint32_t> extra_slices);
+                ServerChunks& servers, ParameterExchange& exchange, SessionTables* tables,
+                std::vector<uint32_t> extra_slices);
 
   // Keeps a watch call open at the coordinator for its orders (takeover, pause for a cut).
   void watch();
@@ -63,12 +65,16 @@ class SessionOrders {
   // gradient on the step's version and pushes it in its name; returns the replies.
   kj::Promise<void> take_over(kj::WaitScope& wait_scope);
   BatchShape batch_shape() const;
+  // The sparse tables' rows that `examples` examples of extra_inputs_ read, at version `step`,
+  // into the tables' `slot`, and the model pointed at them.
+  void fetch_rows(kj::WaitScope& wait_scope, size_t slot, uint32_t examples, uint64_t step);
 
   const SessionFacts& facts_;
   SessionWaits& waits_;
   nn::DataParallelModel<float>& model_;
   ServerChunks& servers_;
   ParameterExchange& exchange_;
+  SessionTables* tables_;  // the sparse tables' rows (a slot per slice); null without any
   // A takeover order from the coordinator: a lost worker's slice of a sync step.
   struct Takeover {
     uint64_t step = 0;

@@ -67,6 +67,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
   // Every worker computes the first layer per server's rows, whether or not the servers do it
   // (the same sums either way, and what the trainer's `servers` option reproduces).
   int first_kernel = -1;
+  const bool tables = model_->layout().has_sparse();
   if (group_first_layer_by_server(*model_, servers_.chunks(), static_cast<uint32_t>(servers_.server_count()))) {
     first_kernel = model_->first_replica().first_layer_kernel();
   }
@@ -88,16 +89,23 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
       return false;
     });
   }
-  exchange_ = make_parameter_exchange(compressed ? Exchange::kDense : options.exchange, options.replicas, servers_,
-                                      *model_, spec.model, first_kernel);
+  // Sparse tables travel by their rows (session_tables.h); the dense tensors then whole.
+  exchange_ = make_parameter_exchange(compressed || tables ? Exchange::kDense : options.exchange, options.replicas,
+                                      servers_, *model_, spec.model, first_kernel);
+  if (tables) {
+    tables_ = std::make_unique<SessionTables>(*model_, servers_.table_pieces(),
+                                              TableClient::Caller{facts_.job_id, servers_.pass(), facts_.generation},
+                                              servers_.connections());
+  }
   std::vector<uint32_t> extra_slices;
   for (const uint32_t slice : a.getExtraSlices()) extra_slices.push_back(slice);
-  orders_ = std::make_unique<SessionOrders>(facts_, waits_, *model_, servers_, *exchange_, std::move(extra_slices));
+  orders_ = std::make_unique<SessionOrders>(facts_, waits_, *model_, servers_, *exchange_, tables_.get(),
+                                            std::move(extra_slices));
   // A session that resumes (after a recovery) counts the job's steps from where it starts, so
   // progress reports do not go backwards.
   steps_done_ = start_epoch_ * facts_.steps_per_epoch + start_step_;
   reports_.start_at(steps_done_);
-  grads_.resize(model_->layout().total_size());
+  grads_.resize(model_->layout().dense_size());  // sparse tables' gradients are compact (tables_)
   inputs_.resize(static_cast<size_t>(model_->input_size() * batch));
   labels_.resize(static_cast<size_t>(batch * model_->target_size()));
   PSLOG(kInfo) << "job " << facts_.job_id << ": worker " << facts_.worker_index << " of " << facts_.worker_count
@@ -160,6 +168,10 @@ void TrainingSession::evaluate_split(kj::WaitScope& wait_scope, proto::Split spl
       if (batch.getSize() == 0) continue;
       KJ_REQUIRE(batch.getSize() <= model_->max_batch(), "test batch larger than the model's batch", batch.getSize());
       decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
+      if (tables_) {
+        waits_.wait(wait_scope, tables_->fetch(SessionTables::kOwn, inputs_.data(), batch.getSize(), 0));
+        tables_->use(SessionTables::kOwn);
+      }
       sums += model_->evaluate(params, inputs_.data(), labels_.data(), batch.getSize());
       examples += batch.getSize();
       if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
@@ -223,6 +235,10 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       if (n > 0) {
         decode_batch(batch, batch_shape(), inputs_.data(), labels_.data());
         decode_ids(batch, &ids_);
+        if (tables_) {  // the batch's rows at the step's version (async: the latest)
+          waits_.wait(wait_scope, tables_->fetch(SessionTables::kOwn, inputs_.data(), n, sync ? mine.step : 0));
+          tables_->use(SessionTables::kOwn);
+        }
         // Overlap: ship the later layers' gradients while the earlier layers run backward, and
         // let the event loop write them out.
         auto ready = [&](size_t final_from) { exchange_->gradients_ready(wait_scope, mine, final_from); };
@@ -240,8 +256,15 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       }
       // The long-step test hook: this loop is as busy as a step of a big model would keep it.
       if (slow_step_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_step_ms_));
+      kj::Promise<void> table_pushes = kj::READY_NOW;
+      if (tables_) {
+        // An empty batch pushes no rows, but to every piece: a sync step waits for every slice.
+        if (n == 0) waits_.wait(wait_scope, tables_->fetch(SessionTables::kOwn, inputs_.data(), 0, 0));
+        table_pushes = tables_->push(SessionTables::kOwn, mine);
+      }
       StepTotals extra;
-      auto extras = orders_->compute_extras(wait_scope, mine.step, epoch, step, extra_readers, extra);
+      auto extras = orders_->compute_extras(wait_scope, mine.step, epoch, step, extra_readers, extra)
+                        .then([p = kj::mv(table_pushes)]() mutable { return kj::mv(p); });
       loss += extra.loss;
       correct += extra.correct;
       examples += n + extra.examples;
@@ -255,6 +278,7 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       epoch_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
       if (static_cast<int64_t>(steps_done_) % report_every == 0 || step + 1 == steps_per_epoch) {
         const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+        if (tables_) tables_->drain_counts(servers_.counts());
         const uint64_t bytes = reports_.bytes_since_report(servers_.counts());
         PSLOG(kDebug) << "job " << facts_.job_id << ": per step " << 1e3 * compute_seconds_ / report_every << " ms compute, "
                       << 1e3 * exchange_seconds_ / report_every << " ms push/pull, "

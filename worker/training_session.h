@@ -9,8 +9,9 @@
 //
 // Its parts: SessionOrders (session_orders.h: the coordinator's orders, the extra slices, and the
 // end of a step, where a takeover fits in), SessionReports (session_reports.h: progress reports),
-// ServerChunks (server_chunks.h: the parameters on the servers) and the exchange; this class is
-// the step loop and the evaluation.
+// ServerChunks (server_chunks.h: the parameters on the servers), the exchange and, for a model
+// with sparse tables, SessionTables (session_tables.h: a step's rows); this class is the step
+// loop and the evaluation.
 //
 // Thread rules: one thread, the one whose event loop run()'s wait scope belongs to.
 // Ownership: owns the model and its buffers, the connections to the servers (ServerChunks) and
@@ -35,6 +36,7 @@
 #include "worker/session_context.h"
 #include "worker/session_orders.h"
 #include "worker/session_reports.h"
+#include "worker/session_tables.h"
 
 namespace pstrain {
 
@@ -90,6 +92,7 @@ class TrainingSession {
   std::atomic<uint64_t>* progress_;  // the node's (SessionOptions::progress), or null
   uint32_t slow_step_ms_;
   std::unique_ptr<ParameterExchange> exchange_;  // refers to servers_ and model_
+  std::unique_ptr<SessionTables> tables_;        // the sparse tables' rows; null without any
   std::unique_ptr<SessionOrders> orders_;        // refers to the above
   SessionReports reports_;
   AlignedFloats grads_, inputs_;

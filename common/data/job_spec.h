@@ -94,10 +94,6 @@ void validate_job_spec(const JobSpec& spec, const std::vector<DatasetInfo>& data
 // The DatasetInfo form is the submit-time check (the dataset table, nothing loaded); the Split
 // form is the job-start check against the files as loaded.
 void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info);
-// Throws SpecError for what the standalone trainer runs and a cluster does not yet: sparse
-// embedding tables (the servers' row-sharded tables are still to come; docs/DESIGN-NOTES.md
-// "Sparse models").
-void check_runs_on_cluster(const JobSpec& spec);
 void check_spec_against_dataset(const JobSpec& spec, const Split& split);
 
 // Keras infers a model's input shape from the data it is given; so does a job: the spec text with

@@ -148,15 +148,4 @@ std::string with_inferred_input_shape(const std::string& spec_json, const Datase
   return boost::json::serialize(v);
 }
 
-void check_runs_on_cluster(const JobSpec& spec) {
-  for (size_t i = 0; i < spec.model.layers.size(); ++i) {
-    const LayerSpec& l = spec.model.layers[i];
-    if (l.type == LayerType::kEmbedding && l.sparse) {
-      throw SpecError("/model/layers/" + std::to_string(i) + "/sparse",
-                      "a sparse embedding table trains in pstrain-train only so far: a cluster's servers do not "
-                      "hold row-sharded tables yet (set \"sparse\": false for a table of at most 2^24 parameters)");
-    }
-  }
-}
-
 }  // namespace pstrain

@@ -93,6 +93,18 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
   return chunks;
 }
 
+void gather_piece(const ChunkInfo& chunk, size_t dim, const float* table, float* piece) {
+  for (size_t j = 0; j * dim < chunk.size; ++j) {
+    std::copy_n(table + (chunk.server + j * chunk.stride) * dim, dim, piece + j * dim);
+  }
+}
+
+void scatter_piece(const ChunkInfo& chunk, size_t dim, const float* piece, float* table) {
+  for (size_t j = 0; j * dim < chunk.size; ++j) {
+    std::copy_n(piece + j * dim, dim, table + (chunk.server + j * chunk.stride) * dim);
+  }
+}
+
 bool fits_layout(const ChunkInfo& c, const ParamLayout& layout) {
   if (c.param >= layout.params().size()) return false;
   const ParamInfo& p = layout.params()[c.param];

@@ -47,6 +47,11 @@ inline size_t piece_rows(const ChunkInfo& piece, size_t rows) {
 }
 inline size_t piece_row(const ChunkInfo& piece, uint32_t row) { return row / piece.stride; }
 
+// Copies a table piece's rows (each `dim` floats) out of the whole table (`table`: its rows back
+// to back) into `piece` (the piece's rows back to back, chunk.size floats), and back.
+void gather_piece(const ChunkInfo& chunk, size_t dim, const float* table, float* piece);
+void scatter_piece(const ChunkInfo& chunk, size_t dim, const float* piece, float* table);
+
 // True when `chunk` is a piece of `layout` as plan_chunks() cuts it: inside a dense tensor, or a
 // sparse table's row piece (offset 0, server < stride, the piece's rows whole). A server checks
 // the table it is handed with this.

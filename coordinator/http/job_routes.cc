@@ -105,7 +105,6 @@ HttpResponse RestApi::submit(const HttpRequest& request) {
   JobSpec spec;
   try {
     spec = parse_job_spec(spec_with_input_shape(request.body, catalog_));
-    check_runs_on_cluster(spec);
     check_init_from(spec, store_);
   } catch (const SpecError& e) {
     if (e.kind() == SpecError::Kind::kMalformed) {

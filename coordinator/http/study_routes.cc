@@ -14,7 +14,6 @@ namespace pstrain {
 
 void RestApi::check_job_spec(const std::string& spec_json) const {
   JobSpec spec = parse_job_spec(spec_json);
-  check_runs_on_cluster(spec);
   if (catalog_ == nullptr) {
     validate_job_spec(spec, known_datasets());
     return;

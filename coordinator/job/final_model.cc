@@ -11,37 +11,82 @@
 namespace pstrain {
 namespace {
 
-// The final parameters on their way from the servers to the model file: the chunks in the file's
-// order (tensor after tensor, each by offset), the next to pull, and the piece being filled.
+// What the model file holds, in its order, a pull at a time: a dense tensor's chunk, or a block
+// of a sparse table's rows (gathered from its pieces).
+struct FilePart {
+  ChunkInfo chunk;              // a dense chunk (when table is null)
+  const std::vector<ChunkInfo>* table = nullptr;  // a sparse table's pieces, by server
+  size_t first = 0, count = 0, dim = 0;          // the block's rows
+};
+
+// The final parameters on their way from the servers to the model file: the parts in the file's
+// order (tensor after tensor, each by offset, then the sparse tables row block by row block), the
+// next to pull, and the piece being filled.
 struct FinalModel {
-  std::vector<ChunkInfo> order;
+  std::vector<std::vector<ChunkInfo>> tables;  // each sparse table's pieces
+  std::vector<FilePart> order;
   size_t next = 0;
   std::string piece;
   size_t pieces = 1;  // piece 0 is the header, written last
   int64_t bytes = 0;
 };
 
-std::vector<ChunkInfo> file_order(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks) {
-  std::vector<ChunkInfo> order = chunks;
-  std::stable_sort(order.begin(), order.end(), [&](const ChunkInfo& a, const ChunkInfo& b) {
+// Chunks pulled at once (about 1 MB each): the coordinator holds this many chunks and one piece
+// of the model at a time, not the model. A sparse table comes in blocks of about as many floats.
+constexpr size_t kFinalPullBatch = 8;
+constexpr size_t kTableBlockFloats = 256 * 1024;
+
+void plan_file(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks, FinalModel& model) {
+  std::vector<ChunkInfo> dense;
+  std::vector<std::vector<ChunkInfo>> of_table(layout.params().size());
+  for (const ChunkInfo& c : chunks) {
+    if (c.is_table_piece()) {
+      of_table[c.param].push_back(c);
+    } else {
+      dense.push_back(c);
+    }
+  }
+  std::stable_sort(dense.begin(), dense.end(), [&](const ChunkInfo& a, const ChunkInfo& b) {
     const size_t at_a = layout.params()[a.param].offset + a.offset, at_b = layout.params()[b.param].offset + b.offset;
     return at_a < at_b;
   });
-  return order;
+  for (const ChunkInfo& c : dense) model.order.push_back(FilePart{c});
+  for (auto& pieces : of_table) {
+    if (!pieces.empty()) model.tables.push_back(std::move(pieces));
+  }
+  // Sparse tables follow the dense tensors in the layout, in layout order (as their pieces' params).
+  for (const std::vector<ChunkInfo>& pieces : model.tables) {
+    const ParamInfo& info = layout.params()[pieces.front().param];
+    const auto rows = static_cast<size_t>(info.shape[0]), dim = static_cast<size_t>(info.shape[1]);
+    const size_t block = std::max<size_t>(1, kTableBlockFloats / dim);
+    for (size_t first = 0; first < rows; first += block) {
+      model.order.push_back(FilePart{{}, &pieces, first, std::min(block, rows - first), dim});
+    }
+  }
 }
-
-// Chunks pulled at once (about 1 MB each): the coordinator holds this many chunks and one piece
-// of the model at a time, not the model.
-constexpr size_t kFinalPullBatch = 8;
-
 
 kj::Promise<void> collect_batch(JobContext& job, std::shared_ptr<FinalModel> model) {
   if (model->next == model->order.size() || job.state() != JobState::kRunning) return kj::READY_NOW;
-  const size_t end = std::min(model->order.size(), model->next + kFinalPullBatch);
-  const std::vector<ChunkInfo> batch(model->order.begin() + static_cast<std::ptrdiff_t>(model->next),
-                                     model->order.begin() + static_cast<std::ptrdiff_t>(end));
+  // A batch holds dense chunks or table blocks, not both.
+  const bool tables = model->order[model->next].table != nullptr;
+  size_t end = model->next;
+  while (end < model->order.size() && end < model->next + kFinalPullBatch &&
+         (model->order[end].table != nullptr) == tables) {
+    ++end;
+  }
+  std::vector<ChunkInfo> chunks;
+  kj::Vector<kj::Promise<kj::Array<float>>> blocks;
+  for (size_t i = model->next; i < end; ++i) {
+    const FilePart& part = model->order[i];
+    if (part.table == nullptr) {
+      chunks.push_back(part.chunk);
+    } else {
+      blocks.add(job.servers.pull_table_rows(*part.table, part.first, part.count, part.dim));
+    }
+  }
   model->next = end;
-  return job.servers.pull_chunks(batch).then([&job, model](kj::Array<kj::Array<float>> values) -> kj::Promise<void> {
+  auto pulled = !tables ? job.servers.pull_chunks(chunks) : kj::joinPromises(blocks.releaseAsArray());
+  return pulled.then([&job, model](kj::Array<kj::Array<float>> values) -> kj::Promise<void> {
     // The pieces this batch fills go to the store; the next batch is pulled once they are on disk,
     // so a disk slower than the pulls does not pile the model up in the writer's queue.
     kj::Vector<kj::Promise<void>> written;
@@ -73,7 +118,7 @@ kj::Promise<void> collect_batch(JobContext& job, std::shared_ptr<FinalModel> mod
 
 kj::Promise<std::optional<StoredModel>> store_final_model(JobContext& job) {
   auto model = std::make_shared<FinalModel>();
-  model->order = file_order(job.layout, job.chunks);
+  plan_file(job.layout, job.chunks, *model);
   return collect_batch(job, model).then([&job, model]() -> std::optional<StoredModel> {
     if (job.state() != JobState::kRunning) return std::nullopt;  // cancelled or failed meanwhile
     // The last piece and the header (piece 0, alone: the readers join the pieces).

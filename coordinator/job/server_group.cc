@@ -1,6 +1,7 @@
 #include "coordinator/job/server_group.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 namespace pstrain {
@@ -247,6 +248,36 @@ kj::Promise<kj::Array<kj::Array<float>>> ServerGroup::pull_chunks(const std::vec
     }));
   }
   return io_.getTimer().timeoutAfter(options_.server_call_timeout, kj::joinPromises(pulls.releaseAsArray()));
+}
+
+kj::Promise<kj::Array<float>> ServerGroup::pull_table_rows(const std::vector<ChunkInfo>& pieces, size_t first,
+                                                          size_t count, size_t dim) {
+  auto out = kj::heapArray<float>(count * dim);
+  kj::Vector<kj::Promise<void>> pulls;
+  for (const ChunkInfo& piece : pieces) {
+    // This piece's rows in the block: server, server + stride, ... from the first at or after `first`.
+    size_t row = first + (piece.server + piece.stride - first % piece.stride) % piece.stride;
+    std::vector<uint32_t> rows;
+    for (; row < first + count; row += piece.stride) rows.push_back(static_cast<uint32_t>(row));
+    if (rows.empty()) continue;
+    auto request = clients_[piece.server].pullRowsRequest();
+    request.setJobId(job_id_);
+    request.setKey(piece.key);
+    request.setMinVersion(0);
+    pass_.set_on(request);
+    auto list = request.initRows(static_cast<unsigned>(rows.size()));
+    for (unsigned i = 0; i < rows.size(); ++i) list.set(i, rows[i]);
+    pulls.add(request.send().then([rows = std::move(rows), first, dim, to = out.begin()](
+                                      capnp::Response<proto::ParameterServer::PullRowsResults>&& r) {
+      const auto values = r.getValues();
+      KJ_REQUIRE(values.size() == rows.size() * dim * sizeof(float), "a table piece's reply with other rows than asked for");
+      for (size_t i = 0; i < rows.size(); ++i) {
+        std::memcpy(to + (rows[i] - first) * dim, values.begin() + i * dim * sizeof(float), dim * sizeof(float));
+      }
+    }));
+  }
+  auto all = kj::joinPromises(pulls.releaseAsArray()).then([out = kj::mv(out)]() mutable { return kj::mv(out); });
+  return io_.getTimer().timeoutAfter(options_.server_call_timeout, kj::mv(all));
 }
 
 }  // namespace pstrain

@@ -88,6 +88,10 @@ class ServerGroup {
   // The values (any version) of `chunks`, all pulled at once (the caller keeps the list short:
   // the final parameters are collected a few chunks at a time), in the order given.
   kj::Promise<kj::Array<kj::Array<float>>> pull_chunks(const std::vector<ChunkInfo>& chunks);
+  // Rows first .. first + count - 1 of a sparse table (any version; `dim` floats each) from its
+  // `pieces` (one per server, by server: ParameterServer.pullRows), in row order.
+  kj::Promise<kj::Array<float>> pull_table_rows(const std::vector<ChunkInfo>& pieces, size_t first, size_t count,
+                                                size_t dim);
 
  private:
   // `call(client, index)` on every server, joined, under the call timeout.

@@ -48,10 +48,14 @@ StreamedFile stream_checkpoint(const ParamLayout& layout, const std::vector<Chun
   }
   for (size_t p = 0; p < of_param.size(); ++p) {
     auto& list = of_param[p];
-    std::sort(list.begin(), list.end(), [](const ChunkInfo* a, const ChunkInfo* b) { return a->offset < b->offset; });
+    std::sort(list.begin(), list.end(), [](const ChunkInfo* a, const ChunkInfo* b) {
+      return a->offset != b->offset ? a->offset < b->offset : a->server < b->server;
+    });
     size_t covered = 0;
-    for (const ChunkInfo* c : list) {
-      if (c->offset != covered) break;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const ChunkInfo* c = list[i];
+      // A sparse table's pieces: one per server, in server order, their rows adding up to the table.
+      if (c->is_table_piece() ? (c->server != i || !fits_layout(*c, layout)) : c->offset != covered) break;
       covered += c->size;
     }
     if (covered != layout.params()[p].size) {
@@ -84,32 +88,49 @@ StreamedFile stream_checkpoint(const ParamLayout& layout, const std::vector<Chun
   std::vector<std::string> slots;
   int64_t iterations = 0;
   bool first = true;
-  for (size_t pass = 0; pass <= slots.size(); ++pass) {
-    for (const auto& list : of_param) {
-      for (const ChunkInfo* c : list) {
-        const std::optional<std::string> blob = io.read_chunk(*c, position[c->key]);
-        if (!blob) throw Error("chunk " + std::to_string(c->key) + " is missing from the backup");
-        const std::optional<ChunkSnapshot> snapshot = decode_snapshot(*blob);
-        if (!snapshot) throw Error("a chunk of the backup does not decode");
-        if (snapshot->key != c->key || snapshot->values.size() != c->size) {
-          throw Error("chunk " + std::to_string(c->key) + " of the backup has the wrong key or size");
-        }
-        const auto& state = snapshot->optimizer_state;
-        if (first) {
-          for (const optim::Slot& slot : state.slots) slots.push_back(slot.name);
-          first = false;
-        }
-        if (state.slots.size() != slots.size()) throw Error("the chunks of the backup have different optimizer slots");
-        for (size_t i = 0; i < slots.size(); ++i) {
-          if (state.slots[i].name != slots[i]) throw Error("the chunks of the backup have different optimizer slots");
-        }
-        if (pass == 0) {
-          iterations = std::max(iterations, state.iterations);
-          append(snapshot->values.data(), snapshot->values.size());
-        } else {
-          append(state.slots[pass - 1].values.data(), c->size);
-        }
+  // Chunk c's values (pass 0) or slot pass - 1, checked against the chunk table and the slots.
+  const auto read = [&](const ChunkInfo& c, size_t pass) {
+    const std::optional<std::string> blob = io.read_chunk(c, position[c.key]);
+    if (!blob) throw Error("chunk " + std::to_string(c.key) + " is missing from the backup");
+    std::optional<ChunkSnapshot> snapshot = decode_snapshot(*blob);
+    if (!snapshot) throw Error("a chunk of the backup does not decode");
+    if (snapshot->key != c.key || snapshot->values.size() != c.size) {
+      throw Error("chunk " + std::to_string(c.key) + " of the backup has the wrong key or size");
+    }
+    auto& state = snapshot->optimizer_state;
+    if (first) {
+      for (const optim::Slot& slot : state.slots) slots.push_back(slot.name);
+      first = false;
+    }
+    if (state.slots.size() != slots.size()) throw Error("the chunks of the backup have different optimizer slots");
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (state.slots[i].name != slots[i] || state.slots[i].values.size() != c.size) {
+        throw Error("the chunks of the backup have different optimizer slots");
       }
+    }
+    iterations = std::max(iterations, state.iterations);
+    if (pass > 0) return std::move(state.slots[pass - 1].values);
+    return std::vector<float>(snapshot->values.begin(), snapshot->values.end());
+  };
+  std::vector<float> table;
+  for (size_t pass = 0; pass <= slots.size(); ++pass) {
+    for (size_t p = 0; p < of_param.size(); ++p) {
+      const ParamInfo& info = layout.params()[p];
+      if (!info.sparse) {
+        for (const ChunkInfo* c : of_param[p]) {
+          const std::vector<float> values = read(*c, pass);
+          append(values.data(), values.size());
+        }
+        continue;
+      }
+      // A sparse table's rows are spread over its pieces (row r in piece r mod S): the table is
+      // put together whole here, the one tensor this holds at once (DESIGN-NOTES "Sparse models").
+      table.assign(info.size, 0.0f);
+      for (const ChunkInfo* c : of_param[p]) {
+        scatter_piece(*c, static_cast<size_t>(info.shape[1]), read(*c, pass).data(), table.data());
+      }
+      append(table.data(), table.size());
+      table = {};
     }
   }
   if (!piece.empty()) {
@@ -181,19 +202,26 @@ kj::Promise<StartingShards> CheckpointFiles::starting_shards(std::function<std::
     }
     out.servers.resize(servers);
     for (const ChunkInfo& c : chunks) {
-      const size_t at = layout.params()[c.param].offset + c.offset;
+      const ParamInfo& info = layout.params()[c.param];
+      const size_t at = info.offset + c.offset;
+      // A range of a tensor, or a sparse table's piece: its rows (server + k * stride).
+      const auto cut = [&](const std::vector<float>& from, float* to) {
+        if (c.is_table_piece()) {
+          gather_piece(c, static_cast<size_t>(info.shape[1]), from.data() + at, to);
+        } else {
+          std::copy_n(from.data() + at, c.size, to);
+        }
+      };
       ChunkSnapshot snapshot;
       snapshot.key = c.key;
       snapshot.version = out.version;
-      snapshot.values.assign(state.params.begin() + static_cast<std::ptrdiff_t>(at),
-                             state.params.begin() + static_cast<std::ptrdiff_t>(at + c.size));
+      snapshot.values.resize(c.size);
+      cut(state.params, snapshot.values.data());
       snapshot.optimizer_state = optimizer->make_state(c.size);
       if (resume && state.optimizer) {
         snapshot.optimizer_state.iterations = state.optimizer->iterations;
         for (size_t s = 0; s < snapshot.optimizer_state.slots.size(); ++s) {
-          const std::vector<float>& from = state.optimizer->slots[s].values;
-          std::copy(from.begin() + static_cast<std::ptrdiff_t>(at), from.begin() + static_cast<std::ptrdiff_t>(at + c.size),
-                    snapshot.optimizer_state.slots[s].values.begin());
+          cut(state.optimizer->slots[s].values, snapshot.optimizer_state.slots[s].values.data());
         }
       }
       out.servers.at(c.server).push_back(encode_snapshot(snapshot));

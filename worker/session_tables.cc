@@ -1,0 +1,60 @@
+#include "worker/session_tables.h"
+
+namespace pstrain {
+
+SessionTables::Slot::Slot(std::vector<nn::SparseTable> tables, const std::vector<ChunkInfo>& pieces,
+                          TableClient::Caller caller, ServerConnections& servers)
+    : sparse(tables), client(pieces, std::move(tables), std::move(caller), servers), rows(sparse.tables().size()) {}
+
+SessionTables::SessionTables(nn::DataParallelModel<float>& model, const std::vector<ChunkInfo>& pieces,
+                             TableClient::Caller caller, ServerConnections& servers)
+    : model_(model), pieces_(pieces), caller_(std::move(caller)), servers_(servers) {
+  slot(kOwn);  // checks the pieces against the model's tables now
+}
+
+SessionTables::Slot& SessionTables::slot(size_t index) {
+  if (slots_.size() <= index) slots_.resize(index + 1);
+  if (!slots_[index]) slots_[index] = std::make_unique<Slot>(model_.sparse_tables(), pieces_, caller_, servers_);
+  return *slots_[index];
+}
+
+kj::Promise<void> SessionTables::fetch(size_t index, const float* inputs, int64_t n, uint64_t min_version) {
+  Slot& s = slot(index);
+  s.sparse.collect(inputs, model_.input_size(), n);
+  auto pulls = kj::heapArrayBuilder<kj::Promise<void>>(s.rows.size());
+  for (size_t t = 0; t < s.rows.size(); ++t) {
+    const std::vector<uint32_t>& ids = s.sparse.ids(t);
+    s.rows[t].resize(ids.size() * static_cast<size_t>(s.sparse.tables()[t].dim));
+    pulls.add(s.client.pull(t, ids, min_version, s.rows[t].data()));
+  }
+  return kj::joinPromises(pulls.finish());
+}
+
+void SessionTables::use(size_t index) {
+  Slot& s = slot(index);
+  for (size_t t = 0; t < s.rows.size(); ++t) s.sparse.point_into_compact(t, s.rows[t].data());
+  model_.use_sparse_rows(s.sparse.rows());
+}
+
+kj::Promise<void> SessionTables::push(size_t index, const GradientSlice& slice) {
+  Slot& s = slot(index);
+  auto pushes = kj::heapArrayBuilder<kj::Promise<void>>(s.rows.size());
+  for (size_t t = 0; t < s.rows.size(); ++t) {
+    const std::span<float> grads = s.sparse.grads(t);
+    pushes.add(s.client.push(t, slice, s.sparse.ids(t), grads, {}, nullptr));
+  }
+  return kj::joinPromises(pushes.finish());
+}
+
+void SessionTables::drain_counts(ExchangeCounts& counts) {
+  for (auto& s : slots_) {
+    if (!s) continue;
+    ExchangeCounts& c = s->client.counts();
+    counts.pushed_bytes += c.pushed_bytes;
+    counts.pulled_bytes += c.pulled_bytes;
+    counts.late_pushes += c.late_pushes;
+    c = ExchangeCounts{};
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,67 @@
+// A training session's sparse embedding tables (docs/DESIGN-NOTES.md "Sparse models"): for each
+// slice the session computes in a step (its own, a takeover of a lost worker's, each extra
+// slice), the batch's rows of every table pulled from the servers' pieces, handed to the model,
+// and the slice's compact gradient pushed to every piece in the slice's name.
+//
+// A step on one slice: fetch() (collects the batch's ids, pulls their rows at the step's version),
+// use() (points the model at them), the model's compute, push(). Each slice has its own slot
+// (ids, rows, gradients, the pushes' buffers): a sync step's pushes on a piece are answered only
+// once every slice of the step is in, so a slice's buffers cannot be shared with another's.
+//
+// Thread rules: the session's thread only. Ownership: owns the slots; refers to the model and the
+// connections (ServerChunks'), which outlive it.
+#pragma once
+
+#include <kj/async.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/engine/nn/data_parallel_model.h"
+#include "common/engine/nn/sparse_rows.h"
+#include "worker/server_chunks.h"
+#include "worker/table_client.h"
+
+namespace pstrain {
+
+class SessionTables {
+ public:
+  // Which slot: the session's own slice, a takeover, or extra slice i (kExtra + i).
+  static constexpr size_t kOwn = 0, kTakeover = 1, kExtra = 2;
+
+  // `pieces`: the assignment's table pieces (ServerChunks::table_pieces()).
+  SessionTables(nn::DataParallelModel<float>& model, const std::vector<ChunkInfo>& pieces, TableClient::Caller caller,
+                ServerConnections& servers);
+
+  // The rows of every table that `n` examples of `inputs` read, pulled at a version >=
+  // min_version into slot `slot` (the promise resolves when they are in).
+  kj::Promise<void> fetch(size_t slot, const float* inputs, int64_t n, uint64_t min_version);
+  // The model reads the sparse tables' rows of slot `slot` (fetched) and writes their gradients
+  // there.
+  void use(size_t slot);
+  // The slot's compact gradients (the model's compute on its rows) pushed in the name of `slice`
+  // to every piece; resolves with the replies.
+  kj::Promise<void> push(size_t slot, const GradientSlice& slice);
+
+  // Bytes moved since the last call, added to `counts`.
+  void drain_counts(ExchangeCounts& counts);
+
+ private:
+  struct Slot {
+    Slot(std::vector<nn::SparseTable> tables, const std::vector<ChunkInfo>& pieces, TableClient::Caller caller,
+         ServerConnections& servers);
+    nn::SparseStep<float> sparse;
+    TableClient client;
+    std::vector<std::vector<float>> rows;  // per table: ids.size() x dim
+  };
+  Slot& slot(size_t index);
+
+  nn::DataParallelModel<float>& model_;
+  std::vector<ChunkInfo> pieces_;
+  TableClient::Caller caller_;
+  ServerConnections& servers_;
+  std::vector<std::unique_ptr<Slot>> slots_;  // made on first use
+};
+
+}  // namespace pstrain
