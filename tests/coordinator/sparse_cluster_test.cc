@@ -250,3 +250,24 @@ TEST_CASE("sparse tables on a cluster - a worker killed mid-run is taken over, a
     CHECK(differing(cluster.final_params(id), whole.params) == 0);
   }
 }
+
+TEST_CASE("sparse tables on a cluster - async: each push's rows applied as they come, the job learns") {
+  Trial t;
+  t.workers = 2;
+  t.servers = 2;
+  t.batch = 24;
+  t.examples = 600;
+  t.optimizer = 1;  // Adagrad
+  JobSpec spec = job_of(t);
+  spec.training.mode = TrainingMode::kAsync;
+  spec.training.epochs = 3;
+  testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = ids_data(t.examples)});
+  const std::string id = cluster.submit(spec);
+  const JobRecord r = cluster.wait_finished(id, 120s);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  REQUIRE(r.epoch_history.size() == 3);
+  // Three epochs of 600 examples lower the test loss below chance's log(2) (the sync runs of two
+  // epochs reach ~0.68).
+  CHECK(r.epoch_history.back().test_loss < r.epoch_history.front().test_loss);
+  CHECK(r.epoch_history.back().test_loss < 0.69);
+}
