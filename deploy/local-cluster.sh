@@ -89,7 +89,7 @@ start() {  # name, command...
 ours() {  # pid
   kill -0 "$1" 2>/dev/null || return 1
   [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ] || return 1
-  tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q pstrain-
+  { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null | grep -q pstrain-
 }
 
 running() {  # name

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# clicklog_cluster.sh — the click-log model (clicklog_job.py) on a cluster of processes on this
+# machine (deploy/local-cluster.sh), with sparse tables (row pieces on the servers, a step's rows on
+# the wire) and with the same tables dense (every table whole on the wire every step), in one run,
+# repeats interleaved (sparse, dense, sparse, dense, ...). Per run: samples/s (the job's), test AUC
+# and log loss (the test loss of binary cross-entropy), bytes pushed and pulled per step and
+# worker (the workers' last progress report), and each process's peak RSS (VmHWM, read before the
+# cluster stops). Prints `lscpu`'s model and flags first.
+#
+# Usage: tests/bench/clicklog_cluster.sh --data DIR [--repeats N] [--epochs E] [--batch B]
+#   --data DIR   a dataset directory clicklog.py wrote; its parent is the cluster's data directory
+#                and its name the dataset's
+# Env: SERVERS (2), WORKERS (2), WORKER_THREADS (1), BUILD_DIR (build), HTTP_PORT (8180).
+# Every cluster's files stay in a temp dir (printed).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+DATA="" REPEATS=2 EPOCHS=1 BATCH=512
+while (($#)); do
+  case $1 in
+    --data) DATA=$(cd "${2:?--data needs a directory}" && pwd); shift 2 ;;
+    --repeats) REPEATS=${2:?}; shift 2 ;;
+    --epochs) EPOCHS=${2:?}; shift 2 ;;
+    --batch) BATCH=${2:?}; shift 2 ;;
+    *) sed -n '2,15p' "$0"; exit 2 ;;
+  esac
+done
+[ -n "$DATA" ] || { sed -n '2,15p' "$0"; exit 2; }
+SERVERS=${SERVERS:-2} WORKERS=${WORKERS:-2}
+export HTTP_PORT=${HTTP_PORT:-8180} RPC_PORT=${RPC_PORT:-7180} BUILD=0 AUTH=1
+work=$(mktemp -d /tmp/clicklog-cluster.XXXXXX)
+echo "clicklog_cluster: files in $work"
+lscpu | grep -E '^Model name' || true
+lscpu | grep -E '^Flags' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' '; echo
+
+dataset=$(basename "$DATA")
+for kind in sparse dense; do
+  /usr/bin/python3 "$ROOT/tests/bench/clicklog_job.py" --data "$DATA" --dataset "$dataset" --epochs "$EPOCHS" \
+    --batch "$BATCH" $([ $kind = dense ] && echo --dense) |
+    /usr/bin/python3 -c "
+import json, sys
+spec = json.load(sys.stdin)
+spec['training'].update({'mode': 'sync', 'workers': $WORKERS, 'servers': $SERVERS})
+print(json.dumps(spec))" >"$work/$kind.json"
+done
+
+results=()
+run_one() {  # kind repeat
+  local kind=$1 r=$2 dir="$work/$1-$2"
+  export LOCAL_CLUSTER_DIR=$dir PSTRAIN_DATA_DIR=$(dirname "$DATA")
+  "$ROOT/deploy/local-cluster.sh" up >"$dir.up.log" 2>&1
+  local token; token=$(cat "$dir/auth/admin-token")
+  local url="http://127.0.0.1:$HTTP_PORT"
+  local id="" answer
+  for _ in $(seq 1 30); do  # (the coordinator may still be waiting for its nodes: 503)
+    answer=$(curl -s -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+      --data-binary @"$work/$kind.json" "$url/v1/jobs")
+    id=$(echo "$answer" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin).get("id", ""))' 2>/dev/null || true)
+    [ -n "$id" ] && break
+    sleep 1
+  done
+  [ -n "$id" ] || { echo "clicklog_cluster: the job was refused: $answer" >&2; exit 1; }
+  local state=""
+  for _ in $(seq 1 3600); do
+    state=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id" |
+      /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+    case $state in SUCCEEDED|FAILED|CANCELLED) break ;; esac
+    sleep 1
+  done
+  local job; job=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id")
+  local rss=""
+  for p in "$dir"/*.pid; do
+    rss+="$(basename "$p" .pid)=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$(cat "$p")/status" 2>/dev/null)MB "
+  done
+  "$ROOT/deploy/local-cluster.sh" down >"$dir.down.log" 2>&1
+  local bytes; bytes=$(grep -h "worker 0: .* B pushed" "$dir/coordinator.log" | tail -1 |
+    sed -E 's/.* ([0-9]+) B pushed and ([0-9]+) B pulled per step/\1 \2/')
+  local line; line=$(echo "$job" | /usr/bin/python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+print('%-6s r%s %-9s samples/s %9.0f  test AUC %.4f  log loss %.4f' % ('$kind', '$r', j['state'],
+      j.get('samples_per_second') or 0, j.get('test_auc') or 0, j.get('test_loss') or 0))")
+  results+=("$line  bytes/step (worker 0) pushed ${bytes% *} pulled ${bytes#* }  peak RSS $rss")
+  echo "${results[-1]}"
+}
+
+for r in $(seq 1 "$REPEATS"); do
+  for kind in sparse dense; do run_one $kind "$r"; done
+done
+echo
+echo "clicklog_cluster: $WORKERS worker(s) x $SERVERS server(s), sync, batch $BATCH, $EPOCHS epoch(s), dataset $dataset"
+printf '%s\n' "${results[@]}"
