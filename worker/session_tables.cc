@@ -4,7 +4,11 @@ namespace pstrain {
 
 SessionTables::Slot::Slot(std::vector<nn::SparseTable> tables, const std::vector<ChunkInfo>& pieces,
                           TableClient::Caller caller, ServerConnections& servers)
-    : sparse(tables), client(pieces, std::move(tables), std::move(caller), servers), rows(sparse.tables().size()) {}
+    : sparse(tables),
+      client(pieces, std::move(tables), std::move(caller), servers),
+      rows(sparse.tables().size()),
+      next_ids(rows.size()),
+      next_rows(rows.size()) {}
 
 SessionTables::SessionTables(nn::DataParallelModel<float>& model, const std::vector<ChunkInfo>& pieces,
                              TableClient::Caller caller, ServerConnections& servers)
@@ -21,6 +25,15 @@ SessionTables::Slot& SessionTables::slot(size_t index) {
 kj::Promise<void> SessionTables::fetch(size_t index, const float* inputs, int64_t n, uint64_t min_version) {
   Slot& s = slot(index);
   s.sparse.collect(inputs, model_.input_size(), n);
+  ++fetches_;
+  bool ahead = s.ahead;
+  s.ahead = false;
+  for (size_t t = 0; ahead && t < s.rows.size(); ++t) ahead = s.next_ids[t] == s.sparse.ids(t);
+  if (ahead) {  // the rows came with the last push's replies, at the version this step reads
+    for (size_t t = 0; t < s.rows.size(); ++t) std::swap(s.rows[t], s.next_rows[t]);
+    ++fetched_ahead_;
+    return kj::READY_NOW;
+  }
   auto pulls = kj::heapArrayBuilder<kj::Promise<void>>(s.rows.size());
   for (size_t t = 0; t < s.rows.size(); ++t) {
     const std::vector<uint32_t>& ids = s.sparse.ids(t);
@@ -36,14 +49,29 @@ void SessionTables::use(size_t index) {
   model_.use_sparse_rows(s.sparse.rows());
 }
 
-kj::Promise<void> SessionTables::push(size_t index, const GradientSlice& slice) {
+kj::Promise<void> SessionTables::push(size_t index, const GradientSlice& slice, kj::Maybe<proto::Batch::Reader> next,
+                                      const BatchShape* shape) {
   Slot& s = slot(index);
+  s.ahead = false;
+  KJ_IF_MAYBE(batch, next) {
+    KJ_REQUIRE(shape != nullptr && batch->getSize() <= model_.max_batch(), "a next batch without its shape");
+    next_inputs_.resize(static_cast<size_t>(model_.input_size() * model_.max_batch()));
+    next_targets_.resize(static_cast<size_t>(model_.target_size() * model_.max_batch()));
+    decode_batch(*batch, *shape, next_inputs_.data(), next_targets_.data());
+    for (size_t t = 0; t < s.rows.size(); ++t) {
+      nn::collect_ids(s.sparse.tables()[t], next_inputs_.data(), model_.input_size(), batch->getSize(), s.next_ids[t]);
+      s.next_rows[t].resize(s.next_ids[t].size() * static_cast<size_t>(s.sparse.tables()[t].dim));
+    }
+  } else {
+    for (auto& ids : s.next_ids) ids.clear();
+  }
   auto pushes = kj::heapArrayBuilder<kj::Promise<void>>(s.rows.size());
   for (size_t t = 0; t < s.rows.size(); ++t) {
     const std::span<float> grads = s.sparse.grads(t);
-    pushes.add(s.client.push(t, slice, s.sparse.ids(t), grads, {}, nullptr));
+    pushes.add(s.client.push(t, slice, s.sparse.ids(t), grads, s.next_ids[t], s.next_rows[t].data()));
   }
-  return kj::joinPromises(pushes.finish());
+  const bool ahead = next != nullptr;
+  return kj::joinPromises(pushes.finish()).then([&s, ahead] { s.ahead = ahead; });
 }
 
 void SessionTables::drain_counts(ExchangeCounts& counts) {

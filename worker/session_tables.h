@@ -3,8 +3,10 @@
 // slice), the batch's rows of every table pulled from the servers' pieces, handed to the model,
 // and the slice's compact gradient pushed to every piece in the slice's name.
 //
-// A step on one slice: fetch() (collects the batch's ids, pulls their rows at the step's version),
-// use() (points the model at them), the model's compute, push(). Each slice has its own slot
+// A step on one slice: fetch() (collects the batch's ids, pulls their rows at the step's version,
+// unless the last push's replies brought them), use() (points the model at them), the model's
+// compute, push() (with the next batch when it is in: its rows come back in the replies, as the
+// dense exchange's values do). Each slice has its own slot
 // (ids, rows, gradients, the pushes' buffers): a sync step's pushes on a piece are answered only
 // once every slice of the step is in, so a slice's buffers cannot be shared with another's.
 //
@@ -20,6 +22,7 @@
 
 #include "common/engine/nn/data_parallel_model.h"
 #include "common/engine/nn/sparse_rows.h"
+#include "worker/batch_decode.h"
 #include "worker/server_chunks.h"
 #include "worker/table_client.h"
 
@@ -41,11 +44,17 @@ class SessionTables {
   // there.
   void use(size_t slot);
   // The slot's compact gradients (the model's compute on its rows) pushed in the name of `slice`
-  // to every piece; resolves with the replies.
-  kj::Promise<void> push(size_t slot, const GradientSlice& slice);
+  // to every piece; resolves with the replies. With `next` (the slot's next batch, of `shape`),
+  // the replies bring that batch's rows at the step's new version, and the slot's next fetch()
+  // of them costs no call.
+  kj::Promise<void> push(size_t slot, const GradientSlice& slice, kj::Maybe<proto::Batch::Reader> next = nullptr,
+                         const BatchShape* shape = nullptr);
 
   // Bytes moved since the last call, added to `counts`.
   void drain_counts(ExchangeCounts& counts);
+  // fetch() calls, and those the last push's replies had answered.
+  uint64_t fetches() const { return fetches_; }
+  uint64_t fetched_ahead() const { return fetched_ahead_; }
 
  private:
   struct Slot {
@@ -54,6 +63,10 @@ class SessionTables {
     nn::SparseStep<float> sparse;
     TableClient client;
     std::vector<std::vector<float>> rows;  // per table: ids.size() x dim
+    // The next batch's ids and rows, brought by the last push's replies (when `ahead`).
+    std::vector<std::vector<uint32_t>> next_ids;
+    std::vector<std::vector<float>> next_rows;
+    bool ahead = false;
   };
   Slot& slot(size_t index);
 
@@ -62,6 +75,8 @@ class SessionTables {
   TableClient::Caller caller_;
   ServerConnections& servers_;
   std::vector<std::unique_ptr<Slot>> slots_;  // made on first use
+  std::vector<float> next_inputs_, next_targets_;  // a next batch, decoded for its ids
+  uint64_t fetches_ = 0, fetched_ahead_ = 0;
 };
 
 }  // namespace pstrain

@@ -260,7 +260,8 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       if (tables_) {
         // An empty batch pushes no rows, but to every piece: a sync step waits for every slice.
         if (n == 0) waits_.wait(wait_scope, tables_->fetch(SessionTables::kOwn, inputs_.data(), 0, 0));
-        table_pushes = tables_->push(SessionTables::kOwn, mine);
+        const BatchShape shape = batch_shape();
+        table_pushes = tables_->push(SessionTables::kOwn, mine, known_next, &shape);
       }
       StepTotals extra;
       auto extras = orders_->compute_extras(wait_scope, mine.step, epoch, step, extra_readers, extra)
@@ -303,7 +304,10 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
                << (forwarded ? " (" + std::to_string(*forwarded) +
                                    " in this session with the first layer's forward on the servers)"
                              : "")
-               << (late > 0 ? "; " + std::to_string(late) + " of its pushes came late and were dropped" : "");
+               << (late > 0 ? "; " + std::to_string(late) + " of its pushes came late and were dropped" : "")
+               << (tables_ ? "; sparse tables' rows of " + std::to_string(tables_->fetched_ahead()) + " of " +
+                                 std::to_string(tables_->fetches()) + " batches came with the last push's replies"
+                           : "");
   return true;
 }
 

@@ -73,14 +73,18 @@ run_one() {  # kind repeat
     rss+="$(basename "$p" .pid)=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$(cat "$p")/status" 2>/dev/null)MB "
   done
   "$ROOT/deploy/local-cluster.sh" down >"$dir.down.log" 2>&1
-  local bytes; bytes=$(grep -h "worker 0: .* B pushed" "$dir/coordinator.log" | tail -1 |
-    sed -E 's/.* ([0-9]+) B pushed and ([0-9]+) B pulled per step/\1 \2/')
+  # The median of worker 0's progress reports (each over the steps since the one before).
+  local bytes; bytes=$(grep -h "worker 0: .* B pushed" "$dir/coordinator.log" |
+    sed -E 's/.* ([0-9]+) B pushed and ([0-9]+) B pulled per step/\1 \2/' | /usr/bin/python3 -c '
+import statistics, sys
+rows = [tuple(map(int, l.split())) for l in sys.stdin if l.strip()]
+print(int(statistics.median(r[0] for r in rows)), int(statistics.median(r[1] for r in rows)))')
   local line; line=$(echo "$job" | /usr/bin/python3 -c "
 import json, sys
 j = json.load(sys.stdin)
 print('%-6s r%s %-9s samples/s %9.0f  test AUC %.4f  log loss %.4f' % ('$kind', '$r', j['state'],
       j.get('samples_per_second') or 0, j.get('test_auc') or 0, j.get('test_loss') or 0))")
-  results+=("$line  bytes/step (worker 0) pushed ${bytes% *} pulled ${bytes#* }  peak RSS $rss")
+  results+=("$line  bytes/step (worker 0, median of reports) pushed ${bytes% *} pulled ${bytes#* }  peak RSS $rss")
   echo "${results[-1]}"
 }
 
