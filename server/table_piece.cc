@@ -12,7 +12,8 @@ void init_table_piece(const ParamLayout& layout, uint64_t seed, ShardChunk& chun
   chunk.table_dim = static_cast<size_t>(param.shape[1]);
   const size_t rows = info.size / chunk.table_dim;
   chunk.values.resize(info.size);
-  sparse_row_init(layout, seed, info.param, info.server, static_cast<int64_t>(rows), chunk.values.data(), info.stride);
+  sparse_row_init(layout, seed, info.param, static_cast<int64_t>(info.offset), static_cast<int64_t>(rows),
+                  chunk.values.data(), info.stride);
 }
 
 std::string table_push_error(const ShardChunk& chunk, std::span<const uint32_t> rows, size_t values) {
@@ -24,7 +25,7 @@ std::string table_push_error(const ShardChunk& chunk, std::span<const uint32_t> 
   }
   const size_t piece_rows = info.size / chunk.table_dim;
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] % info.stride != info.server || piece_row(info, rows[i]) >= piece_rows) {
+    if (!in_piece(info, rows[i]) || piece_row(info, rows[i]) >= piece_rows) {
       return "row " + std::to_string(rows[i]) + " is not in chunk " + std::to_string(info.key);
     }
     if (i > 0 && rows[i] <= rows[i - 1]) return "rows are not ascending at " + std::to_string(i);

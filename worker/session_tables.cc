@@ -65,13 +65,12 @@ kj::Promise<void> SessionTables::push(size_t index, const GradientSlice& slice, 
   } else {
     for (auto& ids : s.next_ids) ids.clear();
   }
-  auto pushes = kj::heapArrayBuilder<kj::Promise<void>>(s.rows.size());
+  std::vector<TableClient::TablePush> parts(s.rows.size());
   for (size_t t = 0; t < s.rows.size(); ++t) {
-    const std::span<float> grads = s.sparse.grads(t);
-    pushes.add(s.client.push(t, slice, s.sparse.ids(t), grads, s.next_ids[t], s.next_rows[t].data()));
+    parts[t] = {s.sparse.ids(t), s.sparse.grads(t), s.next_ids[t], s.next_rows[t].data()};
   }
   const bool ahead = next != nullptr;
-  return kj::joinPromises(pushes.finish()).then([&s, ahead] { s.ahead = ahead; });
+  return s.client.push(slice, parts).then([&s, ahead] { s.ahead = ahead; });
 }
 
 void SessionTables::drain_counts(ExchangeCounts& counts) {

@@ -1,15 +1,16 @@
 // The model's sparse embedding tables on the servers as one worker sees them (docs/DESIGN-NOTES.md
-// "Sparse models", server/table_piece.h): which piece holds a row (row r on server r mod S), a
-// step's rows pulled compact (ParameterServer.pullRows), and a slice's compact gradient pushed
-// piece by piece (gradient.tableRows) with the rows the next step needs in the replies
-// (reply.tableRows). A worker never holds a whole table: only the rows of the batches in hand.
+// "Sparse models", server/table_piece.h): which piece holds a row (row r in piece r mod the
+// table's stride, on server r mod S), a step's rows pulled compact (ParameterServer.pullRows),
+// and a slice's compact gradients pushed piece by piece (gradient.tableRows), every piece of a
+// server in one pushBatch, with the rows the next step needs in the replies (reply.tableRows). A
+// worker never holds a whole table: only the rows of the batches in hand.
 //
-// A push goes to every piece of the table, with or without rows: a sync step on a piece waits
+// A push goes to every piece of every table, with or without rows: a sync step on a piece waits
 // for every slice's push.
 //
 // Thread rules: the event loop's thread only. Ownership: the caller's connections outlive this;
-// a push's promise must be waited for (or dropped) before the next push of the same table (the
-// per-piece gradient buffers it sends from are reused).
+// a push's promise must be waited for (or dropped) before the next push (the per-piece buffers
+// are reused).
 #pragma once
 
 #include <kj/async.h>
@@ -46,11 +47,20 @@ class TableClient {
   // Rows `ids` (ascending, distinct) of table t at a version >= min_version into `out` (ids.size()
   // x dim, in the order of ids).
   kj::Promise<void> pull(size_t t, std::span<const uint32_t> ids, uint64_t min_version, float* out);
-  // Table t's compact gradient of `slice` (`grads`: ids.size() x dim) to every piece; the replies
-  // bring rows `next_ids` (ascending, distinct; empty: none) at the step's new version into
-  // `next_out`. slice.gradient is not read.
-  kj::Promise<void> push(size_t t, const GradientSlice& slice, std::span<const uint32_t> ids,
-                         std::span<const float> grads, std::span<const uint32_t> next_ids, float* next_out);
+
+  // One table's part of a push: its compact gradient (`grads`: ids.size() x dim, of rows `ids`,
+  // ascending and distinct) and the rows the replies bring back (`next_ids`, ascending, distinct;
+  // empty: none) into `next_out` (next_ids.size() x dim).
+  struct TablePush {
+    std::span<const uint32_t> ids;
+    std::span<const float> grads;
+    std::span<const uint32_t> next_ids;
+    float* next_out = nullptr;
+  };
+  // Every table's compact gradient of `slice` (`tables[t]` for table t) to every piece, in one
+  // pushBatch per server (at most rpc::kMaxBatchedPushes pieces a call); the replies bring each
+  // table's next rows at the step's new version. slice.gradient is not read.
+  kj::Promise<void> push(const GradientSlice& slice, std::span<const TablePush> tables);
 
   ExchangeCounts& counts() { return counts_; }
 
@@ -63,17 +73,20 @@ class TableClient {
     std::vector<size_t> reply_at;  // reply_rows[i] is next_ids[reply_at[i]]
     std::vector<float> grads;
   };
-  // Splits ascending `ids` by piece: piece p's rows, and where each sits in ids.
+  // Splits ascending `ids` of table t by piece: piece p's rows, and where each sits in ids.
   void split(size_t t, std::span<const uint32_t> ids, std::vector<std::vector<uint32_t>>& rows,
              std::vector<std::vector<size_t>>& at) const;
   // Copies `rows` row values (rows.size() x dim, from a reply) to their places `at` in `out`.
   static void place(capnp::Data::Reader values, const std::vector<size_t>& at, size_t dim, float* out);
+  // Piece p of table t's push of `slice` into `params` (its rows and gradient set by push()).
+  void fill_push(size_t t, size_t p, const GradientSlice& slice, proto::ParameterServer::PushParams::Builder params);
 
   std::vector<nn::SparseTable> tables_;
-  std::vector<std::vector<Piece>> pieces_;  // per table, by server (a server without rows: none)
+  // Per table: its pieces by first row (row r in piece r mod stride), and the stride.
+  std::vector<std::vector<Piece>> pieces_;
+  std::vector<uint32_t> strides_;
   Caller caller_;
   ServerConnections& servers_;
-  uint32_t stride_ = 1;
   ExchangeCounts counts_;
 };
 

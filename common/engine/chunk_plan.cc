@@ -53,16 +53,21 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
       load[server] += b - a;
     }
   }
-  // Sparse tables (after the dense tensors): row r on server r % S, a piece per server.
+  // Sparse tables (after the dense tensors): S * k pieces of a table, row r in piece r mod S * k,
+  // piece p on server p mod S (so row r on server r mod S), k the fewest that keep a piece at most
+  // kMaxTablePieceFloats.
   for (size_t p = layout.dense_count(); p < layout.params().size(); ++p) {
     const ParamInfo& info = layout.params()[p];
     const auto rows = static_cast<size_t>(info.shape[0]), dim = static_cast<size_t>(info.shape[1]);
-    for (uint32_t server = 0; server < servers; ++server) {
-      ChunkInfo piece{0, static_cast<uint32_t>(p), 0, 0, server, servers};
+    const size_t per_server = (rows + servers - 1) / servers;
+    const size_t k = std::max<size_t>(1, (per_server * dim + kMaxTablePieceFloats - 1) / kMaxTablePieceFloats);
+    const auto stride = static_cast<uint32_t>(servers * k);
+    for (uint32_t first = 0; first < stride; ++first) {
+      ChunkInfo piece{0, static_cast<uint32_t>(p), first, 0, first % servers, stride};
       piece.size = piece_rows(piece, rows) * dim;
-      if (piece.size == 0) continue;  // a table of fewer rows than servers
+      if (piece.size == 0) continue;  // a table of fewer rows than pieces
       chunks.push_back(piece);
-      load[server] += piece.size;
+      load[piece.server] += piece.size;
     }
   }
   // A model without a tensor worth striping (none of 1024 S floats) can leave servers empty, say
@@ -95,13 +100,13 @@ std::vector<ChunkInfo> plan_chunks(const ParamLayout& layout, uint32_t servers, 
 
 void gather_piece(const ChunkInfo& chunk, size_t dim, const float* table, float* piece) {
   for (size_t j = 0; j * dim < chunk.size; ++j) {
-    std::copy_n(table + (chunk.server + j * chunk.stride) * dim, dim, piece + j * dim);
+    std::copy_n(table + (chunk.offset + j * chunk.stride) * dim, dim, piece + j * dim);
   }
 }
 
 void scatter_piece(const ChunkInfo& chunk, size_t dim, const float* piece, float* table) {
   for (size_t j = 0; j * dim < chunk.size; ++j) {
-    std::copy_n(piece + j * dim, dim, table + (chunk.server + j * chunk.stride) * dim);
+    std::copy_n(piece + j * dim, dim, table + (chunk.offset + j * chunk.stride) * dim);
   }
 }
 
@@ -109,7 +114,7 @@ bool fits_layout(const ChunkInfo& c, const ParamLayout& layout) {
   if (c.param >= layout.params().size()) return false;
   const ParamInfo& p = layout.params()[c.param];
   if (!c.is_table_piece()) return !p.sparse && c.offset + c.size <= p.size && c.size <= p.size;
-  if (!p.sparse || p.shape.size() != 2 || c.offset != 0 || c.server >= c.stride) return false;
+  if (!p.sparse || p.shape.size() != 2 || c.offset >= c.stride) return false;
   const auto rows = static_cast<size_t>(p.shape[0]), dim = static_cast<size_t>(p.shape[1]);
   return c.size != 0 && c.size == piece_rows(c, rows) * dim;
 }

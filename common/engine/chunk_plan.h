@@ -34,17 +34,24 @@ struct ChunkInfo {
   size_t size = 0;      // elements
   uint32_t server = 0;
   // 0: elements [offset, offset + size) of the tensor. > 0: a sparse table's piece, rows
-  // `server`, `server + stride`, ... of it (offset 0, size those rows' elements; table_rows()).
+  // `offset`, `offset + stride`, ... of it (offset < stride: the piece's first row; size those
+  // rows' elements; piece_rows()).
   uint32_t stride = 0;
 
   bool is_table_piece() const { return stride != 0; }
 };
 
-// A table piece's rows (ascending table row numbers, each server + k * stride), for a table of
+// A table piece's rows (ascending table row numbers, each offset + k * stride), for a table of
 // `rows` rows: how many, and where a row sits in the piece.
 inline size_t piece_rows(const ChunkInfo& piece, size_t rows) {
-  return rows > piece.server ? (rows - piece.server + piece.stride - 1) / piece.stride : 0;
+  return rows > piece.offset ? (rows - piece.offset + piece.stride - 1) / piece.stride : 0;
 }
+// Whether table row `row` is in the piece.
+inline bool in_piece(const ChunkInfo& piece, uint32_t row) { return row % piece.stride == piece.offset; }
+
+// The most floats a table piece holds: its backup snapshot (values and the optimizer's slots) and
+// replica part stay a few MB, far under a message's limit, however large the table.
+inline constexpr size_t kMaxTablePieceFloats = size_t{1} << 20;
 inline size_t piece_row(const ChunkInfo& piece, uint32_t row) { return row / piece.stride; }
 
 // Copies a table piece's rows (each `dim` floats) out of the whole table (`table`: its rows back
@@ -53,7 +60,7 @@ void gather_piece(const ChunkInfo& chunk, size_t dim, const float* table, float*
 void scatter_piece(const ChunkInfo& chunk, size_t dim, const float* piece, float* table);
 
 // True when `chunk` is a piece of `layout` as plan_chunks() cuts it: inside a dense tensor, or a
-// sparse table's row piece (offset 0, server < stride, the piece's rows whole). A server checks
+// sparse table's row piece (offset < stride, the piece's rows whole). A server checks
 // the table it is handed with this.
 bool fits_layout(const ChunkInfo& chunk, const ParamLayout& layout);
 

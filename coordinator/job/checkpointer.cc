@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/base/log.h"
+#include "common/engine/optim/optimizer.h"
 #include "common/data/model_inputs.h"
 #include "common/rpc/message_limits.h"
 #include "common/rpc/rpc_util.h"
@@ -161,8 +162,15 @@ kj::Promise<void> Checkpointer::final_checkpoint(uint64_t version) {
       if (final_done_) final_done_->fulfill();
     }).eagerlyEvaluate(nullptr);
   }
+  // The servers write their final backup, send its replicas here, and the file is put together:
+  // time that grows with the job's state. Allowed: server_move_timeout, and a second for every
+  // 8 MB of parameters and optimizer slots (a 565M-parameter Adagrad job's 4.5 GB: 9.5 minutes,
+  // where 2 cores took about 3).
+  const auto slots = optim::make_optimizer(job_.spec.optimizer)->make_state(0).slots.size();
+  const uint64_t state_bytes = job_.layout.total_size() * (1 + slots) * sizeof(float);
+  const kj::Duration allowed = job_.options.server_move_timeout + (state_bytes >> 23) * kj::SECONDS;
   return job_.io.getTimer()
-      .timeoutAfter(job_.options.server_move_timeout, kj::mv(paf.promise))
+      .timeoutAfter(allowed, kj::mv(paf.promise))
       .catch_([this](kj::Exception&& e) {
         const std::string note = std::string("no final checkpoint: ") + e.getDescription().cStr();
         PSLOG(kWarning) << "job " << job_.id << ": " << note;

@@ -255,8 +255,8 @@ kj::Promise<kj::Array<float>> ServerGroup::pull_table_rows(const std::vector<Chu
   auto out = kj::heapArray<float>(count * dim);
   kj::Vector<kj::Promise<void>> pulls;
   for (const ChunkInfo& piece : pieces) {
-    // This piece's rows in the block: server, server + stride, ... from the first at or after `first`.
-    size_t row = first + (piece.server + piece.stride - first % piece.stride) % piece.stride;
+    // This piece's rows in the block: offset, offset + stride, ... from the first at or after `first`.
+    size_t row = first + (piece.offset + piece.stride - first % piece.stride) % piece.stride;
     std::vector<uint32_t> rows;
     for (; row < first + count; row += piece.stride) rows.push_back(static_cast<uint32_t>(row));
     if (rows.empty()) continue;

@@ -54,8 +54,8 @@ StreamedFile stream_checkpoint(const ParamLayout& layout, const std::vector<Chun
     size_t covered = 0;
     for (size_t i = 0; i < list.size(); ++i) {
       const ChunkInfo* c = list[i];
-      // A sparse table's pieces: one per server, in server order, their rows adding up to the table.
-      if (c->is_table_piece() ? (c->server != i || !fits_layout(*c, layout)) : c->offset != covered) break;
+      // A sparse table's pieces: in order of their first rows 0, 1, ..., their rows adding up to the table.
+      if (c->is_table_piece() ? (c->offset != i || !fits_layout(*c, layout)) : c->offset != covered) break;
       covered += c->size;
     }
     if (covered != layout.params()[p].size) {
@@ -203,8 +203,8 @@ kj::Promise<StartingShards> CheckpointFiles::starting_shards(std::function<std::
     out.servers.resize(servers);
     for (const ChunkInfo& c : chunks) {
       const ParamInfo& info = layout.params()[c.param];
-      const size_t at = info.offset + c.offset;
-      // A range of a tensor, or a sparse table's piece: its rows (server + k * stride).
+      const size_t at = info.offset + (c.is_table_piece() ? 0 : c.offset);  // (a piece's offset is its first row)
+      // A range of a tensor, or a sparse table's piece: its rows (offset + k * stride).
       const auto cut = [&](const std::vector<float>& from, float* to) {
         if (c.is_table_piece()) {
           gather_piece(c, static_cast<size_t>(info.shape[1]), from.data() + at, to);

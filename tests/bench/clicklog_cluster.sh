@@ -7,21 +7,26 @@
 # worker (the workers' last progress report), and each process's peak RSS (VmHWM, read before the
 # cluster stops). Prints `lscpu`'s model and flags first.
 #
-# Usage: tests/bench/clicklog_cluster.sh --data DIR [--repeats N] [--epochs E] [--batch B]
+# Usage: tests/bench/clicklog_cluster.sh --data DIR [--repeats N] [--epochs E] [--batch B] [--dim D]
+#          [--sparse-only]
 #   --data DIR   a dataset directory clicklog.py wrote; its parent is the cluster's data directory
 #                and its name the dataset's
+#   --dim D          the tables' width (8)
+#   --sparse-only    no run with dense tables (for tables too large to travel whole)
 # Env: SERVERS (2), WORKERS (2), WORKER_THREADS (1), BUILD_DIR (build), HTTP_PORT (8180).
 # Every cluster's files stay in a temp dir (printed).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-DATA="" REPEATS=2 EPOCHS=1 BATCH=512
+DATA="" REPEATS=2 EPOCHS=1 BATCH=512 DIM=8 KINDS="sparse dense"
 while (($#)); do
   case $1 in
     --data) DATA=$(cd "${2:?--data needs a directory}" && pwd); shift 2 ;;
     --repeats) REPEATS=${2:?}; shift 2 ;;
     --epochs) EPOCHS=${2:?}; shift 2 ;;
     --batch) BATCH=${2:?}; shift 2 ;;
+    --dim) DIM=${2:?}; shift 2 ;;
+    --sparse-only) KINDS=sparse; shift ;;
     *) sed -n '2,15p' "$0"; exit 2 ;;
   esac
 done
@@ -34,9 +39,9 @@ lscpu | grep -E '^Model name' || true
 lscpu | grep -E '^Flags' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' '; echo
 
 dataset=$(basename "$DATA")
-for kind in sparse dense; do
+for kind in $KINDS; do
   /usr/bin/python3 "$ROOT/tests/bench/clicklog_job.py" --data "$DATA" --dataset "$dataset" --epochs "$EPOCHS" \
-    --batch "$BATCH" $([ $kind = dense ] && echo --dense) |
+    --batch "$BATCH" --dim "$DIM" $([ $kind = dense ] && echo --dense) |
     /usr/bin/python3 -c "
 import json, sys
 spec = json.load(sys.stdin)
@@ -89,8 +94,8 @@ print('%-6s r%s %-9s samples/s %9.0f  test AUC %.4f  log loss %.4f' % ('$kind', 
 }
 
 for r in $(seq 1 "$REPEATS"); do
-  for kind in sparse dense; do run_one $kind "$r"; done
+  for kind in $KINDS; do run_one $kind "$r"; done
 done
 echo
-echo "clicklog_cluster: $WORKERS worker(s) x $SERVERS server(s), sync, batch $BATCH, $EPOCHS epoch(s), dataset $dataset"
+echo "clicklog_cluster: $WORKERS worker(s) x $SERVERS server(s), sync, batch $BATCH, tables of width $DIM, $EPOCHS epoch(s), dataset $dataset"
 printf '%s\n' "${results[@]}"

@@ -25,6 +25,8 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr int64_t kUsers = 700, kItems = 50;
+// A user table of more floats than kMaxTablePieceFloats a server: cut into several pieces each.
+constexpr int64_t kManyUsers = 300007;
 
 LayerSpec layer(LayerType type, std::string name, std::vector<std::string> inputs) {
   LayerSpec l;
@@ -50,7 +52,7 @@ LayerSpec table(int64_t rows, int64_t dim, std::string name, std::string input) 
 }
 
 // [user, user, item, x]: two user ids through one table, an item id through another, a number.
-ModelSpec model() {
+ModelSpec model(int64_t users = kUsers) {
   LayerSpec hidden = layer(LayerType::kDense, "hidden", {"both"});
   hidden.units = 8;
   hidden.activation = Activation::kReLU;
@@ -60,7 +62,7 @@ ModelSpec model() {
   spec.input_shape = {4};
   spec.seed = 17;
   spec.layers = {slice(0, 2, "users"),
-                 table(kUsers, 4, "user_table", "users"),
+                 table(users, users > kUsers ? 8 : 4, "user_table", "users"),
                  layer(LayerType::kFlatten, "user_flat", {"user_table"}),
                  slice(2, 1, "items"),
                  table(kItems, 3, "item_table", "items"),
@@ -74,8 +76,8 @@ ModelSpec model() {
 
 // Ids skewed toward the low rows (a few hot, many rare: a batch touches a part of a table), the
 // class from a hidden score of them.
-SplitLoader ids_data(uint32_t examples) {
-  return [examples](const std::string& dataset, SplitKind kind) {
+SplitLoader ids_data(uint32_t examples, int64_t users = kUsers) {
+  return [examples, users](const std::string& dataset, SplitKind kind) {
     Rng rng(kind == SplitKind::kTrain ? 31 : 32);
     testing::Examples e;
     const uint32_t count = kind == SplitKind::kTrain ? examples : 150;
@@ -84,7 +86,7 @@ SplitLoader ids_data(uint32_t examples) {
       return static_cast<float>(static_cast<int64_t>(u * u * static_cast<float>(rows)));
     };
     for (uint32_t i = 0; i < count; ++i) {
-      const float a = id(kUsers), b = id(kUsers), c = id(kItems), x = rng.uniform_float(-1.0f, 1.0f);
+      const float a = id(users), b = id(users), c = id(kItems), x = rng.uniform_float(-1.0f, 1.0f);
       e.inputs.insert(e.inputs.end(), {a, b, c, x});
       const auto score = [](float v) { return static_cast<int64_t>(v) * 7919 % 11 < 5 ? 1.0f : -1.0f; };
       e.labels.push_back(score(a) + score(b) + score(c) + x > 0.0f ? 1 : 0);
@@ -200,6 +202,7 @@ TEST_CASE("sparse tables on a cluster - a job resumed from a checkpoint cut into
   testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load});
   const std::string a = cluster.submit(first);
   REQUIRE_MESSAGE(cluster.wait_finished(a, 120s).state == JobState::kSucceeded, cluster.describe(a));
+  CHECK(differing(cluster.final_params(a), trainer(first, t, load).params) == 0);
   JobSpec rest = job_of(t);  // 2 epochs in all: the second from the first job's final checkpoint
   rest.init_from.source = InitFromSpec::Source::kJob;
   rest.init_from.id = a;
@@ -207,7 +210,8 @@ TEST_CASE("sparse tables on a cluster - a job resumed from a checkpoint cut into
   const std::string b = cluster.submit(rest);
   REQUIRE_MESSAGE(cluster.wait_finished(b, 120s).state == JobState::kSucceeded, cluster.describe(b));
   const TrainingResult whole = trainer(job_of(t), t, load);
-  CHECK(differing(cluster.final_params(b), whole.params) == 0);
+  const std::vector<float> resumed = cluster.final_params(b);
+  CHECK(differing(resumed, whole.params) == 0);
 }
 
 TEST_CASE("sparse tables on a cluster - a worker killed mid-run is taken over, a server killed and restarted rolls its "
@@ -270,4 +274,31 @@ TEST_CASE("sparse tables on a cluster - async: each push's rows applied as they 
   // epochs reach ~0.68).
   CHECK(r.epoch_history.back().test_loss < r.epoch_history.front().test_loss);
   CHECK(r.epoch_history.back().test_loss < 0.69);
+}
+
+TEST_CASE("sparse tables on a cluster - a table of several pieces a server: the job, its model file and its checkpoint "
+          "equal the trainer's") {
+  Trial t;
+  t.workers = 2;
+  t.servers = 2;
+  t.batch = 64;
+  t.examples = 500;
+  t.optimizer = 2;  // lazy Adam: two slots a piece
+  JobSpec spec = job_of(t);
+  spec.model = model(kManyUsers);
+  const ParamLayout layout = make_param_layout(spec.model);
+  size_t pieces = 0;
+  for (const ChunkInfo& c : plan_chunks(layout, 2)) pieces += c.is_table_piece() && c.param == layout.params().size() - 2;
+  CHECK(pieces == 4);  // 1.2M floats a server: 2 pieces each
+  const SplitLoader load = ids_data(t.examples, kManyUsers);
+  testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load});
+  const std::string id = cluster.submit(spec);
+  const JobRecord r = cluster.wait_finished(id, 120s);
+  REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+  const TrainingResult local = trainer(spec, t, load);
+  CHECK(differing(cluster.final_params(id), local.params) == 0);
+  REQUIRE(!r.checkpoints.empty());
+  const std::optional<std::string> file = cluster.checkpoint_file(id, r.checkpoints.back().step);
+  REQUIRE(file.has_value());
+  CHECK(differing(decode_model_state(layout, *file, {}).params, local.params) == 0);
 }

@@ -70,7 +70,7 @@ struct Cluster {
 SliceRows rows_of(const SliceRows& slice, const ChunkInfo& piece) {
   SliceRows part;
   for (size_t i = 0; i < slice.rows.size(); ++i) {
-    if (slice.rows[i] % piece.stride != piece.server) continue;
+    if (!in_piece(piece, slice.rows[i])) continue;
     part.rows.push_back(slice.rows[i]);
     part.grads.insert(part.grads.end(), slice.grads.begin() + static_cast<long>(i * kDim),
                       slice.grads.begin() + static_cast<long>((i + 1) * kDim));
@@ -147,7 +147,7 @@ TEST_CASE("A sparse table is planned as one piece of rows per server, each made 
     ++pieces;
     CHECK(c.param == cluster.table_param());
     CHECK(c.stride == kServers);
-    CHECK(c.offset == 0);
+    CHECK(c.offset == c.server);  // a small table: one piece a server, its first row the server's
     CHECK(c.size == piece_rows(c, kRows) * kDim);
     table_floats += c.size;
   }
@@ -156,7 +156,32 @@ TEST_CASE("A sparse table is planned as one piece of rows per server, each made 
   CHECK(piece_rows(cluster.piece(0), kRows) == 334);
   CHECK(piece_rows(cluster.piece(2), kRows) == 333);
   // Fewer rows than servers: the servers without a row get no piece.
-  CHECK(piece_rows(ChunkInfo{0, 0, 0, 0, 4, 5}, 3) == 0);
+  CHECK(piece_rows(ChunkInfo{0, 0, 4, 0, 4, 5}, 3) == 0);
+
+  // A large table: k pieces a server, none over kMaxTablePieceFloats, row r on server r mod S.
+  {
+    const JobSpec big = parse_job_spec(R"({"dataset": {"name": "clicks"},
+      "model": {"input_shape": [1], "layers": [
+        {"type": "embedding", "input_dim": 600001, "output_dim": 8, "sparse": true},
+        {"type": "flatten"}, {"type": "dense", "units": 1}]},
+      "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8}})");
+    const ParamLayout layout = make_param_layout(big.model);
+    const std::vector<ChunkInfo> plan = plan_chunks(layout, 2);
+    std::vector<size_t> firsts;
+    size_t floats = 0;
+    for (const ChunkInfo& c : plan) {
+      if (!c.is_table_piece()) continue;
+      CHECK(c.stride == 6);  // 2.4M floats a server: 3 pieces each
+      CHECK(c.server == c.offset % 2);
+      CHECK(c.size <= kMaxTablePieceFloats);
+      CHECK(fits_layout(c, layout));
+      firsts.push_back(c.offset);
+      floats += c.size;
+    }
+    std::sort(firsts.begin(), firsts.end());
+    CHECK(firsts == std::vector<size_t>{0, 1, 2, 3, 4, 5});
+    CHECK(floats == size_t{600001} * 8);
+  }
 
   // Every server makes its rows as the whole model's init makes them, and the dense chunks too.
   std::vector<float> all(cluster.layout.total_size());

@@ -96,9 +96,9 @@ TEST_CASE("table client - two workers' compact pushes and row replies equal the 
     std::vector<float> next_a(next[0].rows.size() * kDim), next_b(next[1].rows.size() * kDim);
     const GradientSlice slice_a{static_cast<uint64_t>(step), 0, 2, 20, nullptr};
     const GradientSlice slice_b{static_cast<uint64_t>(step), 1, 2, 20, nullptr};
-    kj::joinPromises(kj::arr(a.push(0, slice_a, slices[0].rows, slices[0].grads, next[0].rows, next_a.data()),
-                             b.push(0, slice_b, slices[1].rows, slices[1].grads, next[1].rows, next_b.data())))
-        .wait(f.ws);
+    const TableClient::TablePush part_a{slices[0].rows, slices[0].grads, next[0].rows, next_a.data()};
+    const TableClient::TablePush part_b{slices[1].rows, slices[1].grads, next[1].rows, next_b.data()};
+    kj::joinPromises(kj::arr(a.push(slice_a, {&part_a, 1}), b.push(slice_b, {&part_b, 1}))).wait(f.ws);
     CHECK(next_a == rows_of(table, next[0].rows));
     CHECK(next_b == rows_of(table, next[1].rows));
     slices = std::move(next);

@@ -32,7 +32,7 @@ struct Chunk {
   offset @2 :UInt64;  # first element of the slice inside the tensor
   size @3 :UInt64;    # elements
   server @4 :UInt32;  # index into the job's server list
-  # > 0: a sparse table's piece: rows server, server + stride, ... of the tensor (offset 0, size
+  # > 0: a sparse table's piece: rows offset, offset + stride, ... of the tensor (offset < stride, size
   # their elements); chunk_plan.h.
   stride @5 :UInt32;
 }
