@@ -95,11 +95,26 @@ class StdoutCapture {
 // Short timeouts for every procedure of the coordinator's jobs, for a cluster of threads.
 JobOptions short_job_options();
 
+// How long a node of a cluster of threads may be silent before it is declared dead. Sanitized
+// builds run 2-10x slower, and two such tests in parallel on two cores can stall a process for
+// more than 1.5 s (a TSan run once declared three live nodes of an uninterrupted job dead): there
+// a silence counts as a death after 3 s (still under every timeout of short_job_options()). A
+// killed node is noticed later; nothing else changes.
+// The same for a test's call on the coordinator's thread (call_coordinator): a final_params of a
+// 10 MB model under TSan took more than 5 s.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr uint32_t kInProcessDeadAfterMs = 3000;
+inline constexpr auto kCoordinatorCallTimeout = 60 * kj::SECONDS;
+#else
+inline constexpr uint32_t kInProcessDeadAfterMs = 1500;
+inline constexpr auto kCoordinatorCallTimeout = 5 * kj::SECONDS;
+#endif
+
 struct InProcessOptions {
   int servers = 2;
   int workers = 2;
-  uint32_t heartbeat_ms = 100;    // how often nodes heartbeat (CoordinatorService)
-  uint32_t dead_after_ms = 1500;  // a node silent this long is declared dead (Cluster)
+  uint32_t heartbeat_ms = 100;                     // how often nodes heartbeat (CoordinatorService)
+  uint32_t dead_after_ms = kInProcessDeadAfterMs;  // a node silent this long is declared dead (Cluster)
   JobOptions job = short_job_options();
   SplitLoader load_split;  // the coordinator's (CoordinatorNodeConfig); empty: the data directory's
   Exchange exchange = Exchange::kForward;  // the workers' (SessionOptions)
@@ -144,7 +159,7 @@ class InProcessCluster {
 
  private:
   // Runs `f(CoordinatorNode&)` on the coordinator's event loop. The promise, of the test thread's
-  // loop, fails if `f` throws, if the coordinator is not running, or after 5 s.
+  // loop, fails if `f` throws, if the coordinator is not running, or after kCoordinatorCallTimeout.
   template <typename F>
   auto call_coordinator(F f);
   // call_coordinator(f), waited for; fails the test saying `what` if the call fails.
@@ -173,7 +188,7 @@ auto InProcessCluster::call_coordinator(F f) {
     KJ_REQUIRE(coordinator_node_ != nullptr, "the coordinator is not running");
     return f(*coordinator_node_);
   });
-  return io_.provider->getTimer().timeoutAfter(5 * kj::SECONDS, kj::mv(call));
+  return io_.provider->getTimer().timeoutAfter(kCoordinatorCallTimeout, kj::mv(call));
 }
 
 template <typename F>

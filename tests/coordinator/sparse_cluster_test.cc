@@ -291,7 +291,11 @@ TEST_CASE("sparse tables on a cluster - a table of several pieces a server: the 
   for (const ChunkInfo& c : plan_chunks(layout, 2)) pieces += c.is_table_piece() && c.param == layout.params().size() - 2;
   CHECK(pieces == 4);  // 1.2M floats a server: 2 pieces each
   const SplitLoader load = ids_data(t.examples, kManyUsers);
-  testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load});
+  testing::InProcessOptions options{.servers = t.servers, .workers = t.workers, .load_split = load};
+  // The final checkpoint (29 MB of state) may take a sanitized build longer than the short
+  // options allow a cluster of threads.
+  options.job.server_move_timeout = 120 * kj::SECONDS;
+  testing::InProcessCluster cluster(std::move(options));
   const std::string id = cluster.submit(spec);
   const JobRecord r = cluster.wait_finished(id, 120s);
   REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
