@@ -189,12 +189,8 @@ TEST_CASE("sparse tables on a cluster - sync N workers equal the trainer's N sli
 }
 
 TEST_CASE("sparse tables on a cluster - a job resumed from a checkpoint cut into row pieces ends as the uninterrupted one") {
-  Trial t;
-  t.workers = 2;
-  t.servers = 3;
-  t.batch = 40;
-  t.examples = 203;
-  t.optimizer = 2;  // lazy Adam: slots and steps per row come back too
+  // Lazy Adam: slots and steps per row come back too.
+  const Trial t{.workers = 2, .servers = 3, .batch = 40, .examples = 203, .optimizer = 2};
   const SplitLoader load = ids_data(t.examples);
   JobSpec first = job_of(t);
   first.training.epochs = 1;
@@ -216,12 +212,8 @@ TEST_CASE("sparse tables on a cluster - a job resumed from a checkpoint cut into
 
 TEST_CASE("sparse tables on a cluster - a worker killed mid-run is taken over, a server killed and restarted rolls its "
           "pieces back, and both runs end as the uninterrupted one bit for bit") {
-  Trial t;
-  t.workers = 2;
-  t.servers = 2;
-  t.batch = 24;
-  t.examples = 600;  // 25 steps an epoch, 50 in all
-  t.optimizer = 1;   // Adagrad
+  // Adagrad; 25 steps an epoch, 50 in all.
+  const Trial t{.workers = 2, .servers = 2, .batch = 24, .examples = 600, .optimizer = 1};
   JobSpec spec = job_of(t);
   spec.backup.frequency = BackupSpec::Frequency::kSteps;
   spec.backup.steps = 10;
@@ -256,12 +248,7 @@ TEST_CASE("sparse tables on a cluster - a worker killed mid-run is taken over, a
 }
 
 TEST_CASE("sparse tables on a cluster - async: each push's rows applied as they come, the job learns") {
-  Trial t;
-  t.workers = 2;
-  t.servers = 2;
-  t.batch = 24;
-  t.examples = 600;
-  t.optimizer = 1;  // Adagrad
+  const Trial t{.workers = 2, .servers = 2, .batch = 24, .examples = 600, .optimizer = 1};  // Adagrad
   JobSpec spec = job_of(t);
   spec.training.mode = TrainingMode::kAsync;
   spec.training.epochs = 3;
@@ -278,12 +265,8 @@ TEST_CASE("sparse tables on a cluster - async: each push's rows applied as they 
 
 TEST_CASE("sparse tables on a cluster - a table of several pieces a server: the job, its model file and its checkpoint "
           "equal the trainer's") {
-  Trial t;
-  t.workers = 2;
-  t.servers = 2;
-  t.batch = 64;
-  t.examples = 500;
-  t.optimizer = 2;  // lazy Adam: two slots a piece
+  // Lazy Adam: two slots a piece.
+  const Trial t{.workers = 2, .servers = 2, .batch = 64, .examples = 500, .optimizer = 2};
   JobSpec spec = job_of(t);
   spec.model = model(kManyUsers);
   const ParamLayout layout = make_param_layout(spec.model);
