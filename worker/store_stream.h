@@ -83,7 +83,7 @@ class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, priv
   // A table's preprocessing, applied to the rows read (null: examples as stored).
   struct Preprocessing {
     FittedPreprocessing fitted;
-    std::vector<std::vector<uint32_t>> slots;  // the schema's category codes' one-hot slots
+    CategorySlots slots;  // the schema's category codes' slots and fingerprints
     std::vector<float> features;               // scratch
   };
 

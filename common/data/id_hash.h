@@ -47,6 +47,9 @@ constexpr uint64_t string_fingerprint(std::string_view bytes) {
   return splitmix64_finalize(h) >> (64 - kFingerprintBits);
 }
 
+// A missing id's fingerprint (a hashed column's or a cross's missing value): the empty string's.
+inline constexpr uint64_t kMissingIdFingerprint = string_fingerprint("");
+
 // An integer id's fingerprint.
 constexpr uint64_t integer_fingerprint(int64_t id) {
   return splitmix64_finalize(static_cast<uint64_t>(id) + kSplitMix64Gamma) >> (64 - kFingerprintBits);

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
 #include "common/base/error.h"
+#include "common/data/id_hash.h"
 #include "common/data/preprocessing_steps.h"
 
 namespace pstrain {
@@ -17,21 +19,24 @@ namespace json = boost::json;
 
 uint32_t FittedColumn::width() const {
   if (dropped) return 0;
-  const uint32_t values = type == ColumnType::kCategorical && !ids ? static_cast<uint32_t>(categories.size()) + 1 : 1;
+  const uint32_t values =
+      type == ColumnType::kCategorical && !ids && bins == 0 ? static_cast<uint32_t>(categories.size()) + 1 : 1;
   return values + (indicator ? 1 : 0);
 }
 
 uint32_t FittedPreprocessing::width() const {
   uint32_t w = 0;
   for (const FittedColumn& c : columns) w += c.width();
-  return w;
+  return w + static_cast<uint32_t>(crosses.size());
 }
 
 std::vector<std::string> FittedPreprocessing::feature_names() const {
   std::vector<std::string> names;
   for (const FittedColumn& c : columns) {
     if (c.dropped) continue;
-    if (c.type == ColumnType::kCategorical && c.ids) {
+    if (c.bins > 0) {
+      names.push_back(c.name + "=(hash)");
+    } else if (c.type == ColumnType::kCategorical && c.ids) {
       names.push_back(c.name + "=(id)");
     } else if (c.type == ColumnType::kCategorical) {
       for (const std::string& k : c.categories) names.push_back(c.name + "=" + k);
@@ -41,6 +46,7 @@ std::vector<std::string> FittedPreprocessing::feature_names() const {
     }
     if (c.indicator) names.push_back(c.name + "_missing");
   }
+  for (const FittedCross& x : crosses) names.push_back(x.name + "=(cross)");
   return names;
 }
 
@@ -62,6 +68,7 @@ Resolved resolve(const PreprocessingSpec& spec, const TableColumn& column) {
     if (s.indicator) r.indicator = *s.indicator;
     if (s.max_categories) r.max_categories = *s.max_categories;
     if (s.encode) r.encode = *s.encode;
+    if (s.num_bins) r.num_bins = *s.num_bins;
     r.drop = r.drop || s.drop;
   };
   apply(*type);
@@ -82,6 +89,17 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
   if (it == spec.columns.end()) return;
   const ColumnSteps& s = it->second;
   const std::string path = "/preprocessing/columns/" + column.name;
+  const bool hashed = s.encode == Encoding::kHash;
+  if (hashed && column.type == ColumnType::kBoolean) {
+    throw SpecError(path + "/encode", "'" + column.name + "' is boolean: hash a categorical or numeric (integer id) column");
+  }
+  if (hashed && !s.num_bins) throw SpecError(path + "/num_bins", "encode \"hash\" needs num_bins (1 to 16777216)");
+  if (hashed && (s.impute || s.scale || s.fill_value)) {
+    throw SpecError(path + (s.impute ? "/impute" : s.scale ? "/scale" : "/fill_value"),
+                    "'" + column.name + "' is hashed: a missing value is its own id (the empty string's bin), nothing is scaled");
+  }
+  if (hashed) return;
+  if (s.num_bins) throw SpecError(path + "/num_bins", "applies to encode \"hash\"");
   if (column.type == ColumnType::kCategorical) {
     if (s.scale) throw SpecError(path + "/scale", "'" + column.name + "' is categorical: it is one-hot encoded, not scaled");
     if (s.impute && (*s.impute == Imputation::kMean || *s.impute == Imputation::kMedian)) {
@@ -93,6 +111,28 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
   } else if (s.encode) {
     throw SpecError(path + "/encode", "'" + column.name + "' is " + column_type_name(column.type) + ", not categorical");
   }
+}
+
+// The crosses name stored columns, two or more, each once; returns their count.
+uint32_t check_crosses(const PreprocessingSpec& spec, const TableSchema& train) {
+  const std::vector<const TableColumn*> stored = train.stored_columns();
+  for (size_t i = 0; i < spec.crosses.size(); ++i) {
+    const CrossSpec& x = spec.crosses[i];
+    const std::string path = "/preprocessing/crosses/" + std::to_string(i);
+    for (size_t j = 0; j < x.columns.size(); ++j) {
+      const bool known = std::any_of(stored.begin(), stored.end(), [&](const TableColumn* c) { return c->name == x.columns[j]; });
+      if (!known) {
+        throw SpecError(path + "/columns/" + std::to_string(j), "'" + x.columns[j] + "' is not a stored feature column of the dataset");
+      }
+      if (std::find(x.columns.begin(), x.columns.begin() + static_cast<std::ptrdiff_t>(j), x.columns[j]) != x.columns.begin() + static_cast<std::ptrdiff_t>(j)) {
+        throw SpecError(path + "/columns/" + std::to_string(j), "'" + x.columns[j] + "' is crossed twice");
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (spec.crosses[j].name == x.name) throw SpecError(path + "/name", "'" + x.name + "' names two crosses");
+    }
+  }
+  return static_cast<uint32_t>(spec.crosses.size());
 }
 
 }  // namespace
@@ -113,7 +153,14 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
     check_steps(spec, *c);
     const Resolved r = resolve(spec, *c);
     if (r.drop) continue;
-    if (c->type == ColumnType::kCategorical && r.encode == Encoding::kIds) {
+    if (r.encode == Encoding::kHash && c->type == ColumnType::kBoolean) {
+      throw SpecError("/preprocessing/boolean/encode", "boolean columns are not hashed");
+    }
+    if (r.encode == Encoding::kHash && r.num_bins == 0) {
+      throw SpecError("/preprocessing/" + std::string(column_type_name(c->type)) + "/num_bins",
+                      "encode \"hash\" needs num_bins (column '" + c->name + "')");
+    }
+    if ((c->type == ColumnType::kCategorical && r.encode == Encoding::kIds) || r.encode == Encoding::kHash) {
       width += 1;
     } else if (c->type == ColumnType::kCategorical) {
       width += std::min<uint32_t>(r.max_categories, static_cast<uint32_t>(c->categories.size())) + 1;
@@ -122,41 +169,60 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
     }
     if (r.indicator && c->profile.missing > 0) width += 1;
   }
+  width += check_crosses(spec, train);
   if (width == 0) throw SpecError("/preprocessing", "drops every column: the model would have no input");
   return width;
 }
 
-std::vector<std::vector<uint32_t>> category_slots(const FittedPreprocessing& fitted, const TableSchema& schema) {
+CategorySlots category_slots(const FittedPreprocessing& fitted, const TableSchema& schema) {
   const std::vector<const TableColumn*> stored = schema.stored_columns();
   if (stored.size() != fitted.columns.size()) {
     throw DataError("the table has " + std::to_string(stored.size()) + " stored columns, the preprocessing " +
                     std::to_string(fitted.columns.size()));
   }
-  std::vector<std::vector<uint32_t>> slots(stored.size());
+  CategorySlots codes;
+  codes.slots.resize(stored.size());
+  codes.fingerprints.resize(stored.size());
   for (size_t k = 0; k < stored.size(); ++k) {
     const FittedColumn& f = fitted.columns[k];
     if (f.type != ColumnType::kCategorical) continue;
     for (const std::string& name : stored[k]->categories) {
       const auto it = std::lower_bound(f.categories.begin(), f.categories.end(), name);
-      slots[k].push_back(it != f.categories.end() && *it == name ? static_cast<uint32_t>(it - f.categories.begin())
-                                                                 : static_cast<uint32_t>(f.categories.size()));
+      codes.slots[k].push_back(it != f.categories.end() && *it == name ? static_cast<uint32_t>(it - f.categories.begin())
+                                                                       : static_cast<uint32_t>(f.categories.size()));
+      codes.fingerprints[k].push_back(string_fingerprint(name));
     }
   }
-  return slots;
+  return codes;
 }
 
 namespace {
 
-// One column's features from its stored value (NaN: missing); `slot` maps a category code.
-float* apply_column(const FittedColumn& f, float v, const std::vector<uint32_t>* slot, float* out) {
+// A number's fingerprint as an id: the integer at or below it (clamped to 64 bits).
+uint64_t number_fingerprint(float v) {
+  const double d = std::floor(static_cast<double>(v));
+  if (d <= -9.2233720368547758e18) return integer_fingerprint(std::numeric_limits<int64_t>::min());
+  if (d >= 9.2233720368547758e18) return integer_fingerprint(std::numeric_limits<int64_t>::max());
+  return integer_fingerprint(static_cast<int64_t>(d));
+}
+
+// A stored value's fingerprint (NaN: missing); a category's comes from `fingerprints` by code.
+uint64_t stored_fingerprint(const FittedColumn& f, float v, const std::vector<uint64_t>& fingerprints) {
+  if (std::isnan(v)) return kMissingIdFingerprint;
+  if (f.type != ColumnType::kCategorical) return number_fingerprint(v);
+  const auto code = static_cast<size_t>(v);
+  return code < fingerprints.size() ? fingerprints[code] : kMissingIdFingerprint;
+}
+
+// One column's features from its stored value (NaN: missing), its category's slot (when
+// categorical and present) and its fingerprint (when hashed).
+float* apply_column(const FittedColumn& f, float v, uint32_t slot, uint64_t fingerprint, float* out) {
   if (f.dropped) return out;
   const bool missing = std::isnan(v);
-  if (f.type == ColumnType::kCategorical) {
-    uint32_t s = f.fill_category;
-    if (!missing) {
-      const auto code = static_cast<size_t>(v);
-      s = slot != nullptr && code < slot->size() ? (*slot)[code] : static_cast<uint32_t>(f.categories.size());
-    }
+  if (f.bins > 0) {
+    *out++ = static_cast<float>(fingerprint_bin(fingerprint, f.bins));
+  } else if (f.type == ColumnType::kCategorical) {
+    const uint32_t s = missing ? f.fill_category : slot;
     if (f.ids) {
       *out++ = static_cast<float>(s);
     } else {
@@ -172,6 +238,16 @@ float* apply_column(const FittedColumn& f, float v, const std::vector<uint32_t>*
   return out;
 }
 
+// The crosses' features from the row's fingerprints (one per column).
+float* apply_crosses(const FittedPreprocessing& fitted, const uint64_t* fingerprints, float* out) {
+  for (const FittedCross& x : fitted.crosses) {
+    uint64_t acc = fingerprints[x.columns[0]];
+    for (size_t j = 1; j < x.columns.size(); ++j) acc = cross_fingerprint(acc, fingerprints[x.columns[j]]);
+    *out++ = static_cast<float>(fingerprint_bin(acc, x.bins));
+  }
+  return out;
+}
+
 }  // namespace
 
 void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& schema, std::span<const float> values,
@@ -179,11 +255,25 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& s
   apply_preprocessing(fitted, category_slots(fitted, schema), values, rows, out);
 }
 
-void apply_preprocessing(const FittedPreprocessing& fitted, const std::vector<std::vector<uint32_t>>& slots,
-                         std::span<const float> values, size_t rows, float* out) {
+void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots& codes, std::span<const float> values,
+                         size_t rows, float* out) {
   const size_t width = fitted.columns.size();
+  std::vector<uint64_t> fingerprints(width, kMissingIdFingerprint);
+  const bool any_cross = !fitted.crosses.empty();
   for (size_t i = 0; i < rows; ++i) {
-    for (size_t k = 0; k < width; ++k) out = apply_column(fitted.columns[k], values[i * width + k], &slots[k], out);
+    for (size_t k = 0; k < width; ++k) {
+      const FittedColumn& f = fitted.columns[k];
+      const float v = values[i * width + k];
+      uint32_t slot = static_cast<uint32_t>(f.categories.size());
+      if (f.type == ColumnType::kCategorical && !std::isnan(v)) {
+        const auto code = static_cast<size_t>(v);
+        if (code < codes.slots[k].size()) slot = codes.slots[k][code];
+      }
+      const bool wants_fingerprint = any_cross || f.bins > 0;
+      if (wants_fingerprint) fingerprints[k] = stored_fingerprint(f, v, codes.fingerprints[k]);
+      out = apply_column(f, v, slot, fingerprints[k], out);
+    }
+    out = apply_crosses(fitted, fingerprints.data(), out);
   }
 }
 
@@ -207,13 +297,15 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
       throw DataError("field '" + std::string(field.key()) + "' is not a column of the model's table (columns: " + names + ")");
     }
   }
+  std::vector<uint64_t> fingerprints;
   for (const FittedColumn& f : fitted.columns) {
     const json::value* v = record.if_contains(f.name);
     if (v == nullptr) {
       throw DataError("field '" + f.name + "' is missing (every column of the model's table is needed; null says a value is missing)");
     }
     float value = std::nanf("");
-    std::vector<uint32_t> slot;
+    uint32_t slot = static_cast<uint32_t>(f.categories.size());
+    uint64_t fingerprint = kMissingIdFingerprint;
     const auto bad = [&](const std::string& what) {
       return DataError("field '" + f.name + "': " + what);
     };
@@ -225,8 +317,8 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
         else throw bad("must be a category (a string), not " + json::serialize(*v));
         if (!missing_text(text)) {
           const auto it = std::lower_bound(f.categories.begin(), f.categories.end(), text);
-          slot.push_back(it != f.categories.end() && *it == text ? static_cast<uint32_t>(it - f.categories.begin())
-                                                                 : static_cast<uint32_t>(f.categories.size()));
+          if (it != f.categories.end() && *it == text) slot = static_cast<uint32_t>(it - f.categories.begin());
+          fingerprint = string_fingerprint(text);
           value = 0;
         }
       } else if (v->is_number()) {
@@ -252,9 +344,12 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
         throw bad("must be a number, not " + json::serialize(*v));
       }
       if (f.type != ColumnType::kCategorical && !std::isnan(value) && !std::isfinite(value)) throw bad("is not a finite float32");
+      if (f.type != ColumnType::kCategorical && !std::isnan(value)) fingerprint = number_fingerprint(value);
     }
-    out = apply_column(f, value, slot.empty() ? nullptr : &slot, out);
+    fingerprints.push_back(fingerprint);
+    out = apply_column(f, value, slot, fingerprint, out);
   }
+  apply_crosses(fitted, fingerprints.data(), out);
 }
 
 }  // namespace pstrain

@@ -12,6 +12,13 @@
 //             "other" with impute constant). Or, with encode "ids", one feature holding the
 //             category's slot (0 .. kept - 1 in name order, kept for other) as a float: the id an
 //             `embedding` layer reads through a `slice` of the input (docs/JOB-SPEC.md).
+//   Or, with encode "hash" (categorical and numeric columns), one feature holding the bin of the
+//             value's fingerprint among `num_bins` (common/data/id_hash.h: a category by its name,
+//             a number as the integer at or below it, a missing value as the empty string), so ids
+//             never seen in training have a bin too: Keras' `Hashing`.
+//   Crosses (`crosses`): one feature per cross, the bin among `num_bins` of the crossed columns'
+//             fingerprints folded left in the listed order (TF's crossed column), after every
+//             column's features; a cross may use dropped columns.
 //   Any column may add a missing indicator (1 where the value was missing): by default for every
 //   column with a missing value in the dataset's train split, so the width is known at submit.
 //   A column may be dropped.
@@ -45,7 +52,10 @@ namespace pstrain {
 
 enum class Scaling { kStandardize, kMinMax, kNone };
 enum class Imputation { kMean, kMedian, kMostFrequent, kConstant };
-enum class Encoding { kOneHot, kIds };  // categorical columns
+enum class Encoding { kOneHot, kIds, kHash };  // kHash: categorical and numeric columns
+
+// Most bins of a hashed column or a cross: a bin is stored as a float, exact below 2^24.
+inline constexpr uint32_t kMaxHashBins = uint32_t{1} << 24;
 
 // What the spec says for a column or a column type; unset fields fall back (column -> type
 // default -> built-in default).
@@ -55,14 +65,23 @@ struct ColumnSteps {
   std::optional<double> fill_value;  // impute constant, numeric and boolean columns (default 0)
   std::optional<bool> indicator;
   std::optional<uint32_t> max_categories;  // categorical, at least 1
-  std::optional<Encoding> encode;          // categorical
+  std::optional<Encoding> encode;          // categorical (kHash: numeric too)
+  std::optional<uint32_t> num_bins;        // encode "hash"
   bool drop = false;
+};
+
+// A feature cross: `columns` (two or more stored columns, in the order they fold) into `num_bins`.
+struct CrossSpec {
+  std::vector<std::string> columns;
+  uint32_t num_bins = 0;
+  std::string name;  // the spec's or the columns joined by "_x_"
 };
 
 struct PreprocessingSpec {
   bool given = false;  // the spec has a `preprocessing` section
   ColumnSteps numeric, boolean, categorical;
   std::map<std::string, ColumnSteps> columns;  // by column name
+  std::vector<CrossSpec> crosses;
 };
 
 inline constexpr uint32_t kDefaultMaxCategories = 20;
@@ -80,8 +99,16 @@ struct FittedColumn {
   std::vector<std::string> categories;
   uint32_t fill_category = 0;
   bool ids = false;  // categorical: one feature, the slot (encode "ids"), instead of one-hot
+  uint32_t bins = 0;  // encode "hash": one feature, the fingerprint's bin among `bins` (0: not hashed)
 
   uint32_t width() const;  // features it gives (0 when dropped)
+};
+
+// A fitted cross: indices into FittedPreprocessing::columns, in fold order.
+struct FittedCross {
+  std::string name;
+  std::vector<uint32_t> columns;
+  uint32_t bins = 0;
 };
 
 struct FittedPreprocessing {
@@ -91,9 +118,11 @@ struct FittedPreprocessing {
   // The table's columns that are not features (ignored, text): a record may hold them (a whole
   // row as the table has it); their values are not used.
   std::vector<std::string> other_columns;
+  std::vector<FittedCross> crosses;  // one feature each, after the columns' features
 
   uint32_t width() const;
-  // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)", "plan=(id)".
+  // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)", "plan=(id)",
+  // "user=(hash)", "island_x_sex=(cross)".
   std::vector<std::string> feature_names() const;
 };
 
@@ -128,15 +157,20 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
 void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& schema, std::span<const float> values,
                          size_t rows, float* out);
 
-// The same with `schema`'s category codes mapped once (category_slots: for each stored column,
-// each code's one-hot slot, categories.size() for other; empty for other columns), for a reader
-// that applies the steps batch after batch.
-std::vector<std::vector<uint32_t>> category_slots(const FittedPreprocessing& fitted, const TableSchema& schema);
-void apply_preprocessing(const FittedPreprocessing& fitted, const std::vector<std::vector<uint32_t>>& slots,
-                         std::span<const float> values, size_t rows, float* out);
+// `schema`'s category codes mapped once, for a reader that applies the steps batch after batch:
+// for each stored column, each code's slot (its one-hot slot, categories.size() for other; a
+// hashed column's bin) and, for categorical columns, each code's fingerprint (hashing, crosses).
+struct CategorySlots {
+  std::vector<std::vector<uint32_t>> slots;         // per stored column (empty: not categorical)
+  std::vector<std::vector<uint64_t>> fingerprints;  // per stored column (empty: not categorical)
+};
+CategorySlots category_slots(const FittedPreprocessing& fitted, const TableSchema& schema);
+void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots& slots, std::span<const float> values,
+                         size_t rows, float* out);
 
 // Applies them to one record by field name (`:predict`): numbers (or numeric text) for numeric
-// columns, text or numbers for categorical ones (an unseen one is "other"), true/false/yes/no or
+// columns, text or numbers for categorical ones (an unseen one is "other", or its own bin when
+// hashed), true/false/yes/no or
 // 0/1 for boolean ones; null or a missing-value text is missing. Every column (dropped ones too)
 // must be a field; the label's field is allowed and ignored. Throws DataError naming the field for
 // a missing field, a field the table does not have, or a value of the wrong kind.

@@ -108,7 +108,7 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
   for (size_t k = 0; k < width; ++k) {
     ColumnFit& c = fits[k];
     c.steps = preprocessing_detail::resolve(spec, *stored[k]);
-    c.fitted = !c.steps.drop;
+    c.fitted = !c.steps.drop && c.steps.encode != Encoding::kHash;  // a hashed column needs no statistics
     c.categorical = stored[k]->type == ColumnType::kCategorical;
     if (c.categorical) c.category_counts.assign(stored[k]->categories.size(), 0);
     const bool numbers = c.fitted && !c.categorical;
@@ -209,8 +209,9 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
     f.type = column.type;
     f.dropped = r.drop;
     f.ids = c.categorical && r.encode == Encoding::kIds;
+    f.bins = r.encode == Encoding::kHash ? r.num_bins : 0;
     f.indicator = r.indicator && k < train_stored.size() && train_stored[k]->profile.missing > 0;
-    if (f.dropped) {
+    if (f.dropped || f.bins > 0) {
       fitted.columns.push_back(std::move(f));
       continue;
     }
@@ -252,6 +253,15 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
       f.scale = max > min ? static_cast<float>(1.0 / (max - min)) : 1.0f;
     }
     fitted.columns.push_back(std::move(f));
+  }
+  for (const CrossSpec& x : spec.crosses) {
+    FittedCross cross{x.name, {}, x.num_bins};
+    for (const std::string& name : x.columns) {
+      const auto it = std::find_if(stored.begin(), stored.end(), [&](const TableColumn* c) { return c->name == name; });
+      if (it == stored.end()) throw DataError("cross '" + x.name + "': '" + name + "' is not a stored column of the table");
+      cross.columns.push_back(static_cast<uint32_t>(it - stored.begin()));
+    }
+    fitted.crosses.push_back(std::move(cross));
   }
   return fitted;
 }

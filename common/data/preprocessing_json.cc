@@ -1,9 +1,12 @@
 // The job spec's `preprocessing` section and the fitted form's JSON (preprocessing.h):
 //   {"numeric": {<steps>}, "boolean": {<steps>}, "categorical": {<steps>},
-//    "columns": {"<name>": {<steps>} | "drop", ...}}
+//    "columns": {"<name>": {<steps>} | "drop", ...},
+//    "crosses": [{"columns": ["<name>", "<name>", ...], "num_bins": <int>, "name": "<name>"}, ...]}
 // with <steps> = {"scale": "standardize" | "minmax" | "none", "impute": "mean" | "median" |
 // "most_frequent" | "constant", "fill_value": <number>, "indicator": <bool>,
-// "max_categories": <int >= 1>, "encode": "one_hot" | "ids", "drop": <bool>}.
+// "max_categories": <int >= 1>, "encode": "one_hot" | "ids" | "hash", "num_bins": <int>,
+// "drop": <bool>}.
+#include <algorithm>
 #include <cmath>
 
 #include "common/base/json_parse.h"
@@ -52,8 +55,14 @@ ColumnSteps read_steps(const json::value& v, const std::string& path, bool allow
     s.max_categories = static_cast<uint32_t>(read_int(*x, r.field_path("max_categories"), 1, kMaxCategories));
   }
   if (const json::value* x = r.optional("encode")) {
-    s.encode = read_enum<Encoding>(*x, r.field_path("encode"), {{"one_hot", Encoding::kOneHot}, {"ids", Encoding::kIds}});
+    s.encode = read_enum<Encoding>(*x, r.field_path("encode"),
+                                   {{"one_hot", Encoding::kOneHot}, {"ids", Encoding::kIds}, {"hash", Encoding::kHash}});
   }
+  if (const json::value* x = r.optional("num_bins")) {
+    s.num_bins = static_cast<uint32_t>(read_int(*x, r.field_path("num_bins"), 1, kMaxHashBins));
+  }
+  if (s.encode == Encoding::kHash && !s.num_bins) throw SpecError(r.field_path("num_bins"), "encode \"hash\" needs num_bins (1 to 16777216)");
+  if (s.num_bins && s.encode != Encoding::kHash) throw SpecError(r.field_path("num_bins"), "applies to encode \"hash\"");
   if (const json::value* x = r.optional("drop")) {
     if (!x->is_bool()) throw SpecError(r.field_path("drop"), "must be true or false, not " + kind_of(*x));
     if (!allow_drop && x->as_bool()) throw SpecError(r.field_path("drop"), "drops a single column: say it under /preprocessing/columns");
@@ -73,9 +82,38 @@ json::object steps_to_object(const ColumnSteps& s) {
   if (s.fill_value) o["fill_value"] = *s.fill_value;
   if (s.indicator) o["indicator"] = *s.indicator;
   if (s.max_categories) o["max_categories"] = *s.max_categories;
-  if (s.encode) o["encode"] = *s.encode == Encoding::kIds ? "ids" : "one_hot";
+  if (s.encode) o["encode"] = *s.encode == Encoding::kIds ? "ids" : *s.encode == Encoding::kHash ? "hash" : "one_hot";
+  if (s.num_bins) o["num_bins"] = *s.num_bins;
   if (s.drop) o["drop"] = true;
   return o;
+}
+
+std::vector<CrossSpec> read_crosses(const json::value& v, const std::string& path) {
+  if (!v.is_array()) throw SpecError(path, "must be a list of crosses, not " + kind_of(v));
+  std::vector<CrossSpec> crosses;
+  for (size_t i = 0; i < v.as_array().size(); ++i) {
+    const std::string at = path + "/" + std::to_string(i);
+    ObjectReader r(v.as_array()[i], at);
+    CrossSpec x;
+    const json::value* columns = r.optional("columns");
+    if (columns == nullptr || !columns->is_array() || columns->as_array().size() < 2) {
+      throw SpecError(r.field_path("columns"), "must list two columns or more");
+    }
+    for (size_t j = 0; j < columns->as_array().size(); ++j) {
+      x.columns.push_back(read_string(columns->as_array()[j], r.field_path("columns") + "/" + std::to_string(j)));
+    }
+    const json::value* bins = r.optional("num_bins");
+    if (bins == nullptr) throw SpecError(r.field_path("num_bins"), "is required (1 to 16777216)");
+    x.num_bins = static_cast<uint32_t>(read_int(*bins, r.field_path("num_bins"), 1, kMaxHashBins));
+    if (const json::value* n = r.optional("name")) {
+      x.name = read_string(*n, r.field_path("name"));
+    } else {
+      for (const std::string& c : x.columns) x.name += (x.name.empty() ? "" : "_x_") + c;
+    }
+    r.finish();
+    crosses.push_back(std::move(x));
+  }
+  return crosses;
 }
 
 }  // namespace
@@ -91,6 +129,9 @@ PreprocessingSpec read_preprocessing(const json::value& v) {
     throw SpecError(spec.numeric.max_categories ? "/preprocessing/numeric/max_categories" : "/preprocessing/boolean/max_categories",
                     "applies to categorical columns");
   }
+  if (spec.categorical.num_bins && spec.categorical.encode != Encoding::kHash) {
+    throw SpecError("/preprocessing/categorical/num_bins", "applies to encode \"hash\"");
+  }
   if (spec.numeric.encode || spec.boolean.encode) {
     throw SpecError(spec.numeric.encode ? "/preprocessing/numeric/encode" : "/preprocessing/boolean/encode",
                     "applies to categorical columns");
@@ -104,6 +145,7 @@ PreprocessingSpec read_preprocessing(const json::value& v) {
     }
     columns.finish();
   }
+  if (const json::value* x = r.optional("crosses")) spec.crosses = read_crosses(*x, r.field_path("crosses"));
   r.finish();
   return spec;
 }
@@ -113,11 +155,20 @@ json::object preprocessing_to_object(const PreprocessingSpec& spec) {
   if (spec.numeric.scale || spec.numeric.impute || spec.numeric.fill_value || spec.numeric.indicator) o["numeric"] = steps_to_object(spec.numeric);
   if (spec.boolean.scale || spec.boolean.impute || spec.boolean.fill_value || spec.boolean.indicator) o["boolean"] = steps_to_object(spec.boolean);
   const ColumnSteps& c = spec.categorical;
-  if (c.impute || c.fill_value || c.indicator || c.max_categories || c.encode) o["categorical"] = steps_to_object(c);
+  if (c.impute || c.fill_value || c.indicator || c.max_categories || c.encode || c.num_bins) o["categorical"] = steps_to_object(c);
   if (!spec.columns.empty()) {
     json::object columns;
     for (const auto& [name, steps] : spec.columns) columns[name] = steps_to_object(steps);
     o["columns"] = std::move(columns);
+  }
+  if (!spec.crosses.empty()) {
+    json::array crosses;
+    for (const CrossSpec& x : spec.crosses) {
+      json::array columns;
+      for (const std::string& c : x.columns) columns.push_back(json::string(c));
+      crosses.push_back(json::object{{"columns", std::move(columns)}, {"num_bins", x.num_bins}, {"name", x.name}});
+    }
+    o["crosses"] = std::move(crosses);
   }
   return o;
 }
@@ -128,6 +179,8 @@ std::string fitted_to_json(const FittedPreprocessing& fitted) {
     json::object o{{"name", c.name}, {"type", column_type_name(c.type)}};
     if (c.dropped) {
       o["dropped"] = true;
+    } else if (c.bins > 0) {
+      o["bins"] = c.bins;
     } else if (c.type == ColumnType::kCategorical) {
       json::array cats;
       for (const std::string& k : c.categories) cats.push_back(json::string(k));
@@ -146,6 +199,15 @@ std::string fitted_to_json(const FittedPreprocessing& fitted) {
   json::array names;
   for (const std::string& n : fitted.class_names) names.push_back(json::string(n));
   json::object out{{"label", fitted.label}, {"class_names", std::move(names)}, {"columns", std::move(columns)}};
+  if (!fitted.crosses.empty()) {
+    json::array crosses;
+    for (const FittedCross& x : fitted.crosses) {
+      json::array columns;
+      for (const uint32_t k : x.columns) columns.push_back(json::string(fitted.columns.at(k).name));
+      crosses.push_back(json::object{{"name", x.name}, {"columns", std::move(columns)}, {"bins", x.bins}});
+    }
+    out["crosses"] = std::move(crosses);
+  }
   if (!fitted.other_columns.empty()) {
     json::array others;
     for (const std::string& n : fitted.other_columns) others.push_back(json::string(n));
@@ -178,7 +240,11 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
       c.type = *type;
       c.indicator = o.at("indicator").as_bool();
       if (const json::value* d = o.if_contains("dropped")) c.dropped = d->as_bool();
-      if (!c.dropped && c.type == ColumnType::kCategorical) {
+      if (const json::value* b = o.if_contains("bins"); b != nullptr && !c.dropped) {
+        const auto bins = b->to_number<uint64_t>();
+        if (bins == 0 || bins > kMaxHashBins) throw DataError("preprocessing: column '" + c.name + "' has bad bins");
+        c.bins = static_cast<uint32_t>(bins);
+      } else if (!c.dropped && c.type == ColumnType::kCategorical) {
         for (const json::value& k : o.at("categories").as_array()) c.categories.emplace_back(k.as_string());
         c.fill_category = static_cast<uint32_t>(o.at("fill_category").to_number<uint64_t>());
         if (const json::value* e = o.if_contains("encode")) c.ids = e->as_string() == "ids";
@@ -194,6 +260,21 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
         }
       }
       f.columns.push_back(std::move(c));
+    }
+    field = "crosses";
+    if (const json::value* crosses = root.if_contains("crosses")) {
+      for (const json::value& xv : crosses->as_array()) {
+        const json::object& o = xv.as_object();
+        FittedCross x{std::string(o.at("name").as_string()), {}, static_cast<uint32_t>(o.at("bins").to_number<uint64_t>())};
+        if (x.bins == 0 || x.bins > kMaxHashBins) throw DataError("preprocessing: cross '" + x.name + "' has bad bins");
+        for (const json::value& n : o.at("columns").as_array()) {
+          const auto it = std::find_if(f.columns.begin(), f.columns.end(), [&](const FittedColumn& c) { return c.name == n.as_string(); });
+          if (it == f.columns.end()) throw DataError("preprocessing: cross '" + x.name + "' names an unknown column");
+          x.columns.push_back(static_cast<uint32_t>(it - f.columns.begin()));
+        }
+        if (x.columns.size() < 2) throw DataError("preprocessing: cross '" + x.name + "' has fewer than two columns");
+        f.crosses.push_back(std::move(x));
+      }
     }
   } catch (const DataError&) {
     throw;

@@ -18,6 +18,7 @@ struct Resolved {
   bool indicator = true;
   uint32_t max_categories = kDefaultMaxCategories;
   Encoding encode = Encoding::kOneHot;
+  uint32_t num_bins = 0;  // encode kHash
   bool drop = false;
 };
 

@@ -32,7 +32,7 @@ StoredExamples::StoredExamples(const std::string& dir, const std::vector<std::st
 struct StoredExamples::Preprocessed {
   std::shared_ptr<const StoredExamples> raw;
   std::shared_ptr<const FittedPreprocessing> fitted;
-  std::vector<std::vector<uint32_t>> slots;  // the schema's category codes' one-hot slots
+  CategorySlots slots;  // the schema's category codes' slots and fingerprints
 };
 
 StoredExamples::StoredExamples(const StoredExamples& of, const std::vector<uint32_t>& ids)

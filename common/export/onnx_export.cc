@@ -2,11 +2,13 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 
 #include "common/base/error.h"
+#include "common/data/id_hash.h"
 #include "common/engine/param_layout.h"
 
 namespace pstrain {
@@ -121,6 +123,16 @@ class Exporter {
     std::vector<std::string> parts;
     for (const FittedColumn& f : fitted.columns) {
       if (f.dropped) continue;
+      if (f.bins > 0) {  // the input is the value's fingerprint (pstrain.ids.fingerprint): its bin
+        parts.push_back(bin_feature(f.name, f.bins));
+        if (f.indicator) {
+          const std::string missing = g_.op("Equal", {f.name, g_.int64s("missing_fingerprint", {kMissingIdFingerprint})}, "missing");
+          const std::string indicator = g_.fresh("indicator");
+          GraphBuilder::integer(g_.node("Cast", {missing}, indicator), "to", onnx::TensorProto::FLOAT);
+          parts.push_back(indicator);
+        }
+        continue;
+      }
       if (f.type != ColumnType::kCategorical) {
         const std::string missing = g_.op("IsNaN", {f.name}, "missing");
         const std::string filled = g_.op("Where", {missing, g_.floats("fill", {}, {f.fill}), f.name}, "filled");
@@ -172,9 +184,19 @@ class Exporter {
         parts.push_back(indicator);
       }
     }
+    // A cross's input is the crossed columns' fingerprint (pstrain.ids.cross): its bin.
+    for (const FittedCross& x : fitted.crosses) parts.push_back(bin_feature(x.name, x.bins));
     const std::string features = g_.fresh("features");
     GraphBuilder::integer(g_.node("Concat", parts, features), "axis", 1);
     return {features, {static_cast<int64_t>(fitted.width())}, false};
+  }
+
+  // An int64 fingerprint input's bin among `bins`, as a float feature.
+  std::string bin_feature(const std::string& input, uint32_t bins) {
+    const std::string bin = g_.op("Mod", {input, g_.int64s("bins", {static_cast<int64_t>(bins)})}, "bin");
+    const std::string as_float = g_.fresh("bin_float");
+    GraphBuilder::integer(g_.node("Cast", {bin}, as_float), "to", onnx::TensorProto::FLOAT);
+    return as_float;
   }
 
   std::string path(size_t i) const { return "/model/layers/" + std::to_string(i); }
@@ -441,10 +463,21 @@ std::string export_onnx(const OnnxExport& what) {
       throw Error("onnx export: the preprocessing gives " + std::to_string(what.preprocessing->width()) +
                   " features, the model takes " + shape_string(what.model->input_shape));
     }
+    const auto reserved = [](const std::string& n) {
+      return n == "logits" || n == "probabilities" || n == "values" || n.starts_with("/");
+    };
     for (const FittedColumn& c : what.preprocessing->columns) {
-      if (!c.dropped && (c.name == "logits" || c.name == "probabilities" || c.name == "values" || c.name.starts_with("/"))) {
+      if (!c.dropped && reserved(c.name)) {
         throw SpecError("/preprocessing/columns/" + c.name, "is a name the exported graph uses itself (logits, "
                                                            "probabilities, values, or a leading '/'); rename the column");
+      }
+    }
+    for (const FittedCross& x : what.preprocessing->crosses) {
+      const bool taken = std::any_of(what.preprocessing->columns.begin(), what.preprocessing->columns.end(),
+                                     [&](const FittedColumn& c) { return !c.dropped && c.name == x.name; });
+      if (taken || reserved(x.name)) {
+        throw SpecError("/preprocessing/crosses", "'" + x.name + "' is a column's name or one the exported graph uses "
+                                                  "itself: name the cross (\"name\") for the graph's input");
       }
     }
   }
@@ -468,8 +501,11 @@ std::string export_onnx(const OnnxExport& what) {
     for (const FittedColumn& c : what.preprocessing->columns) {
       if (c.dropped) continue;
       set_type(graph->add_input(), c.name, {1},
-               c.type == ColumnType::kCategorical ? onnx::TensorProto::STRING : onnx::TensorProto::FLOAT);
+               c.bins > 0                            ? onnx::TensorProto::INT64
+               : c.type == ColumnType::kCategorical ? onnx::TensorProto::STRING
+                                                     : onnx::TensorProto::FLOAT);
     }
+    for (const FittedCross& x : what.preprocessing->crosses) set_type(graph->add_input(), x.name, {1}, onnx::TensorProto::INT64);
   } else {
     set_type(graph->add_input(), "input", what.model->input_shape);
   }

@@ -1,0 +1,135 @@
+// Ids in a table's preprocessing (preprocessing.h encode "hash", crosses): bins pinned to values
+// the Python client computes (clients/python/pstrain/ids.py), unseen ids in their own bins, a
+// missing value as the empty string's id, a number as the integer at or below it, a record by
+// field name equal to the stored row, the fitted JSON, the width known at submit, and the spec's
+// errors naming their field.
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <sstream>
+
+#include "common/data/dataset_formats.h"
+#include "common/data/id_hash.h"
+#include "common/data/preprocessing.h"
+
+using namespace pstrain;
+namespace json = boost::json;
+
+namespace {
+
+ParsedExamples csv(const std::string& text) {
+  std::istringstream in(text);
+  return parse_csv(in, "t.csv");
+}
+
+std::span<const float> values(const ParsedExamples& p) {
+  return {reinterpret_cast<const float*>(p.bytes.data()), p.bytes.size() / sizeof(float)};
+}
+
+PreprocessingSpec spec_of(const std::string& text) { return read_preprocessing(json::parse(text)); }
+
+std::string width_error_path(const std::string& spec_text, const TableSchema& table) {
+  try {
+    preprocessed_width(spec_of(spec_text), table);
+  } catch (const SpecError& e) {
+    return e.path();
+  }
+  return "(accepted)";
+}
+
+std::vector<float> apply_rows(const FittedPreprocessing& f, const ParsedExamples& p) {
+  std::vector<float> out(p.size() * f.width());
+  apply_preprocessing(f, *p.table, values(p), p.size(), out.data());
+  return out;
+}
+
+// user: string ids; item: integer ids; plan: a category; score: a number.
+const std::string kTable =
+    "user,item,plan,score,label\n"
+    "u1,7,pro,0.5,a\n"
+    "u2,-0.5,,1.5,b\n"
+    ",7.9,pro,2.5,a\n";
+
+const char* kSpec = R"({"columns": {"user": {"encode": "hash", "num_bins": 1000},
+                                     "item": {"encode": "hash", "num_bins": 50, "indicator": false},
+                                     "plan": "drop", "score": {"scale": "none"}},
+                         "crosses": [{"columns": ["user", "plan"], "num_bins": 64}]})";
+
+}  // namespace
+
+TEST_CASE("hashed columns and a cross: bins of fingerprints, as the Python client computes them") {
+  const ParsedExamples p = csv(kTable);
+  const PreprocessingSpec spec = spec_of(kSpec);
+  const FittedPreprocessing f = fit_preprocessing(spec, *p.table, *p.table, values(p), p.size());
+  // user (hash + indicator: a missing user), item (hash), score, the cross.
+  REQUIRE(f.width() == 2 + 1 + 1 + 1);
+  CHECK(preprocessed_width(spec, *p.table) == f.width());
+  CHECK(f.feature_names() == std::vector<std::string>{"user=(hash)", "user_missing", "item=(hash)", "score", "user_x_plan=(cross)"});
+  const std::vector<float> rows = apply_rows(f, p);
+  // Known answers from pstrain.ids: fingerprint("u1") % 1000 = 425, ("u2") 355, ("") 421;
+  // fingerprint(7) % 50 = 4, (-1) 15; cross(fp("u1"), fp("pro")) % 64 = 22, cross(fp("u2"), fp("")) 8.
+  CHECK(std::vector<float>(rows.begin(), rows.begin() + 5) == std::vector<float>{425, 0, 4, 0.5f, 22});
+  CHECK(std::vector<float>(rows.begin() + 5, rows.begin() + 10) == std::vector<float>{355, 0, 15, 1.5f, 8});
+  CHECK(rows[10] == 421);  // a missing user: the empty string's bin
+  CHECK(rows[11] == 1);
+  CHECK(rows[12] == 4);  // 7.9: the integer at or below it, 7
+  CHECK(rows[14] == static_cast<float>(fingerprint_bin(cross_fingerprint(kMissingIdFingerprint, string_fingerprint("pro")), 64)));
+
+  // Records by field name give the stored rows' features; an unseen id has its own bin.
+  std::vector<float> out(f.width());
+  apply_preprocessing(f, json::parse(R"({"user": "u2", "item": -0.5, "plan": null, "score": 1.5})").as_object(), out.data());
+  CHECK(out == std::vector<float>(rows.begin() + 5, rows.begin() + 10));
+  apply_preprocessing(f, json::parse(R"({"user": null, "item": "7.9", "plan": "pro", "score": 2.5})").as_object(), out.data());
+  CHECK(out == std::vector<float>(rows.begin() + 10, rows.begin() + 15));
+  apply_preprocessing(f, json::parse(R"({"user": "zz-new", "item": 7, "plan": "gold", "score": 0})").as_object(), out.data());
+  CHECK(out[0] == 26);  // pstrain.ids: fingerprint("zz-new") % 1000
+  CHECK(out[1] == 0);
+  CHECK(out[4] == static_cast<float>(fingerprint_bin(cross_fingerprint(string_fingerprint("zz-new"), string_fingerprint("gold")), 64)));
+
+  // The fitted form's JSON applies bit for bit as the original.
+  const FittedPreprocessing back = fitted_from_json(fitted_to_json(f));
+  CHECK(back.crosses.size() == 1);
+  CHECK(apply_rows(back, p) == rows);
+  // The spec's JSON form reads back as the same steps.
+  CHECK(json::serialize(preprocessing_to_object(read_preprocessing(preprocessing_to_object(spec)))) ==
+        json::serialize(preprocessing_to_object(spec)));
+}
+
+TEST_CASE("a categorical type hashed by default, another split's codes: the same bins by name") {
+  const ParsedExamples train = csv("c,x,label\nb,1,a\na,2,b\n");
+  const ParsedExamples test = csv("c,x,label\nz,1,a\nb,2,b\n");  // its own codes: b is 0 here
+  const PreprocessingSpec spec = spec_of(R"({"categorical": {"encode": "hash", "num_bins": 7}})");
+  const FittedPreprocessing f = fit_preprocessing(spec, *train.table, *train.table, values(train), train.size());
+  const std::vector<float> rows = apply_rows(f, test);
+  CHECK(rows[0] == static_cast<float>(string_fingerprint("z") % 7));
+  CHECK(rows[2] == static_cast<float>(string_fingerprint("b") % 7));
+}
+
+TEST_CASE("hashing and crosses: spec errors name their field") {
+  const ParsedExamples p = csv("user,item,member,label\nu1,7,yes,a\nu2,8,no,b\n");
+  auto path = [&](const std::string& text) { return width_error_path(text, *p.table); };
+  CHECK(path(R"({"columns": {"member": {"encode": "hash", "num_bins": 4}}})") == "/preprocessing/columns/member/encode");
+  CHECK(path(R"({"columns": {"item": {"encode": "hash", "num_bins": 4, "scale": "minmax"}}})") == "/preprocessing/columns/item/scale");
+  CHECK(path(R"({"columns": {"item": {"encode": "hash", "num_bins": 4, "impute": "mean"}}})") == "/preprocessing/columns/item/impute");
+  CHECK(path(R"({"crosses": [{"columns": ["user", "nope"], "num_bins": 4}]})") == "/preprocessing/crosses/0/columns/1");
+  CHECK(path(R"({"crosses": [{"columns": ["user", "user"], "num_bins": 4}]})") == "/preprocessing/crosses/0/columns/1");
+  CHECK(path(R"({"crosses": [{"columns": ["user", "item"], "num_bins": 4}, {"columns": ["item", "user"], "num_bins": 4, "name": "user_x_item"}]})") ==
+        "/preprocessing/crosses/1/name");
+  CHECK(path(R"({"crosses": [{"columns": ["user", "item"], "num_bins": 4}]})") == "(accepted)");
+  const auto spec_path = [](const std::string& text) -> std::string {
+    try {
+      spec_of(text);
+    } catch (const SpecError& e) {
+      return e.path();
+    }
+    return "(accepted)";
+  };
+  CHECK(spec_path(R"({"columns": {"user": {"encode": "hash"}}})") == "/preprocessing/columns/user/num_bins");
+  CHECK(spec_path(R"({"columns": {"user": {"encode": "hash", "num_bins": 16777217}}})") == "/preprocessing/columns/user/num_bins");
+  CHECK(spec_path(R"({"columns": {"user": {"encode": "ids", "num_bins": 9}}})") == "/preprocessing/columns/user/num_bins");
+  CHECK(spec_path(R"({"crosses": [{"columns": ["user"], "num_bins": 4}]})") == "/preprocessing/crosses/0/columns");
+  CHECK(spec_path(R"({"crosses": [{"columns": ["user", "item"]}]})") == "/preprocessing/crosses/0/num_bins");
+  CHECK(spec_path(R"({"crosses": [{"columns": ["user", "item"], "num_bins": 4, "bins": 3}]})") == "/preprocessing/crosses/0/bins");
+  CHECK(spec_path(R"({"crosses": {"columns": ["user", "item"]}})") == "/preprocessing/crosses");
+}
