@@ -22,11 +22,14 @@ for (const name of names) {
   const loadMs = performance.now() - started;
   const feeds = {};
   if (meta.columns) {
-    // A table model: one [N, 1] input per column, strings for categories, NaN for a missing number.
+    // A table model: one [N, 1] input per column, strings for categories, NaN for a missing number,
+    // int64 fingerprints for hashed columns and crosses (below 2^48: exact as JSON numbers).
     for (const [column, spec] of Object.entries(meta.columns)) {
       feeds[column] = spec.type === "string"
         ? new ort.Tensor("string", spec.values.map((v) => v ?? ""), [meta.count, 1])
-        : new ort.Tensor("float32", Float32Array.from(spec.values, (v) => v ?? NaN), [meta.count, 1]);
+        : spec.type === "int64"
+          ? new ort.Tensor("int64", BigInt64Array.from(spec.values, (v) => BigInt(v)), [meta.count, 1])
+          : new ort.Tensor("float32", Float32Array.from(spec.values, (v) => v ?? NaN), [meta.count, 1]);
     }
   } else {
     feeds.input = new ort.Tensor("float32", floats(`${name}.input.f32`), [meta.count, ...meta.input_shape]);
