@@ -391,3 +391,59 @@ TEST_CASE("tables: a category as ids through a slice into an embedding trains on
   wait_for_state(cluster, clash, "SUCCEEDED", 60s);
   check_problem(get(port, "/v1/models/" + clash + "/file?format=onnx"), 422, "export-unsupported", "/preprocessing/columns/logits");
 }
+
+TEST_CASE("tables: hashed ids and a cross into sparse embedding tables train on a cluster exactly as standalone, and predict unseen ids by field name") {
+  testing::TempDir data;
+  testing::ClusterOptions options;
+  options.workers = 2;
+  options.servers = 2;
+  options.coordinator_flags = {"--data-dir", data.path()};
+  testing::Cluster cluster(options);
+  const int port = cluster.http_port();
+  REQUIRE(put_csv(port, "/v1/datasets/loans/train?label=decision", loans(600, 5)).status == 201);
+  REQUIRE(put_csv(port, "/v1/datasets/loans/test?label=decision", loans(200, 6)).status == 201);
+  // Features: income, income_missing, age=(hash), region=(hash), owner, owner_missing, region_x_owner=(cross).
+  const std::string spec = R"({"name": "loans-hashed", "dataset": {"name": "loans", "shuffle_seed": 3},
+    "model": {"input_shape": [7], "seed": 8, "layers": [
+      {"name": "age", "type": "slice", "inputs": ["input"], "begin": 2, "size": 1},
+      {"name": "age_vectors", "type": "embedding", "inputs": ["age"], "input_dim": 1000, "output_dim": 2, "sparse": true},
+      {"name": "ids", "type": "slice", "inputs": ["input"], "begin": 3, "size": 1},
+      {"name": "region_vectors", "type": "embedding", "inputs": ["ids"], "input_dim": 97, "output_dim": 3, "sparse": true},
+      {"name": "cross", "type": "slice", "inputs": ["input"], "begin": 6, "size": 1},
+      {"name": "cross_vectors", "type": "embedding", "inputs": ["cross"], "input_dim": 64, "output_dim": 2},
+      {"name": "vectors", "type": "concatenate", "inputs": ["age_vectors", "region_vectors", "cross_vectors"]},
+      {"name": "flat", "type": "flatten", "inputs": ["vectors"]},
+      {"name": "income", "type": "slice", "inputs": ["input"], "begin": 0, "size": 2},
+      {"name": "owner", "type": "slice", "inputs": ["input"], "begin": 4, "size": 2},
+      {"name": "all", "type": "concatenate", "inputs": ["flat", "income", "owner"]},
+      {"name": "hidden", "type": "dense", "units": 16, "activation": "relu", "inputs": ["all"]},
+      {"type": "dense", "units": 2}]},
+    "optimizer": {"type": "adagrad", "learning_rate": 0.05},
+    "training": {"mode": "sync", "global_batch_size": 50, "epochs": 8, "workers": 2},
+    "preprocessing": {"columns": {"age": {"encode": "hash", "num_bins": 1000}, "region": {"encode": "hash", "num_bins": 97}},
+                      "crosses": [{"columns": ["region", "owner"], "num_bins": 64}]}})";
+  LocalTrainerOptions local;
+  local.data_dir = data.path();
+  local.replicas = 2;
+  const TrainingResult standalone = train_locally(parse_job_spec(spec), local);
+  const std::string id = submit(cluster, spec);
+  const json::object done = wait_for_state(cluster, id, "SUCCEEDED", 240s);
+  const Reply model = get(port, "/v1/jobs/" + id + "/model");
+  REQUIRE(model.status == 200);
+  CHECK(params_of(spec, model.body) == std::vector<float>(standalone.params.begin(), standalone.params.end()));
+  CHECK(num(done, "test_accuracy") > 0.8);
+  const std::string notes = json::serialize(object_of(get(port, "/v1/jobs/" + id)).at("notes"));
+  INFO(notes);
+  CHECK(notes.find("0 streamed by the coordinator, 4800 read by workers from the dataset store") != std::string::npos);
+  // Unseen ids (an age never seen, a region never seen) have bins of their own: answers, not errors.
+  const Reply p = post_json(port, "/v1/models/" + id + ":predict",
+                            R"({"instances": [{"income": 5000, "age": 40, "region": "south", "owner": "yes"},
+                                              {"income": 20, "age": 1234567, "region": "atlantis", "owner": null}]})");
+  INFO(p.describe());
+  REQUIRE(p.status == 200);
+  const json::array predictions = arr(object_of(p), "predictions");
+  REQUIRE(predictions.size() == 2);
+  CHECK(str(obj(predictions[0]), "class") == "approved");
+  const Reply bad = post_json(port, "/v1/jobs", std::string(spec).replace(spec.find("\"num_bins\": 97"), 14, "\"num_bins\": 0"));
+  check_problem(bad, 422, "invalid-spec", "/preprocessing/columns/region/num_bins");
+}
