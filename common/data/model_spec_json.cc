@@ -92,6 +92,7 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"layer_norm", LayerType::kLayerNorm},
                                      {"add", LayerType::kAdd},
                                      {"concatenate", LayerType::kConcatenate},
+                                     {"dot_interaction", LayerType::kDotInteraction},
                                      {"dropout", LayerType::kDropout},
                                      {"batch_norm", LayerType::kBatchNorm},
                                      {"random_flip", LayerType::kRandomFlip},
@@ -192,6 +193,9 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
     case LayerType::kAdd:
     case LayerType::kConcatenate:
       break;
+    case LayerType::kDotInteraction:
+      layer.self_interaction = r.boolean("self_interaction", false);
+      break;
   }
   r.finish();
   return layer;
@@ -263,6 +267,9 @@ json::object model_spec_to_object(const ModelSpec& model) {
         break;
       case LayerType::kRandomCrop:
         o["padding"] = l.crop_padding;
+        break;
+      case LayerType::kDotInteraction:
+        if (l.self_interaction) o["self_interaction"] = true;
         break;
       case LayerType::kEmbedding:
         o["input_dim"] = l.input_dim;

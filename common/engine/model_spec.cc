@@ -20,7 +20,9 @@ void check_positive_pair(const std::array<int64_t, 2>& p, const std::string& pat
   if (p[0] <= 0 || p[1] <= 0) throw SpecError(path, "must be positive integers");
 }
 
-bool is_merge(LayerType type) { return type == LayerType::kAdd || type == LayerType::kConcatenate; }
+bool is_merge(LayerType type) {
+  return type == LayerType::kAdd || type == LayerType::kConcatenate || type == LayerType::kDotInteraction;
+}
 
 void check_name(const std::string& name, const std::string& path) {
   const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
@@ -37,6 +39,18 @@ void check_name(const std::string& name, const std::string& path) {
 
 // The output shape of a merge layer from its inputs' shapes.
 Shape merge_shape(const LayerSpec& layer, const std::vector<Shape>& ins, const std::string& path) {
+  if (layer.type == LayerType::kDotInteraction) {
+    // Every input one vector of the same size; out: the dot of each pair (i, j), j < i (j <= i
+    // with self_interaction).
+    for (const Shape& s : ins) {
+      if (num_elements(s) != num_elements(ins[0])) {
+        throw SpecError(path + "/inputs", "dot_interaction needs inputs of one size (vectors to dot) but gets " +
+                                              shape_string(ins[0]) + " and " + shape_string(s));
+      }
+    }
+    const auto f = static_cast<int64_t>(ins.size());
+    return {layer.self_interaction ? f * (f + 1) / 2 : f * (f - 1) / 2};
+  }
   Shape out = ins[0];
   for (size_t k = 1; k < ins.size(); ++k) {
     const Shape& s = ins[k];
@@ -90,6 +104,7 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kLayerNorm: return "layer_norm";
     case LayerType::kAdd: return "add";
     case LayerType::kConcatenate: return "concatenate";
+    case LayerType::kDotInteraction: return "dot_interaction";
     case LayerType::kDropout: return "dropout";
     case LayerType::kBatchNorm: return "batch_norm";
     case LayerType::kRandomFlip: return "random_flip";
@@ -406,6 +421,7 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         break;
       case LayerType::kAdd:
       case LayerType::kConcatenate:
+      case LayerType::kDotInteraction:
         out = merge_shape(layer, ins, path);
         break;
     }

@@ -17,7 +17,7 @@ namespace pstrain {
 enum class LayerType {
   kDense, kConv2D, kMaxPool2D, kFlatten, kReshape, kReLU, kActivation,
   kAvgPool2D, kGlobalAvgPool2D, kGlobalMaxPool2D, kLayerNorm,
-  kAdd, kConcatenate,  // merge layers: two or more inputs
+  kAdd, kConcatenate, kDotInteraction,  // merge layers: two or more inputs (nn/merge.h)
   kDropout, kBatchNorm,
   kRandomFlip, kRandomCrop, kRandomTranslation,  // augmentation (nn/augmentation.h)
   kEmbedding,
@@ -117,6 +117,7 @@ struct LayerSpec {
   bool sparse = false;
   int64_t begin = 0, size = 0;                          // slice: the features [begin, begin + size)
   float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
+  bool self_interaction = false;        // dot_interaction: each input's dot with itself too
 };
 
 struct ModelSpec {

@@ -384,6 +384,25 @@ class Exporter {
         GraphBuilder::integer(g_.node("Concat", names, y), "axis", all_nchw ? 1 : -1);
         return {y, out, all_nchw};
       }
+      case LayerType::kDotInteraction: {
+        // [N, F, D] stacked, times its transpose: [N, F, F]; the lower triangle's pairs gathered.
+        const auto f = static_cast<int64_t>(ins.size());
+        const int64_t d = num_elements(ins[0].shape);
+        std::vector<std::string> rows;
+        for (const Value& v : ins) rows.push_back(g_.op("Reshape", {nhwc(v).name, g_.int64s("shape", {0, 1, d})}, "row"));
+        const std::string stacked = g_.fresh("stacked");
+        GraphBuilder::integer(g_.node("Concat", rows, stacked), "axis", 1);
+        const std::string transposed = g_.fresh("transposed");
+        GraphBuilder::ints(g_.node("Transpose", {stacked}, transposed), "perm", {0, 2, 1});
+        const std::string dots = g_.op("Reshape", {g_.op("MatMul", {stacked, transposed}, "dots"), g_.int64s("shape", {0, f * f})}, "flat_dots");
+        std::vector<int64_t> pairs;
+        for (int64_t i = 0; i < f; ++i) {
+          for (int64_t j = 0; j < (l.self_interaction ? i + 1 : i); ++j) pairs.push_back(i * f + j);
+        }
+        const std::string y = g_.fresh("interactions");
+        GraphBuilder::integer(g_.node("Gather", {dots, g_.int64s("pairs", pairs)}, y), "axis", 1);
+        return {y, out, false};
+      }
       case LayerType::kEmbedding: {
         const std::string ids = g_.fresh("ids");
         GraphBuilder::integer(g_.node("Cast", {x.name}, ids), "to", onnx::TensorProto::INT64);

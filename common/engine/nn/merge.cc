@@ -5,7 +5,12 @@
 namespace pstrain::nn {
 
 template <typename T>
-Merge<T>::Merge(LayerType type, std::vector<int64_t> widths, int64_t out_size) : type_(type), widths_(std::move(widths)) {
+Merge<T>::Merge(LayerType type, std::vector<int64_t> widths, int64_t out_size, bool self_interaction)
+    : type_(type), self_interaction_(self_interaction), widths_(std::move(widths)) {
+  if (type_ == LayerType::kDotInteraction) {
+    positions_ = 1;
+    return;
+  }
   for (int64_t w : widths_) {
     offsets_.push_back(total_width_);
     total_width_ += w;
@@ -17,6 +22,10 @@ Merge<T>::Merge(LayerType type, std::vector<int64_t> widths, int64_t out_size) :
 template <typename T>
 void Merge<T>::forward(const std::vector<ConstMatMap<T>>& ins, MatMap<T> out) const {
   const int64_t batch = out.cols();
+  if (type_ == LayerType::kDotInteraction) {
+    dot_forward(ins, out);
+    return;
+  }
   if (type_ == LayerType::kAdd) {
     out = ins[0];
     for (size_t k = 1; k < ins.size(); ++k) out += ins[k];
@@ -33,7 +42,11 @@ void Merge<T>::forward(const std::vector<ConstMatMap<T>>& ins, MatMap<T> out) co
 }
 
 template <typename T>
-void Merge<T>::backward(ConstMatMap<T> dout, size_t k, MatMap<T> din) const {
+void Merge<T>::backward(const std::vector<ConstMatMap<T>>& ins, ConstMatMap<T> dout, size_t k, MatMap<T> din) const {
+  if (type_ == LayerType::kDotInteraction) {
+    dot_backward(ins, dout, k, din);
+    return;
+  }
   if (type_ == LayerType::kAdd) {
     din = dout;
     return;
@@ -43,6 +56,49 @@ void Merge<T>::backward(ConstMatMap<T> dout, size_t k, MatMap<T> din) const {
     const T* d = dout.col(b).data();
     T* o = din.col(b).data();
     for (int64_t p = 0; p < positions_; ++p) std::copy_n(d + p * total_width_ + offsets_[k], w, o + p * w);
+  }
+}
+
+template <typename T>
+void Merge<T>::dot_forward(const std::vector<ConstMatMap<T>>& ins, MatMap<T> out) const {
+  const auto f = static_cast<int64_t>(ins.size());
+  const int64_t d = widths_[0];
+  for (int64_t b = 0; b < out.cols(); ++b) {
+    T* o = out.col(b).data();
+    for (int64_t i = 0; i < f; ++i) {
+      const T* x = ins[static_cast<size_t>(i)].col(b).data();
+      for (int64_t j = 0; j < (self_interaction_ ? i + 1 : i); ++j) {
+        const T* y = ins[static_cast<size_t>(j)].col(b).data();
+        T dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += x[e] * y[e];
+        *o++ = dot;
+      }
+    }
+  }
+}
+
+template <typename T>
+void Merge<T>::dot_backward(const std::vector<ConstMatMap<T>>& ins, ConstMatMap<T> dout, size_t k, MatMap<T> din) const {
+  const auto f = static_cast<int64_t>(ins.size());
+  const int64_t d = widths_[0];
+  const auto kk = static_cast<int64_t>(k);
+  for (int64_t b = 0; b < dout.cols(); ++b) {
+    const T* g = dout.col(b).data();
+    T* o = din.col(b).data();
+    std::fill(o, o + d, T(0));
+    int64_t p = 0;  // the pair's index in the output
+    for (int64_t i = 0; i < f; ++i) {
+      for (int64_t j = 0; j < (self_interaction_ ? i + 1 : i); ++j, ++p) {
+        if (i != kk && j != kk) continue;
+        if (i == kk && j == kk) {  // d(x . x)/dx = 2 x
+          const T* x = ins[k].col(b).data();
+          for (int64_t e = 0; e < d; ++e) o[e] += 2 * g[p] * x[e];
+          continue;
+        }
+        const T* other = ins[static_cast<size_t>(i == kk ? j : i)].col(b).data();
+        for (int64_t e = 0; e < d; ++e) o[e] += g[p] * other[e];
+      }
+    }
   }
 }
 

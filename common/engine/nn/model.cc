@@ -154,11 +154,12 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
         break;
       }
       case LayerType::kAdd:
-      case LayerType::kConcatenate: {
+      case LayerType::kConcatenate:
+      case LayerType::kDotInteraction: {
         std::vector<int64_t> widths;
-        for (const Shape& s : in_shapes) widths.push_back(s.back());
-        value = add_stage(nullptr, std::make_unique<Merge<T>>(l.type, std::move(widths), num_elements(out)), inputs,
-                          0, out, nullptr, nullptr, nullptr);
+        for (const Shape& s : in_shapes) widths.push_back(l.type == LayerType::kDotInteraction ? num_elements(s) : s.back());
+        value = add_stage(nullptr, std::make_unique<Merge<T>>(l.type, std::move(widths), num_elements(out), l.self_interaction),
+                          inputs, 0, out, nullptr, nullptr, nullptr);
         break;
       }
       case LayerType::kDropout:
@@ -290,15 +291,18 @@ LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const f
   std::fill(delta_written_.begin(), delta_written_.end(), false);
   LossResult result = compute_loss<T>(loss_, logits, targets, deltas_[output_buffer_].data());
   delta_written_[output_buffer_] = true;
+  std::vector<ConstMatMap<T>> ins;
   for (size_t k = stages_.size(); k-- > 0;) {
     Stage& s = stages_[k];
     MatMap<T> dout(deltas_[s.output_buffer].data(), s.out_size, batch);
     if (s.merge) {
+      ins.clear();
+      for (size_t j = 0; j < s.inputs.size(); ++j) ins.emplace_back(values(s.inputs[j]), s.merge->input_size(j), batch);
       for (size_t j = 0; j < s.inputs.size(); ++j) {
         if (s.inputs[j] == kModelInput) continue;
         const int64_t size = s.merge->input_size(j);
         T* din = delta_target(s.inputs[j]);
-        s.merge->backward(ConstMatMap<T>(dout.data(), s.out_size, batch), j, MatMap<T>(din, size, batch));
+        s.merge->backward(ins, ConstMatMap<T>(dout.data(), s.out_size, batch), j, MatMap<T>(din, size, batch));
         add_delta(s.inputs[j], din, size, batch);
       }
     } else {

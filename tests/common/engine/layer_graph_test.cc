@@ -177,3 +177,41 @@ TEST_CASE("names and inputs in JSON, kept through a round trip, and bad JSON val
   CHECK(error(R"({"input_shape": [6], "layers": [{"type": "dense", "units": 2, "name": 3}]})")
             .find("/model/layers/0/name ") == 0);
 }
+
+TEST_CASE("dot_interaction: the lower triangle's dots by hand, gradients checked, with and without self-interaction") {
+  ModelSpec spec;
+  spec.input_shape = {6};
+  LayerSpec dot = simple(LayerType::kDotInteraction);
+  spec.layers = {named(dense(2, false), "x", {"input"}), named(dense(2, true), "y", {"input"}),
+                 named(dense(2, false), "z", {"input"}), named(dot, "dots", {"x", "y", "z"}), dense(3, false)};
+  CHECK(infer_shapes(spec)[3] == Shape{3});
+  check_gradients(spec, 4, 106);
+  spec.layers[3].self_interaction = true;
+  CHECK(infer_shapes(spec)[3] == Shape{6});
+  check_gradients(spec, 4, 107);
+  // One value twice (x . x through two inputs) gets both terms.
+  spec.layers = {named(dense(2, false), "x", {"input"}), named(dense(2, true), "y", {"input"}),
+                 named(dot, "dots", {"x", "x", "y"}), dense(3, false)};
+  check_gradients(spec, 3, 108);
+
+  // By hand: inputs (1, 2), (3, 4), (5, 6) as slices of the model's input.
+  ModelSpec hand;
+  hand.input_shape = {6};
+  LayerSpec s0 = simple(LayerType::kSlice), s1 = s0, s2 = s0;
+  s0.begin = 0, s1.begin = 2, s2.begin = 4;
+  s0.size = s1.size = s2.size = 2;
+  hand.layers = {named(s0, "p", {"input"}), named(s1, "q", {"input"}), named(s2, "r", {"input"}), named(dot, "dots", {"p", "q", "r"})};
+  Model<double> model(hand, 1);
+  const std::vector<double> x = {1, 2, 3, 4, 5, 6};
+  const auto y = model.forward(nullptr, x.data(), 1);
+  REQUIRE(y.rows() == 3);
+  CHECK(std::vector<double>(y.data(), y.data() + 3) == std::vector<double>{1 * 3 + 2 * 4, 1 * 5 + 2 * 6, 3 * 5 + 4 * 6});
+  hand.layers[3].self_interaction = true;
+  Model<double> selfs(hand, 1);
+  const auto z = selfs.forward(nullptr, x.data(), 1);
+  REQUIRE(z.rows() == 6);
+  CHECK(std::vector<double>(z.data(), z.data() + 6) == std::vector<double>{5, 11, 25, 17, 39, 61});
+  // Inputs of different sizes are refused, naming the field.
+  hand.layers[2].size = 1;
+  CHECK(error_of(hand).find("/model/layers/3/inputs dot_interaction needs inputs of one size") == 0);
+}
