@@ -392,7 +392,7 @@ TEST_CASE("tables: a category as ids through a slice into an embedding trains on
   check_problem(get(port, "/v1/models/" + clash + "/file?format=onnx"), 422, "export-unsupported", "/preprocessing/columns/logits");
 }
 
-TEST_CASE("tables: hashed ids and a cross into sparse embedding tables train on a cluster exactly as standalone, and predict unseen ids by field name") {
+TEST_CASE("tables: a DLRM-style model (bottom MLP, hashed ids and a cross into sparse embedding tables, pairwise dots, top MLP) trains on a cluster exactly as standalone, and predict unseen ids by field name") {
   testing::TempDir data;
   testing::ClusterOptions options;
   options.workers = 2;
@@ -405,17 +405,18 @@ TEST_CASE("tables: hashed ids and a cross into sparse embedding tables train on 
   // Features: income, income_missing, age=(hash), region=(hash), owner, owner_missing, region_x_owner=(cross).
   const std::string spec = R"({"name": "loans-hashed", "dataset": {"name": "loans", "shuffle_seed": 3},
     "model": {"input_shape": [7], "seed": 8, "layers": [
-      {"name": "age", "type": "slice", "inputs": ["input"], "begin": 2, "size": 1},
-      {"name": "age_vectors", "type": "embedding", "inputs": ["age"], "input_dim": 1000, "output_dim": 2, "sparse": true},
-      {"name": "ids", "type": "slice", "inputs": ["input"], "begin": 3, "size": 1},
-      {"name": "region_vectors", "type": "embedding", "inputs": ["ids"], "input_dim": 97, "output_dim": 3, "sparse": true},
-      {"name": "cross", "type": "slice", "inputs": ["input"], "begin": 6, "size": 1},
-      {"name": "cross_vectors", "type": "embedding", "inputs": ["cross"], "input_dim": 64, "output_dim": 2},
-      {"name": "vectors", "type": "concatenate", "inputs": ["age_vectors", "region_vectors", "cross_vectors"]},
-      {"name": "flat", "type": "flatten", "inputs": ["vectors"]},
       {"name": "income", "type": "slice", "inputs": ["input"], "begin": 0, "size": 2},
       {"name": "owner", "type": "slice", "inputs": ["input"], "begin": 4, "size": 2},
-      {"name": "all", "type": "concatenate", "inputs": ["flat", "income", "owner"]},
+      {"name": "numbers", "type": "concatenate", "inputs": ["income", "owner"]},
+      {"name": "bottom", "type": "dense", "units": 4, "activation": "relu", "inputs": ["numbers"]},
+      {"name": "age", "type": "slice", "inputs": ["input"], "begin": 2, "size": 1},
+      {"name": "age_vectors", "type": "embedding", "inputs": ["age"], "input_dim": 1000, "output_dim": 4, "sparse": true},
+      {"name": "ids", "type": "slice", "inputs": ["input"], "begin": 3, "size": 1},
+      {"name": "region_vectors", "type": "embedding", "inputs": ["ids"], "input_dim": 97, "output_dim": 4, "sparse": true},
+      {"name": "cross", "type": "slice", "inputs": ["input"], "begin": 6, "size": 1},
+      {"name": "cross_vectors", "type": "embedding", "inputs": ["cross"], "input_dim": 64, "output_dim": 4},
+      {"name": "dots", "type": "dot_interaction", "inputs": ["bottom", "age_vectors", "region_vectors", "cross_vectors"]},
+      {"name": "all", "type": "concatenate", "inputs": ["bottom", "dots"]},
       {"name": "hidden", "type": "dense", "units": 16, "activation": "relu", "inputs": ["all"]},
       {"type": "dense", "units": 2}]},
     "optimizer": {"type": "adagrad", "learning_rate": 0.05},
