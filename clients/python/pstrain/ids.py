@@ -1,7 +1,8 @@
 """Ids as fingerprints, as the service computes them (docs/DESIGN-NOTES.md "Sparse models"):
 every categorical id, a string or an integer, becomes a 48-bit fingerprint, and hashing into
 bins, vocabulary lookups and crosses work on fingerprints. An exported ONNX model takes a hashed
-string column as its fingerprint: compute it here.
+column (`"encode": "hash"`) and a cross (`"crosses"`) as int64 fingerprints: compute them here
+(a missing value is fingerprint(""); a number column's id is the integer at or below it).
 
     pstrain.ids.fingerprint("user-42")      # a string id (its UTF-8 bytes as given)
     pstrain.ids.fingerprint(42)             # an integer id (another fingerprint than "42")
