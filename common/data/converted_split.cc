@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <system_error>
 
 #include "common/base/error.h"
@@ -158,7 +159,12 @@ std::optional<ConvertedSplit> converted_split(const std::string& dir, const std:
       out = write_text_folders(dir, split_name, split, tmp);
     } else {
       ShardSink sink(tmp.string(), split_name);
-      const ExampleSummary summary = stream_manifest_split(dir, split, ExampleLimits{}, sink, nullptr);
+      // The shards are on disk and only the labels are held (4 bytes an example): no cap of what
+      // fits in memory (ExampleLimits' defaults), only a split's 32-bit ids.
+      ExampleLimits limits;
+      limits.max_examples = std::numeric_limits<uint32_t>::max();
+      limits.max_bytes = std::numeric_limits<uint64_t>::max();
+      const ExampleSummary summary = stream_manifest_split(dir, split, limits, sink, nullptr);
       out.format = ManifestSplit::Format::kShards;
       for (const ShardInfo& s : sink.finish(summary.target_width)) out.shards.push_back(s.file);
       out.shape = summary.shape;

@@ -283,6 +283,80 @@ with open(os.path.join(out, "table-regression.rest.json"), "w") as f:
     json.dump({"count": len(ages), "columns": columns, "output": "values", "width": 1}, f)
 print("table-regression.rest")
 
+# A click log as a table (issue 51): 13 numbers and 26 integer id columns whose power-law ids
+# reach 10 million values (tests/bench/clicklog.py's generator), uploaded as CSV; every id column
+# hashed, two crossed, a DLRM-style model (a bottom MLP, a table shared by the id columns, the
+# cross's table, pairwise dots, a top MLP). :predict by field name on test rows, a third of them
+# with an id no training row held, against the ONNX export fed the same rows' fingerprints.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import clicklog  # noqa: E402
+
+
+def click_csv(x, y):
+    head = [f"n{j}" for j in range(clicklog.NUMERIC)] + [f"c{j}" for j in range(clicklog.CATEGORICAL)] + ["click"]
+    lines = [",".join(head)]
+    for row, label in zip(x, y):
+        numbers = [repr(float(v)) for v in row[:clicklog.NUMERIC]]
+        lines.append(",".join(numbers + [str(int(v)) for v in row[clicklog.NUMERIC:]] + [str(int(label))]))
+    return ("\n".join(lines) + "\n").encode()
+
+
+r = np.random.default_rng(5)
+cards = clicklog.cardinalities(10_000_000)
+weights = r.normal(0.0, 0.3, clicklog.NUMERIC)
+train_x, train_y, _ = clicklog.block(r, 5, cards, weights, -1.5, 3000)
+test_x, test_y, _ = clicklog.block(r, 5, cards, weights, -1.5, 600)
+call("PUT", "/v1/datasets/onnx-clicks/train?label=click", click_csv(train_x, train_y), "text/csv")
+call("PUT", "/v1/datasets/onnx-clicks/test?label=click", click_csv(test_x, test_y), "text/csv")
+ids_at = clicklog.NUMERIC  # features: the 13 numbers, the 26 ids' bins, the cross's bin
+spec = {"name": "table-clicks", "dataset": {"name": "onnx-clicks"},
+        "preprocessing": {"columns": {f"c{j}": {"encode": "hash", "num_bins": 1000} for j in range(clicklog.CATEGORICAL)},
+                          "crosses": [{"columns": ["c0", "c1"], "num_bins": 100, "name": "c0_x_c1"}]},
+        "model": {"input_shape": [ids_at + clicklog.CATEGORICAL + 1], "seed": 11, "layers": [
+            {"name": "numbers", "type": "slice", "inputs": ["input"], "begin": 0, "size": ids_at},
+            {"name": "bottom", "type": "dense", "units": 4, "activation": "relu"},
+            {"name": "ids", "type": "slice", "inputs": ["input"], "begin": ids_at, "size": clicklog.CATEGORICAL},
+            {"name": "id_vectors", "type": "embedding", "inputs": ["ids"], "input_dim": 1000, "output_dim": 4, "sparse": True},
+            {"name": "id_flat", "type": "flatten", "inputs": ["id_vectors"]},
+            {"name": "cross", "type": "slice", "inputs": ["input"], "begin": ids_at + clicklog.CATEGORICAL, "size": 1},
+            {"name": "cross_vectors", "type": "embedding", "inputs": ["cross"], "input_dim": 100, "output_dim": 4},
+            {"name": "dots", "type": "dot_interaction", "inputs": ["bottom", "cross_vectors"], "self_interaction": True},
+            {"name": "top_in", "type": "concatenate", "inputs": ["bottom", "id_flat", "dots"]},
+            {"name": "top", "type": "dense", "units": 8, "activation": "relu"},
+            {"type": "dense", "units": 1}]},
+        "loss": "binary_cross_entropy",
+        "optimizer": {"type": "adagrad", "learning_rate": 0.05}, "training": {"global_batch_size": 100, "epochs": 2}}
+job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
+deadline = time.time() + 120
+while (status := json.loads(call("GET", f"/v1/jobs/{job}")))["state"] != "SUCCEEDED":
+    assert status["state"] not in ("FAILED", "CANCELLED") and time.time() < deadline, status
+    time.sleep(0.3)
+click_records = []
+for i, row in enumerate(test_x):
+    record = {f"n{j}": float(row[j]) for j in range(clicklog.NUMERIC)}
+    record |= {f"c{j}": int(row[ids_at + j]) for j in range(clicklog.CATEGORICAL)}
+    if i % 3 == 0:
+        record["c25"] = 10_000_000 + i  # beyond the column's ids: never seen in training
+    click_records.append(record)
+answer = []
+for start in range(0, len(click_records), 300):
+    body = json.dumps({"instances": click_records[start:start + 300]}).encode()
+    answer += json.loads(call("POST", f"/v1/models/{job}:predict", body))["predictions"]
+classes = sorted(answer[0]["probabilities"])
+assert len(classes) == 2, answer[0]
+with open(os.path.join(out, "table-clicks.rest.onnx"), "wb") as f:
+    f.write(call("GET", f"/v1/models/{job}/file?format=onnx"))
+np.asarray([[p["probabilities"][c] for c in classes] for p in answer],
+           dtype=np.float32).tofile(os.path.join(out, "table-clicks.rest.expected.f32"))
+columns = {f"n{j}": {"type": "float", "values": [rec[f"n{j}"] for rec in click_records]} for j in range(clicklog.NUMERIC)}
+columns |= {f"c{j}": {"type": "int64", "values": [ids.fingerprint(rec[f"c{j}"]) for rec in click_records]}
+            for j in range(clicklog.CATEGORICAL)}
+columns["c0_x_c1"] = {"type": "int64", "values": [ids.cross(ids.fingerprint(rec["c0"]), ids.fingerprint(rec["c1"]))
+                                                   for rec in click_records]}
+with open(os.path.join(out, "table-clicks.rest.json"), "w") as f:
+    json.dump({"count": len(click_records), "columns": columns, "output": "probabilities", "width": 2}, f)
+print("table-clicks.rest")
+
 # A checkpoint exports too (the job backs up every epoch).
 checkpoints = json.loads(call("GET", f"/v1/jobs/{job}/checkpoints"))
 step = checkpoints["checkpoints"][-1]["step"] if isinstance(checkpoints, dict) else checkpoints[-1]["step"]
