@@ -8,17 +8,20 @@
 # cluster stops). Prints `lscpu`'s model and flags first.
 #
 # Usage: tests/bench/clicklog_cluster.sh --data DIR [--repeats N] [--epochs E] [--batch B] [--dim D]
-#          [--sparse-only]
+#          [--sparse-only] [--kill-server S]
 #   --data DIR   a dataset directory clicklog.py wrote; its parent is the cluster's data directory
 #                and its name the dataset's
 #   --dim D          the tables' width (8)
 #   --sparse-only    no run with dense tables (for tables too large to travel whole)
+#   --kill-server S  each repeat runs twice: uninterrupted, then with server-1 killed (kill -9, not
+#                    restarted: its pieces move to another server) S seconds after the job's first
+#                    step; prints both final models' SHA-256 and the recovery's log lines
 # Env: SERVERS (2), WORKERS (2), WORKER_THREADS (1), BUILD_DIR (build), HTTP_PORT (8180).
 # Every cluster's files stay in a temp dir (printed).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-DATA="" REPEATS=2 EPOCHS=1 BATCH=512 DIM=8 KINDS="sparse dense"
+DATA="" REPEATS=2 EPOCHS=1 BATCH=512 DIM=8 KINDS="sparse dense" KILL=""
 while (($#)); do
   case $1 in
     --data) DATA=$(cd "${2:?--data needs a directory}" && pwd); shift 2 ;;
@@ -27,10 +30,11 @@ while (($#)); do
     --batch) BATCH=${2:?}; shift 2 ;;
     --dim) DIM=${2:?}; shift 2 ;;
     --sparse-only) KINDS=sparse; shift ;;
-    *) sed -n '2,15p' "$0"; exit 2 ;;
+    --kill-server) KILL=${2:?}; shift 2 ;;
+    *) sed -n '2,18p' "$0"; exit 2 ;;
   esac
 done
-[ -n "$DATA" ] || { sed -n '2,15p' "$0"; exit 2; }
+[ -n "$DATA" ] || { sed -n '2,18p' "$0"; exit 2; }
 SERVERS=${SERVERS:-2} WORKERS=${WORKERS:-2}
 export HTTP_PORT=${HTTP_PORT:-8180} RPC_PORT=${RPC_PORT:-7180} BUILD=0 AUTH=1
 work=$(mktemp -d /tmp/clicklog-cluster.XXXXXX)
@@ -50,8 +54,8 @@ print(json.dumps(spec))" >"$work/$kind.json"
 done
 
 results=()
-run_one() {  # kind repeat
-  local kind=$1 r=$2 dir="$work/$1-$2"
+run_one() {  # kind repeat [kill]
+  local kind=$1 r=$2 kill=${3:-} dir="$work/$1-$2${3:+-kill}"
   export LOCAL_CLUSTER_DIR=$dir PSTRAIN_DATA_DIR=$(dirname "$DATA")
   "$ROOT/deploy/local-cluster.sh" up >"$dir.up.log" 2>&1
   local token; token=$(cat "$dir/auth/admin-token")
@@ -65,7 +69,14 @@ run_one() {  # kind repeat
     sleep 1
   done
   [ -n "$id" ] || { echo "clicklog_cluster: the job was refused: $answer" >&2; exit 1; }
-  local state=""
+  local state="" killed_at=""
+  if [ -n "$kill" ]; then  # the first step, then S seconds, then kill -9 of server-1
+    until grep -q "worker 0: epoch .* step" "$dir/coordinator.log" 2>/dev/null; do sleep 0.5; done
+    sleep "$kill"
+    killed_at=$(date +%H:%M:%S.%N | cut -c1-12)
+    kill -9 "$(cat "$dir/server-1.pid")"
+    echo "clicklog_cluster: killed server-1 (kill -9) at $killed_at"
+  fi
   for _ in $(seq 1 3600); do
     state=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id" |
       /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
@@ -73,6 +84,13 @@ run_one() {  # kind repeat
     sleep 1
   done
   local job; job=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id")
+  local model_sha=""
+  [ -n "$KILL" ] && model_sha=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id/model" | sha256sum | cut -c1-16)
+  if [ -n "$kill" ]; then
+    echo "clicklog_cluster: the coordinator's log from the kill on (server-1, moves, steps):"
+    awk -v t="$killed_at" '$2 >= t' "$dir/coordinator.log" | grep -E "server-1|moved|restor|rolled|roll back|worker 0: epoch" | head -12
+    echo "$job" | /usr/bin/python3 -c 'import json,sys; [print("  note:", n) for n in json.load(sys.stdin).get("notes", [])]'
+  fi
   local rss=""
   for p in "$dir"/*.pid; do
     rss+="$(basename "$p" .pid)=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$(cat "$p")/status" 2>/dev/null)MB "
@@ -89,12 +107,15 @@ import json, sys
 j = json.load(sys.stdin)
 print('%-6s r%s %-9s samples/s %9.0f  test AUC %.4f  log loss %.4f' % ('$kind', '$r', j['state'],
       j.get('samples_per_second') or 0, j.get('test_auc') or 0, j.get('test_loss') or 0))")
-  results+=("$line  bytes/step (worker 0, median of reports) pushed ${bytes% *} pulled ${bytes#* }  peak RSS $rss")
+  results+=("$line  bytes/step (worker 0, median of reports) pushed ${bytes% *} pulled ${bytes#* }  peak RSS $rss${model_sha:+  model sha256 $model_sha}${kill:+ (server-1 killed)}")
   echo "${results[-1]}"
 }
 
 for r in $(seq 1 "$REPEATS"); do
-  for kind in $KINDS; do run_one $kind "$r"; done
+  for kind in $KINDS; do
+    run_one $kind "$r"
+    [ -n "$KILL" ] && run_one $kind "$r" "$KILL"
+  done
 done
 echo
 echo "clicklog_cluster: $WORKERS worker(s) x $SERVERS server(s), sync, batch $BATCH, tables of width $DIM, $EPOCHS epoch(s), dataset $dataset"
