@@ -13,6 +13,8 @@
 #                                              model to LOCAL_CLUSTER_DIR/models/ID.safetensors; the cluster
 #                                              stays up afterwards (stop it with `down`)
 #   deploy/local-cluster.sh run SPEC.json      start a cluster that runs SPEC, wait for the job, stop
+#   deploy/local-cluster.sh restart NODE       start a server-N or worker-N of a running cluster again
+#                                              (after a kill: a preempted node coming back by its name)
 #
 # Environment (defaults): LOCAL_CLUSTER_DIR (./.cluster), HTTP_PORT (8080), RPC_PORT (7000),
 # SERVERS (2), WORKERS (2), WORKER_THREADS (1), WORKER_FLAGS (), AUTH (1: the REST API needs a bearer
@@ -136,17 +138,21 @@ build_if_needed() {
   fi
 }
 
+start_server() {  # index
+  # Each server has its own backup directory (env, so binaries without --data-dir ignore it) and a
+  # fixed name: a restarted server is recognised by its name.
+  PSTRAIN_SERVER_DATA_DIR="$cluster_dir/server-$1-data" \
+    start "server-$1" "$bin/server/pstrain-server" --listen 127.0.0.1:0 --coordinator "127.0.0.1:$rpc_port" --name "server-$1"
+}
+
+start_worker() {  # index
+  start "worker-$1" "$bin/worker/pstrain-worker" --coordinator "127.0.0.1:$rpc_port" --name "worker-$1" \
+    --threads "${WORKER_THREADS:-1}" ${WORKER_FLAGS:-}
+}
+
 start_nodes() {
-  for i in $(seq 0 $((servers - 1))); do
-    # Each server has its own backup directory (env, so binaries without --data-dir ignore it) and a
-    # fixed name: a restarted server is recognised by its name.
-    PSTRAIN_SERVER_DATA_DIR="$cluster_dir/server-$i-data" \
-      start "server-$i" "$bin/server/pstrain-server" --listen 127.0.0.1:0 --coordinator "127.0.0.1:$rpc_port" --name "server-$i"
-  done
-  for i in $(seq 0 $((workers - 1))); do
-    start "worker-$i" "$bin/worker/pstrain-worker" --coordinator "127.0.0.1:$rpc_port" --name "worker-$i" \
-      --threads "${WORKER_THREADS:-1}" ${WORKER_FLAGS:-}
-  done
+  for i in $(seq 0 $((servers - 1))); do start_server "$i"; done
+  for i in $(seq 0 $((workers - 1))); do start_worker "$i"; done
   for i in $(seq 0 $((servers - 1))); do wait_ready "server-$i" 30; done
   for i in $(seq 0 $((workers - 1))); do wait_ready "worker-$i" 30; done
 }
@@ -322,6 +328,18 @@ case "${1:-}" in
     grep -E '^(epoch|final|job)' "$cluster_dir/coordinator.log" || true
     exit $status
     ;;
+  restart)
+    node=${2:?usage: local-cluster.sh restart server-N|worker-N}
+    running "$node" && die "$node is running"
+    use_cluster_secret
+    case $node in
+      server-[0-9]*) start_server "${node#server-}" ;;
+      worker-[0-9]*) start_worker "${node#worker-}" ;;
+      *) die "restart takes server-N or worker-N, not '$node'" ;;
+    esac
+    wait_ready "$node" 30
+    say "restarted $node"
+    ;;
   *)
-    sed -n '2,34p' "$0"; exit 2 ;;
+    sed -n '2,36p' "$0"; exit 2 ;;
 esac

@@ -13,10 +13,12 @@
 #                and its name the dataset's
 #   --dim D          the tables' width (8)
 #   --sparse-only    no run with dense tables (for tables too large to travel whole)
-#   --kill-server S  each repeat runs twice: uninterrupted, then with server-1 killed (kill -9, not
-#                    restarted: its pieces move to another server) S seconds after the job's first
-#                    step; prints both final models' SHA-256 and the recovery's log lines
-# Env: SERVERS (2), WORKERS (2), WORKER_THREADS (1), BUILD_DIR (build), HTTP_PORT (8180).
+#   --kill-server S  each repeat runs twice: uninterrupted, then with server-1 killed (kill -9) S
+#                    seconds after the job's first step and started again 2 s later
+#                    (`local-cluster.sh restart`, as a supervisor would); prints both final
+#                    models' SHA-256 and the recovery's log lines
+# Env: SERVERS (2), WORKERS (2), WORKER_THREADS (1), BUILD_DIR (build), HTTP_PORT (8180), KEEP (0:
+# each cluster's state, backups and checkpoints are deleted after its run, 1: kept; its logs stay).
 # Every cluster's files stay in a temp dir (printed).
 set -euo pipefail
 
@@ -76,6 +78,8 @@ run_one() {  # kind repeat [kill]
     killed_at=$(date +%H:%M:%S.%N | cut -c1-12)
     kill -9 "$(cat "$dir/server-1.pid")"
     echo "clicklog_cluster: killed server-1 (kill -9) at $killed_at"
+    sleep 2
+    "$ROOT/deploy/local-cluster.sh" restart server-1
   fi
   for _ in $(seq 1 3600); do
     state=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id" |
@@ -96,6 +100,7 @@ run_one() {  # kind repeat [kill]
     rss+="$(basename "$p" .pid)=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$(cat "$p")/status" 2>/dev/null)MB "
   done
   "$ROOT/deploy/local-cluster.sh" down >"$dir.down.log" 2>&1
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"/coordinator-state "$dir"/server-*-data "$dir"/datasets
   # The median of worker 0's progress reports (each over the steps since the one before).
   local bytes; bytes=$(grep -h "worker 0: .* B pushed" "$dir/coordinator.log" |
     sed -E 's/.* ([0-9]+) B pushed and ([0-9]+) B pulled per step/\1 \2/' | /usr/bin/python3 -c '
