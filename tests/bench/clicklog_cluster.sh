@@ -92,7 +92,7 @@ run_one() {  # kind repeat [kill]
   [ -n "$KILL" ] && model_sha=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id/model" | sha256sum | cut -c1-16)
   if [ -n "$kill" ]; then
     echo "clicklog_cluster: the coordinator's log from the kill on (server-1, moves, steps):"
-    awk -v t="$killed_at" '$2 >= t' "$dir/coordinator.log" | grep -E "server-1|moved|restor|rolled|roll back|worker 0: epoch" | head -12
+    awk -v t="$killed_at" '$2 >= t' "$dir/coordinator.log" | { grep -E "server-1|moved|restor|rolled|roll back|RUNNING again|worker 0: epoch" || true; } | head -12 || true
     echo "$job" | /usr/bin/python3 -c 'import json,sys; [print("  note:", n) for n in json.load(sys.stdin).get("notes", [])]'
   fi
   local rss=""
