@@ -12,37 +12,13 @@
 #include "common/data/dataset_formats.h"
 #include "common/data/id_hash.h"
 #include "common/data/preprocessing.h"
+#include "tests/common/data/preprocessing_helpers.h"
 
 using namespace pstrain;
+using namespace pstrain::testing;
 namespace json = boost::json;
 
 namespace {
-
-ParsedExamples csv(const std::string& text) {
-  std::istringstream in(text);
-  return parse_csv(in, "t.csv");
-}
-
-std::span<const float> values(const ParsedExamples& p) {
-  return {reinterpret_cast<const float*>(p.bytes.data()), p.bytes.size() / sizeof(float)};
-}
-
-PreprocessingSpec spec_of(const std::string& text) { return read_preprocessing(json::parse(text)); }
-
-std::string width_error_path(const std::string& spec_text, const TableSchema& table) {
-  try {
-    preprocessed_width(spec_of(spec_text), table);
-  } catch (const SpecError& e) {
-    return e.path();
-  }
-  return "(accepted)";
-}
-
-std::vector<float> apply_rows(const FittedPreprocessing& f, const ParsedExamples& p) {
-  std::vector<float> out(p.size() * f.width());
-  apply_preprocessing(f, *p.table, values(p), p.size(), out.data());
-  return out;
-}
 
 // user: string ids; item: integer ids; plan: a category; score: a number.
 const std::string kTable =
