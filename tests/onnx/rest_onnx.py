@@ -40,6 +40,15 @@ def call(method, path, body=None, ctype="application/json"):
         raise
 
 
+def wait_succeeded(job, seconds=120):
+    """Polls the job until it SUCCEEDED; fails on FAILED, CANCELLED or after `seconds`."""
+    deadline = time.time() + seconds
+    while (status := json.loads(call("GET", f"/v1/jobs/{job}")))["state"] != "SUCCEEDED":
+        assert status["state"] not in ("FAILED", "CANCELLED") and time.time() < deadline, status
+        time.sleep(0.3)
+
+
+
 def predict(model, instances):
     probs = []
     for start in range(0, len(instances), 500):
@@ -180,10 +189,7 @@ for name, (model, preprocessing) in table_specs.items():
     if preprocessing:
         spec["preprocessing"] = preprocessing
     job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
-    deadline = time.time() + 120
-    while (status := json.loads(call("GET", f"/v1/jobs/{job}")))["state"] != "SUCCEEDED":
-        assert status["state"] not in ("FAILED", "CANCELLED") and time.time() < deadline, status
-        time.sleep(0.3)
+    wait_succeeded(job)
     onnx_bytes = call("GET", f"/v1/models/{job}/file?format=onnx")
     answer = []
     for start in range(0, len(records), 500):
@@ -225,10 +231,7 @@ spec = {"name": "table-hashed", "dataset": {"name": "onnx-loans"},
             {"type": "dense", "units": 2}]},
         "optimizer": {"type": "adam", "learning_rate": 0.01}, "training": {"global_batch_size": 40, "epochs": 3}}
 job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
-deadline = time.time() + 120
-while (status := json.loads(call("GET", f"/v1/jobs/{job}")))["state"] != "SUCCEEDED":
-    assert status["state"] not in ("FAILED", "CANCELLED") and time.time() < deadline, status
-    time.sleep(0.3)
+wait_succeeded(job)
 answer = []
 for start in range(0, len(records), 500):
     body = json.dumps({"instances": records[start:start + 500]}).encode()
@@ -260,10 +263,7 @@ spec = {"name": "table-regression", "dataset": {"name": "onnx-ages"},
         "loss": "mean_squared_error", "optimizer": {"type": "adam", "learning_rate": 0.01},
         "training": {"global_batch_size": 40, "epochs": 2}}
 job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
-deadline = time.time() + 120
-while (status := json.loads(call("GET", f"/v1/jobs/{job}")))["state"] != "SUCCEEDED":
-    assert status["state"] not in ("FAILED", "CANCELLED") and time.time() < deadline, status
-    time.sleep(0.3)
+wait_succeeded(job)
 ages = [{k: v for k, v in rec.items() if k != "age"} | {"decision": ["approved", "declined", None][i % 3]}
         for i, rec in enumerate(records)]
 answer = []
@@ -327,10 +327,7 @@ spec = {"name": "table-clicks", "dataset": {"name": "onnx-clicks"},
         "loss": "binary_cross_entropy",
         "optimizer": {"type": "adagrad", "learning_rate": 0.05}, "training": {"global_batch_size": 100, "epochs": 2}}
 job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
-deadline = time.time() + 120
-while (status := json.loads(call("GET", f"/v1/jobs/{job}")))["state"] != "SUCCEEDED":
-    assert status["state"] not in ("FAILED", "CANCELLED") and time.time() < deadline, status
-    time.sleep(0.3)
+wait_succeeded(job)
 click_records = []
 for i, row in enumerate(test_x):
     record = {f"n{j}": float(row[j]) for j in range(clicklog.NUMERIC)}
