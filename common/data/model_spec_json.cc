@@ -164,6 +164,10 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.input_dim = read_int(r.required("input_dim"), r.field_path("input_dim"), 1, int64_t{1} << 24);
       layer.output_dim = read_int(r.required("output_dim"), r.field_path("output_dim"), 1, 65536);
       layer.sparse = r.boolean("sparse", layer.input_dim * layer.output_dim > kSparseTableDefault);
+      if (const json::value* c = r.optional("combiner")) {
+        layer.combiner = read_enum<Combiner>(*c, r.field_path("combiner"),
+                                             {{"none", Combiner::kNone}, {"sum", Combiner::kSum}, {"mean", Combiner::kMean}});
+      }
       break;
     case LayerType::kSlice:
       layer.begin = read_int(r.required("begin"), r.field_path("begin"), 0, int64_t{1} << 24);
@@ -275,6 +279,7 @@ json::object model_spec_to_object(const ModelSpec& model) {
         o["input_dim"] = l.input_dim;
         o["output_dim"] = l.output_dim;
         if (l.sparse != (l.input_dim * l.output_dim > kSparseTableDefault)) o["sparse"] = l.sparse;
+        if (l.combiner != Combiner::kNone) o["combiner"] = l.combiner == Combiner::kSum ? "sum" : "mean";
         break;
       case LayerType::kSlice:
         o["begin"] = l.begin;

@@ -19,8 +19,9 @@ namespace json = boost::json;
 
 uint32_t FittedColumn::width() const {
   if (dropped) return 0;
-  const uint32_t values =
-      type == ColumnType::kCategorical && !ids && bins == 0 ? static_cast<uint32_t>(categories.size()) + 1 : 1;
+  const uint32_t values = bins > 0 && this->values > 0                       ? this->values
+                          : type == ColumnType::kCategorical && !ids && bins == 0 ? static_cast<uint32_t>(categories.size()) + 1
+                                                                                   : 1;
   return values + (indicator ? 1 : 0);
 }
 
@@ -34,7 +35,9 @@ std::vector<std::string> FittedPreprocessing::feature_names() const {
   std::vector<std::string> names;
   for (const FittedColumn& c : columns) {
     if (c.dropped) continue;
-    if (c.bins > 0) {
+    if (c.bins > 0 && c.values > 0) {
+      for (uint32_t j = 0; j < c.values; ++j) names.push_back(c.name + "=(hash " + std::to_string(j) + ")");
+    } else if (c.bins > 0) {
       names.push_back(c.name + "=(hash)");
     } else if (c.type == ColumnType::kCategorical && c.ids) {
       names.push_back(c.name + "=(id)");
@@ -69,6 +72,8 @@ Resolved resolve(const PreprocessingSpec& spec, const TableColumn& column) {
     if (s.max_categories) r.max_categories = *s.max_categories;
     if (s.encode) r.encode = *s.encode;
     if (s.num_bins) r.num_bins = *s.num_bins;
+    if (s.separator) r.separator = *s.separator;
+    if (s.max_values) r.max_values = *s.max_values;
     r.drop = r.drop || s.drop;
   };
   apply(*type);
@@ -94,6 +99,14 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
     throw SpecError(path + "/encode", "'" + column.name + "' is boolean: hash a categorical or numeric (integer id) column");
   }
   if (hashed && !s.num_bins) throw SpecError(path + "/num_bins", "encode \"hash\" needs num_bins (1 to 16777216)");
+  if ((s.separator || s.max_values) && (!hashed || column.type != ColumnType::kCategorical)) {
+    throw SpecError(path + (s.separator ? "/separator" : "/max_values"),
+                    "'" + column.name + "': a multi-valued column is a categorical column with encode \"hash\"");
+  }
+  if (s.separator.has_value() != s.max_values.has_value()) {
+    throw SpecError(path + (s.separator ? "/max_values" : "/separator"),
+                    "a multi-valued column needs both separator and max_values (1 to 256)");
+  }
   if (hashed && (s.impute || s.scale || s.fill_value)) {
     throw SpecError(path + (s.impute ? "/impute" : s.scale ? "/scale" : "/fill_value"),
                     "'" + column.name + "' is hashed: a missing value is its own id (the empty string's bin), nothing is scaled");
@@ -115,6 +128,10 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
 
 // The crosses name stored columns, two or more, each once; returns their count.
 uint32_t check_crosses(const PreprocessingSpec& spec, const TableSchema& train) {
+  const auto multi_valued = [&](const std::string& name) {
+    const auto it = spec.columns.find(name);
+    return it != spec.columns.end() && it->second.separator.has_value();
+  };
   const std::vector<const TableColumn*> stored = train.stored_columns();
   for (size_t i = 0; i < spec.crosses.size(); ++i) {
     const CrossSpec& x = spec.crosses[i];
@@ -123,6 +140,9 @@ uint32_t check_crosses(const PreprocessingSpec& spec, const TableSchema& train) 
       const bool known = std::any_of(stored.begin(), stored.end(), [&](const TableColumn* c) { return c->name == x.columns[j]; });
       if (!known) {
         throw SpecError(path + "/columns/" + std::to_string(j), "'" + x.columns[j] + "' is not a stored feature column of the dataset");
+      }
+      if (multi_valued(x.columns[j])) {
+        throw SpecError(path + "/columns/" + std::to_string(j), "'" + x.columns[j] + "' is multi-valued: it cannot be crossed");
       }
       if (std::find(x.columns.begin(), x.columns.begin() + static_cast<std::ptrdiff_t>(j), x.columns[j]) != x.columns.begin() + static_cast<std::ptrdiff_t>(j)) {
         throw SpecError(path + "/columns/" + std::to_string(j), "'" + x.columns[j] + "' is crossed twice");
@@ -160,7 +180,9 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
       throw SpecError("/preprocessing/" + std::string(column_type_name(c->type)) + "/num_bins",
                       "encode \"hash\" needs num_bins (column '" + c->name + "')");
     }
-    if ((c->type == ColumnType::kCategorical && r.encode == Encoding::kIds) || r.encode == Encoding::kHash) {
+    if (r.encode == Encoding::kHash && r.max_values > 0) {
+      width += r.max_values;
+    } else if ((c->type == ColumnType::kCategorical && r.encode == Encoding::kIds) || r.encode == Encoding::kHash) {
       width += 1;
     } else if (c->type == ColumnType::kCategorical) {
       width += std::min<uint32_t>(r.max_categories, static_cast<uint32_t>(c->categories.size())) + 1;
@@ -173,6 +195,37 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
   if (width == 0) throw SpecError("/preprocessing", "drops every column: the model would have no input");
   return width;
 }
+
+namespace {
+
+// Calls `each` with the first `max` non-empty pieces of `cell` split on `separator` (trimmed of
+// spaces and tabs), in order; returns how many.
+size_t split_values(std::string_view cell, std::string_view separator, size_t max,
+                    const std::function<void(std::string_view)>& each) {
+  size_t n = 0;
+  size_t from = 0;
+  while (n < max && from <= cell.size()) {
+    const size_t at = separator.empty() ? std::string_view::npos : cell.find(separator, from);
+    std::string_view piece = cell.substr(from, at == std::string_view::npos ? std::string_view::npos : at - from);
+    while (!piece.empty() && (piece.front() == ' ' || piece.front() == '\t')) piece.remove_prefix(1);
+    while (!piece.empty() && (piece.back() == ' ' || piece.back() == '\t')) piece.remove_suffix(1);
+    if (!piece.empty()) {
+      each(piece);
+      ++n;
+    }
+    if (at == std::string_view::npos) break;
+    from = at + separator.size();
+  }
+  return n;
+}
+
+// A multi-valued cell's `f.values` places: its pieces' bins, then kNoBin.
+void value_bins(const FittedColumn& f, std::string_view cell, uint32_t* bins) {
+  std::fill_n(bins, f.values, kNoBin);
+  split_values(cell, f.separator, f.values, [&](std::string_view piece) { *bins++ = fingerprint_bin(string_fingerprint(piece), f.bins); });
+}
+
+}  // namespace
 
 CategorySlots category_slots(const FittedPreprocessing& fitted, const TableSchema& schema) {
   const std::vector<const TableColumn*> stored = schema.stored_columns();
@@ -187,6 +240,13 @@ CategorySlots category_slots(const FittedPreprocessing& fitted, const TableSchem
     const FittedColumn& f = fitted.columns[k];
     if (f.type != ColumnType::kCategorical) continue;
     for (const std::string& name : stored[k]->categories) {
+      if (f.values > 0) {  // the cell's places
+        const size_t at = codes.slots[k].size();
+        codes.slots[k].resize(at + f.values, kNoBin);
+        value_bins(f, name, &codes.slots[k][at]);
+        codes.fingerprints[k].push_back(kMissingIdFingerprint);
+        continue;
+      }
       const auto it = std::lower_bound(f.categories.begin(), f.categories.end(), name);
       codes.slots[k].push_back(it != f.categories.end() && *it == name ? static_cast<uint32_t>(it - f.categories.begin())
                                                                        : static_cast<uint32_t>(f.categories.size()));
@@ -215,11 +275,16 @@ uint64_t stored_fingerprint(const FittedColumn& f, float v, const std::vector<ui
 }
 
 // One column's features from its stored value (NaN: missing), its category's slot (when
-// categorical and present) and its fingerprint (when hashed).
-float* apply_column(const FittedColumn& f, float v, uint32_t slot, uint64_t fingerprint, float* out) {
+// categorical and present), its fingerprint (when hashed) and a multi-valued cell's bins (null:
+// missing).
+float* apply_column(const FittedColumn& f, float v, uint32_t slot, uint64_t fingerprint, const uint32_t* bag, float* out) {
   if (f.dropped) return out;
-  const bool missing = std::isnan(v);
-  if (f.bins > 0) {
+  // A multi-valued cell is missing when it has no ids (a missing cell, "", "|", []): the one rule
+  // an exported graph, which sees only the places, can follow too.
+  const bool missing = f.values > 0 ? bag == nullptr || bag[0] == kNoBin : std::isnan(v);
+  if (f.values > 0) {
+    for (uint32_t j = 0; j < f.values; ++j) *out++ = bag == nullptr || bag[j] == kNoBin ? -1.0f : static_cast<float>(bag[j]);
+  } else if (f.bins > 0) {
     *out++ = static_cast<float>(fingerprint_bin(fingerprint, f.bins));
   } else if (f.type == ColumnType::kCategorical) {
     const uint32_t s = missing ? f.fill_category : slot;
@@ -265,13 +330,15 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots&
       const FittedColumn& f = fitted.columns[k];
       const float v = values[i * width + k];
       uint32_t slot = static_cast<uint32_t>(f.categories.size());
+      const uint32_t* bag = nullptr;
       if (f.type == ColumnType::kCategorical && !std::isnan(v)) {
         const auto code = static_cast<size_t>(v);
-        if (code < codes.slots[k].size()) slot = codes.slots[k][code];
+        if (f.values > 0 && code < codes.fingerprints[k].size()) bag = &codes.slots[k][code * f.values];
+        else if (code < codes.slots[k].size()) slot = codes.slots[k][code];
       }
       const bool wants_fingerprint = any_cross || f.bins > 0;
       if (wants_fingerprint) fingerprints[k] = stored_fingerprint(f, v, codes.fingerprints[k]);
-      out = apply_column(f, v, slot, fingerprints[k], out);
+      out = apply_column(f, v, slot, fingerprints[k], bag, out);
     }
     out = apply_crosses(fitted, fingerprints.data(), out);
   }
@@ -309,7 +376,24 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
     const auto bad = [&](const std::string& what) {
       return DataError("field '" + f.name + "': " + what);
     };
-    if (v != nullptr && !v->is_null()) {
+    std::vector<uint32_t> bag;
+    if (f.values > 0 && !v->is_null()) {  // a cell to split, or a list of its values
+      bag.assign(f.values, kNoBin);
+      if (v->is_array()) {
+        size_t n = 0;
+        for (const json::value& e : v->as_array()) {
+          if (!e.is_string() && !e.is_number()) throw bad("a list of ids holds strings or numbers, not " + json::serialize(e));
+          const std::string text = e.is_string() ? std::string(e.as_string()) : json::serialize(e);
+          if (n < f.values && !text.empty()) bag[n++] = fingerprint_bin(string_fingerprint(text), f.bins);
+        }
+      } else if (v->is_string()) {
+        if (missing_text(v->as_string())) bag.clear();  // missing, as the stored cell would be
+        else value_bins(f, v->as_string(), bag.data());
+      } else {
+        throw bad("must be a list of ids or a string of them split by '" + f.separator + "', not " + json::serialize(*v));
+      }
+      if (!bag.empty()) value = 0;
+    } else if (v != nullptr && !v->is_null()) {
       if (f.type == ColumnType::kCategorical) {
         std::string text;
         if (v->is_string()) text = std::string(v->as_string());
@@ -347,7 +431,7 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
       if (f.type != ColumnType::kCategorical && !std::isnan(value)) fingerprint = number_fingerprint(value);
     }
     fingerprints.push_back(fingerprint);
-    out = apply_column(f, value, slot, fingerprint, out);
+    out = apply_column(f, value, slot, fingerprint, bag.empty() ? nullptr : bag.data(), out);
   }
   apply_crosses(fitted, fingerprints.data(), out);
 }

@@ -16,6 +16,11 @@
 //             value's fingerprint among `num_bins` (common/data/id_hash.h: a category by its name,
 //             a number as the integer at or below it, a missing value as the empty string), so ids
 //             never seen in training have a bin too: Keras' `Hashing`.
+//             A categorical column with `separator` is multi-valued (tags, a user's last items:
+//             "drama|comedy"): its cell is split on the separator (pieces trimmed of spaces, empty
+//             ones skipped) and gives `max_values` features, the first pieces' bins in cell order,
+//             then -1 (padding: an `embedding` with a `combiner` skips it); a missing cell has no
+//             pieces. Such a column cannot be crossed.
 //   Crosses (`crosses`): one feature per cross, the bin among `num_bins` of the crossed columns'
 //             fingerprints folded left in the listed order (TF's crossed column), after every
 //             column's features; a cross may use dropped columns.
@@ -67,8 +72,13 @@ struct ColumnSteps {
   std::optional<uint32_t> max_categories;  // categorical, at least 1
   std::optional<Encoding> encode;          // categorical (kHash: numeric too)
   std::optional<uint32_t> num_bins;        // encode "hash"
+  std::optional<std::string> separator;    // encode "hash", categorical: multi-valued cells
+  std::optional<uint32_t> max_values;      // with separator: the features (places) it gives
   bool drop = false;
 };
+
+// Most places of a multi-valued column.
+inline constexpr uint32_t kMaxValues = 256;
 
 // A feature cross: `columns` (two or more stored columns, in the order they fold) into `num_bins`.
 struct CrossSpec {
@@ -100,6 +110,9 @@ struct FittedColumn {
   uint32_t fill_category = 0;
   bool ids = false;  // categorical: one feature, the slot (encode "ids"), instead of one-hot
   uint32_t bins = 0;  // encode "hash": one feature, the fingerprint's bin among `bins` (0: not hashed)
+  // Multi-valued (hashed, categorical): the cell split on `separator` into `values` places.
+  std::string separator;
+  uint32_t values = 0;  // 0: single-valued
 
   uint32_t width() const;  // features it gives (0 when dropped)
 };
@@ -122,7 +135,7 @@ struct FittedPreprocessing {
 
   uint32_t width() const;
   // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)", "plan=(id)",
-  // "user=(hash)", "island_x_sex=(cross)".
+  // "user=(hash)", "tags=(hash 0)" ... "tags=(hash 3)", "island_x_sex=(cross)".
   std::vector<std::string> feature_names() const;
 };
 
@@ -159,7 +172,9 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& s
 
 // `schema`'s category codes mapped once, for a reader that applies the steps batch after batch:
 // for each stored column, each code's slot (its one-hot slot, categories.size() for other; a
-// hashed column's bin) and, for categorical columns, each code's fingerprint (hashing, crosses).
+// multi-valued column's `values` bins, kNoBin for padding) and, for categorical columns, each
+// code's fingerprint (hashing, crosses).
+inline constexpr uint32_t kNoBin = UINT32_MAX;
 struct CategorySlots {
   std::vector<std::vector<uint32_t>> slots;         // per stored column (empty: not categorical)
   std::vector<std::vector<uint64_t>> fingerprints;  // per stored column (empty: not categorical)

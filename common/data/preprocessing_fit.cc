@@ -210,6 +210,10 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
     f.dropped = r.drop;
     f.ids = c.categorical && r.encode == Encoding::kIds;
     f.bins = r.encode == Encoding::kHash ? r.num_bins : 0;
+    if (f.bins > 0 && c.categorical && r.max_values > 0) {
+      f.separator = r.separator;
+      f.values = r.max_values;
+    }
     f.indicator = r.indicator && k < train_stored.size() && train_stored[k]->profile.missing > 0;
     if (f.dropped || f.bins > 0) {
       fitted.columns.push_back(std::move(f));

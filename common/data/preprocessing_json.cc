@@ -61,6 +61,15 @@ ColumnSteps read_steps(const json::value& v, const std::string& path, bool allow
   if (const json::value* x = r.optional("num_bins")) {
     s.num_bins = static_cast<uint32_t>(read_int(*x, r.field_path("num_bins"), 1, kMaxHashBins));
   }
+  if (const json::value* x = r.optional("separator")) {
+    if (!allow_drop) throw SpecError(r.field_path("separator"), "a multi-valued column is said under /preprocessing/columns");
+    s.separator = read_string(*x, r.field_path("separator"));
+    if (s.separator->empty() || s.separator->size() > 16) throw SpecError(r.field_path("separator"), "must be 1 to 16 bytes");
+  }
+  if (const json::value* x = r.optional("max_values")) {
+    if (!allow_drop) throw SpecError(r.field_path("max_values"), "a multi-valued column is said under /preprocessing/columns");
+    s.max_values = static_cast<uint32_t>(read_int(*x, r.field_path("max_values"), 1, kMaxValues));
+  }
   if (s.encode == Encoding::kHash && !s.num_bins) throw SpecError(r.field_path("num_bins"), "encode \"hash\" needs num_bins (1 to 16777216)");
   if (s.num_bins && s.encode != Encoding::kHash) throw SpecError(r.field_path("num_bins"), "applies to encode \"hash\"");
   if (const json::value* x = r.optional("drop")) {
@@ -84,6 +93,8 @@ json::object steps_to_object(const ColumnSteps& s) {
   if (s.max_categories) o["max_categories"] = *s.max_categories;
   if (s.encode) o["encode"] = *s.encode == Encoding::kIds ? "ids" : *s.encode == Encoding::kHash ? "hash" : "one_hot";
   if (s.num_bins) o["num_bins"] = *s.num_bins;
+  if (s.separator) o["separator"] = *s.separator;
+  if (s.max_values) o["max_values"] = *s.max_values;
   if (s.drop) o["drop"] = true;
   return o;
 }
@@ -181,6 +192,10 @@ std::string fitted_to_json(const FittedPreprocessing& fitted) {
       o["dropped"] = true;
     } else if (c.bins > 0) {
       o["bins"] = c.bins;
+      if (c.values > 0) {
+        o["separator"] = c.separator;
+        o["values"] = c.values;
+      }
     } else if (c.type == ColumnType::kCategorical) {
       json::array cats;
       for (const std::string& k : c.categories) cats.push_back(json::string(k));
@@ -244,6 +259,13 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
         const auto bins = b->to_number<uint64_t>();
         if (bins == 0 || bins > kMaxHashBins) throw DataError("preprocessing: column '" + c.name + "' has bad bins");
         c.bins = static_cast<uint32_t>(bins);
+        if (const json::value* n = o.if_contains("values")) {
+          c.values = static_cast<uint32_t>(n->to_number<uint64_t>());
+          c.separator = std::string(o.at("separator").as_string());
+          if (c.values == 0 || c.values > kMaxValues || c.separator.empty() || c.type != ColumnType::kCategorical) {
+            throw DataError("preprocessing: column '" + c.name + "' has bad values or separator");
+          }
+        }
       } else if (!c.dropped && c.type == ColumnType::kCategorical) {
         for (const json::value& k : o.at("categories").as_array()) c.categories.emplace_back(k.as_string());
         c.fill_category = static_cast<uint32_t>(o.at("fill_category").to_number<uint64_t>());

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/data/preprocessing.h"
 
@@ -19,6 +20,8 @@ struct Resolved {
   uint32_t max_categories = kDefaultMaxCategories;
   Encoding encode = Encoding::kOneHot;
   uint32_t num_bins = 0;  // encode kHash
+  std::string separator;  // multi-valued (encode kHash, categorical)
+  uint32_t max_values = 0;
   bool drop = false;
 };
 

@@ -401,7 +401,7 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         } else {
           parameters += layer.input_dim * layer.output_dim;
         }
-        out = {in[0], layer.output_dim};
+        out = layer.combiner == Combiner::kNone ? Shape{in[0], layer.output_dim} : Shape{layer.output_dim};
         break;
       case LayerType::kSlice:
         if (in.size() != 1) throw SpecError(path + "/type", "slice needs a flat input of features but gets " + shape_string(in));

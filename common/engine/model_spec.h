@@ -76,6 +76,8 @@ const char* layer_type_name(LayerType type);
 const char* activation_name(Activation activation);
 const char* padding_name(Padding padding);
 
+enum class Combiner { kNone, kSum, kMean };
+
 struct LayerSpec {
   LayerType type = LayerType::kDense;
   // The layer graph (Keras' functional API): a layer may have a name, and may name its inputs
@@ -115,6 +117,12 @@ struct LayerSpec {
   // only the rows its batch touches. The spec's default: sparse when the table holds more than
   // kSparseTableDefault parameters.
   bool sparse = false;
+  // embedding: how an example's ids become one vector (Keras-style `combiner`, TF's
+  // embedding_lookup_sparse): none gives a row per id ([n, output_dim]); sum and mean give one
+  // [output_dim] vector, the rows of the ids at or above 0 summed in input order (mean: divided by
+  // their count; none at all: zeros). A negative id is padding (a multi-valued column's unused
+  // places), which only a combiner accepts.
+  Combiner combiner = Combiner::kNone;
   int64_t begin = 0, size = 0;                          // slice: the features [begin, begin + size)
   float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
   bool self_interaction = false;        // dot_interaction: each input's dot with itself too

@@ -123,6 +123,21 @@ class Exporter {
     std::vector<std::string> parts;
     for (const FittedColumn& f : fitted.columns) {
       if (f.dropped) continue;
+      if (f.values > 0) {  // the pieces' fingerprints, -1 for padding: their bins, -1 kept
+        const std::string none = g_.int64s("padding", {-1});
+        const std::string padded = g_.op("Less", {f.name, g_.int64s("zero_id", {0})}, "padded");
+        const std::string bins = g_.op("Where", {padded, none, g_.op("Mod", {f.name, g_.int64s("bins", {static_cast<int64_t>(f.bins)})})}, "bins");
+        const std::string as_float = g_.fresh("bins_float");
+        GraphBuilder::integer(g_.node("Cast", {bins}, as_float), "to", onnx::TensorProto::FLOAT);
+        parts.push_back(as_float);
+        if (f.indicator) {  // no ids: the first place is padding
+          const std::string first = g_.op("Slice", {padded, g_.int64s("starts", {0}), g_.int64s("ends", {1}), g_.int64s("axes", {1})}, "first");
+          const std::string indicator = g_.fresh("indicator");
+          GraphBuilder::integer(g_.node("Cast", {first}, indicator), "to", onnx::TensorProto::FLOAT);
+          parts.push_back(indicator);
+        }
+        continue;
+      }
       if (f.bins > 0) {  // the input is the value's fingerprint (pstrain.ids.fingerprint): its bin
         parts.push_back(bin_feature(f.name, f.bins));
         if (f.indicator) {
@@ -405,9 +420,27 @@ class Exporter {
       }
       case LayerType::kEmbedding: {
         const std::string ids = g_.fresh("ids");
-        GraphBuilder::integer(g_.node("Cast", {x.name}, ids), "to", onnx::TensorProto::INT64);
         const std::string table = g_.floats("embeddings", {l.input_dim, l.output_dim}, tensor(p + "embeddings"));
-        return {g_.op("Gather", {table, ids}, "embedding"), out, false};
+        if (l.combiner == Combiner::kNone) {
+          GraphBuilder::integer(g_.node("Cast", {x.name}, ids), "to", onnx::TensorProto::INT64);
+          return {g_.op("Gather", {table, ids}, "embedding"), out, false};
+        }
+        // A bag: the rows of the ids at or above 0, summed (mean: over their count, at least 1).
+        const std::string zero = g_.floats("zero", {}, {0.0f});
+        const std::string present = g_.fresh("present");
+        GraphBuilder::integer(g_.node("Cast", {g_.op("GreaterOrEqual", {x.name, zero})}, present), "to",
+                              onnx::TensorProto::FLOAT);
+        GraphBuilder::integer(g_.node("Cast", {g_.op("Max", {x.name, zero})}, ids), "to", onnx::TensorProto::INT64);
+        const std::string rows = g_.op("Gather", {table, ids}, "bag_rows");
+        const std::string masked = g_.op("Mul", {rows, g_.op("Unsqueeze", {present, g_.int64s("axes", {2})})});
+        std::string y = g_.fresh("bag");
+        GraphBuilder::integer(g_.node("ReduceSum", {masked, g_.int64s("axes", {1})}, y), "keepdims", 0);
+        if (l.combiner == Combiner::kMean) {
+          const std::string count = g_.fresh("count");
+          GraphBuilder::integer(g_.node("ReduceSum", {present, g_.int64s("axes", {1})}, count), "keepdims", 1);
+          y = g_.op("Div", {y, g_.op("Max", {count, g_.floats("one", {}, {1.0f})})}, "bag_mean");
+        }
+        return {y, out, false};
       }
       case LayerType::kSlice: {
         const std::string y = g_.op("Slice", {x.name, g_.int64s("starts", {l.begin}), g_.int64s("ends", {l.begin + l.size}),
@@ -519,7 +552,7 @@ std::string export_onnx(const OnnxExport& what) {
     ml->set_version(2);  // LabelEncoder with int64 values
     for (const FittedColumn& c : what.preprocessing->columns) {
       if (c.dropped) continue;
-      set_type(graph->add_input(), c.name, {1},
+      set_type(graph->add_input(), c.name, {c.values > 0 ? static_cast<int64_t>(c.values) : 1},
                c.bins > 0                            ? onnx::TensorProto::INT64
                : c.type == ColumnType::kCategorical ? onnx::TensorProto::STRING
                                                      : onnx::TensorProto::FLOAT);

@@ -23,12 +23,13 @@ for (const name of names) {
   const feeds = {};
   if (meta.columns) {
     // A table model: one [N, 1] input per column, strings for categories, NaN for a missing number,
-    // int64 fingerprints for hashed columns and crosses (below 2^48: exact as JSON numbers).
+    // int64 fingerprints for hashed columns and crosses (below 2^48: exact as JSON numbers); a
+    // multi-valued column's values are rows of `width` fingerprints (-1: unused places).
     for (const [column, spec] of Object.entries(meta.columns)) {
       feeds[column] = spec.type === "string"
         ? new ort.Tensor("string", spec.values.map((v) => v ?? ""), [meta.count, 1])
         : spec.type === "int64"
-          ? new ort.Tensor("int64", BigInt64Array.from(spec.values, (v) => BigInt(v)), [meta.count, 1])
+          ? new ort.Tensor("int64", BigInt64Array.from(spec.values.flat(), (v) => BigInt(v)), [meta.count, spec.width ?? 1])
           : new ort.Tensor("float32", Float32Array.from(spec.values, (v) => v ?? NaN), [meta.count, 1]);
     }
   } else {

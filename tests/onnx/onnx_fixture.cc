@@ -40,19 +40,21 @@ void write_floats(const std::string& path, const std::vector<float>& v) {
   out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
 }
 
-// The features a slice feeds to an embedding read ids: [begin, begin + size) -> input_dim.
+// The features a slice feeds to an embedding read ids: [begin, begin + size) -> input_dim, or
+// -input_dim where the embedding has a combiner (its ids may be padding: -1).
 std::vector<std::pair<int64_t, int64_t>> id_features(const ModelSpec& spec) {
   std::vector<std::pair<int64_t, int64_t>> ids;
   for (const LayerSpec& l : spec.layers) {
     if (l.type != LayerType::kEmbedding) continue;
+    const int64_t dim = l.combiner == Combiner::kNone ? l.input_dim : -l.input_dim;
     for (const LayerSpec& s : spec.layers) {
       const bool feeds = !l.inputs.empty() && s.name == l.inputs[0] && s.type == LayerType::kSlice;
       if (feeds) {
-        for (int64_t f = s.begin; f < s.begin + s.size; ++f) ids.emplace_back(f, l.input_dim);
+        for (int64_t f = s.begin; f < s.begin + s.size; ++f) ids.emplace_back(f, dim);
       }
     }
     if (l.inputs.empty() || l.inputs[0] == "input") {
-      for (int64_t f = 0; f < num_elements(spec.input_shape); ++f) ids.emplace_back(f, l.input_dim);
+      for (int64_t f = 0; f < num_elements(spec.input_shape); ++f) ids.emplace_back(f, dim);
     }
   }
   return ids;
@@ -95,7 +97,11 @@ int main(int argc, char** argv) {
     std::vector<float> raw(static_cast<size_t>(width * count));
     for (float& v : raw) v = images ? std::floor(unit(rng) * 256.0f) : 4.0f * unit(rng) - 2.0f;
     for (const auto& [feature, dim] : id_features(spec)) {
-      for (int64_t b = 0; b < count; ++b) raw[static_cast<size_t>(b * width + feature)] = std::floor(unit(rng) * static_cast<float>(dim));
+      for (int64_t b = 0; b < count; ++b) {
+        float& v = raw[static_cast<size_t>(b * width + feature)];
+        v = std::floor(unit(rng) * static_cast<float>(std::abs(dim)));
+        if (dim < 0 && unit(rng) < 0.4f) v = -1.0f;  // padding, 40% (some examples all padding)
+      }
     }
     std::vector<float> seen(raw.size());
     for (size_t k = 0; k < raw.size(); ++k) seen[k] = raw[k] * scale;

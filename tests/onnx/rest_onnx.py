@@ -254,6 +254,72 @@ with open(os.path.join(out, "table-hashed.rest.json"), "w") as f:
     json.dump({"count": len(records), "columns": columns, "output": "probabilities", "width": 2}, f)
 print("table-hashed.rest")
 
+# A multi-valued column (issue 51): each record's tags ("a|b|c", some empty, unseen tags in
+# test) hashed into 4 places, a mean bag and a sum bag of them, with the numbers. :predict gets the
+# cell's text or a list of its ids; the ONNX graph the pieces' fingerprints, -1 for unused places.
+TAGS = [f"t{k}" for k in range(30)]
+
+
+def tagged(count, seed, unseen):
+    r = np.random.default_rng(seed)
+    rows = []
+    for i in range(count):
+        tags = [TAGS[int(k)] for k in r.integers(0, len(TAGS), size=int(r.integers(0, 6)))]
+        if unseen and i % 4 == 0:
+            tags.append(f"new{i}")
+        x = float(r.normal())
+        score = sum(1 if int(t[1:]) % 3 == 0 else -1 for t in tags if t[1:].isdigit()) + x
+        rows.append({"tags": "|".join(tags), "x": x, "label": "yes" if score > 0 else "no"})
+    return rows
+
+
+def tagged_csv(rows):
+    return ("tags,x,label\n" + "".join(f"{r['tags']},{r['x']!r},{r['label']}\n" for r in rows)).encode()
+
+
+call("PUT", "/v1/datasets/onnx-tags/train?label=label", tagged_csv(tagged(600, 7, False)), "text/csv")
+call("PUT", "/v1/datasets/onnx-tags/test?label=label", tagged_csv(tagged(100, 8, False)), "text/csv")
+spec = {"name": "table-tags", "dataset": {"name": "onnx-tags"},
+        "preprocessing": {"columns": {"tags": {"encode": "hash", "num_bins": 64, "separator": "|", "max_values": 4}}},
+        "model": {"input_shape": [6], "seed": 7, "layers": [
+            {"name": "tags", "type": "slice", "inputs": ["input"], "begin": 0, "size": 4},
+            {"name": "tag_mean", "type": "embedding", "inputs": ["tags"], "input_dim": 64, "output_dim": 4, "combiner": "mean"},
+            {"name": "tag_sum", "type": "embedding", "inputs": ["tags"], "input_dim": 64, "output_dim": 2, "combiner": "sum",
+             "sparse": True},
+            {"name": "rest", "type": "slice", "inputs": ["input"], "begin": 4, "size": 2},
+            {"name": "all", "type": "concatenate", "inputs": ["tag_mean", "tag_sum", "rest"]},
+            {"type": "dense", "units": 8, "activation": "relu"},
+            {"type": "dense", "units": 2}]},
+        "optimizer": {"type": "adagrad", "learning_rate": 0.1}, "training": {"global_batch_size": 40, "epochs": 3}}
+job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
+wait_succeeded(job)
+tag_records = tagged(1000, 9, True)
+instances = [{"tags": r["tags"] if i % 2 else [t for t in r["tags"].split("|") if t], "x": r["x"]}
+             for i, r in enumerate(tag_records)]
+answer = []
+for start in range(0, len(instances), 500):
+    body = json.dumps({"instances": instances[start:start + 500]}).encode()
+    answer += json.loads(call("POST", f"/v1/models/{job}:predict", body))["predictions"]
+with open(os.path.join(out, "table-tags.rest.onnx"), "wb") as f:
+    f.write(call("GET", f"/v1/models/{job}/file?format=onnx"))
+names = sorted(answer[0]["probabilities"])
+np.asarray([[p["probabilities"][n] for n in names] for p in answer],
+           dtype=np.float32).tofile(os.path.join(out, "table-tags.rest.expected.f32"))
+
+
+def places(cell, k=4):
+    fp = [ids.fingerprint(t) for t in cell.split("|") if t][:k]
+    return fp + [-1] * (k - len(fp))
+
+
+columns = {
+    "tags": {"type": "int64", "width": 4, "values": [places(r["tags"]) for r in tag_records]},
+    "x": {"type": "float", "values": [r["x"] for r in tag_records]},
+}
+with open(os.path.join(out, "table-tags.rest.json"), "w") as f:
+    json.dump({"count": len(tag_records), "columns": columns, "output": "probabilities", "width": 2}, f)
+print("table-tags.rest")
+
 # A regression table model (age from the other columns): its `values` against :predict's "value".
 call("PUT", "/v1/datasets/onnx-ages/train?label=age&task=regression", loans(400, 3), "text/csv")
 call("PUT", "/v1/datasets/onnx-ages/test?label=age&task=regression", loans(100, 4), "text/csv")

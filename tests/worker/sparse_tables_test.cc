@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/error.h"
@@ -52,13 +53,14 @@ LayerSpec slice(int64_t begin, int64_t size, std::string name) {
   return named(l, std::move(name), {"input"});
 }
 
-// [id, id, number]: both ids through one table of kRows rows of 4, the number beside them, into
-// 2 classes.
-ModelSpec ids_model(bool sparse) {
+// [id, id, number]: both ids through one table of kRows rows of 4 (a row each, or with a combiner
+// one vector of both; -1: padding), the number beside them, into 2 classes.
+ModelSpec ids_model(bool sparse, Combiner combiner = Combiner::kNone) {
   LayerSpec table = simple(LayerType::kEmbedding);
   table.input_dim = kRows;
   table.output_dim = 4;
   table.sparse = sparse;
+  table.combiner = combiner;
   ModelSpec spec;
   spec.input_shape = {3};
   spec.seed = 11;
@@ -72,8 +74,9 @@ ModelSpec ids_model(bool sparse) {
   return spec;
 }
 
-// Ids skewed toward the low rows (a few hot, many rare), the class from a hidden score of them.
-Split ids_split(const std::string& dataset, SplitKind kind) {
+// Ids skewed toward the low rows (a few hot, many rare), the class from a hidden score of them;
+// `padded`: a fifth of the second ids are -1 (a multi-valued column's unused place).
+Split make_ids_split(const std::string& dataset, SplitKind kind, bool padded) {
   Rng rng(kind == SplitKind::kTrain ? 21 : 22);
   Examples e;
   const int count = kind == SplitKind::kTrain ? 900 : 200;
@@ -82,19 +85,22 @@ Split ids_split(const std::string& dataset, SplitKind kind) {
       const float u = rng.uniform_float(0.0f, 1.0f);
       return static_cast<float>(static_cast<int64_t>(u * u * u * kRows));
     };
-    const float a = id(), b = id(), x = rng.uniform_float(-1.0f, 1.0f);
+    const float a = id(), x = rng.uniform_float(-1.0f, 1.0f);
+    const float b = padded && i % 5 == 3 ? -1.0f : id();
     e.inputs.insert(e.inputs.end(), {a, b, x});
-    const auto score = [](float id) { return static_cast<int64_t>(id) * 7919 % 13 < 6 ? 1.0f : -1.0f; };
+    const auto score = [](float id) { return id < 0 ? 0.0f : static_cast<int64_t>(id) * 7919 % 13 < 6 ? 1.0f : -1.0f; };
     e.labels.push_back(score(a) + score(b) + x > 0.0f ? 1 : 0);
   }
   return make_split(dataset, kind, as_parsed(e, {3}, Dtype::kFloat32, 2));
 }
+Split ids_split(const std::string& dataset, SplitKind kind) { return make_ids_split(dataset, kind, false); }
+Split padded_ids_split(const std::string& dataset, SplitKind kind) { return make_ids_split(dataset, kind, true); }
 
-JobSpec ids_job(bool sparse, OptimizerSpec optimizer) {
+JobSpec ids_job(bool sparse, OptimizerSpec optimizer, Combiner combiner = Combiner::kNone) {
   JobSpec spec;
   spec.dataset.name = "ids";
   spec.dataset.shuffle_seed = 4;
-  spec.model = ids_model(sparse);
+  spec.model = ids_model(sparse, combiner);
   spec.optimizer = optimizer;
   spec.training.global_batch_size = 32;
   spec.training.epochs = 3;
@@ -111,7 +117,7 @@ OptimizerSpec optimizer(OptimizerType type, float lr) {
 // Trained from the dense model's initial values (a sparse table's rows draw from streams of their
 // own, so the two models start apart otherwise), laid out by `spec`'s layout.
 TrainingResult train(const JobSpec& spec, int replicas) {
-  const ModelSpec dense_model = ids_model(false);
+  const ModelSpec dense_model = ids_model(false, spec.model.layers[1].combiner);
   const ParamLayout from = make_param_layout(dense_model), to = make_param_layout(spec.model);
   std::vector<float> start(from.total_size());
   glorot_uniform_init(from, dense_model.seed, start.data());
@@ -123,7 +129,7 @@ TrainingResult train(const JobSpec& spec, int replicas) {
   }
   initial.optimizer = optim::make_optimizer(spec.optimizer)->make_state(to.total_size());
   LocalTrainerOptions options;
-  options.load_split = ids_split;
+  options.load_split = spec.model.layers[1].combiner == Combiner::kNone ? ids_split : padded_ids_split;
   options.replicas = replicas;
   options.initial = &initial;
   return train_locally(spec, options);
@@ -226,9 +232,11 @@ TEST_CASE("sparse tables - the spec: the default by size, ids from the input onl
 }
 
 TEST_CASE("sparse tables - a step's compact rows carry the dense table's gradient, with 1 and 3 replicas") {
-  for (const int replicas : {1, 3}) {
+  for (const auto& [replicas, combiner] : {std::pair{1, Combiner::kNone}, std::pair{3, Combiner::kNone},
+                                           std::pair{1, Combiner::kMean}, std::pair{3, Combiner::kSum}}) {
     CAPTURE(replicas);
-    const ModelSpec dense_spec = ids_model(false), sparse_spec = ids_model(true);
+    CAPTURE(static_cast<int>(combiner));
+    const ModelSpec dense_spec = ids_model(false, combiner), sparse_spec = ids_model(true, combiner);
     nn::DataParallelModel<double> dense(dense_spec, 7, replicas), sparse(sparse_spec, 7, replicas);
     const ParamLayout& dl = dense.layout();
     const ParamLayout& sl = sparse.layout();
@@ -239,7 +247,10 @@ TEST_CASE("sparse tables - a step's compact rows carry the dense table's gradien
       const ParamInfo* q = sl.find(p.name);
       std::copy_n(dp.begin() + static_cast<std::ptrdiff_t>(p.offset), p.size, sp.begin() + static_cast<std::ptrdiff_t>(q->offset));
     }
-    const std::vector<double> inputs = {5, 7, 0.5, 7, 299, -0.25, 5, 5, 1.0, 0, 1, 0.0, 299, 6, 0.75, 8, 7, -1, 5, 0, 0.1};
+    std::vector<double> inputs = {5, 7, 0.5, 7, 299, -0.25, 5, 5, 1.0, 0, 1, 0.0, 299, 6, 0.75, 8, 7, -1, 5, 0, 0.1};
+    if (combiner != Combiner::kNone) {  // padding: a second id, and both ids of an example
+      inputs[1] = inputs[6] = inputs[7] = -1;
+    }
     const std::vector<int32_t> labels = {0, 1, 1, 0, 1, 0, 1};
     std::vector<double> dg(dl.total_size()), sg(sl.dense_size());
     const nn::LossResult a = dense.compute_gradients(dp.data(), inputs.data(), labels.data(), 7, dg.data());
@@ -299,6 +310,20 @@ TEST_CASE("sparse tables - the trainer: SGD, Adagrad and dense-semantics Adam eq
                                    adam_dense, momentum_dense}) {
       CAPTURE(std::string(optimizer_type_name(o.type)));
       const JobSpec d = ids_job(false, o), s = ids_job(true, o);
+      const TrainingResult rd = train(d, replicas), rs = train(s, replicas);
+      check_same_model(d, rd, s, rs);
+      CHECK(rs.epochs.back().test_accuracy > 0.6);
+    }
+  }
+}
+
+TEST_CASE("sparse tables - the trainer with combiners: sum and mean bags with padding equal a dense table bit for bit") {
+  for (const auto& [replicas, combiner] : {std::pair{1, Combiner::kMean}, std::pair{3, Combiner::kMean},
+                                           std::pair{3, Combiner::kSum}}) {
+    CAPTURE(replicas);
+    CAPTURE(static_cast<int>(combiner));
+    for (const OptimizerSpec& o : {optimizer(OptimizerType::kSgd, 0.1f), optimizer(OptimizerType::kAdagrad, 0.1f)}) {
+      const JobSpec d = ids_job(false, o, combiner), s = ids_job(true, o, combiner);
       const TrainingResult rd = train(d, replicas), rs = train(s, replicas);
       check_same_model(d, rd, s, rs);
       CHECK(rs.epochs.back().test_accuracy > 0.6);

@@ -171,12 +171,12 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
       case LayerType::kEmbedding: {
         const ParamInfo* table = layout_.find(prefix + "embeddings");
         if (table->sparse) {  // no gradient in the flat buffer: no first tensor for the stage
-          auto embedding = std::make_unique<Embedding<T>>(l.input_dim, l.output_dim, table->offset, true);
+          auto embedding = std::make_unique<Embedding<T>>(l.input_dim, l.output_dim, table->offset, true, l.combiner);
           sparse_embeddings_.push_back(embedding.get());
           value = add_stage(std::move(embedding), nullptr, inputs, in_size, out, nullptr, nullptr, nullptr);
           break;
         }
-        layer = std::make_unique<Embedding<T>>(l.input_dim, l.output_dim, table->offset);
+        layer = std::make_unique<Embedding<T>>(l.input_dim, l.output_dim, table->offset, false, l.combiner);
         kernel = table;  // the stage's first tensor (not a dense kernel: `dense` stays null)
         break;
       }

@@ -13,8 +13,9 @@ std::vector<SparseTable> sparse_tables(const ModelSpec& spec, const ParamLayout&
   const ModelGraph graph = model_graph(spec);
   for (size_t p = layout.dense_count(); p < layout.params().size(); ++p) {
     const ParamInfo& info = layout.params()[p];
-    tables.push_back({p, sparse_id_columns(spec, graph, static_cast<size_t>(info.layer_index)), info.shape[0],
-                      info.shape[1]});
+    const auto layer = static_cast<size_t>(info.layer_index);
+    tables.push_back({p, sparse_id_columns(spec, graph, layer), info.shape[0], info.shape[1],
+                      spec.layers[layer].combiner != Combiner::kNone});
   }
   return tables;
 }
@@ -27,6 +28,7 @@ void collect_ids(const SparseTable& table, const T* inputs, int64_t input_size, 
     const T* x = inputs + b * input_size + table.columns.begin;
     for (int64_t i = 0; i < table.columns.size; ++i) {
       const T v = x[i];
+      if (table.padding && v < T(0) && v == std::floor(v)) continue;
       if (!(v >= T(0) && v < static_cast<T>(table.rows)) || v != std::floor(v)) {
         throw Error("embedding: input " + std::to_string(static_cast<double>(v)) + " (value " +
                     std::to_string(table.columns.begin + i) + " of an example) is not an id in 0.." +

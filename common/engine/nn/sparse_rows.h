@@ -35,6 +35,7 @@ struct SparseTable {
   size_t param = 0;  // in the layout's params()
   IdColumns columns;
   int64_t rows = 0, dim = 0;
+  bool padding = false;  // its layer has a combiner: negative ids are padding, not rows
 };
 
 // The model's sparse tables, in layout order.
@@ -42,7 +43,8 @@ std::vector<SparseTable> sparse_tables(const ModelSpec& spec, const ParamLayout&
 
 // The ids `table` reads in `batch` examples of `inputs` (input_size values each, one example after
 // the other), ascending and distinct, into `ids`. Throws Error naming the first value that is not
-// an id of the table (an integer in [0, rows)).
+// an id of the table (an integer in [0, rows); or a negative integer, padding, where the table has
+// it).
 template <typename T>
 void collect_ids(const SparseTable& table, const T* inputs, int64_t input_size, int64_t batch, std::vector<uint32_t>& ids);
 

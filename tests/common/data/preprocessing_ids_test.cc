@@ -1,7 +1,7 @@
 // Ids in a table's preprocessing (preprocessing.h encode "hash", crosses): bins pinned to values
 // the Python client computes (clients/python/pstrain/ids.py), unseen ids in their own bins, a
 // missing value as the empty string's id, a number as the integer at or below it, a record by
-// field name equal to the stored row, the fitted JSON, the width known at submit, and the spec's
+// field name equal to the stored row, multi-valued cells, the fitted JSON, the width known at submit, and the spec's
 // errors naming their field.
 #include <doctest/doctest.h>
 
@@ -108,4 +108,57 @@ TEST_CASE("hashing and crosses: spec errors name their field") {
   CHECK(spec_path(R"({"crosses": [{"columns": ["user", "item"]}]})") == "/preprocessing/crosses/0/num_bins");
   CHECK(spec_path(R"({"crosses": [{"columns": ["user", "item"], "num_bins": 4, "bins": 3}]})") == "/preprocessing/crosses/0/bins");
   CHECK(spec_path(R"({"crosses": {"columns": ["user", "item"]}})") == "/preprocessing/crosses");
+}
+
+TEST_CASE("a multi-valued column: each cell's pieces hashed into max_values places, -1 for padding") {
+  // tags: pieces split on '|', trimmed; a missing cell; more pieces than places.
+  const ParsedExamples p = csv("tags,x,label\ndrama|comedy,1,a\n,2,b\na | b |c|drama,3,a\n|,4,b\n");
+  const PreprocessingSpec spec = spec_of(R"({"columns": {"tags": {"encode": "hash", "num_bins": 100, "separator": "|", "max_values": 3}},
+                                             "numeric": {"scale": "none"}})");
+  const FittedPreprocessing f = fit_preprocessing(spec, *p.table, *p.table, values(p), p.size());
+  REQUIRE(f.width() == 3 + 1 + 1);  // the places, the indicator (a missing cell), x
+  CHECK(preprocessed_width(spec, *p.table) == f.width());
+  CHECK(f.feature_names() == std::vector<std::string>{"tags=(hash 0)", "tags=(hash 1)", "tags=(hash 2)", "tags_missing", "x"});
+  // Known answers from pstrain.ids: fingerprint(t) % 100 for drama 0, comedy 80, a 36, b 31, c 96.
+  const std::vector<float> rows = apply_rows(f, p);
+  CHECK(rows == std::vector<float>{0, 80, -1, 0, 1, /**/ -1, -1, -1, 1, 2, /**/ 36, 31, 96, 0, 3, /**/ -1, -1, -1, 1, 4});
+  // Records: the cell's text or a list of its ids give the stored rows' features.
+  std::vector<float> out(f.width());
+  apply_preprocessing(f, json::parse(R"({"tags": ["drama", "comedy"], "x": 1})").as_object(), out.data());
+  CHECK(out == std::vector<float>(rows.begin(), rows.begin() + 5));
+  apply_preprocessing(f, json::parse(R"({"tags": "drama | comedy", "x": 1})").as_object(), out.data());
+  CHECK(out == std::vector<float>(rows.begin(), rows.begin() + 5));
+  for (const char* none : {R"({"tags": null, "x": 2})", R"({"tags": [], "x": 2})", R"({"tags": "", "x": 2})"}) {
+    apply_preprocessing(f, json::parse(none).as_object(), out.data());
+    CHECK(out == std::vector<float>(rows.begin() + 5, rows.begin() + 10));
+  }
+  apply_preprocessing(f, json::parse(R"({"tags": ["new", "a", "b", "c"], "x": 0})").as_object(), out.data());
+  CHECK(std::vector<float>(out.begin(), out.begin() + 3) == std::vector<float>{98, 36, 31});  // unseen "new" too
+  CHECK_THROWS_AS(apply_preprocessing(f, json::parse(R"({"tags": [{"a": 1}], "x": 0})").as_object(), out.data()), DataError);
+  CHECK_THROWS_AS(apply_preprocessing(f, json::parse(R"({"tags": true, "x": 0})").as_object(), out.data()), DataError);
+  // The fitted JSON keeps the places and the separator; the spec's JSON reads back.
+  CHECK(apply_rows(fitted_from_json(fitted_to_json(f)), p) == rows);
+  CHECK(json::serialize(preprocessing_to_object(read_preprocessing(preprocessing_to_object(spec)))) ==
+        json::serialize(preprocessing_to_object(spec)));
+  // Errors name the field.
+  auto path = [&](const std::string& text) { return width_error_path(text, *p.table); };
+  CHECK(path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "separator": "|"}}})") == "/preprocessing/columns/tags/max_values");
+  CHECK(path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "max_values": 2}}})") == "/preprocessing/columns/tags/separator");
+  CHECK(path(R"({"columns": {"tags": {"separator": "|", "max_values": 2}}})") == "/preprocessing/columns/tags/separator");
+  CHECK(path(R"({"columns": {"x": {"encode": "hash", "num_bins": 9, "separator": "|", "max_values": 2}}})") == "/preprocessing/columns/x/separator");
+  CHECK(path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "separator": "|", "max_values": 2}},
+                 "crosses": [{"columns": ["x", "tags"], "num_bins": 4}]})") == "/preprocessing/crosses/0/columns/1");
+  const auto spec_path = [](const std::string& text) -> std::string {
+    try {
+      spec_of(text);
+    } catch (const SpecError& e) {
+      return e.path();
+    }
+    return "(accepted)";
+  };
+  CHECK(spec_path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "separator": "|", "max_values": 257}}})") ==
+        "/preprocessing/columns/tags/max_values");
+  CHECK(spec_path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "separator": "", "max_values": 2}}})") ==
+        "/preprocessing/columns/tags/separator");
+  CHECK(spec_path(R"({"categorical": {"encode": "hash", "num_bins": 9, "separator": "|"}})") == "/preprocessing/categorical/separator");
 }

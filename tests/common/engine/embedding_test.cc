@@ -32,7 +32,51 @@ ModelSpec ids_model() {
   return spec;
 }
 
+// 4 ids per example (negative: padding) combined into one vector of 3, then 2 classes.
+ModelSpec bag_model(Combiner combiner) {
+  ModelSpec spec;
+  spec.input_shape = {4};
+  LayerSpec table = embedding(6, 3);
+  table.combiner = combiner;
+  spec.layers = {table, dense(2, false)};
+  return spec;
+}
+
 }  // namespace
+
+TEST_CASE("embedding combiners by hand: sum and mean skip padding, an example of padding only gives zeros") {
+  for (const Combiner c : {Combiner::kSum, Combiner::kMean}) {
+    CAPTURE(static_cast<int>(c));
+    Model<double> model(bag_model(c), 3);
+    CHECK(infer_shapes(bag_model(c))[0] == Shape{3});
+    std::vector<double> params(model.layout().total_size(), 0.0);
+    const ParamInfo* table = model.layout().find("layers.0.embeddings");
+    for (size_t k = 0; k < 18; ++k) params[table->offset + k] = static_cast<double>(k);  // row r: 3r, 3r+1, 3r+2
+    const ParamInfo* kernel = model.layout().find("layers.1.kernel");  // [3, 2]: pass values 0 and 2
+    params[kernel->offset + 0 * 2 + 0] = 1;
+    params[kernel->offset + 2 * 2 + 1] = 1;
+    const std::vector<double> ids = {1, -1, 4, 4, /**/ -1, -1, -1, -1, /**/ 5, -1, -1, -1};
+    const auto y = model.forward(params.data(), ids.data(), 3);
+    // Example 0: rows 1, 4, 4 -> (3 + 12 + 12, 5 + 14 + 14); mean over 3 ids.
+    const std::vector<double> want = c == Combiner::kSum ? std::vector<double>{27, 33, 0, 0, 15, 17}
+                                                         : std::vector<double>{9, 11, 0, 0, 15, 17};
+    CHECK(std::vector<double>(y.data(), y.data() + 6) == want);
+  }
+  // Without a combiner a negative id is no id.
+  Model<float> plain(ids_model(), 1);
+  std::vector<float> params(plain.layout().total_size(), 0.0f);
+  const std::vector<float> padded = {0, -1, 1};
+  CHECK_THROWS_AS(plain.forward(params.data(), padded.data(), 1), Error);
+}
+
+TEST_CASE("embedding combiners' table gradient: finite differences with padding and repeated ids") {
+  for (const Combiner c : {Combiner::kSum, Combiner::kMean}) {
+    CAPTURE(static_cast<int>(c));
+    check_gradients(bag_model(c), 4, 602, GradientCheck{{}, [](Problem& p) {
+                      p.inputs = {0, 1, 1, -1, /**/ 5, -1, 5, 5, /**/ -1, -1, -1, -1, /**/ 2, 3, 4, 0};
+                    }});
+  }
+}
 
 TEST_CASE("embedding by hand: each id becomes its row, in order") {
   Model<double> model(ids_model(), 2);
@@ -95,6 +139,14 @@ TEST_CASE("embedding in JSON: input_dim and output_dim required, a flat input of
   const ModelSpec spec = parse_model_spec(R"({"input_shape": [3], "layers": [
       {"type": "embedding", "input_dim": 10, "output_dim": 4}, {"type": "flatten"}, {"type": "dense", "units": 2}]})");
   CHECK(parse_model_spec(model_spec_to_json(spec)).layers[0].output_dim == 4);
+  CHECK(parse_model_spec(model_spec_to_json(spec)).layers[0].combiner == Combiner::kNone);
+  // combiner: one vector per example; the JSON keeps it.
+  const ModelSpec bag = parse_model_spec(R"({"input_shape": [3], "layers": [
+      {"type": "embedding", "input_dim": 10, "output_dim": 4, "combiner": "mean"}, {"type": "dense", "units": 2}]})");
+  CHECK(infer_shapes(bag)[0] == Shape{4});
+  CHECK(parse_model_spec(model_spec_to_json(bag)).layers[0].combiner == Combiner::kMean);
+  CHECK(error("[3]", R"({"type": "embedding", "input_dim": 10, "output_dim": 4, "combiner": "max"})").find(
+            "/model/layers/0/combiner ") == 0);
 }
 
 namespace {
