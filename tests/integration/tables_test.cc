@@ -209,6 +209,26 @@ std::string loans(int rows, uint32_t seed) {
   return out;
 }
 
+// Tagged rows: up to 3 tags of 12 ("t0|t5", some rows none) and a number; the label yes when
+// the tags divisible by 3 outweigh the others, with the number as noise.
+std::string tagged(int rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::string out = "tags,x,label\n";
+  for (int i = 0; i < rows; ++i) {
+    std::string tags;
+    int score = 0;
+    for (int k = static_cast<int>(rng() % 4); k > 0; --k) {
+      const int t = static_cast<int>(rng() % 12);
+      tags += (tags.empty() ? "t" : "|t") + std::to_string(t);
+      score += t % 3 == 0 ? 2 : -1;
+    }
+    const double x = u(rng) - 0.5;
+    out += tags + "," + std::to_string(x) + "," + (score + x > 0 ? "yes" : "no") + "\n";
+  }
+  return out;
+}
+
 std::vector<float> params_of(const std::string& spec_json, const std::string& file) {
   return decode_model_state(make_param_layout(parse_job_spec(spec_json).model), file).params;
 }
@@ -392,7 +412,7 @@ TEST_CASE("tables: a category as ids through a slice into an embedding trains on
   check_problem(get(port, "/v1/models/" + clash + "/file?format=onnx"), 422, "export-unsupported", "/preprocessing/columns/logits");
 }
 
-TEST_CASE("tables: a DLRM-style model (bottom MLP, hashed ids and a cross into sparse embedding tables, pairwise dots, top MLP) trains on a cluster exactly as standalone, and predict unseen ids by field name") {
+TEST_CASE("tables: a DLRM-style model (bottom MLP, hashed ids and a cross into sparse embedding tables, pairwise dots, top MLP) and embedding bags of a multi-valued column train on a cluster exactly as standalone, and predict unseen ids by field name") {
   testing::TempDir data;
   testing::ClusterOptions options;
   options.workers = 2;
@@ -447,4 +467,37 @@ TEST_CASE("tables: a DLRM-style model (bottom MLP, hashed ids and a cross into s
   CHECK(str(obj(predictions[0]), "class") == "approved");
   const Reply bad = post_json(port, "/v1/jobs", std::string(spec).replace(spec.find("\"num_bins\": 97"), 14, "\"num_bins\": 0"));
   check_problem(bad, 422, "invalid-spec", "/preprocessing/columns/region/num_bins");
+
+  // A multi-valued column on the same cluster: each row's tags ("t3|t7", some none) hashed into 3
+  // places, a mean bag in a sparse table and a sum bag in a dense one, equal to standalone too.
+  REQUIRE(put_csv(port, "/v1/datasets/tagged/train?label=label", tagged(500, 1)).status == 201);
+  REQUIRE(put_csv(port, "/v1/datasets/tagged/test?label=label", tagged(100, 2)).status == 201);
+  const std::string bags = R"({"name": "tag-bags", "dataset": {"name": "tagged", "shuffle_seed": 2},
+    "model": {"input_shape": [5], "seed": 3, "layers": [
+      {"name": "tags", "type": "slice", "inputs": ["input"], "begin": 0, "size": 3},
+      {"name": "mean_bag", "type": "embedding", "inputs": ["tags"], "input_dim": 50, "output_dim": 4, "sparse": true, "combiner": "mean"},
+      {"name": "sum_bag", "type": "embedding", "inputs": ["tags"], "input_dim": 50, "output_dim": 2, "combiner": "sum"},
+      {"name": "rest", "type": "slice", "inputs": ["input"], "begin": 3, "size": 2},
+      {"name": "all", "type": "concatenate", "inputs": ["mean_bag", "sum_bag", "rest"]},
+      {"type": "dense", "units": 8, "activation": "relu"}, {"type": "dense", "units": 2}]},
+    "optimizer": {"type": "adagrad", "learning_rate": 0.1},
+    "training": {"mode": "sync", "global_batch_size": 40, "epochs": 6, "workers": 2},
+    "preprocessing": {"columns": {"tags": {"encode": "hash", "num_bins": 50, "separator": "|", "max_values": 3}}}})";
+  const TrainingResult bags_standalone = train_locally(parse_job_spec(bags), local);
+  const std::string bags_id = submit(cluster, bags);
+  const json::object bags_done = wait_for_state(cluster, bags_id, "SUCCEEDED", 240s);
+  const Reply bags_model = get(port, "/v1/jobs/" + bags_id + "/model");
+  REQUIRE(bags_model.status == 200);
+  CHECK(params_of(bags, bags_model.body) == std::vector<float>(bags_standalone.params.begin(), bags_standalone.params.end()));
+  CHECK(num(bags_done, "test_accuracy") > 0.75);
+  // By field name: the cell's text, or a list of its ids (an unseen tag has its bin).
+  const Reply q = post_json(port, "/v1/models/" + bags_id + ":predict",
+                            R"({"instances": [{"tags": "t3|t6", "x": 0.1}, {"tags": ["t3", "t6"], "x": 0.1},
+                                              {"tags": ["never-seen"], "x": -2}, {"tags": null, "x": 0}]})");
+  INFO(q.describe());
+  REQUIRE(q.status == 200);
+  const json::array answers = arr(object_of(q), "predictions");
+  REQUIRE(answers.size() == 4);
+  CHECK(json::serialize(answers[0]) == json::serialize(answers[1]));
+  CHECK(str(obj(answers[0]), "class") == "yes");
 }
