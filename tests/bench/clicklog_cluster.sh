@@ -8,7 +8,7 @@
 # cluster stops). Prints `lscpu`'s model and flags first.
 #
 # Usage: tests/bench/clicklog_cluster.sh --data DIR [--repeats N] [--epochs E] [--batch B] [--dim D]
-#          [--sparse-only] [--kill-server S]
+#          [--sparse-only] [--kill-server S] [--save-freq N]
 #   --data DIR   a dataset directory clicklog.py wrote; its parent is the cluster's data directory
 #                and its name the dataset's
 #   --dim D          the tables' width (8)
@@ -17,13 +17,14 @@
 #                    seconds after the job's first step and started again 2 s later
 #                    (`local-cluster.sh restart`, as a supervisor would); prints both final
 #                    models' SHA-256 and the recovery's log lines
-# Env: SERVERS (2), WORKERS (2), WORKER_THREADS (1), BUILD_DIR (build), HTTP_PORT (8180), KEEP (0:
+# Env: RESTART (1; 0: the killed server stays down, its pieces move to the others from a backup),
+# SERVERS (2), WORKERS (2), WORKER_THREADS (1), BUILD_DIR (build), HTTP_PORT (8180), KEEP (0:
 # each cluster's state, backups and checkpoints are deleted after its run, 1: kept; its logs stay).
 # Every cluster's files stay in a temp dir (printed).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-DATA="" REPEATS=2 EPOCHS=1 BATCH=512 DIM=8 KINDS="sparse dense" KILL=""
+DATA="" REPEATS=2 EPOCHS=1 BATCH=512 DIM=8 KINDS="sparse dense" KILL="" SAVE_FREQ=0
 while (($#)); do
   case $1 in
     --data) DATA=$(cd "${2:?--data needs a directory}" && pwd); shift 2 ;;
@@ -33,10 +34,11 @@ while (($#)); do
     --dim) DIM=${2:?}; shift 2 ;;
     --sparse-only) KINDS=sparse; shift ;;
     --kill-server) KILL=${2:?}; shift 2 ;;
-    *) sed -n '2,18p' "$0"; exit 2 ;;
+    --save-freq) SAVE_FREQ=${2:?}; shift 2 ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
   esac
 done
-[ -n "$DATA" ] || { sed -n '2,18p' "$0"; exit 2; }
+[ -n "$DATA" ] || { sed -n '2,19p' "$0"; exit 2; }
 SERVERS=${SERVERS:-2} WORKERS=${WORKERS:-2}
 export HTTP_PORT=${HTTP_PORT:-8180} RPC_PORT=${RPC_PORT:-7180} BUILD=0 AUTH=1
 work=$(mktemp -d /tmp/clicklog-cluster.XXXXXX)
@@ -47,7 +49,7 @@ lscpu | grep -E '^Flags' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx
 dataset=$(basename "$DATA")
 for kind in $KINDS; do
   /usr/bin/python3 "$ROOT/tests/bench/clicklog_job.py" --data "$DATA" --dataset "$dataset" --epochs "$EPOCHS" \
-    --batch "$BATCH" --dim "$DIM" $([ $kind = dense ] && echo --dense) |
+    --batch "$BATCH" --dim "$DIM" --save-freq "$SAVE_FREQ" $([ $kind = dense ] && echo --dense) |
     /usr/bin/python3 -c "
 import json, sys
 spec = json.load(sys.stdin)
@@ -79,7 +81,7 @@ run_one() {  # kind repeat [kill]
     kill -9 "$(cat "$dir/server-1.pid")"
     echo "clicklog_cluster: killed server-1 (kill -9) at $killed_at"
     sleep 2
-    "$ROOT/deploy/local-cluster.sh" restart server-1
+    [ "${RESTART:-1}" = 1 ] && "$ROOT/deploy/local-cluster.sh" restart server-1
   fi
   for _ in $(seq 1 3600); do
     state=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id" |

@@ -21,6 +21,7 @@ def main():
     ap.add_argument("--learning-rate", type=float, default=0.2)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--save-freq", type=int, default=0, help="back up every N steps (0: the default, epoch ends)")
     args = ap.parse_args()
     with open(os.path.join(args.data, "oracle.json")) as f:
         cards = json.load(f)["cardinalities"]
@@ -45,6 +46,8 @@ def main():
         "optimizer": {"type": args.optimizer, "learning_rate": args.learning_rate},
         "training": {"global_batch_size": args.batch, "epochs": args.epochs},
     }
+    if args.save_freq > 0:
+        spec["backup"] = {"save_freq": args.save_freq}
     print(json.dumps(spec, indent=1))
 
 
