@@ -18,6 +18,7 @@
 #                    (`local-cluster.sh restart`, as a supervisor would); prints both final
 #                    models' SHA-256 and the recovery's log lines
 # Env: RESTART (1; 0: the killed server stays down, its pieces move to the others from a backup),
+# KILL_AFTER (step: S seconds after the first step; backup: after the first complete backup),
 # SERVERS (2), WORKERS (2), WORKER_THREADS (1), BUILD_DIR (build), HTTP_PORT (8180), KEEP (0:
 # each cluster's state, backups and checkpoints are deleted after its run, 1: kept; its logs stay).
 # Every cluster's files stay in a temp dir (printed).
@@ -74,8 +75,10 @@ run_one() {  # kind repeat [kill]
   done
   [ -n "$id" ] || { echo "clicklog_cluster: the job was refused: $answer" >&2; exit 1; }
   local state="" killed_at=""
-  if [ -n "$kill" ]; then  # the first step, then S seconds, then kill -9 of server-1
-    until grep -q "worker 0: epoch .* step" "$dir/coordinator.log" 2>/dev/null; do sleep 0.5; done
+  if [ -n "$kill" ]; then  # the first step (or a complete backup), then S seconds, then kill -9 of server-1
+    local mark="worker 0: epoch .* step"
+    [ "${KILL_AFTER:-step}" = backup ] && mark="backup at step .* complete on all"
+    until grep -q "$mark" "$dir/coordinator.log" 2>/dev/null; do sleep 0.5; done
     sleep "$kill"
     killed_at=$(date +%H:%M:%S.%N | cut -c1-12)
     kill -9 "$(cat "$dir/server-1.pid")"
