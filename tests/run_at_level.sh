@@ -3,7 +3,8 @@
 # (PSTRAIN_CPU_TARGET, common/engine/simd/cpu_target.h) and OpenBLAS on the kernel set of such a CPU
 # (OPENBLAS_CORETYPE), and PyTorch's kernels too (ATEN_CPU_CAPABILITY), for every process the
 # command starts. CI runs the equivalence and recovery tests this way at each level below the
-# machine's, so a result that holds on one vector width only fails on any machine (docs/DESIGN-NOTES.md, "Exactness on every CPU").
+# machine's, so a result that holds on one vector width only fails on any machine
+# (docs/DESIGN-NOTES.md, "Exactness on every CPU").
 #
 # Usage: run_at_level.sh LEVEL COMMAND...   LEVEL: x86-64 or x86-64-v3 (x86-64-v4 is the native run)
 # Exits 77 (CTest's SKIP_RETURN_CODE) when this CPU cannot run LEVEL's code, saying so.
