@@ -19,6 +19,7 @@
 #                    models' SHA-256 and the recovery's log lines
 # Env: RESTART (1; 0: the killed server stays down, its pieces move to the others from a backup),
 # KILL_AFTER (step: S seconds after the first step; backup: after the first complete backup),
+# JOB_SERVERS (SERVERS; fewer leaves spares: a lost server's pieces move onto one, from a backup),
 # SERVERS (2), WORKERS (2), WORKER_THREADS (1), BUILD_DIR (build), HTTP_PORT (8180), KEEP (0:
 # each cluster's state, backups and checkpoints are deleted after its run, 1: kept; its logs stay).
 # Every cluster's files stay in a temp dir (printed).
@@ -54,7 +55,7 @@ for kind in $KINDS; do
     /usr/bin/python3 -c "
 import json, sys
 spec = json.load(sys.stdin)
-spec['training'].update({'mode': 'sync', 'workers': $WORKERS, 'servers': $SERVERS})
+spec['training'].update({'mode': 'sync', 'workers': $WORKERS, 'servers': ${JOB_SERVERS:-$SERVERS}})
 print(json.dumps(spec))" >"$work/$kind.json"
 done
 
