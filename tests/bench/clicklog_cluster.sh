@@ -95,7 +95,7 @@ run_one() {  # kind repeat [kill]
   done
   local job; job=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id")
   local model_sha=""
-  [ -n "$KILL" ] && model_sha=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id/model" | sha256sum | cut -c1-16)
+  [ -n "$KILL" ] && [ "$state" = SUCCEEDED ] && model_sha=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/jobs/$id/model" | sha256sum | cut -c1-16)
   if [ -n "$kill" ]; then
     echo "clicklog_cluster: the coordinator's log from the kill on (server-1, moves, steps):"
     awk -v t="$killed_at" '$2 >= t' "$dir/coordinator.log" | { grep -E "server-1|moved|restor|rolled|roll back|RUNNING again|worker 0: epoch" || true; } | head -12 || true
@@ -103,7 +103,7 @@ run_one() {  # kind repeat [kill]
   fi
   local rss=""
   for p in "$dir"/*.pid; do
-    rss+="$(basename "$p" .pid)=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$(cat "$p")/status" 2>/dev/null)MB "
+    rss+="$(basename "$p" .pid)=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$(cat "$p")/status" 2>/dev/null || echo "(gone)")MB "
   done
   "$ROOT/deploy/local-cluster.sh" down >"$dir.down.log" 2>&1
   [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"/coordinator-state "$dir"/server-*-data "$dir"/datasets
