@@ -384,7 +384,10 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
         for (const json::value& e : v->as_array()) {
           if (!e.is_string() && !e.is_number()) throw bad("a list of ids holds strings or numbers, not " + json::serialize(e));
           const std::string text = e.is_string() ? std::string(e.as_string()) : json::serialize(e);
-          if (n < f.values && !text.empty()) bag[n++] = fingerprint_bin(string_fingerprint(text), f.bins);
+          // Each id as a piece of the cell's text would be: trimmed, empty ones skipped.
+          split_values(text, "", 1, [&](std::string_view id) {
+            if (n < f.values) bag[n++] = fingerprint_bin(string_fingerprint(id), f.bins);
+          });
         }
       } else if (v->is_string()) {
         if (missing_text(v->as_string())) bag.clear();  // missing, as the stored cell would be

@@ -128,6 +128,8 @@ TEST_CASE("a multi-valued column: each cell's pieces hashed into max_values plac
   CHECK(out == std::vector<float>(rows.begin(), rows.begin() + 5));
   apply_preprocessing(f, json::parse(R"({"tags": "drama | comedy", "x": 1})").as_object(), out.data());
   CHECK(out == std::vector<float>(rows.begin(), rows.begin() + 5));
+  apply_preprocessing(f, json::parse(R"({"tags": [" drama", "", "comedy\t"], "x": 1})").as_object(), out.data());
+  CHECK(out == std::vector<float>(rows.begin(), rows.begin() + 5));  // a list's ids trimmed as pieces are
   for (const char* none : {R"({"tags": null, "x": 2})", R"({"tags": [], "x": 2})", R"({"tags": "", "x": 2})"}) {
     apply_preprocessing(f, json::parse(none).as_object(), out.data());
     CHECK(out == std::vector<float>(rows.begin() + 5, rows.begin() + 10));
