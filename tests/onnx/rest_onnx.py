@@ -49,13 +49,17 @@ def wait_succeeded(job, seconds=120):
 
 
 
+def predictions(model, instances, per_call=500):
+    """`:predict`'s predictions for `instances`, per_call at a time."""
+    out = []
+    for start in range(0, len(instances), per_call):
+        body = json.dumps({"instances": instances[start:start + per_call]}).encode()
+        out += json.loads(call("POST", f"/v1/models/{model}:predict", body))["predictions"]
+    return out
+
+
 def predict(model, instances):
-    probs = []
-    for start in range(0, len(instances), 500):
-        body = json.dumps({"instances": instances[start:start + 500]}).encode()
-        answer = json.loads(call("POST", f"/v1/models/{model}:predict", body))
-        probs += [p["probabilities"] for p in answer["predictions"]]
-    return np.asarray(probs, dtype=np.float32)
+    return np.asarray([p["probabilities"] for p in predictions(model, instances)], dtype=np.float32)
 
 
 def write(name, onnx_bytes, inputs, expected, shape):
@@ -191,10 +195,7 @@ for name, (model, preprocessing) in table_specs.items():
     job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
     wait_succeeded(job)
     onnx_bytes = call("GET", f"/v1/models/{job}/file?format=onnx")
-    answer = []
-    for start in range(0, len(records), 500):
-        body = json.dumps({"instances": records[start:start + 500]}).encode()
-        answer += json.loads(call("POST", f"/v1/models/{job}:predict", body))["predictions"]
+    answer = predictions(job, records)
     expected = np.asarray([[p["probabilities"]["approved"], p["probabilities"]["declined"]] for p in answer], dtype=np.float32)
     with open(os.path.join(out, name + ".rest.onnx"), "wb") as f:
         f.write(onnx_bytes)
@@ -232,10 +233,7 @@ spec = {"name": "table-hashed", "dataset": {"name": "onnx-loans"},
         "optimizer": {"type": "adam", "learning_rate": 0.01}, "training": {"global_batch_size": 40, "epochs": 3}}
 job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
 wait_succeeded(job)
-answer = []
-for start in range(0, len(records), 500):
-    body = json.dumps({"instances": records[start:start + 500]}).encode()
-    answer += json.loads(call("POST", f"/v1/models/{job}:predict", body))["predictions"]
+answer = predictions(job, records)
 with open(os.path.join(out, "table-hashed.rest.onnx"), "wb") as f:
     f.write(call("GET", f"/v1/models/{job}/file?format=onnx"))
 np.asarray([[p["probabilities"]["approved"], p["probabilities"]["declined"]] for p in answer],
@@ -296,10 +294,7 @@ wait_succeeded(job)
 tag_records = tagged(1000, 9, True)
 instances = [{"tags": r["tags"] if i % 2 else [t for t in r["tags"].split("|") if t], "x": r["x"]}
              for i, r in enumerate(tag_records)]
-answer = []
-for start in range(0, len(instances), 500):
-    body = json.dumps({"instances": instances[start:start + 500]}).encode()
-    answer += json.loads(call("POST", f"/v1/models/{job}:predict", body))["predictions"]
+answer = predictions(job, instances)
 with open(os.path.join(out, "table-tags.rest.onnx"), "wb") as f:
     f.write(call("GET", f"/v1/models/{job}/file?format=onnx"))
 names = sorted(answer[0]["probabilities"])
@@ -332,10 +327,7 @@ job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
 wait_succeeded(job)
 ages = [{k: v for k, v in rec.items() if k != "age"} | {"decision": ["approved", "declined", None][i % 3]}
         for i, rec in enumerate(records)]
-answer = []
-for start in range(0, len(ages), 500):
-    body = json.dumps({"instances": ages[start:start + 500]}).encode()
-    answer += json.loads(call("POST", f"/v1/models/{job}:predict", body))["predictions"]
+answer = predictions(job, ages)
 with open(os.path.join(out, "table-regression.rest.onnx"), "wb") as f:
     f.write(call("GET", f"/v1/models/{job}/file?format=onnx"))
 np.asarray([[p["value"]] for p in answer], dtype=np.float32).tofile(os.path.join(out, "table-regression.rest.expected.f32"))
@@ -401,10 +393,7 @@ for i, row in enumerate(test_x):
     if i % 3 == 0:
         record["c25"] = 10_000_000 + i  # beyond the column's ids: never seen in training
     click_records.append(record)
-answer = []
-for start in range(0, len(click_records), 300):
-    body = json.dumps({"instances": click_records[start:start + 300]}).encode()
-    answer += json.loads(call("POST", f"/v1/models/{job}:predict", body))["predictions"]
+answer = predictions(job, click_records, per_call=300)
 assert len(answer[0]["probabilities"]) == 2, answer[0]  # numbered classes: a list, class 0 first
 with open(os.path.join(out, "table-clicks.rest.onnx"), "wb") as f:
     f.write(call("GET", f"/v1/models/{job}/file?format=onnx"))

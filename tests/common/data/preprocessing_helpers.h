@@ -37,6 +37,16 @@ inline std::string width_error_path(const std::string& spec_text, const TableSch
   return "(accepted)";
 }
 
+// The field read_preprocessing names for `spec_text`, or "(accepted)".
+inline std::string spec_error_path(const std::string& spec_text) {
+  try {
+    spec_of(spec_text);
+  } catch (const SpecError& e) {
+    return e.path();
+  }
+  return "(accepted)";
+}
+
 inline std::vector<float> apply_rows(const FittedPreprocessing& f, const ParsedExamples& p) {
   std::vector<float> out(p.size() * f.width());
   apply_preprocessing(f, *p.table, values(p), p.size(), out.data());

@@ -93,21 +93,13 @@ TEST_CASE("hashing and crosses: spec errors name their field") {
   CHECK(path(R"({"crosses": [{"columns": ["user", "item"], "num_bins": 4}, {"columns": ["item", "user"], "num_bins": 4, "name": "user_x_item"}]})") ==
         "/preprocessing/crosses/1/name");
   CHECK(path(R"({"crosses": [{"columns": ["user", "item"], "num_bins": 4}]})") == "(accepted)");
-  const auto spec_path = [](const std::string& text) -> std::string {
-    try {
-      spec_of(text);
-    } catch (const SpecError& e) {
-      return e.path();
-    }
-    return "(accepted)";
-  };
-  CHECK(spec_path(R"({"columns": {"user": {"encode": "hash"}}})") == "/preprocessing/columns/user/num_bins");
-  CHECK(spec_path(R"({"columns": {"user": {"encode": "hash", "num_bins": 16777217}}})") == "/preprocessing/columns/user/num_bins");
-  CHECK(spec_path(R"({"columns": {"user": {"encode": "ids", "num_bins": 9}}})") == "/preprocessing/columns/user/num_bins");
-  CHECK(spec_path(R"({"crosses": [{"columns": ["user"], "num_bins": 4}]})") == "/preprocessing/crosses/0/columns");
-  CHECK(spec_path(R"({"crosses": [{"columns": ["user", "item"]}]})") == "/preprocessing/crosses/0/num_bins");
-  CHECK(spec_path(R"({"crosses": [{"columns": ["user", "item"], "num_bins": 4, "bins": 3}]})") == "/preprocessing/crosses/0/bins");
-  CHECK(spec_path(R"({"crosses": {"columns": ["user", "item"]}})") == "/preprocessing/crosses");
+  CHECK(spec_error_path(R"({"columns": {"user": {"encode": "hash"}}})") == "/preprocessing/columns/user/num_bins");
+  CHECK(spec_error_path(R"({"columns": {"user": {"encode": "hash", "num_bins": 16777217}}})") == "/preprocessing/columns/user/num_bins");
+  CHECK(spec_error_path(R"({"columns": {"user": {"encode": "ids", "num_bins": 9}}})") == "/preprocessing/columns/user/num_bins");
+  CHECK(spec_error_path(R"({"crosses": [{"columns": ["user"], "num_bins": 4}]})") == "/preprocessing/crosses/0/columns");
+  CHECK(spec_error_path(R"({"crosses": [{"columns": ["user", "item"]}]})") == "/preprocessing/crosses/0/num_bins");
+  CHECK(spec_error_path(R"({"crosses": [{"columns": ["user", "item"], "num_bins": 4, "bins": 3}]})") == "/preprocessing/crosses/0/bins");
+  CHECK(spec_error_path(R"({"crosses": {"columns": ["user", "item"]}})") == "/preprocessing/crosses");
 }
 
 TEST_CASE("a multi-valued column: each cell's pieces hashed into max_values places, -1 for padding") {
@@ -150,17 +142,9 @@ TEST_CASE("a multi-valued column: each cell's pieces hashed into max_values plac
   CHECK(path(R"({"columns": {"x": {"encode": "hash", "num_bins": 9, "separator": "|", "max_values": 2}}})") == "/preprocessing/columns/x/separator");
   CHECK(path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "separator": "|", "max_values": 2}},
                  "crosses": [{"columns": ["x", "tags"], "num_bins": 4}]})") == "/preprocessing/crosses/0/columns/1");
-  const auto spec_path = [](const std::string& text) -> std::string {
-    try {
-      spec_of(text);
-    } catch (const SpecError& e) {
-      return e.path();
-    }
-    return "(accepted)";
-  };
-  CHECK(spec_path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "separator": "|", "max_values": 257}}})") ==
+  CHECK(spec_error_path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "separator": "|", "max_values": 257}}})") ==
         "/preprocessing/columns/tags/max_values");
-  CHECK(spec_path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "separator": "", "max_values": 2}}})") ==
+  CHECK(spec_error_path(R"({"columns": {"tags": {"encode": "hash", "num_bins": 9, "separator": "", "max_values": 2}}})") ==
         "/preprocessing/columns/tags/separator");
-  CHECK(spec_path(R"({"categorical": {"encode": "hash", "num_bins": 9, "separator": "|"}})") == "/preprocessing/categorical/separator");
+  CHECK(spec_error_path(R"({"categorical": {"encode": "hash", "num_bins": 9, "separator": "|"}})") == "/preprocessing/categorical/separator");
 }
