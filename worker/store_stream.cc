@@ -86,8 +86,8 @@ std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store
       preprocessing->fitted = fitted_from_json(rpc::to_string(store.getPreprocessing()));
       preprocessing->slots = category_slots(preprocessing->fitted, table);
       if (reader->layout().dtype != Dtype::kFloat32 ||
-          reader->layout().example_bytes != table.stored_columns().size() * sizeof(float)) {
-        *why_not = dir + ": its rows do not hold the table's " + std::to_string(table.stored_columns().size()) + " columns";
+          reader->layout().example_bytes != table.row_width() * sizeof(float)) {
+        *why_not = dir + ": its rows do not hold the table's " + std::to_string(table.row_width()) + " stored values";
         return nullptr;
       }
     }

@@ -222,7 +222,7 @@ TableSchema read_split_table(const std::string& path, const ExampleSummary& summ
   std::stringstream text;
   text << in.rdbuf();
   TableSchema table = table_from_json(text.str(), path);
-  if (table.stored_columns().size() != (summary.shape.empty() ? 0 : summary.shape[0]) || summary.shape.size() != 1) {
+  if (table.row_width() != (summary.shape.empty() ? 0 : summary.shape[0]) || summary.shape.size() != 1) {
     throw DataError(path + ": its columns do not match the examples' shape");
   }
   return table;

@@ -107,6 +107,9 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
     throw SpecError(path + (s.separator ? "/max_values" : "/separator"),
                     "a multi-valued column needs both separator and max_values (1 to 256)");
   }
+  if (column.type == ColumnType::kId && s.encode && !hashed) {
+    throw SpecError(path + "/encode", "'" + column.name + "' is an id column: it is hashed (encode \"hash\" with num_bins) or dropped");
+  }
   if (hashed && (s.impute || s.scale || s.fill_value)) {
     throw SpecError(path + (s.impute ? "/impute" : s.scale ? "/scale" : "/fill_value"),
                     "'" + column.name + "' is hashed: a missing value is its own id (the empty string's bin), nothing is scaled");
@@ -173,6 +176,11 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
     check_steps(spec, *c);
     const Resolved r = resolve(spec, *c);
     if (r.drop) continue;
+    if (c->type == ColumnType::kId && r.encode != Encoding::kHash) {
+      throw SpecError("/preprocessing/columns/" + c->name,
+                      "'" + c->name + "' is an id column (about " + std::to_string(c->profile.distinct_estimate) +
+                          " distinct values): hash it ({\"encode\": \"hash\", \"num_bins\": ...}) or drop it (\"drop\")");
+    }
     if (r.encode == Encoding::kHash && c->type == ColumnType::kBoolean) {
       throw SpecError("/preprocessing/boolean/encode", "boolean columns are not hashed");
     }
@@ -266,11 +274,16 @@ uint64_t number_fingerprint(float v) {
   return integer_fingerprint(static_cast<int64_t>(d));
 }
 
-// A stored value's fingerprint (NaN: missing); a category's comes from `fingerprints` by code.
-uint64_t stored_fingerprint(const FittedColumn& f, float v, const std::vector<uint64_t>& fingerprints) {
-  if (std::isnan(v)) return kMissingIdFingerprint;
-  if (f.type != ColumnType::kCategorical) return number_fingerprint(v);
-  const auto code = static_cast<size_t>(v);
+// A stored column's fingerprint from its values `v` (NaN: missing); a category's comes from
+// `fingerprints` by code, an id's is stored.
+uint64_t stored_fingerprint(const FittedColumn& f, const float* v, const std::vector<uint64_t>& fingerprints) {
+  if (std::isnan(v[0])) return kMissingIdFingerprint;
+  if (f.type == ColumnType::kId) {
+    uint64_t fingerprint = kMissingIdFingerprint;
+    return fingerprint_from_values(v[0], v[1], &fingerprint) ? fingerprint : kMissingIdFingerprint;
+  }
+  if (f.type != ColumnType::kCategorical) return number_fingerprint(v[0]);
+  const auto code = static_cast<size_t>(v[0]);
   return code < fingerprints.size() ? fingerprints[code] : kMissingIdFingerprint;
 }
 
@@ -322,13 +335,20 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& s
 
 void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots& codes, std::span<const float> values,
                          size_t rows, float* out) {
-  const size_t width = fitted.columns.size();
-  std::vector<uint64_t> fingerprints(width, kMissingIdFingerprint);
+  const size_t columns = fitted.columns.size();
+  std::vector<size_t> at(columns);  // a column's first value in a row (an id has two)
+  size_t row = 0;
+  for (size_t k = 0; k < columns; ++k) {
+    at[k] = row;
+    row += stored_values(fitted.columns[k].type);
+  }
+  std::vector<uint64_t> fingerprints(columns, kMissingIdFingerprint);
   const bool any_cross = !fitted.crosses.empty();
   for (size_t i = 0; i < rows; ++i) {
-    for (size_t k = 0; k < width; ++k) {
+    for (size_t k = 0; k < columns; ++k) {
       const FittedColumn& f = fitted.columns[k];
-      const float v = values[i * width + k];
+      const float* stored = &values[i * row + at[k]];
+      const float v = stored[0];
       uint32_t slot = static_cast<uint32_t>(f.categories.size());
       const uint32_t* bag = nullptr;
       if (f.type == ColumnType::kCategorical && !std::isnan(v)) {
@@ -337,7 +357,7 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots&
         else if (code < codes.slots[k].size()) slot = codes.slots[k][code];
       }
       const bool wants_fingerprint = any_cross || f.bins > 0;
-      if (wants_fingerprint) fingerprints[k] = stored_fingerprint(f, v, codes.fingerprints[k]);
+      if (wants_fingerprint) fingerprints[k] = stored_fingerprint(f, stored, codes.fingerprints[k]);
       out = apply_column(f, v, slot, fingerprints[k], bag, out);
     }
     out = apply_crosses(fitted, fingerprints.data(), out);
@@ -397,11 +417,11 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
       }
       if (!bag.empty()) value = 0;
     } else if (v != nullptr && !v->is_null()) {
-      if (f.type == ColumnType::kCategorical) {
+      if (f.type == ColumnType::kCategorical || f.type == ColumnType::kId) {
         std::string text;
         if (v->is_string()) text = std::string(v->as_string());
         else if (v->is_number() || v->is_bool()) text = json::serialize(*v);
-        else throw bad("must be a category (a string), not " + json::serialize(*v));
+        else throw bad("must be " + std::string(f.type == ColumnType::kId ? "an id" : "a category") + " (a string), not " + json::serialize(*v));
         if (!missing_text(text)) {
           const auto it = std::lower_bound(f.categories.begin(), f.categories.end(), text);
           if (it != f.categories.end() && *it == text) slot = static_cast<uint32_t>(it - f.categories.begin());
@@ -430,8 +450,9 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
       } else {
         throw bad("must be a number, not " + json::serialize(*v));
       }
-      if (f.type != ColumnType::kCategorical && !std::isnan(value) && !std::isfinite(value)) throw bad("is not a finite float32");
-      if (f.type != ColumnType::kCategorical && !std::isnan(value)) fingerprint = number_fingerprint(value);
+      const bool number = f.type == ColumnType::kNumeric || f.type == ColumnType::kBoolean;
+      if (number && !std::isnan(value) && !std::isfinite(value)) throw bad("is not a finite float32");
+      if (number && !std::isnan(value)) fingerprint = number_fingerprint(value);
     }
     fingerprints.push_back(fingerprint);
     out = apply_column(f, value, slot, fingerprint, bag.empty() ? nullptr : bag.data(), out);

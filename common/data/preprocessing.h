@@ -12,10 +12,12 @@
 //             "other" with impute constant). Or, with encode "ids", one feature holding the
 //             category's slot (0 .. kept - 1 in name order, kept for other) as a float: the id an
 //             `embedding` layer reads through a `slice` of the input (docs/JOB-SPEC.md).
-//   Or, with encode "hash" (categorical and numeric columns), one feature holding the bin of the
-//             value's fingerprint among `num_bins` (common/data/id_hash.h: a category by its name,
-//             a number as the integer at or below it, a missing value as the empty string), so ids
-//             never seen in training have a bin too: Keras' `Hashing`.
+//   Or, with encode "hash" (categorical, numeric and id columns), one feature holding the bin of
+//             the value's fingerprint among `num_bins` (common/data/id_hash.h: a category or an id
+//             by its text, a number as the integer at or below it, a missing value as the empty
+//             string), so ids never seen in training have a bin too: Keras' `Hashing`.
+//   id        (table_schema.h: more distinct strings than a categorical column holds) hashed, or
+//             dropped: nothing else applies; no default (a job must say which).
 //             A categorical column with `separator` is multi-valued (tags, a user's last items:
 //             "drama|comedy"): its cell is split on the separator (pieces trimmed of spaces, empty
 //             ones skipped) and gives `max_values` features, the first pieces' bins in cell order,
@@ -57,7 +59,7 @@ namespace pstrain {
 
 enum class Scaling { kStandardize, kMinMax, kNone };
 enum class Imputation { kMean, kMedian, kMostFrequent, kConstant };
-enum class Encoding { kOneHot, kIds, kHash };  // kHash: categorical and numeric columns
+enum class Encoding { kOneHot, kIds, kHash };  // kHash: categorical, numeric and id columns
 
 // Most bins of a hashed column or a cross: a bin is stored as a float, exact below 2^24.
 inline constexpr uint32_t kMaxHashBins = uint32_t{1} << 24;
@@ -148,7 +150,8 @@ boost::json::object preprocessing_to_object(const PreprocessingSpec& spec);
 uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& train);
 
 // One pass over a table's stored rows in example order: calls its argument with consecutive
-// chunks (`values`: rows x stored columns, row-major, the codes of the schema's categories).
+// chunks (`values`: rows x the schema's row_width(), row-major: each stored column's values, the
+// codes of the schema's categories, an id's two).
 using RowChunk = std::function<void(std::span<const float> values, size_t rows)>;
 using RowPass = std::function<void(const RowChunk&)>;
 
@@ -165,8 +168,8 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
 FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const TableSchema& schema,
                                       const TableSchema& train_schema, std::span<const float> values, size_t rows);
 
-// Applies the fitted steps to stored rows whose categorical codes are `schema`'s (any split of the
-// dataset): `out` gets rows x width() floats, row-major.
+// Applies the fitted steps to stored rows (rows x the schema's row_width() values) whose categorical
+// codes are `schema`'s (any split of the dataset): `out` gets rows x width() floats, row-major.
 void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& schema, std::span<const float> values,
                          size_t rows, float* out);
 

@@ -103,12 +103,16 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
   const std::vector<const TableColumn*> stored = schema.stored_columns();
   const std::vector<const TableColumn*> train_stored = train_schema.stored_columns();
   const size_t width = stored.size();
+  const size_t row = schema.row_width();  // values in a stored row (an id takes two)
+  std::vector<size_t> at(width);          // a stored column's first value in a row
+  for (size_t k = 1; k < width; ++k) at[k] = at[k - 1] + stored_values(stored[k - 1]->type);
   std::vector<ColumnFit> fits(width);
   bool any_median = false, any_standardize = false;
   for (size_t k = 0; k < width; ++k) {
     ColumnFit& c = fits[k];
     c.steps = preprocessing_detail::resolve(spec, *stored[k]);
-    c.fitted = !c.steps.drop && c.steps.encode != Encoding::kHash;  // a hashed column needs no statistics
+    // A hashed column (an id column always is) needs no statistics.
+    c.fitted = !c.steps.drop && c.steps.encode != Encoding::kHash && stored[k]->type != ColumnType::kId;
     c.categorical = stored[k]->type == ColumnType::kCategorical;
     if (c.categorical) c.category_counts.assign(stored[k]->categories.size(), 0);
     const bool numbers = c.fitted && !c.categorical;
@@ -122,7 +126,7 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
     for (size_t i = 0; i < n; ++i) {
       for (size_t k = 0; k < width; ++k) {
         ColumnFit& c = fits[k];
-        const float v = values[i * width + k];
+        const float v = values[i * row + at[k]];
         if (!c.fitted || std::isnan(v)) continue;
         if (c.categorical) {
           const auto code = static_cast<size_t>(v);
@@ -153,7 +157,7 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
       for (size_t i = 0; i < n; ++i) {
         for (size_t k = 0; k < width; ++k) {
           ColumnFit& c = fits[k];
-          const float v = values[i * width + k];
+          const float v = values[i * row + at[k]];
           if (c.fitted && !c.categorical && c.steps.impute == Imputation::kMedian && !std::isnan(v)) c.median.second(v);
         }
       }
@@ -191,7 +195,7 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
       for (size_t i = 0; i < n; ++i) {
         for (size_t k = 0; k < width; ++k) {
           ColumnFit& c = fits[k];
-          const float v = values[i * width + k];
+          const float v = values[i * row + at[k]];
           if (c.fitted && !c.categorical && c.steps.scale == Scaling::kStandardize && !std::isnan(v)) {
             c.squares += (v - c.mean) * (v - c.mean);
           }
@@ -215,6 +219,9 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
       f.values = r.max_values;
     }
     f.indicator = r.indicator && k < train_stored.size() && train_stored[k]->profile.missing > 0;
+    if (column.type == ColumnType::kId && !f.dropped && f.bins == 0) {
+      throw DataError("column '" + column.name + "' is an id column: it is hashed (encode \"hash\") or dropped");
+    }
     if (f.dropped || f.bins > 0) {
       fitted.columns.push_back(std::move(f));
       continue;

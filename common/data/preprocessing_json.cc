@@ -266,6 +266,8 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
             throw DataError("preprocessing: column '" + c.name + "' has bad values or separator");
           }
         }
+      } else if (!c.dropped && c.type == ColumnType::kId) {
+        throw DataError("preprocessing: id column '" + c.name + "' has no bins");
       } else if (!c.dropped && c.type == ColumnType::kCategorical) {
         for (const json::value& k : o.at("categories").as_array()) c.categories.emplace_back(k.as_string());
         c.fill_category = static_cast<uint32_t>(o.at("fill_category").to_number<uint64_t>());

@@ -50,9 +50,9 @@ StoredExamples::StoredExamples(const StoredExamples& of, const std::vector<uint3
 
 StoredExamples::StoredExamples(std::shared_ptr<const StoredExamples> raw, std::shared_ptr<const FittedPreprocessing> fitted,
                                const TableSchema& schema) {
-  if (raw->example_bytes() != schema.stored_columns().size() * sizeof(float)) {
+  if (raw->example_bytes() != schema.row_width() * sizeof(float)) {
     throw DataError("a stored table's rows are " + std::to_string(raw->example_bytes()) + " bytes; its schema has " +
-                    std::to_string(schema.stored_columns().size()) + " stored columns of float32");
+                    std::to_string(schema.row_width()) + " stored float32 values");
   }
   example_bytes_ = size_t{fitted->width()} * sizeof(float);
   auto view = std::make_shared<Preprocessed>();

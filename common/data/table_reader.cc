@@ -11,8 +11,10 @@
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
+#include <tuple>
 
 #include "common/data/format_parts.h"
+#include "common/data/id_hash.h"
 
 namespace pstrain::format_detail {
 
@@ -244,8 +246,10 @@ class Table {
         c.type = ColumnType::kNumeric;
       } else if (in.boolean) {
         c.type = ColumnType::kBoolean;
-      } else if (in.distinct.size() > kMaxCategories || (in.distinct.size() * 2 > in.present && in.wordy * 2 > in.present)) {
-        c.type = ColumnType::kText;  // free text (most values distinct, words), or too many values for categories
+      } else if (in.wordy * 2 > in.present && (in.distinct.size() > kMaxCategories || in.distinct.size() * 2 > in.present)) {
+        c.type = ColumnType::kText;  // free text: words, most values distinct or too many for categories
+      } else if (in.distinct.size() > kMaxCategories) {
+        c.type = ColumnType::kId;  // more values than categories hold: users, items, sessions
       } else {
         c.type = ColumnType::kCategorical;
       }
@@ -263,8 +267,8 @@ class Table {
         if (in.distinct.size() > kMaxCategories) {
           fail(Kind::kTooLarge,
                source_ + ": column '" + c.name + "' has more than " + std::to_string(kMaxCategories) +
-                   " distinct values: an id or free text cannot be a category (give it type text or ignore: ?types=" + c.name +
-                   ":text)",
+                   " distinct values: an id or free text cannot be a category (give it type id, text or ignore: ?types=" +
+                   c.name + ":id)",
                header_line, c.name);
         }
         c.categories.assign(in.distinct.begin(), in.distinct.end());
@@ -305,7 +309,7 @@ class Table {
       codes_.push_back(std::move(codes));
     }
     stored_ = 0;
-    for (const TableColumn& c : columns_) stored_ += c.type != ColumnType::kIgnored && c.type != ColumnType::kText;
+    for (const TableColumn& c : columns_) stored_ += stored_values(c.type);
     if (stored_ == 0 && text_profilers_.empty()) fail(Kind::kBadHeader, source_ + ": every feature column is ignored", header_line);
     inferred_.clear();
   }
@@ -329,6 +333,7 @@ class Table {
       float& out = row[f++];
       if (missing(cell)) {
         out = std::nanf("");
+        if (c.type == ColumnType::kId) row[f++] = std::nanf("");
         continue;
       }
       switch (c.type) {
@@ -361,6 +366,7 @@ class Table {
           out = static_cast<float>(it->second);
           break;
         }
+        case ColumnType::kId: std::tie(out, row[f++]) = fingerprint_to_values(string_fingerprint(cell)); break;
         case ColumnType::kIgnored:
         case ColumnType::kText: break;
       }
@@ -447,7 +453,7 @@ class Table {
   std::vector<TextProfiler> text_profilers_;
   std::vector<uint64_t> text_missing_;
   uint64_t text_bytes_ = 0;
-  size_t stored_ = 0;
+  size_t stored_ = 0;  // values in a stored row (table_schema.h stored_values)
   uint64_t rows_ = 0;
   LabelKind label_kind_ = LabelKind::kNumbers;
   std::vector<std::string> class_names_;

@@ -3,11 +3,13 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "common/base/error.h"
 #include "common/base/json_parse.h"
 #include "common/base/json_text.h"
+#include "common/data/id_hash.h"
 
 namespace pstrain {
 namespace json = boost::json;
@@ -19,12 +21,14 @@ const char* column_type_name(ColumnType type) {
     case ColumnType::kBoolean: return "boolean";
     case ColumnType::kIgnored: return "ignore";
     case ColumnType::kText: return "text";
+    case ColumnType::kId: return "id";
   }
   return "numeric";
 }
 
 std::optional<ColumnType> column_type_from_name(const std::string& name) {
-  for (ColumnType t : {ColumnType::kNumeric, ColumnType::kCategorical, ColumnType::kBoolean, ColumnType::kIgnored, ColumnType::kText}) {
+  for (ColumnType t : {ColumnType::kNumeric, ColumnType::kCategorical, ColumnType::kBoolean, ColumnType::kIgnored, ColumnType::kText,
+                       ColumnType::kId}) {
     if (name == column_type_name(t)) return t;
   }
   return std::nullopt;
@@ -38,6 +42,16 @@ std::vector<const TableColumn*> TableSchema::stored_columns() const {
   return out;
 }
 
+uint32_t stored_values(ColumnType type) {
+  return type == ColumnType::kId ? 2 : type == ColumnType::kIgnored || type == ColumnType::kText ? 0 : 1;
+}
+
+uint32_t TableSchema::row_width() const {
+  uint32_t n = 0;
+  for (const TableColumn& c : columns) n += stored_values(c.type);
+  return n;
+}
+
 std::vector<const TableColumn*> TableSchema::text_columns() const {
   std::vector<const TableColumn*> out;
   for (const TableColumn& c : columns) {
@@ -48,31 +62,74 @@ std::vector<const TableColumn*> TableSchema::text_columns() const {
 
 bool TableSchema::needs_preprocessing() const {
   for (const TableColumn* c : stored_columns()) {
-    if (c->type == ColumnType::kCategorical || c->profile.missing > 0) return true;
+    if (c->type == ColumnType::kCategorical || c->type == ColumnType::kId || c->profile.missing > 0) return true;
   }
   return false;
 }
 
+namespace {
+
+// HyperLogLog (Flajolet et al., 2007) over 48-bit fingerprints, rehashed to 64 bits: the top
+// kHllBits pick a register, which keeps the longest run of leading zeros (+1) of the rest.
+constexpr int kHllBits = 14;
+constexpr size_t kHllRegisters = size_t{1} << kHllBits;
+
+void hll_add(std::vector<uint8_t>& registers, uint64_t fingerprint) {
+  const uint64_t h = splitmix64_finalize(fingerprint);
+  const uint64_t rest = h << kHllBits;
+  const auto rank = static_cast<uint8_t>(rest == 0 ? 64 - kHllBits + 1 : std::countl_zero(rest) + 1);
+  uint8_t& r = registers[h >> (64 - kHllBits)];
+  r = std::max(r, rank);
+}
+
+// The raw estimate, with linear counting where it is small (the registers still have zeros).
+uint64_t hll_estimate(const std::vector<uint8_t>& registers) {
+  const auto m = static_cast<double>(kHllRegisters);
+  double sum = 0;
+  size_t zeros = 0;
+  for (const uint8_t r : registers) {
+    sum += std::ldexp(1.0, -r);
+    zeros += r == 0;
+  }
+  double e = 0.7213 / (1 + 1.079 / m) * m * m / sum;
+  if (e <= 2.5 * m && zeros > 0) e = m * std::log(m / static_cast<double>(zeros));
+  return static_cast<uint64_t>(std::llround(e));
+}
+
+}  // namespace
+
 TableProfiler::TableProfiler(const TableSchema& schema) : schema_(schema) {
+  size_t offset = 0;
   for (size_t i = 0; i < schema_.columns.size(); ++i) {
-    if (schema_.columns[i].type != ColumnType::kIgnored && schema_.columns[i].type != ColumnType::kText) stored_.push_back(i);
+    const uint32_t values = stored_values(schema_.columns[i].type);
+    if (values == 0) continue;
+    stored_.push_back(i);
+    offset_.push_back(offset);
+    offset += values;
   }
   missing_.assign(stored_.size(), 0);
   moments_.resize(stored_.size());
   counts_.resize(stored_.size());
+  registers_.resize(stored_.size());
   for (size_t k = 0; k < stored_.size(); ++k) {
     const TableColumn& c = schema_.columns[stored_[k]];
     if (c.type == ColumnType::kCategorical) counts_[k].assign(c.categories.size(), 0);
     if (c.type == ColumnType::kBoolean) counts_[k].assign(2, 0);
+    if (c.type == ColumnType::kId) registers_[k].assign(kHllRegisters, 0);
   }
 }
 
 void TableProfiler::add(const float* row) {
   ++rows_;
   for (size_t k = 0; k < stored_.size(); ++k) {
-    const float v = row[k];
+    const float v = row[offset_[k]];
     if (std::isnan(v)) {
       ++missing_[k];
+      continue;
+    }
+    if (!registers_[k].empty()) {
+      uint64_t fingerprint = 0;
+      if (fingerprint_from_values(v, row[offset_[k] + 1], &fingerprint)) hll_add(registers_[k], fingerprint);
       continue;
     }
     if (!counts_[k].empty() || schema_.columns[stored_[k]].type != ColumnType::kNumeric) {
@@ -107,6 +164,10 @@ TableSchema TableProfiler::finish() const {
       p.max = m.n ? m.max : nan;
       p.mean = m.n ? m.mean : nan;
       p.std = m.n > 1 ? std::sqrt(m.m2 / static_cast<double>(m.n - 1)) : nan;
+      continue;
+    }
+    if (c.type == ColumnType::kId) {
+      p.distinct_estimate = rows_ > missing_[k] ? hll_estimate(registers_[k]) : 0;
       continue;
     }
     for (size_t code = 0; code < counts_[k].size(); ++code) {
@@ -151,6 +212,7 @@ std::string table_to_json(const TableSchema& table) {
       for (const auto& [value, count] : c.profile.top) top.push_back(json::object{{"value", value}, {"count", count}});
       o["top"] = std::move(top);
     }
+    if (c.type == ColumnType::kId) o["distinct_estimate"] = c.profile.distinct_estimate;
     if (c.type == ColumnType::kText && c.profile.text) o["text"] = parse_json(text_profile_to_json(*c.profile.text));
     if (c.type == ColumnType::kCategorical) {
       o["distinct"] = c.categories.size();
@@ -199,6 +261,7 @@ TableSchema table_from_json(const std::string& text, const std::string& source) 
       c.profile.max = number_of(o, "max");
       c.profile.mean = number_of(o, "mean");
       c.profile.std = number_of(o, "std");
+      if (const json::value* d = o.if_contains("distinct_estimate")) c.profile.distinct_estimate = d->to_number<uint64_t>();
       if (const json::value* top = o.if_contains("top")) {
         for (const json::value& e : top->as_array()) {
           c.profile.top.emplace_back(std::string(e.at("value").as_string()), e.at("count").to_number<uint64_t>());

@@ -85,11 +85,11 @@ PreparedTable prepare_table(const PreprocessingSpec& spec, const Split& train, c
     p.test = std::make_shared<const Split>(preprocess_split(test, *fitted));
   } else {
     // A test split uploaded as arrays (NPZ) beside a table: its values are the stored columns'
-    // when the table has no categorical column (no codes to map).
+    // when the table has no categorical or id column (no codes to map).
     for (const TableColumn* c : train.table->stored_columns()) {
-      if (c->type == ColumnType::kCategorical) {
-        throw DataError("dataset '" + train.dataset + "': the test split holds arrays but the train split is a table with a categorical column ('" +
-                        c->name + "'): upload the test split as a table too");
+      if (c->type == ColumnType::kCategorical || c->type == ColumnType::kId) {
+        throw DataError("dataset '" + train.dataset + "': the test split holds arrays but the train split is a table with a " +
+                        column_type_name(c->type) + " column ('" + c->name + "'): upload the test split as a table too");
       }
     }
     Split as_table = test;

@@ -51,7 +51,7 @@ TableParams read_table_params(const std::map<std::string, std::string>& params) 
       const size_t colon = item.rfind(':');
       const auto type = colon == std::string::npos ? std::nullopt : column_type_from_name(item.substr(colon + 1));
       if (colon == std::string::npos || colon == 0 || !type) {
-        t.error = {{"types must be a list of column:type (types: numeric, categorical, boolean, text, ignore), not '" + item + "'",
+        t.error = {{"types must be a list of column:type (types: numeric, categorical, boolean, id, text, ignore), not '" + item + "'",
                     "types"}};
         break;
       }

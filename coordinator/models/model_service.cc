@@ -553,12 +553,12 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
   if (m->preprocessing) {
     if (!split.table) {
       // A split uploaded as arrays beside a table: its values are the table's stored columns, which
-      // works when none is categorical (no codes to map).
+      // works when none is categorical or an id (no codes to map).
       for (const FittedColumn& c : m->preprocessing->columns) {
-        if (c.type == ColumnType::kCategorical) {
+        if (c.type == ColumnType::kCategorical || c.type == ColumnType::kId) {
           return failed(service_error(422, "invalid-evaluation",
                                       "/dataset: this split of " + dataset + " holds arrays, not the table the model's column '" +
-                                          c.name + "' (categorical) needs",
+                                          c.name + "' (" + column_type_name(c.type) + ") needs",
                                       "/dataset"));
         }
       }

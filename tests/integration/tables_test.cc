@@ -209,12 +209,13 @@ std::string loans(int rows, uint32_t seed) {
   return out;
 }
 
-// Tagged rows: up to 3 tags of 12 ("t0|t5", some rows none) and a number; the label yes when
-// the tags divisible by 3 outweigh the others, with the number as noise.
+// Tagged rows: up to 3 tags of 12 ("t0|t5", some rows none), a number and a user (an id column
+// when uploaded with types=user:id; some missing); the label yes when the tags divisible by 3
+// outweigh the others, a user divisible by 4 adding one, with the number as noise.
 std::string tagged(int rows, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
-  std::string out = "tags,x,label\n";
+  std::string out = "tags,x,user,label\n";
   for (int i = 0; i < rows; ++i) {
     std::string tags;
     int score = 0;
@@ -224,7 +225,10 @@ std::string tagged(int rows, uint32_t seed) {
       score += t % 3 == 0 ? 2 : -1;
     }
     const double x = u(rng) - 0.5;
-    out += tags + "," + std::to_string(x) + "," + (score + x > 0 ? "yes" : "no") + "\n";
+    const int user = static_cast<int>(rng() % 100);
+    if (user % 4 == 0) score += 1;
+    out += tags + "," + std::to_string(x) + "," + (i % 10 == 0 ? std::string() : "u" + std::to_string(user)) + "," +
+           (score + x > 0 ? "yes" : "no") + "\n";
   }
   return out;
 }
@@ -468,21 +472,26 @@ TEST_CASE("tables: a DLRM-style model (bottom MLP, hashed ids and a cross into s
   const Reply bad = post_json(port, "/v1/jobs", std::string(spec).replace(spec.find("\"num_bins\": 97"), 14, "\"num_bins\": 0"));
   check_problem(bad, 422, "invalid-spec", "/preprocessing/columns/region/num_bins");
 
-  // A multi-valued column on the same cluster: each row's tags ("t3|t7", some none) hashed into 3
-  // places, a mean bag in a sparse table and a sum bag in a dense one, equal to standalone too.
-  REQUIRE(put_csv(port, "/v1/datasets/tagged/train?label=label", tagged(500, 1)).status == 201);
-  REQUIRE(put_csv(port, "/v1/datasets/tagged/test?label=label", tagged(100, 2)).status == 201);
+  // A multi-valued column and an id column on the same cluster: each row's tags ("t3|t7", some
+  // none) hashed into 3 places, a mean bag in a sparse table and a sum bag in a dense one; the user
+  // (stored as its fingerprint) hashed into a sparse table; equal to standalone too.
+  REQUIRE(put_csv(port, "/v1/datasets/tagged/train?label=label&types=user:id", tagged(500, 1)).status == 201);
+  REQUIRE(put_csv(port, "/v1/datasets/tagged/test?label=label&types=user:id", tagged(100, 2)).status == 201);
+  // Features: the tags' 3 places, tags_missing, x, user=(hash), user_missing.
   const std::string bags = R"({"name": "tag-bags", "dataset": {"name": "tagged", "shuffle_seed": 2},
-    "model": {"input_shape": [5], "seed": 3, "layers": [
+    "model": {"input_shape": [7], "seed": 3, "layers": [
       {"name": "tags", "type": "slice", "inputs": ["input"], "begin": 0, "size": 3},
       {"name": "mean_bag", "type": "embedding", "inputs": ["tags"], "input_dim": 50, "output_dim": 4, "sparse": true, "combiner": "mean"},
       {"name": "sum_bag", "type": "embedding", "inputs": ["tags"], "input_dim": 50, "output_dim": 2, "combiner": "sum"},
       {"name": "rest", "type": "slice", "inputs": ["input"], "begin": 3, "size": 2},
-      {"name": "all", "type": "concatenate", "inputs": ["mean_bag", "sum_bag", "rest"]},
+      {"name": "user", "type": "slice", "inputs": ["input"], "begin": 5, "size": 1},
+      {"name": "user_vector", "type": "embedding", "inputs": ["user"], "input_dim": 97, "output_dim": 2, "sparse": true, "combiner": "sum"},
+      {"name": "all", "type": "concatenate", "inputs": ["mean_bag", "sum_bag", "rest", "user_vector"]},
       {"type": "dense", "units": 8, "activation": "relu"}, {"type": "dense", "units": 2}]},
     "optimizer": {"type": "adagrad", "learning_rate": 0.1},
     "training": {"mode": "sync", "global_batch_size": 40, "epochs": 6, "workers": 2},
-    "preprocessing": {"columns": {"tags": {"encode": "hash", "num_bins": 50, "separator": "|", "max_values": 3}}}})";
+    "preprocessing": {"columns": {"tags": {"encode": "hash", "num_bins": 50, "separator": "|", "max_values": 3},
+                                  "user": {"encode": "hash", "num_bins": 97}}}})";
   const TrainingResult bags_standalone = train_locally(parse_job_spec(bags), local);
   const std::string bags_id = submit(cluster, bags);
   const json::object bags_done = wait_for_state(cluster, bags_id, "SUCCEEDED", 240s);
@@ -492,12 +501,20 @@ TEST_CASE("tables: a DLRM-style model (bottom MLP, hashed ids and a cross into s
   CHECK(num(bags_done, "test_accuracy") > 0.75);
   // By field name: the cell's text, or a list of its ids (an unseen tag has its bin).
   const Reply q = post_json(port, "/v1/models/" + bags_id + ":predict",
-                            R"({"instances": [{"tags": "t3|t6", "x": 0.1}, {"tags": ["t3", "t6"], "x": 0.1},
-                                              {"tags": ["never-seen"], "x": -2}, {"tags": null, "x": 0}]})");
+                            R"({"instances": [{"tags": "t3|t6", "x": 0.1, "user": "u8"}, {"tags": ["t3", "t6"], "x": 0.1, "user": "u8"},
+                                              {"tags": ["never-seen"], "x": -2, "user": "never-seen"}, {"tags": null, "x": 0, "user": null}]})");
   INFO(q.describe());
   REQUIRE(q.status == 200);
   const json::array answers = arr(object_of(q), "predictions");
   REQUIRE(answers.size() == 4);
   CHECK(json::serialize(answers[0]) == json::serialize(answers[1]));
   CHECK(str(obj(answers[0]), "class") == "yes");
+  // The user is an id column (its profile estimates the distinct users); nothing but hashing fits it.
+  const json::object user = column(obj(obj(object_of(get(port, "/v1/datasets/tagged")).at("splits")).at("train")), "user");
+  CHECK(str(user, "type") == "id");
+  CHECK(num(user, "missing") == 50);
+  CHECK(std::abs(num(user, "distinct_estimate") - 100) <= 5);  // 100 users, nearly all drawn
+  std::string one_hot = bags;
+  one_hot.replace(one_hot.find(R"("user": {"encode": "hash", "num_bins": 97})"), 42, R"("user": {"encode": "one_hot"})");
+  check_problem(post_json(port, "/v1/jobs", one_hot), 422, "invalid-spec", "/preprocessing/columns/user/encode");
 }

@@ -15,6 +15,7 @@
 
 #include "common/data/dataset.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/id_hash.h"
 #include "tests/test_support.h"
 
 using pstrain::ColumnType;
@@ -227,22 +228,60 @@ TEST_CASE("a table schema survives its JSON form") {
   CHECK_THROWS_AS(pstrain::table_from_json("not json", "t.json"), pstrain::DataError);
 }
 
-TEST_CASE("a string column with more distinct values than a category may have is text, and refused when told categorical") {
-  std::string text = "id,x,label\n";
-  for (uint32_t i = 0; i <= pstrain::kMaxCategories; ++i) text += "u" + std::to_string(i) + ",1," + std::to_string(i % 2) + "\n";
+TEST_CASE("a string column with more distinct values than a category may have is an id (its fingerprint), refused when told categorical") {
+  std::string text = "user,x,label\n";
+  const uint32_t n = pstrain::kMaxCategories + 2;  // 65,537 present ids, one missing
+  for (uint32_t i = 0; i < n; ++i) text += (i == 7 ? std::string() : "u" + std::to_string(i)) + ",1," + std::to_string(i % 2) + "\n";
   const ParsedExamples read = csv(text);
-  CHECK(read.shape == std::vector<uint32_t>{1});
+  CHECK(read.shape == std::vector<uint32_t>{3});  // the id's two values, then x
   REQUIRE(read.table);
-  CHECK(read.table->columns[0].type == ColumnType::kText);
-  CHECK(read.table->columns[0].profile.text->documents == pstrain::kMaxCategories + 1);
+  const pstrain::TableColumn& user = read.table->columns[0];
+  CHECK(user.type == ColumnType::kId);
+  CHECK(read.table->row_width() == 3);
+  CHECK(user.profile.missing == 1);
+  // HyperLogLog's estimate of the 65,537 present ids: within 3% (its standard error is 0.8%).
+  CHECK(std::abs(static_cast<double>(user.profile.distinct_estimate) - (n - 1)) < 0.03 * (n - 1));
+  const std::vector<float> values = floats_of(read);
+  for (const uint32_t i : {0u, 1u, 12345u, n - 1}) {
+    uint64_t fingerprint = 0;
+    REQUIRE(pstrain::fingerprint_from_values(values[i * 3], values[i * 3 + 1], &fingerprint));
+    CHECK(fingerprint == pstrain::string_fingerprint("u" + std::to_string(i)));
+    CHECK(values[i * 3 + 2] == 1.0f);
+  }
+  CHECK(std::isnan(values[7 * 3]));
+  CHECK(std::isnan(values[7 * 3 + 1]));
+  // The schema's JSON keeps the type and the estimate.
+  const TableSchema back = pstrain::table_from_json(pstrain::table_to_json(*read.table), "t.json");
+  CHECK(back.columns[0].type == ColumnType::kId);
+  CHECK(back.columns[0].profile.distinct_estimate == user.profile.distinct_estimate);
+
   CsvOptions categorical;
-  categorical.types = {{"id", ColumnType::kCategorical}};
+  categorical.types = {{"user", ColumnType::kCategorical}};
   std::string column;
   CHECK(failure_kind(text, categorical, nullptr, &column) == Kind::kTooLarge);
-  CHECK(column == "id");
+  CHECK(column == "user");
+  CsvOptions as_text;
+  as_text.types = {{"user", ColumnType::kText}};
+  CHECK(csv(text, as_text).shape == std::vector<uint32_t>{1});
   CsvOptions ignore;
-  ignore.types = {{"id", ColumnType::kIgnored}};
+  ignore.types = {{"user", ColumnType::kIgnored}};
   CHECK(csv(text, ignore).shape == std::vector<uint32_t>{1});
+}
+
+TEST_CASE("free text stays text whatever its count of distinct values; a few ids told id are ids") {
+  std::string text = "review,plan,label\n";
+  for (uint32_t i = 0; i < 40; ++i) text += "this was review number " + std::to_string(i) + ",p" + std::to_string(i % 3) + "," + std::to_string(i % 2) + "\n";
+  CHECK(csv(text).table->columns[0].type == ColumnType::kText);
+  CHECK(csv(text).table->columns[1].type == ColumnType::kCategorical);
+  CsvOptions ids;
+  ids.types = {{"plan", ColumnType::kId}};
+  const ParsedExamples read = csv(text, ids);
+  CHECK(read.table->columns[1].type == ColumnType::kId);
+  CHECK(read.table->columns[1].profile.distinct_estimate == 3);
+  const std::vector<float> values = floats_of(read);
+  uint64_t fingerprint = 0;
+  REQUIRE(pstrain::fingerprint_from_values(values[2 * 2], values[2 * 2 + 1], &fingerprint));
+  CHECK(fingerprint == pstrain::string_fingerprint("p2"));
 }
 
 TEST_CASE("JSON Lines: keys in first-seen order, absent or null as missing, the same types and labels as CSV") {

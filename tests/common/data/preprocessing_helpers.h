@@ -16,9 +16,9 @@
 
 namespace pstrain::testing {
 
-inline ParsedExamples csv(const std::string& text) {
+inline ParsedExamples csv(const std::string& text, const CsvOptions& options = {}) {
   std::istringstream in(text);
-  return parse_csv(in, "t.csv");
+  return parse_csv(in, "t.csv", options);
 }
 
 inline std::span<const float> values(const ParsedExamples& p) {

@@ -82,6 +82,43 @@ TEST_CASE("a categorical type hashed by default, another split's codes: the same
   CHECK(rows[2] == static_cast<float>(string_fingerprint("b") % 7));
 }
 
+TEST_CASE("an id column: the bins a categorical column's names give, crossed, by field name; hashed or dropped") {
+  CsvOptions ids;
+  ids.types = {{"user", ColumnType::kId}};
+  const ParsedExamples as_ids = csv(kTable, ids);
+  const ParsedExamples as_categories = csv(kTable);
+  REQUIRE(as_ids.table->columns[0].type == ColumnType::kId);
+  CHECK(as_ids.table->row_width() == 5);
+  const PreprocessingSpec spec = spec_of(kSpec);
+  const FittedPreprocessing f = fit_preprocessing(spec, *as_ids.table, *as_ids.table, values(as_ids), as_ids.size());
+  const FittedPreprocessing g = fit_preprocessing(spec, *as_categories.table, *as_categories.table, values(as_categories), as_categories.size());
+  CHECK(preprocessed_width(spec, *as_ids.table) == f.width());
+  CHECK(f.feature_names() == g.feature_names());
+  const std::vector<float> rows = apply_rows(f, as_ids);
+  CHECK(rows == apply_rows(g, as_categories));  // 425 for u1, 421 for the missing user, the cross
+  CHECK(rows[0] == 425);
+  CHECK(rows[11] == 1);
+  std::vector<float> out(f.width());
+  apply_preprocessing(f, json::parse(R"({"user": "u2", "item": -0.5, "plan": null, "score": 1.5})").as_object(), out.data());
+  CHECK(out == std::vector<float>(rows.begin() + 5, rows.begin() + 10));
+  apply_preprocessing(f, json::parse(R"({"user": "zz-new", "item": 7, "plan": "gold", "score": 0})").as_object(), out.data());
+  CHECK(out[0] == 26);  // pstrain.ids: fingerprint("zz-new") % 1000
+  apply_preprocessing(f, json::parse(R"({"user": 12, "item": 7, "plan": "gold", "score": 0})").as_object(), out.data());
+  CHECK(out[0] == static_cast<float>(fingerprint_bin(string_fingerprint("12"), 1000)));  // an id is its text
+  CHECK_THROWS_AS(apply_preprocessing(f, json::parse(R"({"user": [1], "item": 7, "plan": "gold", "score": 0})").as_object(), out.data()),
+                  DataError);
+  CHECK(apply_rows(fitted_from_json(fitted_to_json(f)), as_ids) == rows);
+
+  const TableSchema& t = *as_ids.table;
+  CHECK(width_error_path("{}", t) == "/preprocessing/columns/user");  // no default: hash or drop
+  CHECK(width_error_path(R"({"columns": {"user": {"encode": "one_hot"}}})", t) == "/preprocessing/columns/user/encode");
+  CHECK(width_error_path(R"({"columns": {"user": {"encode": "hash", "num_bins": 9, "separator": "|", "max_values": 2}}})", t) ==
+        "/preprocessing/columns/user/separator");
+  CHECK(width_error_path(R"({"columns": {"user": {"encode": "hash"}}})", t) == "/preprocessing/columns/user/num_bins");
+  CHECK(width_error_path(R"({"columns": {"user": "drop"}})", t) == "(accepted)");
+  CHECK(width_error_path(R"({"categorical": {"encode": "hash", "num_bins": 10}})", t) == "(accepted)");
+}
+
 TEST_CASE("hashing and crosses: spec errors name their field") {
   const ParsedExamples p = csv("user,item,member,label\nu1,7,yes,a\nu2,8,no,b\n");
   auto path = [&](const std::string& text) { return width_error_path(text, *p.table); };
