@@ -268,7 +268,7 @@ TEST_CASE("a string column with more distinct values than a category may have is
   CHECK(csv(text, ignore).shape == std::vector<uint32_t>{1});
 }
 
-TEST_CASE("free text stays text whatever its count of distinct values; a few ids told id are ids") {
+TEST_CASE("free text stays text whatever its count of distinct values, and a few ids told id are ids") {
   std::string text = "review,plan,label\n";
   for (uint32_t i = 0; i < 40; ++i) text += "this was review number " + std::to_string(i) + ",p" + std::to_string(i % 3) + "," + std::to_string(i % 2) + "\n";
   CHECK(csv(text).table->columns[0].type == ColumnType::kText);

@@ -82,7 +82,7 @@ TEST_CASE("a categorical type hashed by default, another split's codes: the same
   CHECK(rows[2] == static_cast<float>(string_fingerprint("b") % 7));
 }
 
-TEST_CASE("an id column: the bins a categorical column's names give, crossed, by field name; hashed or dropped") {
+TEST_CASE("an id column: the bins a categorical column's names give, crossed, by field name, hashed or dropped") {
   CsvOptions ids;
   ids.types = {{"user", ColumnType::kId}};
   const ParsedExamples as_ids = csv(kTable, ids);
