@@ -19,7 +19,7 @@ using namespace format_detail;
 namespace {
 
 // JSON Lines as records: the header is the keys (collected by a first pass), each line the values
-// as text aligned to them ("" for null or absent: missing).
+// as text aligned to them ("" for null or absent: missing; a list of ids joined by '|').
 class JsonlSource final : public Records {
  public:
   JsonlSource(std::unique_ptr<std::istream> in, const std::string& source, uint64_t max_bytes,
@@ -65,10 +65,12 @@ class JsonlSource final : public Records {
       } else if (v->is_double()) {
         char buffer[32];
         cell.assign(buffer, std::to_chars(buffer, buffer + sizeof buffer, v->as_double()).ptr);
+      } else if (v->is_array()) {
+        list_cell(v->as_array(), (*columns_)[i], cell);
       } else {
         fail(Kind::kBadRecord,
              source_ + ": line " + std::to_string(record_line_) + ", field '" + (*columns_)[i] +
-                 "': an array or object is not a table value",
+                 "': an object is not a table value",
              record_line_, (*columns_)[i]);
       }
     }
@@ -78,6 +80,27 @@ class JsonlSource final : public Records {
   uint64_t line() const override { return record_line_; }
 
  private:
+  // A list of ids (tags, a user's last items) as one cell: its strings and numbers joined by '|',
+  // which a job splits again (preprocessing "separator": "|"); [] is missing.
+  void list_cell(const json::array& items, const std::string& column, std::string& cell) {
+    for (const json::value& e : items) {
+      std::string item;
+      if (e.is_string()) item = std::string(e.as_string());
+      else if (e.is_int64()) item = std::to_string(e.as_int64());
+      else if (e.is_uint64()) item = std::to_string(e.as_uint64());
+      const bool bad = item.empty() ? !e.is_string() : item.find('|') != std::string::npos;
+      if (bad) {
+        fail(Kind::kBadRecord,
+             source_ + ": line " + std::to_string(record_line_) + ", field '" + column + "': " +
+                 (item.empty() ? "a list holds strings and whole numbers (ids), not " + json::serialize(e)
+                               : "an id in a list may not hold '|' (the list is stored joined by it): " + json::serialize(e)),
+             record_line_, column);
+      }
+      if (!cell.empty()) cell += '|';
+      cell += item;
+    }
+  }
+
   // The next non-blank line as an object; false at the end.
   bool read_object() {
     std::string text;

@@ -39,7 +39,7 @@ std::vector<std::string> FittedPreprocessing::feature_names() const {
       for (uint32_t j = 0; j < c.values; ++j) names.push_back(c.name + "=(hash " + std::to_string(j) + ")");
     } else if (c.bins > 0) {
       names.push_back(c.name + "=(hash)");
-    } else if (c.type == ColumnType::kCategorical && c.ids) {
+    } else if ((c.type == ColumnType::kCategorical || c.type == ColumnType::kId) && c.ids) {
       names.push_back(c.name + "=(id)");
     } else if (c.type == ColumnType::kCategorical) {
       for (const std::string& k : c.categories) names.push_back(c.name + "=" + k);
@@ -107,8 +107,10 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
     throw SpecError(path + (s.separator ? "/max_values" : "/separator"),
                     "a multi-valued column needs both separator and max_values (1 to 256)");
   }
-  if (column.type == ColumnType::kId && s.encode && !hashed) {
-    throw SpecError(path + "/encode", "'" + column.name + "' is an id column: it is hashed (encode \"hash\" with num_bins) or dropped");
+  if (column.type == ColumnType::kId && s.encode && !hashed && *s.encode != Encoding::kIds) {
+    throw SpecError(path + "/encode", "'" + column.name +
+                                          "' is an id column: it is hashed (encode \"hash\" with num_bins), looked up (encode \"ids\" "
+                                          "with max_categories) or dropped");
   }
   if (hashed && (s.impute || s.scale || s.fill_value)) {
     throw SpecError(path + (s.impute ? "/impute" : s.scale ? "/scale" : "/fill_value"),
@@ -116,6 +118,13 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
   }
   if (hashed) return;
   if (s.num_bins) throw SpecError(path + "/num_bins", "applies to encode \"hash\"");
+  if (column.type == ColumnType::kId) {
+    if (s.impute || s.scale || s.fill_value) {
+      throw SpecError(path + (s.impute ? "/impute" : s.scale ? "/scale" : "/fill_value"),
+                      "'" + column.name + "' is an id column: a missing id takes the slot of unseen ids, nothing is scaled");
+    }
+    return;
+  }
   if (column.type == ColumnType::kCategorical) {
     if (s.scale) throw SpecError(path + "/scale", "'" + column.name + "' is categorical: it is one-hot encoded, not scaled");
     if (s.impute && (*s.impute == Imputation::kMean || *s.impute == Imputation::kMedian)) {
@@ -176,10 +185,11 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
     check_steps(spec, *c);
     const Resolved r = resolve(spec, *c);
     if (r.drop) continue;
-    if (c->type == ColumnType::kId && r.encode != Encoding::kHash) {
+    if (c->type == ColumnType::kId && r.encode != Encoding::kHash && r.encode != Encoding::kIds) {
       throw SpecError("/preprocessing/columns/" + c->name,
                       "'" + c->name + "' is an id column (about " + std::to_string(c->profile.distinct_estimate) +
-                          " distinct values): hash it ({\"encode\": \"hash\", \"num_bins\": ...}) or drop it (\"drop\")");
+                          " distinct values): hash it ({\"encode\": \"hash\", \"num_bins\": ...}), look it up "
+                          "({\"encode\": \"ids\", \"max_categories\": ...}) or drop it (\"drop\")");
     }
     if (r.encode == Encoding::kHash && c->type == ColumnType::kBoolean) {
       throw SpecError("/preprocessing/boolean/encode", "boolean columns are not hashed");
@@ -190,7 +200,8 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
     }
     if (r.encode == Encoding::kHash && r.max_values > 0) {
       width += r.max_values;
-    } else if ((c->type == ColumnType::kCategorical && r.encode == Encoding::kIds) || r.encode == Encoding::kHash) {
+    } else if (((c->type == ColumnType::kCategorical || c->type == ColumnType::kId) && r.encode == Encoding::kIds) ||
+               r.encode == Encoding::kHash) {
       width += 1;
     } else if (c->type == ColumnType::kCategorical) {
       width += std::min<uint32_t>(r.max_categories, static_cast<uint32_t>(c->categories.size())) + 1;
@@ -299,6 +310,8 @@ float* apply_column(const FittedColumn& f, float v, uint32_t slot, uint64_t fing
     for (uint32_t j = 0; j < f.values; ++j) *out++ = bag == nullptr || bag[j] == kNoBin ? -1.0f : static_cast<float>(bag[j]);
   } else if (f.bins > 0) {
     *out++ = static_cast<float>(fingerprint_bin(fingerprint, f.bins));
+  } else if (f.type == ColumnType::kId) {
+    *out++ = static_cast<float>(missing ? f.vocabulary.size() : slot);
   } else if (f.type == ColumnType::kCategorical) {
     const uint32_t s = missing ? f.fill_category : slot;
     if (f.ids) {
@@ -314,6 +327,12 @@ float* apply_column(const FittedColumn& f, float v, uint32_t slot, uint64_t fing
   }
   if (f.indicator) *out++ = missing ? 1.0f : 0.0f;
   return out;
+}
+
+// An id's slot in a looked-up id column: its index in the vocabulary, or the vocabulary's size.
+uint32_t vocabulary_slot(const FittedColumn& f, uint64_t fingerprint) {
+  const auto it = std::lower_bound(f.vocabulary.begin(), f.vocabulary.end(), fingerprint);
+  return static_cast<uint32_t>(it != f.vocabulary.end() && *it == fingerprint ? it - f.vocabulary.begin() : f.vocabulary.size());
 }
 
 // The crosses' features from the row's fingerprints (one per column).
@@ -356,8 +375,10 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots&
         if (f.values > 0 && code < codes.fingerprints[k].size()) bag = &codes.slots[k][code * f.values];
         else if (code < codes.slots[k].size()) slot = codes.slots[k][code];
       }
-      const bool wants_fingerprint = any_cross || f.bins > 0;
+      const bool looked_up = f.type == ColumnType::kId && f.ids;
+      const bool wants_fingerprint = any_cross || f.bins > 0 || looked_up;
       if (wants_fingerprint) fingerprints[k] = stored_fingerprint(f, stored, codes.fingerprints[k]);
+      if (looked_up) slot = vocabulary_slot(f, fingerprints[k]);
       out = apply_column(f, v, slot, fingerprints[k], bag, out);
     }
     out = apply_crosses(fitted, fingerprints.data(), out);
@@ -455,6 +476,7 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
       if (number && !std::isnan(value)) fingerprint = number_fingerprint(value);
     }
     fingerprints.push_back(fingerprint);
+    if (f.type == ColumnType::kId && f.ids) slot = vocabulary_slot(f, fingerprint);
     out = apply_column(f, value, slot, fingerprint, bag.empty() ? nullptr : bag.data(), out);
   }
   apply_crosses(fitted, fingerprints.data(), out);

@@ -17,7 +17,11 @@
 //             by its text, a number as the integer at or below it, a missing value as the empty
 //             string), so ids never seen in training have a bin too: Keras' `Hashing`.
 //   id        (table_schema.h: more distinct strings than a categorical column holds) hashed, or
-//             dropped: nothing else applies; no default (a job must say which).
+//             looked up (encode "ids": one feature, the slot of the id among the max_categories
+//             most frequent ids of the training examples, sorted by fingerprint, the count of
+//             kept ids for every other id and for a missing one; counted by TopIds, exact while
+//             the examples hold at most max(4 x max_categories, 65,536) distinct ids), or
+//             dropped; no default (a job must say which).
 //             A categorical column with `separator` is multi-valued (tags, a user's last items:
 //             "drama|comedy"): its cell is split on the separator (pieces trimmed of spaces, empty
 //             ones skipped) and gives `max_values` features, the first pieces' bins in cell order,
@@ -79,6 +83,11 @@ struct ColumnSteps {
   bool drop = false;
 };
 
+// Most ids an id column's vocabulary keeps (encode "ids"), and the counters it may use to find them
+// (top_ids.h: max(4 x max_categories, kIdCounters), at most 2^20 counters of about 100 bytes).
+inline constexpr uint32_t kMaxIdVocabulary = uint32_t{1} << 18;
+inline constexpr size_t kIdCounters = size_t{1} << 16;
+
 // Most places of a multi-valued column.
 inline constexpr uint32_t kMaxValues = 256;
 
@@ -110,7 +119,10 @@ struct FittedColumn {
   // (an index into categories, or categories.size(): other).
   std::vector<std::string> categories;
   uint32_t fill_category = 0;
-  bool ids = false;  // categorical: one feature, the slot (encode "ids"), instead of one-hot
+  bool ids = false;  // categorical and id: one feature, the slot (encode "ids"), instead of one-hot or a bin
+  // id with encode "ids": the kept ids' fingerprints, sorted; an id's slot is its index, or
+  // vocabulary.size() for any other id and a missing one.
+  std::vector<uint64_t> vocabulary;
   uint32_t bins = 0;  // encode "hash": one feature, the fingerprint's bin among `bins` (0: not hashed)
   // Multi-valued (hashed, categorical): the cell split on `separator` into `values` places.
   std::string separator;

@@ -5,10 +5,13 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include "common/base/error.h"
+#include "common/data/id_hash.h"
 #include "common/data/preprocessing.h"
 #include "common/data/preprocessing_steps.h"
+#include "common/data/top_ids.h"
 
 namespace pstrain {
 namespace {
@@ -87,6 +90,7 @@ struct ColumnFit {
   double min = 0, max = 0;      // of the present values
   std::map<double, uint64_t> frequencies;  // impute most_frequent (numeric, boolean)
   MedianSelect median;          // impute median
+  std::unique_ptr<TopIds> top;  // an id column looked up (encode "ids"): its ids' counts
   double fill = 0, mean = 0, squares = 0;
 };
 
@@ -115,6 +119,9 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
     c.fitted = !c.steps.drop && c.steps.encode != Encoding::kHash && stored[k]->type != ColumnType::kId;
     c.categorical = stored[k]->type == ColumnType::kCategorical;
     if (c.categorical) c.category_counts.assign(stored[k]->categories.size(), 0);
+    if (stored[k]->type == ColumnType::kId && !c.steps.drop && c.steps.encode == Encoding::kIds) {
+      c.top = std::make_unique<TopIds>(std::min<size_t>(std::max<size_t>(size_t{4} * c.steps.max_categories, kIdCounters), size_t{1} << 20));
+    }
     const bool numbers = c.fitted && !c.categorical;
     any_median = any_median || (numbers && c.steps.impute == Imputation::kMedian);
     any_standardize = any_standardize || (numbers && c.steps.scale == Scaling::kStandardize);
@@ -127,6 +134,11 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
       for (size_t k = 0; k < width; ++k) {
         ColumnFit& c = fits[k];
         const float v = values[i * row + at[k]];
+        if (c.top != nullptr && !std::isnan(v)) {
+          uint64_t fingerprint = 0;
+          if (fingerprint_from_values(v, values[i * row + at[k] + 1], &fingerprint)) c.top->add(fingerprint);
+          continue;
+        }
         if (!c.fitted || std::isnan(v)) continue;
         if (c.categorical) {
           const auto code = static_cast<size_t>(v);
@@ -220,7 +232,11 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
     }
     f.indicator = r.indicator && k < train_stored.size() && train_stored[k]->profile.missing > 0;
     if (column.type == ColumnType::kId && !f.dropped && f.bins == 0) {
-      throw DataError("column '" + column.name + "' is an id column: it is hashed (encode \"hash\") or dropped");
+      if (c.top == nullptr) throw DataError("column '" + column.name + "' is an id column: it is hashed, looked up or dropped");
+      f.ids = true;
+      f.vocabulary = c.top->top(r.max_categories);
+      fitted.columns.push_back(std::move(f));
+      continue;
     }
     if (f.dropped || f.bins > 0) {
       fitted.columns.push_back(std::move(f));

@@ -8,8 +8,10 @@
 // "drop": <bool>}.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "common/base/json_parse.h"
+#include "common/data/id_hash.h"
 #include "common/data/preprocessing.h"
 #include "common/data/spec_reader.h"
 
@@ -52,7 +54,7 @@ ColumnSteps read_steps(const json::value& v, const std::string& path, bool allow
     s.indicator = x->as_bool();
   }
   if (const json::value* x = r.optional("max_categories")) {
-    s.max_categories = static_cast<uint32_t>(read_int(*x, r.field_path("max_categories"), 1, kMaxCategories));
+    s.max_categories = static_cast<uint32_t>(read_int(*x, r.field_path("max_categories"), 1, kMaxIdVocabulary));
   }
   if (const json::value* x = r.optional("encode")) {
     s.encode = read_enum<Encoding>(*x, r.field_path("encode"),
@@ -196,6 +198,11 @@ std::string fitted_to_json(const FittedPreprocessing& fitted) {
         o["separator"] = c.separator;
         o["values"] = c.values;
       }
+    } else if (c.type == ColumnType::kId) {
+      json::array vocabulary;
+      for (const uint64_t fingerprint : c.vocabulary) vocabulary.push_back(fingerprint);
+      o["encode"] = "ids";
+      o["vocabulary"] = std::move(vocabulary);
     } else if (c.type == ColumnType::kCategorical) {
       json::array cats;
       for (const std::string& k : c.categories) cats.push_back(json::string(k));
@@ -267,7 +274,12 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
           }
         }
       } else if (!c.dropped && c.type == ColumnType::kId) {
-        throw DataError("preprocessing: id column '" + c.name + "' has no bins");
+        c.ids = true;
+        for (const json::value& k : o.at("vocabulary").as_array()) c.vocabulary.push_back(k.to_number<uint64_t>());
+        const bool sorted = std::adjacent_find(c.vocabulary.begin(), c.vocabulary.end(), std::greater_equal<>()) == c.vocabulary.end();
+        if (!sorted || c.vocabulary.size() > kMaxIdVocabulary || (!c.vocabulary.empty() && c.vocabulary.back() >= kFingerprintLimit)) {
+          throw DataError("preprocessing: id column '" + c.name + "' has a bad vocabulary");
+        }
       } else if (!c.dropped && c.type == ColumnType::kCategorical) {
         for (const json::value& k : o.at("categories").as_array()) c.categories.emplace_back(k.as_string());
         c.fill_category = static_cast<uint32_t>(o.at("fill_category").to_number<uint64_t>());

@@ -148,6 +148,16 @@ class Exporter {
         }
         continue;
       }
+      if (f.type == ColumnType::kId) {  // a looked-up id: its fingerprint's slot, the vocabulary's size for others
+        parts.push_back(vocabulary_slot(f));
+        if (f.indicator) {
+          const std::string missing = g_.op("Equal", {f.name, g_.int64s("missing_fingerprint", {kMissingIdFingerprint})}, "missing");
+          const std::string indicator = g_.fresh("indicator");
+          GraphBuilder::integer(g_.node("Cast", {missing}, indicator), "to", onnx::TensorProto::FLOAT);
+          parts.push_back(indicator);
+        }
+        continue;
+      }
       if (f.type != ColumnType::kCategorical) {
         const std::string missing = g_.op("IsNaN", {f.name}, "missing");
         const std::string filled = g_.op("Where", {missing, g_.floats("fill", {}, {f.fill}), f.name}, "filled");
@@ -204,6 +214,31 @@ class Exporter {
     const std::string features = g_.fresh("features");
     GraphBuilder::integer(g_.node("Concat", parts, features), "axis", 1);
     return {features, {static_cast<int64_t>(fitted.width())}, false};
+  }
+
+  // A looked-up id column's int64 fingerprint input -> its slot as a float (ai.onnx.ml LabelEncoder,
+  // int64 keys to float values, the vocabulary's size by default).
+  std::string vocabulary_slot(const FittedColumn& f) {
+    const std::string slot = g_.fresh("slot_float");
+    onnx::NodeProto& encoder = g_.node("LabelEncoder", {f.name}, slot);
+    encoder.set_domain("ai.onnx.ml");
+    onnx::AttributeProto* keys = encoder.add_attribute();
+    keys->set_name("keys_int64s");
+    keys->set_type(onnx::AttributeProto::INTS);
+    onnx::AttributeProto* values = encoder.add_attribute();
+    values->set_name("values_floats");
+    values->set_type(onnx::AttributeProto::FLOATS);
+    // (An empty vocabulary still needs a key: the missing id's fingerprint, which no kept id has.)
+    if (f.vocabulary.empty()) {
+      keys->add_ints(static_cast<int64_t>(kMissingIdFingerprint));
+      values->add_floats(0.0f);
+    }
+    for (size_t s = 0; s < f.vocabulary.size(); ++s) {
+      keys->add_ints(static_cast<int64_t>(f.vocabulary[s]));
+      values->add_floats(static_cast<float>(s));
+    }
+    GraphBuilder::real(encoder, "default_float", static_cast<float>(f.vocabulary.size()));
+    return slot;
   }
 
   // An int64 fingerprint input's bin among `bins`, as a float feature.
@@ -553,7 +588,7 @@ std::string export_onnx(const OnnxExport& what) {
     for (const FittedColumn& c : what.preprocessing->columns) {
       if (c.dropped) continue;
       set_type(graph->add_input(), c.name, {c.values > 0 ? static_cast<int64_t>(c.values) : 1},
-               c.bins > 0                            ? onnx::TensorProto::INT64
+               c.bins > 0 || c.type == ColumnType::kId ? onnx::TensorProto::INT64
                : c.type == ColumnType::kCategorical ? onnx::TensorProto::STRING
                                                      : onnx::TensorProto::FLOAT);
     }

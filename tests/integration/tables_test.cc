@@ -209,13 +209,13 @@ std::string loans(int rows, uint32_t seed) {
   return out;
 }
 
-// Tagged rows: up to 3 tags of 12 ("t0|t5", some rows none), a number and a user (an id column
-// when uploaded with types=user:id; some missing); the label yes when the tags divisible by 3
-// outweigh the others, a user divisible by 4 adding one, with the number as noise.
+// Tagged rows: up to 3 tags of 12 ("t0|t5", some rows none), a number, a user and an item (id
+// columns when uploaded with types=user:id,item:id; some missing); the label yes when the tags
+// divisible by 3 outweigh the others, a user divisible by 4 adding one, with the number as noise.
 std::string tagged(int rows, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
-  std::string out = "tags,x,user,label\n";
+  std::string out = "tags,x,user,item,label\n";
   for (int i = 0; i < rows; ++i) {
     std::string tags;
     int score = 0;
@@ -227,8 +227,9 @@ std::string tagged(int rows, uint32_t seed) {
     const double x = u(rng) - 0.5;
     const int user = static_cast<int>(rng() % 100);
     if (user % 4 == 0) score += 1;
+    const int item = static_cast<int>(rng() % 30);
     out += tags + "," + std::to_string(x) + "," + (i % 10 == 0 ? std::string() : "u" + std::to_string(user)) + "," +
-           (score + x > 0 ? "yes" : "no") + "\n";
+           (i % 7 == 0 ? std::string() : "i" + std::to_string(item)) + "," + (score + x > 0 ? "yes" : "no") + "\n";
   }
   return out;
 }
@@ -475,23 +476,25 @@ TEST_CASE("tables: a DLRM-style model (bottom MLP, hashed ids and a cross into s
   // A multi-valued column and an id column on the same cluster: each row's tags ("t3|t7", some
   // none) hashed into 3 places, a mean bag in a sparse table and a sum bag in a dense one; the user
   // (stored as its fingerprint) hashed into a sparse table; equal to standalone too.
-  REQUIRE(put_csv(port, "/v1/datasets/tagged/train?label=label&types=user:id", tagged(500, 1)).status == 201);
-  REQUIRE(put_csv(port, "/v1/datasets/tagged/test?label=label&types=user:id", tagged(100, 2)).status == 201);
-  // Features: the tags' 3 places, tags_missing, x, user=(hash), user_missing.
+  REQUIRE(put_csv(port, "/v1/datasets/tagged/train?label=label&types=user:id,item:id", tagged(500, 1)).status == 201);
+  REQUIRE(put_csv(port, "/v1/datasets/tagged/test?label=label&types=user:id,item:id", tagged(100, 2)).status == 201);
+  // Features: the tags' 3 places, tags_missing, x, user=(hash), user_missing, item=(id), item_missing.
   const std::string bags = R"({"name": "tag-bags", "dataset": {"name": "tagged", "shuffle_seed": 2},
-    "model": {"input_shape": [7], "seed": 3, "layers": [
+    "model": {"input_shape": [9], "seed": 3, "layers": [
       {"name": "tags", "type": "slice", "inputs": ["input"], "begin": 0, "size": 3},
       {"name": "mean_bag", "type": "embedding", "inputs": ["tags"], "input_dim": 50, "output_dim": 4, "sparse": true, "combiner": "mean"},
       {"name": "sum_bag", "type": "embedding", "inputs": ["tags"], "input_dim": 50, "output_dim": 2, "combiner": "sum"},
       {"name": "rest", "type": "slice", "inputs": ["input"], "begin": 3, "size": 2},
       {"name": "user", "type": "slice", "inputs": ["input"], "begin": 5, "size": 1},
       {"name": "user_vector", "type": "embedding", "inputs": ["user"], "input_dim": 97, "output_dim": 2, "sparse": true, "combiner": "sum"},
-      {"name": "all", "type": "concatenate", "inputs": ["mean_bag", "sum_bag", "rest", "user_vector"]},
+      {"name": "item", "type": "slice", "inputs": ["input"], "begin": 7, "size": 1},
+      {"name": "item_vector", "type": "embedding", "inputs": ["item"], "input_dim": 21, "output_dim": 2, "sparse": true, "combiner": "sum"},
+      {"name": "all", "type": "concatenate", "inputs": ["mean_bag", "sum_bag", "rest", "user_vector", "item_vector"]},
       {"type": "dense", "units": 8, "activation": "relu"}, {"type": "dense", "units": 2}]},
     "optimizer": {"type": "adagrad", "learning_rate": 0.1},
     "training": {"mode": "sync", "global_batch_size": 40, "epochs": 6, "workers": 2},
     "preprocessing": {"columns": {"tags": {"encode": "hash", "num_bins": 50, "separator": "|", "max_values": 3},
-                                  "user": {"encode": "hash", "num_bins": 97}}}})";
+                                  "user": {"encode": "hash", "num_bins": 97}, "item": {"encode": "ids", "max_categories": 20}}}})";
   const TrainingResult bags_standalone = train_locally(parse_job_spec(bags), local);
   const std::string bags_id = submit(cluster, bags);
   const json::object bags_done = wait_for_state(cluster, bags_id, "SUCCEEDED", 240s);
@@ -501,8 +504,10 @@ TEST_CASE("tables: a DLRM-style model (bottom MLP, hashed ids and a cross into s
   CHECK(num(bags_done, "test_accuracy") > 0.75);
   // By field name: the cell's text, or a list of its ids (an unseen tag has its bin).
   const Reply q = post_json(port, "/v1/models/" + bags_id + ":predict",
-                            R"({"instances": [{"tags": "t3|t6", "x": 0.1, "user": "u8"}, {"tags": ["t3", "t6"], "x": 0.1, "user": "u8"},
-                                              {"tags": ["never-seen"], "x": -2, "user": "never-seen"}, {"tags": null, "x": 0, "user": null}]})");
+                            R"({"instances": [{"tags": "t3|t6", "x": 0.1, "user": "u8", "item": "i3"},
+                                              {"tags": ["t3", "t6"], "x": 0.1, "user": "u8", "item": "i3"},
+                                              {"tags": ["never-seen"], "x": -2, "user": "never-seen", "item": "never-seen"},
+                                              {"tags": null, "x": 0, "user": null, "item": null}]})");
   INFO(q.describe());
   REQUIRE(q.status == 200);
   const json::array answers = arr(object_of(q), "predictions");

@@ -255,8 +255,8 @@ print("table-hashed.rest")
 # A multi-valued column (issue 51): each record's tags ("a|b|c", some empty, unseen tags in
 # test) hashed into 4 places, a mean bag and a sum bag of them, with the numbers. :predict gets the
 # cell's text or a list of its ids; the ONNX graph the pieces' fingerprints, -1 for unused places.
-# And an id column (a user, stored as its fingerprint) hashed into a table: the graph takes the
-# user's fingerprint (the empty string's when missing).
+# And id columns (stored as fingerprints): a user hashed into a table, an item looked up among the
+# 40 most frequent items; the graph takes each one's fingerprint (the empty string's when missing).
 TAGS = [f"t{k}" for k in range(30)]
 
 
@@ -270,23 +270,26 @@ def tagged(count, seed, unseen):
         x = float(r.normal())
         k = int(r.integers(0, 150))  # a user: an id column (types=user:id), some missing, unseen ones in test
         user = None if i % 9 == 0 else f"new-user{i}" if unseen and i % 5 == 0 else f"u{k}"
+        m = int(r.integers(0, 80))  # an item: an id column looked up (its 40 most frequent)
+        item = None if i % 11 == 0 else f"new-item{i}" if unseen and i % 7 == 0 else f"i{m}"
         score = sum(1 if int(t[1:]) % 3 == 0 else -1 for t in tags if t[1:].isdigit()) + x + (1 if k % 4 == 0 else 0)
-        rows.append({"tags": "|".join(tags), "x": x, "user": user, "label": "yes" if score > 0 else "no"})
+        rows.append({"tags": "|".join(tags), "x": x, "user": user, "item": item, "label": "yes" if score > 0 else "no"})
     return rows
 
 
 def tagged_csv(rows):
-    return ("tags,x,user,label\n" +
-            "".join(f"{r['tags']},{r['x']!r},{r['user'] or ''},{r['label']}\n" for r in rows)).encode()
+    return ("tags,x,user,item,label\n" +
+            "".join(f"{r['tags']},{r['x']!r},{r['user'] or ''},{r['item'] or ''},{r['label']}\n" for r in rows)).encode()
 
 
-call("PUT", "/v1/datasets/onnx-tags/train?label=label&types=user:id", tagged_csv(tagged(600, 7, False)), "text/csv")
-call("PUT", "/v1/datasets/onnx-tags/test?label=label&types=user:id", tagged_csv(tagged(100, 8, False)), "text/csv")
-# Features: the tags' 4 places, tags_missing, x, user=(hash), user_missing.
+call("PUT", "/v1/datasets/onnx-tags/train?label=label&types=user:id,item:id", tagged_csv(tagged(600, 7, False)), "text/csv")
+call("PUT", "/v1/datasets/onnx-tags/test?label=label&types=user:id,item:id", tagged_csv(tagged(100, 8, False)), "text/csv")
+# Features: the tags' 4 places, tags_missing, x, user=(hash), user_missing, item=(id), item_missing.
 spec = {"name": "table-tags", "dataset": {"name": "onnx-tags"},
         "preprocessing": {"columns": {"tags": {"encode": "hash", "num_bins": 64, "separator": "|", "max_values": 4},
-                                      "user": {"encode": "hash", "num_bins": 128}}},
-        "model": {"input_shape": [8], "seed": 7, "layers": [
+                                      "user": {"encode": "hash", "num_bins": 128},
+                                      "item": {"encode": "ids", "max_categories": 40}}},
+        "model": {"input_shape": [10], "seed": 7, "layers": [
             {"name": "tags", "type": "slice", "inputs": ["input"], "begin": 0, "size": 4},
             {"name": "tag_mean", "type": "embedding", "inputs": ["tags"], "input_dim": 64, "output_dim": 4, "combiner": "mean"},
             {"name": "tag_sum", "type": "embedding", "inputs": ["tags"], "input_dim": 64, "output_dim": 2, "combiner": "sum",
@@ -296,15 +299,19 @@ spec = {"name": "table-tags", "dataset": {"name": "onnx-tags"},
             {"name": "user_vector", "type": "embedding", "inputs": ["user"], "input_dim": 128, "output_dim": 2, "combiner": "sum",
              "sparse": True},
             {"name": "user_missing", "type": "slice", "inputs": ["input"], "begin": 7, "size": 1},
-            {"name": "all", "type": "concatenate", "inputs": ["tag_mean", "tag_sum", "rest", "user_vector", "user_missing"]},
+            {"name": "item", "type": "slice", "inputs": ["input"], "begin": 8, "size": 1},
+            {"name": "item_vector", "type": "embedding", "inputs": ["item"], "input_dim": 41, "output_dim": 2, "combiner": "sum"},
+            {"name": "item_missing", "type": "slice", "inputs": ["input"], "begin": 9, "size": 1},
+            {"name": "all", "type": "concatenate",
+             "inputs": ["tag_mean", "tag_sum", "rest", "user_vector", "user_missing", "item_vector", "item_missing"]},
             {"type": "dense", "units": 8, "activation": "relu"},
             {"type": "dense", "units": 2}]},
         "optimizer": {"type": "adagrad", "learning_rate": 0.1}, "training": {"global_batch_size": 40, "epochs": 3}}
 job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
 wait_succeeded(job)
 tag_records = tagged(1000, 9, True)
-instances = [{"tags": r["tags"] if i % 2 else [t for t in r["tags"].split("|") if t], "x": r["x"], "user": r["user"]}
-             for i, r in enumerate(tag_records)]
+instances = [{"tags": r["tags"] if i % 2 else [t for t in r["tags"].split("|") if t], "x": r["x"], "user": r["user"],
+              "item": r["item"]} for i, r in enumerate(tag_records)]
 answer = predictions(job, instances)
 with open(os.path.join(out, "table-tags.rest.onnx"), "wb") as f:
     f.write(call("GET", f"/v1/models/{job}/file?format=onnx"))
@@ -322,6 +329,7 @@ columns = {
     "tags": {"type": "int64", "width": 4, "values": [places(r["tags"]) for r in tag_records]},
     "x": {"type": "float", "values": [r["x"] for r in tag_records]},
     "user": {"type": "int64", "values": [ids.fingerprint(r["user"] or "") for r in tag_records]},
+    "item": {"type": "int64", "values": [ids.fingerprint(r["item"] or "") for r in tag_records]},
 }
 with open(os.path.join(out, "table-tags.rest.json"), "w") as f:
     json.dump({"count": len(tag_records), "columns": columns, "output": "probabilities", "width": 2}, f)

@@ -323,6 +323,29 @@ TEST_CASE("JSON Lines: keys in first-seen order, absent or null as missing, the 
   CHECK(kind_line("{\"a\": 1, \"label\": 0}\n{\"a\": 2, \"label\": \n") == std::make_pair(Kind::kBadRecord, uint64_t{2}));
   CHECK(kind_line("{\"a\": 1}\n").first == Kind::kMissingLabelColumn);
   CHECK(kind_line("").first == Kind::kEmpty);
+  // A list of ids is one cell joined by '|' ([] missing); lists of other things are refused.
+  CHECK(kind_line("{\"a\": [\"x\"], \"label\": 0}\n{\"a\": [\"x|y\"], \"label\": 1}\n") == std::make_pair(Kind::kBadRecord, uint64_t{2}));
+  CHECK(kind_line("{\"a\": [1.5], \"label\": 0}\n") == std::make_pair(Kind::kBadRecord, uint64_t{1}));
+  CHECK(kind_line("{\"a\": [[1]], \"label\": 0}\n") == std::make_pair(Kind::kBadRecord, uint64_t{1}));
+}
+
+TEST_CASE("JSON Lines: a list of ids is one cell, its items joined by '|', the same as the CSV cell") {
+  std::istringstream in(
+      "{\"tags\": [\"drama\", 7], \"label\": 0}\n"
+      "{\"tags\": [], \"label\": 1}\n"
+      "{\"tags\": [\"comedy\"], \"label\": 1}\n"
+      "{\"tags\": \"drama|7\", \"label\": 0}\n");
+  const ParsedExamples p = pstrain::parse_jsonl(in, "t.jsonl");
+  REQUIRE(p.table->columns.size() == 1);
+  CHECK(p.table->columns[0].type == ColumnType::kCategorical);
+  CHECK(p.table->columns[0].categories == std::vector<std::string>{"comedy", "drama|7"});
+  CHECK(p.table->columns[0].profile.missing == 1);
+  const std::vector<float> v = floats_of(p);
+  REQUIRE(v.size() == 4);
+  CHECK(v[0] == 1);
+  CHECK(std::isnan(v[1]));
+  CHECK(v[2] == 0);
+  CHECK(v[3] == 1);
 }
 
 TEST_CASE("a column that turns to text after numbers gets every value as a category, and labels too") {

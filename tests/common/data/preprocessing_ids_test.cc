@@ -117,6 +117,35 @@ TEST_CASE("an id column: the bins a categorical column's names give, crossed, by
   CHECK(width_error_path(R"({"columns": {"user": {"encode": "hash"}}})", t) == "/preprocessing/columns/user/num_bins");
   CHECK(width_error_path(R"({"columns": {"user": "drop"}})", t) == "(accepted)");
   CHECK(width_error_path(R"({"categorical": {"encode": "hash", "num_bins": 10}})", t) == "(accepted)");
+  CHECK(width_error_path(R"({"columns": {"user": {"encode": "ids", "max_categories": 5, "impute": "most_frequent"}}})", t) ==
+        "/preprocessing/columns/user/impute");
+}
+
+TEST_CASE("an id column looked up: the most frequent ids of the training rows, every other id and a missing one in the last slot") {
+  CsvOptions ids;
+  ids.types = {{"user", ColumnType::kId}};
+  const ParsedExamples p = csv("user,x,label\na,1,0\nb,2,1\na,3,0\nc,4,1\n,5,0\na,6,1\nb,7,0\n", ids);
+  const PreprocessingSpec spec = spec_of(R"({"columns": {"user": {"encode": "ids", "max_categories": 2}, "x": {"scale": "none"}}})");
+  const FittedPreprocessing f = fit_preprocessing(spec, *p.table, *p.table, values(p), p.size());
+  REQUIRE(f.columns[0].vocabulary.size() == 2);  // a (3 times) and b (twice), sorted by fingerprint
+  const bool a_first = string_fingerprint("a") < string_fingerprint("b");
+  const float a = a_first ? 0 : 1, b = a_first ? 1 : 0;
+  CHECK(f.feature_names() == std::vector<std::string>{"user=(id)", "user_missing", "x"});
+  CHECK(preprocessed_width(spec, *p.table) == 3);
+  const std::vector<float> rows = apply_rows(f, p);
+  CHECK(rows == std::vector<float>{a, 0, 1, b, 0, 2, a, 0, 3, 2, 0, 4, 2, 1, 5, a, 0, 6, b, 0, 7});
+  std::vector<float> out(f.width());
+  apply_preprocessing(f, json::parse(R"({"user": "b", "x": 7})").as_object(), out.data());
+  CHECK(out == std::vector<float>{b, 0, 7});
+  apply_preprocessing(f, json::parse(R"({"user": "never-seen", "x": 1})").as_object(), out.data());
+  CHECK(out == std::vector<float>{2, 0, 1});
+  apply_preprocessing(f, json::parse(R"({"user": null, "x": 1})").as_object(), out.data());
+  CHECK(out == std::vector<float>{2, 1, 1});
+  const FittedPreprocessing back = fitted_from_json(fitted_to_json(f));
+  CHECK(back.columns[0].vocabulary == f.columns[0].vocabulary);
+  CHECK(apply_rows(back, p) == rows);
+  CHECK_THROWS_AS(fitted_from_json(std::string(fitted_to_json(f)).replace(fitted_to_json(f).find("\"vocabulary\":["), 14, "\"vocabulary\":[281474976710655,")),
+                  DataError);  // not sorted
 }
 
 TEST_CASE("hashing and crosses: spec errors name their field") {
