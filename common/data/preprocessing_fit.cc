@@ -11,7 +11,7 @@
 #include "common/data/id_hash.h"
 #include "common/data/preprocessing.h"
 #include "common/data/preprocessing_steps.h"
-#include "common/data/top_ids.h"
+#include "common/data/top_keys.h"
 
 namespace pstrain {
 namespace {
@@ -235,6 +235,7 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
       if (c.top == nullptr) throw DataError("column '" + column.name + "' is an id column: it is hashed, looked up or dropped");
       f.ids = true;
       f.vocabulary = c.top->top(r.max_categories);
+      std::sort(f.vocabulary.begin(), f.vocabulary.end());  // slots in fingerprint order
       fitted.columns.push_back(std::move(f));
       continue;
     }
