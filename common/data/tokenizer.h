@@ -31,6 +31,11 @@
 
 #include "common/data/top_keys.h"
 
+namespace boost::json {
+class value;
+class object;
+}  // namespace boost::json
+
 namespace pstrain {
 
 enum class Standardize { kLowerAndStripPunctuation, kLower, kNone };
@@ -99,5 +104,13 @@ class TokenizerFit {
   std::vector<uint64_t> document_counts_;  // per vocabulary token
   uint64_t documents_ = 0;
 };
+
+// The spec's JSON (a job's `preprocessing.text`; docs/JOB-SPEC.md), read strictly: SpecError naming
+// the field under `path`; and written back.
+TokenizerSpec read_tokenizer_spec(const boost::json::value& v, const std::string& path);
+boost::json::object tokenizer_spec_to_object(const TokenizerSpec& spec);
+// The fitted form as JSON (kept with the model); from_json throws DataError.
+std::string fitted_tokenizer_to_json(const FittedTokenizer& tokenizer);
+FittedTokenizer fitted_tokenizer_from_json(const std::string& text);
 
 }  // namespace pstrain

@@ -1,13 +1,17 @@
 // The tokenizer (tokenizer.h, Keras' TextVectorization): standardization, whitespace split and
 // n-grams; a fitted vocabulary with Keras' reserved indices and tie rule; int, multi_hot, count and
-// tf_idf outputs computed by hand.
+// tf_idf outputs computed by hand; the spec's and the fitted form's JSON.
 #include "common/data/tokenizer.h"
 
 #include <doctest/doctest.h>
 
+#include <boost/json.hpp>
+
 #include <cmath>
 #include <string>
 #include <vector>
+
+#include "common/base/error.h"
 
 using namespace pstrain;
 
@@ -82,4 +86,39 @@ TEST_CASE("tokenizer: multi_hot, count and tf_idf over max_tokens, index 0 for [
   REQUIRE(tf_idf.idf.size() == 4);
   CHECK(tf_idf.idf == std::vector<float>{unk, the, two, two});
   CHECK(features(tf_idf, "the the dog") == std::vector<float>{unk, 2 * the, 0, 0});
+}
+
+TEST_CASE("tokenizer: the spec read strictly with errors naming the field, the fitted form's JSON applied bit for bit") {
+  auto error_path = [](const std::string& text) {
+    try {
+      read_tokenizer_spec(boost::json::parse(text), "/preprocessing/text");
+    } catch (const SpecError& e) {
+      return e.path();
+    }
+    return std::string("(accepted)");
+  };
+  CHECK(error_path(R"({"output_sequence_length": 8})") == "(accepted)");
+  CHECK(error_path(R"({})") == "/preprocessing/text/output_sequence_length");  // int needs it
+  CHECK(error_path(R"({"output_mode": "count", "output_sequence_length": 8})") == "/preprocessing/text/output_sequence_length");
+  CHECK(error_path(R"({"output_mode": "tf_idf", "ngrams": 6})") == "/preprocessing/text/ngrams");
+  CHECK(error_path(R"({"output_sequence_length": 8, "max_tokens": 2})") == "/preprocessing/text/max_tokens");
+  CHECK(error_path(R"({"output_mode": "multi_hot", "standardize": "upper"})") == "/preprocessing/text/standardize");
+  CHECK(error_path(R"({"output_mode": "bag"})") == "/preprocessing/text/output_mode");
+  CHECK(error_path(R"({"output_mode": "count", "max_token": 9})") == "/preprocessing/text/max_token");
+  for (const TextOutput mode : {TextOutput::kInt, TextOutput::kMultiHot, TextOutput::kCount, TextOutput::kTfIdf}) {
+    TokenizerSpec spec;
+    spec.output_mode = mode;
+    spec.ngrams = 2;
+    spec.max_tokens = 9;
+    spec.output_sequence_length = mode == TextOutput::kInt ? 6 : 0;
+    const FittedTokenizer t = fit(spec, kDocuments);
+    const FittedTokenizer back = fitted_tokenizer_from_json(fitted_tokenizer_to_json(t));
+    CHECK(back.vocabulary == t.vocabulary);
+    CHECK(features(back, "the cat sat on the dog") == features(t, "the cat sat on the dog"));
+    const TokenizerSpec spec_back = read_tokenizer_spec(boost::json::value(tokenizer_spec_to_object(spec)), "");
+    CHECK(spec_back.width() == spec.width());
+  }
+  CHECK_THROWS_AS(fitted_tokenizer_from_json(R"({"spec": {"output_mode": "count", "max_tokens": 3}, "vocabulary": ["a", "a"]})"), DataError);
+  CHECK_THROWS_AS(fitted_tokenizer_from_json(R"({"spec": {"output_mode": "count", "max_tokens": 2}, "vocabulary": ["a", "b"]})"), DataError);
+  CHECK_THROWS_AS(fitted_tokenizer_from_json("[]"), DataError);
 }
