@@ -108,6 +108,28 @@ class IdsTest(unittest.TestCase):
             ids.fingerprint(True)
 
 
+class TextTest(unittest.TestCase):
+    """pstrain.text: the service's tokenizer (the same cases as tests/common/data/tokenizer_test.cc)."""
+
+    def test_tokens_and_features(self):
+        text = pstrain.text
+        self.assertEqual(text.tokens("Hello, World!\t It's  a TEST.\n"), ["hello", "world", "its", "a", "test"])
+        self.assertEqual(text.tokens("\u00dcn\u00efcode stays; C++ & e-mail"), ["\u00dcn\u00efcode", "stays", "c", "email"])
+        self.assertEqual(text.tokens("Hi, there", "lower"), ["hi,", "there"])
+        self.assertEqual(text.tokens("a b c d", ngrams=3), ["a", "b", "c", "d", "a b", "b c", "c d", "a b c", "b c d"])
+        fitted = {"spec": {"standardize": "lower_and_strip_punctuation", "ngrams": 1, "max_tokens": 5,
+                           "output_mode": "int", "output_sequence_length": 4}, "vocabulary": ["the", "sat", "cat"]}
+        t = text.Tokenizer.from_json(json.dumps(fitted))
+        self.assertEqual(t.features("The dog sat"), [2, 1, 3, 0])
+        self.assertEqual(t.features("cat cat cat cat cat the"), [4, 4, 4, 4])
+        the, two = text.idf(3, 3), text.idf(3, 2)
+        unk = (the + 2 * two) / 3
+        t = text.Tokenizer({"output_mode": "tf_idf", "max_tokens": 4}, ["the", "sat", "cat"], [unk, the, two, two])
+        self.assertEqual(t.features("the the dog"), [unk, 2 * the, 0, 0])
+        t = text.Tokenizer({"output_mode": "count", "max_tokens": 5}, ["the", "sat", "cat", "dog"])
+        self.assertEqual(t.features("the the dog cat"), [0, 2, 0, 1, 1])
+
+
 class ClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -11,14 +11,14 @@ and pandas are used when installed).
 
 Every error the service answers is raised as pstrain.ApiError (status, type, title, detail,
 field); an unreachable coordinator as pstrain.Unreachable (an ApiError with status 0)."""
-from . import ids
+from . import ids, text
 from ._http import ApiError, Transport, Unreachable
 from .datasets import Datasets
 from .jobs import Job, Jobs
 from .models import Model, Models
 from .studies import Studies, Study
 
-__all__ = ["Client", "ApiError", "Unreachable", "Job", "Model", "Study", "ids"]
+__all__ = ["Client", "ApiError", "Unreachable", "Job", "Model", "Study", "ids", "text"]
 __version__ = "0.3.0"
 
 
