@@ -84,6 +84,10 @@ def main():
     ap.add_argument("--dim", type=int, default=8)
     ap.add_argument("--max-bins", type=int, default=1 << 20, help="num_bins of a column: min(its cardinality, this)")
     ap.add_argument("--name", default="clicks-csv")
+    ap.add_argument("--lookup", type=int, default=0,
+                    help="look every id column up among its K most frequent ids (encode ids, max_categories K) "
+                         "instead of hashing it; categorical columns keep all their categories")
+    ap.add_argument("--upload", default="", help="a dataset already uploaded under --name: skip writing and uploading")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--servers", type=int, default=2)
     args = ap.parse_args()
@@ -94,11 +98,13 @@ def main():
     ty = np.load(os.path.join(args.data, "test_y.npy"), mmap_mode="r")
     rows, test_rows = min(args.rows, len(y)), min(args.test_rows, len(ty))
     train_csv, test_csv = os.path.join(args.work, "train.csv"), os.path.join(args.work, "test.csv")
-    write_csv(train_csv, x, y, rows)
-    write_csv(test_csv, tx, ty, test_rows)
-    figures = {"rows": rows, "test_rows": test_rows, "csv_bytes": os.path.getsize(train_csv)}
-    figures["upload_train_s"] = round(upload(args.url, args.name, "train", train_csv), 1)
-    figures["upload_test_s"] = round(upload(args.url, args.name, "test", test_csv), 1)
+    figures = {"rows": rows, "test_rows": test_rows}
+    if not args.upload:
+        write_csv(train_csv, x, y, rows)
+        write_csv(test_csv, tx, ty, test_rows)
+        figures["csv_bytes"] = os.path.getsize(train_csv)
+        figures["upload_train_s"] = round(upload(args.url, args.name, "train", train_csv), 1)
+        figures["upload_test_s"] = round(upload(args.url, args.name, "test", test_csv), 1)
     record = request(args.url, "GET", f"/v1/datasets/{args.name}")
     columns = {c["name"]: c for c in record["splits"]["train"]["table"]["columns"]}
     cards = clicklog.cardinalities(10_000_000)
@@ -110,6 +116,12 @@ def main():
         profile.append({"column": f"c{j}", "type": c["type"], "distinct": true, "reported": estimate})
     figures["columns"] = profile
     bins = [min(cards[j], args.max_bins) for j in range(clicklog.CATEGORICAL)]
+    steps = {f"c{j}": {"encode": "hash", "num_bins": bins[j]} for j in range(clicklog.CATEGORICAL)}
+    if args.lookup:  # slots: K kept ids (or every category) and the other slot
+        for j, p in enumerate(profile):
+            keep = args.lookup if p["type"] == "id" else p["distinct"]
+            steps[f"c{j}"] = {"encode": "ids", "max_categories": keep}
+            bins[j] = keep + 1
     layers = [{"name": "numbers", "type": "slice", "begin": 0, "size": IDS_AT, "inputs": ["input"]},
               {"name": "numbers_dense", "type": "dense", "units": 16, "activation": "relu", "inputs": ["numbers"]}]
     parts = ["numbers_dense"]
@@ -122,14 +134,14 @@ def main():
                {"name": "hidden1", "type": "dense", "units": 64, "activation": "relu", "inputs": ["all"]},
                {"name": "hidden2", "type": "dense", "units": 32, "activation": "relu", "inputs": ["hidden1"]},
                {"name": "logit", "type": "dense", "units": 1, "inputs": ["hidden2"]}]
-    spec = {"name": f"{args.name}-hashed", "dataset": {"name": args.name, "shuffle_seed": 1},
+    spec = {"name": f"{args.name}-{'lookup' if args.lookup else 'hashed'}", "dataset": {"name": args.name, "shuffle_seed": 1},
             "model": {"input_shape": [IDS_AT + clicklog.CATEGORICAL], "seed": 1, "layers": layers},
             "loss": "binary_cross_entropy", "optimizer": {"type": "adagrad", "learning_rate": 0.2},
             "training": {"mode": "sync", "global_batch_size": 512, "epochs": 1, "workers": args.workers,
                          "servers": args.servers},
             "preprocessing": {"numeric": {"indicator": False},
                               "categorical": {"encode": "hash", "num_bins": 1, "indicator": False},
-                              "columns": {f"c{j}": {"encode": "hash", "num_bins": bins[j]} for j in range(clicklog.CATEGORICAL)}}}
+                              "columns": steps}}
     for _ in range(60):  # (the coordinator may still be waiting for its nodes: 503)
         try:
             job = request(args.url, "POST", "/v1/jobs", json.dumps(spec).encode())["id"]

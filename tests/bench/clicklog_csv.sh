@@ -6,20 +6,22 @@
 # process's peak RSS (the coordinator's holds the upload's parse). docs/BENCHMARKS.md "Id columns
 # from a CSV".
 #
-#   tests/bench/clicklog_csv.sh --data /tmp/dd/clicks-big [--rows 2000000]
+#   tests/bench/clicklog_csv.sh --data /tmp/dd/clicks-big [--rows 2000000] [--lookup K]
+# (--lookup K: every id column looked up among its K most frequent ids instead of hashed.)
 # Environment: SERVERS (2), WORKERS (2), HTTP_PORT (8180), RPC_PORT (7180), KEEP (0: delete the work
 # directory afterwards).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-DATA="" ROWS=2000000
+DATA="" ROWS=2000000 LOOKUP=0
 while [ $# -gt 0 ]; do
   case $1 in
     --data) DATA=$2; shift 2 ;;
     --rows) ROWS=$2; shift 2 ;;
-    *) sed -n '2,12p' "$0"; exit 2 ;;
+    --lookup) LOOKUP=$2; shift 2 ;;
+    *) sed -n '2,13p' "$0"; exit 2 ;;
   esac
 done
-[ -n "$DATA" ] || { sed -n '2,12p' "$0"; exit 2; }
+[ -n "$DATA" ] || { sed -n '2,13p' "$0"; exit 2; }
 export SERVERS=${SERVERS:-2} WORKERS=${WORKERS:-2}
 export HTTP_PORT=${HTTP_PORT:-8180} RPC_PORT=${RPC_PORT:-7180} BUILD=0 AUTH=1
 work=$(mktemp -d /tmp/clicklog-csv.XXXXXX)
@@ -35,7 +37,8 @@ cleanup() {
 trap cleanup EXIT
 "$ROOT/deploy/local-cluster.sh" up >"$work/up.log" 2>&1
 PSTRAIN_TOKEN=$(cat "$LOCAL_CLUSTER_DIR/auth/admin-token") /usr/bin/python3 "$ROOT/tests/bench/clicklog_csv.py" \
-  --data "$DATA" --url "http://127.0.0.1:$HTTP_PORT" --work "$work" --rows "$ROWS" --workers "$WORKERS" --servers "$SERVERS"
+  --data "$DATA" --url "http://127.0.0.1:$HTTP_PORT" --work "$work" --rows "$ROWS" --workers "$WORKERS" --servers "$SERVERS" \
+  --lookup "$LOOKUP"
 rss=""
 for p in "$LOCAL_CLUSTER_DIR"/*.pid; do
   rss+="$(basename "$p" .pid)=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$(cat "$p")/status" 2>/dev/null || echo "(gone)")MB "

@@ -10,12 +10,12 @@
 # the OOM killer killed in any group.
 #
 # Usage: tests/bench/sparse_memory_bound.sh [--rows 200000] [--max-card 4000000] [--dim 16]
-#        [--worker-mib 96] [--server-mib 1536] [--coord-mib 1536] [--build DIR (build)] [--keep]
+#        [--worker-mib 96] [--server-mib 2048] [--coord-mib 1536] [--build DIR (build)] [--keep]
 # Needs root (cgroup v1's memory controller at /sys/fs/cgroup/memory) and /usr/bin/python3 with
 # numpy. Ports: PORT_BASE (default 19800).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-rows=200000 max_card=4000000 dim=16 worker_mib=96 server_mib=1536 coord_mib=1536 build=build keep=0
+rows=200000 max_card=4000000 dim=16 worker_mib=96 server_mib=2048 coord_mib=1536 build=build keep=0
 while [ $# -gt 0 ]; do
   case $1 in
     --rows) rows=$2; shift 2 ;;
@@ -100,7 +100,8 @@ done
 curl -sf "$url/v1/jobs/$job" | "$python" -c '
 import json, sys
 j = json.load(sys.stdin)
-print(f"job: {j[\"state\"]}; samples/s {j.get(\"samples_per_second\") or 0:.0f}; test AUC {j.get(\"test_auc\")}")
+state, rate, auc = j["state"], j.get("samples_per_second") or 0, j.get("test_auc")
+print(f"job: {state}; samples/s {rate:.0f}; test AUC {auc}")
 for n in j.get("notes", [])[-2:]: print("  note:", n)' || true
 echo "peak memory per process:"
 failed=0
