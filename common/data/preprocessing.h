@@ -84,7 +84,7 @@ struct ColumnSteps {
 };
 
 // Most ids an id column's vocabulary keeps (encode "ids"), and the counters it may use to find them
-// (top_keys.h: max(4 x max_categories, kIdCounters), at most 2^20 counters of about 100 bytes).
+// (top_keys.h: max(4 x max_categories, kIdCounters), at most 2^20 counters of about 80 bytes).
 inline constexpr uint32_t kMaxIdVocabulary = uint32_t{1} << 18;
 inline constexpr size_t kIdCounters = size_t{1} << 16;
 
