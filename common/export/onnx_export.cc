@@ -10,6 +10,7 @@
 #include "common/base/error.h"
 #include "common/data/id_hash.h"
 #include "common/engine/param_layout.h"
+#include "common/export/onnx_graph.h"
 
 namespace pstrain {
 namespace {
@@ -22,68 +23,7 @@ struct Value {
   bool nchw = false;
 };
 
-class GraphBuilder {
- public:
-  explicit GraphBuilder(onnx::GraphProto& graph) : graph_(graph) {}
-
-  // Names of its own start with '/': a table's input columns may be called anything else.
-  std::string fresh(const std::string& hint) { return "/" + hint + "_" + std::to_string(next_++); }
-
-  std::string floats(const std::string& hint, const std::vector<int64_t>& dims, const std::vector<float>& data) {
-    onnx::TensorProto* t = graph_.add_initializer();
-    t->set_name(fresh(hint));
-    t->set_data_type(onnx::TensorProto::FLOAT);
-    for (const int64_t d : dims) t->add_dims(d);
-    for (const float v : data) t->add_float_data(v);
-    return t->name();
-  }
-  std::string int64s(const std::string& hint, const std::vector<int64_t>& data) {
-    onnx::TensorProto* t = graph_.add_initializer();
-    t->set_name(fresh(hint));
-    t->set_data_type(onnx::TensorProto::INT64);
-    t->add_dims(static_cast<int64_t>(data.size()));
-    for (const int64_t v : data) t->add_int64_data(v);
-    return t->name();
-  }
-
-  // Adds a node; returns its (first) output's name, `output` if given.
-  onnx::NodeProto& node(const std::string& op, const std::vector<std::string>& inputs, const std::string& output) {
-    onnx::NodeProto* n = graph_.add_node();
-    n->set_op_type(op);
-    n->set_name(output + "_" + op);
-    for (const std::string& in : inputs) n->add_input(in);
-    n->add_output(output);
-    return *n;
-  }
-  std::string op(const std::string& op, const std::vector<std::string>& inputs, const std::string& hint = "v") {
-    const std::string out = fresh(hint);
-    node(op, inputs, out);
-    return out;
-  }
-
-  static void ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& values) {
-    onnx::AttributeProto* a = n.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INTS);
-    for (const int64_t v : values) a->add_ints(v);
-  }
-  static void integer(onnx::NodeProto& n, const std::string& name, int64_t value) {
-    onnx::AttributeProto* a = n.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(value);
-  }
-  static void real(onnx::NodeProto& n, const std::string& name, float value) {
-    onnx::AttributeProto* a = n.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::FLOAT);
-    a->set_f(value);
-  }
-
- private:
-  onnx::GraphProto& graph_;
-  int next_ = 0;
-};
+using onnx_detail::GraphBuilder;
 
 class Exporter {
  public:
@@ -117,136 +57,8 @@ class Exporter {
   }
 
  private:
-  // The table's raw columns through the fitted steps (preprocessing.h apply_column), concatenated
-  // in column order: the features the model was trained on.
   Value table_features(const FittedPreprocessing& fitted) {
-    std::vector<std::string> parts;
-    for (const FittedColumn& f : fitted.columns) {
-      if (f.dropped) continue;
-      if (f.values > 0) {  // the pieces' fingerprints, -1 for padding: their bins, -1 kept
-        const std::string none = g_.int64s("padding", {-1});
-        const std::string padded = g_.op("Less", {f.name, g_.int64s("zero_id", {0})}, "padded");
-        const std::string bins = g_.op("Where", {padded, none, g_.op("Mod", {f.name, g_.int64s("bins", {static_cast<int64_t>(f.bins)})})}, "bins");
-        const std::string as_float = g_.fresh("bins_float");
-        GraphBuilder::integer(g_.node("Cast", {bins}, as_float), "to", onnx::TensorProto::FLOAT);
-        parts.push_back(as_float);
-        if (f.indicator) {  // no ids: the first place is padding
-          const std::string first = g_.op("Slice", {padded, g_.int64s("starts", {0}), g_.int64s("ends", {1}), g_.int64s("axes", {1})}, "first");
-          const std::string indicator = g_.fresh("indicator");
-          GraphBuilder::integer(g_.node("Cast", {first}, indicator), "to", onnx::TensorProto::FLOAT);
-          parts.push_back(indicator);
-        }
-        continue;
-      }
-      if (f.bins > 0) {  // the input is the value's fingerprint (pstrain.ids.fingerprint): its bin
-        parts.push_back(bin_feature(f.name, f.bins));
-        if (f.indicator) {
-          const std::string missing = g_.op("Equal", {f.name, g_.int64s("missing_fingerprint", {kMissingIdFingerprint})}, "missing");
-          const std::string indicator = g_.fresh("indicator");
-          GraphBuilder::integer(g_.node("Cast", {missing}, indicator), "to", onnx::TensorProto::FLOAT);
-          parts.push_back(indicator);
-        }
-        continue;
-      }
-      if (f.type == ColumnType::kId) {  // a looked-up id: its fingerprint's slot, the vocabulary's size for others
-        parts.push_back(vocabulary_slot(f));
-        if (f.indicator) {
-          const std::string missing = g_.op("Equal", {f.name, g_.int64s("missing_fingerprint", {kMissingIdFingerprint})}, "missing");
-          const std::string indicator = g_.fresh("indicator");
-          GraphBuilder::integer(g_.node("Cast", {missing}, indicator), "to", onnx::TensorProto::FLOAT);
-          parts.push_back(indicator);
-        }
-        continue;
-      }
-      if (f.type != ColumnType::kCategorical) {
-        const std::string missing = g_.op("IsNaN", {f.name}, "missing");
-        const std::string filled = g_.op("Where", {missing, g_.floats("fill", {}, {f.fill}), f.name}, "filled");
-        parts.push_back(g_.op("Mul", {g_.op("Sub", {filled, g_.floats("offset", {}, {f.offset})}), g_.floats("scale", {}, {f.scale})},
-                              "scaled"));
-        if (f.indicator) {
-          const std::string indicator = g_.fresh("indicator");
-          GraphBuilder::integer(g_.node("Cast", {missing}, indicator), "to", onnx::TensorProto::FLOAT);
-          parts.push_back(indicator);
-        }
-        continue;
-      }
-      // The kept categories -> their slots, the missing spellings -> k + 1, anything else -> k (other).
-      const auto k = static_cast<int64_t>(f.categories.size());
-      const std::string code = g_.fresh("code");
-      onnx::NodeProto& encoder = g_.node("LabelEncoder", {f.name}, code);
-      encoder.set_domain("ai.onnx.ml");
-      onnx::AttributeProto* keys = encoder.add_attribute();
-      keys->set_name("keys_strings");
-      keys->set_type(onnx::AttributeProto::STRINGS);
-      onnx::AttributeProto* values = encoder.add_attribute();
-      values->set_name("values_int64s");
-      values->set_type(onnx::AttributeProto::INTS);
-      for (int64_t s = 0; s < k; ++s) {
-        keys->add_strings(f.categories[static_cast<size_t>(s)]);
-        values->add_ints(s);
-      }
-      for (const char* m : {"", "NA", "N/A", "NaN", "nan", "null", "NULL", "?"}) {
-        keys->add_strings(m);
-        values->add_ints(k + 1);
-      }
-      GraphBuilder::integer(encoder, "default_int64", k);
-      const std::string missing = g_.op("Equal", {code, g_.int64s("missing_code", {k + 1})}, "missing");
-      const std::string slot = g_.op("Where", {missing, g_.int64s("fill_slot", {f.fill_category}), code}, "slot");
-      const std::string as_float = g_.fresh("slot_float");
-      if (f.ids) {
-        GraphBuilder::integer(g_.node("Cast", {slot}, as_float), "to", onnx::TensorProto::FLOAT);
-        parts.push_back(as_float);
-      } else {
-        std::vector<int64_t> slots(static_cast<size_t>(k + 1));
-        for (int64_t s = 0; s <= k; ++s) slots[static_cast<size_t>(s)] = s;
-        const std::string hot = g_.op("Equal", {slot, g_.int64s("slots", slots)}, "one_hot");
-        GraphBuilder::integer(g_.node("Cast", {hot}, as_float), "to", onnx::TensorProto::FLOAT);
-        parts.push_back(as_float);
-      }
-      if (f.indicator) {
-        const std::string indicator = g_.fresh("indicator");
-        GraphBuilder::integer(g_.node("Cast", {missing}, indicator), "to", onnx::TensorProto::FLOAT);
-        parts.push_back(indicator);
-      }
-    }
-    // A cross's input is the crossed columns' fingerprint (pstrain.ids.cross): its bin.
-    for (const FittedCross& x : fitted.crosses) parts.push_back(bin_feature(x.name, x.bins));
-    const std::string features = g_.fresh("features");
-    GraphBuilder::integer(g_.node("Concat", parts, features), "axis", 1);
-    return {features, {static_cast<int64_t>(fitted.width())}, false};
-  }
-
-  // A looked-up id column's int64 fingerprint input -> its slot as a float (ai.onnx.ml LabelEncoder,
-  // int64 keys to float values, the vocabulary's size by default).
-  std::string vocabulary_slot(const FittedColumn& f) {
-    const std::string slot = g_.fresh("slot_float");
-    onnx::NodeProto& encoder = g_.node("LabelEncoder", {f.name}, slot);
-    encoder.set_domain("ai.onnx.ml");
-    onnx::AttributeProto* keys = encoder.add_attribute();
-    keys->set_name("keys_int64s");
-    keys->set_type(onnx::AttributeProto::INTS);
-    onnx::AttributeProto* values = encoder.add_attribute();
-    values->set_name("values_floats");
-    values->set_type(onnx::AttributeProto::FLOATS);
-    // (An empty vocabulary still needs a key: the missing id's fingerprint, which no kept id has.)
-    if (f.vocabulary.empty()) {
-      keys->add_ints(static_cast<int64_t>(kMissingIdFingerprint));
-      values->add_floats(0.0f);
-    }
-    for (size_t s = 0; s < f.vocabulary.size(); ++s) {
-      keys->add_ints(static_cast<int64_t>(f.vocabulary[s]));
-      values->add_floats(static_cast<float>(s));
-    }
-    GraphBuilder::real(encoder, "default_float", static_cast<float>(f.vocabulary.size()));
-    return slot;
-  }
-
-  // An int64 fingerprint input's bin among `bins`, as a float feature.
-  std::string bin_feature(const std::string& input, uint32_t bins) {
-    const std::string bin = g_.op("Mod", {input, g_.int64s("bins", {static_cast<int64_t>(bins)})}, "bin");
-    const std::string as_float = g_.fresh("bin_float");
-    GraphBuilder::integer(g_.node("Cast", {bin}, as_float), "to", onnx::TensorProto::FLOAT);
-    return as_float;
+    return {onnx_detail::table_features(g_, fitted), {static_cast<int64_t>(fitted.width())}, false};
   }
 
   std::string path(size_t i) const { return "/model/layers/" + std::to_string(i); }
