@@ -179,8 +179,8 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
     spec.training.class_weight = ClassWeightSpec{ClassWeightSpec::Kind::kList, {}, spec.loss.class_weights};
   }
   std::shared_ptr<const FittedPreprocessing> preprocessing;
-  if (train.table) {
-    // A table: fitted on the training part, applied to every split (as the cluster's data service does).
+  if (train.table || train.documents) {
+    // A table (or documents): fitted on the training part, applied to every split (as the cluster's data service does).
     const PreparedTable prepared = prepare_table(spec.preprocessing, train, validation ? &*validation : nullptr, test_storage);
     preprocessing = prepared.fitted;
     train = *prepared.train;

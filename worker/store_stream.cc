@@ -8,6 +8,7 @@
 #include "common/base/error.h"
 #include "common/base/log.h"
 #include "common/data/stored_examples.h"
+#include "common/data/tokenizer.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {
@@ -75,12 +76,23 @@ std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store
                  std::to_string(store.getExamples());
       return nullptr;
     }
-    if (reader->layout().variable || reader->layout().labels == LabelKind::kNone) {
-      *why_not = dir + ": examples of varying size or without labels are not read by workers yet";
+    std::unique_ptr<Preprocessing> preprocessing;
+    if (store.getPreprocessing().size() > 0 && store.getTable().size() == 0) {  // documents, tokenized as read
+      preprocessing = std::make_unique<Preprocessing>();
+      preprocessing->fitted = fitted_from_json(rpc::to_string(store.getPreprocessing()));
+      if (!preprocessing->fitted.text || !reader->layout().variable) {
+        *why_not = dir + ": the assignment's preprocessing is not a tokenizer of documents";
+        return nullptr;
+      }
+    } else if (reader->layout().variable) {
+      *why_not = dir + ": examples of varying size without a tokenizer are not read by workers";
       return nullptr;
     }
-    std::unique_ptr<Preprocessing> preprocessing;
-    if (store.getPreprocessing().size() > 0) {
+    if (reader->layout().labels == LabelKind::kNone) {
+      *why_not = dir + ": examples without labels are not read by workers";
+      return nullptr;
+    }
+    if (!preprocessing && store.getPreprocessing().size() > 0) {
       const TableSchema table = table_from_json(rpc::to_string(store.getTable()), "the assignment's table");
       preprocessing = std::make_unique<Preprocessing>();
       preprocessing->fitted = fitted_from_json(rpc::to_string(store.getPreprocessing()));
@@ -111,8 +123,9 @@ std::optional<HeldOutIds> WorkerStore::held_out(proto::StoredShards::Reader stor
     // The labels alone (load_stored_split reads no example): the strata the coordinator cut by.
     const StoreReader reader(dir, files, 1);
     const ShardLayout& layout = reader.layout();
-    const Split labels = load_stored_split(dir, files, {static_cast<uint32_t>(layout.example_bytes / dtype_size(layout.dtype))},
-                                           layout.dtype, "the hold-out's split", SplitKind::kTrain);
+    const std::vector<uint32_t> shape =
+        layout.variable ? std::vector<uint32_t>{} : std::vector<uint32_t>{static_cast<uint32_t>(layout.example_bytes / dtype_size(layout.dtype))};
+    const Split labels = load_stored_split(dir, files, shape, layout.dtype, "the hold-out's split", SplitKind::kTrain);
     if (labels.size != store.getExamples()) {
       *why_not = dir + " holds " + std::to_string(labels.size) + " examples, the coordinator's split " +
                  std::to_string(store.getExamples());
@@ -155,8 +168,24 @@ proto::DataStream::Client WorkerStore::open_block(uint32_t slice, uint32_t slice
 void WorkerStore::fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>& ids, proto::Batch::Builder batch) {
   ids_.resize(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) ids_[i] = part_.empty() ? ids[i] : part_[ids[i]];
-  reader_->read_batch(ids_, bytes_, labels_, targets_);
-  if (preprocessing_) {  // a table's rows: the job's features, as the coordinator's view makes them
+  if (preprocessing_ && preprocessing_->fitted.text) {  // documents, tokenized one by one
+    Preprocessing& p = *preprocessing_;
+    const FittedTokenizer& tokenizer = *p.fitted.text;
+    p.features.resize(ids.size() * size_t{example_size_});
+    labels_.resize(ids.size());
+    targets_.clear();
+    for (size_t i = 0; i < ids_.size(); ++i) {
+      reader_->read(ids_[i], p.document);
+      labels_[i] = reader_->label(ids_[i]);
+      tokenizer.apply(std::string_view(reinterpret_cast<const char*>(p.document.data()), p.document.size()),
+                      p.features.data() + i * example_size_);
+    }
+    bytes_.resize(p.features.size() * sizeof(float));
+    std::memcpy(bytes_.data(), p.features.data(), bytes_.size());
+  } else {
+    reader_->read_batch(ids_, bytes_, labels_, targets_);
+  }
+  if (preprocessing_ && !preprocessing_->fitted.text) {  // a table's rows: the job's features, as the coordinator's view makes them
     Preprocessing& p = *preprocessing_;
     const size_t rows = ids.size();
     std::vector<float> values(bytes_.size() / sizeof(float));
@@ -170,7 +199,7 @@ void WorkerStore::fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>
   batch.setStep(static_cast<uint64_t>(step));
   batch.setSize(static_cast<uint32_t>(ids.size()));
   batch.setExampleSize(example_size_);
-  batch.setDtype(rpc::to_wire(reader_->layout().dtype));
+  batch.setDtype(rpc::to_wire(preprocessing_ ? Dtype::kFloat32 : reader_->layout().dtype));
   auto examples = batch.initExamples(bytes_.size());
   if (!bytes_.empty()) std::memcpy(examples.begin(), bytes_.data(), bytes_.size());
   auto list = batch.initIndices(static_cast<unsigned>(ids.size()));

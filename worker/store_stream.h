@@ -8,7 +8,9 @@
 //
 // A stored table's rows come with the job's fitted preprocessing (the assignment's
 // `preprocessing` and `table`): the worker applies it to the rows it reads, as the coordinator's
-// preprocessed view does (StoredExamples over the rows), so the batches are the same bytes.
+// preprocessed view does (StoredExamples over the rows), so the batches are the same bytes. A text
+// split's documents come with the job's fitted tokenizer (`preprocessing` alone) and are tokenized
+// as read, as the coordinator's tokenized view does.
 //
 // What it read goes to the coordinator's example ledger as digests (`served`), one call per
 // next(); a call that fails is dropped (the coordinator may be down: the worker trains on, and a
@@ -80,11 +82,13 @@ class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, priv
   void taskFailed(kj::Exception&& e) override;
   void report(uint32_t epoch, uint32_t slice, uint64_t from_step, const std::vector<ExampleDigest>& digests);
 
-  // A table's preprocessing, applied to the rows read (null: examples as stored).
+  // A table's preprocessing, applied to the rows read, or a text split's tokenizer, applied to the
+  // documents read (null: examples as stored).
   struct Preprocessing {
     FittedPreprocessing fitted;
     CategorySlots slots;  // the schema's category codes' slots and fingerprints
     std::vector<float> features;               // scratch
+    std::vector<uint8_t> document;             // scratch
   };
 
   std::string dir_;

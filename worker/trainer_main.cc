@@ -196,7 +196,7 @@ int evaluate_file(const pstrain::FlagSet& flags) {
   if (split_name != "test" && split_name != "train") throw Error("--split must be test or train");
   Split split = load_any_split(flags.get("data-dir"), spec.dataset.name,
                                split_name == "test" ? SplitKind::kTest : SplitKind::kTrain);
-  if (split.table) {  // a table: the model file's fitted preprocessing makes its features
+  if (split.table || split.documents) {  // a table (or text): the model file's fitted preprocessing makes its features
     const auto metadata = safetensors_metadata(file);
     if (!metadata || metadata->count("preprocessing") == 0) throw Error(path + ": the model was not trained on a table");
     split = preprocess_split(split, fitted_from_json(metadata->at("preprocessing")));

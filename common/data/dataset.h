@@ -61,6 +61,10 @@ struct Split {
   // categories); null for arrays and images. A job trains on the preprocessed form
   // (preprocessing.h), a split of its own without a table.
   std::shared_ptr<const TableSchema> table;
+  // A text split (class folders of documents, text_folders.h): `stored` holds one UTF-8 document
+  // an example (StoredExamples::read_document), `shape` is empty. A job trains on the tokenized
+  // form (table_split.h: the spec's preprocessing.text fitted on its training documents).
+  bool documents = false;
   // A class-folder dataset's class names (class i's at i; dataset_manifest.h "class_names"), which
   // a job's model files keep so that predictions name classes; empty otherwise.
   std::vector<std::string> class_names;
@@ -154,6 +158,9 @@ struct DatasetInfo {
   // A table (a CSV upload): its train split's schema and profile; the input shape a job sees is
   // then the preprocessed width (preprocessing.h). Null otherwise.
   std::shared_ptr<const TableSchema> table;
+  // Text documents (class folders of .txt): the input a job sees is its tokenizer's width
+  // (preprocessing.text, tokenizer.h).
+  bool text = false;
 };
 const std::vector<DatasetInfo>& known_datasets();
 bool is_known_dataset(const std::string& name);

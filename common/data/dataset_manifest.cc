@@ -489,9 +489,6 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
     throw DataError("dataset '" + name + "' has no " + split_name + " split (POST /v1/datasets/" + name +
                     "/split makes one from its train split)");
   }
-  if (it->second.format == ManifestSplit::Format::kText || holds_text_folders(dir, it->second)) {
-    throw DataError(text_not_trainable(name));
-  }
   // The class count: the manifest's, else the largest label + 1 over the class names.
   auto classes_of = [&](uint32_t split_classes) {
     uint32_t classes = num_classes;
@@ -507,11 +504,16 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
   const ManifestSplit& stored = it->second;
   std::optional<ConvertedSplit> converted;
   if (converts_to_shards(stored)) converted = converted_split(dir, split_name, stored);
-  if (converted || stored.format == ManifestSplit::Format::kShards) {
+  if (!converted && holds_text_folders(dir, stored)) {  // (documents are read from their shards only)
+    throw DataError("dataset '" + name + "': its " + split_name + " split's documents could not be converted to shards");
+  }
+  const bool text = stored.format == ManifestSplit::Format::kText || (converted && converted->text());
+  if (converted || stored.format == ManifestSplit::Format::kShards || text) {
     // Stored as shards (or converted into them): the labels are loaded, the examples (a table's
-    // rows too) stay on disk (stored_examples.h).
-    Split split = converted ? load_stored_split(converted->dir, converted->shards, converted->shape, converted->dtype, name, kind)
-                            : load_stored_split(dir, stored.shards, stored.shape, stored.dtype, name, kind);
+    // rows, a text split's documents) stay on disk (stored_examples.h).
+    const std::vector<uint32_t> documents;  // a text split: variable-size examples, no shape
+    Split split = converted ? load_stored_split(converted->dir, converted->shards, text ? documents : converted->shape, converted->dtype, name, kind)
+                            : load_stored_split(dir, stored.shards, text ? documents : stored.shape, stored.dtype, name, kind);
     if (!converted && !stored.table.empty()) {
       ExampleSummary shape;
       shape.shape = stored.shape;

@@ -103,8 +103,26 @@ void check_spec_against_dataset(const JobSpec& spec, const DatasetInfo& info) {
     }
     return;
   }
+  if (info.text) {
+    // Documents: the model's input is the tokenizer's output.
+    if (!spec.preprocessing.text) {
+      throw SpecError("/preprocessing/text", "is required: " + info.name + " holds text documents, and the tokenizer says how "
+                      "they become features (docs/JOB-SPEC.md \"Text\")");
+    }
+    if (!spec.preprocessing.columns.empty() || !spec.preprocessing.crosses.empty()) {
+      throw SpecError(spec.preprocessing.columns.empty() ? "/preprocessing/crosses" : "/preprocessing/columns",
+                      "applies to a table; " + info.name + " holds text documents");
+    }
+    try {
+      check_against(spec, info.name, {static_cast<int64_t>(spec.preprocessing.text->width())}, info.num_classes, info.target_width);
+    } catch (const SpecError& e) {
+      if (e.path() != "/model/input_shape") throw;
+      throw SpecError(e.path(), e.detail() + " after the tokenizer (/preprocessing/text)");
+    }
+    return;
+  }
   if (spec.preprocessing.given) {
-    throw SpecError("/preprocessing", "applies to a table (a CSV upload); " + info.name + " holds arrays or images");
+    throw SpecError("/preprocessing", "applies to a table (a CSV upload) or text; " + info.name + " holds arrays or images");
   }
   check_against(spec, info.name, info.example_shape, info.num_classes, info.target_width);
 }
@@ -132,11 +150,12 @@ std::string with_inferred_input_shape(const std::string& spec_json, const Datase
   boost::json::value* model = root.if_contains("model");
   if (model == nullptr || !model->is_object() || model->as_object().contains("input_shape")) return spec_json;
   boost::json::array shape;
-  if (info.table) {
+  if (info.table || info.text) {
     PreprocessingSpec preprocessing;
     try {
       if (const boost::json::value* p = root.if_contains("preprocessing")) preprocessing = read_preprocessing(*p);
-      shape.push_back(preprocessed_width(preprocessing, *info.table));
+      if (info.text && !preprocessing.text) return spec_json;  // the check says the tokenizer is required
+      shape.push_back(info.text ? preprocessing.text->width() : preprocessed_width(preprocessing, *info.table));
     } catch (const std::exception&) {
       return spec_json;  // the parse says what is wrong with the preprocessing
     }

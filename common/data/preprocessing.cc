@@ -26,6 +26,7 @@ uint32_t FittedColumn::width() const {
 }
 
 uint32_t FittedPreprocessing::width() const {
+  if (text) return text->spec.width();
   uint32_t w = 0;
   for (const FittedColumn& c : columns) w += c.width();
   return w + static_cast<uint32_t>(crosses.size());
@@ -33,6 +34,13 @@ uint32_t FittedPreprocessing::width() const {
 
 std::vector<std::string> FittedPreprocessing::feature_names() const {
   std::vector<std::string> names;
+  if (text && text->spec.output_mode == TextOutput::kInt) {
+    for (uint32_t i = 0; i < text->spec.width(); ++i) names.push_back("token " + std::to_string(i));
+  } else if (text) {
+    names.resize(text->spec.width());
+    names[0] = "[UNK]";
+    for (size_t i = 0; i < text->vocabulary.size(); ++i) names[text->spec.reserved() + i] = text->vocabulary[i];
+  }
   for (const FittedColumn& c : columns) {
     if (c.dropped) continue;
     if (c.bins > 0 && c.values > 0) {
@@ -170,6 +178,10 @@ uint32_t check_crosses(const PreprocessingSpec& spec, const TableSchema& train) 
 }  // namespace
 
 uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& train) {
+  if (spec.text) {
+    throw SpecError("/preprocessing/text", "applies to a text dataset (class folders of .txt files); a table's text columns "
+                    "are not read by this version (they are stored and profiled)");
+  }
   for (const auto& entry : spec.columns) {
     const std::string& name = entry.first;
     const bool known = std::any_of(train.columns.begin(), train.columns.end(),
@@ -395,6 +407,15 @@ bool missing_text(std::string_view s) {
 }  // namespace
 
 void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& record, float* out) {
+  if (fitted.text) {  // a text model: {"text": "..."}
+    for (const auto& field : record) {
+      if (field.key() != "text") throw DataError("field '" + std::string(field.key()) + "': a text model's record has one field, \"text\"");
+    }
+    const json::value* text = record.if_contains("text");
+    if (text == nullptr || !text->is_string()) throw DataError("field 'text' is missing or not a string (a text model's record is {\"text\": \"...\"})");
+    fitted.text->apply(std::string_view(text->as_string().data(), text->as_string().size()), out);
+    return;
+  }
   for (const auto& field : record) {
     const bool known = std::any_of(fitted.columns.begin(), fitted.columns.end(),
                                    [&](const FittedColumn& c) { return c.name == field.key(); });

@@ -47,12 +47,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/data/table_schema.h"
+#include "common/data/tokenizer.h"
 
 namespace boost::json {
 class value;
@@ -103,6 +105,9 @@ struct PreprocessingSpec {
   ColumnSteps numeric, boolean, categorical;
   std::map<std::string, ColumnSteps> columns;  // by column name
   std::vector<CrossSpec> crosses;
+  // `text` (tokenizer.h): how a text dataset's documents become features (a table's text columns
+  // are not read yet: refused at submit).
+  std::optional<TokenizerSpec> text;
 };
 
 inline constexpr uint32_t kDefaultMaxCategories = 20;
@@ -146,10 +151,13 @@ struct FittedPreprocessing {
   // row as the table has it); their values are not used.
   std::vector<std::string> other_columns;
   std::vector<FittedCross> crosses;  // one feature each, after the columns' features
+  // A text dataset's fitted tokenizer: the features are its output (no columns then).
+  std::shared_ptr<const FittedTokenizer> text;
 
   uint32_t width() const;
   // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)", "plan=(id)",
-  // "user=(hash)", "tags=(hash 0)" ... "tags=(hash 3)", "island_x_sex=(cross)".
+  // "user=(hash)", "tags=(hash 0)" ... "tags=(hash 3)", "island_x_sex=(cross)"; a tokenizer's
+  // "token 0" ... (int), else its vocabulary ("[UNK]", "the", ...; "" for unused places).
   std::vector<std::string> feature_names() const;
 };
 
@@ -201,7 +209,8 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots&
 // Applies them to one record by field name (`:predict`): numbers (or numeric text) for numeric
 // columns, text or numbers for categorical ones (an unseen one is "other", or its own bin when
 // hashed), true/false/yes/no or
-// 0/1 for boolean ones; null or a missing-value text is missing. Every column (dropped ones too)
+// 0/1 for boolean ones; null or a missing-value text is missing. A text model's record is
+// {"text": "..."}. Every column (dropped ones too)
 // must be a field; the label's field is allowed and ignored. Throws DataError naming the field for
 // a missing field, a field the table does not have, or a value of the wrong kind.
 void apply_preprocessing(const FittedPreprocessing& fitted, const boost::json::object& record, float* out);

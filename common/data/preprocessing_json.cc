@@ -159,6 +159,7 @@ PreprocessingSpec read_preprocessing(const json::value& v) {
     columns.finish();
   }
   if (const json::value* x = r.optional("crosses")) spec.crosses = read_crosses(*x, r.field_path("crosses"));
+  if (const json::value* x = r.optional("text")) spec.text = read_tokenizer_spec(*x, r.field_path("text"));
   r.finish();
   return spec;
 }
@@ -183,6 +184,7 @@ json::object preprocessing_to_object(const PreprocessingSpec& spec) {
     }
     o["crosses"] = std::move(crosses);
   }
+  if (spec.text) o["text"] = tokenizer_spec_to_object(*spec.text);
   return o;
 }
 
@@ -221,6 +223,7 @@ std::string fitted_to_json(const FittedPreprocessing& fitted) {
   json::array names;
   for (const std::string& n : fitted.class_names) names.push_back(json::string(n));
   json::object out{{"label", fitted.label}, {"class_names", std::move(names)}, {"columns", std::move(columns)}};
+  if (fitted.text) out["text"] = parse_json(fitted_tokenizer_to_json(*fitted.text));
   if (!fitted.crosses.empty()) {
     json::array crosses;
     for (const FittedCross& x : fitted.crosses) {
@@ -311,6 +314,11 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
         if (x.columns.size() < 2) throw DataError("preprocessing: cross '" + x.name + "' has fewer than two columns");
         f.crosses.push_back(std::move(x));
       }
+    }
+    field = "text";
+    if (const json::value* text = root.if_contains("text")) {
+      if (!f.columns.empty()) throw DataError("preprocessing: a tokenizer and table columns together");
+      f.text = std::make_shared<const FittedTokenizer>(fitted_tokenizer_from_json(json::serialize(*text)));
     }
   } catch (const DataError&) {
     throw;

@@ -10,6 +10,7 @@
 #include "common/base/mutex.h"
 #include "common/data/shard_file.h"
 #include "common/data/store_reader.h"
+#include "common/data/tokenizer.h"
 
 namespace pstrain {
 
@@ -25,8 +26,8 @@ StoredExamples::StoredExamples(const std::string& dir, const std::vector<std::st
                                const std::vector<uint32_t>& crcs)
     : shared_(std::make_shared<Shared>(dir, files, crcs)) {
   MutexLock lock(shared_->mutex);
-  if (shared_->reader.layout().variable) throw DataError(dir + ": its examples vary in size (not an array split)");
-  example_bytes_ = shared_->reader.layout().example_bytes;
+  documents_ = shared_->reader.layout().variable;
+  example_bytes_ = documents_ ? 0 : shared_->reader.layout().example_bytes;
 }
 
 struct StoredExamples::Preprocessed {
@@ -36,7 +37,7 @@ struct StoredExamples::Preprocessed {
 };
 
 StoredExamples::StoredExamples(const StoredExamples& of, const std::vector<uint32_t>& ids)
-    : shared_(of.shared_), example_bytes_(of.example_bytes_) {
+    : shared_(of.shared_), documents_(of.documents_), example_bytes_(of.example_bytes_) {
   if (of.preprocess_) {  // the subset of the raw rows, preprocessed the same way
     auto view = std::make_shared<Preprocessed>(*of.preprocess_);
     view->raw = std::make_shared<const StoredExamples>(*of.preprocess_->raw, ids);
@@ -62,6 +63,21 @@ StoredExamples::StoredExamples(std::shared_ptr<const StoredExamples> raw, std::s
   preprocess_ = std::move(view);
 }
 
+StoredExamples::StoredExamples(std::shared_ptr<const StoredExamples> documents, std::shared_ptr<const FittedPreprocessing> fitted) {
+  if (!documents->documents() || !fitted->text) throw DataError("a tokenized view needs documents and a fitted tokenizer");
+  example_bytes_ = size_t{fitted->width()} * sizeof(float);
+  auto view = std::make_shared<Preprocessed>();
+  view->raw = std::move(documents);
+  view->fitted = std::move(fitted);
+  preprocess_ = std::move(view);
+}
+
+void StoredExamples::read_document(uint32_t index, std::vector<uint8_t>& out) const {
+  if (!documents_) throw DataError("the split holds arrays, not documents");
+  MutexLock lock(shared_->mutex);
+  shared_->reader.read(subset_ ? ids_.at(index) : index, out);
+}
+
 uint64_t StoredExamples::size() const {
   if (preprocess_) return preprocess_->raw->size();
   if (subset_) return ids_.size();
@@ -70,6 +86,18 @@ uint64_t StoredExamples::size() const {
 }
 
 void StoredExamples::read(std::span<const uint32_t> indices, uint8_t* out) const {
+  if (preprocess_ && preprocess_->fitted->text) {  // documents, tokenized one by one
+    const Preprocessed& p = *preprocess_;
+    const FittedTokenizer& tokenizer = *p.fitted->text;
+    std::vector<uint8_t> document;
+    std::vector<float> features(tokenizer.spec.width());  // (out need not be aligned for float)
+    for (size_t i = 0; i < indices.size(); ++i) {
+      p.raw->read_document(indices[i], document);
+      tokenizer.apply(std::string_view(reinterpret_cast<const char*>(document.data()), document.size()), features.data());
+      std::memcpy(out + i * example_bytes_, features.data(), example_bytes_);
+    }
+    return;
+  }
   if (preprocess_) {
     const Preprocessed& p = *preprocess_;
     std::vector<float> rows(indices.size() * p.raw->example_bytes() / sizeof(float));
@@ -79,6 +107,7 @@ void StoredExamples::read(std::span<const uint32_t> indices, uint8_t* out) const
     std::memcpy(out, features.data(), features.size() * sizeof(float));
     return;
   }
+  if (documents_) throw DataError("a text split's documents are read one by one (read_document), not as arrays");
   MutexLock lock(shared_->mutex);
   std::vector<uint64_t>& ids = shared_->ids;
   ids.resize(indices.size());
@@ -94,7 +123,10 @@ Split load_stored_split(const std::string& dir, const std::vector<std::string>& 
   split.kind = kind;
   split.shape.assign(shape.begin(), shape.end());
   split.dtype = dtype;
-  if (split.shape.size() != 1 && split.shape.size() != 3) throw DataError(where + ": an example is {d} or {h, w, c}");
+  split.documents = shape.empty();
+  if (!split.documents && split.shape.size() != 1 && split.shape.size() != 3) {
+    throw DataError(where + ": an example is {d} or {h, w, c}");
+  }
   auto store = std::make_shared<Split::StoredShards>();
   store->dir = std::filesystem::absolute(dir).lexically_normal().string();
   store->files = files;
@@ -121,7 +153,8 @@ Split load_stored_split(const std::string& dir, const std::vector<std::string>& 
     // The whole shard is opened for its labels: its examples are not read.
     const ShardFile shard(store->dir + "/" + files[s]);
     const ShardLayout& layout = shard.layout();
-    if (layout.variable || layout.dtype != dtype || layout.example_bytes != split.example_bytes()) {
+    if (split.documents && !layout.variable) throw DataError(shard.path() + ": its examples are arrays, not documents");
+    if (!split.documents && (layout.variable || layout.dtype != dtype || layout.example_bytes != split.example_bytes())) {
       throw DataError(shard.path() + ": its examples are not the split's (" + std::string(dtype_name(dtype)) + ", " +
                       std::to_string(split.example_bytes()) + " bytes each)");
     }

@@ -39,12 +39,18 @@ class StoredExamples {
   // stored table trains on, without a preprocessed copy of the table (table_split.h).
   StoredExamples(std::shared_ptr<const StoredExamples> raw, std::shared_ptr<const FittedPreprocessing> fitted,
                  const TableSchema& schema);
+  // The documents of `documents` (a text split's shards) tokenized by `fitted` (its `text`) as
+  // they are read: fitted.width() floats an example.
+  StoredExamples(std::shared_ptr<const StoredExamples> documents, std::shared_ptr<const FittedPreprocessing> fitted);
 
   uint64_t size() const;
-  uint64_t example_bytes() const { return example_bytes_; }
+  uint64_t example_bytes() const { return example_bytes_; }  // 0: documents (variable size)
+  bool documents() const { return documents_; }
   // The examples `indices`, one after another into `out` (indices.size() x example_bytes()).
-  // Throws DataError naming the shard on an I/O error or a replaced file.
+  // Throws DataError naming the shard on an I/O error or a replaced file, or for documents.
   void read(std::span<const uint32_t> indices, uint8_t* out) const;
+  // Document `index`'s bytes (a text split; `out` resized to them). Throws DataError as read().
+  void read_document(uint32_t index, std::vector<uint8_t>& out) const;
 
  private:
   struct Shared;
@@ -52,6 +58,7 @@ class StoredExamples {
   std::shared_ptr<Shared> shared_;                // null for a preprocessed view
   std::shared_ptr<const Preprocessed> preprocess_;  // a preprocessed view's raw rows and steps
   bool subset_ = false;
+  bool documents_ = false;  // variable-size examples: read_document only
   std::vector<uint32_t> ids_;  // a subset's ids in the store
   uint64_t example_bytes_ = 0;
 };
@@ -59,7 +66,8 @@ class StoredExamples {
 // Split `kind` of dataset `name`, stored as the shards `files` of `dir` holding examples of
 // `shape` and `dtype`: its labels (or regression targets) read, its examples left on disk
 // (Split::stored), its shards' place and CRCs in Split::store; num_classes is its largest label
-// + 1, at least 2 (0 for regression targets: the caller may raise it to the dataset's). Throws
+// + 1, at least 2 (0 for regression targets: the caller may raise it to the dataset's). An empty
+// `shape` loads a text split: shards of documents (Split::documents). Throws
 // DataError naming the shard or dataset for a shard of another layout, an unlabelled shard, a
 // label outside [0, kMaxClasses), a target that is not finite, or more than 2^32 - 1 examples.
 Split load_stored_split(const std::string& dir, const std::vector<std::string>& files, const std::vector<uint32_t>& shape,

@@ -5,6 +5,7 @@
 
 #include "common/base/error.h"
 #include "common/data/stored_examples.h"
+#include "common/data/tokenizer.h"
 
 namespace pstrain {
 namespace {
@@ -39,14 +40,60 @@ RowPass rows_of(const Split& split) {
   };
 }
 
+// A text split's tokenizer, fitted by one pass over its documents in example order (tf_idf: two).
+FittedPreprocessing fit_tokenizer_on_split(const PreprocessingSpec& spec, const Split& train) {
+  if (!spec.text) {
+    throw DataError("dataset '" + train.dataset + "' holds text documents: the job's preprocessing.text says how they "
+                    "become features (docs/JOB-SPEC.md)");
+  }
+  TokenizerFit fit(*spec.text);
+  std::vector<uint8_t> document;
+  const auto pass = [&](auto&& add) {
+    for (uint32_t i = 0; i < train.size; ++i) {
+      train.stored->read_document(i, document);
+      add(std::string_view(reinterpret_cast<const char*>(document.data()), document.size()));
+    }
+  };
+  pass([&](std::string_view text) { fit.add(text); });
+  if (fit.needs_second_pass()) pass([&](std::string_view text) { fit.add_second(text); });
+  FittedPreprocessing fitted;
+  fitted.class_names = train.class_names;
+  fitted.text = std::make_shared<const FittedTokenizer>(fit.finish());
+  return fitted;
+}
+
+// A text split tokenized as it is read (the workers too: the store carries the tokenizer).
+Split tokenize_split(const Split& raw, const FittedPreprocessing& fitted) {
+  if (!raw.stored || !fitted.text) throw DataError("dataset '" + raw.dataset + "': documents need a fitted tokenizer");
+  Split out;
+  out.dataset = raw.dataset;
+  out.kind = raw.kind;
+  out.size = raw.size;
+  out.dtype = Dtype::kFloat32;
+  out.num_classes = raw.num_classes;
+  out.labels = raw.labels;
+  out.class_names = raw.class_names;
+  out.sha256 = raw.sha256;
+  out.shape = {static_cast<int64_t>(fitted.width())};
+  out.stored = std::make_shared<const StoredExamples>(raw.stored, std::make_shared<const FittedPreprocessing>(fitted));
+  if (raw.store) {
+    auto store = std::make_shared<Split::StoredShards>(*raw.store);
+    store->preprocessing = fitted_to_json(fitted);
+    out.store = std::move(store);
+  }
+  return out;
+}
+
 }  // namespace
 
 FittedPreprocessing fit_on_split(const PreprocessingSpec& spec, const Split& train) {
+  if (train.documents) return fit_tokenizer_on_split(spec, train);
   check_table(train);
   return fit_preprocessing(spec, *train.table, *train.table, rows_of(train));
 }
 
 Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
+  if (raw.documents) return tokenize_split(raw, fitted);
   check_table(raw);
   Split out;
   out.dataset = raw.dataset;
@@ -81,7 +128,7 @@ PreparedTable prepare_table(const PreprocessingSpec& spec, const Split& train, c
   auto fitted = std::make_shared<FittedPreprocessing>(fit_on_split(spec, train));
   p.train = std::make_shared<const Split>(preprocess_split(train, *fitted));
   if (validation != nullptr) p.validation = std::make_shared<const Split>(preprocess_split(*validation, *fitted));
-  if (test.table) {
+  if (test.table || train.documents) {
     p.test = std::make_shared<const Split>(preprocess_split(test, *fitted));
   } else {
     // A test split uploaded as arrays (NPZ) beside a table: its values are the stored columns'

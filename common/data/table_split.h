@@ -1,5 +1,7 @@
 // A table split as a job trains on it: the preprocessing (preprocessing.h) fitted on the examples
-// the job trains on, and each split turned into float32 features of the fitted width. Shared by
+// the job trains on, and each split turned into float32 features of the fitted width. A text split
+// (Split::documents) the same way: its tokenizer (preprocessing.text) fitted on the training
+// documents, each split tokenized as it is read. Shared by
 // the coordinator's data service (once per job, on its loading thread) and pstrain-train.
 //
 // Thread rules: pure functions.

@@ -24,11 +24,6 @@ bool holds_text_files(const ClassFolders& folders) {
   });
 }
 
-std::string text_not_trainable(const std::string& dataset) {
-  return "dataset \"" + dataset + "\" holds text documents, and no layer of this version reads text yet: the documents "
-         "are stored and profiled for the text models to come (GET /v1/datasets/" + dataset + " shows the profile)";
-}
-
 TextColumnWriter::TextColumnWriter(std::string dir, std::string prefix, ShardLimits limits)
     : dir_(std::move(dir)), prefix_(std::move(prefix)), limits_(limits) {}
 

@@ -72,9 +72,6 @@ TextColumnsSplit split_text_columns(const std::string& dir,
 std::array<TextProfile, 2> split_text_documents(const std::string& dir, const std::vector<std::string>& files,
                                                 const std::vector<bool>& to_second, ShardWriter& first, ShardWriter& second);
 
-// Why a job cannot train on text dataset `dataset` yet (the same words at submit and at load).
-std::string text_not_trainable(const std::string& dataset);
-
 // The layout of a text split's shards: variable-size UTF-8 examples with class labels.
 ShardLayout text_shard_layout();
 

@@ -22,6 +22,7 @@ Split subset_of(const Split& split, const std::vector<uint32_t>& indices) {
   out.target_width = split.target_width;
   out.sha256 = split.sha256;
   out.table = split.table;
+  out.documents = split.documents;
   out.class_names = split.class_names;
   if (split.stored) {  // left on disk: the subset maps its ids onto the same shards
     out.stored = std::make_shared<const StoredExamples>(*split.stored, indices);

@@ -196,7 +196,7 @@ kj::Promise<std::shared_ptr<const JobData>> DataService::prepare(DataRecipe give
                                                   kj::str("dataset '", data->train->dataset, "' as loaded: ", e.what())));
           }
         }
-        if (!data->train->table) {
+        if (!data->train->table && !data->train->documents) {
           data->test = std::move(test);
           return kj::READY_NOW;
         }

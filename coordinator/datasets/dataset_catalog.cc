@@ -131,10 +131,6 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
     *why = "dataset \"" + name + "\" cannot be used: " + (r.error.empty() ? "it has no train split" : r.error);
     return std::nullopt;
   }
-  if (r.text()) {
-    *why = text_not_trainable(name);
-    return std::nullopt;
-  }
   if (const TableSchema* table = r.table(); table != nullptr && table->stored_columns().empty()) {
     const std::vector<const TableColumn*> text = table->text_columns();
     *why = text.empty() ? "dataset \"" + name + "\" has no feature column"
@@ -148,7 +144,8 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
   info.name = name;
   info.num_classes = r.num_classes;
   info.target_width = r.target_width;
-  for (uint32_t d : r.shape) info.example_shape.push_back(d);
+  info.text = r.text();
+  if (!info.text) for (uint32_t d : r.shape) info.example_shape.push_back(d);
   if (const TableSchema* table = r.table()) info.table = std::make_shared<const TableSchema>(*table);
   return info;
 }

@@ -88,7 +88,7 @@ struct DatasetRecord {
   bool indexing = false;
 
   bool usable() const { return !indexing && error.empty() && splits.count("train") != 0; }
-  // Its examples are text documents (shape [], dtype "string"): listed and profiled, not trainable.
+  // Its examples are text documents (shape [], dtype "string"): a job tokenizes them (preprocessing.text).
   bool text() const {
     return std::any_of(splits.begin(), splits.end(), [](const auto& s) { return s.second.text.has_value(); });
   }

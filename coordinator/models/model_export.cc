@@ -39,6 +39,13 @@ ModelService::Result ModelService::onnx_now(const std::string& id, const std::op
   what.metadata = {{"producer", "pstrain"}, {"model", id}};
   if (!m->class_names.empty()) what.metadata.emplace_back(std::string(kClassNamesKey), class_names_json(m->class_names));
   if (step) what.metadata.emplace_back("step", std::to_string(*step));
+  if (m->preprocessing && m->preprocessing->text) {
+    // A text model: the graph takes the tokenizer's output ("input": token indices as floats, or
+    // the multi_hot / count / tf_idf vector); the fitted tokenizer travels in the metadata for the
+    // client to apply (pstrain.text in the Python client).
+    what.preprocessing = nullptr;
+    what.metadata.emplace_back("pstrain.tokenizer", fitted_tokenizer_to_json(*m->preprocessing->text));
+  }
   if (!m->spec.dataset.name.empty()) {
     what.metadata.emplace_back("dataset", m->spec.dataset.name);
     if (const std::optional<DatasetRecord> d = catalog_.get(m->spec.dataset.name)) {

@@ -419,7 +419,17 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
     const std::string where = "/instances/" + std::to_string(i);
     const size_t before = inputs.size();
     std::string why;
-    if (m->preprocessing && ((v.is_object() && !v.as_object().contains("b64")) || v.is_array())) {
+    const bool text_model = m->preprocessing && m->preprocessing->text;
+    if (text_model && (v.is_string() || (v.is_object() && !v.as_object().contains("b64")))) {
+      // A text model takes {"text": "..."} or the bare string, tokenized as in training (an array
+      // is the tokenizer's output itself, below).
+      inputs.resize(before + input_size);
+      try {
+        apply_preprocessing(*m->preprocessing, v.is_string() ? json::object{{"text", v}} : v.as_object(), inputs.data() + before);
+      } catch (const DataError& e) {
+        why = e.what();
+      }
+    } else if (m->preprocessing && !text_model && ((v.is_object() && !v.as_object().contains("b64")) || v.is_array())) {
       // A table model takes a record by field name, or a row of its columns in order: raw values,
       // preprocessed as in training.
       const std::vector<FittedColumn>& columns = m->preprocessing->columns;
@@ -538,19 +548,23 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
   if (!info) return failed(service_error(422, "invalid-evaluation", "/dataset " + why, "/dataset"));
   JobSpec on_it = m->spec;
   on_it.dataset.name = dataset;
-  if (static_cast<bool>(info->table) != static_cast<bool>(m->preprocessing)) {
+  const bool text_model = m->preprocessing && m->preprocessing->text;
+  if (static_cast<bool>(info->table) != (m->preprocessing && !text_model) || info->text != text_model) {
+    const std::string kind = info->table ? "a table" : info->text ? "text" : "arrays or images";
+    const std::string model_kind = text_model ? "text" : m->preprocessing ? "a table" : "arrays or images";
     return failed(service_error(422, "invalid-evaluation",
-                                "/dataset: " + dataset + (info->table ? " is a table but the model was not trained on one"
-                                                                      : " is not a table but the model was trained on one"),
+                                "/dataset: " + dataset + " holds " + kind + " but the model was trained on " + model_kind,
                                 "/dataset"));
   }
   try {
-    if (!info->table) check_spec_against_dataset(on_it, *info);
+    if (!info->table && !info->text) check_spec_against_dataset(on_it, *info);
   } catch (const SpecError& e) {
     return failed(service_error(422, "invalid-evaluation", std::string("/dataset: the model does not fit it: ") + e.what(), "/dataset"));
   }
   Split split = catalog_.load(dataset, kind);
-  if (m->preprocessing) {
+  if (text_model) {
+    split = preprocess_split(split, *m->preprocessing);
+  } else if (m->preprocessing) {
     if (!split.table) {
       // A split uploaded as arrays beside a table: its values are the table's stored columns, which
       // works when none is categorical or an id (no codes to map).

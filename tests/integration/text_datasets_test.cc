@@ -1,7 +1,7 @@
 // Text as users have it, end to end over HTTP with a real cluster: a .zip (train) and a .tar
 // (test) of class folders of .txt files upload as documents, listed with dtype "string" and a
 // profile computed by hand here (documents, tokens per document, top tokens) that survives a
-// coordinator restart; a job on them is a 422 saying why; a file that is not UTF-8 is a 422
+// coordinator restart; a job on them without a tokenizer is a 422 saying why; a file that is not UTF-8 is a 422
 // naming the file and line, and stores nothing. The same folders dropped into the data directory
 // are converted once into documents and listed with the same profile.
 #include <doctest/doctest.h>
@@ -98,12 +98,13 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
   };
   check_record();
 
-  // A job on text: a 422 that says why, naming the field.
+  // A job on text without a tokenizer: a 422 that says why, naming the field (text_jobs_test
+  // trains on documents).
   r = call(port, http::verb::post, "/v1/jobs", R"({"dataset": {"name": "reviews"},
       "model": {"input_shape": [4], "layers": [{"type": "dense", "units": 2}]},
       "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})",
            "application/json");
-  check_problem(r, 422, "a job on a text dataset", "/dataset/name");
+  check_problem(r, 422, "a job on a text dataset without a tokenizer", "/preprocessing/text");
   CHECK(r.body.find("holds text documents") != std::string::npos);
   // Documents split per class at random (seeded), each side profiled on its own documents.
   r = put(port, "/v1/datasets/docs/train", archive_of(reviews(20, ""), true), "application/zip");
@@ -244,12 +245,15 @@ TEST_CASE("text datasets - a dropped-in folder of class folders of .txt files is
   CHECK(conversions[0].rfind("test-", 0) == 0);
   CHECK(conversions[1].rfind("train-", 0) == 0);
   const auto stamp = std::filesystem::last_write_time(dir + "/.pstrain-shards/" + conversions[1] + "/dataset.json");
-  Reply r = call(port, http::verb::post, "/v1/jobs", R"({"dataset": {"name": "notes"},
-      "model": {"input_shape": [4], "layers": [{"type": "dense", "units": 2}]},
-      "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})",
-                 "application/json");
-  check_problem(r, 422, "a job on dropped-in text", "/dataset/name");
-  CHECK(r.body.find("holds text documents") != std::string::npos);
+  // A job trains on the dropped-in documents (read from their conversion), its input inferred
+  // from the tokenizer's width.
+  const std::string job = submit(cluster, R"({"dataset": {"name": "notes"},
+      "preprocessing": {"text": {"max_tokens": 8, "output_mode": "multi_hot"}},
+      "model": {"layers": [{"type": "dense", "units": 2}]},
+      "optimizer": {"type": "sgd", "learning_rate": 0.5}, "training": {"global_batch_size": 8, "epochs": 5}})");
+  const json::object done = wait_for_state(cluster, job, "SUCCEEDED", 60s);
+  CHECK(json::serialize(obj(obj(done.at("spec")).at("model")).at("input_shape")) == "[8]");
+  CHECK(num(done, "test_accuracy") == 1.0);  // "good" and "bad" are in the vocabulary
   // A dropped-in text dataset without a test split splits like an upload.
   Reply split = call(port, http::verb::post, "/v1/datasets/memos/split", R"({"test_fraction": 0.5, "seed": 2})", "application/json");
   INFO("split memos -> " << split.describe());

@@ -14,6 +14,7 @@
 #include "common/base/error.h"
 #include "common/data/dataset.h"
 #include "common/data/dataset_manifest.h"
+#include "common/data/stored_examples.h"
 #include "tests/integration/test_encodings.h"
 #include "tests/test_support.h"
 
@@ -146,7 +147,16 @@ TEST_CASE("converted split - class folders of text files convert into documents 
   CHECK(summary.text->documents == 6);
   CHECK(summary.text->tokens == 18);
   CHECK(summary.class_counts == std::vector<uint64_t>{3, 3});
-  CHECK_THROWS_WITH_AS(load_directory_split(dir, "notes", SplitKind::kTrain), doctest::Contains("holds text documents"), DataError);
+  // Loaded for a job: the documents stay in their shards, read one by one, labels in memory.
+  const Split loaded = load_directory_split(dir, "notes", SplitKind::kTrain);
+  CHECK(loaded.documents);
+  CHECK(loaded.size == 6);
+  CHECK(loaded.labels == std::vector<int32_t>{0, 0, 0, 1, 1, 1});
+  REQUIRE(loaded.stored);
+  std::vector<uint8_t> document;
+  loaded.stored->read_document(0, document);
+  CHECK_FALSE(document.empty());
+  CHECK_THROWS_AS(loaded.stored->read(std::vector<uint32_t>{0}, document.data()), DataError);
   // A folder with an image among the text files is read as images (and that image is named).
   std::ofstream(dir + "/train/ham/photo.png") << "png?";
   CHECK_FALSE(holds_text_folders(dir, train));
