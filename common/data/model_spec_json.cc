@@ -75,6 +75,14 @@ std::optional<std::array<int64_t, 2>> read_strides(ObjectReader& r) {
   return read_pair(*v, r.field_path("strides"));
 }
 
+// A 1-D window (conv1d kernel_size, strides, dilation_rate; pooling pool_size): an integer or [k],
+// kept as the one-row 2-D window {1, k} (model_spec.h as_2d).
+std::array<int64_t, 2> read_length(const json::value& v, const std::string& path) {
+  if (v.is_array() && v.as_array().size() == 1) return {1, read_int(v.as_array()[0], path + "/0", 1, 4096)};
+  if (!as_integer(v)) throw SpecError(path, "must be a positive integer (or an array of one)");
+  return {1, read_int(v, path, 1, 4096)};
+}
+
 LayerSpec read_layer(const json::value& v, const std::string& path) {
   ObjectReader r(v, path);
   LayerSpec layer;
@@ -99,7 +107,12 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"random_crop", LayerType::kRandomCrop},
                                      {"random_translation", LayerType::kRandomTranslation},
                                      {"embedding", LayerType::kEmbedding},
-                                     {"slice", LayerType::kSlice}});
+                                     {"slice", LayerType::kSlice},
+                                     {"conv1d", LayerType::kConv1D},
+                                     {"maxpool1d", LayerType::kMaxPool1D},
+                                     {"avgpool1d", LayerType::kAvgPool1D},
+                                     {"global_avgpool1d", LayerType::kGlobalAvgPool1D},
+                                     {"global_maxpool1d", LayerType::kGlobalMaxPool1D}});
   // The graph: names and inputs are checked against each other in model_graph.
   if (const json::value* name = r.optional("name")) layer.name = read_string(*name, r.field_path("name"));
   if (const json::value* inputs = r.optional("inputs")) {
@@ -136,6 +149,25 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
     case LayerType::kAvgPool2D:
       if (const json::value* p = r.optional("pool_size")) layer.pool_size = read_pair(*p, r.field_path("pool_size"));
       layer.strides = read_strides(r);
+      break;
+    case LayerType::kConv1D: {
+      layer.filters = read_int(r.required("filters"), r.field_path("filters"), 1, 65536);
+      layer.kernel_size = read_length(r.required("kernel_size"), r.field_path("kernel_size"));
+      layer.activation = read_activation(r);
+      layer.l2 = read_l2(r);
+      if (const json::value* s = r.optional("strides")) layer.strides = read_length(*s, r.field_path("strides"));
+      layer.use_bias = r.boolean("use_bias", true);
+      if (const json::value* d = r.optional("dilation_rate")) layer.dilation_rate = read_length(*d, r.field_path("dilation_rate"));
+      if (const json::value* p = r.optional("padding")) {
+        layer.padding = read_enum<Padding>(*p, r.field_path("padding"), {{"valid", Padding::kValid}, {"same", Padding::kSame}});
+      }
+      break;
+    }
+    case LayerType::kMaxPool1D:
+    case LayerType::kAvgPool1D:
+      layer.pool_size = {1, 2};  // Keras' pool_size 2
+      if (const json::value* p = r.optional("pool_size")) layer.pool_size = read_length(*p, r.field_path("pool_size"));
+      if (const json::value* s = r.optional("strides")) layer.strides = read_length(*s, r.field_path("strides"));
       break;
     case LayerType::kReshape:
       layer.target_shape = read_shape(r.required("target_shape"), r.field_path("target_shape"), true, int64_t{1} << 24);
@@ -194,6 +226,8 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
     case LayerType::kReLU:
     case LayerType::kGlobalAvgPool2D:
     case LayerType::kGlobalMaxPool2D:
+    case LayerType::kGlobalAvgPool1D:
+    case LayerType::kGlobalMaxPool1D:
     case LayerType::kAdd:
     case LayerType::kConcatenate:
       break;
@@ -210,10 +244,11 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
 ModelSpec read_model_spec(const json::value& v) {
   ObjectReader r(v, "/model");
   ModelSpec model;
-  // [features] or [height, width, channels]; the total is capped by infer_shapes (2^24 values).
+  // [features], [steps, channels] or [height, width, channels]; the total is capped by
+  // infer_shapes (2^24 values).
   model.input_shape = read_shape(r.required("input_shape"), "/model/input_shape", false, kMaxInputDim);
-  if (model.input_shape.size() != 1 && model.input_shape.size() != 3) {
-    throw SpecError("/model/input_shape", "must be [features] or [height, width, channels], not " +
+  if (model.input_shape.empty() || model.input_shape.size() > 3) {
+    throw SpecError("/model/input_shape", "must be [features], [steps, channels] or [height, width, channels], not " +
                                               shape_string(model.input_shape));
   }
   model.seed = static_cast<uint64_t>(r.integer("seed", 0, kIntMax, 0));
@@ -254,6 +289,17 @@ json::object model_spec_to_object(const ModelSpec& model) {
       case LayerType::kMaxPool2D:
       case LayerType::kAvgPool2D:
         if (l.pool_size != LayerSpec{}.pool_size) o["pool_size"] = json::array{l.pool_size[0], l.pool_size[1]};
+        break;
+      case LayerType::kConv1D:
+        o["filters"] = l.filters;
+        o["kernel_size"] = l.kernel_size[1];
+        if (l.padding != Padding::kValid) o["padding"] = padding_name(l.padding);
+        if (!l.use_bias) o["use_bias"] = false;
+        if (l.dilation_rate[1] != 1) o["dilation_rate"] = l.dilation_rate[1];
+        break;
+      case LayerType::kMaxPool1D:
+      case LayerType::kAvgPool1D:
+        o["pool_size"] = l.pool_size[1];
         break;
       case LayerType::kReshape: {
         json::array shape;
@@ -302,13 +348,16 @@ json::object model_spec_to_object(const ModelSpec& model) {
       default:
         break;
     }
-    if (l.strides && *l.strides != default_strides(l)) {
+    if (l.strides && *l.strides != default_strides(l) && is_sequence_layer(l.type)) {
+      o["strides"] = (*l.strides)[1];
+    } else if (l.strides && *l.strides != default_strides(l)) {
       o["strides"] = json::array{(*l.strides)[0], (*l.strides)[1]};
     }
-    if (l.type == LayerType::kDense || l.type == LayerType::kConv2D || l.type == LayerType::kActivation) {
+    const bool convolution = as_2d(l.type) == LayerType::kConv2D;
+    if (l.type == LayerType::kDense || convolution || l.type == LayerType::kActivation) {
       o["activation"] = activation_name(l.activation);
     }
-    if (l.type == LayerType::kDense || l.type == LayerType::kConv2D) o["l2"] = l.l2;
+    if (l.type == LayerType::kDense || convolution) o["l2"] = l.l2;
     layers.push_back(std::move(o));
   }
   json::array input_shape;

@@ -112,8 +112,26 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kRandomTranslation: return "random_translation";
     case LayerType::kEmbedding: return "embedding";
     case LayerType::kSlice: return "slice";
+    case LayerType::kConv1D: return "conv1d";
+    case LayerType::kMaxPool1D: return "maxpool1d";
+    case LayerType::kAvgPool1D: return "avgpool1d";
+    case LayerType::kGlobalAvgPool1D: return "global_avgpool1d";
+    case LayerType::kGlobalMaxPool1D: return "global_maxpool1d";
   }
   return "?";
+}
+
+bool is_sequence_layer(LayerType type) { return as_2d(type) != type; }
+
+LayerType as_2d(LayerType type) {
+  switch (type) {
+    case LayerType::kConv1D: return LayerType::kConv2D;
+    case LayerType::kMaxPool1D: return LayerType::kMaxPool2D;
+    case LayerType::kAvgPool1D: return LayerType::kAvgPool2D;
+    case LayerType::kGlobalAvgPool1D: return LayerType::kGlobalAvgPool2D;
+    case LayerType::kGlobalMaxPool1D: return LayerType::kGlobalMaxPool2D;
+    default: return type;
+  }
 }
 
 const char* activation_name(Activation activation) {
@@ -134,8 +152,8 @@ const char* activation_name(Activation activation) {
 const char* padding_name(Padding padding) { return padding == Padding::kSame ? "same" : "valid"; }
 
 std::array<int64_t, 2> default_strides(const LayerSpec& layer) {
-  return layer.type == LayerType::kMaxPool2D || layer.type == LayerType::kAvgPool2D ? layer.pool_size
-                                                                                    : std::array<int64_t, 2>{1, 1};
+  const LayerType t = as_2d(layer.type);
+  return t == LayerType::kMaxPool2D || t == LayerType::kAvgPool2D ? layer.pool_size : std::array<int64_t, 2>{1, 1};
 }
 
 std::array<int64_t, 2> layer_strides(const LayerSpec& layer) { return layer.strides.value_or(default_strides(layer)); }
@@ -263,9 +281,14 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
     const std::string path = layer_path(i);
     std::vector<Shape> ins;
     for (int k : graph.inputs[i]) ins.push_back(k == kModelInput ? spec.input_shape : shapes[static_cast<size_t>(k)]);
-    const Shape& in = ins[0];
+    const bool sequence = is_sequence_layer(layer.type);
+    if (sequence && ins[0].size() != 2) {
+      throw SpecError(path + "/type", std::string(layer_type_name(layer.type)) + " needs a [steps, channels] input but gets " +
+                                          shape_string(ins[0]) + (ins[0].size() == 1 ? " (an embedding of a sequence gives one)" : ""));
+    }
+    const Shape in = sequence ? as_image(ins[0]) : ins[0];  // a sequence as a one-row image
     Shape out;
-    switch (layer.type) {
+    switch (as_2d(layer.type)) {
       case LayerType::kDense: {
         if (in.size() != 1) {
           throw SpecError(path + "/type", "dense needs a flat input but gets " + shape_string(in) +
@@ -415,6 +438,12 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         }
         out = {layer.size};
         break;
+      case LayerType::kConv1D:  // (as_2d: never here)
+      case LayerType::kMaxPool1D:
+      case LayerType::kAvgPool1D:
+      case LayerType::kGlobalAvgPool1D:
+      case LayerType::kGlobalMaxPool1D:
+        break;
       case LayerType::kBatchNorm:
         out = in;
         parameters += (layer.scale ? in.back() : 0) + (layer.center ? in.back() : 0) + 2 * in.back();
@@ -431,6 +460,7 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
     if (parameters > kMaxParameters) {
       throw SpecError(path, "brings the model over 2^28 parameters (1 GiB)");
     }
+    if (sequence && out.size() == 3) out = {out[1], out[2]};
     shapes[i] = std::move(out);
   }
   return shapes;
@@ -473,10 +503,12 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
       layout.add({prefix + "kernel", {in[0], layer.units}, ParamRole::kKernel, 0, 0, layer.l2, index,
                   in[0], layer.units});
       layout.add({prefix + "bias", {layer.units}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
-    } else if (layer.type == LayerType::kConv2D) {
+    } else if (layer.type == LayerType::kConv2D || layer.type == LayerType::kConv1D) {
       const auto [kh, kw] = layer.kernel_size;
-      layout.add({prefix + "kernel", {kh, kw, in[2], layer.filters}, ParamRole::kKernel, 0, 0, layer.l2,
-                  index, kh * kw * in[2], kh * kw * layer.filters});
+      const int64_t channels = in.back();  // [k, in, filters] for conv1d (Keras), the same values
+      layout.add({prefix + "kernel",
+                  layer.type == LayerType::kConv1D ? Shape{kw, channels, layer.filters} : Shape{kh, kw, channels, layer.filters},
+                  ParamRole::kKernel, 0, 0, layer.l2, index, kh * kw * channels, kh * kw * layer.filters});
       if (layer.use_bias) layout.add({prefix + "bias", {layer.filters}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
     } else if (layer.type == LayerType::kEmbedding) {
       // Keras' name; one row per id. Sparse tables come after every dense tensor (below).

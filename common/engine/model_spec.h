@@ -22,6 +22,9 @@ enum class LayerType {
   kRandomFlip, kRandomCrop, kRandomTranslation,  // augmentation (nn/augmentation.h)
   kEmbedding,
   kSlice,  // features [begin, begin + size) of a flat input (nn/slice.h)
+  // Sequences ([steps, channels]): the 2-D layers over a [1, steps, channels] image (the same
+  // memory), their windows {1, k} (is_sequence_layer, as_image).
+  kConv1D, kMaxPool1D, kAvgPool1D, kGlobalAvgPool1D, kGlobalMaxPool1D,
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -158,6 +161,15 @@ inline constexpr int64_t kMaxSparseParameters = int64_t{1} << 32;  // 16 GiB of 
 // its rows cannot have the dense update semantics (optimizer.sparse_updates).
 inline constexpr int64_t kSparseTableDefault = int64_t{1} << 24;
 inline constexpr int64_t kMaxActivationsPerExample = int64_t{1} << 24;
+
+// The 1-D layers (conv1d, maxpool1d, avgpool1d, global_maxpool1d, global_avgpool1d) are the 2-D
+// ones over a sequence seen as a one-row image: a [steps, channels] value is the [1, steps,
+// channels] image, their kernel_size / pool_size / strides / dilation_rate are {1, k}, and a
+// conv1d's kernel [k, in, filters] is the conv2d kernel [1, k, in, filters] (Keras' Conv1D names
+// and layout). as_2d gives the 2-D layer type; as_image the image shape of a sequence.
+bool is_sequence_layer(LayerType type);
+LayerType as_2d(LayerType type);
+inline Shape as_image(const Shape& sequence) { return {1, sequence[0], sequence[1]}; }
 
 // The strides a conv2d or pooling layer uses: as given, else Keras' default (default_strides:
 // conv2d 1, maxpool2d and avgpool2d their pool_size).

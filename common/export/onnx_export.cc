@@ -126,11 +126,18 @@ class Exporter {
     return v;
   }
 
-  Value layer(size_t i, const std::vector<Value>& ins, const Shape& out, bool skip_activation) {
+  Value layer(size_t i, const std::vector<Value>& ins, const Shape& given_out, bool skip_activation) {
     const LayerSpec& l = spec_.layers[i];
     const std::string p = prefix(i);
     Value x = ins[0];
-    switch (l.type) {
+    // A 1-D layer: the 2-D one over the sequence as a one-row image ([N, T, C] -> [N, 1, T, C]).
+    const bool sequence = is_sequence_layer(l.type);
+    if (sequence && x.shape.size() == 2) {
+      x = nhwc(x);
+      x = {g_.op("Reshape", {x.name, g_.int64s("shape", {0, 1, x.shape[0], x.shape[1]})}, "image"), as_image(x.shape), false};
+    }
+    const Shape out = sequence && given_out.size() == 2 ? as_image(given_out) : given_out;
+    switch (as_2d(l.type)) {
       case LayerType::kDense: {
         x = nhwc(x);
         const std::string w = g_.floats("kernel", {x.shape[0], l.units}, tensor(p + "kernel"));
@@ -172,7 +179,7 @@ class Exporter {
       case LayerType::kAvgPool2D: {
         x = nchw(x, i);
         const std::string y = g_.fresh("pool");
-        onnx::NodeProto& n = g_.node(l.type == LayerType::kMaxPool2D ? "MaxPool" : "AveragePool", {x.name}, y);
+        onnx::NodeProto& n = g_.node(as_2d(l.type) == LayerType::kMaxPool2D ? "MaxPool" : "AveragePool", {x.name}, y);
         const auto strides = layer_strides(l);
         GraphBuilder::ints(n, "kernel_shape", {l.pool_size[0], l.pool_size[1]});
         GraphBuilder::ints(n, "strides", {strides[0], strides[1]});
@@ -181,7 +188,7 @@ class Exporter {
       case LayerType::kGlobalAvgPool2D:
       case LayerType::kGlobalMaxPool2D: {
         x = nchw(x, i);
-        const std::string pooled = g_.op(l.type == LayerType::kGlobalAvgPool2D ? "GlobalAveragePool" : "GlobalMaxPool", {x.name});
+        const std::string pooled = g_.op(as_2d(l.type) == LayerType::kGlobalAvgPool2D ? "GlobalAveragePool" : "GlobalMaxPool", {x.name});
         const std::string y = g_.fresh("global");
         GraphBuilder::integer(g_.node("Flatten", {pooled}, y), "axis", 1);
         return {y, out, false};
@@ -295,6 +302,12 @@ class Exporter {
                                     "slice");
         return {y, out, false};
       }
+      case LayerType::kConv1D:  // (as_2d: never here)
+      case LayerType::kMaxPool1D:
+      case LayerType::kAvgPool1D:
+      case LayerType::kGlobalAvgPool1D:
+      case LayerType::kGlobalMaxPool1D:
+        break;
     }
     throw SpecError(path(i) + "/type", std::string("cannot be exported to ONNX: ") + layer_type_name(l.type));
   }

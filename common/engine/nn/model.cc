@@ -67,14 +67,15 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
   };
   for (const size_t i : graph.order) {
     const LayerSpec& l = spec.layers[i];
-    const Shape& out = shapes[i];
+    const bool sequence = is_sequence_layer(l.type);  // a 1-D layer: the 2-D one over a one-row image
+    const Shape out = sequence && shapes[i].size() == 2 ? as_image(shapes[i]) : shapes[i];
     std::vector<int> inputs;
     std::vector<Shape> in_shapes;
     for (int k : graph.inputs[i]) {
       inputs.push_back(k == kModelInput ? kModelInput : value_of[static_cast<size_t>(k)]);
       in_shapes.push_back(k == kModelInput ? spec.input_shape : shapes[static_cast<size_t>(k)]);
     }
-    const Shape& in = in_shapes[0];
+    const Shape in = sequence ? as_image(in_shapes[0]) : in_shapes[0];
     const int64_t in_size = num_elements(in);
     int value = inputs[0];  // flatten and reshape keep their input's buffer: only the shape changes
     std::unique_ptr<Layer<T>> layer;
@@ -83,7 +84,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     const ParamInfo* kernel = layout_.find(prefix + "kernel");
     const ParamInfo* bias = layout_.find(prefix + "bias");
     const bool relu = l.activation == Activation::kReLU;
-    switch (l.type) {
+    switch (as_2d(l.type)) {
       case LayerType::kDense:
         // A dense layer that reads the model's input (data) may find whole features zero.
         layer = std::make_unique<Dense<T>>(in[0], l.units, relu, kernel->offset, bias->offset,
@@ -205,12 +206,18 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
       case LayerType::kFlatten:
       case LayerType::kReshape:
         break;
+      case LayerType::kConv1D:  // (as_2d: never here)
+      case LayerType::kMaxPool1D:
+      case LayerType::kAvgPool1D:
+      case LayerType::kGlobalAvgPool1D:
+      case LayerType::kGlobalMaxPool1D:
+        break;
     }
     if (layer) value = add_stage(std::move(layer), nullptr, inputs, in_size, out, kernel, kernel, dense);
     // An activation of its own: the activation layer's, or a dense or conv2d layer's other than
     // the ReLU they fuse.
     const bool separate = l.type == LayerType::kActivation ||
-                          ((l.type == LayerType::kDense || l.type == LayerType::kConv2D) && !relu);
+                          ((l.type == LayerType::kDense || as_2d(l.type) == LayerType::kConv2D) && !relu);
     const bool loss_softmax = l.activation == loss_activation && i == last_computing;
     if (separate && l.activation != Activation::kLinear && !loss_softmax) {
       value = add_stage(std::make_unique<ActivationLayer<T>>(l.activation, out.back()), nullptr, {value},

@@ -359,11 +359,11 @@ TEST_CASE("a spec that does not fit its dataset is rejected naming the field and
         "/dataset/name \"mnist10k\" is not a known dataset (known: tiles, features)");
 }
 
-TEST_CASE("input_shape is [features] or [height, width, channels] with each dimension at most 65536") {
+TEST_CASE("input_shape is [features], [steps, channels] or [height, width, channels] with each dimension at most 65536") {
   CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [28, 28]")) ==
-        "/model/input_shape must be [features] or [height, width, channels], not [28, 28]");
+        "/model/input_shape [28, 28] does not match mnist10k's 28x28x1 images");
   CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [28, 28, 1, 1]")) ==
-        "/model/input_shape must be [features] or [height, width, channels], not [28, 28, 1, 1]");
+        "/model/input_shape must be [features], [steps, channels] or [height, width, channels], not [28, 28, 1, 1]");
   CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [70000, 1, 1]")) ==
         "/model/input_shape/0 must be a positive integer (at most 65536)");
   CHECK(error_of(mlp_with("\"input_shape\": [28, 28, 1]", "\"input_shape\": [28, 0, 1]")) ==
