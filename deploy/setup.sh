@@ -33,6 +33,7 @@ packages=(
   prometheus                # the deploy check that scrapes a local cluster (tests/deploy/prometheus-check.sh)
   libonnx-dev libprotobuf-dev  # ONNX export (common/export/): the ONNX protobuf classes
   python3-onnx              # the ONNX checker in the export test (tests/onnx/run_onnx_test.sh)
+  python3-torch             # PyTorch's LSTM and GRU: the reference of the recurrent layers' test
 )
 # node and npm (the browser test's driver): Debian's nodejs and npm, unless a node with npm is
 # already installed (e.g. from NodeSource, whose nodejs package brings npm and conflicts with it).

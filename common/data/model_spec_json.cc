@@ -112,7 +112,9 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"maxpool1d", LayerType::kMaxPool1D},
                                      {"avgpool1d", LayerType::kAvgPool1D},
                                      {"global_avgpool1d", LayerType::kGlobalAvgPool1D},
-                                     {"global_maxpool1d", LayerType::kGlobalMaxPool1D}});
+                                     {"global_maxpool1d", LayerType::kGlobalMaxPool1D},
+                                     {"lstm", LayerType::kLstm},
+                                     {"gru", LayerType::kGru}});
   // The graph: names and inputs are checked against each other in model_graph.
   if (const json::value* name = r.optional("name")) layer.name = read_string(*name, r.field_path("name"));
   if (const json::value* inputs = r.optional("inputs")) {
@@ -163,6 +165,12 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       }
       break;
     }
+    case LayerType::kLstm:
+    case LayerType::kGru:
+      layer.units = read_int(r.required("units"), r.field_path("units"), 1, 65536);
+      layer.return_sequences = r.boolean("return_sequences", false);
+      layer.bidirectional = r.boolean("bidirectional", false);
+      break;
     case LayerType::kMaxPool1D:
     case LayerType::kAvgPool1D:
       layer.pool_size = {1, 2};  // Keras' pool_size 2
@@ -300,6 +308,12 @@ json::object model_spec_to_object(const ModelSpec& model) {
       case LayerType::kMaxPool1D:
       case LayerType::kAvgPool1D:
         o["pool_size"] = l.pool_size[1];
+        break;
+      case LayerType::kLstm:
+      case LayerType::kGru:
+        o["units"] = l.units;
+        if (l.return_sequences) o["return_sequences"] = true;
+        if (l.bidirectional) o["bidirectional"] = true;
         break;
       case LayerType::kReshape: {
         json::array shape;

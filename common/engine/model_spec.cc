@@ -117,6 +117,8 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kAvgPool1D: return "avgpool1d";
     case LayerType::kGlobalAvgPool1D: return "global_avgpool1d";
     case LayerType::kGlobalMaxPool1D: return "global_maxpool1d";
+    case LayerType::kLstm: return "lstm";
+    case LayerType::kGru: return "gru";
   }
   return "?";
 }
@@ -444,6 +446,21 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
       case LayerType::kGlobalAvgPool1D:
       case LayerType::kGlobalMaxPool1D:
         break;
+      case LayerType::kLstm:
+      case LayerType::kGru: {
+        if (in.size() != 2) {
+          throw SpecError(path + "/type", std::string(layer_type_name(layer.type)) + " needs a [steps, channels] input but gets " +
+                                              shape_string(in) + (in.size() == 1 ? " (an embedding of a sequence gives one)" : ""));
+        }
+        if (layer.units <= 0) throw SpecError(path + "/units", "must be a positive integer");
+        const int64_t gates = layer.type == LayerType::kLstm ? 4 : 3;
+        const int64_t directions = layer.bidirectional ? 2 : 1;
+        parameters += directions * ((in[1] + layer.units) * gates * layer.units +
+                                    (layer.type == LayerType::kGru ? 2 : 1) * gates * layer.units);
+        const int64_t width = directions * layer.units;
+        out = layer.return_sequences ? Shape{in[0], width} : Shape{width};
+        break;
+      }
       case LayerType::kBatchNorm:
         out = in;
         parameters += (layer.scale ? in.back() : 0) + (layer.center ? in.back() : 0) + 2 * in.back();
@@ -510,6 +527,20 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
                   layer.type == LayerType::kConv1D ? Shape{kw, channels, layer.filters} : Shape{kh, kw, channels, layer.filters},
                   ParamRole::kKernel, 0, 0, layer.l2, index, kh * kw * channels, kh * kw * layer.filters});
       if (layer.use_bias) layout.add({prefix + "bias", {layer.filters}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
+    } else if (layer.type == LayerType::kLstm || layer.type == LayerType::kGru) {
+      // Keras' names (Bidirectional's forward_ and backward_ layers as .forward. and .backward.).
+      const int64_t gates = (layer.type == LayerType::kLstm ? 4 : 3) * layer.units;
+      for (const char* direction : {"", "forward.", "backward."}) {
+        if (layer.bidirectional == (*direction == 0)) continue;
+        const std::string p = prefix + direction;
+        layout.add({p + "kernel", {in[1], gates}, ParamRole::kCellKernel, 0, 0, 0.0f, index, in[1], gates});
+        layout.add({p + "recurrent_kernel", {layer.units, gates}, ParamRole::kRecurrentKernel, 0, 0, 0.0f, index, 0, 0});
+        if (layer.type == LayerType::kLstm) {
+          layout.add({p + "bias", {gates}, ParamRole::kCellBias, 0, 0, 0.0f, index, layer.units, 0});
+        } else {
+          layout.add({p + "bias", {2, gates}, ParamRole::kCellBias, 0, 0, 0.0f, index, 0, 0});
+        }
+      }
     } else if (layer.type == LayerType::kEmbedding) {
       // Keras' name; one row per id. Sparse tables come after every dense tensor (below).
       if (!layer.sparse) {

@@ -25,6 +25,7 @@ enum class LayerType {
   // Sequences ([steps, channels]): the 2-D layers over a [1, steps, channels] image (the same
   // memory), their windows {1, k} (is_sequence_layer, as_image).
   kConv1D, kMaxPool1D, kAvgPool1D, kGlobalAvgPool1D, kGlobalMaxPool1D,
+  kLstm, kGru,  // recurrent layers over [steps, channels] (nn/recurrent.h)
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -129,6 +130,9 @@ struct LayerSpec {
   int64_t begin = 0, size = 0;                          // slice: the features [begin, begin + size)
   float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
   bool self_interaction = false;        // dot_interaction: each input's dot with itself too
+  // lstm, gru (`units` their state): every step's state ([steps, units]) instead of the last's;
+  // both directions, concatenated (Keras' Bidirectional, merge_mode "concat": 2 units).
+  bool return_sequences = false, bidirectional = false;
 };
 
 struct ModelSpec {

@@ -22,7 +22,10 @@ std::string shape_string(const Shape& shape);  // "[784, 700]"
 // kGamma and kMovingVariance start at 1, kBias, kBeta and kMovingMean at 0, kernels
 // Glorot-uniform, embeddings uniform in [-0.05, 0.05). The moving statistics are set as moving
 // averages, never by an optimizer (common/engine/nn/moving_statistics.h).
-enum class ParamRole { kKernel, kBias, kGamma, kBeta, kMovingMean, kMovingVariance, kEmbeddings };
+// kCellKernel, kRecurrentKernel, kCellBias: a recurrent layer's (nn/recurrent.h) kernel (Glorot
+// uniform), recurrent_kernel (orthogonal, Keras' default) and bias (zeros; an LSTM's forget gate
+// ones, Keras' unit_forget_bias: fan_in holds its units then).
+enum class ParamRole { kKernel, kBias, kGamma, kBeta, kMovingMean, kMovingVariance, kEmbeddings, kCellKernel, kRecurrentKernel, kCellBias };
 
 struct ParamInfo {
   std::string name;   // "layers.1.kernel": the spec's layer index and the role

@@ -307,6 +307,8 @@ class Exporter {
       case LayerType::kAvgPool1D:
       case LayerType::kGlobalAvgPool1D:
       case LayerType::kGlobalMaxPool1D:
+      case LayerType::kLstm:  // (not yet: docs/DESIGN-NOTES.md "Text (issue 52)")
+      case LayerType::kGru:
         break;
     }
     throw SpecError(path(i) + "/type", std::string("cannot be exported to ONNX: ") + layer_type_name(l.type));

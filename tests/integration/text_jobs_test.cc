@@ -2,8 +2,8 @@
 // a .zip and a .tar) train with the spec's `preprocessing.text`; the tokenizer is fitted on the
 // training documents (after the validation hold-out) and the workers read and tokenize their own
 // documents from the dataset store. 2 workers x 2 servers in sync equal the standalone 2-slice
-// trainer bit for bit (int sequences into an embedding; tf_idf into a dense layer, its two
-// passes); the model predicts by raw text (a record and a bare string) with the dataset's class
+// trainer bit for bit (int sequences into an embedding, a 1-D CNN and a bidirectional LSTM;
+// tf_idf into a dense layer, its two passes); the model predicts by raw text (a record and a bare string) with the dataset's class
 // names; its ONNX file carries the tokenizer; a job without a tokenizer is a 422 naming the field.
 #include <doctest/doctest.h>
 
@@ -88,6 +88,31 @@ std::string tf_idf_spec() {
     "training": {"mode": "sync", "global_batch_size": 20, "epochs": 4, "workers": 2, "servers": 2}})";
 }
 
+// A 1-D CNN and a bidirectional LSTM on the same int sequences (their layers' exactness over a
+// cluster).
+std::string cnn_spec() {
+  return R"({"name": "reviews-cnn", "dataset": {"name": "reviews", "shuffle_seed": 5},
+    "preprocessing": {"text": {"max_tokens": 40, "output_mode": "int", "output_sequence_length": 16}},
+    "model": {"input_shape": [16], "seed": 7, "layers": [
+      {"type": "embedding", "input_dim": 40, "output_dim": 8},
+      {"type": "conv1d", "filters": 8, "kernel_size": 3, "padding": "same", "activation": "relu"},
+      {"type": "global_maxpool1d"},
+      {"type": "dense", "units": 2}]},
+    "optimizer": {"type": "adam", "learning_rate": 0.02},
+    "training": {"mode": "sync", "global_batch_size": 40, "epochs": 3, "workers": 2, "servers": 2}})";
+}
+
+std::string lstm_spec() {
+  return R"({"name": "reviews-lstm", "dataset": {"name": "reviews", "shuffle_seed": 6},
+    "preprocessing": {"text": {"max_tokens": 40, "output_mode": "int", "output_sequence_length": 16}},
+    "model": {"input_shape": [16], "seed": 8, "layers": [
+      {"type": "embedding", "input_dim": 40, "output_dim": 8},
+      {"type": "lstm", "units": 8, "bidirectional": true},
+      {"type": "dense", "units": 2}]},
+    "optimizer": {"type": "adam", "learning_rate": 0.02},
+    "training": {"mode": "sync", "global_batch_size": 40, "epochs": 5, "workers": 2, "servers": 2}})";
+}
+
 }  // namespace
 
 TEST_CASE("text jobs - documents tokenized per job train on a cluster exactly as standalone, with workers reading their own documents, and predict by raw text") {
@@ -113,7 +138,8 @@ TEST_CASE("text jobs - documents tokenized per job train on a cluster exactly as
   local.replicas = 2;
   // (Accuracy: words by place through a flatten reach 0.85 on this test split; a bag of tf_idf
   // weights 0.91. Both are well above the 0.5 of chance.)
-  for (const auto& [spec, accuracy] : {std::pair{int_spec(), 0.8}, std::pair{tf_idf_spec(), 0.88}}) {
+  for (const auto& [spec, accuracy] : {std::pair{int_spec(), 0.8}, std::pair{tf_idf_spec(), 0.88}, std::pair{cnn_spec(), 0.85},
+                                       std::pair{lstm_spec(), 0.88}}) {
     INFO(spec);
     const TrainingResult standalone = train_locally(parse_job_spec(spec), local);
     const std::string id = submit(cluster, spec);

@@ -12,6 +12,7 @@
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/merge.h"
 #include "common/engine/nn/normalization.h"
+#include "common/engine/nn/recurrent.h"
 
 namespace pstrain::nn {
 namespace {
@@ -212,6 +213,22 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
       case LayerType::kGlobalAvgPool1D:
       case LayerType::kGlobalMaxPool1D:
         break;
+      case LayerType::kLstm:
+      case LayerType::kGru: {
+        std::vector<typename Recurrent<T>::Tensors> directions;
+        for (const char* direction : {"", "forward.", "backward."}) {
+          if (l.bidirectional == (*direction == 0)) continue;
+          const std::string p = prefix + direction;
+          directions.push_back({layout_.find(p + "kernel")->offset, layout_.find(p + "recurrent_kernel")->offset,
+                                layout_.find(p + "bias")->offset});
+        }
+        const ParamInfo* first = layout_.find(prefix + (l.bidirectional ? "forward.kernel" : "kernel"));
+        const typename Recurrent<T>::Geometry g{l.type == LayerType::kLstm ? Recurrent<T>::Cell::kLstm : Recurrent<T>::Cell::kGru,
+                                                in[0], in[1], l.units, l.return_sequences};
+        value = add_stage(std::make_unique<Recurrent<T>>(g, std::move(directions), max_batch), nullptr, inputs, in_size, out,
+                          first, nullptr, nullptr);
+        break;
+      }
     }
     if (layer) value = add_stage(std::move(layer), nullptr, inputs, in_size, out, kernel, kernel, dense);
     // An activation of its own: the activation layer's, or a dense or conv2d layer's other than
