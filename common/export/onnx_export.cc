@@ -307,11 +307,63 @@ class Exporter {
       case LayerType::kAvgPool1D:
       case LayerType::kGlobalAvgPool1D:
       case LayerType::kGlobalMaxPool1D:
-      case LayerType::kLstm:  // (not yet: docs/DESIGN-NOTES.md "Text (issue 52)")
-      case LayerType::kGru:
         break;
+      case LayerType::kLstm:
+      case LayerType::kGru:
+        return recurrent(i, x, out);
     }
     throw SpecError(path(i) + "/type", std::string("cannot be exported to ONNX: ") + layer_type_name(l.type));
+  }
+
+  // ONNX's LSTM (gates i, o, f, c: Keras' i, f, c, o reordered; one bias row of zeros for the
+  // recurrent side) or GRU (z, r, h as Keras, linear_before_reset: Keras' reset_after) over
+  // [steps, batch, channels]; the outputs back to the engine's [batch, steps, directions x units]
+  // or [batch, directions x units].
+  Value recurrent(size_t i, Value x, const Shape& out) {
+    const LayerSpec& l = spec_.layers[i];
+    x = nhwc(x);
+    const int64_t steps = x.shape[0], channels = x.shape[1], units = l.units, directions = l.bidirectional ? 2 : 1;
+    const bool lstm = l.type == LayerType::kLstm;
+    const int64_t gates = (lstm ? 4 : 3) * units;
+    const std::vector<int64_t> order = lstm ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 1, 2};
+    std::vector<float> w, r, b;
+    for (int64_t d = 0; d < directions; ++d) {
+      const std::string p = prefix(i) + (l.bidirectional ? (d == 0 ? "forward." : "backward.") : "");
+      const std::vector<float> kernel = tensor(p + "kernel"), recurrent = tensor(p + "recurrent_kernel"), bias = tensor(p + "bias");
+      std::vector<float> recurrent_bias;
+      for (const int64_t gate : order) {
+        for (int64_t u = 0; u < units; ++u) {
+          const int64_t column = gate * units + u;
+          for (int64_t c = 0; c < channels; ++c) w.push_back(kernel[static_cast<size_t>(c * gates + column)]);
+          for (int64_t j = 0; j < units; ++j) r.push_back(recurrent[static_cast<size_t>(j * gates + column)]);
+          b.push_back(bias[static_cast<size_t>(column)]);
+          recurrent_bias.push_back(lstm ? 0.0f : bias[static_cast<size_t>(gates + column)]);
+        }
+      }
+      b.insert(b.end(), recurrent_bias.begin(), recurrent_bias.end());
+    }
+    const std::string sequence = g_.op("Reshape", {x.name, g_.int64s("shape", {0, steps, channels})}, "sequence");
+    const std::string time_major = g_.fresh("time_major");
+    GraphBuilder::ints(g_.node("Transpose", {sequence}, time_major), "perm", {1, 0, 2});
+    const std::string y = g_.fresh(lstm ? "lstm" : "gru"), y_last = g_.fresh("state");
+    onnx::NodeProto& n = g_.node(lstm ? "LSTM" : "GRU",
+                                 {time_major, g_.floats("W", {directions, gates, channels}, w),
+                                  g_.floats("R", {directions, gates, units}, r), g_.floats("B", {directions, 2 * gates}, b)},
+                                 y);
+    n.add_output(y_last);
+    GraphBuilder::integer(n, "hidden_size", units);
+    if (!lstm) GraphBuilder::integer(n, "linear_before_reset", 1);
+    onnx::AttributeProto* direction = n.add_attribute();
+    direction->set_name("direction");
+    direction->set_type(onnx::AttributeProto::STRING);
+    direction->set_s(l.bidirectional ? "bidirectional" : "forward");
+    const std::string batch_major = g_.fresh("batch_major");
+    if (l.return_sequences) {  // [steps, directions, batch, units] -> [batch, steps, directions x units]
+      GraphBuilder::ints(g_.node("Transpose", {y}, batch_major), "perm", {2, 0, 1, 3});
+      return {g_.op("Reshape", {batch_major, g_.int64s("shape", {0, steps, directions * units})}, "states"), out, false};
+    }
+    GraphBuilder::ints(g_.node("Transpose", {y_last}, batch_major), "perm", {1, 0, 2});  // [directions, batch, units]
+    return {g_.op("Reshape", {batch_major, g_.int64s("shape", {0, directions * units})}, "state"), out, false};
   }
 
   void outputs(const Value& last) {
