@@ -208,6 +208,10 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
         layer.combiner = read_enum<Combiner>(*c, r.field_path("combiner"),
                                              {{"none", Combiner::kNone}, {"sum", Combiner::kSum}, {"mean", Combiner::kMean}});
       }
+      layer.mask_zero = r.boolean("mask_zero", false);
+      if (layer.mask_zero && layer.combiner != Combiner::kNone) {
+        throw SpecError(r.field_path("mask_zero"), "applies without a combiner (a combiner skips padding, negative ids, itself)");
+      }
       break;
     case LayerType::kSlice:
       layer.begin = read_int(r.required("begin"), r.field_path("begin"), 0, int64_t{1} << 24);
@@ -340,6 +344,7 @@ json::object model_spec_to_object(const ModelSpec& model) {
         o["output_dim"] = l.output_dim;
         if (l.sparse != (l.input_dim * l.output_dim > kSparseTableDefault)) o["sparse"] = l.sparse;
         if (l.combiner != Combiner::kNone) o["combiner"] = l.combiner == Combiner::kSum ? "sum" : "mean";
+        if (l.mask_zero) o["mask_zero"] = true;
         break;
       case LayerType::kSlice:
         o["begin"] = l.begin;

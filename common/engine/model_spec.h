@@ -127,6 +127,10 @@ struct LayerSpec {
   // their count; none at all: zeros). A negative id is padding (a multi-valued column's unused
   // places), which only a combiner accepts.
   Combiner combiner = Combiner::kNone;
+  // embedding (no combiner): id 0 is padding (Keras' mask_zero): the layers after it that take a
+  // mask (lstm, gru, global_avgpool1d, global_maxpool1d) skip its steps; element-wise layers and
+  // a recurrent layer's every-step output pass the mask on, the others drop it (nn/model.cc).
+  bool mask_zero = false;
   int64_t begin = 0, size = 0;                          // slice: the features [begin, begin + size)
   float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
   bool self_interaction = false;        // dot_interaction: each input's dot with itself too

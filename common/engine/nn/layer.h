@@ -28,6 +28,14 @@ class Layer {
   // write dLoss/din, or nullptr when nobody needs it (the first layer).
   virtual void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout,
                         T* grads, T* din) = 0;
+
+  // A sequence mask (an embedding's mask_zero, model.h) for the next forward and its backward:
+  // step t of example b is masked when ids[b * rows + t] is 0. Only the layers that take masks
+  // (lstm, gru, global 1-D pooling) override it; the model calls it before each forward.
+  virtual void use_mask(const T* ids, int64_t rows) {
+    (void)ids;
+    (void)rows;
+  }
 };
 
 }  // namespace pstrain::nn

@@ -163,6 +163,31 @@ class AvgPool2D final : public Layer<T> {
   Geometry g_;
 };
 
+// Global average or max pooling over the unmasked steps of a [steps, channels] sequence (the mask
+// of an embedding's mask_zero: Keras' GlobalAveragePooling1D with a mask): the mean (summed in step
+// order, divided by the unmasked count) or the max (ties to the first step); an example with every
+// step masked gives zeros. Backward spreads (mean) or routes (max) each output's gradient to the
+// unmasked steps only. Without a mask (none set) every step counts.
+template <typename T>
+class MaskedGlobalPool1D final : public Layer<T> {
+ public:
+  MaskedGlobalPool1D(int64_t steps, int64_t channels, bool average) : steps_(steps), channels_(channels), average_(average) {}
+  void use_mask(const T* ids, int64_t rows) override {
+    ids_ = ids;
+    rows_ = rows;
+  }
+  void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
+  void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads, T* din) override;
+
+ private:
+  bool kept(int64_t b, int64_t t) const { return ids_ == nullptr || ids_[b * rows_ + t] != T(0); }
+  int64_t steps_, channels_;
+  bool average_;
+  const T* ids_ = nullptr;
+  int64_t rows_ = 0;
+  std::vector<int32_t> argmax_;  // max: per output value, the step it came from (-1: none)
+};
+
 template <typename T>
 class ReLU final : public Layer<T> {
  public:

@@ -17,6 +17,24 @@
 namespace pstrain::nn {
 namespace {
 
+// Layers that read a sequence mask (Layer::use_mask), and those that pass their input's on (they
+// keep its steps: element-wise layers, a recurrent layer's every-step output); the rest drop it.
+bool takes_mask(const LayerSpec& l) {
+  return l.type == LayerType::kLstm || l.type == LayerType::kGru || l.type == LayerType::kGlobalAvgPool1D ||
+         l.type == LayerType::kGlobalMaxPool1D;
+}
+bool keeps_mask(const LayerSpec& l) {
+  switch (l.type) {
+    case LayerType::kDropout:
+    case LayerType::kActivation:
+    case LayerType::kReLU:
+    case LayerType::kLayerNorm: return true;
+    case LayerType::kLstm:
+    case LayerType::kGru: return l.return_sequences;
+    default: return false;
+  }
+}
+
 // FNV-1a: a layer's key as a number, the same in every build (std::hash is not).
 uint64_t fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ULL;
@@ -47,6 +65,9 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     last_computing = static_cast<size_t>(graph.inputs[last_computing][0]);
   }
   std::vector<int> value_of(spec.layers.size(), kModelInput);  // the buffer holding each layer's output
+  // The buffer of ids whose zeros mask each layer's output steps (an embedding's mask_zero, passed
+  // on by the layers that keep the steps), kNoMask for none.
+  std::vector<int> mask_of(spec.layers.size(), kNoMask);
   std::vector<int> readers;                                      // by buffer
   // Appends a stage computing `layer` (or `merge`) from `inputs` into a new buffer of `out`'s size.
   // `first`: the stage's first parameter tensor (its gradients are final once it ran backward).
@@ -82,6 +103,9 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     std::unique_ptr<Layer<T>> layer;
     Dense<T>* dense = nullptr;
     const std::string prefix = "layers." + layer_key(spec, i) + ".";
+    const int in_mask = graph.inputs[i][0] == kModelInput ? kNoMask : mask_of[static_cast<size_t>(graph.inputs[i][0])];
+    const bool masked = in_mask != kNoMask && takes_mask(l);
+    mask_of[i] = l.type == LayerType::kEmbedding && l.mask_zero ? inputs[0] : keeps_mask(l) ? in_mask : kNoMask;
     const ParamInfo* kernel = layout_.find(prefix + "kernel");
     const ParamInfo* bias = layout_.find(prefix + "bias");
     const bool relu = l.activation == Activation::kReLU;
@@ -116,12 +140,21 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
             typename AvgPool2D<T>::Geometry{in[0], in[1], in[2], l.pool_size[0], l.pool_size[1], sh, sw, out[0], out[1]});
         break;
       }
-      // Global pooling: one window the size of the input, one output per channel.
+      // Global pooling: one window the size of the input, one output per channel (over the
+      // unmasked steps of a masked sequence).
       case LayerType::kGlobalMaxPool2D:
+        if (masked) {
+          layer = std::make_unique<MaskedGlobalPool1D<T>>(in[1], in[2], false);
+          break;
+        }
         layer = std::make_unique<MaxPool2D<T>>(
             typename MaxPool2D<T>::Geometry{in[0], in[1], in[2], in[0], in[1], in[0], in[1], 1, 1}, max_batch);
         break;
       case LayerType::kGlobalAvgPool2D:
+        if (masked) {
+          layer = std::make_unique<MaskedGlobalPool1D<T>>(in[1], in[2], true);
+          break;
+        }
         layer = std::make_unique<AvgPool2D<T>>(
             typename AvgPool2D<T>::Geometry{in[0], in[1], in[2], in[0], in[1], in[0], in[1], 1, 1});
         break;
@@ -231,6 +264,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
       }
     }
     if (layer) value = add_stage(std::move(layer), nullptr, inputs, in_size, out, kernel, kernel, dense);
+    if (masked) stages_.back().mask_ids = in_mask;  // (the stage just added: no separate activation)
     // An activation of its own: the activation layer's, or a dense or conv2d layer's other than
     // the ReLU they fuse.
     const bool separate = l.type == LayerType::kActivation ||
@@ -287,6 +321,9 @@ ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t b
       for (size_t k = 0; k < s.inputs.size(); ++k) ins.emplace_back(values(s.inputs[k]), s.merge->input_size(k), batch);
       s.merge->forward(ins, out);
     } else {
+      if (s.mask_ids != kNoMask) {
+        s.layer->use_mask(values(s.mask_ids), s.mask_ids == kModelInput ? input_size_ : activations_[s.mask_ids].rows());
+      }
       s.layer->forward(params, ConstMatMap<T>(values(s.inputs[0]), s.in_size, batch), out);
     }
   }

@@ -124,6 +124,7 @@ class Model {
   void use_first_layer_partials(std::vector<const T*> partials);
 
  private:
+  static constexpr int kNoMask = -2;
   // One step of the evaluation order: a layer (one input) or a merge (several). Buffers index
   // activations_ / deltas_; kModelInput is the model's input.
   struct Stage {
@@ -135,6 +136,7 @@ class Model {
     size_t first_param_offset;  // offset of this stage's first tensor (or of the next one's)
     int kernel_param;           // index of its kernel in the layout, -1 if none
     Dense<T>* dense;            // the layer, if it is dense (else nullptr)
+    int mask_ids = kNoMask;     // the buffer of ids whose zeros mask its input's steps (use_mask)
   };
   const Stage& dense_stage(size_t param) const;
   // training: dropout draws from `keys`, batch_norm normalizes with its ghost batches' statistics.

@@ -125,6 +125,63 @@ void AvgPool2D<T>::backward(const T*, ConstMatMap<T> in, ConstMatMap<T>, MatMap<
   }
 }
 
+template <typename T>
+void MaskedGlobalPool1D<T>::forward(const T*, ConstMatMap<T> in, MatMap<T> out) {
+  const int64_t c = channels_;
+  argmax_.resize(static_cast<size_t>(c * in.cols()));
+  for (int64_t b = 0; b < in.cols(); ++b) {
+    const T* x = in.data() + b * in.rows();
+    T* y = out.data() + b * c;
+    int32_t* arg = argmax_.data() + b * c;
+    std::fill_n(y, c, T(0));
+    std::fill_n(arg, c, -1);
+    int64_t count = 0;
+    for (int64_t t = 0; t < steps_; ++t) {
+      if (!kept(b, t)) continue;
+      ++count;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const T v = x[t * c + ch];
+        if (average_) {
+          y[ch] += v;
+        } else if (arg[ch] < 0 || v > y[ch]) {  // strictly greater: ties keep the first step
+          y[ch] = v;
+          arg[ch] = static_cast<int32_t>(t);
+        }
+      }
+    }
+    if (average_ && count > 0) {
+      for (int64_t ch = 0; ch < c; ++ch) y[ch] /= static_cast<T>(count);
+    }
+  }
+}
+
+template <typename T>
+void MaskedGlobalPool1D<T>::backward(const T*, ConstMatMap<T> in, ConstMatMap<T>, MatMap<T> dout, T*, T* din) {
+  if (din == nullptr) return;
+  const int64_t c = channels_;
+  std::fill(din, din + in.rows() * in.cols(), T(0));
+  for (int64_t b = 0; b < in.cols(); ++b) {
+    T* dx = din + b * in.rows();
+    const T* dy = dout.data() + b * c;
+    if (!average_) {
+      const int32_t* arg = argmax_.data() + b * c;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        if (arg[ch] >= 0) dx[arg[ch] * c + ch] = dy[ch];
+      }
+      continue;
+    }
+    int64_t count = 0;
+    for (int64_t t = 0; t < steps_; ++t) count += kept(b, t) ? 1 : 0;
+    if (count == 0) continue;
+    for (int64_t t = 0; t < steps_; ++t) {
+      if (!kept(b, t)) continue;
+      for (int64_t ch = 0; ch < c; ++ch) dx[t * c + ch] = dy[ch] / static_cast<T>(count);
+    }
+  }
+}
+
+template class MaskedGlobalPool1D<float>;
+template class MaskedGlobalPool1D<double>;
 template class AvgPool2D<float>;
 template class AvgPool2D<double>;
 

@@ -58,6 +58,12 @@ void Recurrent<T>::forward_direction(size_t d, const T* params, const T* in, int
       const T* x = xw + (b * S + t) * G;
       const T* r = rec + b * G;
       T* a = gates_out + b * G;
+      if (!kept(b, t)) {  // masked: the state carries over
+        std::copy_n(h_prev + b * U, U, h + b * U);
+        std::copy_n((s == 0 ? zeros_.data() : cell(d, s - 1, B)) + b * U, U, cells_out + b * U);
+        std::fill_n(a, G, T(0));
+        continue;
+      }
       if (g_.cell == Cell::kLstm) {
         const T* c_prev = (s == 0 ? zeros_.data() : cell(d, s - 1, B)) + b * U;
         for (int64_t u = 0; u < U; ++u) {
@@ -104,7 +110,9 @@ void Recurrent<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
         continue;
       }
       for (int64_t s = 0; s < S; ++s) {
-        std::copy_n(state(d, s, B) + b * U, U, column + position(d, s) * width + static_cast<int64_t>(d) * U);
+        T* at = column + position(d, s) * width + static_cast<int64_t>(d) * U;
+        if (kept(b, position(d, s))) std::copy_n(state(d, s, B) + b * U, U, at);
+        else std::fill_n(at, U, T(0));  // a masked step's output
       }
     }
   }
@@ -131,6 +139,7 @@ void Recurrent<T>::backward_direction(size_t d, const T* params, const T* in, co
   for (int64_t s = S - 1; s >= 0; --s) {
     const int64_t t = position(d, s);
     for (int64_t b = 0; b < B; ++b) {
+      if (g_.return_sequences && !kept(b, t)) continue;  // a masked step's output is a constant 0
       const T* from = g_.return_sequences ? dout + b * out_rows + t * width + static_cast<int64_t>(d) * U
                       : s == S - 1        ? dout + b * out_rows + static_cast<int64_t>(d) * U
                                           : nullptr;
@@ -145,6 +154,12 @@ void Recurrent<T>::backward_direction(size_t d, const T* params, const T* in, co
       const T* a = a_all + b * G;
       T* g_out = dg + b * G;
       T* r_out = drec + b * G;
+      if (!kept(b, t)) {  // masked: dh and dc carry over to the step before, the gates take nothing
+        std::fill_n(g_out, G, T(0));
+        std::fill_n(r_out, G, T(0));
+        for (int64_t j = 0; j < G; ++j) dxw[(b * S + t) * G + j] = T(0);
+        continue;
+      }
       if (g_.cell == Cell::kLstm) {
         const T* c_prev = (s == 0 ? zeros_.data() : cell(d, s - 1, B)) + b * U;
         for (int64_t u = 0; u < U; ++u) {
@@ -157,6 +172,7 @@ void Recurrent<T>::backward_direction(size_t d, const T* params, const T* in, co
           g_out[2 * U + u] = dcv * i * (T(1) - g * g);
           g_out[3 * U + u] = dhv * tc * o * (T(1) - o);
           dc[b * U + u] = dcv * f;
+          dh[b * U + u] = T(0);  // (all of it goes through the gates: the recurrent product below)
         }
         std::copy_n(g_out, G, r_out);
       } else {
@@ -179,8 +195,7 @@ void Recurrent<T>::backward_direction(size_t d, const T* params, const T* in, co
       for (int64_t j = 0; j < G; ++j) dxw[(b * S + t) * G + j] = g_out[j];
     }
     gemm<T>(Op::kNone, Op::kTranspose, G, U, B, drec, G, h_prev, U, T(1), recurrent_grads, G);
-    gemm<T>(Op::kTranspose, Op::kNone, U, B, G, params + w.recurrent, G, drec, G,
-            g_.cell == Cell::kGru ? T(1) : T(0), dh, U);
+    gemm<T>(Op::kTranspose, Op::kNone, U, B, G, params + w.recurrent, G, drec, G, T(1), dh, U);
   }
   gemm<T>(Op::kNone, Op::kTranspose, G, C, S * B, dxw, G, in, C, T(0), grads + w.kernel, G);
   T* bias_grads = grads + w.bias;

