@@ -420,6 +420,13 @@ void set_type(onnx::ValueInfoProto* v, const std::string& name, const std::vecto
 
 std::string export_onnx(const OnnxExport& what) {
   if (what.model == nullptr) throw Error("onnx export: no model");
+  for (size_t i = 0; i < what.model->layers.size(); ++i) {
+    if (what.model->layers[i].mask_zero) {  // refused rather than exported without its masks
+      throw SpecError("/model/layers/" + std::to_string(i) + "/mask_zero",
+                      "a masked model is not exported to ONNX by this version (the graph would compute its padding "
+                      "steps); :predict serves it");
+    }
+  }
   if (what.params.size() != make_param_layout(*what.model).total_size()) {
     throw Error("onnx export: " + std::to_string(what.params.size()) + " parameters for a model of " +
                 std::to_string(make_param_layout(*what.model).total_size()));

@@ -419,33 +419,9 @@ ModelService::Result ModelService::predict_now(const std::string& id, const std:
     const std::string where = "/instances/" + std::to_string(i);
     const size_t before = inputs.size();
     std::string why;
-    const bool text_model = m->preprocessing && m->preprocessing->text;
-    if (text_model && (v.is_string() || (v.is_object() && !v.as_object().contains("b64")))) {
-      // A text model takes {"text": "..."} or the bare string, tokenized as in training (an array
-      // is the tokenizer's output itself, below).
+    if (m->preprocessing && predict_instances::is_record(*m->preprocessing, v)) {
       inputs.resize(before + input_size);
-      try {
-        apply_preprocessing(*m->preprocessing, v.is_string() ? json::object{{"text", v}} : v.as_object(), inputs.data() + before);
-      } catch (const DataError& e) {
-        why = e.what();
-      }
-    } else if (m->preprocessing && !text_model && ((v.is_object() && !v.as_object().contains("b64")) || v.is_array())) {
-      // A table model takes a record by field name, or a row of its columns in order: raw values,
-      // preprocessed as in training.
-      const std::vector<FittedColumn>& columns = m->preprocessing->columns;
-      json::object row;
-      if (v.is_array() && v.as_array().size() != columns.size()) {
-        why = "a row of the model's table has " + std::to_string(columns.size()) + " values (its columns in order), not " +
-              std::to_string(v.as_array().size()) + "; or send a record by field name";
-      } else if (v.is_array()) {
-        for (size_t k = 0; k < columns.size(); ++k) row[columns[k].name] = v.as_array()[k];
-      }
-      inputs.resize(before + input_size);
-      try {
-        if (why.empty()) apply_preprocessing(*m->preprocessing, v.is_array() ? row : v.as_object(), inputs.data() + before);
-      } catch (const DataError& e) {
-        why = e.what();
-      }
+      why = predict_instances::preprocess_record(*m->preprocessing, v, inputs.data() + before);
     } else if (v.is_object()) {
       const json::value* b64 = v.as_object().if_contains("b64");
       if (b64 == nullptr || !b64->is_string() || v.as_object().size() != 1) {

@@ -10,6 +10,31 @@
 namespace pstrain::predict_instances {
 namespace json = boost::json;
 
+bool is_record(const FittedPreprocessing& fitted, const json::value& v) {
+  const bool object = v.is_object() && !v.as_object().contains("b64");
+  return fitted.text ? object || v.is_string() : object || v.is_array();
+}
+
+std::string preprocess_record(const FittedPreprocessing& fitted, const json::value& v, float* out) {
+  json::object row;
+  if (fitted.text && v.is_string()) {
+    row["text"] = v;
+  } else if (v.is_array()) {  // a table's row: its columns in order
+    const std::vector<FittedColumn>& columns = fitted.columns;
+    if (v.as_array().size() != columns.size()) {
+      return "a row of the model's table has " + std::to_string(columns.size()) + " values (its columns in order), not " +
+             std::to_string(v.as_array().size()) + "; or send a record by field name";
+    }
+    for (size_t k = 0; k < columns.size(); ++k) row[columns[k].name] = v.as_array()[k];
+  }
+  try {
+    apply_preprocessing(fitted, v.is_object() ? v.as_object() : row, out);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::optional<std::vector<uint8_t>> encoded_image(std::string_view bytes, const Shape& shape, Dtype stored, std::string& why) {
   const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   if (image_format(data).empty()) return std::nullopt;

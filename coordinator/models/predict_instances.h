@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/data/model_inputs.h"
+#include "common/data/preprocessing.h"
 #include "common/engine/param_layout.h"
 
 namespace pstrain::predict_instances {
@@ -26,6 +27,14 @@ std::optional<std::string> base64_decode(std::string_view in);
 // (common/data/image_folders.h). nullopt when the bytes are not an image that decodes (`why`
 // says why when they look like one: a PNG or JPEG signature).
 std::optional<std::vector<uint8_t>> encoded_image(std::string_view bytes, const Shape& shape, Dtype stored, std::string& why);
+
+// An instance of a model trained with a fitted preprocessing (common/data/preprocessing.h) that is
+// a record: a text model's {"text": "..."} or bare string (an array is the tokenizer's output
+// itself), a table model's record by field name or row of its columns in order ({"b64": ...} is
+// neither). preprocess_record writes its fitted.width() features into `out`, as training made
+// them; it returns an error text ("" when fine).
+bool is_record(const FittedPreprocessing& fitted, const boost::json::value& v);
+std::string preprocess_record(const FittedPreprocessing& fitted, const boost::json::value& v, float* out);
 
 // How one instance's numbers become the engine's values (common/data/model_inputs.h).
 struct ValueRule {

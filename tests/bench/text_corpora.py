@@ -120,7 +120,7 @@ def tfidf_logistic_regression(train, test, max_tokens=20000, c=10.0, steps=600):
     for x in (xtr, xte):
         x *= idf
         x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-    w = np.zeros(xtr.shape[1], dtype=np.float64)
+    w = np.zeros(xtr.shape[1], dtype=np.float32)  # (float32 throughout: no float64 copy of X a step)
     b = 0.0
     m = np.zeros_like(w); v = np.zeros_like(w); mb = vb = 0.0
     lr, b1, b2 = 0.05, 0.9, 0.999
@@ -128,7 +128,7 @@ def tfidf_logistic_regression(train, test, max_tokens=20000, c=10.0, steps=600):
     for step in range(1, steps + 1):
         z = xtr @ w + b
         p = 1 / (1 + np.exp(-z))
-        g = xtr.T @ (p - ytr) / n + w / (c * n)
+        g = (xtr.T @ (p - ytr).astype(np.float32)) / n + w / (c * n)
         gb = float(np.mean(p - ytr))
         m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g
         mb = b1 * mb + (1 - b1) * gb; vb = b2 * vb + (1 - b2) * gb * gb
@@ -177,7 +177,7 @@ def specs(name, workers, servers):
                 "optimizer": {"type": "adam", "learning_rate": 0.001}, "epochs": 6},
         "bilstm": {"preprocessing": seq(200),
                    "model": {"seed": 3, "layers": [
-                       {"type": "embedding", "input_dim": 20000, "output_dim": 32},
+                       {"type": "embedding", "input_dim": 20000, "output_dim": 32, "mask_zero": True},
                        {"type": "lstm", "units": 32, "bidirectional": True},
                        {"type": "dense", "units": 2}]},
                    "optimizer": {"type": "adam", "learning_rate": 0.002}, "epochs": 6},

@@ -583,7 +583,7 @@ TEST_CASE("RestApi: POST /v1/jobs refuses what is not a JSON job spec, before it
          "/optimizer/learning_rat"},
         {"an unknown dataset", spec_with([](json::object& s) { s["dataset"].as_object()["name"] = "imagenet"; }),
          "/dataset/name"},
-        {"an unknown layer type", spec_with([](json::object& s) { layer(s, 1)["type"] = "lstm"; }),
+        {"an unknown layer type", spec_with([](json::object& s) { layer(s, 1)["type"] = "capsule"; }),
          "/model/layers/1/type"},
         {"no training section", spec_with([](json::object& s) { s.erase("training"); }), "/training"},
         {"2^24 units", spec_with([](json::object& s) { layer(s, 1)["units"] = 1 << 24; }), "/model/layers/1"},

@@ -448,7 +448,7 @@ TEST_CASE("REST API answers bad requests with problem+json and the right status 
                   "an unknown field", "/learning_rat");
     check_problem(post_json(port, "/v1/jobs", with([](json::object& s) { s["dataset"].as_object()["name"] = "imagenet"; })),
                   422, "an unknown dataset", "/dataset/name");
-    check_problem(post_json(port, "/v1/jobs", with([&](json::object& s) { layer(s, 1)["type"] = "lstm"; })), 422,
+    check_problem(post_json(port, "/v1/jobs", with([&](json::object& s) { layer(s, 1)["type"] = "capsule"; })), 422,
                   "an unknown layer type", "/model/layers/1/type");
     check_problem(post_json(port, "/v1/jobs", with([](json::object& s) { s.erase("training"); })), 422,
                   "no training section", "/training");

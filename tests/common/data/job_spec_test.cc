@@ -117,7 +117,7 @@ TEST_CASE("bad specs are rejected naming the field") {
         "/training/global_batch_size must be a positive integer (at most 65536), not a number");
   CHECK(error_of(mlp_with("\"units\": 700", "\"units\": 0")) == "/model/layers/1/units must be a positive integer (at most 16777216)");
   CHECK(error_of(mlp_with(", \"units\": 700", "")) == "/model/layers/1/units is required");
-  CHECK(error_of(mlp_with("\"type\": \"flatten\"", "\"type\": \"lstm\"")).find("/model/layers/0/type must be one of") == 0);
+  CHECK(error_of(mlp_with("\"type\": \"flatten\"", "\"type\": \"capsule\"")).find("/model/layers/0/type must be one of") == 0);
   CHECK(error_of(mlp_with("\"learning_rate\": 0.001", "\"learning_rat\": 0.001")).find("/optimizer/learning_rat is not a known field") == 0);
   CHECK(error_of(mlp_with("\"name\": \"mnist-mlp\"", "\"nmae\": 1")).find("/nmae is not a known field") == 0);
   CHECK(error_of(mlp_with("\"mnist10k\"", "\"cifar10\"")) ==
