@@ -136,8 +136,8 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
     *why = text.empty() ? "dataset \"" + name + "\" has no feature column"
                         : "dataset \"" + name + "\" has only text columns as features (" + text[0]->name +
                               (text.size() > 1 ? ", ..." : "") +
-                              "), and no layer of this version reads text yet: they are stored and profiled for the text models "
-                              "to come";
+                              "): a table's text columns are stored and profiled, not yet tokenized by jobs (a dataset of "
+                              "documents, class folders of .txt files, trains through preprocessing.text)";
     return std::nullopt;
   }
   DatasetInfo info;
