@@ -62,9 +62,8 @@ FittedPreprocessing fit_tokenizer_on_split(const PreprocessingSpec& spec, const 
   return fitted;
 }
 
-// A text split tokenized as it is read (the workers too: the store carries the tokenizer).
-Split tokenize_split(const Split& raw, const FittedPreprocessing& fitted) {
-  if (!raw.stored || !fitted.text) throw DataError("dataset '" + raw.dataset + "': documents need a fitted tokenizer");
+// A split of `raw`'s examples as `width` float32 features: its labels or targets, no examples yet.
+Split features_of(const Split& raw, uint32_t width) {
   Split out;
   out.dataset = raw.dataset;
   out.kind = raw.kind;
@@ -72,9 +71,18 @@ Split tokenize_split(const Split& raw, const FittedPreprocessing& fitted) {
   out.dtype = Dtype::kFloat32;
   out.num_classes = raw.num_classes;
   out.labels = raw.labels;
-  out.class_names = raw.class_names;
+  out.targets = raw.targets;
+  out.target_width = raw.target_width;
   out.sha256 = raw.sha256;
-  out.shape = {static_cast<int64_t>(fitted.width())};
+  out.shape = {static_cast<int64_t>(width)};
+  return out;
+}
+
+// A text split tokenized as it is read (the workers too: the store carries the tokenizer).
+Split tokenize_split(const Split& raw, const FittedPreprocessing& fitted) {
+  if (!raw.stored || !fitted.text) throw DataError("dataset '" + raw.dataset + "': documents need a fitted tokenizer");
+  Split out = features_of(raw, fitted.width());
+  out.class_names = raw.class_names;
   out.stored = std::make_shared<const StoredExamples>(raw.stored, std::make_shared<const FittedPreprocessing>(fitted));
   if (raw.store) {
     auto store = std::make_shared<Split::StoredShards>(*raw.store);
@@ -95,18 +103,8 @@ FittedPreprocessing fit_on_split(const PreprocessingSpec& spec, const Split& tra
 Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
   if (raw.documents) return tokenize_split(raw, fitted);
   check_table(raw);
-  Split out;
-  out.dataset = raw.dataset;
-  out.kind = raw.kind;
-  out.size = raw.size;
-  out.dtype = Dtype::kFloat32;
-  out.num_classes = raw.num_classes;
-  out.labels = raw.labels;
-  out.targets = raw.targets;
-  out.target_width = raw.target_width;
-  out.sha256 = raw.sha256;
   const uint32_t width = fitted.width();
-  out.shape = {static_cast<int64_t>(width)};
+  Split out = features_of(raw, width);
   if (raw.stored) {  // preprocessed as read: no copy of the table
     out.stored = std::make_shared<const StoredExamples>(raw.stored, std::make_shared<const FittedPreprocessing>(fitted), *raw.table);
     if (raw.store) {  // workers that see the shards read and preprocess the rows themselves

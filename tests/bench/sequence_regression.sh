@@ -16,18 +16,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 export SERVERS=${SERVERS:-2} WORKERS=${WORKERS:-2}
-export HTTP_PORT=${HTTP_PORT:-8192} RPC_PORT=${RPC_PORT:-7192} BUILD=0 AUTH=1
-work=$(mktemp -d /tmp/sequence-regression.XXXXXX)
-echo "sequence_regression: files in $work"
-lscpu | grep -E '^Model name' || true
-lscpu | grep -E '^Flags' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' '; echo
-export LOCAL_CLUSTER_DIR=$work/cluster PSTRAIN_DATA_DIR=$work/data
-mkdir -p "$PSTRAIN_DATA_DIR"
-cleanup() {
-  "$ROOT/deploy/local-cluster.sh" down >"$work/down.log" 2>&1 || true
-  [ "${KEEP:-0}" = 1 ] || rm -rf "$work"
-}
-trap cleanup EXIT
-"$ROOT/deploy/local-cluster.sh" up >"$work/up.log" 2>&1
-PSTRAIN_TOKEN=$(cat "$LOCAL_CLUSTER_DIR/auth/admin-token") /usr/bin/python3 "$ROOT/tests/bench/sequence_regression.py" \
+export HTTP_PORT=${HTTP_PORT:-8192} RPC_PORT=${RPC_PORT:-7192}
+. "$ROOT/tests/bench/bench_cluster.sh"
+bench_cluster_up sequence-regression
+/usr/bin/python3 "$ROOT/tests/bench/sequence_regression.py" \
   --url "http://127.0.0.1:$HTTP_PORT" --work "$work" --workers "$WORKERS" --servers "$SERVERS" --epochs "$EPOCHS"

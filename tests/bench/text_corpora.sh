@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 export SERVERS=${SERVERS:-2} WORKERS=${WORKERS:-2}
-export HTTP_PORT=${HTTP_PORT:-8190} RPC_PORT=${RPC_PORT:-7190} BUILD=0 AUTH=1
+export HTTP_PORT=${HTTP_PORT:-8190} RPC_PORT=${RPC_PORT:-7190}
 CACHE=${CACHE:-/var/tmp/pstrain-text}
 mkdir -p "$CACHE"
 if [ ! -d "$CACHE/spam/package/data" ]; then
@@ -28,18 +28,8 @@ fi
 if [ ! -f "$CACHE/weka/usr/share/doc/weka/examples/ReutersGrain-train.arff" ]; then
   (cd "$CACHE" && apt-get download weka >/dev/null && dpkg -x weka_*.deb weka)
 fi
-work=$(mktemp -d /tmp/text-corpora.XXXXXX)
-echo "text_corpora: files in $work"
-lscpu | grep -E '^Model name' || true
-lscpu | grep -E '^Flags' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' '; echo
-export LOCAL_CLUSTER_DIR=$work/cluster PSTRAIN_DATA_DIR=$work/data
-mkdir -p "$PSTRAIN_DATA_DIR"
-cleanup() {
-  "$ROOT/deploy/local-cluster.sh" down >"$work/down.log" 2>&1 || true
-  [ "${KEEP:-0}" = 1 ] || rm -rf "$work"
-}
-trap cleanup EXIT
-"$ROOT/deploy/local-cluster.sh" up >"$work/up.log" 2>&1
-PSTRAIN_TOKEN=$(cat "$LOCAL_CLUSTER_DIR/auth/admin-token") /usr/bin/python3 "$ROOT/tests/bench/text_corpora.py" \
+. "$ROOT/tests/bench/bench_cluster.sh"
+bench_cluster_up text-corpora
+/usr/bin/python3 "$ROOT/tests/bench/text_corpora.py" \
   --url "http://127.0.0.1:$HTTP_PORT" --work "$work" --spam "$CACHE/spam/package" --weka "$CACHE/weka" \
   --workers "$WORKERS" --servers "$SERVERS" "${ARGS[@]}"
