@@ -114,7 +114,9 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
                                      {"global_avgpool1d", LayerType::kGlobalAvgPool1D},
                                      {"global_maxpool1d", LayerType::kGlobalMaxPool1D},
                                      {"lstm", LayerType::kLstm},
-                                     {"gru", LayerType::kGru}});
+                                     {"gru", LayerType::kGru},
+                                     {"multi_head_attention", LayerType::kMultiHeadAttention},
+                                     {"position_embedding", LayerType::kPositionEmbedding}});
   // The graph: names and inputs are checked against each other in model_graph.
   if (const json::value* name = r.optional("name")) layer.name = read_string(*name, r.field_path("name"));
   if (const json::value* inputs = r.optional("inputs")) {
@@ -170,6 +172,13 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.units = read_int(r.required("units"), r.field_path("units"), 1, 65536);
       layer.return_sequences = r.boolean("return_sequences", false);
       layer.bidirectional = r.boolean("bidirectional", false);
+      break;
+    case LayerType::kMultiHeadAttention:
+      layer.num_heads = read_int(r.required("num_heads"), r.field_path("num_heads"), 1, 1024);
+      layer.key_dim = read_int(r.required("key_dim"), r.field_path("key_dim"), 1, 65536);
+      layer.value_dim = r.integer("value_dim", 1, 65536, 0);
+      layer.use_causal_mask = r.boolean("use_causal_mask", false);
+      layer.use_bias = r.boolean("use_bias", true);
       break;
     case LayerType::kMaxPool1D:
     case LayerType::kAvgPool1D:
@@ -242,6 +251,7 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
     case LayerType::kGlobalMaxPool1D:
     case LayerType::kAdd:
     case LayerType::kConcatenate:
+    case LayerType::kPositionEmbedding:
       break;
     case LayerType::kDotInteraction:
       layer.self_interaction = r.boolean("self_interaction", false);
@@ -318,6 +328,13 @@ json::object model_spec_to_object(const ModelSpec& model) {
         o["units"] = l.units;
         if (l.return_sequences) o["return_sequences"] = true;
         if (l.bidirectional) o["bidirectional"] = true;
+        break;
+      case LayerType::kMultiHeadAttention:
+        o["num_heads"] = l.num_heads;
+        o["key_dim"] = l.key_dim;
+        if (l.value_dim > 0) o["value_dim"] = l.value_dim;
+        if (l.use_causal_mask) o["use_causal_mask"] = true;
+        if (!l.use_bias) o["use_bias"] = false;
         break;
       case LayerType::kReshape: {
         json::array shape;

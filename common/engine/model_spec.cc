@@ -119,6 +119,8 @@ const char* layer_type_name(LayerType type) {
     case LayerType::kGlobalMaxPool1D: return "global_maxpool1d";
     case LayerType::kLstm: return "lstm";
     case LayerType::kGru: return "gru";
+    case LayerType::kMultiHeadAttention: return "multi_head_attention";
+    case LayerType::kPositionEmbedding: return "position_embedding";
   }
   return "?";
 }
@@ -461,6 +463,30 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
         out = layer.return_sequences ? Shape{in[0], width} : Shape{width};
         break;
       }
+      case LayerType::kMultiHeadAttention:
+      case LayerType::kPositionEmbedding: {
+        const std::string name = layer_type_name(layer.type);
+        if (in.size() != 2) {
+          throw SpecError(path + "/type", name + " needs a [steps, channels] input but gets " + shape_string(in) +
+                                              (in.size() == 1 ? " (an embedding of a sequence gives one)" : ""));
+        }
+        out = in;
+        if (layer.type == LayerType::kPositionEmbedding) {
+          parameters += in[0] * in[1];
+          break;
+        }
+        if (layer.num_heads <= 0) throw SpecError(path + "/num_heads", "must be a positive integer");
+        if (layer.key_dim <= 0) throw SpecError(path + "/key_dim", "must be a positive integer");
+        const int64_t heads = layer.num_heads, value_dim = layer.value_dim > 0 ? layer.value_dim : layer.key_dim;
+        // Its scores: heads x steps x steps values per example, kept for backward.
+        if (heads * in[0] * in[0] > kMaxActivationsPerExample) {
+          throw SpecError(path + "/num_heads", std::to_string(heads) + " heads over " + std::to_string(in[0]) +
+                                                   " steps score more than 2^24 pairs per example");
+        }
+        const int64_t bias = layer.use_bias ? 1 : 0;
+        parameters += (in[1] + bias) * heads * (2 * layer.key_dim + value_dim) + heads * value_dim * in[1] + bias * in[1];
+        break;
+      }
       case LayerType::kBatchNorm:
         out = in;
         parameters += (layer.scale ? in.back() : 0) + (layer.center ? in.back() : 0) + 2 * in.back();
@@ -541,6 +567,22 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
           layout.add({p + "bias", {2, gates}, ParamRole::kCellBias, 0, 0, 0.0f, index, 0, 0});
         }
       }
+    } else if (layer.type == LayerType::kMultiHeadAttention) {
+      // Keras' names and layouts (its EinsumDense kernels, their Glorot fans as Keras computes
+      // them for a 3-D kernel: the leading axis is the receptive field).
+      const int64_t c = in[1], h = layer.num_heads, k = layer.key_dim;
+      const int64_t v = layer.value_dim > 0 ? layer.value_dim : k;
+      for (const auto& [part, width] : {std::pair<const char*, int64_t>{"query", k}, {"key", k}, {"value", v}}) {
+        const std::string p = prefix + part + ".";
+        layout.add({p + "kernel", {c, h, width}, ParamRole::kKernel, 0, 0, 0.0f, index, c * h, c * width});
+        if (layer.use_bias) layout.add({p + "bias", {h, width}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
+      }
+      layout.add({prefix + "attention_output.kernel", {h, v, c}, ParamRole::kKernel, 0, 0, 0.0f, index, h * v, h * c});
+      if (layer.use_bias) layout.add({prefix + "attention_output.bias", {c}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
+    } else if (layer.type == LayerType::kPositionEmbedding) {
+      // A vector per position, Keras' Embedding initializer (the position half of the Keras
+      // guide's TokenAndPositionEmbedding).
+      layout.add({prefix + "embeddings", {in[0], in[1]}, ParamRole::kEmbeddings, 0, 0, 0.0f, index, 0, 0});
     } else if (layer.type == LayerType::kEmbedding) {
       // Keras' name; one row per id. Sparse tables come after every dense tensor (below).
       if (!layer.sparse) {

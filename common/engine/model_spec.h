@@ -26,6 +26,8 @@ enum class LayerType {
   // memory), their windows {1, k} (is_sequence_layer, as_image).
   kConv1D, kMaxPool1D, kAvgPool1D, kGlobalAvgPool1D, kGlobalMaxPool1D,
   kLstm, kGru,  // recurrent layers over [steps, channels] (nn/recurrent.h)
+  // Over [steps, channels] (nn/attention.h): self-attention, and learned positions added to a sequence.
+  kMultiHeadAttention, kPositionEmbedding,
 };
 // Keras' activations (common/engine/nn/activations.h has the formulas).
 enum class Activation { kLinear, kReLU, kSigmoid, kTanh, kSoftmax, kGelu, kElu, kLeakyReLU, kSwish };
@@ -137,6 +139,12 @@ struct LayerSpec {
   // lstm, gru (`units` their state): every step's state ([steps, units]) instead of the last's;
   // both directions, concatenated (Keras' Bidirectional, merge_mode "concat": 2 units).
   bool return_sequences = false, bidirectional = false;
+  // multi_head_attention (Keras' MultiHeadAttention called on one sequence as query, key and
+  // value): heads, the query/key width per head, the value width per head (0: key_dim), and
+  // use_causal_mask (step i attends to steps <= i). use_bias as conv2d. The output has the input's
+  // channels.
+  int64_t num_heads = 0, key_dim = 0, value_dim = 0;
+  bool use_causal_mask = false;
 };
 
 struct ModelSpec {

@@ -311,6 +311,11 @@ class Exporter {
       case LayerType::kLstm:
       case LayerType::kGru:
         return recurrent(i, x, out);
+      case LayerType::kMultiHeadAttention:
+        return attention(i, nhwc(x), out);
+      case LayerType::kPositionEmbedding:
+        x = nhwc(x);
+        return {g_.op("Add", {x.name, g_.floats("positions", out, tensor(p + "embeddings"))}, "positioned"), out, false};
     }
     throw SpecError(path(i) + "/type", std::string("cannot be exported to ONNX: ") + layer_type_name(l.type));
   }
@@ -364,6 +369,45 @@ class Exporter {
     }
     GraphBuilder::ints(g_.node("Transpose", {y_last}, batch_major), "perm", {1, 0, 2});  // [directions, batch, units]
     return {g_.op("Reshape", {batch_major, g_.int64s("shape", {0, directions * units})}, "state"), out, false};
+  }
+
+  // Self-attention over [N, steps, channels] as MatMuls: each projection [N, S, H x width] split
+  // into heads [N, H, S, width]; softmax over the keys (the causal mask a constant -1e9 above the
+  // diagonal: weights exactly 0, as the engine's); the heads' contexts joined and projected back.
+  Value attention(size_t i, const Value& x, const Shape& out) {
+    const LayerSpec& l = spec_.layers[i];
+    const std::string p = prefix(i);
+    const int64_t steps = x.shape[0], channels = x.shape[1], heads = l.num_heads, key_dim = l.key_dim;
+    const int64_t value_dim = l.value_dim > 0 ? l.value_dim : key_dim;
+    const std::string sequence = g_.op("Reshape", {x.name, g_.int64s("shape", {0, steps, channels})}, "sequence");
+    const auto heads_of = [&](const std::string& part, int64_t width, std::vector<int64_t> perm) {
+      std::string y = g_.op("MatMul", {sequence, g_.floats(part + "_kernel", {channels, heads * width}, tensor(p + part + ".kernel"))});
+      if (l.use_bias) y = g_.op("Add", {y, g_.floats(part + "_bias", {heads * width}, tensor(p + part + ".bias"))});
+      const std::string split = g_.op("Reshape", {y, g_.int64s("shape", {0, steps, heads, width})}, part);
+      const std::string t = g_.fresh(part + "_heads");
+      GraphBuilder::ints(g_.node("Transpose", {split}, t), "perm", perm);
+      return t;
+    };
+    const std::string q = heads_of("query", key_dim, {0, 2, 1, 3});  // [N, H, S, K]
+    const std::string k = heads_of("key", key_dim, {0, 2, 3, 1});    // [N, H, K, S]
+    const std::string v = heads_of("value", value_dim, {0, 2, 1, 3});
+    std::string scores = g_.op("Mul", {g_.op("MatMul", {q, k}), g_.floats("scale", {}, {1.0f / std::sqrt(static_cast<float>(key_dim))})},
+                               "scores");
+    if (l.use_causal_mask) {
+      std::vector<float> above(static_cast<size_t>(steps * steps), 0.0f);
+      for (int64_t r = 0; r < steps; ++r) {
+        for (int64_t c = r + 1; c < steps; ++c) above[static_cast<size_t>(r * steps + c)] = -1e9f;
+      }
+      scores = g_.op("Add", {scores, g_.floats("causal", {steps, steps}, above)}, "causal_scores");
+    }
+    const std::string weights = g_.fresh("weights");
+    GraphBuilder::integer(g_.node("Softmax", {scores}, weights), "axis", -1);
+    const std::string joined = g_.fresh("context");
+    GraphBuilder::ints(g_.node("Transpose", {g_.op("MatMul", {weights, v})}, joined), "perm", {0, 2, 1, 3});
+    const std::string context = g_.op("Reshape", {joined, g_.int64s("shape", {0, steps, heads * value_dim})}, "context");
+    std::string y = g_.op("MatMul", {context, g_.floats("output_kernel", {heads * value_dim, channels}, tensor(p + "attention_output.kernel"))});
+    if (l.use_bias) y = g_.op("Add", {y, g_.floats("output_bias", {channels}, tensor(p + "attention_output.bias"))}, "attention");
+    return {y, out, false};
   }
 
   void outputs(const Value& last) {

@@ -5,6 +5,7 @@
 #include "common/base/error.h"
 #include "common/base/rng.h"
 #include "common/engine/nn/activations.h"
+#include "common/engine/nn/attention.h"
 #include "common/engine/nn/augmentation.h"
 #include "common/engine/nn/batch_norm.h"
 #include "common/engine/nn/embedding.h"
@@ -18,16 +19,20 @@ namespace pstrain::nn {
 namespace {
 
 // Layers that read a sequence mask (Layer::use_mask), and those that pass their input's on (they
-// keep its steps: element-wise layers, a recurrent layer's every-step output); the rest drop it.
+// keep its steps: element-wise layers, attention, a recurrent layer's every-step output); the rest
+// drop it. An add passes on the one mask of its inputs (Keras: the masks' AND, an unmasked input
+// all true), none when two of its inputs carry different ones.
 bool takes_mask(const LayerSpec& l) {
   return l.type == LayerType::kLstm || l.type == LayerType::kGru || l.type == LayerType::kGlobalAvgPool1D ||
-         l.type == LayerType::kGlobalMaxPool1D;
+         l.type == LayerType::kGlobalMaxPool1D || l.type == LayerType::kMultiHeadAttention;
 }
 bool keeps_mask(const LayerSpec& l) {
   switch (l.type) {
     case LayerType::kDropout:
     case LayerType::kActivation:
     case LayerType::kReLU:
+    case LayerType::kMultiHeadAttention:
+    case LayerType::kPositionEmbedding:
     case LayerType::kLayerNorm: return true;
     case LayerType::kLstm:
     case LayerType::kGru: return l.return_sequences;
@@ -106,6 +111,17 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     const int in_mask = graph.inputs[i][0] == kModelInput ? kNoMask : mask_of[static_cast<size_t>(graph.inputs[i][0])];
     const bool masked = in_mask != kNoMask && takes_mask(l);
     mask_of[i] = l.type == LayerType::kEmbedding && l.mask_zero ? inputs[0] : keeps_mask(l) ? in_mask : kNoMask;
+    if (l.type == LayerType::kAdd) {
+      for (int k : graph.inputs[i]) {
+        const int m = k == kModelInput ? kNoMask : mask_of[static_cast<size_t>(k)];
+        if (m == kNoMask) continue;
+        if (mask_of[i] != kNoMask && mask_of[i] != m) {
+          mask_of[i] = kNoMask;
+          break;
+        }
+        mask_of[i] = m;
+      }
+    }
     const ParamInfo* kernel = layout_.find(prefix + "kernel");
     const ParamInfo* bias = layout_.find(prefix + "bias");
     const bool relu = l.activation == Activation::kReLU;
@@ -246,6 +262,27 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
       case LayerType::kGlobalAvgPool1D:
       case LayerType::kGlobalMaxPool1D:
         break;
+      case LayerType::kMultiHeadAttention: {
+        using Attention = MultiHeadAttention<T>;
+        const auto at = [&](const std::string& name) {
+          const ParamInfo* p = layout_.find(prefix + name);
+          return p != nullptr ? p->offset : Attention::kNoBias;
+        };
+        const typename Attention::Tensors w{at("query.kernel"), at("query.bias"), at("key.kernel"), at("key.bias"),
+                                            at("value.kernel"), at("value.bias"), at("attention_output.kernel"),
+                                            at("attention_output.bias")};
+        const typename Attention::Geometry g{in[0], in[1], l.num_heads, l.key_dim, l.value_dim > 0 ? l.value_dim : l.key_dim,
+                                             l.use_causal_mask};
+        value = add_stage(std::make_unique<Attention>(g, w, max_batch), nullptr, inputs, in_size, out,
+                          layout_.find(prefix + "query.kernel"), nullptr, nullptr);
+        break;
+      }
+      case LayerType::kPositionEmbedding: {
+        const ParamInfo* positions = layout_.find(prefix + "embeddings");
+        value = add_stage(std::make_unique<PositionEmbedding<T>>(in_size, positions->offset), nullptr, inputs, in_size, out,
+                          positions, nullptr, nullptr);
+        break;
+      }
       case LayerType::kLstm:
       case LayerType::kGru: {
         std::vector<typename Recurrent<T>::Tensors> directions;

@@ -1,0 +1,155 @@
+#include "common/engine/nn/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/engine/nn/gemm.h"
+
+namespace pstrain::nn {
+
+template <typename T>
+MultiHeadAttention<T>::MultiHeadAttention(Geometry g, Tensors w, int64_t max_batch) : g_(g), w_(w) {
+  const int64_t S = g_.steps, B = max_batch;
+  const auto hk = static_cast<size_t>(g_.heads * g_.key_dim * S * B), hv = static_cast<size_t>(g_.heads * g_.value_dim * S * B);
+  queries_.resize(hk);
+  keys_.resize(hk);
+  values_.resize(hv);
+  context_.resize(hv);
+  dqueries_.resize(hk);
+  dkeys_.resize(hk);
+  dvalues_.resize(hv);
+  dcontext_.resize(hv);
+  weights_.resize(static_cast<size_t>(B * g_.heads * S * S));
+  dscores_.resize(static_cast<size_t>(S * S));
+}
+
+template <typename T>
+void MultiHeadAttention<T>::project(const T* kernel, size_t bias, const T* params, const T* x, int64_t rows, int64_t inner,
+                                    int64_t columns, T* y) const {
+  gemm<T>(Op::kNone, Op::kNone, rows, columns, inner, kernel, rows, x, inner, T(0), y, rows);
+  if (bias == kNoBias) return;
+  const T* b = params + bias;
+  for (int64_t col = 0; col < columns; ++col) {
+    for (int64_t r = 0; r < rows; ++r) y[col * rows + r] += b[r];
+  }
+}
+
+template <typename T>
+void MultiHeadAttention<T>::project_backward(size_t kernel, size_t bias, const T* params, const T* x, const T* dy,
+                                             int64_t rows, int64_t inner, int64_t columns, T* grads, T* dx,
+                                             bool accumulate) const {
+  gemm<T>(Op::kNone, Op::kTranspose, rows, inner, columns, dy, rows, x, inner, T(0), grads + kernel, rows);
+  if (bias != kNoBias) {
+    T* db = grads + bias;
+    std::fill_n(db, rows, T(0));
+    for (int64_t col = 0; col < columns; ++col) {
+      for (int64_t r = 0; r < rows; ++r) db[r] += dy[col * rows + r];
+    }
+  }
+  if (dx != nullptr) {
+    gemm<T>(Op::kTranspose, Op::kNone, inner, columns, rows, params + kernel, rows, dy, rows, accumulate ? T(1) : T(0), dx,
+            inner);
+  }
+}
+
+template <typename T>
+void MultiHeadAttention<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
+  const int64_t S = g_.steps, C = g_.channels, H = g_.heads, K = g_.key_dim, V = g_.value_dim, B = in.cols();
+  const int64_t HK = H * K, HV = H * V;
+  // Every step of every example is a column: the batch is C x (S B) as it lies.
+  project(params + w_.query, w_.query_bias, params, in.data(), HK, C, S * B, queries_.data());
+  project(params + w_.key, w_.key_bias, params, in.data(), HK, C, S * B, keys_.data());
+  project(params + w_.value, w_.value_bias, params, in.data(), HV, C, S * B, values_.data());
+  const T scale = T(1) / std::sqrt(static_cast<T>(K));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      T* a = weights(b, h);
+      const T* q = queries_.data() + b * S * HK + h * K;
+      const T* k = keys_.data() + b * S * HK + h * K;
+      gemm<T>(Op::kTranspose, Op::kNone, S, S, K, k, HK, q, HK, T(0), a, S);  // column i: query i's scores
+      for (int64_t i = 0; i < S; ++i) {
+        T* column = a + i * S;
+        T top = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < S; ++j) {
+          if (allowed(b, i, j)) top = std::max(top, column[j] * scale);
+        }
+        T sum = T(0);
+        for (int64_t j = 0; j < S; ++j) {
+          column[j] = allowed(b, i, j) ? std::exp(column[j] * scale - top) : T(0);
+          sum += column[j];
+        }
+        if (sum > T(0)) {
+          for (int64_t j = 0; j < S; ++j) column[j] /= sum;
+        }
+      }
+      gemm<T>(Op::kNone, Op::kNone, V, S, S, values_.data() + b * S * HV + h * V, HV, a, S, T(0),
+              context_.data() + b * S * HV + h * V, HV);
+    }
+  }
+  project(params + w_.output, w_.output_bias, params, context_.data(), C, HV, S * B, out.data());
+}
+
+template <typename T>
+void MultiHeadAttention<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
+                                     T* din) {
+  (void)out;
+  const int64_t S = g_.steps, C = g_.channels, H = g_.heads, K = g_.key_dim, V = g_.value_dim, B = in.cols();
+  const int64_t HK = H * K, HV = H * V;
+  project_backward(w_.output, w_.output_bias, params, context_.data(), dout.data(), C, HV, S * B, grads,
+                   dcontext_.data(), false);
+  const T scale = T(1) / std::sqrt(static_cast<T>(K));
+  T* ds = dscores_.data();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const T* a = weights(b, h);
+      const T* dcontext = dcontext_.data() + b * S * HV + h * V;
+      const int64_t qk = b * S * HK + h * K, v = b * S * HV + h * V;
+      gemm<T>(Op::kTranspose, Op::kNone, S, S, V, values_.data() + v, HV, dcontext, HV, T(0), ds, S);
+      gemm<T>(Op::kNone, Op::kTranspose, V, S, S, dcontext, HV, a, S, T(0), dvalues_.data() + v, HV);
+      for (int64_t i = 0; i < S; ++i) {  // the softmax's backward, the scale folded in
+        const T* weight = a + i * S;
+        T* column = ds + i * S;
+        T dot = T(0);
+        for (int64_t j = 0; j < S; ++j) dot += weight[j] * column[j];
+        for (int64_t j = 0; j < S; ++j) column[j] = weight[j] * (column[j] - dot) * scale;
+      }
+      gemm<T>(Op::kNone, Op::kNone, K, S, S, keys_.data() + qk, HK, ds, S, T(0), dqueries_.data() + qk, HK);
+      gemm<T>(Op::kNone, Op::kTranspose, K, S, S, queries_.data() + qk, HK, ds, S, T(0), dkeys_.data() + qk, HK);
+    }
+  }
+  project_backward(w_.query, w_.query_bias, params, in.data(), dqueries_.data(), HK, C, S * B, grads, din, false);
+  project_backward(w_.key, w_.key_bias, params, in.data(), dkeys_.data(), HK, C, S * B, grads, din, true);
+  project_backward(w_.value, w_.value_bias, params, in.data(), dvalues_.data(), HV, C, S * B, grads, din, true);
+}
+
+template <typename T>
+void PositionEmbedding<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
+  const T* p = params + positions_;
+  for (int64_t b = 0; b < in.cols(); ++b) {
+    const T* x = in.data() + b * size_;
+    T* y = out.data() + b * size_;
+    for (int64_t k = 0; k < size_; ++k) y[k] = x[k] + p[k];
+  }
+}
+
+template <typename T>
+void PositionEmbedding<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
+                                    T* din) {
+  (void)params;
+  (void)out;
+  T* dp = grads + positions_;
+  std::fill_n(dp, size_, T(0));
+  for (int64_t b = 0; b < in.cols(); ++b) {
+    const T* dy = dout.data() + b * size_;
+    for (int64_t k = 0; k < size_; ++k) dp[k] += dy[k];
+  }
+  if (din != nullptr) std::copy_n(dout.data(), size_ * in.cols(), din);
+}
+
+template class MultiHeadAttention<float>;
+template class MultiHeadAttention<double>;
+template class PositionEmbedding<float>;
+template class PositionEmbedding<double>;
+
+}  // namespace pstrain::nn

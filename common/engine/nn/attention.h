@@ -1,0 +1,87 @@
+// What a transformer encoder needs over a [steps, channels] sequence beside the layer norm and the
+// residual add: Keras' MultiHeadAttention called on one sequence (self-attention), and learned
+// positions added to a sequence.
+//
+//   multi_head_attention (H heads, key width K, value width V; X the sequence, steps as rows):
+//     Q_h = X Wq_h + bq_h    K_h = X Wk_h + bk_h    V_h = X Wv_h + bv_h
+//     A_h = softmax over the allowed keys of (Q_h K_h^T / sqrt(K))   (each query's row)
+//     out = sum over h of (A_h V_h) Wo_h + bo
+//   Key j is allowed for query i unless step j is padding (a mask, Layer::use_mask), step i is
+//   padding (Keras: a masked query attends to nothing), or, with use_causal_mask, j > i. A query
+//   with no allowed key has all-zero weights (its output is bo), as Keras 3's masked softmax gives.
+//
+// Layouts (Keras' names): query/key/value kernels [channels, H, K or V] (column-major (H K) x
+// channels: one product projects every step of the batch), biases [H, K or V], the output kernel
+// [H, V, channels], its bias [channels]. Scores are kept for backward: H x steps x steps per
+// example. Every loop and product runs in a fixed order (deterministic).
+//
+//   position_embedding: out[t] = in[t] + P[t] with P [steps, channels] learned (the position
+//   half of the Keras guide's TokenAndPositionEmbedding; Keras' Embedding initializer).
+//
+// Thread rules: as layer.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/engine/nn/layer.h"
+
+namespace pstrain::nn {
+
+template <typename T>
+class MultiHeadAttention final : public Layer<T> {
+ public:
+  static constexpr size_t kNoBias = static_cast<size_t>(-1);
+  struct Geometry {
+    int64_t steps = 0, channels = 0, heads = 0, key_dim = 0, value_dim = 0;
+    bool causal = false;
+  };
+  // Offsets in the flat buffers; the biases kNoBias without use_bias.
+  struct Tensors {
+    size_t query = 0, query_bias = kNoBias, key = 0, key_bias = kNoBias, value = 0, value_bias = kNoBias;
+    size_t output = 0, output_bias = kNoBias;
+  };
+  MultiHeadAttention(Geometry g, Tensors w, int64_t max_batch);
+  void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
+  void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads, T* din) override;
+  void use_mask(const T* ids, int64_t rows) override {
+    mask_ids_ = ids;
+    mask_rows_ = rows;
+  }
+
+ private:
+  bool kept(int64_t b, int64_t t) const { return mask_ids_ == nullptr || mask_ids_[b * mask_rows_ + t] != T(0); }
+  bool allowed(int64_t b, int64_t query, int64_t key) const {
+    return kept(b, query) && kept(b, key) && (!g_.causal || key <= query);
+  }
+  // Example b's head h: its weights (steps x steps, column i the query i's over the keys).
+  T* weights(int64_t b, int64_t h) { return weights_.data() + (b * g_.heads + h) * g_.steps * g_.steps; }
+  // rows x columns = kernel * x (+ bias per row); kernel column-major rows x inner.
+  void project(const T* kernel, size_t bias, const T* params, const T* x, int64_t rows, int64_t inner, int64_t columns,
+               T* y) const;
+  // The kernel's and bias' gradients of project, and dx (+)= kernel^T dy.
+  void project_backward(size_t kernel, size_t bias, const T* params, const T* x, const T* dy, int64_t rows, int64_t inner,
+                        int64_t columns, T* grads, T* dx, bool accumulate) const;
+
+  Geometry g_;
+  Tensors w_;
+  std::vector<T> queries_, keys_, values_, context_, weights_;  // the last forward's
+  std::vector<T> dqueries_, dkeys_, dvalues_, dcontext_, dscores_;
+  const T* mask_ids_ = nullptr;
+  int64_t mask_rows_ = 0;
+};
+
+template <typename T>
+class PositionEmbedding final : public Layer<T> {
+ public:
+  PositionEmbedding(int64_t size, size_t positions) : size_(size), positions_(positions) {}
+  void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
+  void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads, T* din) override;
+
+ private:
+  int64_t size_;      // steps x channels
+  size_t positions_;  // offset of P
+};
+
+}  // namespace pstrain::nn

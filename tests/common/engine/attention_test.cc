@@ -1,0 +1,240 @@
+// multi_head_attention and position_embedding (common/engine/nn/attention.h): forward and backward
+// equal to Keras' formulas computed by PyTorch's autograd on the same weights
+// (tests/common/engine/attention_reference.py, float64 on both sides), with and without padding,
+// causal and not, with and without biases; gradients against finite differences inside a
+// transformer encoder block behind a masked embedding; what the masks change; Keras' tensor
+// names; the spec's JSON and checks.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/base/error.h"
+#include "common/data/job_spec.h"
+#include "common/engine/nn/attention.h"
+#include "common/engine/nn/model.h"
+#include "common/engine/param_layout.h"
+#include "tests/common/engine/gradient_check.h"
+#include "tests/test_support.h"
+
+using namespace pstrain;
+using namespace pstrain::testing;
+using nn::Model;
+
+namespace {
+
+void write_doubles(const std::string& path, const double* v, size_t n) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(v), static_cast<std::streamsize>(n * sizeof(double)));
+}
+
+// The model's output for one example under `params` drawn from the spec's seed.
+std::vector<double> outputs(const ModelSpec& spec, const std::vector<double>& input) {
+  Model<double> model(spec, 1);
+  std::vector<float> init(model.layout().total_size());
+  glorot_uniform_init(model.layout(), spec.seed, init.data());
+  const std::vector<double> params(init.begin(), init.end());
+  const auto y = model.forward(params.data(), input.data(), 1);
+  return std::vector<double>(y.data(), y.data() + y.size());
+}
+
+}  // namespace
+
+TEST_CASE("multi_head_attention equals Keras' formulas in PyTorch: outputs and every gradient, masked, causal, without biases") {
+  using Layer = nn::MultiHeadAttention<double>;
+  const int64_t batch = 3, steps = 5, channels = 4;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> value(-0.9, 0.9);
+  // Padding at the end, inside, and an example of padding only.
+  const std::vector<std::vector<int>> keep = {{1, 1, 1, 0, 0}, {1, 0, 1, 1, 1}, {0, 0, 0, 0, 0}};
+  struct Case {
+    int64_t heads, key_dim, value_dim;
+    bool causal, masked, bias;
+  };
+  for (const Case c : {Case{2, 3, 3, false, false, true}, Case{2, 3, 2, false, true, true}, Case{1, 4, 4, true, false, true},
+                       Case{3, 2, 5, true, true, true}, Case{2, 2, 3, false, true, false}}) {
+    const std::string name = "heads" + std::to_string(c.heads) + "-key" + std::to_string(c.key_dim) + "-value" +
+                             std::to_string(c.value_dim) + (c.causal ? "-causal" : "") + (c.masked ? "-masked" : "") +
+                             (c.bias ? "" : "-nobias");
+    CAPTURE(name);
+    const int64_t hk = c.heads * c.key_dim, hv = c.heads * c.value_dim;
+    const std::vector<std::pair<std::string, std::array<int64_t, 2>>> parts = {
+        {"query", {channels * hk, hk}}, {"key", {channels * hk, hk}}, {"value", {channels * hv, hv}}, {"output", {hv * channels, channels}}};
+    Layer::Tensors w;
+    size_t at = 0;
+    std::vector<size_t> kernel_at, bias_at;
+    for (const auto& [part, sizes] : parts) {
+      kernel_at.push_back(at);
+      at += static_cast<size_t>(sizes[0]);
+      bias_at.push_back(c.bias ? at : Layer::kNoBias);
+      if (c.bias) at += static_cast<size_t>(sizes[1]);
+    }
+    w = {kernel_at[0], bias_at[0], kernel_at[1], bias_at[1], kernel_at[2], bias_at[2], kernel_at[3], bias_at[3]};
+    std::vector<double> params(at);
+    for (double& p : params) p = value(rng);
+    Layer layer({steps, channels, c.heads, c.key_dim, c.value_dim, c.causal}, w, batch);
+    std::vector<double> ids(static_cast<size_t>(steps * batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < steps; ++t) ids[static_cast<size_t>(b * steps + t)] = keep[b][t] != 0 ? 2 : 0;
+    }
+    if (c.masked) layer.use_mask(ids.data(), steps);
+    const int64_t rows = steps * channels;
+    std::vector<double> x(static_cast<size_t>(rows * batch)), out(x.size()), dout(x.size()), din(x.size()), grads(params.size());
+    for (double& v : x) v = value(rng);
+    for (double& v : dout) v = value(rng);
+    layer.forward(params.data(), nn::ConstMatMap<double>(x.data(), rows, batch), nn::MatMap<double>(out.data(), rows, batch));
+    std::vector<double> dout_copy = dout;
+    layer.backward(params.data(), nn::ConstMatMap<double>(x.data(), rows, batch), nn::ConstMatMap<double>(out.data(), rows, batch),
+                   nn::MatMap<double>(dout_copy.data(), rows, batch), grads.data(), din.data());
+    const TempDir dir;
+    std::string keep_json = "[";
+    for (int64_t b = 0; b < batch; ++b) {
+      keep_json += b ? ", [" : "[";
+      for (int64_t t = 0; t < steps; ++t) keep_json += std::string(t ? ", " : "") + (c.masked && keep[b][t] == 0 ? "0" : "1");
+      keep_json += "]";
+    }
+    keep_json += "]";
+    std::ofstream(dir.file("case.json")) << R"({"name": ")" << name << R"(", "batch": )" << batch << R"(, "steps": )" << steps
+                                         << R"(, "channels": )" << channels << R"(, "heads": )" << c.heads << R"(, "key_dim": )"
+                                         << c.key_dim << R"(, "value_dim": )" << c.value_dim << R"(, "causal": )"
+                                         << (c.causal ? "true" : "false") << R"(, "use_bias": )" << (c.bias ? "true" : "false")
+                                         << R"(, "keep": )" << keep_json << "}";
+    write_doubles(dir.file("x.f64"), x.data(), x.size());
+    write_doubles(dir.file("dout.f64"), dout.data(), dout.size());
+    write_doubles(dir.file("out.f64"), out.data(), out.size());
+    write_doubles(dir.file("din.f64"), din.data(), din.size());
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const auto& [part, sizes] = parts[k];
+      write_doubles(dir.file(part + "_kernel.f64"), params.data() + kernel_at[k], static_cast<size_t>(sizes[0]));
+      write_doubles(dir.file("d" + part + "_kernel.f64"), grads.data() + kernel_at[k], static_cast<size_t>(sizes[0]));
+      if (!c.bias) continue;
+      write_doubles(dir.file(part + "_bias.f64"), params.data() + bias_at[k], static_cast<size_t>(sizes[1]));
+      write_doubles(dir.file("d" + part + "_bias.f64"), grads.data() + bias_at[k], static_cast<size_t>(sizes[1]));
+    }
+    // Debian's interpreter with python3-torch (deploy/setup.sh installs it); a missing one fails.
+    const std::string command =
+        std::string("/usr/bin/python3 ") + PSTRAIN_SOURCE_DIR + "/tests/common/engine/attention_reference.py " + dir.path();
+    CHECK_MESSAGE(std::system(command.c_str()) == 0, "failed: " << command);
+  }
+}
+
+TEST_CASE("a transformer encoder block: finite differences behind a masked embedding, causal and not") {
+  // ids 0 are padding: at the end, inside, and one example of padding only.
+  const auto ids = [](Problem& p) {
+    p.inputs = {3, 1, 0, 4, 0, 0, /**/ 2, 2, 5, 1, 7, 3, /**/ 0, 0, 0, 0, 0, 0};
+  };
+  for (const bool causal : {false, true}) {
+    for (const bool mask_zero : {true, false}) {
+      CAPTURE(causal);
+      CAPTURE(mask_zero);
+      const std::string flag = causal ? "true" : "false";
+      const ModelSpec spec = parse_model_spec(std::string(R"({"input_shape": [6], "seed": 8, "layers": [
+          {"name": "tokens", "type": "embedding", "input_dim": 8, "output_dim": 4, "mask_zero": )") + (mask_zero ? "true" : "false") + R"(},
+          {"name": "x", "type": "position_embedding"},
+          {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 3, "value_dim": 2, "use_causal_mask": )" + flag + R"(},
+          {"name": "sum1", "type": "add", "inputs": ["x", "attend"]},
+          {"name": "norm1", "type": "layer_norm"},
+          {"name": "ff1", "type": "conv1d", "filters": 5, "kernel_size": 1, "activation": "relu"},
+          {"name": "ff2", "type": "conv1d", "filters": 4, "kernel_size": 1},
+          {"name": "sum2", "type": "add", "inputs": ["norm1", "ff2"]},
+          {"name": "norm2", "type": "layer_norm"},
+          {"type": "global_avgpool1d"},
+          {"type": "dense", "units": 3}]})");
+      check_gradients(spec, 3, 95, GradientCheck{{}, ids});
+    }
+  }
+}
+
+TEST_CASE("attention masks: padding changes nothing, a causal step sees only the past, masks flow through residual adds") {
+  // Padding: the pooled output over [3, 5, 0, 0] masked is the one over [3, 5] (attention's
+  // tensors do not depend on the steps), and the padding's own vectors do not matter.
+  const auto block = [](int64_t steps, bool mask_zero, bool causal) {
+    return parse_model_spec(R"({"input_shape": [)" + std::to_string(steps) + R"(], "seed": 3, "layers": [
+        {"name": "e", "type": "embedding", "input_dim": 8, "output_dim": 4, "mask_zero": )" + (mask_zero ? "true" : "false") + R"(},
+        {"name": "a", "type": "multi_head_attention", "num_heads": 2, "key_dim": 2, "use_causal_mask": )" +
+                            (causal ? "true" : "false") + R"(},
+        {"type": "add", "inputs": ["e", "a"]},
+        {"type": "global_avgpool1d"}]})");
+  };
+  const std::vector<double> short_out = outputs(block(2, false, false), {3, 5});
+  const std::vector<double> padded = outputs(block(4, true, false), {3, 5, 0, 0});
+  REQUIRE(short_out.size() == padded.size());
+  for (size_t k = 0; k < padded.size(); ++k) CHECK(padded[k] == doctest::Approx(short_out[k]).epsilon(1e-12));
+  CHECK(outputs(block(4, false, false), {3, 5, 0, 0}) != padded);  // unmasked, the padding counts
+  // Causal: the first steps' outputs do not depend on the later steps (the model's every-step output).
+  const auto sequence = [](bool causal) {
+    return parse_model_spec(std::string(R"({"input_shape": [4], "seed": 3, "layers": [
+        {"type": "embedding", "input_dim": 8, "output_dim": 4},
+        {"type": "multi_head_attention", "num_heads": 2, "key_dim": 2, "use_causal_mask": )") + (causal ? "true" : "false") + R"(},
+        {"type": "flatten"}]})");
+  };
+  const std::vector<double> a = outputs(sequence(true), {3, 5, 1, 6}), b = outputs(sequence(true), {3, 5, 7, 2});
+  for (size_t k = 0; k < 8; ++k) CHECK(a[k] == b[k]);  // steps 0 and 1: 2 x 4 values
+  CHECK(a[8] != b[8]);
+  const std::vector<double> c = outputs(sequence(false), {3, 5, 1, 6}), d = outputs(sequence(false), {3, 5, 7, 2});
+  CHECK(c[0] != d[0]);  // not causal: step 0 sees step 2
+}
+
+TEST_CASE("attention tensors: Keras' names, shapes and initializers; position_embedding") {
+  const ModelSpec spec = parse_model_spec(R"({"input_shape": [6], "seed": 9, "layers": [
+      {"type": "embedding", "input_dim": 20, "output_dim": 8},
+      {"name": "pos", "type": "position_embedding"},
+      {"name": "mha", "type": "multi_head_attention", "num_heads": 4, "key_dim": 3, "value_dim": 5},
+      {"name": "plain", "type": "multi_head_attention", "num_heads": 1, "key_dim": 2, "use_bias": false},
+      {"type": "global_maxpool1d"}, {"type": "dense", "units": 2}]})");
+  const std::vector<Shape> shapes = infer_shapes(spec);
+  CHECK(shapes[1] == Shape{6, 8});
+  CHECK(shapes[2] == Shape{6, 8});
+  const ParamLayout layout = make_param_layout(spec);
+  CHECK(layout.find("layers.pos.embeddings")->shape == Shape{6, 8});
+  CHECK(layout.find("layers.mha.query.kernel")->shape == Shape{8, 4, 3});
+  CHECK(layout.find("layers.mha.key.bias")->shape == Shape{4, 3});
+  CHECK(layout.find("layers.mha.value.kernel")->shape == Shape{8, 4, 5});
+  CHECK(layout.find("layers.mha.attention_output.kernel")->shape == Shape{4, 5, 8});
+  CHECK(layout.find("layers.mha.attention_output.bias")->shape == Shape{8});
+  CHECK(layout.find("layers.plain.query.bias") == nullptr);
+  CHECK(layout.find("layers.plain.attention_output.kernel")->shape == Shape{1, 2, 8});
+  std::vector<float> params(layout.total_size());
+  glorot_uniform_init(layout, spec.seed, params.data());
+  // Glorot with Keras' fans for a 3-D kernel: [8, 4, 3]: fan_in 4 x 8, fan_out 3 x 8.
+  const ParamInfo* query = layout.find("layers.mha.query.kernel");
+  const float limit = std::sqrt(6.0f / (32 + 24));
+  float largest = 0;
+  for (size_t k = 0; k < query->size; ++k) largest = std::max(largest, std::abs(params[query->offset + k]));
+  CHECK(largest <= limit);
+  CHECK(largest > 0.8f * limit);
+  const ParamInfo* bias = layout.find("layers.mha.query.bias");
+  for (size_t k = 0; k < bias->size; ++k) CHECK(params[bias->offset + k] == 0.0f);
+  const ParamInfo* positions = layout.find("layers.pos.embeddings");
+  for (size_t k = 0; k < positions->size; ++k) CHECK(std::abs(params[positions->offset + k]) <= 0.05f);
+}
+
+TEST_CASE("attention in JSON: a round trip and the checks naming the field") {
+  const ModelSpec spec = parse_model_spec(R"({"input_shape": [10], "layers": [
+      {"type": "embedding", "input_dim": 50, "output_dim": 8, "mask_zero": true},
+      {"type": "position_embedding"},
+      {"type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "value_dim": 3, "use_causal_mask": true, "use_bias": false},
+      {"type": "global_avgpool1d"}, {"type": "dense", "units": 2}]})");
+  const std::string json = model_spec_to_json(spec);
+  CHECK(json.find(R"({"type":"position_embedding"})") != std::string::npos);
+  CHECK(json.find(R"({"type":"multi_head_attention","num_heads":2,"key_dim":4,"value_dim":3,"use_causal_mask":true,"use_bias":false})") !=
+        std::string::npos);
+  CHECK(model_spec_to_json(parse_model_spec(json)) == json);
+  const auto refused = [](const std::string& model, const std::string& field) {
+    CHECK_THROWS_WITH_AS(parse_model_spec(model), doctest::Contains(field.c_str()), SpecError);
+  };
+  refused(R"({"input_shape": [10], "layers": [{"type": "multi_head_attention", "num_heads": 2, "key_dim": 2}, {"type": "dense", "units": 2}]})",
+          "/model/layers/0/type");
+  refused(R"({"input_shape": [10, 4], "layers": [{"type": "multi_head_attention", "key_dim": 2}, {"type": "flatten"}]})",
+          "/model/layers/0/num_heads");
+  refused(R"({"input_shape": [10, 4], "layers": [{"type": "multi_head_attention", "num_heads": 2, "key_dim": 0}, {"type": "flatten"}]})",
+          "/model/layers/0/key_dim");
+  refused(R"({"input_shape": [10, 4], "layers": [{"type": "multi_head_attention", "num_heads": 2, "key_dim": 2, "units": 3}, {"type": "flatten"}]})",
+          "/model/layers/0/units");
+  refused(R"({"input_shape": [4096, 4], "layers": [{"type": "multi_head_attention", "num_heads": 2, "key_dim": 2}, {"type": "flatten"}]})",
+          "/model/layers/0/num_heads");
+  refused(R"({"input_shape": [10], "layers": [{"type": "position_embedding"}, {"type": "dense", "units": 2}]})", "/model/layers/0/type");
+}
