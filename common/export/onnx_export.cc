@@ -127,6 +127,13 @@ class Exporter {
   }
 
   Value layer(size_t i, const std::vector<Value>& ins, const Shape& given_out, bool skip_activation) {
+    if (!is_sequence_layer(spec_.layers[i].type) || given_out.size() != 2) return image_layer(i, ins, given_out, skip_activation);
+    // A 1-D layer's sequence out: the one-row image back to [N, T, C] (what the other layers read).
+    const Value y = nhwc(image_layer(i, ins, given_out, skip_activation));
+    return {g_.op("Reshape", {y.name, g_.int64s("shape", {0, given_out[0], given_out[1]})}, "sequence"), given_out, false};
+  }
+
+  Value image_layer(size_t i, const std::vector<Value>& ins, const Shape& given_out, bool skip_activation) {
     const LayerSpec& l = spec_.layers[i];
     const std::string p = prefix(i);
     Value x = ins[0];

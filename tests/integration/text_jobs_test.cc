@@ -113,6 +113,22 @@ std::string lstm_spec() {
     "training": {"mode": "sync", "global_batch_size": 40, "epochs": 5, "workers": 2, "servers": 2}})";
 }
 
+// A transformer encoder block (masked self-attention, learned positions, residual and norm).
+std::string transformer_spec() {
+  return R"({"name": "reviews-transformer", "dataset": {"name": "reviews", "shuffle_seed": 7},
+    "preprocessing": {"text": {"max_tokens": 40, "output_mode": "int", "output_sequence_length": 16}},
+    "model": {"input_shape": [16], "seed": 9, "layers": [
+      {"name": "tokens", "type": "embedding", "input_dim": 40, "output_dim": 8, "mask_zero": true},
+      {"name": "x", "type": "position_embedding"},
+      {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 4},
+      {"type": "add", "inputs": ["x", "attend"]},
+      {"type": "layer_norm"},
+      {"type": "global_avgpool1d"},
+      {"type": "dense", "units": 2}]},
+    "optimizer": {"type": "adam", "learning_rate": 0.02},
+    "training": {"mode": "sync", "global_batch_size": 40, "epochs": 5, "workers": 2, "servers": 2}})";
+}
+
 }  // namespace
 
 TEST_CASE("text jobs - documents tokenized per job train on a cluster exactly as standalone, with workers reading their own documents, and predict by raw text") {
@@ -139,7 +155,7 @@ TEST_CASE("text jobs - documents tokenized per job train on a cluster exactly as
   // (Accuracy: words by place through a flatten reach 0.85 on this test split; a bag of tf_idf
   // weights 0.91. Both are well above the 0.5 of chance.)
   for (const auto& [spec, accuracy] : {std::pair{int_spec(), 0.8}, std::pair{tf_idf_spec(), 0.88}, std::pair{cnn_spec(), 0.85},
-                                       std::pair{lstm_spec(), 0.88}}) {
+                                       std::pair{lstm_spec(), 0.88}, std::pair{transformer_spec(), 0.85}}) {
     INFO(spec);
     const TrainingResult standalone = train_locally(parse_job_spec(spec), local);
     const std::string id = submit(cluster, spec);
