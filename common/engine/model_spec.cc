@@ -125,6 +125,49 @@ const char* layer_type_name(LayerType type) {
   return "?";
 }
 
+bool takes_sequence_mask(LayerType type) {
+  return type == LayerType::kLstm || type == LayerType::kGru || type == LayerType::kGlobalAvgPool1D ||
+         type == LayerType::kGlobalMaxPool1D || type == LayerType::kMultiHeadAttention;
+}
+
+bool keeps_sequence_mask(const LayerSpec& layer) {
+  switch (layer.type) {
+    case LayerType::kDropout:
+    case LayerType::kActivation:
+    case LayerType::kReLU:
+    case LayerType::kMultiHeadAttention:
+    case LayerType::kPositionEmbedding:
+    case LayerType::kLayerNorm: return true;
+    case LayerType::kLstm:
+    case LayerType::kGru: return layer.return_sequences;
+    default: return false;
+  }
+}
+
+std::vector<int> mask_sources(const ModelSpec& spec, const ModelGraph& graph) {
+  std::vector<int> source(spec.layers.size(), kNoMaskSource);
+  const auto of = [&](int k) { return k == kModelInput ? kNoMaskSource : source[static_cast<size_t>(k)]; };
+  for (const size_t i : graph.order) {
+    const LayerSpec& l = spec.layers[i];
+    if (l.type == LayerType::kEmbedding && l.mask_zero) {
+      source[i] = static_cast<int>(i);
+    } else if (l.type == LayerType::kAdd) {
+      for (const int k : graph.inputs[i]) {
+        const int m = of(k);
+        if (m == kNoMaskSource) continue;
+        if (source[i] != kNoMaskSource && source[i] != m) {
+          source[i] = kNoMaskSource;
+          break;
+        }
+        source[i] = m;
+      }
+    } else if (keeps_sequence_mask(l)) {
+      source[i] = of(graph.inputs[i][0]);
+    }
+  }
+  return source;
+}
+
 bool is_sequence_layer(LayerType type) { return as_2d(type) != type; }
 
 LayerType as_2d(LayerType type) {

@@ -187,6 +187,17 @@ bool is_sequence_layer(LayerType type);
 LayerType as_2d(LayerType type);
 inline Shape as_image(const Shape& sequence) { return {1, sequence[0], sequence[1]}; }
 
+// Sequence masks (an embedding's mask_zero): for each layer (list index), the masking embedding
+// whose ids mask its output's steps, or kNoMaskSource. A masking embedding sets it; the layers that
+// keep their input's steps pass it on (keeps_sequence_mask: element-wise layers, attention,
+// position_embedding, a recurrent layer's every-step output), add passes on its inputs' one mask
+// (an input without counts as unmasked, Keras' AND; two different ones give none); the rest drop
+// it. takes_sequence_mask: the layers that read one (lstm, gru, attention, 1-D global pools).
+inline constexpr int kNoMaskSource = -1;
+bool takes_sequence_mask(LayerType type);
+bool keeps_sequence_mask(const LayerSpec& layer);
+std::vector<int> mask_sources(const ModelSpec& spec, const ModelGraph& graph);
+
 // The strides a conv2d or pooling layer uses: as given, else Keras' default (default_strides:
 // conv2d 1, maxpool2d and avgpool2d their pool_size).
 std::array<int64_t, 2> layer_strides(const LayerSpec& layer);

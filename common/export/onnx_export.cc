@@ -47,11 +47,25 @@ class Exporter {
       last_computing = static_cast<size_t>(graph.inputs[last_computing][0]);
     }
     std::vector<std::optional<Value>> value_of(spec_.layers.size());
+    // Masks (model_spec.h's mask_sources): each masking embedding's kept steps, made once.
+    const std::vector<int> sources = mask_sources(spec_, graph);
+    std::vector<std::string> masks(spec_.layers.size());
     for (const size_t i : graph.order) {
       std::vector<Value> ins;
       for (const int k : graph.inputs[i]) ins.push_back(k == kModelInput ? input : *value_of[static_cast<size_t>(k)]);
+      const int first = graph.inputs[i][0];
+      const int source = first == kModelInput ? kNoMaskSource : sources[static_cast<size_t>(first)];
+      std::string mask;
+      if (source != kNoMaskSource && takes_sequence_mask(spec_.layers[i].type)) {
+        const auto e = static_cast<size_t>(source);
+        if (masks[e].empty()) {
+          const int ids = graph.inputs[e][0];
+          masks[e] = onnx_detail::sequence_mask(g_, ids == kModelInput ? input.name : nhwc(*value_of[static_cast<size_t>(ids)]).name);
+        }
+        mask = masks[e];
+      }
       const bool skip_activation = i == last_computing && spec_.layers[i].activation == loss_activation;
-      value_of[i] = layer(i, ins, shapes[i], skip_activation);
+      value_of[i] = layer(i, ins, shapes[i], skip_activation, mask);
     }
     outputs(*value_of.back());
   }
@@ -126,14 +140,21 @@ class Exporter {
     return v;
   }
 
-  Value layer(size_t i, const std::vector<Value>& ins, const Shape& given_out, bool skip_activation) {
-    if (!is_sequence_layer(spec_.layers[i].type) || given_out.size() != 2) return image_layer(i, ins, given_out, skip_activation);
+  // mask: the float [N, steps] of the input's kept steps when the layer takes a mask, else empty.
+  Value layer(size_t i, const std::vector<Value>& ins, const Shape& given_out, bool skip_activation, const std::string& mask) {
+    const LayerType type = spec_.layers[i].type;
+    if (!mask.empty() && (type == LayerType::kGlobalAvgPool1D || type == LayerType::kGlobalMaxPool1D)) {
+      return {onnx_detail::masked_global_pool(g_, sequence_of(i, ins[0]).input, type == LayerType::kGlobalAvgPool1D, mask), given_out,
+              false};
+    }
+    if (!is_sequence_layer(type) || given_out.size() != 2) return image_layer(i, ins, given_out, skip_activation, mask);
     // A 1-D layer's sequence out: the one-row image back to [N, T, C] (what the other layers read).
-    const Value y = nhwc(image_layer(i, ins, given_out, skip_activation));
+    const Value y = nhwc(image_layer(i, ins, given_out, skip_activation, mask));
     return {g_.op("Reshape", {y.name, g_.int64s("shape", {0, given_out[0], given_out[1]})}, "sequence"), given_out, false};
   }
 
-  Value image_layer(size_t i, const std::vector<Value>& ins, const Shape& given_out, bool skip_activation) {
+  Value image_layer(size_t i, const std::vector<Value>& ins, const Shape& given_out, bool skip_activation,
+                    const std::string& mask) {
     const LayerSpec& l = spec_.layers[i];
     const std::string p = prefix(i);
     Value x = ins[0];
@@ -317,9 +338,9 @@ class Exporter {
         break;
       case LayerType::kLstm:
       case LayerType::kGru:
-        return recurrent(i, x, out);
+        return {onnx_detail::recurrent(g_, sequence_of(i, x), mask), out, false};
       case LayerType::kMultiHeadAttention:
-        return attention(i, nhwc(x), out);
+        return {onnx_detail::attention(g_, sequence_of(i, x), mask), out, false};
       case LayerType::kPositionEmbedding:
         x = nhwc(x);
         return {g_.op("Add", {x.name, g_.floats("positions", out, tensor(p + "embeddings"))}, "positioned"), out, false};
@@ -327,94 +348,11 @@ class Exporter {
     throw SpecError(path(i) + "/type", std::string("cannot be exported to ONNX: ") + layer_type_name(l.type));
   }
 
-  // ONNX's LSTM (gates i, o, f, c: Keras' i, f, c, o reordered; one bias row of zeros for the
-  // recurrent side) or GRU (z, r, h as Keras, linear_before_reset: Keras' reset_after) over
-  // [steps, batch, channels]; the outputs back to the engine's [batch, steps, directions x units]
-  // or [batch, directions x units].
-  Value recurrent(size_t i, Value x, const Shape& out) {
-    const LayerSpec& l = spec_.layers[i];
+  // A [steps, channels] value as [N, steps, channels] for the sequence layers (onnx_graph.h).
+  onnx_detail::SequenceLayer sequence_of(size_t i, Value x) {
     x = nhwc(x);
-    const int64_t steps = x.shape[0], channels = x.shape[1], units = l.units, directions = l.bidirectional ? 2 : 1;
-    const bool lstm = l.type == LayerType::kLstm;
-    const int64_t gates = (lstm ? 4 : 3) * units;
-    const std::vector<int64_t> order = lstm ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 1, 2};
-    std::vector<float> w, r, b;
-    for (int64_t d = 0; d < directions; ++d) {
-      const std::string p = prefix(i) + (l.bidirectional ? (d == 0 ? "forward." : "backward.") : "");
-      const std::vector<float> kernel = tensor(p + "kernel"), recurrent = tensor(p + "recurrent_kernel"), bias = tensor(p + "bias");
-      std::vector<float> recurrent_bias;
-      for (const int64_t gate : order) {
-        for (int64_t u = 0; u < units; ++u) {
-          const int64_t column = gate * units + u;
-          for (int64_t c = 0; c < channels; ++c) w.push_back(kernel[static_cast<size_t>(c * gates + column)]);
-          for (int64_t j = 0; j < units; ++j) r.push_back(recurrent[static_cast<size_t>(j * gates + column)]);
-          b.push_back(bias[static_cast<size_t>(column)]);
-          recurrent_bias.push_back(lstm ? 0.0f : bias[static_cast<size_t>(gates + column)]);
-        }
-      }
-      b.insert(b.end(), recurrent_bias.begin(), recurrent_bias.end());
-    }
-    const std::string sequence = g_.op("Reshape", {x.name, g_.int64s("shape", {0, steps, channels})}, "sequence");
-    const std::string time_major = g_.fresh("time_major");
-    GraphBuilder::ints(g_.node("Transpose", {sequence}, time_major), "perm", {1, 0, 2});
-    const std::string y = g_.fresh(lstm ? "lstm" : "gru"), y_last = g_.fresh("state");
-    onnx::NodeProto& n = g_.node(lstm ? "LSTM" : "GRU",
-                                 {time_major, g_.floats("W", {directions, gates, channels}, w),
-                                  g_.floats("R", {directions, gates, units}, r), g_.floats("B", {directions, 2 * gates}, b)},
-                                 y);
-    n.add_output(y_last);
-    GraphBuilder::integer(n, "hidden_size", units);
-    if (!lstm) GraphBuilder::integer(n, "linear_before_reset", 1);
-    onnx::AttributeProto* direction = n.add_attribute();
-    direction->set_name("direction");
-    direction->set_type(onnx::AttributeProto::STRING);
-    direction->set_s(l.bidirectional ? "bidirectional" : "forward");
-    const std::string batch_major = g_.fresh("batch_major");
-    if (l.return_sequences) {  // [steps, directions, batch, units] -> [batch, steps, directions x units]
-      GraphBuilder::ints(g_.node("Transpose", {y}, batch_major), "perm", {2, 0, 1, 3});
-      return {g_.op("Reshape", {batch_major, g_.int64s("shape", {0, steps, directions * units})}, "states"), out, false};
-    }
-    GraphBuilder::ints(g_.node("Transpose", {y_last}, batch_major), "perm", {1, 0, 2});  // [directions, batch, units]
-    return {g_.op("Reshape", {batch_major, g_.int64s("shape", {0, directions * units})}, "state"), out, false};
-  }
-
-  // Self-attention over [N, steps, channels] as MatMuls: each projection [N, S, H x width] split
-  // into heads [N, H, S, width]; softmax over the keys (the causal mask a constant -1e9 above the
-  // diagonal: weights exactly 0, as the engine's); the heads' contexts joined and projected back.
-  Value attention(size_t i, const Value& x, const Shape& out) {
-    const LayerSpec& l = spec_.layers[i];
-    const std::string p = prefix(i);
-    const int64_t steps = x.shape[0], channels = x.shape[1], heads = l.num_heads, key_dim = l.key_dim;
-    const int64_t value_dim = l.value_dim > 0 ? l.value_dim : key_dim;
-    const std::string sequence = g_.op("Reshape", {x.name, g_.int64s("shape", {0, steps, channels})}, "sequence");
-    const auto heads_of = [&](const std::string& part, int64_t width, std::vector<int64_t> perm) {
-      std::string y = g_.op("MatMul", {sequence, g_.floats(part + "_kernel", {channels, heads * width}, tensor(p + part + ".kernel"))});
-      if (l.use_bias) y = g_.op("Add", {y, g_.floats(part + "_bias", {heads * width}, tensor(p + part + ".bias"))});
-      const std::string split = g_.op("Reshape", {y, g_.int64s("shape", {0, steps, heads, width})}, part);
-      const std::string t = g_.fresh(part + "_heads");
-      GraphBuilder::ints(g_.node("Transpose", {split}, t), "perm", perm);
-      return t;
-    };
-    const std::string q = heads_of("query", key_dim, {0, 2, 1, 3});  // [N, H, S, K]
-    const std::string k = heads_of("key", key_dim, {0, 2, 3, 1});    // [N, H, K, S]
-    const std::string v = heads_of("value", value_dim, {0, 2, 1, 3});
-    std::string scores = g_.op("Mul", {g_.op("MatMul", {q, k}), g_.floats("scale", {}, {1.0f / std::sqrt(static_cast<float>(key_dim))})},
-                               "scores");
-    if (l.use_causal_mask) {
-      std::vector<float> above(static_cast<size_t>(steps * steps), 0.0f);
-      for (int64_t r = 0; r < steps; ++r) {
-        for (int64_t c = r + 1; c < steps; ++c) above[static_cast<size_t>(r * steps + c)] = -1e9f;
-      }
-      scores = g_.op("Add", {scores, g_.floats("causal", {steps, steps}, above)}, "causal_scores");
-    }
-    const std::string weights = g_.fresh("weights");
-    GraphBuilder::integer(g_.node("Softmax", {scores}, weights), "axis", -1);
-    const std::string joined = g_.fresh("context");
-    GraphBuilder::ints(g_.node("Transpose", {g_.op("MatMul", {weights, v})}, joined), "perm", {0, 2, 1, 3});
-    const std::string context = g_.op("Reshape", {joined, g_.int64s("shape", {0, steps, heads * value_dim})}, "context");
-    std::string y = g_.op("MatMul", {context, g_.floats("output_kernel", {heads * value_dim, channels}, tensor(p + "attention_output.kernel"))});
-    if (l.use_bias) y = g_.op("Add", {y, g_.floats("output_bias", {channels}, tensor(p + "attention_output.bias"))}, "attention");
-    return {y, out, false};
+    const std::string input = g_.op("Reshape", {x.name, g_.int64s("shape", {0, x.shape[0], x.shape[1]})}, "sequence");
+    return {spec_.layers[i], prefix(i), [this](const std::string& name) { return tensor(name); }, input, x.shape[0], x.shape[1]};
   }
 
   void outputs(const Value& last) {
@@ -471,13 +409,6 @@ void set_type(onnx::ValueInfoProto* v, const std::string& name, const std::vecto
 
 std::string export_onnx(const OnnxExport& what) {
   if (what.model == nullptr) throw Error("onnx export: no model");
-  for (size_t i = 0; i < what.model->layers.size(); ++i) {
-    if (what.model->layers[i].mask_zero) {  // refused rather than exported without its masks
-      throw SpecError("/model/layers/" + std::to_string(i) + "/mask_zero",
-                      "a masked model is not exported to ONNX by this version (the graph would compute its padding "
-                      "steps); :predict serves it");
-    }
-  }
   if (what.params.size() != make_param_layout(*what.model).total_size()) {
     throw Error("onnx export: " + std::to_string(what.params.size()) + " parameters for a model of " +
                 std::to_string(make_param_layout(*what.model).total_size()));

@@ -8,8 +8,11 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "common/engine/model_spec.h"
 
 namespace pstrain {
 struct FittedPreprocessing;
@@ -84,5 +87,29 @@ class GraphBuilder {
 // concatenated in column order: the name of the [N, fitted.width()] float features the model
 // was trained on.
 std::string table_features(GraphBuilder& g, const FittedPreprocessing& fitted);
+
+// The sequence layers (onnx_sequence.cc), over `input` [N, steps, channels] (the layer's
+// tensors by name from `tensor`). `mask`: a float [N, steps] of kept steps (sequence_mask of an
+// embedding's ids under mask_zero), or empty for none.
+struct SequenceLayer {
+  const LayerSpec& layer;
+  std::string prefix;  // "layers.<key>."
+  std::function<std::vector<float>(const std::string&)> tensor;
+  std::string input;
+  int64_t steps = 0, channels = 0;
+};
+// 1 where an id is not 0.
+std::string sequence_mask(GraphBuilder& g, const std::string& ids);
+// ONNX's LSTM (gates i, o, f, c: Keras' i, f, c, o reordered; one bias row of zeros for the
+// recurrent side) or GRU (z, r, h as Keras, linear_before_reset: Keras' reset_after) over
+// [steps, batch, channels]; out [N, steps, directions x units] or [N, directions x units]. A mask
+// becomes sequence_lens (the kept steps' count): the engine's mask when the padding trails, as
+// the tokenizer's does (padding inside a sequence is not expressible in ONNX's RNNs).
+std::string recurrent(GraphBuilder& g, const SequenceLayer& s, const std::string& mask);
+// Self-attention as MatMuls: projections split into heads, softmax over the allowed keys, the
+// heads' contexts joined and projected back; [N, steps, channels].
+std::string attention(GraphBuilder& g, const SequenceLayer& s, const std::string& mask);
+// The average or maximum over the kept steps ([N, channels]; zeros where no step is kept).
+std::string masked_global_pool(GraphBuilder& g, const std::string& input, bool average, const std::string& mask);
 
 }  // namespace pstrain::onnx_detail

