@@ -4,7 +4,11 @@ JSON file pstrain-train and the cluster get) in PyTorch 1.13, standalone or with
 What it takes from the spec: the dataset (by the name pstrain resolves, from the same files), the
 model (a layer graph of dense / conv2d (use_bias) / maxpool2d / avgpool2d / global pooling /
 flatten / relu / activation relu / batch_norm / dropout / random_flip (horizontal) / random_crop /
-add / concatenate, named inputs as pstrain's; input_shape [h, w, c] or [d]), the optimizer (adam,
+add / concatenate, and for sequences embedding (mask_zero) / position_embedding /
+multi_head_attention (heads x key_dim = channels: PyTorch's MultiheadAttention, padding keys
+masked) / lstm / gru (bidirectional, return_sequences; a mask as packed sequences) / layer_norm /
+conv1d of kernel_size 1 / global 1-D pools (masked); named inputs as pstrain's; input_shape
+[h, w, c] or [d]), the optimizer (adam,
 adamw (weight_decay): learning_rate, beta_1, beta_2, epsilon; sgd: learning_rate, momentum,
 nesterov; adagrad: learning_rate, epsilon, initial_accumulator_value; a cosine_decay schedule with
 warm-up), the loss (sparse softmax cross-entropy, categorical with label_smoothing),
@@ -157,6 +161,29 @@ class Graph(nn.Module):
                 mod = nn.Dropout(layer["rate"])
             elif t in ("activation", "relu"):
                 mod = nn.Identity()
+            elif t == "embedding":
+                mod = Embedding(layer["input_dim"], layer["output_dim"])
+                out = ("seq", src[1], layer["output_dim"])
+            elif t == "position_embedding":
+                mod = PositionEmbedding(src[1], src[2])
+            elif t == "multi_head_attention":
+                if layer["num_heads"] * layer["key_dim"] != src[2] or layer.get("value_dim", layer["key_dim"]) != layer["key_dim"]:
+                    sys.exit("pt_job.py: multi_head_attention needs num_heads x key_dim == channels (PyTorch's layer)")
+                mod = SelfAttention(src[2], layer["num_heads"], layer.get("use_bias", True), layer.get("use_causal_mask", False))
+            elif t in ("lstm", "gru"):
+                mod = Recurrent(t, src[2], layer["units"], layer.get("bidirectional", False), layer.get("return_sequences", False))
+                width = layer["units"] * (2 if layer.get("bidirectional", False) else 1)
+                out = ("seq", src[1], width) if layer.get("return_sequences", False) else ("flat", width)
+            elif t == "layer_norm":
+                mod = nn.LayerNorm(src[-1], eps=layer.get("epsilon", 1e-3))
+            elif t == "conv1d":
+                if layer["kernel_size"] not in (1, [1]):
+                    sys.exit("pt_job.py: conv1d of kernel_size 1 only (a per-step dense)")
+                mod = nn.Linear(src[2], layer["filters"], bias=layer.get("use_bias", True))
+                out = ("seq", src[1], layer["filters"])
+            elif t in ("global_avgpool1d", "global_maxpool1d"):
+                mod = MaskedPool(t == "global_avgpool1d")
+                out = ("flat", src[2])
             elif t == "random_flip":
                 if layer.get("mode", "horizontal") != "horizontal":
                     sys.exit("pt_job.py: random_flip supports mode horizontal only")
@@ -173,7 +200,8 @@ class Graph(nn.Module):
             act = layer.get("activation", "relu" if t == "relu" else "linear")
             if mod is not None:
                 self.mods.append(mod)
-            self.steps.append((t, len(self.mods) - 1 if mod is not None else -1, inputs, name, act))
+            self.steps.append((t, len(self.mods) - 1 if mod is not None else -1, inputs, name, act,
+                               t == "embedding" and layer.get("mask_zero", False)))
             shapes[name] = out
             prev = name
         for m in self.modules():
@@ -183,8 +211,21 @@ class Graph(nn.Module):
                     nn.init.zeros_(m.bias)
 
     def forward(self, x):
-        values = {"input": x}
-        for t, m, inputs, name, act in self.steps:
+        values, masks = {"input": x}, {"input": None}
+        for t, m, inputs, name, act, mask_zero in self.steps:
+            # pstrain's mask rules (model_spec.h mask_sources): set by a mask_zero embedding, kept by
+            # the layers that keep their steps, read by the ones that take it.
+            mask = masks.get(inputs[0])
+            if t == "add":
+                mask = next((masks[n] for n in inputs if masks.get(n) is not None), None)
+            elif t == "embedding":
+                mask = (x != 0) if mask_zero else None
+            elif t not in MASK_KEEPERS and not (t in ("lstm", "gru") and self.mods[m].sequences):
+                mask = None
+            masks[name] = mask
+            if t in MASK_TAKERS:
+                values[name] = self.mods[m](values[inputs[0]], masks.get(inputs[0]))
+                continue
             if t == "add":
                 y = values[inputs[0]]
                 for n in inputs[1:]:
@@ -201,6 +242,88 @@ class Graph(nn.Module):
                 sys.exit(f"activation {act!r} not supported by pt_job.py")
             values[name] = y
         return y
+
+
+MASK_TAKERS = ("multi_head_attention", "lstm", "gru", "global_avgpool1d", "global_maxpool1d")
+MASK_KEEPERS = ("position_embedding", "multi_head_attention", "layer_norm", "dropout", "activation", "relu")
+
+
+class Embedding(nn.Embedding):
+    """Keras' Embedding on float ids (the datasets' float32 values): uniform(-0.05, 0.05) rows."""
+
+    def __init__(self, n, d):
+        super().__init__(n, d)
+        nn.init.uniform_(self.weight, -0.05, 0.05)
+
+    def forward(self, x):
+        return super().forward(x.long())
+
+
+class PositionEmbedding(nn.Module):
+    def __init__(self, steps, channels):
+        super().__init__()
+        self.positions = nn.Parameter(torch.empty(steps, channels).uniform_(-0.05, 0.05))
+
+    def forward(self, x):
+        return x + self.positions
+
+
+class SelfAttention(nn.Module):
+    """PyTorch's MultiheadAttention on one sequence, padding keys masked (key_padding_mask)."""
+
+    def __init__(self, channels, heads, bias, causal):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(channels, heads, bias=bias, batch_first=True)
+        self.causal = causal
+
+    def forward(self, x, mask):
+        s = x.shape[1]
+        causal = torch.triu(torch.ones(s, s, dtype=torch.bool), 1) if self.causal else None
+        y, _ = self.attention(x, x, x, key_padding_mask=None if mask is None else ~mask, attn_mask=causal,
+                              need_weights=False)
+        return y
+
+
+class Recurrent(nn.Module):
+    """LSTM or GRU, one or two directions; a mask of trailing padding as packed sequences."""
+
+    def __init__(self, cell, channels, units, bidirectional, sequences):
+        super().__init__()
+        self.rnn = (nn.LSTM if cell == "lstm" else nn.GRU)(channels, units, batch_first=True, bidirectional=bidirectional)
+        self.sequences = sequences
+        for name, w in self.rnn.named_parameters():  # Keras: Glorot kernels, orthogonal recurrent, zero biases
+            if name.startswith("weight_ih"):
+                nn.init.xavier_uniform_(w)
+            elif name.startswith("weight_hh"):
+                nn.init.orthogonal_(w)
+            else:
+                nn.init.zeros_(w)
+
+    def forward(self, x, mask):
+        steps = x.shape[1]
+        if mask is not None:
+            x = nn.utils.rnn.pack_padded_sequence(x, mask.sum(1).clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        y, state = self.rnn(x)
+        if self.sequences:
+            return nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=steps)[0] if mask is not None else y
+        h = state[0] if isinstance(state, tuple) else state
+        return torch.cat(list(h), dim=1)
+
+
+class MaskedPool(nn.Module):
+    """Global average or maximum over the steps ([N, S, C] -> [N, C]), over the unmasked ones."""
+
+    def __init__(self, average):
+        super().__init__()
+        self.average = average
+
+    def forward(self, x, mask):
+        if mask is None:
+            return x.mean(1) if self.average else x.amax(1)
+        m = mask.unsqueeze(2).to(x.dtype)
+        if self.average:
+            return (x * m).sum(1) / m.sum(1).clamp(min=1)
+        return x.masked_fill(m == 0, float("-inf")).amax(1)
 
 
 class RandomFlip(nn.Module):

@@ -56,7 +56,28 @@ def jobs():
     large["model"] = dict(large["model"], layers=[
         {"type": "flatten"}, {"type": "dense", "units": 4096, "activation": "relu"},
         {"type": "dense", "units": 5000, "activation": "relu"}, {"type": "dense", "units": 10}])
+    # Sequence models on seq-ids200 (below): docs/BENCHMARKS.md "Text corpora" has them on real text.
+    def text(name, layers, lr):
+        return {"name": name, "dataset": {"name": "seq-ids200", "shuffle_seed": 23},
+                "model": {"input_shape": [200], "seed": 23, "layers": layers},
+                "optimizer": {"type": "adam", "learning_rate": lr},
+                "training": {"mode": "sync", "global_batch_size": 32, "epochs": 2, "workers": 2, "servers": 2}}
+    lstm = text("text-lstm", [{"type": "embedding", "input_dim": 20000, "output_dim": 32, "mask_zero": True},
+                              {"type": "lstm", "units": 32, "bidirectional": True}, {"type": "dense", "units": 2}], 0.002)
+    transformer = text("text-transformer", [
+        {"name": "tokens", "type": "embedding", "input_dim": 20000, "output_dim": 32, "mask_zero": True},
+        {"name": "x", "type": "position_embedding"},
+        {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 16},
+        {"name": "sum1", "type": "add", "inputs": ["x", "attend"]},
+        {"name": "norm1", "type": "layer_norm"},
+        {"name": "ff1", "type": "conv1d", "filters": 64, "kernel_size": 1, "activation": "relu"},
+        {"name": "ff2", "type": "conv1d", "filters": 32, "kernel_size": 1},
+        {"name": "sum2", "type": "add", "inputs": ["norm1", "ff2"]},
+        {"type": "layer_norm"}, {"type": "global_avgpool1d"}, {"type": "dense", "units": 2}], 0.001)
     return {
+        "text-lstm": ("Text BiLSTM emb32 (mask_zero)-bilstm32-d2, 200 steps, Adam, b32, seq-ids200", lstm, 2),
+        "text-transformer": ("Text transformer block emb32+pos, 2-head attention (masked), ff 64, avg, Adam, b32, "
+                             "seq-ids200", transformer, 2),
         "mnist-mlp": ("MNIST MLP 784-700-500-10, Adam, b128, mnist10k", mnist, 5),
         "fashion-mlp": ("Fashion MLP 784-700-500-10, Adam, b128", fashion_mlp, 3),
         "fashion-cnn": ("Fashion CNN conv32-pool-conv64-pool-d64-d10, Adam, b64", from_file("fashion-cnn.json"), 3),
@@ -86,6 +107,27 @@ def write_tabular(out):
                "num_classes": 10}, open(os.path.join(d, "dataset.json"), "w"), indent=1)
 
 
+def write_sequences(out):
+    """seq-ids200: documents as a tokenizer's int output (ids 1..19,999, Zipf-like, trailing 0
+    padding; lengths 20-200), 8,000 train and 2,000 test, labelled by whether words 2-51 outnumber
+    words 52-101: numpy's default_rng(23), the same bytes on every run."""
+    d = os.path.join(out, "seq-ids200")
+    if os.path.exists(os.path.join(d, "dataset.json")):
+        return
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(23)
+    for split, n in (("train", 8000), ("test", 2000)):
+        ids = np.minimum(rng.zipf(1.3, (n, 200)), 19999).astype(np.float32)
+        lengths = rng.integers(20, 201, n)
+        ids[np.arange(200)[None, :] >= lengths[:, None]] = 0
+        good = ((ids >= 2) & (ids < 52)).sum(1)
+        bad = ((ids >= 52) & (ids < 102)).sum(1)
+        np.save(os.path.join(d, f"{split}-x.npy"), ids)
+        np.save(os.path.join(d, f"{split}-y.npy"), (good > bad).astype(np.int64))
+    json.dump({"train": {"x": "train-x.npy", "y": "train-y.npy"}, "test": {"x": "test-x.npy", "y": "test-y.npy"},
+               "num_classes": 2}, open(os.path.join(d, "dataset.json"), "w"), indent=1)
+
+
 def write_subset(data, name, limit):
     """data/<name>-first<limit>/: the first `limit` train and limit/2 test examples of dataset `name`."""
     sub = f"{name}-first{limit}"
@@ -95,7 +137,8 @@ def write_subset(data, name, limit):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import pt_job  # the same loader the PyTorch side uses; keeps uint8 as uint8 via the raw readers
     os.makedirs(d, exist_ok=True)
-    manifest = {"num_classes": 10}
+    source = os.path.join(data, name, "dataset.json")
+    manifest = {"num_classes": json.load(open(source)).get("num_classes", 10) if os.path.exists(source) else 10}
     for split, n in (("train", limit), ("test", max(1, limit // 2))):
         if name in ("mnist10k", "fashion", "fashion-mnist"):
             x, y = pt_job.load_builtin(data, name, split)
@@ -118,6 +161,7 @@ def prepare(args):
         if os.path.isfile(src) and not os.path.lexists(dst):
             os.symlink(src, dst)
     write_tabular(data)
+    write_sequences(data)
     os.makedirs(os.path.join(work, "specs"), exist_ok=True)
     selected = {k: v for k, v in jobs().items() if re.search(pattern, k)}
     if not selected:

@@ -16,6 +16,7 @@
 #include "tests/image_files.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
+#include "tests/integration/text_fixtures.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;
@@ -26,18 +27,6 @@ namespace {
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string archive_of(const testing::ArchiveFiles& files, bool zip) {
-  const testing::TempDir dir;
-  const std::string path = dir.file(zip ? "a.zip" : "a.tar");
-  if (zip) testing::write_zip(path, files);
-  else testing::write_tar(path, files);
-  return file_bytes(path);
-}
 
 Reply put(int port, const std::string& target, const std::string& body, const std::string& type) {
   return call(port, http::verb::put, target, body, type);
@@ -67,10 +56,10 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
   testing::Cluster cluster({.coordinator_flags = {"--data-dir", data.path()}});
   int port = cluster.http_port();
 
-  Reply r = put(port, "/v1/datasets/reviews/train", archive_of(reviews(30, "aclImdb/"), true), "application/zip");
+  Reply r = put(port, "/v1/datasets/reviews/train", testing::archive_of(reviews(30, "aclImdb/"), true), "application/zip");
   INFO("PUT reviews/train -> " << r.describe());
   REQUIRE(r.status == 201);
-  r = put(port, "/v1/datasets/reviews/test", archive_of(reviews(5, ""), false), "application/x-tar");
+  r = put(port, "/v1/datasets/reviews/test", testing::archive_of(reviews(5, ""), false), "application/x-tar");
   INFO("PUT reviews/test -> " << r.describe());
   REQUIRE(r.status == 201);
 
@@ -107,7 +96,7 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
   check_problem(r, 422, "a job on a text dataset without a tokenizer", "/preprocessing/text");
   CHECK(r.body.find("holds text documents") != std::string::npos);
   // Documents split per class at random (seeded), each side profiled on its own documents.
-  r = put(port, "/v1/datasets/docs/train", archive_of(reviews(20, ""), true), "application/zip");
+  r = put(port, "/v1/datasets/docs/train", testing::archive_of(reviews(20, ""), true), "application/zip");
   REQUIRE(r.status == 201);
   r = call(port, http::verb::post, "/v1/datasets/docs/split", R"({"test_fraction": 0.25, "seed": 5})", "application/json");
   INFO("split docs -> " << r.describe());
@@ -127,13 +116,13 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
   // Not UTF-8 (Latin-1 'é' on line 2): a 422 naming the file and line; nothing stored.
   testing::ArchiveFiles latin = reviews(2, "");
   latin.push_back({"pos/latin1.txt", bytes_of("first line\ncaf\xE9 au lait")});
-  r = put(port, "/v1/datasets/latin/train", archive_of(latin, true), "application/zip");
+  r = put(port, "/v1/datasets/latin/train", testing::archive_of(latin, true), "application/zip");
   check_problem(r, 422, "Latin-1 text", "");
   CHECK(str(object_of(r), "type").find("dataset-bad-encoding") != std::string::npos);
   CHECK(r.body.find("train.zip:pos/latin1.txt: line 2, byte 4: not UTF-8") != std::string::npos);
   CHECK(get(port, "/v1/datasets/latin").status == 404);
   // A text split beside an array split: refused.
-  r = put(port, "/v1/datasets/reviews/test?replace=true", archive_of({{"a/1.png", bytes_of("not text")}, {"b/1.png", bytes_of("x")}}, true),
+  r = put(port, "/v1/datasets/reviews/test?replace=true", testing::archive_of({{"a/1.png", bytes_of("not text")}, {"b/1.png", bytes_of("x")}}, true),
           "application/zip");
   CHECK(r.status == 422);
 
@@ -187,7 +176,7 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
   check_record();
   check_meals();
   // A split uploaded after the restart still matches the stored record's kind (documents).
-  r = put(port, "/v1/datasets/reviews/test?replace=true", archive_of(reviews(3, ""), true), "application/zip");
+  r = put(port, "/v1/datasets/reviews/test?replace=true", testing::archive_of(reviews(3, ""), true), "application/zip");
   INFO("PUT reviews/test after the restart -> " << r.describe());
   CHECK(r.status == 200);
   // A preprocessing step on a text column is refused naming it.

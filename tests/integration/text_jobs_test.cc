@@ -18,6 +18,7 @@
 #include "tests/image_files.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
+#include "tests/integration/text_fixtures.h"
 #include "tests/test_support.h"
 #include "worker/local_trainer.h"
 
@@ -26,44 +27,6 @@ using namespace pstrain::testing::http_test;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string archive_of(const testing::ArchiveFiles& files, bool zip) {
-  const testing::TempDir dir;
-  const std::string path = dir.file(zip ? "a.zip" : "a.tar");
-  if (zip) testing::write_zip(path, files);
-  else testing::write_tar(path, files);
-  return file_bytes(path);
-}
-
-// Seeded reviews: each document 6 to 20 words, mostly neutral, the rest the class's own words
-// (one in five the other class's), with capitals and punctuation the tokenizer strips.
-testing::ArchiveFiles reviews(int per_class, uint32_t seed) {
-  static const std::vector<std::string> neutral = {"the", "film", "a", "and", "plot", "actor", "scene", "it", "was", "of", "story", "music"};
-  static const std::vector<std::string> good = {"Great", "wonderful!", "superb", "moving,", "loved", "brilliant."};
-  static const std::vector<std::string> bad = {"Awful", "boring!", "dull", "weak,", "hated", "terrible."};
-  std::mt19937 rng(seed);
-  testing::ArchiveFiles files;
-  for (int i = 0; i < per_class; ++i) {
-    for (int cls = 0; cls < 2; ++cls) {
-      std::string text;
-      const int words = 6 + static_cast<int>(rng() % 15);
-      for (int w = 0; w < words; ++w) {
-        const uint32_t r = rng() % 100;
-        const auto& own = cls == 1 ? good : bad;
-        const auto& other = cls == 1 ? bad : good;
-        const std::string& word = r < 65 ? neutral[rng() % neutral.size()] : r < 93 ? own[rng() % own.size()] : other[rng() % other.size()];
-        text += (w == 0 ? "" : rng() % 9 == 0 ? "\n" : " ") + word;
-      }
-      files.push_back({std::string(cls == 1 ? "pos/" : "neg/") + std::to_string(i) + ".txt", {text.begin(), text.end()}});
-    }
-  }
-  return files;
-}
 
 std::vector<float> params_of(const std::string& spec_json, const std::string& file) {
   return decode_model_state(make_param_layout(parse_job_spec(spec_json).model), file).params;
@@ -138,8 +101,8 @@ TEST_CASE("text jobs - documents tokenized per job train on a cluster exactly as
   options.coordinator_flags = {"--data-dir", data.path()};
   testing::Cluster cluster(options);
   const int port = cluster.http_port();
-  REQUIRE(call(port, http::verb::put, "/v1/datasets/reviews/train", archive_of(reviews(200, 1), true), "application/zip").status == 201);
-  REQUIRE(call(port, http::verb::put, "/v1/datasets/reviews/test", archive_of(reviews(50, 2), false), "application/x-tar").status == 201);
+  REQUIRE(call(port, http::verb::put, "/v1/datasets/reviews/train", testing::archive_of(testing::seeded_reviews(200, 1), true), "application/zip").status == 201);
+  REQUIRE(call(port, http::verb::put, "/v1/datasets/reviews/test", testing::archive_of(testing::seeded_reviews(50, 2), false), "application/x-tar").status == 201);
 
   // No tokenizer: a 422 naming the field; a model whose input is not the tokenizer's width too.
   std::string no_text = int_spec();
