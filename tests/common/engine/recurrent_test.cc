@@ -229,3 +229,48 @@ TEST_CASE("lstm and gru in JSON: a round trip and the checks naming the field") 
   refused(R"({"input_shape": [10, 2], "layers": [{"type": "lstm", "units": 2, "return_sequences": true}, {"type": "dense", "units": 2}]})",
           "/model/layers/1/type");
 }
+
+TEST_CASE("float lstm and gru (their float tanh) against the double layers on the same weights") {
+  const int64_t batch = 4, steps = 30, channels = 3, units = 5;
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> value(-1.5, 1.5);  // gates well into tanh's curved part
+  for (const bool lstm : {true, false}) {
+    CAPTURE(lstm);
+    const int64_t gates = (lstm ? 4 : 3) * units, bias_size = (lstm ? 1 : 2) * gates;
+    std::vector<double> params(static_cast<size_t>(channels * gates + units * gates + bias_size));
+    for (double& p : params) p = value(rng);
+    const std::vector<nn::Recurrent<double>::Tensors> t64 = {{0, static_cast<size_t>(channels * gates),
+                                                              static_cast<size_t>(channels * gates + units * gates)}};
+    const std::vector<nn::Recurrent<float>::Tensors> t32 = {{t64[0].kernel, t64[0].recurrent, t64[0].bias}};
+    nn::Recurrent<double> wide({lstm ? nn::Recurrent<double>::Cell::kLstm : nn::Recurrent<double>::Cell::kGru, steps, channels, units, true},
+                               t64, batch);
+    nn::Recurrent<float> narrow({lstm ? nn::Recurrent<float>::Cell::kLstm : nn::Recurrent<float>::Cell::kGru, steps, channels, units, true},
+                                t32, batch);
+    const int64_t rows = steps * units;
+    std::vector<double> x(static_cast<size_t>(steps * channels * batch)), dout(static_cast<size_t>(rows * batch));
+    for (double& v : x) v = value(rng);
+    for (double& v : dout) v = value(rng);
+    std::vector<double> out64(dout.size()), din64(x.size()), grads64(params.size()), d64 = dout;
+    wide.forward(params.data(), nn::ConstMatMap<double>(x.data(), steps * channels, batch), nn::MatMap<double>(out64.data(), rows, batch));
+    wide.backward(params.data(), nn::ConstMatMap<double>(x.data(), steps * channels, batch), nn::ConstMatMap<double>(out64.data(), rows, batch),
+                  nn::MatMap<double>(d64.data(), rows, batch), grads64.data(), din64.data());
+    const std::vector<float> p32(params.begin(), params.end()), x32(x.begin(), x.end());
+    std::vector<float> out32(dout.size()), din32(x.size()), grads32(params.size()), d32(dout.begin(), dout.end());
+    narrow.forward(p32.data(), nn::ConstMatMap<float>(x32.data(), steps * channels, batch), nn::MatMap<float>(out32.data(), rows, batch));
+    narrow.backward(p32.data(), nn::ConstMatMap<float>(x32.data(), steps * channels, batch), nn::ConstMatMap<float>(out32.data(), rows, batch),
+                    nn::MatMap<float>(d32.data(), rows, batch), grads32.data(), din32.data());
+    const auto worst = [](const std::vector<double>& a, const std::vector<float>& b) {
+      double w = 0, scale = 1e-30;
+      for (size_t i = 0; i < a.size(); ++i) {
+        w = std::max(w, std::abs(a[i] - static_cast<double>(b[i])));
+        scale = std::max(scale, std::abs(a[i]));
+      }
+      return w / scale;
+    };
+    MESSAGE("float against double: output " << worst(out64, out32) << ", input gradient " << worst(din64, din32) << ", weight gradients "
+                                             << worst(grads64, grads32));
+    CHECK(worst(out64, out32) < 2e-6);
+    CHECK(worst(din64, din32) < 2e-5);
+    CHECK(worst(grads64, grads32) < 2e-5);
+  }
+}
