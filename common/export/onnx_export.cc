@@ -258,10 +258,22 @@ class Exporter {
           GraphBuilder::integer(n, "keepdims", 1);
           return y;
         };
-        const std::string centred = g_.op("Sub", {x.name, reduce_mean(x.name)});
+        // The statistics in double, as the engine sums them (nn/normalization.cc): a float
+        // ReduceMean over a wide axis (a bag of 20,000 words) drifts by 1e-4 of a probability.
+        const auto cast = [&](const std::string& in, int to, const std::string& hint) {
+          const std::string out = g_.fresh(hint);
+          GraphBuilder::integer(g_.node("Cast", {in}, out), "to", to);
+          return out;
+        };
+        const std::string wide = cast(x.name, onnx::TensorProto::DOUBLE, "wide");
+        const std::string mean = reduce_mean(wide);
+        const std::string centred = g_.op("Sub", {wide, mean});
         const std::string var = reduce_mean(g_.op("Mul", {centred, centred}));
-        const std::string sd = g_.op("Sqrt", {g_.op("Add", {var, g_.floats("eps", {}, {l.epsilon})})});
-        std::string y = g_.op("Div", {centred, sd});
+        const std::string eps = cast(g_.floats("eps", {}, {l.epsilon}), onnx::TensorProto::DOUBLE, "eps");
+        const std::string one = cast(g_.floats("one", {}, {1.0f}), onnx::TensorProto::DOUBLE, "one");
+        const std::string rstd = g_.op("Div", {one, g_.op("Sqrt", {g_.op("Add", {var, eps})})});
+        std::string y = g_.op("Mul", {g_.op("Sub", {x.name, cast(mean, onnx::TensorProto::FLOAT, "mean")}),
+                                      cast(rstd, onnx::TensorProto::FLOAT, "rstd")});
         if (l.scale) y = g_.op("Mul", {y, channels("gamma", tensor(p + "gamma"), x)});
         if (l.center) y = g_.op("Add", {y, channels("beta", tensor(p + "beta"), x)});
         x.name = y;
