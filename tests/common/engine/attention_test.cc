@@ -178,7 +178,7 @@ TEST_CASE("attention masks: padding changes nothing, a causal step sees only the
   CHECK(c[0] != d[0]);  // not causal: step 0 sees step 2
 }
 
-TEST_CASE("attention tensors: Keras' names, shapes and initializers; position_embedding") {
+TEST_CASE("attention tensors: Keras' names, shapes and initializers, and position_embedding's") {
   const ModelSpec spec = parse_model_spec(R"({"input_shape": [6], "seed": 9, "layers": [
       {"type": "embedding", "input_dim": 20, "output_dim": 8},
       {"name": "pos", "type": "position_embedding"},
