@@ -19,7 +19,8 @@ std::unique_ptr<ParameterExchange> make_parameter_exchange(Exchange kind, int re
   if (kind == Exchange::kSparse) return std::make_unique<SparseExchange>(servers, std::move(sparsity));
   auto factored = std::make_unique<FactoredExchange>(
       servers, model, std::move(sparsity),
-      FactorPlan(model.layout(), servers.chunks(), model.max_batch(), /*enabled=*/replicas == 1));
+      FactorPlan(model.layout(), servers.chunks(), model.max_batch(), /*enabled=*/replicas == 1,
+                 [&model](size_t p) { return model.first_replica().is_dense_kernel(p); }));
   const auto& groups = factored->plan().groups();
   const bool first_kernel_factored = std::any_of(groups.begin(), groups.end(), [&](const FactorPlan::Group& g) {
     return static_cast<int>(g.param) == first_kernel;

@@ -7,13 +7,15 @@
 
 namespace pstrain {
 
-FactorPlan::FactorPlan(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks, int64_t batch, bool enabled)
+FactorPlan::FactorPlan(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks, int64_t batch, bool enabled,
+                       const std::function<bool(size_t)>& per_example)
     : chunks_(chunks), factored_(layout.params().size(), false), factored_chunk_(chunks.size(), false) {
   if (!enabled || batch <= 0) return;
   for (size_t p = 0; p < layout.params().size(); ++p) {
     const ParamInfo& info = layout.params()[p];
     // Dense kernels are the 2-D ones (conv kernels have four dimensions).
     if (info.role != ParamRole::kKernel || info.shape.size() != 2) continue;
+    if (per_example && !per_example(p)) continue;  // a dense over a sequence: its rows are steps
     const auto rows = static_cast<size_t>(info.shape[0]), columns = static_cast<size_t>(info.shape[1]);
     std::vector<size_t> mine;
     std::set<uint32_t> servers;

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/base/aligned.h"
@@ -37,8 +38,11 @@ class FactorPlan {
     std::vector<size_t> chunks;    // indices into the chunk table, by position in the kernel
   };
 
-  // No groups when `enabled` is false. `batch`: the most examples a push carries.
-  FactorPlan(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks, int64_t batch, bool enabled);
+  // No groups when `enabled` is false. `batch`: the most examples a push carries. `per_example`:
+  // whether a 2-D kernel's gradient is a product over the batch's examples (a dense layer on flat
+  // inputs: Model::is_dense_kernel), the only kind that factors; null: every 2-D kernel is.
+  FactorPlan(const ParamLayout& layout, const std::vector<ChunkInfo>& chunks, int64_t batch, bool enabled,
+             const std::function<bool(size_t)>& per_example = nullptr);
 
   const std::vector<Group>& groups() const { return groups_; }
   // Indexed by layout parameter: true for the kernels pushed as factors (for Model::compute_gradients).

@@ -27,6 +27,7 @@ InputSparsity::InputSparsity(const ModelSpec& spec, const ParamLayout& layout, c
     if (!spec.layers[i].inputs.empty()) return;
     if (type == LayerType::kFlatten || type == LayerType::kReshape) continue;
     if (type != LayerType::kDense) return;
+    if ((i == 0 ? spec.input_shape : infer_shapes(spec)[i - 1]).size() != 1) return;  // a dense over a sequence
     const ParamInfo* kernel = layout.find("layers." + layer_key(spec, i) + ".kernel");
     if (kernel == nullptr || kernel->shape.size() != 2 || kernel->shape[0] != num_elements(spec.input_shape)) return;
     kernel_param_ = kernel - layout.params().data();

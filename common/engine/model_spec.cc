@@ -132,6 +132,7 @@ bool takes_sequence_mask(LayerType type) {
 
 bool keeps_sequence_mask(const LayerSpec& layer) {
   switch (layer.type) {
+    case LayerType::kDense:  // (only a dense over a sequence can get one: flat values carry none)
     case LayerType::kDropout:
     case LayerType::kActivation:
     case LayerType::kReLU:
@@ -337,13 +338,15 @@ std::vector<Shape> infer_shapes(const ModelSpec& spec) {
     Shape out;
     switch (as_2d(layer.type)) {
       case LayerType::kDense: {
-        if (in.size() != 1) {
-          throw SpecError(path + "/type", "dense needs a flat input but gets " + shape_string(in) +
-                                              "; add a flatten layer before it");
+        // A flat input, or a [steps, channels] sequence: each step through the same kernel (Keras'
+        // Dense on a sequence, a transformer's feed-forward).
+        if (in.size() != 1 && in.size() != 2) {
+          throw SpecError(path + "/type", "dense needs a flat input or a [steps, channels] sequence but gets " +
+                                              shape_string(in) + "; add a flatten layer before it");
         }
         if (layer.units <= 0) throw SpecError(path + "/units", "must be a positive integer");
-        parameters += in[0] * layer.units + layer.units;
-        out = {layer.units};
+        parameters += in.back() * layer.units + layer.units;
+        out = in.size() == 2 ? Shape{in[0], layer.units} : Shape{layer.units};
         break;
       }
       case LayerType::kConv2D: {
@@ -585,9 +588,9 @@ ParamLayout make_param_layout(const ModelSpec& spec) {
     const Shape& in = input == kModelInput ? spec.input_shape : shapes[static_cast<size_t>(input)];
     const std::string prefix = "layers." + layer_key(spec, i) + ".";
     const int index = static_cast<int>(i);
-    if (layer.type == LayerType::kDense) {
-      layout.add({prefix + "kernel", {in[0], layer.units}, ParamRole::kKernel, 0, 0, layer.l2, index,
-                  in[0], layer.units});
+    if (layer.type == LayerType::kDense) {  // [in, units]; over a sequence, in = its channels
+      layout.add({prefix + "kernel", {in.back(), layer.units}, ParamRole::kKernel, 0, 0, layer.l2, index,
+                  in.back(), layer.units});
       layout.add({prefix + "bias", {layer.units}, ParamRole::kBias, 0, 0, 0.0f, index, 0, 0});
     } else if (layer.type == LayerType::kConv2D || layer.type == LayerType::kConv1D) {
       const auto [kh, kw] = layer.kernel_size;

@@ -190,7 +190,7 @@ inline Shape as_image(const Shape& sequence) { return {1, sequence[0], sequence[
 // Sequence masks (an embedding's mask_zero): for each layer (list index), the masking embedding
 // whose ids mask its output's steps, or kNoMaskSource. A masking embedding sets it; the layers that
 // keep their input's steps pass it on (keeps_sequence_mask: element-wise layers, attention,
-// position_embedding, a recurrent layer's every-step output), add passes on its inputs' one mask
+// position_embedding, a dense over a sequence, a recurrent layer's every-step output), add passes on its inputs' one mask
 // (an input without counts as unmasked, Keras' AND; two different ones give none); the rest drop
 // it. takes_sequence_mask: the layers that read one (lstm, gru, attention, 1-D global pools).
 inline constexpr int kNoMaskSource = -1;

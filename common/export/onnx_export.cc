@@ -168,7 +168,8 @@ class Exporter {
     switch (as_2d(l.type)) {
       case LayerType::kDense: {
         x = nhwc(x);
-        const std::string w = g_.floats("kernel", {x.shape[0], l.units}, tensor(p + "kernel"));
+        // (Over a sequence [N, T, C], MatMul applies the kernel to each step.)
+        const std::string w = g_.floats("kernel", {x.shape.back(), l.units}, tensor(p + "kernel"));
         const std::string b = g_.floats("bias", {l.units}, tensor(p + "bias"));
         Value y{g_.op("Add", {g_.op("MatMul", {x.name, w}), b}, "dense"), out, false};
         return skip_activation ? y : activation(l.activation, y);

@@ -151,8 +151,8 @@ class Graph(nn.Module):
             elif t == "dense":
                 if src[0] == "image":
                     sys.exit("pt_job.py: a dense layer on an image needs a flatten before it")
-                mod = nn.Linear(src[1], layer["units"])
-                out = ("flat", layer["units"])
+                mod = nn.Linear(src[-1], layer["units"])  # (over a sequence: each step)
+                out = ("seq", src[1], layer["units"]) if src[0] == "seq" else ("flat", layer["units"])
             elif t == "batch_norm":
                 # Keras' momentum m is PyTorch's 1 - m; Keras' epsilon.
                 bn = nn.BatchNorm2d if src[0] == "image" else nn.BatchNorm1d
@@ -245,7 +245,7 @@ class Graph(nn.Module):
 
 
 MASK_TAKERS = ("multi_head_attention", "lstm", "gru", "global_avgpool1d", "global_maxpool1d")
-MASK_KEEPERS = ("position_embedding", "multi_head_attention", "layer_norm", "dropout", "activation", "relu")
+MASK_KEEPERS = ("position_embedding", "multi_head_attention", "layer_norm", "dropout", "activation", "relu", "dense")
 
 
 class Embedding(nn.Embedding):

@@ -76,7 +76,8 @@ std::string lstm_spec() {
     "training": {"mode": "sync", "global_batch_size": 40, "epochs": 5, "workers": 2, "servers": 2}})";
 }
 
-// A transformer encoder block (masked self-attention, learned positions, residual and norm).
+// A transformer encoder block (masked self-attention, learned positions, residual and norm, a
+// per-step dense).
 std::string transformer_spec() {
   return R"({"name": "reviews-transformer", "dataset": {"name": "reviews", "shuffle_seed": 7},
     "preprocessing": {"text": {"max_tokens": 40, "output_mode": "int", "output_sequence_length": 16}},
@@ -86,6 +87,7 @@ std::string transformer_spec() {
       {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 4},
       {"type": "add", "inputs": ["x", "attend"]},
       {"type": "layer_norm"},
+      {"type": "dense", "units": 8, "activation": "relu"},
       {"type": "global_avgpool1d"},
       {"type": "dense", "units": 2}]},
     "optimizer": {"type": "adam", "learning_rate": 0.02},

@@ -98,6 +98,12 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     const bool relu = l.activation == Activation::kReLU;
     switch (as_2d(l.type)) {
       case LayerType::kDense:
+        if (in.size() == 2) {  // over a sequence: a 1 x 1 convolution of the one-row image (kernel [in, units])
+          layer = std::make_unique<Conv2D<T>>(
+              typename Conv2D<T>::Geometry{1, in[0], in[1], 1, 1, l.units, 1, 1, 0, 0, 1, in[0], 1, 1}, relu, kernel->offset,
+              bias->offset, max_batch);
+          break;
+        }
         // A dense layer that reads the model's input (data) may find whole features zero.
         layer = std::make_unique<Dense<T>>(in[0], l.units, relu, kernel->offset, bias->offset,
                                            /*data_input=*/inputs[0] == kModelInput);

@@ -238,3 +238,40 @@ TEST_CASE("attention in JSON: a round trip and the checks naming the field") {
           "/model/layers/0/num_heads");
   refused(R"({"input_shape": [10], "layers": [{"type": "position_embedding"}, {"type": "dense", "units": 2}]})", "/model/layers/0/type");
 }
+
+TEST_CASE("dense over a sequence: each step through one kernel (conv1d of width 1's bits), gradients, and the mask passes through it") {
+  const auto model_with = [](const std::string& per_step) {
+    return parse_model_spec(R"({"input_shape": [5], "seed": 4, "layers": [
+        {"type": "embedding", "input_dim": 9, "output_dim": 3}, )" + per_step + R"(, {"type": "flatten"}]})");
+  };
+  const ModelSpec dense = model_with(R"({"type": "dense", "units": 4, "activation": "relu"})");
+  const ModelSpec conv = model_with(R"({"type": "conv1d", "filters": 4, "kernel_size": 1, "activation": "relu"})");
+  CHECK(infer_shapes(dense)[1] == Shape{5, 4});
+  CHECK(make_param_layout(dense).find("layers.1.kernel")->shape == Shape{3, 4});
+  const std::vector<double> ids = {3, 1, 8, 0, 2};
+  CHECK(outputs(dense, ids) == outputs(conv, ids));  // the same initial values and the same kernel
+  // Finite differences: a masked encoder block whose feed-forward is two dense layers.
+  const ModelSpec block = parse_model_spec(R"({"input_shape": [6], "seed": 8, "layers": [
+      {"name": "tokens", "type": "embedding", "input_dim": 8, "output_dim": 4, "mask_zero": true},
+      {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 2},
+      {"name": "norm1", "type": "layer_norm", "inputs": ["attend"]},
+      {"name": "ff1", "type": "dense", "units": 6, "activation": "gelu"},
+      {"name": "ff2", "type": "dense", "units": 4},
+      {"type": "add", "inputs": ["norm1", "ff2"]},
+      {"type": "global_avgpool1d"}, {"type": "dense", "units": 3}]})");
+  check_gradients(block, 3, 96, GradientCheck{{}, [](Problem& p) { p.inputs = {3, 1, 0, 4, 0, 0, 2, 2, 5, 1, 7, 3, 0, 0, 0, 0, 0, 0}; }});
+  // The mask passes through the dense layers: padding changes nothing.
+  const auto masked = [](int64_t steps, bool mask_zero) {
+    return parse_model_spec(R"({"input_shape": [)" + std::to_string(steps) + R"(], "seed": 3, "layers": [
+        {"type": "embedding", "input_dim": 8, "output_dim": 4, "mask_zero": )" + (mask_zero ? "true" : "false") + R"(},
+        {"type": "dense", "units": 5, "activation": "relu"},
+        {"type": "multi_head_attention", "num_heads": 1, "key_dim": 3},
+        {"type": "global_maxpool1d"}]})");
+  };
+  const std::vector<double> short_out = outputs(masked(2, false), {3, 5}), padded = outputs(masked(4, true), {3, 5, 0, 0});
+  REQUIRE(short_out.size() == padded.size());
+  for (size_t k = 0; k < padded.size(); ++k) CHECK(padded[k] == doctest::Approx(short_out[k]).epsilon(1e-12));
+  // An image still needs a flatten first.
+  CHECK_THROWS_WITH_AS(parse_model_spec(R"({"input_shape": [4, 4, 2], "layers": [{"type": "dense", "units": 2}]})"),
+                       doctest::Contains("/model/layers/0/type"), SpecError);
+}
