@@ -18,6 +18,7 @@
 #include "common/engine/nn/model.h"
 #include "common/engine/param_layout.h"
 #include "tests/common/engine/gradient_check.h"
+#include "tests/common/engine/reference_files.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;
@@ -26,10 +27,6 @@ using nn::Model;
 
 namespace {
 
-void write_doubles(const std::string& path, const double* v, size_t n) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(v), static_cast<std::streamsize>(n * sizeof(double)));
-}
 
 // The model's output for one example under `params` drawn from the spec's seed.
 std::vector<double> outputs(const ModelSpec& spec, const std::vector<double>& input) {

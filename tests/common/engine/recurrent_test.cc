@@ -18,20 +18,12 @@
 #include "common/engine/nn/recurrent.h"
 #include "common/engine/param_layout.h"
 #include "tests/common/engine/gradient_check.h"
+#include "tests/common/engine/reference_files.h"
 #include "tests/test_support.h"
 
 using namespace pstrain;
 using namespace pstrain::testing;
 using nn::Model;
-
-namespace {
-
-void write_doubles(const std::string& path, const double* v, size_t n) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(v), static_cast<std::streamsize>(n * sizeof(double)));
-}
-
-}  // namespace
 
 TEST_CASE("lstm and gru equal PyTorch's on the same weights: outputs and every gradient, one and two directions") {
   using Layer = nn::Recurrent<double>;
