@@ -1,4 +1,7 @@
 #include "server/parameter_server.h"
+
+#include <cmath>
+
 #include "server/server_rpc_helpers.h"
 
 #include "common/engine/compression.h"
@@ -112,10 +115,11 @@ kj::Promise<void> ParameterServerImpl::configure(ConfigureContext context) {
 kj::Promise<std::shared_ptr<ParameterServerImpl::Job>> ParameterServerImpl::when_at_version(ParameterShard& shard,
                                                                                            const std::string& job_id,
                                                                                            uint32_t key,
-                                                                                           uint64_t min_version) {
+                                                                                           uint64_t min_version,
+                                                                                           std::optional<float> clip_factor) {
   auto paf = kj::newPromiseAndFulfiller<uint64_t>();
   auto shared = share(kj::mv(paf.fulfiller));
-  shard.pull(key, min_version, [shared](uint64_t version) { shared.fulfill(version); });
+  shard.pull(key, min_version, [shared](uint64_t version) { shared.fulfill(version); }, clip_factor);
   std::weak_ptr<Job> weak = jobs_.at(job_id);
   return paf.promise.then([weak](uint64_t) {
     auto job = weak.lock();
@@ -136,6 +140,10 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
   const uint64_t wanted = params.getMinVersion();
   const std::optional<uint32_t> state_of =
       params.getWithState() ? std::optional<uint32_t>(params.getStateOf()) : std::nullopt;
+  const std::optional<float> clip_factor =
+      params.getClipped() ? std::optional<float>(params.getClipFactor()) : std::nullopt;
+  KJ_REQUIRE(!clip_factor || (std::isfinite(*clip_factor) && *clip_factor > 0.0f && *clip_factor <= 1.0f),
+             "clipFactor must be in (0, 1]", *clip_factor);
   auto reply = [context, key, exact, wanted, state_of](std::shared_ptr<Job> job) mutable {
     auto results = context.getResults();
     if (exact) {
@@ -158,7 +166,7 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
       }
     }
   };
-  return when_at_version(shard, job_id, key, wanted).then(kj::mv(reply));
+  return when_at_version(shard, job_id, key, wanted, clip_factor).then(kj::mv(reply));
 }
 
 kj::Promise<void> ParameterServerImpl::push(PushContext context) {
@@ -308,6 +316,11 @@ kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf re
     results.setVersion(job->shard->chunk(key).version);
     KJ_REQUIRE(!outcome.aborted, "the job was re-planned (recovery): get a new assignment");
     results.setApplied(outcome.applied);
+    if (outcome.held) {  // clipping: the pulls with the factor bring the values
+      results.setHeld(true);
+      results.setSumSquares(outcome.sum_squares);
+      return;
+    }
     // A cut's backup point ahead: a worker with compression state sends it with the step before.
     if (const auto cut = job->extra_backup_points.upper_bound(results.getVersion()); cut != job->extra_backup_points.end()) {
       results.setCutAt(*cut);

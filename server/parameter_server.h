@@ -85,9 +85,10 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
   kj::Promise<void> forget_backups_after(const std::string& job_id, uint64_t version);
   ParameterShard& shard_with_key(Job& job, capnp::Text::Reader job_id, uint32_t key);
   // Resolves once chunk `key` of the job's `shard` is at `min_version` or later (pull, pullRows),
-  // with the job; fails if the job was dropped meanwhile.
+  // with the job; fails if the job was dropped meanwhile. `clip_factor`: ParameterShard::pull's.
   kj::Promise<std::shared_ptr<Job>> when_at_version(ParameterShard& shard, const std::string& job_id, uint32_t key,
-                                                    uint64_t min_version);
+                                                    uint64_t min_version,
+                                                    std::optional<float> clip_factor = std::nullopt);
   // Reads a push's common fields (step, slice, worker, ...) into `request`, checked.
   template <typename Params>
   static void read_push_header(const Params& params, PushRequest& request);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/engine/model_spec.h"
+#include "common/engine/nn/gradient_clipping.h"
 #include "common/engine/nn/gradient_scaling.h"
 #include "common/engine/nn/moving_statistics.h"
 #include "server/step_reduction.h"
@@ -16,6 +17,7 @@ ParameterShard::ParameterShard(const ShardConfig& config, std::vector<ChunkInfo>
       layout_(make_param_layout(config.model)),
       seed_(config.model.seed),
       lazy_tables_(config.optimizer.sparse_updates == OptimizerSpec::SparseUpdates::kLazy),
+      clips_(config.optimizer.clips() && config.mode == TrainingMode::kSync),
       optimizer_(optim::make_optimizer(config.optimizer)),
       rule_(std::in_place_type<SyncBarrier>, config.backup_workers) {
   if (mode_ == TrainingMode::kAsync) {
@@ -118,6 +120,11 @@ void ParameterShard::push_sync(SyncBarrier& barrier, ShardChunk& chunk, const Pu
     done({chunk.version, false});
     return;
   }
+  if (chunk.held_examples >= 0 && request.step == chunk.version) {  // late for a held step: summed without it
+    ++stats_.pushes_dropped;
+    done({chunk.version, false, false, true, chunk.held_sum_squares});
+    return;
+  }
   SyncBarrier::Pending pending{request, std::move(done), std::move(alive)};
   if (request.factors) {
     // Multiply the factors out now, while the step's other workers are still computing, rather
@@ -141,13 +148,15 @@ void ParameterShard::apply_ready_sync_steps_everywhere() {
 void ParameterShard::apply_ready_sync_steps(ShardChunk& chunk) {
   auto* barrier = std::get_if<SyncBarrier>(&rule_);
   if (barrier == nullptr) return;
-  while (chunk.version < holds_.limit()) {
+  while (chunk.version < holds_.limit() && chunk.held_examples < 0) {
     std::optional<SyncBarrier::Step> step = barrier->take_ready(chunk.info.key, chunk.version);
     if (!step) return;
     if (chunk.info.is_table_piece()) {
       std::vector<const PushRequest*> pushes;
       for (const SyncBarrier::Pending* push : step->counted) pushes.push_back(&push->request);
       apply_table_update(chunk, pushes, step->examples, 1.0f);
+    } else if (clips_) {
+      return hold_sync_step(chunk, *step);
     } else {
       if (step->examples > 0) {
         reduce_step(chunk, *step);
@@ -168,12 +177,38 @@ void ParameterShard::apply_ready_sync_steps(ShardChunk& chunk) {
   }
 }
 
+void ParameterShard::hold_sync_step(ShardChunk& chunk, SyncBarrier::Step& step) {
+  double sum_squares = 0;
+  if (step.examples > 0) {
+    reduce_step(chunk, step);
+    if (chunk.moving_momentum < 0) sum_squares = nn::sum_of_squares(chunk.scratch.data(), chunk.info.size);
+  }
+  chunk.held_examples = step.examples;
+  chunk.held_sum_squares = sum_squares;
+  stats_.pushes_applied += step.pushes.size();
+  for (auto& p : step.pushes) p.done({chunk.version, true, false, true, sum_squares});
+}
+
+void ParameterShard::apply_held_step(ShardChunk& chunk, float clip_factor) {
+  if (chunk.held_examples > 0) {
+    if (chunk.moving_momentum < 0) nn::scale_gradient(chunk.scratch.data(), chunk.info.size, clip_factor);
+    chunk.step(*optimizer_, std::span<const float>(chunk.scratch.data(), chunk.info.size));
+  }
+  chunk.held_examples = -1;
+  ++chunk.version;
+  snapshots_.offer(chunk, chunks_.size());
+  chunk.release_pulls();
+  apply_ready_sync_steps(chunk);
+}
+
 void ParameterShard::set_worker_state(uint32_t key, uint32_t worker, std::span<const float> state) {
   chunks_.at(key).worker_state[worker].assign(state.begin(), state.end());
 }
 
-void ParameterShard::pull(uint32_t key, uint64_t min_version, ShardChunk::PullDone done) {
+void ParameterShard::pull(uint32_t key, uint64_t min_version, ShardChunk::PullDone done,
+                          std::optional<float> clip_factor) {
   ShardChunk& chunk = chunks_.at(key);
+  if (clip_factor && chunk.held_examples >= 0 && min_version > chunk.version) apply_held_step(chunk, *clip_factor);
   if (chunk.version >= min_version) {
     done(chunk.version);
   } else {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <variant>
 #include <vector>
@@ -64,8 +65,11 @@ class ParameterShard {
   // forgotten without touching its gradient (the RPC layer passes "the caller is still waiting",
   // because a cancelled call frees its gradient).
   void push(const PushRequest& request, PushDone done, std::function<bool()> alive = {});
-  // `done` is called once the chunk's version is at least min_version.
-  void pull(uint32_t key, uint64_t min_version, ShardChunk::PullDone done);
+  // `done` is called once the chunk's version is at least min_version. With `clip_factor`
+  // (clipping, sync), a held step of the chunk (PushOutcome::held) is applied first, its
+  // gradient multiplied by the factor; without, the pull waits for a pull that brings one.
+  void pull(uint32_t key, uint64_t min_version, ShardChunk::PullDone done,
+            std::optional<float> clip_factor = std::nullopt);
   // Async: this worker pushes no more; it no longer holds others back.
   void worker_finished(uint32_t worker);
 
@@ -125,6 +129,10 @@ class ParameterShard {
   // Sync: applies the chunk's steps that have their pushes, up to the holds' limit.
   void apply_ready_sync_steps(ShardChunk& chunk);
   void apply_ready_sync_steps_everywhere();
+  // Clipping: sums the ready step into chunk.scratch and answers its pushes with its sum of
+  // squares; apply_held_step() applies it once a pull brings the factor.
+  void hold_sync_step(ShardChunk& chunk, SyncBarrier::Step& step);
+  void apply_held_step(ShardChunk& chunk, float clip_factor);
   void apply_update(ShardChunk& chunk, std::span<const float> summed_gradient, int64_t examples, float lr_scale);
   // A table piece's step from its pushes (slice order).
   void apply_table_update(ShardChunk& chunk, std::span<const PushRequest* const> pushes, int64_t examples,
@@ -137,6 +145,7 @@ class ParameterShard {
   ParamLayout layout_;  // the model's, for the table pieces' initial values
   uint64_t seed_ = 0;
   bool lazy_tables_ = true;  // optimizer.sparse_updates "lazy"
+  bool clips_ = false;       // optimizer.clipnorm or global_clipnorm: sync steps wait for a factor
   TableStep table_step_;     // a table piece's step, reused
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::variant<SyncBarrier, AsyncRule> rule_;

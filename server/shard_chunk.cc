@@ -30,6 +30,7 @@ void ShardChunk::restore(const ChunkSnapshot& snapshot) {
   worker_state = snapshot.worker_state;
   previous_version = UINT64_MAX;
   values_since = version;
+  held_examples = -1;
 }
 
 void ShardChunk::reset(const optim::Optimizer& optimizer) {
@@ -39,6 +40,7 @@ void ShardChunk::reset(const optim::Optimizer& optimizer) {
   worker_state.clear();
   previous_version = UINT64_MAX;
   values_since = 0;
+  held_examples = -1;
 }
 
 void ShardChunk::release_pulls() {

@@ -40,6 +40,10 @@ struct ShardChunk {
   uint64_t previous_version = UINT64_MAX;
   uint64_t values_since = 0;
   AlignedFloats scratch;  // summed gradient
+  // Clipping (sync): the step's examples while its summed gradient waits in `scratch` for a
+  // clip factor (ParameterShard::pull); -1 when none waits.
+  int64_t held_examples = -1;
+  double held_sum_squares = 0;  // of that gradient (what the held step's push replies carry)
   optim::OptimizerState optimizer_state;
   uint64_t version = 0;
   // Sync: by slice, the compression state (residual, warm-start factors) that slice pushed with

@@ -65,6 +65,10 @@ struct PushOutcome {
   uint64_t version = 0;  // the chunk's version when the reply is released
   bool applied = true;   // false: a late sync push that was dropped
   bool aborted = false;  // the shard was rolled back (recovery) before the push could apply
+  // Clipping (sync): the step is summed and held until a pull brings its clip factor; the summed
+  // gradient's sum of squares (nn/gradient_clipping.h).
+  bool held = false;
+  double sum_squares = 0;
 };
 
 struct ShardStats {

@@ -2,9 +2,18 @@
 // as soon as backward finishes it, and each reply brings the chunk's values back whole, so every
 // value is current after every step. Also what a worker does when the model allows nothing else.
 //
+// With gradient clipping (optimizer.clipnorm / global_clipnorm; DESIGN-NOTES "Gradient
+// clipping"), the replies bring each chunk's sum of squares instead of values (the servers hold
+// the summed step); once all are in, the worker computes every chunk's clip factor
+// (nn::clip_factors, the same on every worker) and pulls the values with it, which applies the
+// step: one more round trip per step.
+//
 // Thread rules and ownership: those of parameter_exchange.h.
 #pragma once
 
+#include <optional>
+
+#include "common/engine/optim/optimizer_spec.h"
 #include "worker/chunk_pushes.h"
 #include "worker/parameter_exchange.h"
 
@@ -12,9 +21,9 @@ namespace pstrain {
 
 class DenseExchange final : public ParameterExchange {
  public:
-  explicit DenseExchange(ServerChunks& servers);
+  explicit DenseExchange(ServerChunks& servers, std::optional<OptimizerSpec> clipping = std::nullopt);
 
-  std::string describe() const override { return ""; }
+  std::string describe() const override { return clipping_ ? ", gradient clipping (values pulled with the clip factors)" : ""; }
   const std::vector<bool>* factored_kernels() const override { return nullptr; }
   void begin_step(proto::Batch::Reader, kj::Maybe<proto::Batch::Reader>) override {}
   void gradients_ready(kj::WaitScope& wait_scope, const GradientSlice& slice, size_t final_from) override;
@@ -27,6 +36,7 @@ class DenseExchange final : public ParameterExchange {
  private:
   ServerChunks& servers_;
   ChunkPushes pushes_;  // of every chunk, whole
+  std::optional<OptimizerSpec> clipping_;  // its clipnorm or global_clipnorm
 };
 
 }  // namespace pstrain

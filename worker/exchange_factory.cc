@@ -11,7 +11,8 @@ namespace pstrain {
 
 std::unique_ptr<ParameterExchange> make_parameter_exchange(Exchange kind, int replicas, ServerChunks& servers,
                                                            nn::DataParallelModel<float>& model, const ModelSpec& spec,
-                                                           int first_kernel) {
+                                                           const OptimizerSpec& optimizer, int first_kernel) {
+  if (optimizer.clips()) return std::make_unique<DenseExchange>(servers, optimizer);
   InputSparsity sparsity(spec, model.layout(), servers.chunks());
   if (kind == Exchange::kDense || (kind == Exchange::kSparse && !sparsity.active())) {
     return std::make_unique<DenseExchange>(servers);

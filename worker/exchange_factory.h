@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "common/engine/model_spec.h"
+#include "common/engine/optim/optimizer_spec.h"
 #include "common/engine/nn/data_parallel_model.h"
 #include "worker/parameter_exchange.h"
 #include "worker/server_chunks.h"
@@ -18,8 +19,9 @@ namespace pstrain {
 // only with one compute replica (`replicas`) and for kernels where they pay (factor_plan.h), and
 // the forward on the servers only when the first layer's kernel (`first_kernel`: its layout
 // index when its rows are grouped by server, else -1) is pushed as factors and row-sparse.
+// With gradient clipping (`optimizer.clips()`), always the dense exchange, clipping.
 std::unique_ptr<ParameterExchange> make_parameter_exchange(Exchange kind, int replicas, ServerChunks& servers,
                                                            nn::DataParallelModel<float>& model, const ModelSpec& spec,
-                                                           int first_kernel);
+                                                           const OptimizerSpec& optimizer, int first_kernel);
 
 }  // namespace pstrain

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/engine/chunk_plan.h"
+#include "common/engine/nn/gradient_clipping.h"
 #include "common/engine/nn/moving_statistics.h"
 #include "common/data/dataset.h"
 #include "common/data/dataset_manifest.h"
@@ -197,6 +198,9 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
   nn::DataParallelModel<float> model(spec.model, batch, options.replicas, spec.loss);
   const ParamLayout& layout = model.layout();
   if (options.servers > 0) group_first_layer_by_server(model, plan_chunks(layout, options.servers), options.servers);
+  // Clipping's norms are summed as a cluster of `servers` servers (one when 0) holds the gradient.
+  const std::vector<ChunkInfo> clip_chunks =
+      spec.optimizer.clips() ? plan_chunks(layout, std::max<uint32_t>(options.servers, 1)) : std::vector<ChunkInfo>{};
   TrainingResult result;
   result.params.resize(layout.total_size());
   // Sparse tables' gradients are compact (sparse_rows.h): the flat gradient holds them only for
@@ -273,6 +277,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
                     " step " + std::to_string(step + 1));
       }
       nn::scale_and_regularize(layout, grads.data(), result.params.data(), n);
+      if (spec.optimizer.clips()) nn::clip_gradient(spec.optimizer, layout, clip_chunks, grads.data());
       moving_before.clear();
       for (const Moving& m : moving) {
         moving_before.insert(moving_before.end(), result.params.data() + m.offset, result.params.data() + m.offset + m.size);

@@ -45,6 +45,7 @@ ServerChunks::ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerP
       chunks_(chunks_where(chunks, /*pieces=*/false)),
       offsets_(chunk_offsets(chunks_, layout, server_addresses.size())),
       versions_(chunks_.size(), 0),
+      sum_squares_(chunks_.size(), 0.0),
       servers_(std::move(server_addresses), stop),
       compression_(chunks_, offsets_, layout) {
   // The dense tensors only: sparse tables come a step's rows at a time (session_tables.h).
@@ -90,6 +91,18 @@ void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bo
                              std::vector<uint64_t>& versions, std::optional<StateWanted> state) {
   into.resize(values_.size());
   versions.resize(chunks_.size());
+  servers_.wait(send_pulls(min_version, exact, into, versions, state, nullptr), wait_scope);
+  compression_.round_pulled(into);
+}
+
+kj::Promise<void> ServerChunks::pull_clipped(uint64_t version, const std::vector<float>& factors) {
+  KJ_REQUIRE(factors.size() == chunks_.size(), "one clip factor per chunk", factors.size(), chunks_.size());
+  return send_pulls(version, /*exact=*/false, next_values_, versions_, std::nullopt, &factors);
+}
+
+kj::Promise<void> ServerChunks::send_pulls(uint64_t min_version, bool exact, AlignedFloats& into,
+                                           std::vector<uint64_t>& versions, std::optional<StateWanted> state,
+                                           const std::vector<float>* clip_factors) {
   kj::Vector<kj::Promise<void>> replies;
   for (size_t k = 0; k < chunks_.size(); ++k) {
     auto request = servers_[chunks_[k].server].pullRequest();
@@ -101,11 +114,17 @@ void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bo
       request.setWithState(true);
       request.setStateOf(state->slice);
     }
+    if (clip_factors != nullptr) {
+      request.setClipped(true);
+      request.setClipFactor((*clip_factors)[k]);
+    }
     pass_.set_on(request);
-    replies.add(request.send().then([this, k, &into, &versions, exact, min_version, state](
+    const bool counted = clip_factors != nullptr;  // a step's values, as push replies' are
+    replies.add(request.send().then([this, k, &into, &versions, exact, min_version, state, counted](
                                         capnp::Response<proto::ParameterServer::PullResults>&& r) {
       const auto values = rpc::tensor_view(r.getValues(), chunks_[k].size, "pulled values");
       std::memcpy(into.data() + offsets_[k], values.data(), values.size_bytes());
+      if (counted) counts_.pulled_bytes += values.size_bytes();
       versions[k] = r.getVersion();
       KJ_REQUIRE(!exact || versions[k] == min_version, "server sent another version than the one asked for",
                  versions[k], min_version);
@@ -117,8 +136,7 @@ void ServerChunks::pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bo
       }
     }));
   }
-  servers_.wait(kj::joinPromises(replies.releaseAsArray()), wait_scope);
-  compression_.round_pulled(into);
+  return kj::joinPromises(replies.releaseAsArray());
 }
 
 kj::Promise<void> ServerChunks::push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
@@ -208,6 +226,11 @@ kj::Promise<void> ServerChunks::push_batch(uint32_t server, const std::vector<Ba
 
 void ServerChunks::take_reply(size_t k, proto::ParameterServer::PushResults::Reader r,
                               const InputSparsity::Ranges& wanted) {
+  if (r.getHeld()) {  // clipping: the values come with the pull that brings the factor (pull_clipped)
+    sum_squares_[k] = r.getSumSquares();
+    counts_.count_reply(r.getApplied());
+    return;
+  }
   float* into = next_values(k);
   const auto reply = r.getValues();
   KJ_REQUIRE(reply.isParts() == wanted.has_value(), "reply carries other values than asked for (whole or ranges)");

@@ -93,6 +93,11 @@ class ServerChunks {
   // servers hold the one wanted (a restored backup's); chunks without one start from a zero
   // residual and the initial Q.
   void pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<StateWanted> state = std::nullopt);
+  // Clipping (sync): every chunk's values at `version` into next_values(), each pull bringing
+  // its chunk's clip factor (factors[k] for chunk k), which applies the held step.
+  kj::Promise<void> pull_clipped(uint64_t version, const std::vector<float>& factors);
+  // Clipping: by chunk, the sum of squares the step's push replies carried (PushResults.held).
+  const std::vector<double>& sum_squares() const { return sum_squares_; }
   // Async, pausing for a cut (no push of this worker in flight): puts this worker's compression
   // state of every chunk on its server (putState), tagged with `position` (its steps done), for
   // the cut's backup.
@@ -130,6 +135,9 @@ class ServerChunks {
   // `into`; their versions into `versions`.
   void pull_into(kj::WaitScope& wait_scope, uint64_t min_version, bool exact, AlignedFloats& into,
                  std::vector<uint64_t>& versions, std::optional<StateWanted> state = std::nullopt);
+  // pull_into's requests, and pull_clipped's when `clip_factors` is given.
+  kj::Promise<void> send_pulls(uint64_t min_version, bool exact, AlignedFloats& into, std::vector<uint64_t>& versions,
+                               std::optional<StateWanted> state, const std::vector<float>* clip_factors);
   kj::Promise<void> send_push(size_t k, const GradientSlice& slice, const InputSparsity::Ranges& ranges,
                               bool take_values, const InputSparsity::Ranges& want);
   // Chunk k's push of `slice` into `request` (encoded with the compression, with this worker's
@@ -147,6 +155,7 @@ class ServerChunks {
   std::vector<ChunkInfo> chunks_;
   std::vector<size_t> offsets_;
   std::vector<uint64_t> versions_;  // per chunk
+  std::vector<double> sum_squares_;  // per chunk (clipping)
   ServerConnections servers_;
   AlignedFloats values_, next_values_;
   AlignedFloats exact_values_;  // pull_exact's

@@ -14,6 +14,7 @@
 
 #include "common/data/training_spec.h"
 #include "common/engine/model_spec.h"
+#include "common/engine/optim/optimizer_spec.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 #include "worker/stoppable_wait.h"
 #include "worker/store_stream.h"
@@ -28,6 +29,7 @@ struct SessionSpec {
   LossSpec loss;
   TrainingSpec training;
   BackupSpec backup;
+  OptimizerSpec optimizer;  // the servers apply it; the worker reads its gradient clipping
 };
 
 // The assignment's facts, fixed for the session's life.

@@ -32,7 +32,7 @@ int64_t batch_per_worker(const SessionSpec& spec, uint32_t workers) {
 SessionSpec session_spec(const std::string& spec_json) {
   JobSpec spec = parse_accepted_job_spec(spec_json);
   return SessionSpec{std::move(spec.dataset), std::move(spec.model), std::move(spec.loss), std::move(spec.training),
-                     spec.backup};
+                     spec.backup, std::move(spec.optimizer)};
 }
 
 }  // namespace
@@ -91,7 +91,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
   }
   // Sparse tables travel by their rows (session_tables.h); the dense tensors then whole.
   exchange_ = make_parameter_exchange(compressed || tables ? Exchange::kDense : options.exchange, options.replicas,
-                                      servers_, *model_, spec.model, first_kernel);
+                                      servers_, *model_, spec.model, spec.optimizer, first_kernel);
   if (tables) {
     tables_ = std::make_unique<SessionTables>(*model_, servers_.table_pieces(),
                                               TableClient::Caller{facts_.job_id, servers_.pass(), facts_.generation},

@@ -168,6 +168,11 @@ OptimizerSpec read_optimizer(const json::value& v) {
       break;
   }
   o.weight_decay = r.number("weight_decay", 0.0, 1.0, false, o.type == OptimizerType::kAdamW ? 0.004f : 0.0f);
+  o.clipnorm = r.number("clipnorm", 0.0, 1e30, true, 0.0f);
+  o.global_clipnorm = r.number("global_clipnorm", 0.0, 1e30, true, 0.0f);
+  if (o.clipnorm > 0.0f && o.global_clipnorm > 0.0f) {
+    throw SpecError("/optimizer/global_clipnorm", "clipnorm and global_clipnorm cannot both be set (Keras' rule)");
+  }
   if (const json::value* u = r.optional("sparse_updates")) {
     o.sparse_updates = read_enum<OptimizerSpec::SparseUpdates>(
         *u, "/optimizer/sparse_updates",
@@ -402,6 +407,23 @@ void resolve_ghost_batches(JobSpec& spec) {
   }
 }
 
+// Clipping needs the step's whole gradient before any server applies it: built for sync jobs
+// whose tensors travel whole (docs/DESIGN-NOTES.md "Gradient clipping").
+void check_gradient_clipping(const JobSpec& spec) {
+  if (!spec.optimizer.clips()) return;
+  const std::string field = spec.optimizer.clipnorm > 0.0f ? "/optimizer/clipnorm" : "/optimizer/global_clipnorm";
+  if (spec.training.mode == TrainingMode::kAsync) throw SpecError(field, "applies to sync training only (not built for async)");
+  if (spec.training.backup_workers > 0) throw SpecError(field, "cannot be combined with /training/backup_workers");
+  if (spec.training.compression.kind != CompressionKind::kNone) {
+    throw SpecError(field, "cannot be combined with /training/compression");
+  }
+  for (size_t i = 0; i < spec.model.layers.size(); ++i) {
+    if (spec.model.layers[i].type == LayerType::kEmbedding && spec.model.layers[i].sparse) {
+      throw SpecError(field, "cannot be combined with a sparse embedding table (layer " + std::to_string(i) + ")");
+    }
+  }
+}
+
 }  // namespace
 
 const char* on_divergence_name(OnDivergence action) { return action == OnDivergence::kWarn ? "warn" : "fail"; }
@@ -437,6 +459,7 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
       }
     }
   }
+  check_gradient_clipping(spec);
   if (spec.training.class_weight.kind == ClassWeightSpec::Kind::kList) spec.loss.class_weights = spec.training.class_weight.list;
   resolve_ghost_batches(spec);
   resolve_early_stopping(spec);
@@ -505,6 +528,8 @@ std::string job_spec_to_json(const JobSpec& spec) {
     optimizer["weight_decay"] = spec.optimizer.weight_decay;
   }
   if (spec.optimizer.sparse_updates == OptimizerSpec::SparseUpdates::kDense) optimizer["sparse_updates"] = "dense";
+  if (spec.optimizer.clipnorm > 0.0f) optimizer["clipnorm"] = spec.optimizer.clipnorm;
+  if (spec.optimizer.global_clipnorm > 0.0f) optimizer["global_clipnorm"] = spec.optimizer.global_clipnorm;
   const auto& t = spec.training;
   json::object training{{"mode", training_mode_name(t.mode)},
                         {"global_batch_size", t.global_batch_size},

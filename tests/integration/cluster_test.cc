@@ -6,8 +6,10 @@
 #include <cmath>
 #include <functional>
 #include <regex>
+#include <set>
 
 #include "common/engine/chunk_plan.h"
+#include "common/engine/model_spec.h"
 #include "common/data/job_spec.h"
 #include "common/rpc/rpc_util.h"
 #include "tests/integration/cluster.h"
@@ -129,6 +131,41 @@ TEST_CASE("sync Adam MLP with factored pushes (64 examples per worker) equals th
         });
     MESSAGE(std::string(exchange) << ": max abs difference " << diff);
     CHECK(diff <= 1e-4);
+  }
+}
+
+TEST_CASE("sync with global_clipnorm or clipnorm on 2 servers and 2 workers equals the standalone trainer bit for bit, and clipping changes the steps") {
+  // The MLP's kernels are striped over both servers, so the norms add chunks of both; every step's
+  // gradient norm is above these limits (the unclipped run ends elsewhere).
+  JobSpec spec = parse_job_spec(mlp_spec(TrainingMode::kSync, 256, 1, 2, 2));
+  const std::vector<ChunkInfo> chunks = plan_chunks(make_param_layout(spec.model), 2);
+  std::set<uint32_t> servers_of_first_kernel;
+  for (const ChunkInfo& c : chunks) {
+    if (c.param == 0) servers_of_first_kernel.insert(c.server);
+  }
+  CHECK(servers_of_first_kernel.size() == 2);
+  for (const bool global : {true, false}) {
+    CAPTURE(global);
+    spec.optimizer = OptimizerSpec{};
+    spec.optimizer.type = global ? OptimizerType::kSgd : OptimizerType::kAdam;
+    spec.optimizer.learning_rate = global ? 0.1f : 0.001f;
+    (global ? spec.optimizer.global_clipnorm : spec.optimizer.clipnorm) = 0.05f;
+    const double diff = distributed_vs_standalone(job_spec_to_json(spec), 2, 20);
+    MESSAGE(std::string(global ? "global_clipnorm" : "clipnorm") << ": max abs difference from the standalone trainer " << diff);
+    CHECK(diff == 0);
+    LocalTrainerOptions options;
+    options.data_dir = testing::data_dir();
+    options.replicas = 2;
+    options.servers = 2;
+    const TrainingResult clipped = train_locally(spec, options);
+    spec.optimizer.clipnorm = spec.optimizer.global_clipnorm = 0.0f;
+    const TrainingResult unclipped = train_locally(spec, options);
+    double moved = 0;
+    for (size_t i = 0; i < clipped.params.size(); ++i) {
+      moved = std::max(moved, static_cast<double>(std::abs(clipped.params[i] - unclipped.params[i])));
+    }
+    MESSAGE("clipped against unclipped: max abs difference " << moved);
+    CHECK(moved > 1e-3);
   }
 }
 

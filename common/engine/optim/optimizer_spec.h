@@ -47,6 +47,12 @@ struct OptimizerSpec {
   // Decoupled weight decay (Keras 3's `weight_decay`, every optimizer; adamw's default 0.004):
   // w -= w * weight_decay * lr before the update.
   float weight_decay = 0.0f;
+  // Keras' gradient clipping, at most one of the two (0: off; nn/gradient_clipping.h): clipnorm
+  // scales each tensor's gradient down to this L2 norm, global_clipnorm the whole model's. The
+  // gradient clipped is the step's (summed over workers, divided by the examples, L2 added).
+  float clipnorm = 0.0f;
+  float global_clipnorm = 0.0f;
+  bool clips() const { return clipnorm > 0.0f || global_clipnorm > 0.0f; }
   // How sparse embedding tables (docs/DESIGN-NOTES.md "Sparse models") are updated. kLazy (the
   // default): only the rows a step touched, their slots and weight decay included, with the
   // table's step count (TF's LazyAdam, PyTorch's SparseAdam). kDense: every row every step, as

@@ -88,8 +88,12 @@ interface ParameterServer {
   # withState: also the compression state (PushParams.workerState) that slice `stateOf` pushed
   # for the chunk's current version, if the chunk holds one (after a restore, the backup's);
   # otherwise workerState is empty.
+  # clipped (optimizer.clipnorm / global_clipnorm, sync): the chunk's step is summed and held
+  # (PushResults.held); this pull applies it with its gradient multiplied by clipFactor, and
+  # waits for the new version (DESIGN-NOTES "Gradient clipping"). A pull without it waits for
+  # another worker's.
   pull @1 (jobId :Text, key :UInt32, minVersion :UInt64, exact :Bool, node :UInt32, token :Data,
-           withState :Bool, stateOf :UInt32)
+           withState :Bool, stateOf :UInt32, clipped :Bool, clipFactor :Float32)
       -> (version :UInt64, values :Tensor, workerState :Data);
 
   # A worker's gradient of the summed loss for one chunk.
@@ -183,6 +187,11 @@ interface ParameterServer {
     # is marked before the replies of the step two ahead of it go (SyncCut), so every worker
     # learns of it in time.
     cutAt @5 :UInt64;
+    # optimizer.clipnorm / global_clipnorm (sync): the step is summed but not applied; no values
+    # come back. sumSquares is the summed, scaled, regularised gradient's sum of squares (float64,
+    # element order; 0 for a moving statistic). The worker pulls with the clip factor (pull).
+    held @7 :Bool;
+    sumSquares @8 :Float64;
   }
   push @2 PushParams -> PushResults;
 
