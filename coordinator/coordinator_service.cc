@@ -172,6 +172,15 @@ kj::Promise<void> CoordinatorService::watch(WatchContext context) {
   });
 }
 
+kj::Promise<void> CoordinatorService::learningRateScale(LearningRateScaleContext context) {
+  const auto params = context.getParams();
+  JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));
+  KJ_REQUIRE(job != nullptr, "unknown job", params.getJobId());
+  return job->learning_rate_scale(params.getEpoch()).then([context](float scale) mutable {
+    context.getResults().setScale(scale);
+  });
+}
+
 kj::Promise<void> CoordinatorService::storeReplica(StoreReplicaContext context) {
   const auto params = context.getParams();
   JobRunner* job = jobs_.find(rpc::to_string(params.getJobId()));

@@ -35,6 +35,7 @@ class CoordinatorService final : public proto::Coordinator::Server {
   kj::Promise<void> preempted(PreemptedContext context) override;
   kj::Promise<void> watch(WatchContext context) override;
   kj::Promise<void> paused(PausedContext context) override;
+  kj::Promise<void> learningRateScale(LearningRateScaleContext context) override;
   kj::Promise<void> storeReplica(StoreReplicaContext context) override;
 
  private:

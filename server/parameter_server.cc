@@ -365,6 +365,9 @@ void ParameterServerImpl::read_push_header(const Params& params, PushRequest& re
   request.worker = params.getWorker();
   request.examples = params.getExamples();
   request.generation = params.getGeneration();
+  KJ_REQUIRE(std::isfinite(params.getLrScale()) && params.getLrScale() > 0.0f && params.getLrScale() <= 1.0f,
+             "lrScale must be in (0, 1]", params.getLrScale());
+  request.lr_scale = params.getLrScale();
 }
 
 // pushFactors (factored_push.cc) reads its header like push.

@@ -141,6 +141,15 @@ void ParameterShard::push_sync(SyncBarrier& barrier, ShardChunk& chunk, const Pu
   apply_ready_sync_steps(chunk);
 }
 
+namespace {
+
+// A sync step's learning-rate multiplier: its pushes carry the same one (reduce_on_plateau).
+float lr_scale_of(const SyncBarrier::Step& step) {
+  return step.counted.empty() ? 1.0f : step.counted.front()->request.lr_scale;
+}
+
+}  // namespace
+
 void ParameterShard::apply_ready_sync_steps_everywhere() {
   for (auto& [key, chunk] : chunks_) apply_ready_sync_steps(chunk);
 }
@@ -154,13 +163,13 @@ void ParameterShard::apply_ready_sync_steps(ShardChunk& chunk) {
     if (chunk.info.is_table_piece()) {
       std::vector<const PushRequest*> pushes;
       for (const SyncBarrier::Pending* push : step->counted) pushes.push_back(&push->request);
-      apply_table_update(chunk, pushes, step->examples, 1.0f);
+      apply_table_update(chunk, pushes, step->examples, lr_scale_of(*step));
     } else if (clips_) {
       return hold_sync_step(chunk, *step);
     } else {
       if (step->examples > 0) {
         reduce_step(chunk, *step);
-        chunk.step(*optimizer_, std::span<const float>(chunk.scratch.data(), chunk.info.size));
+        chunk.step(*optimizer_, std::span<const float>(chunk.scratch.data(), chunk.info.size), lr_scale_of(*step));
       }
       ++chunk.version;
     }
@@ -185,6 +194,7 @@ void ParameterShard::hold_sync_step(ShardChunk& chunk, SyncBarrier::Step& step) 
   }
   chunk.held_examples = step.examples;
   chunk.held_sum_squares = sum_squares;
+  chunk.held_lr_scale = lr_scale_of(step);
   stats_.pushes_applied += step.pushes.size();
   for (auto& p : step.pushes) p.done({chunk.version, true, false, true, sum_squares});
 }
@@ -192,7 +202,7 @@ void ParameterShard::hold_sync_step(ShardChunk& chunk, SyncBarrier::Step& step) 
 void ParameterShard::apply_held_step(ShardChunk& chunk, float clip_factor) {
   if (chunk.held_examples > 0) {
     if (chunk.moving_momentum < 0) nn::scale_gradient(chunk.scratch.data(), chunk.info.size, clip_factor);
-    chunk.step(*optimizer_, std::span<const float>(chunk.scratch.data(), chunk.info.size));
+    chunk.step(*optimizer_, std::span<const float>(chunk.scratch.data(), chunk.info.size), chunk.held_lr_scale);
   }
   chunk.held_examples = -1;
   ++chunk.version;

@@ -44,6 +44,7 @@ struct ShardChunk {
   // clip factor (ParameterShard::pull); -1 when none waits.
   int64_t held_examples = -1;
   double held_sum_squares = 0;  // of that gradient (what the held step's push replies carry)
+  float held_lr_scale = 1.0f;   // the held step's learning-rate multiplier (PushRequest::lr_scale)
   optim::OptimizerState optimizer_state;
   uint64_t version = 0;
   // Sync: by slice, the compression state (residual, warm-start factors) that slice pushed with

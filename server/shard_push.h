@@ -59,6 +59,9 @@ struct PushRequest {
   // Sync: the pushing worker's compression state after this push (PushParams.workerState), kept
   // as the slice's state of the version the step makes (worker_state()); empty: none.
   std::span<const float> worker_state;
+  // Sync: the learning rate's multiplier in the step's epoch (spec reduce_on_plateau), the same in
+  // every push of a step; the step applies its first counted push's.
+  float lr_scale = 1.0f;
 };
 
 struct PushOutcome {

@@ -11,6 +11,7 @@
 #include "common/data/dataset_manifest.h"
 #include "common/data/gather_ahead.h"
 #include "common/data/table_split.h"
+#include "common/data/reduce_on_plateau.h"
 #include "common/data/validation_split.h"
 #include "common/data/windowed_order.h"
 #include "common/base/error.h"
@@ -135,6 +136,14 @@ std::optional<double> epoch_figure(const EpochReport& r, const std::string& name
 }
 
 namespace {
+
+// The learning-rate scale of the epoch after this run's epochs (spec reduce_on_plateau; 1 without).
+float epoch_lr_scale(const JobSpec& spec, const TrainingResult& result) {
+  if (!spec.reduce_on_plateau.enabled) return 1.0f;
+  std::vector<std::optional<double>> values;
+  for (const EpochReport& r : result.epochs) values.push_back(epoch_figure(r, spec.reduce_on_plateau.monitor));
+  return plateau_lr_scales(spec.reduce_on_plateau, spec.optimizer.learning_rate, values).back();
+}
 
 // Early stopping (spec early_stopping) after an epoch of this run: the rule over its epochs; keeps
 // the best epoch's parameters for restore_best; true when it says stop. At the end of the run,
@@ -262,6 +271,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
     };
     int64_t step = global_step - epoch * steps_per_epoch;
     if (step < steps_per_epoch && global_step < end_step) reader.start(step_ids(step));
+    const float lr_scale = epoch_lr_scale(spec, result);
     for (; step < steps_per_epoch && global_step < end_step; ++step) {
       const auto step_start = Clock::now();
       const GatherAhead::Batch b = reader.take();
@@ -283,7 +293,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
         moving_before.insert(moving_before.end(), result.params.data() + m.offset, result.params.data() + m.offset + m.size);
       }
       if (sparse.empty()) {
-        optimizer->apply(result.params, grads, state);
+        optimizer->apply(result.params, grads, state, result.params, lr_scale);
       } else {
         table_rows.clear();
         for (size_t t = 0; t < sparse.tables().size(); ++t) {
@@ -293,7 +303,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
           table_rows.push_back({p.offset, p.size, static_cast<size_t>(p.shape[1]), sparse.ids(t), g});
         }
         if (lazy) {
-          optimizer->apply_with_tables(result.params, layout.dense_size(), grads, table_rows, state);
+          optimizer->apply_with_tables(result.params, layout.dense_size(), grads, table_rows, state, lr_scale);
         } else {  // every row every step: the rows' gradients scattered into zeros
           for (const optim::Optimizer::TableRows& t : table_rows) {
             std::fill_n(grads.data() + t.offset, t.size, 0.0f);
@@ -301,7 +311,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
               std::copy_n(t.grads.data() + k * t.dim, t.dim, grads.data() + t.offset + size_t{t.rows[k]} * t.dim);
             }
           }
-          optimizer->apply(result.params, grads, state);
+          optimizer->apply(result.params, grads, state, result.params, lr_scale);
         }
       }
       for (size_t k = 0, at = 0; k < moving.size(); at += moving[k].size, ++k) {
@@ -331,6 +341,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
     report.train_accuracy = static_cast<double>(correct) / seen;
     report.samples_per_second = seen / train_seconds;
     report.seconds = train_seconds;
+    report.lr_scale = lr_scale;
     const Evaluation eval = evaluate(model, test, result.params.data());
     report.test_loss = eval.loss;
     report.test_accuracy = eval.accuracy;

@@ -42,6 +42,7 @@ struct EpochReport {
   std::optional<double> test_top5_accuracy, test_auc;
   double samples_per_second = 0;  // training steps only, evaluation excluded
   double seconds = 0;
+  float lr_scale = 1.0f;  // the learning rate's multiplier in this epoch (spec reduce_on_plateau)
   // The validation hold-out's figures (training.validation_fraction), as the test split's.
   struct Validation {
     double loss = 0, accuracy = 0;

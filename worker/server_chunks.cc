@@ -165,6 +165,7 @@ void ServerChunks::fill_push(size_t k, proto::ParameterServer::PushParams::Build
   request.setExamples(slice.examples);
   request.setBaseVersion(versions_[k]);
   request.setGeneration(generation_);
+  request.setLrScale(slice.lr_scale);
   // Zero-copy: the message points into the gradient buffer, which stays untouched until every
   // reply is in (a reply implies its request was fully sent).
   if (ranges) {
@@ -274,6 +275,7 @@ ServerChunks::PushFactorsRequest ServerChunks::factors_request(uint32_t server, 
   pass_.set_on(request);
   request.setExamples(slice.examples);
   request.setGeneration(generation_);
+  request.setLrScale(slice.lr_scale);
   return request;
 }
 

@@ -38,6 +38,7 @@ struct GradientSlice {
   uint32_t slice = 0, slice_count = 1;  // whose slice of the step (the push's `worker` too)
   uint32_t examples = 0;
   const float* gradient = nullptr;      // the flat gradient, in the parameter layout
+  float lr_scale = 1.0f;                // sync, reduce_on_plateau: the step's epoch's (PushParams.lrScale)
 };
 
 // Counters for the log and the progress reports: payload bytes of gradients, factors and states

@@ -30,6 +30,7 @@ struct SessionSpec {
   TrainingSpec training;
   BackupSpec backup;
   OptimizerSpec optimizer;  // the servers apply it; the worker reads its gradient clipping
+  bool reduce_on_plateau = false;  // each epoch's learning-rate multiplier comes from the coordinator
 };
 
 // The assignment's facts, fixed for the session's life.

@@ -119,7 +119,7 @@ kj::Promise<void> SessionOrders::compute_extras(kj::WaitScope& wait_scope, uint6
       std::fill(grads.begin(), grads.end(), 0.0f);
       if (tables_ != nullptr) fetch_rows(wait_scope, SessionTables::kExtra + i, 0, global_step);
     }
-    const GradientSlice slice{global_step, extra_slices_[i], facts_.worker_count, n, grads.data()};
+    const GradientSlice slice{global_step, extra_slices_[i], facts_.worker_count, n, grads.data(), lr_scale_};
     pushes.add(servers_.push_without_values(slice));
     if (tables_ != nullptr) pushes.add(tables_->push(SessionTables::kExtra + i, slice));
   }
@@ -186,7 +186,7 @@ kj::Promise<void> SessionOrders::take_over(kj::WaitScope& wait_scope) {
                     << e.getDescription().cStr();
     return kj::READY_NOW;
   }
-  const GradientSlice slice{order.step, order.slice, order.slice_count, examples, takeover_grads_.data()};
+  const GradientSlice slice{order.step, order.slice, order.slice_count, examples, takeover_grads_.data(), lr_scale_};
   if (tables_ == nullptr) return servers_.push_without_values(slice);
   auto pushes = kj::heapArrayBuilder<kj::Promise<void>>(2);
   pushes.add(servers_.push_without_values(slice));

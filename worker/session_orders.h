@@ -49,6 +49,9 @@ class SessionOrders {
 
   // Sync: the slices of lost workers this worker computes every step besides its own.
   const std::vector<uint32_t>& extra_slices() const { return extra_slices_; }
+  // reduce_on_plateau: the learning-rate multiplier of the epoch being trained, pushed with the
+  // extra slices' and taken-over slices' gradients as with this worker's own.
+  void set_lr_scale(float scale) { lr_scale_ = scale; }
   // Computes this step's extra slices on the step's values, from `readers` (one per extra slice),
   // and pushes each in its slice's name; adds their loss, correct answers and examples to
   // `totals`. Returns the pushes' replies.
@@ -87,6 +90,7 @@ class SessionOrders {
   // Sync extra slices: their indices, gradients (one per slice); and one batch's inputs, targets
   // and examples' indices at a time (an extra slice's, or a takeover's).
   std::vector<uint32_t> extra_slices_;
+  float lr_scale_ = 1.0f;
   std::vector<AlignedFloats> extra_grads_;
   AlignedFloats extra_inputs_;
   std::vector<float> extra_labels_;

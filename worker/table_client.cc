@@ -99,6 +99,7 @@ void TableClient::fill_push(size_t t, size_t p, const GradientSlice& slice,
   request.setExamples(slice.examples);
   request.setBaseVersion(piece.version);
   request.setGeneration(caller_.generation);
+  request.setLrScale(slice.lr_scale);
   auto table = request.getGradient().initTableRows();
   set_rows(table.initRows(static_cast<unsigned>(piece.rows.size())), piece.rows);
   if (!piece.grads.empty()) {  // (no rows: no values, not a null pointer's)

@@ -227,7 +227,8 @@ int main(int argc, char** argv) {
             "      inside each matrix product).");
   flags.add("servers", "", "0",
             "Compute the first dense layer as the workers of a cluster with this many parameter servers do (summed "
-            "per server's kernel rows), to compare with a sync cluster bit for bit; 0: one product.");
+            "per server's kernel rows), and sum gradient clipping's norms over their chunks, to compare with a sync "
+            "cluster bit for bit; 0: one product, one server's chunks.");
   flags.add("max-steps", "", "-1", "Stop after this many steps (-1: train every epoch).");
   flags.add("save-params", "", "", "Write the final parameters here (raw little-endian float32).");
   flags.add("init-from", "", "",

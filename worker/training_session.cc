@@ -32,7 +32,7 @@ int64_t batch_per_worker(const SessionSpec& spec, uint32_t workers) {
 SessionSpec session_spec(const std::string& spec_json) {
   JobSpec spec = parse_accepted_job_spec(spec_json);
   return SessionSpec{std::move(spec.dataset), std::move(spec.model), std::move(spec.loss), std::move(spec.training),
-                     spec.backup, std::move(spec.optimizer)};
+                     spec.backup, std::move(spec.optimizer), spec.reduce_on_plateau.enabled};
 }
 
 }  // namespace
@@ -149,6 +149,21 @@ void TrainingSession::open_stores(proto::StoredShards::Reader train, proto::Stor
   }
 }
 
+float TrainingSession::epoch_lr_scale(kj::WaitScope& wait_scope, uint32_t epoch) {
+  if (epoch == 0) return 1.0f;
+  auto request = facts_.coordinator.learningRateScaleRequest();
+  request.setNodeId(facts_.node_id);
+  request.setJobId(facts_.job_id);
+  request.setEpoch(epoch);
+  const float scale = waits_.wait(wait_scope, request.send().then([](auto&& r) { return r.getScale(); }));
+  KJ_REQUIRE(std::isfinite(scale) && scale > 0.0f && scale <= 1.0f, "the coordinator sent a learning-rate scale out of (0, 1]", scale);
+  if (scale != 1.0f) {
+    PSLOG(kInfo) << "job " << facts_.job_id << ": epoch " << epoch + 1 << " trains with the learning rate times " << scale
+                 << " (reduce_on_plateau)";
+  }
+  return scale;
+}
+
 void TrainingSession::evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate) {
   evaluate_split(wait_scope, proto::Split::TEST, epoch, train_rate);
   if (facts_.spec.training.validation_fraction > 0) evaluate_split(wait_scope, proto::Split::VALIDATION, epoch, train_rate);
@@ -209,6 +224,8 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       extra_readers.push_back(std::make_unique<ShardReader>(facts_.open_shard(proto::Split::TRAIN, epoch, first_step, s)));
     }
 
+    const float lr_scale = sync && spec.reduce_on_plateau ? epoch_lr_scale(wait_scope, epoch) : 1.0f;
+    orders_->set_lr_scale(lr_scale);
     double loss = 0, epoch_seconds = 0;
     uint64_t correct = 0, examples = 0, epoch_examples = 0;
     auto window_start = Clock::now();
@@ -226,7 +243,7 @@ bool TrainingSession::run(kj::WaitScope& wait_scope, const std::function<bool()>
       const uint32_t n = batch.getSize();
       KJ_REQUIRE(n <= model_->max_batch(), "batch larger than the model's batch", n);
       const GradientSlice mine{sync ? epoch * steps_per_epoch + step : steps_done_, facts_.worker_index, facts_.worker_count, n,
-                               grads_.data()};
+                               grads_.data(), lr_scale};
       // The next step's batch if it is here already; none after the epoch's last step, where
       // an evaluation follows.
       kj::Maybe<proto::Batch::Reader> known_next = nullptr;

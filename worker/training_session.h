@@ -74,6 +74,9 @@ class TrainingSession {
   // The test split's slices (the worker's own and its extras), reported as one EVALUATION report,
   // then the validation split's (if any) as a VALIDATION report.
   void evaluate(kj::WaitScope& wait_scope, uint32_t epoch, double train_rate);
+  // reduce_on_plateau: epoch `epoch`'s learning-rate multiplier from the coordinator (waits until
+  // the epoch before is recorded).
+  float epoch_lr_scale(kj::WaitScope& wait_scope, uint32_t epoch);
   void evaluate_split(kj::WaitScope& wait_scope, proto::Split split, uint32_t epoch, double train_rate);
 
   // What every batch must hold for the model (decode_batch checks it).

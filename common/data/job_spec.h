@@ -13,6 +13,7 @@
 
 #include "common/data/class_weight.h"
 #include "common/data/early_stopping.h"
+#include "common/data/reduce_on_plateau.h"
 #include "common/data/preprocessing.h"
 #include "common/data/training_spec.h"
 #include "common/engine/model_spec.h"
@@ -60,6 +61,8 @@ struct JobSpec {
   // Spec `early_stopping` (early_stopping.h): sync training only; the job backs up at every
   // epoch end and keeps the checkpoints the rule may still need.
   EarlyStoppingSpec early_stopping;
+  // Spec `reduce_on_plateau` (reduce_on_plateau.h): sync training, a constant learning rate.
+  ReduceOnPlateauSpec reduce_on_plateau;
   // Spec `preprocessing` (preprocessing.h): how a table's columns become features. A table
   // dataset is always preprocessed (the defaults when the spec has no section); another dataset
   // with this section is refused at submit.

@@ -1,5 +1,6 @@
 // A job spec against its dataset (job_spec.h check_spec_against_dataset): the input shape, the
-// loss against the labels or targets, the output layer's width, early stopping's monitor and the
+// loss against the labels or targets, the output layer's width, early stopping's and the plateau
+// rule's monitors and the
 // class weights, each a SpecError naming the field.
 #include <boost/json.hpp>
 
@@ -23,25 +24,24 @@ std::string describe_examples(const Shape& shape) {
   return std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + "x" + std::to_string(shape[2]) + " images";
 }
 
-// The early stopping's monitor must be a figure the job's epochs have.
-void check_monitor(const JobSpec& spec, uint32_t num_classes, uint32_t target_width) {
-  const EarlyStoppingSpec& e = spec.early_stopping;
-  if (!e.enabled) return;
+// Early stopping's or the plateau rule's monitor (`field`) must be a figure the job's epochs have.
+void check_monitor(const JobSpec& spec, const std::string& monitor, const std::string& field, uint32_t num_classes,
+                   uint32_t target_width) {
   const bool regression = is_regression(spec.loss);
   const bool binary = spec.loss.type == LossType::kBinaryCrossEntropy;
   // val_* figures are those of test_* on the held-out part.
-  const std::string m = e.monitor.starts_with("val_") ? "test_" + e.monitor.substr(4) : e.monitor;
+  const std::string m = monitor.starts_with("val_") ? "test_" + monitor.substr(4) : monitor;
   std::string why;
   if (regression && (m.find("accuracy") != std::string::npos || m == "test_auc")) {
-    why = "a regression job's epochs have no " + e.monitor + " (they have mae, rmse and r2 figures)";
+    why = "a regression job's epochs have no " + monitor + " (they have mae, rmse and r2 figures)";
   } else if (!regression && (m == "test_mae" || m == "test_rmse" || m == "test_r2")) {
-    why = e.monitor + " is a regression figure; this job's loss is " + loss_type_name(spec.loss.type);
+    why = monitor + " is a regression figure; this job's loss is " + loss_type_name(spec.loss.type);
   } else if (m == "test_auc" && !binary) {
-    why = e.monitor + " is a binary_cross_entropy job's figure";
+    why = monitor + " is a binary_cross_entropy job's figure";
   } else if (m == "test_top5_accuracy" && (binary || target_width > 0 || num_classes <= 5)) {
-    why = e.monitor + " needs more than 5 classes";
+    why = monitor + " needs more than 5 classes";
   }
-  if (!why.empty()) throw SpecError("/early_stopping/monitor", why);
+  if (!why.empty()) throw SpecError(field, why);
 }
 
 // The checks of check_spec_against_dataset; `example_shape` empty skips the input shape's.
@@ -54,7 +54,12 @@ void check_against(const JobSpec& spec, const std::string& dataset, const Shape&
     throw SpecError("/model/input_shape", shape_string(input) + " does not match " + dataset + "'s " +
                                               describe_examples(example_shape));
   }
-  check_monitor(spec, num_classes, target_width);
+  if (spec.early_stopping.enabled) {
+    check_monitor(spec, spec.early_stopping.monitor, "/early_stopping/monitor", num_classes, target_width);
+  }
+  if (spec.reduce_on_plateau.enabled) {
+    check_monitor(spec, spec.reduce_on_plateau.monitor, "/reduce_on_plateau/monitor", num_classes, target_width);
+  }
   const Shape& out = shapes.back();
   const std::string last = "/model/layers/" + std::to_string(spec.model.layers.size() - 1);
   const bool multi_label = spec.loss.type == LossType::kBinaryCrossEntropy && target_width > 0;

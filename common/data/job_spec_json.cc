@@ -277,28 +277,6 @@ BackupSpec read_backup(const json::value& v) {
   return b;
 }
 
-// Early stopping needs a checkpoint at every epoch end (the model it ends with is one): backups
-// at epoch ends unless the spec says otherwise, and not otherwise.
-void resolve_early_stopping(JobSpec& spec) {
-  EarlyStoppingSpec& e = spec.early_stopping;
-  if (e.monitor.empty()) e.monitor = spec.training.validation_fraction > 0 ? "val_loss" : "test_loss";
-  if (e.mode_auto) e.maximize = metric_is_maximized(e.monitor);
-  if (!e.enabled) return;
-  if (e.monitor.starts_with("val_") && spec.training.validation_fraction <= 0) {
-    throw SpecError("/early_stopping/monitor", e.monitor + " needs a validation hold-out: /training/validation_fraction");
-  }
-  if (spec.training.mode != TrainingMode::kSync) {
-    throw SpecError("/early_stopping", "applies to sync training (an async job's epochs do not end at one step)");
-  }
-  if (spec.backup.frequency == BackupSpec::Frequency::kSteps) {
-    throw SpecError("/backup/save_freq", "must be \"epoch\" with early_stopping (its model is an epoch end's checkpoint)");
-  }
-  if (spec.checkpoint.keep == 0) {
-    throw SpecError("/checkpoint/keep", "must be at least 1 with early_stopping (its model is an epoch end's checkpoint)");
-  }
-  spec.backup.frequency = BackupSpec::Frequency::kEpoch;
-}
-
 CheckpointSpec read_checkpoint(const json::value& v) {
   ObjectReader r(v, "/checkpoint");
   CheckpointSpec c;
@@ -381,51 +359,6 @@ const char* async_lr_name(AsyncLr lr) {
   }
   return "staleness";
 }
-namespace {
-
-// batch_norm's ghost batches (common/engine/nn/batch_norm.h): by default the global batch over
-// the workers, written into the spec; each worker's share of a full batch must split into whole
-// ghost batches, so that no ghost batch spans two workers.
-void resolve_ghost_batches(JobSpec& spec) {
-  const int64_t batch = spec.training.global_batch_size, workers = spec.training.workers;
-  for (size_t i = 0; i < spec.model.layers.size(); ++i) {
-    LayerSpec& layer = spec.model.layers[i];
-    if (layer.type != LayerType::kBatchNorm) continue;
-    const std::string path = "/model/layers/" + std::to_string(i) + "/virtual_batch_size";
-    if (batch % workers != 0) {
-      throw SpecError(path, "batch_norm needs the global batch (" + std::to_string(batch) + ") to split evenly over the " +
-                                std::to_string(workers) + " workers, so that its ghost batches are the same however "
-                                "many workers share a step");
-    }
-    const int64_t share = batch / workers;
-    if (layer.virtual_batch_size == 0) layer.virtual_batch_size = share;
-    if (share % layer.virtual_batch_size != 0) {
-      throw SpecError(path, std::to_string(layer.virtual_batch_size) + " does not divide each worker's " +
-                                std::to_string(share) + " examples (the global batch " + std::to_string(batch) +
-                                " over " + std::to_string(workers) + " workers) into whole ghost batches");
-    }
-  }
-}
-
-// Clipping needs the step's whole gradient before any server applies it: built for sync jobs
-// whose tensors travel whole (docs/DESIGN-NOTES.md "Gradient clipping").
-void check_gradient_clipping(const JobSpec& spec) {
-  if (!spec.optimizer.clips()) return;
-  const std::string field = spec.optimizer.clipnorm > 0.0f ? "/optimizer/clipnorm" : "/optimizer/global_clipnorm";
-  if (spec.training.mode == TrainingMode::kAsync) throw SpecError(field, "applies to sync training only (not built for async)");
-  if (spec.training.backup_workers > 0) throw SpecError(field, "cannot be combined with /training/backup_workers");
-  if (spec.training.compression.kind != CompressionKind::kNone) {
-    throw SpecError(field, "cannot be combined with /training/compression");
-  }
-  for (size_t i = 0; i < spec.model.layers.size(); ++i) {
-    if (spec.model.layers[i].type == LayerType::kEmbedding && spec.model.layers[i].sparse) {
-      throw SpecError(field, "cannot be combined with a sparse embedding table (layer " + std::to_string(i) + ")");
-    }
-  }
-}
-
-}  // namespace
-
 const char* on_divergence_name(OnDivergence action) { return action == OnDivergence::kWarn ? "warn" : "fail"; }
 
 JobSpec parse_accepted_job_spec(std::string_view json_text) {
@@ -446,6 +379,7 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   if (const json::value* c = r.optional("checkpoint")) spec.checkpoint = read_checkpoint(*c);
   if (const json::value* i = r.optional("init_from")) spec.init_from = read_init_from(*i);
   if (const json::value* e = r.optional("early_stopping")) spec.early_stopping = read_early_stopping(*e);
+  if (const json::value* p = r.optional("reduce_on_plateau")) spec.reduce_on_plateau = read_reduce_on_plateau(*p);
   if (const json::value* p = r.optional("preprocessing")) spec.preprocessing = read_preprocessing(*p);
   r.finish();
   if (spec.optimizer.sparse_updates == OptimizerSpec::SparseUpdates::kDense) {
@@ -463,6 +397,7 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   if (spec.training.class_weight.kind == ClassWeightSpec::Kind::kList) spec.loss.class_weights = spec.training.class_weight.list;
   resolve_ghost_batches(spec);
   resolve_early_stopping(spec);
+  resolve_reduce_on_plateau(spec);
   return spec;
 }
 
@@ -572,6 +507,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
   // Only where they differ from their defaults: a spec written before they existed keeps its
   // canonical text.
   if (spec.early_stopping.enabled) root["early_stopping"] = early_stopping_to_object(spec.early_stopping);
+  if (spec.reduce_on_plateau.enabled) root["reduce_on_plateau"] = reduce_on_plateau_to_object(spec.reduce_on_plateau);
   if (spec.preprocessing.given) root["preprocessing"] = preprocessing_to_object(spec.preprocessing);
   if (spec.checkpoint.keep != CheckpointSpec{}.keep) root["checkpoint"] = json::object{{"keep", spec.checkpoint.keep}};
   if (spec.init_from.source != InitFromSpec::Source::kNone) {

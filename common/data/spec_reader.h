@@ -102,6 +102,18 @@ json::value loss_to_value(const LossSpec& loss);
 // The job spec's `early_stopping` (early_stopping_json.cc), read strictly and written back.
 EarlyStoppingSpec read_early_stopping(const json::value& v);
 json::object early_stopping_to_object(const EarlyStoppingSpec& spec);
+// The rules across sections (job_spec_rules.cc), in this order once every section is read: batch
+// norm's ghost batches from the training section; early stopping's and the plateau rule's
+// monitors and modes, and what they need (sync, epoch backups, a constant rate); gradient
+// clipping's refusals.
+void resolve_ghost_batches(JobSpec& spec);
+void resolve_early_stopping(JobSpec& spec);
+void resolve_reduce_on_plateau(JobSpec& spec);
+void check_gradient_clipping(const JobSpec& spec);
+
+// The job spec's `reduce_on_plateau` (early_stopping_json.cc too), read strictly and written back.
+ReduceOnPlateauSpec read_reduce_on_plateau(const json::value& v);
+json::object reduce_on_plateau_to_object(const ReduceOnPlateauSpec& spec);
 // The training section's `class_weight` (class_weight.cc), read strictly and written back.
 ClassWeightSpec read_class_weight(const json::value& v);
 json::value class_weight_to_value(const ClassWeightSpec& spec);

@@ -40,25 +40,30 @@ constexpr int64_t kPollMs = 50;
 
 }  // namespace
 
-bool EarlyStop::epoch_recorded() {
-  if (!enabled() || stopping_) return false;
-  const EarlyStoppingSpec& spec = job_.spec.early_stopping;
-  const std::optional<JobRecord> record = job_.store.get(job_.id);
-  if (!record) return false;
-  // By epoch number, the newest record of each (a rollback records redone epochs again), up to
-  // the first epoch not recorded in this timeline.
+std::vector<std::optional<double>> recorded_figures(const JobRecord& record, const std::string& monitor,
+                                                    std::vector<bool>& seen) {
   std::vector<std::optional<double>> values;
-  std::vector<bool> seen;
-  for (const EpochMetric& m : record->epoch_history) {
+  seen.clear();
+  for (const EpochMetric& m : record.epoch_history) {
     if (m.epoch == 0) continue;
     const size_t e = m.epoch - 1;
     if (values.size() <= e) {
       values.resize(e + 1);
       seen.resize(e + 1, false);
     }
-    values[e] = figure(m, spec.monitor);
+    values[e] = figure(m, monitor);
     seen[e] = true;
   }
+  return values;
+}
+
+bool EarlyStop::epoch_recorded() {
+  if (!enabled() || stopping_) return false;
+  const EarlyStoppingSpec& spec = job_.spec.early_stopping;
+  const std::optional<JobRecord> record = job_.store.get(job_.id);
+  if (!record) return false;
+  std::vector<bool> seen;
+  std::vector<std::optional<double>> values = recorded_figures(*record, spec.monitor, seen);
   // A job resumed from a checkpoint records from its first epoch on: the ones before are not
   // looked at (as a fresh Keras callback in a resumed fit); a gap after that (a lost record) ends
   // what is judged.

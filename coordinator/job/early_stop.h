@@ -20,11 +20,17 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/data/early_stopping.h"
 #include "coordinator/job/job_context.h"
 
 namespace pstrain {
+
+// A job record's epochs' `monitor` figures (early_stopping_metrics()) by 0-based epoch number,
+// the newest record of each (a rollback records redone epochs again); seen[e]: epoch e has one.
+std::vector<std::optional<double>> recorded_figures(const JobRecord& record, const std::string& monitor,
+                                                    std::vector<bool>& seen);
 
 class EarlyStop {
  public:

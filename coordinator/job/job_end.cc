@@ -66,6 +66,7 @@ void JobRunner::stop_early() {
   // Epochs after the one it stopped at are not recorded (their workers may still report them
   // while the checkpoint is awaited: the job ends once it is stored).
   job_.progress.record_no_epoch_from(static_cast<uint32_t>(early_stop_.stopped_epochs()));
+  plateau_.release_all();
   background_ = early_stop_.write_model()
                     .then([this](int64_t bytes) {
                       if (job_.state() != JobState::kRunning && job_.state() != JobState::kRecovering) return;

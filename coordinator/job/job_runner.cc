@@ -34,6 +34,7 @@ JobRunner::JobRunner(std::string id, JobSpec spec, Cluster& cluster, DataService
   job_.progress.set_validation(job_.spec.training.validation_fraction > 0);
   job_.progress.on_epoch_recorded([this](uint32_t epoch, std::optional<double> test_accuracy) {
     diverged(guard_.epoch_recorded(epoch, test_accuracy));
+    plateau_.epoch_recorded();
     if (!is_finished(job_.state()) && early_stop_.epoch_recorded()) stop_early();
   });
   std::optional<JobRecord> before;

@@ -35,6 +35,7 @@
 #include "coordinator/job/checkpointer.h"
 #include "coordinator/job/divergence_guard.h"
 #include "coordinator/job/early_stop.h"
+#include "coordinator/job/plateau_rate.h"
 #include "coordinator/job/job_context.h"
 #include "coordinator/job/job_faults.h"
 #include "coordinator/job/job_startup.h"
@@ -94,6 +95,9 @@ class JobRunner {
   kj::Promise<WorkerOrder> watch(NodeId node, uint64_t generation);
   // Async cut: the worker stands between steps at `position`; resolves when it may go on.
   kj::Promise<void> paused(NodeId node, uint64_t cut, WorkerPosition position);
+  // reduce_on_plateau: epoch `epoch`'s learning-rate multiplier, once the epoch before is
+  // recorded (plateau_rate.h).
+  kj::Promise<float> learning_rate_scale(uint32_t epoch) { return plateau_.scale_for(epoch); }
 
  private:
   kj::Promise<void> collect_parameters();
@@ -118,6 +122,7 @@ class JobRunner {
 
   // The parts (each refers to job_; declared after it).
   EarlyStop early_stop_{job_};
+  PlateauRate plateau_{job_};
   Checkpointer checkpointer_{job_, early_stop_};
   JobFaults faults_;
   JobStartup startup_{job_, faults_.adoption(), faults_.async_cuts(), faults_.rollback(), checkpointer_};

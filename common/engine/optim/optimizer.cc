@@ -286,7 +286,7 @@ void Optimizer::apply_rows(std::span<float> params, size_t dim, std::span<const 
 }
 
 void Optimizer::apply_with_tables(std::span<float> params, size_t dense, std::span<const float> grads,
-                                  std::span<const TableRows> tables, OptimizerState& state) const {
+                                  std::span<const TableRows> tables, OptimizerState& state, float lr_scale) const {
   for (const TableRows& t : tables) {
     if (t.offset < dense || t.offset + t.size > params.size()) {
       throw Error("apply_with_tables: a table at " + std::to_string(t.offset) + " is not after the dense " +
@@ -294,7 +294,7 @@ void Optimizer::apply_with_tables(std::span<float> params, size_t dense, std::sp
     }
     check_rows(t.size, t.dim, t.rows, t.grads.size());
   }
-  const Step step = begin_step(state, 1.0f);
+  const Step step = begin_step(state, lr_scale);
   update_range(step, params.first(dense), grads.first(dense), state, params.first(dense));
   for (const TableRows& t : tables) update_rows(step, params.data() + t.offset, t.dim, t.rows, t.grads.data(), state, t.offset);
 }

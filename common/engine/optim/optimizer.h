@@ -94,7 +94,7 @@ class Optimizer {
     std::span<const float> grads;          // rows.size() x dim
   };
   void apply_with_tables(std::span<float> params, size_t dense, std::span<const float> grads,
-                         std::span<const TableRows> tables, OptimizerState& state) const;
+                         std::span<const TableRows> tables, OptimizerState& state, float lr_scale = 1.0f) const;
   // How the learning rate that makes the same progress per example follows the batch size b:
   // lr proportional to b^exponent. 1 for SGD with or without momentum (the step is linear in the
   // gradient: k steps on b examples ~ one step on k b; the linear scaling rule, Goyal et al. 2017),

@@ -171,6 +171,9 @@ interface ParameterServer {
     # backup of that version and handed back by `pull` (withState) after a restore, so a
     # recovered run goes on as the uninterrupted one (DESIGN-NOTES "Gradient compression").
     workerState @24 :Data;
+    # Sync, spec reduce_on_plateau: the learning rate's multiplier in the step's epoch (the same
+    # in every push of a step; common/data/reduce_on_plateau.h).
+    lrScale @28 :Float32 = 1.0;
   }
   struct PushResults {
     version @0 :UInt64;
@@ -249,6 +252,7 @@ interface ParameterServer {
     }
     node @17 :UInt32;  # as in PushParams
     token @18 :Data;
+    lrScale @19 :Float32 = 1.0;  # as in PushParams
   }
   struct PushFactorsResults {
     versions @0 :List(UInt64);  # one per key
@@ -500,4 +504,7 @@ interface Coordinator {
   # example ledger's record, as the coordinator keeps it for the batches it streams.
   served @10 (nodeId :UInt32, jobId :Text, generation :UInt64, epoch :UInt32, slice :UInt32, fromStep :UInt64,
               counts :List(UInt64), sums :List(UInt64)) -> ();
+  # Sync, spec reduce_on_plateau: the learning rate's multiplier in `epoch` (0-based; pushed with
+  # every step of it, PushParams.lrScale), once epoch - 1 is recorded (every worker evaluated it).
+  learningRateScale @11 (nodeId :UInt32, jobId :Text, epoch :UInt32) -> (scale :Float32);
 }

@@ -1,0 +1,94 @@
+// The job spec's rules across its sections, applied once every section is read
+// (parse_accepted_job_spec): defaults that depend on another section, and combinations refused
+// with a SpecError naming the field.
+#include "common/data/job_spec.h"
+
+#include <string>
+
+#include "common/base/error.h"
+#include "common/data/spec_reader.h"
+
+namespace pstrain::spec_json {
+
+// Early stopping needs a checkpoint at every epoch end (the model it ends with is one): backups
+// at epoch ends unless the spec says otherwise, and not otherwise.
+void resolve_early_stopping(JobSpec& spec) {
+  EarlyStoppingSpec& e = spec.early_stopping;
+  if (e.monitor.empty()) e.monitor = spec.training.validation_fraction > 0 ? "val_loss" : "test_loss";
+  if (e.mode_auto) e.maximize = metric_is_maximized(e.monitor);
+  if (!e.enabled) return;
+  if (e.monitor.starts_with("val_") && spec.training.validation_fraction <= 0) {
+    throw SpecError("/early_stopping/monitor", e.monitor + " needs a validation hold-out: /training/validation_fraction");
+  }
+  if (spec.training.mode != TrainingMode::kSync) {
+    throw SpecError("/early_stopping", "applies to sync training (an async job's epochs do not end at one step)");
+  }
+  if (spec.backup.frequency == BackupSpec::Frequency::kSteps) {
+    throw SpecError("/backup/save_freq", "must be \"epoch\" with early_stopping (its model is an epoch end's checkpoint)");
+  }
+  if (spec.checkpoint.keep == 0) {
+    throw SpecError("/checkpoint/keep", "must be at least 1 with early_stopping (its model is an epoch end's checkpoint)");
+  }
+  spec.backup.frequency = BackupSpec::Frequency::kEpoch;
+}
+
+// batch_norm's ghost batches (common/engine/nn/batch_norm.h): by default the global batch over
+// the workers, written into the spec; each worker's share of a full batch must split into whole
+// ghost batches, so that no ghost batch spans two workers.
+void resolve_ghost_batches(JobSpec& spec) {
+  const int64_t batch = spec.training.global_batch_size, workers = spec.training.workers;
+  for (size_t i = 0; i < spec.model.layers.size(); ++i) {
+    LayerSpec& layer = spec.model.layers[i];
+    if (layer.type != LayerType::kBatchNorm) continue;
+    const std::string path = "/model/layers/" + std::to_string(i) + "/virtual_batch_size";
+    if (batch % workers != 0) {
+      throw SpecError(path, "batch_norm needs the global batch (" + std::to_string(batch) + ") to split evenly over the " +
+                                std::to_string(workers) + " workers, so that its ghost batches are the same however "
+                                "many workers share a step");
+    }
+    const int64_t share = batch / workers;
+    if (layer.virtual_batch_size == 0) layer.virtual_batch_size = share;
+    if (share % layer.virtual_batch_size != 0) {
+      throw SpecError(path, std::to_string(layer.virtual_batch_size) + " does not divide each worker's " +
+                                std::to_string(share) + " examples (the global batch " + std::to_string(batch) +
+                                " over " + std::to_string(workers) + " workers) into whole ghost batches");
+    }
+  }
+}
+
+// The plateau rule's monitor as early stopping's; it changes the rate of sync epochs (the whole
+// job's next epoch starts at one step), and multiplies a constant rate (Keras refuses a schedule).
+void resolve_reduce_on_plateau(JobSpec& spec) {
+  ReduceOnPlateauSpec& p = spec.reduce_on_plateau;
+  if (p.monitor.empty()) p.monitor = spec.training.validation_fraction > 0 ? "val_loss" : "test_loss";
+  if (p.mode_auto) p.maximize = metric_is_maximized(p.monitor);
+  if (!p.enabled) return;
+  if (p.monitor.starts_with("val_") && spec.training.validation_fraction <= 0) {
+    throw SpecError("/reduce_on_plateau/monitor", p.monitor + " needs a validation hold-out: /training/validation_fraction");
+  }
+  if (spec.training.mode != TrainingMode::kSync) {
+    throw SpecError("/reduce_on_plateau", "applies to sync training (an async job's epochs do not end at one step)");
+  }
+  if (spec.optimizer.schedule.kind != LearningRateSchedule::Kind::kConstant) {
+    throw SpecError("/reduce_on_plateau", "needs a constant /optimizer/learning_rate, not a schedule (as Keras)");
+  }
+}
+
+// Clipping needs the step's whole gradient before any server applies it: built for sync jobs
+// whose tensors travel whole (docs/DESIGN-NOTES.md "Gradient clipping").
+void check_gradient_clipping(const JobSpec& spec) {
+  if (!spec.optimizer.clips()) return;
+  const std::string field = spec.optimizer.clipnorm > 0.0f ? "/optimizer/clipnorm" : "/optimizer/global_clipnorm";
+  if (spec.training.mode == TrainingMode::kAsync) throw SpecError(field, "applies to sync training only (not built for async)");
+  if (spec.training.backup_workers > 0) throw SpecError(field, "cannot be combined with /training/backup_workers");
+  if (spec.training.compression.kind != CompressionKind::kNone) {
+    throw SpecError(field, "cannot be combined with /training/compression");
+  }
+  for (size_t i = 0; i < spec.model.layers.size(); ++i) {
+    if (spec.model.layers[i].type == LayerType::kEmbedding && spec.model.layers[i].sparse) {
+      throw SpecError(field, "cannot be combined with a sparse embedding table (layer " + std::to_string(i) + ")");
+    }
+  }
+}
+
+}  // namespace pstrain::spec_json
