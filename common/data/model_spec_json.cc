@@ -179,6 +179,10 @@ LayerSpec read_layer(const json::value& v, const std::string& path) {
       layer.value_dim = r.integer("value_dim", 1, 65536, 0);
       layer.use_causal_mask = r.boolean("use_causal_mask", false);
       layer.use_bias = r.boolean("use_bias", true);
+      if (const json::value* d = r.optional("dropout")) {
+        layer.rate = static_cast<float>(read_number(*d, r.field_path("dropout"), 0.0, 1.0, false));
+        if (!(layer.rate < 1.0f)) throw SpecError(r.field_path("dropout"), "must be below 1 (the fraction of weights dropped)");
+      }
       break;
     case LayerType::kMaxPool1D:
     case LayerType::kAvgPool1D:
@@ -335,6 +339,7 @@ json::object model_spec_to_object(const ModelSpec& model) {
         if (l.value_dim > 0) o["value_dim"] = l.value_dim;
         if (l.use_causal_mask) o["use_causal_mask"] = true;
         if (!l.use_bias) o["use_bias"] = false;
+        if (l.rate > 0.0f) o["dropout"] = l.rate;
         break;
       case LayerType::kReshape: {
         json::array shape;

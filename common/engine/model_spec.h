@@ -134,7 +134,7 @@ struct LayerSpec {
   // a recurrent layer's every-step output pass the mask on, the others drop it (nn/model.cc).
   bool mask_zero = false;
   int64_t begin = 0, size = 0;                          // slice: the features [begin, begin + size)
-  float rate = 0.0f;                    // dropout: the fraction dropped in training, [0, 1)
+  float rate = 0.0f;                    // dropout (and multi_head_attention's "dropout"): the fraction dropped in training, [0, 1)
   bool self_interaction = false;        // dot_interaction: each input's dot with itself too
   // lstm, gru (`units` their state): every step's state ([steps, units]) instead of the last's;
   // both directions, concatenated (Keras' Bidirectional, merge_mode "concat": 2 units).

@@ -22,6 +22,18 @@ MultiHeadAttention<T>::MultiHeadAttention(Geometry g, Tensors w, int64_t max_bat
   dcontext_.resize(hv);
   weights_.resize(static_cast<size_t>(B * g_.heads * S * S));
   dscores_.resize(static_cast<size_t>(S * S));
+  if (g_.dropout > 0.0f) {
+    drop_factors_.resize(weights_.size());
+    dropped_.resize(static_cast<size_t>(S * S));
+  }
+}
+
+template <typename T>
+const T* MultiHeadAttention<T>::weighing(const T* a, int64_t b, int64_t h) {
+  if (!dropping()) return a;
+  const T* f = drop_factors(b, h);
+  for (int64_t k = 0; k < g_.steps * g_.steps; ++k) dropped_[static_cast<size_t>(k)] = a[k] * f[k];
+  return dropped_.data();
 }
 
 template <typename T>
@@ -83,7 +95,8 @@ void MultiHeadAttention<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T
           for (int64_t j = 0; j < S; ++j) column[j] /= sum;
         }
       }
-      gemm<T>(Op::kNone, Op::kNone, V, S, S, values_.data() + b * S * HV + h * V, HV, a, S, T(0),
+      if (dropping()) Dropout<T>::factors(g_.stream, example_keys_, b, h * S * S, S * S, g_.dropout, drop_factors(b, h));
+      gemm<T>(Op::kNone, Op::kNone, V, S, S, values_.data() + b * S * HV + h * V, HV, weighing(a, b, h), S, T(0),
               context_.data() + b * S * HV + h * V, HV);
     }
   }
@@ -106,7 +119,11 @@ void MultiHeadAttention<T>::backward(const T* params, ConstMatMap<T> in, ConstMa
       const T* dcontext = dcontext_.data() + b * S * HV + h * V;
       const int64_t qk = b * S * HK + h * K, v = b * S * HV + h * V;
       gemm<T>(Op::kTranspose, Op::kNone, S, S, V, values_.data() + v, HV, dcontext, HV, T(0), ds, S);
-      gemm<T>(Op::kNone, Op::kTranspose, V, S, S, dcontext, HV, a, S, T(0), dvalues_.data() + v, HV);
+      gemm<T>(Op::kNone, Op::kTranspose, V, S, S, dcontext, HV, weighing(a, b, h), S, T(0), dvalues_.data() + v, HV);
+      if (dropping()) {  // through the dropout to the weights
+        const T* f = drop_factors(b, h);
+        for (int64_t k = 0; k < S * S; ++k) ds[k] *= f[k];
+      }
       for (int64_t i = 0; i < S; ++i) {  // the softmax's backward, the scale folded in
         const T* weight = a + i * S;
         T* column = ds + i * S;

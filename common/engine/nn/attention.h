@@ -9,6 +9,10 @@
 //   Key j is allowed for query i unless step j is padding (a mask, Layer::use_mask), step i is
 //   padding (Keras: a masked query attends to nothing), or, with use_causal_mask, j > i. A query
 //   with no allowed key has all-zero weights (its output is bo), as Keras 3's masked softmax gives.
+//   With `dropout` (Keras' MultiHeadAttention dropout), in training the weights A_h are dropped
+//   and scaled as Dropout does (dropout.h: drawn from the model's seed, the layer, the epoch and
+//   the example's index, weight (h, i, j) of example b its value number (h S + i) S + j), before
+//   they weigh the values; inference uses A_h.
 //
 // Layouts (Keras' names): query/key/value kernels [channels, H, K or V] (column-major (H K) x
 // channels: one product projects every step of the batch), biases [H, K or V], the output kernel
@@ -25,6 +29,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/engine/nn/dropout.h"
 #include "common/engine/nn/layer.h"
 
 namespace pstrain::nn {
@@ -36,6 +41,8 @@ class MultiHeadAttention final : public Layer<T> {
   struct Geometry {
     int64_t steps = 0, channels = 0, heads = 0, key_dim = 0, value_dim = 0;
     bool causal = false;
+    float dropout = 0.0f;  // of the weights, in training
+    uint64_t stream = 0;   // the dropout's draws (the model's seed mixed with the layer's name)
   };
   // Offsets in the flat buffers; the biases kNoBias without use_bias.
   struct Tensors {
@@ -49,6 +56,8 @@ class MultiHeadAttention final : public Layer<T> {
     mask_ids_ = ids;
     mask_rows_ = rows;
   }
+  // Training with these keys (the weights' dropout), or inference (ids == nullptr).
+  void set_keys(const ExampleKeys& keys) { example_keys_ = keys; }
 
  private:
   bool kept(int64_t b, int64_t t) const { return mask_ids_ == nullptr || mask_ids_[b * mask_rows_ + t] != T(0); }
@@ -57,6 +66,11 @@ class MultiHeadAttention final : public Layer<T> {
   }
   // Example b's head h: its weights (steps x steps, column i the query i's over the keys).
   T* weights(int64_t b, int64_t h) { return weights_.data() + (b * g_.heads + h) * g_.steps * g_.steps; }
+  // Training with dropout: example b's head h's dropout factors (0 or 1 / (1 - dropout)), as weights().
+  bool dropping() const { return g_.dropout > 0.0f && example_keys_.ids != nullptr; }
+  T* drop_factors(int64_t b, int64_t h) { return drop_factors_.data() + (b * g_.heads + h) * g_.steps * g_.steps; }
+  // The weights A_h (a) as the values see them: `a` itself, or dropped into dropped_.
+  const T* weighing(const T* a, int64_t b, int64_t h);
   // rows x columns = kernel * x (+ bias per row); kernel column-major rows x inner.
   void project(const T* kernel, size_t bias, const T* params, const T* x, int64_t rows, int64_t inner, int64_t columns,
                T* y) const;
@@ -68,6 +82,8 @@ class MultiHeadAttention final : public Layer<T> {
   Tensors w_;
   std::vector<T> queries_, keys_, values_, context_, weights_;  // the last forward's
   std::vector<T> dqueries_, dkeys_, dvalues_, dcontext_, dscores_;
+  std::vector<T> drop_factors_, dropped_;  // with dropout: by weight, the last training forward's; one head's
+  ExampleKeys example_keys_;
   const T* mask_ids_ = nullptr;
   int64_t mask_rows_ = 0;
 };

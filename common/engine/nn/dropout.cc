@@ -28,17 +28,22 @@ bool Dropout<T>::kept(uint64_t stream, uint32_t epoch, uint32_t id, int64_t posi
 }
 
 template <typename T>
+void Dropout<T>::factors(uint64_t stream, const ExampleKeys& keys, int64_t b, int64_t first, int64_t n, float rate, T* out) {
+  const T factor = T(1) / (T(1) - static_cast<T>(rate));
+  const uint64_t example = example_stream(stream, keys.epoch, keys.ids[b]);
+  for (int64_t k = 0; k < n; ++k) out[k] = keep(example, first + k, rate) ? factor : T(0);
+}
+
+template <typename T>
 void Dropout<T>::forward(const T*, ConstMatMap<T> in, MatMap<T> out) {
   if (keys_.ids == nullptr || rate_ == 0.0f) {
     out = in;
     return;
   }
   const int64_t size = in.rows();
-  const T factor = T(1) / (T(1) - static_cast<T>(rate_));
   for (int64_t b = 0; b < in.cols(); ++b) {
     T* s = scale_.data() + b * size;
-    const uint64_t example = example_stream(stream_, keys_.epoch, keys_.ids[b]);
-    for (int64_t j = 0; j < size; ++j) s[j] = keep(example, j, rate_) ? factor : T(0);
+    factors(stream_, keys_, b, 0, size, rate_, s);
     const T* x = in.col(b).data();
     T* y = out.col(b).data();
     for (int64_t j = 0; j < size; ++j) y[j] = x[j] * s[j];

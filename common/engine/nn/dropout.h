@@ -35,6 +35,9 @@ class Dropout final : public Layer<T> {
 
   // Whether value `position` of example `id` in `epoch` is kept (exposed for tests).
   static bool kept(uint64_t stream, uint32_t epoch, uint32_t id, int64_t position, float rate);
+  // out[k] = 0 or 1 / (1 - rate): whether value first + k of batch entry b is kept, as forward
+  // draws it (multi_head_attention's dropout of its weights draws this way too).
+  static void factors(uint64_t stream, const ExampleKeys& keys, int64_t b, int64_t first, int64_t n, float rate, T* out);
 
  private:
   float rate_;

@@ -194,7 +194,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
         // The layer's identity in its masks: its key, so inserting another layer changes nothing.
         layer = std::make_unique<Dropout<T>>(l.rate, mix_seed(spec.seed, fnv1a(layer_key(spec, i))),
                                              in_size, max_batch);
-        dropouts_.push_back(static_cast<Dropout<T>*>(layer.get()));
+        keyed_.push_back([d = static_cast<Dropout<T>*>(layer.get())](const ExampleKeys& k) { d->set_keys(k); });
         break;
       case LayerType::kEmbedding: {
         const ParamInfo* table = layout_.find(prefix + "embeddings");
@@ -226,7 +226,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
         }
         layer = std::make_unique<Augmentation<T>>(in[0], in[1], in[2], draws,
                                                   mix_seed(spec.seed, fnv1a(layer_key(spec, i))), max_batch);
-        augmentations_.push_back(static_cast<Augmentation<T>*>(layer.get()));
+        keyed_.push_back([a = static_cast<Augmentation<T>*>(layer.get())](const ExampleKeys& k) { a->set_keys(k); });
         break;
       }
       case LayerType::kActivation:
@@ -249,9 +249,11 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
                                             at("value.kernel"), at("value.bias"), at("attention_output.kernel"),
                                             at("attention_output.bias")};
         const typename Attention::Geometry g{in[0], in[1], l.num_heads, l.key_dim, l.value_dim > 0 ? l.value_dim : l.key_dim,
-                                             l.use_causal_mask};
-        value = add_stage(std::make_unique<Attention>(g, w, max_batch), nullptr, inputs, in_size, out,
-                          layout_.find(prefix + "query.kernel"), nullptr, nullptr);
+                                             l.use_causal_mask, l.rate, mix_seed(spec.seed, fnv1a(layer_key(spec, i)))};
+        auto attention = std::make_unique<Attention>(g, w, max_batch);
+        if (l.rate > 0.0f) keyed_.push_back([a = attention.get()](const ExampleKeys& k) { a->set_keys(k); });
+        value = add_stage(std::move(attention), nullptr, inputs, in_size, out, layout_.find(prefix + "query.kernel"),
+                          nullptr, nullptr);
         break;
       }
       case LayerType::kPositionEmbedding: {
@@ -316,8 +318,7 @@ ConstMatMap<T> Model<T>::forward(const T* params, const T* inputs, int64_t batch
 template <typename T>
 ConstMatMap<T> Model<T>::run_forward(const T* params, const T* inputs, int64_t batch, const ExampleKeys& keys,
                                      bool training) {
-  for (Dropout<T>* d : dropouts_) d->set_keys(keys);
-  for (Augmentation<T>* a : augmentations_) a->set_keys(keys);
+  for (const auto& set_keys : keyed_) set_keys(keys);
   for (BatchNorm<T>* b : batch_norms_) b->set_training(training);
   for (size_t t = 0; t < sparse_embeddings_.size(); ++t) {
     sparse_embeddings_[t]->use_rows(t < sparse_rows_.size() ? &sparse_rows_[t] : nullptr);

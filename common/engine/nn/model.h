@@ -75,7 +75,7 @@ class Model {
   void use_sparse_rows(std::span<const SparseTableRows<T>> rows) { sparse_rows_ = rows; }
 
   // True if training needs the examples' keys (the model has dropout or augmentation).
-  bool needs_keys() const { return !dropouts_.empty() || !augmentations_.empty(); }
+  bool needs_keys() const { return !keyed_.empty(); }
 
   // Called during backward each time the gradient from some flat offset to the end of the buffer
   // is final (backward runs from the last layer to the first, and tensors are laid out in layer
@@ -158,9 +158,10 @@ class Model {
   std::vector<bool> delta_written_;  // by buffer, during one backward pass
   Mat<T> scratch_;                   // a second reader's gradient, before it is summed in
   int output_buffer_ = 0;
-  std::vector<Dropout<T>*> dropouts_;
+  // The layers that draw from the examples' keys (dropout, augmentation, attention's dropout):
+  // each one's set_keys.
+  std::vector<std::function<void(const ExampleKeys&)>> keyed_;
   std::vector<BatchNorm<T>*> batch_norms_;
-  std::vector<Augmentation<T>*> augmentations_;
   std::vector<SparseTable> sparse_tables_;
   std::vector<Embedding<T>*> sparse_embeddings_;  // by sparse table
   std::span<const SparseTableRows<T>> sparse_rows_;

@@ -118,7 +118,7 @@ TEST_CASE("multi_head_attention equals Keras' formulas in PyTorch: outputs and e
   }
 }
 
-TEST_CASE("a transformer encoder block: finite differences behind a masked embedding, causal and not") {
+TEST_CASE("a transformer encoder block: finite differences behind a masked embedding, causal and not, with attention dropout") {
   // ids 0 are padding: at the end, inside, and one example of padding only.
   const auto ids = [](Problem& p) {
     p.inputs = {3, 1, 0, 4, 0, 0, /**/ 2, 2, 5, 1, 7, 3, /**/ 0, 0, 0, 0, 0, 0};
@@ -128,10 +128,12 @@ TEST_CASE("a transformer encoder block: finite differences behind a masked embed
       CAPTURE(causal);
       CAPTURE(mask_zero);
       const std::string flag = causal ? "true" : "false";
+      // The masked causal block also drops its attention weights (training: the check's keys).
+      const std::string dropout = causal && mask_zero ? R"(, "dropout": 0.3)" : "";
       const ModelSpec spec = parse_model_spec(std::string(R"({"input_shape": [6], "seed": 8, "layers": [
           {"name": "tokens", "type": "embedding", "input_dim": 8, "output_dim": 4, "mask_zero": )") + (mask_zero ? "true" : "false") + R"(},
           {"name": "x", "type": "position_embedding"},
-          {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 3, "value_dim": 2, "use_causal_mask": )" + flag + R"(},
+          {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 3, "value_dim": 2, "use_causal_mask": )" + flag + dropout + R"(},
           {"name": "sum1", "type": "add", "inputs": ["x", "attend"]},
           {"name": "norm1", "type": "layer_norm"},
           {"name": "ff1", "type": "conv1d", "filters": 5, "kernel_size": 1, "activation": "relu"},
@@ -209,15 +211,48 @@ TEST_CASE("attention tensors: Keras' names, shapes and initializers, and positio
   for (size_t k = 0; k < positions->size; ++k) CHECK(std::abs(params[positions->offset + k]) <= 0.05f);
 }
 
+TEST_CASE("attention dropout: inference is the layer without it, training drops by the examples' keys whatever the batch") {
+  const auto spec_with = [](const std::string& dropout) {
+    return parse_model_spec(R"({"input_shape": [5], "seed": 4, "layers": [
+        {"type": "embedding", "input_dim": 9, "output_dim": 4},
+        {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 3)" + dropout + R"(},
+        {"type": "global_avgpool1d"}, {"type": "dense", "units": 3}]})");
+  };
+  Model<double> dropping(spec_with(R"(, "dropout": 0.5)"), 2), plain(spec_with(""), 2);
+  REQUIRE(dropping.needs_keys());
+  CHECK_FALSE(plain.needs_keys());
+  std::vector<float> init(plain.layout().total_size());
+  glorot_uniform_init(plain.layout(), 4, init.data());
+  const std::vector<double> params(init.begin(), init.end());
+  const std::vector<double> inputs = {1, 2, 3, 4, 5, /**/ 8, 7, 6, 5, 4};
+  const std::vector<int32_t> labels = {0, 2};
+  const std::vector<uint32_t> ids = {10, 11};
+  // Inference: the same bits as the layer without dropout.
+  CHECK(dropping.evaluate(params.data(), inputs.data(), labels.data(), 2).loss_sum ==
+        plain.evaluate(params.data(), inputs.data(), labels.data(), 2).loss_sum);
+  // Training: the weights are dropped (another loss), the same draws on repeat.
+  const nn::ExampleKeys keys{1, ids.data()};
+  const double trained = dropping.evaluate(params.data(), inputs.data(), labels.data(), 2, keys).loss_sum;
+  CHECK(trained != plain.evaluate(params.data(), inputs.data(), labels.data(), 2).loss_sum);
+  CHECK(dropping.evaluate(params.data(), inputs.data(), labels.data(), 2, keys).loss_sum == trained);
+  // An example's draws are its own: alone in a batch it loses what it lost beside the other.
+  const double first = dropping.evaluate(params.data(), inputs.data(), labels.data(), 1, keys).loss_sum;
+  const nn::ExampleKeys second_keys{1, ids.data() + 1};
+  const double second = dropping.evaluate(params.data(), inputs.data() + 5, labels.data() + 1, 1, second_keys).loss_sum;
+  CHECK(first + second == doctest::Approx(trained).epsilon(1e-14));
+  // Another epoch draws again.
+  CHECK(dropping.evaluate(params.data(), inputs.data(), labels.data(), 2, nn::ExampleKeys{2, ids.data()}).loss_sum != trained);
+}
+
 TEST_CASE("attention in JSON: a round trip and the checks naming the field") {
   const ModelSpec spec = parse_model_spec(R"({"input_shape": [10], "layers": [
       {"type": "embedding", "input_dim": 50, "output_dim": 8, "mask_zero": true},
       {"type": "position_embedding"},
-      {"type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "value_dim": 3, "use_causal_mask": true, "use_bias": false},
+      {"type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "value_dim": 3, "use_causal_mask": true, "use_bias": false, "dropout": 0.25},
       {"type": "global_avgpool1d"}, {"type": "dense", "units": 2}]})");
   const std::string json = model_spec_to_json(spec);
   CHECK(json.find(R"({"type":"position_embedding"})") != std::string::npos);
-  CHECK(json.find(R"({"type":"multi_head_attention","num_heads":2,"key_dim":4,"value_dim":3,"use_causal_mask":true,"use_bias":false})") !=
+  CHECK(json.find(R"({"type":"multi_head_attention","num_heads":2,"key_dim":4,"value_dim":3,"use_causal_mask":true,"use_bias":false,"dropout":2.5E-1})") !=
         std::string::npos);
   CHECK(model_spec_to_json(parse_model_spec(json)) == json);
   const auto refused = [](const std::string& model, const std::string& field) {
@@ -234,6 +269,8 @@ TEST_CASE("attention in JSON: a round trip and the checks naming the field") {
   refused(R"({"input_shape": [4096, 4], "layers": [{"type": "multi_head_attention", "num_heads": 2, "key_dim": 2}, {"type": "flatten"}]})",
           "/model/layers/0/num_heads");
   refused(R"({"input_shape": [10], "layers": [{"type": "position_embedding"}, {"type": "dense", "units": 2}]})", "/model/layers/0/type");
+  refused(R"({"input_shape": [10, 4], "layers": [{"type": "multi_head_attention", "num_heads": 2, "key_dim": 2, "dropout": 1}, {"type": "flatten"}]})",
+          "/model/layers/0/dropout");
 }
 
 TEST_CASE("dense over a sequence: each step through one kernel (conv1d of width 1's bits), gradients, and the mask passes through it") {
