@@ -75,6 +75,7 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
   size_t columns = 0;
   for (uint32_t key : key_list) {
     ParameterShard& shard = shard_with_key(job, params.getJobId(), key);
+    KJ_REQUIRE(!shard.clips(), "a job with gradient clipping takes whole pushes (push), not pushFactors");
     const size_t c = shard.chunk(key).row_columns;
     KJ_REQUIRE(c > 0, "chunk does not hold whole rows of a dense kernel: push its gradient instead", key);
     KJ_REQUIRE(keys.empty() || shard.chunk(key).info.param == shard.chunk(keys.front()).info.param,

@@ -142,8 +142,8 @@ kj::Promise<void> ParameterServerImpl::pull(PullContext context) {
       params.getWithState() ? std::optional<uint32_t>(params.getStateOf()) : std::nullopt;
   const std::optional<float> clip_factor =
       params.getClipped() ? std::optional<float>(params.getClipFactor()) : std::nullopt;
-  KJ_REQUIRE(!clip_factor || (std::isfinite(*clip_factor) && *clip_factor > 0.0f && *clip_factor <= 1.0f),
-             "clipFactor must be in (0, 1]", *clip_factor);
+  KJ_REQUIRE(!clip_factor || (*clip_factor >= 0.0f && *clip_factor <= 1.0f), "clipFactor must be in [0, 1]",
+             *clip_factor);
   auto reply = [context, key, exact, wanted, state_of](std::shared_ptr<Job> job) mutable {
     auto results = context.getResults();
     if (exact) {
@@ -365,8 +365,8 @@ void ParameterServerImpl::read_push_header(const Params& params, PushRequest& re
   request.worker = params.getWorker();
   request.examples = params.getExamples();
   request.generation = params.getGeneration();
-  KJ_REQUIRE(std::isfinite(params.getLrScale()) && params.getLrScale() > 0.0f && params.getLrScale() <= 1.0f,
-             "lrScale must be in (0, 1]", params.getLrScale());
+  KJ_REQUIRE(params.getLrScale() >= 0.0f && params.getLrScale() <= 1.0f, "lrScale must be in [0, 1]",
+             params.getLrScale());
   request.lr_scale = params.getLrScale();
 }
 

@@ -117,7 +117,13 @@ void ParameterShard::push_sync(SyncBarrier& barrier, ShardChunk& chunk, const Pu
                                std::function<bool()> alive) {
   if (request.step < chunk.version) {  // the step was applied without this (late) push
     ++stats_.pushes_dropped;
-    done({chunk.version, false});
+    // Clipping: the pusher adds this chunk's sum into its norm (its other chunks may still be
+    // held), so a push of the step just applied gets that step's sum too.
+    if (clips_ && request.step + 1 == chunk.version) {
+      done({chunk.version, false, false, true, chunk.held_sum_squares});
+    } else {
+      done({chunk.version, false});
+    }
     return;
   }
   if (chunk.held_examples >= 0 && request.step == chunk.version) {  // late for a held step: summed without it
@@ -157,7 +163,12 @@ void ParameterShard::apply_ready_sync_steps_everywhere() {
 void ParameterShard::apply_ready_sync_steps(ShardChunk& chunk) {
   auto* barrier = std::get_if<SyncBarrier>(&rule_);
   if (barrier == nullptr) return;
-  while (chunk.version < holds_.limit() && chunk.held_examples < 0) {
+  while (chunk.version < holds_.limit()) {
+    if (chunk.held_examples >= 0) {  // clipping: applied once a pull has brought the factor
+      if (!chunk.held_factor) return;
+      apply_held_step(chunk);
+      continue;
+    }
     std::optional<SyncBarrier::Step> step = barrier->take_ready(chunk.info.key, chunk.version);
     if (!step) return;
     if (chunk.info.is_table_piece()) {
@@ -165,7 +176,8 @@ void ParameterShard::apply_ready_sync_steps(ShardChunk& chunk) {
       for (const SyncBarrier::Pending* push : step->counted) pushes.push_back(&push->request);
       apply_table_update(chunk, pushes, step->examples, lr_scale_of(*step));
     } else if (clips_) {
-      return hold_sync_step(chunk, *step);
+      hold_sync_step(chunk, *step);
+      continue;
     } else {
       if (step->examples > 0) {
         reduce_step(chunk, *step);
@@ -199,16 +211,16 @@ void ParameterShard::hold_sync_step(ShardChunk& chunk, SyncBarrier::Step& step) 
   for (auto& p : step.pushes) p.done({chunk.version, true, false, true, sum_squares});
 }
 
-void ParameterShard::apply_held_step(ShardChunk& chunk, float clip_factor) {
+void ParameterShard::apply_held_step(ShardChunk& chunk) {
   if (chunk.held_examples > 0) {
-    if (chunk.moving_momentum < 0) nn::scale_gradient(chunk.scratch.data(), chunk.info.size, clip_factor);
+    if (chunk.moving_momentum < 0) nn::scale_gradient(chunk.scratch.data(), chunk.info.size, *chunk.held_factor);
     chunk.step(*optimizer_, std::span<const float>(chunk.scratch.data(), chunk.info.size), chunk.held_lr_scale);
   }
   chunk.held_examples = -1;
+  chunk.held_factor.reset();
   ++chunk.version;
   snapshots_.offer(chunk, chunks_.size());
   chunk.release_pulls();
-  apply_ready_sync_steps(chunk);
 }
 
 void ParameterShard::set_worker_state(uint32_t key, uint32_t worker, std::span<const float> state) {
@@ -218,7 +230,10 @@ void ParameterShard::set_worker_state(uint32_t key, uint32_t worker, std::span<c
 void ParameterShard::pull(uint32_t key, uint64_t min_version, ShardChunk::PullDone done,
                           std::optional<float> clip_factor) {
   ShardChunk& chunk = chunks_.at(key);
-  if (clip_factor && chunk.held_examples >= 0 && min_version > chunk.version) apply_held_step(chunk, *clip_factor);
+  if (clip_factor && chunk.held_examples >= 0 && min_version > chunk.version && !chunk.held_factor) {
+    chunk.held_factor = *clip_factor;
+    apply_ready_sync_steps(chunk);  // (not beyond a hold's limit: then when it is lifted)
+  }
   if (chunk.version >= min_version) {
     done(chunk.version);
   } else {

@@ -116,6 +116,8 @@ class ParameterShard {
     return sync != nullptr && !sync->has_backup_workers();
   }
 
+  // Gradient clipping (sync): steps are held until a pull brings their factor.
+  bool clips() const { return clips_; }
   const ShardStats& stats() const { return stats_; }
   // The job's global batch: no worker's batch is larger.
   int64_t global_batch() const { return global_batch_; }
@@ -130,9 +132,9 @@ class ParameterShard {
   void apply_ready_sync_steps(ShardChunk& chunk);
   void apply_ready_sync_steps_everywhere();
   // Clipping: sums the ready step into chunk.scratch and answers its pushes with its sum of
-  // squares; apply_held_step() applies it once a pull brings the factor.
+  // squares; apply_held_step() applies it with the factor a pull brought (chunk.held_factor).
   void hold_sync_step(ShardChunk& chunk, SyncBarrier::Step& step);
-  void apply_held_step(ShardChunk& chunk, float clip_factor);
+  void apply_held_step(ShardChunk& chunk);
   void apply_update(ShardChunk& chunk, std::span<const float> summed_gradient, int64_t examples, float lr_scale);
   // A table piece's step from its pushes (slice order).
   void apply_table_update(ShardChunk& chunk, std::span<const PushRequest* const> pushes, int64_t examples,

@@ -35,6 +35,9 @@ void ParameterShard::abort_waiting(ShardChunk& chunk) {
   for (auto& p : std::get<SyncBarrier>(rule_).take_all(chunk.info.key)) {
     if (!p.alive || p.alive()) p.done({chunk.version, false, true});
   }
+  // Clipping: a held step is a step not applied either (its pushes were answered already).
+  chunk.held_examples = -1;
+  chunk.held_factor.reset();
 }
 
 void ParameterShard::rolled_back(bool release_pulls_too) {

@@ -31,6 +31,7 @@ void ShardChunk::restore(const ChunkSnapshot& snapshot) {
   previous_version = UINT64_MAX;
   values_since = version;
   held_examples = -1;
+  held_factor.reset();
 }
 
 void ShardChunk::reset(const optim::Optimizer& optimizer) {
@@ -41,6 +42,7 @@ void ShardChunk::reset(const optim::Optimizer& optimizer) {
   previous_version = UINT64_MAX;
   values_since = 0;
   held_examples = -1;
+  held_factor.reset();
 }
 
 void ShardChunk::release_pulls() {

@@ -43,8 +43,9 @@ struct ShardChunk {
   // Clipping (sync): the step's examples while its summed gradient waits in `scratch` for a
   // clip factor (ParameterShard::pull); -1 when none waits.
   int64_t held_examples = -1;
-  double held_sum_squares = 0;  // of that gradient (what the held step's push replies carry)
+  double held_sum_squares = 0;  // of that gradient: the held step's push replies carry it, and a late push of the step applied last
   float held_lr_scale = 1.0f;   // the held step's learning-rate multiplier (PushRequest::lr_scale)
+  std::optional<float> held_factor;  // the clip factor a pull brought, until the step is applied
   optim::OptimizerState optimizer_state;
   uint64_t version = 0;
   // Sync: by slice, the compression state (residual, warm-start factors) that slice pushed with

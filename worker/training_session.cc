@@ -156,7 +156,7 @@ float TrainingSession::epoch_lr_scale(kj::WaitScope& wait_scope, uint32_t epoch)
   request.setJobId(facts_.job_id);
   request.setEpoch(epoch);
   const float scale = waits_.wait(wait_scope, request.send().then([](auto&& r) { return r.getScale(); }));
-  KJ_REQUIRE(std::isfinite(scale) && scale > 0.0f && scale <= 1.0f, "the coordinator sent a learning-rate scale out of (0, 1]", scale);
+  KJ_REQUIRE(scale >= 0.0f && scale <= 1.0f, "the coordinator sent a learning-rate scale out of [0, 1]", scale);
   if (scale != 1.0f) {
     PSLOG(kInfo) << "job " << facts_.job_id << ": epoch " << epoch + 1 << " trains with the learning rate times " << scale
                  << " (reduce_on_plateau)";

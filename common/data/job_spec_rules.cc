@@ -72,6 +72,12 @@ void resolve_reduce_on_plateau(JobSpec& spec) {
   if (spec.optimizer.schedule.kind != LearningRateSchedule::Kind::kConstant) {
     throw SpecError("/reduce_on_plateau", "needs a constant /optimizer/learning_rate, not a schedule (as Keras)");
   }
+  // A resumed job starts mid-run without the source job's epochs, which the rule's standing
+  // comes from.
+  if (spec.init_from.source != InitFromSpec::Source::kNone && spec.init_from.optimizer_state) {
+    throw SpecError("/reduce_on_plateau", "cannot resume a run (init_from with optimizer_state): the rule would need "
+                                          "the source job's epochs; fine-tuning (without optimizer_state) starts afresh");
+  }
 }
 
 // Clipping needs the step's whole gradient before any server applies it: built for sync jobs

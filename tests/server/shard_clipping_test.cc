@@ -169,3 +169,51 @@ TEST_CASE("clipping - spec checks name the field: both kinds, async, backup work
   CHECK(job_spec_to_json(spec).find("\"global_clipnorm\":2.5") != std::string::npos);
   CHECK(parse_job_spec(job_spec_to_json(spec)).optimizer.global_clipnorm == 2.5f);
 }
+
+TEST_CASE("clipping - a late push of the step just applied gets its sum, a hold keeps the factor for later, a settle drops the held step") {
+  const JobSpec spec = clipped_job(R"("clipnorm": 1.0)");
+  const std::vector<ChunkInfo> table = plan_chunks(make_param_layout(spec.model), 1, 1000);
+  const uint32_t key = 0;
+  const auto held_shard = [&](ParameterShard& shard, double* sum) {
+    const size_t n = shard.chunk(key).size();
+    std::vector<float> g0(n, 3.0f), g1(n, 1.0f);
+    std::optional<PushOutcome> r;
+    shard.push(push(key, 0, 6, g0), [](PushOutcome) {});
+    shard.push(push(key, 1, 2, g1), [&](PushOutcome o) { r = o; });
+    REQUIRE(r.has_value());
+    REQUIRE(r->held);
+    if (sum != nullptr) *sum = r->sum_squares;
+  };
+  {  // Under a cut's hold at the held step's version the factor waits; lifting the hold applies it.
+    ParameterShard shard(shard_config_of(spec), table, 0, 2);
+    double sum = 0;
+    held_shard(shard, &sum);
+    shard.holds().hold_from(0);
+    std::optional<uint64_t> pulled;
+    shard.pull(key, 1, [&](uint64_t v) { pulled = v; }, 0.5f);
+    CHECK_FALSE(pulled.has_value());
+    CHECK(shard.chunk(key).version == 0);
+    shard.release_hold();
+    REQUIRE(pulled.has_value());
+    CHECK(*pulled == 1);
+    // Slice 0 pushing step 0 again (late): not applied, but told the step's sum like the others.
+    const std::vector<float> g(shard.chunk(key).size(), 3.0f);
+    std::optional<PushOutcome> late;
+    shard.push(push(key, 0, 6, g), [&](PushOutcome o) { late = o; });
+    REQUIRE(late.has_value());
+    CHECK(late->held);
+    CHECK_FALSE(late->applied);
+    CHECK(late->sum_squares == sum);
+  }
+  {  // A settle (a re-plan) drops the held step with the pushes waiting beyond it.
+    ParameterShard shard(shard_config_of(spec), table, 0, 2);
+    held_shard(shard, nullptr);
+    shard.holds().settle_from(0);
+    shard.abort_waiting_and_release_hold(0);
+    CHECK(shard.chunk(key).held_examples == -1);
+    std::optional<uint64_t> pulled;
+    shard.pull(key, 1, [&](uint64_t v) { pulled = v; }, 0.5f);
+    CHECK_FALSE(pulled.has_value());  // the new plan's pushes make the step again
+    CHECK(shard.chunk(key).version == 0);
+  }
+}

@@ -129,4 +129,8 @@ TEST_CASE("reduce_on_plateau spec: bad fields are refused by name") {
   refused(spec_with("{}", "sync", "", R"({"schedule": "exponential_decay", "initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.9})"),
           "/reduce_on_plateau", "schedule");
   refused(spec_with(R"({"monitor": "test_mae"})"), "/reduce_on_plateau/monitor", "regression");
+  // Resuming a run: the rule's standing would need the source job's epochs.
+  refused(spec_with("{}") .substr(0, spec_with("{}").size() - 1) + R"(, "init_from": {"job": "job-1", "optimizer_state": true}})",
+          "/reduce_on_plateau", "resume");
+  parse_job_spec(spec_with("{}").substr(0, spec_with("{}").size() - 1) + R"(, "init_from": {"job": "job-1"}})");  // fine-tuning
 }
