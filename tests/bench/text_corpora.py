@@ -268,6 +268,8 @@ def main():
     ap.add_argument("--models", default="bow,cnn,bilstm,transformer")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--servers", type=int, default=2)
+    # Fields merged into every model's optimizer, e.g. '{"clipnorm": 1.0}'.
+    ap.add_argument("--optimizer", default="{}")
     a = ap.parse_args()
     rows, failures = [], []
     for corpus in a.corpora.split(","):
@@ -285,6 +287,7 @@ def main():
         for model, spec in specs(corpus, a.workers, a.servers).items():
             if model not in a.models.split(","):
                 continue
+            spec["optimizer"].update(json.loads(a.optimizer))
             start = time.monotonic()
             job = request(a.url, "POST", "/v1/jobs", json.dumps(spec))["id"]
             done = wait(a.url, job)

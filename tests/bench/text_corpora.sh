@@ -7,6 +7,7 @@
 # split's documents sent to :predict by raw text for the AUC. docs/BENCHMARKS.md "Text corpora".
 #
 #   tests/bench/text_corpora.sh [--corpora spam,grain] [--models bow,cnn,bilstm,transformer]
+#                               [--optimizer '{"clipnorm": 1.0}' (merged into every model's optimizer)]
 # Environment: SERVERS (2), WORKERS (2), HTTP_PORT (8190), RPC_PORT (7190), CACHE (/var/tmp/pstrain-text:
 # the fetched packages), KEEP (0: delete the work directory afterwards).
 set -euo pipefail
@@ -14,8 +15,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ARGS=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --corpora|--models) ARGS+=("$1" "$2"); shift 2 ;;
-    *) sed -n '2,12p' "$0"; exit 2 ;;
+    --corpora|--models|--optimizer) ARGS+=("$1" "$2"); shift 2 ;;
+    *) sed -n '2,13p' "$0"; exit 2 ;;
   esac
 done
 export SERVERS=${SERVERS:-2} WORKERS=${WORKERS:-2}
