@@ -10,19 +10,32 @@
 
 namespace pstrain::spec_json {
 
+namespace {
+
+// What early stopping and the plateau rule (`path`) share: the monitor's default (val_loss with a
+// hold-out, else test_loss) and auto mode, and, when the rule is on, a hold-out for a val_*
+// monitor and sync training (an async job's epochs do not end at one step). Returns `enabled`.
+bool resolve_epoch_rule(const JobSpec& spec, const std::string& path, bool enabled, std::string& monitor,
+                        bool mode_auto, bool& maximize) {
+  if (monitor.empty()) monitor = spec.training.validation_fraction > 0 ? "val_loss" : "test_loss";
+  if (mode_auto) maximize = metric_is_maximized(monitor);
+  if (!enabled) return false;
+  if (monitor.starts_with("val_") && spec.training.validation_fraction <= 0) {
+    throw SpecError(path + "/monitor", monitor + " needs a validation hold-out: /training/validation_fraction");
+  }
+  if (spec.training.mode != TrainingMode::kSync) {
+    throw SpecError(path, "applies to sync training (an async job's epochs do not end at one step)");
+  }
+  return true;
+}
+
+}  // namespace
+
 // Early stopping needs a checkpoint at every epoch end (the model it ends with is one): backups
 // at epoch ends unless the spec says otherwise, and not otherwise.
 void resolve_early_stopping(JobSpec& spec) {
   EarlyStoppingSpec& e = spec.early_stopping;
-  if (e.monitor.empty()) e.monitor = spec.training.validation_fraction > 0 ? "val_loss" : "test_loss";
-  if (e.mode_auto) e.maximize = metric_is_maximized(e.monitor);
-  if (!e.enabled) return;
-  if (e.monitor.starts_with("val_") && spec.training.validation_fraction <= 0) {
-    throw SpecError("/early_stopping/monitor", e.monitor + " needs a validation hold-out: /training/validation_fraction");
-  }
-  if (spec.training.mode != TrainingMode::kSync) {
-    throw SpecError("/early_stopping", "applies to sync training (an async job's epochs do not end at one step)");
-  }
+  if (!resolve_epoch_rule(spec, "/early_stopping", e.enabled, e.monitor, e.mode_auto, e.maximize)) return;
   if (spec.backup.frequency == BackupSpec::Frequency::kSteps) {
     throw SpecError("/backup/save_freq", "must be \"epoch\" with early_stopping (its model is an epoch end's checkpoint)");
   }
@@ -60,15 +73,7 @@ void resolve_ghost_batches(JobSpec& spec) {
 // job's next epoch starts at one step), and multiplies a constant rate (Keras refuses a schedule).
 void resolve_reduce_on_plateau(JobSpec& spec) {
   ReduceOnPlateauSpec& p = spec.reduce_on_plateau;
-  if (p.monitor.empty()) p.monitor = spec.training.validation_fraction > 0 ? "val_loss" : "test_loss";
-  if (p.mode_auto) p.maximize = metric_is_maximized(p.monitor);
-  if (!p.enabled) return;
-  if (p.monitor.starts_with("val_") && spec.training.validation_fraction <= 0) {
-    throw SpecError("/reduce_on_plateau/monitor", p.monitor + " needs a validation hold-out: /training/validation_fraction");
-  }
-  if (spec.training.mode != TrainingMode::kSync) {
-    throw SpecError("/reduce_on_plateau", "applies to sync training (an async job's epochs do not end at one step)");
-  }
+  if (!resolve_epoch_rule(spec, "/reduce_on_plateau", p.enabled, p.monitor, p.mode_auto, p.maximize)) return;
   if (spec.optimizer.schedule.kind != LearningRateSchedule::Kind::kConstant) {
     throw SpecError("/reduce_on_plateau", "needs a constant /optimizer/learning_rate, not a schedule (as Keras)");
   }

@@ -10,8 +10,10 @@
 #include "common/base/error.h"
 #include "common/data/early_stopping.h"
 #include "common/data/job_spec.h"
+#include "tests/common/data/spec_refusal.h"
 
 using namespace pstrain;
+using testing::refused;
 
 namespace {
 
@@ -111,16 +113,6 @@ std::string spec_with(const std::string& early, const std::string& mode = "sync"
   return R"({"dataset": {"name": "mnist10k"}, "model": {"input_shape": [784], "layers": [{"type": "dense", "units": 10}]},
     "optimizer": {"type": "sgd"}, "training": {"mode": ")" + mode + R"(", "global_batch_size": 100, "epochs": 3},
     "early_stopping": )" + early + extra + "}";
-}
-
-void refused(const std::string& text, const std::string& field, const std::string& what) {
-  try {
-    parse_job_spec(text);
-    FAIL("accepted: " << text);
-  } catch (const SpecError& e) {
-    CHECK(e.path() == field);
-    CHECK_MESSAGE(std::string(e.what()).find(what) != std::string::npos, e.what());
-  }
 }
 
 }  // namespace

@@ -9,9 +9,11 @@
 
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
+#include "tests/common/data/spec_refusal.h"
 #include "common/data/reduce_on_plateau.h"
 
 using namespace pstrain;
+using testing::refused;
 
 namespace {
 
@@ -78,16 +80,6 @@ std::string spec_with(const std::string& plateau, const std::string& mode = "syn
   return R"({"dataset": {"name": "mnist10k"}, "model": {"input_shape": [784], "layers": [{"type": "dense", "units": 10}]},
     "optimizer": {"type": "sgd", "learning_rate": )" + lr + R"(}, "training": {"mode": ")" + mode +
          R"(", "global_batch_size": 100, "epochs": 3)" + extra + R"(}, "reduce_on_plateau": )" + plateau + "}";
-}
-
-void refused(const std::string& text, const std::string& field, const std::string& what) {
-  try {
-    parse_job_spec(text);
-    FAIL("accepted: " << text);
-  } catch (const SpecError& e) {
-    CHECK(e.path() == field);
-    CHECK_MESSAGE(std::string(e.what()).find(what) != std::string::npos, e.what());
-  }
 }
 
 }  // namespace
