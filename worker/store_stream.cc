@@ -97,6 +97,22 @@ std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store
       preprocessing = std::make_unique<Preprocessing>();
       preprocessing->fitted = fitted_from_json(rpc::to_string(store.getPreprocessing()));
       preprocessing->slots = category_slots(preprocessing->fitted, table);
+      for (const FittedTextColumn& t : preprocessing->fitted.text_columns) {
+        std::unique_ptr<StoreReader> cells;
+        for (auto column : store.getTextColumns()) {
+          if (rpc::to_string(column.getColumn()) != t.name) continue;
+          std::vector<std::string> names;
+          for (auto f : column.getFiles()) names.push_back(rpc::to_string(f));
+          std::vector<uint32_t> sums;
+          for (uint32_t crc : column.getCrcs()) sums.push_back(crc);
+          cells = std::make_unique<StoreReader>(dir, std::move(names), 2, std::move(sums));
+        }
+        if (!cells || !cells->layout().variable || cells->size() != reader->size()) {
+          *why_not = dir + ": text column '" + t.name + "' has no cells, one per row, in the assignment";
+          return nullptr;
+        }
+        preprocessing->texts.push_back(std::move(cells));
+      }
       if (reader->layout().dtype != Dtype::kFloat32 ||
           reader->layout().example_bytes != table.row_width() * sizeof(float)) {
         *why_not = dir + ": its rows do not hold the table's " + std::to_string(table.row_width()) + " stored values";
@@ -192,6 +208,13 @@ void WorkerStore::fill(uint32_t epoch, int64_t step, const std::vector<uint32_t>
     std::memcpy(values.data(), bytes_.data(), bytes_.size());
     p.features.resize(rows * p.fitted.width());
     apply_preprocessing(p.fitted, p.slots, values, rows, p.features.data());
+    for (size_t k = 0; k < p.texts.size(); ++k) {
+      for (size_t i = 0; i < rows; ++i) {
+        p.texts[k]->read(ids_[i], p.document);
+        apply_text_cell(p.fitted, k, std::string_view(reinterpret_cast<const char*>(p.document.data()), p.document.size()),
+                        p.features.data() + i * p.fitted.width());
+      }
+    }
     bytes_.resize(p.features.size() * sizeof(float));
     std::memcpy(bytes_.data(), p.features.data(), bytes_.size());
   }

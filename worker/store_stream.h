@@ -10,7 +10,9 @@
 // `preprocessing` and `table`): the worker applies it to the rows it reads, as the coordinator's
 // preprocessed view does (StoredExamples over the rows), so the batches are the same bytes. A text
 // split's documents come with the job's fitted tokenizer (`preprocessing` alone) and are tokenized
-// as read, as the coordinator's tokenized view does.
+// as read, as the coordinator's tokenized view does. A table's text columns that the preprocessing
+// tokenizes come as shards of cells beside the rows (`textColumns`): each row's cells are read
+// and tokenized into its features.
 //
 // What it read goes to the coordinator's example ledger as digests (`served`), one call per
 // next(); a call that fails is dropped (the coordinator may be down: the worker trains on, and a
@@ -87,6 +89,8 @@ class WorkerStore final : public std::enable_shared_from_this<WorkerStore>, priv
   struct Preprocessing {
     FittedPreprocessing fitted;
     CategorySlots slots;  // the schema's category codes' slots and fingerprints
+    // The cells of fitted.text_columns (same order), numbered as the rows.
+    std::vector<std::unique_ptr<StoreReader>> texts;
     std::vector<float> features;               // scratch
     std::vector<uint8_t> document;             // scratch
   };

@@ -65,6 +65,14 @@ struct Split {
   // an example (StoredExamples::read_document), `shape` is empty. A job trains on the tokenized
   // form (table_split.h: the spec's preprocessing.text fitted on its training documents).
   bool documents = false;
+  // A stored table's text columns: each column's cells as documents (row i's cell is document i,
+  // read as `stored` is numbered; text_folders.h TextColumnWriter), in the table's order. A job
+  // tokenizes those its preprocessing says (preprocessing.h FittedTextColumn).
+  struct TextCells {
+    std::string column;
+    std::shared_ptr<const StoredExamples> cells;
+  };
+  std::vector<TextCells> text_cells;
   // A class-folder dataset's class names (class i's at i; dataset_manifest.h "class_names"), which
   // a job's model files keep so that predictions name classes; empty otherwise.
   std::vector<std::string> class_names;
@@ -80,6 +88,14 @@ struct Split {
     // (fitted_to_json) and the schema whose category codes the rows hold (table_to_json); both
     // empty for examples as stored.
     std::string preprocessing, table;
+    // The table's text columns' shards (Split::text_cells), for a worker to read the cells its
+    // preprocessing tokenizes: each column's name, shards and their CRC-32C.
+    struct TextColumn {
+      std::string column;
+      std::vector<std::string> files;
+      std::vector<uint32_t> crcs;
+    };
+    std::vector<TextColumn> text_columns;
     // A validation hold-out's part of the stored split (validation_split.h): the workers cut the
     // same parts from the shards' labels, with the same fraction and seed, out of the
     // `stored_examples` the shards hold. fraction 0: the whole split as stored.

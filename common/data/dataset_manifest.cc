@@ -518,6 +518,7 @@ Split load_directory_split(const std::string& dir, const std::string& name, Spli
       ExampleSummary shape;
       shape.shape = stored.shape;
       split.table = std::make_shared<const TableSchema>(read_split_table((std::filesystem::path(dir) / stored.table).string(), shape));
+      add_text_cells(dir, stored.text_columns, split);
     }
     if (!split.regression()) {
       split.num_classes = classes_of(split.num_classes);

@@ -25,22 +25,47 @@ uint32_t FittedColumn::width() const {
   return values + (indicator ? 1 : 0);
 }
 
-uint32_t FittedPreprocessing::width() const {
+uint32_t FittedPreprocessing::table_width() const {
   if (text) return text->spec.width();
   uint32_t w = 0;
   for (const FittedColumn& c : columns) w += c.width();
   return w + static_cast<uint32_t>(crosses.size());
 }
 
+uint32_t FittedPreprocessing::text_offset(size_t k) const {
+  uint32_t at = table_width();
+  for (size_t j = 0; j < k; ++j) at += text_columns.at(j).tokenizer->spec.width();
+  return at;
+}
+
+uint32_t FittedPreprocessing::width() const { return text_offset(text_columns.size()); }
+
+const TokenizerSpec* text_steps(const PreprocessingSpec& spec, const std::string& name) {
+  const auto it = spec.columns.find(name);
+  if (it != spec.columns.end() && it->second.drop) return nullptr;
+  if (it != spec.columns.end() && it->second.text) return &*it->second.text;
+  return spec.text ? &*spec.text : nullptr;
+}
+
+namespace {
+
+// A tokenizer's feature names: "token 0", ... (int), else its vocabulary ("[UNK]", ...).
+void tokenizer_feature_names(const FittedTokenizer& t, const std::string& prefix, std::vector<std::string>& names) {
+  if (t.spec.output_mode == TextOutput::kInt) {
+    for (uint32_t i = 0; i < t.spec.width(); ++i) names.push_back(prefix + "token " + std::to_string(i));
+    return;
+  }
+  const size_t first = names.size();
+  names.resize(first + t.spec.width(), prefix);
+  names[first] = prefix + "[UNK]";
+  for (size_t i = 0; i < t.vocabulary.size(); ++i) names[first + t.spec.reserved() + i] = prefix + t.vocabulary[i];
+}
+
+}  // namespace
+
 std::vector<std::string> FittedPreprocessing::feature_names() const {
   std::vector<std::string> names;
-  if (text && text->spec.output_mode == TextOutput::kInt) {
-    for (uint32_t i = 0; i < text->spec.width(); ++i) names.push_back("token " + std::to_string(i));
-  } else if (text) {
-    names.resize(text->spec.width());
-    names[0] = "[UNK]";
-    for (size_t i = 0; i < text->vocabulary.size(); ++i) names[text->spec.reserved() + i] = text->vocabulary[i];
-  }
+  if (text) tokenizer_feature_names(*text, "", names);
   for (const FittedColumn& c : columns) {
     if (c.dropped) continue;
     if (c.bins > 0 && c.values > 0) {
@@ -58,6 +83,7 @@ std::vector<std::string> FittedPreprocessing::feature_names() const {
     if (c.indicator) names.push_back(c.name + "_missing");
   }
   for (const FittedCross& x : crosses) names.push_back(x.name + "=(cross)");
+  for (const FittedTextColumn& t : text_columns) tokenizer_feature_names(*t.tokenizer, t.name + "=", names);
   return names;
 }
 
@@ -102,6 +128,7 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
   if (it == spec.columns.end()) return;
   const ColumnSteps& s = it->second;
   const std::string path = "/preprocessing/columns/" + column.name;
+  if (s.text) throw SpecError(path + "/text", "'" + column.name + "' is " + column_type_name(column.type) + ", not a text column");
   const bool hashed = s.encode == Encoding::kHash;
   if (hashed && column.type == ColumnType::kBoolean) {
     throw SpecError(path + "/encode", "'" + column.name + "' is boolean: hash a categorical or numeric (integer id) column");
@@ -146,6 +173,22 @@ void check_steps(const PreprocessingSpec& spec, const TableColumn& column) {
   }
 }
 
+// A text column takes a tokenizer (`text`) or `drop`; no other column takes `text`.
+void check_text_steps(const PreprocessingSpec& spec, const TableColumn& column) {
+  const auto it = spec.columns.find(column.name);
+  if (it == spec.columns.end()) return;
+  const ColumnSteps& s = it->second;
+  const std::string path = "/preprocessing/columns/" + column.name;
+  const std::pair<bool, const char*> others[] = {{s.scale.has_value(), "scale"},           {s.impute.has_value(), "impute"},
+                                                 {s.fill_value.has_value(), "fill_value"}, {s.indicator.has_value(), "indicator"},
+                                                 {s.max_categories.has_value(), "max_categories"}, {s.encode.has_value(), "encode"},
+                                                 {s.num_bins.has_value(), "num_bins"},     {s.separator.has_value(), "separator"},
+                                                 {s.max_values.has_value(), "max_values"}};
+  for (const auto& [set, field] : others) {
+    if (set) throw SpecError(path + "/" + field, "'" + column.name + "' is a text column: it takes a tokenizer (\"text\": {...}) or \"drop\"");
+  }
+}
+
 // The crosses name stored columns, two or more, each once; returns their count.
 uint32_t check_crosses(const PreprocessingSpec& spec, const TableSchema& train) {
   const auto multi_valued = [&](const std::string& name) {
@@ -178,21 +221,27 @@ uint32_t check_crosses(const PreprocessingSpec& spec, const TableSchema& train) 
 }  // namespace
 
 uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& train) {
-  if (spec.text) {
-    throw SpecError("/preprocessing/text", "applies to a text dataset (class folders of .txt files); a table's text columns "
-                    "are not read by this version (they are stored and profiled)");
+  const std::vector<const TableColumn*> texts = train.text_columns();
+  if (spec.text && texts.empty()) {
+    throw SpecError("/preprocessing/text", "applies to a text dataset (class folders of .txt files) or to a table's text "
+                    "columns, and this table has none");
   }
-  for (const auto& entry : spec.columns) {
-    const std::string& name = entry.first;
+  for (const auto& [name, steps] : spec.columns) {
     const bool known = std::any_of(train.columns.begin(), train.columns.end(),
-                                   [&](const TableColumn& c) { return c.name == name && c.type != ColumnType::kIgnored && c.type != ColumnType::kText; });
+                                   [&](const TableColumn& c) { return c.name == name && c.type != ColumnType::kIgnored; });
     if (!known) {
       std::string names;
       for (const TableColumn* c : train.stored_columns()) names += (names.empty() ? "" : ", ") + c->name;
+      for (const TableColumn* c : texts) names += (names.empty() ? "" : ", ") + c->name;
       throw SpecError("/preprocessing/columns/" + name, "'" + name + "' is not a feature column of the dataset (columns: " + names + ")");
     }
   }
-  uint32_t width = 0;
+  uint32_t text_width = 0;
+  for (const TableColumn* c : texts) {
+    check_text_steps(spec, *c);
+    if (const TokenizerSpec* t = text_steps(spec, c->name)) text_width += t->width();
+  }
+  uint32_t width = text_width;
   for (const TableColumn* c : train.stored_columns()) {
     check_steps(spec, *c);
     const Resolved r = resolve(spec, *c);
@@ -223,6 +272,10 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
     if (r.indicator && c->profile.missing > 0) width += 1;
   }
   width += check_crosses(spec, train);
+  if (width == 0 && !texts.empty() && !spec.text) {
+    throw SpecError("/preprocessing/text", "is required: the table's only features are text columns (" + texts[0]->name +
+                                               (texts.size() > 1 ? ", ..." : "") + "), which become features through a tokenizer");
+  }
   if (width == 0) throw SpecError("/preprocessing", "drops every column: the model would have no input");
   return width;
 }
@@ -375,6 +428,7 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots&
   }
   std::vector<uint64_t> fingerprints(columns, kMissingIdFingerprint);
   const bool any_cross = !fitted.crosses.empty();
+  const uint32_t text_width = fitted.width() - fitted.table_width();  // after each row's table features
   for (size_t i = 0; i < rows; ++i) {
     for (size_t k = 0; k < columns; ++k) {
       const FittedColumn& f = fitted.columns[k];
@@ -394,7 +448,13 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots&
       out = apply_column(f, v, slot, fingerprints[k], bag, out);
     }
     out = apply_crosses(fitted, fingerprints.data(), out);
+    std::fill_n(out, text_width, 0.0f);
+    out += text_width;
   }
+}
+
+void apply_text_cell(const FittedPreprocessing& fitted, size_t k, std::string_view cell, float* row) {
+  fitted.text_columns.at(k).tokenizer->apply(cell, row + fitted.text_offset(k));
 }
 
 namespace {
@@ -419,7 +479,9 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
   for (const auto& field : record) {
     const bool known = std::any_of(fitted.columns.begin(), fitted.columns.end(),
                                    [&](const FittedColumn& c) { return c.name == field.key(); });
-    const bool other = std::find(fitted.other_columns.begin(), fitted.other_columns.end(), field.key()) != fitted.other_columns.end();
+    const bool other = std::find(fitted.other_columns.begin(), fitted.other_columns.end(), field.key()) != fitted.other_columns.end() ||
+                       std::any_of(fitted.text_columns.begin(), fitted.text_columns.end(),
+                                   [&](const FittedTextColumn& t) { return t.name == field.key(); });
     if (!known && !other && field.key() != fitted.label) {
       std::string names;
       for (const FittedColumn& c : fitted.columns) names += (names.empty() ? "" : ", ") + c.name;
@@ -500,7 +562,14 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
     if (f.type == ColumnType::kId && f.ids) slot = vocabulary_slot(f, fingerprint);
     out = apply_column(f, value, slot, fingerprint, bag.empty() ? nullptr : bag.data(), out);
   }
-  apply_crosses(fitted, fingerprints.data(), out);
+  float* const row = apply_crosses(fitted, fingerprints.data(), out) - fitted.table_width();
+  for (size_t k = 0; k < fitted.text_columns.size(); ++k) {
+    const std::string& name = fitted.text_columns[k].name;
+    const json::value* v = record.if_contains(name);
+    if (v == nullptr) throw DataError("field '" + name + "' is missing (the model reads this text column; null for no text)");
+    if (!v->is_string() && !v->is_null()) throw DataError("field '" + name + "': a text column's cell is a string, not " + json::serialize(*v));
+    apply_text_cell(fitted, k, v->is_null() ? std::string_view() : std::string_view(v->as_string().data(), v->as_string().size()), row);
+  }
 }
 
 }  // namespace pstrain

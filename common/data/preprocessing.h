@@ -51,6 +51,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/data/table_schema.h"
@@ -82,6 +83,7 @@ struct ColumnSteps {
   std::optional<uint32_t> num_bins;        // encode "hash"
   std::optional<std::string> separator;    // encode "hash", categorical: multi-valued cells
   std::optional<uint32_t> max_values;      // with separator: the features (places) it gives
+  std::optional<TokenizerSpec> text;       // a text column's tokenizer (said per column)
   bool drop = false;
 };
 
@@ -105,10 +107,15 @@ struct PreprocessingSpec {
   ColumnSteps numeric, boolean, categorical;
   std::map<std::string, ColumnSteps> columns;  // by column name
   std::vector<CrossSpec> crosses;
-  // `text` (tokenizer.h): how a text dataset's documents become features (a table's text columns
-  // are not read yet: refused at submit).
+  // `text` (tokenizer.h): how a text dataset's documents become features; on a table, the
+  // tokenizer of every text column that says none of its own (columns.<name>.text) and is not
+  // dropped. A table's text column with neither is not a feature.
   std::optional<TokenizerSpec> text;
 };
+
+// The tokenizer a table's text column `name` goes through (its own, else the spec's `text`), or
+// null when it is not a feature (dropped, or no tokenizer said).
+const TokenizerSpec* text_steps(const PreprocessingSpec& spec, const std::string& name);
 
 inline constexpr uint32_t kDefaultMaxCategories = 20;
 
@@ -136,6 +143,13 @@ struct FittedColumn {
   uint32_t width() const;  // features it gives (0 when dropped)
 };
 
+// A table's text column, tokenized: its features follow the crosses', in the table's order of
+// text columns; row i's cell is document i of the column's stored cells (text_folders.h).
+struct FittedTextColumn {
+  std::string name;
+  std::shared_ptr<const FittedTokenizer> tokenizer;
+};
+
 // A fitted cross: indices into FittedPreprocessing::columns, in fold order.
 struct FittedCross {
   std::string name;
@@ -153,8 +167,14 @@ struct FittedPreprocessing {
   std::vector<FittedCross> crosses;  // one feature each, after the columns' features
   // A text dataset's fitted tokenizer: the features are its output (no columns then).
   std::shared_ptr<const FittedTokenizer> text;
+  // A table's tokenized text columns (not in other_columns): their features come last.
+  std::vector<FittedTextColumn> text_columns;
 
   uint32_t width() const;
+  // The features of the stored columns and crosses (the first of each row), and where text
+  // column k's begin.
+  uint32_t table_width() const;
+  uint32_t text_offset(size_t k) const;
   // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)", "plan=(id)",
   // "user=(hash)", "tags=(hash 0)" ... "tags=(hash 3)", "island_x_sex=(cross)"; a tokenizer's
   // "token 0" ... (int), else its vocabulary ("[UNK]", "the", ...; "" for unused places).
@@ -189,7 +209,8 @@ FittedPreprocessing fit_preprocessing(const PreprocessingSpec& spec, const Table
                                       const TableSchema& train_schema, std::span<const float> values, size_t rows);
 
 // Applies the fitted steps to stored rows (rows x the schema's row_width() values) whose categorical
-// codes are `schema`'s (any split of the dataset): `out` gets rows x width() floats, row-major.
+// codes are `schema`'s (any split of the dataset): `out` gets rows x width() floats, row-major;
+// the text columns' features (stored apart) are zeros, for apply_text_cell to fill.
 void apply_preprocessing(const FittedPreprocessing& fitted, const TableSchema& schema, std::span<const float> values,
                          size_t rows, float* out);
 
@@ -206,11 +227,15 @@ CategorySlots category_slots(const FittedPreprocessing& fitted, const TableSchem
 void apply_preprocessing(const FittedPreprocessing& fitted, const CategorySlots& slots, std::span<const float> values,
                          size_t rows, float* out);
 
+// Text column k's features of the row whose cell is `cell` (its UTF-8 text; empty when missing)
+// into `row` (the row's width() features).
+void apply_text_cell(const FittedPreprocessing& fitted, size_t k, std::string_view cell, float* row);
+
 // Applies them to one record by field name (`:predict`): numbers (or numeric text) for numeric
 // columns, text or numbers for categorical ones (an unseen one is "other", or its own bin when
 // hashed), true/false/yes/no or
-// 0/1 for boolean ones; null or a missing-value text is missing. A text model's record is
-// {"text": "..."}. Every column (dropped ones too)
+// 0/1 for boolean ones; null or a missing-value text is missing; a tokenized text column's cell
+// as a string (null: empty). A text model's record is {"text": "..."}. Every column (dropped ones too)
 // must be a field; the label's field is allowed and ignored. Throws DataError naming the field for
 // a missing field, a field the table does not have, or a value of the wrong kind.
 void apply_preprocessing(const FittedPreprocessing& fitted, const boost::json::object& record, float* out);

@@ -74,6 +74,10 @@ ColumnSteps read_steps(const json::value& v, const std::string& path, bool allow
   }
   if (s.encode == Encoding::kHash && !s.num_bins) throw SpecError(r.field_path("num_bins"), "encode \"hash\" needs num_bins (1 to 16777216)");
   if (s.num_bins && s.encode != Encoding::kHash) throw SpecError(r.field_path("num_bins"), "applies to encode \"hash\"");
+  if (const json::value* x = r.optional("text")) {
+    if (!allow_drop) throw SpecError(r.field_path("text"), "a text column's tokenizer is said under /preprocessing/columns (or as /preprocessing/text)");
+    s.text = read_tokenizer_spec(*x, r.field_path("text"));
+  }
   if (const json::value* x = r.optional("drop")) {
     if (!x->is_bool()) throw SpecError(r.field_path("drop"), "must be true or false, not " + kind_of(*x));
     if (!allow_drop && x->as_bool()) throw SpecError(r.field_path("drop"), "drops a single column: say it under /preprocessing/columns");
@@ -97,6 +101,7 @@ json::object steps_to_object(const ColumnSteps& s) {
   if (s.num_bins) o["num_bins"] = *s.num_bins;
   if (s.separator) o["separator"] = *s.separator;
   if (s.max_values) o["max_values"] = *s.max_values;
+  if (s.text) o["text"] = tokenizer_spec_to_object(*s.text);
   if (s.drop) o["drop"] = true;
   return o;
 }
@@ -233,6 +238,13 @@ std::string fitted_to_json(const FittedPreprocessing& fitted) {
     }
     out["crosses"] = std::move(crosses);
   }
+  if (!fitted.text_columns.empty()) {
+    json::array texts;
+    for (const FittedTextColumn& t : fitted.text_columns) {
+      texts.push_back(json::object{{"name", t.name}, {"tokenizer", parse_json(fitted_tokenizer_to_json(*t.tokenizer))}});
+    }
+    out["text_columns"] = std::move(texts);
+  }
   if (!fitted.other_columns.empty()) {
     json::array others;
     for (const std::string& n : fitted.other_columns) others.push_back(json::string(n));
@@ -319,6 +331,18 @@ FittedPreprocessing fitted_from_json(const std::string& text) {
     if (const json::value* text = root.if_contains("text")) {
       if (!f.columns.empty()) throw DataError("preprocessing: a tokenizer and table columns together");
       f.text = std::make_shared<const FittedTokenizer>(fitted_tokenizer_from_json(json::serialize(*text)));
+    }
+    field = "text_columns";
+    if (const json::value* texts = root.if_contains("text_columns")) {
+      for (const json::value& tv : texts->as_array()) {
+        const json::object& o = tv.as_object();
+        FittedTextColumn t{std::string(o.at("name").as_string()),
+                           std::make_shared<const FittedTokenizer>(fitted_tokenizer_from_json(json::serialize(o.at("tokenizer"))))};
+        const bool taken = std::any_of(f.columns.begin(), f.columns.end(), [&](const FittedColumn& c) { return c.name == t.name; }) ||
+                           std::any_of(f.text_columns.begin(), f.text_columns.end(), [&](const FittedTextColumn& u) { return u.name == t.name; });
+        if (taken || f.text) throw DataError("preprocessing: text column '" + t.name + "' is named twice or beside a document tokenizer");
+        f.text_columns.push_back(std::move(t));
+      }
     }
   } catch (const DataError&) {
     throw;

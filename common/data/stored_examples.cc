@@ -34,6 +34,7 @@ struct StoredExamples::Preprocessed {
   std::shared_ptr<const StoredExamples> raw;
   std::shared_ptr<const FittedPreprocessing> fitted;
   CategorySlots slots;  // the schema's category codes' slots and fingerprints
+  std::vector<std::shared_ptr<const StoredExamples>> texts;  // fitted->text_columns' cells
 };
 
 StoredExamples::StoredExamples(const StoredExamples& of, const std::vector<uint32_t>& ids)
@@ -41,6 +42,7 @@ StoredExamples::StoredExamples(const StoredExamples& of, const std::vector<uint3
   if (of.preprocess_) {  // the subset of the raw rows, preprocessed the same way
     auto view = std::make_shared<Preprocessed>(*of.preprocess_);
     view->raw = std::make_shared<const StoredExamples>(*of.preprocess_->raw, ids);
+    for (auto& cells : view->texts) cells = std::make_shared<const StoredExamples>(*cells, ids);
     preprocess_ = std::move(view);
     return;
   }
@@ -50,14 +52,19 @@ StoredExamples::StoredExamples(const StoredExamples& of, const std::vector<uint3
 }
 
 StoredExamples::StoredExamples(std::shared_ptr<const StoredExamples> raw, std::shared_ptr<const FittedPreprocessing> fitted,
-                               const TableSchema& schema) {
+                               const TableSchema& schema, std::vector<std::shared_ptr<const StoredExamples>> texts) {
   if (raw->example_bytes() != schema.row_width() * sizeof(float)) {
     throw DataError("a stored table's rows are " + std::to_string(raw->example_bytes()) + " bytes; its schema has " +
                     std::to_string(schema.row_width()) + " stored float32 values");
   }
+  if (texts.size() != fitted->text_columns.size()) {
+    throw DataError("a stored table's view has " + std::to_string(texts.size()) + " text columns' cells for " +
+                    std::to_string(fitted->text_columns.size()) + " tokenized text columns");
+  }
   example_bytes_ = size_t{fitted->width()} * sizeof(float);
   auto view = std::make_shared<Preprocessed>();
   view->slots = category_slots(*fitted, schema);
+  view->texts = std::move(texts);
   view->raw = std::move(raw);
   view->fitted = std::move(fitted);
   preprocess_ = std::move(view);
@@ -104,6 +111,14 @@ void StoredExamples::read(std::span<const uint32_t> indices, uint8_t* out) const
     p.raw->read(indices, reinterpret_cast<uint8_t*>(rows.data()));
     std::vector<float> features(indices.size() * p.fitted->width());  // (out need not be aligned for float)
     apply_preprocessing(*p.fitted, p.slots, rows, indices.size(), features.data());
+    std::vector<uint8_t> cell;
+    for (size_t k = 0; k < p.texts.size(); ++k) {
+      for (size_t i = 0; i < indices.size(); ++i) {
+        p.texts[k]->read_document(indices[i], cell);
+        apply_text_cell(*p.fitted, k, std::string_view(reinterpret_cast<const char*>(cell.data()), cell.size()),
+                        features.data() + i * p.fitted->width());
+      }
+    }
     std::memcpy(out, features.data(), features.size() * sizeof(float));
     return;
   }
@@ -197,6 +212,25 @@ Split load_stored_split(const std::string& dir, const std::vector<std::string>& 
   split.stored = std::make_shared<const StoredExamples>(store->dir, store->files, store->crcs);
   split.store = std::move(store);
   return split;
+}
+
+void add_text_cells(const std::string& dir, const std::vector<std::pair<std::string, std::vector<std::string>>>& columns,
+                    Split& split) {
+  if (columns.empty()) return;
+  auto store = split.store ? std::make_shared<Split::StoredShards>(*split.store) : std::make_shared<Split::StoredShards>();
+  const std::string at = std::filesystem::absolute(dir).lexically_normal().string();
+  for (const auto& [column, files] : columns) {
+    Split::StoredShards::TextColumn shards{column, files, {}};
+    for (const std::string& file : files) shards.crcs.push_back(ShardFile(at + "/" + file, ShardFile::Open::kHeader).crc());
+    auto cells = std::make_shared<const StoredExamples>(at, files, shards.crcs);
+    if (!cells->documents() || cells->size() != split.size) {
+      throw DataError("dataset '" + split.dataset + "': text column '" + column + "' holds " + std::to_string(cells->size()) +
+                      (cells->documents() ? " cells" : " arrays") + " for " + std::to_string(split.size) + " rows");
+    }
+    split.text_cells.push_back({column, std::move(cells)});
+    store->text_columns.push_back(std::move(shards));
+  }
+  split.store = std::move(store);
 }
 
 }  // namespace pstrain

@@ -36,9 +36,11 @@ class StoredExamples {
   StoredExamples(const StoredExamples& of, const std::vector<uint32_t>& ids);
   // The examples of `raw` (a table's stored rows: float32, one per stored column of `schema`)
   // preprocessed by `fitted` as they are read: fitted.width() floats an example. What a job on a
-  // stored table trains on, without a preprocessed copy of the table (table_split.h).
+  // stored table trains on, without a preprocessed copy of the table (table_split.h). `texts`:
+  // the cells of fitted.text_columns (the same order; numbered as `raw`), tokenized into their
+  // features.
   StoredExamples(std::shared_ptr<const StoredExamples> raw, std::shared_ptr<const FittedPreprocessing> fitted,
-                 const TableSchema& schema);
+                 const TableSchema& schema, std::vector<std::shared_ptr<const StoredExamples>> texts = {});
   // The documents of `documents` (a text split's shards) tokenized by `fitted` (its `text`) as
   // they are read: fitted.width() floats an example.
   StoredExamples(std::shared_ptr<const StoredExamples> documents, std::shared_ptr<const FittedPreprocessing> fitted);
@@ -72,5 +74,12 @@ class StoredExamples {
 // label outside [0, kMaxClasses), a target that is not finite, or more than 2^32 - 1 examples.
 Split load_stored_split(const std::string& dir, const std::vector<std::string>& files, const std::vector<uint32_t>& shape,
                         Dtype dtype, const std::string& name, SplitKind kind);
+
+// A stored table's text columns (`columns`: each column's name and its shards of cells in `dir`,
+// in the table's order) added to `split` (loaded by load_stored_split): Split::text_cells to read
+// them, and their shards and CRCs in Split::store for workers. Throws DataError naming the shard
+// or column when a column's cells are not documents or not one per row.
+void add_text_cells(const std::string& dir, const std::vector<std::pair<std::string, std::vector<std::string>>>& columns,
+                    Split& split);
 
 }  // namespace pstrain

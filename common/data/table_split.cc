@@ -92,12 +92,45 @@ Split tokenize_split(const Split& raw, const FittedPreprocessing& fitted) {
   return out;
 }
 
+// The cells of a table split's text column `name` (DataError when the split does not hold them).
+const std::shared_ptr<const StoredExamples>& cells_of(const Split& split, const std::string& name) {
+  for (const Split::TextCells& t : split.text_cells) {
+    if (t.column == name && t.cells) return t.cells;
+  }
+  throw DataError("dataset '" + split.dataset + "': text column '" + name + "' is tokenized by the job, but the split does not "
+                  "hold its cells (text columns are read from a table uploaded to the cluster's dataset store)");
+}
+
+// The table's text columns that the spec tokenizes, each fitted by a pass over its training cells
+// in example order (tf_idf: two), and taken out of other_columns.
+void fit_text_columns(const PreprocessingSpec& spec, const Split& train, FittedPreprocessing& fitted) {
+  std::vector<uint8_t> cell;
+  for (const TableColumn* c : train.table->text_columns()) {
+    const TokenizerSpec* steps = text_steps(spec, c->name);
+    if (steps == nullptr) continue;
+    const StoredExamples& cells = *cells_of(train, c->name);
+    TokenizerFit fit(*steps);
+    const auto pass = [&](auto&& add) {
+      for (uint32_t i = 0; i < train.size; ++i) {
+        cells.read_document(i, cell);
+        add(std::string_view(reinterpret_cast<const char*>(cell.data()), cell.size()));
+      }
+    };
+    pass([&](std::string_view text) { fit.add(text); });
+    if (fit.needs_second_pass()) pass([&](std::string_view text) { fit.add_second(text); });
+    fitted.text_columns.push_back({c->name, std::make_shared<const FittedTokenizer>(fit.finish())});
+    std::erase(fitted.other_columns, c->name);
+  }
+}
+
 }  // namespace
 
 FittedPreprocessing fit_on_split(const PreprocessingSpec& spec, const Split& train) {
   if (train.documents) return fit_tokenizer_on_split(spec, train);
   check_table(train);
-  return fit_preprocessing(spec, *train.table, *train.table, rows_of(train));
+  FittedPreprocessing fitted = fit_preprocessing(spec, *train.table, *train.table, rows_of(train));
+  fit_text_columns(spec, train, fitted);
+  return fitted;
 }
 
 Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
@@ -106,7 +139,10 @@ Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
   const uint32_t width = fitted.width();
   Split out = features_of(raw, width);
   if (raw.stored) {  // preprocessed as read: no copy of the table
-    out.stored = std::make_shared<const StoredExamples>(raw.stored, std::make_shared<const FittedPreprocessing>(fitted), *raw.table);
+    std::vector<std::shared_ptr<const StoredExamples>> texts;
+    for (const FittedTextColumn& t : fitted.text_columns) texts.push_back(cells_of(raw, t.name));
+    out.stored = std::make_shared<const StoredExamples>(raw.stored, std::make_shared<const FittedPreprocessing>(fitted), *raw.table,
+                                                        std::move(texts));
     if (raw.store) {  // workers that see the shards read and preprocess the rows themselves
       auto store = std::make_shared<Split::StoredShards>(*raw.store);
       store->preprocessing = fitted_to_json(fitted);
@@ -115,6 +151,7 @@ Split preprocess_split(const Split& raw, const FittedPreprocessing& fitted) {
     }
     return out;
   }
+  if (!fitted.text_columns.empty()) cells_of(raw, fitted.text_columns[0].name);  // (throws: in memory, no cells)
   out.examples.resize(size_t{raw.size} * width * sizeof(float));
   apply_preprocessing(fitted, *raw.table, {reinterpret_cast<const float*>(raw.examples.data()), size_t{raw.size} * raw.example_size()},
                       raw.size, reinterpret_cast<float*>(out.examples.data()));

@@ -26,6 +26,9 @@ Split subset_of(const Split& split, const std::vector<uint32_t>& indices) {
   out.class_names = split.class_names;
   if (split.stored) {  // left on disk: the subset maps its ids onto the same shards
     out.stored = std::make_shared<const StoredExamples>(*split.stored, indices);
+    for (const Split::TextCells& t : split.text_cells) {
+      out.text_cells.push_back({t.column, std::make_shared<const StoredExamples>(*t.cells, indices)});
+    }
   } else {
     out.examples.resize(indices.size() * split.example_bytes());
     split.read_examples(indices, out.examples.data());

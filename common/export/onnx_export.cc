@@ -440,6 +440,12 @@ std::string export_onnx(const OnnxExport& what) {
                                                            "probabilities, values, or a leading '/'); rename the column");
       }
     }
+    for (const FittedTextColumn& t : what.preprocessing->text_columns) {
+      if (reserved(t.name)) {
+        throw SpecError("/preprocessing/columns/" + t.name, "is a name the exported graph uses itself (logits, "
+                                                           "probabilities, values, or a leading '/'); rename the column");
+      }
+    }
     for (const FittedCross& x : what.preprocessing->crosses) {
       const bool taken = std::any_of(what.preprocessing->columns.begin(), what.preprocessing->columns.end(),
                                      [&](const FittedColumn& c) { return !c.dropped && c.name == x.name; });
@@ -474,6 +480,11 @@ std::string export_onnx(const OnnxExport& what) {
                                                      : onnx::TensorProto::FLOAT);
     }
     for (const FittedCross& x : what.preprocessing->crosses) set_type(graph->add_input(), x.name, {1}, onnx::TensorProto::INT64);
+    for (const FittedTextColumn& t : what.preprocessing->text_columns) {
+      const bool ids = t.tokenizer->spec.output_mode == TextOutput::kInt;
+      set_type(graph->add_input(), t.name, {static_cast<int64_t>(t.tokenizer->spec.width())},
+               ids ? onnx::TensorProto::INT64 : onnx::TensorProto::FLOAT);
+    }
   } else {
     set_type(graph->add_input(), "input", what.model->input_shape);
   }

@@ -143,6 +143,17 @@ std::string table_features(GraphBuilder& g, const FittedPreprocessing& fitted) {
   }
   // A cross's input is the crossed columns' fingerprint (pstrain.ids.cross): its bin.
   for (const FittedCross& x : fitted.crosses) parts.push_back(bin_feature(g, x.name, x.bins));
+  // A text column's input is its tokenizer's output (as for a text dataset: no standard operator
+  // splits and looks up text): int64 token ids, cast to the float features, or the float bag.
+  for (const FittedTextColumn& t : fitted.text_columns) {
+    if (t.tokenizer->spec.output_mode != TextOutput::kInt) {
+      parts.push_back(t.name);
+      continue;
+    }
+    const std::string as_float = g.fresh("tokens_float");
+    GraphBuilder::integer(g.node("Cast", {t.name}, as_float), "to", onnx::TensorProto::FLOAT);
+    parts.push_back(as_float);
+  }
   const std::string features = g.fresh("features");
   GraphBuilder::integer(g.node("Concat", parts, features), "axis", 1);
   return features;

@@ -131,13 +131,8 @@ std::optional<DatasetInfo> DatasetCatalog::info(const std::string& name, std::st
     *why = "dataset \"" + name + "\" cannot be used: " + (r.error.empty() ? "it has no train split" : r.error);
     return std::nullopt;
   }
-  if (const TableSchema* table = r.table(); table != nullptr && table->stored_columns().empty()) {
-    const std::vector<const TableColumn*> text = table->text_columns();
-    *why = text.empty() ? "dataset \"" + name + "\" has no feature column"
-                        : "dataset \"" + name + "\" has only text columns as features (" + text[0]->name +
-                              (text.size() > 1 ? ", ..." : "") +
-                              "): a table's text columns are stored and profiled, not yet tokenized by jobs (a dataset of "
-                              "documents, class folders of .txt files, trains through preprocessing.text)";
+  if (const TableSchema* table = r.table(); table != nullptr && table->stored_columns().empty() && table->text_columns().empty()) {
+    *why = "dataset \"" + name + "\" has no feature column";
     return std::nullopt;
   }
   DatasetInfo info;

@@ -132,6 +132,16 @@ void set_stored_shards(const Split& split, proto::StoredShards::Builder out) {
   out.setTable(split.store->table);
   out.setHoldOutFraction(hold_out.fraction);
   out.setHoldOutSeed(hold_out.seed);
+  auto texts = out.initTextColumns(static_cast<unsigned>(split.store->text_columns.size()));
+  for (size_t k = 0; k < split.store->text_columns.size(); ++k) {
+    const Split::StoredShards::TextColumn& t = split.store->text_columns[k];
+    auto column = texts[static_cast<unsigned>(k)];
+    column.setColumn(t.column);
+    auto names = column.initFiles(static_cast<unsigned>(t.files.size()));
+    for (size_t i = 0; i < t.files.size(); ++i) names.set(static_cast<unsigned>(i), t.files[i]);
+    auto sums = column.initCrcs(static_cast<unsigned>(t.crcs.size()));
+    for (size_t i = 0; i < t.crcs.size(); ++i) sums.set(static_cast<unsigned>(i), t.crcs[i]);
+  }
 }
 
 }  // namespace

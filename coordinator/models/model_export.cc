@@ -46,6 +46,13 @@ ModelService::Result ModelService::onnx_now(const std::string& id, const std::op
     what.preprocessing = nullptr;
     what.metadata.emplace_back("pstrain.tokenizer", fitted_tokenizer_to_json(*m->preprocessing->text));
   }
+  if (m->preprocessing) {
+    // A table's text columns: the graph takes each one's tokenizer output as its input; the
+    // fitted tokenizers travel in the metadata the same way, one per column.
+    for (const FittedTextColumn& t : m->preprocessing->text_columns) {
+      what.metadata.emplace_back("pstrain.tokenizer." + t.name, fitted_tokenizer_to_json(*t.tokenizer));
+    }
+  }
   if (!m->spec.dataset.name.empty()) {
     what.metadata.emplace_back("dataset", m->spec.dataset.name);
     if (const std::optional<DatasetRecord> d = catalog_.get(m->spec.dataset.name)) {

@@ -127,7 +127,8 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
   CHECK(r.status == 422);
 
   // A CSV with a free-text column: the column is text (profiled, kept beside the values), a job
-  // trains on the other columns; a table of text alone is listed and refused for jobs.
+  // without a tokenizer trains on the other columns; a table of text alone is listed, and a job on
+  // it without a tokenizer is refused (table_text_test.cc trains with one).
   std::string csv = "stars,review,label\n";
   std::string jsonl;
   for (int i = 0; i < 40; ++i) {
@@ -166,8 +167,8 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
       "model": {"input_shape": [4], "layers": [{"type": "dense", "units": 2}]},
       "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})",
            "application/json");
-  check_problem(r, 422, "a job on a table of text alone", "/dataset/name");
-  CHECK(r.body.find("only text columns") != std::string::npos);
+  check_problem(r, 422, "a job on a table of text alone without a tokenizer", "/preprocessing/text");
+  CHECK(r.body.find("only features are text columns") != std::string::npos);
 
   // The record and its profile survive a coordinator restart.
   cluster.restart_coordinator(true);

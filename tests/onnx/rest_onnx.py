@@ -428,6 +428,65 @@ with open(os.path.join(out, "table-clicks.rest.json"), "w") as f:
     json.dump({"count": len(click_records), "columns": columns, "output": "probabilities", "width": 2}, f)
 print("table-clicks.rest")
 
+# A table's text column (issue 52): the review tokenized into 10 int ids (a masked embedding,
+# mean-pooled) beside a number. :predict gets the cell's text; the ONNX graph the tokenizer's ids,
+# computed by the Python client's tokenizer from the file's metadata (pstrain.tokenizer.review).
+GOOD, BAD = ["great", "tasty", "friendly", "lovely", "fresh"], ["cold", "rude", "stale", "slow", "dirty"]
+FILLER = ["the", "soup", "waiter", "table", "night", "food", "place", "we", "had", "a"]
+
+
+def reviewed(count, seed):
+    r = np.random.default_rng(seed)
+    rows = []
+    for i in range(count):
+        pos = bool(r.integers(0, 2))
+        words = [FILLER[int(k)] for k in r.integers(0, len(FILLER), size=int(r.integers(2, 9)))]
+        for _ in range(int(r.integers(1, 3))):
+            words.insert(int(r.integers(0, len(words) + 1)), (GOOD if pos else BAD)[int(r.integers(0, 5))])
+        text = "" if i % 13 == 0 else " ".join(words).capitalize() + ("!" if i % 3 == 0 else ".")
+        rows.append({"stars": float(r.normal(3.5 if pos else 2.5, 1.0)), "review": text, "label": "pos" if pos else "neg"})
+    return rows
+
+
+def reviewed_csv(rows):
+    return ("stars,review,label\n" + "".join(f"{r['stars']!r},\"{r['review']}\",{r['label']}\n" for r in rows)).encode()
+
+
+call("PUT", "/v1/datasets/onnx-reviews/train?label=label&types=review:text", reviewed_csv(reviewed(400, 9)), "text/csv")
+call("PUT", "/v1/datasets/onnx-reviews/test?label=label&types=review:text", reviewed_csv(reviewed(100, 10)), "text/csv")
+spec = {"name": "table-text", "dataset": {"name": "onnx-reviews"},
+        "preprocessing": {"columns": {"review": {"text": {"max_tokens": 30, "output_mode": "int", "output_sequence_length": 10}}}},
+        "model": {"input_shape": [11], "seed": 3, "layers": [
+            {"name": "stars", "type": "slice", "inputs": ["input"], "begin": 0, "size": 1},
+            {"name": "words", "type": "slice", "inputs": ["input"], "begin": 1, "size": 10},
+            {"name": "vectors", "type": "embedding", "inputs": ["words"], "input_dim": 30, "output_dim": 4, "mask_zero": True},
+            {"name": "pooled", "type": "global_avgpool1d", "inputs": ["vectors"]},
+            {"name": "all", "type": "concatenate", "inputs": ["stars", "pooled"]},
+            {"type": "dense", "units": 2}]},
+        "optimizer": {"type": "adam", "learning_rate": 0.05}, "training": {"global_batch_size": 40, "epochs": 3}}
+job = json.loads(call("POST", "/v1/jobs", json.dumps(spec).encode()))["id"]
+wait_succeeded(job)
+review_records = reviewed(300, 11)
+for i, rec in enumerate(review_records):
+    rec.pop("label")
+    if i % 10 == 0:
+        rec["review"] += " and some words never seen in training"
+answer = predictions(job, review_records)
+text_onnx = call("GET", f"/v1/models/{job}/file?format=onnx")
+with open(os.path.join(out, "table-text.rest.onnx"), "wb") as f:
+    f.write(text_onnx)
+np.asarray([[p["probabilities"]["neg"], p["probabilities"]["pos"]] if isinstance(p["probabilities"], dict) else p["probabilities"]
+            for p in answer], dtype=np.float32).tofile(os.path.join(out, "table-text.rest.expected.f32"))
+import onnx  # noqa: E402 (python3-onnx: the file's metadata)
+from pstrain import text as tokenizers  # noqa: E402
+metadata = {p.key: p.value for p in onnx.load_from_string(text_onnx).metadata_props}
+tokenizer = tokenizers.Tokenizer.from_json(metadata["pstrain.tokenizer.review"])
+columns = {"stars": {"type": "float", "values": [rec["stars"] for rec in review_records]},
+           "review": {"type": "int64", "width": 10, "values": [[int(v) for v in tokenizer.features(rec["review"])] for rec in review_records]}}
+with open(os.path.join(out, "table-text.rest.json"), "w") as f:
+    json.dump({"count": len(review_records), "columns": columns, "output": "probabilities", "width": 2}, f)
+print("table-text.rest")
+
 # A checkpoint exports too (the job backs up every epoch).
 checkpoints = json.loads(call("GET", f"/v1/jobs/{job}/checkpoints"))
 step = checkpoints["checkpoints"][-1]["step"] if isinstance(checkpoints, dict) else checkpoints[-1]["step"]

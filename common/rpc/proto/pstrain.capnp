@@ -368,6 +368,15 @@ struct StoredShards {
   # fraction and seed; `examples` is then the shards' count. 0: the split as stored.
   holdOutFraction @6 :Float64;
   holdOutSeed @7 :UInt64;
+  # A table's text columns that the preprocessing tokenizes: each column's shards of cells (row
+  # i's cell is document i), read beside the rows.
+  textColumns @8 :List(TextColumnShards);
+}
+
+struct TextColumnShards {
+  column @0 :Text;
+  files @1 :List(Text);     # in the split's order
+  crcs @2 :List(UInt32);    # each shard's CRC-32C
 }
 
 struct Batch {
