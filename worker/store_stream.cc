@@ -105,7 +105,7 @@ std::shared_ptr<WorkerStore> WorkerStore::open(proto::StoredShards::Reader store
           for (auto f : column.getFiles()) names.push_back(rpc::to_string(f));
           std::vector<uint32_t> sums;
           for (uint32_t crc : column.getCrcs()) sums.push_back(crc);
-          cells = std::make_unique<StoreReader>(dir, std::move(names), 2, std::move(sums));
+          cells = std::make_unique<StoreReader>(dir, std::move(names), 8, std::move(sums));
         }
         if (!cells || !cells->layout().variable || cells->size() != reader->size()) {
           *why_not = dir + ": text column '" + t.name + "' has no cells, one per row, in the assignment";

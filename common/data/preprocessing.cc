@@ -179,6 +179,7 @@ void check_text_steps(const PreprocessingSpec& spec, const TableColumn& column) 
   if (it == spec.columns.end()) return;
   const ColumnSteps& s = it->second;
   const std::string path = "/preprocessing/columns/" + column.name;
+  if (s.text && s.drop) throw SpecError(path + "/drop", "'" + column.name + "' is given a tokenizer and dropped: say one");
   const std::pair<bool, const char*> others[] = {{s.scale.has_value(), "scale"},           {s.impute.has_value(), "impute"},
                                                  {s.fill_value.has_value(), "fill_value"}, {s.indicator.has_value(), "indicator"},
                                                  {s.max_categories.has_value(), "max_categories"}, {s.encode.has_value(), "encode"},
@@ -485,6 +486,7 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
     if (!known && !other && field.key() != fitted.label) {
       std::string names;
       for (const FittedColumn& c : fitted.columns) names += (names.empty() ? "" : ", ") + c.name;
+      for (const FittedTextColumn& t : fitted.text_columns) names += (names.empty() ? "" : ", ") + t.name;
       throw DataError("field '" + std::string(field.key()) + "' is not a column of the model's table (columns: " + names + ")");
     }
   }
@@ -568,7 +570,9 @@ void apply_preprocessing(const FittedPreprocessing& fitted, const json::object& 
     const json::value* v = record.if_contains(name);
     if (v == nullptr) throw DataError("field '" + name + "' is missing (the model reads this text column; null for no text)");
     if (!v->is_string() && !v->is_null()) throw DataError("field '" + name + "': a text column's cell is a string, not " + json::serialize(*v));
-    apply_text_cell(fitted, k, v->is_null() ? std::string_view() : std::string_view(v->as_string().data(), v->as_string().size()), row);
+    // A missing-value spelling is an empty cell, as the table's upload stores it.
+    const std::string_view cell = v->is_null() ? std::string_view() : std::string_view(v->as_string().data(), v->as_string().size());
+    apply_text_cell(fitted, k, missing_text(cell) ? std::string_view() : cell, row);
   }
 }
 

@@ -161,8 +161,8 @@ struct FittedPreprocessing {
   std::vector<FittedColumn> columns;  // the table's stored columns, in order
   std::string label;
   std::vector<std::string> class_names;  // the dataset's (empty: numbered classes or targets)
-  // The table's columns that are not features (ignored, text): a record may hold them (a whole
-  // row as the table has it); their values are not used.
+  // The table's columns that are not features (ignored, text not tokenized): a record may hold
+  // them (a whole row as the table has it); their values are not used.
   std::vector<std::string> other_columns;
   std::vector<FittedCross> crosses;  // one feature each, after the columns' features
   // A text dataset's fitted tokenizer: the features are its output (no columns then).
@@ -177,7 +177,8 @@ struct FittedPreprocessing {
   uint32_t text_offset(size_t k) const;
   // One name per feature: "age", "age_missing", "plan=pro", "plan=(other)", "plan=(id)",
   // "user=(hash)", "tags=(hash 0)" ... "tags=(hash 3)", "island_x_sex=(cross)"; a tokenizer's
-  // "token 0" ... (int), else its vocabulary ("[UNK]", "the", ...; "" for unused places).
+  // "token 0" ... (int), else its vocabulary ("[UNK]", "the", ...; "" for unused places); a text
+  // column's the same after "review=".
   std::vector<std::string> feature_names() const;
 };
 

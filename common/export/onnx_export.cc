@@ -448,7 +448,9 @@ std::string export_onnx(const OnnxExport& what) {
     }
     for (const FittedCross& x : what.preprocessing->crosses) {
       const bool taken = std::any_of(what.preprocessing->columns.begin(), what.preprocessing->columns.end(),
-                                     [&](const FittedColumn& c) { return !c.dropped && c.name == x.name; });
+                                     [&](const FittedColumn& c) { return !c.dropped && c.name == x.name; }) ||
+                         std::any_of(what.preprocessing->text_columns.begin(), what.preprocessing->text_columns.end(),
+                                     [&](const FittedTextColumn& t) { return t.name == x.name; });
       if (taken || reserved(x.name)) {
         throw SpecError("/preprocessing/crosses", "'" + x.name + "' is a column's name or one the exported graph uses "
                                                   "itself: name the cross (\"name\") for the graph's input");

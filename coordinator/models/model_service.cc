@@ -566,6 +566,17 @@ ModelService::Result ModelService::evaluate_now(const std::string& id, const std
                                     "/dataset"));
       }
     }
+    // And the text columns it tokenizes must be stored with the split's rows.
+    for (const FittedTextColumn& t : m->preprocessing->text_columns) {
+      const bool held = std::any_of(split.text_cells.begin(), split.text_cells.end(),
+                                    [&](const Split::TextCells& c) { return c.column == t.name && c.cells; });
+      if (!held) {
+        return failed(service_error(422, "invalid-evaluation",
+                                    "/dataset: this split of " + dataset + " has no stored text column '" + t.name +
+                                        "', which the model tokenizes",
+                                    "/dataset"));
+      }
+    }
     split = preprocess_split(split, *m->preprocessing);
   }
   check_spec_against_dataset(on_it, split);

@@ -6,7 +6,7 @@
 # words, a 1-D CNN, a bidirectional LSTM and a transformer encoder (tests/bench/text_corpora.py has the specs), the test
 # split's documents sent to :predict by raw text for the AUC. docs/BENCHMARKS.md "Text corpora".
 #
-#   tests/bench/text_corpora.sh [--corpora spam,grain] [--models bow,cnn,bilstm,transformer]
+#   tests/bench/text_corpora.sh [--corpora spam,grain,spam-table] [--models bow,cnn,bilstm,transformer]
 #                               [--optimizer '{"clipnorm": 1.0}' (merged into every model's optimizer)]
 # Environment: SERVERS (2), WORKERS (2), HTTP_PORT (8190), RPC_PORT (7190), CACHE (/var/tmp/pstrain-text:
 # the fetched packages), KEEP (0: delete the work directory afterwards).

@@ -185,7 +185,7 @@ TEST_CASE("text datasets - class folders of .txt files upload as profiled docume
       "model": {"input_shape": [1], "layers": [{"type": "dense", "units": 2}]},
       "optimizer": {"type": "sgd", "learning_rate": 0.1}, "training": {"global_batch_size": 8, "epochs": 1}})",
            "application/json");
-  check_problem(r, 422, "preprocessing a text column", "/preprocessing/columns/review");
+  check_problem(r, 422, "preprocessing a text column", "/preprocessing/columns/review/impute");
 }
 
 TEST_CASE("text datasets - a dropped-in folder of class folders of .txt files is listed and profiled as an upload of them is") {

@@ -72,6 +72,8 @@ TEST_CASE("a table's text column: its tokenizer's width is known at submit, and 
   CHECK(width_error_path(R"({"columns": {"review": {"impute": "most_frequent"}}})", *p.table) == "/preprocessing/columns/review/impute");
   CHECK(width_error_path(R"({"columns": {"review": {"text": {"max_tokens": 9, "output_mode": "count"}, "encode": "ids"}}})", *p.table) ==
         "/preprocessing/columns/review/encode");
+  CHECK(width_error_path(R"({"columns": {"review": {"text": {"max_tokens": 9, "output_mode": "count"}, "drop": true}}})", *p.table) ==
+        "/preprocessing/columns/review/drop");
   CHECK(spec_error_path(R"({"categorical": {"text": {"max_tokens": 9, "output_mode": "count"}}})") == "/preprocessing/categorical/text");
   CHECK(spec_error_path(R"({"columns": {"review": {"text": {"max_tokens": 0}}}})").starts_with("/preprocessing/columns/review/text"));
   const ParsedExamples numbers = csv("a,label\n1,x\n2,y\n");
@@ -123,6 +125,8 @@ TEST_CASE("a table's text column: its features follow the others', rows and reco
     CHECK(record == std::vector<float>(rows.begin() + f.width(), rows.begin() + 2 * f.width()));
     apply_preprocessing(f, json::parse(R"({"stars": 4, "review": null, "city": "Oslo"})").as_object(), record.data());
     CHECK(record == std::vector<float>(rows.begin() + 2 * f.width(), rows.begin() + 3 * f.width()));
+    apply_preprocessing(f, json::parse(R"({"stars": 4, "review": "NA", "city": "Oslo"})").as_object(), record.data());
+    CHECK(record == std::vector<float>(rows.begin() + 2 * f.width(), rows.begin() + 3 * f.width()));  // stored as ""
     CHECK_THROWS_WITH_AS(apply_preprocessing(f, json::parse(R"({"stars": 4, "city": "Oslo"})").as_object(), record.data()),
                          doctest::Contains("'review' is missing"), DataError);
     CHECK_THROWS_WITH_AS(apply_preprocessing(f, json::parse(R"({"stars": 4, "review": 3, "city": "Oslo"})").as_object(), record.data()),
