@@ -19,6 +19,7 @@
 #include "common/data/model_inputs.h"
 #include "common/base/log.h"
 #include "common/data/model_eval.h"
+#include "common/engine/model_flops.h"
 #include "common/engine/model_spec.h"
 #include "common/engine/optim/optimizer.h"
 #include "common/engine/safetensors.h"
@@ -261,6 +262,10 @@ int main(int argc, char** argv) {
                    "Print what this process computes with (CPU, kernel level, oneDNN's and OpenBLAS's instruction\n"
                    "      sets; PSTRAIN_CPU_TARGET caps the level) and exit.");
 
+  flags.add_switch("flops", "",
+                   "Print the FLOPs of one example's forward pass through the spec's model (its matrix products:\n"
+                   "      common/engine/model_flops.h; a training step costs about 3x) and exit.");
+
   if (const auto status = parse_flags(flags, argc, argv, "pstrain-train")) return *status;
   try {
     apply_log_level(flags);
@@ -272,6 +277,11 @@ int main(int argc, char** argv) {
     if (!flags.get("predict").empty()) return predict_file(flags);
     if (flags.get("spec").empty()) throw Error("--spec is required (see --help)");
     const JobSpec spec = parse_job_spec(read_text_file(flags.get("spec"), "the job spec"));
+    if (flags.get_switch("flops")) {
+      if (spec.model.input_shape.empty()) throw Error("--flops needs the spec's model.input_shape");
+      std::printf("forward_flops_per_example %.0f\n", forward_flops(spec.model));
+      return 0;
+    }
     const int64_t threads = set_compute_threads(static_cast<int>(flags.get_int("threads", 0, 256)));
 
     LocalTrainerOptions options;

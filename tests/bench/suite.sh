@@ -21,7 +21,9 @@
 #   pt-ddp              pt_job.py --ddp 2 --threads 1 (DistributedDataParallel, gloo, loopback)
 # samples/s of a run = median of its per-epoch figures without epoch 1 (warm-up); the table shows
 # the median over repeats, the ratios sync/ours-1-thread, sync/DDP, ours/PyTorch at 1 and 2 threads,
-# and the final test accuracy of each config.
+# and the final test accuracy of each config; a second table the achieved GFLOPS (3 x the model's
+# forward FLOPs per example x samples/s: pstrain-train --flops) and their fraction of the cores'
+# float32 peak (cores used x cpu MHz x FLOPs per cycle of the level: 64 AVX-512, 32 AVX2 + FMA, 8 SSE).
 #
 # Setup once (root): tests/bench/setup-pytorch.sh. Binaries: an existing build in $PSTRAIN_BUILD_DIR
 # (pstrain-train, -coordinator, -server, -worker, pstrain).
@@ -100,6 +102,12 @@ RESULTS=$WORK/results.tsv
 JOBLIST=$(pt "$HERE/suite_jobs.py" prepare --work "$WORK" --data "$DATA" --jobs "$JOBS" --epochs "$EPOCHS" --limit "$LIMIT") ||
   die "could not prepare the jobs' data and specs (see above)"
 SUITE_DATA=$WORK/data  # the shared data's files (symlinks) plus the generated dataset directories
+# Each job's forward FLOPs per example (pstrain-train --flops: its matrix products), for the table
+# of achieved GFLOPS and fraction of peak.
+FLOPS=$WORK/flops.tsv
+while IFS=$'\t' read -r job _ _; do
+  printf '%s\t%s\n' "$job" "$("$TRAIN" --spec "$WORK/specs/$job.json" --flops | awk '{print $2}')" >>"$FLOPS"
+done <<<"$JOBLIST"
 
 # Ports: the clusters' RPC and HTTP and DDP's rendezvous take the next pair of PORT_BASE..+99 on
 # every run (a port just closed may linger in TIME_WAIT).
@@ -164,7 +172,7 @@ while IFS=$'\t' read -r job label epochs; do
 done <<<"$JOBLIST"
 echo >&2
 
-[[ -s $RESULTS ]] && "$PY" "$HERE/suite_jobs.py" table "$RESULTS" "$REPEATS"
+[[ -s $RESULTS ]] && "$PY" "$HERE/suite_jobs.py" table "$RESULTS" "$REPEATS" "$FLOPS" "${PSTRAIN_CPU_TARGET:-native}"
 echo
 echo "total wall time: $((SECONDS - START)) s; load avg at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 if ((${#FAILED[@]})); then

@@ -199,7 +199,45 @@ def parse(log):
 CONFIGS = ["ours-t1", "ours-t2", "sync-2x2", "async-2x2", "pt-t1", "pt-t2", "pt-ddp"]
 
 
-def table(results, repeats):
+# Cores each config computes on (a cluster's 2 workers x 1 thread, DDP's 2 processes).
+CORES = {"ours-t1": 1, "ours-t2": 2, "sync-2x2": 2, "async-2x2": 2, "pt-t1": 1, "pt-t2": 2, "pt-ddp": 2}
+
+
+def core_peak(level):
+    """(GFLOPS of one core's float32 peak, how it was computed): cpu MHz x FLOPs per cycle of the
+    level (two FMA units: 2 x 2 x 16 floats for AVX-512, 2 x 2 x 8 for AVX2 + FMA; SSE: a
+    4-float add and multiply a cycle)."""
+    info = open("/proc/cpuinfo").read()
+    mhz = float(re.search(r"^cpu MHz\s*:\s*([\d.]+)", info, re.M).group(1))
+    flags = set(re.search(r"^flags\s*:(.*)$", info, re.M).group(1).split())
+    if level == "native":
+        level = "x86-64-v4" if "avx512f" in flags else "x86-64-v3" if {"avx2", "fma"} <= flags else "x86-64"
+    per_cycle = {"x86-64-v4": 64, "x86-64-v3": 32, "x86-64": 8}[level]
+    return mhz * per_cycle / 1000, f"{mhz:.0f} MHz x {per_cycle} FLOPs/cycle ({level})"
+
+
+def flops_table(med, order, labels, flops_file, level):
+    flops = dict(line.rstrip("\n").split("\t") for line in open(flops_file))
+    peak, how = core_peak(level)
+    print("Achieved GFLOPS and fraction of peak (3 x forward FLOPs per example x samples/s; peak = cores x "
+          f"{peak:.1f} GFLOPS a core: {how}):")
+    print()
+    print("| job | forward MFLOP / example | " + " | ".join(CONFIGS) + " |")
+    print("|---|---|" + "---|" * len(CONFIGS))
+    for job in order:
+        f = float(flops.get(job, 0) or 0)
+        cells = []
+        for c in CONFIGS:
+            if (job, c) not in med or f <= 0:
+                cells.append("-")
+                continue
+            achieved = 3 * f * med[(job, c)] / 1e9
+            cells.append(f"{achieved:.1f} ({100 * achieved / (peak * CORES[c]):.1f}%)")
+        print(f"| {labels[job]} | {f / 1e6:.2f} | " + " | ".join(cells) + " |")
+    print()
+
+
+def table(results, repeats, flops_file=None, level="native"):
     rows, labels, order, wall = {}, {}, [], {}
     for line in open(results):
         job, label, config, rep, sps, acc, n, secs = line.rstrip("\n").split("\t")
@@ -226,6 +264,8 @@ def table(results, repeats):
               " | ".join([ratio(job, "sync-2x2", "ours-t1"), ratio(job, "sync-2x2", "pt-ddp"),
                           ratio(job, "ours-t1", "pt-t1"), ratio(job, "ours-t2", "pt-t2")]) + " |")
     print()
+    if flops_file:
+        flops_table(med, order, labels, flops_file, level)
     print("Final test accuracy (median over repeats):")
     print()
     print("| job | " + " | ".join(["ours 1 thr", "ours 2 thr", "sync 2x2", "async 2x2", "PyTorch 1 thr",
@@ -253,7 +293,7 @@ def main():
     elif cmd == "parse":
         parse(rest[0])
     elif cmd == "table":
-        table(rest[0], rest[1])
+        table(*rest)
     else:
         sys.exit(f"unknown subcommand {cmd}")
 
