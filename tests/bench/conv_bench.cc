@@ -8,7 +8,11 @@
 // difference between the two methods' outputs and gradients, relative to their scale (the two
 // sum in different orders, so they agree to rounding, not bit for bit).
 //
-//   pstrain-conv-bench [--batch 128] [--repeats 7] [--min-ms 200] [--input-gradient] [--only TEXT]
+//   pstrain-conv-bench [--batch 128] [--repeats 7] [--min-ms 200] [--input-gradient] [--only TEXT] [--bf16]
+//
+// --bf16 compares oneDNN in float32 with oneDNN's products in bfloat16 (mixed precision,
+// onednn_conv.h; on a CPU with AVX512-BF16 or AMX) instead of im2col with oneDNN: the ratio is
+// float32 / bfloat16 (> 1: bfloat16 is faster) and the difference bfloat16's rounding.
 //
 // (--only: the geometries whose name contains TEXT.) The first line names the CPU, the level of our
 // kernels and oneDNN's instruction set; PSTRAIN_CPU_TARGET and OPENBLAS_CORETYPE run a smaller
@@ -108,7 +112,7 @@ double max_relative_difference(const Buffer& a, const Buffer& b) {
 int run(int argc, char** argv) {
   int64_t batch = 128, repeats = 7;
   double min_ms = 200;
-  bool input_gradient = false;
+  bool input_gradient = false, bf16 = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -129,9 +133,11 @@ int run(int argc, char** argv) {
       only = argv[++i];
     } else if (a == "--input-gradient") {
       input_gradient = true;
+    } else if (a == "--bf16") {
+      bf16 = true;
     } else {
       std::fprintf(stderr,
-                   "usage: pstrain-conv-bench [--batch N] [--repeats N] [--min-ms MS] [--input-gradient] [--only TEXT]\n");
+                   "usage: pstrain-conv-bench [--batch N] [--repeats N] [--min-ms MS] [--input-gradient] [--only TEXT] [--bf16]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -139,14 +145,23 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "--batch and --repeats must be >= 1 and --min-ms > 0\n");
     return 2;
   }
+  if (bf16 && !nn::onednn_bf16()) {
+    std::fprintf(stderr, "--bf16: oneDNN runs %s here, without bfloat16 products\n", nn::onednn_isa());
+    return 1;
+  }
+  // The two methods compared: [0] the baseline, [1] the candidate.
+  const Conv::Method methods[2] = {bf16 ? Conv::Method::kOneDnn : Conv::Method::kIm2col,
+                                   bf16 ? Conv::Method::kOneDnnBf16 : Conv::Method::kOneDnn};
+  const char* a_name = bf16 ? "f32" : "im2col";
+  const char* b_name = bf16 ? "bf16" : "oneDNN";
   set_compute_threads(1);  // as the trainer with --threads 1: OpenBLAS on this thread only
   std::printf("CPU: %s; oneDNN %s\n", simd::describe_cpu().c_str(), nn::onednn_isa());
   std::printf("batch %lld, %lld repeats, %s; us per example (median), forward + backward\n",
               static_cast<long long>(batch), static_cast<long long>(repeats),
               input_gradient ? "with the input gradient" : "kernel and bias gradients only (a first layer)");
   std::printf("%-48s %5s %17s %17s %17s %6s %9s\n", "", "", "forward", "backward", "both", "", "");
-  std::printf("%-48s %5s %8s %8s %8s %8s %8s %8s %6s %9s\n", "layer", "patch", "im2col", "oneDNN", "im2col",
-              "oneDNN", "im2col", "oneDNN", "ratio", "max diff");
+  std::printf("%-48s %5s %8s %8s %8s %8s %8s %8s %6s %9s\n", "layer", "patch", a_name, b_name, a_name, b_name, a_name,
+              b_name, "ratio", "max diff");
   std::mt19937 rng(20);
   std::normal_distribution<float> normal(0.f, 1.f);
   for (const Case& c : kCases) {
@@ -158,8 +173,8 @@ int run(int argc, char** argv) {
     for (auto& v : in) v = std::max(0.f, normal(rng));  // images: nonnegative, some zeros
     for (auto& v : dout) v = normal(rng) * 1e-3f;
     Conv onednn(g, true, 0, g.patch_size() * g.filters, batch), im2col(g, true, 0, g.patch_size() * g.filters, batch);
-    onednn.set_method(Conv::Method::kOneDnn);
-    im2col.set_method(Conv::Method::kIm2col);
+    onednn.set_method(methods[1]);
+    im2col.set_method(methods[0]);
     Run runs[2];
     for (Run& r : runs) {
       r.out.resize(out_size * batch);
@@ -202,8 +217,8 @@ int run(int argc, char** argv) {
     // 1.7e-2 "difference" on the 1,152-value row, while both methods were right to rounding).
     Conv plain[2] = {Conv(g, false, 0, g.patch_size() * g.filters, batch),
                      Conv(g, false, 0, g.patch_size() * g.filters, batch)};
-    plain[0].set_method(Conv::Method::kIm2col);
-    plain[1].set_method(Conv::Method::kOneDnn);
+    plain[0].set_method(methods[0]);
+    plain[1].set_method(methods[1]);
     for (int m = 0; m < 2; ++m) step(plain[m], params, in, in_size, out_size, batch, dout, input_gradient, runs[m]);
     double diff = std::max(max_relative_difference(runs[0].out, runs[1].out),
                            max_relative_difference(runs[0].grads, runs[1].grads));

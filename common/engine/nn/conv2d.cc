@@ -66,14 +66,17 @@ void Conv2D<T>::set_method(Method m) {
   } else {
     if constexpr (!std::is_same_v<T, float>) throw Error("the oneDNN convolution is float only");
     if (g_.dilated()) throw Error("a dilated convolution runs on im2col only");
-    if (!onednn_) onednn_ = std::make_unique<OneDnnConv>(g_, relu_);
+    // (A switch between float32 and bfloat16 makes the other's primitives.)
+    const bool bf16 = m == Method::kOneDnnBf16;
+    if (!onednn_ || onednn_bf16_ != bf16) onednn_ = std::make_unique<OneDnnConv>(g_, relu_, bf16);
+    onednn_bf16_ = bf16;
   }
 }
 
 template <typename T>
 void Conv2D<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   if constexpr (std::is_same_v<T, float>) {
-    if (method_ == Method::kOneDnn) {
+    if (method_ != Method::kIm2col) {
       onednn_->forward(params + kernel_, bias_values(params), in.data(), in.cols(), out.data());
       return;
     }
@@ -168,7 +171,7 @@ void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out,
   MatMap<T> dy(dout.data(), g_.filters, g_.out_h * g_.out_w * batch);
   if constexpr (std::is_same_v<T, float>) {
     if (relu_) simd::kernels().relu_mask(dy.size(), out.data(), dy.data());
-    if (method_ == Method::kOneDnn) {
+    if (method_ != Method::kIm2col) {
       onednn_->backward_weights(in.data(), dy.data(), batch, grads + kernel_, bias_gradient(grads));
       if (din != nullptr) onednn_->backward_data(params + kernel_, dy.data(), batch, din);
       return;

@@ -88,7 +88,9 @@ template <typename T>
 class Conv2D final : public Layer<T> {
  public:
   using Geometry = ConvGeometry;
-  enum class Method { kIm2col, kOneDnn };
+  // kOneDnnBf16: oneDNN with the products in bfloat16 (mixed precision, onednn_conv.h), where
+  // onednn_bf16().
+  enum class Method { kIm2col, kOneDnn, kOneDnnBf16 };
   // oneDNN for float where onednn_preferred(), else im2col.
   static Method default_method();
 
@@ -120,6 +122,7 @@ class Conv2D final : public Layer<T> {
   Mat<T> patches_;   // im2col: patch_size x (out_h * out_w * batch), kept from forward for backward
   Mat<T> dpatches_;  // same shape, scratch of the input gradient (allocated at its first use)
   std::unique_ptr<OneDnnConv> onednn_;  // the oneDNN method's primitives (created at its first use)
+  bool onednn_bf16_ = false;            // onednn_'s products are bfloat16
   std::vector<T> no_bias_, no_bias_gradient_;  // without a bias: zeros, and where its gradient goes
 };
 

@@ -75,6 +75,13 @@ bool onednn_preferred() {
   return (isa & avx2) == avx2;
 }
 
+bool onednn_bf16() {
+  cap_isa_once();
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
+
 const char* onednn_isa() {
   cap_isa_once();
   switch (dnnl::get_effective_cpu_isa()) {
@@ -93,7 +100,11 @@ const char* onednn_isa() {
 struct OneDnnConv::Impl {
   // One batch size's primitives (the last batch of an epoch and evaluation batches differ).
   struct Plan {
-    memory::desc src, dst;
+    memory::desc src, dst;  // float32 NHWC: the caller's
+    // Mixed precision: the primitives' bfloat16 NHWC input and output gradient, and the reorders
+    // that round the caller's float32 into them.
+    memory src_lp, dst_lp;
+    std::optional<dnnl::reorder> to_src_lp, to_dst_lp;
     dnnl::convolution_forward::primitive_desc fwd_pd;
     dnnl::convolution_forward fwd;
     memory fwd_weights;  // the kernel in the forward primitive's layout
@@ -110,13 +121,14 @@ struct OneDnnConv::Impl {
 
   ConvGeometry g;
   bool relu;
+  bool bf16;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   memory::desc user_weights, bias;
   memory::dims strides, pad_l, pad_r;
   std::map<int64_t, Plan> plans;
 
-  Impl(const ConvGeometry& geometry, bool with_relu) : g(geometry), relu(with_relu) {
+  Impl(const ConvGeometry& geometry, bool with_relu, bool in_bf16) : g(geometry), relu(with_relu), bf16(in_bf16) {
     user_weights = memory::desc({g.filters, g.channels, g.kernel_h, g.kernel_w}, memory::data_type::f32, Tag::hwio);
     bias = memory::desc({g.filters}, memory::data_type::f32, Tag::x);
     strides = {g.stride_h, g.stride_w};
@@ -131,8 +143,10 @@ struct OneDnnConv::Impl {
              after(g.width, g.kernel_w, g.stride_w, g.pad_left, g.out_w)};
   }
 
-  memory::desc any_weights() const {
-    return memory::desc({g.filters, g.channels, g.kernel_h, g.kernel_w}, memory::data_type::f32, Tag::any);
+  // The products' operand type: bfloat16 in mixed precision.
+  memory::data_type operand() const { return bf16 ? memory::data_type::bf16 : memory::data_type::f32; }
+  memory::desc any_weights(memory::data_type t) const {
+    return memory::desc({g.filters, g.channels, g.kernel_h, g.kernel_w}, t, Tag::any);
   }
 
   Plan& plan(int64_t batch) {
@@ -141,6 +155,8 @@ struct OneDnnConv::Impl {
     cap_isa_once();
     const memory::desc src(nchw_dims(batch, g.channels, g.height, g.width), memory::data_type::f32, Tag::nhwc);
     const memory::desc dst(nchw_dims(batch, g.filters, g.out_h, g.out_w), memory::data_type::f32, Tag::nhwc);
+    // What the primitives read: the caller's float32, or bfloat16 copies.
+    const memory::desc src_op(nchw_dims(batch, g.channels, g.height, g.width), operand(), Tag::nhwc);
     dnnl::primitive_attr attr;
     if (relu) {
       dnnl::post_ops ops;
@@ -148,11 +164,18 @@ struct OneDnnConv::Impl {
       attr.set_post_ops(ops);
     }
     auto fwd_pd = dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src,
-                                        any_weights(), bias, dst, strides, pad_l, pad_r),
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_op,
+                                        any_weights(operand()), bias, dst, strides, pad_l, pad_r),
         attr, engine);
-    Plan p{src, dst, fwd_pd, dnnl::convolution_forward(fwd_pd), memory(fwd_pd.weights_desc(), engine), {}, {}, {}, {},
-           {}, {}, {}, {}, {}};
+    Plan p{src, dst, {}, {}, {}, {}, fwd_pd, dnnl::convolution_forward(fwd_pd), memory(fwd_pd.weights_desc(), engine), {}, {},
+           {}, {}, {}, {}, {}, {}, {}};
+    if (bf16) {
+      const memory::desc dst_op(nchw_dims(batch, g.filters, g.out_h, g.out_w), operand(), Tag::nhwc);
+      p.src_lp = memory(src_op, engine);
+      p.dst_lp = memory(dst_op, engine);
+      p.to_src_lp = dnnl::reorder(memory(src, engine, nullptr), p.src_lp);
+      p.to_dst_lp = dnnl::reorder(memory(dst, engine, nullptr), p.dst_lp);
+    }
     if (fwd_pd.weights_desc() != user_weights) {
       p.to_fwd_weights = dnnl::reorder(memory(user_weights, engine, nullptr), p.fwd_weights);
     }
@@ -162,8 +185,9 @@ struct OneDnnConv::Impl {
   void ensure_backward_weights(Plan& p) {
     if (p.bwdw) return;
     p.bwdw_pd = dnnl::convolution_backward_weights::primitive_desc(
-        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, p.src, any_weights(), bias,
-                                                 p.dst, strides, pad_l, pad_r),
+        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, bf16 ? p.src_lp.get_desc() : p.src,
+                                                 any_weights(memory::data_type::f32), bias, bf16 ? p.dst_lp.get_desc() : p.dst,
+                                                 strides, pad_l, pad_r),
         engine, p.fwd_pd);
     p.bwdw = dnnl::convolution_backward_weights(*p.bwdw_pd);
     p.bwdw_weights = memory(p.bwdw_pd->diff_weights_desc(), engine);
@@ -175,8 +199,8 @@ struct OneDnnConv::Impl {
   void ensure_backward_data(Plan& p) {
     if (p.bwdd) return;
     p.bwdd_pd = dnnl::convolution_backward_data::primitive_desc(
-        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, p.src, any_weights(), p.dst,
-                                              strides, pad_l, pad_r),
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, p.src, any_weights(operand()),
+                                              bf16 ? p.dst_lp.get_desc() : p.dst, strides, pad_l, pad_r),
         engine, p.fwd_pd);
     p.bwdd = dnnl::convolution_backward_data(*p.bwdd_pd);
     p.bwdd_weights = memory(p.bwdd_pd->weights_desc(), engine);
@@ -187,6 +211,20 @@ struct OneDnnConv::Impl {
 
   memory wrap(const memory::desc& d, const float* data) {
     return memory(d, engine, const_cast<float*>(data));
+  }
+  // The primitive's input: x itself, or its bfloat16 copy rounded now.
+  memory source(Plan& p, const float* x) {
+    if (!bf16) return wrap(p.src, x);
+    memory from = wrap(p.src, x);
+    p.to_src_lp->execute(stream, from, p.src_lp);
+    return p.src_lp;
+  }
+  // The primitive's output gradient: dy itself, or its bfloat16 copy rounded now.
+  memory output_gradient(Plan& p, const float* dy) {
+    if (!bf16) return wrap(p.dst, dy);
+    memory from = wrap(p.dst, dy);
+    p.to_dst_lp->execute(stream, from, p.dst_lp);
+    return p.dst_lp;
   }
 };
 
@@ -202,7 +240,12 @@ void guarded(const char* what, const ConvGeometry& g, const F& f) {
   }
 }
 
-OneDnnConv::OneDnnConv(const ConvGeometry& g, bool relu) : impl_(std::make_unique<Impl>(g, relu)) {}
+OneDnnConv::OneDnnConv(const ConvGeometry& g, bool relu, bool bf16) {
+  if (bf16 && !onednn_bf16()) {
+    throw Error(std::string("a bfloat16 convolution needs AVX512-BF16 or AMX; oneDNN runs ") + onednn_isa() + " here");
+  }
+  impl_ = std::make_unique<Impl>(g, relu, bf16);
+}
 OneDnnConv::~OneDnnConv() = default;
 
 void OneDnnConv::forward(const float* kernel, const float* bias, const float* x, int64_t batch, float* y) {
@@ -213,7 +256,7 @@ void OneDnnConv::forward(const float* kernel, const float* bias, const float* x,
     if (p.to_fwd_weights) {
       p.to_fwd_weights->execute(m.stream, user, p.fwd_weights);
     }
-    p.fwd.execute(m.stream, {{DNNL_ARG_SRC, m.wrap(p.src, x)},
+    p.fwd.execute(m.stream, {{DNNL_ARG_SRC, m.source(p, x)},
                              {DNNL_ARG_WEIGHTS, p.to_fwd_weights ? p.fwd_weights : user},
                              {DNNL_ARG_BIAS, m.wrap(m.bias, bias)},
                              {DNNL_ARG_DST, m.wrap(p.dst, y)}});
@@ -227,8 +270,8 @@ void OneDnnConv::backward_weights(const float* x, const float* dy, int64_t batch
     Impl::Plan& p = m.plan(batch);
     m.ensure_backward_weights(p);
     memory user = m.wrap(m.user_weights, dkernel);
-    p.bwdw->execute(m.stream, {{DNNL_ARG_SRC, m.wrap(p.src, x)},
-                               {DNNL_ARG_DIFF_DST, m.wrap(p.dst, dy)},
+    p.bwdw->execute(m.stream, {{DNNL_ARG_SRC, m.source(p, x)},
+                               {DNNL_ARG_DIFF_DST, m.output_gradient(p, dy)},
                                {DNNL_ARG_DIFF_WEIGHTS, p.from_bwdw_weights ? p.bwdw_weights : user},
                                {DNNL_ARG_DIFF_BIAS, m.wrap(m.bias, dbias)}});
     if (p.from_bwdw_weights) p.from_bwdw_weights->execute(m.stream, p.bwdw_weights, user);
@@ -243,7 +286,7 @@ void OneDnnConv::backward_data(const float* kernel, const float* dy, int64_t bat
     m.ensure_backward_data(p);
     memory user = m.wrap(m.user_weights, kernel);
     if (p.to_bwdd_weights) p.to_bwdd_weights->execute(m.stream, user, p.bwdd_weights);
-    p.bwdd->execute(m.stream, {{DNNL_ARG_DIFF_DST, m.wrap(p.dst, dy)},
+    p.bwdd->execute(m.stream, {{DNNL_ARG_DIFF_DST, m.output_gradient(p, dy)},
                                {DNNL_ARG_WEIGHTS, p.to_bwdd_weights ? p.bwdd_weights : user},
                                {DNNL_ARG_DIFF_SRC, m.wrap(p.src, dx)}});
     m.stream.wait();
@@ -255,8 +298,9 @@ void OneDnnConv::backward_data(const float* kernel, const float* dy, int64_t bat
 struct OneDnnConv::Impl {};
 bool onednn_available() { return false; }
 bool onednn_preferred() { return false; }
+bool onednn_bf16() { return false; }
 const char* onednn_isa() { return "none"; }
-OneDnnConv::OneDnnConv(const ConvGeometry&, bool) { throw Error("this build has no oneDNN (PSTRAIN_ONEDNN=OFF)"); }
+OneDnnConv::OneDnnConv(const ConvGeometry&, bool, bool) { throw Error("this build has no oneDNN (PSTRAIN_ONEDNN=OFF)"); }
 OneDnnConv::~OneDnnConv() = default;
 void OneDnnConv::forward(const float*, const float*, const float*, int64_t, float*) {}
 void OneDnnConv::backward_weights(const float*, const float*, int64_t, float*, float*) {}

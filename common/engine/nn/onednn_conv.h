@@ -18,6 +18,14 @@
 // kernel TensorFlow's [kh, kw, cin, cout]. The kernel is reordered into the layout the primitive
 // prefers at every forward (it changes every step) and the kernel gradient back.
 //
+// Mixed precision (bf16 = true; issue 53): the products in bfloat16 where the CPU computes them
+// natively (onednn_bf16(): AVX512-BF16 or AMX). The input, the output gradient and the kernel are
+// rounded to bfloat16 as they are reordered for the primitive (round to nearest even); the
+// products accumulate in float32 and the output, the kernel, bias and input gradients are
+// float32. The kernel stays float32 in the caller's memory (the master weights). Each call
+// rounds its own operands, so a backward never reads a stale copy. Exactness is as for float: for
+// a given level, shape and batch the same bits on every run.
+//
 // Thread rules: one thread at a time per object (each replica has its own layers).
 #pragma once
 
@@ -49,10 +57,14 @@ bool onednn_available();
 bool onednn_preferred();
 // The instruction set oneDNN generates code for here ("avx512_core", "avx2", ...), for logs.
 const char* onednn_isa();
+// Whether oneDNN computes bfloat16 products natively here (avx512_core_bf16 or AMX, and not capped
+// below by PSTRAIN_CPU_TARGET / ONEDNN_MAX_CPU_ISA): where mixed precision runs in bfloat16.
+bool onednn_bf16();
 
 class OneDnnConv {
  public:
-  OneDnnConv(const ConvGeometry& g, bool relu);
+  // bf16: products in bfloat16 (above); throws Error where !onednn_bf16().
+  OneDnnConv(const ConvGeometry& g, bool relu, bool bf16 = false);
   ~OneDnnConv();
   OneDnnConv(const OneDnnConv&) = delete;
   OneDnnConv& operator=(const OneDnnConv&) = delete;
