@@ -15,8 +15,10 @@
 #include "common/data/validation_split.h"
 #include "common/data/windowed_order.h"
 #include "common/base/error.h"
+#include "common/base/log.h"
 #include "common/engine/nn/gradient_scaling.h"
 #include "common/engine/nn/data_parallel_model.h"
+#include "worker/precision.h"
 #include "common/engine/nn/sparse_rows.h"
 #include "common/engine/optim/optimizer.h"
 #include "common/base/rng.h"
@@ -205,6 +207,7 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
 
   const int64_t batch = spec.training.global_batch_size;
   nn::DataParallelModel<float> model(spec.model, batch, options.replicas, spec.loss);
+  if (const std::string precision = apply_precision(spec.precision, model); !precision.empty()) PSLOG(kInfo) << precision;
   const ParamLayout& layout = model.layout();
   if (options.servers > 0) group_first_layer_by_server(model, plan_chunks(layout, options.servers), options.servers);
   // Clipping's norms are summed as a cluster of `servers` servers (one when 0) holds the gradient.

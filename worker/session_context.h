@@ -31,6 +31,7 @@ struct SessionSpec {
   BackupSpec backup;
   OptimizerSpec optimizer;  // the servers apply it; the worker reads its gradient clipping
   bool reduce_on_plateau = false;  // each epoch's learning-rate multiplier comes from the coordinator
+  Precision precision = Precision::kFloat32;  // worker/precision.h
 };
 
 // The assignment's facts, fixed for the session's life.

@@ -12,6 +12,7 @@
 #include "worker/batch_decode.h"
 #include "worker/exchange_factory.h"
 #include "worker/first_layer_groups.h"
+#include "worker/precision.h"
 #include "worker/shard_reader.h"
 
 namespace pstrain {
@@ -32,7 +33,7 @@ int64_t batch_per_worker(const SessionSpec& spec, uint32_t workers) {
 SessionSpec session_spec(const std::string& spec_json) {
   JobSpec spec = parse_accepted_job_spec(spec_json);
   return SessionSpec{std::move(spec.dataset), std::move(spec.model), std::move(spec.loss), std::move(spec.training),
-                     spec.backup, std::move(spec.optimizer), spec.reduce_on_plateau.enabled};
+                     spec.backup, std::move(spec.optimizer), spec.reduce_on_plateau.enabled, spec.precision};
 }
 
 }  // namespace
@@ -63,6 +64,9 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
       reports_(facts_, waits_) {
   const SessionSpec& spec = facts_.spec;
   const int64_t batch = model_->max_batch();
+  if (const std::string precision = apply_precision(spec.precision, *model_); !precision.empty()) {
+    PSLOG(kInfo) << "job " << facts_.job_id << ": " << precision;
+  }
   if (options.read_store) open_stores(a.getTrainStore(), a.getTestStore());
   // Every worker computes the first layer per server's rows, whether or not the servers do it
   // (the same sums either way, and what the trainer's `servers` option reproduces).

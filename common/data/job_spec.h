@@ -50,6 +50,7 @@ struct InitFromSpec {
 
 struct JobSpec {
   std::string name;
+  Precision precision = Precision::kFloat32;
   DatasetSpec dataset;
   ModelSpec model;
   LossSpec loss;

@@ -359,6 +359,8 @@ const char* async_lr_name(AsyncLr lr) {
   }
   return "staleness";
 }
+const char* precision_name(Precision p) { return p == Precision::kMixedBfloat16 ? "mixed_bfloat16" : "float32"; }
+
 const char* on_divergence_name(OnDivergence action) { return action == OnDivergence::kWarn ? "warn" : "fail"; }
 
 JobSpec parse_accepted_job_spec(std::string_view json_text) {
@@ -369,6 +371,9 @@ JobSpec parse_accepted_job_spec(std::string_view json_text) {
   if (const json::value* n = r.optional("name")) {
     spec.name = read_string(*n, "/name");
     if (spec.name.size() > 200) throw SpecError("/name", "must be at most 200 characters");
+  }
+  if (const json::value* p = r.optional("precision")) {
+    spec.precision = read_enum<Precision>(*p, "/precision", {{"float32", Precision::kFloat32}, {"mixed_bfloat16", Precision::kMixedBfloat16}});
   }
   spec.dataset = read_dataset(r.required("dataset"));
   spec.model = read_model_spec(r.required("model"));
@@ -506,6 +511,7 @@ std::string job_spec_to_json(const JobSpec& spec) {
   };
   // Only where they differ from their defaults: a spec written before they existed keeps its
   // canonical text.
+  if (spec.precision != Precision::kFloat32) root["precision"] = precision_name(spec.precision);
   if (spec.early_stopping.enabled) root["early_stopping"] = early_stopping_to_object(spec.early_stopping);
   if (spec.reduce_on_plateau.enabled) root["reduce_on_plateau"] = reduce_on_plateau_to_object(spec.reduce_on_plateau);
   if (spec.preprocessing.given) root["preprocessing"] = preprocessing_to_object(spec.preprocessing);

@@ -94,4 +94,11 @@ struct BackupSpec {
   int64_t steps = 0;  // for kSteps
 };
 
+// Spec `precision` (Keras' policy names): float32, or mixed_bfloat16, the convolutions' products
+// in bfloat16 where the CPU computes them natively (nn/onednn_conv.h: AVX512-BF16 or AMX),
+// float32 master weights, optimizer slots, losses and everything else; on another CPU the job runs
+// in float32 and its workers say so. Exported models and :predict run float32.
+enum class Precision { kFloat32, kMixedBfloat16 };
+const char* precision_name(Precision p);
+
 }  // namespace pstrain

@@ -423,6 +423,7 @@ def tensors(a, spec):
 
 
 def train(a, spec, rank=0, world=1):
+    mixed = (a.precision or spec.get("precision", "float32")) == "mixed_bfloat16"
     import torch.distributed as dist
     torch.set_num_threads(a.threads)
     if world > 1:
@@ -467,8 +468,11 @@ def train(a, spec, rank=0, world=1):
                 k = (len(g) + world - 1) // world
                 g = g[rank * k:(rank + 1) * k]
             xb, yb = xtr[g], ytr[g]
-            logits = model(xb)
-            loss = F.cross_entropy(logits, yb, label_smoothing=smoothing)
+            # --precision mixed_bfloat16 (or the spec's "precision"): CPU autocast to bfloat16 (its
+            # convolutions and matrix products), the loss in float32, as Keras' mixed policy.
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+                logits = model(xb)
+            loss = F.cross_entropy(logits.float(), yb, label_smoothing=smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -510,6 +514,8 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: every epoch)")
     ap.add_argument("--ddp", type=int, default=0, help="DDP gloo with this many processes (0: one process)")
     ap.add_argument("--port", type=int, default=19590, help="DDP rendezvous port")
+    ap.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default=None,
+                    help="default: the spec's precision (float32 when it has none)")
     a = ap.parse_args()
     spec = json.load(open(a.spec))
     loss = spec.get("loss", "sparse_softmax_cross_entropy")

@@ -87,6 +87,8 @@ def jobs():
         "large-mlp": ("Large MLP 784-4096-5000-10 (23.8M params), Adam, b128, mnist10k", large, 3),
         "fashion-resnet": ("Residual CNN (flip, crop, 2 blocks with batch_norm, GAP, dropout), AdamW cosine, b128, "
                            "fashion-mnist", from_file("fashion-mnist-resnet.json"), 3),
+        # (Not in suite.sh's default run: --jobs tpu-cnn; the mixed-precision bench's third CNN.)
+        "tpu-cnn": ("TPU guide CNN conv256-conv256-d256-d128-d10, Adam, b200, fashion-mnist", from_file("tpu-cnn.json"), 1),
     }
 
 
@@ -163,7 +165,7 @@ def prepare(args):
     write_tabular(data)
     write_sequences(data)
     os.makedirs(os.path.join(work, "specs"), exist_ok=True)
-    selected = {k: v for k, v in jobs().items() if re.search(pattern, k)}
+    selected = {k: v for k, v in jobs().items() if re.search(pattern, k) and (k != "tpu-cnn" or "tpu" in pattern)}
     if not selected:
         sys.exit(f"no job matches --jobs '{pattern}' (jobs: {', '.join(jobs())})")
     for job, (label, spec, full_epochs) in selected.items():

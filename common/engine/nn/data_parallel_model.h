@@ -42,6 +42,12 @@ class DataParallelModel {
     return compute_gradients(params, inputs, label_targets_.data(), batch, grads);
   }
   bool needs_keys() const { return replicas_.front()->needs_keys(); }
+  // Model::use_bf16_convolutions on every replica; the layers switched in one.
+  int use_bf16_convolutions() {
+    int switched = 0;
+    for (auto& r : replicas_) switched = r->use_bf16_convolutions();
+    return switched;
+  }
   // Model::sparse_tables and use_sparse_rows. The rows' gradients are the whole batch's: each
   // replica writes its own, summed into the given buffers in replica order (as the dense ones).
   const std::vector<SparseTable>& sparse_tables() const { return replicas_.front()->sparse_tables(); }

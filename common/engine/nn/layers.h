@@ -105,6 +105,7 @@ class Conv2D final : public Layer<T> {
   // Overrides the constructor's choice (tests and pstrain-conv-bench compare the two). Call it
   // between steps, not between a forward and its backward. kOneDnn needs T = float and oneDNN.
   void set_method(Method m);
+  Method method() const { return method_; }
 
  private:
   // The kernel columns [first, last) of output column x that fall inside the input.

@@ -415,6 +415,20 @@ const typename Model<T>::Stage& Model<T>::dense_stage(size_t param) const {
 }
 
 template <typename T>
+int Model<T>::use_bf16_convolutions() {
+  int switched = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    for (Stage& s : stages_) {
+      auto* conv = dynamic_cast<Conv2D<T>*>(s.layer.get());
+      if (conv == nullptr || conv->method() != Conv2D<T>::Method::kOneDnn) continue;  // (dilated: im2col)
+      conv->set_method(Conv2D<T>::Method::kOneDnnBf16);
+      ++switched;
+    }
+  }
+  return switched;
+}
+
+template <typename T>
 bool Model<T>::is_dense_kernel(size_t param) const {
   return std::any_of(stages_.begin(), stages_.end(),
                      [&](const Stage& s) { return s.dense != nullptr && s.kernel_param == static_cast<int>(param); });

@@ -74,6 +74,12 @@ class Model {
   const std::vector<SparseTable>& sparse_tables() const { return sparse_tables_; }
   void use_sparse_rows(std::span<const SparseTableRows<T>> rows) { sparse_rows_ = rows; }
 
+  // Mixed precision (the job spec's `precision`): every convolution (conv2d, conv1d, a dense over
+  // a sequence) that runs on oneDNN computes its products in bfloat16
+  // (Conv2D::Method::kOneDnnBf16). Returns how many layers it switched (none for T = double).
+  // Needs onednn_bf16(); call it before the first step.
+  int use_bf16_convolutions();
+
   // True if training needs the examples' keys (the model has dropout or augmentation).
   bool needs_keys() const { return !keyed_.empty(); }
 

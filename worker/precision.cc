@@ -1,0 +1,18 @@
+#include "worker/precision.h"
+
+#include "common/engine/nn/onednn_conv.h"
+
+namespace pstrain {
+
+std::string apply_precision(Precision precision, nn::DataParallelModel<float>& model) {
+  if (precision == Precision::kFloat32) return "";
+  if (!nn::onednn_bf16()) {
+    return std::string("mixed_bfloat16: this CPU computes no bfloat16 products (oneDNN ") + nn::onednn_isa() +
+           "): training in float32";
+  }
+  const int switched = model.use_bf16_convolutions();
+  return "mixed_bfloat16: " + std::to_string(switched) + " convolution(s) compute their products in bfloat16 (oneDNN " +
+         nn::onednn_isa() + "); weights, optimizer, losses and every other layer float32";
+}
+
+}  // namespace pstrain
