@@ -227,7 +227,8 @@ uint32_t preprocessed_width(const PreprocessingSpec& spec, const TableSchema& tr
     throw SpecError("/preprocessing/text", "applies to a text dataset (class folders of .txt files) or to a table's text "
                     "columns, and this table has none");
   }
-  for (const auto& [name, steps] : spec.columns) {
+  for (const auto& entry : spec.columns) {
+    const std::string& name = entry.first;
     const bool known = std::any_of(train.columns.begin(), train.columns.end(),
                                    [&](const TableColumn& c) { return c.name == name && c.type != ColumnType::kIgnored; });
     if (!known) {
