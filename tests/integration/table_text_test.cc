@@ -12,22 +12,16 @@
 #include <string>
 #include <vector>
 
-#include "common/data/job_spec.h"
-#include "common/engine/safetensors.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
+#include "tests/integration/standalone_match.h"
 #include "tests/test_support.h"
-#include "worker/local_trainer.h"
 
 using namespace pstrain;
 using namespace pstrain::testing::http_test;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::vector<float> params_of(const std::string& spec_json, const std::string& file) {
-  return decode_model_state(make_param_layout(parse_job_spec(spec_json).model), file).params;
-}
 
 // Restaurant reviews: stars (a weak signal), city (no signal), the review's words (the signal:
 // one or two of five good or five bad words among filler), some reviews empty; label pos/neg.
@@ -111,16 +105,13 @@ TEST_CASE("table text columns - a review column tokenized per job trains on a cl
   local.replicas = 2;
   for (const auto& [spec, accuracy] : {std::pair{ids_spec(), 0.85}, std::pair{tf_idf_spec(), 0.85}}) {
     INFO(spec);
-    const TrainingResult standalone = train_locally(parse_job_spec(spec), local);
-    const std::string id = submit(cluster, spec);
-    const json::object done = wait_for_state(cluster, id, "SUCCEEDED", 240s);
-    const Reply model = get(port, "/v1/jobs/" + id + "/model");
-    REQUIRE(model.status == 200);
-    CHECK(params_of(spec, model.body) == std::vector<float>(standalone.params.begin(), standalone.params.end()));
-    CHECK(num(done, "test_accuracy") > accuracy);
+    const testing::StandaloneMatch run = testing::run_against_standalone(cluster, spec, local);
+    const std::string& id = run.id;
+    CHECK(run.cluster == run.standalone);
+    CHECK(num(run.done, "test_accuracy") > accuracy);
     // The model file keeps the column's fitted tokenizer; the workers read rows and cells themselves.
-    CHECK(model.body.find(R"(\"text_columns\")") != std::string::npos);
-    CHECK(model.body.find(R"(\"soup\")") != std::string::npos);
+    CHECK(run.model_file.find(R"(\"text_columns\")") != std::string::npos);
+    CHECK(run.model_file.find(R"(\"soup\")") != std::string::npos);
     const std::string notes = json::serialize(object_of(get(port, "/v1/jobs/" + id)).at("notes"));
     INFO(notes);
     CHECK(notes.find("0 streamed by the coordinator") != std::string::npos);

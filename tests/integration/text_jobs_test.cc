@@ -18,6 +18,7 @@
 #include "tests/image_files.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
+#include "tests/integration/standalone_match.h"
 #include "tests/integration/text_fixtures.h"
 #include "tests/test_support.h"
 #include "worker/local_trainer.h"
@@ -27,10 +28,6 @@ using namespace pstrain::testing::http_test;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::vector<float> params_of(const std::string& spec_json, const std::string& file) {
-  return decode_model_state(make_param_layout(parse_job_spec(spec_json).model), file).params;
-}
 
 std::string int_spec() {
   return R"({"name": "reviews-int", "dataset": {"name": "reviews", "shuffle_seed": 3},
@@ -122,16 +119,13 @@ TEST_CASE("text jobs - documents tokenized per job train on a cluster exactly as
   for (const auto& [spec, accuracy] : {std::pair{int_spec(), 0.8}, std::pair{tf_idf_spec(), 0.88}, std::pair{cnn_spec(), 0.85},
                                        std::pair{lstm_spec(), 0.88}, std::pair{transformer_spec(), 0.85}}) {
     INFO(spec);
-    const TrainingResult standalone = train_locally(parse_job_spec(spec), local);
-    const std::string id = submit(cluster, spec);
-    const json::object done = wait_for_state(cluster, id, "SUCCEEDED", 240s);
-    const Reply model = get(port, "/v1/jobs/" + id + "/model");
-    REQUIRE(model.status == 200);
-    CHECK(params_of(spec, model.body) == std::vector<float>(standalone.params.begin(), standalone.params.end()));
-    CHECK(num(done, "test_accuracy") > accuracy);
+    const testing::StandaloneMatch run = testing::run_against_standalone(cluster, spec, local);
+    const std::string& id = run.id;
+    CHECK(run.cluster == run.standalone);
+    CHECK(num(run.done, "test_accuracy") > accuracy);
     // The model file keeps the fitted tokenizer (its vocabulary; "great" is among the kept words).
-    CHECK(model.body.find(R"(\"vocabulary\")") != std::string::npos);
-    CHECK(model.body.find(R"(\"great\")") != std::string::npos);
+    CHECK(run.model_file.find(R"(\"vocabulary\")") != std::string::npos);
+    CHECK(run.model_file.find(R"(\"great\")") != std::string::npos);
     // The workers read the documents from the store and tokenized them themselves.
     const std::string notes = json::serialize(object_of(get(port, "/v1/jobs/" + id)).at("notes"));
     INFO(notes);
