@@ -27,8 +27,28 @@ void Merge<T>::forward(const std::vector<ConstMatMap<T>>& ins, MatMap<T> out) co
     return;
   }
   if (type_ == LayerType::kAdd) {
-    out = ins[0];
-    for (size_t k = 1; k < ins.size(); ++k) out += ins[k];
+    if (!relu_) {
+      out = ins[0];
+      for (size_t k = 1; k < ins.size(); ++k) out += ins[k];
+      return;
+    }
+    // One pass: each value summed in input order, then the ReLU (as the activation layer's).
+    const Eigen::Index n = out.size();
+    T* o = out.data();
+    const T* first = ins[0].data();
+    const T* second = ins.size() > 1 ? ins[1].data() : nullptr;
+    if (ins.size() == 2) {
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const T v = first[i] + second[i];
+        o[i] = v > T(0) ? v : T(0);
+      }
+      return;
+    }
+    for (Eigen::Index i = 0; i < n; ++i) {
+      T v = first[i];
+      for (size_t k = 1; k < ins.size(); ++k) v += ins[k].data()[i];
+      o[i] = v > T(0) ? v : T(0);
+    }
     return;
   }
   for (int64_t b = 0; b < batch; ++b) {
@@ -42,13 +62,22 @@ void Merge<T>::forward(const std::vector<ConstMatMap<T>>& ins, MatMap<T> out) co
 }
 
 template <typename T>
-void Merge<T>::backward(const std::vector<ConstMatMap<T>>& ins, ConstMatMap<T> dout, size_t k, MatMap<T> din) const {
+void Merge<T>::backward(const std::vector<ConstMatMap<T>>& ins, ConstMatMap<T> out, ConstMatMap<T> dout, size_t k,
+                        MatMap<T> din) const {
   if (type_ == LayerType::kDotInteraction) {
     dot_backward(ins, dout, k, din);
     return;
   }
   if (type_ == LayerType::kAdd) {
-    din = dout;
+    if (!relu_) {
+      din = dout;
+      return;
+    }
+    const Eigen::Index n = din.size();
+    const T* y = out.data();
+    const T* g = dout.data();
+    T* d = din.data();
+    for (Eigen::Index i = 0; i < n; ++i) d[i] = y[i] > T(0) ? g[i] : T(0);
     return;
   }
   const int64_t w = widths_[k];

@@ -8,6 +8,8 @@
 //                (1,1), ...), F (F + 1) / 2. Each dot sums over d = 0..D-1 in order; an input's
 //                gradient sums its pairs' terms in pair order (a fixed order: the same bits on
 //                every run and every worker).
+// An add may have a ReLU fused into it (set_relu, the model's choice where a ReLU reads only the
+// add's output): out = max(sum, 0), and every input's gradient is dout where out > 0, else 0.
 // A merge has several inputs, so it is not a Layer: the model calls it with all of them, and
 // asks for each input's gradient separately (the model sums the gradients of a value several
 // layers read). No parameters; values depend on their own example only.
@@ -31,9 +33,13 @@ class Merge {
   Merge(LayerType type, std::vector<int64_t> widths, int64_t out_size, bool self_interaction = false);
 
   int64_t input_size(size_t k) const { return positions_ * widths_[k]; }
+  // Fuses a ReLU into an add (only).
+  void set_relu(bool relu) { relu_ = relu && type_ == LayerType::kAdd; }
   void forward(const std::vector<ConstMatMap<T>>& ins, MatMap<T> out) const;
-  // din: dLoss/d(input k), fully written, from dout = dLoss/d(out) and the forward's inputs.
-  void backward(const std::vector<ConstMatMap<T>>& ins, ConstMatMap<T> dout, size_t k, MatMap<T> din) const;
+  // din: dLoss/d(input k), fully written, from dout = dLoss/d(out), the forward's inputs and its
+  // output `out`.
+  void backward(const std::vector<ConstMatMap<T>>& ins, ConstMatMap<T> out, ConstMatMap<T> dout, size_t k,
+                MatMap<T> din) const;
 
  private:
   void dot_forward(const std::vector<ConstMatMap<T>>& ins, MatMap<T> out) const;
@@ -41,6 +47,7 @@ class Merge {
 
   LayerType type_;
   bool self_interaction_ = false;
+  bool relu_ = false;
   std::vector<int64_t> widths_;
   std::vector<int64_t> offsets_;  // concatenate: where input k starts within a position
   int64_t total_width_ = 0, positions_ = 0;

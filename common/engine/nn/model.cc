@@ -55,6 +55,12 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     return k == kModelInput ? kModelInput : value_of[static_cast<size_t>(k)];
   };
   std::vector<int> readers;                                      // by buffer
+  std::vector<int> consumers(spec.layers.size(), 0);             // by layer: the layers that read it
+  for (const std::vector<int>& in : graph.inputs) {
+    for (int k : in) {
+      if (k != kModelInput) ++consumers[static_cast<size_t>(k)];
+    }
+  }
   // Appends a stage computing `layer` (or `merge`) from `inputs` into a new buffer of `out`'s size.
   // `first`: the stage's first parameter tensor (its gradients are final once it ran backward).
   auto add_stage = [&](std::unique_ptr<Layer<T>> layer, std::unique_ptr<Merge<T>> merge, std::vector<int> inputs,
@@ -72,6 +78,28 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     stages_.push_back({std::move(layer), std::move(merge), in_size, num_elements(out), std::move(inputs),
                        output_buffer, first_param, kernel_param, dense});
     return output_buffer;
+  };
+  // A ReLU activation that alone reads a batch_norm's or an add's output runs inside that stage
+  // (batch_norm.h, merge.h): true when layer i's ReLU was fused into the stage writing `value`.
+  const auto fuse_relu = [&](size_t i, int value) {
+    const int j = graph.inputs[i][0];
+    if (spec.layers[i].type != LayerType::kActivation || j == kModelInput || consumers[static_cast<size_t>(j)] != 1) {
+      return false;
+    }
+    const LayerType from = spec.layers[static_cast<size_t>(j)].type;
+    if (from != LayerType::kBatchNorm && from != LayerType::kAdd) return false;
+    for (Stage& s : stages_) {
+      if (s.output_buffer != value) continue;
+      if (auto* norm = dynamic_cast<BatchNorm<T>*>(s.layer.get()); norm != nullptr) {
+        norm->set_relu(true);
+        return true;
+      }
+      if (s.merge) {
+        s.merge->set_relu(true);
+        return true;
+      }
+    }
+    return false;
   };
   for (const size_t i : graph.order) {
     const LayerSpec& l = spec.layers[i];
@@ -286,6 +314,10 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
     const bool separate = l.type == LayerType::kActivation ||
                           ((l.type == LayerType::kDense || as_2d(l.type) == LayerType::kConv2D) && !relu);
     const bool loss_softmax = l.activation == loss_activation && i == last_computing;
+    if (separate && l.activation == Activation::kReLU && fuse_relu(i, value)) {
+      value_of[i] = value;  // the ReLU runs inside the stage that computes its input
+      continue;
+    }
     if (separate && l.activation != Activation::kLinear && !loss_softmax) {
       value = add_stage(std::make_unique<ActivationLayer<T>>(l.activation, out.back()), nullptr, {value},
                         num_elements(out), out, nullptr, nullptr, nullptr);
@@ -309,6 +341,7 @@ Model<T>::Model(const ModelSpec& spec, int64_t max_batch, const LossSpec& loss) 
 
 template <typename T>
 Model<T>::~Model() = default;
+
 
 template <typename T>
 ConstMatMap<T> Model<T>::forward(const T* params, const T* inputs, int64_t batch) {
@@ -378,7 +411,8 @@ LossResult Model<T>::compute_gradients(const T* params, const T* inputs, const f
         if (s.inputs[j] == kModelInput) continue;
         const int64_t size = s.merge->input_size(j);
         T* din = delta_target(s.inputs[j]);
-        s.merge->backward(ins, ConstMatMap<T>(dout.data(), s.out_size, batch), j, MatMap<T>(din, size, batch));
+        s.merge->backward(ins, ConstMatMap<T>(activations_[s.output_buffer].data(), s.out_size, batch),
+                          ConstMatMap<T>(dout.data(), s.out_size, batch), j, MatMap<T>(din, size, batch));
         add_delta(s.inputs[j], din, size, batch);
       }
     } else {

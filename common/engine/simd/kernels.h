@@ -69,6 +69,29 @@ struct KernelTable {
   // the first on ties, as TensorFlow) are [oh, ow, c].
   void (*max_pool)(const float* image, int64_t w, int64_t c, int64_t pool_h, int64_t pool_w, int64_t stride_h,
                    int64_t stride_w, int64_t oh, int64_t ow, float* out, int32_t* argmax);
+
+  // Batch normalization (common/engine/nn/batch_norm.h) over `rows` rows of c channels, row r's
+  // channel k at x[r * c + k], vectorized along the channels; every per-channel sum adds the rows
+  // in order onto what the array holds.
+  //   channel_sums         sums[k] += x(r, k)
+  //   channel_square_sums  sums[k] += (x(r, k) - mean[k])^2
+  //   normalize            y = (x - mean) * rstd * gamma + beta, then, when relu, the ReLU
+  //                        (y > 0 ? y : 0, as the activation layer) fused into the same pass
+  // Backward, with g = dy, or 0 where y <= 0 when the forward's output y is given (the fused
+  // ReLU's mask; nullptr: none), xhat = (x - mean) * rstd and dxhat = g * gamma:
+  //   normalize_backward_sums  dgamma += g * xhat, dbeta += g, sum_dxhat += dxhat,
+  //                            sum_dxhat_xhat += dxhat * xhat
+  //   normalize_backward       dx = rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)
+  void (*channel_sums)(int64_t rows, int64_t c, const float* x, float* sums);
+  void (*channel_square_sums)(int64_t rows, int64_t c, const float* x, const float* mean, float* sums);
+  void (*normalize)(int64_t rows, int64_t c, const float* x, const float* mean, const float* rstd,
+                    const float* gamma, const float* beta, bool relu, float* y);
+  void (*normalize_backward_sums)(int64_t rows, int64_t c, const float* x, const float* dy, const float* y,
+                                  const float* mean, const float* rstd, const float* gamma, float* dgamma,
+                                  float* dbeta, float* sum_dxhat, float* sum_dxhat_xhat);
+  void (*normalize_backward)(int64_t rows, int64_t c, const float* x, const float* dy, const float* y,
+                             const float* mean, const float* rstd, const float* gamma, const float* mean_dxhat,
+                             const float* mean_dxhat_xhat, float* dx);
 };
 
 // The active level's table (selected once).

@@ -8,6 +8,10 @@
 
 #include "common/base/error.h"
 #include "common/data/job_spec.h"
+#include "common/base/rng.h"
+#include "common/engine/nn/activations.h"
+#include "common/engine/nn/batch_norm.h"
+#include "common/engine/nn/merge.h"
 #include "common/engine/nn/model.h"
 #include "common/engine/nn/moving_statistics.h"
 #include "tests/common/engine/gradient_check.h"
@@ -22,6 +26,19 @@ LayerSpec batch_norm(int64_t ghost = 0) {
   LayerSpec l = simple(LayerType::kBatchNorm);
   l.virtual_batch_size = ghost;
   return l;
+}
+
+LayerSpec relu() {
+  LayerSpec l = simple(LayerType::kActivation);
+  l.activation = Activation::kReLU;
+  return l;
+}
+
+std::vector<float> random_values(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.uniform_float(-1.0f, 1.0f);
+  return v;
 }
 
 }  // namespace
@@ -113,4 +130,82 @@ TEST_CASE("batch_norm in a job spec: fields, the default ghost batch written in,
   CHECK(error(R"({"type": "batch_norm", "momentum": 1.5})", "64").find("/model/layers/1/momentum ") == 0);
   CHECK(error(R"({"type": "batch_norm", "virtual_batch_size": 0})", "64").find("/model/layers/1/virtual_batch_size ") ==
         0);
+}
+
+TEST_CASE("a ReLU fused into batch_norm or add: gradients checked, in ghost batches and residual blocks") {
+  ModelSpec spec;
+  spec.input_shape = {6};
+  spec.layers = {dense(5, false), batch_norm(2), relu(), dense(3, false)};
+  check_gradients(spec, 6, 411);
+  LayerSpec plain = batch_norm(3);
+  plain.center = plain.scale = false;
+  spec.layers = {dense(5, false), plain, relu(), dense(3, false)};
+  check_gradients(spec, 6, 412);
+  // A residual block: conv, batch_norm + ReLU (fused), conv, batch_norm, add + ReLU (fused); the
+  // first ReLU's output is read twice, which does not stop its fusion.
+  spec.input_shape = {5, 4, 2};
+  spec.layers = {conv(3, 2, 2, false), batch_norm(2), named(relu(), "stem"), conv(3, 2, 2, false, {1, 1}, Padding::kSame),
+                 named(batch_norm(2), "block"), named(simple(LayerType::kAdd), "sum", {"stem", "block"}), relu(),
+                 simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 4, 413);
+  // A batch_norm read by its ReLU and by another layer keeps the ReLU separate.
+  spec.layers = {conv(3, 2, 2, false), named(batch_norm(2), "norm"), named(relu(), "r"),
+                 named(simple(LayerType::kAdd), "sum", {"norm", "r"}), simple(LayerType::kFlatten), dense(3, false)};
+  check_gradients(spec, 4, 414);
+}
+
+TEST_CASE("a ReLU fused into batch_norm or add gives the separate layers' values bit for bit") {
+  const int64_t positions = 12, c = 16, batch = 8, size = positions * c;
+  const auto n = static_cast<size_t>(size * batch);
+  const std::vector<float> x = random_values(n, 21), x2 = random_values(n, 22), dy = random_values(n, 23);
+  std::vector<float> params = random_values(static_cast<size_t>(4 * c), 24);
+  for (int64_t k = 0; k < c; ++k) params[static_cast<size_t>(3 * c + k)] = 0.5f + std::abs(params[static_cast<size_t>(3 * c + k)]);
+  const nn::BatchNorm<float>::Offsets at{0, c, 2 * c, 3 * c};
+  nn::ActivationLayer<float> relu_layer(Activation::kReLU, c);
+  using Map = nn::MatMap<float>;
+  using ConstMap = nn::ConstMatMap<float>;
+  for (const bool training : {true, false}) {
+    CAPTURE(training);
+    nn::BatchNorm<float> fused(size, c, 4, 1e-3f, at, batch), separate(size, c, 4, 1e-3f, at, batch);
+    fused.set_relu(true);
+    fused.set_training(training);
+    separate.set_training(training);
+    std::vector<float> y_fused(n), y_norm(n), y_relu(n);
+    fused.forward(params.data(), ConstMap(x.data(), size, batch), Map(y_fused.data(), size, batch));
+    separate.forward(params.data(), ConstMap(x.data(), size, batch), Map(y_norm.data(), size, batch));
+    relu_layer.forward(nullptr, ConstMap(y_norm.data(), size, batch), Map(y_relu.data(), size, batch));
+    CHECK(y_fused == y_relu);
+    CHECK(std::count(y_fused.begin(), y_fused.end(), 0.0f) > static_cast<std::ptrdiff_t>(n / 4));
+    if (!training) continue;
+    std::vector<float> g_fused(params.size()), g_separate(params.size()), dx_fused(n), dx_separate(n), d_norm(n);
+    std::vector<float> dout = dy;
+    fused.backward(params.data(), ConstMap(x.data(), size, batch), ConstMap(y_fused.data(), size, batch),
+                   Map(dout.data(), size, batch), g_fused.data(), dx_fused.data());
+    dout = dy;
+    relu_layer.backward(nullptr, ConstMap(y_norm.data(), size, batch), ConstMap(y_relu.data(), size, batch),
+                        Map(dout.data(), size, batch), nullptr, d_norm.data());
+    separate.backward(params.data(), ConstMap(x.data(), size, batch), ConstMap(y_norm.data(), size, batch),
+                      Map(d_norm.data(), size, batch), g_separate.data(), dx_separate.data());
+    CHECK(g_fused == g_separate);
+    CHECK(dx_fused == dx_separate);
+  }
+  // add + ReLU against add, then the ReLU layer.
+  nn::Merge<float> fused_add(LayerType::kAdd, {c, c}, size), add(LayerType::kAdd, {c, c}, size);
+  fused_add.set_relu(true);
+  const std::vector<ConstMap> ins = {ConstMap(x.data(), size, batch), ConstMap(x2.data(), size, batch)};
+  std::vector<float> y_fused(n), y_sum(n), y_relu(n), d_fused(n), d_relu(n), d_separate(n);
+  fused_add.forward(ins, Map(y_fused.data(), size, batch));
+  add.forward(ins, Map(y_sum.data(), size, batch));
+  relu_layer.forward(nullptr, ConstMap(y_sum.data(), size, batch), Map(y_relu.data(), size, batch));
+  CHECK(y_fused == y_relu);
+  std::vector<float> dout = dy;
+  relu_layer.backward(nullptr, ConstMap(y_sum.data(), size, batch), ConstMap(y_relu.data(), size, batch),
+                      Map(dout.data(), size, batch), nullptr, d_relu.data());
+  for (size_t k = 0; k < 2; ++k) {
+    fused_add.backward(ins, ConstMap(y_fused.data(), size, batch), ConstMap(dy.data(), size, batch), k,
+                       Map(d_fused.data(), size, batch));
+    add.backward(ins, ConstMap(y_sum.data(), size, batch), ConstMap(d_relu.data(), size, batch), k,
+                 Map(d_separate.data(), size, batch));
+    CHECK(d_fused == d_separate);
+  }
 }

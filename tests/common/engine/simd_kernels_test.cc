@@ -335,3 +335,88 @@ TEST_CASE("max_pool: the largest value of each window and its offset, the first 
     }
   }
 }
+
+TEST_CASE("batch normalization's passes: double references, sums in row order, rows split freely, on every level") {
+  const int64_t rows = 53;
+  for (const int64_t c : {1, 3, 16, 37, 64}) {
+    const auto n = static_cast<size_t>(rows * c), cs = static_cast<size_t>(c);
+    const auto x = random_floats(n, 11, -2.0f, 3.0f);
+    const auto dy = random_floats(n, 12);
+    const auto mean = random_floats(cs, 13), gamma = random_floats(cs, 14, 0.5f, 1.5f), beta = random_floats(cs, 15);
+    const auto rstd = random_floats(cs, 16, 0.5f, 2.0f);
+    const auto mdx = random_floats(cs, 17, -0.1f, 0.1f), mdxx = random_floats(cs, 18, -0.1f, 0.1f);
+    for (const KernelTable* table : runnable_levels()) {
+      CAPTURE(simd::target_name(table->target));
+      CAPTURE(c);
+      const KernelTable& k = *table;
+      // Sums: plain adds in row order, so the bits of the sequential float sum.
+      std::vector<float> sums(cs, 0.5f), squares(cs, 0.0f);
+      k.channel_sums(rows, c, x.data(), sums.data());
+      k.channel_square_sums(rows, c, x.data(), mean.data(), squares.data());
+      for (int64_t ch = 0; ch < c; ++ch) {
+        float want = 0.5f;
+        double want_squares = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          want += x[static_cast<size_t>(r * c + ch)];
+          const double d = double{x[static_cast<size_t>(r * c + ch)]} - mean[static_cast<size_t>(ch)];
+          want_squares += d * d;
+        }
+        CHECK(same_bits(sums[static_cast<size_t>(ch)], want));
+        CHECK(rel(squares[static_cast<size_t>(ch)], want_squares) < 1e-5);
+      }
+      for (const bool relu : {false, true}) {
+        CAPTURE(relu);
+        std::vector<float> y(n), pieces(n);
+        k.normalize(rows, c, x.data(), mean.data(), rstd.data(), gamma.data(), beta.data(), relu, y.data());
+        for (int64_t first = 0; first < rows; first += 7) {  // rows split: the same bits
+          const int64_t count = std::min<int64_t>(7, rows - first);
+          k.normalize(count, c, x.data() + first * c, mean.data(), rstd.data(), gamma.data(), beta.data(), relu,
+                      pieces.data() + first * c);
+        }
+        CHECK(std::memcmp(y.data(), pieces.data(), n * sizeof(float)) == 0);
+        for (size_t i = 0; i < n; ++i) {
+          const size_t ch = i % cs;
+          const double v = (double{x[i]} - mean[ch]) * rstd[ch] * gamma[ch] + beta[ch];
+          if (relu && v <= 0) {
+            CHECK(y[i] == 0.0f);
+            continue;
+          }
+          CHECK(rel(y[i], relu ? std::max(v, 1e-30) : v, 1.0) < 1e-5);
+        }
+        // Backward, with the ReLU's mask taken from y when fused.
+        const float* mask = relu ? y.data() : nullptr;
+        std::vector<float> dgamma(cs, 0.0f), dbeta(cs, 0.0f), s1(cs, 0.0f), s2(cs, 0.0f), dx(n), dx_pieces(n);
+        k.normalize_backward_sums(rows, c, x.data(), dy.data(), mask, mean.data(), rstd.data(), gamma.data(),
+                                  dgamma.data(), dbeta.data(), s1.data(), s2.data());
+        k.normalize_backward(rows, c, x.data(), dy.data(), mask, mean.data(), rstd.data(), gamma.data(), mdx.data(),
+                             mdxx.data(), dx.data());
+        for (int64_t first = 0; first < rows; first += 5) {
+          const int64_t count = std::min<int64_t>(5, rows - first);
+          k.normalize_backward(count, c, x.data() + first * c, dy.data() + first * c,
+                               mask != nullptr ? mask + first * c : nullptr, mean.data(), rstd.data(), gamma.data(),
+                               mdx.data(), mdxx.data(), dx_pieces.data() + first * c);
+        }
+        CHECK(std::memcmp(dx.data(), dx_pieces.data(), n * sizeof(float)) == 0);
+        std::vector<double> want_dgamma(cs), want_dbeta(cs), want_s1(cs), want_s2(cs), scale(cs);
+        for (size_t i = 0; i < n; ++i) {
+          const size_t ch = i % cs;
+          const double g = relu && !(y[i] > 0.0f) ? 0.0 : double{dy[i]};
+          const double xhat = (double{x[i]} - mean[ch]) * rstd[ch], dxhat = g * gamma[ch];
+          want_dgamma[ch] += g * xhat;
+          want_dbeta[ch] += g;
+          want_s1[ch] += dxhat;
+          want_s2[ch] += dxhat * xhat;
+          scale[ch] += std::abs(dxhat * xhat) + std::abs(dxhat);
+          const double want_dx = rstd[ch] * (dxhat - mdx[ch] - xhat * mdxx[ch]);
+          CHECK(rel(dx[i], want_dx, rstd[ch] * (std::abs(dxhat) + std::abs(mdx[ch]) + std::abs(xhat * mdxx[ch]))) < 1e-5);
+        }
+        for (size_t ch = 0; ch < cs; ++ch) {
+          CHECK(rel(dgamma[ch], want_dgamma[ch], scale[ch]) < 1e-5);
+          CHECK(rel(dbeta[ch], want_dbeta[ch], scale[ch]) < 1e-5);
+          CHECK(rel(s1[ch], want_s1[ch], scale[ch]) < 1e-5);
+          CHECK(rel(s2[ch], want_s2[ch], scale[ch]) < 1e-5);
+        }
+      }
+    }
+  }
+}
