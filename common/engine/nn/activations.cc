@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+
+#include "common/engine/simd/kernels.h"
 
 namespace pstrain::nn {
 namespace {
@@ -17,6 +20,17 @@ T sigmoid(T x) {
 }  // namespace
 
 template <typename T>
+void relu_backward(int64_t n, const T* y, const T* g, T* din) {
+  if constexpr (std::is_same_v<T, float>) {
+    simd::kernels().relu_select(n, y, g, din);
+  } else {
+    for (int64_t i = 0; i < n; ++i) din[i] = y[i] > T(0) ? g[i] : T(0);
+  }
+}
+template void relu_backward(int64_t, const float*, const float*, float*);
+template void relu_backward(int64_t, const double*, const double*, double*);
+
+template <typename T>
 void ActivationLayer<T>::forward(const T*, ConstMatMap<T> in, MatMap<T> out) {
   const Eigen::Index n = in.size();
   const T* x = in.data();
@@ -24,7 +38,11 @@ void ActivationLayer<T>::forward(const T*, ConstMatMap<T> in, MatMap<T> out) {
   switch (kind_) {
     case Activation::kLinear: std::copy_n(x, n, y); return;
     case Activation::kReLU:
-      for (Eigen::Index i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+      if constexpr (std::is_same_v<T, float>) {
+        simd::kernels().relu(n, x, y);
+      } else {
+        for (Eigen::Index i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+      }
       return;
     case Activation::kSigmoid:
       for (Eigen::Index i = 0; i < n; ++i) y[i] = sigmoid(x[i]);
@@ -67,9 +85,7 @@ void ActivationLayer<T>::backward(const T*, ConstMatMap<T> in, ConstMatMap<T> ou
   const T* g = dout.data();
   switch (kind_) {
     case Activation::kLinear: std::copy_n(g, n, din); return;
-    case Activation::kReLU:
-      for (Eigen::Index i = 0; i < n; ++i) din[i] = y[i] > T(0) ? g[i] : T(0);
-      return;
+    case Activation::kReLU: relu_backward(n, y, g, din); return;
     case Activation::kSigmoid:
       for (Eigen::Index i = 0; i < n; ++i) din[i] = g[i] * y[i] * (T(1) - y[i]);
       return;

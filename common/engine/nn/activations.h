@@ -21,6 +21,10 @@
 
 namespace pstrain::nn {
 
+// The ReLU's backward: din = y > 0 ? g : 0 (din may be g), by the per-level kernel for float.
+template <typename T>
+void relu_backward(int64_t n, const T* y, const T* g, T* din);
+
 template <typename T>
 class ActivationLayer final : public Layer<T> {
  public:

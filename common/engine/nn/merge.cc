@@ -1,6 +1,10 @@
 #include "common/engine/nn/merge.h"
 
 #include <algorithm>
+#include <type_traits>
+
+#include "common/engine/nn/activations.h"
+#include "common/engine/simd/kernels.h"
 
 namespace pstrain::nn {
 
@@ -35,17 +39,14 @@ void Merge<T>::forward(const std::vector<ConstMatMap<T>>& ins, MatMap<T> out) co
     // One pass: each value summed in input order, then the ReLU (as the activation layer's).
     const Eigen::Index n = out.size();
     T* o = out.data();
-    const T* first = ins[0].data();
-    const T* second = ins.size() > 1 ? ins[1].data() : nullptr;
-    if (ins.size() == 2) {
-      for (Eigen::Index i = 0; i < n; ++i) {
-        const T v = first[i] + second[i];
-        o[i] = v > T(0) ? v : T(0);
+    if constexpr (std::is_same_v<T, float>) {
+      if (ins.size() == 2) {
+        simd::kernels().add_relu(n, ins[0].data(), ins[1].data(), o);
+        return;
       }
-      return;
     }
     for (Eigen::Index i = 0; i < n; ++i) {
-      T v = first[i];
+      T v = ins[0].data()[i];
       for (size_t k = 1; k < ins.size(); ++k) v += ins[k].data()[i];
       o[i] = v > T(0) ? v : T(0);
     }
@@ -73,11 +74,7 @@ void Merge<T>::backward(const std::vector<ConstMatMap<T>>& ins, ConstMatMap<T> o
       din = dout;
       return;
     }
-    const Eigen::Index n = din.size();
-    const T* y = out.data();
-    const T* g = dout.data();
-    T* d = din.data();
-    for (Eigen::Index i = 0; i < n; ++i) d[i] = y[i] > T(0) ? g[i] : T(0);
+    relu_backward(din.size(), out.data(), dout.data(), din.data());
     return;
   }
   const int64_t w = widths_[k];

@@ -92,6 +92,12 @@ struct KernelTable {
   void (*normalize_backward)(int64_t rows, int64_t c, const float* x, const float* dy, const float* y,
                              const float* mean, const float* rstd, const float* gamma, const float* mean_dxhat,
                              const float* mean_dxhat_xhat, float* dx);
+
+  // The ReLU's passes (the activation layer's and a fused add's), branch-free at the level's
+  // width: y = x > 0 ? x : 0 (0 for NaN); d = y > 0 ? g : 0 (d may be g); out = relu(a + b).
+  void (*relu)(int64_t n, const float* x, float* y);
+  void (*relu_select)(int64_t n, const float* y, const float* g, float* d);
+  void (*add_relu)(int64_t n, const float* a, const float* b, float* out);
 };
 
 // The active level's table (selected once).

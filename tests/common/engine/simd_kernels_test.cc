@@ -278,13 +278,26 @@ TEST_CASE("element-wise kernels: scalar reference, split invariance, in place") 
         CHECK(rel(s.out[i], before.w[i] - double{lr} * g / (std::sqrt(acc) + eps), std::abs(before.w[i])) < 1e-5);
       }
     }
-    SUBCASE("relu_mask and row_sums") {
+    SUBCASE("relu_mask, relu, relu_select, add_relu and row_sums") {
       const int64_t rows = 37, cols = 19;
       const auto y = random_floats(static_cast<size_t>(rows * cols), 5);
       auto d = random_floats(static_cast<size_t>(rows * cols), 6);
       const auto before = d;
       k.relu_mask(rows * cols, y.data(), d.data());
       for (size_t i = 0; i < d.size(); ++i) CHECK(d[i] == (y[i] > 0 ? before[i] : 0.0f));
+      std::vector<float> r(d.size()), sel(d.size()), sum(d.size());
+      k.relu(rows * cols, y.data(), r.data());
+      k.relu_select(rows * cols, y.data(), before.data(), sel.data());
+      k.add_relu(rows * cols, y.data(), before.data(), sum.data());
+      for (size_t i = 0; i < d.size(); ++i) {
+        CHECK(r[i] == (y[i] > 0 ? y[i] : 0.0f));
+        CHECK(sel[i] == d[i]);
+        const float v = y[i] + before[i];
+        CHECK(same_bits(sum[i], v > 0 ? v : 0.0f));
+      }
+      auto in_place = before;  // relu_select with d = g
+      k.relu_select(rows * cols, y.data(), in_place.data(), in_place.data());
+      CHECK(in_place == d);
       std::vector<float> sums(static_cast<size_t>(rows));
       k.row_sums(rows, cols, d.data(), sums.data());
       for (int64_t r = 0; r < rows; ++r) {
