@@ -28,7 +28,7 @@
 # Setup once (root): tests/bench/setup-pytorch.sh. Binaries: an existing build in $PSTRAIN_BUILD_DIR
 # (pstrain-train, -coordinator, -server, -worker, pstrain).
 # Usage: tests/bench/suite.sh [--repeats N] [--epochs E] [--limit N] [--jobs REGEX] [--quick]
-#                             [--level LEVEL] [--standalone]
+#                             [--level LEVEL] [--standalone] [--precision P]
 #   --repeats N   runs per config (default 3)
 #   --epochs E    epochs per run for every job (default: each job's own, 3 or 5; 2 at least to time
 #                 anything after the warm-up epoch)
@@ -42,6 +42,10 @@
 #                 PyTorch's own kernels capped there); the table's header names the CPU, its flags and
 #                 what pstrain computes with. A portable build is PSTRAIN_BUILD_DIR=build-portable.
 #   --standalone  only the standalone configs (ours-t1, pt-t1, ours-t2, pt-t2)
+#   --precision P float32 (default) or mixed_bfloat16: written into every job's spec, so both sides
+#                 run it (ours: bfloat16 convolutions where the CPU has them, else float32 with a
+#                 log line; PyTorch: CPU autocast to bfloat16). The fraction-of-peak table still
+#                 divides by the float32 peak.
 # Env: PSTRAIN_DATA_DIR (default <repo>/../shared/data), PSTRAIN_BUILD_DIR (default <repo>/build; inside
 #      the repository), PYTORCH_BENCH_DIR (default /work/shared/bench/pytorch: openblas_env.sh).
 #      Logs of every run, the generated data and specs are kept in a temp dir. keras-cnn reads the
@@ -51,7 +55,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE=$ROOT/tests/bench
 CMDLINE="$(printf '%q ' "$0" "$@")"
-REPEATS=3 EPOCHS=0 LIMIT=0 JOBS='' QUICK=0 PORT_BASE=19500 LEVEL=native STANDALONE=0
+REPEATS=3 EPOCHS=0 LIMIT=0 JOBS='' QUICK=0 PORT_BASE=19500 LEVEL=native STANDALONE=0 PRECISION=float32
 while (($#)); do
   case $1 in
     --repeats) REPEATS=${2:?--repeats needs a value}; shift 2 ;;
@@ -62,11 +66,14 @@ while (($#)); do
     --quick) QUICK=1; shift ;;
     --level) LEVEL=${2:?--level needs a value}; shift 2 ;;
     --standalone) STANDALONE=1; shift ;;
-    -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --precision) PRECISION=${2:?--precision needs a value}; shift 2 ;;
+    -h|--help) sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "suite.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 ((QUICK)) && { REPEATS=1; EPOCHS=2; LIMIT=3000; }
+[[ $PRECISION == float32 || $PRECISION == mixed_bfloat16 ]] ||
+  { echo "suite.sh: --precision must be float32 or mixed_bfloat16" >&2; exit 2; }
 [[ $REPEATS =~ ^[1-9][0-9]*$ && $EPOCHS =~ ^[0-9]+$ && $LIMIT =~ ^[0-9]+$ && $PORT_BASE =~ ^[1-9][0-9]*$ ]] ||
   { echo "suite.sh: --repeats must be a positive integer, --epochs/--limit/--port-base integers" >&2; exit 2; }
 
@@ -102,6 +109,15 @@ RESULTS=$WORK/results.tsv
 JOBLIST=$(pt "$HERE/suite_jobs.py" prepare --work "$WORK" --data "$DATA" --jobs "$JOBS" --epochs "$EPOCHS" --limit "$LIMIT") ||
   die "could not prepare the jobs' data and specs (see above)"
 SUITE_DATA=$WORK/data  # the shared data's files (symlinks) plus the generated dataset directories
+if [[ $PRECISION != float32 ]]; then  # every spec (standalone, sync, async) in the asked precision
+  "$PY" - "$PRECISION" "$WORK"/specs/*.json <<'PYEOF' || die "could not set the specs' precision"
+import json, sys
+for path in sys.argv[2:]:
+    spec = json.load(open(path))
+    spec["precision"] = sys.argv[1]
+    json.dump(spec, open(path, "w"), indent=1)
+PYEOF
+fi
 # Each job's forward FLOPs per example (pstrain-train --flops: its matrix products), for the table
 # of achieved GFLOPS and fraction of peak.
 FLOPS=$WORK/flops.tsv
@@ -149,6 +165,7 @@ bench_machine "$TRAIN"
 echo "machine: nproc=$(nproc), CPU: ${CPU:-unknown}, $(awk '/MemTotal/ {printf "%.1f GB RAM", $2 / 1048576}' /proc/meminfo), kernel $(uname -r), load avg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "pstrain: $BUILD (git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ', tree dirty'); pstrain-train built $(date -r "$TRAIN" '+%F %T'), pstrain-worker $(date -r "$BUILD/worker/pstrain-worker" '+%F %T'))"
 echo "pytorch: $(pt -c 'import torch; print(torch.__version__)' 2>/dev/null), BLAS $PT_BLAS"
+echo "precision: $PRECISION"
 echo "repeats $REPEATS; epochs $( ((EPOCHS)) && echo "$EPOCHS" || echo "each job's own"); $( ((LIMIT)) && echo "first $LIMIT train examples" || echo "whole datasets")$( ((QUICK)) && echo ' (--quick)')"
 echo "data: $DATA (+ generated: $SUITE_DATA)"
 env | grep -E '^(OPENBLAS_|OMP_|GOTO|MKL_|PSTRAIN_CPU|ATEN_|ONEDNN_|DNNL_)' | sed 's/^/env: /' || true
