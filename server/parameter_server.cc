@@ -390,6 +390,12 @@ kj::Promise<void> ParameterServerImpl::putState(PutStateContext context) {
   const auto keys = params.getKeys();
   const auto states = params.getStates();
   KJ_REQUIRE(keys.size() == states.size(), "putState needs one state per key", keys.size(), states.size());
+  if (job.shard->holds().rejects(params.getGeneration())) {
+    // A session of a plan a restore ended, late: the restored backup's state stays.
+    PSLOG(kInfo) << "job " << rpc::to_string(params.getJobId()) << ": dropped worker " << params.getWorker()
+                 << "'s compression state of an ended plan (generation " << params.getGeneration() << ")";
+    return kj::READY_NOW;
+  }
   // Checked whole before anything is kept: a bad call changes nothing.
   for (unsigned i = 0; i < keys.size(); ++i) {
     const size_t chunk_size = shard_with_key(job, params.getJobId(), keys[i]).chunk(keys[i]).size();

@@ -66,6 +66,7 @@ void ServerChunks::put_state(kj::WaitScope& wait_scope, uint32_t worker, uint64_
     auto request = servers_[server].putStateRequest();
     request.setJobId(job_id_);
     request.setWorker(worker);
+    request.setGeneration(generation_);
     pass_.set_on(request);
     auto keys = request.initKeys(static_cast<unsigned>(by_server[server].size()));
     auto states = request.initStates(static_cast<unsigned>(by_server[server].size()));

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/data/job_spec.h"
+#include "common/engine/nn/onednn_conv.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/http_test_client.h"
 #include "tests/integration/recovery_support.h"
@@ -166,6 +167,48 @@ TEST_CASE("kill -9 of a worker mid-epoch - the job finishes on the other worker,
   }
 }
 
+TEST_CASE("kill -9 of a worker in a mixed_bfloat16 residual CNN: the run is the uninterrupted one bit for bit") {
+  // bfloat16 convolutions (where the CPU has them; float32 with a log line elsewhere, as on the
+  // capped levels' runs), batch norms with their ReLUs fused, a residual add with its ReLU fused,
+  // augmentation and dropout: every piece keeps the exactness of a recovered run.
+  testing::TempDir dir;
+  const std::string json = R"({
+    "name": "residual-bf16",
+    "dataset": {"name": "mnist10k", "shuffle_seed": 3},
+    "precision": "mixed_bfloat16",
+    "model": {"input_shape": [28, 28, 1], "seed": 2, "layers": [
+      {"type": "random_crop", "padding": 2},
+      {"type": "conv2d", "filters": 16, "kernel_size": 3, "strides": 2, "padding": "same", "use_bias": false},
+      {"type": "batch_norm"},
+      {"type": "activation", "activation": "relu", "name": "stem"},
+      {"type": "conv2d", "filters": 16, "kernel_size": 3, "padding": "same", "use_bias": false},
+      {"type": "batch_norm", "name": "block"},
+      {"type": "add", "inputs": ["stem", "block"]},
+      {"type": "activation", "activation": "relu"},
+      {"type": "global_avgpool2d"},
+      {"type": "dropout", "rate": 0.2},
+      {"type": "dense", "units": 10}
+    ]},
+    "optimizer": {"type": "adam"},
+    "training": {"mode": "sync", "global_batch_size": 128, "epochs": 2, "servers": 2, "workers": 2},
+    "backup": {"save_freq": 10}
+  })";
+  testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
+                            .save_params = dir.file("final.bin"),
+                            .coordinator_flags = {"--dead-after-ms", "1500"}});
+  cluster.coordinator().wait_for_line("backup at step 20 complete", 90s);
+  cluster.workers()[1]->kill_hard();
+  REQUIRE(cluster.wait_job(180s) == 0);
+  const std::string worker_log = cluster.workers()[0]->log_text();
+  CHECK(worker_log.find(nn::onednn_bf16() ? "2 convolution(s) compute their products in bfloat16"
+                                          : "training in float32") != std::string::npos);
+  CHECK(std::regex_search(cluster.coordinator().log_text(), std::regex("worker [01] takes over worker [01]'s slice")));
+  const double diff = max_difference(testing::read_floats(dir.file("final.bin")), uninterrupted(json));
+  MESSAGE("recovered against uninterrupted: max abs difference " << diff
+                                                                  << std::string(nn::onednn_bf16() ? " (bfloat16)" : " (float32)"));
+  CHECK(diff == 0);
+}
+
 TEST_CASE("SIGTERM to a worker hands its work back so no step is replayed, and the run is the uninterrupted one") {
   testing::TempDir dir;
   const std::string json = job_json(3, 1000);
@@ -300,10 +343,18 @@ TEST_CASE("workers keep training while the coordinator is down and nothing is lo
 
 TEST_CASE("a corrupted latest backup falls back to the one before and says so") {
   testing::TempDir dir;
-  const std::string json = job_json(3, 10);
+  // Backups 30 steps apart: the servers write the next one (step 90) well after the coordinator
+  // has seen step 60's complete, so the newest record on disk is the latest complete backup (with
+  // backups 10 steps apart, a fast server had written the next one before the coordinator logged
+  // the last as complete, and the corruption hit a backup nobody restores).
+  const std::string json = job_json(3, 30);
   testing::Cluster cluster({.job_file = testing::write_spec(dir.path(), "job.json", json),
                             .save_params = dir.file("final.bin")});
-  cluster.coordinator().wait_for_line("backup at step 30 complete", 60s);
+  cluster.coordinator().wait_for_line("backup at step 60 complete", 60s);
+  // The workers frozen while the server dies and its log is corrupted: no step, so no newer backup
+  // record, can land on disk meanwhile (far shorter than the time a frozen worker is declared dead).
+  for (auto* w : cluster.workers()) REQUIRE(w->signal(SIGSTOP));
+  std::this_thread::sleep_for(200ms);
   cluster.stop_server(1, /*hard=*/true);
   // Flip bytes inside the newest write-ahead log record (the latest backup) of server 1.
   const std::string data = cluster.group().log_dir() + "/server-1-data";
@@ -321,6 +372,7 @@ TEST_CASE("a corrupted latest backup falls back to the one before and says so") 
       f.put('\x5a');
     }
   }
+  for (auto* w : cluster.workers()) REQUIRE(w->signal(SIGCONT));
   cluster.start_server(1);
   REQUIRE(cluster.wait_job(180s) == 0);
   const std::string log = cluster.coordinator().log_text();

@@ -28,11 +28,16 @@ struct StandaloneMatch {
 };
 
 // Trains `spec_json` standalone with `local`, then on `cluster` (waiting up to `timeout` for
-// SUCCEEDED), and fetches the job's model file.
-inline StandaloneMatch run_against_standalone(Cluster& cluster, const std::string& spec_json, const LocalTrainerOptions& local,
+// SUCCEEDED), and fetches the job's model file. Without `local.servers`, the standalone trainer
+// groups a first dense layer's rows as the spec's servers do (the cluster's order of additions:
+// local_trainer.h), without which the two agree only where a BLAS product happens to round the
+// same way.
+inline StandaloneMatch run_against_standalone(Cluster& cluster, const std::string& spec_json, LocalTrainerOptions local,
                                               std::chrono::seconds timeout = std::chrono::seconds(240)) {
   StandaloneMatch m;
-  const TrainingResult standalone = train_locally(parse_job_spec(spec_json), local);
+  const JobSpec spec = parse_job_spec(spec_json);
+  if (local.servers == 0) local.servers = static_cast<uint32_t>(spec.training.servers);
+  const TrainingResult standalone = train_locally(spec, local);
   m.standalone.assign(standalone.params.begin(), standalone.params.end());
   m.id = http_test::submit(cluster, spec_json);
   m.done = http_test::wait_for_state(cluster, m.id, "SUCCEEDED", timeout);

@@ -350,15 +350,16 @@ TEST_CASE("parameter server - a push's workerState comes back with a pull that a
 }
 
 TEST_CASE("parameter server - async putState: kept with the chunk, in the backup backupNow takes, back after a restore, "
-          "and a bad call changes nothing") {
+          "a late one of an ended plan dropped, and a bad call changes nothing") {
   ServerFixture f;
   f.spec.training.mode = TrainingMode::kAsync;
   f.configure();
   const size_t n = f.chunks[0].size;
-  auto put = [&](std::vector<uint32_t> keys, std::vector<std::vector<float>> states) {
+  auto put = [&](std::vector<uint32_t> keys, std::vector<std::vector<float>> states, uint64_t generation = 0) {
     auto request = f.server.putStateRequest();
     request.setJobId("job");
     request.setWorker(0);
+    request.setGeneration(generation);
     auto k = request.initKeys(static_cast<unsigned>(keys.size()));
     for (unsigned i = 0; i < keys.size(); ++i) k.set(i, keys[i]);
     auto s = request.initStates(static_cast<unsigned>(states.size()));
@@ -402,6 +403,12 @@ TEST_CASE("parameter server - async putState: kept with the chunk, in the backup
   // The backup at 7 holds the state put before it.
   f.restore(7, 1).wait(f.ws);
   CHECK(state_of(0) == first);
+  // A late putState of the plan the restore ended (generation 0, below the restore's 1) is
+  // dropped: the restored state stays for the session resuming from it. The new plan's is kept.
+  put({0}, {second}, 0);
+  CHECK(state_of(0) == first);
+  put({0}, {second}, 1);
+  CHECK(state_of(0) == second);
 }
 
 TEST_CASE("parameter server - putState is refused for a sync job (sync states ride on pushes)") {

@@ -117,6 +117,12 @@ struct OneDnnConv::Impl {
     std::optional<dnnl::convolution_backward_data> bwdd;
     memory bwdd_weights;
     std::optional<dnnl::reorder> to_bwdd_weights;
+    // What src_lp / dst_lp hold: the rounded copy of the last forward's input (kept for its
+    // backward, which the layer contract gives that same input), and of the output gradient the
+    // kernel gradient just rounded (for the input gradient that follows with the same dy).
+    // nullptr: nothing reusable.
+    const float* src_lp_of = nullptr;
+    const float* dst_lp_of = nullptr;
   };
 
   ConvGeometry g;
@@ -212,18 +218,28 @@ struct OneDnnConv::Impl {
   memory wrap(const memory::desc& d, const float* data) {
     return memory(d, engine, const_cast<float*>(data));
   }
-  // The primitive's input: x itself, or its bfloat16 copy rounded now.
-  memory source(Plan& p, const float* x) {
+  // The primitive's input: x itself, or its bfloat16 copy: rounded now in a forward, the
+  // forward's copy in the backward of that same input (the rounding of the same values: the
+  // same bits either way).
+  memory source(Plan& p, const float* x, bool forward) {
     if (!bf16) return wrap(p.src, x);
-    memory from = wrap(p.src, x);
-    p.to_src_lp->execute(stream, from, p.src_lp);
+    if (forward || p.src_lp_of != x) {
+      memory from = wrap(p.src, x);
+      p.to_src_lp->execute(stream, from, p.src_lp);
+    }
+    p.src_lp_of = forward ? x : nullptr;  // one backward per forward
+    p.dst_lp_of = nullptr;
     return p.src_lp;
   }
-  // The primitive's output gradient: dy itself, or its bfloat16 copy rounded now.
-  memory output_gradient(Plan& p, const float* dy) {
+  // The primitive's output gradient: dy itself, or its bfloat16 copy: rounded by the kernel
+  // gradient (`first`), reused by the input gradient that follows on the same dy.
+  memory output_gradient(Plan& p, const float* dy, bool first) {
     if (!bf16) return wrap(p.dst, dy);
-    memory from = wrap(p.dst, dy);
-    p.to_dst_lp->execute(stream, from, p.dst_lp);
+    if (first || p.dst_lp_of != dy) {
+      memory from = wrap(p.dst, dy);
+      p.to_dst_lp->execute(stream, from, p.dst_lp);
+    }
+    p.dst_lp_of = first ? dy : nullptr;
     return p.dst_lp;
   }
 };
@@ -256,7 +272,7 @@ void OneDnnConv::forward(const float* kernel, const float* bias, const float* x,
     if (p.to_fwd_weights) {
       p.to_fwd_weights->execute(m.stream, user, p.fwd_weights);
     }
-    p.fwd.execute(m.stream, {{DNNL_ARG_SRC, m.source(p, x)},
+    p.fwd.execute(m.stream, {{DNNL_ARG_SRC, m.source(p, x, /*forward=*/true)},
                              {DNNL_ARG_WEIGHTS, p.to_fwd_weights ? p.fwd_weights : user},
                              {DNNL_ARG_BIAS, m.wrap(m.bias, bias)},
                              {DNNL_ARG_DST, m.wrap(p.dst, y)}});
@@ -270,8 +286,9 @@ void OneDnnConv::backward_weights(const float* x, const float* dy, int64_t batch
     Impl::Plan& p = m.plan(batch);
     m.ensure_backward_weights(p);
     memory user = m.wrap(m.user_weights, dkernel);
-    p.bwdw->execute(m.stream, {{DNNL_ARG_SRC, m.source(p, x)},
-                               {DNNL_ARG_DIFF_DST, m.output_gradient(p, dy)},
+    const memory source = m.source(p, x, /*forward=*/false);
+    p.bwdw->execute(m.stream, {{DNNL_ARG_SRC, source},
+                               {DNNL_ARG_DIFF_DST, m.output_gradient(p, dy, /*first=*/true)},
                                {DNNL_ARG_DIFF_WEIGHTS, p.from_bwdw_weights ? p.bwdw_weights : user},
                                {DNNL_ARG_DIFF_BIAS, m.wrap(m.bias, dbias)}});
     if (p.from_bwdw_weights) p.from_bwdw_weights->execute(m.stream, p.bwdw_weights, user);
@@ -286,7 +303,7 @@ void OneDnnConv::backward_data(const float* kernel, const float* dy, int64_t bat
     m.ensure_backward_data(p);
     memory user = m.wrap(m.user_weights, kernel);
     if (p.to_bwdd_weights) p.to_bwdd_weights->execute(m.stream, user, p.bwdd_weights);
-    p.bwdd->execute(m.stream, {{DNNL_ARG_DIFF_DST, m.output_gradient(p, dy)},
+    p.bwdd->execute(m.stream, {{DNNL_ARG_DIFF_DST, m.output_gradient(p, dy, /*first=*/false)},
                                {DNNL_ARG_WEIGHTS, p.to_bwdd_weights ? p.bwdd_weights : user},
                                {DNNL_ARG_DIFF_SRC, m.wrap(p.src, dx)}});
     m.stream.wait();

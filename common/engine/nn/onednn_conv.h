@@ -22,9 +22,12 @@
 // natively (onednn_bf16(): AVX512-BF16 or AMX). The input, the output gradient and the kernel are
 // rounded to bfloat16 as they are reordered for the primitive (round to nearest even); the
 // products accumulate in float32 and the output, the kernel, bias and input gradients are
-// float32. The kernel stays float32 in the caller's memory (the master weights). Each call
-// rounds its own operands, so a backward never reads a stale copy. Exactness is as for float: for
-// a given level, shape and batch the same bits on every run.
+// float32. The kernel stays float32 in the caller's memory (the master weights). The input is
+// rounded once per forward and its copy serves that forward's backward (the layer contract: a
+// backward sees its forward's input), the output gradient once per backward (the kernel
+// gradient rounds it, the input gradient right after reuses it); a different pointer rounds
+// afresh. Exactness is as for float: for a given level, shape and batch the same bits on every
+// run.
 //
 // Thread rules: one thread at a time per object (each replica has its own layers).
 #pragma once

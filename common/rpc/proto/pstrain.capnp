@@ -277,8 +277,11 @@ interface ParameterServer {
   # position (its steps done, uint64 little-endian, as two float32 slots). The server keeps it
   # with the chunk, opaque, until the worker puts another (the backup backupNow takes holds it),
   # and hands it back to `pull` (withState, stateOf = worker) after a restore; the worker takes
-  # it only if the position is the one it resumes from.
-  putState @15 (jobId :Text, worker :UInt32, keys :List(UInt32), states :List(Data), node :UInt32, token :Data) -> ();
+  # it only if the position is the one it resumes from. `generation`: of the worker's plan, as a
+  # push's; a state of a plan a restore ended (below the fence) is dropped, so that a session's
+  # late putState cannot replace the restored backup's state of the session resuming from it.
+  putState @15 (jobId :Text, worker :UInt32, keys :List(UInt32), states :List(Data), node :UInt32, token :Data,
+                generation :UInt64) -> ();
 
   # The job is over: its shard goes, and its backups (from the server's store).
   dropJob @4 (jobId :Text) -> ();

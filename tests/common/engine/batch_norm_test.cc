@@ -155,7 +155,7 @@ TEST_CASE("a ReLU fused into batch_norm or add: gradients checked, in ghost batc
 }
 
 TEST_CASE("a ReLU fused into batch_norm or add gives the separate layers' values bit for bit") {
-  const int64_t positions = 12, c = 16, batch = 8, size = positions * c;
+  const int64_t positions = 12, c = 19, batch = 8, size = positions * c;  // 19: vector tails at every width
   const auto n = static_cast<size_t>(size * batch);
   const std::vector<float> x = random_values(n, 21), x2 = random_values(n, 22), dy = random_values(n, 23);
   std::vector<float> params = random_values(static_cast<size_t>(4 * c), 24);
@@ -208,4 +208,39 @@ TEST_CASE("a ReLU fused into batch_norm or add gives the separate layers' values
                  Map(d_separate.data(), size, batch));
     CHECK(d_fused == d_separate);
   }
+}
+
+TEST_CASE("a model with its ReLUs fused equals the same model with ReLU layers of their own, bit for bit") {
+  // The `relu` layer type is never fused: the same residual CNN with it in place of each
+  // `activation: relu` runs every ReLU as a stage of its own. Outputs and gradients must agree.
+  ModelSpec fused;
+  fused.input_shape = {6, 5, 3};
+  fused.seed = 3;
+  fused.layers = {conv(19, 3, 3, false, {1, 1}, Padding::kSame), batch_norm(4), named(relu(), "stem"),
+                  conv(19, 3, 3, false, {1, 1}, Padding::kSame), named(batch_norm(4), "block"),
+                  named(simple(LayerType::kAdd), "sum", {"stem", "block"}), relu(), simple(LayerType::kFlatten),
+                  dense(4, false)};
+  ModelSpec separate = fused;
+  separate.layers[2] = named(simple(LayerType::kReLU), "stem");
+  separate.layers[6] = simple(LayerType::kReLU);
+  const int64_t batch = 8;
+  Model<float> a(fused, batch), b(separate, batch);
+  REQUIRE(a.layout().total_size() == b.layout().total_size());
+  std::vector<float> params(a.layout().total_size());
+  glorot_uniform_init(a.layout(), 5, params.data());
+  const std::vector<float> x = random_values(static_cast<size_t>(a.input_size() * batch), 31);
+  std::vector<int32_t> labels(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4);
+  std::vector<uint32_t> ids(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) ids[static_cast<size_t>(i)] = static_cast<uint32_t>(i);
+  std::vector<float> ga(params.size()), gb(params.size());
+  const nn::LossResult la = a.compute_gradients(params.data(), x.data(), labels.data(), batch, ga.data(), {}, nullptr, {0, ids.data()});
+  const nn::LossResult lb = b.compute_gradients(params.data(), x.data(), labels.data(), batch, gb.data(), {}, nullptr, {0, ids.data()});
+  CHECK(la.loss_sum == lb.loss_sum);
+  CHECK(ga == gb);
+  CHECK(std::count(ga.begin(), ga.end(), 0.0f) < static_cast<std::ptrdiff_t>(ga.size() / 4));
+  const auto ya = a.forward(params.data(), x.data(), batch);
+  const std::vector<float> inference(ya.data(), ya.data() + ya.size());
+  const auto yb = b.forward(params.data(), x.data(), batch);
+  CHECK(std::equal(inference.begin(), inference.end(), yb.data()));
 }

@@ -286,6 +286,12 @@ TEST_CASE("element-wise kernels: scalar reference, split invariance, in place") 
       k.relu_mask(rows * cols, y.data(), d.data());
       for (size_t i = 0; i < d.size(); ++i) CHECK(d[i] == (y[i] > 0 ? before[i] : 0.0f));
       std::vector<float> r(d.size()), sel(d.size()), sum(d.size());
+      auto with_nan = y;  // NaN and -0 give 0, as the ReLU layer's `x > 0 ? x : 0`
+      with_nan[3] = std::nanf("");
+      with_nan[4] = -0.0f;
+      k.relu(rows * cols, with_nan.data(), r.data());
+      CHECK(same_bits(r[3], 0.0f));
+      CHECK(same_bits(r[4], 0.0f));
       k.relu(rows * cols, y.data(), r.data());
       k.relu_select(rows * cols, y.data(), before.data(), sel.data());
       k.add_relu(rows * cols, y.data(), before.data(), sum.data());
