@@ -43,7 +43,10 @@ std::vector<int> replayed_steps(const std::string& log) {
 }
 
 // Each recovery went back to the newest backup complete before it (never an older one), one at or
-// after `at_least`: what a rollback promises. How many steps that replays depends on how far the
+// after `at_least`: what a rollback promises. It may be newer than the newest the log calls
+// complete before the recovery line: the servers report the versions they hold durably when the
+// recovery asks, and a backup every server had written may not have been logged complete yet (seen
+// on a fast machine: the restore from step 30 came before "backup at step 30 complete"). How many steps that replays depends on how far the
 // workers got before the failure was seen (timing: on a loaded machine, more than a backup
 // interval), so it is reported, not bounded.
 void check_restored_latest_backup(const std::string& log, int at_least) {
@@ -58,7 +61,8 @@ void check_restored_latest_backup(const std::string& log, int at_least) {
       newest = std::max(newest, std::stoi((*b)[1]));
     }
     CAPTURE(restored);
-    CHECK(restored == newest);
+    CAPTURE(newest);
+    CHECK(restored >= newest);
     CHECK(restored >= at_least);
     MESSAGE("recovery " << ++recoveries << ": from the backup at step " << restored << ", " << (*it)[2] << " step(s) replayed");
   }
