@@ -221,6 +221,14 @@ ParameterServerImpl::CheckedPush ParameterServerImpl::check_push(proto::Paramete
     decode_half(half.begin(), *decoded);
     request.gradient = *decoded;
     push.bytes_in += half.size();
+  } else if (gradient.isBfloat16()) {
+    const auto bf16 = gradient.getBfloat16();
+    KJ_REQUIRE(bf16.size() == chunk_size * 2, "gradient.bfloat16 must hold the chunk's values, 2 bytes each",
+               bf16.size(), chunk_size);
+    decoded = std::make_shared<std::vector<float>>(chunk_size);
+    decode_bfloat16(bf16.begin(), *decoded);
+    request.gradient = *decoded;
+    push.bytes_in += bf16.size();
   } else if (gradient.isTopk()) {
     const auto topk = gradient.getTopk();
     const auto indices = topk.getIndices();

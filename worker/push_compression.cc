@@ -58,6 +58,11 @@ size_t PushCompression::encode(size_t k, const float* gradient, bool own_slice, 
     encode_half({gradient, c.size}, half.begin());
     return half.size();
   }
+  if (spec_.kind == CompressionKind::kBf16 && !c.moving) {
+    auto bf16 = request.getGradient().initBfloat16(static_cast<unsigned>(c.size * 2));
+    encode_bfloat16({gradient, c.size}, bf16.begin());
+    return bf16.size();
+  }
   if (spec_.kind == CompressionKind::kTopk && own_slice && !c.moving) {
     const size_t bytes = encode_topk(k, gradient, request);
     return bytes + (state_due(step) ? attach_state(k, request) : 0);

@@ -1,5 +1,5 @@
 // One worker's compression of its pushes (training.compression): how a chunk's gradient is
-// encoded (fp16, topk or powersgd with this worker's error feedback, or float32), and the state
+// encoded (fp16, bf16, topk or powersgd with this worker's error feedback, or float32), and the state
 // that encoding keeps on the worker (the topk/powersgd residual and powersgd's warm-start factors)
 // with its way to and from the servers' backups, so a recovered run goes on exactly as the
 // uninterrupted one. The chunk table and the connections are ServerChunks' (server_chunks.h).
@@ -58,7 +58,7 @@ class PushCompression {
   void note_cut(uint64_t version) { cut_points_.insert(version); }
 
   // Chunk k's gradient (`gradient` points at the chunk's first value) into `request`'s gradient:
-  // fp16, or (`own_slice`: this worker's slice, not a lost worker's in a takeover, whose residual
+  // fp16 or bf16, or (`own_slice`: this worker's slice, not a lost worker's in a takeover, whose residual
   // died with it) topk/powersgd of gradient + residual with this worker's state attached when the
   // push of `step` is due to carry it, else float32 by reference (zero-copy: `gradient` must stay
   // untouched until the push's reply is in). Returns the payload bytes.

@@ -190,6 +190,7 @@ CompressionSpec read_compression(const json::value& v) {
   const std::initializer_list<std::pair<const char*, CompressionKind>> kinds = {
       {"none", CompressionKind::kNone},
       {"fp16", CompressionKind::kFp16},
+      {"bf16", CompressionKind::kBf16},
       {"topk", CompressionKind::kTopk},
       {"powersgd", CompressionKind::kPowerSgd}};
   if (v.is_string()) {
@@ -343,6 +344,7 @@ const char* compression_kind_name(CompressionKind kind) {
   switch (kind) {
     case CompressionKind::kNone: return "none";
     case CompressionKind::kFp16: return "fp16";
+    case CompressionKind::kBf16: return "bf16";
     case CompressionKind::kTopk: return "topk";
     case CompressionKind::kPowerSgd: return "powersgd";
   }

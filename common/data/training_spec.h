@@ -28,7 +28,7 @@ struct DatasetSpec {
 };
 
 enum class TrainingMode { kSync, kAsync };
-enum class CompressionKind { kNone, kFp16, kTopk, kPowerSgd };
+enum class CompressionKind { kNone, kFp16, kTopk, kPowerSgd, kBf16 };
 // Async: the learning rate of each push (DESIGN-NOTES "Staleness-aware async"): the optimizer's
 // own (constant), or divided by max(1, staleness), the versions the chunk moved on since the
 // values the push was computed on (staleness; Zhang et al., IJCAI 2016), or that times
@@ -46,10 +46,12 @@ const char* async_lr_name(AsyncLr lr);
 const char* on_divergence_name(OnDivergence action);
 
 // How a job's gradients (and values) travel between workers and servers (spec
-// `training.compression`: "none" | "fp16" | "topk" | "powersgd", or {"kind": ..., "fraction": f}
+// `training.compression`: "none" | "fp16" | "bf16" | "topk" | "powersgd", or {"kind": ..., "fraction": f}
 // (topk) / {"kind": "powersgd", "rank": r}; see
 // docs/DESIGN-NOTES.md "Gradient compression". Servers always accumulate and store float32.
 // - kFp16: pushed gradients and replied values in IEEE half precision (common/engine/compression.h);
+// - kBf16: pushed gradients in bfloat16 (float32's range, 8 significant bits: nothing overflows);
+//   values come back whole, in float32 (PyTorch DDP's bf16_compress_hook compresses the same way);
 // - kTopk: per chunk, the ceil(fraction * size) entries of largest magnitude of (gradient +
 //   the worker's residual) pushed as (index, value) pairs; what is not sent stays in the
 //   residual (error feedback). Values come back whole, in float32.

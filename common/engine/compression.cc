@@ -94,6 +94,31 @@ void decode_half(const unsigned char* in, std::span<float> out) {
   }
 }
 
+uint16_t float_to_bfloat16(float value) {
+  const uint32_t x = bits_of(value);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // a quiet NaN
+  // Round the 16 dropped bits to nearest even; a carry moves into the exponent (up to infinity
+  // from just below float32's largest finite values, as float32 arithmetic would round).
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float bfloat16_to_float(uint16_t value) { return float_of(static_cast<uint32_t>(value) << 16); }
+
+void encode_bfloat16(std::span<const float> values, unsigned char* out) {
+  // One branch-free expression per value (the NaN test a select), which the compiler vectorizes.
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t b = float_to_bfloat16(values[i]);
+    out[2 * i] = static_cast<unsigned char>(b & 0xffu);
+    out[2 * i + 1] = static_cast<unsigned char>(b >> 8);
+  }
+}
+
+void decode_bfloat16(const unsigned char* in, std::span<float> out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = bfloat16_to_float(static_cast<uint16_t>(in[2 * i] | (in[2 * i + 1] << 8)));
+  }
+}
+
 size_t topk_count(size_t n, float fraction) {
   if (n == 0) return 0;
   const double k = std::ceil(static_cast<double>(fraction) * static_cast<double>(n));

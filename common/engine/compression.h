@@ -5,6 +5,9 @@
 //
 // - fp16: IEEE 754 binary16, round to nearest even (overflow to infinity, subnormals kept, NaN
 //   stays NaN), little-endian on the wire. Exact for every value a half can hold.
+// - bf16: bfloat16 (float32's sign, exponent and top 7 mantissa bits), round to nearest even
+//   (float32's range: nothing overflows that float32 holds; NaN stays a quiet NaN, its sign and
+//   top payload bits kept), little-endian on the wire. Exact for every value a bfloat16 holds.
 // - topk with error feedback: residual += gradient; the k entries of largest |residual| (ties:
 //   the lower index; NaN counts as largest) are sent as (index, value) pairs in ascending index
 //   order and zeroed in the residual; the rest waits for the next step. Deterministic: the same
@@ -34,6 +37,13 @@ float half_to_float(uint16_t half);
 void encode_half(std::span<const float> values, unsigned char* out);
 // `in` holds out.size() halves.
 void decode_half(const unsigned char* in, std::span<float> out);
+
+uint16_t float_to_bfloat16(float value);
+float bfloat16_to_float(uint16_t value);
+// `out` holds values.size() bfloat16 values (2 bytes each; any alignment), little-endian.
+void encode_bfloat16(std::span<const float> values, unsigned char* out);
+// `in` holds out.size() bfloat16 values.
+void decode_bfloat16(const unsigned char* in, std::span<float> out);
 
 // Entries a topk push of `fraction` sends for a chunk of `n`: ceil(fraction * n), at least 1
 // (when n > 0) and at most n.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compression_bench.sh — training.compression (none, fp16, topk, powersgd) on a job's spec (default
+# compression_bench.sh — training.compression (none, fp16, bf16, topk, powersgd) on a job's spec (default
 # the MNIST MLP 784-700-500-10, deploy/jobs/mnist-mlp.json: Adam, global batch 128, mnist10k;
 # --spec deploy/jobs/fashion-cnn.json for the Fashion CNN), 2 workers x 1 server in sync
 # mode, with each worker's egress uncapped or limited by tc tbf: bytes per step, samples/s and
@@ -18,11 +18,12 @@
 # Ports 19601 (RPC) and 19602 (HTTP) inside psc-s. Needs root, ip and tc.
 #
 # Usage: tests/bench/compression_bench.sh [--spec FILE] [--epochs E] [--rates "off 1gbit 100mbit"]
-#                                         [--kinds "none none-dense fp16 topk powersgd"] [--fraction F]
+#                                         [--kinds "none none-dense fp16 bf16 topk powersgd"] [--fraction F]
 #                                         [--rank R] [--cap-server] [--cap-both]
 #   kinds: none (the workers' default exchange: row-sparse replies, factored pushes, forward on
 #   the servers), none-dense (none with --exchange=dense: whole float32 chunks, what fp16 and topk
-#   compress), fp16, topk (with --fraction, default 0.01), powersgd (with --rank, default 4).
+#   compress), fp16, bf16 (pushes only), topk (with --fraction, default 0.01), powersgd (with
+#   --rank, default 4).
 #   The spec's servers, workers, epochs, compression and backup are replaced; the rest (model,
 #   dataset, optimizer, batch) is the job's.
 #   samples/s: the median of the coordinator's per-epoch figures without epoch 1 (all of them

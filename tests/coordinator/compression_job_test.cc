@@ -2,7 +2,8 @@
 // MNIST with each compression trains (test accuracy above a threshold a broken codec could not
 // reach: values decoded as the wrong type, indices off by one, a residual never sent), two runs
 // of the same job end with the same parameters bit for bit, and the bytes each worker reports
-// per step are what the codec puts on the wire (half of float32 for fp16; about 8 bytes per
+// per step are what the codec puts on the wire (half of float32 for fp16 both ways and for bf16's
+// pushes; about 8 bytes per
 // sent entry for topk; the factors' floats for powersgd).
 #include <doctest/doctest.h>
 
@@ -75,6 +76,14 @@ TEST_CASE("compression fp16: trains, is deterministic, and sends 2 bytes per val
   }
 }
 
+TEST_CASE("compression bf16: trains, is deterministic, and pushes 2 bytes per value (values come back float32)") {
+  const Run r = check_trains_and_repeats(CompressionKind::kBf16, 0.85);
+  for (size_t w = 0; w < 2; ++w) {
+    CHECK(r.record.bytes_pushed_per_step[w] == doctest::Approx(2.0 * kParams));
+    CHECK(r.record.bytes_pulled_per_step[w] == doctest::Approx(4.0 * kParams));
+  }
+}
+
 TEST_CASE("compression topk: trains with error feedback, is deterministic, and pushes about 8 bytes per sent entry") {
   const Run r = check_trains_and_repeats(CompressionKind::kTopk, 0.80, 0.1f);
   for (size_t w = 0; w < 2; ++w) {
@@ -96,8 +105,9 @@ TEST_CASE("compression powersgd: trains with error feedback, is deterministic, a
   }
 }
 
-TEST_CASE("compression in async mode: fp16, topk and powersgd jobs train (pushes applied at once, decoded per push)") {
-  for (const CompressionKind kind : {CompressionKind::kFp16, CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
+TEST_CASE("compression in async mode: fp16, bf16, topk and powersgd jobs train (pushes applied at once, decoded per push)") {
+  for (const CompressionKind kind :
+       {CompressionKind::kFp16, CompressionKind::kBf16, CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
     JobSpec spec = compressed_job(kind, 0.1f);
     spec.training.mode = TrainingMode::kAsync;
     const Run r = run(parse_job_spec(job_spec_to_json(spec)));

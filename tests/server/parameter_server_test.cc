@@ -191,7 +191,7 @@ capnp::Response<proto::ParameterServer::PushResults> push_chunk0(ServerFixture& 
 
 }  // namespace
 
-TEST_CASE("parameter server - fp16 and topk pushes update as the same float32 gradient pushed dense") {
+TEST_CASE("parameter server - fp16, bf16 and topk pushes update as the same float32 gradient pushed dense") {
   const size_t n = ServerFixture().chunks[0].size;
   // Chunk 0's values after one push on a fresh server (one at a time: one event loop per thread),
   // and the reply's values when it came in half precision.
@@ -221,6 +221,20 @@ TEST_CASE("parameter server - fp16 and topk pushes update as the same float32 gr
   CHECK(half.values == dense.values);  // stored float32, as the dense push left them
   REQUIRE(half.replied.size() == n);
   for (size_t i = 0; i < n; ++i) REQUIRE(half.replied[i] == half_to_float(float_to_half(dense.values[i])));
+
+  // bf16: values a bfloat16 holds exactly (and some a half could not: 1e-30, 3e20), replies float32.
+  std::vector<float> wide(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = i % 5 == 0 ? 1e-30f : i % 7 == 0 ? 3e20f : 0.001f * static_cast<float>(i % 97) - 0.05f;
+    wide[i] = bfloat16_to_float(float_to_bfloat16(v));
+  }
+  const After dense_wide = after([&](auto& r) { rpc::set_tensor(r.getGradient().initDense(), wide); });
+  const After bf16 = after([&](auto& r) {
+    auto data = r.getGradient().initBfloat16(static_cast<unsigned>(n * 2));
+    encode_bfloat16(wide, data.begin());
+  });
+  CHECK(bf16.values == dense_wide.values);
+  CHECK(bf16.replied.empty());  // float32 (whole), not half
 
   // topk: entries 3 and n - 1 only; the dense push of the same sparse gradient gives the same values.
   std::vector<float> sparse(n, 0.0f);
@@ -275,6 +289,7 @@ TEST_CASE("parameter server - malformed compressed pushes fail naming the field,
     }
   };
   fails_with([&](auto& r) { r.getGradient().initHalf(static_cast<unsigned>(n * 2 - 2)); }, "gradient.half");
+  fails_with([&](auto& r) { r.getGradient().initBfloat16(static_cast<unsigned>(n * 2 + 2)); }, "gradient.bfloat16");
   fails_with([&](auto& r) {
     auto t = r.getGradient().initTopk();
     auto indices = t.initIndices(2);

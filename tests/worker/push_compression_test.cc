@@ -104,6 +104,30 @@ TEST_CASE("push compression: a takeover's push and a moving statistic go float32
   CHECK(pulled[0] != 0.1f);
 }
 
+TEST_CASE("push compression: bf16 pushes bfloat16 for its own slice and a takeover's, float32 for a moving statistic") {
+  Fixture f;
+  PushCompression bf16 = f.make(CompressionKind::kBf16);
+  CHECK_FALSE(bf16.replies_half());
+  CHECK_FALSE(bf16.keeps_state());
+  const std::vector<float> g = ramp(32, 0.3f);
+  for (const bool own : {true, false}) {
+    capnp::MallocMessageBuilder message;
+    PushBuilder push = message.initRoot<proto::ParameterServer::PushParams>();
+    CHECK(bf16.encode(0, g.data(), own, 0, push) == 32 * 2);
+    REQUIRE(push.getGradient().isBfloat16());
+    std::vector<float> back(32);
+    decode_bfloat16(push.getGradient().getBfloat16().begin(), back);
+    for (size_t i = 0; i < 32; ++i) CHECK(back[i] == bfloat16_to_float(float_to_bfloat16(g[i])));
+  }
+  capnp::MallocMessageBuilder m2;
+  PushBuilder moving = m2.initRoot<proto::ParameterServer::PushParams>();
+  CHECK(bf16.encode(2, g.data(), true, 0, moving) == 4 * sizeof(float));
+  CHECK(moving.getGradient().isDense());
+  AlignedFloats pulled(4, 0.1f);
+  bf16.round_pulled(pulled);
+  CHECK(pulled[0] == 0.1f);  // values stay float32
+}
+
 TEST_CASE("push compression: the state rides the push before a backup point, and a cut's") {
   Fixture f;
   PushCompression c = f.make(CompressionKind::kTopk);

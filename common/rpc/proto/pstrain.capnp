@@ -150,6 +150,9 @@ interface ParameterServer {
         rows @25 :List(UInt32);
         values @26 :Data;
       }
+      # training.compression "bf16": the whole chunk as bfloat16, little-endian (2 bytes a value,
+      # round to nearest even; common/engine/compression.h). The server sums float32.
+      bfloat16 @29 :Data;
     }
     # What the reply's `values` carry: the whole chunk, or only these ranges' values (none: an
     # empty reply).

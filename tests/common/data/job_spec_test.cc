@@ -439,6 +439,9 @@ TEST_CASE("training.compression: a name or an object, default none, canonical as
   CHECK(job_spec_to_json(parse_job_spec(kMlp)).find("compression") == std::string::npos);
   const JobSpec fp16 = parse_job_spec(mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": \"fp16\""));
   CHECK(fp16.training.compression.kind == CompressionKind::kFp16);
+  const JobSpec bf16 = parse_job_spec(mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": \"bf16\""));
+  CHECK(bf16.training.compression.kind == CompressionKind::kBf16);
+  CHECK(job_spec_to_json(bf16).find(R"("compression":{"kind":"bf16"})") != std::string::npos);
   const JobSpec topk = parse_job_spec(
       mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": {\"kind\": \"topk\", \"fraction\": 0.05}"));
   CHECK(topk.training.compression.kind == CompressionKind::kTopk);
@@ -450,7 +453,7 @@ TEST_CASE("training.compression: a name or an object, default none, canonical as
   CHECK(parse_job_spec(mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": \"powersgd\""))
             .training.compression.rank == 4);  // the default
   CHECK(job_spec_to_json(powersgd).find(R"("compression":{"kind":"powersgd","rank":2})") != std::string::npos);
-  for (const JobSpec& spec : {fp16, topk, powersgd}) {
+  for (const JobSpec& spec : {fp16, bf16, topk, powersgd}) {
     const JobSpec again = parse_job_spec(job_spec_to_json(spec));
     CHECK(job_spec_to_json(again) == job_spec_to_json(spec));
     CHECK(again.training.compression.kind == spec.training.compression.kind);
@@ -465,7 +468,7 @@ TEST_CASE("training.compression: a name or an object, default none, canonical as
 TEST_CASE("bad training.compression is rejected naming the field") {
   auto with = [](const std::string& c) { return mlp_with("\"workers\": 2", "\"workers\": 2, \"compression\": " + c); };
   CHECK(error_of(with("\"zip\"")) ==
-        "/training/compression must be one of \"none\", \"fp16\", \"topk\", \"powersgd\", not \"zip\"");
+        "/training/compression must be one of \"none\", \"fp16\", \"bf16\", \"topk\", \"powersgd\", not \"zip\"");
   CHECK(error_of(with("3")) == "/training/compression must be a string or an object, not an integer");
   CHECK(error_of(with("{\"fraction\": 0.1}")) == "/training/compression/kind is required");
   CHECK(error_of(with("{\"kind\": \"topk\", \"fraction\": 0}")) ==

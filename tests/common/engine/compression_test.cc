@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <ios>
 #include <limits>
 #include <vector>
@@ -73,6 +74,76 @@ TEST_CASE("fp16: encode/decode of a buffer is within half an ulp (2^-11 relative
   encode_half({&one, 1}, two);
   CHECK(two[0] == 0x00);
   CHECK(two[1] == 0x3c);
+}
+
+TEST_CASE("bf16: every bfloat16 survives float and back - NaN stays a quiet NaN of its sign") {
+  for (uint32_t b = 0; b < 0x10000u; ++b) {
+    const uint16_t value = static_cast<uint16_t>(b);
+    const float f = bfloat16_to_float(value);
+    if ((value & 0x7f80u) == 0x7f80u && (value & 0x7fu) != 0) {
+      REQUIRE(std::isnan(f));
+      const uint16_t back = float_to_bfloat16(f);
+      REQUIRE(std::isnan(bfloat16_to_float(back)));
+      REQUIRE((back & 0x8040u) == ((value & 0x8000u) | 0x0040u));  // sign kept, quiet bit set
+      continue;
+    }
+    REQUIRE_MESSAGE(float_to_bfloat16(f) == value, "bfloat16 0x" << std::hex << b << " -> " << f);
+  }
+  CHECK(bfloat16_to_float(0x3f80u) == 1.0f);
+  CHECK(bfloat16_to_float(0xc000u) == -2.0f);
+  CHECK(bfloat16_to_float(0x0001u) == std::ldexp(1.0f, -133));  // the smallest subnormal
+  // A signalling NaN whose payload sits only in the dropped bits still comes out a NaN.
+  float signalling;
+  const uint32_t bits = 0x7f800001u;
+  std::memcpy(&signalling, &bits, sizeof signalling);
+  CHECK(std::isnan(bfloat16_to_float(float_to_bfloat16(signalling))));
+  CHECK(float_to_bfloat16(std::numeric_limits<float>::infinity()) == 0x7f80u);
+  CHECK(float_to_bfloat16(-std::numeric_limits<float>::infinity()) == 0xff80u);
+}
+
+TEST_CASE("bf16: ties round to even, everything else to nearest - up to infinity, subnormals alike") {
+  // Between consecutive positive finite bfloat16 values a < b: the midpoint (exact in float32:
+  // 9 significant bits) goes to the even one, the next float above it to b, below it to a.
+  for (uint32_t b = 0; b < 0x7f7fu; ++b) {
+    const float lo = bfloat16_to_float(static_cast<uint16_t>(b)), hi = bfloat16_to_float(static_cast<uint16_t>(b + 1));
+    const float mid = lo / 2 + hi / 2;  // exact (halving a float is, these are far from underflow's end)
+    const uint16_t even = (b & 1u) == 0 ? static_cast<uint16_t>(b) : static_cast<uint16_t>(b + 1);
+    REQUIRE(float_to_bfloat16(mid) == even);
+    REQUIRE(float_to_bfloat16(std::nextafter(mid, std::numeric_limits<float>::infinity())) == b + 1);
+    REQUIRE(float_to_bfloat16(std::nextafter(mid, 0.0f)) == b);
+    REQUIRE(float_to_bfloat16(-mid) == (even | 0x8000u));
+  }
+  // Above the largest finite bfloat16 (0x7f7f): its tie with infinity and beyond round to infinity.
+  CHECK(float_to_bfloat16(std::numeric_limits<float>::max()) == 0x7f80u);
+  CHECK(float_to_bfloat16(std::nextafter(bfloat16_to_float(0x7f7fu), 0.0f)) == 0x7f7fu);
+  CHECK(float_to_bfloat16(-0.0f) == 0x8000u);
+  CHECK(float_to_bfloat16(std::numeric_limits<float>::denorm_min()) == 0);  // below half the smallest: zero
+}
+
+TEST_CASE("bf16: a buffer's encode/decode is the scalar conversion, within 2^-8 relative, little-endian") {
+  Rng rng(11);
+  std::vector<float> values(4099);
+  for (float& v : values) {
+    v = rng.uniform_float(-8.0f, 8.0f) * std::ldexp(1.0f, static_cast<int>(rng.uniform_index(200)) - 100);
+  }
+  values[0] = std::numeric_limits<float>::quiet_NaN();
+  values[1] = -std::numeric_limits<float>::infinity();
+  std::vector<unsigned char> wire(values.size() * 2);
+  encode_bfloat16(values, wire.data());
+  std::vector<float> back(values.size());
+  decode_bfloat16(wire.data(), back);
+  CHECK(std::isnan(back[0]));
+  CHECK(back[1] == -std::numeric_limits<float>::infinity());
+  for (size_t i = 2; i < values.size(); ++i) {
+    REQUIRE(back[i] == bfloat16_to_float(float_to_bfloat16(values[i])));
+    // Half of an 8-significant-bit ulp: at most 2^-8 of the value (2^-9 at the power of two below).
+    REQUIRE(std::fabs(back[i] - values[i]) <= std::ldexp(std::fabs(values[i]), -8));
+  }
+  const float one = 1.0f;
+  unsigned char two[2];
+  encode_bfloat16({&one, 1}, two);
+  CHECK(two[0] == 0x80);
+  CHECK(two[1] == 0x3f);
 }
 
 TEST_CASE("topk_count: ceil(fraction * n), between 1 and n") {
