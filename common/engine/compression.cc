@@ -1,16 +1,13 @@
 #include "common/engine/compression.h"
 
 #include "common/base/rng.h"
+#include "common/engine/simd/kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <functional>
-
-#ifdef __F16C__
-#include <immintrin.h>
-#endif
 
 namespace pstrain {
 namespace {
@@ -65,33 +62,11 @@ float half_to_float(uint16_t half) {
 }
 
 void encode_half(std::span<const float> values, unsigned char* out) {
-  size_t i = 0;
-#ifdef __F16C__
-  // The CPU's conversion (vcvtps2ph, round to nearest even): the same halves as float_to_half
-  // (tested against it), 8 at a time.
-  for (; i + 8 <= values.size(); i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(values.data() + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
-  }
-#endif
-  for (; i < values.size(); ++i) {
-    const uint16_t h = float_to_half(values[i]);
-    out[2 * i] = static_cast<unsigned char>(h & 0xffu);
-    out[2 * i + 1] = static_cast<unsigned char>(h >> 8);
-  }
+  simd::kernels().floats_to_halves(static_cast<int64_t>(values.size()), values.data(), out);
 }
 
 void decode_half(const unsigned char* in, std::span<float> out) {
-  size_t i = 0;
-#ifdef __F16C__
-  for (; i + 8 <= out.size(); i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
-    _mm256_storeu_ps(out.data() + i, _mm256_cvtph_ps(h));
-  }
-#endif
-  for (; i < out.size(); ++i) {
-    out[i] = half_to_float(static_cast<uint16_t>(in[2 * i] | (in[2 * i + 1] << 8)));
-  }
+  simd::kernels().halves_to_floats(static_cast<int64_t>(out.size()), in, out.data());
 }
 
 uint16_t float_to_bfloat16(float value) {

@@ -33,7 +33,8 @@ namespace pstrain {
 uint16_t float_to_half(float value);
 float half_to_float(uint16_t half);
 
-// `out` holds values.size() halves (2 bytes each; any alignment), little-endian.
+// `out` holds values.size() halves (2 bytes each; any alignment), little-endian. Vectorized where
+// the CPU has F16C (the level's simd kernels), the same halves as float_to_half either way.
 void encode_half(std::span<const float> values, unsigned char* out);
 // `in` holds out.size() halves.
 void decode_half(const unsigned char* in, std::span<float> out);

@@ -98,6 +98,13 @@ struct KernelTable {
   void (*relu)(int64_t n, const float* x, float* y);
   void (*relu_select)(int64_t n, const float* y, const float* g, float* d);
   void (*add_relu)(int64_t n, const float* a, const float* b, float* out);
+
+  // The fp16 codec's conversions (common/engine/compression.h): IEEE binary16, round to nearest
+  // even, 2 bytes a value, little-endian at any alignment. The CPU's (F16C) where the level has
+  // it (x86-64-v3 and up), else the scalar float_to_half / half_to_float: the same halves on
+  // every level (a NaN's payload aside).
+  void (*floats_to_halves)(int64_t n, const float* in, unsigned char* out);
+  void (*halves_to_floats)(int64_t n, const unsigned char* in, float* out);
 };
 
 // The active level's table (selected once).
