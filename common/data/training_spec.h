@@ -50,7 +50,7 @@ const char* on_divergence_name(OnDivergence action);
 // (topk) / {"kind": "powersgd", "rank": r}; see
 // docs/DESIGN-NOTES.md "Gradient compression". Servers always accumulate and store float32.
 // - kFp16: pushed gradients and replied values in IEEE half precision (common/engine/compression.h);
-// - kBf16: pushed gradients in bfloat16 (float32's range, 8 significant bits: nothing overflows);
+// - kBf16: pushed gradients in bfloat16 (float32's range, 8 significant bits);
 //   values come back whole, in float32 (PyTorch DDP's bf16_compress_hook compresses the same way);
 // - kTopk: per chunk, the ceil(fraction * size) entries of largest magnitude of (gradient +
 //   the worker's residual) pushed as (index, value) pairs; what is not sent stays in the

@@ -6,7 +6,8 @@
 // - fp16: IEEE 754 binary16, round to nearest even (overflow to infinity, subnormals kept, NaN
 //   stays NaN), little-endian on the wire. Exact for every value a half can hold.
 // - bf16: bfloat16 (float32's sign, exponent and top 7 mantissa bits), round to nearest even
-//   (float32's range: nothing overflows that float32 holds; NaN stays a quiet NaN, its sign and
+//   (float32's range: only values within half a bfloat16 ulp of float32's largest round up to
+//   infinity; NaN stays a quiet NaN, its sign and
 //   top payload bits kept), little-endian on the wire. Exact for every value a bfloat16 holds.
 // - topk with error feedback: residual += gradient; the k entries of largest |residual| (ties:
 //   the lower index; NaN counts as largest) are sent as (index, value) pairs in ascending index
