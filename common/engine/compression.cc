@@ -26,7 +26,7 @@ float float_of(uint32_t u) {
 
 }  // namespace
 
-uint16_t float_to_half(float value) {
+uint16_t float_to_half(float value) noexcept {
   const uint32_t x = bits_of(value);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t abs = x & 0x7fffffffu;
@@ -50,7 +50,7 @@ uint16_t float_to_half(float value) {
   return sign | static_cast<uint16_t>(rounded >> 13);
 }
 
-float half_to_float(uint16_t half) {
+float half_to_float(uint16_t half) noexcept {
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
   const uint32_t exponent = (half >> 10) & 0x1fu, mantissa = half & 0x3ffu;
   if (exponent == 0) {

@@ -31,8 +31,8 @@
 
 namespace pstrain {
 
-uint16_t float_to_half(float value);
-float half_to_float(uint16_t half);
+uint16_t float_to_half(float value) noexcept;
+float half_to_float(uint16_t half) noexcept;
 
 // `out` holds values.size() halves (2 bytes each; any alignment), little-endian. Vectorized where
 // the CPU has F16C (the level's simd kernels), the same halves as float_to_half either way.

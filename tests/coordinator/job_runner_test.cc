@@ -124,12 +124,20 @@ JobRecord wait_succeeded(testing::InProcessCluster& cluster, const std::string& 
   return r;
 }
 
-// The trained parameters of the same job on a cluster of threads without faults.
+// The trained parameters of the same job on a cluster of threads without faults. A run that
+// recovered from a fault nobody injected (under ThreadSanitizer on two cores, the whole cluster's
+// threads in one process can starve the coordinator's loop past the workers' 3 s heartbeat
+// deadline: "the coordinator was stalled for 3.2 s") is not the reference: it is run again, up to
+// three times in all.
 std::vector<float> uninterrupted(const JobSpec& spec) {
-  testing::InProcessCluster cluster;
-  const std::string id = cluster.submit(spec);
-  REQUIRE(wait_succeeded(cluster, id).recoveries == 0);
-  return cluster.final_params(id);
+  for (int attempt = 1;; ++attempt) {
+    testing::InProcessCluster cluster;
+    const std::string id = cluster.submit(spec);
+    const JobRecord r = wait_succeeded(cluster, id);
+    if (r.recoveries == 0) return cluster.final_params(id);
+    REQUIRE_MESSAGE(attempt < 3, "the reference run recovered in each of 3 attempts: " << cluster.describe(id));
+    MESSAGE("the reference run recovered from a fault nobody injected (attempt " << attempt << "); running it again");
+  }
 }
 
 // A job on a fresh cluster of threads, and the parameters the same job ends with without faults.
