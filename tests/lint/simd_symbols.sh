@@ -10,9 +10,11 @@ set -euo pipefail
 [ $# -gt 0 ] || { echo "simd symbols: no objects given" >&2; exit 1; }
 status=0
 for obj in "$@"; do
-  # Defined symbols that are global (upper-case type letter), other than the table and what a
-  # sanitizer adds for it (AddressSanitizer's __odr_asan.<table>).
-  bad=$(nm --defined-only "$obj" | awk '$2 ~ /^([A-Z]|u|v|w)$/ && $3 !~ /^_ZN[^ ]*kTableE$/ && $3 !~ /^__(odr_asan|asan|tsan|ubsan|sancov)/ {print}' || true)
+  # Defined symbols that are global (upper-case type letter), other than the table, what a
+  # sanitizer adds for it (AddressSanitizer's __odr_asan.<table>), and DW.ref.__gxx_personality_v0:
+  # a pointer to libstdc++'s personality routine, the same data in every object (no code of the
+  # level's), which ThreadSanitizer's unwinding cleanups need.
+  bad=$(nm --defined-only "$obj" | awk '$2 ~ /^([A-Z]|u|v|w)$/ && $3 !~ /^_ZN[^ ]*kTableE$/ && $3 !~ /^__(odr_asan|asan|tsan|ubsan|sancov)/ && $3 != "DW.ref.__gxx_personality_v0" {print}' || true)
   if [ -n "$bad" ]; then
     echo "simd symbols: $obj defines symbols other than its table:" >&2
     echo "$bad" | c++filt >&2
