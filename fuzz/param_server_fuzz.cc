@@ -118,6 +118,47 @@ std::string dense_push(uint32_t key, uint32_t slice, uint64_t step) {
                      [&](ParameterServer::PushParams::Builder p) { fill_dense_push(p, key, slice, step); }));
 }
 
+// Chunk `key`'s push of `slice` at `step` in a compressed encoding (training.compression):
+// half, bfloat16 (0.5 in either: 0x3800, 0x3f00), topk (its first and last value) or lowRank
+// (columns 1, rank 1: P all 0.5, Q 1).
+enum class Encoding { kHalf, kBfloat16, kTopk, kLowRank };
+std::string compressed_push(Encoding encoding, uint32_t key, uint32_t slice, uint64_t step) {
+  return call(2, message_of<ParameterServer::PushParams>([&](ParameterServer::PushParams::Builder p) {
+    fill_dense_push(p, key, slice, step);
+    const size_t n = chunks()[key].size;
+    auto gradient = p.getGradient();
+    switch (encoding) {
+      case Encoding::kHalf:
+      case Encoding::kBfloat16: {
+        const uint16_t bits = encoding == Encoding::kHalf ? 0x3800 : 0x3f00;
+        auto out = encoding == Encoding::kHalf ? gradient.initHalf(static_cast<unsigned>(2 * n))
+                                               : gradient.initBfloat16(static_cast<unsigned>(2 * n));
+        for (size_t i = 0; i < n; ++i) std::memcpy(out.begin() + 2 * i, &bits, 2);
+        break;
+      }
+      case Encoding::kTopk: {
+        auto topk = gradient.initTopk();
+        auto indices = topk.initIndices(2);
+        indices.set(0, 0);
+        indices.set(1, static_cast<uint32_t>(n - 1));
+        const float values[2] = {0.5f, -0.25f};
+        topk.setValues(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(values), sizeof values));
+        break;
+      }
+      case Encoding::kLowRank: {
+        auto low_rank = gradient.initLowRank();
+        low_rank.setColumns(1);
+        low_rank.setRank(1);
+        const std::vector<float> pf(n, 0.5f);
+        const float q = 1.0f;
+        low_rank.setP(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(pf.data()), n * sizeof(float)));
+        low_rank.setQ(capnp::Data::Reader(reinterpret_cast<const uint8_t*>(&q), sizeof q));
+        break;
+      }
+    }
+  }));
+}
+
 // Slice `slice`'s pushes of step `step` on every chunk, in one pushBatch.
 std::string batched_pushes(uint32_t slice, uint64_t step) {
   return call(16, message_of<ParameterServer::PushBatchParams>([&](ParameterServer::PushBatchParams::Builder p) {
@@ -193,6 +234,8 @@ void write_seeds(const std::string& dir) {
                     pstrain::rpc::set_chunks(config.initChunks(static_cast<unsigned>(chunks().size())), chunks());
                     config.setWorkers(1);
                   })));
+  seeds.push_back(sync + compressed_push(Encoding::kHalf, 0, 0, 0) + compressed_push(Encoding::kBfloat16, 0, 1, 0) + pull);
+  seeds.push_back(async + compressed_push(Encoding::kTopk, 0, 0, 0) + compressed_push(Encoding::kLowRank, 0, 1, 0) + pull);
   for (size_t i = 0; i < seeds.size(); ++i) {
     std::ofstream(dir + "/seed-" + std::to_string(i), std::ios::binary) << seeds[i];
   }

@@ -23,6 +23,7 @@
 #include "common/engine/optim/optimizer.h"
 #include "common/base/rng.h"
 #include "worker/first_layer_groups.h"
+#include "worker/local_compression.h"
 
 namespace pstrain {
 namespace {
@@ -209,6 +210,14 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
   nn::DataParallelModel<float> model(spec.model, batch, options.replicas, spec.loss);
   if (const std::string precision = apply_precision(spec.precision, model); !precision.empty()) PSLOG(kInfo) << precision;
   const ParamLayout& layout = model.layout();
+  // training.compression: each slice's gradient as the servers decode its worker's pushes.
+  LocalCompression compression(spec.training.compression, spec.model.seed, layout, options.servers, options.replicas);
+  if (compression.active()) {
+    model.set_on_slice_gradient([&compression](int slice, float* g) { compression.decode_as_pushed(slice, g); });
+    PSLOG(kInfo) << "compression " << compression_kind_name(spec.training.compression.kind) << ": each of "
+                 << options.replicas << " slice(s) as its worker's pushes decode, chunks of "
+                 << std::max<uint32_t>(options.servers, 1) << " server(s)";
+  }
   if (options.servers > 0) group_first_layer_by_server(model, plan_chunks(layout, options.servers), options.servers);
   // Clipping's norms are summed as a cluster of `servers` servers (one when 0) holds the gradient.
   const std::vector<ChunkInfo> clip_chunks =
@@ -283,8 +292,8 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
       // Dropout's keys: the epoch and the examples' indices in the split, as a cluster's batches carry them.
       const nn::ExampleKeys keys{static_cast<uint32_t>(epoch), b.ids.data()};
       point_sparse_rows(model, sparse, b.inputs, n, result.params.data());
-      const nn::LossResult r =
-          model.compute_gradients(result.params.data(), b.inputs, b.targets, n, grads.data(), {}, nullptr, keys);
+      const float* values = compression.values_for_step(result.params.data(), layout.dense_size(), result.params.size());
+      const nn::LossResult r = model.compute_gradients(values, b.inputs, b.targets, n, grads.data(), {}, nullptr, keys);
       if (!std::isfinite(r.loss_sum)) {
         throw Error("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
                     " step " + std::to_string(step + 1));

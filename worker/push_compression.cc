@@ -4,55 +4,25 @@
 
 #include <cstring>
 
-#include "common/base/rng.h"
 #include "common/engine/compression.h"
-#include "common/engine/nn/moving_statistics.h"
 #include "common/rpc/rpc_util.h"
 
 namespace pstrain {
 
 PushCompression::PushCompression(const std::vector<ChunkInfo>& chunks, const std::vector<size_t>& offsets,
                                  const ParamLayout& layout)
-    : total_size_(layout.dense_size()) {
-  KJ_REQUIRE(chunks.size() == offsets.size());
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    const ChunkInfo& c = chunks[k];
-    const ParamInfo& param = layout.params()[c.param];
-    const size_t columns = param.shape.size() >= 2 ? static_cast<size_t>(param.shape.back()) : 0;
-    const bool whole_rows = columns > 0 && c.offset % columns == 0 && c.size % columns == 0;
-    Chunk chunk;
-    chunk.size = c.size;
-    chunk.offset = offsets[k];
-    chunk.columns = whole_rows && param.role == ParamRole::kKernel ? columns : 0;
-    chunk.moving = nn::is_moving_statistic(param.role);
-    chunk.param = c.param;
-    chunk.param_offset = c.offset;
-    chunks_.push_back(std::move(chunk));
-  }
-}
+    : chunks_(compression_chunks(chunks, offsets, layout)), total_size_(layout.dense_size()) {}
 
 void PushCompression::configure(const CompressionSpec& compression, uint64_t seed) {
   spec_ = compression;
   residual_.clear();
-  for (Chunk& c : chunks_) {
-    c.rank = 0;
-    c.warm_q.clear();
-  }
   if (spec_.keeps_worker_state()) residual_.assign(total_size_, 0.0f);
-  if (spec_.kind != CompressionKind::kPowerSgd) return;
-  for (Chunk& c : chunks_) {
-    if (c.columns == 0) continue;
-    c.rank = powersgd_rank(c.size / c.columns, c.columns, spec_.rank);
-    if (c.rank == 0) continue;
-    c.warm_q.resize(c.columns * c.rank);
-    // The chunk's identity that outlives a re-plan with the same tensors: its tensor and start.
-    powersgd_initial_q(mix_seed(mix_seed(seed, c.param), c.param_offset), c.warm_q);
-  }
+  plan_compression(chunks_, spec_, seed);
 }
 
 size_t PushCompression::encode(size_t k, const float* gradient, bool own_slice, uint64_t step,
                                proto::ParameterServer::PushParams::Builder request) {
-  const Chunk& c = chunks_[k];
+  const CompressionChunk& c = chunks_[k];
   if (spec_.kind == CompressionKind::kFp16 && !c.moving) {
     auto half = request.getGradient().initHalf(static_cast<unsigned>(c.size * 2));
     encode_half({gradient, c.size}, half.begin());
@@ -77,7 +47,7 @@ size_t PushCompression::encode(size_t k, const float* gradient, bool own_slice, 
 
 size_t PushCompression::encode_topk(size_t k, const float* gradient,
                                     proto::ParameterServer::PushParams::Builder request) {
-  const Chunk& c = chunks_[k];
+  const CompressionChunk& c = chunks_[k];
   const size_t count = topk_count(c.size, spec_.fraction);
   topk_indices_.resize(count);
   topk_values_.resize(count);
@@ -93,7 +63,7 @@ size_t PushCompression::encode_topk(size_t k, const float* gradient,
 
 size_t PushCompression::encode_powersgd(size_t k, const float* gradient,
                                         proto::ParameterServer::PushParams::Builder request) {
-  Chunk& c = chunks_[k];
+  CompressionChunk& c = chunks_[k];
   const size_t rows = c.size / c.columns;
   factor_p_.resize(rows * c.rank);
   factor_q_.resize(c.columns * c.rank);
@@ -119,7 +89,7 @@ size_t PushCompression::state_bytes(size_t k, bool with_position) const {
 }
 
 void PushCompression::write_state(size_t k, kj::ArrayPtr<kj::byte> bytes, std::optional<uint64_t> position) const {
-  const Chunk& c = chunks_[k];
+  const CompressionChunk& c = chunks_[k];
   const size_t n = c.size, q = c.warm_q.size();
   KJ_ASSERT(bytes.size() == state_bytes(k, position.has_value()));
   std::memcpy(bytes.begin(), residual_.data() + c.offset, n * sizeof(float));
@@ -134,7 +104,7 @@ size_t PushCompression::attach_state(size_t k, proto::ParameterServer::PushParam
 }
 
 bool PushCompression::load_state(size_t k, capnp::Data::Reader state, const StateWanted& wanted) {
-  Chunk& c = chunks_[k];
+  CompressionChunk& c = chunks_[k];
   const size_t n = c.size, q = c.warm_q.size();
   KJ_REQUIRE(state.size() == state_bytes(k, wanted.position.has_value()), "pulled workerState does not fit the chunk",
              k, state.size());

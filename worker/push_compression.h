@@ -22,6 +22,7 @@
 #include "common/engine/chunk_plan.h"
 #include "common/engine/param_layout.h"
 #include "common/rpc/proto/pstrain.capnp.h"
+#include "worker/compression_chunks.h"
 
 namespace pstrain {
 
@@ -89,18 +90,7 @@ class PushCompression {
   size_t encode_topk(size_t k, const float* gradient, proto::ParameterServer::PushParams::Builder request);
   size_t encode_powersgd(size_t k, const float* gradient, proto::ParameterServer::PushParams::Builder request);
 
-  // Per chunk: its size, its place in the flat buffer, the row length of the matrix it is whole
-  // rows of (a kernel's last dimension) or 0 (powersgd's shape), whether it is a batch_norm
-  // moving statistic (always pushed exact), and its tensor and start (powersgd's seed).
-  struct Chunk {
-    size_t size = 0, offset = 0, columns = 0;
-    bool moving = false;
-    uint32_t param = 0;
-    uint64_t param_offset = 0;
-    size_t rank = 0;           // powersgd: 0 when sent dense
-    std::vector<float> warm_q;  // powersgd: rank x columns
-  };
-  std::vector<Chunk> chunks_;
+  std::vector<CompressionChunk> chunks_;
   size_t total_size_ = 0;
   CompressionSpec spec_;
   AlignedFloats residual_;  // topk, powersgd: what was not sent yet, per value

@@ -6,7 +6,9 @@
 // schedule with warm-up, half a layer_norm between the hidden layers, half a residual block (a
 // dense layer whose output is added to the first hidden layer's: a value two layers read), half a
 // dropout before the output layer (masks from the examples' indices). The
-// trial's seed is printed; PSTRAIN_SLICES_TRIALS sets how many (CI: 6).
+// trial's seed is printed; PSTRAIN_SLICES_TRIALS sets how many (CI: 6). And the same with each
+// training.compression (fp16, bf16, topk, powersgd): one drawn trial each, the trainer standing in
+// for the compressed pushes (worker/local_compression.h).
 //
 // And one step of N slices against one slice of the whole batch: the same step to rounding
 // (1e-6). Over an epoch the two drift apart, by design: the kernel gradients are summed in another
@@ -14,6 +16,7 @@
 // an example's gradient by a whole term (docs/DESIGN-NOTES.md, "Exactness on every CPU").
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -250,3 +253,58 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     CHECK(worst <= 1e-6);
   }
 }
+
+TEST_CASE("with each compression (fp16, bf16, topk, powersgd) sync N workers equal the trainer's N slices bit for bit") {
+  // The trainer stands in for the compressed pushes (worker/local_compression.h): each slice's
+  // gradient as the servers decode it, topk's and powersgd's residuals kept per slice.
+  const uint64_t seed = 20261206;
+  MESSAGE("seed " << seed);
+  Rng rng(seed);
+  for (const CompressionKind kind :
+       {CompressionKind::kFp16, CompressionKind::kBf16, CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
+    Trial t = draw(rng);
+    while (t.workers < 2) t = draw(rng);  // slices to keep apart
+    t.exchange = Exchange::kDense;        // a compressed job's exchange
+    // The last batch at least one example per worker: a worker with an empty slice still pushes
+    // (a topk or powersgd residual), which the trainer's one-replica short batch does not.
+    t.examples = std::max<uint32_t>(t.examples, static_cast<uint32_t>(3 * t.batch + t.workers));
+    JobSpec spec = job_of(t);
+    spec.training.compression.kind = kind;
+    spec.training.compression.fraction = 0.2f;
+    spec.training.compression.rank = 2;
+    spec = parse_job_spec(job_spec_to_json(spec));
+    const std::string kind_name = compression_kind_name(kind);
+    CAPTURE(kind_name);
+    CAPTURE(t.workers);
+    CAPTURE(t.servers);
+    CAPTURE(t.batch);
+    CAPTURE(t.examples);
+    const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
+    std::vector<float> distributed;
+    {
+      testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load});
+      const std::string id = cluster.submit(spec);
+      const JobRecord r = cluster.wait_finished(id, 120s);
+      REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+      distributed = cluster.final_params(id);
+    }
+    LocalTrainerOptions options;
+    options.load_split = load;
+    options.replicas = t.workers;
+    options.servers = static_cast<uint32_t>(t.servers);
+    const TrainingResult local = train_locally(spec, options);
+    REQUIRE(distributed.size() == local.params.size());
+    size_t differ = 0;
+    for (size_t k = 0; k < distributed.size(); ++k) differ += distributed[k] != local.params[k];
+    MESSAGE(kind_name << ": " << t.workers << " workers x " << t.servers << " server(s), batch " << t.batch << ", "
+                      << t.examples << " examples" << std::string(t.ghost > 0 ? ", batch_norm" : "") << ": " << differ
+                      << " parameters differ from the trainer's");
+    CHECK(differ == 0);
+    // And the trainer without compression ends elsewhere (the stand-in is not a no-op).
+    JobSpec plain = spec;
+    plain.training.compression = {};
+    const TrainingResult uncompressed = train_locally(plain, options);
+    CHECK(uncompressed.params != local.params);
+  }
+}
+

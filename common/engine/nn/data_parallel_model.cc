@@ -60,9 +60,14 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
                                                    const ExampleKeys& keys) {
   const int n = replicas();
   share_sparse_rows();
-  if (n == 1) return replicas_[0]->compute_gradients(params, inputs, targets, batch, grads, ready, factored, keys);
+  if (n == 1 || batch < n) {
+    if (n > 1 && factored != nullptr) throw Error("factored kernel gradients need a single replica");
+    const LossResult result = replicas_[0]->compute_gradients(params, inputs, targets, batch, grads, ready,
+                                                              n == 1 ? factored : nullptr, keys);
+    if (on_slice_) on_slice_(0, grads);
+    return result;
+  }
   if (factored != nullptr) throw Error("factored kernel gradients need a single replica");
-  if (batch < n) return replicas_[0]->compute_gradients(params, inputs, targets, batch, grads, ready, nullptr, keys);
 
   std::vector<LossResult> results(static_cast<size_t>(n));
   const int64_t in = input_size();
@@ -73,6 +78,10 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
     const ExampleKeys part{keys.epoch, keys.ids != nullptr ? keys.ids + begin : nullptr};
     results[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)]->compute_gradients(
         params, inputs + begin * in, targets + begin * target_size(), end - begin, out, {}, nullptr, part);
+  }
+  if (on_slice_) {
+    on_slice_(0, grads);
+    for (int r = 1; r < n; ++r) on_slice_(r, replica_grads_[static_cast<size_t>(r - 1)].data());
   }
   // Sum the replicas' gradients into grads, in replica order, splitting the range over threads.
   const auto total = static_cast<int64_t>(layout().dense_size());

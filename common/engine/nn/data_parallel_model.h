@@ -8,6 +8,7 @@
 // Thread rules: one caller thread at a time; the replicas run on OpenMP threads inside calls.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -42,6 +43,12 @@ class DataParallelModel {
     return compute_gradients(params, inputs, label_targets_.data(), batch, grads);
   }
   bool needs_keys() const { return replicas_.front()->needs_keys(); }
+  // Called on each replica's own gradient (replica r, its buffer of the dense layout) once its
+  // backward is done and before the sum, in replica order on the caller's thread: what the
+  // standalone trainer uses to stand in for a cluster's compressed pushes
+  // (worker/local_compression.h). Not with `ready` (its gradients would be announced before).
+  using SliceGradient = std::function<void(int replica, T* grads)>;
+  void set_on_slice_gradient(SliceGradient on_slice) { on_slice_ = std::move(on_slice); }
   // Model::use_bf16_convolutions on every replica; the layers switched in one.
   int use_bf16_convolutions() {
     int switched = 0;
@@ -76,6 +83,7 @@ class DataParallelModel {
 
   std::vector<std::vector<T, CacheAlignedAllocator<T>>> replica_grads_;  // for replicas 1..R-1 (replica 0 writes the caller's buffer)
   std::span<const SparseTableRows<T>> sparse_rows_;
+  SliceGradient on_slice_;
   // Replicas 1..R-1: their views of the sparse rows and their gradients, by table.
   std::vector<std::vector<SparseTableRows<T>>> replica_rows_;
   std::vector<std::vector<std::vector<T, CacheAlignedAllocator<T>>>> replica_sparse_grads_;
