@@ -10,9 +10,10 @@ std::string apply_precision(Precision precision, nn::DataParallelModel<float>& m
     return std::string("mixed_bfloat16: this CPU computes no bfloat16 products (oneDNN ") + nn::onednn_isa() +
            "): training in float32";
   }
-  const int switched = model.use_bf16_convolutions();
-  return "mixed_bfloat16: " + std::to_string(switched) + " convolution(s) compute their products in bfloat16 (oneDNN " +
-         nn::onednn_isa() + "); weights, optimizer, losses and every other layer float32";
+  const auto switched = model.use_bf16_products();
+  return "mixed_bfloat16: " + std::to_string(switched.convolutions) + " convolution(s) and " +
+         std::to_string(switched.dense) + " dense layer(s) compute their products in bfloat16 (oneDNN " +
+         nn::onednn_isa() + "); weights, optimizer, losses, dense kernel gradients and every other layer float32";
 }
 
 }  // namespace pstrain

@@ -25,6 +25,7 @@
 #include "common/data/job_spec.h"
 #include "tests/coordinator/inprocess_cluster.h"
 #include "tests/synthetic_data.h"
+#include "common/engine/nn/onednn_conv.h"
 #include "worker/local_trainer.h"
 
 using namespace pstrain;
@@ -305,6 +306,53 @@ TEST_CASE("with each compression (fp16, bf16, topk, powersgd) sync N workers equ
     plain.training.compression = {};
     const TrainingResult uncompressed = train_locally(plain, options);
     CHECK(uncompressed.params != local.params);
+  }
+}
+
+TEST_CASE("in mixed_bfloat16 sync N workers equal the trainer's N slices bit for bit, over every exchange") {
+  // The dense layers' forward and input-gradient products in bfloat16 where the CPU has them
+  // (onednn_matmul.h; else float32, and the case is the float one again); their kernel gradients
+  // float32, which the factored exchange's servers multiply out alike.
+  const uint64_t seed = 20261207;
+  MESSAGE("seed " << seed << std::string(nn::onednn_bf16() ? ", bfloat16 products" : ", no bfloat16 here: float32"));
+  Rng rng(seed);
+  for (const Exchange exchange : {Exchange::kDense, Exchange::kSparse, Exchange::kFactored, Exchange::kForward}) {
+    Trial t = draw(rng);
+    t.exchange = exchange;
+    JobSpec spec = job_of(t);
+    spec.precision = Precision::kMixedBfloat16;
+    spec = parse_job_spec(job_spec_to_json(spec));
+    const std::string exchange_text = exchange_name(exchange);
+    CAPTURE(exchange_text);
+    CAPTURE(t.workers);
+    CAPTURE(t.servers);
+    CAPTURE(t.batch);
+    const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
+    std::vector<float> distributed;
+    {
+      testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load,
+                                         .exchange = t.exchange});
+      const std::string id = cluster.submit(spec);
+      const JobRecord r = cluster.wait_finished(id, 120s);
+      REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+      distributed = cluster.final_params(id);
+    }
+    LocalTrainerOptions options;
+    options.load_split = load;
+    options.replicas = t.workers;
+    options.servers = static_cast<uint32_t>(t.servers);
+    const TrainingResult local = train_locally(spec, options);
+    REQUIRE(distributed.size() == local.params.size());
+    size_t differ = 0;
+    for (size_t k = 0; k < distributed.size(); ++k) differ += distributed[k] != local.params[k];
+    MESSAGE(exchange_text << ": " << t.workers << " worker(s) x " << t.servers << " server(s), batch " << t.batch
+                          << ": " << differ << " parameters differ from the trainer's");
+    CHECK(differ == 0);
+    if (nn::onednn_bf16()) {  // and bfloat16 changed the run
+      JobSpec full = spec;
+      full.precision = Precision::kFloat32;
+      CHECK(train_locally(full, options).params != local.params);
+    }
   }
 }
 

@@ -196,7 +196,7 @@ TEST_CASE("sync CNN in mixed_bfloat16 on 2 servers and 2 workers equals the stan
   CHECK(job_spec_to_json(spec).find(R"("precision":"mixed_bfloat16")") != std::string::npos);
   const bool bf16 = nn::onednn_bf16();
   const double diff = distributed_vs_standalone(job_spec_to_json(spec), 2, 20, {}, [&](const std::string& log) {
-    CHECK(log.find(bf16 ? "2 convolution(s) compute their products in bfloat16" : "training in float32") != std::string::npos);
+    CHECK(log.find(bf16 ? "2 convolution(s) and 2 dense layer(s) compute their products in bfloat16" : "training in float32") != std::string::npos);
   });
   MESSAGE("max abs difference " << diff << std::string(bf16 ? " (bfloat16 convolutions)" : " (no bfloat16 here: float32)"));
   CHECK(diff == 0);

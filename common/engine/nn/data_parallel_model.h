@@ -49,10 +49,10 @@ class DataParallelModel {
   // (worker/local_compression.h). Not with `ready` (its gradients would be announced before).
   using SliceGradient = std::function<void(int replica, T* grads)>;
   void set_on_slice_gradient(SliceGradient on_slice) { on_slice_ = std::move(on_slice); }
-  // Model::use_bf16_convolutions on every replica; the layers switched in one.
-  int use_bf16_convolutions() {
-    int switched = 0;
-    for (auto& r : replicas_) switched = r->use_bf16_convolutions();
+  // Model::use_bf16_products on every replica; the layers switched in one.
+  typename Model<T>::Bf16Layers use_bf16_products() {
+    typename Model<T>::Bf16Layers switched;
+    for (auto& r : replicas_) switched = r->use_bf16_products();
     return switched;
   }
   // Model::sparse_tables and use_sparse_rows. The rows' gradients are the whole batch's: each

@@ -28,6 +28,22 @@ void kernel_gradient(int64_t out, int64_t k, int64_t batch, const T* dout, const
 }  // namespace
 
 template <typename T>
+Dense<T>::Dense(int64_t in, int64_t out, bool relu, size_t kernel_offset, size_t bias_offset, bool data_input)
+    : in_(in), out_(out), relu_(relu), data_input_(data_input), kernel_(kernel_offset), bias_(bias_offset) {}
+
+template <typename T>
+Dense<T>::~Dense() = default;
+
+template <typename T>
+void Dense<T>::use_bf16() {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!bf16_) bf16_ = std::make_unique<OneDnnMatmul>(in_, out_, relu_);
+  } else {
+    throw Error("bfloat16 products are for the float engine");
+  }
+}
+
+template <typename T>
 void Dense<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   // The kernel, [in, out] row-major, is the [out x in] column-major matrix W^T.
   if (groups_ > 0) {
@@ -38,8 +54,15 @@ void Dense<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   const T* w = params + kernel_;
   ConstVecMap<T> b(params + bias_, out_);
   const int64_t batch = in.cols();
+  const bool sparse = data_input_ && gather_active_features(in);
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_ && !sparse) {  // bias and ReLU inside the product
+      bf16_->forward(w, params + bias_, in.data(), batch, out.data());
+      return;
+    }
+  }
   out.colwise() = b;  // then accumulate the product onto the bias (beta = 1): one pass fewer
-  if (data_input_ && gather_active_features(in)) {
+  if (sparse) {
     sparse_product(w, batch, out.data());
   } else {
     gemm<T>(Op::kNone, Op::kNone, out_, batch, in_, w, out_, in.data(), in_, T(1), out.data(), out_);
@@ -68,9 +91,14 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
   } else {
     VecMap<T>(grads + bias_, out_).noalias() = dout.rowwise().sum();
   }
-  if (din != nullptr) {
-    gemm<T>(Op::kTranspose, Op::kNone, in_, batch, out_, params + kernel_, out_, dout.data(), out_, T(0), din, in_);
+  if (din == nullptr) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16_) {
+      bf16_->backward_data(params + kernel_, dout.data(), batch, din);
+      return;
+    }
   }
+  gemm<T>(Op::kTranspose, Op::kNone, in_, batch, out_, params + kernel_, out_, dout.data(), out_, T(0), din, in_);
 }
 
 template <typename T>

@@ -10,6 +10,7 @@
 #include "common/base/aligned.h"
 #include "common/engine/nn/layer.h"
 #include "common/engine/nn/onednn_conv.h"
+#include "common/engine/nn/onednn_matmul.h"
 
 namespace pstrain::nn {
 
@@ -29,11 +30,15 @@ namespace pstrain::nn {
 // gradient unwritten. The caller takes it as the product of two factors instead, the layer's
 // input and its masked output gradient (Model::kernel_factors): a worker ships those, which are
 // smaller than the kernel, and the parameter server multiplies them out.
+//
+// Mixed precision (use_bf16, float only): the forward and input-gradient products in bfloat16
+// through oneDNN (onednn_matmul.h), where onednn_bf16(); the kernel gradient stays float32, as do
+// the sparse-input and row-group forwards (the products a server may compute for it).
 template <typename T>
 class Dense final : public Layer<T> {
  public:
-  Dense(int64_t in, int64_t out, bool relu, size_t kernel_offset, size_t bias_offset, bool data_input = false)
-      : in_(in), out_(out), relu_(relu), data_input_(data_input), kernel_(kernel_offset), bias_(bias_offset) {}
+  Dense(int64_t in, int64_t out, bool relu, size_t kernel_offset, size_t bias_offset, bool data_input = false);
+  ~Dense() override;
   void forward(const T* params, ConstMatMap<T> in, MatMap<T> out) override;
   void backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dout, T* grads,
                 T* din) override;
@@ -44,6 +49,9 @@ class Dense final : public Layer<T> {
   // The next forward (only) takes group g's partial product from partials[g] (out x batch,
   // 64-byte aligned) where it is not null, and computes the others.
   void use_partials(std::vector<const T*> partials) { partials_ = std::move(partials); }
+  // Switches the products to bfloat16 (above); T = float and onednn_bf16() only. Call it between
+  // steps.
+  void use_bf16();
 
  private:
   // The batch's nonzero features, ascending, into active_.
@@ -72,6 +80,7 @@ class Dense final : public Layer<T> {
   std::vector<int64_t> group_active_;      // scratch of grouped_forward: one group's active rows
   std::vector<const T*> group_rows_;       // their kernel rows
   std::vector<T, CacheAlignedAllocator<T>> group_in_, partial_;  // their inputs, the group's product
+  std::unique_ptr<OneDnnMatmul> bf16_;  // mixed precision's products (null: float32 BLAS)
 };
 
 // 2-D convolution over [height, width, channels] examples. Strides and padding follow TensorFlow

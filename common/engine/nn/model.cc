@@ -449,14 +449,19 @@ const typename Model<T>::Stage& Model<T>::dense_stage(size_t param) const {
 }
 
 template <typename T>
-int Model<T>::use_bf16_convolutions() {
-  int switched = 0;
+typename Model<T>::Bf16Layers Model<T>::use_bf16_products() {
+  Bf16Layers switched;
   if constexpr (std::is_same_v<T, float>) {
     for (Stage& s : stages_) {
+      if (s.dense != nullptr) {
+        s.dense->use_bf16();
+        ++switched.dense;
+        continue;
+      }
       auto* conv = dynamic_cast<Conv2D<T>*>(s.layer.get());
       if (conv == nullptr || conv->method() != Conv2D<T>::Method::kOneDnn) continue;  // (dilated: im2col)
       conv->set_method(Conv2D<T>::Method::kOneDnnBf16);
-      ++switched;
+      ++switched.convolutions;
     }
   }
   return switched;

@@ -76,9 +76,13 @@ class Model {
 
   // Mixed precision (the job spec's `precision`): every convolution (conv2d, conv1d, a dense over
   // a sequence) that runs on oneDNN computes its products in bfloat16
-  // (Conv2D::Method::kOneDnnBf16). Returns how many layers it switched (none for T = double).
+  // (Conv2D::Method::kOneDnnBf16), and every dense layer its forward and input-gradient products
+  // (Dense::use_bf16). Returns how many layers of each it switched (none for T = double).
   // Needs onednn_bf16(); call it before the first step.
-  int use_bf16_convolutions();
+  struct Bf16Layers {
+    int convolutions = 0, dense = 0;
+  };
+  Bf16Layers use_bf16_products();
 
   // True if training needs the examples' keys (the model has dropout or augmentation).
   bool needs_keys() const { return !keyed_.empty(); }

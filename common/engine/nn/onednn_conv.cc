@@ -11,9 +11,8 @@
 
 #ifdef PSTRAIN_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+
+#include "common/engine/nn/onednn_one_thread.h"
 #endif
 
 namespace pstrain::nn {
@@ -23,27 +22,6 @@ namespace {
 
 using dnnl::memory;
 using Tag = memory::format_tag;
-
-// The calling thread's OpenMP thread count is 1 while one of these lives (see the header).
-class OneThread {
- public:
-  OneThread() {
-#ifdef _OPENMP
-    saved_ = omp_get_max_threads();
-    omp_set_num_threads(1);
-#endif
-  }
-  ~OneThread() {
-#ifdef _OPENMP
-    omp_set_num_threads(saved_);
-#endif
-  }
-  OneThread(const OneThread&) = delete;
-  OneThread& operator=(const OneThread&) = delete;
-
- private:
-  int saved_ = 1;
-};
 
 // PSTRAIN_CPU_TARGET caps oneDNN's instruction set too, unless ONEDNN_MAX_CPU_ISA says otherwise.
 // Once, before the first primitive (oneDNN ignores it later).

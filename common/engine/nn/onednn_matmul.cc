@@ -1,0 +1,149 @@
+#include "common/engine/nn/onednn_matmul.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/base/error.h"
+#include "common/engine/nn/onednn_conv.h"
+
+#ifdef PSTRAIN_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "common/engine/nn/onednn_one_thread.h"
+#endif
+
+namespace pstrain::nn {
+
+#ifdef PSTRAIN_WITH_ONEDNN
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Type = memory::data_type;
+
+struct OneDnnMatmul::Impl {
+  // One product's primitive for one batch size: src (float32, the caller's) rounded into src_lp,
+  // the kernel (float32 [in, out] row-major, seen as the product needs it) into weights.
+  struct Product {
+    memory::desc src, user_weights, dst;
+    memory src_lp, weights;
+    dnnl::reorder to_src_lp, to_weights;
+    dnnl::matmul matmul;
+  };
+  struct Plan {
+    Product forward;
+    std::optional<Product> backward_data;
+  };
+
+  int64_t in, out;
+  bool relu;
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<int64_t, Plan> plans;
+
+  Impl(int64_t in_size, int64_t out_size, bool with_relu) : in(in_size), out(out_size), relu(with_relu) {}
+
+  // rows x k times k x n: src [rows, k] row-major; the kernel seen as [k, n] with `kernel_tag`
+  // (ab: the kernel itself; ba: its transpose); dst [rows, n] row-major, with the bias.
+  Product product(int64_t rows, int64_t k, int64_t n, Tag kernel_tag, bool with_bias, bool with_relu) {
+    Product p;
+    p.src = memory::desc({rows, k}, Type::f32, Tag::ab);
+    p.user_weights = memory::desc({k, n}, Type::f32, kernel_tag);
+    p.dst = memory::desc({rows, n}, Type::f32, Tag::ab);
+    const memory::desc src_lp({rows, k}, Type::bf16, Tag::ab);
+    const memory::desc weights_any({k, n}, Type::bf16, Tag::any);
+    dnnl::primitive_attr attr;
+    if (with_relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    const auto pd = with_bias ? dnnl::matmul::primitive_desc(
+                                    dnnl::matmul::desc(src_lp, weights_any, memory::desc({1, n}, Type::f32, Tag::ab), p.dst),
+                                    attr, engine)
+                              : dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_lp, weights_any, p.dst), attr, engine);
+    p.matmul = dnnl::matmul(pd);
+    p.src_lp = memory(src_lp, engine);
+    p.weights = memory(pd.weights_desc(), engine);
+    p.to_src_lp = dnnl::reorder(memory(p.src, engine, nullptr), p.src_lp);
+    p.to_weights = dnnl::reorder(memory(p.user_weights, engine, nullptr), p.weights);
+    return p;
+  }
+
+  Plan& plan(int64_t batch) {
+    auto it = plans.find(batch);
+    if (it != plans.end()) return it->second;
+    Plan p{product(batch, in, out, Tag::ab, true, relu), std::nullopt};
+    return plans.emplace(batch, std::move(p)).first->second;
+  }
+
+  memory wrap(const memory::desc& d, const float* data) { return memory(d, engine, const_cast<float*>(data)); }
+
+  // Rounds the operands into the product's copies.
+  void round_operands(Product& p, const float* kernel, const float* src) {
+    memory user_weights = wrap(p.user_weights, kernel), user_src = wrap(p.src, src);
+    p.to_weights.execute(stream, user_weights, p.weights);
+    p.to_src_lp.execute(stream, user_src, p.src_lp);
+  }
+};
+
+namespace {
+
+template <typename F>
+void guarded(const char* what, int64_t in, int64_t out, const F& f) {
+  const OneThread one;
+  try {
+    f();
+  } catch (const dnnl::error& e) {
+    throw Error(std::string("oneDNN matmul (") + what + ", " + std::to_string(in) + " x " + std::to_string(out) +
+                "): " + e.what());
+  }
+}
+
+}  // namespace
+
+OneDnnMatmul::OneDnnMatmul(int64_t in, int64_t out, bool relu) {
+  if (!onednn_bf16()) {
+    throw Error(std::string("a bfloat16 matmul needs AVX512-BF16 or AMX; oneDNN runs ") + onednn_isa() + " here");
+  }
+  impl_ = std::make_unique<Impl>(in, out, relu);
+}
+OneDnnMatmul::~OneDnnMatmul() = default;
+
+void OneDnnMatmul::forward(const float* kernel, const float* bias, const float* x, int64_t batch, float* y) {
+  guarded("forward", impl_->in, impl_->out, [&] {
+    Impl& m = *impl_;
+    Impl::Product& p = m.plan(batch).forward;
+    m.round_operands(p, kernel, x);
+    p.matmul.execute(m.stream, {{DNNL_ARG_SRC, p.src_lp},
+                                {DNNL_ARG_WEIGHTS, p.weights},
+                                {DNNL_ARG_BIAS, m.wrap(memory::desc({1, m.out}, Type::f32, Tag::ab), bias)},
+                                {DNNL_ARG_DST, m.wrap(p.dst, y)}});
+    m.stream.wait();
+  });
+}
+
+void OneDnnMatmul::backward_data(const float* kernel, const float* dy, int64_t batch, float* dx) {
+  guarded("input gradient", impl_->in, impl_->out, [&] {
+    Impl& m = *impl_;
+    Impl::Plan& plan = m.plan(batch);
+    // dx [batch, in] = dy [batch, out] x kernel^T: the [in, out] kernel seen as [out, in] (ba).
+    if (!plan.backward_data) plan.backward_data = m.product(batch, m.out, m.in, Tag::ba, false, false);
+    Impl::Product& p = *plan.backward_data;
+    m.round_operands(p, kernel, dy);
+    p.matmul.execute(m.stream, {{DNNL_ARG_SRC, p.src_lp}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, m.wrap(p.dst, dx)}});
+    m.stream.wait();
+  });
+}
+
+#else  // no oneDNN in this build
+
+struct OneDnnMatmul::Impl {};
+OneDnnMatmul::OneDnnMatmul(int64_t, int64_t, bool) { throw Error("this build has no oneDNN (PSTRAIN_ONEDNN=OFF)"); }
+OneDnnMatmul::~OneDnnMatmul() = default;
+void OneDnnMatmul::forward(const float*, const float*, const float*, int64_t, float*) {}
+void OneDnnMatmul::backward_data(const float*, const float*, int64_t, float*) {}
+
+#endif
+
+}  // namespace pstrain::nn

@@ -1,0 +1,43 @@
+// A dense layer's products in bfloat16 through oneDNN's matmul (mixed precision, issue 53): the
+// forward y = x W + b and the input gradient dx = dy W^T, where the CPU computes bfloat16 products
+// natively (onednn_bf16(): AVX512-BF16 or AMX). Dense<float> uses it under mixed_bfloat16
+// (layers.h); float32 products stay BLAS's.
+//
+// The operands (x, dy and the kernel) are rounded to bfloat16 as they are reordered for the
+// primitive (round to nearest even); the products accumulate in float32 and y and dx are float32.
+// The kernel stays float32 in the caller's memory (the master weights) and is rounded afresh at
+// every call (it changes every step). The kernel gradient is not here: Dense computes it in
+// float32 (simd::product), the order of additions a server multiplying out a factored push also
+// has, so every exchange stays exact under mixed precision.
+//
+// Layouts are ours: x and y a column per example (row-major [batch, in] and [batch, out]), the
+// kernel Keras' [in, out] row-major. Exactness as onednn_conv.h: one thread per call
+// (onednn_one_thread.h), so for a given level, shape and batch the same bits on every run.
+//
+// Thread rules: one thread at a time per object (each replica has its own layers).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace pstrain::nn {
+
+class OneDnnMatmul {
+ public:
+  // in x out kernel; relu: max(y, 0) fused into the forward. Throws Error where !onednn_bf16().
+  OneDnnMatmul(int64_t in, int64_t out, bool relu);
+  ~OneDnnMatmul();
+  OneDnnMatmul(const OneDnnMatmul&) = delete;
+  OneDnnMatmul& operator=(const OneDnnMatmul&) = delete;
+
+  // y = x kernel + bias (then ReLU when asked), for `batch` examples.
+  void forward(const float* kernel, const float* bias, const float* x, int64_t batch, float* y);
+  // dx = dy kernel^T (overwritten).
+  void backward_data(const float* kernel, const float* dy, int64_t batch, float* dx);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pstrain::nn

@@ -1,0 +1,137 @@
+// Mixed-precision dense products (onednn_matmul.h): the forward and the input gradient from
+// operands rounded to bfloat16 and accumulated in float32 (against float64 on the rounded
+// operands), near the float32 products, the same bits on every run, an example's output
+// independent of its batch; and a Dense layer switched with use_bf16 whose kernel gradient stays
+// the float32 one. On a CPU without AVX512-BF16 or AMX the constructor refuses.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/base/error.h"
+#include "common/engine/nn/layers.h"
+#include "common/engine/nn/onednn_matmul.h"
+
+using namespace pstrain;
+using namespace pstrain::nn;
+
+namespace {
+
+float bf16(float v) {  // nearest bfloat16, ties to even
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  u &= 0xFFFF0000u;
+  float out;
+  std::memcpy(&out, &u, 4);
+  return out;
+}
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Largest |got - want| / (1 + |want|).
+double worst_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]) / (1 + std::abs(want[i])));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("bfloat16 matmul: forward and input gradient from rounded operands in float32, the same bits every run") {
+  const int64_t in = 37, out = 21, batch = 9;  // odd sizes: no block divides them
+  if (!onednn_bf16()) {
+    MESSAGE("oneDNN runs " << onednn_isa() << " here: no bfloat16 products, the constructor refuses");
+    CHECK_THROWS_AS(OneDnnMatmul(in, out, false), Error);
+    return;
+  }
+  const std::vector<float> x = random_values(static_cast<size_t>(batch * in), 1);
+  const std::vector<float> kernel = random_values(static_cast<size_t>(in * out), 2);  // [in, out]
+  const std::vector<float> bias = random_values(static_cast<size_t>(out), 3);
+  const std::vector<float> dy = random_values(static_cast<size_t>(batch * out), 4);
+  for (const bool relu : {false, true}) {
+    CAPTURE(relu);
+    OneDnnMatmul m(in, out, relu);
+    std::vector<float> y(static_cast<size_t>(batch * out)), y_again(y.size());
+    m.forward(kernel.data(), bias.data(), x.data(), batch, y.data());
+    m.forward(kernel.data(), bias.data(), x.data(), batch, y_again.data());
+    CHECK(y == y_again);
+    std::vector<double> want(y.size()), want32(y.size());
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t o = 0; o < out; ++o) {
+        double acc = bias[o], acc32 = bias[o];
+        for (int64_t i = 0; i < in; ++i) {
+          acc += static_cast<double>(bf16(x[b * in + i])) * bf16(kernel[i * out + o]);
+          acc32 += static_cast<double>(x[b * in + i]) * kernel[i * out + o];
+        }
+        want[b * out + o] = relu ? std::max(acc, 0.0) : acc;
+        want32[b * out + o] = relu ? std::max(acc32, 0.0) : acc32;
+      }
+    CHECK(worst_error(y, want) < 1e-5);  // float32 accumulation of 37 terms
+    const double off = worst_error(y, want32);
+    MESSAGE("forward, bfloat16 against the exact product: " << off);
+    CHECK(off > 1e-5);  // the operands were rounded ...
+    CHECK(off < 5e-2);  // ... to 8 bits
+    // An example alone gives its bits in the batch.
+    std::vector<float> one(static_cast<size_t>(out));
+    m.forward(kernel.data(), bias.data(), x.data() + 4 * in, 1, one.data());
+    CHECK(std::equal(one.begin(), one.end(), y.begin() + 4 * out));
+  }
+  OneDnnMatmul m(in, out, false);
+  std::vector<float> dx(static_cast<size_t>(batch * in)), dx_again(dx.size());
+  m.backward_data(kernel.data(), dy.data(), batch, dx.data());
+  m.backward_data(kernel.data(), dy.data(), batch, dx_again.data());
+  CHECK(dx == dx_again);
+  std::vector<double> want(dx.size());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < in; ++i) {
+      double acc = 0;
+      for (int64_t o = 0; o < out; ++o) acc += static_cast<double>(bf16(dy[b * out + o])) * bf16(kernel[i * out + o]);
+      want[b * in + i] = acc;
+    }
+  CHECK(worst_error(dx, want) < 1e-5);
+}
+
+TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the matmul, its kernel and bias gradients float32's") {
+  const int64_t in = 19, out = 7, batch = 6;
+  if (!onednn_bf16()) {
+    MESSAGE("no bfloat16 products here (oneDNN " << onednn_isa() << ")");
+    return;
+  }
+  // params: kernel [in, out] then bias.
+  const std::vector<float> params = random_values(static_cast<size_t>(in * out + out), 5);
+  const std::vector<float> x = random_values(static_cast<size_t>(batch * in), 6);
+  const std::vector<float> dy0 = random_values(static_cast<size_t>(batch * out), 7);
+  Dense<float> full(in, out, true, 0, static_cast<size_t>(in * out)), low(in, out, true, 0, static_cast<size_t>(in * out));
+  low.use_bf16();
+  std::vector<float> y32(static_cast<size_t>(batch * out)), y16(y32.size());
+  full.forward(params.data(), ConstMatMap<float>(x.data(), in, batch), MatMap<float>(y32.data(), out, batch));
+  low.forward(params.data(), ConstMatMap<float>(x.data(), in, batch), MatMap<float>(y16.data(), out, batch));
+  OneDnnMatmul product(in, out, true);
+  std::vector<float> want(y16.size());
+  product.forward(params.data(), params.data() + in * out, x.data(), batch, want.data());
+  CHECK(y16 == want);
+  CHECK(y16 != y32);
+  // Backward on the bfloat16 layer's own output (its ReLU mask): the kernel and bias gradients
+  // are the float32 layer's on the same output and output gradient; the input gradient the matmul's.
+  std::vector<float> dy16 = dy0, dy32 = dy0;
+  std::vector<float> g16(params.size()), g32(params.size()), dx16(static_cast<size_t>(batch * in)), dx32(dx16.size());
+  low.backward(params.data(), ConstMatMap<float>(x.data(), in, batch), ConstMatMap<float>(y16.data(), out, batch),
+               MatMap<float>(dy16.data(), out, batch), g16.data(), dx16.data());
+  full.backward(params.data(), ConstMatMap<float>(x.data(), in, batch), ConstMatMap<float>(y16.data(), out, batch),
+                MatMap<float>(dy32.data(), out, batch), g32.data(), dx32.data());
+  CHECK(g16 == g32);
+  std::vector<float> dx_want(dx16.size());
+  product.backward_data(params.data(), dy32.data(), batch, dx_want.data());  // dy32: masked like dy16
+  CHECK(dx16 == dx_want);
+  CHECK(dx16 != dx32);
+}
