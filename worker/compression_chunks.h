@@ -25,7 +25,7 @@ struct CompressionChunk {
   uint32_t param = 0;           // its tensor, and its first element inside it (powersgd's seed)
   uint64_t param_offset = 0;
   size_t rank = 0;              // powersgd: 0 when the chunk goes dense
-  std::vector<float> warm_q;    // powersgd: columns x rank, the previous step's Q
+  std::vector<float> warm_q;    // powersgd: rank x columns (Q kept transposed), the previous step's Q
 };
 
 // The table of `chunks` (dense chunks, no table pieces), chunk k at `offsets[k]` of the flat

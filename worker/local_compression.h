@@ -5,8 +5,14 @@
 // push that slice's worker sends (push_compression.h): fp16 and bf16 rounded; topk's entries and
 // powersgd's factors' product, with the slice's own residual and warm-start factors kept from step
 // to step as that worker keeps them. With fp16 the step computes on the values rounded to half,
-// as the workers' replies bring them. Sparse tables' rows and batch_norm's moving statistics go
-// exact, as on the wire.
+// as the workers' replies bring them, and evaluates on them as the workers do. Sparse tables' rows
+// and batch_norm's moving statistics go exact, as on the wire.
+//
+// Limits: a batch shorter than the slices is computed as one slice by the trainer
+// (DataParallelModel), where the cluster's empty slices still push (a residual, and each slice
+// rounded apart), so such a step differs for every codec; and a resumed run (InitialState) starts
+// from zero residuals and the first warm-start factors, where a cluster's rollback restores them
+// from its backups.
 //
 // Thread rules: one thread (the trainer's step loop). Ownership: owns the slices' residuals,
 // factors and scratch.
@@ -32,9 +38,9 @@ class LocalCompression {
   // Slice `slice`'s summed gradient (the flat dense buffer) replaced, in place, by what the
   // servers decode from its pushes.
   void decode_as_pushed(int slice, float* gradient);
-  // The values a step computes on: `params` itself, or (fp16) a copy whose first `dense` values
-  // are rounded to half precision (the rest, sparse tables' rows, as they are). Valid until the
-  // next call.
+  // The values a step computes and an evaluation runs on: `params` itself, or (fp16) a copy whose
+  // first `dense` values are rounded to half precision (the rest, sparse tables' rows, copied as
+  // they are: an evaluation reads them from the flat buffer). Valid until the next call.
   const float* values_for_step(const float* params, size_t dense, size_t total);
 
  private:

@@ -354,14 +354,16 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
     report.samples_per_second = seen / train_seconds;
     report.seconds = train_seconds;
     report.lr_scale = lr_scale;
-    const Evaluation eval = evaluate(model, test, result.params.data());
+    // What the workers evaluate on: the values they hold (with fp16, rounded to half).
+    const float* values = compression.values_for_step(result.params.data(), layout.dense_size(), result.params.size());
+    const Evaluation eval = evaluate(model, test, values);
     report.test_loss = eval.loss;
     report.test_accuracy = eval.accuracy;
     if (is_regression(spec.loss)) report.test_regression = eval.regression;
     if (spec.loss.type == LossType::kBinaryCrossEntropy) report.test_auc = eval.binary.auc();
     if (!is_regression(spec.loss) && model.output_size() > nn::kTopK) report.test_top5_accuracy = eval.top_k_accuracy;
     if (validation) {
-      const Evaluation val = evaluate(model, *validation, result.params.data());
+      const Evaluation val = evaluate(model, *validation, values);
       EpochReport::Validation& v = report.validation.emplace();
       v.loss = val.loss;
       v.accuracy = val.accuracy;

@@ -198,7 +198,7 @@ TEST_CASE("sync CNN in mixed_bfloat16 on 2 servers and 2 workers equals the stan
   const double diff = distributed_vs_standalone(job_spec_to_json(spec), 2, 20, {}, [&](const std::string& log) {
     CHECK(log.find(bf16 ? "2 convolution(s) and 2 dense layer(s) compute their products in bfloat16" : "training in float32") != std::string::npos);
   });
-  MESSAGE("max abs difference " << diff << std::string(bf16 ? " (bfloat16 convolutions)" : " (no bfloat16 here: float32)"));
+  MESSAGE("max abs difference " << diff << std::string(bf16 ? " (bfloat16 convolutions and dense layers)" : " (no bfloat16 here: float32)"));
   CHECK(diff == 0);
   if (bf16) {
     LocalTrainerOptions options;

@@ -59,6 +59,7 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
                                                    const typename Model<T>::FactoredKernels* factored,
                                                    const ExampleKeys& keys) {
   const int n = replicas();
+  if (on_slice_ && ready) throw Error("a slice-gradient callback announces nothing: not with `ready`");
   share_sparse_rows();
   if (n == 1 || batch < n) {
     if (n > 1 && factored != nullptr) throw Error("factored kernel gradients need a single replica");

@@ -35,9 +35,11 @@ template <typename T>
 Dense<T>::~Dense() = default;
 
 template <typename T>
-void Dense<T>::use_bf16() {
+bool Dense<T>::use_bf16() {
   if constexpr (std::is_same_v<T, float>) {
-    if (!bf16_) bf16_ = std::make_unique<OneDnnMatmul>(in_, out_, relu_);
+    if (bf16_) return false;
+    bf16_ = std::make_unique<OneDnnMatmul>(in_, out_, relu_);
+    return true;
   } else {
     throw Error("bfloat16 products are for the float engine");
   }

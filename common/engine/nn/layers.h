@@ -50,8 +50,8 @@ class Dense final : public Layer<T> {
   // 64-byte aligned) where it is not null, and computes the others.
   void use_partials(std::vector<const T*> partials) { partials_ = std::move(partials); }
   // Switches the products to bfloat16 (above); T = float and onednn_bf16() only. Call it between
-  // steps.
-  void use_bf16();
+  // steps. Returns false when they already were.
+  bool use_bf16();
 
  private:
   // The batch's nonzero features, ascending, into active_.

@@ -454,8 +454,7 @@ typename Model<T>::Bf16Layers Model<T>::use_bf16_products() {
   if constexpr (std::is_same_v<T, float>) {
     for (Stage& s : stages_) {
       if (s.dense != nullptr) {
-        s.dense->use_bf16();
-        ++switched.dense;
+        if (s.dense->use_bf16()) ++switched.dense;
         continue;
       }
       auto* conv = dynamic_cast<Conv2D<T>*>(s.layer.get());

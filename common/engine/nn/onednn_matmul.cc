@@ -3,6 +3,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/base/error.h"
 #include "common/engine/nn/onednn_conv.h"
@@ -40,6 +41,7 @@ struct OneDnnMatmul::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<int64_t, Plan> plans;
+  std::vector<memory> kernels;  // the rounded kernels, by layout (at most a few)
 
   Impl(int64_t in_size, int64_t out_size, bool with_relu) : in(in_size), out(out_size), relu(with_relu) {}
 
@@ -64,7 +66,7 @@ struct OneDnnMatmul::Impl {
                               : dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_lp, weights_any, p.dst), attr, engine);
     p.matmul = dnnl::matmul(pd);
     p.src_lp = memory(src_lp, engine);
-    p.weights = memory(pd.weights_desc(), engine);
+    p.weights = rounded_kernel(pd.weights_desc());
     p.to_src_lp = dnnl::reorder(memory(p.src, engine, nullptr), p.src_lp);
     p.to_weights = dnnl::reorder(memory(p.user_weights, engine, nullptr), p.weights);
     return p;
@@ -75,6 +77,17 @@ struct OneDnnMatmul::Impl {
     if (it != plans.end()) return it->second;
     Plan p{product(batch, in, out, Tag::ab, true, relu), std::nullopt};
     return plans.emplace(batch, std::move(p)).first->second;
+  }
+
+  // The bfloat16 kernel in the layout `d`: one buffer per layout, shared by every batch size's
+  // products (each call rounds the kernel into it afresh, on this object's one thread), so the
+  // copies do not multiply with the batch sizes a run meets.
+  memory rounded_kernel(const memory::desc& d) {
+    for (const memory& m : kernels) {
+      if (m.get_desc() == d) return m;
+    }
+    kernels.emplace_back(d, engine);
+    return kernels.back();
   }
 
   memory wrap(const memory::desc& d, const float* data) { return memory(d, engine, const_cast<float*>(data)); }

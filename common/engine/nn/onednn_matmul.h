@@ -6,7 +6,8 @@
 // The operands (x, dy and the kernel) are rounded to bfloat16 as they are reordered for the
 // primitive (round to nearest even); the products accumulate in float32 and y and dx are float32.
 // The kernel stays float32 in the caller's memory (the master weights) and is rounded afresh at
-// every call (it changes every step). The kernel gradient is not here: Dense computes it in
+// every call (it changes every step), into one buffer per layout that every batch size's
+// primitive shares (the forward's and the input gradient's layouts differ: two copies a layer). The kernel gradient is not here: Dense computes it in
 // float32 (simd::product), the order of additions a server multiplying out a factored push also
 // has, so every exchange stays exact under mixed precision.
 //

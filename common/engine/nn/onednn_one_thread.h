@@ -3,6 +3,11 @@
 // on a thread count (with more threads oneDNN splits some sums over them). Parallelism comes from
 // DataParallelModel's batch replicas instead.
 //
+// oneDNN's default scratchpad (DNNL_ENABLE_CONCURRENT_EXEC off, as Debian builds it) wants each
+// primitive run on the thread that created it. Each replica's layers own their primitives, create
+// them at their first call and run them on the replica's OpenMP thread: DataParallelModel gives
+// replica r the same thread of its team (static schedule) at every step.
+//
 // Thread rules: a scope guard of the calling thread. Only in builds with oneDNN.
 #pragma once
 

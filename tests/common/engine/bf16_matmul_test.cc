@@ -1,7 +1,7 @@
 // Mixed-precision dense products (onednn_matmul.h): the forward and the input gradient from
 // operands rounded to bfloat16 and accumulated in float32 (against float64 on the rounded
-// operands), near the float32 products, the same bits on every run, an example's output
-// independent of its batch; and a Dense layer switched with use_bf16 whose kernel gradient stays
+// operands), near the float32 products, the same bits on every run and after another batch
+// size; and a Dense layer switched with use_bf16 whose kernel gradient stays
 // the float32 one. On a CPU without AVX512-BF16 or AMX the constructor refuses.
 #include <doctest/doctest.h>
 
@@ -81,10 +81,13 @@ TEST_CASE("bfloat16 matmul: forward and input gradient from rounded operands in 
     MESSAGE("forward, bfloat16 against the exact product: " << off);
     CHECK(off > 1e-5);  // the operands were rounded ...
     CHECK(off < 5e-2);  // ... to 8 bits
-    // An example alone gives its bits in the batch.
-    std::vector<float> one(static_cast<size_t>(out));
-    m.forward(kernel.data(), bias.data(), x.data() + 4 * in, 1, one.data());
-    CHECK(std::equal(one.begin(), one.end(), y.begin() + 4 * out));
+    // Another batch size (its own primitive, the same rounded-kernel buffer) leaves this one's
+    // results alone.
+    std::vector<float> two(static_cast<size_t>(2 * out));
+    m.forward(kernel.data(), bias.data(), x.data(), 2, two.data());
+    m.forward(kernel.data(), bias.data(), x.data(), batch, y_again.data());
+    CHECK(y == y_again);
+    CHECK(worst_error(two, std::vector<double>(want.begin(), want.begin() + 2 * out)) < 1e-5);
   }
   OneDnnMatmul m(in, out, false);
   std::vector<float> dx(static_cast<size_t>(batch * in)), dx_again(dx.size());
