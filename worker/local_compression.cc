@@ -34,17 +34,15 @@ void LocalCompression::decode_as_pushed(int slice, float* gradient) {
     const std::span<float> g(gradient + c.offset, c.size);
     switch (spec_.kind) {
       case CompressionKind::kFp16:
+      case CompressionKind::kBf16: {  // 2 bytes a value on the wire
         if (c.moving) break;
+        const bool half = spec_.kind == CompressionKind::kFp16;
         encoded_.resize((c.size * 2 + sizeof(float) - 1) / sizeof(float));
-        encode_half(g, reinterpret_cast<unsigned char*>(encoded_.data()));
-        decode_half(reinterpret_cast<const unsigned char*>(encoded_.data()), g);
+        auto* bytes = reinterpret_cast<unsigned char*>(encoded_.data());
+        half ? encode_half(g, bytes) : encode_bfloat16(g, bytes);
+        half ? decode_half(bytes, g) : decode_bfloat16(bytes, g);
         break;
-      case CompressionKind::kBf16:
-        if (c.moving) break;
-        encoded_.resize((c.size * 2 + sizeof(float) - 1) / sizeof(float));
-        encode_bfloat16(g, reinterpret_cast<unsigned char*>(encoded_.data()));
-        decode_bfloat16(reinterpret_cast<const unsigned char*>(encoded_.data()), g);
-        break;
+      }
       case CompressionKind::kTopk: {
         if (c.moving) break;
         const size_t count = topk_count(c.size, spec_.fraction);

@@ -185,6 +185,32 @@ JobSpec job_of(const Trial& t) {
   return spec;
 }
 
+// A trial's job trained on a cluster of its shape and by the trainer with its slices and servers.
+struct Compared {
+  LocalTrainerOptions options;  // the trainer's (for further runs of the same job)
+  TrainingResult local;
+  size_t differ = 0;  // parameters in which the two ended apart
+};
+Compared cluster_against_trainer(const Trial& t, const JobSpec& spec, const SplitLoader& load) {
+  std::vector<float> distributed;
+  {
+    testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load,
+                                       .exchange = t.exchange});
+    const std::string id = cluster.submit(spec);
+    const JobRecord r = cluster.wait_finished(id, 120s);
+    REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
+    distributed = cluster.final_params(id);
+  }
+  Compared c;
+  c.options.load_split = load;
+  c.options.replicas = t.workers;
+  c.options.servers = static_cast<uint32_t>(t.servers);
+  c.local = train_locally(spec, c.options);
+  REQUIRE(distributed.size() == c.local.params.size());
+  for (size_t k = 0; k < distributed.size(); ++k) c.differ += distributed[k] != c.local.params[k];
+  return c;
+}
+
 const char* exchange_name(Exchange e) {
   switch (e) {
     case Exchange::kDense: return "dense";
@@ -220,23 +246,10 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
                                     (t.ghost > 0 ? ", batch_norm ghost " + std::to_string(t.ghost) : "");
     CAPTURE(activations);
     const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
-    std::vector<float> distributed;
-    {
-      testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load,
-                                         .exchange = t.exchange});
-      const std::string id = cluster.submit(spec);
-      const JobRecord r = cluster.wait_finished(id, 120s);
-      REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
-      distributed = cluster.final_params(id);
-    }
-    LocalTrainerOptions options;
-    options.load_split = load;
-    options.replicas = t.workers;
-    options.servers = static_cast<uint32_t>(t.servers);
-    const TrainingResult local = train_locally(spec, options);
-    REQUIRE(distributed.size() == local.params.size());
-    size_t differ = 0;
-    for (size_t k = 0; k < distributed.size(); ++k) differ += distributed[k] != local.params[k];
+    Compared compared = cluster_against_trainer(t, spec, load);
+    LocalTrainerOptions& options = compared.options;
+    const TrainingResult& local = compared.local;
+    const size_t differ = compared.differ;
     MESSAGE("trial " << i << ": " << t.workers << " worker(s) x " << t.servers << " server(s), batch " << t.batch << ", "
                      << t.examples << " examples, " << std::string(exchange_name(t.exchange)) << ", " << activations << ": " << differ
                      << " parameters differ from the trainer's");
@@ -281,22 +294,10 @@ TEST_CASE("with each compression (fp16, bf16, topk, powersgd) sync N workers equ
     CAPTURE(t.batch);
     CAPTURE(t.examples);
     const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
-    std::vector<float> distributed;
-    {
-      testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load});
-      const std::string id = cluster.submit(spec);
-      const JobRecord r = cluster.wait_finished(id, 120s);
-      REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
-      distributed = cluster.final_params(id);
-    }
-    LocalTrainerOptions options;
-    options.load_split = load;
-    options.replicas = t.workers;
-    options.servers = static_cast<uint32_t>(t.servers);
-    const TrainingResult local = train_locally(spec, options);
-    REQUIRE(distributed.size() == local.params.size());
-    size_t differ = 0;
-    for (size_t k = 0; k < distributed.size(); ++k) differ += distributed[k] != local.params[k];
+    Compared compared = cluster_against_trainer(t, spec, load);
+    LocalTrainerOptions& options = compared.options;
+    const TrainingResult& local = compared.local;
+    const size_t differ = compared.differ;
     MESSAGE(kind_name << ": " << t.workers << " workers x " << t.servers << " server(s), batch " << t.batch << ", "
                       << t.examples << " examples" << std::string(t.ghost > 0 ? ", batch_norm" : "") << ": " << differ
                       << " parameters differ from the trainer's");
@@ -328,23 +329,10 @@ TEST_CASE("in mixed_bfloat16 sync N workers equal the trainer's N slices bit for
     CAPTURE(t.servers);
     CAPTURE(t.batch);
     const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
-    std::vector<float> distributed;
-    {
-      testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load,
-                                         .exchange = t.exchange});
-      const std::string id = cluster.submit(spec);
-      const JobRecord r = cluster.wait_finished(id, 120s);
-      REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
-      distributed = cluster.final_params(id);
-    }
-    LocalTrainerOptions options;
-    options.load_split = load;
-    options.replicas = t.workers;
-    options.servers = static_cast<uint32_t>(t.servers);
-    const TrainingResult local = train_locally(spec, options);
-    REQUIRE(distributed.size() == local.params.size());
-    size_t differ = 0;
-    for (size_t k = 0; k < distributed.size(); ++k) differ += distributed[k] != local.params[k];
+    Compared compared = cluster_against_trainer(t, spec, load);
+    LocalTrainerOptions& options = compared.options;
+    const TrainingResult& local = compared.local;
+    const size_t differ = compared.differ;
     MESSAGE(exchange_text << ": " << t.workers << " worker(s) x " << t.servers << " server(s), batch " << t.batch
                           << ": " << differ << " parameters differ from the trainer's");
     CHECK(differ == 0);

@@ -12,30 +12,14 @@
 
 #include "common/base/error.h"
 #include "common/engine/nn/onednn_conv.h"
+#include "tests/common/engine/bf16_test_support.h"
 
 using namespace pstrain;
 using namespace pstrain::nn;
+using pstrain::testing::bf16;
+using pstrain::testing::random_values;
 
 namespace {
-
-// Round to the nearest bfloat16 (ties to even), as oneDNN's reorder does.
-float bf16(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  u &= 0xFFFF0000u;
-  float out;
-  std::memcpy(&out, &u, 4);
-  return out;
-}
-
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 // "same" padding, stride 1, NHWC input, HWIO kernel: y in float64 from bfloat16-rounded operands.
 std::vector<double> reference(const ConvGeometry& g, const std::vector<float>& x, const std::vector<float>& k,

@@ -14,29 +14,14 @@
 #include "common/base/error.h"
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/onednn_matmul.h"
+#include "tests/common/engine/bf16_test_support.h"
 
 using namespace pstrain;
 using namespace pstrain::nn;
+using pstrain::testing::bf16;
+using pstrain::testing::random_values;
 
 namespace {
-
-float bf16(float v) {  // nearest bfloat16, ties to even
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  u &= 0xFFFF0000u;
-  float out;
-  std::memcpy(&out, &u, 4);
-  return out;
-}
-
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 // Largest |got - want| / (1 + |want|).
 double worst_error(const std::vector<float>& got, const std::vector<double>& want) {
