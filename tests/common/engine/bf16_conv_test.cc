@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/base/error.h"
@@ -60,7 +61,7 @@ TEST_CASE("bfloat16 convolution: products of rounded operands accumulated in flo
   g.pad_top = g.pad_left = 1;
   g.out_h = g.out_w = 12;
   if (!onednn_bf16()) {
-    MESSAGE("oneDNN runs " << onednn_isa() << " here: no bfloat16 products, the constructor refuses");
+    MESSAGE("oneDNN runs " << std::string(onednn_isa()) << " here: no bfloat16 products, the constructor refuses");
     CHECK_THROWS_AS(OneDnnConv(g, false, true), Error);
     return;
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/base/error.h"
@@ -35,7 +36,7 @@ double worst_error(const std::vector<float>& got, const std::vector<double>& wan
 TEST_CASE("bfloat16 matmul: forward and input gradient from rounded operands in float32, the same bits every run") {
   const int64_t in = 37, out = 21, batch = 9;  // odd sizes: no block divides them
   if (!onednn_bf16()) {
-    MESSAGE("oneDNN runs " << onednn_isa() << " here: no bfloat16 products, the constructor refuses");
+    MESSAGE("oneDNN runs " << std::string(onednn_isa()) << " here: no bfloat16 products, the constructor refuses");
     CHECK_THROWS_AS(OneDnnMatmul(in, out, false), Error);
     return;
   }
@@ -92,7 +93,7 @@ TEST_CASE("bfloat16 matmul: forward and input gradient from rounded operands in 
 TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the matmul, its kernel and bias gradients float32's") {
   const int64_t in = 19, out = 7, batch = 6;
   if (!onednn_bf16()) {
-    MESSAGE("no bfloat16 products here (oneDNN " << onednn_isa() << ")");
+    MESSAGE("no bfloat16 products here (oneDNN " << std::string(onednn_isa()) << ")");
     return;
   }
   // params: kernel [in, out] then bias.
