@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "common/engine/nn/gemm.h"
+#include "common/engine/simd/kernels.h"
 
 namespace pstrain::nn {
 
@@ -22,6 +24,7 @@ MultiHeadAttention<T>::MultiHeadAttention(Geometry g, Tensors w, int64_t max_bat
   dcontext_.resize(hv);
   weights_.resize(static_cast<size_t>(B * g_.heads * S * S));
   dscores_.resize(static_cast<size_t>(S * S));
+  key_kept_.resize(static_cast<size_t>(S));
   if (g_.dropout > 0.0f) {
     drop_factors_.resize(weights_.size());
     dropped_.resize(static_cast<size_t>(S * S));
@@ -34,6 +37,38 @@ const T* MultiHeadAttention<T>::weighing(const T* a, int64_t b, int64_t h) {
   const T* f = drop_factors(b, h);
   for (int64_t k = 0; k < g_.steps * g_.steps; ++k) dropped_[static_cast<size_t>(k)] = a[k] * f[k];
   return dropped_.data();
+}
+
+template <typename T>
+void MultiHeadAttention<T>::softmax(int64_t n, T scale, T* column) const {
+  const T* allowed = key_kept_.data();
+  if constexpr (std::is_same_v<T, float>) {
+    simd::kernels().masked_softmax(n, scale, allowed, column);
+  } else {  // the double engine's (gradient checks): the same formula, in plain order
+    T top = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      if (allowed[j] != T(0)) top = std::max(top, column[j] * scale);
+    }
+    T sum = T(0);
+    for (int64_t j = 0; j < n; ++j) {
+      column[j] = allowed[j] != T(0) ? std::exp(column[j] * scale - top) : T(0);
+      sum += column[j];
+    }
+    if (sum > T(0)) {
+      for (int64_t j = 0; j < n; ++j) column[j] /= sum;
+    }
+  }
+}
+
+template <typename T>
+void MultiHeadAttention<T>::softmax_backward(int64_t n, T scale, const T* weight, T* column) const {
+  if constexpr (std::is_same_v<T, float>) {
+    simd::kernels().softmax_backward(n, scale, weight, column);
+  } else {
+    T dot = T(0);
+    for (int64_t j = 0; j < n; ++j) dot += weight[j] * column[j];
+    for (int64_t j = 0; j < n; ++j) column[j] = weight[j] * (column[j] - dot) * scale;
+  }
 }
 
 template <typename T>
@@ -75,6 +110,7 @@ void MultiHeadAttention<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T
   project(params + w_.value, w_.value_bias, params, in.data(), HV, C, S * B, values_.data());
   const T scale = T(1) / std::sqrt(static_cast<T>(K));
   for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < S; ++j) key_kept_[static_cast<size_t>(j)] = kept(b, j) ? T(1) : T(0);
     for (int64_t h = 0; h < H; ++h) {
       T* a = weights(b, h);
       const T* q = queries_.data() + b * S * HK + h * K;
@@ -82,18 +118,9 @@ void MultiHeadAttention<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T
       gemm<T>(Op::kTranspose, Op::kNone, S, S, K, k, HK, q, HK, T(0), a, S);  // column i: query i's scores
       for (int64_t i = 0; i < S; ++i) {
         T* column = a + i * S;
-        T top = -std::numeric_limits<T>::infinity();
-        for (int64_t j = 0; j < S; ++j) {
-          if (allowed(b, i, j)) top = std::max(top, column[j] * scale);
-        }
-        T sum = T(0);
-        for (int64_t j = 0; j < S; ++j) {
-          column[j] = allowed(b, i, j) ? std::exp(column[j] * scale - top) : T(0);
-          sum += column[j];
-        }
-        if (sum > T(0)) {
-          for (int64_t j = 0; j < S; ++j) column[j] /= sum;
-        }
+        const int64_t n = !kept(b, i) ? 0 : (g_.causal ? i + 1 : S);  // the keys query i may see
+        softmax(n, scale, column);
+        std::fill(column + n, column + S, T(0));
       }
       if (dropping()) Dropout<T>::factors(g_.stream, example_keys_, b, h * S * S, S * S, g_.dropout, drop_factors(b, h));
       gemm<T>(Op::kNone, Op::kNone, V, S, S, values_.data() + b * S * HV + h * V, HV, weighing(a, b, h), S, T(0),
@@ -124,13 +151,7 @@ void MultiHeadAttention<T>::backward(const T* params, ConstMatMap<T> in, ConstMa
         const T* f = drop_factors(b, h);
         for (int64_t k = 0; k < S * S; ++k) ds[k] *= f[k];
       }
-      for (int64_t i = 0; i < S; ++i) {  // the softmax's backward, the scale folded in
-        const T* weight = a + i * S;
-        T* column = ds + i * S;
-        T dot = T(0);
-        for (int64_t j = 0; j < S; ++j) dot += weight[j] * column[j];
-        for (int64_t j = 0; j < S; ++j) column[j] = weight[j] * (column[j] - dot) * scale;
-      }
+      for (int64_t i = 0; i < S; ++i) softmax_backward(S, scale, a + i * S, ds + i * S);  // the scale folded in
       gemm<T>(Op::kNone, Op::kNone, K, S, S, keys_.data() + qk, HK, ds, S, T(0), dqueries_.data() + qk, HK);
       gemm<T>(Op::kNone, Op::kTranspose, K, S, S, queries_.data() + qk, HK, ds, S, T(0), dkeys_.data() + qk, HK);
     }

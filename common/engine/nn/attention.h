@@ -12,7 +12,9 @@
 //   With `dropout` (Keras' MultiHeadAttention dropout), in training the weights A_h are dropped
 //   and scaled as Dropout does (dropout.h: drawn from the model's seed, the layer, the epoch and
 //   the example's index, weight (h, i, j) of example b its value number (h S + i) S + j), before
-//   they weigh the values; inference uses A_h.
+//   they weigh the values; inference uses A_h. The float engine's softmax and its backward are the
+//   simd kernels' masked_softmax and softmax_backward (their own exp, sums in 16 fixed lanes); the
+//   double engine's the same formulas in plain order with std::exp.
 //
 // Layouts (Keras' names): query/key/value kernels [channels, H, K or V] (column-major (H K) x
 // channels: one product projects every step of the batch), biases [H, K or V], the output kernel
@@ -61,9 +63,6 @@ class MultiHeadAttention final : public Layer<T> {
 
  private:
   bool kept(int64_t b, int64_t t) const { return mask_ids_ == nullptr || mask_ids_[b * mask_rows_ + t] != T(0); }
-  bool allowed(int64_t b, int64_t query, int64_t key) const {
-    return kept(b, query) && kept(b, key) && (!g_.causal || key <= query);
-  }
   // Example b's head h: its weights (steps x steps, column i the query i's over the keys).
   T* weights(int64_t b, int64_t h) { return weights_.data() + (b * g_.heads + h) * g_.steps * g_.steps; }
   // Training with dropout: example b's head h's dropout factors (0 or 1 / (1 - dropout)), as weights().
@@ -71,6 +70,10 @@ class MultiHeadAttention final : public Layer<T> {
   T* drop_factors(int64_t b, int64_t h) { return drop_factors_.data() + (b * g_.heads + h) * g_.steps * g_.steps; }
   // The weights A_h (a) as the values see them: `a` itself, or dropped into dropped_.
   const T* weighing(const T* a, int64_t b, int64_t h);
+  // Query column's softmax over its first n keys (those after are not allowed), which
+  // key_kept_ marks; float's is simd's masked_softmax. And its backward over n weights.
+  void softmax(int64_t n, T scale, T* column) const;
+  void softmax_backward(int64_t n, T scale, const T* weight, T* column) const;
   // rows x columns = kernel * x (+ bias per row); kernel column-major rows x inner.
   void project(const T* kernel, size_t bias, const T* params, const T* x, int64_t rows, int64_t inner, int64_t columns,
                T* y) const;
@@ -82,6 +85,7 @@ class MultiHeadAttention final : public Layer<T> {
   Tensors w_;
   std::vector<T> queries_, keys_, values_, context_, weights_;  // the last forward's
   std::vector<T> dqueries_, dkeys_, dvalues_, dcontext_, dscores_;
+  std::vector<T> key_kept_;  // the current example's: 1 where a key is not padding, else 0
   std::vector<T> drop_factors_, dropped_;  // with dropout: by weight, the last training forward's; one head's
   ExampleKeys example_keys_;
   const T* mask_ids_ = nullptr;

@@ -105,6 +105,17 @@ struct KernelTable {
   // every level (a NaN's payload aside).
   void (*floats_to_halves)(int64_t n, const float* in, unsigned char* out);
   void (*halves_to_floats)(int64_t n, const unsigned char* in, float* out);
+
+  // Attention's softmax over one query's n scores s (common/engine/nn/attention.h), in place:
+  // t_j = s_j * scale; top = the largest t_j where allowed[j] != 0; e_j = exp(t_j - top) there,
+  // 0 elsewhere; s_j = e_j / sum, sum the e_j added in 16 lanes (lane l the j = l mod 16 in
+  // ascending order, from +0) and then the lanes in order; all zero when nothing is allowed. exp is
+  // the kernels' own (Cephes' polynomial; about 2 units in the last place; 0 below -87.33), so a
+  // value is the same on every level with FMA, as product's are.
+  // softmax_backward, from the weights w and their gradient g (in place): dot = the sum of
+  // w_j g_j (the same lanes), g_j = w_j (g_j - dot) scale.
+  void (*masked_softmax)(int64_t n, float scale, const float* allowed, float* s);
+  void (*softmax_backward)(int64_t n, float scale, const float* w, float* g);
 };
 
 // The active level's table (selected once).
