@@ -14,8 +14,8 @@ namespace {
 // For float it is simd::product, whose order of additions is fixed per element
 // (common/engine/simd/kernels.h): a server multiplying out a factored push (only its rows, only the
 // nonzero ones) gets the bits a worker's or the trainer's whole product has, on every CPU. The
-// forward and the input gradient stay BLAS products: every path computes them on the same
-// operands with the same shapes, and BLAS is faster on them (docs/BENCHMARKS.md).
+// forward and the input gradient are oneDNN's or BLAS's products (layers.h): every path computes
+// them on the same operands with the same shapes.
 template <typename T>
 void kernel_gradient(int64_t out, int64_t k, int64_t batch, const T* dout, const T* x, T* grads) {
   if constexpr (std::is_same_v<T, float>) {
@@ -37,12 +37,21 @@ Dense<T>::~Dense() = default;
 template <typename T>
 bool Dense<T>::use_bf16() {
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16_) return false;
-    bf16_ = std::make_unique<OneDnnMatmul>(in_, out_, relu_);
+    if (matmul_bf16_) return false;
+    matmul_ = std::make_unique<OneDnnMatmul>(in_, out_, relu_, /*bf16=*/true);
+    matmul_bf16_ = true;
     return true;
   } else {
     throw Error("bfloat16 products are for the float engine");
   }
+}
+
+template <typename T>
+OneDnnMatmul* Dense<T>::matmul() {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!matmul_ && onednn_preferred()) matmul_ = std::make_unique<OneDnnMatmul>(in_, out_, relu_, /*bf16=*/false);
+  }
+  return matmul_.get();
 }
 
 template <typename T>
@@ -58,8 +67,8 @@ void Dense<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   const int64_t batch = in.cols();
   const bool sparse = data_input_ && gather_active_features(in);
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16_ && !sparse) {  // bias and ReLU inside the product
-      bf16_->forward(w, params + bias_, in.data(), batch, out.data());
+    if (!sparse && matmul() != nullptr) {  // bias and ReLU inside the product
+      matmul_->forward(w, params + bias_, in.data(), batch, out.data());
       return;
     }
   }
@@ -95,8 +104,8 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
   }
   if (din == nullptr) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16_) {
-      bf16_->backward_data(params + kernel_, dout.data(), batch, din);
+    if (matmul() != nullptr) {
+      matmul_->backward_data(params + kernel_, dout.data(), batch, din);
       return;
     }
   }

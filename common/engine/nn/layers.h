@@ -31,9 +31,11 @@ namespace pstrain::nn {
 // input and its masked output gradient (Model::kernel_factors): a worker ships those, which are
 // smaller than the kernel, and the parameter server multiplies them out.
 //
-// Mixed precision (use_bf16, float only): the forward and input-gradient products in bfloat16
-// through oneDNN (onednn_matmul.h), where onednn_bf16(); the kernel gradient stays float32, as do
-// the sparse-input and row-group forwards (the products a server may compute for it).
+// Products: Dense<float>'s forward and input gradient are oneDNN's float32 matmul where
+// onednn_preferred() (AVX2 and up), else BLAS's (and the double engine's always). Mixed precision
+// (use_bf16, float only) makes them oneDNN's bfloat16 matmul where onednn_bf16()
+// (onednn_matmul.h). The kernel gradient is simd::product in both, and the sparse-input and
+// row-group forwards (the products a server may compute for it) stay float32 and our own.
 template <typename T>
 class Dense final : public Layer<T> {
  public:
@@ -80,7 +82,11 @@ class Dense final : public Layer<T> {
   std::vector<int64_t> group_active_;      // scratch of grouped_forward: one group's active rows
   std::vector<const T*> group_rows_;       // their kernel rows
   std::vector<T, CacheAlignedAllocator<T>> group_in_, partial_;  // their inputs, the group's product
-  std::unique_ptr<OneDnnMatmul> bf16_;  // mixed precision's products (null: float32 BLAS)
+  // The forward's and input gradient's oneDNN products (null: BLAS's), made at the first forward;
+  // matmul_bf16_ when they are mixed precision's.
+  std::unique_ptr<OneDnnMatmul> matmul_;
+  bool matmul_bf16_ = false;
+  OneDnnMatmul* matmul();
 };
 
 // 2-D convolution over [height, width, channels] examples. Strides and padding follow TensorFlow

@@ -3,6 +3,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/error.h"
@@ -23,12 +24,13 @@ using Tag = memory::format_tag;
 using Type = memory::data_type;
 
 struct OneDnnMatmul::Impl {
-  // One product's primitive for one batch size: src (float32, the caller's) rounded into src_lp,
-  // the kernel (float32 [in, out] row-major, seen as the product needs it) into weights.
+  // One product's primitive for one batch size. In bfloat16, src (float32, the caller's) is rounded
+  // into src_lp and the kernel (float32 [in, out] row-major, seen as the product needs it) into
+  // weights; in float32 the primitive reads the caller's memory as it lies.
   struct Product {
     memory::desc src, user_weights, dst;
     memory src_lp, weights;
-    dnnl::reorder to_src_lp, to_weights;
+    std::optional<dnnl::reorder> to_src_lp, to_weights;
     dnnl::matmul matmul;
   };
   struct Plan {
@@ -37,13 +39,14 @@ struct OneDnnMatmul::Impl {
   };
 
   int64_t in, out;
-  bool relu;
+  bool relu, bf16;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<int64_t, Plan> plans;
   std::vector<memory> kernels;  // the rounded kernels, by layout (at most a few)
 
-  Impl(int64_t in_size, int64_t out_size, bool with_relu) : in(in_size), out(out_size), relu(with_relu) {}
+  Impl(int64_t in_size, int64_t out_size, bool with_relu, bool in_bf16)
+      : in(in_size), out(out_size), relu(with_relu), bf16(in_bf16) {}
 
   // rows x k times k x n: src [rows, k] row-major; the kernel seen as [k, n] with `kernel_tag`
   // (ab: the kernel itself; ba: its transpose); dst [rows, n] row-major, with the bias.
@@ -52,8 +55,8 @@ struct OneDnnMatmul::Impl {
     p.src = memory::desc({rows, k}, Type::f32, Tag::ab);
     p.user_weights = memory::desc({k, n}, Type::f32, kernel_tag);
     p.dst = memory::desc({rows, n}, Type::f32, Tag::ab);
-    const memory::desc src_lp({rows, k}, Type::bf16, Tag::ab);
-    const memory::desc weights_any({k, n}, Type::bf16, Tag::any);
+    const memory::desc src_op = bf16 ? memory::desc({rows, k}, Type::bf16, Tag::ab) : p.src;
+    const memory::desc weights_op = bf16 ? memory::desc({k, n}, Type::bf16, Tag::any) : p.user_weights;
     dnnl::primitive_attr attr;
     if (with_relu) {
       dnnl::post_ops ops;
@@ -61,14 +64,16 @@ struct OneDnnMatmul::Impl {
       attr.set_post_ops(ops);
     }
     const auto pd = with_bias ? dnnl::matmul::primitive_desc(
-                                    dnnl::matmul::desc(src_lp, weights_any, memory::desc({1, n}, Type::f32, Tag::ab), p.dst),
+                                    dnnl::matmul::desc(src_op, weights_op, memory::desc({1, n}, Type::f32, Tag::ab), p.dst),
                                     attr, engine)
-                              : dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_lp, weights_any, p.dst), attr, engine);
+                              : dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_op, weights_op, p.dst), attr, engine);
     p.matmul = dnnl::matmul(pd);
-    p.src_lp = memory(src_lp, engine);
-    p.weights = rounded_kernel(pd.weights_desc());
-    p.to_src_lp = dnnl::reorder(memory(p.src, engine, nullptr), p.src_lp);
-    p.to_weights = dnnl::reorder(memory(p.user_weights, engine, nullptr), p.weights);
+    if (bf16) {
+      p.src_lp = memory(src_op, engine);
+      p.weights = rounded_kernel(pd.weights_desc());
+      p.to_src_lp = dnnl::reorder(memory(p.src, engine, nullptr), p.src_lp);
+      p.to_weights = dnnl::reorder(memory(p.user_weights, engine, nullptr), p.weights);
+    }
     return p;
   }
 
@@ -92,11 +97,14 @@ struct OneDnnMatmul::Impl {
 
   memory wrap(const memory::desc& d, const float* data) { return memory(d, engine, const_cast<float*>(data)); }
 
-  // Rounds the operands into the product's copies.
-  void round_operands(Product& p, const float* kernel, const float* src) {
+  // The product's operands: in bfloat16 the caller's rounded into the product's copies, in
+  // float32 the caller's memory itself.
+  std::pair<memory, memory> operands(Product& p, const float* kernel, const float* src) {
     memory user_weights = wrap(p.user_weights, kernel), user_src = wrap(p.src, src);
-    p.to_weights.execute(stream, user_weights, p.weights);
-    p.to_src_lp.execute(stream, user_src, p.src_lp);
+    if (!bf16) return {user_src, user_weights};
+    p.to_weights->execute(stream, user_weights, p.weights);
+    p.to_src_lp->execute(stream, user_src, p.src_lp);
+    return {p.src_lp, p.weights};
   }
 };
 
@@ -115,11 +123,11 @@ void guarded(const char* what, int64_t in, int64_t out, const F& f) {
 
 }  // namespace
 
-OneDnnMatmul::OneDnnMatmul(int64_t in, int64_t out, bool relu) {
-  if (!onednn_bf16()) {
+OneDnnMatmul::OneDnnMatmul(int64_t in, int64_t out, bool relu, bool bf16) {
+  if (bf16 && !onednn_bf16()) {
     throw Error(std::string("a bfloat16 matmul needs AVX512-BF16 or AMX; oneDNN runs ") + onednn_isa() + " here");
   }
-  impl_ = std::make_unique<Impl>(in, out, relu);
+  impl_ = std::make_unique<Impl>(in, out, relu, bf16);
 }
 OneDnnMatmul::~OneDnnMatmul() = default;
 
@@ -127,9 +135,9 @@ void OneDnnMatmul::forward(const float* kernel, const float* bias, const float* 
   guarded("forward", impl_->in, impl_->out, [&] {
     Impl& m = *impl_;
     Impl::Product& p = m.plan(batch).forward;
-    m.round_operands(p, kernel, x);
-    p.matmul.execute(m.stream, {{DNNL_ARG_SRC, p.src_lp},
-                                {DNNL_ARG_WEIGHTS, p.weights},
+    const auto [src, weights] = m.operands(p, kernel, x);
+    p.matmul.execute(m.stream, {{DNNL_ARG_SRC, src},
+                                {DNNL_ARG_WEIGHTS, weights},
                                 {DNNL_ARG_BIAS, m.wrap(memory::desc({1, m.out}, Type::f32, Tag::ab), bias)},
                                 {DNNL_ARG_DST, m.wrap(p.dst, y)}});
     m.stream.wait();
@@ -143,8 +151,8 @@ void OneDnnMatmul::backward_data(const float* kernel, const float* dy, int64_t b
     // dx [batch, in] = dy [batch, out] x kernel^T: the [in, out] kernel seen as [out, in] (ba).
     if (!plan.backward_data) plan.backward_data = m.product(batch, m.out, m.in, Tag::ba, false, false);
     Impl::Product& p = *plan.backward_data;
-    m.round_operands(p, kernel, dy);
-    p.matmul.execute(m.stream, {{DNNL_ARG_SRC, p.src_lp}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, m.wrap(p.dst, dx)}});
+    const auto [src, weights] = m.operands(p, kernel, dy);
+    p.matmul.execute(m.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, m.wrap(p.dst, dx)}});
     m.stream.wait();
   });
 }
@@ -152,7 +160,7 @@ void OneDnnMatmul::backward_data(const float* kernel, const float* dy, int64_t b
 #else  // no oneDNN in this build
 
 struct OneDnnMatmul::Impl {};
-OneDnnMatmul::OneDnnMatmul(int64_t, int64_t, bool) { throw Error("this build has no oneDNN (PSTRAIN_ONEDNN=OFF)"); }
+OneDnnMatmul::OneDnnMatmul(int64_t, int64_t, bool, bool) { throw Error("this build has no oneDNN (PSTRAIN_ONEDNN=OFF)"); }
 OneDnnMatmul::~OneDnnMatmul() = default;
 void OneDnnMatmul::forward(const float*, const float*, const float*, int64_t, float*) {}
 void OneDnnMatmul::backward_data(const float*, const float*, int64_t, float*) {}

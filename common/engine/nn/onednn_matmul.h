@@ -1,15 +1,17 @@
-// A dense layer's products in bfloat16 through oneDNN's matmul (mixed precision, issue 53): the
-// forward y = x W + b and the input gradient dx = dy W^T, where the CPU computes bfloat16 products
-// natively (onednn_bf16(): AVX512-BF16 or AMX). Dense<float> uses it under mixed_bfloat16
-// (layers.h); float32 products stay BLAS's.
+// A dense layer's forward y = x W + b and input gradient dx = dy W^T through oneDNN's matmul, in
+// float32 or in bfloat16. Dense<float> uses it in float32 wherever oneDNN generates AVX2 code or
+// better (onednn_preferred(): about twice OpenBLAS's Haswell kernels on an AVX-512 CPU, measured in
+// docs/BENCHMARKS.md), reading the caller's memory as it lies; and in bfloat16 under
+// mixed_bfloat16 where the CPU computes bfloat16 products natively (onednn_bf16(): AVX512-BF16 or
+// AMX) (layers.h).
 //
-// The operands (x, dy and the kernel) are rounded to bfloat16 as they are reordered for the
-// primitive (round to nearest even); the products accumulate in float32 and y and dx are float32.
-// The kernel stays float32 in the caller's memory (the master weights) and is rounded afresh at
-// every call (it changes every step), into one buffer per layout that every batch size's
-// primitive shares (the forward's and the input gradient's layouts differ: two copies a layer). The kernel gradient is not here: Dense computes it in
-// float32 (simd::product), the order of additions a server multiplying out a factored push also
-// has, so every exchange stays exact under mixed precision.
+// In bfloat16 the operands (x, dy and the kernel) are rounded to bfloat16 as they are reordered for
+// the primitive (round to nearest even); the products accumulate in float32 and y and dx are
+// float32. The kernel stays float32 in the caller's memory (the master weights) and is rounded
+// afresh at every call (it changes every step), into one buffer per layout that every batch
+// size's primitive shares (the forward's and the input gradient's layouts differ: two copies a
+// layer). The kernel gradient is not here: Dense computes it in float32 (simd::product), the order
+// of additions a server multiplying out a factored push also has, so every exchange stays exact.
 //
 // Layouts are ours: x and y a column per example (row-major [batch, in] and [batch, out]), the
 // kernel Keras' [in, out] row-major. Exactness as onednn_conv.h: one thread per call
@@ -25,8 +27,9 @@ namespace pstrain::nn {
 
 class OneDnnMatmul {
  public:
-  // in x out kernel; relu: max(y, 0) fused into the forward. Throws Error where !onednn_bf16().
-  OneDnnMatmul(int64_t in, int64_t out, bool relu);
+  // in x out kernel; relu: max(y, 0) fused into the forward. bf16: the products in bfloat16
+  // (throws Error where !onednn_bf16()), else in float32 on the caller's memory.
+  OneDnnMatmul(int64_t in, int64_t out, bool relu, bool bf16);
   ~OneDnnMatmul();
   OneDnnMatmul(const OneDnnMatmul&) = delete;
   OneDnnMatmul& operator=(const OneDnnMatmul&) = delete;

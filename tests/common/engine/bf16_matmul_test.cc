@@ -1,8 +1,9 @@
 // Mixed-precision dense products (onednn_matmul.h): the forward and the input gradient from
 // operands rounded to bfloat16 and accumulated in float32 (against float64 on the rounded
 // operands), near the float32 products, the same bits on every run and after another batch
-// size; and a Dense layer switched with use_bf16 whose kernel gradient stays
-// the float32 one. On a CPU without AVX512-BF16 or AMX the constructor refuses.
+// size; a Dense layer switched with use_bf16 whose kernel gradient stays the float32 one (on a CPU
+// without AVX512-BF16 or AMX the constructor refuses); and the float32 layer's products, oneDNN's
+// float32 matmul where it generates AVX2 or better, against float64.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -37,7 +38,7 @@ TEST_CASE("bfloat16 matmul: forward and input gradient from rounded operands in 
   const int64_t in = 37, out = 21, batch = 9;  // odd sizes: no block divides them
   if (!onednn_bf16()) {
     MESSAGE("oneDNN runs " << std::string(onednn_isa()) << " here: no bfloat16 products, the constructor refuses");
-    CHECK_THROWS_AS(OneDnnMatmul(in, out, false), Error);
+    CHECK_THROWS_AS(OneDnnMatmul(in, out, false, true), Error);
     return;
   }
   const std::vector<float> x = random_values(static_cast<size_t>(batch * in), 1);
@@ -46,7 +47,7 @@ TEST_CASE("bfloat16 matmul: forward and input gradient from rounded operands in 
   const std::vector<float> dy = random_values(static_cast<size_t>(batch * out), 4);
   for (const bool relu : {false, true}) {
     CAPTURE(relu);
-    OneDnnMatmul m(in, out, relu);
+    OneDnnMatmul m(in, out, relu, true);
     std::vector<float> y(static_cast<size_t>(batch * out)), y_again(y.size());
     m.forward(kernel.data(), bias.data(), x.data(), batch, y.data());
     m.forward(kernel.data(), bias.data(), x.data(), batch, y_again.data());
@@ -75,7 +76,7 @@ TEST_CASE("bfloat16 matmul: forward and input gradient from rounded operands in 
     CHECK(y == y_again);
     CHECK(worst_error(two, std::vector<double>(want.begin(), want.begin() + 2 * out)) < 1e-5);
   }
-  OneDnnMatmul m(in, out, false);
+  OneDnnMatmul m(in, out, false, true);
   std::vector<float> dx(static_cast<size_t>(batch * in)), dx_again(dx.size());
   m.backward_data(kernel.data(), dy.data(), batch, dx.data());
   m.backward_data(kernel.data(), dy.data(), batch, dx_again.data());
@@ -105,7 +106,7 @@ TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the ma
   std::vector<float> y32(static_cast<size_t>(batch * out)), y16(y32.size());
   full.forward(params.data(), ConstMatMap<float>(x.data(), in, batch), MatMap<float>(y32.data(), out, batch));
   low.forward(params.data(), ConstMatMap<float>(x.data(), in, batch), MatMap<float>(y16.data(), out, batch));
-  OneDnnMatmul product(in, out, true);
+  OneDnnMatmul product(in, out, true, true);
   std::vector<float> want(y16.size());
   product.forward(params.data(), params.data() + in * out, x.data(), batch, want.data());
   CHECK(y16 == want);
@@ -123,4 +124,47 @@ TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the ma
   product.backward_data(params.data(), dy32.data(), batch, dx_want.data());  // dy32: masked like dy16
   CHECK(dx16 == dx_want);
   CHECK(dx16 != dx32);
+}
+
+TEST_CASE("float32 dense products: oneDNN's matmul where it generates AVX2 or better, near float64, the same bits every run") {
+  const int64_t in = 45, out = 23, batch = 11;
+  const std::vector<float> params = random_values(static_cast<size_t>(in * out + out), 8);
+  const std::vector<float> x = random_values(static_cast<size_t>(batch * in), 9);
+  const std::vector<float> dy0 = random_values(static_cast<size_t>(batch * out), 10);
+  Dense<float> layer(in, out, true, 0, static_cast<size_t>(in * out));
+  std::vector<float> y(static_cast<size_t>(batch * out)), y_again(y.size());
+  layer.forward(params.data(), ConstMatMap<float>(x.data(), in, batch), MatMap<float>(y.data(), out, batch));
+  layer.forward(params.data(), ConstMatMap<float>(x.data(), in, batch), MatMap<float>(y_again.data(), out, batch));
+  CHECK(y == y_again);
+  std::vector<double> want(y.size());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = params[static_cast<size_t>(in * out + o)];
+      for (int64_t i = 0; i < in; ++i) acc += static_cast<double>(x[b * in + i]) * params[i * out + o];
+      want[b * out + o] = std::max(acc, 0.0);
+    }
+  CHECK(worst_error(y, want) < 1e-6);
+  std::vector<float> dy = dy0, grads(params.size()), dx(static_cast<size_t>(batch * in));
+  layer.backward(params.data(), ConstMatMap<float>(x.data(), in, batch), ConstMatMap<float>(y.data(), out, batch),
+                 MatMap<float>(dy.data(), out, batch), grads.data(), dx.data());
+  std::vector<double> dx_want(dx.size());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < in; ++i) {
+      double acc = 0;
+      for (int64_t o = 0; o < out; ++o) acc += static_cast<double>(dy[b * out + o]) * params[i * out + o];  // dy masked
+      dx_want[b * in + i] = acc;
+    }
+  CHECK(worst_error(dx, dx_want) < 1e-6);
+  if (!onednn_preferred()) {
+    MESSAGE("oneDNN runs " << std::string(onednn_isa()) << " here: the dense products are BLAS's");
+    return;
+  }
+  // Where oneDNN generates AVX2 or better, the layer's products are the float32 matmul's bits.
+  OneDnnMatmul product(in, out, true, false);
+  std::vector<float> y_mm(y.size()), dx_mm(dx.size());
+  product.forward(params.data(), params.data() + in * out, x.data(), batch, y_mm.data());
+  product.backward_data(params.data(), dy.data(), batch, dx_mm.data());
+  CHECK(y == y_mm);
+  CHECK(dx == dx_mm);
+  MESSAGE("float32 dense products through oneDNN " << std::string(onednn_isa()));
 }
