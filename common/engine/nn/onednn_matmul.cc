@@ -56,7 +56,13 @@ struct OneDnnMatmul::Impl {
     p.user_weights = memory::desc({k, n}, Type::f32, kernel_tag);
     p.dst = memory::desc({rows, n}, Type::f32, Tag::ab);
     const memory::desc src_op = bf16 ? memory::desc({rows, k}, Type::bf16, Tag::ab) : p.src;
-    const memory::desc weights_op = bf16 ? memory::desc({k, n}, Type::bf16, Tag::any) : p.user_weights;
+    // In bfloat16 the forward lets the primitive pick the kernel's layout (a blocked one: plain
+    // [in, out] was 6-10x slower for it), the input gradient reads the rounded kernel as it lies,
+    // transposed (as fast as blocked there, and its rounding is then a plain conversion, where a
+    // transposing reorder cost as much as the product: docs/BENCHMARKS.md).
+    const memory::desc weights_op = !bf16                  ? p.user_weights
+                                    : kernel_tag == Tag::ab ? memory::desc({k, n}, Type::bf16, Tag::any)
+                                                            : memory::desc({k, n}, Type::bf16, kernel_tag);
     dnnl::primitive_attr attr;
     if (with_relu) {
       dnnl::post_ops ops;

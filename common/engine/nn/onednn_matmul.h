@@ -9,8 +9,9 @@
 // the primitive (round to nearest even); the products accumulate in float32 and y and dx are
 // float32. The kernel stays float32 in the caller's memory (the master weights) and is rounded
 // afresh at every call (it changes every step), into one buffer per layout that every batch
-// size's primitive shares (the forward's and the input gradient's layouts differ: two copies a
-// layer). The kernel gradient is not here: Dense computes it in float32 (simd::product), the order
+// size's primitive shares: the forward's the primitive's own blocked layout, the input
+// gradient's the kernel's [in, out] as it lies (read transposed), so that rounding is a plain
+// conversion (two copies a layer). The kernel gradient is not here: Dense computes it in float32 (simd::product), the order
 // of additions a server multiplying out a factored push also has, so every exchange stays exact.
 //
 // Layouts are ours: x and y a column per example (row-major [batch, in] and [batch, out]), the
