@@ -1,7 +1,9 @@
 // pstrain-kernel-bench: the engine's fixed-order product (common/engine/simd/kernels.h) against OpenBLAS's
-// sgemm on the dense layers' shapes, and the optimizers' updates, at the level in use
-// (PSTRAIN_CPU_TARGET caps it; OPENBLAS_CORETYPE picks OpenBLAS's kernels), interleaved, 1 thread.
-// Prints GFLOP/s (products) or GB/s (updates) of each and their ratio.
+// sgemm on the dense layers' shapes, at the level in use (PSTRAIN_CPU_TARGET caps it and oneDNN;
+// OPENBLAS_CORETYPE picks OpenBLAS's kernels), interleaved, 1 thread; for the forward and the
+// input gradient also oneDNN's float32 matmul as the dense layer calls it (onednn_matmul.h; "-"
+// where oneDNN generates less than AVX2 and the layer stays with BLAS). Prints GFLOP/s of each and
+// the ratios ours / BLAS and oneDNN / BLAS.
 //
 //   pstrain-kernel-bench [--repeats 5] [--min-ms 100]
 #include <algorithm>
@@ -10,12 +12,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/base/aligned.h"
 #include "common/engine/compute_threads.h"
 #include "common/engine/nn/gemm.h"
+#include "common/engine/nn/onednn_conv.h"
+#include "common/engine/nn/onednn_matmul.h"
 #include "common/base/rng.h"
 #include "common/engine/simd/kernels.h"
 
@@ -72,7 +77,10 @@ int run(int argc, char** argv) {
   }
   set_compute_threads(1);
   std::printf("CPU: %s\n", describe_compute().c_str());
-  std::printf("%-44s %10s %10s %7s\n", "product (out x in, batch)", "ours GF/s", "BLAS GF/s", "ratio");
+  const bool onednn = nn::onednn_preferred();
+  std::printf("oneDNN: %s\n", nn::onednn_isa());
+  std::printf("%-44s %10s %10s %10s %7s %7s\n", "product (out x in, batch)", "ours GF/s", "BLAS GF/s", "oneDNN", "ours/B",
+              "oneDNN/B");
   const Case cases[] = {
       {"MNIST MLP dense 1 forward (700 x 784, 64)", 700, 784, 64, Case::kForward},
       {"MNIST MLP dense 1 kernel gradient", 700, 784, 64, Case::kKernelGradient},
@@ -85,6 +93,8 @@ int run(int argc, char** argv) {
       {"CNN dense 64 x 1600, batch 64 input gradient", 64, 1600, 64, Case::kInputGradient},
       {"Keras CNN dense 128 x 21632, batch 64 forward", 128, 21632, 64, Case::kForward},
       {"Keras CNN dense 128 x 21632, batch 64 kernel gr", 128, 21632, 64, Case::kKernelGradient},
+      {"Keras CNN dense 128 x 21632, batch 128 forward", 128, 21632, 128, Case::kForward},
+      {"Keras CNN dense 128 x 21632, batch 128 input gr", 128, 21632, 128, Case::kInputGradient},
       {"large MLP 2048 x 2048, batch 128 forward", 2048, 2048, 128, Case::kForward},
       {"large MLP 2048 x 2048, batch 128 kernel grad", 2048, 2048, 128, Case::kKernelGradient},
       {"large MLP 2048 x 2048, batch 128 input grad", 2048, 2048, 128, Case::kInputGradient},
@@ -93,7 +103,10 @@ int run(int argc, char** argv) {
     const Buffer w = random(static_cast<size_t>(c.in * c.out), 1), x = random(static_cast<size_t>(c.in * c.batch), 2),
                  dy = random(static_cast<size_t>(c.out * c.batch), 3);
     Buffer result(static_cast<size_t>(std::max(c.in, c.out) * std::max(c.in, c.batch)));
-    std::function<void()> ours, blas;
+    const Buffer bias(static_cast<size_t>(c.out), 0.0f);
+    std::function<void()> ours, blas, dnn;
+    std::unique_ptr<nn::OneDnnMatmul> matmul;
+    if (onednn && c.kind != Case::kKernelGradient) matmul = std::make_unique<nn::OneDnnMatmul>(c.in, c.out, false, false);
     switch (c.kind) {
       case Case::kForward:  // y (out x batch) = W^T x
         ours = [&] { simd::product(c.out, c.batch, c.in, {w.data(), 1, c.out}, {x.data(), c.in, 1}, false, result.data(), c.out); };
@@ -101,6 +114,7 @@ int run(int argc, char** argv) {
           nn::gemm<float>(nn::Op::kNone, nn::Op::kNone, c.out, c.batch, c.in, w.data(), c.out, x.data(), c.in, 0.0f,
                           result.data(), c.out);
         };
+        if (matmul) dnn = [&] { matmul->forward(w.data(), bias.data(), x.data(), c.batch, result.data()); };
         break;
       case Case::kKernelGradient:  // dW (out x in) = dy x^T
         ours = [&] { simd::product(c.out, c.in, c.batch, {dy.data(), 1, c.out}, {x.data(), 1, c.in}, false, result.data(), c.out); };
@@ -115,18 +129,27 @@ int run(int argc, char** argv) {
           nn::gemm<float>(nn::Op::kTranspose, nn::Op::kNone, c.in, c.batch, c.out, w.data(), c.out, dy.data(), c.out,
                           0.0f, result.data(), c.in);
         };
+        if (matmul) dnn = [&] { matmul->backward_data(w.data(), dy.data(), c.batch, result.data()); };
         break;
     }
-    std::vector<double> mine, theirs;
+    std::vector<double> mine, theirs, dnns;
     for (int r = 0; r < repeats; ++r) {  // interleaved
       mine.push_back(time_it(ours, 1, min_ms));
       theirs.push_back(time_it(blas, 1, min_ms));
+      if (dnn) dnns.push_back(time_it(dnn, 1, min_ms));
     }
-    std::sort(mine.begin(), mine.end());
-    std::sort(theirs.begin(), theirs.end());
     const double flops = 2.0 * static_cast<double>(c.in * c.out * c.batch);
-    const double a = flops / mine[mine.size() / 2] / 1e9, b = flops / theirs[theirs.size() / 2] / 1e9;
-    std::printf("%-44s %10.1f %10.1f %7.2f\n", c.name, a, b, a / b);
+    const auto rate = [&](std::vector<double>& t) {
+      std::sort(t.begin(), t.end());
+      return flops / t[t.size() / 2] / 1e9;
+    };
+    const double a = rate(mine), b = rate(theirs);
+    if (dnns.empty()) {
+      std::printf("%-44s %10.1f %10.1f %10s %7.2f %7s\n", c.name, a, b, "-", a / b, "-");
+    } else {
+      const double d = rate(dnns);
+      std::printf("%-44s %10.1f %10.1f %10.1f %7.2f %7.2f\n", c.name, a, b, d, a / b, d / b);
+    }
     std::fflush(stdout);
   }
   return 0;

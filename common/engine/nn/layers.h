@@ -35,7 +35,7 @@ namespace pstrain::nn {
 // onednn_preferred() (AVX2 and up), else BLAS's (and the double engine's always). Mixed precision
 // (use_bf16, float only) makes them oneDNN's bfloat16 matmul where onednn_bf16()
 // (onednn_matmul.h). The kernel gradient is simd::product in both, and the sparse-input and
-// row-group forwards (the products a server may compute for it) stay float32 and our own.
+// row-group forwards (the products a server may compute for it) stay float32 and BLAS's.
 template <typename T>
 class Dense final : public Layer<T> {
  public:

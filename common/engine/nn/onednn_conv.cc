@@ -13,6 +13,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "common/engine/nn/onednn_one_thread.h"
+#include "common/engine/nn/onednn_plans.h"
 #endif
 
 namespace pstrain::nn {
@@ -110,7 +111,7 @@ struct OneDnnConv::Impl {
   dnnl::stream stream{engine};
   memory::desc user_weights, bias;
   memory::dims strides, pad_l, pad_r;
-  std::map<int64_t, Plan> plans;
+  BoundedPlans<Plan> plans;
 
   Impl(const ConvGeometry& geometry, bool with_relu, bool in_bf16) : g(geometry), relu(with_relu), bf16(in_bf16) {
     user_weights = memory::desc({g.filters, g.channels, g.kernel_h, g.kernel_w}, memory::data_type::f32, Tag::hwio);
@@ -134,8 +135,7 @@ struct OneDnnConv::Impl {
   }
 
   Plan& plan(int64_t batch) {
-    auto it = plans.find(batch);
-    if (it != plans.end()) return it->second;
+    if (Plan* known = plans.get(batch)) return *known;
     cap_isa_once();
     const memory::desc src(nchw_dims(batch, g.channels, g.height, g.width), memory::data_type::f32, Tag::nhwc);
     const memory::desc dst(nchw_dims(batch, g.filters, g.out_h, g.out_w), memory::data_type::f32, Tag::nhwc);
@@ -163,7 +163,7 @@ struct OneDnnConv::Impl {
     if (fwd_pd.weights_desc() != user_weights) {
       p.to_fwd_weights = dnnl::reorder(memory(user_weights, engine, nullptr), p.fwd_weights);
     }
-    return plans.emplace(batch, std::move(p)).first->second;
+    return plans.add(batch, std::move(p));
   }
 
   void ensure_backward_weights(Plan& p) {

@@ -13,6 +13,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "common/engine/nn/onednn_one_thread.h"
+#include "common/engine/nn/onednn_plans.h"
 #endif
 
 namespace pstrain::nn {
@@ -42,7 +43,7 @@ struct OneDnnMatmul::Impl {
   bool relu, bf16;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::map<int64_t, Plan> plans;
+  BoundedPlans<Plan> plans;
   std::vector<memory> kernels;  // the rounded kernels, by layout (at most a few)
 
   Impl(int64_t in_size, int64_t out_size, bool with_relu, bool in_bf16)
@@ -84,10 +85,8 @@ struct OneDnnMatmul::Impl {
   }
 
   Plan& plan(int64_t batch) {
-    auto it = plans.find(batch);
-    if (it != plans.end()) return it->second;
-    Plan p{product(batch, in, out, Tag::ab, true, relu), std::nullopt};
-    return plans.emplace(batch, std::move(p)).first->second;
+    if (Plan* known = plans.get(batch)) return *known;
+    return plans.add(batch, Plan{product(batch, in, out, Tag::ab, true, relu), std::nullopt});
   }
 
   // The bfloat16 kernel in the layout `d`: one buffer per layout, shared by every batch size's

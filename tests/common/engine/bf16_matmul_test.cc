@@ -6,6 +6,7 @@
 // float32 matmul where it generates AVX2 or better, against float64.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -167,4 +168,26 @@ TEST_CASE("float32 dense products: oneDNN's matmul where it generates AVX2 or be
   CHECK(y == y_mm);
   CHECK(dx == dx_mm);
   MESSAGE("float32 dense products through oneDNN " << std::string(onednn_isa()));
+  // More batch sizes than a layer keeps plans for (onednn_plans.h): each near float64, and the
+  // first batch size's plan, dropped and made again, gives the same bits.
+  for (int64_t b = 1; b <= 12; ++b) {
+    std::vector<float> part(static_cast<size_t>(b * out));
+    layer.forward(params.data(), ConstMatMap<float>(x.data(), in, std::min(b, batch)),
+                  MatMap<float>(part.data(), out, std::min(b, batch)));
+    part.resize(static_cast<size_t>(std::min(b, batch) * out));
+    CHECK(worst_error(part, std::vector<double>(want.begin(), want.begin() + std::min(b, batch) * out)) < 1e-6);
+  }
+  layer.forward(params.data(), ConstMatMap<float>(x.data(), in, batch), MatMap<float>(y_again.data(), out, batch));
+  CHECK(y == y_again);
+  // Mixed precision switched on after float32 products were made: the bfloat16 matmul's bits.
+  if (onednn_bf16()) {
+    CHECK(layer.use_bf16());
+    CHECK_FALSE(layer.use_bf16());
+    std::vector<float> y16(y.size()), y16_want(y.size());
+    layer.forward(params.data(), ConstMatMap<float>(x.data(), in, batch), MatMap<float>(y16.data(), out, batch));
+    OneDnnMatmul low(in, out, true, true);
+    low.forward(params.data(), params.data() + in * out, x.data(), batch, y16_want.data());
+    CHECK(y16 == y16_want);
+    CHECK(y16 != y);
+  }
 }

@@ -4,6 +4,7 @@
 // exponential's range ends.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -84,6 +85,16 @@ TEST_CASE("masked_softmax: the softmax of the allowed keys, 0 elsewhere, on ever
     std::vector<float> none = uniform(40, 3, -1.0f, 1.0f);  // nothing allowed: all zero
     k->masked_softmax(40, scale, mask(40, 4, true).data(), none.data());
     CHECK(same(none, std::vector<float>(40, 0.0f)));
+    // The exponential over its range: two keys {0, y} weigh 1 / (1 + e^y) and e^y / (1 + e^y).
+    int worst_ulps = 0;
+    for (float y = -87.0f; y <= 0.0f; y += 0.37f) {
+      std::vector<float> pair{0.0f, y}, both_allowed(2, 1.0f);
+      k->masked_softmax(2, 1.0f, both_allowed.data(), pair.data());
+      const double e = std::exp(double{y}), want = e / (1 + e);
+      const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+      worst_ulps = std::max(worst_ulps, static_cast<int>(std::abs(pair[1] - want) / ulp));
+    }
+    CHECK(worst_ulps <= 4);  // exp's ~2 units, then a division
     // A key 100 below the top underflows to exactly 0; the top itself weighs 1.
     std::vector<float> far{0.0f, -400.0f}, both(2, 1.0f);
     k->masked_softmax(2, scale, both.data(), far.data());
