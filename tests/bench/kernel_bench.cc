@@ -2,7 +2,7 @@
 // sgemm on the dense layers' shapes, at the level in use (PSTRAIN_CPU_TARGET caps it and oneDNN;
 // OPENBLAS_CORETYPE picks OpenBLAS's kernels), interleaved, 1 thread; for the forward and the
 // input gradient also oneDNN's float32 matmul as the dense layer calls it (onednn_matmul.h; "-"
-// where oneDNN generates less than AVX2 and the layer stays with BLAS). Prints GFLOP/s of each and
+// where oneDNN generates less than AVX2; the layer itself uses it at AVX-512 only). Prints GFLOP/s of each and
 // the ratios ours / BLAS and oneDNN / BLAS.
 //
 //   pstrain-kernel-bench [--repeats 5] [--min-ms 100]

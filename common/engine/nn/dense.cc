@@ -49,7 +49,7 @@ bool Dense<T>::use_bf16() {
 template <typename T>
 OneDnnMatmul* Dense<T>::matmul() {
   if constexpr (std::is_same_v<T, float>) {
-    if (!matmul_ && onednn_preferred()) matmul_ = std::make_unique<OneDnnMatmul>(in_, out_, relu_, /*bf16=*/false);
+    if (!matmul_ && onednn_matmul_preferred()) matmul_ = std::make_unique<OneDnnMatmul>(in_, out_, relu_, /*bf16=*/false);
   }
   return matmul_.get();
 }

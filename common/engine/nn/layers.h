@@ -32,7 +32,7 @@ namespace pstrain::nn {
 // smaller than the kernel, and the parameter server multiplies them out.
 //
 // Products: Dense<float>'s forward and input gradient are oneDNN's float32 matmul where
-// onednn_preferred() (AVX2 and up), else BLAS's (and the double engine's always). Mixed precision
+// onednn_matmul_preferred() (AVX-512 and up), else BLAS's (and the double engine's always). Mixed precision
 // (use_bf16, float only) makes them oneDNN's bfloat16 matmul where onednn_bf16()
 // (onednn_matmul.h). The kernel gradient is simd::product in both, and the sparse-input and
 // row-group forwards (the products a server may compute for it) stay float32 and BLAS's.

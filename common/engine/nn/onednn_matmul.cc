@@ -128,6 +128,13 @@ void guarded(const char* what, int64_t in, int64_t out, const F& f) {
 
 }  // namespace
 
+bool onednn_matmul_preferred() {
+  if (!onednn_preferred()) return false;  // (which applies PSTRAIN_CPU_TARGET's cap first)
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512) == avx512;
+}
+
 OneDnnMatmul::OneDnnMatmul(int64_t in, int64_t out, bool relu, bool bf16) {
   if (bf16 && !onednn_bf16()) {
     throw Error(std::string("a bfloat16 matmul needs AVX512-BF16 or AMX; oneDNN runs ") + onednn_isa() + " here");
@@ -164,6 +171,7 @@ void OneDnnMatmul::backward_data(const float* kernel, const float* dy, int64_t b
 
 #else  // no oneDNN in this build
 
+bool onednn_matmul_preferred() { return false; }
 struct OneDnnMatmul::Impl {};
 OneDnnMatmul::OneDnnMatmul(int64_t, int64_t, bool, bool) { throw Error("this build has no oneDNN (PSTRAIN_ONEDNN=OFF)"); }
 OneDnnMatmul::~OneDnnMatmul() = default;

@@ -1,9 +1,9 @@
 // A dense layer's forward y = x W + b and input gradient dx = dy W^T through oneDNN's matmul, in
-// float32 or in bfloat16. Dense<float> uses it in float32 wherever oneDNN generates AVX2 code or
-// better (onednn_preferred(): about twice OpenBLAS's Haswell kernels on an AVX-512 CPU, measured in
-// docs/BENCHMARKS.md), reading the caller's memory as it lies; and in bfloat16 under
-// mixed_bfloat16 where the CPU computes bfloat16 products natively (onednn_bf16(): AVX512-BF16 or
-// AMX) (layers.h).
+// float32 or in bfloat16. Dense<float> uses it in float32 where oneDNN generates AVX-512 code
+// (onednn_matmul_preferred(): 1.4-2.2x OpenBLAS's Haswell kernels on the AVX-512 CPU; at AVX2
+// 0.56-1.21x, so BLAS stays there: docs/BENCHMARKS.md), reading the caller's memory as it lies;
+// and in bfloat16 under mixed_bfloat16 where the CPU computes bfloat16 products natively
+// (onednn_bf16(): AVX512-BF16 or AMX) (layers.h).
 //
 // In bfloat16 the operands (x, dy and the kernel) are rounded to bfloat16 as they are reordered for
 // the primitive (round to nearest even); the products accumulate in float32 and y and dx are
@@ -25,6 +25,10 @@
 #include <memory>
 
 namespace pstrain::nn {
+
+// Whether Dense<float> computes its forward and input gradient here (oneDNN at AVX-512 and up,
+// after PSTRAIN_CPU_TARGET's cap; false in builds without oneDNN).
+bool onednn_matmul_preferred();
 
 class OneDnnMatmul {
  public:

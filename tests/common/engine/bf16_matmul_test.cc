@@ -3,7 +3,7 @@
 // operands), near the float32 products, the same bits on every run and after another batch
 // size; a Dense layer switched with use_bf16 whose kernel gradient stays the float32 one (on a CPU
 // without AVX512-BF16 or AMX the constructor refuses); and the float32 layer's products, oneDNN's
-// float32 matmul where it generates AVX2 or better, against float64.
+// float32 matmul where it generates AVX-512, against float64.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -127,7 +127,7 @@ TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the ma
   CHECK(dx16 != dx32);
 }
 
-TEST_CASE("float32 dense products: oneDNN's matmul where it generates AVX2 or better, near float64, the same bits every run") {
+TEST_CASE("float32 dense products: oneDNN's matmul where it generates AVX-512, near float64, the same bits every run") {
   const int64_t in = 45, out = 23, batch = 11;
   const std::vector<float> params = random_values(static_cast<size_t>(in * out + out), 8);
   const std::vector<float> x = random_values(static_cast<size_t>(batch * in), 9);
@@ -156,11 +156,11 @@ TEST_CASE("float32 dense products: oneDNN's matmul where it generates AVX2 or be
       dx_want[b * in + i] = acc;
     }
   CHECK(worst_error(dx, dx_want) < 1e-6);
-  if (!onednn_preferred()) {
+  if (!onednn_matmul_preferred()) {
     MESSAGE("oneDNN runs " << std::string(onednn_isa()) << " here: the dense products are BLAS's");
     return;
   }
-  // Where oneDNN generates AVX2 or better, the layer's products are the float32 matmul's bits.
+  // Where oneDNN generates AVX-512, the layer's products are the float32 matmul's bits.
   OneDnnMatmul product(in, out, true, false);
   std::vector<float> y_mm(y.size()), dx_mm(dx.size());
   product.forward(params.data(), params.data() + in * out, x.data(), batch, y_mm.data());
