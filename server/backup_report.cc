@@ -1,6 +1,7 @@
 #include "server/backup_report.h"
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -31,9 +32,9 @@ kj::Promise<ReplicaPart> read_part(StoreThread& store, const std::string& job, u
 // (the last part's reply is not waited for).
 // Resolves with false (logged) if a part could not be read or sent.
 kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version,
-                               size_t first) {
-  return read_part(store, job, version, first).then([&link, &store, job, version, first](ReplicaPart part) mutable
-                                                        -> kj::Promise<bool> {
+                               size_t first, std::function<void()> unreported) {
+  return read_part(store, job, version, first).then([&link, &store, job, version, first,
+                                                     unreported](ReplicaPart part) mutable -> kj::Promise<bool> {
     if (!part.blobs) {
       PSLOG(kWarning) << "job " << job << ": no replica of the backup at step " << version << ": " << part.error;
       return false;
@@ -55,14 +56,15 @@ kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, s
       // The last part: not waited for. backupDone follows on the same connection, so the
       // coordinator has counted every part before it counts the backup, and a one-part replica
       // (most models) delays backupDone no more than before replicas came in parts.
-      request.send().detach([job](kj::Exception&& e) {
+      request.send().detach([job, unreported](kj::Exception&& e) {
         PSLOG(kWarning) << "job " << job << ": could not send a backup replica: " << e.getDescription().cStr();
+        if (unreported) unreported();
       });
       return true;
     }
     return request.send().then(
-        [&link, &store, job, version, next](auto&&) mutable -> kj::Promise<bool> {
-          return send_replica(link, store, kj::mv(job), version, next);
+        [&link, &store, job, version, next, unreported](auto&&) mutable -> kj::Promise<bool> {
+          return send_replica(link, store, kj::mv(job), version, next, kj::mv(unreported));
         },
         [job](kj::Exception&& e) {
           PSLOG(kWarning) << "job " << job << ": could not send a backup replica: " << e.getDescription().cStr();
@@ -73,11 +75,13 @@ kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, s
 
 }  // namespace
 
-kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version) {
+kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version,
+                                std::function<void()> unreported) {
   // The replica goes first: by the time the coordinator counts this backup as complete it also
   // holds this server's replica of it (or this server gave up sending it).
   const auto start = std::chrono::steady_clock::now();
-  return send_replica(link, store, job, version, 0).then([&link, &store, job, version, start](bool sent) {
+  return send_replica(link, store, job, version, 0, unreported).then([&link, &store, job, version, start,
+                                                                      unreported](bool sent) {
     if (sent) {
       PSLOG(kInfo) << "job " << job << ": replica of the backup at step " << version << " sent in "
                    << static_cast<int>(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1000)
@@ -88,7 +92,10 @@ kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, 
       backups.reported(job, version);
       return true;
     }).detach([](kj::Exception&&) {});
-    if (!link.connected()) return;  // as if the backup had been written while disconnected
+    if (!link.connected()) {  // as if the backup had been written while disconnected
+      if (unreported) unreported();
+      return;
+    }
     auto done = link.client().backupDoneRequest();
     done.setNodeId(link.node_id());
     done.setIncarnation(link.incarnation());
@@ -104,7 +111,10 @@ kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, 
             return true;
           }).ignoreResult();
         })
-        .detach([](kj::Exception&& e) { PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr(); });
+        .detach([unreported](kj::Exception&& e) {
+          PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr();
+          if (unreported) unreported();
+        });
   });
 }
 

@@ -14,6 +14,7 @@
 #include <kj/async.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/rpc/coordinator_link.h"
@@ -21,6 +22,11 @@
 
 namespace pstrain {
 
-kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version);
+// `unreported` (may be empty) is called when the report did not get through: the link was down,
+// or the replica's last part or backupDone failed (a connection torn down mid-report). The server
+// reports such a backup again after its next registration (server_node.cc), so a job waiting for
+// that backup (its final checkpoint) is not left waiting for a report that was lost.
+kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version,
+                                std::function<void()> unreported = {});
 
 }  // namespace pstrain

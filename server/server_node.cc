@@ -1,5 +1,9 @@
 #include "server/server_node.h"
 
+#include <map>
+#include <string>
+#include <utility>
+
 #include <capnp/rpc-twoparty.h>
 
 #include <memory>
@@ -25,6 +29,14 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
   // as it exists (the store thread calls back on this thread).
   rpc::CoordinatorLink* link_ptr = nullptr;
   ParameterServerImpl* server_ptr = nullptr;
+  // Backups whose report did not get through (backup_report.h), by job: the newest one and how
+  // often it was tried. Reported again after the next registration, at most kReportAttempts times.
+  constexpr int kReportAttempts = 3;
+  std::map<std::string, std::pair<uint64_t, int>> unreported;
+  const auto remember = [&unreported](const std::string& job, uint64_t version, int attempts) {
+    auto& entry = unreported[job];
+    if (version >= entry.first && attempts < kReportAttempts) entry = {version, attempts};
+  };
   StoreThread store(backups,
                     [&](const std::string& job, uint64_t version, const KvStatus& status,
                         double seconds) -> kj::Promise<void> {
@@ -35,8 +47,12 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
                       }
                       PSLOG(kInfo) << "job " << job << ": backup at step " << version << " written in "
                                    << static_cast<int>(seconds * 1000) << " ms";
-                      if (link_ptr == nullptr || !link_ptr->connected()) return kj::READY_NOW;
-                      return report_backup(*link_ptr, store, job, version);
+                      if (link_ptr == nullptr || !link_ptr->connected()) {
+                        remember(job, version, 0);
+                        return kj::READY_NOW;
+                      }
+                      return report_backup(*link_ptr, store, job, version,
+                                           [&remember, job, version] { remember(job, version, 1); });
                     });
   auto impl = kj::heap<ParameterServerImpl>(&store);
   server_ptr = impl.get();
@@ -55,6 +71,18 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
                             config.advertise_host + ":" + std::to_string(port), config.name, config.cluster,
                             &server_ptr->progress());
   link_ptr = &link;
+  link.on_registered([&](uint32_t) {
+    auto pending = std::move(unreported);
+    unreported.clear();
+    for (auto& [job, entry] : pending) {
+      const uint64_t version = entry.first;
+      const int attempts = entry.second + 1;
+      PSLOG(kInfo) << "job " << job << ": reporting the backup at step " << version << " again";
+      report_backup(link, store, job, version, [&remember, job = job, version, attempts] {
+        remember(job, version, attempts);
+      }).detach([](kj::Exception&& e) { PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr(); });
+    }
+  });
   auto registered = link.start().eagerlyEvaluate(nullptr);
   ready(port);
 
