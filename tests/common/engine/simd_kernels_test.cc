@@ -15,20 +15,14 @@
 
 #include "common/base/rng.h"
 #include "common/engine/simd/kernels.h"
+#include "tests/common/engine/simd_test_support.h"
 
 using namespace pstrain;
 using simd::CpuTarget;
 using simd::KernelTable;
+using pstrain::testing::runnable_levels;
 
 namespace {
-
-std::vector<const KernelTable*> runnable_levels() {
-  std::vector<const KernelTable*> out;
-  for (CpuTarget t : {CpuTarget::kGeneric, CpuTarget::kX86_64, CpuTarget::kX86_64_V3, CpuTarget::kX86_64_V4}) {
-    if (const KernelTable* k = simd::kernels_for(t)) out.push_back(k);
-  }
-  return out;
-}
 
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   Rng rng(seed);

@@ -13,20 +13,13 @@
 
 #include "common/base/rng.h"
 #include "common/engine/simd/kernels.h"
+#include "tests/common/engine/simd_test_support.h"
 
 using namespace pstrain;
-using simd::CpuTarget;
 using simd::KernelTable;
+using pstrain::testing::runnable_levels;
 
 namespace {
-
-std::vector<const KernelTable*> levels() {
-  std::vector<const KernelTable*> out;
-  for (CpuTarget t : {CpuTarget::kGeneric, CpuTarget::kX86_64, CpuTarget::kX86_64_V3, CpuTarget::kX86_64_V4}) {
-    if (const KernelTable* k = simd::kernels_for(t)) out.push_back(k);
-  }
-  return out;
-}
 
 std::vector<float> uniform(size_t n, uint64_t seed, float lo, float hi) {
   Rng rng(seed);
@@ -51,7 +44,7 @@ bool same(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_CASE("masked_softmax: the softmax of the allowed keys, 0 elsewhere, on every level") {
   const float scale = 0.25f;
-  for (const KernelTable* k : levels()) {
+  for (const KernelTable* k : runnable_levels()) {
     CAPTURE(std::string(simd::target_name(k->target)));
     for (int64_t n : {1, 5, 15, 16, 17, 33, 200}) {
       CAPTURE(n);
@@ -105,7 +98,7 @@ TEST_CASE("masked_softmax: the softmax of the allowed keys, 0 elsewhere, on ever
 
 TEST_CASE("softmax_backward: w (g - w.g) scale, on every level") {
   const float scale = 0.5f;
-  for (const KernelTable* k : levels()) {
+  for (const KernelTable* k : runnable_levels()) {
     CAPTURE(std::string(simd::target_name(k->target)));
     for (int64_t n : {1, 16, 37, 200}) {
       const auto w = uniform(static_cast<size_t>(n), 30 + static_cast<uint64_t>(n), 0.0f, 1.0f);
@@ -127,7 +120,7 @@ TEST_CASE("masked_softmax and softmax_backward: the same bits on every level wit
   const auto scores = uniform(n, 50, -30.0f, 30.0f), allowed = mask(n, 51), g = uniform(n, 52, -1.0f, 1.0f);
   std::vector<float> first_s, first_g;
   int fma_levels = 0;
-  for (const KernelTable* k : levels()) {
+  for (const KernelTable* k : runnable_levels()) {
     if (!k->fma) continue;
     ++fma_levels;
     auto s = scores, d = g;
