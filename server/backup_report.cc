@@ -1,7 +1,6 @@
 #include "server/backup_report.h"
 
 #include <chrono>
-#include <functional>
 #include <optional>
 #include <vector>
 
@@ -19,6 +18,8 @@ struct ReplicaPart {
   std::string error;
 };
 
+enum class ReplicaSent { kWhole, kNotRead, kNotSent };
+
 kj::Promise<ReplicaPart> read_part(StoreThread& store, const std::string& job, uint64_t version, size_t first) {
   return store.run([job, version, first](BackupStore& backups) {
     ReplicaPart out;
@@ -27,19 +28,23 @@ kj::Promise<ReplicaPart> read_part(StoreThread& store, const std::string& job, u
   });
 }
 
+// A connection torn down (the call never reached the coordinator, or its answer never came back),
+// as opposed to the coordinator refusing the call.
+bool lost(const kj::Exception& e) { return e.getType() == kj::Exception::Type::DISCONNECTED; }
+
 // Sends the replica from chunk `first` on: read a part on the store thread, send it, and only
 // once the coordinator has stored it read the next, so neither side holds more than one part
-// (the last part's reply is not waited for).
-// Resolves with false (logged) if a part could not be read or sent.
-kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version,
-                               size_t first, std::function<void()> unreported) {
-  return read_part(store, job, version, first).then([&link, &store, job, version, first,
-                                                     unreported](ReplicaPart part) mutable -> kj::Promise<bool> {
+// (the last part's reply is not waited for: backupDone follows it on the same connection, so if
+// the last part is lost, backupDone is too, and says so).
+kj::Promise<ReplicaSent> send_replica(rpc::CoordinatorLink& link, StoreThread& store, std::string job,
+                                      uint64_t version, size_t first) {
+  return read_part(store, job, version, first).then([&link, &store, job, version,
+                                                     first](ReplicaPart part) mutable -> kj::Promise<ReplicaSent> {
     if (!part.blobs) {
       PSLOG(kWarning) << "job " << job << ": no replica of the backup at step " << version << ": " << part.error;
-      return false;
+      return ReplicaSent::kNotRead;
     }
-    if (!link.connected()) return false;
+    if (!link.connected()) return ReplicaSent::kNotSent;
     auto request = link.client().storeReplicaRequest();
     request.setNodeId(link.node_id());
     request.setJobId(job);
@@ -53,36 +58,35 @@ kj::Promise<bool> send_replica(rpc::CoordinatorLink& link, StoreThread& store, s
     }
     const size_t next = first + part.blobs->size();
     if (next >= part.total) {
-      // The last part: not waited for. backupDone follows on the same connection, so the
-      // coordinator has counted every part before it counts the backup, and a one-part replica
-      // (most models) delays backupDone no more than before replicas came in parts.
-      request.send().detach([job, unreported](kj::Exception&& e) {
+      // The last part: not waited for, so a one-part replica (most models) delays backupDone no
+      // more than before replicas came in parts; the coordinator has counted every part before
+      // it counts the backup.
+      request.send().detach([job](kj::Exception&& e) {
         PSLOG(kWarning) << "job " << job << ": could not send a backup replica: " << e.getDescription().cStr();
-        if (unreported) unreported();
       });
-      return true;
+      return ReplicaSent::kWhole;
     }
     return request.send().then(
-        [&link, &store, job, version, next, unreported](auto&&) mutable -> kj::Promise<bool> {
-          return send_replica(link, store, kj::mv(job), version, next, kj::mv(unreported));
+        [&link, &store, job, version, next](auto&&) mutable -> kj::Promise<ReplicaSent> {
+          return send_replica(link, store, kj::mv(job), version, next);
         },
         [job](kj::Exception&& e) {
           PSLOG(kWarning) << "job " << job << ": could not send a backup replica: " << e.getDescription().cStr();
-          return false;
+          return ReplicaSent::kNotSent;
         });
   });
 }
 
 }  // namespace
 
-kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version,
-                                std::function<void()> unreported) {
+kj::Promise<ReportOutcome> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job,
+                                         uint64_t version, bool again) {
   // The replica goes first: by the time the coordinator counts this backup as complete it also
   // holds this server's replica of it (or this server gave up sending it).
   const auto start = std::chrono::steady_clock::now();
-  return send_replica(link, store, job, version, 0, unreported).then([&link, &store, job, version, start,
-                                                                      unreported](bool sent) {
-    if (sent) {
+  return send_replica(link, store, job, version, 0).then([&link, &store, job, version, start,
+                                                          again](ReplicaSent sent) -> kj::Promise<ReportOutcome> {
+    if (sent == ReplicaSent::kWhole) {
       PSLOG(kInfo) << "job " << job << ": replica of the backup at step " << version << " sent in "
                    << static_cast<int>(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1000)
                    << " ms";
@@ -92,30 +96,77 @@ kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, 
       backups.reported(job, version);
       return true;
     }).detach([](kj::Exception&&) {});
-    if (!link.connected()) {  // as if the backup had been written while disconnected
-      if (unreported) unreported();
-      return;
+    if (again && sent == ReplicaSent::kNotRead) {
+      PSLOG(kInfo) << "job " << job << ": the backup at step " << version
+                   << " is no longer held here (a rollback or pruning deleted it): not reported again";
+      return ReportOutcome::kNotHeld;
     }
+    if (!link.connected()) return ReportOutcome::kLost;  // as if written while disconnected
     auto done = link.client().backupDoneRequest();
     done.setNodeId(link.node_id());
     done.setIncarnation(link.incarnation());
     done.setJobId(job);
     done.setVersion(version);
     // The reply names the backups a recovery may roll back to: pruning spares them from then on.
-    done.send()
-        .then([&store, job](auto&& reply) {
+    return done.send().then(
+        [&store, job](auto&& reply) {
           std::vector<uint64_t> restorable;
           for (uint64_t v : reply.getRestorable()) restorable.push_back(v);
-          return store.run([job, restorable = std::move(restorable)](BackupStore& backups) mutable {
+          store.run([job, restorable = std::move(restorable)](BackupStore& backups) mutable {
             backups.set_restorable(job, std::move(restorable));
             return true;
-          }).ignoreResult();
-        })
-        .detach([unreported](kj::Exception&& e) {
-          PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr();
-          if (unreported) unreported();
+          }).detach([](kj::Exception&&) {});
+          return ReportOutcome::kDone;
+        },
+        [job, version](kj::Exception&& e) {
+          PSLOG(kWarning) << "job " << job << ": could not report the backup at step " << version << ": "
+                          << e.getDescription().cStr();
+          return lost(e) ? ReportOutcome::kLost : ReportOutcome::kDone;
         });
   });
+}
+
+void BackupReporter::attach(rpc::CoordinatorLink& link, StoreThread& store) {
+  link_ = &link;
+  store_ = &store;
+}
+
+kj::Promise<void> BackupReporter::written(const std::string& job, uint64_t version) {
+  if (link_ == nullptr || !link_->connected()) {
+    remember(job, version, 0);
+    return kj::READY_NOW;
+  }
+  return report(job, version, 1, false);
+}
+
+void BackupReporter::registered() {
+  if (link_ == nullptr) return;
+  auto pending = std::move(unreported_);
+  unreported_.clear();
+  for (auto& [job, entry] : pending) {
+    PSLOG(kInfo) << "job " << job << ": reporting the backup at step " << entry.first << " again";
+    tasks_.add(report(job, entry.first, entry.second + 1, true));
+  }
+}
+
+kj::Promise<void> BackupReporter::report(std::string job, uint64_t version, int attempt, bool again) {
+  return report_backup(*link_, *store_, job, version, again).then([this, job, version, attempt](ReportOutcome out) {
+    if (out == ReportOutcome::kLost) remember(job, version, attempt);
+  });
+}
+
+void BackupReporter::remember(const std::string& job, uint64_t version, int attempts) {
+  if (attempts >= kAttempts) {
+    PSLOG(kWarning) << "job " << job << ": the backup at step " << version << " was not reported after " << attempts
+                    << " tries; giving up on it";
+    return;
+  }
+  auto& entry = unreported_[job];
+  if (version >= entry.first) entry = {version, attempts};
+}
+
+void BackupReporter::LogErrors::taskFailed(kj::Exception&& e) {
+  PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr();
 }
 
 }  // namespace pstrain

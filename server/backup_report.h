@@ -6,27 +6,77 @@
 // last): a shard of any size, never more than one part in memory. backupDone goes right after
 // the last part (the same connection delivers it after the parts).
 //
-// Thread rules: the server's event-loop thread (StoreThread's `written` callback); the promise
-// resolves there once the replica is sent (or given up, logged) and backupDone is sent.
-// Ownership: borrows the link and the store thread, which must outlive the promise.
+// A report can be lost: the link is down when the backup is written, or the connection is torn
+// down while the replica's last part or backupDone is in flight (a coordinator that stalled long
+// enough for the node to give up on the connection). A job waiting for that backup (its final
+// checkpoint) would then wait forever. BackupReporter keeps, per job, the newest backup whose
+// report was lost and reports it again after the link's next registration, at most kAttempts
+// times, and only while the store still holds it (a rollback deletes another timeline's backups:
+// backupDone for a backup the server no longer has would make a step look restorable that is
+// not). A report the coordinator refused (an unknown job, another process's node id) is not
+// sent again.
+//
+// Thread rules: the server's event-loop thread (StoreThread's `written` callback, the link's
+// registration callback); the promises resolve there.
+// Ownership: BackupReporter borrows the link and the store thread (attach()), which must outlive
+// its promises; it owns the re-reports in flight (dropped with it).
 #pragma once
 
 #include <kj/async.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "common/rpc/coordinator_link.h"
 #include "server/store_thread.h"
 
 namespace pstrain {
 
-// `unreported` (may be empty) is called when the report did not get through: the link was down,
-// or the replica's last part or backupDone failed (a connection torn down mid-report). The server
-// reports such a backup again after its next registration (server_node.cc), so a job waiting for
-// that backup (its final checkpoint) is not left waiting for a report that was lost.
-kj::Promise<void> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job, uint64_t version,
-                                std::function<void()> unreported = {});
+// How a report ended, for BackupReporter (tests read it too).
+enum class ReportOutcome {
+  kDone,        // backupDone answered (or refused by the coordinator: not worth sending again)
+  kLost,        // the link was down or the connection broke: send it again after registering
+  kNotHeld,     // a report sent again found the backup gone from the store: nothing sent
+};
+
+// Sends the replica, then backupDone. `again`: a report sent again, which sends nothing unless the
+// backup is still in the store. The promise resolves once backupDone's fate is known.
+kj::Promise<ReportOutcome> report_backup(rpc::CoordinatorLink& link, StoreThread& store, std::string job,
+                                         uint64_t version, bool again = false);
+
+class BackupReporter {
+ public:
+  static constexpr int kAttempts = 3;  // reports of one backup, the first one included
+
+  BackupReporter() : tasks_(errors_) {}
+  BackupReporter(const BackupReporter&) = delete;
+  BackupReporter& operator=(const BackupReporter&) = delete;
+
+  // Before attach(), written backups are remembered (reported after the first registration).
+  void attach(rpc::CoordinatorLink& link, StoreThread& store);
+  // The backup at `version` of `job` is durable: reports it, or remembers it if the link is down.
+  kj::Promise<void> written(const std::string& job, uint64_t version);
+  // The link (re)registered: reports again what was lost.
+  void registered();
+  // The backups waiting to be reported again: job -> (version, reports tried so far).
+  const std::map<std::string, std::pair<uint64_t, int>>& unreported() const { return unreported_; }
+
+ private:
+  // `again`: not the report made as the backup was written (the store may have lost it since).
+  kj::Promise<void> report(std::string job, uint64_t version, int attempt, bool again);
+  void remember(const std::string& job, uint64_t version, int attempts);
+
+  struct LogErrors : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override;
+  };
+  rpc::CoordinatorLink* link_ = nullptr;
+  StoreThread* store_ = nullptr;
+  std::map<std::string, std::pair<uint64_t, int>> unreported_;
+  LogErrors errors_;
+  kj::TaskSet tasks_;  // reports sent again
+};
 
 }  // namespace pstrain

@@ -1,9 +1,5 @@
 #include "server/server_node.h"
 
-#include <map>
-#include <string>
-#include <utility>
-
 #include <capnp/rpc-twoparty.h>
 
 #include <memory>
@@ -25,18 +21,12 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
   std::unique_ptr<KvStore> kv = KvStore::open(config.data_dir, &error);
   if (!kv) throw Error(error);
   BackupStore backups(*kv);
-  // The link to the coordinator is set up below; backups done before that are reported as soon
-  // as it exists (the store thread calls back on this thread).
-  rpc::CoordinatorLink* link_ptr = nullptr;
   ParameterServerImpl* server_ptr = nullptr;
-  // Backups whose report did not get through (backup_report.h), by job: the newest one and how
-  // often it was tried. Reported again after the next registration, at most kReportAttempts times.
-  constexpr int kReportAttempts = 3;
-  std::map<std::string, std::pair<uint64_t, int>> unreported;
-  const auto remember = [&unreported](const std::string& job, uint64_t version, int attempts) {
-    auto& entry = unreported[job];
-    if (version >= entry.first && attempts < kReportAttempts) entry = {version, attempts};
-  };
+  // Reports each durable backup to the coordinator, and again after the next registration one
+  // whose report a broken connection lost (backup_report.h). The link is attached below; backups
+  // written before that are reported after its first registration (the store thread calls back
+  // on this thread).
+  BackupReporter reporter;
   StoreThread store(backups,
                     [&](const std::string& job, uint64_t version, const KvStatus& status,
                         double seconds) -> kj::Promise<void> {
@@ -47,12 +37,7 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
                       }
                       PSLOG(kInfo) << "job " << job << ": backup at step " << version << " written in "
                                    << static_cast<int>(seconds * 1000) << " ms";
-                      if (link_ptr == nullptr || !link_ptr->connected()) {
-                        remember(job, version, 0);
-                        return kj::READY_NOW;
-                      }
-                      return report_backup(*link_ptr, store, job, version,
-                                           [&remember, job, version] { remember(job, version, 1); });
+                      return reporter.written(job, version);
                     });
   auto impl = kj::heap<ParameterServerImpl>(&store);
   server_ptr = impl.get();
@@ -70,19 +55,8 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
   rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::SERVER,
                             config.advertise_host + ":" + std::to_string(port), config.name, config.cluster,
                             &server_ptr->progress());
-  link_ptr = &link;
-  link.on_registered([&](uint32_t) {
-    auto pending = std::move(unreported);
-    unreported.clear();
-    for (auto& [job, entry] : pending) {
-      const uint64_t version = entry.first;
-      const int attempts = entry.second + 1;
-      PSLOG(kInfo) << "job " << job << ": reporting the backup at step " << version << " again";
-      report_backup(link, store, job, version, [&remember, job = job, version, attempts] {
-        remember(job, version, attempts);
-      }).detach([](kj::Exception&& e) { PSLOG(kWarning) << "could not report a backup: " << e.getDescription().cStr(); });
-    }
-  });
+  reporter.attach(link, store);
+  link.on_registered([&reporter](uint32_t) { reporter.registered(); });
   auto registered = link.start().eagerlyEvaluate(nullptr);
   ready(port);
 
