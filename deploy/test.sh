@@ -19,9 +19,13 @@ cd "$(dirname "$0")/.."
 source deploy/data-dir.sh
 echo "test: datasets from $PSTRAIN_DATA_DIR"
 
-names=() results=() seconds=()
+names=() results=() seconds=() sanitize_failed=()
 failed=0
 started=$SECONDS
+# The per-test extracts of an earlier run's failures (failed_output below) must not reach this
+# run's summary.
+rm -f "${BUILD_DIR:-build}"/Testing/first-run.log.test-* "${ASAN_BUILD_DIR:-build-asan}"/Testing/Temporary/LastTest.log.test-* \
+  "${TSAN_BUILD_DIR:-build-tsan}"/Testing/Temporary/LastTest.log.test-*
 if [ -n "${PSTRAIN_CI_SETUP_SECONDS:-}" ]; then
   names+=("setup (deploy/setup.sh)") results+=(ok) seconds+=("$PSTRAIN_CI_SETUP_SECONDS")
 fi
@@ -79,6 +83,30 @@ for kind in ${PSTRAIN_SANITIZERS-tsan asan-core}; do
     continue
   fi
   stage "sanitize $kind" deploy/sanitize.sh "$kind"
+  [ "${results[-1]}" = ok ] || sanitize_failed+=("$kind")
+done
+
+# failed_output LOG NUMBER NAME: test NUMBER's part of a ctest log (LastTest.log), its doctest
+# failures and sanitizer reports first, then its last lines.
+failed_output() {
+  local part="$1.test-$2"
+  awk -v name="$3" '$0 ~ "Test: " && index($0, name) { on = 1 } on { print } on && index($0, "end time") { exit }' \
+    "$1" > "$part" 2>/dev/null || true
+  grep -E -A3 "ERROR|FATAL|failed|Timeout|Exception|Sanitizer" "$part" | head -40
+  tail -40 "$part"
+}
+# The sanitizer stages' failures (their build directories' logs), before the table: not rerun
+# (a rerun needs the stage's sanitizer options; the report is already in the output).
+for kind in "${sanitize_failed[@]}"; do
+  case "$kind" in tsan) dir=${TSAN_BUILD_DIR:-build-tsan} ;; *) dir=${ASAN_BUILD_DIR:-build-asan} ;; esac
+  list="$dir/Testing/Temporary/LastTestsFailed.log"
+  [ -s "$list" ] || continue
+  echo
+  echo "test: sanitize $kind: the failed tests' output (failures, then its tail):"
+  while IFS=: read -r number name; do
+    echo "--- test $number ($name):"
+    failed_output "$dir/Testing/Temporary/LastTest.log" "$number" "$name"
+  done < "$list"
 done
 table
 # The first run's failures again, last, where a truncated log still shows them: each failed test
@@ -91,12 +119,19 @@ if [ "${ctest_result:-}" = FAILED ] && [ -s "$failed_list" ]; then
   while IFS=: read -r number name; do
     # What the failing run printed: its doctest failures first, then the last lines of its output.
     echo "--- test $number ($name), the first run's output (failures, then its tail):"
-    awk -v name="$name" '$0 ~ "Test: " && index($0, name) { on = 1 } on { print } on && index($0, "end time") { exit }' \
-      "${BUILD_DIR:-build}/Testing/first-run.log" > "${BUILD_DIR:-build}/Testing/first-run-$number.log" 2>/dev/null || true
-    grep -E -A3 "ERROR|FATAL|failed|Timeout|Exception" "${BUILD_DIR:-build}/Testing/first-run-$number.log" | head -40
-    tail -40 "${BUILD_DIR:-build}/Testing/first-run-$number.log"
+    failed_output "${BUILD_DIR:-build}/Testing/first-run.log" "$number" "$name"
     echo "--- test $number ($name), rerun:"
     (cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -I "$number,$number" 2>&1 | tail -40)
   done < "$failed_list"
+fi
+# Last, in a dozen lines where a log cut in the middle still shows them: what each failed test
+# asserted or the sanitizer reported (the sections above have the rest).
+summary=$(cat "${BUILD_DIR:-build}"/Testing/first-run.log.test-* "${ASAN_BUILD_DIR:-build-asan}"/Testing/Temporary/LastTest.log.test-* \
+            "${TSAN_BUILD_DIR:-build-tsan}"/Testing/Temporary/LastTest.log.test-* 2>/dev/null |
+          grep -E -A1 ": ERROR: |FATAL ERROR|^SUMMARY: |WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:" | head -12)
+if [ -n "$summary" ]; then
+  echo
+  echo "test: the failures in brief:"
+  echo "$summary"
 fi
 exit $failed
