@@ -131,12 +131,26 @@ void BackupReporter::attach(rpc::CoordinatorLink& link, StoreThread& store) {
   store_ = &store;
 }
 
+void BackupReporter::detach() {
+  tasks_ = std::make_unique<kj::TaskSet>(errors_);
+  link_ = nullptr;
+  store_ = nullptr;
+}
+
 kj::Promise<void> BackupReporter::written(const std::string& job, uint64_t version) {
+  const uint64_t order = ++writes_;
   if (link_ == nullptr || !link_->connected()) {
-    remember(job, version, 0);
+    remember(job, {version, 0, order});
+    // Unpinned: pruning may take it if three newer backups come first (they supersede it).
+    if (store_ != nullptr) {
+      store_->run([job, version](BackupStore& backups) {
+        backups.reported(job, version);
+        return true;
+      }).detach([](kj::Exception&&) {});
+    }
     return kj::READY_NOW;
   }
-  return report(job, version, 1, false);
+  return report(job, version, 1, false, order);
 }
 
 void BackupReporter::registered() {
@@ -144,25 +158,26 @@ void BackupReporter::registered() {
   auto pending = std::move(unreported_);
   unreported_.clear();
   for (auto& [job, entry] : pending) {
-    PSLOG(kInfo) << "job " << job << ": reporting the backup at step " << entry.first << " again";
-    tasks_.add(report(job, entry.first, entry.second + 1, true));
+    PSLOG(kInfo) << "job " << job << ": reporting the backup at step " << entry.version << " again";
+    tasks_->add(report(job, entry.version, entry.attempts + 1, true, entry.written));
   }
 }
 
-kj::Promise<void> BackupReporter::report(std::string job, uint64_t version, int attempt, bool again) {
-  return report_backup(*link_, *store_, job, version, again).then([this, job, version, attempt](ReportOutcome out) {
-    if (out == ReportOutcome::kLost) remember(job, version, attempt);
+kj::Promise<void> BackupReporter::report(std::string job, uint64_t version, int attempt, bool again,
+                                         uint64_t written) {
+  return report_backup(*link_, *store_, job, version, again).then([this, job, version, attempt, written](ReportOutcome out) {
+    if (out == ReportOutcome::kLost) remember(job, {version, attempt, written});
   });
 }
 
-void BackupReporter::remember(const std::string& job, uint64_t version, int attempts) {
-  if (attempts >= kAttempts) {
-    PSLOG(kWarning) << "job " << job << ": the backup at step " << version << " was not reported after " << attempts
-                    << " tries; giving up on it";
+void BackupReporter::remember(const std::string& job, Unreported entry) {
+  if (entry.attempts >= kAttempts) {
+    PSLOG(kWarning) << "job " << job << ": the backup at step " << entry.version << " was not reported after "
+                    << entry.attempts << " tries; giving up on it";
     return;
   }
-  auto& entry = unreported_[job];
-  if (version >= entry.first) entry = {version, attempts};
+  const auto at = unreported_.find(job);
+  if (at == unreported_.end() || entry.written > at->second.written) unreported_[job] = entry;
 }
 
 void BackupReporter::LogErrors::taskFailed(kj::Exception&& e) {

@@ -9,17 +9,21 @@
 // A report can be lost: the link is down when the backup is written, or the connection is torn
 // down while the replica's last part or backupDone is in flight (a coordinator that stalled long
 // enough for the node to give up on the connection). A job waiting for that backup (its final
-// checkpoint) would then wait forever. BackupReporter keeps, per job, the newest backup whose
-// report was lost and reports it again after the link's next registration, at most kAttempts
-// times, and only while the store still holds it (a rollback deletes another timeline's backups:
-// backupDone for a backup the server no longer has would make a step look restorable that is
-// not). A report the coordinator refused (an unknown job, another process's node id) is not
-// sent again.
+// checkpoint) would then wait forever. BackupReporter keeps, per job, the last written backup
+// whose report was lost (the last written, not the highest step: after a rollback the job's
+// newest backup can be a lower step than an abandoned one) and reports it again after the link's
+// next registration, kAttempts reports in all, and only if the store still holds it when the
+// report is read (a rollback deletes the abandoned timeline's backups: backupDone for a backup the
+// server no longer has would make a step look restorable that is not). A report the coordinator
+// refused (an unknown job, another process's node id) is not sent again.
+// Not covered: a rollback that deletes the backup between the read of a report and its
+// backupDone; the coordinator has no timeline token to tell such a late backupDone from a
+// current one (the same holds for first reports).
 //
 // Thread rules: the server's event-loop thread (StoreThread's `written` callback, the link's
 // registration callback); the promises resolve there.
-// Ownership: BackupReporter borrows the link and the store thread (attach()), which must outlive
-// its promises; it owns the re-reports in flight (dropped with it).
+// Ownership: BackupReporter borrows the link and the store thread (attach()) until detach(),
+// which drops the reports it sends again (call it before the link goes).
 #pragma once
 
 #include <kj/async.h>
@@ -27,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -49,34 +54,42 @@ kj::Promise<ReportOutcome> report_backup(rpc::CoordinatorLink& link, StoreThread
 
 class BackupReporter {
  public:
-  static constexpr int kAttempts = 3;  // reports of one backup, the first one included
+  static constexpr int kAttempts = 3;  // reports of one backup in all, the first one included
 
-  BackupReporter() : tasks_(errors_) {}
+  BackupReporter() = default;
   BackupReporter(const BackupReporter&) = delete;
   BackupReporter& operator=(const BackupReporter&) = delete;
 
   // Before attach(), written backups are remembered (reported after the first registration).
   void attach(rpc::CoordinatorLink& link, StoreThread& store);
+  // Drops the reports in flight that it sends again and forgets the link and the store.
+  void detach();
   // The backup at `version` of `job` is durable: reports it, or remembers it if the link is down.
   kj::Promise<void> written(const std::string& job, uint64_t version);
   // The link (re)registered: reports again what was lost.
   void registered();
-  // The backups waiting to be reported again: job -> (version, reports tried so far).
-  const std::map<std::string, std::pair<uint64_t, int>>& unreported() const { return unreported_; }
+  struct Unreported {
+    uint64_t version = 0;
+    int attempts = 0;      // reports tried so far
+    uint64_t written = 0;  // the order of written() calls: the last written backup wins
+  };
+  // The backups waiting to be reported again, by job.
+  const std::map<std::string, Unreported>& unreported() const { return unreported_; }
 
  private:
   // `again`: not the report made as the backup was written (the store may have lost it since).
-  kj::Promise<void> report(std::string job, uint64_t version, int attempt, bool again);
-  void remember(const std::string& job, uint64_t version, int attempts);
+  kj::Promise<void> report(std::string job, uint64_t version, int attempt, bool again, uint64_t written);
+  void remember(const std::string& job, Unreported entry);
 
   struct LogErrors : kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&& e) override;
   };
   rpc::CoordinatorLink* link_ = nullptr;
   StoreThread* store_ = nullptr;
-  std::map<std::string, std::pair<uint64_t, int>> unreported_;
+  std::map<std::string, Unreported> unreported_;
+  uint64_t writes_ = 0;
   LogErrors errors_;
-  kj::TaskSet tasks_;  // reports sent again
+  std::unique_ptr<kj::TaskSet> tasks_ = std::make_unique<kj::TaskSet>(errors_);  // reports sent again
 };
 
 }  // namespace pstrain

@@ -56,6 +56,7 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
                             config.advertise_host + ":" + std::to_string(port), config.name, config.cluster,
                             &server_ptr->progress());
   reporter.attach(link, store);
+  KJ_DEFER(reporter.detach());  // before the link goes
   link.on_registered([&reporter](uint32_t) { reporter.registered(); });
   auto registered = link.start().eagerlyEvaluate(nullptr);
   ready(port);

@@ -97,7 +97,7 @@ struct ReportFixture {
   kj::Promise<void> serving = rpc::serve(server, *listener, auth).eagerlyEvaluate(nullptr);
   BackupReporter reporter;
   StoreThread store{backups, [this](const std::string& job, uint64_t version, const KvStatus& status, double) {
-                      REQUIRE(status.ok());
+                      CHECK(status.ok());
                       return reporter.written(job, version);
                     }};
   rpc::CoordinatorLink link{*io.provider, {"127.0.0.1", listener->getPort()}, proto::Role::SERVER, "127.0.0.1:1",
@@ -165,12 +165,14 @@ TEST_CASE("backup report - a lost one the store no longer holds (a rollback dele
   f.store.write_backup("job", 3, backup_of(3));
   REQUIRE(f.until([&] { return f.heard.done.size() == 1; }));
   // The report of step 9 is lost; the node cannot register again until the test lets it (the
-  // coordinator's port is closed meanwhile), and a rollback to step 3 deletes the backup at 9.
+  // coordinator stops accepting connections: the node's new connection waits in the listen
+  // backlog, which is what drops the old one and with it the call), and a rollback to step 3
+  // deletes the backup at 9.
   f.heard.lose = 1;
   f.serving = kj::NEVER_DONE;
   f.store.write_backup("job", 9, backup_of(9));
   REQUIRE(f.until([&] { return !f.reporter.unreported().empty(); }));
-  CHECK(f.reporter.unreported().at("job").first == 9);
+  CHECK(f.reporter.unreported().at("job").version == 9);
   CHECK(f.store.run([](BackupStore& b) { return b.erase_after("job", 3); }).wait(f.ws).ok());
   f.serving = rpc::serve(f.server, *f.listener, f.auth).eagerlyEvaluate(nullptr);
   REQUIRE(f.until([&] { return f.heard.registrations == 2; }));
@@ -192,4 +194,33 @@ TEST_CASE("backup report - one written while the link is down is reported after 
   REQUIRE(f.until([&] { return f.heard.done.size() == 1; }));
   CHECK(f.heard.done == std::vector<uint64_t>{4});
   CHECK(f.heard.replicas == std::vector<uint64_t>{4});
+}
+
+TEST_CASE("backup report - after a rollback, the new timeline's backup replaces a lost one of a higher step") {
+  ReportFixture f;
+  f.heard.lose = 1;
+  f.serving = kj::NEVER_DONE;
+  f.store.write_backup("job", 9, backup_of(9));
+  REQUIRE(f.until([&] { return !f.reporter.unreported().empty(); }));
+  // Rolled back to step 3 while the link is down; the new timeline writes its steps 5 and 6.
+  CHECK(f.store.run([](BackupStore& b) { return b.erase_after("job", 3); }).wait(f.ws).ok());
+  f.store.write_backup("job", 5, backup_of(5));
+  f.store.write_backup("job", 6, backup_of(6));
+  REQUIRE(f.until([&] { return f.reporter.unreported().at("job").version == 6; }));
+  f.serving = rpc::serve(f.server, *f.listener, f.auth).eagerlyEvaluate(nullptr);
+  REQUIRE(f.until([&] { return f.heard.done.size() == 2; }));
+  f.idle(300);
+  CHECK(f.heard.done == std::vector<uint64_t>{9, 6});
+  CHECK(f.reporter.unreported().empty());
+  // Nothing stays pinned (5 was written while the link was down and never reported): once
+  // kKeep newer backups are in, each reported before the next (so the one the coordinator last
+  // named restorable is among them), the store holds those alone.
+  for (uint64_t v = 7; v < 7 + BackupStore::kKeep; ++v) {
+    f.store.write_backup("job", v, backup_of(v));
+    REQUIRE(f.until([&] { return f.heard.done.size() == v - 4; }));
+    f.idle(50);  // the reply's restorable list reaches the store
+  }
+  const std::vector<uint64_t> held = f.store.run([](BackupStore& b) { return b.versions("job"); }).wait(f.ws);
+  CHECK(held.size() == BackupStore::kKeep);
+  CHECK(held.front() == 7);
 }
