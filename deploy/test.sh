@@ -82,6 +82,9 @@ for kind in ${PSTRAIN_SANITIZERS-tsan asan-core}; do
     skip "sanitize $kind" "time: ${elapsed} s > ${start_by} s"
     continue
   fi
+  # A stage that fails before its tests run must not leave an earlier run's logs to be read below.
+  case "$kind" in tsan) dir=${TSAN_BUILD_DIR:-build-tsan} ;; *) dir=${ASAN_BUILD_DIR:-build-asan} ;; esac
+  rm -f "$dir/Testing/Temporary/LastTest.log" "$dir/Testing/Temporary/LastTestsFailed.log"
   stage "sanitize $kind" deploy/sanitize.sh "$kind"
   [ "${results[-1]}" = ok ] || sanitize_failed+=("$kind")
 done
@@ -90,8 +93,13 @@ done
 # failures and sanitizer reports first, then its last lines.
 failed_output() {
   local part="$1.test-$2"
-  awk -v name="$3" '$0 ~ "Test: " && index($0, name) { on = 1 } on { print } on && index($0, "end time") { exit }' \
-    "$1" > "$part" 2>/dev/null || true
+  # The exact header and end lines CTest writes ("N/M Test: NAME", "\"NAME\" end time: ..."): one
+  # test's name can hold another's. The name goes through the environment (awk -v would read
+  # its backslashes as escapes).
+  name="$3" awk -v number="$2" '
+    index($0, number "/") == 1 && substr($0, index($0, " Test: ") + 7) == ENVIRON["name"] { on = 1 }
+    on { print }
+    on && index($0, "\"" ENVIRON["name"] "\" end time: ") == 1 { exit }' "$1" > "$part" 2>/dev/null || true
   grep -E -A3 "ERROR|FATAL|failed|Timeout|Exception|Sanitizer" "$part" | head -40
   tail -40 "$part"
 }

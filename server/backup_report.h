@@ -23,7 +23,9 @@
 // Thread rules: the server's event-loop thread (StoreThread's `written` callback, the link's
 // registration callback); the promises resolve there.
 // Ownership: BackupReporter borrows the link and the store thread (attach()) until detach(),
-// which drops the reports it sends again (call it before the link goes).
+// which drops the reports it sends again (call it before the link goes). First reports are the
+// StoreThread's (its `written` promises) and hold the link until the store thread goes; nothing
+// turns the loop in between.
 #pragma once
 
 #include <kj/async.h>

@@ -66,6 +66,11 @@ void BackupStore::set_restorable(const std::string& job, std::vector<uint64_t> v
   restorable_[job] = std::move(versions);
 }
 
+std::vector<uint64_t> BackupStore::restorable(const std::string& job) const {
+  const auto at = restorable_.find(job);
+  return at == restorable_.end() ? std::vector<uint64_t>{} : at->second;
+}
+
 KvStatus BackupStore::write_part(const std::string& job, uint64_t version, const std::vector<uint32_t>& keys,
                                  const std::vector<std::string>& blobs, std::optional<size_t> complete) {
   std::vector<KvStore::Write> writes;

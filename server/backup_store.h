@@ -44,6 +44,7 @@ class BackupStore {
   // their newest kKeep would no longer hold the step the job must roll back to. Not persisted:
   // a restarted server keeps its newest kKeep until its first report's reply.
   void set_restorable(const std::string& job, std::vector<uint64_t> versions);
+  std::vector<uint64_t> restorable(const std::string& job) const;  // as last set, ascending
   // Complete backups of the job, oldest first.
   std::vector<uint64_t> versions(const std::string& job) const;
   // The chunks of one backup; nullopt (and *error) if it is incomplete or a blob is corrupt.

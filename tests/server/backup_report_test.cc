@@ -218,7 +218,10 @@ TEST_CASE("backup report - after a rollback, the new timeline's backup replaces 
   for (uint64_t v = 7; v < 7 + BackupStore::kKeep; ++v) {
     f.store.write_backup("job", v, backup_of(v));
     REQUIRE(f.until([&] { return f.heard.done.size() == v - 4; }));
-    f.idle(50);  // the reply's restorable list reaches the store
+    // The reply's restorable list has reached the store (the test's coordinator names {v}).
+    REQUIRE(f.until([&] {
+      return f.store.run([](BackupStore& b) { return b.restorable("job"); }).wait(f.ws) == std::vector<uint64_t>{v};
+    }));
   }
   const std::vector<uint64_t> held = f.store.run([](BackupStore& b) { return b.versions("job"); }).wait(f.ws);
   CHECK(held.size() == BackupStore::kKeep);
