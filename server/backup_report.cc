@@ -20,6 +20,14 @@ struct ReplicaPart {
 
 enum class ReplicaSent { kWhole, kNotRead, kNotSent };
 
+// The backup may go with a later write's pruning (BackupStore::reported), queued on the store thread.
+void unpin(StoreThread& store, const std::string& job, uint64_t version) {
+  store.run([job, version](BackupStore& backups) {
+    backups.reported(job, version);
+    return true;
+  }).detach([](kj::Exception&&) {});
+}
+
 kj::Promise<ReplicaPart> read_part(StoreThread& store, const std::string& job, uint64_t version, size_t first) {
   return store.run([job, version, first](BackupStore& backups) {
     ReplicaPart out;
@@ -92,10 +100,7 @@ kj::Promise<ReportOutcome> report_backup(rpc::CoordinatorLink& link, StoreThread
                    << " ms";
     }
     // Unpinned on the store thread, before any later write's pruning that it must not precede.
-    store.run([job, version](BackupStore& backups) {
-      backups.reported(job, version);
-      return true;
-    }).detach([](kj::Exception&&) {});
+    unpin(store, job, version);
     if (again && sent == ReplicaSent::kNotRead) {
       PSLOG(kInfo) << "job " << job << ": the backup at step " << version
                    << " is no longer held here (a rollback or pruning deleted it): not reported again";
@@ -142,12 +147,7 @@ kj::Promise<void> BackupReporter::written(const std::string& job, uint64_t versi
   if (link_ == nullptr || !link_->connected()) {
     remember(job, {version, 0, order});
     // Unpinned: pruning may take it if three newer backups come first (they supersede it).
-    if (store_ != nullptr) {
-      store_->run([job, version](BackupStore& backups) {
-        backups.reported(job, version);
-        return true;
-      }).detach([](kj::Exception&&) {});
-    }
+    if (store_ != nullptr) unpin(*store_, job, version);
     return kj::READY_NOW;
   }
   return report(job, version, 1, false, order);
