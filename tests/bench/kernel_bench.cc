@@ -3,7 +3,8 @@
 // OPENBLAS_CORETYPE picks OpenBLAS's kernels), interleaved, 1 thread; for the forward and the
 // input gradient also oneDNN's float32 matmul as the dense layer calls it (onednn_matmul.h; "-"
 // where oneDNN generates less than AVX2; the layer itself uses it at AVX-512 only). Prints GFLOP/s of each and
-// the ratios ours / BLAS and oneDNN / BLAS.
+// the ratios ours / BLAS and oneDNN / BLAS; for the kernel gradients also mixed precision's
+// bfloat16 product (simd/bf16_product.h) where the CPU runs it natively, and its ratio to ours.
 //
 //   pstrain-kernel-bench [--repeats 5] [--min-ms 100]
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "common/engine/nn/onednn_conv.h"
 #include "common/engine/nn/onednn_matmul.h"
 #include "common/base/rng.h"
+#include "common/engine/simd/bf16_product.h"
 #include "common/engine/simd/kernels.h"
 
 namespace pstrain {
@@ -79,8 +81,8 @@ int run(int argc, char** argv) {
   std::printf("CPU: %s\n", describe_compute().c_str());
   const bool onednn = nn::onednn_preferred();
   std::printf("oneDNN: %s\n", nn::onednn_isa());
-  std::printf("%-44s %10s %10s %10s %7s %7s\n", "product (out x in, batch)", "ours GF/s", "BLAS GF/s", "oneDNN", "ours/B",
-              "oneDNN/B");
+  std::printf("%-44s %10s %10s %10s %10s %7s %7s %7s\n", "product (out x in, batch)", "ours GF/s", "BLAS GF/s",
+              "oneDNN", "ours bf16", "ours/B", "oneDNN/B", "bf16/us");
   const Case cases[] = {
       {"MNIST MLP dense 1 forward (700 x 784, 64)", 700, 784, 64, Case::kForward},
       {"MNIST MLP dense 1 kernel gradient", 700, 784, 64, Case::kKernelGradient},
@@ -94,6 +96,7 @@ int run(int argc, char** argv) {
       {"Keras CNN dense 128 x 21632, batch 64 forward", 128, 21632, 64, Case::kForward},
       {"Keras CNN dense 128 x 21632, batch 64 kernel gr", 128, 21632, 64, Case::kKernelGradient},
       {"Keras CNN dense 128 x 21632, batch 128 forward", 128, 21632, 128, Case::kForward},
+      {"Keras CNN dense 128 x 21632, batch 128 kernel g", 128, 21632, 128, Case::kKernelGradient},
       {"Keras CNN dense 128 x 21632, batch 128 input gr", 128, 21632, 128, Case::kInputGradient},
       {"large MLP 2048 x 2048, batch 128 forward", 2048, 2048, 128, Case::kForward},
       {"large MLP 2048 x 2048, batch 128 kernel grad", 2048, 2048, 128, Case::kKernelGradient},
@@ -104,7 +107,7 @@ int run(int argc, char** argv) {
                  dy = random(static_cast<size_t>(c.out * c.batch), 3);
     Buffer result(static_cast<size_t>(std::max(c.in, c.out) * std::max(c.in, c.batch)));
     const Buffer bias(static_cast<size_t>(c.out), 0.0f);
-    std::function<void()> ours, blas, dnn;
+    std::function<void()> ours, blas, dnn, low;
     std::unique_ptr<nn::OneDnnMatmul> matmul;
     if (onednn && c.kind != Case::kKernelGradient) matmul = std::make_unique<nn::OneDnnMatmul>(c.in, c.out, false, false);
     switch (c.kind) {
@@ -122,6 +125,12 @@ int run(int argc, char** argv) {
           nn::gemm<float>(nn::Op::kNone, nn::Op::kTranspose, c.out, c.in, c.batch, dy.data(), c.out, x.data(), c.in,
                           0.0f, result.data(), c.out);
         };
+        if (simd::bf16_product_native()) {
+          low = [&] {
+            simd::product_bf16(c.out, c.in, c.batch, {dy.data(), 1, c.out}, {x.data(), 1, c.in}, false, result.data(),
+                               c.out);
+          };
+        }
         break;
       case Case::kInputGradient:  // dx (in x batch) = W dy
         ours = [&] { simd::product(c.in, c.batch, c.out, {w.data(), c.out, 1}, {dy.data(), c.out, 1}, false, result.data(), c.in); };
@@ -132,11 +141,12 @@ int run(int argc, char** argv) {
         if (matmul) dnn = [&] { matmul->backward_data(w.data(), dy.data(), c.batch, result.data()); };
         break;
     }
-    std::vector<double> mine, theirs, dnns;
+    std::vector<double> mine, theirs, dnns, lows;
     for (int r = 0; r < repeats; ++r) {  // interleaved
       mine.push_back(time_it(ours, 1, min_ms));
       theirs.push_back(time_it(blas, 1, min_ms));
       if (dnn) dnns.push_back(time_it(dnn, 1, min_ms));
+      if (low) lows.push_back(time_it(low, 1, min_ms));
     }
     const double flops = 2.0 * static_cast<double>(c.in * c.out * c.batch);
     const auto rate = [&](std::vector<double>& t) {
@@ -144,12 +154,14 @@ int run(int argc, char** argv) {
       return flops / t[t.size() / 2] / 1e9;
     };
     const double a = rate(mine), b = rate(theirs);
-    if (dnns.empty()) {
-      std::printf("%-44s %10.1f %10.1f %10s %7.2f %7s\n", c.name, a, b, "-", a / b, "-");
-    } else {
-      const double d = rate(dnns);
-      std::printf("%-44s %10.1f %10.1f %10.1f %7.2f %7.2f\n", c.name, a, b, d, a / b, d / b);
-    }
+    const auto column = [](double v, const char* format) {
+      char text[32];
+      std::snprintf(text, sizeof text, format, v);
+      return std::string(v > 0 ? text : "-");
+    };
+    const double d = dnns.empty() ? 0.0 : rate(dnns), l = lows.empty() ? 0.0 : rate(lows);
+    std::printf("%-44s %10.1f %10.1f %10s %10s %7.2f %7s %7s\n", c.name, a, b, column(d, "%.1f").c_str(),
+                column(l, "%.1f").c_str(), a / b, column(d / b, "%.2f").c_str(), column(l / a, "%.2f").c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -1,0 +1,289 @@
+#include "common/engine/simd/bf16_product.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/base/aligned.h"
+#include "common/engine/simd/cpu_target.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+namespace pstrain::simd {
+namespace {
+
+// The register tile of the native path: kMr vectors of 16 rows by kNr columns of accumulators (24
+// of 32 zmm), as simd::product's AVX-512 tile. The emulated path packs alike.
+constexpr int64_t kLanes = 16, kMr = 2, kPanel = kMr * kLanes, kNr = 12;
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+uint32_t round_bits(uint32_t x) {
+  if ((x & 0x7f800000u) == 0) return (x & 0x80000000u) >> 16;              // zero, denormal: a signed zero
+  if ((x & 0x7fffffffu) > 0x7f800000u) return ((x >> 16) | 0x0040u) & 0xffffu;  // a quiet NaN
+  return (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;                           // to nearest even
+}
+
+// Rows [first, first + width) of an operand (entry (i, p) at src[i * row + p * step]) as ceil(k / 2)
+// groups of `width` pairs: term 2q in a pair's low half, 2q + 1 in its high half (zeros past the
+// last row and for the pad term of an odd k).
+void pack_portable(const float* src, int64_t row, int64_t step, int64_t rows, int64_t k, int64_t first, int64_t width,
+                   uint32_t* dst) {
+  const int64_t valid = std::min(width, rows - first), pairs = (k + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    uint32_t* out = dst + q * width;
+    for (int64_t i = 0; i < valid; ++i) {
+      const float* line = src + (first + i) * row;
+      const uint32_t lo = round_bits(bits_of(line[2 * q * step]));
+      const uint32_t hi = 2 * q + 1 < k ? round_bits(bits_of(line[(2 * q + 1) * step])) : 0u;
+      out[i] = lo | (hi << 16);
+    }
+    for (int64_t i = valid; i < width; ++i) out[i] = 0u;
+  }
+}
+
+float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
+
+// The contract's chain for one tile, element by element. FMA: the fused multiply-add of the CPU
+// (target "fma") or the C library's (exact either way).
+template <bool kFmaInstruction>
+inline void tile_chain(int64_t pairs, const uint32_t* ap, const uint32_t* bp, bool accumulate, float* c, int64_t ldc,
+                       int64_t rows, int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j) {
+    for (int64_t i = 0; i < rows; ++i) {
+      float acc = accumulate ? ftz(c[j * ldc + i]) : 0.0f;
+      for (int64_t q = 0; q < pairs; ++q) {
+        const uint32_t a = ap[q * kPanel + i], b = bp[q * kNr + j];
+        const float a1 = float_of(a & 0xffff0000u), b1 = float_of(b & 0xffff0000u);
+        const float a0 = float_of(a << 16), b0 = float_of(b << 16);
+        if constexpr (kFmaInstruction) {
+          acc = ftz(__builtin_fmaf(a1, b1, acc));
+          acc = ftz(__builtin_fmaf(a0, b0, acc));
+        } else {
+          acc = ftz(std::fma(a1, b1, acc));
+          acc = ftz(std::fma(a0, b0, acc));
+        }
+      }
+      c[j * ldc + i] = acc;
+    }
+  }
+}
+
+void tile_emulated_libm(int64_t pairs, const uint32_t* ap, const uint32_t* bp, bool accumulate, float* c, int64_t ldc,
+                        int64_t rows, int64_t cols) {
+  tile_chain<false>(pairs, ap, bp, accumulate, c, ldc, rows, cols);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("fma"))) void tile_emulated_fma(int64_t pairs, const uint32_t* ap, const uint32_t* bp,
+                                                      bool accumulate, float* c, int64_t ldc, int64_t rows,
+                                                      int64_t cols) {
+  tile_chain<true>(pairs, ap, bp, accumulate, c, ldc, rows, cols);
+}
+
+#define PSTRAIN_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+// round_bits on 16 lanes: the bfloat16 in each 32-bit lane's low half.
+PSTRAIN_BF16_TARGET inline __m512i round_lanes(__m512i x) {
+  const __m512i rne = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)),
+                       _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1))),
+      16);
+  const __m512i nan = _mm512_and_si512(_mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)),
+                                       _mm512_set1_epi32(0xffff));
+  const __m512i zero = _mm512_srli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0x80000000u))), 16);
+  const __mmask16 is_nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __mmask16 is_small = _mm512_testn_epi32_mask(x, _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_blend_epi32(is_small, _mm512_mask_blend_epi32(is_nan, rne, nan), zero);
+}
+
+// pack_portable for operands whose rows are adjacent (row == 1: entry (i, p) at src[i + p * step]).
+PSTRAIN_BF16_TARGET void pack_adjacent_rows(const float* src, int64_t step, int64_t rows, int64_t k, int64_t first,
+                                            int64_t width, uint32_t* dst) {
+  const int64_t valid = std::min(width, rows - first), pairs = (k + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const float* lo_line = src + 2 * q * step + first;
+    const float* hi_line = 2 * q + 1 < k ? src + (2 * q + 1) * step + first : nullptr;
+    uint32_t* out = dst + q * width;
+    for (int64_t i = 0; i < width; i += kLanes) {
+      const int64_t here = std::max<int64_t>(0, std::min(kLanes, valid - i));
+      const auto mask = static_cast<__mmask16>((uint32_t{1} << here) - 1u);
+      // Whole-vector loads where the operand has 16 more rows (masked ones are slow on Zen 4);
+      // lanes past the panel are not stored.
+      const bool whole = first + i + kLanes <= rows;
+      const __m512i lo = round_lanes(whole ? _mm512_loadu_si512(lo_line + i) : _mm512_maskz_loadu_epi32(mask, lo_line + i));
+      __m512i hi = _mm512_setzero_si512();
+      if (hi_line != nullptr) {
+        hi = round_lanes(whole ? _mm512_loadu_si512(hi_line + i) : _mm512_maskz_loadu_epi32(mask, hi_line + i));
+      }
+      // Lanes past `valid` loaded zeros, whose rounding is zero.
+      const __m512i pair = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      const int64_t store = std::min(kLanes, width - i);
+      _mm512_mask_storeu_epi32(out + i, static_cast<__mmask16>((uint32_t{1} << store) - 1u), pair);
+    }
+  }
+}
+
+PSTRAIN_BF16_TARGET void tile_native(int64_t pairs, const uint32_t* ap, const uint32_t* bp, bool accumulate,
+                                     float* c, int64_t ldc, int64_t rows, int64_t cols) {
+  __m512 acc[kMr][kNr];
+  __mmask16 row_mask[kMr];
+  for (int r = 0; r < kMr; ++r) {
+    const int64_t here = std::max<int64_t>(0, std::min(kLanes, rows - r * kLanes));
+    row_mask[r] = static_cast<__mmask16>((uint32_t{1} << here) - 1u);
+  }
+  for (int j = 0; j < kNr; ++j) {
+    for (int r = 0; r < kMr; ++r) {
+      // VDPBF16PS reads a denormal accumulator as zero, as the contract's start does.
+      acc[r][j] = accumulate && j < cols ? _mm512_maskz_loadu_ps(row_mask[r], c + j * ldc + r * kLanes)
+                                         : _mm512_setzero_ps();
+    }
+  }
+  for (int64_t q = 0; q < pairs; ++q) {
+    __m512bh a[kMr];
+    for (int r = 0; r < kMr; ++r) a[r] = (__m512bh)_mm512_loadu_si512(ap + q * kPanel + r * kLanes);
+    const uint32_t* b = bp + q * kNr;
+    for (int j = 0; j < kNr; ++j) {
+      const __m512bh bj = (__m512bh)_mm512_set1_epi32(static_cast<int>(b[j]));
+      for (int r = 0; r < kMr; ++r) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a[r], bj);
+    }
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    for (int r = 0; r < kMr; ++r) {
+      // Plain stores for whole vectors: masked ones are slower on some CPUs (Zen 4).
+      if (row_mask[r] == 0xffff) {
+        _mm512_storeu_ps(c + j * ldc + r * kLanes, acc[r][j]);
+      } else {
+        _mm512_mask_storeu_ps(c + j * ldc + r * kLanes, row_mask[r], acc[r][j]);
+      }
+    }
+  }
+}
+
+bool cpu_has_avx512_bf16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+  return (a & (1u << 5)) != 0;  // CPUID.(EAX=7, ECX=1):EAX[5], AVX512_BF16
+}
+#endif
+
+using Tile = void (*)(int64_t, const uint32_t*, const uint32_t*, bool, float*, int64_t, int64_t, int64_t);
+
+void pack_any(const float* src, int64_t row, int64_t step, int64_t rows, int64_t k, int64_t first, int64_t width,
+              uint32_t* dst, bool native) {
+#if defined(__x86_64__)
+  if (native && row == 1) {
+    pack_adjacent_rows(src, step, rows, k, first, width, dst);
+    return;
+  }
+#else
+  (void)native;
+#endif
+  pack_portable(src, row, step, rows, k, first, width, dst);
+}
+
+Tile pick_tile(bool native) {
+#if defined(__x86_64__)
+  if (native) return tile_native;
+  static const bool fma = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("fma") != 0;
+  }();
+  return fma ? tile_emulated_fma : tile_emulated_libm;
+#else
+  (void)native;
+  return tile_emulated_libm;
+#endif
+}
+
+void product_on_this_thread(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c,
+                            int64_t ldc, bool native) {
+  thread_local std::vector<uint32_t, CacheAlignedAllocator<uint32_t>> scratch;
+  const int64_t pairs = (k + 1) / 2;
+  const int64_t a_panels = round_up(m, kPanel) / kPanel, b_panels = round_up(n, kNr) / kNr;
+  const bool a_whole = a_panels * kPanel <= b_panels * kNr;  // the smaller operand packed whole
+  const auto need = static_cast<size_t>((a_whole ? a_panels * kPanel + kNr : b_panels * kNr + kPanel) * pairs);
+  if (scratch.size() < need) scratch.resize(need);
+  const Tile tile = pick_tile(native);
+  const auto run = [&](int64_t i, const uint32_t* ap, int64_t j, const uint32_t* bp) {
+    tile(pairs, ap, bp, accumulate, c + j * kNr * ldc + i * kPanel, ldc, std::min(kPanel, m - i * kPanel),
+         std::min(kNr, n - j * kNr));
+  };
+  if (a_whole) {
+    uint32_t* packed_a = scratch.data();
+    uint32_t* packed_b = packed_a + a_panels * kPanel * pairs;
+    for (int64_t i = 0; i < a_panels; ++i) {
+      pack_any(a.data, a.row, a.step, m, k, i * kPanel, kPanel, packed_a + i * kPanel * pairs, native);
+    }
+    for (int64_t j = 0; j < b_panels; ++j) {
+      pack_any(b.data, b.row, b.step, n, k, j * kNr, kNr, packed_b, native);
+      for (int64_t i = 0; i < a_panels; ++i) run(i, packed_a + i * kPanel * pairs, j, packed_b);
+    }
+  } else {
+    uint32_t* packed_b = scratch.data();
+    uint32_t* packed_a = packed_b + b_panels * kNr * pairs;
+    for (int64_t j = 0; j < b_panels; ++j) {
+      pack_any(b.data, b.row, b.step, n, k, j * kNr, kNr, packed_b + j * kNr * pairs, native);
+    }
+    for (int64_t i = 0; i < a_panels; ++i) {
+      pack_any(a.data, a.row, a.step, m, k, i * kPanel, kPanel, packed_a, native);
+      for (int64_t j = 0; j < b_panels; ++j) run(i, packed_a, j, packed_b + j * kNr * pairs);
+    }
+  }
+}
+
+}  // namespace
+
+uint16_t bf16_round(float value) { return static_cast<uint16_t>(round_bits(bits_of(value))); }
+
+bool bf16_product_native() {
+#if defined(__x86_64__)
+  static const bool native = cpu_has_avx512_bf16() && active_target() == CpuTarget::kX86_64_V4;
+  return native;
+#else
+  return false;
+#endif
+}
+
+void product_bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c, int64_t ldc,
+                  int threads, bool emulated) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < m; ++i) c[j * ldc + i] = accumulate ? ftz(c[j * ldc + i]) : 0.0f;
+    }
+    return;
+  }
+  const bool native = !emulated && bf16_product_native();
+  const int64_t tiles = (n + kNr - 1) / kNr;
+  if (threads <= 1 || tiles < 2 || m * n * k < (int64_t{1} << 20)) {
+    product_on_this_thread(m, n, k, a, b, accumulate, c, ldc, native);
+    return;
+  }
+  const int parts = static_cast<int>(std::min<int64_t>(threads, tiles));
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+  for (int t = 0; t < parts; ++t) {
+    const int64_t first = tiles * t / parts * kNr, last = std::min(n, tiles * (t + 1) / parts * kNr);
+    if (last <= first) continue;
+    product_on_this_thread(m, last - first, k, a, {b.data + first * b.row, b.row, b.step}, accumulate, c + first * ldc,
+                           ldc, native);
+  }
+}
+
+}  // namespace pstrain::simd

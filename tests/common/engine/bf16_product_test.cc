@@ -1,0 +1,180 @@
+// simd::product_bf16 (common/engine/simd/bf16_product.h), mixed precision's dense kernel
+// gradient: bf16_round against the wire codec's rounding and its own edge cases; both paths (the
+// native VDPBF16PS one where the CPU has AVX512-BF16, and the scalar emulation) bit for bit the
+// contract's chain written out term by term, over operands from float32's whole range (denormals,
+// underflowing products, infinities), every layout, odd and even k, tails of tiles, accumulation;
+// an element's value independent of the block it is computed in and of the thread split; and
+// near the float64 product of the rounded operands.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/engine/compression.h"
+#include "common/engine/simd/bf16_product.h"
+
+using namespace pstrain;
+using simd::Operand;
+
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+float widen(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
+
+// Equal bits, or both NaN (the contract leaves a NaN's payload open).
+bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b); }
+
+// Values with exponents over float32's range (`wide`) or near 1, some of them specials.
+std::vector<float> operand(size_t n, uint32_t seed, bool wide) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    const uint32_t r = rng();
+    uint32_t exponent = wide ? rng() % 256 : 120 + rng() % 14;
+    if (wide && exponent == 255 && rng() % 4 != 0) exponent = 127;  // infinities and NaNs, but few
+    x = float_of((r & 0x807fffffu) | (exponent << 23));
+    if (rng() % 16 == 0) x = 0.0f;
+  }
+  return v;
+}
+
+// The contract, term by term: element (i, j) from an operand entry reader.
+template <typename A, typename B>
+float chain(int64_t k, A a, B b, float start) {
+  float acc = ftz(start);
+  for (int64_t q = 0; 2 * q < k; ++q) {
+    const float a1 = 2 * q + 1 < k ? widen(simd::bf16_round(a(2 * q + 1))) : 0.0f;
+    const float b1 = 2 * q + 1 < k ? widen(simd::bf16_round(b(2 * q + 1))) : 0.0f;
+    acc = ftz(std::fma(a1, b1, acc));
+    acc = ftz(std::fma(widen(simd::bf16_round(a(2 * q))), widen(simd::bf16_round(b(2 * q))), acc));
+  }
+  return acc;
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool a_rows_adjacent, b_rows_adjacent, accumulate, wide;
+};
+
+// Runs product_bf16 on one case, both paths, and checks each element against the chain.
+void check_case(const Case& c, uint32_t seed) {
+  // A operand with adjacent rows: entry (i, p) at i + p * (m + 3); else at i * (k + 2) + p.
+  const int64_t a_ld = c.a_rows_adjacent ? c.m + 3 : c.k + 2, b_ld = c.b_rows_adjacent ? c.n + 1 : c.k + 5;
+  const std::vector<float> a = operand(static_cast<size_t>((c.a_rows_adjacent ? c.k : c.m) * a_ld), seed, c.wide);
+  const std::vector<float> b = operand(static_cast<size_t>((c.b_rows_adjacent ? c.k : c.n) * b_ld), seed + 1, c.wide);
+  const Operand ao = c.a_rows_adjacent ? Operand{a.data(), 1, a_ld} : Operand{a.data(), a_ld, 1};
+  const Operand bo = c.b_rows_adjacent ? Operand{b.data(), 1, b_ld} : Operand{b.data(), b_ld, 1};
+  const int64_t ldc = c.m + 2;
+  const std::vector<float> start = operand(static_cast<size_t>(ldc * c.n), seed + 2, c.wide);
+  for (const bool emulated : {false, true}) {
+    std::vector<float> out = start;
+    simd::product_bf16(c.m, c.n, c.k, ao, bo, c.accumulate, out.data(), ldc, 1, emulated);
+    int64_t wrong = 0;
+    for (int64_t j = 0; j < c.n; ++j) {
+      for (int64_t i = 0; i < c.m; ++i) {
+        const float want = chain(
+            c.k, [&](int64_t p) { return a[static_cast<size_t>(i * ao.row + p * ao.step)]; },
+            [&](int64_t p) { return b[static_cast<size_t>(j * bo.row + p * bo.step)]; },
+            c.accumulate ? start[static_cast<size_t>(j * ldc + i)] : 0.0f);
+        if (!same(out[static_cast<size_t>(j * ldc + i)], want)) ++wrong;
+      }
+      for (int64_t i = c.m; i < ldc; ++i) {  // rows past m untouched
+        if (!same(out[static_cast<size_t>(j * ldc + i)], start[static_cast<size_t>(j * ldc + i)])) ++wrong;
+      }
+    }
+    INFO("m " << c.m << " n " << c.n << " k " << c.k << " adjacent rows " << c.a_rows_adjacent << c.b_rows_adjacent
+              << " accumulate " << c.accumulate << " wide " << c.wide << " emulated " << emulated);
+    CHECK(wrong == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bf16_round: to nearest even as the wire codec, denormals to zeros of their sign, NaN stays NaN") {
+  std::mt19937 rng(3);
+  for (int t = 0; t < 200000; ++t) {
+    const float x = float_of(rng());
+    const uint16_t got = simd::bf16_round(x);
+    if (std::isnan(x)) {
+      CHECK(std::isnan(widen(got)));
+    } else if (std::fpclassify(x) == FP_SUBNORMAL) {
+      CHECK(got == (bits_of(x) >> 16 & 0x8000u));
+    } else {
+      CHECK(got == float_to_bfloat16(x));
+    }
+  }
+  CHECK(simd::bf16_round(1.0f + 1.0f / 256) == 0x3f80);           // a tie: to even (down)
+  CHECK(simd::bf16_round(1.0f + 3.0f / 256) == 0x3f82);           // a tie: to even (up)
+  CHECK(simd::bf16_round(float_of(0x7f7fffffu)) == 0x7f80);       // float32's largest: infinity
+  CHECK(simd::bf16_round(-1e-40f) == 0x8000);                     // a denormal: -0
+  CHECK(simd::bf16_round(float_of(0x00800000u)) == 0x0080);       // the smallest normal stays
+  CHECK(std::isnan(widen(simd::bf16_round(float_of(0x7f800001u)))));  // a signalling NaN: not infinity
+}
+
+TEST_CASE("product_bf16: the contract's chain bit for bit, native and emulated, every layout, k and tail") {
+  const std::string paths = simd::bf16_product_native() ? "yes (both paths checked)" : "no (the emulated path twice)";
+  MESSAGE("VDPBF16PS here: " << paths);
+  uint32_t seed = 10;
+  for (const int64_t k : {1, 2, 3, 8, 17, 64}) {
+    for (const bool wide : {false, true}) {
+      for (const bool accumulate : {false, true}) {
+        check_case({37, 29, k, true, true, accumulate, wide}, seed++);
+        check_case({5, 41, k, false, true, accumulate, wide}, seed++);
+        check_case({33, 13, k, true, false, accumulate, wide}, seed++);
+        check_case({16, 12, k, false, false, accumulate, wide}, seed++);
+      }
+    }
+  }
+  check_case({128, 300, 128, true, true, false, false}, 99);  // a kernel gradient's shape: A packed whole
+  check_case({300, 40, 64, true, true, true, false}, 100);    // B packed whole
+}
+
+TEST_CASE("product_bf16: an element's value does not depend on its block nor on the threads, and is near float64") {
+  const int64_t m = 70, n = 530, k = 45;
+  const std::vector<float> a = operand(static_cast<size_t>(m * k), 7, false);
+  const std::vector<float> b = operand(static_cast<size_t>(n * k), 8, false);
+  std::vector<float> whole(static_cast<size_t>(m * n)), two(whole.size());
+  simd::product_bf16(m, n, k, {a.data(), 1, m}, {b.data(), 1, n}, false, whole.data(), m);
+  simd::product_bf16(m, n, k, {a.data(), 1, m}, {b.data(), 1, n}, false, two.data(), m, 2);
+  CHECK(whole == two);
+  // Rows [9, 9 + 23) and columns [101, 101 + 77) alone (a server's rows of a factored push).
+  const int64_t i0 = 9, mm = 23, j0 = 101, nn = 77;
+  std::vector<float> part(static_cast<size_t>(mm * nn));
+  simd::product_bf16(mm, nn, k, {a.data() + i0, 1, m}, {b.data() + j0, 1, n}, false, part.data(), mm);
+  int64_t wrong = 0;
+  double worst = 0;
+  for (int64_t j = 0; j < nn; ++j) {
+    for (int64_t i = 0; i < mm; ++i) {
+      if (!same(part[static_cast<size_t>(j * mm + i)], whole[static_cast<size_t>((j0 + j) * m + i0 + i)])) ++wrong;
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < m; ++i) {
+      double exact = 0, scale = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double t = static_cast<double>(widen(simd::bf16_round(a[static_cast<size_t>(i + p * m)]))) *
+                         widen(simd::bf16_round(b[static_cast<size_t>(j + p * n)]));
+        exact += t;
+        scale += std::fabs(t);
+      }
+      worst = std::max(worst, std::fabs(whole[static_cast<size_t>(j * m + i)] - exact) / scale);
+    }
+  }
+  CHECK(wrong == 0);
+  MESSAGE("worst error against float64 on the rounded operands, relative to the terms' magnitude: " << worst);
+  CHECK(worst < 1e-5);
+}
