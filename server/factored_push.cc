@@ -106,6 +106,7 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
   };
   factors->rows = read_rows(params.getRows(), "rows");
   factors->inputs = rpc::part_view(params.getInputs(), header.examples * factors->rows.size(), "inputs");
+  factors->bf16 = params.getBf16();
   job.bytes_in += factors->deltas.size_bytes() + factors->inputs.size_bytes();
 
   // What each key's reply carries: all of it, or ranges.

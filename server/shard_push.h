@@ -30,6 +30,7 @@ struct GradientFactors {
   std::span<const float> deltas;  // examples x columns, example after example
   std::vector<uint32_t> rows;     // kernel rows with inputs, ascending; the others' inputs are zero
   std::span<const float> inputs;  // examples x rows.size(), example after example
+  bool bf16 = false;  // multiplied out by simd::product_bf16 (PushFactorsParams.bf16), else simd::product
   // deltas * inputs^T over every listed row (columns x rows.size()): multiplied out once, by the
   // first chunk that needs it, for all the chunks of the push (one product rather than one per
   // chunk). Event-loop thread only, like the shard.

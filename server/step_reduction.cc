@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/engine/nn/gradient_scaling.h"
+#include "common/engine/simd/bf16_product.h"
 #include "common/engine/simd/kernels.h"
 
 namespace pstrain {
@@ -42,12 +43,17 @@ FactorRows factor_rows(const GradientFactors& f, size_t first_row, size_t rows) 
   const auto listed = static_cast<size_t>(end - begin);
   if (listed == 0 || f.examples == 0) return {nullptr, 0, nullptr};
   if (!f.multiplied) {
-    // As the worker's engine computes a kernel gradient (common/engine/simd/kernels.h): the same value
-    // for every element whatever rows the push lists.
+    // As the worker's engine computes a kernel gradient (common/engine/simd/kernels.h, and
+    // bf16_product.h for mixed precision's layers): the same value for every element whatever
+    // rows the push lists.
     const auto m = static_cast<int64_t>(f.columns), n = static_cast<int64_t>(f.rows.size());
+    const auto k = static_cast<int64_t>(f.examples);
     f.product.resize(f.rows.size() * f.columns);
-    simd::product(m, n, static_cast<int64_t>(f.examples), {f.deltas.data(), 1, m}, {f.inputs.data(), 1, n}, false,
-                  f.product.data(), m);
+    if (f.bf16) {
+      simd::product_bf16(m, n, k, {f.deltas.data(), 1, m}, {f.inputs.data(), 1, n}, false, f.product.data(), m);
+    } else {
+      simd::product(m, n, k, {f.deltas.data(), 1, m}, {f.inputs.data(), 1, n}, false, f.product.data(), m);
+    }
     f.multiplied = true;
   }
   const auto position = static_cast<size_t>(begin - f.rows.begin());

@@ -72,10 +72,12 @@ void FactoredExchange::push_group(size_t g, const GradientSlice& slice) {
   GroupBuffers& buffers = group_buffers_[g];
   AlignedFloats& deltas = deltas_[group.param];
   const uint32_t examples = slice.examples;
+  bool bf16 = false;  // the layer's kernel gradient is mixed precision's product
   // Copies, not views of the model's buffers: a takeover computes on the model while this push
   // may still be on its way out.
   if (examples > 0) {
     const auto factors = model_.first_replica().kernel_factors(group.param);
+    bf16 = factors.bf16;
     plan_.gather_inputs(group, factors.inputs.data(), examples, buffers.rows, buffers.inputs);
     // Once per kernel and step: the kernel's other groups (other servers) send the same deltas,
     // and an earlier group's message may still be reading them.
@@ -96,6 +98,7 @@ void FactoredExchange::push_group(size_t g, const GradientSlice& slice) {
   const auto orphanage =
       capnp::Orphanage::getForMessageContaining(proto::ParameterServer::PushFactorsParams::Builder(request));
   if (delta_floats > 0) request.adoptDelta(rpc::reference_floats(orphanage, {deltas.data(), delta_floats}));
+  request.setBf16(bf16);
   auto rows = request.initRows(static_cast<unsigned>(buffers.rows.size()));
   for (unsigned i = 0; i < buffers.rows.size(); ++i) rows.set(i, buffers.rows[i]);
   if (input_floats > 0) request.adoptInputs(rpc::reference_floats(orphanage, {buffers.inputs.data(), input_floats}));

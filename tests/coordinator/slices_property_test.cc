@@ -313,13 +313,32 @@ TEST_CASE("with each compression (fp16, bf16, topk, powersgd) sync N workers equ
 TEST_CASE("in mixed_bfloat16 sync N workers equal the trainer's N slices bit for bit, over every exchange") {
   // The dense layers' forward and input-gradient products in bfloat16 where the CPU has them
   // (onednn_matmul.h; else float32, and the case is the float one again); their kernel gradients
-  // float32, which the factored exchange's servers multiply out alike.
+  // simd::product_bf16's, which the factored exchange's servers multiply out alike (the push says
+  // which product).
   const uint64_t seed = 20261207;
   MESSAGE("seed " << seed << std::string(nn::onednn_bf16() ? ", bfloat16 products" : ", no bfloat16 here: float32"));
   Rng rng(seed);
+  // The factored exchange factors a kernel only where its factors are at most a third of it
+  // (worker/factor_plan.h), which the random batches rarely are: two more factored trials with 4
+  // examples per worker, where the hidden kernels go as factors and the servers multiply out the
+  // bfloat16 product (one server, then two holding parts of the kernels).
+  std::vector<Trial> trials;
   for (const Exchange exchange : {Exchange::kDense, Exchange::kSparse, Exchange::kFactored, Exchange::kForward}) {
+    trials.push_back(draw(rng));
+    trials.back().exchange = exchange;
+  }
+  for (const int servers : {1, 2}) {
     Trial t = draw(rng);
-    t.exchange = exchange;
+    t.exchange = Exchange::kFactored;
+    t.workers = 2;
+    t.servers = servers;
+    t.batch = 8;
+    t.examples = 29;
+    t.ghost = 0;
+    trials.push_back(t);
+  }
+  for (const Trial& t : trials) {
+    const Exchange exchange = t.exchange;
     JobSpec spec = job_of(t);
     spec.precision = Precision::kMixedBfloat16;
     spec = parse_job_spec(job_spec_to_json(spec));

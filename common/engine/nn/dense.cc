@@ -5,21 +5,27 @@
 #include "common/engine/nn/gemm.h"
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/row_groups.h"
+#include "common/engine/simd/bf16_product.h"
 #include "common/engine/simd/kernels.h"
 
 namespace pstrain::nn {
 namespace {
 
 // The kernel gradient dout * x^T (out x k, column-major: k features' rows of the [in, out] kernel).
-// For float it is simd::product, whose order of additions is fixed per element
-// (common/engine/simd/kernels.h): a server multiplying out a factored push (only its rows, only the
-// nonzero ones) gets the bits a worker's or the trainer's whole product has, on every CPU. The
-// forward and the input gradient are oneDNN's or BLAS's products (layers.h): every path computes
-// them on the same operands with the same shapes.
+// For float it is simd::product, or simd::product_bf16 in mixed precision (`bf16`): each has one
+// order of additions per element (common/engine/simd/kernels.h, bf16_product.h), so a server
+// multiplying out a factored push (only its rows, only the nonzero ones, with the product the push
+// names) gets the bits a worker's or the trainer's whole product has, on every CPU. The forward and
+// the input gradient are oneDNN's or BLAS's products (layers.h): every path computes them on the
+// same operands with the same shapes.
 template <typename T>
-void kernel_gradient(int64_t out, int64_t k, int64_t batch, const T* dout, const T* x, T* grads) {
+void kernel_gradient(int64_t out, int64_t k, int64_t batch, const T* dout, const T* x, T* grads, bool bf16) {
   if constexpr (std::is_same_v<T, float>) {
-    simd::product(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out);
+    if (bf16) {
+      simd::product_bf16(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out);
+    } else {
+      simd::product(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out);
+    }
   } else {
     gemm<T>(Op::kNone, Op::kTranspose, out, k, batch, dout, out, x, k, T(0), grads, out);
   }
@@ -95,7 +101,7 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
   } else if (data_input_ && din == nullptr && gather_active_features(in)) {
     sparse_kernel_gradient(dout.data(), batch, grads + kernel_);
   } else {
-    kernel_gradient<T>(out_, in_, batch, dout.data(), in.data(), grads + kernel_);
+    kernel_gradient<T>(out_, in_, batch, dout.data(), in.data(), grads + kernel_, matmul_bf16_);
   }
   if constexpr (std::is_same_v<T, float>) {
     simd::kernels().row_sums(out_, batch, dout.data(), grads + bias_);
@@ -201,7 +207,7 @@ template <typename T>
 void Dense<T>::sparse_kernel_gradient(const T* dout, int64_t batch, T* kernel_grads) {
   const auto k = static_cast<int64_t>(active_.size());
   active_rows_.resize(static_cast<size_t>(out_ * k));
-  if (k > 0) kernel_gradient<T>(out_, k, batch, dout, active_in_.data(), active_rows_.data());
+  if (k > 0) kernel_gradient<T>(out_, k, batch, dout, active_in_.data(), active_rows_.data(), matmul_bf16_);
   int64_t next = 0;  // into active_
   for (int64_t j = 0; j < in_; ++j) {
     T* row = kernel_grads + j * out_;

@@ -34,8 +34,10 @@ namespace pstrain::nn {
 // Products: Dense<float>'s forward and input gradient are oneDNN's float32 matmul where
 // onednn_matmul_preferred() (AVX-512 and up), else BLAS's (and the double engine's always). Mixed precision
 // (use_bf16, float only) makes them oneDNN's bfloat16 matmul where onednn_bf16()
-// (onednn_matmul.h). The kernel gradient is simd::product in both, and the sparse-input and
-// row-group forwards (the products a server may compute for it) stay float32 and BLAS's.
+// (onednn_matmul.h), and the kernel gradient simd::product_bf16 (float32's is simd::product: both
+// fixed-order, so a server multiplying out factors gets the same bits; bf16_products() tells the
+// worker which to ask for). The sparse-input and row-group forwards (the products a server may
+// compute for it) stay float32 and BLAS's.
 template <typename T>
 class Dense final : public Layer<T> {
  public:
@@ -54,6 +56,8 @@ class Dense final : public Layer<T> {
   // Switches the products to bfloat16 (above); T = float and onednn_bf16() only. Call it between
   // steps. Returns false when they already were.
   bool use_bf16();
+  // Whether the products are bfloat16 (the kernel gradient simd::product_bf16).
+  bool bf16_products() const { return matmul_bf16_; }
 
  private:
   // The batch's nonzero features, ascending, into active_.

@@ -477,7 +477,7 @@ typename Model<T>::KernelFactors Model<T>::kernel_factors(size_t param) const {
   const Stage& s = dense_stage(param);
   const T* in = values(s.inputs[0]);
   return {ConstMatMap<T>(in, s.in_size, last_batch_),
-          ConstMatMap<T>(deltas_[s.output_buffer].data(), s.out_size, last_batch_)};
+          ConstMatMap<T>(deltas_[s.output_buffer].data(), s.out_size, last_batch_), s.dense->bf16_products()};
 }
 
 template <typename T>

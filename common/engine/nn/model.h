@@ -119,9 +119,12 @@ class Model {
   // A dense kernel's gradient of the last compute_gradients as two factors: the layer's input
   // (in x batch) and the gradient of its output before the activation (out x batch). The kernel's
   // gradient, read column-major as [out x in] (the row-major [in, out] kernel), is
-  // deltas * inputs^T. Views into the model's buffers: valid until the next forward pass.
+  // deltas * inputs^T, by simd::product_bf16 when `bf16` (mixed precision's layers) and else by
+  // simd::product, as the layer's own backward computes it. Views into the model's buffers: valid
+  // until the next forward pass.
   struct KernelFactors {
     ConstMatMap<T> inputs, deltas;
+    bool bf16 = false;
   };
   KernelFactors kernel_factors(size_t param) const;
 

@@ -256,6 +256,10 @@ interface ParameterServer {
     node @17 :UInt32;  # as in PushParams
     token @18 :Data;
     lrScale @19 :Float32 = 1.0;  # as in PushParams
+    # The product the server multiplies the factors out with: simd::product_bf16 (a mixed-precision
+    # layer's kernel gradient, common/engine/simd/bf16_product.h) when set, else simd::product, as
+    # the worker's engine would compute the gradient.
+    bf16 @20 :Bool = false;
   }
   struct PushFactorsResults {
     versions @0 :List(UInt64);  # one per key

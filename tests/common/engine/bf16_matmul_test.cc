@@ -1,8 +1,8 @@
 // Mixed-precision dense products (onednn_matmul.h): the forward and the input gradient from
 // operands rounded to bfloat16 and accumulated in float32 (against float64 on the rounded
 // operands), near the float32 products, the same bits on every run and after another batch
-// size; a Dense layer switched with use_bf16 whose kernel gradient stays the float32 one (on a CPU
-// without AVX512-BF16 or AMX the constructor refuses); and the float32 layer's products, oneDNN's
+// size; a Dense layer switched with use_bf16 whose kernel gradient is simd::product_bf16's (on a
+// CPU without AVX512-BF16 or AMX the constructor refuses); and the float32 layer's products, oneDNN's
 // float32 matmul where it generates AVX-512, against float64.
 #include <doctest/doctest.h>
 
@@ -17,6 +17,7 @@
 #include "common/base/error.h"
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/onednn_matmul.h"
+#include "common/engine/simd/bf16_product.h"
 #include "tests/common/engine/bf16_test_support.h"
 
 using namespace pstrain;
@@ -92,7 +93,7 @@ TEST_CASE("bfloat16 matmul: forward and input gradient from rounded operands in 
   CHECK(worst_error(dx, want) < 1e-5);
 }
 
-TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the matmul, its kernel and bias gradients float32's") {
+TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the matmul, its kernel gradient product_bf16's, its bias gradient float32's") {
   const int64_t in = 19, out = 7, batch = 6;
   if (!onednn_bf16()) {
     MESSAGE("no bfloat16 products here (oneDNN " << std::string(onednn_isa()) << ")");
@@ -112,15 +113,21 @@ TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the ma
   product.forward(params.data(), params.data() + in * out, x.data(), batch, want.data());
   CHECK(y16 == want);
   CHECK(y16 != y32);
-  // Backward on the bfloat16 layer's own output (its ReLU mask): the kernel and bias gradients
-  // are the float32 layer's on the same output and output gradient; the input gradient the matmul's.
+  // Backward on the bfloat16 layer's own output (its ReLU mask): the bias gradient is the float32
+  // layer's on the same output and output gradient, the kernel gradient simd::product_bf16's of
+  // the same factors (the float32 layer's simd::product's is another), the input gradient the
+  // matmul's.
   std::vector<float> dy16 = dy0, dy32 = dy0;
   std::vector<float> g16(params.size()), g32(params.size()), dx16(static_cast<size_t>(batch * in)), dx32(dx16.size());
   low.backward(params.data(), ConstMatMap<float>(x.data(), in, batch), ConstMatMap<float>(y16.data(), out, batch),
                MatMap<float>(dy16.data(), out, batch), g16.data(), dx16.data());
   full.backward(params.data(), ConstMatMap<float>(x.data(), in, batch), ConstMatMap<float>(y16.data(), out, batch),
                 MatMap<float>(dy32.data(), out, batch), g32.data(), dx32.data());
-  CHECK(g16 == g32);
+  CHECK(std::equal(g16.begin() + in * out, g16.end(), g32.begin() + in * out));  // the bias
+  std::vector<float> kernel_want(static_cast<size_t>(in * out));
+  simd::product_bf16(out, in, batch, {dy32.data(), 1, out}, {x.data(), 1, in}, false, kernel_want.data(), out);
+  CHECK(std::equal(kernel_want.begin(), kernel_want.end(), g16.begin()));
+  CHECK(!std::equal(kernel_want.begin(), kernel_want.end(), g32.begin()));
   std::vector<float> dx_want(dx16.size());
   product.backward_data(params.data(), dy32.data(), batch, dx_want.data());  // dy32: masked like dy16
   CHECK(dx16 == dx_want);
