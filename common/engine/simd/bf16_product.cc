@@ -19,6 +19,8 @@ namespace {
 // The register tile of the native path: kMr vectors of 16 rows by kNr columns of accumulators (24
 // of 32 zmm), as simd::product's AVX-512 tile. The emulated path packs alike.
 constexpr int64_t kLanes = 16, kMr = 2, kPanel = kMr * kLanes, kNr = 12;
+// B panels packed at a time when A is packed whole.
+constexpr int64_t kBlock = 32;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -113,19 +115,22 @@ PSTRAIN_BF16_TARGET inline __m512i round_lanes(__m512i x) {
   return _mm512_mask_blend_epi32(is_small, _mm512_mask_blend_epi32(is_nan, rne, nan), zero);
 }
 
-// pack_portable for operands whose rows are adjacent (row == 1: entry (i, p) at src[i + p * step]).
+// pack_portable of `panels` consecutive panels of `width` rows from `first` on, panel p at
+// dst + p * pairs * width, for operands whose rows are adjacent (row == 1: entry (i, p) at
+// src[i + p * step]). Each of k's lines is read as one contiguous run over all the panels (a few
+// hundred floats), which the hardware prefetchers follow, and the pairs are spread to the panels
+// from `line` (panels * width + kLanes pairs of scratch).
 PSTRAIN_BF16_TARGET void pack_adjacent_rows(const float* src, int64_t step, int64_t rows, int64_t k, int64_t first,
-                                            int64_t width, uint32_t* dst) {
-  const int64_t valid = std::min(width, rows - first), pairs = (k + 1) / 2;
+                                            int64_t width, int64_t panels, uint32_t* dst, uint32_t* line) {
+  const int64_t span = panels * width, valid = std::min(span, rows - first), pairs = (k + 1) / 2;
   for (int64_t q = 0; q < pairs; ++q) {
     const float* lo_line = src + 2 * q * step + first;
     const float* hi_line = 2 * q + 1 < k ? src + (2 * q + 1) * step + first : nullptr;
-    uint32_t* out = dst + q * width;
-    for (int64_t i = 0; i < width; i += kLanes) {
+    for (int64_t i = 0; i < span; i += kLanes) {
       const int64_t here = std::max<int64_t>(0, std::min(kLanes, valid - i));
       const auto mask = static_cast<__mmask16>((uint32_t{1} << here) - 1u);
       // Whole-vector loads where the operand has 16 more rows (masked ones are slow on Zen 4);
-      // lanes past the panel are not stored.
+      // the lanes past the panels are scratch.
       const bool whole = first + i + kLanes <= rows;
       const __m512i lo = round_lanes(whole ? _mm512_loadu_si512(lo_line + i) : _mm512_maskz_loadu_epi32(mask, lo_line + i));
       __m512i hi = _mm512_setzero_si512();
@@ -133,9 +138,10 @@ PSTRAIN_BF16_TARGET void pack_adjacent_rows(const float* src, int64_t step, int6
         hi = round_lanes(whole ? _mm512_loadu_si512(hi_line + i) : _mm512_maskz_loadu_epi32(mask, hi_line + i));
       }
       // Lanes past `valid` loaded zeros, whose rounding is zero.
-      const __m512i pair = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
-      const int64_t store = std::min(kLanes, width - i);
-      _mm512_mask_storeu_epi32(out + i, static_cast<__mmask16>((uint32_t{1} << store) - 1u), pair);
+      _mm512_storeu_si512(line + i, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+    for (int64_t p = 0; p < panels; ++p) {
+      std::memcpy(dst + (p * pairs + q) * width, line + p * width, static_cast<size_t>(width) * sizeof(uint32_t));
     }
   }
 }
@@ -185,17 +191,24 @@ bool cpu_has_avx512_bf16() {
 
 using Tile = void (*)(int64_t, const uint32_t*, const uint32_t*, bool, float*, int64_t, int64_t, int64_t);
 
-void pack_any(const float* src, int64_t row, int64_t step, int64_t rows, int64_t k, int64_t first, int64_t width,
-              uint32_t* dst, bool native) {
+// Panels [panel, panel + panels) of an operand, each `width` rows, panel p at dst + p * pairs * width.
+void pack_panels(Operand o, int64_t rows, int64_t k, int64_t panel, int64_t panels, int64_t width, uint32_t* dst,
+                 bool native) {
+  const int64_t pairs = (k + 1) / 2;
 #if defined(__x86_64__)
-  if (native && row == 1) {
-    pack_adjacent_rows(src, step, rows, k, first, width, dst);
+  if (native && o.row == 1) {
+    thread_local std::vector<uint32_t, CacheAlignedAllocator<uint32_t>> line;
+    const auto need = static_cast<size_t>(panels * width + kLanes);
+    if (line.size() < need) line.resize(need);
+    pack_adjacent_rows(o.data, o.step, rows, k, panel * width, width, panels, dst, line.data());
     return;
   }
 #else
   (void)native;
 #endif
-  pack_portable(src, row, step, rows, k, first, width, dst);
+  for (int64_t p = 0; p < panels; ++p) {
+    pack_portable(o.data, o.row, o.step, rows, k, (panel + p) * width, width, dst + p * pairs * width);
+  }
 }
 
 Tile pick_tile(bool native) {
@@ -218,7 +231,7 @@ void product_on_this_thread(int64_t m, int64_t n, int64_t k, Operand a, Operand 
   const int64_t pairs = (k + 1) / 2;
   const int64_t a_panels = round_up(m, kPanel) / kPanel, b_panels = round_up(n, kNr) / kNr;
   const bool a_whole = a_panels * kPanel <= b_panels * kNr;  // the smaller operand packed whole
-  const auto need = static_cast<size_t>((a_whole ? a_panels * kPanel + kNr : b_panels * kNr + kPanel) * pairs);
+  const auto need = static_cast<size_t>((a_whole ? a_panels * kPanel + kBlock * kNr : b_panels * kNr + kPanel) * pairs);
   if (scratch.size() < need) scratch.resize(need);
   const Tile tile = pick_tile(native);
   const auto run = [&](int64_t i, const uint32_t* ap, int64_t j, const uint32_t* bp) {
@@ -226,23 +239,23 @@ void product_on_this_thread(int64_t m, int64_t n, int64_t k, Operand a, Operand 
          std::min(kNr, n - j * kNr));
   };
   if (a_whole) {
+    // A whole, B in blocks of kBlock panels (the block's lines read as runs of kBlock * kNr floats).
     uint32_t* packed_a = scratch.data();
     uint32_t* packed_b = packed_a + a_panels * kPanel * pairs;
-    for (int64_t i = 0; i < a_panels; ++i) {
-      pack_any(a.data, a.row, a.step, m, k, i * kPanel, kPanel, packed_a + i * kPanel * pairs, native);
-    }
-    for (int64_t j = 0; j < b_panels; ++j) {
-      pack_any(b.data, b.row, b.step, n, k, j * kNr, kNr, packed_b, native);
-      for (int64_t i = 0; i < a_panels; ++i) run(i, packed_a + i * kPanel * pairs, j, packed_b);
+    pack_panels(a, m, k, 0, a_panels, kPanel, packed_a, native);
+    for (int64_t j0 = 0; j0 < b_panels; j0 += kBlock) {
+      const int64_t block = std::min(kBlock, b_panels - j0);
+      pack_panels(b, n, k, j0, block, kNr, packed_b, native);
+      for (int64_t j = 0; j < block; ++j) {
+        for (int64_t i = 0; i < a_panels; ++i) run(i, packed_a + i * kPanel * pairs, j0 + j, packed_b + j * kNr * pairs);
+      }
     }
   } else {
     uint32_t* packed_b = scratch.data();
     uint32_t* packed_a = packed_b + b_panels * kNr * pairs;
-    for (int64_t j = 0; j < b_panels; ++j) {
-      pack_any(b.data, b.row, b.step, n, k, j * kNr, kNr, packed_b + j * kNr * pairs, native);
-    }
+    pack_panels(b, n, k, 0, b_panels, kNr, packed_b, native);
     for (int64_t i = 0; i < a_panels; ++i) {
-      pack_any(a.data, a.row, a.step, m, k, i * kPanel, kPanel, packed_a, native);
+      pack_panels(a, m, k, i, 1, kPanel, packed_a, native);
       for (int64_t j = 0; j < b_panels; ++j) run(i, packed_a, j, packed_b + j * kNr * pairs);
     }
   }
