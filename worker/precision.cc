@@ -13,7 +13,7 @@ std::string apply_precision(Precision precision, nn::DataParallelModel<float>& m
   const auto switched = model.use_bf16_products();
   return "mixed_bfloat16: " + std::to_string(switched.convolutions) + " convolution(s) and " +
          std::to_string(switched.dense) + " dense layer(s) compute their products in bfloat16 (oneDNN " +
-         nn::onednn_isa() + "); weights, optimizer, losses, dense kernel gradients and every other layer float32";
+         nn::onednn_isa() + "), dense kernel gradients too (simd::product_bf16); weights, optimizer, losses and every other layer float32";
 }
 
 }  // namespace pstrain
