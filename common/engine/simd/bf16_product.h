@@ -49,4 +49,13 @@ bool bf16_product_native();
 void product_bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c, int64_t ldc,
                   int threads = 1, bool emulated = false);
 
+// Rounds a float32 matrix (k x n, row-major, row stride ld) by bf16_round into oneDNN's
+// BA16a<B>b2a layout for B = block_columns (16, 32, 48 or 64): blocks of 32 rows by B columns,
+// the column blocks outermost, each block 16 pairs of rows, each pair's B columns as interleaved
+// pairs (row 2q in the low half) - what oneDNN's bfloat16 matmul reads its weights as. Rows and
+// columns past k and n are zeros; dst holds round_up(k, 32) * round_up(n, B) values. The dense
+// layers' forward rounds their kernel with it every step (onednn_matmul.cc): it is that layout's
+// oneDNN reorder at the speed of a plain conversion.
+void round_to_pair_blocks(const float* src, int64_t k, int64_t n, int64_t ld, int64_t block_columns, void* dst);
+
 }  // namespace pstrain::simd

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/error.h"
@@ -91,6 +92,35 @@ TEST_CASE("bfloat16 matmul: forward and input gradient from rounded operands in 
       want[b * in + i] = acc;
     }
   CHECK(worst_error(dx, want) < 1e-5);
+}
+
+TEST_CASE("bfloat16 matmul forward on kernels of many shapes (rounded into oneDNN's blocked layouts by ours)") {
+  if (!onednn_bf16()) {
+    MESSAGE("no bfloat16 products here (oneDNN " << std::string(onednn_isa()) << ")");
+    return;
+  }
+  // The kernel's rounding writes oneDNN's BA16a<B>b2a layouts itself (simd::round_to_pair_blocks):
+  // a wrong position would show as an error far above float32's.
+  const int64_t batch = 5;
+  for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{
+           {37, 21}, {64, 16}, {100, 48}, {33, 64}, {784, 700}, {300, 130}, {2048, 10}}) {
+    CAPTURE(in);
+    CAPTURE(out);
+    const std::vector<float> x = random_values(static_cast<size_t>(batch * in), 11);
+    const std::vector<float> kernel = random_values(static_cast<size_t>(in * out), 12);
+    const std::vector<float> bias = random_values(static_cast<size_t>(out), 13);
+    OneDnnMatmul m(in, out, false, true);
+    std::vector<float> y(static_cast<size_t>(batch * out));
+    m.forward(kernel.data(), bias.data(), x.data(), batch, y.data());
+    std::vector<double> want(y.size());
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t o = 0; o < out; ++o) {
+        double acc = bias[o];
+        for (int64_t i = 0; i < in; ++i) acc += static_cast<double>(bf16(x[b * in + i])) * bf16(kernel[i * out + o]);
+        want[b * out + o] = acc;
+      }
+    CHECK(worst_error(y, want) < 1e-5 * std::sqrt(static_cast<double>(in)));
+  }
 }
 
 TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the matmul, its kernel gradient product_bf16's, its bias gradient float32's") {
