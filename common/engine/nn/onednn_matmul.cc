@@ -191,6 +191,12 @@ void OneDnnMatmul::backward_data(const float* kernel, const float* dy, int64_t b
   });
 }
 
+bool OneDnnMatmul::rounds_kernel_itself(int64_t batch) {
+  bool ours = false;
+  guarded("forward", impl_->in, impl_->out, [&] { ours = impl_->plan(batch).forward.pair_block > 0; });
+  return ours;
+}
+
 #else  // no oneDNN in this build
 
 bool onednn_matmul_preferred() { return false; }
@@ -199,6 +205,7 @@ OneDnnMatmul::OneDnnMatmul(int64_t, int64_t, bool, bool) { throw Error("this bui
 OneDnnMatmul::~OneDnnMatmul() = default;
 void OneDnnMatmul::forward(const float*, const float*, const float*, int64_t, float*) {}
 void OneDnnMatmul::backward_data(const float*, const float*, int64_t, float*) {}
+bool OneDnnMatmul::rounds_kernel_itself(int64_t) { return false; }
 
 #endif
 

@@ -9,10 +9,12 @@
 // the primitive (round to nearest even); the products accumulate in float32 and y and dx are
 // float32. The kernel stays float32 in the caller's memory (the master weights) and is rounded
 // afresh at every call (it changes every step), into one buffer per layout that every batch
-// size's primitive shares: the forward's the primitive's own blocked layout, the input
+// size's primitive shares: the forward's the primitive's own blocked layout (written by
+// simd::round_to_pair_blocks where it is BA16a<B>b2a, else by oneDNN's reorder), the input
 // gradient's the kernel's [in, out] as it lies (read transposed), so that rounding is a plain
-// conversion (two copies a layer). The kernel gradient is not here: Dense computes it in float32 (simd::product), the order
-// of additions a server multiplying out a factored push also has, so every exchange stays exact.
+// conversion (two copies a layer). The kernel gradient is not here: Dense computes it with
+// simd::product_bf16 (bf16_product.h), the order of additions a server multiplying out a factored
+// push also has, so every exchange stays exact.
 //
 // Layouts are ours: x and y a column per example (row-major [batch, in] and [batch, out]), the
 // kernel Keras' [in, out] row-major. Exactness as onednn_conv.h: one thread per call
@@ -43,6 +45,9 @@ class OneDnnMatmul {
   void forward(const float* kernel, const float* bias, const float* x, int64_t batch, float* y);
   // dx = dy kernel^T (overwritten).
   void backward_data(const float* kernel, const float* dy, int64_t batch, float* dx);
+  // Whether the forward for `batch` (bfloat16) writes its rounded kernel with
+  // simd::round_to_pair_blocks rather than oneDNN's reorder (the primitive chose BA16a<B>b2a).
+  bool rounds_kernel_itself(int64_t batch);
 
  private:
   struct Impl;

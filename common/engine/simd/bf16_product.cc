@@ -61,6 +61,27 @@ void pack_portable(const float* src, int64_t row, int64_t step, int64_t rows, in
 
 float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
 
+// acc + a * b rounded once, flushed as VDPBF16PS flushes: a sum whose rounding to float's 24 bits
+// with an unbounded exponent is below the smallest normal is a zero of its sign. Rounding into the
+// denormal range first would differ just below the boundary (a sum within 2^-150 of 2^-126 rounds
+// up to it there; the instruction gives 0): such sums are recomputed scaled by 2^64, which is
+// exact because a nonzero sum that small needs |acc|, |a * b| < 2^-99 (their last bits are below
+// 2^-124), so the smaller factor is under 2^-49. FMA: the CPU's instruction or the C library's.
+template <bool kFmaInstruction>
+inline float fma_flushed(float a, float b, float acc) {
+  const auto fused = [](float x, float y, float z) {
+    if constexpr (kFmaInstruction) {
+      return __builtin_fmaf(x, y, z);
+    } else {
+      return std::fma(x, y, z);
+    }
+  };
+  const float r = fused(a, b, acc);
+  if (r == 0.0f || std::fabs(r) >= 0x1p-125f) return r;
+  const float s = std::fabs(a) <= std::fabs(b) ? fused(a * 0x1p64f, b, acc * 0x1p64f) : fused(a, b * 0x1p64f, acc * 0x1p64f);
+  return std::fabs(s) < 0x1p-62f ? std::copysign(0.0f, s) : s * 0x1p-64f;
+}
+
 // The contract's chain for one tile, element by element. FMA: the fused multiply-add of the CPU
 // (target "fma") or the C library's (exact either way).
 template <bool kFmaInstruction>
@@ -73,13 +94,8 @@ inline void tile_chain(int64_t pairs, const uint32_t* ap, const uint32_t* bp, bo
         const uint32_t a = ap[q * kPanel + i], b = bp[q * kNr + j];
         const float a1 = float_of(a & 0xffff0000u), b1 = float_of(b & 0xffff0000u);
         const float a0 = float_of(a << 16), b0 = float_of(b << 16);
-        if constexpr (kFmaInstruction) {
-          acc = ftz(__builtin_fmaf(a1, b1, acc));
-          acc = ftz(__builtin_fmaf(a0, b0, acc));
-        } else {
-          acc = ftz(std::fma(a1, b1, acc));
-          acc = ftz(std::fma(a0, b0, acc));
-        }
+        acc = fma_flushed<kFmaInstruction>(a1, b1, acc);
+        acc = fma_flushed<kFmaInstruction>(a0, b0, acc);
       }
       c[j * ldc + i] = acc;
     }

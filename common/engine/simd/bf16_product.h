@@ -7,7 +7,9 @@
 // a denormal read as a zero of its sign) and takes k's terms in pairs, q = 0, 1, ..., the last
 // pair of an odd k completed by a zero term:
 //   c = ftz(fma(a(i, 2q + 1), b(j, 2q + 1), c));  c = ftz(fma(a(i, 2q), b(j, 2q), c));
-// where ftz makes a result below float32's smallest normal a zero of its sign. That is AVX512-BF16's
+// where ftz makes a zero of its sign of a sum that, rounded to float32's 24 bits with an unbounded
+// exponent, is below float32's smallest normal (tininess before rounding, as x86 decides it: a sum
+// just below 2^-126 that would round up to it in the denormal range is still 0). That is AVX512-BF16's
 // VDPBF16PS applied to the pairs (the odd term first, each product exact and added with one
 // rounding, denormals flushed), which runs it where the CPU has that instruction; elsewhere the
 // same chain runs as scalar fused multiply-adds (tests/common/engine/bf16_product_test.cc checks

@@ -14,9 +14,10 @@
 // value is a function of that element's row of A and row of B only: not of m, n, the element's
 // position, the operands' strides or alignment, or the level (among levels with FMA). A zero term
 // adds exactly nothing, so a sum over the nonzero terms only (a sparse input's active features)
-// has the same bits as the sum over all. Dense kernel gradients use it wherever they are computed
-// (a worker's backward, the standalone trainer, a server multiplying out only its rows of a
-// factored push), so those paths agree bit for bit on every CPU, where a BLAS product rounds an
+// has the same bits as the sum over all. Float32 dense kernel gradients use it wherever they are
+// computed (a worker's backward, the standalone trainer, a server multiplying out only its rows of
+// a factored push; mixed precision's use bf16_product.h, which has the same property), so those
+// paths agree bit for bit on every CPU, where a BLAS product rounds an
 // element differently depending on where the element falls in its tiling (docs/DESIGN-NOTES.md,
 // "Exactness on every CPU").
 //

@@ -35,6 +35,19 @@ float float_of(uint32_t u) {
 float widen(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
 float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
 
+// The contract's step: acc + a * b rounded to 24 bits with an unbounded exponent (in double: exact
+// for a bfloat16 product plus a float, then one rounding to float's precision by hand), flushed
+// to a signed zero below 2^-126, else that value (the same as float's rounding there).
+float step(float a, float b, float acc) {
+  const double exact = static_cast<double>(a) * b + acc;  // exact: 16 + 24 bits over < 2^400
+  if (exact == 0) return std::fma(a, b, acc);              // +0 or -0 as float arithmetic gives it
+  int e = 0;
+  const double m = std::frexp(exact, &e);                  // exact = m * 2^e, 0.5 <= |m| < 1
+  const double rounded = std::ldexp(std::nearbyint(std::ldexp(m, 24)), e - 24);  // ties to even
+  if (std::fabs(rounded) < 0x1p-126) return std::copysign(0.0f, static_cast<float>(exact));
+  return static_cast<float>(rounded);
+}
+
 // Equal bits, or both NaN (the contract leaves a NaN's payload open).
 bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b); }
 
@@ -59,8 +72,8 @@ float chain(int64_t k, A a, B b, float start) {
   for (int64_t q = 0; 2 * q < k; ++q) {
     const float a1 = 2 * q + 1 < k ? widen(simd::bf16_round(a(2 * q + 1))) : 0.0f;
     const float b1 = 2 * q + 1 < k ? widen(simd::bf16_round(b(2 * q + 1))) : 0.0f;
-    acc = ftz(std::fma(a1, b1, acc));
-    acc = ftz(std::fma(widen(simd::bf16_round(a(2 * q))), widen(simd::bf16_round(b(2 * q))), acc));
+    acc = step(a1, b1, acc);
+    acc = step(widen(simd::bf16_round(a(2 * q))), widen(simd::bf16_round(b(2 * q))), acc);
   }
   return acc;
 }
@@ -141,6 +154,49 @@ TEST_CASE("product_bf16: the contract's chain bit for bit, native and emulated, 
   }
   check_case({128, 300, 128, true, true, false, false}, 99);  // a kernel gradient's shape: A packed whole
   check_case({300, 40, 64, true, true, true, false}, 100);    // B packed whole
+}
+
+TEST_CASE("product_bf16: sums just below float32's smallest normal flush to zero, as VDPBF16PS flushes them") {
+  // 2^-126 - 2^-151 - 2^-158: rounded in the denormal range it is 2^-126; rounded with an
+  // unbounded exponent it is below 2^-126, and the instruction gives 0.
+  const float a[2] = {float_of(0x1A010000u), 0.0f};  // (1 + 2^-7) 2^-75, as term 1 (the odd one)
+  const float b[2] = {float_of(0x99800000u), 0.0f};  // -2^-76
+  for (const bool emulated : {false, true}) {
+    float c = float_of(0x00800000u);  // 2^-126
+    simd::product_bf16(1, 1, 2, {a, 2, 1}, {b, 2, 1}, true, &c, 1, 1, emulated);
+    CAPTURE(emulated);
+    CHECK(bits_of(c) == 0u);
+  }
+  // Many sums near the boundary: both paths against the contract's chain.
+  std::mt19937 rng(21);
+  const int64_t n = 4096;
+  std::vector<float> as(static_cast<size_t>(n)), bs(as.size()), start(as.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t ea = 40 + rng() % 30;                      // a in [2^-87, 2^-57)
+    const uint32_t eb = 102 - ea + rng() % 4;                 // a * b near 2^-152 .. 2^-148
+    as[static_cast<size_t>(i)] = float_of((ea << 23) | (rng() & 0x7f0000u));
+    bs[static_cast<size_t>(i)] = float_of(0x80000000u | (eb << 23) | (rng() & 0x7f0000u));
+    start[static_cast<size_t>(i)] = float_of(0x00800000u + rng() % 4);
+  }
+  int64_t flushed = 0;
+  for (const bool emulated : {false, true}) {
+    std::vector<float> c = start;
+    int64_t wrong = 0;
+    // Row i of A and row i of B give element (i, i): a diagonal of n 1-term sums (k = 1: the pad
+    // term goes first, then a * b).
+    for (int64_t i = 0; i < n; ++i) {
+      simd::product_bf16(1, 1, 1, {&as[static_cast<size_t>(i)], 1, 1}, {&bs[static_cast<size_t>(i)], 1, 1}, true,
+                         &c[static_cast<size_t>(i)], 1, 1, emulated);
+      const float want = chain(
+          1, [&](int64_t) { return as[static_cast<size_t>(i)]; }, [&](int64_t) { return bs[static_cast<size_t>(i)]; },
+          start[static_cast<size_t>(i)]);
+      wrong += !same(c[static_cast<size_t>(i)], want);
+      flushed += !emulated && c[static_cast<size_t>(i)] == 0.0f;
+    }
+    CAPTURE(emulated);
+    CHECK(wrong == 0);
+  }
+  MESSAGE(flushed << " of " << n << " sums near the boundary flushed to zero");
 }
 
 TEST_CASE("product_bf16: an element's value does not depend on its block nor on the threads, and is near float64") {
