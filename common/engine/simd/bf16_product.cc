@@ -1,6 +1,7 @@
 #include "common/engine/simd/bf16_product.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -24,16 +25,8 @@ constexpr int64_t kBlock = 32;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
+float float_of(uint32_t u) { return std::bit_cast<float>(u); }
 
 uint32_t round_bits(uint32_t x) {
   if ((x & 0x7f800000u) == 0) return (x & 0x80000000u) >> 16;              // zero, denormal: a signed zero

@@ -7,6 +7,7 @@
 // near the float64 product of the rounded operands.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,16 +23,8 @@ using simd::Operand;
 
 namespace {
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
+float float_of(uint32_t u) { return std::bit_cast<float>(u); }
 float widen(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
 float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
 
