@@ -49,6 +49,13 @@ table() {
 }
 
 run_ctest() { (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j 2 --timeout 900 "$@"); }
+# slowest LOG LABEL: the ten longest tests of a ctest log (LastTest.log), where a stage's time went.
+slowest() {
+  [ -f "$1" ] || return 0
+  echo "test: $2: the slowest tests (seconds)"
+  awk 'index($0, " Test: ") && $1 ~ /^[0-9]+\/[0-9]+$/ { name = substr($0, index($0, " Test: ") + 7) }
+       /^Test time =/ { printf "%8.1f  %s\n", $4, substr(name, 1, 110) }' "$1" | sort -gr | head -10
+}
 
 stage "build (deploy/build.sh)" deploy/build.sh
 if [ "${results[-1]}" = ok ]; then
@@ -56,6 +63,7 @@ if [ "${results[-1]}" = ok ]; then
   ctest_result=${results[-1]}
   # The first run's full log, kept: the rerun below would overwrite it.
   cp "${BUILD_DIR:-build}/Testing/Temporary/LastTest.log" "${BUILD_DIR:-build}/Testing/first-run.log" 2>/dev/null || true
+  slowest "${BUILD_DIR:-build}/Testing/first-run.log" ctest
 else
   skip ctest "build failed"
 fi
@@ -86,6 +94,7 @@ for kind in ${PSTRAIN_SANITIZERS-tsan asan-core}; do
   case "$kind" in tsan) dir=${TSAN_BUILD_DIR:-build-tsan} ;; *) dir=${ASAN_BUILD_DIR:-build-asan} ;; esac
   rm -f "$dir/Testing/Temporary/LastTest.log" "$dir/Testing/Temporary/LastTestsFailed.log"
   stage "sanitize $kind" deploy/sanitize.sh "$kind"
+  slowest "$dir/Testing/Temporary/LastTest.log" "sanitize $kind"
   [ "${results[-1]}" = ok ] || sanitize_failed+=("$kind")
 done
 
