@@ -107,6 +107,7 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
   factors->rows = read_rows(params.getRows(), "rows");
   factors->inputs = rpc::part_view(params.getInputs(), header.examples * factors->rows.size(), "inputs");
   factors->bf16 = params.getBf16();
+  const bool reply_bf16 = params.getReplyBfloat16();
   job.bytes_in += factors->deltas.size_bytes() + factors->inputs.size_bytes();
 
   // What each key's reply carries: all of it, or ranges.
@@ -150,6 +151,8 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
   } else {
     KJ_REQUIRE(next.isNone(), "next: unknown kind", static_cast<unsigned>(next.which()));
   }
+  KJ_REQUIRE(!reply_bf16 || (!forward && wanted.size() == 0),
+             "replyBfloat16 needs every key's values whole (no replyRanges, next.none)");
 
   // Each key goes through the shard as its own push; the call completes when all have.
   struct Outcomes {
@@ -174,7 +177,8 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
   }
   std::weak_ptr<Job> weak = jobs_.at(job_id);
   return paf.promise.then([context, weak, keys = std::move(keys), reply_ranges = std::move(reply_ranges), parts, forward,
-                           next_examples, next_rows = std::move(next_rows)](std::vector<PushOutcome> outcomes) mutable {
+                           reply_bf16, bf16 = factors->bf16, next_examples,
+                           next_rows = std::move(next_rows)](std::vector<PushOutcome> outcomes) mutable {
     auto job = weak.lock();
     KJ_REQUIRE(job != nullptr && !job->dropped, "job was dropped");
     auto results = context.getResults();
@@ -186,8 +190,19 @@ kj::Promise<void> ParameterServerImpl::pushFactors(PushFactorsContext context) {
       applied = applied && outcomes[i].applied;
     }
     results.setApplied(applied);
+    results.setProductBf16(bf16);
     if (forward) {
       reply_partial_product(*job, keys, next_rows, next_examples, context);
+      return;
+    }
+    if (reply_bf16) {
+      auto list = results.getReply().initBfloat16(static_cast<unsigned>(keys.size()));
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const std::span<const float> values = job->shard->chunk(keys[i]).values;
+        auto rounded = list.init(static_cast<unsigned>(i), static_cast<unsigned>(values.size() * 2));
+        encode_rounded_bfloat16(values, rounded.begin());
+        job->bytes_out += rounded.size();
+      }
       return;
     }
     const bool zero_copy = job->shard->values_stable_until_next_push();

@@ -299,7 +299,10 @@ ParameterServerImpl::CheckedPush ParameterServerImpl::check_push(proto::Paramete
     KJ_REQUIRE(reply.isWhole(), "reply: unknown kind", static_cast<unsigned>(reply.which()));
   }
   push.reply_half = params.getReplyHalf();
+  push.reply_bf16 = params.getReplyBfloat16();
   KJ_REQUIRE(!push.reply_half || !push.reply_ranges, "replyHalf needs reply.whole");
+  KJ_REQUIRE(!push.reply_bf16 || !push.reply_ranges, "replyBfloat16 needs reply.whole");
+  KJ_REQUIRE(!push.reply_bf16 || !push.reply_half, "replyBfloat16 and replyHalf exclude each other");
   return push;
 }
 
@@ -315,7 +318,7 @@ kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf re
                    [shared] { return shared.waiting(); });
   std::weak_ptr<Job> weak = job;
   return paf.promise.then([results_of = kj::mv(results_of), weak, key, reply_ranges = std::move(push.reply_ranges),
-                           reply_half = push.reply_half, decoded = std::move(push.decoded),
+                           reply_half = push.reply_half, reply_bf16 = push.reply_bf16, decoded = std::move(push.decoded),
                            rows = std::move(push.rows), reply_rows = std::move(push.reply_rows),
                            worker_state = std::move(push.worker_state)](PushOutcome outcome) mutable {
     auto job = weak.lock();
@@ -355,6 +358,10 @@ kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf re
       auto half = results.getValues().initHalf(static_cast<unsigned>(values.size() * 2));
       encode_half(values, half.begin());
       job->bytes_out += half.size();
+    } else if (reply_bf16) {
+      auto rounded = results.getValues().initBfloat16(static_cast<unsigned>(values.size() * 2));
+      encode_rounded_bfloat16(values, rounded.begin());
+      job->bytes_out += rounded.size();
     } else {
       const auto whole = results.getValues().initWhole();
       zero_copy ? rpc::reference_tensor(whole, values) : rpc::set_tensor(whole, values);

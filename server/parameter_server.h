@@ -104,6 +104,7 @@ class ParameterServerImpl final : public proto::ParameterServer::Server {
     std::shared_ptr<std::vector<uint32_t>> rows;          // a table piece's gradient rows, copied out
     std::vector<uint32_t> reply_rows;                     // a table piece's reply rows
     bool reply_half = false;
+    bool reply_bf16 = false;  // PushParams.replyBfloat16
     uint64_t bytes_in = 0;  // payload bytes, counted when the push is applied
   };
   // Checks everything a push can get wrong (job, token, key, gradient, state, reply) and changes

@@ -48,8 +48,8 @@ void ParameterServerImpl::check_table_push(const ShardChunk& chunk, proto::Param
   KJ_REQUIRE(gradient.isTableRows(), "a sparse table's piece takes gradient.tableRows", chunk.info.key);
   KJ_REQUIRE(reply.isTableRows(), "a sparse table's piece replies with reply.tableRows (never whole)",
              chunk.info.key);
-  KJ_REQUIRE(params.getWorkerState().size() == 0 && !params.getReplyHalf(),
-             "workerState and replyHalf are not for a sparse table's piece");
+  KJ_REQUIRE(params.getWorkerState().size() == 0 && !params.getReplyHalf() && !params.getReplyBfloat16(),
+             "workerState, replyHalf and replyBfloat16 are not for a sparse table's piece");
   const auto table_rows = gradient.getTableRows();
   push.rows = std::make_shared<std::vector<uint32_t>>(read_rows(table_rows.getRows()));
   require_piece_rows(chunk, *push.rows, "gradient.tableRows.rows");

@@ -5,8 +5,19 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/engine/compression.h"
+
 namespace pstrain {
 namespace {
+
+// A server that does not know PushFactorsParams.bf16 multiplies a mixed-precision layer's factors
+// in float32, and its values would drift from the trainer's: fail instead (versions are not
+// negotiated; PushFactorsResults.productBf16).
+void require_product(bool bf16, proto::ParameterServer::PushFactorsResults::Reader r) {
+  KJ_REQUIRE(!bf16 || r.getProductBf16(),
+             "the server multiplied a bfloat16 layer's factors in float32 (a server older than this worker)");
+}
+
 
 std::vector<size_t> unfactored_chunks(const FactorPlan& plan, size_t chunks) {
   std::vector<size_t> unfactored;
@@ -122,7 +133,12 @@ kj::Promise<void> FactoredExchange::send_for_values(size_t g, PushFactorsRequest
     parts += want.back() ? want.back()->size() : 1;
   }
   if (parts > rpc::kMaxRangesPerPart) want.assign(want.size(), std::nullopt);
-  if (std::any_of(want.begin(), want.end(), [](const InputSparsity::Ranges& r) { return r.has_value(); })) {
+  const bool whole = std::none_of(want.begin(), want.end(), [](const InputSparsity::Ranges& r) { return r.has_value(); });
+  // Mixed precision's rounded kernels come back in bfloat16 (ServerChunks::reply_rounded).
+  const bool rounded = whole && std::all_of(group.chunks.begin(), group.chunks.end(),
+                                            [&](size_t k) { return servers_.replies_rounded(k); });
+  request.setReplyBfloat16(rounded);
+  if (!whole) {
     auto wanted = request.initReplyRanges(static_cast<unsigned>(want.size()));
     for (unsigned i = 0; i < want.size(); ++i) {
       if (want[i]) {
@@ -132,13 +148,30 @@ kj::Promise<void> FactoredExchange::send_for_values(size_t g, PushFactorsRequest
       }
     }
   }
-  return request.send().then([this, g, want = std::move(want)](
+  const bool bf16 = request.asReader().getBf16();
+  return request.send().then([this, g, want = std::move(want), bf16](
                                  capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
     const FactorPlan::Group& group = plan_.groups()[g];
-    KJ_REQUIRE(r.getReply().isValues(), "the server replied with a partial product, not the values asked for");
-    const auto parts = r.getReply().getValues();
+    require_product(bf16, r);
     const auto versions = r.getVersions();
     KJ_REQUIRE(versions.size() == group.chunks.size(), "reply has the wrong number of versions", versions.size());
+    if (r.getReply().isBfloat16()) {  // asked for: every chunk whole
+      const auto rounded = r.getReply().getBfloat16();
+      KJ_REQUIRE(rounded.size() == group.chunks.size(), "bfloat16 reply has the wrong number of parts", rounded.size());
+      for (size_t i = 0; i < group.chunks.size(); ++i) {
+        const size_t k = group.chunks[i];
+        const auto part = rounded[static_cast<unsigned>(i)];
+        KJ_REQUIRE(servers_.replies_rounded(k) && !want[i] && part.size() == servers_.chunks()[k].size * 2,
+                   "unasked or wrong-sized bfloat16 reply", part.size());
+        decode_bfloat16(part.begin(), {servers_.next_values(k), servers_.chunks()[k].size});
+        servers_.counts().pulled_bytes += part.size();
+        servers_.set_version(k, versions[static_cast<unsigned>(i)]);
+      }
+      servers_.counts().count_reply(r.getApplied());
+      return;
+    }
+    KJ_REQUIRE(r.getReply().isValues(), "the server replied with a partial product, not the values asked for");
+    const auto parts = r.getReply().getValues();
     unsigned part = 0;
     for (size_t i = 0; i < group.chunks.size(); ++i) {
       const size_t k = group.chunks[i];
@@ -159,9 +192,11 @@ kj::Promise<void> FactoredExchange::send_for_values(size_t g, PushFactorsRequest
 
 kj::Promise<void> FactoredExchange::send_for_partial(size_t g, PushFactorsRequest& request, size_t partial_floats) {
   servers_.counts().pushed_bytes += request.asReader().getNext().getForward().getInputs().size();
+  const bool bf16 = request.asReader().getBf16();
   return request.send().then(
-      [this, g, partial_floats](capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
+      [this, g, partial_floats, bf16](capnp::Response<proto::ParameterServer::PushFactorsResults>&& r) {
         const FactorPlan::Group& group = plan_.groups()[g];
+        require_product(bf16, r);
         const auto versions = r.getVersions();
         KJ_REQUIRE(versions.size() == group.chunks.size(), "reply has the wrong number of versions", versions.size());
         partials_->take(g, r, partial_floats);

@@ -1,5 +1,6 @@
 #include "worker/server_chunks.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -51,6 +52,14 @@ ServerChunks::ServerChunks(std::string job_id, uint64_t generation, rpc::WorkerP
   // The dense tensors only: sparse tables come a step's rows at a time (session_tables.h).
   values_.resize(layout.dense_size());
   next_values_.resize(layout.dense_size());
+}
+
+void ServerChunks::reply_rounded(const std::vector<size_t>& params) {
+  rounded_.assign(chunks_.size(), false);
+  if (compression_.replies_half()) return;  // fp16 replies already (the job's compression)
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    rounded_[k] = std::find(params.begin(), params.end(), chunks_[k].param) != params.end();
+  }
 }
 
 void ServerChunks::pull(kj::WaitScope& wait_scope, uint64_t min_version, std::optional<StateWanted> state) {
@@ -182,6 +191,7 @@ void ServerChunks::fill_push(size_t k, proto::ParameterServer::PushParams::Build
     counts_.pushed_bytes += compression_.encode(k, gradient, take_values, slice.step, request);
   }
   if (take_values && !want && compression_.replies_half()) request.setReplyHalf(true);
+  if (take_values && !want && replies_rounded(k)) request.setReplyBfloat16(true);
   if (!take_values) {
     request.getReply().initRanges(0);  // no ranges: an empty reply
   } else if (want) {
@@ -244,6 +254,12 @@ void ServerChunks::take_reply(size_t k, proto::ParameterServer::PushResults::Rea
       std::memcpy(into + (*wanted)[i].offset, values.data(), values.size_bytes());
       counts_.pulled_bytes += values.size_bytes();
     }
+  } else if (reply.isBfloat16()) {  // asked for (replies_rounded): the values this worker's products round alike
+    const auto rounded = reply.getBfloat16();
+    KJ_REQUIRE(replies_rounded(k) && rounded.size() == chunks_[k].size * 2, "unasked or wrong-sized bfloat16 reply",
+               rounded.size(), chunks_[k].size);
+    decode_bfloat16(rounded.begin(), {into, chunks_[k].size});
+    counts_.pulled_bytes += rounded.size();
   } else if (reply.isHalf()) {
     const auto half = reply.getHalf();
     KJ_REQUIRE(half.size() == chunks_[k].size * 2, "fp16 reply has the wrong size", half.size(), chunks_[k].size);

@@ -16,6 +16,7 @@
 
 #include <kj/async-io.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -64,6 +65,13 @@ class ServerChunks {
   // How pushes are encoded, and the state that keeps (set once, before the first pull).
   PushCompression& compression() { return compression_; }
   const PushCompression& compression() const { return compression_; }
+  // Mixed precision: the chunks of these tensors (layout indices: Model::rounded_kernels, which
+  // this worker's products read only rounded to bfloat16) take their whole replies in bfloat16
+  // (PushParams.replyBfloat16), unless fp16 replies are on. Set once, before the first push.
+  void reply_rounded(const std::vector<size_t>& params);
+  // Whether chunk k's whole replies come in bfloat16.
+  bool replies_rounded(size_t k) const { return !rounded_.empty() && rounded_[k]; }
+  size_t rounded_chunks() const { return static_cast<size_t>(std::count(rounded_.begin(), rounded_.end(), true)); }
 
   // Connects to every server, one after the other, proving `credential` on each.
   void connect(kj::WaitScope& wait_scope, kj::AsyncIoProvider& io, const rpc::ClusterCredential& credential) {
@@ -157,6 +165,7 @@ class ServerChunks {
   std::vector<size_t> offsets_;
   std::vector<uint64_t> versions_;  // per chunk
   std::vector<double> sum_squares_;  // per chunk (clipping)
+  std::vector<bool> rounded_;        // per chunk (reply_rounded); empty: none
   ServerConnections servers_;
   AlignedFloats values_, next_values_;
   AlignedFloats exact_values_;  // pull_exact's

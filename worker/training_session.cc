@@ -78,6 +78,9 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
   // A compressed job exchanges whole chunks (the codecs work on them; see CompressionSpec).
   const bool compressed = spec.training.compression.kind != CompressionKind::kNone;
   servers_.compression().configure(spec.training.compression, spec.model.seed);
+  // Mixed precision: the kernels only our bfloat16 products read come back in bfloat16 (the same
+  // bits here, half the bytes).
+  servers_.reply_rounded(model_->first_replica().rounded_kernels());
   if (facts_.sync() && servers_.compression().keeps_state()) {
     // The servers' backup points (server/parameter_server.cc, configure): this worker's residual
     // (and warm-start factors) goes into each backup, and comes back after a restore.
@@ -117,7 +120,9 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
                << servers_.chunks().size() << " chunks on " << servers_.server_count() << " server(s)"
                << exchange_->describe()
                << (compressed ? std::string(", compression ") + compression_kind_name(spec.training.compression.kind)
-                              : std::string());
+                              : std::string())
+               << (servers_.rounded_chunks() > 0 ? ", " + std::to_string(servers_.rounded_chunks()) + " chunk(s) of bfloat16 kernels replied in bfloat16"
+                                        : std::string());
 }
 
 TrainingSession::~TrainingSession() = default;

@@ -89,9 +89,11 @@ void encode_bfloat16(std::span<const float> values, unsigned char* out) {
 }
 
 void decode_bfloat16(const unsigned char* in, std::span<float> out) {
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i] = bfloat16_to_float(static_cast<uint16_t>(in[2 * i] | (in[2 * i + 1] << 8)));
-  }
+  simd::kernels().bf16_to_floats(static_cast<int64_t>(out.size()), in, out.data());
+}
+
+void encode_rounded_bfloat16(std::span<const float> values, unsigned char* out) {
+  simd::kernels().floats_to_bf16(static_cast<int64_t>(values.size()), values.data(), out);
 }
 
 size_t topk_count(size_t n, float fraction) {

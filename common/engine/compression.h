@@ -1,7 +1,7 @@
 // Gradient compression codecs (spec `training.compression`, job_spec.h CompressionSpec): pure
-// functions over buffers, no RPC. The worker encodes its pushes and decodes fp16 replies
-// (worker/server_chunks.cc); the parameter server decodes pushes into float32 and encodes fp16
-// replies (server/parameter_server.cc). Servers always sum and store float32.
+// functions over buffers, no RPC. The worker encodes its pushes and decodes fp16 and bfloat16
+// replies (worker/server_chunks.cc); the parameter server decodes pushes into float32 and encodes
+// those replies (server/parameter_server.cc). Servers always sum and store float32.
 //
 // - fp16: IEEE 754 binary16, round to nearest even (overflow to infinity, subnormals kept, NaN
 //   stays NaN), little-endian on the wire. Exact for every value a half can hold.
@@ -44,8 +44,12 @@ uint16_t float_to_bfloat16(float value);
 float bfloat16_to_float(uint16_t value);
 // `out` holds values.size() bfloat16 values (2 bytes each; any alignment), little-endian.
 void encode_bfloat16(std::span<const float> values, unsigned char* out);
-// `in` holds out.size() bfloat16 values.
+// `in` holds out.size() bfloat16 values (exact; the level's simd kernel).
 void decode_bfloat16(const unsigned char* in, std::span<float> out);
+// Mixed precision's rounding (bf16_round, common/engine/simd/bf16_product.h: a denormal becomes a
+// zero of its sign, where encode_bfloat16 keeps it), for the values a server replies in bfloat16
+// (PushParams.replyBfloat16); the level's simd kernel. Decoded by decode_bfloat16.
+void encode_rounded_bfloat16(std::span<const float> values, unsigned char* out);
 
 // Entries a topk push of `fraction` sends for a chunk of `n`: ceil(fraction * n), at least 1
 // (when n > 0) and at most n.

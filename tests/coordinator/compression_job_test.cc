@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/data/job_spec.h"
+#include "common/engine/nn/onednn_conv.h"
 #include "tests/coordinator/inprocess_cluster.h"
 #include "tests/test_support.h"
 
@@ -81,6 +82,29 @@ TEST_CASE("compression bf16: trains, is deterministic, and pushes 2 bytes per va
   for (size_t w = 0; w < 2; ++w) {
     CHECK(r.record.bytes_pushed_per_step[w] == doctest::Approx(2.0 * kParams));
     CHECK(r.record.bytes_pulled_per_step[w] == doctest::Approx(4.0 * kParams));
+  }
+}
+
+TEST_CASE("mixed_bfloat16: the kernels only bfloat16 products read come back as 2 bytes a value, the rest as float32") {
+  // bf16 pushes (the dense exchange), precision mixed_bfloat16: the hidden layers' kernels
+  // (Model::rounded_kernels) come back in bfloat16; the first layer's (a data input, read in
+  // float32 where its inputs are sparse) and the biases in float32. Deterministic as ever.
+  JobSpec spec = compressed_job(CompressionKind::kBf16);
+  spec.precision = Precision::kMixedBfloat16;
+  spec = parse_job_spec(job_spec_to_json(spec));
+  const Run first = run(spec), second = run(spec);
+  REQUIRE(first.record.test_accuracy.has_value());
+  MESSAGE("mixed_bfloat16, bf16 pushes: test accuracy " << *first.record.test_accuracy << ", bytes per step pushed "
+                                                        << first.record.bytes_pushed_per_step.at(0) << ", pulled "
+                                                        << first.record.bytes_pulled_per_step.at(0));
+  CHECK(*first.record.test_accuracy > 0.85);
+  CHECK_MESSAGE(first.params == second.params, "two runs of the same mixed-precision sync job differ");
+  const double rounded = 64 * 32 + 32 * 10;
+  const double pulled = nn::onednn_bf16() ? 4.0 * (kParams - rounded) + 2.0 * rounded : 4.0 * kParams;
+  REQUIRE(first.record.bytes_pulled_per_step.size() == 2);
+  for (size_t w = 0; w < 2; ++w) {
+    CHECK(first.record.bytes_pushed_per_step[w] == doctest::Approx(2.0 * kParams));
+    CHECK(first.record.bytes_pulled_per_step[w] == doctest::Approx(pulled));
   }
 }
 

@@ -58,6 +58,8 @@ class Dense final : public Layer<T> {
   bool use_bf16();
   // Whether the products are bfloat16 (the kernel gradient simd::product_bf16).
   bool bf16_products() const { return matmul_bf16_; }
+  // Whether this layer reads the data (its forward may skip zero features, or take row groups).
+  bool data_input() const { return data_input_; }
 
  private:
   // The batch's nonzero features, ascending, into active_.

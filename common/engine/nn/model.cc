@@ -467,6 +467,22 @@ typename Model<T>::Bf16Layers Model<T>::use_bf16_products() {
 }
 
 template <typename T>
+std::vector<size_t> Model<T>::rounded_kernels() const {
+  std::vector<size_t> params;
+  for (const Stage& s : stages_) {
+    if (s.kernel_param < 0) continue;
+    bool rounded = false;
+    if (s.dense != nullptr) {
+      rounded = s.dense->bf16_products() && !s.dense->data_input();
+    } else if (const auto* conv = dynamic_cast<const Conv2D<T>*>(s.layer.get()); conv != nullptr) {
+      rounded = conv->method() == Conv2D<T>::Method::kOneDnnBf16;
+    }
+    if (rounded) params.push_back(static_cast<size_t>(s.kernel_param));
+  }
+  return params;
+}
+
+template <typename T>
 bool Model<T>::is_dense_kernel(size_t param) const {
   return std::any_of(stages_.begin(), stages_.end(),
                      [&](const Stage& s) { return s.dense != nullptr && s.kernel_param == static_cast<int>(param); });

@@ -83,6 +83,13 @@ class Model {
     int convolutions = 0, dense = 0;
   };
   Bf16Layers use_bf16_products();
+  // After use_bf16_products: the parameters (indices into layout().params()) this model reads only
+  // rounded by bf16_round (common/engine/simd/bf16_product.h), in its forward, backward and
+  // evaluation alike: the kernels of the bfloat16 convolutions and of the bfloat16 dense layers
+  // that are not a data input (whose sparse-input and row-group forwards read float32). Those
+  // values rounded beforehand give the same bits (rounding twice is rounding once), so a worker
+  // takes them from the servers in bfloat16 (PushParams.replyBfloat16). Empty in float32.
+  std::vector<size_t> rounded_kernels() const;
 
   // True if training needs the examples' keys (the model has dropout or augmentation).
   bool needs_keys() const { return !keyed_.empty(); }

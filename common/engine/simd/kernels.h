@@ -107,6 +107,13 @@ struct KernelTable {
   void (*floats_to_halves)(int64_t n, const float* in, unsigned char* out);
   void (*halves_to_floats)(int64_t n, const unsigned char* in, float* out);
 
+  // Mixed precision's rounded kernels on the wire (a server's bfloat16 replies, docs/DESIGN-NOTES.md
+  // "bfloat16 replies"): float32 to bfloat16 exactly as bf16_round (bf16_product.h) rounds - to
+  // nearest even, a denormal to a zero of its sign, a NaN quiet - and back (exact). 2 bytes a
+  // value, little-endian at any alignment; the same bits on every level.
+  void (*floats_to_bf16)(int64_t n, const float* in, unsigned char* out);
+  void (*bf16_to_floats)(int64_t n, const unsigned char* in, float* out);
+
   // Attention's softmax over one query's n scores s (common/engine/nn/attention.h), in place:
   // t_j = s_j * scale; top = the largest t_j where allowed[j] != 0; e_j = exp(t_j - top) there,
   // 0 elsewhere; s_j = e_j / sum, sum the e_j added in 16 lanes (lane l the j = l mod 16 in

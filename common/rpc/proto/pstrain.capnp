@@ -168,6 +168,12 @@ interface ParameterServer {
     token @15 :Data;
     # With reply.whole: the values come back as `values.half` (binary16) instead of float32.
     replyHalf @19 :Bool;
+    # With reply.whole: the values come back as `values.bfloat16`, rounded as mixed precision rounds
+    # a kernel for its products (common/engine/simd/kernels.h floats_to_bf16). A mixed_bfloat16
+    # worker asks it for the chunks its products alone read (Model::rounded_kernels): it would
+    # round them the same way, so the bits it computes with are the float32 reply's (DESIGN-NOTES
+    # "bfloat16 replies"). A server that does not know the field replies float32: the union says which.
+    replyBfloat16 @30 :Bool;
     # training.compression topk/powersgd, sync, on the push of a step whose next version is a
     # backup point: the pushing worker's compression state for this chunk after this push
     # (float32: the residual of the chunk, then powersgd's warm-start Q), kept in the server's
@@ -185,6 +191,7 @@ interface ParameterServer {
       whole @2 :Tensor;       # for reply.whole
       parts @3 :List(Data);   # for reply.ranges: one part per range
       half @4 :Data;          # for reply.whole with replyHalf: binary16, little-endian
+      bfloat16 @9 :Data;      # for reply.whole with replyBfloat16: bfloat16, little-endian
       rows @6 :Data;          # for reply.tableRows: float32, row after row in the listed order
     }
     # Sync: a version a cut (preemption, a worker joining) asked this server to back up, ahead of
@@ -260,10 +267,17 @@ interface ParameterServer {
     # layer's kernel gradient, common/engine/simd/bf16_product.h) when set, else simd::product, as
     # the worker's engine would compute the gradient.
     bf16 @20 :Bool = false;
+    # With next.none and no replyRanges: the keys' values come back as reply.bfloat16, as
+    # PushParams.replyBfloat16 has them.
+    replyBfloat16 @21 :Bool = false;
   }
   struct PushFactorsResults {
     versions @0 :List(UInt64);  # one per key
     applied @1 :Bool;
+    # The server multiplied the factors out with simd::product_bf16 (it read PushParams' bf16).
+    # A worker that asked for it and finds this false talks to a server that does not know the
+    # field, which multiplied in float32: it fails rather than diverge from the trainer.
+    productBf16 @5 :Bool = false;
     reply :union {
       # For next.none: the keys' values in key order, one part for a key replied whole, else one
       # per range.
@@ -271,6 +285,8 @@ interface ParameterServer {
       # For next.forward: out x examples float32, example after example: for each example b, sum
       # over the listed rows r of values[r] * inputs[r, b]; empty when next.forward.rows is.
       partial @3 :Data;
+      # For replyBfloat16: each key's values whole, bfloat16 as PushResults.values.bfloat16.
+      bfloat16 @4 :List(Data);
     }
   }
   pushFactors @13 PushFactorsParams -> PushFactorsResults;

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "common/engine/compression.h"
+#include "common/engine/simd/bf16_product.h"
 #include "common/engine/simd/kernels.h"
 #include "common/base/rng.h"
 
@@ -232,6 +234,62 @@ TEST_CASE("fp16: the buffer codecs (vectorised where the CPU can) agree with the
     check([&](size_t n, const float* in, unsigned char* out) { table->floats_to_halves(static_cast<int64_t>(n), in, out); },
           [&](size_t n, const unsigned char* in, float* out) { table->halves_to_floats(static_cast<int64_t>(n), in, out); });
   }
+}
+
+TEST_CASE("rounded bf16 replies: every level's codec rounds as bf16_round (denormals to signed zeros), back exactly") {
+  // Every bfloat16 pattern's value, the midpoints between neighbours (ties) and a hair either side,
+  // float32's denormals and the edges around them, infinities and NaNs; then random bit patterns.
+  std::vector<float> values;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = std::bit_cast<float>(h << 16);
+    values.push_back(f);
+    if ((h & 0x7f80u) != 0x7f80u) {
+      const float mid = std::bit_cast<float>((h << 16) | 0x8000u);
+      values.insert(values.end(), {mid, std::bit_cast<float>((h << 16) | 0x7fffu), std::bit_cast<float>((h << 16) | 0x8001u)});
+    }
+  }
+  for (const uint32_t bits : {0x00000001u, 0x007fffffu, 0x807fffffu, 0x00800000u, 0x007f8000u, 0x7f7fffffu, 0x7f800001u,
+                              0xffc00001u}) {
+    values.push_back(std::bit_cast<float>(bits));
+  }
+  Rng rng(53);
+  for (int i = 0; i < 100000; ++i) values.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng.next_u64())));
+  auto same = [](float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
+  // At an odd offset (unaligned) and an odd count (the vector body's remainder).
+  auto check = [&](auto encode, auto decode) {
+    std::vector<unsigned char> wire(values.size() * 2 + 1);
+    encode(values.size() - 1, values.data() + 1, wire.data() + 1);
+    std::vector<float> back(values.size() - 1);
+    decode(back.size(), wire.data() + 1, back.data());
+    size_t denormals = 0, wrong = 0, first_wrong = 0;
+    for (size_t i = 0; i + 1 < values.size(); ++i) {
+      const float x = values[i + 1];
+      const uint16_t got = static_cast<uint16_t>(wire[2 * i + 1] | (wire[2 * i + 2] << 8));
+      bool ok = got == simd::bf16_round(x) && same(back[i], std::bit_cast<float>(static_cast<uint32_t>(got) << 16));
+      // Rounding the decoded value again changes nothing: a worker's products see the same bits.
+      ok = ok && simd::bf16_round(back[i]) == got;
+      if (x != 0.0f && std::fabs(x) < std::numeric_limits<float>::min()) {
+        ++denormals;
+        ok = ok && back[i] == 0.0f && std::signbit(back[i]) == std::signbit(x);
+      }
+      if (!ok && wrong++ == 0) first_wrong = i + 1;
+    }
+    REQUIRE_MESSAGE(wrong == 0, wrong << " wrong, the first value bits " << std::hex
+                                      << std::bit_cast<uint32_t>(values[first_wrong]));
+    REQUIRE(denormals > 100);
+  };
+  check([](size_t n, const float* in, unsigned char* out) { encode_rounded_bfloat16({in, n}, out); },
+        [](size_t n, const unsigned char* in, float* out) { decode_bfloat16(in, {out, n}); });
+  int levels = 0;
+  for (const simd::CpuTarget t : {simd::CpuTarget::kGeneric, simd::CpuTarget::kX86_64, simd::CpuTarget::kX86_64_V3, simd::CpuTarget::kX86_64_V4}) {
+    const simd::KernelTable* table = simd::kernels_for(t);
+    if (table == nullptr) continue;
+    ++levels;
+    INFO("level " << static_cast<int>(t));
+    check([&](size_t n, const float* in, unsigned char* out) { table->floats_to_bf16(static_cast<int64_t>(n), in, out); },
+          [&](size_t n, const unsigned char* in, float* out) { table->bf16_to_floats(static_cast<int64_t>(n), in, out); });
+  }
+  REQUIRE(levels >= 2);
 }
 
 TEST_CASE("topk: the selection is the first k of (magnitude descending, index ascending), ties and all") {
