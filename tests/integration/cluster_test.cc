@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <kj/async-io.h>
 
+#include <bit>
 #include <csignal>
 #include <cmath>
 #include <functional>
@@ -9,9 +10,11 @@
 #include <set>
 
 #include "common/engine/chunk_plan.h"
+#include "common/engine/compression.h"
 #include "common/engine/model_spec.h"
 #include "common/data/job_spec.h"
 #include "common/engine/nn/onednn_conv.h"
+#include "common/engine/simd/bf16_product.h"
 #include "common/rpc/rpc_util.h"
 #include "tests/integration/cluster.h"
 #include "tests/rpc_support.h"
@@ -351,12 +354,17 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
   const size_t units = static_cast<size_t>(layout.params()[0].shape[1]);
   const uint32_t row_of_second_chunk = static_cast<uint32_t>(chunks[first_kernel[1]].offset / units);
   auto factor_push = [&](std::vector<uint32_t> keys, uint32_t slice, std::vector<uint32_t> rows,
-                         size_t delta_floats, size_t input_floats, size_t versions) {
+                         size_t delta_floats, size_t input_floats, size_t versions, bool bf16 = false,
+                         uint64_t step = 0) {
     auto request = server.pushFactorsRequest();
+    request.setBf16(bf16);  // mixed precision: product_bf16, and the values back in bfloat16
+    request.setReplyBfloat16(bf16);
+    request.setStep(step);
     request.setJobId("probe");
     auto key_list = request.initKeys(static_cast<unsigned>(keys.size()));
     for (unsigned i = 0; i < keys.size(); ++i) key_list.set(i, keys[i]);
-    request.initBaseVersions(static_cast<unsigned>(versions));
+    auto base = request.initBaseVersions(static_cast<unsigned>(versions));
+    for (unsigned i = 0; i < versions; ++i) base.set(i, step);
     request.setSlice(slice);
     request.setSliceCount(2);
     request.setExamples(2);
@@ -410,6 +418,7 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     auto b = factor_push(keys, 1, rows, 2 * units, 4, 2);
     auto reply = b.wait(ws);
     CHECK(reply.getApplied());
+    CHECK_FALSE(reply.getProductBf16());
     REQUIRE(reply.getVersions().size() == 2);
     CHECK(reply.getVersions()[0] == 1);
     CHECK(reply.getVersions()[1] == 1);
@@ -479,6 +488,34 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     }
     CHECK(mismatches == 0);
     CHECK(a.wait(ws).getReply().getPartial().size() == 2 * units * sizeof(float));
+  }
+  {
+    // Step 2 in bfloat16 (a mixed-precision layer): the server says it multiplied with
+    // product_bf16, and the values come back rounded, 2 bytes each, a part per key; replyBfloat16
+    // with ranges fails.
+    const std::vector<uint32_t> keys{first_kernel[1], first_kernel[2]};
+    const std::vector<uint32_t> rows{row_of_second_chunk, static_cast<uint32_t>(chunks[first_kernel[2]].offset / units)};
+    auto c = factor_push(keys, 0, rows, 2 * units, 4, 2, true, 2);
+    auto d = factor_push(keys, 1, rows, 2 * units, 4, 2, true, 2);
+    auto rounded = d.wait(ws);
+    CHECK(rounded.getProductBf16());
+    REQUIRE(rounded.getReply().isBfloat16());
+    REQUIRE(rounded.getReply().getBfloat16().size() == 2);
+    CHECK(rounded.getReply().getBfloat16()[1].size() == chunks[first_kernel[2]].size * 2);
+    CHECK(c.wait(ws).getProductBf16());
+    auto pull = server.pullRequest();
+    pull.setJobId("probe");
+    pull.setKey(first_kernel[1]);
+    pull.setMinVersion(3);
+    auto pulled = pull.send().wait(ws);
+    const auto values = rpc::tensor_view(pulled.getValues(), chunks[first_kernel[1]].size, "values");
+    std::vector<float> decoded(values.size());
+    decode_bfloat16(rounded.getReply().getBfloat16()[0].begin(), decoded);
+    size_t wrong = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      wrong += std::bit_cast<uint32_t>(decoded[i]) != uint32_t{simd::bf16_round(values[i])} << 16;
+    }
+    CHECK(wrong == 0);
   }
   {
     auto request = server.pullRequest();  // a version the shard never had

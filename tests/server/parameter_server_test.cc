@@ -3,6 +3,7 @@
 // calls meanwhile, and a restore that the job outran while it read fails instead of applying.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -10,6 +11,7 @@
 
 #include "common/engine/chunk_plan.h"
 #include "common/engine/compression.h"
+#include "common/engine/simd/bf16_product.h"
 #include "common/rpc/message_limits.h"
 #include "common/rpc/rpc_util.h"
 #include "server/parameter_server.h"
@@ -208,6 +210,11 @@ TEST_CASE("parameter server - fp16, bf16 and topk pushes update as the same floa
       a.replied.resize(n);
       decode_half(reply.getValues().getHalf().begin(), a.replied);
     }
+    if (reply.getValues().isBfloat16()) {
+      REQUIRE(reply.getValues().getBfloat16().size() == 2 * n);
+      a.replied.resize(n);
+      decode_bfloat16(reply.getValues().getBfloat16().begin(), a.replied);
+    }
     return a;
   };
   // Values a half holds exactly, so the dense push and the fp16 push carry the same gradient.
@@ -237,6 +244,19 @@ TEST_CASE("parameter server - fp16, bf16 and topk pushes update as the same floa
   CHECK(bf16.values == dense_wide.values);
   CHECK(bf16.whole);  // float32, not half
   CHECK(bf16.replied.empty());
+
+  // replyBfloat16 (a mixed-precision worker's rounded kernels): the stored float32 values, rounded
+  // as bf16_round rounds them (to nearest even, a denormal to zero), whatever the push's coding.
+  const After rounded = after([&](auto& r) {
+    rpc::set_tensor(r.getGradient().initDense(), gradient);
+    r.setReplyBfloat16(true);
+  });
+  CHECK(rounded.values == dense.values);
+  CHECK_FALSE(rounded.whole);
+  REQUIRE(rounded.replied.size() == n);
+  for (size_t i = 0; i < n; ++i) {
+    REQUIRE(std::bit_cast<uint32_t>(rounded.replied[i]) == uint32_t{simd::bf16_round(dense.values[i])} << 16);
+  }
 
   // topk: entries 3 and n - 1 only; the dense push of the same sparse gradient gives the same values.
   std::vector<float> sparse(n, 0.0f);
