@@ -80,7 +80,7 @@ TrainingSession::TrainingSession(kj::AsyncIoProvider& io, proto::Coordinator::Cl
   servers_.compression().configure(spec.training.compression, spec.model.seed);
   // Mixed precision: the kernels only our bfloat16 products read come back in bfloat16 (the same
   // bits here, half the bytes).
-  servers_.reply_rounded(model_->first_replica().rounded_kernels());
+  if (options.bf16_kernel_replies) servers_.reply_rounded(model_->first_replica().rounded_kernels());
   if (facts_.sync() && servers_.compression().keeps_state()) {
     // The servers' backup points (server/parameter_server.cc, configure): this worker's residual
     // (and warm-start factors) goes into each backup, and comes back after a restore.

@@ -53,6 +53,9 @@ struct SessionOptions {
   // Reads the training examples from the dataset store when the assignment names one this
   // worker sees (store_stream.h); false: always through the coordinator (--data-from coordinator).
   bool read_store = true;
+  // Mixed precision: the kernels only bfloat16 products read come back in bfloat16
+  // (ServerChunks::reply_rounded); false: float32 (--kernel-replies float32, for comparisons).
+  bool bf16_kernel_replies = true;
 };
 
 class TrainingSession {

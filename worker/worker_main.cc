@@ -40,6 +40,10 @@ int main(int argc, char** argv) {
             "besides), 'factored' (dense kernels pushed as factors where that is smaller, and 'sparse'\n"
             "besides), 'sparse' (only the first layer's rows the batch touches), or 'dense' (every\n"
             "chunk whole). The last three are for comparisons.");
+  flags.add("kernel-replies", "", "bfloat16",
+            "Mixed precision: how the kernels this worker reads only through bfloat16 products come\n"
+            "      back from the servers: 'bfloat16' (rounded as the products round them: half the bytes,\n"
+            "      the same bits) or 'float32' (for comparisons).");
   flags.add(rpc::kSecretFlag, rpc::kSecretEnv, "", rpc::kSecretHelp);
   flags.add("slow-step-ms", "", "0",
             "For tests of long steps: each step's compute also takes this long (the worker's loop busy, as\n"
@@ -64,6 +68,11 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--data-from: '" + data_from + "' is neither 'store' nor 'coordinator'");
     }
     config.session.read_store = data_from == "store";
+    const std::string kernel_replies = flags.get("kernel-replies");
+    if (kernel_replies != "bfloat16" && kernel_replies != "float32") {
+      throw std::invalid_argument("--kernel-replies: '" + kernel_replies + "' is neither 'bfloat16' nor 'float32'");
+    }
+    config.session.bf16_kernel_replies = kernel_replies == "bfloat16";
     config.name = flags.get("name").empty() ? rpc::default_node_name() : flags.get("name");
   } catch (const std::exception& e) {
     std::cerr << "pstrain-worker: " << e.what() << "\n";
