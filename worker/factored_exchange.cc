@@ -10,9 +10,11 @@
 namespace pstrain {
 namespace {
 
-// A server that does not know PushFactorsParams.bf16 multiplies a mixed-precision layer's factors
-// in float32, and its values would drift from the trainer's: fail instead (versions are not
-// negotiated; PushFactorsResults.productBf16).
+// A server that does not say which product it multiplied a mixed-precision layer's factors out
+// with (PushFactorsResults.productBf16) may have used float32's, and its values would drift from
+// the trainer's: fail instead. Versions are not negotiated, so this refuses every server older
+// than the field, also the ones that did honour PushFactorsParams.bf16: servers are upgraded
+// before workers (docs/CLUSTER.md).
 void require_product(bool bf16, proto::ParameterServer::PushFactorsResults::Reader r) {
   KJ_REQUIRE(!bf16 || r.getProductBf16(),
              "the server multiplied a bfloat16 layer's factors in float32 (a server older than this worker)");

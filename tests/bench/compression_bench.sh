@@ -22,8 +22,9 @@
 #                                         [--rank R] [--cap-server] [--cap-both]
 #   kinds: none (the workers' default exchange: row-sparse replies, factored pushes, forward on
 #   the servers), none-dense (none with --exchange=dense: whole float32 chunks, what fp16 and topk
-#   compress), fp16, bf16 (pushes only), topk (with --fraction, default 0.01), powersgd (with
-#   --rank, default 4).
+#   compress), none-f32-kernels (none with --kernel-replies=float32: a mixed_bfloat16 spec's
+#   rounded kernels back in float32, where none has them in bfloat16), fp16, bf16 (pushes only),
+#   topk (with --fraction, default 0.01), powersgd (with --rank, default 4).
 #   The spec's servers, workers, epochs, compression and backup are replaced; the rest (model,
 #   dataset, optimizer, batch) is the job's.
 #   samples/s: the median of the coordinator's per-epoch figures without epoch 1 (all of them
@@ -120,7 +121,7 @@ if kind == "topk":
     spec["training"]["compression"] = {"kind": "topk", "fraction": fraction}
 elif kind == "powersgd":
     spec["training"]["compression"] = {"kind": "powersgd", "rank": rank}
-elif kind not in ("none", "none-dense"):
+elif kind not in ("none", "none-dense", "none-f32-kernels"):
     spec["training"]["compression"] = kind
 spec["backup"] = {}
 print(json.dumps(spec))
@@ -150,7 +151,8 @@ run_one() {  # kind rate
   PIDS+=($!)
   for w in 0 1; do
     ip netns exec "psc-w$w" "$BUILD/worker/pstrain-worker" --coordinator 127.12.1.1:19601 --name "worker-$w" \
-      --threads 1 $([[ $kind == none-dense ]] && echo --exchange=dense) >"$dir/worker-$w.log" 2>&1 &
+      --threads 1 $([[ $kind == none-dense ]] && echo --exchange=dense) \
+      $([[ $kind == none-f32-kernels ]] && echo --kernel-replies=float32) >"$dir/worker-$w.log" 2>&1 &
     PIDS+=($!)
   done
   wait "$coordinator" || echo "compression_bench.sh: $kind $rate: coordinator exit $?" >&2

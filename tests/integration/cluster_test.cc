@@ -490,11 +490,35 @@ TEST_CASE("bad pushes and recovery calls fail with a clear error and the server 
     CHECK(a.wait(ws).getReply().getPartial().size() == 2 * units * sizeof(float));
   }
   {
-    // Step 2 in bfloat16 (a mixed-precision layer): the server says it multiplied with
-    // product_bf16, and the values come back rounded, 2 bytes each, a part per key; replyBfloat16
-    // with ranges fails.
+    // Step 2 in bfloat16 (a mixed-precision layer): replyBfloat16 with ranges fails; then the
+    // server says it multiplied with product_bf16, and the values come back rounded, 2 bytes
+    // each, a part per key.
     const std::vector<uint32_t> keys{first_kernel[1], first_kernel[2]};
     const std::vector<uint32_t> rows{row_of_second_chunk, static_cast<uint32_t>(chunks[first_kernel[2]].offset / units)};
+    {
+      auto with_ranges = server.pushFactorsRequest();
+      with_ranges.setJobId("probe");
+      auto key_list = with_ranges.initKeys(2);
+      key_list.set(0, keys[0]);
+      key_list.set(1, keys[1]);
+      auto base = with_ranges.initBaseVersions(2);
+      base.set(0, 2);
+      base.set(1, 2);
+      with_ranges.setStep(2);
+      with_ranges.setSliceCount(2);
+      with_ranges.setExamples(2);
+      with_ranges.setBf16(true);
+      with_ranges.setReplyBfloat16(true);
+      auto row_list = with_ranges.initRows(static_cast<unsigned>(rows.size()));
+      for (unsigned i = 0; i < rows.size(); ++i) row_list.set(i, rows[i]);
+      const std::vector<float> delta(2 * units, 0.5f), inputs(4, 1.0f);
+      with_ranges.setDelta(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(delta.data()), delta.size() * sizeof(float)));
+      with_ranges.setInputs(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(inputs.data()), inputs.size() * sizeof(float)));
+      auto wanted = with_ranges.initReplyRanges(2);
+      wanted[0].setWhole();
+      wanted[1].initRanges(0);
+      CHECK(error_of(with_ranges.send()).find("replyBfloat16 needs every key's values whole") != std::string::npos);
+    }
     auto c = factor_push(keys, 0, rows, 2 * units, 4, 2, true, 2);
     auto d = factor_push(keys, 1, rows, 2 * units, 4, 2, true, 2);
     auto rounded = d.wait(ws);

@@ -257,6 +257,28 @@ TEST_CASE("parameter server - fp16, bf16 and topk pushes update as the same floa
   for (size_t i = 0; i < n; ++i) {
     REQUIRE(std::bit_cast<uint32_t>(rounded.replied[i]) == uint32_t{simd::bf16_round(dense.values[i])} << 16);
   }
+  {  // and not with fp16 replies or with ranges: the call fails and changes nothing
+    ServerFixture f;
+    f.configure();
+    const std::vector<float> before = f.values(0);
+    auto both = f.server.pushRequest();
+    both.setJobId("job");
+    both.setSliceCount(1);
+    both.setExamples(1);
+    rpc::set_tensor(both.getGradient().initDense(), gradient);
+    both.setReplyHalf(true);
+    both.setReplyBfloat16(true);
+    CHECK(testing::failure_of(both.send(), f.ws).find("exclude each other") != std::string::npos);
+    auto ranges = f.server.pushRequest();
+    ranges.setJobId("job");
+    ranges.setSliceCount(1);
+    ranges.setExamples(1);
+    rpc::set_tensor(ranges.getGradient().initDense(), gradient);
+    ranges.getReply().initRanges(0);
+    ranges.setReplyBfloat16(true);
+    CHECK(testing::failure_of(ranges.send(), f.ws).find("replyBfloat16 needs reply.whole") != std::string::npos);
+    CHECK(f.values(0) == before);
+  }
 
   // topk: entries 3 and n - 1 only; the dense push of the same sparse gradient gives the same values.
   std::vector<float> sparse(n, 0.0f);

@@ -118,33 +118,48 @@ TEST_CASE("rounded kernels: a mixed-precision model computes the same bits from 
   const Run from_rounded = run(conv, rounded(conv.layout(), conv_params, conv_rounded), images, classes);
   CHECK(same_bits(plain, from_rounded));
 
-  // Kernels of nothing but float32's largest denormal (which rounds to 2^-126 to nearest even, and
-  // to zero flushed) on inputs near 100: the outputs are about 1e-36 or exactly zero, so every
-  // product shows how its kernel was rounded. The server's rounding (flushed) must be the
-  // products' own for the bits to agree - oneDNN's reorder for the convolution, ours for the dense.
-  const ModelSpec tiny_spec = parse_model_spec(R"({"input_shape": [2, 2, 3], "seed": 6, "layers": [
-      {"type": "conv2d", "filters": 4, "kernel_size": 1, "use_bias": false},
-      {"type": "flatten"},
-      {"type": "dense", "units": 5},
-      {"type": "dense", "units": 3}]})");
-  nn::Model<float> tiny(tiny_spec, kBatch);
-  tiny.use_bf16_products();
-  const std::vector<size_t> tiny_rounded = tiny.rounded_kernels();
-  REQUIRE(tiny_rounded.size() == 3);
-  AlignedFloats tiny_params(tiny.layout().total_size());
-  glorot_uniform_init(tiny.layout(), 6, tiny_params.data());
-  for (const size_t p : {tiny_rounded[0], tiny_rounded[1]}) {
-    const ParamInfo& info = tiny.layout().params()[p];
-    for (size_t i = 0; i < info.size; ++i) {
-      tiny_params[info.offset + i] = std::bit_cast<float>(0x007fffffu | (i % 3 == 0 ? 0x80000000u : 0u));
+  // A kernel of nothing but float32's largest denormal (which rounds to 2^-126 to nearest even, and
+  // to zero flushed), between layers whose values are large: its products are about 1e-36 or
+  // exactly zero, so they show how it was rounded. The server's rounding (flushed) must be the
+  // products' own for the bits to agree: oneDNN's reorder for a convolution (its forward, on
+  // inputs near 100), ours and oneDNN's for a dense layer (the forward on activations near 100,
+  // the input gradient on output gradients in the thousands: a squared error against targets
+  // near 1000).
+  const auto check_denormal_kernel = [&](const std::string& layers, size_t which, int64_t outputs) {
+    CAPTURE(layers);
+    const ModelSpec spec = parse_model_spec(R"({"input_shape": [2, 2, 3], "seed": 6, "layers": )" + layers + "}");
+    LossSpec squared;
+    squared.type = LossType::kMeanSquaredError;
+    nn::Model<float> model(spec, kBatch, squared);
+    model.use_bf16_products();
+    const std::vector<size_t> listed = model.rounded_kernels();
+    REQUIRE(which < listed.size());
+    AlignedFloats params(model.layout().total_size());
+    glorot_uniform_init(model.layout(), 6, params.data());
+    const ParamInfo& kernel = model.layout().params()[listed[which]];
+    for (size_t i = 0; i < kernel.size; ++i) {
+      params[kernel.offset + i] = std::bit_cast<float>(0x007fffffu | (i % 3 == 0 ? 0x80000000u : 0u));
     }
-  }
-  std::vector<float> large(static_cast<size_t>(tiny.input_size() * kBatch));
-  for (float& v : large) v = rng.uniform_float(50.0f, 100.0f);
-  std::vector<int32_t> three(kBatch);
-  for (int32_t& c : three) c = static_cast<int32_t>(rng.uniform_index(3));
-  CHECK(same_bits(run(tiny, tiny_params, large, three),
-                  run(tiny, rounded(tiny.layout(), tiny_params, tiny_rounded), large, three)));
+    std::vector<float> large(static_cast<size_t>(model.input_size() * kBatch));
+    for (float& v : large) v = rng.uniform_float(50.0f, 100.0f);
+    std::vector<float> targets(static_cast<size_t>(outputs * kBatch));
+    for (float& v : targets) v = rng.uniform_float(900.0f, 1100.0f);
+    const auto step = [&](const AlignedFloats& p) {
+      Run r;
+      AlignedFloats grads(model.layout().total_size());
+      r.loss = model.compute_gradients(p.data(), large.data(), targets.data(), kBatch, grads.data());
+      r.grads.assign(grads.begin(), grads.end());
+      r.evaluation = model.evaluate(p.data(), large.data(), targets.data(), kBatch);
+      return r;
+    };
+    CHECK(same_bits(step(params), step(rounded(model.layout(), params, listed))));
+  };
+  // The convolution's kernel (the forward shows it: the dense after it reads its output).
+  check_denormal_kernel(R"([{"type": "conv2d", "filters": 4, "kernel_size": 1, "use_bias": false},
+      {"type": "flatten"}, {"type": "dense", "units": 3}])", 0, 3);
+  // A hidden dense kernel, after a convolution that makes the activations large.
+  check_denormal_kernel(R"([{"type": "conv2d", "filters": 4, "kernel_size": 1, "activation": "relu"},
+      {"type": "flatten"}, {"type": "dense", "units": 5}, {"type": "dense", "units": 3}])", 1, 3);
 
   // An MLP on mostly-zero features: its first layer is a data input, whose forward skips the zero
   // features in float32, so its kernel is not in the list; the others are.
