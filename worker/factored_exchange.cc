@@ -20,7 +20,6 @@ void require_product(bool bf16, proto::ParameterServer::PushFactorsResults::Read
              "the server multiplied a bfloat16 layer's factors in float32 (a server older than this worker)");
 }
 
-
 std::vector<size_t> unfactored_chunks(const FactorPlan& plan, size_t chunks) {
   std::vector<size_t> unfactored;
   for (size_t k = 0; k < chunks; ++k) {

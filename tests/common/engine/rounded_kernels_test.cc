@@ -31,9 +31,11 @@ struct Run {
   std::vector<float> grads;
 };
 
-// One step's loss and gradients, and an evaluation, of `model` at `params`.
+// One step's loss and gradients, and an evaluation, of `model` at `params`; `labels` class
+// labels (int32_t) or regression targets (float).
+template <typename Label>
 Run run(nn::Model<float>& model, const AlignedFloats& params, const std::vector<float>& inputs,
-        const std::vector<int32_t>& labels) {
+        const std::vector<Label>& labels) {
   Run r;
   AlignedFloats grads(model.layout().total_size());
   r.loss = model.compute_gradients(params.data(), inputs.data(), labels.data(), kBatch, grads.data());
@@ -144,15 +146,7 @@ TEST_CASE("rounded kernels: a mixed-precision model computes the same bits from 
     for (float& v : large) v = rng.uniform_float(50.0f, 100.0f);
     std::vector<float> targets(static_cast<size_t>(outputs * kBatch));
     for (float& v : targets) v = rng.uniform_float(900.0f, 1100.0f);
-    const auto step = [&](const AlignedFloats& p) {
-      Run r;
-      AlignedFloats grads(model.layout().total_size());
-      r.loss = model.compute_gradients(p.data(), large.data(), targets.data(), kBatch, grads.data());
-      r.grads.assign(grads.begin(), grads.end());
-      r.evaluation = model.evaluate(p.data(), large.data(), targets.data(), kBatch);
-      return r;
-    };
-    CHECK(same_bits(step(params), step(rounded(model.layout(), params, listed))));
+    CHECK(same_bits(run(model, params, large, targets), run(model, rounded(model.layout(), params, listed), large, targets)));
   };
   // The convolution's kernel (the forward shows it: the dense after it reads its output).
   check_denormal_kernel(R"([{"type": "conv2d", "filters": 4, "kernel_size": 1, "use_bias": false},
