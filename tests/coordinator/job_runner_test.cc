@@ -254,7 +254,7 @@ TEST_CASE("rollback - a server killed and restarted under its name restores the 
 // run computed. bf16 rounds only the pushes (values come back float32). (topk and powersgd keep
 // state on the worker: see the next test.)
 TEST_CASE("rollback - with fp16 or bf16 compression a recovered run ends as the uninterrupted one, bit for bit") {
-  for (const CompressionKind kind : {CompressionKind::kFp16, CompressionKind::kBf16}) {
+  for (const CompressionKind kind : testing::variants({CompressionKind::kFp16, CompressionKind::kBf16})) {
     INFO("compression " << std::string(compression_kind_name(kind)));
     JobSpec spec = small_job(3, 10);
     spec.training.compression.kind = kind;
@@ -275,7 +275,7 @@ TEST_CASE("rollback - with fp16 or bf16 compression a recovered run ends as the 
 // (Without it, the new sessions start from a zero residual and the runs differ: this test failed
 // so before the state was saved.)
 TEST_CASE("rollback - with topk or powersgd compression a recovered run ends as the uninterrupted one, bit for bit") {
-  for (const CompressionKind kind : {CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
+  for (const CompressionKind kind : testing::variants({CompressionKind::kTopk, CompressionKind::kPowerSgd})) {
     INFO("compression " << std::string(compression_kind_name(kind)));
     Scenario run(with_compression(small_job(3, 10), kind));
     restart_server_after_backup(run.cluster, run.id, 20);
@@ -348,7 +348,8 @@ TEST_CASE("cut - a preempted server backs up just ahead and leaves, nothing is r
   // With compression, a cut's step is not a backup point the workers know in advance: the
   // servers' push replies announce it (PushResults.cutAt) in time for the step before it to
   // carry each worker's residual (and powersgd's Q), as the spec's own backup points do.
-  for (const CompressionKind kind : {CompressionKind::kNone, CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
+  for (const CompressionKind kind :
+       testing::variants({CompressionKind::kNone, CompressionKind::kTopk, CompressionKind::kPowerSgd})) {
     INFO("compression " << std::string(compression_kind_name(kind)));
     Scenario run(with_compression(small_job(3, 1000), kind));  // no regular backup: only the cut's
     wait_for_step(run.cluster, run.id, 20);
@@ -377,7 +378,8 @@ TEST_CASE("async cut - the workers' topk or powersgd state is in the cut's backu
   // faults only if the worker's residual (and powersgd's Q) came back with the cut: the worker
   // puts it on the servers as it pauses (putState), tagged with its position. The job without
   // compression is the control.
-  for (const CompressionKind kind : {CompressionKind::kNone, CompressionKind::kTopk, CompressionKind::kPowerSgd}) {
+  for (const CompressionKind kind :
+       testing::variants({CompressionKind::kNone, CompressionKind::kTopk, CompressionKind::kPowerSgd})) {
     INFO("compression " << std::string(compression_kind_name(kind)));
     JobSpec spec = small_job(3, 10);
     spec.training.mode = TrainingMode::kAsync;
