@@ -13,7 +13,9 @@ std::string apply_precision(Precision precision, nn::DataParallelModel<float>& m
   const auto switched = model.use_bf16_products();
   return "mixed_bfloat16: " + std::to_string(switched.convolutions) + " convolution(s) and " +
          std::to_string(switched.dense) + " dense layer(s) compute their products in bfloat16 (oneDNN " +
-         nn::onednn_isa() + "), dense kernel gradients too (simd::product_bf16); weights, optimizer, losses and every other layer float32";
+         nn::onednn_isa() + "), dense kernel gradients too (simd::product_bf16); " +
+         (switched.one_channel > 0 ? std::to_string(switched.one_channel) + " one-channel convolution(s), " : std::string()) +
+         "weights, optimizer, losses and every other layer float32";
 }
 
 }  // namespace pstrain

@@ -9,10 +9,14 @@
 // sum in different orders, so they agree to rounding, not bit for bit).
 //
 //   pstrain-conv-bench [--batch 128] [--repeats 7] [--min-ms 200] [--input-gradient] [--only TEXT] [--bf16]
+//                      [--one-channel]
 //
 // --bf16 compares oneDNN in float32 with oneDNN's products in bfloat16 (mixed precision,
 // onednn_conv.h; on a CPU with AVX512-BF16 or AMX) instead of im2col with oneDNN: the ratio is
 // float32 / bfloat16 (> 1: bfloat16 is faster) and the difference bfloat16's rounding.
+// --one-channel compares oneDNN (in bfloat16 with --bf16) with the one-channel method (layers.h;
+// float32 in either precision) on the geometries it runs (one input channel): ratio > 1, the
+// one-channel method is faster.
 //
 // (--only: the geometries whose name contains TEXT.) The first line names the CPU, the level of our
 // kernels and oneDNN's instruction set; PSTRAIN_CPU_TARGET and OPENBLAS_CORETYPE run a smaller
@@ -112,7 +116,7 @@ double max_relative_difference(const Buffer& a, const Buffer& b) {
 int run(int argc, char** argv) {
   int64_t batch = 128, repeats = 7;
   double min_ms = 200;
-  bool input_gradient = false, bf16 = false;
+  bool input_gradient = false, bf16 = false, one_channel = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -135,9 +139,11 @@ int run(int argc, char** argv) {
       input_gradient = true;
     } else if (a == "--bf16") {
       bf16 = true;
+    } else if (a == "--one-channel") {
+      one_channel = true;
     } else {
       std::fprintf(stderr,
-                   "usage: pstrain-conv-bench [--batch N] [--repeats N] [--min-ms MS] [--input-gradient] [--only TEXT] [--bf16]\n");
+                   "usage: pstrain-conv-bench [--batch N] [--repeats N] [--min-ms MS] [--input-gradient] [--only TEXT] [--bf16] [--one-channel]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -150,10 +156,16 @@ int run(int argc, char** argv) {
     return 1;
   }
   // The two methods compared: [0] the baseline, [1] the candidate.
-  const Conv::Method methods[2] = {bf16 ? Conv::Method::kOneDnn : Conv::Method::kIm2col,
-                                   bf16 ? Conv::Method::kOneDnnBf16 : Conv::Method::kOneDnn};
+  Conv::Method methods[2] = {bf16 ? Conv::Method::kOneDnn : Conv::Method::kIm2col,
+                             bf16 ? Conv::Method::kOneDnnBf16 : Conv::Method::kOneDnn};
   const char* a_name = bf16 ? "f32" : "im2col";
   const char* b_name = bf16 ? "bf16" : "oneDNN";
+  if (one_channel) {
+    methods[0] = bf16 ? Conv::Method::kOneDnnBf16 : Conv::Method::kOneDnn;
+    methods[1] = Conv::Method::kOneChannel;
+    a_name = bf16 ? "dnn-bf16" : "oneDNN";
+    b_name = "direct";
+  }
   set_compute_threads(1);  // as the trainer with --threads 1: OpenBLAS on this thread only
   std::printf("CPU: %s; oneDNN %s\n", simd::describe_cpu().c_str(), nn::onednn_isa());
   std::printf("batch %lld, %lld repeats, %s; us per example (median), forward + backward\n",
@@ -167,6 +179,7 @@ int run(int argc, char** argv) {
   for (const Case& c : kCases) {
     if (std::string(c.name).find(only) == std::string::npos) continue;
     const Conv::Geometry g = geometry(c);
+    if (one_channel && !Conv::one_channel(g)) continue;
     const int64_t in_size = g.height * g.width * g.channels, out_size = g.out_h * g.out_w * g.filters;
     Buffer params(g.patch_size() * g.filters + g.filters), in(in_size * batch), dout(out_size * batch);
     for (auto& v : params) v = normal(rng) * 0.3f;

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "common/base/error.h"
@@ -42,6 +43,11 @@ inline int64_t tap(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t di
 }
 
 template <typename T>
+bool Conv2D<T>::one_channel(const Geometry& g) {
+  return std::is_same_v<T, float> && g.channels == 1 && !g.dilated() && g.kernel_h * g.kernel_w <= simd::kOneChannelMaxTaps;
+}
+
+template <typename T>
 Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offset, int64_t max_batch)
     : g_(g), relu_(relu), kernel_(kernel_offset), bias_(bias_offset), max_columns_(g.out_h * g.out_w * max_batch),
       method_(Method::kIm2col) {
@@ -51,7 +57,7 @@ Conv2D<T>::Conv2D(Geometry g, bool relu, size_t kernel_offset, size_t bias_offse
   }
   // Dilated kernels run on im2col (its patches follow the dilation; oneDNN's dilated primitives
   // are not wired up).
-  set_method(g.dilated() ? Method::kIm2col : default_method());
+  set_method(one_channel(g) ? Method::kOneChannel : g.dilated() ? Method::kIm2col : default_method());
 }
 
 template <typename T>
@@ -63,6 +69,11 @@ void Conv2D<T>::set_method(Method m) {
   // Each method's state, made once, when the method is first used.
   if (m == Method::kIm2col) {
     if (patches_.cols() < max_columns_) patches_.resize(g_.patch_size(), max_columns_);
+  } else if (m == Method::kOneChannel) {
+    if (!one_channel(g_)) throw Error("the one-channel convolution needs float, one input channel, no dilation and at most " +
+                                      std::to_string(simd::kOneChannelMaxTaps) + " taps");
+    const int64_t rows = (g_.out_h - 1) * g_.stride_h + g_.kernel_h, cols = (g_.out_w - 1) * g_.stride_w + g_.kernel_w;
+    padded_.assign(static_cast<size_t>(rows * cols + simd::kOneChannelSlack * g_.stride_w), 0.0f);
   } else {
     if constexpr (!std::is_same_v<T, float>) throw Error("the oneDNN convolution is float only");
     if (g_.dilated()) throw Error("a dilated convolution runs on im2col only");
@@ -76,6 +87,10 @@ void Conv2D<T>::set_method(Method m) {
 template <typename T>
 void Conv2D<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
   if constexpr (std::is_same_v<T, float>) {
+    if (method_ == Method::kOneChannel) {
+      one_channel_forward(params, in, out);
+      return;
+    }
     if (method_ != Method::kIm2col) {
       onednn_->forward(params + kernel_, bias_values(params), in.data(), in.cols(), out.data());
       return;
@@ -170,6 +185,10 @@ void Conv2D<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out,
   const int64_t batch = in.cols();
   MatMap<T> dy(dout.data(), g_.filters, g_.out_h * g_.out_w * batch);
   if constexpr (std::is_same_v<T, float>) {
+    if (method_ == Method::kOneChannel) {
+      one_channel_backward(params, in, out, dy, grads, din);
+      return;
+    }
     if (relu_) simd::kernels().relu_mask(dy.size(), out.data(), dy.data());
     if (method_ != Method::kIm2col) {
       onednn_->backward_weights(in.data(), dy.data(), batch, grads + kernel_, bias_gradient(grads));
@@ -248,6 +267,92 @@ void Conv2D<T>::im2col_backward(const T* params, ConstMatMap<T> in, MatMap<T> dy
         }
       }
     }
+  }
+}
+
+template <typename T>
+const float* Conv2D<T>::pad_example(const T* in, int64_t b) {
+  if constexpr (std::is_same_v<T, float>) {
+    // Rows and columns of the padded image cover every tap of every output; those outside the
+    // input stay the zeros set_method wrote (the image's own positions are the same every call).
+    const int64_t cols = (g_.out_w - 1) * g_.stride_w + g_.kernel_w;
+    const int64_t rows = (g_.out_h - 1) * g_.stride_h + g_.kernel_h;
+    const T* image = in + b * g_.height * g_.width;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t iy = r - g_.pad_top;
+      if (iy < 0 || iy >= g_.height) continue;
+      const int64_t first = std::max<int64_t>(0, g_.pad_left), last = std::min<int64_t>(cols, g_.pad_left + g_.width);
+      if (last > first) std::copy(image + iy * g_.width + (first - g_.pad_left), image + iy * g_.width + (last - g_.pad_left),
+                                  padded_.data() + r * cols + first);
+    }
+    return padded_.data();
+  } else {
+    (void)in, (void)b;
+    throw Error("the one-channel convolution is float only");
+  }
+}
+
+template <typename T>
+void Conv2D<T>::one_channel_forward(const T* params, ConstMatMap<T> in, MatMap<T> out) {
+  if constexpr (std::is_same_v<T, float>) {
+    const simd::OneChannelGeometry g{(g_.out_w - 1) * g_.stride_w + g_.kernel_w, g_.kernel_h, g_.kernel_w, g_.stride_h,
+                                     g_.stride_w, g_.out_h, g_.out_w, g_.filters};
+    const auto& k = simd::kernels();
+    for (int64_t b = 0; b < in.cols(); ++b) {
+      k.one_channel_conv(pad_example(in.data(), b), g, params + kernel_, bias_values(params), relu_,
+                         out.data() + b * out.rows());
+    }
+  } else {
+    (void)params, (void)in, (void)out;
+  }
+}
+
+// The kernel gradient by one_channel_conv_gradient, example after example (each adds its sums);
+// the ReLU's mask inside it, unless the input gradient needs the masked dy too. The input gradient
+// (a one-channel input that is not the model's input: rare) by the definition, in a fixed order.
+template <typename T>
+void Conv2D<T>::one_channel_backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dy, T* grads,
+                                     T* din) {
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t batch = in.cols(), positions = g_.out_h * g_.out_w, f = g_.filters;
+    const simd::OneChannelGeometry g{(g_.out_w - 1) * g_.stride_w + g_.kernel_w, g_.kernel_h, g_.kernel_w, g_.stride_h,
+                                     g_.stride_w, g_.out_h, g_.out_w, f};
+    const auto& k = simd::kernels();
+    if (relu_ && din != nullptr) k.relu_mask(dy.size(), out.data(), dy.data());
+    const float* mask = relu_ && din == nullptr ? out.data() : nullptr;
+    float* dw = grads + kernel_;
+    float* db = bias_gradient(grads);
+    std::fill(dw, dw + g_.patch_size() * f, 0.0f);
+    std::fill(db, db + f, 0.0f);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t at = b * positions * f;
+      k.one_channel_conv_gradient(pad_example(in.data(), b), g, mask == nullptr ? nullptr : mask + at, dy.data() + at, dw,
+                                  db);
+    }
+    if (din == nullptr) return;
+    const float* w = params + kernel_;
+    std::fill(din, din + in.rows() * batch, 0.0f);
+    for (int64_t b = 0; b < batch; ++b) {
+      float* image = din + b * in.rows();
+      for (int64_t y = 0; y < g_.out_h; ++y) {
+        for (int64_t x = 0; x < g_.out_w; ++x) {
+          const float* d = dy.data() + (b * positions + y * g_.out_w + x) * f;
+          for (int64_t ky = 0; ky < g_.kernel_h; ++ky) {
+            const int64_t iy = tap(y, ky, g_.stride_h, g_.pad_top, 1, g_.height);
+            for (int64_t kx = 0; kx < g_.kernel_w && iy >= 0; ++kx) {
+              const int64_t ix = tap(x, kx, g_.stride_w, g_.pad_left, 1, g_.width);
+              if (ix < 0) continue;
+              const float* wk = w + (ky * g_.kernel_w + kx) * f;
+              float sum = 0.0f;
+              for (int64_t c = 0; c < f; ++c) sum += wk[c] * d[c];
+              image[iy * g_.width + ix] += sum;
+            }
+          }
+        }
+      }
+    }
+  } else {
+    (void)params, (void)in, (void)out, (void)dy, (void)grads, (void)din;
   }
 }
 

@@ -97,8 +97,13 @@ class Dense final : public Layer<T> {
 
 // 2-D convolution over [height, width, channels] examples. Strides and padding follow TensorFlow
 // (model_spec.h's window_axis gives the output size and the padding before); padded positions
-// read as zero and take no gradient. Two methods, the same values up to the order of additions:
+// read as zero and take no gradient. Three methods, the same values up to the order of additions:
 //
+// - one channel (float, every input with one channel and at most kOneChannelMaxTaps taps, not
+//   dilated; any precision): simd::kernels().one_channel_conv on each example, padded into a
+//   scratch image. A first layer on grayscale images; its order of additions is fixed
+//   (kernels.h), so it is exact as the others. Mixed precision keeps it float32: its time is the
+//   output's bytes, not its products (docs/DESIGN-NOTES.md, "One-channel convolutions").
 // - oneDNN (float, the default where the build has it and the CPU has AVX2: onednn_conv.h): code
 //   generated at run time for the CPU's instruction set; bias and ReLU fused into the forward.
 // - im2col: the patches of the whole batch form one matrix and the convolution is one matrix
@@ -111,9 +116,12 @@ class Conv2D final : public Layer<T> {
   using Geometry = ConvGeometry;
   // kOneDnnBf16: oneDNN with the products in bfloat16 (mixed precision, onednn_conv.h), where
   // onednn_bf16().
-  enum class Method { kIm2col, kOneDnn, kOneDnnBf16 };
-  // oneDNN for float where onednn_preferred(), else im2col.
+  enum class Method { kIm2col, kOneDnn, kOneDnnBf16, kOneChannel };
+  // oneDNN for float where onednn_preferred(), else im2col (the constructor prefers kOneChannel
+  // where one_channel(g)).
   static Method default_method();
+  // Whether kOneChannel can run g: float, one input channel, not dilated, few enough taps.
+  static bool one_channel(const Geometry& g);
 
   // bias_offset kNoBias: a conv2d without a bias (use_bias false): it adds zeros, and its bias
   // gradient goes to scratch.
@@ -133,6 +141,10 @@ class Conv2D final : public Layer<T> {
   void inside_columns(int64_t x, int64_t& first, int64_t& last) const;
   void im2col_forward(const T* params, ConstMatMap<T> in, MatMap<T> out);
   void im2col_backward(const T* params, ConstMatMap<T> in, MatMap<T> dy, T* grads, T* din);
+  // kOneChannel: example b's image into padded_ (zeros around it, as the kernels read it).
+  const float* pad_example(const T* in, int64_t b);
+  void one_channel_forward(const T* params, ConstMatMap<T> in, MatMap<T> out);
+  void one_channel_backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, MatMap<T> dy, T* grads, T* din);
   const T* bias_values(const T* params) const { return bias_ == kNoBias ? no_bias_.data() : params + bias_; }
   T* bias_gradient(T* grads) { return bias_ == kNoBias ? no_bias_gradient_.data() : grads + bias_; }
 
@@ -145,6 +157,7 @@ class Conv2D final : public Layer<T> {
   Mat<T> dpatches_;  // same shape, scratch of the input gradient (allocated at its first use)
   std::unique_ptr<OneDnnConv> onednn_;  // the oneDNN method's primitives (created at its first use)
   bool onednn_bf16_ = false;            // onednn_'s products are bfloat16
+  std::vector<float> padded_;           // kOneChannel: one example's padded image, and its slack
   std::vector<T> no_bias_, no_bias_gradient_;  // without a bias: zeros, and where its gradient goes
 };
 

@@ -458,6 +458,7 @@ typename Model<T>::Bf16Layers Model<T>::use_bf16_products() {
         continue;
       }
       auto* conv = dynamic_cast<Conv2D<T>*>(s.layer.get());
+      if (conv != nullptr && conv->method() == Conv2D<T>::Method::kOneChannel) ++switched.one_channel;
       if (conv == nullptr || conv->method() != Conv2D<T>::Method::kOneDnn) continue;  // (dilated: im2col)
       conv->set_method(Conv2D<T>::Method::kOneDnnBf16);
       ++switched.convolutions;

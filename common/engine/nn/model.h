@@ -81,6 +81,7 @@ class Model {
   // Needs onednn_bf16(); call it before the first step.
   struct Bf16Layers {
     int convolutions = 0, dense = 0;
+    int one_channel = 0;  // convolutions left float32: the one-channel method (layers.h)
   };
   Bf16Layers use_bf16_products();
   // After use_bf16_products: the parameters (indices into layout().params()) this model reads only

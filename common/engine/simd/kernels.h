@@ -37,6 +37,16 @@
 
 namespace pstrain::simd {
 
+// A convolution with one input channel, on one example (KernelTable::one_channel_conv): the
+// example's image already padded, ph = (oh - 1) * sh + kh rows of pw = (ow - 1) * sw + kw values
+// (zeros where the convolution's padding is), and readable kOneChannelSlack * sw values past its
+// end; kernel [kh * kw taps, filters] (Keras' [kh, kw, 1, filters]); outputs [oh * ow, filters].
+struct OneChannelGeometry {
+  int64_t pw, kh, kw, sh, sw, oh, ow, filters;
+};
+constexpr int64_t kOneChannelMaxTaps = 64;  // kh * kw at most (Conv2D's direct method)
+constexpr int64_t kOneChannelSlack = 4;
+
 struct KernelTable {
   CpuTarget target;
   bool fma;  // multiply-adds are fused
@@ -124,6 +134,21 @@ struct KernelTable {
   // w_j g_j (the same lanes), g_j = w_j (g_j - dot) scale.
   void (*masked_softmax)(int64_t n, float scale, const float* allowed, float* s);
   void (*softmax_backward)(int64_t n, float scale, const float* w, float* g);
+
+  // The one-channel convolution (OneChannelGeometry above; Conv2D's direct method, conv2d.cc).
+  //   one_channel_conv: out(y, x, f) = bias[f] + (the sum over taps (ky, kx) in that order, from
+  //     +0, of kernel(ky, kx, f) * image(y * sh + ky, x * sw + kx), a multiply-add each), then the
+  //     ReLU (v > 0 ? v : 0) when relu.
+  //   one_channel_conv_gradient: with g = dy, or 0 where y <= 0 when the forward's output y is
+  //     given (the ReLU's mask; nullptr: none), adds to dw(ky, kx, f) the sum over positions in
+  //     order, from +0, of g(y, x, f) * image(y * sh + ky, x * sw + kx), and to db[f] the sum of
+  //     g(y, x, f) over positions in order, from +0.
+  // So each value is a function of the example and the filter's own kernel column: not of the
+  // filter count, the batch, or the level (among levels with FMA), as product's are.
+  void (*one_channel_conv)(const float* image, const OneChannelGeometry& g, const float* kernel, const float* bias,
+                           bool relu, float* out);
+  void (*one_channel_conv_gradient)(const float* image, const OneChannelGeometry& g, const float* y,
+                                    const float* dy, float* dw, float* db);
 };
 
 // The active level's table (selected once).

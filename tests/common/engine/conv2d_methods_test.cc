@@ -1,4 +1,4 @@
-// Conv2D's methods (im2col, and oneDNN for float) against a convolution written from its
+// Conv2D's methods (im2col, and oneDNN and the one-channel method for float) against a convolution written from its
 // definition, on geometries that reach every branch: windows inside and over padding, strides,
 // non-square kernels, filter counts below, at and past a vector's width, odd position counts,
 // ReLU or not, with and without the input gradient. The gradient checks (gradient_check_test.cc)
@@ -152,6 +152,12 @@ const Shape kShapes[] = {
     {9, 9, 2, 3, 3, 5, 1, 1, false, 2, 2},   // dilated 2: the kernel spans 5 x 5
     {8, 7, 3, 3, 2, 4, 1, 1, true, 2, 3},    // dilated 2 x 3, same padding (taps over the edges)
     {6, 6, 1, 2, 2, 3, 1, 1, true, 4, 4},    // dilation past the input: most taps read padding
+    // One input channel (the one-channel method too): padding, strides, non-square kernels, filter
+    // counts around a vector's width, a kernel past one pass's group of taps.
+    {9, 11, 1, 3, 2, 3, 2, 2, true},
+    {7, 9, 1, 5, 5, 40, 1, 1, true},
+    {10, 8, 1, 4, 3, 8, 3, 1, false},
+    {6, 7, 1, 1, 1, 17, 1, 2, true},
 };
 
 std::string name(const Shape& s) {
@@ -159,6 +165,17 @@ std::string name(const Shape& s) {
          std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + " f" + std::to_string(s.filters) + " s" +
          std::to_string(s.stride_h) + "x" + std::to_string(s.stride_w) + (s.same ? " same" : " valid") +
          (s.dilation_h * s.dilation_w > 1 ? " d" + std::to_string(s.dilation_h) + "x" + std::to_string(s.dilation_w) : "");
+}
+
+template <typename T>
+const char* method_name(typename Conv<T>::Method m) {
+  switch (m) {
+    case Conv<T>::Method::kIm2col: return "im2col";
+    case Conv<T>::Method::kOneDnn: return "oneDNN";
+    case Conv<T>::Method::kOneDnnBf16: return "oneDNN bf16";
+    case Conv<T>::Method::kOneChannel: return "one channel";
+  }
+  return "?";
 }
 
 template <typename T>
@@ -181,11 +198,12 @@ void check_methods(double tolerance) {
       const Result<T> want = reference(g, relu, params, bias_at, in, dout, batch);
       std::vector<typename Conv<T>::Method> methods{Conv<T>::Method::kIm2col};
       if (std::is_same_v<T, float> && nn::onednn_available() && !g.dilated()) methods.push_back(Conv<T>::Method::kOneDnn);
+      if (Conv<T>::one_channel(g)) methods.push_back(Conv<T>::Method::kOneChannel);
       for (const auto method : methods) {
         for (const bool input_gradient : {false, true}) {
           CAPTURE(name(s));
           CAPTURE(relu);
-          CAPTURE(method == Conv<T>::Method::kOneDnn ? "oneDNN" : "im2col");
+          CAPTURE(method_name<T>(method));
           CAPTURE(input_gradient);
           const T sentinel = T(777);
           const Result<T> got = run(g, relu, method, params, bias_at, in, dout, batch, max_batch, input_gradient, sentinel);
@@ -209,7 +227,7 @@ void check_methods(double tolerance) {
 
 TEST_CASE("conv2d: im2col computes the convolution's definition - double") { check_methods<double>(1e-12); }
 
-TEST_CASE("conv2d: im2col and oneDNN compute the convolution's definition - float") {
+TEST_CASE("conv2d: im2col, oneDNN and the one-channel method compute the convolution's definition - float") {
   MESSAGE("oneDNN: " << (nn::onednn_available() ? nn::onednn_isa() : "not in this build"));
   check_methods<float>(2e-5);
 }
@@ -220,11 +238,23 @@ TEST_CASE("conv2d: oneDNN is the float default where it generates direct code, a
   CHECK(Conv<double>::default_method() == Conv<double>::Method::kIm2col);
 }
 
-TEST_CASE("conv2d oneDNN: the same bits on every run, and an example's values independent of its batch") {
-  if (!nn::onednn_available()) {
-    MESSAGE("this build has no oneDNN (PSTRAIN_ONEDNN=OFF): the oneDNN method is not tested here");
-    return;
+TEST_CASE("conv2d: a float layer on one input channel takes the one-channel method, in either precision's model") {
+  for (const auto& s : kShapes) {
+    CAPTURE(name(s));
+    const bool one = s.channels == 1 && s.dilation_h * s.dilation_w == 1;
+    const Conv<float> layer(geometry<float>(s), true, 0, 1000, 4);
+    CHECK((layer.method() == Conv<float>::Method::kOneChannel) == one);
+    CHECK(Conv<float>::one_channel(geometry<float>(s)) == one);
+    CHECK(!Conv<double>::one_channel(geometry<double>(s)));
   }
+  // Past the kernels' taps: the general methods.
+  const auto large = kShapes[0];
+  Geometry<float> g = geometry<float>(large);
+  g.channels = 1, g.kernel_h = 9, g.kernel_w = 9;  // 81 taps
+  CHECK(!Conv<float>::one_channel(g));
+}
+
+TEST_CASE("conv2d oneDNN and one-channel: the same bits on every run, and an example's values independent of its batch") {
   set_compute_threads(2);  // the layer must plan on one thread whatever the caller allows
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0, 1);
@@ -239,17 +269,22 @@ TEST_CASE("conv2d oneDNN: the same bits on every run, and an example's values in
     for (auto& v : params) v = normal(rng) * 0.5f;
     for (auto& v : in) v = normal(rng);
     for (auto& v : dout) v = normal(rng);
-    const auto method = Conv<float>::Method::kOneDnn;
-    const Result<float> a = run(g, true, method, params, bias_at, in, dout, batch, batch, true, 0.0f);
-    const Result<float> b = run(g, true, method, params, bias_at, in, dout, batch, batch, true, 0.0f);
-    CHECK(a.out == b.out);
-    CHECK(a.grads == b.grads);
-    CHECK(a.din == b.din);
-    const std::vector<float> in_part(in.begin() + offset * in_size, in.begin() + (offset + part) * in_size);
-    const std::vector<float> dout_part(dout.begin() + offset * out_size, dout.begin() + (offset + part) * out_size);
-    const Result<float> c = run(g, true, method, params, bias_at, in_part, dout_part, part, batch, true, 0.0f);
-    CHECK(std::equal(c.out.begin(), c.out.end(), a.out.begin() + offset * out_size));
-    CHECK(std::equal(c.din.begin(), c.din.end(), a.din.begin() + offset * in_size));
+    std::vector<Conv<float>::Method> methods;
+    if (nn::onednn_available()) methods.push_back(Conv<float>::Method::kOneDnn);
+    if (Conv<float>::one_channel(g)) methods.push_back(Conv<float>::Method::kOneChannel);
+    for (const auto method : methods) {
+      CAPTURE(method_name<float>(method));
+      const Result<float> a = run(g, true, method, params, bias_at, in, dout, batch, batch, true, 0.0f);
+      const Result<float> b = run(g, true, method, params, bias_at, in, dout, batch, batch, true, 0.0f);
+      CHECK(a.out == b.out);
+      CHECK(a.grads == b.grads);
+      CHECK(a.din == b.din);
+      const std::vector<float> in_part(in.begin() + offset * in_size, in.begin() + (offset + part) * in_size);
+      const std::vector<float> dout_part(dout.begin() + offset * out_size, dout.begin() + (offset + part) * out_size);
+      const Result<float> c = run(g, true, method, params, bias_at, in_part, dout_part, part, batch, true, 0.0f);
+      CHECK(std::equal(c.out.begin(), c.out.end(), a.out.begin() + offset * out_size));
+      CHECK(std::equal(c.din.begin(), c.din.end(), a.din.begin() + offset * in_size));
+    }
   }
   set_compute_threads(1);
 }

@@ -110,6 +110,25 @@ TEST_CASE("rounded kernels: a mixed-precision model computes the same bits from 
   CHECK(conv_rounded.size() == 4);
   for (const size_t p : conv_rounded) CHECK(conv.layout().params()[p].role == ParamRole::kKernel);
 
+  // On one input channel, the first convolution is the one-channel method's: float32 in mixed
+  // precision too, so its kernel is not listed.
+  nn::Model<float> gray(parse_model_spec(R"({"input_shape": [9, 9, 1], "seed": 4, "layers": [
+      {"type": "conv2d", "filters": 6, "kernel_size": 3, "activation": "relu"},
+      {"type": "conv2d", "filters": 5, "kernel_size": 3},
+      {"type": "flatten"},
+      {"type": "dense", "units": 4}]})"),
+                        kBatch);
+  const auto gray_switched = gray.use_bf16_products();
+  CHECK(gray_switched.one_channel == 1);
+  CHECK(gray_switched.convolutions == 1);
+  const auto& gray_params = gray.layout().params();
+  const auto gray_first = static_cast<size_t>(std::find_if(gray_params.begin(), gray_params.end(), [](const auto& p) {
+                                                  return p.role == ParamRole::kKernel;
+                                                }) - gray_params.begin());
+  const std::vector<size_t> gray_rounded = gray.rounded_kernels();
+  CHECK(gray_rounded.size() == 2);  // the second convolution's and the dense layer's
+  CHECK(std::find(gray_rounded.begin(), gray_rounded.end(), gray_first) == gray_rounded.end());
+
   Rng rng(5);
   std::vector<float> images(static_cast<size_t>(conv.input_size() * kBatch));
   for (float& v : images) v = rng.uniform_float(-1.0f, 1.0f);
