@@ -50,6 +50,13 @@ struct OneDnnMatmul::Impl {
   dnnl::stream stream{engine};
   BoundedPlans<Plan> plans;
   std::vector<memory> kernels;  // the rounded kernels, by layout (at most a few)
+  // The input gradient's rounded kernel ([in, out] as it lies) written by the forward's pass over
+  // the kernel with its blocked copy, once an input gradient has been asked for (a layer on the
+  // model's input never is): `plain_of` is the kernel it was rounded from, null when the last
+  // forward did not write it. Between a forward and its backward the kernel does not change (the
+  // parameters are a step's), so the input gradient takes that copy instead of rounding again.
+  bool plain_wanted = false;
+  const float* plain_of = nullptr;
 
   Impl(int64_t in_size, int64_t out_size, bool with_relu, bool in_bf16)
       : in(in_size), out(out_size), relu(with_relu), bf16(in_bf16) {}
@@ -120,14 +127,20 @@ struct OneDnnMatmul::Impl {
 
   memory wrap(const memory::desc& d, const float* data) { return memory(d, engine, const_cast<float*>(data)); }
 
+  memory plain_kernel() { return rounded_kernel(memory::desc({out, in}, Type::bf16, Tag::ba)); }
+
   // The product's operands: in bfloat16 the caller's rounded into the product's copies, in
-  // float32 the caller's memory itself.
-  std::pair<memory, memory> operands(Product& p, const float* kernel, const float* src) {
+  // float32 the caller's memory itself. `forward`: the forward's product (which may write the
+  // input gradient's kernel too), else the input gradient's (which may find it written).
+  std::pair<memory, memory> operands(Product& p, const float* kernel, const float* src, bool forward) {
     memory user_weights = wrap(p.user_weights, kernel), user_src = wrap(p.src, src);
     if (!bf16) return {user_src, user_weights};
+    if (forward) plain_of = nullptr;
     if (p.pair_block > 0) {
-      simd::round_to_pair_blocks(kernel, p.k, p.n, p.n, p.pair_block, p.weights.get_data_handle());
-    } else {
+      auto* plain = plain_wanted ? static_cast<uint16_t*>(plain_kernel().get_data_handle()) : nullptr;
+      simd::round_to_pair_blocks(kernel, p.k, p.n, p.n, p.pair_block, p.weights.get_data_handle(), plain);
+      if (plain != nullptr) plain_of = kernel;
+    } else if (forward || plain_of != kernel || p.weights.get_data_handle() != plain_kernel().get_data_handle()) {
       p.to_weights->execute(stream, user_weights, p.weights);
     }
     p.to_src_lp->execute(stream, user_src, p.src_lp);
@@ -169,7 +182,7 @@ void OneDnnMatmul::forward(const float* kernel, const float* bias, const float* 
   guarded("forward", impl_->in, impl_->out, [&] {
     Impl& m = *impl_;
     Impl::Product& p = m.plan(batch).forward;
-    const auto [src, weights] = m.operands(p, kernel, x);
+    const auto [src, weights] = m.operands(p, kernel, x, /*forward=*/true);
     p.matmul.execute(m.stream, {{DNNL_ARG_SRC, src},
                                 {DNNL_ARG_WEIGHTS, weights},
                                 {DNNL_ARG_BIAS, m.wrap(memory::desc({1, m.out}, Type::f32, Tag::ab), bias)},
@@ -185,7 +198,8 @@ void OneDnnMatmul::backward_data(const float* kernel, const float* dy, int64_t b
     // dx [batch, in] = dy [batch, out] x kernel^T: the [in, out] kernel seen as [out, in] (ba).
     if (!plan.backward_data) plan.backward_data = m.product(batch, m.out, m.in, Tag::ba, false, false);
     Impl::Product& p = *plan.backward_data;
-    const auto [src, weights] = m.operands(p, kernel, dy);
+    m.plain_wanted = true;
+    const auto [src, weights] = m.operands(p, kernel, dy, /*forward=*/false);
     p.matmul.execute(m.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, m.wrap(p.dst, dx)}});
     m.stream.wait();
   });

@@ -12,7 +12,11 @@
 // size's primitive shares: the forward's the primitive's own blocked layout (written by
 // simd::round_to_pair_blocks where it is BA16a<B>b2a, else by oneDNN's reorder), the input
 // gradient's the kernel's [in, out] as it lies (read transposed), so that rounding is a plain
-// conversion (two copies a layer). The kernel gradient is not here: Dense computes it with
+// conversion (two copies a layer). Once a layer has computed an input gradient, its forward
+// writes both copies in its one pass over the kernel (round_to_pair_blocks with `plain`), and
+// the input gradient of the same kernel takes the forward's copy: the kernel does not change
+// between a forward and its backward (a step's parameters), and either way the bits are the
+// rounding of that kernel. The kernel gradient is not here: Dense computes it with
 // simd::product_bf16 (bf16_product.h), the order of additions a server multiplying out a factored
 // push also has, so every exchange stays exact.
 //

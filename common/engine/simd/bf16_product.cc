@@ -266,8 +266,20 @@ void product_on_this_thread(int64_t m, int64_t n, int64_t k, Operand a, Operand 
 // round_to_pair_blocks' rows [row, row + 32) of column block `nb` (B columns from nb * B), for
 // adjacent-row operands of round_to_pair_blocks; `hi`/`lo` rows past k are zeros.
 #if defined(__x86_64__)
+// `here` values of v rounded into out: a whole vector as it is, the block's last columns one by one.
+PSTRAIN_BF16_TARGET void plain_values(__m512 v, int64_t here, uint16_t* out) {
+  const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+  if (here == kLanes) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), h);
+  } else {
+    alignas(32) uint16_t lanes[kLanes];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), h);
+    std::memcpy(out, lanes, static_cast<size_t>(here) * sizeof(uint16_t));
+  }
+}
+
 PSTRAIN_BF16_TARGET void round_pair_block_native(const float* src, int64_t k, int64_t n, int64_t ld, int64_t row,
-                                                 int64_t first, int64_t block, uint32_t* dst) {
+                                                 int64_t first, int64_t block, uint32_t* dst, uint16_t* plain) {
   const int64_t valid = std::min(block, n - first);
   for (int64_t q = 0; q < 16; ++q) {
     const int64_t r = row + 2 * q;
@@ -279,10 +291,12 @@ PSTRAIN_BF16_TARGET void round_pair_block_native(const float* src, int64_t k, in
       if (r < k) {
         const float* line = src + r * ld + first + i;
         lo = whole ? _mm512_loadu_ps(line) : _mm512_maskz_loadu_ps(mask, line);
+        if (plain != nullptr && here > 0) plain_values(lo, here, plain + r * n + first + i);
       }
       if (r + 1 < k) {
         const float* line = src + (r + 1) * ld + first + i;
         hi = whole ? _mm512_loadu_ps(line) : _mm512_maskz_loadu_ps(mask, line);
+        if (plain != nullptr && here > 0) plain_values(hi, here, plain + (r + 1) * n + first + i);
       }
       _mm512_storeu_si512(dst + q * block + i, round_pairs(lo, hi));
     }
@@ -291,7 +305,7 @@ PSTRAIN_BF16_TARGET void round_pair_block_native(const float* src, int64_t k, in
 #endif
 
 void round_pair_block_portable(const float* src, int64_t k, int64_t n, int64_t ld, int64_t row, int64_t first,
-                               int64_t block, uint32_t* dst) {
+                               int64_t block, uint32_t* dst, uint16_t* plain) {
   for (int64_t q = 0; q < 16; ++q) {
     const int64_t r = row + 2 * q;
     for (int64_t i = 0; i < block; ++i) {
@@ -299,13 +313,18 @@ void round_pair_block_portable(const float* src, int64_t k, int64_t n, int64_t l
       const uint32_t lo = r < k && col < n ? round_bits(bits_of(src[r * ld + col])) : 0u;
       const uint32_t hi = r + 1 < k && col < n ? round_bits(bits_of(src[(r + 1) * ld + col])) : 0u;
       dst[q * block + i] = lo | (hi << 16);
+      if (plain != nullptr && col < n) {
+        if (r < k) plain[r * n + col] = static_cast<uint16_t>(lo);
+        if (r + 1 < k) plain[(r + 1) * n + col] = static_cast<uint16_t>(hi);
+      }
     }
   }
 }
 
 }  // namespace
 
-void round_to_pair_blocks(const float* src, int64_t k, int64_t n, int64_t ld, int64_t block_columns, void* dst) {
+void round_to_pair_blocks(const float* src, int64_t k, int64_t n, int64_t ld, int64_t block_columns, void* dst,
+                          uint16_t* plain) {
   const int64_t row_blocks = round_up(k, 32) / 32, column_blocks = round_up(n, block_columns) / block_columns;
   const bool native = bf16_product_native();
   // Row blocks outermost: each reads its 32 rows whole, one column block after another.
@@ -315,11 +334,11 @@ void round_to_pair_blocks(const float* src, int64_t k, int64_t n, int64_t ld, in
       uint32_t* out = static_cast<uint32_t*>(dst) + (nb * row_blocks + kb) * 16 * block_columns;
 #if defined(__x86_64__)
       if (native && block_columns % kLanes == 0) {
-        round_pair_block_native(src, k, n, ld, kb * 32, nb * block_columns, block_columns, out);
+        round_pair_block_native(src, k, n, ld, kb * 32, nb * block_columns, block_columns, out, plain);
         continue;
       }
 #endif
-      round_pair_block_portable(src, k, n, ld, kb * 32, nb * block_columns, block_columns, out);
+      round_pair_block_portable(src, k, n, ld, kb * 32, nb * block_columns, block_columns, out, plain);
     }
   }
 }

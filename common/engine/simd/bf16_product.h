@@ -57,7 +57,10 @@ void product_bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool ac
 // pairs (row 2q in the low half) - what oneDNN's bfloat16 matmul reads its weights as. Rows and
 // columns past k and n are zeros; dst holds round_up(k, 32) * round_up(n, B) values. The dense
 // layers' forward rounds their kernel with it every step (onednn_matmul.cc): it is that layout's
-// oneDNN reorder at the speed of a plain conversion.
-void round_to_pair_blocks(const float* src, int64_t k, int64_t n, int64_t ld, int64_t block_columns, void* dst);
+// oneDNN reorder at the speed of a plain conversion. With `plain`, the same roundings also go there
+// in the matrix's own order (k x n row-major, row stride n): the kernel a dense layer's input
+// gradient reads, written by the forward's one pass over the float32 kernel.
+void round_to_pair_blocks(const float* src, int64_t k, int64_t n, int64_t ld, int64_t block_columns, void* dst,
+                          uint16_t* plain = nullptr);
 
 }  // namespace pstrain::simd

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -121,6 +122,46 @@ TEST_CASE("bfloat16 matmul forward on kernels of many shapes (rounded into oneDN
         want[b * out + o] = acc;
       }
     CHECK(worst_error(y, want) < 1e-5 * std::sqrt(static_cast<double>(in)));
+  }
+}
+
+TEST_CASE("bfloat16 matmul: once an input gradient was asked for, the forward rounds its kernel for it too, with the "
+          "bits oneDNN's reorder gives") {
+  if (!onednn_bf16()) {
+    MESSAGE("no bfloat16 products here (oneDNN " << std::string(onednn_isa()) << ")");
+    return;
+  }
+  const int64_t batch = 6;
+  for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{{37, 21}, {300, 130}, {784, 128}, {100, 48}}) {
+    CAPTURE(in);
+    CAPTURE(out);
+    const std::vector<float> x = random_values(static_cast<size_t>(batch * in), 21);
+    const std::vector<float> bias = random_values(static_cast<size_t>(out), 22);
+    const std::vector<float> dy = random_values(static_cast<size_t>(batch * out), 23);
+    // Kernels whose rounding shows every rule: ties to even, denormals (flushed), NaN, infinities.
+    std::vector<float> first = random_values(static_cast<size_t>(in * out), 24), second = first;
+    const float specials[] = {1.00390625f, 1.01171875f, -1.00390625f, 1e-39f, -1e-40f, 1.17e-38f,
+                              std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+    for (size_t i = 0; i < second.size(); i += 5) second[i] = specials[i / 5 % 8];
+    OneDnnMatmul fresh_a(in, out, false, true), fresh_b(in, out, false, true), m(in, out, false, true);
+    REQUIRE(m.rounds_kernel_itself(batch));
+    std::vector<float> y(static_cast<size_t>(batch * out)), want_a(static_cast<size_t>(batch * in)), want_b(want_a.size()),
+        dx(want_a.size());
+    // What oneDNN's reorder gives (an input gradient without a forward before it).
+    fresh_a.backward_data(first.data(), dy.data(), batch, want_a.data());
+    fresh_b.backward_data(second.data(), dy.data(), batch, want_b.data());
+    // m's first step rounds for its input gradient by the reorder; from its second forward on,
+    // the forward's pass writes the copy the input gradient then reads.
+    for (const auto* kernel : {&first, &second, &first, &second}) {
+      m.forward(kernel->data(), bias.data(), x.data(), batch, y.data());
+      m.backward_data(kernel->data(), dy.data(), batch, dx.data());
+      const auto& want = kernel == &first ? want_a : want_b;
+      CHECK(std::memcmp(dx.data(), want.data(), dx.size() * sizeof(float)) == 0);
+    }
+    // An input gradient of another kernel than the forward's rounds that one (the copy is not it).
+    m.forward(first.data(), bias.data(), x.data(), batch, y.data());
+    m.backward_data(second.data(), dy.data(), batch, dx.data());
+    CHECK(std::memcmp(dx.data(), want_b.data(), dx.size() * sizeof(float)) == 0);
   }
 }
 

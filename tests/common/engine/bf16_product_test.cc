@@ -11,8 +11,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/engine/compression.h"
@@ -226,4 +228,45 @@ TEST_CASE("product_bf16: an element's value does not depend on its block nor on 
   CHECK(wrong == 0);
   MESSAGE("worst error against float64 on the rounded operands, relative to the terms' magnitude: " << worst);
   CHECK(worst < 1e-5);
+}
+
+TEST_CASE("round_to_pair_blocks: each value bf16_round's at its place in BA16a<B>b2a, zeros past the matrix, and the "
+          "plain copy in the matrix's own order") {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{{37, 21}, {64, 64}, {33, 130}, {100, 48}}) {
+    for (const int64_t block : {16, 32, 48, 64}) {
+      CAPTURE(k);
+      CAPTURE(n);
+      CAPTURE(block);
+      const int64_t ld = n + 3;  // a row stride above the width
+      std::vector<float> src(static_cast<size_t>(k * ld));
+      for (float& v : src) v = uniform(rng);
+      src[5] = 1e-39f;  // a denormal: flushed
+      src[7] = std::numeric_limits<float>::quiet_NaN();
+      const int64_t row_blocks = (k + 31) / 32, column_blocks = (n + block - 1) / block;
+      std::vector<uint32_t> dst(static_cast<size_t>(row_blocks * 32 * column_blocks * block / 2), 0xdeadbeefu);
+      std::vector<uint16_t> plain(static_cast<size_t>(k * n), 0xbeefu);
+      simd::round_to_pair_blocks(src.data(), k, n, ld, block, dst.data(), plain.data());
+      int64_t wrong = 0, wrong_plain = 0;
+      for (int64_t nb = 0; nb < column_blocks; ++nb) {
+        for (int64_t kb = 0; kb < row_blocks; ++kb) {
+          const uint32_t* out = dst.data() + (nb * row_blocks + kb) * 16 * block;
+          for (int64_t q = 0; q < 16; ++q) {
+            for (int64_t i = 0; i < block; ++i) {
+              const int64_t r = kb * 32 + 2 * q, c = nb * block + i;
+              const uint32_t lo = r < k && c < n ? simd::bf16_round(src[r * ld + c]) : 0u;
+              const uint32_t hi = r + 1 < k && c < n ? simd::bf16_round(src[(r + 1) * ld + c]) : 0u;
+              wrong += out[q * block + i] != (lo | (hi << 16));
+            }
+          }
+        }
+      }
+      for (int64_t r = 0; r < k; ++r) {
+        for (int64_t c = 0; c < n; ++c) wrong_plain += plain[r * n + c] != simd::bf16_round(src[r * ld + c]);
+      }
+      CHECK(wrong == 0);
+      CHECK(wrong_plain == 0);
+    }
+  }
 }
