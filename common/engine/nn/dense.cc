@@ -100,6 +100,12 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
     // The caller multiplies the factors (in, dout) out elsewhere.
   } else if (data_input_ && din == nullptr && gather_active_features(in)) {
     sparse_kernel_gradient(dout.data(), batch, grads + kernel_);
+  } else if (const uint16_t* rounded = rounded_input(in); rounded != nullptr) {
+    // In bfloat16, from the input as the forward rounded it: the bits of kernel_gradient's.
+    if constexpr (std::is_same_v<T, float>) {
+      simd::product_bf16(out_, in_, batch, {dout.data(), 1, out_}, simd::RoundedRows{rounded, in_}, false,
+                         grads + kernel_, out_);
+    }
   } else {
     kernel_gradient<T>(out_, in_, batch, dout.data(), in.data(), grads + kernel_, matmul_bf16_);
   }
@@ -116,6 +122,14 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
     }
   }
   gemm<T>(Op::kTranspose, Op::kNone, in_, batch, out_, params + kernel_, out_, dout.data(), out_, T(0), din, in_);
+}
+
+template <typename T>
+const uint16_t* Dense<T>::rounded_input(ConstMatMap<T> in) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (matmul_bf16_ && matmul_ != nullptr) return matmul_->rounded_input(in.cols(), in.data());
+  }
+  return nullptr;
 }
 
 template <typename T>

@@ -93,6 +93,8 @@ class Dense final : public Layer<T> {
   std::unique_ptr<OneDnnMatmul> matmul_;
   bool matmul_bf16_ = false;
   OneDnnMatmul* matmul();
+  // In bfloat16, `in` as the forward's matmul rounded it (OneDnnMatmul::rounded_input), else null.
+  const uint16_t* rounded_input(ConstMatMap<T> in);
 };
 
 // 2-D convolution over [height, width, channels] examples. Strides and padding follow TensorFlow

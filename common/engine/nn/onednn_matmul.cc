@@ -42,6 +42,7 @@ struct OneDnnMatmul::Impl {
   struct Plan {
     Product forward;
     std::optional<Product> backward_data;
+    const float* forward_src = nullptr;  // the input forward.src_lp holds rounded (bfloat16)
   };
 
   int64_t in, out;
@@ -181,8 +182,10 @@ OneDnnMatmul::~OneDnnMatmul() = default;
 void OneDnnMatmul::forward(const float* kernel, const float* bias, const float* x, int64_t batch, float* y) {
   guarded("forward", impl_->in, impl_->out, [&] {
     Impl& m = *impl_;
-    Impl::Product& p = m.plan(batch).forward;
+    Impl::Plan& plan = m.plan(batch);
+    Impl::Product& p = plan.forward;
     const auto [src, weights] = m.operands(p, kernel, x, /*forward=*/true);
+    plan.forward_src = m.bf16 ? x : nullptr;
     p.matmul.execute(m.stream, {{DNNL_ARG_SRC, src},
                                 {DNNL_ARG_WEIGHTS, weights},
                                 {DNNL_ARG_BIAS, m.wrap(memory::desc({1, m.out}, Type::f32, Tag::ab), bias)},
@@ -211,6 +214,12 @@ bool OneDnnMatmul::rounds_kernel_itself(int64_t batch) {
   return ours;
 }
 
+const uint16_t* OneDnnMatmul::rounded_input(int64_t batch, const float* x) {
+  Impl::Plan* plan = impl_->plans.get(batch);
+  if (plan == nullptr || plan->forward_src == nullptr || plan->forward_src != x) return nullptr;
+  return static_cast<const uint16_t*>(plan->forward.src_lp.get_data_handle());
+}
+
 #else  // no oneDNN in this build
 
 bool onednn_matmul_preferred() { return false; }
@@ -220,6 +229,7 @@ OneDnnMatmul::~OneDnnMatmul() = default;
 void OneDnnMatmul::forward(const float*, const float*, const float*, int64_t, float*) {}
 void OneDnnMatmul::backward_data(const float*, const float*, int64_t, float*) {}
 bool OneDnnMatmul::rounds_kernel_itself(int64_t) { return false; }
+const uint16_t* OneDnnMatmul::rounded_input(int64_t, const float*) { return nullptr; }
 
 #endif
 

@@ -52,6 +52,12 @@ class OneDnnMatmul {
   // Whether the forward for `batch` (bfloat16) writes its rounded kernel with
   // simd::round_to_pair_blocks rather than oneDNN's reorder (the primitive chose BA16a<B>b2a).
   bool rounds_kernel_itself(int64_t batch);
+  // In bfloat16: the input x of the last forward of `batch` examples as that forward rounded it
+  // ([batch, in] row-major, bf16_round's bits) when that forward read `x`, else nullptr (float32,
+  // another input, or no such forward). It holds until the next forward of that batch size: a
+  // layer's backward reads it for the kernel gradient (Dense::backward), its forward's input
+  // unchanged in between (layer.h).
+  const uint16_t* rounded_input(int64_t batch, const float* x);
 
  private:
   struct Impl;

@@ -52,6 +52,21 @@ void pack_portable(const float* src, int64_t row, int64_t step, int64_t rows, in
   }
 }
 
+// pack_portable of an operand already rounded (RoundedRows: entry (i, p) at src[i + p * step]).
+void pack_portable_rounded(const uint16_t* src, int64_t step, int64_t rows, int64_t k, int64_t first, int64_t width,
+                           uint32_t* dst) {
+  const int64_t valid = std::min(width, rows - first), pairs = (k + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    uint32_t* out = dst + q * width;
+    for (int64_t i = 0; i < valid; ++i) {
+      const uint32_t lo = src[first + i + 2 * q * step];
+      const uint32_t hi = 2 * q + 1 < k ? src[first + i + (2 * q + 1) * step] : 0u;
+      out[i] = lo | (hi << 16);
+    }
+    for (int64_t i = valid; i < width; ++i) out[i] = 0u;
+  }
+}
+
 float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
 
 // acc + a * b rounded once, flushed as VDPBF16PS flushes: a sum whose rounding to float's 24 bits
@@ -148,6 +163,34 @@ PSTRAIN_BF16_TARGET void pack_adjacent_rows(const float* src, int64_t step, int6
   }
 }
 
+// pack_adjacent_rows of an operand already rounded: each pair interleaves two lines' bfloat16 values
+// (half the bytes of the float32 lines, and no rounding).
+PSTRAIN_BF16_TARGET void pack_adjacent_rounded(const uint16_t* src, int64_t step, int64_t rows, int64_t k, int64_t first,
+                                               int64_t width, int64_t panels, uint32_t* dst, uint32_t* line) {
+  const int64_t span = panels * width, valid = std::min(span, rows - first), pairs = (k + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const uint16_t* lo_line = src + 2 * q * step + first;
+    const uint16_t* hi_line = 2 * q + 1 < k ? src + (2 * q + 1) * step + first : nullptr;
+    for (int64_t i = 0; i < span; i += kLanes) {
+      const int64_t here = std::max<int64_t>(0, std::min(kLanes, valid - i));
+      const auto mask = static_cast<__mmask32>((uint32_t{1} << here) - 1u);
+      const bool whole = first + i + kLanes <= rows;
+      const __m256i lo = whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo_line + i))
+                               : _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, lo_line + i));
+      __m256i hi = _mm256_setzero_si256();
+      if (hi_line != nullptr) {
+        hi = whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi_line + i))
+                   : _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, hi_line + i));
+      }
+      const __m512i pairs_of = _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+      _mm512_storeu_si512(line + i, pairs_of);
+    }
+    for (int64_t p = 0; p < panels; ++p) {
+      std::memcpy(dst + (p * pairs + q) * width, line + p * width, static_cast<size_t>(width) * sizeof(uint32_t));
+    }
+  }
+}
+
 PSTRAIN_BF16_TARGET void tile_native(int64_t pairs, const uint32_t* ap, const uint32_t* bp, bool accumulate,
                                      float* c, int64_t ldc, int64_t rows, int64_t cols) {
   __m512 acc[kMr][kNr];
@@ -213,6 +256,28 @@ void pack_panels(Operand o, int64_t rows, int64_t k, int64_t panel, int64_t pane
   }
 }
 
+void pack_panels(RoundedRows o, int64_t rows, int64_t k, int64_t panel, int64_t panels, int64_t width, uint32_t* dst,
+                 bool native) {
+  const int64_t pairs = (k + 1) / 2;
+#if defined(__x86_64__)
+  if (native) {
+    thread_local std::vector<uint32_t, CacheAlignedAllocator<uint32_t>> line;
+    const auto need = static_cast<size_t>(panels * width + kLanes);
+    if (line.size() < need) line.resize(need);
+    pack_adjacent_rounded(o.data, o.step, rows, k, panel * width, width, panels, dst, line.data());
+    return;
+  }
+#else
+  (void)native;
+#endif
+  for (int64_t p = 0; p < panels; ++p) {
+    pack_portable_rounded(o.data, o.step, rows, k, (panel + p) * width, width, dst + p * pairs * width);
+  }
+}
+
+Operand columns_from(Operand b, int64_t first) { return {b.data + first * b.row, b.row, b.step}; }
+RoundedRows columns_from(RoundedRows b, int64_t first) { return {b.data + first, b.step}; }
+
 Tile pick_tile(bool native) {
 #if defined(__x86_64__)
   if (native) return tile_native;
@@ -227,8 +292,9 @@ Tile pick_tile(bool native) {
 #endif
 }
 
-void product_on_this_thread(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c,
-                            int64_t ldc, bool native) {
+template <typename B>
+void product_on_this_thread(int64_t m, int64_t n, int64_t k, Operand a, B b, bool accumulate, float* c, int64_t ldc,
+                            bool native) {
   thread_local std::vector<uint32_t, CacheAlignedAllocator<uint32_t>> scratch;
   const int64_t pairs = (k + 1) / 2;
   const int64_t a_panels = round_up(m, kPanel) / kPanel, b_panels = round_up(n, kNr) / kNr;
@@ -354,8 +420,11 @@ bool bf16_product_native() {
 #endif
 }
 
-void product_bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c, int64_t ldc,
-                  int threads, bool emulated) {
+namespace {
+
+template <typename B>
+void product_bf16_of(int64_t m, int64_t n, int64_t k, Operand a, B b, bool accumulate, float* c, int64_t ldc, int threads,
+                     bool emulated) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     for (int64_t j = 0; j < n; ++j) {
@@ -374,9 +443,20 @@ void product_bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool ac
   for (int t = 0; t < parts; ++t) {
     const int64_t first = tiles * t / parts * kNr, last = std::min(n, tiles * (t + 1) / parts * kNr);
     if (last <= first) continue;
-    product_on_this_thread(m, last - first, k, a, {b.data + first * b.row, b.row, b.step}, accumulate, c + first * ldc,
-                           ldc, native);
+    product_on_this_thread(m, last - first, k, a, columns_from(b, first), accumulate, c + first * ldc, ldc, native);
   }
+}
+
+}  // namespace
+
+void product_bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c, int64_t ldc,
+                  int threads, bool emulated) {
+  product_bf16_of(m, n, k, a, b, accumulate, c, ldc, threads, emulated);
+}
+
+void product_bf16(int64_t m, int64_t n, int64_t k, Operand a, RoundedRows b, bool accumulate, float* c, int64_t ldc,
+                  int threads, bool emulated) {
+  product_bf16_of(m, n, k, a, b, accumulate, c, ldc, threads, emulated);
 }
 
 }  // namespace pstrain::simd

@@ -51,6 +51,17 @@ bool bf16_product_native();
 void product_bf16(int64_t m, int64_t n, int64_t k, Operand a, Operand b, bool accumulate, float* c, int64_t ldc,
                   int threads = 1, bool emulated = false);
 
+// An operand already rounded by bf16_round (bfloat16 bits), with adjacent rows: entry (i, p) at
+// data[i + p * step]. A dense layer's input as its bfloat16 forward rounded it (onednn_matmul.h),
+// which the kernel gradient then packs as it is: the same bits as from the float32 input (rounding
+// twice is rounding once), from half the bytes and without rounding again.
+struct RoundedRows {
+  const uint16_t* data;
+  int64_t step;
+};
+void product_bf16(int64_t m, int64_t n, int64_t k, Operand a, RoundedRows b, bool accumulate, float* c, int64_t ldc,
+                  int threads = 1, bool emulated = false);
+
 // Rounds a float32 matrix (k x n, row-major, row stride ld) by bf16_round into oneDNN's
 // BA16a<B>b2a layout for B = block_columns (16, 32, 48 or 64): blocks of 32 rows by B columns,
 // the column blocks outermost, each block 16 pairs of rows, each pair's B columns as interleaved

@@ -184,6 +184,17 @@ TEST_CASE("a dense layer in bfloat16: its forward and input gradient from the ma
   std::vector<float> want(y16.size());
   product.forward(params.data(), params.data() + in * out, x.data(), batch, want.data());
   CHECK(y16 == want);
+  // The forward's rounded input, which the layer's kernel gradient packs (below: the bits of the
+  // float32 input's): only for that input and batch size.
+  const uint16_t* rounded = product.rounded_input(batch, x.data());
+  REQUIRE(rounded != nullptr);
+  for (int64_t i = 0; i < batch * in; ++i) CHECK(rounded[i] == simd::bf16_round(x[static_cast<size_t>(i)]));
+  CHECK(product.rounded_input(batch, dy0.data()) == nullptr);
+  CHECK(product.rounded_input(batch - 1, x.data()) == nullptr);
+  OneDnnMatmul float32(in, out, true, false);
+  float32.forward(params.data(), params.data() + in * out, x.data(), batch, want.data());
+  CHECK(float32.rounded_input(batch, x.data()) == nullptr);
+  product.forward(params.data(), params.data() + in * out, x.data(), batch, want.data());
   CHECK(y16 != y32);
   // Backward on the bfloat16 layer's own output (its ReLU mask): the bias gradient is the float32
   // layer's on the same output and output gradient, the kernel gradient simd::product_bf16's of

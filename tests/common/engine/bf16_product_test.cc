@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -267,6 +268,35 @@ TEST_CASE("round_to_pair_blocks: each value bf16_round's at its place in BA16a<B
       }
       CHECK(wrong == 0);
       CHECK(wrong_plain == 0);
+    }
+  }
+}
+
+TEST_CASE("product_bf16 of an operand already rounded (RoundedRows): the bits of the float32 operand's, native and "
+          "emulated, on one thread and two") {
+  uint32_t seed = 200;
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {128, 300, 128}, {37, 29, 17}, {5, 41, 1}, {16, 1000, 64}, {33, 13, 2}, {128, 2163, 9}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    CAPTURE(k);
+    const std::vector<float> a = operand(static_cast<size_t>(m * k), seed++, true);
+    const std::vector<float> b = operand(static_cast<size_t>(n * k), seed++, true);  // entry (j, p) at b[j + p * n]
+    std::vector<uint16_t> rounded(b.size());
+    for (size_t i = 0; i < b.size(); ++i) rounded[i] = simd::bf16_round(b[i]);
+    for (const bool emulated : {false, true}) {
+      for (const int threads : {1, 2}) {
+        CAPTURE(emulated);
+        CAPTURE(threads);
+        std::vector<float> want(static_cast<size_t>(m * n)), got(want.size(), 7.0f);
+        simd::product_bf16(m, n, k, Operand{a.data(), 1, m}, Operand{b.data(), 1, n}, false, want.data(), m, threads,
+                           emulated);
+        simd::product_bf16(m, n, k, Operand{a.data(), 1, m}, simd::RoundedRows{rounded.data(), n}, false, got.data(), m,
+                           threads, emulated);
+        int64_t wrong = 0;
+        for (size_t i = 0; i < want.size(); ++i) wrong += !same(got[i], want[i]);
+        CHECK(wrong == 0);
+      }
     }
   }
 }
