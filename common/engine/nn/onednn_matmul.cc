@@ -143,6 +143,8 @@ struct OneDnnMatmul::Impl {
       if (plain != nullptr) plain_of = kernel;
     } else if (forward || plain_of != kernel || p.weights.get_data_handle() != plain_kernel().get_data_handle()) {
       p.to_weights->execute(stream, user_weights, p.weights);
+      // (The plain copy, if that was it, now holds this kernel: only a forward vouches for it.)
+      if (!forward) plain_of = nullptr;
     }
     p.to_src_lp->execute(stream, user_src, p.src_lp);
     return {p.src_lp, p.weights};

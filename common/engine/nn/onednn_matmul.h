@@ -13,7 +13,8 @@
 // simd::round_to_pair_blocks where it is BA16a<B>b2a, else by oneDNN's reorder), the input
 // gradient's the kernel's [in, out] as it lies (read transposed), so that rounding is a plain
 // conversion (two copies a layer). Once a layer has computed an input gradient, its forward
-// writes both copies in its one pass over the kernel (round_to_pair_blocks with `plain`), and
+// writes both copies in its one pass over the kernel (round_to_pair_blocks with `plain`, where
+// the forward's layout is BA16a<B>b2a; with another layout each product reorders its own), and
 // the input gradient of the same kernel takes the forward's copy: the kernel does not change
 // between a forward and its backward (a step's parameters), and either way the bits are the
 // rounding of that kernel. The kernel gradient is not here: Dense computes it with

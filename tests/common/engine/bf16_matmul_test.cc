@@ -158,10 +158,14 @@ TEST_CASE("bfloat16 matmul: once an input gradient was asked for, the forward ro
       const auto& want = kernel == &first ? want_a : want_b;
       CHECK(std::memcmp(dx.data(), want.data(), dx.size() * sizeof(float)) == 0);
     }
-    // An input gradient of another kernel than the forward's rounds that one (the copy is not it).
+    // An input gradient of another kernel than the forward's rounds that one (the copy is not it),
+    // and the forward's kernel's input gradient after it rounds again (the shared buffer holds the
+    // other kernel now).
     m.forward(first.data(), bias.data(), x.data(), batch, y.data());
     m.backward_data(second.data(), dy.data(), batch, dx.data());
     CHECK(std::memcmp(dx.data(), want_b.data(), dx.size() * sizeof(float)) == 0);
+    m.backward_data(first.data(), dy.data(), batch, dx.data());
+    CHECK(std::memcmp(dx.data(), want_a.data(), dx.size() * sizeof(float)) == 0);
   }
 }
 
