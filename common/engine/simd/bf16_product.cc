@@ -134,56 +134,46 @@ PSTRAIN_BF16_TARGET inline __m512i round_pairs(__m512 lo, __m512 hi) {
   return _mm512_permutexvar_epi16(interleave, both);
 }
 
+// 16 pairs of one k pair's lines from entry i on: lane j = lo[i + j] | hi[i + j] << 16 (hi null:
+// zeros), `here` entries valid (masked loads, zeros past them) unless `whole`. From float32 lines
+// rounded (round_pairs); from lines already rounded (RoundedRows) only interleaved.
+PSTRAIN_BF16_TARGET inline __m512i line_pairs(const float* lo, const float* hi, int64_t i, bool whole, int64_t here) {
+  const auto mask = static_cast<__mmask16>((uint32_t{1} << here) - 1u);
+  const __m512 l = whole ? _mm512_loadu_ps(lo + i) : _mm512_maskz_loadu_ps(mask, lo + i);
+  __m512 h = _mm512_setzero_ps();
+  if (hi != nullptr) h = whole ? _mm512_loadu_ps(hi + i) : _mm512_maskz_loadu_ps(mask, hi + i);
+  return round_pairs(l, h);  // lanes past `here` loaded zeros, whose rounding is zero
+}
+PSTRAIN_BF16_TARGET inline __m256i rounded_line(const uint16_t* line, bool whole, int64_t here) {
+  const auto mask = static_cast<__mmask32>((uint32_t{1} << here) - 1u);
+  return whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line))
+               : _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, line));
+}
+PSTRAIN_BF16_TARGET inline __m512i line_pairs(const uint16_t* lo, const uint16_t* hi, int64_t i, bool whole,
+                                              int64_t here) {
+  const __m256i l = rounded_line(lo + i, whole, here);
+  const __m256i h = hi != nullptr ? rounded_line(hi + i, whole, here) : _mm256_setzero_si256();
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(l), _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // pack_portable of `panels` consecutive panels of `width` rows from `first` on, panel p at
 // dst + p * pairs * width, for operands whose rows are adjacent (row == 1: entry (i, p) at
-// src[i + p * step]). Each of k's lines is read as one contiguous run over all the panels (a few
-// hundred floats), which the hardware prefetchers follow, and the pairs are spread to the panels
-// from `line` (panels * width + kLanes pairs of scratch).
-PSTRAIN_BF16_TARGET void pack_adjacent_rows(const float* src, int64_t step, int64_t rows, int64_t k, int64_t first,
+// src[i + p * step]; float32, or already rounded). Each of k's lines is read as one contiguous run
+// over all the panels (a few hundred values), which the hardware prefetchers follow, and the pairs
+// are spread to the panels from `line` (panels * width + kLanes pairs of scratch).
+template <typename T>
+PSTRAIN_BF16_TARGET void pack_adjacent_rows(const T* src, int64_t step, int64_t rows, int64_t k, int64_t first,
                                             int64_t width, int64_t panels, uint32_t* dst, uint32_t* line) {
   const int64_t span = panels * width, valid = std::min(span, rows - first), pairs = (k + 1) / 2;
   for (int64_t q = 0; q < pairs; ++q) {
-    const float* lo_line = src + 2 * q * step + first;
-    const float* hi_line = 2 * q + 1 < k ? src + (2 * q + 1) * step + first : nullptr;
+    const T* lo_line = src + 2 * q * step + first;
+    const T* hi_line = 2 * q + 1 < k ? src + (2 * q + 1) * step + first : nullptr;
     for (int64_t i = 0; i < span; i += kLanes) {
       const int64_t here = std::max<int64_t>(0, std::min(kLanes, valid - i));
-      const auto mask = static_cast<__mmask16>((uint32_t{1} << here) - 1u);
       // Whole-vector loads where the operand has 16 more rows (masked ones are slow on Zen 4);
       // the lanes past the panels are scratch.
       const bool whole = first + i + kLanes <= rows;
-      const __m512 lo = whole ? _mm512_loadu_ps(lo_line + i) : _mm512_maskz_loadu_ps(mask, lo_line + i);
-      __m512 hi = _mm512_setzero_ps();
-      if (hi_line != nullptr) hi = whole ? _mm512_loadu_ps(hi_line + i) : _mm512_maskz_loadu_ps(mask, hi_line + i);
-      // Lanes past `valid` loaded zeros, whose rounding is zero.
-      _mm512_storeu_si512(line + i, round_pairs(lo, hi));
-    }
-    for (int64_t p = 0; p < panels; ++p) {
-      std::memcpy(dst + (p * pairs + q) * width, line + p * width, static_cast<size_t>(width) * sizeof(uint32_t));
-    }
-  }
-}
-
-// pack_adjacent_rows of an operand already rounded: each pair interleaves two lines' bfloat16 values
-// (half the bytes of the float32 lines, and no rounding).
-PSTRAIN_BF16_TARGET void pack_adjacent_rounded(const uint16_t* src, int64_t step, int64_t rows, int64_t k, int64_t first,
-                                               int64_t width, int64_t panels, uint32_t* dst, uint32_t* line) {
-  const int64_t span = panels * width, valid = std::min(span, rows - first), pairs = (k + 1) / 2;
-  for (int64_t q = 0; q < pairs; ++q) {
-    const uint16_t* lo_line = src + 2 * q * step + first;
-    const uint16_t* hi_line = 2 * q + 1 < k ? src + (2 * q + 1) * step + first : nullptr;
-    for (int64_t i = 0; i < span; i += kLanes) {
-      const int64_t here = std::max<int64_t>(0, std::min(kLanes, valid - i));
-      const auto mask = static_cast<__mmask32>((uint32_t{1} << here) - 1u);
-      const bool whole = first + i + kLanes <= rows;
-      const __m256i lo = whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo_line + i))
-                               : _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, lo_line + i));
-      __m256i hi = _mm256_setzero_si256();
-      if (hi_line != nullptr) {
-        hi = whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi_line + i))
-                   : _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, hi_line + i));
-      }
-      const __m512i pairs_of = _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
-      _mm512_storeu_si512(line + i, pairs_of);
+      _mm512_storeu_si512(line + i, line_pairs(lo_line, hi_line, i, whole, here));
     }
     for (int64_t p = 0; p < panels; ++p) {
       std::memcpy(dst + (p * pairs + q) * width, line + p * width, static_cast<size_t>(width) * sizeof(uint32_t));
@@ -236,40 +226,39 @@ bool cpu_has_avx512_bf16() {
 
 using Tile = void (*)(int64_t, const uint32_t*, const uint32_t*, bool, float*, int64_t, int64_t, int64_t);
 
+#if defined(__x86_64__)
+constexpr bool kNativeBuild = true;  // this build has the native packing (and the instruction's path)
+#else
+constexpr bool kNativeBuild = false;
+#endif
+
+// pack_adjacent_rows with the calling thread's scratch line.
+template <typename T>
+void pack_adjacent_panels(const T* data, int64_t step, int64_t rows, int64_t k, int64_t panel, int64_t panels,
+                          int64_t width, uint32_t* dst) {
+#if defined(__x86_64__)
+  thread_local std::vector<uint32_t, CacheAlignedAllocator<uint32_t>> line;
+  const auto need = static_cast<size_t>(panels * width + kLanes);
+  if (line.size() < need) line.resize(need);
+  pack_adjacent_rows(data, step, rows, k, panel * width, width, panels, dst, line.data());
+#else
+  (void)data, (void)step, (void)rows, (void)k, (void)panel, (void)panels, (void)width, (void)dst;
+#endif
+}
+
 // Panels [panel, panel + panels) of an operand, each `width` rows, panel p at dst + p * pairs * width.
 void pack_panels(Operand o, int64_t rows, int64_t k, int64_t panel, int64_t panels, int64_t width, uint32_t* dst,
                  bool native) {
+  if (kNativeBuild && native && o.row == 1) return pack_adjacent_panels(o.data, o.step, rows, k, panel, panels, width, dst);
   const int64_t pairs = (k + 1) / 2;
-#if defined(__x86_64__)
-  if (native && o.row == 1) {
-    thread_local std::vector<uint32_t, CacheAlignedAllocator<uint32_t>> line;
-    const auto need = static_cast<size_t>(panels * width + kLanes);
-    if (line.size() < need) line.resize(need);
-    pack_adjacent_rows(o.data, o.step, rows, k, panel * width, width, panels, dst, line.data());
-    return;
-  }
-#else
-  (void)native;
-#endif
   for (int64_t p = 0; p < panels; ++p) {
     pack_portable(o.data, o.row, o.step, rows, k, (panel + p) * width, width, dst + p * pairs * width);
   }
 }
-
 void pack_panels(RoundedRows o, int64_t rows, int64_t k, int64_t panel, int64_t panels, int64_t width, uint32_t* dst,
                  bool native) {
+  if (kNativeBuild && native) return pack_adjacent_panels(o.data, o.step, rows, k, panel, panels, width, dst);
   const int64_t pairs = (k + 1) / 2;
-#if defined(__x86_64__)
-  if (native) {
-    thread_local std::vector<uint32_t, CacheAlignedAllocator<uint32_t>> line;
-    const auto need = static_cast<size_t>(panels * width + kLanes);
-    if (line.size() < need) line.resize(need);
-    pack_adjacent_rounded(o.data, o.step, rows, k, panel * width, width, panels, dst, line.data());
-    return;
-  }
-#else
-  (void)native;
-#endif
   for (int64_t p = 0; p < panels; ++p) {
     pack_portable_rounded(o.data, o.step, rows, k, (panel + p) * width, width, dst + p * pairs * width);
   }

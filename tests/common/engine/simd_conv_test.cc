@@ -134,38 +134,38 @@ const Shape kShapes[] = {
 
 }  // namespace
 
-TEST_CASE("one_channel_conv: its contract's chains bit for bit, on every level and shape, with and without the ReLU") {
+// Calls check(case, table, flag) for every shape (its case drawn from `salt`), level and flag.
+template <typename Check>
+void for_every_case(uint64_t salt, const Check& check) {
   for (const Shape& s : kShapes) {
     CAPTURE(name(s));
-    const Case c = make_case(s, static_cast<uint64_t>(s.filters * 131 + s.kh));
+    const Case c = make_case(s, static_cast<uint64_t>(s.filters) * salt + static_cast<uint64_t>(s.kh * s.kw));
     for (const KernelTable* table : runnable_levels()) {
       CAPTURE(simd::target_name(table->target));
-      for (const bool relu : {false, true}) {
-        CAPTURE(relu);
-        std::vector<float> out(static_cast<size_t>(s.oh * s.ow * s.filters));
-        table->one_channel_conv(c.image.data(), c.g, c.kernel.data(), c.bias.data(), relu, out.data());
-        CHECK(same_bits(out, forward_contract(c, table->fma, relu)));
+      for (const bool flag : {false, true}) {
+        CAPTURE(flag);
+        check(c, *table, flag);
       }
     }
   }
 }
 
+TEST_CASE("one_channel_conv: its contract's chains bit for bit, on every level and shape, with and without the ReLU") {
+  for_every_case(131, [](const Case& c, const KernelTable& table, bool relu) {
+    std::vector<float> out(static_cast<size_t>(c.g.oh * c.g.ow * c.g.filters));
+    table.one_channel_conv(c.image.data(), c.g, c.kernel.data(), c.bias.data(), relu, out.data());
+    CHECK(same_bits(out, forward_contract(c, table.fma, relu)));
+  });
+}
+
 TEST_CASE("one_channel_conv_gradient: its contract's chains added onto dw and db, bit for bit, masked or not, on every "
           "level and shape") {
-  for (const Shape& s : kShapes) {
-    CAPTURE(name(s));
-    const Case c = make_case(s, static_cast<uint64_t>(s.filters * 17 + s.kw));
-    for (const KernelTable* table : runnable_levels()) {
-      CAPTURE(simd::target_name(table->target));
-      for (const bool masked : {false, true}) {
-        CAPTURE(masked);
-        std::vector<float> dw = c.dw, db = c.db, want_dw, want_db;
-        table->one_channel_conv_gradient(c.image.data(), c.g, masked ? c.y.data() : nullptr, c.dy.data(), dw.data(),
-                                         db.data());
-        gradient_contract(c, table->fma, masked, want_dw, want_db);
-        CHECK(same_bits(dw, want_dw));
-        CHECK(same_bits(db, want_db));
-      }
-    }
-  }
+  for_every_case(17, [](const Case& c, const KernelTable& table, bool masked) {
+    std::vector<float> dw = c.dw, db = c.db, want_dw, want_db;
+    table.one_channel_conv_gradient(c.image.data(), c.g, masked ? c.y.data() : nullptr, c.dy.data(), dw.data(),
+                                    db.data());
+    gradient_contract(c, table.fma, masked, want_dw, want_db);
+    CHECK(same_bits(dw, want_dw));
+    CHECK(same_bits(db, want_db));
+  });
 }
