@@ -31,7 +31,7 @@ command -v wrk >/dev/null || { echo "ab_builds: wrk is missing (apt-get install 
 source "$repo/deploy/data-dir.sh"
 work=$(mktemp -d /tmp/pstrain-ab.XXXXXX)
 results=$work/results.tsv
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 spec() {  # MODE EPOCHS -> spec file
   python3 - "$repo/deploy/jobs/mnist-mlp.json" "$1" "$2" "$work/mlp-$1-$2.json" <<'PY'
 import json, sys

@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 work=$(mktemp -d /tmp/pstrain-backup-bench.XXXXXX)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 configs=(none 100 10 epoch)
 for r in $(seq "$repeats"); do
   for c in "${configs[@]}"; do

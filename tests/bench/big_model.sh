@@ -62,7 +62,7 @@ cleanup() {
   if [ "$keep" = 1 ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 now() { date +%s.%N; }
 fail() { echo "big_model: $*" >&2; tail -n 20 "$work"/*.log >&2; exit 1; }
 

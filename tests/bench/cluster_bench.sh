@@ -88,7 +88,7 @@ cleanup() { for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 stop_bg() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
-free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 
 # spec MODE WORKERS SERVERS OUT: the MLP job with these training fields and --epochs.
 spec() {

@@ -28,7 +28,7 @@ work=$(mktemp -d /tmp/pstrain-fashion.XXXXXX)
 # The logs stay when the run fails (the cluster's are in $work/cluster).
 trap 'status=$?; if [ $status = 0 ]; then rm -rf "$work"; else echo "fashion_accuracy: logs in $work" >&2; fi' EXIT
 spec=$repo/deploy/jobs/fashion-mnist-cnn-10.json
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 
 start=$(date +%s)
 if [ "$mode" = trainer ]; then

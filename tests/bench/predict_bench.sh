@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
 done
 command -v wrk >/dev/null || { echo "predict_bench: wrk is missing (apt-get install wrk)" >&2; exit 1; }
 python=/usr/bin/python3
-free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 export LOCAL_CLUSTER_DIR=$(mktemp -d /tmp/pstrain-predict.XXXXXX)
 export HTTP_PORT=$(free_port) RPC_PORT=$(free_port) SERVERS=2 WORKERS=2
 url="http://127.0.0.1:$HTTP_PORT"

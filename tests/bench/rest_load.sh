@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 command -v wrk >/dev/null || { echo "rest_load: wrk is missing (apt-get install wrk)" >&2; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 
 tls_cost() {
   local dir bin plain_port tls_port plain_pid tls_pid

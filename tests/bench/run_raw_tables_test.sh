@@ -11,7 +11,7 @@ repo=$(cd "$here/../.." && pwd)
 build=${1:?usage: run_raw_tables_test.sh BUILD_DIR WORK_DIR}
 work=${2:?usage: run_raw_tables_test.sh BUILD_DIR WORK_DIR}
 mkdir -p "$work"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 dir=$(mktemp -d /tmp/pstrain-raw-tables.XXXXXX)
 export LOCAL_CLUSTER_DIR=$dir BUILD_DIR=$build BUILD=0 SERVERS=2 WORKERS=2 AUTH=0
 export HTTP_PORT=$(free_port) RPC_PORT=$(free_port)

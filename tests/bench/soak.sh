@@ -22,7 +22,7 @@ done
 data=${PSTRAIN_DATA_DIR:-$repo/../shared/data}
 work=$(mktemp -d /tmp/pstrain-soak.XXXXXX)
 RANDOM=$seed
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 spec="$work/job.json"
 # 8 epochs (320 steps): several seconds of training, so a random moment in it falls mid-run.
 python3 -c "import json; s=json.load(open('$repo/deploy/jobs/mnist-mlp.json')); s['backup']={'save_freq':10}; s['training']['mode']='$mode'; s['training']['epochs']=8; json.dump(s,open('$spec','w'))"

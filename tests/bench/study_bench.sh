@@ -8,7 +8,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$(mktemp -d /tmp/pstrain-study-bench.XXXXXX)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 export LOCAL_CLUSTER_DIR=$dir BUILD=0 SERVERS=4 WORKERS=4 AUTH=0
 export HTTP_PORT=${HTTP_PORT:-$(free_port)} RPC_PORT=${RPC_PORT:-$(free_port)}
 trap '"$repo/deploy/local-cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT

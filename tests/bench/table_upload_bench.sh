@@ -55,7 +55,7 @@ bytes=$(stat -c %s "$csv")
 echo "table: $csv, $bytes bytes, $(($(wc -l <"$csv") - 1)) rows, 50 feature columns"
 lscpu | grep -E "Model name|^Flags" | sed 's/^Flags:\s*/Flags: /' | cut -c1-400
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 dir=$(mktemp -d /tmp/pstrain-upload-bench.XXXXXX)
 export LOCAL_CLUSTER_DIR=$dir BUILD_DIR=${BUILD_DIR:-build} BUILD=0 SERVERS=1 WORKERS=0 AUTH=0
 export HTTP_PORT=$(free_port) RPC_PORT=$(free_port)

@@ -26,7 +26,7 @@ if [ ! -d "$here/node_modules/puppeteer-core" ]; then
   (cd "$here" && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund)
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 dir=$(mktemp -d /tmp/pstrain-dashboard-test.XXXXXX)
 export LOCAL_CLUSTER_DIR=$dir BUILD_DIR=$build BUILD=0 SERVERS=2 WORKERS=2
 export HTTP_PORT=${DASHBOARD_HTTP_PORT:-$(free_port)} RPC_PORT=${DASHBOARD_RPC_PORT:-$(free_port)}

@@ -139,7 +139,7 @@ check_config() {
   note "ok: $n command lines accepted; compose listening ports:$(tr -s ' ' <<<"$ports")"
 }
 
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 
 # Pids of processes whose working directory is $1: local-cluster.sh starts every process there.
 procs_in() {

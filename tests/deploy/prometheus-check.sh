@@ -24,7 +24,7 @@ fi
 command -v curl >/dev/null || fail "curl is missing"
 [ -x "$build/cli/pstrain" ] || fail "no $build/cli/pstrain: build first"
 
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 http_port=${HTTP_PORT:-$(free_port)}
 rpc_port=${RPC_PORT:-$(free_port)}
 prom_port=${PROMETHEUS_PORT:-$(free_port)}

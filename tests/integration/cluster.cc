@@ -32,7 +32,8 @@ Cluster::Cluster(ClusterOptions options) {
   using namespace std::chrono_literals;
   state_dir_ = options.state_dir.empty() ? group_.log_dir() + "/coordinator-state" : options.state_dir;
   // Fixed ports (picked free now) so that a restarted coordinator is found at the same address.
-  const int rpc_port = free_port(), http_port = free_port();
+  const std::vector<int> ports = free_ports(2);  // distinct: one port for both fails to start
+  const int rpc_port = ports[0], http_port = ports[1];
   std::vector<std::string> argv = {binary("coordinator/pstrain-coordinator"),
                                    "--listen", "127.0.0.1:" + std::to_string(rpc_port),
                                    "--http", "127.0.0.1:" + std::to_string(http_port),

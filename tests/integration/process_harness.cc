@@ -14,9 +14,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -299,19 +302,33 @@ int wait_ready(Process& process, std::chrono::milliseconds timeout) {
   return port;
 }
 
-int free_port() {
-  Fd sock{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
-  if (sock.fd < 0) throw_errno("free_port: socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;  // the kernel picks a free port
-  socklen_t len = sizeof addr;
-  if (::bind(sock.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(sock.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    throw_errno("free_port: bind 127.0.0.1:0");
-  return ntohs(addr.sin_port);
+std::vector<int> free_ports(int count) {
+  // Ports this process handed out before: the kernel may give a just-closed port out again, and
+  // a coordinator told to serve RPC and HTTP on one port fails to start.
+  static std::mutex mutex;
+  static std::set<int> handed_out;
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::deque<Fd> held;  // open until every port is picked, so the kernel gives each one once (a deque: Fd never moves)
+  std::vector<int> ports;
+  while (static_cast<int>(ports.size()) < count) {
+    if (held.size() > static_cast<size_t>(count) + 64) throw std::runtime_error("free_ports: no fresh port found");
+    Fd& sock = held.emplace_back(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (sock.fd < 0) throw_errno("free_ports: socket");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;  // the kernel picks a free port
+    socklen_t len = sizeof addr;
+    if (::bind(sock.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(sock.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      throw_errno("free_ports: bind 127.0.0.1:0");
+    const int port = ntohs(addr.sin_port);
+    if (handed_out.insert(port).second) ports.push_back(port);
+  }
+  return ports;
 }
+
+int free_port() { return free_ports(1)[0]; }
 
 bool ProcessGroupOptions::keep_logs_from_env() {
   const char* v = std::getenv("PSTRAIN_KEEP_LOGS");

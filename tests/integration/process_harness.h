@@ -93,11 +93,14 @@ class Process {
 // Waits for `PSTRAIN_READY ... port=N` (what our binaries print once listening); returns N.
 int wait_ready(Process& process, std::chrono::milliseconds timeout);
 
-// A port that was free a moment ago (bound to 127.0.0.1:0, read back, closed). Racy: another
-// process may take it before the child binds it. Use it only when the port must be known in
-// advance (e.g. a restart on the same port); otherwise let the child bind port 0 and read the
-// port with wait_ready().
-int free_port();
+// Ports that were free a moment ago (bound to 127.0.0.1:0, read back, closed): `count` distinct
+// ones, none handed out before by this process (the kernel may give a just-closed port out again:
+// two picks in a row could name one port twice). Racy: another process may take a port before
+// the child binds it. Use them only when a port must be known in advance (e.g. a restart on the
+// same port); otherwise let the child bind port 0 and read the port with wait_ready().
+// Thread-safe.
+std::vector<int> free_ports(int count);
+int free_port();  // free_ports(1)
 
 struct ProcessGroupOptions {
   std::chrono::milliseconds term_grace{2000};  // SIGTERM -> SIGKILL delay in the destructor

@@ -38,7 +38,7 @@ for s in "${specs[@]}"; do names+=("$(basename "$s" .json)"); done
 node "$here/compare.mjs" "$out" "${names[@]}"
 
 # The REST API: exports of uploaded and trained models against the service's :predict.
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 dir=$(mktemp -d /tmp/pstrain-onnx-test.XXXXXX)
 export LOCAL_CLUSTER_DIR=$dir BUILD=0 SERVERS=1 WORKERS=1
 export HTTP_PORT=$(free_port) RPC_PORT=$(free_port)

@@ -14,7 +14,7 @@ dir=$(mktemp -d /tmp/pstrain-python-test.XXXXXX)
 # TLS=1: the REST API over HTTPS with the cluster's self-signed certificate, so every call of the
 # suite goes through the client's TLS path with a CA file (PSTRAIN_CACERT).
 export LOCAL_CLUSTER_DIR=$dir/cluster BUILD_DIR=$build BUILD=0 SERVERS=2 WORKERS=2 TLS=1
-free_port() { $python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"  # free_port: a fresh port on every call
 export HTTP_PORT=$(free_port) RPC_PORT=$(free_port)
 lc=$repo/deploy/local-cluster.sh
 trap '"$lc" down >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
