@@ -148,7 +148,7 @@ run() {
 
 cluster() {  # MODE WORKERS SERVERS REP [WORKER_FLAGS]
   local dir=$WORK/cluster-$1-$2x$3-r$4${5:+-flags}
-  LOCAL_CLUSTER_DIR=$dir RPC_PORT=$(free_port) SERVERS=$3 WORKERS=$2 WORKER_THREADS=1 WORKER_FLAGS=${5:-} \
+  LOCAL_CLUSTER_DIR=$dir RPC_PORT=$(free_port) HTTP_PORT=$(free_port) SERVERS=$3 WORKERS=$2 WORKER_THREADS=1 WORKER_FLAGS=${5:-} \
     BUILD_DIR=${BUILD#"$ROOT"/} PSTRAIN_DATA_DIR=$DATA \
     timeout -k 10 600 "$ROOT/deploy/local-cluster.sh" run "$WORK/mlp-$1-$2x$3.json"
 }
