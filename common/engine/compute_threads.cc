@@ -29,6 +29,14 @@ int set_compute_threads(int n) {
   return n;
 }
 
+int threads_for_this_call() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
 std::string describe_compute() {
   std::string text = simd::describe_cpu();
   text += std::string("; oneDNN ") + nn::onednn_isa();

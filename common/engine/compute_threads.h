@@ -9,6 +9,10 @@ namespace pstrain {
 // n <= 0 means one per core. Returns the number chosen. Call from main before training.
 int set_compute_threads(int n);
 
+// The threads a kernel called here may use: the compute threads, or 1 when the caller already
+// runs on one of them (a DataParallelModel replica's OpenMP thread).
+int threads_for_this_call();
+
 // What this process computes with, for logs and the cluster view: the CPU, the level of our own
 // kernels (common/engine/simd/cpu_target.h), oneDNN's instruction set and OpenBLAS's kernel set, e.g.
 // "Intel(R) Xeon(R) Processor; x86-64-v4; oneDNN avx512_core; OpenBLAS SkylakeX".

@@ -5,8 +5,13 @@
 // where oneDNN generates less than AVX2; the layer itself uses it at AVX-512 only). Prints GFLOP/s of each and
 // the ratios ours / BLAS and oneDNN / BLAS; for the kernel gradients also mixed precision's
 // bfloat16 product (simd/bf16_product.h) where the CPU runs it natively, and its ratio to ours.
+// Then a data-parallel step's dense kernel gradients on --replicas threads (default 2), the two
+// ways nn::DataParallelModel can compute them with the same bits: each thread its slice's whole
+// product, then the buffers summed (as before simd/segmented_product.h), against
+// product_segments splitting the kernel into blocks over the threads; and whole steps of three
+// models both ways (DataParallelModel::multiply_kernels_together); interleaved, as ratios.
 //
-//   pstrain-kernel-bench [--repeats 5] [--min-ms 100]
+//   pstrain-kernel-bench [--repeats 5] [--min-ms 100] [--replicas 2] [--data-parallel-only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,13 +23,16 @@
 #include <vector>
 
 #include "common/base/aligned.h"
+#include "common/data/job_spec.h"
 #include "common/engine/compute_threads.h"
+#include "common/engine/nn/data_parallel_model.h"
 #include "common/engine/nn/gemm.h"
 #include "common/engine/nn/onednn_conv.h"
 #include "common/engine/nn/onednn_matmul.h"
 #include "common/base/rng.h"
 #include "common/engine/simd/bf16_product.h"
 #include "common/engine/simd/kernels.h"
+#include "common/engine/simd/segmented_product.h"
 
 namespace pstrain {
 namespace {
@@ -63,17 +71,135 @@ struct Case {
   enum Kind { kForward, kKernelGradient, kInputGradient } kind;
 };
 
+// A data-parallel step's kernel gradient (out x in over a batch split in `replicas` slices), both
+// ways; prints milliseconds per step and the ratio.
+void data_parallel_kernel_gradients(int replicas, int repeats, double min_ms) {
+  struct Shape {
+    const char* name;
+    int64_t out, in, batch;
+  };
+  const Shape shapes[] = {
+      {"Keras CNN dense 128 x 21632, batch 128", 128, 21632, 128},
+      {"MNIST MLP dense 1 700 x 784, batch 128", 700, 784, 128},
+      {"Fashion MLP dense 2 500 x 700, batch 128", 500, 700, 128},
+      {"large MLP dense 2 5000 x 4096, batch 128", 5000, 4096, 128},
+      {"TPU CNN dense 256 x 6400, batch 200", 256, 6400, 200},
+  };
+  std::printf("\nkernel gradients of a data-parallel step on %d threads (ms per step)\n", replicas);
+  std::printf("%-44s %12s %12s %7s\n", "layer (out x in, batch)", "slices+sum", "segmented", "ratio");
+  for (const Shape& c : shapes) {
+    const Buffer x = random(static_cast<size_t>(c.in * c.batch), 2), dy = random(static_cast<size_t>(c.out * c.batch), 3);
+    const size_t size = static_cast<size_t>(c.out * c.in);
+    std::vector<Buffer> buffers(static_cast<size_t>(replicas), Buffer(size));
+    std::vector<simd::ProductSegment> segments;
+    std::vector<int64_t> first;
+    for (int r = 0; r <= replicas; ++r) first.push_back(c.batch * r / replicas);
+    for (int r = 0; r < replicas; ++r) {
+      segments.push_back({{dy.data() + first[r] * c.out, 1, c.out}, {x.data() + first[r] * c.in, 1, c.in},
+                          first[r + 1] - first[r]});
+    }
+    const std::function<void()> sliced = [&] {
+#pragma omp parallel for num_threads(replicas) schedule(static, 1)
+      for (int r = 0; r < replicas; ++r) {
+        const simd::ProductSegment& s = segments[static_cast<size_t>(r)];
+        simd::product(c.out, c.in, s.k, s.a, s.b, false, buffers[static_cast<size_t>(r)].data(), c.out);
+      }
+      const auto n = static_cast<int64_t>(size);
+#pragma omp parallel for num_threads(replicas) schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        float sum = buffers[0][static_cast<size_t>(i)];
+        for (int r = 1; r < replicas; ++r) sum += buffers[static_cast<size_t>(r)][static_cast<size_t>(i)];
+        buffers[0][static_cast<size_t>(i)] = sum;
+      }
+    };
+    const std::function<void()> joint = [&] {
+      simd::product_segments(c.out, c.in, segments, buffers[0].data(), c.out, replicas);
+    };
+    std::vector<double> a, b;
+    for (int r = 0; r < repeats; ++r) {  // interleaved
+      a.push_back(time_it(sliced, 1, min_ms));
+      b.push_back(time_it(joint, 1, min_ms));
+    }
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    const double ta = a[a.size() / 2], tb = b[b.size() / 2];
+    std::printf("%-44s %12.3f %12.3f %7.2f\n", c.name, ta * 1e3, tb * 1e3, ta / tb);
+    std::fflush(stdout);
+  }
+}
+
+// Whole data-parallel steps (forward and backward) of a few models on `replicas` threads, with the
+// kernels multiplied together and with each replica's products summed, alternating step by step.
+void data_parallel_steps(int replicas, int repeats, double min_ms) {
+  struct Job {
+    const char* name;
+    const char* spec;
+    int64_t batch;
+  };
+  const Job jobs[] = {
+      {"Keras CNN conv32-d128-d10, batch 128",
+       R"({"input_shape": [28, 28, 1], "seed": 1, "layers": [{"type": "conv2d", "filters": 32, "kernel_size": 3,
+           "activation": "relu"}, {"type": "flatten"}, {"type": "dense", "units": 128, "activation": "relu"},
+           {"type": "dense", "units": 10}]})",
+       128},
+      {"MLP 784-700-500-10, batch 128",
+       R"({"input_shape": [784], "seed": 1, "layers": [{"type": "dense", "units": 700, "activation": "relu"},
+           {"type": "dense", "units": 500, "activation": "relu"}, {"type": "dense", "units": 10}]})",
+       128},
+      {"MLP 784-2048-2048-10, batch 128",
+       R"({"input_shape": [784], "seed": 1, "layers": [{"type": "dense", "units": 2048, "activation": "relu"},
+           {"type": "dense", "units": 2048, "activation": "relu"}, {"type": "dense", "units": 10}]})",
+       128},
+  };
+  std::printf("\ndata-parallel steps on %d threads, forward and backward (ms per step)\n", replicas);
+  std::printf("%-44s %12s %12s %7s\n", "model", "slices+sum", "together", "ratio");
+  for (const Job& job : jobs) {
+    nn::DataParallelModel<float> model(parse_model_spec(job.spec), job.batch, replicas);
+    const Buffer params = random(model.layout().total_size(), 1);
+    Buffer inputs = random(static_cast<size_t>(model.input_size() * job.batch), 2), grads(params.size());
+    for (float& v : inputs) v = v < 0 ? 0.0f : v;
+    std::vector<int32_t> labels(static_cast<size_t>(job.batch));
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
+    const auto step = [&](bool together) {
+      return [&, together] {
+        model.multiply_kernels_together(together);
+        model.compute_gradients(params.data(), inputs.data(), labels.data(), job.batch, grads.data());
+      };
+    };
+    std::vector<double> a, b;
+    for (int r = 0; r < repeats; ++r) {  // interleaved
+      a.push_back(time_it(step(false), 1, min_ms));
+      b.push_back(time_it(step(true), 1, min_ms));
+    }
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    const double ta = a[a.size() / 2], tb = b[b.size() / 2];
+    std::printf("%-44s %12.3f %12.3f %7.2f\n", job.name, ta * 1e3, tb * 1e3, ta / tb);
+    std::fflush(stdout);
+  }
+}
+
 int run(int argc, char** argv) {
   int repeats = 5;
+  int replicas = 2;
   double min_ms = 100;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool products = true;
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--repeats") {
+    if (a == "--data-parallel-only") {
+      products = false;
+      --i;
+    } else if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s needs a value\n", a.c_str());
+      return 2;
+    } else if (a == "--repeats") {
       repeats = std::atoi(argv[i + 1]);
     } else if (a == "--min-ms") {
       min_ms = std::atof(argv[i + 1]);
+    } else if (a == "--replicas") {
+      replicas = std::max(2, std::atoi(argv[i + 1]));
     } else {
-      std::fprintf(stderr, "usage: pstrain-kernel-bench [--repeats N] [--min-ms MS]\n");
+      std::fprintf(stderr, "usage: pstrain-kernel-bench [--repeats N] [--min-ms MS] [--replicas R] [--data-parallel-only]\n");
       return 2;
     }
   }
@@ -103,6 +229,7 @@ int run(int argc, char** argv) {
       {"large MLP 2048 x 2048, batch 128 input grad", 2048, 2048, 128, Case::kInputGradient},
   };
   for (const Case& c : cases) {
+    if (!products) break;
     const Buffer w = random(static_cast<size_t>(c.in * c.out), 1), x = random(static_cast<size_t>(c.in * c.batch), 2),
                  dy = random(static_cast<size_t>(c.out * c.batch), 3);
     Buffer result(static_cast<size_t>(std::max(c.in, c.out) * std::max(c.in, c.batch)));
@@ -164,6 +291,8 @@ int run(int argc, char** argv) {
                 column(l, "%.1f").c_str(), a / b, column(d / b, "%.2f").c_str(), column(l / a, "%.2f").c_str());
     std::fflush(stdout);
   }
+  data_parallel_kernel_gradients(replicas, repeats, min_ms);
+  data_parallel_steps(replicas, repeats, min_ms);
   return 0;
 }
 

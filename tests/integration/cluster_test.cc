@@ -13,6 +13,7 @@
 #include "common/engine/compression.h"
 #include "common/engine/model_spec.h"
 #include "common/data/job_spec.h"
+#include "common/engine/nn/data_parallel_model.h"
 #include "common/engine/nn/onednn_conv.h"
 #include "common/engine/simd/bf16_product.h"
 #include "common/rpc/rpc_util.h"
@@ -185,6 +186,27 @@ TEST_CASE("sync CNN on 2 servers and 2 workers equals the standalone trainer aft
   const double diff = distributed_vs_standalone(job_spec_to_json(spec), 2, 20);
   MESSAGE("max abs difference " << diff);
   CHECK(diff <= 1e-4);
+}
+
+TEST_CASE("sync SGD on a wide dense layer: 2 workers equal the trainer whose threads multiply the kernel gradient together") {
+  // The Keras multi-worker tutorial's CNN: its 21,632 x 128 kernel is past the size from which the
+  // trainer's two replicas leave its gradient as factors and both threads multiply them out by
+  // blocks (simd/segmented_product.h); the bits must be the two workers' pushes summed.
+  JobSpec spec = testing::fashion_cnn_job(1);
+  spec.dataset.name = "mnist10k";
+  spec.model = parse_model_spec(R"({"input_shape": [28, 28, 1], "seed": 1, "layers": [
+      {"type": "conv2d", "filters": 32, "kernel_size": 3, "activation": "relu"}, {"type": "flatten"},
+      {"type": "dense", "units": 128, "activation": "relu"}, {"type": "dense", "units": 10}]})");
+  REQUIRE(nn::DataParallelModel<float>(spec.model, 128, 2).kernels_together() == 1);
+  spec.optimizer = OptimizerSpec{};
+  spec.optimizer.type = OptimizerType::kSgd;
+  spec.optimizer.learning_rate = 0.05f;
+  spec.training.global_batch_size = 256;
+  spec.training.servers = 2;
+  spec.training.workers = 2;
+  const double diff = distributed_vs_standalone(job_spec_to_json(spec), 2, 20);
+  MESSAGE("max abs difference " << diff);
+  CHECK(diff == 0);
 }
 
 TEST_CASE("sync CNN in mixed_bfloat16 on 2 servers and 2 workers equals the standalone trainer bit for bit, and bfloat16 changes the steps") {

@@ -4,10 +4,14 @@
 // Why: on few cores, splitting the batch scales every layer (im2col, pooling, activations), where
 // multi-threaded BLAS only scales the matrix products and synchronises inside each of them.
 // The sum is taken in replica order, so results are reproducible for a given replica count.
+// Large dense kernels past the input layer skip that sum: the replicas leave them as factors
+// (Model::kernel_factors) and all threads then multiply them out together, split by blocks of the
+// kernel (simd/segmented_product.h), with the bits of the per-replica products summed in order.
 //
 // Thread rules: one caller thread at a time; the replicas run on OpenMP threads inside calls.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -59,6 +63,11 @@ class DataParallelModel {
   // replica writes its own, summed into the given buffers in replica order (as the dense ones).
   const std::vector<SparseTable>& sparse_tables() const { return replicas_.front()->sparse_tables(); }
   void use_sparse_rows(std::span<const SparseTableRows<T>> rows) { sparse_rows_ = rows; }
+  // Whether the large dense kernels past the input layer are multiplied out by all threads
+  // together (the default) or by each replica for its slice and then summed: the same bits either
+  // way (tests and benchmarks compare the two). kernels_together() counts the kernels it applies to.
+  void multiply_kernels_together(bool on) { multiply_together_ = on; }
+  size_t kernels_together() const { return static_cast<size_t>(std::count(deferred_.begin(), deferred_.end(), true)); }
   // The first replica (with one replica, the whole model: its kernel_factors).
   const Model<T>& first_replica() const { return *replicas_.front(); }
   LossResult evaluate(const T* params, const T* inputs, const float* targets, int64_t batch);
@@ -80,6 +89,17 @@ class DataParallelModel {
   void share_sparse_rows();
   // Adds the replicas' sparse gradients into the caller's, in replica order.
   void sum_sparse_gradients();
+  // Adds replicas 1..R-1's dense gradients into grads, in replica order, except the deferred
+  // kernels' ranges.
+  void sum_dense_gradients(T* grads);
+  // Writes the deferred kernels' gradients into grads from the replicas' factors.
+  void multiply_deferred_kernels(T* grads);
+
+  // The dense kernels the replicas leave as factors (indexed by parameter), and the dense ranges
+  // [begin, end) the replica sum still covers. Empty with one replica or for double.
+  typename Model<T>::FactoredKernels deferred_;
+  std::vector<std::pair<size_t, size_t>> summed_ranges_;
+  bool multiply_together_ = true;
 
   std::vector<std::vector<T, CacheAlignedAllocator<T>>> replica_grads_;  // for replicas 1..R-1 (replica 0 writes the caller's buffer)
   std::span<const SparseTableRows<T>> sparse_rows_;

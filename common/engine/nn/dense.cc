@@ -2,6 +2,7 @@
 #include <type_traits>
 
 #include "common/base/error.h"
+#include "common/engine/compute_threads.h"
 #include "common/engine/nn/gemm.h"
 #include "common/engine/nn/layers.h"
 #include "common/engine/nn/row_groups.h"
@@ -24,7 +25,10 @@ void kernel_gradient(int64_t out, int64_t k, int64_t batch, const T* dout, const
     if (bf16) {
       simd::product_bf16(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out);
     } else {
-      simd::product(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out);
+      // On every compute thread when called from outside the replicas' threads (one replica:
+      // --parallelism blas, or a batch smaller than the replica count); the bits are the same.
+      simd::product(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out,
+                    threads_for_this_call());
     }
   } else {
     gemm<T>(Op::kNone, Op::kTranspose, out, k, batch, dout, out, x, k, T(0), grads, out);

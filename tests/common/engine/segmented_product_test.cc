@@ -1,0 +1,190 @@
+// simd::product_segments (common/engine/simd/segmented_product.h) and its use in
+// nn::DataParallelModel: a kernel gradient over R slices, multiplied out once by all threads, has
+// the bits of R separate products summed in slice order, for every shape (blocks of C at their
+// edges, more rows than a block holds), segment count, thread count, and in bfloat16; and a
+// data-parallel step gives the same loss and gradients with its large kernels multiplied together as
+// with each replica's products summed (the order a sync cluster's server sums its workers' pushes).
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/base/aligned.h"
+#include "common/base/rng.h"
+#include "common/data/job_spec.h"
+#include "common/engine/nn/data_parallel_model.h"
+#include "common/engine/nn/onednn_conv.h"
+#include "common/engine/simd/bf16_product.h"
+#include "common/engine/simd/segmented_product.h"
+
+using namespace pstrain;
+
+namespace {
+
+std::vector<float> random_values(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.uniform_float(-1.0f, 1.0f);
+  for (size_t i = 0; i < n; i += 7) v[i] = 0.0f;  // zeros, as after a ReLU
+  return v;
+}
+
+size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t count = 0;
+  for (size_t i = 0; i < a.size(); ++i) count += std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]);
+  return count;
+}
+
+// The kernel gradient's layout (common/engine/nn/dense.cc): deltas out x k, inputs in x k, both
+// column-major; C = deltas * inputs^T, out x in.
+struct Slice {
+  std::vector<float> deltas, inputs;
+  int64_t k;
+};
+
+std::vector<float> separately_summed(int64_t out, int64_t in, const std::vector<Slice>& slices, bool bf16) {
+  std::vector<float> sum(static_cast<size_t>(out * in)), one(sum.size());
+  for (size_t s = 0; s < slices.size(); ++s) {
+    std::vector<float>& target = s == 0 ? sum : one;
+    const simd::Operand a{slices[s].deltas.data(), 1, out}, b{slices[s].inputs.data(), 1, in};
+    if (bf16) {
+      simd::product_bf16(out, in, slices[s].k, a, b, false, target.data(), out);
+    } else {
+      simd::product(out, in, slices[s].k, a, b, false, target.data(), out);
+    }
+    if (s > 0) {
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += one[i];
+    }
+  }
+  return sum;
+}
+
+std::vector<float> together(int64_t out, int64_t in, const std::vector<Slice>& slices, int threads, bool bf16) {
+  std::vector<simd::ProductSegment> segments;
+  for (const Slice& s : slices) segments.push_back({{s.deltas.data(), 1, out}, {s.inputs.data(), 1, in}, s.k});
+  std::vector<float> c(static_cast<size_t>(out * in), 12345.0f);  // every element must be written
+  simd::product_segments(out, in, segments, c.data(), out, threads, bf16);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("product_segments: the bits of one product per slice summed in slice order") {
+  struct Shape {
+    int64_t out, in;
+    std::vector<int64_t> ks;
+  };
+  const std::vector<Shape> shapes = {
+      {1, 1, {1, 1}},          {10, 500, {64, 64}},      {128, 1000, {43, 43, 42}}, {7, 13, {5}},
+      {385, 37, {3, 8, 1, 4}}, {800, 300, {32, 33}},     {128, 21632 / 16, {64, 64}}, {33, 1, {9, 9}},
+  };
+  uint64_t seed = 1;
+  for (const bool bf16 : {false, true}) {
+    for (const Shape& shape : shapes) {
+      std::vector<Slice> slices;
+      for (const int64_t k : shape.ks) {
+        slices.push_back({random_values(static_cast<size_t>(shape.out * k), ++seed),
+                          random_values(static_cast<size_t>(shape.in * k), ++seed), k});
+      }
+      const std::vector<float> expected = separately_summed(shape.out, shape.in, slices, bf16);
+      for (const int threads : {1, 2, 3}) {
+        CAPTURE(bf16);
+        CAPTURE(shape.out);
+        CAPTURE(shape.in);
+        CAPTURE(shape.ks.size());
+        CAPTURE(threads);
+        CHECK(differing(together(shape.out, shape.in, slices, threads, bf16), expected) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("product_segments: the check above tells the slices' sum from one chain over the whole batch") {
+  // One product over the concatenated slices sums each element in one chain: other bits, which
+  // the comparison above must be able to see.
+  const int64_t out = 64, in = 200, k = 50;
+  std::vector<Slice> slices = {{random_values(out * k, 3), random_values(in * k, 4), k},
+                               {random_values(out * k, 5), random_values(in * k, 6), k}};
+  Slice whole{std::vector<float>(static_cast<size_t>(out * 2 * k)), std::vector<float>(static_cast<size_t>(in * 2 * k)),
+              2 * k};
+  for (int s = 0; s < 2; ++s) {
+    std::memcpy(whole.deltas.data() + s * out * k, slices[static_cast<size_t>(s)].deltas.data(), out * k * sizeof(float));
+    std::memcpy(whole.inputs.data() + s * in * k, slices[static_cast<size_t>(s)].inputs.data(), in * k * sizeof(float));
+  }
+  const std::vector<float> chained = together(out, in, {whole}, 1, false);
+  CHECK(differing(chained, separately_summed(out, in, slices, false)) > 0);
+  CHECK(differing(together(out, in, slices, 2, false), separately_summed(out, in, slices, false)) == 0);
+}
+
+namespace {
+
+struct Step {
+  nn::LossResult loss;
+  std::vector<float> grads;
+};
+
+Step step(nn::DataParallelModel<float>& model, const AlignedFloats& params, const std::vector<float>& inputs,
+          const std::vector<int32_t>& labels, int64_t batch) {
+  AlignedFloats grads(model.layout().total_size());
+  Step s;
+  s.loss = model.compute_gradients(params.data(), inputs.data(), labels.data(), batch, grads.data());
+  s.grads.assign(grads.begin(), grads.end());
+  return s;
+}
+
+bool same_step(const Step& a, const Step& b) {
+  return std::bit_cast<uint64_t>(a.loss.loss_sum) == std::bit_cast<uint64_t>(b.loss.loss_sum) &&
+         a.loss.correct == b.loss.correct && differing(a.grads, b.grads) == 0;
+}
+
+void check_model(const std::string& spec_json, size_t together, int replicas, int64_t batch, bool bf16) {
+  CAPTURE(spec_json);
+  CAPTURE(replicas);
+  CAPTURE(bf16);
+  const ModelSpec spec = parse_model_spec(spec_json);
+  nn::DataParallelModel<float> model(spec, batch, replicas);
+  CHECK(model.kernels_together() == together);
+  if (bf16) model.use_bf16_products();
+  AlignedFloats params(model.layout().total_size());
+  glorot_uniform_init(model.layout(), 9, params.data());
+  Rng rng(10);
+  std::vector<float> inputs(static_cast<size_t>(model.input_size() * batch));
+  for (float& v : inputs) v = rng.uniform_float(0.0f, 1.0f);
+  std::vector<int32_t> labels(static_cast<size_t>(batch));
+  for (int32_t& c : labels) c = static_cast<int32_t>(rng.uniform_index(static_cast<uint64_t>(model.output_size())));
+  for (int repeat = 0; repeat < 2; ++repeat) {  // the second step reuses the replicas' buffers
+    model.multiply_kernels_together(true);
+    const Step joint = step(model, params, inputs, labels, batch);
+    model.multiply_kernels_together(false);
+    const Step summed = step(model, params, inputs, labels, batch);
+    CHECK(same_step(joint, summed));
+    for (float& v : inputs) v = rng.uniform_float(0.0f, 1.0f);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("data-parallel steps: kernels multiplied together equal the replicas' products summed") {
+  // Kernels from 2^20 values up are multiplied together: the CNN's first dense (14,400 x 80), the
+  // MLP's second (1,100 x 1,000); not the MLP's first (on the input) nor the small last ones.
+  const std::string cnn = R"({"input_shape": [32, 32, 1], "seed": 3, "layers": [
+      {"type": "conv2d", "filters": 16, "kernel_size": 3, "activation": "relu"}, {"type": "flatten"},
+      {"type": "dense", "units": 80, "activation": "relu"}, {"type": "dense", "units": 5}]})";
+  const std::string mlp = R"({"input_shape": [30], "seed": 4, "layers": [
+      {"type": "dense", "units": 1100, "activation": "relu"}, {"type": "dense", "units": 1000, "activation": "relu"},
+      {"type": "dense", "units": 3}]})";
+  for (const bool bf16 : {false, true}) {
+    if (bf16 && !nn::onednn_bf16()) {
+      MESSAGE("oneDNN runs " << std::string(nn::onednn_isa()) << " here: the bfloat16 kernels are checked by "
+                             << "product_segments' own test (emulated) only");
+      continue;
+    }
+    for (const int replicas : {2, 3}) {
+      check_model(cnn, 1, replicas, 13, bf16);
+      check_model(mlp, 1, replicas, 64, bf16);
+    }
+  }
+}
