@@ -70,6 +70,10 @@ const Case kCases[] = {
     {"16x16x32 k3 f64 same (patch 288)", 16, 16, 32, 3, 64, 1, true},
     {"8x8x64 k3 f128 same (patch 576)", 8, 8, 64, 3, 128, 1, true},
     {"4x4x128 k3 f256 same (patch 1152)", 4, 4, 128, 3, 256, 1, true},
+    // The residual CNN's (deploy/jobs/fashion-mnist-resnet.json) after its stem.
+    {"28x28x32 k3 f32 same (residual CNN block 1)", 28, 28, 32, 3, 32, 1, true},
+    {"14x14x32 k3 f64 same (residual CNN widening)", 14, 14, 32, 3, 64, 1, true},
+    {"14x14x64 k3 f64 same (residual CNN block 2)", 14, 14, 64, 3, 64, 1, true},
 };
 
 Conv::Geometry geometry(const Case& c) {

@@ -51,8 +51,11 @@ class SignalsBlocked {
 };
 
 struct Fd {  // closes on every exit path of the constructor below
-  int fd;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
   ~Fd() { if (fd >= 0) ::close(fd); }
+  int fd;
 };
 
 // Done in the parent: execvp() may allocate, which is not allowed between fork and exec.
