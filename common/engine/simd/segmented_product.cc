@@ -10,8 +10,9 @@
 namespace pstrain::simd {
 namespace {
 
-// Blocks of C about 256 KiB (a core's L2 holds one with its scratch twin), rows a multiple of every
-// level's panel (8, 16 or 32) and columns of its tile (kernels().nr), so blocks keep tiles whole.
+// Blocks of C up to about 256 KiB (a core's L2 holds one with its scratch twin), rows a multiple of
+// every level's panel (8, 16 or 32) and columns of its tile (kernels().nr), so blocks keep tiles
+// whole.
 constexpr int64_t kBlockFloats = 64 * 1024;
 constexpr int64_t kMaxBlockRows = 384;
 
@@ -32,16 +33,21 @@ void product_segments(int64_t m, int64_t n, std::span<const ProductSegment> segm
                       int threads, bool bf16) {
   if (segments.empty()) throw Error("product_segments needs at least one segment");
   if (m <= 0 || n <= 0) return;
-  const int64_t nr = kernels().nr;
-  const int64_t block_rows = std::min(m, kMaxBlockRows);
-  const int64_t block_columns = std::min(n, std::max(nr, kBlockFloats / block_rows / nr * nr));
-  const int64_t row_blocks = (m + block_rows - 1) / block_rows;
-  const int64_t blocks = row_blocks * ((n + block_columns - 1) / block_columns);
+  const auto up = [](int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; };
+  const auto divide = [](int64_t value, int64_t by) { return (value + by - 1) / by; };
   int64_t work = 0;
   for (const ProductSegment& s : segments) work += s.k;
   // Below about a million multiply-adds a thread's share is not worth waking it for.
-  const int parts = work * m * n < (int64_t{1} << 20) ? 1 : static_cast<int>(std::min<int64_t>(threads, blocks));
-#pragma omp parallel for num_threads(std::max(parts, 1)) schedule(static)
+  const int parts = work * m * n < (int64_t{1} << 20) ? 1 : std::max(threads, 1);
+  // Blocks of equal size, as many as a multiple of the threads (each thread the same share).
+  const int64_t nr = kernels().nr;
+  const int64_t row_blocks = divide(m, kMaxBlockRows);
+  const int64_t block_rows = std::min(m, up(divide(m, row_blocks), 32));
+  const int64_t block_columns_wanted = std::max(nr, kBlockFloats / block_rows / nr * nr);
+  const int64_t column_blocks = up(divide(n, block_columns_wanted) * row_blocks, parts) / row_blocks;
+  const int64_t block_columns = std::min(n, up(divide(n, column_blocks), nr));
+  const int64_t blocks = row_blocks * divide(n, block_columns);
+#pragma omp parallel for num_threads(parts) schedule(static)
   for (int64_t block = 0; block < blocks; ++block) {
     thread_local std::vector<float, CacheAlignedAllocator<float>> scratch;
     const int64_t row = block % row_blocks * block_rows, column = block / row_blocks * block_columns;

@@ -168,7 +168,7 @@ void check_model(const std::string& spec_json, size_t together, int replicas, in
 }  // namespace
 
 TEST_CASE("data-parallel steps: kernels multiplied together equal the replicas' products summed") {
-  // Kernels from 2^20 values up are multiplied together: the CNN's first dense (14,400 x 80), the
+  // Kernels from 2^18 values up are multiplied together: the CNN's first dense (14,400 x 80), the
   // MLP's second (1,100 x 1,000); not the MLP's first (on the input) nor the small last ones.
   const std::string cnn = R"({"input_shape": [32, 32, 1], "seed": 3, "layers": [
       {"type": "conv2d", "filters": 16, "kernel_size": 3, "activation": "relu"}, {"type": "flatten"},
