@@ -50,6 +50,15 @@ JobSpec mlp_job(int hidden1, int hidden2, int epochs) {
   })");
 }
 
+std::string mlp_cluster_spec(TrainingMode mode, int64_t batch, int64_t epochs, int64_t servers, int64_t workers) {
+  JobSpec spec = mlp_job(700, 500, static_cast<int>(epochs));
+  spec.training.mode = mode;
+  spec.training.global_batch_size = batch;
+  spec.training.servers = servers;
+  spec.training.workers = workers;
+  return job_spec_to_json(spec);
+}
+
 JobSpec fashion_cnn_job(int epochs) {
   return parse_job_spec(R"({
     "name": "fashion-cnn",

@@ -41,6 +41,8 @@ std::string data_dir();
 // The MLP job of deploy/jobs/mnist-mlp.json with the given hidden sizes (784-h1-h2-10), Adam 1e-3,
 // batch 128, seeds fixed.
 JobSpec mlp_job(int hidden1, int hidden2, int epochs);
+// mlp_job(700, 500, epochs) as JSON, in `mode` with that global batch, servers and workers.
+std::string mlp_cluster_spec(TrainingMode mode, int64_t batch, int64_t epochs, int64_t servers, int64_t workers);
 
 // Dense layers of `units` each, in order, on a flat input of `inputs` features (no activations,
 // seed 1): a model for tests of where parameters go, not of training.

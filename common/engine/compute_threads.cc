@@ -1,6 +1,7 @@
 #include "common/engine/compute_threads.h"
 
 #include <Eigen/Core>
+#include <atomic>
 #include <malloc.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -17,8 +18,13 @@ extern "C" char* openblas_get_corename();
 
 namespace pstrain {
 
+namespace {
+std::atomic<int> configured_threads{0};  // set_compute_threads' last value; 0: never called
+}  // namespace
+
 int set_compute_threads(int n) {
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  configured_threads.store(n, std::memory_order_relaxed);
   Eigen::setNbThreads(n);
 #ifdef _OPENMP
   omp_set_num_threads(n);
@@ -31,7 +37,11 @@ int set_compute_threads(int n) {
 
 int threads_for_this_call() {
 #ifdef _OPENMP
-  return omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (omp_in_parallel()) return 1;
+  // The process's setting, not this thread's OpenMP default: a thread started after
+  // set_compute_threads (a server's, a test's) has the runtime's default, one per core.
+  const int configured = configured_threads.load(std::memory_order_relaxed);
+  return configured > 0 ? configured : omp_get_max_threads();
 #else
   return 1;
 #endif

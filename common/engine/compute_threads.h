@@ -9,8 +9,9 @@ namespace pstrain {
 // n <= 0 means one per core. Returns the number chosen. Call from main before training.
 int set_compute_threads(int n);
 
-// The threads a kernel called here may use: the compute threads, or 1 when the caller already
-// runs on one of them (a DataParallelModel replica's OpenMP thread).
+// The threads a kernel called here may use: set_compute_threads' count (this thread's OpenMP
+// default before any call), or 1 when the caller already runs on one of the compute threads (a
+// DataParallelModel replica's OpenMP thread). Thread-safe.
 int threads_for_this_call();
 
 // What this process computes with, for logs and the cluster view: the CPU, the level of our own

@@ -30,13 +30,13 @@ DataParallelModel<T>::DataParallelModel(const ModelSpec& spec, int64_t max_batch
   const size_t dense = model.layout().dense_size();
   size_t begin = 0;
   if constexpr (std::is_same_v<T, float>) {
-    // Not the layer on the input: its backward skips the features a slice leaves at zero
-    // (Dense's sparse kernel gradient), which a product over every slice's features would not.
-    // Nor kernels smaller than kMinTogether, whose per-replica buffers stay in cache and whose
-    // sum costs next to nothing.
+    // Not a layer on the model's input: its backward skips the features a slice leaves at zero
+    // (Dense's sparse kernel gradient, faster there; and +0 for them even where the slice's
+    // output gradient holds an infinity, where a product over every feature gives NaN). Nor
+    // kernels smaller than kMinTogether, whose per-replica buffers stay in cache and whose sum
+    // costs next to nothing.
     for (size_t p = 0; replicas > 1 && p < model.layout().dense_count(); ++p) {
-      if (!model.is_dense_kernel(p) || static_cast<int>(p) == model.first_layer_kernel() ||
-          params[p].size < kMinTogether) {
+      if (!model.is_dense_kernel(p) || model.is_input_dense_kernel(p) || params[p].size < kMinTogether) {
         continue;
       }
       deferred_.resize(params.size(), false);

@@ -4,9 +4,11 @@
 // Why: on few cores, splitting the batch scales every layer (im2col, pooling, activations), where
 // multi-threaded BLAS only scales the matrix products and synchronises inside each of them.
 // The sum is taken in replica order, so results are reproducible for a given replica count.
-// Large dense kernels past the input layer skip that sum: the replicas leave them as factors
-// (Model::kernel_factors) and all threads then multiply them out together, split by blocks of the
-// kernel (simd/segmented_product.h), with the bits of the per-replica products summed in order.
+// Large dense kernels of layers not on the model's input skip that sum: the replicas leave them as
+// factors (Model::kernel_factors) and all threads then multiply them out together, split by blocks
+// of the kernel (simd/segmented_product.h), with the bits of the per-replica products summed in
+// order. (The replicas' gradient buffers keep room for them: multiply_kernels_together(false) and
+// the slice callback write there.)
 //
 // Thread rules: one caller thread at a time; the replicas run on OpenMP threads inside calls.
 #pragma once
@@ -63,7 +65,7 @@ class DataParallelModel {
   // replica writes its own, summed into the given buffers in replica order (as the dense ones).
   const std::vector<SparseTable>& sparse_tables() const { return replicas_.front()->sparse_tables(); }
   void use_sparse_rows(std::span<const SparseTableRows<T>> rows) { sparse_rows_ = rows; }
-  // Whether the large dense kernels past the input layer are multiplied out by all threads
+  // Whether the large dense kernels not on the input are multiplied out by all threads
   // together (the default) or by each replica for its slice and then summed: the same bits either
   // way (tests and benchmarks compare the two). kernels_together() counts the kernels it applies to.
   void multiply_kernels_together(bool on) { multiply_together_ = on; }

@@ -22,13 +22,12 @@ namespace {
 template <typename T>
 void kernel_gradient(int64_t out, int64_t k, int64_t batch, const T* dout, const T* x, T* grads, bool bf16) {
   if constexpr (std::is_same_v<T, float>) {
+    // On every compute thread when called from outside the replicas' threads (one replica:
+    // --parallelism blas, or a batch smaller than the replica count); the bits are the same.
     if (bf16) {
-      simd::product_bf16(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out);
+      simd::product_bf16(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out, threads_for_this_call());
     } else {
-      // On every compute thread when called from outside the replicas' threads (one replica:
-      // --parallelism blas, or a batch smaller than the replica count); the bits are the same.
-      simd::product(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out,
-                    threads_for_this_call());
+      simd::product(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out, threads_for_this_call());
     }
   } else {
     gemm<T>(Op::kNone, Op::kTranspose, out, k, batch, dout, out, x, k, T(0), grads, out);
@@ -108,7 +107,7 @@ void Dense<T>::backward(const T* params, ConstMatMap<T> in, ConstMatMap<T> out, 
     // In bfloat16, from the input as the forward rounded it: the bits of kernel_gradient's.
     if constexpr (std::is_same_v<T, float>) {
       simd::product_bf16(out_, in_, batch, {dout.data(), 1, out_}, simd::RoundedRows{rounded, in_}, false,
-                         grads + kernel_, out_);
+                         grads + kernel_, out_, threads_for_this_call());
     }
   } else {
     kernel_gradient<T>(out_, in_, batch, dout.data(), in.data(), grads + kernel_, matmul_bf16_);

@@ -490,6 +490,11 @@ bool Model<T>::is_dense_kernel(size_t param) const {
 }
 
 template <typename T>
+bool Model<T>::is_input_dense_kernel(size_t param) const {
+  return is_dense_kernel(param) && dense_stage(param).dense->data_input();
+}
+
+template <typename T>
 typename Model<T>::KernelFactors Model<T>::kernel_factors(size_t param) const {
   const Stage& s = dense_stage(param);
   const T* in = values(s.inputs[0]);

@@ -124,6 +124,9 @@ class Model {
 
   // True if parameter `param` is the kernel of a dense layer (one that can be factored).
   bool is_dense_kernel(size_t param) const;
+  // True if parameter `param` is the kernel of a dense layer that reads the model's input (whose
+  // backward skips the features a batch leaves at zero: layers.h, "Sparse inputs").
+  bool is_input_dense_kernel(size_t param) const;
   // A dense kernel's gradient of the last compute_gradients as two factors: the layer's input
   // (in x batch) and the gradient of its output before the activation (out x batch). The kernel's
   // gradient, read column-major as [out x in] (the row-major [in, out] kernel), is

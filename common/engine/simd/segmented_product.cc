@@ -39,7 +39,8 @@ void product_segments(int64_t m, int64_t n, std::span<const ProductSegment> segm
   for (const ProductSegment& s : segments) work += s.k;
   // Below about a million multiply-adds a thread's share is not worth waking it for.
   const int parts = work * m * n < (int64_t{1} << 20) ? 1 : std::max(threads, 1);
-  // Blocks of equal size, as many as a multiple of the threads (each thread the same share).
+  // Blocks of about equal size, about a multiple of the threads in number (each thread about the
+  // same share; the rounding to panels and tiles may add one).
   const int64_t nr = kernels().nr;
   const int64_t row_blocks = divide(m, kMaxBlockRows);
   const int64_t block_rows = std::min(m, up(divide(m, row_blocks), 32));

@@ -1,5 +1,6 @@
 // A dense kernel's gradient over a data-parallel batch, computed once for all slices: the bits of
-// one product per slice summed afterwards in slice order, without a buffer per slice.
+// one product per slice summed afterwards in slice order, without writing and re-reading a
+// kernel-sized buffer per slice.
 //
 // Why: a process that splits its batch over R threads (nn::DataParallelModel) must give the bits
 // of R workers, each multiplying out its own slice's kernel gradient, which a server then sums in

@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -77,9 +79,12 @@ TEST_CASE("product_segments: the bits of one product per slice summed in slice o
     int64_t out, in;
     std::vector<int64_t> ks;
   };
+  // Small shapes (one thread: below the work worth a second) and shapes above that with edges:
+  // rows past a block of 384, columns not a multiple of any level's tile, odd k.
   const std::vector<Shape> shapes = {
-      {1, 1, {1, 1}},          {10, 500, {64, 64}},      {128, 1000, {43, 43, 42}}, {7, 13, {5}},
-      {385, 37, {3, 8, 1, 4}}, {800, 300, {32, 33}},     {128, 21632 / 16, {64, 64}}, {33, 1, {9, 9}},
+      {1, 1, {1, 1}},          {10, 500, {64, 64}},  {128, 1000, {43, 43, 42}}, {7, 13, {5}},
+      {385, 37, {3, 8, 1, 4}}, {800, 300, {32, 33}}, {128, 21632 / 16, {64, 64}}, {33, 1, {9, 9}},
+      {385, 1301, {64, 63}},   {33, 5003, {17, 17, 17}}, {1000, 7, {200, 201}},
   };
   uint64_t seed = 1;
   for (const bool bf16 : {false, true}) {
@@ -99,6 +104,32 @@ TEST_CASE("product_segments: the bits of one product per slice summed in slice o
         CHECK(differing(together(shape.out, shape.in, slices, threads, bf16), expected) == 0);
       }
     }
+  }
+}
+
+TEST_CASE("product_segments: infinities, NaNs and signed zeros as the slices' sum gives them") {
+  // An output gradient that overflowed, a NaN, and negative zeros: each element's bits (or both
+  // NaN) as the separate products summed.
+  const int64_t out = 96, in = 3000, k = 40;
+  std::vector<Slice> slices = {{random_values(out * k, 11), random_values(in * k, 12), k},
+                               {random_values(out * k, 13), random_values(in * k, 14), k}};
+  slices[0].deltas[5] = std::numeric_limits<float>::infinity();
+  slices[1].deltas[out + 7] = -std::numeric_limits<float>::infinity();
+  slices[1].deltas[3 * out + 9] = std::numeric_limits<float>::quiet_NaN();
+  for (size_t i = 0; i < slices[0].inputs.size(); i += 11) slices[0].inputs[i] = -0.0f;
+  const std::vector<float> expected = separately_summed(out, in, slices, false);
+  for (const int threads : {1, 2}) {
+    const std::vector<float> got = together(out, in, slices, threads, false);
+    size_t nans = 0, mismatched = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(expected[i]) && std::isnan(got[i])) {
+        ++nans;
+      } else {
+        mismatched += std::bit_cast<uint32_t>(expected[i]) != std::bit_cast<uint32_t>(got[i]);
+      }
+    }
+    CHECK(nans > 0);
+    CHECK(mismatched == 0);
   }
 }
 
