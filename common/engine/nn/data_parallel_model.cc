@@ -20,7 +20,10 @@ DataParallelModel<T>::DataParallelModel(const ModelSpec& spec, int64_t max_batch
   replicas = std::max(1, std::min<int>(replicas, static_cast<int>(max_batch)));
   const int64_t share = (max_batch + replicas - 1) / replicas;
   for (int r = 0; r < replicas; ++r) {
-    replicas_.push_back(std::make_unique<Model<T>>(spec, share, loss));
+    // Replica 0 also takes a whole batch smaller than the replica count (compute_gradients,
+    // evaluate): up to replicas - 1 examples, more than its share when max_batch < replicas^2.
+    const int64_t capacity = r == 0 ? std::max<int64_t>(share, replicas - 1) : share;
+    replicas_.push_back(std::make_unique<Model<T>>(spec, capacity, loss));
     if (r > 0) replica_grads_.emplace_back(replicas_.back()->layout().dense_size());
   }
   replica_rows_.resize(replicas_.size() - 1);

@@ -3,7 +3,8 @@
 // the bits of R separate products summed in slice order, for every shape (blocks of C at their
 // edges, more rows than a block holds), segment count, thread count, and in bfloat16; and a
 // data-parallel step gives the same loss and gradients with its large kernels multiplied together as
-// with each replica's products summed (the order a sync cluster's server sums its workers' pushes).
+// with each replica's products summed (the order a sync cluster's server sums its workers' pushes);
+// and a batch smaller than the replica count runs whole on the first replica.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -218,4 +219,28 @@ TEST_CASE("data-parallel steps: kernels multiplied together equal the replicas' 
       check_model(mlp, 1, replicas, 64, bf16);
     }
   }
+}
+
+TEST_CASE("data-parallel steps: a batch smaller than the replica count runs on the first replica alone") {
+  // 8 replicas for batches of up to 8: each replica's share is one example, and a last batch of 5
+  // (fewer than the replicas) goes to replica 0 whole, as one model computes it.
+  const ModelSpec spec = parse_model_spec(R"({"input_shape": [6], "seed": 2, "layers": [
+      {"type": "dense", "units": 5, "activation": "relu"}, {"type": "dense", "units": 3}]})");
+  nn::DataParallelModel<float> parallel(spec, 8, 8);
+  REQUIRE(parallel.replicas() == 8);
+  nn::Model<float> single(spec, 5);
+  AlignedFloats params(single.layout().total_size());
+  glorot_uniform_init(single.layout(), 3, params.data());
+  Rng rng(4);
+  std::vector<float> inputs(6 * 5);
+  for (float& v : inputs) v = rng.uniform_float(-1.0f, 1.0f);
+  const std::vector<int32_t> labels = {0, 2, 1, 1, 0};
+  AlignedFloats a(params.size()), b(params.size());
+  const nn::LossResult pa = parallel.compute_gradients(params.data(), inputs.data(), labels.data(), 5, a.data());
+  const nn::LossResult pb = single.compute_gradients(params.data(), inputs.data(), labels.data(), 5, b.data());
+  CHECK(std::bit_cast<uint64_t>(pa.loss_sum) == std::bit_cast<uint64_t>(pb.loss_sum));
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  std::vector<float> targets(labels.begin(), labels.end());
+  CHECK(parallel.evaluate(params.data(), inputs.data(), targets.data(), 5).correct ==
+        single.evaluate(params.data(), inputs.data(), targets.data(), 5).correct);
 }
