@@ -159,7 +159,7 @@ void data_parallel_steps(int replicas, int repeats, double min_ms) {
        128},
   };
   std::printf("\ndata-parallel steps on %d threads, forward and backward (ms per step)\n", replicas);
-  std::printf("%-44s %8s %12s %12s %7s\n", "model", "together", "slices+sum", "together", "ratio");
+  std::printf("%-44s %8s %12s %12s %7s\n", "model", "kernels", "slices+sum", "together", "ratio");
   for (const Job& job : jobs) {
     nn::DataParallelModel<float> model(parse_model_spec(job.spec), job.batch, replicas);
     const Buffer params = random(model.layout().total_size(), 1);
@@ -201,7 +201,7 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "%s needs a value\n", a.c_str());
       return 2;
     } else if (a == "--repeats") {
-      repeats = std::atoi(argv[i + 1]);
+      repeats = std::max(1, std::atoi(argv[i + 1]));
     } else if (a == "--min-ms") {
       min_ms = std::atof(argv[i + 1]);
     } else if (a == "--replicas") {

@@ -26,7 +26,8 @@ namespace pstrain::nn {
 template <typename T>
 class DataParallelModel {
  public:
-  // replicas >= 1. max_batch is the whole batch; each replica gets buffers for its share.
+  // replicas >= 1. max_batch is the whole batch; each replica gets buffers for its share, replica
+  // 0 for up to max(share, replicas - 1) examples (it takes a batch smaller than the replicas whole).
   DataParallelModel(const ModelSpec& spec, int64_t max_batch, int replicas, const LossSpec& loss = {});
 
   const ParamLayout& layout() const { return replicas_.front()->layout(); }
