@@ -32,16 +32,35 @@ MultiHeadAttention<T>::MultiHeadAttention(Geometry g, Tensors w, int64_t max_bat
 }
 
 template <typename T>
-const T* MultiHeadAttention<T>::weighing(const T* a, int64_t b, int64_t h) {
+typename MultiHeadAttention<T>::Span MultiHeadAttention<T>::span(int64_t b) const {
+  int64_t lo = 0, hi = g_.steps;
+  while (lo < hi && !kept(b, lo)) ++lo;
+  while (hi > lo && !kept(b, hi - 1)) --hi;
+  if (lo == hi) return {0, 0};
+  return {lo / kSpanAlign * kSpanAlign, hi};
+}
+
+template <typename T>
+void MultiHeadAttention<T>::zero_outside(T* m, int64_t rows, int64_t b, Span s) const {
+  T* example = m + b * g_.steps * rows;
+  std::fill(example, example + s.lo * rows, T(0));
+  std::fill(example + s.hi * rows, example + g_.steps * rows, T(0));
+}
+
+template <typename T>
+const T* MultiHeadAttention<T>::weighing(const T* a, int64_t b, int64_t h, Span s) {
   if (!dropping()) return a;
   const T* f = drop_factors(b, h);
-  for (int64_t k = 0; k < g_.steps * g_.steps; ++k) dropped_[static_cast<size_t>(k)] = a[k] * f[k];
+  const int64_t S = g_.steps;
+  for (int64_t i = s.lo; i < s.hi; ++i) {
+    for (int64_t j = s.lo; j < s.hi; ++j) dropped_[static_cast<size_t>(i * S + j)] = a[i * S + j] * f[i * S + j];
+  }
   return dropped_.data();
 }
 
 template <typename T>
-void MultiHeadAttention<T>::softmax(int64_t n, T scale, T* column) const {
-  const T* allowed = key_kept_.data();
+void MultiHeadAttention<T>::softmax(int64_t first, int64_t n, T scale, T* column) const {
+  const T* allowed = key_kept_.data() + first;
   if constexpr (std::is_same_v<T, float>) {
     simd::kernels().masked_softmax(n, scale, allowed, column);
   } else {  // the double engine's (gradient checks): the same formula, in plain order
@@ -110,21 +129,29 @@ void MultiHeadAttention<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T
   project(params + w_.value, w_.value_bias, params, in.data(), HV, C, S * B, values_.data());
   const T scale = T(1) / std::sqrt(static_cast<T>(K));
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t j = 0; j < S; ++j) key_kept_[static_cast<size_t>(j)] = kept(b, j) ? T(1) : T(0);
-    for (int64_t h = 0; h < H; ++h) {
+    // Only the span's keys and queries: every weight outside it is zero (padding), and so is
+    // every context column outside it.
+    const Span sp = span(b);
+    const int64_t L = sp.size();
+    zero_outside(context_.data(), HV, b, sp);
+    for (int64_t j = sp.lo; j < sp.hi; ++j) key_kept_[static_cast<size_t>(j)] = kept(b, j) ? T(1) : T(0);
+    for (int64_t h = 0; h < H && L > 0; ++h) {
       T* a = weights(b, h);
-      const T* q = queries_.data() + b * S * HK + h * K;
-      const T* k = keys_.data() + b * S * HK + h * K;
-      gemm<T>(Op::kTranspose, Op::kNone, S, S, K, k, HK, q, HK, T(0), a, S);  // column i: query i's scores
-      for (int64_t i = 0; i < S; ++i) {
-        T* column = a + i * S;
-        const int64_t n = !kept(b, i) ? 0 : (g_.causal ? i + 1 : S);  // the keys query i may see
-        softmax(n, scale, column);
-        std::fill(column + n, column + S, T(0));
+      const int64_t qk = (b * S + sp.lo) * HK + h * K, v = (b * S + sp.lo) * HV + h * V, corner = sp.lo * S + sp.lo;
+      // column i: query i's scores over the span's keys
+      gemm<T>(Op::kTranspose, Op::kNone, L, L, K, keys_.data() + qk, HK, queries_.data() + qk, HK, T(0), a + corner, S);
+      for (int64_t i = sp.lo; i < sp.hi; ++i) {
+        T* column = a + i * S + sp.lo;
+        const int64_t n = !kept(b, i) ? 0 : (g_.causal ? i + 1 : sp.hi) - sp.lo;  // the keys query i may see
+        softmax(sp.lo, n, scale, column);
+        std::fill(column + n, column + L, T(0));
+        if (dropping()) {
+          Dropout<T>::factors(g_.stream, example_keys_, b, (h * S + i) * S + sp.lo, L, g_.dropout,
+                              drop_factors(b, h) + i * S + sp.lo);
+        }
       }
-      if (dropping()) Dropout<T>::factors(g_.stream, example_keys_, b, h * S * S, S * S, g_.dropout, drop_factors(b, h));
-      gemm<T>(Op::kNone, Op::kNone, V, S, S, values_.data() + b * S * HV + h * V, HV, weighing(a, b, h), S, T(0),
-              context_.data() + b * S * HV + h * V, HV);
+      gemm<T>(Op::kNone, Op::kNone, V, L, L, values_.data() + v, HV, weighing(a, b, h, sp) + corner, S, T(0),
+              context_.data() + v, HV);
     }
   }
   project(params + w_.output, w_.output_bias, params, context_.data(), C, HV, S * B, out.data());
@@ -141,19 +168,30 @@ void MultiHeadAttention<T>::backward(const T* params, ConstMatMap<T> in, ConstMa
   const T scale = T(1) / std::sqrt(static_cast<T>(K));
   T* ds = dscores_.data();
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
+    const Span sp = span(b);  // as forward: outside it every weight and so every gradient is zero
+    const int64_t L = sp.size();
+    zero_outside(dqueries_.data(), HK, b, sp);
+    zero_outside(dkeys_.data(), HK, b, sp);
+    zero_outside(dvalues_.data(), HV, b, sp);
+    for (int64_t h = 0; h < H && L > 0; ++h) {
       const T* a = weights(b, h);
-      const T* dcontext = dcontext_.data() + b * S * HV + h * V;
-      const int64_t qk = b * S * HK + h * K, v = b * S * HV + h * V;
-      gemm<T>(Op::kTranspose, Op::kNone, S, S, V, values_.data() + v, HV, dcontext, HV, T(0), ds, S);
-      gemm<T>(Op::kNone, Op::kTranspose, V, S, S, dcontext, HV, weighing(a, b, h), S, T(0), dvalues_.data() + v, HV);
+      const int64_t qk = (b * S + sp.lo) * HK + h * K, v = (b * S + sp.lo) * HV + h * V, corner = sp.lo * S + sp.lo;
+      const T* dcontext = dcontext_.data() + v;
+      gemm<T>(Op::kTranspose, Op::kNone, L, L, V, values_.data() + v, HV, dcontext, HV, T(0), ds + corner, S);
+      gemm<T>(Op::kNone, Op::kTranspose, V, L, L, dcontext, HV, weighing(a, b, h, sp) + corner, S, T(0),
+              dvalues_.data() + v, HV);
       if (dropping()) {  // through the dropout to the weights
         const T* f = drop_factors(b, h);
-        for (int64_t k = 0; k < S * S; ++k) ds[k] *= f[k];
+        for (int64_t i = sp.lo; i < sp.hi; ++i) {
+          for (int64_t j = sp.lo; j < sp.hi; ++j) ds[i * S + j] *= f[i * S + j];
+        }
       }
-      for (int64_t i = 0; i < S; ++i) softmax_backward(S, scale, a + i * S, ds + i * S);  // the scale folded in
-      gemm<T>(Op::kNone, Op::kNone, K, S, S, keys_.data() + qk, HK, ds, S, T(0), dqueries_.data() + qk, HK);
-      gemm<T>(Op::kNone, Op::kTranspose, K, S, S, queries_.data() + qk, HK, ds, S, T(0), dkeys_.data() + qk, HK);
+      for (int64_t i = sp.lo; i < sp.hi; ++i) {
+        softmax_backward(L, scale, a + i * S + sp.lo, ds + i * S + sp.lo);  // the scale folded in
+      }
+      gemm<T>(Op::kNone, Op::kNone, K, L, L, keys_.data() + qk, HK, ds + corner, S, T(0), dqueries_.data() + qk, HK);
+      gemm<T>(Op::kNone, Op::kTranspose, K, L, L, queries_.data() + qk, HK, ds + corner, S, T(0), dkeys_.data() + qk,
+              HK);
     }
   }
   project_backward(w_.query, w_.query_bias, params, in.data(), dqueries_.data(), HK, C, S * B, grads, din, false);

@@ -19,7 +19,9 @@
 // Layouts (Keras' names): query/key/value kernels [channels, H, K or V] (column-major (H K) x
 // channels: one product projects every step of the batch), biases [H, K or V], the output kernel
 // [H, V, channels], its bias [channels]. Scores are kept for backward: H x steps x steps per
-// example. Every loop and product runs in a fixed order (deterministic).
+// example, of which only the block of the example's span (below: from its first step that is not
+// padding to its last) is computed and read. Every loop and product runs in a fixed order
+// (deterministic).
 //
 //   position_embedding: out[t] = in[t] + P[t] with P [steps, channels] learned (the position
 //   half of the Keras guide's TokenAndPositionEmbedding; Keras' Embedding initializer).
@@ -63,16 +65,30 @@ class MultiHeadAttention final : public Layer<T> {
 
  private:
   bool kept(int64_t b, int64_t t) const { return mask_ids_ == nullptr || mask_ids_[b * mask_rows_ + t] != T(0); }
+  // Example b's span [lo, hi): from its first step that is not padding, rounded down to a multiple
+  // of kSpanAlign, to just after its last; empty when every step is padding. Weights outside it are
+  // zero, so the products and softmaxes run over the span alone (padded batches' usual case: a
+  // sequence of L steps in S costs L^2, not S^2). The rounding keeps each key in the softmax lane
+  // it has over the whole sequence (simd's 16 lanes), so the sums are those over all S keys.
+  struct Span {
+    int64_t lo = 0, hi = 0;
+    int64_t size() const { return hi - lo; }
+  };
+  static constexpr int64_t kSpanAlign = 16;
+  Span span(int64_t b) const;
+  // Zeroes example b's columns (rows values each) of m outside span s.
+  void zero_outside(T* m, int64_t rows, int64_t b, Span s) const;
   // Example b's head h: its weights (steps x steps, column i the query i's over the keys).
   T* weights(int64_t b, int64_t h) { return weights_.data() + (b * g_.heads + h) * g_.steps * g_.steps; }
   // Training with dropout: example b's head h's dropout factors (0 or 1 / (1 - dropout)), as weights().
   bool dropping() const { return g_.dropout > 0.0f && example_keys_.ids != nullptr; }
   T* drop_factors(int64_t b, int64_t h) { return drop_factors_.data() + (b * g_.heads + h) * g_.steps * g_.steps; }
-  // The weights A_h (a) as the values see them: `a` itself, or dropped into dropped_.
-  const T* weighing(const T* a, int64_t b, int64_t h);
-  // Query column's softmax over its first n keys (those after are not allowed), which
+  // The weights A_h (a) as the values see them: `a` itself, or dropped into dropped_ (the
+  // span's block; the same indexing as a).
+  const T* weighing(const T* a, int64_t b, int64_t h, Span s);
+  // Query column's softmax over its n keys from key `first` (those after are not allowed), which
   // key_kept_ marks; float's is simd's masked_softmax. And its backward over n weights.
-  void softmax(int64_t n, T scale, T* column) const;
+  void softmax(int64_t first, int64_t n, T scale, T* column) const;
   void softmax_backward(int64_t n, T scale, const T* weight, T* column) const;
   // rows x columns = kernel * x (+ bias per row); kernel column-major rows x inner.
   void project(const T* kernel, size_t bias, const T* params, const T* x, int64_t rows, int64_t inner, int64_t columns,

@@ -42,11 +42,18 @@ std::vector<double> outputs(const ModelSpec& spec, const std::vector<double>& in
 
 TEST_CASE("multi_head_attention equals Keras' formulas in PyTorch: outputs and every gradient, masked, causal, without biases") {
   using Layer = nn::MultiHeadAttention<double>;
-  const int64_t batch = 3, steps = 5, channels = 4;
+  // 40 steps: padding at the end, inside, an example of padding only, one of no padding, and one
+  // padded on both sides whose span (attention.h) starts past step 16, the softmax lanes' width.
+  const int64_t batch = 5, steps = 40, channels = 4;
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> value(-0.9, 0.9);
-  // Padding at the end, inside, and an example of padding only.
-  const std::vector<std::vector<int>> keep = {{1, 1, 1, 0, 0}, {1, 0, 1, 1, 1}, {0, 0, 0, 0, 0}};
+  std::vector<std::vector<int>> keep(batch, std::vector<int>(steps, 0));
+  for (int64_t t = 0; t < steps; ++t) {
+    keep[0][t] = t < 3;
+    keep[1][t] = t != 1 && t != 30;
+    keep[3][t] = 1;
+    keep[4][t] = t >= 21 && t < 33 && t != 25;
+  }
   struct Case {
     int64_t heads, key_dim, value_dim;
     bool causal, masked, bias;
@@ -175,6 +182,43 @@ TEST_CASE("attention masks: padding changes nothing, a causal step sees only the
   CHECK(a[8] != b[8]);
   const std::vector<double> c = outputs(sequence(false), {3, 5, 1, 6}), d = outputs(sequence(false), {3, 5, 7, 2});
   CHECK(c[0] != d[0]);  // not causal: step 0 sees step 2
+}
+
+TEST_CASE("attention over spans: a padded batch after an unpadded one has a fresh layer's bits, dropout too") {
+  // The layer computes each example's span only (attention.h) and reuses its buffers: whatever an
+  // earlier batch left outside a span must not reach the outputs or the gradients (float engine,
+  // bit for bit; the same shapes on both sides, so the same products).
+  const ModelSpec spec = parse_model_spec(R"({"input_shape": [40], "seed": 5, "layers": [
+      {"name": "e", "type": "embedding", "input_dim": 30, "output_dim": 8, "mask_zero": true},
+      {"name": "a", "type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "dropout": 0.2},
+      {"type": "add", "inputs": ["e", "a"]},
+      {"type": "global_avgpool1d"}, {"type": "dense", "units": 3}]})");
+  const int64_t batch = 3, steps = 40;
+  std::vector<float> full(static_cast<size_t>(batch * steps)), padded(full.size(), 0.0f);
+  for (size_t k = 0; k < full.size(); ++k) full[k] = static_cast<float>(1 + (k * 7) % 29);
+  for (int64_t t = 0; t < steps; ++t) {
+    if (t < 9) padded[static_cast<size_t>(t)] = static_cast<float>(1 + t);                  // trailing padding
+    if (t >= 18 && t < 27) padded[static_cast<size_t>(steps + t)] = static_cast<float>(t);  // both sides
+  }  // example 2: padding only
+  const std::vector<int32_t> labels = {0, 2, 1};
+  const std::vector<uint32_t> ids = {4, 9, 13};
+  const nn::ExampleKeys keys{1, ids.data()};
+  nn::Model<float> reused(spec, batch), fresh(spec, batch);
+  std::vector<float> params(reused.layout().total_size());
+  glorot_uniform_init(reused.layout(), spec.seed, params.data());
+  std::vector<float> g_reused(params.size()), g_fresh(params.size());
+  reused.compute_gradients(params.data(), full.data(), labels.data(), batch, g_reused.data(), {}, nullptr, keys);
+  const auto train = [&](nn::Model<float>& model, std::vector<float>& grads) {
+    return model.compute_gradients(params.data(), padded.data(), labels.data(), batch, grads.data(), {}, nullptr, keys);
+  };
+  const float loss_reused = train(reused, g_reused).loss_sum, loss_fresh = train(fresh, g_fresh).loss_sum;
+  CHECK(loss_reused == loss_fresh);
+  CHECK(g_reused == g_fresh);
+  const auto y_fresh = fresh.forward(params.data(), padded.data(), batch);
+  const std::vector<float> first(y_fresh.data(), y_fresh.data() + y_fresh.size());
+  reused.forward(params.data(), full.data(), batch);
+  const auto y_reused = reused.forward(params.data(), padded.data(), batch);
+  CHECK(std::vector<float>(y_reused.data(), y_reused.data() + y_reused.size()) == first);
 }
 
 TEST_CASE("attention tensors: Keras' names, shapes and initializers, and position_embedding's") {
