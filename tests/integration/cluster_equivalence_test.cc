@@ -5,10 +5,12 @@
 // precision, and a dense layer whose kernel gradient the trainer's threads multiply together.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <regex>
 #include <set>
+#include <span>
 
 #include "common/data/job_spec.h"
 #include "common/engine/chunk_plan.h"
@@ -24,6 +26,14 @@ using namespace std::chrono_literals;
 using testing::mlp_cluster_spec;
 
 namespace {
+
+// The largest |a[i] - b[i]| (a and b of one size).
+double max_abs_difference(std::span<const float> a, std::span<const float> b) {
+  REQUIRE(a.size() == b.size());
+  double largest = 0;
+  for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, static_cast<double>(std::abs(a[i] - b[i])));
+  return largest;
+}
 
 // Runs `json` on a cluster of 2 servers and 2 workers and in the standalone trainer with
 // `replicas` batch slices; returns the largest parameter difference.
@@ -48,11 +58,7 @@ double distributed_vs_standalone(const std::string& json, int replicas, int64_t 
   const TrainingResult local = train_locally(parse_job_spec(json), options);
   REQUIRE(local.steps == expected_steps);
   REQUIRE(distributed.size() == local.params.size());
-  double max_diff = 0;
-  for (size_t i = 0; i < distributed.size(); ++i) {
-    max_diff = std::max(max_diff, static_cast<double>(std::abs(distributed[i] - local.params[i])));
-  }
-  return max_diff;
+  return max_abs_difference(distributed, local.params);
 }
 
 }  // namespace
@@ -79,10 +85,7 @@ TEST_CASE("sync SGD on 2 workers equals the trainer's two slices, and one step o
   const TrainingResult whole = train_locally(spec, options);
   options.replicas = 2;
   const TrainingResult halves = train_locally(spec, options);
-  double step_diff = 0;
-  for (size_t i = 0; i < whole.params.size(); ++i) {
-    step_diff = std::max(step_diff, static_cast<double>(std::abs(whole.params[i] - halves.params[i])));
-  }
+  const double step_diff = max_abs_difference(whole.params, halves.params);
   MESSAGE("one step, whole batch against two halves: max abs difference " << step_diff);
   CHECK(step_diff <= 1e-7);
 }
@@ -148,10 +151,7 @@ TEST_CASE("sync with global_clipnorm or clipnorm on 2 servers and 2 workers equa
     const TrainingResult clipped = train_locally(spec, options);
     spec.optimizer.clipnorm = spec.optimizer.global_clipnorm = 0.0f;
     const TrainingResult unclipped = train_locally(spec, options);
-    double moved = 0;
-    for (size_t i = 0; i < clipped.params.size(); ++i) {
-      moved = std::max(moved, static_cast<double>(std::abs(clipped.params[i] - unclipped.params[i])));
-    }
+    const double moved = max_abs_difference(clipped.params, unclipped.params);
     MESSAGE("clipped against unclipped: max abs difference " << moved);
     CHECK(moved > 1e-3);
   }
@@ -218,8 +218,7 @@ TEST_CASE("sync CNN in mixed_bfloat16 on 2 servers and 2 workers equals the stan
     const TrainingResult mixed = train_locally(spec, options);
     spec.precision = Precision::kFloat32;
     const TrainingResult full = train_locally(spec, options);
-    double apart = 0;
-    for (size_t i = 0; i < mixed.params.size(); ++i) apart = std::max(apart, static_cast<double>(std::abs(mixed.params[i] - full.params[i])));
+    const double apart = max_abs_difference(mixed.params, full.params);
     MESSAGE("bfloat16 against float32 after 5 steps: " << apart);
     CHECK(apart > 0);
     CHECK(apart < 1e-2);
