@@ -19,9 +19,9 @@
 // Layouts (Keras' names): query/key/value kernels [channels, H, K or V] (column-major (H K) x
 // channels: one product projects every step of the batch), biases [H, K or V], the output kernel
 // [H, V, channels], its bias [channels]. Scores are kept for backward: H x steps x steps per
-// example, of which only the block of the example's span (below: from its first step that is not
-// padding to its last) is computed and read. Every loop and product runs in a fixed order
-// (deterministic).
+// example, of which only the block of the example's span (Span below: from its first step that is
+// not padding, rounded down to a multiple of 16, to its last) is computed and read. Every loop
+// and product runs in a fixed order (deterministic).
 //
 //   position_embedding: out[t] = in[t] + P[t] with P [steps, channels] learned (the position
 //   half of the Keras guide's TokenAndPositionEmbedding; Keras' Embedding initializer).

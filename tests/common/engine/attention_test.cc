@@ -154,6 +154,31 @@ TEST_CASE("a transformer encoder block: finite differences behind a masked embed
   }
 }
 
+TEST_CASE("finite differences over spans past step 16: padding before and after, causal, with attention dropout") {
+  // 40 steps: example 0's span is [16, 33) (padding before step 21, inside at 25, after 32),
+  // example 1 has no padding, example 2 only its first 5 steps.
+  const auto ids = [](Problem& p) {
+    p.inputs.assign(3 * 40, 0.0);
+    for (int64_t t = 0; t < 40; ++t) {
+      if (t >= 21 && t < 33 && t != 25) p.inputs[static_cast<size_t>(t)] = static_cast<double>(1 + t % 7);
+      p.inputs[static_cast<size_t>(40 + t)] = static_cast<double>(1 + (t * 3) % 7);
+      if (t < 5) p.inputs[static_cast<size_t>(80 + t)] = static_cast<double>(1 + t);
+    }
+  };
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    const ModelSpec spec = parse_model_spec(std::string(R"({"input_shape": [40], "seed": 9, "layers": [
+        {"name": "tokens", "type": "embedding", "input_dim": 8, "output_dim": 4, "mask_zero": true},
+        {"name": "x", "type": "position_embedding"},
+        {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 3, "value_dim": 2, "dropout": 0.3,
+         "use_causal_mask": )") + (causal ? "true" : "false") + R"(},
+        {"name": "sum1", "type": "add", "inputs": ["x", "attend"]},
+        {"type": "global_avgpool1d"},
+        {"type": "dense", "units": 3}]})");
+    check_gradients(spec, 3, 96, GradientCheck{{}, ids});
+  }
+}
+
 TEST_CASE("attention masks: padding changes nothing, a causal step sees only the past, masks flow through residual adds") {
   // Padding: the pooled output over [3, 5, 0, 0] masked is the one over [3, 5] (attention's
   // tensors do not depend on the steps), and the padding's own vectors do not matter.
@@ -219,6 +244,19 @@ TEST_CASE("attention over spans: a padded batch after an unpadded one has a fres
   reused.forward(params.data(), full.data(), batch);
   const auto y_reused = reused.forward(params.data(), padded.data(), batch);
   CHECK(std::vector<float>(y_reused.data(), y_reused.data() + y_reused.size()) == first);
+  // Every step's output (the padding's too: the output bias there), not only the pooled ones.
+  const ModelSpec every_step = parse_model_spec(R"({"input_shape": [40], "seed": 5, "layers": [
+      {"name": "e", "type": "embedding", "input_dim": 30, "output_dim": 8, "mask_zero": true},
+      {"name": "a", "type": "multi_head_attention", "num_heads": 2, "key_dim": 4},
+      {"type": "flatten"}]})");
+  nn::Model<float> steps_reused(every_step, batch), steps_fresh(every_step, batch);
+  std::vector<float> steps_params(steps_reused.layout().total_size());
+  glorot_uniform_init(steps_reused.layout(), every_step.seed, steps_params.data());
+  const auto fresh_steps = steps_fresh.forward(steps_params.data(), padded.data(), batch);
+  const std::vector<float> expected(fresh_steps.data(), fresh_steps.data() + fresh_steps.size());
+  steps_reused.forward(steps_params.data(), full.data(), batch);
+  const auto reused_steps = steps_reused.forward(steps_params.data(), padded.data(), batch);
+  CHECK(std::vector<float>(reused_steps.data(), reused_steps.data() + reused_steps.size()) == expected);
 }
 
 TEST_CASE("attention tensors: Keras' names, shapes and initializers, and position_embedding's") {

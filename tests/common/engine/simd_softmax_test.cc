@@ -1,7 +1,7 @@
 // The attention softmax kernels of common/engine/simd (masked_softmax, softmax_backward) on every
 // level this CPU runs: against a double reference, masked keys at exactly 0, the sums' fixed lanes
-// (trailing masked keys change no bit; every level with FMA gives the same bits), and the
-// exponential's range ends.
+// (trailing masked keys change no bit; every level with FMA gives the same bits; a span from a
+// multiple of 16 gives the whole row's bits), and the exponential's range ends.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -136,4 +136,43 @@ TEST_CASE("masked_softmax and softmax_backward: the same bits on every level wit
     }
   }
   MESSAGE("levels with FMA here: " << fma_levels);
+}
+
+TEST_CASE("masked_softmax and softmax_backward over a span from a multiple of 16: the bits of the whole row") {
+  // multi_head_attention runs each example over its span (attention.h): keys outside it are not
+  // allowed, and a span starting at a multiple of 16 keeps every key in its lane, so the kernels
+  // on the span give the whole row's bits. A start off the lanes (5) may not; it differs here.
+  const int64_t n = 203;
+  const auto scores = uniform(n, 60, -30.0f, 30.0f), g = uniform(n, 61, -1.0f, 1.0f), allowed_all = mask(n, 62);
+  int off_lane_differences = 0;
+  for (const KernelTable* k : runnable_levels()) {
+    CAPTURE(std::string(simd::target_name(k->target)));
+    for (const int64_t lo : {0, 5, 16, 32, 48}) {
+      for (const int64_t hi : {lo + 1, int64_t{150}, n}) {
+        CAPTURE(lo);
+        CAPTURE(hi);
+        auto allowed = allowed_all;
+        for (int64_t j = 0; j < n; ++j) {
+          if (j < lo + 3 || j >= hi) allowed[static_cast<size_t>(j)] = 0.0f;
+        }
+        allowed[static_cast<size_t>(hi - 1)] = 1.0f;  // one allowed key at least
+        auto whole = scores, whole_g = g;
+        k->masked_softmax(n, 0.25f, allowed.data(), whole.data());
+        k->softmax_backward(n, 0.25f, whole.data(), whole_g.data());
+        auto span = scores, span_g = g;
+        k->masked_softmax(hi - lo, 0.25f, allowed.data() + lo, span.data() + lo);
+        k->softmax_backward(hi - lo, 0.25f, span.data() + lo, span_g.data() + lo);
+        const std::vector<float> a(whole.begin() + lo, whole.begin() + hi), b(span.begin() + lo, span.begin() + hi);
+        const std::vector<float> da(whole_g.begin() + lo, whole_g.begin() + hi);
+        const std::vector<float> db(span_g.begin() + lo, span_g.begin() + hi);
+        if (lo % 16 == 0) {
+          CHECK(same(a, b));
+          CHECK(same(da, db));
+        } else if (!same(a, b) || !same(da, db)) {
+          ++off_lane_differences;
+        }
+      }
+    }
+  }
+  CHECK(off_lane_differences > 0);
 }
