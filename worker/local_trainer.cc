@@ -240,6 +240,11 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
     if (nn::is_moving_statistic(p.role)) moving.push_back({p.offset, p.size, nn::moving_momentum(spec.model, p)});
   }
   std::vector<float> moving_before;
+  // The step's tail in one pass (DESIGN-NOTES): the replicas' gradient sum and the scaling run
+  // inside the update, block by block, with the bits of separate passes. Not with clipping (its
+  // norm needs the whole scaled gradient first) or sparse tables (their rows update apart).
+  const bool fused_tail = sparse.empty() && !spec.optimizer.clips();
+  model.leave_sum_to_caller(fused_tail);
   const auto optimizer = optim::make_optimizer(spec.optimizer);
   optim::OptimizerState& state = result.optimizer;
   state = optimizer->make_state(layout.total_size());
@@ -298,13 +303,21 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
         throw Error("loss became " + std::to_string(r.loss_sum) + " at epoch " + std::to_string(epoch + 1) +
                     " step " + std::to_string(step + 1));
       }
-      nn::scale_and_regularize(layout, grads.data(), result.params.data(), n);
-      if (spec.optimizer.clips()) nn::clip_gradient(spec.optimizer, layout, clip_chunks, grads.data());
+      if (!fused_tail) {
+        nn::scale_and_regularize(layout, grads.data(), result.params.data(), n);
+        if (spec.optimizer.clips()) nn::clip_gradient(spec.optimizer, layout, clip_chunks, grads.data());
+      }
       moving_before.clear();
       for (const Moving& m : moving) {
         moving_before.insert(moving_before.end(), result.params.data() + m.offset, result.params.data() + m.offset + m.size);
       }
-      if (sparse.empty()) {
+      if (fused_tail) {  // the replicas' sum and the scaling, block by block inside the update
+        optimizer->apply(result.params, grads, state, result.params, lr_scale, [&](int64_t b, int64_t e) {
+          model.sum_into(grads.data(), static_cast<size_t>(b), static_cast<size_t>(e));
+          nn::scale_and_regularize(layout, grads.data(), result.params.data(), n, static_cast<size_t>(b),
+                                   static_cast<size_t>(e));
+        });
+      } else if (sparse.empty()) {
         optimizer->apply(result.params, grads, state, result.params, lr_scale);
       } else {
         table_rows.clear();

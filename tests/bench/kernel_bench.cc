@@ -9,7 +9,9 @@
 // ways nn::DataParallelModel can compute them with the same bits: each thread its slice's whole
 // product, then the buffers summed (as before simd/segmented_product.h), against
 // product_segments splitting the kernel into blocks over the threads; and whole steps of three
-// models both ways (DataParallelModel::multiply_kernels_together); interleaved, as ratios.
+// models both ways (DataParallelModel::multiply_kernels_together); and whole trainer steps with
+// the step's tail (replica sum, scaling, Adam) in separate passes or inside the update; interleaved,
+// as ratios.
 //
 //   pstrain-kernel-bench [--repeats 5] [--min-ms 100] [--replicas 2] [--data-parallel-only]
 #include <algorithm>
@@ -27,9 +29,11 @@
 #include "common/engine/compute_threads.h"
 #include "common/engine/nn/data_parallel_model.h"
 #include "common/engine/nn/gemm.h"
+#include "common/engine/nn/gradient_scaling.h"
 #include "common/engine/nn/onednn_conv.h"
 #include "common/engine/nn/onednn_matmul.h"
 #include "common/base/rng.h"
+#include "common/engine/optim/optimizer.h"
 #include "common/engine/simd/bf16_product.h"
 #include "common/engine/simd/kernels.h"
 #include "common/engine/simd/segmented_product.h"
@@ -187,6 +191,76 @@ void data_parallel_steps(int replicas, int repeats, double min_ms) {
   }
 }
 
+// Whole trainer steps (data-parallel forward and backward, then the update) of a few models with
+// Adam on `replicas` threads, the step's tail two ways with the same bits: the replicas' sum
+// inside compute_gradients, the scaling on one thread, then the update (as before); against the
+// sum and the scaling block by block inside the update (optim::Optimizer::Prologue, as
+// worker/local_trainer.cc runs it); alternating, as ratios.
+void data_parallel_tails(int replicas, int repeats, double min_ms) {
+  struct Job {
+    const char* name;
+    const char* spec;
+  };
+  const Job jobs[] = {
+      {"MLP 784-700-500-10, batch 128",
+       R"({"input_shape": [784], "seed": 1, "layers": [{"type": "dense", "units": 700, "activation": "relu"},
+           {"type": "dense", "units": 500, "activation": "relu"}, {"type": "dense", "units": 10}]})"},
+      {"Keras CNN conv32-d128-d10, batch 128",
+       R"({"input_shape": [28, 28, 1], "seed": 1, "layers": [{"type": "conv2d", "filters": 32, "kernel_size": 3,
+           "activation": "relu"}, {"type": "flatten"}, {"type": "dense", "units": 128, "activation": "relu"},
+           {"type": "dense", "units": 10}]})"},
+      {"MLP 784-2048-2048-10, batch 128",
+       R"({"input_shape": [784], "seed": 1, "layers": [{"type": "dense", "units": 2048, "activation": "relu"},
+           {"type": "dense", "units": 2048, "activation": "relu"}, {"type": "dense", "units": 10}]})"},
+  };
+  const int64_t batch = 128;
+  set_compute_threads(replicas);  // the update runs on every thread, as in the trainer
+  std::printf("\ntrainer steps with Adam on %d threads: the tail in separate passes, and in the update (ms per step)\n",
+              replicas);
+  std::printf("%-44s %12s %12s %7s\n", "model", "separate", "in update", "ratio");
+  const auto optimizer = optim::make_optimizer(OptimizerSpec{});
+  for (const Job& job : jobs) {
+    nn::DataParallelModel<float> model(parse_model_spec(job.spec), batch, replicas);
+    const ParamLayout& layout = model.layout();
+    Buffer params = random(layout.total_size(), 1);
+    for (float& v : params) v *= 0.05f;
+    Buffer inputs = random(static_cast<size_t>(model.input_size() * batch), 2), grads(params.size());
+    for (float& v : inputs) v = v < 0 ? 0.0f : v;
+    std::vector<int32_t> labels(static_cast<size_t>(batch));
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
+    optim::OptimizerState state = optimizer->make_state(params.size());
+    const std::span<float> w(params.data(), params.size());
+    const std::span<const float> g(grads.data(), grads.size());
+    const auto separate = [&] {
+      model.leave_sum_to_caller(false);
+      model.compute_gradients(params.data(), inputs.data(), labels.data(), batch, grads.data());
+      nn::scale_and_regularize(layout, grads.data(), params.data(), batch);
+      optimizer->apply(w, g, state, w, 1.0f);
+    };
+    const auto fused = [&] {
+      model.leave_sum_to_caller(true);
+      model.compute_gradients(params.data(), inputs.data(), labels.data(), batch, grads.data());
+      optimizer->apply(w, g, state, w, 1.0f, [&](int64_t b, int64_t e) {
+        model.sum_into(grads.data(), static_cast<size_t>(b), static_cast<size_t>(e));
+        nn::scale_and_regularize(layout, grads.data(), params.data(), batch, static_cast<size_t>(b),
+                                 static_cast<size_t>(e));
+      });
+    };
+    std::vector<double> a, b;
+    for (int r = 0; r < repeats; ++r) {  // interleaved, each first in every other repeat
+      if (r % 2 == 0) a.push_back(time_it(separate, 1, min_ms));
+      b.push_back(time_it(fused, 1, min_ms));
+      if (r % 2 == 1) a.push_back(time_it(separate, 1, min_ms));
+    }
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    const double ta = a[a.size() / 2], tb = b[b.size() / 2];
+    std::printf("%-44s %12.3f %12.3f %7.2f\n", job.name, ta * 1e3, tb * 1e3, ta / tb);
+    std::fflush(stdout);
+  }
+  set_compute_threads(1);
+}
+
 int run(int argc, char** argv) {
   int repeats = 5;
   int replicas = 2;
@@ -301,6 +375,7 @@ int run(int argc, char** argv) {
   }
   data_parallel_kernel_gradients(replicas, repeats, min_ms);
   data_parallel_steps(replicas, repeats, min_ms);
+  data_parallel_tails(replicas, repeats, min_ms);
   return 0;
 }
 

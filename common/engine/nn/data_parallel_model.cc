@@ -94,6 +94,8 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
                                                    const ExampleKeys& keys) {
   const int n = replicas();
   if (on_slice_ && ready) throw Error("a slice-gradient callback announces nothing: not with `ready`");
+  if (caller_sums_ && ready) throw Error("gradients the caller sums are announced by nobody: not with `ready`");
+  unsummed_ = Unsummed::kNone;
   share_sparse_rows();
   if (n == 1 || batch < n) {
     if (n > 1 && factored != nullptr) throw Error("factored kernel gradients need a single replica");
@@ -121,7 +123,10 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
     on_slice_(0, grads);
     for (int r = 1; r < n; ++r) on_slice_(r, replica_grads_[static_cast<size_t>(r - 1)].data());
   }
-  if (defer) {
+  if (caller_sums_) {
+    unsummed_ = defer ? Unsummed::kSummedRanges : Unsummed::kAll;
+    if (defer) multiply_deferred_kernels(grads);
+  } else if (defer) {
     sum_dense_gradients(grads);
     multiply_deferred_kernels(grads);
   } else {
@@ -154,6 +159,25 @@ void DataParallelModel<T>::sum_dense_gradients(T* grads) {
       for (const auto& g : replica_grads_) sum += g[static_cast<size_t>(i)];
       grads[i] = sum;
     }
+  }
+}
+
+template <typename T>
+void DataParallelModel<T>::sum_into(T* grads, size_t begin, size_t end) const {
+  const auto add = [&](size_t from, size_t to) {
+    from = std::max(from, begin);
+    to = std::min(to, end);
+    // Replica by replica over the block (it stays in cache): each element still adds replica 1,
+    // then 2, ..., and the inner loop vectorizes.
+    for (const auto& g : replica_grads_) {
+      const T* src = g.data();
+      for (size_t i = from; i < to; ++i) grads[i] += src[i];
+    }
+  };
+  if (unsummed_ == Unsummed::kAll) {
+    add(0, layout().dense_size());
+  } else if (unsummed_ == Unsummed::kSummedRanges) {
+    for (const auto& [from, to] : summed_ranges_) add(from, to);
   }
 }
 

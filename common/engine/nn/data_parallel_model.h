@@ -71,6 +71,15 @@ class DataParallelModel {
   // way (tests and benchmarks compare the two). kernels_together() counts the kernels it applies to.
   void multiply_kernels_together(bool on) { multiply_together_ = on; }
   size_t kernels_together() const { return static_cast<size_t>(std::count(deferred_.begin(), deferred_.end(), true)); }
+  // Whether compute_gradients leaves the replicas' dense gradients unsummed (off by default): the
+  // caller then adds them with sum_into, block by block, before it reads `grads` (the trainer does
+  // so inside its optimizer's update: optim::Optimizer::Prologue). The kernels multiplied together
+  // and the sparse rows are summed either way. Not with compute_gradients' `ready`.
+  void leave_sum_to_caller(bool on) { caller_sums_ = on; }
+  // Adds replicas 1..R-1's dense gradients into grads[begin, end), in replica order, where the last
+  // compute_gradients left them unsummed (nothing otherwise): the bits of the sum it would have
+  // taken. Calls on disjoint ranges may run on different threads at once.
+  void sum_into(T* grads, size_t begin, size_t end) const;
   // The first replica (with one replica, the whole model: its kernel_factors).
   const Model<T>& first_replica() const { return *replicas_.front(); }
   LossResult evaluate(const T* params, const T* inputs, const float* targets, int64_t batch);
@@ -103,6 +112,11 @@ class DataParallelModel {
   typename Model<T>::FactoredKernels deferred_;
   std::vector<std::pair<size_t, size_t>> summed_ranges_;
   bool multiply_together_ = true;
+  bool caller_sums_ = false;
+  // What the last compute_gradients left for sum_into: nothing, the summed ranges (the deferred
+  // kernels are final), or the whole dense range.
+  enum class Unsummed { kNone, kSummedRanges, kAll };
+  Unsummed unsummed_ = Unsummed::kNone;
 
   std::vector<std::vector<T, CacheAlignedAllocator<T>>> replica_grads_;  // for replicas 1..R-1 (replica 0 writes the caller's buffer)
   std::span<const SparseTableRows<T>> sparse_rows_;

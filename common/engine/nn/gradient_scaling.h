@@ -35,6 +35,19 @@ void scale_and_regularize(const ParamLayout& layout, T* grads, const T* params, 
   }
 }
 
+// The same over the layout's positions [begin, end) only (a block of the flat gradient): each
+// value gets exactly what the whole-layout call gives it.
+template <typename T>
+void scale_and_regularize(const ParamLayout& layout, T* grads, const T* params, int64_t examples, size_t begin,
+                          size_t end) {
+  for (const ParamInfo& p : layout.params()) {
+    if (p.sparse || p.offset >= end || p.offset + p.size <= begin) continue;
+    const size_t from = p.offset > begin ? p.offset : begin;
+    const size_t to = p.offset + p.size < end ? p.offset + p.size : end;
+    scale_and_regularize(grads + from, params + from, to - from, examples, p.l2);
+  }
+}
+
 // sum over kernels of l2 * ||w||^2: the regularisation term of the reported loss.
 template <typename T>
 double regularization_loss(const ParamLayout& layout, const T* params) {

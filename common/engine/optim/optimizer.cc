@@ -1,5 +1,6 @@
 #include "common/engine/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #ifdef _OPENMP
 #include <omp.h>
@@ -51,16 +52,18 @@ void over_threads(int64_t n, const F& f) {
   f(0, n);
 }
 
-// Decoupled weight decay (Keras 3's _apply_weight_decay), before the update: out = w - w * wd * lr.
-// Returns where the update reads its parameters from then.
+// Decoupled weight decay (Keras 3's _apply_weight_decay), before the update: out = w - w * wd * lr,
+// over [b, e).
+void decay(const float* w, float* o, int64_t b, int64_t e, float weight_decay, float lr) {
+  for (int64_t i = b; i < e; ++i) o[i] = w[i] - w[i] * weight_decay * lr;
+}
+
+// The decay over the whole range. Returns where the update reads its parameters from then.
 const float* apply_weight_decay(std::span<const float> params, std::span<float> out, float weight_decay, float lr) {
   if (weight_decay == 0.0f) return params.data();
-  const float* w = params.data();
-  float* o = out.data();
-  over_threads(static_cast<int64_t>(params.size()), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) o[i] = w[i] - w[i] * weight_decay * lr;
-  });
-  return o;
+  over_threads(static_cast<int64_t>(params.size()),
+               [&](int64_t b, int64_t e) { decay(params.data(), out.data(), b, e, weight_decay, lr); });
+  return out.data();
 }
 
 class Sgd final : public Optimizer {
@@ -227,17 +230,39 @@ void Optimizer::apply(std::span<const float> params, std::span<const float> grad
   update_range(step, params, grads, state, out);
 }
 
+void Optimizer::apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+                      std::span<float> out, float lr_scale, const Prologue& prologue) const {
+  const Step step = begin_step(state, lr_scale);
+  update_range(step, params, grads, state, out, &prologue);
+}
+
 void Optimizer::update_range(const Step& step, std::span<const float> params, std::span<const float> grads,
-                             OptimizerState& state, std::span<float> out) const {
-  const float* w = apply_weight_decay(params, out, weight_decay(), step.decay_lr);
+                             OptimizerState& state, std::span<float> out, const Prologue* prologue) const {
+  const float wd = weight_decay();
+  // Without a prologue the decay is one pass before the update; with one, each block's decay comes
+  // after its prologue (which may read the parameters as they were) and before its update.
+  const float* w = prologue == nullptr ? apply_weight_decay(params, out, wd, step.decay_lr)
+                                       : (wd == 0.0f ? params.data() : out.data());
   const float* g = grads.data();
   float* o = out.data();
   float* slots[kMaxSlots] = {};
   for (size_t i = 0; i < state.slots.size() && i < kMaxSlots; ++i) slots[i] = state.slots[i].values.data();
-  over_threads(static_cast<int64_t>(params.size()), [&](int64_t b, int64_t e) {
+  const auto update_at = [&](int64_t b, int64_t e) {
     float* at[kMaxSlots] = {};
     for (size_t i = 0; i < kMaxSlots; ++i) at[i] = slots[i] != nullptr ? slots[i] + b : nullptr;
     update(step, e - b, w + b, g + b, at, o + b);
+  };
+  if (prologue == nullptr) {
+    over_threads(static_cast<int64_t>(params.size()), update_at);
+    return;
+  }
+  over_threads(static_cast<int64_t>(params.size()), [&](int64_t b, int64_t e) {
+    for (int64_t at = b; at < e; at += kPrologueBlock) {
+      const int64_t end = std::min(e, at + kPrologueBlock);
+      (*prologue)(at, end);
+      if (wd != 0.0f) decay(params.data(), o, at, end, wd, step.decay_lr);
+      update_at(at, end);
+    }
   });
 }
 

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -76,6 +77,18 @@ class Optimizer {
   // learning rate as the top comment says.
   void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
              std::span<float> out, float lr_scale) const;
+  // The caller's last element-wise pass over the gradient, done by the update itself: called on
+  // each block [begin, end) of the range (blocks of kPrologueBlock values, on whichever thread then
+  // updates that block), just before the block's gradients are read. It may write only
+  // grads[begin, end) (and its own buffers) and read params there; the update's bits are those
+  // of running it over the whole range first (every step is element-wise). Why: the trainer's
+  // replica sum and scaling are memory-bound passes over the whole gradient; done block by block
+  // they read what the update is about to read while it is in cache (DESIGN-NOTES "The step's
+  // tail in one pass").
+  using Prologue = std::function<void(int64_t begin, int64_t end)>;
+  static constexpr int64_t kPrologueBlock = 4096;
+  void apply(std::span<const float> params, std::span<const float> grads, OptimizerState& state,
+             std::span<float> out, float lr_scale, const Prologue& prologue) const;
   // The lazy update of a table's rows (a sparse embedding table; docs/DESIGN-NOTES.md "Sparse
   // models"): rows `rows` (ascending, distinct) of `params`, a table of `dim` columns, get the
   // update apply() gives them, from `grads` (rows.size() x dim, row after row), in place; every
@@ -118,7 +131,7 @@ class Optimizer {
  private:
   // apply()'s update of a whole range under `step` (slots from the state's start).
   void update_range(const Step& step, std::span<const float> params, std::span<const float> grads,
-                    OptimizerState& state, std::span<float> out) const;
+                    OptimizerState& state, std::span<float> out, const Prologue* prologue = nullptr) const;
   // apply_rows()'s update of `rows` of `table` under `step`; the table's slots start at
   // `slot_offset` in the state's.
   void update_rows(const Step& step, float* table, size_t dim, std::span<const uint32_t> rows, const float* grads,

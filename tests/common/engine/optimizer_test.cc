@@ -2,6 +2,7 @@
 // the Keras formulas written out in optimizer.h), three steps each.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -137,6 +138,66 @@ TEST_CASE("an update written elsewhere equals the in-place one and leaves the ol
       CHECK(out == in_place);  // bit for bit
       old = out;
       CHECK(before != out);  // the update did change something, elsewhere
+    }
+  }
+}
+
+TEST_CASE("a prologue run block by block inside the update gives the bits of a pass before it") {
+  // The trainer's fused tail: the gradient's last pass (here g = raw / 2 + w / 100, reading the
+  // parameters as they were) runs on each block just before its update. Every optimizer, weight
+  // decay on and off, in place and written elsewhere, one block and several, on one thread and
+  // (above the threshold) on every thread; state and results compared bit for bit, 3 steps.
+  const auto spec_of = [](OptimizerType type, float momentum, float weight_decay) {
+    OptimizerSpec s;
+    s.type = type;
+    s.momentum = momentum;
+    s.nesterov = momentum > 0.0f;
+    s.centered = type == OptimizerType::kRmsprop;
+    s.weight_decay = weight_decay;
+    return s;
+  };
+  const std::vector<OptimizerSpec> specs = {
+      spec_of(OptimizerType::kSgd, 0.0f, 0.0f),      spec_of(OptimizerType::kSgd, 0.9f, 0.01f),
+      spec_of(OptimizerType::kAdam, 0.0f, 0.0f),     spec_of(OptimizerType::kAdamW, 0.0f, 0.004f),
+      spec_of(OptimizerType::kAdagrad, 0.0f, 0.0f),  spec_of(OptimizerType::kRmsprop, 0.5f, 0.02f)};
+  for (const OptimizerSpec& spec : specs) {
+    for (const size_t n : {size_t{100}, size_t{9000}, size_t{200000}}) {
+      for (const bool in_place : {true, false}) {
+        CAPTURE(optimizer_type_name(spec.type));
+        CAPTURE(spec.weight_decay);
+        CAPTURE(n);
+        CAPTURE(in_place);
+        const auto optimizer = optim::make_optimizer(spec);
+        std::vector<float> wa(n), wb(n), raw(n);
+        for (size_t i = 0; i < n; ++i) wa[i] = wb[i] = static_cast<float>(i % 13) * 0.37f - 2.0f;
+        optim::OptimizerState a = optimizer->make_state(n), b = optimizer->make_state(n);
+        std::vector<float> out_a(n), out_b(n), ga(n), gb(n);
+        for (int step = 0; step < 3; ++step) {
+          for (size_t i = 0; i < n; ++i) raw[i] = static_cast<float>((i * 7 + static_cast<size_t>(step)) % 11) - 5.0f;
+          for (size_t i = 0; i < n; ++i) ga[i] = raw[i] / 2.0f + wa[i] / 100.0f;
+          optimizer->apply(wa, ga, a, in_place ? std::span<float>(wa) : std::span<float>(out_a), 1.0f);
+          std::vector<int> calls(n, 0);
+          optimizer->apply(wb, gb, b, in_place ? std::span<float>(wb) : std::span<float>(out_b), 1.0f,
+                           [&](int64_t begin, int64_t end) {
+                             for (int64_t i = begin; i < end; ++i) {
+                               gb[i] = raw[i] / 2.0f + wb[i] / 100.0f;
+                               ++calls[i];
+                             }
+                           });
+          CHECK(std::count(calls.begin(), calls.end(), 1) == static_cast<std::ptrdiff_t>(n));
+          CHECK(std::memcmp(ga.data(), gb.data(), n * sizeof(float)) == 0);
+          const std::vector<float>& ra = in_place ? wa : out_a;
+          const std::vector<float>& rb = in_place ? wb : out_b;
+          CHECK(std::memcmp(ra.data(), rb.data(), n * sizeof(float)) == 0);
+          REQUIRE(a.slots.size() == b.slots.size());
+          for (size_t k = 0; k < a.slots.size(); ++k) CHECK(a.slots[k].values == b.slots[k].values);
+          CHECK(a.iterations == b.iterations);
+          if (!in_place) {  // the next step starts from the results
+            wa = out_a;
+            wb = out_b;
+          }
+        }
+      }
     }
   }
 }

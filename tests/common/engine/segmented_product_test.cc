@@ -246,3 +246,43 @@ TEST_CASE("data-parallel steps: a batch smaller than the replica count runs on t
   CHECK(std::bit_cast<uint64_t>(ea.loss_sum) == std::bit_cast<uint64_t>(eb.loss_sum));
   CHECK(ea.correct == eb.correct);
 }
+
+TEST_CASE("data-parallel steps: replicas left unsummed and added by sum_into in blocks give the summed bits") {
+  // The trainer's fused tail (worker/local_trainer.cc): compute_gradients leaves replicas 1..R-1's
+  // gradients where they are and the update adds them block by block. Blocks of an odd size in
+  // reverse order, with the kernels multiplied together and without (every range then unsummed).
+  const std::string cnn = R"({"input_shape": [32, 32, 1], "seed": 3, "layers": [
+      {"type": "conv2d", "filters": 16, "kernel_size": 3, "activation": "relu"}, {"type": "flatten"},
+      {"type": "dense", "units": 80, "activation": "relu"}, {"type": "dense", "units": 5}]})";
+  for (const int replicas : {2, 3}) {
+    for (const bool together : {true, false}) {
+      CAPTURE(replicas);
+      CAPTURE(together);
+      nn::DataParallelModel<float> model(parse_model_spec(cnn), 13, replicas);
+      model.multiply_kernels_together(together);
+      AlignedFloats params(model.layout().total_size());
+      glorot_uniform_init(model.layout(), 9, params.data());
+      Rng rng(11);
+      std::vector<float> inputs(static_cast<size_t>(model.input_size() * 13));
+      for (float& v : inputs) v = rng.uniform_float(-1.0f, 1.0f);
+      const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2};
+      const Step summed = step(model, params, inputs, labels, 13);
+      model.leave_sum_to_caller(true);
+      Step left = step(model, params, inputs, labels, 13);
+      CHECK(differing(left.grads, summed.grads) > 0);  // something was left to add
+      const size_t n = model.layout().dense_size(), block = 1001;
+      for (size_t end = n; end > 0;) {
+        const size_t begin = end > block ? end - block : 0;
+        model.sum_into(left.grads.data(), begin, end);
+        end = begin;
+      }
+      CHECK(same_step(left, summed));
+      // A batch smaller than the replicas runs on replica 0 alone: nothing is left to add.
+      const Step alone = step(model, params, inputs, labels, replicas - 1);
+      Step again = alone;
+      model.sum_into(again.grads.data(), 0, n);
+      CHECK(differing(again.grads, alone.grads) == 0);
+      model.leave_sum_to_caller(false);
+    }
+  }
+}
