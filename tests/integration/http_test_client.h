@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "tests/integration/cluster.h"
+#include "tests/json_fields.h"
 
 namespace pstrain::testing::http_test {
 
@@ -264,15 +265,9 @@ inline std::string str(const json::object& o, std::string_view key) {
   return v != nullptr && v->is_string() ? std::string(v->as_string()) : std::string();
 }
 
-inline double num(const json::object& o, std::string_view key) {
-  const auto* v = o.if_contains(key);
-  return v != nullptr && v->is_number() ? v->to_number<double>() : std::nan("");
-}
+using testing::json_fields::num;
 
-inline json::array arr(const json::object& o, std::string_view key) {  // a copy: `o` may be a temporary
-  const auto* v = o.if_contains(key);
-  return v != nullptr && v->is_array() ? v->as_array() : json::array();
-}
+using testing::json_fields::arr;
 
 inline const json::object& obj(const json::value& v) {
   static const json::object empty;
