@@ -312,10 +312,10 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
         moving_before.insert(moving_before.end(), result.params.data() + m.offset, result.params.data() + m.offset + m.size);
       }
       if (fused_tail) {  // the replicas' sum and the scaling, block by block inside the update
-        optimizer->apply(result.params, grads, state, result.params, lr_scale, [&](int64_t b, int64_t e) {
-          model.sum_into(grads.data(), static_cast<size_t>(b), static_cast<size_t>(e));
-          nn::scale_and_regularize(layout, grads.data(), result.params.data(), n, static_cast<size_t>(b),
-                                   static_cast<size_t>(e));
+        optimizer->apply(result.params, grads, state, result.params, lr_scale, [&](int64_t from, int64_t to) {
+          const auto begin = static_cast<size_t>(from), end = static_cast<size_t>(to);
+          model.sum_into(grads.data(), begin, end);
+          nn::scale_and_regularize(layout, grads.data(), result.params.data(), n, begin, end);
         });
       } else if (sparse.empty()) {
         optimizer->apply(result.params, grads, state, result.params, lr_scale);

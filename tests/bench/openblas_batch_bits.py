@@ -2,8 +2,8 @@
 # Whether OpenBLAS gives an example the same bits whatever the batch it is multiplied in: one
 # product of 128 examples against two of 64 (and the first 37), on dense layers' shapes, through
 # numpy (Debian's numpy calls the same libblas/libopenblas the engine links). Prints, per shape
-# (out, in), whether each part's rows equal the whole product's. docs/DESIGN-NOTES.md "Batch
-# parallelism" cites it.
+# (out, in), whether each part's rows equal the whole product's. docs/BENCHMARKS.md ("seventeenth
+# session") has its results; DESIGN-NOTES "Batch parallelism" the conclusion.
 #   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 tests/bench/openblas_batch_bits.py t1
 import numpy as np, sys
 rng=np.random.default_rng(1)

@@ -5,9 +5,7 @@
 #include "tests/coordinator/rest_api_support.h"
 
 using namespace pstrain;
-using namespace pstrain::rest_test;
-using namespace std::chrono_literals;
-namespace json = boost::json;
+using namespace pstrain::rest_test;  // (with its json alias and std::chrono_literals)
 
 TEST_CASE("RestApi: GET /metrics exposes jobs, nodes and request counters in the Prometheus text format") {
   Api a;

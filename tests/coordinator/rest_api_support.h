@@ -39,7 +39,6 @@ namespace pstrain::rest_test {
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
-
 // ---- The fake commands.
 
 // Records every command; answers with the id and CancelResult the test chose. Like the real
@@ -170,7 +169,6 @@ inline std::string str(const json::object& o, std::string_view key) {
 }
 
 using testing::json_fields::num;
-
 using testing::json_fields::arr;
 
 inline json::object obj(const json::value& v) { return v.is_object() ? v.as_object() : json::object(); }
@@ -369,6 +367,5 @@ inline std::string spec_with(const std::function<void(json::object&)>& change) {
 inline json::object& layer(json::object& spec, size_t i) {
   return spec["model"].as_object()["layers"].as_array()[i].as_object();
 }
-
 
 }  // namespace pstrain::rest_test

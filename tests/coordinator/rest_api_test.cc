@@ -7,9 +7,7 @@
 #include "tests/coordinator/rest_api_support.h"
 
 using namespace pstrain;
-using namespace pstrain::rest_test;
-using namespace std::chrono_literals;
-namespace json = boost::json;
+using namespace pstrain::rest_test;  // (with its json alias and std::chrono_literals)
 
 
 TEST_CASE("RestApi: GET /healthz answers ok, also to HEAD") {
@@ -503,8 +501,8 @@ TEST_CASE("RestApi: GET /v1/openapi.json serves the OpenAPI document, which desc
   CHECK(a.commands.calls == Calls{"cancel job-1"});
 }
 
-// ---- Bearer tokens (access_control.h).
-
+// Regression (fuzz/rest_fuzz.cc): a problem's detail echoes what the client sent (here the
+// Content-Type); bytes that are not UTF-8 made the body invalid JSON. They become U+FFFD.
 TEST_CASE("a problem that echoes bytes which are not UTF-8 is still valid JSON") {
   Api a;
   const HttpResponse r = a.call("POST", "/v1/jobs", R"({"name": 3})", "application/\xff\xff\xff\xffjson");
@@ -519,5 +517,3 @@ TEST_CASE("a problem that echoes bytes which are not UTF-8 is still valid JSON")
   CHECK(to_json_text(boost::json::value("\xC0\xAF")) == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");
   CHECK(to_json_text(boost::json::value("\xED\xA0\x80")) == "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");
 }
-
-// ---- Studies (the routes over a StudyStore; the cluster tests run them for real).

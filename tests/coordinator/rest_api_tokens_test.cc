@@ -5,9 +5,7 @@
 #include "tests/coordinator/rest_api_support.h"
 
 using namespace pstrain;
-using namespace pstrain::rest_test;
-using namespace std::chrono_literals;
-namespace json = boost::json;
+using namespace pstrain::rest_test;  // (with its json alias and std::chrono_literals)
 
 namespace {
 
@@ -171,6 +169,3 @@ TEST_CASE("AccessTokens: the file's defects name their line - lookups find the r
   CHECK(!tokens.find(kViewerToken + "x"));
   CHECK(!tokens.find(""));
 }
-
-// Regression (fuzz/rest_fuzz.cc): a problem's detail echoes what the client sent (here the
-// Content-Type); bytes that are not UTF-8 made the body invalid JSON. They become U+FFFD.

@@ -76,6 +76,8 @@ struct Trial {
                                 // mse, mae, huber (delta 0.5) on two float targets
   bool multi_label = false;     // binary: two labels per example (a dataset of float targets)
   int64_t ghost;                // > 0: a batch_norm after the first hidden layer, ghost batches of this
+  float weight_decay = 0.0f;    // the optimizer's decoupled weight decay
+  bool l2 = false;              // an L2 regularizer (0.001) on the first hidden layer's kernel
 };
 
 Trial draw(Rng& rng) {
@@ -114,6 +116,10 @@ Trial draw(Rng& rng) {
     t.examples = static_cast<uint32_t>(3 * t.batch + 1 + rng.uniform_index(static_cast<uint64_t>(t.batch - 1)));
     t.ghost = t.batch / t.workers / (rng.uniform_index(2) == 1 ? 2 : 1);
   }
+  // The update's own terms, which the trainer computes inside its update and the servers in
+  // separate passes (DESIGN-NOTES "The step's tail in one pass").
+  t.weight_decay = rng.uniform_index(2) == 1 ? 0.004f : 0.0f;
+  t.l2 = rng.uniform_index(2) == 1;
   return t;
 }
 
@@ -132,6 +138,7 @@ JobSpec job_of(const Trial& t) {
   LayerSpec h1, h2, out;
   h1.units = 48;
   h1.activation = t.hidden1;
+  h1.l2 = t.l2 ? 0.001f : 0.0f;
   h2.units = 24;
   h2.activation = t.hidden2;
   out.units = is_regression(t.loss) || t.multi_label ? 2 : loss_outputs(t.loss, classes_of(t));
@@ -168,6 +175,7 @@ JobSpec job_of(const Trial& t) {
   spec.optimizer.type = t.optimizer;
   spec.optimizer.learning_rate = t.optimizer == OptimizerType::kAdam ? 0.005f : 0.1f;
   if (t.momentum) spec.optimizer.momentum = 0.9f;
+  spec.optimizer.weight_decay = t.weight_decay;
   if (t.cosine) {  // warm up from 0 over 2 steps, then decay to a tenth over 3
     LearningRateSchedule& s = spec.optimizer.schedule;
     s.kind = LearningRateSchedule::Kind::kCosineDecay;
@@ -243,7 +251,9 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     CAPTURE(exchange);
     const std::string activations = std::string(activation_name(t.hidden1)) + ", " + activation_name(t.hidden2) +
                                     (t.multi_label ? ", multi-label" : "") + (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "") + (t.dropout ? ", dropout" : "") + ", " + loss_type_name(t.loss.type) +
-                                    (t.ghost > 0 ? ", batch_norm ghost " + std::to_string(t.ghost) : "");
+                                    (t.ghost > 0 ? ", batch_norm ghost " + std::to_string(t.ghost) : "") +
+                                    (t.weight_decay > 0 ? ", weight decay" : "") + (t.l2 ? ", l2" : "") +
+                                    (t.examples % t.batch < static_cast<uint32_t>(t.workers) ? ", last batch under the workers" : "");
     CAPTURE(activations);
     const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
     Compared compared = cluster_against_trainer(t, spec, load);

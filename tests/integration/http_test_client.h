@@ -266,7 +266,6 @@ inline std::string str(const json::object& o, std::string_view key) {
 }
 
 using testing::json_fields::num;
-
 using testing::json_fields::arr;
 
 inline const json::object& obj(const json::value& v) {

@@ -20,8 +20,8 @@ DataParallelModel<T>::DataParallelModel(const ModelSpec& spec, int64_t max_batch
   replicas = std::max(1, std::min<int>(replicas, static_cast<int>(max_batch)));
   const int64_t share = (max_batch + replicas - 1) / replicas;
   for (int r = 0; r < replicas; ++r) {
-    // Replica 0 also takes a whole batch smaller than the replica count (compute_gradients,
-    // evaluate): up to replicas - 1 examples, more than its share when max_batch < replicas^2.
+    // Replica 0 also evaluates a whole batch smaller than the replica count: up to replicas - 1
+    // examples, more than its share when max_batch < replicas^2.
     const int64_t capacity = r == 0 ? std::max<int64_t>(share, replicas - 1) : share;
     replicas_.push_back(std::make_unique<Model<T>>(spec, capacity, loss));
     if (r > 0) replica_grads_.emplace_back(replicas_.back()->layout().dense_size());
@@ -97,10 +97,8 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
   if (caller_sums_ && ready) throw Error("gradients the caller sums are announced by nobody: not with `ready`");
   unsummed_ = Unsummed::kNone;
   share_sparse_rows();
-  if (n == 1 || batch < n) {
-    if (n > 1 && factored != nullptr) throw Error("factored kernel gradients need a single replica");
-    const LossResult result = replicas_[0]->compute_gradients(params, inputs, targets, batch, grads, ready,
-                                                              n == 1 ? factored : nullptr, keys);
+  if (n == 1) {
+    const LossResult result = replicas_[0]->compute_gradients(params, inputs, targets, batch, grads, ready, factored, keys);
     if (on_slice_) on_slice_(0, grads);
     return result;
   }
@@ -108,12 +106,20 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
 
   std::vector<LossResult> results(static_cast<size_t>(n));
   const int64_t in = input_size();
-  // The slice callback needs each replica's whole gradient: nothing deferred then.
-  const bool defer = multiply_together_ && !deferred_.empty() && !on_slice_;
+  // A batch smaller than the replicas (an epoch's last) leaves some slices empty, as it leaves a
+  // cluster's workers (common/data/data_plan.h): an empty slice's gradient is zero, added in its
+  // place like a worker's zero push, so the trainer keeps the cluster's bits. Nothing is deferred
+  // then (an empty slice leaves no factors), nor for the slice callback, which needs each
+  // replica's whole gradient.
+  const bool defer = multiply_together_ && !deferred_.empty() && !on_slice_ && batch >= n;
 #pragma omp parallel for num_threads(n) schedule(static, 1)
   for (int r = 0; r < n; ++r) {
     const auto [begin, end] = slice(r, batch);
     T* out = r == 0 ? grads : replica_grads_[static_cast<size_t>(r - 1)].data();
+    if (end == begin) {
+      zero_slice(r, out);
+      continue;
+    }
     const ExampleKeys part{keys.epoch, keys.ids != nullptr ? keys.ids + begin : nullptr};
     results[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)]->compute_gradients(
         params, inputs + begin * in, targets + begin * target_size(), end - begin, out, {},
@@ -159,6 +165,16 @@ void DataParallelModel<T>::sum_dense_gradients(T* grads) {
       for (const auto& g : replica_grads_) sum += g[static_cast<size_t>(i)];
       grads[i] = sum;
     }
+  }
+}
+
+template <typename T>
+void DataParallelModel<T>::zero_slice(int r, T* grads) {
+  std::fill_n(grads, layout().dense_size(), T(0));
+  const std::span<const SparseTableRows<T>> rows =
+      r == 0 ? sparse_rows_ : std::span<const SparseTableRows<T>>(replica_rows_[static_cast<size_t>(r - 1)]);
+  for (size_t t = 0; t < rows.size(); ++t) {
+    std::fill_n(rows[t].grads, rows[t].ids.size() * static_cast<size_t>(sparse_tables()[t].dim), T(0));
   }
 }
 

@@ -1,5 +1,6 @@
 // Data parallelism inside one process: R replicas of a Model, each computing the gradient of its
-// slice of the batch on its own thread, summed into the caller's buffer in a fixed order.
+// slice of the batch on its own thread, summed into the caller's buffer in a fixed order (by
+// compute_gradients, or by the caller with sum_into: leave_sum_to_caller).
 //
 // Why: on few cores, splitting the batch scales every layer (im2col, pooling, activations), where
 // multi-threaded BLAS only scales the matrix products and synchronises inside each of them.
@@ -10,7 +11,9 @@
 // order. (The replicas' gradient buffers keep room for them: multiply_kernels_together(false) and
 // the slice callback write there.)
 //
-// Thread rules: one caller thread at a time; the replicas run on OpenMP threads inside calls.
+// Thread rules: one caller thread at a time; the replicas run on OpenMP threads inside calls. The
+// one exception is sum_into, which several threads may call at once on disjoint ranges, while no
+// other call runs.
 #pragma once
 
 #include <algorithm>
@@ -27,7 +30,8 @@ template <typename T>
 class DataParallelModel {
  public:
   // replicas >= 1. max_batch is the whole batch; each replica gets buffers for its share, replica
-  // 0 for up to max(share, replicas - 1) examples (it takes a batch smaller than the replicas whole).
+  // 0 for up to max(share, replicas - 1) examples (it evaluates a batch smaller than the replicas
+  // whole; compute_gradients splits every batch as a cluster's data plan does, empty slices too).
   DataParallelModel(const ModelSpec& spec, int64_t max_batch, int replicas, const LossSpec& loss = {});
 
   const ParamLayout& layout() const { return replicas_.front()->layout(); }
@@ -36,7 +40,8 @@ class DataParallelModel {
   int64_t max_batch() const { return max_batch_; }
   int replicas() const { return static_cast<int>(replicas_.size()); }
 
-  // Same contracts as Model: grads is overwritten with d(summed loss)/d(params). `ready` is
+  // Same contracts as Model: grads is overwritten with d(summed loss)/d(params) (with
+  // leave_sum_to_caller, only once sum_into has added the replicas over every range). `ready` is
   // called during backward only with a single replica (with several, gradients are final only
   // after the final sum).
   // `factored` (Model::compute_gradients) needs a single replica: with several it must be null.
@@ -78,7 +83,8 @@ class DataParallelModel {
   void leave_sum_to_caller(bool on) { caller_sums_ = on; }
   // Adds replicas 1..R-1's dense gradients into grads[begin, end), in replica order, where the last
   // compute_gradients left them unsummed (nothing otherwise): the bits of the sum it would have
-  // taken. Calls on disjoint ranges may run on different threads at once.
+  // taken. Call it once per position and step (a second call adds again). Calls on disjoint ranges
+  // may run on different threads at once.
   void sum_into(T* grads, size_t begin, size_t end) const;
   // The first replica (with one replica, the whole model: its kernel_factors).
   const Model<T>& first_replica() const { return *replicas_.front(); }
@@ -101,6 +107,8 @@ class DataParallelModel {
   void share_sparse_rows();
   // Adds the replicas' sparse gradients into the caller's, in replica order.
   void sum_sparse_gradients();
+  // Replica r's gradient for an empty slice: zero, dense and sparse rows (r's buffers).
+  void zero_slice(int r, T* grads);
   // Adds replicas 1..R-1's dense gradients into grads, in replica order, except the deferred
   // kernels' ranges.
   void sum_dense_gradients(T* grads);

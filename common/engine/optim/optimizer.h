@@ -79,7 +79,8 @@ class Optimizer {
              std::span<float> out, float lr_scale) const;
   // The caller's last element-wise pass over the gradient, done by the update itself: called on
   // each block [begin, end) of the range (blocks of kPrologueBlock values, on whichever thread then
-  // updates that block), just before the block's gradients are read. It may write only
+  // updates that block, so on several threads at once), just before the block's gradients are
+  // read. It must not throw (it runs inside an OpenMP region). It may write only
   // grads[begin, end) (and its own buffers) and read params there; the update's bits are those
   // of running it over the whole range first (every step is element-wise). Why: the trainer's
   // replica sum and scaling are memory-bound passes over the whole gradient; done block by block

@@ -9,7 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include <omp.h>
+
 #include "common/base/error.h"
+#include "common/engine/compute_threads.h"
 #include "common/engine/optim/optimizer.h"
 #include "common/engine/optim/schedule.h"
 
@@ -160,6 +163,7 @@ TEST_CASE("a prologue run block by block inside the update gives the bits of a p
       spec_of(OptimizerType::kSgd, 0.0f, 0.0f),      spec_of(OptimizerType::kSgd, 0.9f, 0.01f),
       spec_of(OptimizerType::kAdam, 0.0f, 0.0f),     spec_of(OptimizerType::kAdamW, 0.0f, 0.004f),
       spec_of(OptimizerType::kAdagrad, 0.0f, 0.0f),  spec_of(OptimizerType::kRmsprop, 0.5f, 0.02f)};
+  set_compute_threads(2);  // the update's range split over two threads above the threshold
   for (const OptimizerSpec& spec : specs) {
     for (const size_t n : {size_t{100}, size_t{9000}, size_t{200000}}) {
       for (const bool in_place : {true, false}) {
@@ -177,20 +181,26 @@ TEST_CASE("a prologue run block by block inside the update gives the bits of a p
           for (size_t i = 0; i < n; ++i) ga[i] = raw[i] / 2.0f + wa[i] / 100.0f;
           optimizer->apply(wa, ga, a, in_place ? std::span<float>(wa) : std::span<float>(out_a), 1.0f);
           std::vector<int> calls(n, 0);
+          std::vector<int> on_thread(n, -1);
           optimizer->apply(wb, gb, b, in_place ? std::span<float>(wb) : std::span<float>(out_b), 1.0f,
                            [&](int64_t begin, int64_t end) {
                              for (int64_t i = begin; i < end; ++i) {
                                gb[i] = raw[i] / 2.0f + wb[i] / 100.0f;
                                ++calls[i];
+                               on_thread[i] = omp_get_thread_num();
                              }
                            });
           CHECK(std::count(calls.begin(), calls.end(), 1) == static_cast<std::ptrdiff_t>(n));
+          // Above the threshold the blocks ran on both threads.
+          CHECK((on_thread.front() != on_thread.back()) == (n > 100000));
           CHECK(std::memcmp(ga.data(), gb.data(), n * sizeof(float)) == 0);
           const std::vector<float>& ra = in_place ? wa : out_a;
           const std::vector<float>& rb = in_place ? wb : out_b;
           CHECK(std::memcmp(ra.data(), rb.data(), n * sizeof(float)) == 0);
           REQUIRE(a.slots.size() == b.slots.size());
-          for (size_t k = 0; k < a.slots.size(); ++k) CHECK(a.slots[k].values == b.slots[k].values);
+          for (size_t k = 0; k < a.slots.size(); ++k) {
+            CHECK(std::memcmp(a.slots[k].values.data(), b.slots[k].values.data(), n * sizeof(float)) == 0);
+          }
           CHECK(a.iterations == b.iterations);
           if (!in_place) {  // the next step starts from the results
             wa = out_a;
@@ -200,6 +210,7 @@ TEST_CASE("a prologue run block by block inside the update gives the bits of a p
       }
     }
   }
+  set_compute_threads(0);  // back to one per core, the binary's default
 }
 
 // Schedules against Keras' formulas written out independently (Python's math, float64), at steps

@@ -221,25 +221,52 @@ TEST_CASE("data-parallel steps: kernels multiplied together equal the replicas' 
   }
 }
 
-TEST_CASE("data-parallel steps: a batch smaller than the replica count runs on the first replica alone") {
-  // 8 replicas for batches of up to 8: each replica's share is one example, and a last batch of 5
-  // (fewer than the replicas) goes to replica 0 whole, as one model computes it.
+TEST_CASE("data-parallel steps: a batch smaller than the replica count is split as a cluster's workers split it") {
+  // 8 replicas and a last batch of 5: the slices [5r/8, 5(r+1)/8) leave replicas 0, 2 and 5 empty,
+  // as a sync batch leaves workers (common/data/data_plan.h); the gradient is each slice's (one
+  // example's) added in replica order from zero, the empty ones as zeros, as a server adds its
+  // workers' pushes. Evaluation still runs such a batch on replica 0 whole.
   const ModelSpec spec = parse_model_spec(R"({"input_shape": [6], "seed": 2, "layers": [
       {"type": "dense", "units": 5, "activation": "relu"}, {"type": "dense", "units": 3}]})");
   nn::DataParallelModel<float> parallel(spec, 8, 8);
   REQUIRE(parallel.replicas() == 8);
-  nn::Model<float> single(spec, 5);
+  nn::Model<float> one(spec, 1), single(spec, 5);
   AlignedFloats params(single.layout().total_size());
   glorot_uniform_init(single.layout(), 3, params.data());
   Rng rng(4);
   std::vector<float> inputs(6 * 5);
   for (float& v : inputs) v = rng.uniform_float(-1.0f, 1.0f);
   const std::vector<int32_t> labels = {0, 2, 1, 1, 0};
-  AlignedFloats a(params.size()), b(params.size());
-  const nn::LossResult pa = parallel.compute_gradients(params.data(), inputs.data(), labels.data(), 5, a.data());
-  const nn::LossResult pb = single.compute_gradients(params.data(), inputs.data(), labels.data(), 5, b.data());
-  CHECK(std::bit_cast<uint64_t>(pa.loss_sum) == std::bit_cast<uint64_t>(pb.loss_sum));
-  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  for (const bool caller_sums : {false, true}) {
+    CAPTURE(caller_sums);
+    parallel.leave_sum_to_caller(caller_sums);
+    AlignedFloats a(params.size()), g(params.size());
+    const nn::LossResult pa = parallel.compute_gradients(params.data(), inputs.data(), labels.data(), 5, a.data());
+    if (caller_sums) parallel.sum_into(a.data(), 0, a.size());
+    std::vector<float> expected(params.size(), 0.0f);
+    nn::LossResult total;
+    int empty = 0;
+    for (int64_t r = 0; r < 8; ++r) {
+      const int64_t begin = 5 * r / 8, end = 5 * (r + 1) / 8;
+      std::fill(g.begin(), g.end(), 0.0f);
+      if (end > begin) {
+        total += one.compute_gradients(params.data(), inputs.data() + begin * 6, labels.data() + begin, end - begin,
+                                       g.data());
+      } else {
+        ++empty;
+      }
+      for (size_t i = 0; i < expected.size(); ++i) expected[i] += g[i];
+    }
+    CHECK(empty == 3);
+    CHECK(std::memcmp(a.data(), expected.data(), a.size() * sizeof(float)) == 0);
+    CHECK(pa.loss_sum == doctest::Approx(total.loss_sum).epsilon(1e-12));
+    CHECK(pa.correct == total.correct);
+    // Not the one-model gradient of the whole batch: one chain over 5 examples rounds otherwise.
+    const nn::LossResult whole = single.compute_gradients(params.data(), inputs.data(), labels.data(), 5, g.data());
+    CHECK(whole.loss_sum == doctest::Approx(pa.loss_sum).epsilon(1e-6));
+    CHECK(std::memcmp(a.data(), g.data(), a.size() * sizeof(float)) != 0);
+  }
+  parallel.leave_sum_to_caller(false);
   std::vector<float> targets(labels.begin(), labels.end());
   const nn::LossResult ea = parallel.evaluate(params.data(), inputs.data(), targets.data(), 5);
   const nn::LossResult eb = single.evaluate(params.data(), inputs.data(), targets.data(), 5);
@@ -259,13 +286,17 @@ TEST_CASE("data-parallel steps: replicas left unsummed and added by sum_into in 
       CAPTURE(replicas);
       CAPTURE(together);
       nn::DataParallelModel<float> model(parse_model_spec(cnn), 13, replicas);
-      model.multiply_kernels_together(together);
       AlignedFloats params(model.layout().total_size());
       glorot_uniform_init(model.layout(), 9, params.data());
       Rng rng(11);
       std::vector<float> inputs(static_cast<size_t>(model.input_size() * 13));
       for (float& v : inputs) v = rng.uniform_float(-1.0f, 1.0f);
       const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2};
+      // First a step with every kernel in the replicas' buffers, so that the deferred kernels'
+      // ranges there hold values a wrong sum_into would add (not zeros).
+      model.multiply_kernels_together(false);
+      step(model, params, inputs, labels, 13);
+      model.multiply_kernels_together(together);
       const Step summed = step(model, params, inputs, labels, 13);
       model.leave_sum_to_caller(true);
       Step left = step(model, params, inputs, labels, 13);
@@ -277,12 +308,11 @@ TEST_CASE("data-parallel steps: replicas left unsummed and added by sum_into in 
         end = begin;
       }
       CHECK(same_step(left, summed));
-      // A batch smaller than the replicas runs on replica 0 alone: nothing is left to add.
-      const Step alone = step(model, params, inputs, labels, replicas - 1);
-      Step again = alone;
-      model.sum_into(again.grads.data(), 0, n);
-      CHECK(differing(again.grads, alone.grads) == 0);
+      // A batch smaller than the replicas (empty slices, nothing deferred): the same.
+      Step small = step(model, params, inputs, labels, replicas - 1);
+      model.sum_into(small.grads.data(), 0, n);
       model.leave_sum_to_caller(false);
+      CHECK(same_step(small, step(model, params, inputs, labels, replicas - 1)));
     }
   }
 }
