@@ -8,11 +8,10 @@
 // as the workers' replies bring them, and evaluates on them as the workers do. Sparse tables' rows
 // and batch_norm's moving statistics go exact, as on the wire.
 //
-// Limits: a batch shorter than the slices is computed as one slice by the trainer
-// (DataParallelModel), where the cluster's empty slices still push (a residual, and each slice
-// rounded apart), so such a step differs for every codec; and a resumed run (InitialState) starts
-// from zero residuals and the first warm-start factors, where a cluster's rollback restores them
-// from its backups.
+// A batch shorter than the slices leaves some empty, in the trainer (DataParallelModel) as in the
+// cluster, and an empty slice's zero gradient still goes through its codec (a residual), as an
+// idle worker's push does. Limit: a resumed run (InitialState) starts from zero residuals and the
+// first warm-start factors, where a cluster's rollback restores them from its backups.
 //
 // Thread rules: one thread (the trainer's step loop). Ownership: owns the slices' residuals,
 // factors and scratch.

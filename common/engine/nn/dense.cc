@@ -23,7 +23,7 @@ template <typename T>
 void kernel_gradient(int64_t out, int64_t k, int64_t batch, const T* dout, const T* x, T* grads, bool bf16) {
   if constexpr (std::is_same_v<T, float>) {
     // On every compute thread when called from outside the replicas' threads (one replica:
-    // --parallelism blas, or a batch smaller than the replica count); the bits are the same.
+    // --parallelism blas); the bits are the same.
     if (bf16) {
       simd::product_bf16(out, k, batch, {dout, 1, out}, {x, 1, k}, false, grads, out, threads_for_this_call());
     } else {
