@@ -30,6 +30,9 @@ struct ServerNodeConfig {
   // Proved by every RPC connection, both ways: clients of this server, and its link to the
   // coordinator (open: none).
   rpc::ClusterCredential cluster;
+  // Also listen on the same-host socket named after the TCP address (common/rpc/same_host.h):
+  // peers in this network namespace then skip loopback TCP.
+  bool same_host_socket = true;
 };
 
 // Runs a parameter server until `stop` resolves; calls `ready(port)` once it listens (it

@@ -1,8 +1,6 @@
 #include "common/rpc/rpc_util.h"
 
 #include <kj/async-unix.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -35,22 +33,18 @@ HostPort parse_host_port(const std::string& text, uint32_t default_port, const s
   return hp;
 }
 
-namespace {
-void set_no_delay(kj::AsyncIoStream& stream) {
-  const int one = 1;
-  stream.setsockopt(IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-}  // namespace
-
 Connection::Connection(kj::Own<kj::AsyncIoStream> stream) : stream_(kj::mv(stream)), client_(*stream_) {}
 
 kj::Promise<kj::Own<Connection>> connect(kj::AsyncIoProvider& io, const HostPort& address,
                                          const ClusterCredential& credential) {
   return io.getNetwork()
       .parseAddress(address.host, address.port)
-      .then([](kj::Own<kj::NetworkAddress> addr) { return addr->connect().attach(kj::mv(addr)); })
-      .then([&io, address, credential](kj::Own<kj::AsyncIoStream> stream) {
-        set_no_delay(*stream);
+      .then([&io](kj::Own<kj::NetworkAddress> addr) { return connect_stream(io.getNetwork(), kj::mv(addr)); })
+      .then([&io, address, credential](TunedStream tuned) {
+        if (tuned.transport == Transport::kSameHost) {
+          PSLOG(kDebug) << "reached " << address.str() << " through its same-host socket";
+        }
+        auto stream = kj::mv(tuned.stream);
         auto held = kj::heap<ClusterCredential>(credential);
         kj::AsyncIoStream& raw = *stream;
         auto proved = authenticate_to_server(raw, *held, io.getTimer(), address.str()).attach(kj::mv(held));
@@ -68,9 +62,9 @@ struct Handshakes final : kj::TaskSet::ErrorHandler {
 };
 
 kj::Promise<void> accept_loop(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener, const ListenerAuth& auth,
-                              Handshakes& handshakes) {
-  return listener.accept().then([&server, &listener, &auth, &handshakes](kj::Own<kj::AsyncIoStream> stream) {
-    set_no_delay(*stream);
+                              Transport transport, Handshakes& handshakes) {
+  return listener.accept().then([&server, &listener, &auth, transport, &handshakes](kj::Own<kj::AsyncIoStream> stream) {
+    tune_stream(*stream, transport);
     if (auth.credential.open()) {
       server.accept(kj::mv(stream));
     } else {
@@ -80,15 +74,16 @@ kj::Promise<void> accept_loop(capnp::TwoPartyServer& server, kj::ConnectionRecei
                                  if (proved) server.accept(kj::mv(stream));
                                }));
     }
-    return accept_loop(server, listener, auth, handshakes);
+    return accept_loop(server, listener, auth, transport, handshakes);
   });
 }
 }  // namespace
 
-kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener, const ListenerAuth& auth) {
+kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener, const ListenerAuth& auth,
+                        Transport transport) {
   auto handshakes = kj::heap<Handshakes>();
   Handshakes& raw = *handshakes;
-  return accept_loop(server, listener, auth, raw).attach(kj::mv(handshakes));
+  return accept_loop(server, listener, auth, transport, raw).attach(kj::mv(handshakes));
 }
 
 int prepare_node_process(int compute_threads) {

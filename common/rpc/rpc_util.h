@@ -17,6 +17,7 @@
 #include "common/rpc/message_limits.h"
 #include "common/rpc/proto/pstrain.capnp.h"
 #include "common/rpc/cluster_auth.h"
+#include "common/rpc/same_host.h"
 
 namespace pstrain::rpc {
 
@@ -43,7 +44,8 @@ class Connection {
   capnp::TwoPartyClient client_;
 };
 
-// Connects once and, unless `credential` is open, proves the cluster secret and checks the
+// Connects once (through a same-host socket when the peer offers one, same_host.h; else by TCP)
+// and, unless `credential` is open, proves the cluster secret and checks the
 // peer's proof (cluster_auth.h) before any Cap'n Proto message. The promise fails if the peer
 // cannot be reached, or with is_auth_failure() if the handshake fails.
 kj::Promise<kj::Own<Connection>> connect(kj::AsyncIoProvider& io, const HostPort& address,
@@ -61,9 +63,9 @@ struct ListenerAuth {
 
 // Accepts connections forever and hands them to `server` once they have proved the cluster
 // secret (each handshake runs beside the accept loop; destroying the promise cancels those in
-// flight), with TCP_NODELAY set: replies are small and latency-bound, and Nagle's algorithm with
-// delayed ACKs would stall each for ~40 ms.
-kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener, const ListenerAuth& auth);
+// flight), each stream tuned for `transport` (tune_stream: TCP_NODELAY on TCP).
+kj::Promise<void> serve(capnp::TwoPartyServer& server, kj::ConnectionReceiver& listener, const ListenerAuth& auth,
+                        Transport transport = Transport::kTcp);
 
 // Start-up of a long-running node (coordinator, server, worker): SIGINT/SIGTERM captured for its
 // event loop, `compute_threads` math threads (1 for processes whose math runs on the event loop:

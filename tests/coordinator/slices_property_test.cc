@@ -5,7 +5,8 @@
 // hidden activations drawn from every one the engine has, and half of them a cosine learning-rate
 // schedule with warm-up, half a layer_norm between the hidden layers, half a residual block (a
 // dense layer whose output is added to the first hidden layer's: a value two layers read), half a
-// dropout before the output layer (masks from the examples' indices). The
+// dropout before the output layer (masks from the examples' indices); every other trial's servers
+// serve by TCP alone, the rest through same-host sockets (common/rpc/same_host.h). The
 // trial's seed is printed; PSTRAIN_SLICES_TRIALS sets how many (CI: 6). And the same with each
 // training.compression (fp16, bf16, topk, powersgd): one drawn trial each, the trainer standing in
 // for the compressed pushes (worker/local_compression.h).
@@ -78,6 +79,7 @@ struct Trial {
   int64_t ghost;                // > 0: a batch_norm after the first hidden layer, ghost batches of this
   float weight_decay = 0.0f;    // the optimizer's decoupled weight decay
   bool l2 = false;              // an L2 regularizer (0.001) on the first hidden layer's kernel
+  bool tcp_only = false;        // servers without a same-host socket: not drawn, every other trial
 };
 
 Trial draw(Rng& rng) {
@@ -203,7 +205,7 @@ Compared cluster_against_trainer(const Trial& t, const JobSpec& spec, const Spli
   std::vector<float> distributed;
   {
     testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load,
-                                       .exchange = t.exchange});
+                                       .exchange = t.exchange, .tcp_only = t.tcp_only});
     const std::string id = cluster.submit(spec);
     const JobRecord r = cluster.wait_finished(id, 120s);
     REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
@@ -238,7 +240,8 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
   MESSAGE("seed " << seed << ", " << trials << " trials");
   Rng rng(seed);
   for (int i = 0; i < trials; ++i) {
-    const Trial t = draw(rng);
+    Trial t = draw(rng);
+    t.tcp_only = i % 2 == 1;  // both transports carry the same bits
     const JobSpec spec = job_of(t);
     CAPTURE(i);
     CAPTURE(t.workers);
@@ -253,7 +256,8 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
                                     (t.multi_label ? ", multi-label" : "") + (t.cosine ? ", cosine schedule" : "") + (t.layer_norm ? ", layer_norm" : "") + (t.residual ? ", residual" : "") + (t.dropout ? ", dropout" : "") + ", " + loss_type_name(t.loss.type) +
                                     (t.ghost > 0 ? ", batch_norm ghost " + std::to_string(t.ghost) : "") +
                                     (t.weight_decay > 0 ? ", weight decay" : "") + (t.l2 ? ", l2" : "") +
-                                    (t.examples % t.batch < static_cast<uint32_t>(t.workers) ? ", last batch under the workers" : "");
+                                    (t.examples % t.batch < static_cast<uint32_t>(t.workers) ? ", last batch under the workers" : "") +
+                                    (t.tcp_only ? ", by TCP" : ", same-host sockets");
     CAPTURE(activations);
     const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
     Compared compared = cluster_against_trainer(t, spec, load);
