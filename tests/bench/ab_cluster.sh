@@ -9,12 +9,13 @@
 #   relative), each with coordinator/, server/, worker/ and cli/ binaries. A copy of the old
 #   binaries in e.g. build-old/ is enough.
 # Env: PSTRAIN_DATA_DIR (the spec's datasets; suite_jobs.py prepare writes the suite's specs and
-#      data), PORT_BASE (default 19700).
+#      data), PORT_BASE (default 19700), ENV_A / ENV_B (VAR=value words set for that side's
+#      cluster only: one build two ways, e.g. ENV_B=PSTRAIN_SERVER_TCP_ONLY=1).
 # Every run's log and cluster directory are kept in a fresh directory under /tmp (printed first),
 # to read a run again; delete it when done.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-[ $# -ge 3 ] || { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 A=$1 B=$2 SPEC=$(realpath "$3") REPEATS=${4:-3}
 port=${PORT_BASE:-19700}
 work=$(mktemp -d /tmp/ab-cluster.XXXXXX)  # mktemp's template: a fresh name per invocation
@@ -26,12 +27,14 @@ for rep in $(seq 1 "$REPEATS"); do
     build=${build#"$ROOT"/}
     log=$work/$side-r$rep.log
     port=$((port + 2))
-    LOCAL_CLUSTER_DIR=$work/cluster-$side-$rep RPC_PORT=$port HTTP_PORT=$((port + 1)) SERVERS=2 WORKERS=2 \
+    side_env=ENV_$side
+    # shellcheck disable=SC2086  # the words are VAR=value pairs
+    env ${!side_env:-} LOCAL_CLUSTER_DIR=$work/cluster-$side-$rep RPC_PORT=$port HTTP_PORT=$((port + 1)) SERVERS=2 WORKERS=2 \
       WORKER_THREADS=1 WORKER_FLAGS='' BUILD_DIR=$build \
       timeout -k 10 1800 "$ROOT/deploy/local-cluster.sh" run "$SPEC" >"$log" 2>&1 ||
       { tail -n 20 "$log" >&2; echo "ab_cluster: $side run $rep failed (log: $log)" >&2; exit 1; }
     read -r sps acc _ <<<"$(/usr/bin/python3 "$ROOT/tests/bench/suite_jobs.py" parse "$log")"
-    printf '%s (%s) run %s: %s samples/s, accuracy %s, load avg %s\n' "$side" "$build" "$rep" "$sps" "$acc" \
+    printf '%s (%s %s) run %s: %s samples/s, accuracy %s, load avg %s\n' "$side" "$build" "${!side_env:-}" "$rep" "$sps" "$acc" \
       "$(cut -d' ' -f1 /proc/loadavg)"
     rates[$side]+="$sps "
   done

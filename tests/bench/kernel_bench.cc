@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/aligned.h"
@@ -59,6 +60,21 @@ double time_it(const std::function<void()>& f, int repeats, double min_ms) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// The median seconds of `a` and of `b` over `repeats` timings each, interleaved so that each
+// runs first in every other repeat (the host's drift falls on both alike).
+std::pair<double, double> interleaved_medians(const std::function<void()>& a, const std::function<void()>& b,
+                                              int repeats, double min_ms) {
+  std::vector<double> ta, tb;
+  for (int r = 0; r < repeats; ++r) {
+    if (r % 2 == 0) ta.push_back(time_it(a, 1, min_ms));
+    tb.push_back(time_it(b, 1, min_ms));
+    if (r % 2 == 1) ta.push_back(time_it(a, 1, min_ms));
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
 Buffer random(size_t n, uint64_t seed) {
@@ -119,15 +135,7 @@ void data_parallel_kernel_gradients(int replicas, int repeats, double min_ms) {
     const std::function<void()> joint = [&] {
       simd::product_segments(c.out, c.in, segments, buffers[0].data(), c.out, replicas);
     };
-    std::vector<double> a, b;
-    for (int r = 0; r < repeats; ++r) {  // interleaved, each first in every other repeat
-      if (r % 2 == 0) a.push_back(time_it(sliced, 1, min_ms));
-      b.push_back(time_it(joint, 1, min_ms));
-      if (r % 2 == 1) a.push_back(time_it(sliced, 1, min_ms));
-    }
-    std::sort(a.begin(), a.end());
-    std::sort(b.begin(), b.end());
-    const double ta = a[a.size() / 2], tb = b[b.size() / 2];
+    const auto [ta, tb] = interleaved_medians(sliced, joint, repeats, min_ms);
     std::printf("%-44s %12.3f %12.3f %7.2f\n", c.name, ta * 1e3, tb * 1e3, ta / tb);
     std::fflush(stdout);
   }
@@ -177,15 +185,7 @@ void data_parallel_steps(int replicas, int repeats, double min_ms) {
         model.compute_gradients(params.data(), inputs.data(), labels.data(), job.batch, grads.data());
       };
     };
-    std::vector<double> a, b;
-    for (int r = 0; r < repeats; ++r) {  // interleaved, each first in every other repeat
-      if (r % 2 == 0) a.push_back(time_it(step(false), 1, min_ms));
-      b.push_back(time_it(step(true), 1, min_ms));
-      if (r % 2 == 1) a.push_back(time_it(step(false), 1, min_ms));
-    }
-    std::sort(a.begin(), a.end());
-    std::sort(b.begin(), b.end());
-    const double ta = a[a.size() / 2], tb = b[b.size() / 2];
+    const auto [ta, tb] = interleaved_medians(step(false), step(true), repeats, min_ms);
     std::printf("%-44s %8zu %12.3f %12.3f %7.2f\n", job.name, model.kernels_together(), ta * 1e3, tb * 1e3, ta / tb);
     std::fflush(stdout);
   }
@@ -246,15 +246,7 @@ void data_parallel_tails(int replicas, int repeats, double min_ms) {
                                  static_cast<size_t>(e));
       });
     };
-    std::vector<double> a, b;
-    for (int r = 0; r < repeats; ++r) {  // interleaved, each first in every other repeat
-      if (r % 2 == 0) a.push_back(time_it(separate, 1, min_ms));
-      b.push_back(time_it(fused, 1, min_ms));
-      if (r % 2 == 1) a.push_back(time_it(separate, 1, min_ms));
-    }
-    std::sort(a.begin(), a.end());
-    std::sort(b.begin(), b.end());
-    const double ta = a[a.size() / 2], tb = b[b.size() / 2];
+    const auto [ta, tb] = interleaved_medians(separate, fused, repeats, min_ms);
     std::printf("%-44s %12.3f %12.3f %7.2f\n", job.name, ta * 1e3, tb * 1e3, ta / tb);
     std::fflush(stdout);
   }
