@@ -1,12 +1,21 @@
 #include "common/engine/nn/data_parallel_model.h"
 
+#include <exception>
 #include <type_traits>
 
 #include "common/base/error.h"
 #include "common/engine/simd/segmented_product.h"
 
 namespace pstrain::nn {
+
 namespace {
+
+// The exception of the lowest replica that threw, if any.
+void rethrow_first(const std::vector<std::exception_ptr>& errors) {
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
 
 // Kernels of at least this many values (1 MiB, more than a core's L1 and L2 hold with the layer's
 // operands on the CPUs we measured) are multiplied out by all threads together.
@@ -112,19 +121,27 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
   // then (an empty slice leaves no factors), nor for the slice callback, which needs each
   // replica's whole gradient.
   const bool defer = multiply_together_ && !deferred_.empty() && !on_slice_ && batch >= n;
+  // An exception must not leave an OpenMP region (it would end the process): each replica's is
+  // kept and the lowest replica's rethrown after it (a bad label: the same error as one replica).
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
 #pragma omp parallel for num_threads(n) schedule(static, 1)
   for (int r = 0; r < n; ++r) {
-    const auto [begin, end] = slice(r, batch);
-    T* out = r == 0 ? grads : replica_grads_[static_cast<size_t>(r - 1)].data();
-    if (end == begin) {
-      zero_slice(r, out);
-      continue;
+    try {
+      const auto [begin, end] = slice(r, batch);
+      T* out = r == 0 ? grads : replica_grads_[static_cast<size_t>(r - 1)].data();
+      if (end == begin) {
+        zero_slice(r, out);
+        continue;
+      }
+      const ExampleKeys part{keys.epoch, keys.ids != nullptr ? keys.ids + begin : nullptr};
+      results[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)]->compute_gradients(
+          params, inputs + begin * in, targets + begin * target_size(), end - begin, out, {},
+          defer ? &deferred_ : nullptr, part);
+    } catch (...) {
+      errors[static_cast<size_t>(r)] = std::current_exception();
     }
-    const ExampleKeys part{keys.epoch, keys.ids != nullptr ? keys.ids + begin : nullptr};
-    results[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)]->compute_gradients(
-        params, inputs + begin * in, targets + begin * target_size(), end - begin, out, {},
-        defer ? &deferred_ : nullptr, part);
   }
+  rethrow_first(errors);
   if (on_slice_) {
     on_slice_(0, grads);
     for (int r = 1; r < n; ++r) on_slice_(r, replica_grads_[static_cast<size_t>(r - 1)].data());
@@ -226,12 +243,18 @@ LossResult DataParallelModel<T>::evaluate(const T* params, const T* inputs, cons
   if (n == 1 || batch < n) return replicas_[0]->evaluate(params, inputs, targets, batch);
   std::vector<LossResult> results(static_cast<size_t>(n));
   const int64_t in = input_size();
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));  // as in compute_gradients
 #pragma omp parallel for num_threads(n) schedule(static, 1)
   for (int r = 0; r < n; ++r) {
-    const auto [begin, end] = slice(r, batch);
-    results[static_cast<size_t>(r)] =
-        replicas_[static_cast<size_t>(r)]->evaluate(params, inputs + begin * in, targets + begin * target_size(), end - begin);
+    try {
+      const auto [begin, end] = slice(r, batch);
+      results[static_cast<size_t>(r)] = replicas_[static_cast<size_t>(r)]->evaluate(
+          params, inputs + begin * in, targets + begin * target_size(), end - begin);
+    } catch (...) {
+      errors[static_cast<size_t>(r)] = std::current_exception();
+    }
   }
+  rethrow_first(errors);
   LossResult total;
   for (const auto& r : results) {
     total += r;
