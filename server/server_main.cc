@@ -19,9 +19,10 @@ int main(int argc, char** argv) {
   flags.add("listen", "PSTRAIN_SERVER_LISTEN", "0.0.0.0:7100", "Address to serve RPC on (port 0: any free port).");
   flags.add("advertise-host", "PSTRAIN_ADVERTISE_HOST", "127.0.0.1",
             "Host name workers use to reach this server (the port is the listening one).");
-  flags.add_switch("tcp-only", "PSTRAIN_SERVER_TCP_ONLY",
-                   "Serve RPC by TCP alone. By default the server also listens on a Unix socket named after\n"
-                   "      its TCP address, which peers in the same network namespace use instead of loopback TCP.");
+  flags.add_switch("same-host-socket", "PSTRAIN_SERVER_SAME_HOST_SOCKET",
+                   "Also listen (on a loopback or wildcard address) on a Unix socket named after the TCP address,\n"
+                   "      which peers of the same user in the same network namespace use instead of loopback TCP.\n"
+                   "      Off by default: docs/DESIGN-NOTES.md, \"Same-host sockets\".");
   flags.add("coordinator", "PSTRAIN_COORDINATOR", "127.0.0.1:7000", "The coordinator's RPC address.");
   flags.add("name", "PSTRAIN_NODE_NAME", "",
             "Name shown in the cluster view (default: host-pid). A restarted server keeps its name: that\n"
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
     config.name = flags.get("name").empty() ? rpc::default_node_name() : flags.get("name");
     config.data_dir = flags.get("data-dir");
     config.cluster = rpc::ClusterCredential::from_flag(flags.get(rpc::kSecretFlag));
-    config.same_host_socket = !flags.get_switch("tcp-only");
+    config.same_host_socket = flags.get_switch("same-host-socket");
   } catch (const std::exception& e) {
     std::cerr << "pstrain-server: " << e.what() << "\n";
     return 2;

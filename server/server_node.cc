@@ -50,21 +50,19 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
   const rpc::ListenerAuth auth{config.cluster, io.provider->getTimer(), refusals, "parameter server"};
   auto serving = rpc::serve(rpc_server, *listener, auth).eagerlyEvaluate(
       [](kj::Exception&& e) { PSLOG(kError) << "listener failed: " << e.getDescription().cStr(); });
-  PSLOG(kInfo) << "serving parameter-server RPC on " << config.listen.host << ":" << port;
-  kj::Own<kj::ConnectionReceiver> same_host;
+  kj::Own<kj::ConnectionReceiver> same_host;  // dropped before `listener` (declared after it)
   kj::Promise<void> serving_same_host = kj::READY_NOW;
   if (config.same_host_socket) {
-    const std::string bound = kj::str(address->toString()).cStr();
-    const std::string name = bound.substr(0, bound.rfind(':') + 1) + std::to_string(port);
-    same_host = rpc::listen_same_host(io.provider->getNetwork(), io.waitScope, name);
+    same_host = rpc::listen_same_host(io.provider->getNetwork(), *listener);  // throws if its name is taken
     if (same_host) {
       serving_same_host = rpc::serve(rpc_server, *same_host, auth, rpc::Transport::kSameHost)
                               .eagerlyEvaluate([](kj::Exception&& e) {
                                 PSLOG(kError) << "same-host listener failed: " << e.getDescription().cStr();
                               });
-      PSLOG(kInfo) << "and on the same-host socket " << rpc::same_host_name(name);
     }
   }
+  PSLOG(kInfo) << "serving parameter-server RPC on " << config.listen.host << ":" << port
+               << (same_host ? " and its same-host socket" : "");
 
   rpc::CoordinatorLink link(*io.provider, config.coordinator, proto::Role::SERVER,
                             config.advertise_host + ":" + std::to_string(port), config.name, config.cluster,

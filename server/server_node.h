@@ -31,15 +31,17 @@ struct ServerNodeConfig {
   // coordinator (open: none).
   rpc::ClusterCredential cluster;
   // Also listen on the same-host socket named after the TCP address (common/rpc/same_host.h):
-  // peers in this network namespace then skip loopback TCP.
-  bool same_host_socket = true;
+  // peers in this network namespace then skip loopback TCP. Off by default: see
+  // docs/DESIGN-NOTES.md, "Same-host sockets", for the recovery race it makes frequent.
+  bool same_host_socket = false;
 };
 
 // Runs a parameter server until `stop` resolves; calls `ready(port)` once it listens (it
 // registers with the coordinator from then on, retrying until it can). NodeStop::kNow returns at
 // once; kPreempted first tells the coordinator, which has every server of the node's jobs back
 // up at the next step, and waits (up to preemption_timeout) until that backup is complete, this
-// server's part included. Throws pstrain::Error if the data directory cannot be opened.
+// server's part included. Throws pstrain::Error if the data directory cannot be opened, or if
+// another process holds the same-host socket's name (rpc::listen_same_host).
 void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj::Promise<rpc::NodeStop> stop,
                      const std::function<void(uint32_t port)>& ready);
 

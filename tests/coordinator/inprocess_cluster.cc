@@ -216,7 +216,7 @@ void InProcessCluster::start_server(size_t i) {
   config.coordinator = {"127.0.0.1", coordinator_port_};
   config.name = "server-" + std::to_string(i);
   config.data_dir = dir_.file(config.name + "-data");
-  config.same_host_socket = !options_.tcp_only;
+  config.same_host_socket = options_.same_host;
   if (servers_.size() <= i) servers_.resize(i + 1);
   servers_[i] = std::make_unique<NodeThread>(
       config.name, [config](kj::AsyncIoContext& io, kj::Promise<rpc::NodeStop> stop, const NodeThread::Ready& ready) {

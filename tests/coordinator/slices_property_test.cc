@@ -6,7 +6,7 @@
 // schedule with warm-up, half a layer_norm between the hidden layers, half a residual block (a
 // dense layer whose output is added to the first hidden layer's: a value two layers read), half a
 // dropout before the output layer (masks from the examples' indices); every other trial's servers
-// serve by TCP alone, the rest through same-host sockets (common/rpc/same_host.h). The
+// also offer same-host sockets (common/rpc/same_host.h), the rest serve by TCP alone. The
 // trial's seed is printed; PSTRAIN_SLICES_TRIALS sets how many (CI: 6). And the same with each
 // training.compression (fp16, bf16, topk, powersgd): one drawn trial each, the trainer standing in
 // for the compressed pushes (worker/local_compression.h).
@@ -24,6 +24,7 @@
 
 #include "common/data/dataset.h"
 #include "common/data/job_spec.h"
+#include "common/rpc/same_host.h"
 #include "tests/coordinator/inprocess_cluster.h"
 #include "tests/synthetic_data.h"
 #include "common/engine/nn/onednn_conv.h"
@@ -79,7 +80,7 @@ struct Trial {
   int64_t ghost;                // > 0: a batch_norm after the first hidden layer, ghost batches of this
   float weight_decay = 0.0f;    // the optimizer's decoupled weight decay
   bool l2 = false;              // an L2 regularizer (0.001) on the first hidden layer's kernel
-  bool tcp_only = false;        // servers without a same-host socket: not drawn, every other trial
+  bool same_host = false;       // servers with a same-host socket: not drawn, every other trial
 };
 
 Trial draw(Rng& rng) {
@@ -203,14 +204,17 @@ struct Compared {
 };
 Compared cluster_against_trainer(const Trial& t, const JobSpec& spec, const SplitLoader& load) {
   std::vector<float> distributed;
+  const uint64_t same_host_before = rpc::same_host_connections();
   {
     testing::InProcessCluster cluster({.servers = t.servers, .workers = t.workers, .load_split = load,
-                                       .exchange = t.exchange, .tcp_only = t.tcp_only});
+                                       .exchange = t.exchange, .same_host = t.same_host});
     const std::string id = cluster.submit(spec);
     const JobRecord r = cluster.wait_finished(id, 120s);
     REQUIRE_MESSAGE(r.state == JobState::kSucceeded, cluster.describe(id));
     distributed = cluster.final_params(id);
   }
+  // The transport the trial names is the one its workers used.
+  CHECK((rpc::same_host_connections() > same_host_before) == t.same_host);
   Compared c;
   c.options.load_split = load;
   c.options.replicas = t.workers;
@@ -241,7 +245,7 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
   Rng rng(seed);
   for (int i = 0; i < trials; ++i) {
     Trial t = draw(rng);
-    t.tcp_only = i % 2 == 1;  // both transports carry the same bits
+    t.same_host = i % 2 == 0;  // both transports carry the same bits
     const JobSpec spec = job_of(t);
     CAPTURE(i);
     CAPTURE(t.workers);
@@ -257,7 +261,7 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
                                     (t.ghost > 0 ? ", batch_norm ghost " + std::to_string(t.ghost) : "") +
                                     (t.weight_decay > 0 ? ", weight decay" : "") + (t.l2 ? ", l2" : "") +
                                     (t.examples % t.batch < static_cast<uint32_t>(t.workers) ? ", last batch under the workers" : "") +
-                                    (t.tcp_only ? ", by TCP" : ", same-host sockets");
+                                    (t.same_host ? ", same-host sockets" : ", by TCP");
     CAPTURE(activations);
     const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
     Compared compared = cluster_against_trainer(t, spec, load);

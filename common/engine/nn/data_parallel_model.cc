@@ -123,6 +123,7 @@ LossResult DataParallelModel<T>::compute_gradients(const T* params, const T* inp
   const bool defer = multiply_together_ && !deferred_.empty() && !on_slice_ && batch >= n;
   // An exception must not leave an OpenMP region (it would end the process): each replica's is
   // kept and the lowest replica's rethrown after it (a bad label: the same error as one replica).
+  // The gradients are unspecified then.
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
 #pragma omp parallel for num_threads(n) schedule(static, 1)
   for (int r = 0; r < n; ++r) {

@@ -4,7 +4,8 @@
 // edges, more rows than a block holds), segment count, thread count, and in bfloat16; and a
 // data-parallel step gives the same loss and gradients with its large kernels multiplied together as
 // with each replica's products summed (the order a sync cluster's server sums its workers' pushes);
-// and a batch smaller than the replica count is cut as a cluster cuts it among its workers.
+// and a batch smaller than the replica count is cut as a cluster cuts it among its workers; and an
+// error in any replica reaches the caller.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "common/base/aligned.h"
+#include "common/base/error.h"
 #include "common/base/rng.h"
 #include "common/data/job_spec.h"
 #include "common/engine/nn/data_parallel_model.h"
@@ -325,5 +327,37 @@ TEST_CASE("data-parallel steps: replicas left unsummed and added by sum_into in 
       }
       CHECK(differing(small.grads, expected) == 0);
     }
+  }
+}
+
+TEST_CASE("a bad label in any replica's slice is the caller's error, not the end of the process") {
+  // An exception that leaves an OpenMP region ends the process (std::terminate); the replicas'
+  // errors are carried out of it and the lowest replica's rethrown.
+  const ModelSpec spec = parse_model_spec(R"({"input_shape": [4], "seed": 3, "layers": [
+      {"type": "dense", "units": 5, "activation": "relu"}, {"type": "dense", "units": 3}]})");
+  const int64_t batch = 6;
+  nn::DataParallelModel<float> parallel(spec, batch, 3);
+  std::vector<float> params(parallel.layout().total_size(), 0.1f), grads(params.size());
+  std::vector<float> inputs(static_cast<size_t>(4 * batch), 0.5f);
+  for (const int64_t bad : {int64_t{5}, int64_t{2}, int64_t{0}}) {  // in the last, the middle, the first slice
+    CAPTURE(bad);
+    std::vector<float> labels = {0, 1, 2, 0, 1, 2};
+    labels[static_cast<size_t>(bad)] = 7;  // the model scores 3 classes
+    const auto error_of = [](const auto& call) -> std::string {
+      try {
+        call();
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return "";
+    };
+    const std::string training = error_of([&] {
+      parallel.compute_gradients(params.data(), inputs.data(), labels.data(), batch, grads.data());
+    });
+    CHECK(training.find("label 7") != std::string::npos);
+    CHECK(training.find("not a class of the model's 3") != std::string::npos);
+    CHECK(error_of([&] { parallel.evaluate(params.data(), inputs.data(), labels.data(), batch); }) == training);
+    labels[static_cast<size_t>(bad)] = 0;
+    CHECK_NOTHROW(parallel.compute_gradients(params.data(), inputs.data(), labels.data(), batch, grads.data()));
   }
 }
