@@ -198,9 +198,11 @@ kj::Own<kj::ConnectionReceiver> listen_same_host(kj::Network& network, kj::Conne
   const auto size = static_cast<uint>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   kj::Own<kj::ConnectionReceiver> listener;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { listener = network.getSockaddr(&address, size)->listen(); })) {
-    throw Error("cannot listen on the same-host socket @" + name + " (" + e->getDescription().cStr() +
-                "): another process of this network namespace holds it; stop it, or start this server without "
-                "--same-host-socket");
+    const std::string why = e->getDescription().cStr();
+    const bool taken = why.find("Address already in use") != std::string::npos;
+    throw Error("cannot listen on the same-host socket @" + name + " (" + why + ")" +
+                (taken ? ": another process of this network namespace holds it" : "") +
+                "; stop it, or start this server without --same-host-socket");
   }
   return listener;
 }

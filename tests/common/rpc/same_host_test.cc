@@ -7,6 +7,7 @@
 #include <kj/async-io.h>
 #include <sys/socket.h>
 
+#include <fstream>
 #include <string>
 
 #include "common/base/error.h"
@@ -43,6 +44,17 @@ std::string cross(kj::AsyncIoContext& io, kj::AsyncIoStream& from, kj::AsyncIoSt
   return got;
 }
 
+// Where the kernel lets sockets bind foreign addresses, no address counts as this namespace's and
+// the path is off by design: the tests that need it check that much and say so.
+bool path_off_by_host() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_nonlocal_bind");
+  int value = 0;
+  if (!(in >> value) || value == 0) return false;
+  CHECK(rpc::same_host_candidates("127.0.0.1:7100").empty());
+  MESSAGE("net.ipv4.ip_nonlocal_bind is set: same-host sockets are off here by design; only that was checked");
+  return true;
+}
+
 int send_buffer(kj::AsyncIoStream& stream) {
   int value = 0;
   uint length = sizeof value;
@@ -53,6 +65,7 @@ int send_buffer(kj::AsyncIoStream& stream) {
 }  // namespace
 
 TEST_CASE("same-host names: a loopback address tries its own name then its family's wildcard, others none") {
+  if (path_off_by_host()) return;
   const auto v4 = rpc::same_host_candidates("127.0.0.1:7100");
   REQUIRE(v4.size() == 2);
   CHECK(v4[0] == "unix-abstract:pstrain-rpc/127.0.0.1:7100");
@@ -76,6 +89,7 @@ TEST_CASE("same-host names: a loopback address tries its own name then its famil
 }
 
 TEST_CASE("a server listening on both is reached through its same-host socket, which carries bytes both ways") {
+  if (path_off_by_host()) return;
   auto io = kj::setupAsyncIo();
   auto& network = io.provider->getNetwork();
   for (const char* host : {"127.0.0.1", "0.0.0.0"}) {
@@ -116,6 +130,7 @@ TEST_CASE("without a same-host socket the connection goes by TCP, and a name tak
 }
 
 TEST_CASE("the cluster secret is proved on a same-host connection as on TCP") {
+  if (path_off_by_host()) return;
   auto io = kj::setupAsyncIo();
   auto& network = io.provider->getNetwork();
   const auto secret = rpc::ClusterCredential::from_secret("0123456789abcdef-same-host");
