@@ -172,7 +172,16 @@ kj::Promise<void> SessionOrders::take_over(kj::WaitScope& wait_scope) {
       // rows this worker's batch touches, so the exchange fetches it (a chunk the lost worker
       // pushed has moved one update on; its server still holds the step's version).
       const float* params = exchange_.step_values(wait_scope, order.step);
-      if (tables_ != nullptr) fetch_rows(wait_scope, SessionTables::kTakeover, examples, order.step);
+      if (tables_ != nullptr) {
+        tables_->take_newest_pulled(SessionTables::kTakeover);
+        fetch_rows(wait_scope, SessionTables::kTakeover, examples, order.step);
+        // The lost worker's push reached a server that then completed the step: that server's
+        // table rows have moved one update on, and (unlike a dense chunk's) their values of the
+        // step are not kept, so this slice's gradient cannot be the lost one's. No push: the
+        // takeover times out and the job rolls back to its last backup, exact.
+        const uint64_t newest = tables_->take_newest_pulled(SessionTables::kTakeover);
+        KJ_REQUIRE(newest <= order.step, "a server's table rows have moved past the step", newest);
+      }
       model_.compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), examples, takeover_grads_.data(),
                                {}, nullptr, {epoch, extra_ids_.data()});
     } else {

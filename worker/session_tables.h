@@ -50,6 +50,9 @@ class SessionTables {
   kj::Promise<void> push(size_t slot, const GradientSlice& slice, kj::Maybe<proto::Batch::Reader> next = nullptr,
                          const BatchShape* shape = nullptr);
 
+  // The newest version slot `slot`'s row pulls have had since the last call (TableClient::
+  // take_newest_pulled).
+  uint64_t take_newest_pulled(size_t slot) { return this->slot(slot).client.take_newest_pulled(); }
   // Bytes moved since the last call, added to `counts`.
   void drain_counts(ExchangeCounts& counts);
   // fetch() calls, and those the last push's replies had answered.

@@ -1,5 +1,6 @@
 #include "worker/table_client.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/rpc/message_limits.h"
@@ -80,6 +81,7 @@ kj::Promise<void> TableClient::pull(size_t t, std::span<const uint32_t> ids, uin
         [this, &piece, at = std::move(at[p]), dim, out](capnp::Response<proto::ParameterServer::PullRowsResults>&& r) {
           place(r.getValues(), at, dim, out);
           piece.version = r.getVersion();
+          newest_pulled_ = std::max(newest_pulled_, piece.version);
           counts_.pulled_bytes += r.getValues().size();
         }));
   }

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/engine/chunk_plan.h"
@@ -47,6 +48,9 @@ class TableClient {
   // Rows `ids` (ascending, distinct) of table t at a version >= min_version into `out` (ids.size()
   // x dim, in the order of ids).
   kj::Promise<void> pull(size_t t, std::span<const uint32_t> ids, uint64_t min_version, float* out);
+  // The newest version a pull's reply has had since the last call (0: none), and resets it: a
+  // sync takeover checks that no piece it read has moved past the step it computes.
+  uint64_t take_newest_pulled() { return std::exchange(newest_pulled_, 0); }
 
   // One table's part of a push: its compact gradient (`grads`: ids.size() x dim, of rows `ids`,
   // ascending and distinct) and the rows the replies bring back (`next_ids`, ascending, distinct;
@@ -88,6 +92,7 @@ class TableClient {
   Caller caller_;
   ServerConnections& servers_;
   ExchangeCounts counts_;
+  uint64_t newest_pulled_ = 0;  // take_newest_pulled
 };
 
 }  // namespace pstrain
