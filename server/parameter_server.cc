@@ -343,7 +343,7 @@ kj::Promise<void> ParameterServerImpl::apply_push(CheckedPush push, ResultsOf re
     if (!reply_rows.empty() || job->shard->chunk(key).info.is_table_piece()) {
       const ShardChunk& piece = job->shard->chunk(key);
       auto out = results.getValues().initRows(static_cast<unsigned>(reply_rows.size() * piece.table_dim * sizeof(float)));
-      write_table_rows(piece, reply_rows, out);
+      write_table_rows(piece, reply_rows, piece.version, out);
       job->bytes_out += out.size();
     } else if (reply_ranges) {
       auto parts = results.getValues().initParts(static_cast<unsigned>(reply_ranges->size()));

@@ -55,7 +55,9 @@ void set_version_range(const ParameterShard& shard, Results results) {
 }  // namespace pstrain::server_rpc
 
 namespace pstrain {
-// Writes a table piece's `rows` (checked: in the piece), float32 row after row, into `out`
-// (rows.size() x chunk.table_dim x 4 bytes).
-void write_table_rows(const ShardChunk& chunk, const std::vector<uint32_t>& rows, capnp::Data::Builder out);
+// Writes a table piece's `rows` (checked: in the piece) as they were at version `at`
+// (table_row_at), float32 row after row, into `out` (rows.size() x chunk.table_dim x 4 bytes);
+// throws when the piece no longer holds that version.
+void write_table_rows(const ShardChunk& chunk, const std::vector<uint32_t>& rows, uint64_t at,
+                      capnp::Data::Builder out);
 }  // namespace pstrain

@@ -36,8 +36,12 @@ struct ShardChunk {
   // The values before the last update (the optimizer writes the new ones here, then the two
   // swap: no copy), valid for version previous_version; the current values are valid from
   // values_since (steps without examples do not change them) to `version`.
+  // A lazy table piece (table_piece.h) keeps no whole `previous` (it stays empty): the rows its
+  // last update changed (piece-local, ascending) and their values before it, for previous_version.
   AlignedFloats previous;
   uint64_t previous_version = UINT64_MAX;
+  std::vector<uint32_t> previous_rows;
+  AlignedFloats previous_row_values;
   uint64_t values_since = 0;
   AlignedFloats scratch;  // summed gradient
   // Clipping (sync): the step's examples while its summed gradient waits in `scratch` for a

@@ -62,7 +62,13 @@ void apply_table_step(optim::Optimizer& optimizer, bool lazy, ShardChunk& chunk,
                       float lr_scale) {
   const size_t dim = chunk.table_dim;
   if (lazy) {
+    chunk.previous_rows.assign(step.rows.begin(), step.rows.end());
+    chunk.previous_row_values.resize(step.rows.size() * dim);
+    for (size_t k = 0; k < step.rows.size(); ++k) {
+      std::copy_n(chunk.values.data() + size_t{step.rows[k]} * dim, dim, chunk.previous_row_values.data() + k * dim);
+    }
     optimizer.apply_rows(chunk.values, dim, step.rows, step.grads, chunk.optimizer_state, lr_scale);
+    chunk.previous_version = chunk.version;
     chunk.values_since = chunk.version + 1;
     return;
   }
@@ -71,6 +77,16 @@ void apply_table_step(optim::Optimizer& optimizer, bool lazy, ShardChunk& chunk,
     std::copy_n(step.grads.data() + k * dim, dim, chunk.scratch.data() + size_t{step.rows[k]} * dim);
   }
   chunk.step(optimizer, std::span<const float>(chunk.scratch.data(), chunk.info.size), lr_scale);
+}
+
+const float* table_row_at(const ShardChunk& chunk, size_t local, uint64_t at) {
+  const size_t dim = chunk.table_dim;
+  if (at >= chunk.values_since && at <= chunk.version) return chunk.values.data() + local * dim;
+  if (at != chunk.previous_version) return nullptr;
+  if (chunk.previous.size() == chunk.info.size) return chunk.previous.data() + local * dim;  // "dense"
+  const auto it = std::lower_bound(chunk.previous_rows.begin(), chunk.previous_rows.end(), local);
+  if (it == chunk.previous_rows.end() || *it != local) return chunk.values.data() + local * dim;  // unchanged
+  return chunk.previous_row_values.data() + static_cast<size_t>(it - chunk.previous_rows.begin()) * dim;
 }
 
 }  // namespace pstrain

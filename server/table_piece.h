@@ -10,8 +10,10 @@
 //  - "dense": scattered into a zero gradient of the whole piece (Keras' semantics; pieces of
 //    tables up to 2^24 parameters, which the spec checks).
 // Either way the bits are those of the trainer's whole-table update, element by element (an
-// optimizer's element does not depend on where its range starts). The piece keeps no copy of its
-// values before the last update under "lazy": ShardChunk::values_at() has only the current ones.
+// optimizer's element does not depend on where its range starts). A sync takeover reads rows of
+// the step before the piece's last update (table_row_at): "dense" keeps the whole piece as it was
+// (ShardChunk::previous), "lazy" only the rows the update changed (ShardChunk::previous_rows), a
+// copy bounded by a step's rows.
 //
 // Thread rules: plain functions; everything they touch belongs to the caller (the shard's
 // event-loop thread).
@@ -55,5 +57,9 @@ void reduce_table_step(const ShardChunk& chunk, std::span<const PushRequest* con
 // chunk.scratch and chunk.step). `lr_scale` as Optimizer::apply.
 void apply_table_step(optim::Optimizer& optimizer, bool lazy, ShardChunk& chunk, const TableStep& step,
                       float lr_scale);
+
+// Piece-local row `local` as it was at version `at`: the current values, or those from before the
+// last update (at == chunk.previous_version); nullptr when the piece no longer has that version.
+const float* table_row_at(const ShardChunk& chunk, size_t local, uint64_t at);
 
 }  // namespace pstrain

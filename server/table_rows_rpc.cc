@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "common/base/error.h"
+#include "common/base/log.h"
 #include "common/rpc/rpc_util.h"
 #include "server/parameter_server.h"
 #include "server/server_rpc_helpers.h"
+#include "server/table_piece.h"
 
 namespace pstrain {
 
@@ -31,10 +33,13 @@ void require_piece_rows(const ShardChunk& chunk, const std::vector<uint32_t>& ro
 
 }  // namespace
 
-void write_table_rows(const ShardChunk& chunk, const std::vector<uint32_t>& rows, capnp::Data::Builder out) {
+void write_table_rows(const ShardChunk& chunk, const std::vector<uint32_t>& rows, uint64_t at,
+                      capnp::Data::Builder out) {
   const size_t dim = chunk.table_dim;
   for (size_t i = 0; i < rows.size(); ++i) {
-    const float* row = chunk.values.data() + piece_row(chunk.info, rows[i]) * dim;
+    const float* row = table_row_at(chunk, piece_row(chunk.info, rows[i]), at);
+    KJ_REQUIRE(row != nullptr, "this server no longer holds that version of the piece", chunk.info.key, at,
+               chunk.version);
     std::memcpy(out.begin() + i * dim * sizeof(float), row, dim * sizeof(float));
   }
 }
@@ -79,15 +84,22 @@ kj::Promise<void> ParameterServerImpl::pullRows(PullRowsContext context) {
   KJ_REQUIRE(chunk.info.is_table_piece(), "pullRows is for a sparse table's pieces", key);
   std::vector<uint32_t> rows = read_rows(params.getRows());
   require_piece_rows(chunk, rows, "rows");
-  auto reply = [context, key, rows = std::move(rows)](std::shared_ptr<Job> job) mutable {
+  const uint64_t wanted = params.getMinVersion();
+  const bool exact = params.getExact();
+  auto reply = [context, job_id, key, wanted, exact, rows = std::move(rows)](std::shared_ptr<Job> job) mutable {
     const ShardChunk& piece = job->shard->chunk(key);
+    const uint64_t at = exact ? wanted : piece.version;
+    if (at < piece.version) {  // rare: a takeover after the lost worker's push completed the step here
+      PSLOG(kInfo) << "job " << job_id << ": piece " << key << "'s rows of version " << at << " (it is at "
+                   << piece.version << ") for a takeover";
+    }
     auto results = context.getResults();
-    results.setVersion(piece.version);
+    results.setVersion(at);
     auto out = results.initValues(static_cast<unsigned>(rows.size() * piece.table_dim * sizeof(float)));
-    write_table_rows(piece, rows, out);
+    write_table_rows(piece, rows, at, out);
     job->bytes_out += out.size();
   };
-  return when_at_version(shard, job_id, key, params.getMinVersion()).then(kj::mv(reply));
+  return when_at_version(shard, job_id, key, wanted).then(kj::mv(reply));
 }
 
 }  // namespace pstrain

@@ -173,20 +173,21 @@ kj::Promise<void> SessionOrders::take_over(kj::WaitScope& wait_scope) {
       // pushed has moved one update on; its server still holds the step's version).
       const float* params = exchange_.step_values(wait_scope, order.step);
       if (tables_ != nullptr) {
+        // Rows of the step's version exactly: a server the lost worker's push reached may have
+        // completed the step, and its rows moved one update on; it still holds those the update
+        // changed as they were (server/table_piece.h). Should a reply be of another version
+        // anyway, this slice's gradient would not be the lost one's: no push, the takeover times
+        // out and the job rolls back to its last backup, exact.
         tables_->take_newest_pulled(SessionTables::kTakeover);
-        fetch_rows(wait_scope, SessionTables::kTakeover, examples, order.step);
-        // The lost worker's push reached a server that then completed the step: that server's
-        // table rows have moved one update on, and (unlike a dense chunk's) their values of the
-        // step are not kept, so this slice's gradient cannot be the lost one's. No push: the
-        // takeover times out and the job rolls back to its last backup, exact.
+        fetch_rows(wait_scope, SessionTables::kTakeover, examples, order.step, TableClient::At::kExactly);
         const uint64_t newest = tables_->take_newest_pulled(SessionTables::kTakeover);
-        KJ_REQUIRE(newest <= order.step, "a server's table rows have moved past the step", newest);
+        KJ_REQUIRE(newest <= order.step, "a server's table rows are past the step", newest);
       }
       model_.compute_gradients(params, extra_inputs_.data(), extra_labels_.data(), examples, takeover_grads_.data(),
                                {}, nullptr, {epoch, extra_ids_.data()});
     } else {
       std::fill(takeover_grads_.begin(), takeover_grads_.end(), 0.0f);
-      if (tables_ != nullptr) fetch_rows(wait_scope, SessionTables::kTakeover, 0, order.step);
+      if (tables_ != nullptr) fetch_rows(wait_scope, SessionTables::kTakeover, 0, order.step, TableClient::At::kExactly);
     }
   } catch (const kj::Exception& e) {
     // Cannot happen while the step waits for the lost slice; if it does, the coordinator's
@@ -203,8 +204,9 @@ kj::Promise<void> SessionOrders::take_over(kj::WaitScope& wait_scope) {
   return kj::joinPromises(pushes.finish());
 }
 
-void SessionOrders::fetch_rows(kj::WaitScope& wait_scope, size_t slot, uint32_t examples, uint64_t step) {
-  waits_.wait(wait_scope, tables_->fetch(slot, extra_inputs_.data(), examples, step));
+void SessionOrders::fetch_rows(kj::WaitScope& wait_scope, size_t slot, uint32_t examples, uint64_t step,
+                               TableClient::At at) {
+  waits_.wait(wait_scope, tables_->fetch(slot, extra_inputs_.data(), examples, step, at));
   tables_->use(slot);
 }
 

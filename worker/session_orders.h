@@ -70,7 +70,8 @@ class SessionOrders {
   BatchShape batch_shape() const;
   // The sparse tables' rows that `examples` examples of extra_inputs_ read, at version `step`,
   // into the tables' `slot`, and the model pointed at them.
-  void fetch_rows(kj::WaitScope& wait_scope, size_t slot, uint32_t examples, uint64_t step);
+  void fetch_rows(kj::WaitScope& wait_scope, size_t slot, uint32_t examples, uint64_t step,
+                  TableClient::At at = TableClient::At::kLeast);
 
   const SessionFacts& facts_;
   SessionWaits& waits_;

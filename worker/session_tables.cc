@@ -22,11 +22,12 @@ SessionTables::Slot& SessionTables::slot(size_t index) {
   return *slots_[index];
 }
 
-kj::Promise<void> SessionTables::fetch(size_t index, const float* inputs, int64_t n, uint64_t min_version) {
+kj::Promise<void> SessionTables::fetch(size_t index, const float* inputs, int64_t n, uint64_t min_version,
+                                       TableClient::At at) {
   Slot& s = slot(index);
   s.sparse.collect(inputs, model_.input_size(), n);
   ++fetches_;
-  bool ahead = s.ahead;
+  bool ahead = s.ahead && at == TableClient::At::kLeast;
   s.ahead = false;
   for (size_t t = 0; ahead && t < s.rows.size(); ++t) ahead = s.next_ids[t] == s.sparse.ids(t);
   if (ahead) {  // the rows came with the last push's replies, at the version this step reads
@@ -38,7 +39,7 @@ kj::Promise<void> SessionTables::fetch(size_t index, const float* inputs, int64_
   for (size_t t = 0; t < s.rows.size(); ++t) {
     const std::vector<uint32_t>& ids = s.sparse.ids(t);
     s.rows[t].resize(ids.size() * static_cast<size_t>(s.sparse.tables()[t].dim));
-    pulls.add(s.client.pull(t, ids, min_version, s.rows[t].data()));
+    pulls.add(s.client.pull(t, ids, min_version, at, s.rows[t].data()));
   }
   return kj::joinPromises(pulls.finish());
 }

@@ -39,7 +39,9 @@ class SessionTables {
 
   // The rows of every table that `n` examples of `inputs` read, pulled at a version >=
   // min_version into slot `slot` (the promise resolves when they are in).
-  kj::Promise<void> fetch(size_t slot, const float* inputs, int64_t n, uint64_t min_version);
+  // With At::kExactly, of version min_version itself (a takeover).
+  kj::Promise<void> fetch(size_t slot, const float* inputs, int64_t n, uint64_t min_version,
+                          TableClient::At at = TableClient::At::kLeast);
   // The model reads the sparse tables' rows of slot `slot` (fetched) and writes their gradients
   // there.
   void use(size_t slot);

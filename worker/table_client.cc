@@ -62,7 +62,7 @@ void TableClient::place(capnp::Data::Reader values, const std::vector<size_t>& a
   }
 }
 
-kj::Promise<void> TableClient::pull(size_t t, std::span<const uint32_t> ids, uint64_t min_version, float* out) {
+kj::Promise<void> TableClient::pull(size_t t, std::span<const uint32_t> ids, uint64_t version, At which, float* out) {
   std::vector<std::vector<uint32_t>> rows;
   std::vector<std::vector<size_t>> at;
   split(t, ids, rows, at);
@@ -74,7 +74,8 @@ kj::Promise<void> TableClient::pull(size_t t, std::span<const uint32_t> ids, uin
     auto request = servers_[piece.server].pullRowsRequest();
     request.setJobId(caller_.job_id);
     request.setKey(piece.key);
-    request.setMinVersion(min_version);
+    request.setMinVersion(version);
+    request.setExact(which == At::kExactly);
     caller_.pass.set_on(request);
     set_rows(request.initRows(static_cast<unsigned>(rows[p].size())), rows[p]);
     pulls.add(request.send().then(

@@ -45,11 +45,14 @@ class TableClient {
 
   const std::vector<nn::SparseTable>& tables() const { return tables_; }
 
-  // Rows `ids` (ascending, distinct) of table t at a version >= min_version into `out` (ids.size()
+  // Which rows a pull asks for: at a version >= the one named, or of exactly that version (a sync
+  // takeover: a piece the lost worker's push reached has moved one update on; pullRows' exact).
+  enum class At { kLeast, kExactly };
+  // Rows `ids` (ascending, distinct) of table t at version `version` (`which`) into `out` (ids.size()
   // x dim, in the order of ids).
-  kj::Promise<void> pull(size_t t, std::span<const uint32_t> ids, uint64_t min_version, float* out);
+  kj::Promise<void> pull(size_t t, std::span<const uint32_t> ids, uint64_t version, At which, float* out);
   // The newest version a pull's reply has had since the last call (0: none), and resets it: a
-  // sync takeover checks that no piece it read has moved past the step it computes.
+  // sync takeover checks that no piece it read is of another version than the step's.
   uint64_t take_newest_pulled() { return std::exchange(newest_pulled_, 0); }
 
   // One table's part of a push: its compact gradient (`grads`: ids.size() x dim, of rows `ids`,

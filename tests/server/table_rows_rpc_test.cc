@@ -21,18 +21,26 @@ namespace {
 
 constexpr int64_t kRows = 101, kDim = 3;
 
-struct TableFixture : testing::StoreFixture {
-  JobSpec spec = parse_job_spec(R"({"dataset": {"name": "clicks"},
+// `sparse_updates`: optimizer.sparse_updates.
+JobSpec table_spec(const std::string& sparse_updates) {
+  return parse_job_spec(R"({"dataset": {"name": "clicks"},
     "model": {"input_shape": [2], "seed": 4, "layers": [
       {"type": "embedding", "input_dim": 101, "output_dim": 3, "sparse": true},
       {"type": "flatten"}, {"type": "dense", "units": 2}]},
-    "optimizer": {"type": "adagrad", "learning_rate": 0.3},
+    "optimizer": {"type": "adagrad", "learning_rate": 0.3, "sparse_updates": ")" +
+                        sparse_updates + R"("},
     "training": {"mode": "sync", "global_batch_size": 8}})");
+}
+
+struct TableFixture : testing::StoreFixture {
+  JobSpec spec;
   ParamLayout layout = make_param_layout(spec.model);
   std::vector<ChunkInfo> chunks = plan_chunks(layout, 2);  // this server is 0: the even rows
   proto::ParameterServer::Client server{kj::heap<ParameterServerImpl>(&store)};
 
-  TableFixture() { testing::configure_job(server, ws, "job", job_spec_to_json(spec), chunks, 1); }
+  explicit TableFixture(const std::string& sparse_updates = "lazy") : spec(table_spec(sparse_updates)) {
+    testing::configure_job(server, ws, "job", job_spec_to_json(spec), chunks, 1);
+  }
   const ChunkInfo& piece() const {
     for (const ChunkInfo& c : chunks) {
       if (c.is_table_piece() && c.server == 0) return c;
@@ -47,11 +55,12 @@ struct TableFixture : testing::StoreFixture {
     FAIL("no dense chunk");
     return chunks.front();
   }
-  std::vector<float> pull_rows(const std::vector<uint32_t>& rows, uint64_t min_version = 0) {
+  std::vector<float> pull_rows(const std::vector<uint32_t>& rows, uint64_t min_version = 0, bool exact = false) {
     auto request = server.pullRowsRequest();
     request.setJobId("job");
     request.setKey(piece().key);
     request.setMinVersion(min_version);
+    request.setExact(exact);
     auto list = request.initRows(static_cast<unsigned>(rows.size()));
     for (unsigned i = 0; i < rows.size(); ++i) list.set(i, rows[i]);
     auto reply = request.send().wait(ws);
@@ -62,11 +71,12 @@ struct TableFixture : testing::StoreFixture {
   // Throws (kj::Exception) when the server refuses.
   capnp::Response<proto::ParameterServer::PushResults> push(uint32_t key, const std::vector<uint32_t>& rows,
                                                             const std::vector<float>& grads,
-                                                            const std::vector<uint32_t>& reply_rows) {
+                                                            const std::vector<uint32_t>& reply_rows,
+                                                            uint64_t step = 0) {
     auto request = server.pushRequest();
     request.setJobId("job");
     request.setKey(key);
-    request.setStep(0);
+    request.setStep(step);
     request.setSliceCount(1);
     request.setExamples(2);
     auto table = request.getGradient().initTableRows();
@@ -130,6 +140,30 @@ TEST_CASE("parameter server - a table piece answers pullRows and a push of compa
   std::memcpy(got.data(), reply.getValues().getRows().begin(), got.size() * sizeof(float));
   CHECK(got == expected);
   CHECK(f.pull_rows({0, 4, 98}, 1) == expected);
+}
+
+TEST_CASE("parameter server - an exact pullRows gives a piece's rows of the version before its last update") {
+  for (const std::string sparse_updates : {"lazy", "dense"}) {
+    CAPTURE(sparse_updates);
+    TableFixture f(sparse_updates);
+    const uint32_t key = f.piece().key;
+    const std::vector<uint32_t> rows{0, 4, 98};
+    const std::vector<float> v0 = f.pull_rows(rows);
+    f.push(key, {4}, {1, -2, 0.5f}, {}, 0);
+    const std::vector<float> v1 = f.pull_rows(rows, 1);
+    REQUIRE(v1 != v0);
+    CHECK(f.pull_rows(rows, 0, true) == v0);  // row 4 as it was, the others unchanged
+    CHECK(f.pull_rows(rows, 1, true) == v1);
+    f.push(key, {98}, {0.25f, 3, -1}, {}, 1);
+    const std::vector<float> v2 = f.pull_rows(rows, 2);
+    REQUIRE(v2 != v1);
+    CHECK(f.pull_rows(rows, 0) == v2);        // not exact: the current rows
+    CHECK(f.pull_rows(rows, 1, true) == v1);  // row 98 as it was, row 4 as step 0 left it
+    CHECK(f.pull_rows(rows, 2, true) == v2);
+    CHECK(failure([&] { f.pull_rows(rows, 0, true); }).find("no longer holds that version of the piece") !=
+          std::string::npos);
+    CHECK(f.pull_rows(rows, 2) == v2);  // the refused pull changed nothing
+  }
 }
 
 TEST_CASE("parameter server - bad calls on a table piece fail naming what is wrong and change nothing") {

@@ -85,7 +85,7 @@ TEST_CASE("table client - two workers' compact pushes and row replies equal the 
   const auto batch = [&](int step, int slice) { return random_rows(rng, kRows, kDim, step == 1 && slice == 1 ? 1 : 60); };
   std::vector<SliceRows> slices{batch(0, 0), batch(0, 1)};
   std::vector<float> values_a(slices[0].rows.size() * kDim), values_b(slices[1].rows.size() * kDim);
-  kj::joinPromises(kj::arr(a.pull(0, slices[0].rows, 0, values_a.data()), b.pull(0, slices[1].rows, 0, values_b.data())))
+  kj::joinPromises(kj::arr(a.pull(0, slices[0].rows, 0, TableClient::At::kLeast, values_a.data()), b.pull(0, slices[1].rows, 0, TableClient::At::kLeast, values_b.data())))
       .wait(f.ws);
   CHECK(values_a == rows_of(table, slices[0].rows));
   CHECK(values_b == rows_of(table, slices[1].rows));

@@ -217,8 +217,11 @@ interface ParameterServer {
 
   # A sparse table piece's rows (ascending table rows, each in the piece) once its version is at
   # least minVersion: float32, row after row. A piece is never pulled whole (`pull` refuses it).
-  pullRows @17 (jobId :Text, key :UInt32, minVersion :UInt64, rows :List(UInt32), node :UInt32, token :Data)
-      -> (version :UInt64, values :Data);
+  # exact: the rows of version minVersion itself, also when the piece is one update past it (as
+  # `pull`'s exact: a sync takeover; server/table_piece.h keeps the last update's rows as they
+  # were); fails if the server no longer has them.
+  pullRows @17 (jobId :Text, key :UInt32, minVersion :UInt64, rows :List(UInt32), node :UInt32, token :Data,
+                exact :Bool) -> (version :UInt64, values :Data);
 
   # A worker's gradient of one dense kernel for all of the kernel's chunks on this server, as two
   # factors instead of the gradient itself (DESIGN-NOTES "Factored exchange"). The kernel is
