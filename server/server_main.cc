@@ -21,8 +21,9 @@ int main(int argc, char** argv) {
             "Host name workers use to reach this server (the port is the listening one).");
   flags.add_switch("same-host-socket", "PSTRAIN_SERVER_SAME_HOST_SOCKET",
                    "Also listen (on a loopback or wildcard address) on a Unix socket named after the TCP address,\n"
-                   "      which peers of the same user in the same network namespace use instead of loopback TCP.\n"
-                   "      Off by default: docs/DESIGN-NOTES.md, \"Same-host sockets\".");
+                   "      which peers of the same user in the same network namespace use instead of loopback TCP\n"
+                   "      (docs/DESIGN-NOTES.md, \"Same-host sockets\").",
+                   /*on_by_default=*/true);
   flags.add("coordinator", "PSTRAIN_COORDINATOR", "127.0.0.1:7000", "The coordinator's RPC address.");
   flags.add("name", "PSTRAIN_NODE_NAME", "",
             "Name shown in the cluster view (default: host-pid). A restarted server keeps its name: that\n"

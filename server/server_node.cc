@@ -55,8 +55,8 @@ void run_server_node(kj::AsyncIoContext& io, const ServerNodeConfig& config, kj:
   if (config.same_host_socket) {
     same_host = rpc::listen_same_host(io.provider->getNetwork(), *listener);  // throws if its name is taken
     if (!same_host) {
-      PSLOG(kWarning) << "--same-host-socket: " << config.listen.host
-                      << " is neither a loopback nor a wildcard address, so no peer would use one; TCP only";
+      PSLOG(kInfo) << "no same-host socket: " << config.listen.host
+                   << " is neither a loopback nor a wildcard address, so no peer would use one; TCP only";
     }
     if (same_host) {
       serving_same_host = rpc::serve(rpc_server, *same_host, auth, rpc::Transport::kSameHost)

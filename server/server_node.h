@@ -31,9 +31,9 @@ struct ServerNodeConfig {
   // coordinator (open: none).
   rpc::ClusterCredential cluster;
   // Also listen on the same-host socket named after the TCP address (common/rpc/same_host.h):
-  // peers in this network namespace then skip loopback TCP. Off by default: see
-  // docs/DESIGN-NOTES.md, "Same-host sockets", for the recovery race it makes frequent.
-  bool same_host_socket = false;
+  // peers in this network namespace then skip loopback TCP (docs/DESIGN-NOTES.md, "Same-host
+  // sockets").
+  bool same_host_socket = true;
 };
 
 // Runs a parameter server until `stop` resolves; calls `ready(port)` once it listens (it

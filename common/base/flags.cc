@@ -16,8 +16,8 @@ void FlagSet::add(std::string name, std::string env, std::string default_value, 
   flags_.push_back({std::move(name), std::move(env), std::move(default_value), std::move(help), false, {}});
 }
 
-void FlagSet::add_switch(std::string name, std::string env, std::string help) {
-  flags_.push_back({std::move(name), std::move(env), "false", std::move(help), true, {}});
+void FlagSet::add_switch(std::string name, std::string env, std::string help, bool on_by_default) {
+  flags_.push_back({std::move(name), std::move(env), on_by_default ? "true" : "false", std::move(help), true, {}});
 }
 
 FlagSet::Outcome FlagSet::parse(int argc, char** argv) {
@@ -65,6 +65,7 @@ std::string FlagSet::help() const {
     out << "  --" << f.name << (f.is_switch ? "" : "=VALUE") << "\n      " << f.help << "\n      ";
     out << (f.env.empty() ? "no environment variable" : "env " + f.env);
     if (!f.is_switch) out << "; default " << (f.default_value.empty() ? "(none)" : "'" + f.default_value + "'");
+    if (f.is_switch && f.default_value == "true") out << "; on by default (--" << f.name << "=false turns it off)";
     out << "\n";
   }
   out << "  --help\n      Print this help and exit.\n";

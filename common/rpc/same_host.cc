@@ -202,7 +202,7 @@ kj::Own<kj::ConnectionReceiver> listen_same_host(kj::Network& network, kj::Conne
     const bool taken = why.find("Address already in use") != std::string::npos;
     throw Error("cannot listen on the same-host socket @" + name + " (" + why + ")" +
                 (taken ? ": another process of this network namespace holds it" : "") +
-                "; stop it, or start this server without --same-host-socket");
+                "; stop it, or start this server with --same-host-socket=false");
   }
   return listener;
 }

@@ -10,7 +10,7 @@
 #   binaries in e.g. build-old/ is enough.
 # Env: PSTRAIN_DATA_DIR (the spec's datasets; suite_jobs.py prepare writes the suite's specs and
 #      data), PORT_BASE (default 19700), ENV_A / ENV_B (VAR=value words set for that side's
-#      cluster only: one build two ways, e.g. ENV_A=PSTRAIN_SERVER_SAME_HOST_SOCKET=1).
+#      cluster only: one build two ways, e.g. ENV_B=PSTRAIN_SERVER_SAME_HOST_SOCKET=0).
 # Every run's log and cluster directory are kept in a fresh directory under /tmp (printed first),
 # to read a run again; delete it when done.
 set -euo pipefail

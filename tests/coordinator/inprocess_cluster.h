@@ -135,7 +135,7 @@ struct InProcessOptions {
   JobOptions job = short_job_options();
   SplitLoader load_split;  // the coordinator's (CoordinatorNodeConfig); empty: the data directory's
   Exchange exchange = Exchange::kForward;  // the workers' (SessionOptions)
-  bool same_host = false;  // servers with a same-host socket too (ServerNodeConfig::same_host_socket)
+  bool same_host = true;  // servers with a same-host socket too (ServerNodeConfig::same_host_socket)
 };
 
 class InProcessCluster {

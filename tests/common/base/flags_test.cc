@@ -54,3 +54,27 @@ TEST_CASE("bad flags are errors that say what is wrong") {
   CHECK(parse(k, {"--help"}) == FlagSet::Outcome::kHelpShown);
   CHECK(k.help().find("env PSTRAIN_TEST_PORT; default '7000'") != std::string::npos);
 }
+
+TEST_CASE("a switch on by default is turned off by --name=false or its environment variable") {
+  const auto on = [] {
+    FlagSet f("prog", "summary");
+    f.add_switch("fast-path", "PSTRAIN_TEST_FAST_PATH", "fast", /*on_by_default=*/true);
+    return f;
+  };
+  ::unsetenv("PSTRAIN_TEST_FAST_PATH");
+  FlagSet f = on();
+  REQUIRE(parse(f, {}) == FlagSet::Outcome::kRun);
+  CHECK(f.get_switch("fast-path"));
+  CHECK(f.help().find("on by default (--fast-path=false turns it off)") != std::string::npos);
+  FlagSet g = on();
+  REQUIRE(parse(g, {"--fast-path=false"}) == FlagSet::Outcome::kRun);
+  CHECK_FALSE(g.get_switch("fast-path"));
+  FlagSet h = on();
+  REQUIRE(parse(h, {"--fast-path"}) == FlagSet::Outcome::kRun);
+  CHECK(h.get_switch("fast-path"));
+  ::setenv("PSTRAIN_TEST_FAST_PATH", "0", 1);
+  FlagSet k = on();
+  REQUIRE(parse(k, {}) == FlagSet::Outcome::kRun);
+  CHECK_FALSE(k.get_switch("fast-path"));
+  ::unsetenv("PSTRAIN_TEST_FAST_PATH");
+}
