@@ -6,7 +6,8 @@ namespace pstrain {
 
 std::optional<std::span<const float>> ShardChunk::values_at(uint64_t at) const {
   if (at >= values_since && at <= version) return std::span<const float>(values);
-  if (at == previous_version) return std::span<const float>(previous);
+  // (A lazy table piece's previous_version has rows, not a whole `previous`: table_row_at.)
+  if (at == previous_version && previous.size() == info.size) return std::span<const float>(previous);
   return std::nullopt;
 }
 

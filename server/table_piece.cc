@@ -62,6 +62,7 @@ void apply_table_step(optim::Optimizer& optimizer, bool lazy, ShardChunk& chunk,
                       float lr_scale) {
   const size_t dim = chunk.table_dim;
   if (lazy) {
+    chunk.previous_version = UINT64_MAX;  // until the rows below are those before this update
     chunk.previous_rows.assign(step.rows.begin(), step.rows.end());
     chunk.previous_row_values.resize(step.rows.size() * dim);
     for (size_t k = 0; k < step.rows.size(); ++k) {

@@ -52,7 +52,7 @@ class TableClient {
   // x dim, in the order of ids).
   kj::Promise<void> pull(size_t t, std::span<const uint32_t> ids, uint64_t version, At which, float* out);
   // The newest version a pull's reply has had since the last call (0: none), and resets it: a
-  // sync takeover checks that no piece it read is of another version than the step's.
+  // sync takeover checks that no piece it read is newer than the step.
   uint64_t take_newest_pulled() { return std::exchange(newest_pulled_, 0); }
 
   // One table's part of a push: its compact gradient (`grads`: ids.size() x dim, of rows `ids`,

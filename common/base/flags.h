@@ -19,7 +19,8 @@ class FlagSet {
   // A flag taking a value. `env` may be empty (no environment fallback).
   void add(std::string name, std::string env, std::string default_value, std::string help);
   // A flag without a value (--name, or --name=false to turn off one that is on by default); its
-  // environment variable is true for "1", "true" or "yes", false for "0", "false" or "no".
+  // environment variable is true for "1", "true" or "yes", false for "0", "false" or "no"; set
+  // but empty, it counts as unset (the default).
   void add_switch(std::string name, std::string env, std::string help, bool on_by_default = false);
 
   enum class Outcome { kRun, kHelpShown, kError };

@@ -11,11 +11,13 @@
 # Env: PSTRAIN_DATA_DIR (the spec's datasets; suite_jobs.py prepare writes the suite's specs and
 #      data), PORT_BASE (default 19700), ENV_A / ENV_B (VAR=value words set for that side's
 #      cluster only: one build two ways, e.g. ENV_B=PSTRAIN_SERVER_SAME_HOST_SOCKET=0).
+#      Servers use same-host sockets by default since ce3aa87: a build from before it against
+#      one after it differs in transport too unless both sides set the variable.
 # Every run's log and cluster directory are kept in a fresh directory under /tmp (printed first),
 # to read a run again; delete it when done.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-[ $# -ge 3 ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 A=$1 B=$2 SPEC=$(realpath "$3") REPEATS=${4:-3}
 port=${PORT_BASE:-19700}
 work=$(mktemp -d /tmp/ab-cluster.XXXXXX)  # mktemp's template: a fresh name per invocation

@@ -157,6 +157,7 @@ CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 echo "command: $CMDLINE"
 echo "machine: nproc=$(nproc), CPU: ${CPU:-unknown}, $(awk '/MemTotal/ {printf "%.1f GB RAM", $2 / 1048576}' /proc/meminfo), kernel $(uname -r), load avg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "pstrain: $BUILD (git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ', tree dirty'); pstrain-worker built $(date -r "$BUILD/worker/pstrain-worker" '+%F %T'), pstrain-train $(date -r "$TRAIN" '+%F %T'), pstrain-server $(date -r "$SERVER" '+%F %T'))"
+echo "cluster transport: $([[ ${PSTRAIN_SERVER_SAME_HOST_SOCKET:-1} =~ ^(0|false|no)$ ]] && echo 'loopback TCP (PSTRAIN_SERVER_SAME_HOST_SOCKET=0)' || echo 'same-host sockets (the default; PSTRAIN_SERVER_SAME_HOST_SOCKET=0 for loopback TCP)')"
 echo "pytorch: $(pt -c 'import torch; print(torch.__version__)' 2>/dev/null), BLAS $PT_BLAS; $(iperf3 --version | head -n1)"
 echo "job: MLP 784-700-500-10, Adam, global batch 128, mnist10k (5,002 train examples); $EPOCHS epochs for every implementation; repeats $REPEATS$( ((QUICK)) && echo ' (--quick)')"
 echo "data: $DATA"

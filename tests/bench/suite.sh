@@ -168,7 +168,8 @@ echo "pytorch: $(pt -c 'import torch; print(torch.__version__)' 2>/dev/null), BL
 echo "precision: $PRECISION"
 echo "repeats $REPEATS; epochs $( ((EPOCHS)) && echo "$EPOCHS" || echo "each job's own"); $( ((LIMIT)) && echo "first $LIMIT train examples" || echo "whole datasets")$( ((QUICK)) && echo ' (--quick)')"
 echo "data: $DATA (+ generated: $SUITE_DATA)"
-env | grep -E '^(OPENBLAS_|OMP_|GOTO|MKL_|PSTRAIN_CPU|ATEN_|ONEDNN_|DNNL_)' | sed 's/^/env: /' || true
+echo "cluster transport: $([[ ${PSTRAIN_SERVER_SAME_HOST_SOCKET:-1} =~ ^(0|false|no)$ ]] && echo 'loopback TCP (PSTRAIN_SERVER_SAME_HOST_SOCKET=0)' || echo 'same-host sockets (the default; PSTRAIN_SERVER_SAME_HOST_SOCKET=0 for loopback TCP)')"
+env | grep -E '^(OPENBLAS_|OMP_|GOTO|MKL_|PSTRAIN_CPU|PSTRAIN_SERVER_|ATEN_|ONEDNN_|DNNL_)' | sed 's/^/env: /' || true
 echo "logs: $WORK"
 echo
 

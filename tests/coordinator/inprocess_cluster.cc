@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -140,6 +141,12 @@ std::string StdoutCapture::text() const {
 }
 
 // ---- InProcessCluster ---------------------------------------------------------------------
+
+bool same_host_by_default() {
+  const char* v = std::getenv("PSTRAIN_SERVER_SAME_HOST_SOCKET");
+  const std::string value = v == nullptr ? "" : v;
+  return !(value == "0" || value == "false" || value == "no");
+}
 
 JobOptions short_job_options() {
   JobOptions o;

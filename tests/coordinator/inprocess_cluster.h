@@ -96,6 +96,11 @@ class StdoutCapture {
 // Short timeouts for every procedure of the coordinator's jobs, for a cluster of threads.
 JobOptions short_job_options();
 
+// Whether in-process servers also take a same-host socket unless a test says: yes, as
+// pstrain-server does, unless PSTRAIN_SERVER_SAME_HOST_SOCKET is 0, false or no (the ctest
+// entries "tcp: ..." run the recovery tests so, and pstrain-server binaries they start inherit it).
+bool same_host_by_default();
+
 // How long a node of a cluster of threads may be silent before it is declared dead. Sanitized
 // builds run 2-10x slower, and two such tests in parallel on two cores can stall a process for
 // more than 1.5 s (a TSan run once declared three live nodes of an uninterrupted job dead): there
@@ -135,7 +140,7 @@ struct InProcessOptions {
   JobOptions job = short_job_options();
   SplitLoader load_split;  // the coordinator's (CoordinatorNodeConfig); empty: the data directory's
   Exchange exchange = Exchange::kForward;  // the workers' (SessionOptions)
-  bool same_host = true;  // servers with a same-host socket too (ServerNodeConfig::same_host_socket)
+  bool same_host = same_host_by_default();  // servers with a same-host socket too (ServerNodeConfig::same_host_socket)
 };
 
 class InProcessCluster {

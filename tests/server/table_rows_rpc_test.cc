@@ -82,7 +82,9 @@ struct TableFixture : testing::StoreFixture {
     auto table = request.getGradient().initTableRows();
     auto list = table.initRows(static_cast<unsigned>(rows.size()));
     for (unsigned i = 0; i < rows.size(); ++i) list.set(i, rows[i]);
-    table.setValues(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(grads.data()), grads.size() * sizeof(float)));
+    if (!grads.empty()) {
+      table.setValues(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(grads.data()), grads.size() * sizeof(float)));
+    }
     auto reply = request.getReply().initTableRows(static_cast<unsigned>(reply_rows.size()));
     for (unsigned i = 0; i < reply_rows.size(); ++i) reply.set(i, reply_rows[i]);
     return request.send().wait(ws);
@@ -163,6 +165,9 @@ TEST_CASE("parameter server - an exact pullRows gives a piece's rows of the vers
     CHECK(failure([&] { f.pull_rows(rows, 0, true); }).find("no longer holds that version of the piece") !=
           std::string::npos);
     CHECK(f.pull_rows(rows, 2) == v2);  // the refused pull changed nothing
+    f.push(key, {}, {}, {}, 2);  // a step with examples and none of this piece's rows
+    CHECK(f.pull_rows(rows, 2, true) == v2);
+    CHECK(f.pull_rows(rows, 3, true) == v2);
   }
 }
 
