@@ -80,7 +80,8 @@ void ParameterShard::apply_table_update(ShardChunk& chunk, std::span<const PushR
                                         int64_t examples, float lr_scale) {
   if (examples > 0) {
     reduce_table_step(chunk, pushes, examples, table_step_);
-    apply_table_step(*optimizer_, lazy_tables_, chunk, table_step_, lr_scale);
+    apply_table_step(*optimizer_, lazy_tables_, chunk, table_step_, lr_scale,
+                     /*keep_rows=*/std::holds_alternative<SyncBarrier>(rule_));
   }
   ++chunk.version;
 }

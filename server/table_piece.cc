@@ -59,17 +59,19 @@ void reduce_table_step(const ShardChunk& chunk, std::span<const PushRequest* con
 }
 
 void apply_table_step(optim::Optimizer& optimizer, bool lazy, ShardChunk& chunk, const TableStep& step,
-                      float lr_scale) {
+                      float lr_scale, bool keep_rows) {
   const size_t dim = chunk.table_dim;
   if (lazy) {
     chunk.previous_version = UINT64_MAX;  // until the rows below are those before this update
-    chunk.previous_rows.assign(step.rows.begin(), step.rows.end());
-    chunk.previous_row_values.resize(step.rows.size() * dim);
-    for (size_t k = 0; k < step.rows.size(); ++k) {
-      std::copy_n(chunk.values.data() + size_t{step.rows[k]} * dim, dim, chunk.previous_row_values.data() + k * dim);
+    if (keep_rows) {
+      chunk.previous_rows.assign(step.rows.begin(), step.rows.end());
+      chunk.previous_row_values.resize(step.rows.size() * dim);
+      for (size_t k = 0; k < step.rows.size(); ++k) {
+        std::copy_n(chunk.values.data() + size_t{step.rows[k]} * dim, dim, chunk.previous_row_values.data() + k * dim);
+      }
     }
     optimizer.apply_rows(chunk.values, dim, step.rows, step.grads, chunk.optimizer_state, lr_scale);
-    chunk.previous_version = chunk.version;
+    if (keep_rows) chunk.previous_version = chunk.version;
     chunk.values_since = chunk.version + 1;
     return;
   }

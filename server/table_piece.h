@@ -54,9 +54,10 @@ void reduce_table_step(const ShardChunk& chunk, std::span<const PushRequest* con
                        TableStep& out);
 
 // Applies a reduced step to the piece (lazy: the listed rows; else the whole piece, through
-// chunk.scratch and chunk.step). `lr_scale` as Optimizer::apply.
+// chunk.scratch and chunk.step). `lr_scale` as Optimizer::apply. `keep_rows` (sync): a lazy piece
+// keeps the listed rows as they were, for a takeover's table_row_at; async never reads them.
 void apply_table_step(optim::Optimizer& optimizer, bool lazy, ShardChunk& chunk, const TableStep& step,
-                      float lr_scale);
+                      float lr_scale, bool keep_rows);
 
 // Piece-local row `local` as it was at version `at`: the current values, or those from before the
 // last update (at == chunk.previous_version); nullptr when the piece no longer has that version.
