@@ -127,7 +127,15 @@ kj::Promise<void> AsyncCuts::run() {
   }
   // The positions are on disk before any server backs up (the workers wait the write too): a
   // restarted coordinator finds the positions of every cut the servers hold.
-  return job_.store.set_async_cut(job_.id, version, kj::mv(positions), dropped).then([this, version] {
+  //
+  // A recovery that begins during the write ends this cut (JobFaults::recover) and may already
+  // have put a restarted server in the group, configured but not yet restored: its shard is not
+  // the job's state at the cut, so such a backup would be a wrong one that a rollback could pick.
+  // The cut asks for no backup then (it is abandoned, and the recovery goes on as it would).
+  const uint64_t id = cut_->id, generation = job_.generation;
+  return job_.store.set_async_cut(job_.id, version, kj::mv(positions), dropped).then([this, version, id, generation] {
+    KJ_REQUIRE(cut_.has_value() && cut_->id == id && job_.generation == generation && job_.phase == JobPhase::kRunning,
+               "a recovery began during the cut", version);
     return job_.servers.backup_now(version);
   });
 }
