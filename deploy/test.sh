@@ -9,7 +9,7 @@
 # stage's result and seconds and the total. The exit status is non-zero if any stage failed.
 #
 # Usage: deploy/test.sh [ctest options, e.g. -L unit; they apply to the first run only]
-# Environment: PSTRAIN_FUZZ_SECONDS, seconds per fuzz target (default 30; 0 skips fuzzing);
+# Environment: PSTRAIN_FUZZ_SECONDS, seconds per fuzz target (default 10; 0 skips fuzzing);
 #   PSTRAIN_SANITIZERS, the sanitizer runs (deploy/sanitize.sh kinds; default "tsan asan-core";
 #   "asan" is AddressSanitizer on the whole suite, longer than CI's budget; empty skips them);
 #   PSTRAIN_CI_SETUP_SECONDS, the seconds .ci/run spent in deploy/setup.sh (a row of the table);
@@ -68,10 +68,10 @@ else
   skip ctest "build failed"
 fi
 
-# 30 s per target keeps the fuzz step (a clang build of the targets, about 3 CPU-minutes cold and
-# seconds from the compiler cache, then 6 runs) within about 4 minutes on 2 cores (docs/FUZZING.md); fuzz/run.sh fails on any crash and
-# leaves the input in build-fuzz/crashes/.
-fuzz_seconds=${PSTRAIN_FUZZ_SECONDS:-30}
+# 10 s per target keeps the fuzz step (a clang build of the targets, about 3 CPU-minutes cold and
+# seconds from the compiler cache, then a run of each with its seeds first) about 2 minutes on 2
+# cores (docs/FUZZING.md); fuzz/run.sh fails on any crash and leaves the input in build-fuzz/crashes/.
+fuzz_seconds=${PSTRAIN_FUZZ_SECONDS:-10}
 if [ "$fuzz_seconds" -gt 0 ]; then
   stage "fuzz (fuzz/run.sh $fuzz_seconds)" fuzz/run.sh "$fuzz_seconds"
 else

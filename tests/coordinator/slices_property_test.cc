@@ -268,7 +268,6 @@ TEST_CASE("sync N workers equal the trainer's N slices bit for bit, over random 
     const SplitLoader load = blobs(t.examples, classes_of(t), t.multi_label);
     Compared compared = cluster_against_trainer(t, spec, load);
     LocalTrainerOptions& options = compared.options;
-    const TrainingResult& local = compared.local;
     const size_t differ = compared.differ;
     MESSAGE("trial " << i << ": " << t.workers << " worker(s) x " << t.servers << " server(s), batch " << t.batch << ", "
                      << t.examples << " examples, " << std::string(exchange_name(t.exchange)) << ", " << activations << ": " << differ
