@@ -74,6 +74,10 @@ def jobs():
         {"name": "ff2", "type": "conv1d", "filters": 32, "kernel_size": 1},
         {"name": "sum2", "type": "add", "inputs": ["norm1", "ff2"]},
         {"type": "layer_norm"}, {"type": "global_avgpool1d"}, {"type": "dense", "units": 2}], 0.001)
+    # The same block as a decoder's: each step attends to itself and the steps before it.
+    causal = json.loads(json.dumps(transformer))
+    causal["name"] = "text-causal"
+    causal["model"]["layers"][2]["use_causal_mask"] = True
     return {
         "text-lstm": ("Text BiLSTM emb32 (mask_zero)-bilstm32-d2, 200 steps, Adam, b32, seq-ids200", lstm, 2),
         "text-transformer": ("Text transformer block emb32+pos, 2-head attention (masked), ff 64, avg, Adam, b32, "
@@ -87,7 +91,10 @@ def jobs():
         "large-mlp": ("Large MLP 784-4096-5000-10 (23.8M params), Adam, b128, mnist10k", large, 3),
         "fashion-resnet": ("Residual CNN (flip, crop, 2 blocks with batch_norm, GAP, dropout), AdamW cosine, b128, "
                            "fashion-mnist", from_file("fashion-mnist-resnet.json"), 3),
-        # (Not in suite.sh's default run: --jobs tpu-cnn; the mixed-precision bench's third CNN.)
+        # (Not in suite.sh's default run: --jobs text-causal, --jobs tpu-cnn, the mixed-precision
+        # bench's third CNN.)
+        "text-causal": ("Text transformer block as text-transformer, causal attention (use_causal_mask), Adam, b32, "
+                        "seq-ids200", causal, 2),
         "tpu-cnn": ("TPU guide CNN conv256-conv256-d256-d128-d10, Adam, b200, fashion-mnist", from_file("tpu-cnn.json"), 1),
     }
 
@@ -153,6 +160,10 @@ def write_subset(data, name, limit):
     return sub
 
 
+# Jobs that run only when --jobs names them.
+OPT_IN = ("tpu-cnn", "text-causal")
+
+
 def prepare(args):
     work, shared = args["--work"], args["--data"]
     pattern, epochs, limit = args.get("--jobs", ""), int(args.get("--epochs", 0)), int(args.get("--limit", 0))
@@ -165,7 +176,7 @@ def prepare(args):
     write_tabular(data)
     write_sequences(data)
     os.makedirs(os.path.join(work, "specs"), exist_ok=True)
-    selected = {k: v for k, v in jobs().items() if re.search(pattern, k) and (k != "tpu-cnn" or "tpu" in pattern)}
+    selected = {k: v for k, v in jobs().items() if re.search(pattern, k) and (k not in OPT_IN or k in pattern)}
     if not selected:
         sys.exit(f"no job matches --jobs '{pattern}' (jobs: {', '.join(jobs())})")
     for job, (label, spec, full_epochs) in selected.items():

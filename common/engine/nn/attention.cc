@@ -41,6 +41,17 @@ typename MultiHeadAttention<T>::Span MultiHeadAttention<T>::span(int64_t b) cons
 }
 
 template <typename T>
+std::vector<typename MultiHeadAttention<T>::Block> MultiHeadAttention<T>::blocks(Span s) const {
+  if (!g_.causal) return {{s.lo, s.hi, s.size()}};
+  std::vector<Block> out;
+  for (int64_t begin = s.lo; begin < s.hi; begin += kCausalBlock) {
+    const int64_t end = std::min(s.hi, begin + kCausalBlock);
+    out.push_back({begin, end, end - s.lo});
+  }
+  return out;
+}
+
+template <typename T>
 void MultiHeadAttention<T>::zero_outside(T* m, int64_t rows, int64_t b, Span s) const {
   T* example = m + b * g_.steps * rows;
   std::fill(example, example + s.lo * rows, T(0));
@@ -133,13 +144,18 @@ void MultiHeadAttention<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T
     // every context column outside it.
     const Span sp = span(b);
     const int64_t L = sp.size();
+    const std::vector<Block> queries = blocks(sp);
     zero_outside(context_.data(), HV, b, sp);
     for (int64_t j = sp.lo; j < sp.hi; ++j) key_kept_[static_cast<size_t>(j)] = kept(b, j) ? T(1) : T(0);
     for (int64_t h = 0; h < H && L > 0; ++h) {
       T* a = weights(b, h);
-      const int64_t qk = (b * S + sp.lo) * HK + h * K, v = (b * S + sp.lo) * HV + h * V, corner = sp.lo * S + sp.lo;
-      // column i: query i's scores over the span's keys
-      gemm<T>(Op::kTranspose, Op::kNone, L, L, K, keys_.data() + qk, HK, queries_.data() + qk, HK, T(0), a + corner, S);
+      const int64_t qk = (b * S + sp.lo) * HK + h * K, v = (b * S + sp.lo) * HV + h * V;
+      // column i: query i's scores over the keys it may see (causal: a block's queries see up to
+      // its last; the rest of each column is zeroed below)
+      for (const Block q : queries) {
+        gemm<T>(Op::kTranspose, Op::kNone, q.seen, q.size(), K, keys_.data() + qk, HK,
+                queries_.data() + qk + (q.begin - sp.lo) * HK, HK, T(0), a + q.begin * S + sp.lo, S);
+      }
       for (int64_t i = sp.lo; i < sp.hi; ++i) {
         T* column = a + i * S + sp.lo;
         const int64_t n = !kept(b, i) ? 0 : (g_.causal ? i + 1 : sp.hi) - sp.lo;  // the keys query i may see
@@ -150,8 +166,11 @@ void MultiHeadAttention<T>::forward(const T* params, ConstMatMap<T> in, MatMap<T
                               drop_factors(b, h) + i * S + sp.lo);
         }
       }
-      gemm<T>(Op::kNone, Op::kNone, V, L, L, values_.data() + v, HV, weighing(a, b, h, sp) + corner, S, T(0),
-              context_.data() + v, HV);
+      const T* w = weighing(a, b, h, sp);
+      for (const Block q : queries) {
+        gemm<T>(Op::kNone, Op::kNone, V, q.size(), q.seen, values_.data() + v, HV, w + q.begin * S + sp.lo, S, T(0),
+                context_.data() + v + (q.begin - sp.lo) * HV, HV);
+      }
     }
   }
   project(params + w_.output, w_.output_bias, params, context_.data(), C, HV, S * B, out.data());
@@ -170,28 +189,41 @@ void MultiHeadAttention<T>::backward(const T* params, ConstMatMap<T> in, ConstMa
   for (int64_t b = 0; b < B; ++b) {
     const Span sp = span(b);  // as forward: outside it every weight and so every gradient is zero
     const int64_t L = sp.size();
+    const std::vector<Block> queries = blocks(sp);
     zero_outside(dqueries_.data(), HK, b, sp);
     zero_outside(dkeys_.data(), HK, b, sp);
     zero_outside(dvalues_.data(), HV, b, sp);
     for (int64_t h = 0; h < H && L > 0; ++h) {
       const T* a = weights(b, h);
-      const int64_t qk = (b * S + sp.lo) * HK + h * K, v = (b * S + sp.lo) * HV + h * V, corner = sp.lo * S + sp.lo;
+      const int64_t qk = (b * S + sp.lo) * HK + h * K, v = (b * S + sp.lo) * HV + h * V;
       const T* dcontext = dcontext_.data() + v;
-      gemm<T>(Op::kTranspose, Op::kNone, L, L, V, values_.data() + v, HV, dcontext, HV, T(0), ds + corner, S);
-      gemm<T>(Op::kNone, Op::kTranspose, V, L, L, dcontext, HV, weighing(a, b, h, sp) + corner, S, T(0),
-              dvalues_.data() + v, HV);
-      if (dropping()) {  // through the dropout to the weights
-        const T* f = drop_factors(b, h);
-        for (int64_t i = sp.lo; i < sp.hi; ++i) {
-          for (int64_t j = sp.lo; j < sp.hi; ++j) ds[i * S + j] *= f[i * S + j];
+      const T* w = weighing(a, b, h, sp);
+      // Each block's columns hold q.seen scores' gradients (as forward computed them); the keys
+      // of a block (the same blocks) are seen by the queries from its first to the span's end.
+      for (const Block q : queries) {
+        const int64_t at = q.begin - sp.lo, later = sp.hi - q.begin;
+        gemm<T>(Op::kTranspose, Op::kNone, q.seen, q.size(), V, values_.data() + v, HV, dcontext + at * HV, HV, T(0),
+                ds + q.begin * S + sp.lo, S);
+        gemm<T>(Op::kNone, Op::kTranspose, V, q.size(), later, dcontext + at * HV, HV, w + q.begin * S + q.begin, S,
+                T(0), dvalues_.data() + v + at * HV, HV);
+      }
+      for (const Block q : queries) {
+        for (int64_t i = q.begin; i < q.end; ++i) {
+          T* column = ds + i * S + sp.lo;
+          if (dropping()) {  // through the dropout to the weights
+            const T* f = drop_factors(b, h) + i * S + sp.lo;
+            for (int64_t j = 0; j < q.seen; ++j) column[j] *= f[j];
+          }
+          softmax_backward(q.seen, scale, a + i * S + sp.lo, column);  // the scale folded in
         }
       }
-      for (int64_t i = sp.lo; i < sp.hi; ++i) {
-        softmax_backward(L, scale, a + i * S + sp.lo, ds + i * S + sp.lo);  // the scale folded in
+      for (const Block q : queries) {
+        const int64_t at = q.begin - sp.lo, later = sp.hi - q.begin;
+        gemm<T>(Op::kNone, Op::kNone, K, q.size(), q.seen, keys_.data() + qk, HK, ds + q.begin * S + sp.lo, S, T(0),
+                dqueries_.data() + qk + at * HK, HK);
+        gemm<T>(Op::kNone, Op::kTranspose, K, q.size(), later, queries_.data() + qk + at * HK, HK,
+                ds + q.begin * S + q.begin, S, T(0), dkeys_.data() + qk + at * HK, HK);
       }
-      gemm<T>(Op::kNone, Op::kNone, K, L, L, keys_.data() + qk, HK, ds + corner, S, T(0), dqueries_.data() + qk, HK);
-      gemm<T>(Op::kNone, Op::kTranspose, K, L, L, queries_.data() + qk, HK, ds + corner, S, T(0), dkeys_.data() + qk,
-              HK);
     }
   }
   project_backward(w_.query, w_.query_bias, params, in.data(), dqueries_.data(), HK, C, S * B, grads, din, false);

@@ -20,8 +20,9 @@
 // channels: one product projects every step of the batch), biases [H, K or V], the output kernel
 // [H, V, channels], its bias [channels]. Scores are kept for backward: H x steps x steps per
 // example, of which only the block of the example's span (Span below: from its first step that is
-// not padding, rounded down to a multiple of 16, to its last) is computed and read. Every loop
-// and product runs in a fixed order (deterministic).
+// not padding, rounded down to a multiple of 16, to its last) is computed and read, and with
+// use_causal_mask only the triangle of allowed pairs, in blocks (Block below). Every loop and product runs in
+// a fixed order (deterministic).
 //
 //   position_embedding: out[t] = in[t] + P[t] with P [steps, channels] learned (the position
 //   half of the Keras guide's TokenAndPositionEmbedding; Keras' Embedding initializer).
@@ -76,6 +77,18 @@ class MultiHeadAttention final : public Layer<T> {
   };
   static constexpr int64_t kSpanAlign = 16;
   Span span(int64_t b) const;
+  // The span's queries in the blocks whose products run together: the whole span at once, or,
+  // causal, kCausalBlock queries at a time, each block's products over the keys up to its last
+  // query only (the keys after it are not allowed for any of them). Causal attention so computes
+  // about half of the span's square: the triangle and the blocks' diagonal squares. The blocks
+  // are fixed by the span alone, so an example's products do not depend on its batch.
+  struct Block {
+    int64_t begin = 0, end = 0;  // queries [begin, end)
+    int64_t seen = 0;            // the span's first `seen` keys
+    int64_t size() const { return end - begin; }
+  };
+  static constexpr int64_t kCausalBlock = 32;
+  std::vector<Block> blocks(Span s) const;
   // Zeroes example b's columns (rows values each) of m outside span s.
   void zero_outside(T* m, int64_t rows, int64_t b, Span s) const;
   // Example b's head h: its weights (steps x steps, column i the query i's over the keys).
