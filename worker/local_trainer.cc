@@ -208,7 +208,9 @@ TrainingResult train_locally(const JobSpec& submitted, const LocalTrainerOptions
 
   const int64_t batch = spec.training.global_batch_size;
   nn::DataParallelModel<float> model(spec.model, batch, options.replicas, spec.loss);
-  if (const std::string precision = apply_precision(spec.precision, model); !precision.empty()) PSLOG(kInfo) << precision;
+  if (const std::string precision = apply_precision(spec.precision, model); !precision.empty()) {
+    PSLOG(kInfo) << precision;
+  }
   const ParamLayout& layout = model.layout();
   // training.compression: each slice's gradient as the servers decode its worker's pushes.
   LocalCompression compression(spec.training.compression, spec.model.seed, layout, options.servers, options.replicas);

@@ -158,7 +158,7 @@ TEST_CASE("a corrupt image, a non-image, an empty class folder, one class and a 
   CHECK(m7.find("c/: not a class of the dataset's other split (its classes: a, b)") != std::string::npos);
   // Malformed pax headers (a negative or overlong record length) are errors, never a loop or a
   // read outside the header.
-  for (const std::string pax : {std::string("6 a=b\n6 c=d\n-6 x\n"), std::string("6 a=b\n-6 x\n"), std::string("99 a=b\n"),
+  for (const std::string& pax : {std::string("6 a=b\n6 c=d\n-6 x\n"), std::string("6 a=b\n-6 x\n"), std::string("99 a=b\n"),
                                 std::string("1 \n")}) {
     testing::write_tar_with_pax(d + "/pax.tar", pax, "a/1.png", png_gray(5, 5, 1));
     try {
