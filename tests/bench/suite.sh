@@ -14,7 +14,8 @@
 #                crop, batch_norm, residual adds, global average pooling, dropout), AdamW on a
 #                cosine schedule, batch 128, fashion-mnist
 #   text-transformer, text-lstm  sequence models on seq-ids200 (200 token ids, padded)
-#   Only when --jobs names them: text-causal (text-transformer with use_causal_mask) and tpu-cnn.
+#   Only when --jobs names them (its pattern holds "causal" or "tpu"): text-causal (text-transformer
+#   with use_causal_mask) and tpu-cnn.
 # Configs per job, run in this order once per repeat, repeats interleaved (r1 of every config of a
 # job, then r2, ...; ours and PyTorch's alternate within a repeat):
 #   ours-t1 / ours-t2   pstrain-train --threads 1 / 2 --parallelism batch

@@ -160,8 +160,9 @@ def write_subset(data, name, limit):
     return sub
 
 
-# Jobs that run only when --jobs names them.
-OPT_IN = ("tpu-cnn", "text-causal")
+# Jobs that run only when --jobs names them: the pattern matches the job and holds its word here
+# (--jobs tpu, --jobs causal, '^text-(causal|transformer)$'; --jobs cnn leaves tpu-cnn out).
+OPT_IN = {"tpu-cnn": "tpu", "text-causal": "causal"}
 
 
 def prepare(args):
@@ -176,7 +177,7 @@ def prepare(args):
     write_tabular(data)
     write_sequences(data)
     os.makedirs(os.path.join(work, "specs"), exist_ok=True)
-    selected = {k: v for k, v in jobs().items() if re.search(pattern, k) and (k not in OPT_IN or k in pattern)}
+    selected = {k: v for k, v in jobs().items() if re.search(pattern, k) and (k not in OPT_IN or OPT_IN[k] in pattern)}
     if not selected:
         sys.exit(f"no job matches --jobs '{pattern}' (jobs: {', '.join(jobs())})")
     for job, (label, spec, full_epochs) in selected.items():

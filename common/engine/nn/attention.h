@@ -80,8 +80,10 @@ class MultiHeadAttention final : public Layer<T> {
   // The span's queries in the blocks whose products run together: the whole span at once, or,
   // causal, kCausalBlock queries at a time, each block's products over the keys up to its last
   // query only (the keys after it are not allowed for any of them). Causal attention so computes
-  // about half of the span's square: the triangle and the blocks' diagonal squares. The blocks
-  // are fixed by the span alone, so an example's products do not depend on its batch.
+  // the triangle and half of each block's diagonal square beside it (58% of a 200-step span's
+  // square). The weights are zero past a column's `seen` keys (forward writes them); the scores'
+  // gradients there are neither written nor read. The blocks are fixed by the span alone, so an
+  // example's products do not depend on its batch.
   struct Block {
     int64_t begin = 0, end = 0;  // queries [begin, end)
     int64_t seen = 0;            // the span's first `seen` keys

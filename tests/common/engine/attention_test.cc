@@ -179,6 +179,30 @@ TEST_CASE("finite differences over spans past step 16: padding before and after,
   }
 }
 
+TEST_CASE("causal attention in blocks: finite differences over spans of four blocks, padding inside, with dropout") {
+  // 100 steps, blocks of 32 queries (attention.h): example 0's span is [16, 100) (padding before
+  // step 20 and at 57: blocks whose keys start before their queries, a middle block seeing keys of
+  // two earlier blocks, a last partial block), example 1 has none ([0, 100): four blocks, the last
+  // of 4 queries), example 2 only its first 40 steps.
+  const auto ids = [](Problem& p) {
+    p.inputs.assign(3 * 100, 0.0);
+    for (int64_t t = 0; t < 100; ++t) {
+      if (t >= 20 && t != 57) p.inputs[static_cast<size_t>(t)] = static_cast<double>(1 + t % 7);
+      p.inputs[static_cast<size_t>(100 + t)] = static_cast<double>(1 + (t * 3) % 7);
+      if (t < 40) p.inputs[static_cast<size_t>(200 + t)] = static_cast<double>(1 + t % 5);
+    }
+  };
+  const ModelSpec spec = parse_model_spec(R"({"input_shape": [100], "seed": 11, "layers": [
+      {"name": "tokens", "type": "embedding", "input_dim": 8, "output_dim": 4, "mask_zero": true},
+      {"name": "x", "type": "position_embedding"},
+      {"name": "attend", "type": "multi_head_attention", "num_heads": 2, "key_dim": 3, "value_dim": 2, "dropout": 0.3,
+       "use_causal_mask": true},
+      {"name": "sum1", "type": "add", "inputs": ["x", "attend"]},
+      {"type": "global_avgpool1d"},
+      {"type": "dense", "units": 3}]})");
+  check_gradients(spec, 3, 97, GradientCheck{{}, ids});
+}
+
 TEST_CASE("attention masks: padding changes nothing, a causal step sees only the past, masks flow through residual adds") {
   // Padding: the pooled output over [3, 5, 0, 0] masked is the one over [3, 5] (attention's
   // tensors do not depend on the steps), and the padding's own vectors do not matter.
@@ -209,54 +233,59 @@ TEST_CASE("attention masks: padding changes nothing, a causal step sees only the
   CHECK(c[0] != d[0]);  // not causal: step 0 sees step 2
 }
 
-TEST_CASE("attention over spans: a padded batch after an unpadded one has a fresh layer's bits, dropout too") {
-  // The layer computes each example's span only (attention.h) and reuses its buffers: whatever an
-  // earlier batch left outside a span must not reach the outputs or the gradients (float engine,
-  // bit for bit; the same shapes on both sides, so the same products).
-  const ModelSpec spec = parse_model_spec(R"({"input_shape": [40], "seed": 5, "layers": [
-      {"name": "e", "type": "embedding", "input_dim": 30, "output_dim": 8, "mask_zero": true},
-      {"name": "a", "type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "dropout": 0.2},
-      {"type": "add", "inputs": ["e", "a"]},
-      {"type": "global_avgpool1d"}, {"type": "dense", "units": 3}]})");
-  const int64_t batch = 3, steps = 40;
-  std::vector<float> full(static_cast<size_t>(batch * steps)), padded(full.size(), 0.0f);
-  for (size_t k = 0; k < full.size(); ++k) full[k] = static_cast<float>(1 + (k * 7) % 29);
-  for (int64_t t = 0; t < steps; ++t) {
-    if (t < 9) padded[static_cast<size_t>(t)] = static_cast<float>(1 + t);                  // trailing padding
-    if (t >= 18 && t < 27) padded[static_cast<size_t>(steps + t)] = static_cast<float>(t);  // both sides
-  }  // example 2: padding only
-  const std::vector<int32_t> labels = {0, 2, 1};
-  const std::vector<uint32_t> ids = {4, 9, 13};
-  const nn::ExampleKeys keys{1, ids.data()};
-  nn::Model<float> reused(spec, batch), fresh(spec, batch);
-  std::vector<float> params(reused.layout().total_size());
-  glorot_uniform_init(reused.layout(), spec.seed, params.data());
-  std::vector<float> g_reused(params.size()), g_fresh(params.size());
-  reused.compute_gradients(params.data(), full.data(), labels.data(), batch, g_reused.data(), {}, nullptr, keys);
-  const auto train = [&](nn::Model<float>& model, std::vector<float>& grads) {
-    return model.compute_gradients(params.data(), padded.data(), labels.data(), batch, grads.data(), {}, nullptr, keys);
-  };
-  const float loss_reused = train(reused, g_reused).loss_sum, loss_fresh = train(fresh, g_fresh).loss_sum;
-  CHECK(loss_reused == loss_fresh);
-  CHECK(g_reused == g_fresh);
-  const auto y_fresh = fresh.forward(params.data(), padded.data(), batch);
-  const std::vector<float> first(y_fresh.data(), y_fresh.data() + y_fresh.size());
-  reused.forward(params.data(), full.data(), batch);
-  const auto y_reused = reused.forward(params.data(), padded.data(), batch);
-  CHECK(std::vector<float>(y_reused.data(), y_reused.data() + y_reused.size()) == first);
-  // Every step's output (the padding's too: the output bias there), not only the pooled ones.
-  const ModelSpec every_step = parse_model_spec(R"({"input_shape": [40], "seed": 5, "layers": [
-      {"name": "e", "type": "embedding", "input_dim": 30, "output_dim": 8, "mask_zero": true},
-      {"name": "a", "type": "multi_head_attention", "num_heads": 2, "key_dim": 4},
-      {"type": "flatten"}]})");
-  nn::Model<float> steps_reused(every_step, batch), steps_fresh(every_step, batch);
-  std::vector<float> steps_params(steps_reused.layout().total_size());
-  glorot_uniform_init(steps_reused.layout(), every_step.seed, steps_params.data());
-  const auto fresh_steps = steps_fresh.forward(steps_params.data(), padded.data(), batch);
-  const std::vector<float> expected(fresh_steps.data(), fresh_steps.data() + fresh_steps.size());
-  steps_reused.forward(steps_params.data(), full.data(), batch);
-  const auto reused_steps = steps_reused.forward(steps_params.data(), padded.data(), batch);
-  CHECK(std::vector<float>(reused_steps.data(), reused_steps.data() + reused_steps.size()) == expected);
+TEST_CASE("attention over spans: a padded batch after an unpadded one has a fresh layer's bits, dropout too, causal too") {
+  // The layer computes each example's span only (attention.h), causal in blocks, and reuses its
+  // buffers: whatever an earlier batch left outside a span or a block's keys must not reach the
+  // outputs or the gradients (float engine, bit for bit; the same shapes on both sides, so the
+  // same products).
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    const std::string mask = causal ? R"(, "use_causal_mask": true)" : "";
+    const ModelSpec spec = parse_model_spec(R"({"input_shape": [40], "seed": 5, "layers": [
+        {"name": "e", "type": "embedding", "input_dim": 30, "output_dim": 8, "mask_zero": true},
+        {"name": "a", "type": "multi_head_attention", "num_heads": 2, "key_dim": 4, "dropout": 0.2)" + mask + R"(},
+        {"type": "add", "inputs": ["e", "a"]},
+        {"type": "global_avgpool1d"}, {"type": "dense", "units": 3}]})");
+    const int64_t batch = 3, steps = 40;
+    std::vector<float> full(static_cast<size_t>(batch * steps)), padded(full.size(), 0.0f);
+    for (size_t k = 0; k < full.size(); ++k) full[k] = static_cast<float>(1 + (k * 7) % 29);
+    for (int64_t t = 0; t < steps; ++t) {
+      if (t < 9) padded[static_cast<size_t>(t)] = static_cast<float>(1 + t);                  // trailing padding
+      if (t >= 18 && t < 27) padded[static_cast<size_t>(steps + t)] = static_cast<float>(t);  // both sides
+    }  // example 2: padding only
+    const std::vector<int32_t> labels = {0, 2, 1};
+    const std::vector<uint32_t> ids = {4, 9, 13};
+    const nn::ExampleKeys keys{1, ids.data()};
+    nn::Model<float> reused(spec, batch), fresh(spec, batch);
+    std::vector<float> params(reused.layout().total_size());
+    glorot_uniform_init(reused.layout(), spec.seed, params.data());
+    std::vector<float> g_reused(params.size()), g_fresh(params.size());
+    reused.compute_gradients(params.data(), full.data(), labels.data(), batch, g_reused.data(), {}, nullptr, keys);
+    const auto train = [&](nn::Model<float>& model, std::vector<float>& grads) {
+      return model.compute_gradients(params.data(), padded.data(), labels.data(), batch, grads.data(), {}, nullptr, keys);
+    };
+    const float loss_reused = train(reused, g_reused).loss_sum, loss_fresh = train(fresh, g_fresh).loss_sum;
+    CHECK(loss_reused == loss_fresh);
+    CHECK(g_reused == g_fresh);
+    const auto y_fresh = fresh.forward(params.data(), padded.data(), batch);
+    const std::vector<float> first(y_fresh.data(), y_fresh.data() + y_fresh.size());
+    reused.forward(params.data(), full.data(), batch);
+    const auto y_reused = reused.forward(params.data(), padded.data(), batch);
+    CHECK(std::vector<float>(y_reused.data(), y_reused.data() + y_reused.size()) == first);
+    // Every step's output (the padding's too: the output bias there), not only the pooled ones.
+    const ModelSpec every_step = parse_model_spec(R"({"input_shape": [40], "seed": 5, "layers": [
+        {"name": "e", "type": "embedding", "input_dim": 30, "output_dim": 8, "mask_zero": true},
+        {"name": "a", "type": "multi_head_attention", "num_heads": 2, "key_dim": 4)" + mask + R"(},
+        {"type": "flatten"}]})");
+    nn::Model<float> steps_reused(every_step, batch), steps_fresh(every_step, batch);
+    std::vector<float> steps_params(steps_reused.layout().total_size());
+    glorot_uniform_init(steps_reused.layout(), every_step.seed, steps_params.data());
+    const auto fresh_steps = steps_fresh.forward(steps_params.data(), padded.data(), batch);
+    const std::vector<float> expected(fresh_steps.data(), fresh_steps.data() + fresh_steps.size());
+    steps_reused.forward(steps_params.data(), full.data(), batch);
+    const auto reused_steps = steps_reused.forward(steps_params.data(), padded.data(), batch);
+    CHECK(std::vector<float>(reused_steps.data(), reused_steps.data() + reused_steps.size()) == expected);
+  }
 }
 
 TEST_CASE("attention tensors: Keras' names, shapes and initializers, and position_embedding's") {
