@@ -133,7 +133,11 @@ kj::Promise<void> AsyncCuts::run() {
   // the job's state at the cut, so such a backup would be a wrong one that a rollback could pick.
   // The cut asks for no backup then (it is abandoned, and the recovery goes on as it would).
   const uint64_t id = cut_->id, generation = job_.generation;
-  return job_.store.set_async_cut(job_.id, version, kj::mv(positions), dropped).then([this, version, id, generation] {
+  kj::Promise<void> stored = job_.store.set_async_cut(job_.id, version, kj::mv(positions), dropped);
+  if (job_.options.async_cut_backup_delay > 0 * kj::SECONDS) {
+    stored = stored.then([this] { return job_.io.getTimer().afterDelay(job_.options.async_cut_backup_delay); });
+  }
+  return stored.then([this, version, id, generation] {
     KJ_REQUIRE(cut_.has_value() && cut_->id == id && job_.generation == generation && job_.phase == JobPhase::kRunning,
                "a recovery began during the cut", version);
     return job_.servers.backup_now(version);
@@ -143,6 +147,14 @@ kj::Promise<void> AsyncCuts::run() {
 void AsyncCuts::end() {
   if (!cut_) return;
   for (auto& resume : cut_->resumes) resume->fulfill();
+  cut_.reset();
+}
+
+void AsyncCuts::abandon(const std::string& why) {
+  if (!cut_) return;
+  for (auto& resume : cut_->resumes) {
+    resume->reject(KJ_EXCEPTION(FAILED, "the job is recovering: this session is stale", why));
+  }
   cut_.reset();
 }
 

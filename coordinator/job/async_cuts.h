@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "coordinator/job/job_context.h"
@@ -29,6 +30,10 @@ class AsyncCuts {
   void expects_no_more(NodeId node);
   // Ends the running cut, if any: paused workers go on.
   void end();
+  // A recovery ends the running cut, if any: each paused worker's call fails (its session ends
+  // and it asks for the new plan) instead of going on, so no worker pushes another step of the
+  // old plan into a server that may still be writing the cut's backup.
+  void abandon(const std::string& why);
   // A rollback restored the backup of the cut at `version`, to run with `workers`: sets the
   // job's resume_positions and returns the first epoch whose metrics start over.
   size_t resume(const std::vector<NodeId>& workers, uint64_t version);

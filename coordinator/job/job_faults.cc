@@ -152,8 +152,9 @@ void JobFaults::recover(const std::string& why) {
   // Stopped early: nothing more is trained; the model comes from a checkpoint already taken.
   if (early_stop_.stopping()) return;
   // A rollback supersedes a takeover or a cut in progress. Their promises stay (this may run
-  // inside one of their callbacks); the generation bump below makes a takeover stand down.
-  async_cuts_.end();
+  // inside one of their callbacks); the generation bump below makes a takeover stand down, and a
+  // cut's paused workers are sent away rather than on (AsyncCuts::abandon).
+  async_cuts_.abandon(why);
   ++job_.generation;  // every session of the old plan is stale from now on
   job_.watches.end_all(why);  // and told so, in case it waits on a server that will never answer
   if (job_.phase == JobPhase::kRecovering) return;  // the running recovery picks up the new losses

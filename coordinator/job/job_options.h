@@ -41,6 +41,10 @@ struct JobOptions {
   // time while writing it. Tests make it small, so that a small model's files have many.
   size_t file_piece_bytes = size_t{16} << 20;
 
+  // Not a timeout: how long an async cut waits between storing its workers' positions and asking
+  // the servers to back up (async_cuts.cc). 0 in use; tests widen the window to land a fault in it.
+  kj::Duration async_cut_backup_delay = 0 * kj::SECONDS;
+
   // Not a timeout either, but what every job's calls to servers carry (set by CoordinatorNode): the
   // cluster credential proved on each connection, and the coordinator's own key from which each
   // job's worker-token key derives (rpc::job_key; empty: an open cluster, no worker tokens).

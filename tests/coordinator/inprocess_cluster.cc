@@ -112,26 +112,29 @@ std::string NodeThread::state() const {
   return ended_ ? "stopped" : ready_ ? "ready" : "starting";
 }
 
-// ---- StdoutCapture ------------------------------------------------------------------------
+// ---- OutputCapture ------------------------------------------------------------------------
 
-StdoutCapture::StdoutCapture(std::string path) : path_(std::move(path)) {
+OutputCapture::OutputCapture(std::string path, int fd) : path_(std::move(path)), fd_(fd) {
   std::cout.flush();
   std::fflush(stdout);
-  saved_ = ::dup(STDOUT_FILENO);
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
-  if (saved_ < 0 || fd < 0 || ::dup2(fd, STDOUT_FILENO) < 0) throw std::runtime_error("cannot capture stdout in " + path_);
-  ::close(fd);
+  saved_ = ::dup(fd_);
+  const int file = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+  if (saved_ < 0 || file < 0 || ::dup2(file, fd_) < 0) throw std::runtime_error("cannot capture output in " + path_);
+  ::close(file);
 }
 
-StdoutCapture::~StdoutCapture() {
+OutputCapture::~OutputCapture() {
   const std::string captured = text();
-  ::dup2(saved_, STDOUT_FILENO);
+  ::dup2(saved_, fd_);
   ::close(saved_);
-  std::fwrite(captured.data(), 1, captured.size(), stdout);
-  std::fflush(stdout);
+  for (size_t at = 0; at < captured.size();) {
+    const ssize_t n = ::write(fd_, captured.data() + at, captured.size() - at);
+    if (n <= 0) break;
+    at += static_cast<size_t>(n);
+  }
 }
 
-std::string StdoutCapture::text() const {
+std::string OutputCapture::text() const {
   std::cout.flush();
   std::fflush(stdout);
   std::ifstream in(path_, std::ios::binary);

@@ -77,20 +77,21 @@ class NodeThread {
   std::thread thread_;                   // last: starts once the members above exist
 };
 
-// Sends what the process writes on stdout (file descriptor 1) to a file while it lives, where
-// text() reads it, and writes it all out on stdout when destroyed. The coordinator prints each
-// epoch's example ledger on stdout.
-class StdoutCapture {
+// Sends what the process writes on a file descriptor (stdout unless told) to a file while it
+// lives, where text() reads it, and writes it all out on that descriptor when destroyed. The
+// coordinator prints each epoch's example ledger on stdout; every node logs on stderr.
+class OutputCapture {
  public:
-  explicit StdoutCapture(std::string path);
-  ~StdoutCapture();
-  StdoutCapture(const StdoutCapture&) = delete;
-  StdoutCapture& operator=(const StdoutCapture&) = delete;
-  std::string text() const;  // everything printed so far
+  explicit OutputCapture(std::string path, int fd = 1);
+  ~OutputCapture();
+  OutputCapture(const OutputCapture&) = delete;
+  OutputCapture& operator=(const OutputCapture&) = delete;
+  std::string text() const;  // everything written so far
 
  private:
   std::string path_;
-  int saved_ = -1;  // the original stdout
+  int fd_;
+  int saved_ = -1;  // the original descriptor
 };
 
 // Short timeouts for every procedure of the coordinator's jobs, for a cluster of threads.
@@ -196,7 +197,7 @@ class InProcessCluster {
 
   InProcessOptions options_;
   TempDir dir_;
-  StdoutCapture stdout_;
+  OutputCapture stdout_;
   kj::AsyncIoContext io_;  // the test thread's loop: deadlines of cross-thread calls, polling
   uint32_t coordinator_port_ = 0;
   // Set on the coordinator's thread while its node exists; read there only (on_coordinator).

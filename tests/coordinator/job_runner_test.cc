@@ -9,11 +9,13 @@
 // worker count stays the same); the job record's notes, recoveries and replayed steps; and, where
 // the coordinator's example ledger covers the whole run, every example used once per epoch.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/data/job_spec.h"
@@ -388,6 +390,59 @@ TEST_CASE("async cut - the workers' topk or powersgd state is in the cut's backu
     restart_server_after_backup(run.cluster, run.id, 30);
     check_same_params(run.cluster.final_params(run.id), run.reference);
   }
+}
+
+TEST_CASE("async cut - a server restarted inside a cut: the paused worker is sent to the new plan, the cut backs "
+          "nothing up, and the job ends as the uninterrupted one, bit for bit") {
+  // The window between a cut's positions and its servers' backups, widened to 800 ms
+  // (JobOptions::async_cut_backup_delay); server 1 restarted inside it. The recovery abandons the
+  // cut: the paused worker's call fails (no step of the old plan is pushed while a server may
+  // still be writing the cut's backup), and no server is asked for the cut's backup (a restarted
+  // server, configured but not restored, would write fresh parameters under its name).
+  JobSpec spec = small_job(3, 10);
+  spec.training.mode = TrainingMode::kAsync;
+  spec.training.workers = 1;
+  testing::InProcessOptions options;
+  options.job.async_cut_backup_delay = 800 * kj::MILLISECONDS;
+  // The nodes' logs (stderr), read as they come; the reference run's come first.
+  testing::TempDir dir;
+  testing::OutputCapture logs(dir.file("stderr.txt"), STDERR_FILENO);
+  Scenario run(spec, options);
+  wait_for_backup(run.cluster, run.id, 10);
+  const size_t from = logs.text().rfind("'): starting on ");  // the job under test's first line
+  REQUIRE(from != std::string::npos);
+  static const std::regex cut_re("consistent cut at step ([0-9]+) ");
+  auto cuts = [&logs, from] {
+    const std::string text = logs.text().substr(from);
+    std::vector<int64_t> steps;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), cut_re); it != std::sregex_iterator(); ++it) {
+      steps.push_back(std::stoll((*it)[1]));
+    }
+    return steps;
+  };
+  const size_t before = cuts().size();
+  const auto deadline = std::chrono::steady_clock::now() + kStepTimeout;
+  while (cuts().size() == before) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "no cut after the first backup");
+    std::this_thread::sleep_for(5ms);
+  }
+  // Inside the cut's window: the worker paused, the positions being stored, the backups 800 ms away.
+  const int64_t cut = cuts()[before];
+  run.cluster.stop_server(1, NodeStop::kNow);
+  run.cluster.start_server(1);
+  const JobRecord r = wait_succeeded(run.cluster, run.id);
+  INFO("notes:" << notes_of(r));
+  CAPTURE(cut);
+  const std::string printed = logs.text().substr(from);
+  CHECK(printed.find("the job is recovering: this session is stale") != std::string::npos);
+  // Each of the 2 servers wrote a backup of that step at most once: at the resumed run's own cut
+  // there (it goes back to an earlier cut and reaches the step again), never for the abandoned one.
+  const std::string written = "backup at step " + std::to_string(cut) + " written in ";
+  size_t writes = 0;
+  for (size_t at = printed.find(written); at != std::string::npos; at = printed.find(written, at + 1)) ++writes;
+  CHECK(writes <= 2);
+  CHECK(rollbacks(r).size() >= 1);
+  check_same_params(run.cluster.final_params(run.id), run.reference);
 }
 
 TEST_CASE("server move - a server that never comes back is replaced by a free one from its replica") {
