@@ -69,8 +69,8 @@ else
 fi
 
 # 10 s per target keeps the fuzz step (a clang build of the targets, about 3 CPU-minutes cold and
-# seconds from the compiler cache, then a run of each with its seeds first) about 2 minutes on 2
-# cores (docs/FUZZING.md); fuzz/run.sh fails on any crash and leaves the input in build-fuzz/crashes/.
+# seconds from a warm compiler cache, then a run of each with its seeds first) about 2 minutes on
+# 2 cores with a warm cache (docs/FUZZING.md); fuzz/run.sh fails on any crash and leaves the input in build-fuzz/crashes/.
 fuzz_seconds=${PSTRAIN_FUZZ_SECONDS:-10}
 if [ "$fuzz_seconds" -gt 0 ]; then
   stage "fuzz (fuzz/run.sh $fuzz_seconds)" fuzz/run.sh "$fuzz_seconds"
